@@ -1,0 +1,36 @@
+"""Request dependencies, as Annotated aliases, and the readiness gate."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import asyncpg
+from fastapi import Depends, Request
+
+from app.errors import BrokerError, ErrorCode
+from app.settings import Settings
+from app.storage.append_notifier import AppendNotifier
+
+
+def _pool(request: Request) -> asyncpg.Pool:
+    return request.app.state.pool
+
+
+def _settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def _notifier(request: Request) -> AppendNotifier:
+    return request.app.state.notifier
+
+
+def require_ready(request: Request) -> None:
+    if not request.app.state.ready:
+        raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+                          "the server is starting (applying migrations, recovering transactions): retry shortly")
+
+
+PoolDep = Annotated[asyncpg.Pool, Depends(_pool)]
+SettingsDep = Annotated[Settings, Depends(_settings)]
+NotifierDep = Annotated[AppendNotifier, Depends(_notifier)]
+READY = [Depends(require_ready)]

@@ -1,0 +1,83 @@
+"""The one place where anything raised while serving a request becomes the contract's error body."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.api.responses import error_response
+from app.errors import BrokerError, ErrorCode, invalid_request
+from app.storage.database import CONNECTION_ERRORS
+
+log = logging.getLogger("txbroker.api")
+
+
+def _field_path(location: tuple) -> str:
+    parts = [str(part) for part in location if part != "body"]
+    path = ""
+    for part in parts:
+        path += f"[{part}]" if part.isdigit() else (f".{part}" if path else part)
+    return path or "body"
+
+
+def describe_validation_errors(errors: list[dict]) -> str:
+    """'partitions[0].offset: Input should be greater than or equal to 0 (received -5); ...'"""
+    described = []
+    for error in errors[:5]:
+        if error["type"] == "json_invalid":
+            described.append(f"the body is not valid JSON ({error.get('ctx', {}).get('error', error['msg'])})")
+            continue
+        received = error.get("input")
+        text = f"{_field_path(error['loc'])}: {error['msg']}"
+        if error["type"] != "missing" and not isinstance(received, (dict, list)):
+            text += f" (received {received!r:.80})"
+        described.append(text)
+    more = f"; and {len(errors) - 5} more" if len(errors) > 5 else ""
+    return "; ".join(described) + more + ". See /docs for the request's schema."
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(BrokerError)
+    async def broker_error(_request: Request, error: BrokerError):
+        return error_response(error)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_request: Request, error: RequestValidationError):
+        return error_response(invalid_request(describe_validation_errors(list(error.errors()))))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException):
+        if error.status_code == 405:
+            return error_response(BrokerError(
+                ErrorCode.METHOD_NOT_ALLOWED, f"{request.method} is not allowed on {request.url.path}: "
+                                              f"see /docs for the methods of each route"))
+        if error.status_code == 404:
+            return error_response(BrokerError(
+                ErrorCode.NOT_FOUND, f"no route {request.method} {request.url.path}: see /docs for the API"))
+        if error.status_code == 400:  # e.g. a body Starlette could not read
+            return error_response(invalid_request(str(error.detail)))
+        return error_response(BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, str(error.detail)))
+
+    async def database_unavailable(_request: Request, error: Exception):
+        log.warning("PostgreSQL unavailable: %s", error)
+        return error_response(BrokerError(
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            "the database is unavailable; nothing was changed by this request unless it reports "
+            "otherwise later: retry it (it is safe to retry)"))
+
+    for connection_error in CONNECTION_ERRORS:
+        app.add_exception_handler(connection_error, database_unavailable)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, error: Exception):
+        request_id = uuid.uuid4().hex[:16]
+        log.exception("request %s %s failed with a bug (request id %s)", request.method, request.url.path,
+                      request_id, exc_info=error)
+        return error_response(BrokerError(
+            ErrorCode.UNKNOWN_SERVER_ERROR,
+            f"the server failed with a bug (request id {request_id}, in its log); the request may be "
+            f"retried, and please report it"))

@@ -1,0 +1,77 @@
+"""Fetch, the curl-friendly records GET, and ListOffsets."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from app.api import schemas
+from app.api.deps import READY, NotifierDep, PoolDep
+from app.api.responses import error_or_none, error_response, json_response, watermarks
+from app.errors import BrokerError
+from app.storage import partition_log
+from app.storage.fetching import FetchPosition, PartitionFetch, fetch
+from app.storage.topics import find_topics, unknown_topic
+
+router = APIRouter(prefix="/v1", tags=["consuming"], dependencies=READY)
+ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 416, 503)}
+
+
+def _entry(result: PartitionFetch) -> dict:
+    position = result.position
+    return {"topic": position.topic, "partition": position.partition, "error": error_or_none(result.error),
+            **watermarks(result.state),
+            "next_offset": position.offset if result.error else result.next_offset,
+            "records": result.records or []}
+
+
+@router.post("/fetch", response_model=schemas.FetchResponse, responses=ERRORS)
+async def fetch_records(body: schemas.FetchRequest, pool: PoolDep, notifier: NotifierDep, request: Request):
+    """[Fetch] read_committed (the default) stops at the last stable offset and never returns aborted
+    records; control records are never returned. max_wait_ms > 0 long-polls for a record."""
+    positions = [FetchPosition(p.topic, p.partition, p.offset) for p in body.partitions]
+    results = await fetch(pool, notifier, positions, body.isolation_level, body.max_records,
+                          body.max_wait_ms, body.encoding)
+    request.app.state.metrics.records_fetched.inc(sum(len(result.records or ()) for result in results))
+    return json_response({"partitions": [_entry(result) for result in results]})
+
+
+@router.get("/topics/{topic}/partitions/{partition}/records", response_model=schemas.FetchPartitionResult,
+            responses=ERRORS)
+async def read_records(
+        topic: str, pool: PoolDep, notifier: NotifierDep,
+        partition: Annotated[int, schemas.Field(ge=0, le=schemas.INT32_MAX)],
+        offset: Annotated[int, Query(ge=0, le=schemas.INT64_MAX)] = 0,
+        isolation_level: schemas.IsolationLevel = "read_committed",
+        max_records: Annotated[int, Query(ge=1, le=10_000)] = 100,
+        max_wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
+        encoding: schemas.Encoding = "utf8"):
+    """One partition's records, for curl; the body is one fetch partition entry."""
+    [result] = await fetch(pool, notifier, [FetchPosition(topic, partition, offset)], isolation_level,
+                           max_records, max_wait_ms, encoding)
+    if result.error is not None:
+        return error_response(result.error)
+    return json_response(_entry(result))
+
+
+@router.post("/offsets/list", response_model=schemas.ListOffsetsResponse, responses=ERRORS)
+async def list_offsets(body: schemas.ListOffsetsRequest, pool: PoolDep):
+    """[ListOffsets] latest (-1: the high watermark, or the LSO under read_committed), earliest (-2),
+    or the first offset whose timestamp is at or after a time (-1 when there is none)."""
+    entries = []
+    async with pool.acquire() as conn:
+        topics = await find_topics(conn, sorted({p.topic for p in body.partitions}))
+        for request in body.partitions:
+            entry = {"topic": request.topic, "partition": request.partition, "offset": partition_log.NO_OFFSET,
+                     "timestamp_ms": partition_log.NO_TIMESTAMP, "error": None}
+            try:
+                topic = topics.get(request.topic)
+                if topic is None:
+                    raise unknown_topic(request.topic)
+                entry["offset"], entry["timestamp_ms"] = await partition_log.offset_for(
+                    conn, topic, request.partition, request.timestamp, body.isolation_level)
+            except BrokerError as error:
+                entry["error"] = error.as_dict()
+            entries.append(entry)
+    return json_response({"partitions": entries})

@@ -1,0 +1,80 @@
+"""Produce, and the curl-friendly records endpoint."""
+
+from __future__ import annotations
+
+import itertools
+
+from fastapi import APIRouter, Request
+
+from app.api import schemas
+from app.api.deps import READY, PoolDep, SettingsDep
+from app.api.responses import error_response, json_response
+from app.coordinator.produce import PartitionRecords, ProduceCommand, produce
+from app.errors import BrokerError, invalid_request
+from app.storage import record_codec
+from app.storage.topics import get_topic
+from txbroker.partitioner import partition_for_key
+
+router = APIRouter(prefix="/v1", tags=["producing"], dependencies=READY)
+ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 409, 413, 503)}
+
+# Null keys are spread round-robin, per topic, by each server process.
+_round_robin: dict[str, itertools.count] = {}
+
+
+def _entry(topic: str, partition: int, result) -> dict:
+    if isinstance(result, BrokerError):
+        return {"topic": topic, "partition": partition, "base_offset": None, "last_offset": None,
+                "duplicate": False, "error": result.as_dict()}
+    return {"topic": topic, "partition": partition, "base_offset": result.base_offset,
+            "last_offset": result.last_offset, "duplicate": result.duplicate, "error": None}
+
+
+def _count_produced(request: Request, body_partitions, results) -> None:
+    request.app.state.metrics.records_produced.inc(sum(
+        len(p.records) for p, result in zip(body_partitions, results) if not isinstance(result, BrokerError)))
+
+
+@router.post("/produce", response_model=schemas.ProduceResponse, responses=ERRORS)
+async def produce_records(body: schemas.ProduceRequest, pool: PoolDep, settings: SettingsDep, request: Request):
+    """[Produce] Appends each partition's records; one result per request partition, same order."""
+    command = ProduceCommand(
+        body.transactional_id, body.producer_id, body.producer_epoch, body.encoding,
+        [PartitionRecords(p.topic, p.partition, p.base_sequence, p.records) for p in body.partitions])
+    results = await produce(pool, command, settings.max_records_per_request)
+    _count_produced(request, body.partitions, results)
+    return json_response({"partitions": [_entry(p.topic, p.partition, result)
+                                         for p, result in zip(body.partitions, results)]})
+
+
+def _key_bytes(key: str, encoding: str) -> bytes:
+    if encoding == record_codec.BASE64:
+        return record_codec.decode_base64("key", key, "records[0]")
+    return key.encode("utf-8", "surrogatepass")
+
+
+@router.post("/topics/{topic}/records", response_model=schemas.ProducePartitionResult, responses=ERRORS)
+async def write_records(topic: str, body: schemas.TopicRecordsRequest, pool: PoolDep, settings: SettingsDep,
+                        request: Request):
+    """Plain writes for curl. With partition null, the key picks the partition (murmur2, Kafka's
+    default partitioner), so all records of the request must share one key; null keys go round-robin."""
+    partition = body.partition
+    if partition is None:
+        key = body.records[0].key
+        if any(record.key != key for record in body.records):
+            raise invalid_request(
+                "with \"partition\": null the key chooses the partition, but these records have "
+                "different keys: send one request per key, or name the partition")
+        async with pool.acquire() as conn:
+            info = await get_topic(conn, topic)
+        if key is None:
+            partition = next(_round_robin.setdefault(topic, itertools.count())) % info.partition_count
+        else:
+            partition = partition_for_key(_key_bytes(key, body.encoding), info.partition_count)
+    command = ProduceCommand(None, -1, -1, body.encoding, [PartitionRecords(topic, partition, -1, body.records)])
+    [result] = await produce(pool, command, settings.max_records_per_request)
+    _count_produced(request, [body], [result])
+    if isinstance(result, BrokerError):
+        return error_response(result)
+    return json_response(_entry(topic, partition, result))
+

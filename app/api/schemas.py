@@ -1,0 +1,203 @@
+"""Request and response bodies of the HTTP contract (API.md), declared once with the contract's words.
+
+They are the OpenAPI document (/openapi.json, /docs) and the validation of every request: a body that
+does not fit is a 400 INVALID_REQUEST naming the field. Validation is strict (a string is not an
+integer, 1 is not true) because the contract says offsets and ids are JSON integers. Responses on the
+hot paths are built as plain dicts and serialized with orjson; these models document their shape.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+INT16_MAX = 2**15 - 1
+
+Encoding = Literal["utf8", "base64"]
+IsolationLevel = Literal["read_uncommitted", "read_committed"]
+
+ProducerId = Annotated[int, Field(ge=-1, le=INT64_MAX, description="-1: no producer (a plain write)")]
+ProducerEpoch = Annotated[int, Field(ge=-1, le=INT16_MAX, description="-1: no producer")]
+PartitionIndex = Annotated[int, Field(ge=0, le=INT32_MAX, description="partition index, from 0")]
+Offset = Annotated[int, Field(ge=0, le=INT64_MAX, description="an offset in the partition")]
+TopicName = Annotated[str, Field(description="topic name")]
+
+ENCODING_FIELD = Field("utf8", description=(
+    "encoding of keys, values and header values: utf8 (the bytes are the UTF-8 of the string) "
+    "or base64 (arbitrary bytes)"))
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(strict=True)
+
+
+class ErrorObject(Body):
+    code: str = Field(description="stable error code, e.g. PRODUCER_FENCED")
+    message: str = Field(description="human readable: what was received, what was expected, what to do")
+    retriable: bool = Field(description="whether the same request may succeed if retried")
+
+
+class ErrorBody(Body):
+    error: ErrorObject
+
+
+class Header(Body):
+    key: str = Field(max_length=1_000_000, description="header key (always text)")
+    value: str | None = Field(None, description="header value, in the request's encoding")
+
+
+class RecordIn(Body):
+    key: str | None = Field(None, description="record key, in the request's encoding; null for none")
+    value: str | None = Field(None, description="record value, in the request's encoding; null for none")
+    headers: list[Header] = Field(default_factory=list, description="record headers")
+    timestamp_ms: int | None = Field(None, ge=0, le=INT64_MAX,
+                                     description="creation time in ms since the epoch; default: append time")
+
+
+class RecordOut(Body):
+    offset: int
+    key: str | None
+    value: str | None
+    headers: list[Header]
+    timestamp_ms: int
+    encoding: Encoding | None = Field(
+        None, description="present (base64) when a utf8 fetch met bytes that are not UTF-8")
+
+
+# ---- topics
+
+class CreateTopicRequest(Body):
+    name: TopicName
+    partitions: int = Field(1, description="number of partitions, 1..10000")
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="retention_ms (-1 forever), retention_bytes (-1), max_message_bytes (1048576)")
+
+
+class PartitionInfo(Body):
+    partition: int
+    log_start_offset: int
+    high_watermark: int = Field(description="the next offset to be written")
+    last_stable_offset: int = Field(description="the first offset of the earliest open transaction, or the HW")
+
+
+class TopicOut(Body):
+    name: str
+    partitions: list[PartitionInfo]
+    config: dict[str, int]
+
+
+class TopicList(Body):
+    topics: list[TopicOut]
+
+
+class ClusterNode(Body):
+    node_id: int
+    url: str
+
+
+class Cluster(Body):
+    node_id: int
+    nodes: list[ClusterNode]
+    topics: list[str]
+
+
+class Health(Body):
+    status: str
+    database: str
+
+
+# ---- produce
+
+class ProducePartition(Body):
+    topic: TopicName
+    partition: PartitionIndex
+    base_sequence: int = Field(-1, ge=-1, le=INT32_MAX,
+                               description="sequence number of the first record; -1 without a producer")
+    records: list[RecordIn] = Field(min_length=1, description="the records, at least one")
+
+
+class ProduceRequest(Body):
+    transactional_id: str | None = Field(None, min_length=1, max_length=10_000,
+                                         description="set for a transactional write")
+    producer_id: ProducerId = -1
+    producer_epoch: ProducerEpoch = -1
+    encoding: Encoding = ENCODING_FIELD
+    partitions: list[ProducePartition] = Field(min_length=1, description="one entry per partition")
+
+
+class ProducePartitionResult(Body):
+    topic: str
+    partition: int
+    base_offset: int | None
+    last_offset: int | None
+    duplicate: bool = Field(description="true when this batch was already appended (idempotent retry)")
+    error: ErrorObject | None
+
+
+class ProduceResponse(Body):
+    partitions: list[ProducePartitionResult]
+
+
+class TopicRecordsRequest(Body):
+    encoding: Encoding = ENCODING_FIELD
+    partition: PartitionIndex | None = Field(
+        None, description="null: chosen by murmur2 of the key (Kafka's default partitioner); null keys round-robin")
+    records: list[RecordIn] = Field(min_length=1)
+
+
+# ---- fetch
+
+class FetchPartition(Body):
+    topic: TopicName
+    partition: PartitionIndex
+    offset: Offset
+
+
+class FetchRequest(Body):
+    isolation_level: IsolationLevel = "read_committed"
+    max_wait_ms: int = Field(0, ge=0, le=30_000, description="long-poll up to this long for a record")
+    max_records: int = Field(500, ge=1, le=10_000, description="at most this many records in all")
+    encoding: Encoding = ENCODING_FIELD
+    partitions: list[FetchPartition] = Field(min_length=1)
+
+
+class FetchPartitionResult(Body):
+    topic: str
+    partition: int
+    error: ErrorObject | None
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    next_offset: int = Field(description="where the next fetch continues (past markers and aborted records)")
+    records: list[RecordOut]
+
+
+class FetchResponse(Body):
+    partitions: list[FetchPartitionResult]
+
+
+class ListOffsetsPartition(Body):
+    topic: TopicName
+    partition: PartitionIndex
+    timestamp: int = Field(-1, ge=-2, le=INT64_MAX, description="-1 latest, -2 earliest, or a time in ms")
+
+
+class ListOffsetsRequest(Body):
+    isolation_level: IsolationLevel = "read_committed"
+    partitions: list[ListOffsetsPartition] = Field(min_length=1)
+
+
+class ListOffsetsPartitionResult(Body):
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    error: ErrorObject | None
+
+
+class ListOffsetsResponse(Body):
+    partitions: list[ListOffsetsPartitionResult]

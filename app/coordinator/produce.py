@@ -1,0 +1,88 @@
+"""Produce: request-level checks, then each partition's batch appended in one PostgreSQL transaction.
+
+Request-level errors fail the whole request and append nothing (API.md "Producing"); partition-level
+errors fail only their partition.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import asyncpg
+
+from app.errors import BrokerError, ErrorCode, invalid_request
+from app.storage import partition_log, record_codec
+from app.storage.partition_log import NO_PRODUCER_ID, NO_SEQUENCE, AppendResult, BatchAppend
+from app.storage.record_codec import WireRecord
+from app.storage.topics import INTERNAL_PREFIX, find_topics, unknown_topic
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRecords:
+    topic: str
+    partition: int
+    base_sequence: int
+    records: Sequence[WireRecord]
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceCommand:
+    transactional_id: str | None
+    producer_id: int
+    producer_epoch: int
+    encoding: str
+    partitions: Sequence[PartitionRecords]
+
+
+def _check_request(command: ProduceCommand, max_records: int) -> None:
+    if command.transactional_id is not None and command.producer_id == NO_PRODUCER_ID:
+        raise invalid_request(
+            f"transactional_id {command.transactional_id!r} was sent with producer_id -1: a transactional "
+            f"write needs the producer id and epoch from POST /v1/producers/init")
+    seen = set()
+    total = 0
+    for index, entry in enumerate(command.partitions):
+        if (entry.topic, entry.partition) in seen:
+            raise invalid_request(f"partitions[{index}]: {entry.topic}-{entry.partition} is listed twice: "
+                                  f"send each partition once, with all its records")
+        seen.add((entry.topic, entry.partition))
+        if command.producer_id != NO_PRODUCER_ID and entry.base_sequence == NO_SEQUENCE:
+            raise invalid_request(f"partitions[{index}]: base_sequence is -1 with producer_id "
+                                  f"{command.producer_id}: an idempotent write numbers its records from 0")
+        if entry.topic.startswith(INTERNAL_PREFIX):
+            raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                              f"partitions[{index}]: topic {entry.topic!r} is internal to txbroker and "
+                              f"cannot be written by clients")
+        total += len(entry.records)
+    if total > max_records:
+        raise invalid_request(f"the request carries {total} records: expected at most {max_records} "
+                              f"per request; split it")
+
+
+async def produce(pool: asyncpg.Pool, command: ProduceCommand,
+                  max_records: int) -> list[AppendResult | BrokerError]:
+    _check_request(command, max_records)
+    if command.producer_id != NO_PRODUCER_ID:
+        raise BrokerError(
+            ErrorCode.UNKNOWN_PRODUCER_ID,
+            f"producer id {command.producer_id} was never issued by this server: get one from "
+            f"POST /v1/producers/init, or send producer_id -1 for a plain write")
+    now_ms = int(time.time() * 1000)
+    encoded = [record_codec.encode_batch(entry.records, command.encoding, now_ms, f"partitions[{index}].records")
+               for index, entry in enumerate(command.partitions)]
+    async with pool.acquire() as conn:
+        topics = await find_topics(conn, sorted({entry.topic for entry in command.partitions}))
+        results: list[AppendResult | BrokerError | None] = []
+        appends: list[BatchAppend] = []
+        for entry, batch in zip(command.partitions, encoded):
+            topic = topics.get(entry.topic)
+            if topic is None:
+                results.append(unknown_topic(entry.topic))
+                continue
+            results.append(None)
+            appends.append(BatchAppend(topic, entry.partition, batch, command.producer_id,
+                                       command.producer_epoch, entry.base_sequence))
+        appended = iter(await partition_log.append_batches(conn, appends))
+    return [next(appended) if result is None else result for result in results]

@@ -1,0 +1,78 @@
+"""The app factory: the FastAPI application and its lifespan (database, workers, readiness)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.responses import RedirectResponse
+
+from app.api.error_handlers import install_error_handlers
+from app.api.main import api_router
+from app.api.metrics import Metrics, MetricsMiddleware
+from app.api.request_bodies import JsonBodies
+from app.settings import Settings
+from app.storage import topics
+from app.storage.append_notifier import AppendNotifier
+from app.storage.database import create_pool
+from app.storage.migrations import upgrade_to_head
+
+log = logging.getLogger("txbroker")
+
+
+async def _become_ready(app: FastAPI, settings: Settings) -> None:
+    """What must be done before /v1/health answers 200, retried until PostgreSQL cooperates."""
+    while True:
+        try:
+            async with app.state.pool.acquire() as conn:
+                await topics.ensure_internal_topics(conn, settings.transaction_log_partitions,
+                                                    settings.offsets_partitions)
+            app.state.ready = True
+            log.info("txbroker is ready on %s", settings.public_url())
+            return
+        except Exception as error:
+            log.warning("not ready yet (%s); retrying", error)
+            await asyncio.sleep(1)
+
+
+def create_app(settings: Settings, database_url: str) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.ready = False
+        await asyncio.to_thread(upgrade_to_head, database_url)
+        app.state.pool = await create_pool(database_url, settings.database_pool_size)
+        app.state.notifier = AppendNotifier(database_url, settings.long_poll_fallback_ms / 1000)
+        await app.state.notifier.start()
+        readiness = asyncio.create_task(_become_ready(app, settings), name="become-ready")
+        try:
+            yield
+        finally:
+            readiness.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await readiness
+            await app.state.notifier.stop()
+            await app.state.pool.close()
+
+    app = FastAPI(
+        title="txbroker",
+        version="1",
+        summary="Apache Kafka's transactional messaging (KIP-98) over HTTP, on PostgreSQL",
+        description="The HTTP contract v1 (API.md). Errors: {\"error\": {\"code\", \"message\", \"retriable\"}}.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.ready = False
+    app.state.metrics = Metrics()
+    install_error_handlers(app)
+    app.include_router(api_router)
+
+    @app.get("/", include_in_schema=False)
+    async def root():
+        return RedirectResponse("/console")
+
+    app.add_middleware(JsonBodies, max_bytes=settings.max_request_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    return app

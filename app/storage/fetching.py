@@ -1,0 +1,76 @@
+"""Fetch: reads several partitions at once, long-polling until a record arrives or time is up."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import asyncpg
+
+from app.errors import BrokerError, ErrorCode
+from app.storage import partition_log
+from app.storage.append_notifier import AppendNotifier
+from app.storage.partition_log import PartitionState
+from app.storage.topics import find_topics, unknown_topic
+
+
+@dataclass(frozen=True, slots=True)
+class FetchPosition:
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(slots=True)
+class PartitionFetch:
+    position: FetchPosition
+    error: BrokerError | None = None
+    state: PartitionState | None = None
+    next_offset: int = 0
+    records: list[dict] | None = None
+
+
+async def _read_all(pool: asyncpg.Pool, positions: list[FetchPosition], topics: dict, max_records: int,
+                    isolation_level: str, encoding: str) -> list[PartitionFetch]:
+    results = []
+    budget = max_records
+    async with pool.acquire() as conn:
+        for position in positions:
+            topic = topics.get(position.topic)
+            if topic is None:
+                results.append(PartitionFetch(position, error=unknown_topic(position.topic)))
+                continue
+            try:
+                read = await partition_log.read(conn, topic, position.partition, position.offset,
+                                                budget, isolation_level, encoding)
+            except BrokerError as error:
+                state = None
+                if error.code == ErrorCode.OFFSET_OUT_OF_RANGE:  # the watermarks say where to reset
+                    state = await partition_log.partition_state(conn, topic, position.partition)
+                results.append(PartitionFetch(position, error=error, state=state))
+                continue
+            budget -= len(read.records)
+            results.append(PartitionFetch(position, state=read.state, next_offset=read.next_offset,
+                                          records=read.records))
+    return results
+
+
+async def fetch(pool: asyncpg.Pool, notifier: AppendNotifier, positions: list[FetchPosition],
+                isolation_level: str, max_records: int, max_wait_ms: int, encoding: str) -> list[PartitionFetch]:
+    """Returns as soon as any partition has records or an error, else after max_wait_ms."""
+    async with pool.acquire() as conn:
+        topics = await find_topics(conn, sorted({p.topic for p in positions}))
+    watched = [(topics[p.topic].topic_id, p.partition) for p in positions if p.topic in topics]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait_ms / 1000
+    with notifier.watching(watched) as appended:
+        while True:
+            appended.clear()
+            results = await _read_all(pool, positions, topics, max_records, isolation_level, encoding)
+            remaining = deadline - loop.time()
+            if remaining <= 0 or any(r.error is not None or r.records for r in results):
+                return results
+            try:
+                await asyncio.wait_for(appended.wait(), min(remaining, notifier.fallback_s))
+            except TimeoutError:
+                pass

@@ -1,0 +1,164 @@
+"""How the records of one batch are stored, and how they go back to the wire.
+
+A batch's `records` column holds the JSON array (orjson) of its records, each
+`[timestamp_ms, key, value, headers, form]` with headers as `[[key, value], ...]`:
+
+- form TEXT (0): key, value and header values are the text whose UTF-8 encoding is the bytes;
+- form BASE64 (1): they are base64 of arbitrary bytes (used only when some field is not UTF-8).
+
+Storing text when the bytes are UTF-8 (almost always) lets a utf8 fetch hand the strings back
+without decoding anything, and a utf8 produce store them without encoding anything. What goes in
+comes out byte for byte in both encodings (API.md "Conventions").
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import orjson
+
+from app.errors import invalid_request
+
+UTF8 = "utf8"
+BASE64 = "base64"
+ENCODINGS = (UTF8, BASE64)
+
+FORM_TEXT = 0
+FORM_BASE64 = 1
+
+
+class WireHeader(Protocol):
+    key: str
+    value: str | None
+
+
+class WireRecord(Protocol):
+    key: str | None
+    value: str | None
+    headers: Sequence[WireHeader]
+    timestamp_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBatch:
+    payload: bytes
+    record_count: int
+    size_bytes: int
+    largest_record_bytes: int
+    first_timestamp_ms: int
+    max_timestamp_ms: int
+
+
+def _utf8_size(text: str | None) -> int:
+    if text is None:
+        return 0
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def decode_base64(field: str, text: str | None, where: str) -> bytes | None:
+    if text is None:
+        return None
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise invalid_request(
+            f"{where}: {field} is not valid base64 (received {text[:40]!r}); with \"encoding\": "
+            f"\"base64\" every key, value and header value must be standard base64 with padding, "
+            f"or send text with \"encoding\": \"utf8\"") from None
+
+
+def _as_text(raw: bytes | None) -> str | None:
+    """The text of these bytes when they are valid UTF-8; raises UnicodeDecodeError otherwise."""
+    return None if raw is None else raw.decode("utf-8")
+
+
+def _as_base64(raw: bytes | None) -> str | None:
+    return None if raw is None else base64.b64encode(raw).decode("ascii")
+
+
+def _check_text(field: str, text: str | None, where: str) -> None:
+    # A JSON string may carry a lone surrogate (\ud800), which has no UTF-8 encoding: refuse it
+    # rather than store something that cannot come back out byte for byte.
+    if text is not None and not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise invalid_request(
+                f"{where}: {field} is not encodable as UTF-8 (it contains a lone surrogate); send "
+                f"arbitrary bytes with \"encoding\": \"base64\"") from None
+
+
+def encode_batch(records: Sequence[WireRecord], encoding: str, now_ms: int, where: str) -> EncodedBatch:
+    """Validates and encodes one partition's records. Raises INVALID_REQUEST (naming `where`, e.g.
+    "partitions[0].records[3]") for bad encodings or timestamps, before anything is written."""
+    if encoding not in ENCODINGS:
+        raise invalid_request(f"encoding {encoding!r} is not supported: expected one of {list(ENCODINGS)}")
+    stored = []
+    total = 0
+    largest = 0
+    first_ts = None
+    max_ts = -1
+    for index, record in enumerate(records):
+        at = f"{where}[{index}]"
+        ts = now_ms if record.timestamp_ms is None else record.timestamp_ms
+        if ts < 0:
+            raise invalid_request(f"{at}: timestamp_ms is {ts}: expected milliseconds since the epoch, >= 0")
+        first_ts = ts if first_ts is None else first_ts
+        max_ts = max(max_ts, ts)
+        if encoding == UTF8:
+            _check_text("key", record.key, at)
+            _check_text("value", record.value, at)
+            headers = []
+            size = _utf8_size(record.key) + _utf8_size(record.value)
+            for h_index, header in enumerate(record.headers):
+                _check_text("header key", header.key, f"{at}.headers[{h_index}]")
+                _check_text("header value", header.value, f"{at}.headers[{h_index}]")
+                size += _utf8_size(header.key) + _utf8_size(header.value)
+                headers.append([header.key, header.value])
+            stored.append([ts, record.key, record.value, headers, FORM_TEXT])
+        else:
+            key = decode_base64("key", record.key, at)
+            value = decode_base64("value", record.value, at)
+            raw_headers = []
+            for h_index, header in enumerate(record.headers):
+                _check_text("header key", header.key, f"{at}.headers[{h_index}]")
+                raw_headers.append((header.key, decode_base64("header value", header.value,
+                                                               f"{at}.headers[{h_index}]")))
+            size = (len(key or b"") + len(value or b"")
+                    + sum(_utf8_size(k) + len(v or b"") for k, v in raw_headers))
+            try:
+                stored.append([ts, _as_text(key), _as_text(value),
+                               [[k, _as_text(v)] for k, v in raw_headers], FORM_TEXT])
+            except UnicodeDecodeError:
+                stored.append([ts, _as_base64(key), _as_base64(value),
+                               [[k, _as_base64(v)] for k, v in raw_headers], FORM_BASE64])
+        total += size
+        largest = max(largest, size)
+    return EncodedBatch(orjson.dumps(stored), len(stored), total, largest,
+                        now_ms if first_ts is None else first_ts, max_ts)
+
+
+def decode_payload(payload: bytes) -> list[list]:
+    return orjson.loads(payload)
+
+
+def _text_to_base64(text: str | None) -> str | None:
+    return None if text is None else base64.b64encode(text.encode("utf-8")).decode("ascii")
+
+
+def render_record(stored: list, offset: int, encoding: str) -> dict:
+    """One stored record as the contract's fetch record, in the encoding the fetch asked for. A
+    record whose bytes are not UTF-8 is returned base64-encoded, marked "encoding": "base64"."""
+    ts, key, value, headers, form = stored
+    if form == FORM_TEXT and encoding == BASE64:
+        key, value = _text_to_base64(key), _text_to_base64(value)
+        headers = [[k, _text_to_base64(v)] for k, v in headers]
+    record = {"offset": offset, "key": key, "value": value,
+              "headers": [{"key": k, "value": v} for k, v in headers], "timestamp_ms": ts}
+    if form == FORM_BASE64 and encoding == UTF8:
+        record["encoding"] = BASE64
+    return record

@@ -1,0 +1,158 @@
+"""Topics: names, partition counts and configs (CreateTopics, DeleteTopics, Metadata)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from app.errors import BrokerError, ErrorCode
+
+TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+INTERNAL_PREFIX = "__"
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+MAX_PARTITIONS = 10_000
+
+RETENTION_FOREVER = -1
+DEFAULT_TOPIC_CONFIG: dict[str, int] = {
+    "retention_ms": RETENTION_FOREVER,
+    "retention_bytes": RETENTION_FOREVER,
+    "max_message_bytes": 1_048_576,
+}
+# The smallest value each config key accepts.
+CONFIG_MINIMUMS: dict[str, int] = {"retention_ms": -1, "retention_bytes": -1, "max_message_bytes": 1}
+CONFIG_MAXIMUM = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    topic_id: int
+    name: str
+    partition_count: int
+    config: dict[str, Any]
+    is_internal: bool
+
+    @property
+    def max_message_bytes(self) -> int:
+        return self.config["max_message_bytes"]
+
+
+def check_topic_name(name: str, *, allow_internal: bool = False) -> None:
+    if not TOPIC_NAME_PATTERN.fullmatch(name) or name in (".", ".."):
+        raise BrokerError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic name {name[:300]!r} is invalid: expected 1 to 249 characters of [a-zA-Z0-9._-], "
+            f"not '.' or '..'")
+    if name.startswith(INTERNAL_PREFIX) and not allow_internal:
+        raise BrokerError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic name {name!r} starts with '{INTERNAL_PREFIX}', which is reserved for internal "
+            f"topics such as {TRANSACTION_STATE_TOPIC}: choose another name")
+
+
+def effective_config(config: dict[str, Any]) -> dict[str, int]:
+    """The topic's config with defaults filled in; INVALID_CONFIG for unknown keys or bad values."""
+    unknown = sorted(set(config) - set(DEFAULT_TOPIC_CONFIG))
+    if unknown:
+        raise BrokerError(ErrorCode.INVALID_CONFIG,
+                          f"unknown topic config key(s) {unknown}: expected some of {sorted(DEFAULT_TOPIC_CONFIG)}")
+    result = dict(DEFAULT_TOPIC_CONFIG)
+    for key, value in config.items():
+        minimum = CONFIG_MINIMUMS[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= CONFIG_MAXIMUM:
+            raise BrokerError(ErrorCode.INVALID_CONFIG,
+                              f"topic config {key}={value!r} is invalid: expected an integer >= {minimum}")
+        result[key] = value
+    return result
+
+
+def _topic_from_row(row: asyncpg.Record) -> TopicInfo:
+    return TopicInfo(row["topic_id"], row["name"], row["partition_count"], row["config"], row["is_internal"])
+
+
+_TOPIC_COLUMNS = "topic_id, name, partition_count, config, is_internal"
+
+
+async def create_topic(conn: asyncpg.Connection, name: str, partition_count: int,
+                       config: dict[str, Any], *, internal: bool = False) -> TopicInfo:
+    check_topic_name(name, allow_internal=internal)
+    if not 1 <= partition_count <= MAX_PARTITIONS:
+        raise BrokerError(ErrorCode.INVALID_PARTITIONS,
+                          f"partitions is {partition_count}: expected 1 to {MAX_PARTITIONS}")
+    full_config = effective_config(config)
+    async with conn.transaction():
+        # ON CONFLICT DO NOTHING makes two concurrent creates of one name answer exactly one 201.
+        row = await conn.fetchrow(
+            f"INSERT INTO topics (name, partition_count, config, is_internal) VALUES ($1, $2, $3, $4) "
+            f"ON CONFLICT (name) DO NOTHING RETURNING {_TOPIC_COLUMNS}",
+            name, partition_count, full_config, internal)
+        if row is None:
+            raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS,
+                              f"topic {name!r} already exists: use it, or delete it first")
+        await conn.execute(
+            "INSERT INTO partitions (topic_id, partition) SELECT $1, generate_series(0, $2 - 1)",
+            row["topic_id"], partition_count)
+    return _topic_from_row(row)
+
+
+async def ensure_internal_topics(conn: asyncpg.Connection, transaction_log_partitions: int,
+                                 offsets_partitions: int) -> None:
+    for name, count in ((TRANSACTION_STATE_TOPIC, transaction_log_partitions),
+                        (CONSUMER_OFFSETS_TOPIC, offsets_partitions)):
+        if await find_topic(conn, name) is None:
+            try:
+                await create_topic(conn, name, count, {}, internal=True)
+            except BrokerError as error:
+                if error.code != ErrorCode.TOPIC_ALREADY_EXISTS:  # another server created it first
+                    raise
+
+
+async def find_topic(conn: asyncpg.Connection, name: str) -> TopicInfo | None:
+    row = await conn.fetchrow(f"SELECT {_TOPIC_COLUMNS} FROM topics WHERE name = $1", name)
+    return None if row is None else _topic_from_row(row)
+
+
+async def find_topics(conn: asyncpg.Connection, names: list[str]) -> dict[str, TopicInfo]:
+    rows = await conn.fetch(f"SELECT {_TOPIC_COLUMNS} FROM topics WHERE name = ANY($1::text[])", names)
+    return {row["name"]: _topic_from_row(row) for row in rows}
+
+
+async def get_topic(conn: asyncpg.Connection, name: str) -> TopicInfo:
+    topic = await find_topic(conn, name)
+    if topic is None:
+        raise unknown_topic(name)
+    return topic
+
+
+async def list_topics(conn: asyncpg.Connection) -> list[TopicInfo]:
+    rows = await conn.fetch(f"SELECT {_TOPIC_COLUMNS} FROM topics ORDER BY name")
+    return [_topic_from_row(row) for row in rows]
+
+
+async def delete_topic(conn: asyncpg.Connection, name: str) -> None:
+    async with conn.transaction():
+        row = await conn.fetchrow("SELECT topic_id, is_internal FROM topics WHERE name = $1 FOR UPDATE", name)
+        if row is None:
+            raise unknown_topic(name)
+        if row["is_internal"]:
+            raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                              f"topic {name!r} is internal to txbroker and cannot be deleted")
+        # Deleting the partitions rows waits for in-flight appends (they hold those rows), so no
+        # batch can be appended to the topic after its batches are deleted here.
+        await conn.execute("DELETE FROM topics WHERE topic_id = $1", row["topic_id"])
+        await conn.execute("DELETE FROM record_batches WHERE topic_id = $1", row["topic_id"])
+
+
+def unknown_topic(name: str) -> BrokerError:
+    return BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                       f"topic {name!r} does not exist: create it with POST /v1/topics, or check the name")
+
+
+def unknown_partition(topic: TopicInfo, partition: int) -> BrokerError:
+    return BrokerError(
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        f"partition {partition} of topic {topic.name!r} does not exist: the topic has partitions "
+        f"0 to {topic.partition_count - 1}")

@@ -1,0 +1,192 @@
+"""Test fixtures: one real PostgreSQL per test session (started by the same launcher the server uses),
+a fresh database per test cloned from a migrated template, and servers reached over real HTTP.
+
+- `server`: the app in this process, served by uvicorn on a loopback socket in a background thread.
+- `server_process`: a factory for `txbroker serve` subprocesses, for tests that kill them by pid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import pytest
+import uvicorn
+
+from app.server import create_app
+from app.settings import Settings
+from app.storage.embedded_postgres import EmbeddedPostgres
+from app.storage.migrations import upgrade_to_head
+
+TEMPLATE_DATABASE = "txbroker_template"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+_database_numbers = itertools.count()
+
+
+def database_url_for(base_url: str, database: str) -> str:
+    parts = urlsplit(base_url)
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[EmbeddedPostgres]:
+    # Under /tmp (short: the socket path is limited to 107 bytes), removed afterwards.
+    data_dir = Path(tempfile.mkdtemp(prefix="txb-test-"))
+    server = EmbeddedPostgres(data_dir / "pg", bindir=os.environ.get("TXBROKER_POSTGRES_BINDIR"))
+    server.start()
+    try:
+        server.create_database(TEMPLATE_DATABASE)
+        upgrade_to_head(database_url_for(server.database_url, TEMPLATE_DATABASE))
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def database_url(postgres: EmbeddedPostgres) -> str:
+    """A fresh, migrated database for this test."""
+    name = f"test_{os.getpid()}_{next(_database_numbers)}"
+    postgres.create_database(name, template=TEMPLATE_DATABASE)
+    return database_url_for(postgres.database_url, name)
+
+
+def loopback_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    return sock
+
+
+@dataclass
+class RunningServer:
+    url: str
+    database_url: str
+    client: httpx.Client
+    settings: Settings
+    extra: dict = field(default_factory=dict)
+
+
+def wait_until_healthy(url: str, timeout_s: float = 60, process: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode} before it was healthy")
+        try:
+            response = httpx.get(f"{url}/v1/health", timeout=2)
+            if response.status_code == 200:
+                return
+            last = response.text
+        except httpx.HTTPError as error:
+            last = repr(error)
+        time.sleep(0.05)
+    raise RuntimeError(f"the server at {url} was not healthy within {timeout_s}s: {last}")
+
+
+@pytest.fixture
+def make_server(database_url: str):
+    """Starts in-process servers (uvicorn in a thread, real HTTP on loopback) with custom settings."""
+    started: list[tuple[uvicorn.Server, threading.Thread, httpx.Client]] = []
+
+    def start(**setting_overrides) -> RunningServer:
+        sock = loopback_socket()
+        port = sock.getsockname()[1]
+        settings = Settings(database_url=database_url, port=port, **setting_overrides)
+        config = uvicorn.Config(create_app(settings, database_url), log_level="warning", loop="uvloop",
+                                http="httptools", lifespan="on")
+        server = uvicorn.Server(config)
+        thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
+        thread.start()
+        url = f"http://127.0.0.1:{port}"
+        wait_until_healthy(url)
+        client = httpx.Client(base_url=url, timeout=60)
+        started.append((server, thread, client))
+        return RunningServer(url, database_url, client, settings)
+
+    yield start
+    for server, thread, client in started:
+        client.close()
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@pytest.fixture
+def server(make_server) -> RunningServer:
+    return make_server()
+
+
+class ServerProcess:
+    """A `txbroker serve` subprocess on a loopback socket we bound (passed by fd, so no port race)."""
+
+    def __init__(self, *args: str, env: dict | None = None) -> None:
+        self.sock = loopback_socket()
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.args = args
+        self.env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen | None = None
+        self.log_path = Path(tempfile.mkstemp(prefix="txb-server-", suffix=".log")[1])
+
+    def start(self, timeout_s: float = 90) -> ServerProcess:
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "app.cli", "serve", "--fd", str(self.sock.fileno()), *self.args],
+                pass_fds=[self.sock.fileno()], stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+                env=self.env)
+        try:
+            wait_until_healthy(self.url, timeout_s, self.process)
+        except RuntimeError as error:
+            raise RuntimeError(f"{error}\n--- server log ---\n{self.log_path.read_text()[-4000:]}") from None
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would: no shutdown code runs."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def terminate(self, timeout_s: float = 30) -> int:
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            return self.process.wait(timeout=timeout_s)
+        return self.process.returncode if self.process else 0
+
+    def close(self) -> None:
+        self.kill()
+        self.sock.close()
+        self.log_path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def server_process():
+    """Factory: server_process("--database-url", url) -> a started ServerProcess; all stopped after."""
+    processes: list[ServerProcess] = []
+
+    def start(*args: str, env: dict | None = None) -> ServerProcess:
+        process = ServerProcess(*args, env=env)
+        processes.append(process)
+        return process.start()
+
+    yield start
+    for process in processes:
+        process.close()
