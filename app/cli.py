@@ -25,7 +25,17 @@ def _start_embedded_postgres(settings: Settings):
     return postgres
 
 
+class _ShutdownRequested(Exception):
+    pass
+
+
+def _raise_shutdown(signum, _frame) -> None:
+    raise _ShutdownRequested(signum)
+
+
 def serve(args: argparse.Namespace) -> int:
+    import signal
+
     import uvicorn
 
     from app.server import create_app
@@ -39,10 +49,16 @@ def serve(args: argparse.Namespace) -> int:
         # that starts it (it stops when that thread's process dies).
         postgres = _start_embedded_postgres(settings)
         database_url = postgres.database_url
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the handler it
+    # found: make that handler end `serve` normally, so the embedded PostgreSQL is stopped cleanly.
+    signal.signal(signal.SIGTERM, _raise_shutdown)
+    signal.signal(signal.SIGINT, _raise_shutdown)
     try:
         uvicorn.run(create_app(settings, database_url), host=settings.host, port=settings.port, fd=args.fd,
                     loop="uvloop", http="httptools", log_level=settings.log_level.lower(),
                     access_log=False, timeout_graceful_shutdown=10)
+    except _ShutdownRequested:
+        pass
     finally:
         if postgres is not None:
             postgres.stop()

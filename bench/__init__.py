@@ -1,0 +1,1 @@
+"""Benchmarks of txbroker; see bench/README.md."""

@@ -1,0 +1,163 @@
+"""The processes a benchmark run owns: an embedded PostgreSQL, HTTP servers started as subprocesses on
+loopback sockets we bound (passed by fd, as tests/conftest.py does), and the CPU time each one uses.
+
+Everything started here is stopped by pid by the caller, in a `finally`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def database_url_for(base_url: str, database: str) -> str:
+    """The embedded server's URL pointing at another database of the same server."""
+    return urlunsplit(urlsplit(base_url)._replace(path=f"/{database}"))
+
+
+def loopback_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # uvicorn opens a socket given by fd as AF_UNIX (uvicorn/config.py, socket.fromfd), so the event
+    # loop never sets TCP_NODELAY on the connections it accepts, and Nagle's algorithm meets the
+    # client's delayed ACK: ~40 ms per request, 60x fewer requests/s than `serve --port`. Accepted
+    # sockets inherit the option from the listening socket on Linux, so set it here to measure what
+    # a server bound with --port does.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)
+    return sock
+
+
+class ServerSubprocess:
+    """An HTTP server subprocess serving on a socket we bound, so its port is known before it starts
+    and no other process can take it. `command` gets the socket's fd number appended."""
+
+    def __init__(self, name: str, command: list[str]) -> None:
+        self.name = name
+        self.sock = loopback_socket()
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.log_path = Path(tempfile.mkstemp(prefix=f"txb-bench-{name}-", suffix=".log")[1])
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [*command, str(self.sock.fileno())], pass_fds=[self.sock.fileno()], cwd=REPO_ROOT,
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait_until_answering(self, path: str, timeout_s: float = 90) -> None:
+        deadline = time.monotonic() + timeout_s
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                break
+            try:
+                response = httpx.get(self.url + path, timeout=2)
+                if response.status_code == 200:
+                    return
+                last = f"{response.status_code} {response.text[:200]}"
+            except httpx.HTTPError as error:
+                last = repr(error)
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name} ({' '.join(self.process.args)}) did not answer 200 on {path} "
+                           f"within {timeout_s}s: {last}\n--- its log ---\n{self.log_text()}")
+
+    def log_text(self, max_chars: int = 4000) -> str:
+        return self.log_path.read_text(errors="replace")[-max_chars:]
+
+    def stop(self, timeout_s: float = 20) -> None:
+        """SIGTERM (graceful), then SIGKILL if it does not exit in time."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+        self.sock.close()
+        self.log_path.unlink(missing_ok=True)
+
+
+def start_txbroker(database_url: str) -> ServerSubprocess:
+    server = ServerSubprocess("txbroker", [
+        sys.executable, "-m", "app.cli", "serve", "--database-url", database_url, "--log-level", "warning",
+        "--fd"])
+    server.wait_until_answering("/v1/health")
+    return server
+
+
+def start_empty_post_server() -> ServerSubprocess:
+    server = ServerSubprocess("empty-post", [sys.executable, "-m", "bench.empty_post_app"])
+    server.wait_until_answering("/ready")
+    return server
+
+
+# ---- CPU accounting, from /proc
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (which may contain spaces)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            text = stat.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return text[text.rindex(")") + 2:].split()
+
+
+def process_cpu_s(pid: int, include_reaped_children: bool = False) -> float:
+    """CPU seconds (user + system) used by a process so far."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return 0.0
+    # After the name: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14)
+    ticks = int(fields[11]) + int(fields[12])
+    if include_reaped_children:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / CLOCK_TICKS_PER_S
+
+
+def process_tree_cpu_s(root_pid: int) -> float:
+    """CPU seconds of a process and its direct children (a postmaster and its backends), counting
+    children that already exited through the parent's cutime/cstime."""
+    total = process_cpu_s(root_pid, include_reaped_children=True)
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields is not None and int(fields[1]) == root_pid:
+                total += process_cpu_s(int(entry.name))
+    return total
+
+
+@dataclass(frozen=True)
+class CpuSnapshot:
+    """Cumulative CPU seconds of the HTTP server and of PostgreSQL, at a time.monotonic() instant."""
+    server_s: float
+    postgres_s: float
+    at: float
+
+
+class CpuMeter:
+    """Snapshots the CPU time of one server process (or none) and of the postmaster's tree."""
+
+    def __init__(self, postmaster_pid: int, server_pid: int | None) -> None:
+        self.postmaster_pid = postmaster_pid
+        self.server_pid = server_pid
+
+    def snapshot(self) -> CpuSnapshot:
+        return CpuSnapshot(server_s=process_cpu_s(self.server_pid) if self.server_pid else 0.0,
+                           postgres_s=process_tree_cpu_s(self.postmaster_pid), at=time.monotonic())
