@@ -31,3 +31,10 @@ async def create_pool(database_url: str, size: int) -> asyncpg.Pool:
         # Statements are prepared per connection and reused: the hot paths are a handful of fixed
         # statements, so planning them once matters.
         max_inactive_connection_lifetime=300)
+
+
+async def connect(database_url: str) -> asyncpg.Connection:
+    """A single connection set up like the pool's (for workers that need their own, and tests)."""
+    connection = await asyncpg.connect(database_url)
+    await _init_connection(connection)
+    return connection
