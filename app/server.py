@@ -10,10 +10,12 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 
-from app.api.error_handlers import install_error_handlers
+from app.api.error_handlers import UnexpectedErrors, install_error_handlers
 from app.api.main import api_router
 from app.api.metrics import Metrics, MetricsMiddleware
 from app.api.request_bodies import JsonBodies
+from app.coordinator.transaction_coordinator import TransactionCoordinator
+from app.coordinator.workers import BackgroundWorkers
 from app.settings import Settings
 from app.storage import topics
 from app.storage.append_notifier import AppendNotifier
@@ -30,6 +32,11 @@ async def _become_ready(app: FastAPI, settings: Settings) -> None:
             async with app.state.pool.acquire() as conn:
                 await topics.ensure_internal_topics(conn, settings.transaction_log_partitions,
                                                     settings.offsets_partitions)
+            # After a crash: finish every transaction whose outcome was decided before serving.
+            finished = await app.state.coordinator.recover_pending()
+            if finished:
+                log.info("recovered %d transactions left PrepareCommit/PrepareAbort", finished)
+            app.state.workers.start()
             app.state.ready = True
             log.info("txbroker is ready on %s", settings.public_url())
             return
@@ -44,6 +51,8 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         app.state.ready = False
         await asyncio.to_thread(upgrade_to_head, database_url)
         app.state.pool = await create_pool(database_url, settings.database_pool_size)
+        app.state.coordinator = TransactionCoordinator(app.state.pool, settings)
+        app.state.workers = BackgroundWorkers(app.state.coordinator, settings)
         app.state.notifier = AppendNotifier(database_url, settings.long_poll_fallback_ms / 1000)
         await app.state.notifier.start()
         readiness = asyncio.create_task(_become_ready(app, settings), name="become-ready")
@@ -53,6 +62,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
             readiness.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await readiness
+            await app.state.workers.stop()
             await app.state.notifier.stop()
             await app.state.pool.close()
 
@@ -73,6 +83,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
     async def root():
         return RedirectResponse("/console")
 
+    app.add_middleware(UnexpectedErrors)
     app.add_middleware(JsonBodies, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     return app

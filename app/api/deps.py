@@ -7,6 +7,7 @@ from typing import Annotated
 import asyncpg
 from fastapi import Depends, Request
 
+from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
 from app.storage.append_notifier import AppendNotifier
@@ -24,6 +25,10 @@ def _notifier(request: Request) -> AppendNotifier:
     return request.app.state.notifier
 
 
+def _coordinator(request: Request) -> TransactionCoordinator:
+    return request.app.state.coordinator
+
+
 def require_ready(request: Request) -> None:
     if not request.app.state.ready:
         raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
@@ -32,5 +37,6 @@ def require_ready(request: Request) -> None:
 
 PoolDep = Annotated[asyncpg.Pool, Depends(_pool)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
+CoordinatorDep = Annotated[TransactionCoordinator, Depends(_coordinator)]
 NotifierDep = Annotated[AppendNotifier, Depends(_notifier)]
 READY = [Depends(require_ready)]

@@ -72,12 +72,36 @@ def install_error_handlers(app: FastAPI) -> None:
     for connection_error in CONNECTION_ERRORS:
         app.add_exception_handler(connection_error, database_unavailable)
 
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, error: Exception):
-        request_id = uuid.uuid4().hex[:16]
-        log.exception("request %s %s failed with a bug (request id %s)", request.method, request.url.path,
+
+
+class UnexpectedErrors:
+    """Pure ASGI middleware: an exception no handler above knew is a bug. It is logged with a
+    request id and answered UNKNOWN_SERVER_ERROR, and not re-raised (Starlette's own last-resort
+    handler would re-raise, and the server would then drop the client's keep-alive connection)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def tracking_send(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception as error:
+            request_id = uuid.uuid4().hex[:16]
+            log.error("request %s %s failed with a bug (request id %s)", scope["method"], scope["path"],
                       request_id, exc_info=error)
-        return error_response(BrokerError(
-            ErrorCode.UNKNOWN_SERVER_ERROR,
-            f"the server failed with a bug (request id {request_id}, in its log); the request may be "
-            f"retried, and please report it"))
+            if started:
+                raise
+            response = error_response(BrokerError(
+                ErrorCode.UNKNOWN_SERVER_ERROR,
+                f"the server failed with a bug (request id {request_id}, in its log); the request may be "
+                f"retried, and please report it"))
+            await response(scope, receive, send)

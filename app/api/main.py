@@ -2,10 +2,12 @@
 
 from fastapi import APIRouter
 
-from app.api import fetch, metrics, produce, topics
+from app.api import admin, fetch, metrics, produce, topics, transactions
 
 api_router = APIRouter()
 api_router.include_router(topics.router)
 api_router.include_router(produce.router)
 api_router.include_router(fetch.router)
+api_router.include_router(transactions.router)
+api_router.include_router(admin.router)
 api_router.include_router(metrics.router)

@@ -7,7 +7,7 @@ import itertools
 from fastapi import APIRouter, Request
 
 from app.api import schemas
-from app.api.deps import READY, PoolDep, SettingsDep
+from app.api.deps import READY, CoordinatorDep, PoolDep, SettingsDep
 from app.api.responses import error_response, json_response
 from app.coordinator.produce import PartitionRecords, ProduceCommand, produce
 from app.errors import BrokerError, invalid_request
@@ -36,12 +36,13 @@ def _count_produced(request: Request, body_partitions, results) -> None:
 
 
 @router.post("/produce", response_model=schemas.ProduceResponse, responses=ERRORS)
-async def produce_records(body: schemas.ProduceRequest, pool: PoolDep, settings: SettingsDep, request: Request):
+async def produce_records(body: schemas.ProduceRequest, coordinator: CoordinatorDep, settings: SettingsDep,
+                          request: Request):
     """[Produce] Appends each partition's records; one result per request partition, same order."""
     command = ProduceCommand(
         body.transactional_id, body.producer_id, body.producer_epoch, body.encoding,
         [PartitionRecords(p.topic, p.partition, p.base_sequence, p.records) for p in body.partitions])
-    results = await produce(pool, command, settings.max_records_per_request)
+    results = await produce(coordinator, command, settings.max_records_per_request)
     _count_produced(request, body.partitions, results)
     return json_response({"partitions": [_entry(p.topic, p.partition, result)
                                          for p, result in zip(body.partitions, results)]})
@@ -55,7 +56,7 @@ def _key_bytes(key: str, encoding: str) -> bytes:
 
 @router.post("/topics/{topic}/records", response_model=schemas.ProducePartitionResult, responses=ERRORS)
 async def write_records(topic: str, body: schemas.TopicRecordsRequest, pool: PoolDep, settings: SettingsDep,
-                        request: Request):
+                        coordinator: CoordinatorDep, request: Request):
     """Plain writes for curl. With partition null, the key picks the partition (murmur2, Kafka's
     default partitioner), so all records of the request must share one key; null keys go round-robin."""
     partition = body.partition
@@ -72,7 +73,7 @@ async def write_records(topic: str, body: schemas.TopicRecordsRequest, pool: Poo
         else:
             partition = partition_for_key(_key_bytes(key, body.encoding), info.partition_count)
     command = ProduceCommand(None, -1, -1, body.encoding, [PartitionRecords(topic, partition, -1, body.records)])
-    [result] = await produce(pool, command, settings.max_records_per_request)
+    [result] = await produce(coordinator, command, settings.max_records_per_request)
     _count_produced(request, [body], [result])
     if isinstance(result, BrokerError):
         return error_response(result)

@@ -201,3 +201,119 @@ class ListOffsetsPartitionResult(Body):
 
 class ListOffsetsResponse(Body):
     partitions: list[ListOffsetsPartitionResult]
+
+
+# ---- transactions
+
+TransactionalId = Annotated[str, Field(min_length=1, max_length=10_000, description="the transactional id")]
+
+
+class FindCoordinatorRequest(Body):
+    key_type: Literal["transaction", "group"] = "transaction"
+    key: str = Field(max_length=10_000, description="transactional id or group id")
+
+
+class FindCoordinatorResponse(Body):
+    key: str
+    node_id: int
+    url: str
+
+
+class InitProducerIdRequest(Body):
+    transactional_id: TransactionalId | None = None
+    transaction_timeout_ms: int = Field(60_000, ge=-INT32_MAX, le=INT32_MAX,
+                                        description="1..transaction_max_timeout_ms; checked with a transactional id")
+    producer_id: ProducerId = -1
+    producer_epoch: ProducerEpoch = -1
+    keep_prepared_txn: bool = Field(False, description="KIP-939: keep a Prepared transaction for this caller")
+
+
+class ProducerIdAndEpochBody(Body):
+    producer_id: int
+    producer_epoch: int
+
+
+class InitProducerIdResponse(Body):
+    producer_id: int
+    producer_epoch: int
+    prepared: ProducerIdAndEpochBody | None = Field(
+        None, description="with keep_prepared_txn: what the Prepared transaction was prepared with, or null")
+
+
+class TxnProducer(Body):
+    transactional_id: TransactionalId
+    producer_id: Annotated[int, Field(ge=0, le=INT64_MAX)]
+    producer_epoch: Annotated[int, Field(ge=0, le=INT16_MAX)]
+
+
+class TopicPartitionRef(Body):
+    topic: TopicName
+    partition: PartitionIndex
+
+
+class AddPartitionsRequest(TxnProducer):
+    partitions: list[TopicPartitionRef] = Field(min_length=1)
+
+
+class PartitionError(Body):
+    topic: str
+    partition: int
+    error: ErrorObject | None
+
+
+class AddPartitionsResponse(Body):
+    partitions: list[PartitionError]
+
+
+class AddOffsetsRequest(TxnProducer):
+    group_id: str = Field(min_length=1, max_length=10_000)
+
+
+class EndTxnRequest(TxnProducer):
+    committed: bool = Field(description="true to commit, false to abort")
+
+
+class EndTxnResponse(Body):
+    producer_id: int = Field(description="the producer id the next transaction must use")
+    producer_epoch: int = Field(description="the epoch the next transaction must use")
+    state: str
+
+
+class TransactionOut(Body):
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str
+    timeout_ms: int
+    start_time_ms: int = Field(description="-1 without an open transaction")
+    last_update_ms: int
+    partitions: list[TopicPartitionRef]
+    groups: list[str]
+
+
+class TransactionList(Body):
+    transactions: list[TransactionOut]
+
+
+class ProducerOut(Body):
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp_ms: int
+    current_txn_start_offset: int = Field(description="-1: none")
+
+
+class ProducerList(Body):
+    producers: list[ProducerOut]
+
+
+class MarkerOut(Body):
+    offset: int
+    producer_id: int
+    producer_epoch: int
+    type: Literal["COMMIT", "ABORT"]
+    timestamp_ms: int
+
+
+class MarkerList(Body):
+    markers: list[MarkerOut]

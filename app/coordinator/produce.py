@@ -1,4 +1,5 @@
-"""Produce: request-level checks, then each partition's batch appended in one PostgreSQL transaction.
+"""Produce: request-level checks (including the producer against the coordinator), then each
+partition's batch appended, all in one PostgreSQL transaction.
 
 Request-level errors fail the whole request and append nothing (API.md "Producing"); partition-level
 errors fail only their partition.
@@ -12,8 +13,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from app.coordinator.transaction_coordinator import TransactionCoordinator, unknown_producer
 from app.errors import BrokerError, ErrorCode, invalid_request
-from app.storage import partition_log, record_codec
+from app.storage import partition_log, producer_ids, record_codec
 from app.storage.partition_log import NO_PRODUCER_ID, NO_SEQUENCE, AppendResult, BatchAppend
 from app.storage.record_codec import WireRecord
 from app.storage.topics import INTERNAL_PREFIX, find_topics, unknown_topic
@@ -61,18 +63,36 @@ def _check_request(command: ProduceCommand, max_records: int) -> None:
                               f"per request; split it")
 
 
-async def produce(pool: asyncpg.Pool, command: ProduceCommand,
+async def _check_idempotent_producer(conn: asyncpg.Connection, command: ProduceCommand) -> None:
+    issued = await producer_ids.lookup(conn, command.producer_id)
+    if issued is None:
+        raise unknown_producer(command.producer_id)
+    if issued.transactional_id is not None:
+        raise BrokerError(
+            ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+            f"producer id {command.producer_id} belongs to transactional id {issued.transactional_id!r}: "
+            f"send that transactional_id with its writes")
+    if command.producer_epoch > issued.producer_epoch:
+        raise BrokerError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                          f"epoch {command.producer_epoch} of producer {command.producer_id} was never issued "
+                          f"(the latest is {issued.producer_epoch})")
+
+
+async def produce(coordinator: TransactionCoordinator, command: ProduceCommand,
                   max_records: int) -> list[AppendResult | BrokerError]:
     _check_request(command, max_records)
-    if command.producer_id != NO_PRODUCER_ID:
-        raise BrokerError(
-            ErrorCode.UNKNOWN_PRODUCER_ID,
-            f"producer id {command.producer_id} was never issued by this server: get one from "
-            f"POST /v1/producers/init, or send producer_id -1 for a plain write")
     now_ms = int(time.time() * 1000)
     encoded = [record_codec.encode_batch(entry.records, command.encoding, now_ms, f"partitions[{index}].records")
                for index, entry in enumerate(command.partitions)]
-    async with pool.acquire() as conn:
+    transactional = command.transactional_id is not None
+    async with coordinator.pool.acquire() as conn, conn.transaction():
+        meta = None
+        if transactional:
+            meta = await coordinator.join_for_produce(
+                conn, command.transactional_id, command.producer_id, command.producer_epoch,
+                [(entry.topic, entry.partition) for entry in command.partitions])
+        elif command.producer_id != NO_PRODUCER_ID:
+            await _check_idempotent_producer(conn, command)
         topics = await find_topics(conn, sorted({entry.topic for entry in command.partitions}))
         results: list[AppendResult | BrokerError | None] = []
         appends: list[BatchAppend] = []
@@ -83,6 +103,8 @@ async def produce(pool: asyncpg.Pool, command: ProduceCommand,
                 continue
             results.append(None)
             appends.append(BatchAppend(topic, entry.partition, batch, command.producer_id,
-                                       command.producer_epoch, entry.base_sequence))
+                                       command.producer_epoch, entry.base_sequence, transactional))
         appended = iter(await partition_log.append_batches(conn, appends))
+        if meta is not None:
+            await coordinator.log.save(conn, meta)  # last: see TransactionLog's lock order
     return [next(appended) if result is None else result for result in results]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.errors import BrokerError, ErrorCode
-from app.storage import record_codec
+from app.storage import record_codec, sequences
 from app.storage.record_codec import EncodedBatch
 from app.storage.topics import TopicInfo, unknown_partition
 
@@ -28,6 +28,10 @@ NO_SEQUENCE = -1
 READ_UNCOMMITTED = "read_uncommitted"
 READ_COMMITTED = "read_committed"
 ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
+
+# Control record types, as Kafka's ControlRecordType.
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
@@ -110,8 +114,15 @@ def check_appendable(append: BatchAppend) -> BrokerError | None:
     return None
 
 
-async def append_batch(conn: asyncpg.Connection, append: BatchAppend) -> AppendResult:
-    """Appends one batch; the caller holds a PostgreSQL transaction and orders its appends."""
+async def append_batch(conn: asyncpg.Connection, append: BatchAppend) -> AppendResult | BrokerError:
+    """Appends one batch; the caller holds a PostgreSQL transaction and orders its appends. A batch
+    of a producer (producer_id >= 0) is checked against the producer's sequence state first."""
+    if append.producer_id == NO_PRODUCER_ID:
+        return await _append_plain(conn, append)
+    return await _append_for_producer(conn, append)
+
+
+async def _append_plain(conn: asyncpg.Connection, append: BatchAppend) -> AppendResult:
     batch = append.batch
     row = await conn.fetchrow(
         _APPEND_SQL, append.topic.topic_id, append.partition, batch.record_count,
@@ -122,26 +133,105 @@ async def append_batch(conn: asyncpg.Connection, append: BatchAppend) -> AppendR
     return AppendResult(row["base_offset"], row["last_offset"])
 
 
+# Locks the partition (FOR UPDATE OF p) before reading the producer's state there, so the sequence
+# check and the append that follows see and change one consistent state.
+_LOCK_WITH_PRODUCER_SQL = """
+SELECT p.high_watermark, s.producer_epoch, s.last_sequence, s.recent_batches, s.current_txn_first_offset
+FROM partitions p LEFT JOIN producer_states s
+  ON s.topic_id = p.topic_id AND s.partition = p.partition AND s.producer_id = $3
+WHERE p.topic_id = $1 AND p.partition = $2
+FOR UPDATE OF p
+"""
+
+# Run with the partition locked and its high watermark known: bump it, insert the batch, upsert the
+# producer's state, notify long polls. One round trip.
+_APPEND_FOR_PRODUCER_SQL = f"""
+WITH head AS (
+    UPDATE partitions SET high_watermark = $3::bigint + $4::int WHERE topic_id = $1 AND partition = $2
+), appended AS (
+    INSERT INTO record_batches (topic_id, partition, base_offset, last_offset, producer_id,
+        producer_epoch, base_sequence, is_transactional, control_type, first_timestamp_ms,
+        max_timestamp_ms, record_count, size_bytes, records)
+    VALUES ($1, $2, $3, $3::bigint + $4::int - 1, $5, $6, $7, $8, NULL, $9, $10, $4, $11, $12)
+), state AS (
+    INSERT INTO producer_states (topic_id, partition, producer_id, producer_epoch, last_sequence,
+        last_timestamp_ms, recent_batches, current_txn_first_offset)
+    VALUES ($1, $2, $5, $6, $13, $10, $14, $15)
+    ON CONFLICT (topic_id, partition, producer_id) DO UPDATE SET producer_epoch = EXCLUDED.producer_epoch,
+        last_sequence = EXCLUDED.last_sequence, last_timestamp_ms = EXCLUDED.last_timestamp_ms,
+        recent_batches = EXCLUDED.recent_batches, current_txn_first_offset = EXCLUDED.current_txn_first_offset
+)
+SELECT pg_notify('{APPENDS_CHANNEL}', $1::text || ':' || $2::text)
+"""
+
+
+def _entry_from_row(row: asyncpg.Record) -> sequences.ProducerEntry | None:
+    if row["producer_epoch"] is None:
+        return None
+    return sequences.ProducerEntry(
+        row["producer_epoch"], row["last_sequence"],
+        tuple(sequences.RecentBatch(*batch) for batch in row["recent_batches"]), row["current_txn_first_offset"])
+
+
+async def _append_for_producer(conn: asyncpg.Connection, append: BatchAppend) -> AppendResult | BrokerError:
+    topic, batch = append.topic, append.batch
+    row = await conn.fetchrow(_LOCK_WITH_PRODUCER_SQL, topic.topic_id, append.partition, append.producer_id)
+    if row is None:
+        raise unknown_partition(topic, append.partition)
+    entry = _entry_from_row(row)
+    outcome = sequences.check_batch(entry, append.producer_id, append.producer_epoch, append.base_sequence,
+                                    batch.record_count, append.is_transactional, f"{topic.name}-{append.partition}")
+    if isinstance(outcome, BrokerError):
+        return outcome
+    if isinstance(outcome, sequences.Duplicate):
+        return AppendResult(outcome.base_offset, outcome.last_offset, duplicate=True)
+    base_offset = row["high_watermark"]
+    last_offset = base_offset + batch.record_count - 1
+    updated = sequences.remember(entry, append.producer_epoch, append.base_sequence, outcome.last_sequence,
+                                 base_offset, last_offset, append.is_transactional)
+    await conn.execute(
+        _APPEND_FOR_PRODUCER_SQL, topic.topic_id, append.partition, base_offset, batch.record_count,
+        append.producer_id, append.producer_epoch, append.base_sequence, append.is_transactional,
+        batch.first_timestamp_ms, batch.max_timestamp_ms, batch.size_bytes, batch.payload,
+        updated.last_sequence,
+        [[b.base_sequence, b.last_sequence, b.base_offset, b.last_offset] for b in updated.recent_batches],
+        updated.current_txn_first_offset)
+    return AppendResult(base_offset, last_offset)
+
+
+# The LSO is the first offset of the earliest open transaction (a probe of the partial index
+# producer_states_open_transactions), read in the same snapshot as the high watermark.
+_STATE_SQL = """
+SELECT p.topic_id, p.high_watermark, p.log_start_offset,
+       (SELECT min(s.current_txn_first_offset) FROM producer_states s
+        WHERE s.topic_id = p.topic_id AND s.partition = p.partition
+          AND s.current_txn_first_offset IS NOT NULL) AS first_open_offset
+FROM partitions p
+"""
+
+
+def _state_from_row(row: asyncpg.Record) -> PartitionState:
+    first_open = row["first_open_offset"]
+    return PartitionState(row["high_watermark"], row["log_start_offset"],
+                          row["high_watermark"] if first_open is None else first_open)
+
+
 async def partition_state(conn: asyncpg.Connection, topic: TopicInfo, partition: int) -> PartitionState:
     if not 0 <= partition < topic.partition_count:
         raise unknown_partition(topic, partition)
-    row = await conn.fetchrow(
-        "SELECT high_watermark, log_start_offset FROM partitions WHERE topic_id = $1 AND partition = $2",
-        topic.topic_id, partition)
+    row = await conn.fetchrow(_STATE_SQL + "WHERE p.topic_id = $1 AND p.partition = $2", topic.topic_id, partition)
     if row is None:
         raise unknown_partition(topic, partition)
-    return PartitionState(row["high_watermark"], row["log_start_offset"], row["high_watermark"])
+    return _state_from_row(row)
 
 
 async def partition_states(conn: asyncpg.Connection, topics: list[TopicInfo]) -> dict[int, list[PartitionState]]:
     """The states of every partition of these topics, by topic_id, in one query."""
-    rows = await conn.fetch(
-        "SELECT topic_id, high_watermark, log_start_offset FROM partitions WHERE topic_id = ANY($1::int[]) "
-        "ORDER BY topic_id, partition", [topic.topic_id for topic in topics])
+    rows = await conn.fetch(_STATE_SQL + "WHERE p.topic_id = ANY($1::int[]) ORDER BY p.topic_id, p.partition",
+                            [topic.topic_id for topic in topics])
     states: dict[int, list[PartitionState]] = {topic.topic_id: [] for topic in topics}
     for row in rows:
-        states[row["topic_id"]].append(
-            PartitionState(row["high_watermark"], row["log_start_offset"], row["high_watermark"]))
+        states[row["topic_id"]].append(_state_from_row(row))
     return states
 
 
@@ -163,14 +253,15 @@ async def read(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offse
         return ReadResult(state, [], offset)
     # Every batch holds at least one offset, so max_records batches always hold enough records.
     batches = await conn.fetch(
-        "SELECT base_offset, last_offset, control_type, records FROM record_batches "
-        "WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND base_offset < $4 "
+        "SELECT base_offset, last_offset, control_type, producer_id, producer_epoch, is_transactional, records "
+        "FROM record_batches WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND base_offset < $4 "
         "ORDER BY last_offset LIMIT $5",
         topic.topic_id, partition, offset, upper, max_records)
+    aborted = await _aborted_among(conn, topic, partition, batches) if isolation_level == READ_COMMITTED else set()
     records: list[dict] = []
     next_offset = offset
     for batch in batches:
-        if batch["control_type"] is not None:
+        if batch["control_type"] is not None or (batch["producer_id"], batch["producer_epoch"]) in aborted:
             next_offset = batch["last_offset"] + 1
             continue
         base = batch["base_offset"]
@@ -183,6 +274,25 @@ async def read(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offse
         if len(records) >= max_records:
             break
     return ReadResult(state, records, next_offset)
+
+
+async def _aborted_among(conn: asyncpg.Connection, topic: TopicInfo, partition: int,
+                         batches: list[asyncpg.Record]) -> set[tuple[int, int]]:
+    """The (producer id, epoch) of the aborted transactions among these batches. Every transaction
+    ends with an epoch bump, so (producer id, epoch) names one transaction, and its marker row is
+    found by primary key: the cost depends on the batches read, never on the length of the log."""
+    candidates = {(b["producer_id"], b["producer_epoch"]) for b in batches
+                  if b["is_transactional"] and b["control_type"] is None}
+    if not candidates:
+        return set()
+    producer_ids, epochs = zip(*candidates)
+    rows = await conn.fetch(
+        "SELECT m.producer_id, m.producer_epoch FROM txn_markers m "
+        "JOIN unnest($3::bigint[], $4::smallint[]) AS c(producer_id, producer_epoch) "
+        "  ON m.producer_id = c.producer_id AND m.producer_epoch = c.producer_epoch "
+        "WHERE m.topic_id = $1 AND m.partition = $2 AND m.control_type = $5",
+        topic.topic_id, partition, list(producer_ids), list(epochs), CONTROL_ABORT)
+    return {(row["producer_id"], row["producer_epoch"]) for row in rows}
 
 
 async def offset_for(conn: asyncpg.Connection, topic: TopicInfo, partition: int, timestamp: int,
@@ -209,15 +319,19 @@ async def offset_for(conn: asyncpg.Connection, topic: TopicInfo, partition: int,
 
 
 async def append_batches(conn: asyncpg.Connection, appends: list[BatchAppend]) -> list[AppendResult | BrokerError]:
-    """Appends a produce request's batches in one PostgreSQL transaction: each entry's result or
-    partition-level error, in request order. Nothing is visible to readers before all are durable."""
+    """Appends a produce request's batches: each entry's result or partition-level error, in request
+    order. The caller holds the PostgreSQL transaction, so nothing is visible before all are durable."""
     results: list[AppendResult | BrokerError | None] = [check_appendable(append) for append in appends]
-    lock_order = sorted((i for i, result in enumerate(results) if result is None),
-                        key=lambda i: (appends[i].topic.topic_id, appends[i].partition))
-    async with conn.transaction():
-        for index in lock_order:
-            try:
-                results[index] = await append_batch(conn, appends[index])
-            except BrokerError as error:
-                results[index] = error
+    for index in sorted((i for i, result in enumerate(results) if result is None),
+                        key=lambda i: lock_order(appends[i].topic.topic_id, appends[i].partition)):
+        try:
+            results[index] = await append_batch(conn, appends[index])
+        except BrokerError as error:
+            results[index] = error
     return results
+
+
+def lock_order(topic_id: int, partition: int) -> tuple[int, int]:
+    """Everyone who locks several partitions (produce, markers) locks them in this order, so no two
+    PostgreSQL transactions can deadlock on partition rows."""
+    return topic_id, partition

@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, DateTime, LargeBinary, SmallInteger, func
+from sqlalchemy import BigInteger, Column, DateTime, Index, LargeBinary, SmallInteger, Text, func, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
@@ -76,3 +76,87 @@ class RecordBatch(SQLModel, table=True):
     size_bytes: int = Field(nullable=False)
     records: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
 
+
+
+class ProducerIdRecord(SQLModel, table=True):
+    """Every producer id issued (from `producer_id_seq`), with the latest epoch issued for it. A
+    produce naming an id that is not here gets UNKNOWN_PRODUCER_ID."""
+
+    __tablename__ = "producer_ids"
+
+    producer_id: int = Field(primary_key=True, sa_type=BigInteger)
+    producer_epoch: int = Field(sa_type=SmallInteger, nullable=False)
+    transactional_id: str | None = Field(default=None, sa_type=Text, nullable=True)
+    issued_ms: int = Field(sa_type=BigInteger, nullable=False)
+
+
+class ProducerState(SQLModel, table=True):
+    """A producer's state on one partition (Kafka's ProducerStateEntry): its epoch, last sequence,
+    the last 5 batches' metadata for duplicate detection, and the first offset of its open
+    transaction there (which pins the partition's LSO). Only ever changed while holding the
+    partition's row lock, in the transaction that appends the batch or the marker."""
+
+    __tablename__ = "producer_states"
+
+    topic_id: int = Field(primary_key=True)
+    partition: int = Field(primary_key=True)
+    producer_id: int = Field(primary_key=True, sa_type=BigInteger)
+    producer_epoch: int = Field(sa_type=SmallInteger, nullable=False)
+    last_sequence: int = Field(nullable=False)
+    last_timestamp_ms: int = Field(sa_type=BigInteger, nullable=False)
+    recent_batches: list = Field(sa_column=Column(JSONB, nullable=False))
+    current_txn_first_offset: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
+
+
+Index("producer_states_open_transactions", ProducerState.topic_id, ProducerState.partition,
+      ProducerState.current_txn_first_offset,
+      postgresql_where=text("current_txn_first_offset IS NOT NULL"))
+
+
+class TransactionRecord(SQLModel, table=True):
+    """The coordinator's current metadata of one transactional id, materialized from (and written
+    together with) its records in `__transaction_state`. Coordinator requests serialize on this row.
+
+    `producer_id/epoch` are what the producer must use now; `txn_producer_id/epoch` what the open
+    transaction's records were written with (its markers carry those); `last_producer_id/epoch` the
+    ids of the EndTxn that completed the previous transaction, so its retry is recognised."""
+
+    __tablename__ = "transactions"
+
+    transactional_id: str = Field(primary_key=True, sa_type=Text)
+    producer_id: int = Field(sa_type=BigInteger, nullable=False)
+    producer_epoch: int = Field(sa_type=SmallInteger, nullable=False)
+    last_producer_id: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
+    last_producer_epoch: int | None = Field(default=None, sa_type=SmallInteger, nullable=True)
+    txn_producer_id: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
+    txn_producer_epoch: int | None = Field(default=None, sa_type=SmallInteger, nullable=True)
+    state: str = Field(sa_type=Text, nullable=False, index=False)
+    timeout_ms: int = Field(nullable=False)
+    txn_start_ms: int = Field(sa_type=BigInteger, nullable=False)
+    last_update_ms: int = Field(sa_type=BigInteger, nullable=False)
+    partitions: list = Field(sa_column=Column(JSONB, nullable=False))
+    groups: list = Field(sa_column=Column(JSONB, nullable=False))
+
+
+Index("transactions_by_state", TransactionRecord.state)
+
+
+class TxnMarker(SQLModel, table=True):
+    """One transaction marker per (partition, producer id, epoch): with an epoch bump after every
+    transaction, that triple names exactly one transaction, so this table is at once the marker
+    idempotency key, the aborted-transactions index read_committed fetches use, and the markers
+    listing."""
+
+    __tablename__ = "txn_markers"
+
+    topic_id: int = Field(primary_key=True)
+    partition: int = Field(primary_key=True)
+    producer_id: int = Field(primary_key=True, sa_type=BigInteger)
+    producer_epoch: int = Field(primary_key=True, sa_type=SmallInteger)
+    control_type: int = Field(sa_type=SmallInteger, nullable=False)
+    marker_offset: int = Field(sa_type=BigInteger, nullable=False)
+    first_offset: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
+    timestamp_ms: int = Field(sa_type=BigInteger, nullable=False)
+
+
+Index("txn_markers_by_offset", TxnMarker.topic_id, TxnMarker.partition, TxnMarker.marker_offset)

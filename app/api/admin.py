@@ -1,0 +1,105 @@
+"""Administration and observability of transactions (KIP-664): ListTransactions,
+DescribeTransactions, admin abort, DescribeProducers, markers."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from app.api import schemas
+from app.api.deps import READY, CoordinatorDep, PoolDep
+from app.api.responses import json_response
+from app.coordinator.transaction_states import TransactionState
+from app.errors import invalid_request
+from app.storage import markers, producer_ids
+from app.storage.topics import get_topic, unknown_partition
+from app.storage.transaction_log import TransactionMetadata
+
+router = APIRouter(prefix="/v1", tags=["administration"], dependencies=READY)
+ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 409, 503)}
+NO_OFFSET = -1
+
+
+def transaction_body(meta: TransactionMetadata) -> dict:
+    return {"transactional_id": meta.transactional_id, "producer_id": meta.producer_id,
+            "producer_epoch": meta.producer_epoch, "state": meta.state, "timeout_ms": meta.timeout_ms,
+            "start_time_ms": meta.txn_start_ms, "last_update_ms": meta.last_update_ms,
+            "partitions": [{"topic": p.topic, "partition": p.partition} for p in meta.partitions],
+            "groups": meta.groups}
+
+
+def _parse_states(state: str | None) -> list[str] | None:
+    if not state:
+        return None
+    names = [name.strip() for name in state.split(",") if name.strip()]
+    try:
+        return [TransactionState.parse(name).value for name in names]
+    except ValueError:
+        raise invalid_request(f"state={state!r} names an unknown state: expected a comma-separated list of "
+                              f"{[s.value for s in TransactionState]}") from None
+
+
+@router.get("/transactions", response_model=schemas.TransactionList, responses=ERRORS)
+async def list_transactions(
+        coordinator: CoordinatorDep, state: str | None = None,
+        min_duration_ms: Annotated[int | None, Query(ge=0)] = None,
+        producer_id: Annotated[int | None, Query(ge=0, le=schemas.INT64_MAX)] = None,
+        transactional_id_prefix: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+        after: Annotated[str | None, Query(description="page after this transactional id")] = None):
+    """[ListTransactions] Filters: state (comma-separated), min_duration_ms (open at least this long),
+    producer_id, transactional_id_prefix. Ordered by transactional id; page with `after`."""
+    found = await coordinator.list(_parse_states(state), transactional_id_prefix, producer_id, min_duration_ms,
+                                   limit, after)
+    return json_response({"transactions": [transaction_body(meta) for meta in found]})
+
+
+@router.get("/transactions/{transactional_id}", response_model=schemas.TransactionOut, responses=ERRORS)
+async def describe_transaction(transactional_id: str, coordinator: CoordinatorDep):
+    """[DescribeTransactions]"""
+    return json_response(transaction_body(await coordinator.describe(transactional_id)))
+
+
+@router.post("/transactions/{transactional_id}/abort", response_model=schemas.EndTxnResponse, responses=ERRORS)
+async def abort_transaction(transactional_id: str, coordinator: CoordinatorDep):
+    """[kafka-transactions.sh abort] Fences the current producer (epoch bump) and aborts its open
+    (Ongoing or Prepared) transaction."""
+    result = await coordinator.admin_abort(transactional_id)
+    return json_response({"producer_id": result.producer_id, "producer_epoch": result.producer_epoch,
+                          "state": result.state})
+
+
+async def _partition(conn, topic: str, partition: int):
+    info = await get_topic(conn, topic)
+    if not 0 <= partition < info.partition_count:
+        raise unknown_partition(info, partition)
+    return info
+
+
+@router.get("/topics/{topic}/partitions/{partition}/producers", response_model=schemas.ProducerList,
+            responses=ERRORS)
+async def describe_producers(topic: str, partition: int, pool: PoolDep):
+    """[DescribeProducers] The producers with state on this partition (-1: none)."""
+    async with pool.acquire() as conn:
+        info = await _partition(conn, topic, partition)
+        found = await producer_ids.describe_partition_producers(conn, info.topic_id, partition)
+    return json_response({"producers": [
+        {"producer_id": p.producer_id, "producer_epoch": p.producer_epoch, "last_sequence": p.last_sequence,
+         "last_timestamp_ms": p.last_timestamp_ms,
+         "current_txn_start_offset": NO_OFFSET if p.current_txn_start_offset is None else p.current_txn_start_offset}
+        for p in found]})
+
+
+@router.get("/topics/{topic}/partitions/{partition}/markers", response_model=schemas.MarkerList,
+            responses=ERRORS)
+async def list_markers(topic: str, partition: int, pool: PoolDep,
+                       offset: Annotated[int, Query(ge=0, le=schemas.INT64_MAX)] = 0,
+                       limit: Annotated[int, Query(ge=1, le=10_000)] = 100):
+    """The transaction markers of a partition from an offset on."""
+    async with pool.acquire() as conn:
+        info = await _partition(conn, topic, partition)
+        found = await markers.list_markers(conn, info.topic_id, partition, offset, limit)
+    return json_response({"markers": [
+        {"offset": m.offset, "producer_id": m.producer_id, "producer_epoch": m.producer_epoch,
+         "type": m.type_name, "timestamp_ms": m.timestamp_ms} for m in found]})

@@ -1,0 +1,71 @@
+"""The transaction coordinator's RPCs: FindCoordinator, InitProducerId, AddPartitionsToTxn,
+AddOffsetsToTxn, EndTxn, and two-phase prepare (KIP-939)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from app.api import schemas
+from app.api.deps import READY, CoordinatorDep, SettingsDep
+from app.api.responses import error_or_none, json_response
+
+router = APIRouter(prefix="/v1", tags=["transactions"], dependencies=READY)
+ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 409, 503)}
+
+
+@router.post("/coordinators/find", response_model=schemas.FindCoordinatorResponse, responses=ERRORS)
+async def find_coordinator(body: schemas.FindCoordinatorRequest, settings: SettingsDep):
+    """[FindCoordinator] Every node coordinates every key today; the RPC exists so that ownership per
+    transaction-log partition can come without a client change."""
+    return json_response({"key": body.key, "node_id": settings.node_id, "url": settings.public_url()})
+
+
+@router.post("/producers/init", response_model=schemas.InitProducerIdResponse, responses=ERRORS)
+async def init_producer_id(body: schemas.InitProducerIdRequest, coordinator: CoordinatorDep):
+    """[InitProducerId] A fresh producer id (no transactional id), or the transactional id's producer
+    with an epoch above every epoch used before, fencing older instances and ending what they left."""
+    result = await coordinator.init_producer_id(body.transactional_id, body.transaction_timeout_ms,
+                                                body.producer_id, body.producer_epoch, body.keep_prepared_txn)
+    response = {"producer_id": result.producer_id, "producer_epoch": result.producer_epoch}
+    if body.keep_prepared_txn:
+        response["prepared"] = None if result.prepared is None else {
+            "producer_id": result.prepared.producer_id, "producer_epoch": result.prepared.producer_epoch}
+    return json_response(response)
+
+
+@router.post("/txn/add-partitions", response_model=schemas.AddPartitionsResponse, responses=ERRORS)
+async def add_partitions(body: schemas.AddPartitionsRequest, coordinator: CoordinatorDep):
+    """[AddPartitionsToTxn] Begins the transaction (Ongoing) if none is open, and starts its timer."""
+    requested = [(p.topic, p.partition) for p in body.partitions]
+    errors = await coordinator.add_partitions(body.transactional_id, body.producer_id, body.producer_epoch,
+                                              requested)
+    return json_response({"partitions": [{"topic": topic, "partition": partition, "error": error_or_none(error)}
+                                         for (topic, partition), error in zip(requested, errors)]})
+
+
+@router.post("/txn/add-offsets", responses=ERRORS)
+async def add_offsets(body: schemas.AddOffsetsRequest, coordinator: CoordinatorDep):
+    """[AddOffsetsToTxn] Adds the group's __consumer_offsets partition to the transaction."""
+    await coordinator.add_offsets(body.transactional_id, body.producer_id, body.producer_epoch, body.group_id)
+    return json_response({})
+
+
+def _end_body(result) -> dict:
+    return {"producer_id": result.producer_id, "producer_epoch": result.producer_epoch, "state": result.state}
+
+
+@router.post("/txn/end", response_model=schemas.EndTxnResponse, responses=ERRORS)
+async def end_transaction(body: schemas.EndTxnRequest, coordinator: CoordinatorDep):
+    """[EndTxn] Commit or abort; answers once every marker is written (CompleteCommit/CompleteAbort)
+    with the producer id and epoch the next transaction must use. Retrying the same body after a
+    lost response answers the outcome."""
+    return json_response(_end_body(await coordinator.end_transaction(
+        body.transactional_id, body.producer_id, body.producer_epoch, body.committed)))
+
+
+@router.post("/txn/prepare", response_model=schemas.EndTxnResponse, responses=ERRORS)
+async def prepare(body: schemas.TxnProducer, coordinator: CoordinatorDep):
+    """[KIP-939] Ongoing -> Prepared, durably: no more writes, no timeout; an EndTxn with the same
+    producer id and epoch (from any process) or an admin abort decides it."""
+    return json_response(_end_body(await coordinator.prepare(body.transactional_id, body.producer_id,
+                                                             body.producer_epoch)))

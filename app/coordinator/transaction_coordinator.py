@@ -1,0 +1,439 @@
+"""The transaction coordinator (Kafka's TransactionCoordinator): InitProducerId, AddPartitionsToTxn,
+AddOffsetsToTxn, EndTxn, two-phase prepare (KIP-939), admin abort, and the work of the background
+workers (timeouts, recovery, expiration).
+
+Invariants:
+- Every request on a transactional id runs in a PostgreSQL transaction that first locks the id's
+  row (`TransactionLog.lock`), then partition rows in `lock_order`: requests on one id serialize,
+  and no two requests can deadlock.
+- Every state change goes through `transaction_states.transition` (`_move`) and is recorded on the
+  request's metadata; `TransactionLog.save` writes the row and the `__transaction_state` records
+  last, before the PostgreSQL transaction commits. Nothing in memory outlives the request.
+- EndTxn is two PostgreSQL transactions: PrepareCommit/PrepareAbort durable first, then markers +
+  CompleteCommit/CompleteAbort. Between them the id answers CONCURRENT_TRANSACTIONS, and a crash
+  there is finished by recovery (markers are idempotent per partition, producer id and epoch).
+- Every transaction ends with an epoch bump (transaction version 2), so a late request of a
+  finished transaction is fenced and (producer id, epoch) names exactly one transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import asyncpg
+
+from app.coordinator.transaction_states import TransactionState, transition
+from app.errors import BrokerError, ErrorCode
+from app.settings import Settings
+from app.storage import markers, producer_ids
+from app.storage.partition_log import CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, lock_order
+from app.storage.producer_ids import ProducerIdAndEpoch
+from app.storage.topics import CONSUMER_OFFSETS_TOPIC, INTERNAL_PREFIX, find_topics, get_topic, unknown_partition, \
+    unknown_topic
+from app.storage.transaction_log import NO_START_TIME, TransactionLog, TransactionMetadata, TxnPartition
+from txbroker.partitioner import partition_for_key
+
+log = logging.getLogger(__name__)
+
+S = TransactionState
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class InitResult:
+    producer_id: int
+    producer_epoch: int
+    prepared: ProducerIdAndEpoch | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EndResult:
+    producer_id: int
+    producer_epoch: int
+    state: str
+
+
+def _mapping_error(transactional_id: str, producer_id: int) -> BrokerError:
+    return BrokerError(
+        ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+        f"producer id {producer_id} is not the producer of transactional id {transactional_id!r} (the id is "
+        f"unknown, expired, or owned by another producer id): call POST /v1/producers/init again")
+
+
+def check_producer(meta: TransactionMetadata | None, transactional_id: str, producer_id: int,
+                   producer_epoch: int) -> TransactionMetadata:
+    """The request's producer id and epoch against the coordinator's current ones."""
+    if meta is None or meta.state == S.DEAD:
+        raise _mapping_error(transactional_id, producer_id)
+    if producer_id != meta.producer_id:
+        if producer_id in (meta.last_producer_id, meta.txn_producer_id):
+            raise _fenced(meta, producer_id, producer_epoch)
+        raise _mapping_error(transactional_id, producer_id)
+    if producer_epoch < meta.producer_epoch:
+        raise _fenced(meta, producer_id, producer_epoch)
+    if producer_epoch > meta.producer_epoch:
+        raise BrokerError(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"epoch {producer_epoch} of producer {producer_id} is higher than the coordinator's "
+            f"{meta.producer_epoch} for {meta.transactional_id!r}: use the epoch POST /v1/producers/init "
+            f"or the last EndTxn returned")
+    return meta
+
+
+def _fenced(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> BrokerError:
+    return BrokerError(
+        ErrorCode.PRODUCER_FENCED,
+        f"producer {producer_id} epoch {producer_epoch} of {meta.transactional_id!r} is fenced: the current "
+        f"producer is {meta.producer_id} epoch {meta.producer_epoch} (a newer instance initialized, or a "
+        f"transaction ended or timed out since). If this was your current epoch, close the producer")
+
+
+def _concurrent(meta: TransactionMetadata) -> BrokerError:
+    return BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                       f"transactional id {meta.transactional_id!r} is completing its previous transaction "
+                       f"({meta.state}): retry shortly")
+
+
+def _invalid_state(meta: TransactionMetadata, doing: str) -> BrokerError:
+    return BrokerError(ErrorCode.INVALID_TXN_STATE,
+                       f"cannot {doing} transactional id {meta.transactional_id!r} in state {meta.state}")
+
+
+class TransactionCoordinator:
+    def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
+        self.pool = pool
+        self.settings = settings
+        self.log = TransactionLog()
+
+    # ---- state changes, each recorded for the transaction log
+
+    def _move(self, meta: TransactionMetadata, target: TransactionState, now: int, **changes) -> None:
+        meta.state = transition(S(meta.state), target)
+        meta.last_update_ms = now
+        for name, value in changes.items():
+            setattr(meta, name, value)
+        self.log.record(meta)
+
+    async def _write_markers(self, conn: asyncpg.Connection, meta: TransactionMetadata, commit: bool, now: int) -> None:
+        control = CONTROL_COMMIT if commit else CONTROL_ABORT
+        for partition in sorted(meta.partitions, key=lambda p: lock_order(p.topic_id, p.partition)):
+            await markers.write_marker(conn, partition.topic_id, partition.partition, meta.txn_producer_id,
+                                       meta.txn_producer_epoch, control, now)
+
+    async def _complete(self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int, bump: bool) -> None:
+        """PrepareCommit/PrepareAbort -> markers -> CompleteCommit/CompleteAbort. With `bump`, the epoch
+        moves on and the ids that ended the transaction are remembered for an EndTxn retry."""
+        commit = meta.state == S.PREPARE_COMMIT
+        await self._write_markers(conn, meta, commit, now)
+        changes: dict = {"partitions": [], "groups": [], "txn_start_ms": NO_START_TIME,
+                         "txn_producer_id": None, "txn_producer_epoch": None}
+        if bump:
+            current = ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch)
+            bumped = await producer_ids.bump(conn, current, now, meta.transactional_id)
+            changes.update(last_producer_id=current.producer_id, last_producer_epoch=current.producer_epoch,
+                           producer_id=bumped.producer_id, producer_epoch=bumped.producer_epoch)
+        self._move(meta, S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, now, **changes)
+
+    async def _fence_and_abort(self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int) -> None:
+        """Ongoing or Prepared -> (PrepareEpochFence) -> PrepareAbort -> CompleteAbort, bumping the
+        epoch first so the producer of the aborted transaction is fenced."""
+        bumped = await producer_ids.bump(conn, ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch), now,
+                                         meta.transactional_id)
+        if meta.state == S.ONGOING:
+            self._move(meta, S.PREPARE_EPOCH_FENCE, now, producer_id=bumped.producer_id,
+                             producer_epoch=bumped.producer_epoch, last_producer_id=None, last_producer_epoch=None)
+        else:
+            meta.producer_id, meta.producer_epoch = bumped.producer_id, bumped.producer_epoch
+            meta.last_producer_id = meta.last_producer_epoch = None
+        self._move(meta, S.PREPARE_ABORT, now)
+        await self._complete(conn, meta, now, bump=False)
+
+    def _start_or_extend(self, meta: TransactionMetadata, partitions: list[TxnPartition], groups: list[str],
+                         now: int) -> None:
+        """Adds partitions/groups to the transaction, beginning it (-> Ongoing) if none is open."""
+        if meta.state == S.PREPARED:
+            raise _invalid_state(meta, "add partitions or offsets to (it is Prepared and takes no more writes)")
+        if S(meta.state).is_completing:
+            raise _concurrent(meta)
+        known = {(p.topic_id, p.partition) for p in meta.partitions}
+        added = [p for p in dict.fromkeys(partitions) if (p.topic_id, p.partition) not in known]
+        new_groups = [g for g in dict.fromkeys(groups) if g not in meta.groups]
+        if meta.state == S.ONGOING:
+            if added or new_groups:
+                self._move(meta, S.ONGOING, now, partitions=meta.partitions + added,
+                                 groups=meta.groups + new_groups)
+            return
+        self._move(meta, S.ONGOING, now, partitions=added, groups=new_groups, txn_start_ms=now,
+                         txn_producer_id=meta.producer_id, txn_producer_epoch=meta.producer_epoch,
+                         last_producer_id=None, last_producer_epoch=None)
+
+    # ---- InitProducerId
+
+    async def init_producer_id(self, transactional_id: str | None, timeout_ms: int, producer_id: int,
+                               producer_epoch: int, keep_prepared: bool = False) -> InitResult:
+        now = now_ms()
+        async with self.pool.acquire() as conn, conn.transaction():
+            if transactional_id is None:
+                return await self._init_idempotent(conn, producer_id, producer_epoch, now)
+            if not 1 <= timeout_ms <= self.settings.transaction_max_timeout_ms:
+                raise BrokerError(
+                    ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+                    f"transaction_timeout_ms is {timeout_ms}: expected 1 to {self.settings.transaction_max_timeout_ms} "
+                    f"(the server's transaction_max_timeout_ms)")
+            meta = await self.log.lock(conn, transactional_id)
+            if meta is None:
+                issued = await producer_ids.issue(conn, now, transactional_id)
+                fresh = TransactionMetadata(transactional_id, issued.producer_id, issued.producer_epoch,
+                                            S.EMPTY.value, timeout_ms, NO_START_TIME, now)
+                if await self.log.lock_new(conn, fresh):
+                    return InitResult(issued.producer_id, issued.producer_epoch)
+                meta = await self.log.lock(conn, transactional_id)  # a racing init created it first
+            result = await self._reinit(conn, meta, timeout_ms, producer_id, producer_epoch, keep_prepared, now)
+            await self.log.save(conn, meta)
+            return result
+
+    async def _init_idempotent(self, conn: asyncpg.Connection, producer_id: int, producer_epoch: int,
+                               now: int) -> InitResult:
+        if producer_id == NO_PRODUCER_ID:
+            issued = await producer_ids.issue(conn, now)
+            return InitResult(issued.producer_id, issued.producer_epoch)
+        # KIP-360: an idempotent producer bumps its own epoch after an error to reset its sequences.
+        issued = await producer_ids.lookup(conn, producer_id)
+        if issued is None or issued.transactional_id is not None:
+            raise unknown_producer(producer_id)
+        issued_epoch = issued.producer_epoch
+        if producer_epoch != issued_epoch:
+            raise BrokerError(ErrorCode.PRODUCER_FENCED if producer_epoch < issued_epoch
+                              else ErrorCode.INVALID_PRODUCER_EPOCH,
+                              f"producer {producer_id} asked to bump epoch {producer_epoch}, but its current "
+                              f"epoch is {issued_epoch}: send the current epoch, or -1/-1 for a new producer id")
+        bumped = await producer_ids.bump(conn, ProducerIdAndEpoch(producer_id, producer_epoch), now)
+        return InitResult(bumped.producer_id, bumped.producer_epoch)
+
+    async def _reinit(self, conn: asyncpg.Connection, meta: TransactionMetadata, timeout_ms: int, producer_id: int,
+                      producer_epoch: int, keep_prepared: bool, now: int) -> InitResult:
+        given = (producer_id, producer_epoch)
+        if given != (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) and given != (meta.producer_id, meta.producer_epoch):
+            raise _fenced(meta, producer_id, producer_epoch)
+        state = S(meta.state)
+        if state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+            await self._complete(conn, meta, now, bump=True)
+        elif state == S.PREPARE_EPOCH_FENCE:
+            self._move(meta, S.PREPARE_ABORT, now)
+            await self._complete(conn, meta, now, bump=False)
+        elif state == S.ONGOING or (state == S.PREPARED and not keep_prepared):
+            await self._fence_and_abort(conn, meta, now)
+        prepared = None
+        if S(meta.state) == S.PREPARED:
+            prepared = ProducerIdAndEpoch(meta.txn_producer_id, meta.txn_producer_epoch)
+        bumped = await producer_ids.bump(conn, ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch), now,
+                                         meta.transactional_id)
+        changes = dict(producer_id=bumped.producer_id, producer_epoch=bumped.producer_epoch, timeout_ms=timeout_ms,
+                       last_producer_id=None, last_producer_epoch=None)
+        if prepared is None:
+            self._move(meta, S.EMPTY, now, **changes)
+        else:
+            # KIP-939 keep_prepared_txn: the new instance is fenced in, the Prepared transaction stays
+            # as it is (no state change) for the new instance to commit or abort.
+            for name, value in changes.items():
+                setattr(meta, name, value)
+            meta.last_update_ms = now
+            self.log.record(meta)
+        return InitResult(bumped.producer_id, bumped.producer_epoch, prepared)
+
+    # ---- AddPartitionsToTxn / AddOffsetsToTxn / produce
+
+    async def _resolve(self, conn: asyncpg.Connection,
+                       requested: list[tuple[str, int]]) -> list[TxnPartition | BrokerError]:
+        topics = await find_topics(conn, sorted({topic for topic, _ in requested}))
+        resolved: list[TxnPartition | BrokerError] = []
+        for topic_name, partition in requested:
+            topic = topics.get(topic_name)
+            if topic is None:
+                resolved.append(unknown_topic(topic_name))
+            elif topic.is_internal or topic_name.startswith(INTERNAL_PREFIX):
+                resolved.append(BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                            f"topic {topic_name!r} is internal and cannot be written"))
+            elif not 0 <= partition < topic.partition_count:
+                resolved.append(unknown_partition(topic, partition))
+            else:
+                resolved.append(TxnPartition(topic_name, partition, topic.topic_id))
+        return resolved
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             requested: list[tuple[str, int]]) -> list[BrokerError | None]:
+        async with self.pool.acquire() as conn, conn.transaction():
+            meta = check_producer(await self.log.lock(conn, transactional_id), transactional_id, producer_id,
+                                  producer_epoch)
+            resolved = await self._resolve(conn, requested)
+            self._start_or_extend(meta, [p for p in resolved if isinstance(p, TxnPartition)], [], now_ms())
+            await self.log.save(conn, meta)
+        return [p if isinstance(p, BrokerError) else None for p in resolved]
+
+    async def offsets_partition(self, conn: asyncpg.Connection, group_id: str) -> TxnPartition:
+        """The __consumer_offsets partition that holds this group's offsets."""
+        topic = await get_topic(conn, CONSUMER_OFFSETS_TOPIC)
+        return TxnPartition(topic.name, partition_for_key(group_id.encode(), topic.partition_count), topic.topic_id)
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            meta = check_producer(await self.log.lock(conn, transactional_id), transactional_id, producer_id,
+                                  producer_epoch)
+            partition = await self.offsets_partition(conn, group_id)
+            self._start_or_extend(meta, [partition], [group_id], now_ms())
+            await self.log.save(conn, meta)
+
+    async def join_for_produce(self, conn: asyncpg.Connection, transactional_id: str, producer_id: int,
+                               producer_epoch: int, requested: list[tuple[str, int]]) -> TransactionMetadata:
+        """Within the produce's PostgreSQL transaction: verifies the producer against the
+        coordinator's current state (KIP-890: a late request of an old transaction can never land
+        in a new one) and adds the partitions implicitly. The id's row stays locked until the
+        batches are appended, so EndTxn cannot write markers in between; the caller then runs
+        `self.log.save(conn, meta)` after its appends."""
+        meta = check_producer(await self.log.lock(conn, transactional_id), transactional_id, producer_id,
+                              producer_epoch)
+        valid = [p for p in await self._resolve(conn, requested) if isinstance(p, TxnPartition)]
+        self._start_or_extend(meta, valid, [], now_ms())
+        return meta
+
+    # ---- EndTxn and prepare
+
+    async def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                              commit: bool) -> EndResult:
+        wanted = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
+        outcome = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                meta = await self.log.lock(conn, transactional_id)
+                if meta is not None and self._is_retry_of_last(meta, producer_id, producer_epoch):
+                    if meta.state != outcome:
+                        raise _invalid_state(meta, f"{'commit' if commit else 'abort'} (its transaction already "
+                                                   f"ended with {meta.state})")
+                    return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
+                check_producer(meta, transactional_id, producer_id, producer_epoch)
+                state = S(meta.state)
+                if state in (S.ONGOING, S.PREPARED):
+                    self._move(meta, wanted, now_ms())
+                elif state == S.PREPARE_EPOCH_FENCE or (state.is_completing and state != wanted):
+                    raise _concurrent(meta) if state == S.PREPARE_EPOCH_FENCE else _invalid_state(
+                        meta, f"{'commit' if commit else 'abort'} (it is already in {meta.state})")
+                elif state != wanted:
+                    raise _invalid_state(meta, f"{'commit' if commit else 'abort'} (no transaction is open)")
+                await self.log.save(conn, meta)
+            # PrepareX is durable: from here the outcome is decided, even if this process dies.
+            async with conn.transaction():
+                meta = await self.log.lock(conn, transactional_id)
+                if meta.state == wanted:
+                    await self._complete(conn, meta, now_ms(), bump=True)
+                    await self.log.save(conn, meta)
+                return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
+
+    @staticmethod
+    def _is_retry_of_last(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> bool:
+        return (S(meta.state) in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+                and (producer_id, producer_epoch) == (meta.last_producer_id, meta.last_producer_epoch))
+
+    async def prepare(self, transactional_id: str, producer_id: int, producer_epoch: int) -> EndResult:
+        async with self.pool.acquire() as conn, conn.transaction():
+            meta = check_producer(await self.log.lock(conn, transactional_id), transactional_id, producer_id,
+                                  producer_epoch)
+            state = S(meta.state)
+            if state == S.ONGOING:
+                self._move(meta, S.PREPARED, now_ms())
+            elif state.is_completing:
+                raise _concurrent(meta)
+            elif state != S.PREPARED:
+                raise _invalid_state(meta, "prepare (no transaction is open)")
+            await self.log.save(conn, meta)
+            return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
+
+    # ---- administration
+
+    async def admin_abort(self, transactional_id: str) -> EndResult:
+        async with self.pool.acquire() as conn, conn.transaction():
+            meta = await self.log.lock(conn, transactional_id)
+            if meta is None:
+                raise transactional_id_not_found(transactional_id)
+            state = S(meta.state)
+            if state in (S.ONGOING, S.PREPARED):
+                await self._fence_and_abort(conn, meta, now_ms())
+            elif state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                raise _concurrent(meta)
+            else:
+                raise _invalid_state(meta, "abort (no transaction is open)")
+            await self.log.save(conn, meta)
+            return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
+
+    async def describe(self, transactional_id: str) -> TransactionMetadata:
+        async with self.pool.acquire() as conn:
+            meta = await self.log.get(conn, transactional_id)
+        if meta is None:
+            raise transactional_id_not_found(transactional_id)
+        return meta
+
+    async def list(self, states: list[str] | None, prefix: str | None, producer_id: int | None,
+                   min_duration_ms: int | None, limit: int, after: str | None) -> list[TransactionMetadata]:
+        started_before = None if min_duration_ms is None else now_ms() - min_duration_ms
+        async with self.pool.acquire() as conn:
+            return await self.log.list(conn, states, prefix, producer_id, started_before, limit, after)
+
+    # ---- background work, safe on several servers at once (SKIP LOCKED claims)
+
+    async def _each_claimed(self, where_sql: str, *args, handle) -> int:
+        done = 0
+        while True:
+            async with self.pool.acquire() as conn, conn.transaction():
+                claimed = await self.log.claim(conn, where_sql, *args, limit=1)
+                if not claimed:
+                    return done
+                meta = await self.log.lock(conn, claimed[0])
+                await handle(conn, meta)
+                await self.log.save(conn, meta)
+                done += 1
+
+    async def abort_timed_out(self) -> int:
+        """Aborts (and fences) every Ongoing transaction older than its timeout. Prepared ones wait
+        for their external coordinator: no timeout applies to them."""
+        now = now_ms()
+
+        async def abort(conn, meta):
+            log.info("aborting transaction of %r: open for %d ms, timeout %d ms", meta.transactional_id,
+                     now - meta.txn_start_ms, meta.timeout_ms)
+            await self._fence_and_abort(conn, meta, now)
+
+        return await self._each_claimed("state = 'Ongoing' AND txn_start_ms + timeout_ms < $1", now, handle=abort)
+
+    async def recover_pending(self) -> int:
+        """Finishes every transaction whose outcome is decided (PrepareCommit/PrepareAbort) but whose
+        markers may be missing: at start-up, and periodically for ones a crashed server left."""
+        async def finish(conn, meta):
+            await self._complete(conn, meta, now_ms(), bump=True)
+
+        return await self._each_claimed("state IN ('PrepareCommit', 'PrepareAbort')", handle=finish)
+
+    async def expire_transactional_ids(self) -> int:
+        now = now_ms()
+
+        async def expire(conn, meta):
+            self._move(meta, S.DEAD, now)
+            await self.log.delete(conn, meta)
+
+        return await self._each_claimed(
+            "state IN ('Empty', 'CompleteCommit', 'CompleteAbort') AND last_update_ms < $1",
+            now - self.settings.transactional_id_expiration_ms, handle=expire)
+
+
+def unknown_producer(producer_id: int) -> BrokerError:
+    return BrokerError(ErrorCode.UNKNOWN_PRODUCER_ID,
+                       f"producer id {producer_id} was never issued by this server, or has expired: get one "
+                       f"from POST /v1/producers/init, or send producer_id -1 for a plain write")
+
+
+def transactional_id_not_found(transactional_id: str) -> BrokerError:
+    return BrokerError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                       f"transactional id {transactional_id!r} is unknown (never initialized, or expired)")

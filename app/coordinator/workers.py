@@ -1,0 +1,67 @@
+"""Background workers, started and stopped with the app: timed-out transaction abort, recovery of
+decided-but-unfinished transactions, transactional id expiration, producer state expiration.
+
+Each is safe on several server processes at once: transactions are claimed with
+FOR UPDATE SKIP LOCKED, and the expirations are single idempotent DELETEs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from app.coordinator.transaction_coordinator import TransactionCoordinator
+from app.settings import Settings
+from app.storage import producer_ids
+
+log = logging.getLogger(__name__)
+
+
+class BackgroundWorkers:
+    def __init__(self, coordinator: TransactionCoordinator, settings: Settings) -> None:
+        self.coordinator = coordinator
+        self.settings = settings
+        self._tasks: list[asyncio.Task] = []
+
+    async def expire_producers(self) -> int:
+        cutoff = int(time.time() * 1000) - self.settings.producer_id_expiration_ms
+        async with self.coordinator.pool.acquire() as conn:
+            states = await producer_ids.expire_idle_states(conn, cutoff)
+            ids = await producer_ids.expire_idle(conn, cutoff)
+        return states + ids
+
+    def start(self) -> None:
+        s = self.settings
+        jobs: list[tuple[str, Callable[[], Awaitable[int]], int]] = [
+            ("abort timed-out transactions", self.coordinator.abort_timed_out,
+             s.abort_timed_out_transaction_interval_ms),
+            ("finish decided transactions", self.coordinator.recover_pending,
+             s.abort_timed_out_transaction_interval_ms),
+            ("expire transactional ids", self.coordinator.expire_transactional_ids,
+             s.remove_expired_transaction_interval_ms),
+            ("expire producer state", self.expire_producers, s.producer_id_expiration_check_interval_ms),
+        ]
+        self._tasks = [asyncio.create_task(self._every(name, job, interval), name=name)
+                       for name, job, interval in jobs]
+
+    async def _every(self, name: str, job: Callable[[], Awaitable[int]], interval_ms: int) -> None:
+        while True:
+            await asyncio.sleep(interval_ms / 1000)
+            try:
+                done = await job()
+                if done:
+                    log.info("%s: %d", name, done)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # PostgreSQL away, or a bug: log it and try again next interval
+                log.exception("background worker %r failed; retrying in %d ms", name, interval_ms)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,88 @@
+"""Producer ids and epochs (InitProducerId's allocation side).
+
+Ids come from the PostgreSQL sequence `producer_id_seq`, so they are unique across restarts and
+across server processes; every id issued is recorded with the latest epoch issued for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+
+# Kafka rolls over to a new producer id rather than let an epoch reach Short.MaxValue, so that the
+# bumped epoch of a fencing abort always fits.
+MAX_EPOCH = 32_766
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdAndEpoch:
+    producer_id: int
+    producer_epoch: int
+
+
+async def issue(conn: asyncpg.Connection, now_ms: int, transactional_id: str | None = None) -> ProducerIdAndEpoch:
+    producer_id = await conn.fetchval(
+        "INSERT INTO producer_ids (producer_id, producer_epoch, transactional_id, issued_ms) "
+        "VALUES (nextval('producer_id_seq'), 0, $1, $2) RETURNING producer_id", transactional_id, now_ms)
+    return ProducerIdAndEpoch(producer_id, 0)
+
+
+async def bump(conn: asyncpg.Connection, current: ProducerIdAndEpoch, now_ms: int,
+               transactional_id: str | None = None) -> ProducerIdAndEpoch:
+    """The next epoch of this producer, or a new producer id at epoch 0 once epochs are exhausted."""
+    if current.producer_epoch >= MAX_EPOCH:
+        return await issue(conn, now_ms, transactional_id)
+    await conn.execute("UPDATE producer_ids SET producer_epoch = $2 WHERE producer_id = $1",
+                       current.producer_id, current.producer_epoch + 1)
+    return ProducerIdAndEpoch(current.producer_id, current.producer_epoch + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedProducer:
+    producer_epoch: int  # the latest epoch issued
+    transactional_id: str | None
+
+
+async def lookup(conn: asyncpg.Connection, producer_id: int) -> IssuedProducer | None:
+    """What was issued for this id, or None if it was never issued (or expired)."""
+    row = await conn.fetchrow("SELECT producer_epoch, transactional_id FROM producer_ids WHERE producer_id = $1",
+                              producer_id)
+    return None if row is None else IssuedProducer(row["producer_epoch"], row["transactional_id"])
+
+
+async def expire_idle(conn: asyncpg.Connection, older_than_ms: int) -> int:
+    """Forgets non-transactional producer ids issued before `older_than_ms` that have no state left
+    on any partition (their per-partition state expired first). Returns how many."""
+    status = await conn.execute(
+        "DELETE FROM producer_ids i WHERE i.transactional_id IS NULL AND i.issued_ms < $1 "
+        "AND NOT EXISTS (SELECT 1 FROM producer_states s WHERE s.producer_id = i.producer_id)", older_than_ms)
+    return int(status.split()[-1])
+
+
+async def expire_idle_states(conn: asyncpg.Connection, older_than_ms: int) -> int:
+    """Forgets per-partition producer state last written before `older_than_ms`, unless a
+    transaction of that producer is still open there (it pins the LSO until its marker)."""
+    status = await conn.execute(
+        "DELETE FROM producer_states WHERE current_txn_first_offset IS NULL AND last_timestamp_ms < $1",
+        older_than_ms)
+    return int(status.split()[-1])
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProducer:
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp_ms: int
+    current_txn_start_offset: int | None
+
+
+async def describe_partition_producers(conn: asyncpg.Connection, topic_id: int, partition: int,
+                                       limit: int = 1000) -> list[PartitionProducer]:
+    """DescribeProducers: the producers with state on one partition."""
+    rows = await conn.fetch(
+        "SELECT producer_id, producer_epoch, last_sequence, last_timestamp_ms, current_txn_first_offset "
+        "FROM producer_states WHERE topic_id = $1 AND partition = $2 ORDER BY producer_id LIMIT $3",
+        topic_id, partition, limit)
+    return [PartitionProducer(*row) for row in rows]

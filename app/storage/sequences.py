@@ -1,0 +1,99 @@
+"""Kafka's per-partition sequence rules for idempotent and transactional producers
+(ProducerAppendInfo): what to do with a batch given the producer's state on the partition.
+
+Pure: no I/O. The caller holds the partition's row lock, so the state it read cannot change until it
+has applied the outcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.errors import BrokerError, ErrorCode
+
+# Kafka keeps the metadata of this many recent batches per producer and partition, so that a retry
+# of any of the last five in-flight batches is recognised as a duplicate.
+RECENT_BATCHES = 5
+SEQUENCE_MODULUS = 2**31  # sequences wrap from Int.MaxValue to 0
+
+
+@dataclass(frozen=True, slots=True)
+class RecentBatch:
+    base_sequence: int
+    last_sequence: int
+    base_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerEntry:
+    """A producer's state on one partition."""
+    producer_epoch: int
+    last_sequence: int
+    recent_batches: tuple[RecentBatch, ...]
+    current_txn_first_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Append the batch; `last_sequence` is its last record's sequence."""
+    last_sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """Already appended: answer with the original offsets, append nothing."""
+    base_offset: int
+    last_offset: int
+
+
+def last_sequence_of(base_sequence: int, record_count: int) -> int:
+    return (base_sequence + record_count - 1) % SEQUENCE_MODULUS
+
+
+def check_batch(entry: ProducerEntry | None, producer_id: int, producer_epoch: int, base_sequence: int,
+                record_count: int, transactional: bool, where: str) -> Append | Duplicate | BrokerError:
+    """`where` names the partition in messages (e.g. "orders-0")."""
+    last_sequence = last_sequence_of(base_sequence, record_count)
+    if entry is None:
+        if base_sequence != 0:
+            return BrokerError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"producer {producer_id} sent sequence {base_sequence} to {where}, where it has written "
+                f"nothing yet: expected sequence 0. Records may have been lost; the producer must stop "
+                f"and re-initialize")
+        return Append(last_sequence)
+    if producer_epoch < entry.producer_epoch:
+        code = ErrorCode.PRODUCER_FENCED if transactional else ErrorCode.INVALID_PRODUCER_EPOCH
+        return BrokerError(
+            code, f"producer {producer_id} wrote to {where} with epoch {producer_epoch}, but epoch "
+                  f"{entry.producer_epoch} has written there since: this producer instance is stale; close it")
+    if producer_epoch > entry.producer_epoch:
+        if base_sequence != 0:
+            return BrokerError(
+                ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                f"producer {producer_id} started epoch {producer_epoch} on {where} at sequence "
+                f"{base_sequence}: a new epoch starts at sequence 0")
+        return Append(last_sequence)
+    for batch in entry.recent_batches:
+        if batch.base_sequence == base_sequence and batch.last_sequence == last_sequence:
+            return Duplicate(batch.base_offset, batch.last_offset)
+    expected = (entry.last_sequence + 1) % SEQUENCE_MODULUS
+    if base_sequence != expected:
+        return BrokerError(
+            ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+            f"producer {producer_id} epoch {producer_epoch} sent sequence {base_sequence} to {where}: "
+            f"expected {expected} (its last written sequence is {entry.last_sequence}). A gap means "
+            f"records may be lost: the producer must stop")
+    return Append(last_sequence)
+
+
+def remember(entry: ProducerEntry | None, producer_epoch: int, base_sequence: int, last_sequence: int,
+             base_offset: int, last_offset: int, transactional: bool) -> ProducerEntry:
+    """The producer's state after appending this batch."""
+    recent = () if entry is None or entry.producer_epoch != producer_epoch else entry.recent_batches
+    recent = (*recent, RecentBatch(base_sequence, last_sequence, base_offset, last_offset))[-RECENT_BATCHES:]
+    first_open = entry.current_txn_first_offset if entry is not None else None
+    if transactional and first_open is None:
+        first_open = base_offset
+    return ProducerEntry(producer_epoch, last_sequence, recent, first_open)

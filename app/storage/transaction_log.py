@@ -1,0 +1,179 @@
+"""The coordinator's transaction metadata: the `transactions` rows (current state per transactional
+id) and the internal topic `__transaction_state`, which receives every state transition.
+
+Invariants:
+- A row change and its `__transaction_state` records are written in the same PostgreSQL
+  transaction (`save`), so the log and the materialized state never disagree.
+- Coordinator requests serialize on the row (`lock`, SELECT ... FOR UPDATE), taken before any
+  partition row. The transitions of one request are kept on the metadata (`record`) and appended
+  to `__transaction_state` as one batch by `save`, which callers run LAST, after every data
+  partition they lock: so no PostgreSQL transaction ever holds a transaction-log partition while
+  waiting for a data partition, and coordinator requests cannot deadlock with markers or produce.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import asyncpg
+import orjson
+
+from app.storage import partition_log, record_codec
+from app.storage.partition_log import BatchAppend
+from app.storage.topics import TRANSACTION_STATE_TOPIC, TopicInfo, get_topic
+from txbroker.partitioner import partition_for_key
+
+NO_START_TIME = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TxnPartition:
+    topic: str
+    partition: int
+    topic_id: int
+
+
+@dataclass(slots=True)
+class TransactionMetadata:
+    """One transactional id's state; `state` holds a TransactionState value (the coordinator owns
+    the state machine; storage only persists its values)."""
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str
+    timeout_ms: int
+    txn_start_ms: int
+    last_update_ms: int
+    last_producer_id: int | None = None
+    last_producer_epoch: int | None = None
+    txn_producer_id: int | None = None
+    txn_producer_epoch: int | None = None
+    partitions: list[TxnPartition] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)
+    # Transitions made by the current request, not yet in __transaction_state (see `save`).
+    pending_records: list[dict] = field(default_factory=list)
+
+    def log_value(self) -> dict:
+        """The `__transaction_state` record of this state."""
+        return {"state": self.state, "producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
+                "txn_producer_id": self.txn_producer_id, "txn_producer_epoch": self.txn_producer_epoch,
+                "timeout_ms": self.timeout_ms, "txn_start_ms": self.txn_start_ms,
+                "last_update_ms": self.last_update_ms,
+                "partitions": [[p.topic, p.partition] for p in self.partitions], "groups": self.groups}
+
+
+@dataclass(frozen=True, slots=True)
+class _LogRecord:
+    """A `__transaction_state` record: key = transactional id, value = the metadata as JSON."""
+    key: str
+    value: str
+    headers: tuple = ()
+    timestamp_ms: int | None = None
+
+
+_COLUMNS = ("transactional_id, producer_id, producer_epoch, state, timeout_ms, txn_start_ms, last_update_ms, "
+            "last_producer_id, last_producer_epoch, txn_producer_id, txn_producer_epoch, partitions, groups")
+
+
+def _from_row(row: asyncpg.Record) -> TransactionMetadata:
+    values = dict(row)
+    values["partitions"] = [TxnPartition(*p) for p in values["partitions"]]
+    return TransactionMetadata(**values)
+
+
+def _row_values(meta: TransactionMetadata) -> list:
+    return [meta.transactional_id, meta.producer_id, meta.producer_epoch, meta.state, meta.timeout_ms,
+            meta.txn_start_ms, meta.last_update_ms, meta.last_producer_id, meta.last_producer_epoch,
+            meta.txn_producer_id, meta.txn_producer_epoch,
+            [[p.topic, p.partition, p.topic_id] for p in meta.partitions], meta.groups]
+
+
+class TransactionLog:
+    """Reads and writes transaction metadata; caches the internal topic's (never deleted) info."""
+
+    def __init__(self) -> None:
+        self._topic: TopicInfo | None = None
+
+    async def _log_topic(self, conn: asyncpg.Connection) -> TopicInfo:
+        if self._topic is None:
+            self._topic = await get_topic(conn, TRANSACTION_STATE_TOPIC)
+        return self._topic
+
+    async def lock(self, conn: asyncpg.Connection, transactional_id: str) -> TransactionMetadata | None:
+        row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM transactions WHERE transactional_id = $1 FOR UPDATE",
+                                  transactional_id)
+        return None if row is None else _from_row(row)
+
+    async def lock_new(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> bool:
+        """Inserts a new id's row unless one exists (a racing InitProducerId may have made it);
+        True when this call created it. Either way the caller then `lock`s it."""
+        status = await conn.execute(
+            f"INSERT INTO transactions ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) "
+            f"ON CONFLICT (transactional_id) DO NOTHING", *_row_values(meta))
+        created = status.endswith(" 1")
+        if created:  # nothing else is locked yet in this PostgreSQL transaction: log it now
+            self.record(meta)
+            await self._append_records(conn, meta)
+        return created
+
+    async def get(self, conn: asyncpg.Connection, transactional_id: str) -> TransactionMetadata | None:
+        row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM transactions WHERE transactional_id = $1",
+                                  transactional_id)
+        return None if row is None else _from_row(row)
+
+    @staticmethod
+    def record(meta: TransactionMetadata) -> None:
+        """Notes the metadata's current state as a transition to log when `save` runs."""
+        meta.pending_records.append(meta.log_value())
+
+    async def save(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> None:
+        """Writes the row and appends the recorded transitions to __transaction_state as one batch.
+        Run it last in the PostgreSQL transaction (see the module's invariants)."""
+        if not meta.pending_records:
+            return
+        await conn.execute(
+            "UPDATE transactions SET producer_id = $2, producer_epoch = $3, state = $4, timeout_ms = $5, "
+            "txn_start_ms = $6, last_update_ms = $7, last_producer_id = $8, last_producer_epoch = $9, "
+            "txn_producer_id = $10, txn_producer_epoch = $11, partitions = $12, groups = $13 "
+            "WHERE transactional_id = $1", *_row_values(meta))
+        await self._append_records(conn, meta)
+
+    async def delete(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> None:
+        """The id expires (Dead): its row goes; the log keeps the Dead record."""
+        await conn.execute("DELETE FROM transactions WHERE transactional_id = $1", meta.transactional_id)
+        await self._append_records(conn, meta)
+
+    async def _append_records(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> None:
+        topic = await self._log_topic(conn)
+        records = [_LogRecord(meta.transactional_id, orjson.dumps(value).decode(), (), value["last_update_ms"])
+                   for value in meta.pending_records]
+        batch = record_codec.encode_batch(records, "utf8", meta.last_update_ms, "transaction log")
+        partition = partition_for_key(meta.transactional_id.encode(), topic.partition_count)
+        await partition_log.append_batch(conn, BatchAppend(topic, partition, batch))
+        meta.pending_records.clear()
+
+    async def list(self, conn: asyncpg.Connection, states: list[str] | None, prefix: str | None,
+                   producer_id: int | None, started_before_ms: int | None, limit: int,
+                   after: str | None = None) -> list[TransactionMetadata]:
+        """Filtered listing, ordered by transactional id, paginated by `after` (keyset)."""
+        rows = await conn.fetch(
+            f"SELECT {_COLUMNS} FROM transactions WHERE ($1::text[] IS NULL OR state = ANY($1::text[])) "
+            f"AND ($2::text IS NULL OR starts_with(transactional_id, $2)) "
+            f"AND ($3::bigint IS NULL OR producer_id = $3) "
+            f"AND ($4::bigint IS NULL OR (txn_start_ms <> -1 AND txn_start_ms <= $4)) "
+            f"AND ($6::text IS NULL OR transactional_id > $6) "
+            f"ORDER BY transactional_id LIMIT $5", states, prefix, producer_id, started_before_ms, limit, after)
+        return [_from_row(row) for row in rows]
+
+    async def claim(self, conn: asyncpg.Connection, where_sql: str, *args, limit: int = 100) -> list[str]:
+        """Ids matching `where_sql` whose rows no other server is working on (SKIP LOCKED), locked
+        for the caller's transaction: how background workers on several servers share the work."""
+        rows = await conn.fetch(
+            f"SELECT transactional_id FROM transactions WHERE {where_sql} "
+            f"ORDER BY last_update_ms LIMIT {int(limit)} FOR UPDATE SKIP LOCKED", *args)
+        return [row["transactional_id"] for row in rows]
+
+
+def replace(meta: TransactionMetadata, **changes) -> TransactionMetadata:
+    return dataclasses.replace(meta, **changes)
