@@ -55,13 +55,13 @@ async def list_transactions(
     return json_response({"transactions": [transaction_body(meta) for meta in found]})
 
 
-@router.get("/transactions/{transactional_id}", response_model=schemas.TransactionOut, responses=ERRORS)
+@router.get("/transactions/{transactional_id:path}", response_model=schemas.TransactionOut, responses=ERRORS)
 async def describe_transaction(transactional_id: str, coordinator: CoordinatorDep):
     """[DescribeTransactions]"""
     return json_response(transaction_body(await coordinator.describe(transactional_id)))
 
 
-@router.post("/transactions/{transactional_id}/abort", response_model=schemas.EndTxnResponse, responses=ERRORS)
+@router.post("/transactions/{transactional_id:path}/abort", response_model=schemas.EndTxnResponse, responses=ERRORS)
 async def abort_transaction(transactional_id: str, coordinator: CoordinatorDep):
     """[kafka-transactions.sh abort] Fences the current producer (epoch bump) and aborts its open
     (Ongoing or Prepared) transaction."""

@@ -40,6 +40,10 @@ NO_TIMESTAMP = -1
 
 APPENDS_CHANNEL = "txbroker_appends"
 
+# The most batches one partition read looks at: bounds a fetch's cost when a long run of aborted
+# batches or markers returns nothing.
+MAX_BATCHES_SCANNED = 20_000
+
 
 def notification_key(topic_id: int, partition: int) -> str:
     return f"{topic_id}:{partition}"
@@ -251,27 +255,35 @@ async def read(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offse
     upper = state.upper_bound(isolation_level)
     if offset >= upper or max_records <= 0:  # a spent budget still reports the watermarks
         return ReadResult(state, [], offset)
-    # Every batch holds at least one offset, so max_records batches always hold enough records.
-    batches = await conn.fetch(
-        "SELECT base_offset, last_offset, control_type, producer_id, producer_epoch, is_transactional, records "
-        "FROM record_batches WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND base_offset < $4 "
-        "ORDER BY last_offset LIMIT $5",
-        topic.topic_id, partition, offset, upper, max_records)
-    aborted = await _aborted_among(conn, topic, partition, batches) if isolation_level == READ_COMMITTED else set()
     records: list[dict] = []
     next_offset = offset
-    for batch in batches:
-        if batch["control_type"] is not None or (batch["producer_id"], batch["producer_epoch"]) in aborted:
-            next_offset = batch["last_offset"] + 1
-            continue
-        base = batch["base_offset"]
-        stored = record_codec.decode_payload(batch["records"])
-        start = max(offset - base, 0)
-        stop = min(len(stored), start + max_records - len(records))
-        for index in range(start, stop):
-            records.append(record_codec.render_record(stored[index], base + index, encoding))
-        next_offset = base + stop
-        if len(records) >= max_records:
+    scanned = 0
+    # Markers and aborted batches are skipped, so keep reading pages of batches until the records
+    # are enough, the upper bound is reached, or MAX_BATCHES_SCANNED bounds the request's cost (the
+    # caller then continues from next_offset).
+    while len(records) < max_records and next_offset < upper and scanned < MAX_BATCHES_SCANNED:
+        page_size = min(max_records - len(records), MAX_BATCHES_SCANNED - scanned) + 16
+        batches = await conn.fetch(
+            "SELECT base_offset, last_offset, control_type, producer_id, producer_epoch, is_transactional, records "
+            "FROM record_batches WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND base_offset < $4 "
+            "ORDER BY last_offset LIMIT $5",
+            topic.topic_id, partition, next_offset, upper, page_size)
+        scanned += len(batches)
+        aborted = await _aborted_among(conn, topic, partition, batches) if isolation_level == READ_COMMITTED else set()
+        for batch in batches:
+            if batch["control_type"] is not None or (batch["producer_id"], batch["producer_epoch"]) in aborted:
+                next_offset = batch["last_offset"] + 1
+                continue
+            base = batch["base_offset"]
+            stored = record_codec.decode_payload(batch["records"])
+            start = max(next_offset - base, 0)
+            stop = min(len(stored), start + max_records - len(records))
+            for index in range(start, stop):
+                records.append(record_codec.render_record(stored[index], base + index, encoding))
+            next_offset = base + stop
+            if len(records) >= max_records:
+                break
+        if len(batches) < page_size:
             break
     return ReadResult(state, records, next_offset)
 
