@@ -508,3 +508,52 @@ def test_transactional_bad_requests_are_invalid_request(client):
         assert response.status_code == 400 and error_code(response) == "INVALID_REQUEST", (path, body, response.text)
     found = client.post("/v1/coordinators/find", json={"key_type": "transaction", "key": "x"}).json()
     assert found["key"] == "x" and found["url"].startswith("http://")
+
+
+# ---- expiration workers
+
+def _wait_for(condition, timeout_s: float = 10, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_idle_transactional_ids_expire_and_start_afresh(make_server):
+    server = make_server(transactional_id_expiration_ms=300, remove_expired_transaction_interval_ms=50)
+    client = server.client
+    client.post("/v1/topics", json={"name": "out", "partitions": 1}).raise_for_status()
+    producer = TxnProducer(client, "forgetful")
+    first = producer.init()
+    producer.send("out", 0, "x")
+    producer.commit()
+    _wait_for(lambda: client.get("/v1/transactions/forgetful").status_code == 404, what="expiration")
+    assert error_code(client.get("/v1/transactions/forgetful")) == "TRANSACTIONAL_ID_NOT_FOUND"
+    assert error_code(producer.send("out", 0, "y")) == "INVALID_PRODUCER_ID_MAPPING"
+    again = TxnProducer(client, "forgetful").init()
+    assert again["producer_epoch"] == 0 and again["producer_id"] != first["producer_id"]
+
+
+def test_open_transactions_never_expire_as_idle(make_server):
+    server = make_server(transactional_id_expiration_ms=100, remove_expired_transaction_interval_ms=50)
+    client = server.client
+    client.post("/v1/topics", json={"name": "out", "partitions": 1}).raise_for_status()
+    producer = TxnProducer(client, "busy")
+    producer.init()
+    producer.send("out", 0, "open")
+    time.sleep(0.5)
+    assert client.get("/v1/transactions/busy").json()["state"] == "Ongoing"
+    assert producer.commit()["state"] == "CompleteCommit"
+
+
+def test_idle_producer_state_and_ids_expire(make_server):
+    server = make_server(producer_id_expiration_ms=300, producer_id_expiration_check_interval_ms=50)
+    client = server.client
+    client.post("/v1/topics", json={"name": "out", "partitions": 1}).raise_for_status()
+    producer_id, epoch = init_idempotent(client)
+    idempotent_send(client, producer_id, epoch, 0, "a").raise_for_status()
+    _wait_for(lambda: client.get("/v1/topics/out/partitions/0/producers").json()["producers"] == [],
+              what="producer state expiration")
+    _wait_for(lambda: idempotent_send(client, producer_id, epoch, 1, "b").status_code == 409,
+              what="producer id expiration")
+    assert error_code(idempotent_send(client, producer_id, epoch, 1, "b")) == "UNKNOWN_PRODUCER_ID"
