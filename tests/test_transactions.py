@@ -557,3 +557,52 @@ def test_idle_producer_state_and_ids_expire(make_server):
     _wait_for(lambda: idempotent_send(client, producer_id, epoch, 1, "b").status_code == 409,
               what="producer id expiration")
     assert error_code(idempotent_send(client, producer_id, epoch, 1, "b")) == "UNKNOWN_PRODUCER_ID"
+
+
+# ---- a transaction caught between EndTxn's two phases (as after a crash there)
+
+def _force_state(database_url: str, transactional_id: str, state: str) -> None:
+    import asyncio
+
+    from app.storage.database import connect
+
+    async def update():
+        conn = await connect(database_url)
+        try:
+            await conn.execute("UPDATE transactions SET state = $2 WHERE transactional_id = $1", transactional_id, state)
+        finally:
+            await conn.close()
+
+    asyncio.run(update())
+
+
+def test_requests_during_completion_are_concurrent_transactions_and_end_txn_finishes_it(make_server):
+    server = make_server(abort_timed_out_transaction_interval_ms=3_600_000)  # no periodic recovery here
+    client = server.client
+    client.post("/v1/topics", json={"name": "out", "partitions": 2}).raise_for_status()
+    producer = TxnProducer(client, "between-phases")
+    producer.init()
+    producer.send("out", 0, "decided")
+    _force_state(server.database_url, "between-phases", "PrepareCommit")
+    for response in (producer.send("out", 1, "more"),
+                     client.post("/v1/txn/add-partitions", json={**producer.ids(),
+                                                                 "partitions": [{"topic": "out", "partition": 1}]}),
+                     client.post("/v1/txn/prepare", json=producer.ids())):
+        assert response.status_code == 409 and error_code(response) == "CONCURRENT_TRANSACTIONS", response.text
+        assert response.json()["error"]["retriable"] is True
+    assert error_code(producer.end(False)) == "INVALID_TXN_STATE", "the outcome is decided: commit"
+    assert producer.end(True).json()["state"] == "CompleteCommit", "a retried EndTxn completes it"
+    assert values(client, "out", 0, "read_committed") == ["decided"]
+
+
+def test_init_producer_id_completes_a_decided_transaction_before_answering(make_server):
+    server = make_server(abort_timed_out_transaction_interval_ms=3_600_000)
+    client = server.client
+    client.post("/v1/topics", json={"name": "out", "partitions": 1}).raise_for_status()
+    producer = TxnProducer(client, "decided-then-reinit")
+    producer.init()
+    producer.send("out", 0, "committed-by-reinit")
+    _force_state(server.database_url, "decided-then-reinit", "PrepareCommit")
+    TxnProducer(client, "decided-then-reinit").init()
+    assert values(client, "out", 0, "read_committed") == ["committed-by-reinit"]
+    assert watermarks(client, "out", 0) == (2, 2)
