@@ -14,6 +14,7 @@ from app.api.error_handlers import UnexpectedErrors, install_error_handlers
 from app.api.main import api_router
 from app.api.metrics import Metrics, MetricsMiddleware
 from app.api.request_bodies import JsonBodies
+from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.coordinator.workers import BackgroundWorkers
 from app.settings import Settings
@@ -52,7 +53,8 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         await asyncio.to_thread(upgrade_to_head, database_url)
         app.state.pool = await create_pool(database_url, settings.database_pool_size)
         app.state.coordinator = TransactionCoordinator(app.state.pool, settings)
-        app.state.workers = BackgroundWorkers(app.state.coordinator, settings)
+        app.state.group_coordinator = GroupCoordinator(app.state.pool, app.state.coordinator)
+        app.state.workers = BackgroundWorkers(app.state.coordinator, app.state.group_coordinator, settings)
         app.state.notifier = AppendNotifier(database_url, settings.long_poll_fallback_ms / 1000)
         await app.state.notifier.start()
         readiness = asyncio.create_task(_become_ready(app, settings), name="become-ready")

@@ -32,6 +32,9 @@ class Settings(BaseSettings):
     transaction_log_partitions: int = Field(50, ge=1, le=10_000)
     offsets_partitions: int = Field(50, ge=1, le=10_000)
 
+    group_session_check_interval_ms: int = Field(
+        1000, ge=1, description="how often members whose session timed out are evicted")
+
     auth: Literal["off", "required"] = "off"
     admin_token: str | None = None
 

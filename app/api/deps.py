@@ -7,6 +7,7 @@ from typing import Annotated
 import asyncpg
 from fastapi import Depends, Request
 
+from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
@@ -29,6 +30,10 @@ def _coordinator(request: Request) -> TransactionCoordinator:
     return request.app.state.coordinator
 
 
+def _group_coordinator(request: Request) -> GroupCoordinator:
+    return request.app.state.group_coordinator
+
+
 def require_ready(request: Request) -> None:
     if not request.app.state.ready:
         raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
@@ -38,5 +43,6 @@ def require_ready(request: Request) -> None:
 PoolDep = Annotated[asyncpg.Pool, Depends(_pool)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 CoordinatorDep = Annotated[TransactionCoordinator, Depends(_coordinator)]
+GroupCoordinatorDep = Annotated[GroupCoordinator, Depends(_group_coordinator)]
 NotifierDep = Annotated[AppendNotifier, Depends(_notifier)]
 READY = [Depends(require_ready)]

@@ -2,12 +2,13 @@
 
 from fastapi import APIRouter
 
-from app.api import admin, fetch, metrics, produce, topics, transactions
+from app.api import admin, fetch, groups, metrics, produce, topics, transactions
 
 api_router = APIRouter()
 api_router.include_router(topics.router)
 api_router.include_router(produce.router)
 api_router.include_router(fetch.router)
 api_router.include_router(transactions.router)
+api_router.include_router(groups.router)
 api_router.include_router(admin.router)
 api_router.include_router(metrics.router)

@@ -317,3 +317,74 @@ class MarkerOut(Body):
 
 class MarkerList(Body):
     markers: list[MarkerOut]
+
+
+# ---- consumer groups and offsets
+
+GroupIdField = Annotated[str, Field(min_length=1, max_length=10_000)]
+
+
+class OffsetIn(Body):
+    topic: TopicName
+    partition: PartitionIndex
+    offset: Offset
+    metadata: str | None = Field(None, max_length=100_000, description="free text stored with the offset")
+
+
+class TxnOffsetCommitRequest(TxnProducer):
+    group_id: GroupIdField
+    generation_id: int = Field(-1, ge=-1, le=INT32_MAX,
+                               description=">= 0: the member and generation are checked (KIP-447 zombie fencing)")
+    member_id: str = Field("", max_length=10_000)
+    offsets: list[OffsetIn] = Field(min_length=1)
+
+
+class OffsetsResult(Body):
+    offsets: list[PartitionError]
+
+
+class HeartbeatRequest(Body):
+    member_id: str = Field("", max_length=10_000, description="\"\" to join")
+    generation_id: int = Field(-1, ge=-1, le=INT32_MAX)
+    topics: list[TopicName] = Field(default_factory=list, max_length=10_000, description="subscribed topics")
+    session_timeout_ms: int = Field(30_000, ge=1_000, le=3_600_000,
+                                    description="evicted when no heartbeat arrives for this long")
+
+
+class AssignedTopic(Body):
+    topic: str
+    partitions: list[int]
+
+
+class HeartbeatResponse(Body):
+    member_id: str
+    generation_id: int
+    heartbeat_interval_ms: int
+    assignment: list[AssignedTopic]
+
+
+class LeaveRequest(Body):
+    member_id: str = Field(min_length=1, max_length=10_000)
+
+
+class OffsetCommitRequest(Body):
+    member_id: str = Field("", max_length=10_000)
+    generation_id: int = Field(-1, ge=-1, le=INT32_MAX, description="-1: a simple commit, no membership check")
+    offsets: list[OffsetIn] = Field(min_length=1)
+
+
+class OffsetFetchRequest(Body):
+    partitions: list[TopicPartitionRef] | None = Field(None, description="null: every committed partition")
+    require_stable: bool = Field(False, description="UNSTABLE_OFFSET_COMMIT while a transactional offset is pending")
+
+
+class CommittedOffsetOut(Body):
+    topic: str
+    partition: int
+    offset: int = Field(description="-1: none")
+    metadata: str | None
+    error: ErrorObject | None
+
+
+class OffsetFetchResponse(Body):
+    offsets: list[CommittedOffsetOut]

@@ -27,7 +27,7 @@ import asyncpg
 from app.coordinator.transaction_states import TransactionState, transition
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
-from app.storage import markers, producer_ids
+from app.storage import group_offsets, markers, producer_ids
 from app.storage.partition_log import CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, lock_order
 from app.storage.producer_ids import ProducerIdAndEpoch
 from app.storage.topics import CONSUMER_OFFSETS_TOPIC, INTERNAL_PREFIX, find_topics, get_topic, unknown_partition, \
@@ -124,6 +124,10 @@ class TransactionCoordinator:
         for partition in sorted(meta.partitions, key=lambda p: lock_order(p.topic_id, p.partition)):
             await markers.write_marker(conn, partition.topic_id, partition.partition, meta.txn_producer_id,
                                        meta.txn_producer_epoch, control, now)
+            if partition.topic == CONSUMER_OFFSETS_TOPIC:
+                # The transaction's offsets become visible (or are discarded) with this marker.
+                await group_offsets.settle(conn, partition.partition, meta.txn_producer_id,
+                                           meta.txn_producer_epoch, commit)
 
     async def _complete(self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int, bump: bool) -> None:
         """PrepareCommit/PrepareAbort -> markers -> CompleteCommit/CompleteAbort. With `bump`, the epoch
@@ -287,6 +291,16 @@ class TransactionCoordinator:
             partition = await self.offsets_partition(conn, group_id)
             self._start_or_extend(meta, [partition], [group_id], now_ms())
             await self.log.save(conn, meta)
+
+    async def join_for_offsets(self, conn: asyncpg.Connection, transactional_id: str, producer_id: int,
+                               producer_epoch: int, group_id: str) -> tuple[TransactionMetadata, TxnPartition]:
+        """TxnOffsetCommit's part, within its PostgreSQL transaction: verifies the producer and adds
+        the group's offsets partition implicitly. The caller runs `self.log.save(conn, meta)` last."""
+        meta = check_producer(await self.log.lock(conn, transactional_id), transactional_id, producer_id,
+                              producer_epoch)
+        partition = await self.offsets_partition(conn, group_id)
+        self._start_or_extend(meta, [partition], [group_id], now_ms())
+        return meta, partition
 
     async def join_for_produce(self, conn: asyncpg.Connection, transactional_id: str, producer_id: int,
                                producer_epoch: int, requested: list[tuple[str, int]]) -> TransactionMetadata:

@@ -1,5 +1,6 @@
 """Background workers, started and stopped with the app: timed-out transaction abort, recovery of
-decided-but-unfinished transactions, transactional id expiration, producer state expiration.
+decided-but-unfinished transactions, transactional id expiration, producer state expiration, and
+eviction of consumers whose session timed out.
 
 Each is safe on several server processes at once: transactions are claimed with
 FOR UPDATE SKIP LOCKED, and the expirations are single idempotent DELETEs.
@@ -13,6 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.settings import Settings
 from app.storage import producer_ids
@@ -21,8 +23,9 @@ log = logging.getLogger(__name__)
 
 
 class BackgroundWorkers:
-    def __init__(self, coordinator: TransactionCoordinator, settings: Settings) -> None:
+    def __init__(self, coordinator: TransactionCoordinator, groups: GroupCoordinator, settings: Settings) -> None:
         self.coordinator = coordinator
+        self.groups = groups
         self.settings = settings
         self._tasks: list[asyncio.Task] = []
 
@@ -43,6 +46,7 @@ class BackgroundWorkers:
             ("expire transactional ids", self.coordinator.expire_transactional_ids,
              s.remove_expired_transaction_interval_ms),
             ("expire producer state", self.expire_producers, s.producer_id_expiration_check_interval_ms),
+            ("evict consumers whose session timed out", self.groups.expire_sessions, s.group_session_check_interval_ms),
         ]
         self._tasks = [asyncio.create_task(self._every(name, job, interval), name=name)
                        for name, job, interval in jobs]

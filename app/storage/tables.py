@@ -160,3 +160,63 @@ class TxnMarker(SQLModel, table=True):
 
 
 Index("txn_markers_by_offset", TxnMarker.topic_id, TxnMarker.partition, TxnMarker.marker_offset)
+
+
+class ConsumerGroup(SQLModel, table=True):
+    """A consumer group's generation and the assignment computed when it began. Membership changes
+    serialize on this row."""
+
+    __tablename__ = "consumer_groups"
+
+    group_id: str = Field(primary_key=True, sa_type=Text)
+    generation_id: int = Field(nullable=False)
+    assignment: dict = Field(sa_column=Column(JSONB, nullable=False))
+    last_update_ms: int = Field(sa_type=BigInteger, nullable=False)
+
+
+class GroupMember(SQLModel, table=True):
+    __tablename__ = "group_members"
+
+    group_id: str = Field(primary_key=True, sa_type=Text)
+    member_id: str = Field(primary_key=True, sa_type=Text)
+    topics: list = Field(sa_column=Column(JSONB, nullable=False))
+    session_timeout_ms: int = Field(nullable=False)
+    joined_ms: int = Field(sa_type=BigInteger, nullable=False)
+    last_heartbeat_ms: int = Field(sa_type=BigInteger, nullable=False)
+
+
+Index("group_members_by_deadline", GroupMember.last_heartbeat_ms + GroupMember.session_timeout_ms)
+
+
+class GroupOffset(SQLModel, table=True):
+    """A committed (visible) offset, materialized from __consumer_offsets."""
+
+    __tablename__ = "group_offsets"
+
+    group_id: str = Field(primary_key=True, sa_type=Text)
+    topic: str = Field(primary_key=True, sa_type=Text)
+    partition: int = Field(primary_key=True)
+    committed_offset: int = Field(sa_type=BigInteger, nullable=False)
+    metadata_: str | None = Field(default=None, sa_column=Column("metadata", Text, nullable=True))
+    commit_timestamp_ms: int = Field(sa_type=BigInteger, nullable=False)
+
+
+class PendingTxnOffset(SQLModel, table=True):
+    """A transactional offset commit (TxnOffsetCommit) waiting for its transaction's marker in
+    `offsets_partition` of __consumer_offsets: COMMIT moves it to group_offsets, ABORT drops it."""
+
+    __tablename__ = "pending_txn_offsets"
+
+    group_id: str = Field(primary_key=True, sa_type=Text)
+    topic: str = Field(primary_key=True, sa_type=Text)
+    partition: int = Field(primary_key=True)
+    producer_id: int = Field(primary_key=True, sa_type=BigInteger)
+    producer_epoch: int = Field(sa_type=SmallInteger, nullable=False)
+    offsets_partition: int = Field(nullable=False)
+    committed_offset: int = Field(sa_type=BigInteger, nullable=False)
+    metadata_: str | None = Field(default=None, sa_column=Column("metadata", Text, nullable=True))
+    commit_timestamp_ms: int = Field(sa_type=BigInteger, nullable=False)
+
+
+Index("pending_txn_offsets_by_transaction", PendingTxnOffset.offsets_partition, PendingTxnOffset.producer_id,
+      PendingTxnOffset.producer_epoch)

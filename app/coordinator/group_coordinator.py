@@ -1,0 +1,229 @@
+"""The group coordinator: membership with server-side range assignment (one heartbeat endpoint
+instead of Join/Sync/Heartbeat), offset commits plain and transactional, and session expiry.
+
+Invariants:
+- Membership changes lock the group's row; every change (join, leave, topics changed, session
+  expired) bumps the generation and recomputes the assignment in the same PostgreSQL transaction.
+- Commits that name a generation are checked against the group's current one (KIP-447: a zombie
+  consumer's commits, plain or transactional, are refused), holding the group row FOR SHARE so a
+  rebalance cannot slip in between the check and the commit.
+- Lock order: transactional id row -> group row -> __consumer_offsets partition -> offsets rows ->
+  __transaction_state (the coordinator's own order, with the group row in between).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+import asyncpg
+
+from app.coordinator.assignment import range_assignment
+from app.coordinator.transaction_coordinator import TransactionCoordinator
+from app.errors import BrokerError, ErrorCode
+from app.storage import group_offsets, groups
+from app.storage.group_offsets import CommittedOffset, OffsetEntry, PartitionLag
+from app.storage.groups import Group, Member
+from app.storage.topics import CONSUMER_OFFSETS_TOPIC, find_topics, get_topic, unknown_partition, unknown_topic
+
+NO_GENERATION = -1
+NO_MEMBER = ""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResult:
+    member_id: str
+    generation_id: int
+    heartbeat_interval_ms: int
+    assignment: dict[str, list[int]]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group: Group
+    members: list[Member]
+    offsets: list[PartitionLag]
+
+
+def _unknown_member(group_id: str, member_id: str) -> BrokerError:
+    return BrokerError(ErrorCode.UNKNOWN_MEMBER_ID,
+                       f"member {member_id!r} is not in group {group_id!r} (never joined, left, or evicted after its "
+                       f"session timed out): rejoin with member_id \"\"")
+
+
+def _illegal_generation(group_id: str, received: int, current: int) -> BrokerError:
+    return BrokerError(ErrorCode.ILLEGAL_GENERATION,
+                       f"generation {received} of group {group_id!r} is not the current one ({current}): a rebalance "
+                       f"happened; heartbeat to get the new generation and assignment, and commit only for "
+                       f"partitions still assigned")
+
+
+class GroupCoordinator:
+    def __init__(self, pool: asyncpg.Pool, transactions: TransactionCoordinator) -> None:
+        self.pool = pool
+        self.transactions = transactions
+
+    # ---- membership
+
+    async def _rebalance(self, conn: asyncpg.Connection, group: Group, now: int) -> None:
+        current = await groups.members(conn, group.group_id)
+        subscribed = sorted({topic for member in current for topic in member.topics})
+        topics = await find_topics(conn, subscribed)
+        group.generation_id += 1
+        group.assignment = range_assignment({m.member_id: m.topics for m in current},
+                                            {name: t.partition_count for name, t in topics.items()})
+        group.last_update_ms = now
+        await groups.save_generation(conn, group)
+
+    async def heartbeat(self, group_id: str, member_id: str, topics: list[str],
+                        session_timeout_ms: int) -> HeartbeatResult:
+        now = now_ms()
+        topics = sorted(set(topics))
+        async with self.pool.acquire() as conn, conn.transaction():
+            group = await groups.lock(conn, group_id, now)
+            members = {m.member_id: m for m in await groups.members(conn, group_id)}
+            changed = False
+            if member_id == NO_MEMBER:
+                member_id = f"member-{uuid.uuid4().hex}"
+                await groups.add_member(conn, group_id, Member(member_id, topics, session_timeout_ms, now, now))
+                changed = True
+            else:
+                member = members.get(member_id)
+                if member is None:
+                    raise _unknown_member(group_id, member_id)
+                changed = sorted(member.topics) != topics
+                await groups.touch_member(conn, group_id, member_id, topics, session_timeout_ms, now)
+            expired = [m.member_id for m in members.values()
+                       if m.member_id != member_id and m.last_heartbeat_ms + m.session_timeout_ms < now]
+            if expired:
+                await groups.remove_members(conn, group_id, expired)
+            if changed or expired:
+                await self._rebalance(conn, group, now)
+        return HeartbeatResult(member_id, group.generation_id, max(session_timeout_ms // 3, 1),
+                               group.assignment.get(member_id, {}))
+
+    async def leave(self, group_id: str, member_id: str) -> None:
+        now = now_ms()
+        async with self.pool.acquire() as conn, conn.transaction():
+            group = await groups.lock(conn, group_id, now)
+            if member_id not in {m.member_id for m in await groups.members(conn, group_id)}:
+                raise _unknown_member(group_id, member_id)
+            await groups.remove_members(conn, group_id, [member_id])
+            await self._rebalance(conn, group, now)
+
+    async def expire_sessions(self) -> int:
+        """Evicts members whose session ran out; each affected group rebalances once."""
+        now = now_ms()
+        evicted = 0
+        async with self.pool.acquire() as conn:
+            for group_id in await groups.groups_with_expired_members(conn, now):
+                async with conn.transaction():
+                    group = await groups.lock_if_free(conn, group_id)
+                    if group is None:
+                        continue  # another server is on it
+                    expired = [m.member_id for m in await groups.members(conn, group_id)
+                               if m.last_heartbeat_ms + m.session_timeout_ms < now]
+                    if expired:
+                        await groups.remove_members(conn, group_id, expired)
+                        await self._rebalance(conn, group, now)
+                        evicted += len(expired)
+        return evicted
+
+    # ---- offsets
+
+    async def _generation_error(self, conn: asyncpg.Connection, group_id: str, member_id: str,
+                                generation_id: int) -> BrokerError | None:
+        """KIP-447's check for a commit naming a generation; holds the group row FOR SHARE."""
+        if generation_id == NO_GENERATION:
+            return None
+        row = await conn.fetchrow("SELECT generation_id FROM consumer_groups WHERE group_id = $1 FOR SHARE", group_id)
+        exists = row is not None and await conn.fetchval(
+            "SELECT 1 FROM group_members WHERE group_id = $1 AND member_id = $2", group_id, member_id)
+        if not exists:
+            return _unknown_member(group_id, member_id)
+        if generation_id != row["generation_id"]:
+            return _illegal_generation(group_id, generation_id, row["generation_id"])
+        return None
+
+    async def _entry_errors(self, conn: asyncpg.Connection, entries: list[OffsetEntry]) -> list[BrokerError | None]:
+        topics = await find_topics(conn, sorted({e.topic for e in entries}))
+        errors: list[BrokerError | None] = []
+        for entry in entries:
+            topic = topics.get(entry.topic)
+            if topic is None:
+                errors.append(unknown_topic(entry.topic))
+            elif not 0 <= entry.partition < topic.partition_count:
+                errors.append(unknown_partition(topic, entry.partition))
+            else:
+                errors.append(None)
+        return errors
+
+    async def commit_offsets(self, group_id: str, member_id: str, generation_id: int,
+                             entries: list[OffsetEntry]) -> list[BrokerError | None]:
+        now = now_ms()
+        async with self.pool.acquire() as conn, conn.transaction():
+            generation_error = await self._generation_error(conn, group_id, member_id, generation_id)
+            if generation_error is not None:
+                return [generation_error] * len(entries)
+            errors = await self._entry_errors(conn, entries)
+            partition = await self.transactions.offsets_partition(conn, group_id)
+            offsets_topic = await get_topic(conn, CONSUMER_OFFSETS_TOPIC)
+            await group_offsets.commit(conn, offsets_topic, partition.partition, group_id,
+                                       [e for e, error in zip(entries, errors) if error is None], now)
+            if generation_id == NO_GENERATION:
+                await groups.lock(conn, group_id, now)  # so a group that only commits is listed too
+        return errors
+
+    async def txn_offset_commit(self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int,
+                                generation_id: int, member_id: str,
+                                entries: list[OffsetEntry]) -> list[BrokerError | None]:
+        """Offsets that become visible with the transaction's COMMIT marker (and vanish on abort).
+        Adds the group's offsets partition to the transaction if AddOffsetsToTxn was not called."""
+        now = now_ms()
+        async with self.pool.acquire() as conn, conn.transaction():
+            meta, partition = await self.transactions.join_for_offsets(conn, transactional_id, producer_id,
+                                                                       producer_epoch, group_id)
+            generation_error = await self._generation_error(conn, group_id, member_id, generation_id)
+            errors = ([generation_error] * len(entries) if generation_error is not None
+                      else await self._entry_errors(conn, entries))
+            offsets_topic = await get_topic(conn, CONSUMER_OFFSETS_TOPIC)
+            await group_offsets.stage(conn, offsets_topic, partition.partition, group_id,
+                                      [e for e, error in zip(entries, errors) if error is None],
+                                      meta.txn_producer_id, meta.txn_producer_epoch, now)
+            await self.transactions.log.save(conn, meta)  # last: see TransactionLog's lock order
+        return errors
+
+    async def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None,
+                            require_stable: bool) -> list[tuple[CommittedOffset, BrokerError | None]]:
+        async with self.pool.acquire() as conn:
+            found = await group_offsets.fetch(conn, group_id, partitions)
+        results = []
+        for committed in found:
+            error = None
+            if require_stable and committed.pending:
+                error = BrokerError(ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                                    f"a transactional offset commit of group {group_id!r} for {committed.topic}-"
+                                    f"{committed.partition} awaits its transaction's outcome: retry shortly")
+            results.append((committed, error))
+        return results
+
+    # ---- describe
+
+    async def describe(self, group_id: str) -> GroupDescription:
+        async with self.pool.acquire() as conn:
+            group = await groups.get(conn, group_id)
+            if group is None:
+                raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND,
+                                  f"group {group_id!r} does not exist: a group exists once a member heartbeats or "
+                                  f"offsets are committed for it")
+            return GroupDescription(group, await groups.members(conn, group_id),
+                                    await group_offsets.lags(conn, group_id))
+
+    async def list(self) -> list[tuple[Group, int]]:
+        async with self.pool.acquire() as conn:
+            return await groups.list_groups(conn)

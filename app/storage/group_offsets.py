@@ -1,0 +1,166 @@
+"""Committed consumer offsets, and transactional offsets pending until their marker.
+
+Every commit is also appended to the group's partition of `__consumer_offsets` (the record of what
+was committed, as in Kafka). What OffsetFetch sees is `group_offsets`: a plain commit writes it at
+once; a transactional one (TxnOffsetCommit) waits in `pending_txn_offsets` until the transaction's
+marker lands in that `__consumer_offsets` partition, which `settle` applies in the marker's
+PostgreSQL transaction: COMMIT makes the offsets visible, ABORT discards them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+import orjson
+
+from app.storage import partition_log, record_codec
+from app.storage.partition_log import BatchAppend
+from app.storage.topics import TopicInfo
+
+NO_OFFSET = -1
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetEntry:
+    topic: str
+    partition: int
+    offset: int
+    metadata: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _OffsetRecord:
+    key: str
+    value: str
+    headers: tuple = ()
+    timestamp_ms: int | None = None
+
+
+async def _append_commit_records(conn: asyncpg.Connection, offsets_topic: TopicInfo, offsets_partition: int,
+                                 group_id: str, entries: list[OffsetEntry], now_ms: int,
+                                 transaction: dict | None) -> None:
+    records = [_OffsetRecord(orjson.dumps([group_id, e.topic, e.partition]).decode(),
+                             orjson.dumps({"offset": e.offset, "metadata": e.metadata, "commit_timestamp_ms": now_ms,
+                                           "transaction": transaction}).decode()) for e in entries]
+    batch = record_codec.encode_batch(records, "utf8", now_ms, "offset commit")
+    await partition_log.append_batch(conn, BatchAppend(offsets_topic, offsets_partition, batch))
+
+
+async def commit(conn: asyncpg.Connection, offsets_topic: TopicInfo, offsets_partition: int, group_id: str,
+                 entries: list[OffsetEntry], now_ms: int) -> None:
+    """A plain OffsetCommit: visible at once. The caller holds the PostgreSQL transaction."""
+    if not entries:
+        return
+    await _append_commit_records(conn, offsets_topic, offsets_partition, group_id, entries, now_ms, None)
+    await conn.executemany(
+        "INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms) "
+        "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
+        "committed_offset = EXCLUDED.committed_offset, metadata = EXCLUDED.metadata, "
+        "commit_timestamp_ms = EXCLUDED.commit_timestamp_ms",
+        [(group_id, e.topic, e.partition, e.offset, e.metadata, now_ms) for e in entries])
+
+
+async def stage(conn: asyncpg.Connection, offsets_topic: TopicInfo, offsets_partition: int, group_id: str,
+                entries: list[OffsetEntry], producer_id: int, producer_epoch: int, now_ms: int) -> None:
+    """A TxnOffsetCommit: pending until the transaction's marker (a later one of the same
+    transaction for the same partition replaces it)."""
+    if not entries:
+        return
+    await _append_commit_records(conn, offsets_topic, offsets_partition, group_id, entries, now_ms,
+                                 {"producer_id": producer_id, "producer_epoch": producer_epoch})
+    await conn.executemany(
+        "INSERT INTO pending_txn_offsets (group_id, topic, partition, producer_id, producer_epoch, offsets_partition, "
+        "committed_offset, metadata, commit_timestamp_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
+        "ON CONFLICT (group_id, topic, partition, producer_id) DO UPDATE SET producer_epoch = EXCLUDED.producer_epoch, "
+        "committed_offset = EXCLUDED.committed_offset, metadata = EXCLUDED.metadata, "
+        "commit_timestamp_ms = EXCLUDED.commit_timestamp_ms",
+        [(group_id, e.topic, e.partition, producer_id, producer_epoch, offsets_partition, e.offset, e.metadata, now_ms)
+         for e in entries])
+
+
+# Run in the PostgreSQL transaction that writes the marker, so the offsets become visible exactly
+# when the marker does. Idempotent: a second run finds nothing pending.
+_SETTLE_COMMIT_SQL = """
+WITH settled AS (
+    DELETE FROM pending_txn_offsets WHERE offsets_partition = $1 AND producer_id = $2 AND producer_epoch = $3
+    RETURNING group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms
+)
+INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms)
+SELECT group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms FROM settled
+ON CONFLICT (group_id, topic, partition) DO UPDATE SET committed_offset = EXCLUDED.committed_offset,
+    metadata = EXCLUDED.metadata, commit_timestamp_ms = EXCLUDED.commit_timestamp_ms
+"""
+
+
+async def settle(conn: asyncpg.Connection, offsets_partition: int, producer_id: int, producer_epoch: int,
+                 commit_: bool) -> None:
+    if commit_:
+        await conn.execute(_SETTLE_COMMIT_SQL, offsets_partition, producer_id, producer_epoch)
+    else:
+        await conn.execute("DELETE FROM pending_txn_offsets WHERE offsets_partition = $1 AND producer_id = $2 "
+                           "AND producer_epoch = $3", offsets_partition, producer_id, producer_epoch)
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    topic: str
+    partition: int
+    offset: int
+    metadata: str | None
+    pending: bool  # a transactional commit for this partition awaits its marker
+
+
+async def fetch(conn: asyncpg.Connection, group_id: str,
+                partitions: list[tuple[str, int]] | None) -> list[CommittedOffset]:
+    """Visible committed offsets (NO_OFFSET where none), with whether a transactional one is pending.
+    With partitions None: every partition the group has committed or has pending."""
+    rows = await conn.fetch(
+        "WITH wanted AS (SELECT * FROM unnest($2::text[], $3::int[]) AS w(topic, partition)), "
+        "known AS (SELECT topic, partition FROM group_offsets WHERE group_id = $1 "
+        "          UNION SELECT topic, partition FROM pending_txn_offsets WHERE group_id = $1), "
+        "keys AS (SELECT topic, partition FROM wanted WHERE $4 UNION ALL SELECT topic, partition FROM known WHERE NOT $4) "
+        "SELECT k.topic, k.partition, o.committed_offset, o.metadata, "
+        "       EXISTS (SELECT 1 FROM pending_txn_offsets p WHERE p.group_id = $1 AND p.topic = k.topic "
+        "               AND p.partition = k.partition) AS pending "
+        "FROM keys k LEFT JOIN group_offsets o ON o.group_id = $1 AND o.topic = k.topic AND o.partition = k.partition "
+        "ORDER BY k.topic, k.partition",
+        group_id, [t for t, _ in partitions or []], [p for _, p in partitions or []], partitions is not None)
+    by_key = {(r["topic"], r["partition"]): CommittedOffset(
+        r["topic"], r["partition"], NO_OFFSET if r["committed_offset"] is None else r["committed_offset"],
+        r["metadata"], r["pending"]) for r in rows}
+    if partitions is None:
+        return list(by_key.values())
+    return [by_key[key] for key in partitions]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLag:
+    topic: str
+    partition: int
+    committed_offset: int
+    metadata: str | None
+    high_watermark: int
+    lag: int  # records (not markers) from the committed offset to the high watermark
+    pending: bool
+
+
+# Lag counts records, not markers: the offsets between the committed position and the high
+# watermark, minus the markers among them (an index range count on txn_markers_by_offset).
+_LAG_SQL = """
+SELECT o.topic, o.partition, o.committed_offset, o.metadata, p.high_watermark,
+       greatest(p.high_watermark - o.committed_offset, 0)
+         - (SELECT count(*) FROM txn_markers m WHERE m.topic_id = t.topic_id AND m.partition = o.partition
+            AND m.marker_offset >= o.committed_offset AND m.marker_offset < p.high_watermark) AS lag,
+       EXISTS (SELECT 1 FROM pending_txn_offsets q WHERE q.group_id = o.group_id AND q.topic = o.topic
+               AND q.partition = o.partition) AS pending
+FROM group_offsets o
+JOIN topics t ON t.name = o.topic
+JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = o.partition
+WHERE o.group_id = $1
+ORDER BY o.topic, o.partition
+"""
+
+
+async def lags(conn: asyncpg.Connection, group_id: str) -> list[PartitionLag]:
+    return [PartitionLag(*row) for row in await conn.fetch(_LAG_SQL, group_id)]
