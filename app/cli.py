@@ -106,7 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SERVER_COMMANDS = ("serve", "db")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] not in SERVER_COMMANDS:
+        from txbroker.cli import main as client_main  # the SDK's commands: HTTP only
+
+        return client_main(argv)
     args = build_parser().parse_args(argv)
     return args.run(args)
 

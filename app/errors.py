@@ -50,6 +50,8 @@ class ErrorCode(StrEnum):
     TOPIC_AUTHORIZATION_FAILED = "TOPIC_AUTHORIZATION_FAILED"
     GROUP_AUTHORIZATION_FAILED = "GROUP_AUTHORIZATION_FAILED"
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    # Added to the contract's table (as Kafka has it): denials of cluster-level operations.
+    CLUSTER_AUTHORIZATION_FAILED = "CLUSTER_AUTHORIZATION_FAILED"
     COORDINATOR_LOAD_IN_PROGRESS = "COORDINATOR_LOAD_IN_PROGRESS"
     COORDINATOR_NOT_AVAILABLE = "COORDINATOR_NOT_AVAILABLE"
     UNKNOWN_SERVER_ERROR = "UNKNOWN_SERVER_ERROR"
@@ -94,6 +96,7 @@ ERROR_SPECS: MappingProxyType[ErrorCode, ErrorSpec] = MappingProxyType({
     ErrorCode.TOPIC_AUTHORIZATION_FAILED: ErrorSpec(403, False, "not allowed on this topic"),
     ErrorCode.GROUP_AUTHORIZATION_FAILED: ErrorSpec(403, False, "not allowed on this group"),
     ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ErrorSpec(403, False, "not allowed on this transactional id"),
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED: ErrorSpec(403, False, "not allowed on the cluster"),
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: ErrorSpec(503, True, "the server is starting; retry"),
     ErrorCode.COORDINATOR_NOT_AVAILABLE: ErrorSpec(503, True, "the database is unavailable; retry"),
     ErrorCode.UNKNOWN_SERVER_ERROR: ErrorSpec(500, True, "a bug in the server"),

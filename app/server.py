@@ -14,6 +14,7 @@ from app.api.error_handlers import UnexpectedErrors, install_error_handlers
 from app.api.main import api_router
 from app.api.metrics import Metrics, MetricsMiddleware
 from app.api.request_bodies import JsonBodies
+from app.api.request_limits import LongPollSlots
 from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.coordinator.workers import BackgroundWorkers
@@ -78,6 +79,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
     app.state.settings = settings
     app.state.ready = False
     app.state.metrics = Metrics()
+    app.state.long_poll_slots = LongPollSlots(settings)
     install_error_handlers(app)
     app.include_router(api_router)
 

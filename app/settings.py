@@ -35,11 +35,19 @@ class Settings(BaseSettings):
     group_session_check_interval_ms: int = Field(
         1000, ge=1, description="how often members whose session timed out are evicted")
 
-    auth: Literal["off", "required"] = "off"
-    admin_token: str | None = None
+    auth: Literal["off", "required"] = Field(
+        "off", description="required: every request needs a bearer token; needed to listen beyond loopback")
+    admin_token: str | None = Field(None, description="bootstraps a super user 'admin' with this bearer token")
+    allow_anonymous: bool = Field(False, description="listen beyond loopback without authentication (unsafe)")
 
     max_request_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="largest request body accepted")
     max_records_per_request: int = Field(100_000, ge=1, description="most records one produce request may carry")
+    max_partitions_per_request: int = Field(10_000, ge=1, description="most partitions one request may name")
+    max_wait_ms: int = Field(30_000, ge=0, le=30_000, description="cap on a fetch's long-poll wait")
+    max_concurrent_long_polls: int = Field(
+        1_000, ge=0, description="long polls held open at once per server; beyond, fetches answer at once")
+    max_transactional_ids_per_principal: int = Field(
+        100_000, ge=1, description="transactional ids one principal may create (with auth required)")
     database_pool_size: int = Field(16, ge=1, le=500, description="PostgreSQL connections per server process")
     long_poll_fallback_ms: int = Field(
         1000, ge=10, description="how often a long-polling fetch re-reads even without a notification")

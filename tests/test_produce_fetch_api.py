@@ -6,6 +6,7 @@ import asyncio
 import base64
 import itertools
 import os
+import ssl
 import threading
 import time
 
@@ -17,6 +18,10 @@ from app.server import create_app
 from app.settings import Settings
 from tests.conftest import TEMPLATE_DATABASE, RunningServer, database_url_for, loopback_socket, wait_until_healthy
 from txbroker.partitioner import partition_for_key
+
+
+# httpx builds an SSL context per Client (~30 ms) unless given one; these clients never use TLS.
+_SSL = ssl.create_default_context()
 
 
 # One server (and database) for the module: a fresh one per test costs ~0.5 s. Every test uses topics
@@ -42,7 +47,7 @@ def shared(postgres):
 
 @pytest.fixture
 def client(shared):
-    with httpx.Client(base_url=shared.url, timeout=60) as c:
+    with httpx.Client(base_url=shared.url, timeout=60, verify=_SSL) as c:
         yield c
 
 
@@ -469,9 +474,9 @@ def test_records_endpoint_with_partition_appends_there(client):
 
 def test_records_endpoint_same_key_always_lands_on_the_murmur2_partition(client):
     name = fresh(client, 7)
-    for key in ("user-1", "user-2", "order-42", "ü-key", "😀"):
+    for key in ("user-1", "order-42", "ü-key", "😀"):
         expected = partition_for_key(key.encode("utf-8"), 7)
-        for _ in range(3):
+        for _ in range(2):
             response = client.post(f"/v1/topics/{name}/records",
                                    json={"partition": None, "records": [{"key": key, "value": "x"}]})
             assert response.status_code == 200, response.text
@@ -501,8 +506,8 @@ def test_records_endpoint_many_keys_use_several_partitions(client):
     name = fresh(client, 4)
     used = {client.post(f"/v1/topics/{name}/records",
                         json={"records": [{"key": f"key-{i}", "value": "x"}]}).json()["partition"]
-            for i in range(24)}
-    assert used == {partition_for_key(f"key-{i}".encode(), 4) for i in range(24)}
+            for i in range(12)}
+    assert used == {partition_for_key(f"key-{i}".encode(), 4) for i in range(12)}
     assert len(used) > 1
 
 
@@ -563,7 +568,7 @@ def test_long_poll_returns_when_another_client_appends(client, shared, topic):
 
     def append_later():
         time.sleep(0.4)
-        with httpx.Client(base_url=shared.url, timeout=30) as other:
+        with httpx.Client(base_url=shared.url, timeout=30, verify=_SSL) as other:
             other.post("/v1/produce", json={"partitions": [
                 {"topic": topic, "partition": 0, "records": [{"value": "late"}]}]})
 
@@ -583,7 +588,7 @@ def test_long_poll_on_several_partitions_wakes_for_any_of_them(client, shared):
 
     def append_later():
         time.sleep(0.3)
-        with httpx.Client(base_url=shared.url, timeout=30) as other:
+        with httpx.Client(base_url=shared.url, timeout=30, verify=_SSL) as other:
             other.post(f"/v1/topics/{name}/records", json={"partition": 2, "records": [{"value": "p2"}]})
 
     writer = threading.Thread(target=append_later)
@@ -600,11 +605,11 @@ def test_long_poll_on_several_partitions_wakes_for_any_of_them(client, shared):
 def test_long_poll_returns_empty_after_max_wait_when_nothing_arrives(client, topic):
     produce(client, topic, 0, values(1))
     started = time.monotonic()
-    entry = fetch_one(client, topic, offset=1, max_wait_ms=1200)
+    entry = fetch_one(client, topic, offset=1, max_wait_ms=1000)
     elapsed = time.monotonic() - started
     assert entry["records"] == [] and entry["error"] is None
     assert entry["next_offset"] == 1 and entry["high_watermark"] == 1
-    assert elapsed >= 1200 * 0.9 / 1000
+    assert elapsed >= 1000 * 0.9 / 1000
 
 
 def test_long_poll_is_not_woken_by_other_topics(client, shared, topic):
@@ -612,17 +617,17 @@ def test_long_poll_is_not_woken_by_other_topics(client, shared, topic):
 
     def append_elsewhere():
         time.sleep(0.2)
-        with httpx.Client(base_url=shared.url, timeout=30) as other:
+        with httpx.Client(base_url=shared.url, timeout=30, verify=_SSL) as other:
             other.post(f"/v1/topics/{other_topic}/records", json={"partition": 0, "records": [{"value": "x"}]})
 
     writer = threading.Thread(target=append_elsewhere)
     started = time.monotonic()
     writer.start()
-    entry = fetch_one(client, topic, max_wait_ms=1000)
+    entry = fetch_one(client, topic, max_wait_ms=700)
     elapsed = time.monotonic() - started
     writer.join()
     assert entry["records"] == []
-    assert elapsed >= 0.9
+    assert elapsed >= 0.7 * 0.9
 
 
 def test_long_poll_with_data_available_returns_at_once(client, topic):
@@ -636,7 +641,7 @@ def test_long_poll_with_data_available_returns_at_once(client, topic):
 def test_get_records_endpoint_long_polls_too(client, shared, topic):
     def append_later():
         time.sleep(0.3)
-        with httpx.Client(base_url=shared.url, timeout=30) as other:
+        with httpx.Client(base_url=shared.url, timeout=30, verify=_SSL) as other:
             other.post(f"/v1/topics/{topic}/records", json={"partition": 0, "records": [{"value": "g"}]})
 
     writer = threading.Thread(target=append_later)
@@ -715,3 +720,53 @@ def test_list_offsets_unknown_topic_or_partition_is_partition_level_in_order(cli
     assert [e["error"]["code"] if e["error"] else None for e in entries] == [
         "UNKNOWN_TOPIC_OR_PARTITION", "UNKNOWN_TOPIC_OR_PARTITION", None]
     assert [e["offset"] for e in entries] == [-1, -1, 2]
+
+
+# ---- concurrency
+
+def test_concurrent_appends_to_one_partition_get_dense_unique_offsets(client, shared, topic):
+    spans, errors = [], []
+
+    def writer(index):
+        with httpx.Client(base_url=shared.url, timeout=60, verify=_SSL) as own:
+            for round_ in range(8):
+                response = own.post("/v1/produce", json={"partitions": [
+                    {"topic": topic, "partition": 0, "records": values(1 + (index + round_) % 3, f"w{index}-")}]})
+                if response.status_code != 200 or response.json()["partitions"][0]["error"]:
+                    errors.append(response.text)
+                    return
+                entry = response.json()["partitions"][0]
+                spans.append((entry["base_offset"], entry["last_offset"]))
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    covered = sorted(offset for base, last in spans for offset in range(base, last + 1))
+    assert covered == list(range(len(covered)))
+    assert high_watermark(client, topic) == len(covered)
+    fetched = fetch_one(client, topic, max_records=10_000)["records"]
+    assert [r["offset"] for r in fetched] == covered
+
+
+def test_concurrent_multi_partition_produces_in_opposite_orders_do_not_fail(client, shared):
+    name = fresh(client, 2)
+    errors = []
+
+    def writer(order):
+        with httpx.Client(base_url=shared.url, timeout=60, verify=_SSL) as own:
+            for _ in range(10):
+                response = own.post("/v1/produce", json={"partitions": [
+                    {"topic": name, "partition": p, "records": values(2)} for p in order]})
+                if response.status_code != 200 or any(e["error"] for e in response.json()["partitions"]):
+                    errors.append(response.text)
+
+    threads = [threading.Thread(target=writer, args=(order,)) for order in ([0, 1], [1, 0], [0, 1], [1, 0])]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert [p["high_watermark"] for p in client.get(f"/v1/topics/{name}").json()["partitions"]] == [80, 80]

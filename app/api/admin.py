@@ -3,16 +3,19 @@ DescribeTransactions, admin abort, DescribeProducers, markers."""
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 from fastapi import APIRouter, Query
 
 from app.api import schemas
+from app.api.auth import PrincipalDep
 from app.api.deps import READY, CoordinatorDep, PoolDep
+from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.api.responses import json_response
 from app.coordinator.transaction_states import TransactionState
 from app.errors import invalid_request
-from app.storage import markers, producer_ids
+from app.storage import markers, principals, producer_ids
 from app.storage.topics import get_topic, unknown_partition
 from app.storage.transaction_log import TransactionMetadata
 
@@ -42,30 +45,39 @@ def _parse_states(state: str | None) -> list[str] | None:
 
 @router.get("/transactions", response_model=schemas.TransactionList, responses=ERRORS)
 async def list_transactions(
-        coordinator: CoordinatorDep, state: str | None = None,
+        coordinator: CoordinatorDep, principal: PrincipalDep, state: str | None = None,
         min_duration_ms: Annotated[int | None, Query(ge=0)] = None,
         producer_id: Annotated[int | None, Query(ge=0, le=schemas.INT64_MAX)] = None,
         transactional_id_prefix: str | None = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
         after: Annotated[str | None, Query(description="page after this transactional id")] = None):
     """[ListTransactions] Filters: state (comma-separated), min_duration_ms (open at least this long),
-    producer_id, transactional_id_prefix. Ordered by transactional id; page with `after`."""
-    found = await coordinator.list(_parse_states(state), transactional_id_prefix, producer_id, min_duration_ms,
-                                   limit, after)
+    producer_id, transactional_id_prefix. Ordered by transactional id; page with `after`. Lists
+    the ids the caller may Describe."""
+    found = [meta for meta in await coordinator.list(_parse_states(state), transactional_id_prefix, producer_id,
+                                                     min_duration_ms, limit, after)
+             if is_allowed(principal, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, meta.transactional_id)]
     return json_response({"transactions": [transaction_body(meta) for meta in found]})
 
 
 @router.get("/transactions/{transactional_id:path}", response_model=schemas.TransactionOut, responses=ERRORS)
-async def describe_transaction(transactional_id: str, coordinator: CoordinatorDep):
-    """[DescribeTransactions]"""
+async def describe_transaction(transactional_id: str, coordinator: CoordinatorDep, principal: PrincipalDep):
+    """[DescribeTransactions] Needs Describe on the TransactionalId."""
+    authorize(principal, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id)
     return json_response(transaction_body(await coordinator.describe(transactional_id)))
 
 
 @router.post("/transactions/{transactional_id:path}/abort", response_model=schemas.EndTxnResponse, responses=ERRORS)
-async def abort_transaction(transactional_id: str, coordinator: CoordinatorDep):
+async def abort_transaction(transactional_id: str, coordinator: CoordinatorDep, pool: PoolDep,
+                            principal: PrincipalDep):
     """[kafka-transactions.sh abort] Fences the current producer (epoch bump) and aborts its open
-    (Ongoing or Prepared) transaction."""
+    (Ongoing or Prepared) transaction. Needs Write on the TransactionalId or Alter on the Cluster."""
+    if not is_allowed(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE):
+        authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
     result = await coordinator.admin_abort(transactional_id)
+    async with pool.acquire() as conn:
+        await principals.audit(conn, int(time.time() * 1000), principal.name, "abort transaction", transactional_id,
+                               f"fenced: now producer {result.producer_id} epoch {result.producer_epoch}")
     return json_response({"producer_id": result.producer_id, "producer_epoch": result.producer_epoch,
                           "state": result.state})
 
@@ -79,8 +91,10 @@ async def _partition(conn, topic: str, partition: int):
 
 @router.get("/topics/{topic}/partitions/{partition}/producers", response_model=schemas.ProducerList,
             responses=ERRORS)
-async def describe_producers(topic: str, partition: int, pool: PoolDep):
-    """[DescribeProducers] The producers with state on this partition (-1: none)."""
+async def describe_producers(topic: str, partition: int, pool: PoolDep, principal: PrincipalDep):
+    """[DescribeProducers] The producers with state on this partition (-1: none). Needs Read on the
+    topic."""
+    authorize(principal, Operation.READ, ResourceType.TOPIC, topic)
     async with pool.acquire() as conn:
         info = await _partition(conn, topic, partition)
         found = await producer_ids.describe_partition_producers(conn, info.topic_id, partition)
@@ -93,10 +107,11 @@ async def describe_producers(topic: str, partition: int, pool: PoolDep):
 
 @router.get("/topics/{topic}/partitions/{partition}/markers", response_model=schemas.MarkerList,
             responses=ERRORS)
-async def list_markers(topic: str, partition: int, pool: PoolDep,
+async def list_markers(topic: str, partition: int, pool: PoolDep, principal: PrincipalDep,
                        offset: Annotated[int, Query(ge=0, le=schemas.INT64_MAX)] = 0,
                        limit: Annotated[int, Query(ge=1, le=10_000)] = 100):
-    """The transaction markers of a partition from an offset on."""
+    """The transaction markers of a partition from an offset on. Needs Read on the topic."""
+    authorize(principal, Operation.READ, ResourceType.TOPIC, topic)
     async with pool.acquire() as conn:
         info = await _partition(conn, topic, partition)
         found = await markers.list_markers(conn, info.topic_id, partition, offset, limit)

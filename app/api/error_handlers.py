@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import uuid
 
+import asyncpg
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -40,6 +42,15 @@ def describe_validation_errors(errors: list[dict]) -> str:
     return "; ".join(described) + more + ". See /docs for the request's schema."
 
 
+def _is_unstorable_text(error: Exception) -> bool:
+    """PostgreSQL text cannot hold NUL, and a lone surrogate has no UTF-8 encoding: asyncpg reports
+    these as the errors below. Anything else of these classes is a bug, not bad input."""
+    if isinstance(error, (asyncpg.exceptions.CharacterNotInRepertoireError,
+                          asyncpg.exceptions.UntranslatableCharacterError)):
+        return True
+    return isinstance(error, asyncpg.exceptions.DataError) and "surrogate" in str(error)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(BrokerError)
     async def broker_error(_request: Request, error: BrokerError):
@@ -58,8 +69,13 @@ def install_error_handlers(app: FastAPI) -> None:
         if error.status_code == 404:
             return error_response(BrokerError(
                 ErrorCode.NOT_FOUND, f"no route {request.method} {request.url.path}: see /docs for the API"))
-        if error.status_code == 400:  # e.g. a body Starlette could not read
-            return error_response(invalid_request(str(error.detail)))
+        if error.status_code == 400:  # a body FastAPI could not parse: say why
+            cause = error.__cause__
+            if isinstance(cause, BrokerError):
+                return error_response(cause)
+            reason = f" ({type(cause).__name__}: {str(cause)[:200]})" if cause is not None else ""
+            return error_response(invalid_request(
+                f"the body could not be parsed as JSON{reason}: send a UTF-8 JSON object as API.md describes"))
         return error_response(BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, str(error.detail)))
 
     async def database_unavailable(_request: Request, error: Exception):
@@ -68,6 +84,17 @@ def install_error_handlers(app: FastAPI) -> None:
             ErrorCode.COORDINATOR_NOT_AVAILABLE,
             "the database is unavailable; nothing was changed by this request unless it reports "
             "otherwise later: retry it (it is safe to retry)"))
+
+    async def unstorable_text(_request: Request, error: Exception):
+        if not _is_unstorable_text(error):
+            raise error
+        return error_response(invalid_request(
+            "a text field (an id, a name or metadata) contains a character that cannot be stored: the NUL "
+            "character or a lone UTF-16 surrogate; remove it"))
+
+    app.add_exception_handler(asyncpg.exceptions.CharacterNotInRepertoireError, unstorable_text)
+    app.add_exception_handler(asyncpg.exceptions.UntranslatableCharacterError, unstorable_text)
+    app.add_exception_handler(asyncpg.exceptions.DataError, unstorable_text)
 
     for connection_error in CONNECTION_ERRORS:
         app.add_exception_handler(connection_error, database_unavailable)

@@ -6,7 +6,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.api import schemas
+from app.api.auth import PrincipalDep
 from app.api.deps import READY, GroupCoordinatorDep
+from app.coordinator.authorizer import Operation, ResourceType, authorize, is_allowed
 from app.api.responses import error_or_none, json_response
 from app.storage.group_offsets import OffsetEntry
 
@@ -24,9 +26,14 @@ def _offset_errors(entries: list[OffsetEntry], errors) -> dict:
 
 
 @router.post("/groups/{group_id}/heartbeat", response_model=schemas.HeartbeatResponse, responses=ERRORS)
-async def heartbeat(group_id: str, body: schemas.HeartbeatRequest, groups: GroupCoordinatorDep):
+async def heartbeat(group_id: str, body: schemas.HeartbeatRequest, groups: GroupCoordinatorDep,
+                    principal: PrincipalDep):
     """[Join/Sync/Heartbeat] Joins (member_id ""), keeps alive, and answers the group's current
-    generation and this member's assignment in it (range assignment, computed by the server)."""
+    generation and this member's assignment in it (range assignment, computed by the server).
+    Needs Read on the group and Describe on the topics."""
+    authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
+    for topic in set(body.topics):
+        authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
     result = await groups.heartbeat(group_id, body.member_id, body.topics, body.session_timeout_ms)
     return json_response({"member_id": result.member_id, "generation_id": result.generation_id,
                           "heartbeat_interval_ms": result.heartbeat_interval_ms,
@@ -35,23 +42,32 @@ async def heartbeat(group_id: str, body: schemas.HeartbeatRequest, groups: Group
 
 
 @router.post("/groups/{group_id}/leave", responses=ERRORS)
-async def leave(group_id: str, body: schemas.LeaveRequest, groups: GroupCoordinatorDep):
+async def leave(group_id: str, body: schemas.LeaveRequest, groups: GroupCoordinatorDep, principal: PrincipalDep):
     """[LeaveGroup] The group rebalances at once instead of after the session timeout."""
+    authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
     await groups.leave(group_id, body.member_id)
     return json_response({})
 
 
 @router.post("/groups/{group_id}/offsets/commit", response_model=schemas.OffsetsResult, responses=ERRORS)
-async def commit_offsets(group_id: str, body: schemas.OffsetCommitRequest, groups: GroupCoordinatorDep):
-    """[OffsetCommit] With generation_id >= 0 the member and generation are checked."""
+async def commit_offsets(group_id: str, body: schemas.OffsetCommitRequest, groups: GroupCoordinatorDep,
+                         principal: PrincipalDep):
+    """[OffsetCommit] With generation_id >= 0 the member and generation are checked. Needs Read on
+    the group and on the topics."""
+    authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
+    for topic in {o.topic for o in body.offsets}:
+        authorize(principal, Operation.READ, ResourceType.TOPIC, topic)
     entries = _entries(body.offsets)
     errors = await groups.commit_offsets(group_id, body.member_id, body.generation_id, entries)
     return json_response(_offset_errors(entries, errors))
 
 
 @router.post("/groups/{group_id}/offsets/fetch", response_model=schemas.OffsetFetchResponse, responses=ERRORS)
-async def fetch_offsets(group_id: str, body: schemas.OffsetFetchRequest, groups: GroupCoordinatorDep):
-    """[OffsetFetch] Committed offsets (-1: none); transactional ones only once committed."""
+async def fetch_offsets(group_id: str, body: schemas.OffsetFetchRequest, groups: GroupCoordinatorDep,
+                        principal: PrincipalDep):
+    """[OffsetFetch] Committed offsets (-1: none); transactional ones only once committed. Needs
+    Describe on the group."""
+    authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
     wanted = None if body.partitions is None else [(p.topic, p.partition) for p in body.partitions]
     found = await groups.fetch_offsets(group_id, wanted, body.require_stable)
     return json_response({"offsets": [
@@ -66,17 +82,19 @@ def _member_body(member, assignment: dict) -> dict:
 
 
 @router.get("/groups", responses=ERRORS)
-async def list_groups(groups: GroupCoordinatorDep):
-    """[ListGroups]"""
+async def list_groups(groups: GroupCoordinatorDep, principal: PrincipalDep):
+    """[ListGroups] The groups the caller may Describe."""
     return json_response({"groups": [
         {"group_id": group.group_id, "generation_id": group.generation_id, "members": count,
-         "state": "Stable" if count else "Empty"} for group, count in await groups.list()]})
+         "state": "Stable" if count else "Empty"} for group, count in await groups.list()
+        if is_allowed(principal, Operation.DESCRIBE, ResourceType.GROUP, group.group_id)]})
 
 
 @router.get("/groups/{group_id}", responses=ERRORS)
-async def describe_group(group_id: str, groups: GroupCoordinatorDep):
+async def describe_group(group_id: str, groups: GroupCoordinatorDep, principal: PrincipalDep):
     """[DescribeGroups] Members, generation, assignment, committed offsets and lag (records, not
-    markers: a consumer past the last COMMIT marker has lag 0)."""
+    markers: a consumer past the last COMMIT marker has lag 0). Needs Describe on the group."""
+    authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
     described = await groups.describe(group_id)
     group = described.group
     return json_response({
@@ -89,9 +107,15 @@ async def describe_group(group_id: str, groups: GroupCoordinatorDep):
 
 
 @router.post("/txn/offset-commit", response_model=schemas.OffsetsResult, responses=ERRORS, tags=["transactions"])
-async def txn_offset_commit(body: schemas.TxnOffsetCommitRequest, groups: GroupCoordinatorDep):
+async def txn_offset_commit(body: schemas.TxnOffsetCommitRequest, groups: GroupCoordinatorDep,
+                            principal: PrincipalDep):
     """[TxnOffsetCommit] Offsets invisible to OffsetFetch until the transaction's COMMIT marker;
-    discarded on abort. With generation_id >= 0, a zombie member's commit is refused (KIP-447)."""
+    discarded on abort. With generation_id >= 0, a zombie member's commit is refused (KIP-447).
+    Needs Write on the TransactionalId and Read on the group and topics."""
+    authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
+    authorize(principal, Operation.READ, ResourceType.GROUP, body.group_id)
+    for topic in {o.topic for o in body.offsets}:
+        authorize(principal, Operation.READ, ResourceType.TOPIC, topic)
     entries = _entries(body.offsets)
     errors = await groups.txn_offset_commit(body.transactional_id, body.group_id, body.producer_id,
                                             body.producer_epoch, body.generation_id, body.member_id, entries)

@@ -3,6 +3,7 @@
 from fastapi import APIRouter
 
 from app.api import admin, fetch, groups, metrics, produce, topics, transactions
+from app.api import console
 
 api_router = APIRouter()
 api_router.include_router(topics.router)
@@ -12,3 +13,6 @@ api_router.include_router(transactions.router)
 api_router.include_router(groups.router)
 api_router.include_router(admin.router)
 api_router.include_router(metrics.router)
+
+# The web console (HTML for people, under /console).
+api_router.include_router(console.router)

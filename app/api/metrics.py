@@ -8,7 +8,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from app.api.auth import PrincipalDep
 from app.api.deps import PoolDep
+from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize
 from app.storage import partition_log, topics
 
 
@@ -62,8 +64,9 @@ router = APIRouter(tags=["observability"])
 
 
 @router.get("/metrics", response_class=Response)
-async def metrics_text(request: Request, pool: PoolDep):
-    """Prometheus text format."""
+async def metrics_text(request: Request, pool: PoolDep, principal: PrincipalDep):
+    """Prometheus text format. Needs Describe on the Cluster."""
+    authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
     metrics: Metrics = request.app.state.metrics
     async with pool.acquire() as conn:
         found = await topics.list_topics(conn)

@@ -7,7 +7,10 @@ import itertools
 from fastapi import APIRouter, Request
 
 from app.api import schemas
+from app.api.auth import PrincipalDep
 from app.api.deps import READY, CoordinatorDep, PoolDep, SettingsDep
+from app.coordinator.authorizer import Operation, ResourceType, authorize
+from app.api.request_limits import check_partition_count
 from app.api.responses import error_response, json_response
 from app.coordinator.produce import PartitionRecords, ProduceCommand, produce
 from app.errors import BrokerError, invalid_request
@@ -37,8 +40,14 @@ def _count_produced(request: Request, body_partitions, results) -> None:
 
 @router.post("/produce", response_model=schemas.ProduceResponse, responses=ERRORS)
 async def produce_records(body: schemas.ProduceRequest, coordinator: CoordinatorDep, settings: SettingsDep,
-                          request: Request):
-    """[Produce] Appends each partition's records; one result per request partition, same order."""
+                          request: Request, principal: PrincipalDep):
+    """[Produce] Appends each partition's records; one result per request partition, same order.
+    Needs Write on every topic, and on the TransactionalId for a transactional write."""
+    check_partition_count(settings, len(body.partitions))
+    for topic in {p.topic for p in body.partitions}:
+        authorize(principal, Operation.WRITE, ResourceType.TOPIC, topic)
+    if body.transactional_id is not None:
+        authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
     command = ProduceCommand(
         body.transactional_id, body.producer_id, body.producer_epoch, body.encoding,
         [PartitionRecords(p.topic, p.partition, p.base_sequence, p.records) for p in body.partitions])
@@ -56,9 +65,10 @@ def _key_bytes(key: str, encoding: str) -> bytes:
 
 @router.post("/topics/{topic}/records", response_model=schemas.ProducePartitionResult, responses=ERRORS)
 async def write_records(topic: str, body: schemas.TopicRecordsRequest, pool: PoolDep, settings: SettingsDep,
-                        coordinator: CoordinatorDep, request: Request):
+                        coordinator: CoordinatorDep, request: Request, principal: PrincipalDep):
     """Plain writes for curl. With partition null, the key picks the partition (murmur2, Kafka's
     default partitioner), so all records of the request must share one key; null keys go round-robin."""
+    authorize(principal, Operation.WRITE, ResourceType.TOPIC, topic)
     partition = body.partition
     if partition is None:
         key = body.records[0].key

@@ -11,10 +11,6 @@ import orjson
 from app.errors import invalid_request
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class JsonBodies:
     """Pure ASGI middleware: declares every body JSON; checks Content-Length up front and counts
     streamed (chunked) bytes."""
@@ -23,9 +19,12 @@ class JsonBodies:
         self.app = app
         self.max_bytes = max_bytes
 
+    def _refusal(self, received: str):
+        return invalid_request(f"the request body is {received}: expected at most {self.max_bytes} bytes "
+                               f"(setting max_request_bytes); send fewer records per request")
+
     async def _refuse(self, send, received: str) -> None:
-        error = invalid_request(f"the request body is {received}: expected at most {self.max_bytes} bytes "
-                                f"(setting max_request_bytes); send fewer records per request")
+        error = self._refusal(received)
         await send({"type": "http.response.start", "status": error.http_status,
                     "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
         await send({"type": "http.response.body", "body": orjson.dumps({"error": error.as_dict()})})
@@ -48,16 +47,8 @@ class JsonBodies:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
-                    raise _TooLarge()
+                    # Raised while the route reads its body, so the API's error handlers render it.
+                    raise self._refusal(f"over {self.max_bytes} bytes (streamed)")
             return message
 
-        async def tracking_send(message):
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, counting_receive, tracking_send)
-        except _TooLarge:
-            if not started:
-                await self._refuse(send, f"over {self.max_bytes} bytes")
+        await self.app(scope, counting_receive, send)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -11,8 +12,17 @@ from app.errors import BrokerError
 from app.storage.partition_log import NO_OFFSET
 
 
+def _serialize(body: Any) -> bytes:
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        # A request may carry a lone surrogate ("\ud800") that we echo back (an unknown topic's
+        # name): orjson refuses it, the standard library writes it as the same JSON escape.
+        return json.dumps(body, ensure_ascii=True).encode("ascii")
+
+
 def json_response(body: Any, status_code: int = 200, headers: dict | None = None) -> Response:
-    return Response(orjson.dumps(body), status_code=status_code, media_type="application/json",
+    return Response(_serialize(body), status_code=status_code, media_type="application/json",
                     headers=headers)
 
 

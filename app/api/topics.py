@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import time
+
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from app.api import schemas
+from app.api.auth import PrincipalDep
 from app.api.deps import READY, PoolDep, SettingsDep
+from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.api.responses import json_response
-from app.storage import partition_log, topics
+from app.storage import partition_log, principals, topics
 from app.storage.topics import TopicInfo
 
 router = APIRouter(prefix="/v1", tags=["topics and cluster"])
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 ERRORS = {400: {"model": schemas.ErrorBody}, 404: {"model": schemas.ErrorBody}, 409: {"model": schemas.ErrorBody}}
 
 
@@ -38,33 +46,43 @@ async def health(request: Request):
 
 
 @router.get("/cluster", response_model=schemas.Cluster, dependencies=READY)
-async def cluster(pool: PoolDep, settings: SettingsDep):
-    """[Metadata] This node, the nodes of the cluster and the topic names."""
+async def cluster(pool: PoolDep, settings: SettingsDep, principal: PrincipalDep):
+    """[Metadata] This node, the nodes of the cluster and the topic names (those the caller may
+    Describe)."""
     async with pool.acquire() as conn:
-        names = [topic.name for topic in await topics.list_topics(conn)]
+        names = [topic.name for topic in await topics.list_topics(conn)
+                 if is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic.name)]
     node = {"node_id": settings.node_id, "url": settings.public_url()}
     return json_response({"node_id": settings.node_id, "nodes": [node], "topics": names})
 
 
 @router.post("/topics", status_code=201, response_model=schemas.TopicOut, responses=ERRORS, dependencies=READY)
-async def create_topic(body: schemas.CreateTopicRequest, pool: PoolDep):
-    """[CreateTopics] Names match [a-zA-Z0-9._-]{1,249}, not '.', '..' or starting with '__'."""
+async def create_topic(body: schemas.CreateTopicRequest, pool: PoolDep, principal: PrincipalDep):
+    """[CreateTopics] Names match [a-zA-Z0-9._-]{1,249}, not '.', '..' or starting with '__'.
+    Needs Create on the Cluster or on the topic."""
+    if not is_allowed(principal, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
+        authorize(principal, Operation.CREATE, ResourceType.TOPIC, body.name)
     async with pool.acquire() as conn:
         topic = await topics.create_topic(conn, body.name, body.partitions, body.config)
+        await principals.audit(conn, now_ms(), principal.name, "create topic", body.name,
+                               f"partitions={body.partitions}")
         states = await partition_log.partition_states(conn, [topic])
     return json_response(_topic_body(topic, states[topic.topic_id]), 201)
 
 
 @router.get("/topics", response_model=schemas.TopicList, dependencies=READY)
-async def list_topics(pool: PoolDep):
+async def list_topics(pool: PoolDep, principal: PrincipalDep):
+    """The topics the caller may Describe."""
     async with pool.acquire() as conn:
-        found = await topics.list_topics(conn)
+        found = [topic for topic in await topics.list_topics(conn)
+                 if is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic.name)]
         states = await partition_log.partition_states(conn, found)
     return json_response({"topics": [_topic_body(topic, states[topic.topic_id]) for topic in found]})
 
 
 @router.get("/topics/{topic}", response_model=schemas.TopicOut, responses=ERRORS, dependencies=READY)
-async def describe_topic(topic: str, pool: PoolDep):
+async def describe_topic(topic: str, pool: PoolDep, principal: PrincipalDep):
+    authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
     async with pool.acquire() as conn:
         info = await topics.get_topic(conn, topic)
         states = await partition_log.partition_states(conn, [info])
@@ -72,8 +90,10 @@ async def describe_topic(topic: str, pool: PoolDep):
 
 
 @router.delete("/topics/{topic}", status_code=204, responses=ERRORS, dependencies=READY)
-async def delete_topic(topic: str, pool: PoolDep):
-    """[DeleteTopics] Deletes the topic and all its records."""
+async def delete_topic(topic: str, pool: PoolDep, principal: PrincipalDep):
+    """[DeleteTopics] Deletes the topic and all its records. Needs Delete on the topic."""
+    authorize(principal, Operation.DELETE, ResourceType.TOPIC, topic)
     async with pool.acquire() as conn:
         await topics.delete_topic(conn, topic)
+        await principals.audit(conn, now_ms(), principal.name, "delete topic", topic)
     return Response(status_code=204)

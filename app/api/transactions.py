@@ -6,7 +6,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.api import schemas
+from app.api.auth import PrincipalDep
 from app.api.deps import READY, CoordinatorDep, SettingsDep
+from app.api.request_limits import check_partition_count
+from app.coordinator.authorizer import Operation, ResourceType, authorize
 from app.api.responses import error_or_none, json_response
 
 router = APIRouter(prefix="/v1", tags=["transactions"], dependencies=READY)
@@ -14,18 +17,25 @@ ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 409, 503
 
 
 @router.post("/coordinators/find", response_model=schemas.FindCoordinatorResponse, responses=ERRORS)
-async def find_coordinator(body: schemas.FindCoordinatorRequest, settings: SettingsDep):
+async def find_coordinator(body: schemas.FindCoordinatorRequest, settings: SettingsDep, principal: PrincipalDep):
     """[FindCoordinator] Every node coordinates every key today; the RPC exists so that ownership per
     transaction-log partition can come without a client change."""
+    resource = ResourceType.TRANSACTIONAL_ID if body.key_type == "transaction" else ResourceType.GROUP
+    authorize(principal, Operation.DESCRIBE, resource, body.key)
     return json_response({"key": body.key, "node_id": settings.node_id, "url": settings.public_url()})
 
 
 @router.post("/producers/init", response_model=schemas.InitProducerIdResponse, responses=ERRORS)
-async def init_producer_id(body: schemas.InitProducerIdRequest, coordinator: CoordinatorDep):
+async def init_producer_id(body: schemas.InitProducerIdRequest, coordinator: CoordinatorDep,
+                           principal: PrincipalDep):
     """[InitProducerId] A fresh producer id (no transactional id), or the transactional id's producer
-    with an epoch above every epoch used before, fencing older instances and ending what they left."""
+    with an epoch above every epoch used before, fencing older instances and ending what they left.
+    Needs Write on the TransactionalId (any authenticated caller may be an idempotent producer)."""
+    if body.transactional_id is not None:
+        authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
     result = await coordinator.init_producer_id(body.transactional_id, body.transaction_timeout_ms,
-                                                body.producer_id, body.producer_epoch, body.keep_prepared_txn)
+                                                body.producer_id, body.producer_epoch, body.keep_prepared_txn,
+                                                quota_principal=None if principal.is_super_user else principal.name)
     response = {"producer_id": result.producer_id, "producer_epoch": result.producer_epoch}
     if body.keep_prepared_txn:
         response["prepared"] = None if result.prepared is None else {
@@ -34,8 +44,14 @@ async def init_producer_id(body: schemas.InitProducerIdRequest, coordinator: Coo
 
 
 @router.post("/txn/add-partitions", response_model=schemas.AddPartitionsResponse, responses=ERRORS)
-async def add_partitions(body: schemas.AddPartitionsRequest, coordinator: CoordinatorDep):
-    """[AddPartitionsToTxn] Begins the transaction (Ongoing) if none is open, and starts its timer."""
+async def add_partitions(body: schemas.AddPartitionsRequest, coordinator: CoordinatorDep, settings: SettingsDep,
+                         principal: PrincipalDep):
+    """[AddPartitionsToTxn] Begins the transaction (Ongoing) if none is open, and starts its timer.
+    Needs Write on the TransactionalId and on every topic."""
+    check_partition_count(settings, len(body.partitions))
+    authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
+    for topic in {p.topic for p in body.partitions}:
+        authorize(principal, Operation.WRITE, ResourceType.TOPIC, topic)
     requested = [(p.topic, p.partition) for p in body.partitions]
     errors = await coordinator.add_partitions(body.transactional_id, body.producer_id, body.producer_epoch,
                                               requested)
@@ -44,8 +60,11 @@ async def add_partitions(body: schemas.AddPartitionsRequest, coordinator: Coordi
 
 
 @router.post("/txn/add-offsets", responses=ERRORS)
-async def add_offsets(body: schemas.AddOffsetsRequest, coordinator: CoordinatorDep):
-    """[AddOffsetsToTxn] Adds the group's __consumer_offsets partition to the transaction."""
+async def add_offsets(body: schemas.AddOffsetsRequest, coordinator: CoordinatorDep, principal: PrincipalDep):
+    """[AddOffsetsToTxn] Adds the group's __consumer_offsets partition to the transaction. Needs Write
+    on the TransactionalId and Read on the group."""
+    authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
+    authorize(principal, Operation.READ, ResourceType.GROUP, body.group_id)
     await coordinator.add_offsets(body.transactional_id, body.producer_id, body.producer_epoch, body.group_id)
     return json_response({})
 
@@ -55,17 +74,20 @@ def _end_body(result) -> dict:
 
 
 @router.post("/txn/end", response_model=schemas.EndTxnResponse, responses=ERRORS)
-async def end_transaction(body: schemas.EndTxnRequest, coordinator: CoordinatorDep):
+async def end_transaction(body: schemas.EndTxnRequest, coordinator: CoordinatorDep, principal: PrincipalDep):
     """[EndTxn] Commit or abort; answers once every marker is written (CompleteCommit/CompleteAbort)
     with the producer id and epoch the next transaction must use. Retrying the same body after a
-    lost response answers the outcome."""
+    lost response answers the outcome. Needs Write on the TransactionalId."""
+    authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
     return json_response(_end_body(await coordinator.end_transaction(
         body.transactional_id, body.producer_id, body.producer_epoch, body.committed)))
 
 
 @router.post("/txn/prepare", response_model=schemas.EndTxnResponse, responses=ERRORS)
-async def prepare(body: schemas.TxnProducer, coordinator: CoordinatorDep):
+async def prepare(body: schemas.TxnProducer, coordinator: CoordinatorDep, principal: PrincipalDep):
     """[KIP-939] Ongoing -> Prepared, durably: no more writes, no timeout; an EndTxn with the same
-    producer id and epoch (from any process) or an admin abort decides it."""
+    producer id and epoch (from any process) or an admin abort decides it. Needs Write on the
+    TransactionalId."""
+    authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
     return json_response(_end_body(await coordinator.prepare(body.transactional_id, body.producer_id,
                                                              body.producer_epoch)))

@@ -179,7 +179,9 @@ class TransactionCoordinator:
     # ---- InitProducerId
 
     async def init_producer_id(self, transactional_id: str | None, timeout_ms: int, producer_id: int,
-                               producer_epoch: int, keep_prepared: bool = False) -> InitResult:
+                               producer_epoch: int, keep_prepared: bool = False,
+                               quota_principal: str | None = None) -> InitResult:
+        """`quota_principal`: who asks, when the per-principal quota of transactional ids applies."""
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
             if transactional_id is None:
@@ -191,15 +193,27 @@ class TransactionCoordinator:
                     f"(the server's transaction_max_timeout_ms)")
             meta = await self.log.lock(conn, transactional_id)
             if meta is None:
+                await self._check_quota(conn, quota_principal, transactional_id)
                 issued = await producer_ids.issue(conn, now, transactional_id)
                 fresh = TransactionMetadata(transactional_id, issued.producer_id, issued.producer_epoch,
-                                            S.EMPTY.value, timeout_ms, NO_START_TIME, now)
+                                            S.EMPTY.value, timeout_ms, NO_START_TIME, now, principal=quota_principal)
                 if await self.log.lock_new(conn, fresh):
                     return InitResult(issued.producer_id, issued.producer_epoch)
                 meta = await self.log.lock(conn, transactional_id)  # a racing init created it first
             result = await self._reinit(conn, meta, timeout_ms, producer_id, producer_epoch, keep_prepared, now)
             await self.log.save(conn, meta)
             return result
+
+    async def _check_quota(self, conn: asyncpg.Connection, principal: str | None, transactional_id: str) -> None:
+        if principal is None:
+            return
+        limit = self.settings.max_transactional_ids_per_principal
+        if await self.log.count_created_by(conn, principal) >= limit:
+            raise BrokerError(
+                ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                f"principal {principal!r} already created {limit} transactional ids (setting "
+                f"max_transactional_ids_per_principal), so {transactional_id!r} cannot be created: reuse an id, "
+                f"or let idle ones expire")
 
     async def _init_idempotent(self, conn: asyncpg.Connection, producer_id: int, producer_epoch: int,
                                now: int) -> InitResult:

@@ -15,7 +15,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, DateTime, Index, LargeBinary, SmallInteger, Text, func, text
+from sqlalchemy import (BigInteger, Column, DateTime, Identity, Index, LargeBinary, SmallInteger, Text,
+                        UniqueConstraint, func)
+from sqlalchemy import text as sa_text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
@@ -110,7 +112,7 @@ class ProducerState(SQLModel, table=True):
 
 Index("producer_states_open_transactions", ProducerState.topic_id, ProducerState.partition,
       ProducerState.current_txn_first_offset,
-      postgresql_where=text("current_txn_first_offset IS NOT NULL"))
+      postgresql_where=sa_text("current_txn_first_offset IS NOT NULL"))
 
 
 class TransactionRecord(SQLModel, table=True):
@@ -136,9 +138,11 @@ class TransactionRecord(SQLModel, table=True):
     last_update_ms: int = Field(sa_type=BigInteger, nullable=False)
     partitions: list = Field(sa_column=Column(JSONB, nullable=False))
     groups: list = Field(sa_column=Column(JSONB, nullable=False))
+    principal: str | None = Field(default=None, sa_type=Text, nullable=True)  # who created the id (quota)
 
 
 Index("transactions_by_state", TransactionRecord.state)
+Index("transactions_by_principal", TransactionRecord.principal)
 
 
 class TxnMarker(SQLModel, table=True):
@@ -220,3 +224,55 @@ class PendingTxnOffset(SQLModel, table=True):
 
 Index("pending_txn_offsets_by_transaction", PendingTxnOffset.offsets_partition, PendingTxnOffset.producer_id,
       PendingTxnOffset.producer_epoch)
+
+
+class PrincipalRecord(SQLModel, table=True):
+    """Someone who may call the API (with auth=required), identified by any of its API keys."""
+
+    __tablename__ = "principals"
+
+    name: str = Field(primary_key=True, sa_type=Text)
+    is_super_user: bool = Field(nullable=False)
+    created_ms: int = Field(sa_type=BigInteger, nullable=False)
+
+
+class ApiKey(SQLModel, table=True):
+    """A bearer token, stored as its SHA-256 only (tokens are 256-bit random, so a fast hash is
+    enough: there is nothing to brute-force). Revocation is immediate: every request looks it up."""
+
+    __tablename__ = "api_keys"
+
+    key_id: str = Field(primary_key=True, sa_type=Text)
+    principal: str = Field(sa_type=Text, foreign_key="principals.name", ondelete="CASCADE", nullable=False)
+    token_sha256: bytes = Field(sa_column=Column(LargeBinary, nullable=False, unique=True))
+    created_ms: int = Field(sa_type=BigInteger, nullable=False)
+    revoked_ms: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
+
+
+class AclRule(SQLModel, table=True):
+    """Kafka's ACL model: principal, resource (type, pattern type, name), operation, allow/deny."""
+
+    __tablename__ = "acls"
+    __table_args__ = (UniqueConstraint("principal", "resource_type", "pattern_type", "resource_name", "operation",
+                                       "permission", name="acls_unique_rule"),)
+
+    acl_id: int | None = Field(default=None, sa_column=Column(BigInteger, Identity(), primary_key=True))
+    principal: str = Field(sa_type=Text, nullable=False)
+    resource_type: str = Field(sa_type=Text, nullable=False)
+    pattern_type: str = Field(sa_type=Text, nullable=False)
+    resource_name: str = Field(sa_type=Text, nullable=False)
+    operation: str = Field(sa_type=Text, nullable=False)
+    permission: str = Field(sa_type=Text, nullable=False)
+
+
+class AuditEntry(SQLModel, table=True):
+    """An administrative action and who did it."""
+
+    __tablename__ = "audit_log"
+
+    entry_id: int | None = Field(default=None, sa_column=Column(BigInteger, Identity(), primary_key=True))
+    timestamp_ms: int = Field(sa_type=BigInteger, nullable=False)
+    principal: str = Field(sa_type=Text, nullable=False)
+    action: str = Field(sa_type=Text, nullable=False)
+    resource: str = Field(sa_type=Text, nullable=False)
+    details: str = Field(sa_type=Text, nullable=False)

@@ -110,13 +110,22 @@ async def ensure_internal_topics(conn: asyncpg.Connection, transaction_log_parti
                     raise
 
 
+def _could_exist(name: str) -> bool:
+    """Only names matching the pattern can exist (internal ones too), so others need no query, and
+    a name PostgreSQL could not even store (NUL, lone surrogates) never reaches it."""
+    return TOPIC_NAME_PATTERN.fullmatch(name) is not None
+
+
 async def find_topic(conn: asyncpg.Connection, name: str) -> TopicInfo | None:
+    if not _could_exist(name):
+        return None
     row = await conn.fetchrow(f"SELECT {_TOPIC_COLUMNS} FROM topics WHERE name = $1", name)
     return None if row is None else _topic_from_row(row)
 
 
 async def find_topics(conn: asyncpg.Connection, names: list[str]) -> dict[str, TopicInfo]:
-    rows = await conn.fetch(f"SELECT {_TOPIC_COLUMNS} FROM topics WHERE name = ANY($1::text[])", names)
+    rows = await conn.fetch(f"SELECT {_TOPIC_COLUMNS} FROM topics WHERE name = ANY($1::text[])",
+                            [name for name in names if _could_exist(name)])
     return {row["name"]: _topic_from_row(row) for row in rows}
 
 
@@ -133,6 +142,8 @@ async def list_topics(conn: asyncpg.Connection) -> list[TopicInfo]:
 
 
 async def delete_topic(conn: asyncpg.Connection, name: str) -> None:
+    if not _could_exist(name):
+        raise unknown_topic(name)
     async with conn.transaction():
         row = await conn.fetchrow("SELECT topic_id, is_internal FROM topics WHERE name = $1 FOR UPDATE", name)
         if row is None:

@@ -51,6 +51,7 @@ class TransactionMetadata:
     txn_producer_epoch: int | None = None
     partitions: list[TxnPartition] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)
+    principal: str | None = None  # who created the id, for the per-principal quota
     # Transitions made by the current request, not yet in __transaction_state (see `save`).
     pending_records: list[dict] = field(default_factory=list)
 
@@ -73,7 +74,7 @@ class _LogRecord:
 
 
 _COLUMNS = ("transactional_id, producer_id, producer_epoch, state, timeout_ms, txn_start_ms, last_update_ms, "
-            "last_producer_id, last_producer_epoch, txn_producer_id, txn_producer_epoch, partitions, groups")
+            "last_producer_id, last_producer_epoch, txn_producer_id, txn_producer_epoch, partitions, groups, principal")
 
 
 def _from_row(row: asyncpg.Record) -> TransactionMetadata:
@@ -86,7 +87,7 @@ def _row_values(meta: TransactionMetadata) -> list:
     return [meta.transactional_id, meta.producer_id, meta.producer_epoch, meta.state, meta.timeout_ms,
             meta.txn_start_ms, meta.last_update_ms, meta.last_producer_id, meta.last_producer_epoch,
             meta.txn_producer_id, meta.txn_producer_epoch,
-            [[p.topic, p.partition, p.topic_id] for p in meta.partitions], meta.groups]
+            [[p.topic, p.partition, p.topic_id] for p in meta.partitions], meta.groups, meta.principal]
 
 
 class TransactionLog:
@@ -109,7 +110,7 @@ class TransactionLog:
         """Inserts a new id's row unless one exists (a racing InitProducerId may have made it);
         True when this call created it. Either way the caller then `lock`s it."""
         status = await conn.execute(
-            f"INSERT INTO transactions ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) "
+            f"INSERT INTO transactions ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) "
             f"ON CONFLICT (transactional_id) DO NOTHING", *_row_values(meta))
         created = status.endswith(" 1")
         if created:  # nothing else is locked yet in this PostgreSQL transaction: log it now
@@ -136,7 +137,7 @@ class TransactionLog:
             "UPDATE transactions SET producer_id = $2, producer_epoch = $3, state = $4, timeout_ms = $5, "
             "txn_start_ms = $6, last_update_ms = $7, last_producer_id = $8, last_producer_epoch = $9, "
             "txn_producer_id = $10, txn_producer_epoch = $11, partitions = $12, groups = $13 "
-            "WHERE transactional_id = $1", *_row_values(meta))
+            "WHERE transactional_id = $1", *_row_values(meta)[:13])
         await self._append_records(conn, meta)
 
     async def delete(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> None:
@@ -152,6 +153,9 @@ class TransactionLog:
         partition = partition_for_key(meta.transactional_id.encode(), topic.partition_count)
         await partition_log.append_batch(conn, BatchAppend(topic, partition, batch))
         meta.pending_records.clear()
+
+    async def count_created_by(self, conn: asyncpg.Connection, principal: str) -> int:
+        return await conn.fetchval("SELECT count(*) FROM transactions WHERE principal = $1", principal)
 
     async def list(self, conn: asyncpg.Connection, states: list[str] | None, prefix: str | None,
                    producer_id: int | None, started_before_ms: int | None, limit: int,

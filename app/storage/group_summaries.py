@@ -1,0 +1,111 @@
+"""Consumer groups for the console, a page at a time: groups with their members, committed
+partitions, total lag and pending transactional offsets; a group's members, committed offsets with
+lag, and the transactional offsets waiting for their transaction's marker.
+
+Read-only. Pages are keyset ranges of primary keys (group id; member id; topic and partition), so a
+page costs the same however many groups, members or partitions there are. Lag counts records, not
+markers, as `group_offsets.lags` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+
+from app.storage.group_offsets import PartitionLag
+from app.storage.groups import Member
+
+# Records (not markers) between a committed offset and the high watermark: the marker count is an
+# index range on txn_markers_by_offset.
+_LAG_EXPRESSION = """
+greatest(p.high_watermark - o.committed_offset, 0)
+  - (SELECT count(*) FROM txn_markers m WHERE m.topic_id = t.topic_id AND m.partition = o.partition
+     AND m.marker_offset >= o.committed_offset AND m.marker_offset < p.high_watermark)
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    group_id: str
+    generation_id: int
+    last_update_ms: int
+    members: int
+    committed_partitions: int
+    pending_offsets: int
+    lag: int
+
+    @property
+    def state(self) -> str:
+        return "Stable" if self.members else "Empty"
+
+
+_GROUP_PAGE_SQL = f"""
+SELECT g.group_id, g.generation_id, g.last_update_ms,
+       (SELECT count(*) FROM group_members x WHERE x.group_id = g.group_id) AS members,
+       (SELECT count(*) FROM group_offsets x WHERE x.group_id = g.group_id) AS committed_partitions,
+       (SELECT count(*) FROM pending_txn_offsets x WHERE x.group_id = g.group_id) AS pending_offsets,
+       (SELECT coalesce(sum({_LAG_EXPRESSION}), 0) FROM group_offsets o
+        JOIN topics t ON t.name = o.topic
+        JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = o.partition
+        WHERE o.group_id = g.group_id)::bigint AS lag
+FROM consumer_groups g
+WHERE ($1::text IS NULL OR g.group_id > $1) AND ($3::text IS NULL OR starts_with(g.group_id, $3))
+ORDER BY g.group_id LIMIT $2
+"""
+
+
+async def group_page(conn: asyncpg.Connection, after: str | None, prefix: str | None,
+                     limit: int) -> list[GroupSummary]:
+    """Groups by id after `after` (keyset), optionally only those starting with `prefix`."""
+    return [GroupSummary(*row) for row in await conn.fetch(_GROUP_PAGE_SQL, after, limit, prefix)]
+
+
+async def member_page(conn: asyncpg.Connection, group_id: str, after: str | None, limit: int) -> list[Member]:
+    rows = await conn.fetch(
+        "SELECT member_id, topics, session_timeout_ms, joined_ms, last_heartbeat_ms FROM group_members "
+        "WHERE group_id = $1 AND ($2::text IS NULL OR member_id > $2) ORDER BY member_id LIMIT $3",
+        group_id, after, limit)
+    return [Member(*row) for row in rows]
+
+
+_OFFSET_PAGE_SQL = f"""
+SELECT o.topic, o.partition, o.committed_offset, o.metadata, p.high_watermark, {_LAG_EXPRESSION} AS lag,
+       EXISTS (SELECT 1 FROM pending_txn_offsets q WHERE q.group_id = o.group_id AND q.topic = o.topic
+               AND q.partition = o.partition) AS pending
+FROM group_offsets o
+JOIN topics t ON t.name = o.topic
+JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = o.partition
+WHERE o.group_id = $1 AND ($2::text IS NULL OR (o.topic, o.partition) > ($2, $3))
+ORDER BY o.topic, o.partition LIMIT $4
+"""
+
+
+async def offset_page(conn: asyncpg.Connection, group_id: str, after: tuple[str, int] | None,
+                      limit: int) -> list[PartitionLag]:
+    """Committed offsets by (topic, partition) after `after` (keyset), with the lag of each."""
+    topic, partition = after if after is not None else (None, -1)
+    return [PartitionLag(*row) for row in await conn.fetch(_OFFSET_PAGE_SQL, group_id, topic, partition, limit)]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingOffset:
+    """A TxnOffsetCommit waiting for its transaction's marker in __consumer_offsets."""
+    topic: str
+    partition: int
+    offset: int
+    producer_id: int
+    producer_epoch: int
+    commit_timestamp_ms: int
+    transactional_id: str | None
+    state: str | None  # the transactional id's current state
+
+
+async def pending_offsets(conn: asyncpg.Connection, group_id: str, limit: int) -> list[PendingOffset]:
+    rows = await conn.fetch(
+        "SELECT q.topic, q.partition, q.committed_offset, q.producer_id, q.producer_epoch, q.commit_timestamp_ms, "
+        "       i.transactional_id, x.state "
+        "FROM pending_txn_offsets q LEFT JOIN producer_ids i ON i.producer_id = q.producer_id "
+        "LEFT JOIN transactions x ON x.transactional_id = i.transactional_id "
+        "WHERE q.group_id = $1 ORDER BY q.topic, q.partition, q.producer_id LIMIT $2", group_id, limit)
+    return [PendingOffset(*row) for row in rows]

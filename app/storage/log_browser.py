@@ -1,0 +1,136 @@
+"""Browsing one partition's log for the console: a window of offsets with each record's
+transactional status (plain, open, committed, aborted; markers as control records), the producers
+with state on the partition, and its markers.
+
+Read-only. A window is a primary-key range of `record_batches`; the status of a transactional batch
+is the marker of its (producer id, epoch), one primary-key probe of `txn_markers` (every
+transaction ends with an epoch bump, so that pair names exactly one transaction).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+
+from app.storage import record_codec
+from app.storage.markers import CONTROL_TYPE_NAMES
+from app.storage.partition_log import CONTROL_ABORT, CONTROL_COMMIT
+
+PLAIN = "plain"  # not transactional: visible to read_committed once below the LSO
+OPEN = "open"  # transactional, no marker yet: holds the LSO
+COMMITTED = "committed"
+ABORTED = "aborted"  # never returned to read_committed readers
+MARKER = "marker"  # a control record (COMMIT or ABORT); never returned by fetch
+
+_STATUS_OF_MARKER = {CONTROL_COMMIT: COMMITTED, CONTROL_ABORT: ABORTED}
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    offset: int
+    timestamp_ms: int
+    key: str | None
+    value: str | None
+    headers: list[tuple[str, str | None]]
+    base64: bool  # key, value and header values are base64 of bytes that are not UTF-8
+    producer_id: int
+    producer_epoch: int
+    sequence: int | None  # the record's sequence number (idempotent producers), None otherwise
+    is_transactional: bool
+    status: str
+    control: str | None  # "COMMIT" or "ABORT" for a marker
+    decided_at: int | None  # the offset of the marker that decided this transactional record
+    first_offset: int | None  # for a marker: the first offset of the transaction it ends here
+
+
+# The batches overlapping [start, end), each with the marker of its transaction if there is one
+# (for a control batch, its own row in txn_markers).
+_WINDOW_SQL = """
+SELECT b.base_offset, b.last_offset, b.producer_id, b.producer_epoch, b.base_sequence, b.is_transactional,
+       b.control_type, b.first_timestamp_ms, b.records, m.control_type AS decided_by, m.marker_offset, m.first_offset
+FROM record_batches b
+LEFT JOIN txn_markers m ON b.is_transactional AND m.topic_id = b.topic_id AND m.partition = b.partition
+     AND m.producer_id = b.producer_id AND m.producer_epoch = b.producer_epoch
+WHERE b.topic_id = $1 AND b.partition = $2 AND b.last_offset >= $3 AND b.base_offset < $4
+ORDER BY b.last_offset
+"""
+
+
+def _status(batch: asyncpg.Record) -> str:
+    if batch["control_type"] is not None:
+        return MARKER
+    if not batch["is_transactional"]:
+        return PLAIN
+    return _STATUS_OF_MARKER.get(batch["decided_by"], OPEN)
+
+
+async def read_window(conn: asyncpg.Connection, topic_id: int, partition: int, start: int,
+                      end: int) -> list[LogEntry]:
+    """Every record and marker with an offset in [start, end), in offset order."""
+    entries: list[LogEntry] = []
+    for batch in await conn.fetch(_WINDOW_SQL, topic_id, partition, start, end):
+        status = _status(batch)
+        base = batch["base_offset"]
+        control = CONTROL_TYPE_NAMES.get(batch["control_type"])
+        if control is not None:
+            entries.append(LogEntry(base, batch["first_timestamp_ms"], None, None, [], False,
+                                    batch["producer_id"], batch["producer_epoch"], None, True, MARKER, control,
+                                    None, batch["first_offset"]))
+            continue
+        stored = record_codec.decode_payload(batch["records"])
+        decided_at = batch["marker_offset"] if status in (COMMITTED, ABORTED) else None
+        for index in range(max(start - base, 0), min(len(stored), end - base)):
+            timestamp_ms, key, value, headers, form = stored[index]
+            sequence = batch["base_sequence"] + index if batch["base_sequence"] >= 0 else None
+            entries.append(LogEntry(base + index, timestamp_ms, key, value, [tuple(h) for h in headers],
+                                    form == record_codec.FORM_BASE64, batch["producer_id"], batch["producer_epoch"],
+                                    sequence, batch["is_transactional"], status, None, decided_at, None))
+    return entries
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerOnPartition:
+    """DescribeProducers' entry, with the transactional id the producer id was issued for."""
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp_ms: int
+    current_txn_first_offset: int | None
+    transactional_id: str | None
+
+
+async def producers(conn: asyncpg.Connection, topic_id: int, partition: int, after_producer_id: int,
+                    limit: int) -> list[ProducerOnPartition]:
+    """Producers with state on the partition, by producer id after `after_producer_id` (keyset)."""
+    rows = await conn.fetch(
+        "SELECT s.producer_id, s.producer_epoch, s.last_sequence, s.last_timestamp_ms, s.current_txn_first_offset, "
+        "       i.transactional_id "
+        "FROM producer_states s LEFT JOIN producer_ids i ON i.producer_id = s.producer_id "
+        "WHERE s.topic_id = $1 AND s.partition = $2 AND s.producer_id > $3 ORDER BY s.producer_id LIMIT $4",
+        topic_id, partition, after_producer_id, limit)
+    return [ProducerOnPartition(*row) for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerEntry:
+    offset: int
+    control: str  # "COMMIT" or "ABORT"
+    producer_id: int
+    producer_epoch: int
+    first_offset: int | None  # the first offset of the transaction on this partition
+    timestamp_ms: int
+    transactional_id: str | None
+
+
+async def markers_before(conn: asyncpg.Connection, topic_id: int, partition: int, before_offset: int,
+                         limit: int) -> list[MarkerEntry]:
+    """The partition's markers below `before_offset`, newest first (an index range on
+    txn_markers_by_offset, read backwards)."""
+    rows = await conn.fetch(
+        "SELECT m.marker_offset, m.control_type, m.producer_id, m.producer_epoch, m.first_offset, m.timestamp_ms, "
+        "       i.transactional_id "
+        "FROM txn_markers m LEFT JOIN producer_ids i ON i.producer_id = m.producer_id "
+        "WHERE m.topic_id = $1 AND m.partition = $2 AND m.marker_offset < $3 "
+        "ORDER BY m.marker_offset DESC LIMIT $4", topic_id, partition, before_offset, limit)
+    return [MarkerEntry(row[0], CONTROL_TYPE_NAMES[row[1]], *row[2:]) for row in rows]

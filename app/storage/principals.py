@@ -1,0 +1,162 @@
+"""Principals, their API keys (stored as SHA-256 only), their ACL rules, and the audit log.
+
+Rows come back as plain values; the authorizer (app/coordinator/authorizer.py) gives them meaning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+import asyncpg
+
+BOOTSTRAP_KEY_ID = "bootstrap"
+
+
+def token_hash(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+def new_token() -> str:
+    return "txb_" + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True, slots=True)
+class PrincipalRow:
+    name: str
+    is_super_user: bool
+    created_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class AclRow:
+    acl_id: int
+    principal: str
+    resource_type: str
+    pattern_type: str
+    resource_name: str
+    operation: str
+    permission: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRow:
+    key_id: str
+    principal: str
+    created_ms: int
+    revoked_ms: int | None
+
+
+_ACL_COLUMNS = "acl_id, principal, resource_type, pattern_type, resource_name, operation, permission"
+
+
+async def authenticate(conn: asyncpg.Connection, token: str) -> tuple[PrincipalRow, list[AclRow]] | None:
+    """The principal owning this (unrevoked) token, with every ACL rule that may apply to it (its
+    own and those of the wildcard principal "*"). One round trip each; no caching, so a revoked
+    key stops working with the next request."""
+    row = await conn.fetchrow(
+        "SELECT p.name, p.is_super_user, p.created_ms FROM api_keys k JOIN principals p ON p.name = k.principal "
+        "WHERE k.token_sha256 = $1 AND k.revoked_ms IS NULL", token_hash(token))
+    if row is None:
+        return None
+    principal = PrincipalRow(*row)
+    acls = [AclRow(*r) for r in await conn.fetch(
+        f"SELECT {_ACL_COLUMNS} FROM acls WHERE principal = $1 OR principal = '*'", principal.name)]
+    return principal, acls
+
+
+async def create_principal(conn: asyncpg.Connection, name: str, is_super_user: bool, now_ms: int) -> bool:
+    status = await conn.execute("INSERT INTO principals (name, is_super_user, created_ms) VALUES ($1, $2, $3) "
+                                "ON CONFLICT (name) DO NOTHING", name, is_super_user, now_ms)
+    return status.endswith(" 1")
+
+
+async def list_principals(conn: asyncpg.Connection) -> list[PrincipalRow]:
+    return [PrincipalRow(*r) for r in await conn.fetch(
+        "SELECT name, is_super_user, created_ms FROM principals ORDER BY name")]
+
+
+async def get_principal(conn: asyncpg.Connection, name: str) -> PrincipalRow | None:
+    row = await conn.fetchrow("SELECT name, is_super_user, created_ms FROM principals WHERE name = $1", name)
+    return None if row is None else PrincipalRow(*row)
+
+
+async def delete_principal(conn: asyncpg.Connection, name: str) -> bool:
+    """Its keys go with it (ON DELETE CASCADE); its ACL rules too."""
+    async with conn.transaction():
+        await conn.execute("DELETE FROM acls WHERE principal = $1", name)
+        status = await conn.execute("DELETE FROM principals WHERE name = $1", name)
+    return status.endswith(" 1")
+
+
+async def add_key(conn: asyncpg.Connection, principal: str, now_ms: int, token: str | None = None,
+                  key_id: str | None = None) -> tuple[str, str]:
+    """(key id, token). The token is returned once and never stored."""
+    token = token or new_token()
+    key_id = key_id or "k_" + secrets.token_hex(6)
+    await conn.execute("INSERT INTO api_keys (key_id, principal, token_sha256, created_ms) VALUES ($1, $2, $3, $4) "
+                       "ON CONFLICT (key_id) DO UPDATE SET token_sha256 = EXCLUDED.token_sha256, revoked_ms = NULL",
+                       key_id, principal, token_hash(token), now_ms)
+    return key_id, token
+
+
+async def list_keys(conn: asyncpg.Connection, principal: str) -> list[KeyRow]:
+    return [KeyRow(*r) for r in await conn.fetch(
+        "SELECT key_id, principal, created_ms, revoked_ms FROM api_keys WHERE principal = $1 ORDER BY created_ms",
+        principal)]
+
+
+async def revoke_key(conn: asyncpg.Connection, principal: str, key_id: str, now_ms: int) -> bool:
+    status = await conn.execute("UPDATE api_keys SET revoked_ms = $3 WHERE principal = $1 AND key_id = $2 "
+                                "AND revoked_ms IS NULL", principal, key_id, now_ms)
+    return status.endswith(" 1")
+
+
+async def bootstrap_super_user(conn: asyncpg.Connection, name: str, token: str, now_ms: int) -> None:
+    """TXBROKER_ADMIN_TOKEN: makes sure a super user with this token exists (idempotent)."""
+    async with conn.transaction():
+        await conn.execute("INSERT INTO principals (name, is_super_user, created_ms) VALUES ($1, true, $2) "
+                           "ON CONFLICT (name) DO UPDATE SET is_super_user = true", name, now_ms)
+        await add_key(conn, name, now_ms, token=token, key_id=BOOTSTRAP_KEY_ID)
+
+
+async def add_acl(conn: asyncpg.Connection, acl: AclRow) -> AclRow:
+    row = await conn.fetchrow(
+        f"INSERT INTO acls (principal, resource_type, pattern_type, resource_name, operation, permission) "
+        f"VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT ON CONSTRAINT acls_unique_rule DO UPDATE "
+        f"SET principal = EXCLUDED.principal RETURNING {_ACL_COLUMNS}",
+        acl.principal, acl.resource_type, acl.pattern_type, acl.resource_name, acl.operation, acl.permission)
+    return AclRow(*row)
+
+
+async def list_acls(conn: asyncpg.Connection, principal: str | None, resource_type: str | None) -> list[AclRow]:
+    return [AclRow(*r) for r in await conn.fetch(
+        f"SELECT {_ACL_COLUMNS} FROM acls WHERE ($1::text IS NULL OR principal = $1) "
+        f"AND ($2::text IS NULL OR resource_type = $2) ORDER BY acl_id", principal, resource_type)]
+
+
+async def remove_acl(conn: asyncpg.Connection, acl_id: int) -> bool:
+    return (await conn.execute("DELETE FROM acls WHERE acl_id = $1", acl_id)).endswith(" 1")
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRow:
+    entry_id: int
+    timestamp_ms: int
+    principal: str
+    action: str
+    resource: str
+    details: str
+
+
+async def audit(conn: asyncpg.Connection, now_ms: int, principal: str, action: str, resource: str,
+                details: str = "") -> None:
+    await conn.execute("INSERT INTO audit_log (timestamp_ms, principal, action, resource, details) "
+                       "VALUES ($1, $2, $3, $4, $5)", now_ms, principal, action, resource, details)
+
+
+async def audit_entries(conn: asyncpg.Connection, limit: int, before_id: int | None) -> list[AuditRow]:
+    return [AuditRow(*r) for r in await conn.fetch(
+        "SELECT entry_id, timestamp_ms, principal, action, resource, details FROM audit_log "
+        "WHERE ($2::bigint IS NULL OR entry_id < $2) ORDER BY entry_id DESC LIMIT $1", limit, before_id)]
