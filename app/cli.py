@@ -4,7 +4,9 @@ live in the SDK and speak HTTP only."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
+import os
 import sys
 
 from app.settings import Settings
@@ -42,6 +44,10 @@ def serve(args: argparse.Namespace) -> int:
 
     settings = _settings_from(args)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    refusal = listening_refusal(settings, args.fd)
+    if refusal:
+        print(f"txbroker: {refusal}", file=sys.stderr)
+        return 2
     postgres = None
     database_url = settings.database_url
     if database_url is None:
@@ -56,13 +62,36 @@ def serve(args: argparse.Namespace) -> int:
     try:
         uvicorn.run(create_app(settings, database_url), host=settings.host, port=settings.port, fd=args.fd,
                     loop="uvloop", http="httptools", log_level=settings.log_level.lower(),
-                    access_log=False, timeout_graceful_shutdown=10)
+                    access_log=False, timeout_graceful_shutdown=10,
+                    ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile)
     except _ShutdownRequested:
         pass
     finally:
         if postgres is not None:
             postgres.stop()
     return 0
+
+
+def _listening_host(settings: Settings, fd: int | None) -> str:
+    if fd is None:
+        return settings.host
+    import socket
+    with socket.socket(fileno=os.dup(fd)) as sock:
+        return sock.getsockname()[0]
+
+
+def listening_refusal(settings: Settings, fd: int | None) -> str | None:
+    """Authentication is required to listen beyond loopback, unless explicitly waived."""
+    host = _listening_host(settings, fd)
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback or settings.auth == "required" or settings.allow_anonymous:
+        return None
+    return (f"refusing to listen on {host} without authentication: anyone who can reach it could write, read and "
+            f"abort anything. Start with --auth required (and TXBROKER_ADMIN_TOKEN to bootstrap an administrator), "
+            f"or --allow-anonymous if you really mean it")
 
 
 def db_upgrade(args: argparse.Namespace) -> int:
@@ -96,6 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser.add_argument("--fd", type=int, default=None,
                               help="serve on this already-bound socket file descriptor (socket activation)")
     serve_parser.add_argument("--log-level", dest="log_level", help="debug, info, warning, error")
+    serve_parser.add_argument("--auth", choices=["off", "required"],
+                              help="required: every request needs a bearer token (needed beyond loopback)")
+    serve_parser.add_argument("--allow-anonymous", dest="allow_anonymous", action="store_const", const=True,
+                              help="listen beyond loopback without authentication (unsafe)")
+    serve_parser.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (PEM)")
+    serve_parser.add_argument("--ssl-keyfile", help="the certificate's private key (PEM)")
     _database_flags(serve_parser)
     serve_parser.set_defaults(run=serve)
     db_parser = commands.add_parser("db", help="database schema")

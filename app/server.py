@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -19,12 +20,15 @@ from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.coordinator.workers import BackgroundWorkers
 from app.settings import Settings
-from app.storage import topics
+from app.storage import principals, topics
 from app.storage.append_notifier import AppendNotifier
 from app.storage.database import create_pool
 from app.storage.migrations import upgrade_to_head
 
 log = logging.getLogger("txbroker")
+
+# TXBROKER_ADMIN_TOKEN makes this principal a super user with that token.
+BOOTSTRAP_SUPER_USER = "admin"
 
 
 async def _become_ready(app: FastAPI, settings: Settings) -> None:
@@ -34,6 +38,9 @@ async def _become_ready(app: FastAPI, settings: Settings) -> None:
             async with app.state.pool.acquire() as conn:
                 await topics.ensure_internal_topics(conn, settings.transaction_log_partitions,
                                                     settings.offsets_partitions)
+                if settings.admin_token:
+                    await principals.bootstrap_super_user(conn, BOOTSTRAP_SUPER_USER, settings.admin_token,
+                                                          int(time.time() * 1000))
             # After a crash: finish every transaction whose outcome was decided before serving.
             finished = await app.state.coordinator.recover_pending()
             if finished:

@@ -232,7 +232,7 @@ def render(request: Request, template_name: str, status_code: int = 200, **conte
     """The whole page, or only one of its blocks when the console's script asks for a fragment."""
     template = templates.get_template(template_name)
     moment = context.pop("now", None) or now_ms()
-    values = {"request": request, "now": moment, "page_url": _page_url(request),
+    values = {"request": request, "now": moment, "nav": "", "page_url": _page_url(request),
               "base_url": str(request.base_url).rstrip("/"), **context}
     fragment = request.headers.get(FRAGMENT_HEADER)
     if fragment and fragment in template.blocks:

@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter
 
-from app.api import admin, fetch, groups, metrics, produce, topics, transactions
+from app.api import admin, fetch, groups, metrics, produce, security, topics, transactions
 from app.api import console
 
 api_router = APIRouter()
@@ -12,6 +12,7 @@ api_router.include_router(fetch.router)
 api_router.include_router(transactions.router)
 api_router.include_router(groups.router)
 api_router.include_router(admin.router)
+api_router.include_router(security.router)
 api_router.include_router(metrics.router)
 
 # The web console (HTML for people, under /console).

@@ -388,3 +388,57 @@ class CommittedOffsetOut(Body):
 
 class OffsetFetchResponse(Body):
     offsets: list[CommittedOffsetOut]
+
+
+# ---- security
+
+PrincipalName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9._@-]+$",
+                                     description="principal name ([A-Za-z0-9._@-], 1..256)")]
+
+
+class PrincipalIn(Body):
+    name: PrincipalName
+    super_user: bool = Field(False, description="super users may do everything")
+
+
+class PrincipalOut(Body):
+    name: str
+    super_user: bool
+    created_ms: int
+
+
+class ApiKeyCreated(Body):
+    key_id: str
+    token: str = Field(description="the bearer token; shown once, stored only as a hash")
+
+
+class ApiKeyOut(Body):
+    key_id: str
+    created_ms: int
+    revoked_ms: int | None
+
+
+class AclIn(Body):
+    principal: Annotated[str, Field(min_length=1, max_length=256, description='a principal name, or "*" for all')]
+    resource_type: Literal["Topic", "Group", "TransactionalId", "Cluster"]
+    pattern_type: Literal["literal", "prefixed"] = "literal"
+    resource_name: Annotated[str, Field(min_length=1, max_length=10_000,
+                                        description='literal name ("*" for every), or a prefix')]
+    operation: Literal["Read", "Write", "Create", "Delete", "Describe", "Alter", "All"]
+    permission: Literal["allow", "deny"] = "allow"
+
+
+class AclOut(AclIn):
+    acl_id: int
+
+
+class PrincipalList(Body):
+    principals: list[PrincipalOut]
+
+
+class ApiKeyList(Body):
+    keys: list[ApiKeyOut]
+
+
+class AclList(Body):
+    acls: list[AclOut]

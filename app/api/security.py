@@ -1,0 +1,153 @@
+"""Principals, API keys, ACLs and the audit log. Every change needs Alter on the Cluster (super
+users have it) and is written to the audit log with the principal who made it."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi.responses import Response
+
+from app.api import schemas
+from app.api.auth import PrincipalDep
+from app.api.deps import READY, PoolDep
+from app.api.responses import json_response
+from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize
+from app.errors import BrokerError, ErrorCode
+from app.storage import principals
+from app.storage.principals import AclRow
+
+router = APIRouter(prefix="/v1", tags=["security"], dependencies=READY)
+ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 401, 403, 404, 409, 503)}
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _require(principal, operation: Operation) -> None:
+    authorize(principal, operation, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+
+
+def _no_principal(name: str) -> BrokerError:
+    return BrokerError(ErrorCode.NOT_FOUND, f"principal {name!r} does not exist: create it with POST /v1/principals")
+
+
+@router.get("/whoami")
+async def whoami(principal: PrincipalDep):
+    """The principal this request is authenticated as."""
+    return json_response({"principal": principal.name, "super_user": principal.is_super_user})
+
+
+@router.post("/principals", status_code=201, response_model=schemas.PrincipalOut, responses=ERRORS)
+async def create_principal(body: schemas.PrincipalIn, pool: PoolDep, principal: PrincipalDep):
+    _require(principal, Operation.ALTER)
+    now = now_ms()
+    async with pool.acquire() as conn, conn.transaction():
+        if not await principals.create_principal(conn, body.name, body.super_user, now):
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"principal {body.name!r} already exists")
+        await principals.audit(conn, now, principal.name, "create principal", body.name,
+                               f"super_user={body.super_user}")
+    return json_response({"name": body.name, "super_user": body.super_user, "created_ms": now}, 201)
+
+
+@router.get("/principals", response_model=schemas.PrincipalList, responses=ERRORS)
+async def list_principals(pool: PoolDep, principal: PrincipalDep):
+    _require(principal, Operation.DESCRIBE)
+    async with pool.acquire() as conn:
+        found = await principals.list_principals(conn)
+    return json_response({"principals": [{"name": p.name, "super_user": p.is_super_user, "created_ms": p.created_ms}
+                                         for p in found]})
+
+
+@router.delete("/principals/{name}", status_code=204, responses=ERRORS)
+async def delete_principal(name: str, pool: PoolDep, principal: PrincipalDep):
+    """Deletes the principal with its keys and ACL rules."""
+    _require(principal, Operation.ALTER)
+    async with pool.acquire() as conn, conn.transaction():
+        if not await principals.delete_principal(conn, name):
+            raise _no_principal(name)
+        await principals.audit(conn, now_ms(), principal.name, "delete principal", name)
+    return Response(status_code=204)
+
+
+@router.post("/principals/{name}/keys", status_code=201, response_model=schemas.ApiKeyCreated, responses=ERRORS)
+async def add_key(name: str, pool: PoolDep, principal: PrincipalDep):
+    """A new API key for the principal; the token is in this response only."""
+    _require(principal, Operation.ALTER)
+    async with pool.acquire() as conn, conn.transaction():
+        if await principals.get_principal(conn, name) is None:
+            raise _no_principal(name)
+        key_id, token = await principals.add_key(conn, name, now_ms())
+        await principals.audit(conn, now_ms(), principal.name, "add key", name, key_id)
+    return json_response({"key_id": key_id, "token": token}, 201)
+
+
+@router.get("/principals/{name}/keys", response_model=schemas.ApiKeyList, responses=ERRORS)
+async def list_keys(name: str, pool: PoolDep, principal: PrincipalDep):
+    _require(principal, Operation.DESCRIBE)
+    async with pool.acquire() as conn:
+        found = await principals.list_keys(conn, name)
+    return json_response({"keys": [{"key_id": k.key_id, "created_ms": k.created_ms, "revoked_ms": k.revoked_ms}
+                                   for k in found]})
+
+
+@router.delete("/principals/{name}/keys/{key_id}", status_code=204, responses=ERRORS)
+async def revoke_key(name: str, key_id: str, pool: PoolDep, principal: PrincipalDep):
+    """Revokes the key: the next request with it is refused (no cache anywhere)."""
+    _require(principal, Operation.ALTER)
+    async with pool.acquire() as conn, conn.transaction():
+        if not await principals.revoke_key(conn, name, key_id, now_ms()):
+            raise BrokerError(ErrorCode.NOT_FOUND, f"principal {name!r} has no unrevoked key {key_id!r}")
+        await principals.audit(conn, now_ms(), principal.name, "revoke key", name, key_id)
+    return Response(status_code=204)
+
+
+def _acl_body(acl: AclRow) -> dict:
+    return {"acl_id": acl.acl_id, "principal": acl.principal, "resource_type": acl.resource_type,
+            "pattern_type": acl.pattern_type, "resource_name": acl.resource_name, "operation": acl.operation,
+            "permission": acl.permission}
+
+
+@router.post("/acls", status_code=201, response_model=schemas.AclOut, responses=ERRORS)
+async def add_acl(body: schemas.AclIn, pool: PoolDep, principal: PrincipalDep):
+    """Adds a rule (idempotent: the same rule twice is one rule)."""
+    _require(principal, Operation.ALTER)
+    async with pool.acquire() as conn, conn.transaction():
+        acl = await principals.add_acl(conn, AclRow(0, body.principal, body.resource_type, body.pattern_type,
+                                                    body.resource_name, body.operation, body.permission))
+        await principals.audit(conn, now_ms(), principal.name, "add acl", f"{body.resource_type}:{body.resource_name}",
+                               f"{body.permission} {body.operation} for {body.principal} ({body.pattern_type})")
+    return json_response(_acl_body(acl), 201)
+
+
+@router.get("/acls", response_model=schemas.AclList, responses=ERRORS)
+async def list_acls(pool: PoolDep, principal: PrincipalDep, principal_name: Annotated[
+        str | None, Query(alias="principal")] = None, resource_type: str | None = None):
+    _require(principal, Operation.DESCRIBE)
+    async with pool.acquire() as conn:
+        found = await principals.list_acls(conn, principal_name, resource_type)
+    return json_response({"acls": [_acl_body(acl) for acl in found]})
+
+
+@router.delete("/acls/{acl_id}", status_code=204, responses=ERRORS)
+async def remove_acl(acl_id: int, pool: PoolDep, principal: PrincipalDep):
+    _require(principal, Operation.ALTER)
+    async with pool.acquire() as conn, conn.transaction():
+        if not await principals.remove_acl(conn, acl_id):
+            raise BrokerError(ErrorCode.NOT_FOUND, f"no ACL rule {acl_id}: list them with GET /v1/acls")
+        await principals.audit(conn, now_ms(), principal.name, "remove acl", str(acl_id))
+    return Response(status_code=204)
+
+
+@router.get("/audit", responses=ERRORS)
+async def audit_log(pool: PoolDep, principal: PrincipalDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                    before: Annotated[int | None, Query(ge=0, description="entries older than this id")] = None):
+    """Administrative actions, newest first."""
+    _require(principal, Operation.DESCRIBE)
+    async with pool.acquire() as conn:
+        entries = await principals.audit_entries(conn, limit, before)
+    return json_response({"entries": [
+        {"entry_id": e.entry_id, "timestamp_ms": e.timestamp_ms, "principal": e.principal, "action": e.action,
+         "resource": e.resource, "details": e.details} for e in entries]})

@@ -1,0 +1,292 @@
+"""Authentication, Kafka-style ACLs, the audit log, quotas and request limits, over real HTTP."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+
+from app.coordinator.authorizer import (ANONYMOUS, Acl, Operation, PatternType, Permission, Principal, ResourceType,
+                                        is_allowed)
+from tests.conftest import REPO_ROOT, loopback_socket
+
+ADMIN_TOKEN = "root-token-for-tests"
+
+
+# ---- the authorizer, pure
+
+def acl(resource_type, name, operation, permission="allow", pattern="literal", principal="alice"):
+    return Acl(principal, ResourceType(resource_type), PatternType(pattern), name, Operation(operation),
+               Permission(permission))
+
+
+@pytest.mark.parametrize("rules, operation, resource_type, name, allowed", [
+    ([], "Read", "Topic", "orders", False),
+    ([acl("Topic", "orders", "Read")], "Read", "Topic", "orders", True),
+    ([acl("Topic", "orders", "Read")], "Write", "Topic", "orders", False),
+    ([acl("Topic", "orders", "Read")], "Read", "Topic", "orders-2", False),
+    ([acl("Topic", "orders", "Read")], "Read", "Group", "orders", False),
+    ([acl("Topic", "ord", "Read", pattern="prefixed")], "Read", "Topic", "orders", True),
+    ([acl("Topic", "ord", "Read", pattern="prefixed")], "Read", "Topic", "xorders", False),
+    ([acl("Topic", "*", "Write")], "Write", "Topic", "anything", True),
+    ([acl("Topic", "orders", "All")], "Delete", "Topic", "orders", True),
+    ([acl("Topic", "orders", "Write")], "Describe", "Topic", "orders", True),   # Write implies Describe
+    ([acl("Topic", "orders", "Create")], "Describe", "Topic", "orders", False),  # Create does not
+    ([acl("Topic", "*", "All"), acl("Topic", "secret", "Read", "deny")], "Read", "Topic", "secret", False),
+    ([acl("Topic", "*", "All"), acl("Topic", "sec", "All", "deny", "prefixed")], "Write", "Topic", "secret", False),
+    ([acl("Topic", "*", "All"), acl("Topic", "secret", "Read", "deny")], "Write", "Topic", "secret", True),
+])
+def test_acl_evaluation(rules, operation, resource_type, name, allowed):
+    principal = Principal("alice", acls=tuple(rules))
+    assert is_allowed(principal, Operation(operation), ResourceType(resource_type), name) is allowed
+
+
+def test_super_users_and_anonymous_may_do_everything():
+    assert is_allowed(Principal("root", is_super_user=True), Operation.ALTER, ResourceType.CLUSTER, "x")
+    assert is_allowed(ANONYMOUS, Operation.DELETE, ResourceType.TOPIC, "x")
+
+
+# ---- over HTTP
+
+@pytest.fixture
+def secured(make_server):
+    server = make_server(auth="required", admin_token=ADMIN_TOKEN)
+    admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30)
+    admin.post("/v1/topics", json={"name": "orders", "partitions": 1}).raise_for_status()
+    admin.post("/v1/topics", json={"name": "secret", "partitions": 1}).raise_for_status()
+    yield server, admin
+    admin.close()
+
+
+def new_user(admin: httpx.Client, name: str, *rules: dict) -> httpx.Client:
+    admin.post("/v1/principals", json={"name": name}).raise_for_status()
+    token = admin.post(f"/v1/principals/{name}/keys").json()["token"]
+    for rule in rules:
+        admin.post("/v1/acls", json={"principal": name, **rule}).raise_for_status()
+    return httpx.Client(base_url=str(admin.base_url), headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def rule(resource_type, name, operation, permission="allow", pattern_type="literal") -> dict:
+    return {"resource_type": resource_type, "resource_name": name, "operation": operation,
+            "permission": permission, "pattern_type": pattern_type}
+
+
+def code(response: httpx.Response) -> str:
+    return response.json()["error"]["code"]
+
+
+def produce(client, topic="orders", **extra):
+    return client.post("/v1/produce", json={"partitions": [{"topic": topic, "partition": 0, "base_sequence": extra.pop(
+        "base_sequence", -1), "records": [{"value": "v"}]}], **extra})
+
+
+def test_requests_without_valid_credentials_are_unauthorized(secured):
+    server, admin = secured
+    anonymous = httpx.Client(base_url=server.url)
+    for headers in ({}, {"Authorization": "Basic abc"}, {"Authorization": "Bearer"},
+                    {"Authorization": "Bearer not-a-key"}):
+        response = anonymous.get("/v1/topics", headers=headers)
+        assert response.status_code == 401 and code(response) == "UNAUTHORIZED", headers
+        assert "Bearer" in response.json()["error"]["message"]
+    assert anonymous.get("/v1/health").status_code == 200, "health stays open for load balancers"
+    assert admin.get("/v1/whoami").json() == {"principal": "admin", "super_user": True}
+
+
+def test_produce_needs_write_on_the_topic(secured):
+    _, admin = secured
+    writer = new_user(admin, "writer", rule("Topic", "orders", "Write"))
+    assert produce(writer).status_code == 200
+    denied = produce(writer, topic="secret")
+    assert denied.status_code == 403 and code(denied) == "TOPIC_AUTHORIZATION_FAILED"
+    assert "writer" in denied.json()["error"]["message"] and "secret" in denied.json()["error"]["message"]
+    records = writer.post("/v1/topics/secret/records", json={"partition": 0, "records": [{"value": "x"}]})
+    assert code(records) == "TOPIC_AUTHORIZATION_FAILED"
+    reader = admin.get("/v1/topics/secret").json()["partitions"][0]
+    assert reader["high_watermark"] == 0, "a denied request writes nothing"
+
+
+def test_fetch_needs_read_and_list_offsets_needs_describe(secured):
+    _, admin = secured
+    reader = new_user(admin, "reader", rule("Topic", "orders", "Read"))
+    body = {"partitions": [{"topic": "orders", "partition": 0, "offset": 0}]}
+    assert reader.post("/v1/fetch", json=body).status_code == 200
+    assert reader.get("/v1/topics/orders/partitions/0/records").status_code == 200
+    assert reader.post("/v1/offsets/list", json={"partitions": [{"topic": "orders", "partition": 0}]}).status_code == 200
+    body["partitions"][0]["topic"] = "secret"
+    assert code(reader.post("/v1/fetch", json=body)) == "TOPIC_AUTHORIZATION_FAILED"
+    assert code(produce(reader)) == "TOPIC_AUTHORIZATION_FAILED", "Read does not allow Write"
+
+
+def test_transactional_writes_need_write_on_the_transactional_id(secured):
+    _, admin = secured
+    app = new_user(admin, "app", rule("Topic", "orders", "Write"), rule("TransactionalId", "app-", "Write",
+                                                                       pattern_type="prefixed"),
+                   rule("Group", "app-group", "Read"))
+    init = app.post("/v1/producers/init", json={"transactional_id": "app-1", "transaction_timeout_ms": 60000})
+    assert init.status_code == 200
+    ids = {"transactional_id": "app-1", **init.json()}
+    assert produce(app, base_sequence=0, **ids).status_code == 200
+    assert app.post("/v1/txn/add-offsets", json={**ids, "group_id": "app-group"}).status_code == 200
+    assert code(app.post("/v1/txn/add-offsets", json={**ids, "group_id": "other"})) == "GROUP_AUTHORIZATION_FAILED"
+    assert app.post("/v1/txn/end", json={**ids, "committed": True}).status_code == 200
+    denied = app.post("/v1/producers/init", json={"transactional_id": "billing-1", "transaction_timeout_ms": 60000})
+    assert denied.status_code == 403 and code(denied) == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    for path, extra in (("/v1/txn/end", {"committed": True}), ("/v1/txn/prepare", {}),
+                        ("/v1/txn/add-partitions", {"partitions": [{"topic": "orders", "partition": 0}]})):
+        response = app.post(path, json={"transactional_id": "billing-1", "producer_id": 1, "producer_epoch": 0, **extra})
+        assert code(response) == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", path
+    assert app.post("/v1/producers/init", json={}).status_code == 200, "idempotence needs no extra ACL"
+
+
+def test_group_operations_need_read_on_the_group(secured):
+    _, admin = secured
+    consumer = new_user(admin, "consumer", rule("Group", "readers", "Read"), rule("Topic", "orders", "Read"))
+    joined = consumer.post("/v1/groups/readers/heartbeat", json={"member_id": "", "topics": ["orders"]})
+    assert joined.status_code == 200
+    commit = consumer.post("/v1/groups/readers/offsets/commit",
+                           json={"offsets": [{"topic": "orders", "partition": 0, "offset": 0}]})
+    assert commit.status_code == 200 and commit.json()["offsets"][0]["error"] is None
+    assert consumer.post("/v1/groups/readers/offsets/fetch", json={}).status_code == 200
+    assert consumer.get("/v1/groups/readers").status_code == 200, "Read implies Describe"
+    assert code(consumer.post("/v1/groups/others/heartbeat", json={"topics": ["orders"]})) == \
+        "GROUP_AUTHORIZATION_FAILED"
+    assert [g["group_id"] for g in consumer.get("/v1/groups").json()["groups"]] == ["readers"]
+
+
+def test_listings_show_only_what_the_principal_may_describe(secured):
+    _, admin = secured
+    for tid in ("team-a-1", "team-b-1"):
+        admin.post("/v1/producers/init", json={"transactional_id": tid, "transaction_timeout_ms": 60000})
+    viewer = new_user(admin, "viewer", rule("Topic", "orders", "Describe"),
+                      rule("TransactionalId", "team-a-", "Describe", pattern_type="prefixed"))
+    assert [t["name"] for t in viewer.get("/v1/topics").json()["topics"]] == ["orders"]
+    assert viewer.get("/v1/cluster").json()["topics"] == ["orders"]
+    assert [t["transactional_id"] for t in viewer.get("/v1/transactions").json()["transactions"]] == ["team-a-1"]
+    assert viewer.get("/v1/transactions/team-a-1").status_code == 200
+    assert code(viewer.get("/v1/transactions/team-b-1")) == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    assert code(viewer.get("/metrics")) == "CLUSTER_AUTHORIZATION_FAILED"
+
+
+def test_admin_abort_needs_write_on_the_id_or_alter_on_the_cluster(secured):
+    _, admin = secured
+    init = admin.post("/v1/producers/init", json={"transactional_id": "hang", "transaction_timeout_ms": 60000}).json()
+    produce(admin, base_sequence=0, transactional_id="hang", **init).raise_for_status()
+    nobody = new_user(admin, "nobody", rule("TransactionalId", "hang", "Describe"))
+    assert code(nobody.post("/v1/transactions/hang/abort")) == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+    operator = new_user(admin, "operator", rule("Cluster", "txbroker-cluster", "Alter"))
+    aborted = operator.post("/v1/transactions/hang/abort")
+    assert aborted.status_code == 200 and aborted.json()["state"] == "CompleteAbort"
+    entries = admin.get("/v1/audit").json()["entries"]
+    assert {"principal": "operator", "action": "abort transaction", "resource": "hang"}.items() <= entries[0].items()
+
+
+def test_topic_creation_needs_create_and_deletion_needs_delete(secured):
+    _, admin = secured
+    creator = new_user(admin, "creator", rule("Topic", "scratch-", "Create", pattern_type="prefixed"),
+                       rule("Topic", "scratch-", "Delete", pattern_type="prefixed"))
+    assert creator.post("/v1/topics", json={"name": "scratch-1"}).status_code == 201
+    assert code(creator.post("/v1/topics", json={"name": "prod-1"})) == "TOPIC_AUTHORIZATION_FAILED"
+    assert code(creator.delete("/v1/topics/orders")) == "TOPIC_AUTHORIZATION_FAILED"
+    assert creator.delete("/v1/topics/scratch-1").status_code == 204
+    actions = [(e["principal"], e["action"], e["resource"]) for e in admin.get("/v1/audit").json()["entries"]]
+    assert ("creator", "delete topic", "scratch-1") in actions and ("creator", "create topic", "scratch-1") in actions
+
+
+def test_managing_principals_and_acls_needs_alter_on_the_cluster(secured):
+    _, admin = secured
+    user = new_user(admin, "plain", rule("Topic", "*", "All"))
+    assert code(user.post("/v1/principals", json={"name": "sneaky", "super_user": True})) == \
+        "CLUSTER_AUTHORIZATION_FAILED"
+    assert code(user.post("/v1/acls", json={"principal": "plain", **rule("Cluster", "txbroker-cluster", "All")})) == \
+        "CLUSTER_AUTHORIZATION_FAILED"
+    listed = admin.get("/v1/acls", params={"principal": "plain"}).json()["acls"]
+    assert [(a["resource_type"], a["resource_name"], a["operation"]) for a in listed] == [("Topic", "*", "All")]
+    assert admin.delete(f"/v1/acls/{listed[0]['acl_id']}").status_code == 204
+    assert code(produce(user)) == "TOPIC_AUTHORIZATION_FAILED", "a removed rule stops applying at once"
+
+
+def test_deny_wins_over_allow(secured):
+    _, admin = secured
+    user = new_user(admin, "careful", rule("Topic", "*", "All"), rule("Topic", "secret", "Write", "deny"))
+    assert produce(user).status_code == 200
+    assert code(produce(user, topic="secret")) == "TOPIC_AUTHORIZATION_FAILED"
+    assert user.post("/v1/fetch", json={"partitions": [{"topic": "secret", "partition": 0, "offset": 0}]}).status_code \
+        == 200, "the deny names Write only"
+
+
+def test_revoking_a_key_takes_effect_on_the_next_request(secured):
+    _, admin = secured
+    user = new_user(admin, "leaver", rule("Topic", "orders", "Read"))
+    assert user.get("/v1/topics/orders/partitions/0/records").status_code == 200
+    [key] = admin.get("/v1/principals/leaver/keys").json()["keys"]
+    assert admin.delete(f"/v1/principals/leaver/keys/{key['key_id']}").status_code == 204
+    assert code(user.get("/v1/topics/orders/partitions/0/records")) == "UNAUTHORIZED"
+    assert admin.get("/v1/principals/leaver/keys").json()["keys"][0]["revoked_ms"] is not None
+    assert admin.delete("/v1/principals/leaver").status_code == 204
+
+
+def test_transactional_ids_per_principal_are_limited(make_server):
+    server = make_server(auth="required", admin_token=ADMIN_TOKEN, max_transactional_ids_per_principal=2)
+    admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    user = new_user(admin, "greedy", rule("TransactionalId", "*", "Write"))
+    for n in range(2):
+        assert user.post("/v1/producers/init", json={"transactional_id": f"t{n}",
+                                                     "transaction_timeout_ms": 1000}).status_code == 200
+    assert user.post("/v1/producers/init", json={"transactional_id": "t0", "transaction_timeout_ms": 1000}
+                     ).status_code == 200, "re-initializing an existing id is not a new one"
+    over = user.post("/v1/producers/init", json={"transactional_id": "t2", "transaction_timeout_ms": 1000})
+    assert over.status_code == 403 and "max_transactional_ids_per_principal" in over.json()["error"]["message"]
+
+
+# ---- listening beyond loopback
+
+def test_serve_refuses_non_loopback_without_authentication(database_url):
+    result = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--host", "0.0.0.0", "--database-url",
+                             database_url], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "refusing to listen on 0.0.0.0 without authentication" in result.stderr
+
+
+def test_listening_rule():
+    from app.cli import listening_refusal
+    from app.settings import Settings
+    assert listening_refusal(Settings(host="127.0.0.1"), None) is None
+    assert listening_refusal(Settings(host="::1"), None) is None
+    assert listening_refusal(Settings(host="localhost"), None) is None
+    assert listening_refusal(Settings(host="10.1.2.3"), None) is not None
+    assert listening_refusal(Settings(host="10.1.2.3", auth="required"), None) is None
+    assert listening_refusal(Settings(host="10.1.2.3", allow_anonymous=True), None) is None
+    sock = loopback_socket()
+    try:
+        assert listening_refusal(Settings(host="10.1.2.3"), sock.fileno()) is None, "an fd is judged by its address"
+    finally:
+        sock.close()
+
+
+# ---- request limits
+
+def test_too_many_partitions_in_one_request(make_server):
+    server = make_server(max_partitions_per_request=2)
+    server.client.post("/v1/topics", json={"name": "wide", "partitions": 3}).raise_for_status()
+    response = server.client.post("/v1/fetch", json={"partitions": [
+        {"topic": "wide", "partition": p, "offset": 0} for p in range(3)]})
+    assert response.status_code == 400 and "max_partitions_per_request" in response.json()["error"]["message"]
+
+
+def test_long_polls_beyond_capacity_are_answered_at_once(make_server):
+    server = make_server(max_concurrent_long_polls=1)
+    server.client.post("/v1/topics", json={"name": "quiet", "partitions": 1}).raise_for_status()
+    body = {"max_wait_ms": 3000, "partitions": [{"topic": "quiet", "partition": 0, "offset": 0}]}
+    holder = threading.Thread(target=lambda: httpx.post(f"{server.url}/v1/fetch", json=body, timeout=30))
+    holder.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    response = server.client.post("/v1/fetch", json=body)
+    elapsed = time.monotonic() - started
+    holder.join()
+    assert response.status_code == 200 and response.json()["partitions"][0]["records"] == []
+    assert elapsed < 2.5, "with the only long-poll slot taken, the fetch was answered without waiting"
