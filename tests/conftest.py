@@ -99,31 +99,41 @@ def wait_until_healthy(url: str, timeout_s: float = 60, process: subprocess.Pope
     raise RuntimeError(f"the server at {url} was not healthy within {timeout_s}s: {last}")
 
 
+def start_in_process_server(database_url: str, **setting_overrides) -> RunningServer:
+    """The app served by uvicorn in a background thread, over real HTTP on a loopback socket."""
+    sock = loopback_socket()
+    port = sock.getsockname()[1]
+    settings = Settings(database_url=database_url, port=port, **setting_overrides)
+    config = uvicorn.Config(create_app(settings, database_url), log_level="warning", loop="uvloop",
+                            http="httptools", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    wait_until_healthy(url)
+    client = httpx.Client(base_url=url, timeout=60)
+    return RunningServer(url, database_url, client, settings, extra={"uvicorn": server, "thread": thread})
+
+
+def stop_in_process_server(running: RunningServer) -> None:
+    running.client.close()
+    running.extra["uvicorn"].should_exit = True
+    running.extra["thread"].join(timeout=30)
+
+
 @pytest.fixture
 def make_server(database_url: str):
     """Starts in-process servers (uvicorn in a thread, real HTTP on loopback) with custom settings."""
-    started: list[tuple[uvicorn.Server, threading.Thread, httpx.Client]] = []
+    started: list[RunningServer] = []
 
     def start(**setting_overrides) -> RunningServer:
-        sock = loopback_socket()
-        port = sock.getsockname()[1]
-        settings = Settings(database_url=database_url, port=port, **setting_overrides)
-        config = uvicorn.Config(create_app(settings, database_url), log_level="warning", loop="uvloop",
-                                http="httptools", lifespan="on")
-        server = uvicorn.Server(config)
-        thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
-        thread.start()
-        url = f"http://127.0.0.1:{port}"
-        wait_until_healthy(url)
-        client = httpx.Client(base_url=url, timeout=60)
-        started.append((server, thread, client))
-        return RunningServer(url, database_url, client, settings)
+        running = start_in_process_server(database_url, **setting_overrides)
+        started.append(running)
+        return running
 
     yield start
-    for server, thread, client in started:
-        client.close()
-        server.should_exit = True
-        thread.join(timeout=30)
+    for running in started:
+        stop_in_process_server(running)
 
 
 @pytest.fixture

@@ -11,6 +11,13 @@ confirmation as a dialog (X-Console-Fragment: dialog). Every list is a page of a
 The one change the console makes is the admin abort, a POST form that calls the coordinator's
 admin_abort. It refuses cross-site requests (an Origin header naming another site), and the
 Content-Security-Policy allows no inline script at all.
+
+Who may look: the console shows cluster-wide state (every topic, transaction and group), so with
+`auth` required it needs a principal allowed to Describe the Cluster. A browser cannot send a bearer
+header, so the console's sign-in page takes an API key and keeps it in an HttpOnly, SameSite=Strict
+cookie scoped to /console; every request authenticates it again, so a revoked key stops working at
+once. The abort needs what the API's admin abort needs (Alter on the Cluster or Write on the
+TransactionalId) and is audited like it. With `auth` off every caller is the anonymous super user.
 """
 
 from __future__ import annotations
@@ -26,25 +33,28 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
-from urllib.parse import quote, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 import asyncpg
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from app.api.deps import CoordinatorDep, GroupCoordinatorDep, PoolDep
+from app.api.auth import AUTH_REQUIRED, token_principal
+from app.api.deps import CoordinatorDep, PoolDep
+from app.coordinator.authorizer import ANONYMOUS, CLUSTER_RESOURCE, Operation, Principal, ResourceType, authorize, \
+    is_allowed
 from app.coordinator.transaction_states import TransactionState
 from app.errors import BrokerError, ErrorCode, invalid_request
-from app.storage import groups, log_browser, partition_log, partition_summary, topics, transaction_health, \
-    transaction_history
-from app.storage import group_summaries
+from app.storage import group_summaries, groups, log_browser, partition_log, partition_summary, principals, topics, \
+    transaction_health, transaction_history
 from app.storage.topics import TRANSACTION_STATE_TOPIC
 
 router = APIRouter(prefix="/console", include_in_schema=False)
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "web"
 FRAGMENT_HEADER = "x-console-fragment"
+KEY_COOKIE = "txbroker_console_key"
 PAGE_SIZE = 50
 PARTITION_PAGE_SIZE = 100
 LOG_WINDOW = 50
@@ -233,7 +243,9 @@ def render(request: Request, template_name: str, status_code: int = 200, **conte
     template = templates.get_template(template_name)
     moment = context.pop("now", None) or now_ms()
     values = {"request": request, "now": moment, "nav": "", "page_url": _page_url(request),
-              "base_url": str(request.base_url).rstrip("/"), **context}
+              "base_url": str(request.base_url).rstrip("/"),
+              "signed_in": getattr(request.state, "console_principal", None) if _auth_required(request) else None,
+              **context}
     fragment = request.headers.get(FRAGMENT_HEADER)
     if fragment and fragment in template.blocks:
         html = "".join(template.blocks[fragment](template.new_context(values)))
@@ -246,9 +258,31 @@ def _error_page(request: Request, error: BrokerError) -> HTMLResponse:
     return render(request, "error.html", error.http_status, error=error)
 
 
+def _auth_required(request: Request) -> bool:
+    return request.app.state.settings.auth == AUTH_REQUIRED
+
+
+async def console_principal(request: Request) -> Principal | None:
+    """The caller: anonymous with auth off; else the owner of the bearer token or of the API key
+    the sign-in page stored in the console's cookie (None when neither is valid)."""
+    if not _auth_required(request):
+        return ANONYMOUS
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = token.strip() if scheme.lower() == "bearer" else request.cookies.get(KEY_COOKIE, "")
+    return await token_principal(request, token) if token else None
+
+
+def _local_target(target: str | None) -> str:
+    """Where to go after signing in: a console page of this server, never another site."""
+    if target and target.startswith("/console") and not target.startswith("//"):
+        return target
+    return "/console"
+
+
 def console_page(handler):
-    """Wraps a page handler: a starting server answers a page that reloads itself, and an expected
-    error (unknown topic, invalid filter, ...) is shown as a page with the error's HTTP status."""
+    """Wraps a page handler: a starting server answers a page that reloads itself; a caller who is
+    not signed in is sent to the sign-in page; one who may not Describe the Cluster, and any
+    expected error (unknown topic, invalid filter, ...), gets a page with the error's HTTP status."""
     @functools.wraps(handler)
     async def page(request: Request, *args, **kwargs):
         if not request.app.state.ready:
@@ -256,6 +290,14 @@ def console_page(handler):
             response.headers["Retry-After"] = "1"
             return response
         try:
+            principal = await console_principal(request)
+            if principal is None:
+                if request.headers.get(FRAGMENT_HEADER):
+                    return HTMLResponse("", 401, headers=SECURITY_HEADERS)
+                here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                return RedirectResponse(f"/console/login?next={quote(here, safe='')}", 303)
+            request.state.console_principal = principal
+            authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
             return await handler(request, *args, **kwargs)
         except BrokerError as error:
             return _error_page(request, error)
@@ -415,6 +457,11 @@ def transaction_not_found(transactional_id: str) -> BrokerError:
                        f"and no longer in the transaction log")
 
 
+def _cross_site_refused(action: str) -> BrokerError:
+    return BrokerError(ErrorCode.INVALID_REQUEST, f"this {action} came from a page of another site and was refused: "
+                                                  f"use the console's own page")
+
+
 def _cross_site(request: Request) -> bool:
     """A browser names the page a POST comes from in Origin; refuse one from another site."""
     origin = request.headers.get("origin")
@@ -426,14 +473,20 @@ def _cross_site(request: Request) -> bool:
 
 @router.post("/transactions/{transactional_id:path}/abort")
 @console_page
-async def abort_transaction(request: Request, transactional_id: str, coordinator: CoordinatorDep):
-    """The admin abort: fences the producer (epoch bump) and aborts its open transaction."""
+async def abort_transaction(request: Request, transactional_id: str, pool: PoolDep, coordinator: CoordinatorDep):
+    """The admin abort: fences the producer (epoch bump) and aborts its open transaction. Allowed
+    as the API's admin abort is, and audited like it."""
     transactional_id = _id_from(transactional_id, request)
     if _cross_site(request):
-        return _error_page(request, BrokerError(
-            ErrorCode.INVALID_REQUEST, "this abort came from a page of another site and was refused: "
-                                       "abort from the console's own page"))
-    await coordinator.admin_abort(transactional_id)
+        raise _cross_site_refused("abort")
+    principal = request.state.console_principal
+    if not is_allowed(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE):
+        authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+    result = await coordinator.admin_abort(transactional_id)
+    async with pool.acquire() as conn:
+        await principals.audit(conn, now_ms(), principal.name, "abort transaction", transactional_id,
+                               f"from the console; fenced: now producer {result.producer_id} "
+                               f"epoch {result.producer_epoch}")
     separator = "&" if "?" in transaction_url(transactional_id) else "?"
     return RedirectResponse(f"{transaction_url(transactional_id)}{separator}aborted=1", 303)
 
@@ -479,9 +532,45 @@ async def group_page(request: Request, group_id: str, pool: PoolDep, members_aft
     more_members, more_offsets = len(members) > PAGE_SIZE, len(offsets) > PAGE_SIZE
     members, offsets = members[:PAGE_SIZE], offsets[:PAGE_SIZE]
     return render(request, "group.html", nav="groups", group=group, members=members, offsets=offsets,
-                  pending=pending, members_after=members_after, offsets_after=offsets_after,
+                  lag_total=sum(o.lag or 0 for o in offsets), pending=pending, members_after=members_after, offsets_after=offsets_after,
                   next_members_after=members[-1].member_id if more_members else None,
                   next_offsets_after=f"{offsets[-1].topic}:{offsets[-1].partition}" if more_offsets else None)
+
+
+@router.get("/login")
+async def login_page(request: Request, next: str | None = None):
+    """The sign-in form (auth required only): an API key, kept in an HttpOnly cookie."""
+    if not _auth_required(request):
+        return RedirectResponse(_local_target(next), 303)
+    return render(request, "login.html", target=_local_target(next), failed=False)
+
+
+@router.post("/login")
+async def sign_in(request: Request):
+    if not _auth_required(request):
+        return RedirectResponse("/console", 303)
+    if _cross_site(request):
+        return _error_page(request, _cross_site_refused("sign-in"))
+    # A form body (every body is declared JSON by the JsonBodies middleware, so it is parsed here).
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    key = form.get("api_key", [""])[0].strip()
+    target = _local_target(form.get("next", [""])[0])
+    principal = await token_principal(request, key) if key else None
+    if principal is None:
+        return render(request, "login.html", 401, target=target, failed=True)
+    response = RedirectResponse(target, 303)
+    response.set_cookie(KEY_COOKIE, key, path="/console", httponly=True, samesite="strict",
+                        secure=request.url.scheme == "https")
+    return response
+
+
+@router.post("/logout")
+async def sign_out(request: Request):
+    if _cross_site(request):
+        return _error_page(request, _cross_site_refused("sign-out"))
+    response = RedirectResponse("/console/login" if _auth_required(request) else "/console", 303)
+    response.delete_cookie(KEY_COOKIE, path="/console", httponly=True, samesite="strict")
+    return response
 
 
 @router.get("/static/{name}")

@@ -63,7 +63,10 @@ def _check_request(command: ProduceCommand, max_records: int) -> None:
                               f"per request; split it")
 
 
-async def _check_idempotent_producer(conn: asyncpg.Connection, command: ProduceCommand) -> None:
+async def _check_idempotent_producer(conn: asyncpg.Connection, command: ProduceCommand) -> BrokerError | None:
+    """Request-level errors raise; an epoch the producer itself has since bumped (KIP-360) is
+    returned, to answer every partition with it: the partitions may not have seen the new epoch
+    yet, but the server knows it, so the old epoch is fenced everywhere at once."""
     issued = await producer_ids.lookup(conn, command.producer_id)
     if issued is None:
         raise unknown_producer(command.producer_id)
@@ -76,6 +79,11 @@ async def _check_idempotent_producer(conn: asyncpg.Connection, command: ProduceC
         raise BrokerError(ErrorCode.INVALID_PRODUCER_EPOCH,
                           f"epoch {command.producer_epoch} of producer {command.producer_id} was never issued "
                           f"(the latest is {issued.producer_epoch})")
+    if command.producer_epoch < issued.producer_epoch:
+        return BrokerError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                           f"producer {command.producer_id} wrote with epoch {command.producer_epoch}, but epoch "
+                           f"{issued.producer_epoch} was issued to it since: this producer instance is stale; close it")
+    return None
 
 
 async def produce(coordinator: TransactionCoordinator, command: ProduceCommand,
@@ -92,7 +100,9 @@ async def produce(coordinator: TransactionCoordinator, command: ProduceCommand,
                 conn, command.transactional_id, command.producer_id, command.producer_epoch,
                 [(entry.topic, entry.partition) for entry in command.partitions])
         elif command.producer_id != NO_PRODUCER_ID:
-            await _check_idempotent_producer(conn, command)
+            stale = await _check_idempotent_producer(conn, command)
+            if stale is not None:
+                return [stale] * len(command.partitions)
         topics = await find_topics(conn, sorted({entry.topic for entry in command.partitions}))
         results: list[AppendResult | BrokerError | None] = []
         appends: list[BatchAppend] = []

@@ -16,12 +16,18 @@ import asyncpg
 from app.storage.group_offsets import PartitionLag
 from app.storage.groups import Member
 
+NO_GROUP = ""  # sorts before every group id: the keyset start of the first page
+
+# The high watermark of a committed offset's partition, one primary-key probe (written as a scalar
+# subquery so the plan stays a probe even before the tables have statistics).
+_HIGH_WATERMARK = "(SELECT p.high_watermark FROM partitions p WHERE p.topic_id = t.topic_id AND p.partition = o.partition)"
+
 # Records (not markers) between a committed offset and the high watermark: the marker count is an
 # index range on txn_markers_by_offset.
-_LAG_EXPRESSION = """
-greatest(p.high_watermark - o.committed_offset, 0)
+_LAG_EXPRESSION = f"""
+greatest(hw.high_watermark - o.committed_offset, 0)
   - (SELECT count(*) FROM txn_markers m WHERE m.topic_id = t.topic_id AND m.partition = o.partition
-     AND m.marker_offset >= o.committed_offset AND m.marker_offset < p.high_watermark)
+     AND m.marker_offset >= o.committed_offset AND m.marker_offset < hw.high_watermark)
 """
 
 
@@ -47,10 +53,10 @@ SELECT g.group_id, g.generation_id, g.last_update_ms,
        (SELECT count(*) FROM pending_txn_offsets x WHERE x.group_id = g.group_id) AS pending_offsets,
        (SELECT coalesce(sum({_LAG_EXPRESSION}), 0) FROM group_offsets o
         JOIN topics t ON t.name = o.topic
-        JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = o.partition
-        WHERE o.group_id = g.group_id)::bigint AS lag
+        CROSS JOIN LATERAL (SELECT {_HIGH_WATERMARK} AS high_watermark) hw
+        WHERE o.group_id = g.group_id AND hw.high_watermark IS NOT NULL)::bigint AS lag
 FROM consumer_groups g
-WHERE ($1::text IS NULL OR g.group_id > $1) AND ($3::text IS NULL OR starts_with(g.group_id, $3))
+WHERE g.group_id > $1 AND ($3::text IS NULL OR starts_with(g.group_id, $3))
 ORDER BY g.group_id LIMIT $2
 """
 
@@ -58,33 +64,38 @@ ORDER BY g.group_id LIMIT $2
 async def group_page(conn: asyncpg.Connection, after: str | None, prefix: str | None,
                      limit: int) -> list[GroupSummary]:
     """Groups by id after `after` (keyset), optionally only those starting with `prefix`."""
-    return [GroupSummary(*row) for row in await conn.fetch(_GROUP_PAGE_SQL, after, limit, prefix)]
+    return [GroupSummary(*row) for row in await conn.fetch(_GROUP_PAGE_SQL, after or NO_GROUP, limit, prefix)]
 
 
 async def member_page(conn: asyncpg.Connection, group_id: str, after: str | None, limit: int) -> list[Member]:
     rows = await conn.fetch(
         "SELECT member_id, topics, session_timeout_ms, joined_ms, last_heartbeat_ms FROM group_members "
-        "WHERE group_id = $1 AND ($2::text IS NULL OR member_id > $2) ORDER BY member_id LIMIT $3",
-        group_id, after, limit)
+        "WHERE group_id = $1 AND member_id > $2 ORDER BY member_id LIMIT $3", group_id, after or "", limit)
     return [Member(*row) for row in rows]
 
 
+# The page's keys first (a primary-key range), then the lag of those rows only.
 _OFFSET_PAGE_SQL = f"""
-SELECT o.topic, o.partition, o.committed_offset, o.metadata, p.high_watermark, {_LAG_EXPRESSION} AS lag,
+WITH o AS (
+    SELECT group_id, topic, partition, committed_offset, metadata FROM group_offsets
+    WHERE group_id = $1 AND (topic, partition) > ($2, $3) ORDER BY topic, partition LIMIT $4
+)
+SELECT o.topic, o.partition, o.committed_offset, o.metadata, hw.high_watermark,
+       CASE WHEN hw.high_watermark IS NOT NULL THEN {_LAG_EXPRESSION} END AS lag,
        EXISTS (SELECT 1 FROM pending_txn_offsets q WHERE q.group_id = o.group_id AND q.topic = o.topic
                AND q.partition = o.partition) AS pending
-FROM group_offsets o
-JOIN topics t ON t.name = o.topic
-JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = o.partition
-WHERE o.group_id = $1 AND ($2::text IS NULL OR (o.topic, o.partition) > ($2, $3))
-ORDER BY o.topic, o.partition LIMIT $4
+FROM o
+LEFT JOIN topics t ON t.name = o.topic
+CROSS JOIN LATERAL (SELECT {_HIGH_WATERMARK} AS high_watermark) hw
+ORDER BY o.topic, o.partition
 """
 
 
 async def offset_page(conn: asyncpg.Connection, group_id: str, after: tuple[str, int] | None,
                       limit: int) -> list[PartitionLag]:
-    """Committed offsets by (topic, partition) after `after` (keyset), with the lag of each."""
-    topic, partition = after if after is not None else (None, -1)
+    """Committed offsets by (topic, partition) after `after` (keyset), with the lag of each (None,
+    like the high watermark, when the topic or partition no longer exists)."""
+    topic, partition = after if after is not None else ("", -1)
     return [PartitionLag(*row) for row in await conn.fetch(_OFFSET_PAGE_SQL, group_id, topic, partition, limit)]
 
 
