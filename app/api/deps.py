@@ -1,4 +1,5 @@
-"""Request dependencies, as Annotated aliases, and the readiness gate."""
+"""Request dependencies, as Annotated aliases, and the readiness gate. All `async def`: FastAPI
+would run plain functions in its thread pool, a hand-off per dependency per request."""
 
 from __future__ import annotations
 
@@ -14,27 +15,27 @@ from app.settings import Settings
 from app.storage.append_notifier import AppendNotifier
 
 
-def _pool(request: Request) -> asyncpg.Pool:
+async def _pool(request: Request) -> asyncpg.Pool:
     return request.app.state.pool
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def _notifier(request: Request) -> AppendNotifier:
+async def _notifier(request: Request) -> AppendNotifier:
     return request.app.state.notifier
 
 
-def _coordinator(request: Request) -> TransactionCoordinator:
+async def _coordinator(request: Request) -> TransactionCoordinator:
     return request.app.state.coordinator
 
 
-def _group_coordinator(request: Request) -> GroupCoordinator:
+async def _group_coordinator(request: Request) -> GroupCoordinator:
     return request.app.state.group_coordinator
 
 
-def require_ready(request: Request) -> None:
+async def require_ready(request: Request) -> None:
     if not request.app.state.ready:
         raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                           "the server is starting (applying migrations, recovering transactions): retry shortly")

@@ -94,16 +94,16 @@ async def produce(coordinator: TransactionCoordinator, command: ProduceCommand,
                for index, entry in enumerate(command.partitions)]
     transactional = command.transactional_id is not None
     async with coordinator.pool.acquire() as conn, conn.transaction():
+        topics = await find_topics(conn, sorted({entry.topic for entry in command.partitions}))
         meta = None
         if transactional:
             meta = await coordinator.join_for_produce(
                 conn, command.transactional_id, command.producer_id, command.producer_epoch,
-                [(entry.topic, entry.partition) for entry in command.partitions])
+                [(entry.topic, entry.partition) for entry in command.partitions], topics)
         elif command.producer_id != NO_PRODUCER_ID:
             stale = await _check_idempotent_producer(conn, command)
             if stale is not None:
                 return [stale] * len(command.partitions)
-        topics = await find_topics(conn, sorted({entry.topic for entry in command.partitions}))
         results: list[AppendResult | BrokerError | None] = []
         appends: list[BatchAppend] = []
         for entry, batch in zip(command.partitions, encoded):

@@ -9,9 +9,11 @@ Invariants:
 - Every state change goes through `transaction_states.transition` (`_move`) and is recorded on the
   request's metadata; `TransactionLog.save` writes the row and the `__transaction_state` records
   last, before the PostgreSQL transaction commits. Nothing in memory outlives the request.
-- EndTxn is two PostgreSQL transactions: PrepareCommit/PrepareAbort durable first, then markers +
-  CompleteCommit/CompleteAbort. Between them the id answers CONCURRENT_TRANSACTIONS, and a crash
-  there is finished by recovery (markers are idempotent per partition, producer id and epoch).
+- EndTxn moves Ongoing -> PrepareCommit/PrepareAbort -> markers -> CompleteCommit/CompleteAbort.
+  With every partition in this database the steps share one PostgreSQL transaction; they stay
+  separable: a durable PrepareX (from a crash of a coordinator that wrote them apart) answers
+  CONCURRENT_TRANSACTIONS to other requests and is finished by recovery, InitProducerId or an
+  EndTxn retry (markers are idempotent per partition, producer id and epoch).
 - Every transaction ends with an epoch bump (transaction version 2), so a late request of a
   finished transaction is fenced and (producer id, epoch) names exactly one transaction.
 """
@@ -266,9 +268,11 @@ class TransactionCoordinator:
 
     # ---- AddPartitionsToTxn / AddOffsetsToTxn / produce
 
-    async def _resolve(self, conn: asyncpg.Connection,
-                       requested: list[tuple[str, int]]) -> list[TxnPartition | BrokerError]:
-        topics = await find_topics(conn, sorted({topic for topic, _ in requested}))
+    async def _resolve(self, conn: asyncpg.Connection, requested: list[tuple[str, int]],
+                       topics: dict | None = None) -> list[TxnPartition | BrokerError]:
+        """`topics`: already looked up by the caller (name -> TopicInfo), or None to look them up."""
+        if topics is None:
+            topics = await find_topics(conn, sorted({topic for topic, _ in requested}))
         resolved: list[TxnPartition | BrokerError] = []
         for topic_name, partition in requested:
             topic = topics.get(topic_name)
@@ -317,7 +321,8 @@ class TransactionCoordinator:
         return meta, partition
 
     async def join_for_produce(self, conn: asyncpg.Connection, transactional_id: str, producer_id: int,
-                               producer_epoch: int, requested: list[tuple[str, int]]) -> TransactionMetadata:
+                               producer_epoch: int, requested: list[tuple[str, int]],
+                               topics: dict) -> TransactionMetadata:
         """Within the produce's PostgreSQL transaction: verifies the producer against the
         coordinator's current state (KIP-890: a late request of an old transaction can never land
         in a new one) and adds the partitions implicitly. The id's row stays locked until the
@@ -325,7 +330,7 @@ class TransactionCoordinator:
         `self.log.save(conn, meta)` after its appends."""
         meta = check_producer(await self.log.lock(conn, transactional_id), transactional_id, producer_id,
                               producer_epoch)
-        valid = [p for p in await self._resolve(conn, requested) if isinstance(p, TxnPartition)]
+        valid = [p for p in await self._resolve(conn, requested, topics) if isinstance(p, TxnPartition)]
         self._start_or_extend(meta, valid, [], now_ms())
         return meta
 
@@ -335,31 +340,30 @@ class TransactionCoordinator:
                               commit: bool) -> EndResult:
         wanted = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
         outcome = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
-        async with self.pool.acquire() as conn:
-            async with conn.transaction():
-                meta = await self.log.lock(conn, transactional_id)
-                if meta is not None and self._is_retry_of_last(meta, producer_id, producer_epoch):
-                    if meta.state != outcome:
-                        raise _invalid_state(meta, f"{'commit' if commit else 'abort'} (its transaction already "
-                                                   f"ended with {meta.state})")
-                    return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
-                check_producer(meta, transactional_id, producer_id, producer_epoch)
-                state = S(meta.state)
-                if state in (S.ONGOING, S.PREPARED):
-                    self._move(meta, wanted, now_ms())
-                elif state == S.PREPARE_EPOCH_FENCE or (state.is_completing and state != wanted):
-                    raise _concurrent(meta) if state == S.PREPARE_EPOCH_FENCE else _invalid_state(
-                        meta, f"{'commit' if commit else 'abort'} (it is already in {meta.state})")
-                elif state != wanted:
-                    raise _invalid_state(meta, f"{'commit' if commit else 'abort'} (no transaction is open)")
-                await self.log.save(conn, meta)
-            # PrepareX is durable: from here the outcome is decided, even if this process dies.
-            async with conn.transaction():
-                meta = await self.log.lock(conn, transactional_id)
-                if meta.state == wanted:
-                    await self._complete(conn, meta, now_ms(), bump=True)
-                    await self.log.save(conn, meta)
+        async with self.pool.acquire() as conn, conn.transaction():
+            meta = await self.log.lock(conn, transactional_id)
+            if meta is not None and self._is_retry_of_last(meta, producer_id, producer_epoch):
+                if meta.state != outcome:
+                    raise _invalid_state(meta, f"{'commit' if commit else 'abort'} (its transaction already "
+                                               f"ended with {meta.state})")
                 return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
+            check_producer(meta, transactional_id, producer_id, producer_epoch)
+            state = S(meta.state)
+            if state in (S.ONGOING, S.PREPARED):
+                self._move(meta, wanted, now_ms())
+            elif state == S.PREPARE_EPOCH_FENCE or (state.is_completing and state != wanted):
+                raise _concurrent(meta) if state == S.PREPARE_EPOCH_FENCE else _invalid_state(
+                    meta, f"{'commit' if commit else 'abort'} (it is already in {meta.state})")
+            elif state != wanted:
+                raise _invalid_state(meta, f"{'commit' if commit else 'abort'} (no transaction is open)")
+            # Every partition lives in this database, so PrepareX, the markers and CompleteX share
+            # one PostgreSQL transaction (one commit instead of two). The steps stay separable:
+            # PrepareX is logged before the markers, markers are idempotent, and a PrepareX found
+            # durable (left by a coordinator that wrote them separately) is finished by recovery,
+            # InitProducerId, or this same EndTxn retried.
+            await self._complete(conn, meta, now_ms(), bump=True)
+            await self.log.save(conn, meta)
+            return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
 
     @staticmethod
     def _is_retry_of_last(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> bool:

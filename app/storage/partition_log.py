@@ -263,29 +263,48 @@ async def read(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offse
     # caller then continues from next_offset).
     while len(records) < max_records and next_offset < upper and scanned < MAX_BATCHES_SCANNED:
         page_size = min(max_records - len(records), MAX_BATCHES_SCANNED - scanned) + 16
-        batches = await conn.fetch(
-            "SELECT base_offset, last_offset, control_type, producer_id, producer_epoch, is_transactional, records "
+        # Headers first: payloads are stored out of line, and fetching one costs a TOAST read, so
+        # only the payloads of the batches this read will use are fetched (below).
+        headers = await conn.fetch(
+            "SELECT base_offset, last_offset, control_type, producer_id, producer_epoch, is_transactional "
             "FROM record_batches WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND base_offset < $4 "
             "ORDER BY last_offset LIMIT $5",
             topic.topic_id, partition, next_offset, upper, page_size)
-        scanned += len(batches)
-        aborted = await _aborted_among(conn, topic, partition, batches) if isolation_level == READ_COMMITTED else set()
-        for batch in batches:
-            if batch["control_type"] is not None or (batch["producer_id"], batch["producer_epoch"]) in aborted:
-                next_offset = batch["last_offset"] + 1
+        scanned += len(headers)
+        aborted = await _aborted_among(conn, topic, partition, headers) if isolation_level == READ_COMMITTED else set()
+        wanted: list[tuple[asyncpg.Record, int, int]] = []  # (header, first index, stop index)
+        position, budget = next_offset, max_records - len(records)
+        for header in headers:
+            if header["control_type"] is not None or (header["producer_id"], header["producer_epoch"]) in aborted:
+                position = header["last_offset"] + 1
                 continue
-            base = batch["base_offset"]
-            stored = record_codec.decode_payload(batch["records"])
-            start = max(next_offset - base, 0)
-            stop = min(len(stored), start + max_records - len(records))
-            for index in range(start, stop):
-                records.append(record_codec.render_record(stored[index], base + index, encoding))
-            next_offset = base + stop
-            if len(records) >= max_records:
+            start = max(position - header["base_offset"], 0)
+            stop = min(header["last_offset"] - header["base_offset"] + 1, start + budget)
+            wanted.append((header, start, stop))
+            budget -= stop - start
+            position = header["base_offset"] + stop
+            if budget <= 0:
                 break
-        if len(batches) < page_size:
+        payloads = await _payloads(conn, topic, partition, [header["last_offset"] for header, _, _ in wanted])
+        for header, start, stop in wanted:
+            stored = record_codec.decode_payload(payloads[header["last_offset"]])
+            base = header["base_offset"]
+            records.extend(record_codec.render_record(stored[index], base + index, encoding)
+                           for index in range(start, stop))
+        next_offset = position
+        if len(headers) < page_size:
             break
     return ReadResult(state, records, next_offset)
+
+
+async def _payloads(conn: asyncpg.Connection, topic: TopicInfo, partition: int,
+                    last_offsets: list[int]) -> dict[int, bytes]:
+    if not last_offsets:
+        return {}
+    rows = await conn.fetch(
+        "SELECT last_offset, records FROM record_batches WHERE topic_id = $1 AND partition = $2 "
+        "AND last_offset = ANY($3::bigint[])", topic.topic_id, partition, last_offsets)
+    return {row["last_offset"]: row["records"] for row in rows}
 
 
 async def _aborted_among(conn: asyncpg.Connection, topic: TopicInfo, partition: int,
