@@ -48,6 +48,8 @@ def serve(args: argparse.Namespace) -> int:
     if refusal:
         print(f"txbroker: {refusal}", file=sys.stderr)
         return 2
+    if args.fd is not None:
+        _disable_nagle(args.fd)
     postgres = None
     database_url = settings.database_url
     if database_url is None:
@@ -70,6 +72,16 @@ def serve(args: argparse.Namespace) -> int:
         if postgres is not None:
             postgres.stop()
     return 0
+
+
+def _disable_nagle(fd: int) -> None:
+    """A socket passed by fd reaches uvicorn as a plain fd, and uvicorn then sets no TCP_NODELAY on
+    the connections it accepts: small responses would wait ~40 ms for Nagle's algorithm. Accepted
+    sockets inherit the option from the listening one on Linux."""
+    import socket
+    with socket.socket(fileno=os.dup(fd)) as sock:
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def _listening_host(settings: Settings, fd: int | None) -> str:

@@ -2,10 +2,12 @@
 
 from fastapi import APIRouter
 
+from app.api.json_route import OrjsonRoute
+
 from app.api import admin, fetch, groups, metrics, produce, security, topics, transactions
 from app.api import console
 
-api_router = APIRouter()
+api_router = APIRouter(route_class=OrjsonRoute)
 api_router.include_router(topics.router)
 api_router.include_router(produce.router)
 api_router.include_router(fetch.router)

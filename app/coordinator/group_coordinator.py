@@ -8,7 +8,8 @@ Invariants:
   consumer's commits, plain or transactional, are refused), holding the group row FOR SHARE so a
   rebalance cannot slip in between the check and the commit.
 - Lock order: transactional id row -> group row -> __consumer_offsets partition -> offsets rows ->
-  __transaction_state (the coordinator's own order, with the group row in between).
+  __transaction_state (the coordinator's own order, with the group row in between). A commit
+  makes sure the group row exists (`groups.ensure`, no lock) before it locks anything.
 """
 
 from __future__ import annotations
@@ -70,13 +71,16 @@ class GroupCoordinator:
 
     # ---- membership
 
-    async def _rebalance(self, conn: asyncpg.Connection, group: Group, now: int) -> None:
-        current = await groups.members(conn, group.group_id)
+    async def _assignment_now(self, conn: asyncpg.Connection, group_id: str) -> dict:
+        current = await groups.members(conn, group_id)
         subscribed = sorted({topic for member in current for topic in member.topics})
         topics = await find_topics(conn, subscribed)
+        return range_assignment({m.member_id: m.topics for m in current},
+                                {name: t.partition_count for name, t in topics.items()})
+
+    async def _rebalance(self, conn: asyncpg.Connection, group: Group, now: int, assignment: dict | None = None) -> None:
         group.generation_id += 1
-        group.assignment = range_assignment({m.member_id: m.topics for m in current},
-                                            {name: t.partition_count for name, t in topics.items()})
+        group.assignment = assignment if assignment is not None else await self._assignment_now(conn, group.group_id)
         group.last_update_ms = now
         await groups.save_generation(conn, group)
 
@@ -102,8 +106,11 @@ class GroupCoordinator:
                        if m.member_id != member_id and m.last_heartbeat_ms + m.session_timeout_ms < now]
             if expired:
                 await groups.remove_members(conn, group_id, expired)
-            if changed or expired:
-                await self._rebalance(conn, group, now)
+            # Also when nobody changed but the topics did (a subscribed topic was created or
+            # deleted): the assignment the members hold is no longer the one they would get.
+            assignment = await self._assignment_now(conn, group_id)
+            if changed or expired or assignment != group.assignment:
+                await self._rebalance(conn, group, now, assignment)
         return HeartbeatResult(member_id, group.generation_id, max(session_timeout_ms // 3, 1),
                                group.assignment.get(member_id, {}))
 
@@ -167,6 +174,7 @@ class GroupCoordinator:
                              entries: list[OffsetEntry]) -> list[BrokerError | None]:
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
+            await groups.ensure(conn, group_id, now)  # before any partition lock: see the lock order
             generation_error = await self._generation_error(conn, group_id, member_id, generation_id)
             if generation_error is not None:
                 return [generation_error] * len(entries)
@@ -175,8 +183,6 @@ class GroupCoordinator:
             offsets_topic = await get_topic(conn, CONSUMER_OFFSETS_TOPIC)
             await group_offsets.commit(conn, offsets_topic, partition.partition, group_id,
                                        [e for e, error in zip(entries, errors) if error is None], now)
-            if generation_id == NO_GENERATION:
-                await groups.lock(conn, group_id, now)  # so a group that only commits is listed too
         return errors
 
     async def txn_offset_commit(self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int,
@@ -188,6 +194,7 @@ class GroupCoordinator:
         async with self.pool.acquire() as conn, conn.transaction():
             meta, partition = await self.transactions.join_for_offsets(conn, transactional_id, producer_id,
                                                                        producer_epoch, group_id)
+            await groups.ensure(conn, group_id, now)
             generation_error = await self._generation_error(conn, group_id, member_id, generation_id)
             errors = ([generation_error] * len(entries) if generation_error is not None
                       else await self._entry_errors(conn, entries))
@@ -215,7 +222,9 @@ class GroupCoordinator:
     # ---- describe
 
     async def describe(self, group_id: str) -> GroupDescription:
-        async with self.pool.acquire() as conn:
+        # One snapshot: a rebalance committing between the reads must not pair one generation's
+        # assignment with another's members.
+        async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
             group = await groups.get(conn, group_id)
             if group is None:
                 raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND,

@@ -28,6 +28,13 @@ class Member:
     last_heartbeat_ms: int
 
 
+async def ensure(conn: asyncpg.Connection, group_id: str, now_ms: int) -> None:
+    """Makes the group exist (generation 0, no members) without locking its row: a commit calls
+    this before anything else, so it never takes the group row after a partition row."""
+    await conn.execute("INSERT INTO consumer_groups (group_id, generation_id, assignment, last_update_ms) "
+                       "VALUES ($1, 0, '{}', $2) ON CONFLICT (group_id) DO NOTHING", group_id, now_ms)
+
+
 async def lock(conn: asyncpg.Connection, group_id: str, now_ms: int) -> Group:
     """Locks the group's row, creating the group (generation 0, no members) on first use."""
     await conn.execute("INSERT INTO consumer_groups (group_id, generation_id, assignment, last_update_ms) "

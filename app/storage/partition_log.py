@@ -263,13 +263,18 @@ async def read(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offse
     # caller then continues from next_offset).
     while len(records) < max_records and next_offset < upper and scanned < MAX_BATCHES_SCANNED:
         page_size = min(max_records - len(records), MAX_BATCHES_SCANNED - scanned) + 16
+        # Offsets are dense, so the records still wanted lie below next_offset + that many (unless
+        # markers or aborted batches are skipped, and then the next page goes on from there).
+        page_upper = min(upper, next_offset + max_records - len(records))
         # Headers first: payloads are stored out of line, and fetching one costs a TOAST read, so
         # only the payloads of the batches this read will use are fetched (below).
         headers = await conn.fetch(
             "SELECT base_offset, last_offset, control_type, producer_id, producer_epoch, is_transactional "
             "FROM record_batches WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND base_offset < $4 "
             "ORDER BY last_offset LIMIT $5",
-            topic.topic_id, partition, next_offset, upper, page_size)
+            topic.topic_id, partition, next_offset, page_upper, page_size)
+        if not headers:
+            break
         scanned += len(headers)
         aborted = await _aborted_among(conn, topic, partition, headers) if isolation_level == READ_COMMITTED else set()
         wanted: list[tuple[asyncpg.Record, int, int]] = []  # (header, first index, stop index)
@@ -292,7 +297,7 @@ async def read(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offse
             records.extend(record_codec.render_record(stored[index], base + index, encoding)
                            for index in range(start, stop))
         next_offset = position
-        if len(headers) < page_size:
+        if len(headers) < page_size and page_upper == upper:
             break
     return ReadResult(state, records, next_offset)
 
