@@ -14,6 +14,7 @@ import asyncio
 import math
 import os
 import platform
+import pstats
 import shutil
 import tempfile
 import time
@@ -27,7 +28,7 @@ import httpx
 from app.storage.embedded_postgres import EmbeddedPostgres
 from bench.processes import (CpuMeter, ServerSubprocess, database_url_for, start_empty_post_server,
                              start_txbroker)
-from bench.timed_run import ClientProcesses, Measurement, WorkloadFactory, measure
+from bench.timed_run import ClientProcesses, Measurement, WorkloadFactory, measure, median_of
 from bench.workloads import (RAW_TABLES_SQL, EmptyPost, Fetch, OffsetSource, Produce, RawCopy, RawSelect,
                              RowPerBatchInsert, record_value)
 
@@ -67,6 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=5, help="measured time of each scenario (default 5)")
     parser.add_argument("--warmup", type=float, default=0.5,
                         help="time each scenario runs before it is measured (default 0.5)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every scenario this many times, in turn, and report the medians: steadier "
+                             "ratios on a busy machine (default 1)")
     parser.add_argument("--clients", type=int_list, default=[1, 4, 8],
                         help="concurrent HTTP clients, comma-separated (default 1,4,8)")
     parser.add_argument("--client-processes", type=int, default=1,
@@ -83,6 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="records per COPY statement of the raw baseline (default 1000)")
     parser.add_argument("--row-batch-records", type=int, default=100,
                         help="records per row of the row-per-batch baseline (default 100)")
+    parser.add_argument("--profile-server", metavar="FILE", type=Path,
+                        help="run txbroker under cProfile (about 2x slower), save the stats to FILE and "
+                             "print where its CPU went")
     args = parser.parse_args(argv)
     # Fetch reads what the produce scenario with this batch size and the most clients wrote.
     args.fetch_from_batch = 100 if 100 in args.batch_sizes else args.batch_sizes[-1]
@@ -137,17 +144,21 @@ async def run_scenarios(args: argparse.Namespace, scenarios: list[Scenario], raw
         await connection.execute(RAW_TABLES_SQL)
     finally:
         await connection.close()
-    results = []
-    for scenario in scenarios:
-        if scenario.topic_to_create is not None:
-            await create_topic(txbroker_url, *scenario.topic_to_create)
-        measurement = await measure(
-            scenario.make_workload, scenario.clients, args.warmup, args.seconds,
-            CpuMeter(postmaster_pid, scenario.server_pid),
-            client_processes if scenario.over_http else None)  # baselines share offsets: in-process
-        print(f"  {scenario.name}: {measurement.records_per_s:,.0f} records/s, "
-              f"{measurement.requests_per_s:,.0f} req/s", flush=True)
-        results.append(Result(scenario, measurement))
+    measurements: list[list[Measurement]] = [[] for _ in scenarios]
+    for round_number in range(1, args.rounds + 1):
+        if args.rounds > 1:
+            print(f"round {round_number} of {args.rounds}", flush=True)
+        for scenario, measured in zip(scenarios, measurements):
+            if scenario.topic_to_create is not None and round_number == 1:
+                await create_topic(txbroker_url, *scenario.topic_to_create)
+            measurement = await measure(
+                scenario.make_workload, scenario.clients, args.warmup, args.seconds,
+                CpuMeter(postmaster_pid, scenario.server_pid),
+                client_processes if scenario.over_http else None)  # baselines share offsets: in-process
+            print(f"  {scenario.name}: {measurement.records_per_s:,.0f} records/s, "
+                  f"{measurement.requests_per_s:,.0f} req/s", flush=True)
+            measured.append(measurement)
+    results = [Result(scenario, median_of(measured)) for scenario, measured in zip(scenarios, measurements)]
     return results
 
 
@@ -161,7 +172,7 @@ def format_table(results: list[Result], value_bytes: int) -> str:
     copy_ceiling = max(r.measurement.records_per_s for r in results if r.scenario.is_copy_baseline)
     plain_http = {r.scenario.clients: r.measurement.requests_per_s for r in results if r.scenario.is_plain_http}
     header = (f"{'scenario':<40} {'records/s':>10} {'MB/s':>6} {'req/s':>7} {'p50 ms':>7} {'xCOPY':>6} "
-              f"{'xHTTP':>6} | {'CPU% client':>11} {'server':>6} {'postgres':>8} {'server ms/req':>13}")
+              f"{'xHTTP':>6} | {'CPU% client':>11} {'server':>6} {'postgres':>8} {'other':>5} | {'CPU us/rec':>10} {'server ms/req':>13}")
     lines = [header, "-" * len(header)]
     for result in results:
         scenario, m = result.scenario, result.measurement
@@ -176,23 +187,36 @@ def format_table(results: list[Result], value_bytes: int) -> str:
             f"{_ratio(m.requests_per_s, http_baseline):>6} | "
             f"{m.client_cpu_percent:>11.0f} "
             f"{(f'{m.server_cpu_percent:.0f}' if scenario.over_http else '-'):>6} "
-            f"{m.postgres_cpu_percent:>8.0f} "
+            f"{m.postgres_cpu_percent:>8.0f} {m.other_cpu_percent:>5.0f} | "
+            f"{(f'{m.cpu_us_per_record:.1f}' if moves_records else '-'):>10} "
             f"{(f'{m.server_cpu_ms_per_request:.2f}' if scenario.over_http else '-'):>13}")
     return "\n".join(lines)
 
 
 def print_report(args: argparse.Namespace, results: list[Result]) -> None:
     cores = os.cpu_count()
+    rounds = f", median of {args.rounds} rounds" if args.rounds > 1 else ""
     where = "the bench process" if args.client_processes <= 1 else f"{args.client_processes} client processes"
     print(f"""
-{args.value_bytes}-byte values, {args.seconds:g} s measured per scenario; MB/s counts record values (10^6 bytes).
+{args.value_bytes}-byte values, {args.seconds:g} s measured per scenario{rounds}; MB/s counts record values (10^6 bytes).
 xCOPY = records/s / the best raw COPY records/s; xHTTP = req/s / empty POST req/s with as many clients.
 CPU% = % of one core in the measured window ({cores} cores in all): HTTP clients ({where}), the HTTP
-server (one uvicorn process), PostgreSQL (postmaster and backends). server ms/req = the server's CPU
-per request: 1000 / it is the req/s the server could reach with a core to itself.
+server (one uvicorn process), PostgreSQL (postmaster and backends), and other = everything else the
+machine ran meanwhile (high means the row was disturbed). CPU us/rec = client + server + PostgreSQL
+CPU per record, what a record costs whatever else runs. server ms/req = the server's CPU per
+request: 1000 / it is the req/s the server could reach with a core to itself.
 Fetch reads the partitions written by "produce batch {args.fetch_from_batch}, {max(args.clients)} clients".
 """)
     print(format_table(results, args.value_bytes))
+
+
+def print_profile(path: Path, top: int = 30) -> None:
+    """Where the server's CPU went: functions by own time, and the request paths by cumulative time."""
+    stats = pstats.Stats(str(path))
+    print(f"\n--- txbroker under cProfile ({path}): by own time ---")
+    stats.sort_stats("tottime").print_stats(top)
+    print("--- by cumulative time, txbroker's code ---")
+    stats.sort_stats("cumulative").print_stats(r"/app/", top)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -208,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         postgres.create_database(RAW_DATABASE)
         postgres.create_database(TXBROKER_DATABASE)
         raw_url = database_url_for(postgres.database_url, RAW_DATABASE)
-        txbroker = start_txbroker(database_url_for(postgres.database_url, TXBROKER_DATABASE))
+        txbroker = start_txbroker(database_url_for(postgres.database_url, TXBROKER_DATABASE),
+                                  args.profile_server)
         servers.append(txbroker)
         empty_post = start_empty_post_server()
         servers.append(empty_post)
@@ -227,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         postgres.stop()
         shutil.rmtree(work_dir, ignore_errors=True)
     print_report(args, results)
+    if args.profile_server is not None:
+        print_profile(args.profile_server)
     print(f"\ntotal run time {time.monotonic() - started:.0f} s")
     return 0
 

@@ -93,10 +93,13 @@ class ServerSubprocess:
         self.log_path.unlink(missing_ok=True)
 
 
-def start_txbroker(database_url: str) -> ServerSubprocess:
+def start_txbroker(database_url: str, profile_to: Path | None = None) -> ServerSubprocess:
+    """`txbroker serve`, under cProfile when `profile_to` is given (the stats are written there when
+    it exits, on stop())."""
+    profiler = [] if profile_to is None else ["-m", "cProfile", "-o", str(profile_to)]
     server = ServerSubprocess("txbroker", [
-        sys.executable, "-m", "app.cli", "serve", "--database-url", database_url, "--log-level", "warning",
-        "--fd"])
+        sys.executable, *profiler, "-m", "app.cli", "serve", "--database-url", database_url,
+        "--log-level", "warning", "--fd"])
     server.wait_until_answering("/v1/health")
     return server
 
@@ -143,11 +146,21 @@ def process_tree_cpu_s(root_pid: int) -> float:
     return total
 
 
+def machine_busy_cpu_s() -> float:
+    """CPU seconds all cores of the machine spent on anything but idling (from /proc/stat)."""
+    with open("/proc/stat") as stat:
+        fields = stat.readline().split()  # cpu user nice system idle iowait irq softirq steal ...
+    user, nice, system, _idle, _iowait, irq, softirq, steal = map(int, fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS_PER_S
+
+
 @dataclass(frozen=True)
 class CpuSnapshot:
-    """Cumulative CPU seconds of the HTTP server and of PostgreSQL, at a time.monotonic() instant."""
+    """Cumulative CPU seconds of the HTTP server, of PostgreSQL and of the whole machine, at a
+    time.monotonic() instant."""
     server_s: float
     postgres_s: float
+    machine_s: float
     at: float
 
 
@@ -160,4 +173,5 @@ class CpuMeter:
 
     def snapshot(self) -> CpuSnapshot:
         return CpuSnapshot(server_s=process_cpu_s(self.server_pid) if self.server_pid else 0.0,
-                           postgres_s=process_tree_cpu_s(self.postmaster_pid), at=time.monotonic())
+                           postgres_s=process_tree_cpu_s(self.postmaster_pid), machine_s=machine_busy_cpu_s(),
+                           at=time.monotonic())

@@ -9,6 +9,7 @@ given in time.monotonic() seconds: Linux's CLOCK_MONOTONIC is shared by all proc
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing
 import statistics
 import time
@@ -39,6 +40,7 @@ class Measurement:
     client_cpu_percent: float  # % of one core, every client process together
     server_cpu_percent: float
     postgres_cpu_percent: float
+    other_cpu_percent: float  # everything else the machine ran meanwhile: noise when high
 
     @property
     def requests_per_s(self) -> float:
@@ -49,9 +51,23 @@ class Measurement:
         return self.records / self.seconds
 
     @property
+    def cpu_us_per_record(self) -> float:
+        """CPU of client, server and PostgreSQL together per record: what a record costs the machine,
+        which, unlike records/s, hardly depends on what else the machine runs."""
+        cpu_percent = self.client_cpu_percent + self.server_cpu_percent + self.postgres_cpu_percent
+        return 1e4 * cpu_percent * self.seconds / self.records if self.records else float("nan")
+
+    @property
     def server_cpu_ms_per_request(self) -> float:
         """The HTTP server's CPU per request: 1000 / this is what it could serve with a core of its own."""
         return 10 * self.server_cpu_percent * self.seconds / self.requests if self.requests else float("nan")
+
+
+def median_of(measurements: list[Measurement]) -> Measurement:
+    """Field by field, the median of repeated measurements of one scenario: on a noisy machine, a
+    round disturbed by another program does not decide the result."""
+    return Measurement(**{field.name: statistics.median(getattr(m, field.name) for m in measurements)
+                          for field in dataclasses.fields(Measurement)})
 
 
 def _call_at_monotonic(instant: float, callback: Callable[[], None]) -> None:
@@ -131,9 +147,12 @@ async def measure(make_workload: WorkloadFactory, clients: int, warmup_s: float,
     start, end = await server_cpu
     latencies = [latency for run in runs for latency in run.latencies_s]
     elapsed = end.at - start.at
+    client, server, postgres, machine = (100 * sum(run.cpu_s for run in runs) / seconds,
+                                         100 * (end.server_s - start.server_s) / elapsed,
+                                         100 * (end.postgres_s - start.postgres_s) / elapsed,
+                                         100 * (end.machine_s - start.machine_s) / elapsed)
     return Measurement(
         seconds=seconds, requests=len(latencies), records=sum(run.records for run in runs),
         latency_p50_ms=1000 * statistics.median(latencies) if latencies else float("nan"),
-        client_cpu_percent=100 * sum(run.cpu_s for run in runs) / seconds,
-        server_cpu_percent=100 * (end.server_s - start.server_s) / elapsed,
-        postgres_cpu_percent=100 * (end.postgres_s - start.postgres_s) / elapsed)
+        client_cpu_percent=client, server_cpu_percent=server, postgres_cpu_percent=postgres,
+        other_cpu_percent=max(machine - client - server - postgres, 0.0))
