@@ -4,22 +4,16 @@ contract names one (UNKNOWN_PRODUCER_ID, OFFSET_OUT_OF_RANGE, RECORD_TOO_LARGE).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import os
 import re
-import ssl
-import threading
 import time
 
 import httpx
 import pytest
-import uvicorn
 
-from app.server import create_app
-from app.settings import Settings
-from tests.conftest import TEMPLATE_DATABASE, RunningServer, database_url_for, loopback_socket, wait_until_healthy
+from tests.conftest import SHARED_SSL_CONTEXT, start_server_on_fresh_database, stop_in_process_server
 
 BAD = "bad"        # 2 partitions; nothing in this module may ever be appended to it
 TINY = "tiny"      # 2 partitions, max_message_bytes 10
@@ -28,34 +22,17 @@ TINY_MAX = 10
 
 
 def _start_server(postgres, name: str, **overrides):
-    postgres.create_database(name, template=TEMPLATE_DATABASE)
-    url = database_url_for(postgres.database_url, name)
-    sock = loopback_socket()
-    settings = Settings(database_url=url, port=sock.getsockname()[1], **overrides)
-    config = uvicorn.Config(create_app(settings, url), log_level="warning", loop="uvloop", http="httptools",
-                            lifespan="on")
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=lambda: asyncio.run(uv.serve(sockets=[sock])), daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{settings.port}"
-    wait_until_healthy(base)
-
-    def stop():
-        uv.should_exit = True
-        thread.join(timeout=30)
-
-    return RunningServer(base, url, None, settings), stop
+    server = start_server_on_fresh_database(postgres, name, **overrides)
+    return server, lambda: stop_in_process_server(server)
 
 
-# httpx builds an SSL context per Client (~30 ms) unless given one; these clients never use TLS.
-_SSL = ssl.create_default_context()
 
 
 # Module-scoped servers: a fresh one per test costs ~0.5 s and this module has hundreds of cases.
 @pytest.fixture(scope="module")
 def shared(postgres):
     server, stop = _start_server(postgres, f"bad_input_{os.getpid()}")
-    with httpx.Client(base_url=server.url, timeout=30, verify=_SSL) as c:
+    with httpx.Client(base_url=server.url, timeout=30, verify=SHARED_SSL_CONTEXT) as c:
         for name, config in ((BAD, {}), (TINY, {"max_message_bytes": TINY_MAX})):
             assert c.post("/v1/topics", json={"name": name, "partitions": 2, "config": config}).status_code == 201
     yield server
@@ -66,7 +43,7 @@ def shared(postgres):
 def limited(postgres):
     server, stop = _start_server(postgres, f"bad_input_limited_{os.getpid()}",
                                  max_request_bytes=1024, max_records_per_request=3)
-    with httpx.Client(base_url=server.url, timeout=30, verify=_SSL) as c:
+    with httpx.Client(base_url=server.url, timeout=30, verify=SHARED_SSL_CONTEXT) as c:
         assert c.post("/v1/topics", json={"name": LIMITED, "partitions": 2}).status_code == 201
     yield server
     stop()
@@ -75,13 +52,13 @@ def limited(postgres):
 @pytest.fixture
 def client(shared):
     """A client of its own per test: a server error can break a kept-alive connection."""
-    with httpx.Client(base_url=shared.url, timeout=30, verify=_SSL) as c:
+    with httpx.Client(base_url=shared.url, timeout=30, verify=SHARED_SSL_CONTEXT) as c:
         yield c
 
 
 @pytest.fixture
 def limited_client(limited):
-    with httpx.Client(base_url=limited.url, timeout=30, verify=_SSL) as c:
+    with httpx.Client(base_url=limited.url, timeout=30, verify=SHARED_SSL_CONTEXT) as c:
         yield c
 
 

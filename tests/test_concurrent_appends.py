@@ -15,13 +15,8 @@ from app.storage.database import connect
 from app.storage.partition_log import BatchAppend
 
 
-class _Record:
-    def __init__(self, value: str) -> None:
-        self.key, self.value, self.headers, self.timestamp_ms = None, value, [], None
-
-
 def _batch(values: list[str]) -> record_codec.EncodedBatch:
-    return record_codec.encode_batch([_Record(v) for v in values], "utf8", 0, "test")
+    return record_codec.encode_batch([record_codec.TextRecord(None, v) for v in values], "utf8", 0, "test")
 
 
 def test_concurrent_writers_to_one_partition_get_dense_unique_offsets(server):

@@ -4,17 +4,13 @@ PostgreSQL), and a PostgreSQL crash under a running server loses nothing and yie
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import httpx
-import pytest
 
 from app.storage.embedded_postgres import EmbeddedPostgres
-from tests.conftest import database_url_for
+from tests.conftest import database_url_for, process_alive
 
 
 def _produce(url: str, topic: str, partition: int, values: list[str], timeout_s: float = 30) -> dict:
@@ -39,21 +35,6 @@ def _read_all(url: str, topic: str, partition: int) -> list[tuple[int, str]]:
         if entry["next_offset"] >= entry["high_watermark"]:
             return records
         offset = entry["next_offset"]
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-
-
-@pytest.fixture
-def data_dir():
-    path = Path(tempfile.mkdtemp(prefix="txb-crash-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_acknowledged_writes_survive_sigkill_of_server_and_its_embedded_postgres(server_process, data_dir):
@@ -90,9 +71,9 @@ def test_acknowledged_writes_survive_sigkill_of_server_and_its_embedded_postgres
             writer.join(timeout=30)
         # The embedded PostgreSQL dies with its owner (parent-death signal), leaving no orphan.
         deadline = time.monotonic() + 20
-        while _process_alive(postmaster_pid) and time.monotonic() < deadline:
+        while process_alive(postmaster_pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _process_alive(postmaster_pid), "the embedded PostgreSQL outlived its server"
+        assert not process_alive(postmaster_pid), "the embedded PostgreSQL outlived its server"
         server.start()
         records = _read_all(server.url, "crash", 0)
         offsets = [offset for offset, _ in records]
@@ -127,7 +108,7 @@ def test_postgres_crash_gives_503_then_recovers_without_loss(server_process, dat
         postmaster_pid = postgres.pid
         os.kill(postmaster_pid, 9)
         deadline = time.monotonic() + 20
-        while _process_alive(postmaster_pid) and time.monotonic() < deadline:
+        while process_alive(postmaster_pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         response = httpx.post(f"{server.url}/v1/produce", timeout=30, json={
             "producer_id": -1, "partitions": [{"topic": "pgcrash", "partition": 0, "records": [{"value": "x"}]}]})

@@ -10,15 +10,11 @@ from __future__ import annotations
 import collections
 import os
 import random
-import shutil
-import tempfile
 import threading
 import time
 import zlib
-from pathlib import Path
 
 import httpx
-import pytest
 
 from tests.conftest import wait_until_healthy
 
@@ -237,13 +233,6 @@ def read_values(url: str, topic: str, partitions: int, isolation_level: str) -> 
                     break
                 offset = entry["next_offset"]
     return values
-
-
-@pytest.fixture
-def data_dir():
-    path = Path(tempfile.mkdtemp(prefix="txb-eos-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_consume_transform_produce_is_exactly_once_across_sigkills(server_process, data_dir):

@@ -16,16 +16,10 @@ schema = schemathesis.openapi.from_dict(create_app(Settings(), "postgresql://unu
 
 
 @pytest.fixture(scope="module")
-def fuzz_server(request):
-    """One server for the whole module (fuzzing needs many requests, not fresh state)."""
-    from tests import conftest
-    postgres = request.getfixturevalue("postgres")
-    url = conftest.database_url_for(postgres.database_url, "fuzz_db")
-    postgres.create_database("fuzz_db", template=conftest.TEMPLATE_DATABASE)
-    server = conftest.start_in_process_server(url)
-    server.client.post("/v1/topics", json={"name": "fuzz", "partitions": 2}).raise_for_status()
-    yield server
-    conftest.stop_in_process_server(server)
+def fuzz_server(module_server):
+    """One server for the whole module: fuzzing needs many requests, not fresh state."""
+    module_server.client.post("/v1/topics", json={"name": "fuzz", "partitions": 2}).raise_for_status()
+    return module_server
 
 
 def check_error_body(response) -> None:

@@ -2,52 +2,31 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import itertools
 import os
-import ssl
 import threading
 import time
 
 import httpx
 import pytest
-import uvicorn
 
-from app.server import create_app
-from app.settings import Settings
-from tests.conftest import TEMPLATE_DATABASE, RunningServer, database_url_for, loopback_socket, wait_until_healthy
+from tests.conftest import SHARED_SSL_CONTEXT
 from txbroker.partitioner import partition_for_key
 
 
-# httpx builds an SSL context per Client (~30 ms) unless given one; these clients never use TLS.
-_SSL = ssl.create_default_context()
 
 
 # One server (and database) for the module: a fresh one per test costs ~0.5 s. Every test uses topics
 # of its own (`topic` fixture / `fresh`).
 @pytest.fixture(scope="module")
-def shared(postgres):
-    name = f"produce_fetch_{os.getpid()}"
-    postgres.create_database(name, template=TEMPLATE_DATABASE)
-    url = database_url_for(postgres.database_url, name)
-    sock = loopback_socket()
-    settings = Settings(database_url=url, port=sock.getsockname()[1])
-    config = uvicorn.Config(create_app(settings, url), log_level="warning", loop="uvloop", http="httptools",
-                            lifespan="on")
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=lambda: asyncio.run(uv.serve(sockets=[sock])), daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{settings.port}"
-    wait_until_healthy(base)
-    yield RunningServer(base, url, None, settings)
-    uv.should_exit = True
-    thread.join(timeout=30)
+def shared(module_server):
+    return module_server
 
 
 @pytest.fixture
 def client(shared):
-    with httpx.Client(base_url=shared.url, timeout=60, verify=_SSL) as c:
+    with httpx.Client(base_url=shared.url, timeout=60, verify=SHARED_SSL_CONTEXT) as c:
         yield c
 
 
@@ -568,7 +547,7 @@ def test_long_poll_returns_when_another_client_appends(client, shared, topic):
 
     def append_later():
         time.sleep(0.4)
-        with httpx.Client(base_url=shared.url, timeout=30, verify=_SSL) as other:
+        with httpx.Client(base_url=shared.url, timeout=30, verify=SHARED_SSL_CONTEXT) as other:
             other.post("/v1/produce", json={"partitions": [
                 {"topic": topic, "partition": 0, "records": [{"value": "late"}]}]})
 
@@ -588,7 +567,7 @@ def test_long_poll_on_several_partitions_wakes_for_any_of_them(client, shared):
 
     def append_later():
         time.sleep(0.3)
-        with httpx.Client(base_url=shared.url, timeout=30, verify=_SSL) as other:
+        with httpx.Client(base_url=shared.url, timeout=30, verify=SHARED_SSL_CONTEXT) as other:
             other.post(f"/v1/topics/{name}/records", json={"partition": 2, "records": [{"value": "p2"}]})
 
     writer = threading.Thread(target=append_later)
@@ -617,7 +596,7 @@ def test_long_poll_is_not_woken_by_other_topics(client, shared, topic):
 
     def append_elsewhere():
         time.sleep(0.2)
-        with httpx.Client(base_url=shared.url, timeout=30, verify=_SSL) as other:
+        with httpx.Client(base_url=shared.url, timeout=30, verify=SHARED_SSL_CONTEXT) as other:
             other.post(f"/v1/topics/{other_topic}/records", json={"partition": 0, "records": [{"value": "x"}]})
 
     writer = threading.Thread(target=append_elsewhere)
@@ -641,7 +620,7 @@ def test_long_poll_with_data_available_returns_at_once(client, topic):
 def test_get_records_endpoint_long_polls_too(client, shared, topic):
     def append_later():
         time.sleep(0.3)
-        with httpx.Client(base_url=shared.url, timeout=30, verify=_SSL) as other:
+        with httpx.Client(base_url=shared.url, timeout=30, verify=SHARED_SSL_CONTEXT) as other:
             other.post(f"/v1/topics/{topic}/records", json={"partition": 0, "records": [{"value": "g"}]})
 
     writer = threading.Thread(target=append_later)
@@ -728,7 +707,7 @@ def test_concurrent_appends_to_one_partition_get_dense_unique_offsets(client, sh
     spans, errors = [], []
 
     def writer(index):
-        with httpx.Client(base_url=shared.url, timeout=60, verify=_SSL) as own:
+        with httpx.Client(base_url=shared.url, timeout=60, verify=SHARED_SSL_CONTEXT) as own:
             for round_ in range(8):
                 response = own.post("/v1/produce", json={"partitions": [
                     {"topic": topic, "partition": 0, "records": values(1 + (index + round_) % 3, f"w{index}-")}]})
@@ -756,7 +735,7 @@ def test_concurrent_multi_partition_produces_in_opposite_orders_do_not_fail(clie
     errors = []
 
     def writer(order):
-        with httpx.Client(base_url=shared.url, timeout=60, verify=_SSL) as own:
+        with httpx.Client(base_url=shared.url, timeout=60, verify=SHARED_SSL_CONTEXT) as own:
             for _ in range(10):
                 response = own.post("/v1/produce", json={"partitions": [
                     {"topic": name, "partition": p, "records": values(2)} for p in order]})

@@ -12,19 +12,13 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from tests import conftest
 
 _names = itertools.count()
 
 
 @pytest.fixture(scope="module")
-def property_server(request):
-    postgres = request.getfixturevalue("postgres")
-    name = "properties_db"
-    postgres.create_database(name, template=conftest.TEMPLATE_DATABASE)
-    server = conftest.start_in_process_server(conftest.database_url_for(postgres.database_url, name))
-    yield server
-    conftest.stop_in_process_server(server)
+def property_server(module_server):
+    return module_server
 
 
 def _read(client: httpx.Client, topic: str, isolation: str) -> list[str]:

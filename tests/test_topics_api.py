@@ -2,54 +2,31 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-import os
 import re
-import ssl
-import threading
 
 import httpx
 import pytest
-import uvicorn
 
-from app.server import create_app
-from app.settings import Settings
-from tests.conftest import TEMPLATE_DATABASE, RunningServer, database_url_for, loopback_socket, wait_until_healthy
+from tests.conftest import SHARED_SSL_CONTEXT
 
 DEFAULT_CONFIG = {"retention_ms": -1, "retention_bytes": -1, "max_message_bytes": 1048576}
 INTERNAL_TOPICS = ("__transaction_state", "__consumer_offsets")
 
 
-# httpx builds an SSL context per Client (~30 ms) unless given one; these clients never use TLS.
-_SSL = ssl.create_default_context()
 
 
 # One server (and database) for the module: a fresh one per test costs ~0.5 s. Tests that share it use
 # names of their own (`fresh`); tests that count things server-wide use the per-test `server` fixture.
 @pytest.fixture(scope="module")
-def shared(postgres):
-    name = f"topics_api_{os.getpid()}"
-    postgres.create_database(name, template=TEMPLATE_DATABASE)
-    url = database_url_for(postgres.database_url, name)
-    sock = loopback_socket()
-    settings = Settings(database_url=url, port=sock.getsockname()[1])
-    config = uvicorn.Config(create_app(settings, url), log_level="warning", loop="uvloop", http="httptools",
-                            lifespan="on")
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=lambda: asyncio.run(uv.serve(sockets=[sock])), daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{settings.port}"
-    wait_until_healthy(base)
-    yield RunningServer(base, url, None, settings)
-    uv.should_exit = True
-    thread.join(timeout=30)
+def shared(module_server):
+    return module_server
 
 
 @pytest.fixture
 def client(shared):
     """A client of its own per test, so a connection one test breaks cannot fail the next."""
-    with httpx.Client(base_url=shared.url, timeout=60, verify=_SSL) as c:
+    with httpx.Client(base_url=shared.url, timeout=60, verify=SHARED_SSL_CONTEXT) as c:
         yield c
 
 

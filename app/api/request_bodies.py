@@ -39,7 +39,6 @@ class JsonBodies:
         scope["headers"] = [*(header for header in scope["headers"] if header[0] != b"content-type"),
                             (b"content-type", b"application/json")]
         received = 0
-        started = False
 
         async def counting_receive():
             nonlocal received

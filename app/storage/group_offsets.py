@@ -29,18 +29,10 @@ class OffsetEntry:
     metadata: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class _OffsetRecord:
-    key: str
-    value: str
-    headers: tuple = ()
-    timestamp_ms: int | None = None
-
-
 async def _append_commit_records(conn: asyncpg.Connection, offsets_topic: TopicInfo, offsets_partition: int,
                                  group_id: str, entries: list[OffsetEntry], now_ms: int,
                                  transaction: dict | None) -> None:
-    records = [_OffsetRecord(orjson.dumps([group_id, e.topic, e.partition]).decode(),
+    records = [record_codec.TextRecord(orjson.dumps([group_id, e.topic, e.partition]).decode(),
                              orjson.dumps({"offset": e.offset, "metadata": e.metadata, "commit_timestamp_ms": now_ms,
                                            "transaction": transaction}).decode()) for e in entries]
     batch = record_codec.encode_batch(records, "utf8", now_ms, "offset commit")

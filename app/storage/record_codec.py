@@ -44,6 +44,15 @@ class WireRecord(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class TextRecord:
+    """A record the server writes itself (transaction log, offset commits): a WireRecord in utf8."""
+    key: str | None
+    value: str | None
+    headers: tuple = ()
+    timestamp_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class EncodedBatch:
     payload: bytes
     record_count: int

@@ -64,15 +64,6 @@ class TransactionMetadata:
                 "partitions": [[p.topic, p.partition] for p in self.partitions], "groups": self.groups}
 
 
-@dataclass(frozen=True, slots=True)
-class _LogRecord:
-    """A `__transaction_state` record: key = transactional id, value = the metadata as JSON."""
-    key: str
-    value: str
-    headers: tuple = ()
-    timestamp_ms: int | None = None
-
-
 _COLUMNS = ("transactional_id, producer_id, producer_epoch, state, timeout_ms, txn_start_ms, last_update_ms, "
             "last_producer_id, last_producer_epoch, txn_producer_id, txn_producer_epoch, partitions, groups, principal")
 
@@ -147,7 +138,7 @@ class TransactionLog:
 
     async def _append_records(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> None:
         topic = await self._log_topic(conn)
-        records = [_LogRecord(meta.transactional_id, orjson.dumps(value).decode(), (), value["last_update_ms"])
+        records = [record_codec.TextRecord(meta.transactional_id, orjson.dumps(value).decode(), (), value["last_update_ms"])
                    for value in meta.pending_records]
         batch = record_codec.encode_batch(records, "utf8", meta.last_update_ms, "transaction log")
         partition = partition_for_key(meta.transactional_id.encode(), topic.partition_count)
