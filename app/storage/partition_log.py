@@ -137,14 +137,18 @@ async def _append_plain(conn: asyncpg.Connection, append: BatchAppend) -> Append
     return AppendResult(row["base_offset"], row["last_offset"])
 
 
-# Locks the partition (FOR UPDATE OF p) before reading the producer's state there, so the sequence
-# check and the append that follows see and change one consistent state.
-_LOCK_WITH_PRODUCER_SQL = """
+# The partition's lock, taken in a statement of its own: a statement that waited for a row lock
+# re-reads only the locked row, so a producer state joined in the same statement could predate a
+# concurrent append of this producer that committed while we waited (a retry racing its original
+# would then be appended twice).
+_LOCK_PARTITION_SQL = "SELECT 1 FROM partitions WHERE topic_id = $1 AND partition = $2 FOR UPDATE"
+
+# Then, under the lock, a fresh statement (a fresh snapshot) reads the head and the producer's state.
+_HEAD_WITH_PRODUCER_SQL = """
 SELECT p.high_watermark, s.producer_epoch, s.last_sequence, s.recent_batches, s.current_txn_first_offset
 FROM partitions p LEFT JOIN producer_states s
   ON s.topic_id = p.topic_id AND s.partition = p.partition AND s.producer_id = $3
 WHERE p.topic_id = $1 AND p.partition = $2
-FOR UPDATE OF p
 """
 
 # Run with the partition locked and its high watermark known: bump it, insert the batch, upsert the
@@ -179,7 +183,9 @@ def _entry_from_row(row: asyncpg.Record) -> sequences.ProducerEntry | None:
 
 async def _append_for_producer(conn: asyncpg.Connection, append: BatchAppend) -> AppendResult | BrokerError:
     topic, batch = append.topic, append.batch
-    row = await conn.fetchrow(_LOCK_WITH_PRODUCER_SQL, topic.topic_id, append.partition, append.producer_id)
+    if await conn.fetchval(_LOCK_PARTITION_SQL, topic.topic_id, append.partition) is None:
+        raise unknown_partition(topic, append.partition)
+    row = await conn.fetchrow(_HEAD_WITH_PRODUCER_SQL, topic.topic_id, append.partition, append.producer_id)
     if row is None:
         raise unknown_partition(topic, append.partition)
     entry = _entry_from_row(row)
