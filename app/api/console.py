@@ -42,12 +42,12 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from app.api.auth import AUTH_REQUIRED, token_principal
 from app.api.deps import CoordinatorDep, PoolDep
-from app.coordinator.authorizer import ANONYMOUS, CLUSTER_RESOURCE, Operation, Principal, ResourceType, authorize, \
-    is_allowed
+from app.coordinator.authorizer import (ANONYMOUS, CLUSTER_RESOURCE, Operation, Principal, ResourceType, authorize,
+                                        is_allowed)
 from app.coordinator.transaction_states import TransactionState
 from app.errors import BrokerError, ErrorCode, invalid_request
-from app.storage import group_summaries, groups, log_browser, partition_log, partition_summary, principals, topics, \
-    transaction_health, transaction_history
+from app.storage import (group_summaries, groups, log_browser, partition_log, partition_summary, principals, topics,
+                         transaction_health, transaction_history)
 from app.storage.topics import TRANSACTION_STATE_TOPIC
 
 router = APIRouter(prefix="/console", include_in_schema=False)
@@ -62,6 +62,7 @@ HISTORY_PAGE = 50
 HISTORY_SCAN_BUDGET = 20_000  # __transaction_state batches one history page may read
 HANGING_FRACTION = 0.5  # an open transaction older than this part of its timeout is flagged
 WARNINGS_SHOWN = 10
+MARKERS_SHOWN = 500  # of the transactions on one history page
 
 OPEN_STATES = [s.value for s in TransactionState if s.is_open]
 ABORTABLE_STATES = {TransactionState.ONGOING.value, TransactionState.PREPARED.value}
@@ -245,6 +246,7 @@ def render(request: Request, template_name: str, status_code: int = 200, **conte
     values = {"request": request, "now": moment, "nav": "", "page_url": _page_url(request),
               "base_url": str(request.base_url).rstrip("/"),
               "signed_in": getattr(request.state, "console_principal", None) if _auth_required(request) else None,
+              "curl_auth": " -H 'Authorization: Bearer $TXBROKER_API_KEY'" if _auth_required(request) else "",
               **context}
     fragment = request.headers.get(FRAGMENT_HEADER)
     if fragment and fragment in template.blocks:
@@ -285,23 +287,31 @@ def console_page(handler):
     expected error (unknown topic, invalid filter, ...), gets a page with the error's HTTP status."""
     @functools.wraps(handler)
     async def page(request: Request, *args, **kwargs):
-        if not request.app.state.ready:
-            response = render(request, "starting.html", 503)
-            response.headers["Retry-After"] = "1"
-            return response
-        try:
-            principal = await console_principal(request)
-            if principal is None:
-                if request.headers.get(FRAGMENT_HEADER):
-                    return HTMLResponse("", 401, headers=SECURITY_HEADERS)
-                here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-                return RedirectResponse(f"/console/login?next={quote(here, safe='')}", 303)
-            request.state.console_principal = principal
-            authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
-            return await handler(request, *args, **kwargs)
-        except BrokerError as error:
-            return _error_page(request, error)
+        started = time.perf_counter()
+        response = await _serve_page(handler, request, *args, **kwargs)
+        # Reads and rendering, as browsers' developer tools show it (and the scale test reports).
+        response.headers["Server-Timing"] = f"page;dur={(time.perf_counter() - started) * 1000:.1f}"
+        return response
     return page
+
+
+async def _serve_page(handler, request: Request, *args, **kwargs) -> Response:
+    if not request.app.state.ready:
+        response = render(request, "starting.html", 503)
+        response.headers["Retry-After"] = "1"
+        return response
+    try:
+        principal = await console_principal(request)
+        if principal is None:
+            if request.headers.get(FRAGMENT_HEADER):
+                return HTMLResponse("", 401, headers=SECURITY_HEADERS)
+            here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+            return RedirectResponse(f"/console/login?next={quote(here, safe='')}", 303)
+        request.state.console_principal = principal
+        authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+        return await handler(request, *args, **kwargs)
+    except BrokerError as error:
+        return _error_page(request, error)
 
 
 @asynccontextmanager
@@ -443,12 +453,12 @@ async def transaction_page(request: Request, transactional_id: str, pool: PoolDe
         log_topic = await topics.get_topic(conn, TRANSACTION_STATE_TOPIC)
         history = await transaction_history.transitions(conn, log_topic, transactional_id, before, HISTORY_PAGE,
                                                         HISTORY_SCAN_BUDGET)
-        written = await transaction_history.markers_written(conn, history.transitions, 500)
+        written = await transaction_history.markers_written(conn, history.transitions, MARKERS_SHOWN)
     if meta is None and not history.transitions and before is None:
         raise transaction_not_found(transactional_id)
     return render(request, "transaction.html", nav="transactions", txn=meta, transactional_id=transactional_id,
                   history=history, markers=written, epochs=transaction_history.epoch_history(history.transitions),
-                  before=before, confirm=confirm == "abort", aborted=aborted)
+                  marker_limit=MARKERS_SHOWN, before=before, confirm=confirm == "abort", aborted=aborted)
 
 
 def transaction_not_found(transactional_id: str) -> BrokerError:
@@ -501,25 +511,27 @@ async def groups_page(request: Request, pool: PoolDep, after: str | None = None,
                   next_after=shown[-1].group_id if has_more else None)
 
 
-def _parse_offsets_after(value: str | None) -> tuple[str, int] | None:
+def _parse_key(name: str, value: str | None, shape: str) -> tuple | None:
+    """A keyset position of the group page, `topic:partition[:producer id]` (topic names have no ':')."""
     if not value:
         return None
-    topic, _, partition = value.rpartition(":")
-    if not topic or not partition.isdigit():
-        raise invalid_request(f"offsets_after={value!r}: expected topic:partition")
-    return topic, int(partition)
+    parts = value.split(":")
+    if len(parts) != shape.count(":") + 1 or not all(part.lstrip("-").isdigit() for part in parts[1:]):
+        raise invalid_request(f"{name}={value!r}: expected {shape}")
+    return (parts[0], *(int(part) for part in parts[1:]))
 
 
 @router.get("/groups/{group_id:path}")
 @console_page
 async def group_page(request: Request, group_id: str, pool: PoolDep, members_after: str | None = None,
-                     offsets_after: str | None = None):
+                     offsets_after: str | None = None, pending_after: str | None = None):
     """One consumer group: members and their assignment, committed offsets with lag, and pending
     transactional offsets."""
     group_id = _id_from(group_id, request)
     if not group_id:
         return RedirectResponse("/console/groups", 303)
-    after_offset = _parse_offsets_after(offsets_after)
+    offsets_key = _parse_key("offsets_after", offsets_after, "topic:partition")
+    pending_key = _parse_key("pending_after", pending_after, "topic:partition:producer_id")
     async with snapshot(pool) as conn:
         group = await groups.get(conn, group_id)
         if group is None:
@@ -527,14 +539,18 @@ async def group_page(request: Request, group_id: str, pool: PoolDep, members_aft
                               f"group {group_id!r} does not exist: a group exists once a member heartbeats or "
                               f"offsets are committed for it")
         members = await group_summaries.member_page(conn, group_id, members_after, PAGE_SIZE + 1)
-        offsets = await group_summaries.offset_page(conn, group_id, after_offset, PAGE_SIZE + 1)
-        pending = await group_summaries.pending_offsets(conn, group_id, PAGE_SIZE)
-    more_members, more_offsets = len(members) > PAGE_SIZE, len(offsets) > PAGE_SIZE
-    members, offsets = members[:PAGE_SIZE], offsets[:PAGE_SIZE]
+        offsets = await group_summaries.offset_page(conn, group_id, offsets_key, PAGE_SIZE + 1)
+        pending = await group_summaries.pending_offsets(conn, group_id, pending_key, PAGE_SIZE + 1)
+    more = {name: len(rows) > PAGE_SIZE for name, rows in (("members", members), ("offsets", offsets),
+                                                           ("pending", pending))}
+    members, offsets, pending = members[:PAGE_SIZE], offsets[:PAGE_SIZE], pending[:PAGE_SIZE]
     return render(request, "group.html", nav="groups", group=group, members=members, offsets=offsets,
-                  lag_total=sum(o.lag or 0 for o in offsets), pending=pending, members_after=members_after, offsets_after=offsets_after,
-                  next_members_after=members[-1].member_id if more_members else None,
-                  next_offsets_after=f"{offsets[-1].topic}:{offsets[-1].partition}" if more_offsets else None)
+                  lag_total=sum(o.lag or 0 for o in offsets), pending=pending, members_after=members_after,
+                  offsets_after=offsets_after, pending_after=pending_after,
+                  next_members_after=members[-1].member_id if more["members"] else None,
+                  next_offsets_after=f"{offsets[-1].topic}:{offsets[-1].partition}" if more["offsets"] else None,
+                  next_pending_after=(f"{pending[-1].topic}:{pending[-1].partition}:{pending[-1].producer_id}"
+                                      if more["pending"] else None))
 
 
 @router.get("/login")
@@ -582,3 +598,12 @@ async def static_asset(name: str, v: str | None = None):
     cache = "public, max-age=31536000, immutable" if v == digest else "no-cache"
     return Response(body, media_type=media_type, headers={"Cache-Control": cache, "ETag": f'"{digest}"',
                                                           "X-Content-Type-Options": "nosniff"})
+
+
+@router.get("/{rest:path}")
+@console_page
+async def not_found(request: Request, rest: str):
+    """Any other console address: a page (not the API's JSON) that leads back."""
+    if not rest:
+        return RedirectResponse("/console", 308)
+    raise BrokerError(ErrorCode.NOT_FOUND, f"the console has no page at {request.url.path}: start from the overview")

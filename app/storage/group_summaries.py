@@ -20,11 +20,12 @@ NO_GROUP = ""  # sorts before every group id: the keyset start of the first page
 
 # The high watermark of a committed offset's partition, one primary-key probe (written as a scalar
 # subquery so the plan stays a probe even before the tables have statistics).
-_HIGH_WATERMARK = "(SELECT p.high_watermark FROM partitions p WHERE p.topic_id = t.topic_id AND p.partition = o.partition)"
+_HIGH_WATERMARK = ("(SELECT p.high_watermark FROM partitions p "
+                   "WHERE p.topic_id = t.topic_id AND p.partition = o.partition)")
 
 # Records (not markers) between a committed offset and the high watermark: the marker count is an
 # index range on txn_markers_by_offset.
-_LAG_EXPRESSION = f"""
+_LAG_EXPRESSION = """
 greatest(hw.high_watermark - o.committed_offset, 0)
   - (SELECT count(*) FROM txn_markers m WHERE m.topic_id = t.topic_id AND m.partition = o.partition
      AND m.marker_offset >= o.committed_offset AND m.marker_offset < hw.high_watermark)
@@ -112,11 +113,16 @@ class PendingOffset:
     state: str | None  # the transactional id's current state
 
 
-async def pending_offsets(conn: asyncpg.Connection, group_id: str, limit: int) -> list[PendingOffset]:
+async def pending_offsets(conn: asyncpg.Connection, group_id: str, after: tuple[str, int, int] | None,
+                          limit: int) -> list[PendingOffset]:
+    """By (topic, partition, producer id) after `after` (keyset), with the transactional id each
+    producer id was issued for and that id's state."""
+    topic, partition, producer_id = after if after is not None else ("", -1, -1)
     rows = await conn.fetch(
         "SELECT q.topic, q.partition, q.committed_offset, q.producer_id, q.producer_epoch, q.commit_timestamp_ms, "
         "       i.transactional_id, x.state "
         "FROM pending_txn_offsets q LEFT JOIN producer_ids i ON i.producer_id = q.producer_id "
         "LEFT JOIN transactions x ON x.transactional_id = i.transactional_id "
-        "WHERE q.group_id = $1 ORDER BY q.topic, q.partition, q.producer_id LIMIT $2", group_id, limit)
+        "WHERE q.group_id = $1 AND (q.topic, q.partition, q.producer_id) > ($2, $3, $4) "
+        "ORDER BY q.topic, q.partition, q.producer_id LIMIT $5", group_id, topic, partition, producer_id, limit)
     return [PendingOffset(*row) for row in rows]

@@ -133,7 +133,7 @@ async def markers_written(conn: asyncpg.Connection, found: list[Transition], lim
         for t in found if t.txn_producer_id is not None for topic, partition in t.partitions)
     if not keys:
         return []
-    topics, partitions, producer_ids, epochs = (list(column) for column in zip(*keys))
+    topics, partitions, producer_ids, epochs = (list(column) for column in zip(*keys, strict=True))
     rows = await conn.fetch(_MARKERS_SQL + " LIMIT $5", topics, partitions, producer_ids, epochs, limit)
     return [WrittenMarker(row[0], row[1], row[2], CONTROL_TYPE_NAMES[row[3]], *row[4:]) for row in rows]
 
