@@ -606,3 +606,17 @@ def test_init_producer_id_completes_a_decided_transaction_before_answering(make_
     TxnProducer(client, "decided-then-reinit").init()
     assert values(client, "out", 0, "read_committed") == ["committed-by-reinit"]
     assert watermarks(client, "out", 0) == (2, 2)
+
+
+def test_admin_abort_with_expected_ids_spares_a_newer_transaction(client):
+    producer = TxnProducer(client, "moved-on")
+    producer.init()
+    producer.send("out", 0, "old")
+    seen = {"producer_id": producer.producer_id, "producer_epoch": producer.producer_epoch}
+    producer.commit()
+    producer.send("out", 0, "new")
+    stale = client.post("/v1/transactions/moved-on/abort", params=seen)
+    assert stale.status_code == 409 and error_code(stale) == "INVALID_TXN_STATE"
+    assert client.get("/v1/transactions/moved-on").json()["state"] == "Ongoing", "the newer transaction is untouched"
+    current = {"producer_id": producer.producer_id, "producer_epoch": producer.producer_epoch}
+    assert client.post("/v1/transactions/moved-on/abort", params=current).json()["state"] == "CompleteAbort"

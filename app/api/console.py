@@ -42,12 +42,29 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from app.api.auth import AUTH_REQUIRED, token_principal
 from app.api.deps import CoordinatorDep, PoolDep
-from app.coordinator.authorizer import (ANONYMOUS, CLUSTER_RESOURCE, Operation, Principal, ResourceType, authorize,
-                                        is_allowed)
+from app.coordinator.authorizer import (
+    ANONYMOUS,
+    CLUSTER_RESOURCE,
+    Operation,
+    Principal,
+    ResourceType,
+    authorize,
+    is_allowed,
+)
 from app.coordinator.transaction_states import TransactionState
 from app.errors import BrokerError, ErrorCode, invalid_request
-from app.storage import (group_summaries, groups, log_browser, partition_log, partition_summary, principals, topics,
-                         transaction_health, transaction_history)
+from app.storage import (
+    group_summaries,
+    groups,
+    log_browser,
+    partition_log,
+    partition_summary,
+    principals,
+    topics,
+    transaction_health,
+    transaction_history,
+)
+from app.storage.producer_ids import ProducerIdAndEpoch
 from app.storage.topics import TRANSACTION_STATE_TOPIC
 
 router = APIRouter(prefix="/console", include_in_schema=False)
@@ -481,6 +498,15 @@ def _cross_site(request: Request) -> bool:
     return origin == "null" or urlsplit(origin).netloc != host
 
 
+async def _confirmed_producer(request: Request) -> ProducerIdAndEpoch | None:
+    """The producer id and epoch the confirmation showed (hidden form fields), if sent."""
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    try:
+        return ProducerIdAndEpoch(int(form["producer_id"][0]), int(form["producer_epoch"][0]))
+    except (KeyError, ValueError):
+        return None
+
+
 @router.post("/transactions/{transactional_id:path}/abort")
 @console_page
 async def abort_transaction(request: Request, transactional_id: str, pool: PoolDep, coordinator: CoordinatorDep):
@@ -492,7 +518,7 @@ async def abort_transaction(request: Request, transactional_id: str, pool: PoolD
     principal = request.state.console_principal
     if not is_allowed(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
-    result = await coordinator.admin_abort(transactional_id)
+    result = await coordinator.admin_abort(transactional_id, await _confirmed_producer(request))
     async with pool.acquire() as conn:
         await principals.audit(conn, now_ms(), principal.name, "abort transaction", transactional_id,
                                f"from the console; fenced: now producer {result.producer_id} "

@@ -386,11 +386,18 @@ class TransactionCoordinator:
 
     # ---- administration
 
-    async def admin_abort(self, transactional_id: str) -> EndResult:
+    async def admin_abort(self, transactional_id: str, expected: ProducerIdAndEpoch | None = None) -> EndResult:
+        """`expected`: the producer id and epoch the operator saw; if the transaction has moved on
+        since (a new producer or transaction), nothing is aborted."""
         async with self.pool.acquire() as conn, conn.transaction():
             meta = await self.log.lock(conn, transactional_id)
             if meta is None:
                 raise transactional_id_not_found(transactional_id)
+            if expected is not None and (expected.producer_id, expected.producer_epoch) != (
+                    meta.producer_id, meta.producer_epoch):
+                raise _invalid_state(meta, f"abort the transaction of producer {expected.producer_id} epoch "
+                                           f"{expected.producer_epoch} (it has moved on: the producer is now "
+                                           f"{meta.producer_id} epoch {meta.producer_epoch}); look again")
             state = S(meta.state)
             if state in (S.ONGOING, S.PREPARED):
                 await self._fence_and_abort(conn, meta, now_ms())

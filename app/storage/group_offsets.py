@@ -138,17 +138,22 @@ class PartitionLag:
 
 
 # Lag counts records, not markers: the offsets between the committed position and the high
-# watermark, minus the markers among them (an index range count on txn_markers_by_offset).
+# watermark, minus the markers among them (an index range count on txn_markers_by_offset). The
+# partition is found per committed offset by primary key (LATERAL), whatever the planner's
+# statistics say; offsets of deleted topics are left out.
 _LAG_SQL = """
-SELECT o.topic, o.partition, o.committed_offset, o.metadata, p.high_watermark,
-       greatest(p.high_watermark - o.committed_offset, 0)
-         - (SELECT count(*) FROM txn_markers m WHERE m.topic_id = t.topic_id AND m.partition = o.partition
-            AND m.marker_offset >= o.committed_offset AND m.marker_offset < p.high_watermark) AS lag,
+SELECT o.topic, o.partition, o.committed_offset, o.metadata, h.high_watermark,
+       greatest(h.high_watermark - o.committed_offset, 0)
+         - (SELECT count(*) FROM txn_markers m WHERE m.topic_id = h.topic_id AND m.partition = o.partition
+            AND m.marker_offset >= o.committed_offset AND m.marker_offset < h.high_watermark) AS lag,
        EXISTS (SELECT 1 FROM pending_txn_offsets q WHERE q.group_id = o.group_id AND q.topic = o.topic
                AND q.partition = o.partition) AS pending
 FROM group_offsets o
-JOIN topics t ON t.name = o.topic
-JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = o.partition
+CROSS JOIN LATERAL (
+    SELECT p.topic_id, p.high_watermark FROM topics t
+    JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = o.partition
+    WHERE t.name = o.topic
+) h
 WHERE o.group_id = $1
 ORDER BY o.topic, o.partition
 """
