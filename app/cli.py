@@ -8,15 +8,29 @@ import ipaddress
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from app.settings import Settings
+if TYPE_CHECKING:
+    from app.settings import Settings
 
 
 def _settings_from(args: argparse.Namespace) -> Settings:
-    """Environment (TXBROKER_*) first, then the flags that were given."""
+    """Environment (TXBROKER_*) first, then the flags that were given. (Imported here, not at the
+    top: client commands that never reach the server should not pay for loading its settings.)"""
+    from app.settings import Settings
+
     overrides = {name: value for name, value in vars(args).items()
                  if value is not None and name in Settings.model_fields}
+    if getattr(args, "fd", None) is not None:  # serve on a socket we were given: advertise its address
+        overrides["host"], overrides["port"] = _socket_address(args.fd)
     return Settings(**overrides)
+
+
+def _socket_address(fd: int) -> tuple[str, int]:
+    import socket
+    with socket.socket(fileno=os.dup(fd)) as sock:
+        host, port = sock.getsockname()[:2]
+    return host, port
 
 
 def _start_embedded_postgres(settings: Settings):
@@ -85,11 +99,7 @@ def _disable_nagle(fd: int) -> None:
 
 
 def _listening_host(settings: Settings, fd: int | None) -> str:
-    if fd is None:
-        return settings.host
-    import socket
-    with socket.socket(fileno=os.dup(fd)) as sock:
-        return sock.getsockname()[0]
+    return settings.host if fd is None else _socket_address(fd)[0]
 
 
 def listening_refusal(settings: Settings, fd: int | None) -> str | None:

@@ -36,6 +36,15 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+# Kafka's default heartbeat.interval.ms: members learn of a rebalance within this long.
+MAX_HEARTBEAT_INTERVAL_MS = 3000
+
+
+def heartbeat_interval(session_timeout_ms: int) -> int:
+    """At most a third of the session (three missed heartbeats before eviction), at most 3 s."""
+    return max(min(session_timeout_ms // 3, MAX_HEARTBEAT_INTERVAL_MS), 1)
+
+
 @dataclass(frozen=True, slots=True)
 class HeartbeatResult:
     member_id: str
@@ -111,7 +120,7 @@ class GroupCoordinator:
             assignment = await self._assignment_now(conn, group_id)
             if changed or expired or assignment != group.assignment:
                 await self._rebalance(conn, group, now, assignment)
-        return HeartbeatResult(member_id, group.generation_id, max(session_timeout_ms // 3, 1),
+        return HeartbeatResult(member_id, group.generation_id, heartbeat_interval(session_timeout_ms),
                                group.assignment.get(member_id, {}))
 
     async def leave(self, group_id: str, member_id: str) -> None:

@@ -1,0 +1,137 @@
+"""The `txbroker` command as a user runs it: real `.venv/bin/txbroker ...` subprocesses against a real
+server, checking output, exit codes (0 ok, 1 error, 2 usage) and error messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from txbroker import Producer
+
+TXBROKER = Path(sys.executable).parent / "txbroker"
+
+
+def txbroker(url: str | None, *args: str, stdin: str | bytes | None = None, env: dict | None = None,
+             timeout: float = 30) -> subprocess.CompletedProcess:
+    command = [str(TXBROKER), *args] if url is None else [str(TXBROKER), "--url", url, *args]
+    return subprocess.run(command, input=stdin.encode() if isinstance(stdin, str) else stdin, capture_output=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def ok(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, (result.returncode, result.stderr.decode())
+    return result.stdout.decode()
+
+
+def test_topics_create_list_describe_delete(server):
+    assert ok(txbroker(server.url, "topics", "create", "orders", "--partitions", "3",
+                       "--config", "retention_ms=60000")) == "created topic orders with 3 partition(s)\n"
+    created = json.loads(ok(txbroker(server.url, "topics", "create", "audit", "--json")))
+    assert created["name"] == "audit" and len(created["partitions"]) == 1
+    listing = ok(txbroker(server.url, "topics", "list"))
+    assert listing.splitlines()[0].split() == ["TOPIC", "PARTITIONS", "OFFSETS", "CONFIG"]
+    assert any(line.split()[:2] == ["orders", "3"] and "retention_ms=60000" in line for line in listing.splitlines())
+    described = ok(txbroker(server.url, "topics", "describe", "orders"))
+    assert "topic orders: 3 partition(s)" in described and len(described.strip().splitlines()) == 5
+    assert ok(txbroker(server.url, "topics", "delete", "audit")) == "deleted topic audit\n"
+
+    missing = txbroker(server.url, "topics", "describe", "audit")
+    assert missing.returncode == 1 and missing.stdout == b""
+    assert missing.stderr.decode().startswith("error: UNKNOWN_TOPIC_OR_PARTITION: ")
+    again = txbroker(server.url, "topics", "create", "orders")
+    assert again.returncode == 1 and b"error: TOPIC_ALREADY_EXISTS: " in again.stderr
+
+
+def test_produce_and_consume_lines_keys_and_json(server):
+    ok(txbroker(server.url, "topics", "create", "t", "--partitions", "2"))
+    produced = txbroker(server.url, "produce", "t", "--key-separator", ":",
+                        stdin=b"alice:hello\nbob:world\nalice:again\n:\xff\xfe binary\n")
+    assert ok(produced) == "" and produced.stderr == b"produced 4 record(s) to t\n"
+    lines = txbroker(server.url, "consume", "t", "--from-beginning", "--max-records", "4", "--print-key",
+                     "--key-separator", "=")
+    assert sorted(lines.stdout.splitlines()) == [b"=\xff\xfe binary", b"alice=again", b"alice=hello", b"bob=world"]
+    assert lines.returncode == 0 and lines.stderr == b"consumed 4 record(s)\n"
+    records = [json.loads(line) for line in ok(txbroker(
+        server.url, "consume", "t", "--from-beginning", "--timeout-ms", "500", "--json")).splitlines()]
+    assert sorted((r["key"], r["value"]) for r in records if "encoding" not in r) == [
+        ("alice", "again"), ("alice", "hello"), ("bob", "world")]
+    assert len({r["partition"] for r in records if r["key"] == "alice"}) == 1, "one key, one partition"
+    [binary] = [r for r in records if "encoding" in r]
+    assert (binary["encoding"], binary["key"], binary["value"]) == ("base64", "", "//4gYmluYXJ5")
+    empty = txbroker(server.url, "consume", "t", "--timeout-ms", "300")
+    assert ok(empty) == "" and empty.stderr == b"consumed 0 record(s)\n", "without --from-beginning: from the end"
+
+
+def test_transactional_produce_and_the_transactions_commands(server):
+    ok(txbroker(server.url, "topics", "create", "tx"))
+    summary = json.loads(ok(txbroker(server.url, "produce", "tx", "--transactional-id", "cli-tx",
+                                     "--commit-every", "2", "--json", stdin="a\nb\nc\nd\ne\n")))
+    assert summary == {"topic": "tx", "records": 5, "transactions": 3}
+    markers = json.loads(ok(txbroker(server.url, "markers", "tx", "0", "--json")))
+    assert [m["type"] for m in markers] == ["COMMIT"] * 3
+    described = ok(txbroker(server.url, "transactions", "describe", "cli-tx"))
+    assert "state             CompleteCommit" in described
+    listed = json.loads(ok(txbroker(server.url, "transactions", "list", "--json", "--state", "CompleteCommit",
+                                    "--prefix", "cli-")))
+    assert [t["transactional_id"] for t in listed] == ["cli-tx"]
+
+    with Producer(server.url, transactional_id="stuck") as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("tx", value="pending")
+        producer.flush()
+        hanging = ok(txbroker(server.url, "transactions", "find-hanging", "--min-duration-ms", "0"))
+        assert hanging.splitlines()[0].startswith("TRANSACTIONAL ID")
+        assert "stuck" in hanging and "Ongoing" in hanging and "cli-tx" not in hanging
+        assert ok(txbroker(server.url, "transactions", "find-hanging")) == (
+            "no transaction open for longer than 900000 ms\n")
+        producers = ok(txbroker(server.url, "producers", "tx", "0"))
+        assert str(producer.producer_id) in producers and "OPEN TXN START OFFSET" in producers
+        aborted = ok(txbroker(server.url, "transactions", "abort", "stuck"))
+        assert aborted.startswith("aborted the transaction of stuck (CompleteAbort)")
+        again = txbroker(server.url, "transactions", "abort", "stuck")
+        assert again.returncode == 1 and again.stderr.startswith(b"error: INVALID_TXN_STATE: ")
+    unknown = txbroker(server.url, "transactions", "describe", "nobody")
+    assert unknown.returncode == 1 and unknown.stderr.startswith(b"error: TRANSACTIONAL_ID_NOT_FOUND: ")
+
+
+def test_consume_with_a_group_commits_and_groups_commands_show_lag(server):
+    ok(txbroker(server.url, "topics", "create", "g", "--partitions", "2"))
+    ok(txbroker(server.url, "produce", "g", stdin="".join(f"line-{i}\n" for i in range(6))))
+    first = ok(txbroker(server.url, "consume", "g", "--group", "readers", "--from-beginning", "--max-records", "4"))
+    assert len(first.splitlines()) == 4
+    rest = ok(txbroker(server.url, "consume", "g", "--group", "readers", "--from-beginning", "--timeout-ms", "1000"))
+    assert sorted(first.splitlines() + rest.splitlines()) == sorted(f"line-{i}" for i in range(6)), "resumes"
+    listed = ok(txbroker(server.url, "groups", "list"))
+    assert listed.splitlines()[0].split() == ["GROUP", "STATE", "GENERATION", "MEMBERS"]
+    assert listed.splitlines()[1].split()[:2] == ["readers", "Empty"]
+    described = ok(txbroker(server.url, "groups", "describe", "readers"))
+    assert "group readers: Empty" in described and "LAG" in described
+    offsets = json.loads(ok(txbroker(server.url, "groups", "describe", "readers", "--json")))["offsets"]
+    assert {o["lag"] for o in offsets} == {0}
+
+
+def test_url_from_the_environment_and_the_server_commands_still_dispatch(server):
+    assert "TOPIC" in ok(txbroker(None, "topics", "list", env={"TXBROKER_URL": server.url}))
+    assert "--data-dir" in ok(txbroker(None, "serve", "--help")), "serve and db stay the server's"
+
+
+@pytest.mark.parametrize("args", [
+    ("topics",),
+    ("produce", "t", "--commit-every", "3"),
+    ("topics", "create", "x", "--partitions", "many"),
+])
+def test_usage_errors_exit_2(args):
+    result = txbroker("http://127.0.0.1:9", *args)
+    assert result.returncode == 2 and b"usage: txbroker" in result.stderr, result.stderr
+
+
+def test_an_unreachable_server_is_a_clear_error_exit_1():
+    result = txbroker("http://127.0.0.1:9", "topics", "list", "--retry-timeout-ms", "200")
+    assert result.returncode == 1
+    assert result.stderr.decode().startswith("error: cannot reach txbroker at http://127.0.0.1:9: ConnectError")

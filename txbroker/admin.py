@@ -1,0 +1,146 @@
+"""Administration: topics, transactions (kafka-transactions.sh: list, describe, abort, find-hanging),
+producers, markers, consumer groups, offsets. `AsyncAdmin` is the one implementation; `txbroker.Admin`
+runs it on a private event loop thread.
+
+Results are the contract's JSON objects (API.md), as dicts: the shapes are documented there once.
+Reads retry retriable errors; `create_topic`, `delete_topic` and `abort_transaction` are sent once
+(a retry after a lost answer would report TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION or
+INVALID_TXN_STATE for what did happen).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from txbroker.connection import DEFAULT_URL, Connection
+from txbroker.errors import TxbrokerConnectionError, from_body
+from txbroker.metadata import topic_path
+from txbroker.records import TopicPartition
+from txbroker.retry import Backoff, retrying
+
+OPEN_STATES = ("Ongoing", "Prepared", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+DEFAULT_HANGING_MS = 900_000  # the server's default transaction_max_timeout_ms
+
+
+def _id_path(transactional_id: str) -> str:
+    # Transactional ids may contain '/', which the server's route accepts as is.
+    return "/v1/transactions/" + quote(transactional_id, safe="/")
+
+
+class AsyncAdmin:
+    def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None, headers: Mapping[str, str] | None = None,
+                 transport: httpx.AsyncBaseTransport | httpx.BaseTransport | None = None,
+                 request_timeout_ms: int = 30_000, default_api_timeout_ms: int = 60_000,
+                 retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1_000) -> None:
+        self.url = url
+        self._connection = Connection(url, token=token, headers=headers, transport=transport,
+                                      request_timeout_ms=request_timeout_ms)
+        self._backoff = Backoff(retry_backoff_ms, retry_backoff_max_ms)
+        self._api_timeout_s = default_api_timeout_ms / 1000
+
+    async def __aenter__(self) -> AsyncAdmin:
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._connection.close()
+
+    async def _read(self, path: str, *, params: Mapping | None = None, body: Any = None, method: str = "GET") -> Any:
+        return await retrying(lambda: self._connection.request(method, path, body, params=params),
+                              what=f"{method} {path}", timeout_s=self._api_timeout_s, backoff=self._backoff)
+
+    async def _once(self, method: str, path: str, body: Any = None) -> Any:
+        """Sent again only after an error answer (the server did nothing), never after a lost one."""
+        async def call() -> Any:
+            try:
+                return await self._connection.request(method, path, body)
+            except TxbrokerConnectionError as error:
+                raise error.with_category() from error
+        return await retrying(call, what=f"{method} {path}", timeout_s=self._api_timeout_s, backoff=self._backoff)
+
+    # ---- cluster and topics
+
+    async def health(self) -> dict:
+        """`{"status": "ok", "database": "ok"}` once the server serves; its 503 body before that."""
+        return await self._connection.request("GET", "/v1/health", accept=(503,))
+
+    async def cluster(self) -> dict:
+        return await self._read("/v1/cluster")
+
+    async def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> dict:
+        return await self._once("POST", "/v1/topics", {"name": name, "partitions": partitions,
+                                                       "config": dict(config or {})})
+
+    async def list_topics(self) -> list[dict]:
+        return (await self._read("/v1/topics"))["topics"]
+
+    async def describe_topic(self, name: str) -> dict:
+        return await self._read(topic_path(name))
+
+    async def delete_topic(self, name: str) -> None:
+        await self._once("DELETE", topic_path(name))
+
+    # ---- transactions
+
+    async def list_transactions(self, *, states: Iterable[str] | str | None = None,
+                                min_duration_ms: int | None = None, producer_id: int | None = None,
+                                transactional_id_prefix: str | None = None) -> list[dict]:
+        if states is not None and not isinstance(states, str):
+            states = ",".join(states)
+        return (await self._read("/v1/transactions", params={
+            "state": states or None, "min_duration_ms": min_duration_ms, "producer_id": producer_id,
+            "transactional_id_prefix": transactional_id_prefix}))["transactions"]
+
+    async def describe_transaction(self, transactional_id: str) -> dict:
+        return await self._read(_id_path(transactional_id))
+
+    async def abort_transaction(self, transactional_id: str) -> dict:
+        """Fences the current producer of the id and aborts its open (Ongoing or Prepared) transaction."""
+        return await self._once("POST", _id_path(transactional_id) + "/abort")
+
+    async def find_hanging_transactions(self, min_duration_ms: int = DEFAULT_HANGING_MS) -> list[dict]:
+        """Transactions open for longer than `min_duration_ms`: they hold back the last stable offset of
+        every partition they wrote, so read_committed consumers of those partitions stall."""
+        return await self.list_transactions(min_duration_ms=min_duration_ms, states=OPEN_STATES)
+
+    async def describe_producers(self, topic: str, partition: int) -> list[dict]:
+        return (await self._read(f"{topic_path(topic)}/partitions/{int(partition)}/producers"))["producers"]
+
+    async def list_markers(self, topic: str, partition: int, offset: int = 0, limit: int = 100) -> list[dict]:
+        return (await self._read(f"{topic_path(topic)}/partitions/{int(partition)}/markers",
+                                 params={"offset": offset, "limit": limit}))["markers"]
+
+    # ---- groups and offsets
+
+    async def list_groups(self) -> list[dict]:
+        return (await self._read("/v1/groups"))["groups"]
+
+    async def describe_group(self, group_id: str) -> dict:
+        """Members, generation, assignment, committed offsets and lag."""
+        return await self._read(f"/v1/groups/{quote(group_id, safe='')}")
+
+    async def list_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+        answer = await self._read(f"/v1/groups/{quote(group_id, safe='')}/offsets/fetch", method="POST",
+                                  body={"partitions": None, "require_stable": False})
+        return {TopicPartition(e["topic"], e["partition"]): e["offset"] for e in answer["offsets"]
+                if e["error"] is None and e["offset"] >= 0}
+
+    async def list_offsets(self, partitions: Iterable[TopicPartition], timestamp: int = -1,
+                           isolation_level: str = "read_committed") -> dict[TopicPartition, int]:
+        """-1 latest (the LSO under read_committed), -2 earliest, or a time in ms."""
+        answer = await self._read("/v1/offsets/list", method="POST", body={
+            "isolation_level": isolation_level,
+            "partitions": [{"topic": tp[0], "partition": tp[1], "timestamp": timestamp} for tp in partitions]})
+        result = {}
+        for entry in answer["partitions"]:
+            if entry["error"] is not None:
+                raise from_body(entry["error"])
+            result[TopicPartition(entry["topic"], entry["partition"])] = entry["offset"]
+        return result
+

@@ -1,0 +1,146 @@
+"""One HTTP connection pool to one txbroker server, speaking the contract (API.md): JSON bodies in,
+JSON bodies out, error bodies turned into `txbroker.errors` exceptions.
+
+This is the single boundary where httpx's exceptions become the SDK's (`raise ... from`): a
+transport failure is a `TxbrokerConnectionError` (retriable: the outcome is unknown, and every
+state-changing request of the contract is safe to retry with the same body), an error response is
+the class of its code. Nothing above this module sees httpx.
+
+The transport is pluggable (`transport=`): an `httpx.AsyncBaseTransport` such as
+`httpx.MockTransport` or `httpx.ASGITransport(app)`, or a synchronous `httpx.BaseTransport`, which
+is run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from txbroker import errors
+
+try:  # optional: faster JSON when present (the SDK needs httpx alone)
+    import orjson
+
+    def _dumps(body: Any) -> bytes:
+        return orjson.dumps(body)
+
+    _loads = orjson.loads
+except ImportError:  # pragma: no cover - exercised where orjson is absent
+    def _dumps(body: Any) -> bytes:
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    _loads = json.loads
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+USER_AGENT = "txbroker-python"
+
+
+class _ThreadedTransport(httpx.AsyncBaseTransport):
+    """Adapts a synchronous transport (httpx.HTTPTransport, a sync MockTransport handler) to the
+    async core by running each request in a worker thread."""
+
+    def __init__(self, transport: httpx.BaseTransport) -> None:
+        self._transport = transport
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        def call() -> httpx.Response:
+            response = self._transport.handle_request(request)
+            try:
+                content = response.read()
+            finally:
+                response.close()
+            return httpx.Response(response.status_code, headers=response.headers, content=content,
+                                  request=request)
+
+        return await asyncio.to_thread(call)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self._transport.close)
+
+
+def _async_transport(transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None):
+    if transport is None or isinstance(transport, httpx.AsyncBaseTransport):
+        return transport
+    if isinstance(transport, httpx.BaseTransport):
+        return _ThreadedTransport(transport)
+    raise TypeError(f"transport must be an httpx transport, not {type(transport).__name__}")
+
+
+class Connection:
+    """Requests to one server. `token` is sent as `Authorization: Bearer <token>`; `headers` go on
+    every request (tracing, a gateway's own credentials)."""
+
+    def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None,
+                 headers: Mapping[str, str] | None = None,
+                 transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+                 request_timeout_ms: int = 30_000) -> None:
+        self.url = url.rstrip("/")
+        self.request_timeout_s = request_timeout_ms / 1000
+        all_headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **(headers or {})}
+        if token:
+            all_headers["Authorization"] = f"Bearer {token}"
+        self._headers = all_headers
+        self._transport = _async_transport(transport)
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        # Created on first use, inside the event loop that will use it.
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                base_url=self.url, headers=self._headers, transport=self._transport,
+                timeout=httpx.Timeout(self.request_timeout_s, connect=min(self.request_timeout_s, 10)),
+                limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
+        return self._client
+
+    async def request(self, method: str, path: str, body: Any = None, *, params: Mapping | None = None,
+                      extra_timeout_s: float = 0, accept: tuple[int, ...] = ()) -> Any:
+        """The decoded JSON response (None for 204); raises the error class of an error response
+        (unless its status is in `accept`), or TxbrokerConnectionError when no response arrived."""
+        content = None if body is None else _dumps(body)
+        headers = None if body is None else {"Content-Type": "application/json"}
+        timeout = httpx.USE_CLIENT_DEFAULT if not extra_timeout_s else httpx.Timeout(
+            self.request_timeout_s + extra_timeout_s, connect=min(self.request_timeout_s, 10))
+        try:
+            response = await self._http().request(
+                method, path, content=content, headers=headers,
+                params={k: v for k, v in params.items() if v is not None} if params else None, timeout=timeout)
+        except httpx.TransportError as exc:  # connect, read, write, timeouts, protocol errors
+            raise errors.TxbrokerConnectionError(
+                f"{method} {self.url}{path}: {type(exc).__name__}: {exc or 'connection failed'} (the request "
+                f"may or may not have been applied; it is safe to retry)") from exc
+        if response.status_code == 204:
+            return None
+        try:
+            decoded = _loads(response.content) if response.content else None
+        except ValueError:
+            decoded = None
+        if response.is_success or response.status_code in accept:
+            return decoded
+        raise _error_for(method, path, response, decoded)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+def _error_for(method: str, path: str, response: httpx.Response, decoded: Any) -> errors.TxbrokerError:
+    if isinstance(decoded, dict) and isinstance(decoded.get("error"), dict):
+        error = errors.from_body(decoded["error"], response.status_code)
+    else:  # not a contract error body: a proxy, or not a txbroker server
+        retriable = response.status_code >= 500
+        error = errors.TxbrokerError(
+            f"{method} {path} answered HTTP {response.status_code} without a txbroker error body: "
+            f"{response.text[:200]!r}", code="UNKNOWN_SERVER_ERROR" if retriable else "INVALID_REQUEST",
+            retriable=retriable, status=response.status_code)
+    retry_after = response.headers.get("Retry-After")
+    if retry_after:
+        try:
+            error.retry_after_s = float(retry_after)
+        except ValueError:
+            pass
+    return error

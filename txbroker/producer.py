@@ -1,0 +1,407 @@
+"""The producer: idempotent by default, transactional with a `transactional_id` (KIP-98).
+
+`AsyncProducer` is the one implementation; `txbroker.Producer` runs it on a private event loop
+thread (txbroker.sync). Its parts: TransactionManager (states, ids, sequences), RecordAccumulator
+(batches per partition), Sender (the produce requests), TopicMetadata (partition counts).
+
+Using a transactional producer (the seeds' KafkaTransactionsExample):
+
+    producer = AsyncProducer(url, transactional_id="orders-app")
+    await producer.init_transactions()
+    producer.begin_transaction()
+    await producer.send("orders-out", value=b"...", key=b"...")
+    await producer.send_offsets_to_transaction({TopicPartition("orders", 0): 42}, consumer.group_metadata())
+    await producer.commit_transaction()
+
+Error handling follows KIP-1050: retriable errors are retried here; on an error with `abortable`
+call abort_transaction() and redo the work; on one with `fatal` close the producer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import httpx
+
+from txbroker import errors
+from txbroker.accumulator import RecordAccumulator, RecordFuture
+from txbroker.connection import DEFAULT_URL, Connection
+from txbroker.errors import IllegalStateError, TxbrokerError
+from txbroker.metadata import TopicMetadata
+from txbroker.records import (Bytes, ConsumerGroupMetadata, Headers, OffsetAndMetadata, RecordMetadata,
+                              TopicPartition, header_list, record_size, to_bytes, wire_record)
+from txbroker.retry import Backoff, retrying
+from txbroker.sender import Sender
+from txbroker.transaction_manager import TransactionManager, TransactionState
+
+log = logging.getLogger("txbroker.producer")
+
+
+class WouldBlock(Exception):
+    """send_nowait() cannot append without waiting (for topic metadata, or for buffer space):
+    await `wait()`, then try again. How both flavours share one send()."""
+
+    def __init__(self, wait: Callable[[], Awaitable[Any]]) -> None:
+        super().__init__("send would block")
+        self.wait = wait
+
+
+class AsyncProducer:
+    """An asyncio producer. Every coroutine must run on one event loop; `send_nowait` may be
+    called from any thread (the synchronous Producer does).
+
+    Options (Kafka's names, in snake_case, where Kafka has them):
+    - transactional_id: enables transactions (init_transactions first); None: idempotent only.
+    - enable_idempotence (True): producer id and sequence numbers, so retries never duplicate;
+      False sends plain writes (at-least-once).
+    - transaction_timeout_ms (60000): the server aborts a transaction open longer than this.
+    - linger_ms (5), batch_size (1 MiB of keys+values), max_batch_records (10000): a partition's
+      batch is sent when full or when it has waited linger_ms. Larger than Kafka's 16 KiB default,
+      because an HTTP request costs the server far more than a Kafka produce request.
+    - max_request_records (50000): at most this many records (of several partitions) per request.
+    - max_in_flight_requests (5): concurrent produce requests (one batch per partition in flight).
+    - max_buffered_records (200000): send() blocks (up to max_block_ms) when this many wait.
+    - delivery_timeout_ms (120000): how long a batch is retried before its records fail.
+    - max_block_ms (60000): how long a call retries retriable errors before TxbrokerTimeoutError.
+    - request_timeout_ms (30000), retry_backoff_ms (100), retry_backoff_max_ms (1000),
+      metadata_max_age_ms (300000): partition counts are cached this long.
+    - token, headers, transport: see txbroker.connection.Connection.
+    """
+
+    def __init__(self, url: str = DEFAULT_URL, *, transactional_id: str | None = None, token: str | None = None,
+                 headers: Mapping[str, str] | None = None,
+                 transport: httpx.AsyncBaseTransport | httpx.BaseTransport | None = None,
+                 enable_idempotence: bool = True, transaction_timeout_ms: int = 60_000,
+                 linger_ms: float = 5, batch_size: int = 1024 * 1024, max_batch_records: int = 10_000,
+                 max_buffered_records: int = 200_000, max_request_records: int = 50_000,
+                 max_in_flight_requests: int = 5, delivery_timeout_ms: int = 120_000,
+                 request_timeout_ms: int = 30_000, max_block_ms: int = 60_000, retry_backoff_ms: int = 100,
+                 retry_backoff_max_ms: int = 1_000, metadata_max_age_ms: int = 300_000,
+                 _future_factory: Callable[[], Any] | None = None) -> None:
+        if transactional_id is not None and not enable_idempotence:
+            raise ValueError("a transactional producer is idempotent: enable_idempotence=False needs "
+                             "transactional_id=None")
+        if transactional_id == "":
+            raise ValueError("transactional_id must not be empty (None for a non-transactional producer)")
+        self.url = url
+        self._connection = Connection(url, token=token, headers=headers, transport=transport,
+                                      request_timeout_ms=request_timeout_ms)
+        self._backoff = Backoff(retry_backoff_ms, retry_backoff_max_ms)
+        self._max_block_s = max_block_ms / 1000
+        self._tm = TransactionManager(transactional_id, transaction_timeout_ms)
+        self._idempotent = enable_idempotence
+        self._accumulator = RecordAccumulator(
+            batch_size=batch_size, linger_ms=linger_ms, max_batch_records=max_batch_records,
+            max_buffered_records=max_buffered_records,
+            future_factory=_future_factory or self._asyncio_future)
+        self._metadata = TopicMetadata(self._connection, max_age_ms=metadata_max_age_ms, backoff=self._backoff,
+                                       max_block_ms=max_block_ms)
+        self._sender = Sender(self._connection, self._tm, self._accumulator, idempotent=enable_idempotence,
+                              max_in_flight_requests=max_in_flight_requests,
+                              max_request_records=max_request_records, delivery_timeout_ms=delivery_timeout_ms,
+                              backoff=self._backoff, new_producer_id=self._idempotent_producer_id)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    def _asyncio_future(self) -> asyncio.Future:
+        if self._loop is None:
+            raise IllegalStateError("send_nowait() before the producer started: await start() or send() first")
+        return self._loop.create_future()
+
+    # ---- lifecycle
+
+    async def start(self) -> None:
+        """Starts the sender task on the running loop (send() does it too)."""
+        self._ensure_started()
+
+    def _ensure_started(self) -> None:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._sender.start()
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Sends what is buffered (unless the producer failed fatally), waiting up to `timeout`
+        seconds, then stops. An open transaction is neither committed nor aborted: the server
+        aborts it after its timeout, or the next instance's init_transactions() does at once."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._sender.started and self._tm.state is not TransactionState.FATAL_ERROR:
+            try:
+                await asyncio.wait_for(self._sender.flush(), timeout)
+            except (asyncio.TimeoutError, TxbrokerError):
+                pass
+        await self._sender.stop(IllegalStateError("the producer was closed before the record was sent"))
+        await self._connection.close()
+
+    # ---- state
+
+    @property
+    def transactional_id(self) -> str | None:
+        return self._tm.transactional_id
+
+    @property
+    def transaction_state(self) -> TransactionState:
+        return self._tm.state
+
+    @property
+    def producer_id(self) -> int:
+        return self._tm.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        return self._tm.producer_epoch
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the producer is closed")
+
+    async def _call(self, what: str, method: str, path: str, body: Any = None) -> Any:
+        return await retrying(lambda: self._connection.request(method, path, body), what=what,
+                              timeout_s=self._max_block_s, backoff=self._backoff)
+
+    def _raise_fatal(self, error: TxbrokerError) -> None:
+        raise self._tm.fail_fatal(error) from error
+
+    # ---- producer ids
+
+    async def _init_producer_id(self, body: dict) -> dict:
+        return await self._call(f"InitProducerId({self._tm.transactional_id or ''})", "POST",
+                                "/v1/producers/init", body)
+
+    async def _idempotent_producer_id(self, bump: bool) -> None:
+        """For the sender: a fresh producer id, or (KIP-360) the current one with a bumped epoch."""
+        tm = self._tm
+        body: dict = {"producer_id": -1, "producer_epoch": -1}
+        if bump and tm.has_producer_id:
+            body = {"producer_id": tm.producer_id, "producer_epoch": tm.producer_epoch}
+        try:
+            answer = await self._init_producer_id(body)
+        except errors.ProducerFencedError:
+            answer = await self._init_producer_id({"producer_id": -1, "producer_epoch": -1})
+        tm.initialized(answer["producer_id"], answer["producer_epoch"])
+
+    async def init_transactions(self) -> None:
+        """InitProducerId for the transactional id: fences every older instance, and completes or
+        aborts what the previous instance left open. Call once, before any other transactional
+        method. Retries CONCURRENT_TRANSACTIONS and unavailability for max_block_ms."""
+        self._check_open()
+        self._ensure_started()
+        tm = self._tm
+        tm.require_transactional("init_transactions")
+        if tm.state is not TransactionState.UNINITIALIZED:
+            raise IllegalStateError(f"init_transactions() was already called (state {tm.state.value})")
+        try:
+            answer = await self._init_producer_id({
+                "transactional_id": tm.transactional_id, "transaction_timeout_ms": tm.transaction_timeout_ms,
+                "producer_id": -1, "producer_epoch": -1})
+        except TxbrokerError as error:
+            if error.fatal:
+                self._raise_fatal(error)
+            raise
+        tm.initialized(answer["producer_id"], answer["producer_epoch"])
+
+    # ---- sending
+
+    def send_nowait(self, topic: str, value: Bytes | None = None, key: Bytes | None = None,
+                    partition: int | None = None, headers: Headers = None,
+                    timestamp_ms: int | None = None) -> Any:
+        """Appends a record and returns its future (of RecordMetadata) without waiting; raises
+        WouldBlock when it must first wait for topic metadata or buffer space."""
+        self._check_open()
+        self._tm.check_can_send()
+        key_bytes = to_bytes(key, "key")
+        value_bytes = to_bytes(value, "value")
+        header_items = header_list(headers)
+        if partition is None:
+            count = self._metadata.partition_count(topic)
+            if count is None:
+                raise WouldBlock(lambda: self._metadata.refresh(topic))
+            partition = self._accumulator.choose_partition(topic, key_bytes, count)
+        elif not isinstance(partition, int) or partition < 0:
+            raise ValueError(f"partition must be an int >= 0 or None, not {partition!r}")
+        if not self._accumulator.has_room():
+            raise WouldBlock(self._wait_for_room)
+        future, wake = self._accumulator.append(
+            TopicPartition(topic, partition), wire_record(key_bytes, value_bytes, header_items, timestamp_ms),
+            record_size(key_bytes, value_bytes, header_items))
+        if wake:
+            self._sender.wake()
+        return future
+
+    async def _wait_for_room(self) -> None:
+        try:
+            await asyncio.wait_for(self._sender.wait_for_room(), self._max_block_s)
+        except asyncio.TimeoutError:
+            raise errors.TxbrokerTimeoutError(
+                f"the producer's buffer stayed full (max_buffered_records) for max_block_ms "
+                f"({self._max_block_s * 1000:.0f}): the server is slower than the sends, or unreachable") from None
+
+    async def send(self, topic: str, value: Bytes | None = None, key: Bytes | None = None,
+                   partition: int | None = None, headers: Headers = None,
+                   timestamp_ms: int | None = None) -> RecordFuture:
+        """Appends a record to its partition's batch; returns a future of its RecordMetadata
+        (`await (await producer.send(...))`, or `send_and_wait`). Partition: given, or murmur2 of
+        the key, or sticky for records without a key."""
+        self._ensure_started()
+        while True:
+            try:
+                return self.send_nowait(topic, value, key, partition, headers, timestamp_ms)
+            except WouldBlock as blocked:
+                await blocked.wait()
+
+    async def send_and_wait(self, topic: str, value: Bytes | None = None, key: Bytes | None = None,
+                            partition: int | None = None, headers: Headers = None,
+                            timestamp_ms: int | None = None) -> RecordMetadata:
+        return await (await self.send(topic, value, key, partition, headers, timestamp_ms))
+
+    async def flush(self) -> None:
+        """Sends every buffered record now and waits until each is acknowledged or failed."""
+        self._ensure_started()
+        await self._sender.flush()
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        count = self._metadata.partition_count(topic) or await self._metadata.refresh(topic)
+        return list(range(count))
+
+    # ---- transactions
+
+    def begin_transaction(self) -> None:
+        """Opens a transaction locally; the server learns of it with the first send or offsets."""
+        self._check_open()
+        self._tm.begin_transaction()
+
+    async def send_offsets_to_transaction(
+            self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
+            group_metadata: ConsumerGroupMetadata | str) -> None:
+        """Commits the consumer's offsets as part of the transaction (AddOffsetsToTxn, then
+        TxnOffsetCommit): they become visible with the commit and vanish with an abort. With the
+        consumer's group_metadata() the server checks its generation and member id (KIP-447), so a
+        consumer that lost its partitions in a rebalance cannot commit for them: that error is
+        abortable (abort, and poll again from the committed offsets)."""
+        self._check_open()
+        tm = self._tm
+        tm.require_transactional("send_offsets_to_transaction")
+        self._check_in_transaction("send_offsets_to_transaction")
+        if isinstance(group_metadata, str):
+            group_metadata = ConsumerGroupMetadata(group_metadata)
+        entries = []
+        for tp, offset in offsets.items():
+            offset, metadata = (offset.offset, offset.metadata) if isinstance(offset, OffsetAndMetadata) else (
+                offset, None)
+            entries.append({"topic": tp[0], "partition": tp[1], "offset": int(offset), "metadata": metadata})
+        if not entries:
+            return
+        group_id = group_metadata.group_id
+        try:
+            if group_id not in tm.txn_groups:
+                tm.added_group(group_id)  # even an unanswered request may have opened the transaction
+                await self._call(f"AddOffsetsToTxn({group_id})", "POST", "/v1/txn/add-offsets",
+                                 {**tm.ids, "group_id": group_id})
+            answer = await self._call(f"TxnOffsetCommit({group_id})", "POST", "/v1/txn/offset-commit", {
+                **tm.ids, "group_id": group_id, "generation_id": group_metadata.generation_id,
+                "member_id": group_metadata.member_id, "offsets": entries})
+        except TxbrokerError as error:
+            raise self._transaction_error(error) from error
+        for entry in answer["offsets"]:
+            if entry["error"] is not None:
+                error = errors.from_body(entry["error"])
+                raise self._transaction_error(error) from None
+
+    def _transaction_error(self, error: TxbrokerError) -> TxbrokerError:
+        if error.fatal:
+            return self._tm.fail_fatal(error)
+        return self._tm.fail_abortable(error)
+
+    def _check_in_transaction(self, operation: str) -> None:
+        tm = self._tm
+        if tm.state is TransactionState.ABORTABLE_ERROR and tm.last_error is not None:
+            raise tm.last_error
+        if tm.state is not TransactionState.IN_TRANSACTION:
+            raise IllegalStateError(f"{operation}() needs an open transaction (state {tm.state.value}): "
+                                    f"call begin_transaction() first")
+
+    async def commit_transaction(self) -> None:
+        """Flushes, then EndTxn(commit). An unanswered EndTxn (timeout, connection reset) is retried
+        with the same body until the outcome is known -- never turned into an abort; if max_block_ms
+        passes first, TxbrokerTimeoutError is raised and calling commit_transaction() again resumes.
+        A record that failed makes the transaction abortable: its error is raised."""
+        self._check_open()
+        tm = self._tm
+        tm.require_transactional("commit_transaction")
+        if tm.state is TransactionState.IN_TRANSACTION:
+            tm.transition_to(TransactionState.COMMITTING)
+        elif tm.state is not TransactionState.COMMITTING:  # COMMITTING: resuming after a timeout
+            self._check_in_transaction("commit_transaction")
+        await self._sender.flush()
+        if tm.state is not TransactionState.COMMITTING:
+            tm.check_not_fatal()
+            raise tm.last_error or IllegalStateError(f"commit_transaction(): state {tm.state.value}")
+        if not tm.transaction_has_content:
+            tm.completed(tm.producer_id, tm.producer_epoch)
+            return
+        answer = await self._end_transaction(tm.end_body(True))
+        tm.completed(answer["producer_id"], answer["producer_epoch"])
+
+    async def abort_transaction(self) -> None:
+        """Drops the unsent records (their futures fail with TransactionAbortedError), waits for the
+        requests in flight, then EndTxn(abort). The next transaction starts with a new epoch."""
+        self._check_open()
+        tm = self._tm
+        tm.require_transactional("abort_transaction")
+        if tm.state in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR):
+            tm.transition_to(TransactionState.ABORTING)
+        elif tm.state is not TransactionState.ABORTING:
+            raise IllegalStateError(f"abort_transaction() needs an open transaction (state {tm.state.value})")
+        self._accumulator.fail_all(errors.TransactionAbortedError(
+            f"the transaction of {tm.transactional_id!r} was aborted before this record was sent"))
+        await self._sender.wait_in_flight()
+        tm.check_not_fatal()
+        if not tm.transaction_has_content:
+            tm.completed(tm.producer_id, tm.producer_epoch)
+            return
+        try:
+            answer = await self._end_transaction(tm.end_body(False))
+        except errors.InvalidTxnStateError:
+            # Nothing is open on the server: whatever was sent never arrived. A request still on
+            # its way could open a transaction later: bumping the epoch (KIP-360) fences it.
+            answer = await self._bump_epoch()
+        tm.completed(answer["producer_id"], answer["producer_epoch"])
+
+    async def _bump_epoch(self) -> dict:
+        tm = self._tm
+        try:
+            return await self._init_producer_id({
+                "transactional_id": tm.transactional_id, "transaction_timeout_ms": tm.transaction_timeout_ms,
+                "producer_id": tm.producer_id, "producer_epoch": tm.producer_epoch})
+        except TxbrokerError as error:
+            if error.retriable:
+                raise
+            self._raise_fatal(error)
+
+    async def _end_transaction(self, body: dict) -> dict:
+        what = f"EndTxn({'commit' if body['committed'] else 'abort'} {body['transactional_id']!r})"
+        try:
+            return await self._call(what, "POST", "/v1/txn/end", body)
+        except TxbrokerError as error:
+            # Retriable (TxbrokerTimeoutError after max_block_ms): the state stays COMMITTING or
+            # ABORTING and the pending body is kept for the next call. INVALID_TXN_STATE on an abort:
+            # abort_transaction() decides. Anything else: fenced, or the transaction is not ours.
+            if isinstance(error, errors.InvalidTxnStateError) and not body["committed"]:
+                raise
+            if error.retriable:
+                verb = "commit" if body["committed"] else "abort"
+                raise errors.TxbrokerTimeoutError(
+                    f"{what}: the outcome is not known yet ({error}); call {verb}_transaction() again: it "
+                    f"resumes with the same request", retriable=True, abortable=False) from error
+            self._raise_fatal(error)

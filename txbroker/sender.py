@@ -1,0 +1,323 @@
+"""The producer's sender (aiokafka's `sender.py`, Kafka's `Sender.java`): an asyncio task that drains
+ready batches from the accumulator into POST /v1/produce requests and acts on every answer.
+
+Invariants:
+- At most one batch per partition is in flight, so sequence numbers reach the server in order; a
+  batch keeps its sequence across retries (the server answers a repeat with `duplicate: true`).
+- A batch's sequence is assigned when it is first sent, for the producer id and epoch current then.
+- Only the latest batch of a partition can be refused without appending, so a refused batch's
+  sequence is rolled back for the next one (`TransactionManager.rollback_sequence`).
+- Runs on one event loop; everything it mutates is only touched on that loop, except the
+  accumulator (thread-safe) and the records' futures (resolved here).
+
+The answer to each error, as a table (see `_action_for`):
+
+| error                                   | idempotent producer            | transactional producer  |
+|-----------------------------------------|--------------------------------|-------------------------|
+| retriable (connection, CONCURRENT_...)  | retry until delivery_timeout   | same                    |
+| delivery_timeout passed, outcome unknown| fail records, bump epoch       | abortable               |
+| UNKNOWN_PRODUCER_ID                     | new producer id, resend        | fatal                   |
+| OUT_OF_ORDER_SEQUENCE_NUMBER            | fatal                          | abortable               |
+| PRODUCER_FENCED, INVALID_PRODUCER_EPOCH,| fatal                          | fatal                   |
+| INVALID_TXN_STATE, INVALID_PRODUCER_ID_ |                                |                         |
+| MAPPING, authorization of the id        |                                |                         |
+| anything else (unknown topic, too large)| fail the batch's records       | abortable               |
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from txbroker import errors
+from txbroker.accumulator import NO_SEQUENCE, ProducerBatch, RecordAccumulator
+from txbroker.connection import Connection
+from txbroker.errors import TxbrokerError
+from txbroker.records import BASE64, TopicPartition
+from txbroker.retry import Backoff
+from txbroker.transaction_manager import TransactionManager, TransactionState
+
+log = logging.getLogger("txbroker.producer")
+
+FATAL_CODES = frozenset({"PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_TXN_STATE",
+                         "INVALID_PRODUCER_ID_MAPPING", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "UNAUTHORIZED"})
+
+RETRY, FAIL, ABORTABLE, FATAL, NEW_PRODUCER_ID = "retry", "fail", "abortable", "fatal", "new-producer-id"
+
+
+def _action_for(error: TxbrokerError, transactional: bool, idempotent: bool) -> str:
+    if error.retriable:
+        return RETRY
+    if error.code in FATAL_CODES:
+        return FATAL
+    if error.code == "UNKNOWN_PRODUCER_ID":
+        return FATAL if transactional else NEW_PRODUCER_ID
+    if error.code == "OUT_OF_ORDER_SEQUENCE_NUMBER":
+        return ABORTABLE if transactional else (FATAL if idempotent else FAIL)
+    return ABORTABLE if transactional else FAIL
+
+
+class Sender:
+    def __init__(self, connection: Connection, tm: TransactionManager, accumulator: RecordAccumulator, *,
+                 idempotent: bool, max_in_flight_requests: int, max_request_records: int,
+                 delivery_timeout_ms: int, backoff: Backoff,
+                 new_producer_id: Callable[[bool], Awaitable[None]]) -> None:
+        self._connection = connection
+        self._tm = tm
+        self._accumulator = accumulator
+        self._idempotent = idempotent
+        self._max_in_flight = max_in_flight_requests
+        self._max_request_records = max_request_records
+        self._delivery_timeout_s = delivery_timeout_ms / 1000
+        self._backoff = backoff
+        # new_producer_id(bump): InitProducerId for an idempotent producer, bumping the current
+        # epoch (KIP-360) when `bump`, else a fresh id.
+        self._new_producer_id = new_producer_id
+        self._in_flight: dict[TopicPartition, ProducerBatch] = {}
+        self._requests: set[asyncio.Task] = set()
+        self._wakeup = asyncio.Event()
+        self._progress = asyncio.Event()
+        self._bump_epoch = False
+        self._id_lock = asyncio.Lock()
+        self._stopping = False
+        self._task: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ---- lifecycle
+
+    def start(self) -> None:
+        if self._task is None:
+            self._loop = asyncio.get_running_loop()
+            self._task = self._loop.create_task(self._run(), name="txbroker-sender")
+
+    @property
+    def started(self) -> bool:
+        return self._task is not None
+
+    def wake(self) -> None:
+        """Callable from any thread."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._wakeup.set()
+        elif not loop.is_closed():
+            loop.call_soon_threadsafe(self._wakeup.set)
+
+    async def stop(self, error: TxbrokerError) -> None:
+        """Stops sending; whatever is unsent or in flight fails with `error`."""
+        self._stopping = True
+        for task in list(self._requests):
+            task.cancel()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, *self._requests, return_exceptions=True)
+        for batch in self._in_flight.values():
+            batch.fail(error)
+        self._in_flight.clear()
+        self._accumulator.fail_all(error)
+        self._signal_progress()
+
+    # ---- waiting for records
+
+    def _signal_progress(self) -> None:
+        event, self._progress = self._progress, asyncio.Event()
+        event.set()
+
+    async def wait_for(self, batches: list[ProducerBatch]) -> None:
+        """Until every batch is done (acknowledged or failed)."""
+        while not all(batch.done for batch in batches):
+            await self._progress.wait()
+
+    async def flush(self) -> None:
+        """Sends everything buffered now, at once, and waits for the answers."""
+        batches = self._accumulator.unsent() + list(self._in_flight.values())
+        self._accumulator.flushing += 1
+        self.wake()
+        try:
+            await self.wait_for(batches)
+        finally:
+            self._accumulator.flushing -= 1
+
+    async def wait_in_flight(self) -> None:
+        await self.wait_for(list(self._in_flight.values()))
+
+    async def wait_for_room(self) -> None:
+        while not self._accumulator.has_room():
+            await self._progress.wait()
+
+    # ---- the loop
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            self._wakeup.clear()
+            try:
+                await self._prepare_identity()
+            except TxbrokerError as error:
+                # Unreachable for max_block_ms: fail what waits, try again with the next records.
+                self._fail_everything(error if error.retriable else self._tm.fail_fatal(error))
+                continue
+            if self._tm.state is TransactionState.FATAL_ERROR:
+                self._fail_everything(self._tm.last_error)
+                await self._wakeup.wait()
+                continue
+            now = time.monotonic()
+            busy = set(self._in_flight)
+            can_send = len(self._requests) < self._max_in_flight and not self._bump_epoch
+            if can_send:
+                batches = self._accumulator.drain(now, busy, self._max_request_records)
+                if batches:
+                    self._dispatch(batches)
+                    continue
+            wait = self._accumulator.next_ready_in(now, busy) if can_send else None
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout=wait)
+            except asyncio.TimeoutError:
+                pass
+
+    def _fail_everything(self, error: TxbrokerError | None) -> None:
+        if error is not None and self._accumulator.fail_all(error):
+            self._signal_progress()
+
+    async def _prepare_identity(self) -> None:
+        """An idempotent producer gets its producer id before its first send, and bumps its epoch
+        once nothing is in flight after a batch's outcome was lost (its sequences are unknown)."""
+        if not self._idempotent or self._tm.is_transactional or self._tm.state is TransactionState.FATAL_ERROR:
+            return
+        if not self._tm.has_producer_id:
+            if self._accumulator.buffered_records:
+                async with self._id_lock:
+                    if not self._tm.has_producer_id:
+                        await self._new_producer_id(False)
+        elif self._bump_epoch and not self._in_flight:
+            async with self._id_lock:
+                await self._new_producer_id(True)
+            self._bump_epoch = False
+
+    def _dispatch(self, batches: list[ProducerBatch]) -> None:
+        for batch in batches:
+            self._in_flight[batch.tp] = batch
+            if self._tm.is_transactional:
+                self._tm.added_partition(batch.tp)  # the request may open the transaction
+        task = asyncio.get_running_loop().create_task(self._send(batches))
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
+
+    def _assign_sequence(self, batch: ProducerBatch) -> None:
+        tm = self._tm
+        if not self._idempotent:
+            return
+        if batch.base_sequence == NO_SEQUENCE or (batch.producer_id, batch.producer_epoch) != (
+                tm.producer_id, tm.producer_epoch):
+            batch.producer_id, batch.producer_epoch = tm.producer_id, tm.producer_epoch
+            batch.base_sequence = tm.take_sequence(batch.tp, len(batch.records))
+
+    def _body(self, batches: list[ProducerBatch]) -> dict:
+        for batch in batches:
+            self._assign_sequence(batch)
+        tm = self._tm
+        return {"transactional_id": tm.transactional_id,
+                "producer_id": tm.producer_id if self._idempotent else -1,
+                "producer_epoch": tm.producer_epoch if self._idempotent else -1,
+                "encoding": BASE64,
+                "partitions": [{"topic": b.tp.topic, "partition": b.tp.partition, "base_sequence": b.base_sequence,
+                                "records": b.records} for b in batches]}
+
+    async def _send(self, batches: list[ProducerBatch]) -> None:
+        pending = batches
+        attempt = 0
+        try:
+            while pending:
+                for batch in pending:
+                    batch.attempts += 1
+                try:
+                    answer = await self._connection.request("POST", "/v1/produce", self._body(pending))
+                except TxbrokerError as error:
+                    action = _action_for(error, self._tm.is_transactional, self._idempotent)
+                    if action == RETRY and not self._expired(pending):
+                        await asyncio.sleep(self._backoff.delay_s(attempt, error))
+                        attempt += 1
+                        continue
+                    if action == NEW_PRODUCER_ID:
+                        await self._replace_producer_id(pending[0].producer_id)
+                        continue
+                    if action == RETRY:
+                        self._timed_out(pending, error)
+                    else:
+                        self._refused(pending, error, action)
+                    return
+                retry = []
+                for batch, entry in zip(pending, answer["partitions"]):
+                    if entry["error"] is None:
+                        batch.complete(entry["base_offset"])
+                        continue
+                    error = errors.from_body(entry["error"])
+                    action = _action_for(error, self._tm.is_transactional, self._idempotent)
+                    if action == RETRY and not self._expired([batch]):
+                        retry.append(batch)
+                    elif action == RETRY:
+                        self._timed_out([batch], error)
+                    else:
+                        self._refused([batch], error, action)
+                pending = retry
+                if pending:
+                    await asyncio.sleep(self._backoff.delay_s(attempt))
+                    attempt += 1
+        finally:
+            for batch in batches:
+                if self._in_flight.get(batch.tp) is batch:
+                    del self._in_flight[batch.tp]
+            # Here, not only in a done callback: the woken loop must see this request's slot free
+            # (a done callback runs after the loop has already looked).
+            self._requests.discard(asyncio.current_task())
+            self._signal_progress()
+            self._wakeup.set()
+
+    def _expired(self, batches: list[ProducerBatch]) -> bool:
+        oldest = min(batch.created for batch in batches)
+        return time.monotonic() - oldest > self._delivery_timeout_s
+
+    async def _replace_producer_id(self, stale_producer_id: int) -> None:
+        async with self._id_lock:
+            if self._tm.producer_id == stale_producer_id:
+                log.warning("producer id %s is unknown to the server (expired): getting a new one",
+                            stale_producer_id)
+                await self._new_producer_id(False)
+
+    def _timed_out(self, batches: list[ProducerBatch], last: TxbrokerError) -> None:
+        """Retried for delivery_timeout_ms without an answer: whether the records were appended is
+        unknown, and so is the partition's next sequence."""
+        error = errors.TxbrokerTimeoutError(
+            f"{sum(len(b.records) for b in batches)} records to {sorted({str(b.tp) for b in batches})} got no "
+            f"answer within delivery_timeout_ms ({self._delivery_timeout_s * 1000:.0f}); last error: {last}")
+        error.__cause__ = last
+        if self._tm.is_transactional:
+            error = self._tm.fail_abortable(error)
+        elif self._idempotent:
+            self._bump_epoch = True  # the next batches start a new epoch at sequence 0
+        for batch in batches:
+            batch.fail(error)
+
+    def _refused(self, batches: list[ProducerBatch], error: TxbrokerError, action: str) -> None:
+        """The server refused the batches and appended none of them."""
+        if action == FATAL:
+            error = self._tm.fail_fatal(error)
+            for batch in batches:
+                batch.fail(error)
+            self._fail_everything(error)
+            return
+        for batch in batches:
+            if (batch.producer_id, batch.producer_epoch) == (self._tm.producer_id, self._tm.producer_epoch):
+                self._tm.rollback_sequence(batch.tp, batch.base_sequence)
+        if action == ABORTABLE:
+            if error.fatal:
+                error = error.with_category(fatal=False, abortable=True)
+            error = self._tm.fail_abortable(error)
+        for batch in batches:
+            batch.fail(error)
