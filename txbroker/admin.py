@@ -144,3 +144,42 @@ class AsyncAdmin:
             result[TopicPartition(entry["topic"], entry["partition"])] = entry["offset"]
         return result
 
+    # ---- security (needs Describe or Alter on the Cluster: super users)
+
+    async def whoami(self) -> dict:
+        return await self._read("/v1/whoami")
+
+    async def create_principal(self, name: str, super_user: bool = False) -> dict:
+        return await self._once("POST", "/v1/principals", {"name": name, "super_user": super_user})
+
+    async def list_principals(self) -> list[dict]:
+        return (await self._read("/v1/principals"))["principals"]
+
+    async def delete_principal(self, name: str) -> None:
+        await self._once("DELETE", f"/v1/principals/{quote(name, safe='')}")
+
+    async def add_key(self, principal: str) -> dict:
+        """A new API key: {"key_id", "token"}; the token is shown this once."""
+        return await self._once("POST", f"/v1/principals/{quote(principal, safe='')}/keys")
+
+    async def list_keys(self, principal: str) -> list[dict]:
+        return (await self._read(f"/v1/principals/{quote(principal, safe='')}/keys"))["keys"]
+
+    async def revoke_key(self, principal: str, key_id: str) -> None:
+        await self._once("DELETE", f"/v1/principals/{quote(principal, safe='')}/keys/{quote(key_id, safe='')}")
+
+    async def add_acl(self, principal: str, resource_type: str, resource_name: str, operation: str, *,
+                      pattern_type: str = "literal", permission: str = "allow") -> dict:
+        return await self._once("POST", "/v1/acls", {
+            "principal": principal, "resource_type": resource_type, "resource_name": resource_name,
+            "operation": operation, "pattern_type": pattern_type, "permission": permission})
+
+    async def list_acls(self, principal: str | None = None, resource_type: str | None = None) -> list[dict]:
+        return (await self._read("/v1/acls", params={"principal": principal, "resource_type": resource_type}))["acls"]
+
+    async def remove_acl(self, acl_id: int) -> None:
+        await self._once("DELETE", f"/v1/acls/{int(acl_id)}")
+
+    async def audit_log(self, limit: int = 100) -> list[dict]:
+        return (await self._read("/v1/audit", params={"limit": limit}))["entries"]
+

@@ -471,7 +471,134 @@ def build_parser() -> argparse.ArgumentParser:
     command(group_commands, "list", "list groups", _admin_command(groups_list))
     command(group_commands, "describe", "members, assignment, committed offsets and lag",
             _admin_command(groups_describe)).add_argument("group")
+    _add_security_commands(commands, command)
     return parser
+
+
+# ---- security: principals, API keys, ACLs, audit log
+
+def principals_create(args, admin: Admin) -> int:
+    created = admin.create_principal(args.name, super_user=args.super_user)
+    _emit_json(created) if args.json else print(f"created principal {args.name}"
+                                                 f"{' (super user)' if args.super_user else ''}")
+    return EXIT_OK
+
+
+def principals_list(args, admin: Admin) -> int:
+    found = admin.list_principals()
+    if args.json:
+        _emit_json(found)
+    else:
+        _print_table([(p["name"], "yes" if p["super_user"] else "no", _time(p["created_ms"])) for p in found],
+                     ("PRINCIPAL", "SUPER USER", "CREATED"), "no principals")
+    return EXIT_OK
+
+
+def principals_delete(args, admin: Admin) -> int:
+    admin.delete_principal(args.name)
+    print(f"deleted principal {args.name}, its keys and ACL rules")
+    return EXIT_OK
+
+
+def principals_add_key(args, admin: Admin) -> int:
+    key = admin.add_key(args.name)
+    if args.json:
+        _emit_json(key)
+    else:
+        print(f"key {key['key_id']} for {args.name}; its token (shown this once):\n{key['token']}")
+    return EXIT_OK
+
+
+def principals_keys(args, admin: Admin) -> int:
+    found = admin.list_keys(args.name)
+    if args.json:
+        _emit_json(found)
+    else:
+        _print_table([(k["key_id"], _time(k["created_ms"]), _time(k["revoked_ms"]) or "-") for k in found],
+                     ("KEY ID", "CREATED", "REVOKED"), f"{args.name} has no keys")
+    return EXIT_OK
+
+
+def principals_revoke_key(args, admin: Admin) -> int:
+    admin.revoke_key(args.name, args.key_id)
+    print(f"revoked key {args.key_id} of {args.name}: requests with it are refused from now on")
+    return EXIT_OK
+
+
+ACL_HEADERS = ("ID", "PRINCIPAL", "PERMISSION", "OPERATION", "RESOURCE TYPE", "PATTERN", "RESOURCE")
+
+
+def acls_add(args, admin: Admin) -> int:
+    acl = admin.add_acl(args.principal, args.resource_type, args.resource_name, args.operation,
+                        pattern_type=args.pattern_type, permission=args.permission)
+    _emit_json(acl) if args.json else print(f"added ACL {acl['acl_id']}: {acl['permission']} {acl['operation']} on "
+                                            f"{acl['resource_type']} {acl['resource_name']!r} ({acl['pattern_type']}) "
+                                            f"for {acl['principal']}")
+    return EXIT_OK
+
+
+def acls_list(args, admin: Admin) -> int:
+    found = admin.list_acls(args.principal, args.resource_type)
+    if args.json:
+        _emit_json(found)
+    else:
+        _print_table([(a["acl_id"], a["principal"], a["permission"], a["operation"], a["resource_type"],
+                       a["pattern_type"], a["resource_name"]) for a in found], ACL_HEADERS, "no ACL rules")
+    return EXIT_OK
+
+
+def acls_remove(args, admin: Admin) -> int:
+    admin.remove_acl(args.acl_id)
+    print(f"removed ACL {args.acl_id}")
+    return EXIT_OK
+
+
+def audit(args, admin: Admin) -> int:
+    found = admin.audit_log(args.limit)
+    if args.json:
+        _emit_json(found)
+    else:
+        _print_table([(_time(e["timestamp_ms"]), e["principal"], e["action"], e["resource"], e["details"] or None)
+                      for e in found], ("TIME", "PRINCIPAL", "ACTION", "RESOURCE", "DETAILS"), "no audit entries")
+    return EXIT_OK
+
+
+def _add_security_commands(commands, command) -> None:
+    principals = commands.add_parser("principals", help="create, list, delete principals; manage their API keys")
+    actions = principals.add_subparsers(dest="principals_command", required=True, metavar="ACTION")
+    sub = command(actions, "create", "create a principal", _admin_command(principals_create))
+    sub.add_argument("name")
+    sub.add_argument("--super-user", action="store_true", help="allowed everything")
+    command(actions, "list", "list principals", _admin_command(principals_list))
+    command(actions, "delete", "delete a principal with its keys and ACL rules",
+            _admin_command(principals_delete)).add_argument("name")
+    command(actions, "add-key", "create an API key (prints its token once)",
+            _admin_command(principals_add_key)).add_argument("name")
+    command(actions, "keys", "list a principal's keys", _admin_command(principals_keys)).add_argument("name")
+    sub = command(actions, "revoke-key", "revoke an API key at once", _admin_command(principals_revoke_key))
+    sub.add_argument("name")
+    sub.add_argument("key_id")
+
+    acls = commands.add_parser("acls", help="add, list, remove ACL rules (Kafka's model)")
+    actions = acls.add_subparsers(dest="acls_command", required=True, metavar="ACTION")
+    sub = command(actions, "add", "allow (or deny) a principal an operation on resources", _admin_command(acls_add))
+    sub.add_argument("--principal", required=True, help='a principal name, or "*" for every principal')
+    sub.add_argument("--resource-type", required=True, choices=("Topic", "Group", "TransactionalId", "Cluster"))
+    sub.add_argument("--resource-name", required=True, help='a name, "*" for all, or a prefix with --prefixed')
+    sub.add_argument("--operation", required=True,
+                     choices=("Read", "Write", "Create", "Delete", "Describe", "Alter", "All"))
+    sub.add_argument("--prefixed", dest="pattern_type", action="store_const", const="prefixed", default="literal",
+                     help="the resource name is a prefix")
+    sub.add_argument("--deny", dest="permission", action="store_const", const="deny", default="allow",
+                     help="a deny rule (deny wins over allow)")
+    sub = command(actions, "list", "list ACL rules", _admin_command(acls_list))
+    sub.add_argument("--principal")
+    sub.add_argument("--resource-type", choices=("Topic", "Group", "TransactionalId", "Cluster"))
+    command(actions, "remove", "remove an ACL rule by id", _admin_command(acls_remove)).add_argument(
+        "acl_id", type=int)
+
+    sub = command(commands, "audit", "administrative actions, newest first", _admin_command(audit))
+    sub.add_argument("--limit", type=int, default=100)
 
 
 def _unreachable(error: BaseException) -> str | None:

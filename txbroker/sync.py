@@ -303,6 +303,17 @@ class Admin:
     describe_group = _blocking(AsyncAdmin.describe_group)
     list_group_offsets = _blocking(AsyncAdmin.list_group_offsets)
     list_offsets = _blocking(AsyncAdmin.list_offsets)
+    whoami = _blocking(AsyncAdmin.whoami)
+    create_principal = _blocking(AsyncAdmin.create_principal)
+    list_principals = _blocking(AsyncAdmin.list_principals)
+    delete_principal = _blocking(AsyncAdmin.delete_principal)
+    add_key = _blocking(AsyncAdmin.add_key)
+    list_keys = _blocking(AsyncAdmin.list_keys)
+    revoke_key = _blocking(AsyncAdmin.revoke_key)
+    add_acl = _blocking(AsyncAdmin.add_acl)
+    list_acls = _blocking(AsyncAdmin.list_acls)
+    remove_acl = _blocking(AsyncAdmin.remove_acl)
+    audit_log = _blocking(AsyncAdmin.audit_log)
 
     def close(self) -> None:
         if self._loop.loop.is_closed():

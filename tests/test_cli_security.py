@@ -1,0 +1,35 @@
+"""`txbroker principals|acls|audit` as an operator runs them, against a server with auth required."""
+
+from __future__ import annotations
+
+import json
+
+from tests.test_cli import ok, txbroker
+
+ADMIN_TOKEN = "cli-admin-token"
+
+
+def test_operator_creates_a_principal_a_key_and_an_acl_then_revokes(make_server):
+    server = make_server(auth="required", admin_token=ADMIN_TOKEN)
+    admin = {"TXBROKER_TOKEN": ADMIN_TOKEN}
+    anonymous = txbroker(server.url, "topics", "list")
+    assert anonymous.returncode == 1 and "UNAUTHORIZED" in anonymous.stderr.decode()
+
+    assert ok(txbroker(server.url, "principals", "create", "orders-app", env=admin)) == "created principal orders-app\n"
+    key = json.loads(ok(txbroker(server.url, "principals", "add-key", "orders-app", "--json", env=admin)))
+    app = {"TXBROKER_TOKEN": key["token"]}
+    assert txbroker(server.url, "topics", "create", "orders", env=app).returncode == 1, "no ACL yet"
+    added = ok(txbroker(server.url, "acls", "add", "--principal", "orders-app", "--resource-type", "Topic",
+                        "--resource-name", "orders", "--prefixed", "--operation", "All", env=admin))
+    assert "allow All on Topic 'orders' (prefixed) for orders-app" in added
+    assert ok(txbroker(server.url, "topics", "create", "orders-eu", env=app)).startswith("created topic orders-eu")
+    listing = ok(txbroker(server.url, "acls", "list", "--principal", "orders-app", env=admin))
+    assert listing.splitlines()[0].split()[:3] == ["ID", "PRINCIPAL", "PERMISSION"] and "orders-app" in listing
+
+    ok(txbroker(server.url, "principals", "revoke-key", "orders-app", key["key_id"], env=admin))
+    revoked = txbroker(server.url, "topics", "list", env=app)
+    assert revoked.returncode == 1 and "UNAUTHORIZED" in revoked.stderr.decode()
+    audit = json.loads(ok(txbroker(server.url, "audit", "--json", env=admin)))
+    assert [e["action"] for e in audit][:4] == ["revoke key", "create topic", "add acl", "add key"]
+    denied = txbroker(server.url, "principals", "list", env={"TXBROKER_TOKEN": "nope"})
+    assert denied.returncode == 1
