@@ -218,17 +218,19 @@ class EmbeddedPostgres:
             self.stop()
             raise
 
-    def stop(self, timeout_s: float = 30) -> None:
+    def stop(self, timeout_s: float = 30, *, immediate: bool = False) -> None:
         """Fast shutdown: SIGINT to the postmaster, which aborts open
         transactions and checkpoints; waits for it, then releases the lock.
 
         If the server is not down after `timeout_s`, escalates to an immediate
         shutdown (SIGQUIT; crash recovery on the next start), then SIGKILL.
-        Safe to call when not started.
+        `immediate=True` starts there: no shutdown checkpoint, for a data dir
+        that is thrown away next (a test session's). Safe to call when not started.
         """
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
-            for sig, wait_s in ((signal.SIGINT, timeout_s), (signal.SIGQUIT, 5.0), (signal.SIGKILL, None)):
+            signals = ((signal.SIGINT, timeout_s), (signal.SIGQUIT, 5.0), (signal.SIGKILL, None))
+            for sig, wait_s in signals[1:] if immediate else signals:
                 process.send_signal(sig)
                 try:
                     process.wait(wait_s)
