@@ -79,7 +79,7 @@ def serve(args: argparse.Namespace) -> int:
         uvicorn.run(create_app(settings, database_url), host=settings.host, port=settings.port, fd=args.fd,
                     loop="uvloop", http="httptools", log_level=settings.log_level.lower(),
                     access_log=False, timeout_graceful_shutdown=10,
-                    ssl_certfile=args.ssl_certfile, ssl_keyfile=args.ssl_keyfile)
+                    ssl_certfile=settings.ssl_certfile, ssl_keyfile=settings.ssl_keyfile)
     except _ShutdownRequested:
         pass
     finally:
@@ -151,8 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
                               help="required: every request needs a bearer token (needed beyond loopback)")
     serve_parser.add_argument("--allow-anonymous", dest="allow_anonymous", action="store_const", const=True,
                               help="listen beyond loopback without authentication (unsafe)")
-    serve_parser.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (PEM)")
-    serve_parser.add_argument("--ssl-keyfile", help="the certificate's private key (PEM)")
+    serve_parser.add_argument("--ssl-certfile", dest="ssl_certfile", help="serve HTTPS with this certificate (PEM)")
+    serve_parser.add_argument("--ssl-keyfile", dest="ssl_keyfile", help="the certificate's private key (PEM)")
     _database_flags(serve_parser)
     serve_parser.set_defaults(run=serve)
     db_parser = commands.add_parser("db", help="database schema")

