@@ -216,9 +216,13 @@ def test_debian_bindir(scratch_dir):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="switching to another user needs root")
 def test_unprivileged_owner_runs_postgres_as_itself(scratch_dir):
-    probe = subprocess.run(["setpriv", "--reuid=nobody", "--clear-groups", sys.executable, "-c", "pass"], cwd="/")
+    # The owner must be able to run this venv's python AND import the project: neither holds when the
+    # checkout sits under a directory nobody cannot enter (a `mktemp -d` clone, /root).
+    probe = subprocess.run(["setpriv", "--reuid=nobody", f"--regid={pwd.getpwnam('nobody').pw_gid}", "--clear-groups",
+                            sys.executable, "-c", "import app.storage.embedded_postgres"], cwd=REPO_ROOT,
+                           capture_output=True)
     if probe.returncode != 0:
-        pytest.skip(f"user nobody cannot run {sys.executable}")
+        pytest.skip(f"user nobody cannot run {sys.executable} with this checkout (a parent directory is private)")
     os.chown(scratch_dir, pwd.getpwnam("nobody").pw_uid, -1)
     owner, postmaster_pid, url = _start_owner_process(scratch_dir / "data", user="nobody")
     try:

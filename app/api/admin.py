@@ -47,7 +47,7 @@ def _parse_states(state: str | None) -> list[str] | None:
 @router.get("/transactions", response_model=schemas.TransactionList, responses=ERRORS)
 async def list_transactions(
         coordinator: CoordinatorDep, principal: PrincipalDep, state: str | None = None,
-        min_duration_ms: Annotated[int | None, Query(ge=0)] = None,
+        min_duration_ms: Annotated[int | None, Query(ge=0, le=schemas.INT64_MAX)] = None,
         producer_id: Annotated[int | None, Query(ge=0, le=schemas.INT64_MAX)] = None,
         transactional_id_prefix: str | None = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,

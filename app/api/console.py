@@ -42,6 +42,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from app.api.auth import AUTH_REQUIRED, token_principal
 from app.api.deps import CoordinatorDep, PoolDep
+from app.api.schemas import INT64_MAX
 from app.coordinator.authorizer import (
     ANONYMOUS,
     CLUSTER_RESOURCE,
@@ -379,9 +380,9 @@ async def topic_page(request: Request, topic: str, pool: PoolDep,
 @router.get("/topics/{topic}/partitions/{partition}")
 @console_page
 async def partition_page(request: Request, topic: str, partition: int, pool: PoolDep,
-                         offset: Annotated[int | None, Query(ge=0)] = None,
-                         producers_after: Annotated[int, Query(ge=-1)] = -1,
-                         markers_before: Annotated[int | None, Query(ge=0)] = None):
+                         offset: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
+                         producers_after: Annotated[int, Query(ge=-1, le=INT64_MAX)] = -1,
+                         markers_before: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None):
     """A window of the partition's log with each record's transactional status, its producers and
     its markers."""
     async with snapshot(pool) as conn:
@@ -449,7 +450,7 @@ def _id_from(path_id: str, request: Request) -> str:
 @router.get("/transactions/{transactional_id:path}")
 @console_page
 async def transaction_page(request: Request, transactional_id: str, pool: PoolDep, coordinator: CoordinatorDep,
-                           before: Annotated[int | None, Query(ge=0)] = None, confirm: str = "",
+                           before: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None, confirm: str = "",
                            aborted: bool = False):
     """One transactional id: its state, its history from __transaction_state, the markers its
     transactions wrote and its producer epochs."""

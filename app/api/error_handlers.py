@@ -92,6 +92,13 @@ def install_error_handlers(app: FastAPI) -> None:
             "a text field (an id, a name or metadata) contains a character that cannot be stored: the NUL "
             "character or a lone UTF-16 surrogate; remove it"))
 
+    async def number_out_of_range(_request: Request, error: OverflowError):
+        # Values reach PostgreSQL as 64-bit integers; a bound the schema missed must not be a 500.
+        return error_response(invalid_request(
+            f"a number in the request is outside the range PostgreSQL stores ({error}): "
+            f"offsets, ids and times are 64-bit integers"))
+
+    app.add_exception_handler(OverflowError, number_out_of_range)
     app.add_exception_handler(asyncpg.exceptions.CharacterNotInRepertoireError, unstorable_text)
     app.add_exception_handler(asyncpg.exceptions.UntranslatableCharacterError, unstorable_text)
     app.add_exception_handler(asyncpg.exceptions.DataError, unstorable_text)

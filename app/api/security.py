@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
 
 from app.api import schemas
@@ -132,7 +132,8 @@ async def list_acls(pool: PoolDep, principal: PrincipalDep, principal_name: Anno
 
 
 @router.delete("/acls/{acl_id}", status_code=204, responses=ERRORS)
-async def remove_acl(acl_id: int, pool: PoolDep, principal: PrincipalDep):
+async def remove_acl(acl_id: Annotated[int, Path(ge=0, le=schemas.INT64_MAX)], pool: PoolDep,
+                     principal: PrincipalDep):
     _require(principal, Operation.ALTER)
     async with pool.acquire() as conn, conn.transaction():
         if not await principals.remove_acl(conn, acl_id):
@@ -143,7 +144,7 @@ async def remove_acl(acl_id: int, pool: PoolDep, principal: PrincipalDep):
 
 @router.get("/audit", responses=ERRORS)
 async def audit_log(pool: PoolDep, principal: PrincipalDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                    before: Annotated[int | None, Query(ge=0, description="entries older than this id")] = None):
+                    before: Annotated[int | None, Query(ge=0, le=schemas.INT64_MAX, description="entries older than this id")] = None):
     """Administrative actions, newest first."""
     _require(principal, Operation.DESCRIBE)
     async with pool.acquire() as conn:
