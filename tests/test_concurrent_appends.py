@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import asyncpg
 import httpx
@@ -98,3 +99,26 @@ def test_an_uncommitted_append_is_invisible_and_leaves_no_hole(database_url):
             await reader.close()
 
     asyncio.run(scenario())
+
+
+def test_a_long_poll_on_one_server_wakes_when_another_server_appends(make_server):
+    """Two server processes' worth of apps on one database: the append on B reaches the fetch
+    waiting on A through PostgreSQL NOTIFY, long before A's fallback re-read would."""
+    waiting_on, writing_to = make_server(long_poll_fallback_ms=20_000), make_server()
+    waiting_on.client.post("/v1/topics", json={"name": "crossing", "partitions": 1}).raise_for_status()
+    result: dict = {}
+
+    def poll():
+        with httpx.Client(base_url=waiting_on.url, timeout=30) as client:
+            started = time.monotonic()
+            result["body"] = client.post("/v1/fetch", json={"max_wait_ms": 15_000, "partitions": [
+                {"topic": "crossing", "partition": 0, "offset": 0}]}).json()
+            result["elapsed"] = time.monotonic() - started
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    time.sleep(0.5)
+    writing_to.client.post("/v1/topics/crossing/records", json={"partition": 0, "records": [{"value": "hi"}]})
+    poller.join()
+    assert [r["value"] for r in result["body"]["partitions"][0]["records"]] == ["hi"]
+    assert result["elapsed"] < 10, "woken by the other server's NOTIFY, not by a timer (20 s fallback)"
