@@ -268,17 +268,17 @@ async def read(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offse
     # are enough, the upper bound is reached, or MAX_BATCHES_SCANNED bounds the request's cost (the
     # caller then continues from next_offset).
     while len(records) < max_records and next_offset < upper and scanned < MAX_BATCHES_SCANNED:
+        # A page of at most as many batches as records are still wanted (every batch has one or more)
+        # plus a few for markers: headers only, so a generous page costs little. (Bounding it by
+        # offset instead would not use the index: PostgreSQL would filter to the partition's end.)
         page_size = min(max_records - len(records), MAX_BATCHES_SCANNED - scanned) + 16
-        # Offsets are dense, so the records still wanted lie below next_offset + that many (unless
-        # markers or aborted batches are skipped, and then the next page goes on from there).
-        page_upper = min(upper, next_offset + max_records - len(records))
         # Headers first: payloads are stored out of line, and fetching one costs a TOAST read, so
         # only the payloads of the batches this read will use are fetched (below).
         headers = await conn.fetch(
             "SELECT base_offset, last_offset, control_type, producer_id, producer_epoch, is_transactional "
             "FROM record_batches WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND base_offset < $4 "
             "ORDER BY last_offset LIMIT $5",
-            topic.topic_id, partition, next_offset, page_upper, page_size)
+            topic.topic_id, partition, next_offset, upper, page_size)
         if not headers:
             break
         scanned += len(headers)
@@ -303,7 +303,7 @@ async def read(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offse
             records.extend(record_codec.render_record(stored[index], base + index, encoding)
                            for index in range(start, stop))
         next_offset = position
-        if len(headers) < page_size and page_upper == upper:
+        if len(headers) < page_size:
             break
     return ReadResult(state, records, next_offset)
 
