@@ -13,6 +13,14 @@ Using a transactional producer (the seeds' KafkaTransactionsExample):
     await producer.send_offsets_to_transaction({TopicPartition("orders", 0): 42}, consumer.group_metadata())
     await producer.commit_transaction()
 
+Two-phase commit with an external coordinator (KIP-939): `prepare_transaction()` instead of
+`commit_transaction()` makes the transaction durable but undecided, and returns the
+`PreparedTransaction` another process completes (txbroker.two_phase):
+
+    producer.begin_transaction()
+    await producer.send("orders-out", value=b"...")
+    prepared = await producer.prepare_transaction()   # ship it to the coordinator, which commits or aborts
+
 Error handling follows KIP-1050: retriable errors are retried here; on an error with `abortable`
 call abort_transaction() and redo the work; on one with `fatal` close the producer.
 """
@@ -36,6 +44,7 @@ from txbroker.records import (Bytes, ConsumerGroupMetadata, Headers, OffsetAndMe
 from txbroker.retry import Backoff, retrying
 from txbroker.sender import Sender
 from txbroker.transaction_manager import TransactionManager, TransactionState
+from txbroker.two_phase import PreparedTransaction
 
 log = logging.getLogger("txbroker.producer")
 
@@ -105,6 +114,9 @@ class AsyncProducer:
                               backoff=self._backoff, new_producer_id=self._idempotent_producer_id)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        # The open transaction after prepare_transaction(): it takes no more records or offsets,
+        # and ends with commit_transaction()/abort_transaction() here or with EndTxn elsewhere.
+        self._prepared: PreparedTransaction | None = None
 
     def _asyncio_future(self) -> asyncio.Future:
         if self._loop is None:
@@ -220,6 +232,7 @@ class AsyncProducer:
         WouldBlock when it must first wait for topic metadata or buffer space."""
         self._check_open()
         self._tm.check_can_send()
+        self._check_not_prepared("send")
         key_bytes = to_bytes(key, "key")
         value_bytes = to_bytes(value, "value")
         header_items = header_list(headers)
@@ -293,6 +306,7 @@ class AsyncProducer:
         tm = self._tm
         tm.require_transactional("send_offsets_to_transaction")
         self._check_in_transaction("send_offsets_to_transaction")
+        self._check_not_prepared("send_offsets_to_transaction")
         if isinstance(group_metadata, str):
             group_metadata = ConsumerGroupMetadata(group_metadata)
         entries = []
@@ -331,6 +345,47 @@ class AsyncProducer:
             raise IllegalStateError(f"{operation}() needs an open transaction (state {tm.state.value}): "
                                     f"call begin_transaction() first")
 
+    def _check_not_prepared(self, operation: str) -> None:
+        if self._prepared is not None:
+            raise IllegalStateError(f"{operation}(): the transaction of {self._prepared.transactional_id!r} is "
+                                    f"prepared and takes nothing more: commit or abort it first")
+
+    @property
+    def prepared_transaction(self) -> PreparedTransaction | None:
+        """The open transaction's identity once prepare_transaction() succeeded, else None."""
+        return self._prepared
+
+    async def prepare_transaction(self) -> PreparedTransaction | None:
+        """KIP-939's first phase: flushes, then moves the open transaction to Prepared durably
+        (POST /v1/txn/prepare). It then takes no more records, is never aborted by the server's
+        timeout, and waits for an EndTxn with the returned producer id and epoch -- from this
+        producer (commit_transaction() / abort_transaction()) or from another process
+        (txbroker.two_phase) -- or for an operator's abort. Calling it again returns the same
+        PreparedTransaction. An empty transaction has nothing to prepare: it ends here and None
+        is returned. A record that failed makes the transaction abortable: its error is raised."""
+        self._check_open()
+        tm = self._tm
+        tm.require_transactional("prepare_transaction")
+        if self._prepared is not None:
+            return self._prepared
+        self._check_in_transaction("prepare_transaction")
+        await self._sender.flush()
+        if tm.state is not TransactionState.IN_TRANSACTION:
+            tm.check_not_fatal()
+            raise tm.last_error or IllegalStateError(f"prepare_transaction(): state {tm.state.value}")
+        if not tm.transaction_has_content:
+            tm.transition_to(TransactionState.COMMITTING)
+            tm.completed(tm.producer_id, tm.producer_epoch)
+            return None
+        try:
+            answer = await self._call(f"PrepareTxn({tm.transactional_id!r})", "POST", "/v1/txn/prepare", tm.ids)
+        except TxbrokerError as error:
+            if error.retriable:  # the outcome is unknown: preparing again answers it
+                raise
+            raise self._transaction_error(error) from error
+        self._prepared = PreparedTransaction(tm.transactional_id, answer["producer_id"], answer["producer_epoch"])
+        return self._prepared
+
     async def commit_transaction(self) -> None:
         """Flushes, then EndTxn(commit). An unanswered EndTxn (timeout, connection reset) is retried
         with the same body until the outcome is known -- never turned into an abort; if max_block_ms
@@ -352,6 +407,7 @@ class AsyncProducer:
             return
         answer = await self._end_transaction(tm.end_body(True))
         tm.completed(answer["producer_id"], answer["producer_epoch"])
+        self._prepared = None
 
     async def abort_transaction(self) -> None:
         """Drops the unsent records (their futures fail with TransactionAbortedError), waits for the
@@ -377,6 +433,7 @@ class AsyncProducer:
             # its way could open a transaction later: bumping the epoch (KIP-360) fences it.
             answer = await self._bump_epoch()
         tm.completed(answer["producer_id"], answer["producer_epoch"])
+        self._prepared = None
 
     async def _bump_epoch(self) -> dict:
         tm = self._tm

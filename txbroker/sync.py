@@ -1,5 +1,6 @@
-"""The synchronous flavour: `Producer`, `Consumer` and `Admin` run the asyncio implementation
-(`AsyncProducer`, `AsyncConsumer`, `AsyncAdmin`) on a private event loop in a daemon thread.
+"""The synchronous flavour: `Producer`, `Consumer`, `Admin` and `TwoPhaseClient` run the asyncio
+implementation (`AsyncProducer`, `AsyncConsumer`, `AsyncAdmin`, `AsyncTwoPhaseClient`) on a private
+event loop in a daemon thread.
 
 One core, two faces: no protocol logic is written here. Each blocking method submits the async
 method to the client's loop and waits for its result; the loop thread is also what a Kafka client
@@ -31,6 +32,7 @@ from txbroker.errors import IllegalStateError, TxbrokerTimeoutError
 from txbroker.producer import AsyncProducer, WouldBlock
 from txbroker.records import Bytes, ConsumerRecord, Headers, OffsetAndMetadata, TopicPartition
 from txbroker.transaction_manager import TransactionState
+from txbroker.two_phase import AsyncTwoPhaseClient, PreparedTransaction
 
 T = TypeVar("T")
 
@@ -164,6 +166,10 @@ class Producer:
     def producer_epoch(self) -> int:
         return self._core.producer_epoch
 
+    @property
+    def prepared_transaction(self) -> PreparedTransaction | None:
+        return self._core.prepared_transaction
+
     def send(self, topic: str, value: Bytes | None = None, key: Bytes | None = None, partition: int | None = None,
              headers: Headers = None, timestamp_ms: int | None = None) -> RecordFuture:
         """Appends the record to its batch and returns at once (unless the buffer is full or the
@@ -180,6 +186,7 @@ class Producer:
     partitions_for = _blocking(AsyncProducer.partitions_for)
     begin_transaction = _on_loop(AsyncProducer.begin_transaction)
     send_offsets_to_transaction = _blocking(AsyncProducer.send_offsets_to_transaction)
+    prepare_transaction = _blocking(AsyncProducer.prepare_transaction)
     commit_transaction = _blocking(AsyncProducer.commit_transaction)
     abort_transaction = _blocking(AsyncProducer.abort_transaction)
 
@@ -324,4 +331,38 @@ class Admin:
             self._loop.stop()
 
 
-__all__ = ["Admin", "Consumer", "LoopThread", "Producer"]
+class TwoPhaseClient:
+    """Completes prepared transactions from any process (see txbroker.two_phase).
+
+        with TwoPhaseClient(url) as coordinator:
+            coordinator.commit(prepared)
+    """
+
+    def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None, **config: Any) -> None:
+        self._loop = LoopThread("txbroker-two-phase")
+        self._core = AsyncTwoPhaseClient(url, token=token, **config)
+
+    def __enter__(self) -> TwoPhaseClient:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    commit = _blocking(AsyncTwoPhaseClient.commit)
+    abort = _blocking(AsyncTwoPhaseClient.abort)
+    commit_all = _blocking(AsyncTwoPhaseClient.commit_all)
+    abort_all = _blocking(AsyncTwoPhaseClient.abort_all)
+    abort_open = _blocking(AsyncTwoPhaseClient.abort_open)
+    describe = _blocking(AsyncTwoPhaseClient.describe)
+    list = _blocking(AsyncTwoPhaseClient.list)
+
+    def close(self) -> None:
+        if self._loop.loop.is_closed():
+            return
+        try:
+            self._loop.run(self._core.close())
+        finally:
+            self._loop.stop()
+
+
+__all__ = ["Admin", "Consumer", "LoopThread", "Producer", "TwoPhaseClient"]

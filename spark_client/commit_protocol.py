@@ -1,0 +1,278 @@
+"""The sink's exactly-once protocol: a two-phase commit (KIP-939) whose coordinator is the Spark driver
+and whose commit point is the decision record (spark_client.decisions).
+
+Task attempt (an executor's Python worker), `write_task`:
+ 1. reads the decision: if the batch is already decided (a re-run after a driver crash), writes
+    nothing -- the decision's transactions are the batch's output;
+ 2. writes its rows in a transaction of its own (transactional id
+    `<sink_id>/<batch>/<partition>/<attempt>-<task attempt id>`) and prepares it: durable,
+    invisible to read_committed readers, never timed out;
+ 3. reads the decision again: if a decision was taken meanwhile without it (a zombie: speculative
+    or retried), aborts its own transaction; else returns (transactional id, producer id, epoch)
+    as its commit message.
+
+Driver, `commit_batch` (all tasks succeeded):
+ 1. if the batch is already decided (Spark re-runs and re-commits the last batch after a crash
+    between the sink's commit and its own commit log): rolls the decision forward -- commits what
+    is still Prepared -- and sweeps;
+ 2. else records the decision: the batch commits with exactly these prepared transactions;
+ 3. commits each of them (EndTxn with its producer id and epoch: safe to repeat);
+ 4. sweeps: aborts every transaction still open (Ongoing or Prepared) under the batch's prefix
+    that the decision does not name -- failed and speculative attempts, which Spark never tells the
+    Python side about -- and, for a streaming sink, those of earlier batches (crashed runs).
+
+Driver, `abort_batch` (a task failed, or the commit raised): if a decision exists for the batch it
+is rolled forward (an abort never undoes a commit: Spark may call abort after a commit succeeded);
+else every transaction of the batch is aborted.
+
+Why zombies cannot commit: a task prepares, then reads the decision; the driver records the
+decision, then lists. If the task's read came first, so did its prepare, so the driver's list finds
+the transaction and aborts it; if the driver's record came first, the task sees the decision and
+aborts itself. Every transaction of a batch is therefore committed iff the decision names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import WriterCommitMessage
+
+from spark_client.columns import write_rows
+from spark_client.decisions import Decision, DecisionLog, Relation, SinkBatch, SinkStateError
+from spark_client.faults import crash_driver
+from spark_client.options import ConnectionOptions, WriteOptions
+from txbroker import Producer, errors
+from txbroker.two_phase import AsyncTwoPhaseClient, PreparedTransaction
+
+log = logging.getLogger("spark_client")
+
+
+@dataclass
+class TaskCommitMessage(WriterCommitMessage):
+    """What a successful task attempt tells the driver. `transaction` is None when the task wrote
+    nothing: no rows, or `skipped` (the batch was already decided, or decided without it)."""
+    partition: int
+    transaction: PreparedTransaction | None
+    rows: int
+    skipped: bool = False
+    query_id: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskAttempt:
+    """Who is writing: Spark's TaskContext, as plain values."""
+    partition: int
+    attempt: int
+    task_attempt_id: int
+    query_id: str | None = None
+
+
+# ---- the task's side
+
+def _read_decision(connection: ConnectionOptions, batch: SinkBatch) -> Decision | None:
+    async def read() -> Decision | None:
+        async with DecisionLog(connection, batch) as decisions:
+            return await decisions.read()
+    return asyncio.run(read())
+
+
+def write_task(options: WriteOptions, batch: SinkBatch, batches: Iterator[pa.RecordBatch],
+               task: TaskAttempt) -> TaskCommitMessage:
+    """Phase one for one task attempt: write the rows in a transaction of its own, and prepare it."""
+    faults = options.faults
+    decided = _read_decision(options.connection, batch)
+    relation = batch.relation(decided)
+    if relation is Relation.SUPERSEDED:
+        raise batch.superseded_error(decided, task.query_id)
+    if relation is Relation.COMMITTED:
+        log.info("%s: batch %s is already decided: this attempt writes nothing", batch.sink_id, batch.batch_key)
+        return TaskCommitMessage(task.partition, None, 0, skipped=True, query_id=task.query_id)
+    faults.task_point("before_write", batch.batch_id, task.partition, task.attempt)
+    transactional_id = batch.transactional_id(task.partition, task.attempt, task.task_attempt_id)
+    producer: Producer | None = None
+    rows = 0
+    try:
+        for record_batch in batches:
+            if record_batch.num_rows == 0:
+                continue
+            if producer is None:  # no transaction at all for a task without rows
+                producer = Producer(options.connection.url, transactional_id=transactional_id,
+                                    transaction_timeout_ms=options.transaction_timeout_ms,
+                                    **options.connection.client_config)
+                producer.init_transactions()
+                producer.begin_transaction()
+            send, topic = producer.send, options.topic
+            for key, value, partition, headers, timestamp_ms in write_rows(record_batch):
+                send(topic, value, key=key, partition=partition, headers=headers, timestamp_ms=timestamp_ms)
+            rows += record_batch.num_rows
+            if faults.tasks:
+                producer.flush()
+                faults.task_point("mid_write", batch.batch_id, task.partition, task.attempt)
+        if producer is None:
+            return TaskCommitMessage(task.partition, None, 0, query_id=task.query_id)
+        prepared = producer.prepare_transaction()
+        if prepared is None:  # broken invariant: rows were sent, so the transaction has content
+            raise RuntimeError(f"{transactional_id}: {rows} rows sent but nothing to prepare")
+        faults.task_point("after_prepare", batch.batch_id, task.partition, task.attempt)
+        if batch.relation(_read_decision(options.connection, batch)) is not Relation.UNDECIDED:
+            # Decided without this attempt (it is a zombie): nobody else will look for it.
+            log.warning("%s: batch %s was decided without %s: aborting it", batch.sink_id, batch.batch_key,
+                        transactional_id)
+            producer.abort_transaction()
+            return TaskCommitMessage(task.partition, None, rows, skipped=True, query_id=task.query_id)
+        return TaskCommitMessage(task.partition, prepared, rows, query_id=task.query_id)
+    except BaseException:
+        if producer is not None:  # best effort: the driver's sweep aborts what is left anyway
+            try:
+                producer.abort_transaction()
+            except Exception as error:  # noqa: BLE001 - the task's own error is the one to raise
+                log.info("aborting %s after a failure: %s", transactional_id, error)
+        raise
+    finally:
+        if producer is not None:
+            producer.close(timeout=5)
+
+
+# ---- the driver's side
+
+class _Coordinator:
+    """The driver's calls for one batch: decisions, completions, the sweep."""
+
+    def __init__(self, options: WriteOptions, batch: SinkBatch, decisions: DecisionLog,
+                 transactions: AsyncTwoPhaseClient) -> None:
+        self.options, self.batch, self.decisions, self.transactions = options, batch, decisions, transactions
+
+    async def roll_forward(self, decision: Decision) -> None:
+        """Commits what the decision names (idempotent: committed ones answer success), then sweeps."""
+        log.info("%s: rolling batch %d forward (%d transactions)", self.batch.sink_id, decision.batch_id,
+                 len(decision.transactions))
+        try:
+            await self.transactions.commit_all(decision.transactions)
+        except (errors.ProducerFencedError, errors.InvalidTxnStateError) as error:
+            raise SinkStateError(
+                f"batch {decision.batch_id} of sink {self.batch.sink_id!r} was decided, but one of its transactions "
+                f"is no longer Prepared and was not committed by the sink: someone else aborted it (an operator's "
+                f"abort?), so its rows are lost ({error})") from error
+        await self.sweep(decision.transactions)
+
+    async def sweep(self, keep: Iterable[PreparedTransaction]) -> None:
+        """Aborts every open transaction of this batch (and, for a stream, of earlier batches) but `keep`."""
+        kept = {t.transactional_id for t in keep}
+        leftovers = [t for t in await self.transactions.list(self.batch.sweep_prefix)
+                     if self.batch.sweeps(t["transactional_id"]) and t["transactional_id"] not in kept]
+        if leftovers:
+            log.info("%s: aborting %d transactions of failed or extra attempts: %s", self.batch.sink_id,
+                     len(leftovers), [t["transactional_id"] for t in leftovers])
+        slots = asyncio.Semaphore(8)
+
+        async def abort(transaction: dict) -> None:
+            async with slots:
+                await self.transactions.abort_open(transaction["transactional_id"], transaction["producer_id"],
+                                                   transaction["producer_epoch"])
+        await asyncio.gather(*(abort(t) for t in leftovers))
+
+    async def commit(self, messages: Sequence[TaskCommitMessage | None]) -> Decision:
+        batch = self.batch
+        decided = await self.decisions.read()
+        query_id = next((m.query_id for m in messages if m is not None and m.query_id), None)
+        relation = batch.relation(decided)
+        if relation is Relation.COMMITTED:
+            await self.roll_forward(decided)
+            return decided
+        if relation is Relation.SUPERSEDED:
+            await self.transactions.commit_all(decided.transactions)  # whoever's it is, it was decided
+            raise batch.superseded_error(decided, query_id)
+        if any(m is None for m in messages):
+            raise SinkStateError(f"commit of batch {batch.batch_key} without every task's message: {messages}")
+        if any(m.skipped for m in messages):
+            raise SinkStateError(f"tasks of batch {batch.batch_key} found a decision for it that is gone now: "
+                                 f"is another query writing with sink_id {batch.sink_id!r}?")
+        prepared = [m.transaction for m in messages if m.transaction is not None]
+        decision = await self.decisions.record(batch.batch_id, prepared, query_id)  # the commit point
+        if self.options.faults.crashes_after_decision(batch.batch_id):
+            await self.transactions.commit_all(prepared[:1])
+            crash_driver()
+        await self.roll_forward(decision)
+        return decision
+
+    async def abort(self, messages: Sequence[TaskCommitMessage | None]) -> None:
+        decided = await self.decisions.read()
+        if self.batch.relation(decided) is Relation.COMMITTED:
+            await self.roll_forward(decided)  # an abort never undoes a commit
+            return
+        await self.transactions.abort_all([m.transaction for m in messages if m is not None and m.transaction])
+        await self.sweep(())
+
+
+async def _as_coordinator(options: WriteOptions, batch: SinkBatch, action):
+    connection = options.connection
+    async with DecisionLog(connection, batch) as decisions, AsyncTwoPhaseClient(
+            connection.url, **connection.client_config) as transactions:
+        return await action(_Coordinator(options, batch, decisions, transactions))
+
+
+def commit_batch(options: WriteOptions, batch: SinkBatch, messages: Sequence[TaskCommitMessage | None]) -> Decision:
+    """The driver's commit of a batch (see the module docstring); idempotent per batch."""
+    decision = asyncio.run(_as_coordinator(options, batch, lambda c: c.commit(messages)))
+    log.info("%s: batch %s committed: %d transactions, %d rows", batch.sink_id, batch.batch_key,
+             len(decision.transactions), sum(m.rows for m in messages if m is not None))
+    return decision
+
+
+def abort_batch(options: WriteOptions, batch: SinkBatch, messages: Sequence[TaskCommitMessage | None]) -> None:
+    """The driver's abort of a batch: rolls a recorded decision forward, else aborts everything."""
+    asyncio.run(_as_coordinator(options, batch, lambda c: c.abort(messages)))
+
+
+# ---- after a crash
+
+async def _recover(connection: ConnectionOptions, sink_id: str, topic: str, abort_undecided: bool) -> dict:
+    report = {"committed": [], "aborted": [], "left": []}
+    async with AsyncTwoPhaseClient(connection.url, **connection.client_config) as transactions:
+        open_ones = await transactions.list(f"{sink_id}/")
+        by_batch: dict[str, list[dict]] = {}
+        for transaction in open_ones:
+            by_batch.setdefault(transaction["transactional_id"][len(sink_id) + 1:].split("/", 1)[0], []).append(
+                transaction)
+        stream_decision: Decision | None = None
+        if any(key.isdigit() for key in by_batch):
+            async with DecisionLog(connection, SinkBatch(sink_id, topic)) as decisions:
+                stream_decision = await decisions.read()
+        for key, found in sorted(by_batch.items()):
+            batch = SinkBatch(sink_id, topic, int(key)) if key.isdigit() else SinkBatch(sink_id, topic, job=key)
+            if batch.job:
+                async with DecisionLog(connection, batch) as decisions:
+                    decision = await decisions.read()
+            else:
+                decision = stream_decision
+            relation = batch.relation(decision)
+            decided = {t.transactional_id for t in decision.transactions} if relation is Relation.COMMITTED else set()
+            if decided:
+                await transactions.commit_all(decision.transactions)
+                report["committed"] += sorted(decided)
+            for transaction in found:
+                tid = transaction["transactional_id"]
+                if tid in decided:
+                    continue
+                # Not named by a decision of its batch, or of a later one (SUPERSEDED): a loser. In
+                # an undecided batch: only the caller knows its writer is gone (abort_undecided).
+                if relation is not Relation.UNDECIDED or abort_undecided:
+                    await transactions.abort_open(tid, transaction["producer_id"], transaction["producer_epoch"])
+                    report["aborted"].append(tid)
+                else:
+                    report["left"].append(tid)
+    return report
+
+
+def recover(url: str, sink_id: str, topic: str, *, token: str | None = None, abort_undecided: bool = False) -> dict:
+    """Finishes what crashed drivers of a sink left open: commits every Prepared transaction that a
+    recorded decision names, aborts the other open transactions of decided (or earlier) batches,
+    and with `abort_undecided=True` -- only when no writer of this sink_id is running -- the open
+    transactions of undecided batches too (a batch write whose driver died before deciding).
+    A streaming query does this by itself when it restarts; batch writes need this call.
+    Returns the transactional ids {"committed": [...], "aborted": [...], "left": [...]}."""
+    return asyncio.run(_recover(ConnectionOptions(url.rstrip("/"), token), sink_id, topic, abort_undecided))

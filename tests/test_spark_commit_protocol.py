@@ -1,0 +1,180 @@
+"""The Spark sink's exactly-once protocol (spark_client.commit_protocol) driven directly, without Spark:
+task attempts and driver commits/aborts interleaved at the crash points that matter, against a real
+server over HTTP on a real PostgreSQL. (test_spark_write.py and test_spark_streaming.py run the same
+protocol under Spark.)"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+pytest.importorskip("pyspark")
+
+from spark_client import commit_protocol, recover  # noqa: E402
+from spark_client.commit_protocol import TaskAttempt, abort_batch, commit_batch, write_task  # noqa: E402
+from spark_client.decisions import DecisionLog, SinkBatch, SinkStateError  # noqa: E402
+from spark_client.options import ConnectionOptions, WriteOptions  # noqa: E402
+from txbroker import Admin, Consumer, Producer, TopicPartition  # noqa: E402
+from txbroker.two_phase import TwoPhaseClient  # noqa: E402
+
+TOPIC = "out"
+
+
+@pytest.fixture
+def options(server) -> WriteOptions:
+    with Admin(server.url) as admin:
+        admin.create_topic(TOPIC, partitions=2)
+    return WriteOptions(ConnectionOptions(server.url), TOPIC, "sink")
+
+
+def rows(*values: str, partition: int = 0) -> list[pa.RecordBatch]:
+    return [pa.RecordBatch.from_pydict({"value": list(values), "partition": [partition] * len(values)})]
+
+
+def committed_values(url: str) -> list[str]:
+    values = []
+    with Consumer(url, isolation_level="read_committed", auto_offset_reset="earliest") as consumer:
+        tps = [TopicPartition(TOPIC, p) for p in (0, 1)]
+        consumer.assign(tps)
+        ends = consumer.end_offsets(tps)
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            values += [r.value.decode() for r in consumer.poll(timeout_ms=200)]
+    return sorted(values)
+
+
+def open_transactions(url: str) -> list[str]:
+    with TwoPhaseClient(url) as client:
+        return [t["transactional_id"] for t in client.list("sink/")]
+
+
+def decide(options: WriteOptions, batch: SinkBatch, messages) -> None:
+    """The driver's decision alone: what a driver that crashed right after recording it leaves."""
+    import asyncio
+
+    async def record():
+        async with DecisionLog(options.connection, batch) as decisions:
+            await decisions.record(batch.batch_id, [m.transaction for m in messages if m.transaction])
+    asyncio.run(record())
+
+
+def orphan(url: str, batch: SinkBatch, partition: int, attempt: int, *, prepare: bool) -> None:
+    """A task attempt that died after writing (Ongoing) or after preparing (Prepared): Spark tells nobody."""
+    producer = Producer(url, transactional_id=batch.transactional_id(partition, attempt, 100 + attempt))
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send(TOPIC, f"orphan-{partition}-{attempt}", partition=partition)
+    if prepare:
+        producer.prepare_transaction()
+    else:
+        producer.flush()
+    producer.close()
+
+
+def test_commit_keeps_the_winners_and_aborts_failed_attempts(server, options):
+    batch = SinkBatch("sink", TOPIC, 0)
+    orphan(server.url, batch, 0, 0, prepare=False)
+    orphan(server.url, batch, 1, 0, prepare=True)
+    messages = [write_task(options, batch, iter(rows("a", "b", partition=0)), TaskAttempt(0, 1, 7)),
+                write_task(options, batch, iter(rows("c", partition=1)), TaskAttempt(1, 1, 8)),
+                write_task(options, batch, iter([]), TaskAttempt(2, 0, 9))]
+    assert [m.rows for m in messages] == [2, 1, 0] and messages[2].transaction is None
+    assert committed_values(server.url) == []  # prepared, not yet visible
+    commit_batch(options, batch, messages)
+    assert committed_values(server.url) == ["a", "b", "c"]
+    assert open_transactions(server.url) == []
+    commit_batch(options, batch, messages)  # Spark re-commits the same batch id: nothing changes
+    abort_batch(options, batch, messages)  # and an abort after the commit does not undo it
+    assert committed_values(server.url) == ["a", "b", "c"]
+
+
+def test_a_driver_crash_after_the_decision_is_rolled_forward_by_the_rerun(server, options):
+    batch = SinkBatch("sink", TOPIC, 4)
+    first_run = [write_task(options, batch, iter(rows("a", partition=0)), TaskAttempt(0, 0, 1)),
+                 write_task(options, batch, iter(rows("b", partition=1)), TaskAttempt(1, 0, 2))]
+    decide(options, batch, first_run)
+    with TwoPhaseClient(server.url) as client:
+        client.commit(first_run[0].transaction)  # ... the driver died after the first commit
+    orphan(server.url, batch, 0, 1, prepare=True)  # a speculative attempt it never heard of
+    assert committed_values(server.url) == ["a"]
+
+    # Spark re-runs batch 4 with the same offsets: the tasks find the decision and write nothing.
+    rerun = [write_task(options, batch, iter(rows("a", partition=0)), TaskAttempt(0, 0, 1)),
+             write_task(options, batch, iter(rows("b", partition=1)), TaskAttempt(1, 0, 2))]
+    assert all(m.skipped and m.transaction is None for m in rerun)
+    commit_batch(options, batch, rerun)
+    assert committed_values(server.url) == ["a", "b"]
+    assert open_transactions(server.url) == []
+
+
+def test_abort_without_a_decision_aborts_every_attempt_of_the_batch(server, options):
+    batch = SinkBatch("sink", TOPIC, 2)
+    done = write_task(options, batch, iter(rows("x", partition=0)), TaskAttempt(0, 0, 1))
+    orphan(server.url, batch, 1, 0, prepare=False)
+    abort_batch(options, batch, [done, None])
+    assert open_transactions(server.url) == []
+    assert committed_values(server.url) == []
+
+
+def test_abort_after_a_recorded_decision_rolls_it_forward(server, options):
+    batch = SinkBatch("sink", TOPIC, 3)
+    messages = [write_task(options, batch, iter(rows("kept", partition=1)), TaskAttempt(1, 0, 1))]
+    decide(options, batch, messages)
+    abort_batch(options, batch, [None])  # Spark's abort after a commit that raised late
+    assert committed_values(server.url) == ["kept"]
+
+
+def test_a_zombie_attempt_that_prepares_after_the_decision_aborts_itself(server, options, monkeypatch):
+    batch = SinkBatch("sink", TOPIC, 5)
+    winner = write_task(options, batch, iter(rows("w", partition=0)), TaskAttempt(0, 0, 1))
+    commit_batch(options, batch, [winner])
+    # A speculative attempt that read "undecided" before the decision, and prepares after it:
+    real_read, calls = commit_protocol._read_decision, []
+
+    def read_decision(connection, read_batch):
+        calls.append(read_batch)
+        return None if len(calls) == 1 else real_read(connection, read_batch)
+    monkeypatch.setattr(commit_protocol, "_read_decision", read_decision)
+    zombie = write_task(options, batch, iter(rows("zombie", partition=0)), TaskAttempt(0, 1, 2))
+    assert zombie.skipped and zombie.transaction is None
+    assert committed_values(server.url) == ["w"]
+    assert open_transactions(server.url) == []
+
+
+def test_a_batch_older_than_the_sinks_decision_is_refused(server, options):
+    later = SinkBatch("sink", TOPIC, 9)
+    commit_batch(options, later, [write_task(options, later, iter(rows("9")), TaskAttempt(0, 0, 1))])
+    earlier = SinkBatch("sink", TOPIC, 2)  # a reset checkpoint with the same sink_id
+    with pytest.raises(SinkStateError, match="already committed batch 9"):
+        write_task(options, earlier, iter(rows("2")), TaskAttempt(0, 0, 2))
+    assert committed_values(server.url) == ["9"]
+
+
+def test_recover_finishes_a_batch_write_whose_driver_died(server, options):
+    decided = SinkBatch("sink", TOPIC, job="job-aaaa")
+    messages = [write_task(options, decided, iter(rows("d0", partition=0)), TaskAttempt(0, 0, 1)),
+                write_task(options, decided, iter(rows("d1", partition=1)), TaskAttempt(1, 0, 2))]
+    orphan(server.url, decided, 1, 1, prepare=True)
+    decide(options, decided, messages)
+    undecided = SinkBatch("sink", TOPIC, job="job-bbbb")
+    write_task(options, undecided, iter(rows("u", partition=0)), TaskAttempt(0, 0, 3))
+
+    report = recover(server.url, "sink", TOPIC)
+    assert sorted(report["committed"]) == sorted(m.transaction.transactional_id for m in messages)
+    assert report["aborted"] == [decided.transactional_id(1, 1, 101)]
+    assert report["left"] == [undecided.transactional_id(0, 0, 3)]
+    assert committed_values(server.url) == ["d0", "d1"]
+
+    report = recover(server.url, "sink", TOPIC, abort_undecided=True)
+    assert report["aborted"] == [undecided.transactional_id(0, 0, 3)]
+    assert open_transactions(server.url) == []
+    assert committed_values(server.url) == ["d0", "d1"]
+
+
+def test_a_decided_transaction_aborted_by_an_operator_fails_the_commit_loudly(server, options):
+    batch = SinkBatch("sink", TOPIC, 6)
+    messages = [write_task(options, batch, iter(rows("lost", partition=0)), TaskAttempt(0, 0, 1))]
+    decide(options, batch, messages)
+    with TwoPhaseClient(server.url) as client:
+        assert client.abort_open(messages[0].transaction.transactional_id)  # kafka-transactions.sh abort
+    with pytest.raises(SinkStateError, match="rows are lost"):
+        commit_batch(options, batch, messages)

@@ -1,0 +1,180 @@
+"""Two-phase commit with an external coordinator (KIP-939): finishing transactions that producers
+prepared, from any process.
+
+A producer's `prepare_transaction()` moves its open transaction to Prepared durably and returns a
+`PreparedTransaction` (transactional id, producer id, producer epoch). A Prepared transaction takes
+no more writes, is never aborted by the server's timeout, and waits for its coordinator -- this
+client, in the process that owns the decision (a Spark driver, a database's transaction manager):
+
+    prepared = producer.prepare_transaction()          # in the worker; ship `prepared` to the coordinator
+    ...
+    with TwoPhaseClient(url) as coordinator:            # in the coordinator, after it recorded its decision
+        coordinator.commit(prepared)
+
+`commit` and `abort` are EndTxn with the prepared producer id and epoch: safe to repeat (a retry of
+an EndTxn that already completed with the same outcome answers success), so a coordinator that
+crashed after recording its decision simply completes the decision again. `list` finds what a
+coordinator left behind by transactional-id prefix; `abort_open` fences and aborts an open
+(Ongoing or Prepared) transaction whose producer ids are unknown (an orphan of a crashed worker).
+
+`AsyncTwoPhaseClient` is the one implementation; `TwoPhaseClient` (txbroker.sync) runs it on a
+private event loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+from urllib.parse import quote
+
+import httpx
+
+from txbroker import errors
+from txbroker.connection import DEFAULT_URL, Connection
+from txbroker.retry import Backoff, retrying
+
+OPEN_STATES = ("Ongoing", "Prepared")
+LIST_PAGE = 1000
+COMPLETE_COMMIT, COMPLETE_ABORT = "CompleteCommit", "CompleteAbort"
+
+
+class PreparedTransaction(NamedTuple):
+    """What a coordinator needs to finish a Prepared transaction: the EndTxn identity."""
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+def transaction_path(transactional_id: str) -> str:
+    # Transactional ids may contain '/', which the server's route accepts as is.
+    return "/v1/transactions/" + quote(transactional_id, safe="/")
+
+
+class AsyncTwoPhaseClient:
+    """Completes prepared transactions and finds open ones. Every call retries retriable errors
+    (the server unreachable, CONCURRENT_TRANSACTIONS) for up to `default_api_timeout_ms`."""
+
+    def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None, headers: Mapping[str, str] | None = None,
+                 transport: httpx.AsyncBaseTransport | httpx.BaseTransport | None = None,
+                 request_timeout_ms: int = 30_000, default_api_timeout_ms: int = 120_000,
+                 retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1_000) -> None:
+        self.url = url
+        self._connection = Connection(url, token=token, headers=headers, transport=transport,
+                                      request_timeout_ms=request_timeout_ms)
+        self._backoff = Backoff(retry_backoff_ms, retry_backoff_max_ms)
+        self._api_timeout_s = default_api_timeout_ms / 1000
+
+    async def __aenter__(self) -> AsyncTwoPhaseClient:
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._connection.close()
+
+    async def _call(self, what: str, method: str, path: str, body: Any = None, params: Mapping | None = None) -> Any:
+        return await retrying(lambda: self._connection.request(method, path, body, params=params), what=what,
+                              timeout_s=self._api_timeout_s, backoff=self._backoff)
+
+    # ---- completing
+
+    async def commit(self, prepared: PreparedTransaction) -> None:
+        """Commits a Prepared transaction (EndTxn commit with its producer id and epoch); success
+        again when it is already committed. Raises InvalidTxnStateError when an EndTxn with these
+        ids aborted it, and ProducerFencedError when the transactional id's producer was fenced
+        since (an operator's abort, an InitProducerId on the id, or a later transaction): then the
+        transaction is not Prepared any more, and was aborted unless this client committed it
+        before (the server keeps only the outcome of the id's last transaction)."""
+        await self._end(prepared, True)
+
+    async def abort(self, prepared: PreparedTransaction) -> None:
+        """Aborts a Prepared (or still Ongoing) transaction; done too when it is already aborted,
+        or its transactional id has moved on (fenced: it is no longer open under these ids).
+        Raises InvalidTxnStateError when it was committed: an abort never undoes a commit."""
+        try:
+            await self._end(prepared, False)
+        except (errors.ProducerFencedError, errors.InvalidProducerIdMappingError, errors.InvalidProducerEpochError):
+            pass
+        except errors.InvalidTxnStateError:
+            # Its last transaction ended (this abort's retry with the other outcome, or nothing open).
+            described = await self.describe(prepared.transactional_id)
+            if described is not None and described["state"] == COMPLETE_COMMIT:
+                raise
+
+    async def commit_all(self, prepared: Iterable[PreparedTransaction], concurrency: int = 8) -> None:
+        """commit() of each, `concurrency` at a time; every one is tried, then the first error is raised."""
+        await self._each(self.commit, prepared, concurrency)
+
+    async def abort_all(self, prepared: Iterable[PreparedTransaction], concurrency: int = 8) -> None:
+        """abort() of each, `concurrency` at a time; every one is tried, then the first error is raised."""
+        await self._each(self.abort, prepared, concurrency)
+
+    @staticmethod
+    async def _each(action, prepared: Iterable[PreparedTransaction], concurrency: int) -> None:
+        slots = asyncio.Semaphore(concurrency)
+
+        async def one(transaction: PreparedTransaction) -> None:
+            async with slots:
+                await action(PreparedTransaction(*transaction))
+        results = await asyncio.gather(*(one(p) for p in prepared), return_exceptions=True)
+        failed = [result for result in results if isinstance(result, BaseException)]
+        if failed:
+            raise failed[0]
+
+    async def _end(self, prepared: PreparedTransaction, commit: bool) -> str:
+        tid, producer_id, epoch = prepared
+        answer = await self._call(f"EndTxn({'commit' if commit else 'abort'} {tid!r})", "POST", "/v1/txn/end", {
+            "transactional_id": tid, "producer_id": producer_id, "producer_epoch": epoch, "committed": commit})
+        return answer["state"]
+
+    async def abort_open(self, transactional_id: str, producer_id: int | None = None,
+                         producer_epoch: int | None = None) -> bool:
+        """Fences the transactional id's producer and aborts its open (Ongoing or Prepared)
+        transaction, for orphans whose producer ids the caller never received. With
+        `producer_id`/`producer_epoch` (as listed), only if the producer is still that one. True
+        when something was aborted; False when nothing was open, or it had moved on."""
+        params = None if producer_id is None else {"producer_id": producer_id, "producer_epoch": producer_epoch}
+        try:
+            await self._call(f"abort {transactional_id!r}", "POST", transaction_path(transactional_id) + "/abort",
+                             params=params)
+            return True
+        except (errors.InvalidTxnStateError, errors.TransactionalIdNotFoundError):
+            return False
+
+    # ---- looking
+
+    async def describe(self, transactional_id: str) -> dict | None:
+        """DescribeTransactions (API.md's `txn` object), or None for an unknown transactional id."""
+        try:
+            return await self._call(f"describe {transactional_id!r}", "GET", transaction_path(transactional_id))
+        except errors.TransactionalIdNotFoundError:
+            return None
+
+    async def list(self, transactional_id_prefix: str, states: Iterable[str] | None = OPEN_STATES) -> list[dict]:
+        """Every transaction whose transactional id starts with the prefix (in the given states;
+        None: any state), ordered by transactional id, all pages."""
+        state = None if states is None else ",".join(states)
+        found: list[dict] = []
+        after = None
+        while True:
+            page = (await self._call(f"ListTransactions({transactional_id_prefix!r})", "GET", "/v1/transactions",
+                                     params={"transactional_id_prefix": transactional_id_prefix, "state": state,
+                                             "limit": LIST_PAGE, "after": after}))["transactions"]
+            found += page
+            if len(page) < LIST_PAGE:
+                return found
+            after = page[-1]["transactional_id"]
+
+
+__all__ = ["OPEN_STATES", "AsyncTwoPhaseClient", "PreparedTransaction", "transaction_path"]  # and TwoPhaseClient
+
+
+def __getattr__(name: str) -> Any:
+    # The synchronous flavour lives with the others in txbroker.sync (which imports the producer,
+    # which imports this module): offered here too, imported on first use.
+    if name == "TwoPhaseClient":
+        from txbroker.sync import TwoPhaseClient
+        return TwoPhaseClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
