@@ -331,7 +331,7 @@ class Admin:
             self._loop.stop()
 
 
-class TwoPhaseClient:
+class TwoPhaseClient(Admin):
     """Completes prepared transactions from any process (see txbroker.two_phase).
 
         with TwoPhaseClient(url) as coordinator:
@@ -342,12 +342,6 @@ class TwoPhaseClient:
         self._loop = LoopThread("txbroker-two-phase")
         self._core = AsyncTwoPhaseClient(url, token=token, **config)
 
-    def __enter__(self) -> TwoPhaseClient:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
     commit = _blocking(AsyncTwoPhaseClient.commit)
     abort = _blocking(AsyncTwoPhaseClient.abort)
     commit_all = _blocking(AsyncTwoPhaseClient.commit_all)
@@ -355,14 +349,6 @@ class TwoPhaseClient:
     abort_open = _blocking(AsyncTwoPhaseClient.abort_open)
     describe = _blocking(AsyncTwoPhaseClient.describe)
     list = _blocking(AsyncTwoPhaseClient.list)
-
-    def close(self) -> None:
-        if self._loop.loop.is_closed():
-            return
-        try:
-            self._loop.run(self._core.close())
-        finally:
-            self._loop.stop()
 
 
 __all__ = ["Admin", "Consumer", "LoopThread", "Producer", "TwoPhaseClient"]

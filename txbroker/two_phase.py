@@ -28,11 +28,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
-import httpx
-
 from txbroker import errors
-from txbroker.connection import DEFAULT_URL, Connection
-from txbroker.retry import Backoff, retrying
+from txbroker.admin import AsyncAdmin
+from txbroker.connection import DEFAULT_URL
+from txbroker.retry import retrying
 
 OPEN_STATES = ("Ongoing", "Prepared")
 LIST_PAGE = 1000
@@ -51,28 +50,14 @@ def transaction_path(transactional_id: str) -> str:
     return "/v1/transactions/" + quote(transactional_id, safe="/")
 
 
-class AsyncTwoPhaseClient:
-    """Completes prepared transactions and finds open ones. Every call retries retriable errors
-    (the server unreachable, CONCURRENT_TRANSACTIONS) for up to `default_api_timeout_ms`."""
+class AsyncTwoPhaseClient(AsyncAdmin):
+    """Completes prepared transactions and finds open ones: an Admin (same connection, retries and
+    life cycle) with the operations of an external two-phase coordinator. Every call retries
+    retriable errors (the server unreachable, CONCURRENT_TRANSACTIONS) for up to
+    `default_api_timeout_ms` (longer than Admin's default: a commit must get through)."""
 
-    def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None, headers: Mapping[str, str] | None = None,
-                 transport: httpx.AsyncBaseTransport | httpx.BaseTransport | None = None,
-                 request_timeout_ms: int = 30_000, default_api_timeout_ms: int = 120_000,
-                 retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1_000) -> None:
-        self.url = url
-        self._connection = Connection(url, token=token, headers=headers, transport=transport,
-                                      request_timeout_ms=request_timeout_ms)
-        self._backoff = Backoff(retry_backoff_ms, retry_backoff_max_ms)
-        self._api_timeout_s = default_api_timeout_ms / 1000
-
-    async def __aenter__(self) -> AsyncTwoPhaseClient:
-        return self
-
-    async def __aexit__(self, *exc_info) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        await self._connection.close()
+    def __init__(self, url: str = DEFAULT_URL, *, default_api_timeout_ms: int = 120_000, **config: Any) -> None:
+        super().__init__(url, default_api_timeout_ms=default_api_timeout_ms, **config)
 
     async def _call(self, what: str, method: str, path: str, body: Any = None, params: Mapping | None = None) -> Any:
         return await retrying(lambda: self._connection.request(method, path, body, params=params), what=what,
