@@ -17,10 +17,7 @@ nobody serves: requests in flight use short client timeouts (see tests/test_dura
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -29,6 +26,7 @@ import httpx
 import pytest
 
 from app.storage.database import connect
+from tests.conftest import process_alive
 from tests.test_transaction_concurrency import (
     NO_KEEPALIVE,
     _ahttp,
@@ -46,32 +44,14 @@ from tests.test_transaction_concurrency import (
 )
 
 
-@pytest.fixture
-def data_dir():
-    path = Path(tempfile.mkdtemp(prefix="txb-txcrash-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def _kill_with_embedded_postgres(server, data_dir: Path) -> None:
     """SIGKILL the server; its embedded PostgreSQL dies with it (parent-death signal)."""
     postmaster_pid = int((data_dir / "postgres" / "postmaster.pid").read_text().split()[0])
     server.kill()
     deadline = time.monotonic() + 20
-    while _process_alive(postmaster_pid) and time.monotonic() < deadline:
+    while process_alive(postmaster_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _process_alive(postmaster_pid), "the embedded PostgreSQL outlived its server"
+    assert not process_alive(postmaster_pid), "the embedded PostgreSQL outlived its server"
 
 
 def _sql(database_url: str, query: str, *args):
