@@ -41,6 +41,7 @@ import httpx
 import orjson
 
 from app.storage.embedded_postgres import EmbeddedPostgres
+from bench.text_table import align
 from bench.processes import database_url_for, process_cpu_s, start_txbroker
 from bench.workloads import record_value
 from txbroker import Admin, AsyncConsumer, AsyncProducer, Consumer, Producer, TopicPartition
@@ -181,11 +182,7 @@ def format_table(results: list[Result], value_bytes: int) -> str:
         rows.append((r.name, f"{r.records:,}", f"{r.seconds:.2f}", f"{r.rate:,.0f}",
                      f"{r.rate * value_bytes / MB:.1f}", f"{r.rate / raw[r.group]:.2f}" if r.group in raw else "-",
                      f"{100 * r.client_cpu_s / r.seconds:.0f}", f"{100 * r.server_cpu_s / r.seconds:.0f}"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-             for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return align(rows)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

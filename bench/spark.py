@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.storage.embedded_postgres import EmbeddedPostgres
+from bench.text_table import align
 from bench.processes import CpuMeter, database_url_for, start_txbroker
 from bench.timed_run import Measurement, median_of
 from bench.workloads import record_value
@@ -154,11 +155,7 @@ def format_table(rows: list[tuple[str, str, Measurement]]) -> str:
         table.append((name, f"{m.records:,}", f"{m.seconds:.2f}", f"{m.records_per_s:,.0f}",
                       f"{m.records_per_s / baseline[group]:.2f}", f"{m.server_cpu_percent:.0f}",
                       f"{m.postgres_cpu_percent:.0f}", f"{m.client_cpu_percent:.0f}", f"{m.cpu_us_per_record:.0f}"))
-    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-             for row in table]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return align(table)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

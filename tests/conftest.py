@@ -165,6 +165,14 @@ def module_server(request, postgres: EmbeddedPostgres):
 
 
 @pytest.fixture
+def module_client(module_server):
+    """A client of its own per test on the module's server, so a connection one test breaks cannot
+    fail the next."""
+    with httpx.Client(base_url=module_server.url, timeout=60, verify=SHARED_SSL_CONTEXT) as client:
+        yield client
+
+
+@pytest.fixture
 def data_dir():
     """A fresh directory for a server's embedded PostgreSQL, under /tmp (short socket paths)."""
     path = Path(tempfile.mkdtemp(prefix="txb-data-"))

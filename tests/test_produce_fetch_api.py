@@ -25,9 +25,8 @@ def shared(module_server):
 
 
 @pytest.fixture
-def client(shared):
-    with httpx.Client(base_url=shared.url, timeout=60, verify=SHARED_SSL_CONTEXT) as c:
-        yield c
+def client(module_client):
+    return module_client
 
 
 _names = itertools.count()

@@ -5,10 +5,8 @@ from __future__ import annotations
 import itertools
 import re
 
-import httpx
 import pytest
 
-from tests.conftest import SHARED_SSL_CONTEXT
 
 DEFAULT_CONFIG = {"retention_ms": -1, "retention_bytes": -1, "max_message_bytes": 1048576}
 INTERNAL_TOPICS = ("__transaction_state", "__consumer_offsets")
@@ -24,10 +22,8 @@ def shared(module_server):
 
 
 @pytest.fixture
-def client(shared):
-    """A client of its own per test, so a connection one test breaks cannot fail the next."""
-    with httpx.Client(base_url=shared.url, timeout=60, verify=SHARED_SSL_CONTEXT) as c:
-        yield c
+def client(module_client):
+    return module_client
 
 
 _names = itertools.count()

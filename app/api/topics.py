@@ -13,6 +13,7 @@ from app.api.deps import READY, PoolDep, SettingsDep
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.api.responses import json_response
 from app.storage import partition_log, principals, topics
+from app.storage.database import is_reachable
 from app.storage.topics import TopicInfo
 
 router = APIRouter(prefix="/v1", tags=["topics and cluster"])
@@ -34,12 +35,7 @@ def _topic_body(topic: TopicInfo, states: list[partition_log.PartitionState]) ->
 async def health(request: Request):
     """200 once the server is ready to serve (migrations applied, unfinished transactions recovered)."""
     state = request.app.state
-    try:
-        async with state.pool.acquire(timeout=2) as conn:
-            await conn.fetchval("SELECT 1", timeout=2)
-        database = "ok"
-    except Exception:
-        database = "unavailable"
+    database = "ok" if await is_reachable(state.pool) else "unavailable"
     ready = state.ready and database == "ok"
     return json_response({"status": "ok" if ready else "starting" if database == "ok" else "unavailable",
                           "database": database}, 200 if ready else 503)

@@ -25,6 +25,16 @@ async def _init_connection(connection: asyncpg.Connection) -> None:
         encoder=lambda value: orjson.dumps(value).decode(), decoder=orjson.loads)
 
 
+async def is_reachable(pool: asyncpg.Pool, timeout_s: float = 2) -> bool:
+    """Whether PostgreSQL answers a trivial query within the timeout (for /v1/health)."""
+    try:
+        async with pool.acquire(timeout=timeout_s) as conn:
+            await conn.fetchval("SELECT 1", timeout=timeout_s)
+        return True
+    except Exception:
+        return False
+
+
 async def _keep_session(_connection: asyncpg.Connection) -> None:
     """Pooled connections never change session state (no SET, LISTEN or session-level locks), so
     the default reset query (UNLISTEN, RESET ALL, advisory unlock: one more round trip per request)
