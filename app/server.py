@@ -16,6 +16,7 @@ from app.api.main import api_router
 from app.api.metrics import Metrics, MetricsMiddleware
 from app.api.request_bodies import JsonBodies
 from app.api.request_limits import LongPollSlots
+from app.console import router as console_router
 from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.coordinator.workers import BackgroundWorkers
@@ -89,6 +90,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
     app.state.long_poll_slots = LongPollSlots(settings)
     install_error_handlers(app)
     app.include_router(api_router)
+    app.include_router(console_router)  # the web console (HTML for people, under /console)
 
     @app.get("/", include_in_schema=False)
     async def root():

@@ -5,7 +5,6 @@ from fastapi import APIRouter
 from app.api.json_route import OrjsonRoute
 
 from app.api import admin, fetch, groups, metrics, produce, security, topics, transactions
-from app.api import console
 
 api_router = APIRouter(route_class=OrjsonRoute)
 api_router.include_router(topics.router)
@@ -16,6 +15,3 @@ api_router.include_router(groups.router)
 api_router.include_router(admin.router)
 api_router.include_router(security.router)
 api_router.include_router(metrics.router)
-
-# The web console (HTML for people, under /console).
-api_router.include_router(console.router)

@@ -1,0 +1,307 @@
+"""The console's pages: overview, topic, partition, transactions, one transaction (with the admin
+abort), groups and one group.
+
+Each page reads what it shows through storage and coordinator functions, in one read-only
+REPEATABLE READ snapshot so that the watermarks, producer states and transaction states on a page
+agree with each other. Every list is a page of a keyset range. The one change the console makes is
+the admin abort, a POST form that calls the coordinator's audited admin abort.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated
+from urllib.parse import parse_qs
+
+import asyncpg
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import RedirectResponse
+
+from app.api.deps import CoordinatorDep, PoolDep
+from app.api.schemas import INT64_MAX
+from app.clock import now_ms
+from app.console.formatting import transaction_url
+from app.console.rendering import FRAGMENT_HEADER, OPEN_STATES, render
+from app.console.session import console_page, cross_site, cross_site_refused
+from app.console.throughput import meter_of
+from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
+from app.coordinator.transaction_states import TransactionState
+from app.errors import BrokerError, ErrorCode, invalid_request
+from app.storage import (
+    group_summaries,
+    groups,
+    log_browser,
+    partition_log,
+    partition_summary,
+    principals,
+    topics,
+    transaction_health,
+    transaction_history,
+)
+from app.storage.producer_ids import ProducerIdAndEpoch
+from app.storage.topics import TRANSACTION_STATE_TOPIC
+
+router = APIRouter()
+
+PAGE_SIZE = 50
+PARTITION_PAGE_SIZE = 100
+LOG_WINDOW = 50
+HISTORY_PAGE = 50
+HISTORY_SCAN_BUDGET = 20_000  # __transaction_state batches one history page may read
+HANGING_FRACTION = 0.5  # an open transaction older than this part of its timeout is flagged
+WARNINGS_SHOWN = 10
+MARKERS_SHOWN = 500  # of the transactions on one history page
+
+STATE_FILTERS = {"open": OPEN_STATES, **{s.value: [s.value] for s in TransactionState if s != TransactionState.DEAD}}
+AGE_FILTERS = {"": None, "10s": 10_000, "1m": 60_000, "5m": 300_000, "15m": 900_000, "1h": 3_600_000,
+               "1d": 86_400_000}
+
+
+
+@asynccontextmanager
+async def snapshot(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+    """One connection in a read-only REPEATABLE READ transaction: a page's reads agree."""
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        yield conn
+
+
+
+
+
+@router.get("")
+@console_page
+async def overview(request: Request, pool: PoolDep, after: str | None = None, internal: bool = False):
+    """Topics with their watermarks, open transactions, and what needs attention."""
+    moment = now_ms()
+    async with snapshot(pool) as conn:
+        totals = await partition_summary.totals(conn)
+        topic_rows = await partition_summary.topic_page(conn, after, PAGE_SIZE + 1, internal)
+        states = await transaction_health.counts_by_state(conn)
+        overdue = await transaction_health.overdue(conn, OPEN_STATES, moment, HANGING_FRACTION, WARNINGS_SHOWN)
+        pins = await transaction_health.lso_pins(conn, OPEN_STATES, WARNINGS_SHOWN)
+    shown, has_more = topic_rows[:PAGE_SIZE], len(topic_rows) > PAGE_SIZE
+    meter, at_s = meter_of(request), time.monotonic()
+    rates = {t.topic_id: meter.rate(("topic", t.topic_id), t.high_watermark, at_s) for t in shown}
+    total_rate = meter.rate("all-user-topics", totals.high_watermark, at_s)
+    return render(request, "overview.html", now=moment, nav="overview", totals=totals, topics=shown,
+                  next_after=shown[-1].name if has_more else None, after=after, internal=internal, rates=rates,
+                  total_rate=total_rate, states=states, open_count=sum(states.get(s, 0) for s in OPEN_STATES),
+                  overdue=overdue, pins=pins, hanging_fraction=HANGING_FRACTION)
+
+
+@router.get("/topics/{topic}")
+@console_page
+async def topic_page(request: Request, topic: str, pool: PoolDep,
+                     after: Annotated[int, Query(ge=-1)] = -1):
+    """One topic's partitions, a page at a time."""
+    async with snapshot(pool) as conn:
+        info = await topics.get_topic(conn, topic)
+        summary = await partition_summary.topic_summary(conn, info.topic_id)
+        rows = await partition_summary.partition_page(conn, info.topic_id, after, PARTITION_PAGE_SIZE + 1)
+    shown, has_more = rows[:PARTITION_PAGE_SIZE], len(rows) > PARTITION_PAGE_SIZE
+    rate = meter_of(request).rate(("topic", info.topic_id), summary.high_watermark, time.monotonic())
+    return render(request, "topic.html", nav="overview", topic=info, summary=summary, partitions=shown, rate=rate,
+                  after=after, next_after=shown[-1].partition if has_more else None)
+
+
+@router.get("/topics/{topic}/partitions/{partition}")
+@console_page
+async def partition_page(request: Request, topic: str, partition: int, pool: PoolDep,
+                         offset: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
+                         producers_after: Annotated[int, Query(ge=-1, le=INT64_MAX)] = -1,
+                         markers_before: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None):
+    """A window of the partition's log with each record's transactional status, its producers and
+    its markers."""
+    async with snapshot(pool) as conn:
+        info = await topics.get_topic(conn, topic)
+        state = await partition_log.partition_state(conn, info, partition)
+        start = (max(state.log_start_offset, state.high_watermark - LOG_WINDOW) if offset is None
+                 else min(max(offset, state.log_start_offset), state.high_watermark))
+        end = min(start + LOG_WINDOW, state.high_watermark)
+        entries = await log_browser.read_window(conn, info.topic_id, partition, start, end)
+        producers = await log_browser.producers(conn, info.topic_id, partition, producers_after, PAGE_SIZE + 1)
+        marker_rows = await log_browser.markers_before(
+            conn, info.topic_id, partition, state.high_watermark if markers_before is None else markers_before,
+            PAGE_SIZE + 1)
+    return render(request, "partition.html", nav="overview", topic=info, partition=partition, state=state,
+                  start=start, end=end, window=LOG_WINDOW, entries=entries, follow_tail=offset is None,
+                  producers=producers[:PAGE_SIZE], producers_after=producers_after,
+                  next_producers_after=producers[PAGE_SIZE - 1].producer_id if len(producers) > PAGE_SIZE else None,
+                  markers=marker_rows[:PAGE_SIZE], markers_before=markers_before,
+                  next_markers_before=marker_rows[PAGE_SIZE - 1].offset if len(marker_rows) > PAGE_SIZE else None)
+
+
+def _parse_state_filter(state: str) -> list[str] | None:
+    if not state:
+        return None
+    if state in STATE_FILTERS:
+        return STATE_FILTERS[state]
+    try:
+        return [TransactionState.parse(name.strip()).value for name in state.split(",") if name.strip()]
+    except ValueError:
+        raise invalid_request(f"state={state!r} is not a state filter: expected 'open' or a comma-separated list "
+                              f"of {[s.value for s in TransactionState]}") from None
+
+
+def _parse_age(older_than: str) -> int | None:
+    if older_than in AGE_FILTERS:
+        return AGE_FILTERS[older_than]
+    match = re.fullmatch(r"(\d{1,9})\s*(ms|s|m|h|d)?", older_than.strip())
+    if match is None:
+        raise invalid_request(f"older_than={older_than!r} is not a duration: expected e.g. 30s, 5m, 2h or 1d")
+    unit = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}[match.group(2) or "s"]
+    return int(match.group(1)) * unit
+
+
+@router.get("/transactions")
+@console_page
+async def transactions_page(request: Request, pool: PoolDep, coordinator: CoordinatorDep, state: str = "",
+                            prefix: str = "", older_than: str = "", after: str | None = None):
+    """Every transactional id, filtered by state, prefix and age, a page at a time."""
+    states = _parse_state_filter(state)
+    min_age_ms = _parse_age(older_than)
+    found = await coordinator.list(states, prefix or None, None, min_age_ms, PAGE_SIZE + 1, after)
+    async with snapshot(pool) as conn:
+        counts = await transaction_health.counts_by_state(conn)
+    shown, has_more = found[:PAGE_SIZE], len(found) > PAGE_SIZE
+    return render(request, "transactions.html", nav="transactions", transactions=shown, counts=counts,
+                  state=state, prefix=prefix, older_than=older_than, after=after,
+                  next_after=shown[-1].transactional_id if has_more else None,
+                  state_filters=list(STATE_FILTERS), age_filters=list(AGE_FILTERS))
+
+
+def _id_from(path_id: str, request: Request) -> str:
+    return path_id or request.query_params.get("id", "")
+
+
+@router.get("/transactions/{transactional_id:path}")
+@console_page
+async def transaction_page(request: Request, transactional_id: str, pool: PoolDep, coordinator: CoordinatorDep,
+                           before: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None, confirm: str = "",
+                           aborted: bool = False):
+    """One transactional id: its state, its history from __transaction_state, the markers its
+    transactions wrote and its producer epochs."""
+    transactional_id = _id_from(transactional_id, request)
+    if not transactional_id:
+        return RedirectResponse("/console/transactions", 303)
+    try:
+        meta = await coordinator.describe(transactional_id)
+    except BrokerError as error:
+        if error.code != ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
+            raise
+        meta = None  # expired or never initialized: its history may still be in the log
+    if request.headers.get(FRAGMENT_HEADER) == "dialog":
+        if meta is None:
+            raise transaction_not_found(transactional_id)
+        return render(request, "transaction.html", nav="transactions", txn=meta, transactional_id=transactional_id)
+    async with snapshot(pool) as conn:
+        log_topic = await topics.get_topic(conn, TRANSACTION_STATE_TOPIC)
+        history = await transaction_history.transitions(conn, log_topic, transactional_id, before, HISTORY_PAGE,
+                                                        HISTORY_SCAN_BUDGET)
+        written = await transaction_history.markers_written(conn, history.transitions, MARKERS_SHOWN)
+    if meta is None and not history.transitions and before is None:
+        raise transaction_not_found(transactional_id)
+    return render(request, "transaction.html", nav="transactions", txn=meta, transactional_id=transactional_id,
+                  history=history, markers=written, epochs=transaction_history.epoch_history(history.transitions),
+                  marker_limit=MARKERS_SHOWN, before=before, confirm=confirm == "abort", aborted=aborted)
+
+
+def transaction_not_found(transactional_id: str) -> BrokerError:
+    return BrokerError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                       f"transactional id {transactional_id!r} is unknown: never initialized, or expired "
+                       f"and no longer in the transaction log")
+
+
+
+async def _confirmed_producer(request: Request) -> ProducerIdAndEpoch | None:
+    """The producer id and epoch the confirmation showed (hidden form fields), if sent."""
+    form = parse_qs((await request.body()).decode("utf-8", "replace"))
+    try:
+        return ProducerIdAndEpoch(int(form["producer_id"][0]), int(form["producer_epoch"][0]))
+    except (KeyError, ValueError):
+        return None
+
+
+@router.post("/transactions/{transactional_id:path}/abort")
+@console_page
+async def abort_transaction(request: Request, transactional_id: str, pool: PoolDep, coordinator: CoordinatorDep):
+    """The admin abort: fences the producer (epoch bump) and aborts its open transaction. Allowed
+    as the API's admin abort is, and audited like it."""
+    transactional_id = _id_from(transactional_id, request)
+    if cross_site(request):
+        raise cross_site_refused("abort")
+    principal = request.state.console_principal
+    if not is_allowed(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE):
+        authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+    result = await coordinator.admin_abort(transactional_id, await _confirmed_producer(request))
+    async with pool.acquire() as conn:
+        await principals.audit(conn, now_ms(), principal.name, "abort transaction", transactional_id,
+                               f"from the console; fenced: now producer {result.producer_id} "
+                               f"epoch {result.producer_epoch}")
+    separator = "&" if "?" in transaction_url(transactional_id) else "?"
+    return RedirectResponse(f"{transaction_url(transactional_id)}{separator}aborted=1", 303)
+
+
+@router.get("/groups")
+@console_page
+async def groups_page(request: Request, pool: PoolDep, after: str | None = None, prefix: str = ""):
+    async with snapshot(pool) as conn:
+        rows = await group_summaries.group_page(conn, after, prefix or None, PAGE_SIZE + 1)
+    shown, has_more = rows[:PAGE_SIZE], len(rows) > PAGE_SIZE
+    return render(request, "groups.html", nav="groups", groups=shown, after=after, prefix=prefix,
+                  next_after=shown[-1].group_id if has_more else None)
+
+
+def _parse_key(name: str, value: str | None, shape: str) -> tuple | None:
+    """A keyset position of the group page, `topic:partition[:producer id]` (topic names have no ':')."""
+    if not value:
+        return None
+    parts = value.split(":")
+    if len(parts) != shape.count(":") + 1 or not all(part.lstrip("-").isdigit() for part in parts[1:]):
+        raise invalid_request(f"{name}={value!r}: expected {shape}")
+    return (parts[0], *(int(part) for part in parts[1:]))
+
+
+@router.get("/groups/{group_id:path}")
+@console_page
+async def group_page(request: Request, group_id: str, pool: PoolDep, members_after: str | None = None,
+                     offsets_after: str | None = None, pending_after: str | None = None):
+    """One consumer group: members and their assignment, committed offsets with lag, and pending
+    transactional offsets."""
+    group_id = _id_from(group_id, request)
+    if not group_id:
+        return RedirectResponse("/console/groups", 303)
+    offsets_key = _parse_key("offsets_after", offsets_after, "topic:partition")
+    pending_key = _parse_key("pending_after", pending_after, "topic:partition:producer_id")
+    async with snapshot(pool) as conn:
+        group = await groups.get(conn, group_id)
+        if group is None:
+            raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND,
+                              f"group {group_id!r} does not exist: a group exists once a member heartbeats or "
+                              f"offsets are committed for it")
+        members = await group_summaries.member_page(conn, group_id, members_after, PAGE_SIZE + 1)
+        offsets = await group_summaries.offset_page(conn, group_id, offsets_key, PAGE_SIZE + 1)
+        pending = await group_summaries.pending_offsets(conn, group_id, pending_key, PAGE_SIZE + 1)
+    more = {name: len(rows) > PAGE_SIZE for name, rows in (("members", members), ("offsets", offsets),
+                                                           ("pending", pending))}
+    members, offsets, pending = members[:PAGE_SIZE], offsets[:PAGE_SIZE], pending[:PAGE_SIZE]
+    return render(request, "group.html", nav="groups", group=group, members=members, offsets=offsets,
+                  lag_total=sum(o.lag or 0 for o in offsets), pending=pending, members_after=members_after,
+                  offsets_after=offsets_after, pending_after=pending_after,
+                  next_members_after=members[-1].member_id if more["members"] else None,
+                  next_offsets_after=f"{offsets[-1].topic}:{offsets[-1].partition}" if more["offsets"] else None,
+                  next_pending_after=(f"{pending[-1].topic}:{pending[-1].partition}:{pending[-1].producer_id}"
+                                      if more["pending"] else None))
+
+
+
+@router.get("/{rest:path}")
+@console_page
+async def not_found(request: Request, rest: str):
+    """Any other console address: a page (not the API's JSON) that leads back."""
+    if not rest:
+        return RedirectResponse("/console", 308)
+    raise BrokerError(ErrorCode.NOT_FOUND, f"the console has no page at {request.url.path}: start from the overview")
