@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from app.storage.rows import all_from_rows
+
 from app.storage.group_offsets import PartitionLag
 from app.storage.groups import Member
 
@@ -65,14 +67,14 @@ ORDER BY g.group_id LIMIT $2
 async def group_page(conn: asyncpg.Connection, after: str | None, prefix: str | None,
                      limit: int) -> list[GroupSummary]:
     """Groups by id after `after` (keyset), optionally only those starting with `prefix`."""
-    return [GroupSummary(*row) for row in await conn.fetch(_GROUP_PAGE_SQL, after or NO_GROUP, limit, prefix)]
+    return all_from_rows(GroupSummary, await conn.fetch(_GROUP_PAGE_SQL, after or NO_GROUP, limit, prefix))
 
 
 async def member_page(conn: asyncpg.Connection, group_id: str, after: str | None, limit: int) -> list[Member]:
     rows = await conn.fetch(
         "SELECT member_id, topics, session_timeout_ms, joined_ms, last_heartbeat_ms FROM group_members "
         "WHERE group_id = $1 AND member_id > $2 ORDER BY member_id LIMIT $3", group_id, after or "", limit)
-    return [Member(*row) for row in rows]
+    return all_from_rows(Member, rows)
 
 
 # The page's keys first (a primary-key range), then the lag of those rows only.
@@ -97,7 +99,7 @@ async def offset_page(conn: asyncpg.Connection, group_id: str, after: tuple[str,
     """Committed offsets by (topic, partition) after `after` (keyset), with the lag of each (None,
     like the high watermark, when the topic or partition no longer exists)."""
     topic, partition = after if after is not None else ("", -1)
-    return [PartitionLag(*row) for row in await conn.fetch(_OFFSET_PAGE_SQL, group_id, topic, partition, limit)]
+    return all_from_rows(PartitionLag, await conn.fetch(_OFFSET_PAGE_SQL, group_id, topic, partition, limit))
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +121,10 @@ async def pending_offsets(conn: asyncpg.Connection, group_id: str, after: tuple[
     producer id was issued for and that id's state."""
     topic, partition, producer_id = after if after is not None else ("", -1, -1)
     rows = await conn.fetch(
-        "SELECT q.topic, q.partition, q.committed_offset, q.producer_id, q.producer_epoch, q.commit_timestamp_ms, "
+        "SELECT q.topic, q.partition, q.committed_offset AS offset, q.producer_id, q.producer_epoch, q.commit_timestamp_ms, "
         "       i.transactional_id, x.state "
         "FROM pending_txn_offsets q LEFT JOIN producer_ids i ON i.producer_id = q.producer_id "
         "LEFT JOIN transactions x ON x.transactional_id = i.transactional_id "
         "WHERE q.group_id = $1 AND (q.topic, q.partition, q.producer_id) > ($2, $3, $4) "
         "ORDER BY q.topic, q.partition, q.producer_id LIMIT $5", group_id, topic, partition, producer_id, limit)
-    return [PendingOffset(*row) for row in rows]
+    return all_from_rows(PendingOffset, rows)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from app.storage.rows import all_from_rows, from_row
+
 
 @dataclass(slots=True)
 class Group:
@@ -41,13 +43,13 @@ async def lock(conn: asyncpg.Connection, group_id: str, now_ms: int) -> Group:
                        "VALUES ($1, 0, '{}', $2) ON CONFLICT (group_id) DO NOTHING", group_id, now_ms)
     row = await conn.fetchrow("SELECT group_id, generation_id, assignment, last_update_ms FROM consumer_groups "
                               "WHERE group_id = $1 FOR UPDATE", group_id)
-    return Group(*row)
+    return from_row(Group, row)
 
 
 async def get(conn: asyncpg.Connection, group_id: str) -> Group | None:
     row = await conn.fetchrow("SELECT group_id, generation_id, assignment, last_update_ms FROM consumer_groups "
                               "WHERE group_id = $1", group_id)
-    return None if row is None else Group(*row)
+    return None if row is None else from_row(Group, row)
 
 
 async def list_groups(conn: asyncpg.Connection) -> list[tuple[Group, int]]:
@@ -56,13 +58,13 @@ async def list_groups(conn: asyncpg.Connection) -> list[tuple[Group, int]]:
         "SELECT g.group_id, g.generation_id, g.assignment, g.last_update_ms, "
         "(SELECT count(*) FROM group_members m WHERE m.group_id = g.group_id) AS members "
         "FROM consumer_groups g ORDER BY g.group_id")
-    return [(Group(*row[:4]), row["members"]) for row in rows]
+    return [(from_row(Group, row), row["members"]) for row in rows]
 
 
 async def members(conn: asyncpg.Connection, group_id: str) -> list[Member]:
     rows = await conn.fetch("SELECT member_id, topics, session_timeout_ms, joined_ms, last_heartbeat_ms "
                             "FROM group_members WHERE group_id = $1 ORDER BY member_id", group_id)
-    return [Member(*row) for row in rows]
+    return all_from_rows(Member, rows)
 
 
 async def add_member(conn: asyncpg.Connection, group_id: str, member: Member) -> None:
@@ -99,4 +101,4 @@ async def lock_if_free(conn: asyncpg.Connection, group_id: str) -> Group | None:
     """The group's row locked, unless another server is working on it (SKIP LOCKED)."""
     row = await conn.fetchrow("SELECT group_id, generation_id, assignment, last_update_ms FROM consumer_groups "
                               "WHERE group_id = $1 FOR UPDATE SKIP LOCKED", group_id)
-    return None if row is None else Group(*row)
+    return None if row is None else from_row(Group, row)

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from app.storage.rows import all_from_rows, from_row
+
 BOOTSTRAP_KEY_ID = "bootstrap"
 
 
@@ -60,9 +62,9 @@ async def authenticate(conn: asyncpg.Connection, token: str) -> tuple[PrincipalR
         "WHERE k.token_sha256 = $1 AND k.revoked_ms IS NULL", token_hash(token))
     if row is None:
         return None
-    principal = PrincipalRow(*row)
-    acls = [AclRow(*r) for r in await conn.fetch(
-        f"SELECT {_ACL_COLUMNS} FROM acls WHERE principal = $1 OR principal = '*'", principal.name)]
+    principal = from_row(PrincipalRow, row)
+    acls = all_from_rows(AclRow, await conn.fetch(
+        f"SELECT {_ACL_COLUMNS} FROM acls WHERE principal = $1 OR principal = '*'", principal.name))
     return principal, acls
 
 
@@ -73,13 +75,13 @@ async def create_principal(conn: asyncpg.Connection, name: str, is_super_user: b
 
 
 async def list_principals(conn: asyncpg.Connection) -> list[PrincipalRow]:
-    return [PrincipalRow(*r) for r in await conn.fetch(
-        "SELECT name, is_super_user, created_ms FROM principals ORDER BY name")]
+    return all_from_rows(PrincipalRow, await conn.fetch(
+        "SELECT name, is_super_user, created_ms FROM principals ORDER BY name"))
 
 
 async def get_principal(conn: asyncpg.Connection, name: str) -> PrincipalRow | None:
     row = await conn.fetchrow("SELECT name, is_super_user, created_ms FROM principals WHERE name = $1", name)
-    return None if row is None else PrincipalRow(*row)
+    return None if row is None else from_row(PrincipalRow, row)
 
 
 async def delete_principal(conn: asyncpg.Connection, name: str) -> bool:
@@ -102,9 +104,9 @@ async def add_key(conn: asyncpg.Connection, principal: str, now_ms: int, token: 
 
 
 async def list_keys(conn: asyncpg.Connection, principal: str) -> list[KeyRow]:
-    return [KeyRow(*r) for r in await conn.fetch(
+    return all_from_rows(KeyRow, await conn.fetch(
         "SELECT key_id, principal, created_ms, revoked_ms FROM api_keys WHERE principal = $1 ORDER BY created_ms",
-        principal)]
+        principal))
 
 
 async def revoke_key(conn: asyncpg.Connection, principal: str, key_id: str, now_ms: int) -> bool:
@@ -127,13 +129,13 @@ async def add_acl(conn: asyncpg.Connection, acl: AclRow) -> AclRow:
         f"VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT ON CONSTRAINT acls_unique_rule DO UPDATE "
         f"SET principal = EXCLUDED.principal RETURNING {_ACL_COLUMNS}",
         acl.principal, acl.resource_type, acl.pattern_type, acl.resource_name, acl.operation, acl.permission)
-    return AclRow(*row)
+    return from_row(AclRow, row)
 
 
 async def list_acls(conn: asyncpg.Connection, principal: str | None, resource_type: str | None) -> list[AclRow]:
-    return [AclRow(*r) for r in await conn.fetch(
+    return all_from_rows(AclRow, await conn.fetch(
         f"SELECT {_ACL_COLUMNS} FROM acls WHERE ($1::text IS NULL OR principal = $1) "
-        f"AND ($2::text IS NULL OR resource_type = $2) ORDER BY acl_id", principal, resource_type)]
+        f"AND ($2::text IS NULL OR resource_type = $2) ORDER BY acl_id", principal, resource_type))
 
 
 async def remove_acl(conn: asyncpg.Connection, acl_id: int) -> bool:
@@ -157,6 +159,6 @@ async def audit(conn: asyncpg.Connection, now_ms: int, principal: str, action: s
 
 
 async def audit_entries(conn: asyncpg.Connection, limit: int, before_id: int | None) -> list[AuditRow]:
-    return [AuditRow(*r) for r in await conn.fetch(
+    return all_from_rows(AuditRow, await conn.fetch(
         "SELECT entry_id, timestamp_ms, principal, action, resource, details FROM audit_log "
-        "WHERE ($2::bigint IS NULL OR entry_id < $2) ORDER BY entry_id DESC LIMIT $1", limit, before_id)]
+        "WHERE ($2::bigint IS NULL OR entry_id < $2) ORDER BY entry_id DESC LIMIT $1", limit, before_id))

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from app.storage.rows import all_from_rows
+
 
 async def counts_by_state(conn: asyncpg.Connection) -> dict[str, int]:
     """How many transactional ids are in each state (an index-only count on transactions_by_state)."""
@@ -48,7 +50,7 @@ async def overdue(conn: asyncpg.Connection, open_states: list[str], now_ms: int,
         "FROM transactions WHERE state = ANY($1::text[]) AND txn_start_ms <> -1 "
         "  AND ($2::bigint - txn_start_ms) > timeout_ms * $3::float8 "
         "ORDER BY txn_start_ms, transactional_id LIMIT $4", open_states, now_ms, fraction, limit)
-    return Overdue([OverdueTransaction(*row[:7]) for row in rows], rows[0]["total"] if rows else 0)
+    return Overdue(all_from_rows(OverdueTransaction, rows), rows[0]["total"] if rows else 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +76,7 @@ class LsoPin:
 # Open producer states come from the partial index; each is joined by primary key to its partition,
 # topic, the transactional id its producer id was issued for, and that id's current metadata.
 _PINS_SQL = """
-SELECT t.name, s.partition, p.high_watermark, s.current_txn_first_offset, s.producer_id, s.producer_epoch,
+SELECT t.name AS topic, s.partition, p.high_watermark, s.current_txn_first_offset AS first_offset, s.producer_id, s.producer_epoch,
        i.transactional_id, x.state, x.txn_start_ms, x.timeout_ms,
        coalesce(x.state = ANY($1::text[]) AND x.txn_producer_id = s.producer_id
                 AND x.txn_producer_epoch = s.producer_epoch, false) AS owned
@@ -91,4 +93,4 @@ LIMIT $2
 
 async def lso_pins(conn: asyncpg.Connection, open_states: list[str], limit: int) -> list[LsoPin]:
     """Open transactions per partition, the ones holding back the most offsets first."""
-    return [LsoPin(*row) for row in await conn.fetch(_PINS_SQL, open_states, limit)]
+    return all_from_rows(LsoPin, await conn.fetch(_PINS_SQL, open_states, limit))
