@@ -7,6 +7,7 @@ configured index and cache: no network needed when the cache is warm)."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -26,8 +27,16 @@ def run(*command: str | Path, cwd: Path) -> str:
     return result.stdout
 
 
+@pytest.fixture
+def clean_sdk_build():
+    """setuptools builds in sdk/build, where a module deleted from txbroker/ would linger and be packaged."""
+    shutil.rmtree(REPO / "sdk" / "build", ignore_errors=True)
+    yield
+    shutil.rmtree(REPO / "sdk" / "build", ignore_errors=True)
+
+
 @pytest.mark.packaging
-def test_the_client_installs_into_a_fresh_venv_with_httpx_alone(tmp_path):
+def test_the_client_installs_into_a_fresh_venv_with_httpx_alone(tmp_path, clean_sdk_build):
     run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", tmp_path / "dist", REPO / "sdk", cwd=tmp_path)
     [wheel] = (tmp_path / "dist").glob("txbroker-*.whl")
     venv.create(tmp_path / "venv", with_pip=True)

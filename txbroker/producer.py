@@ -39,12 +39,11 @@ from txbroker.accumulator import RecordAccumulator, RecordFuture
 from txbroker.connection import DEFAULT_URL, Connection
 from txbroker.errors import IllegalStateError, TxbrokerError
 from txbroker.metadata import TopicMetadata
-from txbroker.records import (Bytes, ConsumerGroupMetadata, Headers, OffsetAndMetadata, RecordMetadata,
-                              TopicPartition, header_list, record_size, to_bytes, wire_record)
+from txbroker.records import (Bytes, ConsumerGroupMetadata, Headers, OffsetAndMetadata, PreparedTransaction,
+                              RecordMetadata, TopicPartition, header_list, record_size, to_bytes, wire_record)
 from txbroker.retry import Backoff, retrying
 from txbroker.sender import Sender
 from txbroker.transaction_manager import TransactionManager, TransactionState
-from txbroker.two_phase import PreparedTransaction
 
 log = logging.getLogger("txbroker.producer")
 

@@ -44,6 +44,14 @@ class ConsumerGroupMetadata(NamedTuple):
     member_id: str = NO_MEMBER
 
 
+class PreparedTransaction(NamedTuple):
+    """What a coordinator needs to finish a Prepared transaction (KIP-939, txbroker.two_phase): the
+    EndTxn identity that `Producer.prepare_transaction()` returns."""
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs twice as much per record
 class ConsumerRecord:
     topic: str

@@ -30,9 +30,9 @@ from txbroker.connection import DEFAULT_URL
 from txbroker.consumer import AsyncConsumer
 from txbroker.errors import IllegalStateError, TxbrokerTimeoutError
 from txbroker.producer import AsyncProducer, WouldBlock
-from txbroker.records import Bytes, ConsumerRecord, Headers, OffsetAndMetadata, TopicPartition
+from txbroker.records import Bytes, ConsumerRecord, Headers, OffsetAndMetadata, PreparedTransaction, TopicPartition
 from txbroker.transaction_manager import TransactionState
-from txbroker.two_phase import AsyncTwoPhaseClient, PreparedTransaction
+from txbroker.two_phase import AsyncTwoPhaseClient
 
 T = TypeVar("T")
 
@@ -233,11 +233,11 @@ class Consumer:
         """As AsyncConsumer.poll; the rebalance listeners run here, on the caller's thread."""
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            event = self._loop.run(self._core._update_assignment())
+            event = self._loop.run(self._core.update_assignment())
             if event is not None:
                 for listener, partitions in event.calls():
                     listener(partitions)
-            records = self._loop.run(self._core._fetch(deadline))
+            records = self._loop.run(self._core.fetch_records(deadline))
             if records or time.monotonic() >= deadline:
                 return records
 
@@ -265,8 +265,7 @@ class Consumer:
                      callback: Callable[[dict, BaseException | None], Any] | None = None
                      ) -> concurrent.futures.Future[None]:
         """commit() in the background; the callback runs on the consumer's loop thread."""
-        offsets = self._loop.call(lambda: {
-            TopicPartition(e["topic"], e["partition"]): e["offset"] for e in self._core._offsets_body(offsets)})
+        offsets = self._loop.call(self._core.offsets_to_commit, offsets)
         future = self._loop.submit(self._core.commit(offsets))
         if callback is not None:
             future.add_done_callback(lambda f: callback(offsets, None if f.cancelled() else f.exception()))
