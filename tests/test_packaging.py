@@ -50,9 +50,13 @@ def test_the_client_installs_into_a_fresh_venv_with_httpx_alone(tmp_path, clean_
     assert not any(name.startswith("pyspark") for name in installed), "pyspark belongs to the [spark] extra only"
 
     # Outside the checkout (cwd = tmp_path), so the installed package is the one imported.
-    imported = run(python, "-c", "import txbroker, txbroker.cli, txbroker.two_phase; "
-                                 "from txbroker import Producer, Consumer, Admin; print(txbroker.__file__)",
-                   cwd=tmp_path)
+    imported = run(
+        python,
+        "-c",
+        "import txbroker, txbroker.cli, txbroker.two_phase; "
+        "from txbroker import Producer, Consumer, Admin; print(txbroker.__file__)",
+        cwd=tmp_path,
+    )
     assert imported.startswith(str(tmp_path / "venv")), imported
     no_server = subprocess.run([python, "-c", "import app"], cwd=tmp_path, capture_output=True, text=True)
     assert no_server.returncode != 0 and "ModuleNotFoundError" in no_server.stderr

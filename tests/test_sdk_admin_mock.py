@@ -25,13 +25,20 @@ class FakeTransactions:
         if request.url.path == "/v1/transactions":
             after, limit = query.get("after", ""), int(query.get("limit", 1000))
             page = [tid for tid in self.ids if tid > after][:limit]
-            return httpx.Response(200, json={"transactions": [
-                {"transactional_id": tid, "producer_id": 1, "producer_epoch": 0, "state": query.get("state")}
-                for tid in page]})
+            return httpx.Response(
+                200,
+                json={
+                    "transactions": [
+                        {"transactional_id": tid, "producer_id": 1, "producer_epoch": 0, "state": query.get("state")}
+                        for tid in page
+                    ]
+                },
+            )
         if request.url.path.endswith("/abort"):
             return httpx.Response(200, json={"producer_id": 1, "producer_epoch": 1, "state": "CompleteAbort"})
-        return httpx.Response(404, json={"error": {"code": "TRANSACTIONAL_ID_NOT_FOUND", "message": "unknown",
-                                                   "retriable": False}})
+        return httpx.Response(
+            404, json={"error": {"code": "TRANSACTIONAL_ID_NOT_FOUND", "message": "unknown", "retriable": False}}
+        )
 
 
 def test_list_transactions_reads_every_page():
@@ -58,4 +65,5 @@ def test_two_phase_client_lists_abortable_states_through_admin_and_aborts_with_t
 def test_prepared_transaction_is_one_type_wherever_it_is_imported():
     from txbroker.records import PreparedTransaction as from_records
     from txbroker.two_phase import PreparedTransaction as from_two_phase
+
     assert from_records is from_two_phase is PreparedTransaction

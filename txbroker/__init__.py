@@ -11,14 +11,34 @@ from txbroker.admin import AsyncAdmin
 from txbroker.consumer import AsyncConsumer
 from txbroker.errors import TxbrokerError, for_code
 from txbroker.producer import AsyncProducer
-from txbroker.records import (ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, PreparedTransaction,
-                              RecordMetadata, TopicPartition)
+from txbroker.records import (
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    OffsetAndMetadata,
+    PreparedTransaction,
+    RecordMetadata,
+    TopicPartition,
+)
 from txbroker.sync import Admin, Consumer, Producer, TwoPhaseClient
 from txbroker.transaction_manager import TransactionState
 from txbroker.two_phase import AsyncTwoPhaseClient
 
 __all__ = [
-    "Admin", "AsyncAdmin", "AsyncConsumer", "AsyncProducer", "AsyncTwoPhaseClient", "Consumer", "ConsumerGroupMetadata",
-    "ConsumerRecord", "OffsetAndMetadata", "PreparedTransaction", "Producer", "RecordMetadata", "TopicPartition",
-    "TransactionState", "TwoPhaseClient", "TxbrokerError", "for_code",
+    "Admin",
+    "AsyncAdmin",
+    "AsyncConsumer",
+    "AsyncProducer",
+    "AsyncTwoPhaseClient",
+    "Consumer",
+    "ConsumerGroupMetadata",
+    "ConsumerRecord",
+    "OffsetAndMetadata",
+    "PreparedTransaction",
+    "Producer",
+    "RecordMetadata",
+    "TopicPartition",
+    "TransactionState",
+    "TwoPhaseClient",
+    "TxbrokerError",
+    "for_code",
 ]

@@ -55,14 +55,28 @@ class AsyncConsumer:
     - token, headers, transport: see txbroker.connection.Connection.
     """
 
-    def __init__(self, url: str = DEFAULT_URL, *, group_id: str | None = None, token: str | None = None,
-                 headers: Mapping[str, str] | None = None,
-                 transport: httpx.AsyncBaseTransport | httpx.BaseTransport | None = None,
-                 isolation_level: str = "read_committed", auto_offset_reset: str = "latest",
-                 enable_auto_commit: bool = True, auto_commit_interval_ms: int = 5_000,
-                 max_poll_records: int = 500, session_timeout_ms: int = 30_000, heartbeat_interval_ms: int = 3_000,
-                 request_timeout_ms: int = 30_000, retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1_000,
-                 default_api_timeout_ms: int = 60_000, fetch_max_records: int = 5_000, prefetch: bool = True) -> None:
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        group_id: str | None = None,
+        token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.AsyncBaseTransport | httpx.BaseTransport | None = None,
+        isolation_level: str = "read_committed",
+        auto_offset_reset: str = "latest",
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        max_poll_records: int = 500,
+        session_timeout_ms: int = 30_000,
+        heartbeat_interval_ms: int = 3_000,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1_000,
+        default_api_timeout_ms: int = 60_000,
+        fetch_max_records: int = 5_000,
+        prefetch: bool = True,
+    ) -> None:
         if isolation_level not in ISOLATION_LEVELS:
             raise ValueError(f"isolation_level must be one of {ISOLATION_LEVELS}, not {isolation_level!r}")
         if auto_offset_reset not in OFFSET_RESETS:
@@ -79,17 +93,37 @@ class AsyncConsumer:
         self._auto_commit_interval_s = auto_commit_interval_ms / 1000
         self._api_timeout_s = default_api_timeout_ms / 1000
         self._backoff = Backoff(retry_backoff_ms, retry_backoff_max_ms)
-        self._connection = Connection(url, token=token, headers=headers, transport=transport,
-                                      request_timeout_ms=request_timeout_ms)
+        self._connection = Connection(
+            url, token=token, headers=headers, transport=transport, request_timeout_ms=request_timeout_ms
+        )
         self._subscriptions = SubscriptionState()
-        self._coordinator = None if group_id is None else ConsumerCoordinator(
-            group_id, self._subscriptions, self._connection, self._call, session_timeout_ms=session_timeout_ms,
-            heartbeat_interval_s=heartbeat_interval_ms / 1000, backoff=self._backoff,
-            api_timeout_s=self._api_timeout_s)
-        self._fetcher = Fetcher(self._subscriptions, self._connection, self._call, self._coordinator, url=url,
-                                isolation_level=isolation_level, auto_offset_reset=auto_offset_reset,
-                                max_poll_records=max_poll_records, fetch_max_records=fetch_max_records,
-                                prefetch=prefetch, backoff=self._backoff)
+        self._coordinator = (
+            None
+            if group_id is None
+            else ConsumerCoordinator(
+                group_id,
+                self._subscriptions,
+                self._connection,
+                self._call,
+                session_timeout_ms=session_timeout_ms,
+                heartbeat_interval_s=heartbeat_interval_ms / 1000,
+                backoff=self._backoff,
+                api_timeout_s=self._api_timeout_s,
+            )
+        )
+        self._fetcher = Fetcher(
+            self._subscriptions,
+            self._connection,
+            self._call,
+            self._coordinator,
+            url=url,
+            isolation_level=isolation_level,
+            auto_offset_reset=auto_offset_reset,
+            max_poll_records=max_poll_records,
+            fetch_max_records=fetch_max_records,
+            prefetch=prefetch,
+            backoff=self._backoff,
+        )
         self._last_auto_commit = time.monotonic()
         self._closed = False
 
@@ -104,8 +138,12 @@ class AsyncConsumer:
             raise IllegalStateError("the consumer is closed")
 
     async def _call(self, what: str, method: str, path: str, body: Any = None, *, params=None) -> Any:
-        return await retrying(lambda: self._connection.request(method, path, body, params=params), what=what,
-                              timeout_s=self._api_timeout_s, backoff=self._backoff)
+        return await retrying(
+            lambda: self._connection.request(method, path, body, params=params),
+            what=what,
+            timeout_s=self._api_timeout_s,
+            backoff=self._backoff,
+        )
 
     def _require_group(self, what: str) -> ConsumerCoordinator:
         if self._coordinator is None:
@@ -114,8 +152,9 @@ class AsyncConsumer:
 
     # ---- subscription and assignment
 
-    def subscribe(self, topics: Iterable[str], on_assign: Listener | None = None,
-                  on_revoke: Listener | None = None) -> None:
+    def subscribe(
+        self, topics: Iterable[str], on_assign: Listener | None = None, on_revoke: Listener | None = None
+    ) -> None:
         """Joins the group (at the next poll) for these topics; the server assigns the partitions.
         on_revoke(partitions) / on_assign(partitions) run inside poll() when the assignment changes."""
         self._check_open()
@@ -183,12 +222,14 @@ class AsyncConsumer:
 
     async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         self._subscriptions.positions.update(
-            await self._fetcher.list_offsets(self._subscriptions.seekable(partitions), EARLIEST))
+            await self._fetcher.list_offsets(self._subscriptions.seekable(partitions), EARLIEST)
+        )
 
     async def seek_to_end(self, *partitions: TopicPartition) -> None:
         """To the end: the LSO under read_committed, the high watermark under read_uncommitted."""
         self._subscriptions.positions.update(
-            await self._fetcher.list_offsets(self._subscriptions.seekable(partitions), LATEST))
+            await self._fetcher.list_offsets(self._subscriptions.seekable(partitions), LATEST)
+        )
 
     async def seek_to_committed(self, *partitions: TopicPartition) -> None:
         """Back to the committed offsets (auto_offset_reset where none): after abort_transaction(),
@@ -242,8 +283,9 @@ class AsyncConsumer:
 
     # ---- commits
 
-    def offsets_to_commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
-                          ) -> dict[TopicPartition, int]:
+    def offsets_to_commit(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
+    ) -> dict[TopicPartition, int]:
         """What commit(offsets) commits, as {partition: offset}: `offsets`, or the positions of every
         assigned partition (for commit_async's callback)."""
         return {TopicPartition(e["topic"], e["partition"]): e["offset"] for e in self._offsets_body(offsets)}
@@ -253,8 +295,9 @@ class AsyncConsumer:
             offsets = self._subscriptions.assigned_positions()
         entries = []
         for tp, offset in offsets.items():
-            offset, metadata = (offset.offset, offset.metadata) if isinstance(offset, OffsetAndMetadata) else (
-                offset, None)
+            offset, metadata = (
+                (offset.offset, offset.metadata) if isinstance(offset, OffsetAndMetadata) else (offset, None)
+            )
             entries.append({"topic": tp[0], "partition": tp[1], "offset": int(offset), "metadata": metadata})
         return entries
 
@@ -270,8 +313,11 @@ class AsyncConsumer:
         await coordinator.commit(entries)
         self._last_auto_commit = time.monotonic()
 
-    def commit_async(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
-                     callback: Callable[[dict, BaseException | None], Any] | None = None) -> asyncio.Future:
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+        callback: Callable[[dict, BaseException | None], Any] | None = None,
+    ) -> asyncio.Future:
         """commit() in the background; `callback(offsets, error)` runs when it is done."""
         entries = self.offsets_to_commit(offsets)
         task = asyncio.ensure_future(self.commit(entries))

@@ -37,8 +37,18 @@ def group_path(group_id: str, action: str = "") -> str:
 
 
 class ConsumerCoordinator:
-    def __init__(self, group_id: str, subscriptions: SubscriptionState, connection: Connection, call: Call, *,
-                 session_timeout_ms: int, heartbeat_interval_s: float, backoff: Backoff, api_timeout_s: float) -> None:
+    def __init__(
+        self,
+        group_id: str,
+        subscriptions: SubscriptionState,
+        connection: Connection,
+        call: Call,
+        *,
+        session_timeout_ms: int,
+        heartbeat_interval_s: float,
+        backoff: Backoff,
+        api_timeout_s: float,
+    ) -> None:
         self.group_id = group_id
         self.member_id = NO_MEMBER
         self._subscriptions = subscriptions
@@ -59,13 +69,18 @@ class ConsumerCoordinator:
         subscriptions = self._subscriptions
         if subscriptions.topics is None:
             raise IllegalStateError(f"a heartbeat of group {self.group_id!r} without a subscription")
-        body = {"member_id": self.member_id, "generation_id": subscriptions.generation,
-                "topics": subscriptions.topics, "session_timeout_ms": self._session_timeout_ms}
+        body = {
+            "member_id": self.member_id,
+            "generation_id": subscriptions.generation,
+            "topics": subscriptions.topics,
+            "session_timeout_ms": self._session_timeout_ms,
+        }
         try:
             answer = await self._connection.request("POST", group_path(self.group_id, "heartbeat"), body)
         except errors.UnknownMemberIdError:
-            log.warning("consumer %s was evicted from group %r (session timeout?): rejoining",
-                        self.member_id, self.group_id)
+            log.warning(
+                "consumer %s was evicted from group %r (session timeout?): rejoining", self.member_id, self.group_id
+            )
             self.member_id = NO_MEMBER
             body["member_id"] = NO_MEMBER
             answer = await self._connection.request("POST", group_path(self.group_id, "heartbeat"), body)
@@ -98,8 +113,12 @@ class ConsumerCoordinator:
         """Joins if needed and adopts the latest assignment the heartbeats brought; returns what
         changed, for the caller to run the listeners on its own thread."""
         if not self.member_id:
-            await retrying(self._heartbeat, what=f"joining group {self.group_id!r}", timeout_s=self._api_timeout_s,
-                           backoff=self._backoff)
+            await retrying(
+                self._heartbeat,
+                what=f"joining group {self.group_id!r}",
+                timeout_s=self._api_timeout_s,
+                backoff=self._backoff,
+            )
         error, self._heartbeat_error = self._heartbeat_error, None
         if error is not None and not error.retriable:
             raise error  # e.g. GROUP_AUTHORIZATION_FAILED: heartbeats will not succeed by waiting
@@ -110,8 +129,12 @@ class ConsumerCoordinator:
         if self._latest is None or subscriptions.is_adopted(*self._latest):
             return None
         event = subscriptions.adopt(*self._latest)
-        log.info("group %r generation %d: assigned %s", self.group_id, subscriptions.generation,
-                 sorted(subscriptions.assignment))
+        log.info(
+            "group %r generation %d: assigned %s",
+            self.group_id,
+            subscriptions.generation,
+            sorted(subscriptions.assignment),
+        )
         return event
 
     async def leave(self) -> None:
@@ -121,8 +144,9 @@ class ConsumerCoordinator:
             self._heartbeat_task = None
         if self.member_id:
             try:
-                await self._connection.request("POST", group_path(self.group_id, "leave"),
-                                               {"member_id": self.member_id})
+                await self._connection.request(
+                    "POST", group_path(self.group_id, "leave"), {"member_id": self.member_id}
+                )
             except TxbrokerError as error:
                 log.info("leaving group %r: %s", self.group_id, error)
         self.member_id = NO_MEMBER
@@ -143,17 +167,26 @@ class ConsumerCoordinator:
 
     async def commit(self, entries: list[dict]) -> None:
         member_id, generation = self.commit_identity()
-        answer = await self._call(f"OffsetCommit({self.group_id})", "POST",
-                                  group_path(self.group_id, "offsets/commit"),
-                                  {"member_id": member_id, "generation_id": generation, "offsets": entries})
+        answer = await self._call(
+            f"OffsetCommit({self.group_id})",
+            "POST",
+            group_path(self.group_id, "offsets/commit"),
+            {"member_id": member_id, "generation_id": generation, "offsets": entries},
+        )
         for entry in answer["offsets"]:
             if entry["error"] is not None:
                 raise errors.from_body(entry["error"])
 
     async def fetch_committed(self, partitions: list[TopicPartition], require_stable: bool) -> Committed:
-        answer = await self._call(f"OffsetFetch({self.group_id})", "POST", group_path(self.group_id, "offsets/fetch"),
-                                  {"partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in partitions],
-                                   "require_stable": require_stable})
+        answer = await self._call(
+            f"OffsetFetch({self.group_id})",
+            "POST",
+            group_path(self.group_id, "offsets/fetch"),
+            {
+                "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in partitions],
+                "require_stable": require_stable,
+            },
+        )
         found: Committed = {}
         for entry in answer["offsets"]:
             tp = TopicPartition(entry["topic"], entry["partition"])

@@ -38,15 +38,28 @@ MAX_WAIT_MS = 30_000
 class _Fetched:
     """One partition's fetched records not yet returned. `position` is what the consumer's position
     must still be for them to be returned: a seek, reset or revocation meanwhile discards them."""
+
     records: deque[ConsumerRecord]
     position: int
     next_offset: int
 
 
 class Fetcher:
-    def __init__(self, subscriptions: SubscriptionState, connection: Connection, call: Call,
-                 coordinator: ConsumerCoordinator | None, *, url: str, isolation_level: str, auto_offset_reset: str,
-                 max_poll_records: int, fetch_max_records: int, prefetch: bool, backoff: Backoff) -> None:
+    def __init__(
+        self,
+        subscriptions: SubscriptionState,
+        connection: Connection,
+        call: Call,
+        coordinator: ConsumerCoordinator | None,
+        *,
+        url: str,
+        isolation_level: str,
+        auto_offset_reset: str,
+        max_poll_records: int,
+        fetch_max_records: int,
+        prefetch: bool,
+        backoff: Backoff,
+    ) -> None:
         self._subscriptions = subscriptions
         self._connection = connection
         self._call = call
@@ -72,9 +85,15 @@ class Fetcher:
         wanted = list(partitions)
         if not wanted:
             return {}
-        answer = await self._call("ListOffsets", "POST", "/v1/offsets/list", {
-            "isolation_level": self._isolation_level,
-            "partitions": [{"topic": tp.topic, "partition": tp.partition, "timestamp": timestamp} for tp in wanted]})
+        answer = await self._call(
+            "ListOffsets",
+            "POST",
+            "/v1/offsets/list",
+            {
+                "isolation_level": self._isolation_level,
+                "partitions": [{"topic": tp.topic, "partition": tp.partition, "timestamp": timestamp} for tp in wanted],
+            },
+        )
         found = {}
         for entry in answer["partitions"]:
             if entry["error"] is not None:
@@ -87,7 +106,8 @@ class Fetcher:
         timestamp = OFFSET_RESETS[self._auto_offset_reset]
         if timestamp is None and partitions:
             raise errors.NoOffsetForPartitionError(
-                f"no committed offset for {sorted(partitions)} and auto_offset_reset='none': seek() first")
+                f"no committed offset for {sorted(partitions)} and auto_offset_reset='none': seek() first"
+            )
         self._subscriptions.positions.update(await self.list_offsets(partitions, timestamp))
 
     async def initialize_positions(self, deadline: float) -> None:
@@ -127,8 +147,14 @@ class Fetcher:
         if answer is None:
             max_wait_ms = min(max(0, int((deadline - time.monotonic()) * 1000)), MAX_WAIT_MS)
             try:
-                answer = await self._until_assignment_changes(self._connection.request(
-                    "POST", "/v1/fetch", self._fetch_body(requested, max_wait_ms), extra_timeout_s=max_wait_ms / 1000))
+                answer = await self._until_assignment_changes(
+                    self._connection.request(
+                        "POST",
+                        "/v1/fetch",
+                        self._fetch_body(requested, max_wait_ms),
+                        extra_timeout_s=max_wait_ms / 1000,
+                    )
+                )
             except TxbrokerError as error:
                 if not error.retriable:
                     raise
@@ -140,10 +166,15 @@ class Fetcher:
         return self._take_fetched()
 
     def _fetch_body(self, positions: dict[TopicPartition, int], max_wait_ms: int) -> dict:
-        return {"isolation_level": self._isolation_level, "max_wait_ms": max_wait_ms,
-                "max_records": self._fetch_max_records, "encoding": BASE64,
-                "partitions": [{"topic": tp.topic, "partition": tp.partition, "offset": offset}
-                               for tp, offset in positions.items()]}
+        return {
+            "isolation_level": self._isolation_level,
+            "max_wait_ms": max_wait_ms,
+            "max_records": self._fetch_max_records,
+            "encoding": BASE64,
+            "partitions": [
+                {"topic": tp.topic, "partition": tp.partition, "offset": offset} for tp, offset in positions.items()
+            ],
+        }
 
     async def _prefetched(self, requested: dict[TopicPartition, int]) -> dict | None:
         """The prefetch's answer if it asked for exactly these positions (no seek, rebalance or
@@ -177,15 +208,18 @@ class Fetcher:
             error = entry["error"]
             if error is not None:
                 if error["code"] == "OFFSET_OUT_OF_RANGE" and self._auto_offset_reset != "none":
-                    log.warning("%s: offset %d out of range: resetting to %s", tp, requested[tp],
-                                self._auto_offset_reset)
+                    log.warning(
+                        "%s: offset %d out of range: resetting to %s", tp, requested[tp], self._auto_offset_reset
+                    )
                     reset.append(tp)
                     continue
                 raise errors.from_body(error)
             if entry["records"]:
                 self._fetched[tp] = _Fetched(
                     deque(consumer_record(tp.topic, tp.partition, wire) for wire in entry["records"]),
-                    requested[tp], entry["next_offset"])
+                    requested[tp],
+                    entry["next_offset"],
+                )
             else:
                 positions[tp] = entry["next_offset"]
         if reset:
@@ -216,11 +250,14 @@ class Fetcher:
         remaining = sum(len(fetched.records) for fetched in self._fetched.values())
         if records and remaining <= self._max_poll_records and self._prefetch is None and self._prefetch_enabled:
             # The next poll empties the buffer: fetch what follows it now.
-            following = {tp: self._fetched[tp].next_offset if tp in self._fetched else positions[tp]
-                         for tp in subscriptions.fetchable()}
+            following = {
+                tp: self._fetched[tp].next_offset if tp in self._fetched else positions[tp]
+                for tp in subscriptions.fetchable()
+            }
             if following:
                 task = asyncio.ensure_future(
-                    self._connection.request("POST", "/v1/fetch", self._fetch_body(following, 0)))
+                    self._connection.request("POST", "/v1/fetch", self._fetch_body(following, 0))
+                )
                 task.add_done_callback(lambda done: done.cancelled() or done.exception())  # a dropped one's error
                 self._prefetch = (following, task)
         return records

@@ -26,6 +26,7 @@ Listener = Callable[[set[TopicPartition]], Any]
 @dataclass(frozen=True)
 class RebalanceEvent:
     """What changed when poll() adopted a new assignment: callbacks to run, in this order."""
+
     revoked: set[TopicPartition]
     assigned: set[TopicPartition]
     on_revoke: Listener | None

@@ -46,13 +46,18 @@ class AsyncTwoPhaseClient(AsyncAdmin):
     def __init__(self, url: str = DEFAULT_URL, *, default_api_timeout_ms: int = 120_000, **config: Any) -> None:
         super().__init__(url, default_api_timeout_ms=default_api_timeout_ms, **config)
 
-    async def _once(self, method: str, path: str, body: Any = None, *, params: Mapping | None = None,
-                    what: str | None = None) -> Any:
+    async def _once(
+        self, method: str, path: str, body: Any = None, *, params: Mapping | None = None, what: str | None = None
+    ) -> Any:
         """Unlike Admin's, sent again after a lost answer too: a coordinator's calls are safe to
         repeat (an EndTxn's retry answers the same outcome; an abort's finds nothing open, which
         abort_open reports as False and abort as done)."""
-        return await retrying(lambda: self._connection.request(method, path, body, params=params),
-                              what=what or f"{method} {path}", timeout_s=self._api_timeout_s, backoff=self._backoff)
+        return await retrying(
+            lambda: self._connection.request(method, path, body, params=params),
+            what=what or f"{method} {path}",
+            timeout_s=self._api_timeout_s,
+            backoff=self._backoff,
+        )
 
     # ---- completing
 
@@ -94,6 +99,7 @@ class AsyncTwoPhaseClient(AsyncAdmin):
         async def one(transaction: PreparedTransaction) -> None:
             async with slots:
                 await action(PreparedTransaction(*transaction))
+
         results = await asyncio.gather(*(one(p) for p in prepared), return_exceptions=True)
         failed = [result for result in results if isinstance(result, BaseException)]
         if failed:
@@ -101,13 +107,17 @@ class AsyncTwoPhaseClient(AsyncAdmin):
 
     async def _end(self, prepared: PreparedTransaction, commit: bool) -> str:
         tid, producer_id, epoch = prepared
-        answer = await self._once("POST", "/v1/txn/end", {
-            "transactional_id": tid, "producer_id": producer_id, "producer_epoch": epoch, "committed": commit},
-            what=f"EndTxn({'commit' if commit else 'abort'} {tid!r})")
+        answer = await self._once(
+            "POST",
+            "/v1/txn/end",
+            {"transactional_id": tid, "producer_id": producer_id, "producer_epoch": epoch, "committed": commit},
+            what=f"EndTxn({'commit' if commit else 'abort'} {tid!r})",
+        )
         return answer["state"]
 
-    async def abort_open(self, transactional_id: str, producer_id: int | None = None,
-                         producer_epoch: int | None = None) -> bool:
+    async def abort_open(
+        self, transactional_id: str, producer_id: int | None = None, producer_epoch: int | None = None
+    ) -> bool:
         """Fences the transactional id's producer and aborts its open (Ongoing or Prepared)
         transaction, for orphans whose producer ids the caller never received. With
         `producer_id`/`producer_epoch` (as listed), only if the producer is still that one. True
@@ -127,12 +137,12 @@ class AsyncTwoPhaseClient(AsyncAdmin):
         except errors.TransactionalIdNotFoundError:
             return None
 
-    async def list(self, transactional_id_prefix: str,
-                   states: Iterable[str] | None = ABORTABLE_STATES) -> list[dict]:
+    async def list(self, transactional_id_prefix: str, states: Iterable[str] | None = ABORTABLE_STATES) -> list[dict]:
         """Every transaction whose transactional id starts with the prefix (in the given states;
         None: any state), ordered by transactional id, all pages."""
-        return await self.list_transactions(transactional_id_prefix=transactional_id_prefix,
-                                            states=None if states is None else list(states))
+        return await self.list_transactions(
+            transactional_id_prefix=transactional_id_prefix, states=None if states is None else list(states)
+        )
 
 
 __all__ = ["AsyncTwoPhaseClient", "PreparedTransaction"]
