@@ -75,3 +75,22 @@ def test_the_server_depends_on_the_client_and_adds_its_commands():
     # As installed in this environment (scripts/setup): the metadata pip resolved, and the commands.
     assert any(requirement.startswith("txbroker==") for requirement in requires("txbroker-server"))
     assert {e.name for e in entry_points(group="txbroker.commands")} >= {"serve", "db"}
+
+
+def test_the_txbroker_command_offers_the_servers_commands_when_the_server_is_installed(tmp_path):
+    command = Path(sys.executable).parent / "txbroker"
+    assert "--database-url" in run(command, "serve", "--help", cwd=tmp_path)
+    assert "--database-url" in run(command, "db", "upgrade", "--help", cwd=tmp_path)
+
+
+def test_a_command_that_cannot_be_loaded_is_reported_and_the_others_still_work(monkeypatch, capsys):
+    from importlib.metadata import EntryPoint
+
+    from txbroker import cli
+
+    broken = EntryPoint(name="broken", value="no_such_module:add", group=cli.COMMANDS_GROUP)
+    monkeypatch.setattr(cli, "entry_points", lambda group: [broken])
+    parser = cli.build_parser()
+    assert parser.parse_args(["topics", "list"]).run is not None
+    warning = capsys.readouterr().err
+    assert "'broken' (no_such_module:add) could not be loaded: ModuleNotFoundError" in warning
