@@ -51,7 +51,9 @@ class AsyncTwoPhaseClient(AsyncAdmin):
     ) -> Any:
         """Unlike Admin's, sent again after a lost answer too: a coordinator's calls are safe to
         repeat (an EndTxn's retry answers the same outcome; an abort's finds nothing open, which
-        abort_open reports as False and abort as done)."""
+        abort_open reports as False and abort as done). Admin's other mutations, inherited, are
+        sent again too and may then report what did happen (TOPIC_ALREADY_EXISTS): use an Admin
+        for those."""
         return await retrying(
             lambda: self._connection.request(method, path, body, params=params),
             what=what or f"{method} {path}",
