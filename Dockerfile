@@ -12,12 +12,14 @@ RUN apt-get update \
 
 WORKDIR /srv/txbroker
 COPY pyproject.toml README.md alembic.ini ./
+COPY sdk ./sdk
 COPY app ./app
 COPY txbroker ./txbroker
 COPY spark_client ./spark_client
 COPY alembic ./alembic
 COPY web ./web
-RUN pip install --no-cache-dir -e .
+# Both distributions: the client (sdk/: SDK and CLI) and the server, which depends on it.
+RUN pip install --no-cache-dir -e ./sdk -e .
 
 # Not root: the embedded PostgreSQL then runs as this user directly (no namespace needed).
 USER txbroker

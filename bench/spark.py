@@ -40,8 +40,7 @@ from bench.text_table import align
 from bench.processes import CpuMeter, database_url_for, start_txbroker
 from bench.timed_run import Measurement, median_of
 from bench.workloads import record_value
-from txbroker import Admin, Consumer, Producer, TopicPartition
-from txbroker.two_phase import TwoPhaseClient
+from txbroker import Admin, Consumer, Producer, TopicPartition, TwoPhaseClient
 
 DATABASE = "bench_spark"
 SDK_WRITE, SDK_READ = "SDK Producer, transactional", "SDK Consumer"

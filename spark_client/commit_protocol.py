@@ -55,6 +55,7 @@ log = logging.getLogger("spark_client")
 class TaskCommitMessage(WriterCommitMessage):
     """What a successful task attempt tells the driver. `transaction` is None when the task wrote
     nothing: no rows, or `skipped` (the batch was already decided, or decided without it)."""
+
     partition: int
     transaction: PreparedTransaction | None
     rows: int
@@ -65,6 +66,7 @@ class TaskCommitMessage(WriterCommitMessage):
 @dataclass(frozen=True)
 class TaskAttempt:
     """Who is writing: Spark's TaskContext, as plain values."""
+
     partition: int
     attempt: int
     task_attempt_id: int
@@ -73,15 +75,18 @@ class TaskAttempt:
 
 # ---- the task's side
 
+
 def _read_decision(connection: ConnectionOptions, batch: SinkBatch) -> Decision | None:
     async def read() -> Decision | None:
         async with DecisionLog(connection, batch) as decisions:
             return await decisions.read()
+
     return asyncio.run(read())
 
 
-def write_task(options: WriteOptions, batch: SinkBatch, batches: Iterator[pa.RecordBatch],
-               task: TaskAttempt) -> TaskCommitMessage:
+def write_task(
+    options: WriteOptions, batch: SinkBatch, batches: Iterator[pa.RecordBatch], task: TaskAttempt
+) -> TaskCommitMessage:
     """Phase one for one task attempt: write the rows in a transaction of its own, and prepare it."""
     faults = options.faults
     decided = _read_decision(options.connection, batch)
@@ -100,9 +105,12 @@ def write_task(options: WriteOptions, batch: SinkBatch, batches: Iterator[pa.Rec
             if record_batch.num_rows == 0:
                 continue
             if producer is None:  # no transaction at all for a task without rows
-                producer = Producer(options.connection.url, transactional_id=transactional_id,
-                                    transaction_timeout_ms=options.transaction_timeout_ms,
-                                    **options.connection.client_config)
+                producer = Producer(
+                    options.connection.url,
+                    transactional_id=transactional_id,
+                    transaction_timeout_ms=options.transaction_timeout_ms,
+                    **options.connection.client_config,
+                )
                 producer.init_transactions()
                 producer.begin_transaction()
             send, topic = producer.send, options.topic
@@ -120,8 +128,9 @@ def write_task(options: WriteOptions, batch: SinkBatch, batches: Iterator[pa.Rec
         faults.task_point("after_prepare", batch.batch_id, task.partition, task.attempt)
         if batch.relation(_read_decision(options.connection, batch)) is not Relation.UNDECIDED:
             # Decided without this attempt (it is a zombie): nobody else will look for it.
-            log.warning("%s: batch %s was decided without %s: aborting it", batch.sink_id, batch.batch_key,
-                        transactional_id)
+            log.warning(
+                "%s: batch %s was decided without %s: aborting it", batch.sink_id, batch.batch_key, transactional_id
+            )
             producer.abort_transaction()
             return TaskCommitMessage(task.partition, None, rows, skipped=True, query_id=task.query_id)
         return TaskCommitMessage(task.partition, prepared, rows, query_id=task.query_id)
@@ -139,40 +148,56 @@ def write_task(options: WriteOptions, batch: SinkBatch, batches: Iterator[pa.Rec
 
 # ---- the driver's side
 
+
 class _Coordinator:
     """The driver's calls for one batch: decisions, completions, the sweep."""
 
-    def __init__(self, options: WriteOptions, batch: SinkBatch, decisions: DecisionLog,
-                 transactions: AsyncTwoPhaseClient) -> None:
+    def __init__(
+        self, options: WriteOptions, batch: SinkBatch, decisions: DecisionLog, transactions: AsyncTwoPhaseClient
+    ) -> None:
         self.options, self.batch, self.decisions, self.transactions = options, batch, decisions, transactions
 
     async def roll_forward(self, decision: Decision) -> None:
         """Commits what the decision names (idempotent: committed ones answer success), then sweeps."""
-        log.info("%s: rolling batch %d forward (%d transactions)", self.batch.sink_id, decision.batch_id,
-                 len(decision.transactions))
+        log.info(
+            "%s: rolling batch %d forward (%d transactions)",
+            self.batch.sink_id,
+            decision.batch_id,
+            len(decision.transactions),
+        )
         try:
             await self.transactions.commit_all(decision.transactions)
         except (errors.ProducerFencedError, errors.InvalidTxnStateError) as error:
             raise SinkStateError(
                 f"batch {decision.batch_id} of sink {self.batch.sink_id!r} was decided, but one of its transactions "
                 f"is no longer Prepared and was not committed by the sink: someone else aborted it (an operator's "
-                f"abort?), so its rows are lost ({error})") from error
+                f"abort?), so its rows are lost ({error})"
+            ) from error
         await self.sweep(decision.transactions)
 
     async def sweep(self, keep: Iterable[PreparedTransaction]) -> None:
         """Aborts every open transaction of this batch (and, for a stream, of earlier batches) but `keep`."""
         kept = {t.transactional_id for t in keep}
-        leftovers = [t for t in await self.transactions.list(self.batch.sweep_prefix)
-                     if self.batch.sweeps(t["transactional_id"]) and t["transactional_id"] not in kept]
+        leftovers = [
+            t
+            for t in await self.transactions.list(self.batch.sweep_prefix)
+            if self.batch.sweeps(t["transactional_id"]) and t["transactional_id"] not in kept
+        ]
         if leftovers:
-            log.info("%s: aborting %d transactions of failed or extra attempts: %s", self.batch.sink_id,
-                     len(leftovers), [t["transactional_id"] for t in leftovers])
+            log.info(
+                "%s: aborting %d transactions of failed or extra attempts: %s",
+                self.batch.sink_id,
+                len(leftovers),
+                [t["transactional_id"] for t in leftovers],
+            )
         slots = asyncio.Semaphore(8)
 
         async def abort(transaction: dict) -> None:
             async with slots:
-                await self.transactions.abort_open(transaction["transactional_id"], transaction["producer_id"],
-                                                   transaction["producer_epoch"])
+                await self.transactions.abort_open(
+                    transaction["transactional_id"], transaction["producer_id"], transaction["producer_epoch"]
+                )
+
         await asyncio.gather(*(abort(t) for t in leftovers))
 
     async def commit(self, messages: Sequence[TaskCommitMessage | None]) -> Decision:
@@ -189,8 +214,10 @@ class _Coordinator:
         if any(m is None for m in messages):
             raise SinkStateError(f"commit of batch {batch.batch_key} without every task's message: {messages}")
         if any(m.skipped for m in messages):
-            raise SinkStateError(f"tasks of batch {batch.batch_key} found a decision for it that is gone now: "
-                                 f"is another query writing with sink_id {batch.sink_id!r}?")
+            raise SinkStateError(
+                f"tasks of batch {batch.batch_key} found a decision for it that is gone now: "
+                f"is another query writing with sink_id {batch.sink_id!r}?"
+            )
         prepared = [m.transaction for m in messages if m.transaction is not None]
         decision = await self.decisions.record(batch.batch_id, prepared, query_id)  # the commit point
         if self.options.faults.crashes_after_decision(batch.batch_id):
@@ -210,16 +237,23 @@ class _Coordinator:
 
 async def _as_coordinator(options: WriteOptions, batch: SinkBatch, action):
     connection = options.connection
-    async with DecisionLog(connection, batch) as decisions, AsyncTwoPhaseClient(
-            connection.url, **connection.client_config) as transactions:
+    async with (
+        DecisionLog(connection, batch) as decisions,
+        AsyncTwoPhaseClient(connection.url, **connection.client_config) as transactions,
+    ):
         return await action(_Coordinator(options, batch, decisions, transactions))
 
 
 def commit_batch(options: WriteOptions, batch: SinkBatch, messages: Sequence[TaskCommitMessage | None]) -> Decision:
     """The driver's commit of a batch (see the module docstring); idempotent per batch."""
     decision = asyncio.run(_as_coordinator(options, batch, lambda c: c.commit(messages)))
-    log.info("%s: batch %s committed: %d transactions, %d rows", batch.sink_id, batch.batch_key,
-             len(decision.transactions), sum(m.rows for m in messages if m is not None))
+    log.info(
+        "%s: batch %s committed: %d transactions, %d rows",
+        batch.sink_id,
+        batch.batch_key,
+        len(decision.transactions),
+        sum(m.rows for m in messages if m is not None),
+    )
     return decision
 
 
@@ -230,14 +264,16 @@ def abort_batch(options: WriteOptions, batch: SinkBatch, messages: Sequence[Task
 
 # ---- after a crash
 
+
 async def _recover(connection: ConnectionOptions, sink_id: str, topic: str, abort_undecided: bool) -> dict:
     report = {"committed": [], "aborted": [], "left": []}
     async with AsyncTwoPhaseClient(connection.url, **connection.client_config) as transactions:
         open_ones = await transactions.list(f"{sink_id}/")
         by_batch: dict[str, list[dict]] = {}
         for transaction in open_ones:
-            by_batch.setdefault(transaction["transactional_id"][len(sink_id) + 1:].split("/", 1)[0], []).append(
-                transaction)
+            by_batch.setdefault(transaction["transactional_id"][len(sink_id) + 1 :].split("/", 1)[0], []).append(
+                transaction
+            )
         stream_decision: Decision | None = None
         if any(key.isdigit() for key in by_batch):
             async with DecisionLog(connection, SinkBatch(sink_id, topic)) as decisions:

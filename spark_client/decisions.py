@@ -54,8 +54,15 @@ class Decision:
     query_id: str | None = None
 
     def metadata(self) -> str:
-        return json.dumps({"v": FORMAT_VERSION, "batch": self.batch_id, "query": self.query_id,
-                           "txns": [list(t) for t in self.transactions]}, separators=(",", ":"))
+        return json.dumps(
+            {
+                "v": FORMAT_VERSION,
+                "batch": self.batch_id,
+                "query": self.query_id,
+                "txns": [list(t) for t in self.transactions],
+            },
+            separators=(",", ":"),
+        )
 
     @classmethod
     def parse(cls, offset: int, metadata: str | None) -> Decision:
@@ -63,17 +70,23 @@ class Decision:
             body = json.loads(metadata or "")
             if body.get("v") != FORMAT_VERSION or body["batch"] != offset:
                 raise ValueError(f"version {body.get('v')}, batch {body.get('batch')}")
-            return cls(offset, tuple(PreparedTransaction(str(t), int(p), int(e)) for t, p, e in body["txns"]),
-                       body.get("query"))
+            return cls(
+                offset,
+                tuple(PreparedTransaction(str(t), int(p), int(e)) for t, p, e in body["txns"]),
+                body.get("query"),
+            )
         except (ValueError, KeyError, TypeError) as error:
-            raise SinkStateError(f"the sink's decision record for batch {offset} is not one this version wrote "
-                                 f"({error}): {metadata!r:.200}") from None
+            raise SinkStateError(
+                f"the sink's decision record for batch {offset} is not one this version wrote "
+                f"({error}): {metadata!r:.200}"
+            ) from None
 
 
 class Relation(enum.Enum):
     """Where a batch stands against the sink's latest decision."""
-    UNDECIDED = "undecided"    # no decision for it yet: its transactions are only ever aborted
-    COMMITTED = "committed"    # decided: exactly the decision's transactions commit
+
+    UNDECIDED = "undecided"  # no decision for it yet: its transactions are only ever aborted
+    COMMITTED = "committed"  # decided: exactly the decision's transactions commit
     SUPERSEDED = "superseded"  # a later batch was decided: a contradiction (see SinkStateError)
 
 
@@ -85,6 +98,7 @@ class SinkBatch:
     attempt, so retried and speculative attempts never share (nor fence) one, and every transaction
     of a batch is found by the prefix `<sink_id>/<batch>/`. `<batch>` is the streaming batch id, or
     the batch write's job id (`job-<hex>`)."""
+
     sink_id: str
     topic: str
     batch_id: int = 0
@@ -115,7 +129,7 @@ class SinkBatch:
         """Whether a transaction found under `sweep_prefix` is this batch's or an earlier one's."""
         if self.job:
             return transactional_id.startswith(self.prefix)
-        batch = transactional_id[len(self.sink_id) + 1:].split("/", 1)[0]
+        batch = transactional_id[len(self.sink_id) + 1 :].split("/", 1)[0]
         return batch.isdigit() and int(batch) <= self.batch_id
 
     def relation(self, decision: Decision | None) -> Relation:
@@ -130,7 +144,8 @@ class SinkBatch:
             f"sink {self.sink_id!r} already committed batch {decision.batch_id} (query {decision.query_id}), but "
             f"batch {self.batch_id} (query {query_id}) is being written now: a sink_id belongs to one streaming "
             f"query and its checkpoint. Give a query whose checkpoint was reset, or a second query, a sink_id of "
-            f"its own.")
+            f"its own."
+        )
 
 
 class DecisionLog:
@@ -150,13 +165,20 @@ class DecisionLog:
         await self._connection.close()
 
     async def _call(self, what: str, action: str, body: dict) -> dict:
-        return await retrying(lambda: self._connection.request("POST", f"{self._group_path}/{action}", body),
-                              what=what, timeout_s=self._api_timeout_s, backoff=self._backoff)
+        return await retrying(
+            lambda: self._connection.request("POST", f"{self._group_path}/{action}", body),
+            what=what,
+            timeout_s=self._api_timeout_s,
+            backoff=self._backoff,
+        )
 
     async def read(self) -> Decision | None:
         try:
-            answer = await self._call("reading the sink's decision", "fetch", {
-                "partitions": [{"topic": self._topic, "partition": 0}], "require_stable": False})
+            answer = await self._call(
+                "reading the sink's decision",
+                "fetch",
+                {"partitions": [{"topic": self._topic, "partition": 0}], "require_stable": False},
+            )
         except errors.GroupIdNotFoundError:
             return None
         for entry in answer["offsets"]:
@@ -166,18 +188,27 @@ class DecisionLog:
                 return Decision.parse(entry["offset"], entry.get("metadata"))
         return None
 
-    async def record(self, batch_id: int, transactions: Iterable[PreparedTransaction],
-                     query_id: str | None = None) -> Decision:
+    async def record(
+        self, batch_id: int, transactions: Iterable[PreparedTransaction], query_id: str | None = None
+    ) -> Decision:
         """Durably records that the batch commits with exactly these transactions; safe to repeat."""
         decision = Decision(batch_id, tuple(PreparedTransaction(*t) for t in transactions), query_id)
         metadata = decision.metadata()
         if len(metadata) > MAX_METADATA_CHARS:
-            raise SinkStateError(f"batch {batch_id} has {len(decision.transactions)} transactions: more than one "
-                                 f"decision record holds ({len(metadata)} > {MAX_METADATA_CHARS} characters); "
-                                 f"write with fewer tasks (coalesce())")
-        answer = await self._call(f"recording the decision for batch {batch_id}", "commit", {
-            "member_id": "", "generation_id": -1, "offsets": [
-                {"topic": self._topic, "partition": 0, "offset": batch_id, "metadata": metadata}]})
+            raise SinkStateError(
+                f"batch {batch_id} has {len(decision.transactions)} transactions: more than one "
+                f"decision record holds ({len(metadata)} > {MAX_METADATA_CHARS} characters); "
+                f"write with fewer tasks (coalesce())"
+            )
+        answer = await self._call(
+            f"recording the decision for batch {batch_id}",
+            "commit",
+            {
+                "member_id": "",
+                "generation_id": -1,
+                "offsets": [{"topic": self._topic, "partition": 0, "offset": batch_id, "metadata": metadata}],
+            },
+        )
         for entry in answer["offsets"]:
             if entry["error"] is not None:
                 raise errors.from_body(entry["error"])

@@ -37,8 +37,12 @@ class TaskFault:
     every_attempt: bool = False
 
     def applies(self, at: str, batch_id: int, partition: int, attempt: int) -> bool:
-        return (at == self.at and partition == self.partition and (self.batch is None or self.batch == batch_id)
-                and (self.every_attempt or attempt == 0))
+        return (
+            at == self.at
+            and partition == self.partition
+            and (self.batch is None or self.batch == batch_id)
+            and (self.every_attempt or attempt == 0)
+        )
 
 
 @dataclass(frozen=True)
@@ -55,8 +59,11 @@ class Faults:
         for entry in spec.get("fail", []):
             if entry["at"] not in POINTS:
                 raise ValueError(f"_test_faults: 'at' must be one of {POINTS}, not {entry['at']!r}")
-            tasks.append(TaskFault(int(entry["partition"]), entry["at"], entry.get("batch"),
-                                   entry.get("attempts", "first") == "all"))
+            tasks.append(
+                TaskFault(
+                    int(entry["partition"]), entry["at"], entry.get("batch"), entry.get("attempts", "first") == "all"
+                )
+            )
         crash = spec.get("crash_driver_after_decision")
         return cls(tuple(tasks), None if crash is None else int(crash))
 
@@ -83,7 +90,7 @@ def crash_driver() -> None:
 
 def _parent(pid: int) -> int:
     stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2:].split()[1])
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
 
 
 def _ancestor_named(name: str) -> int | None:

@@ -24,12 +24,15 @@ def local_session(app_name: str = "txbroker", master: str = "local[2]", **conf: 
     spark.task.maxFailures). `conf` entries are Spark settings (dots may be written as "__")."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (SparkSession.builder.master(master).appName(app_name)
-               .config("spark.driver.host", "127.0.0.1")
-               .config("spark.driver.bindAddress", "127.0.0.1")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2")
-               .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true"))
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+    )
     for key, value in conf.items():
         builder = builder.config(key.replace("__", "."), value)
     spark = builder.getOrCreate()

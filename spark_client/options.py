@@ -105,12 +105,12 @@ def connection_options(options: Mapping[str, str]) -> ConnectionOptions:
     url = _required(lowered, "url", "the txbroker server, e.g. .option('url', 'http://127.0.0.1:8080')")
     if not url.startswith(("http://", "https://")):
         raise OptionError(f"option 'url' must be an http:// or https:// URL, not {url!r}")
-    return ConnectionOptions(url.rstrip("/"), lowered.get("token") or None,
-                             _int(lowered, "request_timeout_ms", 30_000))
+    return ConnectionOptions(url.rstrip("/"), lowered.get("token") or None, _int(lowered, "request_timeout_ms", 30_000))
 
 
-def _offsets(options: dict[str, str], name: str, topic: str, default: str, allowed: tuple[str, ...]
-             ) -> str | dict[int, int]:
+def _offsets(
+    options: dict[str, str], name: str, topic: str, default: str, allowed: tuple[str, ...]
+) -> str | dict[int, int]:
     raw = options.get(name.lower())
     if raw is None:
         return default
@@ -129,8 +129,10 @@ def _offsets(options: dict[str, str], name: str, topic: str, default: str, allow
     except (TypeError, ValueError):
         offsets = None
     if offsets is None or any(p < 0 or o < EARLIEST for p, o in offsets.items()):
-        raise OptionError(f"option {name!r} must be one of {list(allowed)} or a JSON object of partition -> "
-                          f"offset (-2 earliest, -1 latest) such as '{{\"{topic}\": {{\"0\": 42}}}}', not {raw!r}")
+        raise OptionError(
+            f"option {name!r} must be one of {list(allowed)} or a JSON object of partition -> "
+            f'offset (-2 earliest, -1 latest) such as \'{{"{topic}": {{"0": 42}}}}\', not {raw!r}'
+        )
     return offsets
 
 
@@ -140,16 +142,24 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
     isolation = lowered.get("isolation_level", "read_committed").strip()
     if isolation not in ISOLATION_LEVELS:
         raise OptionError(f"option 'isolation_level' must be one of {list(ISOLATION_LEVELS)}, not {isolation!r}")
-    starting = _offsets(lowered, "startingOffsets", topic, "latest" if streaming else "earliest",
-                        ("earliest", "latest"))
+    starting = _offsets(
+        lowered, "startingOffsets", topic, "latest" if streaming else "earliest", ("earliest", "latest")
+    )
     if streaming and "endingoffsets" in lowered:
         raise OptionError("option 'endingOffsets' is for batch reads (spark.read); a stream has no end")
     ending = _offsets(lowered, "endingOffsets", topic, "latest", ("latest",))
     if not streaming and "maxrecordspertrigger" in lowered:
         raise OptionError("option 'maxRecordsPerTrigger' is for streaming reads (spark.readStream)")
-    return ReadOptions(connection_options(options), topic, isolation, starting, ending,
-                       _int(lowered, "maxRecordsPerTrigger", None), _bool(lowered, "binary", False),
-                       _int(lowered, "max_records_per_fetch", DEFAULT_MAX_RECORDS_PER_FETCH))
+    return ReadOptions(
+        connection_options(options),
+        topic,
+        isolation,
+        starting,
+        ending,
+        _int(lowered, "maxRecordsPerTrigger", None),
+        _bool(lowered, "binary", False),
+        _int(lowered, "max_records_per_fetch", DEFAULT_MAX_RECORDS_PER_FETCH),
+    )
 
 
 def write_options(options: Mapping[str, str], streaming: bool) -> WriteOptions:
@@ -160,10 +170,15 @@ def write_options(options: Mapping[str, str], streaming: bool) -> WriteOptions:
         raise OptionError(
             "a streaming write needs the option 'sink_id': a name for this query's output, stable across "
             "restarts from its checkpoint (e.g. 'orders-enricher'), under which the sink records which "
-            "transactions each micro-batch committed")
+            "transactions each micro-batch committed"
+        )
     sink_id = (sink_id or "batch").strip()
     if not SINK_ID.fullmatch(sink_id):
         raise OptionError(f"option 'sink_id' must match {SINK_ID.pattern}, not {sink_id!r}")
-    return WriteOptions(connection_options(options), topic, sink_id,
-                        _int(lowered, "transaction_timeout_ms", DEFAULT_TRANSACTION_TIMEOUT_MS),
-                        Faults.parse(lowered.get("_test_faults")))
+    return WriteOptions(
+        connection_options(options),
+        topic,
+        sink_id,
+        _int(lowered, "transaction_timeout_ms", DEFAULT_TRANSACTION_TIMEOUT_MS),
+        Faults.parse(lowered.get("_test_faults")),
+    )

@@ -33,6 +33,7 @@ STALL_TIMEOUT_S = 120
 @dataclass
 class OffsetRange(InputPartition):
     """One task's work: the records of a partition with start <= offset < end."""
+
     topic: str
     partition: int
     start: int
@@ -54,8 +55,11 @@ def partition_bounds(options: ReadOptions) -> dict[int, PartitionBounds]:
 
 def resolve(spec: str | Mapping[int, int], partition: int, bounds: PartitionBounds, default: str) -> int:
     """An offset of startingOffsets/endingOffsets for one partition, within [log start, end]."""
-    wanted = spec.get(partition, EARLIEST if default == "earliest" else LATEST) if isinstance(spec, Mapping) else (
-        EARLIEST if spec == "earliest" else LATEST)
+    wanted = (
+        spec.get(partition, EARLIEST if default == "earliest" else LATEST)
+        if isinstance(spec, Mapping)
+        else (EARLIEST if spec == "earliest" else LATEST)
+    )
     if wanted == EARLIEST:
         return bounds.log_start
     if wanted == LATEST:
@@ -70,9 +74,15 @@ def read_range(options: ReadOptions, schema: StructType, split: OffsetRange) -> 
     builder = RecordBatchBuilder(schema)
     tp = TopicPartition(split.topic, split.partition)
     fetch = options.max_records_per_fetch
-    with Consumer(options.connection.url, isolation_level=options.isolation_level, auto_offset_reset="earliest",
-                  enable_auto_commit=False, max_poll_records=fetch, fetch_max_records=fetch,
-                  **options.connection.client_config) as consumer:
+    with Consumer(
+        options.connection.url,
+        isolation_level=options.isolation_level,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_poll_records=fetch,
+        fetch_max_records=fetch,
+        **options.connection.client_config,
+    ) as consumer:
         consumer.assign([tp])
         consumer.seek(tp, split.start)
         position, progressed_at = split.start, time.monotonic()
@@ -86,8 +96,10 @@ def read_range(options: ReadOptions, schema: StructType, split: OffsetRange) -> 
             if new_position != position:
                 position, progressed_at = new_position, time.monotonic()
             elif time.monotonic() - progressed_at > STALL_TIMEOUT_S:
-                raise TimeoutError(f"reading {tp} from {position} to {split.end}: no progress for "
-                                   f"{STALL_TIMEOUT_S}s (was the topic deleted or truncated?)")
+                raise TimeoutError(
+                    f"reading {tp} from {position} to {split.end}: no progress for "
+                    f"{STALL_TIMEOUT_S}s (was the topic deleted or truncated?)"
+                )
             else:
                 time.sleep(0.05)  # nothing fetched and nothing skipped: the server is catching up
 
@@ -131,8 +143,10 @@ class TxbrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _from_json(self, offsets: dict) -> dict[int, int]:
         if self.options.topic not in offsets:
-            raise ValueError(f"the checkpointed offsets {offsets} are not of topic {self.options.topic!r}: a "
-                             f"checkpoint belongs to one query; use a new checkpointLocation for another topic")
+            raise ValueError(
+                f"the checkpointed offsets {offsets} are not of topic {self.options.topic!r}: a "
+                f"checkpoint belongs to one query; use a new checkpointLocation for another topic"
+            )
         return {int(p): int(o) for p, o in offsets[self.options.topic].items()}
 
     def _positions(self, start: Mapping[int, int]) -> tuple[dict[int, int], dict[int, int]]:
@@ -145,8 +159,12 @@ class TxbrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return begin, latest
 
     def initialOffset(self) -> dict:
-        return self._to_json({partition: resolve(self.options.starting_offsets, partition, bounds, "latest")
-                              for partition, bounds in partition_bounds(self.options).items()})
+        return self._to_json(
+            {
+                partition: resolve(self.options.starting_offsets, partition, bounds, "latest")
+                for partition, bounds in partition_bounds(self.options).items()
+            }
+        )
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.options.max_records_per_trigger:
@@ -169,8 +187,11 @@ class TxbrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
         begin, until = self._from_json(start), self._from_json(end)
-        return [OffsetRange(self.options.topic, p, begin.get(p, 0), until[p])
-                for p in sorted(until) if begin.get(p, 0) < until[p]]
+        return [
+            OffsetRange(self.options.topic, p, begin.get(p, 0), until[p])
+            for p in sorted(until)
+            if begin.get(p, 0) < until[p]
+        ]
 
     def read(self, partition: OffsetRange) -> Iterator[pa.RecordBatch]:
         return read_range(self.options, self.schema, partition)

@@ -44,12 +44,15 @@ class TxbrokerDataSource(DataSource):
 
 def _check_writable(schema: StructType, overwrite: bool, topic: str, connection) -> None:
     if overwrite:
-        raise OptionError("a topic is an append-only log: write with mode('append') (or outputMode('append') "
-                          "for a stream)")
+        raise OptionError(
+            "a topic is an append-only log: write with mode('append') (or outputMode('append') for a stream)"
+        )
     check_write_schema(schema)
     with Admin(connection.url, **connection.client_config) as admin:
         try:
             admin.describe_topic(topic)
         except UnknownTopicOrPartitionError:
-            raise OptionError(f"topic {topic!r} does not exist on {connection.url}: create it first "
-                              f"(txbroker topics create, or Admin.create_topic)") from None
+            raise OptionError(
+                f"topic {topic!r} does not exist on {connection.url}: create it first "
+                f"(txbroker topics create, or Admin.create_topic)"
+            ) from None

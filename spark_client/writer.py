@@ -26,8 +26,12 @@ QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 
 def _task_attempt(context: TaskContext) -> TaskAttempt:
-    return TaskAttempt(context.partitionId(), context.attemptNumber(), context.taskAttemptId(),
-                       context.getLocalProperty(QUERY_ID_PROPERTY))
+    return TaskAttempt(
+        context.partitionId(),
+        context.attemptNumber(),
+        context.taskAttemptId(),
+        context.getLocalProperty(QUERY_ID_PROPERTY),
+    )
 
 
 class TxbrokerBatchWriter(DataSourceArrowWriter):

@@ -14,8 +14,7 @@ from spark_client import commit_protocol, recover  # noqa: E402
 from spark_client.commit_protocol import TaskAttempt, abort_batch, commit_batch, write_task  # noqa: E402
 from spark_client.decisions import DecisionLog, SinkBatch, SinkStateError  # noqa: E402
 from spark_client.options import ConnectionOptions, WriteOptions  # noqa: E402
-from txbroker import Admin, Consumer, Producer, TopicPartition  # noqa: E402
-from txbroker.two_phase import TwoPhaseClient  # noqa: E402
+from txbroker import Admin, Consumer, Producer, TopicPartition, TwoPhaseClient  # noqa: E402
 
 TOPIC = "out"
 

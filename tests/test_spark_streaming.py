@@ -30,8 +30,7 @@ from spark_client.faults import DRIVER_PID_VARIABLE  # noqa: E402
 from spark_client.local import local_session  # noqa: E402
 from spark_client.options import ConnectionOptions  # noqa: E402
 from tests.conftest import REPO_ROOT  # noqa: E402
-from txbroker import Admin, Consumer, Producer, TopicPartition  # noqa: E402
-from txbroker.two_phase import TwoPhaseClient  # noqa: E402
+from txbroker import Admin, Consumer, Producer, TopicPartition, TwoPhaseClient  # noqa: E402
 
 DRIVER_TIMEOUT_S = 300
 

@@ -7,9 +7,8 @@ import time
 
 import pytest
 
-from txbroker import Admin, Consumer, Producer, TopicPartition, TransactionState
+from txbroker import Admin, Consumer, PreparedTransaction, Producer, TopicPartition, TransactionState, TwoPhaseClient
 from txbroker.errors import IllegalStateError, InvalidTxnStateError, ProducerFencedError
-from txbroker.two_phase import PreparedTransaction, TwoPhaseClient
 
 
 def read_all(url: str, topic: str, partition: int = 0, isolation_level: str = "read_committed") -> list[bytes]:

@@ -20,8 +20,7 @@ from pyspark.sql import functions as F  # noqa: E402
 
 from spark_client import OptionError  # noqa: E402
 from spark_client.local import local_session  # noqa: E402
-from txbroker import Admin, Consumer, Producer, TopicPartition  # noqa: E402
-from txbroker.two_phase import TwoPhaseClient  # noqa: E402
+from txbroker import Admin, Consumer, Producer, TopicPartition, TwoPhaseClient  # noqa: E402
 
 ROWS = 100_000
 

@@ -89,8 +89,15 @@ class ProducerBatch:
 
 
 class RecordAccumulator:
-    def __init__(self, *, batch_size: int, linger_ms: float, max_batch_records: int,
-                 max_buffered_records: int, future_factory: Callable[[], Any]) -> None:
+    def __init__(
+        self,
+        *,
+        batch_size: int,
+        linger_ms: float,
+        max_batch_records: int,
+        max_buffered_records: int,
+        future_factory: Callable[[], Any],
+    ) -> None:
         self.batch_size = batch_size
         self.linger_s = linger_ms / 1000
         self.max_batch_records = max_batch_records
@@ -150,8 +157,9 @@ class RecordAccumulator:
         return future, first or full
 
     def _full(self, batch: ProducerBatch, extra: int) -> bool:
-        return (len(batch.records) >= self.max_batch_records
-                or (bool(batch.records) and batch.size + extra > self.batch_size))
+        return len(batch.records) >= self.max_batch_records or (
+            bool(batch.records) and batch.size + extra > self.batch_size
+        )
 
     # ---- draining
 
@@ -165,8 +173,9 @@ class RecordAccumulator:
                 if not queue or tp in busy:
                     continue
                 batch = queue[0]
-                if not (self.flushing or len(queue) > 1 or self._full(batch, 0)
-                        or now - batch.created >= self.linger_s):
+                if not (
+                    self.flushing or len(queue) > 1 or self._full(batch, 0) or now - batch.created >= self.linger_s
+                ):
                     continue
                 if taken and count + len(batch.records) > max_records:
                     break

@@ -23,6 +23,8 @@ from txbroker.records import TopicPartition
 from txbroker.retry import Backoff, retrying
 
 OPEN_STATES = ("Ongoing", "Prepared", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+ABORTABLE_STATES = ("Ongoing", "Prepared")  # the open states abort_transaction() aborts
+LIST_PAGE = 1000  # transactions per ListTransactions request; list_transactions() reads every page
 DEFAULT_HANGING_MS = 900_000  # the server's default transaction_max_timeout_ms
 
 
@@ -51,18 +53,21 @@ class AsyncAdmin:
     async def close(self) -> None:
         await self._connection.close()
 
-    async def _read(self, path: str, *, params: Mapping | None = None, body: Any = None, method: str = "GET") -> Any:
+    async def _read(self, path: str, *, params: Mapping | None = None, body: Any = None, method: str = "GET",
+                    what: str | None = None) -> Any:
         return await retrying(lambda: self._connection.request(method, path, body, params=params),
-                              what=f"{method} {path}", timeout_s=self._api_timeout_s, backoff=self._backoff)
+                              what=what or f"{method} {path}", timeout_s=self._api_timeout_s, backoff=self._backoff)
 
-    async def _once(self, method: str, path: str, body: Any = None) -> Any:
+    async def _once(self, method: str, path: str, body: Any = None, *, params: Mapping | None = None,
+                    what: str | None = None) -> Any:
         """Sent again only after an error answer (the server did nothing), never after a lost one."""
         async def call() -> Any:
             try:
-                return await self._connection.request(method, path, body)
+                return await self._connection.request(method, path, body, params=params)
             except TxbrokerConnectionError as error:
                 raise error.with_category() from error
-        return await retrying(call, what=f"{method} {path}", timeout_s=self._api_timeout_s, backoff=self._backoff)
+        return await retrying(call, what=what or f"{method} {path}", timeout_s=self._api_timeout_s,
+                              backoff=self._backoff)
 
     # ---- cluster and topics
 
@@ -91,18 +96,30 @@ class AsyncAdmin:
     async def list_transactions(self, *, states: Iterable[str] | str | None = None,
                                 min_duration_ms: int | None = None, producer_id: int | None = None,
                                 transactional_id_prefix: str | None = None) -> list[dict]:
+        """Every matching transaction (all pages), ordered by transactional id."""
         if states is not None and not isinstance(states, str):
             states = ",".join(states)
-        return (await self._read("/v1/transactions", params={
-            "state": states or None, "min_duration_ms": min_duration_ms, "producer_id": producer_id,
-            "transactional_id_prefix": transactional_id_prefix}))["transactions"]
+        params = {"state": states or None, "min_duration_ms": min_duration_ms, "producer_id": producer_id,
+                  "transactional_id_prefix": transactional_id_prefix, "limit": LIST_PAGE}
+        found: list[dict] = []
+        while True:
+            page = (await self._read("/v1/transactions", params=params,
+                                     what=f"ListTransactions({transactional_id_prefix or ''!r})"))["transactions"]
+            found += page
+            if len(page) < LIST_PAGE:
+                return found
+            params["after"] = page[-1]["transactional_id"]
 
     async def describe_transaction(self, transactional_id: str) -> dict:
-        return await self._read(_id_path(transactional_id))
+        return await self._read(_id_path(transactional_id), what=f"describe {transactional_id!r}")
 
-    async def abort_transaction(self, transactional_id: str) -> dict:
-        """Fences the current producer of the id and aborts its open (Ongoing or Prepared) transaction."""
-        return await self._once("POST", _id_path(transactional_id) + "/abort")
+    async def abort_transaction(self, transactional_id: str, producer_id: int | None = None,
+                                producer_epoch: int | None = None) -> dict:
+        """Fences the current producer of the id and aborts its open (Ongoing or Prepared) transaction;
+        with `producer_id` and `producer_epoch` (as listed), only if the producer is still that one."""
+        params = None if producer_id is None else {"producer_id": producer_id, "producer_epoch": producer_epoch}
+        return await self._once("POST", _id_path(transactional_id) + "/abort", params=params,
+                                what=f"abort {transactional_id!r}")
 
     async def find_hanging_transactions(self, min_duration_ms: int = DEFAULT_HANGING_MS) -> list[dict]:
         """Transactions open for longer than `min_duration_ms`: they hold back the last stable offset of

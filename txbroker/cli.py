@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
+from importlib.metadata import entry_points
 from typing import Any
 
 from txbroker.admin import DEFAULT_HANGING_MS
@@ -395,8 +396,9 @@ def _common(parser: argparse.ArgumentParser, top: bool) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="txbroker", description="Kafka's transactional messaging over HTTP: client commands",
-        epilog="server commands: txbroker serve, txbroker db upgrade (see txbroker serve --help)")
+        prog="txbroker", description="Kafka's transactional messaging over HTTP",
+        epilog="server commands, when txbroker-server is installed: txbroker serve, txbroker db upgrade "
+               "(see txbroker serve --help)")
     _common(parser, top=True)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -472,6 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     command(group_commands, "describe", "members, assignment, committed offsets and lag",
             _admin_command(groups_describe)).add_argument("group")
     _add_security_commands(commands, command)
+    _add_installed_commands(commands)
     return parser
 
 
@@ -599,6 +602,24 @@ def _add_security_commands(commands, command) -> None:
 
     sub = command(commands, "audit", "administrative actions, newest first", _admin_command(audit))
     sub.add_argument("--limit", type=int, default=100)
+
+
+COMMANDS_GROUP = "txbroker.commands"
+
+
+def _add_installed_commands(commands) -> None:
+    """Commands other distributions register in the entry-point group `txbroker.commands` (the
+    server's `serve` and `db`): each entry point is a function that adds its subparser, with a `run`
+    default, to `commands`. Found by name only, so the SDK never imports the server."""
+    for entry_point in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        try:
+            add_command = entry_point.load()
+        except Exception as error:  # a broken server install must not take the client commands down
+            print(f"warning: txbroker command {entry_point.name!r} ({entry_point.value}) could not be loaded: "
+                  f"{type(error).__name__}: {error}; reinstall the distribution that provides it "
+                  f"(scripts/setup in a checkout)", file=sys.stderr)
+            continue
+        add_command(commands)
 
 
 def _unreachable(error: BaseException) -> str | None:

@@ -30,6 +30,7 @@ try:  # optional: faster JSON when present (the SDK needs httpx alone)
 
     _loads = orjson.loads
 except ImportError:  # pragma: no cover - exercised where orjson is absent
+
     def _dumps(body: Any) -> bytes:
         return json.dumps(body, separators=(",", ":")).encode()
 
@@ -53,8 +54,7 @@ class _ThreadedTransport(httpx.AsyncBaseTransport):
                 content = response.read()
             finally:
                 response.close()
-            return httpx.Response(response.status_code, headers=response.headers, content=content,
-                                  request=request)
+            return httpx.Response(response.status_code, headers=response.headers, content=content, request=request)
 
         return await asyncio.to_thread(call)
 
@@ -74,10 +74,15 @@ class Connection:
     """Requests to one server. `token` is sent as `Authorization: Bearer <token>`; `headers` go on
     every request (tracing, a gateway's own credentials)."""
 
-    def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None,
-                 headers: Mapping[str, str] | None = None,
-                 transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
-                 request_timeout_ms: int = 30_000) -> None:
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+        request_timeout_ms: int = 30_000,
+    ) -> None:
         self.url = url.rstrip("/")
         self.request_timeout_s = request_timeout_ms / 1000
         all_headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **(headers or {})}
@@ -91,27 +96,47 @@ class Connection:
         # Created on first use, inside the event loop that will use it.
         if self._client is None:
             self._client = httpx.AsyncClient(
-                base_url=self.url, headers=self._headers, transport=self._transport,
+                base_url=self.url,
+                headers=self._headers,
+                transport=self._transport,
                 timeout=httpx.Timeout(self.request_timeout_s, connect=min(self.request_timeout_s, 10)),
-                limits=httpx.Limits(max_connections=100, max_keepalive_connections=20))
+                limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
+            )
         return self._client
 
-    async def request(self, method: str, path: str, body: Any = None, *, params: Mapping | None = None,
-                      extra_timeout_s: float = 0, accept: tuple[int, ...] = ()) -> Any:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: Mapping | None = None,
+        extra_timeout_s: float = 0,
+        accept: tuple[int, ...] = (),
+    ) -> Any:
         """The decoded JSON response (None for 204); raises the error class of an error response
         (unless its status is in `accept`), or TxbrokerConnectionError when no response arrived."""
         content = None if body is None else _dumps(body)
         headers = None if body is None else {"Content-Type": "application/json"}
-        timeout = httpx.USE_CLIENT_DEFAULT if not extra_timeout_s else httpx.Timeout(
-            self.request_timeout_s + extra_timeout_s, connect=min(self.request_timeout_s, 10))
+        timeout = (
+            httpx.USE_CLIENT_DEFAULT
+            if not extra_timeout_s
+            else httpx.Timeout(self.request_timeout_s + extra_timeout_s, connect=min(self.request_timeout_s, 10))
+        )
         try:
             response = await self._http().request(
-                method, path, content=content, headers=headers,
-                params={k: v for k, v in params.items() if v is not None} if params else None, timeout=timeout)
+                method,
+                path,
+                content=content,
+                headers=headers,
+                params={k: v for k, v in params.items() if v is not None} if params else None,
+                timeout=timeout,
+            )
         except httpx.TransportError as exc:  # connect, read, write, timeouts, protocol errors
             raise errors.TxbrokerConnectionError(
                 f"{method} {self.url}{path}: {type(exc).__name__}: {exc or 'connection failed'} (the request "
-                f"may or may not have been applied; it is safe to retry)") from exc
+                f"may or may not have been applied; it is safe to retry)"
+            ) from exc
         if response.status_code == 204:
             return None
         try:
@@ -135,8 +160,11 @@ def _error_for(method: str, path: str, response: httpx.Response, decoded: Any) -
         retriable = response.status_code >= 500
         error = errors.TxbrokerError(
             f"{method} {path} answered HTTP {response.status_code} without a txbroker error body: "
-            f"{response.text[:200]!r}", code="UNKNOWN_SERVER_ERROR" if retriable else "INVALID_REQUEST",
-            retriable=retriable, status=response.status_code)
+            f"{response.text[:200]!r}",
+            code="UNKNOWN_SERVER_ERROR" if retriable else "INVALID_REQUEST",
+            retriable=retriable,
+            status=response.status_code,
+        )
     retry_after = response.headers.get("Retry-After")
     if retry_after:
         try:

@@ -39,12 +39,22 @@ from txbroker.accumulator import RecordAccumulator, RecordFuture
 from txbroker.connection import DEFAULT_URL, Connection
 from txbroker.errors import IllegalStateError, TxbrokerError
 from txbroker.metadata import TopicMetadata
-from txbroker.records import (Bytes, ConsumerGroupMetadata, Headers, OffsetAndMetadata, RecordMetadata,
-                              TopicPartition, header_list, record_size, to_bytes, wire_record)
+from txbroker.records import (
+    Bytes,
+    ConsumerGroupMetadata,
+    Headers,
+    OffsetAndMetadata,
+    PreparedTransaction,
+    RecordMetadata,
+    TopicPartition,
+    header_list,
+    record_size,
+    to_bytes,
+    wire_record,
+)
 from txbroker.retry import Backoff, retrying
 from txbroker.sender import Sender
 from txbroker.transaction_manager import TransactionManager, TransactionState
-from txbroker.two_phase import PreparedTransaction
 
 log = logging.getLogger("txbroker.producer")
 
@@ -80,38 +90,65 @@ class AsyncProducer:
     - token, headers, transport: see txbroker.connection.Connection.
     """
 
-    def __init__(self, url: str = DEFAULT_URL, *, transactional_id: str | None = None, token: str | None = None,
-                 headers: Mapping[str, str] | None = None,
-                 transport: httpx.AsyncBaseTransport | httpx.BaseTransport | None = None,
-                 enable_idempotence: bool = True, transaction_timeout_ms: int = 60_000,
-                 linger_ms: float = 5, batch_size: int = 1024 * 1024, max_batch_records: int = 10_000,
-                 max_buffered_records: int = 200_000, max_request_records: int = 50_000,
-                 max_in_flight_requests: int = 5, delivery_timeout_ms: int = 120_000,
-                 request_timeout_ms: int = 30_000, max_block_ms: int = 60_000, retry_backoff_ms: int = 100,
-                 retry_backoff_max_ms: int = 1_000, metadata_max_age_ms: int = 300_000,
-                 _future_factory: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        transactional_id: str | None = None,
+        token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.AsyncBaseTransport | httpx.BaseTransport | None = None,
+        enable_idempotence: bool = True,
+        transaction_timeout_ms: int = 60_000,
+        linger_ms: float = 5,
+        batch_size: int = 1024 * 1024,
+        max_batch_records: int = 10_000,
+        max_buffered_records: int = 200_000,
+        max_request_records: int = 50_000,
+        max_in_flight_requests: int = 5,
+        delivery_timeout_ms: int = 120_000,
+        request_timeout_ms: int = 30_000,
+        max_block_ms: int = 60_000,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1_000,
+        metadata_max_age_ms: int = 300_000,
+        _future_factory: Callable[[], Any] | None = None,
+    ) -> None:
         if transactional_id is not None and not enable_idempotence:
-            raise ValueError("a transactional producer is idempotent: enable_idempotence=False needs "
-                             "transactional_id=None")
+            raise ValueError(
+                "a transactional producer is idempotent: enable_idempotence=False needs transactional_id=None"
+            )
         if transactional_id == "":
             raise ValueError("transactional_id must not be empty (None for a non-transactional producer)")
         self.url = url
-        self._connection = Connection(url, token=token, headers=headers, transport=transport,
-                                      request_timeout_ms=request_timeout_ms)
+        self._connection = Connection(
+            url, token=token, headers=headers, transport=transport, request_timeout_ms=request_timeout_ms
+        )
         self._backoff = Backoff(retry_backoff_ms, retry_backoff_max_ms)
         self._max_block_s = max_block_ms / 1000
         self._tm = TransactionManager(transactional_id, transaction_timeout_ms)
         self._idempotent = enable_idempotence
         self._accumulator = RecordAccumulator(
-            batch_size=batch_size, linger_ms=linger_ms, max_batch_records=max_batch_records,
+            batch_size=batch_size,
+            linger_ms=linger_ms,
+            max_batch_records=max_batch_records,
             max_buffered_records=max_buffered_records,
-            future_factory=_future_factory or self._asyncio_future)
-        self._metadata = TopicMetadata(self._connection, max_age_ms=metadata_max_age_ms, backoff=self._backoff,
-                                       max_block_ms=max_block_ms)
-        self._sender = Sender(self._connection, self._tm, self._accumulator, idempotent=enable_idempotence,
-                              max_in_flight_requests=max_in_flight_requests,
-                              max_request_records=max_request_records, delivery_timeout_ms=delivery_timeout_ms,
-                              backoff=self._backoff, new_producer_id=self._idempotent_producer_id)
+            future_factory=_future_factory or self._asyncio_future,
+        )
+        self._metadata = TopicMetadata(
+            self._connection, max_age_ms=metadata_max_age_ms, backoff=self._backoff, max_block_ms=max_block_ms
+        )
+        self._sender = Sender(
+            self._connection,
+            self._tm,
+            self._accumulator,
+            idempotent=enable_idempotence,
+            max_in_flight_requests=max_in_flight_requests,
+            max_request_records=max_request_records,
+            delivery_timeout_ms=delivery_timeout_ms,
+            backoff=self._backoff,
+            new_producer_id=self._idempotent_producer_id,
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         # The open transaction after prepare_transaction(): it takes no more records or offsets,
@@ -179,8 +216,12 @@ class AsyncProducer:
             raise IllegalStateError("the producer is closed")
 
     async def _call(self, what: str, method: str, path: str, body: Any = None) -> Any:
-        return await retrying(lambda: self._connection.request(method, path, body), what=what,
-                              timeout_s=self._max_block_s, backoff=self._backoff)
+        return await retrying(
+            lambda: self._connection.request(method, path, body),
+            what=what,
+            timeout_s=self._max_block_s,
+            backoff=self._backoff,
+        )
 
     def _raise_fatal(self, error: TxbrokerError) -> None:
         raise self._tm.fail_fatal(error) from error
@@ -188,8 +229,9 @@ class AsyncProducer:
     # ---- producer ids
 
     async def _init_producer_id(self, body: dict) -> dict:
-        return await self._call(f"InitProducerId({self._tm.transactional_id or ''})", "POST",
-                                "/v1/producers/init", body)
+        return await self._call(
+            f"InitProducerId({self._tm.transactional_id or ''})", "POST", "/v1/producers/init", body
+        )
 
     async def _idempotent_producer_id(self, bump: bool) -> None:
         """For the sender: a fresh producer id, or (KIP-360) the current one with a bumped epoch."""
@@ -214,9 +256,14 @@ class AsyncProducer:
         if tm.state is not TransactionState.UNINITIALIZED:
             raise IllegalStateError(f"init_transactions() was already called (state {tm.state.value})")
         try:
-            answer = await self._init_producer_id({
-                "transactional_id": tm.transactional_id, "transaction_timeout_ms": tm.transaction_timeout_ms,
-                "producer_id": -1, "producer_epoch": -1})
+            answer = await self._init_producer_id(
+                {
+                    "transactional_id": tm.transactional_id,
+                    "transaction_timeout_ms": tm.transaction_timeout_ms,
+                    "producer_id": -1,
+                    "producer_epoch": -1,
+                }
+            )
         except TxbrokerError as error:
             if error.fatal:
                 self._raise_fatal(error)
@@ -225,9 +272,15 @@ class AsyncProducer:
 
     # ---- sending
 
-    def send_nowait(self, topic: str, value: Bytes | None = None, key: Bytes | None = None,
-                    partition: int | None = None, headers: Headers = None,
-                    timestamp_ms: int | None = None) -> Any:
+    def send_nowait(
+        self,
+        topic: str,
+        value: Bytes | None = None,
+        key: Bytes | None = None,
+        partition: int | None = None,
+        headers: Headers = None,
+        timestamp_ms: int | None = None,
+    ) -> Any:
         """Appends a record and returns its future (of RecordMetadata) without waiting; raises
         WouldBlock when it must first wait for topic metadata or buffer space."""
         self._check_open()
@@ -246,8 +299,10 @@ class AsyncProducer:
         if not self._accumulator.has_room():
             raise WouldBlock(self._wait_for_room)
         future, wake = self._accumulator.append(
-            TopicPartition(topic, partition), wire_record(key_bytes, value_bytes, header_items, timestamp_ms),
-            record_size(key_bytes, value_bytes, header_items))
+            TopicPartition(topic, partition),
+            wire_record(key_bytes, value_bytes, header_items, timestamp_ms),
+            record_size(key_bytes, value_bytes, header_items),
+        )
         if wake:
             self._sender.wake()
         return future
@@ -258,11 +313,18 @@ class AsyncProducer:
         except asyncio.TimeoutError:
             raise errors.TxbrokerTimeoutError(
                 f"the producer's buffer stayed full (max_buffered_records) for max_block_ms "
-                f"({self._max_block_s * 1000:.0f}): the server is slower than the sends, or unreachable") from None
+                f"({self._max_block_s * 1000:.0f}): the server is slower than the sends, or unreachable"
+            ) from None
 
-    async def send(self, topic: str, value: Bytes | None = None, key: Bytes | None = None,
-                   partition: int | None = None, headers: Headers = None,
-                   timestamp_ms: int | None = None) -> RecordFuture:
+    async def send(
+        self,
+        topic: str,
+        value: Bytes | None = None,
+        key: Bytes | None = None,
+        partition: int | None = None,
+        headers: Headers = None,
+        timestamp_ms: int | None = None,
+    ) -> RecordFuture:
         """Appends a record to its partition's batch; returns a future of its RecordMetadata
         (`await (await producer.send(...))`, or `send_and_wait`). Partition: given, or murmur2 of
         the key, or sticky for records without a key."""
@@ -273,9 +335,15 @@ class AsyncProducer:
             except WouldBlock as blocked:
                 await blocked.wait()
 
-    async def send_and_wait(self, topic: str, value: Bytes | None = None, key: Bytes | None = None,
-                            partition: int | None = None, headers: Headers = None,
-                            timestamp_ms: int | None = None) -> RecordMetadata:
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Bytes | None = None,
+        key: Bytes | None = None,
+        partition: int | None = None,
+        headers: Headers = None,
+        timestamp_ms: int | None = None,
+    ) -> RecordMetadata:
         return await (await self.send(topic, value, key, partition, headers, timestamp_ms))
 
     async def flush(self) -> None:
@@ -295,8 +363,8 @@ class AsyncProducer:
         self._tm.begin_transaction()
 
     async def send_offsets_to_transaction(
-            self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata],
-            group_metadata: ConsumerGroupMetadata | str) -> None:
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata], group_metadata: ConsumerGroupMetadata | str
+    ) -> None:
         """Commits the consumer's offsets as part of the transaction (AddOffsetsToTxn, then
         TxnOffsetCommit): they become visible with the commit and vanish with an abort. With the
         consumer's group_metadata() the server checks its generation and member id (KIP-447), so a
@@ -311,8 +379,9 @@ class AsyncProducer:
             group_metadata = ConsumerGroupMetadata(group_metadata)
         entries = []
         for tp, offset in offsets.items():
-            offset, metadata = (offset.offset, offset.metadata) if isinstance(offset, OffsetAndMetadata) else (
-                offset, None)
+            offset, metadata = (
+                (offset.offset, offset.metadata) if isinstance(offset, OffsetAndMetadata) else (offset, None)
+            )
             entries.append({"topic": tp[0], "partition": tp[1], "offset": int(offset), "metadata": metadata})
         if not entries:
             return
@@ -320,11 +389,21 @@ class AsyncProducer:
         try:
             if group_id not in tm.txn_groups:
                 tm.added_group(group_id)  # even an unanswered request may have opened the transaction
-                await self._call(f"AddOffsetsToTxn({group_id})", "POST", "/v1/txn/add-offsets",
-                                 {**tm.ids, "group_id": group_id})
-            answer = await self._call(f"TxnOffsetCommit({group_id})", "POST", "/v1/txn/offset-commit", {
-                **tm.ids, "group_id": group_id, "generation_id": group_metadata.generation_id,
-                "member_id": group_metadata.member_id, "offsets": entries})
+                await self._call(
+                    f"AddOffsetsToTxn({group_id})", "POST", "/v1/txn/add-offsets", {**tm.ids, "group_id": group_id}
+                )
+            answer = await self._call(
+                f"TxnOffsetCommit({group_id})",
+                "POST",
+                "/v1/txn/offset-commit",
+                {
+                    **tm.ids,
+                    "group_id": group_id,
+                    "generation_id": group_metadata.generation_id,
+                    "member_id": group_metadata.member_id,
+                    "offsets": entries,
+                },
+            )
         except TxbrokerError as error:
             raise self._transaction_error(error) from error
         for entry in answer["offsets"]:
@@ -342,13 +421,16 @@ class AsyncProducer:
         if tm.state is TransactionState.ABORTABLE_ERROR and tm.last_error is not None:
             raise tm.last_error
         if tm.state is not TransactionState.IN_TRANSACTION:
-            raise IllegalStateError(f"{operation}() needs an open transaction (state {tm.state.value}): "
-                                    f"call begin_transaction() first")
+            raise IllegalStateError(
+                f"{operation}() needs an open transaction (state {tm.state.value}): call begin_transaction() first"
+            )
 
     def _check_not_prepared(self, operation: str) -> None:
         if self._prepared is not None:
-            raise IllegalStateError(f"{operation}(): the transaction of {self._prepared.transactional_id!r} is "
-                                    f"prepared and takes nothing more: commit or abort it first")
+            raise IllegalStateError(
+                f"{operation}(): the transaction of {self._prepared.transactional_id!r} is "
+                f"prepared and takes nothing more: commit or abort it first"
+            )
 
     @property
     def prepared_transaction(self) -> PreparedTransaction | None:
@@ -419,8 +501,11 @@ class AsyncProducer:
             tm.transition_to(TransactionState.ABORTING)
         elif tm.state is not TransactionState.ABORTING:
             raise IllegalStateError(f"abort_transaction() needs an open transaction (state {tm.state.value})")
-        self._accumulator.fail_all(errors.TransactionAbortedError(
-            f"the transaction of {tm.transactional_id!r} was aborted before this record was sent"))
+        self._accumulator.fail_all(
+            errors.TransactionAbortedError(
+                f"the transaction of {tm.transactional_id!r} was aborted before this record was sent"
+            )
+        )
         await self._sender.wait_in_flight()
         tm.check_not_fatal()
         if not tm.transaction_has_content:
@@ -438,9 +523,14 @@ class AsyncProducer:
     async def _bump_epoch(self) -> dict:
         tm = self._tm
         try:
-            return await self._init_producer_id({
-                "transactional_id": tm.transactional_id, "transaction_timeout_ms": tm.transaction_timeout_ms,
-                "producer_id": tm.producer_id, "producer_epoch": tm.producer_epoch})
+            return await self._init_producer_id(
+                {
+                    "transactional_id": tm.transactional_id,
+                    "transaction_timeout_ms": tm.transaction_timeout_ms,
+                    "producer_id": tm.producer_id,
+                    "producer_epoch": tm.producer_epoch,
+                }
+            )
         except TxbrokerError as error:
             if error.retriable:
                 raise
@@ -460,5 +550,8 @@ class AsyncProducer:
                 verb = "commit" if body["committed"] else "abort"
                 raise errors.TxbrokerTimeoutError(
                     f"{what}: the outcome is not known yet ({error}); call {verb}_transaction() again: it "
-                    f"resumes with the same request", retriable=True, abortable=False) from error
+                    f"resumes with the same request",
+                    retriable=True,
+                    abortable=False,
+                ) from error
             self._raise_fatal(error)

@@ -26,6 +26,7 @@ class TopicPartition(NamedTuple):
 
 class RecordMetadata(NamedTuple):
     """Where a produced record was written."""
+
     topic: str
     partition: int
     offset: int
@@ -39,9 +40,19 @@ class OffsetAndMetadata(NamedTuple):
 class ConsumerGroupMetadata(NamedTuple):
     """What `send_offsets_to_transaction` needs to fence a zombie consumer (KIP-447): the group, and
     the generation and member id of the assignment the consumed records came from."""
+
     group_id: str
     generation_id: int = NO_GENERATION
     member_id: str = NO_MEMBER
+
+
+class PreparedTransaction(NamedTuple):
+    """What a coordinator needs to finish a Prepared transaction (KIP-939, txbroker.two_phase): the
+    EndTxn identity that `Producer.prepare_transaction()` returns."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs twice as much per record
@@ -84,8 +95,9 @@ def header_list(headers: Headers) -> list[tuple[str, bytes | None]]:
     return [(str(key), to_bytes(value, f"header {key!r}")) for key, value in items]
 
 
-def wire_record(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]],
-                timestamp_ms: int | None) -> dict:
+def wire_record(
+    key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]], timestamp_ms: int | None
+) -> dict:
     """One record of a produce request, base64-encoded."""
     record: dict = {"key": b64(key), "value": b64(value)}
     if headers:
@@ -97,15 +109,20 @@ def wire_record(key: bytes | None, value: bytes | None, headers: list[tuple[str,
 
 def record_size(key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes | None]]) -> int:
     """What a record counts against batch_size (the contract's max_message_bytes measure)."""
-    return (len(key) if key else 0) + (len(value) if value else 0) + sum(
-        len(k) + (len(v) if v else 0) for k, v in headers)
+    return (
+        (len(key) if key else 0) + (len(value) if value else 0) + sum(len(k) + (len(v) if v else 0) for k, v in headers)
+    )
 
 
 def consumer_record(topic: str, partition: int, wire: dict, _decode=base64.b64decode) -> ConsumerRecord:
     """A fetched record; fetches ask for base64, so every field is base64 (or null)."""
     key, value, headers = wire["key"], wire["value"], wire["headers"]
     return ConsumerRecord(
-        topic, partition, wire["offset"], None if key is None else _decode(key),
+        topic,
+        partition,
+        wire["offset"],
+        None if key is None else _decode(key),
         None if value is None else _decode(value),
         [(h["key"], None if h["value"] is None else _decode(h["value"])) for h in headers] if headers else [],
-        wire["timestamp_ms"])
+        wire["timestamp_ms"],
+    )

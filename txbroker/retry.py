@@ -36,8 +36,14 @@ class Backoff:
         return max(delay_ms / 1000, min(retry_after or 0, self.max_ms / 1000 * 5))
 
 
-async def retrying(call: Callable[[], Awaitable[T]], *, what: str, timeout_s: float, backoff: Backoff,
-                   on_retry: Callable[[TxbrokerError], None] | None = None) -> T:
+async def retrying(
+    call: Callable[[], Awaitable[T]],
+    *,
+    what: str,
+    timeout_s: float,
+    backoff: Backoff,
+    on_retry: Callable[[TxbrokerError], None] | None = None,
+) -> T:
     """`await call()` until it succeeds or raises a non-retriable error; a retriable error past the
     deadline becomes TxbrokerTimeoutError (chained to the last error)."""
     deadline = time.monotonic() + timeout_s
@@ -51,7 +57,8 @@ async def retrying(call: Callable[[], Awaitable[T]], *, what: str, timeout_s: fl
             delay = backoff.delay_s(attempt, error)
             if time.monotonic() + delay > deadline:
                 raise TxbrokerTimeoutError(
-                    f"{what} did not succeed within {timeout_s:g}s; last error: {error}") from error
+                    f"{what} did not succeed within {timeout_s:g}s; last error: {error}"
+                ) from error
             log.info("%s: %s; retrying in %.0f ms", what, error, delay * 1000)
             if on_retry is not None:
                 on_retry(error)

@@ -41,8 +41,16 @@ from txbroker.transaction_manager import TransactionManager, TransactionState
 
 log = logging.getLogger("txbroker.producer")
 
-FATAL_CODES = frozenset({"PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_TXN_STATE",
-                         "INVALID_PRODUCER_ID_MAPPING", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", "UNAUTHORIZED"})
+FATAL_CODES = frozenset(
+    {
+        "PRODUCER_FENCED",
+        "INVALID_PRODUCER_EPOCH",
+        "INVALID_TXN_STATE",
+        "INVALID_PRODUCER_ID_MAPPING",
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+        "UNAUTHORIZED",
+    }
+)
 
 RETRY, FAIL, ABORTABLE, FATAL, NEW_PRODUCER_ID = "retry", "fail", "abortable", "fatal", "new-producer-id"
 
@@ -60,10 +68,19 @@ def _action_for(error: TxbrokerError, transactional: bool, idempotent: bool) -> 
 
 
 class Sender:
-    def __init__(self, connection: Connection, tm: TransactionManager, accumulator: RecordAccumulator, *,
-                 idempotent: bool, max_in_flight_requests: int, max_request_records: int,
-                 delivery_timeout_ms: int, backoff: Backoff,
-                 new_producer_id: Callable[[bool], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        connection: Connection,
+        tm: TransactionManager,
+        accumulator: RecordAccumulator,
+        *,
+        idempotent: bool,
+        max_in_flight_requests: int,
+        max_request_records: int,
+        delivery_timeout_ms: int,
+        backoff: Backoff,
+        new_producer_id: Callable[[bool], Awaitable[None]],
+    ) -> None:
         self._connection = connection
         self._tm = tm
         self._accumulator = accumulator
@@ -214,7 +231,9 @@ class Sender:
         if not self._idempotent:
             return
         if batch.base_sequence == NO_SEQUENCE or (batch.producer_id, batch.producer_epoch) != (
-                tm.producer_id, tm.producer_epoch):
+            tm.producer_id,
+            tm.producer_epoch,
+        ):
             batch.producer_id, batch.producer_epoch = tm.producer_id, tm.producer_epoch
             batch.base_sequence = tm.take_sequence(batch.tp, len(batch.records))
 
@@ -222,12 +241,21 @@ class Sender:
         for batch in batches:
             self._assign_sequence(batch)
         tm = self._tm
-        return {"transactional_id": tm.transactional_id,
-                "producer_id": tm.producer_id if self._idempotent else -1,
-                "producer_epoch": tm.producer_epoch if self._idempotent else -1,
-                "encoding": BASE64,
-                "partitions": [{"topic": b.tp.topic, "partition": b.tp.partition, "base_sequence": b.base_sequence,
-                                "records": b.records} for b in batches]}
+        return {
+            "transactional_id": tm.transactional_id,
+            "producer_id": tm.producer_id if self._idempotent else -1,
+            "producer_epoch": tm.producer_epoch if self._idempotent else -1,
+            "encoding": BASE64,
+            "partitions": [
+                {
+                    "topic": b.tp.topic,
+                    "partition": b.tp.partition,
+                    "base_sequence": b.base_sequence,
+                    "records": b.records,
+                }
+                for b in batches
+            ],
+        }
 
     async def _send(self, batches: list[ProducerBatch]) -> None:
         pending = batches
@@ -286,8 +314,7 @@ class Sender:
     async def _replace_producer_id(self, stale_producer_id: int) -> None:
         async with self._id_lock:
             if self._tm.producer_id == stale_producer_id:
-                log.warning("producer id %s is unknown to the server (expired): getting a new one",
-                            stale_producer_id)
+                log.warning("producer id %s is unknown to the server (expired): getting a new one", stale_producer_id)
                 await self._new_producer_id(False)
 
     def _timed_out(self, batches: list[ProducerBatch], last: TxbrokerError) -> None:
@@ -295,7 +322,8 @@ class Sender:
         unknown, and so is the partition's next sequence."""
         error = errors.TxbrokerTimeoutError(
             f"{sum(len(b.records) for b in batches)} records to {sorted({str(b.tp) for b in batches})} got no "
-            f"answer within delivery_timeout_ms ({self._delivery_timeout_s * 1000:.0f}); last error: {last}")
+            f"answer within delivery_timeout_ms ({self._delivery_timeout_s * 1000:.0f}); last error: {last}"
+        )
         error.__cause__ = last
         if self._tm.is_transactional:
             error = self._tm.fail_abortable(error)

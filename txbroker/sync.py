@@ -30,9 +30,9 @@ from txbroker.connection import DEFAULT_URL
 from txbroker.consumer import AsyncConsumer
 from txbroker.errors import IllegalStateError, TxbrokerTimeoutError
 from txbroker.producer import AsyncProducer, WouldBlock
-from txbroker.records import Bytes, ConsumerRecord, Headers, OffsetAndMetadata, TopicPartition
+from txbroker.records import Bytes, ConsumerRecord, Headers, OffsetAndMetadata, PreparedTransaction, TopicPartition
 from txbroker.transaction_manager import TransactionState
-from txbroker.two_phase import AsyncTwoPhaseClient, PreparedTransaction
+from txbroker.two_phase import AsyncTwoPhaseClient
 
 T = TypeVar("T")
 
@@ -60,11 +60,14 @@ class LoopThread:
 
     def _check_usable(self) -> None:
         if threading.current_thread() is self._thread:
-            raise IllegalStateError("a synchronous txbroker client was called from its own event loop thread "
-                                    "(from a future's callback?): use the Async* client there")
+            raise IllegalStateError(
+                "a synchronous txbroker client was called from its own event loop thread "
+                "(from a future's callback?): use the Async* client there"
+            )
         if os.getpid() != self._pid:
-            raise IllegalStateError("this client was created in another process (before a fork): create a new "
-                                    "one in this process")
+            raise IllegalStateError(
+                "this client was created in another process (before a fork): create a new one in this process"
+            )
         if self.loop.is_closed():
             raise IllegalStateError("the client is closed")
 
@@ -89,8 +92,10 @@ class LoopThread:
 
     def call(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """A plain function run on the loop thread (it touches state the loop's tasks use)."""
+
         async def call() -> T:
             return function(*args, **kwargs)
+
         return self.run(call())
 
     def stop(self) -> None:
@@ -109,6 +114,7 @@ def _blocking(method: Callable) -> Callable:
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         return self._loop.run(getattr(self._core, name)(*args, **kwargs))
+
     return call
 
 
@@ -119,6 +125,7 @@ def _on_loop(method: Callable) -> Callable:
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         return self._loop.call(getattr(self._core, name), *args, **kwargs)
+
     return call
 
 
@@ -133,12 +140,14 @@ class Producer:
         producer.commit_transaction()
     """
 
-    def __init__(self, url: str = DEFAULT_URL, *, transactional_id: str | None = None, token: str | None = None,
-                 **config: Any) -> None:
+    def __init__(
+        self, url: str = DEFAULT_URL, *, transactional_id: str | None = None, token: str | None = None, **config: Any
+    ) -> None:
         self._loop = LoopThread("txbroker-producer")
         try:
-            self._core = AsyncProducer(url, transactional_id=transactional_id, token=token,
-                                       _future_factory=concurrent.futures.Future, **config)
+            self._core = AsyncProducer(
+                url, transactional_id=transactional_id, token=token, _future_factory=concurrent.futures.Future, **config
+            )
             self._loop.run(self._core.start())
         except BaseException:
             self._loop.stop()
@@ -170,8 +179,15 @@ class Producer:
     def prepared_transaction(self) -> PreparedTransaction | None:
         return self._core.prepared_transaction
 
-    def send(self, topic: str, value: Bytes | None = None, key: Bytes | None = None, partition: int | None = None,
-             headers: Headers = None, timestamp_ms: int | None = None) -> RecordFuture:
+    def send(
+        self,
+        topic: str,
+        value: Bytes | None = None,
+        key: Bytes | None = None,
+        partition: int | None = None,
+        headers: Headers = None,
+        timestamp_ms: int | None = None,
+    ) -> RecordFuture:
         """Appends the record to its batch and returns at once (unless the buffer is full or the
         topic's partition count is not known yet): the future's `.result(timeout)` gives its
         RecordMetadata, or raises the error that failed it."""
@@ -210,8 +226,9 @@ class Consumer:
         records = consumer.poll(timeout_ms=1000)
     """
 
-    def __init__(self, url: str = DEFAULT_URL, *, group_id: str | None = None, token: str | None = None,
-                 **config: Any) -> None:
+    def __init__(
+        self, url: str = DEFAULT_URL, *, group_id: str | None = None, token: str | None = None, **config: Any
+    ) -> None:
         self._loop = LoopThread("txbroker-consumer")
         try:
             self._core = AsyncConsumer(url, group_id=group_id, token=token, **config)
@@ -233,11 +250,11 @@ class Consumer:
         """As AsyncConsumer.poll; the rebalance listeners run here, on the caller's thread."""
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            event = self._loop.run(self._core._update_assignment())
+            event = self._loop.run(self._core.update_assignment())
             if event is not None:
                 for listener, partitions in event.calls():
                     listener(partitions)
-            records = self._loop.run(self._core._fetch(deadline))
+            records = self._loop.run(self._core.fetch_records(deadline))
             if records or time.monotonic() >= deadline:
                 return records
 
@@ -261,12 +278,13 @@ class Consumer:
     commit = _blocking(AsyncConsumer.commit)
     committed = _blocking(AsyncConsumer.committed)
 
-    def commit_async(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
-                     callback: Callable[[dict, BaseException | None], Any] | None = None
-                     ) -> concurrent.futures.Future[None]:
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
+        callback: Callable[[dict, BaseException | None], Any] | None = None,
+    ) -> concurrent.futures.Future[None]:
         """commit() in the background; the callback runs on the consumer's loop thread."""
-        offsets = self._loop.call(lambda: {
-            TopicPartition(e["topic"], e["partition"]): e["offset"] for e in self._core._offsets_body(offsets)})
+        offsets = self._loop.call(self._core.offsets_to_commit, offsets)
         future = self._loop.submit(self._core.commit(offsets))
         if callback is not None:
             future.add_done_callback(lambda f: callback(offsets, None if f.cancelled() else f.exception()))
@@ -334,8 +352,8 @@ class Admin:
 class TwoPhaseClient(Admin):
     """Completes prepared transactions from any process (see txbroker.two_phase).
 
-        with TwoPhaseClient(url) as coordinator:
-            coordinator.commit(prepared)
+    with TwoPhaseClient(url) as coordinator:
+        coordinator.commit(prepared)
     """
 
     def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None, **config: Any) -> None:

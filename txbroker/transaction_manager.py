@@ -48,15 +48,17 @@ class TransactionState(enum.Enum):
 
 
 S = TransactionState
-VALID_PREVIOUS_STATES: Mapping[TransactionState, frozenset[TransactionState]] = MappingProxyType({
-    S.UNINITIALIZED: frozenset(),
-    S.READY: frozenset({S.UNINITIALIZED, S.COMMITTING, S.ABORTING}),
-    S.IN_TRANSACTION: frozenset({S.READY}),
-    S.COMMITTING: frozenset({S.IN_TRANSACTION}),
-    S.ABORTING: frozenset({S.IN_TRANSACTION, S.ABORTABLE_ERROR}),
-    S.ABORTABLE_ERROR: frozenset({S.IN_TRANSACTION, S.COMMITTING, S.ABORTABLE_ERROR}),
-    S.FATAL_ERROR: frozenset(S),
-})
+VALID_PREVIOUS_STATES: Mapping[TransactionState, frozenset[TransactionState]] = MappingProxyType(
+    {
+        S.UNINITIALIZED: frozenset(),
+        S.READY: frozenset({S.UNINITIALIZED, S.COMMITTING, S.ABORTING}),
+        S.IN_TRANSACTION: frozenset({S.READY}),
+        S.COMMITTING: frozenset({S.IN_TRANSACTION}),
+        S.ABORTING: frozenset({S.IN_TRANSACTION, S.ABORTABLE_ERROR}),
+        S.ABORTABLE_ERROR: frozenset({S.IN_TRANSACTION, S.COMMITTING, S.ABORTABLE_ERROR}),
+        S.FATAL_ERROR: frozenset(S),
+    }
+)
 
 
 def is_transition_valid(source: TransactionState, target: TransactionState) -> bool:
@@ -92,8 +94,11 @@ class TransactionManager:
     @property
     def ids(self) -> dict:
         """The identity fields of a transactional request."""
-        return {"transactional_id": self.transactional_id, "producer_id": self.producer_id,
-                "producer_epoch": self.producer_epoch}
+        return {
+            "transactional_id": self.transactional_id,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+        }
 
     # ---- state
 
@@ -103,7 +108,8 @@ class TransactionManager:
         if not is_transition_valid(self.state, target):
             raise IllegalStateError(
                 f"producer {self._name()}: cannot go from {self.state.value} to {target.value}"
-                + (f" (pending error: {self.last_error})" if self.last_error else ""))
+                + (f" (pending error: {self.last_error})" if self.last_error else "")
+            )
         if error is not None:
             self.last_error = error
         self.state = target
@@ -148,10 +154,13 @@ class TransactionManager:
         if self.state is S.ABORTABLE_ERROR:
             raise IllegalStateError(
                 f"producer {self._name()}: the transaction cannot commit after an earlier error "
-                f"({self.last_error}); call abort_transaction()") from self.last_error
+                f"({self.last_error}); call abort_transaction()"
+            ) from self.last_error
         if self.state is not S.IN_TRANSACTION:
-            raise IllegalStateError(f"producer {self._name()}: send() needs an open transaction "
-                                    f"(state {self.state.value}): call begin_transaction() first")
+            raise IllegalStateError(
+                f"producer {self._name()}: send() needs an open transaction "
+                f"(state {self.state.value}): call begin_transaction() first"
+            )
 
     def require_transactional(self, operation: str) -> None:
         if not self.is_transactional:
@@ -198,8 +207,10 @@ class TransactionManager:
         if self.state is S.UNINITIALIZED:
             raise IllegalStateError("call init_transactions() before begin_transaction()")
         if self.state is not S.READY:
-            raise IllegalStateError(f"producer {self._name()}: begin_transaction() while {self.state.value}: "
-                                    f"a transaction is already open or completing")
+            raise IllegalStateError(
+                f"producer {self._name()}: begin_transaction() while {self.state.value}: "
+                f"a transaction is already open or completing"
+            )
         self.txn_partitions.clear()
         self.txn_groups.clear()
         self.transition_to(S.IN_TRANSACTION)

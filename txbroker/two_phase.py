@@ -17,37 +17,24 @@ crashed after recording its decision simply completes the decision again. `list`
 coordinator left behind by transactional-id prefix; `abort_open` fences and aborts an open
 (Ongoing or Prepared) transaction whose producer ids are unknown (an orphan of a crashed worker).
 
-`AsyncTwoPhaseClient` is the one implementation; `TwoPhaseClient` (txbroker.sync) runs it on a
-private event loop thread.
+`AsyncTwoPhaseClient` is the one implementation, a thin layer over `AsyncAdmin` (whose describe,
+list and abort it uses); `txbroker.TwoPhaseClient` (txbroker.sync) runs it on a private event loop
+thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
-from urllib.parse import quote
+from typing import Any
 
 from txbroker import errors
-from txbroker.admin import AsyncAdmin
+from txbroker.admin import ABORTABLE_STATES, AsyncAdmin
 from txbroker.connection import DEFAULT_URL
+from txbroker.records import PreparedTransaction
 from txbroker.retry import retrying
 
-OPEN_STATES = ("Ongoing", "Prepared")
-LIST_PAGE = 1000
-COMPLETE_COMMIT, COMPLETE_ABORT = "CompleteCommit", "CompleteAbort"
-
-
-class PreparedTransaction(NamedTuple):
-    """What a coordinator needs to finish a Prepared transaction: the EndTxn identity."""
-    transactional_id: str
-    producer_id: int
-    producer_epoch: int
-
-
-def transaction_path(transactional_id: str) -> str:
-    # Transactional ids may contain '/', which the server's route accepts as is.
-    return "/v1/transactions/" + quote(transactional_id, safe="/")
+COMPLETE_COMMIT = "CompleteCommit"
 
 
 class AsyncTwoPhaseClient(AsyncAdmin):
@@ -59,9 +46,20 @@ class AsyncTwoPhaseClient(AsyncAdmin):
     def __init__(self, url: str = DEFAULT_URL, *, default_api_timeout_ms: int = 120_000, **config: Any) -> None:
         super().__init__(url, default_api_timeout_ms=default_api_timeout_ms, **config)
 
-    async def _call(self, what: str, method: str, path: str, body: Any = None, params: Mapping | None = None) -> Any:
-        return await retrying(lambda: self._connection.request(method, path, body, params=params), what=what,
-                              timeout_s=self._api_timeout_s, backoff=self._backoff)
+    async def _once(
+        self, method: str, path: str, body: Any = None, *, params: Mapping | None = None, what: str | None = None
+    ) -> Any:
+        """Unlike Admin's, sent again after a lost answer too: a coordinator's calls are safe to
+        repeat (an EndTxn's retry answers the same outcome; an abort's finds nothing open, which
+        abort_open reports as False and abort as done). Admin's other mutations, inherited, are
+        sent again too and may then report what did happen (TOPIC_ALREADY_EXISTS): use an Admin
+        for those."""
+        return await retrying(
+            lambda: self._connection.request(method, path, body, params=params),
+            what=what or f"{method} {path}",
+            timeout_s=self._api_timeout_s,
+            backoff=self._backoff,
+        )
 
     # ---- completing
 
@@ -103,6 +101,7 @@ class AsyncTwoPhaseClient(AsyncAdmin):
         async def one(transaction: PreparedTransaction) -> None:
             async with slots:
                 await action(PreparedTransaction(*transaction))
+
         results = await asyncio.gather(*(one(p) for p in prepared), return_exceptions=True)
         failed = [result for result in results if isinstance(result, BaseException)]
         if failed:
@@ -110,20 +109,23 @@ class AsyncTwoPhaseClient(AsyncAdmin):
 
     async def _end(self, prepared: PreparedTransaction, commit: bool) -> str:
         tid, producer_id, epoch = prepared
-        answer = await self._call(f"EndTxn({'commit' if commit else 'abort'} {tid!r})", "POST", "/v1/txn/end", {
-            "transactional_id": tid, "producer_id": producer_id, "producer_epoch": epoch, "committed": commit})
+        answer = await self._once(
+            "POST",
+            "/v1/txn/end",
+            {"transactional_id": tid, "producer_id": producer_id, "producer_epoch": epoch, "committed": commit},
+            what=f"EndTxn({'commit' if commit else 'abort'} {tid!r})",
+        )
         return answer["state"]
 
-    async def abort_open(self, transactional_id: str, producer_id: int | None = None,
-                         producer_epoch: int | None = None) -> bool:
+    async def abort_open(
+        self, transactional_id: str, producer_id: int | None = None, producer_epoch: int | None = None
+    ) -> bool:
         """Fences the transactional id's producer and aborts its open (Ongoing or Prepared)
         transaction, for orphans whose producer ids the caller never received. With
         `producer_id`/`producer_epoch` (as listed), only if the producer is still that one. True
         when something was aborted; False when nothing was open, or it had moved on."""
-        params = None if producer_id is None else {"producer_id": producer_id, "producer_epoch": producer_epoch}
         try:
-            await self._call(f"abort {transactional_id!r}", "POST", transaction_path(transactional_id) + "/abort",
-                             params=params)
+            await self.abort_transaction(transactional_id, producer_id, producer_epoch)
             return True
         except (errors.InvalidTxnStateError, errors.TransactionalIdNotFoundError):
             return False
@@ -131,35 +133,18 @@ class AsyncTwoPhaseClient(AsyncAdmin):
     # ---- looking
 
     async def describe(self, transactional_id: str) -> dict | None:
-        """DescribeTransactions (API.md's `txn` object), or None for an unknown transactional id."""
+        """describe_transaction(), or None for an unknown transactional id."""
         try:
-            return await self._call(f"describe {transactional_id!r}", "GET", transaction_path(transactional_id))
+            return await self.describe_transaction(transactional_id)
         except errors.TransactionalIdNotFoundError:
             return None
 
-    async def list(self, transactional_id_prefix: str, states: Iterable[str] | None = OPEN_STATES) -> list[dict]:
+    async def list(self, transactional_id_prefix: str, states: Iterable[str] | None = ABORTABLE_STATES) -> list[dict]:
         """Every transaction whose transactional id starts with the prefix (in the given states;
         None: any state), ordered by transactional id, all pages."""
-        state = None if states is None else ",".join(states)
-        found: list[dict] = []
-        after = None
-        while True:
-            page = (await self._call(f"ListTransactions({transactional_id_prefix!r})", "GET", "/v1/transactions",
-                                     params={"transactional_id_prefix": transactional_id_prefix, "state": state,
-                                             "limit": LIST_PAGE, "after": after}))["transactions"]
-            found += page
-            if len(page) < LIST_PAGE:
-                return found
-            after = page[-1]["transactional_id"]
+        return await self.list_transactions(
+            transactional_id_prefix=transactional_id_prefix, states=None if states is None else list(states)
+        )
 
 
-__all__ = ["OPEN_STATES", "AsyncTwoPhaseClient", "PreparedTransaction", "transaction_path"]  # and TwoPhaseClient
-
-
-def __getattr__(name: str) -> Any:
-    # The synchronous flavour lives with the others in txbroker.sync (which imports the producer,
-    # which imports this module): offered here too, imported on first use.
-    if name == "TwoPhaseClient":
-        from txbroker.sync import TwoPhaseClient
-        return TwoPhaseClient
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["AsyncTwoPhaseClient", "PreparedTransaction"]

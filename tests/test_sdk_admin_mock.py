@@ -1,0 +1,69 @@
+"""Admin and the two-phase client built on it, with no server: an `httpx.MockTransport` plays the
+contract's ListTransactions paging (`limit`, `after`) and the guarded admin abort."""
+
+from __future__ import annotations
+
+import httpx
+
+from txbroker import Admin, PreparedTransaction, TwoPhaseClient
+from txbroker.admin import ABORTABLE_STATES, LIST_PAGE
+
+FAST = {"retry_backoff_ms": 1, "retry_backoff_max_ms": 5}
+
+
+class FakeTransactions:
+    """`count` transactions named tx-00000.., listed in pages as the server does; records every query."""
+
+    def __init__(self, count: int) -> None:
+        self.ids = [f"tx-{i:05d}" for i in range(count)]
+        self.queries: list[dict] = []
+        self.transport = httpx.MockTransport(self.handle)
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        query = dict(request.url.params)
+        self.queries.append({"path": request.url.path, **query})
+        if request.url.path == "/v1/transactions":
+            after, limit = query.get("after", ""), int(query.get("limit", 1000))
+            page = [tid for tid in self.ids if tid > after][:limit]
+            return httpx.Response(
+                200,
+                json={
+                    "transactions": [
+                        {"transactional_id": tid, "producer_id": 1, "producer_epoch": 0, "state": query.get("state")}
+                        for tid in page
+                    ]
+                },
+            )
+        if request.url.path.endswith("/abort"):
+            return httpx.Response(200, json={"producer_id": 1, "producer_epoch": 1, "state": "CompleteAbort"})
+        return httpx.Response(
+            404, json={"error": {"code": "TRANSACTIONAL_ID_NOT_FOUND", "message": "unknown", "retriable": False}}
+        )
+
+
+def test_list_transactions_reads_every_page():
+    fake = FakeTransactions(2 * LIST_PAGE + 5)
+    with Admin("http://fake", transport=fake.transport, **FAST) as admin:
+        listed = admin.list_transactions(states=["Ongoing"], transactional_id_prefix="tx-")
+    assert [t["transactional_id"] for t in listed] == fake.ids
+    pages = [q for q in fake.queries if q["path"] == "/v1/transactions"]
+    assert [q.get("after") for q in pages] == [None, fake.ids[LIST_PAGE - 1], fake.ids[2 * LIST_PAGE - 1]]
+    assert all(q["limit"] == str(LIST_PAGE) and q["state"] == "Ongoing" for q in pages)
+
+
+def test_two_phase_client_lists_abortable_states_through_admin_and_aborts_with_the_producer_guard():
+    fake = FakeTransactions(LIST_PAGE + 1)
+    with TwoPhaseClient("http://fake", transport=fake.transport, **FAST) as coordinator:
+        listed = coordinator.list("tx-")
+        assert len(listed) == LIST_PAGE + 1 and listed[0]["state"] == ",".join(ABORTABLE_STATES)
+        assert coordinator.abort_open("tx-00001", 1, 0) is True
+        assert coordinator.describe("nobody") is None
+    abort = next(q for q in fake.queries if q["path"].endswith("/abort"))
+    assert abort == {"path": "/v1/transactions/tx-00001/abort", "producer_id": "1", "producer_epoch": "0"}
+
+
+def test_prepared_transaction_is_one_type_wherever_it_is_imported():
+    from txbroker.records import PreparedTransaction as from_records
+    from txbroker.two_phase import PreparedTransaction as from_two_phase
+
+    assert from_records is from_two_phase is PreparedTransaction

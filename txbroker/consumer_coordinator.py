@@ -1,0 +1,223 @@
+"""A consumer's side of its group (Kafka's ConsumerCoordinator): membership through the one heartbeat
+endpoint (POST /v1/groups/{g}/heartbeat joins, keeps alive and answers the generation and this
+member's assignment, computed by the server), leaving, and the group's offsets (OffsetCommit,
+OffsetFetch).
+
+Invariant: the heartbeat task only records what the server answered (`latest`); poll() adopts it
+(`update_assignment`). So the assignment, and the generation `group_metadata()` reports, are those
+of the records poll() returned: a transactional offset commit for records of a revoked partition
+carries the old generation and is refused (KIP-447), instead of committing for a partition someone
+else owns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import quote
+
+from txbroker import errors
+from txbroker.connection import Connection
+from txbroker.errors import IllegalStateError, TxbrokerError
+from txbroker.records import NO_GENERATION, NO_MEMBER, TopicPartition
+from txbroker.retry import Backoff, retrying
+from txbroker.subscription_state import RebalanceEvent, SubscriptionState
+
+log = logging.getLogger("txbroker.consumer")
+
+Call = Callable[..., Awaitable[Any]]  # (what, method, path, body) retried until the API timeout
+Committed = dict[TopicPartition, tuple[int, str | None] | TxbrokerError]
+
+
+def group_path(group_id: str, action: str = "") -> str:
+    return f"/v1/groups/{quote(group_id, safe='')}" + (f"/{action}" if action else "")
+
+
+class ConsumerCoordinator:
+    def __init__(
+        self,
+        group_id: str,
+        subscriptions: SubscriptionState,
+        connection: Connection,
+        call: Call,
+        *,
+        session_timeout_ms: int,
+        heartbeat_interval_s: float,
+        backoff: Backoff,
+        api_timeout_s: float,
+    ) -> None:
+        self.group_id = group_id
+        self.member_id = NO_MEMBER
+        self._subscriptions = subscriptions
+        self._connection = connection
+        self._call = call
+        self._session_timeout_ms = session_timeout_ms
+        self._heartbeat_interval_s = heartbeat_interval_s
+        self._backoff = backoff
+        self._api_timeout_s = api_timeout_s
+        self._latest: tuple[int, frozenset[TopicPartition]] | None = None  # from the last heartbeat
+        self._heartbeat_task: asyncio.Task | None = None
+        self._heartbeat_error: TxbrokerError | None = None
+        self._stopped = False
+
+    # ---- membership
+
+    async def _heartbeat(self) -> None:
+        subscriptions = self._subscriptions
+        if subscriptions.topics is None:
+            raise IllegalStateError(f"a heartbeat of group {self.group_id!r} without a subscription")
+        body = {
+            "member_id": self.member_id,
+            "generation_id": subscriptions.generation,
+            "topics": subscriptions.topics,
+            "session_timeout_ms": self._session_timeout_ms,
+        }
+        try:
+            answer = await self._connection.request("POST", group_path(self.group_id, "heartbeat"), body)
+        except errors.UnknownMemberIdError:
+            log.warning(
+                "consumer %s was evicted from group %r (session timeout?): rejoining", self.member_id, self.group_id
+            )
+            self.member_id = NO_MEMBER
+            body["member_id"] = NO_MEMBER
+            answer = await self._connection.request("POST", group_path(self.group_id, "heartbeat"), body)
+        self.member_id = answer["member_id"]
+        server_interval = answer.get("heartbeat_interval_ms")
+        if server_interval:
+            self._heartbeat_interval_s = min(self._heartbeat_interval_s, server_interval / 1000)
+        assignment = frozenset(TopicPartition(a["topic"], p) for a in answer["assignment"] for p in a["partitions"])
+        latest = (answer["generation_id"], assignment)
+        if latest != self._latest:
+            self._latest = latest
+            if not subscriptions.is_adopted(*latest):
+                subscriptions.assignment_changed.set()
+
+    async def _heartbeat_loop(self) -> None:
+        attempt = 0
+        while self._subscriptions.subscribed and not self._stopped:
+            try:
+                await asyncio.sleep(self._heartbeat_interval_s if attempt == 0 else self._backoff.delay_s(attempt))
+                await self._heartbeat()
+                attempt, self._heartbeat_error = 0, None
+            except asyncio.CancelledError:
+                raise
+            except TxbrokerError as error:
+                self._heartbeat_error = error
+                attempt += 1
+                log.warning("heartbeat of group %r failed: %s", self.group_id, error)
+
+    async def update_assignment(self) -> RebalanceEvent | None:
+        """Joins if needed and adopts the latest assignment the heartbeats brought; returns what
+        changed, for the caller to run the listeners on its own thread."""
+        if not self.member_id:
+            await retrying(
+                self._heartbeat,
+                what=f"joining group {self.group_id!r}",
+                timeout_s=self._api_timeout_s,
+                backoff=self._backoff,
+            )
+        error, self._heartbeat_error = self._heartbeat_error, None
+        if error is not None and not error.retriable:
+            raise error  # e.g. GROUP_AUTHORIZATION_FAILED: heartbeats will not succeed by waiting
+        if self._heartbeat_task is None or self._heartbeat_task.done():
+            self._heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
+        subscriptions = self._subscriptions
+        subscriptions.assignment_changed.clear()
+        if self._latest is None or subscriptions.is_adopted(*self._latest):
+            return None
+        event = subscriptions.adopt(*self._latest)
+        log.info(
+            "group %r generation %d: assigned %s",
+            self.group_id,
+            subscriptions.generation,
+            sorted(subscriptions.assignment),
+        )
+        return event
+
+    async def leave(self) -> None:
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+            await asyncio.gather(self._heartbeat_task, return_exceptions=True)
+            self._heartbeat_task = None
+        if self.member_id:
+            try:
+                await self._connection.request(
+                    "POST", group_path(self.group_id, "leave"), {"member_id": self.member_id}
+                )
+            except TxbrokerError as error:
+                log.info("leaving group %r: %s", self.group_id, error)
+        self.member_id = NO_MEMBER
+        self._latest = None
+
+    async def close(self) -> None:
+        self._stopped = True
+        await self.leave()
+
+    # ---- offsets
+
+    def commit_identity(self) -> tuple[str, int]:
+        """A subscribed consumer's commits carry its membership (refused after a rebalance); a
+        manually assigned one's are simple commits."""
+        if self._subscriptions.subscribed:
+            return self.member_id, self._subscriptions.generation
+        return NO_MEMBER, NO_GENERATION
+
+    async def commit(self, entries: list[dict]) -> None:
+        member_id, generation = self.commit_identity()
+        answer = await self._call(
+            f"OffsetCommit({self.group_id})",
+            "POST",
+            group_path(self.group_id, "offsets/commit"),
+            {"member_id": member_id, "generation_id": generation, "offsets": entries},
+        )
+        for entry in answer["offsets"]:
+            if entry["error"] is not None:
+                raise errors.from_body(entry["error"])
+
+    async def fetch_committed(self, partitions: list[TopicPartition], require_stable: bool) -> Committed:
+        answer = await self._call(
+            f"OffsetFetch({self.group_id})",
+            "POST",
+            group_path(self.group_id, "offsets/fetch"),
+            {
+                "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in partitions],
+                "require_stable": require_stable,
+            },
+        )
+        found: Committed = {}
+        for entry in answer["offsets"]:
+            tp = TopicPartition(entry["topic"], entry["partition"])
+            found[tp] = errors.from_body(entry["error"]) if entry["error"] else (entry["offset"], entry.get("metadata"))
+        return found
+
+    async def position_from_committed(self, missing: list[TopicPartition], deadline: float) -> list[TopicPartition]:
+        """Sets the positions of `missing` to their committed offsets, read with require_stable:
+        waits out pending transactional commits (UNSTABLE_OFFSET_COMMIT) with backoff until
+        `deadline`. Returns the partitions without a committed offset (to reset); those still
+        pending at the deadline get no position: they wait for the next poll."""
+        to_reset: list[TopicPartition] = []
+        attempt = 0
+        while missing:
+            committed = await self.fetch_committed(missing, require_stable=True)
+            unstable = []
+            for tp in missing:
+                found = committed.get(tp)
+                if isinstance(found, TxbrokerError):
+                    if not found.retriable:
+                        raise found
+                    unstable.append(tp)
+                elif found is None or found[0] < 0:
+                    to_reset.append(tp)
+                else:
+                    self._subscriptions.positions[tp] = found[0]
+            missing = unstable
+            if missing:
+                delay = self._backoff.delay_s(attempt)
+                if time.monotonic() + delay > deadline:
+                    break  # these wait for the next poll
+                attempt += 1
+                await asyncio.sleep(delay)
+        return to_reset

@@ -1,0 +1,290 @@
+"""A consumer's reads (Kafka's Fetcher and OffsetFetcher): fetch long-polls, the buffer of fetched
+records not yet returned, the prefetch, and positions (from committed offsets, ListOffsets, resets).
+
+Invariants:
+- A newly assigned partition starts at its committed offset, read with `require_stable` (it waits
+  while a transactional commit for it is pending), else at `auto_offset_reset`.
+- A position advances as poll() hands out records (a fetch brings up to fetch_max_records,
+  buffered), past markers and aborted records to a fetch's `next_offset`, or by a seek; buffered
+  records whose position changed are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from txbroker import errors
+from txbroker.connection import Connection
+from txbroker.consumer_coordinator import Call, ConsumerCoordinator
+from txbroker.errors import TxbrokerError
+from txbroker.records import BASE64, ConsumerRecord, TopicPartition, consumer_record
+from txbroker.retry import Backoff
+from txbroker.subscription_state import SubscriptionState
+
+log = logging.getLogger("txbroker.consumer")
+
+OFFSET_RESETS = {"earliest": -2, "latest": -1, "none": None}
+EARLIEST, LATEST = -2, -1
+MAX_WAIT_MS = 30_000
+
+
+@dataclass
+class _Fetched:
+    """One partition's fetched records not yet returned. `position` is what the consumer's position
+    must still be for them to be returned: a seek, reset or revocation meanwhile discards them."""
+
+    records: deque[ConsumerRecord]
+    position: int
+    next_offset: int
+
+
+class Fetcher:
+    def __init__(
+        self,
+        subscriptions: SubscriptionState,
+        connection: Connection,
+        call: Call,
+        coordinator: ConsumerCoordinator | None,
+        *,
+        url: str,
+        isolation_level: str,
+        auto_offset_reset: str,
+        max_poll_records: int,
+        fetch_max_records: int,
+        prefetch: bool,
+        backoff: Backoff,
+    ) -> None:
+        self._subscriptions = subscriptions
+        self._connection = connection
+        self._call = call
+        self._coordinator = coordinator  # None without a group: positions start at auto_offset_reset
+        self._url = url
+        self._isolation_level = isolation_level
+        self._auto_offset_reset = auto_offset_reset
+        self._max_poll_records = max_poll_records
+        # Fetched records not yet returned by poll(): a fetch asks for up to fetch_max_records (the
+        # server reads whole stored batches, so small fetches cost it more), poll() hands out up to
+        # max_poll_records at a time.
+        self._fetch_max_records = max(fetch_max_records, max_poll_records)
+        self._backoff = backoff
+        self._fetched: dict[TopicPartition, _Fetched] = {}
+        # The next fetch, sent while poll() hands out the last fetched records and the caller
+        # processes them.
+        self._prefetch_enabled = prefetch
+        self._prefetch: tuple[dict[TopicPartition, int], asyncio.Future] | None = None
+
+    # ---- positions
+
+    async def list_offsets(self, partitions: Iterable[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
+        wanted = list(partitions)
+        if not wanted:
+            return {}
+        answer = await self._call(
+            "ListOffsets",
+            "POST",
+            "/v1/offsets/list",
+            {
+                "isolation_level": self._isolation_level,
+                "partitions": [{"topic": tp.topic, "partition": tp.partition, "timestamp": timestamp} for tp in wanted],
+            },
+        )
+        found = {}
+        for entry in answer["partitions"]:
+            if entry["error"] is not None:
+                raise errors.from_body(entry["error"])
+            found[TopicPartition(entry["topic"], entry["partition"])] = entry["offset"]
+        return found
+
+    async def reset_positions(self, partitions: Iterable[TopicPartition]) -> None:
+        partitions = list(partitions)
+        timestamp = OFFSET_RESETS[self._auto_offset_reset]
+        if timestamp is None and partitions:
+            raise errors.NoOffsetForPartitionError(
+                f"no committed offset for {sorted(partitions)} and auto_offset_reset='none': seek() first"
+            )
+        self._subscriptions.positions.update(await self.list_offsets(partitions, timestamp))
+
+    async def initialize_positions(self, deadline: float) -> None:
+        """Positions for assigned partitions that have none: the committed offset (waiting out
+        pending transactional commits until `deadline`), else auto_offset_reset."""
+        missing = self._subscriptions.missing_positions()
+        if not missing:
+            return
+        if self._coordinator is not None:
+            to_reset = await self._coordinator.position_from_committed(missing, deadline)
+        else:
+            to_reset = missing
+        await self.reset_positions(to_reset)
+
+    # ---- fetching
+
+    async def fetch(self, deadline: float) -> list[ConsumerRecord]:
+        """Buffered records, else one fetch (long-polling until `deadline`), or a wait for an
+        assignment; [] early when the assignment changes meanwhile."""
+        try:
+            await self.initialize_positions(deadline)
+        except TxbrokerError as error:
+            if not error.retriable:
+                raise
+            log.warning("initializing positions: %s", error)
+            return await self._pause_until(deadline, self._backoff.max_ms / 1000)
+        records = self._take_fetched()
+        if records:
+            return records
+        fetchable = self._subscriptions.fetchable()
+        if not fetchable:
+            self.drop_prefetch()
+            return await self._pause_until(deadline)
+        positions = self._subscriptions.positions
+        requested = {tp: positions[tp] for tp in fetchable}
+        answer = await self._prefetched(requested)
+        if answer is None:
+            max_wait_ms = min(max(0, int((deadline - time.monotonic()) * 1000)), MAX_WAIT_MS)
+            try:
+                answer = await self._until_assignment_changes(
+                    self._connection.request(
+                        "POST",
+                        "/v1/fetch",
+                        self._fetch_body(requested, max_wait_ms),
+                        extra_timeout_s=max_wait_ms / 1000,
+                    )
+                )
+            except TxbrokerError as error:
+                if not error.retriable:
+                    raise
+                log.warning("fetch from %s failed: %s", self._url, error)
+                return await self._pause_until(deadline, self._backoff.max_ms / 1000)
+            if answer is None:
+                return []
+        await self._keep_fetched(answer, requested)
+        return self._take_fetched()
+
+    def _fetch_body(self, positions: dict[TopicPartition, int], max_wait_ms: int) -> dict:
+        return {
+            "isolation_level": self._isolation_level,
+            "max_wait_ms": max_wait_ms,
+            "max_records": self._fetch_max_records,
+            "encoding": BASE64,
+            "partitions": [
+                {"topic": tp.topic, "partition": tp.partition, "offset": offset} for tp, offset in positions.items()
+            ],
+        }
+
+    async def _prefetched(self, requested: dict[TopicPartition, int]) -> dict | None:
+        """The prefetch's answer if it asked for exactly these positions (no seek, rebalance or
+        pause since), else None."""
+        if self._prefetch is None:
+            return None
+        asked, task = self._prefetch
+        self._prefetch = None
+        if asked != requested:
+            task.cancel()
+            return None
+        try:
+            return await task
+        except TxbrokerError:
+            return None  # fetched again, now
+
+    def drop_prefetch(self) -> None:
+        if self._prefetch is not None:
+            self._prefetch[1].cancel()
+            self._prefetch = None
+
+    async def _keep_fetched(self, answer: dict, requested: dict[TopicPartition, int]) -> None:
+        """Buffers a fetch's records; positions of partitions without records move to next_offset
+        (past markers and aborted records)."""
+        positions = self._subscriptions.positions
+        reset: list[TopicPartition] = []
+        for entry in answer["partitions"]:
+            tp = TopicPartition(entry["topic"], entry["partition"])
+            if positions.get(tp) != requested.get(tp):
+                continue  # seeked, or revoked, meanwhile
+            error = entry["error"]
+            if error is not None:
+                if error["code"] == "OFFSET_OUT_OF_RANGE" and self._auto_offset_reset != "none":
+                    log.warning(
+                        "%s: offset %d out of range: resetting to %s", tp, requested[tp], self._auto_offset_reset
+                    )
+                    reset.append(tp)
+                    continue
+                raise errors.from_body(error)
+            if entry["records"]:
+                self._fetched[tp] = _Fetched(
+                    deque(consumer_record(tp.topic, tp.partition, wire) for wire in entry["records"]),
+                    requested[tp],
+                    entry["next_offset"],
+                )
+            else:
+                positions[tp] = entry["next_offset"]
+        if reset:
+            await self.reset_positions(reset)
+
+    def _take_fetched(self) -> list[ConsumerRecord]:
+        """Up to max_poll_records buffered records, advancing positions; starts the prefetch when
+        the next poll will empty the buffer."""
+        subscriptions = self._subscriptions
+        positions = subscriptions.positions
+        records: list[ConsumerRecord] = []
+        budget = self._max_poll_records
+        for tp, fetched in list(self._fetched.items()):
+            if tp not in subscriptions.assignment or positions.get(tp) != fetched.position:
+                del self._fetched[tp]  # revoked, seeked or reset since the fetch
+                continue
+            if tp in subscriptions.paused or budget <= 0:
+                continue
+            take = min(budget, len(fetched.records))
+            chunk = [fetched.records.popleft() for _ in range(take)]
+            records += chunk
+            budget -= take
+            if fetched.records:
+                fetched.position = positions[tp] = chunk[-1].offset + 1
+            else:
+                positions[tp] = fetched.next_offset
+                del self._fetched[tp]
+        remaining = sum(len(fetched.records) for fetched in self._fetched.values())
+        if records and remaining <= self._max_poll_records and self._prefetch is None and self._prefetch_enabled:
+            # The next poll empties the buffer: fetch what follows it now.
+            following = {
+                tp: self._fetched[tp].next_offset if tp in self._fetched else positions[tp]
+                for tp in subscriptions.fetchable()
+            }
+            if following:
+                task = asyncio.ensure_future(
+                    self._connection.request("POST", "/v1/fetch", self._fetch_body(following, 0))
+                )
+                task.add_done_callback(lambda done: done.cancelled() or done.exception())  # a dropped one's error
+                self._prefetch = (following, task)
+        return records
+
+    async def _until_assignment_changes(self, request: Awaitable[Any]) -> Any:
+        """The request's answer, or None if the assignment changed first (the request is dropped)."""
+        if not self._subscriptions.subscribed:
+            return await request
+        task = asyncio.ensure_future(request)
+        changed = asyncio.ensure_future(self._subscriptions.assignment_changed.wait())
+        try:
+            await asyncio.wait({task, changed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return None
+
+    async def _pause_until(self, deadline: float, at_most_s: float | None = None) -> list[ConsumerRecord]:
+        """Nothing to fetch: wait for an assignment change, the deadline, or `at_most_s`."""
+        wait = max(0.0, deadline - time.monotonic())
+        if at_most_s is not None:
+            wait = min(wait, at_most_s)
+        try:
+            await asyncio.wait_for(self._subscriptions.assignment_changed.wait(), wait)
+        except asyncio.TimeoutError:
+            pass
+        return []

@@ -1,0 +1,110 @@
+"""What a consumer reads (Kafka's SubscriptionState): the subscribed topics with their rebalance
+listeners (group-managed assignment) or a manual assignment, the adopted assignment and its
+generation, a position per assigned partition, and the paused partitions.
+
+Invariants:
+- Positions and pauses exist only for assigned partitions: adopting an assignment that revokes a
+  partition drops both.
+- A position is the offset of the next record poll() returns for its partition.
+- `assignment_changed` is set when what poll() should read changes (a subscribe(), or a heartbeat
+  that brought another assignment): a long poll in flight then returns early.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from txbroker.errors import IllegalStateError
+from txbroker.records import NO_GENERATION, TopicPartition
+
+Listener = Callable[[set[TopicPartition]], Any]
+
+
+@dataclass(frozen=True)
+class RebalanceEvent:
+    """What changed when poll() adopted a new assignment: callbacks to run, in this order."""
+
+    revoked: set[TopicPartition]
+    assigned: set[TopicPartition]
+    on_revoke: Listener | None
+    on_assign: Listener | None
+
+    def calls(self) -> list[tuple[Listener, set[TopicPartition]]]:
+        calls = []
+        if self.on_revoke is not None and self.revoked:
+            calls.append((self.on_revoke, self.revoked))
+        if self.on_assign is not None and self.assigned:
+            calls.append((self.on_assign, self.assigned))
+        return calls
+
+
+class SubscriptionState:
+    def __init__(self) -> None:
+        self.topics: list[str] | None = None  # subscribed (group-managed); None: manual assignment
+        self.on_assign: Listener | None = None
+        self.on_revoke: Listener | None = None
+        self.generation = NO_GENERATION  # of the adopted assignment
+        self.assignment: frozenset[TopicPartition] = frozenset()
+        self.positions: dict[TopicPartition, int] = {}
+        self.paused: set[TopicPartition] = set()
+        self.assignment_changed = asyncio.Event()
+
+    @property
+    def subscribed(self) -> bool:
+        return self.topics is not None
+
+    def subscribe(self, topics: list[str], on_assign: Listener | None, on_revoke: Listener | None) -> None:
+        self.topics = topics
+        self.on_assign, self.on_revoke = on_assign, on_revoke
+        self.assignment_changed.set()
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        if self.subscribed:
+            raise IllegalStateError("assign() on a subscribed consumer: unsubscribe() first")
+        self.assignment = frozenset(TopicPartition(*tp) for tp in partitions)
+        self.positions = {tp: offset for tp, offset in self.positions.items() if tp in self.assignment}
+
+    def unsubscribe(self) -> None:
+        self.topics = None
+        self.assignment = frozenset()
+        self.positions.clear()
+        self.generation = NO_GENERATION
+
+    def is_adopted(self, generation: int, assignment: frozenset[TopicPartition]) -> bool:
+        return (generation, assignment) == (self.generation, self.assignment)
+
+    def adopt(self, generation: int, assignment: frozenset[TopicPartition]) -> RebalanceEvent:
+        """Makes a group's assignment the one poll() reads; revoked partitions lose their position and pause."""
+        revoked, added = set(self.assignment - assignment), set(assignment - self.assignment)
+        self.generation, self.assignment = generation, assignment
+        for tp in revoked:
+            self.positions.pop(tp, None)
+            self.paused.discard(tp)
+        return RebalanceEvent(revoked, added, self.on_revoke, self.on_assign)
+
+    def require_assigned(self, partition: TopicPartition, what: str) -> TopicPartition:
+        tp = TopicPartition(*partition)
+        if tp not in self.assignment:
+            raise IllegalStateError(f"{what}: {tp} is not assigned to this consumer")
+        return tp
+
+    def seekable(self, partitions: tuple) -> list[TopicPartition]:
+        """The named partitions, or every assigned one when none is named; all must be assigned."""
+        chosen = [TopicPartition(*tp) for tp in partitions] or sorted(self.assignment)
+        strangers = [tp for tp in chosen if tp not in self.assignment]
+        if strangers:
+            raise IllegalStateError(f"{strangers} are not assigned to this consumer")
+        return chosen
+
+    def missing_positions(self) -> list[TopicPartition]:
+        return [tp for tp in self.assignment if tp not in self.positions]
+
+    def fetchable(self) -> list[TopicPartition]:
+        """Assigned, not paused, with a position: what a fetch asks for, in a stable order."""
+        return [tp for tp in sorted(self.assignment) if tp not in self.paused and tp in self.positions]
+
+    def assigned_positions(self) -> dict[TopicPartition, int]:
+        return {tp: offset for tp, offset in self.positions.items() if tp in self.assignment}
