@@ -60,7 +60,6 @@ from app.storage import (
     log_browser,
     partition_log,
     partition_summary,
-    principals,
     topics,
     transaction_health,
     transaction_history,
@@ -510,7 +509,7 @@ async def _confirmed_producer(request: Request) -> ProducerIdAndEpoch | None:
 
 @router.post("/transactions/{transactional_id:path}/abort")
 @console_page
-async def abort_transaction(request: Request, transactional_id: str, pool: PoolDep, coordinator: CoordinatorDep):
+async def abort_transaction(request: Request, transactional_id: str, coordinator: CoordinatorDep):
     """The admin abort: fences the producer (epoch bump) and aborts its open transaction. Allowed
     as the API's admin abort is, and audited like it."""
     transactional_id = _id_from(transactional_id, request)
@@ -519,11 +518,8 @@ async def abort_transaction(request: Request, transactional_id: str, pool: PoolD
     principal = request.state.console_principal
     if not is_allowed(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
-    result = await coordinator.admin_abort(transactional_id, await _confirmed_producer(request))
-    async with pool.acquire() as conn:
-        await principals.audit(conn, now_ms(), principal.name, "abort transaction", transactional_id,
-                               f"from the console; fenced: now producer {result.producer_id} "
-                               f"epoch {result.producer_epoch}")
+    await coordinator.admin_abort(transactional_id, await _confirmed_producer(request), principal=principal.name,
+                                  via="from the console; ")
     separator = "&" if "?" in transaction_url(transactional_id) else "?"
     return RedirectResponse(f"{transaction_url(transactional_id)}{separator}aborted=1", 303)
 

@@ -29,7 +29,7 @@ import asyncpg
 from app.coordinator.transaction_states import TransactionState, transition
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
-from app.storage import group_offsets, markers, producer_ids
+from app.storage import group_offsets, markers, principals, producer_ids
 from app.storage.partition_log import CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, lock_order
 from app.storage.producer_ids import ProducerIdAndEpoch
 from app.storage.topics import CONSUMER_OFFSETS_TOPIC, INTERNAL_PREFIX, find_topics, get_topic, unknown_partition, \
@@ -169,10 +169,10 @@ class TransactionCoordinator:
         known = {(p.topic_id, p.partition) for p in meta.partitions}
         added = [p for p in dict.fromkeys(partitions) if (p.topic_id, p.partition) not in known]
         new_groups = [g for g in dict.fromkeys(groups) if g not in meta.groups]
+        if not added and not new_groups:
+            return  # nothing joins (every partition refused, or already in): no transaction begins
         if meta.state == S.ONGOING:
-            if added or new_groups:
-                self._move(meta, S.ONGOING, now, partitions=meta.partitions + added,
-                                 groups=meta.groups + new_groups)
+            self._move(meta, S.ONGOING, now, partitions=meta.partitions + added, groups=meta.groups + new_groups)
             return
         self._move(meta, S.ONGOING, now, partitions=added, groups=new_groups, txn_start_ms=now,
                          txn_producer_id=meta.producer_id, txn_producer_epoch=meta.producer_epoch,
@@ -310,15 +310,20 @@ class TransactionCoordinator:
             self._start_or_extend(meta, [partition], [group_id], now_ms())
             await self.log.save(conn, meta)
 
-    async def join_for_offsets(self, conn: asyncpg.Connection, transactional_id: str, producer_id: int,
-                               producer_epoch: int, group_id: str) -> tuple[TransactionMetadata, TxnPartition]:
-        """TxnOffsetCommit's part, within its PostgreSQL transaction: verifies the producer and adds
-        the group's offsets partition implicitly. The caller runs `self.log.save(conn, meta)` last."""
-        meta = check_producer(await self.log.lock(conn, transactional_id), transactional_id, producer_id,
+    async def lock_producer(self, conn: asyncpg.Connection, transactional_id: str, producer_id: int,
+                            producer_epoch: int) -> TransactionMetadata:
+        """Locks the id's row and verifies the producer, within the caller's PostgreSQL transaction
+        (TxnOffsetCommit's first step; `join_for_offsets` follows once something is to commit)."""
+        return check_producer(await self.log.lock(conn, transactional_id), transactional_id, producer_id,
                               producer_epoch)
+
+    async def join_for_offsets(self, conn: asyncpg.Connection, meta: TransactionMetadata,
+                               group_id: str) -> TxnPartition:
+        """Adds the group's offsets partition to the transaction implicitly (beginning it if none is
+        open). The caller runs `self.log.save(conn, meta)` last."""
         partition = await self.offsets_partition(conn, group_id)
         self._start_or_extend(meta, [partition], [group_id], now_ms())
-        return meta, partition
+        return partition
 
     async def join_for_produce(self, conn: asyncpg.Connection, transactional_id: str, producer_id: int,
                                producer_epoch: int, requested: list[tuple[str, int]],
@@ -386,9 +391,11 @@ class TransactionCoordinator:
 
     # ---- administration
 
-    async def admin_abort(self, transactional_id: str, expected: ProducerIdAndEpoch | None = None) -> EndResult:
+    async def admin_abort(self, transactional_id: str, expected: ProducerIdAndEpoch | None = None, *,
+                          principal: str, via: str = "") -> EndResult:
         """`expected`: the producer id and epoch the operator saw; if the transaction has moved on
-        since (a new producer or transaction), nothing is aborted."""
+        since (a new producer or transaction), nothing is aborted. The audit entry (who, `via` which
+        door) is written in the same PostgreSQL transaction as the abort: both happen or neither."""
         async with self.pool.acquire() as conn, conn.transaction():
             meta = await self.log.lock(conn, transactional_id)
             if meta is None:
@@ -405,6 +412,8 @@ class TransactionCoordinator:
                 raise _concurrent(meta)
             else:
                 raise _invalid_state(meta, "abort (no transaction is open)")
+            await principals.audit(conn, now_ms(), principal, "abort transaction", transactional_id,
+                                   f"{via}fenced: now producer {meta.producer_id} epoch {meta.producer_epoch}")
             await self.log.save(conn, meta)
             return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
 
