@@ -227,6 +227,10 @@ class TransactionCoordinator:
         if issued is None or issued.transactional_id is not None:
             raise unknown_producer(producer_id)
         issued_epoch = issued.producer_epoch
+        if producer_epoch == issued_epoch - 1:
+            # The retry of a bump whose answer was lost: answer the epoch it issued. An idempotent
+            # producer id has one holder (no transactional id to share), so this fences no one.
+            return InitResult(producer_id, issued_epoch)
         if producer_epoch != issued_epoch:
             raise BrokerError(ErrorCode.PRODUCER_FENCED if producer_epoch < issued_epoch
                               else ErrorCode.INVALID_PRODUCER_EPOCH,
@@ -238,6 +242,15 @@ class TransactionCoordinator:
     async def _reinit(self, conn: asyncpg.Connection, meta: TransactionMetadata, timeout_ms: int, producer_id: int,
                       producer_epoch: int, keep_prepared: bool, now: int) -> InitResult:
         given = (producer_id, producer_epoch)
+        if given != (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) and given == (meta.last_producer_id, meta.last_producer_epoch) \
+                and S(meta.state) in (S.EMPTY, S.PREPARED):
+            # KIP-360: the retry of a bump whose answer was lost (nothing happened since: a new
+            # instance's InitProducerId, or a transaction beginning, forgets the ids). Answer what
+            # that bump issued, bumping nothing: no other instance can hold these ids.
+            prepared = None
+            if S(meta.state) == S.PREPARED:
+                prepared = ProducerIdAndEpoch(meta.txn_producer_id, meta.txn_producer_epoch)
+            return InitResult(meta.producer_id, meta.producer_epoch, prepared)
         if given != (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) and given != (meta.producer_id, meta.producer_epoch):
             raise _fenced(meta, producer_id, producer_epoch)
         state = S(meta.state)
@@ -253,8 +266,10 @@ class TransactionCoordinator:
             prepared = ProducerIdAndEpoch(meta.txn_producer_id, meta.txn_producer_epoch)
         bumped = await producer_ids.bump(conn, ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch), now,
                                          meta.transactional_id)
+        # The ids a KIP-360 bump was asked with are remembered, so its retry is recognised (above).
+        retry_key = (None, None) if given == (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) else given
         changes = dict(producer_id=bumped.producer_id, producer_epoch=bumped.producer_epoch, timeout_ms=timeout_ms,
-                       last_producer_id=None, last_producer_epoch=None)
+                       last_producer_id=retry_key[0], last_producer_epoch=retry_key[1])
         if prepared is None:
             self._move(meta, S.EMPTY, now, **changes)
         else:
