@@ -27,7 +27,8 @@ def run_producer_expiry(running) -> None:
         pool = await create_pool(running.database_url, 2)
         try:
             coordinator = TransactionCoordinator(pool, running.settings)
-            await BackgroundWorkers(coordinator, GroupCoordinator(pool, coordinator), running.settings).expire_producers()
+            workers = BackgroundWorkers(coordinator, GroupCoordinator(pool, coordinator), running.settings)
+            await workers.expire_producers()
         finally:
             await pool.close()
     asyncio.run(expire())
@@ -173,8 +174,9 @@ def test_a_transactional_commit_appended_after_a_plain_one_wins_at_its_commit(se
         "producer_epoch": producer["producer_epoch"],
         "offsets": [{"topic": "forwards", "partition": 0, "offset": 7}]}).raise_for_status()
     assert fetch_offset(client, "forwards-group", "forwards") == 10
-    client.post("/v1/txn/end", json={"transactional_id": "forwards-app", "producer_id": producer["producer_id"],
-                                     "producer_epoch": producer["producer_epoch"], "committed": True}).raise_for_status()
+    client.post("/v1/txn/end", json={"transactional_id": "forwards-app", "committed": True,
+                                     "producer_id": producer["producer_id"],
+                                     "producer_epoch": producer["producer_epoch"]}).raise_for_status()
     assert fetch_offset(client, "forwards-group", "forwards") == 7
 
 

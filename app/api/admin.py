@@ -61,7 +61,8 @@ async def list_transactions(
 
 
 @router.get("/transactions/{transactional_id:path}", response_model=schemas.TransactionOut, responses=ERRORS)
-async def describe_transaction(transactional_id: str, coordinator: CoordinatorDep, principal: PrincipalDep):
+async def describe_transaction(transactional_id: schemas.IdentifierInPath, coordinator: CoordinatorDep,
+                               principal: PrincipalDep):
     """[DescribeTransactions] Needs Describe on the TransactionalId."""
     authorize(principal, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id)
     return json_response(transaction_body(await coordinator.describe(transactional_id)))
@@ -69,7 +70,7 @@ async def describe_transaction(transactional_id: str, coordinator: CoordinatorDe
 
 @router.post("/transactions/{transactional_id:path}/abort", response_model=schemas.EndTxnResponse, responses=ERRORS)
 async def abort_transaction(
-        transactional_id: str, coordinator: CoordinatorDep, principal: PrincipalDep,
+        transactional_id: schemas.IdentifierInPath, coordinator: CoordinatorDep, principal: PrincipalDep,
         producer_id: Annotated[int | None, Query(ge=0, le=schemas.INT64_MAX, description=(
             "optional: abort only if the producer is still this one (with producer_epoch)"))] = None,
         producer_epoch: Annotated[int | None, Query(ge=0, le=schemas.INT16_MAX)] = None):

@@ -37,12 +37,13 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import asyncpg
 from fastapi import APIRouter, Query, Request
+from fastapi import Path as PathParameter
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from app.api.auth import AUTH_REQUIRED, token_principal
 from app.api.deps import CoordinatorDep, PoolDep
-from app.api.schemas import INT64_MAX
+from app.api.schemas import INT32_MAX, INT64_MAX
 from app.coordinator.authorizer import (
     ANONYMOUS,
     CLUSTER_RESOURCE,
@@ -364,7 +365,7 @@ async def overview(request: Request, pool: PoolDep, after: str | None = None, in
 @router.get("/topics/{topic}")
 @console_page
 async def topic_page(request: Request, topic: str, pool: PoolDep,
-                     after: Annotated[int, Query(ge=-1)] = -1):
+                     after: Annotated[int, Query(ge=-1, le=INT32_MAX)] = -1):
     """One topic's partitions, a page at a time."""
     async with snapshot(pool) as conn:
         info = await topics.get_topic(conn, topic)
@@ -378,7 +379,8 @@ async def topic_page(request: Request, topic: str, pool: PoolDep,
 
 @router.get("/topics/{topic}/partitions/{partition}")
 @console_page
-async def partition_page(request: Request, topic: str, partition: int, pool: PoolDep,
+async def partition_page(request: Request, topic: str, partition: Annotated[int, PathParameter(ge=0, le=INT32_MAX)],
+                         pool: PoolDep,
                          offset: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
                          producers_after: Annotated[int, Query(ge=-1, le=INT64_MAX)] = -1,
                          markers_before: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None):
@@ -540,8 +542,13 @@ def _parse_key(name: str, value: str | None, shape: str) -> tuple | None:
         return None
     parts = value.split(":")
     if len(parts) != shape.count(":") + 1 or not all(part.lstrip("-").isdigit() for part in parts[1:]):
-        raise invalid_request(f"{name}={value!r}: expected {shape}")
-    return (parts[0], *(int(part) for part in parts[1:]))
+        raise invalid_request(f"{name}={value[:300]!r}: expected {shape}")
+    numbers = [int(part) for part in parts[1:]]
+    # The partition is a 32-bit integer, a producer id a 64-bit one.
+    if not all(-1 <= n <= (INT32_MAX if index == 0 else INT64_MAX) for index, n in enumerate(numbers)):
+        raise invalid_request(f"{name}={value[:300]!r}: a number is out of range (a partition is 0 to {INT32_MAX}, "
+                              f"a producer id 0 to {INT64_MAX})")
+    return (parts[0], *numbers)
 
 
 @router.get("/groups/{group_id:path}")
