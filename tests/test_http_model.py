@@ -107,12 +107,15 @@ class HttpModel(RuleBasedStateMachine):
 
     # ---- idempotent producer
 
-    @rule(partition=st.integers(0, PARTITIONS - 1), count=st.integers(1, 3))
-    def idempotent_send(self, partition, count):
+    @rule(partition=st.integers(0, PARTITIONS - 1), count=st.integers(1, 3),
+          timestamp_ms=st.sampled_from([None, 1_000]))
+    def idempotent_send(self, partition, count, timestamp_ms):
+        """`timestamp_ms` 1000: a backfill, its records stamped long before the server's clock."""
         values = [f"i{next(self.values)}" for _ in range(count)]
+        records = [{"value": v} if timestamp_ms is None else {"value": v, "timestamp_ms": timestamp_ms}
+                   for v in values]
         body = {**self.idem, "partitions": [{"topic": self.topic, "partition": partition,
-                                             "base_sequence": self.idem_sequences[partition],
-                                             "records": [{"value": v} for v in values]}]}
+                                             "base_sequence": self.idem_sequences[partition], "records": records}]}
         response = self._produce(body)
         if self.idem_expired:
             assert response.status_code == 409 and response.json()["error"]["code"] == "UNKNOWN_PRODUCER_ID", \
@@ -234,6 +237,12 @@ class HttpModel(RuleBasedStateMachine):
         self.idem_expired = True  # and a retry of its last batch must now be refused, never appended again
 
     @rule()
+    def expire_with_the_default_expiration(self):
+        """Nothing has been idle for a day: an expiry run changes nothing (whatever the records'
+        timestamps say)."""
+        run_producer_expiry(self.running)
+
+    @rule()
     def delete_and_recreate_the_topic(self):
         assert self.client.delete(f"/v1/topics/{self.topic}").status_code == 204
         self._create_topic()
@@ -273,10 +282,11 @@ class HttpModel(RuleBasedStateMachine):
 
 def test_the_http_api_agrees_with_the_model(module_server):
     HttpModel.client = module_server.client
+    HttpModel.running = module_server
     tiny = module_server.settings.model_copy(update={"producer_id_expiration_ms": 1})
     HttpModel.running_with_tiny_expiration = type("Running", (), {"database_url": module_server.database_url,
                                                                   "settings": tiny})()
-    HttpModel.TestCase.settings = settings(max_examples=25, stateful_step_count=30, deadline=None,
+    HttpModel.TestCase.settings = settings(max_examples=30, stateful_step_count=30, deadline=None,
                                            suppress_health_check=list(HealthCheck))
     HttpModel.TestCase().runTest()
 
