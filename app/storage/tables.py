@@ -106,7 +106,9 @@ class ProducerState(SQLModel, table=True):
     producer_epoch: int = Field(sa_type=SmallInteger, nullable=False)
     last_sequence: int = Field(nullable=False)
     last_timestamp_ms: int = Field(sa_type=BigInteger, nullable=False)  # the newest record timestamp (the client's)
-    last_append_ms: int = Field(sa_type=BigInteger, nullable=False)  # the server's clock: expiry goes by this
+    # The server's clock at the last append (expiry goes by this, never by the client's timestamps).
+    last_append_ms: int = Field(sa_type=BigInteger, nullable=False, sa_column_kwargs={
+        "server_default": sa_text("(extract(epoch from clock_timestamp()) * 1000)::bigint")})
     recent_batches: list = Field(sa_column=Column(JSONB, nullable=False))
     current_txn_first_offset: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
 
