@@ -110,15 +110,25 @@ class TransactionCoordinator:
     def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
         self.pool = pool
         self.settings = settings
-        self.log = TransactionLog()
+        self.log = TransactionLog(parse_state=TransactionState.parse)
 
     # ---- state changes, each recorded for the transaction log
 
     def _move(self, meta: TransactionMetadata, target: TransactionState, now: int, **changes) -> None:
-        meta.state = transition(S(meta.state), target)
+        meta.state = transition(meta.state, target)
         meta.last_update_ms = now
         for name, value in changes.items():
             setattr(meta, name, value)
+        self.log.record(meta)
+
+    def _update(self, meta: TransactionMetadata, now: int, **changes) -> None:
+        """A change of the metadata that leaves the state as it is (so no transition to check),
+        recorded for the transaction log like a transition."""
+        if "state" in changes:
+            raise ValueError("a state change goes through _move (the checked transition), not _update")
+        for name, value in changes.items():
+            setattr(meta, name, value)
+        meta.last_update_ms = now
         self.log.record(meta)
 
     async def _write_markers(self, conn: asyncpg.Connection, meta: TransactionMetadata, commit: bool, now: int) -> None:
@@ -164,7 +174,7 @@ class TransactionCoordinator:
         """Adds partitions/groups to the transaction, beginning it (-> Ongoing) if none is open."""
         if meta.state == S.PREPARED:
             raise _invalid_state(meta, "add partitions or offsets to (it is Prepared and takes no more writes)")
-        if S(meta.state).is_completing:
+        if meta.state.is_completing:
             raise _concurrent(meta)
         known = {(p.topic_id, p.partition) for p in meta.partitions}
         added = [p for p in dict.fromkeys(partitions) if (p.topic_id, p.partition) not in known]
@@ -198,7 +208,7 @@ class TransactionCoordinator:
                 await self._check_quota(conn, quota_principal, transactional_id)
                 issued = await producer_ids.issue(conn, now, transactional_id)
                 fresh = TransactionMetadata(transactional_id, issued.producer_id, issued.producer_epoch,
-                                            S.EMPTY.value, timeout_ms, NO_START_TIME, now, principal=quota_principal)
+                                            S.EMPTY, timeout_ms, NO_START_TIME, now, principal=quota_principal)
                 if await self.log.lock_new(conn, fresh):
                     return InitResult(issued.producer_id, issued.producer_epoch)
                 meta = await self.log.lock(conn, transactional_id)  # a racing init created it first
@@ -243,17 +253,17 @@ class TransactionCoordinator:
                       producer_epoch: int, keep_prepared: bool, now: int) -> InitResult:
         given = (producer_id, producer_epoch)
         if given != (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) and given == (meta.last_producer_id, meta.last_producer_epoch) \
-                and S(meta.state) in (S.EMPTY, S.PREPARED):
+                and meta.state in (S.EMPTY, S.PREPARED):
             # KIP-360: the retry of a bump whose answer was lost (nothing happened since: a new
             # instance's InitProducerId, or a transaction beginning, forgets the ids). Answer what
             # that bump issued, bumping nothing: no other instance can hold these ids.
             prepared = None
-            if S(meta.state) == S.PREPARED:
+            if meta.state == S.PREPARED:
                 prepared = ProducerIdAndEpoch(meta.txn_producer_id, meta.txn_producer_epoch)
             return InitResult(meta.producer_id, meta.producer_epoch, prepared)
         if given != (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) and given != (meta.producer_id, meta.producer_epoch):
             raise _fenced(meta, producer_id, producer_epoch)
-        state = S(meta.state)
+        state = meta.state
         if state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             await self._complete(conn, meta, now, bump=True)
         elif state == S.PREPARE_EPOCH_FENCE:
@@ -262,7 +272,7 @@ class TransactionCoordinator:
         elif state == S.ONGOING or (state == S.PREPARED and not keep_prepared):
             await self._fence_and_abort(conn, meta, now)
         prepared = None
-        if S(meta.state) == S.PREPARED:
+        if meta.state == S.PREPARED:
             prepared = ProducerIdAndEpoch(meta.txn_producer_id, meta.txn_producer_epoch)
         bumped = await producer_ids.bump(conn, ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch), now,
                                          meta.transactional_id)
@@ -275,10 +285,7 @@ class TransactionCoordinator:
         else:
             # KIP-939 keep_prepared_txn: the new instance is fenced in, the Prepared transaction stays
             # as it is (no state change) for the new instance to commit or abort.
-            for name, value in changes.items():
-                setattr(meta, name, value)
-            meta.last_update_ms = now
-            self.log.record(meta)
+            self._update(meta, now, **changes)
         return InitResult(bumped.producer_id, bumped.producer_epoch, prepared)
 
     # ---- AddPartitionsToTxn / AddOffsetsToTxn / produce
@@ -368,7 +375,7 @@ class TransactionCoordinator:
                                                f"ended with {meta.state})")
                 return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
             check_producer(meta, transactional_id, producer_id, producer_epoch)
-            state = S(meta.state)
+            state = meta.state
             if state in (S.ONGOING, S.PREPARED):
                 self._move(meta, wanted, now_ms())
             elif state == S.PREPARE_EPOCH_FENCE or (state.is_completing and state != wanted):
@@ -387,14 +394,14 @@ class TransactionCoordinator:
 
     @staticmethod
     def _is_retry_of_last(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> bool:
-        return (S(meta.state) in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+        return (meta.state.is_complete
                 and (producer_id, producer_epoch) == (meta.last_producer_id, meta.last_producer_epoch))
 
     async def prepare(self, transactional_id: str, producer_id: int, producer_epoch: int) -> EndResult:
         async with self.pool.acquire() as conn, conn.transaction():
             meta = check_producer(await self.log.lock(conn, transactional_id), transactional_id, producer_id,
                                   producer_epoch)
-            state = S(meta.state)
+            state = meta.state
             if state == S.ONGOING:
                 self._move(meta, S.PREPARED, now_ms())
             elif state.is_completing:
@@ -420,7 +427,7 @@ class TransactionCoordinator:
                 raise _invalid_state(meta, f"abort the transaction of producer {expected.producer_id} epoch "
                                            f"{expected.producer_epoch} (it has moved on: the producer is now "
                                            f"{meta.producer_id} epoch {meta.producer_epoch}); look again")
-            state = S(meta.state)
+            state = meta.state
             if state in (S.ONGOING, S.PREPARED):
                 await self._fence_and_abort(conn, meta, now_ms())
             elif state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
@@ -469,7 +476,8 @@ class TransactionCoordinator:
                      now - meta.txn_start_ms, meta.timeout_ms)
             await self._fence_and_abort(conn, meta, now)
 
-        return await self._each_claimed("state = 'Ongoing' AND txn_start_ms + timeout_ms < $1", now, handle=abort)
+        return await self._each_claimed("state = $1 AND txn_start_ms + timeout_ms < $2", S.ONGOING.value, now,
+                                        handle=abort)
 
     async def recover_pending(self) -> int:
         """Finishes every transaction whose outcome is decided (PrepareCommit/PrepareAbort) but whose
@@ -477,7 +485,8 @@ class TransactionCoordinator:
         async def finish(conn, meta):
             await self._complete(conn, meta, now_ms(), bump=True)
 
-        return await self._each_claimed("state IN ('PrepareCommit', 'PrepareAbort')", handle=finish)
+        return await self._each_claimed("state = ANY($1::text[])", _states_where(lambda state: state.is_decided),
+                                        handle=finish)
 
     async def expire_transactional_ids(self) -> int:
         now = now_ms()
@@ -487,8 +496,14 @@ class TransactionCoordinator:
             await self.log.delete(conn, meta)
 
         return await self._each_claimed(
-            "state IN ('Empty', 'CompleteCommit', 'CompleteAbort') AND last_update_ms < $1",
+            "state = ANY($1::text[]) AND last_update_ms < $2", _states_where(lambda state: state.may_expire),
             now - self.settings.transactional_id_expiration_ms, handle=expire)
+
+
+def _states_where(predicate) -> list[str]:
+    """The persisted names of the states a predicate of TransactionState holds for: the claim
+    queries of the workers are built from the state machine, never from a list of their own."""
+    return [state.value for state in TransactionState if predicate(state)]
 
 
 def unknown_producer(producer_id: int) -> BrokerError:
