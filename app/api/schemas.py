@@ -39,8 +39,10 @@ def within_identifier_limit(value: str) -> str:
     return value
 
 
-Identifier = Annotated[str, Field(min_length=1), AfterValidator(within_identifier_limit)]
-MemberId = Annotated[str, AfterValidator(within_identifier_limit)]
+Identifier = Annotated[str, Field(min_length=1, description=f"at most {MAX_IDENTIFIER_BYTES} bytes in UTF-8"),
+                       AfterValidator(within_identifier_limit)]
+MemberId = Annotated[str, Field(description=f"at most {MAX_IDENTIFIER_BYTES} bytes in UTF-8"),
+                     AfterValidator(within_identifier_limit)]
 # The same limit for identifiers in a path (a group id, a transactional id, a principal, a key id).
 IdentifierInPath = Annotated[str, AfterValidator(within_identifier_limit)]
 
