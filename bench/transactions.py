@@ -517,7 +517,8 @@ async def build_partition(database_url: str, topic_id: int, partition: int, reco
             [(pid, epoch + 1, f"bench-built-{topic_id}-{partition}-{pid}", now_ms) for pid, epoch in last_epoch.items()])
         await conn.executemany(
             "INSERT INTO producer_states (topic_id, partition, producer_id, producer_epoch, last_sequence, "
-            "last_timestamp_ms, recent_batches, current_txn_first_offset) VALUES ($1, $2, $3, $4, $5, $6, '[]', NULL)",
+            "last_timestamp_ms, last_append_ms, recent_batches, current_txn_first_offset) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $6, '[]', NULL)",
             [(topic_id, partition, pid, epoch, BATCH_RECORDS - 1, now_ms) for pid, epoch in last_epoch.items()])
         await conn.execute("UPDATE partitions SET high_watermark = $3 WHERE topic_id = $1 AND partition = $2",
                            topic_id, partition, high_watermark)

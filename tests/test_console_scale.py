@@ -51,7 +51,7 @@ _SQL = [
     "first_offset, timestamp_ms) SELECT $1, p, $3 + 10 * p + 3, 2, 1, 8, 5, $2 FROM generate_series(0, $4 - 1) p "
     "WHERE $5::int > 0",
     "INSERT INTO producer_states (topic_id, partition, producer_id, producer_epoch, last_sequence, last_timestamp_ms, "
-    "recent_batches, current_txn_first_offset) SELECT $1, p, $3 + 10 * p, 3, 4, $2, '[]', 9 "
+    "last_append_ms, recent_batches, current_txn_first_offset) SELECT $1, p, $3 + 10 * p, 3, 4, $2, $2, '[]', 9 "
     "FROM generate_series(0, $4 - 1) p WHERE $5::int > 0",
     "INSERT INTO producer_ids (producer_id, producer_epoch, transactional_id, issued_ms) "
     "SELECT $3 + g, 3, 'bulk-' || lpad(g::text, 5, '0'), $2 FROM generate_series(0, $5 - 1) g "

@@ -561,7 +561,8 @@ def test_evicted_or_unknown_member_txn_offset_commit_is_unknown_member_id(client
     client.post("/v1/groups/g/leave", json={"member_id": a["member_id"]}).raise_for_status()
     left = txn_offset_commit(client, producer, "g", [("t", 0, 4), ("t", 1, 4)], a["member_id"], a["generation_id"])
     assert entry_codes(left.json()["offsets"]) == ["UNKNOWN_MEMBER_ID"] * 2
-    producer.commit()
+    # Refused commits begin no transaction (issue 11): there is nothing to commit.
+    assert client.get("/v1/transactions/app-a").json()["state"] == "Empty"
     assert committed(client, "g", [("t", 0), ("t", 1)]) == {("t", 0): -1, ("t", 1): -1}
 
 

@@ -3,7 +3,6 @@ DescribeTransactions, admin abort, DescribeProducers, markers."""
 
 from __future__ import annotations
 
-import time
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -15,7 +14,7 @@ from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType
 from app.api.responses import json_response
 from app.coordinator.transaction_states import TransactionState
 from app.errors import invalid_request
-from app.storage import markers, principals, producer_ids
+from app.storage import markers, producer_ids
 from app.storage.producer_ids import ProducerIdAndEpoch
 from app.storage.topics import get_topic, unknown_partition
 from app.storage.transaction_log import TransactionMetadata
@@ -62,7 +61,8 @@ async def list_transactions(
 
 
 @router.get("/transactions/{transactional_id:path}", response_model=schemas.TransactionOut, responses=ERRORS)
-async def describe_transaction(transactional_id: str, coordinator: CoordinatorDep, principal: PrincipalDep):
+async def describe_transaction(transactional_id: schemas.IdentifierInPath, coordinator: CoordinatorDep,
+                               principal: PrincipalDep):
     """[DescribeTransactions] Needs Describe on the TransactionalId."""
     authorize(principal, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id)
     return json_response(transaction_body(await coordinator.describe(transactional_id)))
@@ -70,7 +70,7 @@ async def describe_transaction(transactional_id: str, coordinator: CoordinatorDe
 
 @router.post("/transactions/{transactional_id:path}/abort", response_model=schemas.EndTxnResponse, responses=ERRORS)
 async def abort_transaction(
-        transactional_id: str, coordinator: CoordinatorDep, pool: PoolDep, principal: PrincipalDep,
+        transactional_id: schemas.IdentifierInPath, coordinator: CoordinatorDep, principal: PrincipalDep,
         producer_id: Annotated[int | None, Query(ge=0, le=schemas.INT64_MAX, description=(
             "optional: abort only if the producer is still this one (with producer_epoch)"))] = None,
         producer_epoch: Annotated[int | None, Query(ge=0, le=schemas.INT16_MAX)] = None):
@@ -81,10 +81,7 @@ async def abort_transaction(
     if (producer_id is None) != (producer_epoch is None):
         raise invalid_request("send producer_id and producer_epoch together, or neither")
     expected = None if producer_id is None else ProducerIdAndEpoch(producer_id, producer_epoch)
-    result = await coordinator.admin_abort(transactional_id, expected)
-    async with pool.acquire() as conn:
-        await principals.audit(conn, int(time.time() * 1000), principal.name, "abort transaction", transactional_id,
-                               f"fenced: now producer {result.producer_id} epoch {result.producer_epoch}")
+    result = await coordinator.admin_abort(transactional_id, expected, principal=principal.name)
     return json_response({"producer_id": result.producer_id, "producer_epoch": result.producer_epoch,
                           "state": result.state})
 

@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.responses import error_response
+from app.api.schemas import MAX_IDENTIFIER_BYTES
 from app.errors import BrokerError, ErrorCode, invalid_request
 from app.storage.database import CONNECTION_ERRORS
 
@@ -51,6 +52,12 @@ def _is_unstorable_text(error: Exception) -> bool:
     return isinstance(error, asyncpg.exceptions.DataError) and "surrogate" in str(error)
 
 
+def _is_bad_query_argument(error: Exception) -> bool:
+    """asyncpg's own check of a query argument (e.g. a number out of a column's range), made before
+    anything reaches PostgreSQL."""
+    return isinstance(error, asyncpg.exceptions.DataError) and str(error).startswith("invalid input for query argument")
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(BrokerError)
     async def broker_error(_request: Request, error: BrokerError):
@@ -85,7 +92,18 @@ def install_error_handlers(app: FastAPI) -> None:
             "the database is unavailable; nothing was changed by this request unless it reports "
             "otherwise later: retry it (it is safe to retry)"))
 
-    async def unstorable_text(_request: Request, error: Exception):
+    async def beyond_postgres_limits(_request: Request, error: Exception):
+        # The last line of defence behind the schemas' limits (MAX_IDENTIFIER_BYTES, integer
+        # bounds): a value PostgreSQL cannot index (program limit, e.g. an index row over ~2.7 kB)
+        # or accept as a parameter is the request's fault, and nothing was changed (the statement
+        # failed, so its PostgreSQL transaction rolled back).
+        return error_response(invalid_request(
+            f"a value in the request is beyond what the server can store ({str(error)[:300]}): identifiers are at "
+            f"most {MAX_IDENTIFIER_BYTES} bytes in UTF-8, numbers 64-bit integers (partitions 32-bit)"))
+
+    async def unstorable_text(request: Request, error: Exception):
+        if _is_bad_query_argument(error):
+            return await beyond_postgres_limits(request, error)
         if not _is_unstorable_text(error):
             raise error
         return error_response(invalid_request(
@@ -98,6 +116,8 @@ def install_error_handlers(app: FastAPI) -> None:
             f"a number in the request is outside the range PostgreSQL stores ({error}): "
             f"offsets, ids and times are 64-bit integers"))
 
+    app.add_exception_handler(asyncpg.exceptions.ProgramLimitExceededError, beyond_postgres_limits)
+    app.add_exception_handler(asyncpg.exceptions.InvalidParameterValueError, beyond_postgres_limits)
     app.add_exception_handler(OverflowError, number_out_of_range)
     app.add_exception_handler(asyncpg.exceptions.CharacterNotInRepertoireError, unstorable_text)
     app.add_exception_handler(asyncpg.exceptions.UntranslatableCharacterError, unstorable_text)

@@ -12,6 +12,8 @@ from app.coordinator.authorizer import Operation, ResourceType, authorize, is_al
 from app.api.responses import error_or_none, json_response
 from app.storage.group_offsets import OffsetEntry
 
+GroupIdInPath = schemas.IdentifierInPath
+
 router = APIRouter(prefix="/v1", tags=["consumer groups"], dependencies=READY)
 ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 409, 503)}
 
@@ -26,7 +28,7 @@ def _offset_errors(entries: list[OffsetEntry], errors) -> dict:
 
 
 @router.post("/groups/{group_id}/heartbeat", response_model=schemas.HeartbeatResponse, responses=ERRORS)
-async def heartbeat(group_id: str, body: schemas.HeartbeatRequest, groups: GroupCoordinatorDep,
+async def heartbeat(group_id: GroupIdInPath, body: schemas.HeartbeatRequest, groups: GroupCoordinatorDep,
                     principal: PrincipalDep):
     """[Join/Sync/Heartbeat] Joins (member_id ""), keeps alive, and answers the group's current
     generation and this member's assignment in it (range assignment, computed by the server).
@@ -42,7 +44,8 @@ async def heartbeat(group_id: str, body: schemas.HeartbeatRequest, groups: Group
 
 
 @router.post("/groups/{group_id}/leave", responses=ERRORS)
-async def leave(group_id: str, body: schemas.LeaveRequest, groups: GroupCoordinatorDep, principal: PrincipalDep):
+async def leave(group_id: GroupIdInPath, body: schemas.LeaveRequest, groups: GroupCoordinatorDep,
+                principal: PrincipalDep):
     """[LeaveGroup] The group rebalances at once instead of after the session timeout."""
     authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
     await groups.leave(group_id, body.member_id)
@@ -50,7 +53,7 @@ async def leave(group_id: str, body: schemas.LeaveRequest, groups: GroupCoordina
 
 
 @router.post("/groups/{group_id}/offsets/commit", response_model=schemas.OffsetsResult, responses=ERRORS)
-async def commit_offsets(group_id: str, body: schemas.OffsetCommitRequest, groups: GroupCoordinatorDep,
+async def commit_offsets(group_id: GroupIdInPath, body: schemas.OffsetCommitRequest, groups: GroupCoordinatorDep,
                          principal: PrincipalDep):
     """[OffsetCommit] With generation_id >= 0 the member and generation are checked. Needs Read on
     the group and on the topics."""
@@ -63,7 +66,7 @@ async def commit_offsets(group_id: str, body: schemas.OffsetCommitRequest, group
 
 
 @router.post("/groups/{group_id}/offsets/fetch", response_model=schemas.OffsetFetchResponse, responses=ERRORS)
-async def fetch_offsets(group_id: str, body: schemas.OffsetFetchRequest, groups: GroupCoordinatorDep,
+async def fetch_offsets(group_id: GroupIdInPath, body: schemas.OffsetFetchRequest, groups: GroupCoordinatorDep,
                         principal: PrincipalDep):
     """[OffsetFetch] Committed offsets (-1: none); transactional ones only once committed. Needs
     Describe on the group."""
@@ -91,7 +94,7 @@ async def list_groups(groups: GroupCoordinatorDep, principal: PrincipalDep):
 
 
 @router.get("/groups/{group_id}", responses=ERRORS)
-async def describe_group(group_id: str, groups: GroupCoordinatorDep, principal: PrincipalDep):
+async def describe_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, principal: PrincipalDep):
     """[DescribeGroups] Members, generation, assignment, committed offsets and lag (records, not
     markers: a consumer past the last COMMIT marker has lag 0). Needs Describe on the group."""
     authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)

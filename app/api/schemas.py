@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
@@ -24,6 +24,27 @@ ProducerEpoch = Annotated[int, Field(ge=-1, le=INT16_MAX, description="-1: no pr
 PartitionIndex = Annotated[int, Field(ge=0, le=INT32_MAX, description="partition index, from 0")]
 Offset = Annotated[int, Field(ge=0, le=INT64_MAX, description="an offset in the partition")]
 TopicName = Annotated[str, Field(description="topic name")]
+
+# The longest identifier the server stores (transactional id, group id, member id, ACL resource name,
+# key id), in UTF-8 bytes. PostgreSQL indexes them, and an index row holds at most about 2.7 kB,
+# shared in some indexes by two identifiers (group id and member id; principal and resource name).
+MAX_IDENTIFIER_BYTES = 1024
+
+
+def within_identifier_limit(value: str) -> str:
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_IDENTIFIER_BYTES:
+        raise ValueError(f"the identifier is {size} bytes in UTF-8: expected at most {MAX_IDENTIFIER_BYTES}; "
+                         f"use a shorter one")
+    return value
+
+
+Identifier = Annotated[str, Field(min_length=1, description=f"at most {MAX_IDENTIFIER_BYTES} bytes in UTF-8"),
+                       AfterValidator(within_identifier_limit)]
+MemberId = Annotated[str, Field(description=f"at most {MAX_IDENTIFIER_BYTES} bytes in UTF-8"),
+                     AfterValidator(within_identifier_limit)]
+# The same limit for identifiers in a path (a group id, a transactional id, a principal, a key id).
+IdentifierInPath = Annotated[str, AfterValidator(within_identifier_limit)]
 
 ENCODING_FIELD = Field("utf8", description=(
     "encoding of keys, values and header values: utf8 (the bytes are the UTF-8 of the string) "
@@ -121,8 +142,7 @@ class ProducePartition(Body):
 
 
 class ProduceRequest(Body):
-    transactional_id: str | None = Field(None, min_length=1, max_length=10_000,
-                                         description="set for a transactional write")
+    transactional_id: Identifier | None = Field(None, description="set for a transactional write")
     producer_id: ProducerId = -1
     producer_epoch: ProducerEpoch = -1
     encoding: Encoding = ENCODING_FIELD
@@ -205,12 +225,12 @@ class ListOffsetsResponse(Body):
 
 # ---- transactions
 
-TransactionalId = Annotated[str, Field(min_length=1, max_length=10_000, description="the transactional id")]
+TransactionalId = Annotated[Identifier, Field(description="the transactional id")]
 
 
 class FindCoordinatorRequest(Body):
     key_type: Literal["transaction", "group"] = "transaction"
-    key: str = Field(max_length=10_000, description="transactional id or group id")
+    key: MemberId = Field(description="transactional id or group id")
 
 
 class FindCoordinatorResponse(Body):
@@ -266,7 +286,7 @@ class AddPartitionsResponse(Body):
 
 
 class AddOffsetsRequest(TxnProducer):
-    group_id: str = Field(min_length=1, max_length=10_000)
+    group_id: Identifier
 
 
 class EndTxnRequest(TxnProducer):
@@ -321,7 +341,7 @@ class MarkerList(Body):
 
 # ---- consumer groups and offsets
 
-GroupIdField = Annotated[str, Field(min_length=1, max_length=10_000)]
+GroupIdField = Identifier
 
 
 class OffsetIn(Body):
@@ -335,7 +355,7 @@ class TxnOffsetCommitRequest(TxnProducer):
     group_id: GroupIdField
     generation_id: int = Field(-1, ge=-1, le=INT32_MAX,
                                description=">= 0: the member and generation are checked (KIP-447 zombie fencing)")
-    member_id: str = Field("", max_length=10_000)
+    member_id: MemberId = ""
     offsets: list[OffsetIn] = Field(min_length=1)
 
 
@@ -344,7 +364,7 @@ class OffsetsResult(Body):
 
 
 class HeartbeatRequest(Body):
-    member_id: str = Field("", max_length=10_000, description="\"\" to join")
+    member_id: MemberId = Field("", description="\"\" to join")
     generation_id: int = Field(-1, ge=-1, le=INT32_MAX)
     topics: list[TopicName] = Field(default_factory=list, max_length=10_000, description="subscribed topics")
     session_timeout_ms: int = Field(30_000, ge=1_000, le=3_600_000,
@@ -364,11 +384,11 @@ class HeartbeatResponse(Body):
 
 
 class LeaveRequest(Body):
-    member_id: str = Field(min_length=1, max_length=10_000)
+    member_id: Annotated[MemberId, Field(min_length=1)]
 
 
 class OffsetCommitRequest(Body):
-    member_id: str = Field("", max_length=10_000)
+    member_id: MemberId = ""
     generation_id: int = Field(-1, ge=-1, le=INT32_MAX, description="-1: a simple commit, no membership check")
     offsets: list[OffsetIn] = Field(min_length=1)
 
@@ -422,8 +442,7 @@ class AclIn(Body):
     principal: Annotated[str, Field(min_length=1, max_length=256, description='a principal name, or "*" for all')]
     resource_type: Literal["Topic", "Group", "TransactionalId", "Cluster"]
     pattern_type: Literal["literal", "prefixed"] = "literal"
-    resource_name: Annotated[str, Field(min_length=1, max_length=10_000,
-                                        description='literal name ("*" for every), or a prefix')]
+    resource_name: Annotated[Identifier, Field(description='literal name ("*" for every), or a prefix')]
     operation: Literal["Read", "Write", "Create", "Delete", "Describe", "Alter", "All"]
     permission: Literal["allow", "deny"] = "allow"
 

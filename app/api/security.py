@@ -62,7 +62,7 @@ async def list_principals(pool: PoolDep, principal: PrincipalDep):
 
 
 @router.delete("/principals/{name}", status_code=204, responses=ERRORS)
-async def delete_principal(name: str, pool: PoolDep, principal: PrincipalDep):
+async def delete_principal(name: schemas.IdentifierInPath, pool: PoolDep, principal: PrincipalDep):
     """Deletes the principal with its keys and ACL rules."""
     _require(principal, Operation.ALTER)
     async with pool.acquire() as conn, conn.transaction():
@@ -73,7 +73,7 @@ async def delete_principal(name: str, pool: PoolDep, principal: PrincipalDep):
 
 
 @router.post("/principals/{name}/keys", status_code=201, response_model=schemas.ApiKeyCreated, responses=ERRORS)
-async def add_key(name: str, pool: PoolDep, principal: PrincipalDep):
+async def add_key(name: schemas.IdentifierInPath, pool: PoolDep, principal: PrincipalDep):
     """A new API key for the principal; the token is in this response only."""
     _require(principal, Operation.ALTER)
     async with pool.acquire() as conn, conn.transaction():
@@ -85,7 +85,7 @@ async def add_key(name: str, pool: PoolDep, principal: PrincipalDep):
 
 
 @router.get("/principals/{name}/keys", response_model=schemas.ApiKeyList, responses=ERRORS)
-async def list_keys(name: str, pool: PoolDep, principal: PrincipalDep):
+async def list_keys(name: schemas.IdentifierInPath, pool: PoolDep, principal: PrincipalDep):
     _require(principal, Operation.DESCRIBE)
     async with pool.acquire() as conn:
         found = await principals.list_keys(conn, name)
@@ -94,7 +94,8 @@ async def list_keys(name: str, pool: PoolDep, principal: PrincipalDep):
 
 
 @router.delete("/principals/{name}/keys/{key_id}", status_code=204, responses=ERRORS)
-async def revoke_key(name: str, key_id: str, pool: PoolDep, principal: PrincipalDep):
+async def revoke_key(name: schemas.IdentifierInPath, key_id: schemas.IdentifierInPath, pool: PoolDep,
+                     principal: PrincipalDep):
     """Revokes the key: the next request with it is refused (no cache anywhere)."""
     _require(principal, Operation.ALTER)
     async with pool.acquire() as conn, conn.transaction():

@@ -59,9 +59,10 @@ async def create_topic(body: schemas.CreateTopicRequest, pool: PoolDep, principa
     if not is_allowed(principal, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         authorize(principal, Operation.CREATE, ResourceType.TOPIC, body.name)
     async with pool.acquire() as conn:
-        topic = await topics.create_topic(conn, body.name, body.partitions, body.config)
-        await principals.audit(conn, now_ms(), principal.name, "create topic", body.name,
-                               f"partitions={body.partitions}")
+        async with conn.transaction():  # the audit entry is part of the change: both or neither
+            topic = await topics.create_topic(conn, body.name, body.partitions, body.config)
+            await principals.audit(conn, now_ms(), principal.name, "create topic", body.name,
+                                   f"partitions={body.partitions}")
         states = await partition_log.partition_states(conn, [topic])
     return json_response(_topic_body(topic, states[topic.topic_id]), 201)
 
@@ -89,7 +90,7 @@ async def describe_topic(topic: str, pool: PoolDep, principal: PrincipalDep):
 async def delete_topic(topic: str, pool: PoolDep, principal: PrincipalDep):
     """[DeleteTopics] Deletes the topic and all its records. Needs Delete on the topic."""
     authorize(principal, Operation.DELETE, ResourceType.TOPIC, topic)
-    async with pool.acquire() as conn:
+    async with pool.acquire() as conn, conn.transaction():  # the audit entry is part of the change
         await topics.delete_topic(conn, topic)
         await principals.audit(conn, now_ms(), principal.name, "delete topic", topic)
     return Response(status_code=204)

@@ -18,10 +18,11 @@ from urllib.parse import parse_qs
 
 import asyncpg
 from fastapi import APIRouter, Query, Request
+from fastapi import Path as PathParameter
 from fastapi.responses import RedirectResponse
 
 from app.api.deps import CoordinatorDep, PoolDep
-from app.api.schemas import INT64_MAX
+from app.api.schemas import INT32_MAX, INT64_MAX
 from app.clock import now_ms
 from app.console.formatting import transaction_url
 from app.console.rendering import FRAGMENT_HEADER, OPEN_STATES, render
@@ -36,7 +37,6 @@ from app.storage import (
     log_browser,
     partition_log,
     partition_summary,
-    principals,
     topics,
     transaction_health,
     transaction_history,
@@ -95,7 +95,7 @@ async def overview(request: Request, pool: PoolDep, after: str | None = None, in
 @router.get("/topics/{topic}")
 @console_page
 async def topic_page(request: Request, topic: str, pool: PoolDep,
-                     after: Annotated[int, Query(ge=-1)] = -1):
+                     after: Annotated[int, Query(ge=-1, le=INT32_MAX)] = -1):
     """One topic's partitions, a page at a time."""
     async with snapshot(pool) as conn:
         info = await topics.get_topic(conn, topic)
@@ -109,7 +109,8 @@ async def topic_page(request: Request, topic: str, pool: PoolDep,
 
 @router.get("/topics/{topic}/partitions/{partition}")
 @console_page
-async def partition_page(request: Request, topic: str, partition: int, pool: PoolDep,
+async def partition_page(request: Request, topic: str, partition: Annotated[int, PathParameter(ge=0, le=INT32_MAX)],
+                         pool: PoolDep,
                          offset: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
                          producers_after: Annotated[int, Query(ge=-1, le=INT64_MAX)] = -1,
                          markers_before: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None):
@@ -227,7 +228,7 @@ async def _confirmed_producer(request: Request) -> ProducerIdAndEpoch | None:
 
 @router.post("/transactions/{transactional_id:path}/abort")
 @console_page
-async def abort_transaction(request: Request, transactional_id: str, pool: PoolDep, coordinator: CoordinatorDep):
+async def abort_transaction(request: Request, transactional_id: str, coordinator: CoordinatorDep):
     """The admin abort: fences the producer (epoch bump) and aborts its open transaction. Allowed
     as the API's admin abort is, and audited like it."""
     transactional_id = _id_from(transactional_id, request)
@@ -236,11 +237,8 @@ async def abort_transaction(request: Request, transactional_id: str, pool: PoolD
     principal = request.state.console_principal
     if not is_allowed(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
-    result = await coordinator.admin_abort(transactional_id, await _confirmed_producer(request))
-    async with pool.acquire() as conn:
-        await principals.audit(conn, now_ms(), principal.name, "abort transaction", transactional_id,
-                               f"from the console; fenced: now producer {result.producer_id} "
-                               f"epoch {result.producer_epoch}")
+    await coordinator.admin_abort(transactional_id, await _confirmed_producer(request), principal=principal.name,
+                                  via="from the console; ")
     separator = "&" if "?" in transaction_url(transactional_id) else "?"
     return RedirectResponse(f"{transaction_url(transactional_id)}{separator}aborted=1", 303)
 
@@ -261,8 +259,13 @@ def _parse_key(name: str, value: str | None, shape: str) -> tuple | None:
         return None
     parts = value.split(":")
     if len(parts) != shape.count(":") + 1 or not all(part.lstrip("-").isdigit() for part in parts[1:]):
-        raise invalid_request(f"{name}={value!r}: expected {shape}")
-    return (parts[0], *(int(part) for part in parts[1:]))
+        raise invalid_request(f"{name}={value[:300]!r}: expected {shape}")
+    numbers = [int(part) for part in parts[1:]]
+    # The partition is a 32-bit integer, a producer id a 64-bit one.
+    if not all(-1 <= n <= (INT32_MAX if index == 0 else INT64_MAX) for index, n in enumerate(numbers)):
+        raise invalid_request(f"{name}={value[:300]!r}: a number is out of range (a partition is 0 to {INT32_MAX}, "
+                              f"a producer id 0 to {INT64_MAX})")
+    return (parts[0], *numbers)
 
 
 @router.get("/groups/{group_id:path}")

@@ -201,15 +201,17 @@ class GroupCoordinator:
         Adds the group's offsets partition to the transaction if AddOffsetsToTxn was not called."""
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
-            meta, partition = await self.transactions.join_for_offsets(conn, transactional_id, producer_id,
-                                                                       producer_epoch, group_id)
+            meta = await self.transactions.lock_producer(conn, transactional_id, producer_id, producer_epoch)
             await groups.ensure(conn, group_id, now)
             generation_error = await self._generation_error(conn, group_id, member_id, generation_id)
             errors = ([generation_error] * len(entries) if generation_error is not None
                       else await self._entry_errors(conn, entries))
+            accepted = [e for e, error in zip(entries, errors) if error is None]
+            if not accepted:  # a zombie's or an invalid commit begins no transaction
+                return errors
+            partition = await self.transactions.join_for_offsets(conn, meta, group_id)
             offsets_topic = await get_topic(conn, CONSUMER_OFFSETS_TOPIC)
-            await group_offsets.stage(conn, offsets_topic, partition.partition, group_id,
-                                      [e for e, error in zip(entries, errors) if error is None],
+            await group_offsets.stage(conn, offsets_topic, partition.partition, group_id, accepted,
                                       meta.txn_producer_id, meta.txn_producer_epoch, now)
             await self.transactions.log.save(conn, meta)  # last: see TransactionLog's lock order
         return errors

@@ -29,7 +29,7 @@ import asyncpg
 from app.coordinator.transaction_states import TransactionState, transition
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
-from app.storage import group_offsets, markers, producer_ids
+from app.storage import group_offsets, markers, principals, producer_ids
 from app.storage.partition_log import CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, lock_order
 from app.storage.producer_ids import ProducerIdAndEpoch
 from app.storage.topics import CONSUMER_OFFSETS_TOPIC, INTERNAL_PREFIX, find_topics, get_topic, unknown_partition, \
@@ -110,15 +110,25 @@ class TransactionCoordinator:
     def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
         self.pool = pool
         self.settings = settings
-        self.log = TransactionLog()
+        self.log = TransactionLog(parse_state=TransactionState.parse)
 
     # ---- state changes, each recorded for the transaction log
 
     def _move(self, meta: TransactionMetadata, target: TransactionState, now: int, **changes) -> None:
-        meta.state = transition(S(meta.state), target)
+        meta.state = transition(meta.state, target)
         meta.last_update_ms = now
         for name, value in changes.items():
             setattr(meta, name, value)
+        self.log.record(meta)
+
+    def _update(self, meta: TransactionMetadata, now: int, **changes) -> None:
+        """A change of the metadata that leaves the state as it is (so no transition to check),
+        recorded for the transaction log like a transition."""
+        if "state" in changes:
+            raise ValueError("a state change goes through _move (the checked transition), not _update")
+        for name, value in changes.items():
+            setattr(meta, name, value)
+        meta.last_update_ms = now
         self.log.record(meta)
 
     async def _write_markers(self, conn: asyncpg.Connection, meta: TransactionMetadata, commit: bool, now: int) -> None:
@@ -164,15 +174,15 @@ class TransactionCoordinator:
         """Adds partitions/groups to the transaction, beginning it (-> Ongoing) if none is open."""
         if meta.state == S.PREPARED:
             raise _invalid_state(meta, "add partitions or offsets to (it is Prepared and takes no more writes)")
-        if S(meta.state).is_completing:
+        if meta.state.is_completing:
             raise _concurrent(meta)
         known = {(p.topic_id, p.partition) for p in meta.partitions}
         added = [p for p in dict.fromkeys(partitions) if (p.topic_id, p.partition) not in known]
         new_groups = [g for g in dict.fromkeys(groups) if g not in meta.groups]
+        if not added and not new_groups:
+            return  # nothing joins (every partition refused, or already in): no transaction begins
         if meta.state == S.ONGOING:
-            if added or new_groups:
-                self._move(meta, S.ONGOING, now, partitions=meta.partitions + added,
-                                 groups=meta.groups + new_groups)
+            self._move(meta, S.ONGOING, now, partitions=meta.partitions + added, groups=meta.groups + new_groups)
             return
         self._move(meta, S.ONGOING, now, partitions=added, groups=new_groups, txn_start_ms=now,
                          txn_producer_id=meta.producer_id, txn_producer_epoch=meta.producer_epoch,
@@ -198,7 +208,7 @@ class TransactionCoordinator:
                 await self._check_quota(conn, quota_principal, transactional_id)
                 issued = await producer_ids.issue(conn, now, transactional_id)
                 fresh = TransactionMetadata(transactional_id, issued.producer_id, issued.producer_epoch,
-                                            S.EMPTY.value, timeout_ms, NO_START_TIME, now, principal=quota_principal)
+                                            S.EMPTY, timeout_ms, NO_START_TIME, now, principal=quota_principal)
                 if await self.log.lock_new(conn, fresh):
                     return InitResult(issued.producer_id, issued.producer_epoch)
                 meta = await self.log.lock(conn, transactional_id)  # a racing init created it first
@@ -227,6 +237,10 @@ class TransactionCoordinator:
         if issued is None or issued.transactional_id is not None:
             raise unknown_producer(producer_id)
         issued_epoch = issued.producer_epoch
+        if producer_epoch == issued_epoch - 1:
+            # The retry of a bump whose answer was lost: answer the epoch it issued. An idempotent
+            # producer id has one holder (no transactional id to share), so this fences no one.
+            return InitResult(producer_id, issued_epoch)
         if producer_epoch != issued_epoch:
             raise BrokerError(ErrorCode.PRODUCER_FENCED if producer_epoch < issued_epoch
                               else ErrorCode.INVALID_PRODUCER_EPOCH,
@@ -238,9 +252,18 @@ class TransactionCoordinator:
     async def _reinit(self, conn: asyncpg.Connection, meta: TransactionMetadata, timeout_ms: int, producer_id: int,
                       producer_epoch: int, keep_prepared: bool, now: int) -> InitResult:
         given = (producer_id, producer_epoch)
+        if given != (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) and given == (meta.last_producer_id, meta.last_producer_epoch) \
+                and meta.state in (S.EMPTY, S.PREPARED):
+            # KIP-360: the retry of a bump whose answer was lost (nothing happened since: a new
+            # instance's InitProducerId, or a transaction beginning, forgets the ids). Answer what
+            # that bump issued, bumping nothing: no other instance can hold these ids.
+            prepared = None
+            if meta.state == S.PREPARED:
+                prepared = ProducerIdAndEpoch(meta.txn_producer_id, meta.txn_producer_epoch)
+            return InitResult(meta.producer_id, meta.producer_epoch, prepared)
         if given != (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) and given != (meta.producer_id, meta.producer_epoch):
             raise _fenced(meta, producer_id, producer_epoch)
-        state = S(meta.state)
+        state = meta.state
         if state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
             await self._complete(conn, meta, now, bump=True)
         elif state == S.PREPARE_EPOCH_FENCE:
@@ -249,21 +272,20 @@ class TransactionCoordinator:
         elif state == S.ONGOING or (state == S.PREPARED and not keep_prepared):
             await self._fence_and_abort(conn, meta, now)
         prepared = None
-        if S(meta.state) == S.PREPARED:
+        if meta.state == S.PREPARED:
             prepared = ProducerIdAndEpoch(meta.txn_producer_id, meta.txn_producer_epoch)
         bumped = await producer_ids.bump(conn, ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch), now,
                                          meta.transactional_id)
+        # The ids a KIP-360 bump was asked with are remembered, so its retry is recognised (above).
+        retry_key = (None, None) if given == (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) else given
         changes = dict(producer_id=bumped.producer_id, producer_epoch=bumped.producer_epoch, timeout_ms=timeout_ms,
-                       last_producer_id=None, last_producer_epoch=None)
+                       last_producer_id=retry_key[0], last_producer_epoch=retry_key[1])
         if prepared is None:
             self._move(meta, S.EMPTY, now, **changes)
         else:
             # KIP-939 keep_prepared_txn: the new instance is fenced in, the Prepared transaction stays
             # as it is (no state change) for the new instance to commit or abort.
-            for name, value in changes.items():
-                setattr(meta, name, value)
-            meta.last_update_ms = now
-            self.log.record(meta)
+            self._update(meta, now, **changes)
         return InitResult(bumped.producer_id, bumped.producer_epoch, prepared)
 
     # ---- AddPartitionsToTxn / AddOffsetsToTxn / produce
@@ -310,15 +332,20 @@ class TransactionCoordinator:
             self._start_or_extend(meta, [partition], [group_id], now_ms())
             await self.log.save(conn, meta)
 
-    async def join_for_offsets(self, conn: asyncpg.Connection, transactional_id: str, producer_id: int,
-                               producer_epoch: int, group_id: str) -> tuple[TransactionMetadata, TxnPartition]:
-        """TxnOffsetCommit's part, within its PostgreSQL transaction: verifies the producer and adds
-        the group's offsets partition implicitly. The caller runs `self.log.save(conn, meta)` last."""
-        meta = check_producer(await self.log.lock(conn, transactional_id), transactional_id, producer_id,
+    async def lock_producer(self, conn: asyncpg.Connection, transactional_id: str, producer_id: int,
+                            producer_epoch: int) -> TransactionMetadata:
+        """Locks the id's row and verifies the producer, within the caller's PostgreSQL transaction
+        (TxnOffsetCommit's first step; `join_for_offsets` follows once something is to commit)."""
+        return check_producer(await self.log.lock(conn, transactional_id), transactional_id, producer_id,
                               producer_epoch)
+
+    async def join_for_offsets(self, conn: asyncpg.Connection, meta: TransactionMetadata,
+                               group_id: str) -> TxnPartition:
+        """Adds the group's offsets partition to the transaction implicitly (beginning it if none is
+        open). The caller runs `self.log.save(conn, meta)` last."""
         partition = await self.offsets_partition(conn, group_id)
         self._start_or_extend(meta, [partition], [group_id], now_ms())
-        return meta, partition
+        return partition
 
     async def join_for_produce(self, conn: asyncpg.Connection, transactional_id: str, producer_id: int,
                                producer_epoch: int, requested: list[tuple[str, int]],
@@ -348,7 +375,7 @@ class TransactionCoordinator:
                                                f"ended with {meta.state})")
                 return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
             check_producer(meta, transactional_id, producer_id, producer_epoch)
-            state = S(meta.state)
+            state = meta.state
             if state in (S.ONGOING, S.PREPARED):
                 self._move(meta, wanted, now_ms())
             elif state == S.PREPARE_EPOCH_FENCE or (state.is_completing and state != wanted):
@@ -367,14 +394,14 @@ class TransactionCoordinator:
 
     @staticmethod
     def _is_retry_of_last(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> bool:
-        return (S(meta.state) in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+        return (meta.state.is_complete
                 and (producer_id, producer_epoch) == (meta.last_producer_id, meta.last_producer_epoch))
 
     async def prepare(self, transactional_id: str, producer_id: int, producer_epoch: int) -> EndResult:
         async with self.pool.acquire() as conn, conn.transaction():
             meta = check_producer(await self.log.lock(conn, transactional_id), transactional_id, producer_id,
                                   producer_epoch)
-            state = S(meta.state)
+            state = meta.state
             if state == S.ONGOING:
                 self._move(meta, S.PREPARED, now_ms())
             elif state.is_completing:
@@ -386,9 +413,11 @@ class TransactionCoordinator:
 
     # ---- administration
 
-    async def admin_abort(self, transactional_id: str, expected: ProducerIdAndEpoch | None = None) -> EndResult:
+    async def admin_abort(self, transactional_id: str, expected: ProducerIdAndEpoch | None = None, *,
+                          principal: str, via: str = "") -> EndResult:
         """`expected`: the producer id and epoch the operator saw; if the transaction has moved on
-        since (a new producer or transaction), nothing is aborted."""
+        since (a new producer or transaction), nothing is aborted. The audit entry (who, `via` which
+        door) is written in the same PostgreSQL transaction as the abort: both happen or neither."""
         async with self.pool.acquire() as conn, conn.transaction():
             meta = await self.log.lock(conn, transactional_id)
             if meta is None:
@@ -398,13 +427,15 @@ class TransactionCoordinator:
                 raise _invalid_state(meta, f"abort the transaction of producer {expected.producer_id} epoch "
                                            f"{expected.producer_epoch} (it has moved on: the producer is now "
                                            f"{meta.producer_id} epoch {meta.producer_epoch}); look again")
-            state = S(meta.state)
+            state = meta.state
             if state in (S.ONGOING, S.PREPARED):
                 await self._fence_and_abort(conn, meta, now_ms())
             elif state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 raise _concurrent(meta)
             else:
                 raise _invalid_state(meta, "abort (no transaction is open)")
+            await principals.audit(conn, now_ms(), principal, "abort transaction", transactional_id,
+                                   f"{via}fenced: now producer {meta.producer_id} epoch {meta.producer_epoch}")
             await self.log.save(conn, meta)
             return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
 
@@ -445,7 +476,8 @@ class TransactionCoordinator:
                      now - meta.txn_start_ms, meta.timeout_ms)
             await self._fence_and_abort(conn, meta, now)
 
-        return await self._each_claimed("state = 'Ongoing' AND txn_start_ms + timeout_ms < $1", now, handle=abort)
+        return await self._each_claimed("state = $1 AND txn_start_ms + timeout_ms < $2", S.ONGOING.value, now,
+                                        handle=abort)
 
     async def recover_pending(self) -> int:
         """Finishes every transaction whose outcome is decided (PrepareCommit/PrepareAbort) but whose
@@ -453,7 +485,8 @@ class TransactionCoordinator:
         async def finish(conn, meta):
             await self._complete(conn, meta, now_ms(), bump=True)
 
-        return await self._each_claimed("state IN ('PrepareCommit', 'PrepareAbort')", handle=finish)
+        return await self._each_claimed("state = ANY($1::text[])", _states_where(lambda state: state.is_decided),
+                                        handle=finish)
 
     async def expire_transactional_ids(self) -> int:
         now = now_ms()
@@ -463,8 +496,14 @@ class TransactionCoordinator:
             await self.log.delete(conn, meta)
 
         return await self._each_claimed(
-            "state IN ('Empty', 'CompleteCommit', 'CompleteAbort') AND last_update_ms < $1",
+            "state = ANY($1::text[]) AND last_update_ms < $2", _states_where(lambda state: state.may_expire),
             now - self.settings.transactional_id_expiration_ms, handle=expire)
+
+
+def _states_where(predicate) -> list[str]:
+    """The persisted names of the states a predicate of TransactionState holds for: the claim
+    queries of the workers are built from the state machine, never from a list of their own."""
+    return [state.value for state in TransactionState if predicate(state)]
 
 
 def unknown_producer(producer_id: int) -> BrokerError:

@@ -8,7 +8,8 @@ state of two-phase commit (KIP-939). The reference is Kafka's
 ``VALID_PREVIOUS_STATES`` is the single source of truth for which state changes
 are legal. The coordinator calls :func:`transition` on every state change, so
 a transition not in the table fails loudly instead of being persisted. The
-predicates (``is_open``, ``is_completing``, ``takes_writes``, ``is_complete``)
+predicates (``is_open``, ``is_completing``, ``takes_writes``, ``is_complete``,
+``is_decided``, ``may_expire``)
 are derived here too, so no other module keeps its own list of states.
 
 The module is pure: no I/O, no imports from the rest of txbroker.
@@ -107,6 +108,17 @@ class TransactionState(enum.StrEnum):
         """The last transaction finished and all its markers are written."""
         return self in _COMPLETE
 
+    @property
+    def is_decided(self) -> bool:
+        """The outcome is durable but markers may be missing: recovery finishes it."""
+        return self in _DECIDED
+
+    @property
+    def may_expire(self) -> bool:
+        """Nothing is open: the transactional id may expire (-> Dead)."""
+        # Derived from the table, so it cannot drift from it.
+        return self in VALID_PREVIOUS_STATES[TransactionState.DEAD]
+
 
 S = TransactionState
 
@@ -136,6 +148,7 @@ VALID_PREVIOUS_STATES: Mapping[TransactionState, frozenset[TransactionState]] = 
 _COMPLETING = frozenset({S.PREPARE_COMMIT, S.PREPARE_ABORT, S.PREPARE_EPOCH_FENCE})
 _OPEN = _COMPLETING | {S.ONGOING, S.PREPARED}
 _COMPLETE = frozenset({S.COMPLETE_COMMIT, S.COMPLETE_ABORT})
+_DECIDED = frozenset({S.PREPARE_COMMIT, S.PREPARE_ABORT})
 
 del S
 

@@ -31,9 +31,9 @@ class BackgroundWorkers:
 
     async def expire_producers(self) -> int:
         cutoff = int(time.time() * 1000) - self.settings.producer_id_expiration_ms
-        async with self.coordinator.pool.acquire() as conn:
+        async with self.coordinator.pool.acquire() as conn, conn.transaction():
+            ids = await producer_ids.expire_idle(conn, cutoff)  # first: see expire_idle
             states = await producer_ids.expire_idle_states(conn, cutoff)
-            ids = await producer_ids.expire_idle(conn, cutoff)
         return states + ids
 
     def start(self) -> None:

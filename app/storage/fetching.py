@@ -34,7 +34,10 @@ async def _read_all(pool: asyncpg.Pool, positions: list[FetchPosition], topics: 
                     isolation_level: str, encoding: str) -> list[PartitionFetch]:
     results = []
     budget = max_records
-    async with pool.acquire() as conn:
+    # One snapshot for the whole read: a partition's read is several statements (state, batch
+    # headers, payloads), and a topic deleted between two of them must not leave headers whose
+    # payloads are gone. Read-only REPEATABLE READ takes no locks and never conflicts with writers.
+    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         for position in positions:
             topic = topics.get(position.topic)
             if topic is None:

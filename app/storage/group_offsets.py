@@ -5,6 +5,12 @@ was committed, as in Kafka). What OffsetFetch sees is `group_offsets`: a plain c
 once; a transactional one (TxnOffsetCommit) waits in `pending_txn_offsets` until the transaction's
 marker lands in that `__consumer_offsets` partition, which `settle` applies in the marker's
 PostgreSQL transaction: COMMIT makes the offsets visible, ABORT discards them.
+
+As in Kafka, the commit appended LAST to `__consumer_offsets` wins: each offset remembers the log
+offset of the record that committed it (`record_offset`), and a transactional commit settling at its
+marker replaces only an offset committed by an earlier record (a plain commit made while it was
+pending stays). A transactional commit's records belong to its transaction (producer id and epoch,
+is_transactional), so a read_committed reader of `__consumer_offsets` never sees an aborted one.
 """
 
 from __future__ import annotations
@@ -29,59 +35,67 @@ class OffsetEntry:
     metadata: str | None
 
 
-async def _append_commit_records(conn: asyncpg.Connection, offsets_topic: TopicInfo, offsets_partition: int,
-                                 group_id: str, entries: list[OffsetEntry], now_ms: int,
-                                 transaction: dict | None) -> None:
+def _commit_batch(group_id: str, entries: list[OffsetEntry], now_ms: int, transaction: dict | None):
     records = [record_codec.TextRecord(orjson.dumps([group_id, e.topic, e.partition]).decode(),
                              orjson.dumps({"offset": e.offset, "metadata": e.metadata, "commit_timestamp_ms": now_ms,
                                            "transaction": transaction}).decode()) for e in entries]
-    batch = record_codec.encode_batch(records, "utf8", now_ms, "offset commit")
-    await partition_log.append_batch(conn, BatchAppend(offsets_topic, offsets_partition, batch))
+    return record_codec.encode_batch(records, "utf8", now_ms, "offset commit")
 
 
 async def commit(conn: asyncpg.Connection, offsets_topic: TopicInfo, offsets_partition: int, group_id: str,
                  entries: list[OffsetEntry], now_ms: int) -> None:
-    """A plain OffsetCommit: visible at once. The caller holds the PostgreSQL transaction."""
+    """A plain OffsetCommit: visible at once, and appended after every record before it, so it
+    replaces whatever was committed. The caller holds the PostgreSQL transaction."""
     if not entries:
         return
-    await _append_commit_records(conn, offsets_topic, offsets_partition, group_id, entries, now_ms, None)
+    appended = await partition_log.append_batch(conn, BatchAppend(
+        offsets_topic, offsets_partition, _commit_batch(group_id, entries, now_ms, None)))
     await conn.executemany(
-        "INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms) "
-        "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
+        "INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms, "
+        "record_offset) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
         "committed_offset = EXCLUDED.committed_offset, metadata = EXCLUDED.metadata, "
-        "commit_timestamp_ms = EXCLUDED.commit_timestamp_ms",
-        [(group_id, e.topic, e.partition, e.offset, e.metadata, now_ms) for e in entries])
+        "commit_timestamp_ms = EXCLUDED.commit_timestamp_ms, record_offset = EXCLUDED.record_offset",
+        [(group_id, e.topic, e.partition, e.offset, e.metadata, now_ms, appended.base_offset + index)
+         for index, e in enumerate(entries)])
 
 
 async def stage(conn: asyncpg.Connection, offsets_topic: TopicInfo, offsets_partition: int, group_id: str,
                 entries: list[OffsetEntry], producer_id: int, producer_epoch: int, now_ms: int) -> None:
     """A TxnOffsetCommit: pending until the transaction's marker (a later one of the same
-    transaction for the same partition replaces it)."""
+    transaction for the same partition replaces it). Its records are the transaction's."""
     if not entries:
         return
-    await _append_commit_records(conn, offsets_topic, offsets_partition, group_id, entries, now_ms,
-                                 {"producer_id": producer_id, "producer_epoch": producer_epoch})
+    batch = _commit_batch(group_id, entries, now_ms, {"producer_id": producer_id, "producer_epoch": producer_epoch})
+    appended = await partition_log.append_for_coordinator(conn, offsets_topic, offsets_partition, batch,
+                                                          producer_id, producer_epoch)
     await conn.executemany(
         "INSERT INTO pending_txn_offsets (group_id, topic, partition, producer_id, producer_epoch, offsets_partition, "
-        "committed_offset, metadata, commit_timestamp_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
+        "committed_offset, metadata, commit_timestamp_ms, record_offset) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) "
         "ON CONFLICT (group_id, topic, partition, producer_id) DO UPDATE SET producer_epoch = EXCLUDED.producer_epoch, "
         "committed_offset = EXCLUDED.committed_offset, metadata = EXCLUDED.metadata, "
-        "commit_timestamp_ms = EXCLUDED.commit_timestamp_ms",
-        [(group_id, e.topic, e.partition, producer_id, producer_epoch, offsets_partition, e.offset, e.metadata, now_ms)
-         for e in entries])
+        "commit_timestamp_ms = EXCLUDED.commit_timestamp_ms, record_offset = EXCLUDED.record_offset",
+        [(group_id, e.topic, e.partition, producer_id, producer_epoch, offsets_partition, e.offset, e.metadata, now_ms,
+          appended.base_offset + index) for index, e in enumerate(entries)])
 
 
 # Run in the PostgreSQL transaction that writes the marker, so the offsets become visible exactly
-# when the marker does. Idempotent: a second run finds nothing pending.
+# when the marker does; the marker holds the offsets partition's row lock, which every commit to
+# it takes too (it appends there first), so no commit of this group interleaves. A settled offset
+# replaces only one committed by an earlier record (Kafka's "appended last wins"). Idempotent: a
+# second run finds nothing pending.
 _SETTLE_COMMIT_SQL = """
 WITH settled AS (
     DELETE FROM pending_txn_offsets WHERE offsets_partition = $1 AND producer_id = $2 AND producer_epoch = $3
-    RETURNING group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms
+    RETURNING group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms, record_offset
 )
-INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms)
-SELECT group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms FROM settled
+INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms,
+                           record_offset)
+SELECT group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms, record_offset FROM settled
 ON CONFLICT (group_id, topic, partition) DO UPDATE SET committed_offset = EXCLUDED.committed_offset,
-    metadata = EXCLUDED.metadata, commit_timestamp_ms = EXCLUDED.commit_timestamp_ms
+    metadata = EXCLUDED.metadata, commit_timestamp_ms = EXCLUDED.commit_timestamp_ms,
+    record_offset = EXCLUDED.record_offset
+WHERE group_offsets.record_offset < EXCLUDED.record_offset
 """
 
 

@@ -12,6 +12,7 @@ Invariants:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import asyncpg
@@ -163,11 +164,12 @@ WITH head AS (
     VALUES ($1, $2, $3, $3::bigint + $4::int - 1, $5, $6, $7, $8, NULL, $9, $10, $4, $11, $12)
 ), state AS (
     INSERT INTO producer_states (topic_id, partition, producer_id, producer_epoch, last_sequence,
-        last_timestamp_ms, recent_batches, current_txn_first_offset)
-    VALUES ($1, $2, $5, $6, $13, $10, $14, $15)
+        last_timestamp_ms, last_append_ms, recent_batches, current_txn_first_offset)
+    VALUES ($1, $2, $5, $6, $13, $10, $16, $14, $15)
     ON CONFLICT (topic_id, partition, producer_id) DO UPDATE SET producer_epoch = EXCLUDED.producer_epoch,
         last_sequence = EXCLUDED.last_sequence, last_timestamp_ms = EXCLUDED.last_timestamp_ms,
-        recent_batches = EXCLUDED.recent_batches, current_txn_first_offset = EXCLUDED.current_txn_first_offset
+        last_append_ms = EXCLUDED.last_append_ms, recent_batches = EXCLUDED.recent_batches,
+        current_txn_first_offset = EXCLUDED.current_txn_first_offset
 )
 SELECT pg_notify('{APPENDS_CHANNEL}', $1::text || ':' || $2::text)
 """
@@ -189,6 +191,13 @@ async def _append_for_producer(conn: asyncpg.Connection, append: BatchAppend) ->
     if row is None:
         raise unknown_partition(topic, append.partition)
     entry = _entry_from_row(row)
+    if entry is None and append.base_sequence != 0 and not await _still_issued(conn, append.producer_id):
+        # The producer's state and its id expired together (it was idle everywhere) between the
+        # request's check of the id and this lock: answer as that check would now, which the
+        # producer recovers from with a new id, instead of a fatal OUT_OF_ORDER_SEQUENCE_NUMBER.
+        return BrokerError(ErrorCode.UNKNOWN_PRODUCER_ID,
+                           f"producer id {append.producer_id} has expired (it wrote nowhere for the server's "
+                           f"producer_id_expiration_ms): get a new one from POST /v1/producers/init")
     outcome = sequences.check_batch(entry, append.producer_id, append.producer_epoch, append.base_sequence,
                                     batch.record_count, append.is_transactional, f"{topic.name}-{append.partition}")
     if isinstance(outcome, BrokerError):
@@ -205,8 +214,62 @@ async def _append_for_producer(conn: asyncpg.Connection, append: BatchAppend) ->
         batch.first_timestamp_ms, batch.max_timestamp_ms, batch.size_bytes, batch.payload,
         updated.last_sequence,
         [[b.base_sequence, b.last_sequence, b.base_offset, b.last_offset] for b in updated.recent_batches],
-        updated.current_txn_first_offset)
+        updated.current_txn_first_offset, now_ms())
     return AppendResult(base_offset, last_offset)
+
+
+async def _still_issued(conn: asyncpg.Connection, producer_id: int) -> bool:
+    # Expiry deletes an id in the PostgreSQL transaction that deletes its last state, so once the
+    # state is seen gone, a gone id is seen too.
+    return await conn.fetchval("SELECT 1 FROM producer_ids WHERE producer_id = $1", producer_id) is not None
+
+
+def now_ms() -> int:
+    """The server's clock: producer state expires by when the server last appended for the
+    producer, never by the timestamps its records carry (a backfill may carry any)."""
+    return int(time.time() * 1000)
+
+
+# Kafka's AppendOrigin.COORDINATOR: a transactional batch the coordinator writes on the producer's
+# behalf (its offset commits in __consumer_offsets). It carries the transaction's producer id and
+# epoch, so read_committed readers hide it until the COMMIT marker (and forever after an ABORT), and
+# it opens the producer's transaction on the partition (pinning the LSO) unless already open; there
+# is no sequence to check (NO_SEQUENCE), the coordinator checked the producer. Run with the
+# partition's row locked by the UPDATE of `head` (appends to the partition queue on it).
+_APPEND_FOR_COORDINATOR_SQL = f"""
+WITH head AS (
+    UPDATE partitions SET high_watermark = high_watermark + $3
+    WHERE topic_id = $1 AND partition = $2
+    RETURNING high_watermark - $3 AS base_offset
+), appended AS (
+    INSERT INTO record_batches (topic_id, partition, base_offset, last_offset, producer_id,
+        producer_epoch, base_sequence, is_transactional, control_type, first_timestamp_ms,
+        max_timestamp_ms, record_count, size_bytes, records)
+    SELECT $1, $2, base_offset, base_offset + $3 - 1, $4, $5, {NO_SEQUENCE}, true, NULL, $6, $7, $3, $8, $9 FROM head
+    RETURNING base_offset, last_offset
+), state AS (
+    INSERT INTO producer_states (topic_id, partition, producer_id, producer_epoch, last_sequence,
+        last_timestamp_ms, last_append_ms, recent_batches, current_txn_first_offset)
+    SELECT $1, $2, $4, $5, {NO_SEQUENCE}, $7, $10, '[]'::jsonb, base_offset FROM head
+    ON CONFLICT (topic_id, partition, producer_id) DO UPDATE SET producer_epoch = EXCLUDED.producer_epoch,
+        last_timestamp_ms = EXCLUDED.last_timestamp_ms, last_append_ms = EXCLUDED.last_append_ms,
+        current_txn_first_offset = coalesce(producer_states.current_txn_first_offset,
+                                            EXCLUDED.current_txn_first_offset)
+)
+SELECT base_offset, last_offset, pg_notify('{APPENDS_CHANNEL}', $1::text || ':' || $2::text) FROM appended
+"""
+
+
+async def append_for_coordinator(conn: asyncpg.Connection, topic: TopicInfo, partition: int, batch: EncodedBatch,
+                                 producer_id: int, producer_epoch: int) -> AppendResult:
+    """Appends a batch of the transaction of (producer_id, producer_epoch) written by the coordinator
+    itself; the caller holds the PostgreSQL transaction (and the transactional id's row)."""
+    row = await conn.fetchrow(
+        _APPEND_FOR_COORDINATOR_SQL, topic.topic_id, partition, batch.record_count, producer_id, producer_epoch,
+        batch.first_timestamp_ms, batch.max_timestamp_ms, batch.size_bytes, batch.payload, now_ms())
+    if row is None:
+        raise unknown_partition(topic, partition)
+    return AppendResult(row["base_offset"], row["last_offset"])
 
 
 # The LSO is the first offset of the earliest open transaction (a probe of the partial index
@@ -298,7 +361,10 @@ async def read(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offse
                 break
         payloads = await _payloads(conn, topic, partition, [header["last_offset"] for header, _, _ in wanted])
         for header, start, stop in wanted:
-            stored = record_codec.decode_payload(payloads[header["last_offset"]])
+            payload = payloads.get(header["last_offset"])
+            if payload is None:  # deleted since its header was read: the topic is gone (callers read in a snapshot)
+                raise unknown_partition(topic, partition)
+            stored = record_codec.decode_payload(payload)
             base = header["base_offset"]
             records.extend(record_codec.render_record(stored[index], base + index, encoding)
                            for index in range(start, stop))

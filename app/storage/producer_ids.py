@@ -51,21 +51,37 @@ async def lookup(conn: asyncpg.Connection, producer_id: int) -> IssuedProducer |
     return None if row is None else IssuedProducer(row["producer_epoch"], row["transactional_id"])
 
 
+# A producer is idle when it has appended nowhere since the cutoff $1 (by the server's clock,
+# `last_append_ms`) and has no transaction open anywhere. Its state goes as a whole: a producer that
+# still writes one partition keeps its state on the others, however long they idle, so its next
+# batch there continues its sequence (Kafka expires per partition, and then has to accept any
+# sequence from a producer it no longer knows there). An append racing the expiry either is seen
+# by it (the producer is busy, and kept), or its producer is told UNKNOWN_PRODUCER_ID at its next
+# request (the id went): never a gap it would take for lost records.
+_EXPIRE_IDLE_IDS_SQL = """
+DELETE FROM producer_ids i WHERE i.transactional_id IS NULL AND i.issued_ms < $1
+  AND NOT EXISTS (SELECT 1 FROM producer_states busy WHERE busy.producer_id = i.producer_id
+                  AND (busy.last_append_ms >= $1 OR busy.current_txn_first_offset IS NOT NULL))
+"""
+_EXPIRE_IDLE_STATES_SQL = """
+DELETE FROM producer_states s
+WHERE NOT EXISTS (SELECT 1 FROM producer_states busy WHERE busy.producer_id = s.producer_id
+                  AND (busy.last_append_ms >= $1 OR busy.current_txn_first_offset IS NOT NULL))
+"""
+
+
 async def expire_idle(conn: asyncpg.Connection, older_than_ms: int) -> int:
-    """Forgets non-transactional producer ids issued before `older_than_ms` that have no state left
-    on any partition (their per-partition state expired first). Returns how many."""
-    status = await conn.execute(
-        "DELETE FROM producer_ids i WHERE i.transactional_id IS NULL AND i.issued_ms < $1 "
-        "AND NOT EXISTS (SELECT 1 FROM producer_states s WHERE s.producer_id = i.producer_id)", older_than_ms)
+    """Forgets non-transactional producer ids issued before `older_than_ms` whose producer is idle
+    (see above). Run it before `expire_idle_states`, in the same PostgreSQL transaction: a produce
+    that finds its state gone then also finds its id gone, and is told UNKNOWN_PRODUCER_ID (which a
+    producer recovers from with a new id), never OUT_OF_ORDER_SEQUENCE_NUMBER. Returns how many."""
+    status = await conn.execute(_EXPIRE_IDLE_IDS_SQL, older_than_ms)
     return int(status.split()[-1])
 
 
 async def expire_idle_states(conn: asyncpg.Connection, older_than_ms: int) -> int:
-    """Forgets per-partition producer state last written before `older_than_ms`, unless a
-    transaction of that producer is still open there (it pins the LSO until its marker)."""
-    status = await conn.execute(
-        "DELETE FROM producer_states WHERE current_txn_first_offset IS NULL AND last_timestamp_ms < $1",
-        older_than_ms)
+    """Forgets the per-partition state of idle producers (see above). Returns how many rows."""
+    status = await conn.execute(_EXPIRE_IDLE_STATES_SQL, older_than_ms)
     return int(status.split()[-1])
 
 

@@ -105,7 +105,10 @@ class ProducerState(SQLModel, table=True):
     producer_id: int = Field(primary_key=True, sa_type=BigInteger)
     producer_epoch: int = Field(sa_type=SmallInteger, nullable=False)
     last_sequence: int = Field(nullable=False)
-    last_timestamp_ms: int = Field(sa_type=BigInteger, nullable=False)
+    last_timestamp_ms: int = Field(sa_type=BigInteger, nullable=False)  # the newest record timestamp (the client's)
+    # The server's clock at the last append (expiry goes by this, never by the client's timestamps).
+    last_append_ms: int = Field(sa_type=BigInteger, nullable=False, sa_column_kwargs={
+        "server_default": sa_text("(extract(epoch from clock_timestamp()) * 1000)::bigint")})
     recent_batches: list = Field(sa_column=Column(JSONB, nullable=False))
     current_txn_first_offset: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
 
@@ -113,6 +116,7 @@ class ProducerState(SQLModel, table=True):
 Index("producer_states_open_transactions", ProducerState.topic_id, ProducerState.partition,
       ProducerState.current_txn_first_offset,
       postgresql_where=sa_text("current_txn_first_offset IS NOT NULL"))
+Index("producer_states_by_producer", ProducerState.producer_id, ProducerState.last_append_ms)
 
 
 class TransactionRecord(SQLModel, table=True):
@@ -121,7 +125,8 @@ class TransactionRecord(SQLModel, table=True):
 
     `producer_id/epoch` are what the producer must use now; `txn_producer_id/epoch` what the open
     transaction's records were written with (its markers carry those); `last_producer_id/epoch` the
-    ids of the EndTxn that completed the previous transaction, so its retry is recognised."""
+    ids of the EndTxn that completed the previous transaction, or those a KIP-360 InitProducerId bumped
+    from, so a retry of either is recognised."""
 
     __tablename__ = "transactions"
 
@@ -203,6 +208,9 @@ class GroupOffset(SQLModel, table=True):
     committed_offset: int = Field(sa_type=BigInteger, nullable=False)
     metadata_: str | None = Field(default=None, sa_column=Column("metadata", Text, nullable=True))
     commit_timestamp_ms: int = Field(sa_type=BigInteger, nullable=False)
+    # The offset in __consumer_offsets of the record that committed it: the commit appended last wins.
+    record_offset: int = Field(default=-1, sa_column_kwargs={"server_default": "-1"}, sa_type=BigInteger,
+                               nullable=False)
 
 
 class PendingTxnOffset(SQLModel, table=True):
@@ -220,6 +228,9 @@ class PendingTxnOffset(SQLModel, table=True):
     committed_offset: int = Field(sa_type=BigInteger, nullable=False)
     metadata_: str | None = Field(default=None, sa_column=Column("metadata", Text, nullable=True))
     commit_timestamp_ms: int = Field(sa_type=BigInteger, nullable=False)
+    # The offset in __consumer_offsets of the record that committed it: the commit appended last wins.
+    record_offset: int = Field(default=-1, sa_column_kwargs={"server_default": "-1"}, sa_type=BigInteger,
+                               nullable=False)
 
 
 Index("pending_txn_offsets_by_transaction", PendingTxnOffset.offsets_partition, PendingTxnOffset.producer_id,

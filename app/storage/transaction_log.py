@@ -13,7 +13,7 @@ Invariants:
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -36,8 +36,9 @@ class TxnPartition:
 
 @dataclass(slots=True)
 class TransactionMetadata:
-    """One transactional id's state; `state` holds a TransactionState value (the coordinator owns
-    the state machine; storage only persists its values)."""
+    """One transactional id's state. `state` is parsed once, when the row is read, by the parser the
+    owner of the state machine gives its TransactionLog (the coordinator's TransactionState: a str
+    enum, so storage persists it as the text it is without knowing the enum)."""
     transactional_id: str
     producer_id: int
     producer_epoch: int
@@ -68,8 +69,9 @@ _COLUMNS = ("transactional_id, producer_id, producer_epoch, state, timeout_ms, t
             "last_producer_id, last_producer_epoch, txn_producer_id, txn_producer_epoch, partitions, groups, principal")
 
 
-def _from_row(row: asyncpg.Record) -> TransactionMetadata:
+def _from_row(row: asyncpg.Record, parse_state: Callable[[str], str]) -> TransactionMetadata:
     values = dict(row)
+    values["state"] = parse_state(values["state"])
     values["partitions"] = [TxnPartition(*p) for p in values["partitions"]]
     return TransactionMetadata(**values)
 
@@ -82,10 +84,12 @@ def _row_values(meta: TransactionMetadata) -> list:
 
 
 class TransactionLog:
-    """Reads and writes transaction metadata; caches the internal topic's (never deleted) info."""
+    """Reads and writes transaction metadata; caches the internal topic's (never deleted) info.
+    `parse_state` turns a persisted state name into the caller's state type (see TransactionMetadata)."""
 
-    def __init__(self) -> None:
+    def __init__(self, parse_state: Callable[[str], str] = str) -> None:
         self._topic: TopicInfo | None = None
+        self._parse_state = parse_state
 
     async def _log_topic(self, conn: asyncpg.Connection) -> TopicInfo:
         if self._topic is None:
@@ -95,7 +99,7 @@ class TransactionLog:
     async def lock(self, conn: asyncpg.Connection, transactional_id: str) -> TransactionMetadata | None:
         row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM transactions WHERE transactional_id = $1 FOR UPDATE",
                                   transactional_id)
-        return None if row is None else _from_row(row)
+        return None if row is None else _from_row(row, self._parse_state)
 
     async def lock_new(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> bool:
         """Inserts a new id's row unless one exists (a racing InitProducerId may have made it);
@@ -112,7 +116,7 @@ class TransactionLog:
     async def get(self, conn: asyncpg.Connection, transactional_id: str) -> TransactionMetadata | None:
         row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM transactions WHERE transactional_id = $1",
                                   transactional_id)
-        return None if row is None else _from_row(row)
+        return None if row is None else _from_row(row, self._parse_state)
 
     @staticmethod
     def record(meta: TransactionMetadata) -> None:
@@ -159,7 +163,7 @@ class TransactionLog:
             f"AND ($4::bigint IS NULL OR (txn_start_ms <> -1 AND txn_start_ms <= $4)) "
             f"AND ($6::text IS NULL OR transactional_id > $6) "
             f"ORDER BY transactional_id LIMIT $5", states, prefix, producer_id, started_before_ms, limit, after)
-        return [_from_row(row) for row in rows]
+        return [_from_row(row, self._parse_state) for row in rows]
 
     async def claim(self, conn: asyncpg.Connection, where_sql: str, *args, limit: int = 100) -> list[str]:
         """Ids matching `where_sql` whose rows no other server is working on (SKIP LOCKED), locked
@@ -168,7 +172,3 @@ class TransactionLog:
             f"SELECT transactional_id FROM transactions WHERE {where_sql} "
             f"ORDER BY last_update_ms LIMIT {int(limit)} FOR UPDATE SKIP LOCKED", *args)
         return [row["transactional_id"] for row in rows]
-
-
-def replace(meta: TransactionMetadata, **changes) -> TransactionMetadata:
-    return dataclasses.replace(meta, **changes)
