@@ -301,7 +301,7 @@ async def read(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offse
             stored = record_codec.decode_payload(payloads[header["last_offset"]])
             base = header["base_offset"]
             records.extend(record_codec.render_record(stored[index], base + index, encoding)
-                           for index in range(start, stop))
+                           for index in range(start, stop) if stored[index] is not None)  # None: compacted
         next_offset = position
         if len(headers) < page_size:
             break
@@ -355,7 +355,7 @@ async def offset_for(conn: asyncpg.Connection, topic: TopicInfo, partition: int,
     if batch is None:
         return NO_OFFSET, NO_TIMESTAMP
     for index, stored in enumerate(record_codec.decode_payload(batch["records"])):
-        if stored[0] >= timestamp:
+        if stored is not None and stored[0] >= timestamp:  # None: a record compaction removed
             return batch["base_offset"] + index, stored[0]
     raise AssertionError("a batch whose max_timestamp_ms reaches the time has a record that does")
 

@@ -1,0 +1,449 @@
+"""The log's lifecycle: retention by time and size, DeleteRecords (KIP-107), compaction, and the
+rows deleted topics leave behind. Run by a background worker (coordinator/workers.py) on every
+server; DeleteRecords is `delete_records`, called by the API.
+
+The rules, which every function here keeps:
+- Offsets never change. Retention and DeleteRecords only advance `partitions.log_start_offset`
+  (one short UPDATE; the API's reads never go below it); the batches below it are then deleted in
+  bounded chunks, by primary-key range, each chunk its own PostgreSQL transaction. A crash between
+  chunks loses nothing that should stay and the next run carries on where it stopped.
+- Nothing at or past a partition's last stable offset is ever deleted or compacted: an open
+  transaction's records stay whole until its marker is written.
+- A transaction's marker (its control batch and its `txn_markers` row, which read_committed
+  fetches look up to hide aborted batches) goes only once none of the transaction's batches is
+  left to read, and never while the transaction is still being completed (PrepareCommit or
+  PrepareAbort: recovery may re-write its markers, and finds them idempotent by that row). So
+  read_committed stays exact at every offset >= the log start.
+- Compaction keeps the latest record of each key (only committed records count: aborted ones are
+  removed) and removes a tombstone (null value) once it is older than `delete_retention_ms`. A batch
+  keeps its offsets: a removed record leaves a hole (record_codec.with_holes); a batch with nothing
+  left goes.
+- One server cleans a partition at a time (a session advisory lock on (topic_id, partition), freed
+  when the connection closes, so a crashed server never holds it); appends never take it, so
+  cleaning never makes a produce wait, except for the one UPDATE that advances the log start.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from app.errors import BrokerError, ErrorCode
+from app.storage import partition_log, record_codec
+from app.storage.partition_log import CONTROL_ABORT, PartitionState
+from app.storage.topics import (CLEANUP_COMPACT, CLEANUP_DELETE, RETENTION_FOREVER, TopicInfo, list_topics,
+                                unknown_partition)
+
+# DeleteRecords' offset meaning "up to the high watermark" (Kafka's DeleteRecordsRequest.HIGH_WATERMARK).
+HIGH_WATERMARK = -1
+
+# The coordinator's states in which a transaction's markers may still be (re-)written.
+_COMPLETING_STATES = ["PrepareCommit", "PrepareAbort"]
+
+
+@dataclass(slots=True)
+class CleanupTotals:
+    """What one cleaner run did, over every partition it cleaned."""
+    partitions: int = 0
+    removed_batches: int = 0
+    rewritten_batches: int = 0
+    removed_markers: int = 0
+    deleted_topic_rows: int = 0
+
+    def total(self) -> int:
+        return self.removed_batches + self.rewritten_batches + self.removed_markers + self.deleted_topic_rows
+
+
+# ---- DeleteRecords
+
+def check_records_deletable(topic: TopicInfo) -> None:
+    if topic.is_internal:
+        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                          f"topic {topic.name!r} is internal to txbroker: the server compacts its records, clients "
+                          f"cannot delete them")
+
+
+async def delete_records(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offset: int) -> int:
+    """Advances the partition's log start to `offset` (HIGH_WATERMARK: to the high watermark) and
+    returns the new log start (Kafka's low watermark); the cleaner removes the batches below it.
+    OFFSET_OUT_OF_RANGE past the high watermark, or past the last stable offset (an open
+    transaction's records are never deleted)."""
+    if not 0 <= partition < topic.partition_count:
+        raise unknown_partition(topic, partition)
+    async with conn.transaction():
+        # The partition's row lock orders this against appends and markers: the LSO read under it
+        # cannot move below what it says until commit.
+        if await conn.fetchval("SELECT 1 FROM partitions WHERE topic_id = $1 AND partition = $2 FOR UPDATE",
+                               topic.topic_id, partition) is None:
+            raise unknown_partition(topic, partition)
+        state = await partition_log.partition_state(conn, topic, partition)
+        target = state.high_watermark if offset == HIGH_WATERMARK else offset
+        where = f"{topic.name}-{partition}"
+        if not 0 <= target <= state.high_watermark:
+            raise BrokerError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"cannot delete the records of {where} before offset {offset}: expected an offset from 0 to "
+                f"the high watermark {state.high_watermark}, or {HIGH_WATERMARK} for all of them")
+        if target > state.last_stable_offset:
+            raise BrokerError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"cannot delete the records of {where} before offset {target}: an open transaction's records "
+                f"start at {state.last_stable_offset} (the last stable offset) and are never deleted; delete "
+                f"up to {state.last_stable_offset}, or retry once the transaction is complete")
+        return await conn.fetchval(
+            "UPDATE partitions SET log_start_offset = greatest(log_start_offset, $3) "
+            "WHERE topic_id = $1 AND partition = $2 RETURNING log_start_offset", topic.topic_id, partition, target)
+
+
+# ---- retention
+
+# The first batch a time-based retention keeps: the first, in log order, with a record as new as the
+# cutoff (Kafka deletes whole segments from the start while their newest record is older).
+_FIRST_RECENT_SQL = """
+SELECT base_offset FROM record_batches
+WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND max_timestamp_ms >= $4
+ORDER BY last_offset LIMIT 1
+"""
+
+# The first batch a size-based retention keeps: the oldest such that it and every newer batch
+# total at most retention_bytes.
+_FIRST_WITHIN_SIZE_SQL = """
+SELECT base_offset FROM (
+    SELECT base_offset, last_offset, sum(size_bytes) OVER (ORDER BY last_offset DESC) AS newer_bytes
+    FROM record_batches WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3
+) b WHERE newer_bytes <= $4 ORDER BY last_offset LIMIT 1
+"""
+
+
+async def retention_target(conn: asyncpg.Connection, topic: TopicInfo, partition: int, state: PartitionState,
+                           now_ms: int) -> int:
+    """Where retention would put the log start now: never past the LSO, never backwards."""
+    target = state.log_start_offset
+    retention_ms, retention_bytes = topic.setting("retention_ms"), topic.setting("retention_bytes")
+    if retention_ms != RETENTION_FOREVER:
+        first = await conn.fetchval(_FIRST_RECENT_SQL, topic.topic_id, partition, state.log_start_offset,
+                                    now_ms - retention_ms)
+        target = max(target, state.high_watermark if first is None else first)
+    if retention_bytes != RETENTION_FOREVER:
+        first = await conn.fetchval(_FIRST_WITHIN_SIZE_SQL, topic.topic_id, partition, state.log_start_offset,
+                                    retention_bytes)
+        target = max(target, state.high_watermark if first is None else first)
+    return min(target, state.last_stable_offset)
+
+
+async def _apply_retention(conn: asyncpg.Connection, topic: TopicInfo, partition: int, now_ms: int) -> None:
+    state = await partition_log.partition_state(conn, topic, partition)
+    target = await retention_target(conn, topic, partition, state, now_ms)
+    if target > state.log_start_offset:
+        # Safe against a racing transaction: a transaction that begins after the state was read
+        # starts at or past the high watermark read then, which is >= the LSO read, which is >= target.
+        await conn.execute("UPDATE partitions SET log_start_offset = greatest(log_start_offset, $3) "
+                           "WHERE topic_id = $1 AND partition = $2", topic.topic_id, partition, target)
+
+
+# ---- removing what is below the log start
+
+# One chunk of the batches wholly below the log start, by primary-key range (an index range scan
+# from the partition's first batch). Re-running it after a crash deletes what is left.
+_DELETE_BELOW_START_SQL = """
+WITH doomed AS (
+    SELECT b.last_offset FROM record_batches b, partitions p
+    WHERE p.topic_id = $1 AND p.partition = $2 AND b.topic_id = $1 AND b.partition = $2
+      AND b.last_offset < p.log_start_offset
+    ORDER BY b.last_offset LIMIT $3
+)
+DELETE FROM record_batches b USING doomed d
+WHERE b.topic_id = $1 AND b.partition = $2 AND b.last_offset = d.last_offset
+"""
+
+# Markers below the log start: every batch of their transaction is below it too (a transaction's
+# batches precede its marker), so nothing readable depends on them; those of a transaction still
+# being completed stay (see the module's rules).
+_DELETE_MARKERS_BELOW_START_SQL = """
+DELETE FROM txn_markers WHERE ctid IN (
+    SELECT m.ctid FROM txn_markers m, partitions p
+    WHERE p.topic_id = $1 AND p.partition = $2 AND m.topic_id = $1 AND m.partition = $2
+      AND m.marker_offset < p.log_start_offset
+      AND NOT EXISTS (SELECT 1 FROM transactions t WHERE t.state = ANY($4::text[])
+                      AND t.txn_producer_id = m.producer_id AND t.txn_producer_epoch = m.producer_epoch)
+    LIMIT $3)
+"""
+
+
+def _count(status: str) -> int:
+    return int(status.split()[-1])
+
+
+async def _remove_below_start(conn: asyncpg.Connection, topic_id: int, partition: int, chunk: int,
+                              totals: CleanupTotals) -> None:
+    while True:
+        async with conn.transaction():
+            batches = _count(await conn.execute(_DELETE_BELOW_START_SQL, topic_id, partition, chunk))
+            markers = _count(await conn.execute(_DELETE_MARKERS_BELOW_START_SQL, topic_id, partition, chunk,
+                                                _COMPLETING_STATES))
+            if batches or markers:
+                await _note_cleanup(conn, topic_id, partition, batches, 0)
+        totals.removed_batches += batches
+        totals.removed_markers += markers
+        if batches < chunk and markers < chunk:
+            return
+
+
+async def _note_cleanup(conn: asyncpg.Connection, topic_id: int, partition: int, removed: int,
+                        rewritten: int, **columns: int | None) -> None:
+    """Records what a chunk did, in that chunk's PostgreSQL transaction (for the console)."""
+    sets = "".join(f", {name} = ${index}" for index, name in enumerate(columns, start=6))
+    await conn.execute(
+        f"UPDATE partition_cleanups SET last_cleanup_ms = $3, removed_batches = removed_batches + $4, "
+        f"rewritten_batches = rewritten_batches + $5{sets} WHERE topic_id = $1 AND partition = $2",
+        topic_id, partition, _now_ms(), removed, rewritten, *columns.values())
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# ---- compaction
+
+@dataclass(slots=True)
+class _Latest:
+    """The latest committed record of a key below the compaction's end."""
+    offset: int
+    is_tombstone: bool
+    timestamp_ms: int
+
+
+@dataclass(slots=True)
+class _CompactionPass:
+    topic: TopicInfo
+    partition: int
+    end: int  # the LSO when the compaction began: nothing at or past it is touched
+    tombstone_cutoff_ms: int  # tombstones older than this go
+    latest: dict[bytes, _Latest] = field(default_factory=dict)
+    # Per transaction (producer id, epoch) seen so far in log order: whether a record of it is kept.
+    transactions_kept: dict[tuple[int, int], bool] = field(default_factory=dict)
+    tombstones_expire_ms: int | None = None
+
+
+_PAGE_SQL = """
+SELECT base_offset, last_offset, producer_id, producer_epoch, is_transactional, control_type,
+       CASE WHEN control_type IS NULL THEN records END AS records
+FROM record_batches
+WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $4
+ORDER BY last_offset LIMIT $5
+"""
+
+
+async def _pages(conn: asyncpg.Connection, topic_id: int, partition: int, start: int, end: int, page: int):
+    """The batches from `start` to `end`, in log order, a page (one statement) at a time."""
+    while start < end:
+        rows = await conn.fetch(_PAGE_SQL, topic_id, partition, start, end, page)
+        if not rows:
+            return
+        yield rows
+        start = rows[-1]["last_offset"] + 1
+        if len(rows) < page:
+            return
+
+
+async def _aborted_in(conn: asyncpg.Connection, topic_id: int, partition: int,
+                      rows: list[asyncpg.Record]) -> set[tuple[int, int]]:
+    """The aborted transactions among these batches. Every batch here is below the LSO, so each of
+    their transactions is decided and its marker row exists (markers go only after their batches)."""
+    candidates = {(r["producer_id"], r["producer_epoch"]) for r in rows
+                  if r["is_transactional"] and r["control_type"] is None}
+    if not candidates:
+        return set()
+    producer_ids, epochs = zip(*candidates)
+    found = await conn.fetch(
+        "SELECT m.producer_id, m.producer_epoch FROM txn_markers m "
+        "JOIN unnest($3::bigint[], $4::smallint[]) AS c(producer_id, producer_epoch) "
+        "  ON m.producer_id = c.producer_id AND m.producer_epoch = c.producer_epoch "
+        "WHERE m.topic_id = $1 AND m.partition = $2 AND m.control_type = $5",
+        topic_id, partition, list(producer_ids), list(epochs), CONTROL_ABORT)
+    return {(row["producer_id"], row["producer_epoch"]) for row in found}
+
+
+async def _map_latest(conn: asyncpg.Connection, run: _CompactionPass, start: int, page: int) -> None:
+    """First pass, read-only: the latest committed record of every key below the end."""
+    async for rows in _pages(conn, run.topic.topic_id, run.partition, start, run.end, page):
+        aborted = await _aborted_in(conn, run.topic.topic_id, run.partition, rows)
+        for row in rows:
+            if row["control_type"] is not None or (row["producer_id"], row["producer_epoch"]) in aborted:
+                continue
+            for index, stored in enumerate(record_codec.decode_payload(row["records"])):
+                key = None if stored is None else record_codec.key_bytes(stored)
+                if key is not None:
+                    run.latest[key] = _Latest(row["base_offset"] + index, stored[2] is None, stored[0])
+
+
+def _keeps(run: _CompactionPass, offset: int, stored: list | None) -> bool:
+    if stored is None:
+        return False
+    key = record_codec.key_bytes(stored)
+    if key is None:  # nothing can supersede a record without a key
+        return True
+    latest = run.latest.get(key)
+    if latest is None or latest.offset != offset:
+        return False
+    if latest.is_tombstone:
+        if latest.timestamp_ms < run.tombstone_cutoff_ms:
+            return False
+        expires = latest.timestamp_ms + run.topic.setting("delete_retention_ms")
+        run.tombstones_expire_ms = min(expires, run.tombstones_expire_ms or expires)
+    return True
+
+
+async def _compact_page(conn: asyncpg.Connection, run: _CompactionPass, rows: list[asyncpg.Record],
+                        totals: CleanupTotals) -> None:
+    """Second pass, one page in one PostgreSQL transaction: drop or rewrite its batches, then the
+    markers of transactions with nothing left. Idempotent: a re-run finds nothing more to drop."""
+    topic_id, partition = run.topic.topic_id, run.partition
+    aborted = await _aborted_in(conn, topic_id, partition, rows)
+    removed: list[int] = []  # last_offset of batches to delete
+    rewritten: list[tuple[int, bytes, int, int, int]] = []
+    markers: list[tuple[int, int, int]] = []  # (last_offset, producer id, epoch) of markers to delete
+    for row in rows:
+        transaction = (row["producer_id"], row["producer_epoch"])
+        if row["control_type"] is not None:
+            if not run.transactions_kept.pop(transaction, False):
+                markers.append((row["last_offset"], *transaction))
+            continue
+        if transaction in aborted:
+            removed.append(row["last_offset"])
+            continue
+        stored = record_codec.decode_payload(row["records"])
+        keep = [_keeps(run, row["base_offset"] + index, record) for index, record in enumerate(stored)]
+        if row["is_transactional"]:
+            run.transactions_kept[transaction] = run.transactions_kept.get(transaction, False) or any(keep)
+        if not any(keep):
+            removed.append(row["last_offset"])
+        elif not all(keep) and keep != [record is not None for record in stored]:
+            rewritten.append((row["last_offset"], *record_codec.with_holes(stored, keep)))
+    if removed:
+        await conn.execute("DELETE FROM record_batches WHERE topic_id = $1 AND partition = $2 "
+                           "AND last_offset = ANY($3::bigint[])", topic_id, partition, removed)
+    if rewritten:
+        await conn.executemany(
+            "UPDATE record_batches SET records = $4, size_bytes = $5, first_timestamp_ms = $6, max_timestamp_ms = $7 "
+            "WHERE topic_id = $1 AND partition = $2 AND last_offset = $3",
+            [(topic_id, partition, *values) for values in rewritten])
+    removed_markers = 0
+    if markers:
+        # After the batches above, in the same transaction; a transaction still being completed
+        # keeps its marker (the module's rules).
+        removed_markers = _count(await conn.execute(
+            "WITH doomed AS (DELETE FROM txn_markers m USING unnest($3::bigint[], $4::bigint[], $5::smallint[]) "
+            "    AS d(marker_offset, producer_id, producer_epoch) "
+            "  WHERE m.topic_id = $1 AND m.partition = $2 AND m.producer_id = d.producer_id "
+            "    AND m.producer_epoch = d.producer_epoch AND m.marker_offset = d.marker_offset "
+            "    AND NOT EXISTS (SELECT 1 FROM transactions t WHERE t.state = ANY($6::text[]) "
+            "                    AND t.txn_producer_id = m.producer_id AND t.txn_producer_epoch = m.producer_epoch) "
+            "  RETURNING m.marker_offset) "
+            "DELETE FROM record_batches b USING doomed WHERE b.topic_id = $1 AND b.partition = $2 "
+            "  AND b.last_offset = doomed.marker_offset",
+            topic_id, partition, *map(list, zip(*markers)), _COMPLETING_STATES))
+    if removed or rewritten or removed_markers:
+        await _note_cleanup(conn, topic_id, partition, len(removed) + removed_markers, len(rewritten))
+    totals.removed_batches += len(removed)
+    totals.rewritten_batches += len(rewritten)
+    totals.removed_markers += removed_markers
+
+
+async def _compact(conn: asyncpg.Connection, topic: TopicInfo, partition: int, now_ms: int, page: int,
+                   totals: CleanupTotals) -> None:
+    state = await partition_log.partition_state(conn, topic, partition)
+    progress = await conn.fetchrow("SELECT compacted_through, tombstones_expire_ms FROM partition_cleanups "
+                                   "WHERE topic_id = $1 AND partition = $2", topic.topic_id, partition)
+    tombstones_due = progress["tombstones_expire_ms"] is not None and progress["tombstones_expire_ms"] <= now_ms
+    if state.last_stable_offset <= progress["compacted_through"] and not tombstones_due:
+        return  # nothing new below the LSO since the last compaction, and no tombstone to drop yet
+    run = _CompactionPass(topic, partition, state.last_stable_offset, now_ms - topic.setting("delete_retention_ms"))
+    await _map_latest(conn, run, state.log_start_offset, page)
+    async for rows in _pages(conn, topic.topic_id, partition, state.log_start_offset, run.end, page):
+        async with conn.transaction():
+            await _compact_page(conn, run, rows, totals)
+    async with conn.transaction():
+        await _note_cleanup(conn, topic.topic_id, partition, 0, 0, compacted_through=run.end,
+                            tombstones_expire_ms=run.tombstones_expire_ms)
+
+
+# ---- one partition, every partition
+
+async def clean_partition(conn: asyncpg.Connection, topic: TopicInfo, partition: int, now_ms: int, chunk: int,
+                          totals: CleanupTotals) -> bool:
+    """Applies the topic's cleanup policy to one partition; False if another server is at it."""
+    await conn.execute("INSERT INTO partition_cleanups (topic_id, partition) VALUES ($1, $2) "
+                       "ON CONFLICT DO NOTHING", topic.topic_id, partition)
+    # Session-level, so it spans the chunks' transactions; PostgreSQL frees it if this server dies.
+    if not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", topic.topic_id, partition):
+        return False
+    try:
+        policy = topic.cleanup_policy
+        if CLEANUP_DELETE in policy:
+            await _apply_retention(conn, topic, partition, now_ms)
+        await _remove_below_start(conn, topic.topic_id, partition, chunk, totals)
+        if CLEANUP_COMPACT in policy:
+            await _compact(conn, topic, partition, now_ms, chunk, totals)
+        totals.partitions += 1
+        return True
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1, $2)", topic.topic_id, partition)
+
+
+# The partitions with something to do: retention configured, batches or markers left below the log
+# start (DeleteRecords, or a run cut short), or a compacted partition with new offsets or a
+# tombstone due. Cheap probes: the first batch or marker of each partition by index.
+_CANDIDATES_SQL = """
+SELECT t.topic_id, p.partition FROM topics t JOIN partitions p ON p.topic_id = t.topic_id
+LEFT JOIN partition_cleanups c ON c.topic_id = p.topic_id AND c.partition = p.partition
+WHERE (t.config->>'cleanup_policy' LIKE '%delete%'
+       AND ((t.config->>'retention_ms')::bigint >= 0 OR (t.config->>'retention_bytes')::bigint >= 0))
+   OR (t.config->>'cleanup_policy' LIKE '%compact%'
+       AND (p.high_watermark > coalesce(c.compacted_through, 0) OR c.tombstones_expire_ms <= $1))
+   OR EXISTS (SELECT 1 FROM record_batches b WHERE b.topic_id = p.topic_id AND b.partition = p.partition
+              AND b.last_offset < p.log_start_offset)
+   OR EXISTS (SELECT 1 FROM txn_markers m WHERE m.topic_id = p.topic_id AND m.partition = p.partition
+              AND m.marker_offset < p.log_start_offset)
+ORDER BY t.topic_id, p.partition
+"""
+
+
+async def clean(pool: asyncpg.Pool, topics: dict[int, TopicInfo] | None, now_ms: int, chunk: int) -> CleanupTotals:
+    """One cleaner run over every partition that needs it, then the deleted topics' rows."""
+    totals = CleanupTotals()
+    async with pool.acquire() as conn:
+        known = topics if topics is not None else {t.topic_id: t for t in await list_topics(conn)}
+        for row in await conn.fetch(_CANDIDATES_SQL, now_ms):
+            topic = known.get(row["topic_id"])
+            if topic is not None:
+                await clean_partition(conn, topic, row["partition"], now_ms, chunk, totals)
+        await remove_deleted_topics(conn, chunk, totals)
+    return totals
+
+
+# ---- deleted topics
+
+_DELETED_TOPIC_TABLES = ("record_batches", "txn_markers", "producer_states", "partition_cleanups")
+
+
+async def remove_deleted_topics(conn: asyncpg.Connection, chunk: int, totals: CleanupTotals) -> None:
+    """Removes the rows of deleted topics, a chunk per table per PostgreSQL transaction. Each
+    deleted_topics row is held (FOR UPDATE SKIP LOCKED) while its chunk runs, so servers share the
+    work, and goes when nothing of its topic is left."""
+    while True:
+        async with conn.transaction():
+            topic_id = await conn.fetchval(
+                "SELECT topic_id FROM deleted_topics ORDER BY topic_id LIMIT 1 FOR UPDATE SKIP LOCKED")
+            if topic_id is None:
+                return
+            removed = 0
+            for table in _DELETED_TOPIC_TABLES:
+                removed += _count(await conn.execute(
+                    f"DELETE FROM {table} WHERE ctid IN (SELECT ctid FROM {table} WHERE topic_id = $1 LIMIT $2)",
+                    topic_id, chunk))
+            totals.deleted_topic_rows += removed
+            if removed == 0:
+                await conn.execute("DELETE FROM deleted_topics WHERE topic_id = $1", topic_id)

@@ -1,0 +1,372 @@
+"""The log's lifecycle over real HTTP and real PostgreSQL: retention by time and size, DeleteRecords,
+compaction, the rows of deleted topics and dead producer ids, and the invariants that hold through
+all of them (API.md "Consuming"; storage/log_cleaner.py): offsets never change, nothing at or past
+the LSO is deleted, read_committed stays exact at every offset >= the log start.
+
+The servers here run the cleaner's background worker rarely; the tests run a cleaner pass
+themselves (`clean`), as the worker would, so each step is deterministic. One test checks the
+worker itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from app.storage import log_cleaner
+from app.storage.database import connect, create_pool
+from tests.test_transactions import TxnProducer
+
+RARELY = 3_600_000
+
+
+def clean(server, chunk: int = 1000) -> log_cleaner.CleanupTotals:
+    """One cleaner run against the server's database, as the background worker does it."""
+    async def run():
+        pool = await create_pool(server.database_url, 2)
+        try:
+            return await log_cleaner.clean(pool, None, int(time.time() * 1000), chunk)
+        finally:
+            await pool.close()
+    return asyncio.run(run())
+
+
+def sql(database_url: str, query: str, *args) -> list:
+    async def run():
+        conn = await connect(database_url)
+        try:
+            return await conn.fetch(query, *args)
+        finally:
+            await conn.close()
+    return asyncio.run(run())
+
+
+def topic_id(server, name: str) -> int:
+    return sql(server.database_url, "SELECT topic_id FROM topics WHERE name = $1", name)[0]["topic_id"]
+
+
+def stored_batches(server, name: str, partition: int = 0) -> int:
+    return sql(server.database_url, "SELECT count(*) AS n FROM record_batches WHERE topic_id = $1 AND partition = $2",
+               topic_id(server, name), partition)[0]["n"]
+
+
+def create(client: httpx.Client, name: str, partitions: int = 1, **config) -> dict:
+    response = client.post("/v1/topics", json={"name": name, "partitions": partitions, "config": config})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def produce(client: httpx.Client, topic: str, records: list[dict], partition: int = 0) -> dict:
+    entry = client.post("/v1/produce", json={"producer_id": -1, "partitions": [
+        {"topic": topic, "partition": partition, "records": records}]}).json()["partitions"][0]
+    assert entry["error"] is None, entry
+    return entry
+
+
+def fetch(client: httpx.Client, topic: str, offset: int, isolation: str = "read_committed",
+          partition: int = 0) -> dict:
+    return client.post("/v1/fetch", json={"isolation_level": isolation, "max_records": 10_000, "partitions": [
+        {"topic": topic, "partition": partition, "offset": offset}]}).json()["partitions"][0]
+
+
+def log_start(client: httpx.Client, topic: str, partition: int = 0) -> int:
+    return client.get(f"/v1/topics/{topic}").json()["partitions"][partition]["log_start_offset"]
+
+
+def earliest(client: httpx.Client, topic: str, partition: int = 0) -> int:
+    return client.post("/v1/offsets/list", json={"partitions": [
+        {"topic": topic, "partition": partition, "timestamp": -2}]}).json()["partitions"][0]["offset"]
+
+
+def delete_records(client: httpx.Client, topic: str, offsets: dict[int, int]) -> httpx.Response:
+    return client.post(f"/v1/topics/{topic}/delete-records", json={"partitions": [
+        {"partition": partition, "offset": offset} for partition, offset in offsets.items()]})
+
+
+def send_keyed(producer: TxnProducer, topic: str, records: list[dict], partition: int = 0) -> None:
+    sequence = producer.sequences.get((topic, partition), 0)
+    response = producer.client.post("/v1/produce", json={**producer.ids(), "partitions": [{
+        "topic": topic, "partition": partition, "base_sequence": sequence, "records": records}]})
+    assert response.status_code == 200 and response.json()["partitions"][0]["error"] is None, response.text
+    producer.sequences[(topic, partition)] = sequence + len(records)
+
+
+@pytest.fixture
+def server(make_server):
+    return make_server(log_cleaner_interval_ms=RARELY)
+
+
+@pytest.fixture
+def client(server) -> httpx.Client:
+    return server.client
+
+
+# ---- retention
+
+def test_retention_by_time_deletes_old_batches_and_moves_the_log_start(server, client):
+    create(client, "aged", retention_ms=60_000)
+    old = int(time.time() * 1000) - 120_000
+    for batch in range(3):
+        produce(client, "aged", [{"value": f"old-{batch}-{i}", "timestamp_ms": old} for i in range(2)])
+    produce(client, "aged", [{"value": "new-0"}, {"value": "new-1"}])
+    assert stored_batches(server, "aged") == 4
+
+    clean(server)
+
+    assert log_start(client, "aged") == 6
+    assert earliest(client, "aged") == 6
+    assert stored_batches(server, "aged") == 1
+    below = fetch(client, "aged", 0)
+    assert below["error"]["code"] == "OFFSET_OUT_OF_RANGE" and below["log_start_offset"] == 6
+    assert [(r["offset"], r["value"]) for r in fetch(client, "aged", 6)["records"]] == [(6, "new-0"), (7, "new-1")]
+    clean(server)  # nothing more is old: a second run changes nothing
+    assert log_start(client, "aged") == 6 and stored_batches(server, "aged") == 1
+
+
+def test_retention_by_size_keeps_the_newest_batches_within_the_limit(server, client):
+    create(client, "sized", retention_bytes=25)
+    for batch in range(5):
+        produce(client, "sized", [{"value": f"{batch}" * 10}])  # 10 bytes a batch
+    clean(server)
+    assert log_start(client, "sized") == 3
+    assert [r["value"] for r in fetch(client, "sized", 3)["records"]] == ["3" * 10, "4" * 10]
+    assert stored_batches(server, "sized") == 2
+
+
+def test_server_default_retention_applies_to_topics_created_without_one(make_server):
+    server = make_server(log_cleaner_interval_ms=RARELY, log_retention_ms=1000, log_cleanup_policy="delete")
+    config = create(server.client, "defaulted")["config"]
+    assert config["retention_ms"] == 1000 and config["cleanup_policy"] == "delete"
+    assert create(server.client, "explicit", retention_ms=-1)["config"]["retention_ms"] == -1
+
+
+def test_retention_never_deletes_an_open_transaction(server, client):
+    create(client, "racing", retention_ms=1)
+    produce(client, "racing", [{"value": "before"}])
+    producer = TxnProducer(client, "racer")
+    producer.init()
+    assert producer.send("racing", 0, "in-txn-1").status_code == 200
+    produce(client, "racing", [{"value": "during"}])
+    assert producer.send("racing", 0, "in-txn-2").status_code == 200
+    time.sleep(0.01)  # every record is now older than retention_ms
+
+    clean(server)
+    assert log_start(client, "racing") == 1  # the LSO: the open transaction's first offset
+    assert [r["value"] for r in fetch(client, "racing", 1, "read_uncommitted")["records"]] == [
+        "in-txn-1", "during", "in-txn-2"]
+    assert delete_records(client, "racing", {0: 3}).json()["partitions"][0]["error"]["code"] == "OFFSET_OUT_OF_RANGE"
+
+    producer.commit()
+    assert [r["value"] for r in fetch(client, "racing", 1)["records"]] == ["in-txn-1", "during", "in-txn-2"]
+    time.sleep(0.01)
+    clean(server)
+    assert log_start(client, "racing") == 5  # the high watermark, past the commit marker
+    assert stored_batches(server, "racing") == 0
+
+
+# ---- DeleteRecords
+
+def test_delete_records_moves_the_log_start_and_the_cleaner_removes_the_batches(server, client):
+    create(client, "trimmed", partitions=2)
+    for _ in range(4):
+        produce(client, "trimmed", [{"value": "a"}, {"value": "b"}])
+    produce(client, "trimmed", [{"value": "p1"}], partition=1)
+
+    answer = delete_records(client, "trimmed", {0: 3, 1: -1})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["partitions"] == [{"partition": 0, "low_watermark": 3, "error": None},
+                                           {"partition": 1, "low_watermark": 1, "error": None}]
+    # Visible at once: a fetch below the log start is out of range, earliest follows it, and a read
+    # from the log start begins mid-batch.
+    assert fetch(client, "trimmed", 2)["error"]["code"] == "OFFSET_OUT_OF_RANGE"
+    assert earliest(client, "trimmed") == 3
+    assert [r["offset"] for r in fetch(client, "trimmed", 3)["records"]] == [3, 4, 5, 6, 7]
+    # The log start never moves back; a retry answers the same.
+    assert delete_records(client, "trimmed", {0: 1}).json()["partitions"][0]["low_watermark"] == 3
+
+    clean(server)
+    assert stored_batches(server, "trimmed") == 3  # the batch holding offset 3 stays
+    assert stored_batches(server, "trimmed", 1) == 0
+
+
+def test_delete_records_errors(client):
+    create(client, "bounded")
+    produce(client, "bounded", [{"value": "x"}])
+    entries = delete_records(client, "bounded", {0: 2, 5: 0}).json()["partitions"]
+    assert [e["error"]["code"] for e in entries] == ["OFFSET_OUT_OF_RANGE", "UNKNOWN_TOPIC_OR_PARTITION"]
+    assert "high watermark 1" in entries[0]["error"]["message"]
+    assert delete_records(client, "nowhere", {0: 0}).json()["error"]["code"] == "UNKNOWN_TOPIC_OR_PARTITION"
+    internal = delete_records(client, "__consumer_offsets", {0: 0})
+    assert internal.status_code == 400 and internal.json()["error"]["code"] == "INVALID_TOPIC_EXCEPTION"
+    for bad in ({"partitions": []}, {"partitions": [{"partition": 0, "offset": -2}]},
+                {"partitions": [{"partition": 0, "offset": "1"}]}, {}):
+        response = client.post("/v1/topics/bounded/delete-records", json=bad)
+        assert response.status_code == 400 and response.json()["error"]["code"] == "INVALID_REQUEST", bad
+
+
+def test_read_committed_at_the_log_start_hides_an_aborted_transaction_whose_marker_is_gone(server, client):
+    create(client, "mixed")
+    aborting = TxnProducer(client, "aborting")
+    aborting.init()
+    aborting.send("mixed", 0, "aborted-0")          # offset 0
+    produce(client, "mixed", [{"value": "plain-1"}])  # offset 1
+    aborting.send("mixed", 0, "aborted-2")          # offset 2
+    aborting.abort()                                # ABORT marker at 3
+    produce(client, "mixed", [{"value": "plain-4"}])  # offset 4
+
+    # The log start inside the aborted transaction: its marker stays, its records stay hidden.
+    delete_records(client, "mixed", {0: 1})
+    clean(server)
+    assert [r["value"] for r in fetch(client, "mixed", 1)["records"]] == ["plain-1", "plain-4"]
+    assert len(sql(server.database_url, "SELECT 1 FROM txn_markers WHERE topic_id = $1", topic_id(server, "mixed"))) == 1
+
+    # Past the marker: the marker goes with the last of its transaction's batches.
+    delete_records(client, "mixed", {0: 4})
+    clean(server)
+    assert sql(server.database_url, "SELECT 1 FROM txn_markers WHERE topic_id = $1", topic_id(server, "mixed")) == []
+    assert [r["value"] for r in fetch(client, "mixed", 4)["records"]] == ["plain-4"]
+    assert [r["value"] for r in fetch(client, "mixed", 4, "read_uncommitted")["records"]] == ["plain-4"]
+
+
+def test_a_consumer_below_the_log_start_resets_per_auto_offset_reset(server, client):
+    from txbroker import Consumer, TopicPartition
+    create(client, "reset")
+    for value in range(6):
+        produce(client, "reset", [{"value": str(value)}])
+    partition = TopicPartition("reset", 0)
+    positions = {}
+    for reset in ("earliest", "latest"):
+        consumer = Consumer(url=server.url, group_id=None, auto_offset_reset=reset, enable_auto_commit=False)
+        try:
+            consumer.assign([partition])
+            consumer.seek(partition, 1)
+            delete_records(client, "reset", {0: 4})
+            polled = []
+            for _ in range(5):
+                polled += consumer.poll(timeout_ms=200)
+                if polled or consumer.position(partition) == 6:
+                    break
+            positions[reset] = ([r.value for r in polled], consumer.position(partition))
+        finally:
+            consumer.close()
+    assert positions["earliest"] == ([b"4", b"5"], 6)
+    assert positions["latest"] == ([], 6)
+
+
+# ---- compaction
+
+def test_compaction_keeps_the_latest_committed_record_per_key_at_its_offset(server, client):
+    create(client, "table", cleanup_policy="compact", delete_retention_ms=0)
+    produce(client, "table", [{"key": "k1", "value": "a"}, {"key": "k2", "value": "b"},
+                              {"key": "k1", "value": "c"}, {"key": None, "value": "no-key"}])     # 0..3
+    writer = TxnProducer(client, "table-writer")
+    writer.init()
+    send_keyed(writer, "table", [{"key": "k3", "value": "aborted"}, {"key": "k2", "value": "aborted"}])  # 4, 5
+    writer.abort()                                                                               # 6
+    send_keyed(writer, "table", [{"key": "k3", "value": "committed"}])                           # 7
+    writer.commit()                                                                              # 8
+    produce(client, "table", [{"key": "k4", "value": "gone"}])                                   # 9
+    produce(client, "table", [{"key": "k4", "value": None}])                                     # 10: tombstone
+    produce(client, "table", [{"key": "k1", "value": "d"}, {"key": "k5", "value": "e"}])        # 11, 12
+
+    clean(server)
+
+    kept = [(r["offset"], r["key"], r["value"]) for r in fetch(client, "table", 0, "read_uncommitted")["records"]]
+    assert kept == [(1, "k2", "b"), (3, None, "no-key"), (7, "k3", "committed"), (11, "k1", "d"), (12, "k5", "e")]
+    assert [(r["offset"], r["value"]) for r in fetch(client, "table", 0)["records"]] == [
+        (1, "b"), (3, "no-key"), (7, "committed"), (11, "d"), (12, "e")]
+    # Reading from an offset that compaction emptied continues at the next record kept.
+    assert [r["offset"] for r in fetch(client, "table", 4)["records"]] == [7, 11, 12]
+    # The aborted transaction left nothing: its batch and marker are gone; the committed one's
+    # marker stays while its record does.
+    markers = sql(server.database_url, "SELECT marker_offset FROM txn_markers WHERE topic_id = $1",
+                  topic_id(server, "table"))
+    assert [m["marker_offset"] for m in markers] == [8]
+    assert client.get("/v1/topics/table").json()["partitions"][0]["high_watermark"] == 13
+    # A second run finds nothing new and changes nothing.
+    before = sql(server.database_url, "SELECT last_offset, records FROM record_batches WHERE topic_id = $1 "
+                 "ORDER BY last_offset", topic_id(server, "table"))
+    assert clean(server).total() == 0
+    after = sql(server.database_url, "SELECT last_offset, records FROM record_batches WHERE topic_id = $1 "
+                "ORDER BY last_offset", topic_id(server, "table"))
+    assert before == after
+
+
+def test_compaction_keeps_tombstones_for_delete_retention_ms_and_stops_at_the_lso(server, client):
+    create(client, "lazy", cleanup_policy="compact")  # tombstones stay a day
+    produce(client, "lazy", [{"key": "k", "value": "v"}, {"key": "k", "value": None}])
+    writer = TxnProducer(client, "lazy-writer")
+    writer.init()
+    send_keyed(writer, "lazy", [{"key": "j", "value": "open"}])  # offset 2, open: the LSO
+    produce(client, "lazy", [{"key": "j", "value": "after"}])    # offset 3, past the LSO
+    clean(server)
+    assert [(r["offset"], r["value"]) for r in fetch(client, "lazy", 0, "read_uncommitted")["records"]] == [
+        (1, None), (2, "open"), (3, "after")]
+    writer.commit()
+    clean(server)
+    assert [(r["offset"], r["value"]) for r in fetch(client, "lazy", 0, "read_uncommitted")["records"]] == [
+        (1, None), (3, "after")]
+
+
+def test_internal_topics_are_compacted_so_their_size_follows_live_ids(server, client):
+    config = client.get("/v1/topics/__transaction_state").json()["config"]
+    assert config["cleanup_policy"] == "compact"
+    create(client, "busy")
+    producer = TxnProducer(client, "one-id")
+    producer.init()
+    for number in range(20):
+        producer.send("busy", 0, f"v{number}")
+        producer.commit()
+    state_topic = topic_id(server, "__transaction_state")
+    count = "SELECT count(*) AS n FROM record_batches WHERE topic_id = $1"
+    assert sql(server.database_url, count, state_topic)[0]["n"] >= 40
+    clean(server)
+    # The latest record of the one live id is kept (its batch holds the transitions of one request).
+    assert sql(server.database_url, count, state_topic)[0]["n"] == 1
+
+
+# ---- deleted topics and dead ids
+
+def test_deleting_a_topic_leaves_nothing_behind_after_a_cleaner_run(server, client):
+    create(client, "doomed", partitions=2)
+    producer = TxnProducer(client, "doomed-writer")
+    producer.init()
+    producer.send("doomed", 0, "x")
+    producer.send("doomed", 1, "y")
+    producer.commit()
+    doomed = topic_id(server, "doomed")
+    assert client.delete("/v1/topics/doomed").status_code == 204
+    create(client, "doomed")  # a new topic of the same name never sees the old one's rows
+    assert fetch(client, "doomed", 0)["records"] == []
+    clean(server, chunk=1)
+    for table in ("record_batches", "txn_markers", "producer_states", "partition_cleanups", "deleted_topics"):
+        assert sql(server.database_url, f"SELECT 1 FROM {table} WHERE topic_id = $1", doomed) == [], table
+
+
+def test_producer_ids_of_expired_transactional_ids_are_forgotten(make_server):
+    server = make_server(log_cleaner_interval_ms=RARELY, transactional_id_expiration_ms=1,
+                         remove_expired_transaction_interval_ms=50, producer_id_expiration_ms=1,
+                         producer_id_expiration_check_interval_ms=50)
+    producer = TxnProducer(server.client, "short-lived")
+    producer.init()
+    issued = producer.producer_id
+    deadline = time.monotonic() + 30
+    while sql(server.database_url, "SELECT 1 FROM producer_ids WHERE producer_id = $1", issued):
+        assert time.monotonic() < deadline, "the expired id's producer id was never forgotten"
+        time.sleep(0.05)
+
+
+def test_the_background_worker_applies_retention(make_server):
+    server = make_server(log_cleaner_interval_ms=50)
+    create(server.client, "worked", retention_ms=1)
+    produce(server.client, "worked", [{"value": "x"}])
+    deadline = time.monotonic() + 30
+    while log_start(server.client, "worked") != 1 or stored_batches(server, "worked"):
+        assert time.monotonic() < deadline, "the cleaner worker did not apply retention"
+        time.sleep(0.05)
+    cleanup = sql(server.database_url, "SELECT last_cleanup_ms, removed_batches FROM partition_cleanups "
+                  "WHERE topic_id = $1", topic_id(server, "worked"))
+    assert cleanup[0]["removed_batches"] == 1 and cleanup[0]["last_cleanup_ms"] is not None
