@@ -370,3 +370,35 @@ def test_the_background_worker_applies_retention(make_server):
     cleanup = sql(server.database_url, "SELECT last_cleanup_ms, removed_batches FROM partition_cleanups "
                   "WHERE topic_id = $1", topic_id(server, "worked"))
     assert cleanup[0]["removed_batches"] == 1 and cleanup[0]["last_cleanup_ms"] is not None
+
+
+def test_sdk_admin_delete_records(server, client):
+    from txbroker import Admin, TopicPartition
+    from txbroker.errors import OffsetOutOfRangeError
+    create(client, "sdk-trim", partitions=2)
+    produce(client, "sdk-trim", [{"value": "a"}, {"value": "b"}])
+    with Admin(url=server.url) as admin:
+        assert admin.delete_records({TopicPartition("sdk-trim", 0): 1, TopicPartition("sdk-trim", 1): -1}) == {
+            TopicPartition("sdk-trim", 0): 1, TopicPartition("sdk-trim", 1): 0}
+        with pytest.raises(OffsetOutOfRangeError):
+            admin.delete_records({TopicPartition("sdk-trim", 0): 5})
+    assert earliest(client, "sdk-trim") == 1
+
+
+def test_an_expired_transactional_id_leaves_a_tombstone_that_compaction_removes(make_server):
+    server = make_server(log_cleaner_interval_ms=RARELY, transactional_id_expiration_ms=1,
+                         remove_expired_transaction_interval_ms=50)
+    producer = TxnProducer(server.client, "forgotten")
+    producer.init()
+    deadline = time.monotonic() + 30
+    while server.client.get("/v1/transactions/forgotten").status_code != 404:
+        assert time.monotonic() < deadline, "the transactional id never expired"
+        time.sleep(0.05)
+    state_topic = topic_id(server, "__transaction_state")
+    count = "SELECT count(*) AS n FROM record_batches WHERE topic_id = $1"
+    clean(server)
+    assert sql(server.database_url, count, state_topic)[0]["n"] == 1  # the tombstone, for delete_retention_ms
+    sql(server.database_url, "UPDATE topics SET config = config || '{\"delete_retention_ms\": 0}' "
+                             "WHERE topic_id = $1", state_topic)
+    clean(server)
+    assert sql(server.database_url, count, state_topic)[0]["n"] == 0

@@ -33,7 +33,7 @@ def upgrade() -> None:
         sa.Column("removed_batches", sa.BigInteger(), nullable=False, server_default="0"),
         sa.Column("rewritten_batches", sa.BigInteger(), nullable=False, server_default="0"),
         sa.Column("compacted_through", sa.BigInteger(), nullable=False, server_default="0"),
-        sa.Column("tombstones_expire_ms", sa.BigInteger(), nullable=True),
+        sa.Column("oldest_tombstone_ms", sa.BigInteger(), nullable=True),
     )
     op.create_table(
         "deleted_topics",

@@ -192,13 +192,12 @@ async def _remove_below_start(conn: asyncpg.Connection, topic_id: int, partition
 
 
 async def _note_cleanup(conn: asyncpg.Connection, topic_id: int, partition: int, removed: int,
-                        rewritten: int, **columns: int | None) -> None:
+                        rewritten: int) -> None:
     """Records what a chunk did, in that chunk's PostgreSQL transaction (for the console)."""
-    sets = "".join(f", {name} = ${index}" for index, name in enumerate(columns, start=6))
     await conn.execute(
-        f"UPDATE partition_cleanups SET last_cleanup_ms = $3, removed_batches = removed_batches + $4, "
-        f"rewritten_batches = rewritten_batches + $5{sets} WHERE topic_id = $1 AND partition = $2",
-        topic_id, partition, _now_ms(), removed, rewritten, *columns.values())
+        "UPDATE partition_cleanups SET last_cleanup_ms = $3, removed_batches = removed_batches + $4, "
+        "rewritten_batches = rewritten_batches + $5 WHERE topic_id = $1 AND partition = $2",
+        topic_id, partition, _now_ms(), removed, rewritten)
 
 
 def _now_ms() -> int:
@@ -224,7 +223,7 @@ class _CompactionPass:
     latest: dict[bytes, _Latest] = field(default_factory=dict)
     # Per transaction (producer id, epoch) seen so far in log order: whether a record of it is kept.
     transactions_kept: dict[tuple[int, int], bool] = field(default_factory=dict)
-    tombstones_expire_ms: int | None = None
+    oldest_tombstone_ms: int | None = None
 
 
 _PAGE_SQL = """
@@ -291,8 +290,7 @@ def _keeps(run: _CompactionPass, offset: int, stored: list | None) -> bool:
     if latest.is_tombstone:
         if latest.timestamp_ms < run.tombstone_cutoff_ms:
             return False
-        expires = latest.timestamp_ms + run.topic.setting("delete_retention_ms")
-        run.tombstones_expire_ms = min(expires, run.tombstones_expire_ms or expires)
+        run.oldest_tombstone_ms = min(latest.timestamp_ms, run.oldest_tombstone_ms or latest.timestamp_ms)
     return True
 
 
@@ -355,19 +353,22 @@ async def _compact_page(conn: asyncpg.Connection, run: _CompactionPass, rows: li
 async def _compact(conn: asyncpg.Connection, topic: TopicInfo, partition: int, now_ms: int, page: int,
                    totals: CleanupTotals) -> None:
     state = await partition_log.partition_state(conn, topic, partition)
-    progress = await conn.fetchrow("SELECT compacted_through, tombstones_expire_ms FROM partition_cleanups "
+    run_cutoff = now_ms - topic.setting("delete_retention_ms")  # tombstones older than this go
+    progress = await conn.fetchrow("SELECT compacted_through, oldest_tombstone_ms FROM partition_cleanups "
                                    "WHERE topic_id = $1 AND partition = $2", topic.topic_id, partition)
-    tombstones_due = progress["tombstones_expire_ms"] is not None and progress["tombstones_expire_ms"] <= now_ms
+    oldest_tombstone = progress["oldest_tombstone_ms"]
+    tombstones_due = oldest_tombstone is not None and oldest_tombstone < run_cutoff
     if state.last_stable_offset <= progress["compacted_through"] and not tombstones_due:
         return  # nothing new below the LSO since the last compaction, and no tombstone to drop yet
-    run = _CompactionPass(topic, partition, state.last_stable_offset, now_ms - topic.setting("delete_retention_ms"))
+    run = _CompactionPass(topic, partition, state.last_stable_offset, run_cutoff)
     await _map_latest(conn, run, state.log_start_offset, page)
     async for rows in _pages(conn, topic.topic_id, partition, state.log_start_offset, run.end, page):
         async with conn.transaction():
             await _compact_page(conn, run, rows, totals)
-    async with conn.transaction():
-        await _note_cleanup(conn, topic.topic_id, partition, 0, 0, compacted_through=run.end,
-                            tombstones_expire_ms=run.tombstones_expire_ms)
+    await conn.execute(
+        "UPDATE partition_cleanups SET last_cleanup_ms = $3, compacted_through = $4, oldest_tombstone_ms = $5 "
+        "WHERE topic_id = $1 AND partition = $2",
+        topic.topic_id, partition, _now_ms(), run.end, run.oldest_tombstone_ms)
 
 
 # ---- one partition, every partition
@@ -402,7 +403,8 @@ LEFT JOIN partition_cleanups c ON c.topic_id = p.topic_id AND c.partition = p.pa
 WHERE (t.config->>'cleanup_policy' LIKE '%delete%'
        AND ((t.config->>'retention_ms')::bigint >= 0 OR (t.config->>'retention_bytes')::bigint >= 0))
    OR (t.config->>'cleanup_policy' LIKE '%compact%'
-       AND (p.high_watermark > coalesce(c.compacted_through, 0) OR c.tombstones_expire_ms <= $1))
+       AND (p.high_watermark > coalesce(c.compacted_through, 0)
+            OR c.oldest_tombstone_ms < $1 - (t.config->>'delete_retention_ms')::bigint))
    OR EXISTS (SELECT 1 FROM record_batches b WHERE b.topic_id = p.topic_id AND b.partition = p.partition
               AND b.last_offset < p.log_start_offset)
    OR EXISTS (SELECT 1 FROM txn_markers m WHERE m.topic_id = p.topic_id AND m.partition = p.partition
@@ -426,7 +428,10 @@ async def clean(pool: asyncpg.Pool, topics: dict[int, TopicInfo] | None, now_ms:
 
 # ---- deleted topics
 
-_DELETED_TOPIC_TABLES = ("record_batches", "txn_markers", "producer_states", "partition_cleanups")
+# A chunk of each table's rows of one deleted topic (ctid: whatever the table's key, one probe per row).
+_DELETE_TOPIC_ROWS_SQL = tuple(
+    "DELETE FROM " + table + " WHERE ctid IN (SELECT ctid FROM " + table + " WHERE topic_id = $1 LIMIT $2)"
+    for table in ("record_batches", "txn_markers", "producer_states", "partition_cleanups"))
 
 
 async def remove_deleted_topics(conn: asyncpg.Connection, chunk: int, totals: CleanupTotals) -> None:
@@ -440,10 +445,8 @@ async def remove_deleted_topics(conn: asyncpg.Connection, chunk: int, totals: Cl
             if topic_id is None:
                 return
             removed = 0
-            for table in _DELETED_TOPIC_TABLES:
-                removed += _count(await conn.execute(
-                    f"DELETE FROM {table} WHERE ctid IN (SELECT ctid FROM {table} WHERE topic_id = $1 LIMIT $2)",
-                    topic_id, chunk))
+            for statement in _DELETE_TOPIC_ROWS_SQL:
+                removed += _count(await conn.execute(statement, topic_id, chunk))
             totals.deleted_topic_rows += removed
             if removed == 0:
                 await conn.execute("DELETE FROM deleted_topics WHERE topic_id = $1", topic_id)

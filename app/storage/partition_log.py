@@ -298,7 +298,10 @@ async def read(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offse
                 break
         payloads = await _payloads(conn, topic, partition, [header["last_offset"] for header, _, _ in wanted])
         for header, start, stop in wanted:
-            stored = record_codec.decode_payload(payloads[header["last_offset"]])
+            payload = payloads.get(header["last_offset"])
+            if payload is None:  # the log cleaner removed it since its header was read
+                continue
+            stored = record_codec.decode_payload(payload)
             base = header["base_offset"]
             records.extend(record_codec.render_record(stored[index], base + index, encoding)
                            for index in range(start, stop) if stored[index] is not None)  # None: compacted

@@ -86,8 +86,8 @@ class PartitionCleanup(SQLModel, table=True):
     cleaning one twice at once; appends never touch it, so cleaning never makes a produce wait.
 
     `compacted_through`: compaction has run up to this offset (the LSO it saw), so a partition with
-    nothing new is not compacted again; `tombstones_expire_ms`: when the earliest tombstone it kept
-    may go (it runs again then even with nothing new)."""
+    nothing new is not compacted again; `oldest_tombstone_ms`: the timestamp of the oldest tombstone it
+    kept (it runs again once that is delete_retention_ms old, even with nothing new)."""
 
     __tablename__ = "partition_cleanups"
 
@@ -100,7 +100,7 @@ class PartitionCleanup(SQLModel, table=True):
                                    sa_column_kwargs={"server_default": "0"})
     compacted_through: int = Field(default=0, sa_type=BigInteger, nullable=False,
                                    sa_column_kwargs={"server_default": "0"})
-    tombstones_expire_ms: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
+    oldest_tombstone_ms: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
 
 
 class DeletedTopic(SQLModel, table=True):
