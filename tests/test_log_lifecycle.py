@@ -402,3 +402,20 @@ def test_an_expired_transactional_id_leaves_a_tombstone_that_compaction_removes(
                              "WHERE topic_id = $1", state_topic)
     clean(server)
     assert sql(server.database_url, count, state_topic)[0]["n"] == 0
+
+
+def test_the_console_shows_log_start_retention_settings_and_the_last_cleanup(server, client):
+    create(client, "shown", retention_ms=1, cleanup_policy="compact,delete")
+    produce(client, "shown", [{"key": "k", "value": "v"}])
+    produce(client, "shown", [{"key": "k", "value": "w"}])
+    time.sleep(0.01)
+    clean(server)
+    topic_page = client.get("/console/topics/shown")
+    assert topic_page.status_code == 200, topic_page.text
+    assert "Last cleanup" in topic_page.text and "compact,delete" in topic_page.text
+    partition_page = client.get("/console/topics/shown/partitions/0")
+    assert partition_page.status_code == 200, partition_page.text
+    text = partition_page.text
+    assert "Log start" in text and "Last cleanup" in text and "2 batches removed" in text
+    assert "retention_ms" in text and "delete_retention_ms" in text
+    assert client.get("/console/topics/__consumer_offsets").status_code == 200

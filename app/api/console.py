@@ -58,6 +58,7 @@ from app.storage import (
     group_summaries,
     groups,
     log_browser,
+    log_cleaner,
     partition_log,
     partition_summary,
     principals,
@@ -392,11 +393,12 @@ async def partition_page(request: Request, topic: str, partition: int, pool: Poo
                  else min(max(offset, state.log_start_offset), state.high_watermark))
         end = min(start + LOG_WINDOW, state.high_watermark)
         entries = await log_browser.read_window(conn, info.topic_id, partition, start, end)
+        cleanup = await log_cleaner.cleanup_status(conn, info.topic_id, partition)
         producers = await log_browser.producers(conn, info.topic_id, partition, producers_after, PAGE_SIZE + 1)
         marker_rows = await log_browser.markers_before(
             conn, info.topic_id, partition, state.high_watermark if markers_before is None else markers_before,
             PAGE_SIZE + 1)
-    return render(request, "partition.html", nav="overview", topic=info, partition=partition, state=state,
+    return render(request, "partition.html", nav="overview", topic=info, partition=partition, state=state, cleanup=cleanup,
                   start=start, end=end, window=LOG_WINDOW, entries=entries, follow_tail=offset is None,
                   producers=producers[:PAGE_SIZE], producers_after=producers_after,
                   next_producers_after=producers[PAGE_SIZE - 1].producer_id if len(producers) > PAGE_SIZE else None,

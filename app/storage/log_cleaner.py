@@ -426,6 +426,24 @@ async def clean(pool: asyncpg.Pool, topics: dict[int, TopicInfo] | None, now_ms:
     return totals
 
 
+# ---- what the console shows
+
+@dataclass(frozen=True, slots=True)
+class CleanupStatus:
+    last_cleanup_ms: int | None  # the last time the cleaner removed or rewrote a batch here
+    removed_batches: int  # batches (and markers) removed so far
+    rewritten_batches: int  # batches compaction rewrote with holes
+    compacted_through: int  # compaction has run up to this offset
+
+
+async def cleanup_status(conn: asyncpg.Connection, topic_id: int, partition: int) -> CleanupStatus | None:
+    """None when the cleaner never looked at the partition."""
+    row = await conn.fetchrow(
+        "SELECT last_cleanup_ms, removed_batches, rewritten_batches, compacted_through FROM partition_cleanups "
+        "WHERE topic_id = $1 AND partition = $2", topic_id, partition)
+    return None if row is None else CleanupStatus(*row)
+
+
 # ---- deleted topics
 
 # A chunk of each table's rows of one deleted topic (ctid: whatever the table's key, one probe per row).
