@@ -419,3 +419,84 @@ def test_the_console_shows_log_start_retention_settings_and_the_last_cleanup(ser
     assert "Log start" in text and "Last cleanup" in text and "2 batches removed" in text
     assert "retention_ms" in text and "delete_retention_ms" in text
     assert client.get("/console/topics/__consumer_offsets").status_code == 200
+
+
+# ---- crashes
+
+CRASH_BATCHES = 4000
+CRASH_KEYS = 50
+
+
+def _write_batches(database_url: str, topic: int, count: int, keys: int) -> None:
+    """`count` one-record batches, keys k0..k(keys-1) in turn, written with SQL in the format
+    partition_log writes them (faster than as many produce requests)."""
+    sql(database_url, """
+        WITH head AS (UPDATE partitions SET high_watermark = $2 WHERE topic_id = $1 AND partition = 0)
+        INSERT INTO record_batches (topic_id, partition, base_offset, last_offset, producer_id, producer_epoch,
+            base_sequence, is_transactional, control_type, first_timestamp_ms, max_timestamp_ms, record_count,
+            size_bytes, records)
+        SELECT $1, 0, o, o, -1, -1, -1, false, NULL, 0, 0, 1, 4,
+               convert_to('[[0,"k' || (o % $3) || '","v' || o || '",[],0]]', 'UTF8')
+        FROM generate_series(0, $2 - 1) AS o""", topic, count, keys)
+
+
+def _kill_when(server, database_url: str, condition, what: str) -> None:
+    from tests.test_transaction_crashes import _wait_for_other_backends_to_end
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, f"never saw {what}"
+        time.sleep(0.002)
+    server.kill()
+    _wait_for_other_backends_to_end(database_url)
+
+
+def test_a_crash_in_the_middle_of_retention_and_compaction_loses_nothing_and_the_run_finishes(
+        database_url, server_process):
+    env = {"TXBROKER_LOG_CLEANER_INTERVAL_MS": "20", "TXBROKER_LOG_CLEANER_CHUNK_BATCHES": "20"}
+    server = server_process("--database-url", database_url, env=env)
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        create(client, "crash-table", cleanup_policy="compact")  # cleaned first: the lower topic_id
+        create(client, "crash-trim")
+    ids = {name: sql(database_url, "SELECT topic_id FROM topics WHERE name = $1", name)[0]["topic_id"]
+           for name in ("crash-trim", "crash-table")}
+    _write_batches(database_url, ids["crash-trim"], CRASH_BATCHES, CRASH_BATCHES)
+    _write_batches(database_url, ids["crash-table"], CRASH_BATCHES, CRASH_KEYS)
+    count = "SELECT count(*) AS n FROM record_batches WHERE topic_id = $1"
+
+    def batches(name: str) -> int:
+        return sql(database_url, count, ids[name])[0]["n"]
+
+    def nothing_lost() -> None:
+        """Every batch from the log start on; the latest record of each key."""
+        kept = sql(database_url, "SELECT min(last_offset) AS first, count(*) AS n FROM record_batches "
+                                 "WHERE topic_id = $1 AND last_offset >= $2", ids["crash-trim"], CRASH_BATCHES // 2)
+        assert (kept[0]["first"], kept[0]["n"]) == (CRASH_BATCHES // 2, CRASH_BATCHES // 2)
+        latest = sql(database_url, "SELECT last_offset FROM record_batches WHERE topic_id = $1 "
+                                   "AND last_offset >= $2", ids["crash-table"], CRASH_BATCHES - CRASH_KEYS)
+        assert len(latest) == CRASH_KEYS
+
+    # Killed in the middle of a compaction run.
+    _kill_when(server, database_url, lambda: CRASH_KEYS * 2 < batches("crash-table") < CRASH_BATCHES - 100,
+               "a compaction under way")
+    nothing_lost()
+
+    # Killed in the middle of removing what DeleteRecords put below the log start.
+    server = server_process("--database-url", database_url, env=env)
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        assert delete_records(client, "crash-trim", {0: CRASH_BATCHES // 2}).status_code == 200
+    _kill_when(server, database_url, lambda: CRASH_BATCHES // 2 + 100 < batches("crash-trim") < CRASH_BATCHES - 100,
+               "a removal under way")
+    nothing_lost()
+
+    server = server_process("--database-url", database_url, env=env)
+    deadline = time.monotonic() + 120
+    while batches("crash-trim") != CRASH_BATCHES // 2 or batches("crash-table") != CRASH_KEYS:
+        assert time.monotonic() < deadline, "the cleaner did not finish after the restart"
+        time.sleep(0.05)
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        records = fetch(client, "crash-table", 0, "read_uncommitted")["records"]
+        assert [(r["offset"], r["key"], r["value"]) for r in records] == [
+            (offset, f"k{offset % CRASH_KEYS}", f"v{offset}") for offset in range(CRASH_BATCHES - CRASH_KEYS,
+                                                                                     CRASH_BATCHES)]
+        assert [r["offset"] for r in fetch(client, "crash-trim", CRASH_BATCHES // 2)["records"]] == list(
+            range(CRASH_BATCHES // 2, CRASH_BATCHES))

@@ -146,13 +146,14 @@ async def _apply_retention(conn: asyncpg.Connection, topic: TopicInfo, partition
 # ---- removing what is below the log start
 
 # One chunk of the batches wholly below the log start, by primary-key range (an index range scan
-# from the partition's first batch). Re-running it after a crash deletes what is left.
+# from the partition's first batch; the log start is a scalar subquery, computed once, so the scan
+# is bounded by it). Re-running it after a crash deletes what is left.
 _DELETE_BELOW_START_SQL = """
 WITH doomed AS (
-    SELECT b.last_offset FROM record_batches b, partitions p
-    WHERE p.topic_id = $1 AND p.partition = $2 AND b.topic_id = $1 AND b.partition = $2
-      AND b.last_offset < p.log_start_offset
-    ORDER BY b.last_offset LIMIT $3
+    SELECT last_offset FROM record_batches
+    WHERE topic_id = $1 AND partition = $2
+      AND last_offset < (SELECT log_start_offset FROM partitions WHERE topic_id = $1 AND partition = $2)
+    ORDER BY last_offset LIMIT $3
 )
 DELETE FROM record_batches b USING doomed d
 WHERE b.topic_id = $1 AND b.partition = $2 AND b.last_offset = d.last_offset
@@ -160,16 +161,23 @@ WHERE b.topic_id = $1 AND b.partition = $2 AND b.last_offset = d.last_offset
 
 # Markers below the log start: every batch of their transaction is below it too (a transaction's
 # batches precede its marker), so nothing readable depends on them; those of a transaction still
-# being completed stay (see the module's rules).
+# being completed stay (see the module's rules). (The log start is a scalar subquery, computed once,
+# so the marker index is range-scanned: as a join, PostgreSQL may not bound the scan by it.)
 _DELETE_MARKERS_BELOW_START_SQL = """
 DELETE FROM txn_markers WHERE ctid IN (
-    SELECT m.ctid FROM txn_markers m, partitions p
-    WHERE p.topic_id = $1 AND p.partition = $2 AND m.topic_id = $1 AND m.partition = $2
-      AND m.marker_offset < p.log_start_offset
+    SELECT m.ctid FROM txn_markers m
+    WHERE m.topic_id = $1 AND m.partition = $2
+      AND m.marker_offset < (SELECT log_start_offset FROM partitions WHERE topic_id = $1 AND partition = $2)
       AND NOT EXISTS (SELECT 1 FROM transactions t WHERE t.state = ANY($4::text[])
                       AND t.txn_producer_id = m.producer_id AND t.txn_producer_epoch = m.producer_epoch)
     LIMIT $3)
 """
+
+
+# A chunk's commit need not wait for its WAL flush: what a crash of PostgreSQL could lose of it is
+# a suffix of chunks (WAL is replayed in order), which the next run simply does again. The log start
+# a chunk works from was advanced by a durable commit (DeleteRecords, retention) before.
+_ASYNC_COMMIT_SQL = "SET LOCAL synchronous_commit = off"
 
 
 def _count(status: str) -> int:
@@ -180,6 +188,7 @@ async def _remove_below_start(conn: asyncpg.Connection, topic_id: int, partition
                               totals: CleanupTotals) -> None:
     while True:
         async with conn.transaction():
+            await conn.execute(_ASYNC_COMMIT_SQL)
             batches = _count(await conn.execute(_DELETE_BELOW_START_SQL, topic_id, partition, chunk))
             markers = _count(await conn.execute(_DELETE_MARKERS_BELOW_START_SQL, topic_id, partition, chunk,
                                                 _COMPLETING_STATES))
@@ -364,6 +373,7 @@ async def _compact(conn: asyncpg.Connection, topic: TopicInfo, partition: int, n
     await _map_latest(conn, run, state.log_start_offset, page)
     async for rows in _pages(conn, topic.topic_id, partition, state.log_start_offset, run.end, page):
         async with conn.transaction():
+            await conn.execute(_ASYNC_COMMIT_SQL)
             await _compact_page(conn, run, rows, totals)
     await conn.execute(
         "UPDATE partition_cleanups SET last_cleanup_ms = $3, compacted_through = $4, oldest_tombstone_ms = $5 "
@@ -396,7 +406,8 @@ async def clean_partition(conn: asyncpg.Connection, topic: TopicInfo, partition:
 
 # The partitions with something to do: retention configured, batches or markers left below the log
 # start (DeleteRecords, or a run cut short), or a compacted partition with new offsets or a
-# tombstone due. Cheap probes: the first batch or marker of each partition by index.
+# tombstone due. Cheap probes: the first batch or marker of each partition by index (scalar
+# subqueries with LIMIT, which PostgreSQL runs per partition, never as a join over the whole table).
 _CANDIDATES_SQL = """
 SELECT t.topic_id, p.partition FROM topics t JOIN partitions p ON p.topic_id = t.topic_id
 LEFT JOIN partition_cleanups c ON c.topic_id = p.topic_id AND c.partition = p.partition
@@ -405,10 +416,10 @@ WHERE (t.config->>'cleanup_policy' LIKE '%delete%'
    OR (t.config->>'cleanup_policy' LIKE '%compact%'
        AND (p.high_watermark > coalesce(c.compacted_through, 0)
             OR c.oldest_tombstone_ms < $1 - (t.config->>'delete_retention_ms')::bigint))
-   OR EXISTS (SELECT 1 FROM record_batches b WHERE b.topic_id = p.topic_id AND b.partition = p.partition
-              AND b.last_offset < p.log_start_offset)
-   OR EXISTS (SELECT 1 FROM txn_markers m WHERE m.topic_id = p.topic_id AND m.partition = p.partition
-              AND m.marker_offset < p.log_start_offset)
+   OR (SELECT true FROM record_batches b WHERE b.topic_id = p.topic_id AND b.partition = p.partition
+       AND b.last_offset < p.log_start_offset LIMIT 1)
+   OR (SELECT true FROM txn_markers m WHERE m.topic_id = p.topic_id AND m.partition = p.partition
+       AND m.marker_offset < p.log_start_offset LIMIT 1)
 ORDER BY t.topic_id, p.partition
 """
 
