@@ -500,3 +500,20 @@ def test_a_crash_in_the_middle_of_retention_and_compaction_loses_nothing_and_the
                                                                                      CRASH_BATCHES)]
         assert [r["offset"] for r in fetch(client, "crash-trim", CRASH_BATCHES // 2)["records"]] == list(
             range(CRASH_BATCHES // 2, CRASH_BATCHES))
+
+
+def test_delete_records_needs_delete_on_the_topic(make_server):
+    from tests.test_security import ADMIN_TOKEN, new_user, rule
+    server = make_server(auth="required", admin_token=ADMIN_TOKEN, log_cleaner_interval_ms=RARELY)
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30) as admin:
+        create(admin, "guarded")
+        produce(admin, "guarded", [{"value": "x"}])
+        writer = new_user(admin, "writer", rule("Topic", "guarded", "Write"), rule("Topic", "guarded", "Read"))
+        deleter = new_user(admin, "deleter", rule("Topic", "guarded", "Delete"))
+        with writer, deleter:
+            refused = delete_records(writer, "guarded", {0: 1})
+            assert refused.status_code == 403 and refused.json()["error"]["code"] == "TOPIC_AUTHORIZATION_FAILED"
+            assert delete_records(deleter, "guarded", {0: 1}).json()["partitions"][0]["low_watermark"] == 1
+        audit = admin.get("/v1/audit").json()
+        assert any(entry["action"] == "delete records" and entry["principal"] == "deleter"
+                   for entry in audit["entries"])
