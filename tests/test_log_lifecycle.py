@@ -517,3 +517,18 @@ def test_delete_records_needs_delete_on_the_topic(make_server):
         audit = admin.get("/v1/audit").json()
         assert any(entry["action"] == "delete records" and entry["principal"] == "deleter"
                    for entry in audit["entries"])
+
+
+def test_list_offsets_by_time_never_answers_below_the_log_start(client):
+    create(client, "timed")
+    produce(client, "timed", [{"value": "a", "timestamp_ms": 5000}, {"value": "b", "timestamp_ms": 1000}])
+    produce(client, "timed", [{"value": "c", "timestamp_ms": 6000}])
+    delete_records(client, "timed", {0: 1})
+
+    def by_time(timestamp: int) -> int:
+        return client.post("/v1/offsets/list", json={"partitions": [
+            {"topic": "timed", "partition": 0, "timestamp": timestamp}]}).json()["partitions"][0]["offset"]
+
+    assert by_time(500) == 1     # offset 0 (5000) is below the log start
+    assert by_time(4000) == 2    # ... so the first at or after 4000 is offset 2
+    assert by_time(7000) == -1

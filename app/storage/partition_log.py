@@ -349,18 +349,24 @@ async def offset_for(conn: asyncpg.Connection, topic: TopicInfo, partition: int,
         return upper, NO_TIMESTAMP
     if timestamp == EARLIEST_TIMESTAMP:
         return state.log_start_offset, NO_TIMESTAMP
-    # Batches are not ordered by time, so walk them in log order to the first that reaches it.
-    batch = await conn.fetchrow(
-        "SELECT base_offset, records FROM record_batches WHERE topic_id = $1 AND partition = $2 "
-        "AND control_type IS NULL AND max_timestamp_ms >= $3 AND base_offset < $4 "
-        "AND last_offset >= $5 ORDER BY last_offset LIMIT 1",
-        topic.topic_id, partition, timestamp, upper, state.log_start_offset)
-    if batch is None:
-        return NO_OFFSET, NO_TIMESTAMP
-    for index, stored in enumerate(record_codec.decode_payload(batch["records"])):
-        if stored is not None and stored[0] >= timestamp:  # None: a record compaction removed
-            return batch["base_offset"] + index, stored[0]
-    raise AssertionError("a batch whose max_timestamp_ms reaches the time has a record that does")
+    # Batches are not ordered by time, so walk them in log order to the first that reaches it. The
+    # first batch may begin below the log start (DeleteRecords moves it inside a batch): its records
+    # below it do not count, and if only those reach the time, the next batch is the answer.
+    after = state.log_start_offset
+    while True:
+        batch = await conn.fetchrow(
+            "SELECT base_offset, last_offset, records FROM record_batches WHERE topic_id = $1 AND partition = $2 "
+            "AND control_type IS NULL AND max_timestamp_ms >= $3 AND base_offset < $4 "
+            "AND last_offset >= $5 ORDER BY last_offset LIMIT 1",
+            topic.topic_id, partition, timestamp, upper, after)
+        if batch is None:
+            return NO_OFFSET, NO_TIMESTAMP
+        for index, stored in enumerate(record_codec.decode_payload(batch["records"])):
+            offset = batch["base_offset"] + index
+            # None: a record compaction removed.
+            if stored is not None and stored[0] >= timestamp and state.log_start_offset <= offset < upper:
+                return offset, stored[0]
+        after = batch["last_offset"] + 1
 
 
 async def append_batches(conn: asyncpg.Connection, appends: list[BatchAppend]) -> list[AppendResult | BrokerError]:
