@@ -11,6 +11,11 @@ cleaner removes.
 After each round it prints the round's throughput and `pg_total_relation_size` of each table that
 grows with traffic (heap, indexes and TOAST): after a warm-up both must stay flat.
 
+Then (unless `--removal-batches 0`) it measures how fast the cleaner empties a partition: that many
+one-record batches are written with SQL, DeleteRecords moves the log start to their end, and the
+time until the cleaner has deleted them all (bounded chunks, one PostgreSQL transaction each) gives
+batches removed per second.
+
     .venv/bin/python -m bench.soak                       # 12 rounds, about 3 minutes
     .venv/bin/python -m bench.soak --rounds 30 --ops 200 # longer
 """
@@ -48,6 +53,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=4, help="concurrent clients (default 4)")
     parser.add_argument("--retention-ms", type=int, default=5000, help="retention_ms of the data topics")
     parser.add_argument("--cleaner-ms", type=int, default=1000, help="the log cleaner's interval")
+    parser.add_argument("--removal-batches", type=int, default=200_000,
+                        help="batches for the removal-rate measurement (0: skip it)")
     return parser.parse_args(argv)
 
 
@@ -141,6 +148,31 @@ async def soak(args: argparse.Namespace, url: str, database_url: str) -> list[tu
     return rows
 
 
+async def removal_rate(url: str, database_url: str, batches: int) -> float:
+    """Batches per second the cleaner removes below a log start (see the module's docstring)."""
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        (await client.post("/v1/topics", json={"name": "soak-removal", "partitions": 1})).raise_for_status()
+        conn = await asyncpg.connect(database_url)
+        try:
+            topic_id = await conn.fetchval("SELECT topic_id FROM topics WHERE name = 'soak-removal'")
+            await conn.execute("""
+                WITH head AS (UPDATE partitions SET high_watermark = $2 WHERE topic_id = $1 AND partition = 0)
+                INSERT INTO record_batches (topic_id, partition, base_offset, last_offset, producer_id, producer_epoch,
+                    base_sequence, is_transactional, control_type, first_timestamp_ms, max_timestamp_ms, record_count,
+                    size_bytes, records)
+                SELECT $1, 0, o, o, -1, -1, -1, false, NULL, 0, 0, 1, 100, convert_to('[[0,null,"' || repeat('x', 100)
+                       || '",[],0]]', 'UTF8')
+                FROM generate_series(0, $2 - 1) AS o""", topic_id, batches)
+            started = time.monotonic()
+            (await client.post("/v1/topics/soak-removal/delete-records",
+                               json={"partitions": [{"partition": 0, "offset": -1}]})).raise_for_status()
+            while await conn.fetchval("SELECT count(*) FROM record_batches WHERE topic_id = $1", topic_id):
+                await asyncio.sleep(0.05)
+            return batches / (time.monotonic() - started)
+        finally:
+            await conn.close()
+
+
 def print_report(args: argparse.Namespace, rows: list[tuple[int, float, dict[str, int]]]) -> None:
     columns = ["database", *TABLES]
     table = [["round", "iter/s", *(f"{c} kB" for c in columns)]]
@@ -165,12 +197,16 @@ def main(argv: list[str] | None = None) -> int:
         server = start_txbroker(database_url)
         print(f"PostgreSQL pid {postgres.pid} in {work_dir}; txbroker pid {server.pid}", flush=True)
         rows = asyncio.run(soak(args, server.url, database_url))
+        rate = asyncio.run(removal_rate(server.url, database_url, args.removal_batches)) if args.removal_batches else None
     finally:
         if server is not None:
             server.stop()
         postgres.stop()
         shutil.rmtree(work_dir, ignore_errors=True)
     print_report(args, rows)
+    if rate is not None:
+        print(f"\nremoval: {args.removal_batches:,} batches below the log start removed at {rate:,.0f} batches/s "
+              f"(including up to one cleaner interval, {args.cleaner_ms} ms, before the first chunk)")
     return 0
 
 
