@@ -423,7 +423,7 @@ def test_the_console_shows_log_start_retention_settings_and_the_last_cleanup(ser
 
 # ---- crashes
 
-CRASH_BATCHES = 4000
+CRASH_BATCHES = 20_000  # enough that a run takes seconds, one chunk of 10 per PostgreSQL transaction
 CRASH_KEYS = 50
 
 
@@ -452,7 +452,7 @@ def _kill_when(server, database_url: str, condition, what: str) -> None:
 
 def test_a_crash_in_the_middle_of_retention_and_compaction_loses_nothing_and_the_run_finishes(
         database_url, server_process):
-    env = {"TXBROKER_LOG_CLEANER_INTERVAL_MS": "20", "TXBROKER_LOG_CLEANER_CHUNK_BATCHES": "20"}
+    env = {"TXBROKER_LOG_CLEANER_INTERVAL_MS": "20", "TXBROKER_LOG_CLEANER_CHUNK_BATCHES": "10"}
     server = server_process("--database-url", database_url, env=env)
     with httpx.Client(base_url=server.url, timeout=30) as client:
         create(client, "crash-table", cleanup_policy="compact")  # cleaned first: the lower topic_id
