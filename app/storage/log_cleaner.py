@@ -430,8 +430,14 @@ async def clean(pool: asyncpg.Pool, topics: dict[int, TopicInfo] | None, now_ms:
         known = topics if topics is not None else {t.topic_id: t for t in await list_topics(conn)}
         for row in await conn.fetch(_CANDIDATES_SQL, now_ms):
             topic = known.get(row["topic_id"])
-            if topic is not None:
+            if topic is None:
+                continue
+            try:
                 await clean_partition(conn, topic, row["partition"], now_ms, chunk, totals)
+            except BrokerError as error:
+                if error.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    raise
+                # Deleted since it was listed: remove_deleted_topics takes care of its rows.
         await remove_deleted_topics(conn, chunk, totals)
     return totals
 
