@@ -532,3 +532,69 @@ def test_list_offsets_by_time_never_answers_below_the_log_start(client):
     assert by_time(500) == 1     # offset 0 (5000) is below the log start
     assert by_time(4000) == 2    # ... so the first at or after 4000 is offset 2
     assert by_time(7000) == -1
+
+
+def test_read_committed_stays_exact_at_every_log_start(server, client):
+    """Interleaved committed and aborted transactions and plain writes; the log start moved one offset
+    at a time across all of them, with a cleaner run after each move: from the log start,
+    read_committed returns exactly the committed and plain records, read_uncommitted every record."""
+    create(client, "exact")
+    producers = [TxnProducer(client, f"exact-{n}") for n in range(2)]
+    for producer in producers:
+        producer.init()
+    visible: dict[int, bool] = {}  # offset -> visible to read_committed; markers are not in it
+
+    def send(producer: TxnProducer, value: str) -> int:
+        response = producer.send("exact", 0, value)
+        assert response.status_code == 200, response.text
+        return response.json()["partitions"][0]["base_offset"]
+
+    pending: dict[int, list[int]] = {0: [], 1: []}
+    script = ["t0", "p", "t1", "t0", "c0", "t1", "p", "a1", "t0", "t1", "p", "a0", "c1", "p", "t0", "c0"]
+    for step in script:
+        if step == "p":
+            visible[produce(client, "exact", [{"value": "plain"}])["base_offset"]] = True
+        elif step[0] == "t":
+            pending[int(step[1])].append(send(producers[int(step[1])], step))
+        else:
+            number, committed = int(step[1]), step[0] == "c"
+            (producers[number].commit if committed else producers[number].abort)()
+            visible.update({offset: committed for offset in pending[number]})
+            pending[number] = []
+    high_watermark = client.get("/v1/topics/exact").json()["partitions"][0]["high_watermark"]
+    assert high_watermark == len(visible) + 5  # five markers
+
+    for start in range(high_watermark + 1):
+        assert delete_records(client, "exact", {0: start}).json()["partitions"][0]["low_watermark"] == start
+        clean(server)
+        committed = fetch(client, "exact", start)
+        assert committed["error"] is None and committed["log_start_offset"] == start
+        assert [r["offset"] for r in committed["records"]] == [o for o in sorted(visible) if o >= start and visible[o]]
+        uncommitted = fetch(client, "exact", start, "read_uncommitted")["records"]
+        assert [r["offset"] for r in uncommitted] == [o for o in sorted(visible) if o >= start], start
+    assert stored_batches(server, "exact") == 0
+    assert sql(server.database_url, "SELECT 1 FROM txn_markers WHERE topic_id = $1", topic_id(server, "exact")) == []
+
+
+def test_two_servers_clean_one_database_at_once_and_keep_the_latest_of_every_key(make_server):
+    """Two servers' cleaners (every 20 ms, small chunks) compact and trim one topic while it is written."""
+    servers = [make_server(log_cleaner_interval_ms=20, log_cleaner_chunk_batches=3) for _ in range(2)]
+    client = servers[0].client
+    create(client, "shared-table", cleanup_policy="compact,delete", retention_bytes=10_000_000)
+    latest: dict[str, tuple[int, str]] = {}
+    for round_number in range(40):
+        for writer, server in enumerate(servers):
+            records = [{"key": f"k{(round_number * 3 + i) % 7}", "value": f"{round_number}-{writer}-{i}"}
+                       for i in range(3)]
+            entry = produce(server.client, "shared-table", records)
+            for i, record in enumerate(records):
+                latest[record["key"]] = (entry["base_offset"] + i, record["value"])
+    deadline = time.monotonic() + 60
+    while stored_batches(servers[0], "shared-table") > len(latest):
+        assert time.monotonic() < deadline, "the cleaners did not compact the topic"
+        time.sleep(0.05)
+    answer = fetch(client, "shared-table", 0, "read_uncommitted")
+    assert answer["error"] is None, answer
+    records = answer["records"]
+    assert {r["key"]: (r["offset"], r["value"]) for r in records} == latest
+    assert len(records) == len(latest)

@@ -119,18 +119,26 @@ SELECT base_offset FROM (
 
 async def retention_target(conn: asyncpg.Connection, topic: TopicInfo, partition: int, state: PartitionState,
                            now_ms: int) -> int:
-    """Where retention would put the log start now: never past the LSO, never backwards."""
-    target = state.log_start_offset
+    """Where retention would put the log start now: never past the LSO, never backwards, and only
+    past batches it deletes (offsets compaction emptied before the first batch do not count)."""
     retention_ms, retention_bytes = topic.setting("retention_ms"), topic.setting("retention_bytes")
+    kept: list[int | None] = []  # per rule, the first batch it keeps (None: none)
     if retention_ms != RETENTION_FOREVER:
-        first = await conn.fetchval(_FIRST_RECENT_SQL, topic.topic_id, partition, state.log_start_offset,
-                                    now_ms - retention_ms)
-        target = max(target, state.high_watermark if first is None else first)
+        kept.append(await conn.fetchval(_FIRST_RECENT_SQL, topic.topic_id, partition, state.log_start_offset,
+                                        now_ms - retention_ms))
     if retention_bytes != RETENTION_FOREVER:
-        first = await conn.fetchval(_FIRST_WITHIN_SIZE_SQL, topic.topic_id, partition, state.log_start_offset,
-                                    retention_bytes)
-        target = max(target, state.high_watermark if first is None else first)
-    return min(target, state.last_stable_offset)
+        kept.append(await conn.fetchval(_FIRST_WITHIN_SIZE_SQL, topic.topic_id, partition, state.log_start_offset,
+                                        retention_bytes))
+    if not kept:
+        return state.log_start_offset
+    first_present = await conn.fetchval(_FIRST_RECENT_SQL, topic.topic_id, partition, state.log_start_offset,
+                                        -(2**63))
+    if first_present is None:  # nothing stored from the log start on
+        return state.log_start_offset
+    target = max(state.high_watermark if first is None else first for first in kept)
+    if target <= first_present:
+        return state.log_start_offset  # every rule keeps the first batch: nothing expired
+    return max(state.log_start_offset, min(target, state.last_stable_offset))
 
 
 async def _apply_retention(conn: asyncpg.Connection, topic: TopicInfo, partition: int, now_ms: int) -> None:
