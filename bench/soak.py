@@ -197,7 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         server = start_txbroker(database_url)
         print(f"PostgreSQL pid {postgres.pid} in {work_dir}; txbroker pid {server.pid}", flush=True)
         rows = asyncio.run(soak(args, server.url, database_url))
-        rate = asyncio.run(removal_rate(server.url, database_url, args.removal_batches)) if args.removal_batches else None
+        rate = None
+        if args.removal_batches:
+            rate = asyncio.run(removal_rate(server.url, database_url, args.removal_batches))
     finally:
         if server is not None:
             server.stop()

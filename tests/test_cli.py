@@ -138,7 +138,8 @@ def test_an_unreachable_server_is_a_clear_error_exit_1():
 
 
 def test_topics_delete_records(server):
-    ok(txbroker(server.url, "topics", "create", "trim", "--partitions", "2", "--config", "cleanup_policy=compact,delete"))
+    ok(txbroker(server.url, "topics", "create", "trim", "--partitions", "2",
+                "--config", "cleanup_policy=compact,delete"))
     ok(txbroker(server.url, "produce", "trim", "--partition", "0", stdin="a\nb\nc\n"))
     table = ok(txbroker(server.url, "topics", "delete-records", "trim", "--offset", "0=2", "--offset", "1=-1"))
     assert [line.split() for line in table.splitlines()] == [["PARTITION", "LOG", "START"], ["0", "2"], ["1", "0"]]

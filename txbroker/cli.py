@@ -443,7 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
                   _admin_command(topics_delete_records))
     sub.add_argument("name")
     sub.add_argument("--offset", action="append", required=True, metavar="PARTITION=OFFSET",
-                     help="repeatable: delete the partition's records before OFFSET (-1: all, up to the high watermark)")
+                     help="repeatable: delete the partition's records before OFFSET (-1: up to the high watermark)")
 
     sub = command(commands, "produce", "produce the lines of stdin, one record each", produce)
     sub.add_argument("topic")

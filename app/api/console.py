@@ -55,10 +55,10 @@ from app.coordinator.authorizer import (
 from app.coordinator.transaction_states import TransactionState
 from app.errors import BrokerError, ErrorCode, invalid_request
 from app.storage import (
+    cleanup_progress,
     group_summaries,
     groups,
     log_browser,
-    log_cleaner,
     partition_log,
     partition_summary,
     principals,
@@ -393,7 +393,7 @@ async def partition_page(request: Request, topic: str, partition: int, pool: Poo
                  else min(max(offset, state.log_start_offset), state.high_watermark))
         end = min(start + LOG_WINDOW, state.high_watermark)
         entries = await log_browser.read_window(conn, info.topic_id, partition, start, end)
-        cleanup = await log_cleaner.cleanup_status(conn, info.topic_id, partition)
+        cleanup = await cleanup_progress.cleanup_status(conn, info.topic_id, partition)
         producers = await log_browser.producers(conn, info.topic_id, partition, producers_after, PAGE_SIZE + 1)
         marker_rows = await log_browser.markers_before(
             conn, info.topic_id, partition, state.high_watermark if markers_before is None else markers_before,

@@ -1,6 +1,6 @@
-"""The log's lifecycle: retention by time and size, DeleteRecords (KIP-107), compaction, and the
-rows deleted topics leave behind. Run by a background worker (coordinator/workers.py) on every
-server; DeleteRecords is `delete_records`, called by the API.
+"""The log's lifecycle: retention by time and size, DeleteRecords (KIP-107), compaction
+(log_compaction.py), and the rows deleted topics leave behind. Run by a background worker
+(coordinator/workers.py) on every server; DeleteRecords is `delete_records`, called by the API.
 
 The rules, which every function here keeps:
 - Offsets never change. Retention and DeleteRecords only advance `partitions.log_start_offset`
@@ -25,36 +25,23 @@ The rules, which every function here keeps:
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
-
 import asyncpg
 
 from app.errors import BrokerError, ErrorCode
-from app.storage import partition_log, record_codec
-from app.storage.partition_log import CONTROL_ABORT, PartitionState
-from app.storage.topics import (CLEANUP_COMPACT, CLEANUP_DELETE, RETENTION_FOREVER, TopicInfo, list_topics,
-                                unknown_partition)
+from app.storage import log_compaction, partition_log
+from app.storage.cleanup_progress import ASYNC_COMMIT_SQL, COMPLETING_STATES, CleanupTotals, count_rows, note_cleanup
+from app.storage.partition_log import PartitionState
+from app.storage.topics import (
+    CLEANUP_COMPACT,
+    CLEANUP_DELETE,
+    RETENTION_FOREVER,
+    TopicInfo,
+    list_topics,
+    unknown_partition,
+)
 
 # DeleteRecords' offset meaning "up to the high watermark" (Kafka's DeleteRecordsRequest.HIGH_WATERMARK).
 HIGH_WATERMARK = -1
-
-# The coordinator's states in which a transaction's markers may still be (re-)written.
-_COMPLETING_STATES = ["PrepareCommit", "PrepareAbort"]
-
-
-@dataclass(slots=True)
-class CleanupTotals:
-    """What one cleaner run did, over every partition it cleaned."""
-    partitions: int = 0
-    removed_batches: int = 0
-    rewritten_batches: int = 0
-    removed_markers: int = 0
-    deleted_topic_rows: int = 0
-
-    def total(self) -> int:
-        return self.removed_batches + self.rewritten_batches + self.removed_markers + self.deleted_topic_rows
-
 
 # ---- DeleteRecords
 
@@ -181,211 +168,20 @@ DELETE FROM txn_markers WHERE ctid IN (
 """
 
 
-# A chunk's commit need not wait for its WAL flush: what a crash of PostgreSQL could lose of it is
-# a suffix of chunks (WAL is replayed in order), which the next run simply does again. The log start
-# a chunk works from was advanced by a durable commit (DeleteRecords, retention) before.
-_ASYNC_COMMIT_SQL = "SET LOCAL synchronous_commit = off"
-
-
-def _count(status: str) -> int:
-    return int(status.split()[-1])
-
-
 async def _remove_below_start(conn: asyncpg.Connection, topic_id: int, partition: int, chunk: int,
                               totals: CleanupTotals) -> None:
     while True:
         async with conn.transaction():
-            await conn.execute(_ASYNC_COMMIT_SQL)
-            batches = _count(await conn.execute(_DELETE_BELOW_START_SQL, topic_id, partition, chunk))
-            markers = _count(await conn.execute(_DELETE_MARKERS_BELOW_START_SQL, topic_id, partition, chunk,
-                                                _COMPLETING_STATES))
+            await conn.execute(ASYNC_COMMIT_SQL)
+            batches = count_rows(await conn.execute(_DELETE_BELOW_START_SQL, topic_id, partition, chunk))
+            markers = count_rows(await conn.execute(_DELETE_MARKERS_BELOW_START_SQL, topic_id, partition, chunk,
+                                                COMPLETING_STATES))
             if batches or markers:
-                await _note_cleanup(conn, topic_id, partition, batches, 0)
+                await note_cleanup(conn, topic_id, partition, batches, 0)
         totals.removed_batches += batches
         totals.removed_markers += markers
         if batches < chunk and markers < chunk:
             return
-
-
-async def _note_cleanup(conn: asyncpg.Connection, topic_id: int, partition: int, removed: int,
-                        rewritten: int) -> None:
-    """Records what a chunk did, in that chunk's PostgreSQL transaction (for the console)."""
-    await conn.execute(
-        "UPDATE partition_cleanups SET last_cleanup_ms = $3, removed_batches = removed_batches + $4, "
-        "rewritten_batches = rewritten_batches + $5 WHERE topic_id = $1 AND partition = $2",
-        topic_id, partition, _now_ms(), removed, rewritten)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-# ---- compaction
-
-@dataclass(slots=True)
-class _Latest:
-    """The latest committed record of a key below the compaction's end."""
-    offset: int
-    is_tombstone: bool
-    timestamp_ms: int
-
-
-@dataclass(slots=True)
-class _CompactionPass:
-    topic: TopicInfo
-    partition: int
-    end: int  # the LSO when the compaction began: nothing at or past it is touched
-    tombstone_cutoff_ms: int  # tombstones older than this go
-    latest: dict[bytes, _Latest] = field(default_factory=dict)
-    # Per transaction (producer id, epoch) seen so far in log order: whether a record of it is kept.
-    transactions_kept: dict[tuple[int, int], bool] = field(default_factory=dict)
-    oldest_tombstone_ms: int | None = None
-
-
-_PAGE_SQL = """
-SELECT base_offset, last_offset, producer_id, producer_epoch, is_transactional, control_type,
-       CASE WHEN control_type IS NULL THEN records END AS records
-FROM record_batches
-WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $4
-ORDER BY last_offset LIMIT $5
-"""
-
-
-async def _pages(conn: asyncpg.Connection, topic_id: int, partition: int, start: int, end: int, page: int):
-    """The batches from `start` to `end`, in log order, a page (one statement) at a time."""
-    while start < end:
-        rows = await conn.fetch(_PAGE_SQL, topic_id, partition, start, end, page)
-        if not rows:
-            return
-        yield rows
-        start = rows[-1]["last_offset"] + 1
-        if len(rows) < page:
-            return
-
-
-async def _aborted_in(conn: asyncpg.Connection, topic_id: int, partition: int,
-                      rows: list[asyncpg.Record]) -> set[tuple[int, int]]:
-    """The aborted transactions among these batches. Every batch here is below the LSO, so each of
-    their transactions is decided and its marker row exists (markers go only after their batches)."""
-    candidates = {(r["producer_id"], r["producer_epoch"]) for r in rows
-                  if r["is_transactional"] and r["control_type"] is None}
-    if not candidates:
-        return set()
-    producer_ids, epochs = zip(*candidates)
-    found = await conn.fetch(
-        "SELECT m.producer_id, m.producer_epoch FROM txn_markers m "
-        "JOIN unnest($3::bigint[], $4::smallint[]) AS c(producer_id, producer_epoch) "
-        "  ON m.producer_id = c.producer_id AND m.producer_epoch = c.producer_epoch "
-        "WHERE m.topic_id = $1 AND m.partition = $2 AND m.control_type = $5",
-        topic_id, partition, list(producer_ids), list(epochs), CONTROL_ABORT)
-    return {(row["producer_id"], row["producer_epoch"]) for row in found}
-
-
-async def _map_latest(conn: asyncpg.Connection, run: _CompactionPass, start: int, page: int) -> None:
-    """First pass, read-only: the latest committed record of every key below the end."""
-    async for rows in _pages(conn, run.topic.topic_id, run.partition, start, run.end, page):
-        aborted = await _aborted_in(conn, run.topic.topic_id, run.partition, rows)
-        for row in rows:
-            if row["control_type"] is not None or (row["producer_id"], row["producer_epoch"]) in aborted:
-                continue
-            for index, stored in enumerate(record_codec.decode_payload(row["records"])):
-                key = None if stored is None else record_codec.key_bytes(stored)
-                if key is not None:
-                    run.latest[key] = _Latest(row["base_offset"] + index, stored[2] is None, stored[0])
-
-
-def _keeps(run: _CompactionPass, offset: int, stored: list | None) -> bool:
-    if stored is None:
-        return False
-    key = record_codec.key_bytes(stored)
-    if key is None:  # nothing can supersede a record without a key
-        return True
-    latest = run.latest.get(key)
-    if latest is None or latest.offset != offset:
-        return False
-    if latest.is_tombstone:
-        if latest.timestamp_ms < run.tombstone_cutoff_ms:
-            return False
-        run.oldest_tombstone_ms = min(latest.timestamp_ms, run.oldest_tombstone_ms or latest.timestamp_ms)
-    return True
-
-
-async def _compact_page(conn: asyncpg.Connection, run: _CompactionPass, rows: list[asyncpg.Record],
-                        totals: CleanupTotals) -> None:
-    """Second pass, one page in one PostgreSQL transaction: drop or rewrite its batches, then the
-    markers of transactions with nothing left. Idempotent: a re-run finds nothing more to drop."""
-    topic_id, partition = run.topic.topic_id, run.partition
-    aborted = await _aborted_in(conn, topic_id, partition, rows)
-    removed: list[int] = []  # last_offset of batches to delete
-    rewritten: list[tuple[int, bytes, int, int, int]] = []
-    markers: list[tuple[int, int, int]] = []  # (last_offset, producer id, epoch) of markers to delete
-    for row in rows:
-        transaction = (row["producer_id"], row["producer_epoch"])
-        if row["control_type"] is not None:
-            if not run.transactions_kept.pop(transaction, False):
-                markers.append((row["last_offset"], *transaction))
-            continue
-        if transaction in aborted:
-            removed.append(row["last_offset"])
-            continue
-        stored = record_codec.decode_payload(row["records"])
-        keep = [_keeps(run, row["base_offset"] + index, record) for index, record in enumerate(stored)]
-        if row["is_transactional"]:
-            run.transactions_kept[transaction] = run.transactions_kept.get(transaction, False) or any(keep)
-        if not any(keep):
-            removed.append(row["last_offset"])
-        elif not all(keep) and keep != [record is not None for record in stored]:
-            rewritten.append((row["last_offset"], *record_codec.with_holes(stored, keep)))
-    if removed:
-        await conn.execute("DELETE FROM record_batches WHERE topic_id = $1 AND partition = $2 "
-                           "AND last_offset = ANY($3::bigint[])", topic_id, partition, removed)
-    if rewritten:
-        await conn.executemany(
-            "UPDATE record_batches SET records = $4, size_bytes = $5, first_timestamp_ms = $6, max_timestamp_ms = $7 "
-            "WHERE topic_id = $1 AND partition = $2 AND last_offset = $3",
-            [(topic_id, partition, *values) for values in rewritten])
-    removed_markers = 0
-    if markers:
-        # After the batches above, in the same transaction; a transaction still being completed
-        # keeps its marker (the module's rules).
-        removed_markers = _count(await conn.execute(
-            "WITH doomed AS (DELETE FROM txn_markers m USING unnest($3::bigint[], $4::bigint[], $5::smallint[]) "
-            "    AS d(marker_offset, producer_id, producer_epoch) "
-            "  WHERE m.topic_id = $1 AND m.partition = $2 AND m.producer_id = d.producer_id "
-            "    AND m.producer_epoch = d.producer_epoch AND m.marker_offset = d.marker_offset "
-            "    AND NOT EXISTS (SELECT 1 FROM transactions t WHERE t.state = ANY($6::text[]) "
-            "                    AND t.txn_producer_id = m.producer_id AND t.txn_producer_epoch = m.producer_epoch) "
-            "  RETURNING m.marker_offset) "
-            "DELETE FROM record_batches b USING doomed WHERE b.topic_id = $1 AND b.partition = $2 "
-            "  AND b.last_offset = doomed.marker_offset",
-            topic_id, partition, *map(list, zip(*markers)), _COMPLETING_STATES))
-    if removed or rewritten or removed_markers:
-        await _note_cleanup(conn, topic_id, partition, len(removed) + removed_markers, len(rewritten))
-    totals.removed_batches += len(removed)
-    totals.rewritten_batches += len(rewritten)
-    totals.removed_markers += removed_markers
-
-
-async def _compact(conn: asyncpg.Connection, topic: TopicInfo, partition: int, now_ms: int, page: int,
-                   totals: CleanupTotals) -> None:
-    state = await partition_log.partition_state(conn, topic, partition)
-    run_cutoff = now_ms - topic.setting("delete_retention_ms")  # tombstones older than this go
-    progress = await conn.fetchrow("SELECT compacted_through, oldest_tombstone_ms FROM partition_cleanups "
-                                   "WHERE topic_id = $1 AND partition = $2", topic.topic_id, partition)
-    oldest_tombstone = progress["oldest_tombstone_ms"]
-    tombstones_due = oldest_tombstone is not None and oldest_tombstone < run_cutoff
-    if state.last_stable_offset <= progress["compacted_through"] and not tombstones_due:
-        return  # nothing new below the LSO since the last compaction, and no tombstone to drop yet
-    run = _CompactionPass(topic, partition, state.last_stable_offset, run_cutoff)
-    await _map_latest(conn, run, state.log_start_offset, page)
-    async for rows in _pages(conn, topic.topic_id, partition, state.log_start_offset, run.end, page):
-        async with conn.transaction():
-            await conn.execute(_ASYNC_COMMIT_SQL)
-            await _compact_page(conn, run, rows, totals)
-    await conn.execute(
-        "UPDATE partition_cleanups SET last_cleanup_ms = $3, compacted_through = $4, oldest_tombstone_ms = $5 "
-        "WHERE topic_id = $1 AND partition = $2",
-        topic.topic_id, partition, _now_ms(), run.end, run.oldest_tombstone_ms)
 
 
 # ---- one partition, every partition
@@ -404,7 +200,7 @@ async def clean_partition(conn: asyncpg.Connection, topic: TopicInfo, partition:
             await _apply_retention(conn, topic, partition, now_ms)
         await _remove_below_start(conn, topic.topic_id, partition, chunk, totals)
         if CLEANUP_COMPACT in policy:
-            await _compact(conn, topic, partition, now_ms, chunk, totals)
+            await log_compaction.compact(conn, topic, partition, now_ms, chunk, totals)
         totals.partitions += 1
         return True
     finally:
@@ -450,24 +246,6 @@ async def clean(pool: asyncpg.Pool, topics: dict[int, TopicInfo] | None, now_ms:
     return totals
 
 
-# ---- what the console shows
-
-@dataclass(frozen=True, slots=True)
-class CleanupStatus:
-    last_cleanup_ms: int | None  # the last time the cleaner removed or rewrote a batch here
-    removed_batches: int  # batches (and markers) removed so far
-    rewritten_batches: int  # batches compaction rewrote with holes
-    compacted_through: int  # compaction has run up to this offset
-
-
-async def cleanup_status(conn: asyncpg.Connection, topic_id: int, partition: int) -> CleanupStatus | None:
-    """None when the cleaner never looked at the partition."""
-    row = await conn.fetchrow(
-        "SELECT last_cleanup_ms, removed_batches, rewritten_batches, compacted_through FROM partition_cleanups "
-        "WHERE topic_id = $1 AND partition = $2", topic_id, partition)
-    return None if row is None else CleanupStatus(*row)
-
-
 # ---- deleted topics
 
 # A chunk of each table's rows of one deleted topic (ctid: whatever the table's key, one probe per row).
@@ -488,7 +266,7 @@ async def remove_deleted_topics(conn: asyncpg.Connection, chunk: int, totals: Cl
                 return
             removed = 0
             for statement in _DELETE_TOPIC_ROWS_SQL:
-                removed += _count(await conn.execute(statement, topic_id, chunk))
+                removed += count_rows(await conn.execute(statement, topic_id, chunk))
             totals.deleted_topic_rows += removed
             if removed == 0:
                 await conn.execute("DELETE FROM deleted_topics WHERE topic_id = $1", topic_id)
