@@ -600,3 +600,26 @@ def test_two_servers_clean_one_database_at_once_and_keep_the_latest_of_every_key
             break
         assert time.monotonic() < deadline, "the cleaners did not compact the topic"
         time.sleep(0.02)
+
+
+def test_retention_stops_inside_an_aborted_transaction_and_removes_its_marker_only_past_it(server, client):
+    create(client, "sized-txn", retention_bytes=25)
+    aborting = TxnProducer(client, "sized-aborting")
+    aborting.init()
+    aborting.send("sized-txn", 0, "a" * 1000)               # 0: aborted, large
+    produce(client, "sized-txn", [{"value": "p" * 1000}])   # 1: plain, large
+    aborting.send("sized-txn", 0, "aborted")                # 2: aborted, 7 bytes
+    aborting.abort()                                        # 3: ABORT marker
+    produce(client, "sized-txn", [{"value": "plain-4"}])    # 4: plain, 7 bytes
+
+    clean(server)  # 7 + 7 bytes fit in 25: the log start lands on offset 2, inside the aborted transaction
+    assert log_start(client, "sized-txn") == 2
+    assert [r["value"] for r in fetch(client, "sized-txn", 2)["records"]] == ["plain-4"]
+    assert [r["value"] for r in fetch(client, "sized-txn", 2, "read_uncommitted")["records"]] == ["aborted", "plain-4"]
+
+    for value in ("plain-5", "plain-6", "plain-7"):
+        produce(client, "sized-txn", [{"value": value}])
+    clean(server)  # now only 5..7 fit: the aborted batch and then its marker go
+    assert log_start(client, "sized-txn") == 5
+    assert sql(server.database_url, "SELECT 1 FROM txn_markers WHERE topic_id = $1", topic_id(server, "sized-txn")) == []
+    assert [r["value"] for r in fetch(client, "sized-txn", 5)["records"]] == ["plain-5", "plain-6", "plain-7"]
