@@ -623,3 +623,20 @@ def test_retention_stops_inside_an_aborted_transaction_and_removes_its_marker_on
     assert log_start(client, "sized-txn") == 5
     assert sql(server.database_url, "SELECT 1 FROM txn_markers WHERE topic_id = $1", topic_id(server, "sized-txn")) == []
     assert [r["value"] for r in fetch(client, "sized-txn", 5)["records"]] == ["plain-5", "plain-6", "plain-7"]
+
+
+# ---- the payload of a compacted batch (no I/O)
+
+def test_with_holes_keeps_indexes_and_counts_only_what_stays():
+    from app.storage import record_codec
+    text = record_codec.encode_batch([record_codec.TextRecord("k", "vv", (), 5), record_codec.TextRecord("k", "é", (), 9),
+                                      record_codec.TextRecord(None, None, (), 7)], "utf8", 0, "test")
+    stored = record_codec.decode_payload(text.payload)
+    payload, size, first_ts, max_ts = record_codec.with_holes(stored, [False, True, True])
+    assert record_codec.decode_payload(payload) == [None, stored[1], stored[2]]
+    assert (size, first_ts, max_ts) == (1 + 2, 9, 9)  # "k" + "é" (2 bytes in UTF-8); the null record has none
+    binary = record_codec.encode_batch([record_codec.TextRecord("aw==", "/w==")], "base64", 0, "test")  # k, 0xff
+    [binary_record] = record_codec.decode_payload(binary.payload)
+    assert binary_record[4] == record_codec.FORM_BASE64
+    assert record_codec.key_bytes(binary_record) == record_codec.key_bytes(stored[0]) == b"k"
+    assert record_codec.stored_size(binary_record) == 2

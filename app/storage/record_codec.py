@@ -6,7 +6,7 @@ A batch's `records` column holds the JSON array (orjson) of its records, each
 - form TEXT (0): key, value and header values are the text whose UTF-8 encoding is the bytes;
 - form BASE64 (1): they are base64 of arbitrary bytes (used only when some field is not UTF-8).
 
-A compacted batch (log_cleaner.py) keeps its offsets: a record compaction removed is a `null` in
+A compacted batch (log_compaction.py) keeps its offsets: a record compaction removed is a `null` in
 its place, so a record's offset is still the batch's base offset plus its index; readers skip nulls.
 
 Storing text when the bytes are UTF-8 (almost always) lets a utf8 fetch hand the strings back
