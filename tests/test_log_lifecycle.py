@@ -621,7 +621,8 @@ def test_retention_stops_inside_an_aborted_transaction_and_removes_its_marker_on
         produce(client, "sized-txn", [{"value": value}])
     clean(server)  # now only 5..7 fit: the aborted batch and then its marker go
     assert log_start(client, "sized-txn") == 5
-    assert sql(server.database_url, "SELECT 1 FROM txn_markers WHERE topic_id = $1", topic_id(server, "sized-txn")) == []
+    markers = sql(server.database_url, "SELECT 1 FROM txn_markers WHERE topic_id = $1", topic_id(server, "sized-txn"))
+    assert markers == []
     assert [r["value"] for r in fetch(client, "sized-txn", 5)["records"]] == ["plain-5", "plain-6", "plain-7"]
 
 
@@ -629,8 +630,9 @@ def test_retention_stops_inside_an_aborted_transaction_and_removes_its_marker_on
 
 def test_with_holes_keeps_indexes_and_counts_only_what_stays():
     from app.storage import record_codec
-    text = record_codec.encode_batch([record_codec.TextRecord("k", "vv", (), 5), record_codec.TextRecord("k", "é", (), 9),
-                                      record_codec.TextRecord(None, None, (), 7)], "utf8", 0, "test")
+    records = [record_codec.TextRecord("k", "vv", (), 5), record_codec.TextRecord("k", "é", (), 9),
+               record_codec.TextRecord(None, None, (), 7)]
+    text = record_codec.encode_batch(records, "utf8", 0, "test")
     stored = record_codec.decode_payload(text.payload)
     payload, size, first_ts, max_ts = record_codec.with_holes(stored, [False, True, True])
     assert record_codec.decode_payload(payload) == [None, stored[1], stored[2]]
