@@ -255,6 +255,16 @@ def test_a_consumer_below_the_log_start_resets_per_auto_offset_reset(server, cli
             consumer.close()
     assert positions["earliest"] == ([b"4", b"5"], 6)
     assert positions["latest"] == ([], 6)
+    from txbroker.errors import OffsetOutOfRangeError
+    consumer = Consumer(url=server.url, group_id=None, auto_offset_reset="none", enable_auto_commit=False)
+    try:
+        consumer.assign([partition])
+        consumer.seek(partition, 1)
+        with pytest.raises(OffsetOutOfRangeError):
+            for _ in range(5):
+                consumer.poll(timeout_ms=200)
+    finally:
+        consumer.close()
 
 
 # ---- compaction
