@@ -652,3 +652,19 @@ def test_with_holes_keeps_indexes_and_counts_only_what_stays():
     assert binary_record[4] == record_codec.FORM_BASE64
     assert record_codec.key_bytes(binary_record) == record_codec.key_bytes(stored[0]) == b"k"
     assert record_codec.stored_size(binary_record) == 2
+
+
+def test_compaction_waits_until_half_the_log_is_new(server, client):
+    create(client, "ratio", cleanup_policy="compact")
+    for key in range(10):
+        produce(client, "ratio", [{"key": f"k{key}", "value": "first"}])
+    clean(server)  # everything is new: compacted (nothing superseded yet)
+    produce(client, "ratio", [{"key": "k0", "value": "second"}])
+    produce(client, "ratio", [{"key": "k1", "value": "second"}])
+    clean(server)  # 2 new batches of 12: not yet
+    assert stored_batches(server, "ratio") == 12
+    for key in range(2, 10):
+        produce(client, "ratio", [{"key": f"k{key}", "value": "second"}])
+    clean(server)  # 10 new of 20: compacted
+    assert stored_batches(server, "ratio") == 10
+    assert {r["value"] for r in fetch(client, "ratio", 0)["records"]} == {"second"}

@@ -9,6 +9,8 @@ Rules (with log_cleaner.py's, which runs it):
   value. A transaction's marker (control batch and `txn_markers` row) goes only once none of its
   records is left, in the same or a later PostgreSQL transaction than its last batch, and never while
   the transaction is being completed; so read_committed stays exact.
+- A run reads the whole log below the LSO, so it waits until half of it (in batches) is new since the
+  last run (Kafka's min.cleanable.dirty.ratio), or a kept tombstone is due to go.
 - Two passes: the first (read-only) maps every key to its latest committed offset below the end; the
   second rewrites a page of batches per PostgreSQL transaction. Removing a record an older map says
   is superseded stays right whatever happened since, so a run cut short by a crash is simply run
@@ -171,6 +173,16 @@ async def _compact_page(conn: asyncpg.Connection, run: _CompactionPass, rows: li
     totals.removed_markers += removed_markers
 
 
+# Compact once the batches not yet compacted are at least this share of the log's (Kafka's default
+# min.cleanable.dirty.ratio).
+MIN_CLEANABLE_DIRTY_RATIO = 0.5
+
+_BATCH_COUNTS_SQL = """
+SELECT count(*) AS total, count(*) FILTER (WHERE last_offset >= $5) AS dirty FROM record_batches
+WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $4
+"""
+
+
 async def compact(conn: asyncpg.Connection, topic: TopicInfo, partition: int, now_ms: int, page: int,
                    totals: CleanupTotals) -> None:
     state = await partition_log.partition_state(conn, topic, partition)
@@ -179,8 +191,15 @@ async def compact(conn: asyncpg.Connection, topic: TopicInfo, partition: int, no
                                    "WHERE topic_id = $1 AND partition = $2", topic.topic_id, partition)
     oldest_tombstone = progress["oldest_tombstone_ms"]
     tombstones_due = oldest_tombstone is not None and oldest_tombstone < run_cutoff
-    if state.last_stable_offset <= progress["compacted_through"] and not tombstones_due:
-        return  # nothing new below the LSO since the last compaction, and no tombstone to drop yet
+    if not tombstones_due:
+        if state.last_stable_offset <= progress["compacted_through"]:
+            return  # nothing new below the LSO since the last compaction, and no tombstone to drop yet
+        # Kafka's min.cleanable.dirty.ratio, in batches: a run reads the whole log, so it waits until
+        # the batches written since the last one are a good share of it (an index-only count).
+        counts = await conn.fetchrow(_BATCH_COUNTS_SQL, topic.topic_id, partition, state.log_start_offset,
+                                     state.last_stable_offset, progress["compacted_through"])
+        if counts["dirty"] < MIN_CLEANABLE_DIRTY_RATIO * counts["total"]:
+            return
     run = _CompactionPass(topic, partition, state.last_stable_offset, run_cutoff)
     await _map_latest(conn, run, state.log_start_offset, page)
     async for rows in _pages(conn, topic.topic_id, partition, state.log_start_offset, run.end, page):
