@@ -8,8 +8,9 @@ reused from round to round, as a long-running service does, so with retention (`
 the data topics) and compaction (the internal topics) the rows a round adds are the rows the
 cleaner removes.
 
-After each round it prints the round's throughput and `pg_total_relation_size` of each table that
-grows with traffic (heap, indexes and TOAST): after a warm-up both must stay flat.
+After each round it prints the round's throughput, the live rows of `record_batches` and
+`txn_markers`, and `pg_total_relation_size` of each table that grows with traffic (heap, indexes and
+TOAST): after a warm-up they must stay flat.
 
 Then (unless `--removal-batches 0`) it measures how fast the cleaner empties a partition: that many
 one-record batches are written with SQL, DeleteRecords moves the log start to their end, and the
@@ -113,6 +114,9 @@ async def table_sizes(conn: asyncpg.Connection) -> dict[str, int]:
                             list(TABLES))
     sizes = {row["t"]: row["bytes"] for row in rows}
     sizes["database"] = await conn.fetchval("SELECT pg_database_size(current_database())")
+    # Live rows of the two tables the cleaner deletes from: what the sizes should follow.
+    sizes["batches"] = await conn.fetchval("SELECT count(*) FROM record_batches")
+    sizes["markers"] = await conn.fetchval("SELECT count(*) FROM txn_markers")
     return sizes
 
 
@@ -175,9 +179,10 @@ async def removal_rate(url: str, database_url: str, batches: int) -> float:
 
 def print_report(args: argparse.Namespace, rows: list[tuple[int, float, dict[str, int]]]) -> None:
     columns = ["database", *TABLES]
-    table = [["round", "iter/s", *(f"{c} kB" for c in columns)]]
+    table = [["round", "iter/s", "batches", "markers", *(f"{c} kB" for c in columns)]]
     for round_number, rate, sizes in rows:
-        table.append([str(round_number), f"{rate:.0f}", *(f"{sizes[c] // 1024:,}" for c in columns)])
+        table.append([str(round_number), f"{rate:.0f}", f"{sizes['batches']:,}", f"{sizes['markers']:,}",
+                      *(f"{sizes[c] // 1024:,}" for c in columns)])
     print(f"\n{args.clients} clients x {args.ops} iterations per round (each: a transaction of "
           f"{RECORDS_PER_BATCH} records with a TxnOffsetCommit, a plain produce of {RECORDS_PER_BATCH} records, "
           f"a plain offset commit); retention_ms {args.retention_ms}, cleaner every {args.cleaner_ms} ms\n")
