@@ -34,6 +34,19 @@ class Settings(BaseSettings):
     transaction_log_partitions: int = Field(50, ge=1, le=10_000)
     offsets_partitions: int = Field(50, ge=1, le=10_000)
 
+    log_retention_ms: int = Field(
+        -1, ge=-1, description="retention_ms of topics created without one (-1: forever)")
+    log_retention_bytes: int = Field(
+        -1, ge=-1, description="retention_bytes of topics created without one (-1: no limit)")
+    log_cleanup_policy: Literal["delete", "compact", "compact,delete"] = Field(
+        "delete", description="cleanup_policy of topics created without one")
+    log_delete_retention_ms: int = Field(
+        86_400_000, ge=0, description="delete_retention_ms (how long compaction keeps tombstones) by default")
+    log_cleaner_interval_ms: int = Field(
+        30_000, ge=1, description="how often the log cleaner applies retention, DeleteRecords and compaction")
+    log_cleaner_chunk_batches: int = Field(
+        5_000, ge=1, description="batches the cleaner removes or rewrites per PostgreSQL transaction")
+
     group_session_check_interval_ms: int = Field(
         1000, ge=1, description="how often members whose session timed out are evicted")
 
@@ -54,6 +67,11 @@ class Settings(BaseSettings):
     long_poll_fallback_ms: int = Field(
         1000, ge=10, description="how often a long-polling fetch re-reads even without a notification")
     log_level: str = "info"
+
+    def topic_defaults(self) -> dict[str, int | str]:
+        """The server-wide defaults of the topic config keys a CreateTopics request leaves out."""
+        return {"retention_ms": self.log_retention_ms, "retention_bytes": self.log_retention_bytes,
+                "cleanup_policy": self.log_cleanup_policy, "delete_retention_ms": self.log_delete_retention_ms}
 
     def public_url(self) -> str:
         scheme = "https" if self.ssl_certfile else "http"

@@ -135,3 +135,16 @@ def test_an_unreachable_server_is_a_clear_error_exit_1():
     result = txbroker("http://127.0.0.1:9", "topics", "list", "--retry-timeout-ms", "200")
     assert result.returncode == 1
     assert result.stderr.decode().startswith("error: cannot reach txbroker at http://127.0.0.1:9: ConnectError")
+
+
+def test_topics_delete_records(server):
+    ok(txbroker(server.url, "topics", "create", "trim", "--partitions", "2",
+                "--config", "cleanup_policy=compact,delete"))
+    ok(txbroker(server.url, "produce", "trim", "--partition", "0", stdin="a\nb\nc\n"))
+    table = ok(txbroker(server.url, "topics", "delete-records", "trim", "--offset", "0=2", "--offset", "1=-1"))
+    assert [line.split() for line in table.splitlines()] == [["PARTITION", "LOG", "START"], ["0", "2"], ["1", "0"]]
+    assert "cleanup_policy=compact,delete" in ok(txbroker(server.url, "topics", "describe", "trim"))
+    past = txbroker(server.url, "topics", "delete-records", "trim", "--offset", "0=9")
+    assert past.returncode == 1 and b"error: OFFSET_OUT_OF_RANGE: " in past.stderr
+    usage = txbroker(server.url, "topics", "delete-records", "trim", "--offset", "zero")
+    assert usage.returncode == 2 and b"PARTITION=OFFSET" in usage.stderr

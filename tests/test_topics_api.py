@@ -8,7 +8,8 @@ import re
 import pytest
 
 
-DEFAULT_CONFIG = {"retention_ms": -1, "retention_bytes": -1, "max_message_bytes": 1048576}
+DEFAULT_CONFIG = {"retention_ms": -1, "retention_bytes": -1, "max_message_bytes": 1048576, "cleanup_policy": "delete",
+                  "delete_retention_ms": 86400000}
 INTERNAL_TOPICS = ("__transaction_state", "__consumer_offsets")
 
 
@@ -91,7 +92,8 @@ def test_create_fills_in_defaults_for_config_keys_not_given(client):
 
 def test_create_accepts_all_config_keys_and_describe_returns_them(client):
     name = fresh()
-    config = {"retention_ms": 60000, "retention_bytes": 1 << 40, "max_message_bytes": 1}
+    config = {"retention_ms": 60000, "retention_bytes": 1 << 40, "max_message_bytes": 1,
+              "cleanup_policy": "compact,delete", "delete_retention_ms": 0}
     response = create(client, name, 2, config)
     assert response.status_code == 201
     assert response.json()["config"] == config
@@ -155,6 +157,10 @@ def test_create_with_10000_partitions_is_allowed(client):
     {"retention_ms": -2},
     {"retention_bytes": -2},
     {"retention_ms": 2**63},
+    {"cleanup_policy": "forever"},
+    {"cleanup_policy": 1},
+    {"cleanup_policy": "compact,"},
+    {"delete_retention_ms": -1},
 ])
 def test_create_with_bad_config_is_invalid_config(client, config):
     name = fresh()

@@ -91,6 +91,23 @@ class AsyncAdmin:
     async def delete_topic(self, name: str) -> None:
         await self._once("DELETE", topic_path(name))
 
+    async def delete_records(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """[DeleteRecords] Deletes every record before each partition's offset (-1: up to the high
+        watermark; at most the last stable offset); returns each partition's new log start (low
+        watermark). Safe to retry: a log start never moves back. Raises the first partition's error."""
+        by_topic: dict[str, list[dict]] = {}
+        for tp, offset in offsets.items():
+            by_topic.setdefault(tp[0], []).append({"partition": tp[1], "offset": offset})
+        result = {}
+        for topic, partitions in by_topic.items():
+            answer = await self._read(f"{topic_path(topic)}/delete-records", method="POST",
+                                      body={"partitions": partitions})
+            for entry in answer["partitions"]:
+                if entry["error"] is not None:
+                    raise from_body(entry["error"])
+                result[TopicPartition(topic, entry["partition"])] = entry["low_watermark"]
+        return result
+
     # ---- transactions
 
     async def list_transactions(self, *, states: Iterable[str] | str | None = None,

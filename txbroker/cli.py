@@ -122,6 +122,27 @@ def topics_delete(args, admin: Admin) -> int:
     return EXIT_OK
 
 
+def topics_delete_records(args, admin: Admin) -> int:
+    offsets = {}
+    for spec in args.offset:
+        partition, separator, offset = spec.partition("=")
+        try:
+            offsets[TopicPartition(args.name, int(partition))] = int(offset)
+        except ValueError:
+            raise UsageError(f"--offset {spec!r}: expected PARTITION=OFFSET, e.g. 0=1000 (OFFSET -1: up to the "
+                             f"high watermark)") from None
+        if not separator:
+            raise UsageError(f"--offset {spec!r}: expected PARTITION=OFFSET, e.g. 0=1000")
+    low_watermarks = admin.delete_records(offsets)
+    if args.json:
+        _emit_json([{"topic": tp.topic, "partition": tp.partition, "low_watermark": low}
+                    for tp, low in sorted(low_watermarks.items())])
+    else:
+        _print_table([(tp.partition, low) for tp, low in sorted(low_watermarks.items())],
+                     ("PARTITION", "LOG START"), "")
+    return EXIT_OK
+
+
 # ---- produce
 
 def _lines(stream) -> Any:
@@ -414,11 +435,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("name")
     sub.add_argument("--partitions", type=int, default=1, help="partition count (default 1)")
     sub.add_argument("--config", action="append", metavar="KEY=VALUE",
-                     help="topic config, repeatable: retention_ms, retention_bytes, max_message_bytes")
+                     help="topic config, repeatable: retention_ms, retention_bytes, max_message_bytes, "
+                          "cleanup_policy, delete_retention_ms")
     command(topic_commands, "list", "list topics", _admin_command(topics_list))
     command(topic_commands, "describe", "partitions and watermarks of a topic",
             _admin_command(topics_describe)).add_argument("name")
     command(topic_commands, "delete", "delete a topic", _admin_command(topics_delete)).add_argument("name")
+    sub = command(topic_commands, "delete-records", "delete the records before an offset (DeleteRecords)",
+                  _admin_command(topics_delete_records))
+    sub.add_argument("name")
+    sub.add_argument("--offset", action="append", required=True, metavar="PARTITION=OFFSET",
+                     help="repeatable: delete the partition's records before OFFSET (-1: up to the high watermark)")
 
     sub = command(commands, "produce", "produce the lines of stdin, one record each", produce)
     sub.add_argument("topic")

@@ -318,6 +318,7 @@ class Admin:
     list_topics = _blocking(AsyncAdmin.list_topics)
     describe_topic = _blocking(AsyncAdmin.describe_topic)
     delete_topic = _blocking(AsyncAdmin.delete_topic)
+    delete_records = _blocking(AsyncAdmin.delete_records)
     list_transactions = _blocking(AsyncAdmin.list_transactions)
     describe_transaction = _blocking(AsyncAdmin.describe_transaction)
     abort_transaction = _blocking(AsyncAdmin.abort_transaction)

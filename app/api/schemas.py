@@ -95,7 +95,10 @@ class CreateTopicRequest(Body):
     partitions: int = Field(1, description="number of partitions, 1..10000")
     config: dict[str, Any] = Field(
         default_factory=dict,
-        description="retention_ms (-1 forever), retention_bytes (-1), max_message_bytes (1048576)")
+        description="retention_ms (-1 forever), retention_bytes (-1), max_message_bytes (1048576), "
+                    "cleanup_policy (\"delete\", \"compact\" or \"compact,delete\"), delete_retention_ms "
+                    "(86400000: how long compaction keeps a tombstone); the server's log_* settings give "
+                    "the defaults of the ones left out")
 
 
 class PartitionInfo(Body):
@@ -108,11 +111,32 @@ class PartitionInfo(Body):
 class TopicOut(Body):
     name: str
     partitions: list[PartitionInfo]
-    config: dict[str, int]
+    config: dict[str, int | str]
 
 
 class TopicList(Body):
     topics: list[TopicOut]
+
+
+class DeleteRecordsPartition(Body):
+    partition: PartitionIndex
+    offset: int = Field(ge=-1, le=INT64_MAX, description=(
+        "delete every record before this offset (it becomes the log start); -1: up to the high watermark. "
+        "At most the last stable offset: an open transaction's records are never deleted"))
+
+
+class DeleteRecordsRequest(Body):
+    partitions: list[DeleteRecordsPartition] = Field(min_length=1)
+
+
+class DeleteRecordsPartitionResult(Body):
+    partition: int
+    low_watermark: int = Field(description="the partition's log start offset now (-1 with an error)")
+    error: ErrorObject | None
+
+
+class DeleteRecordsResponse(Body):
+    partitions: list[DeleteRecordsPartitionResult]
 
 
 class ClusterNode(Body):

@@ -12,7 +12,9 @@ from app.api.auth import PrincipalDep
 from app.api.deps import READY, PoolDep, SettingsDep
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.api.responses import json_response
-from app.storage import partition_log, principals, topics
+from app.api.request_limits import check_partition_count
+from app.errors import BrokerError
+from app.storage import log_cleaner, partition_log, principals, topics
 from app.storage.database import is_reachable
 from app.storage.topics import TopicInfo
 
@@ -53,14 +55,16 @@ async def cluster(pool: PoolDep, settings: SettingsDep, principal: PrincipalDep)
 
 
 @router.post("/topics", status_code=201, response_model=schemas.TopicOut, responses=ERRORS, dependencies=READY)
-async def create_topic(body: schemas.CreateTopicRequest, pool: PoolDep, principal: PrincipalDep):
+async def create_topic(body: schemas.CreateTopicRequest, pool: PoolDep, settings: SettingsDep,
+                       principal: PrincipalDep):
     """[CreateTopics] Names match [a-zA-Z0-9._-]{1,249}, not '.', '..' or starting with '__'.
     Needs Create on the Cluster or on the topic."""
     if not is_allowed(principal, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         authorize(principal, Operation.CREATE, ResourceType.TOPIC, body.name)
     async with pool.acquire() as conn:
         async with conn.transaction():  # the audit entry is part of the change: both or neither
-            topic = await topics.create_topic(conn, body.name, body.partitions, body.config)
+            topic = await topics.create_topic(conn, body.name, body.partitions, body.config,
+                                              defaults=settings.topic_defaults())
             await principals.audit(conn, now_ms(), principal.name, "create topic", body.name,
                                    f"partitions={body.partitions}")
         states = await partition_log.partition_states(conn, [topic])
@@ -94,3 +98,30 @@ async def delete_topic(topic: str, pool: PoolDep, principal: PrincipalDep):
         await topics.delete_topic(conn, topic)
         await principals.audit(conn, now_ms(), principal.name, "delete topic", topic)
     return Response(status_code=204)
+
+
+@router.post("/topics/{topic}/delete-records", response_model=schemas.DeleteRecordsResponse, responses=ERRORS,
+             dependencies=READY)
+async def delete_records(topic: str, body: schemas.DeleteRecordsRequest, pool: PoolDep, settings: SettingsDep,
+                         principal: PrincipalDep):
+    """[DeleteRecords] (KIP-107) Moves each partition's log start up to the offset given: fetches below
+    it answer OFFSET_OUT_OF_RANGE at once, and the log cleaner removes the batches in the background.
+    Per-partition errors: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE (past the high watermark, or
+    the last stable offset). Retrying is safe: the log start never moves back. Needs Delete on the topic."""
+    check_partition_count(settings, len(body.partitions))
+    authorize(principal, Operation.DELETE, ResourceType.TOPIC, topic)
+    entries = []
+    async with pool.acquire() as conn:
+        info = await topics.get_topic(conn, topic)
+        log_cleaner.check_records_deletable(info)
+        for request in body.partitions:
+            entry = {"partition": request.partition, "low_watermark": partition_log.NO_OFFSET, "error": None}
+            try:
+                entry["low_watermark"] = await log_cleaner.delete_records(conn, info, request.partition,
+                                                                         request.offset)
+            except BrokerError as error:
+                entry["error"] = error.as_dict()
+            entries.append(entry)
+        await principals.audit(conn, now_ms(), principal.name, "delete records", topic,
+                               ", ".join(f"{e['partition']}:{e['low_watermark']}" for e in entries))
+    return json_response({"partitions": entries})

@@ -32,6 +32,7 @@ from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType
 from app.coordinator.transaction_states import TransactionState
 from app.errors import BrokerError, ErrorCode, invalid_request
 from app.storage import (
+    cleanup_progress,
     group_summaries,
     groups,
     log_browser,
@@ -123,11 +124,13 @@ async def partition_page(request: Request, topic: str, partition: Annotated[int,
                  else min(max(offset, state.log_start_offset), state.high_watermark))
         end = min(start + LOG_WINDOW, state.high_watermark)
         entries = await log_browser.read_window(conn, info.topic_id, partition, start, end)
+        cleanup = await cleanup_progress.cleanup_status(conn, info.topic_id, partition)
         producers = await log_browser.producers(conn, info.topic_id, partition, producers_after, PAGE_SIZE + 1)
         marker_rows = await log_browser.markers_before(
             conn, info.topic_id, partition, state.high_watermark if markers_before is None else markers_before,
             PAGE_SIZE + 1)
     return render(request, "partition.html", nav="overview", topic=info, partition=partition, state=state,
+                  cleanup=cleanup,
                   start=start, end=end, window=LOG_WINDOW, entries=entries, follow_tail=offset is None,
                   producers=producers[:PAGE_SIZE], producers_after=producers_after,
                   next_producers_after=producers[PAGE_SIZE - 1].producer_id if len(producers) > PAGE_SIZE else None,

@@ -1,9 +1,11 @@
 """Background workers, started and stopped with the app: timed-out transaction abort, recovery of
-decided-but-unfinished transactions, transactional id expiration, producer state expiration, and
-eviction of consumers whose session timed out.
+decided-but-unfinished transactions, transactional id expiration, producer state expiration,
+eviction of consumers whose session timed out, and the log cleaner (retention, the batches below
+DeleteRecords' log start, compaction, deleted topics' rows: storage/log_cleaner.py).
 
 Each is safe on several server processes at once: transactions are claimed with
-FOR UPDATE SKIP LOCKED, and the expirations are single idempotent DELETEs.
+FOR UPDATE SKIP LOCKED, the expirations are single idempotent DELETEs, and the cleaner takes one
+partition at a time under an advisory lock.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.settings import Settings
-from app.storage import producer_ids
+from app.storage import log_cleaner, producer_ids
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +36,13 @@ class BackgroundWorkers:
         async with self.coordinator.pool.acquire() as conn, conn.transaction():
             ids = await producer_ids.expire_idle(conn, cutoff)  # first: see expire_idle
             states = await producer_ids.expire_idle_states(conn, cutoff)
+            ids += await producer_ids.expire_dead_transactional(conn, cutoff)
         return states + ids
+
+    async def clean_logs(self) -> int:
+        totals = await log_cleaner.clean(self.coordinator.pool, None, int(time.time() * 1000),
+                                         self.settings.log_cleaner_chunk_batches)
+        return totals.total()
 
     def start(self) -> None:
         s = self.settings
@@ -47,6 +55,7 @@ class BackgroundWorkers:
              s.remove_expired_transaction_interval_ms),
             ("expire producer state", self.expire_producers, s.producer_id_expiration_check_interval_ms),
             ("evict consumers whose session timed out", self.groups.expire_sessions, s.group_session_check_interval_ms),
+            ("clean logs", self.clean_logs, s.log_cleaner_interval_ms),
         ]
         self._tasks = [asyncio.create_task(self._every(name, job, interval), name=name)
                        for name, job, interval in jobs]

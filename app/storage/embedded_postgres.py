@@ -36,6 +36,11 @@ SERVER_SETTINGS = {
     "listen_addresses": "",  # unix socket only, no TCP
     "shared_buffers": "128MB",
     "max_connections": "200",
+    # Retention and compaction delete rows all the time (storage/log_cleaner.py); PostgreSQL reuses
+    # their space once vacuumed. Autovacuum looks for work every minute by default, so a table holds
+    # a minute of dead rows at least; every 10 s keeps it to seconds (the per-table thresholds are
+    # set by migration 0006). Measured with bench/soak.py (README, "Storage that does not bloat").
+    "autovacuum_naptime": "10s",
 }
 
 # How long a postmaster left behind by a killed owner gets to finish the fast

@@ -81,6 +81,8 @@ async def read_window(conn: asyncpg.Connection, topic_id: int, partition: int, s
         stored = record_codec.decode_payload(batch["records"])
         decided_at = batch["marker_offset"] if status in (COMMITTED, ABORTED) else None
         for index in range(max(start - base, 0), min(len(stored), end - base, batch["last_offset"] - base + 1)):
+            if stored[index] is None:  # removed by compaction: its offset stays empty
+                continue
             timestamp_ms, key, value, headers, form = stored[index]
             sequence = batch["base_sequence"] + index if batch["base_sequence"] >= 0 else None
             entries.append(LogEntry(base + index, timestamp_ms, key, value, [tuple(h) for h in headers],

@@ -362,12 +362,14 @@ async def read(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offse
         payloads = await _payloads(conn, topic, partition, [header["last_offset"] for header, _, _ in wanted])
         for header, start, stop in wanted:
             payload = payloads.get(header["last_offset"])
-            if payload is None:  # deleted since its header was read: the topic is gone (callers read in a snapshot)
-                raise unknown_partition(topic, partition)
+            if payload is None:
+                # Removed since its header was read (outside a snapshot): by the log cleaner (below the
+                # log start, or compacted away whole) or with its topic. Nothing of it is to be returned.
+                continue
             stored = record_codec.decode_payload(payload)
             base = header["base_offset"]
             records.extend(record_codec.render_record(stored[index], base + index, encoding)
-                           for index in range(start, stop))
+                           for index in range(start, stop) if stored[index] is not None)  # None: compacted
         next_offset = position
         if len(headers) < page_size:
             break
@@ -412,18 +414,24 @@ async def offset_for(conn: asyncpg.Connection, topic: TopicInfo, partition: int,
         return upper, NO_TIMESTAMP
     if timestamp == EARLIEST_TIMESTAMP:
         return state.log_start_offset, NO_TIMESTAMP
-    # Batches are not ordered by time, so walk them in log order to the first that reaches it.
-    batch = await conn.fetchrow(
-        "SELECT base_offset, records FROM record_batches WHERE topic_id = $1 AND partition = $2 "
-        "AND control_type IS NULL AND max_timestamp_ms >= $3 AND base_offset < $4 "
-        "AND last_offset >= $5 ORDER BY last_offset LIMIT 1",
-        topic.topic_id, partition, timestamp, upper, state.log_start_offset)
-    if batch is None:
-        return NO_OFFSET, NO_TIMESTAMP
-    for index, stored in enumerate(record_codec.decode_payload(batch["records"])):
-        if stored[0] >= timestamp:
-            return batch["base_offset"] + index, stored[0]
-    raise AssertionError("a batch whose max_timestamp_ms reaches the time has a record that does")
+    # Batches are not ordered by time, so walk them in log order to the first that reaches it. The
+    # first batch may begin below the log start (DeleteRecords moves it inside a batch): its records
+    # below it do not count, and if only those reach the time, the next batch is the answer.
+    after = state.log_start_offset
+    while True:
+        batch = await conn.fetchrow(
+            "SELECT base_offset, last_offset, records FROM record_batches WHERE topic_id = $1 AND partition = $2 "
+            "AND control_type IS NULL AND max_timestamp_ms >= $3 AND base_offset < $4 "
+            "AND last_offset >= $5 ORDER BY last_offset LIMIT 1",
+            topic.topic_id, partition, timestamp, upper, after)
+        if batch is None:
+            return NO_OFFSET, NO_TIMESTAMP
+        for index, stored in enumerate(record_codec.decode_payload(batch["records"])):
+            offset = batch["base_offset"] + index
+            # None: a record compaction removed.
+            if stored is not None and stored[0] >= timestamp and state.log_start_offset <= offset < upper:
+                return offset, stored[0]
+        after = batch["last_offset"] + 1
 
 
 async def append_batches(conn: asyncpg.Connection, appends: list[BatchAppend]) -> list[AppendResult | BrokerError]:

@@ -49,6 +49,7 @@ class PartitionSummary:
     open_transactions: int  # producers with an open transaction here
     producers: int
     last_append_ms: int | None  # the newest timestamp of the last batch, None for an empty log
+    last_cleanup_ms: int | None = None  # when the log cleaner last removed or rewrote something here
 
     @property
     def held_back(self) -> int:
@@ -129,7 +130,9 @@ SELECT p.partition, p.log_start_offset, p.high_watermark,
        (SELECT count(*) FROM producer_states s WHERE s.topic_id = p.topic_id AND s.partition = p.partition)
            AS producers,
        (SELECT b.max_timestamp_ms FROM record_batches b WHERE b.topic_id = p.topic_id AND b.partition = p.partition
-        ORDER BY b.last_offset DESC LIMIT 1) AS last_append_ms
+        ORDER BY b.last_offset DESC LIMIT 1) AS last_append_ms,
+       (SELECT c.last_cleanup_ms FROM partition_cleanups c WHERE c.topic_id = p.topic_id AND c.partition = p.partition)
+           AS last_cleanup_ms
 FROM partitions p
 LEFT JOIN LATERAL (
     SELECT min(s.current_txn_first_offset) AS first_open, count(*) AS open_transactions FROM producer_states s

@@ -79,6 +79,19 @@ async def expire_idle(conn: asyncpg.Connection, older_than_ms: int) -> int:
     return int(status.split()[-1])
 
 
+async def expire_dead_transactional(conn: asyncpg.Connection, older_than_ms: int) -> int:
+    """Forgets producer ids issued (before `older_than_ms`) for a transactional id that no longer
+    uses them: the id expired, or moved on to a new producer id when its epochs ran out. A producer
+    id its transactional id may still answer for (the current one, the last transaction's, the open
+    transaction's) or with state left on a partition stays. Returns how many."""
+    status = await conn.execute(
+        "DELETE FROM producer_ids i WHERE i.transactional_id IS NOT NULL AND i.issued_ms < $1 "
+        "AND NOT EXISTS (SELECT 1 FROM transactions t WHERE t.transactional_id = i.transactional_id "
+        "  AND i.producer_id IN (t.producer_id, t.last_producer_id, t.txn_producer_id)) "
+        "AND NOT EXISTS (SELECT 1 FROM producer_states s WHERE s.producer_id = i.producer_id)", older_than_ms)
+    return int(status.split()[-1])
+
+
 async def expire_idle_states(conn: asyncpg.Connection, older_than_ms: int) -> int:
     """Forgets the per-partition state of idle producers (see above). Returns how many rows."""
     status = await conn.execute(_EXPIRE_IDLE_STATES_SQL, older_than_ms)

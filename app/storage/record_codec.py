@@ -6,6 +6,9 @@ A batch's `records` column holds the JSON array (orjson) of its records, each
 - form TEXT (0): key, value and header values are the text whose UTF-8 encoding is the bytes;
 - form BASE64 (1): they are base64 of arbitrary bytes (used only when some field is not UTF-8).
 
+A compacted batch (log_compaction.py) keeps its offsets: a record compaction removed is a `null` in
+its place, so a record's offset is still the batch's base offset plus its index; readers skip nulls.
+
 Storing text when the bytes are UTF-8 (almost always) lets a utf8 fetch hand the strings back
 without decoding anything, and a utf8 produce store them without encoding anything. What goes in
 comes out byte for byte in both encodings (API.md "Conventions").
@@ -151,8 +154,37 @@ def encode_batch(records: Sequence[WireRecord], encoding: str, now_ms: int, wher
                         now_ms if first_ts is None else first_ts, max_ts)
 
 
-def decode_payload(payload: bytes) -> list[list]:
+def decode_payload(payload: bytes) -> list[list | None]:
+    """The batch's stored records by index; None where compaction removed one."""
     return orjson.loads(payload)
+
+
+def key_bytes(stored: list) -> bytes | None:
+    """The key's bytes whatever form the record was stored in: what compaction compares."""
+    key = stored[1]
+    if key is None:
+        return None
+    return base64.b64decode(key) if stored[4] == FORM_BASE64 else key.encode("utf-8", "surrogatepass")
+
+
+def stored_size(stored: list) -> int:
+    """The record's bytes (key, value, header keys and values), as size_bytes counts them."""
+    _ts, key, value, headers, form = stored
+    if form == FORM_BASE64:
+        def field_size(text: str | None) -> int:
+            return 0 if text is None else len(base64.b64decode(text))
+    else:
+        field_size = _utf8_size
+    return field_size(key) + field_size(value) + sum(_utf8_size(k) + field_size(v) for k, v in headers)
+
+
+def with_holes(stored: list[list | None], keep: Sequence[bool]) -> tuple[bytes, int, int, int]:
+    """The payload of a compacted batch keeping only the records where `keep` is true, each at its
+    index: (payload, size_bytes, first_timestamp_ms, max_timestamp_ms). At least one must be kept."""
+    kept = [record if wanted else None for record, wanted in zip(stored, keep, strict=True)]
+    present = [record for record in kept if record is not None]
+    return (orjson.dumps(kept), sum(stored_size(record) for record in present), present[0][0],
+            max(record[0] for record in present))
 
 
 def _text_to_base64(text: str | None) -> str | None:

@@ -80,6 +80,39 @@ class RecordBatch(SQLModel, table=True):
 
 
 
+class PartitionCleanup(SQLModel, table=True):
+    """What the log cleaner last did to one partition (log_cleaner.py). A cleaner run holds this row
+    (FOR UPDATE SKIP LOCKED), which is how several servers share the partitions without ever
+    cleaning one twice at once; appends never touch it, so cleaning never makes a produce wait.
+
+    `compacted_through`: compaction has run up to this offset (the LSO it saw), so a partition with
+    nothing new is not compacted again; `oldest_tombstone_ms`: the timestamp of the oldest tombstone it
+    kept (it runs again once that is delete_retention_ms old, even with nothing new)."""
+
+    __tablename__ = "partition_cleanups"
+
+    topic_id: int = Field(primary_key=True)
+    partition: int = Field(primary_key=True)
+    last_cleanup_ms: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
+    removed_batches: int = Field(default=0, sa_type=BigInteger, nullable=False,
+                                 sa_column_kwargs={"server_default": "0"})
+    rewritten_batches: int = Field(default=0, sa_type=BigInteger, nullable=False,
+                                   sa_column_kwargs={"server_default": "0"})
+    compacted_through: int = Field(default=0, sa_type=BigInteger, nullable=False,
+                                   sa_column_kwargs={"server_default": "0"})
+    oldest_tombstone_ms: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
+
+
+class DeletedTopic(SQLModel, table=True):
+    """A deleted topic whose batches, markers and producer states the log cleaner still has to
+    remove (a bounded chunk per run, so deleting a large topic is one quick statement)."""
+
+    __tablename__ = "deleted_topics"
+
+    topic_id: int = Field(primary_key=True)
+    deleted_ms: int = Field(sa_type=BigInteger, nullable=False)
+
+
 class ProducerIdRecord(SQLModel, table=True):
     """Every producer id issued (from `producer_id_seq`), with the latest epoch issued for it. A
     produce naming an id that is not here gets UNKNOWN_PRODUCER_ID."""

@@ -17,13 +17,26 @@ CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 MAX_PARTITIONS = 10_000
 
 RETENTION_FOREVER = -1
-DEFAULT_TOPIC_CONFIG: dict[str, int] = {
+
+# cleanup_policy values, as Kafka's cleanup.policy: delete old batches (retention), keep the latest
+# record per key (compaction), or both.
+CLEANUP_DELETE = "delete"
+CLEANUP_COMPACT = "compact"
+CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+
+DEFAULT_TOPIC_CONFIG: dict[str, Any] = {
     "retention_ms": RETENTION_FOREVER,
     "retention_bytes": RETENTION_FOREVER,
     "max_message_bytes": 1_048_576,
+    "cleanup_policy": CLEANUP_DELETE,
+    "delete_retention_ms": 86_400_000,  # how long a tombstone stays after compaction reaches it (Kafka's)
 }
-# The smallest value each config key accepts.
-CONFIG_MINIMUMS: dict[str, int] = {"retention_ms": -1, "retention_bytes": -1, "max_message_bytes": 1}
+# The internal topics' keys are transactional ids and group/topic/partition: compacted, their size
+# follows the number of live ids, not of transactions or commits ever made.
+INTERNAL_TOPIC_CONFIG: dict[str, Any] = {"cleanup_policy": CLEANUP_COMPACT}
+# The smallest value each integer config key accepts.
+CONFIG_MINIMUMS: dict[str, int] = {"retention_ms": -1, "retention_bytes": -1, "max_message_bytes": 1,
+                                   "delete_retention_ms": 0}
 CONFIG_MAXIMUM = 2**63 - 1
 
 
@@ -39,6 +52,14 @@ class TopicInfo:
     def max_message_bytes(self) -> int:
         return self.config["max_message_bytes"]
 
+    def setting(self, key: str) -> Any:
+        """A config value; a topic created before the key existed has its default."""
+        return self.config.get(key, DEFAULT_TOPIC_CONFIG[key])
+
+    @property
+    def cleanup_policy(self) -> frozenset[str]:
+        return frozenset(self.setting("cleanup_policy").split(","))
+
 
 def check_topic_name(name: str, *, allow_internal: bool = False) -> None:
     if not TOPIC_NAME_PATTERN.fullmatch(name) or name in (".", ".."):
@@ -53,14 +74,22 @@ def check_topic_name(name: str, *, allow_internal: bool = False) -> None:
             f"topics such as {TRANSACTION_STATE_TOPIC}: choose another name")
 
 
-def effective_config(config: dict[str, Any]) -> dict[str, int]:
-    """The topic's config with defaults filled in; INVALID_CONFIG for unknown keys or bad values."""
+def effective_config(config: dict[str, Any], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The topic's config with defaults filled in (the server's `defaults` first, then the built-in
+    ones); INVALID_CONFIG for unknown keys or bad values."""
     unknown = sorted(set(config) - set(DEFAULT_TOPIC_CONFIG))
     if unknown:
         raise BrokerError(ErrorCode.INVALID_CONFIG,
                           f"unknown topic config key(s) {unknown}: expected some of {sorted(DEFAULT_TOPIC_CONFIG)}")
-    result = dict(DEFAULT_TOPIC_CONFIG)
+    result = {**DEFAULT_TOPIC_CONFIG, **(defaults or {})}
     for key, value in config.items():
+        if key == "cleanup_policy":
+            if not isinstance(value, str) or ",".join(sorted(value.split(","))) not in CLEANUP_POLICIES:
+                raise BrokerError(ErrorCode.INVALID_CONFIG,
+                                  f"topic config cleanup_policy={value!r} is invalid: expected one of "
+                                  f"{list(CLEANUP_POLICIES)}")
+            result[key] = ",".join(sorted(value.split(",")))
+            continue
         minimum = CONFIG_MINIMUMS[key]
         if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= CONFIG_MAXIMUM:
             raise BrokerError(ErrorCode.INVALID_CONFIG,
@@ -77,12 +106,14 @@ _TOPIC_COLUMNS = "topic_id, name, partition_count, config, is_internal"
 
 
 async def create_topic(conn: asyncpg.Connection, name: str, partition_count: int,
-                       config: dict[str, Any], *, internal: bool = False) -> TopicInfo:
+                       config: dict[str, Any], *, internal: bool = False,
+                       defaults: dict[str, Any] | None = None) -> TopicInfo:
+    """`defaults`: the server-wide values of the keys `config` leaves out (settings.topic_defaults)."""
     check_topic_name(name, allow_internal=internal)
     if not 1 <= partition_count <= MAX_PARTITIONS:
         raise BrokerError(ErrorCode.INVALID_PARTITIONS,
                           f"partitions is {partition_count}: expected 1 to {MAX_PARTITIONS}")
-    full_config = effective_config(config)
+    full_config = effective_config(config, defaults)
     async with conn.transaction():
         # ON CONFLICT DO NOTHING makes two concurrent creates of one name answer exactly one 201.
         row = await conn.fetchrow(
@@ -104,7 +135,7 @@ async def ensure_internal_topics(conn: asyncpg.Connection, transaction_log_parti
                         (CONSUMER_OFFSETS_TOPIC, offsets_partitions)):
         if await find_topic(conn, name) is None:
             try:
-                await create_topic(conn, name, count, {}, internal=True)
+                await create_topic(conn, name, count, INTERNAL_TOPIC_CONFIG, internal=True)
             except BrokerError as error:
                 if error.code != ErrorCode.TOPIC_ALREADY_EXISTS:  # another server created it first
                     raise
@@ -152,9 +183,13 @@ async def delete_topic(conn: asyncpg.Connection, name: str) -> None:
             raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                               f"topic {name!r} is internal to txbroker and cannot be deleted")
         # Deleting the partitions rows waits for in-flight appends (they hold those rows), so no
-        # batch can be appended to the topic after its batches are deleted here.
+        # batch can be appended to the topic once this commits. Its batches, markers and producer
+        # states are left to the log cleaner (deleted_topics), a bounded chunk per run: one DELETE of
+        # millions of rows here would hold this request for minutes. topic_id is never reused, so
+        # nothing ever reads them again.
         await conn.execute("DELETE FROM topics WHERE topic_id = $1", row["topic_id"])
-        await conn.execute("DELETE FROM record_batches WHERE topic_id = $1", row["topic_id"])
+        await conn.execute("INSERT INTO deleted_topics (topic_id, deleted_ms) "
+                           "VALUES ($1, (extract(epoch FROM now()) * 1000)::bigint)", row["topic_id"])
 
 
 def unknown_topic(name: str) -> BrokerError:

@@ -88,8 +88,10 @@ async def transitions(conn: asyncpg.Connection, log_topic: TopicInfo, transactio
         for row in rows[:-1]:
             stored = record_codec.decode_payload(row["records"])
             for index in reversed(range(len(stored))):
+                if stored[index] is None:  # removed by compaction
+                    continue
                 timestamp_ms, key, value, _headers, form = stored[index]
-                if key == transactional_id and form == record_codec.FORM_TEXT:
+                if key == transactional_id and form == record_codec.FORM_TEXT and value is not None:
                     found.append(_transition(row["base_offset"] + index, timestamp_ms, orjson.loads(value)))
             if len(found) >= limit:
                 return HistoryPage(log_partition, found, row["base_offset"] or None, scanned + count)

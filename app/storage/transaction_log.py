@@ -136,14 +136,18 @@ class TransactionLog:
         await self._append_records(conn, meta)
 
     async def delete(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> None:
-        """The id expires (Dead): its row goes; the log keeps the Dead record."""
+        """The id expires (Dead): its row goes; the log gets the Dead record, then a tombstone (as
+        Kafka's coordinator writes), so compaction forgets the id after delete_retention_ms."""
         await conn.execute("DELETE FROM transactions WHERE transactional_id = $1", meta.transactional_id)
-        await self._append_records(conn, meta)
+        await self._append_records(conn, meta, tombstone=True)
 
-    async def _append_records(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> None:
+    async def _append_records(self, conn: asyncpg.Connection, meta: TransactionMetadata,
+                              tombstone: bool = False) -> None:
         topic = await self._log_topic(conn)
         records = [record_codec.TextRecord(meta.transactional_id, orjson.dumps(value).decode(), (), value["last_update_ms"])
                    for value in meta.pending_records]
+        if tombstone:
+            records.append(record_codec.TextRecord(meta.transactional_id, None, (), meta.last_update_ms))
         batch = record_codec.encode_batch(records, "utf8", meta.last_update_ms, "transaction log")
         partition = partition_for_key(meta.transactional_id.encode(), topic.partition_count)
         await partition_log.append_batch(conn, BatchAppend(topic, partition, batch))

@@ -1,0 +1,213 @@
+"""Compaction (cleanup_policy "compact", as Kafka's log cleaner): keep the latest committed record of
+each key, at its offset, and remove tombstones (null values) once older than `delete_retention_ms`.
+
+Rules (with log_cleaner.py's, which runs it):
+- Offsets never change: a batch keeps its base and last offset, a record it loses leaves a hole
+  (record_codec.with_holes; readers skip them), and a batch with nothing left goes.
+- Nothing at or past the LSO is touched (`end`): an open transaction's records stay whole.
+- Only committed records count: aborted batches go, and their keys never hide an older committed
+  value. A transaction's marker (control batch and `txn_markers` row) goes only once none of its
+  records is left, in the same or a later PostgreSQL transaction than its last batch, and never while
+  the transaction is being completed; so read_committed stays exact.
+- A run reads the whole log below the LSO, so it waits until half of it (in batches) is new since the
+  last run (Kafka's min.cleanable.dirty.ratio), or a kept tombstone is due to go.
+- Two passes: the first (read-only) maps every key to its latest committed offset below the end; the
+  second rewrites a page of batches per PostgreSQL transaction. Removing a record an older map says
+  is superseded stays right whatever happened since, so a run cut short by a crash is simply run
+  again (idempotent), and a server racing another (the advisory lock prevents it) would do no harm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from app.storage import partition_log, record_codec
+from app.storage.cleanup_progress import ASYNC_COMMIT_SQL, COMPLETING_STATES, CleanupTotals, count_rows, note_cleanup
+from app.storage.partition_log import CONTROL_ABORT
+from app.storage.topics import TopicInfo
+
+
+@dataclass(slots=True)
+class _Latest:
+    """The latest committed record of a key below the compaction's end."""
+    offset: int
+    is_tombstone: bool
+    timestamp_ms: int
+
+
+@dataclass(slots=True)
+class _CompactionPass:
+    topic: TopicInfo
+    partition: int
+    end: int  # the LSO when the compaction began: nothing at or past it is touched
+    tombstone_cutoff_ms: int  # tombstones older than this go
+    latest: dict[bytes, _Latest] = field(default_factory=dict)
+    # Per transaction (producer id, epoch) seen so far in log order: whether a record of it is kept.
+    transactions_kept: dict[tuple[int, int], bool] = field(default_factory=dict)
+    oldest_tombstone_ms: int | None = None
+
+
+_PAGE_SQL = """
+SELECT base_offset, last_offset, producer_id, producer_epoch, is_transactional, control_type,
+       CASE WHEN control_type IS NULL THEN records END AS records
+FROM record_batches
+WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $4
+ORDER BY last_offset LIMIT $5
+"""
+
+
+async def _pages(conn: asyncpg.Connection, topic_id: int, partition: int, start: int, end: int, page: int):
+    """The batches from `start` to `end`, in log order, a page (one statement) at a time."""
+    while start < end:
+        rows = await conn.fetch(_PAGE_SQL, topic_id, partition, start, end, page)
+        if not rows:
+            return
+        yield rows
+        start = rows[-1]["last_offset"] + 1
+        if len(rows) < page:
+            return
+
+
+async def _aborted_in(conn: asyncpg.Connection, topic_id: int, partition: int,
+                      rows: list[asyncpg.Record]) -> set[tuple[int, int]]:
+    """The aborted transactions among these batches. Every batch here is below the LSO, so each of
+    their transactions is decided and its marker row exists (markers go only after their batches)."""
+    candidates = {(r["producer_id"], r["producer_epoch"]) for r in rows
+                  if r["is_transactional"] and r["control_type"] is None}
+    if not candidates:
+        return set()
+    producer_ids, epochs = zip(*candidates)
+    found = await conn.fetch(
+        "SELECT m.producer_id, m.producer_epoch FROM txn_markers m "
+        "JOIN unnest($3::bigint[], $4::smallint[]) AS c(producer_id, producer_epoch) "
+        "  ON m.producer_id = c.producer_id AND m.producer_epoch = c.producer_epoch "
+        "WHERE m.topic_id = $1 AND m.partition = $2 AND m.control_type = $5",
+        topic_id, partition, list(producer_ids), list(epochs), CONTROL_ABORT)
+    return {(row["producer_id"], row["producer_epoch"]) for row in found}
+
+
+async def _map_latest(conn: asyncpg.Connection, run: _CompactionPass, start: int, page: int) -> None:
+    """First pass, read-only: the latest committed record of every key below the end."""
+    async for rows in _pages(conn, run.topic.topic_id, run.partition, start, run.end, page):
+        aborted = await _aborted_in(conn, run.topic.topic_id, run.partition, rows)
+        for row in rows:
+            if row["control_type"] is not None or (row["producer_id"], row["producer_epoch"]) in aborted:
+                continue
+            for index, stored in enumerate(record_codec.decode_payload(row["records"])):
+                key = None if stored is None else record_codec.key_bytes(stored)
+                if key is not None:
+                    run.latest[key] = _Latest(row["base_offset"] + index, stored[2] is None, stored[0])
+
+
+def _keeps(run: _CompactionPass, offset: int, stored: list | None) -> bool:
+    if stored is None:
+        return False
+    key = record_codec.key_bytes(stored)
+    if key is None:  # nothing can supersede a record without a key
+        return True
+    latest = run.latest.get(key)
+    if latest is None or latest.offset != offset:
+        return False
+    if latest.is_tombstone:
+        if latest.timestamp_ms < run.tombstone_cutoff_ms:
+            return False
+        run.oldest_tombstone_ms = min(latest.timestamp_ms, run.oldest_tombstone_ms or latest.timestamp_ms)
+    return True
+
+
+async def _compact_page(conn: asyncpg.Connection, run: _CompactionPass, rows: list[asyncpg.Record],
+                        totals: CleanupTotals) -> None:
+    """Second pass, one page in one PostgreSQL transaction: drop or rewrite its batches, then the
+    markers of transactions with nothing left. Idempotent: a re-run finds nothing more to drop."""
+    topic_id, partition = run.topic.topic_id, run.partition
+    aborted = await _aborted_in(conn, topic_id, partition, rows)
+    removed: list[int] = []  # last_offset of batches to delete
+    rewritten: list[tuple[int, bytes, int, int, int]] = []
+    markers: list[tuple[int, int, int]] = []  # (last_offset, producer id, epoch) of markers to delete
+    for row in rows:
+        transaction = (row["producer_id"], row["producer_epoch"])
+        if row["control_type"] is not None:
+            if not run.transactions_kept.pop(transaction, False):
+                markers.append((row["last_offset"], *transaction))
+            continue
+        if transaction in aborted:
+            removed.append(row["last_offset"])
+            continue
+        stored = record_codec.decode_payload(row["records"])
+        keep = [_keeps(run, row["base_offset"] + index, record) for index, record in enumerate(stored)]
+        if row["is_transactional"]:
+            run.transactions_kept[transaction] = run.transactions_kept.get(transaction, False) or any(keep)
+        if not any(keep):
+            removed.append(row["last_offset"])
+        elif not all(keep) and keep != [record is not None for record in stored]:
+            rewritten.append((row["last_offset"], *record_codec.with_holes(stored, keep)))
+    if removed:
+        await conn.execute("DELETE FROM record_batches WHERE topic_id = $1 AND partition = $2 "
+                           "AND last_offset = ANY($3::bigint[])", topic_id, partition, removed)
+    if rewritten:
+        await conn.executemany(
+            "UPDATE record_batches SET records = $4, size_bytes = $5, first_timestamp_ms = $6, max_timestamp_ms = $7 "
+            "WHERE topic_id = $1 AND partition = $2 AND last_offset = $3",
+            [(topic_id, partition, *values) for values in rewritten])
+    removed_markers = 0
+    if markers:
+        # After the batches above, in the same transaction; a transaction still being completed
+        # keeps its marker (the module's rules).
+        removed_markers = count_rows(await conn.execute(
+            "WITH doomed AS (DELETE FROM txn_markers m USING unnest($3::bigint[], $4::bigint[], $5::smallint[]) "
+            "    AS d(marker_offset, producer_id, producer_epoch) "
+            "  WHERE m.topic_id = $1 AND m.partition = $2 AND m.producer_id = d.producer_id "
+            "    AND m.producer_epoch = d.producer_epoch AND m.marker_offset = d.marker_offset "
+            "    AND NOT EXISTS (SELECT 1 FROM transactions t WHERE t.state = ANY($6::text[]) "
+            "                    AND t.txn_producer_id = m.producer_id AND t.txn_producer_epoch = m.producer_epoch) "
+            "  RETURNING m.marker_offset) "
+            "DELETE FROM record_batches b USING doomed WHERE b.topic_id = $1 AND b.partition = $2 "
+            "  AND b.last_offset = doomed.marker_offset",
+            topic_id, partition, *map(list, zip(*markers)), COMPLETING_STATES))
+    if removed or rewritten or removed_markers:
+        await note_cleanup(conn, topic_id, partition, len(removed) + removed_markers, len(rewritten))
+    totals.removed_batches += len(removed)
+    totals.rewritten_batches += len(rewritten)
+    totals.removed_markers += removed_markers
+
+
+# Compact once the batches not yet compacted are at least this share of the log's (Kafka's default
+# min.cleanable.dirty.ratio).
+MIN_CLEANABLE_DIRTY_RATIO = 0.5
+
+_BATCH_COUNTS_SQL = """
+SELECT count(*) AS total, count(*) FILTER (WHERE last_offset >= $5) AS dirty FROM record_batches
+WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $4
+"""
+
+
+async def compact(conn: asyncpg.Connection, topic: TopicInfo, partition: int, now_ms: int, page: int,
+                   totals: CleanupTotals) -> None:
+    state = await partition_log.partition_state(conn, topic, partition)
+    run_cutoff = now_ms - topic.setting("delete_retention_ms")  # tombstones older than this go
+    progress = await conn.fetchrow("SELECT compacted_through, oldest_tombstone_ms FROM partition_cleanups "
+                                   "WHERE topic_id = $1 AND partition = $2", topic.topic_id, partition)
+    oldest_tombstone = progress["oldest_tombstone_ms"]
+    tombstones_due = oldest_tombstone is not None and oldest_tombstone < run_cutoff
+    if not tombstones_due:
+        if state.last_stable_offset <= progress["compacted_through"]:
+            return  # nothing new below the LSO since the last compaction, and no tombstone to drop yet
+        # Kafka's min.cleanable.dirty.ratio, in batches: a run reads the whole log, so it waits until
+        # the batches written since the last one are a good share of it (an index-only count).
+        counts = await conn.fetchrow(_BATCH_COUNTS_SQL, topic.topic_id, partition, state.log_start_offset,
+                                     state.last_stable_offset, progress["compacted_through"])
+        if counts["dirty"] < MIN_CLEANABLE_DIRTY_RATIO * counts["total"]:
+            return
+    run = _CompactionPass(topic, partition, state.last_stable_offset, run_cutoff)
+    await _map_latest(conn, run, state.log_start_offset, page)
+    async for rows in _pages(conn, topic.topic_id, partition, state.log_start_offset, run.end, page):
+        async with conn.transaction():
+            await conn.execute(ASYNC_COMMIT_SQL)
+            await _compact_page(conn, run, rows, totals)
+    # Committed synchronously: its WAL, and with it every chunk's before it, is durable.
+    await conn.execute(
+        "UPDATE partition_cleanups SET last_cleanup_ms = $3, compacted_through = $4, oldest_tombstone_ms = $5 "
+        "WHERE topic_id = $1 AND partition = $2",
+        topic.topic_id, partition, now_ms, run.end, run.oldest_tombstone_ms)

@@ -1,0 +1,672 @@
+"""The log's lifecycle over real HTTP and real PostgreSQL: retention by time and size, DeleteRecords,
+compaction, the rows of deleted topics and dead producer ids, and the invariants that hold through
+all of them (API.md "Consuming"; storage/log_cleaner.py): offsets never change, nothing at or past
+the LSO is deleted, read_committed stays exact at every offset >= the log start.
+
+The servers here run the cleaner's background worker rarely; the tests run a cleaner pass
+themselves (`clean`), as the worker would, so each step is deterministic. One test checks the
+worker itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from app.storage import log_cleaner
+from app.storage.database import connect, create_pool
+from tests.test_transactions import TxnProducer
+
+RARELY = 3_600_000
+
+
+def clean(server, chunk: int = 1000) -> log_cleaner.CleanupTotals:
+    """One cleaner run against the server's database, as the background worker does it."""
+    async def run():
+        pool = await create_pool(server.database_url, 2)
+        try:
+            return await log_cleaner.clean(pool, None, int(time.time() * 1000), chunk)
+        finally:
+            await pool.close()
+    return asyncio.run(run())
+
+
+def sql(database_url: str, query: str, *args) -> list:
+    async def run():
+        conn = await connect(database_url)
+        try:
+            return await conn.fetch(query, *args)
+        finally:
+            await conn.close()
+    return asyncio.run(run())
+
+
+def topic_id(server, name: str) -> int:
+    return sql(server.database_url, "SELECT topic_id FROM topics WHERE name = $1", name)[0]["topic_id"]
+
+
+def stored_batches(server, name: str, partition: int = 0) -> int:
+    return sql(server.database_url, "SELECT count(*) AS n FROM record_batches WHERE topic_id = $1 AND partition = $2",
+               topic_id(server, name), partition)[0]["n"]
+
+
+def create(client: httpx.Client, name: str, partitions: int = 1, **config) -> dict:
+    response = client.post("/v1/topics", json={"name": name, "partitions": partitions, "config": config})
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def produce(client: httpx.Client, topic: str, records: list[dict], partition: int = 0) -> dict:
+    entry = client.post("/v1/produce", json={"producer_id": -1, "partitions": [
+        {"topic": topic, "partition": partition, "records": records}]}).json()["partitions"][0]
+    assert entry["error"] is None, entry
+    return entry
+
+
+def fetch(client: httpx.Client, topic: str, offset: int, isolation: str = "read_committed",
+          partition: int = 0) -> dict:
+    return client.post("/v1/fetch", json={"isolation_level": isolation, "max_records": 10_000, "partitions": [
+        {"topic": topic, "partition": partition, "offset": offset}]}).json()["partitions"][0]
+
+
+def log_start(client: httpx.Client, topic: str, partition: int = 0) -> int:
+    return client.get(f"/v1/topics/{topic}").json()["partitions"][partition]["log_start_offset"]
+
+
+def earliest(client: httpx.Client, topic: str, partition: int = 0) -> int:
+    return client.post("/v1/offsets/list", json={"partitions": [
+        {"topic": topic, "partition": partition, "timestamp": -2}]}).json()["partitions"][0]["offset"]
+
+
+def delete_records(client: httpx.Client, topic: str, offsets: dict[int, int]) -> httpx.Response:
+    return client.post(f"/v1/topics/{topic}/delete-records", json={"partitions": [
+        {"partition": partition, "offset": offset} for partition, offset in offsets.items()]})
+
+
+def send_keyed(producer: TxnProducer, topic: str, records: list[dict], partition: int = 0) -> None:
+    sequence = producer.sequences.get((topic, partition), 0)
+    response = producer.client.post("/v1/produce", json={**producer.ids(), "partitions": [{
+        "topic": topic, "partition": partition, "base_sequence": sequence, "records": records}]})
+    assert response.status_code == 200 and response.json()["partitions"][0]["error"] is None, response.text
+    producer.sequences[(topic, partition)] = sequence + len(records)
+
+
+@pytest.fixture
+def server(make_server):
+    return make_server(log_cleaner_interval_ms=RARELY)
+
+
+@pytest.fixture
+def client(server) -> httpx.Client:
+    return server.client
+
+
+# ---- retention
+
+def test_retention_by_time_deletes_old_batches_and_moves_the_log_start(server, client):
+    create(client, "aged", retention_ms=60_000)
+    old = int(time.time() * 1000) - 120_000
+    for batch in range(3):
+        produce(client, "aged", [{"value": f"old-{batch}-{i}", "timestamp_ms": old} for i in range(2)])
+    produce(client, "aged", [{"value": "new-0"}, {"value": "new-1"}])
+    assert stored_batches(server, "aged") == 4
+
+    clean(server)
+
+    assert log_start(client, "aged") == 6
+    assert earliest(client, "aged") == 6
+    assert stored_batches(server, "aged") == 1
+    below = fetch(client, "aged", 0)
+    assert below["error"]["code"] == "OFFSET_OUT_OF_RANGE" and below["log_start_offset"] == 6
+    assert [(r["offset"], r["value"]) for r in fetch(client, "aged", 6)["records"]] == [(6, "new-0"), (7, "new-1")]
+    clean(server)  # nothing more is old: a second run changes nothing
+    assert log_start(client, "aged") == 6 and stored_batches(server, "aged") == 1
+
+
+def test_retention_by_size_keeps_the_newest_batches_within_the_limit(server, client):
+    create(client, "sized", retention_bytes=25)
+    for batch in range(5):
+        produce(client, "sized", [{"value": f"{batch}" * 10}])  # 10 bytes a batch
+    clean(server)
+    assert log_start(client, "sized") == 3
+    assert [r["value"] for r in fetch(client, "sized", 3)["records"]] == ["3" * 10, "4" * 10]
+    assert stored_batches(server, "sized") == 2
+
+
+def test_server_default_retention_applies_to_topics_created_without_one(make_server):
+    server = make_server(log_cleaner_interval_ms=RARELY, log_retention_ms=1000, log_cleanup_policy="delete")
+    config = create(server.client, "defaulted")["config"]
+    assert config["retention_ms"] == 1000 and config["cleanup_policy"] == "delete"
+    assert create(server.client, "explicit", retention_ms=-1)["config"]["retention_ms"] == -1
+
+
+def test_retention_never_deletes_an_open_transaction(server, client):
+    create(client, "racing", retention_ms=1)
+    produce(client, "racing", [{"value": "before"}])
+    producer = TxnProducer(client, "racer")
+    producer.init()
+    assert producer.send("racing", 0, "in-txn-1").status_code == 200
+    produce(client, "racing", [{"value": "during"}])
+    assert producer.send("racing", 0, "in-txn-2").status_code == 200
+    time.sleep(0.01)  # every record is now older than retention_ms
+
+    clean(server)
+    assert log_start(client, "racing") == 1  # the LSO: the open transaction's first offset
+    assert [r["value"] for r in fetch(client, "racing", 1, "read_uncommitted")["records"]] == [
+        "in-txn-1", "during", "in-txn-2"]
+    assert delete_records(client, "racing", {0: 3}).json()["partitions"][0]["error"]["code"] == "OFFSET_OUT_OF_RANGE"
+
+    producer.commit()
+    assert [r["value"] for r in fetch(client, "racing", 1)["records"]] == ["in-txn-1", "during", "in-txn-2"]
+    time.sleep(0.01)
+    clean(server)
+    assert log_start(client, "racing") == 5  # the high watermark, past the commit marker
+    assert stored_batches(server, "racing") == 0
+
+
+# ---- DeleteRecords
+
+def test_delete_records_moves_the_log_start_and_the_cleaner_removes_the_batches(server, client):
+    create(client, "trimmed", partitions=2)
+    for _ in range(4):
+        produce(client, "trimmed", [{"value": "a"}, {"value": "b"}])
+    produce(client, "trimmed", [{"value": "p1"}], partition=1)
+
+    answer = delete_records(client, "trimmed", {0: 3, 1: -1})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["partitions"] == [{"partition": 0, "low_watermark": 3, "error": None},
+                                           {"partition": 1, "low_watermark": 1, "error": None}]
+    # Visible at once: a fetch below the log start is out of range, earliest follows it, and a read
+    # from the log start begins mid-batch.
+    assert fetch(client, "trimmed", 2)["error"]["code"] == "OFFSET_OUT_OF_RANGE"
+    assert earliest(client, "trimmed") == 3
+    assert [r["offset"] for r in fetch(client, "trimmed", 3)["records"]] == [3, 4, 5, 6, 7]
+    # The log start never moves back; a retry answers the same.
+    assert delete_records(client, "trimmed", {0: 1}).json()["partitions"][0]["low_watermark"] == 3
+
+    clean(server)
+    assert stored_batches(server, "trimmed") == 3  # the batch holding offset 3 stays
+    assert stored_batches(server, "trimmed", 1) == 0
+
+
+def test_delete_records_errors(client):
+    create(client, "bounded")
+    produce(client, "bounded", [{"value": "x"}])
+    entries = delete_records(client, "bounded", {0: 2, 5: 0}).json()["partitions"]
+    assert [e["error"]["code"] for e in entries] == ["OFFSET_OUT_OF_RANGE", "UNKNOWN_TOPIC_OR_PARTITION"]
+    assert "high watermark 1" in entries[0]["error"]["message"]
+    assert delete_records(client, "nowhere", {0: 0}).json()["error"]["code"] == "UNKNOWN_TOPIC_OR_PARTITION"
+    internal = delete_records(client, "__consumer_offsets", {0: 0})
+    assert internal.status_code == 400 and internal.json()["error"]["code"] == "INVALID_TOPIC_EXCEPTION"
+    for bad in ({"partitions": []}, {"partitions": [{"partition": 0, "offset": -2}]},
+                {"partitions": [{"partition": 0, "offset": "1"}]}, {}):
+        response = client.post("/v1/topics/bounded/delete-records", json=bad)
+        assert response.status_code == 400 and response.json()["error"]["code"] == "INVALID_REQUEST", bad
+
+
+def test_read_committed_at_the_log_start_hides_an_aborted_transaction_whose_marker_is_gone(server, client):
+    create(client, "mixed")
+    aborting = TxnProducer(client, "aborting")
+    aborting.init()
+    aborting.send("mixed", 0, "aborted-0")          # offset 0
+    produce(client, "mixed", [{"value": "plain-1"}])  # offset 1
+    aborting.send("mixed", 0, "aborted-2")          # offset 2
+    aborting.abort()                                # ABORT marker at 3
+    produce(client, "mixed", [{"value": "plain-4"}])  # offset 4
+
+    # The log start inside the aborted transaction: its marker stays, its records stay hidden.
+    delete_records(client, "mixed", {0: 1})
+    clean(server)
+    assert [r["value"] for r in fetch(client, "mixed", 1)["records"]] == ["plain-1", "plain-4"]
+    markers = sql(server.database_url, "SELECT 1 FROM txn_markers WHERE topic_id = $1", topic_id(server, "mixed"))
+    assert len(markers) == 1
+
+    # Past the marker: the marker goes with the last of its transaction's batches.
+    delete_records(client, "mixed", {0: 4})
+    clean(server)
+    assert sql(server.database_url, "SELECT 1 FROM txn_markers WHERE topic_id = $1", topic_id(server, "mixed")) == []
+    assert [r["value"] for r in fetch(client, "mixed", 4)["records"]] == ["plain-4"]
+    assert [r["value"] for r in fetch(client, "mixed", 4, "read_uncommitted")["records"]] == ["plain-4"]
+
+
+def test_a_consumer_below_the_log_start_resets_per_auto_offset_reset(server, client):
+    from txbroker import Consumer, TopicPartition
+    create(client, "reset")
+    for value in range(6):
+        produce(client, "reset", [{"value": str(value)}])
+    partition = TopicPartition("reset", 0)
+    positions = {}
+    for reset in ("earliest", "latest"):
+        consumer = Consumer(url=server.url, group_id=None, auto_offset_reset=reset, enable_auto_commit=False)
+        try:
+            consumer.assign([partition])
+            consumer.seek(partition, 1)
+            delete_records(client, "reset", {0: 4})
+            polled = []
+            for _ in range(5):
+                polled += consumer.poll(timeout_ms=200)
+                if polled or consumer.position(partition) == 6:
+                    break
+            positions[reset] = ([r.value for r in polled], consumer.position(partition))
+        finally:
+            consumer.close()
+    assert positions["earliest"] == ([b"4", b"5"], 6)
+    assert positions["latest"] == ([], 6)
+    from txbroker.errors import OffsetOutOfRangeError
+    consumer = Consumer(url=server.url, group_id=None, auto_offset_reset="none", enable_auto_commit=False)
+    try:
+        consumer.assign([partition])
+        consumer.seek(partition, 1)
+        with pytest.raises(OffsetOutOfRangeError):
+            for _ in range(5):
+                consumer.poll(timeout_ms=200)
+    finally:
+        consumer.close()
+
+
+# ---- compaction
+
+def test_compaction_keeps_the_latest_committed_record_per_key_at_its_offset(server, client):
+    create(client, "table", cleanup_policy="compact", delete_retention_ms=0)
+    produce(client, "table", [{"key": "k1", "value": "a"}, {"key": "k2", "value": "b"},
+                              {"key": "k1", "value": "c"}, {"key": None, "value": "no-key"}])     # 0..3
+    writer = TxnProducer(client, "table-writer")
+    writer.init()
+    send_keyed(writer, "table", [{"key": "k3", "value": "aborted"}, {"key": "k2", "value": "aborted"}])  # 4, 5
+    writer.abort()                                                                               # 6
+    send_keyed(writer, "table", [{"key": "k3", "value": "committed"}])                           # 7
+    writer.commit()                                                                              # 8
+    produce(client, "table", [{"key": "k4", "value": "gone"}])                                   # 9
+    produce(client, "table", [{"key": "k4", "value": None}])                                     # 10: tombstone
+    produce(client, "table", [{"key": "k1", "value": "d"}, {"key": "k5", "value": "e"}])        # 11, 12
+
+    clean(server)
+
+    kept = [(r["offset"], r["key"], r["value"]) for r in fetch(client, "table", 0, "read_uncommitted")["records"]]
+    assert kept == [(1, "k2", "b"), (3, None, "no-key"), (7, "k3", "committed"), (11, "k1", "d"), (12, "k5", "e")]
+    assert [(r["offset"], r["value"]) for r in fetch(client, "table", 0)["records"]] == [
+        (1, "b"), (3, "no-key"), (7, "committed"), (11, "d"), (12, "e")]
+    # Reading from an offset that compaction emptied continues at the next record kept.
+    assert [r["offset"] for r in fetch(client, "table", 4)["records"]] == [7, 11, 12]
+    # The aborted transaction left nothing: its batch and marker are gone; the committed one's
+    # marker stays while its record does.
+    markers = sql(server.database_url, "SELECT marker_offset FROM txn_markers WHERE topic_id = $1",
+                  topic_id(server, "table"))
+    assert [m["marker_offset"] for m in markers] == [8]
+    assert client.get("/v1/topics/table").json()["partitions"][0]["high_watermark"] == 13
+    # A second run finds nothing new and changes nothing.
+    before = sql(server.database_url, "SELECT last_offset, records FROM record_batches WHERE topic_id = $1 "
+                 "ORDER BY last_offset", topic_id(server, "table"))
+    assert clean(server).total() == 0
+    after = sql(server.database_url, "SELECT last_offset, records FROM record_batches WHERE topic_id = $1 "
+                "ORDER BY last_offset", topic_id(server, "table"))
+    assert before == after
+
+
+def test_compaction_keeps_tombstones_for_delete_retention_ms_and_stops_at_the_lso(server, client):
+    create(client, "lazy", cleanup_policy="compact")  # tombstones stay a day
+    produce(client, "lazy", [{"key": "k", "value": "v"}, {"key": "k", "value": None}])
+    writer = TxnProducer(client, "lazy-writer")
+    writer.init()
+    send_keyed(writer, "lazy", [{"key": "j", "value": "open"}])  # offset 2, open: the LSO
+    produce(client, "lazy", [{"key": "j", "value": "after"}])    # offset 3, past the LSO
+    clean(server)
+    assert [(r["offset"], r["value"]) for r in fetch(client, "lazy", 0, "read_uncommitted")["records"]] == [
+        (1, None), (2, "open"), (3, "after")]
+    writer.commit()
+    clean(server)
+    assert [(r["offset"], r["value"]) for r in fetch(client, "lazy", 0, "read_uncommitted")["records"]] == [
+        (1, None), (3, "after")]
+
+
+def test_internal_topics_are_compacted_so_their_size_follows_live_ids(server, client):
+    config = client.get("/v1/topics/__transaction_state").json()["config"]
+    assert config["cleanup_policy"] == "compact"
+    create(client, "busy")
+    producer = TxnProducer(client, "one-id")
+    producer.init()
+    for number in range(20):
+        producer.send("busy", 0, f"v{number}")
+        producer.commit()
+    state_topic = topic_id(server, "__transaction_state")
+    count = "SELECT count(*) AS n FROM record_batches WHERE topic_id = $1"
+    assert sql(server.database_url, count, state_topic)[0]["n"] >= 40
+    clean(server)
+    # The latest record of the one live id is kept (its batch holds the transitions of one request).
+    assert sql(server.database_url, count, state_topic)[0]["n"] == 1
+
+
+# ---- deleted topics and dead ids
+
+def test_deleting_a_topic_leaves_nothing_behind_after_a_cleaner_run(server, client):
+    create(client, "doomed", partitions=2)
+    producer = TxnProducer(client, "doomed-writer")
+    producer.init()
+    producer.send("doomed", 0, "x")
+    producer.send("doomed", 1, "y")
+    producer.commit()
+    doomed = topic_id(server, "doomed")
+    assert client.delete("/v1/topics/doomed").status_code == 204
+    create(client, "doomed")  # a new topic of the same name never sees the old one's rows
+    assert fetch(client, "doomed", 0)["records"] == []
+    clean(server, chunk=1)
+    for table in ("record_batches", "txn_markers", "producer_states", "partition_cleanups", "deleted_topics"):
+        assert sql(server.database_url, f"SELECT 1 FROM {table} WHERE topic_id = $1", doomed) == [], table
+
+
+def test_producer_ids_of_expired_transactional_ids_are_forgotten(make_server):
+    server = make_server(log_cleaner_interval_ms=RARELY, transactional_id_expiration_ms=1,
+                         remove_expired_transaction_interval_ms=50, producer_id_expiration_ms=1,
+                         producer_id_expiration_check_interval_ms=50)
+    producer = TxnProducer(server.client, "short-lived")
+    producer.init()
+    issued = producer.producer_id
+    deadline = time.monotonic() + 30
+    while sql(server.database_url, "SELECT 1 FROM producer_ids WHERE producer_id = $1", issued):
+        assert time.monotonic() < deadline, "the expired id's producer id was never forgotten"
+        time.sleep(0.05)
+
+
+def test_the_background_worker_applies_retention(make_server):
+    server = make_server(log_cleaner_interval_ms=50)
+    create(server.client, "worked", retention_ms=1)
+    produce(server.client, "worked", [{"value": "x"}])
+    deadline = time.monotonic() + 30
+    while log_start(server.client, "worked") != 1 or stored_batches(server, "worked"):
+        assert time.monotonic() < deadline, "the cleaner worker did not apply retention"
+        time.sleep(0.05)
+    cleanup = sql(server.database_url, "SELECT last_cleanup_ms, removed_batches FROM partition_cleanups "
+                  "WHERE topic_id = $1", topic_id(server, "worked"))
+    assert cleanup[0]["removed_batches"] == 1 and cleanup[0]["last_cleanup_ms"] is not None
+
+
+def test_sdk_admin_delete_records(server, client):
+    from txbroker import Admin, TopicPartition
+    from txbroker.errors import OffsetOutOfRangeError
+    create(client, "sdk-trim", partitions=2)
+    produce(client, "sdk-trim", [{"value": "a"}, {"value": "b"}])
+    with Admin(url=server.url) as admin:
+        assert admin.delete_records({TopicPartition("sdk-trim", 0): 1, TopicPartition("sdk-trim", 1): -1}) == {
+            TopicPartition("sdk-trim", 0): 1, TopicPartition("sdk-trim", 1): 0}
+        with pytest.raises(OffsetOutOfRangeError):
+            admin.delete_records({TopicPartition("sdk-trim", 0): 5})
+    assert earliest(client, "sdk-trim") == 1
+
+
+def test_an_expired_transactional_id_leaves_a_tombstone_that_compaction_removes(make_server):
+    server = make_server(log_cleaner_interval_ms=RARELY, transactional_id_expiration_ms=1,
+                         remove_expired_transaction_interval_ms=50)
+    producer = TxnProducer(server.client, "forgotten")
+    producer.init()
+    deadline = time.monotonic() + 30
+    while server.client.get("/v1/transactions/forgotten").status_code != 404:
+        assert time.monotonic() < deadline, "the transactional id never expired"
+        time.sleep(0.05)
+    state_topic = topic_id(server, "__transaction_state")
+    count = "SELECT count(*) AS n FROM record_batches WHERE topic_id = $1"
+    clean(server)
+    assert sql(server.database_url, count, state_topic)[0]["n"] == 1  # the tombstone, for delete_retention_ms
+    sql(server.database_url, "UPDATE topics SET config = config || '{\"delete_retention_ms\": 0}' "
+                             "WHERE topic_id = $1", state_topic)
+    clean(server)
+    assert sql(server.database_url, count, state_topic)[0]["n"] == 0
+
+
+def test_the_console_shows_log_start_retention_settings_and_the_last_cleanup(server, client):
+    create(client, "shown", retention_ms=1, cleanup_policy="compact,delete")
+    produce(client, "shown", [{"key": "k", "value": "v"}])
+    produce(client, "shown", [{"key": "k", "value": "w"}])
+    time.sleep(0.01)
+    clean(server)
+    topic_page = client.get("/console/topics/shown")
+    assert topic_page.status_code == 200, topic_page.text
+    assert "Last cleanup" in topic_page.text and "compact,delete" in topic_page.text
+    partition_page = client.get("/console/topics/shown/partitions/0")
+    assert partition_page.status_code == 200, partition_page.text
+    text = partition_page.text
+    assert "Log start" in text and "Last cleanup" in text and "2 batches removed" in text
+    assert "retention_ms" in text and "delete_retention_ms" in text
+    assert client.get("/console/topics/__consumer_offsets").status_code == 200
+
+
+# ---- crashes
+
+CRASH_BATCHES = 20_000  # enough that a run takes seconds, one chunk of 10 per PostgreSQL transaction
+CRASH_KEYS = 50
+
+
+def _write_batches(database_url: str, topic: int, count: int, keys: int) -> None:
+    """`count` one-record batches, keys k0..k(keys-1) in turn, written with SQL in the format
+    partition_log writes them (faster than as many produce requests)."""
+    sql(database_url, """
+        WITH head AS (UPDATE partitions SET high_watermark = $2 WHERE topic_id = $1 AND partition = 0)
+        INSERT INTO record_batches (topic_id, partition, base_offset, last_offset, producer_id, producer_epoch,
+            base_sequence, is_transactional, control_type, first_timestamp_ms, max_timestamp_ms, record_count,
+            size_bytes, records)
+        SELECT $1, 0, o, o, -1, -1, -1, false, NULL, 0, 0, 1, 4,
+               convert_to('[[0,"k' || (o % $3) || '","v' || o || '",[],0]]', 'UTF8')
+        FROM generate_series(0, $2 - 1) AS o""", topic, count, keys)
+
+
+def _kill_when(server, database_url: str, condition, what: str) -> None:
+    from tests.test_transaction_crashes import _wait_for_other_backends_to_end
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, f"never saw {what}"
+        time.sleep(0.002)
+    server.kill()
+    _wait_for_other_backends_to_end(database_url)
+
+
+def test_a_crash_in_the_middle_of_retention_and_compaction_loses_nothing_and_the_run_finishes(
+        database_url, server_process):
+    env = {"TXBROKER_LOG_CLEANER_INTERVAL_MS": "20", "TXBROKER_LOG_CLEANER_CHUNK_BATCHES": "10"}
+    server = server_process("--database-url", database_url, env=env)
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        create(client, "crash-table", cleanup_policy="compact")  # cleaned first: the lower topic_id
+        create(client, "crash-trim")
+    ids = {name: sql(database_url, "SELECT topic_id FROM topics WHERE name = $1", name)[0]["topic_id"]
+           for name in ("crash-trim", "crash-table")}
+    _write_batches(database_url, ids["crash-trim"], CRASH_BATCHES, CRASH_BATCHES)
+    _write_batches(database_url, ids["crash-table"], CRASH_BATCHES, CRASH_KEYS)
+    count = "SELECT count(*) AS n FROM record_batches WHERE topic_id = $1"
+
+    def batches(name: str) -> int:
+        return sql(database_url, count, ids[name])[0]["n"]
+
+    def nothing_lost() -> None:
+        """Every batch from the log start on; the latest record of each key."""
+        kept = sql(database_url, "SELECT min(last_offset) AS first, count(*) AS n FROM record_batches "
+                                 "WHERE topic_id = $1 AND last_offset >= $2", ids["crash-trim"], CRASH_BATCHES // 2)
+        assert (kept[0]["first"], kept[0]["n"]) == (CRASH_BATCHES // 2, CRASH_BATCHES // 2)
+        latest = sql(database_url, "SELECT last_offset FROM record_batches WHERE topic_id = $1 "
+                                   "AND last_offset >= $2", ids["crash-table"], CRASH_BATCHES - CRASH_KEYS)
+        assert len(latest) == CRASH_KEYS
+
+    # Killed in the middle of a compaction run.
+    _kill_when(server, database_url, lambda: CRASH_KEYS * 2 < batches("crash-table") < CRASH_BATCHES - 100,
+               "a compaction under way")
+    nothing_lost()
+
+    # Killed in the middle of removing what DeleteRecords put below the log start.
+    server = server_process("--database-url", database_url, env=env)
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        assert delete_records(client, "crash-trim", {0: CRASH_BATCHES // 2}).status_code == 200
+    _kill_when(server, database_url, lambda: CRASH_BATCHES // 2 + 100 < batches("crash-trim") < CRASH_BATCHES - 100,
+               "a removal under way")
+    nothing_lost()
+
+    server = server_process("--database-url", database_url, env=env)
+    deadline = time.monotonic() + 120
+    while batches("crash-trim") != CRASH_BATCHES // 2 or batches("crash-table") != CRASH_KEYS:
+        assert time.monotonic() < deadline, "the cleaner did not finish after the restart"
+        time.sleep(0.05)
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        records = fetch(client, "crash-table", 0, "read_uncommitted")["records"]
+        assert [(r["offset"], r["key"], r["value"]) for r in records] == [
+            (offset, f"k{offset % CRASH_KEYS}", f"v{offset}") for offset in range(CRASH_BATCHES - CRASH_KEYS,
+                                                                                     CRASH_BATCHES)]
+        assert [r["offset"] for r in fetch(client, "crash-trim", CRASH_BATCHES // 2)["records"]] == list(
+            range(CRASH_BATCHES // 2, CRASH_BATCHES))
+
+
+def test_delete_records_needs_delete_on_the_topic(make_server):
+    from tests.test_security import ADMIN_TOKEN, new_user, rule
+    server = make_server(auth="required", admin_token=ADMIN_TOKEN, log_cleaner_interval_ms=RARELY)
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30) as admin:
+        create(admin, "guarded")
+        produce(admin, "guarded", [{"value": "x"}])
+        writer = new_user(admin, "writer", rule("Topic", "guarded", "Write"), rule("Topic", "guarded", "Read"))
+        deleter = new_user(admin, "deleter", rule("Topic", "guarded", "Delete"))
+        with writer, deleter:
+            refused = delete_records(writer, "guarded", {0: 1})
+            assert refused.status_code == 403 and refused.json()["error"]["code"] == "TOPIC_AUTHORIZATION_FAILED"
+            assert delete_records(deleter, "guarded", {0: 1}).json()["partitions"][0]["low_watermark"] == 1
+        audit = admin.get("/v1/audit").json()
+        assert any(entry["action"] == "delete records" and entry["principal"] == "deleter"
+                   for entry in audit["entries"])
+
+
+def test_list_offsets_by_time_never_answers_below_the_log_start(client):
+    create(client, "timed")
+    produce(client, "timed", [{"value": "a", "timestamp_ms": 5000}, {"value": "b", "timestamp_ms": 1000}])
+    produce(client, "timed", [{"value": "c", "timestamp_ms": 6000}])
+    delete_records(client, "timed", {0: 1})
+
+    def by_time(timestamp: int) -> int:
+        return client.post("/v1/offsets/list", json={"partitions": [
+            {"topic": "timed", "partition": 0, "timestamp": timestamp}]}).json()["partitions"][0]["offset"]
+
+    assert by_time(500) == 1     # offset 0 (5000) is below the log start
+    assert by_time(4000) == 2    # ... so the first at or after 4000 is offset 2
+    assert by_time(7000) == -1
+
+
+def test_read_committed_stays_exact_at_every_log_start(server, client):
+    """Interleaved committed and aborted transactions and plain writes; the log start moved one offset
+    at a time across all of them, with a cleaner run after each move: from the log start,
+    read_committed returns exactly the committed and plain records, read_uncommitted every record."""
+    create(client, "exact")
+    producers = [TxnProducer(client, f"exact-{n}") for n in range(2)]
+    for producer in producers:
+        producer.init()
+    visible: dict[int, bool] = {}  # offset -> visible to read_committed; markers are not in it
+
+    def send(producer: TxnProducer, value: str) -> int:
+        response = producer.send("exact", 0, value)
+        assert response.status_code == 200, response.text
+        return response.json()["partitions"][0]["base_offset"]
+
+    pending: dict[int, list[int]] = {0: [], 1: []}
+    script = ["t0", "p", "t1", "t0", "c0", "t1", "p", "a1", "t0", "t1", "p", "a0", "c1", "p", "t0", "c0"]
+    for step in script:
+        if step == "p":
+            visible[produce(client, "exact", [{"value": "plain"}])["base_offset"]] = True
+        elif step[0] == "t":
+            pending[int(step[1])].append(send(producers[int(step[1])], step))
+        else:
+            number, committed = int(step[1]), step[0] == "c"
+            (producers[number].commit if committed else producers[number].abort)()
+            visible.update({offset: committed for offset in pending[number]})
+            pending[number] = []
+    high_watermark = client.get("/v1/topics/exact").json()["partitions"][0]["high_watermark"]
+    assert high_watermark == len(visible) + 5  # five markers
+
+    for start in range(high_watermark + 1):
+        assert delete_records(client, "exact", {0: start}).json()["partitions"][0]["low_watermark"] == start
+        clean(server)
+        committed = fetch(client, "exact", start)
+        assert committed["error"] is None and committed["log_start_offset"] == start
+        assert [r["offset"] for r in committed["records"]] == [o for o in sorted(visible) if o >= start and visible[o]]
+        uncommitted = fetch(client, "exact", start, "read_uncommitted")["records"]
+        assert [r["offset"] for r in uncommitted] == [o for o in sorted(visible) if o >= start], start
+    assert stored_batches(server, "exact") == 0
+    assert sql(server.database_url, "SELECT 1 FROM txn_markers WHERE topic_id = $1", topic_id(server, "exact")) == []
+
+
+def test_two_servers_clean_one_database_at_once_and_keep_the_latest_of_every_key(make_server):
+    """Two servers' cleaners (every 20 ms, small chunks) compact one topic while it is written (80 batches)."""
+    servers = [make_server(log_cleaner_interval_ms=20, log_cleaner_chunk_batches=3) for _ in range(2)]
+    client = servers[0].client
+    create(client, "shared-table", cleanup_policy="compact,delete", retention_bytes=10_000_000)
+    latest: dict[str, tuple[int, str]] = {}
+    for round_number in range(40):
+        for writer, server in enumerate(servers):
+            records = [{"key": f"k{(round_number * 3 + i) % 7}", "value": f"{round_number}-{writer}-{i}"}
+                       for i in range(3)]
+            entry = produce(server.client, "shared-table", records)
+            for i, record in enumerate(records):
+                latest[record["key"]] = (entry["base_offset"] + i, record["value"])
+    deadline = time.monotonic() + 60
+    while True:  # at every moment, whatever the cleaners are doing, the latest value of each key is there
+        answer = fetch(client, "shared-table", 0, "read_uncommitted")
+        assert answer["error"] is None, answer
+        records = answer["records"]
+        assert {r["key"]: (r["offset"], r["value"]) for r in records} == latest
+        # ... and eventually little else: compaction waits until half the batches are new since its last
+        # run, so once the writes stop fewer than twice the live batches (at most one per key) remain.
+        if stored_batches(servers[0], "shared-table") < 2 * len(latest):
+            break
+        assert time.monotonic() < deadline, "the cleaners did not compact the topic"
+        time.sleep(0.02)
+
+
+def test_retention_stops_inside_an_aborted_transaction_and_removes_its_marker_only_past_it(server, client):
+    create(client, "sized-txn", retention_bytes=25)
+    aborting = TxnProducer(client, "sized-aborting")
+    aborting.init()
+    aborting.send("sized-txn", 0, "a" * 1000)               # 0: aborted, large
+    produce(client, "sized-txn", [{"value": "p" * 1000}])   # 1: plain, large
+    aborting.send("sized-txn", 0, "aborted")                # 2: aborted, 7 bytes
+    aborting.abort()                                        # 3: ABORT marker
+    produce(client, "sized-txn", [{"value": "plain-4"}])    # 4: plain, 7 bytes
+
+    clean(server)  # 7 + 7 bytes fit in 25: the log start lands on offset 2, inside the aborted transaction
+    assert log_start(client, "sized-txn") == 2
+    assert [r["value"] for r in fetch(client, "sized-txn", 2)["records"]] == ["plain-4"]
+    assert [r["value"] for r in fetch(client, "sized-txn", 2, "read_uncommitted")["records"]] == ["aborted", "plain-4"]
+
+    for value in ("plain-5", "plain-6", "plain-7"):
+        produce(client, "sized-txn", [{"value": value}])
+    clean(server)  # now only 5..7 fit: the aborted batch and then its marker go
+    assert log_start(client, "sized-txn") == 5
+    markers = sql(server.database_url, "SELECT 1 FROM txn_markers WHERE topic_id = $1", topic_id(server, "sized-txn"))
+    assert markers == []
+    assert [r["value"] for r in fetch(client, "sized-txn", 5)["records"]] == ["plain-5", "plain-6", "plain-7"]
+
+
+# ---- the payload of a compacted batch (no I/O)
+
+def test_with_holes_keeps_indexes_and_counts_only_what_stays():
+    from app.storage import record_codec
+    records = [record_codec.TextRecord("k", "vv", (), 5), record_codec.TextRecord("k", "é", (), 9),
+               record_codec.TextRecord(None, None, (), 7)]
+    text = record_codec.encode_batch(records, "utf8", 0, "test")
+    stored = record_codec.decode_payload(text.payload)
+    payload, size, first_ts, max_ts = record_codec.with_holes(stored, [False, True, True])
+    assert record_codec.decode_payload(payload) == [None, stored[1], stored[2]]
+    assert (size, first_ts, max_ts) == (1 + 2, 9, 9)  # "k" + "é" (2 bytes in UTF-8); the null record has none
+    binary = record_codec.encode_batch([record_codec.TextRecord("aw==", "/w==")], "base64", 0, "test")  # k, 0xff
+    [binary_record] = record_codec.decode_payload(binary.payload)
+    assert binary_record[4] == record_codec.FORM_BASE64
+    assert record_codec.key_bytes(binary_record) == record_codec.key_bytes(stored[0]) == b"k"
+    assert record_codec.stored_size(binary_record) == 2
+
+
+def test_compaction_waits_until_half_the_log_is_new(server, client):
+    create(client, "ratio", cleanup_policy="compact")
+    for key in range(10):
+        produce(client, "ratio", [{"key": f"k{key}", "value": "first"}])
+    clean(server)  # everything is new: compacted (nothing superseded yet)
+    produce(client, "ratio", [{"key": "k0", "value": "second"}])
+    produce(client, "ratio", [{"key": "k1", "value": "second"}])
+    clean(server)  # 2 new batches of 12: not yet
+    assert stored_batches(server, "ratio") == 12
+    for key in range(2, 10):
+        produce(client, "ratio", [{"key": f"k{key}", "value": "second"}])
+    clean(server)  # 10 new of 20: compacted
+    assert stored_batches(server, "ratio") == 10
+    assert {r["value"] for r in fetch(client, "ratio", 0)["records"]} == {"second"}
