@@ -54,7 +54,11 @@ async def _become_ready(app: FastAPI, settings: Settings) -> None:
             await asyncio.sleep(1)
 
 
-def create_app(settings: Settings, database_url: str) -> FastAPI:
+def create_app(settings: Settings, database_url: str, serve_before_ready: bool = True) -> FastAPI:
+    """`serve_before_ready`: accept requests while starting, answering 503 until ready (a single
+    server, or the first of several workers); False: start accepting only once ready (the other
+    workers of `serve --workers N`, see app/worker_processes.py)."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.ready = False
@@ -67,6 +71,8 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         await app.state.notifier.start()
         readiness = asyncio.create_task(_become_ready(app, settings), name="become-ready")
         try:
+            if not serve_before_ready:
+                await readiness
             yield
         finally:
             readiness.cancel()
