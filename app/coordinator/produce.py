@@ -17,16 +17,19 @@ from app.coordinator.transaction_coordinator import TransactionCoordinator, unkn
 from app.errors import BrokerError, ErrorCode, invalid_request
 from app.storage import partition_log, producer_ids, record_codec
 from app.storage.partition_log import NO_PRODUCER_ID, NO_SEQUENCE, AppendResult, BatchAppend
-from app.storage.record_codec import WireRecord
+from app.storage.record_codec import EncodedBatch, WireRecord
 from app.storage.topics import INTERNAL_PREFIX, find_topics, unknown_topic
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionRecords:
+    """One partition's records; `encoded` when the caller has already validated and encoded them
+    (the API's fast path), else they are encoded here."""
     topic: str
     partition: int
     base_sequence: int
     records: Sequence[WireRecord]
+    encoded: EncodedBatch | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +93,8 @@ async def produce(coordinator: TransactionCoordinator, command: ProduceCommand,
                   max_records: int) -> list[AppendResult | BrokerError]:
     _check_request(command, max_records)
     now_ms = int(time.time() * 1000)
-    encoded = [record_codec.encode_batch(entry.records, command.encoding, now_ms, f"partitions[{index}].records")
+    encoded = [entry.encoded or record_codec.encode_batch(entry.records, command.encoding, now_ms,
+                                                          f"partitions[{index}].records")
                for index, entry in enumerate(command.partitions)]
     transactional = command.transactional_id is not None
     async with coordinator.pool.acquire() as conn, conn.transaction():
