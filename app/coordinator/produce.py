@@ -7,6 +7,7 @@ errors fail only their partition.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -89,6 +90,18 @@ async def _check_idempotent_producer(conn: asyncpg.Connection, command: ProduceC
     return None
 
 
+def _transaction_if_needed(conn: asyncpg.Connection, command: ProduceCommand):
+    """A plain write to one partition is one statement after a read (the topic lookup): PostgreSQL
+    runs that statement as a transaction of its own, so BEGIN and COMMIT would be two round trips
+    for nothing. It is safe because the statement itself re-checks what the read found (it bumps
+    the partition's row, which a deleted topic no longer has) and NOTIFY is still sent at its commit.
+    Producers' writes (sequence state, the coordinator's row) and writes to several partitions
+    (all visible at once, or none) keep their PostgreSQL transaction."""
+    if command.producer_id == NO_PRODUCER_ID and command.transactional_id is None and len(command.partitions) == 1:
+        return contextlib.nullcontext()
+    return conn.transaction()
+
+
 async def produce(coordinator: TransactionCoordinator, command: ProduceCommand,
                   max_records: int) -> list[AppendResult | BrokerError]:
     _check_request(command, max_records)
@@ -97,7 +110,7 @@ async def produce(coordinator: TransactionCoordinator, command: ProduceCommand,
                                                           f"partitions[{index}].records")
                for index, entry in enumerate(command.partitions)]
     transactional = command.transactional_id is not None
-    async with coordinator.pool.acquire() as conn, conn.transaction():
+    async with coordinator.pool.acquire() as conn, _transaction_if_needed(conn, command):
         topics = await find_topics(conn, sorted({entry.topic for entry in command.partitions}))
         meta = None
         if transactional:
