@@ -237,7 +237,17 @@ def encode_json_records(records: list, encoding: str, now_ms: int) -> EncodedBat
         elif headers.__class__ is not list:
             return None
         if text_form:
-            key_size, value_size = _fast_text_size(key), _fast_text_size(value)
+            # The common record first, without a call: ASCII text (or null) and no headers.
+            if value.__class__ is str and value.isascii():
+                value_size = len(value)
+            else:
+                value_size = _fast_text_size(value)
+            if key is None:
+                key_size = 0
+            elif key.__class__ is str and key.isascii():
+                key_size = len(key)
+            else:
+                key_size = _fast_text_size(key)
             if key_size < 0 or value_size < 0:
                 return None
             size = key_size + value_size
