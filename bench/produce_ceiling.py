@@ -41,7 +41,7 @@ COPY_ROWS = 1000
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    kind: str  # "copy", "naive" or "txbroker"
+    kind: str  # "copy", "naive", "txbroker" or "compared" (the --compare-with checkout)
     workers: int
     clients: int
     make_workload: WorkloadFactory
@@ -63,6 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--client-processes", type=int, default=1,
                         help="spread the HTTP clients over this many processes (default 1: this one)")
     parser.add_argument("--only", choices=["txbroker"], help="txbroker alone (no baselines): quick checks")
+    parser.add_argument("--compare-with", metavar="DIR", type=Path,
+                        help="also run the txbroker of this checkout (e.g. `git archive COMMIT | tar -x -C DIR`), "
+                             "with 1 worker, to measure what a change bought in the same run")
     args = parser.parse_args(argv)
     args.workers = [int(part) for part in args.workers.split(",") if part]
     return args
@@ -74,22 +77,36 @@ def _ratio(value: float, baseline: float | None) -> str:
     return f"{value / baseline:.2f}"
 
 
+def _server_and_postgres_us_per_record(m: Measurement) -> float:
+    """CPU the server and PostgreSQL spend per record: unlike records/s, hardly moved by what else
+    the machine runs (or by the clients), so the steadier ratio on a busy machine."""
+    return 1e4 * (m.server_cpu_percent + m.postgres_cpu_percent) * m.seconds / m.records if m.records else math.nan
+
+
 def format_table(scenarios: list[Scenario], results: list[Measurement]) -> str:
     copy_best = max((m.records_per_s for s, m in zip(scenarios, results) if s.kind == "copy"), default=None)
-    naive = {s.workers: m.records_per_s for s, m in zip(scenarios, results) if s.kind == "naive"}
-    txbroker = {s.workers: m.records_per_s for s, m in zip(scenarios, results) if s.kind == "txbroker"}
-    rows = [["scenario", "records/s", "req/s", "p50 ms", "x naive", "x COPY", "x 1 worker",
-             "CPU% client", "server", "postgres", "other", "server ms/req"]]
+    by_kind: dict[str, dict[int, Measurement]] = {}
     for scenario, m in zip(scenarios, results):
-        same_kind = naive if scenario.kind == "naive" else txbroker
+        by_kind.setdefault(scenario.kind, {})[scenario.workers] = m
+    naive, compared = by_kind.get("naive", {}), by_kind.get("compared", {}).get(1)
+    rows = [["scenario", "records/s", "req/s", "p50 ms", "x naive", "x naive CPU", "x COPY", "x 1 worker",
+             "x compared", "CPU% client", "server", "postgres", "other", "server ms/req", "srv+pg us/rec"]]
+    for scenario, m in zip(scenarios, results):
+        is_broker = scenario.kind in ("txbroker", "compared")
+        baseline = naive.get(scenario.workers)
+        one_worker = by_kind.get(scenario.kind, {}).get(1)
         rows.append([
             scenario.name, f"{m.records_per_s:,.0f}", f"{m.requests_per_s:,.0f}", f"{m.latency_p50_ms:.2f}",
-            _ratio(m.records_per_s, naive.get(scenario.workers)) if scenario.kind == "txbroker" else "-",
+            _ratio(m.records_per_s, baseline.records_per_s if baseline else None) if is_broker else "-",
+            _ratio(_server_and_postgres_us_per_record(baseline), _server_and_postgres_us_per_record(m))
+            if is_broker and baseline else "-",
             _ratio(m.records_per_s, copy_best),
-            _ratio(m.records_per_s, same_kind.get(1)) if scenario.kind != "copy" and scenario.workers > 1 else "-",
+            _ratio(m.records_per_s, one_worker.records_per_s) if scenario.workers > 1 and one_worker else "-",
+            _ratio(m.records_per_s, compared.records_per_s) if scenario.kind == "txbroker" and compared else "-",
             f"{m.client_cpu_percent:.0f}", f"{m.server_cpu_percent:.0f}" if scenario.server_pid else "-",
             f"{m.postgres_cpu_percent:.0f}", f"{m.other_cpu_percent:.0f}",
-            f"{m.server_cpu_ms_per_request:.2f}" if scenario.server_pid else "-"])
+            f"{m.server_cpu_ms_per_request:.2f}" if scenario.server_pid else "-",
+            f"{_server_and_postgres_us_per_record(m):.1f}"])
     return align(rows)
 
 
@@ -123,6 +140,14 @@ def main(argv: list[str] | None = None) -> int:
         workload = partial(ProduceAcrossPartitions, topic=TOPIC, value=value, records_per_batch=args.batch,
                            partitions=args.partitions, total_clients=args.clients)
         scenarios: list[Scenario] = []
+        if args.compare_with is not None:
+            postgres.create_database("bench_compared")
+            server = start_txbroker(database_url_for(postgres.database_url, "bench_compared"),
+                                    checkout=args.compare_with.resolve())
+            servers.append(server)
+            asyncio.run(create_topic(server.url, TOPIC, args.partitions))
+            scenarios.append(Scenario(f"txbroker of {args.compare_with.name}, 1 worker", "compared", 1, args.clients,
+                                      partial(workload, server.url), server.pid))
         if args.only is None:
             scenarios.append(Scenario(f"raw COPY, {COPY_ROWS} rows/COPY, {COPY_CONNECTIONS} conn", "copy", 0,
                                       COPY_CONNECTIONS,
@@ -155,8 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"""
 POST /v1/produce, {args.batch} records of {args.value_bytes} bytes per request, {args.clients} clients, \
 {args.partitions} partitions; median of {args.rounds} rounds of {args.seconds:g} s.
-x naive = records/s / the naive FastAPI + asyncpg app's with as many workers; x COPY = records/s / raw COPY's
-({COPY_ROWS} rows per COPY, {COPY_CONNECTIONS} connections); x 1 worker = records/s / the same server's with one worker.
+x naive = records/s / the naive FastAPI + asyncpg app's with as many workers; x naive CPU = the naive app's
+server + PostgreSQL CPU per record / this row's (the steadier ratio when the machine is busy); x COPY = records/s /
+raw COPY's ({COPY_ROWS} rows per COPY, {COPY_CONNECTIONS} connections); x 1 worker = records/s / the same server's
+with one worker; x compared = records/s / the --compare-with checkout's (1 worker).
 CPU% = % of one core ({os.cpu_count()} cores): HTTP clients, the server (all its processes), PostgreSQL, other
 (everything else the machine ran meanwhile: high means the row was disturbed).
 """)
