@@ -152,7 +152,8 @@ class RawSmallTransaction:
     One asyncpg connection per client; client c writes partitions 2c and 2c + 1, as above."""
 
     STATE_SQL = ("INSERT INTO raw_txn_state (transactional_id, state, updated_ms) VALUES ($1, 'CompleteCommit', $2) "
-                 "ON CONFLICT (transactional_id) DO UPDATE SET state = EXCLUDED.state, updated_ms = EXCLUDED.updated_ms")
+                 "ON CONFLICT (transactional_id) DO UPDATE SET state = EXCLUDED.state, "
+                 "updated_ms = EXCLUDED.updated_ms")
 
     def __init__(self, database_url: str, topic: str, value: str) -> None:
         self.database_url = database_url
@@ -163,8 +164,8 @@ class RawSmallTransaction:
     async def open(self, clients: list[int]) -> None:
         for client in clients:
             conn = self.connections[client] = await asyncpg.connect(self.database_url)
-            await conn.executemany("INSERT INTO naive_partitions (topic, partition) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                                   [(self.topic, client * len(SMALL_TXN_RECORDS) + i)
+            await conn.executemany("INSERT INTO naive_partitions (topic, partition) VALUES ($1, $2) "
+                                   "ON CONFLICT DO NOTHING", [(self.topic, client * len(SMALL_TXN_RECORDS) + i)
                                     for i in range(len(SMALL_TXN_RECORDS))])
 
     async def close(self) -> None:
@@ -301,14 +302,15 @@ async def measure_small_transactions(base_url: str, raw_url: str, meter: CpuMete
                   f"idempotent produce {idempotent.requests_per_s:,.0f} req/s; raw PostgreSQL "
                   f"{raw.requests_per_s:,.0f} txn/s", flush=True)
             percent, per_op = txns.cpu_cells()
+            cpu_factor = (txns.server_and_postgres_cpu_s_per_request
+                          / idempotent.server_and_postgres_cpu_s_per_request)
             rows.append(Row(
                 "1", f"txn (produce 3 rec/2 parts + commit), {producers} producers",
                 f"{txns.requests_per_s:,.0f} txn/s, p50 {txns.latency_ms:.1f} ms",
                 f"idempotent produce of the same: {idempotent.requests_per_s:,.0f}/s, p50 "
                 f"{idempotent.latency_ms:.1f} ms (ms/req {idempotent.cpu_cells()[1]}); raw PostgreSQL 3-statement "
                 f"txn: {raw.requests_per_s:,.0f}/s",
-                f"{txns.requests_per_s / idempotent.requests_per_s:.2f} of idempotent (CPU/op x"
-                f"{txns.server_and_postgres_cpu_s_per_request / idempotent.server_and_postgres_cpu_s_per_request:.1f}); "
+                f"{txns.requests_per_s / idempotent.requests_per_s:.2f} of idempotent (CPU/op x{cpu_factor:.1f}); "
                 f"{txns.requests_per_s / raw.requests_per_s:.2f} of raw PG",
                 percent, per_op))
     return rows
