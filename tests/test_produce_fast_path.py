@@ -155,3 +155,24 @@ def test_never_takes_a_body_the_general_path_refuses(fields):
     except (TypeError, ValueError):
         return
     assert_same(raw)
+
+
+# Bodies of the right shape, with values near and past the bounds: the fast path takes many of these.
+plain_texts = st.none() | st.text(max_size=12) | st.sampled_from([b64(b"\xff\xfe"), b64("é".encode()), b64(b"ok"), ""])
+shaped_records = st.fixed_dictionaries({}, optional={
+    "key": plain_texts, "value": plain_texts, "timestamp_ms": st.none() | st.integers(-1, 2**63),
+    "headers": st.lists(st.fixed_dictionaries({"key": st.text(max_size=4)}, optional={"value": plain_texts}),
+                        max_size=2)})
+shaped_bodies = st.fixed_dictionaries(
+    {"partitions": st.lists(st.fixed_dictionaries(
+        {"topic": st.sampled_from(["t", "u"]), "partition": st.integers(-1, 3),
+         "records": st.lists(shaped_records, min_size=1, max_size=3)},
+        optional={"base_sequence": st.integers(-2, 5)}), min_size=1, max_size=3)},
+    optional={"transactional_id": st.none() | st.text(max_size=3), "producer_id": st.integers(-2, 2**63),
+              "producer_epoch": st.integers(-2, 2**15), "encoding": st.sampled_from(["utf8", "base64"])})
+
+
+@settings(max_examples=300, deadline=None)
+@given(shaped_bodies)
+def test_takes_what_the_general_path_accepts_and_encodes_it_alike(fields):
+    assert_same(json.dumps(fields).encode())
