@@ -60,7 +60,8 @@ def serve(args: argparse.Namespace) -> int:
     if refusal:
         print(f"txbroker: {refusal}", file=sys.stderr)
         return 2
-    workers = settings.workers or os.cpu_count() or 1
+    # The cores this process may run on (a cpuset or taskset limits them), not all of the machine's.
+    workers = settings.workers or len(os.sched_getaffinity(0))
     if args.fd is not None:
         _disable_nagle(args.fd)
     postgres = None
