@@ -78,7 +78,8 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _raise_shutdown)
     try:
         if workers == 1:
-            _run_uvicorn(settings, database_url, args.fd, serve_before_ready=args.worker_index in (None, 0))
+            _run_uvicorn(settings, database_url, args.fd, serve_before_ready=args.worker_index in (None, 0),
+                         ready_fd=args.ready_fd)
             return 0
         return _supervise(settings, database_url, args.fd, workers)
     except ShutdownRequested:
@@ -88,24 +89,24 @@ def serve(args: argparse.Namespace) -> int:
             postgres.stop()
 
 
-def _run_uvicorn(settings: Settings, database_url: str, fd: int | None, serve_before_ready: bool) -> None:
+def _run_uvicorn(settings: Settings, database_url: str, fd: int | None, serve_before_ready: bool,
+                 ready_fd: int | None) -> None:
     import uvicorn
 
     from app.server import create_app
+    from app.worker_processes import readiness_signal
 
-    uvicorn.run(create_app(settings, database_url, serve_before_ready), host=settings.host, port=settings.port,
+    app = create_app(settings, database_url, serve_before_ready, readiness_signal(ready_fd))
+    uvicorn.run(app, host=settings.host, port=settings.port,
                 fd=fd, loop="uvloop", http="httptools", log_level=settings.log_level.lower(),
                 access_log=False, timeout_graceful_shutdown=10,
                 ssl_certfile=settings.ssl_certfile, ssl_keyfile=settings.ssl_keyfile)
 
 
 def _supervise(settings: Settings, database_url: str, fd: int | None, workers: int) -> int:
-    """N worker processes on one socket (app/worker_processes.py); the migrations run here, once,
-    rather than in N workers at once."""
-    from app.storage.migrations import upgrade_to_head
+    """N worker processes on one socket (app/worker_processes.py)."""
     from app.worker_processes import bind_listening_socket, supervise
 
-    upgrade_to_head(database_url)
     if fd is not None:
         return supervise(settings, database_url, fd, workers)
     with bind_listening_socket(settings.host, settings.port) as sock:
@@ -176,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Internal: how the supervisor of --workers N starts each worker (app/worker_processes.py).
     serve_parser.add_argument("--worker-of", type=int, dest="worker_of", default=None, help=argparse.SUPPRESS)
     serve_parser.add_argument("--worker-index", type=int, dest="worker_index", default=None, help=argparse.SUPPRESS)
+    serve_parser.add_argument("--ready-fd", type=int, dest="ready_fd", default=None, help=argparse.SUPPRESS)
     serve_parser.add_argument("--log-level", dest="log_level", help="debug, info, warning, error")
     serve_parser.add_argument("--auth", choices=["off", "required"],
                               help="required: every request needs a bearer token (needed beyond loopback)")

@@ -2,9 +2,9 @@
 
 One Python process serves on one core; N processes on one port use N. The supervisor (the process
 the user started) owns what must exist once per node: the embedded PostgreSQL (its flock and
-pdeathsig tie it to this process), the schema migrations, and the listening socket, which it binds
-(or is given with --fd) and hands to each worker, a `txbroker serve --fd K --workers 1` child. The
-kernel spreads the accepted connections over the workers.
+pdeathsig tie it to this process) and the listening socket, which it binds (or is given with --fd)
+and hands to each worker, a `txbroker serve --fd K --workers 1` child. The kernel spreads the
+accepted connections over the workers.
 
 Invariants:
 - Workers share nothing but PostgreSQL, as separate `txbroker serve` processes on one database
@@ -15,9 +15,12 @@ Invariants:
   (PR_SET_PDEATHSIG), then checks that its parent is still the supervisor (it may have died before
   the request took effect). So a SIGKILL of the supervisor takes down the workers and, through its
   own pdeathsig, the embedded PostgreSQL: no orphan keeps serving or holding the data dir.
-- Worker 0 accepts as soon as it starts and answers 503 until it is ready, as a single process
-  does; the others accept only once ready, so a client that has seen /v1/health answer 200 never
-  meets a worker still recovering.
+- Worker 0 starts alone and does, as a single server would, what must happen once per node before
+  serving: the migrations and the recovery of transactions left PrepareCommit/PrepareAbort,
+  answering 503 meanwhile. Only once it is ready (it writes to a pipe) do the others start, and
+  they accept only once ready themselves. Recovery claims transactions with SKIP LOCKED, so workers
+  recovering at once could each skip what another is finishing and declare themselves ready too
+  early: a client that has seen /v1/health answer 200 must find every decided transaction done.
 - Workers run in their own process group, so a Ctrl-C in the terminal reaches the supervisor
   alone, which then stops them (SIGTERM: graceful) before it stops PostgreSQL.
 - A worker that exits on its own stops the node: the supervisor stops the others and exits 1, and
@@ -29,11 +32,13 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from app.settings import Settings
 
@@ -87,11 +92,34 @@ def _worker_environment(settings: Settings, database_url: str) -> dict[str, str]
     return environment
 
 
-def _start_worker(index: int, fd: int, environment: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", "--fd", str(fd), "--workers", "1",
-         "--worker-of", str(os.getpid()), "--worker-index", str(index)],
-        pass_fds=[fd], env=environment, stdin=subprocess.DEVNULL, process_group=0)
+def readiness_signal(ready_fd: int | None) -> Callable[[], None] | None:
+    """In worker 0: what tells the supervisor that this worker is ready (one byte on a pipe)."""
+    if ready_fd is None:
+        return None
+
+    def signal_ready() -> None:
+        os.write(ready_fd, b"r")
+        os.close(ready_fd)
+
+    return signal_ready
+
+
+def _start_worker(index: int, fd: int, environment: dict[str, str], ready_fd: int | None = None) -> subprocess.Popen:
+    command = [sys.executable, "-m", "app.cli", "serve", "--fd", str(fd), "--workers", "1",
+               "--worker-of", str(os.getpid()), "--worker-index", str(index)]
+    if ready_fd is not None:
+        command += ["--ready-fd", str(ready_fd)]
+    return subprocess.Popen(command, pass_fds=[fd] if ready_fd is None else [fd, ready_fd], env=environment,
+                            stdin=subprocess.DEVNULL, process_group=0)
+
+
+def _wait_until_ready(first: subprocess.Popen, ready_read_fd: int) -> bool:
+    """Until worker 0 signals ready (True) or exits (False). SIGTERM/SIGINT interrupt it."""
+    while first.poll() is None:
+        readable, _, _ = select.select([ready_read_fd], [], [], WORKER_POLL_INTERVAL_S)
+        if readable:
+            return os.read(ready_read_fd, 1) == b"r"
+    return False
 
 
 def _stop(workers: list[subprocess.Popen]) -> None:
@@ -114,8 +142,15 @@ def supervise(settings: Settings, database_url: str, fd: int, count: int) -> int
     The caller has installed signal handlers that raise ShutdownRequested."""
     environment = _worker_environment(settings, database_url)
     workers: list[subprocess.Popen] = []
+    ready_read_fd, ready_write_fd = os.pipe()
     try:
-        for index in range(count):
+        workers.append(_start_worker(0, fd, environment, ready_write_fd))
+        os.close(ready_write_fd)  # worker 0 holds the only write end: its death ends the wait too
+        if not _wait_until_ready(workers[0], ready_read_fd):
+            log.error("worker pid %d exited before it was ready (exit code %s): restart txbroker (its log "
+                      "above says why)", workers[0].pid, workers[0].poll())
+            return 1
+        for index in range(1, count):
             workers.append(_start_worker(index, fd, environment))
         log.info("txbroker serves with %d worker processes (pids %s) on %s", count,
                  ", ".join(str(worker.pid) for worker in workers), settings.public_url())
@@ -128,4 +163,5 @@ def supervise(settings: Settings, database_url: str, fd: int, count: int) -> int
     except ShutdownRequested:
         return 0
     finally:
+        os.close(ready_read_fd)
         _stop(workers)
