@@ -16,6 +16,15 @@ from tests.conftest import process_alive
 WORKERS = 3
 
 
+def all_workers(supervisor_pid: int, timeout_s: float = 60) -> list[int]:
+    """The workers, once all have started: /v1/health answers 200 as soon as worker 0 is ready, and
+    the supervisor starts the others only then."""
+    deadline = time.monotonic() + timeout_s
+    while len(pids := worker_pids(supervisor_pid)) < WORKERS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pids
+
+
 def worker_pids(supervisor_pid: int) -> list[int]:
     """The supervisor's children that are workers (the embedded PostgreSQL is a child too)."""
     pids = []
@@ -48,7 +57,7 @@ def test_workers_share_the_port_and_appends_stay_dense_and_exactly_once(server_p
     """Idempotent producers on connections of their own (spread over the workers by the kernel) write
     one partition at once; every retry of a batch is recognised, whichever worker gets it."""
     server = server_process("--data-dir", str(data_dir), "--workers", str(WORKERS))
-    assert len(worker_pids(server.pid)) == WORKERS
+    assert len(all_workers(server.pid)) == WORKERS
     httpx.post(f"{server.url}/v1/topics", json={"name": "shared", "partitions": 1}).raise_for_status()
     errors: list[str] = []
     producers, batches = 6, 15
@@ -83,7 +92,7 @@ def test_workers_share_the_port_and_appends_stay_dense_and_exactly_once(server_p
 
 def test_sigkill_of_the_supervisor_leaves_no_worker_and_no_postgres(server_process, data_dir):
     server = server_process("--data-dir", str(data_dir), "--workers", str(WORKERS))
-    workers = worker_pids(server.pid)
+    workers = all_workers(server.pid)
     postgres = postmaster_pid(data_dir)
     assert len(workers) == WORKERS and process_alive(postgres)
     server.kill()
@@ -94,7 +103,7 @@ def test_sigkill_of_the_supervisor_leaves_no_worker_and_no_postgres(server_proce
 
 def test_sigterm_stops_the_workers_then_postgres_and_exits_0(server_process, data_dir):
     server = server_process("--data-dir", str(data_dir), "--workers", str(WORKERS))
-    workers = worker_pids(server.pid)
+    workers = all_workers(server.pid)
     postgres = postmaster_pid(data_dir)
     assert server.terminate() == 0
     assert wait_until_gone([*workers, postgres]) == []
@@ -104,7 +113,7 @@ def test_a_worker_that_dies_stops_the_node(server_process, data_dir):
     """No half-sized node serving silently: the supervisor stops the others and exits 1, for the
     service manager to restart the node."""
     server = server_process("--data-dir", str(data_dir), "--workers", str(WORKERS))
-    workers = worker_pids(server.pid)
+    workers = all_workers(server.pid)
     postgres = postmaster_pid(data_dir)
     os.kill(workers[0], signal.SIGKILL)
     assert server.process.wait(timeout=60) == 1
