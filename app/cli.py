@@ -43,27 +43,27 @@ def _start_embedded_postgres(settings: Settings):
     return postgres
 
 
-class _ShutdownRequested(Exception):
-    pass
-
-
 def _raise_shutdown(signum, _frame) -> None:
-    raise _ShutdownRequested(signum)
+    from app.worker_processes import ShutdownRequested
+
+    raise ShutdownRequested(signum)
 
 
 def serve(args: argparse.Namespace) -> int:
     import signal
 
-    import uvicorn
+    from app.worker_processes import ShutdownRequested, die_with_supervisor
 
-    from app.server import create_app
-
+    if args.worker_of is not None:  # first: a worker must never outlive its supervisor
+        die_with_supervisor(args.worker_of)
     settings = _settings_from(args)
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     refusal = listening_refusal(settings, args.fd)
     if refusal:
         print(f"txbroker: {refusal}", file=sys.stderr)
         return 2
+    # The cores this process may run on (a cpuset or taskset limits them), not all of the machine's.
+    workers = settings.workers or len(os.sched_getaffinity(0))
     if args.fd is not None:
         _disable_nagle(args.fd)
     postgres = None
@@ -75,19 +75,45 @@ def serve(args: argparse.Namespace) -> int:
         database_url = postgres.database_url
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the handler it
     # found: make that handler end `serve` normally, so the embedded PostgreSQL is stopped cleanly.
+    # The supervisor of several workers gets them the same way, and stops its workers first.
     signal.signal(signal.SIGTERM, _raise_shutdown)
     signal.signal(signal.SIGINT, _raise_shutdown)
     try:
-        uvicorn.run(create_app(settings, database_url), host=settings.host, port=settings.port, fd=args.fd,
-                    loop="uvloop", http="httptools", log_level=settings.log_level.lower(),
-                    access_log=False, timeout_graceful_shutdown=10,
-                    ssl_certfile=settings.ssl_certfile, ssl_keyfile=settings.ssl_keyfile)
-    except _ShutdownRequested:
-        pass
+        if workers == 1:
+            _run_uvicorn(settings, database_url, args.fd, serve_before_ready=args.worker_index in (None, 0),
+                         ready_fd=args.ready_fd)
+            return 0
+        return _supervise(settings, database_url, args.fd, workers)
+    except ShutdownRequested:
+        return 0
     finally:
         if postgres is not None:
             postgres.stop()
-    return 0
+
+
+def _run_uvicorn(settings: Settings, database_url: str, fd: int | None, serve_before_ready: bool,
+                 ready_fd: int | None) -> None:
+    import uvicorn
+
+    from app.server import create_app
+    from app.worker_processes import readiness_signal
+
+    app = create_app(settings, database_url, serve_before_ready, readiness_signal(ready_fd))
+    uvicorn.run(app, host=settings.host, port=settings.port,
+                fd=fd, loop="uvloop", http="httptools", log_level=settings.log_level.lower(),
+                access_log=False, timeout_graceful_shutdown=10,
+                ssl_certfile=settings.ssl_certfile, ssl_keyfile=settings.ssl_keyfile)
+
+
+def _supervise(settings: Settings, database_url: str, fd: int | None, workers: int) -> int:
+    """N worker processes on one socket (app/worker_processes.py)."""
+    from app.worker_processes import bind_listening_socket, supervise
+
+    if fd is not None:
+        return supervise(settings, database_url, fd, workers)
+    with bind_listening_socket(settings.host, settings.port) as sock:
+        return supervise(settings.model_copy(update={"port": sock.getsockname()[1]}), database_url,
+                         sock.fileno(), workers)
 
 
 def _disable_nagle(fd: int) -> None:
@@ -148,6 +174,12 @@ def add_serve_command(commands) -> None:
     serve_parser.add_argument("--port", type=int, help="port (default 8080)")
     serve_parser.add_argument("--fd", type=int, default=None,
                               help="serve on this already-bound socket file descriptor (socket activation)")
+    serve_parser.add_argument("--workers", type=int, dest="workers",
+                              help="server processes accepting on the port (default: the number of cores)")
+    # Internal: how the supervisor of --workers N starts each worker (app/worker_processes.py).
+    serve_parser.add_argument("--worker-of", type=int, dest="worker_of", default=None, help=argparse.SUPPRESS)
+    serve_parser.add_argument("--worker-index", type=int, dest="worker_index", default=None, help=argparse.SUPPRESS)
+    serve_parser.add_argument("--ready-fd", type=int, dest="ready_fd", default=None, help=argparse.SUPPRESS)
     serve_parser.add_argument("--log-level", dest="log_level", help="debug, info, warning, error")
     serve_parser.add_argument("--auth", choices=["off", "required"],
                               help="required: every request needs a bearer token (needed beyond loopback)")

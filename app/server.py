@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -49,13 +50,20 @@ async def _become_ready(app: FastAPI, settings: Settings) -> None:
             app.state.workers.start()
             app.state.ready = True
             log.info("txbroker is ready on %s", settings.public_url())
+            if app.state.on_ready is not None:
+                app.state.on_ready()
             return
         except Exception as error:
             log.warning("not ready yet (%s); retrying", error)
             await asyncio.sleep(1)
 
 
-def create_app(settings: Settings, database_url: str) -> FastAPI:
+def create_app(settings: Settings, database_url: str, serve_before_ready: bool = True,
+               on_ready: Callable[[], None] | None = None) -> FastAPI:
+    """`serve_before_ready`: accept requests while starting, answering 503 until ready (a single
+    server, or the first of several workers); False: start accepting only once ready (the other
+    workers of `serve --workers N`, see app/worker_processes.py). `on_ready` is called once ready."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.ready = False
@@ -68,6 +76,8 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
         await app.state.notifier.start()
         readiness = asyncio.create_task(_become_ready(app, settings), name="become-ready")
         try:
+            if not serve_before_ready:
+                await readiness
             yield
         finally:
             readiness.cancel()
@@ -86,6 +96,7 @@ def create_app(settings: Settings, database_url: str) -> FastAPI:
     )
     app.state.settings = settings
     app.state.ready = False
+    app.state.on_ready = on_ready
     app.state.metrics = Metrics()
     app.state.long_poll_slots = LongPollSlots(settings)
     install_error_handlers(app)

@@ -23,6 +23,8 @@ class Settings(BaseSettings):
     ssl_certfile: Path | None = Field(None, description="serve HTTPS with this certificate (PEM)")
     ssl_keyfile: Path | None = Field(None, description="the certificate's private key (PEM)")
     node_id: int = Field(0, description="this server's node id in /v1/cluster")
+    workers: int | None = Field(None, ge=1, le=1024, description=(
+        "server processes accepting on the port (app/worker_processes.py); default: the cores this process may use"))
     advertised_url: str | None = Field(None, description="the URL clients reach this node at (default: from host/port)")
 
     transaction_max_timeout_ms: int = Field(900_000, ge=1)

@@ -87,6 +87,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="records per COPY statement of the raw baseline (default 1000)")
     parser.add_argument("--row-batch-records", type=int, default=100,
                         help="records per row of the row-per-batch baseline (default 100)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="worker processes of txbroker (`serve --workers N`, default 1; profiling needs 1)")
     parser.add_argument("--profile-server", metavar="FILE", type=Path,
                         help="run txbroker under cProfile (about 2x slower), save the stats to FILE and "
                              "print where its CPU went")
@@ -233,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         postgres.create_database(TXBROKER_DATABASE)
         raw_url = database_url_for(postgres.database_url, RAW_DATABASE)
         txbroker = start_txbroker(database_url_for(postgres.database_url, TXBROKER_DATABASE),
-                                  args.profile_server)
+                                  args.profile_server, args.workers)
         servers.append(txbroker)
         empty_post = start_empty_post_server()
         servers.append(empty_post)

@@ -46,14 +46,15 @@ class ServerSubprocess:
     """An HTTP server subprocess serving on a socket we bound, so its port is known before it starts
     and no other process can take it. `command` gets the socket's fd number appended."""
 
-    def __init__(self, name: str, command: list[str]) -> None:
+    def __init__(self, name: str, command: list[str], cwd: Path = REPO_ROOT, env: dict | None = None) -> None:
         self.name = name
         self.sock = loopback_socket()
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.log_path = Path(tempfile.mkstemp(prefix=f"txb-bench-{name}-", suffix=".log")[1])
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [*command, str(self.sock.fileno())], pass_fds=[self.sock.fileno()], cwd=REPO_ROOT,
+                [*command, str(self.sock.fileno())], pass_fds=[self.sock.fileno()], cwd=cwd,
+                env=None if env is None else {**os.environ, **env},
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
 
     @property
@@ -93,13 +94,26 @@ class ServerSubprocess:
         self.log_path.unlink(missing_ok=True)
 
 
-def start_txbroker(database_url: str, profile_to: Path | None = None) -> ServerSubprocess:
-    """`txbroker serve`, under cProfile when `profile_to` is given (the stats are written there when
-    it exits, on stop())."""
+def start_txbroker(database_url: str, profile_to: Path | None = None, workers: int = 1,
+                   checkout: Path | None = None) -> ServerSubprocess:
+    """`txbroker serve` with `workers` worker processes, under cProfile when `profile_to` is given (the
+    stats are written there when it exits, on stop(); profiling needs one worker, so that the profiled
+    process serves). `checkout`: serve the code of another checkout (e.g. an older commit, extracted
+    with `git archive`) with this environment, to compare versions in one run; the worker count goes
+    by TXBROKER_WORKERS, which versions without workers ignore."""
+    if profile_to is not None and workers != 1:
+        raise ValueError(f"--profile-server profiles one process: expected 1 worker, received {workers}")
     profiler = [] if profile_to is None else ["-m", "cProfile", "-o", str(profile_to)]
     server = ServerSubprocess("txbroker", [
         sys.executable, *profiler, "-m", "app.cli", "serve", "--database-url", database_url,
-        "--log-level", "warning", "--fd"])
+        "--log-level", "warning", "--fd"], cwd=checkout or REPO_ROOT, env={"TXBROKER_WORKERS": str(workers)})
+    server.wait_until_answering("/v1/health")
+    return server
+
+
+def start_naive_app(database_url: str, workers: int = 1) -> ServerSubprocess:
+    """The naive FastAPI + asyncpg produce app (bench/naive_app.py), the produce ceiling."""
+    server = ServerSubprocess("naive", [sys.executable, "-m", "bench.naive_app", database_url, str(workers)])
     server.wait_until_answering("/v1/health")
     return server
 
@@ -165,13 +179,14 @@ class CpuSnapshot:
 
 
 class CpuMeter:
-    """Snapshots the CPU time of one server process (or none) and of the postmaster's tree."""
+    """Snapshots the CPU time of one server (or none) and of the postmaster's tree. A server is its
+    process and its direct children: the worker processes of `serve --workers N`."""
 
     def __init__(self, postmaster_pid: int, server_pid: int | None) -> None:
         self.postmaster_pid = postmaster_pid
         self.server_pid = server_pid
 
     def snapshot(self) -> CpuSnapshot:
-        return CpuSnapshot(server_s=process_cpu_s(self.server_pid) if self.server_pid else 0.0,
+        return CpuSnapshot(server_s=process_tree_cpu_s(self.server_pid) if self.server_pid else 0.0,
                            postgres_s=process_tree_cpu_s(self.postmaster_pid), machine_s=machine_busy_cpu_s(),
                            at=time.monotonic())

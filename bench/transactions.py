@@ -37,12 +37,15 @@ import orjson
 from app.storage import record_codec
 from app.storage.embedded_postgres import EmbeddedPostgres
 from app.storage.partition_log import CONTROL_ABORT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
-from bench.processes import CpuMeter, ServerSubprocess, start_txbroker
+from bench.naive_app import APPEND_SQL as NAIVE_APPEND_SQL
+from bench.naive_app import TABLES_SQL as NAIVE_TABLES_SQL
+from bench.processes import CpuMeter, ServerSubprocess, database_url_for, start_txbroker
 from bench.timed_run import Measurement, WorkloadFactory, measure
 from bench.workloads import record_value
 
 JSON_HEADERS = {"content-type": "application/json"}
 SMALL_TXN_RECORDS = (2, 1)  # records per partition of one small transaction: 3 over 2 partitions
+RAW_DATABASE = "bench_raw_txn"  # the raw PostgreSQL baseline of section 1, beside txbroker's database
 LARGE_TXN_RECORDS = 1000
 LARGE_VALUE_BYTES = 100
 BATCH_RECORDS = 100  # records per batch of the directly built partitions
@@ -140,6 +143,50 @@ class ProducerWorkload:
         return sum(self.records_per_partition)
 
 
+class RawSmallTransaction:
+    """The raw PostgreSQL equivalent of a small transaction, on the naive produce app's tables
+    (bench/naive_app.py): in one PostgreSQL transaction, a batch appended to each of the client's
+    two partitions (the watermark bumped and the batch row inserted, one CTE each) and the
+    transaction's state row upserted, then COMMIT (an fsync): the 3 statements a broker without
+    HTTP, Python and KIP-98's bookkeeping (sequences, markers, the transaction log) would run.
+    One asyncpg connection per client; client c writes partitions 2c and 2c + 1, as above."""
+
+    STATE_SQL = ("INSERT INTO raw_txn_state (transactional_id, state, updated_ms) VALUES ($1, 'CompleteCommit', $2) "
+                 "ON CONFLICT (transactional_id) DO UPDATE SET state = EXCLUDED.state, "
+                 "updated_ms = EXCLUDED.updated_ms")
+
+    def __init__(self, database_url: str, topic: str, value: str) -> None:
+        self.database_url = database_url
+        self.topic = topic
+        self.payloads = [orjson.dumps([[0, None, value, [], 0]] * count) for count in SMALL_TXN_RECORDS]
+        self.connections: dict[int, asyncpg.Connection] = {}
+
+    async def open(self, clients: list[int]) -> None:
+        for client in clients:
+            conn = self.connections[client] = await asyncpg.connect(self.database_url)
+            await conn.executemany("INSERT INTO naive_partitions (topic, partition) VALUES ($1, $2) "
+                                   "ON CONFLICT DO NOTHING", [(self.topic, client * len(SMALL_TXN_RECORDS) + i)
+                                    for i in range(len(SMALL_TXN_RECORDS))])
+
+    async def close(self) -> None:
+        for conn in self.connections.values():
+            await conn.close()
+
+    async def run_once(self, client: int) -> int:
+        conn = self.connections[client]
+        async with conn.transaction():
+            for i, (count, payload) in enumerate(zip(SMALL_TXN_RECORDS, self.payloads)):
+                await conn.fetchrow(NAIVE_APPEND_SQL, self.topic, client * len(SMALL_TXN_RECORDS) + i, count, payload)
+            await conn.execute(self.STATE_SQL, f"{self.topic}-{client}", int(time.time() * 1000))
+        return sum(SMALL_TXN_RECORDS)
+
+
+RAW_TXN_TABLES_SQL = NAIVE_TABLES_SQL + """
+CREATE TABLE IF NOT EXISTS raw_txn_state (transactional_id text PRIMARY KEY, state text NOT NULL,
+                                          updated_ms bigint NOT NULL);
+"""
+
+
 # ---- the table
 
 @dataclass(frozen=True)
@@ -228,30 +275,43 @@ async def measure_alternating(baseline: WorkloadFactory, contender: WorkloadFact
 
 # ---- 1. small transactions/s
 
-async def measure_small_transactions(base_url: str, meter: CpuMeter, producer_counts: list[int], rounds: int,
-                                     warmup_s: float, seconds: float) -> list[Row]:
+async def measure_small_transactions(base_url: str, raw_url: str, meter: CpuMeter, producer_counts: list[int],
+                                     rounds: int, warmup_s: float, seconds: float) -> list[Row]:
     rows = []
     value = record_value(100)
+    conn = await asyncpg.connect(raw_url)
+    try:
+        await conn.execute(RAW_TXN_TABLES_SQL)
+    finally:
+        await conn.close()
     async with http_client(base_url, 1) as http:
         for producers in producer_counts:
             partitions = producers * len(SMALL_TXN_RECORDS)
             idempotent_topic, txn_topic = f"small-idem-p{producers}", f"small-txn-p{producers}"
             await create_topic(http, idempotent_topic, partitions)
             await create_topic(http, txn_topic, partitions)
+            raw = Tally()
+            for _ in range(rounds):
+                raw.add(await measure(partial(RawSmallTransaction, raw_url, f"raw-p{producers}", value), producers,
+                                      warmup_s, seconds, meter))
             idempotent, txns = await measure_alternating(
                 partial(ProducerWorkload, base_url, idempotent_topic, SMALL_TXN_RECORDS, value, False),
                 partial(ProducerWorkload, base_url, txn_topic, SMALL_TXN_RECORDS, value, True),
                 producers, rounds, warmup_s, seconds, meter)
             print(f"  small transactions, {producers} producers: {txns.requests_per_s:,.0f} txn/s; "
-                  f"idempotent produce {idempotent.requests_per_s:,.0f} req/s", flush=True)
+                  f"idempotent produce {idempotent.requests_per_s:,.0f} req/s; raw PostgreSQL "
+                  f"{raw.requests_per_s:,.0f} txn/s", flush=True)
             percent, per_op = txns.cpu_cells()
+            cpu_factor = (txns.server_and_postgres_cpu_s_per_request
+                          / idempotent.server_and_postgres_cpu_s_per_request)
             rows.append(Row(
                 "1", f"txn (produce 3 rec/2 parts + commit), {producers} producers",
                 f"{txns.requests_per_s:,.0f} txn/s, p50 {txns.latency_ms:.1f} ms",
                 f"idempotent produce of the same: {idempotent.requests_per_s:,.0f}/s, p50 "
-                f"{idempotent.latency_ms:.1f} ms (ms/req {idempotent.cpu_cells()[1]})",
-                f"{txns.requests_per_s / idempotent.requests_per_s:.2f} (CPU/op x"
-                f"{txns.server_and_postgres_cpu_s_per_request / idempotent.server_and_postgres_cpu_s_per_request:.1f})",
+                f"{idempotent.latency_ms:.1f} ms (ms/req {idempotent.cpu_cells()[1]}); raw PostgreSQL 3-statement "
+                f"txn: {raw.requests_per_s:,.0f}/s",
+                f"{txns.requests_per_s / idempotent.requests_per_s:.2f} of idempotent (CPU/op x{cpu_factor:.1f}); "
+                f"{txns.requests_per_s / raw.requests_per_s:.2f} of raw PG",
                 percent, per_op))
     return rows
 
@@ -660,6 +720,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="records of the partitions of section 4, smallest first (default 10000,1000000,10000000)")
     parser.add_argument("--fetch-samples", type=int, default=20, help="fetches timed per position (default 20)")
     parser.add_argument("--sections", type=int_list, default=[1, 2, 3, 4], help="which sections to run")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="worker processes of txbroker (`serve --workers N`, default 1)")
     return parser.parse_args(argv)
 
 
@@ -667,8 +729,8 @@ async def run_sections(args: argparse.Namespace, server: ServerSubprocess, postg
     meter = CpuMeter(postgres.pid, server.pid)
     rows: list[Row] = []
     if 1 in args.sections:
-        rows += await measure_small_transactions(server.url, meter, args.producers, args.rounds, args.warmup,
-                                                 args.seconds)
+        rows += await measure_small_transactions(server.url, database_url_for(postgres.database_url, RAW_DATABASE),
+                                                 meter, args.producers, args.rounds, args.warmup, args.seconds)
     if 2 in args.sections:
         rows += await measure_commit_to_visible(server.url, args.visible_writes)
     if 3 in args.sections:
@@ -689,8 +751,10 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     try:
         postgres.start()
-        server = start_txbroker(postgres.database_url)
-        print(f"PostgreSQL pid {postgres.pid} in {work_dir}; txbroker pid {server.pid}; {os.cpu_count()} CPUs; "
+        postgres.create_database(RAW_DATABASE)
+        server = start_txbroker(postgres.database_url, workers=args.workers)
+        print(f"PostgreSQL pid {postgres.pid} in {work_dir}; txbroker pid {server.pid} ({args.workers} worker(s)); "
+              f"{os.cpu_count()} CPUs; "
               f"Python {platform.python_version()}", flush=True)
         rows = asyncio.run(run_sections(args, server, postgres))
     finally:
@@ -701,7 +765,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"""
 {args.seconds:g} s measured per timed run after {args.warmup:g} s of warm-up; clients are asyncio tasks of
 this process (httpx, one keep-alive connection each). CPU% = % of one core in the measured window
-(server = the txbroker process, pg = postmaster and backends, cli = this process); CPU ms/op = CPU
+(server = the txbroker process(es), pg = postmaster and backends, cli = this process); CPU ms/op = CPU
 per transaction, request or fetch. Sections 1 and 3: baseline and transactions alternate, {args.rounds}
 runs each, added up; producer i writes its own partitions. Section 4: ratio = median / the smallest
 partition's median at the same position (and / the previous size's).

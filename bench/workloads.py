@@ -227,3 +227,38 @@ class Fetch(_HttpClients):
         next_offset = entry["next_offset"]
         self.positions[client] = 0 if next_offset >= entry["high_watermark"] else next_offset
         return len(entry["records"])
+
+
+class ProduceAcrossPartitions(_HttpClients):
+    """POST /v1/produce of `records_per_batch` records, producer_id -1, one partition per request;
+    client i of C writes partitions i, i + C, i + 2C, ... of `partitions` in turn, so every partition
+    is written and no two clients share one (as Kafka producers spread over a topic)."""
+
+    def __init__(self, base_url: str, topic: str, value: str, records_per_batch: int, partitions: int,
+                 total_clients: int) -> None:
+        super().__init__(base_url)
+        self.topic = topic
+        self.value = value
+        self.records_per_batch = records_per_batch
+        self.partitions = partitions
+        self.total_clients = total_clients
+        self.bodies: dict[int, list[bytes]] = {}
+        self.turns: dict[int, int] = {}
+
+    async def open(self, clients: list[int]) -> None:
+        await super().open(clients)
+        records = [{"key": None, "value": self.value}] * self.records_per_batch
+        self.bodies = {client: [orjson.dumps({
+            "producer_id": PLAIN_WRITE, "producer_epoch": PLAIN_WRITE,
+            "partitions": [{"topic": self.topic, "partition": partition, "records": records}]})
+            for partition in range(client % self.partitions, self.partitions, self.total_clients)]
+            for client in clients}
+        self.turns = dict.fromkeys(clients, 0)
+
+    async def run_once(self, client: int) -> int:
+        bodies = self.bodies[client]
+        body = bodies[self.turns[client] % len(bodies)]
+        self.turns[client] += 1
+        [entry] = orjson.loads(await self.post("/v1/produce", body))["partitions"]
+        _check_partition_entry(entry, "produce")
+        return self.records_per_batch

@@ -5,10 +5,12 @@ from __future__ import annotations
 import itertools
 
 from fastapi import APIRouter, Request
+from fastapi.routing import APIRoute
 
 from app.api import schemas
-from app.api.auth import PrincipalDep
-from app.api.deps import READY, CoordinatorDep, PoolDep, SettingsDep
+from app.api.auth import PrincipalDep, current_principal
+from app.api.deps import READY, CoordinatorDep, PoolDep, SettingsDep, require_ready
+from app.api.produce_fast_path import ParsedProduce, parse_produce_body
 from app.coordinator.authorizer import Operation, ResourceType, authorize
 from app.api.request_limits import check_partition_count
 from app.api.responses import error_response, json_response
@@ -38,23 +40,54 @@ def _count_produced(request: Request, body_partitions, results) -> None:
         len(p.records) for p, result in zip(body_partitions, results) if not isinstance(result, BrokerError)))
 
 
-@router.post("/produce", response_model=schemas.ProduceResponse, responses=ERRORS)
+async def _produce(request: Request, coordinator, settings, principal, parsed: ParsedProduce):
+    check_partition_count(settings, len(parsed.partitions))
+    for topic in {p.topic for p in parsed.partitions}:
+        authorize(principal, Operation.WRITE, ResourceType.TOPIC, topic)
+    if parsed.transactional_id is not None:
+        authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, parsed.transactional_id)
+    command = ProduceCommand(parsed.transactional_id, parsed.producer_id, parsed.producer_epoch, parsed.encoding,
+                             parsed.partitions)
+    results = await produce(coordinator, command, settings.max_records_per_request)
+    _count_produced(request, parsed.partitions, results)
+    return json_response({"partitions": [_entry(p.topic, p.partition, result)
+                                         for p, result in zip(parsed.partitions, results)]})
+
+
+class _ProduceRoute(APIRoute):
+    """POST /v1/produce takes the fast path (produce_fast_path.py) when the body is plainly valid,
+    calling the route's dependencies itself; every other body goes to the handler FastAPI built from
+    the schema, which validates it and names what is wrong."""
+
+    def get_route_handler(self):
+        general = super().get_route_handler()
+
+        async def handler(request: Request):
+            state = request.app.state
+            parsed = parse_produce_body(await request.body(), state.settings.max_partitions_per_request)
+            if parsed is None:
+                return await general(request)  # the body is cached: read once
+            await require_ready(request)
+            return await _produce(request, state.coordinator, state.settings, await current_principal(request), parsed)
+
+        return handler
+
+
+_produce_router = APIRouter(route_class=_ProduceRoute)
+
+
+@_produce_router.post("/produce", response_model=schemas.ProduceResponse, responses=ERRORS)
 async def produce_records(body: schemas.ProduceRequest, coordinator: CoordinatorDep, settings: SettingsDep,
                           request: Request, principal: PrincipalDep):
     """[Produce] Appends each partition's records; one result per request partition, same order.
     Needs Write on every topic, and on the TransactionalId for a transactional write."""
-    check_partition_count(settings, len(body.partitions))
-    for topic in {p.topic for p in body.partitions}:
-        authorize(principal, Operation.WRITE, ResourceType.TOPIC, topic)
-    if body.transactional_id is not None:
-        authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
-    command = ProduceCommand(
+    parsed = ParsedProduce(
         body.transactional_id, body.producer_id, body.producer_epoch, body.encoding,
         [PartitionRecords(p.topic, p.partition, p.base_sequence, p.records) for p in body.partitions])
-    results = await produce(coordinator, command, settings.max_records_per_request)
-    _count_produced(request, body.partitions, results)
-    return json_response({"partitions": [_entry(p.topic, p.partition, result)
-                                         for p, result in zip(body.partitions, results)]})
+    return await _produce(request, coordinator, settings, principal, parsed)
+
+
+router.include_router(_produce_router)
 
 
 def _key_bytes(key: str, encoding: str) -> bytes:

@@ -7,6 +7,7 @@ errors fail only their partition.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,16 +18,19 @@ from app.coordinator.transaction_coordinator import TransactionCoordinator, unkn
 from app.errors import BrokerError, ErrorCode, invalid_request
 from app.storage import partition_log, producer_ids, record_codec
 from app.storage.partition_log import NO_PRODUCER_ID, NO_SEQUENCE, AppendResult, BatchAppend
-from app.storage.record_codec import WireRecord
+from app.storage.record_codec import EncodedBatch, WireRecord
 from app.storage.topics import INTERNAL_PREFIX, find_topics, unknown_topic
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionRecords:
+    """One partition's records; `encoded` when the caller has already validated and encoded them
+    (the API's fast path), else they are encoded here."""
     topic: str
     partition: int
     base_sequence: int
     records: Sequence[WireRecord]
+    encoded: EncodedBatch | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,14 +90,27 @@ async def _check_idempotent_producer(conn: asyncpg.Connection, command: ProduceC
     return None
 
 
+def _transaction_if_needed(conn: asyncpg.Connection, command: ProduceCommand):
+    """A plain write to one partition is one statement after a read (the topic lookup): PostgreSQL
+    runs that statement as a transaction of its own, so BEGIN and COMMIT would be two round trips
+    for nothing. It is safe because the statement itself re-checks what the read found (it bumps
+    the partition's row, which a deleted topic no longer has) and NOTIFY is still sent at its commit.
+    Producers' writes (sequence state, the coordinator's row) and writes to several partitions
+    (all visible at once, or none) keep their PostgreSQL transaction."""
+    if command.producer_id == NO_PRODUCER_ID and command.transactional_id is None and len(command.partitions) == 1:
+        return contextlib.nullcontext()
+    return conn.transaction()
+
+
 async def produce(coordinator: TransactionCoordinator, command: ProduceCommand,
                   max_records: int) -> list[AppendResult | BrokerError]:
     _check_request(command, max_records)
     now_ms = int(time.time() * 1000)
-    encoded = [record_codec.encode_batch(entry.records, command.encoding, now_ms, f"partitions[{index}].records")
+    encoded = [entry.encoded or record_codec.encode_batch(entry.records, command.encoding, now_ms,
+                                                          f"partitions[{index}].records")
                for index, entry in enumerate(command.partitions)]
     transactional = command.transactional_id is not None
-    async with coordinator.pool.acquire() as conn, conn.transaction():
+    async with coordinator.pool.acquire() as conn, _transaction_if_needed(conn, command):
         topics = await find_topics(conn, sorted({entry.topic for entry in command.partitions}))
         meta = None
         if transactional:

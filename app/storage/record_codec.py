@@ -203,3 +203,122 @@ def render_record(stored: list, offset: int, encoding: str) -> dict:
     if form == FORM_BASE64 and encoding == UTF8:
         record["encoding"] = BASE64
     return record
+
+
+# The bounds of schemas.RecordIn and schemas.Header (app/api), which the fast path below must not
+# loosen: a record outside them goes to the general path, whose validation names the field.
+MAX_TIMESTAMP_MS = 2**63 - 1
+MAX_HEADER_KEY_CHARS = 1_000_000
+
+
+def _fast_text_size(text) -> int:
+    """The UTF-8 size of a JSON string or null, or -1 for anything else (or text that has no UTF-8
+    encoding: a lone surrogate, which orjson never produces, checked anyway)."""
+    if text is None:
+        return 0
+    if text.__class__ is not str:
+        return -1
+    if text.isascii():
+        return len(text)
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return -1
+
+
+def _fast_base64(text) -> tuple[bytes | None, bool]:
+    """(bytes, ok) of a JSON string of standard base64, or null."""
+    if text is None:
+        return None, True
+    if text.__class__ is not str:
+        return None, False
+    try:
+        return base64.b64decode(text, validate=True), True
+    except (binascii.Error, ValueError):
+        return None, False
+
+
+def encode_json_records(records: list, encoding: str, now_ms: int) -> EncodedBatch | None:
+    """The fast path of encode_batch for records as parsed from a request's JSON (dicts of the
+    contract's record fields, not yet validated): one pass that checks and encodes. Returns None as
+    soon as anything is not plainly valid (a wrong type, a bound, bad base64); the caller then takes
+    the general path (schema validation, then encode_batch), which reports exactly what is wrong.
+    So it accepts a subset of what the general path accepts, and encodes those records identically."""
+    if encoding not in ENCODINGS or not records:
+        return None
+    text_form = encoding == UTF8
+    stored = []
+    total = 0
+    largest = 0
+    max_ts = -1
+    for record in records:
+        if record.__class__ is not dict:
+            return None
+        ts = record.get("timestamp_ms")
+        if ts is None:
+            ts = now_ms
+        elif ts.__class__ is not int or not 0 <= ts <= MAX_TIMESTAMP_MS:
+            return None
+        if ts > max_ts:
+            max_ts = ts
+        key, value, headers = record.get("key"), record.get("value"), record.get("headers")
+        if headers is None:
+            if "headers" in record:  # null is not a list: the general path says so
+                return None
+            headers = ()
+        elif headers.__class__ is not list:
+            return None
+        if text_form:
+            # The common record first, without a call: ASCII text (or null) and no headers.
+            if value.__class__ is str and value.isascii():
+                value_size = len(value)
+            else:
+                value_size = _fast_text_size(value)
+            if key is None:
+                key_size = 0
+            elif key.__class__ is str and key.isascii():
+                key_size = len(key)
+            else:
+                key_size = _fast_text_size(key)
+            if key_size < 0 or value_size < 0:
+                return None
+            size = key_size + value_size
+            stored_headers = []
+            for header in headers:
+                if header.__class__ is not dict:
+                    return None
+                header_key, header_value = header.get("key"), header.get("value")
+                key_chars = _fast_text_size(header_key)
+                value_chars = _fast_text_size(header_value)
+                if header_key is None or key_chars < 0 or value_chars < 0 \
+                        or len(header_key) > MAX_HEADER_KEY_CHARS:
+                    return None
+                size += key_chars + value_chars
+                stored_headers.append([header_key, header_value])
+            stored.append([ts, key, value, stored_headers, FORM_TEXT])
+        else:
+            (raw_key, key_ok), (raw_value, value_ok) = _fast_base64(key), _fast_base64(value)
+            if not (key_ok and value_ok):
+                return None
+            raw_headers = []
+            size = len(raw_key or b"") + len(raw_value or b"")
+            for header in headers:
+                if header.__class__ is not dict:
+                    return None
+                header_key = header.get("key")
+                key_chars = _fast_text_size(header_key)
+                raw_header_value, header_ok = _fast_base64(header.get("value"))
+                if header_key is None or key_chars < 0 or not header_ok or len(header_key) > MAX_HEADER_KEY_CHARS:
+                    return None
+                size += key_chars + len(raw_header_value or b"")
+                raw_headers.append((header_key, raw_header_value))
+            try:
+                stored.append([ts, _as_text(raw_key), _as_text(raw_value),
+                               [[k, _as_text(v)] for k, v in raw_headers], FORM_TEXT])
+            except UnicodeDecodeError:
+                stored.append([ts, _as_base64(raw_key), _as_base64(raw_value),
+                               [[k, _as_base64(v)] for k, v in raw_headers], FORM_BASE64])
+        total += size
+        if size > largest:
+            largest = size
+    return EncodedBatch(orjson.dumps(stored), len(stored), total, largest, stored[0][0], max_ts)

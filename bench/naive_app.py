@@ -1,0 +1,144 @@
+"""The produce ceiling: the naive FastAPI + asyncpg app one would write in an afternoon, on the same
+server stack as txbroker (uvicorn + uvloop + httptools, FastAPI) and the same storage layout (a row
+per batch, payload `STORAGE EXTERNAL`, dense offsets from a per-partition high watermark), doing
+one CTE statement (bump the watermark, insert the batch) per request partition, autocommitted.
+
+It accepts txbroker's `POST /v1/produce` body and answers in its format, so the same client drives
+both. What it leaves out is what txbroker's guarantees cost: no validation beyond what a KeyError
+catches, no producer ids, sequences or transactions, no notification of long polls, no auth.
+Its bodies are parsed with orjson and its payloads stored in txbroker's record format, so the
+comparison is of the work, not of the JSON library.
+
+    python -m bench.naive_app DATABASE_URL WORKERS FD     serves on the already-bound socket FD
+
+With WORKERS > 1 it forks that many processes before starting, all accepting on FD (as
+`txbroker serve --workers N` does); each dies with the parent (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+from contextlib import asynccontextmanager
+
+import asyncpg
+import orjson
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+
+POOL_SIZE = 16  # as txbroker's database_pool_size
+PR_SET_PDEATHSIG = 1
+
+TABLES_SQL = """
+CREATE TABLE IF NOT EXISTS naive_partitions (topic text, partition int, high_watermark bigint NOT NULL DEFAULT 0,
+                                             PRIMARY KEY (topic, partition));
+CREATE TABLE IF NOT EXISTS naive_batches (topic text, partition int, base_offset bigint, last_offset bigint NOT NULL,
+                                          record_count int NOT NULL, records bytea NOT NULL,
+                                          PRIMARY KEY (topic, partition, base_offset));
+ALTER TABLE naive_batches ALTER COLUMN records SET STORAGE EXTERNAL;
+"""
+
+# One statement, one transaction: the watermark's row lock orders appends to a partition.
+APPEND_SQL = """
+WITH head AS (
+    UPDATE naive_partitions SET high_watermark = high_watermark + $3 WHERE topic = $1 AND partition = $2
+    RETURNING high_watermark - $3 AS base_offset
+)
+INSERT INTO naive_batches (topic, partition, base_offset, last_offset, record_count, records)
+SELECT $1, $2, base_offset, base_offset + $3 - 1, $3, $4 FROM head
+RETURNING base_offset, last_offset
+"""
+
+
+def create_app(database_url: str) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.pool = await asyncpg.create_pool(database_url, min_size=POOL_SIZE, max_size=POOL_SIZE)
+        try:
+            yield
+        finally:
+            await app.state.pool.close()
+
+    app = FastAPI(lifespan=lifespan)
+
+    @app.post("/v1/topics", status_code=201)
+    async def create_topic(request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        async with app.state.pool.acquire() as conn:
+            await conn.executemany("INSERT INTO naive_partitions (topic, partition) VALUES ($1, $2) "
+                                   "ON CONFLICT DO NOTHING",
+                                   [(body["name"], p) for p in range(body["partitions"])])
+        return Response(b"{}", status_code=201, media_type="application/json")
+
+    @app.post("/v1/produce")
+    async def produce(request: Request) -> Response:
+        body = orjson.loads(await request.body())
+        now_ms = int(time.time() * 1000)
+        results = []
+        async with app.state.pool.acquire() as conn:
+            for entry in body["partitions"]:
+                records = entry["records"]
+                payload = orjson.dumps([
+                    [record.get("timestamp_ms") or now_ms, record.get("key"), record.get("value"),
+                     [[h["key"], h.get("value")] for h in record.get("headers", ())], 0]
+                    for record in records])
+                row = await conn.fetchrow(APPEND_SQL, entry["topic"], entry["partition"], len(records), payload)
+                results.append({"topic": entry["topic"], "partition": entry["partition"],
+                                "base_offset": row["base_offset"], "last_offset": row["last_offset"],
+                                "duplicate": False, "error": None})
+        return Response(orjson.dumps({"partitions": results}), media_type="application/json")
+
+    @app.get("/v1/health")
+    async def health() -> Response:
+        return Response(b'{"status": "ok"}', media_type="application/json")
+
+    return app
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def _create_tables(database_url: str) -> None:
+    import asyncio
+
+    async def create() -> None:
+        conn = await asyncpg.connect(database_url)
+        try:
+            await conn.execute(TABLES_SQL)
+        finally:
+            await conn.close()
+
+    asyncio.run(create())
+
+
+def main(database_url: str, workers: int, fd: int) -> None:
+    _create_tables(database_url)
+    parent = os.getpid()
+    children = []
+    for _ in range(workers - 1):
+        pid = os.fork()
+        if pid == 0:
+            _die_with_parent(parent)
+            children = []
+            break
+        children.append(pid)
+    try:
+        uvicorn.run(create_app(database_url), fd=fd, loop="uvloop", http="httptools", log_level="warning",
+                    access_log=False)
+    finally:
+        for pid in children:
+            os.kill(pid, signal.SIGTERM)
+        for pid in children:
+            os.waitpid(pid, 0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))

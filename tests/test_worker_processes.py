@@ -1,0 +1,120 @@
+"""`txbroker serve --workers N` (app/worker_processes.py): N processes on one socket, correct together,
+and none outliving the supervisor: SIGKILL of the supervisor leaves no worker and no PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import process_alive
+
+WORKERS = 3
+
+
+def all_workers(supervisor_pid: int, timeout_s: float = 60) -> list[int]:
+    """The workers, once all have started: /v1/health answers 200 as soon as worker 0 is ready, and
+    the supervisor starts the others only then."""
+    deadline = time.monotonic() + timeout_s
+    while len(pids := worker_pids(supervisor_pid)) < WORKERS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pids
+
+
+def worker_pids(supervisor_pid: int) -> list[int]:
+    """The supervisor's children that are workers (the embedded PostgreSQL is a child too)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        parent = int(stat[stat.rindex(")") + 2:].split()[1])
+        if parent == supervisor_pid and b"--worker-of" in command:
+            pids.append(int(entry.name))
+    return sorted(pids)
+
+
+def wait_until_gone(pids: list[int], timeout_s: float = 20) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while any(process_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [pid for pid in pids if process_alive(pid)]
+
+
+def postmaster_pid(data_dir: Path) -> int:
+    return int((data_dir / "postgres" / "postmaster.pid").read_text().split()[0])
+
+
+def test_workers_share_the_port_and_appends_stay_dense_and_exactly_once(server_process, data_dir):
+    """Idempotent producers on connections of their own (spread over the workers by the kernel) write
+    one partition at once; every retry of a batch is recognised, whichever worker gets it."""
+    server = server_process("--data-dir", str(data_dir), "--workers", str(WORKERS))
+    assert len(all_workers(server.pid)) == WORKERS
+    httpx.post(f"{server.url}/v1/topics", json={"name": "shared", "partitions": 1}).raise_for_status()
+    errors: list[str] = []
+    producers, batches = 6, 15
+
+    def produce(index: int) -> None:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            init = client.post("/v1/producers/init", json={}).json()
+            for batch in range(batches):
+                body = {"producer_id": init["producer_id"], "producer_epoch": init["producer_epoch"],
+                        "partitions": [{"topic": "shared", "partition": 0, "base_sequence": 2 * batch,
+                                        "records": [{"value": f"p{index}-b{batch}-{i}"} for i in range(2)]}]}
+                answers = []
+                for _attempt in range(2):  # each batch sent twice, on a new connection the second time
+                    with httpx.Client(base_url=server.url, timeout=30) as fresh:
+                        answers.append(fresh.post("/v1/produce", json=body).json()["partitions"][0])
+                first, retry = answers
+                if first["error"] or not retry["duplicate"] or retry["base_offset"] != first["base_offset"]:
+                    errors.append(f"producer {index} batch {batch}: {first} then {retry}")
+
+    threads = [threading.Thread(target=produce, args=(n,)) for n in range(producers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors[:3]
+    fetched = httpx.post(f"{server.url}/v1/fetch", json={
+        "max_records": 10_000, "partitions": [{"topic": "shared", "partition": 0, "offset": 0}]}).json()
+    records = fetched["partitions"][0]["records"]
+    assert [r["offset"] for r in records] == list(range(producers * batches * 2)), "dense, each batch once"
+    assert len({r["value"] for r in records}) == len(records)
+
+
+def test_sigkill_of_the_supervisor_leaves_no_worker_and_no_postgres(server_process, data_dir):
+    server = server_process("--data-dir", str(data_dir), "--workers", str(WORKERS))
+    workers = all_workers(server.pid)
+    postgres = postmaster_pid(data_dir)
+    assert len(workers) == WORKERS and process_alive(postgres)
+    server.kill()
+    assert wait_until_gone([*workers, postgres]) == [], "a worker or the embedded PostgreSQL outlived a SIGKILL"
+    server.start()  # the data dir is free again: its lock died with the supervisor
+    assert httpx.get(f"{server.url}/v1/health").status_code == 200
+
+
+def test_sigterm_stops_the_workers_then_postgres_and_exits_0(server_process, data_dir):
+    server = server_process("--data-dir", str(data_dir), "--workers", str(WORKERS))
+    workers = all_workers(server.pid)
+    postgres = postmaster_pid(data_dir)
+    assert server.terminate() == 0
+    assert wait_until_gone([*workers, postgres]) == []
+
+
+def test_a_worker_that_dies_stops_the_node(server_process, data_dir):
+    """No half-sized node serving silently: the supervisor stops the others and exits 1, for the
+    service manager to restart the node."""
+    server = server_process("--data-dir", str(data_dir), "--workers", str(WORKERS))
+    workers = all_workers(server.pid)
+    postgres = postmaster_pid(data_dir)
+    os.kill(workers[0], signal.SIGKILL)
+    assert server.process.wait(timeout=60) == 1
+    assert wait_until_gone([*workers, postgres]) == []
