@@ -8,6 +8,7 @@ from app.api import admin, fetch, groups, metrics, produce, security, topics, tr
 
 api_router = APIRouter(route_class=OrjsonRoute)
 api_router.include_router(topics.router)
+api_router.include_router(produce.produce_router)
 api_router.include_router(produce.router)
 api_router.include_router(fetch.router)
 api_router.include_router(transactions.router)

@@ -73,10 +73,12 @@ class _ProduceRoute(APIRoute):
         return handler
 
 
-_produce_router = APIRouter(route_class=_ProduceRoute)
+# A router of its own for its route class, with the full prefix: a route's path is what /metrics labels
+# requests with, and a router included in another keeps its routes' own paths.
+produce_router = APIRouter(prefix="/v1", tags=["producing"], dependencies=READY, route_class=_ProduceRoute)
 
 
-@_produce_router.post("/produce", response_model=schemas.ProduceResponse, responses=ERRORS)
+@produce_router.post("/produce", response_model=schemas.ProduceResponse, responses=ERRORS)
 async def produce_records(body: schemas.ProduceRequest, coordinator: CoordinatorDep, settings: SettingsDep,
                           request: Request, principal: PrincipalDep):
     """[Produce] Appends each partition's records; one result per request partition, same order.
@@ -86,8 +88,6 @@ async def produce_records(body: schemas.ProduceRequest, coordinator: Coordinator
         [PartitionRecords(p.topic, p.partition, p.base_sequence, p.records) for p in body.partitions])
     return await _produce(request, coordinator, settings, principal, parsed)
 
-
-router.include_router(_produce_router)
 
 
 def _key_bytes(key: str, encoding: str) -> bytes:

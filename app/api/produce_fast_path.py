@@ -19,13 +19,12 @@ import time
 from dataclasses import dataclass
 
 import orjson
-from app.api.schemas import INT16_MAX, INT32_MAX, INT64_MAX
+from app.api.schemas import INT16_MAX, INT32_MAX, INT64_MAX, MAX_IDENTIFIER_BYTES
 from app.coordinator.produce import PartitionRecords
 from app.storage import record_codec
 
 NO_PRODUCER = -1
 DEFAULT_ENCODING = record_codec.UTF8
-MAX_TRANSACTIONAL_ID_CHARS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +54,8 @@ def parse_produce_body(body: bytes, max_partitions: int) -> ParsedProduce | None
     encoding = parsed.get("encoding", DEFAULT_ENCODING)
     partitions = parsed.get("partitions")
     if not (transactional_id is None
-            or (transactional_id.__class__ is str and 1 <= len(transactional_id) <= MAX_TRANSACTIONAL_ID_CHARS)):
+            or (transactional_id.__class__ is str and transactional_id
+                and len(transactional_id.encode()) <= MAX_IDENTIFIER_BYTES)):
         return None
     if not (_int_in(producer_id, -1, INT64_MAX) and _int_in(producer_epoch, -1, INT16_MAX)
             and encoding in record_codec.ENCODINGS and partitions.__class__ is list
