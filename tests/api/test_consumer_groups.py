@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from tests.test_transactions import TxnProducer
+from tests.api.test_transactions import TxnProducer
 
 OFFSETS_TOPIC = "__consumer_offsets"
 

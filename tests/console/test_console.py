@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO_ROOT, RunningServer
-from tests.test_transactions import TxnProducer
+from tests.api.test_transactions import TxnProducer
 
 pytest.importorskip("playwright.sync_api", reason="the console tests drive a browser with Playwright")
 from playwright.sync_api import BrowserContext, Page, expect, sync_playwright  # noqa: E402

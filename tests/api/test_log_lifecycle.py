@@ -18,7 +18,7 @@ import pytest
 
 from app.storage import log_cleaner
 from app.storage.database import connect, create_pool
-from tests.test_transactions import TxnProducer
+from tests.api.test_transactions import TxnProducer
 
 RARELY = 3_600_000
 
@@ -452,7 +452,7 @@ def _write_batches(database_url: str, topic: int, count: int, keys: int) -> None
 
 
 def _kill_when(server, database_url: str, condition, what: str) -> None:
-    from tests.test_transaction_crashes import _wait_for_other_backends_to_end
+    from tests.crash.test_transaction_crashes import _wait_for_other_backends_to_end
     deadline = time.monotonic() + 60
     while not condition():
         assert time.monotonic() < deadline, f"never saw {what}"
@@ -514,7 +514,7 @@ def test_a_crash_in_the_middle_of_retention_and_compaction_loses_nothing_and_the
 
 
 def test_delete_records_needs_delete_on_the_topic(make_server):
-    from tests.test_security import ADMIN_TOKEN, new_user, rule
+    from tests.api.test_security import ADMIN_TOKEN, new_user, rule
     server = make_server(auth="required", admin_token=ADMIN_TOKEN, log_cleaner_interval_ms=RARELY)
     with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30) as admin:
         create(admin, "guarded")

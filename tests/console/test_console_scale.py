@@ -17,7 +17,7 @@ import orjson
 from app.storage.database import connect
 from app.storage.topics import TRANSACTION_STATE_TOPIC
 from tests.conftest import RunningServer
-from tests.test_console import Tab, chromium, playwright_driver  # noqa: F401 (a fixture)
+from tests.console.test_console import Tab, chromium, playwright_driver  # noqa: F401 (a fixture)
 from txbroker.partitioner import partition_for_key
 
 PARTITIONS = 1_000

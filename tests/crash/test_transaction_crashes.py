@@ -27,7 +27,7 @@ import pytest
 
 from app.storage.database import connect
 from tests.conftest import process_alive
-from tests.test_transaction_concurrency import (
+from tests.concurrency.test_transaction_concurrency import (
     NO_KEEPALIVE,
     _ahttp,
     _assert_stable,

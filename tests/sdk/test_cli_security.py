@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.test_cli import ok, txbroker
+from tests.sdk.test_cli import ok, txbroker
 
 ADMIN_TOKEN = "cli-admin-token"
 

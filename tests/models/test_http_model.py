@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from tests.test_review_fixes import run_producer_expiry
+from tests.api.test_review_fixes import run_producer_expiry
 
 PARTITIONS = 2
 _names = itertools.count()
