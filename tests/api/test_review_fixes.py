@@ -360,3 +360,47 @@ def test_a_fetch_racing_a_topic_delete_answers_without_a_server_error(server):
     # Read in one snapshot: either the records as they were, or the partition's error; never a KeyError.
     assert (result.error is None and [r["value"] for r in result.records] == ["v"]) or (
         result.error is not None and result.error.code.name == "UNKNOWN_TOPIC_OR_PARTITION")
+
+
+def test_a_produce_racing_the_expiry_of_its_producer_gets_unknown_producer_id(server):
+    """The expiry commits between the request's check of the producer id and its lock of the
+    partition: the batch finds no state and a sequence past 0. That is the producer's id expiring
+    (UNKNOWN_PRODUCER_ID, recoverable), not a gap (OUT_OF_ORDER_SEQUENCE_NUMBER, fatal)."""
+    import threading
+
+    client = server.client
+    create_topic(client, "raced")
+    producer = client.post("/v1/producers/init", json={}).json()
+    assert produce(client, producer, "raced", 0, 0, ["a"])["error"] is None
+    answers = []
+
+    async def interleave():
+        conn = await asyncpg.connect(server.database_url)
+        watcher = await asyncpg.connect(server.database_url)
+        try:
+            async with conn.transaction():
+                await conn.execute("SELECT 1 FROM partitions p JOIN topics t USING (topic_id) "
+                                   "WHERE t.name = 'raced' AND p.partition = 0 FOR UPDATE OF p")
+                sender = threading.Thread(target=lambda: answers.append(client.post("/v1/produce", json={
+                    **producer, "partitions": [{"topic": "raced", "partition": 0, "base_sequence": 1,
+                                                "records": [{"value": "b"}]}]})))
+                sender.start()
+                # Wait until the produce waits for the partition's lock (it checked the id already).
+                # Asked outside this transaction: pg_stat_activity is a snapshot within one.
+                while not await watcher.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND query LIKE '%FOR UPDATE%' AND pid <> $1", conn.get_server_pid()):
+                    await asyncio.sleep(0.01)
+                # The expiry, as the worker runs it: the id first, then its state.
+                await conn.execute("DELETE FROM producer_ids WHERE producer_id = $1", producer["producer_id"])
+                await conn.execute("DELETE FROM producer_states WHERE producer_id = $1", producer["producer_id"])
+            await asyncio.to_thread(sender.join, 30)
+        finally:
+            await conn.close()
+            await watcher.close()
+
+    asyncio.run(interleave())
+    [response] = answers
+    assert response.status_code == 200, response.text
+    assert response.json()["partitions"][0]["error"]["code"] == "UNKNOWN_PRODUCER_ID"
+    assert read_values(client, "raced", isolation="read_uncommitted") == ["a"]
