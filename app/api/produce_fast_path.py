@@ -9,7 +9,7 @@ then calls its dependencies (readiness, the principal) directly.
 It only ever says yes: a body it does not find plainly valid (not JSON to orjson — which also
 refuses lone surrogates —, a wrong type, a bound, bad base64, too many partitions) goes to the route
 FastAPI built from the schema, so every 400 INVALID_REQUEST keeps the message that path gives.
-Bounds are those of schemas.ProduceRequest; tests/test_produce_fast_path.py holds the two paths to
+Bounds are those of schemas.ProduceRequest; tests/unit/test_produce_fast_path.py holds the two paths to
 the same answers.
 """
 

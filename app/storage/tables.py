@@ -1,6 +1,6 @@
 """The PostgreSQL schema, declared once as SQLModel tables.
 
-These declarations are the metadata alembic compares migrations against (tests/test_migrations.py
+These declarations are the metadata alembic compares migrations against (tests/operations/test_migrations.py
 checks that the migrated database and these models agree); the schema itself only ever changes
 through a migration in alembic/versions/. Queries are written in SQL in the storage modules, against
 asyncpg, because the hot paths need one round trip per statement and PostgreSQL-specific locking.

@@ -11,7 +11,7 @@ crash); `server_process("--database-url", database_url)` kills only the server, 
 PostgreSQL running, so the tests can look at the tables while the server is down.
 
 After a kill the listening socket (held by the test for the restart) still accepts connections that
-nobody serves: requests in flight use short client timeouts (see tests/test_durability.py).
+nobody serves: requests in flight use short client timeouts (see tests/crash/test_durability.py).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import pytest
 
 from app.storage.embedded_postgres import EmbeddedPostgres, EmbeddedPostgresError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEBIAN_BINDIR = Path("/usr/lib/postgresql/15/bin")
 
 # Runs in a child python: owns a server on the data dir argv[1] (with the bin

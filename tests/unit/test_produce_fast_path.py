@@ -1,7 +1,7 @@
 """The fast path of POST /v1/produce (app/api/produce_fast_path.py) against the general path (the
 pydantic schema, then record_codec.encode_batch), with no I/O: the fast path may only take bodies the
 general path accepts, and must store their records byte for byte as it would. Whatever it declines
-goes to the general path, so the 400 messages are the general path's (tests/test_bad_input.py
+goes to the general path, so the 400 messages are the general path's (tests/api/test_bad_input.py
 checks them over HTTP)."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import ast
 import re
 from pathlib import Path
 
-APP = Path(__file__).resolve().parents[1] / "app"
+APP = Path(__file__).resolve().parents[2] / "app"
 SQL_WORDS = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|WITH|FROM|WHERE)\b")
 CONSTANT_NAME = re.compile(r"^_?[A-Z][A-Z0-9_]*$")
 INTERNAL_FRAGMENTS = {"where_sql"}
