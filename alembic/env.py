@@ -3,13 +3,13 @@ attributes (app/storage/migrations.py), serialized across server processes by an
 
 import asyncio
 
-from alembic import context
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
+from sqlmodel import SQLModel
 
+from alembic import context
 from app.storage import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 from app.storage.migrations import MIGRATION_LOCK_KEY, sqlalchemy_url
-from sqlmodel import SQLModel
 
 target_metadata = SQLModel.metadata
 
@@ -18,8 +18,9 @@ def run_migrations(connection) -> None:
     # Several `txbroker serve` processes may start at once against one database: the first to take
     # this lock migrates, the others wait and then find nothing left to do.
     connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
-    context.configure(connection=connection, target_metadata=target_metadata,
-                      transaction_per_migration=False, compare_type=True)
+    context.configure(
+        connection=connection, target_metadata=target_metadata, transaction_per_migration=False, compare_type=True
+    )
     with context.begin_transaction():
         context.run_migrations()
 

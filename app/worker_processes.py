@@ -105,12 +105,29 @@ def readiness_signal(ready_fd: int | None) -> Callable[[], None] | None:
 
 
 def _start_worker(index: int, fd: int, environment: dict[str, str], ready_fd: int | None = None) -> subprocess.Popen:
-    command = [sys.executable, "-m", "app.cli", "serve", "--fd", str(fd), "--workers", "1",
-               "--worker-of", str(os.getpid()), "--worker-index", str(index)]
+    command = [
+        sys.executable,
+        "-m",
+        "app.cli",
+        "serve",
+        "--fd",
+        str(fd),
+        "--workers",
+        "1",
+        "--worker-of",
+        str(os.getpid()),
+        "--worker-index",
+        str(index),
+    ]
     if ready_fd is not None:
         command += ["--ready-fd", str(ready_fd)]
-    return subprocess.Popen(command, pass_fds=[fd] if ready_fd is None else [fd, ready_fd], env=environment,
-                            stdin=subprocess.DEVNULL, process_group=0)
+    return subprocess.Popen(
+        command,
+        pass_fds=[fd] if ready_fd is None else [fd, ready_fd],
+        env=environment,
+        stdin=subprocess.DEVNULL,
+        process_group=0,
+    )
 
 
 def _wait_until_ready(first: subprocess.Popen, ready_read_fd: int) -> bool:
@@ -130,8 +147,9 @@ def _stop(workers: list[subprocess.Popen]) -> None:
         try:
             worker.wait(WORKER_STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            log.warning("worker pid %d did not stop within %d s of SIGTERM: killing it", worker.pid,
-                        WORKER_STOP_TIMEOUT_S)
+            log.warning(
+                "worker pid %d did not stop within %d s of SIGTERM: killing it", worker.pid, WORKER_STOP_TIMEOUT_S
+            )
             worker.kill()
             worker.wait()
 
@@ -147,18 +165,29 @@ def supervise(settings: Settings, database_url: str, fd: int, count: int) -> int
         workers.append(_start_worker(0, fd, environment, ready_write_fd))
         os.close(ready_write_fd)  # worker 0 holds the only write end: its death ends the wait too
         if not _wait_until_ready(workers[0], ready_read_fd):
-            log.error("worker pid %d exited before it was ready (exit code %s): restart txbroker (its log "
-                      "above says why)", workers[0].pid, workers[0].poll())
+            log.error(
+                "worker pid %d exited before it was ready (exit code %s): restart txbroker (its log above says why)",
+                workers[0].pid,
+                workers[0].poll(),
+            )
             return 1
         for index in range(1, count):
             workers.append(_start_worker(index, fd, environment))
-        log.info("txbroker serves with %d worker processes (pids %s) on %s", count,
-                 ", ".join(str(worker.pid) for worker in workers), settings.public_url())
+        log.info(
+            "txbroker serves with %d worker processes (pids %s) on %s",
+            count,
+            ", ".join(str(worker.pid) for worker in workers),
+            settings.public_url(),
+        )
         # Polled, not os.wait(): that would also reap the embedded PostgreSQL, our child too.
         while (exited := next((worker for worker in workers if worker.poll() is not None), None)) is None:
             time.sleep(WORKER_POLL_INTERVAL_S)
-        log.error("worker pid %d exited on its own (exit code %d): stopping the other workers; restart "
-                  "txbroker (its log above says why the worker stopped)", exited.pid, exited.returncode)
+        log.error(
+            "worker pid %d exited on its own (exit code %d): stopping the other workers; restart "
+            "txbroker (its log above says why the worker stopped)",
+            exited.pid,
+            exited.returncode,
+        )
         return 1
     except ShutdownRequested:
         return 0

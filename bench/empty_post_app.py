@@ -28,5 +28,4 @@ async def ready() -> Response:
 
 
 if __name__ == "__main__":
-    uvicorn.run(app, fd=int(sys.argv[1]), loop="uvloop", http="httptools", log_level="warning",
-                access_log=False)
+    uvicorn.run(app, fd=int(sys.argv[1]), loop="uvloop", http="httptools", log_level="warning", access_log=False)

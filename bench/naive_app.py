@@ -69,9 +69,10 @@ def create_app(database_url: str) -> FastAPI:
     async def create_topic(request: Request) -> Response:
         body = orjson.loads(await request.body())
         async with app.state.pool.acquire() as conn:
-            await conn.executemany("INSERT INTO naive_partitions (topic, partition) VALUES ($1, $2) "
-                                   "ON CONFLICT DO NOTHING",
-                                   [(body["name"], p) for p in range(body["partitions"])])
+            await conn.executemany(
+                "INSERT INTO naive_partitions (topic, partition) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                [(body["name"], p) for p in range(body["partitions"])],
+            )
         return Response(b"{}", status_code=201, media_type="application/json")
 
     @app.post("/v1/produce")
@@ -82,14 +83,29 @@ def create_app(database_url: str) -> FastAPI:
         async with app.state.pool.acquire() as conn:
             for entry in body["partitions"]:
                 records = entry["records"]
-                payload = orjson.dumps([
-                    [record.get("timestamp_ms") or now_ms, record.get("key"), record.get("value"),
-                     [[h["key"], h.get("value")] for h in record.get("headers", ())], 0]
-                    for record in records])
+                payload = orjson.dumps(
+                    [
+                        [
+                            record.get("timestamp_ms") or now_ms,
+                            record.get("key"),
+                            record.get("value"),
+                            [[h["key"], h.get("value")] for h in record.get("headers", ())],
+                            0,
+                        ]
+                        for record in records
+                    ]
+                )
                 row = await conn.fetchrow(APPEND_SQL, entry["topic"], entry["partition"], len(records), payload)
-                results.append({"topic": entry["topic"], "partition": entry["partition"],
-                                "base_offset": row["base_offset"], "last_offset": row["last_offset"],
-                                "duplicate": False, "error": None})
+                results.append(
+                    {
+                        "topic": entry["topic"],
+                        "partition": entry["partition"],
+                        "base_offset": row["base_offset"],
+                        "last_offset": row["last_offset"],
+                        "duplicate": False,
+                        "error": None,
+                    }
+                )
         return Response(orjson.dumps({"partitions": results}), media_type="application/json")
 
     @app.get("/v1/health")
@@ -131,8 +147,9 @@ def main(database_url: str, workers: int, fd: int) -> None:
             break
         children.append(pid)
     try:
-        uvicorn.run(create_app(database_url), fd=fd, loop="uvloop", http="httptools", log_level="warning",
-                    access_log=False)
+        uvicorn.run(
+            create_app(database_url), fd=fd, loop="uvloop", http="httptools", log_level="warning", access_log=False
+        )
     finally:
         for pid in children:
             os.kill(pid, signal.SIGTERM)

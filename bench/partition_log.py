@@ -26,11 +26,19 @@ import asyncpg
 import httpx
 
 from app.storage.embedded_postgres import EmbeddedPostgres
-from bench.processes import (CpuMeter, ServerSubprocess, database_url_for, start_empty_post_server,
-                             start_txbroker)
+from bench.processes import CpuMeter, ServerSubprocess, database_url_for, start_empty_post_server, start_txbroker
 from bench.timed_run import ClientProcesses, Measurement, WorkloadFactory, measure, median_of
-from bench.workloads import (RAW_TABLES_SQL, EmptyPost, Fetch, OffsetSource, Produce, RawCopy, RawSelect,
-                             RowPerBatchInsert, record_value)
+from bench.workloads import (
+    RAW_TABLES_SQL,
+    EmptyPost,
+    Fetch,
+    OffsetSource,
+    Produce,
+    RawCopy,
+    RawSelect,
+    RowPerBatchInsert,
+    record_value,
+)
 
 RAW_DATABASE = "bench_raw"
 TXBROKER_DATABASE = "bench_txbroker"
@@ -63,35 +71,63 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     def int_list(text: str) -> list[int]:
         return [int(part) for part in text.split(",") if part]
 
-    parser = argparse.ArgumentParser(prog="python -m bench.partition_log", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.partition_log", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=5, help="measured time of each scenario (default 5)")
-    parser.add_argument("--warmup", type=float, default=0.5,
-                        help="time each scenario runs before it is measured (default 0.5)")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="run every scenario this many times, in turn, and report the medians: steadier "
-                             "ratios on a busy machine (default 1)")
-    parser.add_argument("--clients", type=int_list, default=[1, 4, 8],
-                        help="concurrent HTTP clients, comma-separated (default 1,4,8)")
-    parser.add_argument("--client-processes", type=int, default=1,
-                        help="1: HTTP clients run in the bench process (default); N > 1: spread over N "
-                             "client processes")
-    parser.add_argument("--batch-sizes", type=int_list, default=[1, 100, 1000],
-                        help="records per produce request, comma-separated (default 1,100,1000)")
-    parser.add_argument("--fetch-max-records", type=int_list, default=[1000, 100],
-                        help="max_records of the fetch scenarios (default 1000,100)")
-    parser.add_argument("--db-connections", type=int_list, default=[1, 4],
-                        help="connections of the PostgreSQL baselines (default 1,4)")
+    parser.add_argument(
+        "--warmup", type=float, default=0.5, help="time each scenario runs before it is measured (default 0.5)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every scenario this many times, in turn, and report the medians: steadier "
+        "ratios on a busy machine (default 1)",
+    )
+    parser.add_argument(
+        "--clients", type=int_list, default=[1, 4, 8], help="concurrent HTTP clients, comma-separated (default 1,4,8)"
+    )
+    parser.add_argument(
+        "--client-processes",
+        type=int,
+        default=1,
+        help="1: HTTP clients run in the bench process (default); N > 1: spread over N client processes",
+    )
+    parser.add_argument(
+        "--batch-sizes",
+        type=int_list,
+        default=[1, 100, 1000],
+        help="records per produce request, comma-separated (default 1,100,1000)",
+    )
+    parser.add_argument(
+        "--fetch-max-records",
+        type=int_list,
+        default=[1000, 100],
+        help="max_records of the fetch scenarios (default 1000,100)",
+    )
+    parser.add_argument(
+        "--db-connections", type=int_list, default=[1, 4], help="connections of the PostgreSQL baselines (default 1,4)"
+    )
     parser.add_argument("--value-bytes", type=int, default=100, help="bytes of each record's value (default 100)")
-    parser.add_argument("--copy-records", type=int, default=1000,
-                        help="records per COPY statement of the raw baseline (default 1000)")
-    parser.add_argument("--row-batch-records", type=int, default=100,
-                        help="records per row of the row-per-batch baseline (default 100)")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="worker processes of txbroker (`serve --workers N`, default 1; profiling needs 1)")
-    parser.add_argument("--profile-server", metavar="FILE", type=Path,
-                        help="run txbroker under cProfile (about 2x slower), save the stats to FILE and "
-                             "print where its CPU went")
+    parser.add_argument(
+        "--copy-records", type=int, default=1000, help="records per COPY statement of the raw baseline (default 1000)"
+    )
+    parser.add_argument(
+        "--row-batch-records", type=int, default=100, help="records per row of the row-per-batch baseline (default 100)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes of txbroker (`serve --workers N`, default 1; profiling needs 1)",
+    )
+    parser.add_argument(
+        "--profile-server",
+        metavar="FILE",
+        type=Path,
+        help="run txbroker under cProfile (about 2x slower), save the stats to FILE and print where its CPU went",
+    )
     args = parser.parse_args(argv)
     # Fetch reads what the produce scenario with this batch size and the most clients wrote.
     args.fetch_from_batch = 100 if 100 in args.batch_sizes else args.batch_sizes[-1]
@@ -102,33 +138,60 @@ def produce_topic(batch: int, clients: int) -> str:
     return f"produce-b{batch}-c{clients}"
 
 
-def build_scenarios(args: argparse.Namespace, raw_url: str, txbroker: ServerSubprocess,
-                    empty_post: ServerSubprocess) -> list[Scenario]:
+def build_scenarios(
+    args: argparse.Namespace, raw_url: str, txbroker: ServerSubprocess, empty_post: ServerSubprocess
+) -> list[Scenario]:
     value = record_value(args.value_bytes)
     raw_record_offsets, raw_batch_offsets = OffsetSource(), OffsetSource()
     scenarios = [
-        *(Scenario(f"raw COPY, {args.copy_records} rows/COPY, {n} conn", n,
-                   partial(RawCopy, raw_url, value, args.copy_records, raw_record_offsets), is_copy_baseline=True)
-          for n in args.db_connections),
-        *(Scenario(f"raw INSERT row/batch of {args.row_batch_records}, {n} conn", n,
-                   partial(RowPerBatchInsert, raw_url, value, args.row_batch_records, raw_batch_offsets))
-          for n in args.db_connections),
+        *(
+            Scenario(
+                f"raw COPY, {args.copy_records} rows/COPY, {n} conn",
+                n,
+                partial(RawCopy, raw_url, value, args.copy_records, raw_record_offsets),
+                is_copy_baseline=True,
+            )
+            for n in args.db_connections
+        ),
+        *(
+            Scenario(
+                f"raw INSERT row/batch of {args.row_batch_records}, {n} conn",
+                n,
+                partial(RowPerBatchInsert, raw_url, value, args.row_batch_records, raw_batch_offsets),
+            )
+            for n in args.db_connections
+        ),
         Scenario(f"raw SELECT {RAW_SELECT_ROWS} rows, 1 conn", 1, partial(RawSelect, raw_url, RAW_SELECT_ROWS)),
-        *(Scenario(f"empty POST, {n} clients", n, partial(EmptyPost, empty_post.url), empty_post.pid,
-                   is_plain_http=True)
-          for n in args.clients),
+        *(
+            Scenario(
+                f"empty POST, {n} clients", n, partial(EmptyPost, empty_post.url), empty_post.pid, is_plain_http=True
+            )
+            for n in args.clients
+        ),
     ]
     for batch in args.batch_sizes:
         for clients in args.clients:
             topic = produce_topic(batch, clients)
-            scenarios.append(Scenario(f"produce batch {batch}, {clients} clients", clients,
-                                      partial(Produce, txbroker.url, topic, value, batch), txbroker.pid,
-                                      topic_to_create=(topic, clients)))
+            scenarios.append(
+                Scenario(
+                    f"produce batch {batch}, {clients} clients",
+                    clients,
+                    partial(Produce, txbroker.url, topic, value, batch),
+                    txbroker.pid,
+                    topic_to_create=(topic, clients),
+                )
+            )
     fetch_topic = produce_topic(args.fetch_from_batch, max(args.clients))
     for max_records in args.fetch_max_records:
         for clients in args.clients:
-            scenarios.append(Scenario(f"fetch max_records {max_records}, {clients} clients", clients,
-                                      partial(Fetch, txbroker.url, fetch_topic, max_records), txbroker.pid))
+            scenarios.append(
+                Scenario(
+                    f"fetch max_records {max_records}, {clients} clients",
+                    clients,
+                    partial(Fetch, txbroker.url, fetch_topic, max_records),
+                    txbroker.pid,
+                )
+            )
     return scenarios
 
 
@@ -139,8 +202,14 @@ async def create_topic(base_url: str, name: str, partitions: int) -> None:
             raise RuntimeError(f"creating topic {name} answered {response.status_code}: {response.text}")
 
 
-async def run_scenarios(args: argparse.Namespace, scenarios: list[Scenario], raw_url: str, txbroker_url: str,
-                        postmaster_pid: int, client_processes: ClientProcesses | None) -> list[Result]:
+async def run_scenarios(
+    args: argparse.Namespace,
+    scenarios: list[Scenario],
+    raw_url: str,
+    txbroker_url: str,
+    postmaster_pid: int,
+    client_processes: ClientProcesses | None,
+) -> list[Result]:
     connection = await asyncpg.connect(raw_url)
     try:
         await connection.execute(RAW_TABLES_SQL)
@@ -154,11 +223,18 @@ async def run_scenarios(args: argparse.Namespace, scenarios: list[Scenario], raw
             if scenario.topic_to_create is not None and round_number == 1:
                 await create_topic(txbroker_url, *scenario.topic_to_create)
             measurement = await measure(
-                scenario.make_workload, scenario.clients, args.warmup, args.seconds,
+                scenario.make_workload,
+                scenario.clients,
+                args.warmup,
+                args.seconds,
                 CpuMeter(postmaster_pid, scenario.server_pid),
-                client_processes if scenario.over_http else None)  # baselines share offsets: in-process
-            print(f"  {scenario.name}: {measurement.records_per_s:,.0f} records/s, "
-                  f"{measurement.requests_per_s:,.0f} req/s", flush=True)
+                client_processes if scenario.over_http else None,
+            )  # baselines share offsets: in-process
+            print(
+                f"  {scenario.name}: {measurement.records_per_s:,.0f} records/s, "
+                f"{measurement.requests_per_s:,.0f} req/s",
+                flush=True,
+            )
             measured.append(measurement)
     results = [Result(scenario, median_of(measured)) for scenario, measured in zip(scenarios, measurements)]
     return results
@@ -173,8 +249,11 @@ def _ratio(value: float, baseline: float | None) -> str:
 def format_table(results: list[Result], value_bytes: int) -> str:
     copy_ceiling = max(r.measurement.records_per_s for r in results if r.scenario.is_copy_baseline)
     plain_http = {r.scenario.clients: r.measurement.requests_per_s for r in results if r.scenario.is_plain_http}
-    header = (f"{'scenario':<40} {'records/s':>10} {'MB/s':>6} {'req/s':>7} {'p50 ms':>7} {'xCOPY':>6} "
-              f"{'xHTTP':>6} | {'CPU% client':>11} {'server':>6} {'postgres':>8} {'other':>5} | {'CPU us/rec':>10} {'server ms/req':>13}")
+    header = (
+        f"{'scenario':<40} {'records/s':>10} {'MB/s':>6} {'req/s':>7} {'p50 ms':>7} {'xCOPY':>6} "
+        f"{'xHTTP':>6} | {'CPU% client':>11} {'server':>6} {'postgres':>8} {'other':>5} | "
+        f"{'CPU us/rec':>10} {'server ms/req':>13}"
+    )
     lines = [header, "-" * len(header)]
     for result in results:
         scenario, m = result.scenario, result.measurement
@@ -191,7 +270,8 @@ def format_table(results: list[Result], value_bytes: int) -> str:
             f"{(f'{m.server_cpu_percent:.0f}' if scenario.over_http else '-'):>6} "
             f"{m.postgres_cpu_percent:>8.0f} {m.other_cpu_percent:>5.0f} | "
             f"{(f'{m.cpu_us_per_record:.1f}' if moves_records else '-'):>10} "
-            f"{(f'{m.server_cpu_ms_per_request:.2f}' if scenario.over_http else '-'):>13}")
+            f"{(f'{m.server_cpu_ms_per_request:.2f}' if scenario.over_http else '-'):>13}"
+        )
     return "\n".join(lines)
 
 
@@ -200,7 +280,8 @@ def print_report(args: argparse.Namespace, results: list[Result]) -> None:
     rounds = f", median of {args.rounds} rounds" if args.rounds > 1 else ""
     where = "the bench process" if args.client_processes <= 1 else f"{args.client_processes} client processes"
     print(f"""
-{args.value_bytes}-byte values, {args.seconds:g} s measured per scenario{rounds}; MB/s counts record values (10^6 bytes).
+{args.value_bytes}-byte values, {args.seconds:g} s measured per scenario{rounds};
+MB/s counts record values (10^6 bytes).
 xCOPY = records/s / the best raw COPY records/s; xHTTP = req/s / empty POST req/s with as many clients.
 CPU% = % of one core in the measured window ({cores} cores in all): HTTP clients ({where}), the HTTP
 server (one uvicorn process), PostgreSQL (postmaster and backends), and other = everything else the
@@ -234,18 +315,21 @@ def main(argv: list[str] | None = None) -> int:
         postgres.create_database(RAW_DATABASE)
         postgres.create_database(TXBROKER_DATABASE)
         raw_url = database_url_for(postgres.database_url, RAW_DATABASE)
-        txbroker = start_txbroker(database_url_for(postgres.database_url, TXBROKER_DATABASE),
-                                  args.profile_server, args.workers)
+        txbroker = start_txbroker(
+            database_url_for(postgres.database_url, TXBROKER_DATABASE), args.profile_server, args.workers
+        )
         servers.append(txbroker)
         empty_post = start_empty_post_server()
         servers.append(empty_post)
         if args.client_processes > 1:
             client_processes = ClientProcesses(args.client_processes)
-        print(f"PostgreSQL pid {postgres.pid} in {work_dir}; txbroker pid {txbroker.pid}; empty POST server "
-              f"pid {empty_post.pid}; {os.cpu_count()} CPUs; Python {platform.python_version()}", flush=True)
+        print(
+            f"PostgreSQL pid {postgres.pid} in {work_dir}; txbroker pid {txbroker.pid}; empty POST server "
+            f"pid {empty_post.pid}; {os.cpu_count()} CPUs; Python {platform.python_version()}",
+            flush=True,
+        )
         scenarios = build_scenarios(args, raw_url, txbroker, empty_post)
-        results = asyncio.run(run_scenarios(args, scenarios, raw_url, txbroker.url, postgres.pid,
-                                            client_processes))
+        results = asyncio.run(run_scenarios(args, scenarios, raw_url, txbroker.url, postgres.pid, client_processes))
     finally:
         if client_processes is not None:
             client_processes.close()

@@ -53,9 +53,14 @@ class ServerSubprocess:
         self.log_path = Path(tempfile.mkstemp(prefix=f"txb-bench-{name}-", suffix=".log")[1])
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [*command, str(self.sock.fileno())], pass_fds=[self.sock.fileno()], cwd=cwd,
+                [*command, str(self.sock.fileno())],
+                pass_fds=[self.sock.fileno()],
+                cwd=cwd,
                 env=None if env is None else {**os.environ, **env},
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
 
     @property
     def pid(self) -> int:
@@ -75,8 +80,10 @@ class ServerSubprocess:
             except httpx.HTTPError as error:
                 last = repr(error)
             time.sleep(0.1)
-        raise RuntimeError(f"{self.name} ({' '.join(self.process.args)}) did not answer 200 on {path} "
-                           f"within {timeout_s}s: {last}\n--- its log ---\n{self.log_text()}")
+        raise RuntimeError(
+            f"{self.name} ({' '.join(self.process.args)}) did not answer 200 on {path} "
+            f"within {timeout_s}s: {last}\n--- its log ---\n{self.log_text()}"
+        )
 
     def log_text(self, max_chars: int = 4000) -> str:
         return self.log_path.read_text(errors="replace")[-max_chars:]
@@ -94,8 +101,9 @@ class ServerSubprocess:
         self.log_path.unlink(missing_ok=True)
 
 
-def start_txbroker(database_url: str, profile_to: Path | None = None, workers: int = 1,
-                   checkout: Path | None = None) -> ServerSubprocess:
+def start_txbroker(
+    database_url: str, profile_to: Path | None = None, workers: int = 1, checkout: Path | None = None
+) -> ServerSubprocess:
     """`txbroker serve` with `workers` worker processes, under cProfile when `profile_to` is given (the
     stats are written there when it exits, on stop(); profiling needs one worker, so that the profiled
     process serves). `checkout`: serve the code of another checkout (e.g. an older commit, extracted
@@ -104,9 +112,23 @@ def start_txbroker(database_url: str, profile_to: Path | None = None, workers: i
     if profile_to is not None and workers != 1:
         raise ValueError(f"--profile-server profiles one process: expected 1 worker, received {workers}")
     profiler = [] if profile_to is None else ["-m", "cProfile", "-o", str(profile_to)]
-    server = ServerSubprocess("txbroker", [
-        sys.executable, *profiler, "-m", "app.cli", "serve", "--database-url", database_url,
-        "--log-level", "warning", "--fd"], cwd=checkout or REPO_ROOT, env={"TXBROKER_WORKERS": str(workers)})
+    server = ServerSubprocess(
+        "txbroker",
+        [
+            sys.executable,
+            *profiler,
+            "-m",
+            "app.cli",
+            "serve",
+            "--database-url",
+            database_url,
+            "--log-level",
+            "warning",
+            "--fd",
+        ],
+        cwd=checkout or REPO_ROOT,
+        env={"TXBROKER_WORKERS": str(workers)},
+    )
     server.wait_until_answering("/v1/health")
     return server
 
@@ -126,6 +148,7 @@ def start_empty_post_server() -> ServerSubprocess:
 
 # ---- CPU accounting, from /proc
 
+
 def _stat_fields(pid: int) -> list[str] | None:
     """The fields of /proc/<pid>/stat after the command name (which may contain spaces)."""
     try:
@@ -133,7 +156,7 @@ def _stat_fields(pid: int) -> list[str] | None:
             text = stat.read()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    return text[text.rindex(")") + 2:].split()
+    return text[text.rindex(")") + 2 :].split()
 
 
 def process_cpu_s(pid: int, include_reaped_children: bool = False) -> float:
@@ -172,6 +195,7 @@ def machine_busy_cpu_s() -> float:
 class CpuSnapshot:
     """Cumulative CPU seconds of the HTTP server, of PostgreSQL and of the whole machine, at a
     time.monotonic() instant."""
+
     server_s: float
     postgres_s: float
     machine_s: float
@@ -187,6 +211,9 @@ class CpuMeter:
         self.server_pid = server_pid
 
     def snapshot(self) -> CpuSnapshot:
-        return CpuSnapshot(server_s=process_tree_cpu_s(self.server_pid) if self.server_pid else 0.0,
-                           postgres_s=process_tree_cpu_s(self.postmaster_pid), machine_s=machine_busy_cpu_s(),
-                           at=time.monotonic())
+        return CpuSnapshot(
+            server_s=process_tree_cpu_s(self.server_pid) if self.server_pid else 0.0,
+            postgres_s=process_tree_cpu_s(self.postmaster_pid),
+            machine_s=machine_busy_cpu_s(),
+            at=time.monotonic(),
+        )

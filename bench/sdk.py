@@ -41,8 +41,8 @@ import httpx
 import orjson
 
 from app.storage.embedded_postgres import EmbeddedPostgres
-from bench.text_table import align
 from bench.processes import database_url_for, process_cpu_s, start_txbroker
+from bench.text_table import align
 from bench.workloads import record_value
 from txbroker import Admin, AsyncConsumer, AsyncProducer, Consumer, Producer, TopicPartition
 
@@ -76,15 +76,29 @@ def measure(name: str, group: str, server_pid: int, run: Callable[[], int]) -> R
 
 # ---- produce
 
+
 def raw_produce(url: str, topic: str, records: int, batch: int, value: bytes) -> tuple[int, float]:
     encoded = base64.b64encode(value).decode()
     with httpx.Client(base_url=url, timeout=60) as http:
         ids = http.post("/v1/producers/init", json={}).json()
-        bodies = [orjson.dumps({
-            "producer_id": ids["producer_id"], "producer_epoch": ids["producer_epoch"], "encoding": "base64",
-            "partitions": [{"topic": topic, "partition": 0, "base_sequence": start,
-                            "records": [{"key": None, "value": encoded}] * min(batch, records - start)}]})
-            for start in range(0, records, batch)]
+        bodies = [
+            orjson.dumps(
+                {
+                    "producer_id": ids["producer_id"],
+                    "producer_epoch": ids["producer_epoch"],
+                    "encoding": "base64",
+                    "partitions": [
+                        {
+                            "topic": topic,
+                            "partition": 0,
+                            "base_sequence": start,
+                            "records": [{"key": None, "value": encoded}] * min(batch, records - start),
+                        }
+                    ],
+                }
+            )
+            for start in range(0, records, batch)
+        ]
         started = time.perf_counter()
         for body in bodies:
             [entry] = http.post("/v1/produce", content=body, headers=JSON).json()["partitions"]
@@ -100,13 +114,16 @@ def measure_raw_produce(url: str, topic: str, records: int, per_request: int, va
     def run() -> int:
         count, timing["seconds"] = raw_produce(url, topic, records, per_request, value)
         return count
+
     result = measure(f"raw HTTP produce ({per_request}/request, pre-serialized)", "produce", server_pid, run)
-    return Result(result.name, result.group, result.records, timing["seconds"], result.client_cpu_s,
-                  result.server_cpu_s)
+    return Result(
+        result.name, result.group, result.records, timing["seconds"], result.client_cpu_s, result.server_cpu_s
+    )
 
 
-def sdk_produce(url: str, topic: str, records: int, value: bytes, transactional: bool = False,
-                keyed: bool = False) -> int:
+def sdk_produce(
+    url: str, topic: str, records: int, value: bytes, transactional: bool = False, keyed: bool = False
+) -> int:
     with Producer(url, transactional_id="bench-sdk" if transactional else None) as producer:
         producer.partitions_for(topic)
         if transactional:
@@ -133,17 +150,24 @@ def async_sdk_produce(url: str, topic: str, records: int, value: bytes) -> int:
                 await producer.send(topic, value, partition=0)
             await producer.flush()
         return records
+
     return asyncio.run(run())
 
 
 # ---- consume
 
+
 def raw_fetch(url: str, topic: str, records: int, batch: int) -> int:
     offset = read = 0
     with httpx.Client(base_url=url, timeout=60) as http:
         while read < records:
-            body = orjson.dumps({"max_records": batch, "encoding": "base64", "partitions": [
-                {"topic": topic, "partition": 0, "offset": offset}]})
+            body = orjson.dumps(
+                {
+                    "max_records": batch,
+                    "encoding": "base64",
+                    "partitions": [{"topic": topic, "partition": 0, "offset": offset}],
+                }
+            )
             [entry] = orjson.loads(http.post("/v1/fetch", content=body, headers=JSON).content)["partitions"]
             read += len(entry["records"])
             offset = entry["next_offset"]
@@ -167,10 +191,12 @@ def async_sdk_consume(url: str, topic: str, records: int, batch: int) -> int:
             while read < records:
                 read += len(await consumer.poll(timeout_ms=1000))
             return read
+
     return asyncio.run(run())
 
 
 # ---- the run
+
 
 def format_table(results: list[Result], value_bytes: int) -> str:
     raw: dict[str, float] = {}
@@ -179,19 +205,33 @@ def format_table(results: list[Result], value_bytes: int) -> str:
             raw.setdefault(r.group, r.rate)  # the first raw row of a group is its baseline
     rows = [("scenario", "records", "seconds", "records/s", "MB/s", "xRAW", "client CPU %", "server CPU %")]
     for r in results:
-        rows.append((r.name, f"{r.records:,}", f"{r.seconds:.2f}", f"{r.rate:,.0f}",
-                     f"{r.rate * value_bytes / MB:.1f}", f"{r.rate / raw[r.group]:.2f}" if r.group in raw else "-",
-                     f"{100 * r.client_cpu_s / r.seconds:.0f}", f"{100 * r.server_cpu_s / r.seconds:.0f}"))
+        rows.append(
+            (
+                r.name,
+                f"{r.records:,}",
+                f"{r.seconds:.2f}",
+                f"{r.rate:,.0f}",
+                f"{r.rate * value_bytes / MB:.1f}",
+                f"{r.rate / raw[r.group]:.2f}" if r.group in raw else "-",
+                f"{100 * r.client_cpu_s / r.seconds:.0f}",
+                f"{100 * r.server_cpu_s / r.seconds:.0f}",
+            )
+        )
     return align(rows)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.sdk", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.sdk", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--records", type=int, default=100_000, help="records per scenario (default 100000)")
     parser.add_argument("--value-bytes", type=int, default=100, help="bytes per record value (default 100)")
-    parser.add_argument("--batch", type=int, default=1000,
-                        help="records per raw produce request, and max_records of fetches and polls (default 1000)")
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=1000,
+        help="records per raw produce request, and max_records of fetches and polls (default 1000)",
+    )
     return parser.parse_args(argv)
 
 
@@ -206,8 +246,11 @@ def main(argv: list[str] | None = None) -> int:
         postgres.create_database(DATABASE)
         server = start_txbroker(database_url_for(postgres.database_url, DATABASE))
         url = server.url
-        print(f"txbroker pid {server.pid}, PostgreSQL pid {postgres.pid}; {os.cpu_count()} CPUs; "
-              f"Python {platform.python_version()}; {args.records:,} records of {args.value_bytes} bytes", flush=True)
+        print(
+            f"txbroker pid {server.pid}, PostgreSQL pid {postgres.pid}; {os.cpu_count()} CPUs; "
+            f"Python {platform.python_version()}; {args.records:,} records of {args.value_bytes} bytes",
+            flush=True,
+        )
         topics = ["raw", "raw-big", "sdk", "sdk-async", "sdk-txn", "sdk-keyed"]
         with Admin(url) as admin:
             for topic in topics:
@@ -217,26 +260,57 @@ def main(argv: list[str] | None = None) -> int:
 
         results.append(measure_raw_produce(url, "raw", n, batch, value, pid))
         results.append(measure_raw_produce(url, "raw-big", n, 10_000, value, pid))
-        results.append(measure("SDK Producer (sync), idempotent", "produce", pid,
-                               lambda: sdk_produce(url, "sdk", n, value)))
-        results.append(measure("SDK AsyncProducer, idempotent", "produce", pid,
-                               lambda: async_sdk_produce(url, "sdk-async", n, value)))
-        results.append(measure("SDK Producer, transactional (10k/txn)", "produce", pid,
-                               lambda: sdk_produce(url, "sdk-txn", n, value, transactional=True)))
-        results.append(measure("SDK Producer, keyed, 4 partitions", "produce", pid,
-                               lambda: sdk_produce(url, "sdk-keyed", n, value, keyed=True)))
-        results.append(measure(f"raw HTTP fetch (max_records {batch})", "consume", pid,
-                               lambda: raw_fetch(url, "raw", n, batch)))
-        results.append(measure(f"SDK Consumer (sync), {batch}/poll", "consume", pid,
-                               lambda: sdk_consume(url, "raw", n, batch)))
-        results.append(measure(f"SDK AsyncConsumer, {batch}/poll", "consume", pid,
-                               lambda: async_sdk_consume(url, "raw", n, batch)))
+        results.append(
+            measure("SDK Producer (sync), idempotent", "produce", pid, lambda: sdk_produce(url, "sdk", n, value))
+        )
+        results.append(
+            measure(
+                "SDK AsyncProducer, idempotent", "produce", pid, lambda: async_sdk_produce(url, "sdk-async", n, value)
+            )
+        )
+        results.append(
+            measure(
+                "SDK Producer, transactional (10k/txn)",
+                "produce",
+                pid,
+                lambda: sdk_produce(url, "sdk-txn", n, value, transactional=True),
+            )
+        )
+        results.append(
+            measure(
+                "SDK Producer, keyed, 4 partitions",
+                "produce",
+                pid,
+                lambda: sdk_produce(url, "sdk-keyed", n, value, keyed=True),
+            )
+        )
+        results.append(
+            measure(f"raw HTTP fetch (max_records {batch})", "consume", pid, lambda: raw_fetch(url, "raw", n, batch))
+        )
+        results.append(
+            measure(f"SDK Consumer (sync), {batch}/poll", "consume", pid, lambda: sdk_consume(url, "raw", n, batch))
+        )
+        results.append(
+            measure(f"SDK AsyncConsumer, {batch}/poll", "consume", pid, lambda: async_sdk_consume(url, "raw", n, batch))
+        )
         # The server decodes whole stored batches: reading the SDK's large batches 1000 at a time
         # costs it more per record, which the SDK's fetch_max_records (5000) amortizes.
-        results.append(measure(f"raw HTTP fetch (max_records {batch}), SDK-written batches", "consume-sdk", pid,
-                               lambda: raw_fetch(url, "sdk", n, batch)))
-        results.append(measure(f"SDK Consumer (sync), {batch}/poll, SDK-written batches", "consume-sdk", pid,
-                               lambda: sdk_consume(url, "sdk", n, batch)))
+        results.append(
+            measure(
+                f"raw HTTP fetch (max_records {batch}), SDK-written batches",
+                "consume-sdk",
+                pid,
+                lambda: raw_fetch(url, "sdk", n, batch),
+            )
+        )
+        results.append(
+            measure(
+                f"SDK Consumer (sync), {batch}/poll, SDK-written batches",
+                "consume-sdk",
+                pid,
+                lambda: sdk_consume(url, "sdk", n, batch),
+            )
+        )
         print()
         print(format_table(results, args.value_bytes))
     finally:

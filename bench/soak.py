@@ -39,23 +39,33 @@ from bench.processes import ServerSubprocess, database_url_for, start_txbroker
 from bench.text_table import align
 
 DATABASE = "soak"
-TABLES = ("record_batches", "txn_markers", "producer_states", "producer_ids", "transactions", "partitions",
-          "group_offsets", "pending_txn_offsets")
+TABLES = (
+    "record_batches",
+    "txn_markers",
+    "producer_states",
+    "producer_ids",
+    "transactions",
+    "partitions",
+    "group_offsets",
+    "pending_txn_offsets",
+)
 PARTITIONS = 4
 RECORDS_PER_BATCH = 10
 VALUE = "x" * 100
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.soak", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--ops", type=int, default=100, help="iterations per client per round (default 100)")
     parser.add_argument("--clients", type=int, default=4, help="concurrent clients (default 4)")
     parser.add_argument("--retention-ms", type=int, default=5000, help="retention_ms of the data topics")
     parser.add_argument("--cleaner-ms", type=int, default=1000, help="the log cleaner's interval")
-    parser.add_argument("--removal-batches", type=int, default=200_000,
-                        help="batches for the removal-rate measurement (0: skip it)")
+    parser.add_argument(
+        "--removal-batches", type=int, default=200_000, help="batches for the removal-rate measurement (0: skip it)"
+    )
     return parser.parse_args(argv)
 
 
@@ -87,31 +97,72 @@ class SoakClient:
         return [{"key": f"{kind}-{self.number}-{i}", "value": VALUE} for i in range(RECORDS_PER_BATCH)]
 
     async def init(self) -> None:
-        answer = await _ok(self.client, "/v1/producers/init", {
-            "transactional_id": self.transactional_id, "transaction_timeout_ms": 60_000})
+        answer = await _ok(
+            self.client,
+            "/v1/producers/init",
+            {"transactional_id": self.transactional_id, "transaction_timeout_ms": 60_000},
+        )
         self.producer_id, self.producer_epoch = answer["producer_id"], answer["producer_epoch"]
 
     async def iteration(self) -> None:
-        ids = {"transactional_id": self.transactional_id, "producer_id": self.producer_id,
-               "producer_epoch": self.producer_epoch}
+        ids = {
+            "transactional_id": self.transactional_id,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+        }
         # Every transaction starts a new epoch (KIP-890), so sequence 0 again.
-        await _ok(self.client, "/v1/produce", {**ids, "partitions": [{
-            "topic": "soak-txn", "partition": self.partition, "base_sequence": 0,
-            "records": self._records("txn")}]})
+        await _ok(
+            self.client,
+            "/v1/produce",
+            {
+                **ids,
+                "partitions": [
+                    {
+                        "topic": "soak-txn",
+                        "partition": self.partition,
+                        "base_sequence": 0,
+                        "records": self._records("txn"),
+                    }
+                ],
+            },
+        )
         self.committed += RECORDS_PER_BATCH
-        await _ok(self.client, "/v1/txn/offset-commit", {**ids, "group_id": self.group_id, "offsets": [
-            {"topic": "soak-in", "partition": self.partition, "offset": self.committed, "metadata": None}]})
+        await _ok(
+            self.client,
+            "/v1/txn/offset-commit",
+            {
+                **ids,
+                "group_id": self.group_id,
+                "offsets": [
+                    {"topic": "soak-in", "partition": self.partition, "offset": self.committed, "metadata": None}
+                ],
+            },
+        )
         ended = await _ok(self.client, "/v1/txn/end", {**ids, "committed": True})
         self.producer_id, self.producer_epoch = ended["producer_id"], ended["producer_epoch"]
-        await _ok(self.client, "/v1/produce", {"producer_id": -1, "partitions": [{
-            "topic": "soak-plain", "partition": self.partition, "records": self._records("plain")}]})
-        await _ok(self.client, f"/v1/groups/{self.group_id}-plain/offsets/commit", {"offsets": [
-            {"topic": "soak-in", "partition": self.partition, "offset": self.committed, "metadata": None}]})
+        await _ok(
+            self.client,
+            "/v1/produce",
+            {
+                "producer_id": -1,
+                "partitions": [{"topic": "soak-plain", "partition": self.partition, "records": self._records("plain")}],
+            },
+        )
+        await _ok(
+            self.client,
+            f"/v1/groups/{self.group_id}-plain/offsets/commit",
+            {
+                "offsets": [
+                    {"topic": "soak-in", "partition": self.partition, "offset": self.committed, "metadata": None}
+                ]
+            },
+        )
 
 
 async def table_sizes(conn: asyncpg.Connection) -> dict[str, int]:
-    rows = await conn.fetch("SELECT t, pg_total_relation_size(t::regclass) AS bytes FROM unnest($1::text[]) AS t",
-                            list(TABLES))
+    rows = await conn.fetch(
+        "SELECT t, pg_total_relation_size(t::regclass) AS bytes FROM unnest($1::text[]) AS t", list(TABLES)
+    )
     sizes = {row["t"]: row["bytes"] for row in rows}
     sizes["database"] = await conn.fetchval("SELECT pg_database_size(current_database())")
     # Live rows of the two tables the cleaner deletes from: what the sizes should follow.
@@ -123,15 +174,18 @@ async def table_sizes(conn: asyncpg.Connection) -> dict[str, int]:
 async def soak(args: argparse.Namespace, url: str, database_url: str) -> list[tuple[int, float, dict[str, int]]]:
     rows = []
     async with httpx.AsyncClient(base_url=url, timeout=60) as admin:
-        for name, partitions, config in (("soak-txn", PARTITIONS, {"retention_ms": args.retention_ms}),
-                                         ("soak-plain", PARTITIONS, {"retention_ms": args.retention_ms}),
-                                         ("soak-in", PARTITIONS, {})):
+        for name, partitions, config in (
+            ("soak-txn", PARTITIONS, {"retention_ms": args.retention_ms}),
+            ("soak-plain", PARTITIONS, {"retention_ms": args.retention_ms}),
+            ("soak-in", PARTITIONS, {}),
+        ):
             response = await admin.post("/v1/topics", json={"name": name, "partitions": partitions, "config": config})
             response.raise_for_status()
     conn = await asyncpg.connect(database_url)
     try:
-        async with httpx.AsyncClient(base_url=url, timeout=60,
-                                     limits=httpx.Limits(max_connections=args.clients)) as client:
+        async with httpx.AsyncClient(
+            base_url=url, timeout=60, limits=httpx.Limits(max_connections=args.clients)
+        ) as client:
             clients = [SoakClient(client, number) for number in range(args.clients)]
             await asyncio.gather(*(c.init() for c in clients))
 
@@ -145,8 +199,11 @@ async def soak(args: argparse.Namespace, url: str, database_url: str) -> list[tu
                 elapsed = time.monotonic() - started
                 sizes = await table_sizes(conn)
                 rows.append((round_number, args.clients * args.ops / elapsed, sizes))
-                print(f"round {round_number}: {args.clients * args.ops / elapsed:.0f} iterations/s, "
-                      f"database {sizes['database'] / 1e6:.1f} MB", flush=True)
+                print(
+                    f"round {round_number}: {args.clients * args.ops / elapsed:.0f} iterations/s, "
+                    f"database {sizes['database'] / 1e6:.1f} MB",
+                    flush=True,
+                )
     finally:
         await conn.close()
     return rows
@@ -159,17 +216,24 @@ async def removal_rate(url: str, database_url: str, batches: int) -> float:
         conn = await asyncpg.connect(database_url)
         try:
             topic_id = await conn.fetchval("SELECT topic_id FROM topics WHERE name = 'soak-removal'")
-            await conn.execute("""
+            await conn.execute(
+                """
                 WITH head AS (UPDATE partitions SET high_watermark = $2 WHERE topic_id = $1 AND partition = 0)
                 INSERT INTO record_batches (topic_id, partition, base_offset, last_offset, producer_id, producer_epoch,
                     base_sequence, is_transactional, control_type, first_timestamp_ms, max_timestamp_ms, record_count,
                     size_bytes, records)
                 SELECT $1, 0, o, o, -1, -1, -1, false, NULL, 0, 0, 1, 100, convert_to('[[0,null,"' || repeat('x', 100)
                        || '",[],0]]', 'UTF8')
-                FROM generate_series(0, $2 - 1) AS o""", topic_id, batches)
+                FROM generate_series(0, $2 - 1) AS o""",
+                topic_id,
+                batches,
+            )
             started = time.monotonic()
-            (await client.post("/v1/topics/soak-removal/delete-records",
-                               json={"partitions": [{"partition": 0, "offset": -1}]})).raise_for_status()
+            (
+                await client.post(
+                    "/v1/topics/soak-removal/delete-records", json={"partitions": [{"partition": 0, "offset": -1}]}
+                )
+            ).raise_for_status()
             while await conn.fetchval("SELECT count(*) FROM record_batches WHERE topic_id = $1", topic_id):
                 await asyncio.sleep(0.05)
             return batches / (time.monotonic() - started)
@@ -181,11 +245,20 @@ def print_report(args: argparse.Namespace, rows: list[tuple[int, float, dict[str
     columns = ["database", *TABLES]
     table = [["round", "iter/s", "batches", "markers", *(f"{c} kB" for c in columns)]]
     for round_number, rate, sizes in rows:
-        table.append([str(round_number), f"{rate:.0f}", f"{sizes['batches']:,}", f"{sizes['markers']:,}",
-                      *(f"{sizes[c] // 1024:,}" for c in columns)])
-    print(f"\n{args.clients} clients x {args.ops} iterations per round (each: a transaction of "
-          f"{RECORDS_PER_BATCH} records with a TxnOffsetCommit, a plain produce of {RECORDS_PER_BATCH} records, "
-          f"a plain offset commit); retention_ms {args.retention_ms}, cleaner every {args.cleaner_ms} ms\n")
+        table.append(
+            [
+                str(round_number),
+                f"{rate:.0f}",
+                f"{sizes['batches']:,}",
+                f"{sizes['markers']:,}",
+                *(f"{sizes[c] // 1024:,}" for c in columns),
+            ]
+        )
+    print(
+        f"\n{args.clients} clients x {args.ops} iterations per round (each: a transaction of "
+        f"{RECORDS_PER_BATCH} records with a TxnOffsetCommit, a plain produce of {RECORDS_PER_BATCH} records, "
+        f"a plain offset commit); retention_ms {args.retention_ms}, cleaner every {args.cleaner_ms} ms\n"
+    )
     print(align(table))
 
 
@@ -212,8 +285,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work_dir, ignore_errors=True)
     print_report(args, rows)
     if rate is not None:
-        print(f"\nremoval: {args.removal_batches:,} batches below the log start removed at {rate:,.0f} batches/s "
-              f"(including up to one cleaner interval, {args.cleaner_ms} ms, before the first chunk)")
+        print(
+            f"\nremoval: {args.removal_batches:,} batches below the log start removed at {rate:,.0f} batches/s "
+            f"(including up to one cleaner interval, {args.cleaner_ms} ms, before the first chunk)"
+        )
     return 0
 
 

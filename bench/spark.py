@@ -36,8 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.storage.embedded_postgres import EmbeddedPostgres
-from bench.text_table import align
 from bench.processes import CpuMeter, database_url_for, start_txbroker
+from bench.text_table import align
 from bench.timed_run import Measurement, median_of
 from bench.workloads import record_value
 from txbroker import Admin, Consumer, Producer, TopicPartition, TwoPhaseClient
@@ -53,14 +53,22 @@ def measure(name: str, meter: CpuMeter, run: Callable[[], int]) -> Measurement:
     seconds = after.at - before.at
     server, postgres = after.server_s - before.server_s, after.postgres_s - before.postgres_s
     client = max(0.0, after.machine_s - before.machine_s - server - postgres)
-    result = Measurement(seconds=seconds, requests=0, records=rows, latency_p50_ms=float("nan"),
-                         client_cpu_percent=100 * client / seconds, server_cpu_percent=100 * server / seconds,
-                         postgres_cpu_percent=100 * postgres / seconds, other_cpu_percent=0.0)
+    result = Measurement(
+        seconds=seconds,
+        requests=0,
+        records=rows,
+        latency_p50_ms=float("nan"),
+        client_cpu_percent=100 * client / seconds,
+        server_cpu_percent=100 * server / seconds,
+        postgres_cpu_percent=100 * postgres / seconds,
+        other_cpu_percent=0.0,
+    )
     print(f"  {name}: {result.records_per_s:,.0f} rows/s", flush=True)
     return result
 
 
 # ---- the SDK alone
+
 
 def key(i: int) -> bytes:
     return b"%08d" % i
@@ -96,8 +104,13 @@ def sdk_two_phase_write(url: str, topic: str, records: int, partitions: int, val
 def sdk_read(url: str, topic: str, partitions: int) -> int:
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     read = 0
-    with Consumer(url, isolation_level="read_committed", auto_offset_reset="earliest",
-                  max_poll_records=10_000, fetch_max_records=10_000) as consumer:
+    with Consumer(
+        url,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        max_poll_records=10_000,
+        fetch_max_records=10_000,
+    ) as consumer:
         consumer.assign(tps)
         ends = consumer.end_offsets(tps)
         while any(consumer.position(tp) < ends[tp] for tp in tps):
@@ -107,12 +120,19 @@ def sdk_read(url: str, topic: str, partitions: int) -> int:
 
 # ---- Spark
 
+
 def spark_rows(spark, records: int, partitions: int, value: str):
     from pyspark.sql import functions as F
-    df = (spark.range(records, numPartitions=partitions)
-          .select(F.format_string("%08d", F.col("id")).alias("key"), F.lit(value).alias("value"),
-                  (F.col("id") % partitions).cast("int").alias("partition"))
-          .cache())
+
+    df = (
+        spark.range(records, numPartitions=partitions)
+        .select(
+            F.format_string("%08d", F.col("id")).alias("key"),
+            F.lit(value).alias("value"),
+            (F.col("id") % partitions).cast("int").alias("partition"),
+        )
+        .cache()
+    )
     df.count()  # materialized before the clock starts: the rows are not what is measured
     return df
 
@@ -123,19 +143,30 @@ def spark_write(df, url: str, topic: str, records: int) -> int:
 
 
 def spark_read(spark, url: str, topic: str, records: int) -> int:
-    spark.read.format("txbroker").option("url", url).option("topic", topic).load() \
-        .write.format("noop").mode("overwrite").save()
+    spark.read.format("txbroker").option("url", url).option("topic", topic).load().write.format("noop").mode(
+        "overwrite"
+    ).save()
     return records
 
 
 def spark_stream(spark, url: str, topic: str, records: int, checkpoint: Path, sink_topic: str | None = None) -> int:
-    df = spark.readStream.format("txbroker").option("url", url).option("topic", topic) \
-        .option("startingOffsets", "earliest").load()
+    df = (
+        spark.readStream.format("txbroker")
+        .option("url", url)
+        .option("topic", topic)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
     if sink_topic is None:
         writer = df.writeStream.format("noop")
     else:
-        writer = df.select("key", "value", "partition").writeStream.format("txbroker").option("url", url) \
-            .option("topic", sink_topic).option("sink_id", sink_topic)
+        writer = (
+            df.select("key", "value", "partition")
+            .writeStream.format("txbroker")
+            .option("url", url)
+            .option("topic", sink_topic)
+            .option("sink_id", sink_topic)
+        )
     query = writer.option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
     query.awaitTermination()
     read = sum(progress["numInputRows"] for progress in query.recentProgress)
@@ -146,20 +177,33 @@ def spark_stream(spark, url: str, topic: str, records: int, checkpoint: Path, si
 
 # ---- the run
 
+
 def format_table(rows: list[tuple[str, str, Measurement]]) -> str:
     baseline = {group: m.records_per_s for name, group, m in rows if name in (SDK_WRITE, SDK_READ)}
-    table = [("scenario", "rows", "seconds", "rows/s", "xSDK", "server CPU%", "postgres CPU%", "client CPU%",
-              "CPU us/row")]
+    table = [
+        ("scenario", "rows", "seconds", "rows/s", "xSDK", "server CPU%", "postgres CPU%", "client CPU%", "CPU us/row")
+    ]
     for name, group, m in rows:
-        table.append((name, f"{m.records:,}", f"{m.seconds:.2f}", f"{m.records_per_s:,.0f}",
-                      f"{m.records_per_s / baseline[group]:.2f}", f"{m.server_cpu_percent:.0f}",
-                      f"{m.postgres_cpu_percent:.0f}", f"{m.client_cpu_percent:.0f}", f"{m.cpu_us_per_record:.0f}"))
+        table.append(
+            (
+                name,
+                f"{m.records:,}",
+                f"{m.seconds:.2f}",
+                f"{m.records_per_s:,.0f}",
+                f"{m.records_per_s / baseline[group]:.2f}",
+                f"{m.server_cpu_percent:.0f}",
+                f"{m.postgres_cpu_percent:.0f}",
+                f"{m.client_cpu_percent:.0f}",
+                f"{m.cpu_us_per_record:.0f}",
+            )
+        )
     return align(table)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.spark", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.spark", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--records", type=int, default=200_000, help="rows per scenario (default 200000)")
     parser.add_argument("--value-bytes", type=int, default=100, help="bytes per value (default 100)")
     parser.add_argument("--partitions", type=int, default=4, help="topic and Spark partitions (default 4)")
@@ -180,10 +224,14 @@ def main(argv: list[str] | None = None) -> int:
         url, n, parts = server.url, args.records, args.partitions
         meter = CpuMeter(postgres.pid, server.pid)
         from spark_client.local import local_session
+
         spark = local_session("bench-spark")
-        print(f"txbroker pid {server.pid}, PostgreSQL pid {postgres.pid}; {os.cpu_count()} CPUs; Python "
-              f"{platform.python_version()}; Spark {spark.version} local[2]; {n:,} rows of {args.value_bytes} bytes "
-              f"in {parts} partitions", flush=True)
+        print(
+            f"txbroker pid {server.pid}, PostgreSQL pid {postgres.pid}; {os.cpu_count()} CPUs; Python "
+            f"{platform.python_version()}; Spark {spark.version} local[2]; {n:,} rows of {args.value_bytes} bytes "
+            f"in {parts} partitions",
+            flush=True,
+        )
         admin = Admin(url)
         topics = iter(range(1_000_000))
 
@@ -202,16 +250,26 @@ def main(argv: list[str] | None = None) -> int:
             source = topic("sdk")
             runs = [
                 (SDK_WRITE, "write", lambda source=source: sdk_write(url, source, n, parts, value.encode())),
-                ("SDK Producer, 2PC per partition", "write",
-                 lambda: sdk_two_phase_write(url, topic("sdk-2pc"), n, parts, value.encode())),
+                (
+                    "SDK Producer, 2PC per partition",
+                    "write",
+                    lambda: sdk_two_phase_write(url, topic("sdk-2pc"), n, parts, value.encode()),
+                ),
                 ("Spark df.write (exactly-once sink)", "write", lambda: spark_write(df, url, topic("spark"), n)),
                 (SDK_READ, "read", lambda source=source: sdk_read(url, source, parts)),
                 ("Spark read (-> noop)", "read", lambda source=source: spark_read(spark, url, source, n)),
-                ("Spark readStream (-> noop, 1 batch)", "read",
-                 lambda source=source: spark_stream(spark, url, source, n, work_dir / f"cp-{next(topics)}")),
-                ("Spark readStream -> writeStream (exactly once)", "read",
-                 lambda source=source: spark_stream(spark, url, source, n, work_dir / f"cp-{next(topics)}",
-                                                    topic("copy"))),
+                (
+                    "Spark readStream (-> noop, 1 batch)",
+                    "read",
+                    lambda source=source: spark_stream(spark, url, source, n, work_dir / f"cp-{next(topics)}"),
+                ),
+                (
+                    "Spark readStream -> writeStream (exactly once)",
+                    "read",
+                    lambda source=source: spark_stream(
+                        spark, url, source, n, work_dir / f"cp-{next(topics)}", topic("copy")
+                    ),
+                ),
             ]
             for name, group, run in runs:
                 results.setdefault((name, group), []).append(measure(name, meter, run))

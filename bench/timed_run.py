@@ -26,6 +26,7 @@ WorkloadFactory = Callable[[], Workload]  # picklable (a functools.partial) to r
 @dataclass(frozen=True)
 class ClientRun:
     """What one client process measured."""
+
     latencies_s: list[float]  # one per request completed inside the window
     records: int
     cpu_s: float  # of this client process, inside the window
@@ -66,8 +67,12 @@ class Measurement:
 def median_of(measurements: list[Measurement]) -> Measurement:
     """Field by field, the median of repeated measurements of one scenario: on a noisy machine, a
     round disturbed by another program does not decide the result."""
-    return Measurement(**{field.name: statistics.median(getattr(m, field.name) for m in measurements)
-                          for field in dataclasses.fields(Measurement)})
+    return Measurement(
+        **{
+            field.name: statistics.median(getattr(m, field.name) for m in measurements)
+            for field in dataclasses.fields(Measurement)
+        }
+    )
 
 
 def _call_at_monotonic(instant: float, callback: Callable[[], None]) -> None:
@@ -102,8 +107,9 @@ async def drive(workload: Workload, clients: list[int], window_start: float, win
     return ClientRun(latencies, records, cpu_marks[1] - cpu_marks[0])
 
 
-def _drive_in_this_process(make_workload: WorkloadFactory, clients: list[int], window_start: float,
-                           window_end: float) -> ClientRun:
+def _drive_in_this_process(
+    make_workload: WorkloadFactory, clients: list[int], window_start: float, window_end: float
+) -> ClientRun:
     return asyncio.run(drive(make_workload(), clients, window_start, window_end))
 
 
@@ -120,16 +126,23 @@ class ClientProcesses:
         self.pool.shutdown()
 
 
-async def _server_cpu_in_window(meter: CpuMeter, window_start: float,
-                                window_end: float) -> tuple[CpuSnapshot, CpuSnapshot]:
+async def _server_cpu_in_window(
+    meter: CpuMeter, window_start: float, window_end: float
+) -> tuple[CpuSnapshot, CpuSnapshot]:
     await asyncio.sleep(window_start - time.monotonic())
     start = meter.snapshot()
     await asyncio.sleep(window_end - time.monotonic())
     return start, meter.snapshot()
 
 
-async def measure(make_workload: WorkloadFactory, clients: int, warmup_s: float, seconds: float,
-                  meter: CpuMeter, client_processes: ClientProcesses | None = None) -> Measurement:
+async def measure(
+    make_workload: WorkloadFactory,
+    clients: int,
+    warmup_s: float,
+    seconds: float,
+    meter: CpuMeter,
+    client_processes: ClientProcesses | None = None,
+) -> Measurement:
     """`clients` concurrent clients, in this process or spread over `client_processes`, run for
     warmup_s unmeasured (connections open, caches warm), then seconds measured."""
     window_start = time.monotonic() + warmup_s
@@ -140,19 +153,35 @@ async def measure(make_workload: WorkloadFactory, clients: int, warmup_s: float,
     else:
         loop = asyncio.get_running_loop()
         count = min(client_processes.count, clients)
-        runs = await asyncio.gather(*(
-            loop.run_in_executor(client_processes.pool, _drive_in_this_process, make_workload,
-                                 list(range(first, clients, count)), window_start, window_end)
-            for first in range(count)))
+        runs = await asyncio.gather(
+            *(
+                loop.run_in_executor(
+                    client_processes.pool,
+                    _drive_in_this_process,
+                    make_workload,
+                    list(range(first, clients, count)),
+                    window_start,
+                    window_end,
+                )
+                for first in range(count)
+            )
+        )
     start, end = await server_cpu
     latencies = [latency for run in runs for latency in run.latencies_s]
     elapsed = end.at - start.at
-    client, server, postgres, machine = (100 * sum(run.cpu_s for run in runs) / seconds,
-                                         100 * (end.server_s - start.server_s) / elapsed,
-                                         100 * (end.postgres_s - start.postgres_s) / elapsed,
-                                         100 * (end.machine_s - start.machine_s) / elapsed)
+    client, server, postgres, machine = (
+        100 * sum(run.cpu_s for run in runs) / seconds,
+        100 * (end.server_s - start.server_s) / elapsed,
+        100 * (end.postgres_s - start.postgres_s) / elapsed,
+        100 * (end.machine_s - start.machine_s) / elapsed,
+    )
     return Measurement(
-        seconds=seconds, requests=len(latencies), records=sum(run.records for run in runs),
+        seconds=seconds,
+        requests=len(latencies),
+        records=sum(run.records for run in runs),
         latency_p50_ms=1000 * statistics.median(latencies) if latencies else float("nan"),
-        client_cpu_percent=client, server_cpu_percent=server, postgres_cpu_percent=postgres,
-        other_cpu_percent=max(machine - client - server - postgres, 0.0))
+        client_cpu_percent=client,
+        server_cpu_percent=server,
+        postgres_cpu_percent=postgres,
+        other_cpu_percent=max(machine - client - server - postgres, 0.0),
+    )

@@ -60,6 +60,7 @@ def stored_batch_payload(value: str, record_count: int, timestamp_ms: int) -> by
 
 # ---- PostgreSQL baselines
 
+
 class OffsetSource:
     """The next free offset of a baseline table (clients of one process take turns, no lock needed)."""
 
@@ -100,8 +101,7 @@ class RawCopy(_Connections):
         base = self.offsets.take(self.records_per_copy)
         now_ms = int(time.time() * 1000)
         rows = [(base + i, None, self.value, now_ms) for i in range(self.records_per_copy)]
-        await self.connections[client].copy_records_to_table("raw_records", records=rows,
-                                                             columns=RAW_RECORD_COLUMNS)
+        await self.connections[client].copy_records_to_table("raw_records", records=rows, columns=RAW_RECORD_COLUMNS)
         return self.records_per_copy
 
 
@@ -119,16 +119,19 @@ class RowPerBatchInsert(_Connections):
 
     async def run_once(self, client: int) -> int:
         base = self.offsets.take(self.records_per_batch)
-        await self.connections[client].execute(self.SQL, base, base + self.records_per_batch - 1,
-                                               self.records_per_batch, self.payload)
+        await self.connections[client].execute(
+            self.SQL, base, base + self.records_per_batch - 1, self.records_per_batch, self.payload
+        )
         return self.records_per_batch
 
 
 class RawSelect(_Connections):
     """Reads `raw_records` in offset order, `rows_per_query` at a time, from the start again at the end."""
 
-    SQL = ("SELECT record_offset, key, value, timestamp_ms FROM raw_records "
-           "WHERE record_offset >= $1 ORDER BY record_offset LIMIT $2")
+    SQL = (
+        "SELECT record_offset, key, value, timestamp_ms FROM raw_records "
+        "WHERE record_offset >= $1 ORDER BY record_offset LIMIT $2"
+    )
 
     def __init__(self, database_url: str, rows_per_query: int) -> None:
         super().__init__(database_url)
@@ -146,6 +149,7 @@ class RawSelect(_Connections):
 
 
 # ---- over HTTP
+
 
 class _HttpClients:
     """One httpx.AsyncClient whose pool keeps one keep-alive connection per client."""
@@ -194,10 +198,16 @@ class Produce(_HttpClients):
     async def open(self, clients: list[int]) -> None:
         await super().open(clients)
         records = [{"key": None, "value": self.value}] * self.records_per_batch
-        self.bodies = {client: orjson.dumps({
-            "producer_id": PLAIN_WRITE, "producer_epoch": PLAIN_WRITE,
-            "partitions": [{"topic": self.topic, "partition": client, "records": records}]})
-            for client in clients}
+        self.bodies = {
+            client: orjson.dumps(
+                {
+                    "producer_id": PLAIN_WRITE,
+                    "producer_epoch": PLAIN_WRITE,
+                    "partitions": [{"topic": self.topic, "partition": client, "records": records}],
+                }
+            )
+            for client in clients
+        }
 
     async def run_once(self, client: int) -> int:
         [entry] = orjson.loads(await self.post("/v1/produce", self.bodies[client]))["partitions"]
@@ -220,8 +230,12 @@ class Fetch(_HttpClients):
         self.positions = dict.fromkeys(clients, 0)
 
     async def run_once(self, client: int) -> int:
-        body = orjson.dumps({"max_records": self.max_records, "partitions": [
-            {"topic": self.topic, "partition": client, "offset": self.positions[client]}]})
+        body = orjson.dumps(
+            {
+                "max_records": self.max_records,
+                "partitions": [{"topic": self.topic, "partition": client, "offset": self.positions[client]}],
+            }
+        )
         [entry] = orjson.loads(await self.post("/v1/fetch", body))["partitions"]
         _check_partition_entry(entry, "fetch")
         next_offset = entry["next_offset"]
@@ -234,8 +248,9 @@ class ProduceAcrossPartitions(_HttpClients):
     client i of C writes partitions i, i + C, i + 2C, ... of `partitions` in turn, so every partition
     is written and no two clients share one (as Kafka producers spread over a topic)."""
 
-    def __init__(self, base_url: str, topic: str, value: str, records_per_batch: int, partitions: int,
-                 total_clients: int) -> None:
+    def __init__(
+        self, base_url: str, topic: str, value: str, records_per_batch: int, partitions: int, total_clients: int
+    ) -> None:
         super().__init__(base_url)
         self.topic = topic
         self.value = value
@@ -248,11 +263,19 @@ class ProduceAcrossPartitions(_HttpClients):
     async def open(self, clients: list[int]) -> None:
         await super().open(clients)
         records = [{"key": None, "value": self.value}] * self.records_per_batch
-        self.bodies = {client: [orjson.dumps({
-            "producer_id": PLAIN_WRITE, "producer_epoch": PLAIN_WRITE,
-            "partitions": [{"topic": self.topic, "partition": partition, "records": records}]})
-            for partition in range(client % self.partitions, self.partitions, self.total_clients)]
-            for client in clients}
+        self.bodies = {
+            client: [
+                orjson.dumps(
+                    {
+                        "producer_id": PLAIN_WRITE,
+                        "producer_epoch": PLAIN_WRITE,
+                        "partitions": [{"topic": self.topic, "partition": partition, "records": records}],
+                    }
+                )
+                for partition in range(client % self.partitions, self.partitions, self.total_clients)
+            ]
+            for client in clients
+        }
         self.turns = dict.fromkeys(clients, 0)
 
     async def run_once(self, client: int) -> int:

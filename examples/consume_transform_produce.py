@@ -57,9 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    consumer = Consumer(args.url, group_id=args.group, isolation_level="read_committed",
-                        auto_offset_reset="earliest", enable_auto_commit=False,
-                        max_poll_records=args.max_poll_records)
+    consumer = Consumer(
+        args.url,
+        group_id=args.group,
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_poll_records=args.max_poll_records,
+    )
     producer = Producer(args.url, transactional_id=args.transactional_id)
     try:
         producer.init_transactions()

@@ -44,12 +44,16 @@ def produce_input(url: str, topic: str, partitions: int, records_per_partition: 
         producer.init_transactions()
         for partition in range(partitions):
             for number, start in enumerate(range(0, records_per_partition, TRANSACTION_RECORDS)):
-                values = [f"p{partition}-{i:06d}" for i in range(start, min(start + TRANSACTION_RECORDS,
-                                                                              records_per_partition))]
+                values = [
+                    f"p{partition}-{i:06d}"
+                    for i in range(start, min(start + TRANSACTION_RECORDS, records_per_partition))
+                ]
                 aborted = number % 4 == 3
                 producer.begin_transaction()
-                futures = [producer.send(topic, value + ("-aborted" if aborted else ""), key=value,
-                                         partition=partition) for value in values]
+                futures = [
+                    producer.send(topic, value + ("-aborted" if aborted else ""), key=value, partition=partition)
+                    for value in values
+                ]
                 if aborted:
                     for future in futures:
                         future.result(60)  # written, then aborted
@@ -62,15 +66,31 @@ def produce_input(url: str, topic: str, partitions: int, records_per_partition: 
 
 def run_pipeline(spark, url: str, source: str, sink: str, checkpoint: str, max_records_per_trigger: int) -> int:
     """The query; returns the number of micro-batches that read records."""
-    transformed = (spark.readStream.format("txbroker").option("url", url).option("topic", source)
-                   .option("startingOffsets", "earliest").option("maxRecordsPerTrigger", max_records_per_trigger)
-                   .load()
-                   .select("key", F.upper("value").alias("value"), "partition",
-                           F.array(F.struct(F.lit("source-offset").alias("key"),
-                                            F.col("offset").cast("string").alias("value"))).alias("headers")))
-    query = (transformed.writeStream.format("txbroker").option("url", url).option("topic", sink)
-             .option("sink_id", sink).option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
+    transformed = (
+        spark.readStream.format("txbroker")
+        .option("url", url)
+        .option("topic", source)
+        .option("startingOffsets", "earliest")
+        .option("maxRecordsPerTrigger", max_records_per_trigger)
+        .load()
+        .select(
+            "key",
+            F.upper("value").alias("value"),
+            "partition",
+            F.array(F.struct(F.lit("source-offset").alias("key"), F.col("offset").cast("string").alias("value"))).alias(
+                "headers"
+            ),
+        )
+    )
+    query = (
+        transformed.writeStream.format("txbroker")
+        .option("url", url)
+        .option("topic", sink)
+        .option("sink_id", sink)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     return sum(1 for progress in query.recentProgress if progress["numInputRows"] > 0)
 
@@ -91,8 +111,16 @@ class NotExactlyOnce(AssertionError):
     """The output is not the input, exactly once and in order (the message says how)."""
 
 
-def pipeline(spark, url: str, *, name: str, checkpoint: str, partitions: int = 2, records_per_partition: int = 1000,
-             max_records_per_trigger: int = 500) -> str:
+def pipeline(
+    spark,
+    url: str,
+    *,
+    name: str,
+    checkpoint: str,
+    partitions: int = 2,
+    records_per_partition: int = 1000,
+    max_records_per_trigger: int = 500,
+) -> str:
     """Steps 1 to 3 of the module docstring; returns a summary, or raises NotExactlyOnce."""
     source, sink = f"{name}-in", f"{name}-out"
     with Admin(url) as admin:
@@ -116,12 +144,16 @@ def pipeline(spark, url: str, *, name: str, checkpoint: str, partitions: int = 2
         for partition in sorted(wanted):
             got, want = output.get(partition, []), wanted[partition]
             if got != want:
-                problems.append(f"partition {partition}: {len(got)} records, expected {len(want)} "
-                                f"({len(got) - len(set(got))} duplicates, {len(set(want) - set(got))} missing, "
-                                f"{'same' if sorted(got) == sorted(want) else 'different'} records)")
+                problems.append(
+                    f"partition {partition}: {len(got)} records, expected {len(want)} "
+                    f"({len(got) - len(set(got))} duplicates, {len(set(want) - set(got))} missing, "
+                    f"{'same' if sorted(got) == sorted(want) else 'different'} records)"
+                )
         raise NotExactlyOnce("NOT exactly once: " + "; ".join(problems))
-    return (f"exactly once: {total} records from {source} to {sink} in {batches} micro-batches ({elapsed:.1f}s), "
-            f"in order within each partition, none of the aborted transactions")
+    return (
+        f"exactly once: {total} records from {source} to {sink} in {batches} micro-batches ({elapsed:.1f}s), "
+        f"in order within each partition, none of the aborted transactions"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,9 +168,17 @@ def main(argv: list[str] | None = None) -> int:
     checkpoint = args.checkpoint or tempfile.mkdtemp(prefix="txb-spark-pipeline-")
     spark = local_session("spark-pipeline")
     try:
-        print(pipeline(spark, args.url, name=args.name, checkpoint=checkpoint, partitions=args.partitions,
-                       records_per_partition=args.records_per_partition,
-                       max_records_per_trigger=args.max_records_per_trigger))
+        print(
+            pipeline(
+                spark,
+                args.url,
+                name=args.name,
+                checkpoint=checkpoint,
+                partitions=args.partitions,
+                records_per_partition=args.records_per_partition,
+                max_records_per_trigger=args.max_records_per_trigger,
+            )
+        )
         return 0
     except NotExactlyOnce as error:
         print(error, file=sys.stderr)

@@ -54,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         seen = []
         while batch := consumer.poll(timeout_ms=500):
             seen += batch
-    print(f"a read_committed consumer sees {len(seen)} records in {args.topic}; "
-          f"aborted ones: {sum(r.key == b'doomed' for r in seen)}")
+    print(
+        f"a read_committed consumer sees {len(seen)} records in {args.topic}; "
+        f"aborted ones: {sum(r.key == b'doomed' for r in seen)}"
+    )
     return 0
 
 

@@ -112,8 +112,9 @@ def start_in_process_server(database_url: str, **setting_overrides) -> RunningSe
     sock = loopback_socket()
     port = sock.getsockname()[1]
     settings = Settings(database_url=database_url, port=port, **setting_overrides)
-    config = uvicorn.Config(create_app(settings, database_url), log_level="warning", loop="uvloop",
-                            http="httptools", lifespan="on")
+    config = uvicorn.Config(
+        create_app(settings, database_url), log_level="warning", loop="uvloop", http="httptools", lifespan="on"
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: uvloop.run(server.serve(sockets=[sock])), daemon=True)
     thread.start()
@@ -207,8 +208,12 @@ class ServerProcess:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "app.cli", "serve", "--fd", str(self.sock.fileno()), *self.args],
-                pass_fds=[self.sock.fileno()], stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
-                env=self.env)
+                pass_fds=[self.sock.fileno()],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO_ROOT,
+                env=self.env,
+            )
         try:
             wait_until_healthy(self.url, timeout_s, self.process)
         except RuntimeError as error:

@@ -34,13 +34,22 @@ def _id_path(transactional_id: str) -> str:
 
 
 class AsyncAdmin:
-    def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None, headers: Mapping[str, str] | None = None,
-                 transport: httpx.AsyncBaseTransport | httpx.BaseTransport | None = None,
-                 request_timeout_ms: int = 30_000, default_api_timeout_ms: int = 60_000,
-                 retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 1_000) -> None:
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        *,
+        token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.AsyncBaseTransport | httpx.BaseTransport | None = None,
+        request_timeout_ms: int = 30_000,
+        default_api_timeout_ms: int = 60_000,
+        retry_backoff_ms: int = 100,
+        retry_backoff_max_ms: int = 1_000,
+    ) -> None:
         self.url = url
-        self._connection = Connection(url, token=token, headers=headers, transport=transport,
-                                      request_timeout_ms=request_timeout_ms)
+        self._connection = Connection(
+            url, token=token, headers=headers, transport=transport, request_timeout_ms=request_timeout_ms
+        )
         self._backoff = Backoff(retry_backoff_ms, retry_backoff_max_ms)
         self._api_timeout_s = default_api_timeout_ms / 1000
 
@@ -53,21 +62,36 @@ class AsyncAdmin:
     async def close(self) -> None:
         await self._connection.close()
 
-    async def _read(self, path: str, *, params: Mapping | None = None, body: Any = None, method: str = "GET",
-                    what: str | None = None) -> Any:
-        return await retrying(lambda: self._connection.request(method, path, body, params=params),
-                              what=what or f"{method} {path}", timeout_s=self._api_timeout_s, backoff=self._backoff)
+    async def _read(
+        self,
+        path: str,
+        *,
+        params: Mapping | None = None,
+        body: Any = None,
+        method: str = "GET",
+        what: str | None = None,
+    ) -> Any:
+        return await retrying(
+            lambda: self._connection.request(method, path, body, params=params),
+            what=what or f"{method} {path}",
+            timeout_s=self._api_timeout_s,
+            backoff=self._backoff,
+        )
 
-    async def _once(self, method: str, path: str, body: Any = None, *, params: Mapping | None = None,
-                    what: str | None = None) -> Any:
+    async def _once(
+        self, method: str, path: str, body: Any = None, *, params: Mapping | None = None, what: str | None = None
+    ) -> Any:
         """Sent again only after an error answer (the server did nothing), never after a lost one."""
+
         async def call() -> Any:
             try:
                 return await self._connection.request(method, path, body, params=params)
             except TxbrokerConnectionError as error:
                 raise error.with_category() from error
-        return await retrying(call, what=what or f"{method} {path}", timeout_s=self._api_timeout_s,
-                              backoff=self._backoff)
+
+        return await retrying(
+            call, what=what or f"{method} {path}", timeout_s=self._api_timeout_s, backoff=self._backoff
+        )
 
     # ---- cluster and topics
 
@@ -79,8 +103,9 @@ class AsyncAdmin:
         return await self._read("/v1/cluster")
 
     async def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> dict:
-        return await self._once("POST", "/v1/topics", {"name": name, "partitions": partitions,
-                                                       "config": dict(config or {})})
+        return await self._once(
+            "POST", "/v1/topics", {"name": name, "partitions": partitions, "config": dict(config or {})}
+        )
 
     async def list_topics(self) -> list[dict]:
         return (await self._read("/v1/topics"))["topics"]
@@ -100,8 +125,9 @@ class AsyncAdmin:
             by_topic.setdefault(tp[0], []).append({"partition": tp[1], "offset": offset})
         result = {}
         for topic, partitions in by_topic.items():
-            answer = await self._read(f"{topic_path(topic)}/delete-records", method="POST",
-                                      body={"partitions": partitions})
+            answer = await self._read(
+                f"{topic_path(topic)}/delete-records", method="POST", body={"partitions": partitions}
+            )
             for entry in answer["partitions"]:
                 if entry["error"] is not None:
                     raise from_body(entry["error"])
@@ -110,18 +136,31 @@ class AsyncAdmin:
 
     # ---- transactions
 
-    async def list_transactions(self, *, states: Iterable[str] | str | None = None,
-                                min_duration_ms: int | None = None, producer_id: int | None = None,
-                                transactional_id_prefix: str | None = None) -> list[dict]:
+    async def list_transactions(
+        self,
+        *,
+        states: Iterable[str] | str | None = None,
+        min_duration_ms: int | None = None,
+        producer_id: int | None = None,
+        transactional_id_prefix: str | None = None,
+    ) -> list[dict]:
         """Every matching transaction (all pages), ordered by transactional id."""
         if states is not None and not isinstance(states, str):
             states = ",".join(states)
-        params = {"state": states or None, "min_duration_ms": min_duration_ms, "producer_id": producer_id,
-                  "transactional_id_prefix": transactional_id_prefix, "limit": LIST_PAGE}
+        params = {
+            "state": states or None,
+            "min_duration_ms": min_duration_ms,
+            "producer_id": producer_id,
+            "transactional_id_prefix": transactional_id_prefix,
+            "limit": LIST_PAGE,
+        }
         found: list[dict] = []
         while True:
-            page = (await self._read("/v1/transactions", params=params,
-                                     what=f"ListTransactions({transactional_id_prefix or ''!r})"))["transactions"]
+            page = (
+                await self._read(
+                    "/v1/transactions", params=params, what=f"ListTransactions({transactional_id_prefix or ''!r})"
+                )
+            )["transactions"]
             found += page
             if len(page) < LIST_PAGE:
                 return found
@@ -130,13 +169,15 @@ class AsyncAdmin:
     async def describe_transaction(self, transactional_id: str) -> dict:
         return await self._read(_id_path(transactional_id), what=f"describe {transactional_id!r}")
 
-    async def abort_transaction(self, transactional_id: str, producer_id: int | None = None,
-                                producer_epoch: int | None = None) -> dict:
+    async def abort_transaction(
+        self, transactional_id: str, producer_id: int | None = None, producer_epoch: int | None = None
+    ) -> dict:
         """Fences the current producer of the id and aborts its open (Ongoing or Prepared) transaction;
         with `producer_id` and `producer_epoch` (as listed), only if the producer is still that one."""
         params = None if producer_id is None else {"producer_id": producer_id, "producer_epoch": producer_epoch}
-        return await self._once("POST", _id_path(transactional_id) + "/abort", params=params,
-                                what=f"abort {transactional_id!r}")
+        return await self._once(
+            "POST", _id_path(transactional_id) + "/abort", params=params, what=f"abort {transactional_id!r}"
+        )
 
     async def find_hanging_transactions(self, min_duration_ms: int = DEFAULT_HANGING_MS) -> list[dict]:
         """Transactions open for longer than `min_duration_ms`: they hold back the last stable offset of
@@ -147,8 +188,11 @@ class AsyncAdmin:
         return (await self._read(f"{topic_path(topic)}/partitions/{int(partition)}/producers"))["producers"]
 
     async def list_markers(self, topic: str, partition: int, offset: int = 0, limit: int = 100) -> list[dict]:
-        return (await self._read(f"{topic_path(topic)}/partitions/{int(partition)}/markers",
-                                 params={"offset": offset, "limit": limit}))["markers"]
+        return (
+            await self._read(
+                f"{topic_path(topic)}/partitions/{int(partition)}/markers", params={"offset": offset, "limit": limit}
+            )
+        )["markers"]
 
     # ---- groups and offsets
 
@@ -160,17 +204,29 @@ class AsyncAdmin:
         return await self._read(f"/v1/groups/{quote(group_id, safe='')}")
 
     async def list_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
-        answer = await self._read(f"/v1/groups/{quote(group_id, safe='')}/offsets/fetch", method="POST",
-                                  body={"partitions": None, "require_stable": False})
-        return {TopicPartition(e["topic"], e["partition"]): e["offset"] for e in answer["offsets"]
-                if e["error"] is None and e["offset"] >= 0}
+        answer = await self._read(
+            f"/v1/groups/{quote(group_id, safe='')}/offsets/fetch",
+            method="POST",
+            body={"partitions": None, "require_stable": False},
+        )
+        return {
+            TopicPartition(e["topic"], e["partition"]): e["offset"]
+            for e in answer["offsets"]
+            if e["error"] is None and e["offset"] >= 0
+        }
 
-    async def list_offsets(self, partitions: Iterable[TopicPartition], timestamp: int = -1,
-                           isolation_level: str = "read_committed") -> dict[TopicPartition, int]:
+    async def list_offsets(
+        self, partitions: Iterable[TopicPartition], timestamp: int = -1, isolation_level: str = "read_committed"
+    ) -> dict[TopicPartition, int]:
         """-1 latest (the LSO under read_committed), -2 earliest, or a time in ms."""
-        answer = await self._read("/v1/offsets/list", method="POST", body={
-            "isolation_level": isolation_level,
-            "partitions": [{"topic": tp[0], "partition": tp[1], "timestamp": timestamp} for tp in partitions]})
+        answer = await self._read(
+            "/v1/offsets/list",
+            method="POST",
+            body={
+                "isolation_level": isolation_level,
+                "partitions": [{"topic": tp[0], "partition": tp[1], "timestamp": timestamp} for tp in partitions],
+            },
+        )
         result = {}
         for entry in answer["partitions"]:
             if entry["error"] is not None:
@@ -202,11 +258,28 @@ class AsyncAdmin:
     async def revoke_key(self, principal: str, key_id: str) -> None:
         await self._once("DELETE", f"/v1/principals/{quote(principal, safe='')}/keys/{quote(key_id, safe='')}")
 
-    async def add_acl(self, principal: str, resource_type: str, resource_name: str, operation: str, *,
-                      pattern_type: str = "literal", permission: str = "allow") -> dict:
-        return await self._once("POST", "/v1/acls", {
-            "principal": principal, "resource_type": resource_type, "resource_name": resource_name,
-            "operation": operation, "pattern_type": pattern_type, "permission": permission})
+    async def add_acl(
+        self,
+        principal: str,
+        resource_type: str,
+        resource_name: str,
+        operation: str,
+        *,
+        pattern_type: str = "literal",
+        permission: str = "allow",
+    ) -> dict:
+        return await self._once(
+            "POST",
+            "/v1/acls",
+            {
+                "principal": principal,
+                "resource_type": resource_type,
+                "resource_name": resource_name,
+                "operation": operation,
+                "pattern_type": pattern_type,
+                "permission": permission,
+            },
+        )
 
     async def list_acls(self, principal: str | None = None, resource_type: str | None = None) -> list[dict]:
         return (await self._read("/v1/acls", params={"principal": principal, "resource_type": resource_type}))["acls"]
@@ -216,4 +289,3 @@ class AsyncAdmin:
 
     async def audit_log(self, limit: int = 100) -> list[dict]:
         return (await self._read("/v1/audit", params={"limit": limit}))["entries"]
-

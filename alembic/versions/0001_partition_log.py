@@ -3,9 +3,11 @@
 Revision ID: 0001
 Revises:
 """
+
 import sqlalchemy as sa
-from alembic import op
 from sqlalchemy.dialects import postgresql
+
+from alembic import op
 
 revision = "0001"
 down_revision = None
@@ -25,8 +27,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "partitions",
-        sa.Column("topic_id", sa.Integer(), sa.ForeignKey("topics.topic_id", ondelete="CASCADE"),
-                  primary_key=True),
+        sa.Column("topic_id", sa.Integer(), sa.ForeignKey("topics.topic_id", ondelete="CASCADE"), primary_key=True),
         sa.Column("partition", sa.Integer(), primary_key=True),
         sa.Column("high_watermark", sa.BigInteger(), nullable=False, server_default="0"),
         sa.Column("log_start_offset", sa.BigInteger(), nullable=False, server_default="0"),

@@ -4,9 +4,11 @@ coordinator's transaction metadata, and transaction markers.
 Revision ID: 0002
 Revises: 0001
 """
+
 import sqlalchemy as sa
-from alembic import op
 from sqlalchemy.dialects import postgresql
+
+from alembic import op
 
 revision = "0002"
 down_revision = "0001"
@@ -37,9 +39,12 @@ def upgrade() -> None:
     )
     # The LSO of a partition is the smallest first offset of its open transactions: this partial
     # index makes that a single probe, however many producers the partition has seen.
-    op.create_index("producer_states_open_transactions", "producer_states",
-                    ["topic_id", "partition", "current_txn_first_offset"],
-                    postgresql_where=sa.text("current_txn_first_offset IS NOT NULL"))
+    op.create_index(
+        "producer_states_open_transactions",
+        "producer_states",
+        ["topic_id", "partition", "current_txn_first_offset"],
+        postgresql_where=sa.text("current_txn_first_offset IS NOT NULL"),
+    )
     op.create_table(
         "transactions",
         sa.Column("transactional_id", sa.Text(), primary_key=True),

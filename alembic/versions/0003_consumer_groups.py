@@ -4,9 +4,11 @@ offsets pending until their transaction's marker.
 Revision ID: 0003
 Revises: 0002
 """
+
 import sqlalchemy as sa
-from alembic import op
 from sqlalchemy.dialects import postgresql
+
+from alembic import op
 
 revision = "0003"
 down_revision = "0002"
@@ -32,8 +34,7 @@ def upgrade() -> None:
         sa.Column("last_heartbeat_ms", sa.BigInteger(), nullable=False),
     )
     # The session-expiry worker looks for members whose session ran out.
-    op.create_index("group_members_by_deadline", "group_members",
-                    [sa.text("(last_heartbeat_ms + session_timeout_ms)")])
+    op.create_index("group_members_by_deadline", "group_members", [sa.text("(last_heartbeat_ms + session_timeout_ms)")])
     op.create_table(
         "group_offsets",
         sa.Column("group_id", sa.Text(), primary_key=True),
@@ -56,8 +57,11 @@ def upgrade() -> None:
         sa.Column("commit_timestamp_ms", sa.BigInteger(), nullable=False),
     )
     # A marker in __consumer_offsets partition P of producer X settles exactly these rows.
-    op.create_index("pending_txn_offsets_by_transaction", "pending_txn_offsets",
-                    ["offsets_partition", "producer_id", "producer_epoch"])
+    op.create_index(
+        "pending_txn_offsets_by_transaction",
+        "pending_txn_offsets",
+        ["offsets_partition", "producer_id", "producer_epoch"],
+    )
 
 
 def downgrade() -> None:

@@ -4,7 +4,9 @@ principal that created each transactional id (for the per-principal quota).
 Revision ID: 0004
 Revises: 0003
 """
+
 import sqlalchemy as sa
+
 from alembic import op
 
 revision = "0004"
@@ -37,8 +39,15 @@ def upgrade() -> None:
         sa.Column("resource_name", sa.Text(), nullable=False),
         sa.Column("operation", sa.Text(), nullable=False),
         sa.Column("permission", sa.Text(), nullable=False),
-        sa.UniqueConstraint("principal", "resource_type", "pattern_type", "resource_name", "operation", "permission",
-                            name="acls_unique_rule"),
+        sa.UniqueConstraint(
+            "principal",
+            "resource_type",
+            "pattern_type",
+            "resource_name",
+            "operation",
+            "permission",
+            name="acls_unique_rule",
+        ),
     )
     op.create_table(
         "audit_log",

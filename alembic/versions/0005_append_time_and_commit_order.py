@@ -5,7 +5,9 @@ appended last wins (Kafka's rule), whatever order transactional and plain commit
 Revision ID: 0005
 Revises: 0004
 """
+
 import sqlalchemy as sa
+
 from alembic import op
 
 revision = "0005"

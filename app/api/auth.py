@@ -18,9 +18,11 @@ AUTH_REQUIRED = "required"
 
 
 def _unauthorized(what: str) -> BrokerError:
-    return BrokerError(ErrorCode.UNAUTHORIZED,
-                       f"{what}: this server requires credentials; send 'Authorization: Bearer <API key>' "
-                       f"(an administrator creates keys with `txbroker principals add-key NAME` or POST /v1/principals/NAME/keys)")
+    return BrokerError(
+        ErrorCode.UNAUTHORIZED,
+        f"{what}: this server requires credentials; send 'Authorization: Bearer <API key>' "
+        f"(an administrator creates keys with `txbroker principals add-key NAME` or POST /v1/principals/NAME/keys)",
+    )
 
 
 async def token_principal(request: Request, token: str) -> Principal | None:

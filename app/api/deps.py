@@ -37,8 +37,10 @@ async def _group_coordinator(request: Request) -> GroupCoordinator:
 
 async def require_ready(request: Request) -> None:
     if not request.app.state.ready:
-        raise BrokerError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-                          "the server is starting (applying migrations, recovering transactions): retry shortly")
+        raise BrokerError(
+            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+            "the server is starting (applying migrations, recovering transactions): retry shortly",
+        )
 
 
 PoolDep = Annotated[asyncpg.Pool, Depends(_pool)]

@@ -6,7 +6,6 @@ import logging
 import uuid
 
 import asyncpg
-
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -46,8 +45,9 @@ def describe_validation_errors(errors: list[dict]) -> str:
 def _is_unstorable_text(error: Exception) -> bool:
     """PostgreSQL text cannot hold NUL, and a lone surrogate has no UTF-8 encoding: asyncpg reports
     these as the errors below. Anything else of these classes is a bug, not bad input."""
-    if isinstance(error, (asyncpg.exceptions.CharacterNotInRepertoireError,
-                          asyncpg.exceptions.UntranslatableCharacterError)):
+    if isinstance(
+        error, (asyncpg.exceptions.CharacterNotInRepertoireError, asyncpg.exceptions.UntranslatableCharacterError)
+    ):
         return True
     return isinstance(error, asyncpg.exceptions.DataError) and "surrogate" in str(error)
 
@@ -70,51 +70,70 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, error: StarletteHTTPException):
         if error.status_code == 405:
-            return error_response(BrokerError(
-                ErrorCode.METHOD_NOT_ALLOWED, f"{request.method} is not allowed on {request.url.path}: "
-                                              f"see /docs for the methods of each route"))
+            return error_response(
+                BrokerError(
+                    ErrorCode.METHOD_NOT_ALLOWED,
+                    f"{request.method} is not allowed on {request.url.path}: see /docs for the methods of each route",
+                )
+            )
         if error.status_code == 404:
-            return error_response(BrokerError(
-                ErrorCode.NOT_FOUND, f"no route {request.method} {request.url.path}: see /docs for the API"))
+            return error_response(
+                BrokerError(ErrorCode.NOT_FOUND, f"no route {request.method} {request.url.path}: see /docs for the API")
+            )
         if error.status_code == 400:  # a body FastAPI could not parse: say why
             cause = error.__cause__
             if isinstance(cause, BrokerError):
                 return error_response(cause)
             reason = f" ({type(cause).__name__}: {str(cause)[:200]})" if cause is not None else ""
-            return error_response(invalid_request(
-                f"the body could not be parsed as JSON{reason}: send a UTF-8 JSON object as API.md describes"))
+            return error_response(
+                invalid_request(
+                    f"the body could not be parsed as JSON{reason}: send a UTF-8 JSON object as API.md describes"
+                )
+            )
         return error_response(BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, str(error.detail)))
 
     async def database_unavailable(_request: Request, error: Exception):
         log.warning("PostgreSQL unavailable: %s", error)
-        return error_response(BrokerError(
-            ErrorCode.COORDINATOR_NOT_AVAILABLE,
-            "the database is unavailable; nothing was changed by this request unless it reports "
-            "otherwise later: retry it (it is safe to retry)"))
+        return error_response(
+            BrokerError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                "the database is unavailable; nothing was changed by this request unless it reports "
+                "otherwise later: retry it (it is safe to retry)",
+            )
+        )
 
     async def beyond_postgres_limits(_request: Request, error: Exception):
         # The last line of defence behind the schemas' limits (MAX_IDENTIFIER_BYTES, integer
         # bounds): a value PostgreSQL cannot index (program limit, e.g. an index row over ~2.7 kB)
         # or accept as a parameter is the request's fault, and nothing was changed (the statement
         # failed, so its PostgreSQL transaction rolled back).
-        return error_response(invalid_request(
-            f"a value in the request is beyond what the server can store ({str(error)[:300]}): identifiers are at "
-            f"most {MAX_IDENTIFIER_BYTES} bytes in UTF-8, numbers 64-bit integers (partitions 32-bit)"))
+        return error_response(
+            invalid_request(
+                f"a value in the request is beyond what the server can store ({str(error)[:300]}): identifiers are at "
+                f"most {MAX_IDENTIFIER_BYTES} bytes in UTF-8, numbers 64-bit integers (partitions 32-bit)"
+            )
+        )
 
     async def unstorable_text(request: Request, error: Exception):
         if _is_bad_query_argument(error):
             return await beyond_postgres_limits(request, error)
         if not _is_unstorable_text(error):
             raise error
-        return error_response(invalid_request(
-            "a text field (an id, a name or metadata) contains a character that cannot be stored: the NUL "
-            "character or a lone UTF-16 surrogate; remove it"))
+        return error_response(
+            invalid_request(
+                "a text field (an id, a name or metadata) contains a character that cannot be stored: the NUL "
+                "character or a lone UTF-16 surrogate; remove it"
+            )
+        )
 
     async def number_out_of_range(_request: Request, error: OverflowError):
         # Values reach PostgreSQL as 64-bit integers; a bound the schema missed must not be a 500.
-        return error_response(invalid_request(
-            f"a number in the request is outside the range PostgreSQL stores ({error}): "
-            f"offsets, ids and times are 64-bit integers"))
+        return error_response(
+            invalid_request(
+                f"a number in the request is outside the range PostgreSQL stores ({error}): "
+                f"offsets, ids and times are 64-bit integers"
+            )
+        )
 
     app.add_exception_handler(asyncpg.exceptions.ProgramLimitExceededError, beyond_postgres_limits)
     app.add_exception_handler(asyncpg.exceptions.InvalidParameterValueError, beyond_postgres_limits)
@@ -125,7 +144,6 @@ def install_error_handlers(app: FastAPI) -> None:
 
     for connection_error in CONNECTION_ERRORS:
         app.add_exception_handler(connection_error, database_unavailable)
-
 
 
 class UnexpectedErrors:
@@ -150,12 +168,20 @@ class UnexpectedErrors:
             await self.app(scope, receive, tracking_send)
         except Exception as error:
             request_id = uuid.uuid4().hex[:16]
-            log.error("request %s %s failed with a bug (request id %s)", scope["method"], scope["path"],
-                      request_id, exc_info=error)
+            log.error(
+                "request %s %s failed with a bug (request id %s)",
+                scope["method"],
+                scope["path"],
+                request_id,
+                exc_info=error,
+            )
             if started:
                 raise
-            response = error_response(BrokerError(
-                ErrorCode.UNKNOWN_SERVER_ERROR,
-                f"the server failed with a bug (request id {request_id}, in its log); the request may be "
-                f"retried, and please report it"))
+            response = error_response(
+                BrokerError(
+                    ErrorCode.UNKNOWN_SERVER_ERROR,
+                    f"the server failed with a bug (request id {request_id}, in its log); the request may be "
+                    f"retried, and please report it",
+                )
+            )
             await response(scope, receive, send)

@@ -10,8 +10,8 @@ from app.api import schemas
 from app.api.auth import PrincipalDep
 from app.api.deps import READY, NotifierDep, PoolDep, SettingsDep
 from app.api.request_limits import LongPollSlots, check_partition_count
-from app.coordinator.authorizer import Operation, ResourceType, authorize
 from app.api.responses import error_or_none, error_response, json_response, watermarks
+from app.coordinator.authorizer import Operation, ResourceType, authorize
 from app.errors import BrokerError
 from app.storage import partition_log
 from app.storage.fetching import FetchPosition, PartitionFetch, fetch
@@ -23,15 +23,25 @@ ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 416, 503
 
 def _entry(result: PartitionFetch) -> dict:
     position = result.position
-    return {"topic": position.topic, "partition": position.partition, "error": error_or_none(result.error),
-            **watermarks(result.state),
-            "next_offset": position.offset if result.error else result.next_offset,
-            "records": result.records or []}
+    return {
+        "topic": position.topic,
+        "partition": position.partition,
+        "error": error_or_none(result.error),
+        **watermarks(result.state),
+        "next_offset": position.offset if result.error else result.next_offset,
+        "records": result.records or [],
+    }
 
 
 @router.post("/fetch", response_model=schemas.FetchResponse, responses=ERRORS)
-async def fetch_records(body: schemas.FetchRequest, pool: PoolDep, notifier: NotifierDep, request: Request,
-                        settings: SettingsDep, principal: PrincipalDep):
+async def fetch_records(
+    body: schemas.FetchRequest,
+    pool: PoolDep,
+    notifier: NotifierDep,
+    request: Request,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+):
     """[Fetch] read_committed (the default) stops at the last stable offset and never returns aborted
     records; control records are never returned. max_wait_ms > 0 long-polls for a record. Needs
     Read on every topic."""
@@ -40,35 +50,48 @@ async def fetch_records(body: schemas.FetchRequest, pool: PoolDep, notifier: Not
         authorize(principal, Operation.READ, ResourceType.TOPIC, topic)
     positions = [FetchPosition(p.topic, p.partition, p.offset) for p in body.partitions]
     with LongPollSlots.of(request).wait_budget(body.max_wait_ms) as max_wait_ms:
-        results = await fetch(pool, notifier, positions, body.isolation_level, body.max_records,
-                              max_wait_ms, body.encoding)
+        results = await fetch(
+            pool, notifier, positions, body.isolation_level, body.max_records, max_wait_ms, body.encoding
+        )
     request.app.state.metrics.records_fetched.inc(sum(len(result.records or ()) for result in results))
     return json_response({"partitions": [_entry(result) for result in results]})
 
 
-@router.get("/topics/{topic}/partitions/{partition}/records", response_model=schemas.FetchPartitionResult,
-            responses=ERRORS)
+@router.get(
+    "/topics/{topic}/partitions/{partition}/records", response_model=schemas.FetchPartitionResult, responses=ERRORS
+)
 async def read_records(
-        topic: str, pool: PoolDep, notifier: NotifierDep, request: Request, principal: PrincipalDep,
-        partition: Annotated[int, schemas.Field(ge=0, le=schemas.INT32_MAX)],
-        offset: Annotated[int, Query(ge=0, le=schemas.INT64_MAX)] = 0,
-        isolation_level: schemas.IsolationLevel = "read_committed",
-        max_records: Annotated[int, Query(ge=1, le=10_000)] = 100,
-        max_wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
-        encoding: schemas.Encoding = "utf8"):
+    topic: str,
+    pool: PoolDep,
+    notifier: NotifierDep,
+    request: Request,
+    principal: PrincipalDep,
+    partition: Annotated[int, schemas.Field(ge=0, le=schemas.INT32_MAX)],
+    offset: Annotated[int, Query(ge=0, le=schemas.INT64_MAX)] = 0,
+    isolation_level: schemas.IsolationLevel = "read_committed",
+    max_records: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    max_wait_ms: Annotated[int, Query(ge=0, le=30_000)] = 0,
+    encoding: schemas.Encoding = "utf8",
+):
     """One partition's records, for curl; the body is one fetch partition entry."""
     authorize(principal, Operation.READ, ResourceType.TOPIC, topic)
     with LongPollSlots.of(request).wait_budget(max_wait_ms) as granted_wait_ms:
-        [result] = await fetch(pool, notifier, [FetchPosition(topic, partition, offset)], isolation_level,
-                               max_records, granted_wait_ms, encoding)
+        [result] = await fetch(
+            pool,
+            notifier,
+            [FetchPosition(topic, partition, offset)],
+            isolation_level,
+            max_records,
+            granted_wait_ms,
+            encoding,
+        )
     if result.error is not None:
         return error_response(result.error)
     return json_response(_entry(result))
 
 
 @router.post("/offsets/list", response_model=schemas.ListOffsetsResponse, responses=ERRORS)
-async def list_offsets(body: schemas.ListOffsetsRequest, pool: PoolDep, settings: SettingsDep,
-                       principal: PrincipalDep):
+async def list_offsets(body: schemas.ListOffsetsRequest, pool: PoolDep, settings: SettingsDep, principal: PrincipalDep):
     """[ListOffsets] latest (-1: the high watermark, or the LSO under read_committed), earliest (-2),
     or the first offset whose timestamp is at or after a time (-1 when there is none). Needs
     Describe on every topic."""
@@ -79,14 +102,20 @@ async def list_offsets(body: schemas.ListOffsetsRequest, pool: PoolDep, settings
     async with pool.acquire() as conn:
         topics = await find_topics(conn, sorted({p.topic for p in body.partitions}))
         for request in body.partitions:
-            entry = {"topic": request.topic, "partition": request.partition, "offset": partition_log.NO_OFFSET,
-                     "timestamp_ms": partition_log.NO_TIMESTAMP, "error": None}
+            entry = {
+                "topic": request.topic,
+                "partition": request.partition,
+                "offset": partition_log.NO_OFFSET,
+                "timestamp_ms": partition_log.NO_TIMESTAMP,
+                "error": None,
+            }
             try:
                 topic = topics.get(request.topic)
                 if topic is None:
                     raise unknown_topic(request.topic)
                 entry["offset"], entry["timestamp_ms"] = await partition_log.offset_for(
-                    conn, topic, request.partition, request.timestamp, body.isolation_level)
+                    conn, topic, request.partition, request.timestamp, body.isolation_level
+                )
             except BrokerError as error:
                 entry["error"] = error.as_dict()
             entries.append(entry)

@@ -8,8 +8,8 @@ from fastapi import APIRouter
 from app.api import schemas
 from app.api.auth import PrincipalDep
 from app.api.deps import READY, GroupCoordinatorDep
-from app.coordinator.authorizer import Operation, ResourceType, authorize, is_allowed
 from app.api.responses import error_or_none, json_response
+from app.coordinator.authorizer import Operation, ResourceType, authorize, is_allowed
 from app.storage.group_offsets import OffsetEntry
 
 GroupIdInPath = schemas.IdentifierInPath
@@ -23,13 +23,18 @@ def _entries(offsets: list[schemas.OffsetIn]) -> list[OffsetEntry]:
 
 
 def _offset_errors(entries: list[OffsetEntry], errors) -> dict:
-    return {"offsets": [{"topic": e.topic, "partition": e.partition, "error": error_or_none(error)}
-                        for e, error in zip(entries, errors)]}
+    return {
+        "offsets": [
+            {"topic": e.topic, "partition": e.partition, "error": error_or_none(error)}
+            for e, error in zip(entries, errors)
+        ]
+    }
 
 
 @router.post("/groups/{group_id}/heartbeat", response_model=schemas.HeartbeatResponse, responses=ERRORS)
-async def heartbeat(group_id: GroupIdInPath, body: schemas.HeartbeatRequest, groups: GroupCoordinatorDep,
-                    principal: PrincipalDep):
+async def heartbeat(
+    group_id: GroupIdInPath, body: schemas.HeartbeatRequest, groups: GroupCoordinatorDep, principal: PrincipalDep
+):
     """[Join/Sync/Heartbeat] Joins (member_id ""), keeps alive, and answers the group's current
     generation and this member's assignment in it (range assignment, computed by the server).
     Needs Read on the group and Describe on the topics."""
@@ -37,15 +42,22 @@ async def heartbeat(group_id: GroupIdInPath, body: schemas.HeartbeatRequest, gro
     for topic in set(body.topics):
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
     result = await groups.heartbeat(group_id, body.member_id, body.topics, body.session_timeout_ms)
-    return json_response({"member_id": result.member_id, "generation_id": result.generation_id,
-                          "heartbeat_interval_ms": result.heartbeat_interval_ms,
-                          "assignment": [{"topic": topic, "partitions": partitions}
-                                         for topic, partitions in sorted(result.assignment.items())]})
+    return json_response(
+        {
+            "member_id": result.member_id,
+            "generation_id": result.generation_id,
+            "heartbeat_interval_ms": result.heartbeat_interval_ms,
+            "assignment": [
+                {"topic": topic, "partitions": partitions} for topic, partitions in sorted(result.assignment.items())
+            ],
+        }
+    )
 
 
 @router.post("/groups/{group_id}/leave", responses=ERRORS)
-async def leave(group_id: GroupIdInPath, body: schemas.LeaveRequest, groups: GroupCoordinatorDep,
-                principal: PrincipalDep):
+async def leave(
+    group_id: GroupIdInPath, body: schemas.LeaveRequest, groups: GroupCoordinatorDep, principal: PrincipalDep
+):
     """[LeaveGroup] The group rebalances at once instead of after the session timeout."""
     authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
     await groups.leave(group_id, body.member_id)
@@ -53,8 +65,9 @@ async def leave(group_id: GroupIdInPath, body: schemas.LeaveRequest, groups: Gro
 
 
 @router.post("/groups/{group_id}/offsets/commit", response_model=schemas.OffsetsResult, responses=ERRORS)
-async def commit_offsets(group_id: GroupIdInPath, body: schemas.OffsetCommitRequest, groups: GroupCoordinatorDep,
-                         principal: PrincipalDep):
+async def commit_offsets(
+    group_id: GroupIdInPath, body: schemas.OffsetCommitRequest, groups: GroupCoordinatorDep, principal: PrincipalDep
+):
     """[OffsetCommit] With generation_id >= 0 the member and generation are checked. Needs Read on
     the group and on the topics."""
     authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
@@ -66,31 +79,57 @@ async def commit_offsets(group_id: GroupIdInPath, body: schemas.OffsetCommitRequ
 
 
 @router.post("/groups/{group_id}/offsets/fetch", response_model=schemas.OffsetFetchResponse, responses=ERRORS)
-async def fetch_offsets(group_id: GroupIdInPath, body: schemas.OffsetFetchRequest, groups: GroupCoordinatorDep,
-                        principal: PrincipalDep):
+async def fetch_offsets(
+    group_id: GroupIdInPath, body: schemas.OffsetFetchRequest, groups: GroupCoordinatorDep, principal: PrincipalDep
+):
     """[OffsetFetch] Committed offsets (-1: none); transactional ones only once committed. Needs
     Describe on the group."""
     authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
     wanted = None if body.partitions is None else [(p.topic, p.partition) for p in body.partitions]
     found = await groups.fetch_offsets(group_id, wanted, body.require_stable)
-    return json_response({"offsets": [
-        {"topic": c.topic, "partition": c.partition, "offset": c.offset, "metadata": c.metadata,
-         "error": error_or_none(error)} for c, error in found]})
+    return json_response(
+        {
+            "offsets": [
+                {
+                    "topic": c.topic,
+                    "partition": c.partition,
+                    "offset": c.offset,
+                    "metadata": c.metadata,
+                    "error": error_or_none(error),
+                }
+                for c, error in found
+            ]
+        }
+    )
 
 
 def _member_body(member, assignment: dict) -> dict:
-    return {"member_id": member.member_id, "topics": member.topics, "session_timeout_ms": member.session_timeout_ms,
-            "last_heartbeat_ms": member.last_heartbeat_ms,
-            "assignment": [{"topic": t, "partitions": p} for t, p in sorted(assignment.get(member.member_id, {}).items())]}
+    return {
+        "member_id": member.member_id,
+        "topics": member.topics,
+        "session_timeout_ms": member.session_timeout_ms,
+        "last_heartbeat_ms": member.last_heartbeat_ms,
+        "assignment": [{"topic": t, "partitions": p} for t, p in sorted(assignment.get(member.member_id, {}).items())],
+    }
 
 
 @router.get("/groups", responses=ERRORS)
 async def list_groups(groups: GroupCoordinatorDep, principal: PrincipalDep):
     """[ListGroups] The groups the caller may Describe."""
-    return json_response({"groups": [
-        {"group_id": group.group_id, "generation_id": group.generation_id, "members": count,
-         "state": "Stable" if count else "Empty"} for group, count in await groups.list()
-        if is_allowed(principal, Operation.DESCRIBE, ResourceType.GROUP, group.group_id)]})
+    return json_response(
+        {
+            "groups": [
+                {
+                    "group_id": group.group_id,
+                    "generation_id": group.generation_id,
+                    "members": count,
+                    "state": "Stable" if count else "Empty",
+                }
+                for group, count in await groups.list()
+                if is_allowed(principal, Operation.DESCRIBE, ResourceType.GROUP, group.group_id)
+            ]
+        }
+    )
 
 
 @router.get("/groups/{group_id}", responses=ERRORS)
@@ -100,18 +139,30 @@ async def describe_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, p
     authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
     described = await groups.describe(group_id)
     group = described.group
-    return json_response({
-        "group_id": group.group_id, "generation_id": group.generation_id,
-        "state": "Stable" if described.members else "Empty",
-        "members": [_member_body(member, group.assignment) for member in described.members],
-        "offsets": [{"topic": o.topic, "partition": o.partition, "offset": o.committed_offset, "metadata": o.metadata,
-                     "high_watermark": o.high_watermark, "lag": o.lag, "pending_transactional_offset": o.pending}
-                    for o in described.offsets]})
+    return json_response(
+        {
+            "group_id": group.group_id,
+            "generation_id": group.generation_id,
+            "state": "Stable" if described.members else "Empty",
+            "members": [_member_body(member, group.assignment) for member in described.members],
+            "offsets": [
+                {
+                    "topic": o.topic,
+                    "partition": o.partition,
+                    "offset": o.committed_offset,
+                    "metadata": o.metadata,
+                    "high_watermark": o.high_watermark,
+                    "lag": o.lag,
+                    "pending_transactional_offset": o.pending,
+                }
+                for o in described.offsets
+            ],
+        }
+    )
 
 
 @router.post("/txn/offset-commit", response_model=schemas.OffsetsResult, responses=ERRORS, tags=["transactions"])
-async def txn_offset_commit(body: schemas.TxnOffsetCommitRequest, groups: GroupCoordinatorDep,
-                            principal: PrincipalDep):
+async def txn_offset_commit(body: schemas.TxnOffsetCommitRequest, groups: GroupCoordinatorDep, principal: PrincipalDep):
     """[TxnOffsetCommit] Offsets invisible to OffsetFetch until the transaction's COMMIT marker;
     discarded on abort. With generation_id >= 0, a zombie member's commit is refused (KIP-447).
     Needs Write on the TransactionalId and Read on the group and topics."""
@@ -120,6 +171,13 @@ async def txn_offset_commit(body: schemas.TxnOffsetCommitRequest, groups: GroupC
     for topic in {o.topic for o in body.offsets}:
         authorize(principal, Operation.READ, ResourceType.TOPIC, topic)
     entries = _entries(body.offsets)
-    errors = await groups.txn_offset_commit(body.transactional_id, body.group_id, body.producer_id,
-                                            body.producer_epoch, body.generation_id, body.member_id, entries)
+    errors = await groups.txn_offset_commit(
+        body.transactional_id,
+        body.group_id,
+        body.producer_id,
+        body.producer_epoch,
+        body.generation_id,
+        body.member_id,
+        entries,
+    )
     return json_response(_offset_errors(entries, errors))

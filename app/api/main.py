@@ -2,9 +2,8 @@
 
 from fastapi import APIRouter
 
-from app.api.json_route import OrjsonRoute
-
 from app.api import admin, fetch, groups, metrics, produce, security, topics, transactions
+from app.api.json_route import OrjsonRoute
 
 api_router = APIRouter(route_class=OrjsonRoute)
 api_router.include_router(topics.router)

@@ -19,19 +19,28 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter("txbroker_http_requests", "HTTP requests served",
-                                ["method", "route", "status"], registry=self.registry)
-        self.latency = Histogram("txbroker_http_request_seconds", "time to serve a request",
-                                 ["route"], registry=self.registry)
-        self.records_produced = Counter("txbroker_records_produced", "records appended",
-                                        registry=self.registry)
-        self.records_fetched = Counter("txbroker_records_fetched", "records returned by fetches",
-                                       registry=self.registry)
-        self.high_watermark = Gauge("txbroker_partition_high_watermark", "next offset to be written",
-                                    ["topic", "partition"], registry=self.registry)
-        self.last_stable_offset = Gauge("txbroker_partition_last_stable_offset",
-                                        "first offset of the earliest open transaction, or the HW",
-                                        ["topic", "partition"], registry=self.registry)
+        self.requests = Counter(
+            "txbroker_http_requests", "HTTP requests served", ["method", "route", "status"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "txbroker_http_request_seconds", "time to serve a request", ["route"], registry=self.registry
+        )
+        self.records_produced = Counter("txbroker_records_produced", "records appended", registry=self.registry)
+        self.records_fetched = Counter(
+            "txbroker_records_fetched", "records returned by fetches", registry=self.registry
+        )
+        self.high_watermark = Gauge(
+            "txbroker_partition_high_watermark",
+            "next offset to be written",
+            ["topic", "partition"],
+            registry=self.registry,
+        )
+        self.last_stable_offset = Gauge(
+            "txbroker_partition_last_stable_offset",
+            "first offset of the earliest open transaction, or the HW",
+            ["topic", "partition"],
+            registry=self.registry,
+        )
 
 
 class MetricsMiddleware:

@@ -11,9 +11,9 @@ from app.api import schemas
 from app.api.auth import PrincipalDep, current_principal
 from app.api.deps import READY, CoordinatorDep, PoolDep, SettingsDep, require_ready
 from app.api.produce_fast_path import ParsedProduce, parse_produce_body
-from app.coordinator.authorizer import Operation, ResourceType, authorize
 from app.api.request_limits import check_partition_count
 from app.api.responses import error_response, json_response
+from app.coordinator.authorizer import Operation, ResourceType, authorize
 from app.coordinator.produce import PartitionRecords, ProduceCommand, produce
 from app.errors import BrokerError, invalid_request
 from app.storage import record_codec
@@ -29,15 +29,28 @@ _round_robin: dict[str, itertools.count] = {}
 
 def _entry(topic: str, partition: int, result) -> dict:
     if isinstance(result, BrokerError):
-        return {"topic": topic, "partition": partition, "base_offset": None, "last_offset": None,
-                "duplicate": False, "error": result.as_dict()}
-    return {"topic": topic, "partition": partition, "base_offset": result.base_offset,
-            "last_offset": result.last_offset, "duplicate": result.duplicate, "error": None}
+        return {
+            "topic": topic,
+            "partition": partition,
+            "base_offset": None,
+            "last_offset": None,
+            "duplicate": False,
+            "error": result.as_dict(),
+        }
+    return {
+        "topic": topic,
+        "partition": partition,
+        "base_offset": result.base_offset,
+        "last_offset": result.last_offset,
+        "duplicate": result.duplicate,
+        "error": None,
+    }
 
 
 def _count_produced(request: Request, body_partitions, results) -> None:
-    request.app.state.metrics.records_produced.inc(sum(
-        len(p.records) for p, result in zip(body_partitions, results) if not isinstance(result, BrokerError)))
+    request.app.state.metrics.records_produced.inc(
+        sum(len(p.records) for p, result in zip(body_partitions, results) if not isinstance(result, BrokerError))
+    )
 
 
 async def _produce(request: Request, coordinator, settings, principal, parsed: ParsedProduce):
@@ -46,12 +59,14 @@ async def _produce(request: Request, coordinator, settings, principal, parsed: P
         authorize(principal, Operation.WRITE, ResourceType.TOPIC, topic)
     if parsed.transactional_id is not None:
         authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, parsed.transactional_id)
-    command = ProduceCommand(parsed.transactional_id, parsed.producer_id, parsed.producer_epoch, parsed.encoding,
-                             parsed.partitions)
+    command = ProduceCommand(
+        parsed.transactional_id, parsed.producer_id, parsed.producer_epoch, parsed.encoding, parsed.partitions
+    )
     results = await produce(coordinator, command, settings.max_records_per_request)
     _count_produced(request, parsed.partitions, results)
-    return json_response({"partitions": [_entry(p.topic, p.partition, result)
-                                         for p, result in zip(parsed.partitions, results)]})
+    return json_response(
+        {"partitions": [_entry(p.topic, p.partition, result) for p, result in zip(parsed.partitions, results)]}
+    )
 
 
 class _ProduceRoute(APIRoute):
@@ -79,15 +94,23 @@ produce_router = APIRouter(prefix="/v1", tags=["producing"], dependencies=READY,
 
 
 @produce_router.post("/produce", response_model=schemas.ProduceResponse, responses=ERRORS)
-async def produce_records(body: schemas.ProduceRequest, coordinator: CoordinatorDep, settings: SettingsDep,
-                          request: Request, principal: PrincipalDep):
+async def produce_records(
+    body: schemas.ProduceRequest,
+    coordinator: CoordinatorDep,
+    settings: SettingsDep,
+    request: Request,
+    principal: PrincipalDep,
+):
     """[Produce] Appends each partition's records; one result per request partition, same order.
     Needs Write on every topic, and on the TransactionalId for a transactional write."""
     parsed = ParsedProduce(
-        body.transactional_id, body.producer_id, body.producer_epoch, body.encoding,
-        [PartitionRecords(p.topic, p.partition, p.base_sequence, p.records) for p in body.partitions])
+        body.transactional_id,
+        body.producer_id,
+        body.producer_epoch,
+        body.encoding,
+        [PartitionRecords(p.topic, p.partition, p.base_sequence, p.records) for p in body.partitions],
+    )
     return await _produce(request, coordinator, settings, principal, parsed)
-
 
 
 def _key_bytes(key: str, encoding: str) -> bytes:
@@ -97,8 +120,15 @@ def _key_bytes(key: str, encoding: str) -> bytes:
 
 
 @router.post("/topics/{topic}/records", response_model=schemas.ProducePartitionResult, responses=ERRORS)
-async def write_records(topic: str, body: schemas.TopicRecordsRequest, pool: PoolDep, settings: SettingsDep,
-                        coordinator: CoordinatorDep, request: Request, principal: PrincipalDep):
+async def write_records(
+    topic: str,
+    body: schemas.TopicRecordsRequest,
+    pool: PoolDep,
+    settings: SettingsDep,
+    coordinator: CoordinatorDep,
+    request: Request,
+    principal: PrincipalDep,
+):
     """Plain writes for curl. With partition null, the key picks the partition (murmur2, Kafka's
     default partitioner), so all records of the request must share one key; null keys go round-robin."""
     authorize(principal, Operation.WRITE, ResourceType.TOPIC, topic)
@@ -107,8 +137,9 @@ async def write_records(topic: str, body: schemas.TopicRecordsRequest, pool: Poo
         key = body.records[0].key
         if any(record.key != key for record in body.records):
             raise invalid_request(
-                "with \"partition\": null the key chooses the partition, but these records have "
-                "different keys: send one request per key, or name the partition")
+                'with "partition": null the key chooses the partition, but these records have '
+                "different keys: send one request per key, or name the partition"
+            )
         async with pool.acquire() as conn:
             info = await get_topic(conn, topic)
         if key is None:
@@ -121,4 +152,3 @@ async def write_records(topic: str, body: schemas.TopicRecordsRequest, pool: Poo
     if isinstance(result, BrokerError):
         return error_response(result)
     return json_response(_entry(topic, partition, result))
-

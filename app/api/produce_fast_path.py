@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 import orjson
+
 from app.api.schemas import INT16_MAX, INT32_MAX, INT64_MAX, MAX_IDENTIFIER_BYTES
 from app.coordinator.produce import PartitionRecords
 from app.storage import record_codec
@@ -53,13 +54,22 @@ def parse_produce_body(body: bytes, max_partitions: int) -> ParsedProduce | None
     producer_epoch = parsed.get("producer_epoch", NO_PRODUCER)
     encoding = parsed.get("encoding", DEFAULT_ENCODING)
     partitions = parsed.get("partitions")
-    if not (transactional_id is None
-            or (transactional_id.__class__ is str and transactional_id
-                and len(transactional_id.encode()) <= MAX_IDENTIFIER_BYTES)):
+    if not (
+        transactional_id is None
+        or (
+            transactional_id.__class__ is str
+            and transactional_id
+            and len(transactional_id.encode()) <= MAX_IDENTIFIER_BYTES
+        )
+    ):
         return None
-    if not (_int_in(producer_id, -1, INT64_MAX) and _int_in(producer_epoch, -1, INT16_MAX)
-            and encoding in record_codec.ENCODINGS and partitions.__class__ is list
-            and 1 <= len(partitions) <= max_partitions):
+    if not (
+        _int_in(producer_id, -1, INT64_MAX)
+        and _int_in(producer_epoch, -1, INT16_MAX)
+        and encoding in record_codec.ENCODINGS
+        and partitions.__class__ is list
+        and 1 <= len(partitions) <= max_partitions
+    ):
         return None
     now_ms = int(time.time() * 1000)
     entries = []
@@ -68,8 +78,12 @@ def parse_produce_body(body: bytes, max_partitions: int) -> ParsedProduce | None
             return None
         topic, partition = entry.get("topic"), entry.get("partition")
         base_sequence, records = entry.get("base_sequence", -1), entry.get("records")
-        if not (topic.__class__ is str and _int_in(partition, 0, INT32_MAX) and _int_in(base_sequence, -1, INT32_MAX)
-                and records.__class__ is list):
+        if not (
+            topic.__class__ is str
+            and _int_in(partition, 0, INT32_MAX)
+            and _int_in(base_sequence, -1, INT32_MAX)
+            and records.__class__ is list
+        ):
             return None
         encoded = record_codec.encode_json_records(records, encoding, now_ms)
         if encoded is None:

@@ -20,13 +20,20 @@ class JsonBodies:
         self.max_bytes = max_bytes
 
     def _refusal(self, received: str):
-        return invalid_request(f"the request body is {received}: expected at most {self.max_bytes} bytes "
-                               f"(setting max_request_bytes); send fewer records per request")
+        return invalid_request(
+            f"the request body is {received}: expected at most {self.max_bytes} bytes "
+            f"(setting max_request_bytes); send fewer records per request"
+        )
 
     async def _refuse(self, send, received: str) -> None:
         error = self._refusal(received)
-        await send({"type": "http.response.start", "status": error.http_status,
-                    "headers": [(b"content-type", b"application/json"), (b"connection", b"close")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": error.http_status,
+                "headers": [(b"content-type", b"application/json"), (b"connection", b"close")],
+            }
+        )
         await send({"type": "http.response.body", "body": orjson.dumps({"error": error.as_dict()})})
 
     async def __call__(self, scope, receive, send):
@@ -36,8 +43,10 @@ class JsonBodies:
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
                 return await self._refuse(send, f"{int(value)} bytes")
         # In place: the router records the matched route in this same scope, which the metrics read.
-        scope["headers"] = [*(header for header in scope["headers"] if header[0] != b"content-type"),
-                            (b"content-type", b"application/json")]
+        scope["headers"] = [
+            *(header for header in scope["headers"] if header[0] != b"content-type"),
+            (b"content-type", b"application/json"),
+        ]
         received = 0
 
         async def counting_receive():

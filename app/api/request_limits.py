@@ -13,8 +13,10 @@ from app.settings import Settings
 
 def check_partition_count(settings: Settings, count: int) -> None:
     if count > settings.max_partitions_per_request:
-        raise invalid_request(f"the request names {count} partitions: expected at most "
-                              f"{settings.max_partitions_per_request} (setting max_partitions_per_request); split it")
+        raise invalid_request(
+            f"the request names {count} partitions: expected at most "
+            f"{settings.max_partitions_per_request} (setting max_partitions_per_request); split it"
+        )
 
 
 class LongPollSlots:

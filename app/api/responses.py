@@ -22,8 +22,7 @@ def _serialize(body: Any) -> bytes:
 
 
 def json_response(body: Any, status_code: int = 200, headers: dict | None = None) -> Response:
-    return Response(_serialize(body), status_code=status_code, media_type="application/json",
-                    headers=headers)
+    return Response(_serialize(body), status_code=status_code, media_type="application/json", headers=headers)
 
 
 def error_response(error: BrokerError) -> Response:
@@ -39,6 +38,8 @@ def watermarks(state) -> dict:
     """The watermarks of a partition entry; -1 when the partition could not be read."""
     if state is None:
         return {"high_watermark": NO_OFFSET, "last_stable_offset": NO_OFFSET, "log_start_offset": NO_OFFSET}
-    return {"high_watermark": state.high_watermark, "last_stable_offset": state.last_stable_offset,
-            "log_start_offset": state.log_start_offset}
-
+    return {
+        "high_watermark": state.high_watermark,
+        "last_stable_offset": state.last_stable_offset,
+        "log_start_offset": state.log_start_offset,
+    }

@@ -34,21 +34,30 @@ MAX_IDENTIFIER_BYTES = 1024
 def within_identifier_limit(value: str) -> str:
     size = len(value.encode("utf-8", "surrogatepass"))
     if size > MAX_IDENTIFIER_BYTES:
-        raise ValueError(f"the identifier is {size} bytes in UTF-8: expected at most {MAX_IDENTIFIER_BYTES}; "
-                         f"use a shorter one")
+        raise ValueError(
+            f"the identifier is {size} bytes in UTF-8: expected at most {MAX_IDENTIFIER_BYTES}; use a shorter one"
+        )
     return value
 
 
-Identifier = Annotated[str, Field(min_length=1, description=f"at most {MAX_IDENTIFIER_BYTES} bytes in UTF-8"),
-                       AfterValidator(within_identifier_limit)]
-MemberId = Annotated[str, Field(description=f"at most {MAX_IDENTIFIER_BYTES} bytes in UTF-8"),
-                     AfterValidator(within_identifier_limit)]
+Identifier = Annotated[
+    str,
+    Field(min_length=1, description=f"at most {MAX_IDENTIFIER_BYTES} bytes in UTF-8"),
+    AfterValidator(within_identifier_limit),
+]
+MemberId = Annotated[
+    str, Field(description=f"at most {MAX_IDENTIFIER_BYTES} bytes in UTF-8"), AfterValidator(within_identifier_limit)
+]
 # The same limit for identifiers in a path (a group id, a transactional id, a principal, a key id).
 IdentifierInPath = Annotated[str, AfterValidator(within_identifier_limit)]
 
-ENCODING_FIELD = Field("utf8", description=(
-    "encoding of keys, values and header values: utf8 (the bytes are the UTF-8 of the string) "
-    "or base64 (arbitrary bytes)"))
+ENCODING_FIELD = Field(
+    "utf8",
+    description=(
+        "encoding of keys, values and header values: utf8 (the bytes are the UTF-8 of the string) "
+        "or base64 (arbitrary bytes)"
+    ),
+)
 
 
 class Body(BaseModel):
@@ -74,8 +83,9 @@ class RecordIn(Body):
     key: str | None = Field(None, description="record key, in the request's encoding; null for none")
     value: str | None = Field(None, description="record value, in the request's encoding; null for none")
     headers: list[Header] = Field(default_factory=list, description="record headers")
-    timestamp_ms: int | None = Field(None, ge=0, le=INT64_MAX,
-                                     description="creation time in ms since the epoch; default: append time")
+    timestamp_ms: int | None = Field(
+        None, ge=0, le=INT64_MAX, description="creation time in ms since the epoch; default: append time"
+    )
 
 
 class RecordOut(Body):
@@ -85,10 +95,12 @@ class RecordOut(Body):
     headers: list[Header]
     timestamp_ms: int
     encoding: Encoding | None = Field(
-        None, description="present (base64) when a utf8 fetch met bytes that are not UTF-8")
+        None, description="present (base64) when a utf8 fetch met bytes that are not UTF-8"
+    )
 
 
 # ---- topics
+
 
 class CreateTopicRequest(Body):
     name: TopicName
@@ -96,9 +108,10 @@ class CreateTopicRequest(Body):
     config: dict[str, Any] = Field(
         default_factory=dict,
         description="retention_ms (-1 forever), retention_bytes (-1), max_message_bytes (1048576), "
-                    "cleanup_policy (\"delete\", \"compact\" or \"compact,delete\"), delete_retention_ms "
-                    "(86400000: how long compaction keeps a tombstone); the server's log_* settings give "
-                    "the defaults of the ones left out")
+        'cleanup_policy ("delete", "compact" or "compact,delete"), delete_retention_ms '
+        "(86400000: how long compaction keeps a tombstone); the server's log_* settings give "
+        "the defaults of the ones left out",
+    )
 
 
 class PartitionInfo(Body):
@@ -120,9 +133,14 @@ class TopicList(Body):
 
 class DeleteRecordsPartition(Body):
     partition: PartitionIndex
-    offset: int = Field(ge=-1, le=INT64_MAX, description=(
-        "delete every record before this offset (it becomes the log start); -1: up to the high watermark. "
-        "At most the last stable offset: an open transaction's records are never deleted"))
+    offset: int = Field(
+        ge=-1,
+        le=INT64_MAX,
+        description=(
+            "delete every record before this offset (it becomes the log start); -1: up to the high watermark. "
+            "At most the last stable offset: an open transaction's records are never deleted"
+        ),
+    )
 
 
 class DeleteRecordsRequest(Body):
@@ -157,11 +175,13 @@ class Health(Body):
 
 # ---- produce
 
+
 class ProducePartition(Body):
     topic: TopicName
     partition: PartitionIndex
-    base_sequence: int = Field(-1, ge=-1, le=INT32_MAX,
-                               description="sequence number of the first record; -1 without a producer")
+    base_sequence: int = Field(
+        -1, ge=-1, le=INT32_MAX, description="sequence number of the first record; -1 without a producer"
+    )
     records: list[RecordIn] = Field(min_length=1, description="the records, at least one")
 
 
@@ -189,11 +209,13 @@ class ProduceResponse(Body):
 class TopicRecordsRequest(Body):
     encoding: Encoding = ENCODING_FIELD
     partition: PartitionIndex | None = Field(
-        None, description="null: chosen by murmur2 of the key (Kafka's default partitioner); null keys round-robin")
+        None, description="null: chosen by murmur2 of the key (Kafka's default partitioner); null keys round-robin"
+    )
     records: list[RecordIn] = Field(min_length=1)
 
 
 # ---- fetch
+
 
 class FetchPartition(Body):
     topic: TopicName
@@ -265,8 +287,12 @@ class FindCoordinatorResponse(Body):
 
 class InitProducerIdRequest(Body):
     transactional_id: TransactionalId | None = None
-    transaction_timeout_ms: int = Field(60_000, ge=-INT32_MAX, le=INT32_MAX,
-                                        description="1..transaction_max_timeout_ms; checked with a transactional id")
+    transaction_timeout_ms: int = Field(
+        60_000,
+        ge=-INT32_MAX,
+        le=INT32_MAX,
+        description="1..transaction_max_timeout_ms; checked with a transactional id",
+    )
     producer_id: ProducerId = -1
     producer_epoch: ProducerEpoch = -1
     keep_prepared_txn: bool = Field(False, description="KIP-939: keep a Prepared transaction for this caller")
@@ -281,7 +307,8 @@ class InitProducerIdResponse(Body):
     producer_id: int
     producer_epoch: int
     prepared: ProducerIdAndEpochBody | None = Field(
-        None, description="with keep_prepared_txn: what the Prepared transaction was prepared with, or null")
+        None, description="with keep_prepared_txn: what the Prepared transaction was prepared with, or null"
+    )
 
 
 class TxnProducer(Body):
@@ -377,8 +404,9 @@ class OffsetIn(Body):
 
 class TxnOffsetCommitRequest(TxnProducer):
     group_id: GroupIdField
-    generation_id: int = Field(-1, ge=-1, le=INT32_MAX,
-                               description=">= 0: the member and generation are checked (KIP-447 zombie fencing)")
+    generation_id: int = Field(
+        -1, ge=-1, le=INT32_MAX, description=">= 0: the member and generation are checked (KIP-447 zombie fencing)"
+    )
     member_id: MemberId = ""
     offsets: list[OffsetIn] = Field(min_length=1)
 
@@ -388,11 +416,12 @@ class OffsetsResult(Body):
 
 
 class HeartbeatRequest(Body):
-    member_id: MemberId = Field("", description="\"\" to join")
+    member_id: MemberId = Field("", description='"" to join')
     generation_id: int = Field(-1, ge=-1, le=INT32_MAX)
     topics: list[TopicName] = Field(default_factory=list, max_length=10_000, description="subscribed topics")
-    session_timeout_ms: int = Field(30_000, ge=1_000, le=3_600_000,
-                                    description="evicted when no heartbeat arrives for this long")
+    session_timeout_ms: int = Field(
+        30_000, ge=1_000, le=3_600_000, description="evicted when no heartbeat arrives for this long"
+    )
 
 
 class AssignedTopic(Body):
@@ -436,8 +465,15 @@ class OffsetFetchResponse(Body):
 
 # ---- security
 
-PrincipalName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9._@-]+$",
-                                     description="principal name ([A-Za-z0-9._@-], 1..256)")]
+PrincipalName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=256,
+        pattern=r"^[A-Za-z0-9._@-]+$",
+        description="principal name ([A-Za-z0-9._@-], 1..256)",
+    ),
+]
 
 
 class PrincipalIn(Body):

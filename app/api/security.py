@@ -47,8 +47,9 @@ async def create_principal(body: schemas.PrincipalIn, pool: PoolDep, principal: 
     async with pool.acquire() as conn, conn.transaction():
         if not await principals.create_principal(conn, body.name, body.super_user, now):
             raise BrokerError(ErrorCode.INVALID_REQUEST, f"principal {body.name!r} already exists")
-        await principals.audit(conn, now, principal.name, "create principal", body.name,
-                               f"super_user={body.super_user}")
+        await principals.audit(
+            conn, now, principal.name, "create principal", body.name, f"super_user={body.super_user}"
+        )
     return json_response({"name": body.name, "super_user": body.super_user, "created_ms": now}, 201)
 
 
@@ -57,8 +58,9 @@ async def list_principals(pool: PoolDep, principal: PrincipalDep):
     _require(principal, Operation.DESCRIBE)
     async with pool.acquire() as conn:
         found = await principals.list_principals(conn)
-    return json_response({"principals": [{"name": p.name, "super_user": p.is_super_user, "created_ms": p.created_ms}
-                                         for p in found]})
+    return json_response(
+        {"principals": [{"name": p.name, "super_user": p.is_super_user, "created_ms": p.created_ms} for p in found]}
+    )
 
 
 @router.delete("/principals/{name}", status_code=204, responses=ERRORS)
@@ -89,13 +91,15 @@ async def list_keys(name: schemas.IdentifierInPath, pool: PoolDep, principal: Pr
     _require(principal, Operation.DESCRIBE)
     async with pool.acquire() as conn:
         found = await principals.list_keys(conn, name)
-    return json_response({"keys": [{"key_id": k.key_id, "created_ms": k.created_ms, "revoked_ms": k.revoked_ms}
-                                   for k in found]})
+    return json_response(
+        {"keys": [{"key_id": k.key_id, "created_ms": k.created_ms, "revoked_ms": k.revoked_ms} for k in found]}
+    )
 
 
 @router.delete("/principals/{name}/keys/{key_id}", status_code=204, responses=ERRORS)
-async def revoke_key(name: schemas.IdentifierInPath, key_id: schemas.IdentifierInPath, pool: PoolDep,
-                     principal: PrincipalDep):
+async def revoke_key(
+    name: schemas.IdentifierInPath, key_id: schemas.IdentifierInPath, pool: PoolDep, principal: PrincipalDep
+):
     """Revokes the key: the next request with it is refused (no cache anywhere)."""
     _require(principal, Operation.ALTER)
     async with pool.acquire() as conn, conn.transaction():
@@ -106,9 +110,15 @@ async def revoke_key(name: schemas.IdentifierInPath, key_id: schemas.IdentifierI
 
 
 def _acl_body(acl: AclRow) -> dict:
-    return {"acl_id": acl.acl_id, "principal": acl.principal, "resource_type": acl.resource_type,
-            "pattern_type": acl.pattern_type, "resource_name": acl.resource_name, "operation": acl.operation,
-            "permission": acl.permission}
+    return {
+        "acl_id": acl.acl_id,
+        "principal": acl.principal,
+        "resource_type": acl.resource_type,
+        "pattern_type": acl.pattern_type,
+        "resource_name": acl.resource_name,
+        "operation": acl.operation,
+        "permission": acl.permission,
+    }
 
 
 @router.post("/acls", status_code=201, response_model=schemas.AclOut, responses=ERRORS)
@@ -116,16 +126,36 @@ async def add_acl(body: schemas.AclIn, pool: PoolDep, principal: PrincipalDep):
     """Adds a rule (idempotent: the same rule twice is one rule)."""
     _require(principal, Operation.ALTER)
     async with pool.acquire() as conn, conn.transaction():
-        acl = await principals.add_acl(conn, AclRow(0, body.principal, body.resource_type, body.pattern_type,
-                                                    body.resource_name, body.operation, body.permission))
-        await principals.audit(conn, now_ms(), principal.name, "add acl", f"{body.resource_type}:{body.resource_name}",
-                               f"{body.permission} {body.operation} for {body.principal} ({body.pattern_type})")
+        acl = await principals.add_acl(
+            conn,
+            AclRow(
+                0,
+                body.principal,
+                body.resource_type,
+                body.pattern_type,
+                body.resource_name,
+                body.operation,
+                body.permission,
+            ),
+        )
+        await principals.audit(
+            conn,
+            now_ms(),
+            principal.name,
+            "add acl",
+            f"{body.resource_type}:{body.resource_name}",
+            f"{body.permission} {body.operation} for {body.principal} ({body.pattern_type})",
+        )
     return json_response(_acl_body(acl), 201)
 
 
 @router.get("/acls", response_model=schemas.AclList, responses=ERRORS)
-async def list_acls(pool: PoolDep, principal: PrincipalDep, principal_name: Annotated[
-        str | None, Query(alias="principal")] = None, resource_type: str | None = None):
+async def list_acls(
+    pool: PoolDep,
+    principal: PrincipalDep,
+    principal_name: Annotated[str | None, Query(alias="principal")] = None,
+    resource_type: str | None = None,
+):
     _require(principal, Operation.DESCRIBE)
     async with pool.acquire() as conn:
         found = await principals.list_acls(conn, principal_name, resource_type)
@@ -133,8 +163,7 @@ async def list_acls(pool: PoolDep, principal: PrincipalDep, principal_name: Anno
 
 
 @router.delete("/acls/{acl_id}", status_code=204, responses=ERRORS)
-async def remove_acl(acl_id: Annotated[int, Path(ge=0, le=schemas.INT64_MAX)], pool: PoolDep,
-                     principal: PrincipalDep):
+async def remove_acl(acl_id: Annotated[int, Path(ge=0, le=schemas.INT64_MAX)], pool: PoolDep, principal: PrincipalDep):
     _require(principal, Operation.ALTER)
     async with pool.acquire() as conn, conn.transaction():
         if not await principals.remove_acl(conn, acl_id):
@@ -144,12 +173,28 @@ async def remove_acl(acl_id: Annotated[int, Path(ge=0, le=schemas.INT64_MAX)], p
 
 
 @router.get("/audit", responses=ERRORS)
-async def audit_log(pool: PoolDep, principal: PrincipalDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                    before: Annotated[int | None, Query(ge=0, le=schemas.INT64_MAX, description="entries older than this id")] = None):
+async def audit_log(
+    pool: PoolDep,
+    principal: PrincipalDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    before: Annotated[int | None, Query(ge=0, le=schemas.INT64_MAX, description="entries older than this id")] = None,
+):
     """Administrative actions, newest first."""
     _require(principal, Operation.DESCRIBE)
     async with pool.acquire() as conn:
         entries = await principals.audit_entries(conn, limit, before)
-    return json_response({"entries": [
-        {"entry_id": e.entry_id, "timestamp_ms": e.timestamp_ms, "principal": e.principal, "action": e.action,
-         "resource": e.resource, "details": e.details} for e in entries]})
+    return json_response(
+        {
+            "entries": [
+                {
+                    "entry_id": e.entry_id,
+                    "timestamp_ms": e.timestamp_ms,
+                    "principal": e.principal,
+                    "action": e.action,
+                    "resource": e.resource,
+                    "details": e.details,
+                }
+                for e in entries
+            ]
+        }
+    )

@@ -10,9 +10,9 @@ from fastapi.responses import Response
 from app.api import schemas
 from app.api.auth import PrincipalDep
 from app.api.deps import READY, PoolDep, SettingsDep
-from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
-from app.api.responses import json_response
 from app.api.request_limits import check_partition_count
+from app.api.responses import json_response
+from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.errors import BrokerError
 from app.storage import log_cleaner, partition_log, principals, topics
 from app.storage.database import is_reachable
@@ -23,14 +23,25 @@ router = APIRouter(prefix="/v1", tags=["topics and cluster"])
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
 ERRORS = {400: {"model": schemas.ErrorBody}, 404: {"model": schemas.ErrorBody}, 409: {"model": schemas.ErrorBody}}
 
 
 def _topic_body(topic: TopicInfo, states: list[partition_log.PartitionState]) -> dict:
-    return {"name": topic.name, "config": topic.config, "partitions": [
-        {"partition": index, "log_start_offset": state.log_start_offset,
-         "high_watermark": state.high_watermark, "last_stable_offset": state.last_stable_offset}
-        for index, state in enumerate(states)]}
+    return {
+        "name": topic.name,
+        "config": topic.config,
+        "partitions": [
+            {
+                "partition": index,
+                "log_start_offset": state.log_start_offset,
+                "high_watermark": state.high_watermark,
+                "last_stable_offset": state.last_stable_offset,
+            }
+            for index, state in enumerate(states)
+        ],
+    }
 
 
 @router.get("/health", response_model=schemas.Health, responses={503: {"model": schemas.Health}})
@@ -39,8 +50,10 @@ async def health(request: Request):
     state = request.app.state
     database = "ok" if await is_reachable(state.pool) else "unavailable"
     ready = state.ready and database == "ok"
-    return json_response({"status": "ok" if ready else "starting" if database == "ok" else "unavailable",
-                          "database": database}, 200 if ready else 503)
+    return json_response(
+        {"status": "ok" if ready else "starting" if database == "ok" else "unavailable", "database": database},
+        200 if ready else 503,
+    )
 
 
 @router.get("/cluster", response_model=schemas.Cluster, dependencies=READY)
@@ -48,25 +61,29 @@ async def cluster(pool: PoolDep, settings: SettingsDep, principal: PrincipalDep)
     """[Metadata] This node, the nodes of the cluster and the topic names (those the caller may
     Describe)."""
     async with pool.acquire() as conn:
-        names = [topic.name for topic in await topics.list_topics(conn)
-                 if is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic.name)]
+        names = [
+            topic.name
+            for topic in await topics.list_topics(conn)
+            if is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
+        ]
     node = {"node_id": settings.node_id, "url": settings.public_url()}
     return json_response({"node_id": settings.node_id, "nodes": [node], "topics": names})
 
 
 @router.post("/topics", status_code=201, response_model=schemas.TopicOut, responses=ERRORS, dependencies=READY)
-async def create_topic(body: schemas.CreateTopicRequest, pool: PoolDep, settings: SettingsDep,
-                       principal: PrincipalDep):
+async def create_topic(body: schemas.CreateTopicRequest, pool: PoolDep, settings: SettingsDep, principal: PrincipalDep):
     """[CreateTopics] Names match [a-zA-Z0-9._-]{1,249}, not '.', '..' or starting with '__'.
     Needs Create on the Cluster or on the topic."""
     if not is_allowed(principal, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         authorize(principal, Operation.CREATE, ResourceType.TOPIC, body.name)
     async with pool.acquire() as conn:
         async with conn.transaction():  # the audit entry is part of the change: both or neither
-            topic = await topics.create_topic(conn, body.name, body.partitions, body.config,
-                                              defaults=settings.topic_defaults())
-            await principals.audit(conn, now_ms(), principal.name, "create topic", body.name,
-                                   f"partitions={body.partitions}")
+            topic = await topics.create_topic(
+                conn, body.name, body.partitions, body.config, defaults=settings.topic_defaults()
+            )
+            await principals.audit(
+                conn, now_ms(), principal.name, "create topic", body.name, f"partitions={body.partitions}"
+            )
         states = await partition_log.partition_states(conn, [topic])
     return json_response(_topic_body(topic, states[topic.topic_id]), 201)
 
@@ -75,8 +92,11 @@ async def create_topic(body: schemas.CreateTopicRequest, pool: PoolDep, settings
 async def list_topics(pool: PoolDep, principal: PrincipalDep):
     """The topics the caller may Describe."""
     async with pool.acquire() as conn:
-        found = [topic for topic in await topics.list_topics(conn)
-                 if is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic.name)]
+        found = [
+            topic
+            for topic in await topics.list_topics(conn)
+            if is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
+        ]
         states = await partition_log.partition_states(conn, found)
     return json_response({"topics": [_topic_body(topic, states[topic.topic_id]) for topic in found]})
 
@@ -100,10 +120,12 @@ async def delete_topic(topic: str, pool: PoolDep, principal: PrincipalDep):
     return Response(status_code=204)
 
 
-@router.post("/topics/{topic}/delete-records", response_model=schemas.DeleteRecordsResponse, responses=ERRORS,
-             dependencies=READY)
-async def delete_records(topic: str, body: schemas.DeleteRecordsRequest, pool: PoolDep, settings: SettingsDep,
-                         principal: PrincipalDep):
+@router.post(
+    "/topics/{topic}/delete-records", response_model=schemas.DeleteRecordsResponse, responses=ERRORS, dependencies=READY
+)
+async def delete_records(
+    topic: str, body: schemas.DeleteRecordsRequest, pool: PoolDep, settings: SettingsDep, principal: PrincipalDep
+):
     """[DeleteRecords] (KIP-107) Moves each partition's log start up to the offset given: fetches below
     it answer OFFSET_OUT_OF_RANGE at once, and the log cleaner removes the batches in the background.
     Per-partition errors: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE (past the high watermark, or
@@ -117,11 +139,16 @@ async def delete_records(topic: str, body: schemas.DeleteRecordsRequest, pool: P
         for request in body.partitions:
             entry = {"partition": request.partition, "low_watermark": partition_log.NO_OFFSET, "error": None}
             try:
-                entry["low_watermark"] = await log_cleaner.delete_records(conn, info, request.partition,
-                                                                         request.offset)
+                entry["low_watermark"] = await log_cleaner.delete_records(conn, info, request.partition, request.offset)
             except BrokerError as error:
                 entry["error"] = error.as_dict()
             entries.append(entry)
-        await principals.audit(conn, now_ms(), principal.name, "delete records", topic,
-                               ", ".join(f"{e['partition']}:{e['low_watermark']}" for e in entries))
+        await principals.audit(
+            conn,
+            now_ms(),
+            principal.name,
+            "delete records",
+            topic,
+            ", ".join(f"{e['partition']}:{e['low_watermark']}" for e in entries),
+        )
     return json_response({"partitions": entries})

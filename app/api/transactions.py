@@ -9,8 +9,8 @@ from app.api import schemas
 from app.api.auth import PrincipalDep
 from app.api.deps import READY, CoordinatorDep, SettingsDep
 from app.api.request_limits import check_partition_count
-from app.coordinator.authorizer import Operation, ResourceType, authorize
 from app.api.responses import error_or_none, json_response
+from app.coordinator.authorizer import Operation, ResourceType, authorize
 
 router = APIRouter(prefix="/v1", tags=["transactions"], dependencies=READY)
 ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 409, 503)}
@@ -26,26 +26,34 @@ async def find_coordinator(body: schemas.FindCoordinatorRequest, settings: Setti
 
 
 @router.post("/producers/init", response_model=schemas.InitProducerIdResponse, responses=ERRORS)
-async def init_producer_id(body: schemas.InitProducerIdRequest, coordinator: CoordinatorDep,
-                           principal: PrincipalDep):
+async def init_producer_id(body: schemas.InitProducerIdRequest, coordinator: CoordinatorDep, principal: PrincipalDep):
     """[InitProducerId] A fresh producer id (no transactional id), or the transactional id's producer
     with an epoch above every epoch used before, fencing older instances and ending what they left.
     Needs Write on the TransactionalId (any authenticated caller may be an idempotent producer)."""
     if body.transactional_id is not None:
         authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
-    result = await coordinator.init_producer_id(body.transactional_id, body.transaction_timeout_ms,
-                                                body.producer_id, body.producer_epoch, body.keep_prepared_txn,
-                                                quota_principal=None if principal.is_super_user else principal.name)
+    result = await coordinator.init_producer_id(
+        body.transactional_id,
+        body.transaction_timeout_ms,
+        body.producer_id,
+        body.producer_epoch,
+        body.keep_prepared_txn,
+        quota_principal=None if principal.is_super_user else principal.name,
+    )
     response = {"producer_id": result.producer_id, "producer_epoch": result.producer_epoch}
     if body.keep_prepared_txn:
-        response["prepared"] = None if result.prepared is None else {
-            "producer_id": result.prepared.producer_id, "producer_epoch": result.prepared.producer_epoch}
+        response["prepared"] = (
+            None
+            if result.prepared is None
+            else {"producer_id": result.prepared.producer_id, "producer_epoch": result.prepared.producer_epoch}
+        )
     return json_response(response)
 
 
 @router.post("/txn/add-partitions", response_model=schemas.AddPartitionsResponse, responses=ERRORS)
-async def add_partitions(body: schemas.AddPartitionsRequest, coordinator: CoordinatorDep, settings: SettingsDep,
-                         principal: PrincipalDep):
+async def add_partitions(
+    body: schemas.AddPartitionsRequest, coordinator: CoordinatorDep, settings: SettingsDep, principal: PrincipalDep
+):
     """[AddPartitionsToTxn] Begins the transaction (Ongoing) if none is open, and starts its timer.
     Needs Write on the TransactionalId and on every topic."""
     check_partition_count(settings, len(body.partitions))
@@ -53,10 +61,15 @@ async def add_partitions(body: schemas.AddPartitionsRequest, coordinator: Coordi
     for topic in {p.topic for p in body.partitions}:
         authorize(principal, Operation.WRITE, ResourceType.TOPIC, topic)
     requested = [(p.topic, p.partition) for p in body.partitions]
-    errors = await coordinator.add_partitions(body.transactional_id, body.producer_id, body.producer_epoch,
-                                              requested)
-    return json_response({"partitions": [{"topic": topic, "partition": partition, "error": error_or_none(error)}
-                                         for (topic, partition), error in zip(requested, errors)]})
+    errors = await coordinator.add_partitions(body.transactional_id, body.producer_id, body.producer_epoch, requested)
+    return json_response(
+        {
+            "partitions": [
+                {"topic": topic, "partition": partition, "error": error_or_none(error)}
+                for (topic, partition), error in zip(requested, errors)
+            ]
+        }
+    )
 
 
 @router.post("/txn/add-offsets", responses=ERRORS)
@@ -79,8 +92,13 @@ async def end_transaction(body: schemas.EndTxnRequest, coordinator: CoordinatorD
     with the producer id and epoch the next transaction must use. Retrying the same body after a
     lost response answers the outcome. Needs Write on the TransactionalId."""
     authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
-    return json_response(_end_body(await coordinator.end_transaction(
-        body.transactional_id, body.producer_id, body.producer_epoch, body.committed)))
+    return json_response(
+        _end_body(
+            await coordinator.end_transaction(
+                body.transactional_id, body.producer_id, body.producer_epoch, body.committed
+            )
+        )
+    )
 
 
 @router.post("/txn/prepare", response_model=schemas.EndTxnResponse, responses=ERRORS)
@@ -89,5 +107,6 @@ async def prepare(body: schemas.TxnProducer, coordinator: CoordinatorDep, princi
     producer id and epoch (from any process) or an admin abort decides it. Needs Write on the
     TransactionalId."""
     authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
-    return json_response(_end_body(await coordinator.prepare(body.transactional_id, body.producer_id,
-                                                             body.producer_epoch)))
+    return json_response(
+        _end_body(await coordinator.prepare(body.transactional_id, body.producer_id, body.producer_epoch))
+    )

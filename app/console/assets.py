@@ -33,7 +33,6 @@ class StaticAssets:
 assets = StaticAssets(WEB_DIR / "static")
 
 
-
 @router.get("/static/{name}")
 async def static_asset(name: str, v: str | None = None):
     found = assets.files.get(name)
@@ -41,6 +40,8 @@ async def static_asset(name: str, v: str | None = None):
         return Response("not found", 404, media_type="text/plain")
     body, media_type, digest = found
     cache = "public, max-age=31536000, immutable" if v == digest else "no-cache"
-    return Response(body, media_type=media_type, headers={"Cache-Control": cache, "ETag": f'"{digest}"',
-                                                          "X-Content-Type-Options": "nosniff"})
-
+    return Response(
+        body,
+        media_type=media_type,
+        headers={"Cache-Control": cache, "ETag": f'"{digest}"', "X-Content-Type-Options": "nosniff"},
+    )

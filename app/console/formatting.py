@@ -50,8 +50,8 @@ def format_iso(ms: int) -> str:
 def preview(text: str | None, length: int = 80) -> str:
     if text is None:
         return ""
-    flat = " ".join(text.split()) if len(text) < 10 * length else " ".join(text[:10 * length].split())
-    return flat if len(flat) <= length else flat[:length - 1] + "…"
+    flat = " ".join(text.split()) if len(text) < 10 * length else " ".join(text[: 10 * length].split())
+    return flat if len(flat) <= length else flat[: length - 1] + "…"
 
 
 def _path_segment(value: str) -> str:
@@ -77,4 +77,3 @@ def topic_url(topic: str) -> str:
 
 def partition_url(topic: str, partition: int) -> str:
     return f"{topic_url(topic)}/partitions/{partition}"
-

@@ -57,9 +57,7 @@ WARNINGS_SHOWN = 10
 MARKERS_SHOWN = 500  # of the transactions on one history page
 
 STATE_FILTERS = {"open": OPEN_STATES, **{s.value: [s.value] for s in TransactionState if s != TransactionState.DEAD}}
-AGE_FILTERS = {"": None, "10s": 10_000, "1m": 60_000, "5m": 300_000, "15m": 900_000, "1h": 3_600_000,
-               "1d": 86_400_000}
-
+AGE_FILTERS = {"": None, "10s": 10_000, "1m": 60_000, "5m": 300_000, "15m": 900_000, "1h": 3_600_000, "1d": 86_400_000}
 
 
 @asynccontextmanager
@@ -67,9 +65,6 @@ async def snapshot(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
     """One connection in a read-only REPEATABLE READ transaction: a page's reads agree."""
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
         yield conn
-
-
-
 
 
 @router.get("")
@@ -87,16 +82,31 @@ async def overview(request: Request, pool: PoolDep, after: str | None = None, in
     meter, at_s = meter_of(request), time.monotonic()
     rates = {t.topic_id: meter.rate(("topic", t.topic_id), t.high_watermark, at_s) for t in shown}
     total_rate = meter.rate("all-user-topics", totals.high_watermark, at_s)
-    return render(request, "overview.html", now=moment, nav="overview", totals=totals, topics=shown,
-                  next_after=shown[-1].name if has_more else None, after=after, internal=internal, rates=rates,
-                  total_rate=total_rate, states=states, open_count=sum(states.get(s, 0) for s in OPEN_STATES),
-                  overdue=overdue, pins=pins, hanging_fraction=HANGING_FRACTION)
+    return render(
+        request,
+        "overview.html",
+        now=moment,
+        nav="overview",
+        totals=totals,
+        topics=shown,
+        next_after=shown[-1].name if has_more else None,
+        after=after,
+        internal=internal,
+        rates=rates,
+        total_rate=total_rate,
+        states=states,
+        open_count=sum(states.get(s, 0) for s in OPEN_STATES),
+        overdue=overdue,
+        pins=pins,
+        hanging_fraction=HANGING_FRACTION,
+    )
 
 
 @router.get("/topics/{topic}")
 @console_page
-async def topic_page(request: Request, topic: str, pool: PoolDep,
-                     after: Annotated[int, Query(ge=-1, le=INT32_MAX)] = -1):
+async def topic_page(
+    request: Request, topic: str, pool: PoolDep, after: Annotated[int, Query(ge=-1, le=INT32_MAX)] = -1
+):
     """One topic's partitions, a page at a time."""
     async with snapshot(pool) as conn:
         info = await topics.get_topic(conn, topic)
@@ -104,38 +114,71 @@ async def topic_page(request: Request, topic: str, pool: PoolDep,
         rows = await partition_summary.partition_page(conn, info.topic_id, after, PARTITION_PAGE_SIZE + 1)
     shown, has_more = rows[:PARTITION_PAGE_SIZE], len(rows) > PARTITION_PAGE_SIZE
     rate = meter_of(request).rate(("topic", info.topic_id), summary.high_watermark, time.monotonic())
-    return render(request, "topic.html", nav="overview", topic=info, summary=summary, partitions=shown, rate=rate,
-                  after=after, next_after=shown[-1].partition if has_more else None)
+    return render(
+        request,
+        "topic.html",
+        nav="overview",
+        topic=info,
+        summary=summary,
+        partitions=shown,
+        rate=rate,
+        after=after,
+        next_after=shown[-1].partition if has_more else None,
+    )
 
 
 @router.get("/topics/{topic}/partitions/{partition}")
 @console_page
-async def partition_page(request: Request, topic: str, partition: Annotated[int, PathParameter(ge=0, le=INT32_MAX)],
-                         pool: PoolDep,
-                         offset: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
-                         producers_after: Annotated[int, Query(ge=-1, le=INT64_MAX)] = -1,
-                         markers_before: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None):
+async def partition_page(
+    request: Request,
+    topic: str,
+    partition: Annotated[int, PathParameter(ge=0, le=INT32_MAX)],
+    pool: PoolDep,
+    offset: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
+    producers_after: Annotated[int, Query(ge=-1, le=INT64_MAX)] = -1,
+    markers_before: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
+):
     """A window of the partition's log with each record's transactional status, its producers and
     its markers."""
     async with snapshot(pool) as conn:
         info = await topics.get_topic(conn, topic)
         state = await partition_log.partition_state(conn, info, partition)
-        start = (max(state.log_start_offset, state.high_watermark - LOG_WINDOW) if offset is None
-                 else min(max(offset, state.log_start_offset), state.high_watermark))
+        start = (
+            max(state.log_start_offset, state.high_watermark - LOG_WINDOW)
+            if offset is None
+            else min(max(offset, state.log_start_offset), state.high_watermark)
+        )
         end = min(start + LOG_WINDOW, state.high_watermark)
         entries = await log_browser.read_window(conn, info.topic_id, partition, start, end)
         cleanup = await cleanup_progress.cleanup_status(conn, info.topic_id, partition)
         producers = await log_browser.producers(conn, info.topic_id, partition, producers_after, PAGE_SIZE + 1)
         marker_rows = await log_browser.markers_before(
-            conn, info.topic_id, partition, state.high_watermark if markers_before is None else markers_before,
-            PAGE_SIZE + 1)
-    return render(request, "partition.html", nav="overview", topic=info, partition=partition, state=state,
-                  cleanup=cleanup,
-                  start=start, end=end, window=LOG_WINDOW, entries=entries, follow_tail=offset is None,
-                  producers=producers[:PAGE_SIZE], producers_after=producers_after,
-                  next_producers_after=producers[PAGE_SIZE - 1].producer_id if len(producers) > PAGE_SIZE else None,
-                  markers=marker_rows[:PAGE_SIZE], markers_before=markers_before,
-                  next_markers_before=marker_rows[PAGE_SIZE - 1].offset if len(marker_rows) > PAGE_SIZE else None)
+            conn,
+            info.topic_id,
+            partition,
+            state.high_watermark if markers_before is None else markers_before,
+            PAGE_SIZE + 1,
+        )
+    return render(
+        request,
+        "partition.html",
+        nav="overview",
+        topic=info,
+        partition=partition,
+        state=state,
+        cleanup=cleanup,
+        start=start,
+        end=end,
+        window=LOG_WINDOW,
+        entries=entries,
+        follow_tail=offset is None,
+        producers=producers[:PAGE_SIZE],
+        producers_after=producers_after,
+        next_producers_after=producers[PAGE_SIZE - 1].producer_id if len(producers) > PAGE_SIZE else None,
+        markers=marker_rows[:PAGE_SIZE],
+        markers_before=markers_before,
+        next_markers_before=marker_rows[PAGE_SIZE - 1].offset if len(marker_rows) > PAGE_SIZE else None,
+    )
 
 
 def _parse_state_filter(state: str) -> list[str] | None:
@@ -146,8 +189,10 @@ def _parse_state_filter(state: str) -> list[str] | None:
     try:
         return [TransactionState.parse(name.strip()).value for name in state.split(",") if name.strip()]
     except ValueError:
-        raise invalid_request(f"state={state!r} is not a state filter: expected 'open' or a comma-separated list "
-                              f"of {[s.value for s in TransactionState]}") from None
+        raise invalid_request(
+            f"state={state!r} is not a state filter: expected 'open' or a comma-separated list "
+            f"of {[s.value for s in TransactionState]}"
+        ) from None
 
 
 def _parse_age(older_than: str) -> int | None:
@@ -162,8 +207,15 @@ def _parse_age(older_than: str) -> int | None:
 
 @router.get("/transactions")
 @console_page
-async def transactions_page(request: Request, pool: PoolDep, coordinator: CoordinatorDep, state: str = "",
-                            prefix: str = "", older_than: str = "", after: str | None = None):
+async def transactions_page(
+    request: Request,
+    pool: PoolDep,
+    coordinator: CoordinatorDep,
+    state: str = "",
+    prefix: str = "",
+    older_than: str = "",
+    after: str | None = None,
+):
     """Every transactional id, filtered by state, prefix and age, a page at a time."""
     states = _parse_state_filter(state)
     min_age_ms = _parse_age(older_than)
@@ -171,10 +223,20 @@ async def transactions_page(request: Request, pool: PoolDep, coordinator: Coordi
     async with snapshot(pool) as conn:
         counts = await transaction_health.counts_by_state(conn)
     shown, has_more = found[:PAGE_SIZE], len(found) > PAGE_SIZE
-    return render(request, "transactions.html", nav="transactions", transactions=shown, counts=counts,
-                  state=state, prefix=prefix, older_than=older_than, after=after,
-                  next_after=shown[-1].transactional_id if has_more else None,
-                  state_filters=list(STATE_FILTERS), age_filters=list(AGE_FILTERS))
+    return render(
+        request,
+        "transactions.html",
+        nav="transactions",
+        transactions=shown,
+        counts=counts,
+        state=state,
+        prefix=prefix,
+        older_than=older_than,
+        after=after,
+        next_after=shown[-1].transactional_id if has_more else None,
+        state_filters=list(STATE_FILTERS),
+        age_filters=list(AGE_FILTERS),
+    )
 
 
 def _id_from(path_id: str, request: Request) -> str:
@@ -183,9 +245,15 @@ def _id_from(path_id: str, request: Request) -> str:
 
 @router.get("/transactions/{transactional_id:path}")
 @console_page
-async def transaction_page(request: Request, transactional_id: str, pool: PoolDep, coordinator: CoordinatorDep,
-                           before: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None, confirm: str = "",
-                           aborted: bool = False):
+async def transaction_page(
+    request: Request,
+    transactional_id: str,
+    pool: PoolDep,
+    coordinator: CoordinatorDep,
+    before: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
+    confirm: str = "",
+    aborted: bool = False,
+):
     """One transactional id: its state, its history from __transaction_state, the markers its
     transactions wrote and its producer epochs."""
     transactional_id = _id_from(transactional_id, request)
@@ -203,21 +271,34 @@ async def transaction_page(request: Request, transactional_id: str, pool: PoolDe
         return render(request, "transaction.html", nav="transactions", txn=meta, transactional_id=transactional_id)
     async with snapshot(pool) as conn:
         log_topic = await topics.get_topic(conn, TRANSACTION_STATE_TOPIC)
-        history = await transaction_history.transitions(conn, log_topic, transactional_id, before, HISTORY_PAGE,
-                                                        HISTORY_SCAN_BUDGET)
+        history = await transaction_history.transitions(
+            conn, log_topic, transactional_id, before, HISTORY_PAGE, HISTORY_SCAN_BUDGET
+        )
         written = await transaction_history.markers_written(conn, history.transitions, MARKERS_SHOWN)
     if meta is None and not history.transitions and before is None:
         raise transaction_not_found(transactional_id)
-    return render(request, "transaction.html", nav="transactions", txn=meta, transactional_id=transactional_id,
-                  history=history, markers=written, epochs=transaction_history.epoch_history(history.transitions),
-                  marker_limit=MARKERS_SHOWN, before=before, confirm=confirm == "abort", aborted=aborted)
+    return render(
+        request,
+        "transaction.html",
+        nav="transactions",
+        txn=meta,
+        transactional_id=transactional_id,
+        history=history,
+        markers=written,
+        epochs=transaction_history.epoch_history(history.transitions),
+        marker_limit=MARKERS_SHOWN,
+        before=before,
+        confirm=confirm == "abort",
+        aborted=aborted,
+    )
 
 
 def transaction_not_found(transactional_id: str) -> BrokerError:
-    return BrokerError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
-                       f"transactional id {transactional_id!r} is unknown: never initialized, or expired "
-                       f"and no longer in the transaction log")
-
+    return BrokerError(
+        ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+        f"transactional id {transactional_id!r} is unknown: never initialized, or expired "
+        f"and no longer in the transaction log",
+    )
 
 
 async def _confirmed_producer(request: Request) -> ProducerIdAndEpoch | None:
@@ -240,8 +321,9 @@ async def abort_transaction(request: Request, transactional_id: str, coordinator
     principal = request.state.console_principal
     if not is_allowed(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
-    await coordinator.admin_abort(transactional_id, await _confirmed_producer(request), principal=principal.name,
-                                  via="from the console; ")
+    await coordinator.admin_abort(
+        transactional_id, await _confirmed_producer(request), principal=principal.name, via="from the console; "
+    )
     separator = "&" if "?" in transaction_url(transactional_id) else "?"
     return RedirectResponse(f"{transaction_url(transactional_id)}{separator}aborted=1", 303)
 
@@ -252,8 +334,15 @@ async def groups_page(request: Request, pool: PoolDep, after: str | None = None,
     async with snapshot(pool) as conn:
         rows = await group_summaries.group_page(conn, after, prefix or None, PAGE_SIZE + 1)
     shown, has_more = rows[:PAGE_SIZE], len(rows) > PAGE_SIZE
-    return render(request, "groups.html", nav="groups", groups=shown, after=after, prefix=prefix,
-                  next_after=shown[-1].group_id if has_more else None)
+    return render(
+        request,
+        "groups.html",
+        nav="groups",
+        groups=shown,
+        after=after,
+        prefix=prefix,
+        next_after=shown[-1].group_id if has_more else None,
+    )
 
 
 def _parse_key(name: str, value: str | None, shape: str) -> tuple | None:
@@ -266,15 +355,23 @@ def _parse_key(name: str, value: str | None, shape: str) -> tuple | None:
     numbers = [int(part) for part in parts[1:]]
     # The partition is a 32-bit integer, a producer id a 64-bit one.
     if not all(-1 <= n <= (INT32_MAX if index == 0 else INT64_MAX) for index, n in enumerate(numbers)):
-        raise invalid_request(f"{name}={value[:300]!r}: a number is out of range (a partition is 0 to {INT32_MAX}, "
-                              f"a producer id 0 to {INT64_MAX})")
+        raise invalid_request(
+            f"{name}={value[:300]!r}: a number is out of range (a partition is 0 to {INT32_MAX}, "
+            f"a producer id 0 to {INT64_MAX})"
+        )
     return (parts[0], *numbers)
 
 
 @router.get("/groups/{group_id:path}")
 @console_page
-async def group_page(request: Request, group_id: str, pool: PoolDep, members_after: str | None = None,
-                     offsets_after: str | None = None, pending_after: str | None = None):
+async def group_page(
+    request: Request,
+    group_id: str,
+    pool: PoolDep,
+    members_after: str | None = None,
+    offsets_after: str | None = None,
+    pending_after: str | None = None,
+):
     """One consumer group: members and their assignment, committed offsets with lag, and pending
     transactional offsets."""
     group_id = _id_from(group_id, request)
@@ -285,23 +382,36 @@ async def group_page(request: Request, group_id: str, pool: PoolDep, members_aft
     async with snapshot(pool) as conn:
         group = await groups.get(conn, group_id)
         if group is None:
-            raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND,
-                              f"group {group_id!r} does not exist: a group exists once a member heartbeats or "
-                              f"offsets are committed for it")
+            raise BrokerError(
+                ErrorCode.GROUP_ID_NOT_FOUND,
+                f"group {group_id!r} does not exist: a group exists once a member heartbeats or "
+                f"offsets are committed for it",
+            )
         members = await group_summaries.member_page(conn, group_id, members_after, PAGE_SIZE + 1)
         offsets = await group_summaries.offset_page(conn, group_id, offsets_key, PAGE_SIZE + 1)
         pending = await group_summaries.pending_offsets(conn, group_id, pending_key, PAGE_SIZE + 1)
-    more = {name: len(rows) > PAGE_SIZE for name, rows in (("members", members), ("offsets", offsets),
-                                                           ("pending", pending))}
+    more = {
+        name: len(rows) > PAGE_SIZE for name, rows in (("members", members), ("offsets", offsets), ("pending", pending))
+    }
     members, offsets, pending = members[:PAGE_SIZE], offsets[:PAGE_SIZE], pending[:PAGE_SIZE]
-    return render(request, "group.html", nav="groups", group=group, members=members, offsets=offsets,
-                  lag_total=sum(o.lag or 0 for o in offsets), pending=pending, members_after=members_after,
-                  offsets_after=offsets_after, pending_after=pending_after,
-                  next_members_after=members[-1].member_id if more["members"] else None,
-                  next_offsets_after=f"{offsets[-1].topic}:{offsets[-1].partition}" if more["offsets"] else None,
-                  next_pending_after=(f"{pending[-1].topic}:{pending[-1].partition}:{pending[-1].producer_id}"
-                                      if more["pending"] else None))
-
+    return render(
+        request,
+        "group.html",
+        nav="groups",
+        group=group,
+        members=members,
+        offsets=offsets,
+        lag_total=sum(o.lag or 0 for o in offsets),
+        pending=pending,
+        members_after=members_after,
+        offsets_after=offsets_after,
+        pending_after=pending_after,
+        next_members_after=members[-1].member_id if more["members"] else None,
+        next_offsets_after=f"{offsets[-1].topic}:{offsets[-1].partition}" if more["offsets"] else None,
+        next_pending_after=(
+            f"{pending[-1].topic}:{pending[-1].partition}:{pending[-1].producer_id}" if more["pending"] else None
+        ),
+    )
 
 
 @router.get("/{rest:path}")

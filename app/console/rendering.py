@@ -36,23 +36,34 @@ ABORTABLE_STATES = {TransactionState.ONGOING.value, TransactionState.PREPARED.va
 # No inline script or style anywhere: an injected tag could not run even if escaping ever failed.
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-                               "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
     "Vary": "X-Console-Fragment",
 }
 
-templates = Environment(loader=FileSystemLoader(WEB_DIR / "templates"), autoescape=True,
-                        undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-templates.filters.update(num=format_number, compact=format_compact, duration=format_duration, utc=format_utc,
-                         iso=format_iso, preview=preview)
-templates.globals.update(transaction_url=transaction_url, group_url=group_url, topic_url=topic_url,
-                         partition_url=partition_url, static_url=assets.url, abortable_states=ABORTABLE_STATES,
-                         open_states=OPEN_STATES)
+templates = Environment(
+    loader=FileSystemLoader(WEB_DIR / "templates"),
+    autoescape=True,
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+templates.filters.update(
+    num=format_number, compact=format_compact, duration=format_duration, utc=format_utc, iso=format_iso, preview=preview
+)
+templates.globals.update(
+    transaction_url=transaction_url,
+    group_url=group_url,
+    topic_url=topic_url,
+    partition_url=partition_url,
+    static_url=assets.url,
+    abortable_states=ABORTABLE_STATES,
+    open_states=OPEN_STATES,
+)
 # Macros as a global, so a block rendered alone (a live fragment) sees them too.
 templates.globals["ui"] = templates.get_template("_macros.html").module
-
 
 
 def auth_required(request: Request) -> bool:
@@ -67,6 +78,7 @@ def _page_url(request: Request):
         if kept:
             url = url.include_query_params(**kept)
         return url.path + (f"?{url.query}" if url.query else "")
+
     return page_url
 
 
@@ -74,11 +86,16 @@ def render(request: Request, template_name: str, status_code: int = 200, **conte
     """The whole page, or only one of its blocks when the console's script asks for a fragment."""
     template = templates.get_template(template_name)
     moment = context.pop("now", None) or now_ms()
-    values = {"request": request, "now": moment, "nav": "", "page_url": _page_url(request),
-              "base_url": str(request.base_url).rstrip("/"),
-              "signed_in": getattr(request.state, "console_principal", None) if auth_required(request) else None,
-              "curl_auth": " -H 'Authorization: Bearer $TXBROKER_API_KEY'" if auth_required(request) else "",
-              **context}
+    values = {
+        "request": request,
+        "now": moment,
+        "nav": "",
+        "page_url": _page_url(request),
+        "base_url": str(request.base_url).rstrip("/"),
+        "signed_in": getattr(request.state, "console_principal", None) if auth_required(request) else None,
+        "curl_auth": " -H 'Authorization: Bearer $TXBROKER_API_KEY'" if auth_required(request) else "",
+        **context,
+    }
     fragment = request.headers.get(FRAGMENT_HEADER)
     if fragment and fragment in template.blocks:
         html = "".join(template.blocks[fragment](template.new_context(values)))
@@ -89,4 +106,3 @@ def render(request: Request, template_name: str, status_code: int = 200, **conte
 
 def error_page(request: Request, error: BrokerError) -> HTMLResponse:
     return render(request, "error.html", error.http_status, error=error)
-

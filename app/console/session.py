@@ -48,6 +48,7 @@ def console_page(handler):
     """Wraps a page handler: a starting server answers a page that reloads itself; a caller who is
     not signed in is sent to the sign-in page; one who may not Describe the Cluster, and any
     expected error (unknown topic, invalid filter, ...), gets a page with the error's HTTP status."""
+
     @functools.wraps(handler)
     async def page(request: Request, *args, **kwargs):
         started = time.perf_counter()
@@ -55,6 +56,7 @@ def console_page(handler):
         # Reads and rendering, as browsers' developer tools show it (and the scale test reports).
         response.headers["Server-Timing"] = f"page;dur={(time.perf_counter() - started) * 1000:.1f}"
         return response
+
     return page
 
 
@@ -77,11 +79,11 @@ async def _serve_page(handler, request: Request, *args, **kwargs) -> Response:
         return error_page(request, error)
 
 
-
-
 def cross_site_refused(action: str) -> BrokerError:
-    return BrokerError(ErrorCode.INVALID_REQUEST, f"this {action} came from a page of another site and was refused: "
-                                                  f"use the console's own page")
+    return BrokerError(
+        ErrorCode.INVALID_REQUEST,
+        f"this {action} came from a page of another site and was refused: use the console's own page",
+    )
 
 
 def cross_site(request: Request) -> bool:
@@ -91,7 +93,6 @@ def cross_site(request: Request) -> bool:
         return False  # not a browser form from another site (those always carry Origin)
     host = request.headers.get("host", "")
     return origin == "null" or urlsplit(origin).netloc != host
-
 
 
 @router.get("/login")
@@ -116,8 +117,9 @@ async def sign_in(request: Request):
     if principal is None:
         return render(request, "login.html", 401, target=target, failed=True)
     response = RedirectResponse(target, 303)
-    response.set_cookie(KEY_COOKIE, key, path="/console", httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https")
+    response.set_cookie(
+        KEY_COOKIE, key, path="/console", httponly=True, samesite="strict", secure=request.url.scheme == "https"
+    )
     return response
 
 
@@ -128,4 +130,3 @@ async def sign_out(request: Request):
     response = RedirectResponse("/console/login" if auth_required(request) else "/console", 303)
     response.delete_cookie(KEY_COOKIE, path="/console", httponly=True, samesite="strict")
     return response
-

@@ -40,4 +40,3 @@ def meter_of(request: Request) -> ThroughputMeter:
     if not hasattr(state, "console_throughput"):
         state.console_throughput = ThroughputMeter()
     return state.console_throughput
-

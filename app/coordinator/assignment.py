@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 
-def range_assignment(subscriptions: Mapping[str, list[str]],
-                     partition_counts: Mapping[str, int]) -> dict[str, dict[str, list[int]]]:
+def range_assignment(
+    subscriptions: Mapping[str, list[str]], partition_counts: Mapping[str, int]
+) -> dict[str, dict[str, list[int]]]:
     """subscriptions: member id -> topics; partition_counts: topic -> partitions (unknown topics
     are left out). Returns member id -> topic -> partitions (every member present)."""
     assignment: dict[str, dict[str, list[int]]] = {member: {} for member in subscriptions}

@@ -91,9 +91,14 @@ def is_allowed(principal: Principal, operation: Operation, resource_type: Resour
     matching = [acl for acl in principal.acls if acl.matches_resource(resource_type, name)]
     if any(acl.permission == Permission.DENY and acl.operation in (operation, Operation.ALL) for acl in matching):
         return False
-    return any(acl.permission == Permission.ALLOW and (
-        acl.operation in (operation, Operation.ALL)
-        or (operation == Operation.DESCRIBE and acl.operation in IMPLIES_DESCRIBE)) for acl in matching)
+    return any(
+        acl.permission == Permission.ALLOW
+        and (
+            acl.operation in (operation, Operation.ALL)
+            or (operation == Operation.DESCRIBE and acl.operation in IMPLIES_DESCRIBE)
+        )
+        for acl in matching
+    )
 
 
 def authorize(principal: Principal, operation: Operation, resource_type: ResourceType, name: str) -> None:
@@ -103,11 +108,25 @@ def authorize(principal: Principal, operation: Operation, resource_type: Resourc
             DENIED_CODES[resource_type],
             f"principal {principal.name!r} may not {operation} {resource_type} {name!r}: ask an administrator for an "
             f"ACL (txbroker acls add --principal {principal.name} --resource-type {resource_type} "
-            f"--resource-name {name} --operation {operation})")
+            f"--resource-name {name} --operation {operation})",
+        )
 
 
 def principal_from(row, acl_rows) -> Principal:
     """The principal and its rules as stored (app/storage/principals.py)."""
-    return Principal(row.name, row.is_super_user, tuple(
-        Acl(r.principal, ResourceType(r.resource_type), PatternType(r.pattern_type), r.resource_name,
-            Operation(r.operation), Permission(r.permission), r.acl_id) for r in acl_rows))
+    return Principal(
+        row.name,
+        row.is_super_user,
+        tuple(
+            Acl(
+                r.principal,
+                ResourceType(r.resource_type),
+                PatternType(r.pattern_type),
+                r.resource_name,
+                Operation(r.operation),
+                Permission(r.permission),
+                r.acl_id,
+            )
+            for r in acl_rows
+        ),
+    )

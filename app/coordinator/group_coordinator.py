@@ -61,16 +61,20 @@ class GroupDescription:
 
 
 def _unknown_member(group_id: str, member_id: str) -> BrokerError:
-    return BrokerError(ErrorCode.UNKNOWN_MEMBER_ID,
-                       f"member {member_id!r} is not in group {group_id!r} (never joined, left, or evicted after its "
-                       f"session timed out): rejoin with member_id \"\"")
+    return BrokerError(
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        f"member {member_id!r} is not in group {group_id!r} (never joined, left, or evicted after its "
+        f'session timed out): rejoin with member_id ""',
+    )
 
 
 def _illegal_generation(group_id: str, received: int, current: int) -> BrokerError:
-    return BrokerError(ErrorCode.ILLEGAL_GENERATION,
-                       f"generation {received} of group {group_id!r} is not the current one ({current}): a rebalance "
-                       f"happened; heartbeat to get the new generation and assignment, and commit only for "
-                       f"partitions still assigned")
+    return BrokerError(
+        ErrorCode.ILLEGAL_GENERATION,
+        f"generation {received} of group {group_id!r} is not the current one ({current}): a rebalance "
+        f"happened; heartbeat to get the new generation and assignment, and commit only for "
+        f"partitions still assigned",
+    )
 
 
 class GroupCoordinator:
@@ -84,17 +88,21 @@ class GroupCoordinator:
         current = await groups.members(conn, group_id)
         subscribed = sorted({topic for member in current for topic in member.topics})
         topics = await find_topics(conn, subscribed)
-        return range_assignment({m.member_id: m.topics for m in current},
-                                {name: t.partition_count for name, t in topics.items()})
+        return range_assignment(
+            {m.member_id: m.topics for m in current}, {name: t.partition_count for name, t in topics.items()}
+        )
 
-    async def _rebalance(self, conn: asyncpg.Connection, group: Group, now: int, assignment: dict | None = None) -> None:
+    async def _rebalance(
+        self, conn: asyncpg.Connection, group: Group, now: int, assignment: dict | None = None
+    ) -> None:
         group.generation_id += 1
         group.assignment = assignment if assignment is not None else await self._assignment_now(conn, group.group_id)
         group.last_update_ms = now
         await groups.save_generation(conn, group)
 
-    async def heartbeat(self, group_id: str, member_id: str, topics: list[str],
-                        session_timeout_ms: int) -> HeartbeatResult:
+    async def heartbeat(
+        self, group_id: str, member_id: str, topics: list[str], session_timeout_ms: int
+    ) -> HeartbeatResult:
         now = now_ms()
         topics = sorted(set(topics))
         async with self.pool.acquire() as conn, conn.transaction():
@@ -111,8 +119,11 @@ class GroupCoordinator:
                     raise _unknown_member(group_id, member_id)
                 changed = sorted(member.topics) != topics
                 await groups.touch_member(conn, group_id, member_id, topics, session_timeout_ms, now)
-            expired = [m.member_id for m in members.values()
-                       if m.member_id != member_id and m.last_heartbeat_ms + m.session_timeout_ms < now]
+            expired = [
+                m.member_id
+                for m in members.values()
+                if m.member_id != member_id and m.last_heartbeat_ms + m.session_timeout_ms < now
+            ]
             if expired:
                 await groups.remove_members(conn, group_id, expired)
             # Also when nobody changed but the topics did (a subscribed topic was created or
@@ -120,8 +131,9 @@ class GroupCoordinator:
             assignment = await self._assignment_now(conn, group_id)
             if changed or expired or assignment != group.assignment:
                 await self._rebalance(conn, group, now, assignment)
-        return HeartbeatResult(member_id, group.generation_id, heartbeat_interval(session_timeout_ms),
-                               group.assignment.get(member_id, {}))
+        return HeartbeatResult(
+            member_id, group.generation_id, heartbeat_interval(session_timeout_ms), group.assignment.get(member_id, {})
+        )
 
     async def leave(self, group_id: str, member_id: str) -> None:
         now = now_ms()
@@ -142,8 +154,11 @@ class GroupCoordinator:
                     group = await groups.lock_if_free(conn, group_id)
                     if group is None:
                         continue  # another server is on it
-                    expired = [m.member_id for m in await groups.members(conn, group_id)
-                               if m.last_heartbeat_ms + m.session_timeout_ms < now]
+                    expired = [
+                        m.member_id
+                        for m in await groups.members(conn, group_id)
+                        if m.last_heartbeat_ms + m.session_timeout_ms < now
+                    ]
                     if expired:
                         await groups.remove_members(conn, group_id, expired)
                         await self._rebalance(conn, group, now)
@@ -152,14 +167,16 @@ class GroupCoordinator:
 
     # ---- offsets
 
-    async def _generation_error(self, conn: asyncpg.Connection, group_id: str, member_id: str,
-                                generation_id: int) -> BrokerError | None:
+    async def _generation_error(
+        self, conn: asyncpg.Connection, group_id: str, member_id: str, generation_id: int
+    ) -> BrokerError | None:
         """KIP-447's check for a commit naming a generation; holds the group row FOR SHARE."""
         if generation_id == NO_GENERATION:
             return None
         row = await conn.fetchrow("SELECT generation_id FROM consumer_groups WHERE group_id = $1 FOR SHARE", group_id)
         exists = row is not None and await conn.fetchval(
-            "SELECT 1 FROM group_members WHERE group_id = $1 AND member_id = $2", group_id, member_id)
+            "SELECT 1 FROM group_members WHERE group_id = $1 AND member_id = $2", group_id, member_id
+        )
         if not exists:
             return _unknown_member(group_id, member_id)
         if generation_id != row["generation_id"]:
@@ -179,8 +196,9 @@ class GroupCoordinator:
                 errors.append(None)
         return errors
 
-    async def commit_offsets(self, group_id: str, member_id: str, generation_id: int,
-                             entries: list[OffsetEntry]) -> list[BrokerError | None]:
+    async def commit_offsets(
+        self, group_id: str, member_id: str, generation_id: int, entries: list[OffsetEntry]
+    ) -> list[BrokerError | None]:
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
             await groups.ensure(conn, group_id, now)  # before any partition lock: see the lock order
@@ -190,13 +208,26 @@ class GroupCoordinator:
             errors = await self._entry_errors(conn, entries)
             partition = await self.transactions.offsets_partition(conn, group_id)
             offsets_topic = await get_topic(conn, CONSUMER_OFFSETS_TOPIC)
-            await group_offsets.commit(conn, offsets_topic, partition.partition, group_id,
-                                       [e for e, error in zip(entries, errors) if error is None], now)
+            await group_offsets.commit(
+                conn,
+                offsets_topic,
+                partition.partition,
+                group_id,
+                [e for e, error in zip(entries, errors) if error is None],
+                now,
+            )
         return errors
 
-    async def txn_offset_commit(self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int,
-                                generation_id: int, member_id: str,
-                                entries: list[OffsetEntry]) -> list[BrokerError | None]:
+    async def txn_offset_commit(
+        self,
+        transactional_id: str,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        entries: list[OffsetEntry],
+    ) -> list[BrokerError | None]:
         """Offsets that become visible with the transaction's COMMIT marker (and vanish on abort).
         Adds the group's offsets partition to the transaction if AddOffsetsToTxn was not called."""
         now = now_ms()
@@ -204,29 +235,43 @@ class GroupCoordinator:
             meta = await self.transactions.lock_producer(conn, transactional_id, producer_id, producer_epoch)
             await groups.ensure(conn, group_id, now)
             generation_error = await self._generation_error(conn, group_id, member_id, generation_id)
-            errors = ([generation_error] * len(entries) if generation_error is not None
-                      else await self._entry_errors(conn, entries))
+            errors = (
+                [generation_error] * len(entries)
+                if generation_error is not None
+                else await self._entry_errors(conn, entries)
+            )
             accepted = [e for e, error in zip(entries, errors) if error is None]
             if not accepted:  # a zombie's or an invalid commit begins no transaction
                 return errors
             partition = await self.transactions.join_for_offsets(conn, meta, group_id)
             offsets_topic = await get_topic(conn, CONSUMER_OFFSETS_TOPIC)
-            await group_offsets.stage(conn, offsets_topic, partition.partition, group_id, accepted,
-                                      meta.txn_producer_id, meta.txn_producer_epoch, now)
+            await group_offsets.stage(
+                conn,
+                offsets_topic,
+                partition.partition,
+                group_id,
+                accepted,
+                meta.txn_producer_id,
+                meta.txn_producer_epoch,
+                now,
+            )
             await self.transactions.log.save(conn, meta)  # last: see TransactionLog's lock order
         return errors
 
-    async def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None,
-                            require_stable: bool) -> list[tuple[CommittedOffset, BrokerError | None]]:
+    async def fetch_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]] | None, require_stable: bool
+    ) -> list[tuple[CommittedOffset, BrokerError | None]]:
         async with self.pool.acquire() as conn:
             found = await group_offsets.fetch(conn, group_id, partitions)
         results = []
         for committed in found:
             error = None
             if require_stable and committed.pending:
-                error = BrokerError(ErrorCode.UNSTABLE_OFFSET_COMMIT,
-                                    f"a transactional offset commit of group {group_id!r} for {committed.topic}-"
-                                    f"{committed.partition} awaits its transaction's outcome: retry shortly")
+                error = BrokerError(
+                    ErrorCode.UNSTABLE_OFFSET_COMMIT,
+                    f"a transactional offset commit of group {group_id!r} for {committed.topic}-"
+                    f"{committed.partition} awaits its transaction's outcome: retry shortly",
+                )
             results.append((committed, error))
         return results
 
@@ -238,11 +283,14 @@ class GroupCoordinator:
         async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
             group = await groups.get(conn, group_id)
             if group is None:
-                raise BrokerError(ErrorCode.GROUP_ID_NOT_FOUND,
-                                  f"group {group_id!r} does not exist: a group exists once a member heartbeats or "
-                                  f"offsets are committed for it")
-            return GroupDescription(group, await groups.members(conn, group_id),
-                                    await group_offsets.lags(conn, group_id))
+                raise BrokerError(
+                    ErrorCode.GROUP_ID_NOT_FOUND,
+                    f"group {group_id!r} does not exist: a group exists once a member heartbeats or "
+                    f"offsets are committed for it",
+                )
+            return GroupDescription(
+                group, await groups.members(conn, group_id), await group_offsets.lags(conn, group_id)
+            )
 
     async def list(self) -> list[tuple[Group, int]]:
         async with self.pool.acquire() as conn:

@@ -81,9 +81,7 @@ class TransactionState(enum.StrEnum):
             return cls(name)
         except ValueError:
             known = ", ".join(s.value for s in cls)
-            raise ValueError(
-                f"unknown transaction state {name!r}; known states: {known}"
-            ) from None
+            raise ValueError(f"unknown transaction state {name!r}; known states: {known}") from None
 
     @property
     def is_open(self) -> bool:
@@ -124,24 +122,18 @@ S = TransactionState
 
 # target state -> states it may be reached from. The only list of legal
 # transitions in txbroker; read-only so nothing can patch it at runtime.
-VALID_PREVIOUS_STATES: Mapping[TransactionState, frozenset[TransactionState]] = (
-    types.MappingProxyType(
-        {
-            S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
-            S.ONGOING: frozenset(
-                {S.EMPTY, S.ONGOING, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}
-            ),
-            S.PREPARED: frozenset({S.ONGOING}),
-            S.PREPARE_COMMIT: frozenset({S.ONGOING, S.PREPARED}),
-            S.PREPARE_ABORT: frozenset(
-                {S.ONGOING, S.PREPARED, S.PREPARE_EPOCH_FENCE}
-            ),
-            S.PREPARE_EPOCH_FENCE: frozenset({S.ONGOING}),
-            S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
-            S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
-            S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
-        }
-    )
+VALID_PREVIOUS_STATES: Mapping[TransactionState, frozenset[TransactionState]] = types.MappingProxyType(
+    {
+        S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+        S.ONGOING: frozenset({S.EMPTY, S.ONGOING, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+        S.PREPARED: frozenset({S.ONGOING}),
+        S.PREPARE_COMMIT: frozenset({S.ONGOING, S.PREPARED}),
+        S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARED, S.PREPARE_EPOCH_FENCE}),
+        S.PREPARE_EPOCH_FENCE: frozenset({S.ONGOING}),
+        S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
+        S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
+        S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+    }
 )
 
 # Kept outside the enum body: a set assigned there would become a member.

@@ -40,25 +40,34 @@ class BackgroundWorkers:
         return states + ids
 
     async def clean_logs(self) -> int:
-        totals = await log_cleaner.clean(self.coordinator.pool, None, int(time.time() * 1000),
-                                         self.settings.log_cleaner_chunk_batches)
+        totals = await log_cleaner.clean(
+            self.coordinator.pool, None, int(time.time() * 1000), self.settings.log_cleaner_chunk_batches
+        )
         return totals.total()
 
     def start(self) -> None:
         s = self.settings
         jobs: list[tuple[str, Callable[[], Awaitable[int]], int]] = [
-            ("abort timed-out transactions", self.coordinator.abort_timed_out,
-             s.abort_timed_out_transaction_interval_ms),
-            ("finish decided transactions", self.coordinator.recover_pending,
-             s.abort_timed_out_transaction_interval_ms),
-            ("expire transactional ids", self.coordinator.expire_transactional_ids,
-             s.remove_expired_transaction_interval_ms),
+            (
+                "abort timed-out transactions",
+                self.coordinator.abort_timed_out,
+                s.abort_timed_out_transaction_interval_ms,
+            ),
+            (
+                "finish decided transactions",
+                self.coordinator.recover_pending,
+                s.abort_timed_out_transaction_interval_ms,
+            ),
+            (
+                "expire transactional ids",
+                self.coordinator.expire_transactional_ids,
+                s.remove_expired_transaction_interval_ms,
+            ),
             ("expire producer state", self.expire_producers, s.producer_id_expiration_check_interval_ms),
             ("evict consumers whose session timed out", self.groups.expire_sessions, s.group_session_check_interval_ms),
             ("clean logs", self.clean_logs, s.log_cleaner_interval_ms),
         ]
-        self._tasks = [asyncio.create_task(self._every(name, job, interval), name=name)
-                       for name, job, interval in jobs]
+        self._tasks = [asyncio.create_task(self._every(name, job, interval), name=name) for name, job, interval in jobs]
 
     async def _every(self, name: str, job: Callable[[], Awaitable[int]], interval_ms: int) -> None:
         while True:

@@ -47,14 +47,17 @@ class AppendNotifier:
             try:
                 self._connection = await asyncpg.connect(self._database_url)
                 lost = asyncio.Event()
-                self._connection.add_termination_listener(lambda _conn: lost.set())
+                self._connection.add_termination_listener(lambda _conn, lost=lost: lost.set())
                 await self._connection.add_listener(APPENDS_CHANNEL, self._on_notification)
                 await lost.wait()
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # PostgreSQL restarting: waiters fall back to polling
-                log.warning("append notifications unavailable (%s); long polls fall back to "
-                            "re-reading every %.1fs", error, self.fallback_s)
+                log.warning(
+                    "append notifications unavailable (%s); long polls fall back to re-reading every %.1fs",
+                    error,
+                    self.fallback_s,
+                )
             await asyncio.sleep(self.fallback_s)
 
     def _on_notification(self, _conn, _pid, _channel, payload: str) -> None:

@@ -21,6 +21,7 @@ ASYNC_COMMIT_SQL = "SET LOCAL synchronous_commit = off"
 @dataclass(slots=True)
 class CleanupTotals:
     """What one cleaner run did, over every partition it cleaned."""
+
     partitions: int = 0
     removed_batches: int = 0
     rewritten_batches: int = 0
@@ -35,13 +36,17 @@ def count_rows(status: str) -> int:
     return int(status.split()[-1])
 
 
-async def note_cleanup(conn: asyncpg.Connection, topic_id: int, partition: int, removed: int,
-                       rewritten: int) -> None:
+async def note_cleanup(conn: asyncpg.Connection, topic_id: int, partition: int, removed: int, rewritten: int) -> None:
     """Records what a chunk did, in that chunk's PostgreSQL transaction (for the console)."""
     await conn.execute(
         "UPDATE partition_cleanups SET last_cleanup_ms = $3, removed_batches = removed_batches + $4, "
         "rewritten_batches = rewritten_batches + $5 WHERE topic_id = $1 AND partition = $2",
-        topic_id, partition, now_ms(), removed, rewritten)
+        topic_id,
+        partition,
+        now_ms(),
+        removed,
+        rewritten,
+    )
 
 
 def now_ms() -> int:
@@ -60,5 +65,8 @@ async def cleanup_status(conn: asyncpg.Connection, topic_id: int, partition: int
     """None when the cleaner never looked at the partition."""
     row = await conn.fetchrow(
         "SELECT last_cleanup_ms, removed_batches, rewritten_batches, compacted_through FROM partition_cleanups "
-        "WHERE topic_id = $1 AND partition = $2", topic_id, partition)
+        "WHERE topic_id = $1 AND partition = $2",
+        topic_id,
+        partition,
+    )
     return None if row is None else CleanupStatus(*row)

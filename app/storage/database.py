@@ -21,8 +21,12 @@ CONNECTION_ERRORS = (
 
 async def _init_connection(connection: asyncpg.Connection) -> None:
     await connection.set_type_codec(
-        "jsonb", schema="pg_catalog", format="text",
-        encoder=lambda value: orjson.dumps(value).decode(), decoder=orjson.loads)
+        "jsonb",
+        schema="pg_catalog",
+        format="text",
+        encoder=lambda value: orjson.dumps(value).decode(),
+        decoder=orjson.loads,
+    )
 
 
 async def is_reachable(pool: asyncpg.Pool, timeout_s: float = 2) -> bool:
@@ -43,10 +47,15 @@ async def _keep_session(_connection: asyncpg.Connection) -> None:
 
 async def create_pool(database_url: str, size: int) -> asyncpg.Pool:
     return await asyncpg.create_pool(
-        database_url, min_size=1, max_size=size, init=_init_connection, reset=_keep_session,
+        database_url,
+        min_size=1,
+        max_size=size,
+        init=_init_connection,
+        reset=_keep_session,
         # Statements are prepared per connection and reused: the hot paths are a handful of fixed
         # statements, so planning them once matters.
-        max_inactive_connection_lifetime=300)
+        max_inactive_connection_lifetime=300,
+    )
 
 
 async def connect(database_url: str) -> asyncpg.Connection:

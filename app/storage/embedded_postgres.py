@@ -243,7 +243,9 @@ class EmbeddedPostgres:
                 except subprocess.TimeoutExpired:
                     logger.warning(
                         "postgres (pid %d) did not exit %.0f s after %s; sending the next signal",
-                        process.pid, wait_s, sig.name,
+                        process.pid,
+                        wait_s,
+                        sig.name,
                     )
         self._release_lock()
 
@@ -309,8 +311,13 @@ class EmbeddedPostgres:
         except KeyError:
             pass
         command = [
-            _require_tool("useradd"), "--system", "--user-group", "--no-create-home",
-            "--shell", "/usr/sbin/nologin", self.unprivileged_user,
+            _require_tool("useradd"),
+            "--system",
+            "--user-group",
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+            self.unprivileged_user,
         ]
         result = subprocess.run(command, capture_output=True, text=True)
         try:
@@ -395,9 +402,14 @@ class EmbeddedPostgres:
         self._prepare_directory(scratch)
         log_offset = self._log_size()
         command = self._command(
-            "initdb", scratch,
-            "--locale=C.UTF-8", "--encoding=UTF8", f"--username={SUPERUSER}", "--auth=trust",
-            "--data-checksums", "--no-instructions",
+            "initdb",
+            scratch,
+            "--locale=C.UTF-8",
+            "--encoding=UTF8",
+            f"--username={SUPERUSER}",
+            "--auth=trust",
+            "--data-checksums",
+            "--no-instructions",
         )
         with open(self.log_path, "ab") as log:
             try:
@@ -504,10 +516,28 @@ class EmbeddedPostgres:
 
         mount_args = [str(arg) for source, target in mounts.items() for arg in (source, target)]
         return [
-            _require_tool("unshare"), "--mount", "--propagation", "private", "--",
-            "/bin/sh", "-c", NAMESPACE_SCRIPT, "sh", str(mountpoint), *mount_args, "--",
-            setpriv, f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups", "--pdeathsig", "SIGINT", "--",
-            inside(self.bindir / program), "-D", inside(pgdata),
+            _require_tool("unshare"),
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "/bin/sh",
+            "-c",
+            NAMESPACE_SCRIPT,
+            "sh",
+            str(mountpoint),
+            *mount_args,
+            "--",
+            setpriv,
+            f"--reuid={user.pw_uid}",
+            f"--regid={user.pw_gid}",
+            "--init-groups",
+            "--pdeathsig",
+            "SIGINT",
+            "--",
+            inside(self.bindir / program),
+            "-D",
+            inside(pgdata),
             *(inside(arg) if isinstance(arg, Path) else arg for arg in args),
         ]
 

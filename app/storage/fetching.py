@@ -30,8 +30,14 @@ class PartitionFetch:
     records: list[dict] | None = None
 
 
-async def _read_all(pool: asyncpg.Pool, positions: list[FetchPosition], topics: dict, max_records: int,
-                    isolation_level: str, encoding: str) -> list[PartitionFetch]:
+async def _read_all(
+    pool: asyncpg.Pool,
+    positions: list[FetchPosition],
+    topics: dict,
+    max_records: int,
+    isolation_level: str,
+    encoding: str,
+) -> list[PartitionFetch]:
     results = []
     budget = max_records
     # One snapshot for the whole read: a partition's read is several statements (state, batch
@@ -44,8 +50,9 @@ async def _read_all(pool: asyncpg.Pool, positions: list[FetchPosition], topics: 
                 results.append(PartitionFetch(position, error=unknown_topic(position.topic)))
                 continue
             try:
-                read = await partition_log.read(conn, topic, position.partition, position.offset,
-                                                budget, isolation_level, encoding)
+                read = await partition_log.read(
+                    conn, topic, position.partition, position.offset, budget, isolation_level, encoding
+                )
             except BrokerError as error:
                 state = None
                 if error.code == ErrorCode.OFFSET_OUT_OF_RANGE:  # the watermarks say where to reset
@@ -53,13 +60,21 @@ async def _read_all(pool: asyncpg.Pool, positions: list[FetchPosition], topics: 
                 results.append(PartitionFetch(position, error=error, state=state))
                 continue
             budget -= len(read.records)
-            results.append(PartitionFetch(position, state=read.state, next_offset=read.next_offset,
-                                          records=read.records))
+            results.append(
+                PartitionFetch(position, state=read.state, next_offset=read.next_offset, records=read.records)
+            )
     return results
 
 
-async def fetch(pool: asyncpg.Pool, notifier: AppendNotifier, positions: list[FetchPosition],
-                isolation_level: str, max_records: int, max_wait_ms: int, encoding: str) -> list[PartitionFetch]:
+async def fetch(
+    pool: asyncpg.Pool,
+    notifier: AppendNotifier,
+    positions: list[FetchPosition],
+    isolation_level: str,
+    max_records: int,
+    max_wait_ms: int,
+    encoding: str,
+) -> list[PartitionFetch]:
     """Returns as soon as any partition has records or an error, else after max_wait_ms."""
     async with pool.acquire() as conn:
         topics = await find_topics(conn, sorted({p.topic for p in positions}))

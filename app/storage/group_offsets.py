@@ -36,38 +36,63 @@ class OffsetEntry:
 
 
 def _commit_batch(group_id: str, entries: list[OffsetEntry], now_ms: int, transaction: dict | None):
-    records = [record_codec.TextRecord(orjson.dumps([group_id, e.topic, e.partition]).decode(),
-                             orjson.dumps({"offset": e.offset, "metadata": e.metadata, "commit_timestamp_ms": now_ms,
-                                           "transaction": transaction}).decode()) for e in entries]
+    records = [
+        record_codec.TextRecord(
+            orjson.dumps([group_id, e.topic, e.partition]).decode(),
+            orjson.dumps(
+                {"offset": e.offset, "metadata": e.metadata, "commit_timestamp_ms": now_ms, "transaction": transaction}
+            ).decode(),
+        )
+        for e in entries
+    ]
     return record_codec.encode_batch(records, "utf8", now_ms, "offset commit")
 
 
-async def commit(conn: asyncpg.Connection, offsets_topic: TopicInfo, offsets_partition: int, group_id: str,
-                 entries: list[OffsetEntry], now_ms: int) -> None:
+async def commit(
+    conn: asyncpg.Connection,
+    offsets_topic: TopicInfo,
+    offsets_partition: int,
+    group_id: str,
+    entries: list[OffsetEntry],
+    now_ms: int,
+) -> None:
     """A plain OffsetCommit: visible at once, and appended after every record before it, so it
     replaces whatever was committed. The caller holds the PostgreSQL transaction."""
     if not entries:
         return
-    appended = await partition_log.append_batch(conn, BatchAppend(
-        offsets_topic, offsets_partition, _commit_batch(group_id, entries, now_ms, None)))
+    appended = await partition_log.append_batch(
+        conn, BatchAppend(offsets_topic, offsets_partition, _commit_batch(group_id, entries, now_ms, None))
+    )
     await conn.executemany(
         "INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms, "
         "record_offset) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
         "committed_offset = EXCLUDED.committed_offset, metadata = EXCLUDED.metadata, "
         "commit_timestamp_ms = EXCLUDED.commit_timestamp_ms, record_offset = EXCLUDED.record_offset",
-        [(group_id, e.topic, e.partition, e.offset, e.metadata, now_ms, appended.base_offset + index)
-         for index, e in enumerate(entries)])
+        [
+            (group_id, e.topic, e.partition, e.offset, e.metadata, now_ms, appended.base_offset + index)
+            for index, e in enumerate(entries)
+        ],
+    )
 
 
-async def stage(conn: asyncpg.Connection, offsets_topic: TopicInfo, offsets_partition: int, group_id: str,
-                entries: list[OffsetEntry], producer_id: int, producer_epoch: int, now_ms: int) -> None:
+async def stage(
+    conn: asyncpg.Connection,
+    offsets_topic: TopicInfo,
+    offsets_partition: int,
+    group_id: str,
+    entries: list[OffsetEntry],
+    producer_id: int,
+    producer_epoch: int,
+    now_ms: int,
+) -> None:
     """A TxnOffsetCommit: pending until the transaction's marker (a later one of the same
     transaction for the same partition replaces it). Its records are the transaction's."""
     if not entries:
         return
     batch = _commit_batch(group_id, entries, now_ms, {"producer_id": producer_id, "producer_epoch": producer_epoch})
-    appended = await partition_log.append_for_coordinator(conn, offsets_topic, offsets_partition, batch,
-                                                          producer_id, producer_epoch)
+    appended = await partition_log.append_for_coordinator(
+        conn, offsets_topic, offsets_partition, batch, producer_id, producer_epoch
+    )
     await conn.executemany(
         "INSERT INTO pending_txn_offsets (group_id, topic, partition, producer_id, producer_epoch, offsets_partition, "
         "committed_offset, metadata, commit_timestamp_ms, record_offset) "
@@ -75,8 +100,22 @@ async def stage(conn: asyncpg.Connection, offsets_topic: TopicInfo, offsets_part
         "ON CONFLICT (group_id, topic, partition, producer_id) DO UPDATE SET producer_epoch = EXCLUDED.producer_epoch, "
         "committed_offset = EXCLUDED.committed_offset, metadata = EXCLUDED.metadata, "
         "commit_timestamp_ms = EXCLUDED.commit_timestamp_ms, record_offset = EXCLUDED.record_offset",
-        [(group_id, e.topic, e.partition, producer_id, producer_epoch, offsets_partition, e.offset, e.metadata, now_ms,
-          appended.base_offset + index) for index, e in enumerate(entries)])
+        [
+            (
+                group_id,
+                e.topic,
+                e.partition,
+                producer_id,
+                producer_epoch,
+                offsets_partition,
+                e.offset,
+                e.metadata,
+                now_ms,
+                appended.base_offset + index,
+            )
+            for index, e in enumerate(entries)
+        ],
+    )
 
 
 # Run in the PostgreSQL transaction that writes the marker, so the offsets become visible exactly
@@ -99,13 +138,18 @@ WHERE group_offsets.record_offset < EXCLUDED.record_offset
 """
 
 
-async def settle(conn: asyncpg.Connection, offsets_partition: int, producer_id: int, producer_epoch: int,
-                 commit_: bool) -> None:
+async def settle(
+    conn: asyncpg.Connection, offsets_partition: int, producer_id: int, producer_epoch: int, commit_: bool
+) -> None:
     if commit_:
         await conn.execute(_SETTLE_COMMIT_SQL, offsets_partition, producer_id, producer_epoch)
     else:
-        await conn.execute("DELETE FROM pending_txn_offsets WHERE offsets_partition = $1 AND producer_id = $2 "
-                           "AND producer_epoch = $3", offsets_partition, producer_id, producer_epoch)
+        await conn.execute(
+            "DELETE FROM pending_txn_offsets WHERE offsets_partition = $1 AND producer_id = $2 AND producer_epoch = $3",
+            offsets_partition,
+            producer_id,
+            producer_epoch,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,24 +161,37 @@ class CommittedOffset:
     pending: bool  # a transactional commit for this partition awaits its marker
 
 
-async def fetch(conn: asyncpg.Connection, group_id: str,
-                partitions: list[tuple[str, int]] | None) -> list[CommittedOffset]:
+async def fetch(
+    conn: asyncpg.Connection, group_id: str, partitions: list[tuple[str, int]] | None
+) -> list[CommittedOffset]:
     """Visible committed offsets (NO_OFFSET where none), with whether a transactional one is pending.
     With partitions None: every partition the group has committed or has pending."""
     rows = await conn.fetch(
         "WITH wanted AS (SELECT * FROM unnest($2::text[], $3::int[]) AS w(topic, partition)), "
         "known AS (SELECT topic, partition FROM group_offsets WHERE group_id = $1 "
         "          UNION SELECT topic, partition FROM pending_txn_offsets WHERE group_id = $1), "
-        "keys AS (SELECT topic, partition FROM wanted WHERE $4 UNION ALL SELECT topic, partition FROM known WHERE NOT $4) "
+        "keys AS (SELECT topic, partition FROM wanted WHERE $4 "
+        "         UNION ALL SELECT topic, partition FROM known WHERE NOT $4) "
         "SELECT k.topic, k.partition, o.committed_offset, o.metadata, "
         "       EXISTS (SELECT 1 FROM pending_txn_offsets p WHERE p.group_id = $1 AND p.topic = k.topic "
         "               AND p.partition = k.partition) AS pending "
         "FROM keys k LEFT JOIN group_offsets o ON o.group_id = $1 AND o.topic = k.topic AND o.partition = k.partition "
         "ORDER BY k.topic, k.partition",
-        group_id, [t for t, _ in partitions or []], [p for _, p in partitions or []], partitions is not None)
-    by_key = {(r["topic"], r["partition"]): CommittedOffset(
-        r["topic"], r["partition"], NO_OFFSET if r["committed_offset"] is None else r["committed_offset"],
-        r["metadata"], r["pending"]) for r in rows}
+        group_id,
+        [t for t, _ in partitions or []],
+        [p for _, p in partitions or []],
+        partitions is not None,
+    )
+    by_key = {
+        (r["topic"], r["partition"]): CommittedOffset(
+            r["topic"],
+            r["partition"],
+            NO_OFFSET if r["committed_offset"] is None else r["committed_offset"],
+            r["metadata"],
+            r["pending"],
+        )
+        for r in rows
+    }
     if partitions is None:
         return list(by_key.values())
     return [by_key[key] for key in partitions]

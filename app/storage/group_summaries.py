@@ -13,17 +13,17 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app.storage.rows import all_from_rows
-
 from app.storage.group_offsets import PartitionLag
 from app.storage.groups import Member
+from app.storage.rows import all_from_rows
 
 NO_GROUP = ""  # sorts before every group id: the keyset start of the first page
 
 # The high watermark of a committed offset's partition, one primary-key probe (written as a scalar
 # subquery so the plan stays a probe even before the tables have statistics).
-_HIGH_WATERMARK = ("(SELECT p.high_watermark FROM partitions p "
-                   "WHERE p.topic_id = t.topic_id AND p.partition = o.partition)")
+_HIGH_WATERMARK = (
+    "(SELECT p.high_watermark FROM partitions p WHERE p.topic_id = t.topic_id AND p.partition = o.partition)"
+)
 
 # Records (not markers) between a committed offset and the high watermark: the marker count is an
 # index range on txn_markers_by_offset.
@@ -64,8 +64,7 @@ ORDER BY g.group_id LIMIT $2
 """
 
 
-async def group_page(conn: asyncpg.Connection, after: str | None, prefix: str | None,
-                     limit: int) -> list[GroupSummary]:
+async def group_page(conn: asyncpg.Connection, after: str | None, prefix: str | None, limit: int) -> list[GroupSummary]:
     """Groups by id after `after` (keyset), optionally only those starting with `prefix`."""
     return all_from_rows(GroupSummary, await conn.fetch(_GROUP_PAGE_SQL, after or NO_GROUP, limit, prefix))
 
@@ -73,7 +72,11 @@ async def group_page(conn: asyncpg.Connection, after: str | None, prefix: str | 
 async def member_page(conn: asyncpg.Connection, group_id: str, after: str | None, limit: int) -> list[Member]:
     rows = await conn.fetch(
         "SELECT member_id, topics, session_timeout_ms, joined_ms, last_heartbeat_ms FROM group_members "
-        "WHERE group_id = $1 AND member_id > $2 ORDER BY member_id LIMIT $3", group_id, after or "", limit)
+        "WHERE group_id = $1 AND member_id > $2 ORDER BY member_id LIMIT $3",
+        group_id,
+        after or "",
+        limit,
+    )
     return all_from_rows(Member, rows)
 
 
@@ -94,8 +97,9 @@ ORDER BY o.topic, o.partition
 """
 
 
-async def offset_page(conn: asyncpg.Connection, group_id: str, after: tuple[str, int] | None,
-                      limit: int) -> list[PartitionLag]:
+async def offset_page(
+    conn: asyncpg.Connection, group_id: str, after: tuple[str, int] | None, limit: int
+) -> list[PartitionLag]:
     """Committed offsets by (topic, partition) after `after` (keyset), with the lag of each (None,
     like the high watermark, when the topic or partition no longer exists)."""
     topic, partition = after if after is not None else ("", -1)
@@ -105,6 +109,7 @@ async def offset_page(conn: asyncpg.Connection, group_id: str, after: tuple[str,
 @dataclass(frozen=True, slots=True)
 class PendingOffset:
     """A TxnOffsetCommit waiting for its transaction's marker in __consumer_offsets."""
+
     topic: str
     partition: int
     offset: int
@@ -115,16 +120,24 @@ class PendingOffset:
     state: str | None  # the transactional id's current state
 
 
-async def pending_offsets(conn: asyncpg.Connection, group_id: str, after: tuple[str, int, int] | None,
-                          limit: int) -> list[PendingOffset]:
+async def pending_offsets(
+    conn: asyncpg.Connection, group_id: str, after: tuple[str, int, int] | None, limit: int
+) -> list[PendingOffset]:
     """By (topic, partition, producer id) after `after` (keyset), with the transactional id each
     producer id was issued for and that id's state."""
     topic, partition, producer_id = after if after is not None else ("", -1, -1)
     rows = await conn.fetch(
-        "SELECT q.topic, q.partition, q.committed_offset AS offset, q.producer_id, q.producer_epoch, q.commit_timestamp_ms, "
+        "SELECT q.topic, q.partition, q.committed_offset AS offset, q.producer_id, q.producer_epoch, "
+        "       q.commit_timestamp_ms, "
         "       i.transactional_id, x.state "
         "FROM pending_txn_offsets q LEFT JOIN producer_ids i ON i.producer_id = q.producer_id "
         "LEFT JOIN transactions x ON x.transactional_id = i.transactional_id "
         "WHERE q.group_id = $1 AND (q.topic, q.partition, q.producer_id) > ($2, $3, $4) "
-        "ORDER BY q.topic, q.partition, q.producer_id LIMIT $5", group_id, topic, partition, producer_id, limit)
+        "ORDER BY q.topic, q.partition, q.producer_id LIMIT $5",
+        group_id,
+        topic,
+        partition,
+        producer_id,
+        limit,
+    )
     return all_from_rows(PendingOffset, rows)

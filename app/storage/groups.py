@@ -33,22 +33,34 @@ class Member:
 async def ensure(conn: asyncpg.Connection, group_id: str, now_ms: int) -> None:
     """Makes the group exist (generation 0, no members) without locking its row: a commit calls
     this before anything else, so it never takes the group row after a partition row."""
-    await conn.execute("INSERT INTO consumer_groups (group_id, generation_id, assignment, last_update_ms) "
-                       "VALUES ($1, 0, '{}', $2) ON CONFLICT (group_id) DO NOTHING", group_id, now_ms)
+    await conn.execute(
+        "INSERT INTO consumer_groups (group_id, generation_id, assignment, last_update_ms) "
+        "VALUES ($1, 0, '{}', $2) ON CONFLICT (group_id) DO NOTHING",
+        group_id,
+        now_ms,
+    )
 
 
 async def lock(conn: asyncpg.Connection, group_id: str, now_ms: int) -> Group:
     """Locks the group's row, creating the group (generation 0, no members) on first use."""
-    await conn.execute("INSERT INTO consumer_groups (group_id, generation_id, assignment, last_update_ms) "
-                       "VALUES ($1, 0, '{}', $2) ON CONFLICT (group_id) DO NOTHING", group_id, now_ms)
-    row = await conn.fetchrow("SELECT group_id, generation_id, assignment, last_update_ms FROM consumer_groups "
-                              "WHERE group_id = $1 FOR UPDATE", group_id)
+    await conn.execute(
+        "INSERT INTO consumer_groups (group_id, generation_id, assignment, last_update_ms) "
+        "VALUES ($1, 0, '{}', $2) ON CONFLICT (group_id) DO NOTHING",
+        group_id,
+        now_ms,
+    )
+    row = await conn.fetchrow(
+        "SELECT group_id, generation_id, assignment, last_update_ms FROM consumer_groups "
+        "WHERE group_id = $1 FOR UPDATE",
+        group_id,
+    )
     return from_row(Group, row)
 
 
 async def get(conn: asyncpg.Connection, group_id: str) -> Group | None:
-    row = await conn.fetchrow("SELECT group_id, generation_id, assignment, last_update_ms FROM consumer_groups "
-                              "WHERE group_id = $1", group_id)
+    row = await conn.fetchrow(
+        "SELECT group_id, generation_id, assignment, last_update_ms FROM consumer_groups WHERE group_id = $1", group_id
+    )
     return None if row is None else from_row(Group, row)
 
 
@@ -57,48 +69,77 @@ async def list_groups(conn: asyncpg.Connection) -> list[tuple[Group, int]]:
     rows = await conn.fetch(
         "SELECT g.group_id, g.generation_id, g.assignment, g.last_update_ms, "
         "(SELECT count(*) FROM group_members m WHERE m.group_id = g.group_id) AS members "
-        "FROM consumer_groups g ORDER BY g.group_id")
+        "FROM consumer_groups g ORDER BY g.group_id"
+    )
     return [(from_row(Group, row), row["members"]) for row in rows]
 
 
 async def members(conn: asyncpg.Connection, group_id: str) -> list[Member]:
-    rows = await conn.fetch("SELECT member_id, topics, session_timeout_ms, joined_ms, last_heartbeat_ms "
-                            "FROM group_members WHERE group_id = $1 ORDER BY member_id", group_id)
+    rows = await conn.fetch(
+        "SELECT member_id, topics, session_timeout_ms, joined_ms, last_heartbeat_ms "
+        "FROM group_members WHERE group_id = $1 ORDER BY member_id",
+        group_id,
+    )
     return all_from_rows(Member, rows)
 
 
 async def add_member(conn: asyncpg.Connection, group_id: str, member: Member) -> None:
-    await conn.execute("INSERT INTO group_members (group_id, member_id, topics, session_timeout_ms, joined_ms, "
-                       "last_heartbeat_ms) VALUES ($1, $2, $3, $4, $5, $6)", group_id, member.member_id,
-                       member.topics, member.session_timeout_ms, member.joined_ms, member.last_heartbeat_ms)
+    await conn.execute(
+        "INSERT INTO group_members (group_id, member_id, topics, session_timeout_ms, joined_ms, "
+        "last_heartbeat_ms) VALUES ($1, $2, $3, $4, $5, $6)",
+        group_id,
+        member.member_id,
+        member.topics,
+        member.session_timeout_ms,
+        member.joined_ms,
+        member.last_heartbeat_ms,
+    )
 
 
-async def touch_member(conn: asyncpg.Connection, group_id: str, member_id: str, topics: list[str],
-                       session_timeout_ms: int, now_ms: int) -> None:
-    await conn.execute("UPDATE group_members SET topics = $3, session_timeout_ms = $4, last_heartbeat_ms = $5 "
-                       "WHERE group_id = $1 AND member_id = $2", group_id, member_id, topics, session_timeout_ms,
-                       now_ms)
+async def touch_member(
+    conn: asyncpg.Connection, group_id: str, member_id: str, topics: list[str], session_timeout_ms: int, now_ms: int
+) -> None:
+    await conn.execute(
+        "UPDATE group_members SET topics = $3, session_timeout_ms = $4, last_heartbeat_ms = $5 "
+        "WHERE group_id = $1 AND member_id = $2",
+        group_id,
+        member_id,
+        topics,
+        session_timeout_ms,
+        now_ms,
+    )
 
 
 async def remove_members(conn: asyncpg.Connection, group_id: str, member_ids: list[str]) -> None:
-    await conn.execute("DELETE FROM group_members WHERE group_id = $1 AND member_id = ANY($2::text[])",
-                       group_id, member_ids)
+    await conn.execute(
+        "DELETE FROM group_members WHERE group_id = $1 AND member_id = ANY($2::text[])", group_id, member_ids
+    )
 
 
 async def save_generation(conn: asyncpg.Connection, group: Group) -> None:
-    await conn.execute("UPDATE consumer_groups SET generation_id = $2, assignment = $3, last_update_ms = $4 "
-                       "WHERE group_id = $1", group.group_id, group.generation_id, group.assignment,
-                       group.last_update_ms)
+    await conn.execute(
+        "UPDATE consumer_groups SET generation_id = $2, assignment = $3, last_update_ms = $4 WHERE group_id = $1",
+        group.group_id,
+        group.generation_id,
+        group.assignment,
+        group.last_update_ms,
+    )
 
 
 async def groups_with_expired_members(conn: asyncpg.Connection, now_ms: int, limit: int = 100) -> list[str]:
-    rows = await conn.fetch("SELECT DISTINCT group_id FROM group_members "
-                            "WHERE last_heartbeat_ms + session_timeout_ms < $1 LIMIT $2", now_ms, limit)
+    rows = await conn.fetch(
+        "SELECT DISTINCT group_id FROM group_members WHERE last_heartbeat_ms + session_timeout_ms < $1 LIMIT $2",
+        now_ms,
+        limit,
+    )
     return [row["group_id"] for row in rows]
 
 
 async def lock_if_free(conn: asyncpg.Connection, group_id: str) -> Group | None:
     """The group's row locked, unless another server is working on it (SKIP LOCKED)."""
-    row = await conn.fetchrow("SELECT group_id, generation_id, assignment, last_update_ms FROM consumer_groups "
-                              "WHERE group_id = $1 FOR UPDATE SKIP LOCKED", group_id)
+    row = await conn.fetchrow(
+        "SELECT group_id, generation_id, assignment, last_update_ms FROM consumer_groups "
+        "WHERE group_id = $1 FOR UPDATE SKIP LOCKED",
+        group_id,
+    )
     return None if row is None else from_row(Group, row)

@@ -65,8 +65,7 @@ def _status(batch: asyncpg.Record) -> str:
     return _STATUS_OF_MARKER.get(batch["decided_by"], OPEN)
 
 
-async def read_window(conn: asyncpg.Connection, topic_id: int, partition: int, start: int,
-                      end: int) -> list[LogEntry]:
+async def read_window(conn: asyncpg.Connection, topic_id: int, partition: int, start: int, end: int) -> list[LogEntry]:
     """Every record and marker with an offset in [start, end), in offset order."""
     entries: list[LogEntry] = []
     for batch in await conn.fetch(_WINDOW_SQL, topic_id, partition, start, end):
@@ -74,9 +73,24 @@ async def read_window(conn: asyncpg.Connection, topic_id: int, partition: int, s
         base = batch["base_offset"]
         control = CONTROL_TYPE_NAMES.get(batch["control_type"])
         if control is not None:
-            entries.append(LogEntry(base, batch["first_timestamp_ms"], None, None, [], False,
-                                    batch["producer_id"], batch["producer_epoch"], None, True, MARKER, control,
-                                    None, batch["first_offset"]))
+            entries.append(
+                LogEntry(
+                    base,
+                    batch["first_timestamp_ms"],
+                    None,
+                    None,
+                    [],
+                    False,
+                    batch["producer_id"],
+                    batch["producer_epoch"],
+                    None,
+                    True,
+                    MARKER,
+                    control,
+                    None,
+                    batch["first_offset"],
+                )
+            )
             continue
         stored = record_codec.decode_payload(batch["records"])
         decided_at = batch["marker_offset"] if status in (COMMITTED, ABORTED) else None
@@ -85,15 +99,31 @@ async def read_window(conn: asyncpg.Connection, topic_id: int, partition: int, s
                 continue
             timestamp_ms, key, value, headers, form = stored[index]
             sequence = batch["base_sequence"] + index if batch["base_sequence"] >= 0 else None
-            entries.append(LogEntry(base + index, timestamp_ms, key, value, [tuple(h) for h in headers],
-                                    form == record_codec.FORM_BASE64, batch["producer_id"], batch["producer_epoch"],
-                                    sequence, batch["is_transactional"], status, None, decided_at, None))
+            entries.append(
+                LogEntry(
+                    base + index,
+                    timestamp_ms,
+                    key,
+                    value,
+                    [tuple(h) for h in headers],
+                    form == record_codec.FORM_BASE64,
+                    batch["producer_id"],
+                    batch["producer_epoch"],
+                    sequence,
+                    batch["is_transactional"],
+                    status,
+                    None,
+                    decided_at,
+                    None,
+                )
+            )
     return entries
 
 
 @dataclass(frozen=True, slots=True)
 class ProducerOnPartition:
     """DescribeProducers' entry, with the transactional id the producer id was issued for."""
+
     producer_id: int
     producer_epoch: int
     last_sequence: int
@@ -102,15 +132,20 @@ class ProducerOnPartition:
     transactional_id: str | None
 
 
-async def producers(conn: asyncpg.Connection, topic_id: int, partition: int, after_producer_id: int,
-                    limit: int) -> list[ProducerOnPartition]:
+async def producers(
+    conn: asyncpg.Connection, topic_id: int, partition: int, after_producer_id: int, limit: int
+) -> list[ProducerOnPartition]:
     """Producers with state on the partition, by producer id after `after_producer_id` (keyset)."""
     rows = await conn.fetch(
         "SELECT s.producer_id, s.producer_epoch, s.last_sequence, s.last_timestamp_ms, s.current_txn_first_offset, "
         "       i.transactional_id "
         "FROM producer_states s LEFT JOIN producer_ids i ON i.producer_id = s.producer_id "
         "WHERE s.topic_id = $1 AND s.partition = $2 AND s.producer_id > $3 ORDER BY s.producer_id LIMIT $4",
-        topic_id, partition, after_producer_id, limit)
+        topic_id,
+        partition,
+        after_producer_id,
+        limit,
+    )
     return [ProducerOnPartition(*row) for row in rows]
 
 
@@ -125,8 +160,9 @@ class MarkerEntry:
     transactional_id: str | None
 
 
-async def markers_before(conn: asyncpg.Connection, topic_id: int, partition: int, before_offset: int,
-                         limit: int) -> list[MarkerEntry]:
+async def markers_before(
+    conn: asyncpg.Connection, topic_id: int, partition: int, before_offset: int, limit: int
+) -> list[MarkerEntry]:
     """The partition's markers below `before_offset`, newest first (an index range on
     txn_markers_by_offset, read backwards)."""
     rows = await conn.fetch(
@@ -134,5 +170,10 @@ async def markers_before(conn: asyncpg.Connection, topic_id: int, partition: int
         "       i.transactional_id "
         "FROM txn_markers m LEFT JOIN producer_ids i ON i.producer_id = m.producer_id "
         "WHERE m.topic_id = $1 AND m.partition = $2 AND m.marker_offset < $3 "
-        "ORDER BY m.marker_offset DESC LIMIT $4", topic_id, partition, before_offset, limit)
+        "ORDER BY m.marker_offset DESC LIMIT $4",
+        topic_id,
+        partition,
+        before_offset,
+        limit,
+    )
     return [MarkerEntry(row[0], CONTROL_TYPE_NAMES[row[1]], *row[2:]) for row in rows]

@@ -45,11 +45,14 @@ HIGH_WATERMARK = -1
 
 # ---- DeleteRecords
 
+
 def check_records_deletable(topic: TopicInfo) -> None:
     if topic.is_internal:
-        raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                          f"topic {topic.name!r} is internal to txbroker: the server compacts its records, clients "
-                          f"cannot delete them")
+        raise BrokerError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic {topic.name!r} is internal to txbroker: the server compacts its records, clients "
+            f"cannot delete them",
+        )
 
 
 async def delete_records(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offset: int) -> int:
@@ -62,8 +65,12 @@ async def delete_records(conn: asyncpg.Connection, topic: TopicInfo, partition: 
     async with conn.transaction():
         # The partition's row lock orders this against appends and markers: the LSO read under it
         # cannot move below what it says until commit.
-        if await conn.fetchval("SELECT 1 FROM partitions WHERE topic_id = $1 AND partition = $2 FOR UPDATE",
-                               topic.topic_id, partition) is None:
+        if (
+            await conn.fetchval(
+                "SELECT 1 FROM partitions WHERE topic_id = $1 AND partition = $2 FOR UPDATE", topic.topic_id, partition
+            )
+            is None
+        ):
             raise unknown_partition(topic, partition)
         state = await partition_log.partition_state(conn, topic, partition)
         target = state.high_watermark if offset == HIGH_WATERMARK else offset
@@ -72,16 +79,22 @@ async def delete_records(conn: asyncpg.Connection, topic: TopicInfo, partition: 
             raise BrokerError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"cannot delete the records of {where} before offset {offset}: expected an offset from 0 to "
-                f"the high watermark {state.high_watermark}, or {HIGH_WATERMARK} for all of them")
+                f"the high watermark {state.high_watermark}, or {HIGH_WATERMARK} for all of them",
+            )
         if target > state.last_stable_offset:
             raise BrokerError(
                 ErrorCode.OFFSET_OUT_OF_RANGE,
                 f"cannot delete the records of {where} before offset {target}: an open transaction's records "
                 f"start at {state.last_stable_offset} (the last stable offset) and are never deleted; delete "
-                f"up to {state.last_stable_offset}, or retry once the transaction is complete")
+                f"up to {state.last_stable_offset}, or retry once the transaction is complete",
+            )
         return await conn.fetchval(
             "UPDATE partitions SET log_start_offset = greatest(log_start_offset, $3) "
-            "WHERE topic_id = $1 AND partition = $2 RETURNING log_start_offset", topic.topic_id, partition, target)
+            "WHERE topic_id = $1 AND partition = $2 RETURNING log_start_offset",
+            topic.topic_id,
+            partition,
+            target,
+        )
 
 
 # ---- retention
@@ -104,22 +117,28 @@ SELECT base_offset FROM (
 """
 
 
-async def retention_target(conn: asyncpg.Connection, topic: TopicInfo, partition: int, state: PartitionState,
-                           now_ms: int) -> int:
+async def retention_target(
+    conn: asyncpg.Connection, topic: TopicInfo, partition: int, state: PartitionState, now_ms: int
+) -> int:
     """Where retention would put the log start now: never past the LSO, never backwards, and only
     past batches it deletes (offsets compaction emptied before the first batch do not count)."""
     retention_ms, retention_bytes = topic.setting("retention_ms"), topic.setting("retention_bytes")
     kept: list[int | None] = []  # per rule, the first batch it keeps (None: none)
     if retention_ms != RETENTION_FOREVER:
-        kept.append(await conn.fetchval(_FIRST_RECENT_SQL, topic.topic_id, partition, state.log_start_offset,
-                                        now_ms - retention_ms))
+        kept.append(
+            await conn.fetchval(
+                _FIRST_RECENT_SQL, topic.topic_id, partition, state.log_start_offset, now_ms - retention_ms
+            )
+        )
     if retention_bytes != RETENTION_FOREVER:
-        kept.append(await conn.fetchval(_FIRST_WITHIN_SIZE_SQL, topic.topic_id, partition, state.log_start_offset,
-                                        retention_bytes))
+        kept.append(
+            await conn.fetchval(
+                _FIRST_WITHIN_SIZE_SQL, topic.topic_id, partition, state.log_start_offset, retention_bytes
+            )
+        )
     if not kept:
         return state.log_start_offset
-    first_present = await conn.fetchval(_FIRST_RECENT_SQL, topic.topic_id, partition, state.log_start_offset,
-                                        -(2**63))
+    first_present = await conn.fetchval(_FIRST_RECENT_SQL, topic.topic_id, partition, state.log_start_offset, -(2**63))
     if first_present is None:  # nothing stored from the log start on
         return state.log_start_offset
     target = max(state.high_watermark if first is None else first for first in kept)
@@ -134,8 +153,13 @@ async def _apply_retention(conn: asyncpg.Connection, topic: TopicInfo, partition
     if target > state.log_start_offset:
         # Safe against a racing transaction: a transaction that begins after the state was read
         # starts at or past the high watermark read then, which is >= the LSO read, which is >= target.
-        await conn.execute("UPDATE partitions SET log_start_offset = greatest(log_start_offset, $3) "
-                           "WHERE topic_id = $1 AND partition = $2", topic.topic_id, partition, target)
+        await conn.execute(
+            "UPDATE partitions SET log_start_offset = greatest(log_start_offset, $3) "
+            "WHERE topic_id = $1 AND partition = $2",
+            topic.topic_id,
+            partition,
+            target,
+        )
 
 
 # ---- removing what is below the log start
@@ -168,14 +192,16 @@ DELETE FROM txn_markers WHERE ctid IN (
 """
 
 
-async def _remove_below_start(conn: asyncpg.Connection, topic_id: int, partition: int, chunk: int,
-                              totals: CleanupTotals) -> None:
+async def _remove_below_start(
+    conn: asyncpg.Connection, topic_id: int, partition: int, chunk: int, totals: CleanupTotals
+) -> None:
     while True:
         async with conn.transaction():
             await conn.execute(ASYNC_COMMIT_SQL)
             batches = count_rows(await conn.execute(_DELETE_BELOW_START_SQL, topic_id, partition, chunk))
-            markers = count_rows(await conn.execute(_DELETE_MARKERS_BELOW_START_SQL, topic_id, partition, chunk,
-                                                COMPLETING_STATES))
+            markers = count_rows(
+                await conn.execute(_DELETE_MARKERS_BELOW_START_SQL, topic_id, partition, chunk, COMPLETING_STATES)
+            )
             if batches or markers:
                 await note_cleanup(conn, topic_id, partition, batches, 0)
         totals.removed_batches += batches
@@ -186,11 +212,16 @@ async def _remove_below_start(conn: asyncpg.Connection, topic_id: int, partition
 
 # ---- one partition, every partition
 
-async def clean_partition(conn: asyncpg.Connection, topic: TopicInfo, partition: int, now_ms: int, chunk: int,
-                          totals: CleanupTotals) -> bool:
+
+async def clean_partition(
+    conn: asyncpg.Connection, topic: TopicInfo, partition: int, now_ms: int, chunk: int, totals: CleanupTotals
+) -> bool:
     """Applies the topic's cleanup policy to one partition; False if another server is at it."""
-    await conn.execute("INSERT INTO partition_cleanups (topic_id, partition) VALUES ($1, $2) "
-                       "ON CONFLICT DO NOTHING", topic.topic_id, partition)
+    await conn.execute(
+        "INSERT INTO partition_cleanups (topic_id, partition) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        topic.topic_id,
+        partition,
+    )
     # Session-level, so it spans the chunks' transactions; PostgreSQL frees it if this server dies.
     if not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", topic.topic_id, partition):
         return False
@@ -251,7 +282,8 @@ async def clean(pool: asyncpg.Pool, topics: dict[int, TopicInfo] | None, now_ms:
 # A chunk of each table's rows of one deleted topic (ctid: whatever the table's key, one probe per row).
 _DELETE_TOPIC_ROWS_SQL = tuple(
     "DELETE FROM " + table + " WHERE ctid IN (SELECT ctid FROM " + table + " WHERE topic_id = $1 LIMIT $2)"
-    for table in ("record_batches", "txn_markers", "producer_states", "partition_cleanups"))
+    for table in ("record_batches", "txn_markers", "producer_states", "partition_cleanups")
+)
 
 
 async def remove_deleted_topics(conn: asyncpg.Connection, chunk: int, totals: CleanupTotals) -> None:
@@ -261,7 +293,8 @@ async def remove_deleted_topics(conn: asyncpg.Connection, chunk: int, totals: Cl
     while True:
         async with conn.transaction():
             topic_id = await conn.fetchval(
-                "SELECT topic_id FROM deleted_topics ORDER BY topic_id LIMIT 1 FOR UPDATE SKIP LOCKED")
+                "SELECT topic_id FROM deleted_topics ORDER BY topic_id LIMIT 1 FOR UPDATE SKIP LOCKED"
+            )
             if topic_id is None:
                 return
             removed = 0

@@ -32,6 +32,7 @@ from app.storage.topics import TopicInfo
 @dataclass(slots=True)
 class _Latest:
     """The latest committed record of a key below the compaction's end."""
+
     offset: int
     is_tombstone: bool
     timestamp_ms: int
@@ -70,12 +71,14 @@ async def _pages(conn: asyncpg.Connection, topic_id: int, partition: int, start:
             return
 
 
-async def _aborted_in(conn: asyncpg.Connection, topic_id: int, partition: int,
-                      rows: list[asyncpg.Record]) -> set[tuple[int, int]]:
+async def _aborted_in(
+    conn: asyncpg.Connection, topic_id: int, partition: int, rows: list[asyncpg.Record]
+) -> set[tuple[int, int]]:
     """The aborted transactions among these batches. Every batch here is below the LSO, so each of
     their transactions is decided and its marker row exists (markers go only after their batches)."""
-    candidates = {(r["producer_id"], r["producer_epoch"]) for r in rows
-                  if r["is_transactional"] and r["control_type"] is None}
+    candidates = {
+        (r["producer_id"], r["producer_epoch"]) for r in rows if r["is_transactional"] and r["control_type"] is None
+    }
     if not candidates:
         return set()
     producer_ids, epochs = zip(*candidates)
@@ -84,7 +87,12 @@ async def _aborted_in(conn: asyncpg.Connection, topic_id: int, partition: int,
         "JOIN unnest($3::bigint[], $4::smallint[]) AS c(producer_id, producer_epoch) "
         "  ON m.producer_id = c.producer_id AND m.producer_epoch = c.producer_epoch "
         "WHERE m.topic_id = $1 AND m.partition = $2 AND m.control_type = $5",
-        topic_id, partition, list(producer_ids), list(epochs), CONTROL_ABORT)
+        topic_id,
+        partition,
+        list(producer_ids),
+        list(epochs),
+        CONTROL_ABORT,
+    )
     return {(row["producer_id"], row["producer_epoch"]) for row in found}
 
 
@@ -117,8 +125,9 @@ def _keeps(run: _CompactionPass, offset: int, stored: list | None) -> bool:
     return True
 
 
-async def _compact_page(conn: asyncpg.Connection, run: _CompactionPass, rows: list[asyncpg.Record],
-                        totals: CleanupTotals) -> None:
+async def _compact_page(
+    conn: asyncpg.Connection, run: _CompactionPass, rows: list[asyncpg.Record], totals: CleanupTotals
+) -> None:
     """Second pass, one page in one PostgreSQL transaction: drop or rewrite its batches, then the
     markers of transactions with nothing left. Idempotent: a re-run finds nothing more to drop."""
     topic_id, partition = run.topic.topic_id, run.partition
@@ -144,28 +153,40 @@ async def _compact_page(conn: asyncpg.Connection, run: _CompactionPass, rows: li
         elif not all(keep) and keep != [record is not None for record in stored]:
             rewritten.append((row["last_offset"], *record_codec.with_holes(stored, keep)))
     if removed:
-        await conn.execute("DELETE FROM record_batches WHERE topic_id = $1 AND partition = $2 "
-                           "AND last_offset = ANY($3::bigint[])", topic_id, partition, removed)
+        await conn.execute(
+            "DELETE FROM record_batches WHERE topic_id = $1 AND partition = $2 AND last_offset = ANY($3::bigint[])",
+            topic_id,
+            partition,
+            removed,
+        )
     if rewritten:
         await conn.executemany(
             "UPDATE record_batches SET records = $4, size_bytes = $5, first_timestamp_ms = $6, max_timestamp_ms = $7 "
             "WHERE topic_id = $1 AND partition = $2 AND last_offset = $3",
-            [(topic_id, partition, *values) for values in rewritten])
+            [(topic_id, partition, *values) for values in rewritten],
+        )
     removed_markers = 0
     if markers:
         # After the batches above, in the same transaction; a transaction still being completed
         # keeps its marker (the module's rules).
-        removed_markers = count_rows(await conn.execute(
-            "WITH doomed AS (DELETE FROM txn_markers m USING unnest($3::bigint[], $4::bigint[], $5::smallint[]) "
-            "    AS d(marker_offset, producer_id, producer_epoch) "
-            "  WHERE m.topic_id = $1 AND m.partition = $2 AND m.producer_id = d.producer_id "
-            "    AND m.producer_epoch = d.producer_epoch AND m.marker_offset = d.marker_offset "
-            "    AND NOT EXISTS (SELECT 1 FROM transactions t WHERE t.state = ANY($6::text[]) "
-            "                    AND t.txn_producer_id = m.producer_id AND t.txn_producer_epoch = m.producer_epoch) "
-            "  RETURNING m.marker_offset) "
-            "DELETE FROM record_batches b USING doomed WHERE b.topic_id = $1 AND b.partition = $2 "
-            "  AND b.last_offset = doomed.marker_offset",
-            topic_id, partition, *map(list, zip(*markers)), COMPLETING_STATES))
+        removed_markers = count_rows(
+            await conn.execute(
+                "WITH doomed AS (DELETE FROM txn_markers m USING unnest($3::bigint[], $4::bigint[], $5::smallint[]) "
+                "    AS d(marker_offset, producer_id, producer_epoch) "
+                "  WHERE m.topic_id = $1 AND m.partition = $2 AND m.producer_id = d.producer_id "
+                "    AND m.producer_epoch = d.producer_epoch AND m.marker_offset = d.marker_offset "
+                "    AND NOT EXISTS (SELECT 1 FROM transactions t WHERE t.state = ANY($6::text[]) "
+                "                    AND t.txn_producer_id = m.producer_id "
+                "                    AND t.txn_producer_epoch = m.producer_epoch) "
+                "  RETURNING m.marker_offset) "
+                "DELETE FROM record_batches b USING doomed WHERE b.topic_id = $1 AND b.partition = $2 "
+                "  AND b.last_offset = doomed.marker_offset",
+                topic_id,
+                partition,
+                *map(list, zip(*markers)),
+                COMPLETING_STATES,
+            )
+        )
     if removed or rewritten or removed_markers:
         await note_cleanup(conn, topic_id, partition, len(removed) + removed_markers, len(rewritten))
     totals.removed_batches += len(removed)
@@ -183,12 +204,16 @@ WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $
 """
 
 
-async def compact(conn: asyncpg.Connection, topic: TopicInfo, partition: int, now_ms: int, page: int,
-                   totals: CleanupTotals) -> None:
+async def compact(
+    conn: asyncpg.Connection, topic: TopicInfo, partition: int, now_ms: int, page: int, totals: CleanupTotals
+) -> None:
     state = await partition_log.partition_state(conn, topic, partition)
     run_cutoff = now_ms - topic.setting("delete_retention_ms")  # tombstones older than this go
-    progress = await conn.fetchrow("SELECT compacted_through, oldest_tombstone_ms FROM partition_cleanups "
-                                   "WHERE topic_id = $1 AND partition = $2", topic.topic_id, partition)
+    progress = await conn.fetchrow(
+        "SELECT compacted_through, oldest_tombstone_ms FROM partition_cleanups WHERE topic_id = $1 AND partition = $2",
+        topic.topic_id,
+        partition,
+    )
     oldest_tombstone = progress["oldest_tombstone_ms"]
     tombstones_due = oldest_tombstone is not None and oldest_tombstone < run_cutoff
     if not tombstones_due:
@@ -196,8 +221,14 @@ async def compact(conn: asyncpg.Connection, topic: TopicInfo, partition: int, no
             return  # nothing new below the LSO since the last compaction, and no tombstone to drop yet
         # Kafka's min.cleanable.dirty.ratio, in batches: a run reads the whole log, so it waits until
         # the batches written since the last one are a good share of it (an index-only count).
-        counts = await conn.fetchrow(_BATCH_COUNTS_SQL, topic.topic_id, partition, state.log_start_offset,
-                                     state.last_stable_offset, progress["compacted_through"])
+        counts = await conn.fetchrow(
+            _BATCH_COUNTS_SQL,
+            topic.topic_id,
+            partition,
+            state.log_start_offset,
+            state.last_stable_offset,
+            progress["compacted_through"],
+        )
         if counts["dirty"] < MIN_CLEANABLE_DIRTY_RATIO * counts["total"]:
             return
     run = _CompactionPass(topic, partition, state.last_stable_offset, run_cutoff)
@@ -210,4 +241,9 @@ async def compact(conn: asyncpg.Connection, topic: TopicInfo, partition: int, no
     await conn.execute(
         "UPDATE partition_cleanups SET last_cleanup_ms = $3, compacted_through = $4, oldest_tombstone_ms = $5 "
         "WHERE topic_id = $1 AND partition = $2",
-        topic.topic_id, partition, now_ms, run.end, run.oldest_tombstone_ms)
+        topic.topic_id,
+        partition,
+        now_ms,
+        run.end,
+        run.oldest_tombstone_ms,
+    )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alembic import command
 from alembic.config import Config
+
+from alembic import command
 
 # Any fixed 64-bit number distinct from the other advisory locks txbroker takes (see locks in storage).
 MIGRATION_LOCK_KEY = 7_470_001
@@ -18,8 +19,7 @@ def sqlalchemy_url(database_url: str) -> str:
     asyncpg directly)."""
     scheme, sep, rest = database_url.partition("://")
     if not sep or scheme not in ("postgresql", "postgres", "postgresql+asyncpg"):
-        raise ValueError(
-            f"database URL {database_url!r} is not a PostgreSQL URL: expected postgresql://user@host/db")
+        raise ValueError(f"database URL {database_url!r} is not a PostgreSQL URL: expected postgresql://user@host/db")
     return f"postgresql+asyncpg://{rest}"
 
 

@@ -32,6 +32,7 @@ class TopicSummary:
 @dataclass(frozen=True, slots=True)
 class Totals:
     """Over every topic but the internal ones."""
+
     topics: int
     partitions: int
     high_watermark: int  # summed over their partitions
@@ -83,12 +84,14 @@ ORDER BY page.name
 
 
 _TOPIC_PAGE_SQL = _TOPICS_SQL.format(
-    where="WHERE ($1::text IS NULL OR name > $1) AND ($3 OR NOT is_internal) ORDER BY name LIMIT $2")
+    where="WHERE ($1::text IS NULL OR name > $1) AND ($3 OR NOT is_internal) ORDER BY name LIMIT $2"
+)
 _ONE_TOPIC_SQL = _TOPICS_SQL.format(where="WHERE topic_id = $1")
 
 
-async def topic_page(conn: asyncpg.Connection, after: str | None, limit: int,
-                     include_internal: bool) -> list[TopicSummary]:
+async def topic_page(
+    conn: asyncpg.Connection, after: str | None, limit: int, include_internal: bool
+) -> list[TopicSummary]:
     """Topics ordered by name, after `after` (keyset), with their partitions' watermarks summed."""
     rows = await conn.fetch(_TOPIC_PAGE_SQL, after, limit, include_internal)
     return [TopicSummary(*row) for row in rows]

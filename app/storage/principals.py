@@ -59,24 +59,33 @@ async def authenticate(conn: asyncpg.Connection, token: str) -> tuple[PrincipalR
     key stops working with the next request."""
     row = await conn.fetchrow(
         "SELECT p.name, p.is_super_user, p.created_ms FROM api_keys k JOIN principals p ON p.name = k.principal "
-        "WHERE k.token_sha256 = $1 AND k.revoked_ms IS NULL", token_hash(token))
+        "WHERE k.token_sha256 = $1 AND k.revoked_ms IS NULL",
+        token_hash(token),
+    )
     if row is None:
         return None
     principal = from_row(PrincipalRow, row)
-    acls = all_from_rows(AclRow, await conn.fetch(
-        f"SELECT {_ACL_COLUMNS} FROM acls WHERE principal = $1 OR principal = '*'", principal.name))
+    acls = all_from_rows(
+        AclRow,
+        await conn.fetch(f"SELECT {_ACL_COLUMNS} FROM acls WHERE principal = $1 OR principal = '*'", principal.name),
+    )
     return principal, acls
 
 
 async def create_principal(conn: asyncpg.Connection, name: str, is_super_user: bool, now_ms: int) -> bool:
-    status = await conn.execute("INSERT INTO principals (name, is_super_user, created_ms) VALUES ($1, $2, $3) "
-                                "ON CONFLICT (name) DO NOTHING", name, is_super_user, now_ms)
+    status = await conn.execute(
+        "INSERT INTO principals (name, is_super_user, created_ms) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING",
+        name,
+        is_super_user,
+        now_ms,
+    )
     return status.endswith(" 1")
 
 
 async def list_principals(conn: asyncpg.Connection) -> list[PrincipalRow]:
-    return all_from_rows(PrincipalRow, await conn.fetch(
-        "SELECT name, is_super_user, created_ms FROM principals ORDER BY name"))
+    return all_from_rows(
+        PrincipalRow, await conn.fetch("SELECT name, is_super_user, created_ms FROM principals ORDER BY name")
+    )
 
 
 async def get_principal(conn: asyncpg.Connection, name: str) -> PrincipalRow | None:
@@ -92,34 +101,52 @@ async def delete_principal(conn: asyncpg.Connection, name: str) -> bool:
     return status.endswith(" 1")
 
 
-async def add_key(conn: asyncpg.Connection, principal: str, now_ms: int, token: str | None = None,
-                  key_id: str | None = None) -> tuple[str, str]:
+async def add_key(
+    conn: asyncpg.Connection, principal: str, now_ms: int, token: str | None = None, key_id: str | None = None
+) -> tuple[str, str]:
     """(key id, token). The token is returned once and never stored."""
     token = token or new_token()
     key_id = key_id or "k_" + secrets.token_hex(6)
-    await conn.execute("INSERT INTO api_keys (key_id, principal, token_sha256, created_ms) VALUES ($1, $2, $3, $4) "
-                       "ON CONFLICT (key_id) DO UPDATE SET token_sha256 = EXCLUDED.token_sha256, revoked_ms = NULL",
-                       key_id, principal, token_hash(token), now_ms)
+    await conn.execute(
+        "INSERT INTO api_keys (key_id, principal, token_sha256, created_ms) VALUES ($1, $2, $3, $4) "
+        "ON CONFLICT (key_id) DO UPDATE SET token_sha256 = EXCLUDED.token_sha256, revoked_ms = NULL",
+        key_id,
+        principal,
+        token_hash(token),
+        now_ms,
+    )
     return key_id, token
 
 
 async def list_keys(conn: asyncpg.Connection, principal: str) -> list[KeyRow]:
-    return all_from_rows(KeyRow, await conn.fetch(
-        "SELECT key_id, principal, created_ms, revoked_ms FROM api_keys WHERE principal = $1 ORDER BY created_ms",
-        principal))
+    return all_from_rows(
+        KeyRow,
+        await conn.fetch(
+            "SELECT key_id, principal, created_ms, revoked_ms FROM api_keys WHERE principal = $1 ORDER BY created_ms",
+            principal,
+        ),
+    )
 
 
 async def revoke_key(conn: asyncpg.Connection, principal: str, key_id: str, now_ms: int) -> bool:
-    status = await conn.execute("UPDATE api_keys SET revoked_ms = $3 WHERE principal = $1 AND key_id = $2 "
-                                "AND revoked_ms IS NULL", principal, key_id, now_ms)
+    status = await conn.execute(
+        "UPDATE api_keys SET revoked_ms = $3 WHERE principal = $1 AND key_id = $2 AND revoked_ms IS NULL",
+        principal,
+        key_id,
+        now_ms,
+    )
     return status.endswith(" 1")
 
 
 async def bootstrap_super_user(conn: asyncpg.Connection, name: str, token: str, now_ms: int) -> None:
     """TXBROKER_ADMIN_TOKEN: makes sure a super user with this token exists (idempotent)."""
     async with conn.transaction():
-        await conn.execute("INSERT INTO principals (name, is_super_user, created_ms) VALUES ($1, true, $2) "
-                           "ON CONFLICT (name) DO UPDATE SET is_super_user = true", name, now_ms)
+        await conn.execute(
+            "INSERT INTO principals (name, is_super_user, created_ms) VALUES ($1, true, $2) "
+            "ON CONFLICT (name) DO UPDATE SET is_super_user = true",
+            name,
+            now_ms,
+        )
         await add_key(conn, name, now_ms, token=token, key_id=BOOTSTRAP_KEY_ID)
 
 
@@ -128,14 +155,26 @@ async def add_acl(conn: asyncpg.Connection, acl: AclRow) -> AclRow:
         f"INSERT INTO acls (principal, resource_type, pattern_type, resource_name, operation, permission) "
         f"VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT ON CONSTRAINT acls_unique_rule DO UPDATE "
         f"SET principal = EXCLUDED.principal RETURNING {_ACL_COLUMNS}",
-        acl.principal, acl.resource_type, acl.pattern_type, acl.resource_name, acl.operation, acl.permission)
+        acl.principal,
+        acl.resource_type,
+        acl.pattern_type,
+        acl.resource_name,
+        acl.operation,
+        acl.permission,
+    )
     return from_row(AclRow, row)
 
 
 async def list_acls(conn: asyncpg.Connection, principal: str | None, resource_type: str | None) -> list[AclRow]:
-    return all_from_rows(AclRow, await conn.fetch(
-        f"SELECT {_ACL_COLUMNS} FROM acls WHERE ($1::text IS NULL OR principal = $1) "
-        f"AND ($2::text IS NULL OR resource_type = $2) ORDER BY acl_id", principal, resource_type))
+    return all_from_rows(
+        AclRow,
+        await conn.fetch(
+            f"SELECT {_ACL_COLUMNS} FROM acls WHERE ($1::text IS NULL OR principal = $1) "
+            f"AND ($2::text IS NULL OR resource_type = $2) ORDER BY acl_id",
+            principal,
+            resource_type,
+        ),
+    )
 
 
 async def remove_acl(conn: asyncpg.Connection, acl_id: int) -> bool:
@@ -152,13 +191,26 @@ class AuditRow:
     details: str
 
 
-async def audit(conn: asyncpg.Connection, now_ms: int, principal: str, action: str, resource: str,
-                details: str = "") -> None:
-    await conn.execute("INSERT INTO audit_log (timestamp_ms, principal, action, resource, details) "
-                       "VALUES ($1, $2, $3, $4, $5)", now_ms, principal, action, resource, details)
+async def audit(
+    conn: asyncpg.Connection, now_ms: int, principal: str, action: str, resource: str, details: str = ""
+) -> None:
+    await conn.execute(
+        "INSERT INTO audit_log (timestamp_ms, principal, action, resource, details) VALUES ($1, $2, $3, $4, $5)",
+        now_ms,
+        principal,
+        action,
+        resource,
+        details,
+    )
 
 
 async def audit_entries(conn: asyncpg.Connection, limit: int, before_id: int | None) -> list[AuditRow]:
-    return all_from_rows(AuditRow, await conn.fetch(
-        "SELECT entry_id, timestamp_ms, principal, action, resource, details FROM audit_log "
-        "WHERE ($2::bigint IS NULL OR entry_id < $2) ORDER BY entry_id DESC LIMIT $1", limit, before_id))
+    return all_from_rows(
+        AuditRow,
+        await conn.fetch(
+            "SELECT entry_id, timestamp_ms, principal, action, resource, details FROM audit_log "
+            "WHERE ($2::bigint IS NULL OR entry_id < $2) ORDER BY entry_id DESC LIMIT $1",
+            limit,
+            before_id,
+        ),
+    )

@@ -24,17 +24,24 @@ class ProducerIdAndEpoch:
 async def issue(conn: asyncpg.Connection, now_ms: int, transactional_id: str | None = None) -> ProducerIdAndEpoch:
     producer_id = await conn.fetchval(
         "INSERT INTO producer_ids (producer_id, producer_epoch, transactional_id, issued_ms) "
-        "VALUES (nextval('producer_id_seq'), 0, $1, $2) RETURNING producer_id", transactional_id, now_ms)
+        "VALUES (nextval('producer_id_seq'), 0, $1, $2) RETURNING producer_id",
+        transactional_id,
+        now_ms,
+    )
     return ProducerIdAndEpoch(producer_id, 0)
 
 
-async def bump(conn: asyncpg.Connection, current: ProducerIdAndEpoch, now_ms: int,
-               transactional_id: str | None = None) -> ProducerIdAndEpoch:
+async def bump(
+    conn: asyncpg.Connection, current: ProducerIdAndEpoch, now_ms: int, transactional_id: str | None = None
+) -> ProducerIdAndEpoch:
     """The next epoch of this producer, or a new producer id at epoch 0 once epochs are exhausted."""
     if current.producer_epoch >= MAX_EPOCH:
         return await issue(conn, now_ms, transactional_id)
-    await conn.execute("UPDATE producer_ids SET producer_epoch = $2 WHERE producer_id = $1",
-                       current.producer_id, current.producer_epoch + 1)
+    await conn.execute(
+        "UPDATE producer_ids SET producer_epoch = $2 WHERE producer_id = $1",
+        current.producer_id,
+        current.producer_epoch + 1,
+    )
     return ProducerIdAndEpoch(current.producer_id, current.producer_epoch + 1)
 
 
@@ -46,8 +53,9 @@ class IssuedProducer:
 
 async def lookup(conn: asyncpg.Connection, producer_id: int) -> IssuedProducer | None:
     """What was issued for this id, or None if it was never issued (or expired)."""
-    row = await conn.fetchrow("SELECT producer_epoch, transactional_id FROM producer_ids WHERE producer_id = $1",
-                              producer_id)
+    row = await conn.fetchrow(
+        "SELECT producer_epoch, transactional_id FROM producer_ids WHERE producer_id = $1", producer_id
+    )
     return None if row is None else IssuedProducer(row["producer_epoch"], row["transactional_id"])
 
 
@@ -88,7 +96,9 @@ async def expire_dead_transactional(conn: asyncpg.Connection, older_than_ms: int
         "DELETE FROM producer_ids i WHERE i.transactional_id IS NOT NULL AND i.issued_ms < $1 "
         "AND NOT EXISTS (SELECT 1 FROM transactions t WHERE t.transactional_id = i.transactional_id "
         "  AND i.producer_id IN (t.producer_id, t.last_producer_id, t.txn_producer_id)) "
-        "AND NOT EXISTS (SELECT 1 FROM producer_states s WHERE s.producer_id = i.producer_id)", older_than_ms)
+        "AND NOT EXISTS (SELECT 1 FROM producer_states s WHERE s.producer_id = i.producer_id)",
+        older_than_ms,
+    )
     return int(status.split()[-1])
 
 
@@ -107,11 +117,15 @@ class PartitionProducer:
     current_txn_start_offset: int | None
 
 
-async def describe_partition_producers(conn: asyncpg.Connection, topic_id: int, partition: int,
-                                       limit: int = 1000) -> list[PartitionProducer]:
+async def describe_partition_producers(
+    conn: asyncpg.Connection, topic_id: int, partition: int, limit: int = 1000
+) -> list[PartitionProducer]:
     """DescribeProducers: the producers with state on one partition."""
     rows = await conn.fetch(
         "SELECT producer_id, producer_epoch, last_sequence, last_timestamp_ms, current_txn_first_offset "
         "FROM producer_states WHERE topic_id = $1 AND partition = $2 ORDER BY producer_id LIMIT $3",
-        topic_id, partition, limit)
+        topic_id,
+        partition,
+        limit,
+    )
     return [PartitionProducer(*row) for row in rows]

@@ -49,6 +49,7 @@ class WireRecord(Protocol):
 @dataclass(frozen=True, slots=True)
 class TextRecord:
     """A record the server writes itself (transaction log, offset commits): a WireRecord in utf8."""
+
     key: str | None
     value: str | None
     headers: tuple = ()
@@ -78,9 +79,10 @@ def decode_base64(field: str, text: str | None, where: str) -> bytes | None:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise invalid_request(
-            f"{where}: {field} is not valid base64 (received {text[:40]!r}); with \"encoding\": "
-            f"\"base64\" every key, value and header value must be standard base64 with padding, "
-            f"or send text with \"encoding\": \"utf8\"") from None
+            f'{where}: {field} is not valid base64 (received {text[:40]!r}); with "encoding": '
+            f'"base64" every key, value and header value must be standard base64 with padding, '
+            f'or send text with "encoding": "utf8"'
+        ) from None
 
 
 def _as_text(raw: bytes | None) -> str | None:
@@ -101,7 +103,8 @@ def _check_text(field: str, text: str | None, where: str) -> None:
         except UnicodeEncodeError:
             raise invalid_request(
                 f"{where}: {field} is not encodable as UTF-8 (it contains a lone surrogate); send "
-                f"arbitrary bytes with \"encoding\": \"base64\"") from None
+                f'arbitrary bytes with "encoding": "base64"'
+            ) from None
 
 
 def encode_batch(records: Sequence[WireRecord], encoding: str, now_ms: int, where: str) -> EncodedBatch:
@@ -138,20 +141,23 @@ def encode_batch(records: Sequence[WireRecord], encoding: str, now_ms: int, wher
             raw_headers = []
             for h_index, header in enumerate(record.headers):
                 _check_text("header key", header.key, f"{at}.headers[{h_index}]")
-                raw_headers.append((header.key, decode_base64("header value", header.value,
-                                                               f"{at}.headers[{h_index}]")))
-            size = (len(key or b"") + len(value or b"")
-                    + sum(_utf8_size(k) + len(v or b"") for k, v in raw_headers))
+                raw_headers.append(
+                    (header.key, decode_base64("header value", header.value, f"{at}.headers[{h_index}]"))
+                )
+            size = len(key or b"") + len(value or b"") + sum(_utf8_size(k) + len(v or b"") for k, v in raw_headers)
             try:
-                stored.append([ts, _as_text(key), _as_text(value),
-                               [[k, _as_text(v)] for k, v in raw_headers], FORM_TEXT])
+                stored.append(
+                    [ts, _as_text(key), _as_text(value), [[k, _as_text(v)] for k, v in raw_headers], FORM_TEXT]
+                )
             except UnicodeDecodeError:
-                stored.append([ts, _as_base64(key), _as_base64(value),
-                               [[k, _as_base64(v)] for k, v in raw_headers], FORM_BASE64])
+                stored.append(
+                    [ts, _as_base64(key), _as_base64(value), [[k, _as_base64(v)] for k, v in raw_headers], FORM_BASE64]
+                )
         total += size
         largest = max(largest, size)
-    return EncodedBatch(orjson.dumps(stored), len(stored), total, largest,
-                        now_ms if first_ts is None else first_ts, max_ts)
+    return EncodedBatch(
+        orjson.dumps(stored), len(stored), total, largest, now_ms if first_ts is None else first_ts, max_ts
+    )
 
 
 def decode_payload(payload: bytes) -> list[list | None]:
@@ -171,6 +177,7 @@ def stored_size(stored: list) -> int:
     """The record's bytes (key, value, header keys and values), as size_bytes counts them."""
     _ts, key, value, headers, form = stored
     if form == FORM_BASE64:
+
         def field_size(text: str | None) -> int:
             return 0 if text is None else len(base64.b64decode(text))
     else:
@@ -183,8 +190,12 @@ def with_holes(stored: list[list | None], keep: Sequence[bool]) -> tuple[bytes, 
     index: (payload, size_bytes, first_timestamp_ms, max_timestamp_ms). At least one must be kept."""
     kept = [record if wanted else None for record, wanted in zip(stored, keep, strict=True)]
     present = [record for record in kept if record is not None]
-    return (orjson.dumps(kept), sum(stored_size(record) for record in present), present[0][0],
-            max(record[0] for record in present))
+    return (
+        orjson.dumps(kept),
+        sum(stored_size(record) for record in present),
+        present[0][0],
+        max(record[0] for record in present),
+    )
 
 
 def _text_to_base64(text: str | None) -> str | None:
@@ -198,8 +209,13 @@ def render_record(stored: list, offset: int, encoding: str) -> dict:
     if form == FORM_TEXT and encoding == BASE64:
         key, value = _text_to_base64(key), _text_to_base64(value)
         headers = [[k, _text_to_base64(v)] for k, v in headers]
-    record = {"offset": offset, "key": key, "value": value,
-              "headers": [{"key": k, "value": v} for k, v in headers], "timestamp_ms": ts}
+    record = {
+        "offset": offset,
+        "key": key,
+        "value": value,
+        "headers": [{"key": k, "value": v} for k, v in headers],
+        "timestamp_ms": ts,
+    }
     if form == FORM_BASE64 and encoding == UTF8:
         record["encoding"] = BASE64
     return record
@@ -290,8 +306,7 @@ def encode_json_records(records: list, encoding: str, now_ms: int) -> EncodedBat
                 header_key, header_value = header.get("key"), header.get("value")
                 key_chars = _fast_text_size(header_key)
                 value_chars = _fast_text_size(header_value)
-                if header_key is None or key_chars < 0 or value_chars < 0 \
-                        or len(header_key) > MAX_HEADER_KEY_CHARS:
+                if header_key is None or key_chars < 0 or value_chars < 0 or len(header_key) > MAX_HEADER_KEY_CHARS:
                     return None
                 size += key_chars + value_chars
                 stored_headers.append([header_key, header_value])
@@ -313,11 +328,19 @@ def encode_json_records(records: list, encoding: str, now_ms: int) -> EncodedBat
                 size += key_chars + len(raw_header_value or b"")
                 raw_headers.append((header_key, raw_header_value))
             try:
-                stored.append([ts, _as_text(raw_key), _as_text(raw_value),
-                               [[k, _as_text(v)] for k, v in raw_headers], FORM_TEXT])
+                stored.append(
+                    [ts, _as_text(raw_key), _as_text(raw_value), [[k, _as_text(v)] for k, v in raw_headers], FORM_TEXT]
+                )
             except UnicodeDecodeError:
-                stored.append([ts, _as_base64(raw_key), _as_base64(raw_value),
-                               [[k, _as_base64(v)] for k, v in raw_headers], FORM_BASE64])
+                stored.append(
+                    [
+                        ts,
+                        _as_base64(raw_key),
+                        _as_base64(raw_value),
+                        [[k, _as_base64(v)] for k, v in raw_headers],
+                        FORM_BASE64,
+                    ]
+                )
         total += size
         if size > largest:
             largest = size

@@ -15,8 +15,13 @@ T = TypeVar("T")
 def from_row(cls: type[T], row: asyncpg.Record, **computed: Any) -> T:
     """`cls` built from the row's columns of the same names; `computed` supplies (or replaces) fields
     the row holds in another form."""
-    return cls(**{field.name: computed[field.name] if field.name in computed else row[field.name]
-                  for field in dataclasses.fields(cls) if field.init})
+    return cls(
+        **{
+            field.name: computed[field.name] if field.name in computed else row[field.name]
+            for field in dataclasses.fields(cls)
+            if field.init
+        }
+    )
 
 
 def all_from_rows(cls: type[T], rows: list[asyncpg.Record]) -> list[T]:

@@ -28,6 +28,7 @@ class RecentBatch:
 @dataclass(frozen=True, slots=True)
 class ProducerEntry:
     """A producer's state on one partition."""
+
     producer_epoch: int
     last_sequence: int
     recent_batches: tuple[RecentBatch, ...]
@@ -37,12 +38,14 @@ class ProducerEntry:
 @dataclass(frozen=True, slots=True)
 class Append:
     """Append the batch; `last_sequence` is its last record's sequence."""
+
     last_sequence: int
 
 
 @dataclass(frozen=True, slots=True)
 class Duplicate:
     """Already appended: answer with the original offsets, append nothing."""
+
     base_offset: int
     last_offset: int
 
@@ -51,8 +54,15 @@ def last_sequence_of(base_sequence: int, record_count: int) -> int:
     return (base_sequence + record_count - 1) % SEQUENCE_MODULUS
 
 
-def check_batch(entry: ProducerEntry | None, producer_id: int, producer_epoch: int, base_sequence: int,
-                record_count: int, transactional: bool, where: str) -> Append | Duplicate | BrokerError:
+def check_batch(
+    entry: ProducerEntry | None,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    record_count: int,
+    transactional: bool,
+    where: str,
+) -> Append | Duplicate | BrokerError:
     """`where` names the partition in messages (e.g. "orders-0")."""
     last_sequence = last_sequence_of(base_sequence, record_count)
     if entry is None:
@@ -61,19 +71,23 @@ def check_batch(entry: ProducerEntry | None, producer_id: int, producer_epoch: i
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"producer {producer_id} sent sequence {base_sequence} to {where}, where it has written "
                 f"nothing yet: expected sequence 0. Records may have been lost; the producer must stop "
-                f"and re-initialize")
+                f"and re-initialize",
+            )
         return Append(last_sequence)
     if producer_epoch < entry.producer_epoch:
         code = ErrorCode.PRODUCER_FENCED if transactional else ErrorCode.INVALID_PRODUCER_EPOCH
         return BrokerError(
-            code, f"producer {producer_id} wrote to {where} with epoch {producer_epoch}, but epoch "
-                  f"{entry.producer_epoch} has written there since: this producer instance is stale; close it")
+            code,
+            f"producer {producer_id} wrote to {where} with epoch {producer_epoch}, but epoch "
+            f"{entry.producer_epoch} has written there since: this producer instance is stale; close it",
+        )
     if producer_epoch > entry.producer_epoch:
         if base_sequence != 0:
             return BrokerError(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"producer {producer_id} started epoch {producer_epoch} on {where} at sequence "
-                f"{base_sequence}: a new epoch starts at sequence 0")
+                f"{base_sequence}: a new epoch starts at sequence 0",
+            )
         return Append(last_sequence)
     for batch in entry.recent_batches:
         if batch.base_sequence == base_sequence and batch.last_sequence == last_sequence:
@@ -84,12 +98,20 @@ def check_batch(entry: ProducerEntry | None, producer_id: int, producer_epoch: i
             ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
             f"producer {producer_id} epoch {producer_epoch} sent sequence {base_sequence} to {where}: "
             f"expected {expected} (its last written sequence is {entry.last_sequence}). A gap means "
-            f"records may be lost: the producer must stop")
+            f"records may be lost: the producer must stop",
+        )
     return Append(last_sequence)
 
 
-def remember(entry: ProducerEntry | None, producer_epoch: int, base_sequence: int, last_sequence: int,
-             base_offset: int, last_offset: int, transactional: bool) -> ProducerEntry:
+def remember(
+    entry: ProducerEntry | None,
+    producer_epoch: int,
+    base_sequence: int,
+    last_sequence: int,
+    base_offset: int,
+    last_offset: int,
+    transactional: bool,
+) -> ProducerEntry:
     """The producer's state after appending this batch."""
     recent = () if entry is None or entry.producer_epoch != producer_epoch else entry.recent_batches
     recent = (*recent, RecentBatch(base_sequence, last_sequence, base_offset, last_offset))[-RECENT_BATCHES:]

@@ -15,8 +15,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (BigInteger, Column, DateTime, Identity, Index, LargeBinary, SmallInteger, Text,
-                        UniqueConstraint, func)
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Identity,
+    Index,
+    LargeBinary,
+    SmallInteger,
+    Text,
+    UniqueConstraint,
+    func,
+)
 from sqlalchemy import text as sa_text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
@@ -33,8 +43,7 @@ class Topic(SQLModel, table=True):
     partition_count: int = Field(nullable=False)
     config: dict[str, Any] = Field(sa_column=Column(JSONB, nullable=False, server_default="{}"))
     is_internal: bool = Field(default=False, nullable=False)
-    created_at: datetime = Field(
-        sa_column=Column(DateTime(timezone=True), nullable=False, server_default=func.now()))
+    created_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False, server_default=func.now()))
 
 
 class Partition(SQLModel, table=True):
@@ -46,10 +55,10 @@ class Partition(SQLModel, table=True):
 
     topic_id: int = Field(primary_key=True, foreign_key="topics.topic_id", ondelete="CASCADE")
     partition: int = Field(primary_key=True)
-    high_watermark: int = Field(default=0, sa_column_kwargs={"server_default": "0"},
-                                sa_type=BigInteger, nullable=False)
-    log_start_offset: int = Field(default=0, sa_column_kwargs={"server_default": "0"},
-                                  sa_type=BigInteger, nullable=False)
+    high_watermark: int = Field(default=0, sa_column_kwargs={"server_default": "0"}, sa_type=BigInteger, nullable=False)
+    log_start_offset: int = Field(
+        default=0, sa_column_kwargs={"server_default": "0"}, sa_type=BigInteger, nullable=False
+    )
 
 
 class RecordBatch(SQLModel, table=True):
@@ -79,7 +88,6 @@ class RecordBatch(SQLModel, table=True):
     records: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
 
 
-
 class PartitionCleanup(SQLModel, table=True):
     """What the log cleaner last did to one partition (log_cleaner.py). A cleaner run holds this row
     (FOR UPDATE SKIP LOCKED), which is how several servers share the partitions without ever
@@ -94,12 +102,15 @@ class PartitionCleanup(SQLModel, table=True):
     topic_id: int = Field(primary_key=True)
     partition: int = Field(primary_key=True)
     last_cleanup_ms: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
-    removed_batches: int = Field(default=0, sa_type=BigInteger, nullable=False,
-                                 sa_column_kwargs={"server_default": "0"})
-    rewritten_batches: int = Field(default=0, sa_type=BigInteger, nullable=False,
-                                   sa_column_kwargs={"server_default": "0"})
-    compacted_through: int = Field(default=0, sa_type=BigInteger, nullable=False,
-                                   sa_column_kwargs={"server_default": "0"})
+    removed_batches: int = Field(
+        default=0, sa_type=BigInteger, nullable=False, sa_column_kwargs={"server_default": "0"}
+    )
+    rewritten_batches: int = Field(
+        default=0, sa_type=BigInteger, nullable=False, sa_column_kwargs={"server_default": "0"}
+    )
+    compacted_through: int = Field(
+        default=0, sa_type=BigInteger, nullable=False, sa_column_kwargs={"server_default": "0"}
+    )
     oldest_tombstone_ms: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
 
 
@@ -140,15 +151,22 @@ class ProducerState(SQLModel, table=True):
     last_sequence: int = Field(nullable=False)
     last_timestamp_ms: int = Field(sa_type=BigInteger, nullable=False)  # the newest record timestamp (the client's)
     # The server's clock at the last append (expiry goes by this, never by the client's timestamps).
-    last_append_ms: int = Field(sa_type=BigInteger, nullable=False, sa_column_kwargs={
-        "server_default": sa_text("(extract(epoch from clock_timestamp()) * 1000)::bigint")})
+    last_append_ms: int = Field(
+        sa_type=BigInteger,
+        nullable=False,
+        sa_column_kwargs={"server_default": sa_text("(extract(epoch from clock_timestamp()) * 1000)::bigint")},
+    )
     recent_batches: list = Field(sa_column=Column(JSONB, nullable=False))
     current_txn_first_offset: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
 
 
-Index("producer_states_open_transactions", ProducerState.topic_id, ProducerState.partition,
-      ProducerState.current_txn_first_offset,
-      postgresql_where=sa_text("current_txn_first_offset IS NOT NULL"))
+Index(
+    "producer_states_open_transactions",
+    ProducerState.topic_id,
+    ProducerState.partition,
+    ProducerState.current_txn_first_offset,
+    postgresql_where=sa_text("current_txn_first_offset IS NOT NULL"),
+)
 Index("producer_states_by_producer", ProducerState.producer_id, ProducerState.last_append_ms)
 
 
@@ -242,8 +260,9 @@ class GroupOffset(SQLModel, table=True):
     metadata_: str | None = Field(default=None, sa_column=Column("metadata", Text, nullable=True))
     commit_timestamp_ms: int = Field(sa_type=BigInteger, nullable=False)
     # The offset in __consumer_offsets of the record that committed it: the commit appended last wins.
-    record_offset: int = Field(default=-1, sa_column_kwargs={"server_default": "-1"}, sa_type=BigInteger,
-                               nullable=False)
+    record_offset: int = Field(
+        default=-1, sa_column_kwargs={"server_default": "-1"}, sa_type=BigInteger, nullable=False
+    )
 
 
 class PendingTxnOffset(SQLModel, table=True):
@@ -262,12 +281,17 @@ class PendingTxnOffset(SQLModel, table=True):
     metadata_: str | None = Field(default=None, sa_column=Column("metadata", Text, nullable=True))
     commit_timestamp_ms: int = Field(sa_type=BigInteger, nullable=False)
     # The offset in __consumer_offsets of the record that committed it: the commit appended last wins.
-    record_offset: int = Field(default=-1, sa_column_kwargs={"server_default": "-1"}, sa_type=BigInteger,
-                               nullable=False)
+    record_offset: int = Field(
+        default=-1, sa_column_kwargs={"server_default": "-1"}, sa_type=BigInteger, nullable=False
+    )
 
 
-Index("pending_txn_offsets_by_transaction", PendingTxnOffset.offsets_partition, PendingTxnOffset.producer_id,
-      PendingTxnOffset.producer_epoch)
+Index(
+    "pending_txn_offsets_by_transaction",
+    PendingTxnOffset.offsets_partition,
+    PendingTxnOffset.producer_id,
+    PendingTxnOffset.producer_epoch,
+)
 
 
 class PrincipalRecord(SQLModel, table=True):
@@ -297,8 +321,17 @@ class AclRule(SQLModel, table=True):
     """Kafka's ACL model: principal, resource (type, pattern type, name), operation, allow/deny."""
 
     __tablename__ = "acls"
-    __table_args__ = (UniqueConstraint("principal", "resource_type", "pattern_type", "resource_name", "operation",
-                                       "permission", name="acls_unique_rule"),)
+    __table_args__ = (
+        UniqueConstraint(
+            "principal",
+            "resource_type",
+            "pattern_type",
+            "resource_name",
+            "operation",
+            "permission",
+            name="acls_unique_rule",
+        ),
+    )
 
     acl_id: int | None = Field(default=None, sa_column=Column(BigInteger, Identity(), primary_key=True))
     principal: str = Field(sa_type=Text, nullable=False)

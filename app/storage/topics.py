@@ -35,8 +35,12 @@ DEFAULT_TOPIC_CONFIG: dict[str, Any] = {
 # follows the number of live ids, not of transactions or commits ever made.
 INTERNAL_TOPIC_CONFIG: dict[str, Any] = {"cleanup_policy": CLEANUP_COMPACT}
 # The smallest value each integer config key accepts.
-CONFIG_MINIMUMS: dict[str, int] = {"retention_ms": -1, "retention_bytes": -1, "max_message_bytes": 1,
-                                   "delete_retention_ms": 0}
+CONFIG_MINIMUMS: dict[str, int] = {
+    "retention_ms": -1,
+    "retention_bytes": -1,
+    "max_message_bytes": 1,
+    "delete_retention_ms": 0,
+}
 CONFIG_MAXIMUM = 2**63 - 1
 
 
@@ -65,13 +69,14 @@ def check_topic_name(name: str, *, allow_internal: bool = False) -> None:
     if not TOPIC_NAME_PATTERN.fullmatch(name) or name in (".", ".."):
         raise BrokerError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"topic name {name[:300]!r} is invalid: expected 1 to 249 characters of [a-zA-Z0-9._-], "
-            f"not '.' or '..'")
+            f"topic name {name[:300]!r} is invalid: expected 1 to 249 characters of [a-zA-Z0-9._-], not '.' or '..'",
+        )
     if name.startswith(INTERNAL_PREFIX) and not allow_internal:
         raise BrokerError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
             f"topic name {name!r} starts with '{INTERNAL_PREFIX}', which is reserved for internal "
-            f"topics such as {TRANSACTION_STATE_TOPIC}: choose another name")
+            f"topics such as {TRANSACTION_STATE_TOPIC}: choose another name",
+        )
 
 
 def effective_config(config: dict[str, Any], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -79,21 +84,25 @@ def effective_config(config: dict[str, Any], defaults: dict[str, Any] | None = N
     ones); INVALID_CONFIG for unknown keys or bad values."""
     unknown = sorted(set(config) - set(DEFAULT_TOPIC_CONFIG))
     if unknown:
-        raise BrokerError(ErrorCode.INVALID_CONFIG,
-                          f"unknown topic config key(s) {unknown}: expected some of {sorted(DEFAULT_TOPIC_CONFIG)}")
+        raise BrokerError(
+            ErrorCode.INVALID_CONFIG,
+            f"unknown topic config key(s) {unknown}: expected some of {sorted(DEFAULT_TOPIC_CONFIG)}",
+        )
     result = {**DEFAULT_TOPIC_CONFIG, **(defaults or {})}
     for key, value in config.items():
         if key == "cleanup_policy":
             if not isinstance(value, str) or ",".join(sorted(value.split(","))) not in CLEANUP_POLICIES:
-                raise BrokerError(ErrorCode.INVALID_CONFIG,
-                                  f"topic config cleanup_policy={value!r} is invalid: expected one of "
-                                  f"{list(CLEANUP_POLICIES)}")
+                raise BrokerError(
+                    ErrorCode.INVALID_CONFIG,
+                    f"topic config cleanup_policy={value!r} is invalid: expected one of {list(CLEANUP_POLICIES)}",
+                )
             result[key] = ",".join(sorted(value.split(",")))
             continue
         minimum = CONFIG_MINIMUMS[key]
         if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= CONFIG_MAXIMUM:
-            raise BrokerError(ErrorCode.INVALID_CONFIG,
-                              f"topic config {key}={value!r} is invalid: expected an integer >= {minimum}")
+            raise BrokerError(
+                ErrorCode.INVALID_CONFIG, f"topic config {key}={value!r} is invalid: expected an integer >= {minimum}"
+            )
         result[key] = value
     return result
 
@@ -105,34 +114,51 @@ def _topic_from_row(row: asyncpg.Record) -> TopicInfo:
 _TOPIC_COLUMNS = "topic_id, name, partition_count, config, is_internal"
 
 
-async def create_topic(conn: asyncpg.Connection, name: str, partition_count: int,
-                       config: dict[str, Any], *, internal: bool = False,
-                       defaults: dict[str, Any] | None = None) -> TopicInfo:
+async def create_topic(
+    conn: asyncpg.Connection,
+    name: str,
+    partition_count: int,
+    config: dict[str, Any],
+    *,
+    internal: bool = False,
+    defaults: dict[str, Any] | None = None,
+) -> TopicInfo:
     """`defaults`: the server-wide values of the keys `config` leaves out (settings.topic_defaults)."""
     check_topic_name(name, allow_internal=internal)
     if not 1 <= partition_count <= MAX_PARTITIONS:
-        raise BrokerError(ErrorCode.INVALID_PARTITIONS,
-                          f"partitions is {partition_count}: expected 1 to {MAX_PARTITIONS}")
+        raise BrokerError(
+            ErrorCode.INVALID_PARTITIONS, f"partitions is {partition_count}: expected 1 to {MAX_PARTITIONS}"
+        )
     full_config = effective_config(config, defaults)
     async with conn.transaction():
         # ON CONFLICT DO NOTHING makes two concurrent creates of one name answer exactly one 201.
         row = await conn.fetchrow(
             f"INSERT INTO topics (name, partition_count, config, is_internal) VALUES ($1, $2, $3, $4) "
             f"ON CONFLICT (name) DO NOTHING RETURNING {_TOPIC_COLUMNS}",
-            name, partition_count, full_config, internal)
+            name,
+            partition_count,
+            full_config,
+            internal,
+        )
         if row is None:
-            raise BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS,
-                              f"topic {name!r} already exists: use it, or delete it first")
+            raise BrokerError(
+                ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists: use it, or delete it first"
+            )
         await conn.execute(
             "INSERT INTO partitions (topic_id, partition) SELECT $1, generate_series(0, $2 - 1)",
-            row["topic_id"], partition_count)
+            row["topic_id"],
+            partition_count,
+        )
     return _topic_from_row(row)
 
 
-async def ensure_internal_topics(conn: asyncpg.Connection, transaction_log_partitions: int,
-                                 offsets_partitions: int) -> None:
-    for name, count in ((TRANSACTION_STATE_TOPIC, transaction_log_partitions),
-                        (CONSUMER_OFFSETS_TOPIC, offsets_partitions)):
+async def ensure_internal_topics(
+    conn: asyncpg.Connection, transaction_log_partitions: int, offsets_partitions: int
+) -> None:
+    for name, count in (
+        (TRANSACTION_STATE_TOPIC, transaction_log_partitions),
+        (CONSUMER_OFFSETS_TOPIC, offsets_partitions),
+    ):
         if await find_topic(conn, name) is None:
             try:
                 await create_topic(conn, name, count, INTERNAL_TOPIC_CONFIG, internal=True)
@@ -155,8 +181,10 @@ async def find_topic(conn: asyncpg.Connection, name: str) -> TopicInfo | None:
 
 
 async def find_topics(conn: asyncpg.Connection, names: list[str]) -> dict[str, TopicInfo]:
-    rows = await conn.fetch(f"SELECT {_TOPIC_COLUMNS} FROM topics WHERE name = ANY($1::text[])",
-                            [name for name in names if _could_exist(name)])
+    rows = await conn.fetch(
+        f"SELECT {_TOPIC_COLUMNS} FROM topics WHERE name = ANY($1::text[])",
+        [name for name in names if _could_exist(name)],
+    )
     return {row["name"]: _topic_from_row(row) for row in rows}
 
 
@@ -180,25 +208,31 @@ async def delete_topic(conn: asyncpg.Connection, name: str) -> None:
         if row is None:
             raise unknown_topic(name)
         if row["is_internal"]:
-            raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                              f"topic {name!r} is internal to txbroker and cannot be deleted")
+            raise BrokerError(
+                ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic {name!r} is internal to txbroker and cannot be deleted"
+            )
         # Deleting the partitions rows waits for in-flight appends (they hold those rows), so no
         # batch can be appended to the topic once this commits. Its batches, markers and producer
         # states are left to the log cleaner (deleted_topics), a bounded chunk per run: one DELETE of
         # millions of rows here would hold this request for minutes. topic_id is never reused, so
         # nothing ever reads them again.
         await conn.execute("DELETE FROM topics WHERE topic_id = $1", row["topic_id"])
-        await conn.execute("INSERT INTO deleted_topics (topic_id, deleted_ms) "
-                           "VALUES ($1, (extract(epoch FROM now()) * 1000)::bigint)", row["topic_id"])
+        await conn.execute(
+            "INSERT INTO deleted_topics (topic_id, deleted_ms) VALUES ($1, (extract(epoch FROM now()) * 1000)::bigint)",
+            row["topic_id"],
+        )
 
 
 def unknown_topic(name: str) -> BrokerError:
-    return BrokerError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                       f"topic {name!r} does not exist: create it with POST /v1/topics, or check the name")
+    return BrokerError(
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        f"topic {name!r} does not exist: create it with POST /v1/topics, or check the name",
+    )
 
 
 def unknown_partition(topic: TopicInfo, partition: int) -> BrokerError:
     return BrokerError(
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         f"partition {partition} of topic {topic.name!r} does not exist: the topic has partitions "
-        f"0 to {topic.partition_count - 1}")
+        f"0 to {topic.partition_count - 1}",
+    )

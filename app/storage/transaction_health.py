@@ -41,21 +41,28 @@ class Overdue:
     total: int
 
 
-async def overdue(conn: asyncpg.Connection, open_states: list[str], now_ms: int, fraction: float,
-                  limit: int) -> Overdue:
+async def overdue(
+    conn: asyncpg.Connection, open_states: list[str], now_ms: int, fraction: float, limit: int
+) -> Overdue:
     """Open transactions older than `fraction` of their timeout, the oldest first."""
     rows = await conn.fetch(
         "SELECT transactional_id, state, producer_id, producer_epoch, timeout_ms, txn_start_ms, "
         "       jsonb_array_length(partitions) AS partition_count, count(*) OVER () AS total "
         "FROM transactions WHERE state = ANY($1::text[]) AND txn_start_ms <> -1 "
         "  AND ($2::bigint - txn_start_ms) > timeout_ms * $3::float8 "
-        "ORDER BY txn_start_ms, transactional_id LIMIT $4", open_states, now_ms, fraction, limit)
+        "ORDER BY txn_start_ms, transactional_id LIMIT $4",
+        open_states,
+        now_ms,
+        fraction,
+        limit,
+    )
     return Overdue(all_from_rows(OverdueTransaction, rows), rows[0]["total"] if rows else 0)
 
 
 @dataclass(frozen=True, slots=True)
 class LsoPin:
     """A producer's open transaction on a partition, from its first offset there to the HW."""
+
     topic: str
     partition: int
     high_watermark: int
@@ -76,7 +83,8 @@ class LsoPin:
 # Open producer states come from the partial index; each is joined by primary key to its partition,
 # topic, the transactional id its producer id was issued for, and that id's current metadata.
 _PINS_SQL = """
-SELECT t.name AS topic, s.partition, p.high_watermark, s.current_txn_first_offset AS first_offset, s.producer_id, s.producer_epoch,
+SELECT t.name AS topic, s.partition, p.high_watermark, s.current_txn_first_offset AS first_offset,
+       s.producer_id, s.producer_epoch,
        i.transactional_id, x.state, x.txn_start_ms, x.timeout_ms,
        coalesce(x.state = ANY($1::text[]) AND x.txn_producer_id = s.producer_id
                 AND x.txn_producer_epoch = s.producer_epoch, false) AS owned

@@ -27,6 +27,7 @@ END_OF_LOG = 2**63 - 1
 @dataclass(frozen=True, slots=True)
 class Transition:
     """One `__transaction_state` record: the metadata right after a state change."""
+
     offset: int
     timestamp_ms: int
     state: str
@@ -67,14 +68,29 @@ ORDER BY boundary, last_offset DESC
 
 
 def _transition(offset: int, timestamp_ms: int, value: dict) -> Transition:
-    return Transition(offset, timestamp_ms, value["state"], value["producer_id"], value["producer_epoch"],
-                      value.get("txn_producer_id"), value.get("txn_producer_epoch"), value["timeout_ms"],
-                      value["txn_start_ms"], [(topic, partition) for topic, partition in value["partitions"]],
-                      list(value["groups"]))
+    return Transition(
+        offset,
+        timestamp_ms,
+        value["state"],
+        value["producer_id"],
+        value["producer_epoch"],
+        value.get("txn_producer_id"),
+        value.get("txn_producer_epoch"),
+        value["timeout_ms"],
+        value["txn_start_ms"],
+        [(topic, partition) for topic, partition in value["partitions"]],
+        list(value["groups"]),
+    )
 
 
-async def transitions(conn: asyncpg.Connection, log_topic: TopicInfo, transactional_id: str, before: int | None,
-                      limit: int, scan_budget: int) -> HistoryPage:
+async def transitions(
+    conn: asyncpg.Connection,
+    log_topic: TopicInfo,
+    transactional_id: str,
+    before: int | None,
+    limit: int,
+    scan_budget: int,
+) -> HistoryPage:
     """The id's transitions below offset `before` (None: the end of the log), newest first: at least
     `limit` of them unless `scan_budget` batches were read first or the log's start was reached."""
     log_partition = partition_for_key(transactional_id.encode(), log_topic.partition_count)
@@ -82,8 +98,9 @@ async def transitions(conn: asyncpg.Connection, log_topic: TopicInfo, transactio
     position = END_OF_LOG if before is None else before
     scanned = 0
     while True:
-        rows = await conn.fetch(_SCAN_SQL, log_topic.topic_id, log_partition, position, SCAN_CHUNK,
-                                [[transactional_id]])
+        rows = await conn.fetch(
+            _SCAN_SQL, log_topic.topic_id, log_partition, position, SCAN_CHUNK, [[transactional_id]]
+        )
         lowest, count = rows[-1]["base_offset"], rows[-1]["last_offset"]
         for row in rows[:-1]:
             stored = record_codec.decode_payload(row["records"])
@@ -132,7 +149,10 @@ async def markers_written(conn: asyncpg.Connection, found: list[Transition], lim
     transaction's partitions and the producer id/epoch its records, hence its markers, carry)."""
     keys = dict.fromkeys(
         (topic, partition, t.txn_producer_id, t.txn_producer_epoch)
-        for t in found if t.txn_producer_id is not None for topic, partition in t.partitions)
+        for t in found
+        if t.txn_producer_id is not None
+        for topic, partition in t.partitions
+    )
     if not keys:
         return []
     topics, partitions, producer_ids, epochs = (list(column) for column in zip(*keys, strict=True))

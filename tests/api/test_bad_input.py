@@ -15,17 +15,15 @@ import pytest
 
 from tests.conftest import SHARED_SSL_CONTEXT, start_server_on_fresh_database, stop_in_process_server
 
-BAD = "bad"        # 2 partitions; nothing in this module may ever be appended to it
-TINY = "tiny"      # 2 partitions, max_message_bytes 10
-LIMITED = "lim"    # on the `limited` server: max_request_bytes 1024, max_records_per_request 3
+BAD = "bad"  # 2 partitions; nothing in this module may ever be appended to it
+TINY = "tiny"  # 2 partitions, max_message_bytes 10
+LIMITED = "lim"  # on the `limited` server: max_request_bytes 1024, max_records_per_request 3
 TINY_MAX = 10
 
 
 def _start_server(postgres, name: str, **overrides):
     server = start_server_on_fresh_database(postgres, name, **overrides)
     return server, lambda: stop_in_process_server(server)
-
-
 
 
 # Module-scoped servers: a fresh one per test costs ~0.5 s and this module has hundreds of cases.
@@ -41,8 +39,9 @@ def shared(postgres):
 
 @pytest.fixture(scope="module")
 def limited(postgres):
-    server, stop = _start_server(postgres, f"bad_input_limited_{os.getpid()}",
-                                 max_request_bytes=1024, max_records_per_request=3)
+    server, stop = _start_server(
+        postgres, f"bad_input_limited_{os.getpid()}", max_request_bytes=1024, max_records_per_request=3
+    )
     with httpx.Client(base_url=server.url, timeout=30, verify=SHARED_SSL_CONTEXT) as c:
         assert c.post("/v1/topics", json={"name": LIMITED, "partitions": 2}).status_code == 201
     yield server
@@ -102,6 +101,7 @@ def assert_invalid_request(response, *mentions):
 
 # ---- request bodies
 
+
 def part(**overrides):
     return {"topic": BAD, "partition": 0, "records": [{"value": "x"}], **overrides}
 
@@ -141,8 +141,11 @@ PRODUCE_CASES = COMMON_BODY_CASES + [
     ("partition-bool", {"partitions": [part(partition=True)]}, ["partitions[0].partition", "True"]),
     ("partition-negative", {"partitions": [part(partition=-1)]}, ["partitions[0].partition", "-1"]),
     ("partition-over-int32", {"partitions": [part(partition=2**31)]}, ["partitions[0].partition"]),
-    ("partition-nan", Raw('{"partitions": [{"topic": "bad", "partition": NaN, "records": [{}]}]}'),
-     ["partitions[0].partition"]),
+    (
+        "partition-nan",
+        Raw('{"partitions": [{"topic": "bad", "partition": NaN, "records": [{}]}]}'),
+        ["partitions[0].partition"],
+    ),
     ("records-missing", {"partitions": [{"topic": BAD, "partition": 0}]}, ["partitions[0].records"]),
     ("records-empty", {"partitions": [part(records=[])]}, ["partitions[0].records"]),
     ("records-null", {"partitions": [part(records=None)]}, ["partitions[0].records"]),
@@ -168,34 +171,70 @@ PRODUCE_CASES = COMMON_BODY_CASES + [
     ("producer-epoch-over-int16", {**one_record(), "producer_id": 5, "producer_epoch": 2**15}, ["producer_epoch"]),
     ("base-sequence-string", {"partitions": [part(base_sequence="0")]}, ["base_sequence"]),
     ("base-sequence-below-minus-one", {"partitions": [part(base_sequence=-2)]}, ["base_sequence"]),
-    ("base-sequence-minus-one-with-producer",
-     {"producer_id": 5, "producer_epoch": 0, "partitions": [part(base_sequence=-1)]}, ["base_sequence", "5"]),
-    ("base-sequence-omitted-with-producer",
-     {"producer_id": 5, "producer_epoch": 0, "partitions": [part()]}, ["base_sequence"]),
-    ("transactional-id-with-producer-id-minus-one",
-     {"transactional_id": "tx-1", "producer_id": -1, "partitions": [part()]}, ["transactional_id", "producer_id"]),
-    ("transactional-id-empty", {"transactional_id": "", "producer_id": 5, "producer_epoch": 0,
-                                "partitions": [part(base_sequence=0)]}, ["transactional_id"]),
+    (
+        "base-sequence-minus-one-with-producer",
+        {"producer_id": 5, "producer_epoch": 0, "partitions": [part(base_sequence=-1)]},
+        ["base_sequence", "5"],
+    ),
+    (
+        "base-sequence-omitted-with-producer",
+        {"producer_id": 5, "producer_epoch": 0, "partitions": [part()]},
+        ["base_sequence"],
+    ),
+    (
+        "transactional-id-with-producer-id-minus-one",
+        {"transactional_id": "tx-1", "producer_id": -1, "partitions": [part()]},
+        ["transactional_id", "producer_id"],
+    ),
+    (
+        "transactional-id-empty",
+        {"transactional_id": "", "producer_id": 5, "producer_epoch": 0, "partitions": [part(base_sequence=0)]},
+        ["transactional_id"],
+    ),
     ("transactional-id-number", {"transactional_id": 7, "partitions": [part()]}, ["transactional_id"]),
     ("same-partition-twice", {"partitions": [part(), part()]}, [f"{BAD}-0", "twice"]),
-    ("same-partition-twice-not-adjacent", {"partitions": [part(partition=1), part(partition=0), part(partition=1)]},
-     [f"{BAD}-1"]),
-    ("invalid-base64-value", one_record("base64", value="not base64!"), ["partitions[0].records[0]", "value", "base64"]),
+    (
+        "same-partition-twice-not-adjacent",
+        {"partitions": [part(partition=1), part(partition=0), part(partition=1)]},
+        [f"{BAD}-1"],
+    ),
+    (
+        "invalid-base64-value",
+        one_record("base64", value="not base64!"),
+        ["partitions[0].records[0]", "value", "base64"],
+    ),
     ("invalid-base64-missing-padding", one_record("base64", value="YQ"), ["value", "base64"]),
     ("invalid-base64-key", one_record("base64", key="***", value="YQ=="), ["key", "base64"]),
-    ("invalid-base64-header-value", one_record("base64", value="YQ==", headers=[{"key": "h", "value": "?"}]),
-     ["headers[0]", "header value", "base64"]),
-    ("invalid-base64-after-a-valid-partition",
-     {"encoding": "base64", "partitions": [part(partition=0, records=[rec(value="YQ==")]),
-                                           part(partition=1, records=[rec(value="YQ=="), rec(value="@@@@")])]},
-     ["partitions[1].records[1]", "base64"]),
+    (
+        "invalid-base64-header-value",
+        one_record("base64", value="YQ==", headers=[{"key": "h", "value": "?"}]),
+        ["headers[0]", "header value", "base64"],
+    ),
+    (
+        "invalid-base64-after-a-valid-partition",
+        {
+            "encoding": "base64",
+            "partitions": [
+                part(partition=0, records=[rec(value="YQ==")]),
+                part(partition=1, records=[rec(value="YQ=="), rec(value="@@@@")]),
+            ],
+        },
+        ["partitions[1].records[1]", "base64"],
+    ),
     ("lone-surrogate-value", one_record(value="\ud800"), ["partitions[0].records[0]", "value", "surrogate"]),
     ("lone-surrogate-key", one_record(key="ok\udc00"), ["key", "surrogate"]),
     ("lone-surrogate-header-key", one_record(headers=[{"key": "\ud800", "value": "v"}]), ["headers[0].key"]),
     ("lone-surrogate-header-value", one_record(headers=[{"key": "k", "value": "\udfff"}]), ["header value"]),
-    ("lone-surrogate-after-a-valid-partition",
-     {"partitions": [part(partition=0, records=[rec(value="fine")]),
-                     part(partition=1, records=[rec(value="\ud800")])]}, ["partitions[1].records[0]"]),
+    (
+        "lone-surrogate-after-a-valid-partition",
+        {
+            "partitions": [
+                part(partition=0, records=[rec(value="fine")]),
+                part(partition=1, records=[rec(value="\ud800")]),
+            ]
+        },
+        ["partitions[1].records[0]"],
+    ),
 ]
 
 
@@ -227,13 +266,19 @@ FETCH_CASES = COMMON_BODY_CASES + [
     ("max-records-negative", {"max_records": -1, "partitions": [fpart()]}, ["max_records"]),
     ("max-records-string", {"max_records": "10", "partitions": [fpart()]}, ["max_records"]),
     ("max-records-float", {"max_records": 2.0, "partitions": [fpart()]}, ["max_records"]),
-    ("max-records-nan", Raw('{"max_records": NaN, "partitions": [{"topic": "bad", "partition": 0, "offset": 0}]}'),
-     ["max_records"]),
+    (
+        "max-records-nan",
+        Raw('{"max_records": NaN, "partitions": [{"topic": "bad", "partition": 0, "offset": 0}]}'),
+        ["max_records"],
+    ),
     ("max-wait-30001", {"max_wait_ms": 30001, "partitions": [fpart()]}, ["max_wait_ms", "30001"]),
     ("max-wait-negative", {"max_wait_ms": -1, "partitions": [fpart()]}, ["max_wait_ms"]),
     ("max-wait-string", {"max_wait_ms": "100", "partitions": [fpart()]}, ["max_wait_ms"]),
-    ("isolation-unknown", {"isolation_level": "serializable", "partitions": [fpart()]},
-     ["isolation_level", "serializable"]),
+    (
+        "isolation-unknown",
+        {"isolation_level": "serializable", "partitions": [fpart()]},
+        ["isolation_level", "serializable"],
+    ),
     ("isolation-wrong-case", {"isolation_level": "READ_COMMITTED", "partitions": [fpart()]}, ["isolation_level"]),
     ("isolation-null", {"isolation_level": None, "partitions": [fpart()]}, ["isolation_level"]),
     ("encoding-unknown", {"encoding": "hex", "partitions": [fpart()]}, ["encoding", "hex"]),
@@ -261,8 +306,9 @@ LIST_OFFSETS_CASES = COMMON_BODY_CASES + [
 ]
 
 
-@pytest.mark.parametrize(("body", "mentions"), [c[1:] for c in LIST_OFFSETS_CASES],
-                         ids=[c[0] for c in LIST_OFFSETS_CASES])
+@pytest.mark.parametrize(
+    ("body", "mentions"), [c[1:] for c in LIST_OFFSETS_CASES], ids=[c[0] for c in LIST_OFFSETS_CASES]
+)
 def test_list_offsets_bad_input_is_invalid_request(client, body, mentions):
     assert_invalid_request(send(client, "POST", "/v1/offsets/list", body), *mentions)
 
@@ -286,8 +332,9 @@ CREATE_TOPIC_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("body", "mentions"), [c[1:] for c in CREATE_TOPIC_CASES],
-                         ids=[c[0] for c in CREATE_TOPIC_CASES])
+@pytest.mark.parametrize(
+    ("body", "mentions"), [c[1:] for c in CREATE_TOPIC_CASES], ids=[c[0] for c in CREATE_TOPIC_CASES]
+)
 def test_create_topic_bad_input_is_invalid_request_and_creates_nothing(client, body, mentions):
     before = client.get("/v1/cluster").json()["topics"]
     assert_invalid_request(send(client, "POST", "/v1/topics", body), *mentions)
@@ -312,10 +359,16 @@ RECORDS_CASES = [
     ("value-bool", {"partition": 0, "records": [rec(value=False)]}, ["records[0].value"]),
     ("timestamp-negative", {"partition": 0, "records": [rec(timestamp_ms=-7)]}, ["timestamp_ms"]),
     ("invalid-base64-value", {"encoding": "base64", "partition": 0, "records": [rec(value="!!")]}, ["value", "base64"]),
-    ("invalid-base64-key-partition-null", {"encoding": "base64", "partition": None, "records": [rec(key="~~")]},
-     ["key", "base64"]),
-    ("invalid-base64-second-record", {"encoding": "base64", "partition": 0,
-                                      "records": [rec(value="YQ=="), rec(value="Y")]}, ["records[1]", "base64"]),
+    (
+        "invalid-base64-key-partition-null",
+        {"encoding": "base64", "partition": None, "records": [rec(key="~~")]},
+        ["key", "base64"],
+    ),
+    (
+        "invalid-base64-second-record",
+        {"encoding": "base64", "partition": 0, "records": [rec(value="YQ=="), rec(value="Y")]},
+        ["records[1]", "base64"],
+    ),
     ("lone-surrogate-value", {"partition": 0, "records": [rec(value="a\ud800b")]}, ["value", "surrogate"]),
     ("lone-surrogate-key-partition-null", {"partition": None, "records": [rec(key="\ud800")]}, ["key", "surrogate"]),
     ("mixed-keys-partition-null", {"partition": None, "records": [rec(key="a"), rec(key="b")]}, ["key"]),
@@ -351,11 +404,19 @@ def test_get_records_bad_parameters_are_invalid_request(client, path, mentions):
 
 # ---- unparseable bodies: still 400, and the message still says what was wrong
 
-@pytest.mark.parametrize(("content", "pattern"), [
-    (b'{"partitions": [{"topic": "bad", "partition": 0, "records": [{"value": "\xff\xfe"}]}]}', r"UTF-8|utf-8"),
-    (b'{"producer_id": 1' + b"1" * 5000 + b', "partitions": []}', r"producer_id|digits|integer|too (long|large|big)"),
-    (b"[" * 100_000 + b"]" * 100_000, r"JSON|nest|deep"),
-], ids=["not-utf8", "5000-digit-integer", "nested-100000-deep"])
+
+@pytest.mark.parametrize(
+    ("content", "pattern"),
+    [
+        (b'{"partitions": [{"topic": "bad", "partition": 0, "records": [{"value": "\xff\xfe"}]}]}', r"UTF-8|utf-8"),
+        (
+            b'{"producer_id": 1' + b"1" * 5000 + b', "partitions": []}',
+            r"producer_id|digits|integer|too (long|large|big)",
+        ),
+        (b"[" * 100_000 + b"]" * 100_000, r"JSON|nest|deep"),
+    ],
+    ids=["not-utf8", "5000-digit-integer", "nested-100000-deep"],
+)
 def test_unparseable_body_message_says_what_was_wrong(client, content, pattern):
     response = client.post("/v1/produce", content=content, headers={"content-type": "application/json"})
     error = assert_invalid_request(response)
@@ -365,24 +426,34 @@ def test_unparseable_body_message_says_what_was_wrong(client, content, pattern):
 
 def test_body_declared_as_form_is_read_as_json(client):
     # curl -d sends application/x-www-form-urlencoded; the contract has no other body format.
-    response = client.post("/v1/fetch", content=b'{"partitions": [{"topic": "bad", "partition": 0, "offset": -1}]}',
-                           headers={"content-type": "application/x-www-form-urlencoded"})
+    response = client.post(
+        "/v1/fetch",
+        content=b'{"partitions": [{"topic": "bad", "partition": 0, "offset": -1}]}',
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
     assert_invalid_request(response, "offset")
 
 
 # ---- more specific codes
 
+
 def test_producer_id_never_issued_is_409_unknown_producer_id_and_appends_nothing(client):
-    body = {"producer_id": 5, "producer_epoch": 0,
-            "partitions": [part(partition=0, base_sequence=0), part(partition=1, base_sequence=0)]}
+    body = {
+        "producer_id": 5,
+        "producer_epoch": 0,
+        "partitions": [part(partition=0, base_sequence=0), part(partition=1, base_sequence=0)],
+    }
     error = assert_error(send(client, "POST", "/v1/produce", body), 409, "UNKNOWN_PRODUCER_ID", "5")
     assert error["retriable"] is False
     assert hws(client, BAD) == [0, 0]
 
 
 def test_unknown_producer_id_on_unknown_topic_is_still_request_level(client):
-    body = {"producer_id": 123456, "producer_epoch": 0,
-            "partitions": [{"topic": "never-made", "partition": 0, "base_sequence": 0, "records": [rec()]}]}
+    body = {
+        "producer_id": 123456,
+        "producer_epoch": 0,
+        "partitions": [{"topic": "never-made", "partition": 0, "base_sequence": 0, "records": [rec()]}],
+    }
     assert_error(send(client, "POST", "/v1/produce", body), 409, "UNKNOWN_PRODUCER_ID", "123456")
 
 
@@ -396,20 +467,33 @@ def _topic_with_records(client, name, count):
 def test_get_records_past_high_watermark_is_416_offset_out_of_range(client):
     _topic_with_records(client, "oor-get", 3)
     assert client.get("/v1/topics/oor-get/partitions/0/records", params={"offset": 3}).status_code == 200
-    error = assert_error(client.get("/v1/topics/oor-get/partitions/0/records", params={"offset": 4}),
-                         416, "OFFSET_OUT_OF_RANGE", "4", "3")
+    error = assert_error(
+        client.get("/v1/topics/oor-get/partitions/0/records", params={"offset": 4}),
+        416,
+        "OFFSET_OUT_OF_RANGE",
+        "4",
+        "3",
+    )
     assert error["retriable"] is False
-    assert_error(client.get("/v1/topics/oor-get/partitions/1/records", params={"offset": 1}),
-                 416, "OFFSET_OUT_OF_RANGE")
+    assert_error(
+        client.get("/v1/topics/oor-get/partitions/1/records", params={"offset": 1}), 416, "OFFSET_OUT_OF_RANGE"
+    )
 
 
 def test_fetch_past_high_watermark_is_partition_level_with_watermarks(client):
     _topic_with_records(client, "oor-fetch", 3)
-    response = send(client, "POST", "/v1/fetch", {"partitions": [
-        {"topic": "oor-fetch", "partition": 0, "offset": 9},
-        {"topic": "oor-fetch", "partition": 1, "offset": 0},
-        {"topic": "oor-fetch", "partition": 0, "offset": 2**63 - 1},
-    ]})
+    response = send(
+        client,
+        "POST",
+        "/v1/fetch",
+        {
+            "partitions": [
+                {"topic": "oor-fetch", "partition": 0, "offset": 9},
+                {"topic": "oor-fetch", "partition": 1, "offset": 0},
+                {"topic": "oor-fetch", "partition": 0, "offset": 2**63 - 1},
+            ]
+        },
+    )
     assert response.status_code == 200, response.text
     out, fine, far = response.json()["partitions"]
     assert out["error"]["code"] == "OFFSET_OUT_OF_RANGE"
@@ -424,8 +508,12 @@ def test_fetch_past_high_watermark_is_partition_level_with_watermarks(client):
 def test_fetch_past_high_watermark_with_long_poll_answers_at_once(client):
     _topic_with_records(client, "oor-wait", 1)
     started = time.monotonic()
-    response = send(client, "POST", "/v1/fetch", {"max_wait_ms": 5000,
-                                                  "partitions": [{"topic": "oor-wait", "partition": 0, "offset": 5}]})
+    response = send(
+        client,
+        "POST",
+        "/v1/fetch",
+        {"max_wait_ms": 5000, "partitions": [{"topic": "oor-wait", "partition": 0, "offset": 5}]},
+    )
     assert response.json()["partitions"][0]["error"]["code"] == "OFFSET_OUT_OF_RANGE"
     assert time.monotonic() - started < 4
 
@@ -446,44 +534,71 @@ def test_record_over_max_message_bytes_on_records_endpoint_is_413_and_appends_no
     before = hws(client, TINY)
     # 6 characters but 12 bytes; the second record is too large, so nothing of the request is written.
     body = {"partition": 1, "records": [rec(value="ok"), rec(value="éééééé")]}
-    error = assert_error(send(client, "POST", f"/v1/topics/{TINY}/records", body), 413, "RECORD_TOO_LARGE",
-                         "12", str(TINY_MAX))
+    error = assert_error(
+        send(client, "POST", f"/v1/topics/{TINY}/records", body), 413, "RECORD_TOO_LARGE", "12", str(TINY_MAX)
+    )
     assert error["retriable"] is False
     assert hws(client, TINY) == before
 
 
-@pytest.mark.parametrize("record", [
-    rec(key="abcde", value="fghijk"),                                   # 5 + 6
-    rec(key=None, value="abcdefgh", headers=[{"key": "hk", "value": "v"}]),  # 8 + 2 + 1
-    rec(value=None, headers=[{"key": "h" * 11, "value": None}]),       # header key alone
-    rec(value="abcdefghi", headers=[{"key": "", "value": "😀"}]),       # 9 + 4
-], ids=["key-plus-value", "value-plus-header", "header-key", "emoji-header-value"])
+@pytest.mark.parametrize(
+    "record",
+    [
+        rec(key="abcde", value="fghijk"),  # 5 + 6
+        rec(key=None, value="abcdefgh", headers=[{"key": "hk", "value": "v"}]),  # 8 + 2 + 1
+        rec(value=None, headers=[{"key": "h" * 11, "value": None}]),  # header key alone
+        rec(value="abcdefghi", headers=[{"key": "", "value": "😀"}]),  # 9 + 4
+    ],
+    ids=["key-plus-value", "value-plus-header", "header-key", "emoji-header-value"],
+)
 def test_max_message_bytes_counts_key_value_and_headers(client, record):
     before = hws(client, TINY)
-    assert_error(send(client, "POST", f"/v1/topics/{TINY}/records", {"partition": 0, "records": [record]}),
-                 413, "RECORD_TOO_LARGE")
+    assert_error(
+        send(client, "POST", f"/v1/topics/{TINY}/records", {"partition": 0, "records": [record]}),
+        413,
+        "RECORD_TOO_LARGE",
+    )
     assert hws(client, TINY) == before
 
 
 def test_max_message_bytes_counts_decoded_bytes_for_base64(client):
     before = hws(client, TINY)
-    ten = base64.b64encode(bytes(range(10))).decode()     # 16 characters of base64, 10 bytes
+    ten = base64.b64encode(bytes(range(10))).decode()  # 16 characters of base64, 10 bytes
     eleven = base64.b64encode(bytes(range(11))).decode()
-    ok = send(client, "POST", f"/v1/topics/{TINY}/records",
-              {"encoding": "base64", "partition": 0, "records": [rec(value=ten)]})
+    ok = send(
+        client,
+        "POST",
+        f"/v1/topics/{TINY}/records",
+        {"encoding": "base64", "partition": 0, "records": [rec(value=ten)]},
+    )
     assert ok.status_code == 200, ok.text
-    assert_error(send(client, "POST", f"/v1/topics/{TINY}/records",
-                      {"encoding": "base64", "partition": 0, "records": [rec(value=eleven)]}),
-                 413, "RECORD_TOO_LARGE", "11")
+    assert_error(
+        send(
+            client,
+            "POST",
+            f"/v1/topics/{TINY}/records",
+            {"encoding": "base64", "partition": 0, "records": [rec(value=eleven)]},
+        ),
+        413,
+        "RECORD_TOO_LARGE",
+        "11",
+    )
     assert hws(client, TINY) == [before[0] + 1, before[1]]
 
 
 def test_record_too_large_in_produce_is_partition_level(client):
     before = hws(client, TINY)
-    response = send(client, "POST", "/v1/produce", {"partitions": [
-        {"topic": TINY, "partition": 0, "records": [rec(value="small")]},
-        {"topic": TINY, "partition": 1, "records": [rec(value="fits"), rec(value="x" * (TINY_MAX + 1))]},
-    ]})
+    response = send(
+        client,
+        "POST",
+        "/v1/produce",
+        {
+            "partitions": [
+                {"topic": TINY, "partition": 0, "records": [rec(value="small")]},
+                {"topic": TINY, "partition": 1, "records": [rec(value="fits"), rec(value="x" * (TINY_MAX + 1))]},
+            ]
+        },
+    )
     assert response.status_code == 200, response.text
     ok, too_large = response.json()["partitions"]
     assert ok["error"] is None and ok["base_offset"] == before[0]
@@ -496,18 +611,27 @@ def test_record_too_large_in_produce_is_partition_level(client):
 
 # ---- request limits (max_records_per_request, max_request_bytes)
 
+
 def test_more_records_than_max_records_per_request_in_produce_is_invalid_request(limited_client):
     before = hws(limited_client, LIMITED)
-    body = {"partitions": [{"topic": LIMITED, "partition": 0, "records": [rec()] * 2},
-                           {"topic": LIMITED, "partition": 1, "records": [rec()] * 2}]}
+    body = {
+        "partitions": [
+            {"topic": LIMITED, "partition": 0, "records": [rec()] * 2},
+            {"topic": LIMITED, "partition": 1, "records": [rec()] * 2},
+        ]
+    }
     assert_invalid_request(send(limited_client, "POST", "/v1/produce", body), "4", "3")
     assert hws(limited_client, LIMITED) == before
 
 
 def test_max_records_per_request_itself_is_allowed(limited_client):
     before = hws(limited_client, LIMITED)
-    body = {"partitions": [{"topic": LIMITED, "partition": 0, "records": [rec()] * 2},
-                           {"topic": LIMITED, "partition": 1, "records": [rec()]}]}
+    body = {
+        "partitions": [
+            {"topic": LIMITED, "partition": 0, "records": [rec()] * 2},
+            {"topic": LIMITED, "partition": 1, "records": [rec()]},
+        ]
+    }
     assert send(limited_client, "POST", "/v1/produce", body).status_code == 200
     assert hws(limited_client, LIMITED) == [before[0] + 2, before[1] + 1]
 
@@ -530,16 +654,18 @@ def _padded_produce_body(total_bytes):
 
 def test_body_at_max_request_bytes_is_accepted(limited_client):
     before = hws(limited_client, LIMITED)
-    response = limited_client.post("/v1/produce", content=_padded_produce_body(1024),
-                                   headers={"content-type": "application/json"})
+    response = limited_client.post(
+        "/v1/produce", content=_padded_produce_body(1024), headers={"content-type": "application/json"}
+    )
     assert response.status_code == 200, response.text
     assert hws(limited_client, LIMITED) == [before[0] + 1, before[1]]
 
 
 def test_body_over_max_request_bytes_is_invalid_request(limited_client):
     before = hws(limited_client, LIMITED)
-    response = limited_client.post("/v1/produce", content=_padded_produce_body(1025),
-                                   headers={"content-type": "application/json"})
+    response = limited_client.post(
+        "/v1/produce", content=_padded_produce_body(1025), headers={"content-type": "application/json"}
+    )
     assert_invalid_request(response, "max_request_bytes", "1024")
     assert hws(limited_client, LIMITED) == before
 
@@ -550,7 +676,7 @@ def test_chunked_body_over_max_request_bytes_is_invalid_request_naming_the_limit
 
     def chunks():  # no Content-Length: the server must count the streamed bytes
         for start in range(0, len(body), 500):
-            yield body[start:start + 500]
+            yield body[start : start + 500]
 
     response = limited_client.post("/v1/produce", content=chunks(), headers={"content-type": "application/json"})
     assert "content-length" not in response.request.headers
@@ -560,13 +686,15 @@ def test_chunked_body_over_max_request_bytes_is_invalid_request_naming_the_limit
 
 # ---- never a 500: names that cannot be stored in PostgreSQL text
 
+
 def assert_rejected_cleanly(response, *, allow_partition_level=False):
     """A 4xx in the contract's format, or a 200 whose partition entries carry the error."""
     assert response.status_code != 500, response.text
     if response.status_code == 200 and allow_partition_level:
         entries = response.json()["partitions"]
-        assert all(entry["error"]["code"] in ("UNKNOWN_TOPIC_OR_PARTITION", "INVALID_TOPIC_EXCEPTION")
-                   for entry in entries), entries
+        assert all(
+            entry["error"]["code"] in ("UNKNOWN_TOPIC_OR_PARTITION", "INVALID_TOPIC_EXCEPTION") for entry in entries
+        ), entries
         return
     assert response.status_code in (400, 404), response.text
     error = response.json()["error"]
@@ -585,12 +713,15 @@ def test_unstorable_topic_name_in_body_is_not_a_server_error(client, endpoint, t
     assert_rejected_cleanly(send(client, "POST", path, body), allow_partition_level=True)
 
 
-@pytest.mark.parametrize(("method", "path"), [
-    ("GET", "/v1/topics/nul%00byte"),
-    ("DELETE", "/v1/topics/nul%00byte"),
-    ("GET", "/v1/topics/nul%00byte/partitions/0/records"),
-    ("POST", "/v1/topics/nul%00byte/records"),
-])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/topics/nul%00byte"),
+        ("DELETE", "/v1/topics/nul%00byte"),
+        ("GET", "/v1/topics/nul%00byte/partitions/0/records"),
+        ("POST", "/v1/topics/nul%00byte/records"),
+    ],
+)
 def test_unstorable_topic_name_in_path_is_not_a_server_error(client, method, path):
     kwargs = {"json": {"partition": 0, "records": [rec()]}} if method == "POST" else {}
     assert_rejected_cleanly(client.request(method, path, **kwargs))
@@ -604,10 +735,16 @@ def test_unstorable_topic_name_in_create_is_invalid_topic_exception(client):
 def test_unstorable_transactional_id_in_produce_is_not_a_server_error(client):
     # A transactional id that can never have been initialized: INVALID_PRODUCER_ID_MAPPING (API.md: an
     # unknown transactional id) or INVALID_REQUEST, never a 500, and nothing appended.
-    body = {"transactional_id": "tx\u0000nul", "producer_id": 5, "producer_epoch": 0,
-            "partitions": [part(base_sequence=0)]}
+    body = {
+        "transactional_id": "tx\u0000nul",
+        "producer_id": 5,
+        "producer_epoch": 0,
+        "partitions": [part(base_sequence=0)],
+    }
     response = send(client, "POST", "/v1/produce", body)
     assert response.status_code != 500, response.text
     assert (response.status_code, response.json()["error"]["code"]) in (
-        (400, "INVALID_REQUEST"), (409, "INVALID_PRODUCER_ID_MAPPING"))
+        (400, "INVALID_REQUEST"),
+        (409, "INVALID_PRODUCER_ID_MAPPING"),
+    )
     assert hws(client, BAD) == [0, 0]

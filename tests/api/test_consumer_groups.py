@@ -19,11 +19,23 @@ OFFSETS_TOPIC = "__consumer_offsets"
 # ---- helpers speaking the contract
 
 
-def heartbeat(client: httpx.Client, group: str, member_id: str = "", topics=("t",),
-              session_timeout_ms: int = 30_000, generation_id: int = -1) -> dict:
-    response = client.post(f"/v1/groups/{group}/heartbeat", json={
-        "member_id": member_id, "generation_id": generation_id, "topics": list(topics),
-        "session_timeout_ms": session_timeout_ms})
+def heartbeat(
+    client: httpx.Client,
+    group: str,
+    member_id: str = "",
+    topics=("t",),
+    session_timeout_ms: int = 30_000,
+    generation_id: int = -1,
+) -> dict:
+    response = client.post(
+        f"/v1/groups/{group}/heartbeat",
+        json={
+            "member_id": member_id,
+            "generation_id": generation_id,
+            "topics": list(topics),
+            "session_timeout_ms": session_timeout_ms,
+        },
+    )
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -33,22 +45,35 @@ def assigned(body: dict) -> dict[str, list[int]]:
     return {a["topic"]: a["partitions"] for a in body["assignment"] if a["partitions"]}
 
 
-def commit(client: httpx.Client, group: str, offsets: list[tuple], member_id: str = "",
-           generation_id: int = -1) -> list[dict]:
+def commit(
+    client: httpx.Client, group: str, offsets: list[tuple], member_id: str = "", generation_id: int = -1
+) -> list[dict]:
     """offsets: (topic, partition, offset[, metadata]). Returns the per-entry results."""
-    response = client.post(f"/v1/groups/{group}/offsets/commit", json={
-        "member_id": member_id, "generation_id": generation_id,
-        "offsets": [{"topic": o[0], "partition": o[1], "offset": o[2], "metadata": o[3] if len(o) > 3 else None}
-                    for o in offsets]})
+    response = client.post(
+        f"/v1/groups/{group}/offsets/commit",
+        json={
+            "member_id": member_id,
+            "generation_id": generation_id,
+            "offsets": [
+                {"topic": o[0], "partition": o[1], "offset": o[2], "metadata": o[3] if len(o) > 3 else None}
+                for o in offsets
+            ],
+        },
+    )
     assert response.status_code == 200, response.text
     return response.json()["offsets"]
 
 
-def fetch_offsets(client: httpx.Client, group: str, partitions: list[tuple[str, int]] | None = None,
-                  require_stable: bool = False) -> list[dict]:
-    response = client.post(f"/v1/groups/{group}/offsets/fetch", json={
-        "partitions": None if partitions is None else [{"topic": t, "partition": p} for t, p in partitions],
-        "require_stable": require_stable})
+def fetch_offsets(
+    client: httpx.Client, group: str, partitions: list[tuple[str, int]] | None = None, require_stable: bool = False
+) -> list[dict]:
+    response = client.post(
+        f"/v1/groups/{group}/offsets/fetch",
+        json={
+            "partitions": None if partitions is None else [{"topic": t, "partition": p} for t, p in partitions],
+            "require_stable": require_stable,
+        },
+    )
     assert response.status_code == 200, response.text
     return response.json()["offsets"]
 
@@ -57,12 +82,27 @@ def committed(client: httpx.Client, group: str, partitions: list[tuple[str, int]
     return {(o["topic"], o["partition"]): o["offset"] for o in fetch_offsets(client, group, partitions)}
 
 
-def txn_offset_commit(client: httpx.Client, producer: TxnProducer, group: str, offsets: list[tuple],
-                      member_id: str = "", generation_id: int = -1) -> httpx.Response:
-    return client.post("/v1/txn/offset-commit", json={
-        **producer.ids(), "group_id": group, "member_id": member_id, "generation_id": generation_id,
-        "offsets": [{"topic": o[0], "partition": o[1], "offset": o[2], "metadata": o[3] if len(o) > 3 else None}
-                    for o in offsets]})
+def txn_offset_commit(
+    client: httpx.Client,
+    producer: TxnProducer,
+    group: str,
+    offsets: list[tuple],
+    member_id: str = "",
+    generation_id: int = -1,
+) -> httpx.Response:
+    return client.post(
+        "/v1/txn/offset-commit",
+        json={
+            **producer.ids(),
+            "group_id": group,
+            "member_id": member_id,
+            "generation_id": generation_id,
+            "offsets": [
+                {"topic": o[0], "partition": o[1], "offset": o[2], "metadata": o[3] if len(o) > 3 else None}
+                for o in offsets
+            ],
+        },
+    )
 
 
 def entry_codes(entries: list[dict]) -> list[str | None]:
@@ -101,11 +141,17 @@ def client(server) -> httpx.Client:
 
 def test_simple_commit_and_fetch_round_trip_offset_and_metadata(client):
     results = commit(client, "g", [("t", 0, 5, "hello"), ("t", 2, 7, None), ("u", 1, 0, "é ✓ {json}")])
-    assert results == [{"topic": "t", "partition": 0, "error": None}, {"topic": "t", "partition": 2, "error": None},
-                       {"topic": "u", "partition": 1, "error": None}]
+    assert results == [
+        {"topic": "t", "partition": 0, "error": None},
+        {"topic": "t", "partition": 2, "error": None},
+        {"topic": "u", "partition": 1, "error": None},
+    ]
     fetched = fetch_offsets(client, "g", [("t", 0), ("t", 2), ("u", 1)])
     assert [(o["topic"], o["partition"], o["offset"], o["metadata"], o["error"]) for o in fetched] == [
-        ("t", 0, 5, "hello", None), ("t", 2, 7, None, None), ("u", 1, 0, "é ✓ {json}", None)]
+        ("t", 0, 5, "hello", None),
+        ("t", 2, 7, None, None),
+        ("u", 1, 0, "é ✓ {json}", None),
+    ]
     # a later commit replaces the offset and the metadata
     commit(client, "g", [("t", 0, 9, "again")])
     assert [(o["offset"], o["metadata"]) for o in fetch_offsets(client, "g", [("t", 0)])] == [(9, "again")]
@@ -115,7 +161,10 @@ def test_fetch_answers_in_request_order_and_minus_one_for_never_committed(client
     commit(client, "g", [("t", 1, 3)])
     fetched = fetch_offsets(client, "g", [("u", 0), ("t", 1), ("t", 0)])
     assert [(o["topic"], o["partition"], o["offset"], o["metadata"], o["error"]) for o in fetched] == [
-        ("u", 0, -1, None, None), ("t", 1, 3, None, None), ("t", 0, -1, None, None)]
+        ("u", 0, -1, None, None),
+        ("t", 1, 3, None, None),
+        ("t", 0, -1, None, None),
+    ]
 
 
 def test_fetch_of_a_group_that_never_committed_answers_minus_one(client):
@@ -128,7 +177,10 @@ def test_fetch_with_partitions_null_lists_every_committed_partition(client):
     commit(client, "other-group", [("t", 1, 100)])
     fetched = fetch_offsets(client, "g", None)
     assert sorted((o["topic"], o["partition"], o["offset"], o["metadata"]) for o in fetched) == [
-        ("t", 0, 1, None), ("t", 2, 2, None), ("u", 1, 4, "m")]
+        ("t", 0, 1, None),
+        ("t", 2, 2, None),
+        ("u", 1, 4, "m"),
+    ]
     assert all(o["error"] is None for o in fetched)
 
 
@@ -137,7 +189,11 @@ def test_commit_of_unknown_topic_or_partition_fails_only_that_entry(client):
     assert entry_codes(results) == [None, "UNKNOWN_TOPIC_OR_PARTITION", "UNKNOWN_TOPIC_OR_PARTITION", None]
     assert results[1]["error"]["retriable"] is False
     assert committed(client, "g", [("t", 0), ("u", 1), ("t", 3), ("missing", 0)]) == {
-        ("t", 0): 1, ("u", 1): 2, ("t", 3): -1, ("missing", 0): -1}
+        ("t", 0): 1,
+        ("u", 1): 2,
+        ("t", 3): -1,
+        ("missing", 0): -1,
+    }
     assert sorted((o["topic"], o["partition"]) for o in fetch_offsets(client, "g", None)) == [("t", 0), ("u", 1)]
 
 
@@ -212,8 +268,7 @@ def test_leave_bumps_the_generation_and_the_other_member_gets_everything(client)
 def test_heartbeat_of_an_unknown_member_is_unknown_member_id(client):
     heartbeat(client, "g", topics=["t"])
     for group in ("g", "no-such-group"):
-        response = client.post(f"/v1/groups/{group}/heartbeat", json={"member_id": "member-made-up",
-                                                                      "topics": ["t"]})
+        response = client.post(f"/v1/groups/{group}/heartbeat", json={"member_id": "member-made-up", "topics": ["t"]})
         assert response.status_code == 409, response.text
         error = error_of(response)
         assert error["code"] == "UNKNOWN_MEMBER_ID" and error["retriable"] is False
@@ -260,8 +315,9 @@ def test_session_timeout_evicts_a_silent_member_and_bumps_the_generation(make_se
     deadline = joined_at + 10
     while True:
         described = describe(client, "g")
-        if ([m["member_id"] for m in described["members"]] == [alive["member_id"]]
-                and described["generation_id"] != generation):
+        if [m["member_id"] for m in described["members"]] == [alive["member_id"]] and described[
+            "generation_id"
+        ] != generation:
             break
         assert time.monotonic() < deadline, f"the silent member was never evicted: {described}"
         time.sleep(0.05)
@@ -270,8 +326,9 @@ def test_session_timeout_evicts_a_silent_member_and_bumps_the_generation(make_se
     assert assigned(described["members"][0]) == {"t": [0, 1, 2]}
     now = heartbeat(client, "g", alive["member_id"], topics=["t"], session_timeout_ms=60_000)
     assert now["generation_id"] == generation + 1 and assigned(now) == {"t": [0, 1, 2]}
-    late = client.post("/v1/groups/g/heartbeat", json={"member_id": silent["member_id"], "topics": ["t"],
-                                                       "session_timeout_ms": 1_000})
+    late = client.post(
+        "/v1/groups/g/heartbeat", json={"member_id": silent["member_id"], "topics": ["t"], "session_timeout_ms": 1_000}
+    )
     assert late.status_code == 409 and error_of(late)["code"] == "UNKNOWN_MEMBER_ID"
     # the evicted member's commit with its last generation is refused per entry
     results = commit(client, "g", [("t", 0, 5)], silent["member_id"], generation)
@@ -292,8 +349,7 @@ def test_heartbeats_keep_a_short_session_alive(make_server):
 
 
 def test_session_timeout_below_the_minimum_is_invalid(client):
-    response = client.post("/v1/groups/g/heartbeat", json={"member_id": "", "topics": ["t"],
-                                                           "session_timeout_ms": 999})
+    response = client.post("/v1/groups/g/heartbeat", json={"member_id": "", "topics": ["t"], "session_timeout_ms": 999})
     assert response.status_code == 400 and error_of(response)["code"] == "INVALID_REQUEST"
 
 
@@ -357,16 +413,24 @@ def test_txn_offsets_invisible_until_commit_and_unstable_meanwhile(client, produ
     # invisible: the previous committed offsets are what OffsetFetch answers
     pending = fetch_offsets(client, "g", [("t", 0), ("t", 1), ("t", 2)])
     assert [(o["offset"], o["metadata"], o["error"]) for o in pending] == [
-        (2, "plain", None), (-1, None, None), (-1, None, None)]
+        (2, "plain", None),
+        (-1, None, None),
+        (-1, None, None),
+    ]
     stable = fetch_offsets(client, "g", [("t", 0), ("t", 1), ("t", 2)], require_stable=True)
     assert entry_codes(stable) == ["UNSTABLE_OFFSET_COMMIT", "UNSTABLE_OFFSET_COMMIT", None]
     assert stable[0]["error"]["retriable"] is True
     assert producer.commit()["state"] == "CompleteCommit"
     after = fetch_offsets(client, "g", [("t", 0), ("t", 1), ("t", 2)], require_stable=True)
     assert [(o["offset"], o["metadata"], o["error"]) for o in after] == [
-        (10, "txn-meta", None), (4, None, None), (-1, None, None)]
+        (10, "txn-meta", None),
+        (4, None, None),
+        (-1, None, None),
+    ]
     assert sorted((o["topic"], o["partition"], o["offset"]) for o in fetch_offsets(client, "g", None)) == [
-        ("t", 0, 10), ("t", 1, 4)]
+        ("t", 0, 10),
+        ("t", 1, 4),
+    ]
 
 
 def test_abort_discards_txn_offsets_and_the_previous_commit_stays(client, producer):
@@ -422,8 +486,12 @@ def test_data_and_offsets_commit_atomically(client, producer):
     txn_offset_commit(client, producer, "g", [("t", 0, 2)])
 
     def values() -> list[str]:
-        return [r["value"] for r in client.post("/v1/fetch", json={"partitions": [
-            {"topic": "u", "partition": 1, "offset": 0}]}).json()["partitions"][0]["records"]]
+        return [
+            r["value"]
+            for r in client.post(
+                "/v1/fetch", json={"partitions": [{"topic": "u", "partition": 1, "offset": 0}]}
+            ).json()["partitions"][0]["records"]
+        ]
 
     assert values() == [] and committed(client, "g", [("t", 0)]) == {("t", 0): -1}
     producer.commit()
@@ -432,8 +500,7 @@ def test_data_and_offsets_commit_atomically(client, producer):
 
 def test_txn_offset_commit_of_unknown_topic_or_partition_fails_only_that_entry(client, producer):
     response = txn_offset_commit(client, producer, "g", [("t", 0, 1), ("nope", 0, 1), ("u", 2, 1)])
-    assert entry_codes(response.json()["offsets"]) == [None, "UNKNOWN_TOPIC_OR_PARTITION",
-                                                       "UNKNOWN_TOPIC_OR_PARTITION"]
+    assert entry_codes(response.json()["offsets"]) == [None, "UNKNOWN_TOPIC_OR_PARTITION", "UNKNOWN_TOPIC_OR_PARTITION"]
     producer.commit()
     assert committed(client, "g", [("t", 0), ("nope", 0), ("u", 2)]) == {("t", 0): 1, ("nope", 0): -1, ("u", 2): -1}
 
@@ -454,16 +521,25 @@ def test_fenced_producer_txn_offset_commit_is_producer_fenced(client, producer):
     txn_offset_commit(client, newer, "g", [("t", 0, 7)])
     before_end = newer.ids()
     newer.commit()
-    stale = client.post("/v1/txn/offset-commit", json={**before_end, "group_id": "g",
-                                                       "offsets": [{"topic": "t", "partition": 0, "offset": 8}]})
+    stale = client.post(
+        "/v1/txn/offset-commit",
+        json={**before_end, "group_id": "g", "offsets": [{"topic": "t", "partition": 0, "offset": 8}]},
+    )
     assert stale.status_code == 409 and error_of(stale)["code"] == "PRODUCER_FENCED"
     assert committed(client, "g", [("t", 0)]) == {("t", 0): 7}
 
 
 def test_txn_offset_commit_of_an_unknown_transactional_id(client):
-    response = client.post("/v1/txn/offset-commit", json={
-        "transactional_id": "never-initialized", "producer_id": 1, "producer_epoch": 0, "group_id": "g",
-        "offsets": [{"topic": "t", "partition": 0, "offset": 1}]})
+    response = client.post(
+        "/v1/txn/offset-commit",
+        json={
+            "transactional_id": "never-initialized",
+            "producer_id": 1,
+            "producer_epoch": 0,
+            "group_id": "g",
+            "offsets": [{"topic": "t", "partition": 0, "offset": 1}],
+        },
+    )
     assert response.status_code == 409 and error_of(response)["code"] == "INVALID_PRODUCER_ID_MAPPING"
 
 
@@ -473,7 +549,8 @@ def test_init_producer_id_aborts_the_pending_txn_offsets(client, producer):
     assert entry_codes(fetch_offsets(client, "g", [("t", 0)], require_stable=True)) == ["UNSTABLE_OFFSET_COMMIT"]
     TxnProducer(client, "eos-app").init()
     assert [(o["offset"], o["error"]) for o in fetch_offsets(client, "g", [("t", 0)], require_stable=True)] == [
-        (1, None)]
+        (1, None)
+    ]
 
 
 def test_a_timed_out_transaction_discards_its_txn_offsets(make_server):
@@ -503,7 +580,9 @@ def test_two_transactional_producers_commit_offsets_of_different_partitions(clie
     second.commit()
     assert committed(client, "g", [("t", 0), ("t", 1)]) == {("t", 0): -1, ("t", 1): 22}
     assert entry_codes(fetch_offsets(client, "g", [("t", 0), ("t", 1)], require_stable=True)) == [
-        "UNSTABLE_OFFSET_COMMIT", None]
+        "UNSTABLE_OFFSET_COMMIT",
+        None,
+    ]
     first.abort()
     assert committed(client, "g", [("t", 0), ("t", 1)]) == {("t", 0): -1, ("t", 1): 22}
 
@@ -529,12 +608,16 @@ def test_zombie_member_txn_offset_commit_is_fenced_after_a_rebalance(client):
 
     # A, a zombie now, goes on with generation G
     producer_a.send("u", 0, "a-2")
-    fenced = txn_offset_commit(client, producer_a, "g", [("t", 0, 9), ("t", 1, 9), ("t", 2, 9)],
-                               a["member_id"], generation)
+    fenced = txn_offset_commit(
+        client, producer_a, "g", [("t", 0, 9), ("t", 1, 9), ("t", 2, 9)], a["member_id"], generation
+    )
     assert fenced.status_code == 200, fenced.text
     assert entry_codes(fenced.json()["offsets"]) == ["ILLEGAL_GENERATION"] * 3
     assert entry_codes(fetch_offsets(client, "g", [("t", 0), ("t", 1), ("t", 2)], require_stable=True)) == [
-        None, None, None], "nothing of the refused commit is pending"
+        None,
+        None,
+        None,
+    ], "nothing of the refused commit is pending"
     producer_a.commit()  # even so A commits its transaction: its refused offsets must never appear
     assert committed(client, "g", [("t", 0), ("t", 1), ("t", 2)]) == {("t", 0): 5, ("t", 1): 5, ("t", 2): -1}
 
@@ -597,8 +680,10 @@ def test_describe_shows_members_generation_assignment_offsets_and_lag(client):
     assert assigned(members[b["member_id"]]) == {"t": split[b["member_id"]], "u": [0, 1]}
     assert sorted(members[b["member_id"]]["topics"]) == ["t", "u"]
     assert members[a["member_id"]]["session_timeout_ms"] == 12_000
-    offsets = [(o["topic"], o["partition"], o["offset"], o["metadata"], o["high_watermark"], o["lag"])
-               for o in described["offsets"]]
+    offsets = [
+        (o["topic"], o["partition"], o["offset"], o["metadata"], o["high_watermark"], o["lag"])
+        for o in described["offsets"]
+    ]
     assert offsets == [("t", 0, 2, "meta-t0", 6, 4)]
 
 
@@ -622,8 +707,9 @@ def test_lag_counts_records_not_markers(client):
     assert lag_at(4) == 6
     assert lag_at(0) == 10
     # where a read_committed consumer really ends up: next_offset after consuming everything
-    entry = client.post("/v1/fetch", json={"partitions": [{"topic": "lagt", "partition": 0, "offset": 0}],
-                                           "max_records": 1000}).json()["partitions"][0]
+    entry = client.post(
+        "/v1/fetch", json={"partitions": [{"topic": "lagt", "partition": 0, "offset": 0}], "max_records": 1000}
+    ).json()["partitions"][0]
     assert len(entry["records"]) == 10
     assert lag_at(entry["next_offset"]) == 0
 
@@ -634,8 +720,9 @@ def test_lag_of_a_transactionally_committed_offset_is_zero_at_the_end(client):
     member = heartbeat(client, "eos-group", topics=["lagt"])
     producer = TxnProducer(client, "consumer-app")
     producer.init()
-    response = txn_offset_commit(client, producer, "eos-group", [("lagt", 0, high_watermark)],
-                                 member["member_id"], member["generation_id"])
+    response = txn_offset_commit(
+        client, producer, "eos-group", [("lagt", 0, high_watermark)], member["member_id"], member["generation_id"]
+    )
     assert entry_codes(response.json()["offsets"]) == [None]
     producer.commit()
     (entry,) = describe(client, "eos-group")["offsets"]
@@ -698,24 +785,34 @@ def test_concurrent_commits_with_and_without_a_generation_on_one_group(server, c
     def committer(generation: int, member_id: str, partition: int) -> None:
         with httpx.Client(base_url=server.url, timeout=60) as own:
             for i in range(rounds):
-                response = own.post("/v1/groups/g/offsets/commit", json={
-                    "member_id": member_id, "generation_id": generation,
-                    "offsets": [{"topic": "t", "partition": partition, "offset": i}]})
+                response = own.post(
+                    "/v1/groups/g/offsets/commit",
+                    json={
+                        "member_id": member_id,
+                        "generation_id": generation,
+                        "offsets": [{"topic": "t", "partition": partition, "offset": i}],
+                    },
+                )
                 if response.status_code != 200 or response.json()["offsets"][0]["error"] is not None:
                     failures.append(f"{response.status_code} {response.text[:300]}")
                     return  # one is enough (each deadlock costs PostgreSQL's deadlock_timeout)
 
-    threads = [threading.Thread(target=committer, args=(member["generation_id"], member["member_id"], 0)),
-               threading.Thread(target=committer, args=(member["generation_id"], member["member_id"], 1)),
-               threading.Thread(target=committer, args=(-1, "", 2)),
-               threading.Thread(target=committer, args=(-1, "", 2))]
+    threads = [
+        threading.Thread(target=committer, args=(member["generation_id"], member["member_id"], 0)),
+        threading.Thread(target=committer, args=(member["generation_id"], member["member_id"], 1)),
+        threading.Thread(target=committer, args=(-1, "", 2)),
+        threading.Thread(target=committer, args=(-1, "", 2)),
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=120)
     assert not failures, f"{len(failures)} failed commits, first: {failures[0]}"
     assert committed(client, "g", [("t", 0), ("t", 1), ("t", 2)]) == {
-        ("t", 0): rounds - 1, ("t", 1): rounds - 1, ("t", 2): rounds - 1}
+        ("t", 0): rounds - 1,
+        ("t", 1): rounds - 1,
+        ("t", 2): rounds - 1,
+    }
 
 
 def test_concurrent_joins_get_distinct_ids_and_one_consistent_assignment(server, client):
@@ -775,15 +872,18 @@ def test_describe_is_a_consistent_snapshot_while_members_come_and_go(server, cli
             describes += 1
             owned = sorted(p for m in described["members"] for p in assigned(m).get("t", []))
             if owned != [0, 1, 2]:
-                inconsistent.append((described["generation_id"],
-                                     {m["member_id"][-6:]: assigned(m) for m in described["members"]}))
+                inconsistent.append(
+                    (described["generation_id"], {m["member_id"][-6:]: assigned(m) for m in described["members"]})
+                )
     finally:
         stop.set()
         for thread in threads:
             thread.join(timeout=60)
     assert not churn_errors, churn_errors[0]
-    assert not inconsistent, (f"{len(inconsistent)} of {describes} describes paired members with another "
-                              f"generation's assignment: {inconsistent}")
+    assert not inconsistent, (
+        f"{len(inconsistent)} of {describes} describes paired members with another "
+        f"generation's assignment: {inconsistent}"
+    )
     assert steady["member_id"] in {m["member_id"] for m in describe(client, "g")["members"]}
 
 
@@ -792,10 +892,12 @@ def test_a_subscribed_topic_created_later_is_assigned_at_the_next_heartbeat(serv
     joined = client.post("/v1/groups/late-topic/heartbeat", json={"member_id": "", "topics": ["later"]}).json()
     assert joined["assignment"] == []
     client.post("/v1/topics", json={"name": "later", "partitions": 2}).raise_for_status()
-    again = client.post("/v1/groups/late-topic/heartbeat",
-                        json={"member_id": joined["member_id"], "topics": ["later"]}).json()
+    again = client.post(
+        "/v1/groups/late-topic/heartbeat", json={"member_id": joined["member_id"], "topics": ["later"]}
+    ).json()
     assert again["generation_id"] == joined["generation_id"] + 1
     assert again["assignment"] == [{"topic": "later", "partitions": [0, 1]}]
-    steady = client.post("/v1/groups/late-topic/heartbeat",
-                         json={"member_id": joined["member_id"], "topics": ["later"]}).json()
+    steady = client.post(
+        "/v1/groups/late-topic/heartbeat", json={"member_id": joined["member_id"], "topics": ["later"]}
+    ).json()
     assert steady["generation_id"] == again["generation_id"], "no rebalance when nothing changed"

@@ -19,5 +19,6 @@ def test_curl_walkthrough_passes(server: RunningServer) -> None:
 
     assert result.returncode == 0, (
         f"{WALKTHROUGH.name} exited with {result.returncode}\n--- stdout ---\n{result.stdout}"
-        f"\n--- stderr ---\n{result.stderr}")
+        f"\n--- stderr ---\n{result.stderr}"
+    )
     assert "The walkthrough passed" in result.stdout

@@ -75,8 +75,11 @@ class Copier:
         return response.json()
 
     def ids(self) -> dict:
-        return {"transactional_id": TRANSACTIONAL_ID, "producer_id": self.producer_id,
-                "producer_epoch": self.producer_epoch}
+        return {
+            "transactional_id": TRANSACTIONAL_ID,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+        }
 
     def adopt(self, body: dict) -> None:
         if (body["producer_id"], body["producer_epoch"]) != (self.producer_id, self.producer_epoch):
@@ -87,14 +90,21 @@ class Copier:
 
     def init_producer(self) -> None:
         """InitProducerId fences the previous instance and aborts (or completes) its transaction."""
-        self.adopt(self.call("/v1/producers/init", {"transactional_id": TRANSACTIONAL_ID,
-                                                    "transaction_timeout_ms": 60_000}))
+        self.adopt(
+            self.call("/v1/producers/init", {"transactional_id": TRANSACTIONAL_ID, "transaction_timeout_ms": 60_000})
+        )
         self.stats["init_producer_id"] += 1
 
     def heartbeat(self) -> None:
-        response = self.http.post(f"/v1/groups/{GROUP}/heartbeat", json={
-            "member_id": self.member_id, "generation_id": self.generation_id, "topics": [INPUT],
-            "session_timeout_ms": 120_000})
+        response = self.http.post(
+            f"/v1/groups/{GROUP}/heartbeat",
+            json={
+                "member_id": self.member_id,
+                "generation_id": self.generation_id,
+                "topics": [INPUT],
+                "session_timeout_ms": 120_000,
+            },
+        )
         if response.status_code == 409 and response.json()["error"]["code"] == "UNKNOWN_MEMBER_ID":
             self.member_id = ""
             self.stats["rejoins"] += 1
@@ -111,8 +121,10 @@ class Copier:
     def rewind(self) -> None:
         """Positions := the group's committed offsets, waiting out pending transactional ones."""
         while True:
-            body = self.call(f"/v1/groups/{GROUP}/offsets/fetch", {
-                "partitions": [{"topic": INPUT, "partition": p} for p in self.assignment], "require_stable": True})
+            body = self.call(
+                f"/v1/groups/{GROUP}/offsets/fetch",
+                {"partitions": [{"topic": INPUT, "partition": p} for p in self.assignment], "require_stable": True},
+            )
             unstable = [o for o in body["offsets"] if o["error"] is not None]
             if not unstable:
                 break
@@ -138,9 +150,14 @@ class Copier:
         if set(self.positions) != set(self.assignment):
             self.rewind()
         order = self.rng.sample(self.assignment, len(self.assignment))  # fairness: max_records is for all
-        fetched = self.call("/v1/fetch", {"isolation_level": "read_committed", "max_records": BATCH,
-                                          "partitions": [{"topic": INPUT, "partition": p, "offset": self.positions[p]}
-                                                         for p in order]})
+        fetched = self.call(
+            "/v1/fetch",
+            {
+                "isolation_level": "read_committed",
+                "max_records": BATCH,
+                "partitions": [{"topic": INPUT, "partition": p, "offset": self.positions[p]} for p in order],
+            },
+        )
         records, next_offsets = [], {}
         for entry in fetched["partitions"]:
             assert entry["error"] is None, entry
@@ -154,18 +171,35 @@ class Copier:
         by_partition: dict[int, list[dict]] = collections.defaultdict(list)
         for record in records:
             by_partition[partition_of(record["key"], OUTPUT_PARTITIONS)].append(
-                {"key": record["key"], "value": "out-" + record["value"]})
-        produced = self.call("/v1/produce", {**self.ids(), "partitions": [
-            {"topic": OUTPUT, "partition": p, "base_sequence": self.sequences.get(p, 0), "records": rs}
-            for p, rs in sorted(by_partition.items())]})
+                {"key": record["key"], "value": "out-" + record["value"]}
+            )
+        produced = self.call(
+            "/v1/produce",
+            {
+                **self.ids(),
+                "partitions": [
+                    {"topic": OUTPUT, "partition": p, "base_sequence": self.sequences.get(p, 0), "records": rs}
+                    for p, rs in sorted(by_partition.items())
+                ],
+            },
+        )
         for entry in produced["partitions"]:
             assert entry["error"] is None and not entry["duplicate"], entry
         for p, rs in by_partition.items():
             self.sequences[p] = self.sequences.get(p, 0) + len(rs)
-        offsets = self.call("/v1/txn/offset-commit", {
-            **self.ids(), "group_id": GROUP, "member_id": self.member_id, "generation_id": self.generation_id,
-            "offsets": [{"topic": INPUT, "partition": p, "offset": o, "metadata": f"cycle {self.stats['cycles']}"}
-                        for p, o in sorted(next_offsets.items())]})
+        offsets = self.call(
+            "/v1/txn/offset-commit",
+            {
+                **self.ids(),
+                "group_id": GROUP,
+                "member_id": self.member_id,
+                "generation_id": self.generation_id,
+                "offsets": [
+                    {"topic": INPUT, "partition": p, "offset": o, "metadata": f"cycle {self.stats['cycles']}"}
+                    for p, o in sorted(next_offsets.items())
+                ],
+            },
+        )
         fenced = [o["error"]["code"] for o in offsets["offsets"] if o["error"] is not None]
         self.stats["cycles"] += 1
         if fenced:  # a rebalance we did not see yet: abort, adopt the new generation, start over
@@ -223,9 +257,14 @@ def read_values(url: str, topic: str, partitions: int, isolation_level: str) -> 
         for partition in range(partitions):
             offset = 0
             while True:
-                entry = client.post("/v1/fetch", json={
-                    "isolation_level": isolation_level, "max_records": 10_000,
-                    "partitions": [{"topic": topic, "partition": partition, "offset": offset}]}).json()["partitions"][0]
+                entry = client.post(
+                    "/v1/fetch",
+                    json={
+                        "isolation_level": isolation_level,
+                        "max_records": 10_000,
+                        "partitions": [{"topic": topic, "partition": partition, "offset": offset}],
+                    },
+                ).json()["partitions"][0]
                 assert entry["error"] is None, entry
                 values += [record["value"] for record in entry["records"]]
                 end = entry["last_stable_offset"] if isolation_level == "read_committed" else entry["high_watermark"]
@@ -248,8 +287,15 @@ def test_consume_transform_produce_is_exactly_once_across_sigkills(server_proces
             by_partition: dict[int, list[dict]] = collections.defaultdict(list)
             for i in range(chunk * RECORDS // 4, (chunk + 1) * RECORDS // 4):
                 by_partition[partition_of(key_of(i), INPUT_PARTITIONS)].append({"key": key_of(i), "value": str(i)})
-            response = client.post("/v1/produce", json={"producer_id": -1, "partitions": [
-                {"topic": INPUT, "partition": p, "records": rs} for p, rs in sorted(by_partition.items())]})
+            response = client.post(
+                "/v1/produce",
+                json={
+                    "producer_id": -1,
+                    "partitions": [
+                        {"topic": INPUT, "partition": p, "records": rs} for p, rs in sorted(by_partition.items())
+                    ],
+                },
+            )
             assert response.status_code == 200, response.text
             assert all(entry["error"] is None for entry in response.json()["partitions"])
         input_ends = [p["high_watermark"] for p in client.get(f"/v1/topics/{INPUT}").json()["partitions"]]
@@ -296,12 +342,15 @@ def test_consume_transform_produce_is_exactly_once_across_sigkills(server_proces
         described = client.get(f"/v1/groups/{GROUP}").json()
         final = {o["partition"]: (o["offset"], o["lag"]) for o in described["offsets"] if o["topic"] == INPUT}
         assert final == {p: (end, 0) for p, end in enumerate(input_ends)}, described
-        stable = client.post(f"/v1/groups/{GROUP}/offsets/fetch", json={"partitions": None,
-                                                                        "require_stable": True}).json()
+        stable = client.post(
+            f"/v1/groups/{GROUP}/offsets/fetch", json={"partitions": None, "require_stable": True}
+        ).json()
         assert all(o["error"] is None for o in stable["offsets"])
 
-    print(f"\nexactly-once loop (seed {seed}): {copier.stats['cycles']} cycles, {copier.stats['commits']} commits, "
-          f"{copier.stats['aborts']} random aborts, {kills} kills ({copier.stats['crashes_seen']} seen by the copier, "
-          f"{copier.stats['init_producer_id']} InitProducerId), {copier.stats['unstable_offset_retries']} "
-          f"UNSTABLE_OFFSET_COMMIT retries, {len(uncommitted_values) - RECORDS} aborted records in the log, "
-          f"{time.monotonic() - started:.1f}s")
+    print(
+        f"\nexactly-once loop (seed {seed}): {copier.stats['cycles']} cycles, {copier.stats['commits']} commits, "
+        f"{copier.stats['aborts']} random aborts, {kills} kills ({copier.stats['crashes_seen']} seen by the copier, "
+        f"{copier.stats['init_producer_id']} InitProducerId), {copier.stats['unstable_offset_retries']} "
+        f"UNSTABLE_OFFSET_COMMIT retries, {len(uncommitted_values) - RECORDS} aborted records in the log, "
+        f"{time.monotonic() - started:.1f}s"
+    )

@@ -34,11 +34,16 @@ def check_error_body(response) -> None:
 
 
 @schema.parametrize()
-@settings(max_examples=int(__import__("os").environ.get("TXB_FUZZ_EXAMPLES", "10")), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=int(__import__("os").environ.get("TXB_FUZZ_EXAMPLES", "10")),
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
 def test_no_server_errors_and_contract_error_bodies(case, fuzz_server):
     response = case.call(base_url=fuzz_server.url, timeout=30)
     assert response.status_code < 500 or response.status_code == 503, (
-        f"{case.method} {case.path} answered {response.status_code}: {response.text[:500]}")
+        f"{case.method} {case.path} answered {response.status_code}: {response.text[:500]}"
+    )
     check_error_body(response)
     if response.status_code < 400:
         case.validate_response(response)

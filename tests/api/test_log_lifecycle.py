@@ -25,12 +25,14 @@ RARELY = 3_600_000
 
 def clean(server, chunk: int = 1000) -> log_cleaner.CleanupTotals:
     """One cleaner run against the server's database, as the background worker does it."""
+
     async def run():
         pool = await create_pool(server.database_url, 2)
         try:
             return await log_cleaner.clean(pool, None, int(time.time() * 1000), chunk)
         finally:
             await pool.close()
+
     return asyncio.run(run())
 
 
@@ -41,6 +43,7 @@ def sql(database_url: str, query: str, *args) -> list:
             return await conn.fetch(query, *args)
         finally:
             await conn.close()
+
     return asyncio.run(run())
 
 
@@ -49,8 +52,12 @@ def topic_id(server, name: str) -> int:
 
 
 def stored_batches(server, name: str, partition: int = 0) -> int:
-    return sql(server.database_url, "SELECT count(*) AS n FROM record_batches WHERE topic_id = $1 AND partition = $2",
-               topic_id(server, name), partition)[0]["n"]
+    return sql(
+        server.database_url,
+        "SELECT count(*) AS n FROM record_batches WHERE topic_id = $1 AND partition = $2",
+        topic_id(server, name),
+        partition,
+    )[0]["n"]
 
 
 def create(client: httpx.Client, name: str, partitions: int = 1, **config) -> dict:
@@ -60,16 +67,23 @@ def create(client: httpx.Client, name: str, partitions: int = 1, **config) -> di
 
 
 def produce(client: httpx.Client, topic: str, records: list[dict], partition: int = 0) -> dict:
-    entry = client.post("/v1/produce", json={"producer_id": -1, "partitions": [
-        {"topic": topic, "partition": partition, "records": records}]}).json()["partitions"][0]
+    entry = client.post(
+        "/v1/produce",
+        json={"producer_id": -1, "partitions": [{"topic": topic, "partition": partition, "records": records}]},
+    ).json()["partitions"][0]
     assert entry["error"] is None, entry
     return entry
 
 
-def fetch(client: httpx.Client, topic: str, offset: int, isolation: str = "read_committed",
-          partition: int = 0) -> dict:
-    return client.post("/v1/fetch", json={"isolation_level": isolation, "max_records": 10_000, "partitions": [
-        {"topic": topic, "partition": partition, "offset": offset}]}).json()["partitions"][0]
+def fetch(client: httpx.Client, topic: str, offset: int, isolation: str = "read_committed", partition: int = 0) -> dict:
+    return client.post(
+        "/v1/fetch",
+        json={
+            "isolation_level": isolation,
+            "max_records": 10_000,
+            "partitions": [{"topic": topic, "partition": partition, "offset": offset}],
+        },
+    ).json()["partitions"][0]
 
 
 def log_start(client: httpx.Client, topic: str, partition: int = 0) -> int:
@@ -77,19 +91,27 @@ def log_start(client: httpx.Client, topic: str, partition: int = 0) -> int:
 
 
 def earliest(client: httpx.Client, topic: str, partition: int = 0) -> int:
-    return client.post("/v1/offsets/list", json={"partitions": [
-        {"topic": topic, "partition": partition, "timestamp": -2}]}).json()["partitions"][0]["offset"]
+    return client.post(
+        "/v1/offsets/list", json={"partitions": [{"topic": topic, "partition": partition, "timestamp": -2}]}
+    ).json()["partitions"][0]["offset"]
 
 
 def delete_records(client: httpx.Client, topic: str, offsets: dict[int, int]) -> httpx.Response:
-    return client.post(f"/v1/topics/{topic}/delete-records", json={"partitions": [
-        {"partition": partition, "offset": offset} for partition, offset in offsets.items()]})
+    return client.post(
+        f"/v1/topics/{topic}/delete-records",
+        json={"partitions": [{"partition": partition, "offset": offset} for partition, offset in offsets.items()]},
+    )
 
 
 def send_keyed(producer: TxnProducer, topic: str, records: list[dict], partition: int = 0) -> None:
     sequence = producer.sequences.get((topic, partition), 0)
-    response = producer.client.post("/v1/produce", json={**producer.ids(), "partitions": [{
-        "topic": topic, "partition": partition, "base_sequence": sequence, "records": records}]})
+    response = producer.client.post(
+        "/v1/produce",
+        json={
+            **producer.ids(),
+            "partitions": [{"topic": topic, "partition": partition, "base_sequence": sequence, "records": records}],
+        },
+    )
     assert response.status_code == 200 and response.json()["partitions"][0]["error"] is None, response.text
     producer.sequences[(topic, partition)] = sequence + len(records)
 
@@ -105,6 +127,7 @@ def client(server) -> httpx.Client:
 
 
 # ---- retention
+
 
 def test_retention_by_time_deletes_old_batches_and_moves_the_log_start(server, client):
     create(client, "aged", retention_ms=60_000)
@@ -156,7 +179,10 @@ def test_retention_never_deletes_an_open_transaction(server, client):
     clean(server)
     assert log_start(client, "racing") == 1  # the LSO: the open transaction's first offset
     assert [r["value"] for r in fetch(client, "racing", 1, "read_uncommitted")["records"]] == [
-        "in-txn-1", "during", "in-txn-2"]
+        "in-txn-1",
+        "during",
+        "in-txn-2",
+    ]
     assert delete_records(client, "racing", {0: 3}).json()["partitions"][0]["error"]["code"] == "OFFSET_OUT_OF_RANGE"
 
     producer.commit()
@@ -169,6 +195,7 @@ def test_retention_never_deletes_an_open_transaction(server, client):
 
 # ---- DeleteRecords
 
+
 def test_delete_records_moves_the_log_start_and_the_cleaner_removes_the_batches(server, client):
     create(client, "trimmed", partitions=2)
     for _ in range(4):
@@ -177,8 +204,10 @@ def test_delete_records_moves_the_log_start_and_the_cleaner_removes_the_batches(
 
     answer = delete_records(client, "trimmed", {0: 3, 1: -1})
     assert answer.status_code == 200, answer.text
-    assert answer.json()["partitions"] == [{"partition": 0, "low_watermark": 3, "error": None},
-                                           {"partition": 1, "low_watermark": 1, "error": None}]
+    assert answer.json()["partitions"] == [
+        {"partition": 0, "low_watermark": 3, "error": None},
+        {"partition": 1, "low_watermark": 1, "error": None},
+    ]
     # Visible at once: a fetch below the log start is out of range, earliest follows it, and a read
     # from the log start begins mid-batch.
     assert fetch(client, "trimmed", 2)["error"]["code"] == "OFFSET_OUT_OF_RANGE"
@@ -201,8 +230,12 @@ def test_delete_records_errors(client):
     assert delete_records(client, "nowhere", {0: 0}).json()["error"]["code"] == "UNKNOWN_TOPIC_OR_PARTITION"
     internal = delete_records(client, "__consumer_offsets", {0: 0})
     assert internal.status_code == 400 and internal.json()["error"]["code"] == "INVALID_TOPIC_EXCEPTION"
-    for bad in ({"partitions": []}, {"partitions": [{"partition": 0, "offset": -2}]},
-                {"partitions": [{"partition": 0, "offset": "1"}]}, {}):
+    for bad in (
+        {"partitions": []},
+        {"partitions": [{"partition": 0, "offset": -2}]},
+        {"partitions": [{"partition": 0, "offset": "1"}]},
+        {},
+    ):
         response = client.post("/v1/topics/bounded/delete-records", json=bad)
         assert response.status_code == 400 and response.json()["error"]["code"] == "INVALID_REQUEST", bad
 
@@ -211,10 +244,10 @@ def test_read_committed_at_the_log_start_hides_an_aborted_transaction_whose_mark
     create(client, "mixed")
     aborting = TxnProducer(client, "aborting")
     aborting.init()
-    aborting.send("mixed", 0, "aborted-0")          # offset 0
+    aborting.send("mixed", 0, "aborted-0")  # offset 0
     produce(client, "mixed", [{"value": "plain-1"}])  # offset 1
-    aborting.send("mixed", 0, "aborted-2")          # offset 2
-    aborting.abort()                                # ABORT marker at 3
+    aborting.send("mixed", 0, "aborted-2")  # offset 2
+    aborting.abort()  # ABORT marker at 3
     produce(client, "mixed", [{"value": "plain-4"}])  # offset 4
 
     # The log start inside the aborted transaction: its marker stays, its records stay hidden.
@@ -234,6 +267,7 @@ def test_read_committed_at_the_log_start_hides_an_aborted_transaction_whose_mark
 
 def test_a_consumer_below_the_log_start_resets_per_auto_offset_reset(server, client):
     from txbroker import Consumer, TopicPartition
+
     create(client, "reset")
     for value in range(6):
         produce(client, "reset", [{"value": str(value)}])
@@ -256,6 +290,7 @@ def test_a_consumer_below_the_log_start_resets_per_auto_offset_reset(server, cli
     assert positions["earliest"] == ([b"4", b"5"], 6)
     assert positions["latest"] == ([], 6)
     from txbroker.errors import OffsetOutOfRangeError
+
     consumer = Consumer(url=server.url, group_id=None, auto_offset_reset="none", enable_auto_commit=False)
     try:
         consumer.assign([partition])
@@ -269,40 +304,61 @@ def test_a_consumer_below_the_log_start_resets_per_auto_offset_reset(server, cli
 
 # ---- compaction
 
+
 def test_compaction_keeps_the_latest_committed_record_per_key_at_its_offset(server, client):
     create(client, "table", cleanup_policy="compact", delete_retention_ms=0)
-    produce(client, "table", [{"key": "k1", "value": "a"}, {"key": "k2", "value": "b"},
-                              {"key": "k1", "value": "c"}, {"key": None, "value": "no-key"}])     # 0..3
+    produce(
+        client,
+        "table",
+        [
+            {"key": "k1", "value": "a"},
+            {"key": "k2", "value": "b"},
+            {"key": "k1", "value": "c"},
+            {"key": None, "value": "no-key"},
+        ],
+    )  # 0..3
     writer = TxnProducer(client, "table-writer")
     writer.init()
     send_keyed(writer, "table", [{"key": "k3", "value": "aborted"}, {"key": "k2", "value": "aborted"}])  # 4, 5
-    writer.abort()                                                                               # 6
-    send_keyed(writer, "table", [{"key": "k3", "value": "committed"}])                           # 7
-    writer.commit()                                                                              # 8
-    produce(client, "table", [{"key": "k4", "value": "gone"}])                                   # 9
-    produce(client, "table", [{"key": "k4", "value": None}])                                     # 10: tombstone
-    produce(client, "table", [{"key": "k1", "value": "d"}, {"key": "k5", "value": "e"}])        # 11, 12
+    writer.abort()  # 6
+    send_keyed(writer, "table", [{"key": "k3", "value": "committed"}])  # 7
+    writer.commit()  # 8
+    produce(client, "table", [{"key": "k4", "value": "gone"}])  # 9
+    produce(client, "table", [{"key": "k4", "value": None}])  # 10: tombstone
+    produce(client, "table", [{"key": "k1", "value": "d"}, {"key": "k5", "value": "e"}])  # 11, 12
 
     clean(server)
 
     kept = [(r["offset"], r["key"], r["value"]) for r in fetch(client, "table", 0, "read_uncommitted")["records"]]
     assert kept == [(1, "k2", "b"), (3, None, "no-key"), (7, "k3", "committed"), (11, "k1", "d"), (12, "k5", "e")]
     assert [(r["offset"], r["value"]) for r in fetch(client, "table", 0)["records"]] == [
-        (1, "b"), (3, "no-key"), (7, "committed"), (11, "d"), (12, "e")]
+        (1, "b"),
+        (3, "no-key"),
+        (7, "committed"),
+        (11, "d"),
+        (12, "e"),
+    ]
     # Reading from an offset that compaction emptied continues at the next record kept.
     assert [r["offset"] for r in fetch(client, "table", 4)["records"]] == [7, 11, 12]
     # The aborted transaction left nothing: its batch and marker are gone; the committed one's
     # marker stays while its record does.
-    markers = sql(server.database_url, "SELECT marker_offset FROM txn_markers WHERE topic_id = $1",
-                  topic_id(server, "table"))
+    markers = sql(
+        server.database_url, "SELECT marker_offset FROM txn_markers WHERE topic_id = $1", topic_id(server, "table")
+    )
     assert [m["marker_offset"] for m in markers] == [8]
     assert client.get("/v1/topics/table").json()["partitions"][0]["high_watermark"] == 13
     # A second run finds nothing new and changes nothing.
-    before = sql(server.database_url, "SELECT last_offset, records FROM record_batches WHERE topic_id = $1 "
-                 "ORDER BY last_offset", topic_id(server, "table"))
+    before = sql(
+        server.database_url,
+        "SELECT last_offset, records FROM record_batches WHERE topic_id = $1 ORDER BY last_offset",
+        topic_id(server, "table"),
+    )
     assert clean(server).total() == 0
-    after = sql(server.database_url, "SELECT last_offset, records FROM record_batches WHERE topic_id = $1 "
-                "ORDER BY last_offset", topic_id(server, "table"))
+    after = sql(
+        server.database_url,
+        "SELECT last_offset, records FROM record_batches WHERE topic_id = $1 ORDER BY last_offset",
+        topic_id(server, "table"),
+    )
     assert before == after
 
 
@@ -312,14 +368,19 @@ def test_compaction_keeps_tombstones_for_delete_retention_ms_and_stops_at_the_ls
     writer = TxnProducer(client, "lazy-writer")
     writer.init()
     send_keyed(writer, "lazy", [{"key": "j", "value": "open"}])  # offset 2, open: the LSO
-    produce(client, "lazy", [{"key": "j", "value": "after"}])    # offset 3, past the LSO
+    produce(client, "lazy", [{"key": "j", "value": "after"}])  # offset 3, past the LSO
     clean(server)
     assert [(r["offset"], r["value"]) for r in fetch(client, "lazy", 0, "read_uncommitted")["records"]] == [
-        (1, None), (2, "open"), (3, "after")]
+        (1, None),
+        (2, "open"),
+        (3, "after"),
+    ]
     writer.commit()
     clean(server)
     assert [(r["offset"], r["value"]) for r in fetch(client, "lazy", 0, "read_uncommitted")["records"]] == [
-        (1, None), (3, "after")]
+        (1, None),
+        (3, "after"),
+    ]
 
 
 def test_internal_topics_are_compacted_so_their_size_follows_live_ids(server, client):
@@ -341,6 +402,7 @@ def test_internal_topics_are_compacted_so_their_size_follows_live_ids(server, cl
 
 # ---- deleted topics and dead ids
 
+
 def test_deleting_a_topic_leaves_nothing_behind_after_a_cleaner_run(server, client):
     create(client, "doomed", partitions=2)
     producer = TxnProducer(client, "doomed-writer")
@@ -358,9 +420,13 @@ def test_deleting_a_topic_leaves_nothing_behind_after_a_cleaner_run(server, clie
 
 
 def test_producer_ids_of_expired_transactional_ids_are_forgotten(make_server):
-    server = make_server(log_cleaner_interval_ms=RARELY, transactional_id_expiration_ms=1,
-                         remove_expired_transaction_interval_ms=50, producer_id_expiration_ms=1,
-                         producer_id_expiration_check_interval_ms=50)
+    server = make_server(
+        log_cleaner_interval_ms=RARELY,
+        transactional_id_expiration_ms=1,
+        remove_expired_transaction_interval_ms=50,
+        producer_id_expiration_ms=1,
+        producer_id_expiration_check_interval_ms=50,
+    )
     producer = TxnProducer(server.client, "short-lived")
     producer.init()
     issued = producer.producer_id
@@ -378,27 +444,34 @@ def test_the_background_worker_applies_retention(make_server):
     while log_start(server.client, "worked") != 1 or stored_batches(server, "worked"):
         assert time.monotonic() < deadline, "the cleaner worker did not apply retention"
         time.sleep(0.05)
-    cleanup = sql(server.database_url, "SELECT last_cleanup_ms, removed_batches FROM partition_cleanups "
-                  "WHERE topic_id = $1", topic_id(server, "worked"))
+    cleanup = sql(
+        server.database_url,
+        "SELECT last_cleanup_ms, removed_batches FROM partition_cleanups WHERE topic_id = $1",
+        topic_id(server, "worked"),
+    )
     assert cleanup[0]["removed_batches"] == 1 and cleanup[0]["last_cleanup_ms"] is not None
 
 
 def test_sdk_admin_delete_records(server, client):
     from txbroker import Admin, TopicPartition
     from txbroker.errors import OffsetOutOfRangeError
+
     create(client, "sdk-trim", partitions=2)
     produce(client, "sdk-trim", [{"value": "a"}, {"value": "b"}])
     with Admin(url=server.url) as admin:
         assert admin.delete_records({TopicPartition("sdk-trim", 0): 1, TopicPartition("sdk-trim", 1): -1}) == {
-            TopicPartition("sdk-trim", 0): 1, TopicPartition("sdk-trim", 1): 0}
+            TopicPartition("sdk-trim", 0): 1,
+            TopicPartition("sdk-trim", 1): 0,
+        }
         with pytest.raises(OffsetOutOfRangeError):
             admin.delete_records({TopicPartition("sdk-trim", 0): 5})
     assert earliest(client, "sdk-trim") == 1
 
 
 def test_an_expired_transactional_id_leaves_a_tombstone_that_compaction_removes(make_server):
-    server = make_server(log_cleaner_interval_ms=RARELY, transactional_id_expiration_ms=1,
-                         remove_expired_transaction_interval_ms=50)
+    server = make_server(
+        log_cleaner_interval_ms=RARELY, transactional_id_expiration_ms=1, remove_expired_transaction_interval_ms=50
+    )
     producer = TxnProducer(server.client, "forgotten")
     producer.init()
     deadline = time.monotonic() + 30
@@ -409,8 +482,11 @@ def test_an_expired_transactional_id_leaves_a_tombstone_that_compaction_removes(
     count = "SELECT count(*) AS n FROM record_batches WHERE topic_id = $1"
     clean(server)
     assert sql(server.database_url, count, state_topic)[0]["n"] == 1  # the tombstone, for delete_retention_ms
-    sql(server.database_url, "UPDATE topics SET config = config || '{\"delete_retention_ms\": 0}' "
-                             "WHERE topic_id = $1", state_topic)
+    sql(
+        server.database_url,
+        "UPDATE topics SET config = config || '{\"delete_retention_ms\": 0}' WHERE topic_id = $1",
+        state_topic,
+    )
     clean(server)
     assert sql(server.database_url, count, state_topic)[0]["n"] == 0
 
@@ -441,18 +517,25 @@ CRASH_KEYS = 50
 def _write_batches(database_url: str, topic: int, count: int, keys: int) -> None:
     """`count` one-record batches, keys k0..k(keys-1) in turn, written with SQL in the format
     partition_log writes them (faster than as many produce requests)."""
-    sql(database_url, """
+    sql(
+        database_url,
+        """
         WITH head AS (UPDATE partitions SET high_watermark = $2 WHERE topic_id = $1 AND partition = 0)
         INSERT INTO record_batches (topic_id, partition, base_offset, last_offset, producer_id, producer_epoch,
             base_sequence, is_transactional, control_type, first_timestamp_ms, max_timestamp_ms, record_count,
             size_bytes, records)
         SELECT $1, 0, o, o, -1, -1, -1, false, NULL, 0, 0, 1, 4,
                convert_to('[[0,"k' || (o % $3) || '","v' || o || '",[],0]]', 'UTF8')
-        FROM generate_series(0, $2 - 1) AS o""", topic, count, keys)
+        FROM generate_series(0, $2 - 1) AS o""",
+        topic,
+        count,
+        keys,
+    )
 
 
 def _kill_when(server, database_url: str, condition, what: str) -> None:
     from tests.crash.test_transaction_crashes import _wait_for_other_backends_to_end
+
     deadline = time.monotonic() + 60
     while not condition():
         assert time.monotonic() < deadline, f"never saw {what}"
@@ -462,14 +545,17 @@ def _kill_when(server, database_url: str, condition, what: str) -> None:
 
 
 def test_a_crash_in_the_middle_of_retention_and_compaction_loses_nothing_and_the_run_finishes(
-        database_url, server_process):
+    database_url, server_process
+):
     env = {"TXBROKER_LOG_CLEANER_INTERVAL_MS": "20", "TXBROKER_LOG_CLEANER_CHUNK_BATCHES": "10"}
     server = server_process("--database-url", database_url, env=env)
     with httpx.Client(base_url=server.url, timeout=30) as client:
         create(client, "crash-table", cleanup_policy="compact")  # cleaned first: the lower topic_id
         create(client, "crash-trim")
-    ids = {name: sql(database_url, "SELECT topic_id FROM topics WHERE name = $1", name)[0]["topic_id"]
-           for name in ("crash-trim", "crash-table")}
+    ids = {
+        name: sql(database_url, "SELECT topic_id FROM topics WHERE name = $1", name)[0]["topic_id"]
+        for name in ("crash-trim", "crash-table")
+    }
     _write_batches(database_url, ids["crash-trim"], CRASH_BATCHES, CRASH_BATCHES)
     _write_batches(database_url, ids["crash-table"], CRASH_BATCHES, CRASH_KEYS)
     count = "SELECT count(*) AS n FROM record_batches WHERE topic_id = $1"
@@ -479,24 +565,41 @@ def test_a_crash_in_the_middle_of_retention_and_compaction_loses_nothing_and_the
 
     def nothing_lost() -> None:
         """Every batch from the log start on; the latest record of each key."""
-        kept = sql(database_url, "SELECT min(last_offset) AS first, count(*) AS n FROM record_batches "
-                                 "WHERE topic_id = $1 AND last_offset >= $2", ids["crash-trim"], CRASH_BATCHES // 2)
+        kept = sql(
+            database_url,
+            "SELECT min(last_offset) AS first, count(*) AS n FROM record_batches "
+            "WHERE topic_id = $1 AND last_offset >= $2",
+            ids["crash-trim"],
+            CRASH_BATCHES // 2,
+        )
         assert (kept[0]["first"], kept[0]["n"]) == (CRASH_BATCHES // 2, CRASH_BATCHES // 2)
-        latest = sql(database_url, "SELECT last_offset FROM record_batches WHERE topic_id = $1 "
-                                   "AND last_offset >= $2", ids["crash-table"], CRASH_BATCHES - CRASH_KEYS)
+        latest = sql(
+            database_url,
+            "SELECT last_offset FROM record_batches WHERE topic_id = $1 AND last_offset >= $2",
+            ids["crash-table"],
+            CRASH_BATCHES - CRASH_KEYS,
+        )
         assert len(latest) == CRASH_KEYS
 
     # Killed in the middle of a compaction run.
-    _kill_when(server, database_url, lambda: CRASH_KEYS * 2 < batches("crash-table") < CRASH_BATCHES - 100,
-               "a compaction under way")
+    _kill_when(
+        server,
+        database_url,
+        lambda: CRASH_KEYS * 2 < batches("crash-table") < CRASH_BATCHES - 100,
+        "a compaction under way",
+    )
     nothing_lost()
 
     # Killed in the middle of removing what DeleteRecords put below the log start.
     server = server_process("--database-url", database_url, env=env)
     with httpx.Client(base_url=server.url, timeout=30) as client:
         assert delete_records(client, "crash-trim", {0: CRASH_BATCHES // 2}).status_code == 200
-    _kill_when(server, database_url, lambda: CRASH_BATCHES // 2 + 100 < batches("crash-trim") < CRASH_BATCHES - 100,
-               "a removal under way")
+    _kill_when(
+        server,
+        database_url,
+        lambda: CRASH_BATCHES // 2 + 100 < batches("crash-trim") < CRASH_BATCHES - 100,
+        "a removal under way",
+    )
     nothing_lost()
 
     server = server_process("--database-url", database_url, env=env)
@@ -507,14 +610,17 @@ def test_a_crash_in_the_middle_of_retention_and_compaction_loses_nothing_and_the
     with httpx.Client(base_url=server.url, timeout=30) as client:
         records = fetch(client, "crash-table", 0, "read_uncommitted")["records"]
         assert [(r["offset"], r["key"], r["value"]) for r in records] == [
-            (offset, f"k{offset % CRASH_KEYS}", f"v{offset}") for offset in range(CRASH_BATCHES - CRASH_KEYS,
-                                                                                     CRASH_BATCHES)]
+            (offset, f"k{offset % CRASH_KEYS}", f"v{offset}")
+            for offset in range(CRASH_BATCHES - CRASH_KEYS, CRASH_BATCHES)
+        ]
         assert [r["offset"] for r in fetch(client, "crash-trim", CRASH_BATCHES // 2)["records"]] == list(
-            range(CRASH_BATCHES // 2, CRASH_BATCHES))
+            range(CRASH_BATCHES // 2, CRASH_BATCHES)
+        )
 
 
 def test_delete_records_needs_delete_on_the_topic(make_server):
     from tests.api.test_security import ADMIN_TOKEN, new_user, rule
+
     server = make_server(auth="required", admin_token=ADMIN_TOKEN, log_cleaner_interval_ms=RARELY)
     with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30) as admin:
         create(admin, "guarded")
@@ -526,8 +632,9 @@ def test_delete_records_needs_delete_on_the_topic(make_server):
             assert refused.status_code == 403 and refused.json()["error"]["code"] == "TOPIC_AUTHORIZATION_FAILED"
             assert delete_records(deleter, "guarded", {0: 1}).json()["partitions"][0]["low_watermark"] == 1
         audit = admin.get("/v1/audit").json()
-        assert any(entry["action"] == "delete records" and entry["principal"] == "deleter"
-                   for entry in audit["entries"])
+        assert any(
+            entry["action"] == "delete records" and entry["principal"] == "deleter" for entry in audit["entries"]
+        )
 
 
 def test_list_offsets_by_time_never_answers_below_the_log_start(client):
@@ -537,11 +644,12 @@ def test_list_offsets_by_time_never_answers_below_the_log_start(client):
     delete_records(client, "timed", {0: 1})
 
     def by_time(timestamp: int) -> int:
-        return client.post("/v1/offsets/list", json={"partitions": [
-            {"topic": "timed", "partition": 0, "timestamp": timestamp}]}).json()["partitions"][0]["offset"]
+        return client.post(
+            "/v1/offsets/list", json={"partitions": [{"topic": "timed", "partition": 0, "timestamp": timestamp}]}
+        ).json()["partitions"][0]["offset"]
 
-    assert by_time(500) == 1     # offset 0 (5000) is below the log start
-    assert by_time(4000) == 2    # ... so the first at or after 4000 is offset 2
+    assert by_time(500) == 1  # offset 0 (5000) is below the log start
+    assert by_time(4000) == 2  # ... so the first at or after 4000 is offset 2
     assert by_time(7000) == -1
 
 
@@ -595,8 +703,9 @@ def test_two_servers_clean_one_database_at_once_and_keep_the_latest_of_every_key
     latest: dict[str, tuple[int, str]] = {}
     for round_number in range(40):
         for writer, server in enumerate(servers):
-            records = [{"key": f"k{(round_number * 3 + i) % 7}", "value": f"{round_number}-{writer}-{i}"}
-                       for i in range(3)]
+            records = [
+                {"key": f"k{(round_number * 3 + i) % 7}", "value": f"{round_number}-{writer}-{i}"} for i in range(3)
+            ]
             entry = produce(server.client, "shared-table", records)
             for i, record in enumerate(records):
                 latest[record["key"]] = (entry["base_offset"] + i, record["value"])
@@ -618,11 +727,11 @@ def test_retention_stops_inside_an_aborted_transaction_and_removes_its_marker_on
     create(client, "sized-txn", retention_bytes=25)
     aborting = TxnProducer(client, "sized-aborting")
     aborting.init()
-    aborting.send("sized-txn", 0, "a" * 1000)               # 0: aborted, large
-    produce(client, "sized-txn", [{"value": "p" * 1000}])   # 1: plain, large
-    aborting.send("sized-txn", 0, "aborted")                # 2: aborted, 7 bytes
-    aborting.abort()                                        # 3: ABORT marker
-    produce(client, "sized-txn", [{"value": "plain-4"}])    # 4: plain, 7 bytes
+    aborting.send("sized-txn", 0, "a" * 1000)  # 0: aborted, large
+    produce(client, "sized-txn", [{"value": "p" * 1000}])  # 1: plain, large
+    aborting.send("sized-txn", 0, "aborted")  # 2: aborted, 7 bytes
+    aborting.abort()  # 3: ABORT marker
+    produce(client, "sized-txn", [{"value": "plain-4"}])  # 4: plain, 7 bytes
 
     clean(server)  # 7 + 7 bytes fit in 25: the log start lands on offset 2, inside the aborted transaction
     assert log_start(client, "sized-txn") == 2
@@ -640,10 +749,15 @@ def test_retention_stops_inside_an_aborted_transaction_and_removes_its_marker_on
 
 # ---- the payload of a compacted batch (no I/O)
 
+
 def test_with_holes_keeps_indexes_and_counts_only_what_stays():
     from app.storage import record_codec
-    records = [record_codec.TextRecord("k", "vv", (), 5), record_codec.TextRecord("k", "é", (), 9),
-               record_codec.TextRecord(None, None, (), 7)]
+
+    records = [
+        record_codec.TextRecord("k", "vv", (), 5),
+        record_codec.TextRecord("k", "é", (), 9),
+        record_codec.TextRecord(None, None, (), 7),
+    ]
     text = record_codec.encode_batch(records, "utf8", 0, "test")
     stored = record_codec.decode_payload(text.payload)
     payload, size, first_ts, max_ts = record_codec.with_holes(stored, [False, True, True])

@@ -15,8 +15,6 @@ from tests.conftest import SHARED_SSL_CONTEXT
 from txbroker.partitioner import partition_for_key
 
 
-
-
 # One server (and database) for the module: a fresh one per test costs ~0.5 s. Every test uses topics
 # of its own (`topic` fixture / `fresh`).
 @pytest.fixture(scope="module")
@@ -85,9 +83,9 @@ def high_watermark(client, topic, partition=0):
 
 # ---- offsets
 
+
 def test_offsets_start_at_zero_and_are_dense_across_produce_calls(client, topic):
-    spans = [(e["base_offset"], e["last_offset"]) for e in
-             (produce(client, topic, 0, values(n)) for n in (1, 3, 2, 1))]
+    spans = [(e["base_offset"], e["last_offset"]) for e in (produce(client, topic, 0, values(n)) for n in (1, 3, 2, 1))]
     assert spans == [(0, 0), (1, 3), (4, 5), (6, 6)]
     assert high_watermark(client, topic) == 7
     entry = fetch_one(client, topic)
@@ -107,38 +105,57 @@ def test_each_partition_has_its_own_offsets(client):
 
 def test_produce_response_entry_shape(client, topic):
     response = produce_raw(client, [{"topic": topic, "partition": 0, "records": values(2)}])
-    assert response.json() == {"partitions": [{"topic": topic, "partition": 0, "base_offset": 0, "last_offset": 1,
-                                               "duplicate": False, "error": None}]}
+    assert response.json() == {
+        "partitions": [
+            {"topic": topic, "partition": 0, "base_offset": 0, "last_offset": 1, "duplicate": False, "error": None}
+        ]
+    }
 
 
 def test_multi_partition_produce_returns_entries_in_request_order(client):
     a, b = fresh(client, 3), fresh(client, 2)
     produce(client, a, 0, values(4))
-    response = produce_raw(client, [
-        {"topic": b, "partition": 1, "records": values(2)},
-        {"topic": a, "partition": 0, "records": values(3)},
-        {"topic": a, "partition": 2, "records": values(1)},
-        {"topic": b, "partition": 0, "records": values(5)},
-    ])
+    response = produce_raw(
+        client,
+        [
+            {"topic": b, "partition": 1, "records": values(2)},
+            {"topic": a, "partition": 0, "records": values(3)},
+            {"topic": a, "partition": 2, "records": values(1)},
+            {"topic": b, "partition": 0, "records": values(5)},
+        ],
+    )
     assert response.status_code == 200
-    got = [(e["topic"], e["partition"], e["base_offset"], e["last_offset"], e["duplicate"], e["error"])
-           for e in response.json()["partitions"]]
-    assert got == [(b, 1, 0, 1, False, None), (a, 0, 4, 6, False, None), (a, 2, 0, 0, False, None),
-                   (b, 0, 0, 4, False, None)]
+    got = [
+        (e["topic"], e["partition"], e["base_offset"], e["last_offset"], e["duplicate"], e["error"])
+        for e in response.json()["partitions"]
+    ]
+    assert got == [
+        (b, 1, 0, 1, False, None),
+        (a, 0, 4, 6, False, None),
+        (a, 2, 0, 0, False, None),
+        (b, 0, 0, 4, False, None),
+    ]
 
 
 def test_unknown_topic_or_partition_is_partition_level_and_others_are_appended(client):
     name = fresh(client, 2)
-    response = produce_raw(client, [
-        {"topic": name, "partition": 0, "records": values(2, "a")},
-        {"topic": "no-such-topic-anywhere", "partition": 0, "records": values(1)},
-        {"topic": name, "partition": 7, "records": values(1)},
-        {"topic": name, "partition": 1, "records": values(3, "b")},
-    ])
+    response = produce_raw(
+        client,
+        [
+            {"topic": name, "partition": 0, "records": values(2, "a")},
+            {"topic": "no-such-topic-anywhere", "partition": 0, "records": values(1)},
+            {"topic": name, "partition": 7, "records": values(1)},
+            {"topic": name, "partition": 1, "records": values(3, "b")},
+        ],
+    )
     assert response.status_code == 200, response.text
     entries = response.json()["partitions"]
     assert [(e["topic"], e["partition"]) for e in entries] == [
-        (name, 0), ("no-such-topic-anywhere", 0), (name, 7), (name, 1)]
+        (name, 0),
+        ("no-such-topic-anywhere", 0),
+        (name, 7),
+        (name, 1),
+    ]
     assert (entries[0]["base_offset"], entries[0]["last_offset"], entries[0]["error"]) == (0, 1, None)
     assert (entries[3]["base_offset"], entries[3]["last_offset"], entries[3]["error"]) == (0, 2, None)
     for failed in (entries[1], entries[2]):
@@ -153,8 +170,13 @@ def test_unknown_topic_or_partition_is_partition_level_and_others_are_appended(c
 
 
 def test_all_partitions_unknown_is_still_200(client):
-    response = produce_raw(client, [{"topic": "ghost-1", "partition": 0, "records": values(1)},
-                                    {"topic": "ghost-2", "partition": 3, "records": values(1)}])
+    response = produce_raw(
+        client,
+        [
+            {"topic": "ghost-1", "partition": 0, "records": values(1)},
+            {"topic": "ghost-2", "partition": 3, "records": values(1)},
+        ],
+    )
     assert response.status_code == 200
     assert [e["error"]["code"] for e in response.json()["partitions"]] == ["UNKNOWN_TOPIC_OR_PARTITION"] * 2
 
@@ -170,8 +192,11 @@ TEXT_RECORDS = [
     {"key": "ключ", "value": "日本語 ü é ß 中文", "headers": [{"key": "ünï", "value": "çödé"}]},
     {"key": "😀", "value": "emoji 🎉👩‍👩‍👧 ok", "headers": [{"key": "🔑", "value": "🙂"}]},
     {"key": "nul\u0000in key", "value": "tab\tnl\ncr\r\u0000\u001f\u007f", "headers": []},
-    {"key": "dup", "value": "dup headers", "headers": [{"key": "x", "value": "1"}, {"key": "x", "value": "2"},
-                                                       {"key": "a", "value": None}]},
+    {
+        "key": "dup",
+        "value": "dup headers",
+        "headers": [{"key": "x", "value": "1"}, {"key": "x", "value": "2"}, {"key": "a", "value": None}],
+    },
     {"key": "quotes", "value": "\"'\\ {} [] <>&", "headers": []},
 ]
 
@@ -200,16 +225,26 @@ def _to_b64(text):
 def test_write_utf8_read_base64_gives_the_utf8_bytes(client, topic):
     produce(client, topic, 0, TEXT_RECORDS)
     records = fetch_one(client, topic, encoding="base64")["records"]
-    expected = [{"key": _to_b64(r["key"]), "value": _to_b64(r["value"]),
-                 "headers": [{"key": h["key"], "value": _to_b64(h["value"])} for h in r["headers"]]}
-                for r in TEXT_RECORDS]
+    expected = [
+        {
+            "key": _to_b64(r["key"]),
+            "value": _to_b64(r["value"]),
+            "headers": [{"key": h["key"], "value": _to_b64(h["value"])} for h in r["headers"]],
+        }
+        for r in TEXT_RECORDS
+    ]
     assert [_strip(r) for r in records] == expected
 
 
 def test_write_base64_read_utf8_gives_the_text(client, topic):
-    written = [{"key": _to_b64(r["key"]), "value": _to_b64(r["value"]),
-                "headers": [{"key": h["key"], "value": _to_b64(h["value"])} for h in r["headers"]]}
-               for r in TEXT_RECORDS]
+    written = [
+        {
+            "key": _to_b64(r["key"]),
+            "value": _to_b64(r["value"]),
+            "headers": [{"key": h["key"], "value": _to_b64(h["value"])} for h in r["headers"]],
+        }
+        for r in TEXT_RECORDS
+    ]
     produce(client, topic, 0, written, encoding="base64")
     records = fetch_one(client, topic, encoding="utf8")["records"]
     assert [_strip(r) for r in records] == TEXT_RECORDS
@@ -218,8 +253,10 @@ def test_write_base64_read_utf8_gives_the_text(client, topic):
 
 def test_arbitrary_bytes_round_trip_in_base64(client, topic):
     blobs = [bytes(range(256)), b"\x00", b"\xff\xfe\xfd", b"\xc3\x28", b"\xed\xa0\x80", os.urandom(1000)]
-    records = [{"key": b64(blob[:7]), "value": b64(blob), "headers": [{"key": "raw", "value": b64(blob[::-1])}]}
-               for blob in blobs]
+    records = [
+        {"key": b64(blob[:7]), "value": b64(blob), "headers": [{"key": "raw", "value": b64(blob[::-1])}]}
+        for blob in blobs
+    ]
     produce(client, topic, 0, records, encoding="base64")
     fetched = fetch_one(client, topic, encoding="base64")["records"]
     for blob, record in zip(blobs, fetched):
@@ -231,12 +268,18 @@ def test_arbitrary_bytes_round_trip_in_base64(client, topic):
 
 
 def test_non_utf8_bytes_in_utf8_fetch_come_back_base64_and_marked(client, topic):
-    produce(client, topic, 0, [
-        {"key": b64(b"text-key"), "value": b64("fine ü".encode())},
-        {"key": b64(b"k"), "value": b64(b"\xff\x00bad"), "headers": [{"key": "h", "value": b64(b"ok")}]},
-        {"key": b64(b"k2"), "value": b64(b"good"), "headers": [{"key": "h", "value": b64(b"\x80")}]},
-        {"key": b64(b"\xc0"), "value": None},
-    ], encoding="base64")
+    produce(
+        client,
+        topic,
+        0,
+        [
+            {"key": b64(b"text-key"), "value": b64("fine ü".encode())},
+            {"key": b64(b"k"), "value": b64(b"\xff\x00bad"), "headers": [{"key": "h", "value": b64(b"ok")}]},
+            {"key": b64(b"k2"), "value": b64(b"good"), "headers": [{"key": "h", "value": b64(b"\x80")}]},
+            {"key": b64(b"\xc0"), "value": None},
+        ],
+        encoding="base64",
+    )
     records = fetch_one(client, topic, encoding="utf8")["records"]
     first, second, third, fourth = records
     assert (first["key"], first["value"]) == ("text-key", "fine ü")
@@ -267,9 +310,18 @@ def test_large_value_round_trips(client, topic):
 
 # ---- timestamps
 
+
 def test_given_timestamp_is_kept(client, topic):
-    produce(client, topic, 0, [{"value": "a", "timestamp_ms": 0}, {"value": "b", "timestamp_ms": 1234567890123},
-                               {"value": "c", "timestamp_ms": 2**62}])
+    produce(
+        client,
+        topic,
+        0,
+        [
+            {"value": "a", "timestamp_ms": 0},
+            {"value": "b", "timestamp_ms": 1234567890123},
+            {"value": "c", "timestamp_ms": 2**62},
+        ],
+    )
     assert [r["timestamp_ms"] for r in fetch_one(client, topic)["records"]] == [0, 1234567890123, 2**62]
 
 
@@ -282,6 +334,7 @@ def test_omitted_or_null_timestamp_becomes_append_time(client, topic):
 
 
 # ---- fetch
+
 
 def test_read_committed_and_read_uncommitted_agree_for_plain_writes(client, topic):
     produce(client, topic, 0, values(3))
@@ -297,9 +350,16 @@ def test_read_committed_and_read_uncommitted_agree_for_plain_writes(client, topi
 def test_fetch_entry_shape(client, topic):
     produce(client, topic, 0, [{"key": "k", "value": "v", "timestamp_ms": 9}])
     entry = fetch_one(client, topic)
-    assert entry == {"topic": topic, "partition": 0, "error": None, "high_watermark": 1, "last_stable_offset": 1,
-                     "log_start_offset": 0, "next_offset": 1,
-                     "records": [{"offset": 0, "key": "k", "value": "v", "headers": [], "timestamp_ms": 9}]}
+    assert entry == {
+        "topic": topic,
+        "partition": 0,
+        "error": None,
+        "high_watermark": 1,
+        "last_stable_offset": 1,
+        "log_start_offset": 0,
+        "next_offset": 1,
+        "records": [{"offset": 0, "key": "k", "value": "v", "headers": [], "timestamp_ms": 9}],
+    }
 
 
 def test_fetch_from_a_middle_offset(client, topic):
@@ -392,21 +452,31 @@ def test_fetch_unknown_topic_or_partition_is_partition_level(client, topic):
     produce(client, topic, 0, values(1))
     entries = fetch(client, [("never-made", 0, 0), (topic, 4, 0), (topic, 0, 0)])
     assert [e["error"]["code"] if e["error"] else None for e in entries] == [
-        "UNKNOWN_TOPIC_OR_PARTITION", "UNKNOWN_TOPIC_OR_PARTITION", None]
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        None,
+    ]
     assert entries[0]["records"] == [] and entries[1]["records"] == []
     assert [r["value"] for r in entries[2]["records"]] == ["v0"]
 
 
 # ---- GET convenience endpoint
 
+
 def test_get_records_endpoint_returns_one_fetch_entry(client, topic):
     produce(client, topic, 0, [{"key": "k", "value": "v", "timestamp_ms": 5}])
     response = client.get(f"/v1/topics/{topic}/partitions/0/records")
     assert response.status_code == 200
-    assert response.json() == {"topic": topic, "partition": 0, "error": None, "high_watermark": 1,
-                               "last_stable_offset": 1, "log_start_offset": 0, "next_offset": 1,
-                               "records": [{"offset": 0, "key": "k", "value": "v", "headers": [],
-                                            "timestamp_ms": 5}]}
+    assert response.json() == {
+        "topic": topic,
+        "partition": 0,
+        "error": None,
+        "high_watermark": 1,
+        "last_stable_offset": 1,
+        "log_start_offset": 0,
+        "next_offset": 1,
+        "records": [{"offset": 0, "key": "k", "value": "v", "headers": [], "timestamp_ms": 5}],
+    }
 
 
 def test_get_records_endpoint_honours_offset_and_max_records(client, topic):
@@ -419,8 +489,9 @@ def test_get_records_endpoint_honours_offset_and_max_records(client, topic):
 def test_get_records_endpoint_honours_isolation_level_and_encoding(client, topic):
     produce(client, topic, 0, [{"key": "ü", "value": "😀"}])
     for level in ("read_committed", "read_uncommitted"):
-        body = client.get(f"/v1/topics/{topic}/partitions/0/records",
-                          params={"isolation_level": level, "encoding": "base64"}).json()
+        body = client.get(
+            f"/v1/topics/{topic}/partitions/0/records", params={"isolation_level": level, "encoding": "base64"}
+        ).json()
         [record] = body["records"]
         assert base64.b64decode(record["key"]) == "ü".encode()
         assert base64.b64decode(record["value"]) == "😀".encode()
@@ -441,12 +512,19 @@ def test_get_records_endpoint_unknown_topic_and_partition_are_404(client, topic)
 
 # ---- POST /v1/topics/{topic}/records
 
+
 def test_records_endpoint_with_partition_appends_there(client):
     name = fresh(client, 3)
     response = client.post(f"/v1/topics/{name}/records", json={"partition": 2, "records": values(2)})
     assert response.status_code == 200
-    assert response.json() == {"topic": name, "partition": 2, "base_offset": 0, "last_offset": 1,
-                               "duplicate": False, "error": None}
+    assert response.json() == {
+        "topic": name,
+        "partition": 2,
+        "base_offset": 0,
+        "last_offset": 1,
+        "duplicate": False,
+        "error": None,
+    }
     assert [r["value"] for r in fetch_one(client, name, 2)["records"]] == ["v0", "v1"]
 
 
@@ -455,8 +533,9 @@ def test_records_endpoint_same_key_always_lands_on_the_murmur2_partition(client)
     for key in ("user-1", "order-42", "ü-key", "😀"):
         expected = partition_for_key(key.encode("utf-8"), 7)
         for _ in range(2):
-            response = client.post(f"/v1/topics/{name}/records",
-                                   json={"partition": None, "records": [{"key": key, "value": "x"}]})
+            response = client.post(
+                f"/v1/topics/{name}/records", json={"partition": None, "records": [{"key": key, "value": "x"}]}
+            )
             assert response.status_code == 200, response.text
             assert response.json()["partition"] == expected, key
 
@@ -471,20 +550,25 @@ def test_records_endpoint_without_partition_field_also_partitions_by_key(client)
 def test_records_endpoint_base64_key_is_hashed_as_its_bytes(client):
     name = fresh(client, 11)
     raw = b"\xff\x00\x10binary"
-    response = client.post(f"/v1/topics/{name}/records",
-                           json={"encoding": "base64", "records": [{"key": b64(raw), "value": b64(b"v")}]})
+    response = client.post(
+        f"/v1/topics/{name}/records", json={"encoding": "base64", "records": [{"key": b64(raw), "value": b64(b"v")}]}
+    )
     assert response.status_code == 200
     assert response.json()["partition"] == partition_for_key(raw, 11)
-    same_as_text = client.post(f"/v1/topics/{name}/records",
-                               json={"encoding": "base64", "records": [{"key": b64(b"abc"), "value": None}]})
+    same_as_text = client.post(
+        f"/v1/topics/{name}/records", json={"encoding": "base64", "records": [{"key": b64(b"abc"), "value": None}]}
+    )
     assert same_as_text.json()["partition"] == partition_for_key(b"abc", 11)
 
 
 def test_records_endpoint_many_keys_use_several_partitions(client):
     name = fresh(client, 4)
-    used = {client.post(f"/v1/topics/{name}/records",
-                        json={"records": [{"key": f"key-{i}", "value": "x"}]}).json()["partition"]
-            for i in range(12)}
+    used = {
+        client.post(f"/v1/topics/{name}/records", json={"records": [{"key": f"key-{i}", "value": "x"}]}).json()[
+            "partition"
+        ]
+        for i in range(12)
+    }
     assert used == {partition_for_key(f"key-{i}".encode(), 4) for i in range(12)}
     assert len(used) > 1
 
@@ -504,8 +588,9 @@ def test_records_endpoint_null_keys_go_round_robin(client):
 
 def test_records_endpoint_several_records_with_one_key_stay_together(client):
     name = fresh(client, 4)
-    response = client.post(f"/v1/topics/{name}/records",
-                           json={"records": [{"key": "same", "value": str(i)} for i in range(3)]})
+    response = client.post(
+        f"/v1/topics/{name}/records", json={"records": [{"key": "same", "value": str(i)} for i in range(3)]}
+    )
     body = response.json()
     assert body["partition"] == partition_for_key(b"same", 4)
     assert (body["base_offset"], body["last_offset"]) == (0, 2)
@@ -514,8 +599,9 @@ def test_records_endpoint_several_records_with_one_key_stay_together(client):
 @pytest.mark.parametrize("keys", [["a", "b"], ["a", None], [None, "a"], ["a", "a", "A"]])
 def test_records_endpoint_mixed_keys_without_partition_is_invalid_request(client, keys):
     name = fresh(client, 3)
-    response = client.post(f"/v1/topics/{name}/records",
-                           json={"partition": None, "records": [{"key": k, "value": "x"} for k in keys]})
+    response = client.post(
+        f"/v1/topics/{name}/records", json={"partition": None, "records": [{"key": k, "value": "x"} for k in keys]}
+    )
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["code"] == "INVALID_REQUEST"
@@ -525,15 +611,19 @@ def test_records_endpoint_mixed_keys_without_partition_is_invalid_request(client
 
 def test_records_endpoint_mixed_keys_with_explicit_partition_are_fine(client):
     name = fresh(client, 3)
-    response = client.post(f"/v1/topics/{name}/records",
-                           json={"partition": 1, "records": [{"key": "a"}, {"key": None}, {"key": "b"}]})
+    response = client.post(
+        f"/v1/topics/{name}/records", json={"partition": 1, "records": [{"key": "a"}, {"key": None}, {"key": "b"}]}
+    )
     assert response.status_code == 200
     assert (response.json()["partition"], response.json()["last_offset"]) == (1, 2)
 
 
 def test_records_endpoint_unknown_topic_or_partition_is_404(client, topic):
-    for path, partition in (("/v1/topics/never-made/records", None), ("/v1/topics/never-made/records", 0),
-                            (f"/v1/topics/{topic}/records", 1)):
+    for path, partition in (
+        ("/v1/topics/never-made/records", None),
+        ("/v1/topics/never-made/records", 0),
+        (f"/v1/topics/{topic}/records", 1),
+    ):
         response = client.post(path, json={"partition": partition, "records": [{"key": "k", "value": "v"}]})
         assert response.status_code == 404, response.text
         assert response.json()["error"]["code"] == "UNKNOWN_TOPIC_OR_PARTITION"
@@ -541,14 +631,16 @@ def test_records_endpoint_unknown_topic_or_partition_is_404(client, topic):
 
 # ---- long polling
 
+
 def test_long_poll_returns_when_another_client_appends(client, shared, topic):
     produce(client, topic, 0, values(2))
 
     def append_later():
         time.sleep(0.4)
         with httpx.Client(base_url=shared.url, timeout=30, verify=SHARED_SSL_CONTEXT) as other:
-            other.post("/v1/produce", json={"partitions": [
-                {"topic": topic, "partition": 0, "records": [{"value": "late"}]}]})
+            other.post(
+                "/v1/produce", json={"partitions": [{"topic": topic, "partition": 0, "records": [{"value": "late"}]}]}
+            )
 
     writer = threading.Thread(target=append_later)
     started = time.monotonic()
@@ -633,6 +725,7 @@ def test_get_records_endpoint_long_polls_too(client, shared, topic):
 
 # ---- ListOffsets
 
+
 def list_offsets(client, partitions, isolation_level=None):
     body = {"partitions": [{"topic": t, "partition": p, "timestamp": ts} for t, p, ts in partitions]}
     if isolation_level:
@@ -663,14 +756,30 @@ def test_list_offsets_of_empty_partition(client, topic):
     assert by_time["timestamp_ms"] == -1 and by_time["error"] is None
 
 
-@pytest.mark.parametrize(("timestamp", "offset", "found_ts"), [
-    (0, 0, 100), (50, 0, 100), (100, 0, 100), (101, 1, 200), (200, 1, 200), (201, 4, 300),
-    (300, 4, 300), (301, 5, 400), (400, 5, 400), (401, -1, -1), (2**62, -1, -1),
-])
+@pytest.mark.parametrize(
+    ("timestamp", "offset", "found_ts"),
+    [
+        (0, 0, 100),
+        (50, 0, 100),
+        (100, 0, 100),
+        (101, 1, 200),
+        (200, 1, 200),
+        (201, 4, 300),
+        (300, 4, 300),
+        (301, 5, 400),
+        (400, 5, 400),
+        (401, -1, -1),
+        (2**62, -1, -1),
+    ],
+)
 def test_list_offsets_by_timestamp_is_first_offset_at_or_after(client, topic, timestamp, offset, found_ts):
     produce(client, topic, 0, [{"value": "a", "timestamp_ms": 100}, {"value": "b", "timestamp_ms": 200}])
-    produce(client, topic, 0, [{"value": "c", "timestamp_ms": 200}, {"value": "d", "timestamp_ms": 200},
-                               {"value": "e", "timestamp_ms": 300}])
+    produce(
+        client,
+        topic,
+        0,
+        [{"value": "c", "timestamp_ms": 200}, {"value": "d", "timestamp_ms": 200}, {"value": "e", "timestamp_ms": 300}],
+    )
     produce(client, topic, 0, [{"value": "f", "timestamp_ms": 400}])
     [entry] = list_offsets(client, [(topic, 0, timestamp)])
     assert (entry["offset"], entry["timestamp_ms"], entry["error"]) == (offset, found_ts, None)
@@ -679,14 +788,19 @@ def test_list_offsets_by_timestamp_is_first_offset_at_or_after(client, topic, ti
 def test_list_offsets_by_timestamp_follows_log_order_not_time_order(client, topic):
     produce(client, topic, 0, [{"value": "a", "timestamp_ms": 500}])
     produce(client, topic, 0, [{"value": "b", "timestamp_ms": 100}, {"value": "c", "timestamp_ms": 300}])
-    assert [(e["offset"], e["timestamp_ms"]) for e in
-            list_offsets(client, [(topic, 0, 200), (topic, 0, 500), (topic, 0, 501), (topic, 0, 50)])] == [
-        (0, 500), (0, 500), (-1, -1), (0, 500)]
+    assert [
+        (e["offset"], e["timestamp_ms"])
+        for e in list_offsets(client, [(topic, 0, 200), (topic, 0, 500), (topic, 0, 501), (topic, 0, 50)])
+    ] == [(0, 500), (0, 500), (-1, -1), (0, 500)]
 
 
 def test_list_offsets_by_timestamp_within_a_batch_with_unordered_times(client, topic):
-    produce(client, topic, 0, [{"value": "a", "timestamp_ms": 100}, {"value": "b", "timestamp_ms": 900},
-                               {"value": "c", "timestamp_ms": 400}])
+    produce(
+        client,
+        topic,
+        0,
+        [{"value": "a", "timestamp_ms": 100}, {"value": "b", "timestamp_ms": 900}, {"value": "c", "timestamp_ms": 400}],
+    )
     [entry] = list_offsets(client, [(topic, 0, 300)])
     assert (entry["offset"], entry["timestamp_ms"]) == (1, 900)
 
@@ -696,11 +810,15 @@ def test_list_offsets_unknown_topic_or_partition_is_partition_level_in_order(cli
     entries = list_offsets(client, [("never-made", 0, -1), (topic, 9, -1), (topic, 0, -1)])
     assert [(e["topic"], e["partition"]) for e in entries] == [("never-made", 0), (topic, 9), (topic, 0)]
     assert [e["error"]["code"] if e["error"] else None for e in entries] == [
-        "UNKNOWN_TOPIC_OR_PARTITION", "UNKNOWN_TOPIC_OR_PARTITION", None]
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        None,
+    ]
     assert [e["offset"] for e in entries] == [-1, -1, 2]
 
 
 # ---- concurrency
+
 
 def test_concurrent_appends_to_one_partition_get_dense_unique_offsets(client, shared, topic):
     spans, errors = [], []
@@ -708,8 +826,14 @@ def test_concurrent_appends_to_one_partition_get_dense_unique_offsets(client, sh
     def writer(index):
         with httpx.Client(base_url=shared.url, timeout=60, verify=SHARED_SSL_CONTEXT) as own:
             for round_ in range(8):
-                response = own.post("/v1/produce", json={"partitions": [
-                    {"topic": topic, "partition": 0, "records": values(1 + (index + round_) % 3, f"w{index}-")}]})
+                response = own.post(
+                    "/v1/produce",
+                    json={
+                        "partitions": [
+                            {"topic": topic, "partition": 0, "records": values(1 + (index + round_) % 3, f"w{index}-")}
+                        ]
+                    },
+                )
                 if response.status_code != 200 or response.json()["partitions"][0]["error"]:
                     errors.append(response.text)
                     return
@@ -736,8 +860,10 @@ def test_concurrent_multi_partition_produces_in_opposite_orders_do_not_fail(clie
     def writer(order):
         with httpx.Client(base_url=shared.url, timeout=60, verify=SHARED_SSL_CONTEXT) as own:
             for _ in range(10):
-                response = own.post("/v1/produce", json={"partitions": [
-                    {"topic": name, "partition": p, "records": values(2)} for p in order]})
+                response = own.post(
+                    "/v1/produce",
+                    json={"partitions": [{"topic": name, "partition": p, "records": values(2)} for p in order]},
+                )
                 if response.status_code != 200 or any(e["error"] for e in response.json()["partitions"]):
                     errors.append(response.text)
 

@@ -18,10 +18,18 @@ import httpx
 TOPIC, GROUP, TXN_ID = "retried", "retried-group", "retried-app"
 
 # Routes that change nothing, or are retried only as the exceptions above.
-READ_ONLY_POSTS = {"/v1/fetch", "/v1/offsets/list", "/v1/coordinators/find", "/v1/groups/{group_id}/offsets/fetch",
-                   "/console/login", "/console/logout"}
-BY_NATURE = {"/v1/topics/{topic}/records": "plain writes are at-least-once",
-             "/v1/principals/{name}/keys": "each call mints a new key (a token nobody has seen is harmless)"}
+READ_ONLY_POSTS = {
+    "/v1/fetch",
+    "/v1/offsets/list",
+    "/v1/coordinators/find",
+    "/v1/groups/{group_id}/offsets/fetch",
+    "/console/login",
+    "/console/logout",
+}
+BY_NATURE = {
+    "/v1/topics/{topic}/records": "plain writes are at-least-once",
+    "/v1/principals/{name}/keys": "each call mints a new key (a token nobody has seen is harmless)",
+}
 
 
 def snapshot(client: httpx.Client) -> dict:
@@ -33,16 +41,24 @@ def snapshot(client: httpx.Client) -> dict:
         if topic["name"].startswith("__"):
             continue
         for p in topic["partitions"]:
-            entry = client.post("/v1/fetch", json={"isolation_level": "read_uncommitted", "max_records": 10_000,
-                                                   "partitions": [{"topic": topic["name"], "partition": p["partition"],
-                                                                   "offset": 0}]}).json()["partitions"][0]
+            entry = client.post(
+                "/v1/fetch",
+                json={
+                    "isolation_level": "read_uncommitted",
+                    "max_records": 10_000,
+                    "partitions": [{"topic": topic["name"], "partition": p["partition"], "offset": 0}],
+                },
+            ).json()["partitions"][0]
             logs[(topic["name"], p["partition"])] = [(r["offset"], r["value"]) for r in entry["records"]]
     group = client.get(f"/v1/groups/{GROUP}")
     group_state = None
     if group.status_code == 200:
         body = group.json()
-        group_state = {"generation": body["generation_id"], "offsets": body["offsets"],
-                       "members": sorted((m["member_id"], str(m.get("assignment"))) for m in body["members"])}
+        group_state = {
+            "generation": body["generation_id"],
+            "offsets": body["offsets"],
+            "members": sorted((m["member_id"], str(m.get("assignment"))) for m in body["members"]),
+        }
     return {
         "topics": [t for t in topics if not t["name"].startswith("__")],
         "logs": logs,
@@ -55,8 +71,14 @@ def snapshot(client: httpx.Client) -> dict:
     }
 
 
-CLEAN_ERRORS = {"TOPIC_ALREADY_EXISTS", "UNKNOWN_TOPIC_OR_PARTITION", "INVALID_TXN_STATE", "UNKNOWN_MEMBER_ID",
-                "INVALID_REQUEST", "NOT_FOUND"}
+CLEAN_ERRORS = {
+    "TOPIC_ALREADY_EXISTS",
+    "UNKNOWN_TOPIC_OR_PARTITION",
+    "INVALID_TXN_STATE",
+    "UNKNOWN_MEMBER_ID",
+    "INVALID_REQUEST",
+    "NOT_FOUND",
+}
 
 
 class Retrier:
@@ -113,8 +135,17 @@ def test_every_state_changing_endpoint_is_safe_to_retry(server):
 
     # Idempotent produce: the retry is a duplicate with the original offsets.
     idem = client.post("/v1/producers/init", json={}).json()
-    first = r.twice("POST", "/v1/produce", "/v1/produce", json={**idem, "partitions": [
-        {"topic": TOPIC, "partition": 0, "base_sequence": 0, "records": [{"value": "i0"}, {"value": "i1"}]}]})
+    first = r.twice(
+        "POST",
+        "/v1/produce",
+        "/v1/produce",
+        json={
+            **idem,
+            "partitions": [
+                {"topic": TOPIC, "partition": 0, "base_sequence": 0, "records": [{"value": "i0"}, {"value": "i1"}]}
+            ],
+        },
+    )
     assert first.json()["partitions"][0]["duplicate"] is False
     # KIP-360 bump of an idempotent producer, retried.
     bumped = r.twice("POST", "/v1/producers/init", "/v1/producers/init", json=idem).json()
@@ -124,15 +155,34 @@ def test_every_state_changing_endpoint_is_safe_to_retry(server):
     init = client.post("/v1/producers/init", json={"transactional_id": TXN_ID, "transaction_timeout_ms": 60_000})
     ids = {"transactional_id": TXN_ID, **init.json()}
     # KIP-360 bump of a transactional producer, retried: the retry answers the same ids.
-    ids = {"transactional_id": TXN_ID, **r.twice("POST", "/v1/producers/init", "/v1/producers/init", json={
-        **ids, "transaction_timeout_ms": 60_000}).json()}
-    r.twice("POST", "/v1/txn/add-partitions", "/v1/txn/add-partitions", json={**ids, "partitions": [
-        {"topic": TOPIC, "partition": 1}]})
-    r.twice("POST", "/v1/produce", "/v1/produce", json={**ids, "partitions": [
-        {"topic": TOPIC, "partition": 1, "base_sequence": 0, "records": [{"value": "t0"}]}]})
+    ids = {
+        "transactional_id": TXN_ID,
+        **r.twice(
+            "POST", "/v1/producers/init", "/v1/producers/init", json={**ids, "transaction_timeout_ms": 60_000}
+        ).json(),
+    }
+    r.twice(
+        "POST",
+        "/v1/txn/add-partitions",
+        "/v1/txn/add-partitions",
+        json={**ids, "partitions": [{"topic": TOPIC, "partition": 1}]},
+    )
+    r.twice(
+        "POST",
+        "/v1/produce",
+        "/v1/produce",
+        json={
+            **ids,
+            "partitions": [{"topic": TOPIC, "partition": 1, "base_sequence": 0, "records": [{"value": "t0"}]}],
+        },
+    )
     r.twice("POST", "/v1/txn/add-offsets", "/v1/txn/add-offsets", json={**ids, "group_id": GROUP})
-    r.twice("POST", "/v1/txn/offset-commit", "/v1/txn/offset-commit", json={**ids, "group_id": GROUP, "offsets": [
-        {"topic": TOPIC, "partition": 0, "offset": 2, "metadata": "m"}]})
+    r.twice(
+        "POST",
+        "/v1/txn/offset-commit",
+        "/v1/txn/offset-commit",
+        json={**ids, "group_id": GROUP, "offsets": [{"topic": TOPIC, "partition": 0, "offset": 2, "metadata": "m"}]},
+    )
     ended = r.twice("POST", "/v1/txn/end", "/v1/txn/end", json={**ids, "committed": True}).json()
     assert ended["state"] == "CompleteCommit"
     ids = {"transactional_id": TXN_ID, "producer_id": ended["producer_id"], "producer_epoch": ended["producer_epoch"]}
@@ -142,29 +192,56 @@ def test_every_state_changing_endpoint_is_safe_to_retry(server):
     r.twice("POST", "/v1/txn/prepare", "/v1/txn/prepare", json=ids)
     r.twice("POST", "/v1/transactions/{transactional_id:path}/abort", f"/v1/transactions/{TXN_ID}/abort")
     described = client.get(f"/v1/transactions/{TXN_ID}").json()
-    ids = {"transactional_id": TXN_ID, "producer_id": described["producer_id"],
-           "producer_epoch": described["producer_epoch"]}
+    ids = {
+        "transactional_id": TXN_ID,
+        "producer_id": described["producer_id"],
+        "producer_epoch": described["producer_epoch"],
+    }
     client.post("/v1/txn/add-partitions", json={**ids, "partitions": [{"topic": TOPIC, "partition": 0}]})
-    r.twice("POST", "/console/transactions/{transactional_id:path}/abort", f"/console/transactions/{TXN_ID}/abort",
-            data={"producer_id": str(ids["producer_id"]), "producer_epoch": str(ids["producer_epoch"])})
+    r.twice(
+        "POST",
+        "/console/transactions/{transactional_id:path}/abort",
+        f"/console/transactions/{TXN_ID}/abort",
+        data={"producer_id": str(ids["producer_id"]), "producer_epoch": str(ids["producer_epoch"])},
+    )
 
     # Groups: a member (its join is the by-nature exception), heartbeats, commits, leave.
     member = client.post(f"/v1/groups/{GROUP}/heartbeat", json={"topics": [TOPIC]}).json()
     r.covered.add(("POST", "/v1/groups/{group_id}/heartbeat"))
-    r.twice("POST", "/v1/groups/{group_id}/heartbeat", f"/v1/groups/{GROUP}/heartbeat", json={
-        "member_id": member["member_id"], "generation_id": member["generation_id"], "topics": [TOPIC]})
-    r.twice("POST", "/v1/groups/{group_id}/offsets/commit", f"/v1/groups/{GROUP}/offsets/commit", json={
-        "member_id": member["member_id"], "generation_id": member["generation_id"],
-        "offsets": [{"topic": TOPIC, "partition": 1, "offset": 1}]})
+    r.twice(
+        "POST",
+        "/v1/groups/{group_id}/heartbeat",
+        f"/v1/groups/{GROUP}/heartbeat",
+        json={"member_id": member["member_id"], "generation_id": member["generation_id"], "topics": [TOPIC]},
+    )
+    r.twice(
+        "POST",
+        "/v1/groups/{group_id}/offsets/commit",
+        f"/v1/groups/{GROUP}/offsets/commit",
+        json={
+            "member_id": member["member_id"],
+            "generation_id": member["generation_id"],
+            "offsets": [{"topic": TOPIC, "partition": 1, "offset": 1}],
+        },
+    )
     r.twice("POST", "/v1/groups/{group_id}/leave", f"/v1/groups/{GROUP}/leave", json={"member_id": member["member_id"]})
 
     # Security administration.
     r.twice("POST", "/v1/principals", "/v1/principals", json={"name": "retried-user"})
     key = client.post("/v1/principals/retried-user/keys").json()
     r.twice("DELETE", "/v1/principals/{name}/keys/{key_id}", f"/v1/principals/retried-user/keys/{key['key_id']}")
-    acl = r.twice("POST", "/v1/acls", "/v1/acls", json={
-        "principal": "retried-user", "resource_type": "Topic", "pattern_type": "literal", "resource_name": TOPIC,
-        "operation": "Read"}).json()
+    acl = r.twice(
+        "POST",
+        "/v1/acls",
+        "/v1/acls",
+        json={
+            "principal": "retried-user",
+            "resource_type": "Topic",
+            "pattern_type": "literal",
+            "resource_name": TOPIC,
+            "operation": "Read",
+        },
+    ).json()
     r.twice("DELETE", "/v1/acls/{acl_id}", f"/v1/acls/{acl['acl_id']}")
     r.twice("DELETE", "/v1/principals/{name}", "/v1/principals/retried-user")
 
@@ -187,8 +264,12 @@ def test_a_lost_answer_to_a_transactional_bump_is_answered_again(server):
     # The bumped ids work.
     ids = {"transactional_id": "bumper", **bumped.json()}
     client.post("/v1/topics", json={"name": "bumped", "partitions": 1})
-    assert client.post("/v1/txn/add-partitions", json={**ids, "partitions": [
-        {"topic": "bumped", "partition": 0}]}).status_code == 200
+    assert (
+        client.post(
+            "/v1/txn/add-partitions", json={**ids, "partitions": [{"topic": "bumped", "partition": 0}]}
+        ).status_code
+        == 200
+    )
     # Once a transaction began, the old ids are fenced as before.
     late = client.post("/v1/producers/init", json=body)
     assert late.status_code == 409 and late.json()["error"]["code"] == "PRODUCER_FENCED"
@@ -199,7 +280,11 @@ def test_a_new_instance_forgets_the_retry(server):
     first = client.post("/v1/producers/init", json={"transactional_id": "forgot", "transaction_timeout_ms": 60_000})
     body = {"transactional_id": "forgot", "transaction_timeout_ms": 60_000, **first.json()}
     assert client.post("/v1/producers/init", json=body).status_code == 200
-    assert client.post("/v1/producers/init", json={"transactional_id": "forgot",
-                                                   "transaction_timeout_ms": 60_000}).status_code == 200
+    assert (
+        client.post(
+            "/v1/producers/init", json={"transactional_id": "forgot", "transaction_timeout_ms": 60_000}
+        ).status_code
+        == 200
+    )
     late = client.post("/v1/producers/init", json=body)
     assert late.status_code == 409 and late.json()["error"]["code"] == "PRODUCER_FENCED"

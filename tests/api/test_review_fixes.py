@@ -23,6 +23,7 @@ from app.storage.fetching import FetchPosition
 def run_producer_expiry(running) -> None:
     """One run of the server's producer-state expiry worker, with the server's settings, on a pool
     of its own (the same code the background worker runs, without waiting for its interval)."""
+
     async def expire():
         pool = await create_pool(running.database_url, 2)
         try:
@@ -31,6 +32,7 @@ def run_producer_expiry(running) -> None:
             await workers.expire_producers()
         finally:
             await pool.close()
+
     asyncio.run(expire())
 
 
@@ -39,25 +41,44 @@ def create_topic(client, name: str, partitions: int = 1) -> None:
     assert response.status_code == 201, response.text
 
 
-def produce(client, producer: dict, topic: str, partition: int, sequence: int, values: list[str],
-            timestamp_ms: int | None = None) -> dict:
+def produce(
+    client,
+    producer: dict,
+    topic: str,
+    partition: int,
+    sequence: int,
+    values: list[str],
+    timestamp_ms: int | None = None,
+) -> dict:
     records = [{"value": v} if timestamp_ms is None else {"value": v, "timestamp_ms": timestamp_ms} for v in values]
-    response = client.post("/v1/produce", json={**producer, "partitions": [
-        {"topic": topic, "partition": partition, "base_sequence": sequence, "records": records}]})
+    response = client.post(
+        "/v1/produce",
+        json={
+            **producer,
+            "partitions": [{"topic": topic, "partition": partition, "base_sequence": sequence, "records": records}],
+        },
+    )
     assert response.status_code == 200, response.text
     return response.json()["partitions"][0]
 
 
 def read_values(client, topic: str, partition: int = 0, isolation: str = "read_committed") -> list:
-    response = client.post("/v1/fetch", json={"isolation_level": isolation, "max_records": 10_000, "partitions": [
-        {"topic": topic, "partition": partition, "offset": 0}]})
+    response = client.post(
+        "/v1/fetch",
+        json={
+            "isolation_level": isolation,
+            "max_records": 10_000,
+            "partitions": [{"topic": topic, "partition": partition, "offset": 0}],
+        },
+    )
     assert response.status_code == 200, response.text
     return [record["value"] for record in response.json()["partitions"][0]["records"]]
 
 
 def init_transactional(client, transactional_id: str) -> dict:
-    response = client.post("/v1/producers/init", json={"transactional_id": transactional_id,
-                                                       "transaction_timeout_ms": 60_000})
+    response = client.post(
+        "/v1/producers/init", json={"transactional_id": transactional_id, "transaction_timeout_ms": 60_000}
+    )
     assert response.status_code == 200, response.text
     return {"transactional_id": transactional_id, **response.json()}
 
@@ -67,8 +88,9 @@ def txn_state(client, transactional_id: str) -> str:
 
 
 def fetch_offset(client, group: str, topic: str, partition: int = 0) -> int:
-    response = client.post(f"/v1/groups/{group}/offsets/fetch",
-                           json={"partitions": [{"topic": topic, "partition": partition}]})
+    response = client.post(
+        f"/v1/groups/{group}/offsets/fetch", json={"partitions": [{"topic": topic, "partition": partition}]}
+    )
     assert response.status_code == 200, response.text
     return response.json()["offsets"][0]["offset"]
 
@@ -119,8 +141,13 @@ def test_a_producer_idle_everywhere_expires_whole_and_is_told_so(make_server):
     assert produce(client, producer, "idle-producer", 0, 0, ["a"])["error"] is None
     time.sleep(1.3)
     run_producer_expiry(running)
-    response = client.post("/v1/produce", json={**producer, "partitions": [
-        {"topic": "idle-producer", "partition": 0, "base_sequence": 1, "records": [{"value": "b"}]}]})
+    response = client.post(
+        "/v1/produce",
+        json={
+            **producer,
+            "partitions": [{"topic": "idle-producer", "partition": 0, "base_sequence": 1, "records": [{"value": "b"}]}],
+        },
+    )
     assert response.status_code == 409 and response.json()["error"]["code"] == "UNKNOWN_PRODUCER_ID"
 
 
@@ -148,17 +175,31 @@ def test_a_plain_commit_after_a_pending_transactional_one_is_not_overwritten(ser
     client = server.client
     create_topic(client, "backwards")
     producer = init_transactional(client, "backwards-app")
-    response = client.post("/v1/txn/offset-commit", json={
-        "transactional_id": "backwards-app", "group_id": "backwards-group", "producer_id": producer["producer_id"],
-        "producer_epoch": producer["producer_epoch"], "offsets": [{"topic": "backwards", "partition": 0,
-                                                                   "offset": 5}]})
+    response = client.post(
+        "/v1/txn/offset-commit",
+        json={
+            "transactional_id": "backwards-app",
+            "group_id": "backwards-group",
+            "producer_id": producer["producer_id"],
+            "producer_epoch": producer["producer_epoch"],
+            "offsets": [{"topic": "backwards", "partition": 0, "offset": 5}],
+        },
+    )
     assert response.status_code == 200 and response.json()["offsets"][0]["error"] is None, response.text
-    response = client.post("/v1/groups/backwards-group/offsets/commit", json={
-        "offsets": [{"topic": "backwards", "partition": 0, "offset": 10}]})
+    response = client.post(
+        "/v1/groups/backwards-group/offsets/commit",
+        json={"offsets": [{"topic": "backwards", "partition": 0, "offset": 10}]},
+    )
     assert response.status_code == 200, response.text
-    response = client.post("/v1/txn/end", json={
-        "transactional_id": "backwards-app", "producer_id": producer["producer_id"],
-        "producer_epoch": producer["producer_epoch"], "committed": True})
+    response = client.post(
+        "/v1/txn/end",
+        json={
+            "transactional_id": "backwards-app",
+            "producer_id": producer["producer_id"],
+            "producer_epoch": producer["producer_epoch"],
+            "committed": True,
+        },
+    )
     assert response.status_code == 200, response.text
     assert fetch_offset(client, "backwards-group", "backwards") == 10
 
@@ -166,17 +207,31 @@ def test_a_plain_commit_after_a_pending_transactional_one_is_not_overwritten(ser
 def test_a_transactional_commit_appended_after_a_plain_one_wins_at_its_commit(server):
     client = server.client
     create_topic(client, "forwards")
-    client.post("/v1/groups/forwards-group/offsets/commit", json={
-        "offsets": [{"topic": "forwards", "partition": 0, "offset": 10}]}).raise_for_status()
+    client.post(
+        "/v1/groups/forwards-group/offsets/commit",
+        json={"offsets": [{"topic": "forwards", "partition": 0, "offset": 10}]},
+    ).raise_for_status()
     producer = init_transactional(client, "forwards-app")
-    client.post("/v1/txn/offset-commit", json={
-        "transactional_id": "forwards-app", "group_id": "forwards-group", "producer_id": producer["producer_id"],
-        "producer_epoch": producer["producer_epoch"],
-        "offsets": [{"topic": "forwards", "partition": 0, "offset": 7}]}).raise_for_status()
+    client.post(
+        "/v1/txn/offset-commit",
+        json={
+            "transactional_id": "forwards-app",
+            "group_id": "forwards-group",
+            "producer_id": producer["producer_id"],
+            "producer_epoch": producer["producer_epoch"],
+            "offsets": [{"topic": "forwards", "partition": 0, "offset": 7}],
+        },
+    ).raise_for_status()
     assert fetch_offset(client, "forwards-group", "forwards") == 10
-    client.post("/v1/txn/end", json={"transactional_id": "forwards-app", "committed": True,
-                                     "producer_id": producer["producer_id"],
-                                     "producer_epoch": producer["producer_epoch"]}).raise_for_status()
+    client.post(
+        "/v1/txn/end",
+        json={
+            "transactional_id": "forwards-app",
+            "committed": True,
+            "producer_id": producer["producer_id"],
+            "producer_epoch": producer["producer_epoch"],
+        },
+    ).raise_for_status()
     assert fetch_offset(client, "forwards-group", "forwards") == 7
 
 
@@ -192,10 +247,15 @@ def test_a_read_committed_reader_of_consumer_offsets_never_sees_an_aborted_commi
     client = server.client
     create_topic(client, "eos-src")
     producer = init_transactional(client, "aborter")
-    ids = {"transactional_id": "aborter", "producer_id": producer["producer_id"],
-           "producer_epoch": producer["producer_epoch"]}
-    client.post("/v1/txn/offset-commit", json={**ids, "group_id": "aborted-group", "offsets": [
-        {"topic": "eos-src", "partition": 0, "offset": 42}]}).raise_for_status()
+    ids = {
+        "transactional_id": "aborter",
+        "producer_id": producer["producer_id"],
+        "producer_epoch": producer["producer_epoch"],
+    }
+    client.post(
+        "/v1/txn/offset-commit",
+        json={**ids, "group_id": "aborted-group", "offsets": [{"topic": "eos-src", "partition": 0, "offset": 42}]},
+    ).raise_for_status()
     partition = _offsets_partition_of(client, "aborter")
     # Open: its commit record pins the partition's LSO, like any transactional write.
     assert read_values(client, "__consumer_offsets", partition) == []
@@ -205,10 +265,15 @@ def test_a_read_committed_reader_of_consumer_offsets_never_sees_an_aborted_commi
     assert fetch_offset(client, "aborted-group", "eos-src") == -1
     # A committed one is read back.
     producer = init_transactional(client, "aborter")
-    ids = {"transactional_id": "aborter", "producer_id": producer["producer_id"],
-           "producer_epoch": producer["producer_epoch"]}
-    client.post("/v1/txn/offset-commit", json={**ids, "group_id": "aborted-group", "offsets": [
-        {"topic": "eos-src", "partition": 0, "offset": 43}]}).raise_for_status()
+    ids = {
+        "transactional_id": "aborter",
+        "producer_id": producer["producer_id"],
+        "producer_epoch": producer["producer_epoch"],
+    }
+    client.post(
+        "/v1/txn/offset-commit",
+        json={**ids, "group_id": "aborted-group", "offsets": [{"topic": "eos-src", "partition": 0, "offset": 43}]},
+    ).raise_for_status()
     client.post("/v1/txn/end", json={**ids, "committed": True}).raise_for_status()
     visible = read_values(client, "__consumer_offsets", partition)
     assert len(visible) == 1 and '"offset":43' in visible[0]
@@ -222,8 +287,13 @@ def test_add_partitions_with_only_invalid_partitions_begins_no_transaction(serve
     client = server.client
     create_topic(client, "only-one")
     producer = init_transactional(client, "refused-adds")
-    response = client.post("/v1/txn/add-partitions", json={**producer, "partitions": [
-        {"topic": "no-such-topic", "partition": 0}, {"topic": "only-one", "partition": 7}]})
+    response = client.post(
+        "/v1/txn/add-partitions",
+        json={
+            **producer,
+            "partitions": [{"topic": "no-such-topic", "partition": 0}, {"topic": "only-one", "partition": 7}],
+        },
+    )
     assert response.status_code == 200, response.text
     assert [p["error"]["code"] for p in response.json()["partitions"]] == ["UNKNOWN_TOPIC_OR_PARTITION"] * 2
     described = client.get("/v1/transactions/refused-adds").json()
@@ -235,9 +305,16 @@ def test_a_txn_offset_commit_refused_for_its_generation_begins_no_transaction(se
     create_topic(client, "gen-src")
     member = client.post("/v1/groups/gen-group/heartbeat", json={"topics": ["gen-src"]}).json()
     producer = init_transactional(client, "zombie-copier")
-    response = client.post("/v1/txn/offset-commit", json={
-        **producer, "group_id": "gen-group", "member_id": member["member_id"],
-        "generation_id": member["generation_id"] + 1, "offsets": [{"topic": "gen-src", "partition": 0, "offset": 3}]})
+    response = client.post(
+        "/v1/txn/offset-commit",
+        json={
+            **producer,
+            "group_id": "gen-group",
+            "member_id": member["member_id"],
+            "generation_id": member["generation_id"] + 1,
+            "offsets": [{"topic": "gen-src", "partition": 0, "offset": 3}],
+        },
+    )
     assert response.status_code == 200, response.text
     assert response.json()["offsets"][0]["error"]["code"] == "ILLEGAL_GENERATION"
     described = client.get("/v1/transactions/zombie-copier").json()
@@ -265,8 +342,9 @@ def test_a_change_whose_audit_entry_fails_is_not_made(server):
     client = server.client
     create_topic(client, "kept")
     producer = init_transactional(client, "kept-open")
-    client.post("/v1/txn/add-partitions", json={**producer, "partitions": [
-        {"topic": "kept", "partition": 0}]}).raise_for_status()
+    client.post(
+        "/v1/txn/add-partitions", json={**producer, "partitions": [{"topic": "kept", "partition": 0}]}
+    ).raise_for_status()
     asyncio.run(_make_audit_fail(server.database_url))
 
     assert client.post("/v1/topics", json={"name": "unaudited", "partitions": 1}).status_code >= 500
@@ -281,8 +359,9 @@ def test_the_console_abort_is_audited_in_the_same_transaction(server):
     client = server.client
     create_topic(client, "console-kept")
     producer = init_transactional(client, "console-open")
-    client.post("/v1/txn/add-partitions", json={**producer, "partitions": [
-        {"topic": "console-kept", "partition": 0}]}).raise_for_status()
+    client.post(
+        "/v1/txn/add-partitions", json={**producer, "partitions": [{"topic": "console-kept", "partition": 0}]}
+    ).raise_for_status()
     page = client.get("/console/transactions/console-open")
     assert page.status_code == 200
     asyncio.run(_make_audit_fail(server.database_url))
@@ -351,15 +430,17 @@ def test_a_fetch_racing_a_topic_delete_answers_without_a_server_error(server):
                 wrapped.append(_DeleteBeforePayloads(conn, server.database_url, "vanishing"))
                 return wrapped[-1]
 
-            return await fetching.fetch(_Pool(pool, wrap), notifier, [FetchPosition("vanishing", 0, 0)],
-                                        "read_uncommitted", 100, 0, "utf8")
+            return await fetching.fetch(
+                _Pool(pool, wrap), notifier, [FetchPosition("vanishing", 0, 0)], "read_uncommitted", 100, 0, "utf8"
+            )
         finally:
             await pool.close()
 
     [result] = asyncio.run(race())
     # Read in one snapshot: either the records as they were, or the partition's error; never a KeyError.
     assert (result.error is None and [r["value"] for r in result.records] == ["v"]) or (
-        result.error is not None and result.error.code.name == "UNKNOWN_TOPIC_OR_PARTITION")
+        result.error is not None and result.error.code.name == "UNKNOWN_TOPIC_OR_PARTITION"
+    )
 
 
 def test_a_produce_racing_the_expiry_of_its_producer_gets_unknown_producer_id(server):
@@ -379,17 +460,31 @@ def test_a_produce_racing_the_expiry_of_its_producer_gets_unknown_producer_id(se
         watcher = await asyncpg.connect(server.database_url)
         try:
             async with conn.transaction():
-                await conn.execute("SELECT 1 FROM partitions p JOIN topics t USING (topic_id) "
-                                   "WHERE t.name = 'raced' AND p.partition = 0 FOR UPDATE OF p")
-                sender = threading.Thread(target=lambda: answers.append(client.post("/v1/produce", json={
-                    **producer, "partitions": [{"topic": "raced", "partition": 0, "base_sequence": 1,
-                                                "records": [{"value": "b"}]}]})))
+                await conn.execute(
+                    "SELECT 1 FROM partitions p JOIN topics t USING (topic_id) "
+                    "WHERE t.name = 'raced' AND p.partition = 0 FOR UPDATE OF p"
+                )
+                sender = threading.Thread(
+                    target=lambda: answers.append(
+                        client.post(
+                            "/v1/produce",
+                            json={
+                                **producer,
+                                "partitions": [
+                                    {"topic": "raced", "partition": 0, "base_sequence": 1, "records": [{"value": "b"}]}
+                                ],
+                            },
+                        )
+                    )
+                )
                 sender.start()
                 # Wait until the produce waits for the partition's lock (it checked the id already).
                 # Asked outside this transaction: pg_stat_activity is a snapshot within one.
                 while not await watcher.fetchval(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND query LIKE '%FOR UPDATE%' AND pid <> $1", conn.get_server_pid()):
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND query LIKE '%FOR UPDATE%' AND pid <> $1",
+                    conn.get_server_pid(),
+                ):
                     await asyncio.sleep(0.01)
                 # The expiry, as the worker runs it: the id first, then its state.
                 await conn.execute("DELETE FROM producer_ids WHERE producer_id = $1", producer["producer_id"])

@@ -10,8 +10,16 @@ import time
 import httpx
 import pytest
 
-from app.coordinator.authorizer import (ANONYMOUS, Acl, Operation, PatternType, Permission, Principal, ResourceType,
-                                        is_allowed)
+from app.coordinator.authorizer import (
+    ANONYMOUS,
+    Acl,
+    Operation,
+    PatternType,
+    Permission,
+    Principal,
+    ResourceType,
+    is_allowed,
+)
 from tests.conftest import REPO_ROOT, loopback_socket
 
 ADMIN_TOKEN = "root-token-for-tests"
@@ -19,27 +27,32 @@ ADMIN_TOKEN = "root-token-for-tests"
 
 # ---- the authorizer, pure
 
+
 def acl(resource_type, name, operation, permission="allow", pattern="literal", principal="alice"):
-    return Acl(principal, ResourceType(resource_type), PatternType(pattern), name, Operation(operation),
-               Permission(permission))
+    return Acl(
+        principal, ResourceType(resource_type), PatternType(pattern), name, Operation(operation), Permission(permission)
+    )
 
 
-@pytest.mark.parametrize("rules, operation, resource_type, name, allowed", [
-    ([], "Read", "Topic", "orders", False),
-    ([acl("Topic", "orders", "Read")], "Read", "Topic", "orders", True),
-    ([acl("Topic", "orders", "Read")], "Write", "Topic", "orders", False),
-    ([acl("Topic", "orders", "Read")], "Read", "Topic", "orders-2", False),
-    ([acl("Topic", "orders", "Read")], "Read", "Group", "orders", False),
-    ([acl("Topic", "ord", "Read", pattern="prefixed")], "Read", "Topic", "orders", True),
-    ([acl("Topic", "ord", "Read", pattern="prefixed")], "Read", "Topic", "xorders", False),
-    ([acl("Topic", "*", "Write")], "Write", "Topic", "anything", True),
-    ([acl("Topic", "orders", "All")], "Delete", "Topic", "orders", True),
-    ([acl("Topic", "orders", "Write")], "Describe", "Topic", "orders", True),   # Write implies Describe
-    ([acl("Topic", "orders", "Create")], "Describe", "Topic", "orders", False),  # Create does not
-    ([acl("Topic", "*", "All"), acl("Topic", "secret", "Read", "deny")], "Read", "Topic", "secret", False),
-    ([acl("Topic", "*", "All"), acl("Topic", "sec", "All", "deny", "prefixed")], "Write", "Topic", "secret", False),
-    ([acl("Topic", "*", "All"), acl("Topic", "secret", "Read", "deny")], "Write", "Topic", "secret", True),
-])
+@pytest.mark.parametrize(
+    "rules, operation, resource_type, name, allowed",
+    [
+        ([], "Read", "Topic", "orders", False),
+        ([acl("Topic", "orders", "Read")], "Read", "Topic", "orders", True),
+        ([acl("Topic", "orders", "Read")], "Write", "Topic", "orders", False),
+        ([acl("Topic", "orders", "Read")], "Read", "Topic", "orders-2", False),
+        ([acl("Topic", "orders", "Read")], "Read", "Group", "orders", False),
+        ([acl("Topic", "ord", "Read", pattern="prefixed")], "Read", "Topic", "orders", True),
+        ([acl("Topic", "ord", "Read", pattern="prefixed")], "Read", "Topic", "xorders", False),
+        ([acl("Topic", "*", "Write")], "Write", "Topic", "anything", True),
+        ([acl("Topic", "orders", "All")], "Delete", "Topic", "orders", True),
+        ([acl("Topic", "orders", "Write")], "Describe", "Topic", "orders", True),  # Write implies Describe
+        ([acl("Topic", "orders", "Create")], "Describe", "Topic", "orders", False),  # Create does not
+        ([acl("Topic", "*", "All"), acl("Topic", "secret", "Read", "deny")], "Read", "Topic", "secret", False),
+        ([acl("Topic", "*", "All"), acl("Topic", "sec", "All", "deny", "prefixed")], "Write", "Topic", "secret", False),
+        ([acl("Topic", "*", "All"), acl("Topic", "secret", "Read", "deny")], "Write", "Topic", "secret", True),
+    ],
+)
 def test_acl_evaluation(rules, operation, resource_type, name, allowed):
     principal = Principal("alice", acls=tuple(rules))
     assert is_allowed(principal, Operation(operation), ResourceType(resource_type), name) is allowed
@@ -51,6 +64,7 @@ def test_super_users_and_anonymous_may_do_everything():
 
 
 # ---- over HTTP
+
 
 @pytest.fixture
 def secured(make_server):
@@ -71,8 +85,13 @@ def new_user(admin: httpx.Client, name: str, *rules: dict) -> httpx.Client:
 
 
 def rule(resource_type, name, operation, permission="allow", pattern_type="literal") -> dict:
-    return {"resource_type": resource_type, "resource_name": name, "operation": operation,
-            "permission": permission, "pattern_type": pattern_type}
+    return {
+        "resource_type": resource_type,
+        "resource_name": name,
+        "operation": operation,
+        "permission": permission,
+        "pattern_type": pattern_type,
+    }
 
 
 def code(response: httpx.Response) -> str:
@@ -80,15 +99,31 @@ def code(response: httpx.Response) -> str:
 
 
 def produce(client, topic="orders", **extra):
-    return client.post("/v1/produce", json={"partitions": [{"topic": topic, "partition": 0, "base_sequence": extra.pop(
-        "base_sequence", -1), "records": [{"value": "v"}]}], **extra})
+    return client.post(
+        "/v1/produce",
+        json={
+            "partitions": [
+                {
+                    "topic": topic,
+                    "partition": 0,
+                    "base_sequence": extra.pop("base_sequence", -1),
+                    "records": [{"value": "v"}],
+                }
+            ],
+            **extra,
+        },
+    )
 
 
 def test_requests_without_valid_credentials_are_unauthorized(secured):
     server, admin = secured
     anonymous = httpx.Client(base_url=server.url)
-    for headers in ({}, {"Authorization": "Basic abc"}, {"Authorization": "Bearer"},
-                    {"Authorization": "Bearer not-a-key"}):
+    for headers in (
+        {},
+        {"Authorization": "Basic abc"},
+        {"Authorization": "Bearer"},
+        {"Authorization": "Bearer not-a-key"},
+    ):
         response = anonymous.get("/v1/topics", headers=headers)
         assert response.status_code == 401 and code(response) == "UNAUTHORIZED", headers
         assert "Bearer" in response.json()["error"]["message"]
@@ -115,7 +150,9 @@ def test_fetch_needs_read_and_list_offsets_needs_describe(secured):
     body = {"partitions": [{"topic": "orders", "partition": 0, "offset": 0}]}
     assert reader.post("/v1/fetch", json=body).status_code == 200
     assert reader.get("/v1/topics/orders/partitions/0/records").status_code == 200
-    assert reader.post("/v1/offsets/list", json={"partitions": [{"topic": "orders", "partition": 0}]}).status_code == 200
+    assert (
+        reader.post("/v1/offsets/list", json={"partitions": [{"topic": "orders", "partition": 0}]}).status_code == 200
+    )
     body["partitions"][0]["topic"] = "secret"
     assert code(reader.post("/v1/fetch", json=body)) == "TOPIC_AUTHORIZATION_FAILED"
     assert code(produce(reader)) == "TOPIC_AUTHORIZATION_FAILED", "Read does not allow Write"
@@ -123,9 +160,13 @@ def test_fetch_needs_read_and_list_offsets_needs_describe(secured):
 
 def test_transactional_writes_need_write_on_the_transactional_id(secured):
     _, admin = secured
-    app = new_user(admin, "app", rule("Topic", "orders", "Write"), rule("TransactionalId", "app-", "Write",
-                                                                       pattern_type="prefixed"),
-                   rule("Group", "app-group", "Read"))
+    app = new_user(
+        admin,
+        "app",
+        rule("Topic", "orders", "Write"),
+        rule("TransactionalId", "app-", "Write", pattern_type="prefixed"),
+        rule("Group", "app-group", "Read"),
+    )
     init = app.post("/v1/producers/init", json={"transactional_id": "app-1", "transaction_timeout_ms": 60000})
     assert init.status_code == 200
     ids = {"transactional_id": "app-1", **init.json()}
@@ -135,9 +176,14 @@ def test_transactional_writes_need_write_on_the_transactional_id(secured):
     assert app.post("/v1/txn/end", json={**ids, "committed": True}).status_code == 200
     denied = app.post("/v1/producers/init", json={"transactional_id": "billing-1", "transaction_timeout_ms": 60000})
     assert denied.status_code == 403 and code(denied) == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
-    for path, extra in (("/v1/txn/end", {"committed": True}), ("/v1/txn/prepare", {}),
-                        ("/v1/txn/add-partitions", {"partitions": [{"topic": "orders", "partition": 0}]})):
-        response = app.post(path, json={"transactional_id": "billing-1", "producer_id": 1, "producer_epoch": 0, **extra})
+    for path, extra in (
+        ("/v1/txn/end", {"committed": True}),
+        ("/v1/txn/prepare", {}),
+        ("/v1/txn/add-partitions", {"partitions": [{"topic": "orders", "partition": 0}]}),
+    ):
+        response = app.post(
+            path, json={"transactional_id": "billing-1", "producer_id": 1, "producer_epoch": 0, **extra}
+        )
         assert code(response) == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", path
     assert app.post("/v1/producers/init", json={}).status_code == 200, "idempotence needs no extra ACL"
 
@@ -147,13 +193,15 @@ def test_group_operations_need_read_on_the_group(secured):
     consumer = new_user(admin, "consumer", rule("Group", "readers", "Read"), rule("Topic", "orders", "Read"))
     joined = consumer.post("/v1/groups/readers/heartbeat", json={"member_id": "", "topics": ["orders"]})
     assert joined.status_code == 200
-    commit = consumer.post("/v1/groups/readers/offsets/commit",
-                           json={"offsets": [{"topic": "orders", "partition": 0, "offset": 0}]})
+    commit = consumer.post(
+        "/v1/groups/readers/offsets/commit", json={"offsets": [{"topic": "orders", "partition": 0, "offset": 0}]}
+    )
     assert commit.status_code == 200 and commit.json()["offsets"][0]["error"] is None
     assert consumer.post("/v1/groups/readers/offsets/fetch", json={}).status_code == 200
     assert consumer.get("/v1/groups/readers").status_code == 200, "Read implies Describe"
-    assert code(consumer.post("/v1/groups/others/heartbeat", json={"topics": ["orders"]})) == \
-        "GROUP_AUTHORIZATION_FAILED"
+    assert (
+        code(consumer.post("/v1/groups/others/heartbeat", json={"topics": ["orders"]})) == "GROUP_AUTHORIZATION_FAILED"
+    )
     assert [g["group_id"] for g in consumer.get("/v1/groups").json()["groups"]] == ["readers"]
 
 
@@ -161,8 +209,12 @@ def test_listings_show_only_what_the_principal_may_describe(secured):
     _, admin = secured
     for tid in ("team-a-1", "team-b-1"):
         admin.post("/v1/producers/init", json={"transactional_id": tid, "transaction_timeout_ms": 60000})
-    viewer = new_user(admin, "viewer", rule("Topic", "orders", "Describe"),
-                      rule("TransactionalId", "team-a-", "Describe", pattern_type="prefixed"))
+    viewer = new_user(
+        admin,
+        "viewer",
+        rule("Topic", "orders", "Describe"),
+        rule("TransactionalId", "team-a-", "Describe", pattern_type="prefixed"),
+    )
     assert [t["name"] for t in viewer.get("/v1/topics").json()["topics"]] == ["orders"]
     assert viewer.get("/v1/cluster").json()["topics"] == ["orders"]
     assert [t["transactional_id"] for t in viewer.get("/v1/transactions").json()["transactions"]] == ["team-a-1"]
@@ -186,8 +238,12 @@ def test_admin_abort_needs_write_on_the_id_or_alter_on_the_cluster(secured):
 
 def test_topic_creation_needs_create_and_deletion_needs_delete(secured):
     _, admin = secured
-    creator = new_user(admin, "creator", rule("Topic", "scratch-", "Create", pattern_type="prefixed"),
-                       rule("Topic", "scratch-", "Delete", pattern_type="prefixed"))
+    creator = new_user(
+        admin,
+        "creator",
+        rule("Topic", "scratch-", "Create", pattern_type="prefixed"),
+        rule("Topic", "scratch-", "Delete", pattern_type="prefixed"),
+    )
     assert creator.post("/v1/topics", json={"name": "scratch-1"}).status_code == 201
     assert code(creator.post("/v1/topics", json={"name": "prod-1"})) == "TOPIC_AUTHORIZATION_FAILED"
     assert code(creator.delete("/v1/topics/orders")) == "TOPIC_AUTHORIZATION_FAILED"
@@ -199,10 +255,13 @@ def test_topic_creation_needs_create_and_deletion_needs_delete(secured):
 def test_managing_principals_and_acls_needs_alter_on_the_cluster(secured):
     _, admin = secured
     user = new_user(admin, "plain", rule("Topic", "*", "All"))
-    assert code(user.post("/v1/principals", json={"name": "sneaky", "super_user": True})) == \
-        "CLUSTER_AUTHORIZATION_FAILED"
-    assert code(user.post("/v1/acls", json={"principal": "plain", **rule("Cluster", "txbroker-cluster", "All")})) == \
-        "CLUSTER_AUTHORIZATION_FAILED"
+    assert (
+        code(user.post("/v1/principals", json={"name": "sneaky", "super_user": True})) == "CLUSTER_AUTHORIZATION_FAILED"
+    )
+    assert (
+        code(user.post("/v1/acls", json={"principal": "plain", **rule("Cluster", "txbroker-cluster", "All")}))
+        == "CLUSTER_AUTHORIZATION_FAILED"
+    )
     listed = admin.get("/v1/acls", params={"principal": "plain"}).json()["acls"]
     assert [(a["resource_type"], a["resource_name"], a["operation"]) for a in listed] == [("Topic", "*", "All")]
     assert admin.delete(f"/v1/acls/{listed[0]['acl_id']}").status_code == 204
@@ -214,8 +273,10 @@ def test_deny_wins_over_allow(secured):
     user = new_user(admin, "careful", rule("Topic", "*", "All"), rule("Topic", "secret", "Write", "deny"))
     assert produce(user).status_code == 200
     assert code(produce(user, topic="secret")) == "TOPIC_AUTHORIZATION_FAILED"
-    assert user.post("/v1/fetch", json={"partitions": [{"topic": "secret", "partition": 0, "offset": 0}]}).status_code \
-        == 200, "the deny names Write only"
+    assert (
+        user.post("/v1/fetch", json={"partitions": [{"topic": "secret", "partition": 0, "offset": 0}]}).status_code
+        == 200
+    ), "the deny names Write only"
 
 
 def test_revoking_a_key_takes_effect_on_the_next_request(secured):
@@ -234,19 +295,31 @@ def test_transactional_ids_per_principal_are_limited(make_server):
     admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
     user = new_user(admin, "greedy", rule("TransactionalId", "*", "Write"))
     for n in range(2):
-        assert user.post("/v1/producers/init", json={"transactional_id": f"t{n}",
-                                                     "transaction_timeout_ms": 1000}).status_code == 200
-    assert user.post("/v1/producers/init", json={"transactional_id": "t0", "transaction_timeout_ms": 1000}
-                     ).status_code == 200, "re-initializing an existing id is not a new one"
+        assert (
+            user.post(
+                "/v1/producers/init", json={"transactional_id": f"t{n}", "transaction_timeout_ms": 1000}
+            ).status_code
+            == 200
+        )
+    assert (
+        user.post("/v1/producers/init", json={"transactional_id": "t0", "transaction_timeout_ms": 1000}).status_code
+        == 200
+    ), "re-initializing an existing id is not a new one"
     over = user.post("/v1/producers/init", json={"transactional_id": "t2", "transaction_timeout_ms": 1000})
     assert over.status_code == 403 and "max_transactional_ids_per_principal" in over.json()["error"]["message"]
 
 
 # ---- listening beyond loopback
 
+
 def test_serve_refuses_non_loopback_without_authentication(database_url):
-    result = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--host", "0.0.0.0", "--database-url",
-                             database_url], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", "--host", "0.0.0.0", "--database-url", database_url],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert "refusing to listen on 0.0.0.0 without authentication" in result.stderr
 
@@ -254,6 +327,7 @@ def test_serve_refuses_non_loopback_without_authentication(database_url):
 def test_listening_rule():
     from app.cli import listening_refusal
     from app.settings import Settings
+
     assert listening_refusal(Settings(host="127.0.0.1"), None) is None
     assert listening_refusal(Settings(host="::1"), None) is None
     assert listening_refusal(Settings(host="localhost"), None) is None
@@ -269,11 +343,13 @@ def test_listening_rule():
 
 # ---- request limits
 
+
 def test_too_many_partitions_in_one_request(make_server):
     server = make_server(max_partitions_per_request=2)
     server.client.post("/v1/topics", json={"name": "wide", "partitions": 3}).raise_for_status()
-    response = server.client.post("/v1/fetch", json={"partitions": [
-        {"topic": "wide", "partition": p, "offset": 0} for p in range(3)]})
+    response = server.client.post(
+        "/v1/fetch", json={"partitions": [{"topic": "wide", "partition": p, "offset": 0} for p in range(3)]}
+    )
     assert response.status_code == 400 and "max_partitions_per_request" in response.json()["error"]["message"]
 
 

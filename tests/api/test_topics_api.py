@@ -7,12 +7,14 @@ import re
 
 import pytest
 
-
-DEFAULT_CONFIG = {"retention_ms": -1, "retention_bytes": -1, "max_message_bytes": 1048576, "cleanup_policy": "delete",
-                  "delete_retention_ms": 86400000}
+DEFAULT_CONFIG = {
+    "retention_ms": -1,
+    "retention_bytes": -1,
+    "max_message_bytes": 1048576,
+    "cleanup_policy": "delete",
+    "delete_retention_ms": 86400000,
+}
 INTERNAL_TOPICS = ("__transaction_state", "__consumer_offsets")
-
-
 
 
 # One server (and database) for the module: a fresh one per test costs ~0.5 s. Tests that share it use
@@ -56,13 +58,16 @@ def assert_error(response, status, code):
 
 
 def produce(client, topic, partition, values):
-    response = client.post("/v1/produce", json={"partitions": [
-        {"topic": topic, "partition": partition, "records": [{"value": v} for v in values]}]})
+    response = client.post(
+        "/v1/produce",
+        json={"partitions": [{"topic": topic, "partition": partition, "records": [{"value": v} for v in values]}]},
+    )
     assert response.status_code == 200, response.text
     return response.json()["partitions"][0]
 
 
 # ---- create
+
 
 def test_create_returns_201_with_topic_body_and_default_config(client):
     name = fresh("orders")
@@ -72,8 +77,9 @@ def test_create_returns_201_with_topic_body_and_default_config(client):
     assert response.json() == {
         "name": name,
         "config": DEFAULT_CONFIG,
-        "partitions": [{"partition": p, "log_start_offset": 0, "high_watermark": 0, "last_stable_offset": 0}
-                       for p in range(3)],
+        "partitions": [
+            {"partition": p, "log_start_offset": 0, "high_watermark": 0, "last_stable_offset": 0} for p in range(3)
+        ],
     }
 
 
@@ -92,8 +98,13 @@ def test_create_fills_in_defaults_for_config_keys_not_given(client):
 
 def test_create_accepts_all_config_keys_and_describe_returns_them(client):
     name = fresh()
-    config = {"retention_ms": 60000, "retention_bytes": 1 << 40, "max_message_bytes": 1,
-              "cleanup_policy": "compact,delete", "delete_retention_ms": 0}
+    config = {
+        "retention_ms": 60000,
+        "retention_bytes": 1 << 40,
+        "max_message_bytes": 1,
+        "cleanup_policy": "compact,delete",
+        "delete_retention_ms": 0,
+    }
     response = create(client, name, 2, config)
     assert response.status_code == 201
     assert response.json()["config"] == config
@@ -145,23 +156,26 @@ def test_create_with_10000_partitions_is_allowed(client):
     assert client.delete(f"/v1/topics/{name}").status_code == 204  # keeps /metrics small for the others
 
 
-@pytest.mark.parametrize("config", [
-    {"unknown_key": 1},
-    {"cleanup.policy": "compact"},
-    {"max_message_bytes": -5},
-    {"max_message_bytes": 0},
-    {"max_message_bytes": "100"},
-    {"max_message_bytes": 1.5},
-    {"max_message_bytes": True},
-    {"max_message_bytes": None},
-    {"retention_ms": -2},
-    {"retention_bytes": -2},
-    {"retention_ms": 2**63},
-    {"cleanup_policy": "forever"},
-    {"cleanup_policy": 1},
-    {"cleanup_policy": "compact,"},
-    {"delete_retention_ms": -1},
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"unknown_key": 1},
+        {"cleanup.policy": "compact"},
+        {"max_message_bytes": -5},
+        {"max_message_bytes": 0},
+        {"max_message_bytes": "100"},
+        {"max_message_bytes": 1.5},
+        {"max_message_bytes": True},
+        {"max_message_bytes": None},
+        {"retention_ms": -2},
+        {"retention_bytes": -2},
+        {"retention_ms": 2**63},
+        {"cleanup_policy": "forever"},
+        {"cleanup_policy": 1},
+        {"cleanup_policy": "compact,"},
+        {"delete_retention_ms": -1},
+    ],
+)
 def test_create_with_bad_config_is_invalid_config(client, config):
     name = fresh()
     error = assert_error(create(client, name, 1, config), 400, "INVALID_CONFIG")
@@ -170,6 +184,7 @@ def test_create_with_bad_config_is_invalid_config(client, config):
 
 
 # ---- list, describe, cluster
+
 
 def test_list_topics_includes_created_topics_with_partitions_and_config(client):
     first, second = fresh("b"), fresh("a")
@@ -248,6 +263,7 @@ def test_health_is_ok(client):
 
 # ---- delete
 
+
 def test_delete_is_204_then_describe_is_404(client):
     name = fresh("gone")
     create(client, name, 2)
@@ -285,8 +301,9 @@ def test_deleted_topic_rejects_produce_with_unknown_topic(client):
     name = fresh("dead")
     create(client, name)
     client.delete(f"/v1/topics/{name}")
-    response = client.post("/v1/produce", json={"partitions": [
-        {"topic": name, "partition": 0, "records": [{"value": "x"}]}]})
+    response = client.post(
+        "/v1/produce", json={"partitions": [{"topic": name, "partition": 0, "records": [{"value": "x"}]}]}
+    )
     assert response.status_code == 200
     assert response.json()["partitions"][0]["error"]["code"] == "UNKNOWN_TOPIC_OR_PARTITION"
 
@@ -309,6 +326,7 @@ def test_deleted_and_recreated_topic_starts_empty_at_offset_zero(client):
 
 
 # ---- internal topics are read-only for clients
+
 
 @pytest.mark.parametrize("name", INTERNAL_TOPICS)
 def test_internal_topic_cannot_be_deleted(client, name):
@@ -338,8 +356,9 @@ def _produce_error(response):
 @pytest.mark.parametrize("name", INTERNAL_TOPICS)
 def test_internal_topic_cannot_be_written_by_produce(client, name):
     before = _internal_high_watermarks(client, name)
-    response = client.post("/v1/produce", json={"partitions": [
-        {"topic": name, "partition": 0, "records": [{"value": "sneaky"}]}]})
+    response = client.post(
+        "/v1/produce", json={"partitions": [{"topic": name, "partition": 0, "records": [{"value": "sneaky"}]}]}
+    )
     error = _produce_error(response)
     assert error["code"] == "INVALID_TOPIC_EXCEPTION"
     assert name in error["message"]
@@ -350,13 +369,15 @@ def test_internal_topic_cannot_be_written_by_produce(client, name):
 @pytest.mark.parametrize("partition", [0, None])
 def test_internal_topic_cannot_be_written_by_records_endpoint(client, name, partition):
     before = _internal_high_watermarks(client, name)
-    response = client.post(f"/v1/topics/{name}/records",
-                           json={"partition": partition, "records": [{"key": "k", "value": "v"}]})
+    response = client.post(
+        f"/v1/topics/{name}/records", json={"partition": partition, "records": [{"key": "k", "value": "v"}]}
+    )
     assert_error(response, 400, "INVALID_TOPIC_EXCEPTION")
     assert _internal_high_watermarks(client, name) == before
 
 
 # ---- routing, OpenAPI, metrics
+
 
 def test_root_redirects_to_console(client):
     response = client.get("/", follow_redirects=False)
@@ -370,14 +391,17 @@ def test_unknown_route_is_404_not_found_in_error_format(client, path):
     assert path in error["message"]
 
 
-@pytest.mark.parametrize(("method", "path"), [
-    ("PUT", "/v1/topics"),
-    ("GET", "/v1/produce"),
-    ("GET", "/v1/fetch"),
-    ("DELETE", "/v1/cluster"),
-    ("PATCH", "/v1/topics/x"),
-    ("POST", "/v1/health"),
-])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("PUT", "/v1/topics"),
+        ("GET", "/v1/produce"),
+        ("GET", "/v1/fetch"),
+        ("DELETE", "/v1/cluster"),
+        ("PATCH", "/v1/topics/x"),
+        ("POST", "/v1/health"),
+    ],
+)
 def test_wrong_method_is_405_method_not_allowed_in_error_format(client, method, path):
     error = assert_error(client.request(method, path), 405, "METHOD_NOT_ALLOWED")
     assert method in error["message"]
@@ -386,18 +410,33 @@ def test_wrong_method_is_405_method_not_allowed_in_error_format(client, method, 
 # Every endpoint of API.md, in its words. The topics, produce and fetch ones must exist; the others are
 # checked once the server routes them.
 API_MD_ENDPOINTS = [
-    ("GET", "/v1/health"), ("GET", "/v1/cluster"), ("POST", "/v1/topics"), ("GET", "/v1/topics"),
-    ("GET", "/v1/topics/{topic}"), ("DELETE", "/v1/topics/{topic}"), ("POST", "/v1/produce"),
-    ("POST", "/v1/topics/{topic}/records"), ("POST", "/v1/fetch"),
-    ("GET", "/v1/topics/{topic}/partitions/{partition}/records"), ("POST", "/v1/offsets/list"),
+    ("GET", "/v1/health"),
+    ("GET", "/v1/cluster"),
+    ("POST", "/v1/topics"),
+    ("GET", "/v1/topics"),
+    ("GET", "/v1/topics/{topic}"),
+    ("DELETE", "/v1/topics/{topic}"),
+    ("POST", "/v1/produce"),
+    ("POST", "/v1/topics/{topic}/records"),
+    ("POST", "/v1/fetch"),
+    ("GET", "/v1/topics/{topic}/partitions/{partition}/records"),
+    ("POST", "/v1/offsets/list"),
     ("GET", "/metrics"),
-    ("POST", "/v1/coordinators/find"), ("POST", "/v1/producers/init"), ("POST", "/v1/txn/add-partitions"),
-    ("POST", "/v1/txn/add-offsets"), ("POST", "/v1/txn/offset-commit"), ("POST", "/v1/txn/end"),
+    ("POST", "/v1/coordinators/find"),
+    ("POST", "/v1/producers/init"),
+    ("POST", "/v1/txn/add-partitions"),
+    ("POST", "/v1/txn/add-offsets"),
+    ("POST", "/v1/txn/offset-commit"),
+    ("POST", "/v1/txn/end"),
     ("POST", "/v1/txn/prepare"),
-    ("POST", "/v1/groups/{group_id}/heartbeat"), ("POST", "/v1/groups/{group_id}/leave"),
-    ("POST", "/v1/groups/{group_id}/offsets/commit"), ("POST", "/v1/groups/{group_id}/offsets/fetch"),
-    ("GET", "/v1/groups"), ("GET", "/v1/groups/{group_id}"),
-    ("GET", "/v1/transactions"), ("GET", "/v1/transactions/{transactional_id}"),
+    ("POST", "/v1/groups/{group_id}/heartbeat"),
+    ("POST", "/v1/groups/{group_id}/leave"),
+    ("POST", "/v1/groups/{group_id}/offsets/commit"),
+    ("POST", "/v1/groups/{group_id}/offsets/fetch"),
+    ("GET", "/v1/groups"),
+    ("GET", "/v1/groups/{group_id}"),
+    ("GET", "/v1/transactions"),
+    ("GET", "/v1/transactions/{transactional_id}"),
     ("POST", "/v1/transactions/{transactional_id}/abort"),
     ("GET", "/v1/topics/{topic}/partitions/{partition}/producers"),
     ("GET", "/v1/topics/{topic}/partitions/{partition}/markers"),
@@ -408,8 +447,12 @@ REQUIRED_SO_FAR = API_MD_ENDPOINTS[:12]
 def _routed(client, method, path):
     """Whether the server has a route for this method and path (probed with harmless values: an empty
     body, an unknown topic/group/transactional id)."""
-    concrete = (path.replace("{topic}", "openapi-probe-missing").replace("{partition}", "0")
-                .replace("{group_id}", "openapi-probe-group").replace("{transactional_id}", "openapi-probe-txn"))
+    concrete = (
+        path.replace("{topic}", "openapi-probe-missing")
+        .replace("{partition}", "0")
+        .replace("{group_id}", "openapi-probe-group")
+        .replace("{transactional_id}", "openapi-probe-txn")
+    )
     response = client.request(method, concrete, json={} if method == "POST" else None)
     if response.status_code in (404, 405) and response.headers.get("content-type", "").startswith("application/json"):
         return response.json().get("error", {}).get("code") not in ("NOT_FOUND", "METHOD_NOT_ALLOWED")
@@ -422,8 +465,11 @@ def test_openapi_lists_every_api_md_endpoint_the_server_routes(client):
     paths = response.json()["paths"]
     for method, path in REQUIRED_SO_FAR:
         assert _routed(client, method, path), (method, path)
-    missing = [(method, path) for method, path in API_MD_ENDPOINTS
-               if _routed(client, method, path) and method.lower() not in paths.get(path, {})]
+    missing = [
+        (method, path)
+        for method, path in API_MD_ENDPOINTS
+        if _routed(client, method, path) and method.lower() not in paths.get(path, {})
+    ]
     assert missing == []
 
 
@@ -435,8 +481,9 @@ def test_metrics_is_prometheus_text_with_request_counter_and_high_watermark(serv
     assert response.headers["content-type"].startswith("text/plain")
     text = response.text
     assert "# TYPE txbroker_http_requests_total counter" in text
-    assert re.search(r'^txbroker_http_requests_total\{[^}]*route="/v1/produce"[^}]*status="200"[^}]*\} 1\.0$',
-                     text, re.M), text
+    assert re.search(
+        r'^txbroker_http_requests_total\{[^}]*route="/v1/produce"[^}]*status="200"[^}]*\} 1\.0$', text, re.M
+    ), text
     lines = {line for line in text.splitlines() if line.startswith("txbroker_partition_high_watermark{")}
     assert any('topic="metered"' in line and 'partition="1"' in line and line.endswith(" 2.0") for line in lines), lines
     assert any('topic="metered"' in line and 'partition="0"' in line and line.endswith(" 0.0") for line in lines), lines
@@ -454,6 +501,7 @@ def test_metrics_count_requests_by_route_template_not_raw_path(server):
     server.client.get("/v1/topics/one-unknown")
     server.client.get("/v1/topics/another-unknown")
     text = server.client.get("/metrics").text
-    assert re.search(r'^txbroker_http_requests_total\{[^}]*route="/v1/topics/\{topic\}"[^}]*status="404"[^}]*\} 2\.0$',
-                     text, re.M), text
+    assert re.search(
+        r'^txbroker_http_requests_total\{[^}]*route="/v1/topics/\{topic\}"[^}]*status="404"[^}]*\} 2\.0$', text, re.M
+    ), text
     assert "one-unknown" not in text

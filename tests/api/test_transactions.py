@@ -22,8 +22,10 @@ class TxnProducer:
         self.sequences: dict[tuple[str, int], int] = {}
 
     def init(self, **extra) -> dict:
-        response = self.client.post("/v1/producers/init", json={
-            "transactional_id": self.transactional_id, "transaction_timeout_ms": self.timeout_ms, **extra})
+        response = self.client.post(
+            "/v1/producers/init",
+            json={"transactional_id": self.transactional_id, "transaction_timeout_ms": self.timeout_ms, **extra},
+        )
         assert response.status_code == 200, response.text
         body = response.json()
         self._adopt(body)
@@ -35,14 +37,28 @@ class TxnProducer:
         self.producer_id, self.producer_epoch = body["producer_id"], body["producer_epoch"]
 
     def ids(self) -> dict:
-        return {"transactional_id": self.transactional_id, "producer_id": self.producer_id,
-                "producer_epoch": self.producer_epoch}
+        return {
+            "transactional_id": self.transactional_id,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+        }
 
     def send(self, topic: str, partition: int, *values: str) -> httpx.Response:
         sequence = self.sequences.get((topic, partition), 0)
-        response = self.client.post("/v1/produce", json={**self.ids(), "partitions": [{
-            "topic": topic, "partition": partition, "base_sequence": sequence,
-            "records": [{"value": value} for value in values]}]})
+        response = self.client.post(
+            "/v1/produce",
+            json={
+                **self.ids(),
+                "partitions": [
+                    {
+                        "topic": topic,
+                        "partition": partition,
+                        "base_sequence": sequence,
+                        "records": [{"value": value} for value in values],
+                    }
+                ],
+            },
+        )
         if response.status_code == 200 and response.json()["partitions"][0]["error"] is None:
             self.sequences[(topic, partition)] = sequence + len(values)
         return response
@@ -65,8 +81,14 @@ class TxnProducer:
 
 
 def values(client: httpx.Client, topic: str, partition: int, isolation: str) -> list[str]:
-    body = client.post("/v1/fetch", json={"isolation_level": isolation, "max_records": 10_000, "partitions": [
-        {"topic": topic, "partition": partition, "offset": 0}]}).json()["partitions"][0]
+    body = client.post(
+        "/v1/fetch",
+        json={
+            "isolation_level": isolation,
+            "max_records": 10_000,
+            "partitions": [{"topic": topic, "partition": partition, "offset": 0}],
+        },
+    ).json()["partitions"][0]
     assert body["error"] is None, body
     return [record["value"] for record in body["records"]]
 
@@ -116,12 +138,15 @@ def test_aborted_records_are_never_visible_to_read_committed(client):
     producer.commit()
     assert values(client, "out", 0, "read_committed") == ["kept"]
     assert values(client, "out", 0, "read_uncommitted") == ["doomed-1", "doomed-2", "kept"]
-    entry = client.post("/v1/fetch", json={"partitions": [{"topic": "out", "partition": 0, "offset": 0}],
-                                           "max_records": 1}).json()["partitions"][0]
+    entry = client.post(
+        "/v1/fetch", json={"partitions": [{"topic": "out", "partition": 0, "offset": 0}], "max_records": 1}
+    ).json()["partitions"][0]
     assert [r["value"] for r in entry["records"]] == ["kept"]
     assert entry["next_offset"] == 4, "next_offset continues past the aborted records and the marker"
-    latest = client.post("/v1/offsets/list", json={"isolation_level": "read_committed", "partitions": [
-        {"topic": "out", "partition": 0, "timestamp": -1}]}).json()["partitions"][0]
+    latest = client.post(
+        "/v1/offsets/list",
+        json={"isolation_level": "read_committed", "partitions": [{"topic": "out", "partition": 0, "timestamp": -1}]},
+    ).json()["partitions"][0]
     assert latest["offset"] == 5
 
 
@@ -135,8 +160,10 @@ def test_read_committed_stops_at_the_first_open_transaction(client):
     client.post("/v1/topics/out/records", json={"partition": 0, "records": [{"value": "plain-1"}]})
     second.commit()
     assert values(client, "out", 0, "read_committed") == ["plain-0"], "the LSO is held by the earlier open txn"
-    latest = client.post("/v1/offsets/list", json={"isolation_level": "read_committed", "partitions": [
-        {"topic": "out", "partition": 0, "timestamp": -1}]}).json()["partitions"][0]
+    latest = client.post(
+        "/v1/offsets/list",
+        json={"isolation_level": "read_committed", "partitions": [{"topic": "out", "partition": 0, "timestamp": -1}]},
+    ).json()["partitions"][0]
     assert latest["offset"] == 1
     first.commit()
     assert values(client, "out", 0, "read_committed") == ["plain-0", "first", "second", "plain-1"]
@@ -144,6 +171,7 @@ def test_read_committed_stops_at_the_first_open_transaction(client):
 
 def test_long_poll_under_read_committed_wakes_at_commit(client):
     import threading
+
     producer = TxnProducer(client, "long-poll")
     producer.init()
     producer.send("out", 0, "soon")
@@ -152,8 +180,9 @@ def test_long_poll_under_read_committed_wakes_at_commit(client):
     def poll():
         with httpx.Client(base_url=str(client.base_url), timeout=30) as reader:
             started = time.monotonic()
-            result["body"] = reader.post("/v1/fetch", json={"max_wait_ms": 10_000, "partitions": [
-                {"topic": "out", "partition": 0, "offset": 0}]}).json()
+            result["body"] = reader.post(
+                "/v1/fetch", json={"max_wait_ms": 10_000, "partitions": [{"topic": "out", "partition": 0, "offset": 0}]}
+            ).json()
             result["elapsed"] = time.monotonic() - started
 
     thread = threading.Thread(target=poll)
@@ -172,8 +201,13 @@ def test_every_end_txn_bumps_the_epoch_and_fences_late_requests(client):
     old_ids = producer.ids()
     result = producer.commit()
     assert (result["producer_id"], result["producer_epoch"]) == (init["producer_id"], init["producer_epoch"] + 1)
-    late = client.post("/v1/produce", json={**old_ids, "partitions": [
-        {"topic": "out", "partition": 0, "base_sequence": 1, "records": [{"value": "late"}]}]})
+    late = client.post(
+        "/v1/produce",
+        json={
+            **old_ids,
+            "partitions": [{"topic": "out", "partition": 0, "base_sequence": 1, "records": [{"value": "late"}]}],
+        },
+    )
     assert late.status_code == 409 and error_code(late) == "PRODUCER_FENCED"
     late_add = client.post("/v1/txn/add-partitions", json={**old_ids, "partitions": [{"topic": "out", "partition": 1}]})
     assert error_code(late_add) == "PRODUCER_FENCED"
@@ -209,10 +243,12 @@ def test_reinit_fences_the_old_instance_and_aborts_its_open_transaction(client):
     body = fresh.init()
     assert body["producer_epoch"] > zombie.producer_epoch
     assert watermarks(client, "out", 0)[0] == watermarks(client, "out", 0)[1], "the zombie's txn was aborted"
-    for response in (zombie.send("out", 0, "again"), zombie.end(True),
-                     client.post("/v1/txn/add-offsets", json={**zombie.ids(), "group_id": "g"}),
-                     client.post("/v1/txn/add-partitions", json={**zombie.ids(),
-                                                                 "partitions": [{"topic": "out", "partition": 1}]})):
+    for response in (
+        zombie.send("out", 0, "again"),
+        zombie.end(True),
+        client.post("/v1/txn/add-offsets", json={**zombie.ids(), "group_id": "g"}),
+        client.post("/v1/txn/add-partitions", json={**zombie.ids(), "partitions": [{"topic": "out", "partition": 1}]}),
+    ):
         assert response.status_code == 409 and error_code(response) == "PRODUCER_FENCED", response.text
     fresh.send("out", 0, "from-fresh")
     fresh.commit()
@@ -225,8 +261,12 @@ def test_kip360_producer_may_bump_its_own_epoch_and_other_ids_are_fenced(client)
     current = producer.ids()
     bumped = producer.init(producer_id=current["producer_id"], producer_epoch=current["producer_epoch"])
     assert bumped["producer_epoch"] == current["producer_epoch"] + 1
-    old_ids = {"transactional_id": "kip360", "transaction_timeout_ms": 1000, "producer_id": current["producer_id"],
-               "producer_epoch": current["producer_epoch"]}
+    old_ids = {
+        "transactional_id": "kip360",
+        "transaction_timeout_ms": 1000,
+        "producer_id": current["producer_id"],
+        "producer_epoch": current["producer_epoch"],
+    }
     # The identical retry of that bump (its answer lost) answers the same ids (issue 11)...
     retried = client.post("/v1/producers/init", json=old_ids)
     assert retried.status_code == 200 and retried.json() == bumped
@@ -286,8 +326,9 @@ def test_two_phase_commit_prepared_transaction_is_committed_by_another_client(ma
     assert refused.status_code == 409 and error_code(refused) == "INVALID_TXN_STATE"
     time.sleep(0.6)
     assert client.get("/v1/transactions/spark/batch-7/0/0").json()["state"] == "Prepared", "no timeout applies"
-    listed = client.get("/v1/transactions", params={"transactional_id_prefix": "spark/batch-7/",
-                                                    "state": "Prepared,Ongoing"}).json()["transactions"]
+    listed = client.get(
+        "/v1/transactions", params={"transactional_id_prefix": "spark/batch-7/", "state": "Prepared,Ongoing"}
+    ).json()["transactions"]
     assert [t["transactional_id"] for t in listed] == ["spark/batch-7/0/0"]
     with httpx.Client(base_url=server.url) as driver:  # another process's client, same ids
         done = driver.post("/v1/txn/end", json={**writer.ids(), "committed": True})
@@ -324,10 +365,22 @@ def test_init_without_keep_prepared_aborts_a_prepared_transaction(client):
 def test_add_partitions_and_add_offsets_appear_in_describe(client):
     producer = TxnProducer(client, "describe-me")
     producer.init()
-    added = client.post("/v1/txn/add-partitions", json={**producer.ids(), "partitions": [
-        {"topic": "out", "partition": 1}, {"topic": "nope", "partition": 0}, {"topic": "out", "partition": 9}]})
+    added = client.post(
+        "/v1/txn/add-partitions",
+        json={
+            **producer.ids(),
+            "partitions": [
+                {"topic": "out", "partition": 1},
+                {"topic": "nope", "partition": 0},
+                {"topic": "out", "partition": 9},
+            ],
+        },
+    )
     assert [p["error"] and p["error"]["code"] for p in added.json()["partitions"]] == [
-        None, "UNKNOWN_TOPIC_OR_PARTITION", "UNKNOWN_TOPIC_OR_PARTITION"]
+        None,
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "UNKNOWN_TOPIC_OR_PARTITION",
+    ]
     client.post("/v1/txn/add-offsets", json={**producer.ids(), "group_id": "readers"}).raise_for_status()
     described = client.get("/v1/transactions/describe-me").json()
     assert described["state"] == "Ongoing" and described["groups"] == ["readers"]
@@ -362,9 +415,13 @@ def test_describe_producers_shows_open_transaction_start(client):
     client.post("/v1/topics/out/records", json={"partition": 0, "records": [{"value": "p"}]})
     producer.send("out", 0, "a", "b")
     [entry] = client.get("/v1/topics/out/partitions/0/producers").json()["producers"]
-    assert entry == {"producer_id": producer.producer_id, "producer_epoch": producer.producer_epoch,
-                     "last_sequence": 1, "last_timestamp_ms": entry["last_timestamp_ms"],
-                     "current_txn_start_offset": 1}
+    assert entry == {
+        "producer_id": producer.producer_id,
+        "producer_epoch": producer.producer_epoch,
+        "last_sequence": 1,
+        "last_timestamp_ms": entry["last_timestamp_ms"],
+        "current_txn_start_offset": 1,
+    }
     producer.commit()
     [entry] = client.get("/v1/topics/out/partitions/0/producers").json()["producers"]
     assert entry["current_txn_start_offset"] == -1
@@ -377,14 +434,20 @@ def test_transaction_log_records_every_transition(client):
     producer.commit()
     states = []
     for partition in range(50):
-        body = client.post("/v1/fetch", json={"isolation_level": "read_uncommitted", "max_records": 100,
-                                              "partitions": [{"topic": "__transaction_state", "partition": partition,
-                                                              "offset": 0}]}).json()["partitions"][0]
+        body = client.post(
+            "/v1/fetch",
+            json={
+                "isolation_level": "read_uncommitted",
+                "max_records": 100,
+                "partitions": [{"topic": "__transaction_state", "partition": partition, "offset": 0}],
+            },
+        ).json()["partitions"][0]
         states += [__import__("json").loads(r["value"])["state"] for r in body["records"] if r["key"] == "logged"]
     assert states == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit"]
 
 
 # ---- idempotent producers
+
 
 def init_idempotent(client: httpx.Client) -> tuple[int, int]:
     body = client.post("/v1/producers/init", json={}).json()
@@ -392,9 +455,21 @@ def init_idempotent(client: httpx.Client) -> tuple[int, int]:
 
 
 def idempotent_send(client, producer_id, epoch, sequence, *values, partition=0):
-    return client.post("/v1/produce", json={"producer_id": producer_id, "producer_epoch": epoch, "partitions": [
-        {"topic": "out", "partition": partition, "base_sequence": sequence,
-         "records": [{"value": v} for v in values]}]})
+    return client.post(
+        "/v1/produce",
+        json={
+            "producer_id": producer_id,
+            "producer_epoch": epoch,
+            "partitions": [
+                {
+                    "topic": "out",
+                    "partition": partition,
+                    "base_sequence": sequence,
+                    "records": [{"value": v} for v in values],
+                }
+            ],
+        },
+    )
 
 
 def test_idempotent_retries_within_the_last_five_batches_are_duplicates(client):
@@ -447,6 +522,7 @@ def test_producer_ids_are_unique(client):
 
 # ---- error codes of these endpoints
 
+
 @pytest.mark.parametrize("timeout_ms", [0, -5, 900_001])
 def test_invalid_transaction_timeout(client, timeout_ms):
     response = client.post("/v1/producers/init", json={"transactional_id": "t", "transaction_timeout_ms": timeout_ms})
@@ -456,13 +532,18 @@ def test_invalid_transaction_timeout(client, timeout_ms):
 
 def test_unknown_transactional_id_is_invalid_producer_id_mapping(client):
     ids = {"transactional_id": "never-initialized", "producer_id": 5, "producer_epoch": 0}
-    for path, extra in (("/v1/txn/end", {"committed": True}), ("/v1/txn/prepare", {}),
-                        ("/v1/txn/add-offsets", {"group_id": "g"}),
-                        ("/v1/txn/add-partitions", {"partitions": [{"topic": "out", "partition": 0}]})):
+    for path, extra in (
+        ("/v1/txn/end", {"committed": True}),
+        ("/v1/txn/prepare", {}),
+        ("/v1/txn/add-offsets", {"group_id": "g"}),
+        ("/v1/txn/add-partitions", {"partitions": [{"topic": "out", "partition": 0}]}),
+    ):
         response = client.post(path, json={**ids, **extra})
         assert response.status_code == 409 and error_code(response) == "INVALID_PRODUCER_ID_MAPPING", path
-    produce = client.post("/v1/produce", json={**ids, "partitions": [
-        {"topic": "out", "partition": 0, "base_sequence": 0, "records": [{"value": "x"}]}]})
+    produce = client.post(
+        "/v1/produce",
+        json={**ids, "partitions": [{"topic": "out", "partition": 0, "base_sequence": 0, "records": [{"value": "x"}]}]},
+    )
     assert error_code(produce) == "INVALID_PRODUCER_ID_MAPPING"
     assert error_code(client.get("/v1/transactions/never-initialized")) == "TRANSACTIONAL_ID_NOT_FOUND"
 
@@ -474,13 +555,19 @@ def test_wrong_producer_id_and_higher_epoch(client):
     other.init()
     wrong = client.post("/v1/txn/end", json={**producer.ids(), "producer_id": other.producer_id, "committed": True})
     assert error_code(wrong) == "INVALID_PRODUCER_ID_MAPPING"
-    higher = client.post("/v1/txn/end", json={**producer.ids(), "producer_epoch": producer.producer_epoch + 3,
-                                              "committed": True})
+    higher = client.post(
+        "/v1/txn/end", json={**producer.ids(), "producer_epoch": producer.producer_epoch + 3, "committed": True}
+    )
     assert higher.status_code == 409 and error_code(higher) == "INVALID_PRODUCER_EPOCH"
     idempotent_id, _ = init_idempotent(client)
-    borrowed = client.post("/v1/produce", json={"producer_id": producer.producer_id, "producer_epoch": 0,
-                                                "partitions": [{"topic": "out", "partition": 0, "base_sequence": 0,
-                                                                "records": [{"value": "x"}]}]})
+    borrowed = client.post(
+        "/v1/produce",
+        json={
+            "producer_id": producer.producer_id,
+            "producer_epoch": 0,
+            "partitions": [{"topic": "out", "partition": 0, "base_sequence": 0, "records": [{"value": "x"}]}],
+        },
+    )
     assert error_code(borrowed) == "INVALID_PRODUCER_ID_MAPPING", "a transactional id's producer writes transactionally"
     assert idempotent_id != producer.producer_id
 
@@ -493,7 +580,9 @@ def test_prepared_and_ended_transactions_refuse_writes_and_second_phases(client)
     assert error_code(producer.end(False)) == "INVALID_TXN_STATE"
     producer.send("out", 0, "x")
     client.post("/v1/txn/prepare", json=producer.ids()).raise_for_status()
-    add = client.post("/v1/txn/add-partitions", json={**producer.ids(), "partitions": [{"topic": "out", "partition": 1}]})
+    add = client.post(
+        "/v1/txn/add-partitions", json={**producer.ids(), "partitions": [{"topic": "out", "partition": 1}]}
+    )
     assert error_code(add) == "INVALID_TXN_STATE"
     assert producer.abort()["state"] == "CompleteAbort"
 
@@ -516,6 +605,7 @@ def test_transactional_bad_requests_are_invalid_request(client):
 
 
 # ---- expiration workers
+
 
 def _wait_for(condition, timeout_s: float = 10, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout_s
@@ -557,14 +647,18 @@ def test_idle_producer_state_and_ids_expire(make_server):
     client.post("/v1/topics", json={"name": "out", "partitions": 1}).raise_for_status()
     producer_id, epoch = init_idempotent(client)
     idempotent_send(client, producer_id, epoch, 0, "a").raise_for_status()
-    _wait_for(lambda: client.get("/v1/topics/out/partitions/0/producers").json()["producers"] == [],
-              what="producer state expiration")
-    _wait_for(lambda: idempotent_send(client, producer_id, epoch, 1, "b").status_code == 409,
-              what="producer id expiration")
+    _wait_for(
+        lambda: client.get("/v1/topics/out/partitions/0/producers").json()["producers"] == [],
+        what="producer state expiration",
+    )
+    _wait_for(
+        lambda: idempotent_send(client, producer_id, epoch, 1, "b").status_code == 409, what="producer id expiration"
+    )
     assert error_code(idempotent_send(client, producer_id, epoch, 1, "b")) == "UNKNOWN_PRODUCER_ID"
 
 
 # ---- a transaction caught between EndTxn's two phases (as after a crash there)
+
 
 def _force_state(database_url: str, transactional_id: str, state: str) -> None:
     import asyncio
@@ -574,7 +668,9 @@ def _force_state(database_url: str, transactional_id: str, state: str) -> None:
     async def update():
         conn = await connect(database_url)
         try:
-            await conn.execute("UPDATE transactions SET state = $2 WHERE transactional_id = $1", transactional_id, state)
+            await conn.execute(
+                "UPDATE transactions SET state = $2 WHERE transactional_id = $1", transactional_id, state
+            )
         finally:
             await conn.close()
 
@@ -589,10 +685,13 @@ def test_requests_during_completion_are_concurrent_transactions_and_end_txn_fini
     producer.init()
     producer.send("out", 0, "decided")
     _force_state(server.database_url, "between-phases", "PrepareCommit")
-    for response in (producer.send("out", 1, "more"),
-                     client.post("/v1/txn/add-partitions", json={**producer.ids(),
-                                                                 "partitions": [{"topic": "out", "partition": 1}]}),
-                     client.post("/v1/txn/prepare", json=producer.ids())):
+    for response in (
+        producer.send("out", 1, "more"),
+        client.post(
+            "/v1/txn/add-partitions", json={**producer.ids(), "partitions": [{"topic": "out", "partition": 1}]}
+        ),
+        client.post("/v1/txn/prepare", json=producer.ids()),
+    ):
         assert response.status_code == 409 and error_code(response) == "CONCURRENT_TRANSACTIONS", response.text
         assert response.json()["error"]["retriable"] is True
     assert error_code(producer.end(False)) == "INVALID_TXN_STATE", "the outcome is decided: commit"

@@ -29,8 +29,12 @@ def test_concurrent_writers_to_one_partition_get_dense_unique_offsets(server):
         with httpx.Client(base_url=server.url, timeout=60) as client:
             for sequence in range(40):
                 values = [f"w{number}-{sequence}-{i}" for i in range(3)]
-                entry = client.post("/v1/produce", json={"producer_id": -1, "partitions": [
-                    {"topic": "busy", "partition": 0, "records": [{"value": v} for v in values]}]}
+                entry = client.post(
+                    "/v1/produce",
+                    json={
+                        "producer_id": -1,
+                        "partitions": [{"topic": "busy", "partition": 0, "records": [{"value": v} for v in values]}],
+                    },
                 ).json()["partitions"][0]
                 assert entry["error"] is None
                 assert entry["last_offset"] - entry["base_offset"] == 2
@@ -45,8 +49,7 @@ def test_concurrent_writers_to_one_partition_get_dense_unique_offsets(server):
     for thread in threads:
         thread.join()
     assert sorted(acknowledged) == list(range(8 * 40 * 3))
-    body = server.client.get("/v1/topics/busy/partitions/0/records",
-                             params={"offset": 0, "max_records": 10_000}).json()
+    body = server.client.get("/v1/topics/busy/partitions/0/records", params={"offset": 0, "max_records": 10_000}).json()
     assert {r["offset"]: r["value"] for r in body["records"]} == acknowledged
     assert body["high_watermark"] == 8 * 40 * 3
 
@@ -111,8 +114,10 @@ def test_a_long_poll_on_one_server_wakes_when_another_server_appends(make_server
     def poll():
         with httpx.Client(base_url=waiting_on.url, timeout=30) as client:
             started = time.monotonic()
-            result["body"] = client.post("/v1/fetch", json={"max_wait_ms": 15_000, "partitions": [
-                {"topic": "crossing", "partition": 0, "offset": 0}]}).json()
+            result["body"] = client.post(
+                "/v1/fetch",
+                json={"max_wait_ms": 15_000, "partitions": [{"topic": "crossing", "partition": 0, "offset": 0}]},
+            ).json()
             result["elapsed"] = time.monotonic() - started
 
     poller = threading.Thread(target=poll)

@@ -39,8 +39,11 @@ def _http(url: str, timeout_s: float = 60) -> httpx.Client:
 
 
 def _ahttp(url: str, timeout_s: float = 60, max_connections: int = 100) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=url, timeout=timeout_s,
-                             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=0))
+    return httpx.AsyncClient(
+        base_url=url,
+        timeout=timeout_s,
+        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=0),
+    )
 
 
 def _create_topic(client: httpx.Client, name: str, partitions: int) -> None:
@@ -48,22 +51,46 @@ def _create_topic(client: httpx.Client, name: str, partitions: int) -> None:
 
 
 def _init(client: httpx.Client, transactional_id: str | None, timeout_ms: int = 60_000, **extra) -> tuple[int, int]:
-    response = client.post("/v1/producers/init", json={
-        "transactional_id": transactional_id, "transaction_timeout_ms": timeout_ms,
-        "producer_id": -1, "producer_epoch": -1, **extra})
+    response = client.post(
+        "/v1/producers/init",
+        json={
+            "transactional_id": transactional_id,
+            "transaction_timeout_ms": timeout_ms,
+            "producer_id": -1,
+            "producer_epoch": -1,
+            **extra,
+        },
+    )
     assert response.status_code == 200, response.text
     body = response.json()
     return body["producer_id"], body["producer_epoch"]
 
 
-def _produce(client: httpx.Client, producer_id: int, producer_epoch: int,
-             batches: list[tuple[str, int, int, list[str]]], transactional_id: str | None = None) -> httpx.Response:
+def _produce(
+    client: httpx.Client,
+    producer_id: int,
+    producer_epoch: int,
+    batches: list[tuple[str, int, int, list[str]]],
+    transactional_id: str | None = None,
+) -> httpx.Response:
     """batches: (topic, partition, base_sequence, values)."""
-    return client.post("/v1/produce", json={
-        "transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": producer_epoch,
-        "partitions": [{"topic": topic, "partition": partition, "base_sequence": sequence,
-                        "records": [{"value": value} for value in values]}
-                       for topic, partition, sequence, values in batches]})
+    return client.post(
+        "/v1/produce",
+        json={
+            "transactional_id": transactional_id,
+            "producer_id": producer_id,
+            "producer_epoch": producer_epoch,
+            "partitions": [
+                {
+                    "topic": topic,
+                    "partition": partition,
+                    "base_sequence": sequence,
+                    "records": [{"value": value} for value in values],
+                }
+                for topic, partition, sequence, values in batches
+            ],
+        },
+    )
 
 
 def _produce_ok(client, producer_id, producer_epoch, batches, transactional_id=None) -> list[dict]:
@@ -74,10 +101,18 @@ def _produce_ok(client, producer_id, producer_epoch, batches, transactional_id=N
     return entries
 
 
-def _end(client: httpx.Client, transactional_id: str, producer_id: int, producer_epoch: int,
-         commit: bool) -> httpx.Response:
-    return client.post("/v1/txn/end", json={"transactional_id": transactional_id, "producer_id": producer_id,
-                                            "producer_epoch": producer_epoch, "committed": commit})
+def _end(
+    client: httpx.Client, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+) -> httpx.Response:
+    return client.post(
+        "/v1/txn/end",
+        json={
+            "transactional_id": transactional_id,
+            "producer_id": producer_id,
+            "producer_epoch": producer_epoch,
+            "committed": commit,
+        },
+    )
 
 
 def _code(response: httpx.Response) -> str | None:
@@ -102,14 +137,20 @@ def _wait_for_state(client: httpx.Client, transactional_id: str, states: set[str
         time.sleep(0.02)
 
 
-def _read(client: httpx.Client, topic: str, partition: int, isolation_level: str,
-          offset: int = 0) -> tuple[list[tuple[int, str]], dict]:
+def _read(
+    client: httpx.Client, topic: str, partition: int, isolation_level: str, offset: int = 0
+) -> tuple[list[tuple[int, str]], dict]:
     """Every record from `offset` up to the isolation level's bound, and the last fetch entry."""
     records = []
     while True:
-        response = client.post("/v1/fetch", json={
-            "isolation_level": isolation_level, "max_records": 10_000,
-            "partitions": [{"topic": topic, "partition": partition, "offset": offset}]})
+        response = client.post(
+            "/v1/fetch",
+            json={
+                "isolation_level": isolation_level,
+                "max_records": 10_000,
+                "partitions": [{"topic": topic, "partition": partition, "offset": offset}],
+            },
+        )
         assert response.status_code == 200, response.text
         entry = response.json()["partitions"][0]
         assert entry["error"] is None, entry
@@ -125,15 +166,17 @@ def _values(client, topic, partition, isolation_level) -> list[str]:
 
 
 def _markers(client: httpx.Client, topic: str, partition: int) -> list[dict]:
-    response = client.get(f"/v1/topics/{topic}/partitions/{partition}/markers",
-                          params={"offset": 0, "limit": 10_000})
+    response = client.get(f"/v1/topics/{topic}/partitions/{partition}/markers", params={"offset": 0, "limit": 10_000})
     assert response.status_code == 200, response.text
     return response.json()["markers"]
 
 
 def _markers_of(client, topic, partition, producer_id, producer_epoch) -> list[dict]:
-    return [m for m in _markers(client, topic, partition)
-            if (m["producer_id"], m["producer_epoch"]) == (producer_id, producer_epoch)]
+    return [
+        m
+        for m in _markers(client, topic, partition)
+        if (m["producer_id"], m["producer_epoch"]) == (producer_id, producer_epoch)
+    ]
 
 
 def _assert_stable(client: httpx.Client, topic: str) -> None:
@@ -149,9 +192,14 @@ def _transaction_log(client: httpx.Client, transactional_id: str) -> list[dict]:
     partition = partition_for_key(transactional_id.encode(), len(topic["partitions"]))
     found, offset = [], 0
     while True:
-        response = client.post("/v1/fetch", json={
-            "isolation_level": "read_uncommitted", "max_records": 10_000,
-            "partitions": [{"topic": "__transaction_state", "partition": partition, "offset": offset}]})
+        response = client.post(
+            "/v1/fetch",
+            json={
+                "isolation_level": "read_uncommitted",
+                "max_records": 10_000,
+                "partitions": [{"topic": "__transaction_state", "partition": partition, "offset": offset}],
+            },
+        )
         assert response.status_code == 200, response.text
         entry = response.json()["partitions"][0]
         assert entry["error"] is None, entry
@@ -176,6 +224,7 @@ def _together(*calls):
 
 # ---- InitProducerId races
 
+
 @pytest.mark.parametrize("existing", [False, True], ids=["new-id", "existing-id"])
 def test_racing_init_producer_id_leaves_exactly_one_instance(server, existing):
     """Two instances call InitProducerId at once, ten times over: both get an answer, the epochs
@@ -191,8 +240,14 @@ def test_racing_init_producer_id_leaves_exactly_one_instance(server, existing):
             if existing:
                 old = _init(client, tid)
                 _produce_ok(client, *old, [("race", 0, 0, [f"{tid}-zombie"])], tid)
-            answers = _together(*[lambda c=c, tid=tid: c.post("/v1/producers/init", json={
-                "transactional_id": tid, "transaction_timeout_ms": 60_000}) for c in clients])
+            answers = _together(
+                *[
+                    lambda c=c, tid=tid: c.post(
+                        "/v1/producers/init", json={"transactional_id": tid, "transaction_timeout_ms": 60_000}
+                    )
+                    for c in clients
+                ]
+            )
             assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
             ids = sorted((a.json()["producer_epoch"], a.json()["producer_id"]) for a in answers)
             (low_epoch, low_pid), (high_epoch, high_pid) = ids
@@ -246,17 +301,21 @@ def test_many_instances_racing_init_on_one_id_get_distinct_epochs(server):
 
 # ---- EndTxn racing the timeout abort and the admin abort
 
-def _check_single_outcome(client, tid: str, topic: str, partitions: list[int], txn: tuple[int, int],
-                          committed: bool) -> None:
+
+def _check_single_outcome(
+    client, tid: str, topic: str, partitions: list[int], txn: tuple[int, int], committed: bool
+) -> None:
     """The transaction of (producer id, epoch) `txn` ended exactly one way."""
     described = _wait_for_state(client, tid, {"CompleteCommit", "CompleteAbort"})
     assert described["state"] == ("CompleteCommit" if committed else "CompleteAbort"), (committed, described)
-    assert described["producer_epoch"] == txn[1] + 1, \
+    assert described["producer_epoch"] == txn[1] + 1, (
         f"one epoch bump per ended transaction (epoch was {txn[1]}): {described}"
+    )
     for partition in partitions:
         markers = _markers_of(client, topic, partition, *txn)
-        assert [m["type"] for m in markers] == ["COMMIT" if committed else "ABORT"], \
+        assert [m["type"] for m in markers] == ["COMMIT" if committed else "ABORT"], (
             f"{tid}: partition {partition} must have exactly one marker for {txn}, has {markers}"
+        )
     for partition in partitions:
         visible = [v for v in _values(client, topic, partition, "read_committed") if v.startswith(f"{tid}/")]
         everything = [v for v in _values(client, topic, partition, "read_uncommitted") if v.startswith(f"{tid}/")]
@@ -297,10 +356,11 @@ def test_end_txn_commit_racing_admin_abort_has_exactly_one_outcome(server):
         for round_number in range(20):
             tid = f"admin-race-{round_number}"
             txn = _init(client, tid)
-            _produce_ok(client, *txn, [("adminrace", p, 0, [f"{tid}/{p}/{i}" for i in range(3)]) for p in (0, 1)],
-                        tid)
-            commit, abort = _together(lambda tid=tid, txn=txn: _end(client, tid, *txn, True),
-                                      lambda tid=tid: admin_client.post(f"/v1/transactions/{tid}/abort"))
+            _produce_ok(client, *txn, [("adminrace", p, 0, [f"{tid}/{p}/{i}" for i in range(3)]) for p in (0, 1)], tid)
+            commit, abort = _together(
+                lambda tid=tid, txn=txn: _end(client, tid, *txn, True),
+                lambda tid=tid: admin_client.post(f"/v1/transactions/{tid}/abort"),
+            )
             if commit.status_code == 200:
                 assert commit.json()["state"] == "CompleteCommit", commit.text
                 assert _code(abort) in {"INVALID_TXN_STATE", "CONCURRENT_TRANSACTIONS"}, abort.text
@@ -332,16 +392,20 @@ def test_end_txn_commit_racing_init_of_a_new_instance(server):
             tid = f"zombie-{round_number}"
             txn = _init(client, tid)
             _produce_ok(client, *txn, [("zombies", p, 0, [f"{tid}/{p}/{i}" for i in range(3)]) for p in (0, 1)], tid)
-            commit, init = _together(lambda tid=tid, txn=txn: _end(client, tid, *txn, True),
-                                     lambda tid=tid: successor.post("/v1/producers/init", json={
-                                         "transactional_id": tid, "transaction_timeout_ms": 60_000}))
+            commit, init = _together(
+                lambda tid=tid, txn=txn: _end(client, tid, *txn, True),
+                lambda tid=tid: successor.post(
+                    "/v1/producers/init", json={"transactional_id": tid, "transaction_timeout_ms": 60_000}
+                ),
+            )
             assert init.status_code == 200, init.text
             new = (init.json()["producer_id"], init.json()["producer_epoch"])
             assert new[1] > txn[1] + 1
             committed = commit.status_code == 200
             if committed:
-                assert commit.json()["state"] == "CompleteCommit", \
+                assert commit.json()["state"] == "CompleteCommit", (
                     f"EndTxn answered {commit.json()} while the new instance got {new}"
+                )
                 assert (commit.json()["producer_id"], commit.json()["producer_epoch"]) == (txn[0], txn[1] + 1)
                 answered = (commit.json()["producer_id"], commit.json()["producer_epoch"])
             else:
@@ -353,8 +417,9 @@ def test_end_txn_commit_racing_init_of_a_new_instance(server):
             for partition in (0, 1):
                 markers = _markers_of(client, "zombies", partition, *txn)
                 assert [m["type"] for m in markers] == ["COMMIT" if committed else "ABORT"], (tid, markers)
-                visible = [v for v in _values(client, "zombies", partition, "read_committed")
-                           if v.startswith(f"{tid}/")]
+                visible = [
+                    v for v in _values(client, "zombies", partition, "read_committed") if v.startswith(f"{tid}/")
+                ]
                 assert visible == ([f"{tid}/{partition}/{i}" for i in range(3)] if committed else [])
             zombie = _produce(client, *answered, [("zombies", 0, 0, [f"{tid}/zombie"])], tid)
             assert _code(zombie) == "PRODUCER_FENCED", zombie.text
@@ -398,8 +463,11 @@ def test_init_of_a_new_instance_between_the_phases_of_end_txn(server):
                 calls.append(transactional_id)
                 if len(calls) == 2:  # EndTxn's second phase: PrepareCommit is durable
                     async with _ahttp(server.url) as http:
-                        init.append(await http.post("/v1/producers/init", json={
-                            "transactional_id": tid, "transaction_timeout_ms": 60_000}))
+                        init.append(
+                            await http.post(
+                                "/v1/producers/init", json={"transactional_id": tid, "transaction_timeout_ms": 60_000}
+                            )
+                        )
                 return await lock(conn, transactional_id)
 
             coordinator.log.lock = lock_after_a_new_instance_initialized
@@ -429,7 +497,8 @@ def test_init_of_a_new_instance_between_the_phases_of_end_txn(server):
     zombie = _produce(client, *answered, [("phases", 0, 0, ["zombie"])], tid)
     assert _code(zombie) == "PRODUCER_FENCED", (
         f"EndTxn answered the old instance {end} (the new instance got {new}), and with it the old "
-        f"instance wrote into the new instance's transaction: {zombie.text}")
+        f"instance wrote into the new instance's transaction: {zombie.text}"
+    )
     if not isinstance(end, Exception):
         assert answered != new, f"EndTxn handed the old instance the new instance's ids: {end}"
         assert end.state == "CompleteCommit", f"EndTxn(commit) answered {end}"
@@ -450,8 +519,10 @@ def test_produce_racing_end_txn_lands_before_the_marker_or_is_refused(server):
             txn = _init(client, tid)
             _produce_ok(client, *txn, [("late", 0, 0, [f"{tid}/early"])], tid)
             late_batches = [("late", 0, 1, [f"{tid}/late0"]), ("late", 1, 0, [f"{tid}/late1"])]
-            commit, late = _together(lambda tid=tid, txn=txn: _end(client, tid, *txn, True),
-                                     lambda tid=tid, txn=txn, batches=late_batches: _produce(other, *txn, batches, tid))
+            commit, late = _together(
+                lambda tid=tid, txn=txn: _end(client, tid, *txn, True),
+                lambda tid=tid, txn=txn, batches=late_batches: _produce(other, *txn, batches, tid),
+            )
             assert commit.status_code == 200 and commit.json()["state"] == "CompleteCommit", commit.text
             if late.status_code == 200:
                 entries = late.json()["partitions"]
@@ -466,8 +537,9 @@ def test_produce_racing_end_txn_lands_before_the_marker_or_is_refused(server):
                 assert _markers_of(client, "late", 1, *txn) == [], "partition 1 never joined the transaction"
                 expected = {0: [f"{tid}/early"], 1: []}
             for partition in (0, 1):
-                everything = [v for v in _values(client, "late", partition, "read_uncommitted")
-                              if v.startswith(f"{tid}/")]
+                everything = [
+                    v for v in _values(client, "late", partition, "read_uncommitted") if v.startswith(f"{tid}/")
+                ]
                 visible = [v for v in _values(client, "late", partition, "read_committed") if v.startswith(f"{tid}/")]
                 assert everything == visible == expected[partition], (tid, partition, everything, visible)
     finally:
@@ -477,6 +549,7 @@ def test_produce_racing_end_txn_lands_before_the_marker_or_is_refused(server):
 
 
 # ---- many producers on shared partitions
+
 
 @pytest.mark.parametrize("retry", ["after-the-answer", "racing-the-original"])
 def test_many_idempotent_producers_with_retries_on_one_partition(server, retry):
@@ -495,9 +568,18 @@ def test_many_idempotent_producers_with_retries_on_one_partition(server, retry):
         sent = []
         for batch in range(batches):
             values = [f"p{number}-b{batch}-{i}" for i in range(3)]
-            body = {"producer_id": producer_id, "producer_epoch": epoch, "partitions": [
-                {"topic": "idem", "partition": 0, "base_sequence": batch * 3,
-                 "records": [{"value": v} for v in values]}]}
+            body = {
+                "producer_id": producer_id,
+                "producer_epoch": epoch,
+                "partitions": [
+                    {
+                        "topic": "idem",
+                        "partition": 0,
+                        "base_sequence": batch * 3,
+                        "records": [{"value": v} for v in values],
+                    }
+                ],
+            }
             if retry == "racing-the-original":
                 pair = await asyncio.gather(http.post("/v1/produce", json=body), http.post("/v1/produce", json=body))
             else:
@@ -512,13 +594,18 @@ def test_many_idempotent_producers_with_retries_on_one_partition(server, retry):
             return await asyncio.gather(*[producer(n, http) for n in range(producers)])
 
     results = asyncio.run(run())
-    appended_twice = [(values[0], pair) for sent in results for values, pair, _ in sent
-                      if sorted(entry["duplicate"] for entry in pair) != [False, True]]
+    appended_twice = [
+        (values[0], pair)
+        for sent in results
+        for values, pair, _ in sent
+        if sorted(entry["duplicate"] for entry in pair) != [False, True]
+    ]
     records, entry = _read(client, "idem", 0, "read_uncommitted")
     assert not appended_twice, (
         f"{len(appended_twice)} of {producers * batches} batches were appended twice (both copies answered "
         f"duplicate: false), e.g. {appended_twice[:2]}; the partition holds {len(records)} records for "
-        f"{producers * batches * 3} sent")
+        f"{producers * batches * 3} sent"
+    )
     acknowledged: dict[int, str] = {}
     for sent in results:
         for values, pair, late in sent:
@@ -526,8 +613,10 @@ def test_many_idempotent_producers_with_retries_on_one_partition(server, retry):
             original = next(entry for entry in pair if not entry["duplicate"])
             duplicate = next(entry for entry in pair if entry["duplicate"])
             assert original["last_offset"] == original["base_offset"] + 2
-            assert (duplicate["base_offset"], duplicate["last_offset"]) == \
-                (original["base_offset"], original["last_offset"]), pair
+            assert (duplicate["base_offset"], duplicate["last_offset"]) == (
+                original["base_offset"],
+                original["last_offset"],
+            ), pair
             if late is not None:
                 assert late["duplicate"] is True and late["base_offset"] == original["base_offset"], late
             for offset, value in zip(range(original["base_offset"], original["last_offset"] + 1), values):
@@ -544,8 +633,12 @@ class _Record:
         self.key, self.value, self.headers, self.timestamp_ms = None, value, [], None
 
 
-def _queued_appends(database_url: str, first: tuple[int, list[str]], second: tuple[int, list[str]],
-                    before: list[tuple[int, list[str]]] = ()):
+def _queued_appends(
+    database_url: str,
+    first: tuple[int, list[str]],
+    second: tuple[int, list[str]],
+    before: list[tuple[int, list[str]]] = (),
+):
     """Connection A appends `first` (sequence, values) for idempotent producer 4242 in a PostgreSQL
     transaction it keeps open; connection B appends `second` meanwhile and queues on the
     partition's row lock; A commits; B's result is returned with the partition's state."""
@@ -586,8 +679,9 @@ def test_a_retry_queued_behind_its_original_is_answered_as_a_duplicate(database_
     not a second copy of the records."""
     original, retry, state = _queued_appends(database_url, (0, ["a", "b", "c"]), (0, ["a", "b", "c"]))
     assert (original.base_offset, original.last_offset, original.duplicate) == (0, 2, False)
-    assert (retry.base_offset, retry.last_offset, retry.duplicate) == (0, 2, True), \
+    assert (retry.base_offset, retry.last_offset, retry.duplicate) == (0, 2, True), (
         f"the retry was appended again: {retry}; high watermark {state.high_watermark}, expected 3"
+    )
     assert state.high_watermark == 3
 
 
@@ -622,8 +716,13 @@ def test_many_transactional_producers_on_shared_partitions(server):
                 values = {p: [f"{tid}/t{txn}/p{p}/{i}" for i in range(4)] for p in (0, 1)}
                 # Two batches per partition per transaction (a new epoch starts at sequence 0).
                 for half in (0, 1):
-                    _produce_ok(http, producer_id, epoch,
-                                [("shared", p, half * 2, values[p][half * 2:half * 2 + 2]) for p in (0, 1)], tid)
+                    _produce_ok(
+                        http,
+                        producer_id,
+                        epoch,
+                        [("shared", p, half * 2, values[p][half * 2 : half * 2 + 2]) for p in (0, 1)],
+                        tid,
+                    )
                 commit = txn % 2 == 0
                 response = _end(http, tid, producer_id, epoch, commit)
                 assert response.status_code == 200, response.text
@@ -675,11 +774,13 @@ def test_many_transactional_producers_on_shared_partitions(server):
 
 # ---- several servers on one database
 
+
 def test_servers_sharing_a_database_issue_unique_producer_ids(make_server):
     a, b = make_server(), make_server()
     assert a.database_url == b.database_url and a.url != b.url
     clients = [_http(s.url) for s in (a, b) for _ in range(4)]
     try:
+
         def init_many(client: httpx.Client, number: int) -> list[int]:
             issued = [_init(client, None)[0] for _ in range(15)]
             issued += [_init(client, f"multi-{number}-{i}")[0] for i in range(5)]
@@ -761,15 +862,23 @@ def test_timeout_workers_on_two_servers_abort_each_transaction_once(make_server)
     _produce_ok(ca, *patient, [("twoworkers", 0, 0, ["patient"])], "patient")
     prepared = _init(cb, "prepared", timeout_ms=100)
     _produce_ok(cb, *prepared, [("twoworkers", 1, 0, ["prepared"])], "prepared")
-    assert cb.post("/v1/txn/prepare", json={"transactional_id": "prepared", "producer_id": prepared[0],
-                                                  "producer_epoch": prepared[1]}).status_code == 200
+    assert (
+        cb.post(
+            "/v1/txn/prepare",
+            json={"transactional_id": "prepared", "producer_id": prepared[0], "producer_epoch": prepared[1]},
+        ).status_code
+        == 200
+    )
     for tid in transactions:
         _wait_for_state(ca, tid, {"CompleteAbort"})
     time.sleep(0.3)  # more worker rounds on both servers: nothing may happen twice
     for tid, (producer_id, epoch) in transactions.items():
         described = _describe(cb, tid)
-        assert (described["state"], described["producer_id"], described["producer_epoch"]) == \
-            ("CompleteAbort", producer_id, epoch + 1), described
+        assert (described["state"], described["producer_id"], described["producer_epoch"]) == (
+            "CompleteAbort",
+            producer_id,
+            epoch + 1,
+        ), described
         for partition in (0, 1):
             markers = _markers_of(ca, "twoworkers", partition, producer_id, epoch)
             assert [m["type"] for m in markers] == ["ABORT"], (tid, partition, markers)

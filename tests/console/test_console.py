@@ -19,21 +19,31 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.conftest import REPO_ROOT, RunningServer
 from tests.api.test_transactions import TxnProducer
+from tests.conftest import REPO_ROOT, RunningServer
 
 pytest.importorskip("playwright.sync_api", reason="the console tests drive a browser with Playwright")
 from playwright.sync_api import BrowserContext, Page, expect, sync_playwright  # noqa: E402
 
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SCREENSHOTS = REPO_ROOT / "test-output" / "console"
 ADMIN_TOKEN = "console-test-admin-token-0123456789"
 
 if not CHROMIUM.exists():
-    pytest.skip(f"{CHROMIUM} is missing: scripts/test installs Debian's chromium (apt-get install chromium)",
-                allow_module_level=True)
+    pytest.skip(
+        f"{CHROMIUM} is missing: scripts/test installs Debian's chromium (apt-get install chromium)",
+        allow_module_level=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +57,13 @@ def chromium(driver, javascript: bool = True) -> Iterator[BrowserContext]:
     """The system Chromium with a fresh user data dir, headless."""
     with tempfile.TemporaryDirectory(prefix="txb-chromium-") as profile:
         context = driver.chromium.launch_persistent_context(
-            profile, executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
-            java_script_enabled=javascript, viewport={"width": 1400, "height": 900})
+            profile,
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            java_script_enabled=javascript,
+            viewport={"width": 1400, "height": 900},
+        )
         context.set_default_timeout(15_000)
         try:
             yield context
@@ -89,13 +104,15 @@ def tab(browser) -> Iterator[Tab]:
 
 # ---- the scenario every page is checked against
 
+
 def make_scenario(client: httpx.Client) -> None:
     """orders-0: 0 plain | 1-2 committed | 3 COMMIT | 4 aborted | 5 ABORT | 6-7 open (LSO 6, HW 8);
     orders-1: 0 committed | 1 COMMIT; orders-2: 0 prepared (LSO 0, HW 1). Group `readers`: one member,
     committed offset 1 on orders-0, and writer-open's pending transactional offset 2 on orders-1."""
     client.post("/v1/topics", json={"name": "orders", "partitions": 3}).raise_for_status()
-    client.post("/v1/topics/orders/records", json={"partition": 0, "records": [{"key": "k0", "value": "plain"}]}
-                ).raise_for_status()
+    client.post(
+        "/v1/topics/orders/records", json={"partition": 0, "records": [{"key": "k0", "value": "plain"}]}
+    ).raise_for_status()
     committed = TxnProducer(client, "writer-committed")
     committed.init()
     committed.send("orders", 0, "c1", "c2")
@@ -108,20 +125,24 @@ def make_scenario(client: httpx.Client) -> None:
     still_open = TxnProducer(client, "writer-open", timeout_ms=300_000)
     still_open.init()
     still_open.send("orders", 0, "o1", "o2")
-    client.post("/v1/txn/offset-commit", json={**still_open.ids(), "group_id": "readers", "offsets": [
-        {"topic": "orders", "partition": 1, "offset": 2}]}).raise_for_status()
+    client.post(
+        "/v1/txn/offset-commit",
+        json={**still_open.ids(), "group_id": "readers", "offsets": [{"topic": "orders", "partition": 1, "offset": 2}]},
+    ).raise_for_status()
     prepared = TxnProducer(client, "writer-prepared", timeout_ms=300_000)
     prepared.init()
     prepared.send("orders", 2, "p1")
     client.post("/v1/txn/prepare", json=prepared.ids()).raise_for_status()
     client.post("/v1/groups/readers/heartbeat", json={"member_id": "", "topics": ["orders"]}).raise_for_status()
-    client.post("/v1/groups/readers/offsets/commit", json={"offsets": [
-        {"topic": "orders", "partition": 0, "offset": 1}]}).raise_for_status()
+    client.post(
+        "/v1/groups/readers/offsets/commit", json={"offsets": [{"topic": "orders", "partition": 0, "offset": 1}]}
+    ).raise_for_status()
 
 
 def transaction_row(page: Page, transactional_id: str):
     return page.locator("#transactions tbody tr").filter(
-        has=page.get_by_role("link", name=transactional_id, exact=True))
+        has=page.get_by_role("link", name=transactional_id, exact=True)
+    )
 
 
 def log_row(page: Page, offset: int):
@@ -129,11 +150,15 @@ def log_row(page: Page, offset: int):
 
 
 def fact(page: Page, label: str):
-    return page.locator(".fact").filter(has=page.locator(".fact-label").get_by_text(label, exact=True)).locator(
-        ".fact-value")
+    return (
+        page.locator(".fact")
+        .filter(has=page.locator(".fact-label").get_by_text(label, exact=True))
+        .locator(".fact-value")
+    )
 
 
 # ---- the tests
+
 
 def test_pages_show_what_the_api_says_and_abort_fences_the_producer(server: RunningServer, tab: Tab) -> None:
     client, page = server.client, tab.page
@@ -158,7 +183,8 @@ def test_pages_show_what_the_api_says_and_abort_fences_the_producer(server: Runn
         row = transaction_row(page, transactional_id)
         expect(row.locator(".badge").first).to_have_text(described["state"])
         expect(row.locator(".producer")).to_have_text(
-            f"{described['producer_id']} · epoch {described['producer_epoch']}")
+            f"{described['producer_id']} · epoch {described['producer_epoch']}"
+        )
     expect(transaction_row(page, "writer-committed").locator(".badge")).to_have_text("CompleteCommit")
     expect(transaction_row(page, "writer-open").locator("meter")).to_have_count(1)
     expect(transaction_row(page, "writer-open")).to_contain_text("readers")
@@ -272,9 +298,10 @@ def test_pages_work_without_javascript(server: RunningServer, playwright_driver)
 def test_empty_pages_say_what_to_do_next(server: RunningServer, tab: Tab) -> None:
     page = tab.page
     for path, title, command in (
-            ("/console", "No topics yet", f"curl -X POST {server.url}/v1/topics"),
-            ("/console/transactions", "No transactional ids yet", f"curl -X POST {server.url}/v1/producers/init"),
-            ("/console/groups", "No consumer groups yet", f"curl -X POST {server.url}/v1/groups/")):
+        ("/console", "No topics yet", f"curl -X POST {server.url}/v1/topics"),
+        ("/console/transactions", "No transactional ids yet", f"curl -X POST {server.url}/v1/producers/init"),
+        ("/console/groups", "No consumer groups yet", f"curl -X POST {server.url}/v1/groups/"),
+    ):
         page.goto(f"{server.url}{path}")
         expect(page.locator(".empty h3")).to_have_text(title)
         expect(page.locator(".empty .command")).to_contain_text(command)
@@ -297,16 +324,26 @@ HOSTILE_GROUP = "<img src=x onerror=window.__pwned=3>"  # no '/': the group id i
 def test_everything_users_wrote_is_shown_as_text(server: RunningServer, tab: Tab) -> None:
     client, page = server.client, tab.page
     client.post("/v1/topics", json={"name": "xss", "partitions": 1}).raise_for_status()
-    client.post("/v1/topics/xss/records", json={"partition": 0, "records": [
-        {"key": HOSTILE, "value": HOSTILE_VALUE, "headers": [{"key": HOSTILE, "value": HOSTILE_VALUE}]}]}
-                ).raise_for_status()
+    client.post(
+        "/v1/topics/xss/records",
+        json={
+            "partition": 0,
+            "records": [
+                {"key": HOSTILE, "value": HOSTILE_VALUE, "headers": [{"key": HOSTILE, "value": HOSTILE_VALUE}]}
+            ],
+        },
+    ).raise_for_status()
     producer = TxnProducer(client, HOSTILE, timeout_ms=300_000)
     producer.init()
     producer.send("xss", 0, HOSTILE_VALUE)
-    client.post("/v1/txn/offset-commit", json={**producer.ids(), "group_id": HOSTILE_GROUP, "offsets": [
-        {"topic": "xss", "partition": 0, "offset": 1}]}).raise_for_status()
-    client.post(f"/v1/groups/{quote(HOSTILE_GROUP, safe='')}/offsets/commit", json={"offsets": [
-        {"topic": "xss", "partition": 0, "offset": 0, "metadata": HOSTILE}]}).raise_for_status()
+    client.post(
+        "/v1/txn/offset-commit",
+        json={**producer.ids(), "group_id": HOSTILE_GROUP, "offsets": [{"topic": "xss", "partition": 0, "offset": 1}]},
+    ).raise_for_status()
+    client.post(
+        f"/v1/groups/{quote(HOSTILE_GROUP, safe='')}/offsets/commit",
+        json={"offsets": [{"topic": "xss", "partition": 0, "offset": 0, "metadata": HOSTILE}]},
+    ).raise_for_status()
     for odd in (".", ".."):  # dot segments, which browsers would resolve away in a path
         TxnProducer(client, odd).init()
 
@@ -340,8 +377,9 @@ def test_everything_users_wrote_is_shown_as_text(server: RunningServer, tab: Tab
         expect(page.locator("h1")).to_have_text(odd)
 
     # A form on another site cannot abort anything: the browser names that site in Origin.
-    refused = client.post(f"/console/transactions/{quote(HOSTILE, safe='')}/abort",
-                          headers={"Origin": "http://evil.example"})
+    refused = client.post(
+        f"/console/transactions/{quote(HOSTILE, safe='')}/abort", headers={"Origin": "http://evil.example"}
+    )
     assert refused.status_code == 400
     assert client.get(f"/v1/transactions/{quote(HOSTILE, safe='')}").json()["state"] == "Ongoing"
 
@@ -387,8 +425,15 @@ def test_what_a_principal_may_see_and_abort(make_server) -> None:
 
     refused = viewer.get("/console")
     assert refused.status_code == 403 and "CLUSTER_AUTHORIZATION_FAILED" in refused.text
-    admin.post("/v1/acls", json={"principal": "viewer", "resource_type": "Cluster",
-                                 "resource_name": "txbroker-cluster", "operation": "Describe"}).raise_for_status()
+    admin.post(
+        "/v1/acls",
+        json={
+            "principal": "viewer",
+            "resource_type": "Cluster",
+            "resource_name": "txbroker-cluster",
+            "operation": "Describe",
+        },
+    ).raise_for_status()
     assert viewer.get("/console/transactions/guarded").status_code == 200
     denied = viewer.post("/console/transactions/guarded/abort")
     assert denied.status_code == 403 and "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in denied.text
@@ -398,5 +443,6 @@ def test_what_a_principal_may_see_and_abort(make_server) -> None:
     assert aborted.status_code == 303
     assert admin.get("/v1/transactions/guarded").json()["state"] == "CompleteAbort"
     audit = admin.get("/v1/audit").json()
-    assert any(entry["action"] == "abort transaction" and entry["resource"] == "guarded"
-               for entry in audit["entries"]), audit
+    assert any(
+        entry["action"] == "abort transaction" and entry["resource"] == "guarded" for entry in audit["entries"]
+    ), audit

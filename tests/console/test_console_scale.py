@@ -85,11 +85,15 @@ async def _bulk_load(database_url: str) -> None:
             await conn.execute(
                 "INSERT INTO consumer_groups (group_id, generation_id, assignment, last_update_ms) "
                 "SELECT 'group-' || lpad(g::text, 4, '0'), 1, '{}', $1 FROM generate_series(0, $2 - 1) g",
-                now, GROUPS)
+                now,
+                GROUPS,
+            )
             await conn.execute(
                 "INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, "
                 "commit_timestamp_ms) SELECT 'group-0000', 'wide', p, 3, NULL, $1 FROM generate_series(0, $2 - 1) p",
-                now, PARTITIONS)
+                now,
+                PARTITIONS,
+            )
             await _long_transaction_log(conn, now)
     finally:
         await conn.close()
@@ -98,8 +102,9 @@ async def _bulk_load(database_url: str) -> None:
 async def _long_transaction_log(conn, now: int) -> None:
     """LOG_BATCHES batches in HISTORY_ID's __transaction_state partition; only the 3 oldest and
     the 3 newest are HISTORY_ID's, so its history pages through every one of them."""
-    log_topic = await conn.fetchrow("SELECT topic_id, partition_count FROM topics WHERE name = $1",
-                                    TRANSACTION_STATE_TOPIC)
+    log_topic = await conn.fetchrow(
+        "SELECT topic_id, partition_count FROM topics WHERE name = $1", TRANSACTION_STATE_TOPIC
+    )
     partition = partition_for_key(HISTORY_ID.encode(), log_topic["partition_count"])
     await conn.execute(
         """INSERT INTO record_batches (topic_id, partition, base_offset, last_offset, producer_id, producer_epoch,
@@ -116,9 +121,19 @@ async def _long_transaction_log(conn, now: int) -> None:
                        'partitions', json_build_array(json_build_array('wide', 0)), 'groups', json_build_array())::text,
                    json_build_array(), 0))::text, 'UTF8')
         FROM generate_series(0, $4 - 1) g""",
-        log_topic["topic_id"], partition, now, LOG_BATCHES, HISTORY_ID, FIRST_PID)
-    await conn.execute("UPDATE partitions SET high_watermark = $3 WHERE topic_id = $1 AND partition = $2",
-                       log_topic["topic_id"], partition, LOG_BATCHES)
+        log_topic["topic_id"],
+        partition,
+        now,
+        LOG_BATCHES,
+        HISTORY_ID,
+        FIRST_PID,
+    )
+    await conn.execute(
+        "UPDATE partitions SET high_watermark = $3 WHERE topic_id = $1 AND partition = $2",
+        log_topic["topic_id"],
+        partition,
+        LOG_BATCHES,
+    )
 
 
 def _time(client, path: str, runs: int = 3) -> tuple[float, float, float, int]:
@@ -133,8 +148,7 @@ def _time(client, path: str, runs: int = 3) -> tuple[float, float, float, int]:
     return times[0], statistics.median(times), statistics.median(server_times), len(response.content)
 
 
-def test_pages_render_fast_with_1000_partitions_and_10000_transactional_ids(
-        make_server, playwright_driver) -> None:  # noqa: F811
+def test_pages_render_fast_with_1000_partitions_and_10000_transactional_ids(make_server, playwright_driver) -> None:  # noqa: F811
     # No background work in the way: nothing here times out or expires during the test.
     server: RunningServer = make_server(abort_timed_out_transaction_interval_ms=3_600_000)
     server.client.post("/v1/topics", json={"name": "wide", "partitions": PARTITIONS}).raise_for_status()
@@ -142,19 +156,36 @@ def test_pages_render_fast_with_1000_partitions_and_10000_transactional_ids(
     with ThreadPoolExecutor(1) as executor:  # asyncpg needs its own loop, away from Playwright's
         executor.submit(asyncio.run, _bulk_load(server.database_url)).result()
     loaded_s = time.perf_counter() - started
-    assert len(server.client.get("/v1/transactions", params={"state": "Ongoing", "limit": 10_000}).json()[
-        "transactions"]) == TRANSACTIONAL_IDS // 10
+    assert (
+        len(server.client.get("/v1/transactions", params={"state": "Ongoing", "limit": 10_000}).json()["transactions"])
+        == TRANSACTIONAL_IDS // 10
+    )
 
-    pages = ["/console", "/console/topics/wide", "/console/topics/wide?after=899",
-             "/console/topics/wide/partitions/0", "/console/topics/wide/partitions/999?offset=0",
-             "/console/transactions", "/console/transactions?state=open", "/console/transactions?older_than=5m",
-             "/console/transactions?prefix=bulk-099", "/console/transactions?after=bulk-05000",
-             f"/console/transactions/{HISTORY_ID}", "/console/transactions/bulk-00010",
-             "/console/groups", "/console/groups?after=group-1500", "/console/groups/group-0000"]
-    print(f"\nloaded {PARTITIONS} partitions, {TRANSACTIONAL_IDS} transactional ids, {GROUPS} groups and "
-          f"{LOG_BATCHES} transaction-log batches in {loaded_s:.2f} s")
-    print(f"{'page (over HTTP: first, median of 3; server-side median)':<60} {'first':>8} {'median':>8} "
-          f"{'server':>8} {'bytes':>9}")
+    pages = [
+        "/console",
+        "/console/topics/wide",
+        "/console/topics/wide?after=899",
+        "/console/topics/wide/partitions/0",
+        "/console/topics/wide/partitions/999?offset=0",
+        "/console/transactions",
+        "/console/transactions?state=open",
+        "/console/transactions?older_than=5m",
+        "/console/transactions?prefix=bulk-099",
+        "/console/transactions?after=bulk-05000",
+        f"/console/transactions/{HISTORY_ID}",
+        "/console/transactions/bulk-00010",
+        "/console/groups",
+        "/console/groups?after=group-1500",
+        "/console/groups/group-0000",
+    ]
+    print(
+        f"\nloaded {PARTITIONS} partitions, {TRANSACTIONAL_IDS} transactional ids, {GROUPS} groups and "
+        f"{LOG_BATCHES} transaction-log batches in {loaded_s:.2f} s"
+    )
+    print(
+        f"{'page (over HTTP: first, median of 3; server-side median)':<60} {'first':>8} {'median':>8} "
+        f"{'server':>8} {'bytes':>9}"
+    )
     slowest = 0.0
     for path in pages:
         first, median, server_side, size = _time(server.client, path)
@@ -166,16 +197,21 @@ def test_pages_render_fast_with_1000_partitions_and_10000_transactional_ids(
     older = history.split('rel="next"')[0].rsplit('href="', 1)[1].split('"')[0].replace("&amp;", "&")
     first, median, server_side, _ = _time(server.client, older)
     slowest = max(slowest, first, median)
-    print(f"{'(history, older page) ' + older:<60} {first * 1000:>6.0f}ms {median * 1000:>6.0f}ms "
-          f"{server_side * 1000:>6.0f}ms")
+    print(
+        f"{'(history, older page) ' + older:<60} {first * 1000:>6.0f}ms {median * 1000:>6.0f}ms "
+        f"{server_side * 1000:>6.0f}ms"
+    )
     assert server.client.get(older).text.count("Ongoing") >= 1
 
     # Its own browser, closed before the server stops (a browser's idle keep-alive connections would
     # hold up the server's graceful shutdown).
     with chromium(playwright_driver) as context:
         tab = Tab(context)
-        for name, path in (("overview", "/console"), ("transactions", "/console/transactions?state=open"),
-                           ("topic", "/console/topics/wide")):
+        for name, path in (
+            ("overview", "/console"),
+            ("transactions", "/console/transactions?state=open"),
+            ("topic", "/console/topics/wide"),
+        ):
             started = time.perf_counter()
             tab.page.goto(f"{server.url}{path}", wait_until="load")
             loaded = time.perf_counter() - started
@@ -184,4 +220,3 @@ def test_pages_render_fast_with_1000_partitions_and_10000_transactional_ids(
             tab.shot(f"scale-{name}")
         tab.close()
     assert slowest < BOUND_S, f"the slowest page took {slowest:.2f} s"
-

@@ -14,9 +14,14 @@ from tests.conftest import database_url_for, process_alive
 
 
 def _produce(url: str, topic: str, partition: int, values: list[str], timeout_s: float = 30) -> dict:
-    response = httpx.post(f"{url}/v1/produce", timeout=timeout_s, json={
-        "producer_id": -1, "partitions": [{"topic": topic, "partition": partition,
-                                           "records": [{"value": value} for value in values]}]})
+    response = httpx.post(
+        f"{url}/v1/produce",
+        timeout=timeout_s,
+        json={
+            "producer_id": -1,
+            "partitions": [{"topic": topic, "partition": partition, "records": [{"value": value} for value in values]}],
+        },
+    )
     response.raise_for_status()
     entry = response.json()["partitions"][0]
     assert entry["error"] is None, entry
@@ -26,9 +31,15 @@ def _produce(url: str, topic: str, partition: int, values: list[str], timeout_s:
 def _read_all(url: str, topic: str, partition: int) -> list[tuple[int, str]]:
     records, offset = [], 0
     while True:
-        body = httpx.post(f"{url}/v1/fetch", timeout=30, json={
-            "isolation_level": "read_uncommitted", "max_records": 10_000,
-            "partitions": [{"topic": topic, "partition": partition, "offset": offset}]}).json()
+        body = httpx.post(
+            f"{url}/v1/fetch",
+            timeout=30,
+            json={
+                "isolation_level": "read_uncommitted",
+                "max_records": 10_000,
+                "partitions": [{"topic": topic, "partition": partition, "offset": offset}],
+            },
+        ).json()
         entry = body["partitions"][0]
         assert entry["error"] is None, entry
         records += [(record["offset"], record["value"]) for record in entry["records"]]
@@ -47,7 +58,7 @@ def test_acknowledged_writes_survive_sigkill_of_server_and_its_embedded_postgres
         postmaster_pid = int((data_dir / "data" / "postgres" / "postmaster.pid").read_text().split()[0])
         stop = threading.Event()
 
-        def write_until_killed(writer: int) -> None:
+        def write_until_killed(writer: int, stop=stop, round_number=round_number) -> None:
             sequence = 0
             while not stop.is_set():
                 values = [f"r{round_number}-w{writer}-{sequence}-{i}" for i in range(5)]
@@ -110,8 +121,11 @@ def test_postgres_crash_gives_503_then_recovers_without_loss(server_process, dat
         deadline = time.monotonic() + 20
         while process_alive(postmaster_pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        response = httpx.post(f"{server.url}/v1/produce", timeout=30, json={
-            "producer_id": -1, "partitions": [{"topic": "pgcrash", "partition": 0, "records": [{"value": "x"}]}]})
+        response = httpx.post(
+            f"{server.url}/v1/produce",
+            timeout=30,
+            json={"producer_id": -1, "partitions": [{"topic": "pgcrash", "partition": 0, "records": [{"value": "x"}]}]},
+        )
         assert response.status_code == 503, response.text
         assert response.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE"
         assert response.json()["error"]["retriable"] is True

@@ -26,7 +26,6 @@ import httpx
 import pytest
 
 from app.storage.database import connect
-from tests.conftest import process_alive
 from tests.concurrency.test_transaction_concurrency import (
     NO_KEEPALIVE,
     _ahttp,
@@ -42,6 +41,7 @@ from tests.concurrency.test_transaction_concurrency import (
     _values,
     _wait_for_state,
 )
+from tests.conftest import process_alive
 
 
 def _kill_with_embedded_postgres(server, data_dir: Path) -> None:
@@ -71,8 +71,10 @@ def _wait_for_other_backends_to_end(database_url: str, timeout_s: float = 20) ->
     (and what the restarted server's recovery sees) is the state the crash left."""
     deadline = time.monotonic() + timeout_s
     while True:
-        [row] = _sql(database_url, "SELECT count(*) AS n FROM pg_stat_activity "
-                                   "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+        [row] = _sql(
+            database_url,
+            "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
         if row["n"] == 0:
             return
         assert time.monotonic() < deadline, "the killed server's PostgreSQL backends did not end"
@@ -88,6 +90,7 @@ def _txn_values(tid: str, partition: int, count: int = 2) -> list[str]:
 
 
 # ---- transactions in every state at the moment of the crash
+
 
 def test_transactions_in_every_state_at_sigkill(server_process, data_dir):
     """Committed, aborted (EndTxn and admin), Ongoing and Prepared transactions interleaved on two
@@ -114,11 +117,13 @@ def test_transactions_in_every_state_at_sigkill(server_process, data_dir):
     end("committed-1", txns["committed-1"], True)
     txns["aborted-1"] = begin("aborted-1")
     end("aborted-1", txns["aborted-1"], False)
-    txns["ongoing-reinit"] = begin("ongoing-reinit")                   # aborted later by a re-init
-    for tid in ("prepared-endtxn", "prepared-keep"):                    # committed later by another client
+    txns["ongoing-reinit"] = begin("ongoing-reinit")  # aborted later by a re-init
+    for tid in ("prepared-endtxn", "prepared-keep"):  # committed later by another client
         txns[tid] = begin(tid, timeout_ms=1000)
-        response = client.post("/v1/txn/prepare", json={"transactional_id": tid, "producer_id": txns[tid][0],
-                                                         "producer_epoch": txns[tid][1]})
+        response = client.post(
+            "/v1/txn/prepare",
+            json={"transactional_id": tid, "producer_id": txns[tid][0], "producer_epoch": txns[tid][1]},
+        )
         assert response.status_code == 200 and response.json()["state"] == "Prepared", response.text
     txns["ongoing-timeout"] = begin("ongoing-timeout", timeout_ms=2000)  # aborted later by its timeout
     txns["committed-2"] = begin("committed-2")
@@ -134,9 +139,15 @@ def test_transactions_in_every_state_at_sigkill(server_process, data_dir):
     server.start()
     client = _client(server)
     try:
-        expected = {"committed-1": "CompleteCommit", "committed-2": "CompleteCommit",
-                    "aborted-1": "CompleteAbort", "aborted-admin": "CompleteAbort",
-                    "prepared-endtxn": "Prepared", "prepared-keep": "Prepared", "ongoing-reinit": "Ongoing"}
+        expected = {
+            "committed-1": "CompleteCommit",
+            "committed-2": "CompleteCommit",
+            "aborted-1": "CompleteAbort",
+            "aborted-admin": "CompleteAbort",
+            "prepared-endtxn": "Prepared",
+            "prepared-keep": "Prepared",
+            "ongoing-reinit": "Ongoing",
+        }
         for tid, state in expected.items():
             assert _describe(client, tid)["state"] == state, (tid, _describe(client, tid))
         for p in parts:  # the LSO is still pinned by ongoing-reinit, right after committed-1 and aborted-1
@@ -162,35 +173,48 @@ def test_transactions_in_every_state_at_sigkill(server_process, data_dir):
             assert response.status_code == 200 and response.json()["state"] == "CompleteCommit", response.text
         # prepared-keep: a new instance takes it over with keep_prepared_txn and commits it.
         with _client(server) as other:
-            response = other.post("/v1/producers/init", json={
-                "transactional_id": "prepared-keep", "transaction_timeout_ms": 60_000, "keep_prepared_txn": True})
+            response = other.post(
+                "/v1/producers/init",
+                json={"transactional_id": "prepared-keep", "transaction_timeout_ms": 60_000, "keep_prepared_txn": True},
+            )
             assert response.status_code == 200, response.text
             body = response.json()
-            assert body["prepared"] == {"producer_id": txns["prepared-keep"][0],
-                                        "producer_epoch": txns["prepared-keep"][1]}, body
+            assert body["prepared"] == {
+                "producer_id": txns["prepared-keep"][0],
+                "producer_epoch": txns["prepared-keep"][1],
+            }, body
             assert _describe(other, "prepared-keep")["state"] == "Prepared"
             fenced = _end(other, "prepared-keep", *txns["prepared-keep"], True)
             assert _code(fenced) == "PRODUCER_FENCED", "the old instance's ids were fenced by the re-init"
             response = _end(other, "prepared-keep", body["producer_id"], body["producer_epoch"], True)
             assert response.status_code == 200 and response.json()["state"] == "CompleteCommit", response.text
 
-        outcomes = {"committed-1": "COMMIT", "committed-2": "COMMIT", "prepared-endtxn": "COMMIT",
-                    "prepared-keep": "COMMIT", "aborted-1": "ABORT", "aborted-admin": "ABORT",
-                    "ongoing-reinit": "ABORT", "ongoing-timeout": "ABORT"}
+        outcomes = {
+            "committed-1": "COMMIT",
+            "committed-2": "COMMIT",
+            "prepared-endtxn": "COMMIT",
+            "prepared-keep": "COMMIT",
+            "aborted-1": "ABORT",
+            "aborted-admin": "ABORT",
+            "ongoing-reinit": "ABORT",
+            "ongoing-timeout": "ABORT",
+        }
         for tid, marker in outcomes.items():
             for p in parts:
                 assert [m["type"] for m in _markers_of(client, topic, p, *txns[tid])] == [marker], (tid, p)
         _assert_stable(client, topic)
         committed_in_log_order = ["committed-1", "prepared-endtxn", "prepared-keep", "committed-2"]
         for p in parts:
-            assert _values(client, topic, p, "read_committed") == \
-                [v for tid in committed_in_log_order for v in _txn_values(tid, p)]
+            assert _values(client, topic, p, "read_committed") == [
+                v for tid in committed_in_log_order for v in _txn_values(tid, p)
+            ]
             assert len(_values(client, topic, p, "read_uncommitted")) == 2 * len(outcomes)
     finally:
         client.close()
 
 
 # ---- a commit whose response is lost
+
 
 def test_end_txn_in_flight_at_sigkill_is_retried_to_exactly_one_commit(server_process, database_url):
     """Four transactional clients loop produce -> EndTxn(commit) over 16 partitions while the
@@ -231,7 +255,7 @@ def test_end_txn_in_flight_at_sigkill_is_retried_to_exactly_one_commit(server_pr
             except httpx.HTTPError:
                 return  # the server died under this request: its outcome is unknown
 
-    for round_number in range(3):
+    for _round in range(3):
         stop = threading.Event()
         threads = [threading.Thread(target=loop, args=(tid, stop)) for tid in state]
         for thread in threads:
@@ -242,8 +266,12 @@ def test_end_txn_in_flight_at_sigkill_is_retried_to_exactly_one_commit(server_pr
         for thread in threads:
             thread.join(timeout=30)
         _wait_for_other_backends_to_end(database_url)
-        rows = _sql(database_url, "SELECT t.name, m.partition, m.producer_id, m.producer_epoch FROM txn_markers m "
-                                  "JOIN topics t USING (topic_id) WHERE t.name = $1", topic)
+        rows = _sql(
+            database_url,
+            "SELECT t.name, m.partition, m.producer_id, m.producer_epoch FROM txn_markers m "
+            "JOIN topics t USING (topic_id) WHERE t.name = $1",
+            topic,
+        )
         for tid, s in state.items():
             marked = {r["partition"] for r in rows if (r["producer_id"], r["producer_epoch"]) == s["ids"]}
             assert marked in (set(), set(parts)), f"{tid}: the crash left markers on {marked} only"
@@ -257,8 +285,11 @@ def test_end_txn_in_flight_at_sigkill_is_retried_to_exactly_one_commit(server_pr
                 before = _describe(client, tid)["state"]
                 response = _end(client, tid, *s["ids"], True)
                 assert response.status_code == 200, f"{tid}: retry of EndTxn in {before}: {response.text}"
-                assert response.json() == {"producer_id": s["ids"][0], "producer_epoch": s["ids"][1] + 1,
-                                           "state": "CompleteCommit"}, response.text
+                assert response.json() == {
+                    "producer_id": s["ids"][0],
+                    "producer_epoch": s["ids"][1] + 1,
+                    "state": "CompleteCommit",
+                }, response.text
                 replayed.append(("end", before))
                 assert _marker_rows(database_url, topic, *s["ids"]) == {p: 1 for p in parts}, "not all marked"
                 s["committed"].append(s["txn"])
@@ -277,8 +308,11 @@ def test_end_txn_in_flight_at_sigkill_is_retried_to_exactly_one_commit(server_pr
     with _client(server) as client:
         response = _end(client, tid, *s["ids"], True)
         assert response.status_code == 200, response.text
-        assert response.json() == {"producer_id": s["ids"][0], "producer_epoch": s["ids"][1] + 1,
-                                   "state": "CompleteCommit"}
+        assert response.json() == {
+            "producer_id": s["ids"][0],
+            "producer_epoch": s["ids"][1] + 1,
+            "state": "CompleteCommit",
+        }
         assert _marker_rows(database_url, topic, *s["ids"]) == {p: 1 for p in parts}
         s["committed"].append(s["txn"])
         _assert_stable(client, topic)
@@ -292,6 +326,7 @@ def test_end_txn_in_flight_at_sigkill_is_retried_to_exactly_one_commit(server_pr
 
 
 # ---- duplicate detection across a restart
+
 
 def test_duplicate_detection_survives_sigkill(server_process, data_dir):
     """An idempotent producer writes ten batches (sequences 0..29) on two partitions, and a
@@ -319,8 +354,10 @@ def test_duplicate_detection_survives_sigkill(server_process, data_dir):
             entries = _produce_ok(client, producer_id, epoch, batch(number))
             for entry, original in zip(entries, written[number]):
                 assert entry["duplicate"] is True, (number, entry)
-                assert (entry["base_offset"], entry["last_offset"]) == \
-                    (original["base_offset"], original["last_offset"]), (number, entry, original)
+                assert (entry["base_offset"], entry["last_offset"]) == (
+                    original["base_offset"],
+                    original["last_offset"],
+                ), (number, entry, original)
         old = _produce(client, producer_id, epoch, batch(4)).json()["partitions"]
         assert [e["error"]["code"] if e["error"] else None for e in old] == ["OUT_OF_ORDER_SEQUENCE_NUMBER"] * 2
         [again] = _produce_ok(client, *txn, [("dups", 0, 0, ["t0", "t1"])], "dup-txn")
@@ -342,21 +379,29 @@ def test_duplicate_detection_survives_sigkill(server_process, data_dir):
 
 # ---- recovery of decided transactions (a crash between EndTxn's two phases)
 
+
 def _transaction_row(database_url: str, tid: str):
-    [row] = _sql(database_url, "SELECT state, producer_id, producer_epoch FROM transactions "
-                               "WHERE transactional_id = $1", tid)
+    [row] = _sql(
+        database_url, "SELECT state, producer_id, producer_epoch FROM transactions WHERE transactional_id = $1", tid
+    )
     return row
 
 
 def _marker_rows(database_url: str, topic: str, producer_id: int, producer_epoch: int) -> dict[int, int]:
-    rows = _sql(database_url, "SELECT m.partition, m.control_type FROM txn_markers m JOIN topics t USING (topic_id) "
-                              "WHERE t.name = $1 AND m.producer_id = $2 AND m.producer_epoch = $3",
-                topic, producer_id, producer_epoch)
+    rows = _sql(
+        database_url,
+        "SELECT m.partition, m.control_type FROM txn_markers m JOIN topics t USING (topic_id) "
+        "WHERE t.name = $1 AND m.producer_id = $2 AND m.producer_epoch = $3",
+        topic,
+        producer_id,
+        producer_epoch,
+    )
     return {row["partition"]: row["control_type"] for row in rows}
 
 
-def _finish_and_check(server, database_url: str, topic: str, parts, tid: str, txn: tuple[int, int],
-                      commit: bool) -> str:
+def _finish_and_check(
+    server, database_url: str, topic: str, parts, tid: str, txn: tuple[int, int], commit: bool
+) -> str:
     """After the crash: restart. A decided transaction (PrepareCommit/PrepareAbort left durable)
     must be complete as soon as /v1/health answers 200; an undecided one (still Ongoing) is decided
     now by the client's retry of the same EndTxn. Either way: every partition marked once, records
@@ -409,15 +454,28 @@ def test_sigkill_while_end_txn_writes_its_markers(server_process, database_url, 
         try:
             holder = blocker.transaction()
             await holder.start()
-            await blocker.execute("SELECT 1 FROM partitions p JOIN topics t USING (topic_id) "
-                                  "WHERE t.name = $1 AND p.partition = 1 FOR UPDATE OF p", topic)
+            await blocker.execute(
+                "SELECT 1 FROM partitions p JOIN topics t USING (topic_id) "
+                "WHERE t.name = $1 AND p.partition = 1 FOR UPDATE OF p",
+                topic,
+            )
             async with _ahttp(server.url, timeout_s=5) as http:
-                request = asyncio.create_task(http.post("/v1/txn/end", json={
-                    "transactional_id": tid, "producer_id": txn[0], "producer_epoch": txn[1], "committed": commit}))
+                request = asyncio.create_task(
+                    http.post(
+                        "/v1/txn/end",
+                        json={
+                            "transactional_id": tid,
+                            "producer_id": txn[0],
+                            "producer_epoch": txn[1],
+                            "committed": commit,
+                        },
+                    )
+                )
                 deadline = time.monotonic() + 10  # until EndTxn waits for partition 1 (wait event Lock)
                 while not await observer.fetchval(
-                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                        "AND wait_event_type = 'Lock' AND query LIKE '%partitions%'"):
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query LIKE '%partitions%'"
+                ):
                     assert time.monotonic() < deadline, "EndTxn never waited for the partition's lock"
                     await asyncio.sleep(0.01)
                 assert not request.done(), "EndTxn answered while its markers could not be written"
@@ -461,13 +519,35 @@ def test_sigkill_in_a_tight_loop_around_end_txn_then_recovery(server_process, da
         observer = await connect(database_url)
         try:
             async with _ahttp(server.url, timeout_s=5) as http:
-                response = await http.post("/v1/produce", json={
-                    "transactional_id": tid, "producer_id": ids[0], "producer_epoch": ids[1], "partitions": [
-                        {"topic": topic, "partition": p, "base_sequence": 0, "records": [{"value": f"{tid}/{ids[1]}"}]}
-                        for p in parts]})
+                response = await http.post(
+                    "/v1/produce",
+                    json={
+                        "transactional_id": tid,
+                        "producer_id": ids[0],
+                        "producer_epoch": ids[1],
+                        "partitions": [
+                            {
+                                "topic": topic,
+                                "partition": p,
+                                "base_sequence": 0,
+                                "records": [{"value": f"{tid}/{ids[1]}"}],
+                            }
+                            for p in parts
+                        ],
+                    },
+                )
                 assert response.status_code == 200, response.text
-                request = asyncio.create_task(http.post("/v1/txn/end", json={
-                    "transactional_id": tid, "producer_id": ids[0], "producer_epoch": ids[1], "committed": commit}))
+                request = asyncio.create_task(
+                    http.post(
+                        "/v1/txn/end",
+                        json={
+                            "transactional_id": tid,
+                            "producer_id": ids[0],
+                            "producer_epoch": ids[1],
+                            "committed": commit,
+                        },
+                    )
+                )
                 while True:
                     state = await observer.fetchval("SELECT state FROM transactions WHERE transactional_id = $1", tid)
                     if state == wanted:
@@ -508,8 +588,9 @@ def test_sigkill_in_a_tight_loop_around_end_txn_then_recovery(server_process, da
         assert row["state"] == outcome, row
     server.start()
     row = _transaction_row(database_url, tid)
-    assert row["state"] == outcome and row["producer_epoch"] == caught[1] + 1, \
+    assert row["state"] == outcome and row["producer_epoch"] == caught[1] + 1, (
         f"health answered 200 with the decided transaction {row['state']}"
+    )
     assert _marker_rows(database_url, topic, *caught) == {p: int(commit) for p in parts}
     with _client(server) as client:
         for p in (0, 17, 39):

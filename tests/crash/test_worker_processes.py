@@ -36,7 +36,7 @@ def worker_pids(supervisor_pid: int) -> list[int]:
             command = (entry / "cmdline").read_bytes().split(b"\0")
         except (FileNotFoundError, ProcessLookupError):
             continue
-        parent = int(stat[stat.rindex(")") + 2:].split()[1])
+        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
         if parent == supervisor_pid and b"--worker-of" in command:
             pids.append(int(entry.name))
     return sorted(pids)
@@ -66,9 +66,18 @@ def test_workers_share_the_port_and_appends_stay_dense_and_exactly_once(server_p
         with httpx.Client(base_url=server.url, timeout=30) as client:
             init = client.post("/v1/producers/init", json={}).json()
             for batch in range(batches):
-                body = {"producer_id": init["producer_id"], "producer_epoch": init["producer_epoch"],
-                        "partitions": [{"topic": "shared", "partition": 0, "base_sequence": 2 * batch,
-                                        "records": [{"value": f"p{index}-b{batch}-{i}"} for i in range(2)]}]}
+                body = {
+                    "producer_id": init["producer_id"],
+                    "producer_epoch": init["producer_epoch"],
+                    "partitions": [
+                        {
+                            "topic": "shared",
+                            "partition": 0,
+                            "base_sequence": 2 * batch,
+                            "records": [{"value": f"p{index}-b{batch}-{i}"} for i in range(2)],
+                        }
+                    ],
+                }
                 answers = []
                 for _attempt in range(2):  # each batch sent twice, on a new connection the second time
                     with httpx.Client(base_url=server.url, timeout=30) as fresh:
@@ -83,8 +92,10 @@ def test_workers_share_the_port_and_appends_stay_dense_and_exactly_once(server_p
     for thread in threads:
         thread.join(timeout=120)
     assert not errors, errors[:3]
-    fetched = httpx.post(f"{server.url}/v1/fetch", json={
-        "max_records": 10_000, "partitions": [{"topic": "shared", "partition": 0, "offset": 0}]}).json()
+    fetched = httpx.post(
+        f"{server.url}/v1/fetch",
+        json={"max_records": 10_000, "partitions": [{"topic": "shared", "partition": 0, "offset": 0}]},
+    ).json()
     records = fetched["partitions"][0]["records"]
     assert [r["offset"] for r in records] == list(range(producers * batches * 2)), "dense, each batch once"
     assert len({r["value"] for r in records}) == len(records)

@@ -84,8 +84,11 @@ class HttpModel(RuleBasedStateMachine):
         else:  # a new instance announces itself: its retry is another new instance (by nature)
             assert retry.status_code == 200, retry.text
             answer = retry.json()
-        self.ids = {"transactional_id": self.transactional_id, "producer_id": answer["producer_id"],
-                    "producer_epoch": answer["producer_epoch"]}
+        self.ids = {
+            "transactional_id": self.transactional_id,
+            "producer_id": answer["producer_id"],
+            "producer_epoch": answer["producer_epoch"],
+        }
         self._end_transaction("aborted")  # a new instance or a bump aborts what was open
 
     def _end_transaction(self, kind: str):
@@ -107,19 +110,29 @@ class HttpModel(RuleBasedStateMachine):
 
     # ---- idempotent producer
 
-    @rule(partition=st.integers(0, PARTITIONS - 1), count=st.integers(1, 3),
-          timestamp_ms=st.sampled_from([None, 1_000]))
+    @rule(
+        partition=st.integers(0, PARTITIONS - 1), count=st.integers(1, 3), timestamp_ms=st.sampled_from([None, 1_000])
+    )
     def idempotent_send(self, partition, count, timestamp_ms):
         """`timestamp_ms` 1000: a backfill, its records stamped long before the server's clock."""
         values = [f"i{next(self.values)}" for _ in range(count)]
-        records = [{"value": v} if timestamp_ms is None else {"value": v, "timestamp_ms": timestamp_ms}
-                   for v in values]
-        body = {**self.idem, "partitions": [{"topic": self.topic, "partition": partition,
-                                             "base_sequence": self.idem_sequences[partition], "records": records}]}
+        records = [{"value": v} if timestamp_ms is None else {"value": v, "timestamp_ms": timestamp_ms} for v in values]
+        body = {
+            **self.idem,
+            "partitions": [
+                {
+                    "topic": self.topic,
+                    "partition": partition,
+                    "base_sequence": self.idem_sequences[partition],
+                    "records": records,
+                }
+            ],
+        }
         response = self._produce(body)
         if self.idem_expired:
-            assert response.status_code == 409 and response.json()["error"]["code"] == "UNKNOWN_PRODUCER_ID", \
+            assert response.status_code == 409 and response.json()["error"]["code"] == "UNKNOWN_PRODUCER_ID", (
                 response.text
+            )
             self._init_idempotent()  # what the SDK does: a new producer id, then resend
             body = {**self.idem, "partitions": [{**body["partitions"][0], "base_sequence": 0}]}
             response = self._produce(body)
@@ -136,8 +149,9 @@ class HttpModel(RuleBasedStateMachine):
         body, original = self.idem_last
         response = self._produce(body)
         if self.idem_expired:
-            assert response.status_code == 409 and response.json()["error"]["code"] == "UNKNOWN_PRODUCER_ID", \
+            assert response.status_code == 409 and response.json()["error"]["code"] == "UNKNOWN_PRODUCER_ID", (
                 response.text
+            )
             return
         assert response.status_code == 200, response.text
         entry = response.json()["partitions"][0]
@@ -160,9 +174,17 @@ class HttpModel(RuleBasedStateMachine):
     @rule(partition=st.integers(0, PARTITIONS - 1), count=st.integers(1, 3))
     def transactional_send(self, partition, count):
         values = [f"t{next(self.values)}" for _ in range(count)]
-        body = {**self.ids, "partitions": [{"topic": self.topic, "partition": partition,
-                                            "base_sequence": self.txn_sequences[partition],
-                                            "records": [{"value": v} for v in values]}]}
+        body = {
+            **self.ids,
+            "partitions": [
+                {
+                    "topic": self.topic,
+                    "partition": partition,
+                    "base_sequence": self.txn_sequences[partition],
+                    "records": [{"value": v} for v in values],
+                }
+            ],
+        }
         response = self._produce(body)
         assert response.status_code == 200, response.text
         entry = response.json()["partitions"][0]
@@ -184,8 +206,11 @@ class HttpModel(RuleBasedStateMachine):
     @rule()
     def transactional_offset_commit_retried(self):
         offset = next(self.offsets)
-        body = {**self.ids, "group_id": self.group, "offsets": [{"topic": self.topic, "partition": 0,
-                                                                 "offset": offset}]}
+        body = {
+            **self.ids,
+            "group_id": self.group,
+            "offsets": [{"topic": self.topic, "partition": 0, "offset": offset}],
+        }
         for _ in range(2):  # the second as if the first answer was lost
             response = self.client.post("/v1/txn/offset-commit", json=body)
             assert response.status_code == 200 and response.json()["offsets"][0]["error"] is None, response.text
@@ -223,8 +248,7 @@ class HttpModel(RuleBasedStateMachine):
 
     @rule()
     def bump_retried(self):
-        self._init_transactional({"producer_id": self.ids["producer_id"],
-                                  "producer_epoch": self.ids["producer_epoch"]})
+        self._init_transactional({"producer_id": self.ids["producer_id"], "producer_epoch": self.ids["producer_epoch"]})
 
     # ---- the server's housekeeping and administration
 
@@ -260,8 +284,13 @@ class HttpModel(RuleBasedStateMachine):
     def read_committed_shows_exactly_the_committed_records(self):
         if not hasattr(self, "topic"):
             return
-        response = self.client.post("/v1/fetch", json={"max_records": 10_000, "partitions": [
-            {"topic": self.topic, "partition": p, "offset": 0} for p in range(PARTITIONS)]})
+        response = self.client.post(
+            "/v1/fetch",
+            json={
+                "max_records": 10_000,
+                "partitions": [{"topic": self.topic, "partition": p, "offset": 0} for p in range(PARTITIONS)],
+            },
+        )
         assert response.status_code == 200, response.text
         seen = [[r["value"] for r in entry["records"]] for entry in response.json()["partitions"]]
         expected = []
@@ -274,8 +303,9 @@ class HttpModel(RuleBasedStateMachine):
     def the_commit_appended_last_wins(self):
         if not hasattr(self, "topic"):
             return
-        response = self.client.post(f"/v1/groups/{self.group}/offsets/fetch", json={
-            "partitions": [{"topic": self.topic, "partition": 0}]})
+        response = self.client.post(
+            f"/v1/groups/{self.group}/offsets/fetch", json={"partitions": [{"topic": self.topic, "partition": 0}]}
+        )
         assert response.status_code == 200, response.text
         assert response.json()["offsets"][0]["offset"] == (-1 if self.offset is None else self.offset[0])
 
@@ -284,9 +314,10 @@ def test_the_http_api_agrees_with_the_model(module_server):
     HttpModel.client = module_server.client
     HttpModel.running = module_server
     tiny = module_server.settings.model_copy(update={"producer_id_expiration_ms": 1})
-    HttpModel.running_with_tiny_expiration = type("Running", (), {"database_url": module_server.database_url,
-                                                                  "settings": tiny})()
-    HttpModel.TestCase.settings = settings(max_examples=30, stateful_step_count=30, deadline=None,
-                                           suppress_health_check=list(HealthCheck))
+    HttpModel.running_with_tiny_expiration = type(
+        "Running", (), {"database_url": module_server.database_url, "settings": tiny}
+    )()
+    HttpModel.TestCase.settings = settings(
+        max_examples=30, stateful_step_count=30, deadline=None, suppress_health_check=list(HealthCheck)
+    )
     HttpModel.TestCase().runTest()
-

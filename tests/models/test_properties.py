@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-
 _names = itertools.count()
 
 
@@ -22,8 +21,14 @@ def property_server(module_server):
 
 
 def _read(client: httpx.Client, topic: str, isolation: str) -> list[str]:
-    entry = client.post("/v1/fetch", json={"isolation_level": isolation, "max_records": 10_000, "partitions": [
-        {"topic": topic, "partition": 0, "offset": 0}]}).json()["partitions"][0]
+    entry = client.post(
+        "/v1/fetch",
+        json={
+            "isolation_level": isolation,
+            "max_records": 10_000,
+            "partitions": [{"topic": topic, "partition": 0, "offset": 0}],
+        },
+    ).json()["partitions"][0]
     return [record["value"] for record in entry["records"]]
 
 
@@ -44,10 +49,21 @@ class IdempotentProducerModel(RuleBasedStateMachine):
         self.log: list[str] = []
 
     def _send(self, epoch: int, sequence: int, values: list[str]) -> dict:
-        response = self.client.post("/v1/produce", json={
-            "producer_id": self.producer_id, "producer_epoch": epoch, "partitions": [
-                {"topic": self.topic, "partition": 0, "base_sequence": sequence,
-                 "records": [{"value": v} for v in values]}]})
+        response = self.client.post(
+            "/v1/produce",
+            json={
+                "producer_id": self.producer_id,
+                "producer_epoch": epoch,
+                "partitions": [
+                    {
+                        "topic": self.topic,
+                        "partition": 0,
+                        "base_sequence": sequence,
+                        "records": [{"value": v} for v in values],
+                    }
+                ],
+            },
+        )
         assert response.status_code == 200, response.text
         return response.json()["partitions"][0]
 
@@ -76,8 +92,9 @@ class IdempotentProducerModel(RuleBasedStateMachine):
 
     @rule()
     def bump_epoch(self):
-        ids = self.client.post("/v1/producers/init", json={"producer_id": self.producer_id,
-                                                           "producer_epoch": self.epoch}).json()
+        ids = self.client.post(
+            "/v1/producers/init", json={"producer_id": self.producer_id, "producer_epoch": self.epoch}
+        ).json()
         assert ids == {"producer_id": self.producer_id, "producer_epoch": self.epoch + 1}
         self.epoch += 1
         self.next_sequence = 0
@@ -116,16 +133,27 @@ class TransactionModel(RuleBasedStateMachine):
     def _init(self):
         if self.__dict__.get("ids"):
             self.stale.append(self.ids)
-        body = self.client.post("/v1/producers/init", json={"transactional_id": self.transactional_id,
-                                                            "transaction_timeout_ms": 600_000}).json()
-        self.ids = {"transactional_id": self.transactional_id, "producer_id": body["producer_id"],
-                    "producer_epoch": body["producer_epoch"]}
+        body = self.client.post(
+            "/v1/producers/init", json={"transactional_id": self.transactional_id, "transaction_timeout_ms": 600_000}
+        ).json()
+        self.ids = {
+            "transactional_id": self.transactional_id,
+            "producer_id": body["producer_id"],
+            "producer_epoch": body["producer_epoch"],
+        }
         self.sequence = 0
         self.open, self.prepared = [], False  # a re-init aborts whatever was open
 
     def _produce(self, ids: dict, sequence: int, value: str) -> httpx.Response:
-        return self.client.post("/v1/produce", json={**ids, "partitions": [
-            {"topic": self.topic, "partition": 0, "base_sequence": sequence, "records": [{"value": value}]}]})
+        return self.client.post(
+            "/v1/produce",
+            json={
+                **ids,
+                "partitions": [
+                    {"topic": self.topic, "partition": 0, "base_sequence": sequence, "records": [{"value": value}]}
+                ],
+            },
+        )
 
     @precondition(lambda self: not self.prepared)
     @rule()
@@ -189,6 +217,7 @@ class TransactionModel(RuleBasedStateMachine):
 @pytest.mark.parametrize("model", [IdempotentProducerModel, TransactionModel])
 def test_server_agrees_with_model(model, property_server):
     model.client = property_server.client
-    model.TestCase.settings = settings(max_examples=10, stateful_step_count=12, deadline=None,
-                                       suppress_health_check=list(HealthCheck))
+    model.TestCase.settings = settings(
+        max_examples=10, stateful_step_count=12, deadline=None, suppress_health_check=list(HealthCheck)
+    )
     model.TestCase().runTest()

@@ -218,9 +218,19 @@ def test_debian_bindir(scratch_dir):
 def test_unprivileged_owner_runs_postgres_as_itself(scratch_dir):
     # The owner must be able to run this venv's python AND import the project: neither holds when the
     # checkout sits under a directory nobody cannot enter (a `mktemp -d` clone, /root).
-    probe = subprocess.run(["setpriv", "--reuid=nobody", f"--regid={pwd.getpwnam('nobody').pw_gid}", "--clear-groups",
-                            sys.executable, "-c", "import app.storage.embedded_postgres"], cwd=REPO_ROOT,
-                           capture_output=True)
+    probe = subprocess.run(
+        [
+            "setpriv",
+            "--reuid=nobody",
+            f"--regid={pwd.getpwnam('nobody').pw_gid}",
+            "--clear-groups",
+            sys.executable,
+            "-c",
+            "import app.storage.embedded_postgres",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+    )
     if probe.returncode != 0:
         pytest.skip(f"user nobody cannot run {sys.executable} with this checkout (a parent directory is private)")
     os.chown(scratch_dir, pwd.getpwnam("nobody").pw_uid, -1)

@@ -22,7 +22,8 @@ def test_migrated_schema_matches_the_declared_tables(database_url):
         engine = create_async_engine(sqlalchemy_url(database_url))
         async with engine.connect() as connection:
             diff = await connection.run_sync(
-                lambda sync: compare_metadata(MigrationContext.configure(sync), SQLModel.metadata))
+                lambda sync: compare_metadata(MigrationContext.configure(sync), SQLModel.metadata)
+            )
         await engine.dispose()
         return diff
 
@@ -32,11 +33,22 @@ def test_migrated_schema_matches_the_declared_tables(database_url):
 def test_db_upgrade_command_from_several_processes_at_once(postgres):
     postgres.create_database("fresh_upgrade")
     url = database_url_for(postgres.database_url, "fresh_upgrade")
-    runs = [subprocess.Popen([sys.executable, "-m", "app.cli", "db", "upgrade", "--database-url", url],
-                             cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(3)]
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "db", "upgrade", "--database-url", url],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for _ in range(3)
+    ]
     for run in runs:
         output, _ = run.communicate(timeout=120)
         assert run.returncode == 0, output.decode()
-    again = subprocess.run([sys.executable, "-m", "app.cli", "db", "upgrade", "--database-url", url],
-                           cwd=REPO_ROOT, capture_output=True, timeout=120)
+    again = subprocess.run(
+        [sys.executable, "-m", "app.cli", "db", "upgrade", "--database-url", url],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        timeout=120,
+    )
     assert again.returncode == 0, again.stderr.decode()

@@ -16,11 +16,17 @@ from txbroker import Producer
 TXBROKER = Path(sys.executable).parent / "txbroker"
 
 
-def txbroker(url: str | None, *args: str, stdin: str | bytes | None = None, env: dict | None = None,
-             timeout: float = 30) -> subprocess.CompletedProcess:
+def txbroker(
+    url: str | None, *args: str, stdin: str | bytes | None = None, env: dict | None = None, timeout: float = 30
+) -> subprocess.CompletedProcess:
     command = [str(TXBROKER), *args] if url is None else [str(TXBROKER), "--url", url, *args]
-    return subprocess.run(command, input=stdin.encode() if isinstance(stdin, str) else stdin, capture_output=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        command,
+        input=stdin.encode() if isinstance(stdin, str) else stdin,
+        capture_output=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def ok(result: subprocess.CompletedProcess) -> str:
@@ -29,8 +35,10 @@ def ok(result: subprocess.CompletedProcess) -> str:
 
 
 def test_topics_create_list_describe_delete(server):
-    assert ok(txbroker(server.url, "topics", "create", "orders", "--partitions", "3",
-                       "--config", "retention_ms=60000")) == "created topic orders with 3 partition(s)\n"
+    assert (
+        ok(txbroker(server.url, "topics", "create", "orders", "--partitions", "3", "--config", "retention_ms=60000"))
+        == "created topic orders with 3 partition(s)\n"
+    )
     created = json.loads(ok(txbroker(server.url, "topics", "create", "audit", "--json")))
     assert created["name"] == "audit" and len(created["partitions"]) == 1
     listing = ok(txbroker(server.url, "topics", "list"))
@@ -49,17 +57,31 @@ def test_topics_create_list_describe_delete(server):
 
 def test_produce_and_consume_lines_keys_and_json(server):
     ok(txbroker(server.url, "topics", "create", "t", "--partitions", "2"))
-    produced = txbroker(server.url, "produce", "t", "--key-separator", ":",
-                        stdin=b"alice:hello\nbob:world\nalice:again\n:\xff\xfe binary\n")
+    produced = txbroker(
+        server.url,
+        "produce",
+        "t",
+        "--key-separator",
+        ":",
+        stdin=b"alice:hello\nbob:world\nalice:again\n:\xff\xfe binary\n",
+    )
     assert ok(produced) == "" and produced.stderr == b"produced 4 record(s) to t\n"
-    lines = txbroker(server.url, "consume", "t", "--from-beginning", "--max-records", "4", "--print-key",
-                     "--key-separator", "=")
+    lines = txbroker(
+        server.url, "consume", "t", "--from-beginning", "--max-records", "4", "--print-key", "--key-separator", "="
+    )
     assert sorted(lines.stdout.splitlines()) == [b"=\xff\xfe binary", b"alice=again", b"alice=hello", b"bob=world"]
     assert lines.returncode == 0 and lines.stderr == b"consumed 4 record(s)\n"
-    records = [json.loads(line) for line in ok(txbroker(
-        server.url, "consume", "t", "--from-beginning", "--timeout-ms", "500", "--json")).splitlines()]
+    records = [
+        json.loads(line)
+        for line in ok(
+            txbroker(server.url, "consume", "t", "--from-beginning", "--timeout-ms", "500", "--json")
+        ).splitlines()
+    ]
     assert sorted((r["key"], r["value"]) for r in records if "encoding" not in r) == [
-        ("alice", "again"), ("alice", "hello"), ("bob", "world")]
+        ("alice", "again"),
+        ("alice", "hello"),
+        ("bob", "world"),
+    ]
     assert len({r["partition"] for r in records if r["key"] == "alice"}) == 1, "one key, one partition"
     [binary] = [r for r in records if "encoding" in r]
     assert (binary["encoding"], binary["key"], binary["value"]) == ("base64", "", "//4gYmluYXJ5")
@@ -69,15 +91,29 @@ def test_produce_and_consume_lines_keys_and_json(server):
 
 def test_transactional_produce_and_the_transactions_commands(server):
     ok(txbroker(server.url, "topics", "create", "tx"))
-    summary = json.loads(ok(txbroker(server.url, "produce", "tx", "--transactional-id", "cli-tx",
-                                     "--commit-every", "2", "--json", stdin="a\nb\nc\nd\ne\n")))
+    summary = json.loads(
+        ok(
+            txbroker(
+                server.url,
+                "produce",
+                "tx",
+                "--transactional-id",
+                "cli-tx",
+                "--commit-every",
+                "2",
+                "--json",
+                stdin="a\nb\nc\nd\ne\n",
+            )
+        )
+    )
     assert summary == {"topic": "tx", "records": 5, "transactions": 3}
     markers = json.loads(ok(txbroker(server.url, "markers", "tx", "0", "--json")))
     assert [m["type"] for m in markers] == ["COMMIT"] * 3
     described = ok(txbroker(server.url, "transactions", "describe", "cli-tx"))
     assert "state             CompleteCommit" in described
-    listed = json.loads(ok(txbroker(server.url, "transactions", "list", "--json", "--state", "CompleteCommit",
-                                    "--prefix", "cli-")))
+    listed = json.loads(
+        ok(txbroker(server.url, "transactions", "list", "--json", "--state", "CompleteCommit", "--prefix", "cli-"))
+    )
     assert [t["transactional_id"] for t in listed] == ["cli-tx"]
 
     with Producer(server.url, transactional_id="stuck") as producer:
@@ -89,7 +125,8 @@ def test_transactional_produce_and_the_transactions_commands(server):
         assert hanging.splitlines()[0].startswith("TRANSACTIONAL ID")
         assert "stuck" in hanging and "Ongoing" in hanging and "cli-tx" not in hanging
         assert ok(txbroker(server.url, "transactions", "find-hanging")) == (
-            "no transaction open for longer than 900000 ms\n")
+            "no transaction open for longer than 900000 ms\n"
+        )
         producers = ok(txbroker(server.url, "producers", "tx", "0"))
         assert str(producer.producer_id) in producers and "OPEN TXN START OFFSET" in producers
         aborted = ok(txbroker(server.url, "transactions", "abort", "stuck"))
@@ -121,11 +158,14 @@ def test_url_from_the_environment_and_the_server_commands_still_dispatch(server)
     assert "--data-dir" in ok(txbroker(None, "serve", "--help")), "serve and db stay the server's"
 
 
-@pytest.mark.parametrize("args", [
-    ("topics",),
-    ("produce", "t", "--commit-every", "3"),
-    ("topics", "create", "x", "--partitions", "many"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("topics",),
+        ("produce", "t", "--commit-every", "3"),
+        ("topics", "create", "x", "--partitions", "many"),
+    ],
+)
 def test_usage_errors_exit_2(args):
     result = txbroker("http://127.0.0.1:9", *args)
     assert result.returncode == 2 and b"usage: txbroker" in result.stderr, result.stderr
@@ -138,8 +178,11 @@ def test_an_unreachable_server_is_a_clear_error_exit_1():
 
 
 def test_topics_delete_records(server):
-    ok(txbroker(server.url, "topics", "create", "trim", "--partitions", "2",
-                "--config", "cleanup_policy=compact,delete"))
+    ok(
+        txbroker(
+            server.url, "topics", "create", "trim", "--partitions", "2", "--config", "cleanup_policy=compact,delete"
+        )
+    )
     ok(txbroker(server.url, "produce", "trim", "--partition", "0", stdin="a\nb\nc\n"))
     table = ok(txbroker(server.url, "topics", "delete-records", "trim", "--offset", "0=2", "--offset", "1=-1"))
     assert [line.split() for line in table.splitlines()] == [["PARTITION", "LOG", "START"], ["0", "2"], ["1", "0"]]

@@ -19,8 +19,23 @@ def test_operator_creates_a_principal_a_key_and_an_acl_then_revokes(make_server)
     key = json.loads(ok(txbroker(server.url, "principals", "add-key", "orders-app", "--json", env=admin)))
     app = {"TXBROKER_TOKEN": key["token"]}
     assert txbroker(server.url, "topics", "create", "orders", env=app).returncode == 1, "no ACL yet"
-    added = ok(txbroker(server.url, "acls", "add", "--principal", "orders-app", "--resource-type", "Topic",
-                        "--resource-name", "orders", "--prefixed", "--operation", "All", env=admin))
+    added = ok(
+        txbroker(
+            server.url,
+            "acls",
+            "add",
+            "--principal",
+            "orders-app",
+            "--resource-type",
+            "Topic",
+            "--resource-name",
+            "orders",
+            "--prefixed",
+            "--operation",
+            "All",
+            env=admin,
+        )
+    )
     assert "allow All on Topic 'orders' (prefixed) for orders-app" in added
     assert ok(txbroker(server.url, "topics", "create", "orders-eu", env=app)).startswith("created topic orders-eu")
     listing = ok(txbroker(server.url, "acls", "list", "--principal", "orders-app", env=admin))

@@ -15,8 +15,9 @@ EXAMPLES = REPO_ROOT / "examples"
 
 
 def run_example(name: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO_ROOT)
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT
+    )
 
 
 def committed_values(url: str, topic: str, partitions: int) -> list[bytes]:
@@ -30,8 +31,9 @@ def committed_values(url: str, topic: str, partitions: int) -> list[bytes]:
 
 
 def test_transactional_producer_example(server):
-    result = run_example("transactional_producer.py", server.url, "--transactions", "3",
-                         "--records-per-transaction", "4")
+    result = run_example(
+        "transactional_producer.py", server.url, "--transactions", "3", "--records-per-transaction", "4"
+    )
     assert result.returncode == 0, result.stderr
     assert "transaction 2: committed" in result.stdout and "aborted on purpose" in result.stdout
     assert "a read_committed consumer sees 12 records in transactional-example; aborted ones: 0" in result.stdout
@@ -47,10 +49,28 @@ def test_consume_transform_produce_is_exactly_once_across_a_server_sigkill(serve
         for value in inputs:
             producer.send("orders", value=value, key=value[-1:])
     app = subprocess.Popen(
-        [sys.executable, str(EXAMPLES / "consume_transform_produce.py"), server.url, "--input", "orders",
-         "--output", "orders-upper", "--group", "upper", "--transactional-id", "upper-0",
-         "--max-records", str(len(inputs)), "--max-poll-records", "10"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT)
+        [
+            sys.executable,
+            str(EXAMPLES / "consume_transform_produce.py"),
+            server.url,
+            "--input",
+            "orders",
+            "--output",
+            "orders-upper",
+            "--group",
+            "upper",
+            "--transactional-id",
+            "upper-0",
+            "--max-records",
+            str(len(inputs)),
+            "--max-poll-records",
+            "10",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+    )
     try:
         deadline = time.monotonic() + 30
         with Admin(server.url) as admin:

@@ -11,8 +11,20 @@ import time
 import httpx
 import pytest
 
-from txbroker import (Admin, AsyncAdmin, AsyncConsumer, AsyncProducer, Consumer, ConsumerGroupMetadata,
-                      OffsetAndMetadata, Producer, RecordMetadata, TopicPartition, TransactionState, errors)
+from txbroker import (
+    Admin,
+    AsyncAdmin,
+    AsyncConsumer,
+    AsyncProducer,
+    Consumer,
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    Producer,
+    RecordMetadata,
+    TopicPartition,
+    TransactionState,
+    errors,
+)
 from txbroker.partitioner import partition_for_key
 
 FAST = {"retry_backoff_ms": 10, "retry_backoff_max_ms": 100}
@@ -40,9 +52,13 @@ def test_idempotent_producer_round_trips_arbitrary_bytes(server, admin):
     with Producer(server.url, **FAST) as producer:
         assert producer.partitions_for("t") == [0, 1, 2]
         keyed = [producer.send("t", value=f"v{i}", key=f"k{i}") for i in range(200)]
-        binary = producer.send("t", value=bytes(range(256)), key=b"\xff\xfe", headers=[("h1", b"\x00\x80"),
-                                                                                         ("h2", None)],
-                               timestamp_ms=1_700_000_000_000)
+        binary = producer.send(
+            "t",
+            value=bytes(range(256)),
+            key=b"\xff\xfe",
+            headers=[("h1", b"\x00\x80"), ("h2", None)],
+            timestamp_ms=1_700_000_000_000,
+        )
         empty = producer.send("t", value=None, key=None, partition=2)
         producer.flush()
         for i, future in enumerate(keyed):
@@ -55,7 +71,10 @@ def test_idempotent_producer_round_trips_arbitrary_bytes(server, admin):
     assert len(records) == 202
     [record] = [r for r in records if r.key == b"\xff\xfe"]
     assert (record.value, record.headers, record.timestamp_ms) == (
-        bytes(range(256)), [("h1", b"\x00\x80"), ("h2", None)], 1_700_000_000_000)
+        bytes(range(256)),
+        [("h1", b"\x00\x80"), ("h2", None)],
+        1_700_000_000_000,
+    )
     assert binary.result(0) == RecordMetadata("t", record.partition, record.offset)
     assert [r.value for r in records if r.partition == 2 and r.key is None] == [None]
     by_partition = {}
@@ -145,8 +164,10 @@ def test_a_commit_whose_answer_is_lost_is_retried_and_reports_success(server, ad
         assert transport.end_txn_calls == 2
         described = admin.describe_transaction("in-doubt")
         assert described["state"] == "CompleteCommit"
-        assert (producer.producer_id, producer.producer_epoch) == (described["producer_id"],
-                                                                   described["producer_epoch"])
+        assert (producer.producer_id, producer.producer_epoch) == (
+            described["producer_id"],
+            described["producer_epoch"],
+        )
         producer.begin_transaction()
         producer.send("out", value="next")
         producer.commit_transaction()
@@ -159,8 +180,14 @@ def test_consume_transform_produce_commits_offsets_in_the_transaction(server, ad
     with Producer(server.url, **FAST) as plain:
         for i in range(40):
             plain.send("in", value=f"order-{i}", key=f"customer-{i % 7}")
-    consumer = Consumer(server.url, group_id="ctp", isolation_level="read_committed", auto_offset_reset="earliest",
-                        enable_auto_commit=False, **FAST)
+    consumer = Consumer(
+        server.url,
+        group_id="ctp",
+        isolation_level="read_committed",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        **FAST,
+    )
     producer = Producer(server.url, transactional_id="ctp-0", **FAST)
     producer.init_transactions()
     consumer.subscribe(["in"])
@@ -174,7 +201,8 @@ def test_consume_transform_produce_commits_offsets_in_the_transaction(server, ad
         for record in records:
             producer.send("out", key=record.key, value=record.value.upper())
         producer.send_offsets_to_transaction(
-            {r.topic_partition: OffsetAndMetadata(r.offset + 1, "ctp") for r in records}, consumer.group_metadata())
+            {r.topic_partition: OffsetAndMetadata(r.offset + 1, "ctp") for r in records}, consumer.group_metadata()
+        )
         producer.commit_transaction()
         processed += len(records)
     assert processed == 40
@@ -193,10 +221,20 @@ def test_rebalance_listeners_and_kip447_fencing_of_a_zombie_consumer(server, adm
     events: list[tuple[str, str, set]] = []
 
     def consumer(name: str) -> Consumer:
-        member = Consumer(server.url, group_id="g", auto_offset_reset="earliest", enable_auto_commit=False,
-                          heartbeat_interval_ms=100, session_timeout_ms=6000, **FAST)
-        member.subscribe(["in"], on_assign=lambda parts: events.append((name, "assign", parts)),
-                         on_revoke=lambda parts: events.append((name, "revoke", parts)))
+        member = Consumer(
+            server.url,
+            group_id="g",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            heartbeat_interval_ms=100,
+            session_timeout_ms=6000,
+            **FAST,
+        )
+        member.subscribe(
+            ["in"],
+            on_assign=lambda parts: events.append((name, "assign", parts)),
+            on_revoke=lambda parts: events.append((name, "revoke", parts)),
+        )
         return member
 
     first = consumer("first")
@@ -253,8 +291,10 @@ def test_consumer_positions_seeks_and_commits(server, admin):
     assert consumer.committed([tp0, tp1]) == {tp0: 10, tp1: 0}
     done = threading.Event()
     outcome = {}
-    consumer.commit_async({tp0: OffsetAndMetadata(5, "half")},
-                          callback=lambda offsets, error: (outcome.update(offsets=offsets, error=error), done.set()))
+    consumer.commit_async(
+        {tp0: OffsetAndMetadata(5, "half")},
+        callback=lambda offsets, error: (outcome.update(offsets=offsets, error=error), done.set()),
+    )
     assert done.wait(10) and outcome == {"offsets": {tp0: 5}, "error": None}
     assert consumer.committed([tp0]) == {tp0: 5}
     consumer.seek_to_committed(tp0)
@@ -311,7 +351,9 @@ def test_admin_every_method(server, admin):
         done.send("orders", value="done", partition=0)
         done.commit_transaction()
     assert [t["transactional_id"] for t in admin.list_transactions(transactional_id_prefix="team/")] == [
-        "team/done", "team/open"]
+        "team/done",
+        "team/open",
+    ]
     assert [t["transactional_id"] for t in admin.list_transactions(states=["Ongoing"])] == ["team/open"]
     assert admin.list_transactions(producer_id=open_producer.producer_id)[0]["transactional_id"] == "team/open"
     time.sleep(0.05)
@@ -354,9 +396,12 @@ def test_async_clients(server):
         async with AsyncAdmin(server.url) as admin:
             await admin.create_topic("a", partitions=2)
             assigned = []
-            async with AsyncProducer(server.url, transactional_id="async-tx", **FAST) as producer, \
-                    AsyncConsumer(server.url, group_id="async-g", auto_offset_reset="earliest",
-                                  enable_auto_commit=False, **FAST) as consumer:
+            async with (
+                AsyncProducer(server.url, transactional_id="async-tx", **FAST) as producer,
+                AsyncConsumer(
+                    server.url, group_id="async-g", auto_offset_reset="earliest", enable_auto_commit=False, **FAST
+                ) as consumer,
+            ):
                 await producer.init_transactions()
                 producer.begin_transaction()
                 futures = [await producer.send("a", value=f"v{i}", key=f"k{i}") for i in range(20)]
@@ -366,6 +411,7 @@ def test_async_clients(server):
 
                 async def on_assign(partitions):
                     assigned.append(partitions)
+
                 consumer.subscribe(["a"], on_assign=on_assign)
                 records = []
                 while len(records) < 20:
@@ -374,7 +420,8 @@ def test_async_clients(server):
                 committed = await consumer.committed([TopicPartition("a", 0), TopicPartition("a", 1)])
                 assert sum(committed.values()) == 22, "20 records and a COMMIT marker in each partition"
                 assert consumer.group_metadata() == ConsumerGroupMetadata(
-                    "async-g", consumer.group_metadata().generation_id, consumer.group_metadata().member_id)
+                    "async-g", consumer.group_metadata().generation_id, consumer.group_metadata().member_id
+                )
             assert assigned == [{TopicPartition("a", 0), TopicPartition("a", 1)}]
             return sorted(r.value for r in records)
 

@@ -53,6 +53,7 @@ def decide(options: WriteOptions, batch: SinkBatch, messages) -> None:
     async def record():
         async with DecisionLog(options.connection, batch) as decisions:
             await decisions.record(batch.batch_id, [m.transaction for m in messages if m.transaction])
+
     asyncio.run(record())
 
 
@@ -73,9 +74,11 @@ def test_commit_keeps_the_winners_and_aborts_failed_attempts(server, options):
     batch = SinkBatch("sink", TOPIC, 0)
     orphan(server.url, batch, 0, 0, prepare=False)
     orphan(server.url, batch, 1, 0, prepare=True)
-    messages = [write_task(options, batch, iter(rows("a", "b", partition=0)), TaskAttempt(0, 1, 7)),
-                write_task(options, batch, iter(rows("c", partition=1)), TaskAttempt(1, 1, 8)),
-                write_task(options, batch, iter([]), TaskAttempt(2, 0, 9))]
+    messages = [
+        write_task(options, batch, iter(rows("a", "b", partition=0)), TaskAttempt(0, 1, 7)),
+        write_task(options, batch, iter(rows("c", partition=1)), TaskAttempt(1, 1, 8)),
+        write_task(options, batch, iter([]), TaskAttempt(2, 0, 9)),
+    ]
     assert [m.rows for m in messages] == [2, 1, 0] and messages[2].transaction is None
     assert committed_values(server.url) == []  # prepared, not yet visible
     commit_batch(options, batch, messages)
@@ -88,8 +91,10 @@ def test_commit_keeps_the_winners_and_aborts_failed_attempts(server, options):
 
 def test_a_driver_crash_after_the_decision_is_rolled_forward_by_the_rerun(server, options):
     batch = SinkBatch("sink", TOPIC, 4)
-    first_run = [write_task(options, batch, iter(rows("a", partition=0)), TaskAttempt(0, 0, 1)),
-                 write_task(options, batch, iter(rows("b", partition=1)), TaskAttempt(1, 0, 2))]
+    first_run = [
+        write_task(options, batch, iter(rows("a", partition=0)), TaskAttempt(0, 0, 1)),
+        write_task(options, batch, iter(rows("b", partition=1)), TaskAttempt(1, 0, 2)),
+    ]
     decide(options, batch, first_run)
     with TwoPhaseClient(server.url) as client:
         client.commit(first_run[0].transaction)  # ... the driver died after the first commit
@@ -97,8 +102,10 @@ def test_a_driver_crash_after_the_decision_is_rolled_forward_by_the_rerun(server
     assert committed_values(server.url) == ["a"]
 
     # Spark re-runs batch 4 with the same offsets: the tasks find the decision and write nothing.
-    rerun = [write_task(options, batch, iter(rows("a", partition=0)), TaskAttempt(0, 0, 1)),
-             write_task(options, batch, iter(rows("b", partition=1)), TaskAttempt(1, 0, 2))]
+    rerun = [
+        write_task(options, batch, iter(rows("a", partition=0)), TaskAttempt(0, 0, 1)),
+        write_task(options, batch, iter(rows("b", partition=1)), TaskAttempt(1, 0, 2)),
+    ]
     assert all(m.skipped and m.transaction is None for m in rerun)
     commit_batch(options, batch, rerun)
     assert committed_values(server.url) == ["a", "b"]
@@ -132,6 +139,7 @@ def test_a_zombie_attempt_that_prepares_after_the_decision_aborts_itself(server,
     def read_decision(connection, read_batch):
         calls.append(read_batch)
         return None if len(calls) == 1 else real_read(connection, read_batch)
+
     monkeypatch.setattr(commit_protocol, "_read_decision", read_decision)
     zombie = write_task(options, batch, iter(rows("zombie", partition=0)), TaskAttempt(0, 1, 2))
     assert zombie.skipped and zombie.transaction is None
@@ -150,8 +158,10 @@ def test_a_batch_older_than_the_sinks_decision_is_refused(server, options):
 
 def test_recover_finishes_a_batch_write_whose_driver_died(server, options):
     decided = SinkBatch("sink", TOPIC, job="job-aaaa")
-    messages = [write_task(options, decided, iter(rows("d0", partition=0)), TaskAttempt(0, 0, 1)),
-                write_task(options, decided, iter(rows("d1", partition=1)), TaskAttempt(1, 0, 2))]
+    messages = [
+        write_task(options, decided, iter(rows("d0", partition=0)), TaskAttempt(0, 0, 1)),
+        write_task(options, decided, iter(rows("d1", partition=1)), TaskAttempt(1, 0, 2)),
+    ]
     orphan(server.url, decided, 1, 1, prepare=True)
     decide(options, decided, messages)
     undecided = SinkBatch("sink", TOPIC, job="job-bbbb")

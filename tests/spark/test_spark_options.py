@@ -21,23 +21,34 @@ def test_read_options_defaults_and_offsets():
     batch = read_options({"URL": URL + "/", "Topic": "in"}, streaming=False)
     assert (batch.connection.url, batch.topic, batch.isolation_level) == (URL, "in", "read_committed")
     assert (batch.starting_offsets, batch.ending_offsets, batch.binary) == ("earliest", "latest", False)
-    stream = read_options({"url": URL, "topic": "in", "maxRecordsPerTrigger": "500", "binary": "true",
-                           "startingOffsets": '{"in": {"0": 42, "1": -2}}'}, streaming=True)
+    stream = read_options(
+        {
+            "url": URL,
+            "topic": "in",
+            "maxRecordsPerTrigger": "500",
+            "binary": "true",
+            "startingOffsets": '{"in": {"0": 42, "1": -2}}',
+        },
+        streaming=True,
+    )
     assert stream.starting_offsets == {0: 42, 1: EARLIEST}
     assert (stream.max_records_per_trigger, stream.binary) == (500, True)
     assert read_options({"url": URL, "topic": "in"}, streaming=True).starting_offsets == "latest"
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"topic": "in"}, "needs the option 'url'"),
-    ({"url": "localhost:8080", "topic": "in"}, "http:// or https://"),
-    ({"url": URL}, "needs the option 'topic'"),
-    ({"url": URL, "topic": "in", "isolation_level": "dirty"}, "isolation_level"),
-    ({"url": URL, "topic": "in", "startingOffsets": "yesterday"}, "startingOffsets"),
-    ({"url": URL, "topic": "in", "startingOffsets": '{"other": {"0": 1}}'}, "startingOffsets"),
-    ({"url": URL, "topic": "in", "maxRecordsPerTrigger": "0"}, "at least 1"),
-    ({"url": URL, "topic": "in", "binary": "yes"}, "'true' or 'false'"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"topic": "in"}, "needs the option 'url'"),
+        ({"url": "localhost:8080", "topic": "in"}, "http:// or https://"),
+        ({"url": URL}, "needs the option 'topic'"),
+        ({"url": URL, "topic": "in", "isolation_level": "dirty"}, "isolation_level"),
+        ({"url": URL, "topic": "in", "startingOffsets": "yesterday"}, "startingOffsets"),
+        ({"url": URL, "topic": "in", "startingOffsets": '{"other": {"0": 1}}'}, "startingOffsets"),
+        ({"url": URL, "topic": "in", "maxRecordsPerTrigger": "0"}, "at least 1"),
+        ({"url": URL, "topic": "in", "binary": "yes"}, "'true' or 'false'"),
+    ],
+)
 def test_bad_read_options_say_what_is_wrong(options, message):
     with pytest.raises(OptionError, match=message):
         read_options(options, streaming=True)
@@ -50,9 +61,16 @@ def test_write_options():
         write_options({"url": URL, "topic": "out"}, streaming=True)
     with pytest.raises(OptionError, match="sink_id"):
         write_options({"url": URL, "topic": "out", "sink_id": "a/b"}, streaming=True)
-    faults = write_options({"url": URL, "topic": "out", "sink_id": "s", "_test_faults":
-                            '{"fail": [{"partition": 1, "at": "mid_write", "batch": 3}], '
-                            '"crash_driver_after_decision": 4}'}, streaming=True).faults
+    faults = write_options(
+        {
+            "url": URL,
+            "topic": "out",
+            "sink_id": "s",
+            "_test_faults": '{"fail": [{"partition": 1, "at": "mid_write", "batch": 3}], '
+            '"crash_driver_after_decision": 4}',
+        },
+        streaming=True,
+    ).faults
     assert faults == Faults((TaskFault(1, "mid_write", 3),), 4)
     assert faults.tasks[0].applies("mid_write", 3, 1, attempt=0)
     assert not faults.tasks[0].applies("mid_write", 3, 1, attempt=1)
@@ -72,7 +90,11 @@ def test_a_batch_names_its_transactions_and_what_it_sweeps():
     decision = Decision(12, (PreparedTransaction("orders/12/0/0-1", 7, 0),), "q")
     assert Decision.parse(12, decision.metadata()) == decision
     assert [stream.relation(d) for d in (None, Decision(11, ()), decision, Decision(13, ()))] == [
-        Relation.UNDECIDED, Relation.UNDECIDED, Relation.COMMITTED, Relation.SUPERSEDED]
+        Relation.UNDECIDED,
+        Relation.UNDECIDED,
+        Relation.COMMITTED,
+        Relation.SUPERSEDED,
+    ]
     with pytest.raises(SinkStateError):
         Decision.parse(12, "not json")
 

@@ -53,8 +53,9 @@ def create_topic(url: str, name: str, partitions: int) -> str:
     return name
 
 
-def produce(url: str, topic: str, partition: int, values: list[str], *, transactional_id: str,
-            abort: bool = False) -> None:
+def produce(
+    url: str, topic: str, partition: int, values: list[str], *, transactional_id: str, abort: bool = False
+) -> None:
     with Producer(url, transactional_id=transactional_id) as producer:
         producer.init_transactions()
         producer.begin_transaction()
@@ -99,14 +100,27 @@ def open_transactions(url: str, prefix: str) -> list[dict]:
         return client.list(prefix)
 
 
-def run_stream(spark, url: str, source: str, sink: str, sink_id: str, checkpoint: Path, transform=None,
-               **sink_options: str):
+def run_stream(
+    spark, url: str, source: str, sink: str, sink_id: str, checkpoint: Path, transform=None, **sink_options: str
+):
     """One run of a query with Trigger.AvailableNow, to completion; returns the finished query."""
-    df = (spark.readStream.format("txbroker").option("url", url).option("topic", source)
-          .option("startingOffsets", "earliest").option("maxRecordsPerTrigger", "250").load())
+    df = (
+        spark.readStream.format("txbroker")
+        .option("url", url)
+        .option("topic", source)
+        .option("startingOffsets", "earliest")
+        .option("maxRecordsPerTrigger", "250")
+        .load()
+    )
     df = transform(df) if transform else df.select("key", "value", "partition")
-    writer = (df.writeStream.format("txbroker").option("url", url).option("topic", sink).option("sink_id", sink_id)
-              .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True))
+    writer = (
+        df.writeStream.format("txbroker")
+        .option("url", url)
+        .option("topic", sink)
+        .option("sink_id", sink_id)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+    )
     for key, value in sink_options.items():
         writer = writer.option(key, value)
     query = writer.start()
@@ -122,11 +136,20 @@ def test_a_stream_writes_exactly_once_in_order_through_task_failures(spark, url,
     source, sink = create_topic(url, "stream-in", 2), create_topic(url, "stream-out", 2)
     committed = produce_input(url, source, 2, 700)
     # Batch 2: a task dies after preparing; batch 3: a task dies while writing. Spark retries both.
-    faults = ('{"fail": [{"partition": 1, "at": "after_prepare", "batch": 2}, '
-              '{"partition": 0, "at": "mid_write", "batch": 3}]}')
-    query = run_stream(spark, url, source, sink, "enricher", tmp_path / "checkpoint",
-                       transform=lambda df: df.select("key", F.upper("value").alias("value"), "partition"),
-                       _test_faults=faults)
+    faults = (
+        '{"fail": [{"partition": 1, "at": "after_prepare", "batch": 2}, '
+        '{"partition": 0, "at": "mid_write", "batch": 3}]}'
+    )
+    query = run_stream(
+        spark,
+        url,
+        source,
+        sink,
+        "enricher",
+        tmp_path / "checkpoint",
+        transform=lambda df: df.select("key", F.upper("value").alias("value"), "partition"),
+        _test_faults=faults,
+    )
     assert batches_with_rows(query) >= 5
     assert read_topic(url, sink) == {p: [v.upper() for v in values] for p, values in committed.items()}
     with TwoPhaseClient(url) as client:  # the dead attempts' transactions, found and aborted
@@ -197,8 +220,13 @@ def driver_processes(driver_pid: int) -> list[int]:
 
 def run_driver(script: Path, log: Path, *args: str) -> int:
     with open(log, "ab") as output:
-        process = subprocess.Popen([sys.executable, str(script), *args], cwd=REPO_ROOT, stdout=output,
-                                   stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        process = subprocess.Popen(
+            [sys.executable, str(script), *args],
+            cwd=REPO_ROOT,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        )
     try:
         return process.wait(DRIVER_TIMEOUT_S)
     finally:
@@ -224,6 +252,7 @@ def test_a_driver_killed_after_its_decision_is_rolled_forward_on_restart(spark, 
     async def read_decision():
         async with DecisionLog(ConnectionOptions(url), SinkBatch("crashy", sink)) as decisions:
             return await decisions.read()
+
     decision = asyncio.run(read_decision())
     assert decision.batch_id == 1 and len(decision.transactions) == 2
     assert [t["state"] for t in open_transactions(url, "crashy/1/")] == ["Prepared"]
@@ -243,6 +272,7 @@ def test_the_example_pipeline_is_exactly_once(spark, url, tmp_path):
     spec = importlib.util.spec_from_file_location("spark_pipeline", REPO_ROOT / "examples" / "spark_pipeline.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    summary = example.pipeline(spark, url, name="example", checkpoint=str(tmp_path / "checkpoint"),
-                               records_per_partition=600)
+    summary = example.pipeline(
+        spark, url, name="example", checkpoint=str(tmp_path / "checkpoint"), records_per_partition=600
+    )
     assert summary.startswith("exactly once: 1000 records")

@@ -27,8 +27,9 @@ def state_of(url: str, transactional_id: str) -> str:
         return client.describe(transactional_id)["state"]
 
 
-def prepared_producer(url: str, transactional_id: str, topic: str, values: list[bytes],
-                      **config) -> tuple[Producer, PreparedTransaction]:
+def prepared_producer(
+    url: str, transactional_id: str, topic: str, values: list[bytes], **config
+) -> tuple[Producer, PreparedTransaction]:
     producer = Producer(url, transactional_id=transactional_id, **config)
     producer.init_transactions()
     producer.begin_transaction()
@@ -119,9 +120,14 @@ def test_list_by_prefix_pages_and_abort_open_fences_an_orphan(server, topic):
         with TwoPhaseClient(server.url) as coordinator:
             found = coordinator.list("sink/3/")
             assert [(t["transactional_id"], t["state"]) for t in found] == [
-                ("sink/3/0/0-1", "Ongoing"), ("sink/3/1/0-2", "Prepared")]
+                ("sink/3/0/0-1", "Ongoing"),
+                ("sink/3/1/0-2", "Prepared"),
+            ]
             assert [t["transactional_id"] for t in coordinator.list("sink/")] == [
-                "sink/3/0/0-1", "sink/3/1/0-2", "sink/30/0/0-3"]
+                "sink/3/0/0-1",
+                "sink/3/1/0-2",
+                "sink/30/0/0-3",
+            ]
             orphan = found[0]
             assert coordinator.abort_open(orphan["transactional_id"], orphan["producer_id"], orphan["producer_epoch"])
             assert not coordinator.abort_open(orphan["transactional_id"])  # nothing open any more
@@ -139,8 +145,9 @@ def test_the_timeout_aborts_an_ongoing_transaction_but_never_a_prepared_one(make
     with Admin(server.url) as admin:
         admin.create_topic("timeouts", partitions=1)
     ongoing = Producer(server.url, transactional_id="ongoing", transaction_timeout_ms=500)
-    prepared_one, prepared = prepared_producer(server.url, "prepared", "timeouts", [b"kept"],
-                                               transaction_timeout_ms=500)
+    prepared_one, prepared = prepared_producer(
+        server.url, "prepared", "timeouts", [b"kept"], transaction_timeout_ms=500
+    )
     try:
         ongoing.init_transactions()
         ongoing.begin_transaction()

@@ -54,8 +54,13 @@ def read_topic(url: str, topic: str, isolation_level: str = "read_committed") ->
         count = len(admin.describe_topic(topic)["partitions"])
     tps = [TopicPartition(topic, p) for p in range(count)]
     found: dict[int, list] = {p: [] for p in range(count)}
-    with Consumer(url, isolation_level=isolation_level, auto_offset_reset="earliest",
-                  max_poll_records=10_000, fetch_max_records=10_000) as consumer:
+    with Consumer(
+        url,
+        isolation_level=isolation_level,
+        auto_offset_reset="earliest",
+        max_poll_records=10_000,
+        fetch_max_records=10_000,
+    ) as consumer:
         consumer.assign(tps)
         ends = consumer.end_offsets(tps)
         while any(consumer.position(tp) < ends[tp] for tp in tps):
@@ -78,9 +83,11 @@ def write(df, url: str, topic: str, **options: str) -> None:
 
 def test_a_batch_write_with_failed_tasks_is_exactly_once(spark, url, http):
     topic = create_topic(url, "write-100k", 4)
-    df = (spark.range(ROWS, numPartitions=4)
-          .select(F.col("id").cast("string").alias("key"), F.concat(F.lit("v"), F.col("id")).alias("value"),
-                  (F.col("id") % 4).cast("int").alias("partition")))
+    df = spark.range(ROWS, numPartitions=4).select(
+        F.col("id").cast("string").alias("key"),
+        F.concat(F.lit("v"), F.col("id")).alias("value"),
+        (F.col("id") % 4).cast("int").alias("partition"),
+    )
     # Partition 1's first attempt dies after preparing its transaction, partition 2's in the middle
     # of writing: Spark retries both, and tells the Python side nothing about the dead attempts.
     faults = '{"fail": [{"partition": 1, "at": "after_prepare"}, {"partition": 2, "at": "mid_write"}]}'
@@ -136,10 +143,19 @@ def test_keys_headers_binary_values_and_timestamps_round_trip(spark, url):
     assert (second.key, second.value, second.headers) == (None, None, [])
     assert second.timestamp_ms - first.timestamp_ms == 1
 
-    back = (spark.read.format("txbroker").option("url", url).option("topic", topic).option("binary", "true").load()
-            .orderBy("partition").collect())
-    assert [(r.key, r.value, r.partition, r.offset) for r in back] == [(b"k1", b"\x00\xff\x10", 0, 0),
-                                                                        (None, None, 1, 0)]
+    back = (
+        spark.read.format("txbroker")
+        .option("url", url)
+        .option("topic", topic)
+        .option("binary", "true")
+        .load()
+        .orderBy("partition")
+        .collect()
+    )
+    assert [(r.key, r.value, r.partition, r.offset) for r in back] == [
+        (b"k1", b"\x00\xff\x10", 0, 0),
+        (None, None, 1, 0),
+    ]
     assert [h.asDict() for h in back[0].headers] == [{"key": "h", "value": b"x"}]
 
 
@@ -181,11 +197,14 @@ def test_batch_reads_never_show_aborted_or_open_transactions(spark, url):
         assert uncommitted == ["plain-0", "committed-1", "aborted-1", "committed-2", "open-1", "after-open"]
 
         holder.commit_transaction()  # the open transaction ends: everything after it shows
-        assert [r.value for r in load().collect()] == [
-            "plain-0", "committed-1", "committed-2", "open-1", "after-open"]
+        assert [r.value for r in load().collect()] == ["plain-0", "committed-1", "committed-2", "open-1", "after-open"]
         second = rows[1].offset
-        assert [r.value for r in load(startingOffsets=f'{{"{topic}": {{"0": {second}}}}}',
-                                      endingOffsets=f'{{"0": {second + 1}}}').collect()] == ["committed-1"]
+        assert [
+            r.value
+            for r in load(
+                startingOffsets=f'{{"{topic}": {{"0": {second}}}}}', endingOffsets=f'{{"0": {second + 1}}}'
+            ).collect()
+        ] == ["committed-1"]
         assert load().select("value").where("value LIKE 'committed%'").count() == 2
     finally:
         for producer in (committer, aborter, holder):

@@ -15,8 +15,7 @@ from app.coordinator.assignment import range_assignment
 def nonempty(assignment: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, list[int]]]:
     """The assignment without empty partition lists (a member left with nothing of a topic may be
     given `[]` or no entry at all: both mean the same)."""
-    return {member: {topic: parts for topic, parts in topics.items() if parts}
-            for member, topics in assignment.items()}
+    return {member: {topic: parts for topic, parts in topics.items() if parts} for member, topics in assignment.items()}
 
 
 def kafka_range(partitions: int, members: list[str]) -> dict[str, list[int]]:
@@ -149,12 +148,14 @@ def test_every_partition_assigned_exactly_once_random_subscriptions():
     topics = [f"topic-{i}" for i in range(6)]
     for _ in range(200):
         counts = {t: rng.randint(0, 12) for t in topics}
-        subscriptions = {f"m{rng.randint(0, 10**6):07d}-{i}": rng.sample(topics + ["unknown"], rng.randint(0, 4))
-                         for i in range(rng.randint(1, 9))}
+        subscriptions = {
+            f"m{rng.randint(0, 10**6):07d}-{i}": rng.sample(topics + ["unknown"], rng.randint(0, 4))
+            for i in range(rng.randint(1, 9))
+        }
         result = range_assignment(subscriptions, counts)
         assert set(result) == set(subscriptions)
         assert_each_partition_once(result, subscriptions, {t: c for t, c in counts.items() if c})
-        for member, assigned in result.items():
+        for assigned in result.values():
             assert "unknown" not in assigned
-            for topic, parts in assigned.items():
+            for parts in assigned.values():
                 assert parts == list(range(parts[0], parts[0] + len(parts))) if parts else True, "consecutive"

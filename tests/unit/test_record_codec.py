@@ -10,8 +10,16 @@ import pytest
 
 from app.errors import BrokerError, ErrorCode
 from app.storage import record_codec
-from app.storage.record_codec import (BASE64, FORM_BASE64, FORM_TEXT, UTF8, decode_base64, decode_payload,
-                                      encode_batch, render_record)
+from app.storage.record_codec import (
+    BASE64,
+    FORM_BASE64,
+    FORM_TEXT,
+    UTF8,
+    decode_base64,
+    decode_payload,
+    encode_batch,
+    render_record,
+)
 
 NOW = 1_700_000_000_000
 
@@ -47,6 +55,7 @@ def invalid(excinfo) -> BrokerError:
 
 
 # ---- encode_batch: utf8
+
 
 def test_utf8_batch_stores_text_form_with_all_fields():
     batch = encode_batch([R("k", "v", [H("h", "hv"), H("n", None)], 5)], UTF8, NOW, "partitions[0].records")
@@ -86,8 +95,7 @@ def test_total_size_sums_records_and_largest_is_the_max():
 
 
 def test_timestamps_default_to_now_and_first_and_max_are_tracked():
-    batch = encode_batch([R(value="a", timestamp_ms=50), R(value="b"), R(value="c", timestamp_ms=10)],
-                         UTF8, NOW, "p")
+    batch = encode_batch([R(value="a", timestamp_ms=50), R(value="b"), R(value="c", timestamp_ms=10)], UTF8, NOW, "p")
     assert [record[0] for record in stored_of(batch)] == [50, NOW, 10]
     assert batch.first_timestamp_ms == 50
     assert batch.max_timestamp_ms == NOW
@@ -107,12 +115,15 @@ def test_negative_timestamp_is_invalid_request_naming_the_record():
     assert "timestamp_ms" in error.message and "-3" in error.message
 
 
-@pytest.mark.parametrize(("record", "field_name"), [
-    (R(key="\ud800"), "key"),
-    (R(value="ok\udfffok"), "value"),
-    (R(headers=[H("\ud800", "v")]), "header key"),
-    (R(headers=[H("k", "\udc00")]), "header value"),
-])
+@pytest.mark.parametrize(
+    ("record", "field_name"),
+    [
+        (R(key="\ud800"), "key"),
+        (R(value="ok\udfffok"), "value"),
+        (R(headers=[H("\ud800", "v")]), "header key"),
+        (R(headers=[H("k", "\udc00")]), "header value"),
+    ],
+)
 def test_lone_surrogate_in_utf8_is_invalid_request_naming_field(record, field_name):
     with pytest.raises(BrokerError) as excinfo:
         encode_batch([R(value="fine"), record], UTF8, NOW, "partitions[0].records")
@@ -135,6 +146,7 @@ def test_unknown_encoding_is_invalid_request():
 
 # ---- encode_batch: base64
 
+
 def test_base64_of_utf8_bytes_is_stored_as_text_form():
     batch = encode_batch([R(b64("clé".encode()), b64("☃".encode()), [H("h", b64(b"x"))])], BASE64, NOW, "p")
     assert stored_of(batch) == [[NOW, "clé", "☃", [["h", "x"]], FORM_TEXT]]
@@ -151,8 +163,7 @@ def test_base64_of_non_utf8_bytes_is_stored_in_base64_form():
 
 
 def test_form_is_chosen_per_record():
-    batch = encode_batch([R(value=b64(b"text")), R(value=b64(b"\xff")), R(value=b64(b"more"))],
-                         BASE64, NOW, "p")
+    batch = encode_batch([R(value=b64(b"text")), R(value=b64(b"\xff")), R(value=b64(b"more"))], BASE64, NOW, "p")
     assert [record[4] for record in stored_of(batch)] == [FORM_TEXT, FORM_BASE64, FORM_TEXT]
 
 
@@ -214,10 +225,16 @@ def test_invalid_base64_message_truncates_huge_input():
 
 # ---- render_record
 
+
 def test_render_text_form_in_utf8_is_unchanged_without_encoding_marker():
     rendered = render_record([7, "k", "v", [["h", "x"], ["n", None]], FORM_TEXT], 42, UTF8)
-    assert rendered == {"offset": 42, "key": "k", "value": "v",
-                        "headers": [{"key": "h", "value": "x"}, {"key": "n", "value": None}], "timestamp_ms": 7}
+    assert rendered == {
+        "offset": 42,
+        "key": "k",
+        "value": "v",
+        "headers": [{"key": "h", "value": "x"}, {"key": "n", "value": None}],
+        "timestamp_ms": 7,
+    }
 
 
 def test_render_text_form_in_base64_encodes_utf8_bytes():
@@ -262,14 +279,13 @@ def test_round_trip_through_payload_is_byte_exact(write_encoding, read_encoding)
             return None
         return b64(raw) if write_encoding == BASE64 else raw.decode("utf-8")
 
-    records = [R(enc(k), enc(v), [H(hk, enc(hv)) for hk, hv in hs], 1000 + i)
-               for i, (k, v, hs) in enumerate(originals)]
+    records = [R(enc(k), enc(v), [H(hk, enc(hv)) for hk, hv in hs], 1000 + i) for i, (k, v, hs) in enumerate(originals)]
     batch = encode_batch(records, write_encoding, NOW, "p")
     stored = decode_payload(batch.payload)
     for index, ((key, value, headers), row) in enumerate(zip(originals, stored)):
         rendered = render_record(row, 100 + index, read_encoding)
 
-        def dec(text):
+        def dec(text, rendered=rendered):
             if text is None:
                 return None
             if read_encoding == BASE64 or rendered.get("encoding") == BASE64:

@@ -13,8 +13,7 @@ from collections import defaultdict, deque
 import httpx
 import pytest
 
-from txbroker import AsyncConsumer, AsyncProducer, Consumer, Producer, TopicPartition, TransactionState
-from txbroker import errors
+from txbroker import AsyncConsumer, AsyncProducer, Consumer, Producer, TopicPartition, TransactionState, errors
 from txbroker.partitioner import partition_for_key
 from txbroker.records import ConsumerGroupMetadata
 
@@ -60,25 +59,42 @@ class FakeBroker:
                 self.epoch += 1
             return {"producer_id": self.producer_id, "producer_epoch": self.epoch}
         if path.startswith("/v1/topics/"):
-            return {"name": path.rsplit("/", 1)[1], "config": {}, "partitions": [
-                {"partition": p, "log_start_offset": 0, "high_watermark": 0, "last_stable_offset": 0}
-                for p in range(self.partitions)]}
+            return {
+                "name": path.rsplit("/", 1)[1],
+                "config": {},
+                "partitions": [
+                    {"partition": p, "log_start_offset": 0, "high_watermark": 0, "last_stable_offset": 0}
+                    for p in range(self.partitions)
+                ],
+            }
         if path == "/v1/produce":
             results = []
             for entry in body["partitions"]:
                 key = (entry["topic"], entry["partition"])
                 base = self.offsets[key]
                 self.offsets[key] += len(entry["records"])
-                results.append({"topic": key[0], "partition": key[1], "base_offset": base,
-                                "last_offset": self.offsets[key] - 1, "duplicate": False, "error": None})
+                results.append(
+                    {
+                        "topic": key[0],
+                        "partition": key[1],
+                        "base_offset": base,
+                        "last_offset": self.offsets[key] - 1,
+                        "duplicate": False,
+                        "error": None,
+                    }
+                )
             return {"partitions": results}
         if path == "/v1/txn/end":
             self.epoch += 1
-            return {"producer_id": self.producer_id, "producer_epoch": self.epoch,
-                    "state": "CompleteCommit" if body["committed"] else "CompleteAbort"}
+            return {
+                "producer_id": self.producer_id,
+                "producer_epoch": self.epoch,
+                "state": "CompleteCommit" if body["committed"] else "CompleteAbort",
+            }
         if path == "/v1/txn/offset-commit":
-            return {"offsets": [{"topic": o["topic"], "partition": o["partition"], "error": None}
-                                for o in body["offsets"]]}
+            return {
+                "offsets": [{"topic": o["topic"], "partition": o["partition"], "error": None} for o in body["offsets"]]
+            }
         return {}
 
 
@@ -88,19 +104,24 @@ def broker() -> FakeBroker:
 
 
 def transactional(broker: FakeBroker, **config) -> Producer:
-    producer = Producer("http://fake", transactional_id="app", transport=broker.transport, linger_ms=0,
-                        **{**FAST, **config})
+    producer = Producer(
+        "http://fake", transactional_id="app", transport=broker.transport, linger_ms=0, **{**FAST, **config}
+    )
     producer.init_transactions()
     return producer
 
 
 # ---- retriable, fatal, abortable
 
+
 def test_retriable_error_is_retried_with_backoff_then_succeeds(broker):
-    broker.script["/v1/producers/init"].extend([
-        error_response(409, "CONCURRENT_TRANSACTIONS", retriable=True),
-        error_response(503, "COORDINATOR_LOAD_IN_PROGRESS", retriable=True),
-        httpx.ConnectError("refused")])
+    broker.script["/v1/producers/init"].extend(
+        [
+            error_response(409, "CONCURRENT_TRANSACTIONS", retriable=True),
+            error_response(503, "COORDINATOR_LOAD_IN_PROGRESS", retriable=True),
+            httpx.ConnectError("refused"),
+        ]
+    )
     producer = transactional(broker)
     assert len(broker.bodies("/v1/producers/init")) == 4
     assert producer.transaction_state is TransactionState.READY and producer.producer_id == 7
@@ -126,8 +147,12 @@ def test_producer_fenced_moves_to_fatal_error_and_stays_there(broker):
         future.result(5)
     assert raised.value.fatal and raised.value.message == "epoch 0 is older than 1"
     assert producer.transaction_state is TransactionState.FATAL_ERROR
-    for call in (producer.commit_transaction, producer.abort_transaction, producer.begin_transaction,
-                 lambda: producer.send("t", b"again", partition=0)):
+    for call in (
+        producer.commit_transaction,
+        producer.abort_transaction,
+        producer.begin_transaction,
+        lambda: producer.send("t", b"again", partition=0),
+    ):
         with pytest.raises(errors.ProducerFencedError):
             call()
     assert broker.bodies("/v1/txn/end") == [], "a fenced producer ends nothing"
@@ -137,9 +162,23 @@ def test_producer_fenced_moves_to_fatal_error_and_stays_there(broker):
 def test_partition_error_makes_the_transaction_abortable_and_abort_recovers(broker):
     producer = transactional(broker)
     producer.begin_transaction()
-    broker.script["/v1/produce"].append(lambda body: httpx.Response(200, json={"partitions": [
-        {"topic": "t", "partition": 0, "base_offset": None, "last_offset": None, "duplicate": False,
-         "error": {"code": "RECORD_TOO_LARGE", "message": "too big", "retriable": False}}]}))
+    broker.script["/v1/produce"].append(
+        lambda body: httpx.Response(
+            200,
+            json={
+                "partitions": [
+                    {
+                        "topic": "t",
+                        "partition": 0,
+                        "base_offset": None,
+                        "last_offset": None,
+                        "duplicate": False,
+                        "error": {"code": "RECORD_TOO_LARGE", "message": "too big", "retriable": False},
+                    }
+                ]
+            },
+        )
+    )
     future = producer.send("t", b"x" * 10, partition=0)
     with pytest.raises(errors.RecordTooLargeError) as raised:
         producer.commit_transaction()
@@ -160,9 +199,11 @@ def test_partition_error_makes_the_transaction_abortable_and_abort_recovers(brok
 
 
 def test_out_of_order_sequence_is_fatal_for_idempotent_and_abortable_in_a_transaction(broker):
-    refuse = lambda body: httpx.Response(200, json={"partitions": [  # noqa: E731
-        {"topic": "t", "partition": 0, "base_offset": None, "last_offset": None, "duplicate": False,
-         "error": {"code": "OUT_OF_ORDER_SEQUENCE_NUMBER", "message": "expected 0", "retriable": False}}]})
+    def refuse(body):
+        error = {"code": "OUT_OF_ORDER_SEQUENCE_NUMBER", "message": "expected 0", "retriable": False}
+        entry = {"topic": "t", "partition": 0, "base_offset": None, "last_offset": None, "duplicate": False}
+        return httpx.Response(200, json={"partitions": [{**entry, "error": error}]})
+
     idempotent = Producer("http://fake", transport=broker.transport, linger_ms=0, **FAST)
     broker.script["/v1/produce"].append(refuse)
     with pytest.raises(errors.OutOfOrderSequenceNumberError):
@@ -202,6 +243,7 @@ def test_idempotent_produce_retried_after_a_lost_response_keeps_its_sequence(bro
 
 
 # ---- the commit whose outcome is unknown
+
 
 def test_commit_with_a_lost_response_is_retried_with_the_same_body_and_adopts_the_new_epoch(broker):
     producer = transactional(broker)
@@ -267,6 +309,7 @@ def test_a_transaction_with_nothing_sent_commits_without_end_txn(broker):
 
 # ---- offsets in the transaction (KIP-447)
 
+
 def test_send_offsets_carries_the_group_generation_and_a_stale_one_is_abortable(broker):
     producer = transactional(broker)
     producer.begin_transaction()
@@ -276,10 +319,24 @@ def test_send_offsets_carries_the_group_generation_and_a_stale_one_is_abortable(
     [commit] = broker.bodies("/v1/txn/offset-commit")
     assert add["group_id"] == "orders"
     assert (commit["generation_id"], commit["member_id"], commit["offsets"]) == (
-        4, "member-1", [{"topic": "in", "partition": 0, "offset": 42, "metadata": None}])
-    broker.script["/v1/txn/offset-commit"].append(lambda body: httpx.Response(200, json={"offsets": [
-        {"topic": "in", "partition": 0,
-         "error": {"code": "ILLEGAL_GENERATION", "message": "generation 4 is not 5", "retriable": False}}]}))
+        4,
+        "member-1",
+        [{"topic": "in", "partition": 0, "offset": 42, "metadata": None}],
+    )
+    broker.script["/v1/txn/offset-commit"].append(
+        lambda body: httpx.Response(
+            200,
+            json={
+                "offsets": [
+                    {
+                        "topic": "in",
+                        "partition": 0,
+                        "error": {"code": "ILLEGAL_GENERATION", "message": "generation 4 is not 5", "retriable": False},
+                    }
+                ]
+            },
+        )
+    )
     with pytest.raises(errors.IllegalGenerationError) as raised:
         producer.send_offsets_to_transaction({TopicPartition("in", 0): 43}, metadata)
     assert raised.value.abortable
@@ -291,9 +348,17 @@ def test_send_offsets_carries_the_group_generation_and_a_stale_one_is_abortable(
 
 # ---- what goes on the wire
 
+
 def test_token_and_headers_go_on_every_request(broker):
-    producer = Producer("http://fake", transactional_id="app", transport=broker.transport, token="s3cret",
-                        headers={"X-Trace": "abc"}, linger_ms=0, **FAST)
+    producer = Producer(
+        "http://fake",
+        transactional_id="app",
+        transport=broker.transport,
+        token="s3cret",
+        headers={"X-Trace": "abc"},
+        linger_ms=0,
+        **FAST,
+    )
     producer.init_transactions()
     producer.begin_transaction()
     producer.send("t", b"v")
@@ -326,8 +391,9 @@ def test_records_are_batched_per_partition_up_to_batch_size(broker):
     assert [f.result(0).offset for f in futures[:4]] == [0, 0, 1, 1]
     sizes = sorted(len(p["records"]) for body in broker.bodies("/v1/produce") for p in body["partitions"])
     assert sizes == [50, 50, 100, 100], "150 records per partition: a full batch, then the rest"
-    sequences = [(p["partition"], p["base_sequence"]) for body in broker.bodies("/v1/produce")
-                 for p in body["partitions"]]
+    sequences = [
+        (p["partition"], p["base_sequence"]) for body in broker.bodies("/v1/produce") for p in body["partitions"]
+    ]
     assert sorted(sequences) == [(0, 0), (0, 100), (1, 0), (1, 100)]
     producer.close()
 
@@ -335,8 +401,14 @@ def test_records_are_batched_per_partition_up_to_batch_size(broker):
 def test_a_full_set_of_in_flight_requests_does_not_stall_the_sender(broker):
     """Regression: the sender woke when a request ended but before its slot was freed, saw every
     slot busy, and slept for good."""
-    producer = Producer("http://fake", transport=broker.transport, linger_ms=60_000, max_in_flight_requests=1,
-                        max_request_records=5, **FAST)
+    producer = Producer(
+        "http://fake",
+        transport=broker.transport,
+        linger_ms=60_000,
+        max_in_flight_requests=1,
+        max_request_records=5,
+        **FAST,
+    )
     futures = [producer.send("t", b"x", partition=p) for p in range(3) for _ in range(5)]
     flushing = threading.Thread(target=producer.flush, daemon=True)
     flushing.start()
@@ -348,19 +420,46 @@ def test_a_full_set_of_in_flight_requests_does_not_stall_the_sender(broker):
 
 # ---- consumer
 
+
 def test_consumer_decodes_base64_records_and_follows_next_offset():
     def handle(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         if request.url.path == "/v1/offsets/list":
-            return httpx.Response(200, json={"partitions": [{"topic": "t", "partition": 0, "offset": 3,
-                                                             "timestamp_ms": -1, "error": None}]})
+            return httpx.Response(
+                200,
+                json={"partitions": [{"topic": "t", "partition": 0, "offset": 3, "timestamp_ms": -1, "error": None}]},
+            )
         assert body["encoding"] == "base64" and body["partitions"][0]["offset"] in (3, 9)
-        records = [] if body["partitions"][0]["offset"] == 9 else [
-            {"offset": 5, "key": None, "value": base64.b64encode(b"\xfe\xff").decode(),
-             "headers": [{"key": "h", "value": None}], "timestamp_ms": 10}]
-        return httpx.Response(200, json={"partitions": [{
-            "topic": "t", "partition": 0, "error": None, "high_watermark": 9, "last_stable_offset": 9,
-            "log_start_offset": 0, "next_offset": 9, "records": records}]})
+        records = (
+            []
+            if body["partitions"][0]["offset"] == 9
+            else [
+                {
+                    "offset": 5,
+                    "key": None,
+                    "value": base64.b64encode(b"\xfe\xff").decode(),
+                    "headers": [{"key": "h", "value": None}],
+                    "timestamp_ms": 10,
+                }
+            ]
+        )
+        return httpx.Response(
+            200,
+            json={
+                "partitions": [
+                    {
+                        "topic": "t",
+                        "partition": 0,
+                        "error": None,
+                        "high_watermark": 9,
+                        "last_stable_offset": 9,
+                        "log_start_offset": 0,
+                        "next_offset": 9,
+                        "records": records,
+                    }
+                ]
+            },
+        )
 
     consumer = Consumer("http://fake", transport=httpx.MockTransport(handle), auto_offset_reset="earliest")
     with pytest.raises(errors.IllegalStateError, match="subscribe\\(\\) or assign\\(\\)"):
@@ -375,8 +474,9 @@ def test_consumer_decodes_base64_records_and_follows_next_offset():
 
 def test_async_flavour_shares_the_core(broker):
     async def scenario():
-        async with AsyncProducer("http://fake", transactional_id="app", transport=broker.transport,
-                                 linger_ms=0, **FAST) as producer:
+        async with AsyncProducer(
+            "http://fake", transactional_id="app", transport=broker.transport, linger_ms=0, **FAST
+        ) as producer:
             await producer.init_transactions()
             producer.begin_transaction()
             future = await producer.send("t", b"v", partition=2)

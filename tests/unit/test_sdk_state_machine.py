@@ -14,8 +14,12 @@ from txbroker.accumulator import RecordAccumulator
 from txbroker.errors import IllegalStateError
 from txbroker.partitioner import partition_for_key
 from txbroker.records import TopicPartition
-from txbroker.transaction_manager import (VALID_PREVIOUS_STATES, TransactionManager, TransactionState,
-                                          is_transition_valid)
+from txbroker.transaction_manager import (
+    VALID_PREVIOUS_STATES,
+    TransactionManager,
+    TransactionState,
+    is_transition_valid,
+)
 
 S = TransactionState
 TP = TopicPartition("t", 0)
@@ -105,6 +109,7 @@ def test_rollback_only_moves_a_sequence_back():
 
 # ---- errors: the same closed registry as the server's
 
+
 def test_every_server_error_code_has_a_class_with_the_same_status_and_retriability():
     assert {str(code) for code in ErrorCode} == errors.CONTRACT_CODES
     for code, spec in ERROR_SPECS.items():
@@ -137,8 +142,10 @@ def test_from_body_and_unknown_codes():
 
 # ---- the accumulator's batching and partitioning
 
+
 def _accumulator(**overrides) -> RecordAccumulator:
     from concurrent.futures import Future
+
     settings = dict(batch_size=1000, linger_ms=0, max_batch_records=3, max_buffered_records=100, future_factory=Future)
     return RecordAccumulator(**{**settings, **overrides})
 

@@ -46,11 +46,20 @@ def test_no_sql_built_with_format_or_percent():
     offenders = []
     for path in sorted(APP.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format" \
-                    and isinstance(node.func.value, ast.Constant) and SQL_WORDS.search(str(node.func.value.value)):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "format"
+                and isinstance(node.func.value, ast.Constant)
+                and SQL_WORDS.search(str(node.func.value.value))
+            ):
                 offenders.append(f"{path}:{node.lineno}")
-            if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) \
-                    and SQL_WORDS.search(str(node.left.value)):
+            if (
+                isinstance(node, ast.BinOp)
+                and isinstance(node.op, ast.Mod)
+                and isinstance(node.left, ast.Constant)
+                and SQL_WORDS.search(str(node.left.value))
+            ):
                 offenders.append(f"{path}:{node.lineno}")
     assert not offenders, offenders
 
@@ -60,12 +69,17 @@ def test_claim_fragments_are_literals():
     calls = 0
     for path in sorted(APP.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and node.func.attr in ("_each_claimed", "claim") and node.args:
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("_each_claimed", "claim")
+                and node.args
+            ):
                 fragment = node.args[0] if node.func.attr == "_each_claimed" else node.args[1]
                 if isinstance(fragment, ast.Name) and fragment.id == "where_sql":
                     continue  # the pass-through inside _each_claimed itself
                 calls += 1
-                assert isinstance(fragment, ast.Constant) and isinstance(fragment.value, str), \
+                assert isinstance(fragment, ast.Constant) and isinstance(fragment.value, str), (
                     f"{path}:{node.lineno} passes a non-literal SQL fragment"
+                )
     assert calls >= 3
