@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 
@@ -17,6 +16,7 @@ from app.api.main import api_router
 from app.api.metrics import Metrics, MetricsMiddleware
 from app.api.request_bodies import JsonBodies
 from app.api.request_limits import LongPollSlots
+from app.clock import now_ms
 from app.console import router as console_router
 from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
@@ -42,9 +42,7 @@ async def _become_ready(app: FastAPI, settings: Settings) -> None:
                     conn, settings.transaction_log_partitions, settings.offsets_partitions
                 )
                 if settings.admin_token:
-                    await principals.bootstrap_super_user(
-                        conn, BOOTSTRAP_SUPER_USER, settings.admin_token, int(time.time() * 1000)
-                    )
+                    await principals.bootstrap_super_user(conn, BOOTSTRAP_SUPER_USER, settings.admin_token, now_ms())
             # After a crash: finish every transaction whose outcome was decided before serving.
             finished = await app.state.coordinator.recover_pending()
             if finished:

@@ -17,6 +17,7 @@ from app.coordinator.authorizer import Operation, ResourceType, authorize
 from app.coordinator.produce import PartitionRecords, ProduceCommand, produce
 from app.errors import BrokerError, invalid_request
 from app.storage import record_codec
+from app.storage.partition_log import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 from app.storage.topics import get_topic
 from txbroker.partitioner import partition_for_key
 
@@ -146,7 +147,13 @@ async def write_records(
             partition = next(_round_robin.setdefault(topic, itertools.count())) % info.partition_count
         else:
             partition = partition_for_key(_key_bytes(key, body.encoding), info.partition_count)
-    command = ProduceCommand(None, -1, -1, body.encoding, [PartitionRecords(topic, partition, -1, body.records)])
+    command = ProduceCommand(
+        None,
+        NO_PRODUCER_ID,
+        NO_PRODUCER_EPOCH,
+        body.encoding,
+        [PartitionRecords(topic, partition, NO_SEQUENCE, body.records)],
+    )
     [result] = await produce(coordinator, command, settings.max_records_per_request)
     _count_produced(request, [body], [result])
     if isinstance(result, BrokerError):

@@ -15,16 +15,16 @@ the same answers.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import orjson
 
 from app.api.schemas import INT16_MAX, INT32_MAX, INT64_MAX, MAX_IDENTIFIER_BYTES
+from app.clock import now_ms
 from app.coordinator.produce import PartitionRecords
 from app.storage import record_codec
+from app.storage.partition_log import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
-NO_PRODUCER = -1
 DEFAULT_ENCODING = record_codec.UTF8
 
 
@@ -50,8 +50,8 @@ def parse_produce_body(body: bytes, max_partitions: int) -> ParsedProduce | None
     if parsed.__class__ is not dict:
         return None
     transactional_id = parsed.get("transactional_id")
-    producer_id = parsed.get("producer_id", NO_PRODUCER)
-    producer_epoch = parsed.get("producer_epoch", NO_PRODUCER)
+    producer_id = parsed.get("producer_id", NO_PRODUCER_ID)
+    producer_epoch = parsed.get("producer_epoch", NO_PRODUCER_EPOCH)
     encoding = parsed.get("encoding", DEFAULT_ENCODING)
     partitions = parsed.get("partitions")
     if not (
@@ -64,28 +64,28 @@ def parse_produce_body(body: bytes, max_partitions: int) -> ParsedProduce | None
     ):
         return None
     if not (
-        _int_in(producer_id, -1, INT64_MAX)
-        and _int_in(producer_epoch, -1, INT16_MAX)
+        _int_in(producer_id, NO_PRODUCER_ID, INT64_MAX)
+        and _int_in(producer_epoch, NO_PRODUCER_EPOCH, INT16_MAX)
         and encoding in record_codec.ENCODINGS
         and partitions.__class__ is list
         and 1 <= len(partitions) <= max_partitions
     ):
         return None
-    now_ms = int(time.time() * 1000)
+    appended_ms = now_ms()
     entries = []
     for entry in partitions:
         if entry.__class__ is not dict:
             return None
         topic, partition = entry.get("topic"), entry.get("partition")
-        base_sequence, records = entry.get("base_sequence", -1), entry.get("records")
+        base_sequence, records = entry.get("base_sequence", NO_SEQUENCE), entry.get("records")
         if not (
             topic.__class__ is str
             and _int_in(partition, 0, INT32_MAX)
-            and _int_in(base_sequence, -1, INT32_MAX)
+            and _int_in(base_sequence, NO_SEQUENCE, INT32_MAX)
             and records.__class__ is list
         ):
             return None
-        encoded = record_codec.encode_json_records(records, encoding, now_ms)
+        encoded = record_codec.encode_json_records(records, encoding, appended_ms)
         if encoded is None:
             return None
         entries.append(PartitionRecords(topic, partition, base_sequence, records, encoded))

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from app.storage.partition_log import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
 INT16_MAX = 2**15 - 1
@@ -19,8 +21,8 @@ INT16_MAX = 2**15 - 1
 Encoding = Literal["utf8", "base64"]
 IsolationLevel = Literal["read_uncommitted", "read_committed"]
 
-ProducerId = Annotated[int, Field(ge=-1, le=INT64_MAX, description="-1: no producer (a plain write)")]
-ProducerEpoch = Annotated[int, Field(ge=-1, le=INT16_MAX, description="-1: no producer")]
+ProducerId = Annotated[int, Field(ge=NO_PRODUCER_ID, le=INT64_MAX, description="-1: no producer (a plain write)")]
+ProducerEpoch = Annotated[int, Field(ge=NO_PRODUCER_EPOCH, le=INT16_MAX, description="-1: no producer")]
 PartitionIndex = Annotated[int, Field(ge=0, le=INT32_MAX, description="partition index, from 0")]
 Offset = Annotated[int, Field(ge=0, le=INT64_MAX, description="an offset in the partition")]
 TopicName = Annotated[str, Field(description="topic name")]
@@ -180,15 +182,18 @@ class ProducePartition(Body):
     topic: TopicName
     partition: PartitionIndex
     base_sequence: int = Field(
-        -1, ge=-1, le=INT32_MAX, description="sequence number of the first record; -1 without a producer"
+        NO_SEQUENCE,
+        ge=NO_SEQUENCE,
+        le=INT32_MAX,
+        description="sequence number of the first record; -1 without a producer",
     )
     records: list[RecordIn] = Field(min_length=1, description="the records, at least one")
 
 
 class ProduceRequest(Body):
     transactional_id: Identifier | None = Field(None, description="set for a transactional write")
-    producer_id: ProducerId = -1
-    producer_epoch: ProducerEpoch = -1
+    producer_id: ProducerId = NO_PRODUCER_ID
+    producer_epoch: ProducerEpoch = NO_PRODUCER_EPOCH
     encoding: Encoding = ENCODING_FIELD
     partitions: list[ProducePartition] = Field(min_length=1, description="one entry per partition")
 

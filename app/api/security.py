@@ -3,7 +3,6 @@ users have it) and is written to the audit log with the principal who made it.""
 
 from __future__ import annotations
 
-import time
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
@@ -13,6 +12,7 @@ from app.api import schemas
 from app.api.auth import PrincipalDep
 from app.api.deps import READY, PoolDep
 from app.api.responses import json_response
+from app.clock import now_ms
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize
 from app.errors import BrokerError, ErrorCode
 from app.storage import principals
@@ -20,10 +20,6 @@ from app.storage.principals import AclRow
 
 router = APIRouter(prefix="/v1", tags=["security"], dependencies=READY)
 ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 401, 403, 404, 409, 503)}
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _require(principal, operation: Operation) -> None:

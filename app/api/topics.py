@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
@@ -12,6 +10,7 @@ from app.api.auth import PrincipalDep
 from app.api.deps import READY, PoolDep, SettingsDep
 from app.api.request_limits import check_partition_count
 from app.api.responses import json_response
+from app.clock import now_ms
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.errors import BrokerError
 from app.storage import log_cleaner, partition_log, principals, topics
@@ -19,10 +18,6 @@ from app.storage.database import is_reachable
 from app.storage.topics import TopicInfo
 
 router = APIRouter(prefix="/v1", tags=["topics and cluster"])
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 ERRORS = {400: {"model": schemas.ErrorBody}, 404: {"model": schemas.ErrorBody}, 409: {"model": schemas.ErrorBody}}

@@ -14,12 +14,12 @@ Invariants:
 
 from __future__ import annotations
 
-import time
 import uuid
 from dataclasses import dataclass
 
 import asyncpg
 
+from app.clock import now_ms
 from app.coordinator.assignment import range_assignment
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.errors import BrokerError, ErrorCode
@@ -30,10 +30,6 @@ from app.storage.topics import CONSUMER_OFFSETS_TOPIC, find_topics, get_topic, u
 
 NO_GENERATION = -1
 NO_MEMBER = ""
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # Kafka's default heartbeat.interval.ms: members learn of a rebalance within this long.

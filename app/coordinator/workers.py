@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
+from app.clock import now_ms
 from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.settings import Settings
@@ -32,7 +32,7 @@ class BackgroundWorkers:
         self._tasks: list[asyncio.Task] = []
 
     async def expire_producers(self) -> int:
-        cutoff = int(time.time() * 1000) - self.settings.producer_id_expiration_ms
+        cutoff = now_ms() - self.settings.producer_id_expiration_ms
         async with self.coordinator.pool.acquire() as conn, conn.transaction():
             ids = await producer_ids.expire_idle(conn, cutoff)  # first: see expire_idle
             states = await producer_ids.expire_idle_states(conn, cutoff)
@@ -40,9 +40,7 @@ class BackgroundWorkers:
         return states + ids
 
     async def clean_logs(self) -> int:
-        totals = await log_cleaner.clean(
-            self.coordinator.pool, None, int(time.time() * 1000), self.settings.log_cleaner_chunk_batches
-        )
+        totals = await log_cleaner.clean(self.coordinator.pool, None, now_ms(), self.settings.log_cleaner_chunk_batches)
         return totals.total()
 
     def start(self) -> None:

@@ -4,10 +4,11 @@ shown by the console), and the rules both apply to their PostgreSQL transactions
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import asyncpg
+
+from app.clock import now_ms
 
 # The coordinator's states in which a transaction's markers may still be (re-)written.
 COMPLETING_STATES = ["PrepareCommit", "PrepareAbort"]
@@ -47,10 +48,6 @@ async def note_cleanup(conn: asyncpg.Connection, topic_id: int, partition: int, 
         removed,
         rewritten,
     )
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
