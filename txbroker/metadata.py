@@ -40,6 +40,3 @@ class TopicMetadata:
         count = len(described["partitions"])
         self._partitions[topic] = (count, time.monotonic())
         return count
-
-    def invalidate(self, topic: str) -> None:
-        self._partitions.pop(topic, None)

@@ -84,10 +84,6 @@ def b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 
-def unb64(text: str | None) -> bytes | None:
-    return None if text is None else base64.b64decode(text)
-
-
 def header_list(headers: Headers) -> list[tuple[str, bytes | None]]:
     if not headers:
         return []

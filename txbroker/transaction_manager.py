@@ -176,10 +176,6 @@ class TransactionManager:
             self._sequences.clear()
         self.producer_id, self.producer_epoch = producer_id, producer_epoch
 
-    def reset_producer_id(self) -> None:
-        """Forget the producer id (an idempotent producer's id expired on the server)."""
-        self.set_producer_id_and_epoch(NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
-
     def take_sequence(self, tp: TopicPartition, count: int) -> int:
         """The base sequence of the next batch of `count` records for `tp`, advancing past it."""
         base = self._sequences.get(tp, 0)

@@ -169,10 +169,6 @@ class EmbeddedPostgres:
             )
 
     @property
-    def socket_dir(self) -> Path:
-        return self._socket_dir
-
-    @property
     def database_url(self) -> str:
         """A libpq / asyncpg / SQLAlchemy URL of the `txbroker` database.
 

@@ -31,9 +31,6 @@ class OverdueTransaction:
     txn_start_ms: int
     partition_count: int
 
-    def age_ms(self, now_ms: int) -> int:
-        return now_ms - self.txn_start_ms
-
 
 @dataclass(frozen=True, slots=True)
 class Overdue:
