@@ -32,14 +32,8 @@ from app.settings import Settings
 from app.storage import group_offsets, markers, principals, producer_ids
 from app.storage.partition_log import CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, lock_order
 from app.storage.producer_ids import ProducerIdAndEpoch
-from app.storage.topics import (
-    CONSUMER_OFFSETS_TOPIC,
-    INTERNAL_PREFIX,
-    find_topics,
-    get_topic,
-    unknown_partition,
-    unknown_topic,
-)
+from app.storage.topics import CONSUMER_OFFSETS_TOPIC, INTERNAL_PREFIX, find_topics, get_topic, unknown_partition, \
+    unknown_topic
 from app.storage.transaction_log import NO_START_TIME, TransactionLog, TransactionMetadata, TxnPartition
 from txbroker.partitioner import partition_for_key
 
