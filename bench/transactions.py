@@ -501,7 +501,7 @@ BATCH_COLUMNS = ["topic_id", "partition", "last_offset", "base_offset", "produce
                  "record_count", "size_bytes", "records"]
 MARKER_COLUMNS = ["topic_id", "partition", "producer_id", "producer_epoch", "control_type", "marker_offset",
                   "first_offset", "timestamp_ms"]
-CONTROL_PAYLOAD = b"[]"  # what markers.write_marker stores in a control batch
+CONTROL_PAYLOAD = b"[]"  # what markers.write_markers stores in a control batch
 
 
 @dataclass
