@@ -153,7 +153,9 @@ class TransactionCoordinator:
                          "txn_producer_id": None, "txn_producer_epoch": None}
         if bump:
             current = ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch)
-            bumped = await producer_ids.bump(conn, current, now, meta.transactional_id)
+            # The new epoch reaches producer_ids with the row, in TransactionLog.save (one statement
+            # fewer); a new producer id, once epochs are exhausted, is issued here.
+            bumped = producer_ids.next_epoch(current) or await producer_ids.issue(conn, now, meta.transactional_id)
             changes.update(last_producer_id=current.producer_id, last_producer_epoch=current.producer_epoch,
                            producer_id=bumped.producer_id, producer_epoch=bumped.producer_epoch)
         self._move(meta, S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, now, **changes)

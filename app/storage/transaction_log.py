@@ -84,15 +84,19 @@ def _row_values(meta: TransactionMetadata) -> list:
 
 
 # TransactionLog.save in one round trip: the id's row (already locked by this PostgreSQL transaction,
-# `lock`) is updated, and the batch of its transitions appended to its __transaction_state partition
-# ($14, $15) as partition_log appends a plain batch: bump the high watermark (locking that partition's
-# row, the last lock the request takes), insert the batch at the old one, wake long polls at commit.
+# `lock`) is updated; the epoch of its producer id recorded as the latest issued, if it is newer (an
+# epoch bump of producer_ids.next_epoch, written here rather than by a statement of its own; a no-op
+# otherwise); and the batch of its transitions appended to its __transaction_state partition ($14,
+# $15) as partition_log appends a plain batch: bump the high watermark (locking that partition's row,
+# the last lock the request takes), insert the batch at the old one, wake long polls at commit.
 _SAVE_SQL = f"""
 WITH saved AS (
     UPDATE transactions SET producer_id = $2, producer_epoch = $3, state = $4, timeout_ms = $5,
         txn_start_ms = $6, last_update_ms = $7, last_producer_id = $8, last_producer_epoch = $9,
         txn_producer_id = $10, txn_producer_epoch = $11, partitions = $12, groups = $13
     WHERE transactional_id = $1
+), issued AS (
+    UPDATE producer_ids SET producer_epoch = $3 WHERE producer_id = $2 AND producer_epoch < $3
 ), head AS (
     UPDATE partitions SET high_watermark = high_watermark + $16
     WHERE topic_id = $14 AND partition = $15
@@ -150,9 +154,9 @@ class TransactionLog:
         meta.pending_records.append(meta.log_value())
 
     async def save(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> None:
-        """Writes the row and appends the recorded transitions to __transaction_state as one batch,
-        in one statement (_SAVE_SQL). Run it last in the PostgreSQL transaction (see the module's
-        invariants)."""
+        """Writes the row (and its epoch into producer_ids, see _SAVE_SQL) and appends the recorded
+        transitions to __transaction_state as one batch, in one statement. Run it last in the
+        PostgreSQL transaction (see the module's invariants)."""
         if not meta.pending_records:
             return
         topic, partition, batch = await self._pending_batch(conn, meta)
