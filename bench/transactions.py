@@ -39,6 +39,7 @@ from app.storage.embedded_postgres import EmbeddedPostgres
 from app.storage.partition_log import CONTROL_ABORT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 from bench.naive_app import APPEND_SQL as NAIVE_APPEND_SQL
 from bench.naive_app import TABLES_SQL as NAIVE_TABLES_SQL
+from bench.partition_log import print_profile
 from bench.processes import CpuMeter, ServerSubprocess, database_url_for, start_txbroker
 from bench.timed_run import Measurement, WorkloadFactory, measure
 from bench.workloads import record_value
@@ -501,7 +502,7 @@ BATCH_COLUMNS = ["topic_id", "partition", "last_offset", "base_offset", "produce
                  "record_count", "size_bytes", "records"]
 MARKER_COLUMNS = ["topic_id", "partition", "producer_id", "producer_epoch", "control_type", "marker_offset",
                   "first_offset", "timestamp_ms"]
-CONTROL_PAYLOAD = b"[]"  # what markers.write_marker stores in a control batch
+CONTROL_PAYLOAD = b"[]"  # what markers.write_markers stores in a control batch
 
 
 @dataclass
@@ -722,6 +723,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sections", type=int_list, default=[1, 2, 3, 4], help="which sections to run")
     parser.add_argument("--workers", type=int, default=1,
                         help="worker processes of txbroker (`serve --workers N`, default 1)")
+    parser.add_argument("--checkout", type=Path, default=None, metavar="DIR",
+                        help="serve the txbroker code of another checkout (e.g. `git archive` of an older "
+                             "commit) with this environment, to compare versions run after run")
+    parser.add_argument("--profile-server", metavar="FILE", type=Path,
+                        help="run txbroker under cProfile (1 worker; about 2x slower), save the stats to FILE and "
+                             "print where its CPU went")
     return parser.parse_args(argv)
 
 
@@ -752,8 +759,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         postgres.start()
         postgres.create_database(RAW_DATABASE)
-        server = start_txbroker(postgres.database_url, workers=args.workers)
-        print(f"PostgreSQL pid {postgres.pid} in {work_dir}; txbroker pid {server.pid} ({args.workers} worker(s)); "
+        server = start_txbroker(postgres.database_url, args.profile_server, workers=args.workers,
+                                checkout=None if args.checkout is None else args.checkout.resolve())
+        print(f"PostgreSQL pid {postgres.pid} in {work_dir}; txbroker pid {server.pid} ({args.workers} worker(s)"
+              f"{'' if args.checkout is None else ', code of ' + str(args.checkout)}); "
               f"{os.cpu_count()} CPUs; "
               f"Python {platform.python_version()}", flush=True)
         rows = asyncio.run(run_sections(args, server, postgres))
@@ -771,6 +780,8 @@ runs each, added up; producer i writes its own partitions. Section 4: ratio = me
 partition's median at the same position (and / the previous size's).
 """)
     print(format_table(rows))
+    if args.profile_server is not None:
+        print_profile(args.profile_server)
     print(f"\ntotal run time {time.monotonic() - started:.0f} s")
     return 0
 

@@ -30,7 +30,7 @@ from app.coordinator.transaction_states import TransactionState, transition
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
 from app.storage import group_offsets, markers, principals, producer_ids
-from app.storage.partition_log import CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, lock_order
+from app.storage.partition_log import CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from app.storage.producer_ids import ProducerIdAndEpoch
 from app.storage.topics import CONSUMER_OFFSETS_TOPIC, INTERNAL_PREFIX, find_topics, get_topic, unknown_partition, \
     unknown_topic
@@ -133,11 +133,14 @@ class TransactionCoordinator:
 
     async def _write_markers(self, conn: asyncpg.Connection, meta: TransactionMetadata, commit: bool, now: int) -> None:
         control = CONTROL_COMMIT if commit else CONTROL_ABORT
-        for partition in sorted(meta.partitions, key=lambda p: lock_order(p.topic_id, p.partition)):
-            await markers.write_marker(conn, partition.topic_id, partition.partition, meta.txn_producer_id,
-                                       meta.txn_producer_epoch, control, now)
+        # One statement locks every partition (in lock_order) and one writes the markers, however
+        # many partitions the transaction has.
+        await markers.write_markers(conn, [(p.topic_id, p.partition) for p in meta.partitions],
+                                    meta.txn_producer_id, meta.txn_producer_epoch, control, now)
+        for partition in meta.partitions:
             if partition.topic == CONSUMER_OFFSETS_TOPIC:
-                # The transaction's offsets become visible (or are discarded) with this marker.
+                # The transaction's offsets become visible (or are discarded) with its marker there,
+                # in the same PostgreSQL transaction.
                 await group_offsets.settle(conn, partition.partition, meta.txn_producer_id,
                                            meta.txn_producer_epoch, commit)
 
@@ -150,7 +153,9 @@ class TransactionCoordinator:
                          "txn_producer_id": None, "txn_producer_epoch": None}
         if bump:
             current = ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch)
-            bumped = await producer_ids.bump(conn, current, now, meta.transactional_id)
+            # The new epoch reaches producer_ids with the row, in TransactionLog.save (one statement
+            # fewer); a new producer id, once epochs are exhausted, is issued here.
+            bumped = producer_ids.next_epoch(current) or await producer_ids.issue(conn, now, meta.transactional_id)
             changes.update(last_producer_id=current.producer_id, last_producer_epoch=current.producer_epoch,
                            producer_id=bumped.producer_id, producer_epoch=bumped.producer_epoch)
         self._move(meta, S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, now, **changes)

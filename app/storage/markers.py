@@ -30,55 +30,79 @@ class Marker:
         return CONTROL_TYPE_NAMES[self.control_type]
 
 
-# Locks the partition, and finds the marker if this transaction already has one there and the
-# producer's open-transaction offset (the marker closes it).
-_LOCK_SQL = """
-SELECT p.high_watermark,
+# write_markers' first statement: locks every partition of the transaction, in lock_order (the
+# LockRows node sits above the Sort, so rows are locked in the ORDER BY's order, as one statement
+# per partition in that order would), with each one's marker if it already has one and the
+# producer's open-transaction offset. The high watermark comes from the locked row (re-read after
+# any wait); the marker and the producer's state cannot change meanwhile, since only requests
+# holding this transactional id's row write them for this producer id and epoch.
+_LOCK_ALL_SQL = """
+SELECT p.topic_id, p.partition, p.high_watermark,
        (SELECT m.marker_offset FROM txn_markers m WHERE m.topic_id = p.topic_id AND m.partition = p.partition
           AND m.producer_id = $3 AND m.producer_epoch = $4) AS existing_marker,
        (SELECT s.current_txn_first_offset FROM producer_states s WHERE s.topic_id = p.topic_id
           AND s.partition = p.partition AND s.producer_id = $3) AS first_offset
-FROM partitions p WHERE p.topic_id = $1 AND p.partition = $2
+FROM partitions p JOIN unnest($1::int[], $2::int[]) AS wanted(topic_id, partition)
+  ON p.topic_id = wanted.topic_id AND p.partition = wanted.partition
+ORDER BY p.topic_id, p.partition
 FOR UPDATE OF p
 """
 
-# With the partition locked at high watermark $5: the control batch takes that one offset, the
-# marker row records it, the producer's transaction is closed there (advancing the LSO), and long
-# polls wake up (records may have become visible to read_committed).
-_WRITE_SQL = f"""
-WITH head AS (
-    UPDATE partitions SET high_watermark = $5::bigint + 1 WHERE topic_id = $1 AND partition = $2
+# write_markers' second statement, for every partition still without its marker (each row of `m` is
+# a partition locked by _LOCK_ALL_SQL, with its high watermark as the marker's offset): the control
+# batch takes that one offset, the marker row records it, the producer's transaction is closed there
+# (advancing the LSO), and long polls wake up (records may have become visible to read_committed).
+_WRITE_ALL_SQL = f"""
+WITH m AS (
+    SELECT * FROM unnest($1::int[], $2::int[], $3::bigint[], $4::bigint[])
+        AS m(topic_id, partition, marker_offset, first_offset)
+), head AS (
+    UPDATE partitions p SET high_watermark = m.marker_offset + 1
+    FROM m WHERE p.topic_id = m.topic_id AND p.partition = m.partition
 ), control AS (
     INSERT INTO record_batches (topic_id, partition, base_offset, last_offset, producer_id, producer_epoch,
         base_sequence, is_transactional, control_type, first_timestamp_ms, max_timestamp_ms, record_count,
         size_bytes, records)
-    VALUES ($1, $2, $5, $5, $3, $4, -1, true, $6, $7, $7, 1, 0, '\\x5b5d')
+    SELECT m.topic_id, m.partition, m.marker_offset, m.marker_offset, $5, $6, -1, true, $7, $8, $8, 1, 0,
+        '\\x5b5d'::bytea
+    FROM m
 ), marker AS (
     INSERT INTO txn_markers (topic_id, partition, producer_id, producer_epoch, control_type, marker_offset,
         first_offset, timestamp_ms)
-    VALUES ($1, $2, $3, $4, $6, $5, $8, $7)
+    SELECT m.topic_id, m.partition, $5, $6, $7, m.marker_offset, m.first_offset, $8 FROM m
 ), closed AS (
-    UPDATE producer_states SET current_txn_first_offset = NULL
-    WHERE topic_id = $1 AND partition = $2 AND producer_id = $3
+    UPDATE producer_states s SET current_txn_first_offset = NULL
+    FROM m WHERE s.topic_id = m.topic_id AND s.partition = m.partition AND s.producer_id = $5
 )
-SELECT pg_notify('{APPENDS_CHANNEL}', $1::text || ':' || $2::text)
+SELECT pg_notify('{APPENDS_CHANNEL}', m.topic_id::text || ':' || m.partition::text) FROM m
 """
 
 
-async def write_marker(conn: asyncpg.Connection, topic_id: int, partition: int, producer_id: int,
-                       producer_epoch: int, control_type: int, now_ms: int) -> int | None:
-    """Writes the marker unless it exists; returns its offset, or None if the partition is gone
-    (its topic was deleted during the transaction). The caller holds the PostgreSQL transaction and
-    writes a transaction's markers in partition_log.lock_order."""
-    row = await conn.fetchrow(_LOCK_SQL, topic_id, partition, producer_id, producer_epoch)
-    if row is None:
-        return None
-    if row["existing_marker"] is not None:
-        return row["existing_marker"]
-    offset = row["high_watermark"]
-    await conn.execute(_WRITE_SQL, topic_id, partition, producer_id, producer_epoch, offset, control_type,
-                       now_ms, row["first_offset"])
-    return offset
+async def write_markers(conn: asyncpg.Connection, partitions: list[tuple[int, int]], producer_id: int,
+                        producer_epoch: int, control_type: int, now_ms: int) -> dict[tuple[int, int], int]:
+    """Writes the transaction's marker into each of its partitions (topic_id, partition) that has none
+    yet, in two statements whatever their number: the first locks them all in lock_order. Returns
+    each partition's marker offset (written now or found before); a partition that is gone (its
+    topic deleted during the transaction) is left out. The caller holds the PostgreSQL transaction."""
+    if not partitions:
+        return {}
+    topic_ids, numbers = zip(*partitions)
+    rows = await conn.fetch(_LOCK_ALL_SQL, list(topic_ids), list(numbers), producer_id, producer_epoch)
+    offsets: dict[tuple[int, int], int] = {}
+    to_write: list[asyncpg.Record] = []
+    for row in rows:
+        key = (row["topic_id"], row["partition"])
+        if row["existing_marker"] is not None:
+            offsets[key] = row["existing_marker"]
+        else:
+            offsets[key] = row["high_watermark"]
+            to_write.append(row)
+    if to_write:
+        await conn.execute(_WRITE_ALL_SQL, [row["topic_id"] for row in to_write],
+                           [row["partition"] for row in to_write], [row["high_watermark"] for row in to_write],
+                           [row["first_offset"] for row in to_write], producer_id, producer_epoch, control_type,
+                           now_ms)
+    return offsets
 
 
 async def list_markers(conn: asyncpg.Connection, topic_id: int, partition: int, from_offset: int,

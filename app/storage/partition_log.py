@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 
 import asyncpg
+import orjson
 
 from app.errors import BrokerError, ErrorCode
 from app.storage import record_codec, sequences
@@ -152,26 +153,37 @@ FROM partitions p LEFT JOIN producer_states s
 WHERE p.topic_id = $1 AND p.partition = $2
 """
 
-# Run with the partition locked and its high watermark known: bump it, insert the batch, upsert the
-# producer's state, notify long polls. One round trip.
+# Run with the partitions locked and their high watermarks known, one row of `b` per partition (a
+# request's partitions are distinct): bump each, insert its batch, upsert the producer's state there,
+# notify long polls. One round trip however many partitions the request has.
 _APPEND_FOR_PRODUCER_SQL = f"""
-WITH head AS (
-    UPDATE partitions SET high_watermark = $3::bigint + $4::int WHERE topic_id = $1 AND partition = $2
+WITH b AS (
+    SELECT * FROM unnest($1::int[], $2::int[], $3::bigint[], $4::int[], $5::int[], $6::bigint[], $7::bigint[],
+                         $8::int[], $9::bytea[], $10::int[], $11::text[], $12::bigint[])
+        AS b(topic_id, partition, base_offset, record_count, base_sequence, first_timestamp_ms, max_timestamp_ms,
+             size_bytes, records, last_sequence, recent_batches, current_txn_first_offset)
+), head AS (
+    UPDATE partitions p SET high_watermark = b.base_offset + b.record_count
+    FROM b WHERE p.topic_id = b.topic_id AND p.partition = b.partition
 ), appended AS (
     INSERT INTO record_batches (topic_id, partition, base_offset, last_offset, producer_id,
         producer_epoch, base_sequence, is_transactional, control_type, first_timestamp_ms,
         max_timestamp_ms, record_count, size_bytes, records)
-    VALUES ($1, $2, $3, $3::bigint + $4::int - 1, $5, $6, $7, $8, NULL, $9, $10, $4, $11, $12)
+    SELECT b.topic_id, b.partition, b.base_offset, b.base_offset + b.record_count - 1, $13, $14, b.base_sequence,
+        $15, NULL, b.first_timestamp_ms, b.max_timestamp_ms, b.record_count, b.size_bytes, b.records
+    FROM b
 ), state AS (
     INSERT INTO producer_states (topic_id, partition, producer_id, producer_epoch, last_sequence,
         last_timestamp_ms, last_append_ms, recent_batches, current_txn_first_offset)
-    VALUES ($1, $2, $5, $6, $13, $10, $16, $14, $15)
+    SELECT b.topic_id, b.partition, $13, $14, b.last_sequence, b.max_timestamp_ms, $16, b.recent_batches::jsonb,
+        b.current_txn_first_offset
+    FROM b
     ON CONFLICT (topic_id, partition, producer_id) DO UPDATE SET producer_epoch = EXCLUDED.producer_epoch,
         last_sequence = EXCLUDED.last_sequence, last_timestamp_ms = EXCLUDED.last_timestamp_ms,
         last_append_ms = EXCLUDED.last_append_ms, recent_batches = EXCLUDED.recent_batches,
         current_txn_first_offset = EXCLUDED.current_txn_first_offset
 )
-SELECT pg_notify('{APPENDS_CHANNEL}', $1::text || ':' || $2::text)
+SELECT pg_notify('{APPENDS_CHANNEL}', b.topic_id::text || ':' || b.partition::text) FROM b
 """
 
 
@@ -183,13 +195,33 @@ def _entry_from_row(row: asyncpg.Record) -> sequences.ProducerEntry | None:
         tuple(sequences.RecentBatch(*batch) for batch in row["recent_batches"]), row["current_txn_first_offset"])
 
 
+@dataclass(frozen=True, slots=True)
+class _CheckedAppend:
+    """A producer's batch that passed its sequence check, with where it goes and the producer's state after it."""
+    append: BatchAppend
+    base_offset: int
+    state: sequences.ProducerEntry
+
+
 async def _append_for_producer(conn: asyncpg.Connection, append: BatchAppend) -> AppendResult | BrokerError:
-    topic, batch = append.topic, append.batch
+    topic = append.topic
     if await conn.fetchval(_LOCK_PARTITION_SQL, topic.topic_id, append.partition) is None:
         raise unknown_partition(topic, append.partition)
     row = await conn.fetchrow(_HEAD_WITH_PRODUCER_SQL, topic.topic_id, append.partition, append.producer_id)
     if row is None:
         raise unknown_partition(topic, append.partition)
+    checked = await _check_at_head(conn, append, row)
+    if isinstance(checked, _CheckedAppend):
+        return (await _write_checked(conn, [checked]))[0]
+    return checked
+
+
+async def _check_at_head(conn: asyncpg.Connection, append: BatchAppend,
+                         row: asyncpg.Record) -> _CheckedAppend | AppendResult | BrokerError:
+    """The producer's batch checked against its state: a duplicate's original offsets, an error, or
+    the batch to write. `row` is the partition's head and the producer's state there, read under the
+    partition's lock (_HEAD_WITH_PRODUCER_SQL)."""
+    topic, batch = append.topic, append.batch
     entry = _entry_from_row(row)
     if entry is None and append.base_sequence != 0 and not await _still_issued(conn, append.producer_id):
         # The producer's state and its id expired together (it was idle everywhere) between the
@@ -205,17 +237,26 @@ async def _append_for_producer(conn: asyncpg.Connection, append: BatchAppend) ->
     if isinstance(outcome, sequences.Duplicate):
         return AppendResult(outcome.base_offset, outcome.last_offset, duplicate=True)
     base_offset = row["high_watermark"]
-    last_offset = base_offset + batch.record_count - 1
     updated = sequences.remember(entry, append.producer_epoch, append.base_sequence, outcome.last_sequence,
-                                 base_offset, last_offset, append.is_transactional)
+                                 base_offset, base_offset + batch.record_count - 1, append.is_transactional)
+    return _CheckedAppend(append, base_offset, updated)
+
+
+async def _write_checked(conn: asyncpg.Connection, checked: list[_CheckedAppend]) -> list[AppendResult]:
+    """Writes checked batches of one producer, each to its own locked partition, in one statement."""
+    first = checked[0].append
+    batches = [c.append.batch for c in checked]
     await conn.execute(
-        _APPEND_FOR_PRODUCER_SQL, topic.topic_id, append.partition, base_offset, batch.record_count,
-        append.producer_id, append.producer_epoch, append.base_sequence, append.is_transactional,
-        batch.first_timestamp_ms, batch.max_timestamp_ms, batch.size_bytes, batch.payload,
-        updated.last_sequence,
-        [[b.base_sequence, b.last_sequence, b.base_offset, b.last_offset] for b in updated.recent_batches],
-        updated.current_txn_first_offset, now_ms())
-    return AppendResult(base_offset, last_offset)
+        _APPEND_FOR_PRODUCER_SQL, [c.append.topic.topic_id for c in checked], [c.append.partition for c in checked],
+        [c.base_offset for c in checked], [b.record_count for b in batches],
+        [c.append.base_sequence for c in checked], [b.first_timestamp_ms for b in batches],
+        [b.max_timestamp_ms for b in batches], [b.size_bytes for b in batches], [b.payload for b in batches],
+        [c.state.last_sequence for c in checked],
+        [orjson.dumps([[r.base_sequence, r.last_sequence, r.base_offset, r.last_offset]
+                       for r in c.state.recent_batches]).decode() for c in checked],
+        [c.state.current_txn_first_offset for c in checked],
+        first.producer_id, first.producer_epoch, first.is_transactional, now_ms())
+    return [AppendResult(c.base_offset, c.base_offset + c.append.batch.record_count - 1) for c in checked]
 
 
 async def _still_issued(conn: asyncpg.Connection, producer_id: int) -> bool:
@@ -434,17 +475,64 @@ async def offset_for(conn: asyncpg.Connection, topic: TopicInfo, partition: int,
         after = batch["last_offset"] + 1
 
 
+# A producer's request to several partitions: _LOCK_PARTITION_SQL for all of them in one statement,
+# in lock_order (the LockRows node sits above the Sort, so rows are locked in the ORDER BY's order),
+# then _HEAD_WITH_PRODUCER_SQL for all of them in the next (a fresh snapshot, taken once every lock
+# is held, for the reason given at _LOCK_PARTITION_SQL).
+_LOCK_PARTITIONS_SQL = """
+SELECT p.topic_id FROM partitions p JOIN unnest($1::int[], $2::int[]) AS wanted(topic_id, partition)
+  ON p.topic_id = wanted.topic_id AND p.partition = wanted.partition
+ORDER BY p.topic_id, p.partition
+FOR UPDATE OF p
+"""
+_HEADS_WITH_PRODUCER_SQL = """
+SELECT p.topic_id, p.partition, p.high_watermark, s.producer_epoch, s.last_sequence, s.recent_batches,
+       s.current_txn_first_offset
+FROM partitions p JOIN unnest($1::int[], $2::int[]) AS wanted(topic_id, partition)
+  ON p.topic_id = wanted.topic_id AND p.partition = wanted.partition
+LEFT JOIN producer_states s ON s.topic_id = p.topic_id AND s.partition = p.partition AND s.producer_id = $3
+"""
+
+
 async def append_batches(conn: asyncpg.Connection, appends: list[BatchAppend]) -> list[AppendResult | BrokerError]:
     """Appends a produce request's batches: each entry's result or partition-level error, in request
-    order. The caller holds the PostgreSQL transaction, so nothing is visible before all are durable."""
+    order. The caller holds the PostgreSQL transaction, so nothing is visible before all are durable.
+    One producer's batches to several partitions lock and read those partitions in two statements in
+    all, not two per partition."""
     results: list[AppendResult | BrokerError | None] = [check_appendable(append) for append in appends]
-    for index in sorted((i for i, result in enumerate(results) if result is None),
-                        key=lambda i: lock_order(appends[i].topic.topic_id, appends[i].partition)):
+    ordered = sorted((i for i, result in enumerate(results) if result is None),
+                     key=lambda i: lock_order(appends[i].topic.topic_id, appends[i].partition))
+    heads = None
+    producers = {appends[i].producer_id for i in ordered}
+    if len(ordered) > 1 and len(producers) == 1 and NO_PRODUCER_ID not in producers:
+        heads = await _lock_heads_with_producer(conn, [appends[i] for i in ordered])
+    checked: dict[int, _CheckedAppend] = {}
+    for index in ordered:
+        append = appends[index]
         try:
-            results[index] = await append_batch(conn, appends[index])
+            if heads is None:
+                results[index] = await append_batch(conn, append)
+            elif (row := heads.get((append.topic.topic_id, append.partition))) is None:
+                results[index] = unknown_partition(append.topic, append.partition)  # its topic was deleted
+            elif isinstance(outcome := await _check_at_head(conn, append, row), _CheckedAppend):
+                checked[index] = outcome
+            else:
+                results[index] = outcome
         except BrokerError as error:
             results[index] = error
+    if checked:
+        for index, written in zip(checked, await _write_checked(conn, list(checked.values()))):
+            results[index] = written
     return results
+
+
+async def _lock_heads_with_producer(conn: asyncpg.Connection,
+                                    appends: list[BatchAppend]) -> dict[tuple[int, int], asyncpg.Record]:
+    topic_ids = [append.topic.topic_id for append in appends]
+    partitions = [append.partition for append in appends]
+    await conn.execute(_LOCK_PARTITIONS_SQL, topic_ids, partitions)
+    rows = await conn.fetch(_HEADS_WITH_PRODUCER_SQL, topic_ids, partitions, appends[0].producer_id)
+    return {(row["topic_id"], row["partition"]): row for row in rows}
 
 
 def lock_order(topic_id: int, partition: int) -> tuple[int, int]:

@@ -45,6 +45,15 @@ async def bump(
     return ProducerIdAndEpoch(current.producer_id, current.producer_epoch + 1)
 
 
+def next_epoch(current: ProducerIdAndEpoch) -> ProducerIdAndEpoch | None:
+    """`bump`'s answer without its write, or None once epochs are exhausted (then `bump` issues a new
+    id). For a transactional id's producer only: TransactionLog.save records the epoch of the id's
+    row here, in the PostgreSQL transaction that saves it."""
+    if current.producer_epoch >= MAX_EPOCH:
+        return None
+    return ProducerIdAndEpoch(current.producer_id, current.producer_epoch + 1)
+
+
 @dataclass(frozen=True, slots=True)
 class IssuedProducer:
     producer_epoch: int  # the latest epoch issued

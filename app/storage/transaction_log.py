@@ -20,8 +20,8 @@ import asyncpg
 import orjson
 
 from app.storage import partition_log, record_codec
-from app.storage.partition_log import BatchAppend
-from app.storage.topics import TRANSACTION_STATE_TOPIC, TopicInfo, get_topic
+from app.storage.partition_log import APPENDS_CHANNEL, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchAppend
+from app.storage.topics import TRANSACTION_STATE_TOPIC, TopicInfo, get_topic, unknown_partition
 from txbroker.partitioner import partition_for_key
 
 NO_START_TIME = -1
@@ -83,6 +83,36 @@ def _row_values(meta: TransactionMetadata) -> list:
             [[p.topic, p.partition, p.topic_id] for p in meta.partitions], meta.groups, meta.principal]
 
 
+# TransactionLog.save in one round trip: the id's row (already locked by this PostgreSQL transaction,
+# `lock`) is updated; the epoch of its producer id recorded as the latest issued, if it is newer (an
+# epoch bump of producer_ids.next_epoch, written here rather than by a statement of its own; a no-op
+# otherwise); and the batch of its transitions appended to its __transaction_state partition ($14,
+# $15) as partition_log appends a plain batch: bump the high watermark (locking that partition's row,
+# the last lock the request takes), insert the batch at the old one, wake long polls at commit.
+_SAVE_SQL = f"""
+WITH saved AS (
+    UPDATE transactions SET producer_id = $2, producer_epoch = $3, state = $4, timeout_ms = $5,
+        txn_start_ms = $6, last_update_ms = $7, last_producer_id = $8, last_producer_epoch = $9,
+        txn_producer_id = $10, txn_producer_epoch = $11, partitions = $12, groups = $13
+    WHERE transactional_id = $1
+), issued AS (
+    UPDATE producer_ids SET producer_epoch = $3 WHERE producer_id = $2 AND producer_epoch < $3
+), head AS (
+    UPDATE partitions SET high_watermark = high_watermark + $16
+    WHERE topic_id = $14 AND partition = $15
+    RETURNING high_watermark - $16 AS base_offset
+), appended AS (
+    INSERT INTO record_batches (topic_id, partition, base_offset, last_offset, producer_id,
+        producer_epoch, base_sequence, is_transactional, control_type, first_timestamp_ms,
+        max_timestamp_ms, record_count, size_bytes, records)
+    SELECT $14, $15, base_offset, base_offset + $16 - 1, {NO_PRODUCER_ID}, {NO_PRODUCER_EPOCH}, {NO_SEQUENCE},
+        false, NULL, $17, $18, $16, $19, $20 FROM head
+    RETURNING base_offset
+)
+SELECT base_offset, pg_notify('{APPENDS_CHANNEL}', $14::text || ':' || $15::text) FROM appended
+"""
+
+
 class TransactionLog:
     """Reads and writes transaction metadata; caches the internal topic's (never deleted) info.
     `parse_state` turns a persisted state name into the caller's state type (see TransactionMetadata)."""
@@ -124,16 +154,17 @@ class TransactionLog:
         meta.pending_records.append(meta.log_value())
 
     async def save(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> None:
-        """Writes the row and appends the recorded transitions to __transaction_state as one batch.
-        Run it last in the PostgreSQL transaction (see the module's invariants)."""
+        """Writes the row (and its epoch into producer_ids, see _SAVE_SQL) and appends the recorded
+        transitions to __transaction_state as one batch, in one statement. Run it last in the
+        PostgreSQL transaction (see the module's invariants)."""
         if not meta.pending_records:
             return
-        await conn.execute(
-            "UPDATE transactions SET producer_id = $2, producer_epoch = $3, state = $4, timeout_ms = $5, "
-            "txn_start_ms = $6, last_update_ms = $7, last_producer_id = $8, last_producer_epoch = $9, "
-            "txn_producer_id = $10, txn_producer_epoch = $11, partitions = $12, groups = $13 "
-            "WHERE transactional_id = $1", *_row_values(meta)[:13])
-        await self._append_records(conn, meta)
+        topic, partition, batch = await self._pending_batch(conn, meta)
+        row = await conn.fetchrow(_SAVE_SQL, *_row_values(meta)[:13], topic.topic_id, partition, batch.record_count,
+                                  batch.first_timestamp_ms, batch.max_timestamp_ms, batch.size_bytes, batch.payload)
+        if row is None:
+            raise unknown_partition(topic, partition)  # never: the internal topic is never deleted
+        meta.pending_records.clear()
 
     async def delete(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> None:
         """The id expires (Dead): its row goes; the log gets the Dead record, then a tombstone (as
@@ -141,15 +172,21 @@ class TransactionLog:
         await conn.execute("DELETE FROM transactions WHERE transactional_id = $1", meta.transactional_id)
         await self._append_records(conn, meta, tombstone=True)
 
-    async def _append_records(self, conn: asyncpg.Connection, meta: TransactionMetadata,
-                              tombstone: bool = False) -> None:
+    async def _pending_batch(self, conn: asyncpg.Connection, meta: TransactionMetadata,
+                             tombstone: bool = False) -> tuple[TopicInfo, int, record_codec.EncodedBatch]:
+        """The recorded transitions (and a tombstone) as one batch, and the __transaction_state
+        partition of the id that receives it."""
         topic = await self._log_topic(conn)
-        records = [record_codec.TextRecord(meta.transactional_id, orjson.dumps(value).decode(), (), value["last_update_ms"])
-                   for value in meta.pending_records]
+        records = [record_codec.TextRecord(meta.transactional_id, orjson.dumps(value).decode(), (),
+                                           value["last_update_ms"]) for value in meta.pending_records]
         if tombstone:
             records.append(record_codec.TextRecord(meta.transactional_id, None, (), meta.last_update_ms))
         batch = record_codec.encode_batch(records, "utf8", meta.last_update_ms, "transaction log")
-        partition = partition_for_key(meta.transactional_id.encode(), topic.partition_count)
+        return topic, partition_for_key(meta.transactional_id.encode(), topic.partition_count), batch
+
+    async def _append_records(self, conn: asyncpg.Connection, meta: TransactionMetadata,
+                              tombstone: bool = False) -> None:
+        topic, partition, batch = await self._pending_batch(conn, meta, tombstone)
         await partition_log.append_batch(conn, BatchAppend(topic, partition, batch))
         meta.pending_records.clear()
 
