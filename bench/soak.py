@@ -35,6 +35,7 @@ import asyncpg
 import httpx
 
 from app.storage.embedded_postgres import EmbeddedPostgres
+from app.storage.partition_log import BATCH_COLUMNS
 from bench.processes import ServerSubprocess, database_url_for, start_txbroker
 from bench.text_table import align
 
@@ -217,11 +218,9 @@ async def removal_rate(url: str, database_url: str, batches: int) -> float:
         try:
             topic_id = await conn.fetchval("SELECT topic_id FROM topics WHERE name = 'soak-removal'")
             await conn.execute(
-                """
+                f"""
                 WITH head AS (UPDATE partitions SET high_watermark = $2 WHERE topic_id = $1 AND partition = 0)
-                INSERT INTO record_batches (topic_id, partition, base_offset, last_offset, producer_id, producer_epoch,
-                    base_sequence, is_transactional, control_type, first_timestamp_ms, max_timestamp_ms, record_count,
-                    size_bytes, records)
+                INSERT INTO record_batches ({BATCH_COLUMNS})
                 SELECT $1, 0, o, o, -1, -1, -1, false, NULL, 0, 0, 1, 100, convert_to('[[0,null,"' || repeat('x', 100)
                        || '",[],0]]', 'UTF8')
                 FROM generate_series(0, $2 - 1) AS o""",

@@ -54,12 +54,16 @@ async def _enable_statement_logging(database_url: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.statement_count", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.statement_count",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--partitions", type=int, default=2, help="partitions per transaction (default 2)")
     parser.add_argument("--transactions", type=int, default=5, help="transactions counted (default 5)")
-    parser.add_argument("--checkout", type=Path, default=None, metavar="DIR",
-                        help="count the txbroker code of another checkout")
+    parser.add_argument(
+        "--checkout", type=Path, default=None, metavar="DIR", help="count the txbroker code of another checkout"
+    )
     parser.add_argument("--show", action="store_true", help="print the statements of the last transaction")
     args = parser.parse_args(argv)
     work_dir = Path(tempfile.mkdtemp(prefix="txb-bench-stmts-", dir="/tmp"))
@@ -67,24 +71,47 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     try:
         postgres.start()
-        server = start_txbroker(postgres.database_url,
-                                checkout=None if args.checkout is None else args.checkout.resolve())
+        server = start_txbroker(
+            postgres.database_url, checkout=None if args.checkout is None else args.checkout.resolve()
+        )
         asyncio.run(_enable_statement_logging(postgres.database_url))
         with httpx.Client(base_url=server.url, timeout=30) as http:
             http.post("/v1/topics", json={"name": "counted", "partitions": args.partitions}).raise_for_status()
-            ids = http.post("/v1/producers/init", json={"transactional_id": "counted", "transaction_timeout_ms": 60000,
-                                                        "producer_id": -1, "producer_epoch": -1}).json()
+            ids = http.post(
+                "/v1/producers/init",
+                json={
+                    "transactional_id": "counted",
+                    "transaction_timeout_ms": 60000,
+                    "producer_id": -1,
+                    "producer_epoch": -1,
+                },
+            ).json()
             producer_id, epoch = ids["producer_id"], ids["producer_epoch"]
             produce_counts, end_counts = [], []
             for _ in range(args.transactions):
                 start = _log_end(postgres)
-                http.post("/v1/produce", json={
-                    "transactional_id": "counted", "producer_id": producer_id, "producer_epoch": epoch,
-                    "partitions": [{"topic": "counted", "partition": p, "base_sequence": 0, "records": [{"value": "x"}]}
-                                   for p in range(args.partitions)]}).raise_for_status()
+                http.post(
+                    "/v1/produce",
+                    json={
+                        "transactional_id": "counted",
+                        "producer_id": producer_id,
+                        "producer_epoch": epoch,
+                        "partitions": [
+                            {"topic": "counted", "partition": p, "base_sequence": 0, "records": [{"value": "x"}]}
+                            for p in range(args.partitions)
+                        ],
+                    },
+                ).raise_for_status()
                 middle = _log_end(postgres)
-                ended = http.post("/v1/txn/end", json={"transactional_id": "counted", "producer_id": producer_id,
-                                                       "producer_epoch": epoch, "committed": True})
+                ended = http.post(
+                    "/v1/txn/end",
+                    json={
+                        "transactional_id": "counted",
+                        "producer_id": producer_id,
+                        "producer_epoch": epoch,
+                        "committed": True,
+                    },
+                )
                 ended.raise_for_status()
                 producer_id, epoch = ended.json()["producer_id"], ended.json()["producer_epoch"]
                 end = _log_end(postgres)
@@ -93,9 +120,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.show:
                 produce_lines = _statements_since(postgres, start)[1]
                 print("\n".join(line[:200] for line in produce_lines))
-        print(f"{args.partitions} partitions, {args.transactions} transactions"
-              f"{'' if args.checkout is None else ' (code of ' + str(args.checkout) + ')'}: statements per "
-              f"produce {produce_counts}, per EndTxn {end_counts}")
+        print(
+            f"{args.partitions} partitions, {args.transactions} transactions"
+            f"{'' if args.checkout is None else ' (code of ' + str(args.checkout) + ')'}: statements per "
+            f"produce {produce_counts}, per EndTxn {end_counts}"
+        )
     finally:
         if server is not None:
             server.stop()

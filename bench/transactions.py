@@ -57,6 +57,7 @@ EPOCHS_PER_PRODUCER = 1000  # aborted transactions per producer id in the built 
 
 # ---- HTTP
 
+
 async def post_json(http: httpx.AsyncClient, path: str, body: dict) -> dict:
     response = await http.post(path, content=orjson.dumps(body), headers=JSON_HEADERS)
     if response.status_code not in (200, 201):
@@ -83,6 +84,7 @@ def http_client(base_url: str, connections: int) -> httpx.AsyncClient:
 
 # ---- producers, as bench.timed_run workloads: run_once is one transaction (or one produce)
 
+
 @dataclass
 class _Producer:
     producer_id: int
@@ -100,8 +102,9 @@ class ProducerWorkload:
     Otherwise: an idempotent producer (InitProducerId without a transactional id), whose run_once is
     the same produce with sequences that keep growing."""
 
-    def __init__(self, base_url: str, topic: str, records_per_partition: tuple[int, ...], value: str,
-                 transactional: bool) -> None:
+    def __init__(
+        self, base_url: str, topic: str, records_per_partition: tuple[int, ...], value: str, transactional: bool
+    ) -> None:
         self.base_url = base_url
         self.topic = topic
         self.records_per_partition = records_per_partition
@@ -116,11 +119,16 @@ class ProducerWorkload:
     async def open(self, clients: list[int]) -> None:
         self.http = http_client(self.base_url, len(clients))
         for client in clients:
-            body = {"transactional_id": self.transactional_id(client) if self.transactional else None,
-                    "transaction_timeout_ms": 60_000, "producer_id": -1, "producer_epoch": -1}
+            body = {
+                "transactional_id": self.transactional_id(client) if self.transactional else None,
+                "transaction_timeout_ms": 60_000,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            }
             answer = await post_json(self.http, "/v1/producers/init", body)
-            self.producers[client] = _Producer(answer["producer_id"], answer["producer_epoch"],
-                                               [0] * len(self.records_per_partition))
+            self.producers[client] = _Producer(
+                answer["producer_id"], answer["producer_epoch"], [0] * len(self.records_per_partition)
+            )
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -128,16 +136,32 @@ class ProducerWorkload:
     async def run_once(self, client: int) -> int:
         producer = self.producers[client]
         first_partition = client * len(self.records_per_partition)
-        body = {"transactional_id": self.transactional_id(client) if self.transactional else None,
-                "producer_id": producer.producer_id, "producer_epoch": producer.producer_epoch,
-                "partitions": [{"topic": self.topic, "partition": first_partition + i,
-                                "base_sequence": producer.next_sequence[i], "records": records}
-                               for i, records in enumerate(self.records)]}
+        body = {
+            "transactional_id": self.transactional_id(client) if self.transactional else None,
+            "producer_id": producer.producer_id,
+            "producer_epoch": producer.producer_epoch,
+            "partitions": [
+                {
+                    "topic": self.topic,
+                    "partition": first_partition + i,
+                    "base_sequence": producer.next_sequence[i],
+                    "records": records,
+                }
+                for i, records in enumerate(self.records)
+            ],
+        }
         check_partitions(await post_json(self.http, "/v1/produce", body), "produce")
         if self.transactional:
-            ended = await post_json(self.http, "/v1/txn/end", {
-                "transactional_id": self.transactional_id(client), "producer_id": producer.producer_id,
-                "producer_epoch": producer.producer_epoch, "committed": True})
+            ended = await post_json(
+                self.http,
+                "/v1/txn/end",
+                {
+                    "transactional_id": self.transactional_id(client),
+                    "producer_id": producer.producer_id,
+                    "producer_epoch": producer.producer_epoch,
+                    "committed": True,
+                },
+            )
             producer.producer_id, producer.producer_epoch = ended["producer_id"], ended["producer_epoch"]
         else:
             producer.next_sequence = [seq + len(records) for seq, records in zip(producer.next_sequence, self.records)]
@@ -152,9 +176,11 @@ class RawSmallTransaction:
     HTTP, Python and KIP-98's bookkeeping (sequences, markers, the transaction log) would run.
     One asyncpg connection per client; client c writes partitions 2c and 2c + 1, as above."""
 
-    STATE_SQL = ("INSERT INTO raw_txn_state (transactional_id, state, updated_ms) VALUES ($1, 'CompleteCommit', $2) "
-                 "ON CONFLICT (transactional_id) DO UPDATE SET state = EXCLUDED.state, "
-                 "updated_ms = EXCLUDED.updated_ms")
+    STATE_SQL = (
+        "INSERT INTO raw_txn_state (transactional_id, state, updated_ms) VALUES ($1, 'CompleteCommit', $2) "
+        "ON CONFLICT (transactional_id) DO UPDATE SET state = EXCLUDED.state, "
+        "updated_ms = EXCLUDED.updated_ms"
+    )
 
     def __init__(self, database_url: str, topic: str, value: str) -> None:
         self.database_url = database_url
@@ -165,9 +191,10 @@ class RawSmallTransaction:
     async def open(self, clients: list[int]) -> None:
         for client in clients:
             conn = self.connections[client] = await asyncpg.connect(self.database_url)
-            await conn.executemany("INSERT INTO naive_partitions (topic, partition) VALUES ($1, $2) "
-                                   "ON CONFLICT DO NOTHING", [(self.topic, client * len(SMALL_TXN_RECORDS) + i)
-                                    for i in range(len(SMALL_TXN_RECORDS))])
+            await conn.executemany(
+                "INSERT INTO naive_partitions (topic, partition) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                [(self.topic, client * len(SMALL_TXN_RECORDS) + i) for i in range(len(SMALL_TXN_RECORDS))],
+            )
 
     async def close(self) -> None:
         for conn in self.connections.values():
@@ -182,13 +209,17 @@ class RawSmallTransaction:
         return sum(SMALL_TXN_RECORDS)
 
 
-RAW_TXN_TABLES_SQL = NAIVE_TABLES_SQL + """
+RAW_TXN_TABLES_SQL = (
+    NAIVE_TABLES_SQL
+    + """
 CREATE TABLE IF NOT EXISTS raw_txn_state (transactional_id text PRIMARY KEY, state text NOT NULL,
                                           updated_ms bigint NOT NULL);
 """
+)
 
 
 # ---- the table
+
 
 @dataclass(frozen=True)
 class Row:
@@ -218,9 +249,11 @@ def format_table(rows: list[Row]) -> str:
 
 # ---- timed runs of a baseline and of transactions, in alternation
 
+
 @dataclass
 class Tally:
     """Measurements of one scenario added up over rounds."""
+
     seconds: float = 0.0
     records: int = 0
     requests: int = 0
@@ -258,13 +291,25 @@ class Tally:
         return (self.server_cpu_s + self.postgres_cpu_s) / self.requests
 
     def cpu_cells(self) -> tuple[str, str]:
-        percent = (f"{100 * self.server_cpu_s / self.seconds:.0f}/{100 * self.postgres_cpu_s / self.seconds:.0f}/"
-                   f"{100 * self.client_cpu_s / self.seconds:.0f}/{100 * self.other_cpu_s / self.seconds:.0f}")
-        return percent, f"{1000 * self.server_cpu_s / self.requests:.2f}/{1000 * self.postgres_cpu_s / self.requests:.2f}"
+        percent = (
+            f"{100 * self.server_cpu_s / self.seconds:.0f}/{100 * self.postgres_cpu_s / self.seconds:.0f}/"
+            f"{100 * self.client_cpu_s / self.seconds:.0f}/{100 * self.other_cpu_s / self.seconds:.0f}"
+        )
+        return (
+            percent,
+            f"{1000 * self.server_cpu_s / self.requests:.2f}/{1000 * self.postgres_cpu_s / self.requests:.2f}",
+        )
 
 
-async def measure_alternating(baseline: WorkloadFactory, contender: WorkloadFactory, clients: int, rounds: int,
-                              warmup_s: float, seconds: float, meter: CpuMeter) -> tuple[Tally, Tally]:
+async def measure_alternating(
+    baseline: WorkloadFactory,
+    contender: WorkloadFactory,
+    clients: int,
+    rounds: int,
+    warmup_s: float,
+    seconds: float,
+    meter: CpuMeter,
+) -> tuple[Tally, Tally]:
     """Runs baseline, contender, baseline, contender... (`rounds` of each), so that the drifts of a
     noisy machine hit both alike."""
     baseline_tally, contender_tally = Tally(), Tally()
@@ -276,8 +321,16 @@ async def measure_alternating(baseline: WorkloadFactory, contender: WorkloadFact
 
 # ---- 1. small transactions/s
 
-async def measure_small_transactions(base_url: str, raw_url: str, meter: CpuMeter, producer_counts: list[int],
-                                     rounds: int, warmup_s: float, seconds: float) -> list[Row]:
+
+async def measure_small_transactions(
+    base_url: str,
+    raw_url: str,
+    meter: CpuMeter,
+    producer_counts: list[int],
+    rounds: int,
+    warmup_s: float,
+    seconds: float,
+) -> list[Row]:
     rows = []
     value = record_value(100)
     conn = await asyncpg.connect(raw_url)
@@ -293,31 +346,51 @@ async def measure_small_transactions(base_url: str, raw_url: str, meter: CpuMete
             await create_topic(http, txn_topic, partitions)
             raw = Tally()
             for _ in range(rounds):
-                raw.add(await measure(partial(RawSmallTransaction, raw_url, f"raw-p{producers}", value), producers,
-                                      warmup_s, seconds, meter))
+                raw.add(
+                    await measure(
+                        partial(RawSmallTransaction, raw_url, f"raw-p{producers}", value),
+                        producers,
+                        warmup_s,
+                        seconds,
+                        meter,
+                    )
+                )
             idempotent, txns = await measure_alternating(
                 partial(ProducerWorkload, base_url, idempotent_topic, SMALL_TXN_RECORDS, value, False),
                 partial(ProducerWorkload, base_url, txn_topic, SMALL_TXN_RECORDS, value, True),
-                producers, rounds, warmup_s, seconds, meter)
-            print(f"  small transactions, {producers} producers: {txns.requests_per_s:,.0f} txn/s; "
-                  f"idempotent produce {idempotent.requests_per_s:,.0f} req/s; raw PostgreSQL "
-                  f"{raw.requests_per_s:,.0f} txn/s", flush=True)
+                producers,
+                rounds,
+                warmup_s,
+                seconds,
+                meter,
+            )
+            print(
+                f"  small transactions, {producers} producers: {txns.requests_per_s:,.0f} txn/s; "
+                f"idempotent produce {idempotent.requests_per_s:,.0f} req/s; raw PostgreSQL "
+                f"{raw.requests_per_s:,.0f} txn/s",
+                flush=True,
+            )
             percent, per_op = txns.cpu_cells()
-            cpu_factor = (txns.server_and_postgres_cpu_s_per_request
-                          / idempotent.server_and_postgres_cpu_s_per_request)
-            rows.append(Row(
-                "1", f"txn (produce 3 rec/2 parts + commit), {producers} producers",
-                f"{txns.requests_per_s:,.0f} txn/s, p50 {txns.latency_ms:.1f} ms",
-                f"idempotent produce of the same: {idempotent.requests_per_s:,.0f}/s, p50 "
-                f"{idempotent.latency_ms:.1f} ms (ms/req {idempotent.cpu_cells()[1]}); raw PostgreSQL 3-statement "
-                f"txn: {raw.requests_per_s:,.0f}/s",
-                f"{txns.requests_per_s / idempotent.requests_per_s:.2f} of idempotent (CPU/op x{cpu_factor:.1f}); "
-                f"{txns.requests_per_s / raw.requests_per_s:.2f} of raw PG",
-                percent, per_op))
+            cpu_factor = txns.server_and_postgres_cpu_s_per_request / idempotent.server_and_postgres_cpu_s_per_request
+            rows.append(
+                Row(
+                    "1",
+                    f"txn (produce 3 rec/2 parts + commit), {producers} producers",
+                    f"{txns.requests_per_s:,.0f} txn/s, p50 {txns.latency_ms:.1f} ms",
+                    f"idempotent produce of the same: {idempotent.requests_per_s:,.0f}/s, p50 "
+                    f"{idempotent.latency_ms:.1f} ms (ms/req {idempotent.cpu_cells()[1]}); raw PostgreSQL 3-statement "
+                    f"txn: {raw.requests_per_s:,.0f}/s",
+                    f"{txns.requests_per_s / idempotent.requests_per_s:.2f} of idempotent (CPU/op x{cpu_factor:.1f}); "
+                    f"{txns.requests_per_s / raw.requests_per_s:.2f} of raw PG",
+                    percent,
+                    per_op,
+                )
+            )
     return rows
 
 
 # ---- 2. commit acknowledged -> visible to a read_committed long poll
+
 
 class LongPollConsumer:
     """Long-polls one partition read_committed from offset 0 and notes, for each record value (an
@@ -335,9 +408,16 @@ class LongPollConsumer:
         offset = 0
         try:
             while True:
-                answer = await post_json(self.http, "/v1/fetch", {
-                    "isolation_level": "read_committed", "max_wait_ms": self.max_wait_ms, "max_records": 500,
-                    "partitions": [{"topic": self.topic, "partition": 0, "offset": offset}]})
+                answer = await post_json(
+                    self.http,
+                    "/v1/fetch",
+                    {
+                        "isolation_level": "read_committed",
+                        "max_wait_ms": self.max_wait_ms,
+                        "max_records": 500,
+                        "partitions": [{"topic": self.topic, "partition": 0, "offset": offset}],
+                    },
+                )
                 now = time.perf_counter()
                 [entry] = check_partitions(answer, "fetch")
                 for record in entry["records"]:
@@ -364,6 +444,7 @@ class LongPollConsumer:
 class Visibility:
     """Per write: from the last request sent (commit, or the plain produce) and from its
     acknowledgement to the record's arrival at the consumer, in ms."""
+
     from_sent_ms: list[float] = field(default_factory=list)
     from_ack_ms: list[float] = field(default_factory=list)
 
@@ -373,9 +454,12 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(int(fraction * len(ordered)), len(ordered) - 1)]
 
 
-async def measure_write_to_visible(base_url: str, topic: str, writes: int,
-                                   write_one: Callable[[httpx.AsyncClient, int], Awaitable[tuple[float, float]]]
-                                   ) -> Visibility:
+async def measure_write_to_visible(
+    base_url: str,
+    topic: str,
+    writes: int,
+    write_one: Callable[[httpx.AsyncClient, int], Awaitable[tuple[float, float]]],
+) -> Visibility:
     """Writes one record at a time (value = its index) with `write_one`, which returns the instants
     its last request was sent and acknowledged; waits until the consumer saw it before the next, then
     pauses a little so the consumer's next long poll is parked in the server."""
@@ -397,17 +481,40 @@ async def measure_write_to_visible(base_url: str, topic: str, writes: int,
     return visibility
 
 
-async def commit_one_record(topic: str, transactional_id: str, producer: _Producer, http: httpx.AsyncClient,
-                            index: int) -> tuple[float, float]:
-    check_partitions(await post_json(http, "/v1/produce", {
-        "transactional_id": transactional_id, "producer_id": producer.producer_id,
-        "producer_epoch": producer.producer_epoch,
-        "partitions": [{"topic": topic, "partition": 0, "base_sequence": 0,
-                        "records": [{"key": None, "value": str(index)}]}]}), "produce")
+async def commit_one_record(
+    topic: str, transactional_id: str, producer: _Producer, http: httpx.AsyncClient, index: int
+) -> tuple[float, float]:
+    check_partitions(
+        await post_json(
+            http,
+            "/v1/produce",
+            {
+                "transactional_id": transactional_id,
+                "producer_id": producer.producer_id,
+                "producer_epoch": producer.producer_epoch,
+                "partitions": [
+                    {
+                        "topic": topic,
+                        "partition": 0,
+                        "base_sequence": 0,
+                        "records": [{"key": None, "value": str(index)}],
+                    }
+                ],
+            },
+        ),
+        "produce",
+    )
     sent = time.perf_counter()
-    ended = await post_json(http, "/v1/txn/end", {
-        "transactional_id": transactional_id, "producer_id": producer.producer_id,
-        "producer_epoch": producer.producer_epoch, "committed": True})
+    ended = await post_json(
+        http,
+        "/v1/txn/end",
+        {
+            "transactional_id": transactional_id,
+            "producer_id": producer.producer_id,
+            "producer_epoch": producer.producer_epoch,
+            "committed": True,
+        },
+    )
     acknowledged = time.perf_counter()
     producer.producer_id, producer.producer_epoch = ended["producer_id"], ended["producer_epoch"]
     return sent, acknowledged
@@ -415,10 +522,18 @@ async def commit_one_record(topic: str, transactional_id: str, producer: _Produc
 
 async def produce_one_plain_record(topic: str, http: httpx.AsyncClient, index: int) -> tuple[float, float]:
     sent = time.perf_counter()
-    check_partitions(await post_json(http, "/v1/produce", {
-        "producer_id": NO_PRODUCER_ID, "producer_epoch": NO_PRODUCER_EPOCH,
-        "partitions": [{"topic": topic, "partition": 0, "records": [{"key": None, "value": str(index)}]}]}),
-        "produce")
+    check_partitions(
+        await post_json(
+            http,
+            "/v1/produce",
+            {
+                "producer_id": NO_PRODUCER_ID,
+                "producer_epoch": NO_PRODUCER_EPOCH,
+                "partitions": [{"topic": topic, "partition": 0, "records": [{"key": None, "value": str(index)}]}],
+            },
+        ),
+        "produce",
+    )
     return sent, time.perf_counter()
 
 
@@ -427,15 +542,21 @@ async def measure_commit_to_visible(base_url: str, writes: int) -> list[Row]:
     async with http_client(base_url, 1) as http:
         await create_topic(http, txn_topic, 1)
         await create_topic(http, plain_topic, 1)
-        answer = await post_json(http, "/v1/producers/init", {"transactional_id": transactional_id,
-                                                              "transaction_timeout_ms": 60_000})
+        answer = await post_json(
+            http, "/v1/producers/init", {"transactional_id": transactional_id, "transaction_timeout_ms": 60_000}
+        )
     producer = _Producer(answer["producer_id"], answer["producer_epoch"], [0])
-    plain = await measure_write_to_visible(base_url, plain_topic, writes, partial(produce_one_plain_record,
-                                                                                  plain_topic))
-    txn = await measure_write_to_visible(base_url, txn_topic, writes,
-                                         partial(commit_one_record, txn_topic, transactional_id, producer))
-    print(f"  commit ack -> visible p50 {statistics.median(txn.from_ack_ms):.2f} ms; plain produce ack -> "
-          f"visible p50 {statistics.median(plain.from_ack_ms):.2f} ms", flush=True)
+    plain = await measure_write_to_visible(
+        base_url, plain_topic, writes, partial(produce_one_plain_record, plain_topic)
+    )
+    txn = await measure_write_to_visible(
+        base_url, txn_topic, writes, partial(commit_one_record, txn_topic, transactional_id, producer)
+    )
+    print(
+        f"  commit ack -> visible p50 {statistics.median(txn.from_ack_ms):.2f} ms; plain produce ack -> "
+        f"visible p50 {statistics.median(plain.from_ack_ms):.2f} ms",
+        flush=True,
+    )
 
     def p50_p99(values: list[float]) -> str:
         return f"p50 {statistics.median(values):.2f} ms, p99 {percentile(values, 0.99):.2f} ms"
@@ -445,19 +566,29 @@ async def measure_commit_to_visible(base_url: str, writes: int) -> list[Row]:
         return f"p50 {statistics.median(values) - statistics.median(baseline):+.2f} ms"
 
     return [
-        Row("2", f"commit acknowledged -> visible (read_committed long poll), {writes} txns",
-            p50_p99(txn.from_ack_ms), f"plain produce ack -> visible: {p50_p99(plain.from_ack_ms)}",
-            p50_difference(txn.from_ack_ms, plain.from_ack_ms)),
-        Row("2", f"EndTxn sent -> visible, {writes} txns", p50_p99(txn.from_sent_ms),
+        Row(
+            "2",
+            f"commit acknowledged -> visible (read_committed long poll), {writes} txns",
+            p50_p99(txn.from_ack_ms),
+            f"plain produce ack -> visible: {p50_p99(plain.from_ack_ms)}",
+            p50_difference(txn.from_ack_ms, plain.from_ack_ms),
+        ),
+        Row(
+            "2",
+            f"EndTxn sent -> visible, {writes} txns",
+            p50_p99(txn.from_sent_ms),
             f"plain produce sent -> visible: {p50_p99(plain.from_sent_ms)}",
-            p50_difference(txn.from_sent_ms, plain.from_sent_ms)),
+            p50_difference(txn.from_sent_ms, plain.from_sent_ms),
+        ),
     ]
 
 
 # ---- 3. 1000-record transactions vs the same records written idempotently
 
-async def measure_large_transaction_overhead(base_url: str, meter: CpuMeter, producer_counts: list[int],
-                                             rounds: int, warmup_s: float, seconds: float) -> list[Row]:
+
+async def measure_large_transaction_overhead(
+    base_url: str, meter: CpuMeter, producer_counts: list[int], rounds: int, warmup_s: float, seconds: float
+) -> list[Row]:
     rows = []
     value = record_value(LARGE_VALUE_BYTES)
     async with http_client(base_url, 1) as http:
@@ -468,40 +599,78 @@ async def measure_large_transaction_overhead(base_url: str, meter: CpuMeter, pro
             idempotent, txns = await measure_alternating(
                 partial(ProducerWorkload, base_url, idempotent_topic, (LARGE_TXN_RECORDS,), value, False),
                 partial(ProducerWorkload, base_url, txn_topic, (LARGE_TXN_RECORDS,), value, True),
-                producers, rounds, warmup_s, seconds, meter)
+                producers,
+                rounds,
+                warmup_s,
+                seconds,
+                meter,
+            )
             overhead = 100 * (1 - txns.records_per_s / idempotent.records_per_s)
             # Each transaction moves as many records as an idempotent request: CPU per request compares.
-            cpu_overhead = 100 * (txns.server_and_postgres_cpu_s_per_request
-                                  / idempotent.server_and_postgres_cpu_s_per_request - 1)
-            print(f"  1000-record transactions, {producers} producers: {txns.records_per_s:,.0f} records/s; "
-                  f"idempotent {idempotent.records_per_s:,.0f} records/s; overhead {overhead:.1f}%", flush=True)
+            cpu_overhead = 100 * (
+                txns.server_and_postgres_cpu_s_per_request / idempotent.server_and_postgres_cpu_s_per_request - 1
+            )
+            print(
+                f"  1000-record transactions, {producers} producers: {txns.records_per_s:,.0f} records/s; "
+                f"idempotent {idempotent.records_per_s:,.0f} records/s; overhead {overhead:.1f}%",
+                flush=True,
+            )
             percent, per_op = txns.cpu_cells()
             idem_percent, idem_per_op = idempotent.cpu_cells()
-            rows.append(Row(
-                "3", f"txn of 1 produce of {LARGE_TXN_RECORDS} x {LARGE_VALUE_BYTES} B + commit, {producers} producers",
-                f"{txns.records_per_s:,.0f} records/s, p50 {txns.latency_ms:.1f} ms/txn",
-                f"idempotent, no txn: {idempotent.records_per_s:,.0f} records/s, p50 {idempotent.latency_ms:.1f} "
-                f"ms/req (ms/req {idem_per_op}, CPU% {idem_percent})",
-                f"overhead {overhead:.1f}% (CPU +{cpu_overhead:.0f}%)", percent, per_op))
+            rows.append(
+                Row(
+                    "3",
+                    f"txn of 1 produce of {LARGE_TXN_RECORDS} x {LARGE_VALUE_BYTES} B + commit, {producers} producers",
+                    f"{txns.records_per_s:,.0f} records/s, p50 {txns.latency_ms:.1f} ms/txn",
+                    f"idempotent, no txn: {idempotent.records_per_s:,.0f} records/s, p50 {idempotent.latency_ms:.1f} "
+                    f"ms/req (ms/req {idem_per_op}, CPU% {idem_percent})",
+                    f"overhead {overhead:.1f}% (CPU +{cpu_overhead:.0f}%)",
+                    percent,
+                    per_op,
+                )
+            )
     return rows
 
 
 # ---- 4. read_committed fetch as a partition grows: partitions built directly with COPY
 
+
 @dataclass(frozen=True)
 class _Record:
     """A record as record_codec.encode_batch takes it (the wire shape)."""
+
     key: str | None
     value: str | None
     headers: tuple = ()
     timestamp_ms: int | None = None
 
 
-BATCH_COLUMNS = ["topic_id", "partition", "last_offset", "base_offset", "producer_id", "producer_epoch",
-                 "base_sequence", "is_transactional", "control_type", "first_timestamp_ms", "max_timestamp_ms",
-                 "record_count", "size_bytes", "records"]
-MARKER_COLUMNS = ["topic_id", "partition", "producer_id", "producer_epoch", "control_type", "marker_offset",
-                  "first_offset", "timestamp_ms"]
+BATCH_COLUMNS = [
+    "topic_id",
+    "partition",
+    "last_offset",
+    "base_offset",
+    "producer_id",
+    "producer_epoch",
+    "base_sequence",
+    "is_transactional",
+    "control_type",
+    "first_timestamp_ms",
+    "max_timestamp_ms",
+    "record_count",
+    "size_bytes",
+    "records",
+]
+MARKER_COLUMNS = [
+    "topic_id",
+    "partition",
+    "producer_id",
+    "producer_epoch",
+    "control_type",
+    "marker_offset",
+    "first_offset",
+    "timestamp_ms",
+]
 CONTROL_PAYLOAD = b"[]"  # what markers.write_markers stores in a control batch
 
 
@@ -513,8 +682,14 @@ class BuiltPartition:
     build_s: float
 
 
-def batch_rows(topic_id: int, partition: int, records: int, payload: record_codec.EncodedBatch, now_ms: int,
-               producer_ids: list[int]) -> tuple[list[tuple], list[tuple], int]:
+def batch_rows(
+    topic_id: int,
+    partition: int,
+    records: int,
+    payload: record_codec.EncodedBatch,
+    now_ms: int,
+    producer_ids: list[int],
+) -> tuple[list[tuple], list[tuple], int]:
     """The record_batches and txn_markers rows of a partition of `records` records in batches of
     BATCH_RECORDS, exactly as the server writes them: every ABORTED_EVERY-th batch is the only batch of
     a transaction (producer id, epoch of its own; sequence 0), followed by its ABORT control batch
@@ -524,11 +699,28 @@ def batch_rows(topic_id: int, partition: int, records: int, payload: record_code
     offset = 0
     for index in range(records // BATCH_RECORDS):
         last = offset + BATCH_RECORDS - 1
-        common = (payload.first_timestamp_ms, payload.max_timestamp_ms, BATCH_RECORDS, payload.size_bytes,
-                  payload.payload)
+        common = (
+            payload.first_timestamp_ms,
+            payload.max_timestamp_ms,
+            BATCH_RECORDS,
+            payload.size_bytes,
+            payload.payload,
+        )
         if index % ABORTED_EVERY != ABORTED_EVERY - 1:
-            batches.append((topic_id, partition, last, offset, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, False,
-                            None, *common))
+            batches.append(
+                (
+                    topic_id,
+                    partition,
+                    last,
+                    offset,
+                    NO_PRODUCER_ID,
+                    NO_PRODUCER_EPOCH,
+                    NO_SEQUENCE,
+                    False,
+                    None,
+                    *common,
+                )
+            )
             offset = last + 1
             continue
         transaction = index // ABORTED_EVERY
@@ -536,28 +728,50 @@ def batch_rows(topic_id: int, partition: int, records: int, payload: record_code
         epoch = transaction % EPOCHS_PER_PRODUCER
         batches.append((topic_id, partition, last, offset, producer_id, epoch, 0, True, None, *common))
         marker_offset = last + 1
-        batches.append((topic_id, partition, marker_offset, marker_offset, producer_id, epoch, NO_SEQUENCE, True,
-                        CONTROL_ABORT, now_ms, now_ms, 1, 0, CONTROL_PAYLOAD))
+        batches.append(
+            (
+                topic_id,
+                partition,
+                marker_offset,
+                marker_offset,
+                producer_id,
+                epoch,
+                NO_SEQUENCE,
+                True,
+                CONTROL_ABORT,
+                now_ms,
+                now_ms,
+                1,
+                0,
+                CONTROL_PAYLOAD,
+            )
+        )
         markers.append((topic_id, partition, producer_id, epoch, CONTROL_ABORT, marker_offset, offset, now_ms))
         offset = marker_offset + 1
     return batches, markers, offset
 
 
-async def build_partition(database_url: str, topic_id: int, partition: int, records: int, copy_connections: int = 2
-                          ) -> BuiltPartition:
+async def build_partition(
+    database_url: str, topic_id: int, partition: int, records: int, copy_connections: int = 2
+) -> BuiltPartition:
     """Writes the partition straight into PostgreSQL (COPY, over `copy_connections` connections at
     once), registers its producers as the server would (producer_ids, producer_states with no open
     transaction), moves the high watermark, and ANALYZEs, as autovacuum would after such growth."""
     started = time.monotonic()
     now_ms = int(time.time() * 1000)
-    payload = record_codec.encode_batch([_Record(None, record_value(LARGE_VALUE_BYTES), (), now_ms)] * BATCH_RECORDS,
-                                        record_codec.UTF8, now_ms, "bench")
+    payload = record_codec.encode_batch(
+        [_Record(None, record_value(LARGE_VALUE_BYTES), (), now_ms)] * BATCH_RECORDS, record_codec.UTF8, now_ms, "bench"
+    )
     transactions = records // BATCH_RECORDS // ABORTED_EVERY
     conn = await asyncpg.connect(database_url)
     try:
-        producer_ids = [row[0] for row in await conn.fetch(
-            "SELECT nextval('producer_id_seq') FROM generate_series(1, $1)",
-            max(1, -(-transactions // EPOCHS_PER_PRODUCER)))]
+        producer_ids = [
+            row[0]
+            for row in await conn.fetch(
+                "SELECT nextval('producer_id_seq') FROM generate_series(1, $1)",
+                max(1, -(-transactions // EPOCHS_PER_PRODUCER)),
+            )
+        ]
         batches, markers, high_watermark = batch_rows(topic_id, partition, records, payload, now_ms, producer_ids)
         chunk = -(-len(batches) // copy_connections)
 
@@ -568,21 +782,31 @@ async def build_partition(database_url: str, topic_id: int, partition: int, reco
             finally:
                 await connection.close()
 
-        await asyncio.gather(*(copy_chunk(batches[i:i + chunk]) for i in range(0, len(batches), chunk)))
+        await asyncio.gather(*(copy_chunk(batches[i : i + chunk]) for i in range(0, len(batches), chunk)))
         await conn.copy_records_to_table("txn_markers", records=markers, columns=MARKER_COLUMNS)
         last_epoch = {}
         for _, _, producer_id, epoch, *_ in markers:
             last_epoch[producer_id] = epoch
         await conn.executemany(
-            "INSERT INTO producer_ids (producer_id, producer_epoch, transactional_id, issued_ms) VALUES ($1, $2, $3, $4)",
-            [(pid, epoch + 1, f"bench-built-{topic_id}-{partition}-{pid}", now_ms) for pid, epoch in last_epoch.items()])
+            "INSERT INTO producer_ids (producer_id, producer_epoch, transactional_id, issued_ms) "
+            "VALUES ($1, $2, $3, $4)",
+            [
+                (pid, epoch + 1, f"bench-built-{topic_id}-{partition}-{pid}", now_ms)
+                for pid, epoch in last_epoch.items()
+            ],
+        )
         await conn.executemany(
             "INSERT INTO producer_states (topic_id, partition, producer_id, producer_epoch, last_sequence, "
             "last_timestamp_ms, last_append_ms, recent_batches, current_txn_first_offset) "
             "VALUES ($1, $2, $3, $4, $5, $6, $6, '[]', NULL)",
-            [(topic_id, partition, pid, epoch, BATCH_RECORDS - 1, now_ms) for pid, epoch in last_epoch.items()])
-        await conn.execute("UPDATE partitions SET high_watermark = $3 WHERE topic_id = $1 AND partition = $2",
-                           topic_id, partition, high_watermark)
+            [(topic_id, partition, pid, epoch, BATCH_RECORDS - 1, now_ms) for pid, epoch in last_epoch.items()],
+        )
+        await conn.execute(
+            "UPDATE partitions SET high_watermark = $3 WHERE topic_id = $1 AND partition = $2",
+            topic_id,
+            partition,
+            high_watermark,
+        )
         await conn.execute("ANALYZE record_batches")
         await conn.execute("ANALYZE txn_markers")
     finally:
@@ -593,6 +817,7 @@ async def build_partition(database_url: str, topic_id: int, partition: int, reco
 @dataclass(frozen=True)
 class FetchPoint:
     """Where a timed fetch reads: the partition of `size` records, at `position`."""
+
     size: int
     position: str
     partition: int
@@ -602,6 +827,7 @@ class FetchPoint:
 @dataclass
 class FetchTiming:
     """The samples of one FetchPoint, and the CPU used while they ran (summed over their windows)."""
+
     seconds: list[float] = field(default_factory=list)
     window_s: float = 0.0
     server_s: float = 0.0
@@ -615,23 +841,31 @@ class FetchTiming:
 
     def cpu_cells(self) -> tuple[str, str]:
         other_s = max(self.machine_s - self.server_s - self.postgres_s - self.client_s, 0.0)
-        percent = "/".join(f"{100 * cpu / self.window_s:.0f}"
-                           for cpu in (self.server_s, self.postgres_s, self.client_s, other_s))
+        percent = "/".join(
+            f"{100 * cpu / self.window_s:.0f}" for cpu in (self.server_s, self.postgres_s, self.client_s, other_s)
+        )
         count = len(self.seconds)
         return percent, f"{1000 * self.server_s / count:.2f}/{1000 * self.postgres_s / count:.2f}"
 
 
-async def time_read_committed_fetches(http: httpx.AsyncClient, meter: CpuMeter, topic: str, points: list[FetchPoint],
-                                      samples: int) -> dict[FetchPoint, FetchTiming]:
+async def time_read_committed_fetches(
+    http: httpx.AsyncClient, meter: CpuMeter, topic: str, points: list[FetchPoint], samples: int
+) -> dict[FetchPoint, FetchTiming]:
     """`samples` read_committed fetches of FETCH_RECORDS records at each point, taking the points in
     turn (a burst of noise on the machine then hits every point alike), after two unmeasured ones
     each (connection, prepared statements, pages warm)."""
 
     async def fetch_once(point: FetchPoint) -> float:
         started = time.perf_counter()
-        answer = await post_json(http, "/v1/fetch", {
-            "isolation_level": "read_committed", "max_records": FETCH_RECORDS,
-            "partitions": [{"topic": topic, "partition": point.partition, "offset": point.offset}]})
+        answer = await post_json(
+            http,
+            "/v1/fetch",
+            {
+                "isolation_level": "read_committed",
+                "max_records": FETCH_RECORDS,
+                "partitions": [{"topic": topic, "partition": point.partition, "offset": point.offset}],
+            },
+        )
         elapsed = time.perf_counter() - started
         [entry] = check_partitions(answer, "fetch")
         if len(entry["records"]) != FETCH_RECORDS:
@@ -658,8 +892,9 @@ async def time_read_committed_fetches(http: httpx.AsyncClient, meter: CpuMeter, 
     return timings
 
 
-async def measure_fetch_vs_log_length(base_url: str, database_url: str, meter: CpuMeter, sizes: list[int],
-                                      samples: int) -> list[Row]:
+async def measure_fetch_vs_log_length(
+    base_url: str, database_url: str, meter: CpuMeter, sizes: list[int], samples: int
+) -> list[Row]:
     topic = "log-length"
     async with http_client(base_url, 1) as http:
         await create_topic(http, topic, len(sizes))
@@ -671,64 +906,112 @@ async def measure_fetch_vs_log_length(base_url: str, database_url: str, meter: C
         built = []
         for partition, size in enumerate(sizes):
             built.append(await build_partition(database_url, topic_id, partition, size))
-            print(f"  built {size:,} records ({built[-1].aborted_transactions:,} aborted transactions, "
-                  f"{size // BATCH_RECORDS:,} batches) in {built[-1].build_s:.1f} s", flush=True)
-        rows = [Row("4", f"build partition of {b.records:,} records by COPY",
-                    f"{b.build_s:.1f} s ({b.records / b.build_s:,.0f} records/s), high watermark {b.high_watermark:,}")
-                for b in built]
-        points = [FetchPoint(b.records, position, partition, offset)
-                  for partition, b in enumerate(built)
-                  for position, offset in (("start", 0), ("middle", b.high_watermark // 2),
-                                           ("end", b.high_watermark - 2 * FETCH_RECORDS))]
-        timings = {(point.position, point.size): timing for point, timing in
-                   (await time_read_committed_fetches(http, meter, topic, points, samples)).items()}
+            print(
+                f"  built {size:,} records ({built[-1].aborted_transactions:,} aborted transactions, "
+                f"{size // BATCH_RECORDS:,} batches) in {built[-1].build_s:.1f} s",
+                flush=True,
+            )
+        rows = [
+            Row(
+                "4",
+                f"build partition of {b.records:,} records by COPY",
+                f"{b.build_s:.1f} s ({b.records / b.build_s:,.0f} records/s), high watermark {b.high_watermark:,}",
+            )
+            for b in built
+        ]
+        points = [
+            FetchPoint(b.records, position, partition, offset)
+            for partition, b in enumerate(built)
+            for position, offset in (
+                ("start", 0),
+                ("middle", b.high_watermark // 2),
+                ("end", b.high_watermark - 2 * FETCH_RECORDS),
+            )
+        ]
+        timings = {
+            (point.position, point.size): timing
+            for point, timing in (await time_read_committed_fetches(http, meter, topic, points, samples)).items()
+        }
     smallest = sizes[0]
     for position in ("start", "middle", "end"):
         base = timings[position, smallest]
         for previous, size in zip([None, *sizes], sizes):
             t = timings[position, size]
-            versus_previous = "" if previous in (None, smallest) else \
-                f" (vs {previous:,}: {t.median_ms / timings[position, previous].median_ms:.2f})"
-            rows.append(Row(
-                "4", f"read_committed fetch {FETCH_RECORDS} at {position} of {size:,}",
-                f"median {t.median_ms:.2f} ms ({samples} fetches)",
-                "-" if size == smallest else f"{smallest:,}: {base.median_ms:.2f} ms",
-                "-" if size == smallest else f"{t.median_ms / base.median_ms:.2f}{versus_previous}",
-                *t.cpu_cells()))
+            versus_previous = (
+                ""
+                if previous in (None, smallest)
+                else f" (vs {previous:,}: {t.median_ms / timings[position, previous].median_ms:.2f})"
+            )
+            rows.append(
+                Row(
+                    "4",
+                    f"read_committed fetch {FETCH_RECORDS} at {position} of {size:,}",
+                    f"median {t.median_ms:.2f} ms ({samples} fetches)",
+                    "-" if size == smallest else f"{smallest:,}: {base.median_ms:.2f} ms",
+                    "-" if size == smallest else f"{t.median_ms / base.median_ms:.2f}{versus_previous}",
+                    *t.cpu_cells(),
+                )
+            )
             print(f"  fetch at {position} of {size:,}: {t.median_ms:.2f} ms", flush=True)
     return rows
 
 
 # ---- main
 
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     def int_list(text: str) -> list[int]:
         return [int(part) for part in text.split(",") if part]
 
-    parser = argparse.ArgumentParser(prog="python -m bench.transactions", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.transactions", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seconds", type=float, default=3, help="measured time of each timed run (default 3)")
     parser.add_argument("--warmup", type=float, default=0.5, help="unmeasured time before each (default 0.5)")
-    parser.add_argument("--producers", type=int_list, default=[1, 8, 32],
-                        help="concurrent producers of section 1 (default 1,8,32)")
-    parser.add_argument("--visible-writes", type=int, default=300,
-                        help="transactions (and plain writes) timed in section 2 (default 300)")
-    parser.add_argument("--large-producers", type=int_list, default=[1, 4],
-                        help="concurrent producers of section 3 (default 1,4)")
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="alternating idempotent/transactional runs of sections 1 and 3 (default 2)")
-    parser.add_argument("--sizes", type=int_list, default=[10_000, 1_000_000, 10_000_000],
-                        help="records of the partitions of section 4, smallest first (default 10000,1000000,10000000)")
+    parser.add_argument(
+        "--producers", type=int_list, default=[1, 8, 32], help="concurrent producers of section 1 (default 1,8,32)"
+    )
+    parser.add_argument(
+        "--visible-writes",
+        type=int,
+        default=300,
+        help="transactions (and plain writes) timed in section 2 (default 300)",
+    )
+    parser.add_argument(
+        "--large-producers", type=int_list, default=[1, 4], help="concurrent producers of section 3 (default 1,4)"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="alternating idempotent/transactional runs of sections 1 and 3 (default 2)",
+    )
+    parser.add_argument(
+        "--sizes",
+        type=int_list,
+        default=[10_000, 1_000_000, 10_000_000],
+        help="records of the partitions of section 4, smallest first (default 10000,1000000,10000000)",
+    )
     parser.add_argument("--fetch-samples", type=int, default=20, help="fetches timed per position (default 20)")
     parser.add_argument("--sections", type=int_list, default=[1, 2, 3, 4], help="which sections to run")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="worker processes of txbroker (`serve --workers N`, default 1)")
-    parser.add_argument("--checkout", type=Path, default=None, metavar="DIR",
-                        help="serve the txbroker code of another checkout (e.g. `git archive` of an older "
-                             "commit) with this environment, to compare versions run after run")
-    parser.add_argument("--profile-server", metavar="FILE", type=Path,
-                        help="run txbroker under cProfile (1 worker; about 2x slower), save the stats to FILE and "
-                             "print where its CPU went")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="worker processes of txbroker (`serve --workers N`, default 1)"
+    )
+    parser.add_argument(
+        "--checkout",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="serve the txbroker code of another checkout (e.g. `git archive` of an older "
+        "commit) with this environment, to compare versions run after run",
+    )
+    parser.add_argument(
+        "--profile-server",
+        metavar="FILE",
+        type=Path,
+        help="run txbroker under cProfile (1 worker; about 2x slower), save the stats to FILE and "
+        "print where its CPU went",
+    )
     return parser.parse_args(argv)
 
 
@@ -736,16 +1019,25 @@ async def run_sections(args: argparse.Namespace, server: ServerSubprocess, postg
     meter = CpuMeter(postgres.pid, server.pid)
     rows: list[Row] = []
     if 1 in args.sections:
-        rows += await measure_small_transactions(server.url, database_url_for(postgres.database_url, RAW_DATABASE),
-                                                 meter, args.producers, args.rounds, args.warmup, args.seconds)
+        rows += await measure_small_transactions(
+            server.url,
+            database_url_for(postgres.database_url, RAW_DATABASE),
+            meter,
+            args.producers,
+            args.rounds,
+            args.warmup,
+            args.seconds,
+        )
     if 2 in args.sections:
         rows += await measure_commit_to_visible(server.url, args.visible_writes)
     if 3 in args.sections:
-        rows += await measure_large_transaction_overhead(server.url, meter, args.large_producers, args.rounds,
-                                                         args.warmup, args.seconds)
+        rows += await measure_large_transaction_overhead(
+            server.url, meter, args.large_producers, args.rounds, args.warmup, args.seconds
+        )
     if 4 in args.sections:
-        rows += await measure_fetch_vs_log_length(server.url, postgres.database_url, meter, args.sizes,
-                                                  args.fetch_samples)
+        rows += await measure_fetch_vs_log_length(
+            server.url, postgres.database_url, meter, args.sizes, args.fetch_samples
+        )
     return rows
 
 
@@ -759,12 +1051,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         postgres.start()
         postgres.create_database(RAW_DATABASE)
-        server = start_txbroker(postgres.database_url, args.profile_server, workers=args.workers,
-                                checkout=None if args.checkout is None else args.checkout.resolve())
-        print(f"PostgreSQL pid {postgres.pid} in {work_dir}; txbroker pid {server.pid} ({args.workers} worker(s)"
-              f"{'' if args.checkout is None else ', code of ' + str(args.checkout)}); "
-              f"{os.cpu_count()} CPUs; "
-              f"Python {platform.python_version()}", flush=True)
+        server = start_txbroker(
+            postgres.database_url,
+            args.profile_server,
+            workers=args.workers,
+            checkout=None if args.checkout is None else args.checkout.resolve(),
+        )
+        print(
+            f"PostgreSQL pid {postgres.pid} in {work_dir}; txbroker pid {server.pid} ({args.workers} worker(s)"
+            f"{'' if args.checkout is None else ', code of ' + str(args.checkout)}); "
+            f"{os.cpu_count()} CPUs; "
+            f"Python {platform.python_version()}",
+            flush=True,
+        )
         rows = asyncio.run(run_sections(args, server, postgres))
     finally:
         if server is not None:

@@ -8,12 +8,12 @@ errors fail only their partition.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import asyncpg
 
+from app.clock import now_ms
 from app.coordinator.transaction_coordinator import TransactionCoordinator, unknown_producer
 from app.errors import BrokerError, ErrorCode, invalid_request
 from app.storage import partition_log, producer_ids, record_codec
@@ -26,6 +26,7 @@ from app.storage.topics import INTERNAL_PREFIX, find_topics, unknown_topic
 class PartitionRecords:
     """One partition's records; `encoded` when the caller has already validated and encoded them
     (the API's fast path), else they are encoded here."""
+
     topic: str
     partition: int
     base_sequence: int
@@ -46,25 +47,32 @@ def _check_request(command: ProduceCommand, max_records: int) -> None:
     if command.transactional_id is not None and command.producer_id == NO_PRODUCER_ID:
         raise invalid_request(
             f"transactional_id {command.transactional_id!r} was sent with producer_id -1: a transactional "
-            f"write needs the producer id and epoch from POST /v1/producers/init")
+            f"write needs the producer id and epoch from POST /v1/producers/init"
+        )
     seen = set()
     total = 0
     for index, entry in enumerate(command.partitions):
         if (entry.topic, entry.partition) in seen:
-            raise invalid_request(f"partitions[{index}]: {entry.topic}-{entry.partition} is listed twice: "
-                                  f"send each partition once, with all its records")
+            raise invalid_request(
+                f"partitions[{index}]: {entry.topic}-{entry.partition} is listed twice: "
+                f"send each partition once, with all its records"
+            )
         seen.add((entry.topic, entry.partition))
         if command.producer_id != NO_PRODUCER_ID and entry.base_sequence == NO_SEQUENCE:
-            raise invalid_request(f"partitions[{index}]: base_sequence is -1 with producer_id "
-                                  f"{command.producer_id}: an idempotent write numbers its records from 0")
+            raise invalid_request(
+                f"partitions[{index}]: base_sequence is -1 with producer_id "
+                f"{command.producer_id}: an idempotent write numbers its records from 0"
+            )
         if entry.topic.startswith(INTERNAL_PREFIX):
-            raise BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                              f"partitions[{index}]: topic {entry.topic!r} is internal to txbroker and "
-                              f"cannot be written by clients")
+            raise BrokerError(
+                ErrorCode.INVALID_TOPIC_EXCEPTION,
+                f"partitions[{index}]: topic {entry.topic!r} is internal to txbroker and cannot be written by clients",
+            )
         total += len(entry.records)
     if total > max_records:
-        raise invalid_request(f"the request carries {total} records: expected at most {max_records} "
-                              f"per request; split it")
+        raise invalid_request(
+            f"the request carries {total} records: expected at most {max_records} per request; split it"
+        )
 
 
 async def _check_idempotent_producer(conn: asyncpg.Connection, command: ProduceCommand) -> BrokerError | None:
@@ -78,15 +86,20 @@ async def _check_idempotent_producer(conn: asyncpg.Connection, command: ProduceC
         raise BrokerError(
             ErrorCode.INVALID_PRODUCER_ID_MAPPING,
             f"producer id {command.producer_id} belongs to transactional id {issued.transactional_id!r}: "
-            f"send that transactional_id with its writes")
+            f"send that transactional_id with its writes",
+        )
     if command.producer_epoch > issued.producer_epoch:
-        raise BrokerError(ErrorCode.INVALID_PRODUCER_EPOCH,
-                          f"epoch {command.producer_epoch} of producer {command.producer_id} was never issued "
-                          f"(the latest is {issued.producer_epoch})")
+        raise BrokerError(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"epoch {command.producer_epoch} of producer {command.producer_id} was never issued "
+            f"(the latest is {issued.producer_epoch})",
+        )
     if command.producer_epoch < issued.producer_epoch:
-        return BrokerError(ErrorCode.INVALID_PRODUCER_EPOCH,
-                           f"producer {command.producer_id} wrote with epoch {command.producer_epoch}, but epoch "
-                           f"{issued.producer_epoch} was issued to it since: this producer instance is stale; close it")
+        return BrokerError(
+            ErrorCode.INVALID_PRODUCER_EPOCH,
+            f"producer {command.producer_id} wrote with epoch {command.producer_epoch}, but epoch "
+            f"{issued.producer_epoch} was issued to it since: this producer instance is stale; close it",
+        )
     return None
 
 
@@ -102,21 +115,29 @@ def _transaction_if_needed(conn: asyncpg.Connection, command: ProduceCommand):
     return conn.transaction()
 
 
-async def produce(coordinator: TransactionCoordinator, command: ProduceCommand,
-                  max_records: int) -> list[AppendResult | BrokerError]:
+async def produce(
+    coordinator: TransactionCoordinator, command: ProduceCommand, max_records: int
+) -> list[AppendResult | BrokerError]:
     _check_request(command, max_records)
-    now_ms = int(time.time() * 1000)
-    encoded = [entry.encoded or record_codec.encode_batch(entry.records, command.encoding, now_ms,
-                                                          f"partitions[{index}].records")
-               for index, entry in enumerate(command.partitions)]
+    appended_ms = now_ms()
+    encoded = [
+        entry.encoded
+        or record_codec.encode_batch(entry.records, command.encoding, appended_ms, f"partitions[{index}].records")
+        for index, entry in enumerate(command.partitions)
+    ]
     transactional = command.transactional_id is not None
     async with coordinator.pool.acquire() as conn, _transaction_if_needed(conn, command):
         topics = await find_topics(conn, sorted({entry.topic for entry in command.partitions}))
         meta = None
         if transactional:
             meta = await coordinator.join_for_produce(
-                conn, command.transactional_id, command.producer_id, command.producer_epoch,
-                [(entry.topic, entry.partition) for entry in command.partitions], topics)
+                conn,
+                command.transactional_id,
+                command.producer_id,
+                command.producer_epoch,
+                [(entry.topic, entry.partition) for entry in command.partitions],
+                topics,
+            )
         elif command.producer_id != NO_PRODUCER_ID:
             stale = await _check_idempotent_producer(conn, command)
             if stale is not None:
@@ -129,8 +150,17 @@ async def produce(coordinator: TransactionCoordinator, command: ProduceCommand,
                 results.append(unknown_topic(entry.topic))
                 continue
             results.append(None)
-            appends.append(BatchAppend(topic, entry.partition, batch, command.producer_id,
-                                       command.producer_epoch, entry.base_sequence, transactional))
+            appends.append(
+                BatchAppend(
+                    topic,
+                    entry.partition,
+                    batch,
+                    command.producer_id,
+                    command.producer_epoch,
+                    entry.base_sequence,
+                    transactional,
+                )
+            )
         appended = iter(await partition_log.append_batches(conn, appends))
         if meta is not None:
             await coordinator.log.save(conn, meta)  # last: see TransactionLog's lock order

@@ -21,29 +21,31 @@ Invariants:
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 import asyncpg
 
+from app.clock import now_ms
 from app.coordinator.transaction_states import TransactionState, transition
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
 from app.storage import group_offsets, markers, principals, producer_ids
 from app.storage.partition_log import CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from app.storage.producer_ids import ProducerIdAndEpoch
-from app.storage.topics import CONSUMER_OFFSETS_TOPIC, INTERNAL_PREFIX, find_topics, get_topic, unknown_partition, \
-    unknown_topic
+from app.storage.topics import (
+    CONSUMER_OFFSETS_TOPIC,
+    INTERNAL_PREFIX,
+    find_topics,
+    get_topic,
+    unknown_partition,
+    unknown_topic,
+)
 from app.storage.transaction_log import NO_START_TIME, TransactionLog, TransactionMetadata, TxnPartition
 from txbroker.partitioner import partition_for_key
 
 log = logging.getLogger(__name__)
 
 S = TransactionState
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +66,13 @@ def _mapping_error(transactional_id: str, producer_id: int) -> BrokerError:
     return BrokerError(
         ErrorCode.INVALID_PRODUCER_ID_MAPPING,
         f"producer id {producer_id} is not the producer of transactional id {transactional_id!r} (the id is "
-        f"unknown, expired, or owned by another producer id): call POST /v1/producers/init again")
+        f"unknown, expired, or owned by another producer id): call POST /v1/producers/init again",
+    )
 
 
-def check_producer(meta: TransactionMetadata | None, transactional_id: str, producer_id: int,
-                   producer_epoch: int) -> TransactionMetadata:
+def check_producer(
+    meta: TransactionMetadata | None, transactional_id: str, producer_id: int, producer_epoch: int
+) -> TransactionMetadata:
     """The request's producer id and epoch against the coordinator's current ones."""
     if meta is None or meta.state == S.DEAD:
         raise _mapping_error(transactional_id, producer_id)
@@ -83,7 +87,8 @@ def check_producer(meta: TransactionMetadata | None, transactional_id: str, prod
             ErrorCode.INVALID_PRODUCER_EPOCH,
             f"epoch {producer_epoch} of producer {producer_id} is higher than the coordinator's "
             f"{meta.producer_epoch} for {meta.transactional_id!r}: use the epoch POST /v1/producers/init "
-            f"or the last EndTxn returned")
+            f"or the last EndTxn returned",
+        )
     return meta
 
 
@@ -92,18 +97,22 @@ def _fenced(meta: TransactionMetadata, producer_id: int, producer_epoch: int) ->
         ErrorCode.PRODUCER_FENCED,
         f"producer {producer_id} epoch {producer_epoch} of {meta.transactional_id!r} is fenced: the current "
         f"producer is {meta.producer_id} epoch {meta.producer_epoch} (a newer instance initialized, or a "
-        f"transaction ended or timed out since). If this was your current epoch, close the producer")
+        f"transaction ended or timed out since). If this was your current epoch, close the producer",
+    )
 
 
 def _concurrent(meta: TransactionMetadata) -> BrokerError:
-    return BrokerError(ErrorCode.CONCURRENT_TRANSACTIONS,
-                       f"transactional id {meta.transactional_id!r} is completing its previous transaction "
-                       f"({meta.state}): retry shortly")
+    return BrokerError(
+        ErrorCode.CONCURRENT_TRANSACTIONS,
+        f"transactional id {meta.transactional_id!r} is completing its previous transaction "
+        f"({meta.state}): retry shortly",
+    )
 
 
 def _invalid_state(meta: TransactionMetadata, doing: str) -> BrokerError:
-    return BrokerError(ErrorCode.INVALID_TXN_STATE,
-                       f"cannot {doing} transactional id {meta.transactional_id!r} in state {meta.state}")
+    return BrokerError(
+        ErrorCode.INVALID_TXN_STATE, f"cannot {doing} transactional id {meta.transactional_id!r} in state {meta.state}"
+    )
 
 
 class TransactionCoordinator:
@@ -135,47 +144,72 @@ class TransactionCoordinator:
         control = CONTROL_COMMIT if commit else CONTROL_ABORT
         # One statement locks every partition (in lock_order) and one writes the markers, however
         # many partitions the transaction has.
-        await markers.write_markers(conn, [(p.topic_id, p.partition) for p in meta.partitions],
-                                    meta.txn_producer_id, meta.txn_producer_epoch, control, now)
+        await markers.write_markers(
+            conn,
+            [(p.topic_id, p.partition) for p in meta.partitions],
+            meta.txn_producer_id,
+            meta.txn_producer_epoch,
+            control,
+            now,
+        )
         for partition in meta.partitions:
             if partition.topic == CONSUMER_OFFSETS_TOPIC:
                 # The transaction's offsets become visible (or are discarded) with its marker there,
                 # in the same PostgreSQL transaction.
-                await group_offsets.settle(conn, partition.partition, meta.txn_producer_id,
-                                           meta.txn_producer_epoch, commit)
+                await group_offsets.settle(
+                    conn, partition.partition, meta.txn_producer_id, meta.txn_producer_epoch, commit
+                )
 
     async def _complete(self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int, bump: bool) -> None:
         """PrepareCommit/PrepareAbort -> markers -> CompleteCommit/CompleteAbort. With `bump`, the epoch
         moves on and the ids that ended the transaction are remembered for an EndTxn retry."""
         commit = meta.state == S.PREPARE_COMMIT
         await self._write_markers(conn, meta, commit, now)
-        changes: dict = {"partitions": [], "groups": [], "txn_start_ms": NO_START_TIME,
-                         "txn_producer_id": None, "txn_producer_epoch": None}
+        changes: dict = {
+            "partitions": [],
+            "groups": [],
+            "txn_start_ms": NO_START_TIME,
+            "txn_producer_id": None,
+            "txn_producer_epoch": None,
+        }
         if bump:
             current = ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch)
             # The new epoch reaches producer_ids with the row, in TransactionLog.save (one statement
             # fewer); a new producer id, once epochs are exhausted, is issued here.
             bumped = producer_ids.next_epoch(current) or await producer_ids.issue(conn, now, meta.transactional_id)
-            changes.update(last_producer_id=current.producer_id, last_producer_epoch=current.producer_epoch,
-                           producer_id=bumped.producer_id, producer_epoch=bumped.producer_epoch)
+            changes.update(
+                last_producer_id=current.producer_id,
+                last_producer_epoch=current.producer_epoch,
+                producer_id=bumped.producer_id,
+                producer_epoch=bumped.producer_epoch,
+            )
         self._move(meta, S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, now, **changes)
 
     async def _fence_and_abort(self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int) -> None:
         """Ongoing or Prepared -> (PrepareEpochFence) -> PrepareAbort -> CompleteAbort, bumping the
         epoch first so the producer of the aborted transaction is fenced."""
-        bumped = await producer_ids.bump(conn, ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch), now,
-                                         meta.transactional_id)
+        bumped = await producer_ids.bump(
+            conn, ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch), now, meta.transactional_id
+        )
         if meta.state == S.ONGOING:
-            self._move(meta, S.PREPARE_EPOCH_FENCE, now, producer_id=bumped.producer_id,
-                             producer_epoch=bumped.producer_epoch, last_producer_id=None, last_producer_epoch=None)
+            self._move(
+                meta,
+                S.PREPARE_EPOCH_FENCE,
+                now,
+                producer_id=bumped.producer_id,
+                producer_epoch=bumped.producer_epoch,
+                last_producer_id=None,
+                last_producer_epoch=None,
+            )
         else:
             meta.producer_id, meta.producer_epoch = bumped.producer_id, bumped.producer_epoch
             meta.last_producer_id = meta.last_producer_epoch = None
         self._move(meta, S.PREPARE_ABORT, now)
         await self._complete(conn, meta, now, bump=False)
 
-    def _start_or_extend(self, meta: TransactionMetadata, partitions: list[TxnPartition], groups: list[str],
-                         now: int) -> None:
+    def _start_or_extend(
+        self, meta: TransactionMetadata, partitions: list[TxnPartition], groups: list[str], now: int
+    ) -> None:
         """Adds partitions/groups to the transaction, beginning it (-> Ongoing) if none is open."""
         if meta.state == S.PREPARED:
             raise _invalid_state(meta, "add partitions or offsets to (it is Prepared and takes no more writes)")
@@ -189,15 +223,30 @@ class TransactionCoordinator:
         if meta.state == S.ONGOING:
             self._move(meta, S.ONGOING, now, partitions=meta.partitions + added, groups=meta.groups + new_groups)
             return
-        self._move(meta, S.ONGOING, now, partitions=added, groups=new_groups, txn_start_ms=now,
-                         txn_producer_id=meta.producer_id, txn_producer_epoch=meta.producer_epoch,
-                         last_producer_id=None, last_producer_epoch=None)
+        self._move(
+            meta,
+            S.ONGOING,
+            now,
+            partitions=added,
+            groups=new_groups,
+            txn_start_ms=now,
+            txn_producer_id=meta.producer_id,
+            txn_producer_epoch=meta.producer_epoch,
+            last_producer_id=None,
+            last_producer_epoch=None,
+        )
 
     # ---- InitProducerId
 
-    async def init_producer_id(self, transactional_id: str | None, timeout_ms: int, producer_id: int,
-                               producer_epoch: int, keep_prepared: bool = False,
-                               quota_principal: str | None = None) -> InitResult:
+    async def init_producer_id(
+        self,
+        transactional_id: str | None,
+        timeout_ms: int,
+        producer_id: int,
+        producer_epoch: int,
+        keep_prepared: bool = False,
+        quota_principal: str | None = None,
+    ) -> InitResult:
         """`quota_principal`: who asks, when the per-principal quota of transactional ids applies."""
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
@@ -207,13 +256,22 @@ class TransactionCoordinator:
                 raise BrokerError(
                     ErrorCode.INVALID_TRANSACTION_TIMEOUT,
                     f"transaction_timeout_ms is {timeout_ms}: expected 1 to {self.settings.transaction_max_timeout_ms} "
-                    f"(the server's transaction_max_timeout_ms)")
+                    f"(the server's transaction_max_timeout_ms)",
+                )
             meta = await self.log.lock(conn, transactional_id)
             if meta is None:
                 await self._check_quota(conn, quota_principal, transactional_id)
                 issued = await producer_ids.issue(conn, now, transactional_id)
-                fresh = TransactionMetadata(transactional_id, issued.producer_id, issued.producer_epoch,
-                                            S.EMPTY, timeout_ms, NO_START_TIME, now, principal=quota_principal)
+                fresh = TransactionMetadata(
+                    transactional_id,
+                    issued.producer_id,
+                    issued.producer_epoch,
+                    S.EMPTY,
+                    timeout_ms,
+                    NO_START_TIME,
+                    now,
+                    principal=quota_principal,
+                )
                 if await self.log.lock_new(conn, fresh):
                     return InitResult(issued.producer_id, issued.producer_epoch)
                 meta = await self.log.lock(conn, transactional_id)  # a racing init created it first
@@ -230,10 +288,12 @@ class TransactionCoordinator:
                 ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                 f"principal {principal!r} already created {limit} transactional ids (setting "
                 f"max_transactional_ids_per_principal), so {transactional_id!r} cannot be created: reuse an id, "
-                f"or let idle ones expire")
+                f"or let idle ones expire",
+            )
 
-    async def _init_idempotent(self, conn: asyncpg.Connection, producer_id: int, producer_epoch: int,
-                               now: int) -> InitResult:
+    async def _init_idempotent(
+        self, conn: asyncpg.Connection, producer_id: int, producer_epoch: int, now: int
+    ) -> InitResult:
         if producer_id == NO_PRODUCER_ID:
             issued = await producer_ids.issue(conn, now)
             return InitResult(issued.producer_id, issued.producer_epoch)
@@ -247,18 +307,30 @@ class TransactionCoordinator:
             # producer id has one holder (no transactional id to share), so this fences no one.
             return InitResult(producer_id, issued_epoch)
         if producer_epoch != issued_epoch:
-            raise BrokerError(ErrorCode.PRODUCER_FENCED if producer_epoch < issued_epoch
-                              else ErrorCode.INVALID_PRODUCER_EPOCH,
-                              f"producer {producer_id} asked to bump epoch {producer_epoch}, but its current "
-                              f"epoch is {issued_epoch}: send the current epoch, or -1/-1 for a new producer id")
+            raise BrokerError(
+                ErrorCode.PRODUCER_FENCED if producer_epoch < issued_epoch else ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"producer {producer_id} asked to bump epoch {producer_epoch}, but its current "
+                f"epoch is {issued_epoch}: send the current epoch, or -1/-1 for a new producer id",
+            )
         bumped = await producer_ids.bump(conn, ProducerIdAndEpoch(producer_id, producer_epoch), now)
         return InitResult(bumped.producer_id, bumped.producer_epoch)
 
-    async def _reinit(self, conn: asyncpg.Connection, meta: TransactionMetadata, timeout_ms: int, producer_id: int,
-                      producer_epoch: int, keep_prepared: bool, now: int) -> InitResult:
+    async def _reinit(
+        self,
+        conn: asyncpg.Connection,
+        meta: TransactionMetadata,
+        timeout_ms: int,
+        producer_id: int,
+        producer_epoch: int,
+        keep_prepared: bool,
+        now: int,
+    ) -> InitResult:
         given = (producer_id, producer_epoch)
-        if given != (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) and given == (meta.last_producer_id, meta.last_producer_epoch) \
-                and meta.state in (S.EMPTY, S.PREPARED):
+        if (
+            given != (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+            and given == (meta.last_producer_id, meta.last_producer_epoch)
+            and meta.state in (S.EMPTY, S.PREPARED)
+        ):
             # KIP-360: the retry of a bump whose answer was lost (nothing happened since: a new
             # instance's InitProducerId, or a transaction beginning, forgets the ids). Answer what
             # that bump issued, bumping nothing: no other instance can hold these ids.
@@ -279,12 +351,18 @@ class TransactionCoordinator:
         prepared = None
         if meta.state == S.PREPARED:
             prepared = ProducerIdAndEpoch(meta.txn_producer_id, meta.txn_producer_epoch)
-        bumped = await producer_ids.bump(conn, ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch), now,
-                                         meta.transactional_id)
+        bumped = await producer_ids.bump(
+            conn, ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch), now, meta.transactional_id
+        )
         # The ids a KIP-360 bump was asked with are remembered, so its retry is recognised (above).
         retry_key = (None, None) if given == (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) else given
-        changes = dict(producer_id=bumped.producer_id, producer_epoch=bumped.producer_epoch, timeout_ms=timeout_ms,
-                       last_producer_id=retry_key[0], last_producer_epoch=retry_key[1])
+        changes = dict(
+            producer_id=bumped.producer_id,
+            producer_epoch=bumped.producer_epoch,
+            timeout_ms=timeout_ms,
+            last_producer_id=retry_key[0],
+            last_producer_epoch=retry_key[1],
+        )
         if prepared is None:
             self._move(meta, S.EMPTY, now, **changes)
         else:
@@ -295,8 +373,9 @@ class TransactionCoordinator:
 
     # ---- AddPartitionsToTxn / AddOffsetsToTxn / produce
 
-    async def _resolve(self, conn: asyncpg.Connection, requested: list[tuple[str, int]],
-                       topics: dict | None = None) -> list[TxnPartition | BrokerError]:
+    async def _resolve(
+        self, conn: asyncpg.Connection, requested: list[tuple[str, int]], topics: dict | None = None
+    ) -> list[TxnPartition | BrokerError]:
         """`topics`: already looked up by the caller (name -> TopicInfo), or None to look them up."""
         if topics is None:
             topics = await find_topics(conn, sorted({topic for topic, _ in requested}))
@@ -306,19 +385,24 @@ class TransactionCoordinator:
             if topic is None:
                 resolved.append(unknown_topic(topic_name))
             elif topic.is_internal or topic_name.startswith(INTERNAL_PREFIX):
-                resolved.append(BrokerError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                            f"topic {topic_name!r} is internal and cannot be written"))
+                resolved.append(
+                    BrokerError(
+                        ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic {topic_name!r} is internal and cannot be written"
+                    )
+                )
             elif not 0 <= partition < topic.partition_count:
                 resolved.append(unknown_partition(topic, partition))
             else:
                 resolved.append(TxnPartition(topic_name, partition, topic.topic_id))
         return resolved
 
-    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                             requested: list[tuple[str, int]]) -> list[BrokerError | None]:
+    async def add_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, requested: list[tuple[str, int]]
+    ) -> list[BrokerError | None]:
         async with self.pool.acquire() as conn, conn.transaction():
-            meta = check_producer(await self.log.lock(conn, transactional_id), transactional_id, producer_id,
-                                  producer_epoch)
+            meta = check_producer(
+                await self.log.lock(conn, transactional_id), transactional_id, producer_id, producer_epoch
+            )
             resolved = await self._resolve(conn, requested)
             self._start_or_extend(meta, [p for p in resolved if isinstance(p, TxnPartition)], [], now_ms())
             await self.log.save(conn, meta)
@@ -331,61 +415,77 @@ class TransactionCoordinator:
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
-            meta = check_producer(await self.log.lock(conn, transactional_id), transactional_id, producer_id,
-                                  producer_epoch)
+            meta = check_producer(
+                await self.log.lock(conn, transactional_id), transactional_id, producer_id, producer_epoch
+            )
             partition = await self.offsets_partition(conn, group_id)
             self._start_or_extend(meta, [partition], [group_id], now_ms())
             await self.log.save(conn, meta)
 
-    async def lock_producer(self, conn: asyncpg.Connection, transactional_id: str, producer_id: int,
-                            producer_epoch: int) -> TransactionMetadata:
+    async def lock_producer(
+        self, conn: asyncpg.Connection, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> TransactionMetadata:
         """Locks the id's row and verifies the producer, within the caller's PostgreSQL transaction
         (TxnOffsetCommit's first step; `join_for_offsets` follows once something is to commit)."""
-        return check_producer(await self.log.lock(conn, transactional_id), transactional_id, producer_id,
-                              producer_epoch)
+        return check_producer(
+            await self.log.lock(conn, transactional_id), transactional_id, producer_id, producer_epoch
+        )
 
-    async def join_for_offsets(self, conn: asyncpg.Connection, meta: TransactionMetadata,
-                               group_id: str) -> TxnPartition:
+    async def join_for_offsets(
+        self, conn: asyncpg.Connection, meta: TransactionMetadata, group_id: str
+    ) -> TxnPartition:
         """Adds the group's offsets partition to the transaction implicitly (beginning it if none is
         open). The caller runs `self.log.save(conn, meta)` last."""
         partition = await self.offsets_partition(conn, group_id)
         self._start_or_extend(meta, [partition], [group_id], now_ms())
         return partition
 
-    async def join_for_produce(self, conn: asyncpg.Connection, transactional_id: str, producer_id: int,
-                               producer_epoch: int, requested: list[tuple[str, int]],
-                               topics: dict) -> TransactionMetadata:
+    async def join_for_produce(
+        self,
+        conn: asyncpg.Connection,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        requested: list[tuple[str, int]],
+        topics: dict,
+    ) -> TransactionMetadata:
         """Within the produce's PostgreSQL transaction: verifies the producer against the
         coordinator's current state (KIP-890: a late request of an old transaction can never land
         in a new one) and adds the partitions implicitly. The id's row stays locked until the
         batches are appended, so EndTxn cannot write markers in between; the caller then runs
         `self.log.save(conn, meta)` after its appends."""
-        meta = check_producer(await self.log.lock(conn, transactional_id), transactional_id, producer_id,
-                              producer_epoch)
+        meta = check_producer(
+            await self.log.lock(conn, transactional_id), transactional_id, producer_id, producer_epoch
+        )
         valid = [p for p in await self._resolve(conn, requested, topics) if isinstance(p, TxnPartition)]
         self._start_or_extend(meta, valid, [], now_ms())
         return meta
 
     # ---- EndTxn and prepare
 
-    async def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                              commit: bool) -> EndResult:
+    async def end_transaction(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> EndResult:
         wanted = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
         outcome = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
         async with self.pool.acquire() as conn, conn.transaction():
             meta = await self.log.lock(conn, transactional_id)
             if meta is not None and self._is_retry_of_last(meta, producer_id, producer_epoch):
                 if meta.state != outcome:
-                    raise _invalid_state(meta, f"{'commit' if commit else 'abort'} (its transaction already "
-                                               f"ended with {meta.state})")
+                    raise _invalid_state(
+                        meta, f"{'commit' if commit else 'abort'} (its transaction already ended with {meta.state})"
+                    )
                 return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
             check_producer(meta, transactional_id, producer_id, producer_epoch)
             state = meta.state
             if state in (S.ONGOING, S.PREPARED):
                 self._move(meta, wanted, now_ms())
             elif state == S.PREPARE_EPOCH_FENCE or (state.is_completing and state != wanted):
-                raise _concurrent(meta) if state == S.PREPARE_EPOCH_FENCE else _invalid_state(
-                    meta, f"{'commit' if commit else 'abort'} (it is already in {meta.state})")
+                raise (
+                    _concurrent(meta)
+                    if state == S.PREPARE_EPOCH_FENCE
+                    else _invalid_state(meta, f"{'commit' if commit else 'abort'} (it is already in {meta.state})")
+                )
             elif state != wanted:
                 raise _invalid_state(meta, f"{'commit' if commit else 'abort'} (no transaction is open)")
             # Every partition lives in this database, so PrepareX, the markers and CompleteX share
@@ -399,13 +499,16 @@ class TransactionCoordinator:
 
     @staticmethod
     def _is_retry_of_last(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> bool:
-        return (meta.state.is_complete
-                and (producer_id, producer_epoch) == (meta.last_producer_id, meta.last_producer_epoch))
+        return meta.state.is_complete and (producer_id, producer_epoch) == (
+            meta.last_producer_id,
+            meta.last_producer_epoch,
+        )
 
     async def prepare(self, transactional_id: str, producer_id: int, producer_epoch: int) -> EndResult:
         async with self.pool.acquire() as conn, conn.transaction():
-            meta = check_producer(await self.log.lock(conn, transactional_id), transactional_id, producer_id,
-                                  producer_epoch)
+            meta = check_producer(
+                await self.log.lock(conn, transactional_id), transactional_id, producer_id, producer_epoch
+            )
             state = meta.state
             if state == S.ONGOING:
                 self._move(meta, S.PREPARED, now_ms())
@@ -418,8 +521,9 @@ class TransactionCoordinator:
 
     # ---- administration
 
-    async def admin_abort(self, transactional_id: str, expected: ProducerIdAndEpoch | None = None, *,
-                          principal: str, via: str = "") -> EndResult:
+    async def admin_abort(
+        self, transactional_id: str, expected: ProducerIdAndEpoch | None = None, *, principal: str, via: str = ""
+    ) -> EndResult:
         """`expected`: the producer id and epoch the operator saw; if the transaction has moved on
         since (a new producer or transaction), nothing is aborted. The audit entry (who, `via` which
         door) is written in the same PostgreSQL transaction as the abort: both happen or neither."""
@@ -428,10 +532,15 @@ class TransactionCoordinator:
             if meta is None:
                 raise transactional_id_not_found(transactional_id)
             if expected is not None and (expected.producer_id, expected.producer_epoch) != (
-                    meta.producer_id, meta.producer_epoch):
-                raise _invalid_state(meta, f"abort the transaction of producer {expected.producer_id} epoch "
-                                           f"{expected.producer_epoch} (it has moved on: the producer is now "
-                                           f"{meta.producer_id} epoch {meta.producer_epoch}); look again")
+                meta.producer_id,
+                meta.producer_epoch,
+            ):
+                raise _invalid_state(
+                    meta,
+                    f"abort the transaction of producer {expected.producer_id} epoch "
+                    f"{expected.producer_epoch} (it has moved on: the producer is now "
+                    f"{meta.producer_id} epoch {meta.producer_epoch}); look again",
+                )
             state = meta.state
             if state in (S.ONGOING, S.PREPARED):
                 await self._fence_and_abort(conn, meta, now_ms())
@@ -439,8 +548,14 @@ class TransactionCoordinator:
                 raise _concurrent(meta)
             else:
                 raise _invalid_state(meta, "abort (no transaction is open)")
-            await principals.audit(conn, now_ms(), principal, "abort transaction", transactional_id,
-                                   f"{via}fenced: now producer {meta.producer_id} epoch {meta.producer_epoch}")
+            await principals.audit(
+                conn,
+                now_ms(),
+                principal,
+                "abort transaction",
+                transactional_id,
+                f"{via}fenced: now producer {meta.producer_id} epoch {meta.producer_epoch}",
+            )
             await self.log.save(conn, meta)
             return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
 
@@ -451,8 +566,15 @@ class TransactionCoordinator:
             raise transactional_id_not_found(transactional_id)
         return meta
 
-    async def list(self, states: list[str] | None, prefix: str | None, producer_id: int | None,
-                   min_duration_ms: int | None, limit: int, after: str | None) -> list[TransactionMetadata]:
+    async def list(
+        self,
+        states: list[str] | None,
+        prefix: str | None,
+        producer_id: int | None,
+        min_duration_ms: int | None,
+        limit: int,
+        after: str | None,
+    ) -> list[TransactionMetadata]:
         started_before = None if min_duration_ms is None else now_ms() - min_duration_ms
         async with self.pool.acquire() as conn:
             return await self.log.list(conn, states, prefix, producer_id, started_before, limit, after)
@@ -477,21 +599,28 @@ class TransactionCoordinator:
         now = now_ms()
 
         async def abort(conn, meta):
-            log.info("aborting transaction of %r: open for %d ms, timeout %d ms", meta.transactional_id,
-                     now - meta.txn_start_ms, meta.timeout_ms)
+            log.info(
+                "aborting transaction of %r: open for %d ms, timeout %d ms",
+                meta.transactional_id,
+                now - meta.txn_start_ms,
+                meta.timeout_ms,
+            )
             await self._fence_and_abort(conn, meta, now)
 
-        return await self._each_claimed("state = $1 AND txn_start_ms + timeout_ms < $2", S.ONGOING.value, now,
-                                        handle=abort)
+        return await self._each_claimed(
+            "state = $1 AND txn_start_ms + timeout_ms < $2", S.ONGOING.value, now, handle=abort
+        )
 
     async def recover_pending(self) -> int:
         """Finishes every transaction whose outcome is decided (PrepareCommit/PrepareAbort) but whose
         markers may be missing: at start-up, and periodically for ones a crashed server left."""
+
         async def finish(conn, meta):
             await self._complete(conn, meta, now_ms(), bump=True)
 
-        return await self._each_claimed("state = ANY($1::text[])", _states_where(lambda state: state.is_decided),
-                                        handle=finish)
+        return await self._each_claimed(
+            "state = ANY($1::text[])", _states_where(lambda state: state.is_decided), handle=finish
+        )
 
     async def expire_transactional_ids(self) -> int:
         now = now_ms()
@@ -501,8 +630,11 @@ class TransactionCoordinator:
             await self.log.delete(conn, meta)
 
         return await self._each_claimed(
-            "state = ANY($1::text[]) AND last_update_ms < $2", _states_where(lambda state: state.may_expire),
-            now - self.settings.transactional_id_expiration_ms, handle=expire)
+            "state = ANY($1::text[]) AND last_update_ms < $2",
+            _states_where(lambda state: state.may_expire),
+            now - self.settings.transactional_id_expiration_ms,
+            handle=expire,
+        )
 
 
 def _states_where(predicate) -> list[str]:
@@ -512,11 +644,15 @@ def _states_where(predicate) -> list[str]:
 
 
 def unknown_producer(producer_id: int) -> BrokerError:
-    return BrokerError(ErrorCode.UNKNOWN_PRODUCER_ID,
-                       f"producer id {producer_id} was never issued by this server, or has expired: get one "
-                       f"from POST /v1/producers/init, or send producer_id -1 for a plain write")
+    return BrokerError(
+        ErrorCode.UNKNOWN_PRODUCER_ID,
+        f"producer id {producer_id} was never issued by this server, or has expired: get one "
+        f"from POST /v1/producers/init, or send producer_id -1 for a plain write",
+    )
 
 
 def transactional_id_not_found(transactional_id: str) -> BrokerError:
-    return BrokerError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
-                       f"transactional id {transactional_id!r} is unknown (never initialized, or expired)")
+    return BrokerError(
+        ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+        f"transactional id {transactional_id!r} is unknown (never initialized, or expired)",
+    )

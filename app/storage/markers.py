@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app.storage.partition_log import APPENDS_CHANNEL, CONTROL_ABORT, CONTROL_COMMIT
+from app.storage.partition_log import APPENDS_CHANNEL, BATCH_COLUMNS, CONTROL_ABORT, CONTROL_COMMIT
 
 CONTROL_TYPE_NAMES = {CONTROL_ABORT: "ABORT", CONTROL_COMMIT: "COMMIT"}
 
@@ -60,9 +60,7 @@ WITH m AS (
     UPDATE partitions p SET high_watermark = m.marker_offset + 1
     FROM m WHERE p.topic_id = m.topic_id AND p.partition = m.partition
 ), control AS (
-    INSERT INTO record_batches (topic_id, partition, base_offset, last_offset, producer_id, producer_epoch,
-        base_sequence, is_transactional, control_type, first_timestamp_ms, max_timestamp_ms, record_count,
-        size_bytes, records)
+    INSERT INTO record_batches ({BATCH_COLUMNS})
     SELECT m.topic_id, m.partition, m.marker_offset, m.marker_offset, $5, $6, -1, true, $7, $8, $8, 1, 0,
         '\\x5b5d'::bytea
     FROM m
@@ -78,8 +76,14 @@ SELECT pg_notify('{APPENDS_CHANNEL}', m.topic_id::text || ':' || m.partition::te
 """
 
 
-async def write_markers(conn: asyncpg.Connection, partitions: list[tuple[int, int]], producer_id: int,
-                        producer_epoch: int, control_type: int, now_ms: int) -> dict[tuple[int, int], int]:
+async def write_markers(
+    conn: asyncpg.Connection,
+    partitions: list[tuple[int, int]],
+    producer_id: int,
+    producer_epoch: int,
+    control_type: int,
+    now_ms: int,
+) -> dict[tuple[int, int], int]:
     """Writes the transaction's marker into each of its partitions (topic_id, partition) that has none
     yet, in two statements whatever their number: the first locks them all in lock_order. Returns
     each partition's marker offset (written now or found before); a partition that is gone (its
@@ -98,17 +102,30 @@ async def write_markers(conn: asyncpg.Connection, partitions: list[tuple[int, in
             offsets[key] = row["high_watermark"]
             to_write.append(row)
     if to_write:
-        await conn.execute(_WRITE_ALL_SQL, [row["topic_id"] for row in to_write],
-                           [row["partition"] for row in to_write], [row["high_watermark"] for row in to_write],
-                           [row["first_offset"] for row in to_write], producer_id, producer_epoch, control_type,
-                           now_ms)
+        await conn.execute(
+            _WRITE_ALL_SQL,
+            [row["topic_id"] for row in to_write],
+            [row["partition"] for row in to_write],
+            [row["high_watermark"] for row in to_write],
+            [row["first_offset"] for row in to_write],
+            producer_id,
+            producer_epoch,
+            control_type,
+            now_ms,
+        )
     return offsets
 
 
-async def list_markers(conn: asyncpg.Connection, topic_id: int, partition: int, from_offset: int,
-                       limit: int) -> list[Marker]:
+async def list_markers(
+    conn: asyncpg.Connection, topic_id: int, partition: int, from_offset: int, limit: int
+) -> list[Marker]:
     rows = await conn.fetch(
         "SELECT marker_offset, producer_id, producer_epoch, control_type, timestamp_ms, first_offset "
         "FROM txn_markers WHERE topic_id = $1 AND partition = $2 AND marker_offset >= $3 "
-        "ORDER BY marker_offset LIMIT $4", topic_id, partition, from_offset, limit)
+        "ORDER BY marker_offset LIMIT $4",
+        topic_id,
+        partition,
+        from_offset,
+        limit,
+    )
     return [Marker(*row) for row in rows]

@@ -12,12 +12,12 @@ Invariants:
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import asyncpg
 import orjson
 
+from app.clock import now_ms
 from app.errors import BrokerError, ErrorCode
 from app.storage import record_codec, sequences
 from app.storage.record_codec import EncodedBatch
@@ -42,6 +42,13 @@ NO_TIMESTAMP = -1
 
 APPENDS_CHANNEL = "txbroker_appends"
 
+# The columns of a record_batches row, in the order every INSERT of a batch lists them (plain,
+# idempotent and transactional batches, markers' control batches, the transaction log's records).
+BATCH_COLUMNS = (
+    "topic_id, partition, base_offset, last_offset, producer_id, producer_epoch, base_sequence, is_transactional, "
+    "control_type, first_timestamp_ms, max_timestamp_ms, record_count, size_bytes, records"
+)
+
 # The most batches one partition read looks at: bounds a fetch's cost when a long run of aborted
 # batches or markers returns nothing.
 MAX_BATCHES_SCANNED = 20_000
@@ -54,6 +61,7 @@ def notification_key(topic_id: int, partition: int) -> str:
 @dataclass(frozen=True, slots=True)
 class BatchAppend:
     """One partition's part of a produce request, validated and encoded."""
+
     topic: TopicInfo
     partition: int
     batch: EncodedBatch
@@ -96,9 +104,7 @@ WITH head AS (
     WHERE topic_id = $1 AND partition = $2
     RETURNING high_watermark - $3 AS base_offset
 ), appended AS (
-    INSERT INTO record_batches (topic_id, partition, base_offset, last_offset, producer_id,
-        producer_epoch, base_sequence, is_transactional, control_type, first_timestamp_ms,
-        max_timestamp_ms, record_count, size_bytes, records)
+    INSERT INTO record_batches ({BATCH_COLUMNS})
     SELECT $1, $2, base_offset, base_offset + $3 - 1, $4, $5, $6, $7, NULL, $8, $9, $3, $10, $11 FROM head
     RETURNING base_offset, last_offset
 )
@@ -116,7 +122,8 @@ def check_appendable(append: BatchAppend) -> BrokerError | None:
             ErrorCode.RECORD_TOO_LARGE,
             f"a record of {append.batch.largest_record_bytes} bytes (key, value and headers) was sent "
             f"to {topic.name}-{append.partition}, whose max_message_bytes is {topic.max_message_bytes}: "
-            f"send smaller records or create the topic with a larger max_message_bytes")
+            f"send smaller records or create the topic with a larger max_message_bytes",
+        )
     return None
 
 
@@ -131,9 +138,19 @@ async def append_batch(conn: asyncpg.Connection, append: BatchAppend) -> AppendR
 async def _append_plain(conn: asyncpg.Connection, append: BatchAppend) -> AppendResult:
     batch = append.batch
     row = await conn.fetchrow(
-        _APPEND_SQL, append.topic.topic_id, append.partition, batch.record_count,
-        append.producer_id, append.producer_epoch, append.base_sequence, append.is_transactional,
-        batch.first_timestamp_ms, batch.max_timestamp_ms, batch.size_bytes, batch.payload)
+        _APPEND_SQL,
+        append.topic.topic_id,
+        append.partition,
+        batch.record_count,
+        append.producer_id,
+        append.producer_epoch,
+        append.base_sequence,
+        append.is_transactional,
+        batch.first_timestamp_ms,
+        batch.max_timestamp_ms,
+        batch.size_bytes,
+        batch.payload,
+    )
     if row is None:  # the topic was deleted since it was looked up
         raise unknown_partition(append.topic, append.partition)
     return AppendResult(row["base_offset"], row["last_offset"])
@@ -166,9 +183,7 @@ WITH b AS (
     UPDATE partitions p SET high_watermark = b.base_offset + b.record_count
     FROM b WHERE p.topic_id = b.topic_id AND p.partition = b.partition
 ), appended AS (
-    INSERT INTO record_batches (topic_id, partition, base_offset, last_offset, producer_id,
-        producer_epoch, base_sequence, is_transactional, control_type, first_timestamp_ms,
-        max_timestamp_ms, record_count, size_bytes, records)
+    INSERT INTO record_batches ({BATCH_COLUMNS})
     SELECT b.topic_id, b.partition, b.base_offset, b.base_offset + b.record_count - 1, $13, $14, b.base_sequence,
         $15, NULL, b.first_timestamp_ms, b.max_timestamp_ms, b.record_count, b.size_bytes, b.records
     FROM b
@@ -191,13 +206,17 @@ def _entry_from_row(row: asyncpg.Record) -> sequences.ProducerEntry | None:
     if row["producer_epoch"] is None:
         return None
     return sequences.ProducerEntry(
-        row["producer_epoch"], row["last_sequence"],
-        tuple(sequences.RecentBatch(*batch) for batch in row["recent_batches"]), row["current_txn_first_offset"])
+        row["producer_epoch"],
+        row["last_sequence"],
+        tuple(sequences.RecentBatch(*batch) for batch in row["recent_batches"]),
+        row["current_txn_first_offset"],
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class _CheckedAppend:
     """A producer's batch that passed its sequence check, with where it goes and the producer's state after it."""
+
     append: BatchAppend
     base_offset: int
     state: sequences.ProducerEntry
@@ -216,8 +235,9 @@ async def _append_for_producer(conn: asyncpg.Connection, append: BatchAppend) ->
     return checked
 
 
-async def _check_at_head(conn: asyncpg.Connection, append: BatchAppend,
-                         row: asyncpg.Record) -> _CheckedAppend | AppendResult | BrokerError:
+async def _check_at_head(
+    conn: asyncpg.Connection, append: BatchAppend, row: asyncpg.Record
+) -> _CheckedAppend | AppendResult | BrokerError:
     """The producer's batch checked against its state: a duplicate's original offsets, an error, or
     the batch to write. `row` is the partition's head and the producer's state there, read under the
     partition's lock (_HEAD_WITH_PRODUCER_SQL)."""
@@ -227,18 +247,34 @@ async def _check_at_head(conn: asyncpg.Connection, append: BatchAppend,
         # The producer's state and its id expired together (it was idle everywhere) between the
         # request's check of the id and this lock: answer as that check would now, which the
         # producer recovers from with a new id, instead of a fatal OUT_OF_ORDER_SEQUENCE_NUMBER.
-        return BrokerError(ErrorCode.UNKNOWN_PRODUCER_ID,
-                           f"producer id {append.producer_id} has expired (it wrote nowhere for the server's "
-                           f"producer_id_expiration_ms): get a new one from POST /v1/producers/init")
-    outcome = sequences.check_batch(entry, append.producer_id, append.producer_epoch, append.base_sequence,
-                                    batch.record_count, append.is_transactional, f"{topic.name}-{append.partition}")
+        return BrokerError(
+            ErrorCode.UNKNOWN_PRODUCER_ID,
+            f"producer id {append.producer_id} has expired (it wrote nowhere for the server's "
+            f"producer_id_expiration_ms): get a new one from POST /v1/producers/init",
+        )
+    outcome = sequences.check_batch(
+        entry,
+        append.producer_id,
+        append.producer_epoch,
+        append.base_sequence,
+        batch.record_count,
+        append.is_transactional,
+        f"{topic.name}-{append.partition}",
+    )
     if isinstance(outcome, BrokerError):
         return outcome
     if isinstance(outcome, sequences.Duplicate):
         return AppendResult(outcome.base_offset, outcome.last_offset, duplicate=True)
     base_offset = row["high_watermark"]
-    updated = sequences.remember(entry, append.producer_epoch, append.base_sequence, outcome.last_sequence,
-                                 base_offset, base_offset + batch.record_count - 1, append.is_transactional)
+    updated = sequences.remember(
+        entry,
+        append.producer_epoch,
+        append.base_sequence,
+        outcome.last_sequence,
+        base_offset,
+        base_offset + batch.record_count - 1,
+        append.is_transactional,
+    )
     return _CheckedAppend(append, base_offset, updated)
 
 
@@ -247,15 +283,29 @@ async def _write_checked(conn: asyncpg.Connection, checked: list[_CheckedAppend]
     first = checked[0].append
     batches = [c.append.batch for c in checked]
     await conn.execute(
-        _APPEND_FOR_PRODUCER_SQL, [c.append.topic.topic_id for c in checked], [c.append.partition for c in checked],
-        [c.base_offset for c in checked], [b.record_count for b in batches],
-        [c.append.base_sequence for c in checked], [b.first_timestamp_ms for b in batches],
-        [b.max_timestamp_ms for b in batches], [b.size_bytes for b in batches], [b.payload for b in batches],
+        _APPEND_FOR_PRODUCER_SQL,
+        [c.append.topic.topic_id for c in checked],
+        [c.append.partition for c in checked],
+        [c.base_offset for c in checked],
+        [b.record_count for b in batches],
+        [c.append.base_sequence for c in checked],
+        [b.first_timestamp_ms for b in batches],
+        [b.max_timestamp_ms for b in batches],
+        [b.size_bytes for b in batches],
+        [b.payload for b in batches],
         [c.state.last_sequence for c in checked],
-        [orjson.dumps([[r.base_sequence, r.last_sequence, r.base_offset, r.last_offset]
-                       for r in c.state.recent_batches]).decode() for c in checked],
+        [
+            orjson.dumps(
+                [[r.base_sequence, r.last_sequence, r.base_offset, r.last_offset] for r in c.state.recent_batches]
+            ).decode()
+            for c in checked
+        ],
         [c.state.current_txn_first_offset for c in checked],
-        first.producer_id, first.producer_epoch, first.is_transactional, now_ms())
+        first.producer_id,
+        first.producer_epoch,
+        first.is_transactional,
+        now_ms(),
+    )
     return [AppendResult(c.base_offset, c.base_offset + c.append.batch.record_count - 1) for c in checked]
 
 
@@ -263,12 +313,6 @@ async def _still_issued(conn: asyncpg.Connection, producer_id: int) -> bool:
     # Expiry deletes an id in the PostgreSQL transaction that deletes its last state, so once the
     # state is seen gone, a gone id is seen too.
     return await conn.fetchval("SELECT 1 FROM producer_ids WHERE producer_id = $1", producer_id) is not None
-
-
-def now_ms() -> int:
-    """The server's clock: producer state expires by when the server last appended for the
-    producer, never by the timestamps its records carry (a backfill may carry any)."""
-    return int(time.time() * 1000)
 
 
 # Kafka's AppendOrigin.COORDINATOR: a transactional batch the coordinator writes on the producer's
@@ -283,9 +327,7 @@ WITH head AS (
     WHERE topic_id = $1 AND partition = $2
     RETURNING high_watermark - $3 AS base_offset
 ), appended AS (
-    INSERT INTO record_batches (topic_id, partition, base_offset, last_offset, producer_id,
-        producer_epoch, base_sequence, is_transactional, control_type, first_timestamp_ms,
-        max_timestamp_ms, record_count, size_bytes, records)
+    INSERT INTO record_batches ({BATCH_COLUMNS})
     SELECT $1, $2, base_offset, base_offset + $3 - 1, $4, $5, {NO_SEQUENCE}, true, NULL, $6, $7, $3, $8, $9 FROM head
     RETURNING base_offset, last_offset
 ), state AS (
@@ -301,13 +343,29 @@ SELECT base_offset, last_offset, pg_notify('{APPENDS_CHANNEL}', $1::text || ':' 
 """
 
 
-async def append_for_coordinator(conn: asyncpg.Connection, topic: TopicInfo, partition: int, batch: EncodedBatch,
-                                 producer_id: int, producer_epoch: int) -> AppendResult:
+async def append_for_coordinator(
+    conn: asyncpg.Connection,
+    topic: TopicInfo,
+    partition: int,
+    batch: EncodedBatch,
+    producer_id: int,
+    producer_epoch: int,
+) -> AppendResult:
     """Appends a batch of the transaction of (producer_id, producer_epoch) written by the coordinator
     itself; the caller holds the PostgreSQL transaction (and the transactional id's row)."""
     row = await conn.fetchrow(
-        _APPEND_FOR_COORDINATOR_SQL, topic.topic_id, partition, batch.record_count, producer_id, producer_epoch,
-        batch.first_timestamp_ms, batch.max_timestamp_ms, batch.size_bytes, batch.payload, now_ms())
+        _APPEND_FOR_COORDINATOR_SQL,
+        topic.topic_id,
+        partition,
+        batch.record_count,
+        producer_id,
+        producer_epoch,
+        batch.first_timestamp_ms,
+        batch.max_timestamp_ms,
+        batch.size_bytes,
+        batch.payload,
+        now_ms(),
+    )
     if row is None:
         raise unknown_partition(topic, partition)
     return AppendResult(row["base_offset"], row["last_offset"])
@@ -326,8 +384,9 @@ FROM partitions p
 
 def _state_from_row(row: asyncpg.Record) -> PartitionState:
     first_open = row["first_open_offset"]
-    return PartitionState(row["high_watermark"], row["log_start_offset"],
-                          row["high_watermark"] if first_open is None else first_open)
+    return PartitionState(
+        row["high_watermark"], row["log_start_offset"], row["high_watermark"] if first_open is None else first_open
+    )
 
 
 async def partition_state(conn: asyncpg.Connection, topic: TopicInfo, partition: int) -> PartitionState:
@@ -341,8 +400,10 @@ async def partition_state(conn: asyncpg.Connection, topic: TopicInfo, partition:
 
 async def partition_states(conn: asyncpg.Connection, topics: list[TopicInfo]) -> dict[int, list[PartitionState]]:
     """The states of every partition of these topics, by topic_id, in one query."""
-    rows = await conn.fetch(_STATE_SQL + "WHERE p.topic_id = ANY($1::int[]) ORDER BY p.topic_id, p.partition",
-                            [topic.topic_id for topic in topics])
+    rows = await conn.fetch(
+        _STATE_SQL + "WHERE p.topic_id = ANY($1::int[]) ORDER BY p.topic_id, p.partition",
+        [topic.topic_id for topic in topics],
+    )
     states: dict[int, list[PartitionState]] = {topic.topic_id: [] for topic in topics}
     for row in rows:
         states[row["topic_id"]].append(_state_from_row(row))
@@ -354,11 +415,19 @@ def _offset_out_of_range(topic: TopicInfo, partition: int, offset: int, state: P
         ErrorCode.OFFSET_OUT_OF_RANGE,
         f"offset {offset} is outside {topic.name}-{partition}: expected {state.log_start_offset} "
         f"(log_start_offset) to {state.high_watermark} (high_watermark); reset to one of them "
-        f"(POST /v1/offsets/list)")
+        f"(POST /v1/offsets/list)",
+    )
 
 
-async def read(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offset: int,
-               max_records: int, isolation_level: str, encoding: str) -> ReadResult:
+async def read(
+    conn: asyncpg.Connection,
+    topic: TopicInfo,
+    partition: int,
+    offset: int,
+    max_records: int,
+    isolation_level: str,
+    encoding: str,
+) -> ReadResult:
     state = await partition_state(conn, topic, partition)
     if not state.log_start_offset <= offset <= state.high_watermark:
         raise _offset_out_of_range(topic, partition, offset, state)
@@ -382,7 +451,12 @@ async def read(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offse
             "SELECT base_offset, last_offset, control_type, producer_id, producer_epoch, is_transactional "
             "FROM record_batches WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND base_offset < $4 "
             "ORDER BY last_offset LIMIT $5",
-            topic.topic_id, partition, next_offset, upper, page_size)
+            topic.topic_id,
+            partition,
+            next_offset,
+            upper,
+            page_size,
+        )
         if not headers:
             break
         scanned += len(headers)
@@ -409,31 +483,41 @@ async def read(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offse
                 continue
             stored = record_codec.decode_payload(payload)
             base = header["base_offset"]
-            records.extend(record_codec.render_record(stored[index], base + index, encoding)
-                           for index in range(start, stop) if stored[index] is not None)  # None: compacted
+            records.extend(
+                record_codec.render_record(stored[index], base + index, encoding)
+                for index in range(start, stop)
+                if stored[index] is not None
+            )  # None: compacted
         next_offset = position
         if len(headers) < page_size:
             break
     return ReadResult(state, records, next_offset)
 
 
-async def _payloads(conn: asyncpg.Connection, topic: TopicInfo, partition: int,
-                    last_offsets: list[int]) -> dict[int, bytes]:
+async def _payloads(
+    conn: asyncpg.Connection, topic: TopicInfo, partition: int, last_offsets: list[int]
+) -> dict[int, bytes]:
     if not last_offsets:
         return {}
     rows = await conn.fetch(
         "SELECT last_offset, records FROM record_batches WHERE topic_id = $1 AND partition = $2 "
-        "AND last_offset = ANY($3::bigint[])", topic.topic_id, partition, last_offsets)
+        "AND last_offset = ANY($3::bigint[])",
+        topic.topic_id,
+        partition,
+        last_offsets,
+    )
     return {row["last_offset"]: row["records"] for row in rows}
 
 
-async def _aborted_among(conn: asyncpg.Connection, topic: TopicInfo, partition: int,
-                         batches: list[asyncpg.Record]) -> set[tuple[int, int]]:
+async def _aborted_among(
+    conn: asyncpg.Connection, topic: TopicInfo, partition: int, batches: list[asyncpg.Record]
+) -> set[tuple[int, int]]:
     """The (producer id, epoch) of the aborted transactions among these batches. Every transaction
     ends with an epoch bump, so (producer id, epoch) names one transaction, and its marker row is
     found by primary key: the cost depends on the batches read, never on the length of the log."""
-    candidates = {(b["producer_id"], b["producer_epoch"]) for b in batches
-                  if b["is_transactional"] and b["control_type"] is None}
+    candidates = {
+        (b["producer_id"], b["producer_epoch"]) for b in batches if b["is_transactional"] and b["control_type"] is None
+    }
     if not candidates:
         return set()
     producer_ids, epochs = zip(*candidates)
@@ -442,12 +526,18 @@ async def _aborted_among(conn: asyncpg.Connection, topic: TopicInfo, partition: 
         "JOIN unnest($3::bigint[], $4::smallint[]) AS c(producer_id, producer_epoch) "
         "  ON m.producer_id = c.producer_id AND m.producer_epoch = c.producer_epoch "
         "WHERE m.topic_id = $1 AND m.partition = $2 AND m.control_type = $5",
-        topic.topic_id, partition, list(producer_ids), list(epochs), CONTROL_ABORT)
+        topic.topic_id,
+        partition,
+        list(producer_ids),
+        list(epochs),
+        CONTROL_ABORT,
+    )
     return {(row["producer_id"], row["producer_epoch"]) for row in rows}
 
 
-async def offset_for(conn: asyncpg.Connection, topic: TopicInfo, partition: int, timestamp: int,
-                     isolation_level: str) -> tuple[int, int]:
+async def offset_for(
+    conn: asyncpg.Connection, topic: TopicInfo, partition: int, timestamp: int, isolation_level: str
+) -> tuple[int, int]:
     """ListOffsets: (offset, timestamp_ms) for latest (-1), earliest (-2) or a time in ms."""
     state = await partition_state(conn, topic, partition)
     upper = state.upper_bound(isolation_level)
@@ -464,7 +554,12 @@ async def offset_for(conn: asyncpg.Connection, topic: TopicInfo, partition: int,
             "SELECT base_offset, last_offset, records FROM record_batches WHERE topic_id = $1 AND partition = $2 "
             "AND control_type IS NULL AND max_timestamp_ms >= $3 AND base_offset < $4 "
             "AND last_offset >= $5 ORDER BY last_offset LIMIT 1",
-            topic.topic_id, partition, timestamp, upper, after)
+            topic.topic_id,
+            partition,
+            timestamp,
+            upper,
+            after,
+        )
         if batch is None:
             return NO_OFFSET, NO_TIMESTAMP
         for index, stored in enumerate(record_codec.decode_payload(batch["records"])):
@@ -500,8 +595,10 @@ async def append_batches(conn: asyncpg.Connection, appends: list[BatchAppend]) -
     One producer's batches to several partitions lock and read those partitions in two statements in
     all, not two per partition."""
     results: list[AppendResult | BrokerError | None] = [check_appendable(append) for append in appends]
-    ordered = sorted((i for i, result in enumerate(results) if result is None),
-                     key=lambda i: lock_order(appends[i].topic.topic_id, appends[i].partition))
+    ordered = sorted(
+        (i for i, result in enumerate(results) if result is None),
+        key=lambda i: lock_order(appends[i].topic.topic_id, appends[i].partition),
+    )
     heads = None
     producers = {appends[i].producer_id for i in ordered}
     if len(ordered) > 1 and len(producers) == 1 and NO_PRODUCER_ID not in producers:
@@ -526,8 +623,9 @@ async def append_batches(conn: asyncpg.Connection, appends: list[BatchAppend]) -
     return results
 
 
-async def _lock_heads_with_producer(conn: asyncpg.Connection,
-                                    appends: list[BatchAppend]) -> dict[tuple[int, int], asyncpg.Record]:
+async def _lock_heads_with_producer(
+    conn: asyncpg.Connection, appends: list[BatchAppend]
+) -> dict[tuple[int, int], asyncpg.Record]:
     topic_ids = [append.topic.topic_id for append in appends]
     partitions = [append.partition for append in appends]
     await conn.execute(_LOCK_PARTITIONS_SQL, topic_ids, partitions)

@@ -20,7 +20,14 @@ import asyncpg
 import orjson
 
 from app.storage import partition_log, record_codec
-from app.storage.partition_log import APPENDS_CHANNEL, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchAppend
+from app.storage.partition_log import (
+    APPENDS_CHANNEL,
+    BATCH_COLUMNS,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    BatchAppend,
+)
 from app.storage.topics import TRANSACTION_STATE_TOPIC, TopicInfo, get_topic, unknown_partition
 from txbroker.partitioner import partition_for_key
 
@@ -39,6 +46,7 @@ class TransactionMetadata:
     """One transactional id's state. `state` is parsed once, when the row is read, by the parser the
     owner of the state machine gives its TransactionLog (the coordinator's TransactionState: a str
     enum, so storage persists it as the text it is without knowing the enum)."""
+
     transactional_id: str
     producer_id: int
     producer_epoch: int
@@ -58,15 +66,24 @@ class TransactionMetadata:
 
     def log_value(self) -> dict:
         """The `__transaction_state` record of this state."""
-        return {"state": self.state, "producer_id": self.producer_id, "producer_epoch": self.producer_epoch,
-                "txn_producer_id": self.txn_producer_id, "txn_producer_epoch": self.txn_producer_epoch,
-                "timeout_ms": self.timeout_ms, "txn_start_ms": self.txn_start_ms,
-                "last_update_ms": self.last_update_ms,
-                "partitions": [[p.topic, p.partition] for p in self.partitions], "groups": self.groups}
+        return {
+            "state": self.state,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "txn_producer_id": self.txn_producer_id,
+            "txn_producer_epoch": self.txn_producer_epoch,
+            "timeout_ms": self.timeout_ms,
+            "txn_start_ms": self.txn_start_ms,
+            "last_update_ms": self.last_update_ms,
+            "partitions": [[p.topic, p.partition] for p in self.partitions],
+            "groups": self.groups,
+        }
 
 
-_COLUMNS = ("transactional_id, producer_id, producer_epoch, state, timeout_ms, txn_start_ms, last_update_ms, "
-            "last_producer_id, last_producer_epoch, txn_producer_id, txn_producer_epoch, partitions, groups, principal")
+_COLUMNS = (
+    "transactional_id, producer_id, producer_epoch, state, timeout_ms, txn_start_ms, last_update_ms, "
+    "last_producer_id, last_producer_epoch, txn_producer_id, txn_producer_epoch, partitions, groups, principal"
+)
 
 
 def _from_row(row: asyncpg.Record, parse_state: Callable[[str], str]) -> TransactionMetadata:
@@ -77,10 +94,22 @@ def _from_row(row: asyncpg.Record, parse_state: Callable[[str], str]) -> Transac
 
 
 def _row_values(meta: TransactionMetadata) -> list:
-    return [meta.transactional_id, meta.producer_id, meta.producer_epoch, meta.state, meta.timeout_ms,
-            meta.txn_start_ms, meta.last_update_ms, meta.last_producer_id, meta.last_producer_epoch,
-            meta.txn_producer_id, meta.txn_producer_epoch,
-            [[p.topic, p.partition, p.topic_id] for p in meta.partitions], meta.groups, meta.principal]
+    return [
+        meta.transactional_id,
+        meta.producer_id,
+        meta.producer_epoch,
+        meta.state,
+        meta.timeout_ms,
+        meta.txn_start_ms,
+        meta.last_update_ms,
+        meta.last_producer_id,
+        meta.last_producer_epoch,
+        meta.txn_producer_id,
+        meta.txn_producer_epoch,
+        [[p.topic, p.partition, p.topic_id] for p in meta.partitions],
+        meta.groups,
+        meta.principal,
+    ]
 
 
 # TransactionLog.save in one round trip: the id's row (already locked by this PostgreSQL transaction,
@@ -102,9 +131,7 @@ WITH saved AS (
     WHERE topic_id = $14 AND partition = $15
     RETURNING high_watermark - $16 AS base_offset
 ), appended AS (
-    INSERT INTO record_batches (topic_id, partition, base_offset, last_offset, producer_id,
-        producer_epoch, base_sequence, is_transactional, control_type, first_timestamp_ms,
-        max_timestamp_ms, record_count, size_bytes, records)
+    INSERT INTO record_batches ({BATCH_COLUMNS})
     SELECT $14, $15, base_offset, base_offset + $16 - 1, {NO_PRODUCER_ID}, {NO_PRODUCER_EPOCH}, {NO_SEQUENCE},
         false, NULL, $17, $18, $16, $19, $20 FROM head
     RETURNING base_offset
@@ -127,16 +154,20 @@ class TransactionLog:
         return self._topic
 
     async def lock(self, conn: asyncpg.Connection, transactional_id: str) -> TransactionMetadata | None:
-        row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM transactions WHERE transactional_id = $1 FOR UPDATE",
-                                  transactional_id)
+        row = await conn.fetchrow(
+            f"SELECT {_COLUMNS} FROM transactions WHERE transactional_id = $1 FOR UPDATE", transactional_id
+        )
         return None if row is None else _from_row(row, self._parse_state)
 
     async def lock_new(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> bool:
         """Inserts a new id's row unless one exists (a racing InitProducerId may have made it);
         True when this call created it. Either way the caller then `lock`s it."""
         status = await conn.execute(
-            f"INSERT INTO transactions ({_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) "
-            f"ON CONFLICT (transactional_id) DO NOTHING", *_row_values(meta))
+            f"INSERT INTO transactions ({_COLUMNS}) "
+            f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) "
+            f"ON CONFLICT (transactional_id) DO NOTHING",
+            *_row_values(meta),
+        )
         created = status.endswith(" 1")
         if created:  # nothing else is locked yet in this PostgreSQL transaction: log it now
             self.record(meta)
@@ -144,8 +175,7 @@ class TransactionLog:
         return created
 
     async def get(self, conn: asyncpg.Connection, transactional_id: str) -> TransactionMetadata | None:
-        row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM transactions WHERE transactional_id = $1",
-                                  transactional_id)
+        row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM transactions WHERE transactional_id = $1", transactional_id)
         return None if row is None else _from_row(row, self._parse_state)
 
     @staticmethod
@@ -160,8 +190,17 @@ class TransactionLog:
         if not meta.pending_records:
             return
         topic, partition, batch = await self._pending_batch(conn, meta)
-        row = await conn.fetchrow(_SAVE_SQL, *_row_values(meta)[:13], topic.topic_id, partition, batch.record_count,
-                                  batch.first_timestamp_ms, batch.max_timestamp_ms, batch.size_bytes, batch.payload)
+        row = await conn.fetchrow(
+            _SAVE_SQL,
+            *_row_values(meta)[:13],
+            topic.topic_id,
+            partition,
+            batch.record_count,
+            batch.first_timestamp_ms,
+            batch.max_timestamp_ms,
+            batch.size_bytes,
+            batch.payload,
+        )
         if row is None:
             raise unknown_partition(topic, partition)  # never: the internal topic is never deleted
         meta.pending_records.clear()
@@ -172,20 +211,24 @@ class TransactionLog:
         await conn.execute("DELETE FROM transactions WHERE transactional_id = $1", meta.transactional_id)
         await self._append_records(conn, meta, tombstone=True)
 
-    async def _pending_batch(self, conn: asyncpg.Connection, meta: TransactionMetadata,
-                             tombstone: bool = False) -> tuple[TopicInfo, int, record_codec.EncodedBatch]:
+    async def _pending_batch(
+        self, conn: asyncpg.Connection, meta: TransactionMetadata, tombstone: bool = False
+    ) -> tuple[TopicInfo, int, record_codec.EncodedBatch]:
         """The recorded transitions (and a tombstone) as one batch, and the __transaction_state
         partition of the id that receives it."""
         topic = await self._log_topic(conn)
-        records = [record_codec.TextRecord(meta.transactional_id, orjson.dumps(value).decode(), (),
-                                           value["last_update_ms"]) for value in meta.pending_records]
+        records = [
+            record_codec.TextRecord(meta.transactional_id, orjson.dumps(value).decode(), (), value["last_update_ms"])
+            for value in meta.pending_records
+        ]
         if tombstone:
             records.append(record_codec.TextRecord(meta.transactional_id, None, (), meta.last_update_ms))
         batch = record_codec.encode_batch(records, "utf8", meta.last_update_ms, "transaction log")
         return topic, partition_for_key(meta.transactional_id.encode(), topic.partition_count), batch
 
-    async def _append_records(self, conn: asyncpg.Connection, meta: TransactionMetadata,
-                              tombstone: bool = False) -> None:
+    async def _append_records(
+        self, conn: asyncpg.Connection, meta: TransactionMetadata, tombstone: bool = False
+    ) -> None:
         topic, partition, batch = await self._pending_batch(conn, meta, tombstone)
         await partition_log.append_batch(conn, BatchAppend(topic, partition, batch))
         meta.pending_records.clear()
@@ -193,9 +236,16 @@ class TransactionLog:
     async def count_created_by(self, conn: asyncpg.Connection, principal: str) -> int:
         return await conn.fetchval("SELECT count(*) FROM transactions WHERE principal = $1", principal)
 
-    async def list(self, conn: asyncpg.Connection, states: list[str] | None, prefix: str | None,
-                   producer_id: int | None, started_before_ms: int | None, limit: int,
-                   after: str | None = None) -> list[TransactionMetadata]:
+    async def list(
+        self,
+        conn: asyncpg.Connection,
+        states: list[str] | None,
+        prefix: str | None,
+        producer_id: int | None,
+        started_before_ms: int | None,
+        limit: int,
+        after: str | None = None,
+    ) -> list[TransactionMetadata]:
         """Filtered listing, ordered by transactional id, paginated by `after` (keyset)."""
         rows = await conn.fetch(
             f"SELECT {_COLUMNS} FROM transactions WHERE ($1::text[] IS NULL OR state = ANY($1::text[])) "
@@ -203,7 +253,14 @@ class TransactionLog:
             f"AND ($3::bigint IS NULL OR producer_id = $3) "
             f"AND ($4::bigint IS NULL OR (txn_start_ms <> -1 AND txn_start_ms <= $4)) "
             f"AND ($6::text IS NULL OR transactional_id > $6) "
-            f"ORDER BY transactional_id LIMIT $5", states, prefix, producer_id, started_before_ms, limit, after)
+            f"ORDER BY transactional_id LIMIT $5",
+            states,
+            prefix,
+            producer_id,
+            started_before_ms,
+            limit,
+            after,
+        )
         return [_from_row(row, self._parse_state) for row in rows]
 
     async def claim(self, conn: asyncpg.Connection, where_sql: str, *args, limit: int = 100) -> list[str]:
@@ -211,5 +268,7 @@ class TransactionLog:
         for the caller's transaction: how background workers on several servers share the work."""
         rows = await conn.fetch(
             f"SELECT transactional_id FROM transactions WHERE {where_sql} "
-            f"ORDER BY last_update_ms LIMIT {int(limit)} FOR UPDATE SKIP LOCKED", *args)
+            f"ORDER BY last_update_ms LIMIT {int(limit)} FOR UPDATE SKIP LOCKED",
+            *args,
+        )
         return [row["transactional_id"] for row in rows]
