@@ -25,7 +25,6 @@ import asyncpg
 
 from app.storage import partition_log, record_codec
 from app.storage.cleanup_progress import ASYNC_COMMIT_SQL, COMPLETING_STATES, CleanupTotals, count_rows, note_cleanup
-from app.storage.partition_log import CONTROL_ABORT
 from app.storage.topics import TopicInfo
 
 
@@ -71,35 +70,12 @@ async def _pages(conn: asyncpg.Connection, topic_id: int, partition: int, start:
             return
 
 
-async def _aborted_in(
-    conn: asyncpg.Connection, topic_id: int, partition: int, rows: list[asyncpg.Record]
-) -> set[tuple[int, int]]:
-    """The aborted transactions among these batches. Every batch here is below the LSO, so each of
-    their transactions is decided and its marker row exists (markers go only after their batches)."""
-    candidates = {
-        (r["producer_id"], r["producer_epoch"]) for r in rows if r["is_transactional"] and r["control_type"] is None
-    }
-    if not candidates:
-        return set()
-    producer_ids, epochs = zip(*candidates)
-    found = await conn.fetch(
-        "SELECT m.producer_id, m.producer_epoch FROM txn_markers m "
-        "JOIN unnest($3::bigint[], $4::smallint[]) AS c(producer_id, producer_epoch) "
-        "  ON m.producer_id = c.producer_id AND m.producer_epoch = c.producer_epoch "
-        "WHERE m.topic_id = $1 AND m.partition = $2 AND m.control_type = $5",
-        topic_id,
-        partition,
-        list(producer_ids),
-        list(epochs),
-        CONTROL_ABORT,
-    )
-    return {(row["producer_id"], row["producer_epoch"]) for row in found}
-
-
 async def _map_latest(conn: asyncpg.Connection, run: _CompactionPass, start: int, page: int) -> None:
     """First pass, read-only: the latest committed record of every key below the end."""
     async for rows in _pages(conn, run.topic.topic_id, run.partition, start, run.end, page):
-        aborted = await _aborted_in(conn, run.topic.topic_id, run.partition, rows)
+        # Every batch here is below the LSO, so its transaction is decided and its marker row
+        # exists (markers go only with or after their batches): "not aborted" means committed.
+        aborted = await partition_log.aborted_among(conn, run.topic.topic_id, run.partition, rows)
         for row in rows:
             if row["control_type"] is not None or (row["producer_id"], row["producer_epoch"]) in aborted:
                 continue
@@ -131,7 +107,7 @@ async def _compact_page(
     """Second pass, one page in one PostgreSQL transaction: drop or rewrite its batches, then the
     markers of transactions with nothing left. Idempotent: a re-run finds nothing more to drop."""
     topic_id, partition = run.topic.topic_id, run.partition
-    aborted = await _aborted_in(conn, topic_id, partition, rows)
+    aborted = await partition_log.aborted_among(conn, topic_id, partition, rows)
     removed: list[int] = []  # last_offset of batches to delete
     rewritten: list[tuple[int, bytes, int, int, int]] = []
     markers: list[tuple[int, int, int]] = []  # (last_offset, producer id, epoch) of markers to delete

@@ -460,7 +460,11 @@ async def read(
         if not headers:
             break
         scanned += len(headers)
-        aborted = await _aborted_among(conn, topic, partition, headers) if isolation_level == READ_COMMITTED else set()
+        aborted = (
+            await aborted_among(conn, topic.topic_id, partition, headers)
+            if isolation_level == READ_COMMITTED
+            else set()
+        )
         wanted: list[tuple[asyncpg.Record, int, int]] = []  # (header, first index, stop index)
         position, budget = next_offset, max_records - len(records)
         for header in headers:
@@ -509,12 +513,14 @@ async def _payloads(
     return {row["last_offset"]: row["records"] for row in rows}
 
 
-async def _aborted_among(
-    conn: asyncpg.Connection, topic: TopicInfo, partition: int, batches: list[asyncpg.Record]
+async def aborted_among(
+    conn: asyncpg.Connection, topic_id: int, partition: int, batches: list[asyncpg.Record]
 ) -> set[tuple[int, int]]:
-    """The (producer id, epoch) of the aborted transactions among these batches. Every transaction
-    ends with an epoch bump, so (producer id, epoch) names one transaction, and its marker row is
-    found by primary key: the cost depends on the batches read, never on the length of the log."""
+    """The (producer id, epoch) of the aborted transactions among these batches (rows with
+    producer_id, producer_epoch, is_transactional and control_type). Every transaction ends with an
+    epoch bump, so (producer id, epoch) names one transaction, and its marker row is found by
+    primary key: the cost depends on the batches read, never on the length of the log. Used by
+    read_committed reads and by compaction, which drops aborted batches."""
     candidates = {
         (b["producer_id"], b["producer_epoch"]) for b in batches if b["is_transactional"] and b["control_type"] is None
     }
@@ -526,7 +532,7 @@ async def _aborted_among(
         "JOIN unnest($3::bigint[], $4::smallint[]) AS c(producer_id, producer_epoch) "
         "  ON m.producer_id = c.producer_id AND m.producer_epoch = c.producer_epoch "
         "WHERE m.topic_id = $1 AND m.partition = $2 AND m.control_type = $5",
-        topic.topic_id,
+        topic_id,
         partition,
         list(producer_ids),
         list(epochs),
