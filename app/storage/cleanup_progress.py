@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.clock import now_ms
+from app.storage.rows import from_row
 
 # The coordinator's states in which a transaction's markers may still be (re-)written.
 COMPLETING_STATES = ["PrepareCommit", "PrepareAbort"]
@@ -66,4 +67,4 @@ async def cleanup_status(conn: asyncpg.Connection, topic_id: int, partition: int
         topic_id,
         partition,
     )
-    return None if row is None else CleanupStatus(*row)
+    return None if row is None else from_row(CleanupStatus, row)

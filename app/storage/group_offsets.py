@@ -22,6 +22,7 @@ import orjson
 
 from app.storage import partition_log, record_codec
 from app.storage.partition_log import BatchAppend
+from app.storage.rows import all_from_rows
 from app.storage.topics import TopicInfo
 
 NO_OFFSET = -1
@@ -231,4 +232,4 @@ ORDER BY o.topic, o.partition
 
 
 async def lags(conn: asyncpg.Connection, group_id: str) -> list[PartitionLag]:
-    return [PartitionLag(*row) for row in await conn.fetch(_LAG_SQL, group_id)]
+    return all_from_rows(PartitionLag, await conn.fetch(_LAG_SQL, group_id))

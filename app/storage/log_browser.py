@@ -16,6 +16,7 @@ import asyncpg
 from app.storage import record_codec
 from app.storage.markers import CONTROL_TYPE_NAMES
 from app.storage.partition_log import CONTROL_ABORT, CONTROL_COMMIT
+from app.storage.rows import all_from_rows, from_row
 
 PLAIN = "plain"  # not transactional: visible to read_committed once below the LSO
 OPEN = "open"  # transactional, no marker yet: holds the LSO
@@ -146,7 +147,7 @@ async def producers(
         after_producer_id,
         limit,
     )
-    return [ProducerOnPartition(*row) for row in rows]
+    return all_from_rows(ProducerOnPartition, rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,8 +167,8 @@ async def markers_before(
     """The partition's markers below `before_offset`, newest first (an index range on
     txn_markers_by_offset, read backwards)."""
     rows = await conn.fetch(
-        "SELECT m.marker_offset, m.control_type, m.producer_id, m.producer_epoch, m.first_offset, m.timestamp_ms, "
-        "       i.transactional_id "
+        "SELECT m.marker_offset AS offset, m.control_type, m.producer_id, m.producer_epoch, m.first_offset, "
+        "       m.timestamp_ms, i.transactional_id "
         "FROM txn_markers m LEFT JOIN producer_ids i ON i.producer_id = m.producer_id "
         "WHERE m.topic_id = $1 AND m.partition = $2 AND m.marker_offset < $3 "
         "ORDER BY m.marker_offset DESC LIMIT $4",
@@ -176,4 +177,4 @@ async def markers_before(
         before_offset,
         limit,
     )
-    return [MarkerEntry(row[0], CONTROL_TYPE_NAMES[row[1]], *row[2:]) for row in rows]
+    return [from_row(MarkerEntry, row, control=CONTROL_TYPE_NAMES[row["control_type"]]) for row in rows]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.storage.partition_log import APPENDS_CHANNEL, BATCH_COLUMNS, CONTROL_ABORT, CONTROL_COMMIT
+from app.storage.rows import all_from_rows
 
 CONTROL_TYPE_NAMES = {CONTROL_ABORT: "ABORT", CONTROL_COMMIT: "COMMIT"}
 
@@ -120,7 +121,7 @@ async def list_markers(
     conn: asyncpg.Connection, topic_id: int, partition: int, from_offset: int, limit: int
 ) -> list[Marker]:
     rows = await conn.fetch(
-        "SELECT marker_offset, producer_id, producer_epoch, control_type, timestamp_ms, first_offset "
+        "SELECT marker_offset AS offset, producer_id, producer_epoch, control_type, timestamp_ms, first_offset "
         "FROM txn_markers WHERE topic_id = $1 AND partition = $2 AND marker_offset >= $3 "
         "ORDER BY marker_offset LIMIT $4",
         topic_id,
@@ -128,4 +129,4 @@ async def list_markers(
         from_offset,
         limit,
     )
-    return [Marker(*row) for row in rows]
+    return all_from_rows(Marker, rows)

@@ -14,6 +14,8 @@ from typing import Any
 
 import asyncpg
 
+from app.storage.rows import all_from_rows
+
 
 @dataclass(frozen=True, slots=True)
 class TopicSummary:
@@ -94,7 +96,7 @@ async def topic_page(
 ) -> list[TopicSummary]:
     """Topics ordered by name, after `after` (keyset), with their partitions' watermarks summed."""
     rows = await conn.fetch(_TOPIC_PAGE_SQL, after, limit, include_internal)
-    return [TopicSummary(*row) for row in rows]
+    return all_from_rows(TopicSummary, rows)
 
 
 async def topic_summary(conn: asyncpg.Connection, topic_id: int) -> TopicSummary:
@@ -149,4 +151,4 @@ ORDER BY p.partition LIMIT $3
 async def partition_page(conn: asyncpg.Connection, topic_id: int, after: int, limit: int) -> list[PartitionSummary]:
     """Partitions numbered above `after` (keyset; -1 for the first page)."""
     rows = await conn.fetch(_PARTITION_PAGE_SQL, topic_id, after, limit)
-    return [PartitionSummary(*row) for row in rows]
+    return all_from_rows(PartitionSummary, rows)

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from app.storage.rows import all_from_rows
+
 # Kafka rolls over to a new producer id rather than let an epoch reach Short.MaxValue, so that the
 # bumped epoch of a fencing abort always fits.
 MAX_EPOCH = 32_766
@@ -131,10 +133,11 @@ async def describe_partition_producers(
 ) -> list[PartitionProducer]:
     """DescribeProducers: the producers with state on one partition."""
     rows = await conn.fetch(
-        "SELECT producer_id, producer_epoch, last_sequence, last_timestamp_ms, current_txn_first_offset "
+        "SELECT producer_id, producer_epoch, last_sequence, last_timestamp_ms, "
+        "       current_txn_first_offset AS current_txn_start_offset "
         "FROM producer_states WHERE topic_id = $1 AND partition = $2 ORDER BY producer_id LIMIT $3",
         topic_id,
         partition,
         limit,
     )
-    return [PartitionProducer(*row) for row in rows]
+    return all_from_rows(PartitionProducer, rows)

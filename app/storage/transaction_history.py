@@ -17,6 +17,7 @@ import orjson
 
 from app.storage import record_codec
 from app.storage.markers import CONTROL_TYPE_NAMES
+from app.storage.rows import from_row
 from app.storage.topics import TopicInfo
 from txbroker.partitioner import partition_for_key
 
@@ -134,7 +135,7 @@ class WrittenMarker:
 
 # Each (partition, producer id, epoch) the transitions name is one primary-key probe of txn_markers.
 _MARKERS_SQL = """
-SELECT c.topic, c.partition, m.marker_offset, m.control_type, m.producer_id, m.producer_epoch, m.timestamp_ms,
+SELECT c.topic, c.partition, m.marker_offset AS offset, m.control_type, m.producer_id, m.producer_epoch, m.timestamp_ms,
        m.first_offset
 FROM unnest($1::text[], $2::int[], $3::bigint[], $4::smallint[]) AS c(topic, partition, producer_id, producer_epoch)
 JOIN topics t ON t.name = c.topic
@@ -157,7 +158,7 @@ async def markers_written(conn: asyncpg.Connection, found: list[Transition], lim
         return []
     topics, partitions, producer_ids, epochs = (list(column) for column in zip(*keys, strict=True))
     rows = await conn.fetch(_MARKERS_SQL + " LIMIT $5", topics, partitions, producer_ids, epochs, limit)
-    return [WrittenMarker(row[0], row[1], row[2], CONTROL_TYPE_NAMES[row[3]], *row[4:]) for row in rows]
+    return [from_row(WrittenMarker, row, control=CONTROL_TYPE_NAMES[row["control_type"]]) for row in rows]
 
 
 @dataclass(frozen=True, slots=True)
