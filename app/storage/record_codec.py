@@ -221,6 +221,11 @@ def render_record(stored: list, offset: int, encoding: str) -> dict:
     return record
 
 
+# A record without headers renders them as this: orjson writes it as [], and being an empty tuple it
+# is one shared object that the garbage collector never tracks (a fetch builds a record per record).
+NO_HEADERS = ()
+
+
 def render_records(stored: list[list | None], base_offset: int, start: int, stop: int, encoding: str) -> list[dict]:
     """render_record of stored[start:stop] (record i at offset base_offset + i), skipping the nulls
     compaction left. One call per batch, and the usual record (stored as text, read in utf8) built
@@ -239,7 +244,7 @@ def render_records(stored: list[list | None], base_offset: int, start: int, stop
                     "offset": base_offset + index,
                     "key": record[1],
                     "value": record[2],
-                    "headers": [{"key": k, "value": v} for k, v in headers] if headers else [],
+                    "headers": [{"key": k, "value": v} for k, v in headers] if headers else NO_HEADERS,
                     "timestamp_ms": record[0],
                 }
             )
