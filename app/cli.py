@@ -6,6 +6,7 @@ and hands any other command to the SDK's CLI."""
 from __future__ import annotations
 
 import argparse
+import gc
 import ipaddress
 import logging
 import os
@@ -107,6 +108,7 @@ def _run_uvicorn(
     from app.worker_processes import readiness_signal
 
     app = create_app(settings, database_url, serve_before_ready, readiness_signal(ready_fd))
+    _freeze_startup_objects()
     uvicorn.run(
         app,
         host=settings.host,
@@ -120,6 +122,18 @@ def _run_uvicorn(
         ssl_certfile=settings.ssl_certfile,
         ssl_keyfile=settings.ssl_keyfile,
     )
+
+
+def _freeze_startup_objects() -> None:
+    """Moves every object alive now (modules, FastAPI's routes, pydantic's models: the bulk of the
+    heap) out of the cyclic garbage collector's reach, for the life of this serving process. A fetch
+    of 1000 records builds a few thousand containers that live long enough to reach the oldest
+    generation, so full collections ran every few requests and each walked the whole heap: about half
+    of a fetch's rendering CPU, measured. Startup's garbage is collected first, so nothing frozen is
+    garbage (see gc.freeze in Python's docs). Here and not in create_app: a test process creates many
+    apps, and would keep the dropped ones forever."""
+    gc.collect()
+    gc.freeze()
 
 
 def _supervise(settings: Settings, database_url: str, fd: int | None, workers: int) -> int:

@@ -128,6 +128,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=Path,
         help="run txbroker under cProfile (about 2x slower), save the stats to FILE and print where its CPU went",
     )
+    parser.add_argument(
+        "--compare-with",
+        metavar="DIR",
+        type=Path,
+        help="also serve the txbroker code of this checkout (e.g. `git archive COMMIT | tar -x -C DIR`), one "
+        "worker, on the same database, and run the fetch scenarios against it too, right after this code's",
+    )
     args = parser.parse_args(argv)
     # Fetch reads what the produce scenario with this batch size and the most clients wrote.
     args.fetch_from_batch = 100 if 100 in args.batch_sizes else args.batch_sizes[-1]
@@ -139,7 +146,11 @@ def produce_topic(batch: int, clients: int) -> str:
 
 
 def build_scenarios(
-    args: argparse.Namespace, raw_url: str, txbroker: ServerSubprocess, empty_post: ServerSubprocess
+    args: argparse.Namespace,
+    raw_url: str,
+    txbroker: ServerSubprocess,
+    empty_post: ServerSubprocess,
+    compared: ServerSubprocess | None = None,
 ) -> list[Scenario]:
     value = record_value(args.value_bytes)
     raw_record_offsets, raw_batch_offsets = OffsetSource(), OffsetSource()
@@ -192,6 +203,15 @@ def build_scenarios(
                     txbroker.pid,
                 )
             )
+            if compared is not None:  # the same reads of the same partitions, by the other checkout's code
+                scenarios.append(
+                    Scenario(
+                        f"fetch max_records {max_records}, {clients} clients, {args.compare_with.name}",
+                        clients,
+                        partial(Fetch, compared.url, fetch_topic, max_records),
+                        compared.pid,
+                    )
+                )
     return scenarios
 
 
@@ -319,6 +339,12 @@ def main(argv: list[str] | None = None) -> int:
             database_url_for(postgres.database_url, TXBROKER_DATABASE), args.profile_server, args.workers
         )
         servers.append(txbroker)
+        compared = None
+        if args.compare_with is not None:
+            compared = start_txbroker(
+                database_url_for(postgres.database_url, TXBROKER_DATABASE), checkout=args.compare_with.resolve()
+            )
+            servers.append(compared)
         empty_post = start_empty_post_server()
         servers.append(empty_post)
         if args.client_processes > 1:
@@ -328,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
             f"pid {empty_post.pid}; {os.cpu_count()} CPUs; Python {platform.python_version()}",
             flush=True,
         )
-        scenarios = build_scenarios(args, raw_url, txbroker, empty_post)
+        scenarios = build_scenarios(args, raw_url, txbroker, empty_post, compared)
         results = asyncio.run(run_scenarios(args, scenarios, raw_url, txbroker.url, postgres.pid, client_processes))
     finally:
         if client_processes is not None:

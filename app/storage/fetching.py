@@ -11,7 +11,7 @@ from app.errors import BrokerError, ErrorCode
 from app.storage import partition_log
 from app.storage.append_notifier import AppendNotifier
 from app.storage.partition_log import PartitionState
-from app.storage.topics import find_topics, unknown_topic
+from app.storage.topics import TopicInfo, find_topics, unknown_topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,17 +33,20 @@ class PartitionFetch:
 async def _read_all(
     pool: asyncpg.Pool,
     positions: list[FetchPosition],
-    topics: dict,
+    topics: dict[str, TopicInfo] | None,
     max_records: int,
     isolation_level: str,
     encoding: str,
-) -> list[PartitionFetch]:
+) -> tuple[list[PartitionFetch], dict[str, TopicInfo]]:
+    """Reads every position; `topics` None: looks them up first, in the same snapshot."""
     results = []
     budget = max_records
     # One snapshot for the whole read: a partition's read is several statements (state, batch
     # headers, payloads), and a topic deleted between two of them must not leave headers whose
     # payloads are gone. Read-only REPEATABLE READ takes no locks and never conflicts with writers.
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        if topics is None:
+            topics = await find_topics(conn, sorted({p.topic for p in positions}))
         for position in positions:
             topic = topics.get(position.topic)
             if topic is None:
@@ -63,7 +66,7 @@ async def _read_all(
             results.append(
                 PartitionFetch(position, state=read.state, next_offset=read.next_offset, records=read.records)
             )
-    return results
+    return results, topics
 
 
 async def fetch(
@@ -76,15 +79,19 @@ async def fetch(
     encoding: str,
 ) -> list[PartitionFetch]:
     """Returns as soon as any partition has records or an error, else after max_wait_ms."""
-    async with pool.acquire() as conn:
-        topics = await find_topics(conn, sorted({p.topic for p in positions}))
-    watched = [(topics[p.topic].topic_id, p.partition) for p in positions if p.topic in topics]
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000
+    # The usual fetch finds records at once: the topics are looked up in its read's snapshot, one
+    # acquire and round trip fewer. Only a fetch that will wait watches for appends, and reads again
+    # once watching, so that an append between the two reads is not missed.
+    results, topics = await _read_all(pool, positions, None, max_records, isolation_level, encoding)
+    if max_wait_ms <= 0 or any(r.error is not None or r.records for r in results):
+        return results
+    watched = [(topics[p.topic].topic_id, p.partition) for p in positions if p.topic in topics]
     with notifier.watching(watched) as appended:
         while True:
             appended.clear()
-            results = await _read_all(pool, positions, topics, max_records, isolation_level, encoding)
+            results, _ = await _read_all(pool, positions, topics, max_records, isolation_level, encoding)
             remaining = deadline - loop.time()
             if remaining <= 0 or any(r.error is not None or r.records for r in results):
                 return results

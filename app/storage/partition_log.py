@@ -419,6 +419,33 @@ def _offset_out_of_range(topic: TopicInfo, partition: int, offset: int, state: P
     )
 
 
+# Reads one page of a partition's batches in log order: those ending in [$3, $6), the window, then
+# the first one ending at or after $6 (a batch that straddles the window's end, or the next after a
+# gap compaction left), all below $4 (the reader's upper bound); at most $5 (page_size) + 1 rows, both
+# parts walking the primary key from a probe, never to the partition's end. Payloads are stored out
+# of line (a TOAST read each), so a row carries its payload only when the read surely uses it: a
+# plain data batch starting below $7 (the read's offset plus the records still wanted: every record
+# before it is one the read returns or a skipped one). A transactional batch's payload waits for the
+# aborted check (_payloads). One round trip for headers and payloads in the usual fetch.
+_PAGE_COLUMNS = (
+    "base_offset, last_offset, control_type, producer_id, producer_epoch, is_transactional, "
+    "CASE WHEN control_type IS NULL AND NOT is_transactional AND base_offset < $7 THEN records END AS records"
+)
+_PAGE_SQL = f"""
+(SELECT {_PAGE_COLUMNS} FROM record_batches
+ WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $6 AND base_offset < $4
+ ORDER BY last_offset LIMIT $5)
+UNION ALL
+(SELECT * FROM (SELECT {_PAGE_COLUMNS} FROM record_batches
+                WHERE topic_id = $1 AND partition = $2 AND last_offset >= greatest($3, $6)
+                ORDER BY last_offset LIMIT 1) AS window_end
+ WHERE base_offset < $4)
+"""
+
+# The most offsets one page's window covers, however many were skipped before it.
+MAX_WINDOW_OFFSETS = 1_000_000
+
+
 async def read(
     conn: asyncpg.Connection,
     topic: TopicInfo,
@@ -437,26 +464,26 @@ async def read(
     records: list[dict] = []
     next_offset = offset
     scanned = 0
+    window = max_records  # offsets a page covers: every record wanted, when nothing is skipped
     # Markers and aborted batches are skipped, so keep reading pages of batches until the records
     # are enough, the upper bound is reached, or MAX_BATCHES_SCANNED bounds the request's cost (the
     # caller then continues from next_offset).
     while len(records) < max_records and next_offset < upper and scanned < MAX_BATCHES_SCANNED:
-        # A page of at most as many batches as records are still wanted (every batch has one or more)
-        # plus a few for markers: headers only, so a generous page costs little. (Bounding it by
-        # offset instead would not use the index: PostgreSQL would filter to the partition's end.)
-        page_size = min(max_records - len(records), MAX_BATCHES_SCANNED - scanned) + 16
-        # Headers first: payloads are stored out of line, and fetching one costs a TOAST read, so
-        # only the payloads of the batches this read will use are fetched (below).
+        wanted_records = max_records - len(records)
+        page_size = min(wanted_records, MAX_BATCHES_SCANNED - scanned) + 16
         headers = await conn.fetch(
-            "SELECT base_offset, last_offset, control_type, producer_id, producer_epoch, is_transactional "
-            "FROM record_batches WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND base_offset < $4 "
-            "ORDER BY last_offset LIMIT $5",
+            _PAGE_SQL,
             topic.topic_id,
             partition,
             next_offset,
             upper,
             page_size,
+            next_offset + window,
+            next_offset + wanted_records,
         )
+        # More rows than page_size only when the first part filled its LIMIT and the window's last
+        # batch came too: it is not contiguous with the rest, so it waits for the next page.
+        del headers[page_size:]
         if not headers:
             break
         scanned += len(headers)
@@ -466,7 +493,7 @@ async def read(
             else set()
         )
         wanted: list[tuple[asyncpg.Record, int, int]] = []  # (header, first index, stop index)
-        position, budget = next_offset, max_records - len(records)
+        position, budget = next_offset, wanted_records
         for header in headers:
             if header["control_type"] is not None or (header["producer_id"], header["producer_epoch"]) in aborted:
                 position = header["last_offset"] + 1
@@ -478,23 +505,22 @@ async def read(
             position = header["base_offset"] + stop
             if budget <= 0:
                 break
-        payloads = await _payloads(conn, topic, partition, [header["last_offset"] for header, _, _ in wanted])
+        missing = [header["last_offset"] for header, _, _ in wanted if header["records"] is None]
+        payloads = await _payloads(conn, topic, partition, missing)
         for header, start, stop in wanted:
-            payload = payloads.get(header["last_offset"])
+            payload = header["records"]
+            if payload is None:
+                payload = payloads.get(header["last_offset"])
             if payload is None:
                 # Removed since its header was read (outside a snapshot): by the log cleaner (below the
                 # log start, or compacted away whole) or with its topic. Nothing of it is to be returned.
                 continue
-            stored = record_codec.decode_payload(payload)
-            base = header["base_offset"]
-            records.extend(
-                record_codec.render_record(stored[index], base + index, encoding)
-                for index in range(start, stop)
-                if stored[index] is not None
-            )  # None: compacted
+            records += record_codec.render_records(
+                record_codec.decode_payload(payload), header["base_offset"], start, stop, encoding
+            )
         next_offset = position
-        if len(headers) < page_size:
-            break
+        if budget > 0:  # skipped records (markers, aborted batches, compaction's holes): look further next time
+            window = min(window * 8, MAX_WINDOW_OFFSETS)
     return ReadResult(state, records, next_offset)
 
 

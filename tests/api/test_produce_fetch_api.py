@@ -411,6 +411,24 @@ def test_max_records_one_walks_one_record_at_a_time(client, topic):
     assert offsets == [0, 1, 2] and offset == 3
 
 
+def test_small_fetches_walk_batches_of_every_size_without_loss_or_repeat(client, topic):
+    # A read's page covers max_records offsets plus the batch that straddles its end: walking with
+    # every budget, against batches smaller and larger than it, must see each record once, in order.
+    sizes = (1, 5, 1, 20, 3, 1, 7)
+    for index, n in enumerate(sizes):
+        produce(client, topic, 0, values(n, f"b{index}-"))
+    expected = [f"b{index}-{i}" for index, n in enumerate(sizes) for i in range(n)]
+    for max_records in (1, 2, 3, 6, 19, 37, 38, 500):
+        seen, offset = [], 0
+        while offset < len(expected):
+            entry = fetch_one(client, topic, offset=offset, max_records=max_records)
+            assert 1 <= len(entry["records"]) <= max_records, (max_records, offset, entry)
+            assert [r["offset"] for r in entry["records"]] == list(range(offset, entry["next_offset"]))
+            seen += [r["value"] for r in entry["records"]]
+            offset = entry["next_offset"]
+        assert seen == expected, max_records
+
+
 def test_fetch_several_partitions_in_one_request(client):
     a, b = fresh(client, 2), fresh(client, 1)
     produce(client, a, 0, values(2, "a0-"))

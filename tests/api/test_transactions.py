@@ -150,6 +150,36 @@ def test_aborted_records_are_never_visible_to_read_committed(client):
     assert latest["offset"] == 5
 
 
+def test_a_fetch_smaller_than_an_aborted_run_reads_past_it_and_uncommitted_reads_it(client):
+    # 60 aborted records and their marker before the first visible one: a fetch of 2 records looks
+    # further page by page instead of answering empty at the start of the run.
+    producer = TxnProducer(client, "long-abort")
+    producer.init()
+    for batch in range(3):
+        producer.send("out", 1, *(f"doomed-{batch}-{i}" for i in range(20)))
+    producer.abort()  # marker at 60
+    producer.send("out", 1, "kept-0", "kept-1", "kept-2")  # 61..63
+    producer.commit()  # marker at 64
+
+    def read(offset: int, isolation: str) -> dict:
+        return client.post(
+            "/v1/fetch",
+            json={
+                "isolation_level": isolation,
+                "max_records": 2,
+                "partitions": [{"topic": "out", "partition": 1, "offset": offset}],
+            },
+        ).json()["partitions"][0]
+
+    first = read(0, "read_committed")
+    assert [(r["offset"], r["value"]) for r in first["records"]] == [(61, "kept-0"), (62, "kept-1")]
+    assert first["next_offset"] == 63
+    second = read(63, "read_committed")
+    assert [r["value"] for r in second["records"]] == ["kept-2"] and second["next_offset"] == 65
+    uncommitted = read(19, "read_uncommitted")
+    assert [(r["offset"], r["value"]) for r in uncommitted["records"]] == [(19, "doomed-0-19"), (20, "doomed-1-0")]
+
+
 def test_read_committed_stops_at_the_first_open_transaction(client):
     first, second = TxnProducer(client, "lso-first"), TxnProducer(client, "lso-second")
     first.init()

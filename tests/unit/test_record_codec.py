@@ -19,6 +19,7 @@ from app.storage.record_codec import (
     decode_payload,
     encode_batch,
     render_record,
+    render_records,
 )
 
 NOW = 1_700_000_000_000
@@ -301,3 +302,22 @@ def test_round_trip_through_payload_is_byte_exact(write_encoding, read_encoding)
 
 def test_encodings_constant_lists_both():
     assert set(record_codec.ENCODINGS) == {"utf8", "base64"}
+
+
+@pytest.mark.parametrize("read_encoding", [UTF8, BASE64])
+def test_render_records_writes_the_same_json_as_render_record_and_skips_holes(read_encoding):
+    stored = [
+        [1, "k", "v", [["h", "x"], ["n", None]], FORM_TEXT],
+        None,  # compacted
+        [2, None, "no headers", [], FORM_TEXT],
+        [3, "AP8=", "gA==", [["h", "/w=="]], FORM_BASE64],
+        None,
+        [4, "é", "😀", [], FORM_TEXT],
+        [5, None, None, [], FORM_BASE64],
+    ]
+    for start, stop in ((0, 7), (1, 4), (2, 3), (4, 5), (6, 7)):
+        expected = [
+            render_record(stored[i], 50 + i, read_encoding) for i in range(start, stop) if stored[i] is not None
+        ]
+        rendered = render_records(stored, 50, start, stop, read_encoding)
+        assert orjson.dumps(rendered) == orjson.dumps(expected), (start, stop)
