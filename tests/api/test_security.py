@@ -223,6 +223,24 @@ def test_listings_show_only_what_the_principal_may_describe(secured):
     assert code(viewer.get("/metrics")) == "CLUSTER_AUTHORIZATION_FAILED"
 
 
+def test_a_filtered_transaction_page_is_full_until_the_last(secured):
+    """The ACL filter applies before the page limit: a principal who may see only some ids still gets
+    full pages, so a short page means the listing is done (the SDK's Admin pages that way)."""
+    _, admin = secured
+    for number in range(1, 8):
+        admin.post("/v1/producers/init", json={"transactional_id": f"id-{number}", "transaction_timeout_ms": 60000})
+    visible = ("id-1", "id-4", "id-6", "id-7")
+    viewer = new_user(admin, "pager", *(rule("TransactionalId", tid, "Describe") for tid in visible))
+
+    def page(**params) -> list[str]:
+        body = viewer.get("/v1/transactions", params={"limit": 2, **params}).json()
+        return [t["transactional_id"] for t in body["transactions"]]
+
+    assert page() == ["id-1", "id-4"]
+    assert page(after="id-4") == ["id-6", "id-7"]
+    assert page(after="id-7") == []
+
+
 def test_admin_abort_needs_write_on_the_id_or_alter_on_the_cluster(secured):
     _, admin = secured
     init = admin.post("/v1/producers/init", json={"transactional_id": "hang", "transaction_timeout_ms": 60000}).json()
