@@ -9,12 +9,12 @@ from fastapi.routing import APIRoute
 
 from app.api import schemas
 from app.api.auth import PrincipalDep, current_principal
-from app.api.deps import READY, CoordinatorDep, PoolDep, SettingsDep, require_ready
+from app.api.deps import READY, PoolDep, SettingsDep, require_ready
 from app.api.produce_fast_path import ParsedProduce, parse_produce_body
 from app.api.request_limits import check_partition_count
 from app.api.responses import error_response, json_response
 from app.coordinator.authorizer import Operation, ResourceType, authorize
-from app.coordinator.produce import PartitionRecords, ProduceCommand, produce
+from app.coordinator.produce import PartitionRecords, ProduceCommand
 from app.errors import BrokerError, invalid_request
 from app.storage import record_codec
 from app.storage.partition_log import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
@@ -54,7 +54,7 @@ def _count_produced(request: Request, body_partitions, results) -> None:
     )
 
 
-async def _produce(request: Request, coordinator, settings, principal, parsed: ParsedProduce):
+async def _produce(request: Request, settings, principal, parsed: ParsedProduce):
     check_partition_count(settings, len(parsed.partitions))
     for topic in {p.topic for p in parsed.partitions}:
         authorize(principal, Operation.WRITE, ResourceType.TOPIC, topic)
@@ -63,7 +63,7 @@ async def _produce(request: Request, coordinator, settings, principal, parsed: P
     command = ProduceCommand(
         parsed.transactional_id, parsed.producer_id, parsed.producer_epoch, parsed.encoding, parsed.partitions
     )
-    results = await produce(coordinator, command, settings.max_records_per_request)
+    results = await request.app.state.produce_groups.produce(command)
     _count_produced(request, parsed.partitions, results)
     return json_response(
         {"partitions": [_entry(p.topic, p.partition, result) for p, result in zip(parsed.partitions, results)]}
@@ -84,7 +84,7 @@ class _ProduceRoute(APIRoute):
             if parsed is None:
                 return await general(request)  # the body is cached: read once
             await require_ready(request)
-            return await _produce(request, state.coordinator, state.settings, await current_principal(request), parsed)
+            return await _produce(request, state.settings, await current_principal(request), parsed)
 
         return handler
 
@@ -97,7 +97,6 @@ produce_router = APIRouter(prefix="/v1", tags=["producing"], dependencies=READY,
 @produce_router.post("/produce", response_model=schemas.ProduceResponse, responses=ERRORS)
 async def produce_records(
     body: schemas.ProduceRequest,
-    coordinator: CoordinatorDep,
     settings: SettingsDep,
     request: Request,
     principal: PrincipalDep,
@@ -111,7 +110,7 @@ async def produce_records(
         body.encoding,
         [PartitionRecords(p.topic, p.partition, p.base_sequence, p.records) for p in body.partitions],
     )
-    return await _produce(request, coordinator, settings, principal, parsed)
+    return await _produce(request, settings, principal, parsed)
 
 
 def _key_bytes(key: str, encoding: str) -> bytes:
@@ -126,7 +125,6 @@ async def write_records(
     body: schemas.TopicRecordsRequest,
     pool: PoolDep,
     settings: SettingsDep,
-    coordinator: CoordinatorDep,
     request: Request,
     principal: PrincipalDep,
 ):
@@ -154,7 +152,7 @@ async def write_records(
         body.encoding,
         [PartitionRecords(topic, partition, NO_SEQUENCE, body.records)],
     )
-    [result] = await produce(coordinator, command, settings.max_records_per_request)
+    [result] = await request.app.state.produce_groups.produce(command)
     _count_produced(request, [body], [result])
     if isinstance(result, BrokerError):
         return error_response(result)

@@ -1,5 +1,6 @@
 """Produce: request-level checks (including the producer against the coordinator), then each
-partition's batch appended, all in one PostgreSQL transaction.
+partition's batch appended, all in one PostgreSQL transaction, which concurrent requests share
+(group commit, `ProduceGroups`).
 
 Request-level errors fail the whole request and append nothing (API.md "Producing"); partition-level
 errors fail only their partition.
@@ -7,6 +8,7 @@ errors fail only their partition.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,8 +20,17 @@ from app.coordinator.transaction_coordinator import TransactionCoordinator, unkn
 from app.errors import BrokerError, ErrorCode, invalid_request
 from app.storage import partition_log, producer_ids, record_codec
 from app.storage.partition_log import NO_PRODUCER_ID, NO_SEQUENCE, AppendResult, BatchAppend
+from app.storage.producer_ids import IssuedProducer
 from app.storage.record_codec import EncodedBatch, WireRecord
 from app.storage.topics import INTERNAL_PREFIX, find_topics, unknown_topic
+
+# How many groups one server process writes at once, and the most requests one group takes. Two
+# groups in flight let one be prepared while the other waits for its commit; more would only split
+# the requests that one group could take into smaller groups.
+MAX_GROUPS_IN_FLIGHT = 2
+MAX_REQUESTS_PER_GROUP = 64
+
+PartitionResult = AppendResult | BrokerError
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +52,10 @@ class ProduceCommand:
     producer_epoch: int
     encoding: str
     partitions: Sequence[PartitionRecords]
+
+    @property
+    def is_plain(self) -> bool:
+        return self.producer_id == NO_PRODUCER_ID and self.transactional_id is None
 
 
 def _check_request(command: ProduceCommand, max_records: int) -> None:
@@ -75,11 +90,10 @@ def _check_request(command: ProduceCommand, max_records: int) -> None:
         )
 
 
-async def _check_idempotent_producer(conn: asyncpg.Connection, command: ProduceCommand) -> BrokerError | None:
+def _check_idempotent_producer(issued: IssuedProducer | None, command: ProduceCommand) -> BrokerError | None:
     """Request-level errors raise; an epoch the producer itself has since bumped (KIP-360) is
     returned, to answer every partition with it: the partitions may not have seen the new epoch
     yet, but the server knows it, so the old epoch is fenced everywhere at once."""
-    issued = await producer_ids.lookup(conn, command.producer_id)
     if issued is None:
         raise unknown_producer(command.producer_id)
     if issued.transactional_id is not None:
@@ -103,65 +117,164 @@ async def _check_idempotent_producer(conn: asyncpg.Connection, command: ProduceC
     return None
 
 
-def _transaction_if_needed(conn: asyncpg.Connection, command: ProduceCommand):
-    """A plain write to one partition is one statement after a read (the topic lookup): PostgreSQL
-    runs that statement as a transaction of its own, so BEGIN and COMMIT would be two round trips
-    for nothing. It is safe because the statement itself re-checks what the read found (it bumps
-    the partition's row, which a deleted topic no longer has) and NOTIFY is still sent at its commit.
-    Producers' writes (sequence state, the coordinator's row) and writes to several partitions
-    (all visible at once, or none) keep their PostgreSQL transaction."""
-    if command.producer_id == NO_PRODUCER_ID and command.transactional_id is None and len(command.partitions) == 1:
+@dataclass(slots=True)
+class _Request:
+    """A produce request waiting in, or written by, a group: its answer goes to `answer`, a list of
+    per-partition results, or the request-level error."""
+
+    command: ProduceCommand
+    encoded: list[EncodedBatch]
+    answer: asyncio.Future
+
+
+def _transaction_if_needed(conn: asyncpg.Connection, group: list[_Request]):
+    """A lone plain write to one partition is one statement after a read (the topic lookup):
+    PostgreSQL runs that statement as a transaction of its own, so BEGIN and COMMIT would be two
+    round trips for nothing. It is safe because the statement itself re-checks what the read found
+    (it bumps the partition's row, which a deleted topic no longer has) and NOTIFY is still sent at
+    its commit. Producers' writes (sequence state, the coordinator's row), writes to several
+    partitions (all visible at once, or none) and groups keep their PostgreSQL transaction."""
+    if len(group) == 1 and group[0].command.is_plain and len(group[0].command.partitions) == 1:
         return contextlib.nullcontext()
     return conn.transaction()
 
 
-async def produce(
-    coordinator: TransactionCoordinator, command: ProduceCommand, max_records: int
-) -> list[AppendResult | BrokerError]:
-    _check_request(command, max_records)
-    appended_ms = now_ms()
-    encoded = [
-        entry.encoded
-        or record_codec.encode_batch(entry.records, command.encoding, appended_ms, f"partitions[{index}].records")
-        for index, entry in enumerate(command.partitions)
-    ]
-    transactional = command.transactional_id is not None
-    async with coordinator.pool.acquire() as conn, _transaction_if_needed(conn, command):
-        topics = await find_topics(conn, sorted({entry.topic for entry in command.partitions}))
-        meta = None
-        if transactional:
-            meta = await coordinator.join_for_produce(
-                conn,
-                command.transactional_id,
-                command.producer_id,
-                command.producer_epoch,
-                [(entry.topic, entry.partition) for entry in command.partitions],
-                topics,
-            )
-        elif command.producer_id != NO_PRODUCER_ID:
-            stale = await _check_idempotent_producer(conn, command)
-            if stale is not None:
-                return [stale] * len(command.partitions)
-        results: list[AppendResult | BrokerError | None] = []
-        appends: list[BatchAppend] = []
-        for entry, batch in zip(command.partitions, encoded):
-            topic = topics.get(entry.topic)
-            if topic is None:
-                results.append(unknown_topic(entry.topic))
-                continue
-            results.append(None)
-            appends.append(
-                BatchAppend(
-                    topic,
-                    entry.partition,
-                    batch,
-                    command.producer_id,
-                    command.producer_epoch,
-                    entry.base_sequence,
-                    transactional,
-                )
-            )
-        appended = iter(await partition_log.append_batches(conn, appends))
-        if meta is not None:
-            await coordinator.log.save(conn, meta)  # last: see TransactionLog's lock order
-    return [next(appended) if result is None else result for result in results]
+class ProduceGroups:
+    """Group commit of one server process's produce requests. A request that finds fewer than
+    MAX_GROUPS_IN_FLIGHT groups being written starts one at once (so a lone request waits for
+    nothing); requests that arrive meanwhile queue, and the next group takes them all: one
+    PostgreSQL transaction, each statement shared by every request of the group (their producers
+    and transactional ids looked up and locked together, their partitions locked together in
+    lock_order, their batches written by one statement), one commit and so one WAL flush. Every
+    request is answered after its group's commit, so an acknowledgement still means durable; a
+    group is atomic, and its requests are applied in arrival order, as if one after the other.
+
+    A failure that is not a request's own answer (a lost connection, a deadlock PostgreSQL broke)
+    must not decide the other requests of the group: each is then written again in a group of its
+    own, where its outcome is its own."""
+
+    def __init__(self, coordinator: TransactionCoordinator, max_records: int) -> None:
+        self.coordinator = coordinator
+        self.max_records = max_records
+        self._queue: list[_Request] = []
+        self._in_flight = 0
+        self._tasks: set[asyncio.Task] = set()
+
+    async def produce(self, command: ProduceCommand) -> list[PartitionResult]:
+        _check_request(command, self.max_records)
+        appended_ms = now_ms()
+        encoded = [
+            entry.encoded
+            or record_codec.encode_batch(entry.records, command.encoding, appended_ms, f"partitions[{index}].records")
+            for index, entry in enumerate(command.partitions)
+        ]
+        request = _Request(command, encoded, asyncio.get_running_loop().create_future())
+        self._queue.append(request)
+        self._start_groups()
+        return await request.answer
+
+    def _start_groups(self) -> None:
+        while self._queue and self._in_flight < MAX_GROUPS_IN_FLIGHT:
+            group = self._queue[:MAX_REQUESTS_PER_GROUP]
+            del self._queue[:MAX_REQUESTS_PER_GROUP]
+            self._in_flight += 1
+            task = asyncio.create_task(self._commit_group(group), name="produce-group")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _commit_group(self, group: list[_Request]) -> None:
+        try:
+            await self._commit(group)
+        finally:
+            self._in_flight -= 1
+            self._start_groups()
+
+    async def _commit(self, group: list[_Request]) -> None:
+        try:
+            answers = await self._write(group)
+        except asyncio.CancelledError:
+            for request in group:
+                request.answer.cancel()
+            raise
+        except Exception as error:
+            if len(group) == 1:
+                _answer(group[0], error)
+                return
+            await asyncio.gather(*(self._commit([request]) for request in group))
+            return
+        for request, answer in zip(group, answers):
+            _answer(request, answer)
+
+    async def _write(self, group: list[_Request]) -> list[list[PartitionResult] | BrokerError]:
+        """Writes the group in one PostgreSQL transaction: each request's per-partition results, or
+        its request-level error (it then appends nothing)."""
+        coordinator = self.coordinator
+        transactional_ids = {r.command.transactional_id for r in group if r.command.transactional_id is not None}
+        idempotent = {
+            r.command.producer_id for r in group if not r.command.is_plain and r.command.transactional_id is None
+        }
+        async with coordinator.pool.acquire() as conn, _transaction_if_needed(conn, group):
+            topics = await find_topics(conn, sorted({e.topic for r in group for e in r.command.partitions}))
+            # The coordinator's rows first (in id order), then the partitions (append_batches, in
+            # lock_order), then the transaction log (save_many): TransactionLog's lock order.
+            metas = await coordinator.log.lock_many(conn, list(transactional_ids)) if transactional_ids else {}
+            issued = await producer_ids.lookup_many(conn, list(idempotent)) if idempotent else {}
+            answers: list[list[PartitionResult | None] | BrokerError] = []
+            appends: list[BatchAppend] = []
+            owners: list[tuple[int, int]] = []  # (request, partition) of each append
+            joined = {}
+            for request_index, request in enumerate(group):
+                command = request.command
+                try:
+                    if command.transactional_id is not None:
+                        joined[command.transactional_id] = coordinator.join_for_produce(
+                            metas.get(command.transactional_id),
+                            command.transactional_id,
+                            command.producer_id,
+                            command.producer_epoch,
+                            [(entry.topic, entry.partition) for entry in command.partitions],
+                            topics,
+                        )
+                    elif not command.is_plain:
+                        stale = _check_idempotent_producer(issued.get(command.producer_id), command)
+                        if stale is not None:
+                            answers.append([stale] * len(command.partitions))
+                            continue
+                except BrokerError as error:
+                    answers.append(error)
+                    continue
+                results: list[PartitionResult | None] = []
+                for partition_index, (entry, batch) in enumerate(zip(command.partitions, request.encoded)):
+                    topic = topics.get(entry.topic)
+                    if topic is None:
+                        results.append(unknown_topic(entry.topic))
+                        continue
+                    results.append(None)
+                    owners.append((request_index, partition_index))
+                    appends.append(
+                        BatchAppend(
+                            topic,
+                            entry.partition,
+                            batch,
+                            command.producer_id,
+                            command.producer_epoch,
+                            entry.base_sequence,
+                            command.transactional_id is not None,
+                        )
+                    )
+                answers.append(results)
+            for (request_index, partition_index), result in zip(
+                owners, await partition_log.append_batches(conn, appends)
+            ):
+                answers[request_index][partition_index] = result
+            await coordinator.log.save_many(conn, list(joined.values()))  # last: see TransactionLog's lock order
+        return answers
+
+
+def _answer(request: _Request, answer: list[PartitionResult] | BaseException) -> None:
+    if request.answer.done():  # the client went away and its request was cancelled
+        return
+    if isinstance(answer, BaseException):
+        request.answer.set_exception(answer)
+    else:
+        request.answer.set_result(answer)

@@ -379,22 +379,7 @@ class TransactionCoordinator:
         """`topics`: already looked up by the caller (name -> TopicInfo), or None to look them up."""
         if topics is None:
             topics = await find_topics(conn, sorted({topic for topic, _ in requested}))
-        resolved: list[TxnPartition | BrokerError] = []
-        for topic_name, partition in requested:
-            topic = topics.get(topic_name)
-            if topic is None:
-                resolved.append(unknown_topic(topic_name))
-            elif topic.is_internal or topic_name.startswith(INTERNAL_PREFIX):
-                resolved.append(
-                    BrokerError(
-                        ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic {topic_name!r} is internal and cannot be written"
-                    )
-                )
-            elif not 0 <= partition < topic.partition_count:
-                resolved.append(unknown_partition(topic, partition))
-            else:
-                resolved.append(TxnPartition(topic_name, partition, topic.topic_id))
-        return resolved
+        return _resolve_in(topics, requested)
 
     async def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, requested: list[tuple[str, int]]
@@ -440,24 +425,23 @@ class TransactionCoordinator:
         self._start_or_extend(meta, [partition], [group_id], now_ms())
         return partition
 
-    async def join_for_produce(
+    def join_for_produce(
         self,
-        conn: asyncpg.Connection,
+        meta: TransactionMetadata | None,
         transactional_id: str,
         producer_id: int,
         producer_epoch: int,
         requested: list[tuple[str, int]],
         topics: dict,
     ) -> TransactionMetadata:
-        """Within the produce's PostgreSQL transaction: verifies the producer against the
-        coordinator's current state (KIP-890: a late request of an old transaction can never land
-        in a new one) and adds the partitions implicitly. The id's row stays locked until the
-        batches are appended, so EndTxn cannot write markers in between; the caller then runs
-        `self.log.save(conn, meta)` after its appends."""
-        meta = check_producer(
-            await self.log.lock(conn, transactional_id), transactional_id, producer_id, producer_epoch
-        )
-        valid = [p for p in await self._resolve(conn, requested, topics) if isinstance(p, TxnPartition)]
+        """Within the produce's PostgreSQL transaction, `meta` being the id's row as locked there
+        (`self.log.lock_many`; None if it has none): verifies the producer against the coordinator's
+        current state (KIP-890: a late request of an old transaction can never land in a new one) and
+        adds the partitions implicitly. The id's row stays locked until the batches are appended, so
+        EndTxn cannot write markers in between; the caller then saves the metadata
+        (`self.log.save_many`) after its appends."""
+        meta = check_producer(meta, transactional_id, producer_id, producer_epoch)
+        valid = [p for p in _resolve_in(topics, requested) if isinstance(p, TxnPartition)]
         self._start_or_extend(meta, valid, [], now_ms())
         return meta
 
@@ -641,6 +625,27 @@ def _states_where(predicate) -> list[str]:
     """The persisted names of the states a predicate of TransactionState holds for: the claim
     queries of the workers are built from the state machine, never from a list of their own."""
     return [state.value for state in TransactionState if predicate(state)]
+
+
+def _resolve_in(topics: dict, requested: list[tuple[str, int]]) -> list[TxnPartition | BrokerError]:
+    """The requested (topic, partition) pairs as partitions a transaction may hold, or why not;
+    `topics`: name -> TopicInfo, as looked up by the caller."""
+    resolved: list[TxnPartition | BrokerError] = []
+    for topic_name, partition in requested:
+        topic = topics.get(topic_name)
+        if topic is None:
+            resolved.append(unknown_topic(topic_name))
+        elif topic.is_internal or topic_name.startswith(INTERNAL_PREFIX):
+            resolved.append(
+                BrokerError(
+                    ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic {topic_name!r} is internal and cannot be written"
+                )
+            )
+        elif not 0 <= partition < topic.partition_count:
+            resolved.append(unknown_partition(topic, partition))
+        else:
+            resolved.append(TxnPartition(topic_name, partition, topic.topic_id))
+    return resolved
 
 
 def unknown_producer(producer_id: int) -> BrokerError:

@@ -132,7 +132,7 @@ async def append_batch(conn: asyncpg.Connection, append: BatchAppend) -> AppendR
     of a producer (producer_id >= 0) is checked against the producer's sequence state first."""
     if append.producer_id == NO_PRODUCER_ID:
         return await _append_plain(conn, append)
-    return await _append_for_producer(conn, append)
+    return (await append_batches(conn, [append]))[0]
 
 
 async def _append_plain(conn: asyncpg.Connection, append: BatchAppend) -> AppendResult:
@@ -156,49 +156,64 @@ async def _append_plain(conn: asyncpg.Connection, append: BatchAppend) -> Append
     return AppendResult(row["base_offset"], row["last_offset"])
 
 
-# The partition's lock, taken in a statement of its own: a statement that waited for a row lock
-# re-reads only the locked row, so a producer state joined in the same statement could predate a
-# concurrent append of this producer that committed while we waited (a retry racing its original
-# would then be appended twice).
-_LOCK_PARTITION_SQL = "SELECT 1 FROM partitions WHERE topic_id = $1 AND partition = $2 FOR UPDATE"
-
-# Then, under the lock, a fresh statement (a fresh snapshot) reads the head and the producer's state.
-_HEAD_WITH_PRODUCER_SQL = """
-SELECT p.high_watermark, s.producer_epoch, s.last_sequence, s.recent_batches, s.current_txn_first_offset
-FROM partitions p LEFT JOIN producer_states s
-  ON s.topic_id = p.topic_id AND s.partition = p.partition AND s.producer_id = $3
-WHERE p.topic_id = $1 AND p.partition = $2
+# Appends of a PostgreSQL transaction (one produce request, or a group of them committed together,
+# app/coordinator/produce.py) lock their partitions in one statement, in lock_order (the LockRows
+# node sits above the Sort, so rows are locked in the ORDER BY's order). A row that was locked by
+# someone else is re-read once its lock is ours, so the high watermarks returned are current.
+_LOCK_HEADS_SQL = """
+SELECT p.topic_id, p.partition, p.high_watermark
+FROM partitions p JOIN unnest($1::int[], $2::int[]) AS wanted(topic_id, partition)
+  ON p.topic_id = wanted.topic_id AND p.partition = wanted.partition
+ORDER BY p.topic_id, p.partition
+FOR UPDATE OF p
 """
 
-# Run with the partitions locked and their high watermarks known, one row of `b` per partition (a
-# request's partitions are distinct): bump each, insert its batch, upsert the producer's state there,
-# notify long polls. One round trip however many partitions the request has.
-_APPEND_FOR_PRODUCER_SQL = f"""
-WITH b AS (
-    SELECT * FROM unnest($1::int[], $2::int[], $3::bigint[], $4::int[], $5::int[], $6::bigint[], $7::bigint[],
-                         $8::int[], $9::bytea[], $10::int[], $11::text[], $12::bigint[])
-        AS b(topic_id, partition, base_offset, record_count, base_sequence, first_timestamp_ms, max_timestamp_ms,
-             size_bytes, records, last_sequence, recent_batches, current_txn_first_offset)
+# Then, with every lock held, a fresh statement (a fresh snapshot) reads the producers' states: a
+# statement that waited for a row lock re-reads only the locked row, so a producer state joined in
+# the locking statement could predate a concurrent append of that producer that committed while we
+# waited (a retry racing its original would then be appended twice).
+_PRODUCER_STATES_SQL = """
+SELECT s.topic_id, s.partition, s.producer_id, s.producer_epoch, s.last_sequence, s.recent_batches,
+       s.current_txn_first_offset
+FROM producer_states s JOIN unnest($1::int[], $2::int[], $3::bigint[]) AS wanted(topic_id, partition, producer_id)
+  ON s.topic_id = wanted.topic_id AND s.partition = wanted.partition AND s.producer_id = wanted.producer_id
+"""
+
+# Run with the partitions locked and their heads known: sets each partition's new high watermark
+# (`h`, one row per partition), inserts every batch at the offsets computed under the locks (`b`,
+# several per partition when several requests append to it together), upserts each producer's
+# state after its last batch there (`st`, one row per partition and producer) and notifies long
+# polls at commit. One round trip however many batches, partitions and producers.
+_WRITE_APPENDS_SQL = f"""
+WITH h AS (
+    SELECT * FROM unnest($1::int[], $2::int[], $3::bigint[]) AS h(topic_id, partition, high_watermark)
 ), head AS (
-    UPDATE partitions p SET high_watermark = b.base_offset + b.record_count
-    FROM b WHERE p.topic_id = b.topic_id AND p.partition = b.partition
+    UPDATE partitions p SET high_watermark = h.high_watermark
+    FROM h WHERE p.topic_id = h.topic_id AND p.partition = h.partition
 ), appended AS (
     INSERT INTO record_batches ({BATCH_COLUMNS})
-    SELECT b.topic_id, b.partition, b.base_offset, b.base_offset + b.record_count - 1, $13, $14, b.base_sequence,
-        $15, NULL, b.first_timestamp_ms, b.max_timestamp_ms, b.record_count, b.size_bytes, b.records
-    FROM b
+    SELECT b.topic_id, b.partition, b.base_offset, b.base_offset + b.record_count - 1, b.producer_id,
+        b.producer_epoch, b.base_sequence, b.is_transactional, NULL, b.first_timestamp_ms, b.max_timestamp_ms,
+        b.record_count, b.size_bytes, b.records
+    FROM unnest($4::int[], $5::int[], $6::bigint[], $7::int[], $8::bigint[], $9::int[], $10::int[], $11::bool[],
+                $12::bigint[], $13::bigint[], $14::int[], $15::bytea[])
+        AS b(topic_id, partition, base_offset, record_count, producer_id, producer_epoch, base_sequence,
+             is_transactional, first_timestamp_ms, max_timestamp_ms, size_bytes, records)
 ), state AS (
     INSERT INTO producer_states (topic_id, partition, producer_id, producer_epoch, last_sequence,
         last_timestamp_ms, last_append_ms, recent_batches, current_txn_first_offset)
-    SELECT b.topic_id, b.partition, $13, $14, b.last_sequence, b.max_timestamp_ms, $16, b.recent_batches::jsonb,
-        b.current_txn_first_offset
-    FROM b
+    SELECT st.topic_id, st.partition, st.producer_id, st.producer_epoch, st.last_sequence, st.last_timestamp_ms,
+        $24, st.recent_batches::jsonb, st.current_txn_first_offset
+    FROM unnest($16::int[], $17::int[], $18::bigint[], $19::int[], $20::int[], $21::bigint[], $22::text[],
+                $23::bigint[])
+        AS st(topic_id, partition, producer_id, producer_epoch, last_sequence, last_timestamp_ms, recent_batches,
+              current_txn_first_offset)
     ON CONFLICT (topic_id, partition, producer_id) DO UPDATE SET producer_epoch = EXCLUDED.producer_epoch,
         last_sequence = EXCLUDED.last_sequence, last_timestamp_ms = EXCLUDED.last_timestamp_ms,
         last_append_ms = EXCLUDED.last_append_ms, recent_batches = EXCLUDED.recent_batches,
         current_txn_first_offset = EXCLUDED.current_txn_first_offset
 )
-SELECT pg_notify('{APPENDS_CHANNEL}', b.topic_id::text || ':' || b.partition::text) FROM b
+SELECT pg_notify('{APPENDS_CHANNEL}', h.topic_id::text || ':' || h.partition::text) FROM h
 """
 
 
@@ -222,27 +237,14 @@ class _CheckedAppend:
     state: sequences.ProducerEntry
 
 
-async def _append_for_producer(conn: asyncpg.Connection, append: BatchAppend) -> AppendResult | BrokerError:
-    topic = append.topic
-    if await conn.fetchval(_LOCK_PARTITION_SQL, topic.topic_id, append.partition) is None:
-        raise unknown_partition(topic, append.partition)
-    row = await conn.fetchrow(_HEAD_WITH_PRODUCER_SQL, topic.topic_id, append.partition, append.producer_id)
-    if row is None:
-        raise unknown_partition(topic, append.partition)
-    checked = await _check_at_head(conn, append, row)
-    if isinstance(checked, _CheckedAppend):
-        return (await _write_checked(conn, [checked]))[0]
-    return checked
-
-
 async def _check_at_head(
-    conn: asyncpg.Connection, append: BatchAppend, row: asyncpg.Record
+    conn: asyncpg.Connection, append: BatchAppend, entry: sequences.ProducerEntry | None, head: int
 ) -> _CheckedAppend | AppendResult | BrokerError:
     """The producer's batch checked against its state: a duplicate's original offsets, an error, or
-    the batch to write. `row` is the partition's head and the producer's state there, read under the
-    partition's lock (_HEAD_WITH_PRODUCER_SQL)."""
+    the batch to write. `entry` is the producer's state on the partition and `head` its high
+    watermark, as read under the partition's lock and advanced by the batches appended before this
+    one in the same PostgreSQL transaction."""
     topic, batch = append.topic, append.batch
-    entry = _entry_from_row(row)
     if entry is None and append.base_sequence != 0 and not await _still_issued(conn, append.producer_id):
         # The producer's state and its id expired together (it was idle everywhere) between the
         # request's check of the id and this lock: answer as that check would now, which the
@@ -265,7 +267,7 @@ async def _check_at_head(
         return outcome
     if isinstance(outcome, sequences.Duplicate):
         return AppendResult(outcome.base_offset, outcome.last_offset, duplicate=True)
-    base_offset = row["high_watermark"]
+    base_offset = head
     updated = sequences.remember(
         entry,
         append.producer_epoch,
@@ -278,35 +280,58 @@ async def _check_at_head(
     return _CheckedAppend(append, base_offset, updated)
 
 
-async def _write_checked(conn: asyncpg.Connection, checked: list[_CheckedAppend]) -> list[AppendResult]:
-    """Writes checked batches of one producer, each to its own locked partition, in one statement."""
-    first = checked[0].append
-    batches = [c.append.batch for c in checked]
+@dataclass(frozen=True, slots=True)
+class _Write:
+    """A batch to write at `base_offset`; `state` is its producer's state after it (None for a plain batch)."""
+
+    append: BatchAppend
+    base_offset: int
+    state: sequences.ProducerEntry | None = None
+
+
+def _recent_batches_json(state: sequences.ProducerEntry) -> str:
+    return orjson.dumps(
+        [[r.base_sequence, r.last_sequence, r.base_offset, r.last_offset] for r in state.recent_batches]
+    ).decode()
+
+
+async def _write_appends(conn: asyncpg.Connection, writes: list[_Write], heads: dict[tuple[int, int], int]) -> None:
+    """Writes checked batches (in the order they were given offsets) to their locked partitions, with
+    each partition's new head and each producer's last state there, in one statement."""
+    touched = list(dict.fromkeys((w.append.topic.topic_id, w.append.partition) for w in writes))
+    last_state: dict[tuple[int, int, int], _Write] = {}
+    for write in writes:
+        if write.state is not None:  # a later batch of the same producer and partition replaces it
+            last_state[(write.append.topic.topic_id, write.append.partition, write.append.producer_id)] = write
+    states = list(last_state.values())
+    appends = [w.append for w in writes]
     await conn.execute(
-        _APPEND_FOR_PRODUCER_SQL,
-        [c.append.topic.topic_id for c in checked],
-        [c.append.partition for c in checked],
-        [c.base_offset for c in checked],
-        [b.record_count for b in batches],
-        [c.append.base_sequence for c in checked],
-        [b.first_timestamp_ms for b in batches],
-        [b.max_timestamp_ms for b in batches],
-        [b.size_bytes for b in batches],
-        [b.payload for b in batches],
-        [c.state.last_sequence for c in checked],
-        [
-            orjson.dumps(
-                [[r.base_sequence, r.last_sequence, r.base_offset, r.last_offset] for r in c.state.recent_batches]
-            ).decode()
-            for c in checked
-        ],
-        [c.state.current_txn_first_offset for c in checked],
-        first.producer_id,
-        first.producer_epoch,
-        first.is_transactional,
+        _WRITE_APPENDS_SQL,
+        [topic_id for topic_id, _ in touched],
+        [partition for _, partition in touched],
+        [heads[key] for key in touched],
+        [a.topic.topic_id for a in appends],
+        [a.partition for a in appends],
+        [w.base_offset for w in writes],
+        [a.batch.record_count for a in appends],
+        [a.producer_id for a in appends],
+        [a.producer_epoch for a in appends],
+        [a.base_sequence for a in appends],
+        [a.is_transactional for a in appends],
+        [a.batch.first_timestamp_ms for a in appends],
+        [a.batch.max_timestamp_ms for a in appends],
+        [a.batch.size_bytes for a in appends],
+        [a.batch.payload for a in appends],
+        [w.append.topic.topic_id for w in states],
+        [w.append.partition for w in states],
+        [w.append.producer_id for w in states],
+        [w.state.producer_epoch for w in states],
+        [w.state.last_sequence for w in states],
+        [w.append.batch.max_timestamp_ms for w in states],
+        [_recent_batches_json(w.state) for w in states],
+        [w.state.current_txn_first_offset for w in states],
         now_ms(),
     )
-    return [AppendResult(c.base_offset, c.base_offset + c.append.batch.record_count - 1) for c in checked]
 
 
 async def _still_issued(conn: asyncpg.Connection, producer_id: int) -> bool:
@@ -602,67 +627,76 @@ async def offset_for(
         after = batch["last_offset"] + 1
 
 
-# A producer's request to several partitions: _LOCK_PARTITION_SQL for all of them in one statement,
-# in lock_order (the LockRows node sits above the Sort, so rows are locked in the ORDER BY's order),
-# then _HEAD_WITH_PRODUCER_SQL for all of them in the next (a fresh snapshot, taken once every lock
-# is held, for the reason given at _LOCK_PARTITION_SQL).
-_LOCK_PARTITIONS_SQL = """
-SELECT p.topic_id FROM partitions p JOIN unnest($1::int[], $2::int[]) AS wanted(topic_id, partition)
-  ON p.topic_id = wanted.topic_id AND p.partition = wanted.partition
-ORDER BY p.topic_id, p.partition
-FOR UPDATE OF p
-"""
-_HEADS_WITH_PRODUCER_SQL = """
-SELECT p.topic_id, p.partition, p.high_watermark, s.producer_epoch, s.last_sequence, s.recent_batches,
-       s.current_txn_first_offset
-FROM partitions p JOIN unnest($1::int[], $2::int[]) AS wanted(topic_id, partition)
-  ON p.topic_id = wanted.topic_id AND p.partition = wanted.partition
-LEFT JOIN producer_states s ON s.topic_id = p.topic_id AND s.partition = p.partition AND s.producer_id = $3
-"""
-
-
 async def append_batches(conn: asyncpg.Connection, appends: list[BatchAppend]) -> list[AppendResult | BrokerError]:
-    """Appends a produce request's batches: each entry's result or partition-level error, in request
-    order. The caller holds the PostgreSQL transaction, so nothing is visible before all are durable.
-    One producer's batches to several partitions lock and read those partitions in two statements in
-    all, not two per partition."""
+    """Appends batches of any producers (plain ones included), several to one partition if need be:
+    each entry's result or partition-level error, in the given order, as if appended one after the
+    other. The caller holds the PostgreSQL transaction, so nothing is visible before all are durable.
+    Three statements whatever their number: lock every partition (lock_order) and read its head,
+    read the producers' states there, write everything."""
     results: list[AppendResult | BrokerError | None] = [check_appendable(append) for append in appends]
-    ordered = sorted(
-        (i for i, result in enumerate(results) if result is None),
-        key=lambda i: lock_order(appends[i].topic.topic_id, appends[i].partition),
-    )
-    heads = None
-    producers = {appends[i].producer_id for i in ordered}
-    if len(ordered) > 1 and len(producers) == 1 and NO_PRODUCER_ID not in producers:
-        heads = await _lock_heads_with_producer(conn, [appends[i] for i in ordered])
-    checked: dict[int, _CheckedAppend] = {}
-    for index in ordered:
-        append = appends[index]
-        try:
-            if heads is None:
-                results[index] = await append_batch(conn, append)
-            elif (row := heads.get((append.topic.topic_id, append.partition))) is None:
-                results[index] = unknown_partition(append.topic, append.partition)  # its topic was deleted
-            elif isinstance(outcome := await _check_at_head(conn, append, row), _CheckedAppend):
-                checked[index] = outcome
-            else:
-                results[index] = outcome
+    if len(appends) == 1 and results[0] is None and appends[0].producer_id == NO_PRODUCER_ID:
+        try:  # one statement locks, reads and bumps the head (and may run without a transaction)
+            return [await _append_plain(conn, appends[0])]
         except BrokerError as error:
-            results[index] = error
-    if checked:
-        for index, written in zip(checked, await _write_checked(conn, list(checked.values()))):
-            results[index] = written
+            return [error]
+    wanted = [(a.topic.topic_id, a.partition) for a, result in zip(appends, results) if result is None]
+    if not wanted:
+        return results
+    heads = await lock_partitions(conn, wanted)
+    producers = sorted(
+        {
+            (a.topic.topic_id, a.partition, a.producer_id)
+            for a, result in zip(appends, results)
+            if result is None and a.producer_id != NO_PRODUCER_ID and (a.topic.topic_id, a.partition) in heads
+        }
+    )
+    entries: dict[tuple[int, int, int], sequences.ProducerEntry | None] = {}
+    if producers:
+        rows = await conn.fetch(
+            _PRODUCER_STATES_SQL, [k[0] for k in producers], [k[1] for k in producers], [k[2] for k in producers]
+        )
+        entries = {(row["topic_id"], row["partition"], row["producer_id"]): _entry_from_row(row) for row in rows}
+    writes: dict[int, _Write] = {}
+    for index, append in enumerate(appends):
+        if results[index] is not None:
+            continue
+        key = (append.topic.topic_id, append.partition)
+        head = heads.get(key)
+        if head is None:  # its topic was deleted since it was looked up
+            results[index] = unknown_partition(append.topic, append.partition)
+            continue
+        if append.producer_id == NO_PRODUCER_ID:
+            writes[index] = _Write(append, head)
+        else:
+            producer_key = (*key, append.producer_id)
+            try:
+                outcome = await _check_at_head(conn, append, entries.get(producer_key), head)
+            except BrokerError as error:
+                results[index] = error
+                continue
+            if not isinstance(outcome, _CheckedAppend):
+                results[index] = outcome
+                continue
+            entries[producer_key] = outcome.state
+            writes[index] = _Write(append, head, outcome.state)
+        heads[key] = head + append.batch.record_count
+    if writes:
+        await _write_appends(conn, list(writes.values()), heads)
+    for index, write in writes.items():
+        results[index] = AppendResult(write.base_offset, write.base_offset + write.append.batch.record_count - 1)
     return results
 
 
-async def _lock_heads_with_producer(
-    conn: asyncpg.Connection, appends: list[BatchAppend]
-) -> dict[tuple[int, int], asyncpg.Record]:
-    topic_ids = [append.topic.topic_id for append in appends]
-    partitions = [append.partition for append in appends]
-    await conn.execute(_LOCK_PARTITIONS_SQL, topic_ids, partitions)
-    rows = await conn.fetch(_HEADS_WITH_PRODUCER_SQL, topic_ids, partitions, appends[0].producer_id)
-    return {(row["topic_id"], row["partition"]): row for row in rows}
+def _lock_key(key: tuple[int, int]) -> tuple[int, int]:
+    return lock_order(*key)
+
+
+async def lock_partitions(conn: asyncpg.Connection, partitions: list[tuple[int, int]]) -> dict[tuple[int, int], int]:
+    """Locks these (topic_id, partition) rows until the caller's PostgreSQL transaction ends, in
+    lock_order, and returns the high watermark of each that exists."""
+    wanted = sorted(set(partitions), key=_lock_key)
+    rows = await conn.fetch(_LOCK_HEADS_SQL, [t for t, _ in wanted], [p for _, p in wanted])
+    return {(row["topic_id"], row["partition"]): row["high_watermark"] for row in rows}
 
 
 def lock_order(topic_id: int, partition: int) -> tuple[int, int]:

@@ -64,10 +64,16 @@ class IssuedProducer:
 
 async def lookup(conn: asyncpg.Connection, producer_id: int) -> IssuedProducer | None:
     """What was issued for this id, or None if it was never issued (or expired)."""
-    row = await conn.fetchrow(
-        "SELECT producer_epoch, transactional_id FROM producer_ids WHERE producer_id = $1", producer_id
+    return (await lookup_many(conn, [producer_id])).get(producer_id)
+
+
+async def lookup_many(conn: asyncpg.Connection, producer_ids: list[int]) -> dict[int, IssuedProducer]:
+    """`lookup` for several ids in one statement; ids never issued (or expired) are left out."""
+    rows = await conn.fetch(
+        "SELECT producer_id, producer_epoch, transactional_id FROM producer_ids WHERE producer_id = ANY($1::bigint[])",
+        sorted(set(producer_ids)),
     )
-    return None if row is None else IssuedProducer(row["producer_epoch"], row["transactional_id"])
+    return {row["producer_id"]: IssuedProducer(row["producer_epoch"], row["transactional_id"]) for row in rows}
 
 
 # A producer is idle when it has appended nowhere since the cutoff $1 (by the server's clock,

@@ -112,31 +112,46 @@ def _row_values(meta: TransactionMetadata) -> list:
     ]
 
 
-# TransactionLog.save in one round trip: the id's row (already locked by this PostgreSQL transaction,
-# `lock`) is updated; the epoch of its producer id recorded as the latest issued, if it is newer (an
-# epoch bump of producer_ids.next_epoch, written here rather than by a statement of its own; a no-op
-# otherwise); and the batch of its transitions appended to its __transaction_state partition ($14,
-# $15) as partition_log appends a plain batch: bump the high watermark (locking that partition's row,
-# the last lock the request takes), insert the batch at the old one, wake long polls at commit.
+# TransactionLog.save_many in one round trip: the ids' rows (already locked by this PostgreSQL
+# transaction, `lock`/`lock_many`) are updated (`r`, one row per id); the epoch of each id's producer
+# id recorded as the latest issued, if it is newer (an epoch bump of producer_ids.next_epoch, written
+# here rather than by a statement of its own; a no-op otherwise); and the transitions appended to
+# __transaction_state (`l`, one batch per partition of that topic, holding the records of every id
+# that hashes there) as partition_log appends a plain batch: bump the high watermark (locking that
+# partition's row, the last locks the request takes), insert the batch at the old one, wake long
+# polls at commit.
 _SAVE_SQL = f"""
-WITH saved AS (
-    UPDATE transactions SET producer_id = $2, producer_epoch = $3, state = $4, timeout_ms = $5,
-        txn_start_ms = $6, last_update_ms = $7, last_producer_id = $8, last_producer_epoch = $9,
-        txn_producer_id = $10, txn_producer_epoch = $11, partitions = $12, groups = $13
-    WHERE transactional_id = $1
+WITH r AS (
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::int[], $4::text[], $5::int[], $6::bigint[], $7::bigint[],
+                         $8::bigint[], $9::int[], $10::bigint[], $11::int[], $12::text[], $13::text[])
+        AS r(transactional_id, producer_id, producer_epoch, state, timeout_ms, txn_start_ms, last_update_ms,
+             last_producer_id, last_producer_epoch, txn_producer_id, txn_producer_epoch, partitions, groups)
+), saved AS (
+    UPDATE transactions t SET producer_id = r.producer_id, producer_epoch = r.producer_epoch, state = r.state,
+        timeout_ms = r.timeout_ms, txn_start_ms = r.txn_start_ms, last_update_ms = r.last_update_ms,
+        last_producer_id = r.last_producer_id, last_producer_epoch = r.last_producer_epoch,
+        txn_producer_id = r.txn_producer_id, txn_producer_epoch = r.txn_producer_epoch,
+        partitions = r.partitions::jsonb, groups = r.groups::jsonb
+    FROM r WHERE t.transactional_id = r.transactional_id
 ), issued AS (
-    UPDATE producer_ids SET producer_epoch = $3 WHERE producer_id = $2 AND producer_epoch < $3
+    UPDATE producer_ids i SET producer_epoch = r.producer_epoch
+    FROM r WHERE i.producer_id = r.producer_id AND i.producer_epoch < r.producer_epoch
+), l AS (
+    SELECT * FROM unnest($14::int[], $15::int[], $16::int[], $17::bigint[], $18::bigint[], $19::int[], $20::bytea[])
+        AS l(topic_id, partition, record_count, first_timestamp_ms, max_timestamp_ms, size_bytes, records)
 ), head AS (
-    UPDATE partitions SET high_watermark = high_watermark + $16
-    WHERE topic_id = $14 AND partition = $15
-    RETURNING high_watermark - $16 AS base_offset
+    UPDATE partitions p SET high_watermark = p.high_watermark + l.record_count
+    FROM l WHERE p.topic_id = l.topic_id AND p.partition = l.partition
+    RETURNING p.topic_id, p.partition, p.high_watermark - l.record_count AS base_offset
 ), appended AS (
     INSERT INTO record_batches ({BATCH_COLUMNS})
-    SELECT $14, $15, base_offset, base_offset + $16 - 1, {NO_PRODUCER_ID}, {NO_PRODUCER_EPOCH}, {NO_SEQUENCE},
-        false, NULL, $17, $18, $16, $19, $20 FROM head
-    RETURNING base_offset
+    SELECT l.topic_id, l.partition, head.base_offset, head.base_offset + l.record_count - 1, {NO_PRODUCER_ID},
+        {NO_PRODUCER_EPOCH}, {NO_SEQUENCE}, false, NULL, l.first_timestamp_ms, l.max_timestamp_ms, l.record_count,
+        l.size_bytes, l.records
+    FROM l JOIN head ON head.topic_id = l.topic_id AND head.partition = l.partition
+    RETURNING topic_id, partition
 )
-SELECT base_offset, pg_notify('{APPENDS_CHANNEL}', $14::text || ':' || $15::text) FROM appended
+SELECT pg_notify('{APPENDS_CHANNEL}', topic_id::text || ':' || partition::text) FROM appended
 """
 
 
@@ -158,6 +173,17 @@ class TransactionLog:
             f"SELECT {_COLUMNS} FROM transactions WHERE transactional_id = $1 FOR UPDATE", transactional_id
         )
         return None if row is None else _from_row(row, self._parse_state)
+
+    async def lock_many(self, conn: asyncpg.Connection, transactional_ids: list[str]) -> dict[str, TransactionMetadata]:
+        """`lock` for several ids in one statement, in id order (the LockRows node sits above the
+        Sort), so two PostgreSQL transactions that lock overlapping sets cannot deadlock. Ids without a
+        row are left out."""
+        rows = await conn.fetch(
+            f"SELECT {_COLUMNS} FROM transactions WHERE transactional_id = ANY($1::text[]) "
+            f"ORDER BY transactional_id FOR UPDATE",
+            sorted(transactional_ids),
+        )
+        return {row["transactional_id"]: _from_row(row, self._parse_state) for row in rows}
 
     async def lock_new(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> bool:
         """Inserts a new id's row unless one exists (a racing InitProducerId may have made it);
@@ -187,23 +213,44 @@ class TransactionLog:
         """Writes the row (and its epoch into producer_ids, see _SAVE_SQL) and appends the recorded
         transitions to __transaction_state as one batch, in one statement. Run it last in the
         PostgreSQL transaction (see the module's invariants)."""
-        if not meta.pending_records:
+        await self.save_many(conn, [meta])
+
+    async def save_many(self, conn: asyncpg.Connection, metas: list[TransactionMetadata]) -> None:
+        """`save` for the distinct ids of a group of requests committed together, in one statement
+        (two when their records go to several __transaction_state partitions: those are locked first,
+        in lock_order, so that two groups cannot deadlock on them)."""
+        metas = [meta for meta in metas if meta.pending_records]
+        if not metas:
             return
-        topic, partition, batch = await self._pending_batch(conn, meta)
-        row = await conn.fetchrow(
+        topic = await self._log_topic(conn)
+        by_partition: dict[int, list[record_codec.TextRecord]] = {}
+        for meta in metas:
+            by_partition.setdefault(self._partition_of(meta, topic), []).extend(self._records(meta))
+        if len(by_partition) > 1:
+            await partition_log.lock_partitions(conn, [(topic.topic_id, partition) for partition in by_partition])
+        batches = [
+            record_codec.encode_batch(records, "utf8", max(r.timestamp_ms for r in records), "transaction log")
+            for records in by_partition.values()
+        ]
+        # jsonb columns as JSON text: asyncpg would take nested lists for a multidimensional array
+        rows = [
+            [*values[:11], *(orjson.dumps(v).decode() for v in values[11:13])] for values in map(_row_values, metas)
+        ]
+        written = await conn.fetch(
             _SAVE_SQL,
-            *_row_values(meta)[:13],
-            topic.topic_id,
-            partition,
-            batch.record_count,
-            batch.first_timestamp_ms,
-            batch.max_timestamp_ms,
-            batch.size_bytes,
-            batch.payload,
+            *(list(column) for column in zip(*rows)),
+            [topic.topic_id] * len(by_partition),
+            list(by_partition),
+            [batch.record_count for batch in batches],
+            [batch.first_timestamp_ms for batch in batches],
+            [batch.max_timestamp_ms for batch in batches],
+            [batch.size_bytes for batch in batches],
+            [batch.payload for batch in batches],
         )
-        if row is None:
-            raise unknown_partition(topic, partition)  # never: the internal topic is never deleted
-        meta.pending_records.clear()
+        if len(written) != len(by_partition):
+            raise unknown_partition(topic, next(iter(by_partition)))  # never: the internal topic is never deleted
+        for meta in metas:
+            meta.pending_records.clear()
 
     async def delete(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> None:
         """The id expires (Dead): its row goes; the log gets the Dead record, then a tombstone (as
@@ -211,20 +258,31 @@ class TransactionLog:
         await conn.execute("DELETE FROM transactions WHERE transactional_id = $1", meta.transactional_id)
         await self._append_records(conn, meta, tombstone=True)
 
-    async def _pending_batch(
-        self, conn: asyncpg.Connection, meta: TransactionMetadata, tombstone: bool = False
-    ) -> tuple[TopicInfo, int, record_codec.EncodedBatch]:
-        """The recorded transitions (and a tombstone) as one batch, and the __transaction_state
-        partition of the id that receives it."""
-        topic = await self._log_topic(conn)
+    @staticmethod
+    def _partition_of(meta: TransactionMetadata, topic: TopicInfo) -> int:
+        """The __transaction_state partition of the id."""
+        return partition_for_key(meta.transactional_id.encode(), topic.partition_count)
+
+    @staticmethod
+    def _records(meta: TransactionMetadata, tombstone: bool = False) -> list[record_codec.TextRecord]:
+        """The recorded transitions (and a tombstone) as records keyed by the id."""
         records = [
             record_codec.TextRecord(meta.transactional_id, orjson.dumps(value).decode(), (), value["last_update_ms"])
             for value in meta.pending_records
         ]
         if tombstone:
             records.append(record_codec.TextRecord(meta.transactional_id, None, (), meta.last_update_ms))
+        return records
+
+    async def _pending_batch(
+        self, conn: asyncpg.Connection, meta: TransactionMetadata, tombstone: bool = False
+    ) -> tuple[TopicInfo, int, record_codec.EncodedBatch]:
+        """The recorded transitions (and a tombstone) as one batch, and the __transaction_state
+        partition of the id that receives it."""
+        topic = await self._log_topic(conn)
+        records = self._records(meta, tombstone)
         batch = record_codec.encode_batch(records, "utf8", meta.last_update_ms, "transaction log")
-        return topic, partition_for_key(meta.transactional_id.encode(), topic.partition_count), batch
+        return topic, self._partition_of(meta, topic), batch
 
     async def _append_records(
         self, conn: asyncpg.Connection, meta: TransactionMetadata, tombstone: bool = False
