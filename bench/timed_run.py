@@ -114,7 +114,7 @@ def _drive_in_this_process(
 
 
 class ClientProcesses:
-    """A pool of spawned client processes, started once (importing httpx takes a while)."""
+    """A pool of spawned client processes, started once (importing the client libraries takes a while)."""
 
     def __init__(self, count: int) -> None:
         self.count = count

@@ -31,12 +31,12 @@ from functools import partial
 from pathlib import Path
 
 import asyncpg
-import httpx
 import orjson
 
 from app.storage import record_codec
 from app.storage.embedded_postgres import EmbeddedPostgres
 from app.storage.partition_log import CONTROL_ABORT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from bench.load_client import LoadClient
 from bench.naive_app import APPEND_SQL as NAIVE_APPEND_SQL
 from bench.naive_app import TABLES_SQL as NAIVE_TABLES_SQL
 from bench.partition_log import print_profile
@@ -44,7 +44,6 @@ from bench.processes import CpuMeter, ServerSubprocess, database_url_for, start_
 from bench.timed_run import Measurement, WorkloadFactory, measure
 from bench.workloads import record_value
 
-JSON_HEADERS = {"content-type": "application/json"}
 SMALL_TXN_RECORDS = (2, 1)  # records per partition of one small transaction: 3 over 2 partitions
 RAW_DATABASE = "bench_raw_txn"  # the raw PostgreSQL baseline of section 1, beside txbroker's database
 LARGE_TXN_RECORDS = 1000
@@ -58,11 +57,11 @@ EPOCHS_PER_PRODUCER = 1000  # aborted transactions per producer id in the built 
 # ---- HTTP
 
 
-async def post_json(http: httpx.AsyncClient, path: str, body: dict) -> dict:
-    response = await http.post(path, content=orjson.dumps(body), headers=JSON_HEADERS)
-    if response.status_code not in (200, 201):
-        raise RuntimeError(f"POST {path} answered {response.status_code}: {response.text[:500]}")
-    return orjson.loads(response.content)
+async def post_json(http: LoadClient, path: str, body: dict) -> dict:
+    status, content = await http.post(path, orjson.dumps(body))
+    if status not in (200, 201):
+        raise RuntimeError(f"POST {path} answered {status}: {content[:500].decode(errors='replace')}")
+    return orjson.loads(content)
 
 
 def check_partitions(answer: dict, request: str) -> list[dict]:
@@ -72,14 +71,13 @@ def check_partitions(answer: dict, request: str) -> list[dict]:
     return answer["partitions"]
 
 
-async def create_topic(http: httpx.AsyncClient, name: str, partitions: int) -> None:
+async def create_topic(http: LoadClient, name: str, partitions: int) -> None:
     await post_json(http, "/v1/topics", {"name": name, "partitions": partitions})
 
 
-def http_client(base_url: str, connections: int) -> httpx.AsyncClient:
+def http_client(base_url: str, connections: int) -> LoadClient:
     """Keep-alive connections, one per concurrent client."""
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    return httpx.AsyncClient(base_url=base_url, limits=limits, timeout=60)
+    return LoadClient(base_url, connections)
 
 
 # ---- producers, as bench.timed_run workloads: run_once is one transaction (or one produce)
@@ -111,7 +109,7 @@ class ProducerWorkload:
         self.transactional = transactional
         self.records = [[{"key": None, "value": value}] * count for count in records_per_partition]
         self.producers: dict[int, _Producer] = {}
-        self.http: httpx.AsyncClient | None = None
+        self.http: LoadClient | None = None
 
     def transactional_id(self, client: int) -> str:
         return f"{self.topic}-{client}"
@@ -458,7 +456,7 @@ async def measure_write_to_visible(
     base_url: str,
     topic: str,
     writes: int,
-    write_one: Callable[[httpx.AsyncClient, int], Awaitable[tuple[float, float]]],
+    write_one: Callable[[LoadClient, int], Awaitable[tuple[float, float]]],
 ) -> Visibility:
     """Writes one record at a time (value = its index) with `write_one`, which returns the instants
     its last request was sent and acknowledged; waits until the consumer saw it before the next, then
@@ -482,7 +480,7 @@ async def measure_write_to_visible(
 
 
 async def commit_one_record(
-    topic: str, transactional_id: str, producer: _Producer, http: httpx.AsyncClient, index: int
+    topic: str, transactional_id: str, producer: _Producer, http: LoadClient, index: int
 ) -> tuple[float, float]:
     check_partitions(
         await post_json(
@@ -520,7 +518,7 @@ async def commit_one_record(
     return sent, acknowledged
 
 
-async def produce_one_plain_record(topic: str, http: httpx.AsyncClient, index: int) -> tuple[float, float]:
+async def produce_one_plain_record(topic: str, http: LoadClient, index: int) -> tuple[float, float]:
     sent = time.perf_counter()
     check_partitions(
         await post_json(
@@ -849,7 +847,7 @@ class FetchTiming:
 
 
 async def time_read_committed_fetches(
-    http: httpx.AsyncClient, meter: CpuMeter, topic: str, points: list[FetchPoint], samples: int
+    http: LoadClient, meter: CpuMeter, topic: str, points: list[FetchPoint], samples: int
 ) -> dict[FetchPoint, FetchTiming]:
     """`samples` read_committed fetches of FETCH_RECORDS records at each point, taking the points in
     turn (a burst of noise on the machine then hits every point alike), after two unmeasured ones
@@ -1072,7 +1070,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work_dir, ignore_errors=True)
     print(f"""
 {args.seconds:g} s measured per timed run after {args.warmup:g} s of warm-up; clients are asyncio tasks of
-this process (httpx, one keep-alive connection each). CPU% = % of one core in the measured window
+this process (aiohttp, one keep-alive connection each). CPU% = % of one core in the measured window
 (server = the txbroker process(es), pg = postmaster and backends, cli = this process); CPU ms/op = CPU
 per transaction, request or fetch. Sections 1 and 3: baseline and transactions alternate, {args.rounds}
 runs each, added up; producer i writes its own partitions. Section 4: ratio = median / the smallest

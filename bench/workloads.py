@@ -6,7 +6,7 @@ Baselines (PostgreSQL directly, through asyncpg, in the bench process):
 - `RowPerBatchInsert`: one row per 100-record batch, payload `STORAGE EXTERNAL` — txbroker's layout
   without HTTP, JSON or Python in between.
 - `RawSelect`: reading back the row-per-record table by offset ranges.
-Over HTTP (httpx.AsyncClient, keep-alive, one connection per client):
+Over HTTP (bench/load_client.py: aiohttp, keep-alive, one connection per client):
 - `EmptyPost`: the plain HTTP ceiling of the server stack.
 - `Produce`: POST /v1/produce with producer_id -1, one partition per client.
 - `Fetch`: POST /v1/fetch, each client reading its own partition from the start, again and again.
@@ -20,8 +20,9 @@ import time
 from typing import Protocol
 
 import asyncpg
-import httpx
 import orjson
+
+from bench.load_client import LoadClient
 
 RAW_TABLES_SQL = """
 CREATE TABLE raw_records (record_offset bigint PRIMARY KEY, key bytea, value bytea,
@@ -33,7 +34,6 @@ ALTER TABLE raw_batches ALTER COLUMN payload SET STORAGE EXTERNAL;
 """
 RAW_RECORD_COLUMNS = ["record_offset", "key", "value", "timestamp_ms"]
 PLAIN_WRITE = -1  # producer_id / producer_epoch of a non-idempotent write
-JSON_HEADERS = {"content-type": "application/json"}
 
 
 class Workload(Protocol):
@@ -152,24 +152,23 @@ class RawSelect(_Connections):
 
 
 class _HttpClients:
-    """One httpx.AsyncClient whose pool keeps one keep-alive connection per client."""
+    """One LoadClient (bench/load_client.py) that keeps one keep-alive connection per client."""
 
     def __init__(self, base_url: str) -> None:
         self.base_url = base_url
-        self.http: httpx.AsyncClient | None = None
+        self.http: LoadClient | None = None
 
     async def open(self, clients: list[int]) -> None:
-        limits = httpx.Limits(max_connections=len(clients), max_keepalive_connections=len(clients))
-        self.http = httpx.AsyncClient(base_url=self.base_url, limits=limits, timeout=60)
+        self.http = LoadClient(self.base_url, len(clients))
 
     async def close(self) -> None:
         await self.http.aclose()
 
     async def post(self, path: str, body: bytes) -> bytes:
-        response = await self.http.post(path, content=body, headers=JSON_HEADERS)
-        if response.status_code != 200:
-            raise RuntimeError(f"POST {path} answered {response.status_code}: {response.text[:500]}")
-        return response.content
+        status, content = await self.http.post(path, body)
+        if status != 200:
+            raise RuntimeError(f"POST {path} answered {status}: {content[:500].decode(errors='replace')}")
+        return content
 
 
 class EmptyPost(_HttpClients):
