@@ -8,7 +8,6 @@ errors fail only their partition.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.clock import now_ms
+from app.coordinator.group_commit import GroupCommit
 from app.coordinator.transaction_coordinator import TransactionCoordinator, unknown_producer
 from app.errors import BrokerError, ErrorCode, invalid_request
 from app.storage import partition_log, producer_ids, record_codec
@@ -23,12 +23,6 @@ from app.storage.partition_log import NO_PRODUCER_ID, NO_SEQUENCE, AppendResult,
 from app.storage.producer_ids import IssuedProducer
 from app.storage.record_codec import EncodedBatch, WireRecord
 from app.storage.topics import INTERNAL_PREFIX, find_topics, unknown_topic
-
-# How many groups one server process writes at once, and the most requests one group takes. Two
-# groups in flight let one be prepared while the other waits for its commit; more would only split
-# the requests that one group could take into smaller groups.
-MAX_GROUPS_IN_FLIGHT = 2
-MAX_REQUESTS_PER_GROUP = 64
 
 PartitionResult = AppendResult | BrokerError
 
@@ -117,14 +111,12 @@ def _check_idempotent_producer(issued: IssuedProducer | None, command: ProduceCo
     return None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Request:
-    """A produce request waiting in, or written by, a group: its answer goes to `answer`, a list of
-    per-partition results, or the request-level error."""
+    """A produce request checked and encoded, for a group to write."""
 
     command: ProduceCommand
     encoded: list[EncodedBatch]
-    answer: asyncio.Future
 
 
 def _transaction_if_needed(conn: asyncpg.Connection, group: list[_Request]):
@@ -140,25 +132,15 @@ def _transaction_if_needed(conn: asyncpg.Connection, group: list[_Request]):
 
 
 class ProduceGroups:
-    """Group commit of one server process's produce requests. A request that finds fewer than
-    MAX_GROUPS_IN_FLIGHT groups being written starts one at once (so a lone request waits for
-    nothing); requests that arrive meanwhile queue, and the next group takes them all: one
-    PostgreSQL transaction, each statement shared by every request of the group (their producers
-    and transactional ids looked up and locked together, their partitions locked together in
-    lock_order, their batches written by one statement), one commit and so one WAL flush. Every
-    request is answered after its group's commit, so an acknowledgement still means durable; a
-    group is atomic, and its requests are applied in arrival order, as if one after the other.
-
-    A failure that is not a request's own answer (a lost connection, a deadlock PostgreSQL broke)
-    must not decide the other requests of the group: each is then written again in a group of its
-    own, where its outcome is its own."""
+    """Produce with group commit (app/coordinator/group_commit.py): the requests of a group share
+    each statement (their producers and transactional ids looked up and locked together, their
+    partitions locked together in lock_order, their batches written by one statement) and one
+    commit."""
 
     def __init__(self, coordinator: TransactionCoordinator, max_records: int) -> None:
         self.coordinator = coordinator
         self.max_records = max_records
-        self._queue: list[_Request] = []
-        self._in_flight = 0
-        self._tasks: set[asyncio.Task] = set()
+        self._groups: GroupCommit[_Request, list[PartitionResult]] = GroupCommit(self._write)
 
     async def produce(self, command: ProduceCommand) -> list[PartitionResult]:
         _check_request(command, self.max_records)
@@ -168,42 +150,7 @@ class ProduceGroups:
             or record_codec.encode_batch(entry.records, command.encoding, appended_ms, f"partitions[{index}].records")
             for index, entry in enumerate(command.partitions)
         ]
-        request = _Request(command, encoded, asyncio.get_running_loop().create_future())
-        self._queue.append(request)
-        self._start_groups()
-        return await request.answer
-
-    def _start_groups(self) -> None:
-        while self._queue and self._in_flight < MAX_GROUPS_IN_FLIGHT:
-            group = self._queue[:MAX_REQUESTS_PER_GROUP]
-            del self._queue[:MAX_REQUESTS_PER_GROUP]
-            self._in_flight += 1
-            task = asyncio.create_task(self._commit_group(group), name="produce-group")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _commit_group(self, group: list[_Request]) -> None:
-        try:
-            await self._commit(group)
-        finally:
-            self._in_flight -= 1
-            self._start_groups()
-
-    async def _commit(self, group: list[_Request]) -> None:
-        try:
-            answers = await self._write(group)
-        except asyncio.CancelledError:
-            for request in group:
-                request.answer.cancel()
-            raise
-        except Exception as error:
-            if len(group) == 1:
-                _answer(group[0], error)
-                return
-            await asyncio.gather(*(self._commit([request]) for request in group))
-            return
-        for request, answer in zip(group, answers):
-            _answer(request, answer)
+        return await self._groups.submit(_Request(command, encoded))
 
     async def _write(self, group: list[_Request]) -> list[list[PartitionResult] | BrokerError]:
         """Writes the group in one PostgreSQL transaction: each request's per-partition results, or
@@ -269,12 +216,3 @@ class ProduceGroups:
                 answers[request_index][partition_index] = result
             await coordinator.log.save_many(conn, list(joined.values()))  # last: see TransactionLog's lock order
         return answers
-
-
-def _answer(request: _Request, answer: list[PartitionResult] | BaseException) -> None:
-    if request.answer.done():  # the client went away and its request was cancelled
-        return
-    if isinstance(answer, BaseException):
-        request.answer.set_exception(answer)
-    else:
-        request.answer.set_result(answer)

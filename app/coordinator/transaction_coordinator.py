@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.clock import now_ms
+from app.coordinator.group_commit import GroupCommit
 from app.coordinator.transaction_states import TransactionState, transition
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
@@ -46,6 +47,14 @@ from txbroker.partitioner import partition_for_key
 log = logging.getLogger(__name__)
 
 S = TransactionState
+
+
+@dataclass(frozen=True, slots=True)
+class _EndRequest:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +129,7 @@ class TransactionCoordinator:
         self.pool = pool
         self.settings = settings
         self.log = TransactionLog(parse_state=TransactionState.parse)
+        self._ends: GroupCommit[_EndRequest, EndResult] = GroupCommit(self._end_group)
 
     # ---- state changes, each recorded for the transaction log
 
@@ -140,31 +150,41 @@ class TransactionCoordinator:
         meta.last_update_ms = now
         self.log.record(meta)
 
-    async def _write_markers(self, conn: asyncpg.Connection, meta: TransactionMetadata, commit: bool, now: int) -> None:
-        control = CONTROL_COMMIT if commit else CONTROL_ABORT
-        # One statement locks every partition (in lock_order) and one writes the markers, however
-        # many partitions the transaction has.
-        await markers.write_markers(
-            conn,
+    @staticmethod
+    def _ending(meta: TransactionMetadata) -> markers.TransactionEnd:
+        """The markers the transaction of `meta` (in PrepareCommit/PrepareAbort) leaves."""
+        return markers.TransactionEnd(
             [(p.topic_id, p.partition) for p in meta.partitions],
             meta.txn_producer_id,
             meta.txn_producer_epoch,
-            control,
-            now,
+            CONTROL_COMMIT if meta.state == S.PREPARE_COMMIT else CONTROL_ABORT,
+            [p.partition for p in meta.partitions if p.topic == CONSUMER_OFFSETS_TOPIC],
         )
-        for partition in meta.partitions:
-            if partition.topic == CONSUMER_OFFSETS_TOPIC:
+
+    @staticmethod
+    async def _write_markers(conn: asyncpg.Connection, ends: list[markers.TransactionEnd], now: int) -> None:
+        # One statement locks every partition (in lock_order) and one writes the markers, however
+        # many partitions and transactions.
+        await markers.write_markers_of(conn, ends, now)
+        for end in ends:
+            for partition in end.consumer_offsets_partitions:
                 # The transaction's offsets become visible (or are discarded) with its marker there,
                 # in the same PostgreSQL transaction.
                 await group_offsets.settle(
-                    conn, partition.partition, meta.txn_producer_id, meta.txn_producer_epoch, commit
+                    conn, partition, end.producer_id, end.producer_epoch, end.control_type == CONTROL_COMMIT
                 )
 
     async def _complete(self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int, bump: bool) -> None:
         """PrepareCommit/PrepareAbort -> markers -> CompleteCommit/CompleteAbort. With `bump`, the epoch
         moves on and the ids that ended the transaction are remembered for an EndTxn retry."""
+        ending = self._ending(meta)
+        await self._write_markers(conn, [ending], now)
+        await self._completed(conn, meta, now, bump)
+
+    async def _completed(self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int, bump: bool) -> None:
+        """PrepareCommit/PrepareAbort -> CompleteCommit/CompleteAbort, the markers (`_ending`) being
+        written in the same PostgreSQL transaction."""
         commit = meta.state == S.PREPARE_COMMIT
-        await self._write_markers(conn, meta, commit, now)
         changes: dict = {
             "partitions": [],
             "groups": [],
@@ -450,36 +470,64 @@ class TransactionCoordinator:
     async def end_transaction(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> EndResult:
+        """EndTxn, with group commit (app/coordinator/group_commit.py): concurrent EndTxns of this
+        server process share one PostgreSQL transaction, their rows locked by one statement and their
+        markers written by two."""
+        return await self._ends.submit(_EndRequest(transactional_id, producer_id, producer_epoch, commit))
+
+    async def _end_group(self, requests: list[_EndRequest]) -> list[EndResult | BrokerError]:
+        async with self.pool.acquire() as conn, conn.transaction():
+            metas = await self.log.lock_many(conn, [request.transactional_id for request in requests])
+            answers: list[EndResult | BrokerError] = []
+            ends: list[markers.TransactionEnd] = []
+            for request in requests:
+                meta = metas.get(request.transactional_id)
+                try:
+                    retried = self._begin_end(meta, request)
+                except BrokerError as error:
+                    answers.append(error)
+                    continue
+                if retried is None:
+                    # Every partition lives in this database, so PrepareX, the markers and CompleteX
+                    # share one PostgreSQL transaction (one commit instead of two). The steps stay
+                    # separable: PrepareX is logged before the markers, markers are idempotent, and a
+                    # PrepareX found durable (left by a coordinator that wrote them separately) is
+                    # finished by recovery, InitProducerId, or this same EndTxn retried. The markers
+                    # of the group are written together, after every state change: a retry of an
+                    # EndTxn in the same group sees its transaction complete, as it would after it.
+                    ends.append(self._ending(meta))
+                    await self._completed(conn, meta, now_ms(), bump=True)
+                answers.append(retried or EndResult(meta.producer_id, meta.producer_epoch, meta.state))
+            await self._write_markers(conn, ends, now_ms())
+            await self.log.save_many(conn, list(metas.values()))
+        return answers
+
+    def _begin_end(self, meta: TransactionMetadata | None, request: _EndRequest) -> EndResult | None:
+        """EndTxn's checks on the locked row: the answer of a retry of the EndTxn that ended the last
+        transaction, or None once the transaction is in PrepareCommit/PrepareAbort, to complete.
+        Raises the request's error."""
+        commit = request.commit
         wanted = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
         outcome = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
-        async with self.pool.acquire() as conn, conn.transaction():
-            meta = await self.log.lock(conn, transactional_id)
-            if meta is not None and self._is_retry_of_last(meta, producer_id, producer_epoch):
-                if meta.state != outcome:
-                    raise _invalid_state(
-                        meta, f"{'commit' if commit else 'abort'} (its transaction already ended with {meta.state})"
-                    )
-                return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
-            check_producer(meta, transactional_id, producer_id, producer_epoch)
-            state = meta.state
-            if state in (S.ONGOING, S.PREPARED):
-                self._move(meta, wanted, now_ms())
-            elif state == S.PREPARE_EPOCH_FENCE or (state.is_completing and state != wanted):
-                raise (
-                    _concurrent(meta)
-                    if state == S.PREPARE_EPOCH_FENCE
-                    else _invalid_state(meta, f"{'commit' if commit else 'abort'} (it is already in {meta.state})")
+        if meta is not None and self._is_retry_of_last(meta, request.producer_id, request.producer_epoch):
+            if meta.state != outcome:
+                raise _invalid_state(
+                    meta, f"{'commit' if commit else 'abort'} (its transaction already ended with {meta.state})"
                 )
-            elif state != wanted:
-                raise _invalid_state(meta, f"{'commit' if commit else 'abort'} (no transaction is open)")
-            # Every partition lives in this database, so PrepareX, the markers and CompleteX share
-            # one PostgreSQL transaction (one commit instead of two). The steps stay separable:
-            # PrepareX is logged before the markers, markers are idempotent, and a PrepareX found
-            # durable (left by a coordinator that wrote them separately) is finished by recovery,
-            # InitProducerId, or this same EndTxn retried.
-            await self._complete(conn, meta, now_ms(), bump=True)
-            await self.log.save(conn, meta)
             return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
+        check_producer(meta, request.transactional_id, request.producer_id, request.producer_epoch)
+        state = meta.state
+        if state in (S.ONGOING, S.PREPARED):
+            self._move(meta, wanted, now_ms())
+        elif state == S.PREPARE_EPOCH_FENCE or (state.is_completing and state != wanted):
+            raise (
+                _concurrent(meta)
+                if state == S.PREPARE_EPOCH_FENCE
+                else _invalid_state(meta, f"{'commit' if commit else 'abort'} (it is already in {meta.state})")
+            )
+        elif state != wanted:
+            raise _invalid_state(meta, f"{'commit' if commit else 'abort'} (no transaction is open)")
+        return None
 
     @staticmethod
     def _is_retry_of_last(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> bool:

@@ -7,7 +7,7 @@ so recovery may re-run a half-finished EndTxn safely.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import asyncpg
 
@@ -31,47 +31,66 @@ class Marker:
         return CONTROL_TYPE_NAMES[self.control_type]
 
 
-# write_markers' first statement: locks every partition of the transaction, in lock_order (the
+@dataclass(frozen=True, slots=True)
+class TransactionEnd:
+    """The markers one transaction leaves: `control_type` in each of its (topic_id, partition).
+    `consumer_offsets_partitions`: those of __consumer_offsets, whose offsets the caller settles."""
+
+    partitions: list[tuple[int, int]]
+    producer_id: int
+    producer_epoch: int
+    control_type: int
+    consumer_offsets_partitions: list[int] = field(default_factory=list)
+
+
+# write_markers' first statement: locks every partition of the transactions, in lock_order (the
 # LockRows node sits above the Sort, so rows are locked in the ORDER BY's order, as one statement
-# per partition in that order would), with each one's marker if it already has one and the
-# producer's open-transaction offset. The high watermark comes from the locked row (re-read after
-# any wait); the marker and the producer's state cannot change meanwhile, since only requests
-# holding this transactional id's row write them for this producer id and epoch.
+# per partition in that order would), with each transaction's marker there if it already has one
+# and its producer's open-transaction offset. The high watermark comes from the locked row (re-read
+# after any wait); the markers and the producers' states cannot change meanwhile, since only
+# requests holding a transactional id's row write them for its producer id and epoch.
 _LOCK_ALL_SQL = """
-SELECT p.topic_id, p.partition, p.high_watermark,
+SELECT w.ord, p.topic_id, p.partition, p.high_watermark,
        (SELECT m.marker_offset FROM txn_markers m WHERE m.topic_id = p.topic_id AND m.partition = p.partition
-          AND m.producer_id = $3 AND m.producer_epoch = $4) AS existing_marker,
+          AND m.producer_id = w.producer_id AND m.producer_epoch = w.producer_epoch) AS existing_marker,
        (SELECT s.current_txn_first_offset FROM producer_states s WHERE s.topic_id = p.topic_id
-          AND s.partition = p.partition AND s.producer_id = $3) AS first_offset
-FROM partitions p JOIN unnest($1::int[], $2::int[]) AS wanted(topic_id, partition)
-  ON p.topic_id = wanted.topic_id AND p.partition = wanted.partition
-ORDER BY p.topic_id, p.partition
+          AND s.partition = p.partition AND s.producer_id = w.producer_id) AS first_offset
+FROM partitions p
+JOIN unnest($1::int[], $2::int[], $3::bigint[], $4::int[]) WITH ORDINALITY
+    AS w(topic_id, partition, producer_id, producer_epoch, ord)
+  ON p.topic_id = w.topic_id AND p.partition = w.partition
+ORDER BY p.topic_id, p.partition, w.ord
 FOR UPDATE OF p
 """
 
-# write_markers' second statement, for every partition still without its marker (each row of `m` is
-# a partition locked by _LOCK_ALL_SQL, with its high watermark as the marker's offset): the control
-# batch takes that one offset, the marker row records it, the producer's transaction is closed there
-# (advancing the LSO), and long polls wake up (records may have become visible to read_committed).
+# write_markers' second statement, for every marker still to write (each row of `m`, in a partition
+# locked by _LOCK_ALL_SQL, at an offset from its high watermark on; several transactions' markers in
+# one partition take consecutive offsets): the control batch takes that one offset, the marker row
+# records it, the producer's transaction is closed there (advancing the LSO), the partition's high
+# watermark moves past its last marker, and long polls wake up (records may have become visible to
+# read_committed).
 _WRITE_ALL_SQL = f"""
 WITH m AS (
-    SELECT * FROM unnest($1::int[], $2::int[], $3::bigint[], $4::bigint[])
-        AS m(topic_id, partition, marker_offset, first_offset)
+    SELECT * FROM unnest($1::int[], $2::int[], $3::bigint[], $4::bigint[], $5::bigint[], $6::int[], $7::int[])
+        AS m(topic_id, partition, marker_offset, first_offset, producer_id, producer_epoch, control_type)
 ), head AS (
-    UPDATE partitions p SET high_watermark = m.marker_offset + 1
-    FROM m WHERE p.topic_id = m.topic_id AND p.partition = m.partition
+    UPDATE partitions p SET high_watermark = last.marker_offset + 1
+    FROM (SELECT topic_id, partition, max(marker_offset) AS marker_offset FROM m GROUP BY topic_id, partition) last
+    WHERE p.topic_id = last.topic_id AND p.partition = last.partition
 ), control AS (
     INSERT INTO record_batches ({BATCH_COLUMNS})
-    SELECT m.topic_id, m.partition, m.marker_offset, m.marker_offset, $5, $6, -1, true, $7, $8, $8, 1, 0,
-        '\\x5b5d'::bytea
+    SELECT m.topic_id, m.partition, m.marker_offset, m.marker_offset, m.producer_id, m.producer_epoch, -1, true,
+        m.control_type, $8, $8, 1, 0, '\\x5b5d'::bytea
     FROM m
 ), marker AS (
     INSERT INTO txn_markers (topic_id, partition, producer_id, producer_epoch, control_type, marker_offset,
         first_offset, timestamp_ms)
-    SELECT m.topic_id, m.partition, $5, $6, $7, m.marker_offset, m.first_offset, $8 FROM m
+    SELECT m.topic_id, m.partition, m.producer_id, m.producer_epoch, m.control_type, m.marker_offset,
+        m.first_offset, $8
+    FROM m
 ), closed AS (
     UPDATE producer_states s SET current_txn_first_offset = NULL
-    FROM m WHERE s.topic_id = m.topic_id AND s.partition = m.partition AND s.producer_id = $5
+    FROM m WHERE s.topic_id = m.topic_id AND s.partition = m.partition AND s.producer_id = m.producer_id
 )
 SELECT pg_notify('{APPENDS_CHANNEL}', m.topic_id::text || ':' || m.partition::text) FROM m
 """
@@ -86,32 +105,54 @@ async def write_markers(
     now_ms: int,
 ) -> dict[tuple[int, int], int]:
     """Writes the transaction's marker into each of its partitions (topic_id, partition) that has none
-    yet, in two statements whatever their number: the first locks them all in lock_order. Returns
-    each partition's marker offset (written now or found before); a partition that is gone (its
-    topic deleted during the transaction) is left out. The caller holds the PostgreSQL transaction."""
-    if not partitions:
-        return {}
-    topic_ids, numbers = zip(*partitions)
-    rows = await conn.fetch(_LOCK_ALL_SQL, list(topic_ids), list(numbers), producer_id, producer_epoch)
-    offsets: dict[tuple[int, int], int] = {}
-    to_write: list[asyncpg.Record] = []
+    yet: `write_markers_of` for one transaction. Returns each partition's marker offset (written now
+    or found before); a partition that is gone (its topic deleted during the transaction) is left out."""
+    return (
+        await write_markers_of(conn, [TransactionEnd(partitions, producer_id, producer_epoch, control_type)], now_ms)
+    )[0]
+
+
+async def write_markers_of(
+    conn: asyncpg.Connection, ends: list[TransactionEnd], now_ms: int
+) -> list[dict[tuple[int, int], int]]:
+    """Writes the markers of several transactions (each partition of each, unless it has its marker
+    already), in two statements whatever their number: the first locks every partition in
+    lock_order. Returns, per transaction, each partition's marker offset (written now or found
+    before); a partition that is gone (its topic deleted during the transaction) is left out. The
+    caller holds the PostgreSQL transaction."""
+    offsets: list[dict[tuple[int, int], int]] = [{} for _ in ends]
+    wanted = [(end_index, key) for end_index, end in enumerate(ends) for key in end.partitions]
+    if not wanted:
+        return offsets
+    rows = await conn.fetch(
+        _LOCK_ALL_SQL,
+        [key[0] for _, key in wanted],
+        [key[1] for _, key in wanted],
+        [ends[end_index].producer_id for end_index, _ in wanted],
+        [ends[end_index].producer_epoch for end_index, _ in wanted],
+    )
+    heads: dict[tuple[int, int], int] = {}
+    to_write: list[tuple[TransactionEnd, int, int, int, int | None]] = []
     for row in rows:
+        end_index = wanted[row["ord"] - 1][0]
         key = (row["topic_id"], row["partition"])
         if row["existing_marker"] is not None:
-            offsets[key] = row["existing_marker"]
-        else:
-            offsets[key] = row["high_watermark"]
-            to_write.append(row)
+            offsets[end_index][key] = row["existing_marker"]
+            continue
+        offset = heads.get(key, row["high_watermark"])
+        heads[key] = offset + 1
+        offsets[end_index][key] = offset
+        to_write.append((ends[end_index], *key, offset, row["first_offset"]))
     if to_write:
         await conn.execute(
             _WRITE_ALL_SQL,
-            [row["topic_id"] for row in to_write],
-            [row["partition"] for row in to_write],
-            [row["high_watermark"] for row in to_write],
-            [row["first_offset"] for row in to_write],
-            producer_id,
-            producer_epoch,
-            control_type,
+            [topic_id for _, topic_id, _, _, _ in to_write],
+            [partition for _, _, partition, _, _ in to_write],
+            [offset for _, _, _, offset, _ in to_write],
+            [first for _, _, _, _, first in to_write],
+            [end.producer_id for end, *_ in to_write],
+            [end.producer_epoch for end, *_ in to_write],
+            [end.control_type for end, *_ in to_write],
             now_ms,
         )
     return offsets
