@@ -24,7 +24,7 @@ Answer = TypeVar("Answer")
 
 # Two groups in flight let one be prepared while the other waits for its commit; more would only
 # split the requests that one group could take into smaller groups.
-MAX_GROUPS_IN_FLIGHT = 2
+MAX_GROUPS_IN_FLIGHT = 1
 MAX_REQUESTS_PER_GROUP = 64
 
 
