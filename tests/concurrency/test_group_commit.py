@@ -1,0 +1,231 @@
+"""Group commit (app/coordinator/group_commit.py): requests that queue while a group is being
+written are written together in the next group, one PostgreSQL transaction, and each still gets
+exactly the answer it would get alone, as if the group's requests ran one after the other.
+
+The first group is held on a partition's row lock taken by a connection of the test, so that the
+requests sent meanwhile queue in the server and form the next group; the batches a group wrote share
+their PostgreSQL transaction id (xmin), which shows the grouping happened."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from app.storage.database import connect
+
+
+def _post(url: str, path: str, body: dict) -> httpx.Response:
+    with httpx.Client(base_url=url, timeout=60) as client:
+        return client.post(path, json=body)
+
+
+def _init(server, transactional_id: str | None = None) -> dict:
+    body = {"transactional_id": transactional_id, "transaction_timeout_ms": 60_000}
+    response = server.client.post("/v1/producers/init", json=body)
+    assert response.status_code == 200, response.text
+    return {"transactional_id": transactional_id, **response.json()}
+
+
+def _records(prefix: str, count: int) -> list[dict]:
+    return [{"value": f"{prefix}-{i}"} for i in range(count)]
+
+
+class _HeldPartition:
+    """A connection of the test that holds a partition's row lock until released."""
+
+    def __init__(self, database_url: str, topic: str, partition: int) -> None:
+        self.locked = threading.Event()
+        self.release = threading.Event()
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._hold(database_url, topic, partition)))
+        self.thread.start()
+        assert self.locked.wait(30), "the test could not lock the partition"
+
+    async def _hold(self, database_url: str, topic: str, partition: int) -> None:
+        conn = await connect(database_url)
+        try:
+            async with conn.transaction():
+                await conn.execute(
+                    "SELECT 1 FROM partitions p JOIN topics t USING (topic_id) "
+                    "WHERE t.name = $1 AND p.partition = $2 FOR UPDATE OF p",
+                    topic,
+                    partition,
+                )
+                self.locked.set()
+                while not self.release.is_set():
+                    await asyncio.sleep(0.01)
+        finally:
+            await conn.close()
+
+    def let_go(self) -> None:
+        self.release.set()
+        self.thread.join(30)
+
+
+def _waiting_for_a_lock(database_url: str) -> int:
+    async def count() -> int:
+        conn = await connect(database_url)
+        try:
+            return await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+        finally:
+            await conn.close()
+
+    return asyncio.run(count())
+
+
+def _batches(database_url: str, topic: str) -> list[dict]:
+    async def fetch() -> list[dict]:
+        conn = await connect(database_url)
+        try:
+            rows = await conn.fetch(
+                "SELECT b.partition, b.base_offset, b.last_offset, b.producer_id, b.xmin::text AS xmin, "
+                "b.control_type IS NOT NULL AS control "
+                "FROM record_batches b JOIN topics t USING (topic_id) WHERE t.name = $1 "
+                "ORDER BY b.partition, b.base_offset",
+                topic,
+            )
+            return [dict(row) for row in rows]
+        finally:
+            await conn.close()
+
+    return asyncio.run(fetch())
+
+
+def _queue_behind_a_held_group(
+    server, topic: str, requests: list[tuple[str, dict]], blocker: tuple[str, dict] | None = None
+) -> list[httpx.Response]:
+    """Holds partition 0 of `topic`, sends `blocker` (by default a plain write there), whose group
+    waits on the lock, then `requests` of the same kind (which queue and form the next group), lets
+    go, and returns their answers."""
+    blocker = blocker or ("/v1/produce", {"partitions": [{"topic": topic, "partition": 0, "records": [{}]}]})
+    held = _HeldPartition(server.database_url, topic, 0)
+    with ThreadPoolExecutor(len(requests) + 1) as pool:
+        try:
+            blocked = pool.submit(_post, server.url, *blocker)
+            deadline = time.monotonic() + 30
+            while _waiting_for_a_lock(server.database_url) == 0:
+                assert time.monotonic() < deadline, "the first group never waited for the held partition"
+                time.sleep(0.02)
+            answers = [pool.submit(_post, server.url, path, body) for path, body in requests]
+            time.sleep(1)  # every request reaches the server and queues behind the held group
+        finally:
+            held.let_go()
+        assert blocked.result().status_code == 200
+        return [answer.result() for answer in answers]
+
+
+def test_queued_produce_requests_are_written_together_each_with_its_own_answer(server):
+    topic = "grouped-produce"
+    server.client.post("/v1/topics", json={"name": topic, "partitions": 2}).raise_for_status()
+    first, second, stale = _init(server), _init(server), _init(server)
+    server.client.post(
+        "/v1/produce",
+        json={**stale, "partitions": [{"topic": topic, "partition": 1, "base_sequence": 0, "records": [{}]}]},
+    ).raise_for_status()
+    bumped = server.client.post(
+        "/v1/producers/init", json={"producer_id": stale["producer_id"], "producer_epoch": stale["producer_epoch"]}
+    ).json()
+    assert bumped["producer_epoch"] == stale["producer_epoch"] + 1
+
+    def produce(producer: dict, partition: int, sequence: int, prefix: str, count: int) -> tuple[str, dict]:
+        entry = {"topic": topic, "partition": partition, "base_sequence": sequence, "records": _records(prefix, count)}
+        return "/v1/produce", {**producer, "partitions": [entry]}
+
+    answers = _queue_behind_a_held_group(
+        server,
+        topic,
+        [
+            produce(first, 0, 0, "first", 3),
+            produce(first, 0, 0, "first", 3),  # the same batch again: one of the two is a duplicate
+            produce(second, 0, 0, "second", 2),
+            produce(second, 1, 0, "second", 4),
+            produce(stale, 0, 1, "stale", 1),  # fenced by the bump: appends nothing
+            produce({"producer_id": -1}, 1, -1, "plain", 5),
+            produce(second | {"producer_id": 999_999}, 0, 0, "unknown", 1),  # never issued: a request-level error
+        ],
+    )
+    assert [answer.status_code for answer in answers[:6]] == [200] * 6
+    assert answers[6].json()["error"]["code"] == "UNKNOWN_PRODUCER_ID"
+    entries = [answer.json()["partitions"][0] for answer in answers[:6]]
+    original, retried = sorted(entries[:2], key=lambda entry: entry["duplicate"])
+    assert not original["duplicate"] and retried["duplicate"]
+    assert (retried["base_offset"], retried["last_offset"]) == (original["base_offset"], original["last_offset"])
+    assert entries[4]["error"]["code"] == "INVALID_PRODUCER_EPOCH"
+    for entry in (original, entries[2], entries[3], entries[5]):
+        assert entry["error"] is None and not entry["duplicate"]
+
+    batches = _batches(server.database_url, topic)
+    for partition in (0, 1):
+        offsets = [(b["base_offset"], b["last_offset"]) for b in batches if b["partition"] == partition]
+        assert [base for base, _ in offsets] == [0] + [last + 1 for _, last in offsets[:-1]], "offsets not dense"
+    # The stale producer's batch before, the held group's plain batch at 0-0, then the queued group:
+    # first's batch, second's two and the plain one, all in one PostgreSQL transaction.
+    assert len(batches) == 1 + 1 + 4
+    queued = [
+        b for b in batches if b["producer_id"] != stale["producer_id"] and (b["partition"], b["base_offset"]) != (0, 0)
+    ]
+    assert len(queued) == 4
+    assert len({b["xmin"] for b in queued}) == 1, f"the queued requests were not written together: {batches}"
+    fetched = server.client.get(f"/v1/topics/{topic}/partitions/0/records", params={"offset": 0}).json()
+    assert [r["value"] for r in fetched["records"]][1:] in (
+        ["first-0", "first-1", "first-2", "second-0", "second-1"],
+        ["second-0", "second-1", "first-0", "first-1", "first-2"],
+    )
+
+
+def test_queued_end_txns_are_written_together_each_with_its_own_answer(server):
+    topic = "grouped-ends"
+    server.client.post("/v1/topics", json={"name": topic, "partitions": 2}).raise_for_status()
+    producers = [_init(server, f"grouped-end-{i}") for i in range(4)]
+    for producer in producers:
+        for partition in (0, 1):
+            response = server.client.post(
+                "/v1/produce",
+                json={
+                    **producer,
+                    "partitions": [
+                        {"topic": topic, "partition": partition, "base_sequence": 0, "records": _records("t", 1)}
+                    ],
+                },
+            )
+            assert response.status_code == 200 and response.json()["partitions"][0]["error"] is None
+    commit, abort, twice, first = producers
+    answers = _queue_behind_a_held_group(
+        server,
+        topic,
+        [
+            ("/v1/txn/end", {**commit, "committed": True}),
+            ("/v1/txn/end", {**abort, "committed": False}),
+            ("/v1/txn/end", {**twice, "committed": True}),
+            ("/v1/txn/end", {**twice, "committed": True}),  # a retry: the same answer, no second marker
+            ("/v1/txn/end", {**commit, "producer_epoch": commit["producer_epoch"] + 5, "committed": True}),
+        ],
+        blocker=("/v1/txn/end", {**first, "committed": True}),
+    )
+    assert [answer.status_code for answer in answers[:4]] == [200] * 4, [a.text for a in answers]
+    assert answers[4].status_code != 200
+    assert answers[0].json()["producer_epoch"] == commit["producer_epoch"] + 1
+    assert answers[2].json() == answers[3].json()
+    markers = server.client.get(f"/v1/topics/{topic}/partitions/0/markers").json()["markers"]
+    assert sorted((m["producer_id"], m["type"]) for m in markers) == sorted(
+        [
+            (first["producer_id"], "COMMIT"),
+            (commit["producer_id"], "COMMIT"),
+            (abort["producer_id"], "ABORT"),
+            (twice["producer_id"], "COMMIT"),
+        ]
+    )
+    control = [
+        b for b in _batches(server.database_url, topic) if b["control"] and b["producer_id"] != first["producer_id"]
+    ]
+    assert len(control) == 6 and len({b["xmin"] for b in control}) == 1, f"not written together: {control}"
+    offsets = sorted(m["offset"] for m in markers)
+    assert offsets == list(range(offsets[0], offsets[0] + 4)), f"the markers' offsets are not consecutive: {markers}"
+    committed = server.client.post(
+        "/v1/fetch",
+        json={"isolation_level": "read_committed", "partitions": [{"topic": topic, "partition": 1, "offset": 0}]},
+    ).json()["partitions"][0]
+    assert len(committed["records"]) == 3  # the committed transactions' records, not the aborted one's

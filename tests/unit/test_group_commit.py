@@ -1,0 +1,83 @@
+"""The group commit scheduler (app/coordinator/group_commit.py) on its own, with a writer that
+records the groups it is given: who waits for whom, and what a failure of a whole group does."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from app.coordinator.group_commit import GroupCommit
+
+
+class _Writer:
+    """Writes a group by answering each request with its double; a group that holds `poison` fails as a
+    whole (as a lost connection would), and `poison` alone answers with its own error."""
+
+    def __init__(self, poison: int | None = None) -> None:
+        self.groups: list[list[int]] = []
+        self.poison = poison
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def write(self, requests: list[int]) -> list[int | BaseException]:
+        self.groups.append(list(requests))
+        await self.gate.wait()
+        if self.poison in requests:
+            if len(requests) > 1:
+                raise ConnectionError("the whole group failed")
+            return [ValueError(f"request {requests[0]} is refused")]
+        return [request * 2 for request in requests]
+
+
+def test_a_lone_request_is_written_at_once_and_queued_ones_form_the_next_group():
+    async def run() -> tuple[list[int], list[list[int]]]:
+        writer = _Writer()
+        groups = GroupCommit(writer.write, max_in_flight=1)
+        writer.gate.clear()
+        first = asyncio.create_task(groups.submit(1))
+        await asyncio.sleep(0)
+        queued = [asyncio.create_task(groups.submit(n)) for n in (2, 3, 4)]
+        await asyncio.sleep(0)
+        writer.gate.set()
+        return await asyncio.gather(first, *queued), writer.groups
+
+    answers, groups = asyncio.run(run())
+    assert answers == [2, 4, 6, 8]
+    assert groups == [[1], [2, 3, 4]]
+
+
+def test_a_failed_group_writes_each_request_alone_so_one_failure_is_its_own():
+    async def run():
+        writer = _Writer(poison=3)
+        groups = GroupCommit(writer.write, max_in_flight=1)
+        writer.gate.clear()
+        first = asyncio.create_task(groups.submit(1))
+        await asyncio.sleep(0)
+        queued = [asyncio.create_task(groups.submit(n)) for n in (2, 3, 4)]
+        await asyncio.sleep(0)
+        writer.gate.set()
+        return await asyncio.gather(first, *queued, return_exceptions=True), writer.groups
+
+    answers, groups = asyncio.run(run())
+    assert answers[:2] == [2, 4] and answers[3] == 8
+    assert isinstance(answers[2], ValueError)
+    assert groups == [[1], [2, 3, 4], [2], [3], [4]]
+
+
+def test_a_caller_that_goes_away_leaves_the_others_answered():
+    async def run():
+        writer = _Writer()
+        groups = GroupCommit(writer.write, max_in_flight=1)
+        writer.gate.clear()
+        first = asyncio.create_task(groups.submit(1))
+        await asyncio.sleep(0)
+        gone, stays = asyncio.create_task(groups.submit(2)), asyncio.create_task(groups.submit(3))
+        await asyncio.sleep(0)
+        gone.cancel()
+        writer.gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        return await first, await stays
+
+    assert asyncio.run(run()) == (2, 6)
