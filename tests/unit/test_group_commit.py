@@ -30,17 +30,22 @@ class _Writer:
         return [request * 2 for request in requests]
 
 
+async def _one_then_queued(writer: _Writer, queued: tuple[int, ...]) -> list:
+    """Request 1 is written alone while `queued` arrive; all answers (or errors), in that order."""
+    groups = GroupCommit(writer.write, max_in_flight=1)
+    writer.gate.clear()
+    first = asyncio.create_task(groups.submit(1))
+    await asyncio.sleep(0)
+    tasks = [asyncio.create_task(groups.submit(n)) for n in queued]
+    await asyncio.sleep(0)
+    writer.gate.set()
+    return await asyncio.gather(first, *tasks, return_exceptions=True)
+
+
 def test_a_lone_request_is_written_at_once_and_queued_ones_form_the_next_group():
     async def run() -> tuple[list[int], list[list[int]]]:
         writer = _Writer()
-        groups = GroupCommit(writer.write, max_in_flight=1)
-        writer.gate.clear()
-        first = asyncio.create_task(groups.submit(1))
-        await asyncio.sleep(0)
-        queued = [asyncio.create_task(groups.submit(n)) for n in (2, 3, 4)]
-        await asyncio.sleep(0)
-        writer.gate.set()
-        return await asyncio.gather(first, *queued), writer.groups
+        return await _one_then_queued(writer, (2, 3, 4)), writer.groups
 
     answers, groups = asyncio.run(run())
     assert answers == [2, 4, 6, 8]
@@ -50,14 +55,7 @@ def test_a_lone_request_is_written_at_once_and_queued_ones_form_the_next_group()
 def test_a_failed_group_writes_each_request_alone_so_one_failure_is_its_own():
     async def run():
         writer = _Writer(poison=3)
-        groups = GroupCommit(writer.write, max_in_flight=1)
-        writer.gate.clear()
-        first = asyncio.create_task(groups.submit(1))
-        await asyncio.sleep(0)
-        queued = [asyncio.create_task(groups.submit(n)) for n in (2, 3, 4)]
-        await asyncio.sleep(0)
-        writer.gate.set()
-        return await asyncio.gather(first, *queued, return_exceptions=True), writer.groups
+        return await _one_then_queued(writer, (2, 3, 4)), writer.groups
 
     answers, groups = asyncio.run(run())
     assert answers[:2] == [2, 4] and answers[3] == 8
