@@ -140,7 +140,7 @@ class ProduceGroups:
     def __init__(self, coordinator: TransactionCoordinator, max_records: int) -> None:
         self.coordinator = coordinator
         self.max_records = max_records
-        self._groups: GroupCommit[_Request, list[PartitionResult]] = GroupCommit(self._write)
+        self.groups: GroupCommit[_Request, list[PartitionResult]] = GroupCommit(self._write)
 
     async def produce(self, command: ProduceCommand) -> list[PartitionResult]:
         _check_request(command, self.max_records)
@@ -150,7 +150,7 @@ class ProduceGroups:
             or record_codec.encode_batch(entry.records, command.encoding, appended_ms, f"partitions[{index}].records")
             for index, entry in enumerate(command.partitions)
         ]
-        return await self._groups.submit(_Request(command, encoded))
+        return await self.groups.submit(_Request(command, encoded))
 
     async def _write(self, group: list[_Request]) -> list[list[PartitionResult] | BrokerError]:
         """Writes the group in one PostgreSQL transaction: each request's per-partition results, or

@@ -129,7 +129,7 @@ class TransactionCoordinator:
         self.pool = pool
         self.settings = settings
         self.log = TransactionLog(parse_state=TransactionState.parse)
-        self._ends: GroupCommit[_EndRequest, EndResult] = GroupCommit(self._end_group)
+        self.end_groups: GroupCommit[_EndRequest, EndResult] = GroupCommit(self._end_group)
 
     # ---- state changes, each recorded for the transaction log
 
@@ -473,7 +473,7 @@ class TransactionCoordinator:
         """EndTxn, with group commit (app/coordinator/group_commit.py): concurrent EndTxns of this
         server process share one PostgreSQL transaction, their rows locked by one statement and their
         markers written by two."""
-        return await self._ends.submit(_EndRequest(transactional_id, producer_id, producer_epoch, commit))
+        return await self.end_groups.submit(_EndRequest(transactional_id, producer_id, producer_epoch, commit))
 
     async def _end_group(self, requests: list[_EndRequest]) -> list[EndResult | BrokerError]:
         async with self.pool.acquire() as conn, conn.transaction():

@@ -43,7 +43,7 @@ class TransactionEnd:
     consumer_offsets_partitions: list[int] = field(default_factory=list)
 
 
-# write_markers' first statement: locks every partition of the transactions, in lock_order (the
+# write_markers_of's first statement: locks every partition of the transactions, in lock_order (the
 # LockRows node sits above the Sort, so rows are locked in the ORDER BY's order, as one statement
 # per partition in that order would), with each transaction's marker there if it already has one
 # and its producer's open-transaction offset. The high watermark comes from the locked row (re-read
@@ -63,7 +63,7 @@ ORDER BY p.topic_id, p.partition, w.ord
 FOR UPDATE OF p
 """
 
-# write_markers' second statement, for every marker still to write (each row of `m`, in a partition
+# write_markers_of's second statement, for every marker still to write (each row of `m`, in a partition
 # locked by _LOCK_ALL_SQL, at an offset from its high watermark on; several transactions' markers in
 # one partition take consecutive offsets): the control batch takes that one offset, the marker row
 # records it, the producer's transaction is closed there (advancing the LSO), the partition's high
@@ -94,22 +94,6 @@ WITH m AS (
 )
 SELECT pg_notify('{APPENDS_CHANNEL}', m.topic_id::text || ':' || m.partition::text) FROM m
 """
-
-
-async def write_markers(
-    conn: asyncpg.Connection,
-    partitions: list[tuple[int, int]],
-    producer_id: int,
-    producer_epoch: int,
-    control_type: int,
-    now_ms: int,
-) -> dict[tuple[int, int], int]:
-    """Writes the transaction's marker into each of its partitions (topic_id, partition) that has none
-    yet: `write_markers_of` for one transaction. Returns each partition's marker offset (written now
-    or found before); a partition that is gone (its topic deleted during the transaction) is left out."""
-    return (
-        await write_markers_of(conn, [TransactionEnd(partitions, producer_id, producer_epoch, control_type)], now_ms)
-    )[0]
 
 
 async def write_markers_of(

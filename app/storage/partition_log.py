@@ -217,9 +217,7 @@ SELECT pg_notify('{APPENDS_CHANNEL}', h.topic_id::text || ':' || h.partition::te
 """
 
 
-def _entry_from_row(row: asyncpg.Record) -> sequences.ProducerEntry | None:
-    if row["producer_epoch"] is None:
-        return None
+def _entry_from_row(row: asyncpg.Record) -> sequences.ProducerEntry:
     return sequences.ProducerEntry(
         row["producer_epoch"],
         row["last_sequence"],

@@ -3,8 +3,9 @@ written are written together in the next group, one PostgreSQL transaction, and 
 exactly the answer it would get alone, as if the group's requests ran one after the other.
 
 The first group is held on a partition's row lock taken by a connection of the test, so that the
-requests sent meanwhile queue in the server and form the next group; the batches a group wrote share
-their PostgreSQL transaction id (xmin), which shows the grouping happened."""
+requests sent meanwhile queue in the server (the test waits until all have) and form the next group;
+the batches a group wrote share their PostgreSQL transaction id (xmin), which shows the grouping
+happened."""
 
 from __future__ import annotations
 
@@ -101,6 +102,8 @@ def _queue_behind_a_held_group(
     waits on the lock, then `requests` of the same kind (which queue and form the next group), lets
     go, and returns their answers."""
     blocker = blocker or ("/v1/produce", {"partitions": [{"topic": topic, "partition": 0, "records": [{}]}]})
+    state = server.extra["uvicorn"].config.app.state  # the in-process server's app
+    groups = state.coordinator.end_groups if blocker[0] == "/v1/txn/end" else state.produce_groups.groups
     held = _HeldPartition(server.database_url, topic, 0)
     with ThreadPoolExecutor(len(requests) + 1) as pool:
         try:
@@ -110,7 +113,9 @@ def _queue_behind_a_held_group(
                 assert time.monotonic() < deadline, "the first group never waited for the held partition"
                 time.sleep(0.02)
             answers = [pool.submit(_post, server.url, path, body) for path, body in requests]
-            time.sleep(1)  # every request reaches the server and queues behind the held group
+            while groups.waiting < len(requests):  # every request queues behind the held group
+                assert time.monotonic() < deadline, f"{groups.waiting} of {len(requests)} requests queued"
+                time.sleep(0.02)
         finally:
             held.let_go()
         assert blocked.result().status_code == 200
