@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 
 from app.api.error_handlers import UnexpectedErrors, install_error_handlers
-from app.api.main import api_router
+from app.api.main import api_routers
 from app.api.metrics import Metrics, MetricsMiddleware
 from app.api.request_bodies import JsonBodies
 from app.api.request_limits import LongPollSlots
@@ -103,7 +103,8 @@ def create_app(
     app.state.metrics = Metrics()
     app.state.long_poll_slots = LongPollSlots(settings)
     install_error_handlers(app)
-    app.include_router(api_router)
+    for router in api_routers:
+        app.include_router(router)
     app.include_router(console_router)  # the web console (HTML for people, under /console)
 
     @app.get("/", include_in_schema=False)

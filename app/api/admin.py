@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query
 from app.api import schemas
 from app.api.auth import PrincipalDep
 from app.api.deps import READY, CoordinatorDep, PoolDep
+from app.api.json_route import OrjsonRoute
 from app.api.responses import json_response
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.coordinator.transaction_states import TransactionState
@@ -19,7 +20,7 @@ from app.storage.producer_ids import ProducerIdAndEpoch
 from app.storage.topics import get_topic, unknown_partition
 from app.storage.transaction_log import TransactionMetadata
 
-router = APIRouter(prefix="/v1", tags=["administration"], dependencies=READY)
+router = APIRouter(prefix="/v1", tags=["administration"], dependencies=READY, route_class=OrjsonRoute)
 ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 409, 503)}
 NO_OFFSET = -1
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request
 from app.api import schemas
 from app.api.auth import PrincipalDep
 from app.api.deps import READY, NotifierDep, PoolDep, SettingsDep
+from app.api.json_route import OrjsonRoute
 from app.api.request_limits import LongPollSlots, check_partition_count
 from app.api.responses import error_or_none, error_response, json_response, watermarks
 from app.coordinator.authorizer import Operation, ResourceType, authorize
@@ -17,7 +18,7 @@ from app.storage import partition_log
 from app.storage.fetching import FetchPosition, PartitionFetch, fetch
 from app.storage.topics import find_topics, unknown_topic
 
-router = APIRouter(prefix="/v1", tags=["consuming"], dependencies=READY)
+router = APIRouter(prefix="/v1", tags=["consuming"], dependencies=READY, route_class=OrjsonRoute)
 ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 416, 503)}
 
 

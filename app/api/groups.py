@@ -8,13 +8,14 @@ from fastapi import APIRouter
 from app.api import schemas
 from app.api.auth import PrincipalDep
 from app.api.deps import READY, GroupCoordinatorDep
+from app.api.json_route import OrjsonRoute
 from app.api.responses import error_or_none, json_response
 from app.coordinator.authorizer import Operation, ResourceType, authorize, is_allowed
 from app.storage.group_offsets import OffsetEntry
 
 GroupIdInPath = schemas.IdentifierInPath
 
-router = APIRouter(prefix="/v1", tags=["consumer groups"], dependencies=READY)
+router = APIRouter(prefix="/v1", tags=["consumer groups"], dependencies=READY, route_class=OrjsonRoute)
 ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 409, 503)}
 
 

@@ -1,8 +1,8 @@
 """Request bodies parsed with orjson instead of the standard library (FastAPI calls request.json()).
 
 orjson parses JSON several times faster, which matters on the produce path where one request carries
-thousands of records; its decode error subclasses json.JSONDecodeError, so malformed bodies still
-become 400 INVALID_REQUEST through FastAPI's own path.
+thousands of records. Every router of app/api uses this route class: a route class set on a router
+applies to the routes declared on it, not to the routers it includes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,13 @@ from fastapi.routing import APIRoute
 class OrjsonRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            self._json = orjson.loads(await self.body())
+            try:
+                self._json = orjson.loads(await self.body())
+            except orjson.JSONDecodeError:
+                # Python's parser takes what orjson refuses (NaN, Infinity, integers beyond 64 bits), so
+                # the schema's validation names the field instead of answering "not valid JSON"; bodies
+                # that neither parses fail there with the same message as before.
+                return await super().json()
         return self._json
 
 

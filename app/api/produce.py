@@ -10,6 +10,7 @@ from fastapi.routing import APIRoute
 from app.api import schemas
 from app.api.auth import PrincipalDep, current_principal
 from app.api.deps import READY, PoolDep, SettingsDep, require_ready
+from app.api.json_route import OrjsonRoute
 from app.api.produce_fast_path import ParsedProduce, parse_produce_body
 from app.api.request_limits import check_partition_count
 from app.api.responses import error_response, json_response
@@ -21,7 +22,7 @@ from app.storage.partition_log import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQU
 from app.storage.topics import get_topic
 from txbroker.partitioner import partition_for_key
 
-router = APIRouter(prefix="/v1", tags=["producing"], dependencies=READY)
+router = APIRouter(prefix="/v1", tags=["producing"], dependencies=READY, route_class=OrjsonRoute)
 ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 409, 413, 503)}
 
 # Null keys are spread round-robin, per topic, by each server process.

@@ -11,6 +11,7 @@ from fastapi.responses import Response
 from app.api import schemas
 from app.api.auth import PrincipalDep
 from app.api.deps import READY, PoolDep
+from app.api.json_route import OrjsonRoute
 from app.api.responses import json_response
 from app.clock import now_ms
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize
@@ -18,7 +19,7 @@ from app.errors import BrokerError, ErrorCode
 from app.storage import principals
 from app.storage.principals import AclRow
 
-router = APIRouter(prefix="/v1", tags=["security"], dependencies=READY)
+router = APIRouter(prefix="/v1", tags=["security"], dependencies=READY, route_class=OrjsonRoute)
 ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 401, 403, 404, 409, 503)}
 
 

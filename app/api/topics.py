@@ -8,6 +8,7 @@ from fastapi.responses import Response
 from app.api import schemas
 from app.api.auth import PrincipalDep
 from app.api.deps import READY, PoolDep, SettingsDep
+from app.api.json_route import OrjsonRoute
 from app.api.request_limits import check_partition_count
 from app.api.responses import json_response
 from app.clock import now_ms
@@ -17,7 +18,7 @@ from app.storage import log_cleaner, partition_log, principals, topics
 from app.storage.database import is_reachable
 from app.storage.topics import TopicInfo
 
-router = APIRouter(prefix="/v1", tags=["topics and cluster"])
+router = APIRouter(prefix="/v1", tags=["topics and cluster"], route_class=OrjsonRoute)
 
 
 ERRORS = {400: {"model": schemas.ErrorBody}, 404: {"model": schemas.ErrorBody}, 409: {"model": schemas.ErrorBody}}

@@ -8,11 +8,12 @@ from fastapi import APIRouter
 from app.api import schemas
 from app.api.auth import PrincipalDep
 from app.api.deps import READY, CoordinatorDep, SettingsDep
+from app.api.json_route import OrjsonRoute
 from app.api.request_limits import check_partition_count
 from app.api.responses import error_or_none, json_response
 from app.coordinator.authorizer import Operation, ResourceType, authorize
 
-router = APIRouter(prefix="/v1", tags=["transactions"], dependencies=READY)
+router = APIRouter(prefix="/v1", tags=["transactions"], dependencies=READY, route_class=OrjsonRoute)
 ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 409, 503)}
 
 
