@@ -1,6 +1,5 @@
 """Every router of the HTTP API, assembled in one place."""
 
-
 from app.api import admin, fetch, groups, metrics, produce, security, topics, transactions
 
 api_routers = [
