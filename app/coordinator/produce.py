@@ -210,9 +210,11 @@ class ProduceGroups:
                         )
                     )
                 answers.append(results)
+            # The transaction log's write goes with the batches' (one round trip), last: see
+            # TransactionLog's lock order.
+            save = await coordinator.log.save_statement(conn, list(joined.values()))
             for (request_index, partition_index), result in zip(
-                owners, await partition_log.append_batches(conn, appends)
+                owners, await partition_log.append_batches(conn, appends, then=save)
             ):
                 answers[request_index][partition_index] = result
-            await coordinator.log.save_many(conn, list(joined.values()))  # last: see TransactionLog's lock order
         return answers

@@ -31,6 +31,7 @@ from app.coordinator.transaction_states import TransactionState, transition
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
 from app.storage import group_offsets, markers, principals, producer_ids
+from app.storage.fused_writes import WriteStatement
 from app.storage.partition_log import CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from app.storage.producer_ids import ProducerIdAndEpoch
 from app.storage.topics import (
@@ -162,10 +163,15 @@ class TransactionCoordinator:
         )
 
     @staticmethod
-    async def _write_markers(conn: asyncpg.Connection, ends: list[markers.TransactionEnd], now: int) -> None:
+    async def _write_markers(
+        conn: asyncpg.Connection, ends: list[markers.TransactionEnd], now: int, then: WriteStatement | None = None
+    ) -> None:
+        """`then`: the caller's last write (the transaction log's, which locks its partitions last),
+        fused with the markers' statement unless consumer offsets are to be settled after them."""
         # One statement locks every partition (in lock_order) and one writes the markers, however
         # many partitions and transactions.
-        await markers.write_markers_of(conn, ends, now)
+        settles = any(end.consumer_offsets_partitions for end in ends)
+        await markers.write_markers_of(conn, ends, now, then=None if settles else then)
         for end in ends:
             for partition in end.consumer_offsets_partitions:
                 # The transaction's offsets become visible (or are discarded) with its marker there,
@@ -173,6 +179,8 @@ class TransactionCoordinator:
                 await group_offsets.settle(
                     conn, partition, end.producer_id, end.producer_epoch, end.control_type == CONTROL_COMMIT
                 )
+        if settles and then is not None:
+            await then.execute(conn)
 
     async def _complete(self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int, bump: bool) -> None:
         """PrepareCommit/PrepareAbort -> markers -> CompleteCommit/CompleteAbort. With `bump`, the epoch
@@ -498,8 +506,10 @@ class TransactionCoordinator:
                     ends.append(self._ending(meta))
                     await self._completed(conn, meta, now_ms(), bump=True)
                 answers.append(retried or EndResult(meta.producer_id, meta.producer_epoch, meta.state))
-            await self._write_markers(conn, ends, now_ms())
-            await self.log.save_many(conn, list(metas.values()))
+            # The transaction log's write goes with the markers' (one round trip), last as ever.
+            await self._write_markers(
+                conn, ends, now_ms(), then=await self.log.save_statement(conn, list(metas.values()))
+            )
         return answers
 
     def _begin_end(self, meta: TransactionMetadata | None, request: _EndRequest) -> EndResult | None:

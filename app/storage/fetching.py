@@ -11,7 +11,7 @@ from app.errors import BrokerError, ErrorCode
 from app.storage import partition_log
 from app.storage.append_notifier import AppendNotifier
 from app.storage.partition_log import PartitionState
-from app.storage.topics import TopicInfo, find_topics, unknown_topic
+from app.storage.topics import TopicInfo, unknown_topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,15 +38,17 @@ async def _read_all(
     isolation_level: str,
     encoding: str,
 ) -> tuple[list[PartitionFetch], dict[str, TopicInfo]]:
-    """Reads every position; `topics` None: looks them up first, in the same snapshot."""
+    """Reads every position; `topics` None: looks them up first, with the partitions' states, in the
+    same snapshot."""
     results = []
     budget = max_records
     # One snapshot for the whole read: a partition's read is several statements (state, batch
     # headers, payloads), and a topic deleted between two of them must not leave headers whose
     # payloads are gone. Read-only REPEATABLE READ takes no locks and never conflicts with writers.
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        states = {}
         if topics is None:
-            topics = await find_topics(conn, sorted({p.topic for p in positions}))
+            topics, states = await partition_log.topics_and_states(conn, [(p.topic, p.partition) for p in positions])
         for position in positions:
             topic = topics.get(position.topic)
             if topic is None:
@@ -54,7 +56,14 @@ async def _read_all(
                 continue
             try:
                 read = await partition_log.read(
-                    conn, topic, position.partition, position.offset, budget, isolation_level, encoding
+                    conn,
+                    topic,
+                    position.partition,
+                    position.offset,
+                    budget,
+                    isolation_level,
+                    encoding,
+                    states.get((position.topic, position.partition)),
                 )
             except BrokerError as error:
                 state = None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from app.storage.fused_writes import WriteStatement
 from app.storage.partition_log import APPENDS_CHANNEL, BATCH_COLUMNS, CONTROL_ABORT, CONTROL_COMMIT
 from app.storage.rows import all_from_rows
 
@@ -63,14 +64,13 @@ ORDER BY p.topic_id, p.partition, w.ord
 FOR UPDATE OF p
 """
 
-# write_markers_of's second statement, for every marker still to write (each row of `m`, in a partition
-# locked by _LOCK_ALL_SQL, at an offset from its high watermark on; several transactions' markers in
-# one partition take consecutive offsets): the control batch takes that one offset, the marker row
-# records it, the producer's transaction is closed there (advancing the LSO), the partition's high
-# watermark moves past its last marker, and long polls wake up (records may have become visible to
-# read_committed).
-_WRITE_ALL_SQL = f"""
-WITH m AS (
+# write_markers_of's second statement (fused with the caller's `then`: fused_writes.py), for every
+# marker still to write (each row of `m`, in a partition locked by _LOCK_ALL_SQL, at an offset from
+# its high watermark on; several transactions' markers in one partition take consecutive offsets):
+# the control batch takes that one offset, the marker row records it, the producer's transaction is
+# closed there (advancing the LSO), the partition's high watermark moves past its last marker, and
+# long polls wake up (records may have become visible to read_committed).
+_WRITE_ALL_QUERIES = f"""m AS (
     SELECT * FROM unnest($1::int[], $2::int[], $3::bigint[], $4::bigint[], $5::bigint[], $6::int[], $7::int[])
         AS m(topic_id, partition, marker_offset, first_offset, producer_id, producer_epoch, control_type)
 ), head AS (
@@ -91,22 +91,24 @@ WITH m AS (
 ), closed AS (
     UPDATE producer_states s SET current_txn_first_offset = NULL
     FROM m WHERE s.topic_id = m.topic_id AND s.partition = m.partition AND s.producer_id = m.producer_id
-)
-SELECT pg_notify('{APPENDS_CHANNEL}', m.topic_id::text || ':' || m.partition::text) FROM m
-"""
+)"""
+_WRITE_ALL_FINAL = f"SELECT pg_notify('{APPENDS_CHANNEL}', m.topic_id::text || ':' || m.partition::text) FROM m"
 
 
 async def write_markers_of(
-    conn: asyncpg.Connection, ends: list[TransactionEnd], now_ms: int
+    conn: asyncpg.Connection, ends: list[TransactionEnd], now_ms: int, then: WriteStatement | None = None
 ) -> list[dict[tuple[int, int], int]]:
     """Writes the markers of several transactions (each partition of each, unless it has its marker
     already), in two statements whatever their number: the first locks every partition in
     lock_order. Returns, per transaction, each partition's marker offset (written now or found
     before); a partition that is gone (its topic deleted during the transaction) is left out. The
-    caller holds the PostgreSQL transaction."""
+    caller holds the PostgreSQL transaction. `then`: a statement of the caller's to run last, fused
+    with the second statement (or alone when no marker is to be written)."""
     offsets: list[dict[tuple[int, int], int]] = [{} for _ in ends]
     wanted = [(end_index, key) for end_index, end in enumerate(ends) for key in end.partitions]
     if not wanted:
+        if then is not None:
+            await then.execute(conn)
         return offsets
     rows = await conn.fetch(
         _LOCK_ALL_SQL,
@@ -127,18 +129,26 @@ async def write_markers_of(
         heads[key] = offset + 1
         offsets[end_index][key] = offset
         to_write.append((ends[end_index], *key, offset, row["first_offset"]))
+    statement = None
     if to_write:
-        await conn.execute(
-            _WRITE_ALL_SQL,
-            [topic_id for _, topic_id, _, _, _ in to_write],
-            [partition for _, _, partition, _, _ in to_write],
-            [offset for _, _, _, offset, _ in to_write],
-            [first for _, _, _, _, first in to_write],
-            [end.producer_id for end, *_ in to_write],
-            [end.producer_epoch for end, *_ in to_write],
-            [end.control_type for end, *_ in to_write],
-            now_ms,
+        statement = WriteStatement(
+            _WRITE_ALL_QUERIES,
+            _WRITE_ALL_FINAL,
+            (
+                [topic_id for _, topic_id, _, _, _ in to_write],
+                [partition for _, _, partition, _, _ in to_write],
+                [offset for _, _, _, offset, _ in to_write],
+                [first for _, _, _, _, first in to_write],
+                [end.producer_id for end, *_ in to_write],
+                [end.producer_epoch for end, *_ in to_write],
+                [end.control_type for end, *_ in to_write],
+                now_ms,
+            ),
         )
+        if then is not None:
+            statement = statement.then(then)
+    if statement is not None or then is not None:
+        await (statement or then).execute(conn)
     return offsets
 
 

@@ -20,8 +20,9 @@ import orjson
 from app.clock import now_ms
 from app.errors import BrokerError, ErrorCode
 from app.storage import record_codec, sequences
+from app.storage.fused_writes import WriteStatement
 from app.storage.record_codec import EncodedBatch
-from app.storage.topics import TopicInfo, unknown_partition
+from app.storage.topics import TOPIC_COLUMNS, TopicInfo, could_exist, topic_from_row, unknown_partition
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -183,9 +184,9 @@ FROM producer_states s JOIN unnest($1::int[], $2::int[], $3::bigint[]) AS wanted
 # (`h`, one row per partition), inserts every batch at the offsets computed under the locks (`b`,
 # several per partition when several requests append to it together), upserts each producer's
 # state after its last batch there (`st`, one row per partition and producer) and notifies long
-# polls at commit. One round trip however many batches, partitions and producers.
-_WRITE_APPENDS_SQL = f"""
-WITH h AS (
+# polls at commit. One round trip however many batches, partitions and producers (and whatever
+# statement the caller fuses after it: fused_writes.py).
+_WRITE_APPENDS_QUERIES = f"""h AS (
     SELECT * FROM unnest($1::int[], $2::int[], $3::bigint[]) AS h(topic_id, partition, high_watermark)
 ), head AS (
     UPDATE partitions p SET high_watermark = h.high_watermark
@@ -212,9 +213,8 @@ WITH h AS (
         last_sequence = EXCLUDED.last_sequence, last_timestamp_ms = EXCLUDED.last_timestamp_ms,
         last_append_ms = EXCLUDED.last_append_ms, recent_batches = EXCLUDED.recent_batches,
         current_txn_first_offset = EXCLUDED.current_txn_first_offset
-)
-SELECT pg_notify('{APPENDS_CHANNEL}', h.topic_id::text || ':' || h.partition::text) FROM h
-"""
+)"""
+_WRITE_APPENDS_FINAL = f"SELECT pg_notify('{APPENDS_CHANNEL}', h.topic_id::text || ':' || h.partition::text) FROM h"
 
 
 def _entry_from_row(row: asyncpg.Record) -> sequences.ProducerEntry:
@@ -293,9 +293,9 @@ def _recent_batches_json(state: sequences.ProducerEntry) -> str:
     ).decode()
 
 
-async def _write_appends(conn: asyncpg.Connection, writes: list[_Write], heads: dict[tuple[int, int], int]) -> None:
-    """Writes checked batches (in the order they were given offsets) to their locked partitions, with
-    each partition's new head and each producer's last state there, in one statement."""
+def _write_appends(writes: list[_Write], heads: dict[tuple[int, int], int]) -> WriteStatement:
+    """The statement that writes checked batches (in the order they were given offsets) to their
+    locked partitions, with each partition's new head and each producer's last state there."""
     touched = list(dict.fromkeys((w.append.topic.topic_id, w.append.partition) for w in writes))
     last_state: dict[tuple[int, int, int], _Write] = {}
     for write in writes:
@@ -303,8 +303,7 @@ async def _write_appends(conn: asyncpg.Connection, writes: list[_Write], heads: 
             last_state[(write.append.topic.topic_id, write.append.partition, write.append.producer_id)] = write
     states = list(last_state.values())
     appends = [w.append for w in writes]
-    await conn.execute(
-        _WRITE_APPENDS_SQL,
+    args = (
         [topic_id for topic_id, _ in touched],
         [partition for _, partition in touched],
         [heads[key] for key in touched],
@@ -330,6 +329,7 @@ async def _write_appends(conn: asyncpg.Connection, writes: list[_Write], heads: 
         [w.state.current_txn_first_offset for w in states],
         now_ms(),
     )
+    return WriteStatement(_WRITE_APPENDS_QUERIES, _WRITE_APPENDS_FINAL, args)
 
 
 async def _still_issued(conn: asyncpg.Connection, producer_id: int) -> bool:
@@ -396,12 +396,25 @@ async def append_for_coordinator(
 
 # The LSO is the first offset of the earliest open transaction (a probe of the partial index
 # producer_states_open_transactions), read in the same snapshot as the high watermark.
-_STATE_SQL = """
-SELECT p.topic_id, p.high_watermark, p.log_start_offset,
+_STATE_COLUMNS = """p.high_watermark, p.log_start_offset,
        (SELECT min(s.current_txn_first_offset) FROM producer_states s
         WHERE s.topic_id = p.topic_id AND s.partition = p.partition
-          AND s.current_txn_first_offset IS NOT NULL) AS first_open_offset
+          AND s.current_txn_first_offset IS NOT NULL) AS first_open_offset"""
+_STATE_SQL = f"""
+SELECT p.topic_id, {_STATE_COLUMNS}
 FROM partitions p
+"""
+
+# A fetch's first statement: the topics of its positions and each position's partition state, one
+# round trip instead of two. A position whose topic does not exist has no row; one whose partition
+# does not exist has a row with a NULL high watermark.
+_TOPIC_COLUMNS_OF_T = ", ".join("t." + column for column in TOPIC_COLUMNS.split(", "))
+_TOPICS_AND_STATES_SQL = f"""
+SELECT {_TOPIC_COLUMNS_OF_T}, w.partition AS wanted_partition,
+       {_STATE_COLUMNS}
+FROM unnest($1::text[], $2::int[]) AS w(name, partition)
+JOIN topics t ON t.name = w.name
+LEFT JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = w.partition
 """
 
 
@@ -431,6 +444,24 @@ async def partition_states(conn: asyncpg.Connection, topics: list[TopicInfo]) ->
     for row in rows:
         states[row["topic_id"]].append(_state_from_row(row))
     return states
+
+
+async def topics_and_states(
+    conn: asyncpg.Connection, positions: list[tuple[str, int]]
+) -> tuple[dict[str, TopicInfo], dict[tuple[str, int], PartitionState]]:
+    """The topics named by these (topic name, partition) positions, by name, and the state of each
+    position's partition that exists, in one statement (one snapshot)."""
+    wanted = [(name, partition) for name, partition in positions if could_exist(name)]
+    rows = await conn.fetch(
+        _TOPICS_AND_STATES_SQL, [name for name, _ in wanted], [partition for _, partition in wanted]
+    )
+    topics: dict[str, TopicInfo] = {}
+    states: dict[tuple[str, int], PartitionState] = {}
+    for row in rows:
+        topics[row["name"]] = topic_from_row(row)
+        if row["high_watermark"] is not None:
+            states[(row["name"], row["wanted_partition"])] = _state_from_row(row)
+    return topics, states
 
 
 def _offset_out_of_range(topic: TopicInfo, partition: int, offset: int, state: PartitionState) -> BrokerError:
@@ -477,8 +508,12 @@ async def read(
     max_records: int,
     isolation_level: str,
     encoding: str,
+    state: PartitionState | None = None,
 ) -> ReadResult:
-    state = await partition_state(conn, topic, partition)
+    """Up to max_records records from `offset`; `state`: the partition's, when the caller read it in
+    this snapshot already (topics_and_states)."""
+    if state is None:
+        state = await partition_state(conn, topic, partition)
     if not state.log_start_offset <= offset <= state.high_watermark:
         raise _offset_out_of_range(topic, partition, offset, state)
     upper = state.upper_bound(isolation_level)
@@ -625,22 +660,23 @@ async def offset_for(
         after = batch["last_offset"] + 1
 
 
-async def append_batches(conn: asyncpg.Connection, appends: list[BatchAppend]) -> list[AppendResult | BrokerError]:
+async def append_batches(
+    conn: asyncpg.Connection, appends: list[BatchAppend], then: WriteStatement | None = None
+) -> list[AppendResult | BrokerError]:
     """Appends batches of any producers (plain ones included), several to one partition if need be:
     each entry's result or partition-level error, in the given order, as if appended one after the
     other. The caller holds the PostgreSQL transaction, so nothing is visible before all are durable.
     Three statements whatever their number: lock every partition (lock_order) and read its head,
-    read the producers' states there, write everything."""
+    read the producers' states there, write everything. `then`: a statement of the caller's to run
+    last, fused with the write (or alone when nothing is written)."""
     results: list[AppendResult | BrokerError | None] = [check_appendable(append) for append in appends]
-    if len(appends) == 1 and results[0] is None and appends[0].producer_id == NO_PRODUCER_ID:
+    if then is None and len(appends) == 1 and results[0] is None and appends[0].producer_id == NO_PRODUCER_ID:
         try:  # one statement locks, reads and bumps the head (and may run without a transaction)
             return [await _append_plain(conn, appends[0])]
         except BrokerError as error:
             return [error]
     wanted = [(a.topic.topic_id, a.partition) for a, result in zip(appends, results) if result is None]
-    if not wanted:
-        return results
-    heads = await lock_partitions(conn, wanted)
+    heads = await lock_partitions(conn, wanted) if wanted else {}
     producers = sorted(
         {
             (a.topic.topic_id, a.partition, a.producer_id)
@@ -678,8 +714,11 @@ async def append_batches(conn: asyncpg.Connection, appends: list[BatchAppend]) -
             entries[producer_key] = outcome.state
             writes[index] = _Write(append, head, outcome.state)
         heads[key] = head + append.batch.record_count
-    if writes:
-        await _write_appends(conn, list(writes.values()), heads)
+    statement = _write_appends(list(writes.values()), heads) if writes else None
+    if statement is not None and then is not None:
+        statement = statement.then(then)
+    if statement is not None or then is not None:
+        await (statement or then).execute(conn)
     for index, write in writes.items():
         results[index] = AppendResult(write.base_offset, write.base_offset + write.append.batch.record_count - 1)
     return results

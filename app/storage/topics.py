@@ -107,11 +107,11 @@ def effective_config(config: dict[str, Any], defaults: dict[str, Any] | None = N
     return result
 
 
-def _topic_from_row(row: asyncpg.Record) -> TopicInfo:
+def topic_from_row(row: asyncpg.Record) -> TopicInfo:
     return TopicInfo(row["topic_id"], row["name"], row["partition_count"], row["config"], row["is_internal"])
 
 
-_TOPIC_COLUMNS = "topic_id, name, partition_count, config, is_internal"
+TOPIC_COLUMNS = "topic_id, name, partition_count, config, is_internal"
 
 
 async def create_topic(
@@ -134,7 +134,7 @@ async def create_topic(
         # ON CONFLICT DO NOTHING makes two concurrent creates of one name answer exactly one 201.
         row = await conn.fetchrow(
             f"INSERT INTO topics (name, partition_count, config, is_internal) VALUES ($1, $2, $3, $4) "
-            f"ON CONFLICT (name) DO NOTHING RETURNING {_TOPIC_COLUMNS}",
+            f"ON CONFLICT (name) DO NOTHING RETURNING {TOPIC_COLUMNS}",
             name,
             partition_count,
             full_config,
@@ -149,7 +149,7 @@ async def create_topic(
             row["topic_id"],
             partition_count,
         )
-    return _topic_from_row(row)
+    return topic_from_row(row)
 
 
 async def ensure_internal_topics(
@@ -167,25 +167,25 @@ async def ensure_internal_topics(
                     raise
 
 
-def _could_exist(name: str) -> bool:
+def could_exist(name: str) -> bool:
     """Only names matching the pattern can exist (internal ones too), so others need no query, and
     a name PostgreSQL could not even store (NUL, lone surrogates) never reaches it."""
     return TOPIC_NAME_PATTERN.fullmatch(name) is not None
 
 
 async def find_topic(conn: asyncpg.Connection, name: str) -> TopicInfo | None:
-    if not _could_exist(name):
+    if not could_exist(name):
         return None
-    row = await conn.fetchrow(f"SELECT {_TOPIC_COLUMNS} FROM topics WHERE name = $1", name)
-    return None if row is None else _topic_from_row(row)
+    row = await conn.fetchrow(f"SELECT {TOPIC_COLUMNS} FROM topics WHERE name = $1", name)
+    return None if row is None else topic_from_row(row)
 
 
 async def find_topics(conn: asyncpg.Connection, names: list[str]) -> dict[str, TopicInfo]:
     rows = await conn.fetch(
-        f"SELECT {_TOPIC_COLUMNS} FROM topics WHERE name = ANY($1::text[])",
-        [name for name in names if _could_exist(name)],
+        f"SELECT {TOPIC_COLUMNS} FROM topics WHERE name = ANY($1::text[])",
+        [name for name in names if could_exist(name)],
     )
-    return {row["name"]: _topic_from_row(row) for row in rows}
+    return {row["name"]: topic_from_row(row) for row in rows}
 
 
 async def get_topic(conn: asyncpg.Connection, name: str) -> TopicInfo:
@@ -196,12 +196,12 @@ async def get_topic(conn: asyncpg.Connection, name: str) -> TopicInfo:
 
 
 async def list_topics(conn: asyncpg.Connection) -> list[TopicInfo]:
-    rows = await conn.fetch(f"SELECT {_TOPIC_COLUMNS} FROM topics ORDER BY name")
-    return [_topic_from_row(row) for row in rows]
+    rows = await conn.fetch(f"SELECT {TOPIC_COLUMNS} FROM topics ORDER BY name")
+    return [topic_from_row(row) for row in rows]
 
 
 async def delete_topic(conn: asyncpg.Connection, name: str) -> None:
-    if not _could_exist(name):
+    if not could_exist(name):
         raise unknown_topic(name)
     async with conn.transaction():
         row = await conn.fetchrow("SELECT topic_id, is_internal FROM topics WHERE name = $1 FOR UPDATE", name)

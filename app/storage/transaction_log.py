@@ -20,6 +20,7 @@ import asyncpg
 import orjson
 
 from app.storage import partition_log, record_codec
+from app.storage.fused_writes import WriteStatement
 from app.storage.partition_log import (
     APPENDS_CHANNEL,
     BATCH_COLUMNS,
@@ -28,7 +29,7 @@ from app.storage.partition_log import (
     NO_SEQUENCE,
     BatchAppend,
 )
-from app.storage.topics import TRANSACTION_STATE_TOPIC, TopicInfo, get_topic, unknown_partition
+from app.storage.topics import TRANSACTION_STATE_TOPIC, TopicInfo, get_topic
 from txbroker.partitioner import partition_for_key
 
 NO_START_TIME = -1
@@ -112,16 +113,18 @@ def _row_values(meta: TransactionMetadata) -> list:
     ]
 
 
-# TransactionLog.save_many in one round trip: the ids' rows (already locked by this PostgreSQL
-# transaction, `lock`/`lock_many`) are updated (`r`, one row per id); the epoch of each id's producer
-# id recorded as the latest issued, if it is newer (an epoch bump of producer_ids.next_epoch, written
-# here rather than by a statement of its own; a no-op otherwise); and the transitions appended to
-# __transaction_state (`l`, one batch per partition of that topic, holding the records of every id
-# that hashes there) as partition_log appends a plain batch: bump the high watermark (locking that
-# partition's row, the last locks the request takes), insert the batch at the old one, wake long
-# polls at commit.
-_SAVE_SQL = f"""
-WITH r AS (
+# TransactionLog.save_statement, one round trip (or none of its own, fused: fused_writes.py): the
+# ids' rows (already locked by this PostgreSQL transaction, `lock`/`lock_many`) are updated (`r`,
+# one row per id); the epoch of each id's producer id recorded as the latest issued, if it is newer
+# (an epoch bump of producer_ids.next_epoch, written here rather than by a statement of its own; a
+# no-op otherwise); and the transitions appended to __transaction_state (`l`, one batch per
+# partition of that topic, holding the records of every id that hashes there) as partition_log
+# appends a plain batch: bump the high watermark (locking that partition's row, the last locks the
+# request takes), insert the batch at the old one, wake long polls at commit. A group's ids hash to
+# several of those partitions: `locked` takes their rows in lock_order (a row is locked as the Sort
+# below LockRows hands it up, and `log_head` only updates rows `locked` has handed up), so two groups
+# cannot deadlock on them, without a statement of its own.
+_SAVE_QUERIES = f"""r AS (
     SELECT * FROM unnest($1::text[], $2::bigint[], $3::int[], $4::text[], $5::int[], $6::bigint[], $7::bigint[],
                          $8::bigint[], $9::int[], $10::bigint[], $11::int[], $12::text[], $13::text[])
         AS r(transactional_id, producer_id, producer_epoch, state, timeout_ms, txn_start_ms, last_update_ms,
@@ -139,20 +142,24 @@ WITH r AS (
 ), l AS (
     SELECT * FROM unnest($14::int[], $15::int[], $16::int[], $17::bigint[], $18::bigint[], $19::int[], $20::bytea[])
         AS l(topic_id, partition, record_count, first_timestamp_ms, max_timestamp_ms, size_bytes, records)
-), head AS (
+), locked AS MATERIALIZED (
+    SELECT p.topic_id, p.partition FROM partitions p JOIN l ON p.topic_id = l.topic_id AND p.partition = l.partition
+    ORDER BY p.topic_id, p.partition
+    FOR UPDATE OF p
+), log_head AS (
     UPDATE partitions p SET high_watermark = p.high_watermark + l.record_count
-    FROM l WHERE p.topic_id = l.topic_id AND p.partition = l.partition
+    FROM l JOIN locked ON locked.topic_id = l.topic_id AND locked.partition = l.partition
+    WHERE p.topic_id = l.topic_id AND p.partition = l.partition
     RETURNING p.topic_id, p.partition, p.high_watermark - l.record_count AS base_offset
-), appended AS (
+), log_appended AS (
     INSERT INTO record_batches ({BATCH_COLUMNS})
-    SELECT l.topic_id, l.partition, head.base_offset, head.base_offset + l.record_count - 1, {NO_PRODUCER_ID},
+    SELECT l.topic_id, l.partition, log_head.base_offset, log_head.base_offset + l.record_count - 1, {NO_PRODUCER_ID},
         {NO_PRODUCER_EPOCH}, {NO_SEQUENCE}, false, NULL, l.first_timestamp_ms, l.max_timestamp_ms, l.record_count,
         l.size_bytes, l.records
-    FROM l JOIN head ON head.topic_id = l.topic_id AND head.partition = l.partition
+    FROM l JOIN log_head ON log_head.topic_id = l.topic_id AND log_head.partition = l.partition
     RETURNING topic_id, partition
-)
-SELECT pg_notify('{APPENDS_CHANNEL}', topic_id::text || ':' || partition::text) FROM appended
-"""
+)"""
+_SAVE_FINAL = f"SELECT pg_notify('{APPENDS_CHANNEL}', topic_id::text || ':' || partition::text) FROM log_appended"
 
 
 class TransactionLog:
@@ -210,24 +217,29 @@ class TransactionLog:
         meta.pending_records.append(meta.log_value())
 
     async def save(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> None:
-        """Writes the row (and its epoch into producer_ids, see _SAVE_SQL) and appends the recorded
+        """Writes the row (and its epoch into producer_ids, see _SAVE_QUERIES) and appends the recorded
         transitions to __transaction_state as one batch, in one statement. Run it last in the
         PostgreSQL transaction (see the module's invariants)."""
         await self.save_many(conn, [meta])
 
     async def save_many(self, conn: asyncpg.Connection, metas: list[TransactionMetadata]) -> None:
         """`save` for the distinct ids of a group of requests committed together, in one statement
-        (two when their records go to several __transaction_state partitions: those are locked first,
-        in lock_order, so that two groups cannot deadlock on them)."""
+        (which locks the __transaction_state partitions their records go to in lock_order first)."""
+        statement = await self.save_statement(conn, metas)
+        if statement is not None:
+            await statement.execute(conn)
+
+    async def save_statement(self, conn: asyncpg.Connection, metas: list[TransactionMetadata]) -> WriteStatement | None:
+        """save_many's statement, for the caller to run last (fused with its own last write:
+        fused_writes.py), or None when no id has a transition to log. The recorded transitions go
+        into the statement: the metadata has none pending after this call."""
         metas = [meta for meta in metas if meta.pending_records]
         if not metas:
-            return
+            return None
         topic = await self._log_topic(conn)
         by_partition: dict[int, list[record_codec.TextRecord]] = {}
         for meta in metas:
             by_partition.setdefault(self._partition_of(meta, topic), []).extend(self._records(meta))
-        if len(by_partition) > 1:
-            await partition_log.lock_partitions(conn, [(topic.topic_id, partition) for partition in by_partition])
         batches = [
             record_codec.encode_batch(records, "utf8", max(r.timestamp_ms for r in records), "transaction log")
             for records in by_partition.values()
@@ -236,8 +248,7 @@ class TransactionLog:
         rows = [
             [*values[:11], *(orjson.dumps(v).decode() for v in values[11:13])] for values in map(_row_values, metas)
         ]
-        written = await conn.fetch(
-            _SAVE_SQL,
+        args = (
             *(list(column) for column in zip(*rows)),
             [topic.topic_id] * len(by_partition),
             list(by_partition),
@@ -247,10 +258,9 @@ class TransactionLog:
             [batch.size_bytes for batch in batches],
             [batch.payload for batch in batches],
         )
-        if len(written) != len(by_partition):
-            raise unknown_partition(topic, next(iter(by_partition)))  # never: the internal topic is never deleted
         for meta in metas:
             meta.pending_records.clear()
+        return WriteStatement(_SAVE_QUERIES, _SAVE_FINAL, args)
 
     async def delete(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> None:
         """The id expires (Dead): its row goes; the log gets the Dead record, then a tombstone (as

@@ -1,6 +1,7 @@
 """No SQL is built from user input: every SQL string in app/ is a literal, or an f-string that
-interpolates only module constants (UPPER_CASE names), int(...) conversions, or the internal
-`where_sql` of TransactionLog.claim, which every caller passes as a literal. Values always travel
+interpolates only module constants (UPPER_CASE names), int(...) conversions, the internal
+`where_sql` of TransactionLog.claim, which every caller passes as a literal, or the parts of a
+fused_writes.WriteStatement, which every caller builds from module constants. Values always travel
 as query parameters ($1, $2, ...)."""
 
 from __future__ import annotations
@@ -13,9 +14,17 @@ APP = Path(__file__).resolve().parents[2] / "app"
 SQL_WORDS = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|WITH|FROM|WHERE)\b")
 CONSTANT_NAME = re.compile(r"^_?[A-Z][A-Z0-9_]*$")
 INTERNAL_FRAGMENTS = {"where_sql"}
+FUSED_WRITES = APP / "storage" / "fused_writes.py"
+STATEMENT_PARTS = {"with_queries", "final"}  # WriteStatement's SQL, checked by test_write_statements_are_constants
 
 
-def _allowed(expression: ast.expr) -> bool:
+def _allowed(expression: ast.expr, path: Path) -> bool:
+    if path == FUSED_WRITES:
+        # Composes statements: their parts, renumbered (renumbered(...)), and the WITH queries' names.
+        if isinstance(expression, ast.Attribute) and expression.attr in STATEMENT_PARTS:
+            return True
+        if isinstance(expression, ast.Call) and isinstance(expression.func, ast.Name):
+            return expression.func.id == "renumbered" and all(_allowed(a, path) for a in expression.args)
     if isinstance(expression, ast.Name):
         return bool(CONSTANT_NAME.match(expression.id)) or expression.id in INTERNAL_FRAGMENTS
     if isinstance(expression, ast.Call) and isinstance(expression.func, ast.Name):
@@ -37,7 +46,7 @@ def test_sql_fstrings_interpolate_only_constants():
     offenders = []
     for path, node in _sql_fstrings():
         for part in node.values:
-            if isinstance(part, ast.FormattedValue) and not _allowed(part.value):
+            if isinstance(part, ast.FormattedValue) and not _allowed(part.value, path):
                 offenders.append(f"{path.relative_to(APP.parent)}:{node.lineno}: {ast.unparse(part.value)}")
     assert not offenders, "SQL built from non-constant values:\n" + "\n".join(offenders)
 
@@ -83,3 +92,19 @@ def test_claim_fragments_are_literals():
                     f"{path}:{node.lineno} passes a non-literal SQL fragment"
                 )
     assert calls >= 3
+
+
+def test_write_statements_are_constants():
+    """WriteStatement's SQL parts reach SQL text: every construction passes module constants."""
+    built = 0
+    for path in sorted(APP.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "WriteStatement":
+                if path == FUSED_WRITES:
+                    continue  # WriteStatement.then, which composes two of them
+                built += 1
+                for part in node.args[:2]:
+                    assert isinstance(part, ast.Name) and CONSTANT_NAME.match(part.id), (
+                        f"{path}:{node.lineno} builds a WriteStatement from {ast.unparse(part)}: expected a constant"
+                    )
+    assert built >= 3
