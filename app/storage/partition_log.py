@@ -476,24 +476,42 @@ def _offset_out_of_range(topic: TopicInfo, partition: int, offset: int, state: P
 # Reads one page of a partition's batches in log order: those ending in [$3, $6), the window, then
 # the first one ending at or after $6 (a batch that straddles the window's end, or the next after a
 # gap compaction left), all below $4 (the reader's upper bound); at most $5 (page_size) + 1 rows, both
-# parts walking the primary key from a probe, never to the partition's end. Payloads are stored out
-# of line (a TOAST read each), so a row carries its payload only when the read surely uses it: a
-# plain data batch starting below $7 (the read's offset plus the records still wanted: every record
-# before it is one the read returns or a skipped one). A transactional batch's payload waits for the
-# aborted check (_payloads). One round trip for headers and payloads in the usual fetch.
-_PAGE_COLUMNS = (
-    "base_offset, last_offset, control_type, producer_id, producer_epoch, is_transactional, "
-    "CASE WHEN control_type IS NULL AND NOT is_transactional AND base_offset < $7 THEN records END AS records"
+# parts walking the primary key from a probe, never to the partition's end. With $8 (read_committed),
+# each transactional batch's marker decides whether it is aborted (a primary-key probe of
+# txn_markers: every transaction ends with an epoch bump, so (producer id, epoch) names one). Payloads
+# are stored out of line (a TOAST read each), so a row carries its payload only when the read surely
+# uses it: a data batch, not aborted, starting below $7 (the read's offset plus the records still
+# wanted: every record before it is one the read returns or a skipped one).
+#
+# A page is one statement, so what it says of a batch (its header, whether it is aborted, its records)
+# comes from one snapshot, and a read needs none across statements: below the upper bound read with
+# the partition's state, batches are never appended to or un-aborted; the log cleaner removes a
+# transaction's marker no earlier than its batches (log_cleaner.py's rules), and whatever it removes
+# between two pages is simply not returned.
+_PAGE_BATCHES = (
+    "SELECT base_offset, last_offset, control_type, producer_id, producer_epoch, is_transactional, records "
+    "FROM record_batches"
 )
 _PAGE_SQL = f"""
-(SELECT {_PAGE_COLUMNS} FROM record_batches
- WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $6 AND base_offset < $4
- ORDER BY last_offset LIMIT $5)
-UNION ALL
-(SELECT * FROM (SELECT {_PAGE_COLUMNS} FROM record_batches
-                WHERE topic_id = $1 AND partition = $2 AND last_offset >= greatest($3, $6)
-                ORDER BY last_offset LIMIT 1) AS window_end
- WHERE base_offset < $4)
+SELECT b.base_offset, b.last_offset, b.control_type, b.producer_id, b.producer_epoch, b.is_transactional, a.aborted,
+       CASE WHEN b.control_type IS NULL AND NOT a.aborted AND b.base_offset < $7 THEN b.records END AS records
+FROM (
+    ({_PAGE_BATCHES}
+     WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $6 AND base_offset < $4
+     ORDER BY last_offset LIMIT $5)
+    UNION ALL
+    (SELECT * FROM ({_PAGE_BATCHES}
+                    WHERE topic_id = $1 AND partition = $2 AND last_offset >= greatest($3, $6)
+                    ORDER BY last_offset LIMIT 1) AS window_end
+     WHERE base_offset < $4)
+) AS b
+CROSS JOIN LATERAL (
+    SELECT b.is_transactional AND b.control_type IS NULL AND $8::bool AND EXISTS (
+        SELECT 1 FROM txn_markers m WHERE m.topic_id = $1 AND m.partition = $2 AND m.producer_id = b.producer_id
+          AND m.producer_epoch = b.producer_epoch AND m.control_type = {CONTROL_ABORT})
+    OFFSET 0  -- evaluated once per batch: pulled up, the probe ran for each of its two uses
+) AS a(aborted)
+ORDER BY b.last_offset
 """
 
 # The most offsets one page's window covers, however many were skipped before it.
@@ -510,8 +528,8 @@ async def read(
     encoding: str,
     state: PartitionState | None = None,
 ) -> ReadResult:
-    """Up to max_records records from `offset`; `state`: the partition's, when the caller read it in
-    this snapshot already (topics_and_states)."""
+    """Up to max_records records from `offset`; `state`: the partition's, when the caller has read it
+    (topics_and_states). Needs no snapshot across its statements (see _PAGE_SQL)."""
     if state is None:
         state = await partition_state(conn, topic, partition)
     if not state.log_start_offset <= offset <= state.high_watermark:
@@ -538,6 +556,7 @@ async def read(
             page_size,
             next_offset + window,
             next_offset + wanted_records,
+            isolation_level == READ_COMMITTED,
         )
         # More rows than page_size only when the first part filled its LIMIT and the window's last
         # batch came too: it is not contiguous with the rest, so it waits for the next page.
@@ -545,15 +564,10 @@ async def read(
         if not headers:
             break
         scanned += len(headers)
-        aborted = (
-            await aborted_among(conn, topic.topic_id, partition, headers)
-            if isolation_level == READ_COMMITTED
-            else set()
-        )
         wanted: list[tuple[asyncpg.Record, int, int]] = []  # (header, first index, stop index)
         position, budget = next_offset, wanted_records
         for header in headers:
-            if header["control_type"] is not None or (header["producer_id"], header["producer_epoch"]) in aborted:
+            if header["control_type"] is not None or header["aborted"]:
                 position = header["last_offset"] + 1
                 continue
             start = max(position - header["base_offset"], 0)
@@ -563,6 +577,8 @@ async def read(
             position = header["base_offset"] + stop
             if budget <= 0:
                 break
+        # A batch the page did not carry the payload of: one that starts past the records wanted
+        # because skipped batches (markers, aborted ones) came first.
         missing = [header["last_offset"] for header, _, _ in wanted if header["records"] is None]
         payloads = await _payloads(conn, topic, partition, missing)
         for header, start, stop in wanted:
@@ -570,8 +586,9 @@ async def read(
             if payload is None:
                 payload = payloads.get(header["last_offset"])
             if payload is None:
-                # Removed since its header was read (outside a snapshot): by the log cleaner (below the
-                # log start, or compacted away whole) or with its topic. Nothing of it is to be returned.
+                # Removed since its header was read (a page is one snapshot, the read is several): by
+                # the log cleaner (below the log start, or compacted away whole) or with its topic.
+                # Nothing of it is to be returned.
                 continue
             records += record_codec.render_records(
                 record_codec.decode_payload(payload), header["base_offset"], start, stop, encoding
@@ -604,7 +621,7 @@ async def aborted_among(
     producer_id, producer_epoch, is_transactional and control_type). Every transaction ends with an
     epoch bump, so (producer id, epoch) names one transaction, and its marker row is found by
     primary key: the cost depends on the batches read, never on the length of the log. Used by
-    read_committed reads and by compaction, which drops aborted batches."""
+    compaction, which drops aborted batches (read_committed reads check in _PAGE_SQL itself)."""
     candidates = {
         (b["producer_id"], b["producer_epoch"]) for b in batches if b["is_transactional"] and b["control_type"] is None
     }
