@@ -6,7 +6,8 @@ Starts an embedded PostgreSQL with `log_statement = all` and a txbroker against 
 transactional producer, then runs `--transactions` small transactions (one produce of one record to
 each of `--partitions` partitions, then EndTxn commit) and counts, per transaction, the statements
 PostgreSQL logged for the produce and for EndTxn (BEGIN and COMMIT included; asyncpg's statement
-preparations are not statements run and are not counted). `--checkout DIR` counts the code of
+preparations are not statements run and are not counted); then as many read_committed fetches of
+the first partition from offset 0. `--checkout DIR` counts the code of
 another checkout (e.g. `git archive` of an older commit), as bench.transactions does.
 """
 
@@ -120,10 +121,17 @@ def main(argv: list[str] | None = None) -> int:
             if args.show:
                 produce_lines = _statements_since(postgres, start)[1]
                 print("\n".join(line[:200] for line in produce_lines))
+            fetch_counts = []
+            for _ in range(args.transactions):  # read_committed fetches of what the transactions wrote
+                start = _log_end(postgres)
+                http.post(
+                    "/v1/fetch", json={"partitions": [{"topic": "counted", "partition": 0, "offset": 0}]}
+                ).raise_for_status()
+                fetch_counts.append(_statements_since(postgres, start)[0])
         print(
             f"{args.partitions} partitions, {args.transactions} transactions"
             f"{'' if args.checkout is None else ' (code of ' + str(args.checkout) + ')'}: statements per "
-            f"produce {produce_counts}, per EndTxn {end_counts}"
+            f"produce {produce_counts}, per EndTxn {end_counts}, per fetch of one partition {fetch_counts}"
         )
     finally:
         if server is not None:

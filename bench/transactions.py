@@ -101,12 +101,19 @@ class ProducerWorkload:
     the same produce with sequences that keep growing."""
 
     def __init__(
-        self, base_url: str, topic: str, records_per_partition: tuple[int, ...], value: str, transactional: bool
+        self,
+        base_url: str,
+        topic: str,
+        records_per_partition: tuple[int, ...],
+        value: str,
+        transactional: bool,
+        produces: int = 1,
     ) -> None:
         self.base_url = base_url
         self.topic = topic
         self.records_per_partition = records_per_partition
         self.transactional = transactional
+        self.produces = produces  # produce requests per run_once (per transaction)
         self.records = [[{"key": None, "value": value}] * count for count in records_per_partition]
         self.producers: dict[int, _Producer] = {}
         self.http: LoadClient | None = None
@@ -134,21 +141,23 @@ class ProducerWorkload:
     async def run_once(self, client: int) -> int:
         producer = self.producers[client]
         first_partition = client * len(self.records_per_partition)
-        body = {
-            "transactional_id": self.transactional_id(client) if self.transactional else None,
-            "producer_id": producer.producer_id,
-            "producer_epoch": producer.producer_epoch,
-            "partitions": [
-                {
-                    "topic": self.topic,
-                    "partition": first_partition + i,
-                    "base_sequence": producer.next_sequence[i],
-                    "records": records,
-                }
-                for i, records in enumerate(self.records)
-            ],
-        }
-        check_partitions(await post_json(self.http, "/v1/produce", body), "produce")
+        for _ in range(self.produces):
+            body = {
+                "transactional_id": self.transactional_id(client) if self.transactional else None,
+                "producer_id": producer.producer_id,
+                "producer_epoch": producer.producer_epoch,
+                "partitions": [
+                    {
+                        "topic": self.topic,
+                        "partition": first_partition + i,
+                        "base_sequence": producer.next_sequence[i],
+                        "records": records,
+                    }
+                    for i, records in enumerate(self.records)
+                ],
+            }
+            check_partitions(await post_json(self.http, "/v1/produce", body), "produce")
+            producer.next_sequence = [seq + len(records) for seq, records in zip(producer.next_sequence, self.records)]
         if self.transactional:
             ended = await post_json(
                 self.http,
@@ -161,9 +170,8 @@ class ProducerWorkload:
                 },
             )
             producer.producer_id, producer.producer_epoch = ended["producer_id"], ended["producer_epoch"]
-        else:
-            producer.next_sequence = [seq + len(records) for seq, records in zip(producer.next_sequence, self.records)]
-        return sum(self.records_per_partition)
+            producer.next_sequence = [0] * len(self.records)  # a new epoch starts at sequence 0
+        return self.produces * sum(self.records_per_partition)
 
 
 class RawSmallTransaction:
@@ -585,48 +593,60 @@ async def measure_commit_to_visible(base_url: str, writes: int) -> list[Row]:
 
 
 async def measure_large_transaction_overhead(
-    base_url: str, meter: CpuMeter, producer_counts: list[int], rounds: int, warmup_s: float, seconds: float
+    base_url: str,
+    meter: CpuMeter,
+    producer_counts: list[int],
+    rounds: int,
+    warmup_s: float,
+    seconds: float,
+    shapes: list[tuple[int, int]] = ((1, LARGE_TXN_RECORDS),),
 ) -> list[Row]:
+    """Each shape is (produce requests per transaction, records per request); the idempotent
+    baseline writes the same requests with no transaction, so each run_once moves as many records."""
     rows = []
     value = record_value(LARGE_VALUE_BYTES)
     async with http_client(base_url, 1) as http:
-        for producers in producer_counts:
-            idempotent_topic, txn_topic = f"large-idem-p{producers}", f"large-txn-p{producers}"
-            await create_topic(http, idempotent_topic, producers)
-            await create_topic(http, txn_topic, producers)
-            idempotent, txns = await measure_alternating(
-                partial(ProducerWorkload, base_url, idempotent_topic, (LARGE_TXN_RECORDS,), value, False),
-                partial(ProducerWorkload, base_url, txn_topic, (LARGE_TXN_RECORDS,), value, True),
-                producers,
-                rounds,
-                warmup_s,
-                seconds,
-                meter,
-            )
-            overhead = 100 * (1 - txns.records_per_s / idempotent.records_per_s)
-            # Each transaction moves as many records as an idempotent request: CPU per request compares.
-            cpu_overhead = 100 * (
-                txns.server_and_postgres_cpu_s_per_request / idempotent.server_and_postgres_cpu_s_per_request - 1
-            )
-            print(
-                f"  1000-record transactions, {producers} producers: {txns.records_per_s:,.0f} records/s; "
-                f"idempotent {idempotent.records_per_s:,.0f} records/s; overhead {overhead:.1f}%",
-                flush=True,
-            )
-            percent, per_op = txns.cpu_cells()
-            idem_percent, idem_per_op = idempotent.cpu_cells()
-            rows.append(
-                Row(
-                    "3",
-                    f"txn of 1 produce of {LARGE_TXN_RECORDS} x {LARGE_VALUE_BYTES} B + commit, {producers} producers",
-                    f"{txns.records_per_s:,.0f} records/s, p50 {txns.latency_ms:.1f} ms/txn",
-                    f"idempotent, no txn: {idempotent.records_per_s:,.0f} records/s, p50 {idempotent.latency_ms:.1f} "
-                    f"ms/req (ms/req {idem_per_op}, CPU% {idem_percent})",
-                    f"overhead {overhead:.1f}% (CPU +{cpu_overhead:.0f}%)",
-                    percent,
-                    per_op,
+        for produces, records in shapes:
+            for producers in producer_counts:
+                idempotent_topic = f"large-idem-{produces}x{records}-p{producers}"
+                txn_topic = f"large-txn-{produces}x{records}-p{producers}"
+                await create_topic(http, idempotent_topic, producers)
+                await create_topic(http, txn_topic, producers)
+                idempotent, txns = await measure_alternating(
+                    partial(ProducerWorkload, base_url, idempotent_topic, (records,), value, False, produces),
+                    partial(ProducerWorkload, base_url, txn_topic, (records,), value, True, produces),
+                    producers,
+                    rounds,
+                    warmup_s,
+                    seconds,
+                    meter,
                 )
-            )
+                overhead = 100 * (1 - txns.records_per_s / idempotent.records_per_s)
+                # Each transaction moves as many records as an idempotent run: CPU per run compares.
+                cpu_overhead = 100 * (
+                    txns.server_and_postgres_cpu_s_per_request / idempotent.server_and_postgres_cpu_s_per_request - 1
+                )
+                shape = f"{produces} produce{'s' if produces > 1 else ''} of {records}"
+                print(
+                    f"  {produces * records}-record transactions ({shape}), {producers} producers: "
+                    f"{txns.records_per_s:,.0f} records/s; idempotent {idempotent.records_per_s:,.0f} records/s; "
+                    f"overhead {overhead:.1f}%",
+                    flush=True,
+                )
+                percent, per_op = txns.cpu_cells()
+                idem_percent, idem_per_op = idempotent.cpu_cells()
+                rows.append(
+                    Row(
+                        "3",
+                        f"txn of {shape} x {LARGE_VALUE_BYTES} B + commit, {producers} producers",
+                        f"{txns.records_per_s:,.0f} records/s, p50 {txns.latency_ms:.1f} ms/txn",
+                        f"idempotent, no txn: {idempotent.records_per_s:,.0f} records/s, p50 "
+                        f"{idempotent.latency_ms:.1f} ms/{produces} req (ms {idem_per_op}, CPU% {idem_percent})",
+                        f"overhead {overhead:.1f}% (CPU +{cpu_overhead:.0f}%)",
+                        percent,
+                        per_op,
+                    )
+                )
     return rows
 
 
@@ -979,6 +999,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--large-producers", type=int_list, default=[1, 4], help="concurrent producers of section 3 (default 1,4)"
     )
     parser.add_argument(
+        "--large-shapes",
+        type=lambda text: [tuple(int(n) for n in shape.split("x")) for shape in text.split(",")],
+        default=[(1, LARGE_TXN_RECORDS), (10, LARGE_TXN_RECORDS // 10)],
+        help="section 3's transactions, as produce requests x records each (default 1x1000,10x100)",
+    )
+    parser.add_argument(
         "--rounds",
         type=int,
         default=2,
@@ -1030,7 +1056,7 @@ async def run_sections(args: argparse.Namespace, server: ServerSubprocess, postg
         rows += await measure_commit_to_visible(server.url, args.visible_writes)
     if 3 in args.sections:
         rows += await measure_large_transaction_overhead(
-            server.url, meter, args.large_producers, args.rounds, args.warmup, args.seconds
+            server.url, meter, args.large_producers, args.rounds, args.warmup, args.seconds, args.large_shapes
         )
     if 4 in args.sections:
         rows += await measure_fetch_vs_log_length(
