@@ -9,6 +9,7 @@ data-modifying WITH queries, which PostgreSQL runs to completion together, in on
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -36,23 +37,36 @@ class WriteStatement:
     def then(self, other: WriteStatement) -> WriteStatement:
         """Both statements as one: `other`'s parameters are numbered after this one's, its WITH
         queries follow, and the final queries are joined with UNION ALL."""
-        shared = sorted(set(self.query_names) & set(other.query_names))
-        if shared:
-            raise ValueError(f"both statements name a query {shared}: expected distinct names, rename one")
-        offset = len(self.args)
-
-        def renumbered(sql: str) -> str:
-            return _PARAMETER.sub(lambda match: f"${int(match.group(1)) + offset}", sql)
-
-        return WriteStatement(
-            f"{self.with_queries},\n{renumbered(other.with_queries)}",
-            f"{self.final}\nUNION ALL\n{renumbered(other.final)}",
-            self.args + other.args,
-        )
+        with_queries, final = _fused(self.with_queries, self.final, len(self.args), other.with_queries, other.final)
+        return WriteStatement(with_queries, final, self.args + other.args)
 
     @property
     def sql(self) -> str:
-        return f"WITH {self.with_queries}\n{self.final}"
+        return _statement(self.with_queries, self.final)
 
     async def execute(self, conn: asyncpg.Connection) -> None:
         await conn.execute(self.sql, *self.args)
+
+
+# The parts are module constants, so the fused texts are few: composed once each, and the same str
+# objects every time (asyncpg finds its prepared statement by the text, hashed once).
+@functools.lru_cache(maxsize=64)
+def _fused(
+    first_queries: str, first_final: str, offset: int, second_queries: str, second_final: str
+) -> tuple[str, str]:
+    shared = sorted(set(_QUERY_NAME.findall(first_queries)) & set(_QUERY_NAME.findall(second_queries)))
+    if shared:
+        raise ValueError(f"both statements name a query {shared}: expected distinct names, rename one")
+
+    def renumbered(sql: str) -> str:
+        return _PARAMETER.sub(lambda match: f"${int(match.group(1)) + offset}", sql)
+
+    return (
+        f"{first_queries},\n{renumbered(second_queries)}",
+        f"{first_final}\nUNION ALL\n{renumbered(second_final)}",
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _statement(with_queries: str, final: str) -> str:
+    return f"WITH {with_queries}\n{final}"

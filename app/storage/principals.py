@@ -51,6 +51,8 @@ class KeyRow:
 
 
 _ACL_COLUMNS = "acl_id, principal, resource_type, pattern_type, resource_name, operation, permission"
+# Built once: authenticate runs it on every request when auth is on.
+_ACLS_OF_SQL = f"SELECT {_ACL_COLUMNS} FROM acls WHERE principal = $1 OR principal = '*'"
 
 
 async def authenticate(conn: asyncpg.Connection, token: str) -> tuple[PrincipalRow, list[AclRow]] | None:
@@ -67,7 +69,7 @@ async def authenticate(conn: asyncpg.Connection, token: str) -> tuple[PrincipalR
     principal = from_row(PrincipalRow, row)
     acls = all_from_rows(
         AclRow,
-        await conn.fetch(f"SELECT {_ACL_COLUMNS} FROM acls WHERE principal = $1 OR principal = '*'", principal.name),
+        await conn.fetch(_ACLS_OF_SQL, principal.name),
     )
     return principal, acls
 

@@ -180,11 +180,12 @@ async def find_topic(conn: asyncpg.Connection, name: str) -> TopicInfo | None:
     return None if row is None else topic_from_row(row)
 
 
+# Built once (an f-string in the function would be built on every produce).
+_FIND_TOPICS_SQL = f"SELECT {TOPIC_COLUMNS} FROM topics WHERE name = ANY($1::text[])"
+
+
 async def find_topics(conn: asyncpg.Connection, names: list[str]) -> dict[str, TopicInfo]:
-    rows = await conn.fetch(
-        f"SELECT {TOPIC_COLUMNS} FROM topics WHERE name = ANY($1::text[])",
-        [name for name in names if could_exist(name)],
-    )
+    rows = await conn.fetch(_FIND_TOPICS_SQL, [name for name in names if could_exist(name)])
     return {row["name"]: topic_from_row(row) for row in rows}
 
 

@@ -87,6 +87,12 @@ _COLUMNS = (
 )
 
 
+# Built once (an f-string in lock_many would be built on every produce and EndTxn).
+_LOCK_MANY_SQL = (
+    f"SELECT {_COLUMNS} FROM transactions WHERE transactional_id = ANY($1::text[]) ORDER BY transactional_id FOR UPDATE"
+)
+
+
 def _from_row(row: asyncpg.Record, parse_state: Callable[[str], str]) -> TransactionMetadata:
     values = dict(row)
     values["state"] = parse_state(values["state"])
@@ -185,11 +191,7 @@ class TransactionLog:
         """`lock` for several ids in one statement, in id order (the LockRows node sits above the
         Sort), so two PostgreSQL transactions that lock overlapping sets cannot deadlock. Ids without a
         row are left out."""
-        rows = await conn.fetch(
-            f"SELECT {_COLUMNS} FROM transactions WHERE transactional_id = ANY($1::text[]) "
-            f"ORDER BY transactional_id FOR UPDATE",
-            sorted(transactional_ids),
-        )
+        rows = await conn.fetch(_LOCK_MANY_SQL, sorted(transactional_ids))
         return {row["transactional_id"]: _from_row(row, self._parse_state) for row in rows}
 
     async def lock_new(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> bool:

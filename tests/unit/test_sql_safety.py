@@ -15,13 +15,16 @@ SQL_WORDS = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|WITH|FROM|WHERE)\b")
 CONSTANT_NAME = re.compile(r"^_?[A-Z][A-Z0-9_]*$")
 INTERNAL_FRAGMENTS = {"where_sql"}
 FUSED_WRITES = APP / "storage" / "fused_writes.py"
-STATEMENT_PARTS = {"with_queries", "final"}  # WriteStatement's SQL, checked by test_write_statements_are_constants
+# WriteStatement's SQL (checked by test_write_statements_are_constants) and the names fused_writes gives it
+STATEMENT_PARTS = {"with_queries", "final", "first_queries", "first_final", "second_queries", "second_final"}
 
 
 def _allowed(expression: ast.expr, path: Path) -> bool:
     if path == FUSED_WRITES:
         # Composes statements: their parts, renumbered (renumbered(...)), and the WITH queries' names.
         if isinstance(expression, ast.Attribute) and expression.attr in STATEMENT_PARTS:
+            return True
+        if isinstance(expression, ast.Name) and expression.id in STATEMENT_PARTS:
             return True
         if isinstance(expression, ast.Call) and isinstance(expression.func, ast.Name):
             return expression.func.id == "renumbered" and all(_allowed(a, path) for a in expression.args)
