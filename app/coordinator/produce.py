@@ -163,7 +163,7 @@ class ProduceGroups:
         async with coordinator.pool.acquire() as conn, _transaction_if_needed(conn, group):
             topics = await find_topics(conn, sorted({e.topic for r in group for e in r.command.partitions}))
             # The coordinator's rows first (in id order), then the partitions (append_batches, in
-            # lock_order), then the transaction log (save_many): TransactionLog's lock order.
+            # lock_order), then the transaction log (save_statement): TransactionLog's lock order.
             metas = await coordinator.log.lock_many(conn, list(transactional_ids)) if transactional_ids else {}
             issued = await producer_ids.lookup_many(conn, list(idempotent)) if idempotent else {}
             answers: list[list[PartitionResult | None] | BrokerError] = []

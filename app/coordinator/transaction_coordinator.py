@@ -467,7 +467,7 @@ class TransactionCoordinator:
         current state (KIP-890: a late request of an old transaction can never land in a new one) and
         adds the partitions implicitly. The id's row stays locked until the batches are appended, so
         EndTxn cannot write markers in between; the caller then saves the metadata
-        (`self.log.save_many`) after its appends."""
+        (`self.log.save_statement`, fused with its appends' write)."""
         meta = check_producer(meta, transactional_id, producer_id, producer_epoch)
         valid = [p for p in _resolve_in(topics, requested) if isinstance(p, TxnPartition)]
         self._start_or_extend(meta, valid, [], now_ms())
@@ -479,8 +479,8 @@ class TransactionCoordinator:
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> EndResult:
         """EndTxn, with group commit (app/coordinator/group_commit.py): concurrent EndTxns of this
-        server process share one PostgreSQL transaction, their rows locked by one statement and their
-        markers written by two."""
+        server process share one PostgreSQL transaction: their rows locked by one statement, their
+        partitions by one, and their markers and transaction-log records written by one."""
         return await self.end_groups.submit(_EndRequest(transactional_id, producer_id, producer_epoch, commit))
 
     async def _end_group(self, requests: list[_EndRequest]) -> list[EndResult | BrokerError]:

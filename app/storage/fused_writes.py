@@ -48,6 +48,14 @@ class WriteStatement:
         await conn.execute(self.sql, *self.args)
 
 
+async def execute_fused(conn: asyncpg.Connection, first: WriteStatement | None, then: WriteStatement | None) -> None:
+    """Runs `first` then `then` as one statement; either may be None (nothing to write)."""
+    if first is not None and then is not None:
+        await first.then(then).execute(conn)
+    elif first is not None or then is not None:
+        await (first or then).execute(conn)
+
+
 # The parts are module constants, so the fused texts are few: composed once each, and the same str
 # objects every time (asyncpg finds its prepared statement by the text, hashed once).
 @functools.lru_cache(maxsize=64)

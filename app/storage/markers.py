@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from app.storage.fused_writes import WriteStatement
+from app.storage.fused_writes import WriteStatement, execute_fused
 from app.storage.partition_log import APPENDS_CHANNEL, BATCH_COLUMNS, CONTROL_ABORT, CONTROL_COMMIT
 from app.storage.rows import all_from_rows
 
@@ -97,25 +97,23 @@ _WRITE_ALL_FINAL = f"SELECT pg_notify('{APPENDS_CHANNEL}', m.topic_id::text || '
 
 async def write_markers_of(
     conn: asyncpg.Connection, ends: list[TransactionEnd], now_ms: int, then: WriteStatement | None = None
-) -> list[dict[tuple[int, int], int]]:
+) -> None:
     """Writes the markers of several transactions (each partition of each, unless it has its marker
     already), in two statements whatever their number: the first locks every partition in
-    lock_order. Returns, per transaction, each partition's marker offset (written now or found
-    before); a partition that is gone (its topic deleted during the transaction) is left out. The
+    lock_order. A partition that is gone (its topic deleted during the transaction) gets none. The
     caller holds the PostgreSQL transaction. `then`: a statement of the caller's to run last, fused
     with the second statement (or alone when no marker is to be written)."""
-    offsets: list[dict[tuple[int, int], int]] = [{} for _ in ends]
     wanted = [(end_index, key) for end_index, end in enumerate(ends) for key in end.partitions]
-    if not wanted:
-        if then is not None:
-            await then.execute(conn)
-        return offsets
-    rows = await conn.fetch(
-        _LOCK_ALL_SQL,
-        [key[0] for _, key in wanted],
-        [key[1] for _, key in wanted],
-        [ends[end_index].producer_id for end_index, _ in wanted],
-        [ends[end_index].producer_epoch for end_index, _ in wanted],
+    rows = (
+        await conn.fetch(
+            _LOCK_ALL_SQL,
+            [key[0] for _, key in wanted],
+            [key[1] for _, key in wanted],
+            [ends[end_index].producer_id for end_index, _ in wanted],
+            [ends[end_index].producer_epoch for end_index, _ in wanted],
+        )
+        if wanted
+        else []
     )
     heads: dict[tuple[int, int], int] = {}
     to_write: list[tuple[TransactionEnd, int, int, int, int | None]] = []
@@ -123,11 +121,9 @@ async def write_markers_of(
         end_index = wanted[row["ord"] - 1][0]
         key = (row["topic_id"], row["partition"])
         if row["existing_marker"] is not None:
-            offsets[end_index][key] = row["existing_marker"]
             continue
         offset = heads.get(key, row["high_watermark"])
         heads[key] = offset + 1
-        offsets[end_index][key] = offset
         to_write.append((ends[end_index], *key, offset, row["first_offset"]))
     statement = None
     if to_write:
@@ -145,11 +141,7 @@ async def write_markers_of(
                 now_ms,
             ),
         )
-        if then is not None:
-            statement = statement.then(then)
-    if statement is not None or then is not None:
-        await (statement or then).execute(conn)
-    return offsets
+    await execute_fused(conn, statement, then)
 
 
 async def list_markers(

@@ -20,7 +20,7 @@ import orjson
 from app.clock import now_ms
 from app.errors import BrokerError, ErrorCode
 from app.storage import record_codec, sequences
-from app.storage.fused_writes import WriteStatement
+from app.storage.fused_writes import WriteStatement, execute_fused
 from app.storage.record_codec import EncodedBatch
 from app.storage.topics import TOPIC_COLUMNS, TopicInfo, could_exist, topic_from_row, unknown_partition
 
@@ -731,11 +731,7 @@ async def append_batches(
             entries[producer_key] = outcome.state
             writes[index] = _Write(append, head, outcome.state)
         heads[key] = head + append.batch.record_count
-    statement = _write_appends(list(writes.values()), heads) if writes else None
-    if statement is not None and then is not None:
-        statement = statement.then(then)
-    if statement is not None or then is not None:
-        await (statement or then).execute(conn)
+    await execute_fused(conn, _write_appends(list(writes.values()), heads) if writes else None, then)
     for index, write in writes.items():
         results[index] = AppendResult(write.base_offset, write.base_offset + write.append.batch.record_count - 1)
     return results

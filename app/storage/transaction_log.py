@@ -222,18 +222,15 @@ class TransactionLog:
         """Writes the row (and its epoch into producer_ids, see _SAVE_QUERIES) and appends the recorded
         transitions to __transaction_state as one batch, in one statement. Run it last in the
         PostgreSQL transaction (see the module's invariants)."""
-        await self.save_many(conn, [meta])
-
-    async def save_many(self, conn: asyncpg.Connection, metas: list[TransactionMetadata]) -> None:
-        """`save` for the distinct ids of a group of requests committed together, in one statement
-        (which locks the __transaction_state partitions their records go to in lock_order first)."""
-        statement = await self.save_statement(conn, metas)
+        statement = await self.save_statement(conn, [meta])
         if statement is not None:
             await statement.execute(conn)
 
     async def save_statement(self, conn: asyncpg.Connection, metas: list[TransactionMetadata]) -> WriteStatement | None:
-        """save_many's statement, for the caller to run last (fused with its own last write:
-        fused_writes.py), or None when no id has a transition to log. The recorded transitions go
+        """`save` for the distinct ids of a group of requests committed together, as one statement
+        (which locks the __transaction_state partitions their records go to in lock_order first),
+        for the caller to run last (fused with its own last write: fused_writes.py); None when no id
+        has a transition to log. The recorded transitions go
         into the statement: the metadata has none pending after this call."""
         metas = [meta for meta in metas if meta.pending_records]
         if not metas:
