@@ -89,6 +89,7 @@ def serve(args: argparse.Namespace) -> int:
                 args.fd,
                 serve_before_ready=args.worker_index in (None, 0),
                 ready_fd=args.ready_fd,
+                node_ready_fd=args.node_ready_fd,
             )
             return 0
         return _supervise(settings, database_url, args.fd, workers)
@@ -100,14 +101,21 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def _run_uvicorn(
-    settings: Settings, database_url: str, fd: int | None, serve_before_ready: bool, ready_fd: int | None
+    settings: Settings,
+    database_url: str,
+    fd: int | None,
+    serve_before_ready: bool,
+    ready_fd: int | None,
+    node_ready_fd: int | None,
 ) -> None:
     import uvicorn
 
     from app.server import create_app
-    from app.worker_processes import readiness_signal
+    from app.worker_processes import node_ready_waiter, readiness_signal
 
-    app = create_app(settings, database_url, serve_before_ready, readiness_signal(ready_fd))
+    app = create_app(
+        settings, database_url, serve_before_ready, readiness_signal(ready_fd), node_ready_waiter(node_ready_fd)
+    )
     _freeze_startup_objects()
     uvicorn.run(
         app,
@@ -226,6 +234,7 @@ def add_serve_command(commands) -> None:
     serve_parser.add_argument("--worker-of", type=int, dest="worker_of", default=None, help=argparse.SUPPRESS)
     serve_parser.add_argument("--worker-index", type=int, dest="worker_index", default=None, help=argparse.SUPPRESS)
     serve_parser.add_argument("--ready-fd", type=int, dest="ready_fd", default=None, help=argparse.SUPPRESS)
+    serve_parser.add_argument("--node-ready-fd", type=int, dest="node_ready_fd", default=None, help=argparse.SUPPRESS)
     serve_parser.add_argument("--log-level", dest="log_level", help="debug, info, warning, error")
     serve_parser.add_argument(
         "--auth",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -59,12 +59,22 @@ async def _become_ready(app: FastAPI, settings: Settings) -> None:
             await asyncio.sleep(1)
 
 
+async def _node_ready(app: FastAPI, wait_for_every_worker: Callable[[], Awaitable[None]]) -> None:
+    await wait_for_every_worker()
+    app.state.node_ready = True
+
+
 def create_app(
-    settings: Settings, database_url: str, serve_before_ready: bool = True, on_ready: Callable[[], None] | None = None
+    settings: Settings,
+    database_url: str,
+    serve_before_ready: bool = True,
+    on_ready: Callable[[], None] | None = None,
+    wait_for_every_worker: Callable[[], Awaitable[None]] | None = None,
 ) -> FastAPI:
     """`serve_before_ready`: accept requests while starting, answering 503 until ready (a single
     server, or the first of several workers); False: start accepting only once ready (the other
-    workers of `serve --workers N`, see app/worker_processes.py). `on_ready` is called once ready."""
+    workers of `serve --workers N`, see app/worker_processes.py). `on_ready` is called once ready.
+    `wait_for_every_worker` (each worker of several): /v1/health answers 503 until it returns."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -78,14 +88,17 @@ def create_app(
         app.state.notifier = AppendNotifier(database_url, settings.long_poll_fallback_ms / 1000)
         await app.state.notifier.start()
         readiness = asyncio.create_task(_become_ready(app, settings), name="become-ready")
+        node = None if wait_for_every_worker is None else asyncio.create_task(_node_ready(app, wait_for_every_worker))
         try:
             if not serve_before_ready:
                 await readiness
             yield
         finally:
-            readiness.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await readiness
+            for task in (readiness, node):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             await app.state.workers.stop()
             await app.state.notifier.stop()
             await app.state.pool.close()
@@ -102,6 +115,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.ready = False
+    app.state.node_ready = wait_for_every_worker is None
     app.state.on_ready = on_ready
     app.state.metrics = Metrics()
     app.state.long_poll_slots = LongPollSlots(settings)

@@ -42,10 +42,11 @@ def _topic_body(topic: TopicInfo, states: list[partition_log.PartitionState]) ->
 
 @router.get("/health", response_model=schemas.Health, responses={503: {"model": schemas.Health}})
 async def health(request: Request):
-    """200 once the server is ready to serve (migrations applied, unfinished transactions recovered)."""
+    """200 once the server is ready to serve (migrations applied, unfinished transactions recovered),
+    and with `serve --workers N` once every worker is."""
     state = request.app.state
     database = "ok" if await is_reachable(state.pool) else "unavailable"
-    ready = state.ready and database == "ok"
+    ready = state.ready and state.node_ready and database == "ok"
     return json_response(
         {"status": "ok" if ready else "starting" if database == "ok" else "unavailable", "database": database},
         200 if ready else 503,

@@ -101,6 +101,52 @@ def test_workers_share_the_port_and_appends_stay_dense_and_exactly_once(server_p
     assert len({r["value"] for r in records}) == len(records)
 
 
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except FileNotFoundError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    return inodes
+
+
+def _established(port: int) -> set[str]:
+    """The inodes of the IPv4 TCP sockets established (state 01) on this local port (/proc/net/tcp)."""
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    return {row[9] for row in rows if row[1].endswith(f":{port:04X}") and row[3] == "01"}
+
+
+def test_clients_that_connect_once_health_says_200_reach_every_worker(server_process, data_dir):
+    """/v1/health answers 200 only once every worker accepts: clients that start with the service (a
+    pool connecting together) are spread over the workers. Worker 0 used to say 200 as soon as it was
+    ready, before the others had started, so such clients all landed on it and stayed (keep-alive)."""
+    server = server_process("--data-dir", str(data_dir), "--workers", str(WORKERS))  # returns at 200
+    workers = worker_pids(server.pid)
+    clients = [httpx.Client(base_url=server.url, timeout=30) for _ in range(30)]
+    try:
+        barrier = threading.Barrier(len(clients))
+
+        def connect(client: httpx.Client) -> None:
+            barrier.wait()
+            client.get("/v1/health").raise_for_status()
+
+        threads = [threading.Thread(target=connect, args=(client,)) for client in clients]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        established = _established(int(server.url.rsplit(":", 1)[1]))
+        served = {pid: len(_socket_inodes(pid) & established) for pid in workers}
+        assert len(workers) == WORKERS and sum(served.values()) == len(clients), served
+        assert all(count > 0 for count in served.values()), f"connections per worker pid: {served}"
+    finally:
+        for client in clients:
+            client.close()
+
+
 def test_sigkill_of_the_supervisor_leaves_no_worker_and_no_postgres(server_process, data_dir):
     server = server_process("--data-dir", str(data_dir), "--workers", str(WORKERS))
     workers = all_workers(server.pid)
