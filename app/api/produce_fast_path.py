@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from app.api.schemas import INT16_MAX, INT32_MAX, INT64_MAX, MAX_IDENTIFIER_BYTES
+from app.api.schemas import INT16_MAX, INT32_MAX, INT64_MAX, plain_identifier, plain_int_in
 from app.clock import now_ms
 from app.coordinator.produce import PartitionRecords
 from app.storage import record_codec
@@ -37,10 +37,6 @@ class ParsedProduce:
     partitions: list[PartitionRecords]
 
 
-def _int_in(value, low: int, high: int) -> bool:
-    return value.__class__ is int and low <= value <= high
-
-
 def parse_produce_body(body: bytes, max_partitions: int) -> ParsedProduce | None:
     """The request, its records encoded, or None: take the general path."""
     try:
@@ -54,18 +50,11 @@ def parse_produce_body(body: bytes, max_partitions: int) -> ParsedProduce | None
     producer_epoch = parsed.get("producer_epoch", NO_PRODUCER_EPOCH)
     encoding = parsed.get("encoding", DEFAULT_ENCODING)
     partitions = parsed.get("partitions")
-    if not (
-        transactional_id is None
-        or (
-            transactional_id.__class__ is str
-            and transactional_id
-            and len(transactional_id.encode()) <= MAX_IDENTIFIER_BYTES
-        )
-    ):
+    if not (transactional_id is None or plain_identifier(transactional_id)):
         return None
     if not (
-        _int_in(producer_id, NO_PRODUCER_ID, INT64_MAX)
-        and _int_in(producer_epoch, NO_PRODUCER_EPOCH, INT16_MAX)
+        plain_int_in(producer_id, NO_PRODUCER_ID, INT64_MAX)
+        and plain_int_in(producer_epoch, NO_PRODUCER_EPOCH, INT16_MAX)
         and encoding in record_codec.ENCODINGS
         and partitions.__class__ is list
         and 1 <= len(partitions) <= max_partitions
@@ -80,8 +69,8 @@ def parse_produce_body(body: bytes, max_partitions: int) -> ParsedProduce | None
         base_sequence, records = entry.get("base_sequence", NO_SEQUENCE), entry.get("records")
         if not (
             topic.__class__ is str
-            and _int_in(partition, 0, INT32_MAX)
-            and _int_in(base_sequence, NO_SEQUENCE, INT32_MAX)
+            and plain_int_in(partition, 0, INT32_MAX)
+            and plain_int_in(base_sequence, NO_SEQUENCE, INT32_MAX)
             and records.__class__ is list
         ):
             return None

@@ -42,6 +42,16 @@ def within_identifier_limit(value: str) -> str:
     return value
 
 
+def plain_int_in(value, low: int, high: int) -> bool:
+    """The fast paths' check of an integer field (strict, as Body: no bool, no float)."""
+    return value.__class__ is int and low <= value <= high
+
+
+def plain_identifier(value) -> bool:
+    """The fast paths' check of an Identifier, for a value orjson parsed (so no lone surrogate)."""
+    return value.__class__ is str and value != "" and len(value.encode()) <= MAX_IDENTIFIER_BYTES
+
+
 Identifier = Annotated[
     str,
     Field(min_length=1, description=f"at most {MAX_IDENTIFIER_BYTES} bytes in UTF-8"),
