@@ -17,9 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import orjson
-
-from app.api.schemas import INT16_MAX, INT32_MAX, INT64_MAX, plain_identifier, plain_int_in
+from app.api.schemas import INT16_MAX, INT32_MAX, INT64_MAX, plain_identifier, plain_int_in, plain_json_object
 from app.clock import now_ms
 from app.coordinator.produce import PartitionRecords
 from app.storage import record_codec
@@ -39,11 +37,8 @@ class ParsedProduce:
 
 def parse_produce_body(body: bytes, max_partitions: int) -> ParsedProduce | None:
     """The request, its records encoded, or None: take the general path."""
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
-    if parsed.__class__ is not dict:
+    parsed = plain_json_object(body)
+    if parsed is None:
         return None
     transactional_id = parsed.get("transactional_id")
     producer_id = parsed.get("producer_id", NO_PRODUCER_ID)
