@@ -160,16 +160,35 @@ async def _append_plain(conn: asyncpg.Connection, append: BatchAppend) -> Append
 # Appends of a PostgreSQL transaction (one produce request, or a group of them committed together,
 # app/coordinator/produce.py) lock their partitions in one statement, in lock_order (the LockRows
 # node sits above the Sort, so rows are locked in the ORDER BY's order). A row that was locked by
-# someone else is re-read once its lock is ours, so the high watermarks returned are current.
+# someone else is re-read once its lock is ours, so the high watermarks returned are current (rows
+# with a NULL producer_id).
+#
+# The same statement reads the states of the transactional producers among the appends ($3-$5:
+# rows with a producer_id), though its snapshot was taken before any wait for a partition's lock:
+# every write of a transactional producer's state (its appends, its markers, its epoch bump) is made
+# by a request holding its transactional id's row, and the caller has held that row since an
+# earlier statement (append_batches' contract), so every such write committed before this
+# statement began. The wait for a partition may only be for other producers' appends.
 _LOCK_HEADS_SQL = """
-SELECT p.topic_id, p.partition, p.high_watermark
-FROM partitions p JOIN unnest($1::int[], $2::int[]) AS wanted(topic_id, partition)
-  ON p.topic_id = wanted.topic_id AND p.partition = wanted.partition
-ORDER BY p.topic_id, p.partition
-FOR UPDATE OF p
+WITH locked AS MATERIALIZED (
+    SELECT p.topic_id, p.partition, p.high_watermark
+    FROM partitions p JOIN unnest($1::int[], $2::int[]) AS wanted(topic_id, partition)
+      ON p.topic_id = wanted.topic_id AND p.partition = wanted.partition
+    ORDER BY p.topic_id, p.partition
+    FOR UPDATE OF p
+)
+SELECT topic_id, partition, high_watermark, NULL AS producer_id, NULL AS producer_epoch, NULL AS last_sequence,
+       NULL AS recent_batches, NULL AS current_txn_first_offset
+FROM locked
+UNION ALL
+SELECT s.topic_id, s.partition, NULL, s.producer_id, s.producer_epoch, s.last_sequence, s.recent_batches,
+       s.current_txn_first_offset
+FROM producer_states s JOIN unnest($3::int[], $4::int[], $5::bigint[]) AS wanted(topic_id, partition, producer_id)
+  ON s.topic_id = wanted.topic_id AND s.partition = wanted.partition AND s.producer_id = wanted.producer_id
 """
 
-# Then, with every lock held, a fresh statement (a fresh snapshot) reads the producers' states: a
+# Then, with every lock held, a fresh statement (a fresh snapshot) reads the other producers'
+# states: nothing else serializes an idempotent producer's appends but the partition's lock, and a
 # statement that waited for a row lock re-reads only the locked row, so a producer state joined in
 # the locking statement could predate a concurrent append of that producer that committed while we
 # waited (a retry racing its original would then be appended twice).
@@ -682,31 +701,35 @@ async def append_batches(
 ) -> list[AppendResult | BrokerError]:
     """Appends batches of any producers (plain ones included), several to one partition if need be:
     each entry's result or partition-level error, in the given order, as if appended one after the
-    other. The caller holds the PostgreSQL transaction, so nothing is visible before all are durable.
-    Three statements whatever their number: lock every partition (lock_order) and read its head,
-    read the producers' states there, write everything. `then`: a statement of the caller's to run
-    last, fused with the write (or alone when nothing is written)."""
+    other. The caller holds the PostgreSQL transaction, so nothing is visible before all are durable,
+    and, for every transactional append, has held its transactional id's row (TransactionLog.lock,
+    lock_many) since an earlier statement (see _LOCK_HEADS_SQL). Two statements whatever their
+    number: lock every partition (lock_order) and read its head and the transactional producers'
+    states there, write everything; a third reads the states of idempotent producers, if any, once
+    the locks are held. `then`: a statement of the caller's to run last, fused with the write (or
+    alone when nothing is written)."""
     results: list[AppendResult | BrokerError | None] = [check_appendable(append) for append in appends]
     if then is None and len(appends) == 1 and results[0] is None and appends[0].producer_id == NO_PRODUCER_ID:
         try:  # one statement locks, reads and bumps the head (and may run without a transaction)
             return [await _append_plain(conn, appends[0])]
         except BrokerError as error:
             return [error]
-    wanted = [(a.topic.topic_id, a.partition) for a, result in zip(appends, results) if result is None]
-    heads = await lock_partitions(conn, wanted) if wanted else {}
+    pending = [a for a, result in zip(appends, results) if result is None]
+    wanted = [(a.topic.topic_id, a.partition) for a in pending]
+    transactional = {(a.topic.topic_id, a.partition, a.producer_id) for a in pending if a.is_transactional}
+    heads, entries = await lock_partitions(conn, wanted, sorted(transactional)) if wanted else ({}, {})
     producers = sorted(
         {
             (a.topic.topic_id, a.partition, a.producer_id)
-            for a, result in zip(appends, results)
-            if result is None and a.producer_id != NO_PRODUCER_ID and (a.topic.topic_id, a.partition) in heads
+            for a in pending
+            if a.producer_id != NO_PRODUCER_ID and not a.is_transactional and (a.topic.topic_id, a.partition) in heads
         }
     )
-    entries: dict[tuple[int, int, int], sequences.ProducerEntry | None] = {}
     if producers:
         rows = await conn.fetch(
             _PRODUCER_STATES_SQL, [k[0] for k in producers], [k[1] for k in producers], [k[2] for k in producers]
         )
-        entries = {(row["topic_id"], row["partition"], row["producer_id"]): _entry_from_row(row) for row in rows}
+        entries.update({(row["topic_id"], row["partition"], row["producer_id"]): _entry_from_row(row) for row in rows})
     writes: dict[int, _Write] = {}
     for index, append in enumerate(appends):
         if results[index] is not None:
@@ -741,12 +764,31 @@ def _lock_key(key: tuple[int, int]) -> tuple[int, int]:
     return lock_order(*key)
 
 
-async def lock_partitions(conn: asyncpg.Connection, partitions: list[tuple[int, int]]) -> dict[tuple[int, int], int]:
+async def lock_partitions(
+    conn: asyncpg.Connection,
+    partitions: list[tuple[int, int]],
+    transactional_producers: list[tuple[int, int, int]] = (),
+) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int, int], sequences.ProducerEntry]]:
     """Locks these (topic_id, partition) rows until the caller's PostgreSQL transaction ends, in
-    lock_order, and returns the high watermark of each that exists."""
+    lock_order: the high watermark of each that exists, and the state of each (topic_id, partition,
+    producer_id) of `transactional_producers` that has one. Those must be transactional producers
+    whose transactional ids' rows the caller holds (see _LOCK_HEADS_SQL)."""
     wanted = sorted(set(partitions), key=_lock_key)
-    rows = await conn.fetch(_LOCK_HEADS_SQL, [t for t, _ in wanted], [p for _, p in wanted])
-    return {(row["topic_id"], row["partition"]): row["high_watermark"] for row in rows}
+    rows = await conn.fetch(
+        _LOCK_HEADS_SQL,
+        [t for t, _ in wanted],
+        [p for _, p in wanted],
+        [key[0] for key in transactional_producers],
+        [key[1] for key in transactional_producers],
+        [key[2] for key in transactional_producers],
+    )
+    heads, states = {}, {}
+    for row in rows:
+        if row["producer_id"] is None:
+            heads[(row["topic_id"], row["partition"])] = row["high_watermark"]
+        else:
+            states[(row["topic_id"], row["partition"], row["producer_id"])] = _entry_from_row(row)
+    return heads, states
 
 
 def lock_order(topic_id: int, partition: int) -> tuple[int, int]:

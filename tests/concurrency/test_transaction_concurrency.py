@@ -696,6 +696,56 @@ def test_the_next_batch_queued_behind_the_previous_one_is_appended(database_url)
     assert state.high_watermark == 5
 
 
+def test_a_transactional_retry_queued_behind_its_original_is_answered_as_a_duplicate(database_url):
+    """append_batches reads a transactional producer's state in the statement that locks the
+    partitions, whose snapshot predates any wait for them. That is right because its caller holds
+    the transactional id's row since an earlier statement (as produce does): the retry of a batch
+    queues on that row behind its original, and once the original commits, the retry's statements
+    all see its state. The retry must be a duplicate with the original's offsets."""
+    from app.storage import partition_log, record_codec, topics
+    from app.storage.database import connect
+    from app.storage.partition_log import BatchAppend
+    from app.storage.transaction_log import TransactionLog, TransactionMetadata
+
+    async def scenario():
+        a, b = await connect(database_url), await connect(database_url)
+        try:
+            await topics.ensure_internal_topics(a, 1, 1)
+            topic = await topics.create_topic(a, "queued-txn", 1, {})
+            log = TransactionLog()
+            await log.lock_new(a, TransactionMetadata("queued-txn", 4343, 0, "Ongoing", 60_000, 0, 0))
+            batch = record_codec.encode_batch([_Record(v) for v in ("a", "b", "c")], "utf8", 0, "test")
+            append = BatchAppend(
+                topic, 0, batch, producer_id=4343, producer_epoch=0, base_sequence=0, is_transactional=True
+            )
+
+            async def produce(conn):
+                async with conn.transaction():
+                    assert await log.lock(conn, "queued-txn") is not None
+                    return await partition_log.append_batch(conn, append)
+
+            original = a.transaction()
+            await original.start()
+            assert await log.lock(a, "queued-txn") is not None
+            result_a = await partition_log.append_batch(a, append)
+            queued = asyncio.create_task(produce(b))
+            await asyncio.sleep(0.3)
+            assert not queued.done(), "the retry waits for the transactional id's row"
+            await original.commit()
+            result_b = await asyncio.wait_for(queued, 10)
+            return result_a, result_b, await partition_log.partition_state(b, topic, 0)
+        finally:
+            await a.close()
+            await b.close()
+
+    original, retry, state = asyncio.run(scenario())
+    assert (original.base_offset, original.last_offset, original.duplicate) == (0, 2, False)
+    assert (retry.base_offset, retry.last_offset, retry.duplicate) == (0, 2, True), (
+        f"the retry was appended again: {retry}; high watermark {state.high_watermark}, expected 3"
+    )
+    assert state.high_watermark == 3
+
+
 def test_many_transactional_producers_on_shared_partitions(server):
     """Six transactional ids, ten transactions each alternating commit and abort, all writing to the
     same two partitions, while a read_committed consumer follows the log: it never sees an aborted
