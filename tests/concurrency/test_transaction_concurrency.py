@@ -638,30 +638,52 @@ def _queued_appends(
     first: tuple[int, list[str]],
     second: tuple[int, list[str]],
     before: list[tuple[int, list[str]]] = (),
+    transactional: bool = False,
 ):
-    """Connection A appends `first` (sequence, values) for idempotent producer 4242 in a PostgreSQL
-    transaction it keeps open; connection B appends `second` meanwhile and queues on the
-    partition's row lock; A commits; B's result is returned with the partition's state."""
+    """Connection A appends `first` (sequence, values) for producer 4242 in a PostgreSQL transaction
+    it keeps open; connection B appends `second` meanwhile, in a transaction of its own, and queues
+    behind A: on the partition's row lock for an idempotent producer, on the transactional id's row
+    for a transactional one (each takes that row first, as produce does). A commits; B's result is
+    returned with the partition's state."""
     from app.storage import partition_log, record_codec, topics
     from app.storage.database import connect
     from app.storage.partition_log import BatchAppend
+    from app.storage.transaction_log import TransactionLog, TransactionMetadata
+
+    log = TransactionLog()
 
     def append(topic, sequence: int, values: list[str]) -> BatchAppend:
         batch = record_codec.encode_batch([_Record(v) for v in values], "utf8", 0, "test")
-        return BatchAppend(topic, 0, batch, producer_id=4242, producer_epoch=0, base_sequence=sequence)
+        return BatchAppend(
+            topic, 0, batch, producer_id=4242, producer_epoch=0, base_sequence=sequence, is_transactional=transactional
+        )
+
+    async def hold_the_producer(conn) -> None:
+        if transactional:
+            assert await log.lock(conn, "queued") is not None
 
     async def scenario():
         a, b = await connect(database_url), await connect(database_url)
         try:
             topic = await topics.create_topic(a, "queued", 1, {})
+            if transactional:
+                await topics.ensure_internal_topics(a, 1, 1)
+                await log.lock_new(a, TransactionMetadata("queued", 4242, 0, "Ongoing", 60_000, 0, 0))
             for sequence, values in before:
                 await partition_log.append_batch(a, append(topic, sequence, values))
+
+            async def append_as_b():
+                async with b.transaction():
+                    await hold_the_producer(b)
+                    return await partition_log.append_batch(b, append(topic, *second))
+
             transaction = a.transaction()
             await transaction.start()
+            await hold_the_producer(a)
             result_a = await partition_log.append_batch(a, append(topic, *first))
-            queued = asyncio.create_task(partition_log.append_batch(b, append(topic, *second)))
+            queued = asyncio.create_task(append_as_b())
             await asyncio.sleep(0.3)
-            assert not queued.done(), "B waits for the partition's row lock"
+            assert not queued.done(), "B waits for A"
             await transaction.commit()
             result_b = await asyncio.wait_for(queued, 10)
             return result_a, result_b, await partition_log.partition_state(b, topic, 0)
@@ -701,44 +723,11 @@ def test_a_transactional_retry_queued_behind_its_original_is_answered_as_a_dupli
     partitions, whose snapshot predates any wait for them. That is right because its caller holds
     the transactional id's row since an earlier statement (as produce does): the retry of a batch
     queues on that row behind its original, and once the original commits, the retry's statements
-    all see its state. The retry must be a duplicate with the original's offsets."""
-    from app.storage import partition_log, record_codec, topics
-    from app.storage.database import connect
-    from app.storage.partition_log import BatchAppend
-    from app.storage.transaction_log import TransactionLog, TransactionMetadata
-
-    async def scenario():
-        a, b = await connect(database_url), await connect(database_url)
-        try:
-            await topics.ensure_internal_topics(a, 1, 1)
-            topic = await topics.create_topic(a, "queued-txn", 1, {})
-            log = TransactionLog()
-            await log.lock_new(a, TransactionMetadata("queued-txn", 4343, 0, "Ongoing", 60_000, 0, 0))
-            batch = record_codec.encode_batch([_Record(v) for v in ("a", "b", "c")], "utf8", 0, "test")
-            append = BatchAppend(
-                topic, 0, batch, producer_id=4343, producer_epoch=0, base_sequence=0, is_transactional=True
-            )
-
-            async def produce(conn):
-                async with conn.transaction():
-                    assert await log.lock(conn, "queued-txn") is not None
-                    return await partition_log.append_batch(conn, append)
-
-            original = a.transaction()
-            await original.start()
-            assert await log.lock(a, "queued-txn") is not None
-            result_a = await partition_log.append_batch(a, append)
-            queued = asyncio.create_task(produce(b))
-            await asyncio.sleep(0.3)
-            assert not queued.done(), "the retry waits for the transactional id's row"
-            await original.commit()
-            result_b = await asyncio.wait_for(queued, 10)
-            return result_a, result_b, await partition_log.partition_state(b, topic, 0)
-        finally:
-            await a.close()
-            await b.close()
-
-    original, retry, state = asyncio.run(scenario())
+    all see its state. The retry must be a duplicate with the original's offsets (without the row
+    lock it is appended again: checked by hand)."""
+    original, retry, state = _queued_appends(
+        database_url, (0, ["a", "b", "c"]), (0, ["a", "b", "c"]), transactional=True
+    )
     assert (original.base_offset, original.last_offset, original.duplicate) == (0, 2, False)
     assert (retry.base_offset, retry.last_offset, retry.duplicate) == (0, 2, True), (
         f"the retry was appended again: {retry}; high watermark {state.high_watermark}, expected 3"
