@@ -161,10 +161,15 @@ class ProduceGroups:
             r.command.producer_id for r in group if not r.command.is_plain and r.command.transactional_id is None
         }
         async with coordinator.pool.acquire() as conn, _transaction_if_needed(conn, group):
-            topics = await find_topics(conn, sorted({e.topic for r in group for e in r.command.partitions}))
+            topic_names = sorted({e.topic for r in group for e in r.command.partitions})
             # The coordinator's rows first (in id order), then the partitions (append_batches, in
             # lock_order), then the transaction log (save_statement): TransactionLog's lock order.
-            metas = await coordinator.log.lock_many(conn, list(transactional_ids)) if transactional_ids else {}
+            if transactional_ids:
+                metas, topics = await coordinator.log.lock_many_and_find_topics(
+                    conn, list(transactional_ids), topic_names
+                )
+            else:
+                metas, topics = {}, await find_topics(conn, topic_names)
             issued = await producer_ids.lookup_many(conn, list(idempotent)) if idempotent else {}
             answers: list[list[PartitionResult | None] | BrokerError] = []
             appends: list[BatchAppend] = []

@@ -29,7 +29,7 @@ from app.storage.partition_log import (
     NO_SEQUENCE,
     BatchAppend,
 )
-from app.storage.topics import TRANSACTION_STATE_TOPIC, TopicInfo, get_topic
+from app.storage.topics import TOPIC_COLUMNS, TRANSACTION_STATE_TOPIC, TopicInfo, could_exist, get_topic, topic_from_row
 from txbroker.partitioner import partition_for_key
 
 NO_START_TIME = -1
@@ -93,8 +93,24 @@ _LOCK_MANY_SQL = (
 )
 
 
+# lock_many_and_find_topics: the rows of lock_many, then the topics of find_topics, as one result
+# (each row has the other's columns NULL; a transactions row is the one with a transactional_id).
+# One statement is as right as the two were: the topics are read from the statement's snapshot,
+# taken before any wait for a row, as they were read before the rows were locked; the locked rows
+# are re-read once ours.
+_COLUMN_NAMES = tuple(name.strip() for name in _COLUMNS.split(","))
+_NO_COLUMNS = ", ".join("NULL" for _ in _COLUMN_NAMES)  # a topic's row has these NULL
+_LOCK_MANY_AND_FIND_TOPICS_SQL = f"""
+WITH locked AS MATERIALIZED ({_LOCK_MANY_SQL})
+SELECT {_COLUMNS}, NULL AS topic_id, NULL AS name, NULL AS partition_count, NULL AS config, NULL AS is_internal
+FROM locked
+UNION ALL
+SELECT {_NO_COLUMNS}, {TOPIC_COLUMNS} FROM topics WHERE name = ANY($2::text[])
+"""
+
+
 def _from_row(row: asyncpg.Record, parse_state: Callable[[str], str]) -> TransactionMetadata:
-    values = dict(row)
+    values = {name: row[name] for name in _COLUMN_NAMES}
     values["state"] = parse_state(values["state"])
     values["partitions"] = [TxnPartition(*p) for p in values["partitions"]]
     return TransactionMetadata(**values)
@@ -193,6 +209,24 @@ class TransactionLog:
         row are left out."""
         rows = await conn.fetch(_LOCK_MANY_SQL, sorted(transactional_ids))
         return {row["transactional_id"]: _from_row(row, self._parse_state) for row in rows}
+
+    async def lock_many_and_find_topics(
+        self, conn: asyncpg.Connection, transactional_ids: list[str], topic_names: list[str]
+    ) -> tuple[dict[str, TransactionMetadata], dict[str, TopicInfo]]:
+        """`lock_many` and topics.find_topics in one statement (one round trip for produce): the
+        rows locked, and the topics that exist."""
+        rows = await conn.fetch(
+            _LOCK_MANY_AND_FIND_TOPICS_SQL,
+            sorted(transactional_ids),
+            [name for name in topic_names if could_exist(name)],
+        )
+        metas, topics = {}, {}
+        for row in rows:
+            if row["transactional_id"] is not None:
+                metas[row["transactional_id"]] = _from_row(row, self._parse_state)
+            else:
+                topics[row["name"]] = topic_from_row(row)
+        return metas, topics
 
     async def lock_new(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> bool:
         """Inserts a new id's row unless one exists (a racing InitProducerId may have made it);
