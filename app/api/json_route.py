@@ -6,8 +6,8 @@ thousands of records. Every router of app/api uses this route class: a route cla
 applies to the routes declared on it, not to the routers it includes.
 
 A fast path (`with_fast_path`) answers the bodies it finds plainly valid without FastAPI's
-validation and dependency solving, which cost more server CPU than a small request's own work (a
-produce of a few records, an EndTxn); it calls the route's dependencies itself. Whatever it declines
+validation and dependency solving, a large part of a small request's server CPU (a produce of a few
+records, an EndTxn); it calls the route's dependencies itself. Whatever it declines
 goes to the endpoint as FastAPI built it, so every 400 INVALID_REQUEST keeps that path's message.
 """
 

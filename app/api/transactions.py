@@ -126,8 +126,9 @@ async def _end(coordinator: TransactionCoordinator, principal: Principal, body: 
 
 
 async def _end_fast(request: Request, body: bytes):
-    """EndTxn's fast path (json_route.with_fast_path): a small body, whose validation and dependencies
-    through FastAPI cost about as much server CPU as the rest of the request's Python."""
+    """EndTxn's fast path (json_route.with_fast_path): FastAPI's dependency solving alone was 6 % of
+    the server's CPU in small transactions with 32 producers (py-spy), mostly EndTxn's, since
+    produce had its fast path already."""
     parsed = parse_end_txn_body(body)
     if parsed is None:
         return None
