@@ -203,8 +203,8 @@ def supervise(settings: Settings, database_url: str, fd: int, count: int) -> int
 
     node_ready_write_fds: list[int] = []
 
-    def start(index: int) -> bool:
-        """Starts worker `index` and waits until it is ready (True) or has exited (False)."""
+    def start(index: int) -> tuple[subprocess.Popen, int]:
+        """Starts worker `index`: it, and the pipe end it writes one byte to once ready."""
         ready_read_fd, ready_write_fd = pipe()
         node_ready_read_fd, node_ready_write_fd = pipe()
         node_ready_write_fds.append(node_ready_write_fd)
@@ -213,19 +213,24 @@ def supervise(settings: Settings, database_url: str, fd: int, count: int) -> int
         for passed in (ready_write_fd, node_ready_read_fd):  # the worker's ends: its death ends the wait
             os.close(passed)
             pipes.remove(passed)
-        if _wait_until_ready(worker, ready_read_fd):
-            return True
-        log.error(
-            "worker pid %d exited before it was ready (exit code %s): restart txbroker (its log above says why)",
-            worker.pid,
-            worker.poll(),
-        )
-        return False
+        return worker, ready_read_fd
+
+    def all_ready(started: list[tuple[subprocess.Popen, int]]) -> bool:
+        for worker, ready_read_fd in started:
+            if not _wait_until_ready(worker, ready_read_fd):
+                log.error(
+                    "worker pid %d exited before it was ready (exit code %s): restart txbroker (its log above "
+                    "says why)",
+                    worker.pid,
+                    worker.poll(),
+                )
+                return False
+        return True
 
     try:
-        for index in range(count):
-            if not start(index):
-                return 1
+        # Worker 0 alone first (the migrations and the recovery), then the others together.
+        if not all_ready([start(0)]) or not all_ready([start(index) for index in range(1, count)]):
+            return 1
         for node_ready_write_fd in node_ready_write_fds:  # every worker is ready: /v1/health may say 200
             os.write(node_ready_write_fd, b"r")
         log.info(
