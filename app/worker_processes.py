@@ -32,6 +32,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import logging
 import os
@@ -109,8 +110,8 @@ def readiness_signal(ready_fd: int | None) -> Callable[[], None] | None:
 
 def node_ready_waiter(node_ready_fd: int | None) -> Callable[[], Awaitable[None]] | None:
     """In a worker: what awaits the supervisor's word that every worker is ready (one byte on a
-    pipe). Until then the worker's /v1/health answers 503, although it serves once ready itself: the
-    workers start one after the other (worker 0 first, which migrates and recovers), and a client
+    pipe). Until then the worker's /v1/health answers 503, although it serves once ready itself:
+    worker 0 starts first (it migrates and recovers) and the others once it is ready, and a client
     that connected as soon as /v1/health said 200 would land on the workers started so far --
     clients that start with the service (a pool, a benchmark) all landed on worker 0, and kept
     their keep-alive connections there while the other cores idled (measured: 8 producers, every
@@ -232,7 +233,8 @@ def supervise(settings: Settings, database_url: str, fd: int, count: int) -> int
         if not all_ready([start(0)]) or not all_ready([start(index) for index in range(1, count)]):
             return 1
         for node_ready_write_fd in node_ready_write_fds:  # every worker is ready: /v1/health may say 200
-            os.write(node_ready_write_fd, b"r")
+            with contextlib.suppress(BrokenPipeError):  # a worker that died since: the loop below sees it
+                os.write(node_ready_write_fd, b"r")
         log.info(
             "txbroker serves with %d worker processes (pids %s) on %s",
             count,
