@@ -264,8 +264,8 @@ class TransactionLog:
         """`save` for the distinct ids of a group of requests committed together, as one statement
         (which locks the __transaction_state partitions their records go to in lock_order first),
         for the caller to run last (fused with its own last write: fused_writes.py); None when no id
-        has a transition to log. The recorded transitions go
-        into the statement: the metadata has none pending after this call."""
+        has a transition to log. The recorded transitions go into the statement: the metadata has
+        none pending after this call."""
         metas = [meta for meta in metas if meta.pending_records]
         if not metas:
             return None
