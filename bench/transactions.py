@@ -689,7 +689,7 @@ MARKER_COLUMNS = [
     "first_offset",
     "timestamp_ms",
 ]
-CONTROL_PAYLOAD = b"[]"  # what markers.write_markers_of stores in a control batch
+CONTROL_PAYLOAD = b"[]"  # what markers.plan_markers stores in a control batch
 
 
 @dataclass

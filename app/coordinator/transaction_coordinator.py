@@ -26,13 +26,19 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.clock import now_ms
-from app.coordinator.group_commit import GroupCommit
 from app.coordinator.transaction_states import TransactionState, transition
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
-from app.storage import group_offsets, markers, principals, producer_ids
-from app.storage.fused_writes import WriteStatement
-from app.storage.partition_log import CONTROL_ABORT, CONTROL_COMMIT, NO_PRODUCER_EPOCH, NO_PRODUCER_ID
+from app.storage import group_offsets, markers, partition_log, principals, producer_ids
+from app.storage.fused_writes import WriteStatement, execute_fused, fused
+from app.storage.partition_log import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    AppendResult,
+    BatchAppend,
+)
 from app.storage.producer_ids import ProducerIdAndEpoch
 from app.storage.topics import (
     CONSUMER_OFFSETS_TOPIC,
@@ -51,7 +57,7 @@ S = TransactionState
 
 
 @dataclass(frozen=True, slots=True)
-class _EndRequest:
+class EndTxnCommand:
     transactional_id: str
     producer_id: int
     producer_epoch: int
@@ -130,7 +136,6 @@ class TransactionCoordinator:
         self.pool = pool
         self.settings = settings
         self.log = TransactionLog(parse_state=TransactionState.parse)
-        self.end_groups: GroupCommit[_EndRequest, EndResult] = GroupCommit(self._end_group)
 
     # ---- state changes, each recorded for the transaction log
 
@@ -163,30 +168,51 @@ class TransactionCoordinator:
         )
 
     @staticmethod
-    async def _write_markers(
-        conn: asyncpg.Connection, ends: list[markers.TransactionEnd], now: int, then: WriteStatement | None = None
-    ) -> None:
-        """`then`: the caller's last write (the transaction log's, which locks its partitions last),
-        fused with the markers' statement unless consumer offsets are to be settled after them."""
-        # One statement locks every partition (in lock_order) and one writes the markers, however
-        # many partitions and transactions.
+    async def write_partitions(
+        conn: asyncpg.Connection,
+        appends: list[BatchAppend],
+        ends: list[markers.TransactionEnd],
+        now: int,
+        then: WriteStatement | None = None,
+    ) -> list[AppendResult | BrokerError]:
+        """Appends the batches, then writes the markers of the transactions `ends`, in the caller's
+        PostgreSQL transaction, which has held the rows of every transactional id concerned since an
+        earlier statement: one statement locks every partition (lock_order), one writes, however
+        many batches, partitions and transactions. Each append's result, as partition_log.append_batches.
+        `then`: the caller's last write (the transaction log's, which locks its partitions last),
+        fused with the others unless consumer offsets are to be settled after the markers."""
+        if not ends:
+            return await partition_log.append_batches(conn, appends, then)
+        locked = await partition_log.lock_partitions(
+            conn, partition_log.locks_for_appends(appends) | markers.locks_for_markers(ends)
+        )
+        appending = await partition_log.plan_appends(conn, appends, locked)
+        marking = markers.plan_markers(ends, locked, now)
+        if appending.written_partitions & {key for end in ends for key in end.partitions}:
+            # One statement cannot change a row twice (a partition's head, a producer's state
+            # there): the batches are written first, by a statement of their own.
+            await execute_fused(conn, appending.statement, None)
+            writes = marking
+        else:
+            writes = fused(appending.statement, marking)
         settles = any(end.consumer_offsets_partitions for end in ends)
-        await markers.write_markers_of(conn, ends, now, then=None if settles else then)
-        for end in ends:
-            for partition in end.consumer_offsets_partitions:
-                # The transaction's offsets become visible (or are discarded) with its marker there,
-                # in the same PostgreSQL transaction.
-                await group_offsets.settle(
-                    conn, partition, end.producer_id, end.producer_epoch, end.control_type == CONTROL_COMMIT
-                )
-        if settles and then is not None:
-            await then.execute(conn)
+        await execute_fused(conn, writes, None if settles else then)
+        if settles:
+            for end in ends:
+                for partition in end.consumer_offsets_partitions:
+                    # The transaction's offsets become visible (or are discarded) with its marker
+                    # there, in the same PostgreSQL transaction.
+                    await group_offsets.settle(
+                        conn, partition, end.producer_id, end.producer_epoch, end.control_type == CONTROL_COMMIT
+                    )
+            await execute_fused(conn, then, None)
+        return appending.results()
 
     async def _complete(self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int, bump: bool) -> None:
         """PrepareCommit/PrepareAbort -> markers -> CompleteCommit/CompleteAbort. With `bump`, the epoch
         moves on and the ids that ended the transaction are remembered for an EndTxn retry."""
         ending = self._ending(meta)
-        await self._write_markers(conn, [ending], now)
+        await self.write_partitions(conn, [], [ending], now)
         await self._completed(conn, meta, now, bump)
 
     async def _completed(self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int, bump: bool) -> None:
@@ -475,44 +501,27 @@ class TransactionCoordinator:
 
     # ---- EndTxn and prepare
 
-    async def end_transaction(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
-    ) -> EndResult:
-        """EndTxn, with group commit (app/coordinator/group_commit.py): concurrent EndTxns of this
-        server process share one PostgreSQL transaction: their rows locked by one statement, their
-        partitions by one, and their markers and transaction-log records written by one."""
-        return await self.end_groups.submit(_EndRequest(transactional_id, producer_id, producer_epoch, commit))
+    async def end_in_group(
+        self, conn: asyncpg.Connection, meta: TransactionMetadata | None, command: EndTxnCommand
+    ) -> tuple[EndResult, markers.TransactionEnd | None]:
+        """EndTxn on the id's row as locked by a group of requests written together
+        (app/coordinator/write_groups.py): its answer, and the markers the group must write after
+        its appends (None for a retry of the EndTxn that ended the last transaction). Raises the
+        request's error. The group saves the metadata last (`self.log.save_statement`)."""
+        retried = self._begin_end(meta, command)
+        if retried is not None:
+            return retried, None
+        # Every partition lives in this database, so PrepareX, the markers and CompleteX share one
+        # PostgreSQL transaction (one commit instead of two). The steps stay separable: PrepareX is
+        # logged before the markers, markers are idempotent, and a PrepareX found durable (left by
+        # a coordinator that wrote them separately) is finished by recovery, InitProducerId, or this
+        # same EndTxn retried. The group writes its markers after every state change: a retry of an
+        # EndTxn in the same group sees its transaction complete, as it would after it.
+        ending = self._ending(meta)
+        await self._completed(conn, meta, now_ms(), bump=True)
+        return EndResult(meta.producer_id, meta.producer_epoch, meta.state), ending
 
-    async def _end_group(self, requests: list[_EndRequest]) -> list[EndResult | BrokerError]:
-        async with self.pool.acquire() as conn, conn.transaction():
-            metas = await self.log.lock_many(conn, [request.transactional_id for request in requests])
-            answers: list[EndResult | BrokerError] = []
-            ends: list[markers.TransactionEnd] = []
-            for request in requests:
-                meta = metas.get(request.transactional_id)
-                try:
-                    retried = self._begin_end(meta, request)
-                except BrokerError as error:
-                    answers.append(error)
-                    continue
-                if retried is None:
-                    # Every partition lives in this database, so PrepareX, the markers and CompleteX
-                    # share one PostgreSQL transaction (one commit instead of two). The steps stay
-                    # separable: PrepareX is logged before the markers, markers are idempotent, and a
-                    # PrepareX found durable (left by a coordinator that wrote them separately) is
-                    # finished by recovery, InitProducerId, or this same EndTxn retried. The markers
-                    # of the group are written together, after every state change: a retry of an
-                    # EndTxn in the same group sees its transaction complete, as it would after it.
-                    ends.append(self._ending(meta))
-                    await self._completed(conn, meta, now_ms(), bump=True)
-                answers.append(retried or EndResult(meta.producer_id, meta.producer_epoch, meta.state))
-            # The transaction log's write goes with the markers' (one round trip), last as ever.
-            await self._write_markers(
-                conn, ends, now_ms(), then=await self.log.save_statement(conn, list(metas.values()))
-            )
-        return answers
-
-    def _begin_end(self, meta: TransactionMetadata | None, request: _EndRequest) -> EndResult | None:
+    def _begin_end(self, meta: TransactionMetadata | None, request: EndTxnCommand) -> EndResult | None:
         """EndTxn's checks on the locked row: the answer of a retry of the EndTxn that ended the last
         transaction, or None once the transaction is in PrepareCommit/PrepareAbort, to complete.
         Raises the request's error."""

@@ -48,12 +48,18 @@ class WriteStatement:
         await conn.execute(self.sql, *self.args)
 
 
+def fused(first: WriteStatement | None, then: WriteStatement | None) -> WriteStatement | None:
+    """`first` then `then` as one statement; either may be None (nothing to write)."""
+    if first is not None and then is not None:
+        return first.then(then)
+    return first or then
+
+
 async def execute_fused(conn: asyncpg.Connection, first: WriteStatement | None, then: WriteStatement | None) -> None:
     """Runs `first` then `then` as one statement; either may be None (nothing to write)."""
-    if first is not None and then is not None:
-        await first.then(then).execute(conn)
-    elif first is not None or then is not None:
-        await (first or then).execute(conn)
+    statement = fused(first, then)
+    if statement is not None:
+        await statement.execute(conn)
 
 
 # The parts are module constants, so the fused texts are few: composed once each, and the same str

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from app.storage.fused_writes import WriteStatement, execute_fused
+from app.storage import partition_log
+from app.storage.fused_writes import WriteStatement
 from app.storage.partition_log import APPENDS_CHANNEL, BATCH_COLUMNS, CONTROL_ABORT, CONTROL_COMMIT
 from app.storage.rows import all_from_rows
 
@@ -44,36 +45,17 @@ class TransactionEnd:
     consumer_offsets_partitions: list[int] = field(default_factory=list)
 
 
-# write_markers_of's first statement: locks every partition of the transactions, in lock_order (the
-# LockRows node sits above the Sort, so rows are locked in the ORDER BY's order, as one statement
-# per partition in that order would), with each transaction's marker there if it already has one
-# and its producer's open-transaction offset. The high watermark comes from the locked row (re-read
-# after any wait); the markers and the producers' states cannot change meanwhile, since only
-# requests holding a transactional id's row write them for its producer id and epoch.
-_LOCK_ALL_SQL = """
-SELECT w.ord, p.topic_id, p.partition, p.high_watermark,
-       (SELECT m.marker_offset FROM txn_markers m WHERE m.topic_id = p.topic_id AND m.partition = p.partition
-          AND m.producer_id = w.producer_id AND m.producer_epoch = w.producer_epoch) AS existing_marker,
-       (SELECT s.current_txn_first_offset FROM producer_states s WHERE s.topic_id = p.topic_id
-          AND s.partition = p.partition AND s.producer_id = w.producer_id) AS first_offset
-FROM partitions p
-JOIN unnest($1::int[], $2::int[], $3::bigint[], $4::int[]) WITH ORDINALITY
-    AS w(topic_id, partition, producer_id, producer_epoch, ord)
-  ON p.topic_id = w.topic_id AND p.partition = w.partition
-ORDER BY p.topic_id, p.partition, w.ord
-FOR UPDATE OF p
-"""
-
-# write_markers_of's second statement (fused with the caller's `then`: fused_writes.py), for every
-# marker still to write (each row of `m`, in a partition locked by _LOCK_ALL_SQL, at an offset from
-# its high watermark on; several transactions' markers in one partition take consecutive offsets):
+# The statement that writes markers (plan_markers; fused with the caller's other writes:
+# fused_writes.py), for every marker still to write (each row of `m`, in a partition locked by
+# partition_log.lock_partitions, at an offset from its high watermark on; several transactions'
+# markers in one partition take consecutive offsets):
 # the control batch takes that one offset, the marker row records it, the producer's transaction is
 # closed there (advancing the LSO), the partition's high watermark moves past its last marker, and
 # long polls wake up (records may have become visible to read_committed).
 _WRITE_ALL_QUERIES = f"""m AS (
     SELECT * FROM unnest($1::int[], $2::int[], $3::bigint[], $4::bigint[], $5::bigint[], $6::int[], $7::int[])
         AS m(topic_id, partition, marker_offset, first_offset, producer_id, producer_epoch, control_type)
-), head AS (
+), marker_head AS (
     UPDATE partitions p SET high_watermark = last.marker_offset + 1
     FROM (SELECT topic_id, partition, max(marker_offset) AS marker_offset FROM m GROUP BY topic_id, partition) last
     WHERE p.topic_id = last.topic_id AND p.partition = last.partition
@@ -95,53 +77,54 @@ _WRITE_ALL_QUERIES = f"""m AS (
 _WRITE_ALL_FINAL = f"SELECT pg_notify('{APPENDS_CHANNEL}', m.topic_id::text || ':' || m.partition::text) FROM m"
 
 
-async def write_markers_of(
-    conn: asyncpg.Connection, ends: list[TransactionEnd], now_ms: int, then: WriteStatement | None = None
-) -> None:
-    """Writes the markers of several transactions (each partition of each, unless it has its marker
-    already), in two statements whatever their number: the first locks every partition in
-    lock_order. A partition that is gone (its topic deleted during the transaction) gets none. The
-    caller holds the PostgreSQL transaction. `then`: a statement of the caller's to run last, fused
-    with the second statement (or alone when no marker is to be written)."""
-    wanted = [(end_index, key) for end_index, end in enumerate(ends) for key in end.partitions]
-    rows = (
-        await conn.fetch(
-            _LOCK_ALL_SQL,
-            [key[0] for _, key in wanted],
-            [key[1] for _, key in wanted],
-            [ends[end_index].producer_id for end_index, _ in wanted],
-            [ends[end_index].producer_epoch for end_index, _ in wanted],
-        )
-        if wanted
-        else []
+def locks_for_markers(ends: list[TransactionEnd]) -> partition_log.PartitionLocks:
+    """What plan_markers needs locked: the transactions' partitions, their producers' states there
+    (the offset each transaction began at) and the markers they may have left already."""
+    keys = [(key, end) for end in ends for key in end.partitions]
+    return partition_log.PartitionLocks(
+        frozenset(key for key, _ in keys),
+        frozenset((*key, end.producer_id) for key, end in keys),
+        frozenset((*key, end.producer_id, end.producer_epoch) for key, end in keys),
     )
-    heads: dict[tuple[int, int], int] = {}
+
+
+def plan_markers(
+    ends: list[TransactionEnd], locked: partition_log.LockedPartitions, now_ms: int
+) -> WriteStatement | None:
+    """The statement that writes the markers of several transactions (each partition of each,
+    unless it has its marker already), after whatever `locked` was advanced past in the same
+    PostgreSQL transaction (appends planned before), with their partitions locked
+    (`locks_for_markers` or more). None when no marker is to be written. A partition that is gone
+    (its topic deleted during the transaction) gets none."""
+    heads = locked.heads
     to_write: list[tuple[TransactionEnd, int, int, int, int | None]] = []
-    for row in rows:
-        end_index = wanted[row["ord"] - 1][0]
-        key = (row["topic_id"], row["partition"])
-        if row["existing_marker"] is not None:
-            continue
-        offset = heads.get(key, row["high_watermark"])
-        heads[key] = offset + 1
-        to_write.append((ends[end_index], *key, offset, row["first_offset"]))
-    statement = None
-    if to_write:
-        statement = WriteStatement(
-            _WRITE_ALL_QUERIES,
-            _WRITE_ALL_FINAL,
-            (
-                [topic_id for _, topic_id, _, _, _ in to_write],
-                [partition for _, _, partition, _, _ in to_write],
-                [offset for _, _, _, offset, _ in to_write],
-                [first for _, _, _, _, first in to_write],
-                [end.producer_id for end, *_ in to_write],
-                [end.producer_epoch for end, *_ in to_write],
-                [end.control_type for end, *_ in to_write],
-                now_ms,
-            ),
-        )
-    await execute_fused(conn, statement, then)
+    for end in ends:
+        for topic_id, partition in end.partitions:
+            key = (topic_id, partition)
+            offset = heads.get(key)
+            if offset is None or (*key, end.producer_id, end.producer_epoch) in locked.markers:
+                continue
+            heads[key] = offset + 1
+            state = locked.states.get((*key, end.producer_id))
+            to_write.append(
+                (end, topic_id, partition, offset, None if state is None else state.current_txn_first_offset)
+            )
+    if not to_write:
+        return None
+    return WriteStatement(
+        _WRITE_ALL_QUERIES,
+        _WRITE_ALL_FINAL,
+        (
+            [topic_id for _, topic_id, _, _, _ in to_write],
+            [partition for _, _, partition, _, _ in to_write],
+            [offset for _, _, _, offset, _ in to_write],
+            [first for _, _, _, _, first in to_write],
+            [end.producer_id for end, *_ in to_write],
+            [end.producer_epoch for end, *_ in to_write],
+            [end.control_type for end, *_ in to_write],
+            now_ms,
+        ),
+    )
 
 
 async def list_markers(

@@ -163,11 +163,12 @@ async def _append_plain(conn: asyncpg.Connection, append: BatchAppend) -> Append
 # someone else is re-read once its lock is ours, so the high watermarks returned are current (rows
 # with a NULL producer_id).
 #
-# The same statement reads the states of the transactional producers among the appends ($3-$5:
-# rows with a producer_id), though its snapshot was taken before any wait for a partition's lock:
-# every write of a transactional producer's state (its appends, its markers, its epoch bump) is made
+# The same statement reads the states of transactional producers ($3-$5: rows with a producer_id
+# and no marker_offset) and the markers transactions already left ($6-$9: rows with a
+# marker_offset), though its snapshot was taken before any wait for a partition's lock: every write
+# of a transactional producer's state or markers (its appends, its markers, its epoch bump) is made
 # by a request holding its transactional id's row, and the caller has held that row since an
-# earlier statement (append_batches' contract), so every such write committed before this
+# earlier statement (lock_partitions' contract), so every such write committed before this
 # statement began. The wait for a partition may only be for other producers' appends.
 _LOCK_HEADS_SQL = """
 WITH locked AS MATERIALIZED (
@@ -178,13 +179,19 @@ WITH locked AS MATERIALIZED (
     FOR UPDATE OF p
 )
 SELECT topic_id, partition, high_watermark, NULL AS producer_id, NULL AS producer_epoch, NULL AS last_sequence,
-       NULL AS recent_batches, NULL AS current_txn_first_offset
+       NULL AS recent_batches, NULL AS current_txn_first_offset, NULL::bigint AS marker_offset
 FROM locked
 UNION ALL
 SELECT s.topic_id, s.partition, NULL, s.producer_id, s.producer_epoch, s.last_sequence, s.recent_batches,
-       s.current_txn_first_offset
+       s.current_txn_first_offset, NULL
 FROM producer_states s JOIN unnest($3::int[], $4::int[], $5::bigint[]) AS wanted(topic_id, partition, producer_id)
   ON s.topic_id = wanted.topic_id AND s.partition = wanted.partition AND s.producer_id = wanted.producer_id
+UNION ALL
+SELECT m.topic_id, m.partition, NULL, m.producer_id, m.producer_epoch, NULL, NULL, NULL, m.marker_offset
+FROM txn_markers m
+JOIN unnest($6::int[], $7::int[], $8::bigint[], $9::int[]) AS wanted(topic_id, partition, producer_id, producer_epoch)
+  ON m.topic_id = wanted.topic_id AND m.partition = wanted.partition AND m.producer_id = wanted.producer_id
+     AND m.producer_epoch = wanted.producer_epoch
 """
 
 # Then, with every lock held, a fresh statement (a fresh snapshot) reads the other producers'
@@ -696,33 +703,107 @@ async def offset_for(
         after = batch["last_offset"] + 1
 
 
-async def append_batches(
-    conn: asyncpg.Connection, appends: list[BatchAppend], then: WriteStatement | None = None
-) -> list[AppendResult | BrokerError]:
-    """Appends batches of any producers (plain ones included), several to one partition if need be:
-    each entry's result or partition-level error, in the given order, as if appended one after the
-    other. The caller holds the PostgreSQL transaction, so nothing is visible before all are durable,
-    and, for every transactional append, has held its transactional id's row (TransactionLog.lock,
-    lock_many) since an earlier statement (see _LOCK_HEADS_SQL). Two statements whatever their
-    number: lock every partition (lock_order) and read its head and the transactional producers'
-    states there, write everything; a third reads the states of idempotent producers, if any, once
-    the locks are held. `then`: a statement of the caller's to run last, fused with the write (or
-    alone when nothing is written)."""
+@dataclass(slots=True)
+class LockedPartitions:
+    """What lock_partitions read under the locks: each partition's high watermark (`heads`), the
+    state of each producer asked for (`states`, by (topic_id, partition, producer_id)) and the
+    offset of each marker asked for that exists (`markers`, by (topic_id, partition, producer_id,
+    producer_epoch)). Planning advances `heads` and `states` past what it plans to write, so that
+    what is planned next in the same PostgreSQL transaction follows it."""
+
+    heads: dict[tuple[int, int], int]
+    states: dict[tuple[int, int, int], sequences.ProducerEntry]
+    markers: dict[tuple[int, int, int, int], int]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLocks:
+    """What a PostgreSQL transaction asks lock_partitions for: partitions (topic_id, partition),
+    transactional producers' states there (topic_id, partition, producer_id) and transactions'
+    markers there (topic_id, partition, producer_id, producer_epoch)."""
+
+    partitions: frozenset[tuple[int, int]] = frozenset()
+    producers: frozenset[tuple[int, int, int]] = frozenset()
+    markers: frozenset[tuple[int, int, int, int]] = frozenset()
+
+    def __or__(self, other: PartitionLocks) -> PartitionLocks:
+        return PartitionLocks(
+            self.partitions | other.partitions, self.producers | other.producers, self.markers | other.markers
+        )
+
+
+async def lock_partitions(conn: asyncpg.Connection, locks: PartitionLocks) -> LockedPartitions:
+    """Locks these partitions' rows until the caller's PostgreSQL transaction ends, in lock_order,
+    in one statement, reading what `locks` asks for. The producers and markers asked for must be
+    those of transactional ids whose rows the caller has held since an earlier statement (see
+    _LOCK_HEADS_SQL). A partition that is gone (its topic deleted) has no head."""
+    wanted = sorted(locks.partitions, key=_lock_key)
+    producers, markers = sorted(locks.producers), sorted(locks.markers)
+    rows = await conn.fetch(
+        _LOCK_HEADS_SQL,
+        [t for t, _ in wanted],
+        [p for _, p in wanted],
+        *(list(column) for column in zip(*producers)) if producers else ([], [], []),
+        *(list(column) for column in zip(*markers)) if markers else ([], [], [], []),
+    )
+    locked = LockedPartitions({}, {}, {})
+    for row in rows:
+        if row["producer_id"] is None:
+            locked.heads[(row["topic_id"], row["partition"])] = row["high_watermark"]
+        elif row["marker_offset"] is None:
+            locked.states[(row["topic_id"], row["partition"], row["producer_id"])] = _entry_from_row(row)
+        else:
+            key = (row["topic_id"], row["partition"], row["producer_id"], row["producer_epoch"])
+            locked.markers[key] = row["marker_offset"]
+    return locked
+
+
+@dataclass(slots=True)
+class AppendPlan:
+    """Appends checked against their locked partitions (`plan_appends`): each one's partition-level
+    error or duplicate's answer, and the statement that writes the others (None if none is to be
+    written). `results()` once that statement ran."""
+
+    appends: list[BatchAppend]
+    _results: list[AppendResult | BrokerError | None]
+    _writes: dict[int, _Write]
+    statement: WriteStatement | None
+
+    @property
+    def written_partitions(self) -> set[tuple[int, int]]:
+        return {(w.append.topic.topic_id, w.append.partition) for w in self._writes.values()}
+
+    def results(self) -> list[AppendResult | BrokerError]:
+        results = list(self._results)
+        for index, write in self._writes.items():
+            results[index] = AppendResult(write.base_offset, write.base_offset + write.append.batch.record_count - 1)
+        return results
+
+
+def locks_for_appends(appends: list[BatchAppend]) -> PartitionLocks:
+    """What plan_appends needs locked: the appends' partitions and their transactional producers' states."""
+    appendable = [a for a in appends if check_appendable(a) is None]
+    return PartitionLocks(
+        frozenset((a.topic.topic_id, a.partition) for a in appendable),
+        frozenset((a.topic.topic_id, a.partition, a.producer_id) for a in appendable if a.is_transactional),
+    )
+
+
+async def plan_appends(conn: asyncpg.Connection, appends: list[BatchAppend], locked: LockedPartitions) -> AppendPlan:
+    """Checks the appends in the given order, as if appended one after the other, against their
+    partitions locked by lock_partitions (`locks_for_appends` or more), and advances `locked` past
+    them. Reads the states of idempotent producers among them (a statement of its own, now that the
+    locks are held)."""
     results: list[AppendResult | BrokerError | None] = [check_appendable(append) for append in appends]
-    if then is None and len(appends) == 1 and results[0] is None and appends[0].producer_id == NO_PRODUCER_ID:
-        try:  # one statement locks, reads and bumps the head (and may run without a transaction)
-            return [await _append_plain(conn, appends[0])]
-        except BrokerError as error:
-            return [error]
-    pending = [a for a, result in zip(appends, results) if result is None]
-    wanted = [(a.topic.topic_id, a.partition) for a in pending]
-    transactional = {(a.topic.topic_id, a.partition, a.producer_id) for a in pending if a.is_transactional}
-    heads, entries = await lock_partitions(conn, wanted, sorted(transactional)) if wanted else ({}, {})
+    heads, entries = locked.heads, locked.states
     producers = sorted(
         {
             (a.topic.topic_id, a.partition, a.producer_id)
-            for a in pending
-            if a.producer_id != NO_PRODUCER_ID and not a.is_transactional and (a.topic.topic_id, a.partition) in heads
+            for a, result in zip(appends, results)
+            if result is None
+            and a.producer_id != NO_PRODUCER_ID
+            and not a.is_transactional
+            and (a.topic.topic_id, a.partition) in heads
         }
     )
     if producers:
@@ -754,41 +835,38 @@ async def append_batches(
             entries[producer_key] = outcome.state
             writes[index] = _Write(append, head, outcome.state)
         heads[key] = head + append.batch.record_count
-    await execute_fused(conn, _write_appends(list(writes.values()), heads) if writes else None, then)
-    for index, write in writes.items():
-        results[index] = AppendResult(write.base_offset, write.base_offset + write.append.batch.record_count - 1)
-    return results
+    statement = _write_appends(list(writes.values()), heads) if writes else None
+    return AppendPlan(appends, results, writes, statement)
+
+
+async def append_batches(
+    conn: asyncpg.Connection, appends: list[BatchAppend], then: WriteStatement | None = None
+) -> list[AppendResult | BrokerError]:
+    """Appends batches of any producers (plain ones included), several to one partition if need be:
+    each entry's result or partition-level error, in the given order, as if appended one after the
+    other. The caller holds the PostgreSQL transaction, so nothing is visible before all are durable,
+    and, for every transactional append, has held its transactional id's row (TransactionLog.lock,
+    lock_many) since an earlier statement (see _LOCK_HEADS_SQL). Two statements whatever their
+    number: lock every partition (lock_order) and read its head and the transactional producers'
+    states there, write everything; a third reads the states of idempotent producers, if any, once
+    the locks are held. `then`: a statement of the caller's to run last, fused with the write (or
+    alone when nothing is written)."""
+    if then is None and len(appends) == 1 and appends[0].producer_id == NO_PRODUCER_ID:
+        if (refused := check_appendable(appends[0])) is not None:
+            return [refused]
+        try:  # one statement locks, reads and bumps the head (and may run without a transaction)
+            return [await _append_plain(conn, appends[0])]
+        except BrokerError as error:
+            return [error]
+    locks = locks_for_appends(appends)
+    locked = await lock_partitions(conn, locks) if locks.partitions else LockedPartitions({}, {}, {})
+    plan = await plan_appends(conn, appends, locked)
+    await execute_fused(conn, plan.statement, then)
+    return plan.results()
 
 
 def _lock_key(key: tuple[int, int]) -> tuple[int, int]:
     return lock_order(*key)
-
-
-async def lock_partitions(
-    conn: asyncpg.Connection,
-    partitions: list[tuple[int, int]],
-    transactional_producers: list[tuple[int, int, int]] = (),
-) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int, int], sequences.ProducerEntry]]:
-    """Locks these (topic_id, partition) rows until the caller's PostgreSQL transaction ends, in
-    lock_order: the high watermark of each that exists, and the state of each (topic_id, partition,
-    producer_id) of `transactional_producers` that has one. Those must be transactional producers
-    whose transactional ids' rows the caller holds (see _LOCK_HEADS_SQL)."""
-    wanted = sorted(set(partitions), key=_lock_key)
-    rows = await conn.fetch(
-        _LOCK_HEADS_SQL,
-        [t for t, _ in wanted],
-        [p for _, p in wanted],
-        [key[0] for key in transactional_producers],
-        [key[1] for key in transactional_producers],
-        [key[2] for key in transactional_producers],
-    )
-    heads, states = {}, {}
-    for row in rows:
-        if row["producer_id"] is None:
-            heads[(row["topic_id"], row["partition"])] = row["high_watermark"]
-        else:
-            states[(row["topic_id"], row["partition"], row["producer_id"])] = _entry_from_row(row)
-    return heads, states
 
 
 def lock_order(topic_id: int, partition: int) -> tuple[int, int]:

@@ -96,14 +96,18 @@ def _batches(database_url: str, topic: str) -> list[dict]:
 
 
 def _queue_behind_a_held_group(
-    server, topic: str, requests: list[tuple[str, dict]], blocker: tuple[str, dict] | None = None
+    server,
+    topic: str,
+    requests: list[tuple[str, dict]],
+    blocker: tuple[str, dict] | None = None,
+    in_order: bool = False,
 ) -> list[httpx.Response]:
     """Holds partition 0 of `topic`, sends `blocker` (by default a plain write there), whose group
-    waits on the lock, then `requests` of the same kind (which queue and form the next group), lets
-    go, and returns their answers."""
+    waits on the lock, then `requests` (which queue and form the next group; with `in_order`, each
+    queued before the next is sent), lets go, and returns their answers."""
     blocker = blocker or ("/v1/produce", {"partitions": [{"topic": topic, "partition": 0, "records": [{}]}]})
     state = server.extra["uvicorn"].config.app.state  # the in-process server's app
-    groups = state.coordinator.end_groups if blocker[0] == "/v1/txn/end" else state.produce_groups.groups
+    groups = state.write_groups.groups
     held = _HeldPartition(server.database_url, topic, 0)
     with ThreadPoolExecutor(len(requests) + 1) as pool:
         try:
@@ -112,7 +116,12 @@ def _queue_behind_a_held_group(
             while _waiting_for_a_lock(server.database_url) == 0:
                 assert time.monotonic() < deadline, "the first group never waited for the held partition"
                 time.sleep(0.02)
-            answers = [pool.submit(_post, server.url, path, body) for path, body in requests]
+            answers = []
+            for path, body in requests:
+                answers.append(pool.submit(_post, server.url, path, body))
+                while in_order and groups.waiting < len(answers):
+                    assert time.monotonic() < deadline, f"request {len(answers)} never queued"
+                    time.sleep(0.01)
             while groups.waiting < len(requests):  # every request queues behind the held group
                 assert time.monotonic() < deadline, f"{groups.waiting} of {len(requests)} requests queued"
                 time.sleep(0.02)
@@ -234,3 +243,60 @@ def test_queued_end_txns_are_written_together_each_with_its_own_answer(server):
         json={"isolation_level": "read_committed", "partitions": [{"topic": topic, "partition": 1, "offset": 0}]},
     ).json()["partitions"][0]
     assert len(committed["records"]) == 3  # the committed transactions' records, not the aborted one's
+
+
+def test_queued_produce_and_end_txn_requests_are_written_together_in_their_order(server):
+    """Produce and EndTxn requests that queue together form one group (one PostgreSQL transaction),
+    applied in their order of arrival: a produce before its transaction's EndTxn is committed with
+    it, a produce of the transaction after it is fenced, and another transaction's marker and a plain
+    batch in the same partition are written beside them, the batches before the markers."""
+    topic = "grouped-mixed"
+    server.client.post("/v1/topics", json={"name": topic, "partitions": 2}).raise_for_status()
+    committed, aborted = _init(server, "grouped-mixed-commit"), _init(server, "grouped-mixed-abort")
+
+    def produce(producer: dict, sequence: int, value: str) -> tuple[str, dict]:
+        entry = {"topic": topic, "partition": 1, "base_sequence": sequence, "records": [{"value": value}]}
+        return "/v1/produce", {**producer, "partitions": [entry]}
+
+    for producer, value in ((committed, "before"), (aborted, "aborted")):
+        path, body = produce(producer, 0, value)
+        response = server.client.post(path, json=body)
+        assert response.status_code == 200 and response.json()["partitions"][0]["error"] is None, response.text
+    answers = _queue_behind_a_held_group(
+        server,
+        topic,
+        [
+            produce(committed, 1, "in-the-group"),
+            ("/v1/txn/end", {**committed, "committed": True}),
+            produce(committed, 2, "zombie"),  # the epoch the EndTxn before it ended
+            ("/v1/txn/end", {**aborted, "committed": False}),
+            produce({"producer_id": -1}, -1, "plain"),
+        ],
+        in_order=True,
+    )
+    assert [answer.status_code == 200 for answer in answers] == [True, True, False, True, True], [
+        answer.text for answer in answers
+    ]
+    assert answers[0].json()["partitions"][0]["error"] is None
+    assert answers[1].json() == {
+        "producer_id": committed["producer_id"],
+        "producer_epoch": committed["producer_epoch"] + 1,
+        "state": "CompleteCommit",
+    }
+    assert answers[2].json()["error"]["code"] == "PRODUCER_FENCED"
+    assert answers[3].json()["state"] == "CompleteAbort"
+    plain_offset = answers[4].json()["partitions"][0]["base_offset"]
+
+    batches = [b for b in _batches(server.database_url, topic) if b["partition"] == 1]
+    grouped = [b for b in batches if b["base_offset"] >= 2]
+    assert len(grouped) == 4 and len({b["xmin"] for b in grouped}) == 1, f"not written together: {batches}"
+    markers = server.client.get(f"/v1/topics/{topic}/partitions/1/markers").json()["markers"]
+    assert sorted((m["producer_id"], m["type"]) for m in markers) == sorted(
+        [(committed["producer_id"], "COMMIT"), (aborted["producer_id"], "ABORT")]
+    )
+    assert min(m["offset"] for m in markers) > plain_offset, f"a marker before the group's batches: {batches}"
+    fetched = server.client.post(
+        "/v1/fetch",
+        json={"isolation_level": "read_committed", "partitions": [{"topic": topic, "partition": 1, "offset": 0}]},
+    ).json()["partitions"][0]
+    assert [record["value"] for record in fetched["records"]] == ["before", "in-the-group", "plain"]
