@@ -22,10 +22,11 @@ from typing import Generic, TypeVar
 Request = TypeVar("Request")
 Answer = TypeVar("Answer")
 
-# One group in flight per process and kind: the requests that arrive while it is written all wait
-# for the next one, so groups grow with the load. Two in flight split them into smaller groups and
-# measured slower (bench.transactions, small transactions with 8 and 32 producers: 309 and 543 txn/s
-# with two, 399 and 618 with one; README "Performance").
+# One group in flight per process: the requests that arrive while it is written all wait for the
+# next one, so groups grow with the load. More in flight split them into smaller groups and measured
+# slower (small transactions with 8 producers on one worker, produce and EndTxn sharing groups: 373
+# and 374 txn/s with two, 368 and 418 with three, 414 and 454 with one; README "Performance"). So did
+# letting the next group start while one commits (README, seventh round).
 MAX_GROUPS_IN_FLIGHT = 1
 MAX_REQUESTS_PER_GROUP = 64
 

@@ -1,10 +1,12 @@
 """The last writes of a PostgreSQL transaction sent as one statement.
 
 Every statement is a round trip to PostgreSQL, and on the hot paths a round trip costs about as much
-CPU as the work it carries (README, "Performance"). A group's last two writes are independent (a
-produce group's batches and its transactions' rows, an EndTxn group's markers and its transactions'
-rows): they touch different rows and need nothing from each other, so they can be one statement of
-data-modifying WITH queries, which PostgreSQL runs to completion together, in one snapshot.
+CPU as the work it carries (README, "Performance"). A group's last writes are independent (its
+batches, its markers and its transactions' rows, app/coordinator/write_groups.py): they touch
+different rows and need nothing from each other, so they can be one statement of data-modifying
+WITH queries, which PostgreSQL runs to completion together, in one snapshot. Writes that would change
+the same row (a partition's head, by a batch and a marker) cannot be fused: one statement may not
+change a row twice.
 """
 
 from __future__ import annotations
