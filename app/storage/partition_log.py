@@ -736,7 +736,10 @@ async def lock_partitions(conn: asyncpg.Connection, locks: PartitionLocks) -> Lo
     """Locks these partitions' rows until the caller's PostgreSQL transaction ends, in lock_order,
     in one statement, reading what `locks` asks for. The producers and markers asked for must be
     those of transactional ids whose rows the caller has held since an earlier statement (see
-    _LOCK_HEADS_SQL). A partition that is gone (its topic deleted) has no head."""
+    _LOCK_HEADS_SQL). A partition that is gone (its topic deleted) has no head. No statement when
+    no partition is asked for."""
+    if not locks.partitions:
+        return LockedPartitions({}, {}, {})
     wanted = sorted(locks.partitions, key=_lock_key)
     producers, markers = sorted(locks.producers), sorted(locks.markers)
     rows = await conn.fetch(
@@ -764,7 +767,6 @@ class AppendPlan:
     error or duplicate's answer, and the statement that writes the others (None if none is to be
     written). `results()` once that statement ran."""
 
-    appends: list[BatchAppend]
     _results: list[AppendResult | BrokerError | None]
     _writes: dict[int, _Write]
     statement: WriteStatement | None
@@ -836,7 +838,7 @@ async def plan_appends(conn: asyncpg.Connection, appends: list[BatchAppend], loc
             writes[index] = _Write(append, head, outcome.state)
         heads[key] = head + append.batch.record_count
     statement = _write_appends(list(writes.values()), heads) if writes else None
-    return AppendPlan(appends, results, writes, statement)
+    return AppendPlan(results, writes, statement)
 
 
 async def append_batches(
@@ -858,9 +860,7 @@ async def append_batches(
             return [await _append_plain(conn, appends[0])]
         except BrokerError as error:
             return [error]
-    locks = locks_for_appends(appends)
-    locked = await lock_partitions(conn, locks) if locks.partitions else LockedPartitions({}, {}, {})
-    plan = await plan_appends(conn, appends, locked)
+    plan = await plan_appends(conn, appends, await lock_partitions(conn, locks_for_appends(appends)))
     await execute_fused(conn, plan.statement, then)
     return plan.results()
 
