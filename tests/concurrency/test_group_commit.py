@@ -300,3 +300,48 @@ def test_queued_produce_and_end_txn_requests_are_written_together_in_their_order
         json={"isolation_level": "read_committed", "partitions": [{"topic": topic, "partition": 1, "offset": 0}]},
     ).json()["partitions"][0]
     assert [record["value"] for record in fetched["records"]] == ["before", "in-the-group", "plain"]
+
+
+def test_a_queued_end_txn_and_a_produce_to_other_partitions_are_written_together(server):
+    """An EndTxn and a produce of another transaction to other partitions, queued together, are
+    written together, by one statement (batches, markers and transaction log fused): each
+    partition's head moves by its own write only, and each transaction ends as its requests said."""
+    topic, other = "grouped-fused", "grouped-fused-other"
+    for name in (topic, other):
+        server.client.post("/v1/topics", json={"name": name, "partitions": 2}).raise_for_status()
+    ending, starting = _init(server, "grouped-fused-ending"), _init(server, "grouped-fused-starting")
+
+    def produce(producer: dict, name: str, partition: int, value: str) -> tuple[str, dict]:
+        entry = {"topic": name, "partition": partition, "base_sequence": 0, "records": [{"value": value}]}
+        return "/v1/produce", {**producer, "partitions": [entry]}
+
+    path, body = produce(ending, topic, 1, "ended")
+    assert server.client.post(path, json=body).json()["partitions"][0]["error"] is None
+    answers = _queue_behind_a_held_group(
+        server,
+        topic,
+        [("/v1/txn/end", {**ending, "committed": True}), produce(starting, other, 1, "open")],
+        in_order=True,
+    )
+    assert [answer.status_code for answer in answers] == [200, 200], [answer.text for answer in answers]
+    assert answers[0].json()["state"] == "CompleteCommit"
+    assert answers[1].json()["partitions"][0]["base_offset"] == 0
+
+    written = [b for b in _batches(server.database_url, topic) if b["partition"] == 1] + [
+        b for b in _batches(server.database_url, other) if b["partition"] == 1
+    ]
+    assert [(b["base_offset"], b["control"]) for b in written] == [(0, False), (1, True), (0, False)]
+    assert written[1]["xmin"] == written[2]["xmin"], f"not written together: {written}"
+
+    def committed_values(name: str) -> list[str]:
+        fetched = server.client.post(
+            "/v1/fetch",
+            json={"isolation_level": "read_committed", "partitions": [{"topic": name, "partition": 1, "offset": 0}]},
+        ).json()["partitions"][0]
+        return [record["value"] for record in fetched["records"]]
+
+    assert committed_values(topic) == ["ended"]
+    assert committed_values(other) == []  # its transaction is still open
+    ended = server.client.post("/v1/txn/end", json={**starting, "committed": True})
+    assert ended.status_code == 200, ended.text
+    assert committed_values(other) == ["open"]
