@@ -86,7 +86,7 @@ def serve(args: argparse.Namespace) -> int:
             _run_uvicorn(
                 settings,
                 database_url,
-                args.fd,
+                _worker_fd(args),
                 serve_before_ready=args.worker_index in (None, 0),
                 ready_fd=args.ready_fd,
                 node_ready_fd=args.node_ready_fd,
@@ -98,6 +98,16 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         if postgres is not None:
             postgres.stop()
+
+
+def _worker_fd(args: argparse.Namespace) -> int | None:
+    """The socket this process accepts on: the one it was given, or, for a worker after the first,
+    possibly a socket of its own beside it (app/worker_processes.py)."""
+    if args.fd is None or args.worker_index in (None, 0):
+        return args.fd
+    from app.worker_processes import worker_listening_socket
+
+    return worker_listening_socket(args.fd)
 
 
 def _run_uvicorn(

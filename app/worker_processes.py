@@ -1,10 +1,15 @@
-"""`txbroker serve --workers N`: N server processes accepting connections on one listening socket.
+"""`txbroker serve --workers N`: N server processes accepting connections on one port.
 
 One Python process serves on one core; N processes on one port use N. The supervisor (the process
 the user started) owns what must exist once per node: the embedded PostgreSQL (its flock and
 pdeathsig tie it to this process) and the listening socket, which it binds (or is given with --fd)
-and hands to each worker, a `txbroker serve --fd K --workers 1` child. The kernel spreads the
-accepted connections over the workers.
+and hands to each worker, a `txbroker serve --fd K --workers 1` child. Worker 0 accepts on it. When
+it allows port reuse (SO_REUSEPORT, as the supervisor binds it), each other worker binds a socket
+of its own to the same address and listens once ready (`worker_listening_socket`): the kernel then
+hashes each new connection to one of the workers' sockets. On one shared socket, whichever worker
+accepts first takes every connection waiting: the 8 connections a load client opened together all
+landed on one worker of two in half the runs (README, "Performance"). A socket given without
+SO_REUSEPORT is shared by every worker, as before.
 
 Invariants:
 - Workers share nothing but PostgreSQL, as separate `txbroker serve` processes on one database
@@ -70,13 +75,33 @@ def die_with_supervisor(supervisor_pid: int) -> None:
 
 
 def bind_listening_socket(host: str, port: int) -> socket.socket:
-    """The socket every worker accepts on. TCP_NODELAY is set here because accepted sockets inherit
-    it on Linux, and uvicorn sets no option on a socket it is given by fd (see cli._disable_nagle)."""
+    """The node's socket: worker 0 accepts on it, and the others bind theirs beside it (port reuse).
+    TCP_NODELAY is set here because accepted sockets inherit it on Linux, and uvicorn sets no option
+    on a socket it is given by fd (see cli._disable_nagle)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
+    sock = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG, reuse_port=True)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.set_inheritable(True)
     return sock
+
+
+def worker_listening_socket(node_fd: int) -> int:
+    """The fd a worker other than worker 0 accepts on: a socket of its own, bound to the node's
+    address beside the node's socket, if that one allows port reuse; else the node's socket
+    itself. The socket of its own is not listening yet: uvicorn listens once the worker is ready,
+    and only then does the kernel send it connections."""
+    with socket.socket(fileno=os.dup(node_fd)) as node:
+        if node.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT) == 0:
+            return node_fd
+        own = socket.socket(node.family, socket.SOCK_STREAM)
+        try:
+            own.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            own.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            own.bind(node.getsockname())
+        except BaseException:
+            own.close()
+            raise
+    return own.detach()
 
 
 def _worker_environment(settings: Settings, database_url: str) -> dict[str, str]:

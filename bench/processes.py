@@ -31,6 +31,9 @@ def database_url_for(base_url: str, database: str) -> str:
 def loopback_socket() -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # As `serve` binds its own socket: the workers of `--workers N` after the first bind theirs
+    # beside it, and the kernel spreads the connections over them (app/worker_processes.py).
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     # uvicorn opens a socket given by fd as AF_UNIX (uvicorn/config.py, socket.fromfd), so the event
     # loop never sets TCP_NODELAY on the connections it accepts, and Nagle's algorithm meets the
     # client's delayed ACK: ~40 ms per request, 60x fewer requests/s than `serve --port`. Accepted

@@ -67,11 +67,15 @@ def database_url(postgres: EmbeddedPostgres) -> str:
     return database_url_for(postgres.database_url, name)
 
 
-def loopback_socket() -> socket.socket:
+def loopback_socket(reuse_port: bool = True) -> socket.socket:
+    """`reuse_port`: as `serve` binds its own socket, so that the workers of `--workers N` after the
+    first bind theirs beside it (app/worker_processes.py). Without it, every worker accepts on this one."""
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only for sockets
     # created with it; without, every keep-alive request waits ~40 ms for Nagle's algorithm.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     return sock
@@ -196,8 +200,8 @@ def process_alive(pid: int) -> bool:
 class ServerProcess:
     """A `txbroker serve` subprocess on a loopback socket we bound (passed by fd, so no port race)."""
 
-    def __init__(self, *args: str, env: dict | None = None) -> None:
-        self.sock = loopback_socket()
+    def __init__(self, *args: str, env: dict | None = None, reuse_port: bool = True) -> None:
+        self.sock = loopback_socket(reuse_port)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.args = args
         self.env = {**os.environ, **(env or {})}
@@ -248,8 +252,8 @@ def server_process():
     """Factory: server_process("--database-url", url) -> a started ServerProcess; all stopped after."""
     processes: list[ServerProcess] = []
 
-    def start(*args: str, env: dict | None = None) -> ServerProcess:
-        process = ServerProcess(*args, env=env)
+    def start(*args: str, env: dict | None = None, reuse_port: bool = True) -> ServerProcess:
+        process = ServerProcess(*args, env=env, reuse_port=reuse_port)
         processes.append(process)
         return process.start()
 

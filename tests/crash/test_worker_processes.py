@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import process_alive
 
@@ -113,18 +114,29 @@ def _socket_inodes(pid: int) -> set[str]:
     return inodes
 
 
-def _established(port: int) -> set[str]:
-    """The inodes of the IPv4 TCP sockets established (state 01) on this local port (/proc/net/tcp)."""
+def _sockets_in_state(port: int, state: str) -> set[str]:
+    """The inodes of the IPv4 TCP sockets in this state (01 established, 0A listening) on this local
+    port (/proc/net/tcp)."""
     rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
-    return {row[9] for row in rows if row[1].endswith(f":{port:04X}") and row[3] == "01"}
+    return {row[9] for row in rows if row[1].endswith(f":{port:04X}") and row[3] == state}
 
 
-def test_clients_that_connect_once_health_says_200_reach_every_worker(server_process, data_dir):
+def _established(port: int) -> set[str]:
+    return _sockets_in_state(port, "01")
+
+
+@pytest.mark.parametrize("reuse_port", [True, False], ids=["socket-per-worker", "one-shared-socket"])
+def test_clients_that_connect_once_health_says_200_reach_every_worker(server_process, data_dir, reuse_port):
     """/v1/health answers 200 only once every worker accepts: clients that start with the service (a
     pool connecting together) are spread over the workers. Worker 0 used to say 200 as soon as it was
-    ready, before the others had started, so such clients all landed on it and stayed (keep-alive)."""
-    server = server_process("--data-dir", str(data_dir), "--workers", str(WORKERS))  # returns at 200
+    ready, before the others had started, so such clients all landed on it and stayed (keep-alive).
+    With port reuse each worker listens on a socket of its own (the kernel hashes connections over
+    them); a socket given without it is shared by every worker."""
+    server = server_process("--data-dir", str(data_dir), "--workers", str(WORKERS), reuse_port=reuse_port)
     workers = worker_pids(server.pid)
+    listening = _sockets_in_state(int(server.url.rsplit(":", 1)[1]), "0A")
+    assert len(listening) == (WORKERS if reuse_port else 1), f"listening sockets on the port: {listening}"
+    assert all(_socket_inodes(pid) & listening for pid in workers), "a worker holds no listening socket"
     clients = [httpx.Client(base_url=server.url, timeout=30) for _ in range(30)]
     try:
         barrier = threading.Barrier(len(clients))
