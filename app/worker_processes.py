@@ -79,6 +79,13 @@ def bind_listening_socket(host: str, port: int) -> socket.socket:
     TCP_NODELAY is set here because accepted sockets inherit it on Linux, and uvicorn sets no option
     on a socket it is given by fd (see cli._disable_nagle)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # Port reuse would also let another txbroker started on this port by mistake (same user) bind
+    # beside this one and silently take a share of its connections. A socket without it claims the
+    # port first, so that mistake still fails with "address in use".
+    with socket.socket(family, socket.SOCK_STREAM) as claim:
+        claim.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as create_server: TIME_WAIT is no owner
+        claim.bind((host, port))
+        port = claim.getsockname()[1]
     sock = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG, reuse_port=True)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.set_inheritable(True)
