@@ -489,7 +489,7 @@ class TransactionCoordinator:
         topics: dict,
     ) -> TransactionMetadata:
         """Within the produce's PostgreSQL transaction, `meta` being the id's row as locked there
-        (`self.log.lock_many`; None if it has none): verifies the producer against the coordinator's
+        (`self.log.lock_many_and_find_topics`; None if it has none): verifies the producer against the coordinator's
         current state (KIP-890: a late request of an old transaction can never land in a new one) and
         adds the partitions implicitly. The id's row stays locked until the batches are appended, so
         EndTxn cannot write markers in between; the caller then saves the metadata

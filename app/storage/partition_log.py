@@ -157,8 +157,8 @@ async def _append_plain(conn: asyncpg.Connection, append: BatchAppend) -> Append
     return AppendResult(row["base_offset"], row["last_offset"])
 
 
-# Appends of a PostgreSQL transaction (one produce request, or a group of them committed together,
-# app/coordinator/produce.py) lock their partitions in one statement, in lock_order (the LockRows
+# Appends of a PostgreSQL transaction (one produce request, or a group of requests committed together,
+# app/coordinator/write_groups.py) lock their partitions in one statement, in lock_order (the LockRows
 # node sits above the Sort, so rows are locked in the ORDER BY's order). A row that was locked by
 # someone else is re-read once its lock is ours, so the high watermarks returned are current (rows
 # with a NULL producer_id).
@@ -848,7 +848,7 @@ async def append_batches(
     each entry's result or partition-level error, in the given order, as if appended one after the
     other. The caller holds the PostgreSQL transaction, so nothing is visible before all are durable,
     and, for every transactional append, has held its transactional id's row (TransactionLog.lock,
-    lock_many) since an earlier statement (see _LOCK_HEADS_SQL). Two statements whatever their
+    lock_many_and_find_topics) since an earlier statement (see _LOCK_HEADS_SQL). Two statements whatever their
     number: lock every partition (lock_order) and read its head and the transactional producers'
     states there, write everything; a third reads the states of idempotent producers, if any, once
     the locks are held. `then`: a statement of the caller's to run last, fused with the write (or

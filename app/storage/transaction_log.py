@@ -87,13 +87,15 @@ _COLUMNS = (
 )
 
 
-# Built once (an f-string in lock_many would be built on every produce and EndTxn).
+# `lock` for several ids in one statement, in id order (the LockRows node sits above the Sort), so
+# two PostgreSQL transactions that lock overlapping sets cannot deadlock; ids without a row are left
+# out. Built once (an f-string would be built on every produce and EndTxn).
 _LOCK_MANY_SQL = (
     f"SELECT {_COLUMNS} FROM transactions WHERE transactional_id = ANY($1::text[]) ORDER BY transactional_id FOR UPDATE"
 )
 
 
-# lock_many_and_find_topics: the rows of lock_many, then the topics of find_topics, as one result
+# lock_many_and_find_topics: the rows of _LOCK_MANY_SQL, then the topics of find_topics, as one result
 # (each row has the other's columns NULL; a transactions row is the one with a transactional_id).
 # One statement is as right as the two were: the topics are read from the statement's snapshot,
 # taken before any wait for a row, as they were read before the rows were locked; the locked rows
@@ -136,7 +138,7 @@ def _row_values(meta: TransactionMetadata) -> list:
 
 
 # TransactionLog.save_statement, one round trip (or none of its own, fused: fused_writes.py): the
-# ids' rows (already locked by this PostgreSQL transaction, `lock`/`lock_many`) are updated (`r`,
+# ids' rows (already locked by this PostgreSQL transaction, `lock`/`lock_many_and_find_topics`) are updated (`r`,
 # one row per id); the epoch of each id's producer id recorded as the latest issued, if it is newer
 # (an epoch bump of producer_ids.next_epoch, written here rather than by a statement of its own; a
 # no-op otherwise); and the transitions appended to __transaction_state (`l`, one batch per
@@ -203,18 +205,12 @@ class TransactionLog:
         )
         return None if row is None else _from_row(row, self._parse_state)
 
-    async def lock_many(self, conn: asyncpg.Connection, transactional_ids: list[str]) -> dict[str, TransactionMetadata]:
-        """`lock` for several ids in one statement, in id order (the LockRows node sits above the
-        Sort), so two PostgreSQL transactions that lock overlapping sets cannot deadlock. Ids without a
-        row are left out."""
-        rows = await conn.fetch(_LOCK_MANY_SQL, sorted(transactional_ids))
-        return {row["transactional_id"]: _from_row(row, self._parse_state) for row in rows}
-
     async def lock_many_and_find_topics(
         self, conn: asyncpg.Connection, transactional_ids: list[str], topic_names: list[str]
     ) -> tuple[dict[str, TransactionMetadata], dict[str, TopicInfo]]:
-        """`lock_many` and topics.find_topics in one statement (one round trip for produce): the
-        rows locked, and the topics that exist."""
+        """The ids' rows locked (`lock` for several ids, in id order; ids without a row are left out)
+        and the topics that exist (topics.find_topics), in one statement: one round trip for a group
+        of produce and EndTxn requests."""
         rows = await conn.fetch(
             _LOCK_MANY_AND_FIND_TOPICS_SQL,
             sorted(transactional_ids),

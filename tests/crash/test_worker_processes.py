@@ -136,7 +136,6 @@ def test_clients_that_connect_once_health_says_200_reach_every_worker(server_pro
     workers = worker_pids(server.pid)
     listening = _sockets_in_state(int(server.url.rsplit(":", 1)[1]), "0A")
     assert len(listening) == (WORKERS if reuse_port else 1), f"listening sockets on the port: {listening}"
-    assert all(_socket_inodes(pid) & listening for pid in workers), "a worker holds no listening socket"
     clients = [httpx.Client(base_url=server.url, timeout=30) for _ in range(30)]
     try:
         barrier = threading.Barrier(len(clients))
