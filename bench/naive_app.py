@@ -1,7 +1,7 @@
 """The produce ceiling: the naive FastAPI + asyncpg app one would write in an afternoon, on the same
 server stack as txbroker (uvicorn + uvloop + httptools, FastAPI) and the same storage layout (a row
 per batch, payload `STORAGE EXTERNAL`, dense offsets from a per-partition high watermark), doing
-one CTE statement (bump the watermark, insert the batch) per request partition, autocommitted.
+one CTE statement (bump the watermark, insert the batch) per request, autocommitted.
 
 It accepts txbroker's `POST /v1/produce` body and answers in its format, so the same client drives
 both. What it leaves out is what txbroker's guarantees cost: no validation beyond what a KeyError
@@ -53,6 +53,23 @@ SELECT $1, $2, base_offset, base_offset + $3 - 1, $3, $4 FROM head
 RETURNING base_offset, last_offset
 """
 
+# A request to several partitions: one statement for all (atomic, one round trip and one commit), the
+# least a naive app could do for a write that must be all or nothing, such as a transaction's batches
+# or its markers. Single-partition requests keep APPEND_SQL, bench.produce_ceiling's baseline since
+# issue 13's first round.
+APPEND_MANY_SQL = """
+WITH wanted AS (
+    SELECT * FROM unnest($1::text[], $2::int[], $3::int[], $4::bytea[]) AS w(topic, partition, record_count, records)
+), head AS (
+    UPDATE naive_partitions p SET high_watermark = p.high_watermark + w.record_count
+    FROM wanted w WHERE p.topic = w.topic AND p.partition = w.partition
+    RETURNING p.topic, p.partition, p.high_watermark - w.record_count AS base_offset, w.record_count, w.records
+)
+INSERT INTO naive_batches (topic, partition, base_offset, last_offset, record_count, records)
+SELECT topic, partition, base_offset, base_offset + record_count - 1, record_count, records FROM head
+RETURNING topic, partition, base_offset, last_offset
+"""
+
 
 def create_app(database_url: str) -> FastAPI:
     @asynccontextmanager
@@ -79,33 +96,48 @@ def create_app(database_url: str) -> FastAPI:
     async def produce(request: Request) -> Response:
         body = orjson.loads(await request.body())
         now_ms = int(time.time() * 1000)
-        results = []
-        async with app.state.pool.acquire() as conn:
-            for entry in body["partitions"]:
-                records = entry["records"]
-                payload = orjson.dumps(
+        entries = body["partitions"]
+        payloads = [
+            orjson.dumps(
+                [
                     [
-                        [
-                            record.get("timestamp_ms") or now_ms,
-                            record.get("key"),
-                            record.get("value"),
-                            [[h["key"], h.get("value")] for h in record.get("headers", ())],
-                            0,
-                        ]
-                        for record in records
+                        record.get("timestamp_ms") or now_ms,
+                        record.get("key"),
+                        record.get("value"),
+                        [[h["key"], h.get("value")] for h in record.get("headers", ())],
+                        0,
                     ]
+                    for record in entry["records"]
+                ]
+            )
+            for entry in entries
+        ]
+        async with app.state.pool.acquire() as conn:
+            if len(entries) == 1:
+                [entry], [payload] = entries, payloads
+                row = await conn.fetchrow(
+                    APPEND_SQL, entry["topic"], entry["partition"], len(entry["records"]), payload
                 )
-                row = await conn.fetchrow(APPEND_SQL, entry["topic"], entry["partition"], len(records), payload)
-                results.append(
-                    {
-                        "topic": entry["topic"],
-                        "partition": entry["partition"],
-                        "base_offset": row["base_offset"],
-                        "last_offset": row["last_offset"],
-                        "duplicate": False,
-                        "error": None,
-                    }
+                rows = [{"topic": entry["topic"], "partition": entry["partition"], **dict(row)}]
+            else:
+                rows = await conn.fetch(
+                    APPEND_MANY_SQL,
+                    [entry["topic"] for entry in entries],
+                    [entry["partition"] for entry in entries],
+                    [len(entry["records"]) for entry in entries],
+                    payloads,
                 )
+        results = [
+            {
+                "topic": row["topic"],
+                "partition": row["partition"],
+                "base_offset": row["base_offset"],
+                "last_offset": row["last_offset"],
+                "duplicate": False,
+                "error": None,
+            }
+            for row in rows
+        ]
         return Response(orjson.dumps({"partitions": results}), media_type="application/json")
 
     @app.get("/v1/health")

@@ -2,10 +2,13 @@
 the same run on the same embedded PostgreSQL and server:
 
 1. small transactions/s (3 records over 2 partitions, then commit) with 1, 8 and 32 producers,
-   against the same records written by idempotent producers without a transaction;
+   against the same records written by idempotent producers without a transaction, against raw
+   PostgreSQL's 3-statement transaction, and against the naive app (bench/naive_app.py) answering
+   the same two requests (the produce, then a stand-in for EndTxn): the ceiling of that HTTP shape;
 2. end-to-end latency, commit acknowledged -> visible to a read_committed long-poll fetch, against
    a plain produce acknowledged -> visible;
-3. 1000-record transactions against the same records written idempotently: the commit overhead;
+3. 1000-record transactions against the same records written idempotently: the commit overhead,
+   beside the naive app's overhead for the one request more;
 4. read_committed fetch latency and cost at the start, middle and end of partitions of 10k, 1M and
    10M records (10% aborted), built directly in PostgreSQL with COPY in the server's format.
 
@@ -40,7 +43,7 @@ from bench.load_client import LoadClient
 from bench.naive_app import APPEND_SQL as NAIVE_APPEND_SQL
 from bench.naive_app import TABLES_SQL as NAIVE_TABLES_SQL
 from bench.partition_log import print_profile
-from bench.processes import CpuMeter, ServerSubprocess, database_url_for, start_txbroker
+from bench.processes import CpuMeter, ServerSubprocess, database_url_for, start_naive_app, start_txbroker
 from bench.timed_run import Measurement, WorkloadFactory, measure
 from bench.workloads import record_value
 
@@ -78,6 +81,19 @@ async def create_topic(http: LoadClient, name: str, partitions: int) -> None:
 def http_client(base_url: str, connections: int) -> LoadClient:
     """Keep-alive connections, one per concurrent client."""
     return LoadClient(base_url, connections)
+
+
+@dataclass(frozen=True)
+class NaiveApp:
+    """The naive produce app (bench/naive_app.py) serving beside txbroker, on the raw baseline's
+    database: the ceiling of sections 1 and 3's HTTP shape. `meter` counts its processes as the server."""
+
+    url: str
+    meter: CpuMeter
+
+    async def create_topic(self, name: str, partitions: int) -> None:
+        async with http_client(self.url, 1) as http:
+            await create_topic(http, name, partitions)
 
 
 # ---- producers, as bench.timed_run workloads: run_once is one transaction (or one produce)
@@ -172,6 +188,55 @@ class ProducerWorkload:
             producer.producer_id, producer.producer_epoch = ended["producer_id"], ended["producer_epoch"]
             producer.next_sequence = [0] * len(self.records)  # a new epoch starts at sequence 0
         return self.produces * sum(self.records_per_partition)
+
+
+class NaiveTransactionWorkload:
+    """The naive app (bench/naive_app.py) driven in the shape of a transaction over txbroker's HTTP
+    contract: `produces` requests of the records (to client c's partitions, as ProducerWorkload),
+    then, with `ends`, one more request standing for EndTxn: a 1-record batch (a marker) to each of
+    those partitions, written atomically. The app checks and remembers nothing: what is left is HTTP
+    and the least durable write per request, so this is the ceiling of any service on this stack that
+    answers a produce and an EndTxn as the two requests the contract makes them, each acknowledged
+    once durable. Without `ends`, the same produces alone (the idempotent baseline's shape)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        topic: str,
+        records_per_partition: tuple[int, ...],
+        value: str,
+        ends: bool,
+        produces: int = 1,
+    ) -> None:
+        self.base_url = base_url
+        self.topic = topic
+        self.records = [[{"key": None, "value": value}] * count for count in records_per_partition]
+        self.ends = ends
+        self.produces = produces
+        self.http: LoadClient | None = None
+
+    async def open(self, clients: list[int]) -> None:
+        self.http = http_client(self.base_url, len(clients))
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    def _body(self, client: int, records: list[list[dict]]) -> dict:
+        first_partition = client * len(self.records)
+        return {
+            "partitions": [
+                {"topic": self.topic, "partition": first_partition + i, "records": partition_records}
+                for i, partition_records in enumerate(records)
+            ]
+        }
+
+    async def run_once(self, client: int) -> int:
+        for _ in range(self.produces):
+            check_partitions(await post_json(self.http, "/v1/produce", self._body(client, self.records)), "produce")
+        if self.ends:
+            markers = [[{"key": None, "value": None}]] * len(self.records)
+            check_partitions(await post_json(self.http, "/v1/produce", self._body(client, markers)), "end")
+        return self.produces * sum(len(records) for records in self.records)
 
 
 class RawSmallTransaction:
@@ -332,6 +397,7 @@ async def measure_small_transactions(
     base_url: str,
     raw_url: str,
     meter: CpuMeter,
+    naive: NaiveApp,
     producer_counts: list[int],
     rounds: int,
     warmup_s: float,
@@ -361,6 +427,19 @@ async def measure_small_transactions(
                         meter,
                     )
                 )
+            naive_topic = f"small-naive-p{producers}"
+            await naive.create_topic(naive_topic, partitions)
+            naive_txns = Tally()
+            for _ in range(rounds):
+                naive_txns.add(
+                    await measure(
+                        partial(NaiveTransactionWorkload, naive.url, naive_topic, SMALL_TXN_RECORDS, value, True),
+                        producers,
+                        warmup_s,
+                        seconds,
+                        naive.meter,
+                    )
+                )
             idempotent, txns = await measure_alternating(
                 partial(ProducerWorkload, base_url, idempotent_topic, SMALL_TXN_RECORDS, value, False),
                 partial(ProducerWorkload, base_url, txn_topic, SMALL_TXN_RECORDS, value, True),
@@ -373,10 +452,11 @@ async def measure_small_transactions(
             print(
                 f"  small transactions, {producers} producers: {txns.requests_per_s:,.0f} txn/s; "
                 f"idempotent produce {idempotent.requests_per_s:,.0f} req/s; raw PostgreSQL "
-                f"{raw.requests_per_s:,.0f} txn/s",
+                f"{raw.requests_per_s:,.0f} txn/s; naive app, 2 requests: {naive_txns.requests_per_s:,.0f} txn/s",
                 flush=True,
             )
             percent, per_op = txns.cpu_cells()
+            naive_of_raw = naive_txns.requests_per_s / raw.requests_per_s
             cpu_factor = txns.server_and_postgres_cpu_s_per_request / idempotent.server_and_postgres_cpu_s_per_request
             rows.append(
                 Row(
@@ -385,9 +465,11 @@ async def measure_small_transactions(
                     f"{txns.requests_per_s:,.0f} txn/s, p50 {txns.latency_ms:.1f} ms",
                     f"idempotent produce of the same: {idempotent.requests_per_s:,.0f}/s, p50 "
                     f"{idempotent.latency_ms:.1f} ms (ms/req {idempotent.cpu_cells()[1]}); raw PostgreSQL 3-statement "
-                    f"txn: {raw.requests_per_s:,.0f}/s",
+                    f"txn: {raw.requests_per_s:,.0f}/s; naive app, produce + end as 2 requests: "
+                    f"{naive_txns.requests_per_s:,.0f}/s ({naive_of_raw:.2f} of raw PG)",
                     f"{txns.requests_per_s / idempotent.requests_per_s:.2f} of idempotent (CPU/op x{cpu_factor:.1f}); "
-                    f"{txns.requests_per_s / raw.requests_per_s:.2f} of raw PG",
+                    f"{txns.requests_per_s / raw.requests_per_s:.2f} of raw PG; "
+                    f"{txns.requests_per_s / naive_txns.requests_per_s:.2f} of naive",
                     percent,
                     per_op,
                 )
@@ -595,6 +677,7 @@ async def measure_commit_to_visible(base_url: str, writes: int) -> list[Row]:
 async def measure_large_transaction_overhead(
     base_url: str,
     meter: CpuMeter,
+    naive: NaiveApp,
     producer_counts: list[int],
     rounds: int,
     warmup_s: float,
@@ -621,6 +704,18 @@ async def measure_large_transaction_overhead(
                     seconds,
                     meter,
                 )
+                naive_topic = f"large-naive-{produces}x{records}-p{producers}"
+                await naive.create_topic(naive_topic, producers)
+                naive_produces, naive_txns = await measure_alternating(
+                    partial(NaiveTransactionWorkload, naive.url, naive_topic, (records,), value, False, produces),
+                    partial(NaiveTransactionWorkload, naive.url, naive_topic, (records,), value, True, produces),
+                    producers,
+                    rounds,
+                    warmup_s,
+                    seconds,
+                    naive.meter,
+                )
+                naive_overhead = 100 * (1 - naive_txns.records_per_s / naive_produces.records_per_s)
                 overhead = 100 * (1 - txns.records_per_s / idempotent.records_per_s)
                 # Each transaction moves as many records as an idempotent run: CPU per run compares.
                 cpu_overhead = 100 * (
@@ -630,7 +725,7 @@ async def measure_large_transaction_overhead(
                 print(
                     f"  {produces * records}-record transactions ({shape}), {producers} producers: "
                     f"{txns.records_per_s:,.0f} records/s; idempotent {idempotent.records_per_s:,.0f} records/s; "
-                    f"overhead {overhead:.1f}%",
+                    f"overhead {overhead:.1f}%; the naive app's for one more request: {naive_overhead:.1f}%",
                     flush=True,
                 )
                 percent, per_op = txns.cpu_cells()
@@ -641,8 +736,10 @@ async def measure_large_transaction_overhead(
                         f"txn of {shape} x {LARGE_VALUE_BYTES} B + commit, {producers} producers",
                         f"{txns.records_per_s:,.0f} records/s, p50 {txns.latency_ms:.1f} ms/txn",
                         f"idempotent, no txn: {idempotent.records_per_s:,.0f} records/s, p50 "
-                        f"{idempotent.latency_ms:.1f} ms/{produces} req (ms {idem_per_op}, CPU% {idem_percent})",
-                        f"overhead {overhead:.1f}% (CPU +{cpu_overhead:.0f}%)",
+                        f"{idempotent.latency_ms:.1f} ms/{produces} req (ms {idem_per_op}, CPU% {idem_percent}); "
+                        f"naive app: {naive_produces.records_per_s:,.0f} records/s, with an end request "
+                        f"{naive_txns.records_per_s:,.0f}",
+                        f"overhead {overhead:.1f}% (CPU +{cpu_overhead:.0f}%); naive app's {naive_overhead:.1f}%",
                         percent,
                         per_op,
                     )
@@ -1039,14 +1136,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def run_sections(args: argparse.Namespace, server: ServerSubprocess, postgres: EmbeddedPostgres) -> list[Row]:
+async def run_sections(
+    args: argparse.Namespace, server: ServerSubprocess, naive_server: ServerSubprocess, postgres: EmbeddedPostgres
+) -> list[Row]:
     meter = CpuMeter(postgres.pid, server.pid)
+    naive = NaiveApp(naive_server.url, CpuMeter(postgres.pid, naive_server.pid))
     rows: list[Row] = []
     if 1 in args.sections:
         rows += await measure_small_transactions(
             server.url,
             database_url_for(postgres.database_url, RAW_DATABASE),
             meter,
+            naive,
             args.producers,
             args.rounds,
             args.warmup,
@@ -1056,7 +1157,7 @@ async def run_sections(args: argparse.Namespace, server: ServerSubprocess, postg
         rows += await measure_commit_to_visible(server.url, args.visible_writes)
     if 3 in args.sections:
         rows += await measure_large_transaction_overhead(
-            server.url, meter, args.large_producers, args.rounds, args.warmup, args.seconds, args.large_shapes
+            server.url, meter, naive, args.large_producers, args.rounds, args.warmup, args.seconds, args.large_shapes
         )
     if 4 in args.sections:
         rows += await measure_fetch_vs_log_length(
@@ -1071,10 +1172,11 @@ def main(argv: list[str] | None = None) -> int:
     # Under /tmp: the unix socket path of PostgreSQL is limited to 107 bytes.
     work_dir = Path(tempfile.mkdtemp(prefix="txb-bench-txn-", dir="/tmp"))
     postgres = EmbeddedPostgres(work_dir / "pg")
-    server = None
+    server = naive_server = None
     try:
         postgres.start()
         postgres.create_database(RAW_DATABASE)
+        naive_server = start_naive_app(database_url_for(postgres.database_url, RAW_DATABASE), args.workers)
         server = start_txbroker(
             postgres.database_url,
             args.profile_server,
@@ -1088,10 +1190,11 @@ def main(argv: list[str] | None = None) -> int:
             f"Python {platform.python_version()}",
             flush=True,
         )
-        rows = asyncio.run(run_sections(args, server, postgres))
+        rows = asyncio.run(run_sections(args, server, naive_server, postgres))
     finally:
-        if server is not None:
-            server.stop()
+        for started_server in (server, naive_server):
+            if started_server is not None:
+                started_server.stop()
         postgres.stop()
         shutil.rmtree(work_dir, ignore_errors=True)
     print(f"""
