@@ -106,15 +106,10 @@ class _Producer:
     next_sequence: list[int]  # per partition of the client
 
 
-class ProducerWorkload:
-    """Client c writes `records_per_partition[i]` records to partition c * len(records_per_partition) + i
-    of `topic` in one POST /v1/produce.
-
-    transactional: InitProducerId once per client with its own transactional id; each run_once is
-    produce (partitions added implicitly) + EndTxn commit; the next transaction uses the epoch EndTxn
-    returned, with sequences back at 0 (a new epoch starts at sequence 0).
-    Otherwise: an idempotent producer (InitProducerId without a transactional id), whose run_once is
-    the same produce with sequences that keep growing."""
+class _ClientPartitions:
+    """What the workloads over HTTP share: client c writes `records_per_partition[i]` records to
+    partition c * len(records_per_partition) + i of `topic`, `produces` produce requests per
+    run_once, then (`transactional`) ends the transaction, over one keep-alive connection per client."""
 
     def __init__(
         self,
@@ -129,16 +124,46 @@ class ProducerWorkload:
         self.topic = topic
         self.records_per_partition = records_per_partition
         self.transactional = transactional
-        self.produces = produces  # produce requests per run_once (per transaction)
+        self.produces = produces
         self.records = [[{"key": None, "value": value}] * count for count in records_per_partition]
-        self.producers: dict[int, _Producer] = {}
         self.http: LoadClient | None = None
+
+    async def open(self, clients: list[int]) -> None:
+        self.http = http_client(self.base_url, len(clients))
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    def partitions(self, client: int, records: list[list[dict]], sequences: list[int] | None = None) -> list[dict]:
+        """A produce request's `partitions`: records[i] to the client's partition i (at sequences[i])."""
+        first_partition = client * len(self.records)
+        entries = [
+            {"topic": self.topic, "partition": first_partition + i, "records": partition_records}
+            for i, partition_records in enumerate(records)
+        ]
+        if sequences is not None:
+            for entry, sequence in zip(entries, sequences):
+                entry["base_sequence"] = sequence
+        return entries
+
+
+class ProducerWorkload(_ClientPartitions):
+    """txbroker's producers, one request of all the client's partitions per produce.
+
+    transactional: InitProducerId once per client with its own transactional id; each run_once is
+    produce (partitions added implicitly) + EndTxn commit; the next transaction uses the epoch EndTxn
+    returned, with sequences back at 0 (a new epoch starts at sequence 0).
+    Otherwise: an idempotent producer (InitProducerId without a transactional id), whose run_once is
+    the same produce with sequences that keep growing."""
+
+    producers: dict[int, _Producer]
 
     def transactional_id(self, client: int) -> str:
         return f"{self.topic}-{client}"
 
     async def open(self, clients: list[int]) -> None:
-        self.http = http_client(self.base_url, len(clients))
+        await super().open(clients)
+        self.producers = {}
         for client in clients:
             body = {
                 "transactional_id": self.transactional_id(client) if self.transactional else None,
@@ -151,26 +176,14 @@ class ProducerWorkload:
                 answer["producer_id"], answer["producer_epoch"], [0] * len(self.records_per_partition)
             )
 
-    async def close(self) -> None:
-        await self.http.aclose()
-
     async def run_once(self, client: int) -> int:
         producer = self.producers[client]
-        first_partition = client * len(self.records_per_partition)
         for _ in range(self.produces):
             body = {
                 "transactional_id": self.transactional_id(client) if self.transactional else None,
                 "producer_id": producer.producer_id,
                 "producer_epoch": producer.producer_epoch,
-                "partitions": [
-                    {
-                        "topic": self.topic,
-                        "partition": first_partition + i,
-                        "base_sequence": producer.next_sequence[i],
-                        "records": records,
-                    }
-                    for i, records in enumerate(self.records)
-                ],
+                "partitions": self.partitions(client, self.records, producer.next_sequence),
             }
             check_partitions(await post_json(self.http, "/v1/produce", body), "produce")
             producer.next_sequence = [seq + len(records) for seq, records in zip(producer.next_sequence, self.records)]
@@ -190,53 +203,25 @@ class ProducerWorkload:
         return self.produces * sum(self.records_per_partition)
 
 
-class NaiveTransactionWorkload:
+class NaiveTransactionWorkload(_ClientPartitions):
     """The naive app (bench/naive_app.py) driven in the shape of a transaction over txbroker's HTTP
-    contract: `produces` requests of the records (to client c's partitions, as ProducerWorkload),
-    then, with `ends`, one more request standing for EndTxn: a 1-record batch (a marker) to each of
-    those partitions, written atomically. The app checks and remembers nothing: what is left is HTTP
-    and the least durable write per request, so this is the ceiling of any service on this stack that
-    answers a produce and an EndTxn as the two requests the contract makes them, each acknowledged
-    once durable. Without `ends`, the same produces alone (the idempotent baseline's shape)."""
+    contract: `produces` requests of the records, then, if `transactional`, one more request standing for
+    EndTxn: a 1-record batch (a marker) to each of the client's partitions, written atomically. The
+    app checks and remembers nothing: what is left is HTTP and the least durable write per request,
+    so this is the ceiling of any service on this stack that answers a produce and an EndTxn as the
+    two requests the contract makes them, each acknowledged once durable. Otherwise the same
+    produces alone (the idempotent baseline's shape)."""
 
-    def __init__(
-        self,
-        base_url: str,
-        topic: str,
-        records_per_partition: tuple[int, ...],
-        value: str,
-        ends: bool,
-        produces: int = 1,
-    ) -> None:
-        self.base_url = base_url
-        self.topic = topic
-        self.records = [[{"key": None, "value": value}] * count for count in records_per_partition]
-        self.ends = ends
-        self.produces = produces
-        self.http: LoadClient | None = None
-
-    async def open(self, clients: list[int]) -> None:
-        self.http = http_client(self.base_url, len(clients))
-
-    async def close(self) -> None:
-        await self.http.aclose()
-
-    def _body(self, client: int, records: list[list[dict]]) -> dict:
-        first_partition = client * len(self.records)
-        return {
-            "partitions": [
-                {"topic": self.topic, "partition": first_partition + i, "records": partition_records}
-                for i, partition_records in enumerate(records)
-            ]
-        }
+    MARKER = [{"key": None, "value": None}]
 
     async def run_once(self, client: int) -> int:
         for _ in range(self.produces):
-            check_partitions(await post_json(self.http, "/v1/produce", self._body(client, self.records)), "produce")
-        if self.ends:
-            markers = [[{"key": None, "value": None}]] * len(self.records)
-            check_partitions(await post_json(self.http, "/v1/produce", self._body(client, markers)), "end")
-        return self.produces * sum(len(records) for records in self.records)
+            body = {"partitions": self.partitions(client, self.records)}
+            check_partitions(await post_json(self.http, "/v1/produce", body), "produce")
+        if self.transactional:
+            body = {"partitions": self.partitions(client, [self.MARKER] * len(self.records))}
+            check_partitions(await post_json(self.http, "/v1/produce", body), "end")
+        return self.produces * sum(self.records_per_partition)
 
 
 class RawSmallTransaction:
