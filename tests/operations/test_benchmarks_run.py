@@ -1,7 +1,8 @@
-"""The benchmarks that report issue 13's goals still run against the server as it is: a change to the
-contract or to the server's start-up that breaks `bench/` is caught here, not in the next performance
-round. Nothing here is timed: a tiny run of `bench.transactions` must finish and print a row for each
-scenario, with its ceiling beside it (the naive app answering the same two requests)."""
+"""`bench.transactions`, the benchmark of issue 13's transactional goals, still runs against the server
+as it is: a change to the contract or to the server's start-up that breaks it is caught here, not in
+the next performance round. Nothing here is timed: a tiny run of its sections 1 and 3 must finish and
+print a row for each scenario, with its ceiling beside it (the naive app answering the same two
+requests)."""
 
 from __future__ import annotations
 
