@@ -4,8 +4,8 @@ eviction of consumers whose session timed out, and the log cleaner (retention, t
 DeleteRecords' log start, compaction, deleted topics' rows: storage/log_cleaner.py).
 
 Each is safe on several server processes at once: transactions are claimed with
-FOR UPDATE SKIP LOCKED, the expirations are single idempotent DELETEs, and the cleaner takes one
-partition at a time under an advisory lock.
+FOR UPDATE SKIP LOCKED, the expirations are idempotent DELETEs (safe against racing appends:
+producer_ids.py), and the cleaner takes one partition at a time under an advisory lock.
 """
 
 from __future__ import annotations
@@ -33,11 +33,8 @@ class BackgroundWorkers:
 
     async def expire_producers(self) -> int:
         cutoff = now_ms() - self.settings.producer_id_expiration_ms
-        async with self.coordinator.pool.acquire() as conn, conn.transaction():
-            ids = await producer_ids.expire_idle(conn, cutoff)  # first: see expire_idle
-            states = await producer_ids.expire_idle_states(conn, cutoff)
-            ids += await producer_ids.expire_dead_transactional(conn, cutoff)
-        return states + ids
+        async with self.coordinator.pool.acquire() as conn:
+            return await producer_ids.expire(conn, cutoff)
 
     async def clean_logs(self) -> int:
         totals = await log_cleaner.clean(self.coordinator.pool, None, now_ms(), self.settings.log_cleaner_chunk_batches)

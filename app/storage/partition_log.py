@@ -359,8 +359,8 @@ def _write_appends(writes: list[_Write], heads: dict[tuple[int, int], int]) -> W
 
 
 async def _still_issued(conn: asyncpg.Connection, producer_id: int) -> bool:
-    # Expiry deletes an id in the PostgreSQL transaction that deletes its last state, so once the
-    # state is seen gone, a gone id is seen too.
+    # Expiry deletes an idempotent producer's state only once its id is gone (producer_ids.py), so
+    # once the state is seen gone, a gone id is seen too.
     return await conn.fetchval("SELECT 1 FROM producer_ids WHERE producer_id = $1", producer_id) is not None
 
 

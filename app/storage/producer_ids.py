@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from app.storage.cleanup_progress import count_rows
 from app.storage.rows import all_from_rows
 
 # Kafka rolls over to a new producer id rather than let an epoch reach Short.MaxValue, so that the
@@ -76,53 +77,63 @@ async def lookup_many(conn: asyncpg.Connection, producer_ids: list[int]) -> dict
     return {row["producer_id"]: IssuedProducer(row["producer_epoch"], row["transactional_id"]) for row in rows}
 
 
-# A producer is idle when it has appended nowhere since the cutoff $1 (by the server's clock,
-# `last_append_ms`) and has no transaction open anywhere. Its state goes as a whole: a producer that
-# still writes one partition keeps its state on the others, however long they idle, so its next
-# batch there continues its sequence (Kafka expires per partition, and then has to accept any
-# sequence from a producer it no longer knows there). An append racing the expiry either is seen
-# by it (the producer is busy, and kept), or its producer is told UNKNOWN_PRODUCER_ID at its next
-# request (the id went): never a gap it would take for lost records.
+# Expiry, run as one PostgreSQL transaction at READ COMMITTED (`expire`). Each statement's WHERE
+# is judged on the statement's snapshot, but when a row it is about to delete was changed by a
+# transaction that committed meanwhile, PostgreSQL re-checks only that row's new version against the
+# conditions on its own columns (EvalPlanQual): what a subquery said of other rows is not looked at
+# again. So every condition below that reads another row must stay true once true (and it is said
+# why), and whatever a concurrent append can change is a condition on the deleted row itself.
+#
+# An idempotent producer is idle when it has appended nowhere since the cutoff $1 (by the server's
+# clock, `last_append_ms`). Its id goes as a whole: a producer that still writes one partition keeps
+# its state on the others, however long they idle, so its next batch there continues its sequence
+# (Kafka expires per partition, and then has to accept any sequence from a producer it no longer
+# knows there). Appends never change an id's row, so this DELETE re-checks nothing: an append that
+# commits after its snapshot is not seen, and its producer is told UNKNOWN_PRODUCER_ID at its next
+# request (the id went), which it recovers from with a new id; the append itself stays acknowledged.
 _EXPIRE_IDLE_IDS_SQL = """
 DELETE FROM producer_ids i WHERE i.transactional_id IS NULL AND i.issued_ms < $1
   AND NOT EXISTS (SELECT 1 FROM producer_states busy WHERE busy.producer_id = i.producer_id
                   AND (busy.last_append_ms >= $1 OR busy.current_txn_first_offset IS NOT NULL))
 """
+# A state row goes when it is idle itself (no append since the cutoff, no transaction open there:
+# its own columns, which an append racing this statement sets, and which are re-checked on the
+# version that append committed, so an Ongoing transaction's row, which pins the LSO, never goes)
+# and its producer is not a live idempotent one: its id is transactional, or gone (an idempotent
+# producer's state goes only after its id, so a produce that finds its state gone finds its id gone
+# too, and is told UNKNOWN_PRODUCER_ID, never OUT_OF_ORDER_SEQUENCE_NUMBER). That condition on
+# another table holds forever once it holds: ids come from a sequence and are never issued again
+# once gone, and an id's transactional_id never changes. A transactional producer's state goes row
+# by row, as in Kafka: every transaction has an epoch of its own, and its first batch on a partition
+# starts at sequence 0, with or without the state of an earlier epoch there.
 _EXPIRE_IDLE_STATES_SQL = """
 DELETE FROM producer_states s
-WHERE NOT EXISTS (SELECT 1 FROM producer_states busy WHERE busy.producer_id = s.producer_id
-                  AND (busy.last_append_ms >= $1 OR busy.current_txn_first_offset IS NOT NULL))
+WHERE s.last_append_ms < $1 AND s.current_txn_first_offset IS NULL
+  AND NOT EXISTS (SELECT 1 FROM producer_ids i WHERE i.producer_id = s.producer_id AND i.transactional_id IS NULL)
+"""
+# A producer id issued for a transactional id that no longer uses it: the id expired, or moved on to
+# a new producer id when its epochs ran out. One its transactional id may still answer for (the
+# current one, the last transaction's, the open transaction's) or with state left on a partition
+# stays. Both subqueries stay true once true: a transactional id never goes back to a producer id
+# it left (a new one is issued), and only a producer its transactional id uses writes state.
+_EXPIRE_DEAD_TRANSACTIONAL_SQL = """
+DELETE FROM producer_ids i WHERE i.transactional_id IS NOT NULL AND i.issued_ms < $1
+  AND NOT EXISTS (SELECT 1 FROM transactions t WHERE t.transactional_id = i.transactional_id
+                  AND i.producer_id IN (t.producer_id, t.last_producer_id, t.txn_producer_id))
+  AND NOT EXISTS (SELECT 1 FROM producer_states s WHERE s.producer_id = i.producer_id)
 """
 
 
-async def expire_idle(conn: asyncpg.Connection, older_than_ms: int) -> int:
-    """Forgets non-transactional producer ids issued before `older_than_ms` whose producer is idle
-    (see above). Run it before `expire_idle_states`, in the same PostgreSQL transaction: a produce
-    that finds its state gone then also finds its id gone, and is told UNKNOWN_PRODUCER_ID (which a
-    producer recovers from with a new id), never OUT_OF_ORDER_SEQUENCE_NUMBER. Returns how many."""
-    status = await conn.execute(_EXPIRE_IDLE_IDS_SQL, older_than_ms)
-    return int(status.split()[-1])
-
-
-async def expire_dead_transactional(conn: asyncpg.Connection, older_than_ms: int) -> int:
-    """Forgets producer ids issued (before `older_than_ms`) for a transactional id that no longer
-    uses them: the id expired, or moved on to a new producer id when its epochs ran out. A producer
-    id its transactional id may still answer for (the current one, the last transaction's, the open
-    transaction's) or with state left on a partition stays. Returns how many."""
-    status = await conn.execute(
-        "DELETE FROM producer_ids i WHERE i.transactional_id IS NOT NULL AND i.issued_ms < $1 "
-        "AND NOT EXISTS (SELECT 1 FROM transactions t WHERE t.transactional_id = i.transactional_id "
-        "  AND i.producer_id IN (t.producer_id, t.last_producer_id, t.txn_producer_id)) "
-        "AND NOT EXISTS (SELECT 1 FROM producer_states s WHERE s.producer_id = i.producer_id)",
-        older_than_ms,
-    )
-    return int(status.split()[-1])
-
-
-async def expire_idle_states(conn: asyncpg.Connection, older_than_ms: int) -> int:
-    """Forgets the per-partition state of idle producers (see above). Returns how many rows."""
-    status = await conn.execute(_EXPIRE_IDLE_STATES_SQL, older_than_ms)
-    return int(status.split()[-1])
+async def expire(conn: asyncpg.Connection, older_than_ms: int) -> int:
+    """Forgets, in one PostgreSQL transaction, the ids of idempotent producers idle since
+    `older_than_ms` (issued before it), then the idle state rows (see above), then the producer
+    ids transactional ids no longer use. Ids first: the states statement then sees the ids gone.
+    Returns how many rows went."""
+    async with conn.transaction():
+        ids = count_rows(await conn.execute(_EXPIRE_IDLE_IDS_SQL, older_than_ms))
+        states = count_rows(await conn.execute(_EXPIRE_IDLE_STATES_SQL, older_than_ms))
+        ids += count_rows(await conn.execute(_EXPIRE_DEAD_TRANSACTIONAL_SQL, older_than_ms))
+    return ids + states
 
 
 @dataclass(frozen=True, slots=True)
