@@ -7,8 +7,10 @@ Invariants:
 - Commits that name a generation are checked against the group's current one (KIP-447: a zombie
   consumer's commits, plain or transactional, are refused), holding the group row FOR SHARE so a
   rebalance cannot slip in between the check and the commit.
-- Lock order: transactional id row -> group row -> __consumer_offsets partition -> offsets rows ->
-  __transaction_state (the coordinator's own order, with the group row in between). A commit
+- Lock order: transactional id row -> group row -> the committed topics' rows (FOR KEY SHARE, so
+  a DeleteTopics, which removes the topic's offsets, never interleaves) -> __consumer_offsets
+  partition -> offsets rows -> __transaction_state (the coordinator's own order, with the group
+  row and the topics in between). DeleteTopics locks its topic's row first. A commit
   makes sure the group row exists (`groups.ensure`, no lock) before it locks anything.
 """
 
@@ -26,7 +28,14 @@ from app.errors import BrokerError, ErrorCode
 from app.storage import group_offsets, groups
 from app.storage.group_offsets import CommittedOffset, OffsetEntry, PartitionLag
 from app.storage.groups import Group, Member
-from app.storage.topics import CONSUMER_OFFSETS_TOPIC, find_topics, get_topic, unknown_partition, unknown_topic
+from app.storage.topics import (
+    CONSUMER_OFFSETS_TOPIC,
+    find_topics,
+    get_topic,
+    hold_topics,
+    unknown_partition,
+    unknown_topic,
+)
 
 NO_GENERATION = -1
 NO_MEMBER = ""
@@ -180,7 +189,9 @@ class GroupCoordinator:
         return None
 
     async def _entry_errors(self, conn: asyncpg.Connection, entries: list[OffsetEntry]) -> list[BrokerError | None]:
-        topics = await find_topics(conn, sorted({e.topic for e in entries}))
+        """Each entry's error (a topic or partition that does not exist), the topics held until the
+        commit ends: a DeleteTopics waits for it, and then removes what it committed."""
+        topics = await hold_topics(conn, sorted({e.topic for e in entries}))
         errors: list[BrokerError | None] = []
         for entry in entries:
             topic = topics.get(entry.topic)

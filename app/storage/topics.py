@@ -189,6 +189,18 @@ async def find_topics(conn: asyncpg.Connection, names: list[str]) -> dict[str, T
     return {row["name"]: topic_from_row(row) for row in rows}
 
 
+# FOR KEY SHARE: holders never wait for each other (nothing updates a topic's row), only DeleteTopics
+# (FOR UPDATE) waits for them, and they for a delete in flight, after which the row is gone.
+_HOLD_TOPICS_SQL = f"SELECT {TOPIC_COLUMNS} FROM topics WHERE name = ANY($1::text[]) ORDER BY name FOR KEY SHARE"
+
+
+async def hold_topics(conn: asyncpg.Connection, names: list[str]) -> dict[str, TopicInfo]:
+    """`find_topics`, each topic found held until the caller's PostgreSQL transaction ends, so that
+    what the caller writes under the topic's name commits before a DeleteTopics of it begins."""
+    rows = await conn.fetch(_HOLD_TOPICS_SQL, [name for name in names if could_exist(name)])
+    return {row["name"]: topic_from_row(row) for row in rows}
+
+
 async def get_topic(conn: asyncpg.Connection, name: str) -> TopicInfo:
     topic = await find_topic(conn, name)
     if topic is None:
@@ -222,6 +234,17 @@ async def delete_topic(conn: asyncpg.Connection, name: str) -> None:
             "INSERT INTO deleted_topics (topic_id, deleted_ms) VALUES ($1, (extract(epoch FROM now()) * 1000)::bigint)",
             row["topic_id"],
         )
+        # Its group offsets go with it, as in Kafka, or a topic re-created with the name would start
+        # where the old one's consumers were: the committed ones, and the transactional ones still
+        # pending (their transaction's COMMIT would write them). Offset commits hold the topics they
+        # name (hold_topics), so none for this topic is in flight now, and none can be made once
+        # this commits. A transaction's COMMIT marker settles pending offsets (group_offsets.settle)
+        # without the topic's row, so pending first, then committed, each a statement of its own: a
+        # settle that took a pending row of the topic before us has committed when the first
+        # statement gets past that row, so the second one's snapshot sees the offset it wrote. Both
+        # scan their table (keyed by group first): DeleteTopics is rare, and groups x partitions few.
+        await conn.execute("DELETE FROM pending_txn_offsets WHERE topic = $1", name)
+        await conn.execute("DELETE FROM group_offsets WHERE topic = $1", name)
 
 
 def unknown_topic(name: str) -> BrokerError:

@@ -273,6 +273,8 @@ class HttpModel(RuleBasedStateMachine):
         self.log = [[] for _ in range(PARTITIONS)]  # an open transaction's records went with it too
         self.txn_sequences = [0] * PARTITIONS
         self.txn_last = None
+        # Its offsets went with it, pending transactional ones too (Kafka's DeleteTopics).
+        self.offset = self.pending_offset = None
         # The partitions are new: an idempotent producer starts them afresh (a new id, sequence 0).
         if not self.idem_expired:
             self._init_idempotent()
