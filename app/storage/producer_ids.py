@@ -88,9 +88,10 @@ async def lookup_many(conn: asyncpg.Connection, producer_ids: list[int]) -> dict
 # clock, `last_append_ms`). Its id goes as a whole: a producer that still writes one partition keeps
 # its state on the others, however long they idle, so its next batch there continues its sequence
 # (Kafka expires per partition, and then has to accept any sequence from a producer it no longer
-# knows there). Appends never change an id's row, so this DELETE re-checks nothing: an append that
-# commits after its snapshot is not seen, and its producer is told UNKNOWN_PRODUCER_ID at its next
-# request (the id went), which it recovers from with a new id; the append itself stays acknowledged.
+# knows there). An append that commits after this statement's snapshot is not seen (appends never
+# change an id's row; a KIP-360 epoch bump does, but not the columns re-checked here): its producer
+# is told UNKNOWN_PRODUCER_ID at its next request (the id went), which it recovers from with a new
+# id, and what was acknowledged stays. Never OUT_OF_ORDER_SEQUENCE_NUMBER: see the states below.
 _EXPIRE_IDLE_IDS_SQL = """
 DELETE FROM producer_ids i WHERE i.transactional_id IS NULL AND i.issued_ms < $1
   AND NOT EXISTS (SELECT 1 FROM producer_states busy WHERE busy.producer_id = i.producer_id
