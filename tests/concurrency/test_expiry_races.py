@@ -149,3 +149,37 @@ def test_expiry_keeps_the_state_of_a_transactional_offset_commit_made_meanwhile(
         "/v1/groups/race-group/offsets/fetch", json={"partitions": [{"topic": "consumed", "partition": 0}]}
     )
     assert response.json()["offsets"][0]["offset"] == 1
+
+
+def test_a_transactional_producer_state_expires_per_partition_and_its_transaction_goes_on(server):
+    """Not a race: the rule the fix chose for transactional producers. Their state goes row by row,
+    as in Kafka (an open transaction's row stays); the transaction's first batch on a partition
+    whose row went starts at sequence 0 anyway, every transaction having an epoch of its own."""
+    client = server.client
+    client.post("/v1/topics", json={"name": "per-partition", "partitions": 2}).raise_for_status()
+    producer = TxnProducer(client, "per-partition-app")
+    producer.init()
+    for partition in (0, 1):
+        assert producer.send("per-partition", partition, f"old-{partition}").json()["partitions"][0]["error"] is None
+    producer.commit()
+    assert producer.send("per-partition", 0, "new-0").json()["partitions"][0]["error"] is None
+
+    async def rows() -> dict:
+        conn = await connect(server.database_url)
+        try:
+            return {p: await _state_row(conn, "per-partition", p, producer.producer_id) for p in (0, 1)}
+        finally:
+            await conn.close()
+
+    last_append_ms = asyncio.run(rows())[0]["last_append_ms"]
+    while now_ms() <= last_append_ms + EXPIRATION_MS:  # every row is idle past the 1 ms expiration
+        time.sleep(0.001)
+    settings = server.settings.model_copy(update={"producer_id_expiration_ms": EXPIRATION_MS})
+    run_producer_expiry(RunningServer(server.url, server.database_url, server.client, settings))
+    states = asyncio.run(rows())
+    assert states[0] is not None and states[0]["current_txn_first_offset"] is not None
+    assert states[1] is None
+    response = producer.send("per-partition", 1, "new-1")
+    assert response.status_code == 200 and response.json()["partitions"][0]["error"] is None, response.text
+    producer.commit()
+    assert [read_values(client, "per-partition", p) for p in (0, 1)] == [["old-0", "new-0"], ["old-1", "new-1"]]
