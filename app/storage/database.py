@@ -36,6 +36,10 @@ CONNECTION_ERRORS = (
     asyncpg.exceptions.ReadOnlySQLTransactionError,  # 25006: a standby, or a demoted primary
     asyncpg.exceptions.TargetServerAttributeNotMatched,  # no host is the primary (during a failover)
     asyncpg.exceptions.InterfaceError,
+    # asyncpg's protocol state left inconsistent by a session the server terminated mid-operation
+    # ("cannot switch to state 15; another operation (2) is in progress", MagicStack/asyncpg#784,
+    # seen when the primary dies): the connection is unusable, and closes once its socket does.
+    asyncpg.exceptions.InternalClientError,
 )
 
 # How long one host gets to accept a connection (TCP handshake, TLS, authentication): a refused

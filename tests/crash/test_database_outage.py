@@ -109,3 +109,5 @@ def test_a_node_survives_postgresql_stopped_and_serves_again_when_it_returns(own
         producer_id, epoch = _init(client, "abandoned", timeout_ms=500)
         assert _produce(client, producer_id, epoch, [("outage", 1, 0, ["abandoned"])], "abandoned").status_code == 200
         _wait_for_state(client, "abandoned", {"CompleteAbort"}, timeout_s=30)
+    server_log = server.log_path.read_text()
+    assert "failed with a bug" not in server_log, server_log[-5000:]  # every 500 is logged so
