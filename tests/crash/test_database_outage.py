@@ -10,11 +10,13 @@ since the test stops it.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 
@@ -111,3 +113,56 @@ def test_a_node_survives_postgresql_stopped_and_serves_again_when_it_returns(own
         _wait_for_state(client, "abandoned", {"CompleteAbort"}, timeout_s=30)
     server_log = server.log_path.read_text()
     assert "failed with a bug" not in server_log, server_log[-5000:]  # every 500 is logged so
+
+
+def _as_superuser(postgres: EmbeddedPostgres, *statements: str) -> None:
+    async def run():
+        connection = await asyncpg.connect(postgres.database_url)
+        try:
+            for statement in statements:
+                await connection.execute(statement)
+        finally:
+            await connection.close()
+
+    asyncio.run(run())
+
+
+def test_a_database_turned_read_only_answers_503_retriable_until_it_takes_writes_again(own_postgres, server_process):
+    """SQLSTATE 25006 ("cannot execute ... in a read-only transaction") is what a request meets on
+    a server that became a standby or was set read-only (a managed service's full disk, a demoted
+    primary behind a DNS name): it is retriable, and the node writes again once the server does,
+    on fresh connections (a read-only one is not kept in the pool)."""
+    server = server_process("--database-url", own_postgres.database_url, "--workers", "1")
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        _create_topic(client, "read-only", 1)
+        producer_id, epoch = _init(client, None)
+        assert _produce(client, producer_id, epoch, [("read-only", 0, 0, ["before"])]).status_code == 200
+
+        # Applies to the sessions already open too (a reload), as a demotion would.
+        _as_superuser(own_postgres, "ALTER SYSTEM SET default_transaction_read_only = on", "SELECT pg_reload_conf()")
+        try:
+            # Until the pooled connections have seen the reload (asynchronously), a write may still pass.
+            deadline = time.monotonic() + 30
+            while (
+                response := _produce(client, producer_id, epoch, [("read-only", 0, 1, ["during"])])
+            ).status_code == 200:
+                assert time.monotonic() < deadline, "the server still takes writes"
+                time.sleep(0.05)
+            _assert_retriable_unavailable(response)
+            _assert_retriable_unavailable(_produce(client, producer_id, epoch, [("read-only", 0, 1, ["during"])]))
+        finally:
+            _as_superuser(
+                own_postgres,
+                "SET default_transaction_read_only = off",
+                "ALTER SYSTEM RESET default_transaction_read_only",
+                "SELECT pg_reload_conf()",
+            )
+        deadline = time.monotonic() + 30
+        while (response := _produce(client, producer_id, epoch, [("read-only", 0, 1, ["after"])])).status_code != 200:
+            _assert_retriable_unavailable(response)
+            assert time.monotonic() < deadline, response.text
+            time.sleep(0.05)
+        assert _values(client, "read-only", 0, "read_committed") == ["before", "after"]
+        assert process_alive(server.pid)
+    server_log = server.log_path.read_text()
+    assert "failed with a bug" not in server_log, server_log[-5000:]
