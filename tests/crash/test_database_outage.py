@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from tests.concurrency.test_transaction_concurrency import (
     _values,
     _wait_for_state,
 )
-from tests.conftest import process_alive
+from tests.conftest import ServerProcess, process_alive
 
 
 @pytest.fixture
@@ -166,3 +167,30 @@ def test_a_database_turned_read_only_answers_503_retriable_until_it_takes_writes
         assert process_alive(server.pid)
     server_log = server.log_path.read_text()
     assert "failed with a bug" not in server_log, server_log[-5000:]
+
+
+def test_a_node_started_while_postgresql_is_down_starts_once_it_is_back(own_postgres):
+    """A node (re)started during an outage waits for PostgreSQL instead of exiting (a service
+    manager would otherwise restart it in a loop, or give up)."""
+    own_postgres.stop()
+    server = ServerProcess("--database-url", own_postgres.database_url, "--workers", "1")
+    starting = threading.Thread(target=server.start)
+    try:
+        starting.start()
+        deadline = time.monotonic() + 60
+        while "PostgreSQL is unreachable" not in server.log_path.read_text():
+            assert server.process is None or server.process.poll() is None, server.log_path.read_text()
+            assert time.monotonic() < deadline, server.log_path.read_text()
+            time.sleep(0.05)
+        # Started here (not in a helper thread): the launcher ties PostgreSQL to its thread.
+        own_postgres.start()
+        starting.join(timeout=90)
+        assert not starting.is_alive() and server.process.poll() is None, server.log_path.read_text()
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            _create_topic(client, "late", 1)
+            producer_id, epoch = _init(client, None)
+            assert _produce(client, producer_id, epoch, [("late", 0, 0, ["served"])]).status_code == 200
+            assert _values(client, "late", 0, "read_committed") == ["served"]
+    finally:
+        starting.join(timeout=90)
+        server.close()
