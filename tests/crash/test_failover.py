@@ -30,6 +30,7 @@ import asyncpg
 import httpx
 import pytest
 
+from app.storage.database import connect_to_primary
 from app.storage.embedded_postgres import EmbeddedPostgres
 from tests.sdk.test_sdk_integration import read_all
 from txbroker import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition, TxbrokerError
@@ -238,6 +239,24 @@ class Writers:
 
 def _values(url: str, topic: str, isolation_level: str = "read_committed") -> list[str]:
     return [record.value.decode() for record in read_all(url, topic, 2, isolation_level)]
+
+
+def test_the_standby_listed_first_is_passed_over_for_the_primary(cluster):
+    """txbroker looks for the read-write host even when the URL does not say so (libpq's default
+    `target_session_attrs` is "any", which would keep the first host: here the standby, where
+    every write fails)."""
+    primary, standby = cluster
+
+    async def reached() -> tuple[bool, int]:
+        connection = await connect_to_primary(
+            f"postgresql://txbroker@127.0.0.1:{standby.port},127.0.0.1:{primary.port}/txbroker"
+        )
+        try:
+            return tuple(await connection.fetchrow("SELECT pg_is_in_recovery(), inet_server_port()"))
+        finally:
+            await connection.close()
+
+    assert asyncio.run(reached()) == (False, primary.port)
 
 
 def test_failover_to_a_synchronous_standby_loses_nothing_acknowledged(cluster, server_process):
