@@ -3,13 +3,11 @@ attributes (app/storage/migrations.py), serialized across server processes by an
 
 import asyncio
 
-from sqlalchemy.ext.asyncio import create_async_engine
-from sqlalchemy.pool import NullPool
 from sqlmodel import SQLModel
 
 from alembic import context
 from app.storage import tables  # noqa: F401  (registers the tables on SQLModel.metadata)
-from app.storage.migrations import MIGRATION_LOCK_KEY, sqlalchemy_url
+from app.storage.migrations import MIGRATION_LOCK_KEY, migration_engine
 
 target_metadata = SQLModel.metadata
 
@@ -26,8 +24,7 @@ def run_migrations(connection) -> None:
 
 
 async def run_online() -> None:
-    url = context.config.attributes["database_url"]
-    engine = create_async_engine(sqlalchemy_url(url), poolclass=NullPool)
+    engine = migration_engine(context.config.attributes["database_url"])
     async with engine.begin() as connection:
         await connection.run_sync(run_migrations)
     await engine.dispose()

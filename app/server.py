@@ -25,13 +25,27 @@ from app.coordinator.write_groups import WriteGroups
 from app.settings import Settings
 from app.storage import principals, topics
 from app.storage.append_notifier import AppendNotifier
-from app.storage.database import create_pool
+from app.storage.database import CONNECTION_ERRORS, create_pool
 from app.storage.migrations import upgrade_to_head
 
 log = logging.getLogger("txbroker")
 
 # TXBROKER_ADMIN_TOKEN makes this principal a super user with that token.
 BOOTSTRAP_SUPER_USER = "admin"
+
+
+async def _migrate_once_reachable(database_url: str) -> None:
+    """The migrations, as soon as PostgreSQL answers: a node started while it is unreachable (a
+    failover under way, the database machine still booting) waits for it instead of exiting, as a
+    running node rides out an outage. Any other failure (a refused password, a broken migration)
+    still stops the start."""
+    while True:
+        try:
+            await asyncio.to_thread(upgrade_to_head, database_url)
+            return
+        except CONNECTION_ERRORS as error:
+            log.warning("PostgreSQL is unreachable (%s); starting once it answers", error)
+            await asyncio.sleep(1)
 
 
 async def _become_ready(app: FastAPI, settings: Settings) -> None:
@@ -79,7 +93,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.ready = False
-        await asyncio.to_thread(upgrade_to_head, database_url)
+        await _migrate_once_reachable(database_url)
         app.state.pool = await create_pool(database_url, settings.database_pool_size)
         app.state.coordinator = TransactionCoordinator(app.state.pool, settings)
         app.state.write_groups = WriteGroups(app.state.coordinator, settings.max_records_per_request)

@@ -45,7 +45,7 @@ async def health(request: Request):
     """200 once the server is ready to serve (migrations applied, unfinished transactions recovered),
     and with `serve --workers N` once every worker is."""
     state = request.app.state
-    database = "ok" if await is_reachable(state.pool) else "unavailable"
+    database = "ok" if await is_reachable(state.pool) else "unreachable"
     ready = state.ready and state.node_ready and database == "ok"
     return json_response(
         {"status": "ok" if ready else "starting" if database == "ok" else "unavailable", "database": database},

@@ -6,6 +6,10 @@ DeleteRecords' log start, compaction, deleted topics' rows: storage/log_cleaner.
 Each is safe on several server processes at once: transactions are claimed with
 FOR UPDATE SKIP LOCKED, the expirations are idempotent DELETEs (safe against racing appends:
 producer_ids.py), and the cleaner takes one partition at a time under an advisory lock.
+
+A worker never ends on an error: PostgreSQL away (stopped, failing over) or a bug, it logs and runs
+again at its next interval, so the node needs no restart when the database is back (a process
+whose task died would keep serving with that job silently undone).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.settings import Settings
 from app.storage import log_cleaner, producer_ids
+from app.storage.database import CONNECTION_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +78,11 @@ class BackgroundWorkers:
                     log.info("%s: %d", name, done)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # PostgreSQL away, or a bug: log it and try again next interval
+            except CONNECTION_ERRORS as error:  # one line per attempt while the database is away
+                log.warning(
+                    "background worker %r: PostgreSQL unavailable (%s); retrying in %d ms", name, error, interval_ms
+                )
+            except Exception:  # a bug: log it whole, and try again next interval
                 log.exception("background worker %r failed; retrying in %d ms", name, interval_ms)
 
     async def stop(self) -> None:

@@ -3,7 +3,9 @@
 Every append sends a PostgreSQL NOTIFY on `txbroker_appends` at commit, so a fetch waiting on any
 server process wakes whichever server appended. If the listening connection is lost, waiters still
 wake every `fallback_s` and re-read: a lost notification delays a long poll, it never loses data,
-because the fetch always re-reads the log rather than trusting the notification.
+because the fetch always re-reads the log rather than trusting the notification. The listening
+connection is found like the pool's (app/storage/database.py): after a failover it reconnects to the
+new primary, and keepalives tell it when its server went silent.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 
 import asyncpg
 
+from app.storage.database import connect_to_primary
 from app.storage.partition_log import APPENDS_CHANNEL, notification_key
 
 log = logging.getLogger(__name__)
@@ -45,7 +48,7 @@ class AppendNotifier:
     async def _keep_listening(self) -> None:
         while True:
             try:
-                self._connection = await asyncpg.connect(self._database_url)
+                self._connection = await connect_to_primary(self._database_url)
                 lost = asyncio.Event()
                 self._connection.add_termination_listener(lambda _conn, lost=lost: lost.set())
                 await self._connection.add_listener(APPENDS_CHANNEL, self._on_notification)

@@ -1,22 +1,115 @@
-"""The asyncpg connection pool every storage module works through."""
+"""The asyncpg connection pool every storage module works through, and how it reaches PostgreSQL.
+
+A database URL may name several hosts, libpq's form for a primary and its standbys
+(`postgresql://h1:5432,h2:5432/db?target_session_attrs=read-write`). txbroker writes on every
+request, so it always looks for the read-write server among them (`target_session_attrs` defaults
+to read-write here, not libpq's "any"), each host tried with a connect timeout of its own so that
+a silent host (a machine down, its packets dropped) cannot stall the search. After a failover the
+connections to the old primary break, the requests on them answer 503 (retriable), and the next
+connection finds the new primary: no restart, no configuration change.
+
+A connection that stops answering (a host gone silent, a network partition) is detected by TCP
+keepalives while idle and by TCP_USER_TIMEOUT while a statement waits, so a request fails with a
+connection error instead of hanging, and a LISTEN connection notices that it must reconnect.
+"""
 
 from __future__ import annotations
+
+import asyncio
+import socket
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import asyncpg
 import orjson
 
-# Raised by asyncpg when PostgreSQL cannot be reached or drops the connection; the API layer maps
-# these to COORDINATOR_NOT_AVAILABLE (503, retriable).
+# Raised by asyncpg when PostgreSQL cannot be reached, drops the connection, shuts down, is not
+# the primary (yet), or a connection is on a server that has become read-only; the API layer maps
+# these to COORDINATOR_NOT_AVAILABLE (503, retriable): the same request succeeds once the
+# database (or its new primary) answers. OSError includes TimeoutError (connect timeouts).
 CONNECTION_ERRORS = (
     OSError,
-    asyncpg.exceptions.ConnectionDoesNotExistError,
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.ConnectionFailureError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.PostgresConnectionError,  # SQLSTATE class 08
+    asyncpg.exceptions.CannotConnectNowError,  # 57P03: starting up, shutting down, in recovery
+    asyncpg.exceptions.AdminShutdownError,  # 57P01
+    asyncpg.exceptions.CrashShutdownError,  # 57P02
     asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.ReadOnlySQLTransactionError,  # 25006: a standby, or a demoted primary
+    asyncpg.exceptions.TargetServerAttributeNotMatched,  # no host is the primary (during a failover)
     asyncpg.exceptions.InterfaceError,
+    # asyncpg's protocol state left inconsistent by a session the server terminated mid-operation
+    # ("cannot switch to state 15; another operation (2) is in progress", MagicStack/asyncpg#784,
+    # seen when the primary dies): the connection is unusable, and closes once its socket does.
+    asyncpg.exceptions.InternalClientError,
 )
+
+# How long one host gets to accept a connection (TCP handshake, TLS, authentication): a refused
+# host fails at once; a silent one would otherwise hold the attempt for the kernel's SYN retries.
+CONNECT_TIMEOUT_S = 10.0
+# An idle connection whose host stopped answering is declared dead after about
+# KEEPALIVE_IDLE_S + KEEPALIVE_COUNT * KEEPALIVE_INTERVAL_S (the LISTEN connection is idle most
+# of the time); one with unacknowledged data (a statement sent) after TCP_USER_TIMEOUT_MS.
+KEEPALIVE_IDLE_S = 10
+KEEPALIVE_INTERVAL_S = 5
+KEEPALIVE_COUNT = 3
+TCP_USER_TIMEOUT_MS = 30_000
+
+READ_WRITE = "read-write"
+
+
+def _keep_alive(sock) -> None:
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return  # a unix socket: the server is on this machine, and its death closes the socket
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_S)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL_S)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_COUNT)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, TCP_USER_TIMEOUT_MS)
+
+
+class KeptAliveConnection(asyncpg.Connection):
+    """An asyncpg connection whose TCP socket has keepalives and a user timeout (see the module
+    docstring); asyncpg itself only sets TCP_NODELAY."""
+
+    def __init__(self, protocol, transport, *args, **kwargs) -> None:
+        super().__init__(protocol, transport, *args, **kwargs)
+        _keep_alive(transport.get_extra_info("socket"))
+
+
+def host_urls(database_url: str) -> list[str]:
+    """The URL once per host of libpq's multi-host form (`postgresql://u@h1:1,h2:2/db?...`), in
+    order; a URL with one host (or hosts given as query parameters) as it is."""
+    parts = urlsplit(database_url)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    if "," not in hosts:
+        return [database_url]
+    return [urlunsplit(parts._replace(netloc=f"{userinfo}{at}{host}")) for host in hosts.split(",")]
+
+
+def _target_session_attrs(database_url: str) -> str:
+    """The URL's target_session_attrs, else read-write (txbroker needs a server that takes writes)."""
+    return parse_qs(urlsplit(database_url).query).get("target_session_attrs", [READ_WRITE])[0]
+
+
+async def connect_to_primary(database_url: str, **options) -> asyncpg.Connection:
+    """A plain asyncpg connection to the read-write server (see the module docstring): each host in
+    turn, each with CONNECT_TIMEOUT_S (asyncpg's timeout bounds all hosts
+    together, so one silent host would use all of it); the first that matches
+    target_session_attrs wins, as in libpq."""
+    attrs = _target_session_attrs(database_url)
+    options.setdefault("connection_class", KeptAliveConnection)
+    last_error: Exception | None = None
+    for url in host_urls(database_url):
+        try:
+            return await asyncpg.connect(
+                url,
+                timeout=CONNECT_TIMEOUT_S,
+                target_session_attrs=attrs,
+                **options,
+            )
+        except (*CONNECTION_ERRORS, asyncio.TimeoutError) as error:
+            last_error = error
+    assert last_error is not None
+    raise last_error
 
 
 async def _init_connection(connection: asyncpg.Connection) -> None:
@@ -39,17 +132,36 @@ async def is_reachable(pool: asyncpg.Pool, timeout_s: float = 2) -> bool:
         return False
 
 
-async def _keep_session(_connection: asyncpg.Connection) -> None:
+def _is_read_only(connection: asyncpg.Connection) -> bool:
+    """From the settings PostgreSQL reports to the client on every change (no round trip)."""
+    settings = connection.get_settings()
+    return "on" in (
+        getattr(settings, "in_hot_standby", "off"),
+        getattr(settings, "default_transaction_read_only", "off"),
+    )
+
+
+async def _keep_session(connection: asyncpg.Connection) -> None:
     """Pooled connections never change session state (no SET, LISTEN or session-level locks), so
     the default reset query (UNLISTEN, RESET ALL, advisory unlock: one more round trip per request)
-    is not needed; asyncpg still rolls back a transaction left open."""
+    is not needed; asyncpg still rolls back a transaction left open.
+
+    A connection whose server has become read-only (made a standby, or set read-only by its
+    operator) is closed here, so the next acquire looks for the read-write server again rather
+    than failing with SQLSTATE 25006 forever."""
+    if _is_read_only(connection):
+        connection.terminate()
 
 
 async def create_pool(database_url: str, size: int) -> asyncpg.Pool:
+    async def connect(*_args, **options) -> asyncpg.Connection:
+        return await connect_to_primary(database_url, **options)
+
     return await asyncpg.create_pool(
-        database_url,
         min_size=1,
         max_size=size,
+        connect=connect,
+        connection_class=KeptAliveConnection,
         init=_init_connection,
         reset=_keep_session,
         # Statements are prepared per connection and reused: the hot paths are a handful of fixed
@@ -66,6 +178,6 @@ async def create_pool(database_url: str, size: int) -> asyncpg.Pool:
 
 async def connect(database_url: str) -> asyncpg.Connection:
     """A single connection set up like the pool's (for workers that need their own, and tests)."""
-    connection = await asyncpg.connect(database_url)
+    connection = await connect_to_primary(database_url)
     await _init_connection(connection)
     return connection

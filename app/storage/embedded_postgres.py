@@ -27,8 +27,7 @@ logger = logging.getLogger(__name__)
 
 SUPERUSER = "txbroker"
 DATABASE = "txbroker"
-PORT = 5432  # only names the socket file: the server listens on no TCP port
-SOCKET_FILE = f".s.PGSQL.{PORT}"
+PORT = 5432  # only names the socket file: the server listens on no TCP port (unless told to)
 # sockaddr_un.sun_path is 108 bytes including the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
 
@@ -143,10 +142,21 @@ class EmbeddedPostgres:
         data_dir: Path | str,
         bindir: Path | str | None = None,
         unprivileged_user: str = "txbroker-pg",
+        *,
+        port: int = PORT,
+        server_settings: dict[str, str] | None = None,
+        standby_of: tuple[str, int] | None = None,
     ) -> None:
+        """`port`, `server_settings` (added to SERVER_SETTINGS, e.g. listen_addresses) and
+        `standby_of` (host, port of a primary whose data dir a new data dir is cloned from, with
+        pg_basebackup, to run as its streaming standby) serve tests that build a replicated
+        cluster on loopback (tests/crash/test_failover.py); txbroker itself uses the defaults."""
         self.data_dir = Path(data_dir).resolve()
         self.bindir = Path(bindir).resolve() if bindir is not None else default_bindir()
         self.unprivileged_user = unprivileged_user
+        self.port = port
+        self.server_settings = {**SERVER_SETTINGS, **(server_settings or {})}
+        self.standby_of = standby_of
         self.pgdata = self.data_dir / "postgres"
         self.log_path = self.data_dir / "postgres.log"
         self.lock_path = self.data_dir / "txbroker.lock"
@@ -155,7 +165,7 @@ class EmbeddedPostgres:
         self._lock_fd: int | None = None
         self._server_user: pwd.struct_passwd | None = None
 
-        socket_path = self._socket_dir / SOCKET_FILE
+        socket_path = self._socket_dir / f".s.PGSQL.{port}"
         if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH_BYTES:
             raise EmbeddedPostgresError(
                 f"the unix socket path {socket_path} is {len(os.fsencode(socket_path))} bytes long; "
@@ -176,7 +186,7 @@ class EmbeddedPostgres:
         clients at another socket file.
         """
         host = urllib.parse.quote(str(self._socket_dir), safe="")
-        return f"postgresql://{SUPERUSER}@/{DATABASE}?host={host}&port={PORT}"
+        return f"postgresql://{SUPERUSER}@/{DATABASE}?host={host}&port={self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -211,7 +221,10 @@ class EmbeddedPostgres:
             self._prepare_directory(self._socket_dir)
             self._stop_orphaned_server(deadline)
             if not (self.pgdata / "PG_VERSION").exists():
-                self._initdb(deadline)
+                if self.standby_of is None:
+                    self._initdb(deadline)
+                else:
+                    self._clone_primary(deadline)
             self._prepare_directory(self.pgdata)
             self._launch_until_accepting(deadline)
             _run_coroutine(lambda: self._create_database_if_missing(DATABASE))
@@ -423,14 +436,45 @@ class EmbeddedPostgres:
         _fsync_directory(self.data_dir)  # so that the rename survives a power loss
         logger.info("initialized a PostgreSQL data dir in %s", self.pgdata)
 
+    def _clone_primary(self, deadline: float) -> None:
+        """PGDATA as a copy of the primary's (pg_basebackup, WAL streamed alongside), with
+        standby.signal and primary_conninfo written (-R), so the server starts as its standby."""
+        assert self.standby_of is not None
+        host, port = self.standby_of
+        self._prepare_directory(self.pgdata)
+        log_offset = self._log_size()
+        command = self._command(
+            "pg_basebackup",
+            self.pgdata,
+            f"--host={host}",
+            f"--port={port}",
+            f"--username={SUPERUSER}",
+            "--wal-method=stream",
+            "--checkpoint=fast",
+            "--write-recovery-conf",
+        )
+        with open(self.log_path, "ab") as log:
+            try:
+                returncode: int | None = subprocess.run(
+                    command, **_child_options(log), timeout=deadline - time.monotonic()
+                ).returncode
+            except subprocess.TimeoutExpired:
+                returncode = None
+        if returncode != 0:
+            shutil.rmtree(self.pgdata, ignore_errors=True)  # a partial copy is no data dir
+            raise EmbeddedPostgresError(
+                f"pg_basebackup of {host}:{port} into {self.pgdata} failed ({returncode}); expected a copy of the "
+                f"primary. Its output ({self.log_path}):\n{self._log_since(log_offset)}"
+            )
+
     def _launch_until_accepting(self, deadline: float) -> None:
         """Starts postgres and waits for it to accept connections, retrying with
         backoff while leftovers of a killed previous owner block the start."""
         backoff_s = 0.1
-        settings = [arg for name, value in SERVER_SETTINGS.items() for arg in ("-c", f"{name}={value}")]
+        settings = [arg for name, value in self.server_settings.items() for arg in ("-c", f"{name}={value}")]
         while True:
             log_offset = self._log_size()
-            command = self._command("postgres", self.pgdata, "-p", str(PORT), "-k", self._socket_dir, *settings)
+            command = self._command("postgres", self.pgdata, "-p", str(self.port), "-k", self._socket_dir, *settings)
             with open(self.log_path, "ab") as log:
                 self._process = subprocess.Popen(command, **_child_options(log))
             try:
@@ -483,7 +527,7 @@ class EmbeddedPostgres:
 
     async def _connect(self, database: str, timeout_s: float = 10.0) -> asyncpg.Connection:
         return await asyncpg.connect(
-            host=str(self._socket_dir), port=PORT, user=SUPERUSER, database=database, timeout=timeout_s
+            host=str(self._socket_dir), port=self.port, user=SUPERUSER, database=database, timeout=timeout_s
         )
 
     def _command(self, program: str, pgdata: Path, *args: str | Path) -> list[str]:

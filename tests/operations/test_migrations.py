@@ -9,17 +9,16 @@ import sys
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy.ext.asyncio import create_async_engine
 from sqlmodel import SQLModel
 
 from app.storage import tables  # noqa: F401
-from app.storage.migrations import sqlalchemy_url
+from app.storage.migrations import migration_engine
 from tests.conftest import REPO_ROOT, database_url_for
 
 
 def test_migrated_schema_matches_the_declared_tables(database_url):
     async def differences():
-        engine = create_async_engine(sqlalchemy_url(database_url))
+        engine = migration_engine(database_url)
         async with engine.connect() as connection:
             diff = await connection.run_sync(
                 lambda sync: compare_metadata(MigrationContext.configure(sync), SQLModel.metadata)

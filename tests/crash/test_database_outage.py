@@ -1,0 +1,196 @@
+"""PostgreSQL stopped under a running node (not failed over: the same server comes back on the same
+socket): every request answers 503 COORDINATOR_NOT_AVAILABLE with `retriable: true` in the
+contract's error format, never a 500; /v1/health says `"database": "unreachable"`; no process of
+the node exits (its background workers keep retrying); and once PostgreSQL is back the same
+processes serve again and their background workers run, without a restart.
+
+The PostgreSQL is the test's own (started with the launcher the server uses), not the session's,
+since the test stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+
+from app.storage.embedded_postgres import EmbeddedPostgres
+from tests.concurrency.test_transaction_concurrency import (
+    _create_topic,
+    _end,
+    _init,
+    _produce,
+    _values,
+    _wait_for_state,
+)
+from tests.conftest import ServerProcess, process_alive
+
+
+@pytest.fixture
+def own_postgres():
+    data_dir = Path(tempfile.mkdtemp(prefix="txb-outage-"))
+    postgres = EmbeddedPostgres(data_dir / "pg")
+    postgres.start()
+    try:
+        yield postgres
+    finally:
+        postgres.stop(immediate=True)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _health(url: str) -> httpx.Response:
+    return httpx.get(f"{url}/v1/health", timeout=30)
+
+
+def _wait_for_health(url: str, database: str, timeout_s: float = 60) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        body = _health(url).json()
+        if body["database"] == database:
+            return body
+        assert time.monotonic() < deadline, f"/v1/health still says {body}, expected database {database!r}"
+        time.sleep(0.1)
+
+
+def _assert_retriable_unavailable(response: httpx.Response) -> None:
+    assert response.status_code == 503, response.text
+    assert response.json() == {
+        "error": {
+            "code": "COORDINATOR_NOT_AVAILABLE",
+            "message": response.json()["error"]["message"],
+            "retriable": True,
+        }
+    }
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_node_survives_postgresql_stopped_and_serves_again_when_it_returns(own_postgres, server_process, workers):
+    server = server_process(
+        "--database-url",
+        own_postgres.database_url,
+        "--workers",
+        str(workers),
+        env={"TXBROKER_ABORT_TIMED_OUT_TRANSACTION_INTERVAL_MS": "100", "TXBROKER_LOG_CLEANER_INTERVAL_MS": "100"},
+    )
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        _create_topic(client, "outage", 2)
+        producer_id, epoch = _init(client, "outage-txn")
+        assert _produce(client, producer_id, epoch, [("outage", 0, 0, ["before"])], "outage-txn").status_code == 200
+        assert _end(client, "outage-txn", producer_id, epoch, commit=True).status_code == 200
+
+        own_postgres.stop()
+        health = _health(server.url)
+        assert health.status_code == 503
+        assert health.json() == {"status": "unavailable", "database": "unreachable"}
+        # Reads, writes and transactions alike; each several times, so that every worker of the
+        # node (each with its own pool) is asked, and the background workers meet the outage too.
+        for _ in range(3 * workers):
+            _assert_retriable_unavailable(client.get("/v1/cluster"))
+            _assert_retriable_unavailable(_produce(client, producer_id, epoch, [("outage", 1, 0, ["lost?"])]))
+            _assert_retriable_unavailable(
+                client.post(
+                    "/v1/producers/init", json={"transactional_id": "outage-txn", "transaction_timeout_ms": 1000}
+                )
+            )
+            _assert_retriable_unavailable(_end(client, "outage-txn", producer_id, epoch, commit=True))
+        assert process_alive(server.pid), "the node exited while PostgreSQL was away"
+
+        own_postgres.start()  # the same data dir, so the same socket: the node finds it again
+        _wait_for_health(server.url, "ok")
+        assert process_alive(server.pid) and server.process.poll() is None
+        assert _values(client, "outage", 0, "read_committed") == ["before"]
+
+        # The background workers still run: a transaction left open past its timeout is aborted
+        # by the timeout worker, with no request from the client.
+        producer_id, epoch = _init(client, "abandoned", timeout_ms=500)
+        assert _produce(client, producer_id, epoch, [("outage", 1, 0, ["abandoned"])], "abandoned").status_code == 200
+        _wait_for_state(client, "abandoned", {"CompleteAbort"}, timeout_s=30)
+    server_log = server.log_path.read_text()
+    assert "failed with a bug" not in server_log, server_log[-5000:]  # every 500 is logged so
+
+
+def _as_superuser(postgres: EmbeddedPostgres, *statements: str) -> None:
+    async def run():
+        connection = await asyncpg.connect(postgres.database_url)
+        try:
+            for statement in statements:
+                await connection.execute(statement)
+        finally:
+            await connection.close()
+
+    asyncio.run(run())
+
+
+def test_a_database_turned_read_only_answers_503_retriable_until_it_takes_writes_again(own_postgres, server_process):
+    """SQLSTATE 25006 ("cannot execute ... in a read-only transaction") is what a request meets on
+    a server that became a standby or was set read-only (a managed service's full disk, a demoted
+    primary behind a DNS name): it is retriable, and the node writes again once the server does,
+    on fresh connections (a read-only one is not kept in the pool)."""
+    server = server_process("--database-url", own_postgres.database_url, "--workers", "1")
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        _create_topic(client, "read-only", 1)
+        producer_id, epoch = _init(client, None)
+        assert _produce(client, producer_id, epoch, [("read-only", 0, 0, ["before"])]).status_code == 200
+
+        # Applies to the sessions already open too (a reload), as a demotion would.
+        _as_superuser(own_postgres, "ALTER SYSTEM SET default_transaction_read_only = on", "SELECT pg_reload_conf()")
+        try:
+            # Until the pooled connections have seen the reload (asynchronously), a write may still pass.
+            deadline = time.monotonic() + 30
+            while (
+                response := _produce(client, producer_id, epoch, [("read-only", 0, 1, ["during"])])
+            ).status_code == 200:
+                assert time.monotonic() < deadline, "the server still takes writes"
+                time.sleep(0.05)
+            _assert_retriable_unavailable(response)
+            _assert_retriable_unavailable(_produce(client, producer_id, epoch, [("read-only", 0, 1, ["during"])]))
+        finally:
+            _as_superuser(
+                own_postgres,
+                "SET default_transaction_read_only = off",
+                "ALTER SYSTEM RESET default_transaction_read_only",
+                "SELECT pg_reload_conf()",
+            )
+        deadline = time.monotonic() + 30
+        while (response := _produce(client, producer_id, epoch, [("read-only", 0, 1, ["after"])])).status_code != 200:
+            _assert_retriable_unavailable(response)
+            assert time.monotonic() < deadline, response.text
+            time.sleep(0.05)
+        assert _values(client, "read-only", 0, "read_committed") == ["before", "after"]
+        assert process_alive(server.pid)
+    server_log = server.log_path.read_text()
+    assert "failed with a bug" not in server_log, server_log[-5000:]
+
+
+def test_a_node_started_while_postgresql_is_down_starts_once_it_is_back(own_postgres):
+    """A node (re)started during an outage waits for PostgreSQL instead of exiting (a service
+    manager would otherwise restart it in a loop, or give up)."""
+    own_postgres.stop()
+    server = ServerProcess("--database-url", own_postgres.database_url, "--workers", "1")
+    starting = threading.Thread(target=server.start)
+    try:
+        starting.start()
+        deadline = time.monotonic() + 60
+        while "PostgreSQL is unreachable" not in server.log_path.read_text():
+            assert server.process is None or server.process.poll() is None, server.log_path.read_text()
+            assert time.monotonic() < deadline, server.log_path.read_text()
+            time.sleep(0.05)
+        # Started here (not in a helper thread): the launcher ties PostgreSQL to its thread.
+        own_postgres.start()
+        starting.join(timeout=90)
+        assert not starting.is_alive() and server.process.poll() is None, server.log_path.read_text()
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            _create_topic(client, "late", 1)
+            producer_id, epoch = _init(client, None)
+            assert _produce(client, producer_id, epoch, [("late", 0, 0, ["served"])]).status_code == 200
+            assert _values(client, "late", 0, "read_committed") == ["served"]
+    finally:
+        starting.join(timeout=90)
+        server.close()
