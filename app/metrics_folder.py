@@ -9,6 +9,7 @@ Invariants:
 - Wiped when the node starts, before its first worker does: the files of the workers of a node
   that was SIGKILLed are never counted again (a restarted node counts from 0, which Prometheus
   reads as the reset it is), nor are those of a worker whose pid a new worker happens to reuse.
+- Emptied again when the node stops (not after a SIGKILL: the next start does it).
 - The supervisor sets PROMETHEUS_MULTIPROC_DIR for its workers before they start: prometheus-client
   chooses its mode once, when it is first imported.
 """
@@ -45,6 +46,10 @@ def node_metrics_folder(host: str, port: int) -> Path:
     else:
         runtime = Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
         folder = _private_folder(_private_folder(runtime / f"txbroker-{os.getuid()}") / f"metrics-{host}-{port}")
+    empty_metrics_folder(folder)
+    return folder
+
+
+def empty_metrics_folder(folder: Path) -> None:
     for stale in folder.glob("*.db"):  # prometheus-client's files only: the folder may be the user's
         stale.unlink(missing_ok=True)
-    return folder

@@ -50,7 +50,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
-from app.metrics_folder import MULTIPROCESS_DIR_VARIABLE, node_metrics_folder
+from app.metrics_folder import MULTIPROCESS_DIR_VARIABLE, empty_metrics_folder, node_metrics_folder
 from app.settings import Settings
 
 log = logging.getLogger("txbroker")
@@ -228,7 +228,8 @@ def supervise(settings: Settings, database_url: str, fd: int, count: int) -> int
     stopping them gracefully) or until one exits on its own (returns 1, after stopping the others).
     The caller has installed signal handlers that raise ShutdownRequested."""
     environment = _worker_environment(settings, database_url)
-    environment[MULTIPROCESS_DIR_VARIABLE] = str(node_metrics_folder(settings.host, settings.port))
+    metrics_folder = node_metrics_folder(settings.host, settings.port)
+    environment[MULTIPROCESS_DIR_VARIABLE] = str(metrics_folder)
     workers: list[subprocess.Popen] = []
     pipes: list[int] = []  # our ends, closed when we return
 
@@ -292,3 +293,4 @@ def supervise(settings: Settings, database_url: str, fd: int, count: int) -> int
         for our_end in pipes:
             os.close(our_end)
         _stop(workers)
+        empty_metrics_folder(metrics_folder)

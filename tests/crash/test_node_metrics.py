@@ -4,6 +4,7 @@ never go back; a node restarted after SIGKILL counts afresh, without its dead wo
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -71,10 +72,16 @@ def test_every_scrape_shows_the_node_and_a_restart_after_sigkill_counts_afresh(s
 
     server.process = None
     server.start()  # the same node: the same listening socket, so the same metrics folder
-    restarted = started_workers(server.pid)
-    assert metrics_folder(restarted[0]) == folder
-    left = {path.name for path in folder.iterdir()}
-    assert not any(f"_{pid}.db" in name for pid in workers if pid not in restarted for name in left), left
-    assert requests_served(server.url) == (0, 0)
-    get_on_new_connections(server.url, 10)
-    assert [requests_served(server.url) for _ in range(4)] == [(10, index) for index in range(1, 5)]
+    try:
+        restarted = started_workers(server.pid)
+        assert metrics_folder(restarted[0]) == folder
+        left = {path.name for path in folder.iterdir()}
+        assert not any(f"_{pid}.db" in name for pid in workers if pid not in restarted for name in left), left
+        assert requests_served(server.url) == (0, 0)
+        get_on_new_connections(server.url, 10)
+        assert [requests_served(server.url) for _ in range(4)] == [(10, index) for index in range(1, 5)]
+        assert server.terminate() == 0
+        assert not list(folder.glob("*.db"))  # a node that stops leaves no metric files
+    finally:
+        server.kill()
+        shutil.rmtree(folder, ignore_errors=True)
