@@ -14,8 +14,9 @@ SO_REUSEPORT is shared by every worker, as before.
 Invariants:
 - Workers share nothing but PostgreSQL, as separate `txbroker serve` processes on one database
   always could (DESIGN.md: no state that correctness depends on lives only in process memory).
-  Per-process state stays per process: /metrics counters, long-poll slots, the null-key
-  round-robin of the records endpoint.
+  Per-process state stays per process: long-poll slots, the null-key round-robin of the records
+  endpoint. The /metrics counters are the node's: each worker writes its own to files in the
+  node's metrics folder, set and wiped here before any worker starts (app/metrics_folder.py).
 - A worker never outlives the supervisor: it asks the kernel for SIGKILL when its parent dies
   (PR_SET_PDEATHSIG), then checks that its parent is still the supervisor (it may have died before
   the request took effect). So a SIGKILL of the supervisor takes down the workers and, through its
@@ -49,6 +50,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
+from app.metrics_folder import MULTIPROCESS_DIR_VARIABLE, empty_metrics_folder, node_metrics_folder
 from app.settings import Settings
 
 log = logging.getLogger("txbroker")
@@ -226,6 +228,8 @@ def supervise(settings: Settings, database_url: str, fd: int, count: int) -> int
     stopping them gracefully) or until one exits on its own (returns 1, after stopping the others).
     The caller has installed signal handlers that raise ShutdownRequested."""
     environment = _worker_environment(settings, database_url)
+    metrics_folder = node_metrics_folder(settings.host, settings.port)
+    environment[MULTIPROCESS_DIR_VARIABLE] = str(metrics_folder)
     workers: list[subprocess.Popen] = []
     pipes: list[int] = []  # our ends, closed when we return
 
@@ -289,3 +293,4 @@ def supervise(settings: Settings, database_url: str, fd: int, count: int) -> int
         for our_end in pipes:
             os.close(our_end)
         _stop(workers)
+        empty_metrics_folder(metrics_folder)

@@ -1,24 +1,43 @@
-"""Prometheus metrics: requests, latencies, records in and out, per-partition high watermarks."""
+"""Prometheus metrics: requests, latencies, records in and out, per-partition high watermarks.
+
+One scrape shows the node. The counters are this process's, or, under `serve --workers N`, where a
+scrape reaches one worker, every worker's: there prometheus-client runs in multiprocess mode (the
+supervisor sets PROMETHEUS_MULTIPROC_DIR, a folder per node: app/metrics_folder.py), each worker
+writes its values to files of its own, and a scrape sums them all, so the node's counters never go
+back (Prometheus reads any drop as a restart). The partitions' high watermarks and LSOs are read
+from PostgreSQL at each scrape, never kept in a process.
+"""
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
 
 from app.api.auth import PrincipalDep
 from app.api.deps import PoolDep
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize
+from app.metrics_folder import MULTIPROCESS_DIR_VARIABLE
 from app.storage import partition_log, topics
 
 
 class Metrics:
-    """One registry per app, so several apps in one process (tests) do not share counters."""
+    """One registry per app, so several apps in one process (tests) do not share counters; `node`:
+    what a scrape reports them from (this registry, or every worker's files)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        folder = os.environ.get(MULTIPROCESS_DIR_VARIABLE)
+        # In multiprocess mode the values live in the folder's files (prometheus-client chose the
+        # mode when imported, from the same variable), whatever registry holds the counters.
+        self.node: Collector = self.registry if not folder else MultiProcessCollector(None, folder)
         self.requests = Counter(
             "txbroker_http_requests", "HTTP requests served", ["method", "route", "status"], registry=self.registry
         )
@@ -29,18 +48,18 @@ class Metrics:
         self.records_fetched = Counter(
             "txbroker_records_fetched", "records returned by fetches", registry=self.registry
         )
-        self.high_watermark = Gauge(
-            "txbroker_partition_high_watermark",
-            "next offset to be written",
-            ["topic", "partition"],
-            registry=self.registry,
-        )
-        self.last_stable_offset = Gauge(
-            "txbroker_partition_last_stable_offset",
-            "first offset of the earliest open transaction, or the HW",
-            ["topic", "partition"],
-            registry=self.registry,
-        )
+
+
+class _Scrape:
+    """What one scrape shows: the node's counters, then the partitions' gauges as read just now."""
+
+    def __init__(self, counters: Collector, gauges: list[GaugeMetricFamily]) -> None:
+        self.counters = counters
+        self.gauges = gauges
+
+    def collect(self) -> Iterable:
+        yield from self.counters.collect()
+        yield from self.gauges
 
 
 class MetricsMiddleware:
@@ -54,19 +73,29 @@ class MetricsMiddleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         started = time.perf_counter()
-        status = [500]
+        status = 500
+        counted = False
 
-        async def record_status(message):
+        def count() -> None:
+            nonlocal counted
+            if not counted:
+                counted = True
+                route = getattr(scope.get("route"), "path", "unmatched")
+                self.metrics.requests.labels(scope["method"], route, str(status)).inc()
+                self.metrics.latency.labels(route).observe(time.perf_counter() - started)
+
+        async def counting_send(message):
+            nonlocal status
             if message["type"] == "http.response.start":
-                status[0] = message["status"]
+                status = message["status"]
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                count()  # before the response's end leaves: a client that has it finds it counted
             await send(message)
 
         try:
-            await self.app(scope, receive, record_status)
+            await self.app(scope, receive, counting_send)
         finally:
-            route = getattr(scope.get("route"), "path", "unmatched")
-            self.metrics.requests.labels(scope["method"], route, str(status[0])).inc()
-            self.metrics.latency.labels(route).observe(time.perf_counter() - started)
+            count()  # a request that ended without a whole response
 
 
 router = APIRouter(tags=["observability"])
@@ -80,11 +109,18 @@ async def metrics_text(request: Request, pool: PoolDep, principal: PrincipalDep)
     async with pool.acquire() as conn:
         found = await topics.list_topics(conn)
         states = await partition_log.partition_states(conn, found)
-    # Rebuilt on each scrape so deleted topics disappear.
-    metrics.high_watermark.clear()
-    metrics.last_stable_offset.clear()
+    # Built on each scrape, so deleted topics disappear and every worker answers the same.
+    high_watermark = GaugeMetricFamily(
+        "txbroker_partition_high_watermark", "next offset to be written", labels=["topic", "partition"]
+    )
+    last_stable_offset = GaugeMetricFamily(
+        "txbroker_partition_last_stable_offset",
+        "first offset of the earliest open transaction, or the HW",
+        labels=["topic", "partition"],
+    )
     for topic in found:
         for index, state in enumerate(states[topic.topic_id]):
-            metrics.high_watermark.labels(topic.name, str(index)).set(state.high_watermark)
-            metrics.last_stable_offset.labels(topic.name, str(index)).set(state.last_stable_offset)
-    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+            high_watermark.add_metric([topic.name, str(index)], state.high_watermark)
+            last_stable_offset.add_metric([topic.name, str(index)], state.last_stable_offset)
+    scrape = _Scrape(metrics.node, [high_watermark, last_stable_offset])
+    return Response(generate_latest(scrape), media_type=CONTENT_TYPE_LATEST)

@@ -15,7 +15,7 @@ The rules, which every function here keeps:
   PrepareAbort: recovery may re-write its markers, and finds them idempotent by that row). So
   read_committed stays exact at every offset >= the log start.
 - Compaction keeps the latest record of each key (only committed records count: aborted ones are
-  removed) and removes a tombstone (null value) once it is older than `delete_retention_ms`. A batch
+  removed) and removes a tombstone (null value) `delete_retention_ms` after the cleaner first kept it. A batch
   keeps its offsets: a removed record leaves a hole (record_codec.with_holes); a batch with nothing
   left goes.
 - One server cleans a partition at a time (a session advisory lock on (topic_id, partition), freed
@@ -107,13 +107,17 @@ WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND max_timestamp_m
 ORDER BY last_offset LIMIT 1
 """
 
-# The first batch a size-based retention keeps: the oldest such that it and every newer batch
-# total at most retention_bytes.
+# The first batch a size-based retention keeps: the oldest whose newer batches alone total less than
+# retention_bytes. As Kafka deletes its oldest segments only while what would remain is at least
+# retention.bytes: a log above the limit keeps at least the limit, never less; and the newest batch
+# always stays (a single batch larger than the limit is the log's whole content, not nothing).
 _FIRST_WITHIN_SIZE_SQL = """
 SELECT base_offset FROM (
-    SELECT base_offset, last_offset, sum(size_bytes) OVER (ORDER BY last_offset DESC) AS newer_bytes
+    SELECT base_offset, last_offset,
+           sum(size_bytes) OVER (ORDER BY last_offset DESC) - size_bytes AS newer_bytes,
+           row_number() OVER (ORDER BY last_offset DESC) AS from_newest
     FROM record_batches WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3
-) b WHERE newer_bytes <= $4 ORDER BY last_offset LIMIT 1
+) b WHERE newer_bytes < $4 OR from_newest = 1 ORDER BY last_offset LIMIT 1
 """
 
 
@@ -177,17 +181,26 @@ WHERE topic_id = $1 AND partition = $2
                                ORDER BY last_offset OFFSET $3 - 1 LIMIT 1), 9223372036854775807)
 """
 
-# Markers below the log start: every batch of their transaction is below it too (a transaction's
-# batches precede its marker), so nothing readable depends on them; those of a transaction still
-# being completed stay (see the module's rules). (The log start is a scalar subquery, computed once,
-# so the marker index is range-scanned: as a join, PostgreSQL may not bound the scan by it.)
+# Markers below the log start whose transaction has no batch left: those below the partition's first
+# batch still stored, which this chunk's DELETE above (same PostgreSQL transaction) has removed. A
+# transaction's batches precede its marker, so none of them is left to read; a marker merely below
+# the log start is not enough, as a fetch in flight, which checked the log start before this chunk
+# (partition_log.read), may still read the batches a later chunk deletes, and an ABORT marker gone
+# before them would show their records to read_committed. Those of a transaction still being
+# completed stay too (see the module's rules). Appends only add batches past the high watermark, and
+# one cleaner holds the partition's lock, so the first batch cannot move back. Oldest first, so each
+# chunk removes those its batches freed. (The bounds are scalar subqueries, computed once, so the
+# marker index is range-scanned: as a join, PostgreSQL may not bound the scan by them.)
 _DELETE_MARKERS_BELOW_START_SQL = """
 DELETE FROM txn_markers WHERE ctid IN (
     SELECT m.ctid FROM txn_markers m
     WHERE m.topic_id = $1 AND m.partition = $2
       AND m.marker_offset < (SELECT log_start_offset FROM partitions WHERE topic_id = $1 AND partition = $2)
+      AND m.marker_offset < coalesce((SELECT last_offset FROM record_batches WHERE topic_id = $1 AND partition = $2
+                                      ORDER BY last_offset LIMIT 1), 9223372036854775807)
       AND NOT EXISTS (SELECT 1 FROM transactions t WHERE t.state = ANY($4::text[])
                       AND t.txn_producer_id = m.producer_id AND t.txn_producer_epoch = m.producer_epoch)
+    ORDER BY m.marker_offset
     LIMIT $3)
 """
 
@@ -249,7 +262,7 @@ WHERE (t.config->>'cleanup_policy' LIKE '%delete%'
        AND ((t.config->>'retention_ms')::bigint >= 0 OR (t.config->>'retention_bytes')::bigint >= 0))
    OR (t.config->>'cleanup_policy' LIKE '%compact%'
        AND (p.high_watermark > coalesce(c.compacted_through, 0)
-            OR c.oldest_tombstone_ms < $1 - (t.config->>'delete_retention_ms')::bigint))
+            OR c.earliest_tombstone_seen_ms <= $1 - (t.config->>'delete_retention_ms')::bigint))
    OR (SELECT true FROM record_batches b WHERE b.topic_id = p.topic_id AND b.partition = p.partition
        AND b.last_offset < p.log_start_offset LIMIT 1)
    OR (SELECT true FROM txn_markers m WHERE m.topic_id = p.topic_id AND m.partition = p.partition

@@ -1,5 +1,6 @@
 """Compaction (cleanup_policy "compact", as Kafka's log cleaner): keep the latest committed record of
-each key, at its offset, and remove tombstones (null values) once older than `delete_retention_ms`.
+each key, at its offset, and remove tombstones (null values) `delete_retention_ms` after the cleaner
+first kept them (Kafka's delete horizon, KIP-534).
 
 Rules (with log_cleaner.py's, which runs it):
 - Offsets never change: a batch keeps its base and last offset, a record it loses leaves a hole
@@ -9,6 +10,11 @@ Rules (with log_cleaner.py's, which runs it):
   value. A transaction's marker (control batch and `txn_markers` row) goes only once none of its
   records is left, in the same or a later PostgreSQL transaction than its last batch, and never while
   the transaction is being completed; so read_committed stays exact.
+- A tombstone's age is the cleaner's, never the record's timestamp (the client's: it may be days old
+  when appended, and a consumer must still get `delete_retention_ms` to read it). The first run that
+  keeps a batch's tombstone stamps the batch (`record_batches.tombstones_seen_ms`, in the page's
+  PostgreSQL transaction; lost in a crash, a later run stamps it later: kept longer, never shorter);
+  a tombstone goes once `delete_retention_ms` has passed since then (at once if it is 0).
 - A run reads the whole log below the LSO, so it waits until half of it (in batches) is new since the
   last run (Kafka's min.cleanable.dirty.ratio), or a kept tombstone is due to go.
 - Two passes: the first (read-only) maps every key to its latest committed offset below the end; the
@@ -34,7 +40,6 @@ class _Latest:
 
     offset: int
     is_tombstone: bool
-    timestamp_ms: int
 
 
 @dataclass(slots=True)
@@ -42,15 +47,16 @@ class _CompactionPass:
     topic: TopicInfo
     partition: int
     end: int  # the LSO when the compaction began: nothing at or past it is touched
-    tombstone_cutoff_ms: int  # tombstones older than this go
+    now_ms: int
+    delete_retention_ms: int
     latest: dict[bytes, _Latest] = field(default_factory=dict)
     # Per transaction (producer id, epoch) seen so far in log order: whether a record of it is kept.
     transactions_kept: dict[tuple[int, int], bool] = field(default_factory=dict)
-    oldest_tombstone_ms: int | None = None
+    earliest_tombstone_seen_ms: int | None = None  # of the tombstones kept: when the cleaner first kept them
 
 
 _PAGE_SQL = """
-SELECT base_offset, last_offset, producer_id, producer_epoch, is_transactional, control_type,
+SELECT base_offset, last_offset, producer_id, producer_epoch, is_transactional, control_type, tombstones_seen_ms,
        CASE WHEN control_type IS NULL THEN records END AS records
 FROM record_batches
 WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $4
@@ -82,10 +88,12 @@ async def _map_latest(conn: asyncpg.Connection, run: _CompactionPass, start: int
             for index, stored in enumerate(record_codec.decode_payload(row["records"])):
                 key = None if stored is None else record_codec.key_bytes(stored)
                 if key is not None:
-                    run.latest[key] = _Latest(row["base_offset"] + index, stored[2] is None, stored[0])
+                    run.latest[key] = _Latest(row["base_offset"] + index, stored[2] is None)
 
 
-def _keeps(run: _CompactionPass, offset: int, stored: list | None) -> bool:
+def _keeps(run: _CompactionPass, offset: int, stored: list | None, tombstones_seen_ms: int | None) -> bool:
+    """Whether the record at `offset` stays; `tombstones_seen_ms`: its batch's stamp (None: this run
+    is the first to see its tombstones, if it has any)."""
     if stored is None:
         return False
     key = record_codec.key_bytes(stored)
@@ -95,9 +103,11 @@ def _keeps(run: _CompactionPass, offset: int, stored: list | None) -> bool:
     if latest is None or latest.offset != offset:
         return False
     if latest.is_tombstone:
-        if latest.timestamp_ms < run.tombstone_cutoff_ms:
+        seen = run.now_ms if tombstones_seen_ms is None else tombstones_seen_ms
+        if seen + run.delete_retention_ms <= run.now_ms:
             return False
-        run.oldest_tombstone_ms = min(latest.timestamp_ms, run.oldest_tombstone_ms or latest.timestamp_ms)
+        earliest = run.earliest_tombstone_seen_ms
+        run.earliest_tombstone_seen_ms = seen if earliest is None else min(earliest, seen)
     return True
 
 
@@ -110,6 +120,7 @@ async def _compact_page(
     aborted = await partition_log.aborted_among(conn, topic_id, partition, rows)
     removed: list[int] = []  # last_offset of batches to delete
     rewritten: list[tuple[int, bytes, int, int, int]] = []
+    stamped: list[int] = []  # last_offset of batches whose tombstones this run is the first to keep
     markers: list[tuple[int, int, int]] = []  # (last_offset, producer id, epoch) of markers to delete
     for row in rows:
         transaction = (row["producer_id"], row["producer_epoch"])
@@ -121,7 +132,10 @@ async def _compact_page(
             removed.append(row["last_offset"])
             continue
         stored = record_codec.decode_payload(row["records"])
-        keep = [_keeps(run, row["base_offset"] + index, record) for index, record in enumerate(stored)]
+        seen = row["tombstones_seen_ms"]
+        keep = [_keeps(run, row["base_offset"] + index, record, seen) for index, record in enumerate(stored)]
+        if seen is None and any(kept and record[2] is None for kept, record in zip(keep, stored, strict=True)):
+            stamped.append(row["last_offset"])
         if row["is_transactional"]:
             run.transactions_kept[transaction] = run.transactions_kept.get(transaction, False) or any(keep)
         if not any(keep):
@@ -140,6 +154,16 @@ async def _compact_page(
             "UPDATE record_batches SET records = $4, size_bytes = $5, first_timestamp_ms = $6, max_timestamp_ms = $7 "
             "WHERE topic_id = $1 AND partition = $2 AND last_offset = $3",
             [(topic_id, partition, *values) for values in rewritten],
+        )
+    if stamped:
+        # Only where unset: a stamp is never moved later (a rerun after a crash finds it set).
+        await conn.execute(
+            "UPDATE record_batches SET tombstones_seen_ms = $4 WHERE topic_id = $1 AND partition = $2 "
+            "AND last_offset = ANY($3::bigint[]) AND tombstones_seen_ms IS NULL",
+            topic_id,
+            partition,
+            stamped,
+            run.now_ms,
         )
     removed_markers = 0
     if markers:
@@ -184,14 +208,15 @@ async def compact(
     conn: asyncpg.Connection, topic: TopicInfo, partition: int, now_ms: int, page: int, totals: CleanupTotals
 ) -> None:
     state = await partition_log.partition_state(conn, topic, partition)
-    run_cutoff = now_ms - topic.setting("delete_retention_ms")  # tombstones older than this go
+    delete_retention_ms = topic.setting("delete_retention_ms")
     progress = await conn.fetchrow(
-        "SELECT compacted_through, oldest_tombstone_ms FROM partition_cleanups WHERE topic_id = $1 AND partition = $2",
+        "SELECT compacted_through, earliest_tombstone_seen_ms FROM partition_cleanups "
+        "WHERE topic_id = $1 AND partition = $2",
         topic.topic_id,
         partition,
     )
-    oldest_tombstone = progress["oldest_tombstone_ms"]
-    tombstones_due = oldest_tombstone is not None and oldest_tombstone < run_cutoff
+    earliest_seen = progress["earliest_tombstone_seen_ms"]
+    tombstones_due = earliest_seen is not None and earliest_seen + delete_retention_ms <= now_ms
     if not tombstones_due:
         if state.last_stable_offset <= progress["compacted_through"]:
             return  # nothing new below the LSO since the last compaction, and no tombstone to drop yet
@@ -207,7 +232,7 @@ async def compact(
         )
         if counts["dirty"] < MIN_CLEANABLE_DIRTY_RATIO * counts["total"]:
             return
-    run = _CompactionPass(topic, partition, state.last_stable_offset, run_cutoff)
+    run = _CompactionPass(topic, partition, state.last_stable_offset, now_ms, delete_retention_ms)
     await _map_latest(conn, run, state.log_start_offset, page)
     async for rows in _pages(conn, topic.topic_id, partition, state.log_start_offset, run.end, page):
         async with conn.transaction():
@@ -215,11 +240,11 @@ async def compact(
             await _compact_page(conn, run, rows, totals)
     # Committed synchronously: its WAL, and with it every chunk's before it, is durable.
     await conn.execute(
-        "UPDATE partition_cleanups SET last_cleanup_ms = $3, compacted_through = $4, oldest_tombstone_ms = $5 "
+        "UPDATE partition_cleanups SET last_cleanup_ms = $3, compacted_through = $4, earliest_tombstone_seen_ms = $5 "
         "WHERE topic_id = $1 AND partition = $2",
         topic.topic_id,
         partition,
         now_ms,
         run.end,
-        run.oldest_tombstone_ms,
+        run.earliest_tombstone_seen_ms,
     )

@@ -86,6 +86,9 @@ class RecordBatch(SQLModel, table=True):
     record_count: int = Field(nullable=False)
     size_bytes: int = Field(nullable=False)
     records: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    # When compaction first kept a tombstone of this batch: its delete horizon (KIP-534) starts
+    # there, not at the record's timestamp, which is the client's (log_compaction.py).
+    tombstones_seen_ms: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
 
 
 class PartitionCleanup(SQLModel, table=True):
@@ -94,8 +97,9 @@ class PartitionCleanup(SQLModel, table=True):
     cleaning one twice at once; appends never touch it, so cleaning never makes a produce wait.
 
     `compacted_through`: compaction has run up to this offset (the LSO it saw), so a partition with
-    nothing new is not compacted again; `oldest_tombstone_ms`: the timestamp of the oldest tombstone it
-    kept (it runs again once that is delete_retention_ms old, even with nothing new)."""
+    nothing new is not compacted again; `earliest_tombstone_seen_ms`: of the tombstones it kept, the
+    earliest time the cleaner first kept one (it runs again once that is delete_retention_ms ago, even
+    with nothing new)."""
 
     __tablename__ = "partition_cleanups"
 
@@ -111,7 +115,7 @@ class PartitionCleanup(SQLModel, table=True):
     compacted_through: int = Field(
         default=0, sa_type=BigInteger, nullable=False, sa_column_kwargs={"server_default": "0"}
     )
-    oldest_tombstone_ms: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
+    earliest_tombstone_seen_ms: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
 
 
 class DeletedTopic(SQLModel, table=True):

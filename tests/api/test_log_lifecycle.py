@@ -23,13 +23,14 @@ from tests.api.test_transactions import TxnProducer
 RARELY = 3_600_000
 
 
-def clean(server, chunk: int = 1000) -> log_cleaner.CleanupTotals:
-    """One cleaner run against the server's database, as the background worker does it."""
+def clean(server, chunk: int = 1000, now_ms: int | None = None) -> log_cleaner.CleanupTotals:
+    """One cleaner run against the server's database, as the background worker does it; `now_ms`:
+    the cleaner's clock (default: now), to run it as if later."""
 
     async def run():
         pool = await create_pool(server.database_url, 2)
         try:
-            return await log_cleaner.clean(pool, None, int(time.time() * 1000), chunk)
+            return await log_cleaner.clean(pool, None, int(time.time() * 1000) if now_ms is None else now_ms, chunk)
         finally:
             await pool.close()
 
@@ -149,14 +150,36 @@ def test_retention_by_time_deletes_old_batches_and_moves_the_log_start(server, c
     assert log_start(client, "aged") == 6 and stored_batches(server, "aged") == 1
 
 
-def test_retention_by_size_keeps_the_newest_batches_within_the_limit(server, client):
+def test_retention_by_size_deletes_the_oldest_batches_while_at_least_the_limit_remains(server, client):
     create(client, "sized", retention_bytes=25)
     for batch in range(5):
         produce(client, "sized", [{"value": f"{batch}" * 10}])  # 10 bytes a batch
+    clean(server)  # 50 bytes: without batches 0 and 1, 30 remain; without batch 2 too, 20 (< 25)
+    assert log_start(client, "sized") == 2
+    assert [r["value"] for r in fetch(client, "sized", 2)["records"]] == ["2" * 10, "3" * 10, "4" * 10]
+    assert stored_batches(server, "sized") == 3
+
+
+def test_retention_by_size_never_deletes_the_last_batch(server, client):
+    # Issue 22: one acknowledged batch larger than retention_bytes emptied the log.
+    create(client, "one-big", retention_bytes=1000)
+    produce(client, "one-big", [{"value": "x" * 1500}])
     clean(server)
-    assert log_start(client, "sized") == 3
-    assert [r["value"] for r in fetch(client, "sized", 3)["records"]] == ["3" * 10, "4" * 10]
-    assert stored_batches(server, "sized") == 2
+    assert log_start(client, "one-big") == 0 and stored_batches(server, "one-big") == 1
+    assert [r["value"] for r in fetch(client, "one-big", 0)["records"]] == ["x" * 1500]
+    produce(client, "one-big", [{"value": "y" * 600}])
+    clean(server)  # without the first batch 600 bytes would remain, fewer than the limit: both stay
+    assert log_start(client, "one-big") == 0 and stored_batches(server, "one-big") == 2
+    produce(client, "one-big", [{"value": "z" * 500}])
+    clean(server)  # now 1100 would remain: the first goes
+    assert log_start(client, "one-big") == 1
+    assert [r["value"] for r in fetch(client, "one-big", 1)["records"]] == ["y" * 600, "z" * 500]
+    create(client, "zero", retention_bytes=0)
+    for value in ("a", "b"):
+        produce(client, "zero", [{"value": value}])
+    clean(server)  # a limit of 0 keeps the newest batch still
+    assert log_start(client, "zero") == 1
+    assert [r["value"] for r in fetch(client, "zero", 1)["records"]] == ["b"]
 
 
 def test_server_default_retention_applies_to_topics_created_without_one(make_server):
@@ -238,6 +261,62 @@ def test_delete_records_errors(client):
     ):
         response = client.post("/v1/topics/bounded/delete-records", json=bad)
         assert response.status_code == 400 and response.json()["error"]["code"] == "INVALID_REQUEST", bad
+
+
+def test_an_abort_marker_outlives_its_batches_while_a_fetch_in_flight_may_read_them(server, client):
+    # Issue 22: the cleaner deleted, with its first chunk of batches below the log start, every
+    # marker below it; an ABORT marker went while its aborted batch waited for a later chunk, and a
+    # fetch that had checked the log start before DeleteRecords then showed that batch to
+    # read_committed. Here the second chunk is held (a row lock on its first batch) while such a
+    # fetch reads.
+    from app.storage import partition_log, topics
+
+    create(client, "in-flight")
+    aborting = TxnProducer(client, "in-flight-aborting")
+    aborting.init()
+    aborting.send("in-flight", 0, "aborted-0")  # 0
+    produce(client, "in-flight", [{"value": "plain-1"}])  # 1
+    produce(client, "in-flight", [{"value": "plain-2"}])  # 2
+    aborting.send("in-flight", 0, "aborted-3")  # 3
+    aborting.abort()  # ABORT marker at 4
+    produce(client, "in-flight", [{"value": "plain-5"}])  # 5
+    topic = topic_id(server, "in-flight")
+
+    async def run() -> list:
+        pool = await create_pool(server.database_url, 2)
+        fetcher, holder = await connect(server.database_url), await connect(server.database_url)
+        try:
+            info = await topics.get_topic(fetcher, "in-flight")
+            in_flight = await partition_log.partition_state(fetcher, info, 0)  # the log start is 0 here
+            assert delete_records(client, "in-flight", {0: 5}).status_code == 200
+            holder_transaction = holder.transaction()
+            await holder_transaction.start()
+            await holder.execute(
+                "SELECT 1 FROM record_batches WHERE topic_id = $1 AND partition = 0 AND last_offset = 2 FOR UPDATE",
+                topic,
+            )
+            cleaner = asyncio.create_task(log_cleaner.clean(pool, None, int(time.time() * 1000), 2))
+            # The first chunk (batches 0 and 1) is committed once the second waits for the held row.
+            # (Polled outside the holder's transaction, whose view of pg_stat_activity stays as first read.)
+            while not await fetcher.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query LIKE '%DELETE FROM record_batches%'"
+            ):
+                assert not cleaner.done(), cleaner
+                await asyncio.sleep(0.01)
+            read = await partition_log.read(fetcher, info, 0, 2, 100, "read_committed", "utf8", in_flight)
+            await holder_transaction.rollback()
+            await cleaner
+            return [(r["offset"], r["value"]) for r in read.records]
+        finally:
+            await fetcher.close()
+            await holder.close()
+            await pool.close()
+
+    assert asyncio.run(run()) == [(2, "plain-2"), (5, "plain-5")]
+    # Once its batches are gone, the marker goes too.
+    assert sql(server.database_url, "SELECT 1 FROM txn_markers WHERE topic_id = $1", topic) == []
+    assert stored_batches(server, "in-flight") == 1
 
 
 def test_read_committed_at_the_log_start_hides_an_aborted_transaction_whose_marker_is_gone(server, client):
@@ -405,6 +484,29 @@ def test_compaction_keeps_tombstones_for_delete_retention_ms_and_stops_at_the_ls
         (1, None),
         (3, "after"),
     ]
+
+
+def test_a_tombstone_stays_delete_retention_ms_after_the_cleaner_first_saw_it_whatever_its_timestamp(server, client):
+    # Issue 22: a tombstone whose record timestamp was two days old went at the next compaction
+    # (delete_retention_ms 24 h): a consumer that had read the value never saw the delete.
+    day = 86_400_000
+    create(client, "late-deletes", cleanup_policy="compact", delete_retention_ms=day)
+    two_days_ago = int(time.time() * 1000) - 2 * day
+    produce(client, "late-deletes", [{"key": "k", "value": "v", "timestamp_ms": two_days_ago}])  # 0
+    produce(client, "late-deletes", [{"key": "k", "value": None, "timestamp_ms": two_days_ago}])  # 1: tombstone
+    produce(client, "late-deletes", [{"key": "other", "value": "stays"}])  # 2
+    first_seen = int(time.time() * 1000)
+    clean(server, now_ms=first_seen)
+
+    def kept() -> list:
+        return [(r["offset"], r["value"]) for r in fetch(client, "late-deletes", 0)["records"]]
+
+    assert kept() == [(1, None), (2, "stays")]  # the value superseded, the tombstone kept
+    clean(server, now_ms=first_seen + day - 1)
+    assert kept() == [(1, None), (2, "stays")]
+    clean(server, now_ms=first_seen + day)
+    assert kept() == [(2, "stays")]
+    assert stored_batches(server, "late-deletes") == 1
 
 
 def test_internal_topics_are_compacted_so_their_size_follows_live_ids(server, client):
@@ -748,7 +850,7 @@ def test_two_servers_clean_one_database_at_once_and_keep_the_latest_of_every_key
 
 
 def test_retention_stops_inside_an_aborted_transaction_and_removes_its_marker_only_past_it(server, client):
-    create(client, "sized-txn", retention_bytes=25)
+    create(client, "sized-txn", retention_bytes=14)
     aborting = TxnProducer(client, "sized-aborting")
     aborting.init()
     aborting.send("sized-txn", 0, "a" * 1000)  # 0: aborted, large
@@ -757,18 +859,19 @@ def test_retention_stops_inside_an_aborted_transaction_and_removes_its_marker_on
     aborting.abort()  # 3: ABORT marker
     produce(client, "sized-txn", [{"value": "plain-4"}])  # 4: plain, 7 bytes
 
-    clean(server)  # 7 + 7 bytes fit in 25: the log start lands on offset 2, inside the aborted transaction
+    clean(server)  # without batch 1, 7 + 7 bytes (14) remain; without 2, 7: the log start lands on offset 2,
+    # inside the aborted transaction
     assert log_start(client, "sized-txn") == 2
     assert [r["value"] for r in fetch(client, "sized-txn", 2)["records"]] == ["plain-4"]
     assert [r["value"] for r in fetch(client, "sized-txn", 2, "read_uncommitted")["records"]] == ["aborted", "plain-4"]
 
-    for value in ("plain-5", "plain-6", "plain-7"):
+    for value in ("plain-5", "plain-6"):
         produce(client, "sized-txn", [{"value": value}])
-    clean(server)  # now only 5..7 fit: the aborted batch and then its marker go
+    clean(server)  # now 5 and 6 are the limit: the aborted batch and then its marker go
     assert log_start(client, "sized-txn") == 5
     markers = sql(server.database_url, "SELECT 1 FROM txn_markers WHERE topic_id = $1", topic_id(server, "sized-txn"))
     assert markers == []
-    assert [r["value"] for r in fetch(client, "sized-txn", 5)["records"]] == ["plain-5", "plain-6", "plain-7"]
+    assert [r["value"] for r in fetch(client, "sized-txn", 5)["records"]] == ["plain-5", "plain-6"]
 
 
 # ---- the payload of a compacted batch (no I/O)

@@ -1,0 +1,87 @@
+"""/metrics of a node of several workers (`txbroker serve --workers N`; app/api/metrics.py,
+app/metrics_folder.py): a scrape, whichever worker answers it, shows the node's counters, so they
+never go back; a node restarted after SIGKILL counts afresh, without its dead workers' files."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.crash.test_worker_processes import wait_until_gone, worker_pids
+
+WORKERS = 2
+
+
+def started_workers(supervisor_pid: int, timeout_s: float = 60) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while len(pids := worker_pids(supervisor_pid)) < WORKERS:
+        assert time.monotonic() < deadline, f"only workers {pids} started"
+        time.sleep(0.05)
+    return pids
+
+
+def requests_served(url: str) -> tuple[int, int]:
+    """The node's counts of GET /v1/topics and GET /metrics, from one scrape on a connection of its
+    own (the kernel hands each new connection to one worker)."""
+    with httpx.Client(base_url=url, timeout=30) as client:
+        response = client.get("/metrics")
+    assert response.status_code == 200, response.text
+    counts = {"/v1/topics": 0, "/metrics": 0}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            if sample.name == "txbroker_http_requests_total" and sample.labels["method"] == "GET":
+                route = sample.labels["route"]
+                counts[route] = counts.get(route, 0) + int(sample.value)
+    return counts["/v1/topics"], counts["/metrics"]
+
+
+def get_on_new_connections(url: str, count: int) -> None:
+    for _ in range(count):
+        with httpx.Client(base_url=url, timeout=30) as client:
+            assert client.get("/v1/topics").status_code == 200
+
+
+def metrics_folder(worker_pid: int) -> Path:
+    """The folder the supervisor gave the worker (its environment, as the worker started with it)."""
+    environment = Path(f"/proc/{worker_pid}/environ").read_bytes().split(b"\0")
+    [folder] = [entry.split(b"=", 1)[1] for entry in environment if entry.startswith(b"PROMETHEUS_MULTIPROC_DIR=")]
+    return Path(folder.decode())
+
+
+def test_every_scrape_shows_the_node_and_a_restart_after_sigkill_counts_afresh(server_process, database_url):
+    # Issue 22: each scrape reached one worker with counters of its own (seen: 84, 79, 84); Prometheus
+    # reads every drop as a reset.
+    server = server_process("--database-url", database_url, "--workers", str(WORKERS))
+    workers = started_workers(server.pid)
+    requests = 60  # on connections of their own, so that both workers serve some (each 1 in 2)
+    get_on_new_connections(server.url, requests)
+    scrapes = [requests_served(server.url) for _ in range(12)]
+    # Each scrape counts every request made, and the scrapes before it (counted before their answer
+    # ended), whichever worker served them and whichever answers.
+    assert scrapes == [(requests, index) for index in range(12)]
+
+    folder = metrics_folder(workers[0])
+    assert metrics_folder(workers[1]) == folder
+    assert {f"counter_{pid}.db" for pid in workers} <= {path.name for path in folder.iterdir()}
+    server.kill()  # SIGKILL of the supervisor: its workers die with it (PR_SET_PDEATHSIG), leaving their files
+    assert wait_until_gone(workers) == []
+
+    server.process = None
+    server.start()  # the same node: the same listening socket, so the same metrics folder
+    try:
+        restarted = started_workers(server.pid)
+        assert metrics_folder(restarted[0]) == folder
+        left = {path.name for path in folder.iterdir()}
+        assert not any(f"_{pid}.db" in name for pid in workers if pid not in restarted for name in left), left
+        assert requests_served(server.url) == (0, 0)
+        get_on_new_connections(server.url, 10)
+        assert [requests_served(server.url) for _ in range(4)] == [(10, index) for index in range(1, 5)]
+        assert server.terminate() == 0
+        assert not list(folder.glob("*.db"))  # a node that stops leaves no metric files
+    finally:
+        server.kill()
+        shutil.rmtree(folder, ignore_errors=True)
