@@ -67,8 +67,24 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     # The cores this process may run on (a cpuset or taskset limits them), not all of the machine's.
     workers = settings.workers or len(os.sched_getaffinity(0))
-    if args.fd is not None:
-        _disable_nagle(args.fd)
+    node_socket = None
+    fd = args.fd
+    if fd is None:
+        # Bound here, whatever the number of workers (one function binds every port a node listens
+        # on), and before PostgreSQL starts: a port served by a live node stops us before anything.
+        from app.worker_processes import PortInUse, bind_listening_socket
+
+        try:
+            node_socket = bind_listening_socket(settings.host, settings.port)
+        except PortInUse as error:
+            print(
+                f"txbroker: {error}. Stop that node first, or start this one on a free port (--port).", file=sys.stderr
+            )
+            return 2
+        fd = node_socket.fileno()
+        settings = settings.model_copy(update={"port": node_socket.getsockname()[1]})  # --port 0: the kernel's
+    else:
+        _disable_nagle(fd)
     postgres = None
     database_url = settings.database_url
     if database_url is None:
@@ -86,34 +102,38 @@ def serve(args: argparse.Namespace) -> int:
             _run_uvicorn(
                 settings,
                 database_url,
-                _worker_fd(args),
+                _worker_fd(fd, args.worker_index),
                 serve_before_ready=args.worker_index in (None, 0),
                 ready_fd=args.ready_fd,
                 node_ready_fd=args.node_ready_fd,
             )
             return 0
-        return _supervise(settings, database_url, args.fd, workers)
+        from app.worker_processes import supervise
+
+        return supervise(settings, database_url, fd, workers)
     except ShutdownRequested:
         return 0
     finally:
         if postgres is not None:
             postgres.stop()
+        if node_socket is not None:
+            node_socket.close()
 
 
-def _worker_fd(args: argparse.Namespace) -> int | None:
-    """The socket this process accepts on: the one it was given, or, for a worker after the first,
-    possibly a socket of its own beside it (app/worker_processes.py)."""
-    if args.fd is None or args.worker_index in (None, 0):
-        return args.fd
+def _worker_fd(fd: int, worker_index: int | None) -> int:
+    """The socket this process accepts on: the node's, or, for a worker after the first, possibly a
+    socket of its own beside it (app/worker_processes.py)."""
+    if worker_index in (None, 0):
+        return fd
     from app.worker_processes import worker_listening_socket
 
-    return worker_listening_socket(args.fd)
+    return worker_listening_socket(fd)
 
 
 def _run_uvicorn(
     settings: Settings,
     database_url: str,
-    fd: int | None,
+    fd: int,
     serve_before_ready: bool,
     ready_fd: int | None,
     node_ready_fd: int | None,
@@ -152,18 +172,6 @@ def _freeze_startup_objects() -> None:
     apps, and would keep the dropped ones forever."""
     gc.collect()
     gc.freeze()
-
-
-def _supervise(settings: Settings, database_url: str, fd: int | None, workers: int) -> int:
-    """N worker processes on one socket (app/worker_processes.py)."""
-    from app.worker_processes import bind_listening_socket, supervise
-
-    if fd is not None:
-        return supervise(settings, database_url, fd, workers)
-    with bind_listening_socket(settings.host, settings.port) as sock:
-        return supervise(
-            settings.model_copy(update={"port": sock.getsockname()[1]}), database_url, sock.fileno(), workers
-        )
 
 
 def _disable_nagle(fd: int) -> None:

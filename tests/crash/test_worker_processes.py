@@ -102,7 +102,7 @@ def test_workers_share_the_port_and_appends_stay_dense_and_exactly_once(server_p
     assert len({r["value"] for r in records}) == len(records)
 
 
-def _socket_inodes(pid: int) -> set[str]:
+def socket_inodes(pid: int) -> set[str]:
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
@@ -114,15 +114,15 @@ def _socket_inodes(pid: int) -> set[str]:
     return inodes
 
 
-def _sockets_in_state(port: int, state: str) -> set[str]:
+def sockets_in_state(port: int, state: str) -> set[str]:
     """The inodes of the IPv4 TCP sockets in this state (01 established, 0A listening) on this local
     port (/proc/net/tcp)."""
     rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
     return {row[9] for row in rows if row[1].endswith(f":{port:04X}") and row[3] == state}
 
 
-def _established(port: int) -> set[str]:
-    return _sockets_in_state(port, "01")
+def established_sockets(port: int) -> set[str]:
+    return sockets_in_state(port, "01")
 
 
 @pytest.mark.parametrize("reuse_port", [True, False], ids=["socket-per-worker", "one-shared-socket"])
@@ -134,7 +134,7 @@ def test_clients_that_connect_once_health_says_200_reach_every_worker(server_pro
     them); a socket given without it is shared by every worker."""
     server = server_process("--data-dir", str(data_dir), "--workers", str(WORKERS), reuse_port=reuse_port)
     workers = worker_pids(server.pid)
-    listening = _sockets_in_state(int(server.url.rsplit(":", 1)[1]), "0A")
+    listening = sockets_in_state(int(server.url.rsplit(":", 1)[1]), "0A")
     assert len(listening) == (WORKERS if reuse_port else 1), f"listening sockets on the port: {listening}"
     clients = [httpx.Client(base_url=server.url, timeout=30) for _ in range(30)]
     try:
@@ -149,8 +149,8 @@ def test_clients_that_connect_once_health_says_200_reach_every_worker(server_pro
             thread.start()
         for thread in threads:
             thread.join(timeout=60)
-        established = _established(int(server.url.rsplit(":", 1)[1]))
-        served = {pid: len(_socket_inodes(pid) & established) for pid in workers}
+        established = established_sockets(int(server.url.rsplit(":", 1)[1]))
+        served = {pid: len(socket_inodes(pid) & established) for pid in workers}
         assert len(workers) == WORKERS and sum(served.values()) == len(clients), served
         assert all(count > 0 for count in served.values()), f"connections per worker pid: {served}"
     finally:
