@@ -122,7 +122,8 @@ def _stop_unclosed_loops() -> None:
     never closed: their tasks are cancelled and finished on their own loop, quietly. Records not
     yet sent are dropped, as when a Kafka producer is never closed; close() or flush() sends them."""
     for loop_thread in list(_RUNNING_LOOPS):
-        loop_thread.stop()
+        if loop_thread._pid == os.getpid():  # a forked child's copy has no thread to stop
+            loop_thread.stop()
 
 
 def _blocking(method: Callable) -> Callable:
