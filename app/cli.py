@@ -166,8 +166,9 @@ def _freeze_startup_objects() -> None:
     """Moves every object alive now (modules, FastAPI's routes, pydantic's models: the bulk of the
     heap) out of the cyclic garbage collector's reach, for the life of this serving process. A fetch
     of 1000 records builds a few thousand containers that live long enough to reach the oldest
-    generation, so full collections ran every few requests and each walked the whole heap: about half
-    of a fetch's rendering CPU, measured. Startup's garbage is collected first, so nothing frozen is
+    generation, so full collections ran every few requests and each walked the whole heap, a large
+    share of a fetch's rendering CPU (`python -m bench.partition_log` measures fetches). Startup's
+    garbage is collected first, so nothing frozen is
     garbage (see gc.freeze in Python's docs). Here and not in create_app: a test process creates many
     apps, and would keep the dropped ones forever."""
     gc.collect()

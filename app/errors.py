@@ -1,7 +1,7 @@
 """The closed registry of txbroker's error codes, and the one exception that carries them.
 
 Every error that reaches a client is a `BrokerError` with a code from `ErrorCode`. The code names are
-part of the HTTP contract (API.md, "Error codes"): like Kafka's `Errors.java`, a code's HTTP status and
+part of the HTTP contract (docs/api.md, "Error codes"): like Kafka's `Errors.java`, a code's HTTP status and
 retriability are declared once here and never change meaning.
 
     Exception

@@ -1,5 +1,5 @@
 """All server settings, in one class. Each is also an environment variable TXBROKER_<NAME>; the CLI's
-flags override the environment. Defaults are Kafka's where Kafka has the setting (API.md)."""
+flags override the environment. Defaults are Kafka's where Kafka has the setting (docs/api.md)."""
 
 from __future__ import annotations
 

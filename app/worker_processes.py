@@ -7,16 +7,17 @@ and hands to each worker, a `txbroker serve --fd K --workers 1` child. Worker 0 
 it allows port reuse (SO_REUSEPORT, as the supervisor binds it), each other worker binds a socket
 of its own to the same address and listens once ready (`worker_listening_socket`): the kernel then
 hashes each new connection to one of the workers' sockets. On one shared socket, whichever worker
-accepts first takes every connection waiting: the 8 connections a load client opened together all
-landed on one worker of two in half the runs (README, "Performance"). A socket given without
-SO_REUSEPORT is shared by every worker, as before.
+accepts first takes every connection waiting, so the connections a load client opens together
+can all land on one worker while the others idle (`python -m bench.transactions --workers 2` shows
+it). A socket given without SO_REUSEPORT is shared by every worker, as before.
 
 Invariants:
 - Workers share nothing but PostgreSQL, as separate `txbroker serve` processes on one database
-  always could (DESIGN.md: no state that correctness depends on lives only in process memory).
-  Per-process state stays per process: long-poll slots, the null-key round-robin of the records
-  endpoint. The /metrics counters are the node's: each worker writes its own to files in the
-  node's metrics folder, set and wiped here before any worker starts (app/metrics_folder.py).
+  always could (docs/design.md, "Storage model": no state that correctness depends on lives only in
+  process memory). Per-process state stays per process: long-poll slots, the null-key round-robin
+  of the records endpoint. The /metrics counters are the node's: each worker writes its own to
+  files in the node's metrics folder, set and wiped here before any worker starts
+  (app/metrics_folder.py).
 - A worker never outlives the supervisor: it asks the kernel for SIGKILL when its parent dies
   (PR_SET_PDEATHSIG), then checks that its parent is still the supervisor (it may have died before
   the request took effect). So a SIGKILL of the supervisor takes down the workers and, through its
@@ -203,8 +204,7 @@ def node_ready_waiter(node_ready_fd: int | None) -> Callable[[], Awaitable[None]
     worker 0 starts first (it migrates and recovers) and the others once it is ready, and a client
     that connected as soon as /v1/health said 200 would land on the workers started so far --
     clients that start with the service (a pool, a benchmark) all landed on worker 0, and kept
-    their keep-alive connections there while the other cores idled (measured: 8 producers, every
-    request served by one of 2 workers)."""
+    their keep-alive connections there while the other cores idled."""
     if node_ready_fd is None:
         return None
 

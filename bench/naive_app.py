@@ -55,8 +55,8 @@ RETURNING base_offset, last_offset
 
 # A request to several partitions: one statement for all (atomic, one round trip and one commit), the
 # least a naive app could do for a write that must be all or nothing, such as a transaction's batches
-# or its markers. Single-partition requests keep APPEND_SQL, bench.produce_ceiling's baseline since
-# issue 13's first round. A request names each partition once (as the benches send them): UPDATE ... FROM
+# or its markers. Single-partition requests keep APPEND_SQL, bench.produce_ceiling's baseline. A
+# request names each partition once (as the benches send them): UPDATE ... FROM
 # moves a row once however many of `wanted` match it.
 APPEND_MANY_SQL = """
 WITH wanted AS (

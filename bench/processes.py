@@ -36,7 +36,7 @@ def loopback_socket() -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     # uvicorn opens a socket given by fd as AF_UNIX (uvicorn/config.py, socket.fromfd), so the event
     # loop never sets TCP_NODELAY on the connections it accepts, and Nagle's algorithm meets the
-    # client's delayed ACK: ~40 ms per request, 60x fewer requests/s than `serve --port`. Accepted
+    # client's delayed ACK: every request waits for the delayed ACK's timer. Accepted
     # sockets inherit the option from the listening socket on Linux, so set it here to measure what
     # a server bound with --port does.
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -71,13 +71,22 @@ def main(argv: list[str] | None = None) -> int:
         consumer.subscribe([args.input])
         committed_records = 0
         idle_since = time.monotonic()
+        said_waiting = False
         while args.max_records is None or committed_records < args.max_records:
             records = consumer.poll(timeout_ms=1000)
             if not records:
+                if not said_waiting:  # once per idle spell: an empty input topic is not a hang
+                    print(
+                        f"waiting for records in {args.input!r} (group {args.group!r}, committed so far: "
+                        f"{committed_records}); produce some, or stop with Ctrl-C",
+                        flush=True,
+                    )
+                    said_waiting = True
                 if args.idle_exit_ms is not None and (time.monotonic() - idle_since) * 1000 >= args.idle_exit_ms:
                     break
                 continue
             idle_since = time.monotonic()
+            said_waiting = False
             producer.begin_transaction()
             try:
                 for record in records:

@@ -6,7 +6,7 @@
 #
 # Each step prints its curl command, ready to copy, and the response. The script checks each
 # response (status code and key fields, with python3) and stops with a message at the first one
-# that is not what the API contract (API.md) says. Bodies are sent with plain `curl -d`: the server
+# that is not what the API contract (docs/api.md) says. Bodies are sent with plain `curl -d`: the server
 # reads every body as JSON, whatever Content-Type curl declares.
 set -euo pipefail
 

@@ -36,8 +36,8 @@ class ConnectionOptions:
     @property
     def client_config(self) -> dict:
         """Keyword arguments for the SDK's clients. A plain-HTTP server gets a transport without TLS
-        settings: httpx builds its default SSL context for every client (~40 ms), and a task makes
-        several clients."""
+        settings: httpx builds its default SSL context (loading the CA bundle) for every client,
+        and a task makes several clients."""
         config: dict = {"token": self.token, "request_timeout_ms": self.request_timeout_ms}
         if self.url.startswith("http://"):
             config["transport"] = httpx.AsyncHTTPTransport(verify=False)

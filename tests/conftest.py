@@ -107,7 +107,8 @@ def wait_until_healthy(url: str, timeout_s: float = 60, process: subprocess.Pope
     raise RuntimeError(f"the server at {url} was not healthy within {timeout_s}s: {last}")
 
 
-# httpx builds an SSL context per Client (~30 ms) unless given one; test clients never use TLS.
+# httpx builds an SSL context per Client (loading the CA bundle) unless given one; test clients never
+# use TLS.
 SHARED_SSL_CONTEXT = ssl.create_default_context()
 
 

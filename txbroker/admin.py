@@ -2,7 +2,7 @@
 producers, markers, consumer groups, offsets. `AsyncAdmin` is the one implementation; `txbroker.Admin`
 runs it on a private event loop thread.
 
-Results are the contract's JSON objects (API.md), as dicts: the shapes are documented there once.
+Results are the contract's JSON objects (docs/api.md), as dicts: the shapes are documented there once.
 Reads retry retriable errors; `create_topic`, `delete_topic` and `abort_transaction` are sent once
 (a retry after a lost answer would report TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION or
 INVALID_TXN_STATE for what did happen).

@@ -1,4 +1,4 @@
-"""One HTTP connection pool to one txbroker server, speaking the contract (API.md): JSON bodies in,
+"""One HTTP connection pool to one txbroker server, speaking the contract (docs/api.md): JSON bodies in,
 JSON bodies out, error bodies turned into `txbroker.errors` exceptions.
 
 This is the single boundary where httpx's exceptions become the SDK's (`raise ... from`): a

@@ -1,4 +1,4 @@
-"""The SDK's errors: one class per error code of the HTTP contract (API.md, "Error codes"), plus the
+"""The SDK's errors: one class per error code of the HTTP contract (docs/api.md, "Error codes"), plus the
 few errors the client itself raises.
 
     Exception
@@ -106,7 +106,7 @@ def _error(
     )
 
 
-# ---- the contract's codes, one row each (API.md's table)
+# ---- the contract's codes, one row each (docs/api.md, "Error codes")
 
 InvalidRequestError = _error("InvalidRequestError", "INVALID_REQUEST", 400, doc="malformed body or field")
 InvalidTopicError = _error(

@@ -16,11 +16,13 @@ the caller's thread inside poll(), so they may call the consumer (commit, seek) 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import functools
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
@@ -39,13 +41,14 @@ T = TypeVar("T")
 
 class LoopThread:
     """An event loop running forever in a daemon thread (daemon: a client never closed does not
-    keep the interpreter alive)."""
+    keep the interpreter alive; at exit its loop is stopped, see `_stop_unclosed_loops`)."""
 
     def __init__(self, name: str) -> None:
         self.loop = asyncio.new_event_loop()
         self._pid = os.getpid()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+        _RUNNING_LOOPS.add(self)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -105,6 +108,22 @@ class LoopThread:
         if threading.current_thread() is not self._thread:
             self._thread.join()
             self.loop.close()
+
+
+# The loops of clients not closed yet. A daemon thread is frozen where it stands when the interpreter
+# exits, and the tasks of its loop (the producer's sender, the consumer's heartbeats) would then be
+# destroyed pending, which asyncio reports on stderr ("Task was destroyed but it is pending!").
+_RUNNING_LOOPS: weakref.WeakSet[LoopThread] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_unclosed_loops() -> None:
+    """At interpreter exit (atexit runs while daemon threads still run), stop the loops of clients
+    never closed: their tasks are cancelled and finished on their own loop, quietly. Records not
+    yet sent are dropped, as when a Kafka producer is never closed; close() or flush() sends them."""
+    for loop_thread in list(_RUNNING_LOOPS):
+        if loop_thread._pid == os.getpid():  # a forked child's copy has no thread to stop
+            loop_thread.stop()
 
 
 def _blocking(method: Callable) -> Callable:

@@ -87,7 +87,8 @@ def install_error_handlers(app: FastAPI) -> None:
             reason = f" ({type(cause).__name__}: {str(cause)[:200]})" if cause is not None else ""
             return error_response(
                 invalid_request(
-                    f"the body could not be parsed as JSON{reason}: send a UTF-8 JSON object as API.md describes"
+                    f"the body could not be parsed as JSON{reason}: send a UTF-8 JSON object, "
+                    'as section "Conventions" of the txbroker HTTP API reference describes'
                 )
             )
         return error_response(BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, str(error.detail)))

@@ -1,4 +1,4 @@
-"""Request bodies: every body is JSON (API.md), at most max_request_bytes.
+"""Request bodies: every body is JSON (docs/api.md), at most max_request_bytes.
 
 curl's `-d` declares `application/x-www-form-urlencoded`; since the contract has no other body
 format, a body declared as anything but JSON is read as JSON anyway, so `curl -d '{...}'` works.

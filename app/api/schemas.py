@@ -1,4 +1,4 @@
-"""Request and response bodies of the HTTP contract (API.md), declared once with the contract's words.
+"""Request and response bodies of the HTTP contract (docs/api.md), declared once with the contract's words.
 
 They are the OpenAPI document (/openapi.json, /docs) and the validation of every request: a body that
 does not fit is a 400 INVALID_REQUEST naming the field. Validation is strict (a string is not an

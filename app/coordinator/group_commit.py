@@ -23,10 +23,10 @@ Request = TypeVar("Request")
 Answer = TypeVar("Answer")
 
 # One group in flight per process: the requests that arrive while it is written all wait for the
-# next one, so groups grow with the load. More in flight split them into smaller groups and measured
-# slower (small transactions with 8 producers on one worker, produce and EndTxn sharing groups: 373
-# and 374 txn/s with two, 368 and 418 with three, 414 and 454 with one; README "Performance"). So did
-# letting the next group start while one commits (README, seventh round).
+# next one, so groups grow with the load. More in flight split them into smaller groups, each paying
+# the group's round trips for fewer requests, and so did letting the next group start while one
+# commits: neither was faster in `python -m bench.transactions --sections 1` (small transactions),
+# which measures this choice (docs/performance.md).
 MAX_GROUPS_IN_FLIGHT = 1
 MAX_REQUESTS_PER_GROUP = 64
 

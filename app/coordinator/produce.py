@@ -2,7 +2,7 @@
 idempotent producer against what the server issued to it. The writing is app/coordinator/write_groups.py's
 (each partition's batch appended, in one PostgreSQL transaction that concurrent requests share).
 
-Request-level errors fail the whole request and append nothing (API.md "Producing"); partition-level
+Request-level errors fail the whole request and append nothing (docs/api.md, "Producing"); partition-level
 errors fail only their partition.
 """
 

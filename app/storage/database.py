@@ -169,9 +169,9 @@ async def create_pool(database_url: str, size: int) -> asyncpg.Pool:
         max_inactive_connection_lifetime=300,
         # Every statement here is a fixed OLTP statement on keys and array parameters (unnest), for
         # which PostgreSQL's automatic choice kept planning a custom plan on every execution (bind
-        # took 0.3-0.4 ms of the backend's CPU, as long as the statement itself). A generic plan is
-        # planned once per connection: a small transaction's two requests went from 4.4 + 4.2 ms to
-        # 3.3 + 3.1 ms with one producer (README, "Performance").
+        # then costs the backend about as much CPU as the statement itself). A generic plan is
+        # planned once per connection, which shortens every request; `python -m bench.transactions
+        # --sections 1 --producers 1` measures it (docs/performance.md).
         server_settings={"plan_cache_mode": "force_generic_plan"},
     )
 

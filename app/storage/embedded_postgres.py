@@ -38,7 +38,8 @@ SERVER_SETTINGS = {
     # Retention and compaction delete rows all the time (storage/log_cleaner.py); PostgreSQL reuses
     # their space once vacuumed. Autovacuum looks for work every minute by default, so a table holds
     # a minute of dead rows at least; every 10 s keeps it to seconds (the per-table thresholds are
-    # set by migration 0006). Measured with bench/soak.py (README, "Storage that does not bloat").
+    # set by migration 0006). `python -m bench.soak` measures it (docs/design.md, "Storage that does
+    # not bloat").
     "autovacuum_naptime": "10s",
 }
 

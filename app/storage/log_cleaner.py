@@ -171,8 +171,9 @@ async def _apply_retention(conn: asyncpg.Connection, topic: TopicInfo, partition
 # One chunk of the batches wholly below the log start: a primary-key range, from the partition's
 # first batch to the lower of the log start and the chunk's last batch. Both bounds are scalar
 # subqueries, computed once, so it is one index range scan whatever the planner's statistics say
-# (as a join with the chunk's rows, fresh rows estimated at 1 made it a nested loop: 64 s for 5,000
-# batches). Re-running it after a crash deletes what is left.
+# (as a join with the chunk's rows, fresh rows estimated at 1 made it a nested loop, a scan per
+# batch; `python -m bench.soak --removal-batches N` measures removal). Re-running it after a crash
+# deletes what is left.
 _DELETE_BELOW_START_SQL = """
 DELETE FROM record_batches
 WHERE topic_id = $1 AND partition = $2

@@ -11,7 +11,7 @@ its place, so a record's offset is still the batch's base offset plus its index;
 
 Storing text when the bytes are UTF-8 (almost always) lets a utf8 fetch hand the strings back
 without decoding anything, and a utf8 produce store them without encoding anything. What goes in
-comes out byte for byte in both encodings (API.md "Conventions").
+comes out byte for byte in both encodings (docs/api.md, "Conventions").
 """
 
 from __future__ import annotations

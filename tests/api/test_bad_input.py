@@ -1,4 +1,4 @@
-"""Bad input (API.md "Conventions"): HTTP 400 INVALID_REQUEST with a message that says what was wrong,
+"""Bad input (docs/api.md, "Conventions"): HTTP 400 INVALID_REQUEST with a message that says what was wrong,
 never a 500, never a stack trace, never a partial write -- and the more specific codes where the
 contract names one (UNKNOWN_PRODUCER_ID, OFFSET_OUT_OF_RANGE, RECORD_TOO_LARGE)."""
 
@@ -733,7 +733,7 @@ def test_unstorable_topic_name_in_create_is_invalid_topic_exception(client):
 
 
 def test_unstorable_transactional_id_in_produce_is_not_a_server_error(client):
-    # A transactional id that can never have been initialized: INVALID_PRODUCER_ID_MAPPING (API.md: an
+    # A transactional id that can never have been initialized: INVALID_PRODUCER_ID_MAPPING (docs/api.md: an
     # unknown transactional id) or INVALID_REQUEST, never a 500, and nothing appended.
     body = {
         "transactional_id": "tx\u0000nul",

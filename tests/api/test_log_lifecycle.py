@@ -1,6 +1,6 @@
 """The log's lifecycle over real HTTP and real PostgreSQL: retention by time and size, DeleteRecords,
 compaction, the rows of deleted topics and dead producer ids, and the invariants that hold through
-all of them (API.md "Consuming"; storage/log_cleaner.py): offsets never change, nothing at or past
+all of them (docs/api.md, "Consuming"; storage/log_cleaner.py): offsets never change, nothing at or past
 the LSO is deleted, read_committed stays exact at every offset >= the log start.
 
 The servers here run the cleaner's background worker rarely; the tests run a cleaner pass

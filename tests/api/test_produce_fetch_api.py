@@ -1,4 +1,4 @@
-"""Producing and consuming over HTTP (API.md "Producing" and "Consuming"), plain (non-idempotent) writes."""
+"""Producing and consuming over HTTP (docs/api.md, "Producing" and "Consuming"), plain (non-idempotent) writes."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""API.md: "Every endpoint that changes state is safe to retry with the same body". Each
+"""docs/api.md, "Conventions": "Every endpoint that changes state is safe to retry with the same body". Each
 state-changing endpoint of the API (the list is taken from the app's routes, so a new endpoint
 cannot be left out) is sent twice with the same body, as a client whose first answer was lost
 would: the second must answer the first's outcome, or a clean contract error, and leave the
 server's state exactly as the first left it.
 
-The exceptions API.md names, by nature: plain writes (producer_id -1) are at-least-once, and a
+The exceptions docs/api.md names, by nature: plain writes (producer_id -1) are at-least-once, and a
 group join (member_id "") may create a member that then expires. Also by nature: InitProducerId
 with -1/-1 announces a new instance, so its retry fences the first answer (which nobody received);
 a new API key is minted per call. The logs themselves (`__consumer_offsets`, `__transaction_state`,

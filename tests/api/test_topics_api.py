@@ -1,4 +1,4 @@
-"""Topics and cluster endpoints (API.md "Topics and cluster"), plus routing, OpenAPI and metrics."""
+"""Topics and cluster endpoints (docs/api.md, "Topics and cluster"), plus routing, OpenAPI and metrics."""
 
 from __future__ import annotations
 
@@ -345,7 +345,7 @@ def _internal_high_watermarks(client, name):
 
 
 def _produce_error(response):
-    """The error of a one-partition produce, whether request-level or partition-level (API.md does
+    """The error of a one-partition produce, whether request-level or partition-level (docs/api.md does
     not say which INVALID_TOPIC_EXCEPTION is)."""
     if response.status_code == 200:
         return response.json()["partitions"][0]["error"]
@@ -407,7 +407,7 @@ def test_wrong_method_is_405_method_not_allowed_in_error_format(client, method, 
     assert method in error["message"]
 
 
-# Every endpoint of API.md, in its words. The topics, produce and fetch ones must exist; the others are
+# Every endpoint of docs/api.md, in its words. The topics, produce and fetch ones must exist; the others are
 # checked once the server routes them.
 API_MD_ENDPOINTS = [
     ("GET", "/v1/health"),

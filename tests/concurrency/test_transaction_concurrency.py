@@ -3,7 +3,7 @@ connections) interleaved: racing InitProducerIds, EndTxn racing the timeout work
 abort, many idempotent and transactional producers on shared partitions, several server processes
 (and their background workers) on one database.
 
-Every scenario checks the contract's outcome (API.md "Producing", "Transactions", "Consuming"):
+Every scenario checks the contract's outcome (docs/api.md, "Producing", "Transactions", "Consuming"):
 exactly one outcome per transaction, exactly one marker per partition for its (producer id, epoch),
 read_committed never shows an aborted record, and the LSO reaches the high watermark once nothing is
 open.
@@ -433,14 +433,14 @@ def test_end_txn_commit_racing_init_of_a_new_instance(server):
 
 def test_init_of_a_new_instance_between_the_phases_of_end_txn(server):
     """The race above at its narrowest, made deterministic, for an EndTxn whose phases are separate
-    PostgreSQL transactions (DESIGN.md keeps them separable; skipped while EndTxn is one PostgreSQL
+    PostgreSQL transactions (docs/design.md keeps them separable; skipped while EndTxn is one PostgreSQL
     transaction, which leaves no window): EndTxn runs through a
     TransactionCoordinator in this process (on the test's database, beside the server), with a hook
     on its transaction log's `lock` so that, just before its second phase locks the transactional
     id, a new instance calls InitProducerId over HTTP. That interleaving is legal (the phases are
     separate PostgreSQL transactions). InitProducerId finds PrepareCommit, completes the commit and
     bumps the epoch for the new instance. EndTxn must then report the commit without handing the
-    old instance an epoch that lets it write again (API.md: InitProducerId fences every older
+    old instance an epoch that lets it write again (docs/api.md: InitProducerId fences every older
     instance; EndTxn's answer is what the NEXT transaction of the same instance uses)."""
     from app.coordinator.transaction_coordinator import TransactionCoordinator
     from app.coordinator.write_groups import WriteGroups
@@ -558,7 +558,7 @@ def test_many_idempotent_producers_with_retries_on_one_partition(server, retry):
     either the retry follows the original's answer, or both are in flight at once (a client that
     timed out and retried while the original still waited for the partition). Offsets are dense,
     every record is there exactly once, and of each pair exactly one is appended and the other is
-    answered `duplicate: true` with the original offsets (API.md "Producing", idempotence)."""
+    answered `duplicate: true` with the original offsets (docs/api.md, "Producing", idempotence)."""
     client = _http(server.url)
     _create_topic(client, "idem", 1)
     producers, batches = 8, 50

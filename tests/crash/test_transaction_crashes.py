@@ -1,7 +1,7 @@
 """Crash tests of the transaction coordinator: the server is killed with SIGKILL (no shutdown code
 runs) with transactions in every state, with EndTxn requests in flight, while EndTxn writes its
 markers, and (simulated with SQL when EndTxn is a single PostgreSQL transaction) between EndTxn's
-two phases; after a restart the contract holds (API.md "Transactions", "Two-phase commit"): every
+two phases; after a restart the contract holds (docs/api.md, "Transactions", "Two-phase commit"): every
 acknowledged commit is visible under read_committed, nothing aborted or undecided is, decided
 transactions are finished before /v1/health answers 200, retries of lost requests answer their
 outcome, and duplicate detection survives.

@@ -89,3 +89,21 @@ def test_consume_transform_produce_is_exactly_once_across_a_server_sigkill(serve
     assert Counter(output) == Counter(value.upper().encode() for value in inputs), "each exactly once"
     with Admin(server.url) as admin:
         assert {o["lag"] for o in admin.describe_group("upper")["offsets"]} == {0}
+
+
+def test_consume_transform_produce_says_what_it_waits_for_on_an_empty_topic(server):
+    with Admin(server.url) as admin:
+        admin.create_topic("empty-input", partitions=1)
+        admin.create_topic("empty-output", partitions=1)
+    result = run_example(
+        "consume_transform_produce.py",
+        server.url,
+        "--input",
+        "empty-input",
+        "--output",
+        "empty-output",
+        "--idle-exit-ms",
+        "1500",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "waiting for records in 'empty-input' (group 'orders-upper', committed so far: 0)" in result.stdout
