@@ -27,10 +27,7 @@ from app.storage import group_offsets, groups
 from app.storage.group_offsets import CommittedOffset, OffsetEntry, PartitionLag
 from app.storage.groups import Group, Member
 from app.storage.topics import CONSUMER_OFFSETS_TOPIC, find_topics, get_topic, unknown_partition, unknown_topic
-
-NO_GENERATION = -1
-NO_MEMBER = ""
-
+from txbroker.wire import NO_GENERATION, NO_MEMBER
 
 # Kafka's default heartbeat.interval.ms: members learn of a rebalance within this long.
 MAX_HEARTBEAT_INTERVAL_MS = 3000
