@@ -3,20 +3,19 @@
 from __future__ import annotations
 
 from txbroker.cli.command import EXIT_OK, add_command, admin_command
-from txbroker.cli.output import emit_json, print_table
+from txbroker.cli.output import emit_json, print_found, print_table
 from txbroker.sync import Admin
 
 
 def groups_list(args, admin: Admin) -> int:
     found = admin.list_groups()
-    if args.json:
-        emit_json(found)
-    else:
-        print_table(
-            [(g["group_id"], g["state"], g["generation_id"], g["members"]) for g in found],
-            ("GROUP", "STATE", "GENERATION", "MEMBERS"),
-            "no groups",
-        )
+    print_found(
+        args.json,
+        found,
+        lambda g: (g["group_id"], g["state"], g["generation_id"], g["members"]),
+        ("GROUP", "STATE", "GENERATION", "MEMBERS"),
+        "no groups",
+    )
     return EXIT_OK
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -22,6 +22,16 @@ def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
 
 def print_table(rows: Sequence[Sequence[Any]], headers: Sequence[str], empty: str) -> None:
     print(_table(rows, headers) if rows else empty)
+
+
+def print_found(
+    as_json: bool, found: list[dict], row: Callable[[dict], Sequence[Any]], headers: Sequence[str], empty: str
+) -> None:
+    """What a listing command found: as JSON (--json), or as a table of one `row` per item (`empty` if none)."""
+    if as_json:
+        emit_json(found)
+    else:
+        print_table([row(item) for item in found], headers, empty)
 
 
 def format_time(ms: int | None) -> str | None:

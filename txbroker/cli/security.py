@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from txbroker.cli.command import EXIT_OK, add_command, admin_command
-from txbroker.cli.output import emit_json, format_time, print_table
+from txbroker.cli.output import emit_json, format_time, print_found
 from txbroker.sync import Admin
 
 
@@ -17,14 +17,13 @@ def principals_create(args, admin: Admin) -> int:
 
 def principals_list(args, admin: Admin) -> int:
     found = admin.list_principals()
-    if args.json:
-        emit_json(found)
-    else:
-        print_table(
-            [(p["name"], "yes" if p["super_user"] else "no", format_time(p["created_ms"])) for p in found],
-            ("PRINCIPAL", "SUPER USER", "CREATED"),
-            "no principals",
-        )
+    print_found(
+        args.json,
+        found,
+        lambda p: (p["name"], "yes" if p["super_user"] else "no", format_time(p["created_ms"])),
+        ("PRINCIPAL", "SUPER USER", "CREATED"),
+        "no principals",
+    )
     return EXIT_OK
 
 
@@ -45,14 +44,13 @@ def principals_add_key(args, admin: Admin) -> int:
 
 def principals_keys(args, admin: Admin) -> int:
     found = admin.list_keys(args.name)
-    if args.json:
-        emit_json(found)
-    else:
-        print_table(
-            [(k["key_id"], format_time(k["created_ms"]), format_time(k["revoked_ms"]) or "-") for k in found],
-            ("KEY ID", "CREATED", "REVOKED"),
-            f"{args.name} has no keys",
-        )
+    print_found(
+        args.json,
+        found,
+        lambda k: (k["key_id"], format_time(k["created_ms"]), format_time(k["revoked_ms"]) or "-"),
+        ("KEY ID", "CREATED", "REVOKED"),
+        f"{args.name} has no keys",
+    )
     return EXIT_OK
 
 
@@ -84,25 +82,21 @@ def acls_add(args, admin: Admin) -> int:
 
 def acls_list(args, admin: Admin) -> int:
     found = admin.list_acls(args.principal, args.resource_type)
-    if args.json:
-        emit_json(found)
-    else:
-        print_table(
-            [
-                (
-                    a["acl_id"],
-                    a["principal"],
-                    a["permission"],
-                    a["operation"],
-                    a["resource_type"],
-                    a["pattern_type"],
-                    a["resource_name"],
-                )
-                for a in found
-            ],
-            ACL_HEADERS,
-            "no ACL rules",
-        )
+    print_found(
+        args.json,
+        found,
+        lambda a: (
+            a["acl_id"],
+            a["principal"],
+            a["permission"],
+            a["operation"],
+            a["resource_type"],
+            a["pattern_type"],
+            a["resource_name"],
+        ),
+        ACL_HEADERS,
+        "no ACL rules",
+    )
     return EXIT_OK
 
 
@@ -114,17 +108,13 @@ def acls_remove(args, admin: Admin) -> int:
 
 def audit(args, admin: Admin) -> int:
     found = admin.audit_log(args.limit)
-    if args.json:
-        emit_json(found)
-    else:
-        print_table(
-            [
-                (format_time(e["timestamp_ms"]), e["principal"], e["action"], e["resource"], e["details"] or None)
-                for e in found
-            ],
-            ("TIME", "PRINCIPAL", "ACTION", "RESOURCE", "DETAILS"),
-            "no audit entries",
-        )
+    print_found(
+        args.json,
+        found,
+        lambda e: (format_time(e["timestamp_ms"]), e["principal"], e["action"], e["resource"], e["details"] or None),
+        ("TIME", "PRINCIPAL", "ACTION", "RESOURCE", "DETAILS"),
+        "no audit entries",
+    )
     return EXIT_OK
 
 

@@ -5,24 +5,21 @@ from __future__ import annotations
 
 from txbroker.admin import DEFAULT_HANGING_MS
 from txbroker.cli.command import EXIT_OK, add_command, admin_command
-from txbroker.cli.output import emit_json, format_time, open_for_ms, print_table
+from txbroker.cli.output import emit_json, format_time, open_for_ms, print_found, print_table
 from txbroker.sync import Admin
 
 
-def _transaction_rows(transactions: list[dict]) -> list[tuple]:
-    return [
-        (
-            t["transactional_id"],
-            t["producer_id"],
-            t["producer_epoch"],
-            t["state"],
-            t["timeout_ms"],
-            open_for_ms(t["start_time_ms"]),
-            len(t["partitions"]),
-            ",".join(t["groups"]) or None,
-        )
-        for t in transactions
-    ]
+def _transaction_row(t: dict) -> tuple:
+    return (
+        t["transactional_id"],
+        t["producer_id"],
+        t["producer_epoch"],
+        t["state"],
+        t["timeout_ms"],
+        open_for_ms(t["start_time_ms"]),
+        len(t["partitions"]),
+        ",".join(t["groups"]) or None,
+    )
 
 
 TRANSACTION_HEADERS = (
@@ -44,10 +41,7 @@ def transactions_list(args, admin: Admin) -> int:
         producer_id=args.producer_id,
         transactional_id_prefix=args.prefix,
     )
-    if args.json:
-        emit_json(found)
-    else:
-        print_table(_transaction_rows(found), TRANSACTION_HEADERS, "no transactions")
+    print_found(args.json, found, _transaction_row, TRANSACTION_HEADERS, "no transactions")
     return EXIT_OK
 
 
@@ -90,52 +84,43 @@ def transactions_abort(args, admin: Admin) -> int:
 
 def transactions_find_hanging(args, admin: Admin) -> int:
     found = admin.find_hanging_transactions(args.min_duration_ms)
-    if args.json:
-        emit_json(found)
-    else:
-        print_table(
-            _transaction_rows(found),
-            TRANSACTION_HEADERS,
-            f"no transaction open for longer than {args.min_duration_ms} ms",
-        )
+    print_found(
+        args.json,
+        found,
+        _transaction_row,
+        TRANSACTION_HEADERS,
+        f"no transaction open for longer than {args.min_duration_ms} ms",
+    )
     return EXIT_OK
 
 
 def producers(args, admin: Admin) -> int:
     found = admin.describe_producers(args.topic, args.partition)
-    if args.json:
-        emit_json(found)
-    else:
-        print_table(
-            [
-                (
-                    p["producer_id"],
-                    p["producer_epoch"],
-                    p["last_sequence"],
-                    format_time(p["last_timestamp_ms"]),
-                    None if p["current_txn_start_offset"] < 0 else p["current_txn_start_offset"],
-                )
-                for p in found
-            ],
-            ("PRODUCER ID", "EPOCH", "LAST SEQUENCE", "LAST TIMESTAMP", "OPEN TXN START OFFSET"),
-            f"no producer state on {args.topic}-{args.partition}",
-        )
+    print_found(
+        args.json,
+        found,
+        lambda p: (
+            p["producer_id"],
+            p["producer_epoch"],
+            p["last_sequence"],
+            format_time(p["last_timestamp_ms"]),
+            None if p["current_txn_start_offset"] < 0 else p["current_txn_start_offset"],
+        ),
+        ("PRODUCER ID", "EPOCH", "LAST SEQUENCE", "LAST TIMESTAMP", "OPEN TXN START OFFSET"),
+        f"no producer state on {args.topic}-{args.partition}",
+    )
     return EXIT_OK
 
 
 def markers(args, admin: Admin) -> int:
     found = admin.list_markers(args.topic, args.partition, args.offset, args.limit)
-    if args.json:
-        emit_json(found)
-    else:
-        print_table(
-            [
-                (m["offset"], m["type"], m["producer_id"], m["producer_epoch"], format_time(m["timestamp_ms"]))
-                for m in found
-            ],
-            ("OFFSET", "TYPE", "PRODUCER ID", "EPOCH", "TIMESTAMP"),
-            f"no markers on {args.topic}-{args.partition} from offset {args.offset}",
-        )
+    print_found(
+        args.json,
+        found,
+        lambda m: (m["offset"], m["type"], m["producer_id"], m["producer_epoch"], format_time(m["timestamp_ms"])),
+        ("OFFSET", "TYPE", "PRODUCER ID", "EPOCH", "TIMESTAMP"),
+        f"no markers on {args.topic}-{args.partition} from offset {args.offset}",
+    )
     return EXIT_OK
 
 
