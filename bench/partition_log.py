@@ -14,7 +14,6 @@ import asyncio
 import math
 import os
 import platform
-import pstats
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -23,7 +22,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 
-from bench.processes import BenchProcesses, CpuMeter, ServerSubprocess
+from bench.processes import BenchProcesses, CpuMeter, ServerSubprocess, print_profile
 from bench.timed_run import ClientProcesses, Measurement, WorkloadFactory, measure, median_of
 from bench.workloads import (
     RAW_TABLES_SQL,
@@ -308,15 +307,6 @@ request: 1000 / it is the req/s the server could reach with a core to itself.
 Fetch reads the partitions written by "produce batch {args.fetch_from_batch}, {max(args.clients)} clients".
 """)
     print(format_table(results, args.value_bytes))
-
-
-def print_profile(path: Path, top: int = 30) -> None:
-    """Where the server's CPU went: functions by own time, and the request paths by cumulative time."""
-    stats = pstats.Stats(str(path))
-    print(f"\n--- txbroker under cProfile ({path}): by own time ---")
-    stats.sort_stats("tottime").print_stats(top)
-    print("--- by cumulative time, txbroker's code ---")
-    stats.sort_stats("cumulative").print_stats(r"/app/", top)
 
 
 def main(argv: list[str] | None = None) -> int:

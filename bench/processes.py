@@ -8,6 +8,7 @@ by pid when the `with` block ends, however it ends.
 from __future__ import annotations
 
 import os
+import pstats
 import shutil
 import signal
 import socket
@@ -160,6 +161,15 @@ def _answering(server: ServerSubprocess, path: str) -> ServerSubprocess:
         server.stop()
         raise
     return server
+
+
+def print_profile(path: Path, top: int = 30) -> None:
+    """Where the server's CPU went: functions by own time, and the request paths by cumulative time."""
+    stats = pstats.Stats(str(path))
+    print(f"\n--- txbroker under cProfile ({path}): by own time ---")
+    stats.sort_stats("tottime").print_stats(top)
+    print("--- by cumulative time, txbroker's code ---")
+    stats.sort_stats("cumulative").print_stats(r"/app/", top)
 
 
 class BenchProcesses:

@@ -11,8 +11,7 @@ import time
 from pathlib import Path
 
 import bench.transactions
-from bench.partition_log import print_profile
-from bench.processes import BenchProcesses, CpuMeter, ServerSubprocess, database_url_for
+from bench.processes import BenchProcesses, CpuMeter, ServerSubprocess, database_url_for, print_profile
 from bench.transactions.commit_to_visible import measure_commit_to_visible
 from bench.transactions.fetch_vs_log_length import measure_fetch_vs_log_length
 from bench.transactions.http_calls import NaiveApp
