@@ -1,5 +1,5 @@
 """The server's commands: `serve` and `db upgrade`. The `txbroker` command itself belongs to the SDK
-(txbroker/cli.py, HTTP only); the server distribution adds these two to it through the entry-point
+(txbroker/cli/, HTTP only); the server distribution adds these two to it through the entry-point
 group `txbroker.commands` (pyproject.toml). `python -m app.cli` runs them without the entry points
 and hands any other command to the SDK's CLI."""
 

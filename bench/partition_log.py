@@ -14,9 +14,6 @@ import asyncio
 import math
 import os
 import platform
-import pstats
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -25,8 +22,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 
-from app.storage.embedded_postgres import EmbeddedPostgres
-from bench.processes import CpuMeter, ServerSubprocess, database_url_for, start_empty_post_server, start_txbroker
+from bench.processes import BenchProcesses, CpuMeter, ServerSubprocess, print_profile
 from bench.timed_run import ClientProcesses, Measurement, WorkloadFactory, measure, median_of
 from bench.workloads import (
     RAW_TABLES_SQL,
@@ -313,56 +309,30 @@ Fetch reads the partitions written by "produce batch {args.fetch_from_batch}, {m
     print(format_table(results, args.value_bytes))
 
 
-def print_profile(path: Path, top: int = 30) -> None:
-    """Where the server's CPU went: functions by own time, and the request paths by cumulative time."""
-    stats = pstats.Stats(str(path))
-    print(f"\n--- txbroker under cProfile ({path}): by own time ---")
-    stats.sort_stats("tottime").print_stats(top)
-    print("--- by cumulative time, txbroker's code ---")
-    stats.sort_stats("cumulative").print_stats(r"/app/", top)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
-    # Under /tmp: the unix socket path of PostgreSQL is limited to 107 bytes.
-    work_dir = Path(tempfile.mkdtemp(prefix="txb-bench-", dir="/tmp"))
-    postgres = EmbeddedPostgres(work_dir / "pg")
-    servers: list[ServerSubprocess] = []
-    client_processes = None
-    try:
-        postgres.start()
-        postgres.create_database(RAW_DATABASE)
-        postgres.create_database(TXBROKER_DATABASE)
-        raw_url = database_url_for(postgres.database_url, RAW_DATABASE)
-        txbroker = start_txbroker(
-            database_url_for(postgres.database_url, TXBROKER_DATABASE), args.profile_server, args.workers
-        )
-        servers.append(txbroker)
+    with BenchProcesses() as processes:
+        raw_url = processes.database(RAW_DATABASE)
+        txbroker_url = processes.database(TXBROKER_DATABASE)
+        txbroker = processes.txbroker(txbroker_url, profile_to=args.profile_server, workers=args.workers)
         compared = None
         if args.compare_with is not None:
-            compared = start_txbroker(
-                database_url_for(postgres.database_url, TXBROKER_DATABASE), checkout=args.compare_with.resolve()
-            )
-            servers.append(compared)
-        empty_post = start_empty_post_server()
-        servers.append(empty_post)
+            compared = processes.txbroker(txbroker_url, checkout=args.compare_with.resolve())
+        empty_post = processes.empty_post_server()
+        client_processes = None
         if args.client_processes > 1:
             client_processes = ClientProcesses(args.client_processes)
+            processes.stop_on_exit(client_processes.close)
         print(
-            f"PostgreSQL pid {postgres.pid} in {work_dir}; txbroker pid {txbroker.pid}; empty POST server "
-            f"pid {empty_post.pid}; {os.cpu_count()} CPUs; Python {platform.python_version()}",
+            f"PostgreSQL pid {processes.postgres.pid} in {processes.work_dir}; txbroker pid {txbroker.pid}; "
+            f"empty POST server pid {empty_post.pid}; {os.cpu_count()} CPUs; Python {platform.python_version()}",
             flush=True,
         )
         scenarios = build_scenarios(args, raw_url, txbroker, empty_post, compared)
-        results = asyncio.run(run_scenarios(args, scenarios, raw_url, txbroker.url, postgres.pid, client_processes))
-    finally:
-        if client_processes is not None:
-            client_processes.close()
-        for server in servers:
-            server.stop()
-        postgres.stop()
-        shutil.rmtree(work_dir, ignore_errors=True)
+        results = asyncio.run(
+            run_scenarios(args, scenarios, raw_url, txbroker.url, processes.postgres.pid, client_processes)
+        )
     print_report(args, results)
     if args.profile_server is not None:
         print_profile(args.profile_server)

@@ -1,23 +1,30 @@
 """The processes a benchmark run owns: an embedded PostgreSQL, HTTP servers started as subprocesses on
 loopback sockets we bound (passed by fd, as tests/conftest.py does), and the CPU time each one uses.
 
-Everything started here is stopped by pid by the caller, in a `finally`.
+`BenchProcesses` is the harness every benchmark's main starts them with: whatever it started is stopped
+by pid when the `with` block ends, however it ends.
 """
 
 from __future__ import annotations
 
 import os
+import pstats
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+
+from app.storage.embedded_postgres import EmbeddedPostgres
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -132,21 +139,86 @@ def start_txbroker(
         cwd=checkout or REPO_ROOT,
         env={"TXBROKER_WORKERS": str(workers)},
     )
-    server.wait_until_answering("/v1/health")
-    return server
+    return _answering(server, "/v1/health")
 
 
 def start_naive_app(database_url: str, workers: int = 1) -> ServerSubprocess:
     """The naive FastAPI + asyncpg produce app (bench/naive_app.py), the produce ceiling."""
     server = ServerSubprocess("naive", [sys.executable, "-m", "bench.naive_app", database_url, str(workers)])
-    server.wait_until_answering("/v1/health")
-    return server
+    return _answering(server, "/v1/health")
 
 
 def start_empty_post_server() -> ServerSubprocess:
     server = ServerSubprocess("empty-post", [sys.executable, "-m", "bench.empty_post_app"])
-    server.wait_until_answering("/ready")
+    return _answering(server, "/ready")
+
+
+def _answering(server: ServerSubprocess, path: str) -> ServerSubprocess:
+    """`server` once it answers 200 on `path`; stopped (by pid) if it never does."""
+    try:
+        server.wait_until_answering(path)
+    except BaseException:
+        server.stop()
+        raise
     return server
+
+
+def print_profile(path: Path, top: int = 30) -> None:
+    """Where the server's CPU went: functions by own time, and the request paths by cumulative time."""
+    stats = pstats.Stats(str(path))
+    print(f"\n--- txbroker under cProfile ({path}): by own time ---")
+    stats.sort_stats("tottime").print_stats(top)
+    print("--- by cumulative time, txbroker's code ---")
+    stats.sort_stats("cumulative").print_stats(r"/app/", top)
+
+
+class BenchProcesses:
+    """One benchmark run's processes: an embedded PostgreSQL in a fresh folder under /tmp (the unix
+    socket path of PostgreSQL is limited to 107 bytes), its databases, and the servers started
+    through it. On leaving the `with` block, however it is left, everything is stopped in the reverse
+    order of its start, each step even when an earlier one failed: what `stop_on_exit` was given
+    (client processes, Spark), the servers (by pid), PostgreSQL; then the folder is removed."""
+
+    def __init__(self, prefix: str = "txb-bench-") -> None:
+        self._stops = ExitStack()
+        self.work_dir = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+        self._stops.callback(shutil.rmtree, self.work_dir, ignore_errors=True)
+        self.postgres = EmbeddedPostgres(self.work_dir / "pg")
+
+    def __enter__(self) -> BenchProcesses:
+        self._stops.callback(self.postgres.stop)
+        try:
+            self.postgres.start()
+        except BaseException:
+            self._stops.close()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stops.close()
+
+    def database(self, name: str) -> str:
+        """A new database of the embedded server, by URL."""
+        self.postgres.create_database(name)
+        return database_url_for(self.postgres.database_url, name)
+
+    def txbroker(self, database_url: str, **options) -> ServerSubprocess:
+        """`txbroker serve` on `database_url` (options: those of `start_txbroker`)."""
+        return self._stopped_on_exit(start_txbroker(database_url, **options))
+
+    def naive_app(self, database_url: str, workers: int = 1) -> ServerSubprocess:
+        return self._stopped_on_exit(start_naive_app(database_url, workers))
+
+    def empty_post_server(self) -> ServerSubprocess:
+        return self._stopped_on_exit(start_empty_post_server())
+
+    def stop_on_exit(self, stop: Callable[[], object]) -> None:
+        """Calls `stop` (client processes' close, Spark's stop) when the run ends."""
+        self._stops.callback(stop)
+
+    def _stopped_on_exit(self, server: ServerSubprocess) -> ServerSubprocess:
+        self._stops.callback(server.stop)
+        return server
 
 
 # ---- CPU accounting, from /proc

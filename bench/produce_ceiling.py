@@ -16,8 +16,6 @@ import asyncio
 import math
 import os
 import platform
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -25,9 +23,8 @@ from pathlib import Path
 
 import asyncpg
 
-from app.storage.embedded_postgres import EmbeddedPostgres
 from bench.partition_log import create_topic
-from bench.processes import CpuMeter, ServerSubprocess, database_url_for, start_naive_app, start_txbroker
+from bench.processes import BenchProcesses, CpuMeter
 from bench.text_table import align
 from bench.timed_run import ClientProcesses, Measurement, WorkloadFactory, measure, median_of
 from bench.workloads import RAW_TABLES_SQL, OffsetSource, ProduceAcrossPartitions, RawCopy, record_value
@@ -181,14 +178,8 @@ async def run(
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
-    work_dir = Path(tempfile.mkdtemp(prefix="txb-bench-", dir="/tmp"))  # short unix socket paths
-    postgres = EmbeddedPostgres(work_dir / "pg")
-    servers: list[ServerSubprocess] = []
-    client_processes = None
-    try:
-        postgres.start()
-        postgres.create_database(RAW_DATABASE)
-        raw_url = database_url_for(postgres.database_url, RAW_DATABASE)
+    with BenchProcesses() as processes:
+        raw_url = processes.database(RAW_DATABASE)
         value = record_value(args.value_bytes)
         workload = partial(
             ProduceAcrossPartitions,
@@ -200,11 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         scenarios: list[Scenario] = []
         if args.compare_with is not None:
-            postgres.create_database("bench_compared")
-            server = start_txbroker(
-                database_url_for(postgres.database_url, "bench_compared"), checkout=args.compare_with.resolve()
-            )
-            servers.append(server)
+            server = processes.txbroker(processes.database("bench_compared"), checkout=args.compare_with.resolve())
             asyncio.run(create_topic(server.url, TOPIC, args.partitions))
             scenarios.append(
                 Scenario(
@@ -230,11 +217,10 @@ def main(argv: list[str] | None = None) -> int:
         for workers in args.workers:
             kinds = ["txbroker"] if args.only else ["naive", "txbroker"]
             for kind in kinds:
-                database = f"bench_{kind}_w{workers}"
-                postgres.create_database(database)
-                url = database_url_for(postgres.database_url, database)
-                server = start_naive_app(url, workers) if kind == "naive" else start_txbroker(url, workers=workers)
-                servers.append(server)
+                url = processes.database(f"bench_{kind}_w{workers}")
+                server = (
+                    processes.naive_app(url, workers) if kind == "naive" else processes.txbroker(url, workers=workers)
+                )
                 asyncio.run(create_topic(server.url, TOPIC, args.partitions))
                 scenarios.append(
                     Scenario(
@@ -246,21 +232,17 @@ def main(argv: list[str] | None = None) -> int:
                         server.pid,
                     )
                 )
+        client_processes = None
         if args.client_processes > 1:
             client_processes = ClientProcesses(args.client_processes)
+            processes.stop_on_exit(client_processes.close)
         print(
-            f"PostgreSQL pid {postgres.pid} in {work_dir}; {os.cpu_count()} CPUs; Python {platform.python_version()}",
+            f"PostgreSQL pid {processes.postgres.pid} in {processes.work_dir}; {os.cpu_count()} CPUs; "
+            f"Python {platform.python_version()}",
             flush=True,
         )
         asyncio.run(_create_raw_tables(raw_url))
-        results = asyncio.run(run(args, scenarios, raw_url, postgres.pid, client_processes))
-    finally:
-        if client_processes is not None:
-            client_processes.close()
-        for server in servers:
-            server.stop()
-        postgres.stop()
-        shutil.rmtree(work_dir, ignore_errors=True)
+        results = asyncio.run(run(args, scenarios, raw_url, processes.postgres.pid, client_processes))
     print(f"""
 POST /v1/produce, {args.batch} records of {args.value_bytes} bytes per request, {args.clients} clients, \
 {args.partitions} partitions; median of {args.rounds} rounds of {args.seconds:g} s.

@@ -30,18 +30,14 @@ import asyncio
 import base64
 import os
 import platform
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import orjson
 
-from app.storage.embedded_postgres import EmbeddedPostgres
-from bench.processes import database_url_for, process_cpu_s, start_txbroker
+from bench.processes import BenchProcesses, process_cpu_s
 from bench.text_table import align
 from bench.workloads import record_value
 from txbroker import Admin, AsyncConsumer, AsyncProducer, Consumer, Producer, TopicPartition
@@ -238,16 +234,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     value = record_value(args.value_bytes).encode()
-    work_dir = Path(tempfile.mkdtemp(prefix="txb-bench-sdk-", dir="/tmp"))
-    postgres = EmbeddedPostgres(work_dir / "pg")
-    server = None
-    try:
-        postgres.start()
-        postgres.create_database(DATABASE)
-        server = start_txbroker(database_url_for(postgres.database_url, DATABASE))
+    with BenchProcesses("txb-bench-sdk-") as processes:
+        server = processes.txbroker(processes.database(DATABASE))
         url = server.url
         print(
-            f"txbroker pid {server.pid}, PostgreSQL pid {postgres.pid}; {os.cpu_count()} CPUs; "
+            f"txbroker pid {server.pid}, PostgreSQL pid {processes.postgres.pid}; {os.cpu_count()} CPUs; "
             f"Python {platform.python_version()}; {args.records:,} records of {args.value_bytes} bytes",
             flush=True,
         )
@@ -313,11 +304,6 @@ def main(argv: list[str] | None = None) -> int:
         )
         print()
         print(format_table(results, args.value_bytes))
-    finally:
-        if server is not None:
-            server.stop()
-        postgres.stop()
-        shutil.rmtree(work_dir, ignore_errors=True)
     return 0
 
 

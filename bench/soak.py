@@ -26,17 +26,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
-import tempfile
 import time
-from pathlib import Path
 
 import asyncpg
 import httpx
 
-from app.storage.embedded_postgres import EmbeddedPostgres
 from app.storage.partition_log import BATCH_COLUMNS
-from bench.processes import ServerSubprocess, database_url_for, start_txbroker
+from bench.processes import BenchProcesses
 from bench.text_table import align
 
 DATABASE = "soak"
@@ -264,24 +260,14 @@ def print_report(args: argparse.Namespace, rows: list[tuple[int, float, dict[str
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ["TXBROKER_LOG_CLEANER_INTERVAL_MS"] = str(args.cleaner_ms)  # inherited by the server
-    work_dir = Path(tempfile.mkdtemp(prefix="txb-soak-", dir="/tmp"))  # short: PostgreSQL's socket path
-    postgres = EmbeddedPostgres(work_dir / "pg")
-    server: ServerSubprocess | None = None
-    try:
-        postgres.start()
-        postgres.create_database(DATABASE)
-        database_url = database_url_for(postgres.database_url, DATABASE)
-        server = start_txbroker(database_url)
-        print(f"PostgreSQL pid {postgres.pid} in {work_dir}; txbroker pid {server.pid}", flush=True)
+    with BenchProcesses("txb-soak-") as processes:
+        database_url = processes.database(DATABASE)
+        server = processes.txbroker(database_url)
+        print(f"PostgreSQL pid {processes.postgres.pid} in {processes.work_dir}; txbroker pid {server.pid}", flush=True)
         rows = asyncio.run(soak(args, server.url, database_url))
         rate = None
         if args.removal_batches:
             rate = asyncio.run(removal_rate(server.url, database_url, args.removal_batches))
-    finally:
-        if server is not None:
-            server.stop()
-        postgres.stop()
-        shutil.rmtree(work_dir, ignore_errors=True)
     print_report(args, rows)
     if rate is not None:
         print(

@@ -30,13 +30,10 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from app.storage.embedded_postgres import EmbeddedPostgres
-from bench.processes import CpuMeter, database_url_for, start_txbroker
+from bench.processes import BenchProcesses, CpuMeter
 from bench.text_table import align
 from bench.timed_run import Measurement, median_of
 from bench.workloads import record_value
@@ -214,20 +211,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     value = record_value(args.value_bytes)
-    work_dir = Path(tempfile.mkdtemp(prefix="txb-bench-spark-", dir="/tmp"))
-    postgres = EmbeddedPostgres(work_dir / "pg")
-    server = spark = None
-    try:
-        postgres.start()
-        postgres.create_database(DATABASE)
-        server = start_txbroker(database_url_for(postgres.database_url, DATABASE))
+    with BenchProcesses("txb-bench-spark-") as processes:
+        server = processes.txbroker(processes.database(DATABASE))
         url, n, parts = server.url, args.records, args.partitions
-        meter = CpuMeter(postgres.pid, server.pid)
+        meter = CpuMeter(processes.postgres.pid, server.pid)
         from spark_client.local import local_session
 
         spark = local_session("bench-spark")
+        processes.stop_on_exit(spark.stop)
         print(
-            f"txbroker pid {server.pid}, PostgreSQL pid {postgres.pid}; {os.cpu_count()} CPUs; Python "
+            f"txbroker pid {server.pid}, PostgreSQL pid {processes.postgres.pid}; {os.cpu_count()} CPUs; Python "
             f"{platform.python_version()}; Spark {spark.version} local[2]; {n:,} rows of {args.value_bytes} bytes "
             f"in {parts} partitions",
             flush=True,
@@ -261,13 +254,15 @@ def main(argv: list[str] | None = None) -> int:
                 (
                     "Spark readStream (-> noop, 1 batch)",
                     "read",
-                    lambda source=source: spark_stream(spark, url, source, n, work_dir / f"cp-{next(topics)}"),
+                    lambda source=source: spark_stream(
+                        spark, url, source, n, processes.work_dir / f"cp-{next(topics)}"
+                    ),
                 ),
                 (
                     "Spark readStream -> writeStream (exactly once)",
                     "read",
                     lambda source=source: spark_stream(
-                        spark, url, source, n, work_dir / f"cp-{next(topics)}", topic("copy")
+                        spark, url, source, n, processes.work_dir / f"cp-{next(topics)}", topic("copy")
                     ),
                 ),
             ]
@@ -276,13 +271,6 @@ def main(argv: list[str] | None = None) -> int:
         admin.close()
         print()
         print(format_table([(name, group, median_of(ms)) for (name, group), ms in results.items()]))
-    finally:
-        if spark is not None:
-            spark.stop()
-        if server is not None:
-            server.stop()
-        postgres.stop()
-        shutil.rmtree(work_dir, ignore_errors=True)
     return 0
 
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,7 +23,7 @@ import asyncpg
 import httpx
 
 from app.storage.embedded_postgres import EmbeddedPostgres
-from bench.processes import start_txbroker
+from bench.processes import BenchProcesses
 
 # One line per statement run: simple-protocol statements ("statement: BEGIN;") and prepared ones
 # ("execute <name>: ..." or "execute <unnamed>: ..."), never "parse"/"bind" lines.
@@ -67,15 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--show", action="store_true", help="print the statements of the last transaction")
     args = parser.parse_args(argv)
-    work_dir = Path(tempfile.mkdtemp(prefix="txb-bench-stmts-", dir="/tmp"))
-    postgres = EmbeddedPostgres(work_dir / "pg")
-    server = None
-    try:
-        postgres.start()
-        server = start_txbroker(
-            postgres.database_url, checkout=None if args.checkout is None else args.checkout.resolve()
+    with BenchProcesses("txb-bench-stmts-") as processes:
+        server = processes.txbroker(
+            processes.postgres.database_url, checkout=None if args.checkout is None else args.checkout.resolve()
         )
-        asyncio.run(_enable_statement_logging(postgres.database_url))
+        asyncio.run(_enable_statement_logging(processes.postgres.database_url))
         with httpx.Client(base_url=server.url, timeout=30) as http:
             http.post("/v1/topics", json={"name": "counted", "partitions": args.partitions}).raise_for_status()
             ids = http.post(
@@ -90,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             producer_id, epoch = ids["producer_id"], ids["producer_epoch"]
             produce_counts, end_counts = [], []
             for _ in range(args.transactions):
-                start = _log_end(postgres)
+                start = _log_end(processes.postgres)
                 http.post(
                     "/v1/produce",
                     json={
@@ -103,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                         ],
                     },
                 ).raise_for_status()
-                middle = _log_end(postgres)
+                middle = _log_end(processes.postgres)
                 ended = http.post(
                     "/v1/txn/end",
                     json={
@@ -115,29 +109,28 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 ended.raise_for_status()
                 producer_id, epoch = ended.json()["producer_id"], ended.json()["producer_epoch"]
-                end = _log_end(postgres)
-                produce_counts.append(_statements_since(postgres, start)[0] - _statements_since(postgres, middle)[0])
-                end_counts.append(_statements_since(postgres, middle)[0] - _statements_since(postgres, end)[0])
+                end = _log_end(processes.postgres)
+                produce_counts.append(
+                    _statements_since(processes.postgres, start)[0] - _statements_since(processes.postgres, middle)[0]
+                )
+                end_counts.append(
+                    _statements_since(processes.postgres, middle)[0] - _statements_since(processes.postgres, end)[0]
+                )
             if args.show:
-                produce_lines = _statements_since(postgres, start)[1]
+                produce_lines = _statements_since(processes.postgres, start)[1]
                 print("\n".join(line[:200] for line in produce_lines))
             fetch_counts = []
             for _ in range(args.transactions):  # read_committed fetches of what the transactions wrote
-                start = _log_end(postgres)
+                start = _log_end(processes.postgres)
                 http.post(
                     "/v1/fetch", json={"partitions": [{"topic": "counted", "partition": 0, "offset": 0}]}
                 ).raise_for_status()
-                fetch_counts.append(_statements_since(postgres, start)[0])
+                fetch_counts.append(_statements_since(processes.postgres, start)[0])
         print(
             f"{args.partitions} partitions, {args.transactions} transactions"
             f"{'' if args.checkout is None else ' (code of ' + str(args.checkout) + ')'}: statements per "
             f"produce {produce_counts}, per EndTxn {end_counts}, per fetch of one partition {fetch_counts}"
         )
-    finally:
-        if server is not None:
-            server.stop()
-        postgres.stop()
-        shutil.rmtree(work_dir, ignore_errors=True)
     return 0
 
 

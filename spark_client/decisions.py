@@ -35,11 +35,11 @@ from txbroker import errors
 from txbroker.connection import Connection
 from txbroker.retry import Backoff, retrying
 from txbroker.two_phase import PreparedTransaction
+from txbroker.wire import NO_OFFSET
 
 GROUP_PREFIX = "txbroker-spark."
 FORMAT_VERSION = 1
 MAX_METADATA_CHARS = 100_000
-NO_OFFSET = -1
 
 
 class SinkStateError(RuntimeError):

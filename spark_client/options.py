@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 import httpx
 
 from spark_client.faults import Faults
+from txbroker.wire import ISOLATION_LEVELS
 
 EARLIEST, LATEST = -2, -1  # ListOffsets' timestamps, and Kafka's per-partition offsets JSON
-ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 SINK_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 DEFAULT_TRANSACTION_TIMEOUT_MS = 600_000
 DEFAULT_MAX_RECORDS_PER_FETCH = 10_000

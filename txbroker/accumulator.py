@@ -19,10 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from txbroker.errors import TxbrokerError
-from txbroker.partitioner import partition_for_key
 from txbroker.records import RecordMetadata, TopicPartition
-
-NO_SEQUENCE = -1
+from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, partition_for_key
 
 
 class RecordFuture:
@@ -71,8 +69,8 @@ class ProducerBatch:
     records: list[dict] = field(default_factory=list)
     size: int = 0
     base_sequence: int = NO_SEQUENCE
-    producer_id: int = -1
-    producer_epoch: int = -1
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
     attempts: int = 0
     done: bool = False
 

@@ -21,6 +21,7 @@ from txbroker.errors import TxbrokerConnectionError, from_body
 from txbroker.metadata import topic_path
 from txbroker.records import TopicPartition
 from txbroker.retry import Backoff, retrying
+from txbroker.wire import LATEST_TIMESTAMP, READ_COMMITTED
 
 OPEN_STATES = ("Ongoing", "Prepared", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
 ABORTABLE_STATES = ("Ongoing", "Prepared")  # the open states abort_transaction() aborts
@@ -216,7 +217,10 @@ class AsyncAdmin:
         }
 
     async def list_offsets(
-        self, partitions: Iterable[TopicPartition], timestamp: int = -1, isolation_level: str = "read_committed"
+        self,
+        partitions: Iterable[TopicPartition],
+        timestamp: int = LATEST_TIMESTAMP,
+        isolation_level: str = READ_COMMITTED,
     ) -> dict[TopicPartition, int]:
         """-1 latest (the LSO under read_committed), -2 earliest, or a time in ms."""
         answer = await self._read(

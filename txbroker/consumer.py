@@ -26,14 +26,13 @@ import httpx
 from txbroker.connection import DEFAULT_URL, Connection
 from txbroker.consumer_coordinator import ConsumerCoordinator
 from txbroker.errors import IllegalStateError, TxbrokerError
-from txbroker.fetcher import EARLIEST, LATEST, OFFSET_RESETS, Fetcher
+from txbroker.fetcher import OFFSET_RESETS, Fetcher
 from txbroker.records import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
 from txbroker.retry import Backoff, retrying
 from txbroker.subscription_state import Listener, RebalanceEvent, SubscriptionState
+from txbroker.wire import EARLIEST_TIMESTAMP, ISOLATION_LEVELS, LATEST_TIMESTAMP
 
 log = logging.getLogger("txbroker.consumer")
-
-ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 
 
 class AsyncConsumer:
@@ -222,13 +221,13 @@ class AsyncConsumer:
 
     async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         self._subscriptions.positions.update(
-            await self._fetcher.list_offsets(self._subscriptions.seekable(partitions), EARLIEST)
+            await self._fetcher.list_offsets(self._subscriptions.seekable(partitions), EARLIEST_TIMESTAMP)
         )
 
     async def seek_to_end(self, *partitions: TopicPartition) -> None:
         """To the end: the LSO under read_committed, the high watermark under read_uncommitted."""
         self._subscriptions.positions.update(
-            await self._fetcher.list_offsets(self._subscriptions.seekable(partitions), LATEST)
+            await self._fetcher.list_offsets(self._subscriptions.seekable(partitions), LATEST_TIMESTAMP)
         )
 
     async def seek_to_committed(self, *partitions: TopicPartition) -> None:
@@ -239,10 +238,10 @@ class AsyncConsumer:
         await self._fetcher.initialize_positions(time.monotonic() + self._api_timeout_s)
 
     async def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return await self._fetcher.list_offsets([TopicPartition(*tp) for tp in partitions], EARLIEST)
+        return await self._fetcher.list_offsets([TopicPartition(*tp) for tp in partitions], EARLIEST_TIMESTAMP)
 
     async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return await self._fetcher.list_offsets([TopicPartition(*tp) for tp in partitions], LATEST)
+        return await self._fetcher.list_offsets([TopicPartition(*tp) for tp in partitions], LATEST_TIMESTAMP)
 
     async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
         """The first offset whose timestamp is at or after each time (-1: none)."""

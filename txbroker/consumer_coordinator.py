@@ -22,9 +22,10 @@ from urllib.parse import quote
 from txbroker import errors
 from txbroker.connection import Connection
 from txbroker.errors import IllegalStateError, TxbrokerError
-from txbroker.records import NO_GENERATION, NO_MEMBER, TopicPartition
+from txbroker.records import TopicPartition
 from txbroker.retry import Backoff, retrying
 from txbroker.subscription_state import RebalanceEvent, SubscriptionState
+from txbroker.wire import NO_GENERATION, NO_MEMBER
 
 log = logging.getLogger("txbroker.consumer")
 

@@ -17,14 +17,18 @@ maps a code from a response body back to its class. The categories follow KIP-10
 - `abortable`: the current transaction cannot commit, but aborting it and retrying is safe;
 - `fatal`: the producer cannot continue (fenced, or sequence state lost); close it and make a new one.
 
-A code's default category is declared once, here. The producer may raise an error with a stricter
-category than the default where the situation calls for it (OUT_OF_ORDER_SEQUENCE_NUMBER is fatal
-for an idempotent producer and abortable in a transaction), always through the same class.
+A code's HTTP status and retriability are the wire's (txbroker/wire.py's ERROR_SPECS, which the server
+uses too); its other categories are the client's, declared once, here. The producer may raise an
+error with a stricter category than the default where the situation calls for it
+(OUT_OF_ORDER_SEQUENCE_NUMBER is fatal for an idempotent producer and abortable in a transaction),
+always through the same class.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
+
+from txbroker.wire import ERROR_SPECS, ErrorCode
 
 
 class TxbrokerError(Exception):
@@ -82,22 +86,17 @@ def _rebuild(cls, message, code, retriable, abortable, fatal, status):
 
 
 def _error(
-    name: str,
-    code: str,
-    status: int,
-    *,
-    retriable: bool = False,
-    abortable: bool = False,
-    fatal: bool = False,
-    doc: str,
+    name: str, code: ErrorCode, *, abortable: bool = False, fatal: bool = False, doc: str
 ) -> type[TxbrokerError]:
+    """The class of a contract code, with the code's HTTP status and retriability from the wire's table."""
+    spec = ERROR_SPECS[code]
     return type(
         name,
         (TxbrokerError,),
         {
-            "code": code,
-            "http_status": status,
-            "default_retriable": retriable,
+            "code": code.value,
+            "http_status": spec.http_status,
+            "default_retriable": spec.retriable,
             "default_abortable": abortable,
             "default_fatal": fatal,
             "__doc__": doc,
@@ -106,144 +105,137 @@ def _error(
     )
 
 
-# ---- the contract's codes, one row each (docs/api.md, "Error codes")
+# ---- the contract's codes (docs/api.md, "Error codes"), one class each (status, retriability: wire.py)
 
-InvalidRequestError = _error("InvalidRequestError", "INVALID_REQUEST", 400, doc="malformed body or field")
+InvalidRequestError = _error("InvalidRequestError", ErrorCode.INVALID_REQUEST, doc="malformed body or field")
 InvalidTopicError = _error(
-    "InvalidTopicError", "INVALID_TOPIC_EXCEPTION", 400, abortable=True, doc="bad topic name, or an internal topic"
+    "InvalidTopicError", ErrorCode.INVALID_TOPIC_EXCEPTION, abortable=True, doc="bad topic name, or an internal topic"
 )
-InvalidPartitionsError = _error("InvalidPartitionsError", "INVALID_PARTITIONS", 400, doc="bad partition count")
+InvalidPartitionsError = _error("InvalidPartitionsError", ErrorCode.INVALID_PARTITIONS, doc="bad partition count")
 InvalidRecordError = _error(
-    "InvalidRecordError", "INVALID_RECORD", 400, abortable=True, doc="a record the server cannot accept"
+    "InvalidRecordError", ErrorCode.INVALID_RECORD, abortable=True, doc="a record the server cannot accept"
 )
 InvalidTransactionTimeoutError = _error(
     "InvalidTransactionTimeoutError",
-    "INVALID_TRANSACTION_TIMEOUT",
-    400,
+    ErrorCode.INVALID_TRANSACTION_TIMEOUT,
     fatal=True,
     doc="transaction_timeout_ms outside the server's range",
 )
 RecordTooLargeError = _error(
-    "RecordTooLargeError", "RECORD_TOO_LARGE", 413, abortable=True, doc="a record over the topic's max_message_bytes"
+    "RecordTooLargeError", ErrorCode.RECORD_TOO_LARGE, abortable=True, doc="a record over the topic's max_message_bytes"
 )
-InvalidConfigError = _error("InvalidConfigError", "INVALID_CONFIG", 400, doc="unknown topic config key or bad value")
+InvalidConfigError = _error("InvalidConfigError", ErrorCode.INVALID_CONFIG, doc="unknown topic config key or bad value")
 UnknownTopicOrPartitionError = _error(
-    "UnknownTopicOrPartitionError", "UNKNOWN_TOPIC_OR_PARTITION", 404, abortable=True, doc="no such topic or partition"
+    "UnknownTopicOrPartitionError",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    abortable=True,
+    doc="no such topic or partition",
 )
 TransactionalIdNotFoundError = _error(
     "TransactionalIdNotFoundError",
-    "TRANSACTIONAL_ID_NOT_FOUND",
-    404,
+    ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
     doc="admin look-up of an unknown transactional id",
 )
-GroupIdNotFoundError = _error("GroupIdNotFoundError", "GROUP_ID_NOT_FOUND", 404, doc="describe of an unknown group")
-NotFoundError = _error("NotFoundError", "NOT_FOUND", 404, doc="no such route")
-MethodNotAllowedError = _error("MethodNotAllowedError", "METHOD_NOT_ALLOWED", 405, doc="no such method on this route")
-TopicAlreadyExistsError = _error("TopicAlreadyExistsError", "TOPIC_ALREADY_EXISTS", 409, doc="the topic exists")
+GroupIdNotFoundError = _error("GroupIdNotFoundError", ErrorCode.GROUP_ID_NOT_FOUND, doc="describe of an unknown group")
+NotFoundError = _error("NotFoundError", ErrorCode.NOT_FOUND, doc="no such route")
+MethodNotAllowedError = _error(
+    "MethodNotAllowedError", ErrorCode.METHOD_NOT_ALLOWED, doc="no such method on this route"
+)
+TopicAlreadyExistsError = _error("TopicAlreadyExistsError", ErrorCode.TOPIC_ALREADY_EXISTS, doc="the topic exists")
 ProducerFencedError = _error(
     "ProducerFencedError",
-    "PRODUCER_FENCED",
-    409,
+    ErrorCode.PRODUCER_FENCED,
     fatal=True,
     doc="a newer instance owns this transactional id (or the transaction timed out): close the producer",
 )
 InvalidProducerEpochError = _error(
-    "InvalidProducerEpochError", "INVALID_PRODUCER_EPOCH", 409, fatal=True, doc="a stale producer epoch"
+    "InvalidProducerEpochError", ErrorCode.INVALID_PRODUCER_EPOCH, fatal=True, doc="a stale producer epoch"
 )
 InvalidProducerIdMappingError = _error(
     "InvalidProducerIdMappingError",
-    "INVALID_PRODUCER_ID_MAPPING",
-    409,
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING,
     fatal=True,
     doc="the producer id is not this transactional id's (it expired, or was never initialized): create a new producer",
 )
 InvalidTxnStateError = _error(
     "InvalidTxnStateError",
-    "INVALID_TXN_STATE",
-    409,
+    ErrorCode.INVALID_TXN_STATE,
     fatal=True,
     doc="the request is not allowed in the transaction's state",
 )
 OutOfOrderSequenceNumberError = _error(
     "OutOfOrderSequenceNumberError",
-    "OUT_OF_ORDER_SEQUENCE_NUMBER",
-    409,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
     fatal=True,
     doc="a gap or reorder in sequence numbers: records may be lost",
 )
 UnknownProducerIdError = _error(
-    "UnknownProducerIdError", "UNKNOWN_PRODUCER_ID", 409, doc="the producer id was never issued or has expired"
+    "UnknownProducerIdError", ErrorCode.UNKNOWN_PRODUCER_ID, doc="the producer id was never issued or has expired"
 )
 IllegalGenerationError = _error(
     "IllegalGenerationError",
-    "ILLEGAL_GENERATION",
-    409,
+    ErrorCode.ILLEGAL_GENERATION,
     abortable=True,
     doc="the consumer's generation is stale: a rebalance happened",
 )
 UnknownMemberIdError = _error(
     "UnknownMemberIdError",
-    "UNKNOWN_MEMBER_ID",
-    409,
+    ErrorCode.UNKNOWN_MEMBER_ID,
     abortable=True,
     doc="the consumer is not (or no longer) a member of the group",
 )
 ConcurrentTransactionsError = _error(
     "ConcurrentTransactionsError",
-    "CONCURRENT_TRANSACTIONS",
-    409,
-    retriable=True,
+    ErrorCode.CONCURRENT_TRANSACTIONS,
     doc="the previous transaction is still completing",
 )
 RebalanceInProgressError = _error(
-    "RebalanceInProgressError", "REBALANCE_IN_PROGRESS", 409, retriable=True, doc="the group is rebalancing"
+    "RebalanceInProgressError", ErrorCode.REBALANCE_IN_PROGRESS, doc="the group is rebalancing"
 )
 UnstableOffsetCommitError = _error(
     "UnstableOffsetCommitError",
-    "UNSTABLE_OFFSET_COMMIT",
-    409,
-    retriable=True,
+    ErrorCode.UNSTABLE_OFFSET_COMMIT,
     doc="a transactional offset commit awaits its transaction's outcome",
 )
-OffsetOutOfRangeError = _error("OffsetOutOfRangeError", "OFFSET_OUT_OF_RANGE", 416, doc="offset outside the log")
-NotCoordinatorError = _error(
-    "NotCoordinatorError", "NOT_COORDINATOR", 421, retriable=True, doc="ask /v1/coordinators/find again"
+OffsetOutOfRangeError = _error("OffsetOutOfRangeError", ErrorCode.OFFSET_OUT_OF_RANGE, doc="offset outside the log")
+NotCoordinatorError = _error("NotCoordinatorError", ErrorCode.NOT_COORDINATOR, doc="ask /v1/coordinators/find again")
+UnauthorizedError = _error(
+    "UnauthorizedError", ErrorCode.UNAUTHORIZED, fatal=True, doc="missing or invalid credentials"
 )
-UnauthorizedError = _error("UnauthorizedError", "UNAUTHORIZED", 401, fatal=True, doc="missing or invalid credentials")
 TopicAuthorizationFailedError = _error(
-    "TopicAuthorizationFailedError", "TOPIC_AUTHORIZATION_FAILED", 403, abortable=True, doc="not allowed on this topic"
+    "TopicAuthorizationFailedError",
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+    abortable=True,
+    doc="not allowed on this topic",
 )
 GroupAuthorizationFailedError = _error(
-    "GroupAuthorizationFailedError", "GROUP_AUTHORIZATION_FAILED", 403, abortable=True, doc="not allowed on this group"
+    "GroupAuthorizationFailedError",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED,
+    abortable=True,
+    doc="not allowed on this group",
 )
 ClusterAuthorizationFailedError = _error(
     "ClusterAuthorizationFailedError",
-    "CLUSTER_AUTHORIZATION_FAILED",
-    403,
+    ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
     doc="not allowed on the cluster (topic creation, admin operations)",
 )
 TransactionalIdAuthorizationFailedError = _error(
     "TransactionalIdAuthorizationFailedError",
-    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
-    403,
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     fatal=True,
     doc="not allowed on this transactional id",
 )
 CoordinatorLoadInProgressError = _error(
-    "CoordinatorLoadInProgressError", "COORDINATOR_LOAD_IN_PROGRESS", 503, retriable=True, doc="the server is starting"
+    "CoordinatorLoadInProgressError", ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, doc="the server is starting"
 )
 CoordinatorNotAvailableError = _error(
     "CoordinatorNotAvailableError",
-    "COORDINATOR_NOT_AVAILABLE",
-    503,
-    retriable=True,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE,
     doc="the server's database is unavailable",
 )
 UnknownServerError = _error(
     "UnknownServerError",
-    "UNKNOWN_SERVER_ERROR",
-    500,
-    retriable=True,
+    ErrorCode.UNKNOWN_SERVER_ERROR,
     doc="a bug in the server (its log has the request id)",
 )
 

@@ -26,11 +26,11 @@ from txbroker.errors import TxbrokerError
 from txbroker.records import BASE64, ConsumerRecord, TopicPartition, consumer_record
 from txbroker.retry import Backoff
 from txbroker.subscription_state import SubscriptionState
+from txbroker.wire import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 
 log = logging.getLogger("txbroker.consumer")
 
-OFFSET_RESETS = {"earliest": -2, "latest": -1, "none": None}
-EARLIEST, LATEST = -2, -1
+OFFSET_RESETS = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP, "none": None}
 MAX_WAIT_MS = 30_000
 
 

@@ -55,6 +55,7 @@ from txbroker.records import (
 from txbroker.retry import Backoff, retrying
 from txbroker.sender import Sender
 from txbroker.transaction_manager import TransactionManager, TransactionState
+from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 log = logging.getLogger("txbroker.producer")
 
@@ -236,13 +237,13 @@ class AsyncProducer:
     async def _idempotent_producer_id(self, bump: bool) -> None:
         """For the sender: a fresh producer id, or (KIP-360) the current one with a bumped epoch."""
         tm = self._tm
-        body: dict = {"producer_id": -1, "producer_epoch": -1}
+        body: dict = {"producer_id": NO_PRODUCER_ID, "producer_epoch": NO_PRODUCER_EPOCH}
         if bump and tm.has_producer_id:
             body = {"producer_id": tm.producer_id, "producer_epoch": tm.producer_epoch}
         try:
             answer = await self._init_producer_id(body)
         except errors.ProducerFencedError:
-            answer = await self._init_producer_id({"producer_id": -1, "producer_epoch": -1})
+            answer = await self._init_producer_id({"producer_id": NO_PRODUCER_ID, "producer_epoch": NO_PRODUCER_EPOCH})
         tm.initialized(answer["producer_id"], answer["producer_epoch"])
 
     async def init_transactions(self) -> None:
@@ -260,8 +261,8 @@ class AsyncProducer:
                 {
                     "transactional_id": tm.transactional_id,
                     "transaction_timeout_ms": tm.transaction_timeout_ms,
-                    "producer_id": -1,
-                    "producer_epoch": -1,
+                    "producer_id": NO_PRODUCER_ID,
+                    "producer_epoch": NO_PRODUCER_EPOCH,
                 }
             )
         except TxbrokerError as error:

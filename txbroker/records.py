@@ -10,10 +10,9 @@ import base64
 from dataclasses import dataclass
 from typing import NamedTuple, Union
 
+from txbroker.wire import NO_GENERATION, NO_MEMBER
+
 BASE64 = "base64"
-NO_OFFSET = -1
-NO_GENERATION = -1
-NO_MEMBER = ""
 
 Bytes = Union[bytes, bytearray, memoryview, str]
 Headers = Union[list[tuple[str, Union[Bytes, None]]], dict[str, Union[Bytes, None]], None]

@@ -32,12 +32,13 @@ import time
 from collections.abc import Awaitable, Callable
 
 from txbroker import errors
-from txbroker.accumulator import NO_SEQUENCE, ProducerBatch, RecordAccumulator
+from txbroker.accumulator import ProducerBatch, RecordAccumulator
 from txbroker.connection import Connection
 from txbroker.errors import TxbrokerError
 from txbroker.records import BASE64, TopicPartition
 from txbroker.retry import Backoff
 from txbroker.transaction_manager import TransactionManager, TransactionState
+from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
 log = logging.getLogger("txbroker.producer")
 
@@ -243,8 +244,8 @@ class Sender:
         tm = self._tm
         return {
             "transactional_id": tm.transactional_id,
-            "producer_id": tm.producer_id if self._idempotent else -1,
-            "producer_epoch": tm.producer_epoch if self._idempotent else -1,
+            "producer_id": tm.producer_id if self._idempotent else NO_PRODUCER_ID,
+            "producer_epoch": tm.producer_epoch if self._idempotent else NO_PRODUCER_EPOCH,
             "encoding": BASE64,
             "partitions": [
                 {

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from txbroker.errors import IllegalStateError
-from txbroker.records import NO_GENERATION, TopicPartition
+from txbroker.records import TopicPartition
+from txbroker.wire import NO_GENERATION
 
 Listener = Callable[[set[TopicPartition]], Any]
 

@@ -21,9 +21,7 @@ from types import MappingProxyType
 
 from txbroker.errors import IllegalStateError, TxbrokerError
 from txbroker.records import TopicPartition
-
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
+from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 
 class TransactionState(enum.Enum):

@@ -19,10 +19,10 @@ from app.storage import markers, producer_ids
 from app.storage.producer_ids import ProducerIdAndEpoch
 from app.storage.topics import get_topic, unknown_partition
 from app.storage.transaction_log import TransactionMetadata
+from txbroker.wire import NO_OFFSET
 
 router = APIRouter(prefix="/v1", tags=["administration"], dependencies=READY, route_class=OrjsonRoute)
 ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 409, 503)}
-NO_OFFSET = -1
 
 
 def transaction_body(meta: TransactionMetadata) -> dict:

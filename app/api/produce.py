@@ -19,7 +19,7 @@ from app.errors import BrokerError, invalid_request
 from app.storage import record_codec
 from app.storage.partition_log import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 from app.storage.topics import get_topic
-from txbroker.partitioner import partition_for_key
+from txbroker.wire import partition_for_key
 
 router = APIRouter(prefix="/v1", tags=["producing"], dependencies=READY, route_class=OrjsonRoute)
 ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 409, 413, 503)}

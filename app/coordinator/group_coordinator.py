@@ -36,10 +36,7 @@ from app.storage.topics import (
     unknown_partition,
     unknown_topic,
 )
-
-NO_GENERATION = -1
-NO_MEMBER = ""
-
+from txbroker.wire import NO_GENERATION, NO_MEMBER
 
 # Kafka's default heartbeat.interval.ms: members learn of a rebalance within this long.
 MAX_HEARTBEAT_INTERVAL_MS = 3000

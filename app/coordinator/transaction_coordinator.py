@@ -49,7 +49,7 @@ from app.storage.topics import (
     unknown_topic,
 )
 from app.storage.transaction_log import NO_START_TIME, TransactionLog, TransactionMetadata, TxnPartition
-from txbroker.partitioner import partition_for_key
+from txbroker.wire import partition_for_key
 
 log = logging.getLogger(__name__)
 

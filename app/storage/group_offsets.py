@@ -24,8 +24,7 @@ from app.storage import partition_log, record_codec
 from app.storage.partition_log import BatchAppend
 from app.storage.rows import all_from_rows
 from app.storage.topics import TopicInfo
-
-NO_OFFSET = -1
+from txbroker.wire import NO_OFFSET
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,22 +24,20 @@ from app.storage.fused_writes import WriteStatement, execute_fused
 from app.storage.record_codec import EncodedBatch
 from app.storage.topics import TOPIC_COLUMNS, TopicInfo, could_exist, topic_from_row, unknown_partition
 
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
-
-READ_UNCOMMITTED = "read_uncommitted"
-READ_COMMITTED = "read_committed"
-ISOLATION_LEVELS = (READ_UNCOMMITTED, READ_COMMITTED)
-
-# Control record types, as Kafka's ControlRecordType.
-CONTROL_ABORT = 0
-CONTROL_COMMIT = 1
-
-LATEST_TIMESTAMP = -1
-EARLIEST_TIMESTAMP = -2
-NO_OFFSET = -1
-NO_TIMESTAMP = -1
+# The contract's sentinels and control record types (txbroker/wire.py, shared with the SDK), also
+# imported from here by the rest of the server.
+from txbroker.wire import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,  # noqa: F401 (the markers' and the coordinator's, imported from here)
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    NO_OFFSET,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    NO_TIMESTAMP,
+    READ_COMMITTED,
+)
 
 APPENDS_CHANNEL = "txbroker_appends"
 

@@ -19,7 +19,7 @@ from app.storage import record_codec
 from app.storage.markers import CONTROL_TYPE_NAMES
 from app.storage.rows import from_row
 from app.storage.topics import TopicInfo
-from txbroker.partitioner import partition_for_key
+from txbroker.wire import partition_for_key
 
 SCAN_CHUNK = 2_000  # batches per query
 END_OF_LOG = 2**63 - 1

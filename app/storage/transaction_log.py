@@ -30,7 +30,7 @@ from app.storage.partition_log import (
     BatchAppend,
 )
 from app.storage.topics import TOPIC_COLUMNS, TRANSACTION_STATE_TOPIC, TopicInfo, could_exist, get_topic, topic_from_row
-from txbroker.partitioner import partition_for_key
+from txbroker.wire import partition_for_key
 
 NO_START_TIME = -1
 

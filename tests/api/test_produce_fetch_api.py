@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import SHARED_SSL_CONTEXT
-from txbroker.partitioner import partition_for_key
+from txbroker.wire import partition_for_key
 
 
 # One server (and database) for the module: a fresh one per test costs ~0.5 s. Every test uses topics

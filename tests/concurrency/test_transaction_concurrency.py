@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from txbroker.partitioner import partition_for_key
+from txbroker.wire import partition_for_key
 
 REFUSALS = {"PRODUCER_FENCED", "INVALID_TXN_STATE", "CONCURRENT_TRANSACTIONS"}
 

@@ -18,7 +18,7 @@ from app.storage.database import connect
 from app.storage.topics import TRANSACTION_STATE_TOPIC
 from tests.conftest import RunningServer
 from tests.console.test_console import Tab, chromium, playwright_driver  # noqa: F401 (a fixture)
-from txbroker.partitioner import partition_for_key
+from txbroker.wire import partition_for_key
 
 PARTITIONS = 1_000
 TRANSACTIONAL_IDS = 10_000

@@ -25,7 +25,7 @@ from txbroker import (
     TransactionState,
     errors,
 )
-from txbroker.partitioner import partition_for_key
+from txbroker.wire import partition_for_key
 
 FAST = {"retry_backoff_ms": 10, "retry_backoff_max_ms": 100}
 

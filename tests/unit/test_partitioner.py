@@ -1,4 +1,4 @@
-"""txbroker.partitioner against Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2).
+"""txbroker.wire's partitioner against Kafka's murmur2 (org.apache.kafka.common.utils.Utils.murmur2).
 
 The vectors are Kafka's own (UtilsTest.testMurmur2); a key must land on the same partition as with
 Kafka's Java client, so the hash must match bit for bit.
@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from txbroker.partitioner import murmur2, partition_for_key
+from txbroker.wire import murmur2, partition_for_key
 
 # Kafka's UtilsTest.testMurmur2.
 KAFKA_VECTORS = [

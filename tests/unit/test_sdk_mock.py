@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from txbroker import AsyncConsumer, AsyncProducer, Consumer, Producer, TopicPartition, TransactionState, errors
-from txbroker.partitioner import partition_for_key
 from txbroker.records import ConsumerGroupMetadata
+from txbroker.wire import partition_for_key
 
 FAST = {"retry_backoff_ms": 1, "retry_backoff_max_ms": 5}
 

@@ -1,0 +1,108 @@
+"""The `txbroker` command's client commands (the server's `serve` and `db` live in app/cli.py, which
+hands every other command to `main` here; they plug in through the `txbroker.commands` entry points).
+The client commands speak HTTP only, through the SDK.
+
+    txbroker topics create|list|describe|delete
+    txbroker produce TOPIC              lines from stdin; --key-separator; --transactional-id
+    txbroker consume TOPIC              --group, --from-beginning, --max-records, --timeout-ms, --json
+    txbroker transactions list|describe|abort|find-hanging
+    txbroker producers TOPIC PARTITION
+    txbroker markers TOPIC PARTITION
+    txbroker groups list|describe
+    txbroker principals create|list|delete|add-key|keys|revoke-key
+    txbroker acls add|list|remove
+    txbroker audit
+
+One module per command group (topics, produce, consume, transactions, groups, security), each adding
+its commands to the parser built here; command.py holds what they share, output.py how they print.
+
+Human-readable tables by default, `--json` for scripts. Exit codes: 0 ok; 1 an error (the server's
+code and message, or why it could not be reached, on stderr); 2 a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from importlib.metadata import entry_points
+
+from txbroker.cli import consume, groups, produce, security, topics, transactions
+from txbroker.cli.command import EXIT_ERROR, EXIT_OK, UsageError, add_common_options
+from txbroker.errors import TxbrokerConnectionError, TxbrokerError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="txbroker",
+        description="Kafka's transactional messaging over HTTP",
+        epilog="server commands, when txbroker-server is installed: txbroker serve, txbroker db upgrade "
+        "(see txbroker serve --help)",
+    )
+    add_common_options(parser, top=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    for group in (topics, produce, consume, transactions, groups, security):
+        group.add_commands(commands)
+    _add_installed_commands(commands)
+    return parser
+
+
+COMMANDS_GROUP = "txbroker.commands"
+
+
+def _add_installed_commands(commands) -> None:
+    """Commands other distributions register in the entry-point group `txbroker.commands` (the
+    server's `serve` and `db`): each entry point is a function that adds its subparser, with a `run`
+    default, to `commands`. Found by name only, so the SDK never imports the server."""
+    for entry_point in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        try:
+            add_command = entry_point.load()
+        except Exception as error:  # a broken server install must not take the client commands down
+            print(
+                f"warning: txbroker command {entry_point.name!r} ({entry_point.value}) could not be loaded: "
+                f"{type(error).__name__}: {error}; reinstall the distribution that provides it "
+                f"(scripts/setup in a checkout)",
+                file=sys.stderr,
+            )
+            continue
+        add_command(commands)
+
+
+def _unreachable(error: BaseException) -> str | None:
+    """Why the server could not be reached, when that is what `error` (or what it gave up on) is."""
+    while error is not None and not isinstance(error, TxbrokerConnectionError):
+        error = error.__cause__
+    if error is None:
+        return None
+    cause = error.__cause__
+    return f"{type(cause).__name__}: {cause}" if cause is not None else error.message
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except UsageError as error:
+        parser.error(str(error))  # exits with 2
+    except TxbrokerError as error:
+        unreachable = _unreachable(error)
+        if unreachable is not None:
+            print(
+                f"error: cannot reach txbroker at {args.url}: {unreachable} (is the server running? "
+                f"--url or TXBROKER_URL name another)",
+                file=sys.stderr,
+            )
+        else:
+            print(f"error: {error.code}: {error.message}", file=sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`| head`): not an error of ours.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return EXIT_OK
+    return EXIT_ERROR

@@ -1,0 +1,173 @@
+"""`txbroker principals|acls|audit`: principals and their API keys, ACL rules, the audit log."""
+
+from __future__ import annotations
+
+from txbroker.cli.command import EXIT_OK, add_command, admin_command
+from txbroker.cli.output import emit_json, format_time, print_found
+from txbroker.sync import Admin
+
+
+def principals_create(args, admin: Admin) -> int:
+    created = admin.create_principal(args.name, super_user=args.super_user)
+    emit_json(created) if args.json else print(
+        f"created principal {args.name}{' (super user)' if args.super_user else ''}"
+    )
+    return EXIT_OK
+
+
+def principals_list(args, admin: Admin) -> int:
+    found = admin.list_principals()
+    print_found(
+        args.json,
+        found,
+        lambda p: (p["name"], "yes" if p["super_user"] else "no", format_time(p["created_ms"])),
+        ("PRINCIPAL", "SUPER USER", "CREATED"),
+        "no principals",
+    )
+    return EXIT_OK
+
+
+def principals_delete(args, admin: Admin) -> int:
+    admin.delete_principal(args.name)
+    print(f"deleted principal {args.name}, its keys and ACL rules")
+    return EXIT_OK
+
+
+def principals_add_key(args, admin: Admin) -> int:
+    key = admin.add_key(args.name)
+    if args.json:
+        emit_json(key)
+    else:
+        print(f"key {key['key_id']} for {args.name}; its token (shown this once):\n{key['token']}")
+    return EXIT_OK
+
+
+def principals_keys(args, admin: Admin) -> int:
+    found = admin.list_keys(args.name)
+    print_found(
+        args.json,
+        found,
+        lambda k: (k["key_id"], format_time(k["created_ms"]), format_time(k["revoked_ms"]) or "-"),
+        ("KEY ID", "CREATED", "REVOKED"),
+        f"{args.name} has no keys",
+    )
+    return EXIT_OK
+
+
+def principals_revoke_key(args, admin: Admin) -> int:
+    admin.revoke_key(args.name, args.key_id)
+    print(f"revoked key {args.key_id} of {args.name}: requests with it are refused from now on")
+    return EXIT_OK
+
+
+ACL_HEADERS = ("ID", "PRINCIPAL", "PERMISSION", "OPERATION", "RESOURCE TYPE", "PATTERN", "RESOURCE")
+
+
+def acls_add(args, admin: Admin) -> int:
+    acl = admin.add_acl(
+        args.principal,
+        args.resource_type,
+        args.resource_name,
+        args.operation,
+        pattern_type=args.pattern_type,
+        permission=args.permission,
+    )
+    emit_json(acl) if args.json else print(
+        f"added ACL {acl['acl_id']}: {acl['permission']} {acl['operation']} on "
+        f"{acl['resource_type']} {acl['resource_name']!r} ({acl['pattern_type']}) "
+        f"for {acl['principal']}"
+    )
+    return EXIT_OK
+
+
+def acls_list(args, admin: Admin) -> int:
+    found = admin.list_acls(args.principal, args.resource_type)
+    print_found(
+        args.json,
+        found,
+        lambda a: (
+            a["acl_id"],
+            a["principal"],
+            a["permission"],
+            a["operation"],
+            a["resource_type"],
+            a["pattern_type"],
+            a["resource_name"],
+        ),
+        ACL_HEADERS,
+        "no ACL rules",
+    )
+    return EXIT_OK
+
+
+def acls_remove(args, admin: Admin) -> int:
+    admin.remove_acl(args.acl_id)
+    print(f"removed ACL {args.acl_id}")
+    return EXIT_OK
+
+
+def audit(args, admin: Admin) -> int:
+    found = admin.audit_log(args.limit)
+    print_found(
+        args.json,
+        found,
+        lambda e: (format_time(e["timestamp_ms"]), e["principal"], e["action"], e["resource"], e["details"] or None),
+        ("TIME", "PRINCIPAL", "ACTION", "RESOURCE", "DETAILS"),
+        "no audit entries",
+    )
+    return EXIT_OK
+
+
+def add_commands(commands) -> None:
+    """The `principals`, `acls` and `audit` commands."""
+    principals = commands.add_parser("principals", help="create, list, delete principals; manage their API keys")
+    actions = principals.add_subparsers(dest="principals_command", required=True, metavar="ACTION")
+    sub = add_command(actions, "create", "create a principal", admin_command(principals_create))
+    sub.add_argument("name")
+    sub.add_argument("--super-user", action="store_true", help="allowed everything")
+    add_command(actions, "list", "list principals", admin_command(principals_list))
+    add_command(
+        actions, "delete", "delete a principal with its keys and ACL rules", admin_command(principals_delete)
+    ).add_argument("name")
+    add_command(
+        actions, "add-key", "create an API key (prints its token once)", admin_command(principals_add_key)
+    ).add_argument("name")
+    add_command(actions, "keys", "list a principal's keys", admin_command(principals_keys)).add_argument("name")
+    sub = add_command(actions, "revoke-key", "revoke an API key at once", admin_command(principals_revoke_key))
+    sub.add_argument("name")
+    sub.add_argument("key_id")
+
+    acls = commands.add_parser("acls", help="add, list, remove ACL rules (Kafka's model)")
+    actions = acls.add_subparsers(dest="acls_command", required=True, metavar="ACTION")
+    sub = add_command(actions, "add", "allow (or deny) a principal an operation on resources", admin_command(acls_add))
+    sub.add_argument("--principal", required=True, help='a principal name, or "*" for every principal')
+    sub.add_argument("--resource-type", required=True, choices=("Topic", "Group", "TransactionalId", "Cluster"))
+    sub.add_argument("--resource-name", required=True, help='a name, "*" for all, or a prefix with --prefixed')
+    sub.add_argument(
+        "--operation", required=True, choices=("Read", "Write", "Create", "Delete", "Describe", "Alter", "All")
+    )
+    sub.add_argument(
+        "--prefixed",
+        dest="pattern_type",
+        action="store_const",
+        const="prefixed",
+        default="literal",
+        help="the resource name is a prefix",
+    )
+    sub.add_argument(
+        "--deny",
+        dest="permission",
+        action="store_const",
+        const="deny",
+        default="allow",
+        help="a deny rule (deny wins over allow)",
+    )
+    sub = add_command(actions, "list", "list ACL rules", admin_command(acls_list))
+    sub.add_argument("--principal")
+    sub.add_argument("--resource-type", choices=("Topic", "Group", "TransactionalId", "Cluster"))
+    add_command(actions, "remove", "remove an ACL rule by id", admin_command(acls_remove)).add_argument(
+        "acl_id", type=int
+    )
+
+    sub = add_command(commands, "audit", "administrative actions, newest first", admin_command(audit))
+    sub.add_argument("--limit", type=int, default=100)
