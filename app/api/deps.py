@@ -8,12 +8,12 @@ from typing import Annotated
 import asyncpg
 from fastapi import Depends, Request
 
+from app.coordinator.fetch import AppendNotifier
 from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.coordinator.write_groups import WriteGroups
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
-from app.storage.append_notifier import AppendNotifier
 
 
 async def _pool(request: Request) -> asyncpg.Pool:

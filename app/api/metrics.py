@@ -10,8 +10,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 
 from app.api.auth import PrincipalDep
 from app.api.deps import PoolDep
+from app.coordinator import topic_admin
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize
-from app.storage import partition_log, topics
 
 
 class Metrics:
@@ -77,14 +77,12 @@ async def metrics_text(request: Request, pool: PoolDep, principal: PrincipalDep)
     """Prometheus text format. Needs Describe on the Cluster."""
     authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
     metrics: Metrics = request.app.state.metrics
-    async with pool.acquire() as conn:
-        found = await topics.list_topics(conn)
-        states = await partition_log.partition_states(conn, found)
+    found = await topic_admin.describe_topics(pool)
     # Rebuilt on each scrape so deleted topics disappear.
     metrics.high_watermark.clear()
     metrics.last_stable_offset.clear()
-    for topic in found:
-        for index, state in enumerate(states[topic.topic_id]):
+    for topic, states in found:
+        for index, state in enumerate(states):
             metrics.high_watermark.labels(topic.name, str(index)).set(state.high_watermark)
             metrics.last_stable_offset.labels(topic.name, str(index)).set(state.last_stable_offset)
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
