@@ -7,7 +7,7 @@ commit, where a group of each kind took one PostgreSQL transaction each.
 A group's statements, in TransactionLog's lock order: the transactional ids' rows locked (in id
 order) and the topics read; the idempotent producers looked up, if any; every partition locked (in
 lock_order) with the states and markers the group needs there; the batches, the markers and the
-transaction log written by one statement (TransactionCoordinator.write_partitions); the commit.
+transaction log written by one statement (UnitOfWork.write_partitions_and_save); the commit.
 Every state change is made on the locked rows in the requests' order of arrival (an EndTxn after a
 produce of its transaction in the same group commits it; a produce after its transaction's EndTxn
 is fenced). The batches go before the markers in their partitions: the requests that arrived
@@ -17,10 +17,7 @@ each transaction's own are kept, and they are.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
-
-import asyncpg
 
 from app.clock import now_ms
 from app.coordinator.group_commit import GroupCommit
@@ -30,7 +27,7 @@ from app.errors import BrokerError
 from app.storage import markers, producer_ids, record_codec
 from app.storage.partition_log import BatchAppend
 from app.storage.record_codec import EncodedBatch
-from app.storage.topics import find_topics, unknown_topic
+from app.storage.topics import unknown_topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +42,7 @@ _Request = _Produce | EndTxnCommand
 _Answer = list[PartitionResult] | EndResult
 
 
-def _transaction_if_needed(conn: asyncpg.Connection, group: list[_Request]):
+def _needs_transaction(group: list[_Request]) -> bool:
     """A lone plain write to one partition is one statement after a read (the topic lookup):
     PostgreSQL runs that statement as a transaction of its own, so BEGIN and COMMIT would be two
     round trips for nothing. It is safe because the statement itself re-checks what the read found
@@ -53,9 +50,9 @@ def _transaction_if_needed(conn: asyncpg.Connection, group: list[_Request]):
     its commit. Producers' writes (sequence state, the coordinator's row), writes to several
     partitions (all visible at once, or none), EndTxn and groups keep their PostgreSQL transaction."""
     [first, *others] = group
-    if not others and isinstance(first, _Produce) and first.command.is_plain and len(first.command.partitions) == 1:
-        return contextlib.nullcontext()
-    return conn.transaction()
+    return not (
+        not others and isinstance(first, _Produce) and first.command.is_plain and len(first.command.partitions) == 1
+    )
 
 
 class WriteGroups:
@@ -94,17 +91,12 @@ class WriteGroups:
         transactional_ids = {c.transactional_id for c in produces if c.transactional_id is not None}
         transactional_ids.update(r.transactional_id for r in group if isinstance(r, EndTxnCommand))
         idempotent = {c.producer_id for c in produces if not c.is_plain and c.transactional_id is None}
-        async with coordinator.pool.acquire() as conn, _transaction_if_needed(conn, group):
+        async with coordinator.unit_of_work(atomic=_needs_transaction(group)) as unit:
             topic_names = sorted({e.topic for c in produces for e in c.partitions})
             # The coordinator's rows first (in id order), then the partitions (in lock_order), then
-            # the transaction log (save_statement): TransactionLog's lock order.
-            if transactional_ids:
-                metas, topics = await coordinator.log.lock_many_and_find_topics(
-                    conn, list(transactional_ids), topic_names
-                )
-            else:
-                metas, topics = {}, await find_topics(conn, topic_names)
-            issued = await producer_ids.lookup_many(conn, list(idempotent)) if idempotent else {}
+            # the transaction log: the unit of work's lock order.
+            metas, topics = await unit.lock_many_and_find_topics(list(transactional_ids), topic_names)
+            issued = await producer_ids.lookup_many(unit.conn, list(idempotent)) if idempotent else {}
             answers: list[_Answer | BrokerError] = []
             appends: list[BatchAppend] = []
             owners: list[tuple[int, int]] = []  # (request, partition) of each append
@@ -113,7 +105,7 @@ class WriteGroups:
                 try:
                     if isinstance(request, EndTxnCommand):
                         answer, ending = await coordinator.end_in_group(
-                            conn, metas.get(request.transactional_id), request
+                            unit, metas.get(request.transactional_id), request
                         )
                         if ending is not None:
                             ends.append(ending)
@@ -158,9 +150,8 @@ class WriteGroups:
                     )
                 answers.append(results)
             # The transaction log's write goes with the batches' and the markers' (one round trip),
-            # last: see TransactionLog's lock order.
-            save = await coordinator.log.save_statement(conn, list(metas.values()))
-            written = await coordinator.write_partitions(conn, appends, ends, now_ms(), then=save)
+            # last: see the unit of work's lock order.
+            written = await unit.write_partitions_and_save(appends, ends, now_ms())
             for (request_index, partition_index), result in zip(owners, written):
                 answers[request_index][partition_index] = result
         return answers

@@ -649,7 +649,7 @@ def _queued_appends(
     from app.storage import partition_log, record_codec, topics
     from app.storage.database import connect
     from app.storage.partition_log import BatchAppend
-    from app.storage.transaction_log import TransactionLog, TransactionMetadata
+    from app.storage.transaction_log import TransactionLog, TransactionRow
 
     log = TransactionLog()
 
@@ -669,7 +669,7 @@ def _queued_appends(
             topic = await topics.create_topic(a, "queued", 1, {})
             if transactional:
                 await topics.ensure_internal_topics(a, 1, 1)
-                await log.lock_new(a, TransactionMetadata("queued", 4242, 0, "Ongoing", 60_000, 0, 0))
+                await log.lock_new(a, TransactionRow("queued", 4242, 0, "Ongoing", 60_000, 0, 0))
             for sequence, values in before:
                 await partition_log.append_batch(a, append(topic, sequence, values))
 
