@@ -69,7 +69,7 @@ async def _produce(request: Request, settings, principal, parsed: ParsedProduce)
     command = ProduceCommand(
         parsed.transactional_id, parsed.producer_id, parsed.producer_epoch, parsed.encoding, parsed.partitions
     )
-    results = await request.app.state.write_groups.produce(command)
+    results = await request.app.state.batched_writes.produce(command)
     _count_produced(request, parsed.partitions, results)
     return json_response(
         {"partitions": [_entry(p.topic, p.partition, result) for p, result in zip(parsed.partitions, results)]}
@@ -150,7 +150,7 @@ async def write_records(
         body.encoding,
         [PartitionRecords(topic, partition, NO_SEQUENCE, body.records)],
     )
-    [result] = await request.app.state.write_groups.produce(command)
+    [result] = await request.app.state.batched_writes.produce(command)
     _count_produced(request, [body], [result])
     if isinstance(result, BrokerError):
         return error_response(result)

@@ -1,5 +1,5 @@
 """Produce's commands and checks: the request-level checks that need no database, and those of an
-idempotent producer against what the server issued to it. The writing is app/coordinator/write_groups.py's
+idempotent producer against what the server issued to it. The writing is app/coordinator/batched_writes.py's
 (each partition's batch appended, in one PostgreSQL transaction that concurrent requests share).
 
 Request-level errors fail the whole request and append nothing (API.md "Producing"); partition-level

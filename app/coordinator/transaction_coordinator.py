@@ -297,12 +297,12 @@ class TransactionCoordinator:
 
     # ---- EndTxn and prepare
 
-    async def end_in_group(
+    async def end_in_batch(
         self, unit: UnitOfWork, meta: TransactionMetadata | None, command: EndTxnCommand
     ) -> tuple[EndResult, markers.TransactionEnd | None]:
-        """EndTxn on the id's metadata as locked by the unit of a group of requests written
-        together (app/coordinator/write_groups.py): its answer, and the markers the group must
-        write after its appends (None for a retry of the EndTxn that ended the last transaction).
+        """EndTxn on the id's metadata as locked by the unit of a write batch (the requests written
+        together, app/coordinator/batched_writes.py): its answer, and the markers the write batch
+        must write after its appends (None for a retry of the EndTxn that ended the last transaction).
         Raises the request's error. The unit saves the metadata last."""
         if meta is not None and meta.is_retry_of_last(command.producer_id, command.producer_epoch):
             outcome = S.COMPLETE_COMMIT if command.commit else S.COMPLETE_ABORT
@@ -318,8 +318,8 @@ class TransactionCoordinator:
         # PostgreSQL transaction (one commit instead of two). The steps stay separable: PrepareX is
         # logged before the markers, markers are idempotent, and a PrepareX found durable (left by
         # a coordinator that wrote them separately) is finished by recovery, InitProducerId, or this
-        # same EndTxn retried. The group writes its markers after every state change: a retry of an
-        # EndTxn in the same group sees its transaction complete, as it would after it.
+        # same EndTxn retried. The write batch writes its markers after every state change: a retry
+        # of an EndTxn in the same write batch sees its transaction complete, as it would after it.
         ending = meta.transaction_end()
         await self._completed(unit, meta, now_ms(), bump=True)
         return EndResult(meta.producer_id, meta.producer_epoch, meta.state), ending

@@ -56,7 +56,7 @@ class UnitOfWork:
         self, transactional_ids: list[str], topic_names: list[str]
     ) -> tuple[dict[str, TransactionMetadata], dict[str, TopicInfo]]:
         """The ids' metadata (ids without a row left out), locked in id order, and the topics that
-        exist: one statement for a group of requests."""
+        exist: one statement for a write batch of requests."""
         if not transactional_ids:
             return {}, await find_topics(self.conn, topic_names)
         metas, topics = await self._log.lock_many_and_find_topics(self.conn, transactional_ids, topic_names)

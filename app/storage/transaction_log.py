@@ -215,8 +215,8 @@ class TransactionLog(Generic[Row]):
         self, conn: asyncpg.Connection, transactional_ids: list[str], topic_names: list[str]
     ) -> tuple[dict[str, Row], dict[str, TopicInfo]]:
         """The ids' rows locked (`lock` for several ids, in id order; ids without a row are left out)
-        and the topics that exist (topics.find_topics), in one statement: one round trip for a group
-        of produce and EndTxn requests."""
+        and the topics that exist (topics.find_topics), in one statement: one round trip for a write
+        batch of produce and EndTxn requests."""
         rows = await conn.fetch(
             _LOCK_MANY_AND_FIND_TOPICS_SQL,
             sorted(transactional_ids),
@@ -263,7 +263,7 @@ class TransactionLog(Generic[Row]):
             await statement.execute(conn)
 
     async def save_statement(self, conn: asyncpg.Connection, metas: list[TransactionRow]) -> WriteStatement | None:
-        """`save` for the distinct ids of a group of requests committed together, as one statement
+        """`save` for the distinct ids of a write batch of requests committed together, as one statement
         (which locks the __transaction_state partitions their records go to in lock_order first),
         for the caller to run last (fused with its own last write: fused_writes.py); None when no id
         has a transition to log. The recorded transitions go into the statement: the metadata has
