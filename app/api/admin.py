@@ -15,7 +15,7 @@ from app.api.responses import json_response
 from app.coordinator import transaction_admin
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.coordinator.transaction_admin import ProducerIdAndEpoch
-from app.coordinator.transaction_coordinator import TransactionMetadata
+from app.coordinator.transaction_metadata import TransactionMetadata
 from app.coordinator.transaction_states import TransactionState
 from app.errors import invalid_request
 
