@@ -18,10 +18,10 @@ from app.api.request_bodies import JsonBodies
 from app.api.request_limits import LongPollSlots
 from app.clock import now_ms
 from app.console import router as console_router
+from app.coordinator.batched_writes import BatchedWrites
 from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.coordinator.workers import BackgroundWorkers
-from app.coordinator.write_groups import WriteGroups
 from app.settings import Settings
 from app.storage import principals, topics
 from app.storage.append_notifier import AppendNotifier
@@ -96,7 +96,7 @@ def create_app(
         await _migrate_once_reachable(database_url)
         app.state.pool = await create_pool(database_url, settings.database_pool_size)
         app.state.coordinator = TransactionCoordinator(app.state.pool, settings)
-        app.state.write_groups = WriteGroups(app.state.coordinator, settings.max_records_per_request)
+        app.state.batched_writes = BatchedWrites(app.state.coordinator, settings.max_records_per_request)
         app.state.group_coordinator = GroupCoordinator(app.state.pool, app.state.coordinator)
         app.state.workers = BackgroundWorkers(app.state.coordinator, app.state.group_coordinator, settings)
         app.state.notifier = AppendNotifier(database_url, settings.long_poll_fallback_ms / 1000)

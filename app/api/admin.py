@@ -12,13 +12,12 @@ from app.api.auth import PrincipalDep
 from app.api.deps import READY, CoordinatorDep, PoolDep
 from app.api.json_route import OrjsonRoute
 from app.api.responses import json_response
+from app.coordinator import transaction_admin
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
+from app.coordinator.transaction_admin import ProducerIdAndEpoch
+from app.coordinator.transaction_metadata import TransactionMetadata
 from app.coordinator.transaction_states import TransactionState
 from app.errors import invalid_request
-from app.storage import markers, producer_ids
-from app.storage.producer_ids import ProducerIdAndEpoch
-from app.storage.topics import get_topic, unknown_partition
-from app.storage.transaction_log import TransactionMetadata
 from txbroker.wire import NO_OFFSET
 
 router = APIRouter(prefix="/v1", tags=["administration"], dependencies=READY, route_class=OrjsonRoute)
@@ -120,21 +119,12 @@ async def abort_transaction(
     )
 
 
-async def _partition(conn, topic: str, partition: int):
-    info = await get_topic(conn, topic)
-    if not 0 <= partition < info.partition_count:
-        raise unknown_partition(info, partition)
-    return info
-
-
 @router.get("/topics/{topic}/partitions/{partition}/producers", response_model=schemas.ProducerList, responses=ERRORS)
 async def describe_producers(topic: str, partition: int, pool: PoolDep, principal: PrincipalDep):
     """[DescribeProducers] The producers with state on this partition (-1: none). Needs Read on the
     topic."""
     authorize(principal, Operation.READ, ResourceType.TOPIC, topic)
-    async with pool.acquire() as conn:
-        info = await _partition(conn, topic, partition)
-        found = await producer_ids.describe_partition_producers(conn, info.topic_id, partition)
+    found = await transaction_admin.describe_producers(pool, topic, partition)
     return json_response(
         {
             "producers": [
@@ -164,9 +154,7 @@ async def list_markers(
 ):
     """The transaction markers of a partition from an offset on. Needs Read on the topic."""
     authorize(principal, Operation.READ, ResourceType.TOPIC, topic)
-    async with pool.acquire() as conn:
-        info = await _partition(conn, topic, partition)
-        found = await markers.list_markers(conn, info.topic_id, partition, offset, limit)
+    found = await transaction_admin.list_markers(pool, topic, partition, offset, limit)
     return json_response(
         {
             "markers": [

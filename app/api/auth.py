@@ -10,9 +10,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from app.coordinator.authorizer import ANONYMOUS, Principal, principal_from
+from app.coordinator import security_admin
+from app.coordinator.authorizer import ANONYMOUS, Principal
 from app.errors import BrokerError, ErrorCode
-from app.storage import principals
 
 AUTH_REQUIRED = "required"
 
@@ -26,9 +26,7 @@ def _unauthorized(what: str) -> BrokerError:
 
 
 async def token_principal(request: Request, token: str) -> Principal | None:
-    async with request.app.state.pool.acquire() as conn:
-        found = await principals.authenticate(conn, token)
-    return None if found is None else principal_from(*found)
+    return await security_admin.authenticate(request.app.state.pool, token)
 
 
 async def current_principal(request: Request) -> Principal:

@@ -8,12 +8,12 @@ from typing import Annotated
 import asyncpg
 from fastapi import Depends, Request
 
+from app.coordinator.batched_writes import BatchedWrites
+from app.coordinator.fetch import AppendNotifier
 from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
-from app.coordinator.write_groups import WriteGroups
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
-from app.storage.append_notifier import AppendNotifier
 
 
 async def _pool(request: Request) -> asyncpg.Pool:
@@ -32,8 +32,8 @@ async def _coordinator(request: Request) -> TransactionCoordinator:
     return request.app.state.coordinator
 
 
-async def _write_groups(request: Request) -> WriteGroups:
-    return request.app.state.write_groups
+async def _batched_writes(request: Request) -> BatchedWrites:
+    return request.app.state.batched_writes
 
 
 async def _group_coordinator(request: Request) -> GroupCoordinator:
@@ -51,7 +51,7 @@ async def require_ready(request: Request) -> None:
 PoolDep = Annotated[asyncpg.Pool, Depends(_pool)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 CoordinatorDep = Annotated[TransactionCoordinator, Depends(_coordinator)]
-WriteGroupsDep = Annotated[WriteGroups, Depends(_write_groups)]
+BatchedWritesDep = Annotated[BatchedWrites, Depends(_batched_writes)]
 GroupCoordinatorDep = Annotated[GroupCoordinator, Depends(_group_coordinator)]
 NotifierDep = Annotated[AppendNotifier, Depends(_notifier)]
 READY = [Depends(require_ready)]

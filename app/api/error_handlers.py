@@ -12,8 +12,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.responses import error_response
 from app.api.schemas import MAX_IDENTIFIER_BYTES
+from app.coordinator.health import CONNECTION_ERRORS
 from app.errors import BrokerError, ErrorCode, invalid_request
-from app.storage.database import CONNECTION_ERRORS
 
 log = logging.getLogger("txbroker.api")
 

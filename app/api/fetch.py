@@ -13,10 +13,7 @@ from app.api.json_route import OrjsonRoute
 from app.api.request_limits import LongPollSlots, check_partition_count
 from app.api.responses import error_or_none, error_response, json_response, watermarks
 from app.coordinator.authorizer import Operation, ResourceType, authorize
-from app.errors import BrokerError
-from app.storage import partition_log
-from app.storage.fetching import FetchPosition, PartitionFetch, fetch
-from app.storage.topics import find_topics, unknown_topic
+from app.coordinator.fetch import FetchPosition, PartitionFetch, fetch, find_offsets
 
 router = APIRouter(prefix="/v1", tags=["consuming"], dependencies=READY, route_class=OrjsonRoute)
 ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 416, 503)}
@@ -99,25 +96,17 @@ async def list_offsets(body: schemas.ListOffsetsRequest, pool: PoolDep, settings
     check_partition_count(settings, len(body.partitions))
     for topic in {p.topic for p in body.partitions}:
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
-    entries = []
-    async with pool.acquire() as conn:
-        topics = await find_topics(conn, sorted({p.topic for p in body.partitions}))
-        for request in body.partitions:
-            entry = {
-                "topic": request.topic,
-                "partition": request.partition,
-                "offset": partition_log.NO_OFFSET,
-                "timestamp_ms": partition_log.NO_TIMESTAMP,
-                "error": None,
-            }
-            try:
-                topic = topics.get(request.topic)
-                if topic is None:
-                    raise unknown_topic(request.topic)
-                entry["offset"], entry["timestamp_ms"] = await partition_log.offset_for(
-                    conn, topic, request.partition, request.timestamp, body.isolation_level
-                )
-            except BrokerError as error:
-                entry["error"] = error.as_dict()
-            entries.append(entry)
+    found = await find_offsets(
+        pool, [(p.topic, p.partition, p.timestamp) for p in body.partitions], body.isolation_level
+    )
+    entries = [
+        {
+            "topic": answer.topic,
+            "partition": answer.partition,
+            "offset": answer.offset,
+            "timestamp_ms": answer.timestamp_ms,
+            "error": error_or_none(answer.error),
+        }
+        for answer in found
+    ]
     return json_response({"partitions": entries})

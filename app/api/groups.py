@@ -11,7 +11,7 @@ from app.api.deps import READY, GroupCoordinatorDep
 from app.api.json_route import OrjsonRoute
 from app.api.responses import error_or_none, json_response
 from app.coordinator.authorizer import Operation, ResourceType, authorize, is_allowed
-from app.storage.group_offsets import OffsetEntry
+from app.coordinator.group_coordinator import OffsetEntry
 
 GroupIdInPath = schemas.IdentifierInPath
 

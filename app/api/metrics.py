@@ -23,9 +23,9 @@ from prometheus_client.registry import Collector
 
 from app.api.auth import PrincipalDep
 from app.api.deps import PoolDep
+from app.coordinator import topic_admin
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize
 from app.metrics_folder import MULTIPROCESS_DIR_VARIABLE
-from app.storage import partition_log, topics
 
 
 class Metrics:
@@ -106,9 +106,7 @@ async def metrics_text(request: Request, pool: PoolDep, principal: PrincipalDep)
     """Prometheus text format. Needs Describe on the Cluster."""
     authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
     metrics: Metrics = request.app.state.metrics
-    async with pool.acquire() as conn:
-        found = await topics.list_topics(conn)
-        states = await partition_log.partition_states(conn, found)
+    found = await topic_admin.describe_topics(pool)
     # Built on each scrape, so deleted topics disappear and every worker answers the same.
     high_watermark = GaugeMetricFamily(
         "txbroker_partition_high_watermark", "next offset to be written", labels=["topic", "partition"]
@@ -118,8 +116,8 @@ async def metrics_text(request: Request, pool: PoolDep, principal: PrincipalDep)
         "first offset of the earliest open transaction, or the HW",
         labels=["topic", "partition"],
     )
-    for topic in found:
-        for index, state in enumerate(states[topic.topic_id]):
+    for topic, states in found:
+        for index, state in enumerate(states):
             high_watermark.add_metric([topic.name, str(index)], state.high_watermark)
             last_stable_offset.add_metric([topic.name, str(index)], state.last_stable_offset)
     scrape = _Scrape(metrics.node, [high_watermark, last_stable_offset])

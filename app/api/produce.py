@@ -13,12 +13,18 @@ from app.api.json_route import OrjsonRoute, with_fast_path
 from app.api.produce_fast_path import ParsedProduce, parse_produce_body
 from app.api.request_limits import check_partition_count
 from app.api.responses import error_response, json_response
+from app.coordinator import topic_admin
 from app.coordinator.authorizer import Operation, ResourceType, authorize
-from app.coordinator.produce import PartitionRecords, ProduceCommand
+from app.coordinator.produce import (
+    BASE64,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    PartitionRecords,
+    ProduceCommand,
+    decode_base64,
+)
 from app.errors import BrokerError, invalid_request
-from app.storage import record_codec
-from app.storage.partition_log import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
-from app.storage.topics import get_topic
 from txbroker.wire import partition_for_key
 
 router = APIRouter(prefix="/v1", tags=["producing"], dependencies=READY, route_class=OrjsonRoute)
@@ -63,7 +69,7 @@ async def _produce(request: Request, settings, principal, parsed: ParsedProduce)
     command = ProduceCommand(
         parsed.transactional_id, parsed.producer_id, parsed.producer_epoch, parsed.encoding, parsed.partitions
     )
-    results = await request.app.state.write_groups.produce(command)
+    results = await request.app.state.batched_writes.produce(command)
     _count_produced(request, parsed.partitions, results)
     return json_response(
         {"partitions": [_entry(p.topic, p.partition, result) for p, result in zip(parsed.partitions, results)]}
@@ -107,8 +113,8 @@ async def produce_records(
 
 
 def _key_bytes(key: str, encoding: str) -> bytes:
-    if encoding == record_codec.BASE64:
-        return record_codec.decode_base64("key", key, "records[0]")
+    if encoding == BASE64:
+        return decode_base64("key", key, "records[0]")
     return key.encode("utf-8", "surrogatepass")
 
 
@@ -132,8 +138,7 @@ async def write_records(
                 'with "partition": null the key chooses the partition, but these records have '
                 "different keys: send one request per key, or name the partition"
             )
-        async with pool.acquire() as conn:
-            info = await get_topic(conn, topic)
+        info = await topic_admin.get_topic(pool, topic)
         if key is None:
             partition = next(_round_robin.setdefault(topic, itertools.count())) % info.partition_count
         else:
@@ -145,7 +150,7 @@ async def write_records(
         body.encoding,
         [PartitionRecords(topic, partition, NO_SEQUENCE, body.records)],
     )
-    [result] = await request.app.state.write_groups.produce(command)
+    [result] = await request.app.state.batched_writes.produce(command)
     _count_produced(request, [body], [result])
     if isinstance(result, BrokerError):
         return error_response(result)

@@ -3,7 +3,7 @@
 Through FastAPI, a produce request costs more server CPU than the append itself: the body parsed by
 the standard library, every record instantiated as a pydantic model, the dependencies solved, then
 every record read back to be encoded. Here a body is parsed with orjson and checked field by field
-while its records are encoded (record_codec.encode_json_records); the route (app/api/produce.py)
+while its records are encoded (encode_json_records); the route (app/api/produce.py)
 then calls its dependencies (readiness, the principal) directly.
 
 It only ever says yes: a body it does not find plainly valid (not JSON to orjson — which also
@@ -19,11 +19,17 @@ from dataclasses import dataclass
 
 from app.api.schemas import INT16_MAX, INT32_MAX, INT64_MAX, plain_identifier, plain_int_in, plain_json_object
 from app.clock import now_ms
-from app.coordinator.produce import PartitionRecords
-from app.storage import record_codec
-from app.storage.partition_log import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from app.coordinator.produce import (
+    ENCODINGS,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    UTF8,
+    PartitionRecords,
+    encode_json_records,
+)
 
-DEFAULT_ENCODING = record_codec.UTF8
+DEFAULT_ENCODING = UTF8
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +56,7 @@ def parse_produce_body(body: bytes, max_partitions: int) -> ParsedProduce | None
     if not (
         plain_int_in(producer_id, NO_PRODUCER_ID, INT64_MAX)
         and plain_int_in(producer_epoch, NO_PRODUCER_EPOCH, INT16_MAX)
-        and encoding in record_codec.ENCODINGS
+        and encoding in ENCODINGS
         and partitions.__class__ is list
         and 1 <= len(partitions) <= max_partitions
     ):
@@ -69,7 +75,7 @@ def parse_produce_body(body: bytes, max_partitions: int) -> ParsedProduce | None
             and records.__class__ is list
         ):
             return None
-        encoded = record_codec.encode_json_records(records, encoding, appended_ms)
+        encoded = encode_json_records(records, encoding, appended_ms)
         if encoded is None:
             return None
         entries.append(PartitionRecords(topic, partition, base_sequence, records, encoded))

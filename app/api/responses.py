@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 from fastapi.responses import Response
 
+from app.coordinator.fetch import NO_OFFSET
 from app.errors import BrokerError
-from app.storage.partition_log import NO_OFFSET
 
 
 def _serialize(body: Any) -> bytes:

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from app.storage.partition_log import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from app.coordinator.produce import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1

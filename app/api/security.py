@@ -13,11 +13,9 @@ from app.api.auth import PrincipalDep
 from app.api.deps import READY, PoolDep
 from app.api.json_route import OrjsonRoute
 from app.api.responses import json_response
-from app.clock import now_ms
+from app.coordinator import security_admin
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize
-from app.errors import BrokerError, ErrorCode
-from app.storage import principals
-from app.storage.principals import AclRow
+from app.coordinator.security_admin import AclRow
 
 router = APIRouter(prefix="/v1", tags=["security"], dependencies=READY, route_class=OrjsonRoute)
 ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 401, 403, 404, 409, 503)}
@@ -25,10 +23,6 @@ ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 401, 403, 404
 
 def _require(principal, operation: Operation) -> None:
     authorize(principal, operation, ResourceType.CLUSTER, CLUSTER_RESOURCE)
-
-
-def _no_principal(name: str) -> BrokerError:
-    return BrokerError(ErrorCode.NOT_FOUND, f"principal {name!r} does not exist: create it with POST /v1/principals")
 
 
 @router.get("/whoami")
@@ -40,21 +34,14 @@ async def whoami(principal: PrincipalDep):
 @router.post("/principals", status_code=201, response_model=schemas.PrincipalOut, responses=ERRORS)
 async def create_principal(body: schemas.PrincipalIn, pool: PoolDep, principal: PrincipalDep):
     _require(principal, Operation.ALTER)
-    now = now_ms()
-    async with pool.acquire() as conn, conn.transaction():
-        if not await principals.create_principal(conn, body.name, body.super_user, now):
-            raise BrokerError(ErrorCode.INVALID_REQUEST, f"principal {body.name!r} already exists")
-        await principals.audit(
-            conn, now, principal.name, "create principal", body.name, f"super_user={body.super_user}"
-        )
+    now = await security_admin.create_principal(pool, principal.name, body.name, body.super_user)
     return json_response({"name": body.name, "super_user": body.super_user, "created_ms": now}, 201)
 
 
 @router.get("/principals", response_model=schemas.PrincipalList, responses=ERRORS)
 async def list_principals(pool: PoolDep, principal: PrincipalDep):
     _require(principal, Operation.DESCRIBE)
-    async with pool.acquire() as conn:
-        found = await principals.list_principals(conn)
+    found = await security_admin.list_principals(pool)
     return json_response(
         {"principals": [{"name": p.name, "super_user": p.is_super_user, "created_ms": p.created_ms} for p in found]}
     )
@@ -64,10 +51,7 @@ async def list_principals(pool: PoolDep, principal: PrincipalDep):
 async def delete_principal(name: schemas.IdentifierInPath, pool: PoolDep, principal: PrincipalDep):
     """Deletes the principal with its keys and ACL rules."""
     _require(principal, Operation.ALTER)
-    async with pool.acquire() as conn, conn.transaction():
-        if not await principals.delete_principal(conn, name):
-            raise _no_principal(name)
-        await principals.audit(conn, now_ms(), principal.name, "delete principal", name)
+    await security_admin.delete_principal(pool, principal.name, name)
     return Response(status_code=204)
 
 
@@ -75,19 +59,14 @@ async def delete_principal(name: schemas.IdentifierInPath, pool: PoolDep, princi
 async def add_key(name: schemas.IdentifierInPath, pool: PoolDep, principal: PrincipalDep):
     """A new API key for the principal; the token is in this response only."""
     _require(principal, Operation.ALTER)
-    async with pool.acquire() as conn, conn.transaction():
-        if await principals.get_principal(conn, name) is None:
-            raise _no_principal(name)
-        key_id, token = await principals.add_key(conn, name, now_ms())
-        await principals.audit(conn, now_ms(), principal.name, "add key", name, key_id)
+    key_id, token = await security_admin.add_key(pool, principal.name, name)
     return json_response({"key_id": key_id, "token": token}, 201)
 
 
 @router.get("/principals/{name}/keys", response_model=schemas.ApiKeyList, responses=ERRORS)
 async def list_keys(name: schemas.IdentifierInPath, pool: PoolDep, principal: PrincipalDep):
     _require(principal, Operation.DESCRIBE)
-    async with pool.acquire() as conn:
-        found = await principals.list_keys(conn, name)
+    found = await security_admin.list_keys(pool, name)
     return json_response(
         {"keys": [{"key_id": k.key_id, "created_ms": k.created_ms, "revoked_ms": k.revoked_ms} for k in found]}
     )
@@ -99,10 +78,7 @@ async def revoke_key(
 ):
     """Revokes the key: the next request with it is refused (no cache anywhere)."""
     _require(principal, Operation.ALTER)
-    async with pool.acquire() as conn, conn.transaction():
-        if not await principals.revoke_key(conn, name, key_id, now_ms()):
-            raise BrokerError(ErrorCode.NOT_FOUND, f"principal {name!r} has no unrevoked key {key_id!r}")
-        await principals.audit(conn, now_ms(), principal.name, "revoke key", name, key_id)
+    await security_admin.revoke_key(pool, principal.name, name, key_id)
     return Response(status_code=204)
 
 
@@ -122,27 +98,19 @@ def _acl_body(acl: AclRow) -> dict:
 async def add_acl(body: schemas.AclIn, pool: PoolDep, principal: PrincipalDep):
     """Adds a rule (idempotent: the same rule twice is one rule)."""
     _require(principal, Operation.ALTER)
-    async with pool.acquire() as conn, conn.transaction():
-        acl = await principals.add_acl(
-            conn,
-            AclRow(
-                0,
-                body.principal,
-                body.resource_type,
-                body.pattern_type,
-                body.resource_name,
-                body.operation,
-                body.permission,
-            ),
-        )
-        await principals.audit(
-            conn,
-            now_ms(),
-            principal.name,
-            "add acl",
-            f"{body.resource_type}:{body.resource_name}",
-            f"{body.permission} {body.operation} for {body.principal} ({body.pattern_type})",
-        )
+    acl = await security_admin.add_acl(
+        pool,
+        principal.name,
+        AclRow(
+            0,
+            body.principal,
+            body.resource_type,
+            body.pattern_type,
+            body.resource_name,
+            body.operation,
+            body.permission,
+        ),
+    )
     return json_response(_acl_body(acl), 201)
 
 
@@ -154,18 +122,14 @@ async def list_acls(
     resource_type: str | None = None,
 ):
     _require(principal, Operation.DESCRIBE)
-    async with pool.acquire() as conn:
-        found = await principals.list_acls(conn, principal_name, resource_type)
+    found = await security_admin.list_acls(pool, principal_name, resource_type)
     return json_response({"acls": [_acl_body(acl) for acl in found]})
 
 
 @router.delete("/acls/{acl_id}", status_code=204, responses=ERRORS)
 async def remove_acl(acl_id: Annotated[int, Path(ge=0, le=schemas.INT64_MAX)], pool: PoolDep, principal: PrincipalDep):
     _require(principal, Operation.ALTER)
-    async with pool.acquire() as conn, conn.transaction():
-        if not await principals.remove_acl(conn, acl_id):
-            raise BrokerError(ErrorCode.NOT_FOUND, f"no ACL rule {acl_id}: list them with GET /v1/acls")
-        await principals.audit(conn, now_ms(), principal.name, "remove acl", str(acl_id))
+    await security_admin.remove_acl(pool, principal.name, acl_id)
     return Response(status_code=204)
 
 
@@ -178,8 +142,7 @@ async def audit_log(
 ):
     """Administrative actions, newest first."""
     _require(principal, Operation.DESCRIBE)
-    async with pool.acquire() as conn:
-        entries = await principals.audit_entries(conn, limit, before)
+    entries = await security_admin.audit_entries(pool, limit, before)
     return json_response(
         {
             "entries": [

@@ -11,12 +11,10 @@ from app.api.deps import READY, PoolDep, SettingsDep
 from app.api.json_route import OrjsonRoute
 from app.api.request_limits import check_partition_count
 from app.api.responses import json_response
-from app.clock import now_ms
+from app.coordinator import topic_admin
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
-from app.errors import BrokerError
-from app.storage import log_cleaner, partition_log, principals, topics
-from app.storage.database import is_reachable
-from app.storage.topics import TopicInfo
+from app.coordinator.health import is_reachable
+from app.coordinator.topic_admin import PartitionState, TopicInfo
 
 router = APIRouter(prefix="/v1", tags=["topics and cluster"], route_class=OrjsonRoute)
 
@@ -24,7 +22,12 @@ router = APIRouter(prefix="/v1", tags=["topics and cluster"], route_class=Orjson
 ERRORS = {400: {"model": schemas.ErrorBody}, 404: {"model": schemas.ErrorBody}, 409: {"model": schemas.ErrorBody}}
 
 
-def _topic_body(topic: TopicInfo, states: list[partition_log.PartitionState]) -> dict:
+def _describable_by(principal):
+    """The names of the topics the principal may Describe, as a listing's filter."""
+    return lambda name: is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)
+
+
+def _topic_body(topic: TopicInfo, states: list[PartitionState]) -> dict:
     return {
         "name": topic.name,
         "config": topic.config,
@@ -57,12 +60,7 @@ async def health(request: Request):
 async def cluster(pool: PoolDep, settings: SettingsDep, principal: PrincipalDep):
     """[Metadata] This node, the nodes of the cluster and the topic names (those the caller may
     Describe)."""
-    async with pool.acquire() as conn:
-        names = [
-            topic.name
-            for topic in await topics.list_topics(conn)
-            if is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
-        ]
+    names = [topic.name for topic in await topic_admin.list_topics(pool, _describable_by(principal))]
     node = {"node_id": settings.node_id, "url": settings.public_url()}
     return json_response({"node_id": settings.node_id, "nodes": [node], "topics": names})
 
@@ -73,47 +71,31 @@ async def create_topic(body: schemas.CreateTopicRequest, pool: PoolDep, settings
     Needs Create on the Cluster or on the topic."""
     if not is_allowed(principal, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         authorize(principal, Operation.CREATE, ResourceType.TOPIC, body.name)
-    async with pool.acquire() as conn:
-        async with conn.transaction():  # the audit entry is part of the change: both or neither
-            topic = await topics.create_topic(
-                conn, body.name, body.partitions, body.config, defaults=settings.topic_defaults()
-            )
-            await principals.audit(
-                conn, now_ms(), principal.name, "create topic", body.name, f"partitions={body.partitions}"
-            )
-        states = await partition_log.partition_states(conn, [topic])
-    return json_response(_topic_body(topic, states[topic.topic_id]), 201)
+    topic, states = await topic_admin.create_topic(
+        pool, principal.name, body.name, body.partitions, body.config, settings.topic_defaults()
+    )
+    return json_response(_topic_body(topic, states), 201)
 
 
 @router.get("/topics", response_model=schemas.TopicList, dependencies=READY)
 async def list_topics(pool: PoolDep, principal: PrincipalDep):
     """The topics the caller may Describe."""
-    async with pool.acquire() as conn:
-        found = [
-            topic
-            for topic in await topics.list_topics(conn)
-            if is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
-        ]
-        states = await partition_log.partition_states(conn, found)
-    return json_response({"topics": [_topic_body(topic, states[topic.topic_id]) for topic in found]})
+    found = await topic_admin.describe_topics(pool, _describable_by(principal))
+    return json_response({"topics": [_topic_body(topic, states) for topic, states in found]})
 
 
 @router.get("/topics/{topic}", response_model=schemas.TopicOut, responses=ERRORS, dependencies=READY)
 async def describe_topic(topic: str, pool: PoolDep, principal: PrincipalDep):
     authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
-    async with pool.acquire() as conn:
-        info = await topics.get_topic(conn, topic)
-        states = await partition_log.partition_states(conn, [info])
-    return json_response(_topic_body(info, states[info.topic_id]))
+    info, states = await topic_admin.describe_topic(pool, topic)
+    return json_response(_topic_body(info, states))
 
 
 @router.delete("/topics/{topic}", status_code=204, responses=ERRORS, dependencies=READY)
 async def delete_topic(topic: str, pool: PoolDep, principal: PrincipalDep):
     """[DeleteTopics] Deletes the topic and all its records. Needs Delete on the topic."""
     authorize(principal, Operation.DELETE, ResourceType.TOPIC, topic)
-    async with pool.acquire() as conn, conn.transaction():  # the audit entry is part of the change
-        await topics.delete_topic(conn, topic)
-        await principals.audit(conn, now_ms(), principal.name, "delete topic", topic)
+    await topic_admin.delete_topic(pool, principal.name, topic)
     return Response(status_code=204)
 
 
@@ -129,23 +111,15 @@ async def delete_records(
     the last stable offset). Retrying is safe: the log start never moves back. Needs Delete on the topic."""
     check_partition_count(settings, len(body.partitions))
     authorize(principal, Operation.DELETE, ResourceType.TOPIC, topic)
-    entries = []
-    async with pool.acquire() as conn:
-        info = await topics.get_topic(conn, topic)
-        log_cleaner.check_records_deletable(info)
-        for request in body.partitions:
-            entry = {"partition": request.partition, "low_watermark": partition_log.NO_OFFSET, "error": None}
-            try:
-                entry["low_watermark"] = await log_cleaner.delete_records(conn, info, request.partition, request.offset)
-            except BrokerError as error:
-                entry["error"] = error.as_dict()
-            entries.append(entry)
-        await principals.audit(
-            conn,
-            now_ms(),
-            principal.name,
-            "delete records",
-            topic,
-            ", ".join(f"{e['partition']}:{e['low_watermark']}" for e in entries),
-        )
+    deleted = await topic_admin.delete_records(
+        pool, principal.name, topic, [(request.partition, request.offset) for request in body.partitions]
+    )
+    entries = [
+        {
+            "partition": answer.partition,
+            "low_watermark": answer.low_watermark,
+            "error": None if answer.error is None else answer.error.as_dict(),
+        }
+        for answer in deleted
+    ]
     return json_response({"partitions": entries})

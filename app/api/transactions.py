@@ -7,13 +7,13 @@ from fastapi import APIRouter, Request
 
 from app.api import schemas
 from app.api.auth import PrincipalDep, current_principal
-from app.api.deps import READY, CoordinatorDep, SettingsDep, WriteGroupsDep, require_ready
+from app.api.deps import READY, BatchedWritesDep, CoordinatorDep, SettingsDep, require_ready
 from app.api.json_route import OrjsonRoute, with_fast_path
 from app.api.request_limits import check_partition_count
 from app.api.responses import error_or_none, json_response
 from app.api.schemas import INT16_MAX, INT64_MAX, plain_identifier, plain_int_in, plain_json_object
 from app.coordinator.authorizer import Operation, Principal, ResourceType, authorize
-from app.coordinator.write_groups import WriteGroups
+from app.coordinator.batched_writes import BatchedWrites
 
 router = APIRouter(prefix="/v1", tags=["transactions"], dependencies=READY, route_class=OrjsonRoute)
 ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 409, 503)}
@@ -112,11 +112,9 @@ def parse_end_txn_body(body: bytes) -> schemas.EndTxnRequest | None:
     return None
 
 
-async def _end(write_groups: WriteGroups, principal: Principal, body: schemas.EndTxnRequest):
+async def _end(writes: BatchedWrites, principal: Principal, body: schemas.EndTxnRequest):
     authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
-    result = await write_groups.end_transaction(
-        body.transactional_id, body.producer_id, body.producer_epoch, body.committed
-    )
+    result = await writes.end_transaction(body.transactional_id, body.producer_id, body.producer_epoch, body.committed)
     return json_response(_end_body(result))
 
 
@@ -128,16 +126,16 @@ async def _end_fast(request: Request, body: bytes):
     if parsed is None:
         return None
     await require_ready(request)
-    return await _end(request.app.state.write_groups, await current_principal(request), parsed)
+    return await _end(request.app.state.batched_writes, await current_principal(request), parsed)
 
 
 @router.post("/txn/end", response_model=schemas.EndTxnResponse, responses=ERRORS)
 @with_fast_path(_end_fast)
-async def end_transaction(body: schemas.EndTxnRequest, write_groups: WriteGroupsDep, principal: PrincipalDep):
+async def end_transaction(body: schemas.EndTxnRequest, writes: BatchedWritesDep, principal: PrincipalDep):
     """[EndTxn] Commit or abort; answers once every marker is written (CompleteCommit/CompleteAbort)
     with the producer id and epoch the next transaction must use. Retrying the same body after a
     lost response answers the outcome. Needs Write on the TransactionalId."""
-    return await _end(write_groups, principal, body)
+    return await _end(writes, principal, body)
 
 
 @router.post("/txn/prepare", response_model=schemas.EndTxnResponse, responses=ERRORS)

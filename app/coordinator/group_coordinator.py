@@ -233,10 +233,12 @@ class GroupCoordinator:
         entries: list[OffsetEntry],
     ) -> list[BrokerError | None]:
         """Offsets that become visible with the transaction's COMMIT marker (and vanish on abort).
-        Adds the group's offsets partition to the transaction if AddOffsetsToTxn was not called."""
+        Adds the group's offsets partition to the transaction if AddOffsetsToTxn was not called. One
+        unit of work: the transactional id's row first, the transaction log saved last."""
         now = now_ms()
-        async with self.pool.acquire() as conn, conn.transaction():
-            meta = await self.transactions.lock_producer(conn, transactional_id, producer_id, producer_epoch)
+        async with self.transactions.unit_of_work() as unit:
+            conn = unit.conn
+            meta = await self.transactions.lock_producer(unit, transactional_id, producer_id, producer_epoch)
             await groups.ensure(conn, group_id, now)
             generation_error = await self._generation_error(conn, group_id, member_id, generation_id)
             errors = (
@@ -247,7 +249,7 @@ class GroupCoordinator:
             accepted = [e for e, error in zip(entries, errors) if error is None]
             if not accepted:  # a zombie's or an invalid commit begins no transaction
                 return errors
-            partition = await self.transactions.join_for_offsets(conn, meta, group_id)
+            partition = await self.transactions.join_for_offsets(unit, meta, group_id)
             offsets_topic = await get_topic(conn, CONSUMER_OFFSETS_TOPIC)
             await group_offsets.stage(
                 conn,
@@ -259,7 +261,6 @@ class GroupCoordinator:
                 meta.txn_producer_epoch,
                 now,
             )
-            await self.transactions.log.save(conn, meta)  # last: see TransactionLog's lock order
         return errors
 
     async def fetch_offsets(

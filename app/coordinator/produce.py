@@ -1,5 +1,5 @@
 """Produce's commands and checks: the request-level checks that need no database, and those of an
-idempotent producer against what the server issued to it. The writing is app/coordinator/write_groups.py's
+idempotent producer against what the server issued to it. The writing is app/coordinator/batched_writes.py's
 (each partition's batch appended, in one PostgreSQL transaction that concurrent requests share).
 
 Request-level errors fail the whole request and append nothing (docs/api.md, "Producing"); partition-level
@@ -13,10 +13,39 @@ from dataclasses import dataclass
 
 from app.coordinator.transaction_coordinator import unknown_producer
 from app.errors import BrokerError, ErrorCode, invalid_request
-from app.storage.partition_log import NO_PRODUCER_ID, NO_SEQUENCE, AppendResult
+from app.storage.partition_log import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, AppendResult
 from app.storage.producer_ids import IssuedProducer
-from app.storage.record_codec import EncodedBatch, WireRecord
+from app.storage.record_codec import (
+    BASE64,
+    ENCODINGS,
+    UTF8,
+    EncodedBatch,
+    WireRecord,
+    decode_base64,
+    encode_json_records,
+)
 from app.storage.topics import INTERNAL_PREFIX
+
+# What a front door needs to build a ProduceCommand: the sentinels of a plain write, and the
+# record encodings (a door may validate and encode the records itself, `PartitionRecords.encoded`).
+__all__ = [
+    "BASE64",
+    "ENCODINGS",
+    "NO_PRODUCER_EPOCH",
+    "NO_PRODUCER_ID",
+    "NO_SEQUENCE",
+    "UTF8",
+    "AppendResult",
+    "EncodedBatch",
+    "PartitionRecords",
+    "PartitionResult",
+    "ProduceCommand",
+    "WireRecord",
+    "check_idempotent_producer",
+    "check_request",
+    "decode_base64",
+    "encode_json_records",
+]
 
 PartitionResult = AppendResult | BrokerError
 

@@ -3,12 +3,12 @@ AddOffsetsToTxn, EndTxn, two-phase prepare (KIP-939), admin abort, and the work 
 workers (timeouts, recovery, expiration).
 
 Invariants:
-- Every request on a transactional id runs in a PostgreSQL transaction that first locks the id's
-  row (`TransactionLog.lock`), then partition rows in `lock_order`: requests on one id serialize,
-  and no two requests can deadlock.
-- Every state change goes through `transaction_states.transition` (`_move`) and is recorded on the
-  request's metadata; `TransactionLog.save` writes the row and the `__transaction_state` records
-  last, before the PostgreSQL transaction commits. Nothing in memory outlives the request.
+- Every request on a transactional id is one unit of work (unit_of_work.py): a PostgreSQL
+  transaction that first locks the id's row, then partition rows in `lock_order`, and saves the
+  transaction log last: requests on one id serialize, and no two requests can deadlock.
+- Every state change is a transition of the request's TransactionMetadata (transaction_metadata.py),
+  checked against transaction_states' table and recorded for the transaction log, which the unit
+  writes before the PostgreSQL transaction commits. Nothing in memory outlives the request.
 - EndTxn moves Ongoing -> PrepareCommit/PrepareAbort -> markers -> CompleteCommit/CompleteAbort.
   With every partition in this database the steps share one PostgreSQL transaction; they stay
   separable: a durable PrepareX (from a crash of a coordinator that wrote them apart) answers
@@ -16,39 +16,45 @@ Invariants:
   EndTxn retry (markers are idempotent per partition, producer id and epoch).
 - Every transaction ends with an epoch bump (transaction version 2), so a late request of a
   finished transaction is fenced and (producer id, epoch) names exactly one transaction.
+
+This module orchestrates: it reads and locks through the unit of work, decides with the metadata's
+transitions, and does the I/O the transitions need (producer ids issued, markers written).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 import asyncpg
 
 from app.clock import now_ms
-from app.coordinator.transaction_states import TransactionState, transition
+from app.coordinator.transaction_metadata import (
+    TransactionMetadata,
+    check_producer,
+    concurrent,
+    fenced,
+    invalid_state,
+)
+from app.coordinator.transaction_states import TransactionState
+from app.coordinator.unit_of_work import UnitOfWork, open_unit
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
-from app.storage import group_offsets, markers, partition_log, principals, producer_ids
-from app.storage.fused_writes import WriteStatement, execute_fused, fused
-from app.storage.partition_log import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    AppendResult,
-    BatchAppend,
-)
+from app.storage import markers, principals, producer_ids
+from app.storage.partition_log import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from app.storage.producer_ids import ProducerIdAndEpoch
 from app.storage.topics import (
     CONSUMER_OFFSETS_TOPIC,
     INTERNAL_PREFIX,
+    TopicInfo,
     find_topics,
     get_topic,
     unknown_partition,
     unknown_topic,
 )
-from app.storage.transaction_log import NO_START_TIME, TransactionLog, TransactionMetadata, TxnPartition
+from app.storage.transaction_log import NO_START_TIME, TransactionLog, TxnPartition
 from txbroker.wire import partition_for_key
 
 log = logging.getLogger(__name__)
@@ -78,217 +84,46 @@ class EndResult:
     state: str
 
 
-def _mapping_error(transactional_id: str, producer_id: int) -> BrokerError:
-    return BrokerError(
-        ErrorCode.INVALID_PRODUCER_ID_MAPPING,
-        f"producer id {producer_id} is not the producer of transactional id {transactional_id!r} (the id is "
-        f"unknown, expired, or owned by another producer id): call POST /v1/producers/init again",
-    )
-
-
-def check_producer(
-    meta: TransactionMetadata | None, transactional_id: str, producer_id: int, producer_epoch: int
-) -> TransactionMetadata:
-    """The request's producer id and epoch against the coordinator's current ones."""
-    if meta is None or meta.state == S.DEAD:
-        raise _mapping_error(transactional_id, producer_id)
-    if producer_id != meta.producer_id:
-        if producer_id in (meta.last_producer_id, meta.txn_producer_id):
-            raise _fenced(meta, producer_id, producer_epoch)
-        raise _mapping_error(transactional_id, producer_id)
-    if producer_epoch < meta.producer_epoch:
-        raise _fenced(meta, producer_id, producer_epoch)
-    if producer_epoch > meta.producer_epoch:
-        raise BrokerError(
-            ErrorCode.INVALID_PRODUCER_EPOCH,
-            f"epoch {producer_epoch} of producer {producer_id} is higher than the coordinator's "
-            f"{meta.producer_epoch} for {meta.transactional_id!r}: use the epoch POST /v1/producers/init "
-            f"or the last EndTxn returned",
-        )
-    return meta
-
-
-def _fenced(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> BrokerError:
-    return BrokerError(
-        ErrorCode.PRODUCER_FENCED,
-        f"producer {producer_id} epoch {producer_epoch} of {meta.transactional_id!r} is fenced: the current "
-        f"producer is {meta.producer_id} epoch {meta.producer_epoch} (a newer instance initialized, or a "
-        f"transaction ended or timed out since). If this was your current epoch, close the producer",
-    )
-
-
-def _concurrent(meta: TransactionMetadata) -> BrokerError:
-    return BrokerError(
-        ErrorCode.CONCURRENT_TRANSACTIONS,
-        f"transactional id {meta.transactional_id!r} is completing its previous transaction "
-        f"({meta.state}): retry shortly",
-    )
-
-
-def _invalid_state(meta: TransactionMetadata, doing: str) -> BrokerError:
-    return BrokerError(
-        ErrorCode.INVALID_TXN_STATE, f"cannot {doing} transactional id {meta.transactional_id!r} in state {meta.state}"
-    )
-
-
 class TransactionCoordinator:
+    """Kafka's TransactionCoordinator over this database: each request one unit of work (see the
+    module's invariants)."""
+
     def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
         self.pool = pool
         self.settings = settings
-        self.log = TransactionLog(parse_state=TransactionState.parse)
+        self.log = TransactionLog(TransactionMetadata, TransactionState.parse)
 
-    # ---- state changes, each recorded for the transaction log
+    def unit_of_work(self, *, atomic: bool = True) -> AbstractAsyncContextManager[UnitOfWork]:
+        """A request's PostgreSQL transaction on transactional ids (unit_of_work.py)."""
+        return open_unit(self.pool, self.log, atomic=atomic)
 
-    def _move(self, meta: TransactionMetadata, target: TransactionState, now: int, **changes) -> None:
-        meta.state = transition(meta.state, target)
-        meta.last_update_ms = now
-        for name, value in changes.items():
-            setattr(meta, name, value)
-        self.log.record(meta)
+    # ---- completing and fencing: the transitions and the I/O they need
 
-    def _update(self, meta: TransactionMetadata, now: int, **changes) -> None:
-        """A change of the metadata that leaves the state as it is (so no transition to check),
-        recorded for the transaction log like a transition."""
-        if "state" in changes:
-            raise ValueError("a state change goes through _move (the checked transition), not _update")
-        for name, value in changes.items():
-            setattr(meta, name, value)
-        meta.last_update_ms = now
-        self.log.record(meta)
-
-    @staticmethod
-    def _ending(meta: TransactionMetadata) -> markers.TransactionEnd:
-        """The markers the transaction of `meta` (in PrepareCommit/PrepareAbort) leaves."""
-        return markers.TransactionEnd(
-            [(p.topic_id, p.partition) for p in meta.partitions],
-            meta.txn_producer_id,
-            meta.txn_producer_epoch,
-            CONTROL_COMMIT if meta.state == S.PREPARE_COMMIT else CONTROL_ABORT,
-            [p.partition for p in meta.partitions if p.topic == CONSUMER_OFFSETS_TOPIC],
-        )
-
-    @staticmethod
-    async def write_partitions(
-        conn: asyncpg.Connection,
-        appends: list[BatchAppend],
-        ends: list[markers.TransactionEnd],
-        now: int,
-        then: WriteStatement | None = None,
-    ) -> list[AppendResult | BrokerError]:
-        """Appends the batches, then writes the markers of the transactions `ends`, in the caller's
-        PostgreSQL transaction, which has held the rows of every transactional id concerned since an
-        earlier statement: one statement locks every partition (lock_order), one writes, however
-        many batches, partitions and transactions. Each append's result, as partition_log.append_batches.
-        `then`: the caller's last write (the transaction log's, which locks its partitions last),
-        fused with the others unless consumer offsets are to be settled after the markers."""
-        if not ends:
-            return await partition_log.append_batches(conn, appends, then)
-        locked = await partition_log.lock_partitions(
-            conn, partition_log.locks_for_appends(appends) | markers.locks_for_markers(ends)
-        )
-        appending = await partition_log.plan_appends(conn, appends, locked)
-        marking = markers.plan_markers(ends, locked, now)
-        if appending.written_partitions & {key for end in ends for key in end.partitions}:
-            # One statement cannot change a row twice (a partition's head, a producer's state
-            # there): the batches are written first, by a statement of their own.
-            await execute_fused(conn, appending.statement, None)
-            writes = marking
-        else:
-            writes = fused(appending.statement, marking)
-        settles = any(end.consumer_offsets_partitions for end in ends)
-        await execute_fused(conn, writes, None if settles else then)
-        if settles:
-            for end in ends:
-                for partition in end.consumer_offsets_partitions:
-                    # The transaction's offsets become visible (or are discarded) with its marker
-                    # there, in the same PostgreSQL transaction.
-                    await group_offsets.settle(
-                        conn, partition, end.producer_id, end.producer_epoch, end.control_type == CONTROL_COMMIT
-                    )
-            await execute_fused(conn, then, None)
-        return appending.results()
-
-    async def _complete(self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int, bump: bool) -> None:
+    async def _complete(self, unit: UnitOfWork, meta: TransactionMetadata, now: int, bump: bool) -> None:
         """PrepareCommit/PrepareAbort -> markers -> CompleteCommit/CompleteAbort. With `bump`, the epoch
         moves on and the ids that ended the transaction are remembered for an EndTxn retry."""
-        ending = self._ending(meta)
-        await self.write_partitions(conn, [], [ending], now)
-        await self._completed(conn, meta, now, bump)
+        await unit.write_partitions([], [meta.transaction_end()], now)
+        await self._completed(unit, meta, now, bump)
 
-    async def _completed(self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int, bump: bool) -> None:
-        """PrepareCommit/PrepareAbort -> CompleteCommit/CompleteAbort, the markers (`_ending`) being
-        written in the same PostgreSQL transaction."""
-        commit = meta.state == S.PREPARE_COMMIT
-        changes: dict = {
-            "partitions": [],
-            "groups": [],
-            "txn_start_ms": NO_START_TIME,
-            "txn_producer_id": None,
-            "txn_producer_epoch": None,
-        }
+    async def _completed(self, unit: UnitOfWork, meta: TransactionMetadata, now: int, bump: bool) -> None:
+        """PrepareCommit/PrepareAbort -> CompleteCommit/CompleteAbort, the markers
+        (`meta.transaction_end()`) being written in the same PostgreSQL transaction."""
+        bumped = None
         if bump:
             current = ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch)
-            # The new epoch reaches producer_ids with the row, in TransactionLog.save (one statement
+            # The new epoch reaches producer_ids with the row, when the unit saves it (one statement
             # fewer); a new producer id, once epochs are exhausted, is issued here.
-            bumped = producer_ids.next_epoch(current) or await producer_ids.issue(conn, now, meta.transactional_id)
-            changes.update(
-                last_producer_id=current.producer_id,
-                last_producer_epoch=current.producer_epoch,
-                producer_id=bumped.producer_id,
-                producer_epoch=bumped.producer_epoch,
-            )
-        self._move(meta, S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, now, **changes)
+            bumped = producer_ids.next_epoch(current) or await producer_ids.issue(unit.conn, now, meta.transactional_id)
+        meta.complete_end(now, bumped)
 
-    async def _fence_and_abort(self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int) -> None:
+    async def _fence_and_abort(self, unit: UnitOfWork, meta: TransactionMetadata, now: int) -> None:
         """Ongoing or Prepared -> (PrepareEpochFence) -> PrepareAbort -> CompleteAbort, bumping the
         epoch first so the producer of the aborted transaction is fenced."""
         bumped = await producer_ids.bump(
-            conn, ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch), now, meta.transactional_id
+            unit.conn, ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch), now, meta.transactional_id
         )
-        if meta.state == S.ONGOING:
-            self._move(
-                meta,
-                S.PREPARE_EPOCH_FENCE,
-                now,
-                producer_id=bumped.producer_id,
-                producer_epoch=bumped.producer_epoch,
-                last_producer_id=None,
-                last_producer_epoch=None,
-            )
-        else:
-            meta.producer_id, meta.producer_epoch = bumped.producer_id, bumped.producer_epoch
-            meta.last_producer_id = meta.last_producer_epoch = None
-        self._move(meta, S.PREPARE_ABORT, now)
-        await self._complete(conn, meta, now, bump=False)
-
-    def _start_or_extend(
-        self, meta: TransactionMetadata, partitions: list[TxnPartition], groups: list[str], now: int
-    ) -> None:
-        """Adds partitions/groups to the transaction, beginning it (-> Ongoing) if none is open."""
-        if meta.state == S.PREPARED:
-            raise _invalid_state(meta, "add partitions or offsets to (it is Prepared and takes no more writes)")
-        if meta.state.is_completing:
-            raise _concurrent(meta)
-        known = {(p.topic_id, p.partition) for p in meta.partitions}
-        added = [p for p in dict.fromkeys(partitions) if (p.topic_id, p.partition) not in known]
-        new_groups = [g for g in dict.fromkeys(groups) if g not in meta.groups]
-        if not added and not new_groups:
-            return  # nothing joins (every partition refused, or already in): no transaction begins
-        if meta.state == S.ONGOING:
-            self._move(meta, S.ONGOING, now, partitions=meta.partitions + added, groups=meta.groups + new_groups)
-            return
-        self._move(
-            meta,
-            S.ONGOING,
-            now,
-            partitions=added,
-            groups=new_groups,
-            txn_start_ms=now,
-            txn_producer_id=meta.producer_id,
-            txn_producer_epoch=meta.producer_epoch,
-            last_producer_id=None,
-            last_producer_epoch=None,
-        )
+        meta.fence(bumped, now)
+        await self._complete(unit, meta, now, bump=False)
 
     # ---- InitProducerId
 
@@ -303,19 +138,19 @@ class TransactionCoordinator:
     ) -> InitResult:
         """`quota_principal`: who asks, when the per-principal quota of transactional ids applies."""
         now = now_ms()
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self.unit_of_work() as unit:
             if transactional_id is None:
-                return await self._init_idempotent(conn, producer_id, producer_epoch, now)
+                return await self._init_idempotent(unit.conn, producer_id, producer_epoch, now)
             if not 1 <= timeout_ms <= self.settings.transaction_max_timeout_ms:
                 raise BrokerError(
                     ErrorCode.INVALID_TRANSACTION_TIMEOUT,
                     f"transaction_timeout_ms is {timeout_ms}: expected 1 to {self.settings.transaction_max_timeout_ms} "
                     f"(the server's transaction_max_timeout_ms)",
                 )
-            meta = await self.log.lock(conn, transactional_id)
+            meta = await unit.lock(transactional_id)
             if meta is None:
-                await self._check_quota(conn, quota_principal, transactional_id)
-                issued = await producer_ids.issue(conn, now, transactional_id)
+                await self._check_quota(unit.conn, quota_principal, transactional_id)
+                issued = await producer_ids.issue(unit.conn, now, transactional_id)
                 fresh = TransactionMetadata(
                     transactional_id,
                     issued.producer_id,
@@ -326,12 +161,10 @@ class TransactionCoordinator:
                     now,
                     principal=quota_principal,
                 )
-                if await self.log.lock_new(conn, fresh):
+                if await unit.lock_new(fresh):
                     return InitResult(issued.producer_id, issued.producer_epoch)
-                meta = await self.log.lock(conn, transactional_id)  # a racing init created it first
-            result = await self._reinit(conn, meta, timeout_ms, producer_id, producer_epoch, keep_prepared, now)
-            await self.log.save(conn, meta)
-            return result
+                meta = await unit.lock(transactional_id)  # a racing init created it first
+            return await self._reinit(unit, meta, timeout_ms, producer_id, producer_epoch, keep_prepared, now)
 
     async def _check_quota(self, conn: asyncpg.Connection, principal: str | None, transactional_id: str) -> None:
         if principal is None:
@@ -371,7 +204,7 @@ class TransactionCoordinator:
 
     async def _reinit(
         self,
-        conn: asyncpg.Connection,
+        unit: UnitOfWork,
         meta: TransactionMetadata,
         timeout_ms: int,
         producer_id: int,
@@ -388,63 +221,35 @@ class TransactionCoordinator:
             # KIP-360: the retry of a bump whose answer was lost (nothing happened since: a new
             # instance's InitProducerId, or a transaction beginning, forgets the ids). Answer what
             # that bump issued, bumping nothing: no other instance can hold these ids.
-            prepared = None
-            if meta.state == S.PREPARED:
-                prepared = ProducerIdAndEpoch(meta.txn_producer_id, meta.txn_producer_epoch)
-            return InitResult(meta.producer_id, meta.producer_epoch, prepared)
+            return InitResult(meta.producer_id, meta.producer_epoch, meta.kept_prepared())
         if given != (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) and given != (meta.producer_id, meta.producer_epoch):
-            raise _fenced(meta, producer_id, producer_epoch)
+            raise fenced(meta, producer_id, producer_epoch)
         state = meta.state
         if state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-            await self._complete(conn, meta, now, bump=True)
+            await self._complete(unit, meta, now, bump=True)
         elif state == S.PREPARE_EPOCH_FENCE:
-            self._move(meta, S.PREPARE_ABORT, now)
-            await self._complete(conn, meta, now, bump=False)
+            meta.abort_fenced(now)
+            await self._complete(unit, meta, now, bump=False)
         elif state == S.ONGOING or (state == S.PREPARED and not keep_prepared):
-            await self._fence_and_abort(conn, meta, now)
-        prepared = None
-        if meta.state == S.PREPARED:
-            prepared = ProducerIdAndEpoch(meta.txn_producer_id, meta.txn_producer_epoch)
+            await self._fence_and_abort(unit, meta, now)
+        prepared = meta.kept_prepared()
         bumped = await producer_ids.bump(
-            conn, ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch), now, meta.transactional_id
+            unit.conn, ProducerIdAndEpoch(meta.producer_id, meta.producer_epoch), now, meta.transactional_id
         )
         # The ids a KIP-360 bump was asked with are remembered, so its retry is recognised (above).
         retry_key = (None, None) if given == (NO_PRODUCER_ID, NO_PRODUCER_EPOCH) else given
-        changes = dict(
-            producer_id=bumped.producer_id,
-            producer_epoch=bumped.producer_epoch,
-            timeout_ms=timeout_ms,
-            last_producer_id=retry_key[0],
-            last_producer_epoch=retry_key[1],
-        )
-        if prepared is None:
-            self._move(meta, S.EMPTY, now, **changes)
-        else:
-            # KIP-939 keep_prepared_txn: the new instance is fenced in, the Prepared transaction stays
-            # as it is (no state change) for the new instance to commit or abort.
-            self._update(meta, now, **changes)
+        meta.prepare_new_producer(bumped, timeout_ms, retry_key, now)
         return InitResult(bumped.producer_id, bumped.producer_epoch, prepared)
 
     # ---- AddPartitionsToTxn / AddOffsetsToTxn / produce
 
-    async def _resolve(
-        self, conn: asyncpg.Connection, requested: list[tuple[str, int]], topics: dict | None = None
-    ) -> list[TxnPartition | BrokerError]:
-        """`topics`: already looked up by the caller (name -> TopicInfo), or None to look them up."""
-        if topics is None:
-            topics = await find_topics(conn, sorted({topic for topic, _ in requested}))
-        return _resolve_in(topics, requested)
-
     async def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, requested: list[tuple[str, int]]
     ) -> list[BrokerError | None]:
-        async with self.pool.acquire() as conn, conn.transaction():
-            meta = check_producer(
-                await self.log.lock(conn, transactional_id), transactional_id, producer_id, producer_epoch
-            )
-            resolved = await self._resolve(conn, requested)
-            self._start_or_extend(meta, [p for p in resolved if isinstance(p, TxnPartition)], [], now_ms())
-            await self.log.save(conn, meta)
+        async with self.unit_of_work() as unit:
+            meta = check_producer(await unit.lock(transactional_id), transactional_id, producer_id, producer_epoch)
+            resolved = _resolve_in(await find_topics(unit.conn, sorted({topic for topic, _ in requested})), requested)
+            meta.prepare_add_partitions([p for p in resolved if isinstance(p, TxnPartition)], [], now_ms())
         return [p if isinstance(p, BrokerError) else None for p in resolved]
 
     async def offsets_partition(self, conn: asyncpg.Connection, group_id: str) -> TxnPartition:
@@ -453,121 +258,76 @@ class TransactionCoordinator:
         return TxnPartition(topic.name, partition_for_key(group_id.encode(), topic.partition_count), topic.topic_id)
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
-        async with self.pool.acquire() as conn, conn.transaction():
-            meta = check_producer(
-                await self.log.lock(conn, transactional_id), transactional_id, producer_id, producer_epoch
-            )
-            partition = await self.offsets_partition(conn, group_id)
-            self._start_or_extend(meta, [partition], [group_id], now_ms())
-            await self.log.save(conn, meta)
+        async with self.unit_of_work() as unit:
+            meta = check_producer(await unit.lock(transactional_id), transactional_id, producer_id, producer_epoch)
+            await self.join_for_offsets(unit, meta, group_id)
 
     async def lock_producer(
-        self, conn: asyncpg.Connection, transactional_id: str, producer_id: int, producer_epoch: int
+        self, unit: UnitOfWork, transactional_id: str, producer_id: int, producer_epoch: int
     ) -> TransactionMetadata:
-        """Locks the id's row and verifies the producer, within the caller's PostgreSQL transaction
+        """Locks the id's row and verifies the producer, within the caller's unit of work
         (TxnOffsetCommit's first step; `join_for_offsets` follows once something is to commit)."""
-        return check_producer(
-            await self.log.lock(conn, transactional_id), transactional_id, producer_id, producer_epoch
-        )
+        return check_producer(await unit.lock(transactional_id), transactional_id, producer_id, producer_epoch)
 
-    async def join_for_offsets(
-        self, conn: asyncpg.Connection, meta: TransactionMetadata, group_id: str
-    ) -> TxnPartition:
+    async def join_for_offsets(self, unit: UnitOfWork, meta: TransactionMetadata, group_id: str) -> TxnPartition:
         """Adds the group's offsets partition to the transaction implicitly (beginning it if none is
-        open). The caller runs `self.log.save(conn, meta)` last."""
-        partition = await self.offsets_partition(conn, group_id)
-        self._start_or_extend(meta, [partition], [group_id], now_ms())
+        open); the unit saves the metadata at its end."""
+        partition = await self.offsets_partition(unit.conn, group_id)
+        meta.prepare_add_partitions([partition], [group_id], now_ms())
         return partition
 
+    @staticmethod
     def join_for_produce(
-        self,
         meta: TransactionMetadata | None,
         transactional_id: str,
         producer_id: int,
         producer_epoch: int,
         requested: list[tuple[str, int]],
-        topics: dict,
+        topics: dict[str, TopicInfo],
     ) -> TransactionMetadata:
-        """Within the produce's PostgreSQL transaction, `meta` being the id's row as locked there
-        (`self.log.lock_many_and_find_topics`; None if it has none): verifies the producer against the coordinator's
-        current state (KIP-890: a late request of an old transaction can never land in a new one) and
-        adds the partitions implicitly. The id's row stays locked until the batches are appended, so
-        EndTxn cannot write markers in between; the caller then saves the metadata
-        (`self.log.save_statement`, fused with its appends' write)."""
+        """Within the produce's unit of work, `meta` being the id's metadata as locked there (None
+        if it has no row): verifies the producer against the coordinator's current state (KIP-890:
+        a late request of an old transaction can never land in a new one) and adds the partitions
+        implicitly. The id's row stays locked until the batches are appended, so EndTxn cannot
+        write markers in between; the unit saves the metadata with its appends' write."""
         meta = check_producer(meta, transactional_id, producer_id, producer_epoch)
         valid = [p for p in _resolve_in(topics, requested) if isinstance(p, TxnPartition)]
-        self._start_or_extend(meta, valid, [], now_ms())
+        meta.prepare_add_partitions(valid, [], now_ms())
         return meta
 
     # ---- EndTxn and prepare
 
-    async def end_in_group(
-        self, conn: asyncpg.Connection, meta: TransactionMetadata | None, command: EndTxnCommand
+    async def end_in_batch(
+        self, unit: UnitOfWork, meta: TransactionMetadata | None, command: EndTxnCommand
     ) -> tuple[EndResult, markers.TransactionEnd | None]:
-        """EndTxn on the id's row as locked by a group of requests written together
-        (app/coordinator/write_groups.py): its answer, and the markers the group must write after
-        its appends (None for a retry of the EndTxn that ended the last transaction). Raises the
-        request's error. The group saves the metadata last (`self.log.save_statement`)."""
-        retried = self._begin_end(meta, command)
-        if retried is not None:
-            return retried, None
+        """EndTxn on the id's metadata as locked by the unit of a write batch (the requests written
+        together, app/coordinator/batched_writes.py): its answer, and the markers the write batch
+        must write after its appends (None for a retry of the EndTxn that ended the last transaction).
+        Raises the request's error. The unit saves the metadata last."""
+        if meta is not None and meta.is_retry_of_last(command.producer_id, command.producer_epoch):
+            outcome = S.COMPLETE_COMMIT if command.commit else S.COMPLETE_ABORT
+            if meta.state != outcome:
+                raise invalid_state(
+                    meta,
+                    f"{'commit' if command.commit else 'abort'} (its transaction already ended with {meta.state})",
+                )
+            return EndResult(meta.producer_id, meta.producer_epoch, meta.state), None
+        meta = check_producer(meta, command.transactional_id, command.producer_id, command.producer_epoch)
+        meta.prepare_end(command.commit, now_ms())
         # Every partition lives in this database, so PrepareX, the markers and CompleteX share one
         # PostgreSQL transaction (one commit instead of two). The steps stay separable: PrepareX is
         # logged before the markers, markers are idempotent, and a PrepareX found durable (left by
         # a coordinator that wrote them separately) is finished by recovery, InitProducerId, or this
-        # same EndTxn retried. The group writes its markers after every state change: a retry of an
-        # EndTxn in the same group sees its transaction complete, as it would after it.
-        ending = self._ending(meta)
-        await self._completed(conn, meta, now_ms(), bump=True)
+        # same EndTxn retried. The write batch writes its markers after every state change: a retry
+        # of an EndTxn in the same write batch sees its transaction complete, as it would after it.
+        ending = meta.transaction_end()
+        await self._completed(unit, meta, now_ms(), bump=True)
         return EndResult(meta.producer_id, meta.producer_epoch, meta.state), ending
 
-    def _begin_end(self, meta: TransactionMetadata | None, request: EndTxnCommand) -> EndResult | None:
-        """EndTxn's checks on the locked row: the answer of a retry of the EndTxn that ended the last
-        transaction, or None once the transaction is in PrepareCommit/PrepareAbort, to complete.
-        Raises the request's error."""
-        commit = request.commit
-        wanted = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
-        outcome = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
-        if meta is not None and self._is_retry_of_last(meta, request.producer_id, request.producer_epoch):
-            if meta.state != outcome:
-                raise _invalid_state(
-                    meta, f"{'commit' if commit else 'abort'} (its transaction already ended with {meta.state})"
-                )
-            return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
-        check_producer(meta, request.transactional_id, request.producer_id, request.producer_epoch)
-        state = meta.state
-        if state in (S.ONGOING, S.PREPARED):
-            self._move(meta, wanted, now_ms())
-        elif state == S.PREPARE_EPOCH_FENCE or (state.is_completing and state != wanted):
-            raise (
-                _concurrent(meta)
-                if state == S.PREPARE_EPOCH_FENCE
-                else _invalid_state(meta, f"{'commit' if commit else 'abort'} (it is already in {meta.state})")
-            )
-        elif state != wanted:
-            raise _invalid_state(meta, f"{'commit' if commit else 'abort'} (no transaction is open)")
-        return None
-
-    @staticmethod
-    def _is_retry_of_last(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> bool:
-        return meta.state.is_complete and (producer_id, producer_epoch) == (
-            meta.last_producer_id,
-            meta.last_producer_epoch,
-        )
-
     async def prepare(self, transactional_id: str, producer_id: int, producer_epoch: int) -> EndResult:
-        async with self.pool.acquire() as conn, conn.transaction():
-            meta = check_producer(
-                await self.log.lock(conn, transactional_id), transactional_id, producer_id, producer_epoch
-            )
-            state = meta.state
-            if state == S.ONGOING:
-                self._move(meta, S.PREPARED, now_ms())
-            elif state.is_completing:
-                raise _concurrent(meta)
-            elif state != S.PREPARED:
-                raise _invalid_state(meta, "prepare (no transaction is open)")
-            await self.log.save(conn, meta)
+        async with self.unit_of_work() as unit:
+            meta = check_producer(await unit.lock(transactional_id), transactional_id, producer_id, producer_epoch)
+            meta.prepare_two_phase(now_ms())
             return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
 
     # ---- administration
@@ -578,15 +338,15 @@ class TransactionCoordinator:
         """`expected`: the producer id and epoch the operator saw; if the transaction has moved on
         since (a new producer or transaction), nothing is aborted. The audit entry (who, `via` which
         door) is written in the same PostgreSQL transaction as the abort: both happen or neither."""
-        async with self.pool.acquire() as conn, conn.transaction():
-            meta = await self.log.lock(conn, transactional_id)
+        async with self.unit_of_work() as unit:
+            meta = await unit.lock(transactional_id)
             if meta is None:
                 raise transactional_id_not_found(transactional_id)
             if expected is not None and (expected.producer_id, expected.producer_epoch) != (
                 meta.producer_id,
                 meta.producer_epoch,
             ):
-                raise _invalid_state(
+                raise invalid_state(
                     meta,
                     f"abort the transaction of producer {expected.producer_id} epoch "
                     f"{expected.producer_epoch} (it has moved on: the producer is now "
@@ -594,20 +354,19 @@ class TransactionCoordinator:
                 )
             state = meta.state
             if state in (S.ONGOING, S.PREPARED):
-                await self._fence_and_abort(conn, meta, now_ms())
+                await self._fence_and_abort(unit, meta, now_ms())
             elif state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-                raise _concurrent(meta)
+                raise concurrent(meta)
             else:
-                raise _invalid_state(meta, "abort (no transaction is open)")
+                raise invalid_state(meta, "abort (no transaction is open)")
             await principals.audit(
-                conn,
+                unit.conn,
                 now_ms(),
                 principal,
                 "abort transaction",
                 transactional_id,
                 f"{via}fenced: now producer {meta.producer_id} epoch {meta.producer_epoch}",
             )
-            await self.log.save(conn, meta)
             return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
 
     async def describe(self, transactional_id: str) -> TransactionMetadata:
@@ -632,16 +391,14 @@ class TransactionCoordinator:
 
     # ---- background work, safe on several servers at once (SKIP LOCKED claims)
 
-    async def _each_claimed(self, where_sql: str, *args, handle) -> int:
+    async def _each_claimed(self, where_sql: str, *args, handle: Callable) -> int:
         done = 0
         while True:
-            async with self.pool.acquire() as conn, conn.transaction():
-                claimed = await self.log.claim(conn, where_sql, *args, limit=1)
-                if not claimed:
+            async with self.unit_of_work() as unit:
+                meta = await unit.claim(where_sql, *args)
+                if meta is None:
                     return done
-                meta = await self.log.lock(conn, claimed[0])
-                await handle(conn, meta)
-                await self.log.save(conn, meta)
+                await handle(unit, meta)
                 done += 1
 
     async def abort_timed_out(self) -> int:
@@ -649,14 +406,14 @@ class TransactionCoordinator:
         for their external coordinator: no timeout applies to them."""
         now = now_ms()
 
-        async def abort(conn, meta):
+        async def abort(unit, meta):
             log.info(
                 "aborting transaction of %r: open for %d ms, timeout %d ms",
                 meta.transactional_id,
                 now - meta.txn_start_ms,
                 meta.timeout_ms,
             )
-            await self._fence_and_abort(conn, meta, now)
+            await self._fence_and_abort(unit, meta, now)
 
         return await self._each_claimed(
             "state = $1 AND txn_start_ms + timeout_ms < $2", S.ONGOING.value, now, handle=abort
@@ -666,8 +423,8 @@ class TransactionCoordinator:
         """Finishes every transaction whose outcome is decided (PrepareCommit/PrepareAbort) but whose
         markers may be missing: at start-up, and periodically for ones a crashed server left."""
 
-        async def finish(conn, meta):
-            await self._complete(conn, meta, now_ms(), bump=True)
+        async def finish(unit, meta):
+            await self._complete(unit, meta, now_ms(), bump=True)
 
         return await self._each_claimed(
             "state = ANY($1::text[])", _states_where(lambda state: state.is_decided), handle=finish
@@ -676,9 +433,9 @@ class TransactionCoordinator:
     async def expire_transactional_ids(self) -> int:
         now = now_ms()
 
-        async def expire(conn, meta):
-            self._move(meta, S.DEAD, now)
-            await self.log.delete(conn, meta)
+        async def expire(unit, meta):
+            meta.prepare_dead(now)
+            await unit.delete(meta)
 
         return await self._each_claimed(
             "state = ANY($1::text[]) AND last_update_ms < $2",

@@ -1,9 +1,9 @@
 """The last writes of a PostgreSQL transaction sent as one statement.
 
 Every statement is a round trip to PostgreSQL, and on the hot paths a round trip costs about as much
-CPU as the work it carries (`python -m bench.statement_count` counts them per request). A group's last
-writes are independent (its
-batches, its markers and its transactions' rows, app/coordinator/write_groups.py): they touch
+CPU as the work it carries (`python -m bench.statement_count` counts them per request). A write
+batch's last writes are independent (its batches, its markers and its transactions' rows,
+app/coordinator/batched_writes.py): they touch
 different rows and need nothing from each other, so they can be one statement of data-modifying
 WITH queries, which PostgreSQL runs to completion together, in one snapshot. Writes that would change
 the same row (a partition's head, by a batch and a marker) cannot be fused: one statement may not

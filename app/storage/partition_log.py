@@ -155,8 +155,8 @@ async def _append_plain(conn: asyncpg.Connection, append: BatchAppend) -> Append
     return AppendResult(row["base_offset"], row["last_offset"])
 
 
-# Appends of a PostgreSQL transaction (one produce request, or a group of requests committed together,
-# app/coordinator/write_groups.py) lock their partitions in one statement, in lock_order (the LockRows
+# Appends of a PostgreSQL transaction (one produce request, or a write batch of requests committed
+# together, app/coordinator/batched_writes.py) lock their partitions in one statement, in lock_order (the LockRows
 # node sits above the Sort, so rows are locked in the ORDER BY's order). A row that was locked by
 # someone else is re-read once its lock is ours, so the high watermarks returned are current (rows
 # with a NULL producer_id).

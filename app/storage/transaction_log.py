@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 import asyncpg
 import orjson
@@ -43,10 +44,11 @@ class TxnPartition:
 
 
 @dataclass(slots=True)
-class TransactionMetadata:
-    """One transactional id's state. `state` is parsed once, when the row is read, by the parser the
-    owner of the state machine gives its TransactionLog (the coordinator's TransactionState: a str
-    enum, so storage persists it as the text it is without knowing the enum)."""
+class TransactionRow:
+    """One transactional id's persisted state. The owner of the state machine gives its
+    TransactionLog the type rows are read as (the coordinator's TransactionMetadata, which adds the
+    transitions) and the parser of `state`, run once when the row is read (the coordinator's
+    TransactionState: a str enum, so storage persists it as the text it is without knowing it)."""
 
     transactional_id: str
     producer_id: int
@@ -81,6 +83,8 @@ class TransactionMetadata:
         }
 
 
+Row = TypeVar("Row", bound=TransactionRow)
+
 _COLUMNS = (
     "transactional_id, producer_id, producer_epoch, state, timeout_ms, txn_start_ms, last_update_ms, "
     "last_producer_id, last_producer_epoch, txn_producer_id, txn_producer_epoch, partitions, groups, principal"
@@ -111,14 +115,14 @@ SELECT {_NO_COLUMNS}, {TOPIC_COLUMNS} FROM topics WHERE name = ANY($2::text[])
 """
 
 
-def _from_row(row: asyncpg.Record, parse_state: Callable[[str], str]) -> TransactionMetadata:
+def _from_row(row: asyncpg.Record, row_type: type[Row], parse_state: Callable[[str], str]) -> Row:
     values = {name: row[name] for name in _COLUMN_NAMES}
     values["state"] = parse_state(values["state"])
     values["partitions"] = [TxnPartition(*p) for p in values["partitions"]]
-    return TransactionMetadata(**values)
+    return row_type(**values)
 
 
-def _row_values(meta: TransactionMetadata) -> list:
+def _row_values(meta: TransactionRow) -> list:
     return [
         meta.transactional_id,
         meta.producer_id,
@@ -186,12 +190,14 @@ _SAVE_QUERIES = f"""r AS (
 _SAVE_FINAL = f"SELECT pg_notify('{APPENDS_CHANNEL}', topic_id::text || ':' || partition::text) FROM log_appended"
 
 
-class TransactionLog:
+class TransactionLog(Generic[Row]):
     """Reads and writes transaction metadata; caches the internal topic's (never deleted) info.
-    `parse_state` turns a persisted state name into the caller's state type (see TransactionMetadata)."""
+    Rows are read as `row_type`; `parse_state` turns a persisted state name into the caller's state
+    type (see TransactionRow)."""
 
-    def __init__(self, parse_state: Callable[[str], str] = str) -> None:
+    def __init__(self, row_type: type[Row] = TransactionRow, parse_state: Callable[[str], str] = str) -> None:
         self._topic: TopicInfo | None = None
+        self._row_type = row_type
         self._parse_state = parse_state
 
     async def _log_topic(self, conn: asyncpg.Connection) -> TopicInfo:
@@ -199,18 +205,18 @@ class TransactionLog:
             self._topic = await get_topic(conn, TRANSACTION_STATE_TOPIC)
         return self._topic
 
-    async def lock(self, conn: asyncpg.Connection, transactional_id: str) -> TransactionMetadata | None:
+    async def lock(self, conn: asyncpg.Connection, transactional_id: str) -> Row | None:
         row = await conn.fetchrow(
             f"SELECT {_COLUMNS} FROM transactions WHERE transactional_id = $1 FOR UPDATE", transactional_id
         )
-        return None if row is None else _from_row(row, self._parse_state)
+        return None if row is None else _from_row(row, self._row_type, self._parse_state)
 
     async def lock_many_and_find_topics(
         self, conn: asyncpg.Connection, transactional_ids: list[str], topic_names: list[str]
-    ) -> tuple[dict[str, TransactionMetadata], dict[str, TopicInfo]]:
+    ) -> tuple[dict[str, Row], dict[str, TopicInfo]]:
         """The ids' rows locked (`lock` for several ids, in id order; ids without a row are left out)
-        and the topics that exist (topics.find_topics), in one statement: one round trip for a group
-        of produce and EndTxn requests."""
+        and the topics that exist (topics.find_topics), in one statement: one round trip for a write
+        batch of produce and EndTxn requests."""
         rows = await conn.fetch(
             _LOCK_MANY_AND_FIND_TOPICS_SQL,
             sorted(transactional_ids),
@@ -219,12 +225,12 @@ class TransactionLog:
         metas, topics = {}, {}
         for row in rows:
             if row["transactional_id"] is not None:
-                metas[row["transactional_id"]] = _from_row(row, self._parse_state)
+                metas[row["transactional_id"]] = _from_row(row, self._row_type, self._parse_state)
             else:
                 topics[row["name"]] = topic_from_row(row)
         return metas, topics
 
-    async def lock_new(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> bool:
+    async def lock_new(self, conn: asyncpg.Connection, meta: TransactionRow) -> bool:
         """Inserts a new id's row unless one exists (a racing InitProducerId may have made it);
         True when this call created it. Either way the caller then `lock`s it."""
         status = await conn.execute(
@@ -239,16 +245,16 @@ class TransactionLog:
             await self._append_records(conn, meta)
         return created
 
-    async def get(self, conn: asyncpg.Connection, transactional_id: str) -> TransactionMetadata | None:
+    async def get(self, conn: asyncpg.Connection, transactional_id: str) -> Row | None:
         row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM transactions WHERE transactional_id = $1", transactional_id)
-        return None if row is None else _from_row(row, self._parse_state)
+        return None if row is None else _from_row(row, self._row_type, self._parse_state)
 
     @staticmethod
-    def record(meta: TransactionMetadata) -> None:
+    def record(meta: TransactionRow) -> None:
         """Notes the metadata's current state as a transition to log when `save` runs."""
         meta.pending_records.append(meta.log_value())
 
-    async def save(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> None:
+    async def save(self, conn: asyncpg.Connection, meta: TransactionRow) -> None:
         """Writes the row (and its epoch into producer_ids, see _SAVE_QUERIES) and appends the recorded
         transitions to __transaction_state as one batch, in one statement. Run it last in the
         PostgreSQL transaction (see the module's invariants)."""
@@ -256,8 +262,8 @@ class TransactionLog:
         if statement is not None:
             await statement.execute(conn)
 
-    async def save_statement(self, conn: asyncpg.Connection, metas: list[TransactionMetadata]) -> WriteStatement | None:
-        """`save` for the distinct ids of a group of requests committed together, as one statement
+    async def save_statement(self, conn: asyncpg.Connection, metas: list[TransactionRow]) -> WriteStatement | None:
+        """`save` for the distinct ids of a write batch of requests committed together, as one statement
         (which locks the __transaction_state partitions their records go to in lock_order first),
         for the caller to run last (fused with its own last write: fused_writes.py); None when no id
         has a transition to log. The recorded transitions go into the statement: the metadata has
@@ -291,19 +297,19 @@ class TransactionLog:
             meta.pending_records.clear()
         return WriteStatement(_SAVE_QUERIES, _SAVE_FINAL, args)
 
-    async def delete(self, conn: asyncpg.Connection, meta: TransactionMetadata) -> None:
+    async def delete(self, conn: asyncpg.Connection, meta: TransactionRow) -> None:
         """The id expires (Dead): its row goes; the log gets the Dead record, then a tombstone (as
         Kafka's coordinator writes), so compaction forgets the id after delete_retention_ms."""
         await conn.execute("DELETE FROM transactions WHERE transactional_id = $1", meta.transactional_id)
         await self._append_records(conn, meta, tombstone=True)
 
     @staticmethod
-    def _partition_of(meta: TransactionMetadata, topic: TopicInfo) -> int:
+    def _partition_of(meta: TransactionRow, topic: TopicInfo) -> int:
         """The __transaction_state partition of the id."""
         return partition_for_key(meta.transactional_id.encode(), topic.partition_count)
 
     @staticmethod
-    def _records(meta: TransactionMetadata, tombstone: bool = False) -> list[record_codec.TextRecord]:
+    def _records(meta: TransactionRow, tombstone: bool = False) -> list[record_codec.TextRecord]:
         """The recorded transitions (and a tombstone) as records keyed by the id."""
         records = [
             record_codec.TextRecord(meta.transactional_id, orjson.dumps(value).decode(), (), value["last_update_ms"])
@@ -314,7 +320,7 @@ class TransactionLog:
         return records
 
     async def _pending_batch(
-        self, conn: asyncpg.Connection, meta: TransactionMetadata, tombstone: bool = False
+        self, conn: asyncpg.Connection, meta: TransactionRow, tombstone: bool = False
     ) -> tuple[TopicInfo, int, record_codec.EncodedBatch]:
         """The recorded transitions (and a tombstone) as one batch, and the __transaction_state
         partition of the id that receives it."""
@@ -323,9 +329,7 @@ class TransactionLog:
         batch = record_codec.encode_batch(records, "utf8", meta.last_update_ms, "transaction log")
         return topic, self._partition_of(meta, topic), batch
 
-    async def _append_records(
-        self, conn: asyncpg.Connection, meta: TransactionMetadata, tombstone: bool = False
-    ) -> None:
+    async def _append_records(self, conn: asyncpg.Connection, meta: TransactionRow, tombstone: bool = False) -> None:
         topic, partition, batch = await self._pending_batch(conn, meta, tombstone)
         await partition_log.append_batch(conn, BatchAppend(topic, partition, batch))
         meta.pending_records.clear()
@@ -342,7 +346,7 @@ class TransactionLog:
         started_before_ms: int | None,
         limit: int,
         after: str | None = None,
-    ) -> list[TransactionMetadata]:
+    ) -> list[Row]:
         """Filtered listing, ordered by transactional id, paginated by `after` (keyset)."""
         rows = await conn.fetch(
             f"SELECT {_COLUMNS} FROM transactions WHERE ($1::text[] IS NULL OR state = ANY($1::text[])) "
@@ -358,7 +362,7 @@ class TransactionLog:
             limit,
             after,
         )
-        return [_from_row(row, self._parse_state) for row in rows]
+        return [_from_row(row, self._row_type, self._parse_state) for row in rows]
 
     async def claim(self, conn: asyncpg.Connection, where_sql: str, *args, limit: int = 100) -> list[str]:
         """Ids matching `where_sql` whose rows no other server is working on (SKIP LOCKED), locked

@@ -16,7 +16,7 @@ import pytest
 
 from tests.api.test_review_fixes import create_topic, fetch_offset, init_transactional
 from tests.api.test_transactions import _wait_for
-from tests.concurrency.test_group_commit import _HeldPartition, _waiting_for_a_lock
+from tests.concurrency.test_batched_writes import _HeldPartition, _waiting_for_a_lock
 
 LOCK_WAIT_TIMEOUT_S = 30
 

@@ -442,8 +442,8 @@ def test_init_of_a_new_instance_between_the_phases_of_end_txn(server):
     bumps the epoch for the new instance. EndTxn must then report the commit without handing the
     old instance an epoch that lets it write again (docs/api.md: InitProducerId fences every older
     instance; EndTxn's answer is what the NEXT transaction of the same instance uses)."""
+    from app.coordinator.batched_writes import BatchedWrites
     from app.coordinator.transaction_coordinator import TransactionCoordinator
-    from app.coordinator.write_groups import WriteGroups
     from app.errors import BrokerError
     from app.settings import Settings
     from app.storage.database import create_pool
@@ -473,7 +473,7 @@ def test_init_of_a_new_instance_between_the_phases_of_end_txn(server):
 
             coordinator.log.lock = lock_after_a_new_instance_initialized
             try:
-                result = await WriteGroups(coordinator, max_records=1000).end_transaction(tid, *txn, True)
+                result = await BatchedWrites(coordinator, max_records=1000).end_transaction(tid, *txn, True)
             except BrokerError as error:
                 result = error
             return result, (init[0] if init else None)
@@ -649,7 +649,7 @@ def _queued_appends(
     from app.storage import partition_log, record_codec, topics
     from app.storage.database import connect
     from app.storage.partition_log import BatchAppend
-    from app.storage.transaction_log import TransactionLog, TransactionMetadata
+    from app.storage.transaction_log import TransactionLog, TransactionRow
 
     log = TransactionLog()
 
@@ -669,7 +669,7 @@ def _queued_appends(
             topic = await topics.create_topic(a, "queued", 1, {})
             if transactional:
                 await topics.ensure_internal_topics(a, 1, 1)
-                await log.lock_new(a, TransactionMetadata("queued", 4242, 0, "Ongoing", 60_000, 0, 0))
+                await log.lock_new(a, TransactionRow("queued", 4242, 0, "Ongoing", 60_000, 0, 0))
             for sequence, values in before:
                 await partition_log.append_batch(a, append(topic, sequence, values))
 

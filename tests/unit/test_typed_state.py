@@ -1,15 +1,14 @@
 """The coordinator's state is a TransactionState from the row on (issue 14's first bullet): the
 workers' claim queries come from the state machine's predicates, and a change that keeps the state
-cannot smuggle a state change past the checked transition."""
+cannot smuggle a state change past the checked transition (the metadata changes only through its
+typed transitions: tests/unit/test_transaction_metadata.py)."""
 
 from __future__ import annotations
 
-import pytest
-
 from app.coordinator.transaction_coordinator import TransactionCoordinator, _states_where
+from app.coordinator.transaction_metadata import TransactionMetadata
 from app.coordinator.transaction_states import VALID_PREVIOUS_STATES, TransactionState
 from app.settings import Settings
-from app.storage.transaction_log import TransactionMetadata
 
 S = TransactionState
 
@@ -20,13 +19,10 @@ def test_claim_states_come_from_the_state_machine():
     assert not any(S(name).is_open for name in _states_where(lambda state: state.may_expire))
 
 
-def test_update_refuses_a_state_change():
+def test_the_log_reads_rows_as_the_coordinators_metadata():
     coordinator = TransactionCoordinator(pool=None, settings=Settings(database_url="postgresql://unused/db"))
-    meta = TransactionMetadata("t", 1, 0, S.PREPARED, 1000, 5, 5)
-    coordinator._update(meta, 10, producer_epoch=1)
-    assert (meta.state, meta.producer_epoch, meta.last_update_ms) == (S.PREPARED, 1, 10)
-    with pytest.raises(ValueError):
-        coordinator._update(meta, 11, state=S.EMPTY)
+    assert coordinator.log._row_type is TransactionMetadata
+    assert coordinator.log._parse_state("Prepared") is S.PREPARED
 
 
 def test_the_state_is_typed_when_read(server):

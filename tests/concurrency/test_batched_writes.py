@@ -1,10 +1,11 @@
-"""Group commit (app/coordinator/group_commit.py): requests that queue while a group is being
-written are written together in the next group, one PostgreSQL transaction, and each still gets
-exactly the answer it would get alone, as if the group's requests ran one after the other.
+"""Write batching (app/coordinator/write_batching.py, batched_writes.py): requests that queue while
+a write batch is being written are written together in the next write batch, one PostgreSQL
+transaction, and each still gets exactly the answer it would get alone, as if the write batch's
+requests ran one after the other.
 
-The first group is held on a partition's row lock taken by a connection of the test, so that the
-requests sent meanwhile queue in the server (the test waits until all have) and form the next group;
-the batches a group wrote share their PostgreSQL transaction id (xmin), which shows the grouping
+The first batch is held on a partition's row lock taken by a connection of the test, so that the
+requests sent meanwhile queue in the server (the test waits until all have) and form the next batch;
+the record batches a write batch wrote share their PostgreSQL transaction id (xmin), which shows the batching
 happened."""
 
 from __future__ import annotations
@@ -102,28 +103,28 @@ def _queue_behind_a_held_group(
     blocker: tuple[str, dict] | None = None,
     in_order: bool = False,
 ) -> list[httpx.Response]:
-    """Holds partition 0 of `topic`, sends `blocker` (by default a plain write there), whose group
-    waits on the lock, then `requests` (which queue and form the next group; with `in_order`, each
+    """Holds partition 0 of `topic`, sends `blocker` (by default a plain write there), whose batch
+    waits on the lock, then `requests` (which queue and form the next batch; with `in_order`, each
     queued before the next is sent), lets go, and returns their answers."""
     blocker = blocker or ("/v1/produce", {"partitions": [{"topic": topic, "partition": 0, "records": [{}]}]})
     state = server.extra["uvicorn"].config.app.state  # the in-process server's app
-    groups = state.write_groups.groups
+    batcher = state.batched_writes.batcher
     held = _HeldPartition(server.database_url, topic, 0)
     with ThreadPoolExecutor(len(requests) + 1) as pool:
         try:
             blocked = pool.submit(_post, server.url, *blocker)
             deadline = time.monotonic() + 30
             while _waiting_for_a_lock(server.database_url) == 0:
-                assert time.monotonic() < deadline, "the first group never waited for the held partition"
+                assert time.monotonic() < deadline, "the first batch never waited for the held partition"
                 time.sleep(0.02)
             answers = []
             for path, body in requests:
                 answers.append(pool.submit(_post, server.url, path, body))
-                while in_order and groups.waiting < len(answers):
+                while in_order and batcher.waiting < len(answers):
                     assert time.monotonic() < deadline, f"request {len(answers)} never queued"
                     time.sleep(0.01)
-            while groups.waiting < len(requests):  # every request queues behind the held group
-                assert time.monotonic() < deadline, f"{groups.waiting} of {len(requests)} requests queued"
+            while batcher.waiting < len(requests):  # every request queues behind the held batch
+                assert time.monotonic() < deadline, f"{batcher.waiting} of {len(requests)} requests queued"
                 time.sleep(0.02)
         finally:
             held.let_go()
@@ -175,7 +176,7 @@ def test_queued_produce_requests_are_written_together_each_with_its_own_answer(s
     for partition in (0, 1):
         offsets = [(b["base_offset"], b["last_offset"]) for b in batches if b["partition"] == partition]
         assert [base for base, _ in offsets] == [0] + [last + 1 for _, last in offsets[:-1]], "offsets not dense"
-    # The stale producer's batch before, the held group's plain batch at 0-0, then the queued group:
+    # The stale producer's batch before, the held write batch's plain batch at 0-0, then the queued one:
     # first's batch, second's two and the plain one, all in one PostgreSQL transaction.
     assert len(batches) == 1 + 1 + 4
     queued = [
@@ -246,7 +247,7 @@ def test_queued_end_txns_are_written_together_each_with_its_own_answer(server):
 
 
 def test_queued_produce_and_end_txn_requests_are_written_together_in_their_order(server):
-    """Produce and EndTxn requests that queue together form one group (one PostgreSQL transaction),
+    """Produce and EndTxn requests that queue together form one batch (one PostgreSQL transaction),
     applied in their order of arrival: a produce before its transaction's EndTxn is committed with
     it, a produce of the transaction after it is fenced, and another transaction's marker and a plain
     batch in the same partition are written beside them, the batches before the markers."""
@@ -266,7 +267,7 @@ def test_queued_produce_and_end_txn_requests_are_written_together_in_their_order
         server,
         topic,
         [
-            produce(committed, 1, "in-the-group"),
+            produce(committed, 1, "in-the-batch"),
             ("/v1/txn/end", {**committed, "committed": True}),
             produce(committed, 2, "zombie"),  # the epoch the EndTxn before it ended
             ("/v1/txn/end", {**aborted, "committed": False}),
@@ -294,12 +295,14 @@ def test_queued_produce_and_end_txn_requests_are_written_together_in_their_order
     assert sorted((m["producer_id"], m["type"]) for m in markers) == sorted(
         [(committed["producer_id"], "COMMIT"), (aborted["producer_id"], "ABORT")]
     )
-    assert min(m["offset"] for m in markers) > plain_offset, f"a marker before the group's batches: {batches}"
+    assert min(m["offset"] for m in markers) > plain_offset, (
+        f"a marker before the write batch's record batches: {batches}"
+    )
     fetched = server.client.post(
         "/v1/fetch",
         json={"isolation_level": "read_committed", "partitions": [{"topic": topic, "partition": 1, "offset": 0}]},
     ).json()["partitions"][0]
-    assert [record["value"] for record in fetched["records"]] == ["before", "in-the-group", "plain"]
+    assert [record["value"] for record in fetched["records"]] == ["before", "in-the-batch", "plain"]
 
 
 def test_a_queued_end_txn_and_a_produce_to_other_partitions_are_written_together(server):

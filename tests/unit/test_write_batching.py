@@ -1,5 +1,5 @@
-"""The group commit scheduler (app/coordinator/group_commit.py) on its own, with a writer that
-records the groups it is given: who waits for whom, and what a failure of a whole group does."""
+"""The write batching scheduler (app/coordinator/write_batching.py) on its own, with a writer that
+records the batches it is given: who waits for whom, and what a failure of a whole batch does."""
 
 from __future__ import annotations
 
@@ -7,36 +7,36 @@ import asyncio
 
 import pytest
 
-from app.coordinator.group_commit import GroupCommit
+from app.coordinator.write_batching import WriteBatcher
 
 
 class _Writer:
-    """Writes a group by answering each request with its double; a group that holds `poison` fails as a
+    """Writes a batch by answering each request with its double; a batch that holds `poison` fails as a
     whole (as a lost connection would), and `poison` alone answers with its own error."""
 
     def __init__(self, poison: int | None = None) -> None:
-        self.groups: list[list[int]] = []
+        self.batches: list[list[int]] = []
         self.poison = poison
         self.gate = asyncio.Event()
         self.gate.set()
 
     async def write(self, requests: list[int]) -> list[int | BaseException]:
-        self.groups.append(list(requests))
+        self.batches.append(list(requests))
         await self.gate.wait()
         if self.poison in requests:
             if len(requests) > 1:
-                raise ConnectionError("the whole group failed")
+                raise ConnectionError("the whole batch failed")
             return [ValueError(f"request {requests[0]} is refused")]
         return [request * 2 for request in requests]
 
 
 async def _one_then_queued(writer: _Writer, queued: tuple[int, ...]) -> list:
     """Request 1 is written alone while `queued` arrive; all answers (or errors), in that order."""
-    groups = GroupCommit(writer.write, max_in_flight=1)
+    batches = WriteBatcher(writer.write, max_in_flight=1)
     writer.gate.clear()
-    first = asyncio.create_task(groups.submit(1))
+    first = asyncio.create_task(batches.submit(1))
     await asyncio.sleep(0)
-    tasks = [asyncio.create_task(groups.submit(n)) for n in queued]
+    tasks = [asyncio.create_task(batches.submit(n)) for n in queued]
     await asyncio.sleep(0)
     writer.gate.set()
     return await asyncio.gather(first, *tasks, return_exceptions=True)
@@ -45,32 +45,32 @@ async def _one_then_queued(writer: _Writer, queued: tuple[int, ...]) -> list:
 def test_a_lone_request_is_written_at_once_and_queued_ones_form_the_next_group():
     async def run() -> tuple[list[int], list[list[int]]]:
         writer = _Writer()
-        return await _one_then_queued(writer, (2, 3, 4)), writer.groups
+        return await _one_then_queued(writer, (2, 3, 4)), writer.batches
 
-    answers, groups = asyncio.run(run())
+    answers, batches = asyncio.run(run())
     assert answers == [2, 4, 6, 8]
-    assert groups == [[1], [2, 3, 4]]
+    assert batches == [[1], [2, 3, 4]]
 
 
 def test_a_failed_group_writes_each_request_alone_so_one_failure_is_its_own():
     async def run():
         writer = _Writer(poison=3)
-        return await _one_then_queued(writer, (2, 3, 4)), writer.groups
+        return await _one_then_queued(writer, (2, 3, 4)), writer.batches
 
-    answers, groups = asyncio.run(run())
+    answers, batches = asyncio.run(run())
     assert answers[:2] == [2, 4] and answers[3] == 8
     assert isinstance(answers[2], ValueError)
-    assert groups == [[1], [2, 3, 4], [2], [3], [4]]
+    assert batches == [[1], [2, 3, 4], [2], [3], [4]]
 
 
 def test_a_caller_that_goes_away_leaves_the_others_answered():
     async def run():
         writer = _Writer()
-        groups = GroupCommit(writer.write, max_in_flight=1)
+        batches = WriteBatcher(writer.write, max_in_flight=1)
         writer.gate.clear()
-        first = asyncio.create_task(groups.submit(1))
+        first = asyncio.create_task(batches.submit(1))
         await asyncio.sleep(0)
-        gone, stays = asyncio.create_task(groups.submit(2)), asyncio.create_task(groups.submit(3))
+        gone, stays = asyncio.create_task(batches.submit(2)), asyncio.create_task(batches.submit(3))
         await asyncio.sleep(0)
         gone.cancel()
         writer.gate.set()

@@ -1,41 +1,41 @@
-"""Produce and EndTxn with group commit (app/coordinator/group_commit.py): the produce and EndTxn
-requests that queue in one server process while a group is written are written together, in one
-PostgreSQL transaction, as if one after the other in their order of arrival. A small transaction is
-a produce and an EndTxn: grouping both kinds together lets them share every statement and the
-commit, where a group of each kind took one PostgreSQL transaction each.
+"""Produce and EndTxn in write batches (app/coordinator/write_batching.py): the produce and EndTxn
+requests that queue in one server process while a write batch is written are written together, in
+one PostgreSQL transaction, as if one after the other in their order of arrival. A small
+transaction is a produce and an EndTxn: batching both kinds together lets them share every
+statement and the commit, where a write batch of each kind took one PostgreSQL transaction each.
+("Write batch" is the requests written together; a "record batch" is Kafka's, what a produce
+appends to a partition.)
 
-A group's statements, in TransactionLog's lock order: the transactional ids' rows locked (in id
-order) and the topics read; the idempotent producers looked up, if any; every partition locked (in
-lock_order) with the states and markers the group needs there; the batches, the markers and the
-transaction log written by one statement (TransactionCoordinator.write_partitions); the commit.
-Every state change is made on the locked rows in the requests' order of arrival (an EndTxn after a
-produce of its transaction in the same group commits it; a produce after its transaction's EndTxn
-is fenced). The batches go before the markers in their partitions: the requests that arrived
+A write batch's statements, in the unit of work's lock order: the transactional ids' rows locked
+(in id order) and the topics read; the idempotent producers looked up, if any; every partition
+locked (in lock_order) with the states and markers the write batch needs there; the record
+batches, the markers and the transaction log written by one statement
+(UnitOfWork.write_partitions_and_save); the commit. Every state change is made on the locked rows
+in the requests' order of arrival (an EndTxn after a produce of its transaction in the same write
+batch commits it; a produce after its transaction's EndTxn is fenced). The record batches go
+before the markers in their partitions: the requests that arrived
 together were concurrent, so any order is one they could have had, as long as each producer's and
 each transaction's own are kept, and they are.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
-import asyncpg
-
 from app.clock import now_ms
-from app.coordinator.group_commit import GroupCommit
 from app.coordinator.produce import PartitionResult, ProduceCommand, check_idempotent_producer, check_request
 from app.coordinator.transaction_coordinator import EndResult, EndTxnCommand, TransactionCoordinator
+from app.coordinator.write_batching import WriteBatcher
 from app.errors import BrokerError
 from app.storage import markers, producer_ids, record_codec
 from app.storage.partition_log import BatchAppend
 from app.storage.record_codec import EncodedBatch
-from app.storage.topics import find_topics, unknown_topic
+from app.storage.topics import unknown_topic
 
 
 @dataclass(frozen=True, slots=True)
 class _Produce:
-    """A produce request checked and encoded, for a group to write."""
+    """A produce request checked and encoded, for a write batch to write."""
 
     command: ProduceCommand
     encoded: list[EncodedBatch]
@@ -45,29 +45,31 @@ _Request = _Produce | EndTxnCommand
 _Answer = list[PartitionResult] | EndResult
 
 
-def _transaction_if_needed(conn: asyncpg.Connection, group: list[_Request]):
+def _needs_transaction(requests: list[_Request]) -> bool:
     """A lone plain write to one partition is one statement after a read (the topic lookup):
     PostgreSQL runs that statement as a transaction of its own, so BEGIN and COMMIT would be two
     round trips for nothing. It is safe because the statement itself re-checks what the read found
     (it bumps the partition's row, which a deleted topic no longer has) and NOTIFY is still sent at
     its commit. Producers' writes (sequence state, the coordinator's row), writes to several
-    partitions (all visible at once, or none), EndTxn and groups keep their PostgreSQL transaction."""
-    [first, *others] = group
-    if not others and isinstance(first, _Produce) and first.command.is_plain and len(first.command.partitions) == 1:
-        return contextlib.nullcontext()
-    return conn.transaction()
+    partitions (all visible at once, or none), EndTxn and write batches of several requests keep
+    their PostgreSQL transaction."""
+    [first, *others] = requests
+    return not (
+        not others and isinstance(first, _Produce) and first.command.is_plain and len(first.command.partitions) == 1
+    )
 
 
-class WriteGroups:
-    """Produce and EndTxn of one server process, written in groups: the requests of a group share
-    each statement (their producers and transactional ids looked up and locked together, their
-    partitions locked together in lock_order, their batches, markers and transaction log records
+class BatchedWrites:
+    """Produce and EndTxn of one server process, written in write batches: the requests of a write
+    batch share each statement (their producers and transactional ids looked up and locked together,
+    their partitions locked together in lock_order, their record batches, markers and transaction log
+    records
     written by one statement) and one commit."""
 
     def __init__(self, coordinator: TransactionCoordinator, max_records: int) -> None:
         self.coordinator = coordinator
         self.max_records = max_records
-        self.groups: GroupCommit[_Request, _Answer] = GroupCommit(self._write)
+        self.batcher: WriteBatcher[_Request, _Answer] = WriteBatcher(self._write)
 
     async def produce(self, command: ProduceCommand) -> list[PartitionResult]:
         check_request(command, self.max_records)
@@ -77,43 +79,38 @@ class WriteGroups:
             or record_codec.encode_batch(entry.records, command.encoding, appended_ms, f"partitions[{index}].records")
             for index, entry in enumerate(command.partitions)
         ]
-        return await self.groups.submit(_Produce(command, encoded))
+        return await self.batcher.submit(_Produce(command, encoded))
 
     async def end_transaction(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> EndResult:
         """EndTxn: answers once every marker is written, with the producer id and epoch the next
         transaction uses."""
-        return await self.groups.submit(EndTxnCommand(transactional_id, producer_id, producer_epoch, commit))
+        return await self.batcher.submit(EndTxnCommand(transactional_id, producer_id, producer_epoch, commit))
 
-    async def _write(self, group: list[_Request]) -> list[_Answer | BrokerError]:
-        """Writes the group in one PostgreSQL transaction: each request's answer, or its
+    async def _write(self, requests: list[_Request]) -> list[_Answer | BrokerError]:
+        """Writes a write batch in one PostgreSQL transaction: each request's answer, or its
         request-level error (a produce then appends nothing)."""
         coordinator = self.coordinator
-        produces = [request.command for request in group if isinstance(request, _Produce)]
+        produces = [request.command for request in requests if isinstance(request, _Produce)]
         transactional_ids = {c.transactional_id for c in produces if c.transactional_id is not None}
-        transactional_ids.update(r.transactional_id for r in group if isinstance(r, EndTxnCommand))
+        transactional_ids.update(r.transactional_id for r in requests if isinstance(r, EndTxnCommand))
         idempotent = {c.producer_id for c in produces if not c.is_plain and c.transactional_id is None}
-        async with coordinator.pool.acquire() as conn, _transaction_if_needed(conn, group):
+        async with coordinator.unit_of_work(atomic=_needs_transaction(requests)) as unit:
             topic_names = sorted({e.topic for c in produces for e in c.partitions})
             # The coordinator's rows first (in id order), then the partitions (in lock_order), then
-            # the transaction log (save_statement): TransactionLog's lock order.
-            if transactional_ids:
-                metas, topics = await coordinator.log.lock_many_and_find_topics(
-                    conn, list(transactional_ids), topic_names
-                )
-            else:
-                metas, topics = {}, await find_topics(conn, topic_names)
-            issued = await producer_ids.lookup_many(conn, list(idempotent)) if idempotent else {}
+            # the transaction log: the unit of work's lock order.
+            metas, topics = await unit.lock_many_and_find_topics(list(transactional_ids), topic_names)
+            issued = await producer_ids.lookup_many(unit.conn, list(idempotent)) if idempotent else {}
             answers: list[_Answer | BrokerError] = []
             appends: list[BatchAppend] = []
             owners: list[tuple[int, int]] = []  # (request, partition) of each append
             ends: list[markers.TransactionEnd] = []
-            for request_index, request in enumerate(group):
+            for request_index, request in enumerate(requests):
                 try:
                     if isinstance(request, EndTxnCommand):
-                        answer, ending = await coordinator.end_in_group(
-                            conn, metas.get(request.transactional_id), request
+                        answer, ending = await coordinator.end_in_batch(
+                            unit, metas.get(request.transactional_id), request
                         )
                         if ending is not None:
                             ends.append(ending)
@@ -157,10 +154,9 @@ class WriteGroups:
                         )
                     )
                 answers.append(results)
-            # The transaction log's write goes with the batches' and the markers' (one round trip),
-            # last: see TransactionLog's lock order.
-            save = await coordinator.log.save_statement(conn, list(metas.values()))
-            written = await coordinator.write_partitions(conn, appends, ends, now_ms(), then=save)
+            # The transaction log's write goes with the record batches' and the markers' (one round trip),
+            # last: see the unit of work's lock order.
+            written = await unit.write_partitions_and_save(appends, ends, now_ms())
             for (request_index, partition_index), result in zip(owners, written):
                 answers[request_index][partition_index] = result
         return answers

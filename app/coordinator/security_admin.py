@@ -1,0 +1,122 @@
+"""Principals, API keys, ACLs and the audit log: authentication and the administration of who may
+do what. Every change is written with its audit entry (who made it) in one PostgreSQL transaction:
+both happen or neither. Authorization of the caller is the front door's (it knows the operation
+asked); these operations trust it."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from app.clock import now_ms
+from app.coordinator.authorizer import Principal, principal_from
+from app.errors import BrokerError, ErrorCode
+from app.storage import principals
+from app.storage.principals import AclRow, AuditRow, KeyRow, PrincipalRow
+
+__all__ = [
+    "AclRow",
+    "AuditRow",
+    "KeyRow",
+    "PrincipalRow",
+    "add_acl",
+    "add_key",
+    "audit_entries",
+    "authenticate",
+    "create_principal",
+    "delete_principal",
+    "list_acls",
+    "list_keys",
+    "list_principals",
+    "remove_acl",
+    "revoke_key",
+]
+
+
+def _no_principal(name: str) -> BrokerError:
+    return BrokerError(ErrorCode.NOT_FOUND, f"principal {name!r} does not exist: create it with POST /v1/principals")
+
+
+async def authenticate(pool: asyncpg.Pool, token: str) -> Principal | None:
+    """The principal an API key belongs to, with its ACL rules; None for an unknown or revoked key."""
+    async with pool.acquire() as conn:
+        found = await principals.authenticate(conn, token)
+    return None if found is None else principal_from(*found)
+
+
+async def create_principal(pool: asyncpg.Pool, actor: str, name: str, super_user: bool) -> int:
+    """Creates the principal; its creation time."""
+    now = now_ms()
+    async with pool.acquire() as conn, conn.transaction():
+        if not await principals.create_principal(conn, name, super_user, now):
+            raise BrokerError(ErrorCode.INVALID_REQUEST, f"principal {name!r} already exists")
+        await principals.audit(conn, now, actor, "create principal", name, f"super_user={super_user}")
+    return now
+
+
+async def list_principals(pool: asyncpg.Pool) -> list[PrincipalRow]:
+    async with pool.acquire() as conn:
+        return await principals.list_principals(conn)
+
+
+async def delete_principal(pool: asyncpg.Pool, actor: str, name: str) -> None:
+    """Deletes the principal with its keys and ACL rules."""
+    async with pool.acquire() as conn, conn.transaction():
+        if not await principals.delete_principal(conn, name):
+            raise _no_principal(name)
+        await principals.audit(conn, now_ms(), actor, "delete principal", name)
+
+
+async def add_key(pool: asyncpg.Pool, actor: str, name: str) -> tuple[str, str]:
+    """A new API key for the principal: its id and its token (which is stored hashed only)."""
+    async with pool.acquire() as conn, conn.transaction():
+        if await principals.get_principal(conn, name) is None:
+            raise _no_principal(name)
+        key_id, token = await principals.add_key(conn, name, now_ms())
+        await principals.audit(conn, now_ms(), actor, "add key", name, key_id)
+    return key_id, token
+
+
+async def list_keys(pool: asyncpg.Pool, name: str) -> list[KeyRow]:
+    async with pool.acquire() as conn:
+        return await principals.list_keys(conn, name)
+
+
+async def revoke_key(pool: asyncpg.Pool, actor: str, name: str, key_id: str) -> None:
+    """The next request with the key is refused (no cache anywhere)."""
+    async with pool.acquire() as conn, conn.transaction():
+        if not await principals.revoke_key(conn, name, key_id, now_ms()):
+            raise BrokerError(ErrorCode.NOT_FOUND, f"principal {name!r} has no unrevoked key {key_id!r}")
+        await principals.audit(conn, now_ms(), actor, "revoke key", name, key_id)
+
+
+async def add_acl(pool: asyncpg.Pool, actor: str, rule: AclRow) -> AclRow:
+    """Adds a rule (idempotent: the same rule twice is one rule); the rule as stored (with its id)."""
+    async with pool.acquire() as conn, conn.transaction():
+        acl = await principals.add_acl(conn, rule)
+        await principals.audit(
+            conn,
+            now_ms(),
+            actor,
+            "add acl",
+            f"{rule.resource_type}:{rule.resource_name}",
+            f"{rule.permission} {rule.operation} for {rule.principal} ({rule.pattern_type})",
+        )
+    return acl
+
+
+async def list_acls(pool: asyncpg.Pool, principal: str | None, resource_type: str | None) -> list[AclRow]:
+    async with pool.acquire() as conn:
+        return await principals.list_acls(conn, principal, resource_type)
+
+
+async def remove_acl(pool: asyncpg.Pool, actor: str, acl_id: int) -> None:
+    async with pool.acquire() as conn, conn.transaction():
+        if not await principals.remove_acl(conn, acl_id):
+            raise BrokerError(ErrorCode.NOT_FOUND, f"no ACL rule {acl_id}: list them with GET /v1/acls")
+        await principals.audit(conn, now_ms(), actor, "remove acl", str(acl_id))
+
+
+async def audit_entries(pool: asyncpg.Pool, limit: int, before: int | None) -> list[AuditRow]:
+    """Administrative actions, newest first."""
+    async with pool.acquire() as conn:
+        return await principals.audit_entries(conn, limit, before)

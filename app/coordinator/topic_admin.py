@@ -1,0 +1,120 @@
+"""Topics: CreateTopics, DeleteTopics, Metadata (the topics with their partitions' offsets), and
+DeleteRecords (KIP-107). Every change is written with its audit entry (who made it); the caller's
+authorization is the front door's (`visible` filters listings by what the caller may see)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from app.clock import now_ms
+from app.errors import BrokerError
+from app.storage import log_cleaner, partition_log, principals, topics
+from app.storage.partition_log import NO_OFFSET, PartitionState
+from app.storage.topics import TopicInfo
+
+__all__ = [
+    "PartitionState",
+    "RecordsDeleted",
+    "TopicInfo",
+    "create_topic",
+    "delete_records",
+    "delete_topic",
+    "describe_topic",
+    "describe_topics",
+    "get_topic",
+    "list_topics",
+]
+
+TopicWithPartitions = tuple[TopicInfo, list[PartitionState]]
+
+
+def _everything(_name: str) -> bool:
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class RecordsDeleted:
+    """DeleteRecords' answer for one partition: its new log start, or why it did not move."""
+
+    partition: int
+    low_watermark: int = NO_OFFSET
+    error: BrokerError | None = None
+
+
+async def list_topics(pool: asyncpg.Pool, visible: Callable[[str], bool] = _everything) -> list[TopicInfo]:
+    """The topics whose names `visible` admits."""
+    async with pool.acquire() as conn:
+        return [topic for topic in await topics.list_topics(conn) if visible(topic.name)]
+
+
+async def get_topic(pool: asyncpg.Pool, name: str) -> TopicInfo:
+    """The topic, or UNKNOWN_TOPIC_OR_PARTITION."""
+    async with pool.acquire() as conn:
+        return await topics.get_topic(conn, name)
+
+
+async def create_topic(
+    pool: asyncpg.Pool, actor: str, name: str, partitions: int, config: dict[str, Any], defaults: dict[str, Any]
+) -> TopicWithPartitions:
+    async with pool.acquire() as conn:
+        async with conn.transaction():  # the audit entry is part of the change: both or neither
+            topic = await topics.create_topic(conn, name, partitions, config, defaults=defaults)
+            await principals.audit(conn, now_ms(), actor, "create topic", name, f"partitions={partitions}")
+        states = await partition_log.partition_states(conn, [topic])
+    return topic, states[topic.topic_id]
+
+
+async def describe_topics(
+    pool: asyncpg.Pool, visible: Callable[[str], bool] = _everything
+) -> list[TopicWithPartitions]:
+    """The topics whose names `visible` admits, with their partitions' offsets."""
+    async with pool.acquire() as conn:
+        found = [topic for topic in await topics.list_topics(conn) if visible(topic.name)]
+        states = await partition_log.partition_states(conn, found)
+    return [(topic, states[topic.topic_id]) for topic in found]
+
+
+async def describe_topic(pool: asyncpg.Pool, name: str) -> TopicWithPartitions:
+    async with pool.acquire() as conn:
+        topic = await topics.get_topic(conn, name)
+        states = await partition_log.partition_states(conn, [topic])
+    return topic, states[topic.topic_id]
+
+
+async def delete_topic(pool: asyncpg.Pool, actor: str, name: str) -> None:
+    """Deletes the topic and all its records (the log cleaner removes its rows in the background)."""
+    async with pool.acquire() as conn, conn.transaction():  # the audit entry is part of the change
+        await topics.delete_topic(conn, name)
+        await principals.audit(conn, now_ms(), actor, "delete topic", name)
+
+
+async def delete_records(
+    pool: asyncpg.Pool, actor: str, topic_name: str, requested: list[tuple[int, int]]
+) -> list[RecordsDeleted]:
+    """Moves each (partition, offset)'s log start up to the offset; per-partition errors are
+    answers (UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE). Retrying is safe: the log start
+    never moves back."""
+    answers = []
+    async with pool.acquire() as conn:
+        topic = await topics.get_topic(conn, topic_name)
+        log_cleaner.check_records_deletable(topic)
+        for partition, offset in requested:
+            try:
+                answers.append(
+                    RecordsDeleted(partition, await log_cleaner.delete_records(conn, topic, partition, offset))
+                )
+            except BrokerError as error:
+                answers.append(RecordsDeleted(partition, error=error))
+        await principals.audit(
+            conn,
+            now_ms(),
+            actor,
+            "delete records",
+            topic_name,
+            ", ".join(f"{answer.partition}:{answer.low_watermark}" for answer in answers),
+        )
+    return answers

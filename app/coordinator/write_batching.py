@@ -1,0 +1,108 @@
+"""Write batching (what databases call group commit): concurrent requests of one server process
+written together, in one PostgreSQL transaction whose statements they share, committed once (one
+WAL flush for all). Called a batch here so that, in this package, a group is a consumer group.
+
+A request that finds fewer than `max_in_flight` batches being written starts one at once, so a lone
+request waits for nothing; requests that arrive meanwhile queue, and the next batch takes them (up
+to `max_per_batch`). Every request is answered after its batch's commit, so an acknowledgement
+still means durable. A batch is atomic, and the writer applies its requests in arrival order, as
+if one after the other.
+
+A failure that is not a request's own answer (a lost connection, a deadlock PostgreSQL broke, an
+argument PostgreSQL refused) must not decide the other requests of the batch: each is then written
+again in a batch of its own, where the failure, if it comes again, is its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+Request = TypeVar("Request")
+Answer = TypeVar("Answer")
+
+# One batch in flight per process: the requests that arrive while it is written all wait for the
+# next one, so batches grow with the load. More in flight split them into smaller batches, each paying
+# the batch's round trips for fewer requests, and so did letting the next batch start while one
+# commits: neither was faster in `python -m bench.transactions --sections 1` (small transactions),
+# which measures this choice (docs/performance.md).
+MAX_BATCHES_IN_FLIGHT = 1
+MAX_REQUESTS_PER_BATCH = 64
+
+
+@dataclass(slots=True)
+class _Waiting(Generic[Request, Answer]):
+    request: Request
+    answer: asyncio.Future
+
+
+class WriteBatcher(Generic[Request, Answer]):
+    """`write_batch(requests)` writes a batch in one PostgreSQL transaction and returns, for each
+    request in order, its answer or the exception instance that is its answer (raised to it)."""
+
+    def __init__(
+        self,
+        write_batch: Callable[[list[Request]], Awaitable[list[Answer | BaseException]]],
+        max_in_flight: int = MAX_BATCHES_IN_FLIGHT,
+        max_per_batch: int = MAX_REQUESTS_PER_BATCH,
+    ) -> None:
+        self._write_batch = write_batch
+        self._max_in_flight = max_in_flight
+        self._max_per_batch = max_per_batch
+        self._queue: list[_Waiting] = []
+        self._in_flight = 0
+        self._tasks: set[asyncio.Task] = set()
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued for the next batch."""
+        return len(self._queue)
+
+    async def submit(self, request: Request) -> Answer:
+        waiting = _Waiting(request, asyncio.get_running_loop().create_future())
+        self._queue.append(waiting)
+        self._start_batches()
+        return await waiting.answer
+
+    def _start_batches(self) -> None:
+        while self._queue and self._in_flight < self._max_in_flight:
+            batch = self._queue[: self._max_per_batch]
+            del self._queue[: self._max_per_batch]
+            self._in_flight += 1
+            task = asyncio.create_task(self._commit_batch(batch), name="write-batch")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _commit_batch(self, batch: list[_Waiting]) -> None:
+        try:
+            await self._commit(batch)
+        finally:
+            self._in_flight -= 1
+            self._start_batches()
+
+    async def _commit(self, batch: list[_Waiting]) -> None:
+        try:
+            answers = await self._write_batch([waiting.request for waiting in batch])
+        except asyncio.CancelledError:
+            for waiting in batch:
+                waiting.answer.cancel()
+            raise
+        except Exception as error:
+            if len(batch) == 1:
+                _answer(batch[0], error)
+            else:
+                await asyncio.gather(*(self._commit([waiting]) for waiting in batch))
+            return
+        for waiting, answer in zip(batch, answers):
+            _answer(waiting, answer)
+
+
+def _answer(waiting: _Waiting, answer) -> None:
+    if waiting.answer.done():  # its caller went away (the client disconnected) and was cancelled
+        return
+    if isinstance(answer, BaseException):
+        waiting.answer.set_exception(answer)
+    else:
+        waiting.answer.set_result(answer)
