@@ -22,6 +22,8 @@ from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.coordinator.workers import BackgroundWorkers
 from app.coordinator.write_groups import WriteGroups
+from app.kafka.broker_calls import BrokerCalls
+from app.kafka.listener import OFF, KafkaListener, parse_address
 from app.settings import Settings
 from app.storage import principals, topics
 from app.storage.append_notifier import AppendNotifier
@@ -49,6 +51,8 @@ async def _become_ready(app: FastAPI, settings: Settings) -> None:
             if finished:
                 log.info("recovered %d transactions left PrepareCommit/PrepareAbort", finished)
             app.state.workers.start()
+            if app.state.kafka_listener is not None:
+                await app.state.kafka_listener.start()
             app.state.ready = True
             log.info("txbroker is ready on %s", settings.public_url())
             if app.state.on_ready is not None:
@@ -64,21 +68,39 @@ async def _node_ready(app: FastAPI, wait_for_every_worker: Callable[[], Awaitabl
     app.state.node_ready = True
 
 
+def _kafka_listener(app: FastAPI, settings: Settings, kafka_port_shared: bool) -> KafkaListener | None:
+    """The Kafka listener (app/kafka), bound now so that a port in use fails the start; it serves
+    once the server is ready (_become_ready)."""
+    if settings.kafka_listener == OFF:
+        return None
+    listener = KafkaListener(
+        BrokerCalls(app.state),
+        parse_address(settings.kafka_listener),
+        settings.kafka_advertised_listener,
+        kafka_port_shared,
+    )
+    listener.bind()
+    return listener
+
+
 def create_app(
     settings: Settings,
     database_url: str,
     serve_before_ready: bool = True,
     on_ready: Callable[[], None] | None = None,
     wait_for_every_worker: Callable[[], Awaitable[None]] | None = None,
+    kafka_port_shared: bool = False,
 ) -> FastAPI:
     """`serve_before_ready`: accept requests while starting, answering 503 until ready (a single
     server, or the first of several workers); False: start accepting only once ready (the other
     workers of `serve --workers N`, see app/worker_processes.py). `on_ready` is called once ready.
-    `wait_for_every_worker` (each worker of several): /v1/health answers 503 until it returns."""
+    `wait_for_every_worker` (each worker of several): /v1/health answers 503 until it returns.
+    `kafka_port_shared`: a worker of several, binding the Kafka port beside the others (cli.py)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.ready = False
+        app.state.kafka_listener = _kafka_listener(app, settings, kafka_port_shared)  # first: fails fast
         await asyncio.to_thread(upgrade_to_head, database_url)
         app.state.pool = await create_pool(database_url, settings.database_pool_size)
         app.state.coordinator = TransactionCoordinator(app.state.pool, settings)
@@ -99,6 +121,8 @@ def create_app(
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+            if app.state.kafka_listener is not None:
+                await app.state.kafka_listener.stop()
             await app.state.workers.stop()
             await app.state.notifier.stop()
             await app.state.pool.close()
@@ -115,6 +139,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.ready = False
+    app.state.kafka_listener = None
     app.state.node_ready = wait_for_every_worker is None
     app.state.on_ready = on_ready
     app.state.metrics = Metrics()
