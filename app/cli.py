@@ -6,6 +6,7 @@ and hands any other command to the SDK's CLI."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import ipaddress
 import logging
@@ -90,6 +91,7 @@ def serve(args: argparse.Namespace) -> int:
                 serve_before_ready=args.worker_index in (None, 0),
                 ready_fd=args.ready_fd,
                 node_ready_fd=args.node_ready_fd,
+                kafka_port_shared=args.worker_of is not None,
             )
             return 0
         return _supervise(settings, database_url, args.fd, workers)
@@ -117,6 +119,7 @@ def _run_uvicorn(
     serve_before_ready: bool,
     ready_fd: int | None,
     node_ready_fd: int | None,
+    kafka_port_shared: bool = False,
 ) -> None:
     import uvicorn
 
@@ -124,7 +127,12 @@ def _run_uvicorn(
     from app.worker_processes import node_ready_waiter, readiness_signal
 
     app = create_app(
-        settings, database_url, serve_before_ready, readiness_signal(ready_fd), node_ready_waiter(node_ready_fd)
+        settings,
+        database_url,
+        serve_before_ready,
+        readiness_signal(ready_fd),
+        node_ready_waiter(node_ready_fd),
+        kafka_port_shared,
     )
     _freeze_startup_objects()
     uvicorn.run(
@@ -155,15 +163,41 @@ def _freeze_startup_objects() -> None:
 
 
 def _supervise(settings: Settings, database_url: str, fd: int | None, workers: int) -> int:
-    """N worker processes on one socket (app/worker_processes.py)."""
+    """N worker processes on one socket (app/worker_processes.py), each serving the Kafka listener
+    too, on a socket of its own bound beside the others' (_claim_kafka_port)."""
     from app.worker_processes import bind_listening_socket, supervise
 
-    if fd is not None:
-        return supervise(settings, database_url, fd, workers)
-    with bind_listening_socket(settings.host, settings.port) as sock:
-        return supervise(
-            settings.model_copy(update={"port": sock.getsockname()[1]}), database_url, sock.fileno(), workers
-        )
+    with _claim_kafka_port(settings) as settings:
+        if fd is not None:
+            return supervise(settings, database_url, fd, workers)
+        with bind_listening_socket(settings.host, settings.port) as sock:
+            return supervise(
+                settings.model_copy(update={"port": sock.getsockname()[1]}), database_url, sock.fileno(), workers
+            )
+
+
+@contextlib.contextmanager
+def _claim_kafka_port(settings: Settings):
+    """The supervisor of several workers holds the Kafka port (bound with SO_REUSEPORT, never
+    listening, so the kernel hands it no connection) while they run: each worker binds a listening
+    socket of its own beside it, and the kernel spreads connections over the workers. Port 0 is
+    resolved here, so that every worker binds (and advertises) the same port. Yields the settings
+    the workers get."""
+    import socket
+
+    from app.kafka.listener import OFF, parse_address
+
+    if settings.kafka_listener == OFF:
+        yield settings
+        return
+    host, port = parse_address(settings.kafka_listener)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as claim:
+        claim.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        claim.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        claim.bind((host, port))
+        port = claim.getsockname()[1]
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        yield settings.model_copy(update={"kafka_listener": address})
 
 
 def _disable_nagle(fd: int) -> None:
@@ -181,20 +215,39 @@ def _listening_host(settings: Settings, fd: int | None) -> str:
     return settings.host if fd is None else _socket_address(fd)[0]
 
 
-def listening_refusal(settings: Settings, fd: int | None) -> str | None:
-    """Authentication is required to listen beyond loopback, unless explicitly waived."""
-    host = _listening_host(settings, fd)
+def _is_loopback(host: str) -> bool:
     try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
-        loopback = False
-    if loopback or settings.auth == "required" or settings.allow_anonymous:
+        return False
+
+
+def listening_refusal(settings: Settings, fd: int | None) -> str | None:
+    """Authentication is required to listen beyond loopback, unless explicitly waived: on the HTTP
+    port and on the Kafka listener alike."""
+    from app.kafka.listener import OFF, parse_address
+
+    hosts = [("listen on", _listening_host(settings, fd))]
+    if settings.kafka_listener != OFF:
+        try:
+            hosts.append(("open the Kafka listener on", parse_address(settings.kafka_listener)[0]))
+        except ValueError as error:
+            return f"--kafka-listener (TXBROKER_KAFKA_LISTENER): {error}"
+    if settings.kafka_advertised_listener is not None:
+        try:
+            parse_address(settings.kafka_advertised_listener)
+        except ValueError as error:
+            return f"--kafka-advertised-listener (TXBROKER_KAFKA_ADVERTISED_LISTENER): {error}"
+    if settings.auth == "required" or settings.allow_anonymous:
         return None
-    return (
-        f"refusing to listen on {host} without authentication: anyone who can reach it could write, read and "
-        f"abort anything. Start with --auth required (and TXBROKER_ADMIN_TOKEN to bootstrap an administrator), "
-        f"or --allow-anonymous if you really mean it"
-    )
+    for what, host in hosts:
+        if not _is_loopback(host):
+            return (
+                f"refusing to {what} {host} without authentication: anyone who can reach it could write, read "
+                f"and abort anything. Start with --auth required (and TXBROKER_ADMIN_TOKEN to bootstrap an "
+                f"administrator), or --allow-anonymous if you really mean it"
+            )
+    return None
 
 
 def db_upgrade(args: argparse.Namespace) -> int:
@@ -257,6 +310,16 @@ def add_serve_command(commands) -> None:
         action="store_const",
         const=True,
         help="listen beyond loopback without authentication (unsafe)",
+    )
+    serve_parser.add_argument(
+        "--kafka-listener",
+        dest="kafka_listener",
+        help="HOST:PORT of the Kafka protocol listener (default 127.0.0.1:9092), or 'off'",
+    )
+    serve_parser.add_argument(
+        "--kafka-advertised-listener",
+        dest="kafka_advertised_listener",
+        help="HOST:PORT that Metadata gives Kafka clients (default: the listener's bound address)",
     )
     serve_parser.add_argument("--ssl-certfile", dest="ssl_certfile", help="serve HTTPS with this certificate (PEM)")
     serve_parser.add_argument("--ssl-keyfile", dest="ssl_keyfile", help="the certificate's private key (PEM)")
