@@ -155,6 +155,12 @@ class BrokerCalls:
     async def init_producer_id(
         self, principal: Principal, transactional_id: str | None, timeout_ms: int, producer_id: int, epoch: int
     ) -> tuple[int, int]:
+        if principal is UNAUTHENTICATED:  # over HTTP, any authenticated caller may be an idempotent producer
+            raise BrokerError(
+                ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "this server requires credentials, and its Kafka listener cannot take them yet (no SASL): "
+                "produce over HTTP with an API key",
+            )
         if transactional_id is not None:
             authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
         result = await self._state.coordinator.init_producer_id(
@@ -243,7 +249,7 @@ class BrokerCalls:
             )
 
         if done():
-            return results
+            return self._counted(results)
         notifier = self._state.notifier
         watched = [(found[p.topic].topic_id, p.partition) for p in positions if p.topic in found]
         with notifier.watching(watched) as appended:
@@ -251,11 +257,17 @@ class BrokerCalls:
                 appended.clear()
                 results, _ = await self._read(positions, denied, read_committed, max_bytes)
                 if done():
-                    return results
+                    return self._counted(results)
                 try:
                     await asyncio.wait_for(appended.wait(), min(deadline - loop.time(), notifier.fallback_s))
                 except TimeoutError:
                     pass
+
+    def _counted(self, results: list[FetchedPartition]) -> list[FetchedPartition]:
+        self._state.metrics.records_fetched.inc(
+            sum(len(batch.records) for r in results for batch in r.batches if batch.control_type is None)
+        )
+        return results
 
     async def _read(self, positions: list[FetchPosition], denied: dict, read_committed: bool, max_bytes: int):
         results = []

@@ -78,8 +78,7 @@ class KafkaListener:
     async def start(self) -> None:
         if self._socket is None:
             self.bind()
-        self._socket.listen(LISTEN_BACKLOG)
-        self._server = await asyncio.start_server(self._accepted, sock=self._socket)
+        self._server = await asyncio.start_server(self._accepted, sock=self._socket, backlog=LISTEN_BACKLOG)
         log.info("Kafka listener on %s:%d (advertised as %s:%d)", *self.bound_address, *self.advertised)
 
     async def stop(self) -> None:
