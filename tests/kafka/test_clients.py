@@ -204,3 +204,19 @@ def test_a_topic_is_created_when_a_producer_names_it(module_kafka_server, client
     assert delivered[0].offset == 0
     described = module_kafka_server.client.get(f"/v1/topics/{topic}")
     assert described.status_code == 200 and len(described.json()["partitions"]) == 1
+
+
+def test_consecutive_aborted_transactions_of_one_producer_stay_hidden(module_kafka_server, client):
+    """Each aborted transaction is listed on its own, even when one producer aborted several in a
+    row: a client forgets a producer's abort at its marker, so one entry for two transactions would
+    let the second one's records through."""
+    topic = topic_for(client, "aborted-twice")
+    create_topic(module_kafka_server, topic)
+    transactional_id = f"{topic}-producer"
+    for attempt in range(3):
+        transaction = http_side.HttpTransaction(module_kafka_server, transactional_id)
+        transaction.produce(topic, 0, [f"aborted-{attempt}"])
+        transaction.end(committed=False)
+    http_side.produce(module_kafka_server, topic, 0, [{"value": "visible"}])
+    received = client.consume(module_kafka_server, topic, 0, 1, isolation="read_committed")
+    assert [(r.offset, r.value) for r in received] == [(6, b"visible")]

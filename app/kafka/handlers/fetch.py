@@ -55,16 +55,21 @@ def _records(fetched: FetchedPartition) -> bytes:
 
 
 def _aborted(module, fetched: FetchedPartition) -> tuple:
-    """Each aborted transaction among the batches, with the first offset of it they include: a
-    client skips that producer's batches from there until the transaction's ABORT marker."""
-    first: dict[int, int] = {}
+    """Each aborted transaction among the batches, as (producer id, the first offset of it they
+    include), in log order. A client skips that producer's batches from there until the next ABORT
+    marker of the producer, then forgets it: so every aborted transaction is an entry of its own,
+    also when one producer aborted several in a row (each ends at its marker)."""
+    entries = []
+    open_aborted: set[int] = set()  # producers whose aborted transaction has begun and not ended here
     for batch in fetched.batches:
-        if batch.aborted:
-            first.setdefault(batch.producer_id, batch.base_offset)
-    return tuple(
-        build(module, "AbortedTransaction", producer_id=producer_id, first_offset=offset)
-        for producer_id, offset in sorted(first.items(), key=lambda item: item[1])
-    )
+        if batch.control_type is not None:
+            open_aborted.discard(batch.producer_id)
+        elif batch.aborted and batch.producer_id not in open_aborted:
+            open_aborted.add(batch.producer_id)
+            entries.append(
+                build(module, "AbortedTransaction", producer_id=batch.producer_id, first_offset=batch.base_offset)
+            )
+    return tuple(entries)
 
 
 def _partition(module, fetched: FetchedPartition, read_committed: bool):
