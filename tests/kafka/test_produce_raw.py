@@ -122,6 +122,17 @@ def test_acks_zero_gets_no_answer_at_all(module_kafka_server):
     assert high_watermark(module_kafka_server, topic) == 3
 
 
+def test_a_transactional_batch_without_a_transactional_id_is_refused(module_kafka_server):
+    topic = "raw-transactional-flag"
+    create_topic(module_kafka_server, topic)
+    builder = DefaultRecordBatchBuilder(2, 0, True, 1, 0, 0, 2**30)  # transactional, no transactional id sent
+    builder.append(0, 1, None, b"v", [])
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        response = connection.call(produce_request(topic, 0, bytes(builder.build())))
+    assert answer_of(response)[0] == KafkaError.invalid_record
+    assert high_watermark(module_kafka_server, topic) == 0
+
+
 def test_a_batch_with_a_bad_crc_is_refused_and_nothing_written(module_kafka_server):
     topic = "raw-bad-crc"
     create_topic(module_kafka_server, topic)

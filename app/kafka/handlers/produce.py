@@ -64,6 +64,18 @@ async def handle(context: RequestContext, request) -> object | None:
                 answers[key] = _partition(module, data.index, refused.error, refused.message)
                 continue
             budget -= batch.uncompressed_bytes
+            if batch.is_transactional != (request.transactional_id is not None):
+                # The write path takes the request's transactional id as the batch's kind: a
+                # mismatch would store a transactional batch as idempotent, or the reverse.
+                answers[key] = _partition(
+                    module,
+                    data.index,
+                    KafkaError.invalid_record,
+                    f"the batch is {'' if batch.is_transactional else 'not '}transactional but the request "
+                    f"{'has no' if request.transactional_id is None else 'has a'} transactional id: send "
+                    f"transactional batches with their transactional id, and only those",
+                )
+                continue
             produced.append(ProducedPartition(topic.name, data.index, batch))
     if produced:
         results = await context.calls.produce(context.principal, request.transactional_id, produced)
