@@ -13,7 +13,7 @@ import httpx
 from app.cli import listening_refusal
 from app.settings import Settings
 from tests.conftest import REPO_ROOT
-from tests.kafka.clients import consume, create_topic, produce_all
+from tests.kafka.clients import ConfluentKafka, create_topic
 
 LISTEN_STATE = "0A"  # TCP_LISTEN in /proc/net/tcp
 
@@ -63,7 +63,8 @@ def test_every_worker_serves_the_kafka_listener(server_process, database_url):
             server = SimpleNamespace(client=client, extra={"kafka_bootstrap": f"127.0.0.1:{port}"})
             create_topic(server, "workers", 1)
             sent = [{"value": f"{i}".encode()} for i in range(50)]
+            client = ConfluentKafka()
             # Each producer and consumer is a connection of its own, which the kernel gives to either worker.
             for chunk in range(5):
-                produce_all(server, "workers", sent[chunk * 10 : chunk * 10 + 10])
-            assert [m.value() for m in consume(server, "workers", 0, 50)] == [m["value"] for m in sent]
+                client.produce(server, "workers", sent[chunk * 10 : chunk * 10 + 10])
+            assert [r.value for r in client.consume(server, "workers", 0, 50)] == [m["value"] for m in sent]
