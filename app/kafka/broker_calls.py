@@ -33,7 +33,7 @@ from app.storage.partition_log import READ_COMMITTED, READ_UNCOMMITTED, AppendRe
 
 # Kafka's num.partitions default: the partitions of a topic Metadata creates.
 AUTO_CREATED_PARTITIONS = 1
-# The most batches one partition's fetch reads in one statement (then cut to the bytes asked for).
+# The most batches one partition's fetch reads in one statement (within the bytes asked for).
 MAX_BATCHES_PER_READ = 200
 # With auth required, Kafka connections have no credentials yet (SASL is not built): they are this
 # principal, a super user of nothing, so every authorized operation is refused.
@@ -298,18 +298,17 @@ class BrokerCalls:
                 upper = state.upper_bound(READ_COMMITTED if read_committed else READ_UNCOMMITTED)
                 if position.offset >= upper or budget <= 0:
                     continue
-                batches = await read_batches(
-                    conn, topic, position.partition, position.offset, upper, MAX_BATCHES_PER_READ, read_committed
+                result.batches = await read_batches(
+                    conn,
+                    topic,
+                    position.partition,
+                    position.offset,
+                    upper,
+                    MAX_BATCHES_PER_READ,
+                    min(position.max_bytes, budget),
+                    read_committed,
                 )
-                # Kafka's limits, as KIP-74 has them: the first batch always (a consumer must make
-                # progress whatever its sizes), then batches while they fit.
-                size = 0
-                for batch in batches:
-                    if result.batches and size + batch.size_bytes > min(position.max_bytes, budget):
-                        break
-                    result.batches.append(batch)
-                    size += batch.size_bytes
-                budget -= size
+                budget -= result.size
         return results, found
 
     async def list_offset(

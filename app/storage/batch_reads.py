@@ -31,22 +31,30 @@ class StoredBatch:
 
 
 # The batches from $3 on, below $4 (the reader's upper bound, from the partition state it read in
-# an earlier statement), in log order. One statement, one snapshot: below the upper bound batches
-# are never appended to, and a batch's abort marker is never removed before the batch itself
-# (log_cleaner.py), so `aborted` is right for every row returned; what the cleaner removes between
-# a caller's statements is simply not returned. With $6 (read_committed), each transactional
-# batch's abort marker is a primary-key probe of txn_markers: every transaction ends with an epoch
-# bump, so (producer id, epoch) names one.
+# an earlier statement), in log order, at most $5 of them, while their sizes add up to at most $7,
+# and the first always (a reader must make progress whatever the sizes, as Kafka's KIP-74 has it).
+# The primary key's order feeds the window functions, which stream, so the LIMIT stops the scan;
+# only the rows kept have their payloads read (out of line, TOAST). One statement, one snapshot: below the upper bound batches are never appended to, and a batch's abort
+# marker is never removed before the batch itself (log_cleaner.py), so `aborted` is right for every
+# row returned; what the cleaner removes between a caller's statements is simply not returned.
+# With $6 (read_committed), each transactional batch's abort marker is a primary-key probe of
+# txn_markers: every transaction ends with an epoch bump, so (producer id, epoch) names one.
 _BATCHES_SQL = f"""
 SELECT b.base_offset, b.last_offset, b.producer_id, b.producer_epoch, b.base_sequence, b.is_transactional,
        b.control_type, b.first_timestamp_ms, b.size_bytes, b.records,
        b.is_transactional AND b.control_type IS NULL AND $6::bool AND EXISTS (
            SELECT 1 FROM txn_markers m WHERE m.topic_id = $1 AND m.partition = $2 AND m.producer_id = b.producer_id
              AND m.producer_epoch = b.producer_epoch AND m.control_type = {CONTROL_ABORT}) AS aborted
-FROM record_batches b
-WHERE b.topic_id = $1 AND b.partition = $2 AND b.last_offset >= $3 AND b.base_offset < $4
+FROM (
+    SELECT *, sum(size_bytes) OVER (ORDER BY last_offset) AS size_through,
+           row_number() OVER (ORDER BY last_offset) AS position
+    FROM record_batches
+    WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND base_offset < $4
+    ORDER BY last_offset
+    LIMIT $5
+) AS b
+WHERE b.position = 1 OR b.size_through <= $7
 ORDER BY b.last_offset
-LIMIT $5
 """
 
 
@@ -57,10 +65,14 @@ async def read_batches(
     offset: int,
     upper: int,
     max_batches: int,
+    max_bytes: int,
     read_committed: bool,
 ) -> list[StoredBatch]:
-    """Up to max_batches batches holding offsets from `offset` up to `upper` (exclusive), whole."""
-    rows = await conn.fetch(_BATCHES_SQL, topic.topic_id, partition, offset, upper, max_batches, read_committed)
+    """The batches holding offsets from `offset` up to `upper` (exclusive), whole: up to
+    max_batches of them, while their sizes (size_bytes) fit in max_bytes, and at least one."""
+    rows = await conn.fetch(
+        _BATCHES_SQL, topic.topic_id, partition, offset, upper, max_batches, read_committed, max(max_bytes, 1)
+    )
     return [
         StoredBatch(
             row["base_offset"],
