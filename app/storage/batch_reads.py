@@ -34,9 +34,10 @@ class StoredBatch:
 # an earlier statement), in log order, at most $5 of them, while their sizes add up to at most $7,
 # and the first always (a reader must make progress whatever the sizes, as Kafka's KIP-74 has it).
 # The primary key's order feeds the window functions, which stream, so the LIMIT stops the scan;
-# only the rows kept have their payloads read (out of line, TOAST). One statement, one snapshot: below the upper bound batches are never appended to, and a batch's abort
-# marker is never removed before the batch itself (log_cleaner.py), so `aborted` is right for every
-# row returned; what the cleaner removes between a caller's statements is simply not returned.
+# only the rows kept have their payloads read (out of line, TOAST). One statement, one snapshot:
+# below the upper bound batches are never appended to, and a batch's abort marker is never removed
+# before the batch itself (log_cleaner.py), so `aborted` is right for every row returned; what the
+# cleaner removes between a caller's statements is simply not returned.
 # With $6 (read_committed), each transactional batch's abort marker is a primary-key probe of
 # txn_markers: every transaction ends with an epoch bump, so (producer id, epoch) names one.
 _BATCHES_SQL = f"""
