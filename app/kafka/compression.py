@@ -44,7 +44,10 @@ def _too_large(codec: int, limit: int) -> DecompressionRefused:
 
 def _gzip(data: bytes, limit: int) -> bytes:
     decompressor = zlib.decompressobj(_GZIP_OR_ZLIB)
-    out = decompressor.decompress(data, limit + 1)
+    try:
+        out = decompressor.decompress(data, limit + 1)
+    except zlib.error as error:
+        raise DecompressionRefused(f"the gzip data does not decompress ({error})") from error
     if len(out) > limit or decompressor.unconsumed_tail:
         raise _too_large(CODEC_GZIP, limit)
     if not decompressor.eof:

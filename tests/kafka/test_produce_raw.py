@@ -182,6 +182,21 @@ def test_a_batch_with_a_bad_crc_is_refused_and_nothing_written(module_kafka_serv
     assert high_watermark(module_kafka_server, topic) == 0
 
 
+def test_a_batch_that_does_not_decompress_is_refused_and_the_connection_kept(module_kafka_server):
+    import struct
+
+    from kafka.record.util import calc_crc32c
+
+    topic = "raw-bad-gzip"
+    create_topic(module_kafka_server, topic)
+    batch = bytearray(record_batch(records(2)))
+    struct.pack_into(">h", batch, 21, 1)  # attributes: gzip, though the records are not compressed
+    struct.pack_into(">I", batch, 17, calc_crc32c(memoryview(batch)[21:]))
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        assert answer_of(connection.call(produce_request(topic, 0, bytes(batch))))[0] == KafkaError.corrupt_message
+        assert answer_of(connection.call(produce_request(topic, 0, record_batch(records(1))))) == (KafkaError.none, 0)
+
+
 def test_decompression_is_bounded(make_server):
     """A gzip batch of a few KiB that inflates beyond kafka_max_request_bytes is refused without
     being inflated; the node keeps serving."""
