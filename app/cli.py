@@ -14,6 +14,8 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import socket
+
     from app.settings import Settings
 
 
@@ -67,13 +69,13 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     # The cores this process may run on (a cpuset or taskset limits them), not all of the machine's.
     workers = settings.workers or len(os.sched_getaffinity(0))
+    from app.listening_sockets import PortInUse, bind_listening_socket
+
     node_socket = None
     fd = args.fd
     if fd is None:
         # Bound here, whatever the number of workers (one function binds every port a node listens
         # on), and before PostgreSQL starts: a port served by a live node stops us before anything.
-        from app.worker_processes import PortInUse, bind_listening_socket
-
         try:
             node_socket = bind_listening_socket(settings.host, settings.port)
         except PortInUse as error:
@@ -85,6 +87,18 @@ def serve(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"port": node_socket.getsockname()[1]})  # --port 0: the kernel's
     else:
         _disable_nagle(fd)
+    kafka_port = None
+    if args.worker_of is None:  # the node holds its Kafka port; its workers bind beside it
+        try:
+            kafka_port, settings = _hold_kafka_port(settings)
+        except PortInUse as error:
+            if node_socket is not None:
+                node_socket.close()
+            print(
+                f"txbroker: {error}. Stop that node first, or give this one a free port (--kafka-listener).",
+                file=sys.stderr,
+            )
+            return 2
     postgres = None
     database_url = settings.database_url
     if database_url is None:
@@ -116,8 +130,9 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         if postgres is not None:
             postgres.stop()
-        if node_socket is not None:
-            node_socket.close()
+        for held in (node_socket, kafka_port):
+            if held is not None:
+                held.close()
 
 
 def _worker_fd(fd: int, worker_index: int | None) -> int:
@@ -125,7 +140,7 @@ def _worker_fd(fd: int, worker_index: int | None) -> int:
     socket of its own beside it (app/worker_processes.py)."""
     if worker_index in (None, 0):
         return fd
-    from app.worker_processes import worker_listening_socket
+    from app.listening_sockets import worker_listening_socket
 
     return worker_listening_socket(fd)
 
@@ -144,7 +159,11 @@ def _run_uvicorn(
     from app.worker_processes import node_ready_waiter, readiness_signal
 
     app = create_app(
-        settings, database_url, serve_before_ready, readiness_signal(ready_fd), node_ready_waiter(node_ready_fd)
+        settings,
+        database_url,
+        serve_before_ready,
+        readiness_signal(ready_fd),
+        node_ready_waiter(node_ready_fd),
     )
     _freeze_startup_objects()
     uvicorn.run(
@@ -175,6 +194,24 @@ def _freeze_startup_objects() -> None:
     gc.freeze()
 
 
+def _hold_kafka_port(settings: Settings) -> tuple[socket.socket | None, Settings]:
+    """The node's Kafka port, claimed as its HTTP port is (app/listening_sockets.py: a live node's
+    port is refused, a crashed node's is bound at once) and held, bound but never listening (so the
+    kernel hands it no connection), while the node runs: the listener of each worker binds a socket
+    of its own beside it, and the kernel spreads connections over them. Port 0 is resolved here, so
+    that every worker binds (and advertises) the same port. Returns the held socket and the
+    settings the node's servers get."""
+    from app.kafka.listener import OFF, format_address, parse_address
+    from app.listening_sockets import bound_accepting_socket, claim_port
+
+    if settings.kafka_listener == OFF:
+        return None, settings
+    host, port = parse_address(settings.kafka_listener)
+    held = bound_accepting_socket(host, claim_port(host, port))
+    address = format_address(host, held.getsockname()[1])
+    return held, settings.model_copy(update={"kafka_listener": address})
+
+
 def _disable_nagle(fd: int) -> None:
     """A socket passed by fd reaches uvicorn as a plain fd, and uvicorn then sets no TCP_NODELAY on
     the connections it accepts: small responses would wait ~40 ms for Nagle's algorithm. Accepted
@@ -190,20 +227,39 @@ def _listening_host(settings: Settings, fd: int | None) -> str:
     return settings.host if fd is None else _socket_address(fd)[0]
 
 
-def listening_refusal(settings: Settings, fd: int | None) -> str | None:
-    """Authentication is required to listen beyond loopback, unless explicitly waived."""
-    host = _listening_host(settings, fd)
+def _is_loopback(host: str) -> bool:
     try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
-        loopback = False
-    if loopback or settings.auth == "required" or settings.allow_anonymous:
+        return False
+
+
+def listening_refusal(settings: Settings, fd: int | None) -> str | None:
+    """Authentication is required to listen beyond loopback, unless explicitly waived: on the HTTP
+    port and on the Kafka listener alike."""
+    from app.kafka.listener import OFF, parse_address
+
+    hosts = [("listen on", _listening_host(settings, fd))]
+    if settings.kafka_listener != OFF:
+        try:
+            hosts.append(("open the Kafka listener on", parse_address(settings.kafka_listener)[0]))
+        except ValueError as error:
+            return f"--kafka-listener (TXBROKER_KAFKA_LISTENER): {error}"
+    if settings.kafka_advertised_listener is not None:
+        try:
+            parse_address(settings.kafka_advertised_listener)
+        except ValueError as error:
+            return f"--kafka-advertised-listener (TXBROKER_KAFKA_ADVERTISED_LISTENER): {error}"
+    if settings.auth == "required" or settings.allow_anonymous:
         return None
-    return (
-        f"refusing to listen on {host} without authentication: anyone who can reach it could write, read and "
-        f"abort anything. Start with --auth required (and TXBROKER_ADMIN_TOKEN to bootstrap an administrator), "
-        f"or --allow-anonymous if you really mean it"
-    )
+    for what, host in hosts:
+        if not _is_loopback(host):
+            return (
+                f"refusing to {what} {host} without authentication: anyone who can reach it could write, read "
+                f"and abort anything. Start with --auth required (and TXBROKER_ADMIN_TOKEN to bootstrap an "
+                f"administrator), or --allow-anonymous if you really mean it"
+            )
+    return None
 
 
 def db_upgrade(args: argparse.Namespace) -> int:
@@ -266,6 +322,16 @@ def add_serve_command(commands) -> None:
         action="store_const",
         const=True,
         help="listen beyond loopback without authentication (unsafe)",
+    )
+    serve_parser.add_argument(
+        "--kafka-listener",
+        dest="kafka_listener",
+        help="HOST:PORT of the Kafka protocol listener (default 127.0.0.1:9092), or 'off'",
+    )
+    serve_parser.add_argument(
+        "--kafka-advertised-listener",
+        dest="kafka_advertised_listener",
+        help="HOST:PORT that Metadata gives Kafka clients (default: the listener's bound address)",
     )
     serve_parser.add_argument("--ssl-certfile", dest="ssl_certfile", help="serve HTTPS with this certificate (PEM)")
     serve_parser.add_argument("--ssl-keyfile", dest="ssl_keyfile", help="the certificate's private key (PEM)")

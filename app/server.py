@@ -22,6 +22,8 @@ from app.coordinator.batched_writes import BatchedWrites
 from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.coordinator.workers import BackgroundWorkers
+from app.kafka.broker_calls import BrokerCalls
+from app.kafka.listener import OFF, KafkaListener, parse_address
 from app.settings import Settings
 from app.storage import principals, topics
 from app.storage.append_notifier import AppendNotifier
@@ -63,6 +65,8 @@ async def _become_ready(app: FastAPI, settings: Settings) -> None:
             if finished:
                 log.info("recovered %d transactions left PrepareCommit/PrepareAbort", finished)
             app.state.workers.start()
+            if app.state.kafka_listener is not None:
+                await app.state.kafka_listener.start()
             app.state.ready = True
             log.info("txbroker is ready on %s", settings.public_url())
             if app.state.on_ready is not None:
@@ -76,6 +80,20 @@ async def _become_ready(app: FastAPI, settings: Settings) -> None:
 async def _node_ready(app: FastAPI, wait_for_every_worker: Callable[[], Awaitable[None]]) -> None:
     await wait_for_every_worker()
     app.state.node_ready = True
+
+
+def _kafka_listener(app: FastAPI, settings: Settings) -> KafkaListener | None:
+    """The Kafka listener (app/kafka), bound now so that a port in use fails the start; it serves
+    once the server is ready (_become_ready)."""
+    if settings.kafka_listener == OFF:
+        return None
+    listener = KafkaListener(
+        BrokerCalls(app.state),
+        parse_address(settings.kafka_listener),
+        settings.kafka_advertised_listener,
+    )
+    listener.bind()
+    return listener
 
 
 def create_app(
@@ -93,6 +111,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.ready = False
+        app.state.kafka_listener = _kafka_listener(app, settings)  # bound first, beside the port `serve` holds
         await _migrate_once_reachable(database_url)
         app.state.pool = await create_pool(database_url, settings.database_pool_size)
         app.state.coordinator = TransactionCoordinator(app.state.pool, settings)
@@ -113,6 +132,8 @@ def create_app(
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+            if app.state.kafka_listener is not None:
+                await app.state.kafka_listener.stop()
             await app.state.workers.stop()
             await app.state.notifier.stop()
             await app.state.pool.close()
@@ -130,6 +151,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.ready = False
+    app.state.kafka_listener = None
     app.state.node_ready = wait_for_every_worker is None
     app.state.on_ready = on_ready
     app.state.metrics = Metrics()

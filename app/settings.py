@@ -87,6 +87,22 @@ class Settings(BaseSettings):
     )
     log_level: str = "info"
 
+    kafka_listener: str = Field(
+        "127.0.0.1:9092", description="HOST:PORT of the Kafka wire protocol listener (docs/kafka.md), or 'off'"
+    )
+    kafka_advertised_listener: str | None = Field(
+        None, description="HOST:PORT that Metadata tells Kafka clients to connect to (default: the bound address)"
+    )
+    kafka_max_request_bytes: int = Field(
+        100 * 1024 * 1024,
+        ge=1024,
+        description="largest Kafka request frame accepted (Kafka's socket.request.max.bytes); also bounds what "
+        "one request's batches may decompress to",
+    )
+    kafka_auto_create_topics: bool = Field(
+        True, description="Metadata creates unknown topics a client asks for (Kafka's auto.create.topics.enable)"
+    )
+
     def topic_defaults(self) -> dict[str, int | str]:
         """The server-wide defaults of the topic config keys a CreateTopics request leaves out."""
         return {

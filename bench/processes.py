@@ -137,7 +137,8 @@ def start_txbroker(
             "--fd",
         ],
         cwd=checkout or REPO_ROOT,
-        env={"TXBROKER_WORKERS": str(workers)},
+        # No Kafka listener: the HTTP benches measure HTTP, and 9092 may be taken.
+        env={"TXBROKER_WORKERS": str(workers), "TXBROKER_KAFKA_LISTENER": "off"},
     )
     return _answering(server, "/v1/health")
 

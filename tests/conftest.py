@@ -116,17 +116,21 @@ def start_in_process_server(database_url: str, **setting_overrides) -> RunningSe
     """The app served by uvicorn in a background thread, over real HTTP on a loopback socket."""
     sock = loopback_socket()
     port = sock.getsockname()[1]
+    # No Kafka listener unless a test asks for one (the `kafka_server` fixture): not every server may take 9092.
+    setting_overrides.setdefault("kafka_listener", "off")
     settings = Settings(database_url=database_url, port=port, **setting_overrides)
-    config = uvicorn.Config(
-        create_app(settings, database_url), log_level="warning", loop="uvloop", http="httptools", lifespan="on"
-    )
+    app = create_app(settings, database_url)
+    config = uvicorn.Config(app, log_level="warning", loop="uvloop", http="httptools", lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: uvloop.run(server.serve(sockets=[sock])), daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{port}"
     wait_until_healthy(url)
     client = httpx.Client(base_url=url, timeout=60, verify=SHARED_SSL_CONTEXT)
-    return RunningServer(url, database_url, client, settings, extra={"uvicorn": server, "thread": thread})
+    extra = {"uvicorn": server, "thread": thread}
+    if app.state.kafka_listener is not None:
+        extra["kafka_bootstrap"] = "{}:{}".format(*app.state.kafka_listener.advertised)
+    return RunningServer(url, database_url, client, settings, extra=extra)
 
 
 def start_server_on_fresh_database(postgres: EmbeddedPostgres, name: str, **setting_overrides) -> RunningServer:
@@ -158,6 +162,13 @@ def make_server(database_url: str):
 @pytest.fixture
 def server(make_server) -> RunningServer:
     return make_server()
+
+
+@pytest.fixture
+def kafka_server(make_server) -> RunningServer:
+    """A server with a Kafka listener on a free loopback port, advertised as bound:
+    `kafka_server.extra["kafka_bootstrap"]` is its HOST:PORT."""
+    return make_server(kafka_listener="127.0.0.1:0")
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +216,8 @@ class ServerProcess:
         self.sock = loopback_socket(reuse_port)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.args = args
-        self.env = {**os.environ, **(env or {})}
+        # No Kafka listener on 9092 unless the test's env asks for one (several servers run at once).
+        self.env = {**os.environ, "TXBROKER_KAFKA_LISTENER": "off", **(env or {})}
         self.process: subprocess.Popen | None = None
         self.log_path = Path(tempfile.mkstemp(prefix="txb-server-", suffix=".log")[1])
 

@@ -107,6 +107,65 @@ def _check_text(field: str, text: str | None, where: str) -> None:
             ) from None
 
 
+def _bytes_size(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]]) -> int:
+    return len(key or b"") + len(value or b"") + sum(_utf8_size(k) + len(v or b"") for k, v in headers)
+
+
+def _stored_from_bytes(
+    ts: int, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes | None]]
+) -> list:
+    """A record of raw bytes in its stored form: text when every field is UTF-8, else base64."""
+    try:
+        return [ts, _as_text(key), _as_text(value), [[k, _as_text(v)] for k, v in headers], FORM_TEXT]
+    except UnicodeDecodeError:
+        return [ts, _as_base64(key), _as_base64(value), [[k, _as_base64(v)] for k, v in headers], FORM_BASE64]
+
+
+@dataclass(frozen=True, slots=True)
+class ByteRecord:
+    """A record as a binary protocol carries it (the Kafka listener's): bytes or None, headers as
+    (key, value) pairs, the timestamp in ms."""
+
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes | None]] = ()
+
+
+def encode_byte_records(records: Sequence[ByteRecord]) -> EncodedBatch:
+    """encode_batch for records that are bytes already: stored exactly as the same bytes sent in
+    base64 over HTTP would be, so each door reads back what the other wrote byte for byte."""
+    stored = []
+    total = largest = 0
+    for record in records:
+        size = _bytes_size(record.key, record.value, record.headers)
+        stored.append(_stored_from_bytes(record.timestamp_ms, record.key, record.value, record.headers))
+        total += size
+        largest = max(largest, size)
+    return EncodedBatch(
+        orjson.dumps(stored),
+        len(stored),
+        total,
+        largest,
+        records[0].timestamp_ms,
+        max(record.timestamp_ms for record in records),
+    )
+
+
+def _field_bytes(text: str | None, form: int) -> bytes | None:
+    if text is None:
+        return None
+    return base64.b64decode(text) if form == FORM_BASE64 else text.encode("utf-8", "surrogatepass")
+
+
+def byte_record(stored: list) -> ByteRecord:
+    """A stored record back as bytes: what the Kafka listener puts in a RecordBatch."""
+    ts, key, value, headers, form = stored
+    return ByteRecord(
+        ts, _field_bytes(key, form), _field_bytes(value, form), [(k, _field_bytes(v, form)) for k, v in headers]
+    )
+
+
 def encode_batch(records: Sequence[WireRecord], encoding: str, now_ms: int, where: str) -> EncodedBatch:
     """Validates and encodes one partition's records. Raises INVALID_REQUEST (naming `where`, e.g.
     "partitions[0].records[3]") for bad encodings or timestamps, before anything is written."""
@@ -144,15 +203,8 @@ def encode_batch(records: Sequence[WireRecord], encoding: str, now_ms: int, wher
                 raw_headers.append(
                     (header.key, decode_base64("header value", header.value, f"{at}.headers[{h_index}]"))
                 )
-            size = len(key or b"") + len(value or b"") + sum(_utf8_size(k) + len(v or b"") for k, v in raw_headers)
-            try:
-                stored.append(
-                    [ts, _as_text(key), _as_text(value), [[k, _as_text(v)] for k, v in raw_headers], FORM_TEXT]
-                )
-            except UnicodeDecodeError:
-                stored.append(
-                    [ts, _as_base64(key), _as_base64(value), [[k, _as_base64(v)] for k, v in raw_headers], FORM_BASE64]
-                )
+            size = _bytes_size(key, value, raw_headers)
+            stored.append(_stored_from_bytes(ts, key, value, raw_headers))
         total += size
         largest = max(largest, size)
     return EncodedBatch(
@@ -167,10 +219,7 @@ def decode_payload(payload: bytes) -> list[list | None]:
 
 def key_bytes(stored: list) -> bytes | None:
     """The key's bytes whatever form the record was stored in: what compaction compares."""
-    key = stored[1]
-    if key is None:
-        return None
-    return base64.b64decode(key) if stored[4] == FORM_BASE64 else key.encode("utf-8", "surrogatepass")
+    return _field_bytes(stored[1], stored[4])
 
 
 def stored_size(stored: list) -> int:

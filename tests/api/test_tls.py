@@ -56,6 +56,8 @@ def test_serves_https_with_the_given_certificate(database_url, tmp_path):
             str(cert),
             "--ssl-keyfile",
             str(key),
+            "--kafka-listener",
+            "off",
         ],
         pass_fds=[sock.fileno()],
         cwd=REPO_ROOT,

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from app.worker_processes import PortInUse, bind_listening_socket, worker_listening_socket
+from app.listening_sockets import PortInUse, bind_listening_socket, worker_listening_socket
 from tests.crash.test_worker_processes import sockets_in_state
 
 # /proc/net/tcp: FIN_WAIT2 (what a TIME_WAIT socket shows while the peer has not closed), TIME_WAIT.

@@ -1,0 +1,24 @@
+"""The APIs this listener serves and their versions: what ApiVersions advertises and dispatch.py
+accepts. Per API, from the lowest version the supported clients (librdkafka 2.x, kafka-python,
+aiokafka) need to the highest implemented; tests/kafka/test_api_versions.py round-trips each.
+Capped below the versions that carry topic ids (Metadata v10+ answers a null one; Fetch v13+ and
+Produce v13+ would need them stored).
+"""
+
+from __future__ import annotations
+
+PRODUCE = 0
+FETCH = 1
+LIST_OFFSETS = 2
+METADATA = 3
+API_VERSIONS = 18
+INIT_PRODUCER_ID = 22
+
+SUPPORTED_VERSIONS: dict[int, range] = {
+    PRODUCE: range(3, 10),  # v3: the first with message format v2 (RecordBatch) and transactional ids
+    FETCH: range(4, 13),  # v4: the first with isolation_level and aborted transactions
+    LIST_OFFSETS: range(1, 8),
+    METADATA: range(0, 13),
+    API_VERSIONS: range(0, 4),
+    INIT_PRODUCER_ID: range(0, 5),
+}

@@ -1,0 +1,21 @@
+"""What a handler may use: the app's operations, the connection's principal and where clients reach this node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.kafka.broker_calls import BrokerCalls
+
+# One node, always broker 0 for now (several nodes' ids are a later part of issue 23).
+NODE_ID = 0
+CLUSTER_ID = "txbroker"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    calls: BrokerCalls
+    # The connection's Principal (broker_calls.connection_principal), passed back to every call.
+    principal: object
+    advertised_host: str
+    advertised_port: int
+    api_version: int

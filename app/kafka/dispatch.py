@@ -1,0 +1,42 @@
+"""From a request frame to its response frame: the API's handler by key (api_table.py's versions),
+with Kafka's answers to what it cannot serve: an ApiVersions request of a version it does not know
+gets v0's layout with UNSUPPORTED_VERSION (so the client can retry with one it knows); any other
+API or version it does not serve, or a request that does not parse, closes the connection
+(MalformedRequest), as Kafka does."""
+
+from __future__ import annotations
+
+from app.kafka import api_table
+from app.kafka.context import RequestContext
+from app.kafka.frames import MalformedRequest, encode_response, parse_request, peek_header
+from app.kafka.handlers import fetch, metadata, offsets, produce, producers, versions
+
+HANDLERS = {
+    api_table.PRODUCE: produce.handle,
+    api_table.FETCH: fetch.handle,
+    api_table.LIST_OFFSETS: offsets.handle,
+    api_table.METADATA: metadata.handle,
+    api_table.API_VERSIONS: versions.handle,
+    api_table.INIT_PRODUCER_ID: producers.handle,
+}
+
+
+async def answer(frame: bytes, calls, principal, advertised: tuple[str, int]) -> bytes | None:
+    """The response frame, or None when none is to be sent (Produce with acks=0). Raises
+    MalformedRequest when the connection must be closed."""
+    api_key, api_version, correlation_id = peek_header(frame)
+    supported = api_table.SUPPORTED_VERSIONS.get(api_key)
+    if supported is None:
+        raise MalformedRequest(f"api key {api_key} is not served by this broker (see ApiVersions)")
+    if api_version not in supported:
+        if api_key == api_table.API_VERSIONS:
+            return encode_response(api_key, correlation_id, versions.unsupported_version())
+        raise MalformedRequest(
+            f"api key {api_key} version {api_version} is not served: expected {supported.start} to {supported.stop - 1}"
+        )
+    request = parse_request(frame, supported)
+    context = RequestContext(calls, principal, advertised[0], advertised[1], api_version)
+    response = await HANDLERS[api_key](context, request.body)
+    if response is None:
+        return None
+    return encode_response(api_key, correlation_id, response)

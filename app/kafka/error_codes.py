@@ -1,0 +1,25 @@
+"""txbroker's error codes (app/errors.py) as Kafka's numeric ones. The names are Kafka's, so the
+mapping is by name; the few codes of the HTTP contract that Kafka has no name for map to their
+closest Kafka meaning."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from app.errors import BrokerError, ErrorCode
+
+_BY_NAME: dict[ErrorCode, KafkaError] = {
+    code: KafkaError[code.name.lower()] for code in ErrorCode if code.name.lower() in KafkaError.__members__
+}
+_CLOSEST: dict[ErrorCode, KafkaError] = {
+    ErrorCode.RECORD_TOO_LARGE: KafkaError.message_too_large,
+    ErrorCode.UNAUTHORIZED: KafkaError.sasl_authentication_failed,
+    ErrorCode.NOT_FOUND: KafkaError.invalid_request,
+    ErrorCode.METHOD_NOT_ALLOWED: KafkaError.invalid_request,
+}
+
+
+def kafka_error(error: BrokerError | None) -> KafkaError:
+    if error is None:
+        return KafkaError.none
+    return _BY_NAME.get(error.code) or _CLOSEST.get(error.code, KafkaError.unknown_server_error)

@@ -1,0 +1,99 @@
+"""Kafka's framing and headers around kio's generated messages (never hand-written schemas).
+
+A frame is a 4-byte big-endian length then the message. A request is a request header (v2 for
+the flexible versions of an API, else v1) then the API's request; a response is a response header
+(v1 for flexible versions, else v0; ApiVersions always v0, so that a client that sent a version
+the broker does not know can still read the answer) then the response.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass, fields
+from types import ModuleType
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_payload_module, load_request_schema
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
+from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeaderV0
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+FRAME_LENGTH = struct.Struct(">i")
+# api_key, api_version, correlation_id: the same first fields in every request header version.
+_HEADER_START = struct.Struct(">hhi")
+API_VERSIONS_KEY = 18
+
+
+class MalformedRequest(Exception):
+    """A frame that is not a request of a known API and version: the connection is closed, as Kafka does."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFrame:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    # None when the version is one this broker has no schema for (only ApiVersions answers those).
+    body: object | None
+
+
+def response_module(api_key: int, version: int) -> ModuleType:
+    return load_payload_module(api_key, version, EntityType.response)
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """(api_key, api_version, correlation_id), readable whatever the version."""
+    if len(frame) < _HEADER_START.size:
+        raise MalformedRequest(f"a frame of {len(frame)} bytes is shorter than a request header")
+    return _HEADER_START.unpack_from(frame)
+
+
+def parse_request(frame: bytes, known_versions: range | None) -> RequestFrame:
+    """The frame's header and request. `known_versions`: those of the API this broker serves (None:
+    an API it does not serve). A version outside them is parsed no further than its header."""
+    api_key, api_version, correlation_id = peek_header(frame)
+    if known_versions is None or api_version not in known_versions:
+        return RequestFrame(api_key, api_version, correlation_id, None, None)
+    try:
+        body_class = load_request_schema(api_key, api_version)
+        header_class = RequestHeaderV2 if body_class.__flexible__ else RequestHeaderV1
+        header, header_size = entity_reader(header_class)(frame, 0)
+        body, body_size = entity_reader(body_class)(frame, header_size)
+    except (UnknownAPIKey, UnknownEntity) as error:
+        raise MalformedRequest(f"api key {api_key} version {api_version} has no schema: {error}") from error
+    except Exception as error:  # kio's readers raise whatever a truncated or garbled buffer leads to
+        raise MalformedRequest(
+            f"api key {api_key} version {api_version}: the request does not parse ({error!r})"
+        ) from error
+    if header_size + body_size != len(frame):
+        raise MalformedRequest(
+            f"api key {api_key} version {api_version}: {len(frame) - header_size - body_size} bytes follow the request"
+        )
+    return RequestFrame(api_key, api_version, correlation_id, header.client_id, body)
+
+
+def encode_response(api_key: int, correlation_id: int, response: object) -> bytes:
+    """The response's frame, length prefix included."""
+    flexible = type(response).__flexible__ and api_key != API_VERSIONS_KEY
+    buffer = io.BytesIO()
+    buffer.write(b"\0\0\0\0")
+    if flexible:
+        entity_writer(ResponseHeaderV1)(buffer, ResponseHeaderV1(correlation_id=correlation_id))
+    else:
+        entity_writer(ResponseHeaderV0)(buffer, ResponseHeaderV0(correlation_id=correlation_id))
+    entity_writer(type(response))(buffer, response)
+    frame = buffer.getbuffer()
+    FRAME_LENGTH.pack_into(frame, 0, len(frame) - FRAME_LENGTH.size)
+    return bytes(frame)
+
+
+def build(module: ModuleType, class_name: str, **values) -> object:
+    """An instance of the version's message class `class_name`, from the values its version has
+    (a handler passes the union of every version's fields; each version takes its own)."""
+    message_class = getattr(module, class_name)
+    names = {field.name for field in fields(message_class)}
+    return message_class(**{name: value for name, value in values.items() if name in names})

@@ -1,0 +1,120 @@
+"""Fetch: whole stored batches rendered as RecordBatches from the requested offset, up to the last
+stable offset under read_committed (else the high watermark), with markers as control batches and,
+under read_committed, the aborted transactions among them (producer id, first offset), so that
+clients skip aborted records and markers exactly as they do with Kafka. Long-polls for min_bytes up
+to max_wait_ms. No fetch sessions (KIP-227): every answer has session id 0, which tells clients
+to send full requests."""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from app.kafka import api_table
+from app.kafka.broker_calls import FetchedPartition, FetchPosition, byte_records
+from app.kafka.context import RequestContext
+from app.kafka.error_codes import kafka_error
+from app.kafka.frames import build, response_module
+from app.kafka.record_batches import control_batch, data_batch
+
+READ_COMMITTED = 1
+NO_SESSION = 0
+NO_PREFERRED_REPLICA = -1
+NO_OFFSET = -1
+# Fetch v0-v2 had no max_bytes: the partitions' limits alone applied.
+UNLIMITED_BYTES = 2**31 - 1
+
+
+def _records(fetched: FetchedPartition) -> bytes:
+    parts = []
+    for batch in fetched.batches:
+        if batch.control_type is not None:
+            parts.append(
+                control_batch(
+                    batch.base_offset,
+                    batch.producer_id,
+                    batch.producer_epoch,
+                    batch.control_type,
+                    batch.first_timestamp_ms,
+                )
+            )
+            continue
+        rendered = data_batch(
+            batch.base_offset,
+            batch.last_offset,
+            batch.producer_id,
+            batch.producer_epoch,
+            batch.base_sequence,
+            batch.is_transactional,
+            byte_records(batch),
+        )
+        if rendered is not None:
+            parts.append(rendered)
+    return b"".join(parts)
+
+
+def _aborted(module, fetched: FetchedPartition) -> tuple:
+    """Each aborted transaction among the batches, as (producer id, the first offset of it they
+    include), in log order. A client skips that producer's batches from there until the next ABORT
+    marker of the producer, then forgets it: so every aborted transaction is an entry of its own,
+    also when one producer aborted several in a row (each ends at its marker)."""
+    entries = []
+    open_aborted: set[int] = set()  # producers whose aborted transaction has begun and not ended here
+    for batch in fetched.batches:
+        if batch.control_type is not None:
+            open_aborted.discard(batch.producer_id)
+        elif batch.aborted and batch.producer_id not in open_aborted:
+            open_aborted.add(batch.producer_id)
+            entries.append(
+                build(module, "AbortedTransaction", producer_id=batch.producer_id, first_offset=batch.base_offset)
+            )
+    return tuple(entries)
+
+
+def _partition(module, fetched: FetchedPartition, read_committed: bool):
+    state = fetched.state
+    return build(
+        module,
+        "PartitionData",
+        partition_index=fetched.position.partition,
+        error_code=kafka_error(fetched.error),
+        high_watermark=state.high_watermark if state else NO_OFFSET,
+        last_stable_offset=state.last_stable_offset if state else NO_OFFSET,
+        log_start_offset=state.log_start_offset if state else NO_OFFSET,
+        aborted_transactions=_aborted(module, fetched) if read_committed else None,
+        preferred_read_replica=NO_PREFERRED_REPLICA,
+        records=_records(fetched) if fetched.error is None else None,
+    )
+
+
+async def handle(context: RequestContext, request) -> object:
+    module = response_module(api_table.FETCH, context.api_version)
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    positions = [
+        FetchPosition(topic.topic, partition.partition, partition.fetch_offset, partition.partition_max_bytes)
+        for topic in request.topics
+        for partition in topic.partitions
+    ]
+    fetched = await context.calls.fetch(
+        context.principal,
+        positions,
+        read_committed,
+        int(request.max_wait.total_seconds() * 1000),
+        request.min_bytes,
+        getattr(request, "max_bytes", UNLIMITED_BYTES),
+    )
+    by_topic: dict[str, list] = {}
+    for result in fetched:
+        by_topic.setdefault(result.position.topic, []).append(_partition(module, result, read_committed))
+    return build(
+        module,
+        "FetchResponse",
+        throttle_time=datetime.timedelta(0),
+        error_code=KafkaError.none,
+        session_id=NO_SESSION,
+        responses=tuple(
+            build(module, "FetchableTopicResponse", topic=topic, partitions=tuple(partitions))
+            for topic, partitions in by_topic.items()
+        ),
+    )

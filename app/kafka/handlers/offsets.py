@@ -1,0 +1,47 @@
+"""ListOffsets: earliest (-2), latest (-1: the high watermark, or the last stable offset under
+read_committed) or the first offset at or after a time, per partition."""
+
+from __future__ import annotations
+
+import datetime
+
+from app.errors import BrokerError
+from app.kafka import api_table
+from app.kafka.context import RequestContext
+from app.kafka.error_codes import kafka_error
+from app.kafka.frames import build, response_module
+
+READ_COMMITTED = 1
+NO_OFFSET = -1
+NO_TIMESTAMP = -1
+NO_LEADER_EPOCH = -1
+
+
+async def handle(context: RequestContext, request) -> object:
+    module = response_module(api_table.LIST_OFFSETS, context.api_version)
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for partition in topic.partitions:
+            error, offset, timestamp = None, NO_OFFSET, NO_TIMESTAMP
+            try:
+                listed = await context.calls.list_offset(
+                    context.principal, topic.name, partition.partition_index, partition.timestamp, read_committed
+                )
+                offset, timestamp = listed.offset, listed.timestamp_ms
+            except BrokerError as raised:
+                error = raised
+            partitions.append(
+                build(
+                    module,
+                    "ListOffsetsPartitionResponse",
+                    partition_index=partition.partition_index,
+                    error_code=kafka_error(error),
+                    timestamp=timestamp,
+                    offset=offset,
+                    leader_epoch=NO_LEADER_EPOCH,
+                )
+            )
+        topics.append(build(module, "ListOffsetsTopicResponse", name=topic.name, partitions=tuple(partitions)))
+    return build(module, "ListOffsetsResponse", throttle_time=datetime.timedelta(0), topics=tuple(topics))

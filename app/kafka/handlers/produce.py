@@ -1,0 +1,103 @@
+"""Produce: each partition's one RecordBatch, checked and decompressed (record_batches.py), written
+through the produce path HTTP uses. acks=0 gets no answer at all; acks=1 is answered as acks=all
+(an append is durable in PostgreSQL when answered: there are no followers to wait for). A
+duplicate of one of a producer's last five batches is answered with its original offsets and no
+error, as Kafka does."""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from app.errors import BrokerError
+from app.kafka import api_table
+from app.kafka.broker_calls import ProducedPartition
+from app.kafka.context import RequestContext
+from app.kafka.error_codes import kafka_error
+from app.kafka.frames import build, response_module
+from app.kafka.record_batches import BatchRefused, read_produced
+
+ACKS_NONE = 0
+VALID_ACKS = (ACKS_NONE, 1, -1)
+NO_OFFSET = -1
+
+
+def _partition(module, index: int, error: KafkaError, message: str | None = None, base_offset: int = NO_OFFSET):
+    return build(
+        module,
+        "PartitionProduceResponse",
+        index=index,
+        error_code=error,
+        base_offset=base_offset,
+        log_append_time=None,
+        log_start_offset=NO_OFFSET,
+        record_errors=(),
+        error_message=message,
+    )
+
+
+async def handle(context: RequestContext, request) -> object | None:
+    module = response_module(api_table.PRODUCE, context.api_version)
+    answers: dict[tuple[str, int], object] = {}
+    produced: list[ProducedPartition] = []
+    budget = context.calls.settings.kafka_max_request_bytes
+    for topic in request.topic_data:
+        for data in topic.partition_data:
+            key = (topic.name, data.index)
+            if request.acks not in VALID_ACKS:
+                answers[key] = _partition(
+                    module, data.index, KafkaError.invalid_required_acks, f"acks {request.acks}: expected 0, 1 or -1"
+                )
+                continue
+            if key in answers or any((p.topic, p.partition) == key for p in produced):
+                answers[key] = _partition(
+                    module, data.index, KafkaError.invalid_request, "the partition is listed twice in the request"
+                )
+                continue
+            if data.records is None:
+                answers[key] = _partition(module, data.index, KafkaError.invalid_record, "the records are null")
+                continue
+            try:
+                batch = read_produced(bytes(data.records), budget)
+            except BatchRefused as refused:
+                answers[key] = _partition(module, data.index, refused.error, refused.message)
+                continue
+            budget -= batch.uncompressed_bytes
+            if batch.is_transactional != (request.transactional_id is not None):
+                # The write path takes the request's transactional id as the batch's kind: a
+                # mismatch would store a transactional batch as idempotent, or the reverse.
+                answers[key] = _partition(
+                    module,
+                    data.index,
+                    KafkaError.invalid_record,
+                    f"the batch is {'' if batch.is_transactional else 'not '}transactional but the request "
+                    f"{'has no' if request.transactional_id is None else 'has a'} transactional id: send "
+                    f"transactional batches with their transactional id, and only those",
+                )
+                continue
+            produced.append(ProducedPartition(topic.name, data.index, batch))
+    if produced:
+        results = await context.calls.produce(context.principal, request.transactional_id, produced)
+        for entry, result in zip(produced, results):
+            if isinstance(result, BrokerError):
+                answer = _partition(module, entry.partition, kafka_error(result), result.message)
+            else:
+                answer = _partition(module, entry.partition, KafkaError.none, base_offset=result.base_offset)
+            answers[(entry.topic, entry.partition)] = answer
+    if request.acks == ACKS_NONE:
+        return None
+    return build(
+        module,
+        "ProduceResponse",
+        responses=tuple(
+            build(
+                module,
+                "TopicProduceResponse",
+                name=topic.name,
+                partition_responses=tuple(answers[(topic.name, data.index)] for data in topic.partition_data),
+            )
+            for topic in request.topic_data
+        ),
+        throttle_time=datetime.timedelta(0),
+    )

@@ -1,0 +1,131 @@
+"""The Kafka listener: an asyncio server of length-prefixed frames beside uvicorn's HTTP, in every
+server process.
+
+Each connection is served one request at a time, in the order sent: clients pipeline several
+requests, and Kafka answers them in order, processing the next only once the previous one is
+answered (an idempotent producer's pipelined batches must be appended in sequence order). A frame
+whose declared length exceeds kafka_max_request_bytes is refused before a byte of it is read: the
+connection is closed, as Kafka's socket server does (socket.request.max.bytes); so is one that is
+not a request this broker serves (dispatch.py). Nothing a connection sends can stop the listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+
+from app.kafka import dispatch
+from app.kafka.broker_calls import BrokerCalls, connection_principal
+from app.kafka.frames import FRAME_LENGTH, MalformedRequest
+from app.listening_sockets import LISTEN_BACKLOG, bound_accepting_socket
+
+log = logging.getLogger("txbroker.kafka")
+
+OFF = "off"
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """HOST:PORT ([v6]:PORT for IPv6) as (host, port); ValueError saying what was expected."""
+    host, separator, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not separator or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:9092), nor 'off'")
+    return host, int(port)
+
+
+def format_address(host: str, port: int) -> str:
+    """The HOST:PORT text parse_address reads back ([v6]:PORT for IPv6)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class KafkaListener:
+    """Invariant: serves only once `start` is called (the server is ready: migrations applied,
+    transactions recovered); binds in `bind`, early, so that a port in use fails the start."""
+
+    def __init__(self, calls: BrokerCalls, address: tuple[str, int], advertised: str | None):
+        self._calls = calls
+        self._address = address
+        self._advertised = advertised
+        self._socket: socket.socket | None = None
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task] = set()
+
+    def bind(self) -> None:
+        """Binds beside the socket `serve` holds the port with (and beside the other workers'), as
+        every accepting socket of a node does (app/listening_sockets.py): the kernel spreads the
+        connections over the workers, and what they leave at a crash never blocks the restart."""
+        self._socket = bound_accepting_socket(*self._address)
+
+    @property
+    def bound_address(self) -> tuple[str, int]:
+        assert self._socket is not None, "bind() first"
+        return self._socket.getsockname()[:2]
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """What Metadata tells clients: the advertised listener, else the bound address."""
+        return parse_address(self._advertised) if self._advertised else self.bound_address
+
+    async def start(self) -> None:
+        if self._socket is None:
+            self.bind()
+        self._server = await asyncio.start_server(self._accepted, sock=self._socket, backlog=LISTEN_BACKLOG)
+        log.info("Kafka listener on %s:%d (advertised as %s:%d)", *self.bound_address, *self.advertised)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        for task in list(self._connections):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._server is not None:
+            await self._server.wait_closed()
+        elif self._socket is not None:
+            self._socket.close()
+
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._connections.add(task)
+        try:
+            await self._serve(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away
+        except MalformedRequest as error:
+            log.info("closing a Kafka connection from %s: %s", writer.get_extra_info("peername"), error)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("closing a Kafka connection after an unexpected error")
+        finally:
+            self._connections.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        calls = self._calls
+        limit = calls.settings.kafka_max_request_bytes
+        principal = connection_principal(calls.settings)
+        advertised = self.advertised
+        while True:
+            try:
+                header = await reader.readexactly(FRAME_LENGTH.size)
+            except asyncio.IncompleteReadError as eof:
+                if not eof.partial:
+                    return  # closed between requests
+                raise
+            (length,) = FRAME_LENGTH.unpack(header)
+            if not 0 <= length <= limit:
+                raise MalformedRequest(
+                    f"a request frame of {length} bytes was announced: expected at most {limit} "
+                    f"(kafka_max_request_bytes); refused unread"
+                )
+            frame = await reader.readexactly(length)
+            response = await dispatch.answer(frame, calls, principal, advertised)
+            if response is not None:
+                writer.write(response)
+                await writer.drain()

@@ -1,0 +1,178 @@
+"""RecordBatches (message format v2) in and out, with kafka-python's record module (kafka.record).
+
+In: a produced partition's bytes, checked as Kafka's log validator checks them (one batch of
+magic 2, its CRC, no control batch from a client, records numbered 0..n-1) and decompressed within
+a bound (compression.py), then read by kafka.record's DefaultRecordBatch. Out: a stored batch
+rendered back, uncompressed, with its stored base offset, producer id, epoch, base sequence and
+transactional flag; a marker as the control batch Kafka writes, so clients skip it as they do.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.util import calc_crc32c
+from kio.schema.errors import ErrorCode as KafkaError
+
+from app.kafka import compression
+
+HEADER = DefaultRecordBatch.HEADER_STRUCT
+MAGIC_V2 = 2
+_MAGIC_OFFSET = struct.calcsize(">qii")
+_ATTRIBUTES = struct.Struct(">h")
+_BASE_OFFSET = struct.Struct(">q")
+_LEADER_EPOCH = struct.Struct(">i")
+_LEADER_EPOCH_OFFSET = struct.calcsize(">qi")
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_OFFSET = DefaultRecordBatch.ATTRIBUTES_OFFSET + _ATTRIBUTES.size
+_CRC = struct.Struct(">I")
+NO_LEADER_EPOCH = -1
+# A control record's key is (version, type) and an end-transaction marker's value (version,
+# coordinator epoch), as Kafka's ControlRecordType and EndTransactionMarker write them.
+_CONTROL_KEY = struct.Struct(">hh")
+_MARKER_VALUE = struct.Struct(">hi")
+CONTROL_RECORD_VERSION = 0
+UNKNOWN_COORDINATOR_EPOCH = 0
+# The builder's size budget: a stored batch is rendered whole, however large.
+_UNBOUNDED = 2**62
+
+
+class KafkaRecord(NamedTuple):
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ProducedBatch:
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    is_transactional: bool
+    records: list[KafkaRecord]
+    # The bytes its records took once decompressed: what later batches of the request may still use.
+    uncompressed_bytes: int
+
+
+class BatchRefused(Exception):
+    """A produced partition's bytes that Kafka's validator would refuse, with Kafka's error."""
+
+    def __init__(self, error: KafkaError, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+        self.message = message
+
+
+def _corrupt(message: str) -> BatchRefused:
+    return BatchRefused(KafkaError.corrupt_message, message)
+
+
+def read_produced(data: bytes, uncompressed_limit: int) -> ProducedBatch:
+    """The one batch of a produced partition. Raises BatchRefused."""
+    if len(data) < HEADER.size:
+        raise _corrupt(f"{len(data)} bytes are shorter than a record batch header ({HEADER.size})")
+    magic = data[_MAGIC_OFFSET]
+    if magic != MAGIC_V2:
+        raise BatchRefused(
+            KafkaError.unsupported_for_message_format,
+            f"record batch magic {magic}: expected {MAGIC_V2} (Produce v3 and later carry message format v2 only)",
+        )
+    header = HEADER.unpack_from(data)
+    batch_length = header[1] + DefaultRecordBatch.AFTER_LEN_OFFSET
+    if batch_length != len(data):
+        raise BatchRefused(
+            KafkaError.invalid_record,
+            f"the partition's records hold {len(data)} bytes but their first batch {batch_length}: "
+            f"send exactly one record batch per partition",
+        )
+    attributes, record_count = header[5], header[12]
+    crc = calc_crc32c(memoryview(data)[DefaultRecordBatch.ATTRIBUTES_OFFSET :])
+    if crc != header[4]:
+        raise _corrupt(f"record batch CRC {header[4]} does not match its content ({crc})")
+    if attributes & DefaultRecordBatch.CONTROL_MASK:
+        raise BatchRefused(KafkaError.invalid_record, "clients may not produce control batches")
+    codec = attributes & DefaultRecordBatch.CODEC_MASK
+    body = data[HEADER.size :]
+    if codec != compression.CODEC_NONE:
+        try:
+            body = compression.decompress(codec, body, uncompressed_limit)
+        except compression.DecompressionRefused as error:
+            raise _corrupt(str(error)) from error
+    elif len(body) > uncompressed_limit:
+        raise _corrupt(f"the batch's {len(body)} bytes exceed what this request may still carry")
+    plain = bytearray(data[: HEADER.size]) + body
+    _ATTRIBUTES.pack_into(plain, DefaultRecordBatch.ATTRIBUTES_OFFSET, attributes & ~DefaultRecordBatch.CODEC_MASK)
+    records = []
+    try:
+        for index, record in enumerate(DefaultRecordBatch(plain)):
+            if record.offset != index:
+                raise BatchRefused(
+                    KafkaError.invalid_record, f"record {index} of the batch has offset delta {record.offset}"
+                )
+            records.append(KafkaRecord(record.timestamp, record.key, record.value, record.headers))
+    except BatchRefused:
+        raise
+    except Exception as error:  # kafka.record raises CorruptRecordError, or whatever garbage leads to
+        raise _corrupt(f"the batch's records do not parse ({error})") from error
+    if len(records) != record_count or not records:
+        raise _corrupt(f"the batch declares {record_count} records and holds {len(records)}")
+    return ProducedBatch(
+        header[9], header[10], header[11], bool(attributes & DefaultRecordBatch.TRANSACTIONAL_MASK), records, len(body)
+    )
+
+
+def _finish(built: bytearray, base_offset: int, last_offset_delta: int, control: bool) -> bytes:
+    """The builder's batch at its offset in the log, with Kafka's fields the builder leaves to the broker."""
+    _BASE_OFFSET.pack_into(built, 0, base_offset)
+    _LEADER_EPOCH.pack_into(built, _LEADER_EPOCH_OFFSET, NO_LEADER_EPOCH)
+    _LAST_OFFSET_DELTA.pack_into(built, _LAST_OFFSET_DELTA_OFFSET, last_offset_delta)
+    if control:
+        (attributes,) = _ATTRIBUTES.unpack_from(built, DefaultRecordBatch.ATTRIBUTES_OFFSET)
+        _ATTRIBUTES.pack_into(built, DefaultRecordBatch.ATTRIBUTES_OFFSET, attributes | DefaultRecordBatch.CONTROL_MASK)
+    crc = calc_crc32c(memoryview(built)[DefaultRecordBatch.ATTRIBUTES_OFFSET :])
+    _CRC.pack_into(built, DefaultRecordBatch.CRC_OFFSET, crc)
+    return bytes(built)
+
+
+def data_batch(
+    base_offset: int,
+    last_offset: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    is_transactional: bool,
+    records: Iterable[KafkaRecord | None],
+) -> bytes | None:
+    """A stored data batch as a RecordBatch: record i at base_offset + i (None: one compaction
+    removed, a gap in the offsets as in a compacted Kafka log). None if no record is left."""
+    builder = DefaultRecordBatchBuilder(
+        MAGIC_V2, compression.CODEC_NONE, is_transactional, producer_id, producer_epoch, base_sequence, _UNBOUNDED
+    )
+    appended = False
+    for index, record in enumerate(records):
+        if record is not None:
+            builder.append(index, record.timestamp_ms, record.key, record.value, list(record.headers))
+            appended = True
+    if not appended:
+        return None
+    return _finish(builder.build(), base_offset, last_offset - base_offset, control=False)
+
+
+def control_batch(offset: int, producer_id: int, producer_epoch: int, control_type: int, timestamp_ms: int) -> bytes:
+    """A transaction marker (control_type: Kafka's ABORT 0 or COMMIT 1) as the control batch Kafka writes."""
+    builder = DefaultRecordBatchBuilder(
+        MAGIC_V2, compression.CODEC_NONE, True, producer_id, producer_epoch, DefaultRecordBatch.NO_SEQUENCE, _UNBOUNDED
+    )
+    builder.append(
+        0,
+        timestamp_ms,
+        _CONTROL_KEY.pack(CONTROL_RECORD_VERSION, control_type),
+        _MARKER_VALUE.pack(CONTROL_RECORD_VERSION, UNKNOWN_COORDINATOR_EPOCH),
+        [],
+    )
+    return _finish(builder.build(), offset, 0, control=True)

@@ -1,0 +1,180 @@
+"""ApiVersions advertises what the listener serves, and each advertised version of each API
+round-trips: a request built with kio for that version gets an answer kio reads, without error.
+Then what the listener must survive: versions and APIs it does not serve, a frame over
+kafka_max_request_bytes, a request that does not parse."""
+
+from __future__ import annotations
+
+import datetime
+import struct
+
+import pytest
+from kio.schema.errors import ErrorCode as KafkaError
+
+from app.kafka import api_table
+from app.kafka.record_batches import KafkaRecord
+from tests.kafka.clients import create_topic
+from tests.kafka.raw import RawConnection, nested, record_batch, request_frame, request_of, response_class_of
+
+TOPIC = "versions"
+MAX_BYTES = 1 << 20
+
+ADVERTISED = [(key, version) for key, versions in api_table.SUPPORTED_VERSIONS.items() for version in versions]
+
+
+def sample_request(api_key: int, version: int):
+    """A valid request of this API and version, about partition 0 of TOPIC."""
+    if api_key == api_table.PRODUCE:
+        records = record_batch([KafkaRecord(1_700_000_000_123, b"k", f"v{version}".encode(), [("h", b"x")])])
+        partition = nested(api_key, version, "PartitionProduceData", index=0, records=records)
+        return request_of(
+            api_key,
+            version,
+            transactional_id=None,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=30),
+            topic_data=(nested(api_key, version, "TopicProduceData", name=TOPIC, partition_data=(partition,)),),
+        )
+    if api_key == api_table.FETCH:
+        partition = nested(
+            api_key,
+            version,
+            "FetchPartition",
+            partition=0,
+            current_leader_epoch=-1,
+            fetch_offset=0,
+            last_fetched_epoch=-1,
+            log_start_offset=-1,
+            partition_max_bytes=MAX_BYTES,
+        )
+        return request_of(
+            api_key,
+            version,
+            replica_id=-1,
+            max_wait=datetime.timedelta(0),
+            min_bytes=1,
+            max_bytes=MAX_BYTES,
+            isolation_level=0,
+            session_id=0,
+            session_epoch=-1,
+            topics=(nested(api_key, version, "FetchTopic", topic=TOPIC, partitions=(partition,)),),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+    if api_key == api_table.LIST_OFFSETS:
+        partition = nested(
+            api_key, version, "ListOffsetsPartition", partition_index=0, current_leader_epoch=-1, timestamp=-2
+        )
+        return request_of(
+            api_key,
+            version,
+            replica_id=-1,
+            isolation_level=0,
+            topics=(nested(api_key, version, "ListOffsetsTopic", name=TOPIC, partitions=(partition,)),),
+        )
+    if api_key == api_table.METADATA:
+        return request_of(
+            api_key,
+            version,
+            topics=(nested(api_key, version, "MetadataRequestTopic", name=TOPIC, topic_id=None),),
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
+    if api_key == api_table.API_VERSIONS:
+        return request_of(api_key, version, client_software_name="raw-test", client_software_version="1")
+    if api_key == api_table.INIT_PRODUCER_ID:
+        return request_of(
+            api_key,
+            version,
+            transactional_id=None,
+            transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    raise AssertionError(f"no sample request for api key {api_key}: add one with the API")
+
+
+def errors_in(response) -> list[KafkaError]:
+    """Every error code anywhere in the response."""
+    found = []
+
+    def walk(value):
+        if isinstance(value, KafkaError):
+            found.append(value)
+        elif isinstance(value, tuple):
+            for item in value:
+                walk(item)
+        elif hasattr(value, "__dataclass_fields__"):
+            for name in value.__dataclass_fields__:
+                walk(getattr(value, name))
+
+    walk(response)
+    return found
+
+
+@pytest.fixture(scope="module")
+def bootstrap(module_kafka_server) -> str:
+    create_topic(module_kafka_server, TOPIC, 1)
+    return module_kafka_server.extra["kafka_bootstrap"]
+
+
+def test_api_versions_advertises_the_table(bootstrap):
+    with RawConnection(bootstrap) as connection:
+        response = connection.call(sample_request(api_table.API_VERSIONS, 3))
+    assert response.error_code == KafkaError.none
+    assert {(k.api_key, k.min_version, k.max_version) for k in response.api_keys} == {
+        (key, versions.start, versions.stop - 1) for key, versions in api_table.SUPPORTED_VERSIONS.items()
+    }
+
+
+@pytest.mark.parametrize(("api_key", "version"), ADVERTISED, ids=[f"key{k}-v{v}" for k, v in ADVERTISED])
+def test_each_advertised_version_round_trips(bootstrap, api_key, version):
+    with RawConnection(bootstrap) as connection:
+        response = connection.call(sample_request(api_key, version))
+    assert type(response).__version__ == version
+    assert set(errors_in(response)) <= {KafkaError.none}, response
+
+
+def test_an_unknown_api_versions_version_gets_v0_with_unsupported_version(bootstrap):
+    request = sample_request(api_table.API_VERSIONS, 3)
+    frame = bytearray(request_frame(request, correlation_id=7))
+    struct.pack_into(">h", frame, 6, 99)  # the header's api_version, after the length and api_key
+    with RawConnection(bootstrap) as connection:
+        connection.send_bytes(bytes(frame))
+        response = connection.receive(api_table.API_VERSIONS, 0, 7, response_class_of(api_table.API_VERSIONS, 0))
+    assert response.error_code == KafkaError.unsupported_version
+    assert {k.api_key for k in response.api_keys} == set(api_table.SUPPORTED_VERSIONS)
+
+
+def _still_serving(bootstrap: str) -> None:
+    with RawConnection(bootstrap) as connection:
+        assert connection.call(sample_request(api_table.API_VERSIONS, 3)).error_code == KafkaError.none
+
+
+def test_an_oversized_frame_is_refused_unread_and_the_node_keeps_serving(bootstrap, module_kafka_server):
+    limit = module_kafka_server.settings.kafka_max_request_bytes
+    with RawConnection(bootstrap) as connection:
+        connection.send_bytes(struct.pack(">i", limit + 1) + b"\0" * 1024)  # the rest is never sent
+        assert connection.closed_by_peer()
+    _still_serving(bootstrap)
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        struct.pack(">i", 3) + b"abc",  # shorter than a header
+        struct.pack(">ihhi", 8, 3, 12, 1),  # Metadata v12 with its header cut short
+        struct.pack(">ihhi", 8, 1000, 0, 1),  # an API key nobody serves
+        struct.pack(">ihhi", 8, 1, 99, 1),  # a Fetch version not served
+        struct.pack(">i", -5),  # a negative length
+        # ApiVersions v3 whose body says a string of 100 bytes follows, and it does not
+        struct.pack(">ihhih", 12, 18, 3, 1, -1) + b"\0" + bytes([101]),
+    ],
+    ids=["short", "truncated", "unknown-api", "unknown-version", "negative-length", "bad-body"],
+)
+def test_a_malformed_request_closes_the_connection_and_the_node_keeps_serving(bootstrap, frame):
+    with RawConnection(bootstrap) as connection:
+        connection.send_bytes(frame)
+        assert connection.closed_by_peer()
+    _still_serving(bootstrap)

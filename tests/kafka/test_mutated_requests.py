@@ -1,0 +1,44 @@
+"""Requests with random bytes changed (seeded, so every run sends the same ones), of every
+advertised API and version: each is answered or its connection closed, the node keeps serving, and
+nothing is an unexpected error (a handler's exception would be logged as one)."""
+
+from __future__ import annotations
+
+import logging
+import random
+import socket
+
+from app.kafka.frames import FRAME_LENGTH
+from tests.kafka.clients import create_topic
+from tests.kafka.raw import RawConnection, request_frame
+from tests.kafka.test_api_versions import ADVERTISED, TOPIC, _still_serving, sample_request
+
+MUTATIONS_PER_VERSION = 12
+# The length prefix and the header's api key and version are left alone: the tests of
+# test_api_versions.py send wrong ones on purpose.
+FIRST_MUTABLE_BYTE = FRAME_LENGTH.size + 4
+# A mutated Fetch may long-poll: its answer is not waited for beyond this.
+ANSWER_WAIT_S = 5
+
+
+def test_mutated_requests_never_harm_the_node(module_kafka_server, caplog):
+    caplog.set_level(logging.INFO, logger="txbroker.kafka")
+    create_topic(module_kafka_server, TOPIC, 1)
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    rng = random.Random(23)
+    for api_key, version in ADVERTISED:
+        frame = request_frame(sample_request(api_key, version))
+        for _ in range(MUTATIONS_PER_VERSION):
+            mutated = bytearray(frame)
+            for _ in range(rng.randint(1, 4)):
+                mutated[rng.randrange(FIRST_MUTABLE_BYTE, len(mutated))] = rng.randrange(256)
+            with RawConnection(bootstrap) as connection:
+                connection.sock.settimeout(ANSWER_WAIT_S)
+                connection.send_bytes(bytes(mutated))
+                try:
+                    connection.sock.recv(1 << 20)  # an answer, or the end of the stream
+                except (TimeoutError, socket.timeout, ConnectionError):
+                    pass
+        _still_serving(bootstrap)
+    unexpected = [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR]
+    assert unexpected == []

@@ -1,0 +1,234 @@
+"""Produce requests built by hand (kio messages, kafka.record batches) where a test must choose
+the sequences, epochs and bytes: Kafka's answers for duplicates and every idempotence error, answers
+in request order for pipelined requests, no answer at all for acks=0, and batches refused whole
+(bad CRC, decompressing beyond the bound) with nothing written."""
+
+from __future__ import annotations
+
+import datetime
+
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kio.schema.errors import ErrorCode as KafkaError
+
+from app.kafka import api_table
+from app.kafka.record_batches import KafkaRecord
+from tests.kafka.clients import create_topic
+from tests.kafka.raw import RawConnection, nested, record_batch, request_of
+from tests.kafka.test_api_versions import sample_request
+
+PRODUCE_VERSION = 9
+
+
+def produce_request(topic: str, partition: int, records: bytes, acks: int = -1):
+    data = nested(api_table.PRODUCE, PRODUCE_VERSION, "PartitionProduceData", index=partition, records=records)
+    return request_of(
+        api_table.PRODUCE,
+        PRODUCE_VERSION,
+        transactional_id=None,
+        acks=acks,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            nested(api_table.PRODUCE, PRODUCE_VERSION, "TopicProduceData", name=topic, partition_data=(data,)),
+        ),
+    )
+
+
+def answer_of(response):
+    [topic] = response.responses
+    [partition] = topic.partition_responses
+    return partition.error_code, partition.base_offset
+
+
+def init_producer(connection: RawConnection, producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
+    response = connection.call(
+        request_of(
+            api_table.INIT_PRODUCER_ID,
+            4,
+            transactional_id=None,
+            transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=producer_id,
+            producer_epoch=epoch,
+        )
+    )
+    assert response.error_code == KafkaError.none
+    return response.producer_id, response.producer_epoch
+
+
+def records(count: int, prefix: str = "r") -> list[KafkaRecord]:
+    return [KafkaRecord(1_700_000_000_000 + i, None, f"{prefix}{i}".encode(), []) for i in range(count)]
+
+
+def high_watermark(server, topic: str) -> int:
+    return server.client.get(f"/v1/topics/{topic}").json()["partitions"][0]["high_watermark"]
+
+
+def test_idempotent_sequences_duplicates_and_errors_as_kafka_answers_them(module_kafka_server):
+    topic = "raw-idempotent"
+    create_topic(module_kafka_server, topic)
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        producer_id, epoch = init_producer(connection)
+
+        def send(base_sequence: int, count: int, send_epoch: int = epoch, pid: int = producer_id):
+            batch = record_batch(records(count), pid, send_epoch, base_sequence)
+            return answer_of(connection.call(produce_request(topic, 0, batch)))
+
+        assert send(0, 2) == (KafkaError.none, 0)
+        assert send(2, 3) == (KafkaError.none, 2)
+        # A retry of either of the last batches: its original offsets, no error, nothing appended.
+        assert send(0, 2) == (KafkaError.none, 0)
+        assert send(2, 3) == (KafkaError.none, 2)
+        assert high_watermark(module_kafka_server, topic) == 5
+        assert send(7, 1)[0] == KafkaError.out_of_order_sequence_number  # a gap: 5 was expected
+        assert send(5, 1)[0] == KafkaError.none
+        assert send(0, 1, pid=987_654_321)[0] == KafkaError.unknown_producer_id
+        # KIP-360: the producer bumps its epoch; the old epoch is fenced, the new one starts at 0.
+        bumped_id, bumped_epoch = init_producer(connection, producer_id, epoch)
+        assert (bumped_id, bumped_epoch) == (producer_id, epoch + 1)
+        assert send(6, 1)[0] == KafkaError.invalid_producer_epoch
+        assert send(3, 1, send_epoch=bumped_epoch)[0] == KafkaError.out_of_order_sequence_number
+        assert send(0, 1, send_epoch=bumped_epoch) == (KafkaError.none, 6)
+    assert high_watermark(module_kafka_server, topic) == 7
+
+
+def _fetched_batches(connection: RawConnection, topic: str, partition_max_bytes: int) -> list[int]:
+    """The base offsets of the batches one Fetch v12 from offset 0 returns."""
+    from kafka.record.memory_records import MemoryRecords
+
+    fetch_partition = nested(
+        api_table.FETCH, 12, "FetchPartition", partition=0, fetch_offset=0, partition_max_bytes=partition_max_bytes
+    )
+    request = request_of(
+        api_table.FETCH,
+        12,
+        max_wait=datetime.timedelta(0),
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        topics=(nested(api_table.FETCH, 12, "FetchTopic", topic=topic, partitions=(fetch_partition,)),),
+        forgotten_topics_data=(),
+    )
+    [topic_response] = connection.call(request).responses
+    [answer] = topic_response.partitions
+    assert answer.error_code == KafkaError.none
+    batches, records = [], MemoryRecords(bytes(answer.records))
+    while (batch := records.next_batch()) is not None:
+        batches.append(batch.base_offset)
+    return batches
+
+
+def test_fetch_returns_batches_within_the_bytes_asked_and_always_the_first(module_kafka_server):
+    topic = "raw-fetch-bytes"
+    create_topic(module_kafka_server, topic)
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        for _ in range(3):
+            connection.call(produce_request(topic, 0, record_batch(records(2))))  # 2 records of 2 bytes each
+        assert _fetched_batches(connection, topic, 1) == [0], "the first batch whatever its size"
+        assert _fetched_batches(connection, topic, 8) == [0, 2], "batches while their sizes fit"
+        assert _fetched_batches(connection, topic, 7) == [0], "not one that would exceed the bytes"
+        assert _fetched_batches(connection, topic, 1 << 20) == [0, 2, 4]
+
+
+def test_unknown_topics_and_partitions(module_kafka_server):
+    create_topic(module_kafka_server, "raw-one-partition")
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        for topic, partition in (("raw-no-such-topic", 0), ("raw-one-partition", 3)):
+            response = connection.call(produce_request(topic, partition, record_batch(records(1))))
+            assert answer_of(response)[0] == KafkaError.unknown_topic_or_partition
+
+
+def test_pipelined_requests_are_answered_in_order_and_appended_in_sequence(module_kafka_server):
+    topic = "raw-pipelined"
+    create_topic(module_kafka_server, topic)
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        producer_id, epoch = init_producer(connection)
+        sent = [
+            connection.send(produce_request(topic, 0, record_batch(records(2, f"p{i}-"), producer_id, epoch, 2 * i)))
+            for i in range(5)
+        ]
+        answers = [answer_of(connection.receive(api_table.PRODUCE, PRODUCE_VERSION, c)) for c in sent]
+    assert answers == [(KafkaError.none, 2 * i) for i in range(5)]
+
+
+def test_acks_zero_gets_no_answer_at_all(module_kafka_server):
+    topic = "raw-acks-zero"
+    create_topic(module_kafka_server, topic)
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        connection.send(produce_request(topic, 0, record_batch(records(3)), acks=0))
+        versions = connection.send(sample_request(api_table.API_VERSIONS, 3))
+        # The next frame on the connection is ApiVersions' answer (receive checks its correlation id).
+        assert connection.receive(api_table.API_VERSIONS, 3, versions).error_code == KafkaError.none
+    assert high_watermark(module_kafka_server, topic) == 3
+
+
+def test_a_transactional_batch_without_a_transactional_id_is_refused(module_kafka_server):
+    topic = "raw-transactional-flag"
+    create_topic(module_kafka_server, topic)
+    builder = DefaultRecordBatchBuilder(2, 0, True, 1, 0, 0, 2**30)  # transactional, no transactional id sent
+    builder.append(0, 1, None, b"v", [])
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        response = connection.call(produce_request(topic, 0, bytes(builder.build())))
+    assert answer_of(response)[0] == KafkaError.invalid_record
+    assert high_watermark(module_kafka_server, topic) == 0
+
+
+def test_a_batch_with_a_bad_crc_is_refused_and_nothing_written(module_kafka_server):
+    topic = "raw-bad-crc"
+    create_topic(module_kafka_server, topic)
+    batch = bytearray(record_batch(records(2)))
+    batch[-1] ^= 0xFF  # a byte of the last record's value
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        response = connection.call(produce_request(topic, 0, bytes(batch)))
+    assert answer_of(response)[0] == KafkaError.corrupt_message
+    assert high_watermark(module_kafka_server, topic) == 0
+
+
+def test_a_batch_that_does_not_decompress_is_refused_and_the_connection_kept(module_kafka_server):
+    import struct
+
+    from kafka.record.util import calc_crc32c
+
+    topic = "raw-bad-gzip"
+    create_topic(module_kafka_server, topic)
+    batch = bytearray(record_batch(records(2)))
+    struct.pack_into(">h", batch, 21, 1)  # attributes: gzip, though the records are not compressed
+    struct.pack_into(">I", batch, 17, calc_crc32c(memoryview(batch)[21:]))
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        assert answer_of(connection.call(produce_request(topic, 0, bytes(batch))))[0] == KafkaError.corrupt_message
+        assert answer_of(connection.call(produce_request(topic, 0, record_batch(records(1))))) == (KafkaError.none, 0)
+
+
+def test_decompression_is_bounded(make_server):
+    """A gzip batch of a few KiB that inflates beyond kafka_max_request_bytes is refused without
+    being inflated; the node keeps serving."""
+    server = make_server(kafka_listener="127.0.0.1:0", kafka_max_request_bytes=64 * 1024)
+    create_topic(server, "raw-bomb")
+    builder = DefaultRecordBatchBuilder(2, 1, False, -1, -1, -1, 2**30)  # gzip
+    builder.append(0, 1, None, b"\0" * (1 << 20), [])
+    bomb = bytes(builder.build())
+    assert len(bomb) < 64 * 1024
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        assert answer_of(connection.call(produce_request("raw-bomb", 0, bomb)))[0] == KafkaError.corrupt_message
+        small = connection.call(produce_request("raw-bomb", 0, record_batch(records(1))))
+        assert answer_of(small) == (KafkaError.none, 0)
+    assert high_watermark(server, "raw-bomb") == 1
+
+
+def test_metadata_creates_topics_only_when_the_request_and_the_server_allow(make_server):
+    def metadata(server, topic: str, allow: bool):
+        with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+            request = request_of(
+                api_table.METADATA,
+                12,
+                topics=(nested(api_table.METADATA, 12, "MetadataRequestTopic", name=topic, topic_id=None),),
+                allow_auto_topic_creation=allow,
+                include_topic_authorized_operations=False,
+            )
+            [answer] = connection.call(request).topics
+            return answer.error_code, len(answer.partitions)
+
+    allowing = make_server(kafka_listener="127.0.0.1:0")
+    assert metadata(allowing, "not-asked-to-create", allow=False) == (KafkaError.unknown_topic_or_partition, 0)
+    assert metadata(allowing, "asked-to-create", allow=True) == (KafkaError.none, 1)
+    refusing = make_server(kafka_listener="127.0.0.1:0", kafka_auto_create_topics=False)
+    assert metadata(refusing, "server-refuses", allow=True) == (KafkaError.unknown_topic_or_partition, 0)
+    assert refusing.client.get("/v1/topics/server-refuses").status_code == 404
