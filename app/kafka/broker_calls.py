@@ -29,7 +29,8 @@ from app.kafka.record_batches import KafkaRecord, ProducedBatch
 from app.settings import Settings
 from app.storage import partition_log, principals, record_codec, topics
 from app.storage.batch_reads import StoredBatch, read_batches
-from app.storage.partition_log import READ_COMMITTED, READ_UNCOMMITTED, AppendResult, PartitionState
+from app.storage.partition_log import AppendResult, PartitionState
+from txbroker.wire import READ_COMMITTED, READ_UNCOMMITTED
 
 # Kafka's num.partitions default: the partitions of a topic Metadata creates.
 AUTO_CREATED_PARTITIONS = 1
