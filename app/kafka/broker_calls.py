@@ -4,7 +4,7 @@ door can be re-pointed at the application core in one place.
 
 Each call takes what a handler parsed (plain values, record_batches' types) and returns results
 or BrokerErrors (app/errors.py) per partition, which the handlers turn into Kafka's error codes.
-The writing path is HTTP's: a produce is a ProduceCommand through the same WriteGroups, so the
+The writing path is HTTP's: a produce is a ProduceCommand through the same BatchedWrites, so the
 sequence checks, fencing and transaction rules are the ones HTTP gets.
 """
 
@@ -96,7 +96,7 @@ def _denied(principal: Principal, operation: Operation, resource: ResourceType, 
 
 class BrokerCalls:
     """The app's operations as one listener sees them (one per server process; `state` is the
-    FastAPI app's state: pool, write_groups, coordinator, notifier, settings)."""
+    FastAPI app's state: pool, batched_writes, coordinator, notifier, settings)."""
 
     def __init__(self, state) -> None:
         self._state = state
@@ -208,7 +208,7 @@ class BrokerCalls:
                 ],
             )
             try:
-                written = await self._state.write_groups.produce(command)
+                written = await self._state.batched_writes.produce(command)
             except BrokerError as error:  # request-level: nothing of this command was written
                 written = [error] * len(indexes)
             for index, result in zip(indexes, written):
