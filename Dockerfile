@@ -7,6 +7,11 @@
 # PostgreSQL of your own add -e TXBROKER_DATABASE_URL=postgresql://user:pass@db/txbroker.
 # A local try without keys, the port published on the host's loopback only (the local-only choice):
 #   docker run --rm -p 127.0.0.1:8080:8080 -e TXBROKER_ALLOW_ANONYMOUS=true txbroker
+# The Kafka listener (docs/kafka.md) stays on the container's loopback (127.0.0.1:9092) unless
+# TXBROKER_KAFKA_LISTENER says otherwise, so 9092 is not exposed; it has no authentication yet, so
+# only the local try can use it (docs/operations.md, "Docker"):
+#   docker run --rm -p 127.0.0.1:8080:8080 -p 127.0.0.1:9092:9092 -e TXBROKER_ALLOW_ANONYMOUS=true \
+#     -e TXBROKER_KAFKA_LISTENER=0.0.0.0:9092 -e TXBROKER_KAFKA_ADVERTISED_LISTENER=127.0.0.1:9092 txbroker
 FROM python:3.11-slim-bookworm
 
 # setpriv/unshare (util-linux) and useradd (passwd) are what the embedded PostgreSQL launcher uses.

@@ -83,3 +83,48 @@ def test_every_serve_flag_is_in_the_reference(flag):
     assert re.search(rf"\[{re.escape(flag)}[\] ]", section("Running the server: flags and settings")), (
         f"`txbroker serve {flag}` is missing from the synopsis of docs/api.md"
     )
+
+
+# ---- links: every relative link of README.md and docs/ names a file that exists, and an anchor of it
+
+FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def documents() -> list:
+    return [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+
+
+def anchors(document) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings: lower case, punctuation dropped, spaces as
+    hyphens, a repeated heading numbered (-1, -2, ...)."""
+    found: set[str] = set()
+    for heading in re.findall(r"^#{1,6} (.+)$", FENCE.sub("", document.read_text()), re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        unique, repeat = slug, 0
+        while unique in found:
+            repeat += 1
+            unique = f"{slug}-{repeat}"
+        found.add(unique)
+    return found
+
+
+def relative_links() -> list[tuple[str, str]]:
+    return [
+        (str(document.relative_to(REPO_ROOT)), target)
+        for document in documents()
+        for target in LINK.findall(FENCE.sub("", document.read_text()))
+        if not re.match(r"[a-z]+:", target)
+    ]
+
+
+@pytest.mark.parametrize(("document", "target"), relative_links())
+def test_every_relative_link_resolves(document, target):
+    path, _, anchor = target.partition("#")
+    linked = (REPO_ROOT / document).parent / path if path else REPO_ROOT / document
+    assert linked.exists(), f"{document} links to {target}, but {linked.relative_to(REPO_ROOT)} does not exist"
+    if anchor:
+        assert linked.suffix == ".md", f"{document} links to an anchor of {target}, which is not Markdown"
+        assert anchor in anchors(linked), (
+            f"{document} links to {target}, but {path or document} has no heading with the anchor #{anchor}"
+        )
