@@ -11,6 +11,15 @@ PRODUCE = 0
 FETCH = 1
 LIST_OFFSETS = 2
 METADATA = 3
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
 API_VERSIONS = 18
 INIT_PRODUCER_ID = 22
 
@@ -19,6 +28,15 @@ SUPPORTED_VERSIONS: dict[int, range] = {
     FETCH: range(4, 13),  # v4: the first with isolation_level and aborted transactions
     LIST_OFFSETS: range(1, 8),
     METADATA: range(0, 13),
+    OFFSET_COMMIT: range(2, 9),  # v9+: KIP-848's member epochs
+    OFFSET_FETCH: range(1, 9),  # v9+: KIP-848's member epochs
+    FIND_COORDINATOR: range(0, 5),  # v5+: share groups
+    JOIN_GROUP: range(0, 10),
+    HEARTBEAT: range(0, 5),
+    LEAVE_GROUP: range(0, 6),
+    SYNC_GROUP: range(0, 6),
+    DESCRIBE_GROUPS: range(0, 6),
+    LIST_GROUPS: range(0, 5),  # v5+: the group type filter
     API_VERSIONS: range(0, 4),
     INIT_PRODUCER_ID: range(0, 5),
 }

@@ -23,12 +23,15 @@ from app.coordinator.authorizer import (
     authorize,
     is_allowed,
 )
+from app.coordinator.classic_groups import EMPTY, STABLE, JoinResult, SyncResult, classic_state
+from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.produce import PartitionRecords, ProduceCommand
 from app.errors import BrokerError, ErrorCode
 from app.kafka.record_batches import KafkaRecord, ProducedBatch
 from app.settings import Settings
 from app.storage import partition_log, principals, record_codec, topics
 from app.storage.batch_reads import StoredBatch, read_batches
+from app.storage.group_offsets import CommittedOffset, OffsetEntry
 from app.storage.partition_log import READ_COMMITTED, READ_UNCOMMITTED, AppendResult, PartitionState
 
 # Kafka's num.partitions default: the partitions of a topic Metadata creates.
@@ -85,6 +88,51 @@ class ListedOffset:
     timestamp_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str  # "consumer" for Kafka consumers; HTTP's groups are listed as "http"
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    group_id: str
+    error: BrokerError | None
+    state: str = "Dead"
+    protocol_type: str = ""
+    protocol: str = ""
+    members: list[DescribedMember] = field(default_factory=list)
+
+
+# How HTTP's groups (server-side assignment) are listed to Kafka's admin clients.
+HTTP_PROTOCOL_TYPE = "http"
+
+
+def _group_kind(group, member_count: int) -> tuple[str, str, str]:
+    """(protocol type, state, protocol) of a group of either door."""
+    classic = classic_state(group)
+    if classic is not None and classic["members"]:
+        return classic["protocol_type"], classic["state"], classic["protocol"] or ""
+    if classic is not None and not member_count:
+        return classic["protocol_type"], EMPTY, ""
+    return (
+        (HTTP_PROTOCOL_TYPE if member_count else ""),
+        (STABLE if member_count else EMPTY),
+        ("range" if member_count else ""),
+    )
+
+
 def _denied(principal: Principal, operation: Operation, resource: ResourceType, name: str) -> BrokerError | None:
     try:
         authorize(principal, operation, resource, name)
@@ -99,6 +147,7 @@ class BrokerCalls:
 
     def __init__(self, state) -> None:
         self._state = state
+        self.groups = GroupCalls(state)
 
     @property
     def settings(self) -> Settings:
@@ -322,6 +371,128 @@ class BrokerCalls:
                 conn, topic, partition, timestamp, READ_COMMITTED if read_committed else READ_UNCOMMITTED
             )
         return ListedOffset(offset, found_ms)
+
+
+class GroupCalls:
+    """Consumer groups, with the group coordinator HTTP's /v1/groups uses (the classic protocol is
+    its `classic` part). Kafka's ACLs as HTTP applies them: Read on the group to be a member or
+    commit, Describe to fetch offsets or describe; Read on a topic to commit its offsets."""
+
+    def __init__(self, state) -> None:
+        self._state = state
+
+    @property
+    def _groups(self) -> GroupCoordinator:
+        return self._state.group_coordinator
+
+    async def join(
+        self,
+        principal: Principal,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        client_id: str,
+        client_host: str,
+        member_id_required: bool,
+    ) -> JoinResult:
+        authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
+        return await self._groups.classic.join(
+            group_id,
+            member_id,
+            group_instance_id,
+            protocol_type,
+            protocols,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            client_id,
+            client_host,
+            member_id_required,
+        )
+
+    async def sync(
+        self, principal: Principal, group_id: str, member_id: str, generation_id: int, assignments: dict[str, bytes]
+    ) -> SyncResult:
+        authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
+        return await self._groups.classic.sync(group_id, member_id, generation_id, assignments)
+
+    async def heartbeat(self, principal: Principal, group_id: str, member_id: str, generation_id: int) -> None:
+        authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
+        await self._groups.classic.heartbeat(group_id, member_id, generation_id)
+
+    async def leave(self, principal: Principal, group_id: str, member_ids: list[str]) -> list[BrokerError | None]:
+        authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
+        return await self._groups.classic.leave(group_id, member_ids)
+
+    async def commit_offsets(
+        self,
+        principal: Principal,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        offsets: list[tuple[str, int, int, str | None]],
+    ) -> list[BrokerError | None]:
+        """offsets: (topic, partition, offset, metadata) each; one error or None per entry."""
+        authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
+        entries = [OffsetEntry(*entry) for entry in offsets]
+        errors = [_denied(principal, Operation.READ, ResourceType.TOPIC, e.topic) for e in entries]
+        allowed = [e for e, error in zip(entries, errors) if error is None]
+        committed = iter(
+            await self._groups.commit_offsets(group_id, member_id, generation_id, allowed) if allowed else []
+        )
+        return [error if error is not None else next(committed) for error in errors]
+
+    async def fetch_offsets(
+        self, principal: Principal, group_id: str, partitions: list[tuple[str, int]] | None, require_stable: bool
+    ) -> list[tuple[CommittedOffset, BrokerError | None]]:
+        authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
+        found = await self._groups.fetch_offsets(group_id, partitions, require_stable)
+        return [
+            (committed, error or _denied(principal, Operation.DESCRIBE, ResourceType.TOPIC, committed.topic))
+            for committed, error in found
+            if partitions is not None or is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, committed.topic)
+        ]
+
+    async def list_groups(self, principal: Principal) -> list[ListedGroup]:
+        listed = []
+        for group, member_count in await self._groups.list():
+            if is_allowed(principal, Operation.DESCRIBE, ResourceType.GROUP, group.group_id):
+                protocol_type, state, _ = _group_kind(group, member_count)
+                listed.append(ListedGroup(group.group_id, protocol_type, state))
+        return listed
+
+    async def describe_group(self, principal: Principal, group_id: str) -> DescribedGroup:
+        denied = _denied(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
+        if denied is not None:
+            return DescribedGroup(group_id, denied)
+        try:
+            described = await self._groups.describe(group_id)
+        except BrokerError as error:
+            if error.code == ErrorCode.GROUP_ID_NOT_FOUND:  # Kafka describes an unknown group as Dead
+                return DescribedGroup(group_id, None)
+            raise
+        protocol_type, state, protocol = _group_kind(described.group, len(described.members))
+        classic = self._groups.classic.described_members(described.group)
+        members = []
+        for member in described.members:
+            kafka_side = classic.get(member.member_id)
+            if kafka_side is None:  # an HTTP member: no client bytes, its range assignment described in JSON
+                members.append(DescribedMember(member.member_id, None, "http", "", b"", b""))
+            else:
+                members.append(
+                    DescribedMember(
+                        member.member_id,
+                        kafka_side["group_instance_id"],
+                        kafka_side["client_id"],
+                        kafka_side["client_host"],
+                        kafka_side["metadata"],
+                        kafka_side["assignment"],
+                    )
+                )
+        return DescribedGroup(group_id, None, state, protocol_type, protocol, members)
 
 
 def byte_records(batch: StoredBatch) -> list[KafkaRecord | None]:

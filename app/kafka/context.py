@@ -19,3 +19,6 @@ class RequestContext:
     advertised_host: str
     advertised_port: int
     api_version: int
+    # The request header's client id and the connection's peer: what DescribeGroups shows of a member.
+    client_id: str = ""
+    client_host: str = ""

@@ -118,6 +118,8 @@ class KafkaListener:
         limit = calls.settings.kafka_max_request_bytes
         principal = connection_principal(calls.settings)
         advertised = self.advertised
+        peer = writer.get_extra_info("peername")
+        client_host = f"/{peer[0]}" if peer else ""  # as Kafka shows a member's host
         while True:
             try:
                 header = await reader.readexactly(FRAME_LENGTH.size)
@@ -132,7 +134,7 @@ class KafkaListener:
                     f"(kafka_max_request_bytes); refused unread"
                 )
             frame = await reader.readexactly(length)
-            response = await dispatch.answer(frame, calls, principal, advertised)
+            response = await dispatch.answer(frame, calls, principal, advertised, client_host)
             if response is not None:
                 writer.write(response)
                 await writer.drain()
