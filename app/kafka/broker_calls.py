@@ -29,7 +29,7 @@ from app.coordinator.produce import PartitionRecords, ProduceCommand
 from app.errors import BrokerError, ErrorCode
 from app.kafka.record_batches import KafkaRecord, ProducedBatch
 from app.settings import Settings
-from app.storage import partition_log, principals, record_codec, topics
+from app.storage import log_cleaner, partition_log, principals, record_codec, topics
 from app.storage.batch_reads import StoredBatch, read_batches
 from app.storage.group_offsets import CommittedOffset, OffsetEntry
 from app.storage.partition_log import READ_COMMITTED, READ_UNCOMMITTED, AppendResult, PartitionState
@@ -148,6 +148,7 @@ class BrokerCalls:
     def __init__(self, state) -> None:
         self._state = state
         self.groups = GroupCalls(state)
+        self.admin = AdminCalls(state)
 
     @property
     def settings(self) -> Settings:
@@ -493,6 +494,176 @@ class GroupCalls:
                     )
                 )
         return DescribedGroup(group_id, None, state, protocol_type, protocol, members)
+
+
+# Kafka's topic config names are txbroker's keys with dots (retention.ms is retention_ms, ...).
+KAFKA_CONFIG_NAMES = {key.replace("_", "."): key for key in topics.DEFAULT_TOPIC_CONFIG}
+# IncrementalAlterConfigs' operations.
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str  # Kafka's name
+    value: str
+    is_default: bool
+
+
+def _config_key(name: str) -> str:
+    key = KAFKA_CONFIG_NAMES.get(name)
+    if key is None:
+        raise BrokerError(
+            ErrorCode.INVALID_CONFIG,
+            f"topic config {name!r} is not one txbroker has: expected some of {sorted(KAFKA_CONFIG_NAMES)}",
+        )
+    return key
+
+
+def _config_value(key: str, text: str | None):
+    if key == "cleanup_policy":
+        return text
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        raise BrokerError(
+            ErrorCode.INVALID_CONFIG, f"topic config {key.replace('_', '.')}={text!r} is invalid: expected an integer"
+        ) from None
+
+
+def _altered(config: dict, alterations: list[tuple[str, int, str | None]], defaults: dict) -> dict:
+    """The config after IncrementalAlterConfigs' operations (SET, DELETE: back to the default,
+    APPEND/SUBTRACT: to and from cleanup.policy's list)."""
+    config = dict(config)
+    for name, operation, text in alterations:
+        key = _config_key(name)
+        if operation == SET:
+            config[key] = _config_value(key, text)
+        elif operation == DELETE:
+            config[key] = defaults[key]
+        elif operation in (APPEND, SUBTRACT) and key == "cleanup_policy":
+            current, given = set(config[key].split(",")), set((text or "").split(","))
+            changed = current | given if operation == APPEND else current - given
+            config[key] = ",".join(sorted(changed))
+        else:
+            raise BrokerError(
+                ErrorCode.INVALID_CONFIG,
+                f"operation {operation} on {name!r}: expected SET (0) or DELETE (1), or APPEND (2) / SUBTRACT (3) "
+                f"on the list cleanup.policy",
+            )
+    return config
+
+
+class _ValidatedOnly(Exception):
+    """Rolls back a validate-only change once it has been checked as if made."""
+
+
+class AdminCalls:
+    """Kafka's topic admin APIs on the operations HTTP's /v1/topics uses, with its ACLs (Create on
+    the cluster or the topic, Delete on the topic, DescribeConfigs / AlterConfigs on the topic) and
+    its audit entries."""
+
+    def __init__(self, state) -> None:
+        self._state = state
+
+    @property
+    def _defaults(self) -> dict:
+        return {**topics.DEFAULT_TOPIC_CONFIG, **self._state.settings.topic_defaults()}
+
+    async def create_topic(
+        self, principal: Principal, name: str, partitions: int, configs: dict[str, str | None], validate_only: bool
+    ):
+        if not is_allowed(principal, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
+            authorize(principal, Operation.CREATE, ResourceType.TOPIC, name)
+        config = {}
+        for config_name, text in configs.items():
+            key = _config_key(config_name)
+            config[key] = _config_value(key, text)
+        async with self._state.pool.acquire() as conn:
+            try:
+                async with conn.transaction():  # the audit entry is part of the change, as over HTTP
+                    topic = await topics.create_topic(
+                        conn, name, partitions, config, defaults=self._state.settings.topic_defaults()
+                    )
+                    await principals.audit(
+                        conn, now_ms(), principal.name, "create topic", name, f"partitions={partitions} (Kafka)"
+                    )
+                    if validate_only:
+                        raise _ValidatedOnly
+            except _ValidatedOnly:
+                pass
+        return topic
+
+    async def delete_topic(self, principal: Principal, name: str) -> None:
+        authorize(principal, Operation.DELETE, ResourceType.TOPIC, name)
+        async with self._state.pool.acquire() as conn, conn.transaction():
+            await topics.delete_topic(conn, name)
+            await principals.audit(conn, now_ms(), principal.name, "delete topic", name)
+
+    async def grow_partitions(self, principal: Principal, name: str, count: int) -> None:
+        """Kafka's CreatePartitions: txbroker's topics keep the partition count they were created
+        with, so any growth is refused (INVALID_PARTITIONS, as Kafka answers a count it will not take)."""
+        authorize(principal, Operation.ALTER, ResourceType.TOPIC, name)
+        async with self._state.pool.acquire() as conn:
+            topic = await topics.get_topic(conn, name)
+        raise BrokerError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"topic {name!r} has {topic.partition_count} partitions and {count} were asked: txbroker cannot add "
+            f"partitions to a topic; create a new topic with the partitions needed",
+        )
+
+    async def describe_config(self, principal: Principal, name: str, keys: list[str] | None) -> list[ConfigEntry]:
+        authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)  # Kafka: DescribeConfigs, implied by it
+        async with self._state.pool.acquire() as conn:
+            topic = await topics.get_topic(conn, name)
+        defaults = self._defaults
+        entries = []
+        for kafka_name, key in sorted(KAFKA_CONFIG_NAMES.items()):
+            if keys is not None and kafka_name not in keys:
+                continue
+            value = topic.setting(key)
+            entries.append(ConfigEntry(kafka_name, str(value), value == defaults[key]))
+        return entries
+
+    async def alter_config(
+        self, principal: Principal, name: str, alterations: list[tuple[str, int, str | None]], validate_only: bool
+    ) -> None:
+        authorize(principal, Operation.ALTER, ResourceType.TOPIC, name)  # Kafka: AlterConfigs, implied by Alter
+        defaults = self._defaults
+        async with self._state.pool.acquire() as conn:
+            try:
+                async with conn.transaction():
+                    await topics.alter_config(
+                        conn, name, lambda config: _altered(config, alterations, defaults), defaults
+                    )
+                    await principals.audit(
+                        conn,
+                        now_ms(),
+                        principal.name,
+                        "alter topic config",
+                        name,
+                        ", ".join(f"{n} {op} {v}" for n, op, v in alterations),
+                    )
+                    if validate_only:
+                        raise _ValidatedOnly
+            except _ValidatedOnly:
+                pass
+
+    async def delete_records(self, principal: Principal, name: str, offsets: list[tuple[int, int]]) -> list:
+        """(partition, offset) each (offset -1: the high watermark); the new low watermark or a BrokerError each."""
+        authorize(principal, Operation.DELETE, ResourceType.TOPIC, name)
+        results: list = []
+        async with self._state.pool.acquire() as conn:
+            topic = await topics.get_topic(conn, name)
+            log_cleaner.check_records_deletable(topic)
+            for partition, offset in offsets:
+                try:
+                    results.append(await log_cleaner.delete_records(conn, topic, partition, offset))
+                except BrokerError as error:
+                    results.append(error)
+            await principals.audit(
+                conn, now_ms(), principal.name, "delete records", name, ", ".join(f"{p}:{o}" for p, o in offsets)
+            )
+        return results
 
 
 def byte_records(batch: StoredBatch) -> list[KafkaRecord | None]:

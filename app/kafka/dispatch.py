@@ -9,7 +9,7 @@ from __future__ import annotations
 from app.kafka import api_table
 from app.kafka.context import RequestContext
 from app.kafka.frames import MalformedRequest, encode_response, parse_request, peek_header
-from app.kafka.handlers import fetch, group_offsets, groups, metadata, offsets, produce, producers, versions
+from app.kafka.handlers import admin, fetch, group_offsets, groups, metadata, offsets, produce, producers, versions
 
 HANDLERS = {
     api_table.PRODUCE: produce.handle,
@@ -27,6 +27,12 @@ HANDLERS = {
     api_table.SYNC_GROUP: groups.sync_group,
     api_table.DESCRIBE_GROUPS: groups.describe_groups,
     api_table.LIST_GROUPS: groups.list_groups,
+    api_table.CREATE_TOPICS: admin.create_topics,
+    api_table.DELETE_TOPICS: admin.delete_topics,
+    api_table.DELETE_RECORDS: admin.delete_records,
+    api_table.DESCRIBE_CONFIGS: admin.describe_configs,
+    api_table.CREATE_PARTITIONS: admin.create_partitions,
+    api_table.INCREMENTAL_ALTER_CONFIGS: admin.incremental_alter_configs,
 }
 
 

@@ -181,6 +181,45 @@ def _group_sample(api_key: int, version: int):
         return request_of(api_key, version, states_filter=())
     if api_key == api_table.DESCRIBE_GROUPS:
         return request_of(api_key, version, groups=(GROUP,), include_authorized_operations=False)
+    return _admin_sample(api_key, version)
+
+
+def _admin_sample(api_key: int, version: int):
+    timeout = datetime.timedelta(seconds=30)
+    if api_key == api_table.CREATE_TOPICS:
+        config = nested(api_key, version, "CreatableTopicConfig", name="retention.ms", value="60000")
+        topic = nested(
+            api_key,
+            version,
+            "CreatableTopic",
+            name=f"created-v{version}",
+            num_partitions=-1,
+            replication_factor=-1,
+            assignments=(),
+            configs=(config,),
+        )
+        return request_of(api_key, version, topics=(topic,), timeout=timeout, validate_only=False)
+    if api_key == api_table.DELETE_TOPICS:
+        name = f"created-v{2 + version % 6}"  # one CreateTopics made (each version's own, in order)
+        topic = nested(api_key, version, "DeleteTopicState", name=name, topic_id=None) if version >= 6 else None
+        return request_of(api_key, version, topic_names=(name,), topics=(topic,), timeout=timeout)
+    if api_key == api_table.DELETE_RECORDS:
+        partition = nested(api_key, version, "DeleteRecordsPartition", partition_index=0, offset=0)
+        topic = nested(api_key, version, "DeleteRecordsTopic", name=TOPIC, partitions=(partition,))
+        return request_of(api_key, version, topics=(topic,), timeout=timeout)
+    if api_key == api_table.DESCRIBE_CONFIGS:
+        resource = nested(
+            api_key, version, "DescribeConfigsResource", resource_type=2, resource_name=TOPIC, configuration_keys=None
+        )
+        return request_of(api_key, version, resources=(resource,), include_synonyms=False, include_documentation=False)
+    if api_key == api_table.CREATE_PARTITIONS:
+        return request_of(api_key, version, topics=(), timeout=timeout, validate_only=False)
+    if api_key == api_table.INCREMENTAL_ALTER_CONFIGS:
+        config = nested(api_key, version, "AlterableConfig", name="retention.ms", config_operation=0, value="120000")
+        resource = nested(
+            api_key, version, "AlterConfigsResource", resource_type=2, resource_name=TOPIC, configs=(config,)
+        )
+        return request_of(api_key, version, resources=(resource,), validate_only=False)
     return None
 
 
