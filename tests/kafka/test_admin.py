@@ -97,6 +97,16 @@ def test_confluent_admin_client(module_kafka_server):
     assert http_topic(server, topic) is None
 
 
+def test_confluent_lists_every_topic(module_kafka_server):
+    """Regression: librdkafka's Metadata v12 for every topic carries 3 bytes the schema does not
+    have; the listener closed the connection instead of ignoring them as Kafka does."""
+    server = module_kafka_server
+    server.client.post("/v1/topics", json={"name": "admin-listed", "partitions": 2, "config": {}})
+    cluster = AdminClient({"bootstrap.servers": bootstrap(server)}).list_topics(timeout=WAIT_S)
+    assert len(cluster.topics["admin-listed"].partitions) == 2
+    assert list(cluster.brokers) == [0]
+
+
 def test_kafka_python_admin_client(module_kafka_server):
     from kafka.admin import ConfigResource as KpConfigResource
     from kafka.admin import ConfigResourceType, KafkaAdminClient
