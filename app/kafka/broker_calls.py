@@ -11,6 +11,8 @@ sequence checks, fencing and transaction rules are the ones HTTP gets.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from dataclasses import dataclass, field
 
 from app.clock import now_ms
@@ -29,10 +31,12 @@ from app.coordinator.produce import PartitionRecords, ProduceCommand
 from app.errors import BrokerError, ErrorCode
 from app.kafka.record_batches import KafkaRecord, ProducedBatch
 from app.settings import Settings
-from app.storage import log_cleaner, partition_log, principals, record_codec, topics
+from app.storage import database, log_cleaner, node_presence, partition_log, principals, record_codec, topics
 from app.storage.batch_reads import StoredBatch, read_batches
 from app.storage.group_offsets import CommittedOffset, OffsetEntry
 from app.storage.partition_log import READ_COMMITTED, READ_UNCOMMITTED, AppendResult, PartitionState
+
+log = logging.getLogger("txbroker.kafka")
 
 # Kafka's num.partitions default: the partitions of a topic Metadata creates.
 AUTO_CREATED_PARTITIONS = 1
@@ -147,12 +151,42 @@ class BrokerCalls:
 
     def __init__(self, state) -> None:
         self._state = state
+        self._presence = None
+        self._node = None
         self.groups = GroupCalls(state)
         self.admin = AdminCalls(state)
 
     @property
     def settings(self) -> Settings:
         return self._state.settings
+
+    # ---- this node among the others (storage/node_presence.py)
+
+    @property
+    def node_id(self) -> int:
+        return self.settings.node_id
+
+    async def announce(self, host: str, port: int) -> None:
+        """Shows this node as alive, at the address it advertises, while the listener serves."""
+        self._node = node_presence.LiveNode(self.node_id, host, port)
+        self._presence = await database.connect(self._state.database_url)
+        if not await node_presence.announce(self._presence, self._node):
+            log.warning("kafka-node %d %s:%d is too long an application_name: other nodes cannot list it", *self._node)
+
+    async def withdraw(self) -> None:
+        presence, self._presence = self._presence, None
+        if presence is not None:
+            await presence.close()
+
+    async def live_nodes(self, host: str, port: int) -> list[node_presence.LiveNode]:
+        """The nodes alive on this database, this one (at host:port) always among them, also while
+        its presence connection is being re-opened after PostgreSQL dropped it."""
+        if self._presence is not None and self._presence.is_closed():
+            with contextlib.suppress(Exception):  # PostgreSQL still away: retried at the next Metadata
+                await self.announce(host, port)
+        async with self._state.pool.acquire() as conn:
+            others = [n for n in await node_presence.live_nodes(conn) if n.node_id != self.node_id]
+        return sorted([node_presence.LiveNode(self.node_id, host, port), *others])
 
     @property
     def ready(self) -> bool:

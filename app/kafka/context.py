@@ -6,8 +6,6 @@ from dataclasses import dataclass
 
 from app.kafka.broker_calls import BrokerCalls
 
-# One node, always broker 0 for now (several nodes' ids are a later part of issue 23).
-NODE_ID = 0
 CLUSTER_ID = "txbroker"
 
 

@@ -79,9 +79,11 @@ class KafkaListener:
         if self._socket is None:
             self.bind()
         self._server = await asyncio.start_server(self._accepted, sock=self._socket, backlog=LISTEN_BACKLOG)
+        await self._calls.announce(*self.advertised)
         log.info("Kafka listener on %s:%d (advertised as %s:%d)", *self.bound_address, *self.advertised)
 
     async def stop(self) -> None:
+        await self._calls.withdraw()
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):

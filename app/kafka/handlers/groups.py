@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from app.errors import BrokerError
 from app.kafka import api_table
-from app.kafka.context import NODE_ID, RequestContext
+from app.kafka.context import RequestContext
 from app.kafka.error_codes import kafka_error
 from app.kafka.frames import build, response_module
 
@@ -28,7 +28,7 @@ async def find_coordinator(context: RequestContext, request) -> object:
     """This node, for any key of either type (group 0, transaction 1)."""
     module = response_module(api_table.FIND_COORDINATOR, context.api_version)
     keys = getattr(request, "coordinator_keys", None)
-    coordinator = {"node_id": NODE_ID, "host": context.advertised_host, "port": context.advertised_port}
+    coordinator = {"node_id": context.calls.node_id, "host": context.advertised_host, "port": context.advertised_port}
     if keys is None:  # v0-v3: one key
         return build(
             module,
