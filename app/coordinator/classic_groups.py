@@ -352,6 +352,9 @@ class ClassicGroups:
                     member["assignment"] = _b64(assignments.get(mid, b""))
                 classic["state"] = STABLE
                 await self._save(conn, group, classic, now)
+        # A leader that never syncs: after the rebalance timeout the member rejoins (as Kafka's
+        # newer coordinators answer), so that no request waits without end.
+        deadline = now + classic["members"][member_id]["rebalance_timeout_ms"]
         while True:
             async with self.pool.acquire() as conn:
                 group = await groups.get(conn, group_id)
@@ -359,6 +362,8 @@ class ClassicGroups:
             if classic["state"] == STABLE:
                 member = classic["members"][member_id]
                 return SyncResult(classic["protocol_type"], classic["protocol"], _bytes(member["assignment"]))
+            if now_ms() >= deadline:
+                raise _rebalancing(group_id)
             await asyncio.sleep(POLL_S)
 
     @staticmethod

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.kafka import http_side
-from tests.kafka.clients import create_topic
+from tests.kafka.clients import WAIT_S, create_topic
 from tests.kafka.group_clients import MEMBERS, poll_until
 
 PARTITIONS = 4
@@ -83,6 +83,39 @@ def test_two_members_split_the_partitions_then_one_leaves_and_a_new_one_resumes(
     assert {(o["partition"], o["offset"]) for o in response.json()["offsets"]} == {(p, 7) for p in range(PARTITIONS)}
 
 
+@pytest.mark.parametrize("assignor", ["roundrobin", "cooperative-sticky"])
+def test_confluent_assignors_are_relayed(module_kafka_server, assignor):
+    """The broker relays the leader's assignment whatever its assignor (librdkafka's range is the
+    default, tested above): each partition to one member, cooperative's incremental rebalances too."""
+    server = module_kafka_server
+    topic, group = f"groups-{assignor}", f"assignor-{assignor}"
+    create_topic(server, topic, PARTITIONS)
+    member_class = MEMBERS["confluent-kafka"]
+    first = member_class(server, group, topic, **{"partition.assignment.strategy": assignor})
+    second = member_class(server, group, topic, **{"partition.assignment.strategy": assignor})
+    members = [first, second]
+    try:
+        poll_until(
+            members,
+            lambda _: (
+                first.assignment()
+                and second.assignment()
+                and not first.assignment() & second.assignment()
+                and len(first.assignment() | second.assignment()) == PARTITIONS
+            ),
+            "the partitions split between the two",
+        )
+        sent = produce_to_each_partition(server, topic, 3, assignor)
+        consumed = poll_until(members, lambda c: len(c[0]) + len(c[1]) >= len(sent), "every record consumed")
+        assert sorted(c.value for c in consumed[0] + consumed[1]) == sorted(sent)
+        second.close()
+        members = [first]
+        poll_until(members, lambda _: first.assignment() == set(range(PARTITIONS)), "the rest to the first")
+    finally:
+        for member in members:
+            member.close()
+
+
 @pytest.mark.parametrize("reset", ["earliest", "latest"])
 def test_auto_offset_reset(module_kafka_server, member_class, reset):
     server = module_kafka_server
@@ -93,10 +126,14 @@ def test_auto_offset_reset(module_kafka_server, member_class, reset):
     try:
         # Until the member reads from every partition (its positions are taken), a marker more to each.
         seen = []
-        while {c.partition for c in seen if c.value.startswith(b"marker")} != set(range(PARTITIONS)):
-            produce_to_each_partition(server, topic, 1, f"marker{len(seen)}")
+        for attempt in range(WAIT_S):
+            if {c.partition for c in seen if c.value.startswith(b"marker")} == set(range(PARTITIONS)):
+                break
+            produce_to_each_partition(server, topic, 1, f"marker{attempt}")
             for _ in range(5):
                 seen += member.poll()
+        else:
+            raise AssertionError(f"no marker reached the member from every partition: {seen}")
         after = produce_to_each_partition(server, topic, 1, "after")
         seen += poll_until([member], lambda c: after <= {r.value for r in seen + c[0]}, "the records after")[0]
         values = [c.value for c in seen if not c.value.startswith(b"marker")]
