@@ -82,6 +82,9 @@ class KafkaPythonMember:
             auto_offset_reset=reset,
             **extra,
         )
+        # kafka-python's leader assigns with the metadata it has: known before the first join, as
+        # Kafka's initial rebalance delay (3 s, not built here) lets it be ("No partition metadata").
+        assert self.consumer.partitions_for_topic(topic)
         self.consumer.subscribe([topic])
         self.topic = topic
 
