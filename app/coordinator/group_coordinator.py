@@ -198,15 +198,7 @@ class GroupCoordinator:
         errors: list[BrokerError | None] = []
         for entry in entries:
             topic = topics.get(entry.topic)
-            if entry.metadata is not None and "\0" in entry.metadata:
-                errors.append(
-                    BrokerError(
-                        ErrorCode.INVALID_REQUEST,
-                        f"the metadata of the offset of {entry.topic}-{entry.partition} contains a NUL "
-                        f"character: expected text without one (PostgreSQL's text cannot hold it)",
-                    )
-                )
-            elif topic is None:
+            if topic is None:
                 errors.append(unknown_topic(entry.topic))
             elif not 0 <= entry.partition < topic.partition_count:
                 errors.append(unknown_partition(topic, entry.partition))

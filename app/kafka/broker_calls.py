@@ -408,6 +408,18 @@ class BrokerCalls:
         return ListedOffset(offset, found_ms)
 
 
+def _unstorable(entry: OffsetEntry) -> BrokerError | None:
+    """PostgreSQL's text cannot hold NUL: HTTP refuses such a request whole (400); Kafka's
+    OffsetCommit answers per partition, so only that offset is refused."""
+    if entry.metadata is not None and "\0" in entry.metadata:
+        return BrokerError(
+            ErrorCode.INVALID_REQUEST,
+            f"the metadata of the offset of {entry.topic}-{entry.partition} contains a NUL character: expected "
+            f"text without one",
+        )
+    return None
+
+
 class GroupCalls:
     """Consumer groups, with the group coordinator HTTP's /v1/groups uses (the classic protocol is
     its `classic` part). Kafka's ACLs as HTTP applies them: Read on the group to be a member or
@@ -473,7 +485,7 @@ class GroupCalls:
         """offsets: (topic, partition, offset, metadata) each; one error or None per entry."""
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
         entries = [OffsetEntry(*entry) for entry in offsets]
-        errors = [_denied(principal, Operation.READ, ResourceType.TOPIC, e.topic) for e in entries]
+        errors = [_denied(principal, Operation.READ, ResourceType.TOPIC, e.topic) or _unstorable(e) for e in entries]
         allowed = [e for e, error in zip(entries, errors) if error is None]
         committed = iter(
             await self._groups.commit_offsets(group_id, member_id, generation_id, allowed) if allowed else []

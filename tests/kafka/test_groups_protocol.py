@@ -241,3 +241,45 @@ def test_http_and_kafka_consumers_resume_from_each_others_commits(module_kafka_s
     )
     assert response.status_code == 200, response.text
     assert response.json()["assignment"] == [{"topic": topic, "partitions": [0]}]
+
+
+def test_a_nul_inside_offset_metadata_refuses_that_offset(module_kafka_server):
+    """PostgreSQL's text cannot hold NUL: that partition's commit is INVALID_REQUEST, the others
+    commit (the connection is not closed); a trailing NUL (confluent-kafka's) is dropped."""
+    server = module_kafka_server
+    create_topic(server, "nul-metadata", 3)
+    partitions = [(0, "a\0b"), (1, "fine"), (2, "terminated\0")]
+    request = request_of(
+        api_table.OFFSET_COMMIT,
+        8,
+        group_id="nul-group",
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=(
+            nested(
+                api_table.OFFSET_COMMIT,
+                8,
+                "OffsetCommitRequestTopic",
+                name="nul-metadata",
+                partitions=tuple(
+                    nested(
+                        api_table.OFFSET_COMMIT,
+                        8,
+                        "OffsetCommitRequestPartition",
+                        partition_index=p,
+                        committed_offset=7,
+                        committed_leader_epoch=-1,
+                        committed_metadata=m,
+                    )
+                    for p, m in partitions
+                ),
+            ),
+        ),
+    )
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        [topic] = connection.call(request).topics
+    assert [p.error_code for p in topic.partitions] == [KafkaError.invalid_request, KafkaError.none, KafkaError.none]
+    response = server.client.post("/v1/groups/nul-group/offsets/fetch", json={"partitions": None})
+    offsets = [(o["partition"], o["offset"], o["metadata"]) for o in response.json()["offsets"]]
+    assert offsets == [(1, 7, "fine"), (2, 7, "terminated")]
