@@ -114,6 +114,7 @@ def create_app(
         app.state.kafka_listener = _kafka_listener(app, settings)  # bound first, beside the port `serve` holds
         await _migrate_once_reachable(database_url)
         app.state.pool = await create_pool(database_url, settings.database_pool_size)
+        app.state.database_url = database_url  # the Kafka listener's presence connection (node_presence.py)
         app.state.coordinator = TransactionCoordinator(app.state.pool, settings)
         app.state.batched_writes = BatchedWrites(app.state.coordinator, settings.max_records_per_request)
         app.state.group_coordinator = GroupCoordinator(app.state.pool, app.state.coordinator)

@@ -192,6 +192,11 @@ ConcurrentTransactionsError = _error(
 RebalanceInProgressError = _error(
     "RebalanceInProgressError", ErrorCode.REBALANCE_IN_PROGRESS, doc="the group is rebalancing"
 )
+InconsistentGroupProtocolError = _error(
+    "InconsistentGroupProtocolError",
+    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+    doc="the group's members use the other door's protocol (Kafka's classic groups or HTTP's)",
+)
 UnstableOffsetCommitError = _error(
     "UnstableOffsetCommitError",
     ErrorCode.UNSTABLE_OFFSET_COMMIT,

@@ -65,6 +65,8 @@ class ErrorCode(StrEnum):
     UNKNOWN_MEMBER_ID = "UNKNOWN_MEMBER_ID"
     CONCURRENT_TRANSACTIONS = "CONCURRENT_TRANSACTIONS"
     REBALANCE_IN_PROGRESS = "REBALANCE_IN_PROGRESS"
+    # A member of the other door's kind joining a group (Kafka's classic protocol vs HTTP's heartbeat).
+    INCONSISTENT_GROUP_PROTOCOL = "INCONSISTENT_GROUP_PROTOCOL"
     UNSTABLE_OFFSET_COMMIT = "UNSTABLE_OFFSET_COMMIT"
     OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
     NOT_COORDINATOR = "NOT_COORDINATOR"
@@ -112,6 +114,7 @@ ERROR_SPECS: MappingProxyType[ErrorCode, ErrorSpec] = MappingProxyType(
         ErrorCode.UNKNOWN_MEMBER_ID: ErrorSpec(409, False, "zombie consumer fenced"),
         ErrorCode.CONCURRENT_TRANSACTIONS: ErrorSpec(409, True, "previous transaction still completing"),
         ErrorCode.REBALANCE_IN_PROGRESS: ErrorSpec(409, True, "retry after re-reading state"),
+        ErrorCode.INCONSISTENT_GROUP_PROTOCOL: ErrorSpec(409, False, "the group's members use another protocol"),
         ErrorCode.UNSTABLE_OFFSET_COMMIT: ErrorSpec(409, True, "a transactional offset is pending"),
         ErrorCode.OFFSET_OUT_OF_RANGE: ErrorSpec(416, False, "offset outside the log"),
         ErrorCode.NOT_COORDINATOR: ErrorSpec(421, True, "ask /v1/coordinators/find again"),

@@ -23,6 +23,7 @@ import asyncpg
 
 from app.clock import now_ms
 from app.coordinator.assignment import range_assignment
+from app.coordinator.classic_groups import ClassicGroups, classic_state
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.errors import BrokerError, ErrorCode
 from app.storage import group_offsets, groups
@@ -83,6 +84,8 @@ class GroupCoordinator:
     def __init__(self, pool: asyncpg.Pool, transactions: TransactionCoordinator) -> None:
         self.pool = pool
         self.transactions = transactions
+        # Kafka's JoinGroup/SyncGroup/Heartbeat/LeaveGroup, on the same groups, members and offsets.
+        self.classic = ClassicGroups(pool)
 
     # ---- membership
 
@@ -97,6 +100,10 @@ class GroupCoordinator:
     async def _rebalance(
         self, conn: asyncpg.Connection, group: Group, now: int, assignment: dict | None = None
     ) -> None:
+        classic = classic_state(group)
+        if classic is not None and classic["members"]:  # a Kafka group: its members rejoin and assign
+            await self.classic.members_removed(conn, group, now)
+            return
         group.generation_id += 1
         group.assignment = assignment if assignment is not None else await self._assignment_now(conn, group.group_id)
         group.last_update_ms = now
@@ -109,6 +116,13 @@ class GroupCoordinator:
         topics = sorted(set(topics))
         async with self.pool.acquire() as conn, conn.transaction():
             group = await groups.lock(conn, group_id, now)
+            classic = classic_state(group)
+            if classic is not None and classic["members"]:
+                raise BrokerError(
+                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                    f"group {group_id!r} has members that joined over Kafka's protocol (JoinGroup): a group "
+                    f"takes the kind of its first member; use another group id, or wait until they left",
+                )
             members = {m.member_id: m for m in await groups.members(conn, group_id)}
             changed = False
             if member_id == NO_MEMBER:

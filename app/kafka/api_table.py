@@ -11,6 +11,21 @@ PRODUCE = 0
 FETCH = 1
 LIST_OFFSETS = 2
 METADATA = 3
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
+DELETE_RECORDS = 21
+DESCRIBE_CONFIGS = 32
+CREATE_PARTITIONS = 37
+INCREMENTAL_ALTER_CONFIGS = 44
 API_VERSIONS = 18
 INIT_PRODUCER_ID = 22
 
@@ -19,6 +34,21 @@ SUPPORTED_VERSIONS: dict[int, range] = {
     FETCH: range(4, 13),  # v4: the first with isolation_level and aborted transactions
     LIST_OFFSETS: range(1, 8),
     METADATA: range(0, 13),
+    OFFSET_COMMIT: range(2, 9),  # v9+: KIP-848's member epochs
+    OFFSET_FETCH: range(1, 9),  # v9+: KIP-848's member epochs
+    FIND_COORDINATOR: range(0, 5),  # v5+: share groups
+    JOIN_GROUP: range(0, 10),
+    HEARTBEAT: range(0, 5),
+    LEAVE_GROUP: range(0, 6),
+    SYNC_GROUP: range(0, 6),
+    DESCRIBE_GROUPS: range(0, 6),
+    LIST_GROUPS: range(0, 5),  # v5+: the group type filter
+    CREATE_TOPICS: range(2, 8),
+    DELETE_TOPICS: range(1, 7),
+    DELETE_RECORDS: range(0, 3),
+    DESCRIBE_CONFIGS: range(1, 5),
+    CREATE_PARTITIONS: range(0, 4),
+    INCREMENTAL_ALTER_CONFIGS: range(0, 2),
     API_VERSIONS: range(0, 4),
     INIT_PRODUCER_ID: range(0, 5),
 }

@@ -11,6 +11,8 @@ sequence checks, fencing and transaction rules are the ones HTTP gets.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from dataclasses import dataclass, field
 
 from app.clock import now_ms
@@ -23,14 +25,19 @@ from app.coordinator.authorizer import (
     authorize,
     is_allowed,
 )
+from app.coordinator.classic_groups import EMPTY, STABLE, JoinResult, SyncResult, classic_state
+from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.produce import PartitionRecords, ProduceCommand
 from app.errors import BrokerError, ErrorCode
 from app.kafka.record_batches import KafkaRecord, ProducedBatch
 from app.settings import Settings
-from app.storage import partition_log, principals, record_codec, topics
+from app.storage import database, log_cleaner, node_presence, partition_log, principals, record_codec, topics
 from app.storage.batch_reads import StoredBatch, read_batches
+from app.storage.group_offsets import CommittedOffset, OffsetEntry
 from app.storage.partition_log import AppendResult, PartitionState
 from txbroker.wire import READ_COMMITTED, READ_UNCOMMITTED
+
+log = logging.getLogger("txbroker.kafka")
 
 # Kafka's num.partitions default: the partitions of a topic Metadata creates.
 AUTO_CREATED_PARTITIONS = 1
@@ -86,6 +93,51 @@ class ListedOffset:
     timestamp_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str  # "consumer" for Kafka consumers; HTTP's groups are listed as "http"
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    group_id: str
+    error: BrokerError | None
+    state: str = "Dead"
+    protocol_type: str = ""
+    protocol: str = ""
+    members: list[DescribedMember] = field(default_factory=list)
+
+
+# How HTTP's groups (server-side assignment) are listed to Kafka's admin clients.
+HTTP_PROTOCOL_TYPE = "http"
+
+
+def _group_kind(group, member_count: int) -> tuple[str, str, str]:
+    """(protocol type, state, protocol) of a group of either door."""
+    classic = classic_state(group)
+    if classic is not None and classic["members"]:
+        return classic["protocol_type"], classic["state"], classic["protocol"] or ""
+    if classic is not None and not member_count:
+        return classic["protocol_type"], EMPTY, ""
+    return (
+        (HTTP_PROTOCOL_TYPE if member_count else ""),
+        (STABLE if member_count else EMPTY),
+        ("range" if member_count else ""),
+    )
+
+
 def _denied(principal: Principal, operation: Operation, resource: ResourceType, name: str) -> BrokerError | None:
     try:
         authorize(principal, operation, resource, name)
@@ -100,10 +152,42 @@ class BrokerCalls:
 
     def __init__(self, state) -> None:
         self._state = state
+        self._presence = None
+        self._node = None
+        self.groups = GroupCalls(state)
+        self.admin = AdminCalls(state)
 
     @property
     def settings(self) -> Settings:
         return self._state.settings
+
+    # ---- this node among the others (storage/node_presence.py)
+
+    @property
+    def node_id(self) -> int:
+        return self.settings.node_id
+
+    async def announce(self, host: str, port: int) -> None:
+        """Shows this node as alive, at the address it advertises, while the listener serves."""
+        self._node = node_presence.LiveNode(self.node_id, host, port)
+        self._presence = await database.connect(self._state.database_url)
+        if not await node_presence.announce(self._presence, self._node):
+            log.warning("kafka-node %d %s:%d is too long an application_name: other nodes cannot list it", *self._node)
+
+    async def withdraw(self) -> None:
+        presence, self._presence = self._presence, None
+        if presence is not None:
+            await presence.close()
+
+    async def live_nodes(self, host: str, port: int) -> list[node_presence.LiveNode]:
+        """The nodes alive on this database, this one (at host:port) always among them, also while
+        its presence connection is being re-opened after PostgreSQL dropped it."""
+        if self._presence is not None and self._presence.is_closed():
+            with contextlib.suppress(Exception):  # PostgreSQL still away: retried at the next Metadata
+                await self.announce(host, port)
+        async with self._state.pool.acquire() as conn:
+            others = [n for n in await node_presence.live_nodes(conn) if n.node_id != self.node_id]
+        return sorted([node_presence.LiveNode(self.node_id, host, port), *others])
 
     @property
     def ready(self) -> bool:
@@ -323,6 +407,310 @@ class BrokerCalls:
                 conn, topic, partition, timestamp, READ_COMMITTED if read_committed else READ_UNCOMMITTED
             )
         return ListedOffset(offset, found_ms)
+
+
+def _unstorable(entry: OffsetEntry) -> BrokerError | None:
+    """PostgreSQL's text cannot hold NUL: HTTP refuses such a request whole (400); Kafka's
+    OffsetCommit answers per partition, so only that offset is refused."""
+    if entry.metadata is not None and "\0" in entry.metadata:
+        return BrokerError(
+            ErrorCode.INVALID_REQUEST,
+            f"the metadata of the offset of {entry.topic}-{entry.partition} contains a NUL character: expected "
+            f"text without one",
+        )
+    return None
+
+
+class GroupCalls:
+    """Consumer groups, with the group coordinator HTTP's /v1/groups uses (the classic protocol is
+    its `classic` part). Kafka's ACLs as HTTP applies them: Read on the group to be a member or
+    commit, Describe to fetch offsets or describe; Read on a topic to commit its offsets."""
+
+    def __init__(self, state) -> None:
+        self._state = state
+
+    @property
+    def _groups(self) -> GroupCoordinator:
+        return self._state.group_coordinator
+
+    async def join(
+        self,
+        principal: Principal,
+        group_id: str,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        client_id: str,
+        client_host: str,
+        member_id_required: bool,
+    ) -> JoinResult:
+        authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
+        return await self._groups.classic.join(
+            group_id,
+            member_id,
+            group_instance_id,
+            protocol_type,
+            protocols,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            client_id,
+            client_host,
+            member_id_required,
+        )
+
+    async def sync(
+        self, principal: Principal, group_id: str, member_id: str, generation_id: int, assignments: dict[str, bytes]
+    ) -> SyncResult:
+        authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
+        return await self._groups.classic.sync(group_id, member_id, generation_id, assignments)
+
+    async def heartbeat(self, principal: Principal, group_id: str, member_id: str, generation_id: int) -> None:
+        authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
+        await self._groups.classic.heartbeat(group_id, member_id, generation_id)
+
+    async def leave(self, principal: Principal, group_id: str, member_ids: list[str]) -> list[BrokerError | None]:
+        authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
+        return await self._groups.classic.leave(group_id, member_ids)
+
+    async def commit_offsets(
+        self,
+        principal: Principal,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        offsets: list[tuple[str, int, int, str | None]],
+    ) -> list[BrokerError | None]:
+        """offsets: (topic, partition, offset, metadata) each; one error or None per entry."""
+        authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
+        entries = [OffsetEntry(*entry) for entry in offsets]
+        errors = [_denied(principal, Operation.READ, ResourceType.TOPIC, e.topic) or _unstorable(e) for e in entries]
+        allowed = [e for e, error in zip(entries, errors) if error is None]
+        committed = iter(
+            await self._groups.commit_offsets(group_id, member_id, generation_id, allowed) if allowed else []
+        )
+        return [error if error is not None else next(committed) for error in errors]
+
+    async def fetch_offsets(
+        self, principal: Principal, group_id: str, partitions: list[tuple[str, int]] | None, require_stable: bool
+    ) -> list[tuple[CommittedOffset, BrokerError | None]]:
+        authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
+        found = await self._groups.fetch_offsets(group_id, partitions, require_stable)
+        return [
+            (committed, error or _denied(principal, Operation.DESCRIBE, ResourceType.TOPIC, committed.topic))
+            for committed, error in found
+            if partitions is not None or is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, committed.topic)
+        ]
+
+    async def list_groups(self, principal: Principal) -> list[ListedGroup]:
+        listed = []
+        for group, member_count in await self._groups.list():
+            if is_allowed(principal, Operation.DESCRIBE, ResourceType.GROUP, group.group_id):
+                protocol_type, state, _ = _group_kind(group, member_count)
+                listed.append(ListedGroup(group.group_id, protocol_type, state))
+        return listed
+
+    async def describe_group(self, principal: Principal, group_id: str) -> DescribedGroup:
+        denied = _denied(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
+        if denied is not None:
+            return DescribedGroup(group_id, denied)
+        try:
+            described = await self._groups.describe(group_id)
+        except BrokerError as error:
+            if error.code == ErrorCode.GROUP_ID_NOT_FOUND:  # Kafka describes an unknown group as Dead
+                return DescribedGroup(group_id, None)
+            raise
+        protocol_type, state, protocol = _group_kind(described.group, len(described.members))
+        classic = self._groups.classic.described_members(described.group)
+        members = []
+        for member in described.members:
+            kafka_side = classic.get(member.member_id)
+            if kafka_side is None:  # an HTTP member: no client bytes, its range assignment described in JSON
+                members.append(DescribedMember(member.member_id, None, "http", "", b"", b""))
+            else:
+                members.append(
+                    DescribedMember(
+                        member.member_id,
+                        kafka_side["group_instance_id"],
+                        kafka_side["client_id"],
+                        kafka_side["client_host"],
+                        kafka_side["metadata"],
+                        kafka_side["assignment"],
+                    )
+                )
+        return DescribedGroup(group_id, None, state, protocol_type, protocol, members)
+
+
+# Kafka's topic config names are txbroker's keys with dots (retention.ms is retention_ms, ...).
+KAFKA_CONFIG_NAMES = {key.replace("_", "."): key for key in topics.DEFAULT_TOPIC_CONFIG}
+# IncrementalAlterConfigs' operations.
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str  # Kafka's name
+    value: str
+    is_default: bool
+
+
+def _config_key(name: str) -> str:
+    key = KAFKA_CONFIG_NAMES.get(name)
+    if key is None:
+        raise BrokerError(
+            ErrorCode.INVALID_CONFIG,
+            f"topic config {name!r} is not one txbroker has: expected some of {sorted(KAFKA_CONFIG_NAMES)}",
+        )
+    return key
+
+
+def _config_value(key: str, text: str | None):
+    if key == "cleanup_policy":
+        return text
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        raise BrokerError(
+            ErrorCode.INVALID_CONFIG, f"topic config {key.replace('_', '.')}={text!r} is invalid: expected an integer"
+        ) from None
+
+
+def _altered(config: dict, alterations: list[tuple[str, int, str | None]], defaults: dict) -> dict:
+    """The config after IncrementalAlterConfigs' operations (SET, DELETE: back to the default,
+    APPEND/SUBTRACT: to and from cleanup.policy's list)."""
+    config = dict(config)
+    for name, operation, text in alterations:
+        key = _config_key(name)
+        if operation == SET:
+            config[key] = _config_value(key, text)
+        elif operation == DELETE:
+            config[key] = defaults[key]
+        elif operation in (APPEND, SUBTRACT) and key == "cleanup_policy":
+            current, given = set(config[key].split(",")), set((text or "").split(","))
+            changed = current | given if operation == APPEND else current - given
+            config[key] = ",".join(sorted(changed))
+        else:
+            raise BrokerError(
+                ErrorCode.INVALID_CONFIG,
+                f"operation {operation} on {name!r}: expected SET (0) or DELETE (1), or APPEND (2) / SUBTRACT (3) "
+                f"on the list cleanup.policy",
+            )
+    return config
+
+
+class _ValidatedOnly(Exception):
+    """Rolls back a validate-only change once it has been checked as if made."""
+
+
+class AdminCalls:
+    """Kafka's topic admin APIs on the operations HTTP's /v1/topics uses, with its ACLs (Create on
+    the cluster or the topic, Delete on the topic, DescribeConfigs / AlterConfigs on the topic) and
+    its audit entries."""
+
+    def __init__(self, state) -> None:
+        self._state = state
+
+    @property
+    def _defaults(self) -> dict:
+        return {**topics.DEFAULT_TOPIC_CONFIG, **self._state.settings.topic_defaults()}
+
+    async def create_topic(
+        self, principal: Principal, name: str, partitions: int, configs: dict[str, str | None], validate_only: bool
+    ):
+        if not is_allowed(principal, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
+            authorize(principal, Operation.CREATE, ResourceType.TOPIC, name)
+        config = {}
+        for config_name, text in configs.items():
+            key = _config_key(config_name)
+            config[key] = _config_value(key, text)
+        async with self._state.pool.acquire() as conn:
+            try:
+                async with conn.transaction():  # the audit entry is part of the change, as over HTTP
+                    topic = await topics.create_topic(
+                        conn, name, partitions, config, defaults=self._state.settings.topic_defaults()
+                    )
+                    await principals.audit(
+                        conn, now_ms(), principal.name, "create topic", name, f"partitions={partitions} (Kafka)"
+                    )
+                    if validate_only:
+                        raise _ValidatedOnly
+            except _ValidatedOnly:
+                pass
+        return topic
+
+    async def delete_topic(self, principal: Principal, name: str) -> None:
+        authorize(principal, Operation.DELETE, ResourceType.TOPIC, name)
+        async with self._state.pool.acquire() as conn, conn.transaction():
+            await topics.delete_topic(conn, name)
+            await principals.audit(conn, now_ms(), principal.name, "delete topic", name)
+
+    async def grow_partitions(self, principal: Principal, name: str, count: int) -> None:
+        """Kafka's CreatePartitions: txbroker's topics keep the partition count they were created
+        with, so any growth is refused (INVALID_PARTITIONS, as Kafka answers a count it will not take)."""
+        authorize(principal, Operation.ALTER, ResourceType.TOPIC, name)
+        async with self._state.pool.acquire() as conn:
+            topic = await topics.get_topic(conn, name)
+        raise BrokerError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"topic {name!r} has {topic.partition_count} partitions and {count} were asked: txbroker cannot add "
+            f"partitions to a topic; create a new topic with the partitions needed",
+        )
+
+    async def describe_config(self, principal: Principal, name: str, keys: list[str] | None) -> list[ConfigEntry]:
+        authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)  # Kafka: DescribeConfigs, implied by it
+        async with self._state.pool.acquire() as conn:
+            topic = await topics.get_topic(conn, name)
+        defaults = self._defaults
+        entries = []
+        for kafka_name, key in sorted(KAFKA_CONFIG_NAMES.items()):
+            if keys is not None and kafka_name not in keys:
+                continue
+            value = topic.setting(key)
+            entries.append(ConfigEntry(kafka_name, str(value), value == defaults[key]))
+        return entries
+
+    async def alter_config(
+        self, principal: Principal, name: str, alterations: list[tuple[str, int, str | None]], validate_only: bool
+    ) -> None:
+        authorize(principal, Operation.ALTER, ResourceType.TOPIC, name)  # Kafka: AlterConfigs, implied by Alter
+        defaults = self._defaults
+        async with self._state.pool.acquire() as conn:
+            try:
+                async with conn.transaction():
+                    await topics.alter_config(
+                        conn, name, lambda config: _altered(config, alterations, defaults), defaults
+                    )
+                    await principals.audit(
+                        conn,
+                        now_ms(),
+                        principal.name,
+                        "alter topic config",
+                        name,
+                        ", ".join(f"{n} {op} {v}" for n, op, v in alterations),
+                    )
+                    if validate_only:
+                        raise _ValidatedOnly
+            except _ValidatedOnly:
+                pass
+
+    async def delete_records(self, principal: Principal, name: str, offsets: list[tuple[int, int]]) -> list:
+        """(partition, offset) each (offset -1: the high watermark); the new low watermark or a BrokerError each."""
+        authorize(principal, Operation.DELETE, ResourceType.TOPIC, name)
+        results: list = []
+        async with self._state.pool.acquire() as conn:
+            topic = await topics.get_topic(conn, name)
+            log_cleaner.check_records_deletable(topic)
+            for partition, offset in offsets:
+                try:
+                    results.append(await log_cleaner.delete_records(conn, topic, partition, offset))
+                except BrokerError as error:
+                    results.append(error)
+            await principals.audit(
+                conn, now_ms(), principal.name, "delete records", name, ", ".join(f"{p}:{o}" for p, o in offsets)
+            )
+        return results
 
 
 def byte_records(batch: StoredBatch) -> list[KafkaRecord | None]:

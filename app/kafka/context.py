@@ -6,8 +6,6 @@ from dataclasses import dataclass
 
 from app.kafka.broker_calls import BrokerCalls
 
-# One node, always broker 0 for now (several nodes' ids are a later part of issue 23).
-NODE_ID = 0
 CLUSTER_ID = "txbroker"
 
 
@@ -19,3 +17,6 @@ class RequestContext:
     advertised_host: str
     advertised_port: int
     api_version: int
+    # The request header's client id and the connection's peer: what DescribeGroups shows of a member.
+    client_id: str = ""
+    client_host: str = ""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from app.kafka import api_table
 from app.kafka.context import RequestContext
 from app.kafka.frames import MalformedRequest, encode_response, parse_request, peek_header
-from app.kafka.handlers import fetch, metadata, offsets, produce, producers, versions
+from app.kafka.handlers import admin, fetch, group_offsets, groups, metadata, offsets, produce, producers, versions
 
 HANDLERS = {
     api_table.PRODUCE: produce.handle,
@@ -18,10 +18,25 @@ HANDLERS = {
     api_table.METADATA: metadata.handle,
     api_table.API_VERSIONS: versions.handle,
     api_table.INIT_PRODUCER_ID: producers.handle,
+    api_table.OFFSET_COMMIT: group_offsets.offset_commit,
+    api_table.OFFSET_FETCH: group_offsets.offset_fetch,
+    api_table.FIND_COORDINATOR: groups.find_coordinator,
+    api_table.JOIN_GROUP: groups.join_group,
+    api_table.HEARTBEAT: groups.heartbeat,
+    api_table.LEAVE_GROUP: groups.leave_group,
+    api_table.SYNC_GROUP: groups.sync_group,
+    api_table.DESCRIBE_GROUPS: groups.describe_groups,
+    api_table.LIST_GROUPS: groups.list_groups,
+    api_table.CREATE_TOPICS: admin.create_topics,
+    api_table.DELETE_TOPICS: admin.delete_topics,
+    api_table.DELETE_RECORDS: admin.delete_records,
+    api_table.DESCRIBE_CONFIGS: admin.describe_configs,
+    api_table.CREATE_PARTITIONS: admin.create_partitions,
+    api_table.INCREMENTAL_ALTER_CONFIGS: admin.incremental_alter_configs,
 }
 
 
-async def answer(frame: bytes, calls, principal, advertised: tuple[str, int]) -> bytes | None:
+async def answer(frame: bytes, calls, principal, advertised: tuple[str, int], client_host: str = "") -> bytes | None:
     """The response frame, or None when none is to be sent (Produce with acks=0). Raises
     MalformedRequest when the connection must be closed."""
     api_key, api_version, correlation_id = peek_header(frame)
@@ -35,7 +50,9 @@ async def answer(frame: bytes, calls, principal, advertised: tuple[str, int]) ->
             f"api key {api_key} version {api_version} is not served: expected {supported.start} to {supported.stop - 1}"
         )
     request = parse_request(frame, supported)
-    context = RequestContext(calls, principal, advertised[0], advertised[1], api_version)
+    context = RequestContext(
+        calls, principal, advertised[0], advertised[1], api_version, request.client_id or "", client_host
+    )
     response = await HANDLERS[api_key](context, request.body)
     if response is None:
         return None

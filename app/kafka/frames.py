@@ -69,10 +69,8 @@ def parse_request(frame: bytes, known_versions: range | None) -> RequestFrame:
         raise MalformedRequest(
             f"api key {api_key} version {api_version}: the request does not parse ({error!r})"
         ) from error
-    if header_size + body_size != len(frame):
-        raise MalformedRequest(
-            f"api key {api_key} version {api_version}: {len(frame) - header_size - body_size} bytes follow the request"
-        )
+    # Bytes after the request are ignored, as Kafka's brokers do: librdkafka 2.x sends Metadata v12
+    # for every topic (AdminClient.list_topics) with 3 bytes more than the schema has.
     return RequestFrame(api_key, api_version, correlation_id, header.client_id, body)
 
 

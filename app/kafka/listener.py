@@ -72,9 +72,11 @@ class KafkaListener:
         if self._socket is None:
             self.bind()
         self._server = await asyncio.start_server(self._accepted, sock=self._socket, backlog=LISTEN_BACKLOG)
+        await self._calls.announce(*self.advertised)
         log.info("Kafka listener on %s:%d (advertised as %s:%d)", *self.bound_address, *self.advertised)
 
     async def stop(self) -> None:
+        await self._calls.withdraw()
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):
@@ -111,6 +113,8 @@ class KafkaListener:
         limit = calls.settings.kafka_max_request_bytes
         principal = connection_principal(calls.settings)
         advertised = self.advertised
+        peer = writer.get_extra_info("peername")
+        client_host = f"/{peer[0]}" if peer else ""  # as Kafka shows a member's host
         while True:
             try:
                 header = await reader.readexactly(FRAME_LENGTH.size)
@@ -125,7 +129,7 @@ class KafkaListener:
                     f"(kafka_max_request_bytes); refused unread"
                 )
             frame = await reader.readexactly(length)
-            response = await dispatch.answer(frame, calls, principal, advertised)
+            response = await dispatch.answer(frame, calls, principal, advertised, client_host)
             if response is not None:
                 writer.write(response)
                 await writer.drain()

@@ -12,6 +12,12 @@ import asyncpg
 
 from app.storage.rows import all_from_rows, from_row
 
+# The key of `consumer_groups.assignment` that holds a Kafka classic-protocol group's state (its
+# rebalance state, protocol, leader and each member's protocols and assignment bytes) beside the
+# members' topic -> partitions: no member id is empty, and the state then changes under the same
+# row lock as the membership it describes (app/coordinator/classic_groups.py), without a migration.
+CLASSIC_STATE_KEY = ""
+
 
 @dataclass(slots=True)
 class Group:
@@ -108,6 +114,17 @@ async def touch_member(
         session_timeout_ms,
         now_ms,
     )
+
+
+async def touch(conn: asyncpg.Connection, group_id: str, member_id: str, now_ms: int) -> bool:
+    """A member's heartbeat (its session restarts); False when it is not a member."""
+    updated = await conn.execute(
+        "UPDATE group_members SET last_heartbeat_ms = $3 WHERE group_id = $1 AND member_id = $2",
+        group_id,
+        member_id,
+        now_ms,
+    )
+    return updated != "UPDATE 0"
 
 
 async def remove_members(conn: asyncpg.Connection, group_id: str, member_ids: list[str]) -> None:

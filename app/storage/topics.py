@@ -152,6 +152,27 @@ async def create_topic(
     return topic_from_row(row)
 
 
+async def alter_config(
+    conn: asyncpg.Connection, name: str, change, defaults: dict[str, Any] | None = None
+) -> TopicInfo:
+    """Replaces the topic's config by change(current config), validated as at creation; the row is
+    locked FOR UPDATE so two concurrent alterations apply one after the other, none lost. The
+    caller holds the PostgreSQL transaction (its rollback is a validate-only alteration)."""
+    row = await conn.fetchrow(f"SELECT {TOPIC_COLUMNS} FROM topics WHERE name = $1 FOR UPDATE", name)
+    if row is None:
+        raise unknown_topic(name)
+    topic = topic_from_row(row)
+    if topic.is_internal:
+        raise BrokerError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic {name!r} is internal to txbroker: its config is the server's"
+        )
+    config = effective_config(change({**DEFAULT_TOPIC_CONFIG, **topic.config}), defaults)
+    row = await conn.fetchrow(
+        f"UPDATE topics SET config = $2 WHERE topic_id = $1 RETURNING {TOPIC_COLUMNS}", topic.topic_id, config
+    )
+    return topic_from_row(row)
+
+
 async def ensure_internal_topics(
     conn: asyncpg.Connection, transaction_log_partitions: int, offsets_partitions: int
 ) -> None:

@@ -92,7 +92,135 @@ def sample_request(api_key: int, version: int):
             producer_id=-1,
             producer_epoch=-1,
         )
+    group_request = _group_sample(api_key, version)
+    if group_request is not None:
+        return group_request
     raise AssertionError(f"no sample request for api key {api_key}: add one with the API")
+
+
+# A group with one member, the leader, Stable in generation 1 (joined and synced by the fixture),
+# for SyncGroup, Heartbeat and DescribeGroups; JoinGroup and LeaveGroup use a group per version.
+GROUP = "versions-group"
+MEMBER = "versions-member"
+SESSION = datetime.timedelta(seconds=60)
+
+
+def join_request(version: int, group: str, member: str):
+    protocol = nested(api_table.JOIN_GROUP, version, "JoinGroupRequestProtocol", name="range", metadata=b"")
+    return request_of(
+        api_table.JOIN_GROUP,
+        version,
+        group_id=group,
+        session_timeout=SESSION,
+        rebalance_timeout=SESSION,
+        member_id=member,
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(protocol,),
+        reason=None,
+    )
+
+
+def _group_sample(api_key: int, version: int):
+    if api_key == api_table.OFFSET_COMMIT:
+        partition = nested(
+            api_key,
+            version,
+            "OffsetCommitRequestPartition",
+            partition_index=0,
+            committed_offset=0,
+            committed_leader_epoch=-1,
+            commit_timestamp=-1,
+            committed_metadata="m",
+        )
+        return request_of(
+            api_key,
+            version,
+            group_id="versions-offsets",
+            generation_id_or_member_epoch=-1,
+            member_id="",
+            group_instance_id=None,
+            retention_time=datetime.timedelta(milliseconds=-1),
+            topics=(nested(api_key, version, "OffsetCommitRequestTopic", name=TOPIC, partitions=(partition,)),),
+        )
+    if api_key == api_table.OFFSET_FETCH:
+        if version >= 8:
+            topic = nested(api_key, version, "OffsetFetchRequestTopics", name=TOPIC, partition_indexes=(0,))
+            group = nested(api_key, version, "OffsetFetchRequestGroup", group_id="versions-offsets", topics=(topic,))
+            return request_of(api_key, version, groups=(group,), require_stable=True)
+        topic = nested(api_key, version, "OffsetFetchRequestTopic", name=TOPIC, partition_indexes=(0,))
+        return request_of(api_key, version, group_id="versions-offsets", topics=(topic,), require_stable=True)
+    if api_key == api_table.FIND_COORDINATOR:
+        return request_of(api_key, version, key=GROUP, key_type=0, coordinator_keys=(GROUP, "a-transactional-id"))
+    if api_key == api_table.JOIN_GROUP:
+        return join_request(version, f"versions-join-v{version}", f"joiner-v{version}")
+    if api_key == api_table.SYNC_GROUP:
+        assignment = nested(api_key, version, "SyncGroupRequestAssignment", member_id=MEMBER, assignment=b"")
+        return request_of(
+            api_key,
+            version,
+            group_id=GROUP,
+            generation_id=1,
+            member_id=MEMBER,
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=(assignment,),
+        )
+    if api_key == api_table.HEARTBEAT:
+        return request_of(api_key, version, group_id=GROUP, generation_id=1, member_id=MEMBER, group_instance_id=None)
+    if api_key == api_table.LEAVE_GROUP:
+        leaver = f"leaver-v{version}"
+        members = (
+            ()
+            if version < 3
+            else (nested(api_key, version, "MemberIdentity", member_id=leaver, group_instance_id=None),)
+        )
+        return request_of(api_key, version, group_id=f"versions-leave-v{version}", member_id=leaver, members=members)
+    if api_key == api_table.LIST_GROUPS:
+        return request_of(api_key, version, states_filter=())
+    if api_key == api_table.DESCRIBE_GROUPS:
+        return request_of(api_key, version, groups=(GROUP,), include_authorized_operations=False)
+    return _admin_sample(api_key, version)
+
+
+def _admin_sample(api_key: int, version: int):
+    timeout = datetime.timedelta(seconds=30)
+    if api_key == api_table.CREATE_TOPICS:
+        config = nested(api_key, version, "CreatableTopicConfig", name="retention.ms", value="60000")
+        topic = nested(
+            api_key,
+            version,
+            "CreatableTopic",
+            name=f"created-v{version}",
+            num_partitions=-1,
+            replication_factor=-1,
+            assignments=(),
+            configs=(config,),
+        )
+        return request_of(api_key, version, topics=(topic,), timeout=timeout, validate_only=False)
+    if api_key == api_table.DELETE_TOPICS:
+        name = f"created-v{2 + version % 6}"  # one CreateTopics made (each version's own, in order)
+        topic = nested(api_key, version, "DeleteTopicState", name=name, topic_id=None) if version >= 6 else None
+        return request_of(api_key, version, topic_names=(name,), topics=(topic,), timeout=timeout)
+    if api_key == api_table.DELETE_RECORDS:
+        partition = nested(api_key, version, "DeleteRecordsPartition", partition_index=0, offset=0)
+        topic = nested(api_key, version, "DeleteRecordsTopic", name=TOPIC, partitions=(partition,))
+        return request_of(api_key, version, topics=(topic,), timeout=timeout)
+    if api_key == api_table.DESCRIBE_CONFIGS:
+        resource = nested(
+            api_key, version, "DescribeConfigsResource", resource_type=2, resource_name=TOPIC, configuration_keys=None
+        )
+        return request_of(api_key, version, resources=(resource,), include_synonyms=False, include_documentation=False)
+    if api_key == api_table.CREATE_PARTITIONS:
+        return request_of(api_key, version, topics=(), timeout=timeout, validate_only=False)
+    if api_key == api_table.INCREMENTAL_ALTER_CONFIGS:
+        config = nested(api_key, version, "AlterableConfig", name="retention.ms", config_operation=0, value="120000")
+        resource = nested(
+            api_key, version, "AlterConfigsResource", resource_type=2, resource_name=TOPIC, configs=(config,)
+        )
+        return request_of(api_key, version, resources=(resource,), validate_only=False)
+    return None
 
 
 def errors_in(response) -> list[KafkaError]:
@@ -116,7 +244,22 @@ def errors_in(response) -> list[KafkaError]:
 @pytest.fixture(scope="module")
 def bootstrap(module_kafka_server) -> str:
     create_topic(module_kafka_server, TOPIC, 1)
-    return module_kafka_server.extra["kafka_bootstrap"]
+    address = module_kafka_server.extra["kafka_bootstrap"]
+    prepare_groups(address)
+    return address
+
+
+def prepare_groups(address: str) -> None:
+    """The members the group samples name: GROUP's leader, Stable in generation 1, and a member per
+    LeaveGroup version to leave."""
+    with RawConnection(address) as connection:
+        joined = connection.call(join_request(3, GROUP, MEMBER))
+        assert (joined.error_code, joined.generation_id, joined.leader) == (KafkaError.none, 1, MEMBER)
+        synced = connection.call(sample_request(api_table.SYNC_GROUP, 0))
+        assert synced.error_code == KafkaError.none
+        for version in api_table.SUPPORTED_VERSIONS[api_table.LEAVE_GROUP]:
+            left = connection.call(join_request(3, f"versions-leave-v{version}", f"leaver-v{version}"))
+            assert left.error_code == KafkaError.none
 
 
 def test_api_versions_advertises_the_table(bootstrap):

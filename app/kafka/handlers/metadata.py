@@ -1,5 +1,7 @@
-"""Metadata: this node as the only broker (NODE_ID) and the leader of every partition, leader
-epochs unknown (-1); unknown topics created when the request and the server allow it."""
+"""Metadata: every live node on this database as a broker (storage/node_presence.py), this node
+the leader of every partition and the controller (any node may lead any partition: they share
+PostgreSQL), leader epochs unknown (-1); unknown topics created when the request and the server
+allow it."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import datetime
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
-from app.kafka.context import CLUSTER_ID, NODE_ID, RequestContext
+from app.kafka.context import CLUSTER_ID, RequestContext
 from app.kafka.error_codes import kafka_error
 from app.kafka.frames import build, response_module
 
@@ -48,10 +50,10 @@ async def handle(context: RequestContext, request) -> object:
                     "MetadataResponsePartition",
                     error_code=KafkaError.none,
                     partition_index=index,
-                    leader_id=NODE_ID,
+                    leader_id=context.calls.node_id,
                     leader_epoch=NO_LEADER_EPOCH,
-                    replica_nodes=(NODE_ID,),
-                    isr_nodes=(NODE_ID,),
+                    replica_nodes=(context.calls.node_id,),
+                    isr_nodes=(context.calls.node_id,),
                     offline_replicas=(),
                 )
                 for index in range(topic.partition_count)
@@ -74,21 +76,17 @@ async def handle(context: RequestContext, request) -> object:
             for topic in request.topics
             if topic.name is None
         ]
-    broker = build(
-        module,
-        "MetadataResponseBroker",
-        node_id=NODE_ID,
-        host=context.advertised_host,
-        port=context.advertised_port,
-        rack=None,
+    brokers = tuple(
+        build(module, "MetadataResponseBroker", node_id=node.node_id, host=node.host, port=node.port, rack=None)
+        for node in await context.calls.live_nodes(context.advertised_host, context.advertised_port)
     )
     return build(
         module,
         "MetadataResponse",
         throttle_time=datetime.timedelta(0),
-        brokers=(broker,),
+        brokers=brokers,
         cluster_id=CLUSTER_ID,
-        controller_id=NODE_ID,
+        controller_id=context.calls.node_id,
         topics=tuple(topics),
         cluster_authorized_operations=OPERATIONS_NOT_REQUESTED,
     )

@@ -1,0 +1,215 @@
+"""Topic admin: CreateTopics, DeleteTopics, CreatePartitions (refused: topics keep their partition
+count), DescribeConfigs, IncrementalAlterConfigs (Kafka's config names for txbroker's topic
+settings: retention.ms, retention.bytes, max.message.bytes, cleanup.policy, delete.retention.ms),
+DeleteRecords."""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from app.errors import BrokerError, ErrorCode
+from app.kafka import api_table
+from app.kafka.context import RequestContext
+from app.kafka.error_codes import kafka_error
+from app.kafka.frames import build, response_module
+
+NO_THROTTLE = datetime.timedelta(0)
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+# DescribeConfigs' config sources.
+DYNAMIC_TOPIC_CONFIG = 1
+DEFAULT_CONFIG = 5
+# CreateTopics: -1 partitions means the broker's default (Kafka's num.partitions).
+DEFAULT_PARTITIONS = 1
+NO_REPLICATION_FACTOR = -1
+
+
+def _message(error: BrokerError | None) -> str | None:
+    return None if error is None else error.message
+
+
+async def create_topics(context: RequestContext, request) -> object:
+    module = response_module(api_table.CREATE_TOPICS, context.api_version)
+    results = []
+    for topic in request.topics:
+        error, partitions = None, -1
+        count = DEFAULT_PARTITIONS if topic.num_partitions == -1 else topic.num_partitions
+        try:
+            created = await context.calls.admin.create_topic(
+                context.principal,
+                topic.name,
+                count,
+                {c.name: c.value for c in topic.configs},
+                request.validate_only,
+            )
+            partitions = created.partition_count
+        except BrokerError as raised:
+            error = raised
+        results.append(
+            build(
+                module,
+                "CreatableTopicResult",
+                name=topic.name,
+                topic_id=None,
+                error_code=kafka_error(error),
+                error_message=_message(error),
+                topic_config_error_code=0,
+                num_partitions=partitions,
+                replication_factor=1 if error is None else NO_REPLICATION_FACTOR,
+                configs=None if error is None else (),
+            )
+        )
+    return build(module, "CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+async def delete_topics(context: RequestContext, request) -> object:
+    module = response_module(api_table.DELETE_TOPICS, context.api_version)
+    names = [t.name for t in request.topics] if hasattr(request, "topics") else list(request.topic_names)
+    results = []
+    for name in names:
+        error = None
+        try:
+            await context.calls.admin.delete_topic(context.principal, name)
+        except BrokerError as raised:
+            error = raised
+        results.append(
+            build(
+                module,
+                "DeletableTopicResult",
+                name=name,
+                topic_id=None,
+                error_code=kafka_error(error),
+                error_message=_message(error),
+            )
+        )
+    return build(module, "DeleteTopicsResponse", throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+async def create_partitions(context: RequestContext, request) -> object:
+    module = response_module(api_table.CREATE_PARTITIONS, context.api_version)
+    results = []
+    for topic in request.topics:
+        try:
+            await context.calls.admin.grow_partitions(context.principal, topic.name, topic.count)
+            error = None
+        except BrokerError as raised:
+            error = raised
+        results.append(
+            build(
+                module,
+                "CreatePartitionsTopicResult",
+                name=topic.name,
+                error_code=kafka_error(error),
+                error_message=_message(error),
+            )
+        )
+    return build(module, "CreatePartitionsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+async def describe_configs(context: RequestContext, request) -> object:
+    module = response_module(api_table.DESCRIBE_CONFIGS, context.api_version)
+    results = []
+    for resource in request.resources:
+        error, entries = None, []
+        if resource.resource_type == TOPIC_RESOURCE:
+            keys = None if resource.configuration_keys is None else list(resource.configuration_keys)
+            try:
+                entries = await context.calls.admin.describe_config(context.principal, resource.resource_name, keys)
+            except BrokerError as raised:
+                error = raised
+        # A broker resource is described with no configs: txbroker's server settings are not Kafka's.
+        results.append(
+            build(
+                module,
+                "DescribeConfigsResult",
+                error_code=kafka_error(error),
+                error_message=_message(error),
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=tuple(
+                    build(
+                        module,
+                        "DescribeConfigsResourceResult",
+                        name=e.name,
+                        value=e.value,
+                        read_only=False,
+                        is_default=e.is_default,
+                        config_source=DEFAULT_CONFIG if e.is_default else DYNAMIC_TOPIC_CONFIG,
+                        is_sensitive=False,
+                        synonyms=(),
+                        config_type=0,
+                        documentation=None,
+                    )
+                    for e in entries
+                ),
+            )
+        )
+    return build(module, "DescribeConfigsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+async def incremental_alter_configs(context: RequestContext, request) -> object:
+    module = response_module(api_table.INCREMENTAL_ALTER_CONFIGS, context.api_version)
+    results = []
+    for resource in request.resources:
+        error = None
+        if resource.resource_type != TOPIC_RESOURCE:
+            error = _unsupported_resource(resource.resource_type)
+        else:
+            try:
+                await context.calls.admin.alter_config(
+                    context.principal,
+                    resource.resource_name,
+                    [(c.name, c.config_operation, c.value) for c in resource.configs],
+                    request.validate_only,
+                )
+            except BrokerError as raised:
+                error = raised
+        results.append(
+            build(
+                module,
+                "AlterConfigsResourceResponse",
+                error_code=kafka_error(error),
+                error_message=_message(error),
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+        )
+    return build(module, "IncrementalAlterConfigsResponse", throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+def _unsupported_resource(resource_type: int) -> BrokerError:
+    return BrokerError(
+        ErrorCode.INVALID_REQUEST,
+        f"resource type {resource_type}: only topics' configs (type {TOPIC_RESOURCE}) can be altered",
+    )
+
+
+async def delete_records(context: RequestContext, request) -> object:
+    module = response_module(api_table.DELETE_RECORDS, context.api_version)
+    topics = []
+    for topic in request.topics:
+        offsets = [(p.partition_index, p.offset) for p in topic.partitions]
+        try:
+            results = await context.calls.admin.delete_records(context.principal, topic.name, offsets)
+        except BrokerError as raised:
+            results = [raised] * len(offsets)
+        topics.append(
+            build(
+                module,
+                "DeleteRecordsTopicResult",
+                name=topic.name,
+                partitions=tuple(
+                    build(
+                        module,
+                        "DeleteRecordsPartitionResult",
+                        partition_index=partition,
+                        low_watermark=-1 if isinstance(result, BrokerError) else result,
+                        error_code=kafka_error(result) if isinstance(result, BrokerError) else KafkaError.none,
+                    )
+                    for (partition, _), result in zip(offsets, results)
+                ),
+            )
+        )
+    return build(module, "DeleteRecordsResponse", throttle_time=NO_THROTTLE, topics=tuple(topics))

@@ -1,0 +1,124 @@
+"""OffsetCommit and OffsetFetch: a group's committed offsets, the one set both doors read and write
+(HTTP's /v1/groups/{group_id}/offsets). OffsetFetch with require_stable answers
+UNSTABLE_OFFSET_COMMIT for a partition whose transactional commit awaits its marker."""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from app.errors import BrokerError
+from app.kafka import api_table
+from app.kafka.context import RequestContext
+from app.kafka.error_codes import kafka_error
+from app.kafka.frames import build, response_module
+
+NO_THROTTLE = datetime.timedelta(0)
+NO_LEADER_EPOCH = -1
+NO_OFFSET = -1
+
+
+def _without_terminator(metadata: str | None) -> str | None:
+    """confluent-kafka's Python binding sends a metadata string with its C terminator (a NUL byte);
+    that NUL is not the application's, and PostgreSQL's text cannot hold it."""
+    return None if metadata is None else metadata.rstrip("\0")
+
+
+async def offset_commit(context: RequestContext, request) -> object:
+    module = response_module(api_table.OFFSET_COMMIT, context.api_version)
+    entries = [
+        (topic.name, p.partition_index, p.committed_offset, _without_terminator(p.committed_metadata))
+        for topic in request.topics
+        for p in topic.partitions
+    ]
+    try:
+        errors = await context.calls.groups.commit_offsets(
+            context.principal,
+            request.group_id,
+            request.member_id,
+            request.generation_id_or_member_epoch,
+            entries,
+        )
+    except BrokerError as raised:
+        errors = [raised] * len(entries)
+    by_partition = {(e[0], e[1]): error for e, error in zip(entries, errors)}
+    return build(
+        module,
+        "OffsetCommitResponse",
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            build(
+                module,
+                "OffsetCommitResponseTopic",
+                name=topic.name,
+                partitions=tuple(
+                    build(
+                        module,
+                        "OffsetCommitResponsePartition",
+                        partition_index=p.partition_index,
+                        error_code=kafka_error(by_partition[(topic.name, p.partition_index)]),
+                    )
+                    for p in topic.partitions
+                ),
+            )
+            for topic in request.topics
+        ),
+    )
+
+
+async def _group_offsets(context: RequestContext, module, group_id: str, topics, require_stable: bool, names):
+    """(topics, error) of one group, in the version's class names (v8+ renamed them)."""
+    topic_class, partition_class = names
+    partitions = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
+    try:
+        found = await context.calls.groups.fetch_offsets(context.principal, group_id, partitions, require_stable)
+    except BrokerError as raised:
+        return (), kafka_error(raised)
+    by_topic: dict[str, list] = {}
+    for committed, error in found:
+        by_topic.setdefault(committed.topic, []).append(
+            build(
+                module,
+                partition_class,
+                partition_index=committed.partition,
+                committed_offset=committed.offset if error is None else NO_OFFSET,
+                committed_leader_epoch=NO_LEADER_EPOCH,
+                metadata=committed.metadata if error is None else None,
+                error_code=kafka_error(error),
+            )
+        )
+    return (
+        tuple(build(module, topic_class, name=name, partitions=tuple(parts)) for name, parts in by_topic.items()),
+        KafkaError.none,
+    )
+
+
+async def offset_fetch(context: RequestContext, request) -> object:
+    module = response_module(api_table.OFFSET_FETCH, context.api_version)
+    require_stable = getattr(request, "require_stable", False)
+    groups = getattr(request, "groups", None)
+    if groups is None:  # v1-v7: one group
+        topics, error = await _group_offsets(
+            context,
+            module,
+            request.group_id,
+            request.topics,
+            require_stable,
+            ("OffsetFetchResponseTopic", "OffsetFetchResponsePartition"),
+        )
+        return build(module, "OffsetFetchResponse", throttle_time=NO_THROTTLE, topics=topics, error_code=error)
+    answered = []
+    for group in groups:
+        topics, error = await _group_offsets(
+            context,
+            module,
+            group.group_id,
+            group.topics,
+            require_stable,
+            ("OffsetFetchResponseTopics", "OffsetFetchResponsePartitions"),
+        )
+        answered.append(
+            build(module, "OffsetFetchResponseGroup", group_id=group.group_id, topics=topics, error_code=error)
+        )
+    return build(module, "OffsetFetchResponse", throttle_time=NO_THROTTLE, groups=tuple(answered))

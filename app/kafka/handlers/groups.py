@@ -1,0 +1,229 @@
+"""Consumer groups, Kafka's classic protocol: FindCoordinator (every node coordinates every group
+and transactional id), JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups, DescribeGroups,
+through the group coordinator HTTP's groups use (app/coordinator/classic_groups.py)."""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from app.errors import BrokerError
+from app.kafka import api_table
+from app.kafka.context import RequestContext
+from app.kafka.error_codes import kafka_error
+from app.kafka.frames import build, response_module
+
+NO_THROTTLE = datetime.timedelta(0)
+NO_GENERATION = -1
+# JoinGroup v4+: a new member first gets MEMBER_ID_REQUIRED with its id, then rejoins with it (KIP-394).
+FIRST_VERSION_WITH_MEMBER_ID_REQUIRED = 4
+
+
+def _ms(value: datetime.timedelta) -> int:
+    return int(value.total_seconds() * 1000)
+
+
+async def find_coordinator(context: RequestContext, request) -> object:
+    """This node, for any key of either type (group 0, transaction 1)."""
+    module = response_module(api_table.FIND_COORDINATOR, context.api_version)
+    keys = getattr(request, "coordinator_keys", None)
+    coordinator = {"node_id": context.calls.node_id, "host": context.advertised_host, "port": context.advertised_port}
+    if keys is None:  # v0-v3: one key
+        return build(
+            module,
+            "FindCoordinatorResponse",
+            throttle_time=NO_THROTTLE,
+            error_code=KafkaError.none,
+            error_message=None,
+            **coordinator,
+        )
+    return build(
+        module,
+        "FindCoordinatorResponse",
+        throttle_time=NO_THROTTLE,
+        coordinators=tuple(
+            build(module, "Coordinator", key=key, error_code=KafkaError.none, error_message=None, **coordinator)
+            for key in keys
+        ),
+    )
+
+
+async def join_group(context: RequestContext, request) -> object:
+    module = response_module(api_table.JOIN_GROUP, context.api_version)
+    session_timeout_ms = _ms(request.session_timeout)
+    rebalance_timeout_ms = _ms(getattr(request, "rebalance_timeout", request.session_timeout))
+    if rebalance_timeout_ms < 0:
+        rebalance_timeout_ms = session_timeout_ms
+    values = {"generation_id": NO_GENERATION, "protocol_name": None, "leader": "", "member_id": request.member_id}
+    members = ()
+    error = KafkaError.none
+    try:
+        joined = await context.calls.groups.join(
+            context.principal,
+            request.group_id,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            request.protocol_type,
+            [(p.name, p.metadata) for p in request.protocols],
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            context.client_id,
+            context.client_host,
+            context.api_version >= FIRST_VERSION_WITH_MEMBER_ID_REQUIRED,
+        )
+    except BrokerError as raised:
+        error = kafka_error(raised)
+    else:
+        if joined.member_id_required:
+            error = KafkaError.member_id_required
+            values["member_id"] = joined.member_id
+        else:
+            values.update(
+                generation_id=joined.generation_id,
+                protocol_name=joined.protocol_name,
+                leader=joined.leader,
+                member_id=joined.member_id,
+            )
+            members = tuple(
+                build(
+                    module,
+                    "JoinGroupResponseMember",
+                    member_id=m.member_id,
+                    group_instance_id=m.group_instance_id,
+                    metadata=m.metadata,
+                )
+                for m in joined.members
+            )
+    if context.api_version < 7 and values["protocol_name"] is None:
+        values["protocol_name"] = ""  # not nullable before v7
+    return build(
+        module,
+        "JoinGroupResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=error,
+        protocol_type=request.protocol_type if error == KafkaError.none else None,
+        skip_assignment=False,
+        members=members,
+        **values,
+    )
+
+
+async def sync_group(context: RequestContext, request) -> object:
+    module = response_module(api_table.SYNC_GROUP, context.api_version)
+    error, protocol_type, protocol_name, assignment = None, None, None, b""
+    try:
+        synced = await context.calls.groups.sync(
+            context.principal,
+            request.group_id,
+            request.member_id,
+            request.generation_id,
+            {a.member_id: a.assignment for a in request.assignments},
+        )
+        protocol_type, protocol_name, assignment = synced.protocol_type, synced.protocol_name, synced.assignment
+    except BrokerError as raised:
+        error = raised
+    return build(
+        module,
+        "SyncGroupResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=kafka_error(error),
+        protocol_type=protocol_type,
+        protocol_name=protocol_name,
+        assignment=assignment,
+    )
+
+
+async def heartbeat(context: RequestContext, request) -> object:
+    module = response_module(api_table.HEARTBEAT, context.api_version)
+    error = None
+    try:
+        await context.calls.groups.heartbeat(
+            context.principal, request.group_id, request.member_id, request.generation_id
+        )
+    except BrokerError as raised:
+        error = raised
+    return build(module, "HeartbeatResponse", throttle_time=NO_THROTTLE, error_code=kafka_error(error))
+
+
+async def leave_group(context: RequestContext, request) -> object:
+    module = response_module(api_table.LEAVE_GROUP, context.api_version)
+    batch = getattr(request, "members", None)
+    member_ids = [m.member_id for m in batch] if batch is not None else [request.member_id]
+    try:
+        errors = await context.calls.groups.leave(context.principal, request.group_id, member_ids)
+    except BrokerError as raised:
+        return build(
+            module, "LeaveGroupResponse", throttle_time=NO_THROTTLE, error_code=kafka_error(raised), members=()
+        )
+    if batch is None:  # v0-v2: one member, its error is the request's
+        return build(module, "LeaveGroupResponse", throttle_time=NO_THROTTLE, error_code=kafka_error(errors[0]))
+    return build(
+        module,
+        "LeaveGroupResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=KafkaError.none,
+        members=tuple(
+            build(
+                module,
+                "MemberResponse",
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                error_code=kafka_error(error),
+            )
+            for m, error in zip(batch, errors)
+        ),
+    )
+
+
+async def list_groups(context: RequestContext, request) -> object:
+    module = response_module(api_table.LIST_GROUPS, context.api_version)
+    wanted_states = set(getattr(request, "states_filter", ()) or ())
+    listed = [
+        g
+        for g in await context.calls.groups.list_groups(context.principal)
+        if not wanted_states or g.state in wanted_states
+    ]
+    return build(
+        module,
+        "ListGroupsResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=KafkaError.none,
+        groups=tuple(
+            build(module, "ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state)
+            for g in listed
+        ),
+    )
+
+
+async def describe_groups(context: RequestContext, request) -> object:
+    module = response_module(api_table.DESCRIBE_GROUPS, context.api_version)
+    described = []
+    for group_id in request.groups:
+        group = await context.calls.groups.describe_group(context.principal, group_id)
+        described.append(
+            build(
+                module,
+                "DescribedGroup",
+                error_code=kafka_error(group.error),
+                group_id=group_id,
+                group_state=group.state,
+                protocol_type=group.protocol_type,
+                protocol_data=group.protocol,
+                members=tuple(
+                    build(
+                        module,
+                        "DescribedGroupMember",
+                        member_id=m.member_id,
+                        group_instance_id=m.group_instance_id,
+                        client_id=m.client_id,
+                        client_host=m.client_host,
+                        member_metadata=m.metadata,
+                        member_assignment=m.assignment,
+                    )
+                    for m in group.members
+                ),
+                authorized_operations=-2147483648,  # not asked for (Kafka's INT32_MIN)
+            )
+        )
+    return build(module, "DescribeGroupsResponse", throttle_time=NO_THROTTLE, groups=tuple(described))

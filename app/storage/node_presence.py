@@ -1,0 +1,61 @@
+"""Which Kafka nodes are alive, through PostgreSQL itself (no table, no migration): each node
+holds one connection whose application_name is `kafka-node <id> <host>:<port>` (its Kafka node id
+and the address it advertises) for as long as it serves, and the live nodes are those names in
+pg_stat_activity. A node that stops or dies loses its connection (PostgreSQL ends the session when
+the socket closes), so it leaves the list without anyone cleaning up; a node restarted with the
+same id reappears with it.
+
+PostgreSQL keeps 63 bytes of an application_name: an announcement that does not fit is refused
+(the node then lists only itself)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+
+PREFIX = "kafka-node "
+MAX_APPLICATION_NAME = 63
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class LiveNode:
+    node_id: int
+    host: str
+    port: int
+
+
+def application_name(node: LiveNode) -> str | None:
+    name = f"{PREFIX}{node.node_id} {node.host}:{node.port}"
+    return name if len(name.encode()) <= MAX_APPLICATION_NAME else None
+
+
+async def announce(conn: asyncpg.Connection, node: LiveNode) -> bool:
+    """Names this connection after the node (kept open while the node serves); False when too long."""
+    name = application_name(node)
+    if name is None:
+        return False
+    await conn.execute("SELECT set_config('application_name', $1, false)", name)
+    return True
+
+
+def _parsed(name: str) -> LiveNode | None:
+    try:
+        node_id, address = name[len(PREFIX) :].split(" ", 1)
+        host, port = address.rsplit(":", 1)
+        return LiveNode(int(node_id), host.strip("[]"), int(port))
+    except ValueError:
+        return None
+
+
+async def live_nodes(conn: asyncpg.Connection) -> list[LiveNode]:
+    """The nodes announced on this database, one per id (the lowest address if two claim one)."""
+    rows = await conn.fetch(
+        "SELECT DISTINCT application_name FROM pg_stat_activity "
+        "WHERE datname = current_database() AND starts_with(application_name, $1)",
+        PREFIX,
+    )
+    by_id: dict[int, LiveNode] = {}
+    for node in sorted(filter(None, (_parsed(row["application_name"]) for row in rows))):
+        by_id.setdefault(node.node_id, node)
+    return list(by_id.values())

@@ -1,0 +1,210 @@
+"""The real clients as members of a consumer group (subscribe, poll, commit, close), behind one
+small interface so that a group test runs unchanged with each: confluent-kafka, kafka-python and
+aiokafka (driven on an event loop of its own, run while the test polls it)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from tests.kafka.clients import WAIT_S, bootstrap
+
+
+@dataclass(frozen=True)
+class Consumed:
+    partition: int
+    offset: int
+    value: bytes | None
+
+
+class ConfluentMember:
+    def __init__(self, server, group: str, topic: str, reset: str = "earliest", **extra) -> None:
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap(server),
+                "group.id": group,
+                "enable.auto.commit": False,
+                "auto.offset.reset": reset,
+                **extra,
+            }
+        )
+        self.consumer.subscribe([topic])
+
+    def poll(self) -> list[Consumed]:
+        message = self.consumer.poll(0.2)
+        if message is None:
+            return []
+        assert message.error() is None or message.error().code() == KafkaError._PARTITION_EOF, message.error()
+        if message.error():
+            return []
+        return [Consumed(message.partition(), message.offset(), message.value())]
+
+    def assignment(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+    def positions_known(self) -> bool:
+        return all(tp.offset >= 0 for tp in self.consumer.position(self.consumer.assignment()))
+
+    def commit(self, metadata: str | None = None) -> None:
+        if metadata is None:
+            self.consumer.commit(asynchronous=False)
+            return
+        positions = self.consumer.position(self.consumer.assignment())
+        self.consumer.commit(
+            offsets=[
+                TopicPartition(tp.topic, tp.partition, tp.offset, metadata=metadata)
+                for tp in positions
+                if tp.offset >= 0
+            ],
+            asynchronous=False,
+        )
+
+    def committed(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, str | None]]:
+        found = self.consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=WAIT_S)
+        return {tp.partition: (tp.offset, tp.metadata) for tp in found}
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class KafkaPythonMember:
+    def __init__(self, server, group: str, topic: str, reset: str = "earliest", **extra) -> None:
+        from kafka import KafkaConsumer
+
+        self.consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap(server),
+            group_id=group,
+            enable_auto_commit=False,
+            auto_offset_reset=reset,
+            **extra,
+        )
+        # kafka-python's leader assigns with the metadata it has: known before the first join, as
+        # Kafka's initial rebalance delay (3 s, not built here) lets it be ("No partition metadata").
+        assert self.consumer.partitions_for_topic(topic)
+        self.consumer.subscribe([topic])
+        self.topic = topic
+
+    def poll(self) -> list[Consumed]:
+        found = self.consumer.poll(timeout_ms=200)
+        return [Consumed(r.partition, r.offset, r.value) for records in found.values() for r in records]
+
+    def assignment(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+    def positions_known(self) -> bool:
+        return all(self.consumer.position(tp) is not None for tp in self.consumer.assignment())
+
+    def commit(self, metadata: str | None = None) -> None:
+        if metadata is None:
+            self.consumer.commit()
+            return
+        from kafka.structs import OffsetAndMetadata
+
+        self.consumer.commit(
+            {tp: OffsetAndMetadata(self.consumer.position(tp), metadata, -1) for tp in self.consumer.assignment()}
+        )
+
+    def committed(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, str | None]]:
+        from kafka import TopicPartition as KafkaPythonPartition
+
+        found = {}
+        for p in partitions:
+            meta = self.consumer.committed(KafkaPythonPartition(topic, p), metadata=True)
+            found[p] = (-1001, None) if meta is None else (meta.offset, meta.metadata)
+        return found
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+class AioKafkaMember:
+    """Its event loop runs in a thread of its own, so that its heartbeats and rejoins go on while
+    the test waits on another member (as two processes would)."""
+
+    def __init__(self, server, group: str, topic: str, reset: str = "earliest", **extra) -> None:
+        from aiokafka import AIOKafkaConsumer
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+        async def start():
+            consumer = AIOKafkaConsumer(
+                topic,
+                bootstrap_servers=bootstrap(server),
+                group_id=group,
+                enable_auto_commit=False,
+                auto_offset_reset=reset,
+                **extra,
+            )
+            await consumer.start()
+            return consumer
+
+        self.consumer = self._run(start())
+
+    def _run(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(WAIT_S)
+
+    def poll(self) -> list[Consumed]:
+        found = self._run(self.consumer.getmany(timeout_ms=200))
+        return [Consumed(r.partition, r.offset, r.value) for records in found.values() for r in records]
+
+    def assignment(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+    def positions_known(self) -> bool:
+        async def resolve():
+            return all([await self.consumer.position(tp) >= 0 for tp in self.consumer.assignment()])
+
+        return self._run(resolve())
+
+    def commit(self, metadata: str | None = None) -> None:
+        if metadata is None:
+            self._run(self.consumer.commit())
+            return
+
+        async def commit_with_metadata():
+            offsets = {tp: (await self.consumer.position(tp), metadata) for tp in self.consumer.assignment()}
+            await self.consumer.commit(offsets)
+
+        self._run(commit_with_metadata())
+
+    def committed(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, str | None]]:
+        from aiokafka import TopicPartition as AioPartition
+
+        async def read():
+            found = {}
+            for p in partitions:
+                offset = await self.consumer.committed(AioPartition(topic, p))
+                found[p] = (-1001 if offset is None else offset, None)
+            return found
+
+        return self._run(read())
+
+    def close(self) -> None:
+        try:
+            self._run(self.consumer.stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(WAIT_S)
+            self.loop.close()
+
+
+MEMBERS = {"confluent-kafka": ConfluentMember, "kafka-python": KafkaPythonMember, "aiokafka": AioKafkaMember}
+
+
+def poll_until(members, condition, what: str) -> list[list[Consumed]]:
+    """Polls every member (each keeps its group membership alive) until condition(consumed) holds;
+    consumed: what each member received, in order."""
+    consumed: list[list[Consumed]] = [[] for _ in members]
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        for index, member in enumerate(members):
+            consumed[index].extend(member.poll())
+        if condition(consumed):
+            return consumed
+    raise AssertionError(f"not reached within {WAIT_S} s: {what}; consumed so far {consumed}")

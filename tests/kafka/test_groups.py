@@ -1,0 +1,158 @@
+"""Consumer groups of the classic protocol with each real client (confluent-kafka, kafka-python,
+aiokafka): two members of one group split a topic's partitions (each partition to one member, the
+client's own assignor), a member leaving hands its partitions to the other, commits (with metadata)
+are what a new member resumes from, and auto.offset.reset earliest/latest."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.kafka import http_side
+from tests.kafka.clients import WAIT_S, create_topic
+from tests.kafka.group_clients import MEMBERS, poll_until
+
+PARTITIONS = 4
+
+
+@pytest.fixture(params=sorted(MEMBERS), ids=sorted(MEMBERS))
+def member_class(request):
+    return MEMBERS[request.param]
+
+
+def produce_to_each_partition(server, topic: str, values_per_partition: int, tag: str) -> set[bytes]:
+    sent = set()
+    for partition in range(PARTITIONS):
+        values = [f"{tag}-{partition}-{i}" for i in range(values_per_partition)]
+        http_side.produce(server, topic, partition, [{"key": None, "value": v} for v in values])
+        sent.update(v.encode() for v in values)
+    return sent
+
+
+def test_two_members_split_the_partitions_then_one_leaves_and_a_new_one_resumes(module_kafka_server, member_class):
+    server = module_kafka_server
+    topic = f"groups-split-{member_class.__name__}"
+    group = f"split-{member_class.__name__}"
+    create_topic(server, topic, PARTITIONS)
+    first = member_class(server, group, topic)
+    second = member_class(server, group, topic)
+    members = [first, second]
+    try:
+        poll_until(
+            members,
+            lambda _: (
+                first.assignment()
+                and second.assignment()
+                and len(first.assignment() | second.assignment()) == PARTITIONS
+            ),
+            "both members assigned",
+        )
+        assert not first.assignment() & second.assignment()  # each partition to one member
+        sent = produce_to_each_partition(server, topic, 5, "a")
+        consumed = poll_until(members, lambda c: len(c[0]) + len(c[1]) >= len(sent), "every record consumed")
+        for mine, member in zip(consumed, members):
+            assert {c.partition for c in mine} <= member.assignment()
+        assert sorted(c.value for c in consumed[0] + consumed[1]) == sorted(sent)  # once each
+        first.commit(metadata="first's")
+        second.commit()
+        # The first leaves (LeaveGroup): the second gets every partition.
+        first.close()
+        members = [second]
+        poll_until(members, lambda _: second.assignment() == set(range(PARTITIONS)), "the rest rebalanced to one")
+        more = produce_to_each_partition(server, topic, 2, "b")
+        consumed = poll_until(members, lambda c: len(c[0]) >= len(more), "the new records consumed")
+        assert sorted(c.value for c in consumed[0]) == sorted(more)
+        second.commit()
+    finally:
+        for member in members:
+            member.close()
+    # Committed offsets are what a new member of the group resumes from: nothing old again.
+    resumed = member_class(server, group, topic)
+    try:
+        committed = resumed.committed(topic, list(range(PARTITIONS)))
+        assert {p: offset for p, (offset, _) in committed.items()} == {p: 7 for p in range(PARTITIONS)}
+        last = produce_to_each_partition(server, topic, 1, "c")
+        consumed = poll_until([resumed], lambda c: len(c[0]) >= len(last), "the records after the commits")
+        assert sorted(c.value for c in consumed[0]) == sorted(last)
+    finally:
+        resumed.close()
+    # And over HTTP, the same offsets.
+    response = server.client.post(
+        f"/v1/groups/{group}/offsets/fetch", json={"partitions": None, "require_stable": False}
+    )
+    assert response.status_code == 200, response.text
+    assert {(o["partition"], o["offset"]) for o in response.json()["offsets"]} == {(p, 7) for p in range(PARTITIONS)}
+
+
+@pytest.mark.parametrize("assignor", ["roundrobin", "cooperative-sticky"])
+def test_confluent_assignors_are_relayed(module_kafka_server, assignor):
+    """The broker relays the leader's assignment whatever its assignor (librdkafka's range is the
+    default, tested above): each partition to one member, cooperative's incremental rebalances too."""
+    server = module_kafka_server
+    topic, group = f"groups-{assignor}", f"assignor-{assignor}"
+    create_topic(server, topic, PARTITIONS)
+    member_class = MEMBERS["confluent-kafka"]
+    first = member_class(server, group, topic, **{"partition.assignment.strategy": assignor})
+    second = member_class(server, group, topic, **{"partition.assignment.strategy": assignor})
+    members = [first, second]
+    try:
+        poll_until(
+            members,
+            lambda _: (
+                first.assignment()
+                and second.assignment()
+                and not first.assignment() & second.assignment()
+                and len(first.assignment() | second.assignment()) == PARTITIONS
+            ),
+            "the partitions split between the two",
+        )
+        sent = produce_to_each_partition(server, topic, 3, assignor)
+        consumed = poll_until(members, lambda c: len(c[0]) + len(c[1]) >= len(sent), "every record consumed")
+        assert sorted(c.value for c in consumed[0] + consumed[1]) == sorted(sent)
+        second.close()
+        members = [first]
+        poll_until(members, lambda _: first.assignment() == set(range(PARTITIONS)), "the rest to the first")
+    finally:
+        for member in members:
+            member.close()
+
+
+@pytest.mark.parametrize("reset", ["earliest", "latest"])
+def test_auto_offset_reset(module_kafka_server, member_class, reset):
+    server = module_kafka_server
+    topic = f"groups-reset-{reset}-{member_class.__name__}"
+    create_topic(server, topic, PARTITIONS)
+    before = produce_to_each_partition(server, topic, 2, "before")
+    member = member_class(server, f"reset-{reset}-{member_class.__name__}", topic, reset=reset)
+    try:
+        # Until the member reads from every partition (its positions are taken), a marker more to each.
+        seen = []
+        for attempt in range(WAIT_S):
+            if {c.partition for c in seen if c.value.startswith(b"marker")} == set(range(PARTITIONS)):
+                break
+            produce_to_each_partition(server, topic, 1, f"marker{attempt}")
+            for _ in range(5):
+                seen += member.poll()
+        else:
+            raise AssertionError(f"no marker reached the member from every partition: {seen}")
+        after = produce_to_each_partition(server, topic, 1, "after")
+        seen += poll_until([member], lambda c: after <= {r.value for r in seen + c[0]}, "the records after")[0]
+        values = [c.value for c in seen if not c.value.startswith(b"marker")]
+        assert sorted(values) == sorted((before | after) if reset == "earliest" else after)
+    finally:
+        member.close()
+
+
+def test_commit_with_metadata_reads_back(module_kafka_server, member_class):
+    if member_class.__name__ == "AioKafkaMember":
+        pytest.skip("aiokafka's committed() returns the offset only")
+    server = module_kafka_server
+    topic = f"groups-metadata-{member_class.__name__}"
+    create_topic(server, topic, PARTITIONS)
+    produce_to_each_partition(server, topic, 3, "m")
+    member = member_class(server, f"metadata-{member_class.__name__}", topic)
+    try:
+        poll_until([member], lambda c: len(c[0]) >= 3 * PARTITIONS, "consumed")
+        member.commit(metadata="checkpoint 1")
+        assert member.committed(topic, list(range(PARTITIONS))) == {p: (3, "checkpoint 1") for p in range(PARTITIONS)}
+    finally:
+        member.close()

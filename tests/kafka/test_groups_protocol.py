@@ -1,0 +1,285 @@
+"""The classic group protocol's rules with raw requests (every field controlled): MEMBER_ID_REQUIRED
+(JoinGroup v4+), a member that does not rejoin a rebalance in time is removed, a member whose
+session lapses is evicted and the rest rebalance, OffsetFetch require_stable against a transaction
+holding offsets; and groups of both doors: a group takes the kind of its first member, and
+committed offsets are one set (HTTP resumes from a Kafka group's commits and the reverse)."""
+
+from __future__ import annotations
+
+import datetime
+import threading
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from app.kafka import api_table
+from tests.kafka import http_side
+from tests.kafka.clients import create_topic
+from tests.kafka.group_clients import MEMBERS, poll_until
+from tests.kafka.raw import RawConnection, nested, request_of
+
+JOIN_VERSION = 9
+SHORT = datetime.timedelta(milliseconds=1500)
+
+
+def join(connection, group: str, member: str = "", session=datetime.timedelta(seconds=30), rebalance=SHORT):
+    protocol = nested(api_table.JOIN_GROUP, JOIN_VERSION, "JoinGroupRequestProtocol", name="range", metadata=b"")
+    return connection.call(
+        request_of(
+            api_table.JOIN_GROUP,
+            JOIN_VERSION,
+            group_id=group,
+            session_timeout=session,
+            rebalance_timeout=rebalance,
+            member_id=member,
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=(protocol,),
+            reason=None,
+        )
+    )
+
+
+def sync(connection, group: str, member: str, generation: int, assignments: dict[str, bytes]):
+    return connection.call(
+        request_of(
+            api_table.SYNC_GROUP,
+            5,
+            group_id=group,
+            generation_id=generation,
+            member_id=member,
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=tuple(
+                nested(api_table.SYNC_GROUP, 5, "SyncGroupRequestAssignment", member_id=m, assignment=a)
+                for m, a in assignments.items()
+            ),
+        )
+    )
+
+
+def heartbeat(connection, group: str, member: str, generation: int):
+    return connection.call(
+        request_of(
+            api_table.HEARTBEAT, 4, group_id=group, generation_id=generation, member_id=member, group_instance_id=None
+        )
+    )
+
+
+def joined_member(bootstrap: str, group: str, **timeouts) -> tuple[str, int]:
+    """A member that joined through MEMBER_ID_REQUIRED and synced as the group's only member."""
+    with RawConnection(bootstrap) as connection:
+        first = join(connection, group, **timeouts)
+        assert first.error_code == KafkaError.member_id_required and first.member_id
+        assert first.generation_id == -1
+        joined = join(connection, group, first.member_id, **timeouts)
+        assert joined.error_code == KafkaError.none
+        assert joined.leader == joined.member_id == first.member_id
+        assert (
+            sync(connection, group, joined.member_id, joined.generation_id, {joined.member_id: b"mine"}).assignment
+            == b"mine"
+        )
+    return joined.member_id, joined.generation_id
+
+
+def test_member_id_required_then_a_member_that_does_not_rejoin_in_time_is_removed(module_kafka_server):
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    group = "raw-rejoin"
+    old_member, generation = joined_member(bootstrap, group)
+    with RawConnection(bootstrap) as connection:
+        # A second member's join starts a rebalance the first never rejoins: after its rebalance
+        # timeout it is removed and the second completes the rebalance alone, as leader.
+        first = join(connection, group)
+        joined = join(connection, group, first.member_id)
+        assert joined.error_code == KafkaError.none
+        assert (joined.generation_id, joined.leader) == (generation + 1, first.member_id)
+        assert [m.member_id for m in joined.members] == [first.member_id]
+        assert heartbeat(connection, group, old_member, generation).error_code == KafkaError.unknown_member_id
+        assert heartbeat(connection, group, first.member_id, generation).error_code == KafkaError.illegal_generation
+
+
+def test_a_member_whose_session_lapses_is_evicted_and_the_rest_rebalance(module_kafka_server):
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    group = "raw-session"
+    short_lived, generation = joined_member(bootstrap, group, session=datetime.timedelta(milliseconds=500))
+    with RawConnection(bootstrap) as connection:
+        # A second member joins; the first neither heartbeats nor rejoins, and its session lapses
+        # (before the rebalance timeout of 30 s): evicted, the second completes alone.
+        first = join(connection, group, rebalance=datetime.timedelta(seconds=30))
+        joined = join(connection, group, first.member_id, rebalance=datetime.timedelta(seconds=30))
+        assert joined.error_code == KafkaError.none
+        assert [m.member_id for m in joined.members] == [first.member_id]
+        assert heartbeat(connection, group, short_lived, generation).error_code == KafkaError.unknown_member_id
+
+
+def test_a_stable_member_is_told_to_rejoin_by_its_heartbeat(module_kafka_server):
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    group = "raw-heartbeat"
+    member, generation = joined_member(bootstrap, group, rebalance=datetime.timedelta(seconds=30))
+    answers = {}
+
+    def second_joins():
+        with RawConnection(bootstrap) as connection:
+            first = join(connection, group)
+            answers["second"] = join(connection, group, first.member_id)
+
+    joiner = threading.Thread(target=second_joins)
+    joiner.start()
+    with RawConnection(bootstrap) as connection:
+        while heartbeat(connection, group, member, generation).error_code == KafkaError.none:
+            pass  # until the second's join has begun the rebalance
+        assert heartbeat(connection, group, member, generation).error_code == KafkaError.rebalance_in_progress
+        rejoined = join(connection, group, member)
+        joiner.join()
+        second = answers["second"]
+        assert rejoined.generation_id == second.generation_id == generation + 1
+        assert rejoined.leader == second.leader == member  # the leader stays
+        assert sorted(m.member_id for m in rejoined.members) == sorted([member, second.member_id])
+        assert second.members == ()
+
+
+def test_a_group_takes_the_kind_of_its_first_member(module_kafka_server):
+    server = module_kafka_server
+    bootstrap = server.extra["kafka_bootstrap"]
+    create_topic(server, "kinds", 1)
+    joined_member(bootstrap, "kafka-kind")
+    response = server.client.post(
+        "/v1/groups/kafka-kind/heartbeat", json={"member_id": "", "generation_id": -1, "topics": ["kinds"]}
+    )
+    assert response.status_code == 409, response.text
+    assert response.json()["error"]["code"] == "INCONSISTENT_GROUP_PROTOCOL"
+    response = server.client.post(
+        "/v1/groups/http-kind/heartbeat", json={"member_id": "", "generation_id": -1, "topics": ["kinds"]}
+    )
+    assert response.status_code == 200, response.text
+    with RawConnection(bootstrap) as connection:
+        assert join(connection, "http-kind", "a-kafka-member").error_code == KafkaError.inconsistent_group_protocol
+
+
+def offset_fetch(connection, group: str, topic: str, partition: int, require_stable: bool):
+    response = connection.call(
+        request_of(
+            api_table.OFFSET_FETCH,
+            7,
+            group_id=group,
+            topics=(
+                nested(
+                    api_table.OFFSET_FETCH, 7, "OffsetFetchRequestTopic", name=topic, partition_indexes=(partition,)
+                ),
+            ),
+            require_stable=require_stable,
+        )
+    )
+    [topic_answer] = response.topics
+    [answer] = topic_answer.partitions
+    return answer
+
+
+def test_require_stable_answers_unstable_offset_commit_while_a_transaction_holds_offsets(module_kafka_server):
+    server = module_kafka_server
+    bootstrap = server.extra["kafka_bootstrap"]
+    create_topic(server, "stable", 1)
+    transaction = http_side.HttpTransaction(server, "stable-txn")
+    response = server.client.post(
+        "/v1/txn/offset-commit",
+        json={
+            "transactional_id": "stable-txn",
+            "group_id": "stable-group",
+            "producer_id": transaction.ids["producer_id"],
+            "producer_epoch": transaction.ids["producer_epoch"],
+            "generation_id": -1,
+            "member_id": "",
+            "offsets": [{"topic": "stable", "partition": 0, "offset": 5, "metadata": "txn"}],
+        },
+    )
+    assert response.status_code == 200, response.text
+    with RawConnection(bootstrap) as connection:
+        pending = offset_fetch(connection, "stable-group", "stable", 0, require_stable=True)
+        assert (pending.error_code, pending.committed_offset) == (KafkaError.unstable_offset_commit, -1)
+        unstable_allowed = offset_fetch(connection, "stable-group", "stable", 0, require_stable=False)
+        assert (unstable_allowed.error_code, unstable_allowed.committed_offset) == (KafkaError.none, -1)
+        transaction.end(committed=True)
+        settled = offset_fetch(connection, "stable-group", "stable", 0, require_stable=True)
+        assert (settled.error_code, settled.committed_offset, settled.metadata) == (KafkaError.none, 5, "txn")
+
+
+def test_http_and_kafka_consumers_resume_from_each_others_commits(module_kafka_server):
+    server = module_kafka_server
+    topic, group = "resume-across", "resume-across-group"
+    create_topic(server, topic, 1)
+    http_side.produce(server, topic, 0, [{"key": None, "value": f"r{i}"} for i in range(6)])
+    # HTTP commits offset 2 for the group; a Kafka member of it resumes there.
+    response = server.client.post(
+        f"/v1/groups/{group}/offsets/commit",
+        json={
+            "member_id": "",
+            "generation_id": -1,
+            "offsets": [{"topic": topic, "partition": 0, "offset": 2, "metadata": None}],
+        },
+    )
+    assert response.status_code == 200, response.text
+    for name in sorted(MEMBERS):
+        member = MEMBERS[name](server, group, topic)
+        try:
+            consumed = poll_until([member], lambda c: len(c[0]) >= 4, "the records after HTTP's commit")[0]
+            assert [c.offset for c in consumed] == [2, 3, 4, 5], name
+        finally:
+            member.close()
+    member = MEMBERS["confluent-kafka"](server, group, topic)
+    try:
+        poll_until([member], lambda c: len(c[0]) >= 4, "consumed")
+        member.commit()  # offset 6, committed over Kafka
+    finally:
+        member.close()
+    response = server.client.post(
+        f"/v1/groups/{group}/offsets/fetch", json={"partitions": None, "require_stable": True}
+    )
+    assert [(o["partition"], o["offset"]) for o in response.json()["offsets"]] == [(0, 6)]
+    # An HTTP member of the (now empty) group heartbeats in and reads from the Kafka commit.
+    response = server.client.post(
+        f"/v1/groups/{group}/heartbeat", json={"member_id": "", "generation_id": -1, "topics": [topic]}
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["assignment"] == [{"topic": topic, "partitions": [0]}]
+
+
+def test_a_nul_inside_offset_metadata_refuses_that_offset(module_kafka_server):
+    """PostgreSQL's text cannot hold NUL: that partition's commit is INVALID_REQUEST, the others
+    commit (the connection is not closed); a trailing NUL (confluent-kafka's) is dropped."""
+    server = module_kafka_server
+    create_topic(server, "nul-metadata", 3)
+    partitions = [(0, "a\0b"), (1, "fine"), (2, "terminated\0")]
+    request = request_of(
+        api_table.OFFSET_COMMIT,
+        8,
+        group_id="nul-group",
+        generation_id_or_member_epoch=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=(
+            nested(
+                api_table.OFFSET_COMMIT,
+                8,
+                "OffsetCommitRequestTopic",
+                name="nul-metadata",
+                partitions=tuple(
+                    nested(
+                        api_table.OFFSET_COMMIT,
+                        8,
+                        "OffsetCommitRequestPartition",
+                        partition_index=p,
+                        committed_offset=7,
+                        committed_leader_epoch=-1,
+                        committed_metadata=m,
+                    )
+                    for p, m in partitions
+                ),
+            ),
+        ),
+    )
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        [topic] = connection.call(request).topics
+    assert [p.error_code for p in topic.partitions] == [KafkaError.invalid_request, KafkaError.none, KafkaError.none]
+    response = server.client.post("/v1/groups/nul-group/offsets/fetch", json={"partitions": None})
+    offsets = [(o["partition"], o["offset"], o["metadata"]) for o in response.json()["offsets"]]
+    assert offsets == [(1, 7, "fine"), (2, 7, "terminated")]

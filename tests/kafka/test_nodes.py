@@ -1,0 +1,67 @@
+"""Several `txbroker serve` nodes on one PostgreSQL appear in Metadata as brokers, each with the id
+it was started with (TXBROKER_NODE_ID), listed while alive: a node stopped (or killed) leaves the
+list, restarted with its id it is listed again; each answers as the coordinator and the leader."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from confluent_kafka.admin import AdminClient
+
+from app.kafka import api_table
+from tests.kafka.clients import WAIT_S
+from tests.kafka.raw import RawConnection, request_of
+
+
+def held_port() -> socket.socket:
+    """A port bound with port reuse and never listening (the kernel hands it no connection): the
+    node binds its Kafka listener beside it, and the port stays ours across the node's restarts."""
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    holder.bind(("127.0.0.1", 0))
+    return holder
+
+
+def brokers(port: int) -> dict[int, int]:
+    with RawConnection(f"127.0.0.1:{port}") as connection:
+        response = connection.call(
+            request_of(
+                api_table.METADATA,
+                12,
+                topics=(),
+                allow_auto_topic_creation=False,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False,
+            )
+        )
+    return {b.node_id: b.port for b in response.brokers}
+
+
+def brokers_become(port: int, expected: dict[int, int]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while (found := brokers(port)) != expected:
+        assert time.monotonic() < deadline, f"brokers {found}, expected {expected}"
+
+
+def test_nodes_on_one_database_are_brokers_while_alive(server_process, database_url):
+    with held_port() as first_port_holder, held_port() as second_port_holder:
+        first_port, second_port = first_port_holder.getsockname()[1], second_port_holder.getsockname()[1]
+
+        def node(node_id: int, port: int):
+            env = {"TXBROKER_KAFKA_LISTENER": f"127.0.0.1:{port}", "TXBROKER_NODE_ID": str(node_id)}
+            return server_process("--database-url", database_url, env=env)
+
+        node(7, first_port)
+        second = node(11, second_port)
+        brokers_become(first_port, {7: first_port, 11: second_port})
+        assert brokers(second_port) == {7: first_port, 11: second_port}
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{second_port}"})
+        assert sorted(admin.list_topics(timeout=WAIT_S).brokers) == [7, 11]
+        del admin
+        second.terminate()
+        brokers_become(first_port, {7: first_port})
+        second = node(11, second_port)  # restarted with its id
+        brokers_become(first_port, {7: first_port, 11: second_port})
+        second.kill()  # SIGKILL: PostgreSQL ends its session when the socket closes
+        brokers_become(first_port, {7: first_port})
