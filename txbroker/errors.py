@@ -270,6 +270,7 @@ _BY_CODE: dict[str, type[TxbrokerError]] = {
         UnknownMemberIdError,
         ConcurrentTransactionsError,
         RebalanceInProgressError,
+        InconsistentGroupProtocolError,
         UnstableOffsetCommitError,
         OffsetOutOfRangeError,
         NotCoordinatorError,

@@ -594,7 +594,7 @@ def _altered(config: dict, alterations: list[tuple[str, int, str | None]], defau
         else:
             raise BrokerError(
                 ErrorCode.INVALID_CONFIG,
-                f"operation {operation} on {name!r}: expected SET (0) or DELETE (1), or APPEND (2) / SUBTRACT (3) "
+                f"operation {operation} on {name!r}: expected 0 (set) or 1 (delete), or 2 (append) / 3 (subtract) "
                 f"on the list cleanup.policy",
             )
     return config

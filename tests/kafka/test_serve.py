@@ -3,7 +3,6 @@ are not HOST:PORT are refused, and every worker of `--workers N` serves it."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -11,6 +10,7 @@ from types import SimpleNamespace
 import httpx
 
 from app.cli import listening_refusal
+from app.listening_sockets import bound_accepting_socket
 from app.settings import Settings
 from tests.conftest import REPO_ROOT
 from tests.kafka.clients import ConfluentKafka, create_topic
@@ -49,11 +49,10 @@ def _listening_sockets(port: int) -> int:
 
 
 def test_every_worker_serves_the_kafka_listener(server_process, database_url):
-    # A port of our own: bound with port reuse and never listening, so the kernel hands it no
-    # connection, and the workers bind theirs beside it.
-    with socket.socket() as holder:
-        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        holder.bind(("127.0.0.1", 0))
+    # A port of our own, held as `serve` holds its Kafka port: bound with address and port reuse and
+    # never listening, so the kernel hands it no connection, the node's claim passes it (it is no
+    # live listener), and the workers bind theirs beside it.
+    with bound_accepting_socket("127.0.0.1", 0) as holder:
         port = holder.getsockname()[1]
         process = server_process(
             "--database-url", database_url, "--workers", "2", env={"TXBROKER_KAFKA_LISTENER": f"127.0.0.1:{port}"}
