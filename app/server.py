@@ -105,7 +105,7 @@ def create_app(
 ) -> FastAPI:
     """`serve_before_ready`: accept requests while starting, answering 503 until ready (a single
     server, or the first of several workers); False: start accepting only once ready (the other
-    workers of `serve --workers N`, see app/worker_processes.py). `on_ready` is called once ready.
+    workers of `serve --workers N`, see app/runtime/worker_processes.py). `on_ready` is called once ready.
     `wait_for_every_worker` (each worker of several): /v1/health answers 503 until it returns."""
 
     @asynccontextmanager
