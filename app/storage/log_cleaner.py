@@ -29,8 +29,9 @@ import asyncpg
 
 from app.errors import BrokerError, ErrorCode
 from app.storage import log_compaction, partition_log
-from app.storage.cleanup_progress import ASYNC_COMMIT_SQL, COMPLETING_STATES, CleanupTotals, count_rows, note_cleanup
+from app.storage.cleanup_progress import ASYNC_COMMIT_SQL, COMPLETING_STATES, CleanupTotals, note_cleanup
 from app.storage.partition_log import PartitionState
+from app.storage.rows import count_rows
 from app.storage.topics import (
     CLEANUP_COMPACT,
     CLEANUP_DELETE,

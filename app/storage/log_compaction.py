@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from app.storage import partition_log, record_codec
-from app.storage.cleanup_progress import ASYNC_COMMIT_SQL, COMPLETING_STATES, CleanupTotals, count_rows, note_cleanup
+from app.storage.cleanup_progress import ASYNC_COMMIT_SQL, COMPLETING_STATES, CleanupTotals, note_cleanup
+from app.storage.rows import count_rows
 from app.storage.topics import TopicInfo
 
 
