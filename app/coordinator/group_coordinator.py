@@ -28,7 +28,7 @@ from app.errors import BrokerError, ErrorCode
 from app.storage import group_offsets, groups
 from app.storage.group_offsets import CommittedOffset, OffsetEntry, PartitionLag
 from app.storage.groups import Group, Member
-from app.storage.topics import (
+from app.storage.log.topics import (
     CONSUMER_OFFSETS_TOPIC,
     find_topics,
     get_topic,

@@ -12,9 +12,10 @@ import asyncpg
 
 from app.clock import now_ms
 from app.errors import BrokerError
-from app.storage import log_cleaner, partition_log, principals, topics
-from app.storage.partition_log import NO_OFFSET, PartitionState
-from app.storage.topics import TopicInfo
+from app.storage import log_cleaner, principals
+from app.storage.log import partition_log, topics
+from app.storage.log.partition_log import NO_OFFSET, PartitionState
+from app.storage.log.topics import TopicInfo
 
 __all__ = [
     "PartitionState",

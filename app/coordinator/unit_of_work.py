@@ -20,10 +20,11 @@ import asyncpg
 
 from app.coordinator.transaction_metadata import TransactionMetadata
 from app.errors import BrokerError
-from app.storage import group_offsets, markers, partition_log
-from app.storage.fused_writes import WriteStatement, execute_fused, fused
-from app.storage.partition_log import CONTROL_COMMIT, AppendResult, BatchAppend
-from app.storage.topics import TopicInfo, find_topics
+from app.storage import group_offsets
+from app.storage.log import markers, partition_log
+from app.storage.log.fused_writes import WriteStatement, execute_fused, fused
+from app.storage.log.partition_log import CONTROL_COMMIT, AppendResult, BatchAppend
+from app.storage.log.topics import TopicInfo, find_topics
 from app.storage.transaction_log import TransactionLog
 
 

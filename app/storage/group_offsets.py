@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import asyncpg
 import orjson
 
-from app.storage import partition_log, record_codec
-from app.storage.partition_log import BatchAppend
+from app.storage.log import partition_log, record_codec
+from app.storage.log.partition_log import BatchAppend
+from app.storage.log.topics import TopicInfo
 from app.storage.rows import all_from_rows
-from app.storage.topics import TopicInfo
 from txbroker.wire import NO_OFFSET
 
 

@@ -20,9 +20,9 @@ from typing import Generic, TypeVar
 import asyncpg
 import orjson
 
-from app.storage import partition_log, record_codec
-from app.storage.fused_writes import WriteStatement
-from app.storage.partition_log import (
+from app.storage.log import partition_log, record_codec
+from app.storage.log.fused_writes import WriteStatement
+from app.storage.log.partition_log import (
     APPENDS_CHANNEL,
     BATCH_COLUMNS,
     NO_PRODUCER_EPOCH,
@@ -30,7 +30,14 @@ from app.storage.partition_log import (
     NO_SEQUENCE,
     BatchAppend,
 )
-from app.storage.topics import TOPIC_COLUMNS, TRANSACTION_STATE_TOPIC, TopicInfo, could_exist, get_topic, topic_from_row
+from app.storage.log.topics import (
+    TOPIC_COLUMNS,
+    TRANSACTION_STATE_TOPIC,
+    TopicInfo,
+    could_exist,
+    get_topic,
+    topic_from_row,
+)
 from txbroker.wire import partition_for_key
 
 NO_START_TIME = -1

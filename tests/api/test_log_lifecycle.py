@@ -269,7 +269,7 @@ def test_an_abort_marker_outlives_its_batches_while_a_fetch_in_flight_may_read_t
     # fetch that had checked the log start before DeleteRecords then showed that batch to
     # read_committed. Here the second chunk is held (a row lock on its first batch) while such a
     # fetch reads.
-    from app.storage import partition_log, topics
+    from app.storage.log import partition_log, topics
 
     create(client, "in-flight")
     aborting = TxnProducer(client, "in-flight-aborting")
@@ -878,7 +878,7 @@ def test_retention_stops_inside_an_aborted_transaction_and_removes_its_marker_on
 
 
 def test_with_holes_keeps_indexes_and_counts_only_what_stays():
-    from app.storage import record_codec
+    from app.storage.log import record_codec
 
     records = [
         record_codec.TextRecord("k", "vv", (), 5),

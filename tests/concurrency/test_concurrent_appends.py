@@ -11,9 +11,9 @@ import asyncpg
 import httpx
 import pytest
 
-from app.storage import partition_log, record_codec, topics
 from app.storage.database import connect
-from app.storage.partition_log import BatchAppend
+from app.storage.log import partition_log, record_codec, topics
+from app.storage.log.partition_log import BatchAppend
 
 
 def _batch(values: list[str]) -> record_codec.EncodedBatch:

@@ -646,9 +646,9 @@ def _queued_appends(
     behind A: on the partition's row lock for an idempotent producer, on the transactional id's row
     for a transactional one (each takes that row first, as produce does). A commits; B's result is
     returned with the partition's state."""
-    from app.storage import partition_log, record_codec, topics
     from app.storage.database import connect
-    from app.storage.partition_log import BatchAppend
+    from app.storage.log import partition_log, record_codec, topics
+    from app.storage.log.partition_log import BatchAppend
     from app.storage.transaction_log import TransactionLog, TransactionRow
 
     log = TransactionLog()

@@ -11,9 +11,9 @@ import pytest
 from app.coordinator.transaction_metadata import TransactionMetadata, check_producer
 from app.coordinator.transaction_states import IllegalStateTransition, TransactionState
 from app.errors import BrokerError, ErrorCode
-from app.storage.partition_log import CONTROL_ABORT, CONTROL_COMMIT
+from app.storage.log.partition_log import CONTROL_ABORT, CONTROL_COMMIT
+from app.storage.log.topics import CONSUMER_OFFSETS_TOPIC
 from app.storage.producer_ids import ProducerIdAndEpoch
-from app.storage.topics import CONSUMER_OFFSETS_TOPIC
 from app.storage.transaction_log import NO_START_TIME, TxnPartition
 
 S = TransactionState

@@ -19,10 +19,10 @@ import orjson
 
 from app.clock import now_ms
 from app.errors import BrokerError, ErrorCode
-from app.storage import record_codec, sequences
-from app.storage.fused_writes import WriteStatement, execute_fused
-from app.storage.record_codec import EncodedBatch
-from app.storage.topics import TOPIC_COLUMNS, TopicInfo, could_exist, topic_from_row, unknown_partition
+from app.storage.log import record_codec, sequences
+from app.storage.log.fused_writes import WriteStatement, execute_fused
+from app.storage.log.record_codec import EncodedBatch
+from app.storage.log.topics import TOPIC_COLUMNS, TopicInfo, could_exist, topic_from_row, unknown_partition
 
 # The contract's sentinels and control record types (txbroker/wire.py, shared with the SDK), also
 # imported from here by the rest of the server.

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from app.storage import partition_log
-from app.storage.fused_writes import WriteStatement
-from app.storage.partition_log import APPENDS_CHANNEL, BATCH_COLUMNS, CONTROL_ABORT, CONTROL_COMMIT
+from app.storage.log import partition_log
+from app.storage.log.fused_writes import WriteStatement
+from app.storage.log.partition_log import APPENDS_CHANNEL, BATCH_COLUMNS, CONTROL_ABORT, CONTROL_COMMIT
 from app.storage.rows import all_from_rows
 
 CONTROL_TYPE_NAMES = {CONTROL_ABORT: "ABORT", CONTROL_COMMIT: "COMMIT"}
