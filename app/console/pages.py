@@ -35,7 +35,7 @@ from app.errors import BrokerError, ErrorCode, invalid_request
 from app.storage import cleanup_progress, groups
 from app.storage.log import partition_log, topics
 from app.storage.log.topics import TRANSACTION_STATE_TOPIC
-from app.storage.producer_ids import ProducerIdAndEpoch
+from app.storage.transactions.producer_ids import ProducerIdAndEpoch
 
 router = APIRouter()
 

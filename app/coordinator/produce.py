@@ -24,7 +24,7 @@ from app.storage.log.record_codec import (
     encode_json_records,
 )
 from app.storage.log.topics import INTERNAL_PREFIX
-from app.storage.producer_ids import IssuedProducer
+from app.storage.transactions.producer_ids import IssuedProducer
 
 # What a front door needs to build a ProduceCommand: the sentinels of a plain write, and the
 # record encodings (a door may validate and encode the records itself, `PartitionRecords.encoded`).

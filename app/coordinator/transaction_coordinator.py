@@ -42,7 +42,7 @@ from app.coordinator.transaction_states import TransactionState
 from app.coordinator.unit_of_work import UnitOfWork, open_unit
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
-from app.storage import principals, producer_ids
+from app.storage import principals
 from app.storage.log import markers
 from app.storage.log.partition_log import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from app.storage.log.topics import (
@@ -54,8 +54,9 @@ from app.storage.log.topics import (
     unknown_partition,
     unknown_topic,
 )
-from app.storage.producer_ids import ProducerIdAndEpoch
-from app.storage.transaction_log import NO_START_TIME, TransactionLog, TxnPartition
+from app.storage.transactions import producer_ids
+from app.storage.transactions.producer_ids import ProducerIdAndEpoch
+from app.storage.transactions.transaction_log import NO_START_TIME, TransactionLog, TxnPartition
 from txbroker.wire import partition_for_key
 
 log = logging.getLogger(__name__)

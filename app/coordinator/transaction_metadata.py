@@ -25,8 +25,8 @@ from app.errors import BrokerError, ErrorCode
 from app.storage.log import markers
 from app.storage.log.partition_log import CONTROL_ABORT, CONTROL_COMMIT
 from app.storage.log.topics import CONSUMER_OFFSETS_TOPIC
-from app.storage.producer_ids import ProducerIdAndEpoch
-from app.storage.transaction_log import NO_START_TIME, TransactionLog, TransactionRow, TxnPartition
+from app.storage.transactions.producer_ids import ProducerIdAndEpoch
+from app.storage.transactions.transaction_log import NO_START_TIME, TransactionLog, TransactionRow, TxnPartition
 
 S = TransactionState
 

@@ -25,7 +25,7 @@ from app.storage.log import markers, partition_log
 from app.storage.log.fused_writes import WriteStatement, execute_fused, fused
 from app.storage.log.partition_log import CONTROL_COMMIT, AppendResult, BatchAppend
 from app.storage.log.topics import TopicInfo, find_topics
-from app.storage.transaction_log import TransactionLog
+from app.storage.transactions.transaction_log import TransactionLog
 
 
 class UnitOfWork:

@@ -23,8 +23,9 @@ from app.clock import now_ms
 from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.settings import Settings
-from app.storage import log_cleaner, producer_ids
+from app.storage import log_cleaner
 from app.storage.database import CONNECTION_ERRORS
+from app.storage.transactions import producer_ids
 
 log = logging.getLogger(__name__)
 

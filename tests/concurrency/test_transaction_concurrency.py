@@ -649,7 +649,7 @@ def _queued_appends(
     from app.storage.database import connect
     from app.storage.log import partition_log, record_codec, topics
     from app.storage.log.partition_log import BatchAppend
-    from app.storage.transaction_log import TransactionLog, TransactionRow
+    from app.storage.transactions.transaction_log import TransactionLog, TransactionRow
 
     log = TransactionLog()
 

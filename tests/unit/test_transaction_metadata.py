@@ -13,8 +13,8 @@ from app.coordinator.transaction_states import IllegalStateTransition, Transacti
 from app.errors import BrokerError, ErrorCode
 from app.storage.log.partition_log import CONTROL_ABORT, CONTROL_COMMIT
 from app.storage.log.topics import CONSUMER_OFFSETS_TOPIC
-from app.storage.producer_ids import ProducerIdAndEpoch
-from app.storage.transaction_log import NO_START_TIME, TxnPartition
+from app.storage.transactions.producer_ids import ProducerIdAndEpoch
+from app.storage.transactions.transaction_log import NO_START_TIME, TxnPartition
 
 S = TransactionState
 P0 = TxnPartition("orders", 0, 7)
