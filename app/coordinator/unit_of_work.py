@@ -20,7 +20,7 @@ import asyncpg
 
 from app.coordinator.transaction_metadata import TransactionMetadata
 from app.errors import BrokerError
-from app.storage import group_offsets
+from app.storage.groups import group_offsets
 from app.storage.log import markers, partition_log
 from app.storage.log.fused_writes import WriteStatement, execute_fused, fused
 from app.storage.log.partition_log import CONTROL_COMMIT, AppendResult, BatchAppend
