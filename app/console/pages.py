@@ -32,8 +32,8 @@ from app.console.throughput import meter_of
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.coordinator.transaction_states import TransactionState
 from app.errors import BrokerError, ErrorCode, invalid_request
-from app.storage import cleanup_progress
 from app.storage.groups import groups
+from app.storage.lifecycle import cleanup_progress
 from app.storage.log import partition_log, topics
 from app.storage.log.topics import TRANSACTION_STATE_TOPIC
 from app.storage.transactions.producer_ids import ProducerIdAndEpoch

@@ -12,7 +12,8 @@ import asyncpg
 
 from app.clock import now_ms
 from app.errors import BrokerError
-from app.storage import log_cleaner, principals
+from app.storage import principals
+from app.storage.lifecycle import log_cleaner
 from app.storage.log import partition_log, topics
 from app.storage.log.partition_log import NO_OFFSET, PartitionState
 from app.storage.log.topics import TopicInfo

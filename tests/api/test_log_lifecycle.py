@@ -1,6 +1,6 @@
 """The log's lifecycle over real HTTP and real PostgreSQL: retention by time and size, DeleteRecords,
 compaction, the rows of deleted topics and dead producer ids, and the invariants that hold through
-all of them (docs/api.md, "Consuming"; storage/log_cleaner.py): offsets never change, nothing at or past
+all of them (docs/api.md, "Consuming"; storage/lifecycle/log_cleaner.py): offsets never change, nothing at or past
 the LSO is deleted, read_committed stays exact at every offset >= the log start.
 
 The servers here run the cleaner's background worker rarely; the tests run a cleaner pass
@@ -16,8 +16,8 @@ import time
 import httpx
 import pytest
 
-from app.storage import log_cleaner
 from app.storage.database import connect, create_pool
+from app.storage.lifecycle import log_cleaner
 from tests.api.test_transactions import TxnProducer
 
 RARELY = 3_600_000

@@ -28,8 +28,8 @@ from __future__ import annotations
 import asyncpg
 
 from app.errors import BrokerError, ErrorCode
-from app.storage import log_compaction
-from app.storage.cleanup_progress import ASYNC_COMMIT_SQL, COMPLETING_STATES, CleanupTotals, note_cleanup
+from app.storage.lifecycle import log_compaction
+from app.storage.lifecycle.cleanup_progress import ASYNC_COMMIT_SQL, COMPLETING_STATES, CleanupTotals, note_cleanup
 from app.storage.log import partition_log
 from app.storage.log.partition_log import PartitionState
 from app.storage.log.topics import (
