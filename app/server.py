@@ -25,11 +25,11 @@ from app.coordinator.workers import BackgroundWorkers
 from app.kafka.broker_calls import BrokerCalls
 from app.kafka.listener import OFF, KafkaListener, parse_address
 from app.settings import Settings
-from app.storage import principals
 from app.storage.database import CONNECTION_ERRORS, create_pool
 from app.storage.log import topics
 from app.storage.log.append_notifier import AppendNotifier
 from app.storage.migrations import upgrade_to_head
+from app.storage.security import principals
 
 log = logging.getLogger("txbroker")
 

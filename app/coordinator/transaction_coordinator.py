@@ -42,7 +42,6 @@ from app.coordinator.transaction_states import TransactionState
 from app.coordinator.unit_of_work import UnitOfWork, open_unit
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
-from app.storage import principals
 from app.storage.log import markers
 from app.storage.log.partition_log import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from app.storage.log.topics import (
@@ -54,6 +53,7 @@ from app.storage.log.topics import (
     unknown_partition,
     unknown_topic,
 )
+from app.storage.security import principals
 from app.storage.transactions import producer_ids
 from app.storage.transactions.producer_ids import ProducerIdAndEpoch
 from app.storage.transactions.transaction_log import NO_START_TIME, TransactionLog, TxnPartition
