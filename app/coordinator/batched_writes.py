@@ -28,7 +28,7 @@ from app.coordinator.transaction_coordinator import EndResult, EndTxnCommand, Tr
 from app.coordinator.write_batching import WriteBatcher
 from app.errors import BrokerError
 from app.storage.log import markers, record_codec
-from app.storage.log.partition_log import BatchAppend
+from app.storage.log.append import BatchAppend
 from app.storage.log.record_codec import EncodedBatch
 from app.storage.log.topics import unknown_topic
 from app.storage.transactions import producer_ids

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from app.coordinator.transaction_coordinator import unknown_producer
 from app.errors import BrokerError, ErrorCode, invalid_request
-from app.storage.log.partition_log import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, AppendResult
+from app.storage.log.append import AppendResult
 from app.storage.log.record_codec import (
     BASE64,
     ENCODINGS,
@@ -25,6 +25,7 @@ from app.storage.log.record_codec import (
 )
 from app.storage.log.topics import INTERNAL_PREFIX
 from app.storage.transactions.producer_ids import IssuedProducer
+from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
 # What a front door needs to build a ProduceCommand: the sentinels of a plain write, and the
 # record encodings (a door may validate and encode the records itself, `PartitionRecords.encoded`).

@@ -43,7 +43,6 @@ from app.coordinator.unit_of_work import UnitOfWork, open_unit
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
 from app.storage.log import markers
-from app.storage.log.partition_log import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from app.storage.log.topics import (
     CONSUMER_OFFSETS_TOPIC,
     INTERNAL_PREFIX,
@@ -57,7 +56,7 @@ from app.storage.security import principals
 from app.storage.transactions import producer_ids
 from app.storage.transactions.producer_ids import ProducerIdAndEpoch
 from app.storage.transactions.transaction_log import NO_START_TIME, TransactionLog, TxnPartition
-from txbroker.wire import partition_for_key
+from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, partition_for_key
 
 log = logging.getLogger(__name__)
 

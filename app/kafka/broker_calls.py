@@ -28,8 +28,9 @@ from app.errors import BrokerError, ErrorCode
 from app.kafka.record_batches import KafkaRecord, ProducedBatch
 from app.settings import Settings
 from app.storage.log import partition_log, record_codec, topics
+from app.storage.log.append import AppendResult
 from app.storage.log.batch_reads import StoredBatch, read_batches
-from app.storage.log.partition_log import AppendResult, PartitionState
+from app.storage.log.partition_log import PartitionState
 from app.storage.security import principals
 from txbroker.wire import READ_COMMITTED, READ_UNCOMMITTED
 

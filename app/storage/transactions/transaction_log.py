@@ -20,15 +20,12 @@ from typing import Generic, TypeVar
 import asyncpg
 import orjson
 
-from app.storage.log import partition_log, record_codec
+from app.storage.log import record_codec
+from app.storage.log.append import BatchAppend, append_batch
 from app.storage.log.fused_writes import WriteStatement
 from app.storage.log.partition_log import (
     APPENDS_CHANNEL,
     BATCH_COLUMNS,
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    NO_SEQUENCE,
-    BatchAppend,
 )
 from app.storage.log.topics import (
     TOPIC_COLUMNS,
@@ -38,7 +35,7 @@ from app.storage.log.topics import (
     get_topic,
     topic_from_row,
 )
-from txbroker.wire import partition_for_key
+from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, partition_for_key
 
 NO_START_TIME = -1
 
@@ -338,7 +335,7 @@ class TransactionLog(Generic[Row]):
 
     async def _append_records(self, conn: asyncpg.Connection, meta: TransactionRow, tombstone: bool = False) -> None:
         topic, partition, batch = await self._pending_batch(conn, meta, tombstone)
-        await partition_log.append_batch(conn, BatchAppend(topic, partition, batch))
+        await append_batch(conn, BatchAppend(topic, partition, batch))
         meta.pending_records.clear()
 
     async def count_created_by(self, conn: asyncpg.Connection, principal: str) -> int:
