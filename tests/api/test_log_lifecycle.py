@@ -642,7 +642,7 @@ CRASH_KEYS = 50
 
 def _write_batches(database_url: str, topic: int, count: int, keys: int) -> None:
     """`count` one-record batches, keys k0..k(keys-1) in turn, written with SQL in the format
-    partition_log writes them (faster than as many produce requests)."""
+    append.py writes them (faster than as many produce requests)."""
     sql(
         database_url,
         """

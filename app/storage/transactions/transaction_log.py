@@ -150,7 +150,7 @@ def _row_values(meta: TransactionRow) -> list:
 # one row per id); the epoch of each id's producer id recorded as the latest issued, if it is newer
 # (an epoch bump of producer_ids.next_epoch, written here rather than by a statement of its own; a
 # no-op otherwise); and the transitions appended to __transaction_state (`l`, one batch per
-# partition of that topic, holding the records of every id that hashes there) as partition_log
+# partition of that topic, holding the records of every id that hashes there) as append.py
 # appends a plain batch: bump the high watermark (locking that partition's row, the last locks the
 # request takes), insert the batch at the old one, wake long polls at commit. A group's ids hash to
 # several of those partitions: `locked` takes their rows in lock_order (a row is locked as the Sort
