@@ -41,7 +41,7 @@ def _socket_address(fd: int) -> tuple[str, int]:
 
 
 def _start_embedded_postgres(settings: Settings):
-    from app.storage.embedded_postgres import EmbeddedPostgres
+    from app.runtime.embedded_postgres import EmbeddedPostgres
 
     postgres = EmbeddedPostgres(settings.data_dir, bindir=settings.postgres_bindir)
     postgres.start()
@@ -49,7 +49,7 @@ def _start_embedded_postgres(settings: Settings):
 
 
 def _raise_shutdown(signum, _frame) -> None:
-    from app.worker_processes import ShutdownRequested
+    from app.runtime.worker_processes import ShutdownRequested
 
     raise ShutdownRequested(signum)
 
@@ -57,7 +57,7 @@ def _raise_shutdown(signum, _frame) -> None:
 def serve(args: argparse.Namespace) -> int:
     import signal
 
-    from app.worker_processes import ShutdownRequested, die_with_supervisor
+    from app.runtime.worker_processes import ShutdownRequested, die_with_supervisor
 
     if args.worker_of is not None:  # first: a worker must never outlive its supervisor
         die_with_supervisor(args.worker_of)
@@ -69,7 +69,7 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     # The cores this process may run on (a cpuset or taskset limits them), not all of the machine's.
     workers = settings.workers or len(os.sched_getaffinity(0))
-    from app.listening_sockets import PortInUse, bind_listening_socket
+    from app.runtime.listening_sockets import PortInUse, bind_listening_socket
 
     node_socket = None
     fd = args.fd
@@ -122,7 +122,7 @@ def serve(args: argparse.Namespace) -> int:
                 node_ready_fd=args.node_ready_fd,
             )
             return 0
-        from app.worker_processes import supervise
+        from app.runtime.worker_processes import supervise
 
         return supervise(settings, database_url, fd, workers)
     except ShutdownRequested:
@@ -137,10 +137,10 @@ def serve(args: argparse.Namespace) -> int:
 
 def _worker_fd(fd: int, worker_index: int | None) -> int:
     """The socket this process accepts on: the node's, or, for a worker after the first, possibly a
-    socket of its own beside it (app/worker_processes.py)."""
+    socket of its own beside it (app/runtime/worker_processes.py)."""
     if worker_index in (None, 0):
         return fd
-    from app.listening_sockets import worker_listening_socket
+    from app.runtime.listening_sockets import worker_listening_socket
 
     return worker_listening_socket(fd)
 
@@ -155,8 +155,8 @@ def _run_uvicorn(
 ) -> None:
     import uvicorn
 
+    from app.runtime.worker_processes import node_ready_waiter, readiness_signal
     from app.server import create_app
-    from app.worker_processes import node_ready_waiter, readiness_signal
 
     app = create_app(
         settings,
@@ -195,14 +195,14 @@ def _freeze_startup_objects() -> None:
 
 
 def _hold_kafka_port(settings: Settings) -> tuple[socket.socket | None, Settings]:
-    """The node's Kafka port, claimed as its HTTP port is (app/listening_sockets.py: a live node's
+    """The node's Kafka port, claimed as its HTTP port is (app/runtime/listening_sockets.py: a live node's
     port is refused, a crashed node's is bound at once) and held, bound but never listening (so the
     kernel hands it no connection), while the node runs: the listener of each worker binds a socket
     of its own beside it, and the kernel spreads connections over them. Port 0 is resolved here, so
     that every worker binds (and advertises) the same port. Returns the held socket and the
     settings the node's servers get."""
     from app.kafka.listener import OFF, format_address, parse_address
-    from app.listening_sockets import bound_accepting_socket, claim_port
+    from app.runtime.listening_sockets import bound_accepting_socket, claim_port
 
     if settings.kafka_listener == OFF:
         return None, settings
@@ -305,7 +305,7 @@ def add_serve_command(commands) -> None:
         dest="workers",
         help="server processes accepting on the port (default: the number of cores)",
     )
-    # Internal: how the supervisor of --workers N starts each worker (app/worker_processes.py).
+    # Internal: how the supervisor of --workers N starts each worker (app/runtime/worker_processes.py).
     serve_parser.add_argument("--worker-of", type=int, dest="worker_of", default=None, help=argparse.SUPPRESS)
     serve_parser.add_argument("--worker-index", type=int, dest="worker_index", default=None, help=argparse.SUPPRESS)
     serve_parser.add_argument("--ready-fd", type=int, dest="ready_fd", default=None, help=argparse.SUPPRESS)

@@ -25,10 +25,11 @@ from app.coordinator.workers import BackgroundWorkers
 from app.kafka.broker_calls import BrokerCalls
 from app.kafka.listener import OFF, KafkaListener, parse_address
 from app.settings import Settings
-from app.storage import principals, topics
-from app.storage.append_notifier import AppendNotifier
 from app.storage.database import CONNECTION_ERRORS, create_pool
+from app.storage.log import topics
+from app.storage.log.append_notifier import AppendNotifier
 from app.storage.migrations import upgrade_to_head
+from app.storage.security import principals
 
 log = logging.getLogger("txbroker")
 
@@ -105,7 +106,7 @@ def create_app(
 ) -> FastAPI:
     """`serve_before_ready`: accept requests while starting, answering 503 until ready (a single
     server, or the first of several workers); False: start accepting only once ready (the other
-    workers of `serve --workers N`, see app/worker_processes.py). `on_ready` is called once ready.
+    workers of `serve --workers N`, see app/runtime/worker_processes.py). `on_ready` is called once ready.
     `wait_for_every_worker` (each worker of several): /v1/health answers 503 until it returns."""
 
     @asynccontextmanager

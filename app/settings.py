@@ -30,7 +30,8 @@ class Settings(BaseSettings):
         ge=1,
         le=1024,
         description=(
-            "server processes accepting on the port (app/worker_processes.py); default: the cores this process may use"
+            "server processes accepting on the port (app/runtime/worker_processes.py); "
+            "default: the cores this process may use"
         ),
     )
     advertised_url: str | None = Field(None, description="the URL clients reach this node at (default: from host/port)")

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from app.storage.embedded_postgres import EmbeddedPostgres
+from app.runtime.embedded_postgres import EmbeddedPostgres
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -39,7 +39,7 @@ def loopback_socket() -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # As `serve` binds its own socket: the workers of `--workers N` after the first bind theirs
-    # beside it, and the kernel spreads the connections over them (app/worker_processes.py).
+    # beside it, and the kernel spreads the connections over them (app/runtime/worker_processes.py).
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     # uvicorn opens a socket given by fd as AF_UNIX (uvicorn/config.py, socket.fromfd), so the event
     # loop never sets TCP_NODELAY on the connections it accepts, and Nagle's algorithm meets the

@@ -31,7 +31,7 @@ import time
 import asyncpg
 import httpx
 
-from app.storage.partition_log import BATCH_COLUMNS
+from app.storage.log.partition_log import BATCH_COLUMNS
 from bench.processes import BenchProcesses
 from bench.text_table import align
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 
-from app.storage.embedded_postgres import EmbeddedPostgres
+from app.runtime.embedded_postgres import EmbeddedPostgres
 from bench.processes import BenchProcesses
 
 # One line per statement run: simple-protocol statements ("statement: BEGIN;") and prepared ones

@@ -29,9 +29,9 @@ import pytest
 import uvicorn
 import uvloop
 
+from app.runtime.embedded_postgres import EmbeddedPostgres
 from app.server import create_app
 from app.settings import Settings
-from app.storage.embedded_postgres import EmbeddedPostgres
 from app.storage.migrations import upgrade_to_head
 
 TEMPLATE_DATABASE = "txbroker_template"
@@ -69,7 +69,7 @@ def database_url(postgres: EmbeddedPostgres) -> str:
 
 def loopback_socket(reuse_port: bool = True) -> socket.socket:
     """`reuse_port`: as `serve` binds its own socket, so that the workers of `--workers N` after the
-    first bind theirs beside it (app/worker_processes.py). Without it, every worker accepts on this one."""
+    first bind theirs beside it (app/runtime/worker_processes.py). Without it, every worker accepts on this one."""
     # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY on accepted connections only for sockets
     # created with it; without, every keep-alive request waits ~40 ms for Nagle's algorithm.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)

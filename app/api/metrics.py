@@ -2,7 +2,7 @@
 
 One scrape shows the node. The counters are this process's, or, under `serve --workers N`, where a
 scrape reaches one worker, every worker's: there prometheus-client runs in multiprocess mode (the
-supervisor sets PROMETHEUS_MULTIPROC_DIR, a folder per node: app/metrics_folder.py), each worker
+supervisor sets PROMETHEUS_MULTIPROC_DIR, a folder per node: app/runtime/metrics_folder.py), each worker
 writes its values to files of its own, and a scrape sums them all, so the node's counters never go
 back (Prometheus reads any drop as a restart). The partitions' high watermarks and LSOs are read
 from PostgreSQL at each scrape, never kept in a process.
@@ -25,7 +25,7 @@ from app.api.auth import PrincipalDep
 from app.api.deps import PoolDep
 from app.coordinator import topic_admin
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize
-from app.metrics_folder import MULTIPROCESS_DIR_VARIABLE
+from app.runtime.metrics_folder import MULTIPROCESS_DIR_VARIABLE
 
 
 class Metrics:

@@ -25,25 +25,18 @@ from app.api.deps import CoordinatorDep, PoolDep
 from app.api.schemas import INT32_MAX, INT64_MAX
 from app.clock import now_ms
 from app.console.formatting import transaction_url
+from app.console.queries import group_summaries, log_browser, partition_summary, transaction_health, transaction_history
 from app.console.rendering import FRAGMENT_HEADER, OPEN_STATES, render
 from app.console.session import console_page, cross_site, cross_site_refused
 from app.console.throughput import meter_of
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.coordinator.transaction_states import TransactionState
 from app.errors import BrokerError, ErrorCode, invalid_request
-from app.storage import (
-    cleanup_progress,
-    group_summaries,
-    groups,
-    log_browser,
-    partition_log,
-    partition_summary,
-    topics,
-    transaction_health,
-    transaction_history,
-)
-from app.storage.producer_ids import ProducerIdAndEpoch
-from app.storage.topics import TRANSACTION_STATE_TOPIC
+from app.storage.groups import groups
+from app.storage.lifecycle import cleanup_progress
+from app.storage.log import partition_log, topics
+from app.storage.log.topics import TRANSACTION_STATE_TOPIC
+from app.storage.transactions.producer_ids import ProducerIdAndEpoch
 
 router = APIRouter()
 

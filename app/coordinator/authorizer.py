@@ -113,7 +113,7 @@ def authorize(principal: Principal, operation: Operation, resource_type: Resourc
 
 
 def principal_from(row, acl_rows) -> Principal:
-    """The principal and its rules as stored (app/storage/principals.py)."""
+    """The principal and its rules as stored (app/storage/security/principals.py)."""
     return Principal(
         row.name,
         row.is_super_user,

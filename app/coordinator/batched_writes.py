@@ -27,10 +27,11 @@ from app.coordinator.produce import PartitionResult, ProduceCommand, check_idemp
 from app.coordinator.transaction_coordinator import EndResult, EndTxnCommand, TransactionCoordinator
 from app.coordinator.write_batching import WriteBatcher
 from app.errors import BrokerError
-from app.storage import markers, producer_ids, record_codec
-from app.storage.partition_log import BatchAppend
-from app.storage.record_codec import EncodedBatch
-from app.storage.topics import unknown_topic
+from app.storage.log import markers, record_codec
+from app.storage.log.append import BatchAppend
+from app.storage.log.record_codec import EncodedBatch
+from app.storage.log.topics import unknown_topic
+from app.storage.transactions import producer_ids
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@ heartbeat uses: the same `consumer_groups` row (its generation), the same `group
 (sessions, subscribed topics: what expiry, DescribeGroups, lag and the console read), the same
 committed offsets. What only this protocol has (the rebalance state, the chosen protocol, the
 leader, each member's protocols and the assignment bytes the leader computed) is the group row's
-`assignment[CLASSIC_STATE_KEY]` (app/storage/groups.py).
+`assignment[CLASSIC_STATE_KEY]` (app/storage/groups/groups.py).
 
 The broker relays, it never assigns: the leader's SyncGroup carries every member's assignment
 bytes, whatever its assignor (range, roundrobin, cooperative-sticky).
@@ -35,8 +35,8 @@ from kio.serial import entity_reader
 
 from app.clock import now_ms
 from app.errors import BrokerError, ErrorCode
-from app.storage import groups
-from app.storage.groups import CLASSIC_STATE_KEY, Group, Member
+from app.storage.groups import groups
+from app.storage.groups.groups import CLASSIC_STATE_KEY, Group, Member
 
 PREPARING = "PreparingRebalance"
 COMPLETING = "CompletingRebalance"

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.errors import BrokerError
-from app.storage import partition_log
-from app.storage.append_notifier import AppendNotifier
-from app.storage.fetching import FetchPosition, PartitionFetch, fetch
-from app.storage.partition_log import NO_OFFSET, NO_TIMESTAMP
-from app.storage.topics import find_topics, unknown_topic
+from app.storage.log import partition_log
+from app.storage.log.append_notifier import AppendNotifier
+from app.storage.log.fetching import FetchPosition, PartitionFetch, fetch
+from app.storage.log.partition_log import NO_OFFSET, NO_TIMESTAMP
+from app.storage.log.topics import find_topics, unknown_topic
 
 __all__ = [
     "NO_OFFSET",

@@ -26,10 +26,10 @@ from app.coordinator.assignment import range_assignment
 from app.coordinator.classic_groups import ClassicGroups, classic_state
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.errors import BrokerError, ErrorCode
-from app.storage import group_offsets, groups
-from app.storage.group_offsets import CommittedOffset, OffsetEntry, PartitionLag
-from app.storage.groups import Group, Member
-from app.storage.topics import (
+from app.storage.groups import group_offsets, groups
+from app.storage.groups.group_offsets import CommittedOffset, OffsetEntry, PartitionLag
+from app.storage.groups.groups import Group, Member
+from app.storage.log.topics import (
     CONSUMER_OFFSETS_TOPIC,
     find_topics,
     get_topic,

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 from app.coordinator.transaction_coordinator import unknown_producer
 from app.errors import BrokerError, ErrorCode, invalid_request
-from app.storage.partition_log import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, AppendResult
-from app.storage.producer_ids import IssuedProducer
-from app.storage.record_codec import (
+from app.storage.log.append import AppendResult
+from app.storage.log.record_codec import (
     BASE64,
     ENCODINGS,
     UTF8,
@@ -24,7 +23,9 @@ from app.storage.record_codec import (
     decode_base64,
     encode_json_records,
 )
-from app.storage.topics import INTERNAL_PREFIX
+from app.storage.log.topics import INTERNAL_PREFIX
+from app.storage.transactions.producer_ids import IssuedProducer
+from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
 # What a front door needs to build a ProduceCommand: the sentinels of a plain write, and the
 # record encodings (a door may validate and encode the records itself, `PartitionRecords.encoded`).

@@ -10,8 +10,8 @@ import asyncpg
 from app.clock import now_ms
 from app.coordinator.authorizer import Principal, principal_from
 from app.errors import BrokerError, ErrorCode
-from app.storage import principals
-from app.storage.principals import AclRow, AuditRow, KeyRow, PrincipalRow
+from app.storage.security import principals
+from app.storage.security.principals import AclRow, AuditRow, KeyRow, PrincipalRow
 
 __all__ = [
     "AclRow",

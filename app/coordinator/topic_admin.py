@@ -12,9 +12,11 @@ import asyncpg
 
 from app.clock import now_ms
 from app.errors import BrokerError
-from app.storage import log_cleaner, partition_log, principals, topics
-from app.storage.partition_log import NO_OFFSET, PartitionState
-from app.storage.topics import TopicInfo
+from app.storage.lifecycle import log_cleaner
+from app.storage.log import partition_log, topics
+from app.storage.log.partition_log import NO_OFFSET, PartitionState
+from app.storage.log.topics import TopicInfo
+from app.storage.security import principals
 
 __all__ = [
     "PartitionState",

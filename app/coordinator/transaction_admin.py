@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncpg
 
-from app.storage import markers, producer_ids
-from app.storage.markers import Marker
-from app.storage.producer_ids import PartitionProducer, ProducerIdAndEpoch
-from app.storage.topics import TopicInfo, get_topic, unknown_partition
+from app.storage.log import markers
+from app.storage.log.markers import Marker
+from app.storage.log.topics import TopicInfo, get_topic, unknown_partition
+from app.storage.transactions import producer_ids
+from app.storage.transactions.producer_ids import PartitionProducer, ProducerIdAndEpoch
 
 __all__ = ["Marker", "PartitionProducer", "ProducerIdAndEpoch", "describe_producers", "list_markers"]
 

@@ -42,10 +42,8 @@ from app.coordinator.transaction_states import TransactionState
 from app.coordinator.unit_of_work import UnitOfWork, open_unit
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
-from app.storage import markers, principals, producer_ids
-from app.storage.partition_log import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
-from app.storage.producer_ids import ProducerIdAndEpoch
-from app.storage.topics import (
+from app.storage.log import markers
+from app.storage.log.topics import (
     CONSUMER_OFFSETS_TOPIC,
     INTERNAL_PREFIX,
     TopicInfo,
@@ -54,8 +52,11 @@ from app.storage.topics import (
     unknown_partition,
     unknown_topic,
 )
-from app.storage.transaction_log import NO_START_TIME, TransactionLog, TxnPartition
-from txbroker.wire import partition_for_key
+from app.storage.security import principals
+from app.storage.transactions import producer_ids
+from app.storage.transactions.producer_ids import ProducerIdAndEpoch
+from app.storage.transactions.transaction_log import NO_START_TIME, TransactionLog, TxnPartition
+from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, partition_for_key
 
 log = logging.getLogger(__name__)
 

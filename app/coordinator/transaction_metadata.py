@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 from app.coordinator.transaction_states import TransactionState, transition
 from app.errors import BrokerError, ErrorCode
-from app.storage import markers
-from app.storage.partition_log import CONTROL_ABORT, CONTROL_COMMIT
-from app.storage.producer_ids import ProducerIdAndEpoch
-from app.storage.topics import CONSUMER_OFFSETS_TOPIC
-from app.storage.transaction_log import NO_START_TIME, TransactionLog, TransactionRow, TxnPartition
+from app.storage.log import markers
+from app.storage.log.partition_log import CONTROL_ABORT, CONTROL_COMMIT
+from app.storage.log.topics import CONSUMER_OFFSETS_TOPIC
+from app.storage.transactions.producer_ids import ProducerIdAndEpoch
+from app.storage.transactions.transaction_log import NO_START_TIME, TransactionLog, TransactionRow, TxnPartition
 
 S = TransactionState
 

@@ -20,11 +20,14 @@ import asyncpg
 
 from app.coordinator.transaction_metadata import TransactionMetadata
 from app.errors import BrokerError
-from app.storage import group_offsets, markers, partition_log
-from app.storage.fused_writes import WriteStatement, execute_fused, fused
-from app.storage.partition_log import CONTROL_COMMIT, AppendResult, BatchAppend
-from app.storage.topics import TopicInfo, find_topics
-from app.storage.transaction_log import TransactionLog
+from app.storage.groups import group_offsets
+from app.storage.log import markers
+from app.storage.log.append import AppendResult, BatchAppend, append_batches, locks_for_appends, plan_appends
+from app.storage.log.fused_writes import WriteStatement, execute_fused, fused
+from app.storage.log.locks import lock_partitions
+from app.storage.log.partition_log import CONTROL_COMMIT
+from app.storage.log.topics import TopicInfo, find_topics
+from app.storage.transactions.transaction_log import TransactionLog
 
 
 class UnitOfWork:
@@ -113,16 +116,14 @@ class UnitOfWork:
         """Appends the batches, then writes the markers of the transactions `ends`, the rows of every
         transactional id concerned being held since an earlier statement: one statement locks every
         partition (lock_order), one writes, however many batches, partitions and transactions.
-        Each append's result, as partition_log.append_batches. `then`: the unit's last write (the
+        Each append's result, as append.append_batches. `then`: the unit's last write (the
         transaction log's, which locks its partitions last), fused with the others unless consumer
         offsets are to be settled after the markers."""
         conn = self.conn
         if not ends:
-            return await partition_log.append_batches(conn, appends, then)
-        locked = await partition_log.lock_partitions(
-            conn, partition_log.locks_for_appends(appends) | markers.locks_for_markers(ends)
-        )
-        appending = await partition_log.plan_appends(conn, appends, locked)
+            return await append_batches(conn, appends, then)
+        locked = await lock_partitions(conn, locks_for_appends(appends) | markers.locks_for_markers(ends))
+        appending = await plan_appends(conn, appends, locked)
         marking = markers.plan_markers(ends, locked, now)
         if appending.written_partitions & {key for end in ends for key in end.partitions}:
             # One statement cannot change a row twice (a partition's head, a producer's state

@@ -1,7 +1,7 @@
 """Background workers, started and stopped with the app: timed-out transaction abort, recovery of
 decided-but-unfinished transactions, transactional id expiration, producer state expiration,
 eviction of consumers whose session timed out, and the log cleaner (retention, the batches below
-DeleteRecords' log start, compaction, deleted topics' rows: storage/log_cleaner.py).
+DeleteRecords' log start, compaction, deleted topics' rows: storage/lifecycle/log_cleaner.py).
 
 Each is safe on several server processes at once: transactions are claimed with
 FOR UPDATE SKIP LOCKED, the expirations are idempotent DELETEs (safe against racing appends:
@@ -23,8 +23,9 @@ from app.clock import now_ms
 from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.settings import Settings
-from app.storage import log_cleaner, producer_ids
 from app.storage.database import CONNECTION_ERRORS
+from app.storage.lifecycle import log_cleaner
+from app.storage.transactions import producer_ids
 
 log = logging.getLogger(__name__)
 

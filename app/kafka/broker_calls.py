@@ -31,10 +31,14 @@ from app.coordinator.produce import PartitionRecords, ProduceCommand
 from app.errors import BrokerError, ErrorCode
 from app.kafka.record_batches import KafkaRecord, ProducedBatch
 from app.settings import Settings
-from app.storage import database, log_cleaner, node_presence, partition_log, principals, record_codec, topics
-from app.storage.batch_reads import StoredBatch, read_batches
-from app.storage.group_offsets import CommittedOffset, OffsetEntry
-from app.storage.partition_log import AppendResult, PartitionState
+from app.storage import database, node_presence
+from app.storage.groups.group_offsets import CommittedOffset, OffsetEntry
+from app.storage.lifecycle import log_cleaner
+from app.storage.log import partition_log, record_codec, topics
+from app.storage.log.append import AppendResult
+from app.storage.log.batch_reads import StoredBatch, read_batches
+from app.storage.log.partition_log import PartitionState
+from app.storage.security import principals
 from txbroker.wire import READ_COMMITTED, READ_UNCOMMITTED
 
 log = logging.getLogger("txbroker.kafka")

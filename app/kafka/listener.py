@@ -19,7 +19,7 @@ import socket
 from app.kafka import dispatch
 from app.kafka.broker_calls import BrokerCalls, connection_principal
 from app.kafka.frames import FRAME_LENGTH, MalformedRequest
-from app.listening_sockets import LISTEN_BACKLOG, bound_accepting_socket
+from app.runtime.listening_sockets import LISTEN_BACKLOG, bound_accepting_socket
 
 log = logging.getLogger("txbroker.kafka")
 
@@ -54,7 +54,7 @@ class KafkaListener:
 
     def bind(self) -> None:
         """Binds beside the socket `serve` holds the port with (and beside the other workers'), as
-        every accepting socket of a node does (app/listening_sockets.py): the kernel spreads the
+        every accepting socket of a node does (app/runtime/listening_sockets.py): the kernel spreads the
         connections over the workers, and what they leave at a crash never blocks the restart."""
         self._socket = bound_accepting_socket(*self._address)
 

@@ -26,3 +26,8 @@ def from_row(cls: type[T], row: asyncpg.Record, **computed: Any) -> T:
 
 def all_from_rows(cls: type[T], rows: list[asyncpg.Record]) -> list[T]:
     return [from_row(cls, row) for row in rows]
+
+
+def count_rows(status: str) -> int:
+    """The rows a statement touched, from its status ("DELETE 3", "UPDATE 0")."""
+    return int(status.split()[-1])

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from app.storage import record_codec
+from app.storage.log import record_codec
 from bench.load_client import LoadClient
 from bench.processes import CpuMeter
 from bench.transactions.http_calls import check_partitions, create_topic, http_client, post_json

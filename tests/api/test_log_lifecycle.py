@@ -1,6 +1,6 @@
 """The log's lifecycle over real HTTP and real PostgreSQL: retention by time and size, DeleteRecords,
 compaction, the rows of deleted topics and dead producer ids, and the invariants that hold through
-all of them (docs/api.md, "Consuming"; storage/log_cleaner.py): offsets never change, nothing at or past
+all of them (docs/api.md, "Consuming"; storage/lifecycle/log_cleaner.py): offsets never change, nothing at or past
 the LSO is deleted, read_committed stays exact at every offset >= the log start.
 
 The servers here run the cleaner's background worker rarely; the tests run a cleaner pass
@@ -16,8 +16,8 @@ import time
 import httpx
 import pytest
 
-from app.storage import log_cleaner
 from app.storage.database import connect, create_pool
+from app.storage.lifecycle import log_cleaner
 from tests.api.test_transactions import TxnProducer
 
 RARELY = 3_600_000
@@ -269,7 +269,7 @@ def test_an_abort_marker_outlives_its_batches_while_a_fetch_in_flight_may_read_t
     # fetch that had checked the log start before DeleteRecords then showed that batch to
     # read_committed. Here the second chunk is held (a row lock on its first batch) while such a
     # fetch reads.
-    from app.storage import partition_log, topics
+    from app.storage.log import partition_log, topics
 
     create(client, "in-flight")
     aborting = TxnProducer(client, "in-flight-aborting")
@@ -642,7 +642,7 @@ CRASH_KEYS = 50
 
 def _write_batches(database_url: str, topic: int, count: int, keys: int) -> None:
     """`count` one-record batches, keys k0..k(keys-1) in turn, written with SQL in the format
-    partition_log writes them (faster than as many produce requests)."""
+    append.py writes them (faster than as many produce requests)."""
     sql(
         database_url,
         """
@@ -878,7 +878,7 @@ def test_retention_stops_inside_an_aborted_transaction_and_removes_its_marker_on
 
 
 def test_with_holes_keeps_indexes_and_counts_only_what_stays():
-    from app.storage import record_codec
+    from app.storage.log import record_codec
 
     records = [
         record_codec.TextRecord("k", "vv", (), 5),

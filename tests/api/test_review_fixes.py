@@ -14,10 +14,10 @@ import asyncpg
 from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.coordinator.workers import BackgroundWorkers
-from app.storage import fetching
-from app.storage.append_notifier import AppendNotifier
 from app.storage.database import create_pool
-from app.storage.fetching import FetchPosition
+from app.storage.log import fetching
+from app.storage.log.append_notifier import AppendNotifier
+from app.storage.log.fetching import FetchPosition
 
 
 def run_producer_expiry(running) -> None:

@@ -10,7 +10,7 @@ import asyncio
 import httpx
 
 from app.storage.database import connect
-from app.storage.producer_ids import MAX_EPOCH
+from app.storage.transactions.producer_ids import MAX_EPOCH
 
 
 def _query(database_url: str, sql: str, *args) -> list[dict]:

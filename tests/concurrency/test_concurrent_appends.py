@@ -11,9 +11,9 @@ import asyncpg
 import httpx
 import pytest
 
-from app.storage import partition_log, record_codec, topics
 from app.storage.database import connect
-from app.storage.partition_log import BatchAppend
+from app.storage.log import partition_log, record_codec, topics
+from app.storage.log.append import BatchAppend, append_batch
 
 
 def _batch(values: list[str]) -> record_codec.EncodedBatch:
@@ -64,15 +64,15 @@ def test_an_open_append_blocks_its_partition_but_not_others(database_url):
             topic = await topics.create_topic(a, "locks", 2, {})
             holder = a.transaction()
             await holder.start()
-            first = await partition_log.append_batch(a, BatchAppend(topic, 0, _batch(["a"])))
+            first = await append_batch(a, BatchAppend(topic, 0, _batch(["a"])))
             assert first.base_offset == 0
-            other = await partition_log.append_batch(b, BatchAppend(topic, 1, _batch(["b"])))
+            other = await append_batch(b, BatchAppend(topic, 1, _batch(["b"])))
             assert other.base_offset == 0
             await c.execute("SET lock_timeout = '300ms'")
             with pytest.raises(asyncpg.exceptions.LockNotAvailableError):
-                await partition_log.append_batch(c, BatchAppend(topic, 0, _batch(["c"])))
+                await append_batch(c, BatchAppend(topic, 0, _batch(["c"])))
             await holder.commit()
-            after = await partition_log.append_batch(c, BatchAppend(topic, 0, _batch(["c"])))
+            after = await append_batch(c, BatchAppend(topic, 0, _batch(["c"])))
             assert after.base_offset == 1, "the waiting append takes the next offset after the holder's"
         finally:
             for connection in (a, b, c):
@@ -90,11 +90,11 @@ def test_an_uncommitted_append_is_invisible_and_leaves_no_hole(database_url):
             topic = await topics.create_topic(writer, "rollback", 1, {})
             transaction = writer.transaction()
             await transaction.start()
-            await partition_log.append_batch(writer, BatchAppend(topic, 0, _batch(["doomed"])))
+            await append_batch(writer, BatchAppend(topic, 0, _batch(["doomed"])))
             state = await partition_log.partition_state(reader, topic, 0)
             assert state.high_watermark == 0
             await transaction.rollback()
-            await partition_log.append_batch(writer, BatchAppend(topic, 0, _batch(["kept"])))
+            await append_batch(writer, BatchAppend(topic, 0, _batch(["kept"])))
             read = await partition_log.read(reader, topic, 0, 0, 10, "read_uncommitted", "utf8")
             assert [(r["offset"], r["value"]) for r in read.records] == [(0, "kept")]
         finally:

@@ -646,10 +646,10 @@ def _queued_appends(
     behind A: on the partition's row lock for an idempotent producer, on the transactional id's row
     for a transactional one (each takes that row first, as produce does). A commits; B's result is
     returned with the partition's state."""
-    from app.storage import partition_log, record_codec, topics
     from app.storage.database import connect
-    from app.storage.partition_log import BatchAppend
-    from app.storage.transaction_log import TransactionLog, TransactionRow
+    from app.storage.log import partition_log, record_codec, topics
+    from app.storage.log.append import BatchAppend, append_batch
+    from app.storage.transactions.transaction_log import TransactionLog, TransactionRow
 
     log = TransactionLog()
 
@@ -671,17 +671,17 @@ def _queued_appends(
                 await topics.ensure_internal_topics(a, 1, 1)
                 await log.lock_new(a, TransactionRow("queued", 4242, 0, "Ongoing", 60_000, 0, 0))
             for sequence, values in before:
-                await partition_log.append_batch(a, append(topic, sequence, values))
+                await append_batch(a, append(topic, sequence, values))
 
             async def append_as_b():
                 async with b.transaction():
                     await hold_the_producer(b)
-                    return await partition_log.append_batch(b, append(topic, *second))
+                    return await append_batch(b, append(topic, *second))
 
             transaction = a.transaction()
             await transaction.start()
             await hold_the_producer(a)
-            result_a = await partition_log.append_batch(a, append(topic, *first))
+            result_a = await append_batch(a, append(topic, *first))
             queued = asyncio.create_task(append_as_b())
             await asyncio.sleep(0.3)
             assert not queued.done(), "B waits for A"

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import orjson
 
 from app.storage.database import connect
-from app.storage.topics import TRANSACTION_STATE_TOPIC
+from app.storage.log.topics import TRANSACTION_STATE_TOPIC
 from tests.conftest import RunningServer
 from tests.console.test_console import Tab, chromium, playwright_driver  # noqa: F401 (a fixture)
 from txbroker.wire import partition_for_key

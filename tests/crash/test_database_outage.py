@@ -21,7 +21,7 @@ import asyncpg
 import httpx
 import pytest
 
-from app.storage.embedded_postgres import EmbeddedPostgres
+from app.runtime.embedded_postgres import EmbeddedPostgres
 from tests.concurrency.test_transaction_concurrency import (
     _create_topic,
     _end,

@@ -9,7 +9,7 @@ import time
 
 import httpx
 
-from app.storage.embedded_postgres import EmbeddedPostgres
+from app.runtime.embedded_postgres import EmbeddedPostgres
 from tests.conftest import database_url_for, process_alive
 
 

@@ -31,8 +31,8 @@ import asyncpg
 import httpx
 import pytest
 
+from app.runtime.embedded_postgres import EmbeddedPostgres
 from app.storage.database import connect_to_primary
-from app.storage.embedded_postgres import EmbeddedPostgres
 from tests.sdk.test_sdk_integration import read_all
 from txbroker import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition, TxbrokerError
 

@@ -1,5 +1,5 @@
 """/metrics of a node of several workers (`txbroker serve --workers N`; app/api/metrics.py,
-app/metrics_folder.py): a scrape, whichever worker answers it, shows the node's counters, so they
+app/runtime/metrics_folder.py): a scrape, whichever worker answers it, shows the node's counters, so they
 never go back; a node restarted after SIGKILL counts afresh, without its dead workers' files."""
 
 from __future__ import annotations

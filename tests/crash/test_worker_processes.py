@@ -1,4 +1,4 @@
-"""`txbroker serve --workers N` (app/worker_processes.py): N processes on one socket, correct together,
+"""`txbroker serve --workers N` (app/runtime/worker_processes.py): N processes on one socket, correct together,
 and none outliving the supervisor: SIGKILL of the supervisor leaves no worker and no PostgreSQL."""
 
 from __future__ import annotations

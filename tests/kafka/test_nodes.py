@@ -10,13 +10,13 @@ import time
 from confluent_kafka.admin import AdminClient
 
 from app.kafka import api_table
-from app.listening_sockets import bound_accepting_socket
+from app.runtime.listening_sockets import bound_accepting_socket
 from tests.kafka.clients import WAIT_S
 from tests.kafka.raw import RawConnection, request_of
 
 
 def held_port() -> socket.socket:
-    """A port held as `serve` holds its Kafka port (app/listening_sockets.py): bound with address and
+    """A port held as `serve` holds its Kafka port (app/runtime/listening_sockets.py): bound with address and
     port reuse and never listening (the kernel hands it no connection), so the node's claim passes it,
     the node binds its Kafka listener beside it, and the port stays ours across the node's restarts."""
     return bound_accepting_socket("127.0.0.1", 0)

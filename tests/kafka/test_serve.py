@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import httpx
 
 from app.cli import listening_refusal
-from app.listening_sockets import bound_accepting_socket
+from app.runtime.listening_sockets import bound_accepting_socket
 from app.settings import Settings
 from tests.conftest import REPO_ROOT
 from tests.kafka.clients import ConfluentKafka, create_topic

@@ -21,7 +21,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from app.storage.embedded_postgres import EmbeddedPostgres, EmbeddedPostgresError
+from app.runtime.embedded_postgres import EmbeddedPostgres, EmbeddedPostgresError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEBIAN_BINDIR = Path("/usr/lib/postgresql/15/bin")
@@ -31,7 +31,7 @@ DEBIAN_BINDIR = Path("/usr/lib/postgresql/15/bin")
 # stops the server when its stdin closes.
 OWNER_SCRIPT = """
 import sys
-from app.storage.embedded_postgres import EmbeddedPostgres
+from app.runtime.embedded_postgres import EmbeddedPostgres
 server = EmbeddedPostgres(*sys.argv[1:])
 server.start()
 print(server.pid, server.database_url, sep="\\n", flush=True)
@@ -226,7 +226,7 @@ def test_unprivileged_owner_runs_postgres_as_itself(scratch_dir):
             "--clear-groups",
             sys.executable,
             "-c",
-            "import app.storage.embedded_postgres",
+            "import app.runtime.embedded_postgres",
         ],
         cwd=REPO_ROOT,
         capture_output=True,

@@ -7,8 +7,9 @@ import asyncio
 import time
 
 from alembic import command
-from app.storage import log_cleaner, record_codec
 from app.storage.database import connect, create_pool
+from app.storage.lifecycle import log_cleaner
+from app.storage.log import record_codec
 from app.storage.migrations import alembic_config, upgrade_to_head
 from tests.conftest import database_url_for
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.storage.fused_writes import WriteStatement
+from app.storage.log.fused_writes import WriteStatement
 
 FIRST = WriteStatement(
     "a AS (\n    SELECT $1::int AS x\n), b AS (\n    SELECT $2::int AS y\n)", "SELECT pg_notify('c', '') FROM a", (1, 2)
@@ -32,9 +32,10 @@ def test_statements_that_name_a_query_alike_are_refused():
 
 
 def test_the_statements_that_the_hot_paths_fuse_name_their_queries_apart():
-    from app.storage import markers, partition_log, transaction_log
+    from app.storage.log import append, markers
+    from app.storage.transactions import transaction_log
 
     save = transaction_log._SAVE_QUERIES
-    for other in (partition_log._WRITE_APPENDS_QUERIES, markers._WRITE_ALL_QUERIES):
+    for other in (append._WRITE_APPENDS_QUERIES, markers._WRITE_ALL_QUERIES):
         fused = WriteStatement(other, "SELECT 1", ()).then(WriteStatement(save, "SELECT 1", ()))
         assert len(set(fused.query_names)) == len(fused.query_names) >= 8

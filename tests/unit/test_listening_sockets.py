@@ -1,4 +1,4 @@
-"""A node's listening sockets (app/worker_processes.py): the workers of `serve --workers N` after the
+"""A node's listening sockets (app/runtime/worker_processes.py): the workers of `serve --workers N` after the
 first bind theirs beside the node's with port reuse; a second node on the same port still fails to
 start, as it did before port reuse; and a node restarted after a crash binds its port at once,
 whatever connections the dead node left, whichever worker had accepted them."""
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from app.listening_sockets import PortInUse, bind_listening_socket, worker_listening_socket
+from app.runtime.listening_sockets import PortInUse, bind_listening_socket, worker_listening_socket
 from tests.crash.test_worker_processes import sockets_in_state
 
 # /proc/net/tcp: FIN_WAIT2 (what a TIME_WAIT socket shows while the peer has not closed), TIME_WAIT.

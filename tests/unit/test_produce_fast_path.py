@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from app.api import schemas
 from app.api.produce_fast_path import parse_produce_body
 from app.errors import BrokerError
-from app.storage import record_codec
+from app.storage.log import record_codec
 
 NOW_MS = 1_700_000_000_000
 MAX_PARTITIONS = 10_000

@@ -1,4 +1,4 @@
-"""Unit tests of app/storage/record_codec.py: how records are validated, sized, stored and rendered."""
+"""Unit tests of app/storage/log/record_codec.py: how records are validated, sized, stored and rendered."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from app.errors import BrokerError, ErrorCode
-from app.storage import record_codec
-from app.storage.record_codec import (
+from app.storage.log import record_codec
+from app.storage.log.record_codec import (
     BASE64,
     FORM_BASE64,
     FORM_TEXT,

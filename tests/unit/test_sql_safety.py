@@ -14,7 +14,7 @@ APP = Path(__file__).resolve().parents[2] / "app"
 SQL_WORDS = re.compile(r"\b(SELECT|INSERT|UPDATE|DELETE|WITH|FROM|WHERE)\b")
 CONSTANT_NAME = re.compile(r"^_?[A-Z][A-Z0-9_]*$")
 INTERNAL_FRAGMENTS = {"where_sql"}
-FUSED_WRITES = APP / "storage" / "fused_writes.py"
+FUSED_WRITES = APP / "storage" / "log" / "fused_writes.py"
 # WriteStatement's SQL (checked by test_write_statements_are_constants) and the names fused_writes gives it
 STATEMENT_PARTS = {"with_queries", "final", "first_queries", "first_final", "second_queries", "second_final"}
 

@@ -11,10 +11,10 @@ import pytest
 from app.coordinator.transaction_metadata import TransactionMetadata, check_producer
 from app.coordinator.transaction_states import IllegalStateTransition, TransactionState
 from app.errors import BrokerError, ErrorCode
-from app.storage.partition_log import CONTROL_ABORT, CONTROL_COMMIT
-from app.storage.producer_ids import ProducerIdAndEpoch
-from app.storage.topics import CONSUMER_OFFSETS_TOPIC
-from app.storage.transaction_log import NO_START_TIME, TxnPartition
+from app.storage.log.partition_log import CONTROL_ABORT, CONTROL_COMMIT
+from app.storage.log.topics import CONSUMER_OFFSETS_TOPIC
+from app.storage.transactions.producer_ids import ProducerIdAndEpoch
+from app.storage.transactions.transaction_log import NO_START_TIME, TxnPartition
 
 S = TransactionState
 P0 = TxnPartition("orders", 0, 7)

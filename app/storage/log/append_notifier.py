@@ -17,7 +17,7 @@ import logging
 import asyncpg
 
 from app.storage.database import connect_to_primary
-from app.storage.partition_log import APPENDS_CHANNEL, notification_key
+from app.storage.log.partition_log import APPENDS_CHANNEL, notification_key
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import asyncpg
 import orjson
 
-from app.storage import record_codec
-from app.storage.markers import CONTROL_TYPE_NAMES
+from app.storage.log import record_codec
+from app.storage.log.markers import CONTROL_TYPE_NAMES
+from app.storage.log.topics import TopicInfo
 from app.storage.rows import from_row
-from app.storage.topics import TopicInfo
 from txbroker.wire import partition_for_key
 
 SCAN_CHUNK = 2_000  # batches per query

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.errors import BrokerError, ErrorCode
-from app.storage import partition_log
-from app.storage.append_notifier import AppendNotifier
-from app.storage.partition_log import PartitionState
-from app.storage.topics import TopicInfo, unknown_topic
+from app.storage.log import partition_log
+from app.storage.log.append_notifier import AppendNotifier
+from app.storage.log.partition_log import PartitionState
+from app.storage.log.topics import TopicInfo, unknown_topic
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,10 +28,11 @@ from __future__ import annotations
 import asyncpg
 
 from app.errors import BrokerError, ErrorCode
-from app.storage import log_compaction, partition_log
-from app.storage.cleanup_progress import ASYNC_COMMIT_SQL, COMPLETING_STATES, CleanupTotals, count_rows, note_cleanup
-from app.storage.partition_log import PartitionState
-from app.storage.topics import (
+from app.storage.lifecycle import log_compaction
+from app.storage.lifecycle.cleanup_progress import ASYNC_COMMIT_SQL, COMPLETING_STATES, CleanupTotals, note_cleanup
+from app.storage.log import partition_log
+from app.storage.log.partition_log import PartitionState
+from app.storage.log.topics import (
     CLEANUP_COMPACT,
     CLEANUP_DELETE,
     RETENTION_FOREVER,
@@ -39,6 +40,7 @@ from app.storage.topics import (
     list_topics,
     unknown_partition,
 )
+from app.storage.rows import count_rows
 
 # DeleteRecords' offset meaning "up to the high watermark" (Kafka's DeleteRecordsRequest.HIGH_WATERMARK).
 HIGH_WATERMARK = -1

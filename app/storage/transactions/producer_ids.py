@@ -10,8 +10,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app.storage.cleanup_progress import count_rows
-from app.storage.rows import all_from_rows
+from app.storage.rows import all_from_rows, count_rows
 
 # Kafka rolls over to a new producer id rather than let an epoch reach Short.MaxValue, so that the
 # bumped epoch of a fencing abort always fits.

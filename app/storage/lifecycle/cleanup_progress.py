@@ -34,10 +34,6 @@ class CleanupTotals:
         return self.removed_batches + self.rewritten_batches + self.removed_markers + self.deleted_topic_rows
 
 
-def count_rows(status: str) -> int:
-    return int(status.split()[-1])
-
-
 async def note_cleanup(conn: asyncpg.Connection, topic_id: int, partition: int, removed: int, rewritten: int) -> None:
     """Records what a chunk did, in that chunk's PostgreSQL transaction (for the console)."""
     await conn.execute(

@@ -20,18 +20,22 @@ from typing import Generic, TypeVar
 import asyncpg
 import orjson
 
-from app.storage import partition_log, record_codec
-from app.storage.fused_writes import WriteStatement
-from app.storage.partition_log import (
+from app.storage.log import record_codec
+from app.storage.log.append import BatchAppend, append_batch
+from app.storage.log.fused_writes import WriteStatement
+from app.storage.log.partition_log import (
     APPENDS_CHANNEL,
     BATCH_COLUMNS,
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    NO_SEQUENCE,
-    BatchAppend,
 )
-from app.storage.topics import TOPIC_COLUMNS, TRANSACTION_STATE_TOPIC, TopicInfo, could_exist, get_topic, topic_from_row
-from txbroker.wire import partition_for_key
+from app.storage.log.topics import (
+    TOPIC_COLUMNS,
+    TRANSACTION_STATE_TOPIC,
+    TopicInfo,
+    could_exist,
+    get_topic,
+    topic_from_row,
+)
+from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, partition_for_key
 
 NO_START_TIME = -1
 
@@ -146,7 +150,7 @@ def _row_values(meta: TransactionRow) -> list:
 # one row per id); the epoch of each id's producer id recorded as the latest issued, if it is newer
 # (an epoch bump of producer_ids.next_epoch, written here rather than by a statement of its own; a
 # no-op otherwise); and the transitions appended to __transaction_state (`l`, one batch per
-# partition of that topic, holding the records of every id that hashes there) as partition_log
+# partition of that topic, holding the records of every id that hashes there) as append.py
 # appends a plain batch: bump the high watermark (locking that partition's row, the last locks the
 # request takes), insert the batch at the old one, wake long polls at commit. A group's ids hash to
 # several of those partitions: `locked` takes their rows in lock_order (a row is locked as the Sort
@@ -331,7 +335,7 @@ class TransactionLog(Generic[Row]):
 
     async def _append_records(self, conn: asyncpg.Connection, meta: TransactionRow, tombstone: bool = False) -> None:
         topic, partition, batch = await self._pending_batch(conn, meta, tombstone)
-        await partition_log.append_batch(conn, BatchAppend(topic, partition, batch))
+        await append_batch(conn, BatchAppend(topic, partition, batch))
         meta.pending_records.clear()
 
     async def count_created_by(self, conn: asyncpg.Connection, principal: str) -> int:

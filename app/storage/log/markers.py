@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from app.storage import partition_log
-from app.storage.fused_writes import WriteStatement
-from app.storage.partition_log import APPENDS_CHANNEL, BATCH_COLUMNS, CONTROL_ABORT, CONTROL_COMMIT
+from app.storage.log.fused_writes import WriteStatement
+from app.storage.log.locks import LockedPartitions, PartitionLocks
+from app.storage.log.partition_log import APPENDS_CHANNEL, BATCH_COLUMNS, CONTROL_ABORT, CONTROL_COMMIT
 from app.storage.rows import all_from_rows
 
 CONTROL_TYPE_NAMES = {CONTROL_ABORT: "ABORT", CONTROL_COMMIT: "COMMIT"}
@@ -47,7 +47,7 @@ class TransactionEnd:
 
 # The statement that writes markers (plan_markers; fused with the caller's other writes:
 # fused_writes.py), for every marker still to write (each row of `m`, in a partition locked by
-# partition_log.lock_partitions, at an offset from its high watermark on; several transactions'
+# locks.lock_partitions, at an offset from its high watermark on; several transactions'
 # markers in one partition take consecutive offsets):
 # the control batch takes that one offset, the marker row records it, the producer's transaction is
 # closed there (advancing the LSO), the partition's high watermark moves past its last marker, and
@@ -77,20 +77,18 @@ _WRITE_ALL_QUERIES = f"""m AS (
 _WRITE_ALL_FINAL = f"SELECT pg_notify('{APPENDS_CHANNEL}', m.topic_id::text || ':' || m.partition::text) FROM m"
 
 
-def locks_for_markers(ends: list[TransactionEnd]) -> partition_log.PartitionLocks:
+def locks_for_markers(ends: list[TransactionEnd]) -> PartitionLocks:
     """What plan_markers needs locked: the transactions' partitions, their producers' states there
     (the offset each transaction began at) and the markers they may have left already."""
     keys = [(key, end) for end in ends for key in end.partitions]
-    return partition_log.PartitionLocks(
+    return PartitionLocks(
         frozenset(key for key, _ in keys),
         frozenset((*key, end.producer_id) for key, end in keys),
         frozenset((*key, end.producer_id, end.producer_epoch) for key, end in keys),
     )
 
 
-def plan_markers(
-    ends: list[TransactionEnd], locked: partition_log.LockedPartitions, now_ms: int
-) -> WriteStatement | None:
+def plan_markers(ends: list[TransactionEnd], locked: LockedPartitions, now_ms: int) -> WriteStatement | None:
     """The statement that writes the markers of several transactions (each partition of each,
     unless it has its marker already), after whatever `locked` was advanced past in the same
     PostgreSQL transaction (appends planned before), with their partitions locked

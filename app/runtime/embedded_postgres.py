@@ -35,7 +35,7 @@ SERVER_SETTINGS = {
     "listen_addresses": "",  # unix socket only, no TCP
     "shared_buffers": "128MB",
     "max_connections": "200",
-    # Retention and compaction delete rows all the time (storage/log_cleaner.py); PostgreSQL reuses
+    # Retention and compaction delete rows all the time (storage/lifecycle/log_cleaner.py); PostgreSQL reuses
     # their space once vacuumed. Autovacuum looks for work every minute by default, so a table holds
     # a minute of dead rows at least; every 10 s keeps it to seconds (the per-table thresholds are
     # set by migration 0006). `python -m bench.soak` measures it (docs/design.md, "Storage that does

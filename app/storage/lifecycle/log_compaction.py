@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from app.storage import partition_log, record_codec
-from app.storage.cleanup_progress import ASYNC_COMMIT_SQL, COMPLETING_STATES, CleanupTotals, count_rows, note_cleanup
-from app.storage.topics import TopicInfo
+from app.storage.lifecycle.cleanup_progress import ASYNC_COMMIT_SQL, COMPLETING_STATES, CleanupTotals, note_cleanup
+from app.storage.log import partition_log, record_codec
+from app.storage.log.topics import TopicInfo
+from app.storage.rows import count_rows
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ Invariants:
   process memory). Per-process state stays per process: long-poll slots, the null-key round-robin
   of the records endpoint. The /metrics counters are the node's: each worker writes its own to
   files in the node's metrics folder, set and wiped here before any worker starts
-  (app/metrics_folder.py).
+  (app/runtime/metrics_folder.py).
 - A worker never outlives the supervisor: it asks the kernel for SIGKILL when its parent dies
   (PR_SET_PDEATHSIG), then checks that its parent is still the supervisor (it may have died before
   the request took effect). So a SIGKILL of the supervisor takes down the workers and, through its
@@ -36,7 +36,7 @@ Invariants:
   the service manager restarts the node as a whole (no half-sized node serving silently).
 - A node restarted at once after a crash binds its ports at the first try, whatever connections the
   dead node left on them; a node started on a port a live node serves is refused (PortInUse): the
-  rules of app/listening_sockets.py, for the HTTP port and the Kafka listener's alike.
+  rules of app/runtime/listening_sockets.py, for the HTTP port and the Kafka listener's alike.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
-from app.metrics_folder import MULTIPROCESS_DIR_VARIABLE, empty_metrics_folder, node_metrics_folder
+from app.runtime.metrics_folder import MULTIPROCESS_DIR_VARIABLE, empty_metrics_folder, node_metrics_folder
 from app.settings import Settings
 
 log = logging.getLogger("txbroker")

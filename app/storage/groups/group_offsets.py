@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import asyncpg
 import orjson
 
-from app.storage import partition_log, record_codec
-from app.storage.partition_log import BatchAppend
+from app.storage.log import record_codec
+from app.storage.log.append import BatchAppend, append_batch, append_for_coordinator
+from app.storage.log.topics import TopicInfo
 from app.storage.rows import all_from_rows
-from app.storage.topics import TopicInfo
 from txbroker.wire import NO_OFFSET
 
 
@@ -60,7 +60,7 @@ async def commit(
     replaces whatever was committed. The caller holds the PostgreSQL transaction."""
     if not entries:
         return
-    appended = await partition_log.append_batch(
+    appended = await append_batch(
         conn, BatchAppend(offsets_topic, offsets_partition, _commit_batch(group_id, entries, now_ms, None))
     )
     await conn.executemany(
@@ -90,9 +90,7 @@ async def stage(
     if not entries:
         return
     batch = _commit_batch(group_id, entries, now_ms, {"producer_id": producer_id, "producer_epoch": producer_epoch})
-    appended = await partition_log.append_for_coordinator(
-        conn, offsets_topic, offsets_partition, batch, producer_id, producer_epoch
-    )
+    appended = await append_for_coordinator(conn, offsets_topic, offsets_partition, batch, producer_id, producer_epoch)
     await conn.executemany(
         "INSERT INTO pending_txn_offsets (group_id, topic, partition, producer_id, producer_epoch, offsets_partition, "
         "committed_offset, metadata, commit_timestamp_ms, record_offset) "

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app.storage.group_offsets import PartitionLag
-from app.storage.groups import Member
+from app.storage.groups.group_offsets import PartitionLag
+from app.storage.groups.groups import Member
 from app.storage.rows import all_from_rows
 
 NO_GROUP = ""  # sorts before every group id: the keyset start of the first page

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app.storage import record_codec
-from app.storage.markers import CONTROL_TYPE_NAMES
-from app.storage.partition_log import CONTROL_ABORT, CONTROL_COMMIT
+from app.storage.log import record_codec
+from app.storage.log.markers import CONTROL_TYPE_NAMES
+from app.storage.log.partition_log import CONTROL_ABORT, CONTROL_COMMIT
 from app.storage.rows import all_from_rows, from_row
 
 PLAIN = "plain"  # not transactional: visible to read_committed once below the LSO

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app.storage import record_codec
-from app.storage.partition_log import CONTROL_ABORT
-from app.storage.topics import TopicInfo
+from app.storage.log import record_codec
+from app.storage.log.partition_log import CONTROL_ABORT
+from app.storage.log.topics import TopicInfo
 
 
 @dataclass(frozen=True, slots=True)

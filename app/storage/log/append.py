@@ -1,0 +1,430 @@
+"""Appends to the partition log: batches with dense offsets, checked against their producers'
+sequences.
+
+Invariant: offsets of a partition are dense and unique. An append first bumps the partition's
+`high_watermark` (taking that row's lock until commit), then inserts its batch at the old value, in
+one statement. Concurrent appends to one partition therefore queue on the row; appends to other
+partitions never wait. A multi-partition append locks its partitions in (topic_id, partition) order
+(locks.py), so two of them cannot deadlock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+import orjson
+
+from app.clock import now_ms
+from app.errors import BrokerError, ErrorCode
+from app.storage.log import sequences
+from app.storage.log.fused_writes import WriteStatement, execute_fused
+from app.storage.log.locks import LockedPartitions, PartitionLocks, lock_partitions, producer_entry_from_row
+from app.storage.log.partition_log import APPENDS_CHANNEL, BATCH_COLUMNS
+from app.storage.log.record_codec import EncodedBatch
+from app.storage.log.topics import TopicInfo, unknown_partition
+from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+
+
+@dataclass(frozen=True, slots=True)
+class BatchAppend:
+    """One partition's part of a produce request, validated and encoded."""
+
+    topic: TopicInfo
+    partition: int
+    batch: EncodedBatch
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    base_sequence: int = NO_SEQUENCE
+    is_transactional: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+    duplicate: bool = False
+
+
+# Bumps the high watermark (locking the partition's row until commit), inserts the batch at the old
+# one, and tells long-polling fetches on every server (NOTIFY is delivered at commit).
+_APPEND_SQL = f"""
+WITH head AS (
+    UPDATE partitions SET high_watermark = high_watermark + $3
+    WHERE topic_id = $1 AND partition = $2
+    RETURNING high_watermark - $3 AS base_offset
+), appended AS (
+    INSERT INTO record_batches ({BATCH_COLUMNS})
+    SELECT $1, $2, base_offset, base_offset + $3 - 1, $4, $5, $6, $7, NULL, $8, $9, $3, $10, $11 FROM head
+    RETURNING base_offset, last_offset
+)
+SELECT base_offset, last_offset, pg_notify('{APPENDS_CHANNEL}', $1::text || ':' || $2::text) FROM appended
+"""
+
+
+def check_appendable(append: BatchAppend) -> BrokerError | None:
+    """The partition-level checks that need no database: partition exists, records fit."""
+    topic = append.topic
+    if not 0 <= append.partition < topic.partition_count:
+        return unknown_partition(topic, append.partition)
+    if append.batch.largest_record_bytes > topic.max_message_bytes:
+        return BrokerError(
+            ErrorCode.RECORD_TOO_LARGE,
+            f"a record of {append.batch.largest_record_bytes} bytes (key, value and headers) was sent "
+            f"to {topic.name}-{append.partition}, whose max_message_bytes is {topic.max_message_bytes}: "
+            f"send smaller records or create the topic with a larger max_message_bytes",
+        )
+    return None
+
+
+async def append_batch(conn: asyncpg.Connection, append: BatchAppend) -> AppendResult | BrokerError:
+    """Appends one batch; the caller holds a PostgreSQL transaction and orders its appends. A batch
+    of a producer (producer_id >= 0) is checked against the producer's sequence state first."""
+    if append.producer_id == NO_PRODUCER_ID:
+        return await _append_plain(conn, append)
+    return (await append_batches(conn, [append]))[0]
+
+
+async def _append_plain(conn: asyncpg.Connection, append: BatchAppend) -> AppendResult:
+    batch = append.batch
+    row = await conn.fetchrow(
+        _APPEND_SQL,
+        append.topic.topic_id,
+        append.partition,
+        batch.record_count,
+        append.producer_id,
+        append.producer_epoch,
+        append.base_sequence,
+        append.is_transactional,
+        batch.first_timestamp_ms,
+        batch.max_timestamp_ms,
+        batch.size_bytes,
+        batch.payload,
+    )
+    if row is None:  # the topic was deleted since it was looked up
+        raise unknown_partition(append.topic, append.partition)
+    return AppendResult(row["base_offset"], row["last_offset"])
+
+
+# Then, with every lock held, a fresh statement (a fresh snapshot) reads the other producers'
+# states: nothing else serializes an idempotent producer's appends but the partition's lock, and a
+# statement that waited for a row lock re-reads only the locked row, so a producer state joined in
+# the locking statement could predate a concurrent append of that producer that committed while we
+# waited (a retry racing its original would then be appended twice).
+_PRODUCER_STATES_SQL = """
+SELECT s.topic_id, s.partition, s.producer_id, s.producer_epoch, s.last_sequence, s.recent_batches,
+       s.current_txn_first_offset
+FROM producer_states s JOIN unnest($1::int[], $2::int[], $3::bigint[]) AS wanted(topic_id, partition, producer_id)
+  ON s.topic_id = wanted.topic_id AND s.partition = wanted.partition AND s.producer_id = wanted.producer_id
+"""
+
+# Run with the partitions locked and their heads known: sets each partition's new high watermark
+# (`h`, one row per partition), inserts every batch at the offsets computed under the locks (`b`,
+# several per partition when several requests append to it together), upserts each producer's
+# state after its last batch there (`st`, one row per partition and producer) and notifies long
+# polls at commit. One round trip however many batches, partitions and producers (and whatever
+# statement the caller fuses after it: fused_writes.py).
+_WRITE_APPENDS_QUERIES = f"""h AS (
+    SELECT * FROM unnest($1::int[], $2::int[], $3::bigint[]) AS h(topic_id, partition, high_watermark)
+), head AS (
+    UPDATE partitions p SET high_watermark = h.high_watermark
+    FROM h WHERE p.topic_id = h.topic_id AND p.partition = h.partition
+), appended AS (
+    INSERT INTO record_batches ({BATCH_COLUMNS})
+    SELECT b.topic_id, b.partition, b.base_offset, b.base_offset + b.record_count - 1, b.producer_id,
+        b.producer_epoch, b.base_sequence, b.is_transactional, NULL, b.first_timestamp_ms, b.max_timestamp_ms,
+        b.record_count, b.size_bytes, b.records
+    FROM unnest($4::int[], $5::int[], $6::bigint[], $7::int[], $8::bigint[], $9::int[], $10::int[], $11::bool[],
+                $12::bigint[], $13::bigint[], $14::int[], $15::bytea[])
+        AS b(topic_id, partition, base_offset, record_count, producer_id, producer_epoch, base_sequence,
+             is_transactional, first_timestamp_ms, max_timestamp_ms, size_bytes, records)
+), state AS (
+    INSERT INTO producer_states (topic_id, partition, producer_id, producer_epoch, last_sequence,
+        last_timestamp_ms, last_append_ms, recent_batches, current_txn_first_offset)
+    SELECT st.topic_id, st.partition, st.producer_id, st.producer_epoch, st.last_sequence, st.last_timestamp_ms,
+        $24, st.recent_batches::jsonb, st.current_txn_first_offset
+    FROM unnest($16::int[], $17::int[], $18::bigint[], $19::int[], $20::int[], $21::bigint[], $22::text[],
+                $23::bigint[])
+        AS st(topic_id, partition, producer_id, producer_epoch, last_sequence, last_timestamp_ms, recent_batches,
+              current_txn_first_offset)
+    ON CONFLICT (topic_id, partition, producer_id) DO UPDATE SET producer_epoch = EXCLUDED.producer_epoch,
+        last_sequence = EXCLUDED.last_sequence, last_timestamp_ms = EXCLUDED.last_timestamp_ms,
+        last_append_ms = EXCLUDED.last_append_ms, recent_batches = EXCLUDED.recent_batches,
+        current_txn_first_offset = EXCLUDED.current_txn_first_offset
+)"""
+
+_WRITE_APPENDS_FINAL = f"SELECT pg_notify('{APPENDS_CHANNEL}', h.topic_id::text || ':' || h.partition::text) FROM h"
+
+
+@dataclass(frozen=True, slots=True)
+class _CheckedAppend:
+    """A producer's batch that passed its sequence check, with where it goes and the producer's state after it."""
+
+    append: BatchAppend
+    base_offset: int
+    state: sequences.ProducerEntry
+
+
+async def _check_at_head(
+    conn: asyncpg.Connection, append: BatchAppend, entry: sequences.ProducerEntry | None, head: int
+) -> _CheckedAppend | AppendResult | BrokerError:
+    """The producer's batch checked against its state: a duplicate's original offsets, an error, or
+    the batch to write. `entry` is the producer's state on the partition and `head` its high
+    watermark, as read under the partition's lock and advanced by the batches appended before this
+    one in the same PostgreSQL transaction."""
+    topic, batch = append.topic, append.batch
+    if entry is None and append.base_sequence != 0 and not await _still_issued(conn, append.producer_id):
+        # The producer's state and its id expired together (it was idle everywhere) between the
+        # request's check of the id and this lock: answer as that check would now, which the
+        # producer recovers from with a new id, instead of a fatal OUT_OF_ORDER_SEQUENCE_NUMBER.
+        return BrokerError(
+            ErrorCode.UNKNOWN_PRODUCER_ID,
+            f"producer id {append.producer_id} has expired (it wrote nowhere for the server's "
+            f"producer_id_expiration_ms): get a new one from POST /v1/producers/init",
+        )
+    outcome = sequences.check_batch(
+        entry,
+        append.producer_id,
+        append.producer_epoch,
+        append.base_sequence,
+        batch.record_count,
+        append.is_transactional,
+        f"{topic.name}-{append.partition}",
+    )
+    if isinstance(outcome, BrokerError):
+        return outcome
+    if isinstance(outcome, sequences.Duplicate):
+        return AppendResult(outcome.base_offset, outcome.last_offset, duplicate=True)
+    base_offset = head
+    updated = sequences.remember(
+        entry,
+        append.producer_epoch,
+        append.base_sequence,
+        outcome.last_sequence,
+        base_offset,
+        base_offset + batch.record_count - 1,
+        append.is_transactional,
+    )
+    return _CheckedAppend(append, base_offset, updated)
+
+
+@dataclass(frozen=True, slots=True)
+class _Write:
+    """A batch to write at `base_offset`; `state` is its producer's state after it (None for a plain batch)."""
+
+    append: BatchAppend
+    base_offset: int
+    state: sequences.ProducerEntry | None = None
+
+
+def _recent_batches_json(state: sequences.ProducerEntry) -> str:
+    return orjson.dumps(
+        [[r.base_sequence, r.last_sequence, r.base_offset, r.last_offset] for r in state.recent_batches]
+    ).decode()
+
+
+def _write_appends(writes: list[_Write], heads: dict[tuple[int, int], int]) -> WriteStatement:
+    """The statement that writes checked batches (in the order they were given offsets) to their
+    locked partitions, with each partition's new head and each producer's last state there."""
+    touched = list(dict.fromkeys((w.append.topic.topic_id, w.append.partition) for w in writes))
+    last_state: dict[tuple[int, int, int], _Write] = {}
+    for write in writes:
+        if write.state is not None:  # a later batch of the same producer and partition replaces it
+            last_state[(write.append.topic.topic_id, write.append.partition, write.append.producer_id)] = write
+    states = list(last_state.values())
+    appends = [w.append for w in writes]
+    args = (
+        [topic_id for topic_id, _ in touched],
+        [partition for _, partition in touched],
+        [heads[key] for key in touched],
+        [a.topic.topic_id for a in appends],
+        [a.partition for a in appends],
+        [w.base_offset for w in writes],
+        [a.batch.record_count for a in appends],
+        [a.producer_id for a in appends],
+        [a.producer_epoch for a in appends],
+        [a.base_sequence for a in appends],
+        [a.is_transactional for a in appends],
+        [a.batch.first_timestamp_ms for a in appends],
+        [a.batch.max_timestamp_ms for a in appends],
+        [a.batch.size_bytes for a in appends],
+        [a.batch.payload for a in appends],
+        [w.append.topic.topic_id for w in states],
+        [w.append.partition for w in states],
+        [w.append.producer_id for w in states],
+        [w.state.producer_epoch for w in states],
+        [w.state.last_sequence for w in states],
+        [w.append.batch.max_timestamp_ms for w in states],
+        [_recent_batches_json(w.state) for w in states],
+        [w.state.current_txn_first_offset for w in states],
+        now_ms(),
+    )
+    return WriteStatement(_WRITE_APPENDS_QUERIES, _WRITE_APPENDS_FINAL, args)
+
+
+async def _still_issued(conn: asyncpg.Connection, producer_id: int) -> bool:
+    # Expiry deletes an idempotent producer's state only once its id is gone (producer_ids.py), so
+    # once the state is seen gone, a gone id is seen too.
+    return await conn.fetchval("SELECT 1 FROM producer_ids WHERE producer_id = $1", producer_id) is not None
+
+
+# Kafka's AppendOrigin.COORDINATOR: a transactional batch the coordinator writes on the producer's
+# behalf (its offset commits in __consumer_offsets). It carries the transaction's producer id and
+# epoch, so read_committed readers hide it until the COMMIT marker (and forever after an ABORT), and
+# it opens the producer's transaction on the partition (pinning the LSO) unless already open; there
+# is no sequence to check (NO_SEQUENCE), the coordinator checked the producer. Run with the
+# partition's row locked by the UPDATE of `head` (appends to the partition queue on it).
+_APPEND_FOR_COORDINATOR_SQL = f"""
+WITH head AS (
+    UPDATE partitions SET high_watermark = high_watermark + $3
+    WHERE topic_id = $1 AND partition = $2
+    RETURNING high_watermark - $3 AS base_offset
+), appended AS (
+    INSERT INTO record_batches ({BATCH_COLUMNS})
+    SELECT $1, $2, base_offset, base_offset + $3 - 1, $4, $5, {NO_SEQUENCE}, true, NULL, $6, $7, $3, $8, $9 FROM head
+    RETURNING base_offset, last_offset
+), state AS (
+    INSERT INTO producer_states (topic_id, partition, producer_id, producer_epoch, last_sequence,
+        last_timestamp_ms, last_append_ms, recent_batches, current_txn_first_offset)
+    SELECT $1, $2, $4, $5, {NO_SEQUENCE}, $7, $10, '[]'::jsonb, base_offset FROM head
+    ON CONFLICT (topic_id, partition, producer_id) DO UPDATE SET producer_epoch = EXCLUDED.producer_epoch,
+        last_timestamp_ms = EXCLUDED.last_timestamp_ms, last_append_ms = EXCLUDED.last_append_ms,
+        current_txn_first_offset = coalesce(producer_states.current_txn_first_offset,
+                                            EXCLUDED.current_txn_first_offset)
+)
+SELECT base_offset, last_offset, pg_notify('{APPENDS_CHANNEL}', $1::text || ':' || $2::text) FROM appended
+"""
+
+
+async def append_for_coordinator(
+    conn: asyncpg.Connection,
+    topic: TopicInfo,
+    partition: int,
+    batch: EncodedBatch,
+    producer_id: int,
+    producer_epoch: int,
+) -> AppendResult:
+    """Appends a batch of the transaction of (producer_id, producer_epoch) written by the coordinator
+    itself; the caller holds the PostgreSQL transaction (and the transactional id's row)."""
+    row = await conn.fetchrow(
+        _APPEND_FOR_COORDINATOR_SQL,
+        topic.topic_id,
+        partition,
+        batch.record_count,
+        producer_id,
+        producer_epoch,
+        batch.first_timestamp_ms,
+        batch.max_timestamp_ms,
+        batch.size_bytes,
+        batch.payload,
+        now_ms(),
+    )
+    if row is None:
+        raise unknown_partition(topic, partition)
+    return AppendResult(row["base_offset"], row["last_offset"])
+
+
+@dataclass(slots=True)
+class AppendPlan:
+    """Appends checked against their locked partitions (`plan_appends`): each one's partition-level
+    error or duplicate's answer, and the statement that writes the others (None if none is to be
+    written). `results()` once that statement ran."""
+
+    _results: list[AppendResult | BrokerError | None]
+    _writes: dict[int, _Write]
+    statement: WriteStatement | None
+
+    @property
+    def written_partitions(self) -> set[tuple[int, int]]:
+        return {(w.append.topic.topic_id, w.append.partition) for w in self._writes.values()}
+
+    def results(self) -> list[AppendResult | BrokerError]:
+        results = list(self._results)
+        for index, write in self._writes.items():
+            results[index] = AppendResult(write.base_offset, write.base_offset + write.append.batch.record_count - 1)
+        return results
+
+
+def locks_for_appends(appends: list[BatchAppend]) -> PartitionLocks:
+    """What plan_appends needs locked: the appends' partitions and their transactional producers' states."""
+    appendable = [a for a in appends if check_appendable(a) is None]
+    return PartitionLocks(
+        frozenset((a.topic.topic_id, a.partition) for a in appendable),
+        frozenset((a.topic.topic_id, a.partition, a.producer_id) for a in appendable if a.is_transactional),
+    )
+
+
+async def plan_appends(conn: asyncpg.Connection, appends: list[BatchAppend], locked: LockedPartitions) -> AppendPlan:
+    """Checks the appends in the given order, as if appended one after the other, against their
+    partitions locked by lock_partitions (`locks_for_appends` or more), and advances `locked` past
+    them. Reads the states of idempotent producers among them (a statement of its own, now that the
+    locks are held)."""
+    results: list[AppendResult | BrokerError | None] = [check_appendable(append) for append in appends]
+    heads, entries = locked.heads, locked.states
+    producers = sorted(
+        {
+            (a.topic.topic_id, a.partition, a.producer_id)
+            for a, result in zip(appends, results)
+            if result is None
+            and a.producer_id != NO_PRODUCER_ID
+            and not a.is_transactional
+            and (a.topic.topic_id, a.partition) in heads
+        }
+    )
+    if producers:
+        rows = await conn.fetch(
+            _PRODUCER_STATES_SQL, [k[0] for k in producers], [k[1] for k in producers], [k[2] for k in producers]
+        )
+        entries.update(
+            {(row["topic_id"], row["partition"], row["producer_id"]): producer_entry_from_row(row) for row in rows}
+        )
+    writes: dict[int, _Write] = {}
+    for index, append in enumerate(appends):
+        if results[index] is not None:
+            continue
+        key = (append.topic.topic_id, append.partition)
+        head = heads.get(key)
+        if head is None:  # its topic was deleted since it was looked up
+            results[index] = unknown_partition(append.topic, append.partition)
+            continue
+        if append.producer_id == NO_PRODUCER_ID:
+            writes[index] = _Write(append, head)
+        else:
+            producer_key = (*key, append.producer_id)
+            try:
+                outcome = await _check_at_head(conn, append, entries.get(producer_key), head)
+            except BrokerError as error:
+                results[index] = error
+                continue
+            if not isinstance(outcome, _CheckedAppend):
+                results[index] = outcome
+                continue
+            entries[producer_key] = outcome.state
+            writes[index] = _Write(append, head, outcome.state)
+        heads[key] = head + append.batch.record_count
+    statement = _write_appends(list(writes.values()), heads) if writes else None
+    return AppendPlan(results, writes, statement)
+
+
+async def append_batches(
+    conn: asyncpg.Connection, appends: list[BatchAppend], then: WriteStatement | None = None
+) -> list[AppendResult | BrokerError]:
+    """Appends batches of any producers (plain ones included), several to one partition if need be:
+    each entry's result or partition-level error, in the given order, as if appended one after the
+    other. The caller holds the PostgreSQL transaction, so nothing is visible before all are durable,
+    and, for every transactional append, has held its transactional id's row (TransactionLog.lock,
+    lock_many_and_find_topics) since an earlier statement (see _LOCK_HEADS_SQL). Two statements whatever their
+    number: lock every partition (lock_order) and read its head and the transactional producers'
+    states there, write everything; a third reads the states of idempotent producers, if any, once
+    the locks are held. `then`: a statement of the caller's to run last, fused with the write (or
+    alone when nothing is written)."""
+    if then is None and len(appends) == 1 and appends[0].producer_id == NO_PRODUCER_ID:
+        if (refused := check_appendable(appends[0])) is not None:
+            return [refused]
+        try:  # one statement locks, reads and bumps the head (and may run without a transaction)
+            return [await _append_plain(conn, appends[0])]
+        except BrokerError as error:
+            return [error]
+    plan = await plan_appends(conn, appends, await lock_partitions(conn, locks_for_appends(appends)))
+    await execute_fused(conn, plan.statement, then)
+    return plan.results()
