@@ -14,8 +14,12 @@ Invariants:
   separable: a durable PrepareX (from a crash of a coordinator that wrote them apart) answers
   CONCURRENT_TRANSACTIONS to other requests and is finished by recovery, InitProducerId or an
   EndTxn retry (markers are idempotent per partition, producer id and epoch).
-- Every transaction ends with an epoch bump (transaction version 2), so a late request of a
-  finished transaction is fenced and (producer id, epoch) names exactly one transaction.
+- Transaction versions, chosen by the EndTxn that ends a transaction: with version 2 (KIP-890:
+  HTTP, Kafka's EndTxn v5+) every transaction ends with an epoch bump, so a late request of a
+  finished transaction is fenced; with version 1 (Kafka's EndTxn below v5, what Kafka clients send)
+  the epoch and the sequences carry over to the next transaction, and only InitProducerId (or an
+  abort by timeout or admin, which fence) bumps it. Storage names a transaction by its marker's
+  offset, never by (producer id, epoch), so both are kept apart (markers.py, partition_log.ABORTED_BATCH_SQL).
 """
 
 from __future__ import annotations
@@ -55,6 +59,10 @@ log = logging.getLogger(__name__)
 
 S = TransactionState
 
+# Transaction versions (Kafka's transaction.version feature): how an EndTxn ends its transaction.
+TRANSACTION_VERSION_CLASSIC = 1  # the epoch carries over to the next transaction
+TRANSACTION_VERSION_BUMP = 2  # KIP-890: the epoch is bumped at every transaction's end
+
 
 @dataclass(frozen=True, slots=True)
 class EndTxnCommand:
@@ -62,6 +70,7 @@ class EndTxnCommand:
     producer_id: int
     producer_epoch: int
     commit: bool
+    transaction_version: int = TRANSACTION_VERSION_BUMP
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,16 +217,22 @@ class TransactionCoordinator:
             await execute_fused(conn, then, None)
         return appending.results()
 
-    async def _complete(self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int, bump: bool) -> None:
+    async def _complete(
+        self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int, bump: bool, remember_ids: bool = False
+    ) -> None:
         """PrepareCommit/PrepareAbort -> markers -> CompleteCommit/CompleteAbort. With `bump`, the epoch
         moves on and the ids that ended the transaction are remembered for an EndTxn retry."""
         ending = self._ending(meta)
         await self.write_partitions(conn, [], [ending], now)
-        await self._completed(conn, meta, now, bump)
+        await self._completed(conn, meta, now, bump, remember_ids)
 
-    async def _completed(self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int, bump: bool) -> None:
+    async def _completed(
+        self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int, bump: bool, remember_ids: bool = False
+    ) -> None:
         """PrepareCommit/PrepareAbort -> CompleteCommit/CompleteAbort, the markers (`_ending`) being
-        written in the same PostgreSQL transaction."""
+        written in the same PostgreSQL transaction. With `remember_ids` (a transaction of version 1,
+        not bumped), the ids it keeps are remembered as those that ended it, so that its EndTxn
+        retried is recognised."""
         commit = meta.state == S.PREPARE_COMMIT
         changes: dict = {
             "partitions": [],
@@ -237,6 +252,8 @@ class TransactionCoordinator:
                 producer_id=bumped.producer_id,
                 producer_epoch=bumped.producer_epoch,
             )
+        elif remember_ids:
+            changes.update(last_producer_id=meta.producer_id, last_producer_epoch=meta.producer_epoch)
         self._move(meta, S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT, now, **changes)
 
     async def _fence_and_abort(self, conn: asyncpg.Connection, meta: TransactionMetadata, now: int) -> None:
@@ -518,7 +535,8 @@ class TransactionCoordinator:
         # same EndTxn retried. The group writes its markers after every state change: a retry of an
         # EndTxn in the same group sees its transaction complete, as it would after it.
         ending = self._ending(meta)
-        await self._completed(conn, meta, now_ms(), bump=True)
+        classic = meta.transaction_version == TRANSACTION_VERSION_CLASSIC
+        await self._completed(conn, meta, now_ms(), bump=not classic, remember_ids=classic)
         return EndResult(meta.producer_id, meta.producer_epoch, meta.state), ending
 
     def _begin_end(self, meta: TransactionMetadata | None, request: EndTxnCommand) -> EndResult | None:
@@ -537,7 +555,7 @@ class TransactionCoordinator:
         check_producer(meta, request.transactional_id, request.producer_id, request.producer_epoch)
         state = meta.state
         if state in (S.ONGOING, S.PREPARED):
-            self._move(meta, wanted, now_ms())
+            self._move(meta, wanted, now_ms(), transaction_version=request.transaction_version)
         elif state == S.PREPARE_EPOCH_FENCE or (state.is_completing and state != wanted):
             raise (
                 _concurrent(meta)
@@ -667,7 +685,9 @@ class TransactionCoordinator:
         markers may be missing: at start-up, and periodically for ones a crashed server left."""
 
         async def finish(conn, meta):
-            await self._complete(conn, meta, now_ms(), bump=True)
+            # As the EndTxn that decided it would have (its version is logged with PrepareX).
+            classic = meta.transaction_version == TRANSACTION_VERSION_CLASSIC
+            await self._complete(conn, meta, now_ms(), bump=not classic, remember_ids=classic)
 
         return await self._each_claimed(
             "state = ANY($1::text[])", _states_where(lambda state: state.is_decided), handle=finish

@@ -25,7 +25,12 @@ import asyncpg
 from app.clock import now_ms
 from app.coordinator.group_commit import GroupCommit
 from app.coordinator.produce import PartitionResult, ProduceCommand, check_idempotent_producer, check_request
-from app.coordinator.transaction_coordinator import EndResult, EndTxnCommand, TransactionCoordinator
+from app.coordinator.transaction_coordinator import (
+    TRANSACTION_VERSION_BUMP,
+    EndResult,
+    EndTxnCommand,
+    TransactionCoordinator,
+)
 from app.errors import BrokerError
 from app.storage import markers, producer_ids, record_codec
 from app.storage.partition_log import BatchAppend
@@ -80,11 +85,18 @@ class WriteGroups:
         return await self.groups.submit(_Produce(command, encoded))
 
     async def end_transaction(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        transaction_version: int = TRANSACTION_VERSION_BUMP,
     ) -> EndResult:
         """EndTxn: answers once every marker is written, with the producer id and epoch the next
-        transaction uses."""
-        return await self.groups.submit(EndTxnCommand(transactional_id, producer_id, producer_epoch, commit))
+        transaction uses (the same ones with TRANSACTION_VERSION_CLASSIC, Kafka's EndTxn below v5)."""
+        return await self.groups.submit(
+            EndTxnCommand(transactional_id, producer_id, producer_epoch, commit, transaction_version)
+        )
 
     async def _write(self, group: list[_Request]) -> list[_Answer | BrokerError]:
         """Writes the group in one PostgreSQL transaction: each request's answer, or its

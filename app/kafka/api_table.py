@@ -11,8 +11,13 @@ PRODUCE = 0
 FETCH = 1
 LIST_OFFSETS = 2
 METADATA = 3
+FIND_COORDINATOR = 10
 API_VERSIONS = 18
 INIT_PRODUCER_ID = 22
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+TXN_OFFSET_COMMIT = 28
 
 SUPPORTED_VERSIONS: dict[int, range] = {
     PRODUCE: range(3, 10),  # v3: the first with message format v2 (RecordBatch) and transactional ids
@@ -21,4 +26,9 @@ SUPPORTED_VERSIONS: dict[int, range] = {
     METADATA: range(0, 13),
     API_VERSIONS: range(0, 4),
     INIT_PRODUCER_ID: range(0, 5),
+    FIND_COORDINATOR: range(0, 5),
+    ADD_PARTITIONS_TO_TXN: range(0, 4),  # v4+: the brokers' batched form (KIP-890), not a client's
+    ADD_OFFSETS_TO_TXN: range(0, 4),
+    END_TXN: range(0, 6),  # v5: transaction version 2 (KIP-890)
+    TXN_OFFSET_COMMIT: range(0, 4),  # v3: the group's generation and member (KIP-447)
 }

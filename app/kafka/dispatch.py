@@ -9,7 +9,7 @@ from __future__ import annotations
 from app.kafka import api_table
 from app.kafka.context import RequestContext
 from app.kafka.frames import MalformedRequest, encode_response, parse_request, peek_header
-from app.kafka.handlers import fetch, metadata, offsets, produce, producers, versions
+from app.kafka.handlers import coordinators, fetch, metadata, offsets, produce, producers, transactions, versions
 
 HANDLERS = {
     api_table.PRODUCE: produce.handle,
@@ -18,6 +18,11 @@ HANDLERS = {
     api_table.METADATA: metadata.handle,
     api_table.API_VERSIONS: versions.handle,
     api_table.INIT_PRODUCER_ID: producers.handle,
+    api_table.FIND_COORDINATOR: coordinators.handle,
+    api_table.ADD_PARTITIONS_TO_TXN: transactions.add_partitions,
+    api_table.ADD_OFFSETS_TO_TXN: transactions.add_offsets,
+    api_table.END_TXN: transactions.end_txn,
+    api_table.TXN_OFFSET_COMMIT: transactions.txn_offset_commit,
 }
 
 

@@ -165,7 +165,7 @@ async def markers_before(
     conn: asyncpg.Connection, topic_id: int, partition: int, before_offset: int, limit: int
 ) -> list[MarkerEntry]:
     """The partition's markers below `before_offset`, newest first (an index range on
-    txn_markers_by_offset, read backwards)."""
+    txn_markers' primary key, read backwards)."""
     rows = await conn.fetch(
         "SELECT m.marker_offset AS offset, m.control_type, m.producer_id, m.producer_epoch, m.first_offset, "
         "       m.timestamp_ms, i.transactional_id "

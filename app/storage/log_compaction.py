@@ -44,7 +44,9 @@ class _CompactionPass:
     end: int  # the LSO when the compaction began: nothing at or past it is touched
     tombstone_cutoff_ms: int  # tombstones older than this go
     latest: dict[bytes, _Latest] = field(default_factory=dict)
-    # Per transaction (producer id, epoch) seen so far in log order: whether a record of it is kept.
+    # Per producer (id, epoch) seen so far in log order: whether a record of its open transaction is
+    # kept. Its marker pops the entry, so transactions that share an epoch (transaction version 1)
+    # are counted each on its own.
     transactions_kept: dict[tuple[int, int], bool] = field(default_factory=dict)
     oldest_tombstone_ms: int | None = None
 
@@ -77,7 +79,7 @@ async def _map_latest(conn: asyncpg.Connection, run: _CompactionPass, start: int
         # exists (markers go only with or after their batches): "not aborted" means committed.
         aborted = await partition_log.aborted_among(conn, run.topic.topic_id, run.partition, rows)
         for row in rows:
-            if row["control_type"] is not None or (row["producer_id"], row["producer_epoch"]) in aborted:
+            if row["control_type"] is not None or row["last_offset"] in aborted:
                 continue
             for index, stored in enumerate(record_codec.decode_payload(row["records"])):
                 key = None if stored is None else record_codec.key_bytes(stored)
@@ -117,7 +119,7 @@ async def _compact_page(
             if not run.transactions_kept.pop(transaction, False):
                 markers.append((row["last_offset"], *transaction))
             continue
-        if transaction in aborted:
+        if row["last_offset"] in aborted:
             removed.append(row["last_offset"])
             continue
         stored = record_codec.decode_payload(row["records"])
