@@ -58,6 +58,16 @@ def test_committed_visible_aborted_never_read_committed_on_both_doors(module_kaf
         (described["producer_id"], described["producer_epoch"])
     }
 
+    # The console: the transaction's version, and each record of the log once, with its own outcome.
+    page = server.client.get(f"/console/transactions/tid-{client.name}")
+    assert page.status_code == 200 and "classic: the epoch carries over" in page.text
+    log_page = server.client.get(f"/console/topics/{topic}/partitions/0")
+    assert log_page.status_code == 200
+    for transaction in transactions:
+        for partition, value in transaction.records:
+            if partition == 0:
+                assert log_page.text.count(value.decode()) == 1, value
+
 
 def test_a_new_instance_fences_the_zombie_and_aborts_its_transaction(module_kafka_server):
     server = module_kafka_server
