@@ -25,6 +25,34 @@ from tests.kafka.clients import WAIT_S, bootstrap
 POLL_S = 0.2  # between polls of a condition the server must reach
 TRANSFORMED_PREFIX = b"t:"
 BATCH = 20  # the most records one transaction of the loop processes
+SEND_OFFSETS_WATCHDOG_S = 20  # a call that takes milliseconds, seconds across a restart
+
+
+class AbandonedInstance(Exception):
+    """A client call that never returned: the instance is replaced, as after a fatal error."""
+
+
+def _send_offsets(producer: Producer, offsets: list[TopicPartition], group_metadata) -> None:
+    """send_offsets_to_transaction, given up on after SEND_OFFSETS_WATCHDOG_S: librdkafka ignores its
+    timeout there and can block for good once the group coordinator was down during a transaction
+    (confluentinc/librdkafka#5456 and #5511, open). A new instance's InitProducerId then fences the
+    stuck one and aborts its transaction, which is what makes abandoning it safe."""
+    finished = threading.Event()
+    failure: list[KafkaException] = []
+
+    def call():
+        try:
+            producer.send_offsets_to_transaction(offsets, group_metadata, WAIT_S)
+        except KafkaException as error:
+            failure.append(error)
+        finally:
+            finished.set()
+
+    threading.Thread(target=call, daemon=True).start()
+    if not finished.wait(SEND_OFFSETS_WATCHDOG_S):
+        raise AbandonedInstance(f"send_offsets_to_transaction did not return in {SEND_OFFSETS_WATCHDOG_S} s")
+    if failure:
+        raise failure[0]
 
 
 def transformed(value: bytes) -> bytes:
@@ -80,6 +108,9 @@ class TransformLoop:
         self.stop = threading.Event()  # set by a test that gives up: the loop returns
         self.seen: list[str] = []  # the errors it recovered from, for a failing test to show
         self.idle_at: list[tuple[int, int]] = []  # its positions when it last found nothing to read
+        # Held by a test while the node is down, so that the loop does not call
+        # send_offsets_to_transaction then (see _send_offsets).
+        self.offsets_gate = threading.Lock()
 
     def _session(self) -> tuple[Producer, Consumer]:
         producer = Producer({"bootstrap.servers": bootstrap(self.server), "transactional.id": self.transactional_id})
@@ -116,11 +147,12 @@ class TransformLoop:
                 for message in messages:
                     producer.produce(self.sink, value=transformed(message.value()), partition=message.partition())
                     next_offsets[message.partition()] = message.offset() + 1
-                producer.send_offsets_to_transaction(
-                    [TopicPartition(self.source, p, o) for p, o in next_offsets.items()],
-                    consumer.consumer_group_metadata(),
-                    WAIT_S,
-                )
+                with self.offsets_gate:
+                    _send_offsets(
+                        producer,
+                        [TopicPartition(self.source, p, o) for p, o in next_offsets.items()],
+                        consumer.consumer_group_metadata(),
+                    )
                 if abort_every and (self.committed_transactions + self.aborted_transactions + 1) % abort_every == 0:
                     producer.flush(WAIT_S)  # its records in the log, for read_committed to hide
                     producer.abort_transaction(WAIT_S)
@@ -133,7 +165,7 @@ class TransformLoop:
                 if sum(committed_offsets(self.server, self.group, self.source, self.partitions).values()) >= total:
                     consumer.close()
                     return
-            except KafkaException as error:
+            except (KafkaException, AbandonedInstance) as error:
                 self.seen.append(str(error))
                 # Whatever happened, a new instance resolves it: its InitProducerId completes a
                 # decided transaction or aborts an open one, and the offsets say where to resume.
