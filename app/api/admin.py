@@ -35,6 +35,7 @@ def transaction_body(meta: TransactionMetadata) -> dict:
         "last_update_ms": meta.last_update_ms,
         "partitions": [{"topic": p.topic, "partition": p.partition} for p in meta.partitions],
         "groups": meta.groups,
+        "transaction_version": meta.transaction_version,
     }
 
 

@@ -386,6 +386,10 @@ class TransactionOut(Body):
     last_update_ms: int
     partitions: list[TopicPartitionRef]
     groups: list[str]
+    transaction_version: int = Field(
+        description="how the last EndTxn ended a transaction: 1 (classic: the epoch carries over, Kafka's EndTxn "
+        "below v5) or 2 (KIP-890: the epoch is bumped, HTTP and Kafka's EndTxn v5+)"
+    )
 
 
 class TransactionList(Body):

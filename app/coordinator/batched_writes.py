@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from app.clock import now_ms
 from app.coordinator.produce import PartitionResult, ProduceCommand, check_idempotent_producer, check_request
 from app.coordinator.transaction_coordinator import EndResult, EndTxnCommand, TransactionCoordinator
+from app.coordinator.transaction_metadata import TRANSACTION_VERSION_BUMP
 from app.coordinator.write_batching import WriteBatcher
 from app.errors import BrokerError
 from app.storage.log import markers, record_codec
@@ -83,11 +84,18 @@ class BatchedWrites:
         return await self.batcher.submit(_Produce(command, encoded))
 
     async def end_transaction(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        transaction_version: int = TRANSACTION_VERSION_BUMP,
     ) -> EndResult:
         """EndTxn: answers once every marker is written, with the producer id and epoch the next
-        transaction uses."""
-        return await self.batcher.submit(EndTxnCommand(transactional_id, producer_id, producer_epoch, commit))
+        transaction uses (the same ones with TRANSACTION_VERSION_CLASSIC, Kafka's EndTxn below v5)."""
+        return await self.batcher.submit(
+            EndTxnCommand(transactional_id, producer_id, producer_epoch, commit, transaction_version)
+        )
 
     async def _write(self, requests: list[_Request]) -> list[_Answer | BrokerError]:
         """Writes a write batch in one PostgreSQL transaction: each request's answer, or its

@@ -14,8 +14,12 @@ Invariants:
   separable: a durable PrepareX (from a crash of a coordinator that wrote them apart) answers
   CONCURRENT_TRANSACTIONS to other requests and is finished by recovery, InitProducerId or an
   EndTxn retry (markers are idempotent per partition, producer id and epoch).
-- Every transaction ends with an epoch bump (transaction version 2), so a late request of a
-  finished transaction is fenced and (producer id, epoch) names exactly one transaction.
+- Transaction versions, chosen by the EndTxn that ends a transaction: with version 2 (KIP-890:
+  HTTP, Kafka's EndTxn v5+) every transaction ends with an epoch bump, so a late request of a
+  finished transaction is fenced; with version 1 (Kafka's EndTxn below v5, what Kafka clients send)
+  the epoch and the sequences carry over to the next transaction, and only InitProducerId (or an
+  abort by timeout or admin, which fence) bumps it. Storage names a transaction by its marker's
+  offset, never by (producer id, epoch), so both are kept apart (markers.py, partition_log.ABORTED_BATCH_SQL).
 
 This module orchestrates: it reads and locks through the unit of work, decides with the metadata's
 transitions, and does the I/O the transitions need (producer ids issued, markers written).
@@ -32,6 +36,7 @@ import asyncpg
 
 from app.clock import now_ms
 from app.coordinator.transaction_metadata import (
+    TRANSACTION_VERSION_BUMP,
     TransactionMetadata,
     check_producer,
     concurrent,
@@ -69,6 +74,7 @@ class EndTxnCommand:
     producer_id: int
     producer_epoch: int
     commit: bool
+    transaction_version: int = TRANSACTION_VERSION_BUMP
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,13 +106,18 @@ class TransactionCoordinator:
 
     # ---- completing and fencing: the transitions and the I/O they need
 
-    async def _complete(self, unit: UnitOfWork, meta: TransactionMetadata, now: int, bump: bool) -> None:
+    async def _complete(
+        self, unit: UnitOfWork, meta: TransactionMetadata, now: int, bump: bool, remember_ids: bool = False
+    ) -> None:
         """PrepareCommit/PrepareAbort -> markers -> CompleteCommit/CompleteAbort. With `bump`, the epoch
-        moves on and the ids that ended the transaction are remembered for an EndTxn retry."""
+        moves on and the ids that ended the transaction are remembered for an EndTxn retry; with
+        `remember_ids` (transaction version 1), the ids the producer keeps are remembered."""
         await unit.write_partitions([], [meta.transaction_end()], now)
-        await self._completed(unit, meta, now, bump)
+        await self._completed(unit, meta, now, bump, remember_ids)
 
-    async def _completed(self, unit: UnitOfWork, meta: TransactionMetadata, now: int, bump: bool) -> None:
+    async def _completed(
+        self, unit: UnitOfWork, meta: TransactionMetadata, now: int, bump: bool, remember_ids: bool = False
+    ) -> None:
         """PrepareCommit/PrepareAbort -> CompleteCommit/CompleteAbort, the markers
         (`meta.transaction_end()`) being written in the same PostgreSQL transaction."""
         bumped = None
@@ -115,7 +126,7 @@ class TransactionCoordinator:
             # The new epoch reaches producer_ids with the row, when the unit saves it (one statement
             # fewer); a new producer id, once epochs are exhausted, is issued here.
             bumped = producer_ids.next_epoch(current) or await producer_ids.issue(unit.conn, now, meta.transactional_id)
-        meta.complete_end(now, bumped)
+        meta.complete_end(now, bumped, remember_ids)
 
     async def _fence_and_abort(self, unit: UnitOfWork, meta: TransactionMetadata, now: int) -> None:
         """Ongoing or Prepared -> (PrepareEpochFence) -> PrepareAbort -> CompleteAbort, bumping the
@@ -314,7 +325,7 @@ class TransactionCoordinator:
                 )
             return EndResult(meta.producer_id, meta.producer_epoch, meta.state), None
         meta = check_producer(meta, command.transactional_id, command.producer_id, command.producer_epoch)
-        meta.prepare_end(command.commit, now_ms())
+        meta.prepare_end(command.commit, now_ms(), command.transaction_version)
         # Every partition lives in this database, so PrepareX, the markers and CompleteX share one
         # PostgreSQL transaction (one commit instead of two). The steps stay separable: PrepareX is
         # logged before the markers, markers are idempotent, and a PrepareX found durable (left by
@@ -322,7 +333,7 @@ class TransactionCoordinator:
         # same EndTxn retried. The write batch writes its markers after every state change: a retry
         # of an EndTxn in the same write batch sees its transaction complete, as it would after it.
         ending = meta.transaction_end()
-        await self._completed(unit, meta, now_ms(), bump=True)
+        await self._completed(unit, meta, now_ms(), bump=meta.ends_with_bump, remember_ids=not meta.ends_with_bump)
         return EndResult(meta.producer_id, meta.producer_epoch, meta.state), ending
 
     async def prepare(self, transactional_id: str, producer_id: int, producer_epoch: int) -> EndResult:
@@ -425,7 +436,8 @@ class TransactionCoordinator:
         markers may be missing: at start-up, and periodically for ones a crashed server left."""
 
         async def finish(unit, meta):
-            await self._complete(unit, meta, now_ms(), bump=True)
+            # As the EndTxn that decided it would have (its version is logged with PrepareX).
+            await self._complete(unit, meta, now_ms(), bump=meta.ends_with_bump, remember_ids=not meta.ends_with_bump)
 
         return await self._each_claimed(
             "state = ANY($1::text[])", _states_where(lambda state: state.is_decided), handle=finish

@@ -30,6 +30,10 @@ from app.storage.transactions.transaction_log import NO_START_TIME, TransactionL
 
 S = TransactionState
 
+# Transaction versions (Kafka's transaction.version feature): how an EndTxn ends its transaction.
+TRANSACTION_VERSION_CLASSIC = 1  # the epoch and sequences carry over to the next transaction
+TRANSACTION_VERSION_BUMP = 2  # KIP-890: the epoch is bumped at every transaction's end
+
 
 @dataclass(slots=True)
 class TransactionMetadata(TransactionRow):
@@ -72,15 +76,18 @@ class TransactionMetadata(TransactionRow):
         elif self.state != S.PREPARED:
             raise invalid_state(self, "prepare (no transaction is open)")
 
-    def prepare_end(self, commit: bool, now: int) -> None:
-        """EndTxn: Ongoing or Prepared -> PrepareCommit/PrepareAbort, the outcome decided; markers
-        follow (`transaction_end`), then `complete_end`. A transaction already in the PrepareX asked
-        (left durable by a crash between the steps) stays there, for the caller to complete."""
+    def prepare_end(self, commit: bool, now: int, transaction_version: int = TRANSACTION_VERSION_BUMP) -> None:
+        """EndTxn: Ongoing or Prepared -> PrepareCommit/PrepareAbort, the outcome decided, and the
+        transaction version the EndTxn asked for recorded with it (so recovery completes it as the
+        EndTxn would have); markers follow (`transaction_end`), then `complete_end`. A transaction
+        already in the PrepareX asked (left durable by a crash between the steps) stays there, for
+        the caller to complete."""
         wanted = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
         doing = "commit" if commit else "abort"
         state = self.state
         if state in (S.ONGOING, S.PREPARED):
             self._transit(wanted, now)
+            self.transaction_version = transaction_version
             self._record()
         elif state == S.PREPARE_EPOCH_FENCE:
             raise concurrent(self)
@@ -89,11 +96,13 @@ class TransactionMetadata(TransactionRow):
         elif state != wanted:
             raise invalid_state(self, f"{doing} (no transaction is open)")
 
-    def complete_end(self, now: int, bumped: ProducerIdAndEpoch | None) -> None:
+    def complete_end(self, now: int, bumped: ProducerIdAndEpoch | None, remember_ids: bool = False) -> None:
         """PrepareCommit/PrepareAbort -> CompleteCommit/CompleteAbort, the markers being written in
-        the same PostgreSQL transaction. With `bumped` (the epoch after the current one: every
-        transaction ends with a bump, transaction version 2), the producer moves to it and the ids
-        that ended the transaction are remembered, to recognise an EndTxn retry."""
+        the same PostgreSQL transaction. With `bumped` (the epoch after the current one: transaction
+        version 2 ends every transaction with a bump), the producer moves to it and the ids that
+        ended the transaction are remembered, to recognise an EndTxn retry. With `remember_ids`
+        instead (transaction version 1: the producer keeps its epoch), the ids it keeps are
+        remembered for the same purpose."""
         self._transit(S.COMPLETE_COMMIT if self.state == S.PREPARE_COMMIT else S.COMPLETE_ABORT, now)
         self.partitions, self.groups = [], []
         self.txn_start_ms = NO_START_TIME
@@ -101,7 +110,14 @@ class TransactionMetadata(TransactionRow):
         if bumped is not None:
             self.last_producer_id, self.last_producer_epoch = self.producer_id, self.producer_epoch
             self.producer_id, self.producer_epoch = bumped.producer_id, bumped.producer_epoch
+        elif remember_ids:
+            self.last_producer_id, self.last_producer_epoch = self.producer_id, self.producer_epoch
         self._record()
+
+    @property
+    def ends_with_bump(self) -> bool:
+        """Whether completing the decided transaction bumps the epoch (transaction version 2)."""
+        return self.transaction_version != TRANSACTION_VERSION_CLASSIC
 
     def fence(self, bumped: ProducerIdAndEpoch, now: int) -> None:
         """InitProducerId, a transaction timeout or an operator aborting an open transaction

@@ -28,6 +28,10 @@ CREATE_PARTITIONS = 37
 INCREMENTAL_ALTER_CONFIGS = 44
 API_VERSIONS = 18
 INIT_PRODUCER_ID = 22
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+TXN_OFFSET_COMMIT = 28
 
 SUPPORTED_VERSIONS: dict[int, range] = {
     PRODUCE: range(3, 10),  # v3: the first with message format v2 (RecordBatch) and transactional ids
@@ -51,4 +55,8 @@ SUPPORTED_VERSIONS: dict[int, range] = {
     INCREMENTAL_ALTER_CONFIGS: range(0, 2),
     API_VERSIONS: range(0, 4),
     INIT_PRODUCER_ID: range(0, 5),
+    ADD_PARTITIONS_TO_TXN: range(0, 4),  # v4+: the brokers' batched form (KIP-890), not a client's
+    ADD_OFFSETS_TO_TXN: range(0, 4),
+    END_TXN: range(0, 6),  # v5: transaction version 2 (KIP-890)
+    TXN_OFFSET_COMMIT: range(0, 4),  # v3: the group's generation and member (KIP-447)
 }

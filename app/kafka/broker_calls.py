@@ -28,6 +28,7 @@ from app.coordinator.authorizer import (
 from app.coordinator.classic_groups import EMPTY, STABLE, JoinResult, SyncResult, classic_state
 from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.produce import PartitionRecords, ProduceCommand
+from app.coordinator.transaction_metadata import TRANSACTION_VERSION_BUMP, TRANSACTION_VERSION_CLASSIC
 from app.errors import BrokerError, ErrorCode
 from app.kafka.record_batches import KafkaRecord, ProducedBatch
 from app.settings import Settings
@@ -89,6 +90,28 @@ class FetchedPartition:
     @property
     def size(self) -> int:
         return sum(batch.size_bytes for batch in self.batches)
+
+
+@dataclass(frozen=True, slots=True)
+class AddedPartitions:
+    """Per requested partition, its error or None; with `attempted` False, None means not attempted."""
+
+    errors: list[BrokerError | None]
+    attempted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TxnOffset:
+    topic: str
+    partition: int
+    offset: int
+    metadata: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EndedTransaction:
+    producer_id: int
+    producer_epoch: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +283,83 @@ class BrokerCalls:
             quota_principal=None if principal.is_super_user else principal.name,
         )
         return result.producer_id, result.producer_epoch
+
+    async def add_partitions_to_txn(
+        self,
+        principal: Principal,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        requested: list[tuple[str, int]],
+    ) -> AddedPartitions:
+        """AddPartitionsToTxn. Refused as a whole when the transactional id may not be written; when a
+        topic may not be written, its partitions are refused and the others not attempted (Kafka's
+        OPERATION_NOT_ATTEMPTED): nothing is added."""
+        authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+        denied = [_denied(principal, Operation.WRITE, ResourceType.TOPIC, topic) for topic, _ in requested]
+        if any(denied):
+            return AddedPartitions(denied, attempted=False)
+        errors = await self._state.coordinator.add_partitions(transactional_id, producer_id, producer_epoch, requested)
+        return AddedPartitions(errors, attempted=True)
+
+    async def add_offsets_to_txn(
+        self, principal: Principal, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> None:
+        authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+        authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
+        await self._state.coordinator.add_offsets(transactional_id, producer_id, producer_epoch, group_id)
+
+    async def txn_offset_commit(
+        self,
+        principal: Principal,
+        transactional_id: str,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        offsets: list[TxnOffset],
+    ) -> list[BrokerError | None]:
+        """TxnOffsetCommit: one error or None per offset. With a generation (KIP-447, v3+) a zombie
+        member's commit is refused; generation -1 (older versions) skips that check, as Kafka does."""
+        authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+        authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
+        denied = {
+            topic: _denied(principal, Operation.READ, ResourceType.TOPIC, topic) for topic in {o.topic for o in offsets}
+        }
+        allowed = [o for o in offsets if denied[o.topic] is None]
+        errors = await self._state.group_coordinator.txn_offset_commit(
+            transactional_id,
+            group_id,
+            producer_id,
+            producer_epoch,
+            generation_id,
+            member_id,
+            [OffsetEntry(o.topic, o.partition, o.offset, o.metadata) for o in allowed],
+        )
+        by_offset = dict(zip(map(id, allowed), errors))
+        return [denied[o.topic] or by_offset[id(o)] for o in offsets]
+
+    async def end_txn(
+        self,
+        principal: Principal,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        epoch_bump: bool,
+    ) -> EndedTransaction:
+        """EndTxn. `epoch_bump`: KIP-890's transaction version 2 (EndTxn v5+, as HTTP), which answers
+        the producer id and epoch of the next transaction; else version 1, the ids carrying over."""
+        authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+        result = await self._state.batched_writes.end_transaction(
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            commit,
+            TRANSACTION_VERSION_BUMP if epoch_bump else TRANSACTION_VERSION_CLASSIC,
+        )
+        return EndedTransaction(result.producer_id, result.producer_epoch)
 
     async def produce(
         self, principal: Principal, transactional_id: str | None, partitions: list[ProducedPartition]

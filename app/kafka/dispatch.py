@@ -9,7 +9,18 @@ from __future__ import annotations
 from app.kafka import api_table
 from app.kafka.context import RequestContext
 from app.kafka.frames import MalformedRequest, encode_response, parse_request, peek_header
-from app.kafka.handlers import admin, fetch, group_offsets, groups, metadata, offsets, produce, producers, versions
+from app.kafka.handlers import (
+    admin,
+    fetch,
+    group_offsets,
+    groups,
+    metadata,
+    offsets,
+    produce,
+    producers,
+    transactions,
+    versions,
+)
 
 HANDLERS = {
     api_table.PRODUCE: produce.handle,
@@ -33,6 +44,10 @@ HANDLERS = {
     api_table.DESCRIBE_CONFIGS: admin.describe_configs,
     api_table.CREATE_PARTITIONS: admin.create_partitions,
     api_table.INCREMENTAL_ALTER_CONFIGS: admin.incremental_alter_configs,
+    api_table.ADD_PARTITIONS_TO_TXN: transactions.add_partitions,
+    api_table.ADD_OFFSETS_TO_TXN: transactions.add_offsets,
+    api_table.END_TXN: transactions.end_txn,
+    api_table.TXN_OFFSET_COMMIT: transactions.txn_offset_commit,
 }
 
 

@@ -23,3 +23,12 @@ def kafka_error(error: BrokerError | None) -> KafkaError:
     if error is None:
         return KafkaError.none
     return _BY_NAME.get(error.code) or _CLOSEST.get(error.code, KafkaError.unknown_server_error)
+
+
+def versioned_error(error: BrokerError | None, api_version: int, producer_fenced_since: int | None) -> KafkaError:
+    """kafka_error, for an API that learned PRODUCER_FENCED (KIP-588) at `producer_fenced_since`
+    (None: never, as Produce): older versions get INVALID_PRODUCER_EPOCH for it, as Kafka answers."""
+    code = kafka_error(error)
+    if code == KafkaError.producer_fenced and (producer_fenced_since is None or api_version < producer_fenced_since):
+        return KafkaError.invalid_producer_epoch
+    return code

@@ -199,6 +199,9 @@ class TransactionRecord(SQLModel, table=True):
     partitions: list = Field(sa_column=Column(JSONB, nullable=False))
     groups: list = Field(sa_column=Column(JSONB, nullable=False))
     principal: str | None = Field(default=None, sa_type=Text, nullable=True)  # who created the id (quota)
+    # How the last EndTxn ended its transaction: 1 (classic: the epoch carries over to the next
+    # transaction, Kafka's EndTxn below v5) or 2 (KIP-890: the epoch is bumped, HTTP and EndTxn v5+).
+    transaction_version: int = Field(default=2, sa_type=SmallInteger, nullable=False)
 
 
 Index("transactions_by_state", TransactionRecord.state)
@@ -206,24 +209,27 @@ Index("transactions_by_principal", TransactionRecord.principal)
 
 
 class TxnMarker(SQLModel, table=True):
-    """One transaction marker per (partition, producer id, epoch): with an epoch bump after every
-    transaction, that triple names exactly one transaction, so this table is at once the marker
-    idempotency key, the aborted-transactions index read_committed fetches use, and the markers
-    listing."""
+    """One transaction marker, keyed by its offset in its partition. With transaction version 1 a
+    producer's epoch carries over from one transaction to the next, so (partition, producer id,
+    epoch) may name several transactions: a transactional batch belongs to the transaction ended by
+    the first marker of its producer after it (txn_markers_by_producer finds it). This table is the
+    aborted-transactions index read_committed reads use and the markers listing."""
 
     __tablename__ = "txn_markers"
 
     topic_id: int = Field(primary_key=True)
     partition: int = Field(primary_key=True)
-    producer_id: int = Field(primary_key=True, sa_type=BigInteger)
-    producer_epoch: int = Field(primary_key=True, sa_type=SmallInteger)
+    marker_offset: int = Field(primary_key=True, sa_type=BigInteger)
+    producer_id: int = Field(sa_type=BigInteger, nullable=False)
+    producer_epoch: int = Field(sa_type=SmallInteger, nullable=False)
     control_type: int = Field(sa_type=SmallInteger, nullable=False)
-    marker_offset: int = Field(sa_type=BigInteger, nullable=False)
     first_offset: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
     timestamp_ms: int = Field(sa_type=BigInteger, nullable=False)
 
 
-Index("txn_markers_by_offset", TxnMarker.topic_id, TxnMarker.partition, TxnMarker.marker_offset)
+Index(
+    "txn_markers_by_producer", TxnMarker.topic_id, TxnMarker.partition, TxnMarker.producer_id, TxnMarker.marker_offset
+)
 
 
 class ConsumerGroup(SQLModel, table=True):

@@ -112,11 +112,17 @@ def response_class_of(api_key: int, version: int):
     return load_response_schema(api_key, version)
 
 
-def record_batch(records: list[KafkaRecord], producer_id: int = -1, epoch: int = -1, base_sequence: int = -1) -> bytes:
+def record_batch(
+    records: list[KafkaRecord],
+    producer_id: int = -1,
+    epoch: int = -1,
+    base_sequence: int = -1,
+    is_transactional: bool = False,
+) -> bytes:
     """A produced batch as a client builds it (kafka.record's builder)."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
-    builder = DefaultRecordBatchBuilder(2, 0, False, producer_id, epoch, base_sequence, 2**30)
+    builder = DefaultRecordBatchBuilder(2, 0, is_transactional, producer_id, epoch, base_sequence, 2**30)
     for index, record in enumerate(records):
         builder.append(index, record.timestamp_ms, record.key, record.value, list(record.headers))
     return bytes(builder.build())

@@ -15,15 +15,26 @@ from app.kafka import api_table
 from app.kafka.record_batches import KafkaRecord
 from tests.kafka.clients import create_topic
 from tests.kafka.raw import RawConnection, nested, record_batch, request_frame, request_of, response_class_of
+from tests.kafka.raw_transactions import RawProducer, add_partitions, init_producer
 
 TOPIC = "versions"
 MAX_BYTES = 1 << 20
 
+GROUP = "versions-group"
+# The APIs of a transactional producer: their sample requests name a transaction opened first.
+TRANSACTIONAL = {
+    api_table.ADD_PARTITIONS_TO_TXN,
+    api_table.ADD_OFFSETS_TO_TXN,
+    api_table.END_TXN,
+    api_table.TXN_OFFSET_COMMIT,
+}
+
 ADVERTISED = [(key, version) for key, versions in api_table.SUPPORTED_VERSIONS.items() for version in versions]
 
 
-def sample_request(api_key: int, version: int):
-    """A valid request of this API and version, about partition 0 of TOPIC."""
+def sample_request(api_key: int, version: int, producer: RawProducer | None = None):
+    """A valid request of this API and version, about partition 0 of TOPIC (for a transactional
+    API, of `producer`'s open transaction)."""
     if api_key == api_table.PRODUCE:
         records = record_batch([KafkaRecord(1_700_000_000_123, b"k", f"v{version}".encode(), [("h", b"x")])])
         partition = nested(api_key, version, "PartitionProduceData", index=0, records=records)
@@ -95,6 +106,8 @@ def sample_request(api_key: int, version: int):
     group_request = _group_sample(api_key, version)
     if group_request is not None:
         return group_request
+    if api_key in TRANSACTIONAL:
+        return _transactional_request(api_key, version, producer)
     raise AssertionError(f"no sample request for api key {api_key}: add one with the API")
 
 
@@ -223,6 +236,49 @@ def _admin_sample(api_key: int, version: int):
     return None
 
 
+def _transactional_request(api_key: int, version: int, producer: RawProducer | None):
+    # Without a producer, of one never initialized: a request that parses, answered with an error.
+    producer = producer or RawProducer("versions-never-initialized", 0, 0)
+    ids = dict(
+        transactional_id=producer.transactional_id,
+        producer_id=producer.producer_id,
+        producer_epoch=producer.epoch,
+    )
+    if api_key == api_table.ADD_PARTITIONS_TO_TXN:
+        topic = nested(api_key, version, "AddPartitionsToTxnTopic", name=TOPIC, partitions=(0,))
+        return request_of(
+            api_key,
+            version,
+            v3_and_below_transactional_id=producer.transactional_id,
+            v3_and_below_producer_id=producer.producer_id,
+            v3_and_below_producer_epoch=producer.epoch,
+            v3_and_below_topics=(topic,),
+        )
+    if api_key == api_table.ADD_OFFSETS_TO_TXN:
+        return request_of(api_key, version, group_id=GROUP, **ids)
+    if api_key == api_table.END_TXN:
+        return request_of(api_key, version, committed=True, **ids)
+    partition = nested(
+        api_key,
+        version,
+        "TxnOffsetCommitRequestPartition",
+        partition_index=0,
+        committed_offset=0,
+        committed_leader_epoch=-1,
+        committed_metadata=None,
+    )
+    return request_of(
+        api_key,
+        version,
+        group_id=GROUP,
+        generation_id=-1,
+        member_id="",
+        group_instance_id=None,
+        topics=(nested(api_key, version, "TxnOffsetCommitRequestTopic", name=TOPIC, partitions=(partition,)),),
+        **ids,
+    )
+
+
 def errors_in(response) -> list[KafkaError]:
     """Every error code anywhere in the response."""
     found = []
@@ -274,7 +330,11 @@ def test_api_versions_advertises_the_table(bootstrap):
 @pytest.mark.parametrize(("api_key", "version"), ADVERTISED, ids=[f"key{k}-v{v}" for k, v in ADVERTISED])
 def test_each_advertised_version_round_trips(bootstrap, api_key, version):
     with RawConnection(bootstrap) as connection:
-        response = connection.call(sample_request(api_key, version))
+        producer = None
+        if api_key in TRANSACTIONAL:
+            producer = init_producer(connection, f"versions-{api_key}-{version}")
+            assert add_partitions(connection, producer, TOPIC, [0]) == [KafkaError.none]
+        response = connection.call(sample_request(api_key, version, producer))
     assert type(response).__version__ == version
     assert set(errors_in(response)) <= {KafkaError.none}, response
 

@@ -7,7 +7,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
 from tests.kafka.raw import RawConnection, nested, request_of
-from tests.kafka.test_api_versions import sample_request
+from tests.kafka.test_api_versions import TRANSACTIONAL, errors_in, sample_request
 from tests.kafka.test_produce_raw import answer_of, produce_request, record_batch, records
 
 
@@ -42,5 +42,8 @@ def test_with_auth_required_a_kafka_connection_is_refused_everything(make_server
         ]
         init = connection.call(sample_request(api_table.INIT_PRODUCER_ID, 4))
         assert init.error_code == KafkaError.cluster_authorization_failed
+        for api_key in TRANSACTIONAL:  # the transactional id is refused before anything is looked at
+            refused = connection.call(sample_request(api_key, 3))
+            assert set(errors_in(refused)) == {KafkaError.transactional_id_authorization_failed}, refused
     topic = server.client.get("/v1/topics/guarded", headers={"Authorization": "Bearer admin-secret"}).json()
     assert topic["partitions"][0]["high_watermark"] == 0

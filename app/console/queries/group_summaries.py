@@ -26,7 +26,7 @@ _HIGH_WATERMARK = (
 )
 
 # Records (not markers) between a committed offset and the high watermark: the marker count is an
-# index range on txn_markers_by_offset.
+# index range on txn_markers' primary key.
 _LAG_EXPRESSION = """
 greatest(hw.high_watermark - o.committed_offset, 0)
   - (SELECT count(*) FROM txn_markers m WHERE m.topic_id = t.topic_id AND m.partition = o.partition

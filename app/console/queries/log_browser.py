@@ -3,8 +3,9 @@ transactional status (plain, open, committed, aborted; markers as control record
 with state on the partition, and its markers.
 
 Read-only. A window is a primary-key range of `record_batches`; the status of a transactional batch
-is the marker of its (producer id, epoch), one primary-key probe of `txn_markers` (every
-transaction ends with an epoch bump, so that pair names exactly one transaction).
+is the first marker of its producer at or after it (its own, for a control batch), one probe of
+`txn_markers_by_producer`: with transaction version 1 several transactions share (producer id,
+epoch), so only the marker's offset names one (partition_log.ABORTED_BATCH_SQL's rule).
 """
 
 from __future__ import annotations
@@ -51,8 +52,12 @@ _WINDOW_SQL = """
 SELECT b.base_offset, b.last_offset, b.producer_id, b.producer_epoch, b.base_sequence, b.is_transactional,
        b.control_type, b.first_timestamp_ms, b.records, m.control_type AS decided_by, m.marker_offset, m.first_offset
 FROM record_batches b
-LEFT JOIN txn_markers m ON b.is_transactional AND m.topic_id = b.topic_id AND m.partition = b.partition
-     AND m.producer_id = b.producer_id AND m.producer_epoch = b.producer_epoch
+LEFT JOIN LATERAL (
+    SELECT control_type, marker_offset, first_offset FROM txn_markers
+    WHERE b.is_transactional AND topic_id = b.topic_id AND partition = b.partition AND producer_id = b.producer_id
+      AND marker_offset >= b.last_offset
+    ORDER BY marker_offset LIMIT 1
+) m ON true
 WHERE b.topic_id = $1 AND b.partition = $2 AND b.last_offset >= $3 AND b.base_offset < $4
 ORDER BY b.last_offset
 """
@@ -165,7 +170,7 @@ async def markers_before(
     conn: asyncpg.Connection, topic_id: int, partition: int, before_offset: int, limit: int
 ) -> list[MarkerEntry]:
     """The partition's markers below `before_offset`, newest first (an index range on
-    txn_markers_by_offset, read backwards)."""
+    txn_markers' primary key, read backwards)."""
     rows = await conn.fetch(
         "SELECT m.marker_offset AS offset, m.control_type, m.producer_id, m.producer_epoch, m.first_offset, "
         "       m.timestamp_ms, i.transactional_id "

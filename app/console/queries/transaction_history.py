@@ -40,6 +40,9 @@ class Transition:
     txn_start_ms: int
     partitions: list[tuple[str, int]]
     groups: list[str]
+    # How the last EndTxn ended a transaction (1: classic, 2: KIP-890's bump); records written
+    # before versions were logged are of version 2.
+    transaction_version: int = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,7 @@ def _transition(offset: int, timestamp_ms: int, value: dict) -> Transition:
         value["txn_start_ms"],
         [(topic, partition) for topic, partition in value["partitions"]],
         list(value["groups"]),
+        value.get("transaction_version", 2),
     )
 
 

@@ -14,7 +14,7 @@ from app.errors import BrokerError
 from app.kafka import api_table
 from app.kafka.broker_calls import ProducedPartition
 from app.kafka.context import RequestContext
-from app.kafka.error_codes import kafka_error
+from app.kafka.error_codes import versioned_error
 from app.kafka.frames import build, response_module
 from app.kafka.record_batches import BatchRefused, read_produced
 
@@ -81,7 +81,10 @@ async def handle(context: RequestContext, request) -> object | None:
         results = await context.calls.produce(context.principal, request.transactional_id, produced)
         for entry, result in zip(produced, results):
             if isinstance(result, BrokerError):
-                answer = _partition(module, entry.partition, kafka_error(result), result.message)
+                # Produce never answers PRODUCER_FENCED: a fenced epoch is INVALID_PRODUCER_EPOCH, as Kafka's.
+                answer = _partition(
+                    module, entry.partition, versioned_error(result, context.api_version, None), result.message
+                )
             else:
                 answer = _partition(module, entry.partition, KafkaError.none, base_offset=result.base_offset)
             answers[(entry.topic, entry.partition)] = answer

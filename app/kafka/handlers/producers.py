@@ -8,11 +8,13 @@ import datetime
 from app.errors import BrokerError
 from app.kafka import api_table
 from app.kafka.context import RequestContext
-from app.kafka.error_codes import kafka_error
+from app.kafka.error_codes import versioned_error
 from app.kafka.frames import build, response_module
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
+# InitProducerId v4+ answers PRODUCER_FENCED (KIP-588); older versions INVALID_PRODUCER_EPOCH.
+PRODUCER_FENCED_SINCE = 4
 
 
 async def handle(context: RequestContext, request) -> object:
@@ -33,7 +35,7 @@ async def handle(context: RequestContext, request) -> object:
         module,
         "InitProducerIdResponse",
         throttle_time=datetime.timedelta(0),
-        error_code=kafka_error(error),
+        error_code=versioned_error(error, context.api_version, PRODUCER_FENCED_SINCE),
         producer_id=producer_id,
         producer_epoch=epoch,
     )

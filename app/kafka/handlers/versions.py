@@ -12,6 +12,20 @@ from app.kafka.frames import build, response_module
 # A version this broker does not know is answered with v0's layout, which every client reads
 # (Kafka's ApiVersionsRequest fallback).
 FALLBACK_VERSION = 0
+# Kafka's transaction.version feature: 2 is KIP-890's epoch bump per transaction, which EndTxn v5+
+# gets (handlers/transactions.py); older EndTxn versions keep version 1's behaviour, as Kafka does.
+TRANSACTION_VERSION_FEATURE = "transaction.version"
+TRANSACTION_VERSION_MIN = 0
+TRANSACTION_VERSION = 2
+# The features never change on this broker: one epoch of them.
+FEATURES_EPOCH = 1
+
+
+def _features(module, class_name: str, **levels) -> tuple:
+    """The transaction.version feature, in the versions that carry features (v3+)."""
+    if not hasattr(module, class_name):
+        return ()
+    return (build(module, class_name, name=TRANSACTION_VERSION_FEATURE, **levels),)
 
 
 def response(version: int, error: KafkaError) -> object:
@@ -26,9 +40,13 @@ def response(version: int, error: KafkaError) -> object:
         error_code=error,
         api_keys=keys,
         throttle_time=datetime.timedelta(0),
-        supported_features=(),
-        finalized_features_epoch=-1,
-        finalized_features=(),
+        supported_features=_features(
+            module, "SupportedFeatureKey", min_version=TRANSACTION_VERSION_MIN, max_version=TRANSACTION_VERSION
+        ),
+        finalized_features_epoch=FEATURES_EPOCH,
+        finalized_features=_features(
+            module, "FinalizedFeatureKey", max_version_level=TRANSACTION_VERSION, min_version_level=TRANSACTION_VERSION
+        ),
         zk_migration_ready=False,
     )
 

@@ -207,7 +207,7 @@ class PartitionLag:
 
 
 # Lag counts records, not markers: the offsets between the committed position and the high
-# watermark, minus the markers among them (an index range count on txn_markers_by_offset). The
+# watermark, minus the markers among them (an index range count on txn_markers' primary key). The
 # partition is found per committed offset by primary key (LATERAL), whatever the planner's
 # statistics say; offsets of deleted topics are left out.
 _LAG_SQL = """

@@ -51,7 +51,9 @@ class _CompactionPass:
     now_ms: int
     delete_retention_ms: int
     latest: dict[bytes, _Latest] = field(default_factory=dict)
-    # Per transaction (producer id, epoch) seen so far in log order: whether a record of it is kept.
+    # Per producer (id, epoch) seen so far in log order: whether a record of its open transaction is
+    # kept. Its marker pops the entry, so transactions that share an epoch (transaction version 1)
+    # are counted each on its own.
     transactions_kept: dict[tuple[int, int], bool] = field(default_factory=dict)
     earliest_tombstone_seen_ms: int | None = None  # of the tombstones kept: when the cleaner first kept them
 
@@ -84,7 +86,7 @@ async def _map_latest(conn: asyncpg.Connection, run: _CompactionPass, start: int
         # exists (markers go only with or after their batches): "not aborted" means committed.
         aborted = await partition_log.aborted_among(conn, run.topic.topic_id, run.partition, rows)
         for row in rows:
-            if row["control_type"] is not None or (row["producer_id"], row["producer_epoch"]) in aborted:
+            if row["control_type"] is not None or row["last_offset"] in aborted:
                 continue
             for index, stored in enumerate(record_codec.decode_payload(row["records"])):
                 key = None if stored is None else record_codec.key_bytes(stored)
@@ -129,7 +131,7 @@ async def _compact_page(
             if not run.transactions_kept.pop(transaction, False):
                 markers.append((row["last_offset"], *transaction))
             continue
-        if transaction in aborted:
+        if row["last_offset"] in aborted:
             removed.append(row["last_offset"])
             continue
         stored = record_codec.decode_payload(row["records"])

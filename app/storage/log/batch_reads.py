@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.storage.log import record_codec
-from app.storage.log.partition_log import CONTROL_ABORT
+from app.storage.log.partition_log import ABORTED_BATCH_SQL
 from app.storage.log.topics import TopicInfo
 
 
@@ -38,14 +38,12 @@ class StoredBatch:
 # below the upper bound batches are never appended to, and a batch's abort marker is never removed
 # before the batch itself (log_cleaner.py), so `aborted` is right for every row returned; what the
 # cleaner removes between a caller's statements is simply not returned.
-# With $6 (read_committed), each transactional batch's abort marker is a primary-key probe of
-# txn_markers: every transaction ends with an epoch bump, so (producer id, epoch) names one.
+# With $6 (read_committed), each transactional batch's marker decides whether it is aborted
+# (partition_log.ABORTED_BATCH_SQL).
 _BATCHES_SQL = f"""
 SELECT b.base_offset, b.last_offset, b.producer_id, b.producer_epoch, b.base_sequence, b.is_transactional,
        b.control_type, b.first_timestamp_ms, b.size_bytes, b.records,
-       b.is_transactional AND b.control_type IS NULL AND $6::bool AND EXISTS (
-           SELECT 1 FROM txn_markers m WHERE m.topic_id = $1 AND m.partition = $2 AND m.producer_id = b.producer_id
-             AND m.producer_epoch = b.producer_epoch AND m.control_type = {CONTROL_ABORT}) AS aborted
+       $6::bool AND {ABORTED_BATCH_SQL} AS aborted
 FROM (
     SELECT *, sum(size_bytes) OVER (ORDER BY last_offset) AS size_through,
            row_number() OVER (ORDER BY last_offset) AS position

@@ -1,8 +1,10 @@
 """Transaction markers: the COMMIT or ABORT control record a transaction leaves in each of its
 partitions, which is what makes its records visible to (or hidden from) read_committed readers.
 
-Writing a marker is idempotent per (partition, producer id, epoch): the txn_markers row is the key,
-so recovery may re-run a half-finished EndTxn safely.
+Writing a marker is idempotent: a partition where the producer has a marker of this epoch and no
+open transaction (the marker closed it) gets none, so recovery may re-run a half-finished EndTxn
+safely. With transaction version 1 the epoch carries over, so an earlier transaction's marker of the
+same epoch may exist: the open transaction (its first offset in producer_states) still gets its own.
 """
 
 from __future__ import annotations
@@ -100,13 +102,14 @@ def plan_markers(ends: list[TransactionEnd], locked: LockedPartitions, now_ms: i
         for topic_id, partition in end.partitions:
             key = (topic_id, partition)
             offset = heads.get(key)
-            if offset is None or (*key, end.producer_id, end.producer_epoch) in locked.markers:
+            if offset is None:
                 continue
-            heads[key] = offset + 1
             state = locked.states.get((*key, end.producer_id))
-            to_write.append(
-                (end, topic_id, partition, offset, None if state is None else state.current_txn_first_offset)
-            )
+            first_offset = None if state is None else state.current_txn_first_offset
+            if first_offset is None and (*key, end.producer_id, end.producer_epoch) in locked.markers:
+                continue  # this transaction's marker, written already (or no record of it here)
+            heads[key] = offset + 1
+            to_write.append((end, topic_id, partition, offset, first_offset))
     if not to_write:
         return None
     return WriteStatement(

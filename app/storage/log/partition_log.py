@@ -146,12 +146,23 @@ def _offset_out_of_range(topic: TopicInfo, partition: int, offset: int, state: P
     )
 
 
+# Whether the data batch `b` (a record_batches row of partition ($1, $2)) belongs to an aborted
+# transaction. Its transaction is the one ended by the first marker of its producer after it: a
+# producer's transactions follow one another, and with transaction version 1 its epoch carries over
+# from one transaction to the next, so (producer id, epoch) may name several of them while the
+# marker's offset names one. One probe of txn_markers_by_producer. False while the transaction is
+# open (no marker yet: it is above the LSO, where read_committed stops).
+ABORTED_BATCH_SQL = f"""(b.is_transactional AND b.control_type IS NULL AND coalesce((
+    SELECT m.control_type = {CONTROL_ABORT} FROM txn_markers m
+    WHERE m.topic_id = $1 AND m.partition = $2 AND m.producer_id = b.producer_id AND m.marker_offset > b.last_offset
+    ORDER BY m.marker_offset LIMIT 1), false))"""
+
+
 # Reads one page of a partition's batches in log order: those ending in [$3, $6), the window, then
 # the first one ending at or after $6 (a batch that straddles the window's end, or the next after a
 # gap compaction left), all below $4 (the reader's upper bound); at most $5 (page_size) + 1 rows, both
 # parts walking the primary key from a probe, never to the partition's end. With $8 (read_committed),
-# each transactional batch's marker decides whether it is aborted (a primary-key probe of
-# txn_markers: every transaction ends with an epoch bump, so (producer id, epoch) names one). Payloads
+# each transactional batch's marker decides whether it is aborted (ABORTED_BATCH_SQL). Payloads
 # are stored out of line (a TOAST read each), so a row carries its payload only when the read surely
 # uses it: a data batch, not aborted, starting below $7 (the read's offset plus the records still
 # wanted: every record before it is one the read returns or a skipped one).
@@ -180,9 +191,7 @@ FROM (
      WHERE base_offset < $4)
 ) AS b
 CROSS JOIN LATERAL (
-    SELECT b.is_transactional AND b.control_type IS NULL AND $8::bool AND EXISTS (
-        SELECT 1 FROM txn_markers m WHERE m.topic_id = $1 AND m.partition = $2 AND m.producer_id = b.producer_id
-          AND m.producer_epoch = b.producer_epoch AND m.control_type = {CONTROL_ABORT})
+    SELECT $8::bool AND {ABORTED_BATCH_SQL}
     OFFSET 0  -- evaluated once per batch: pulled up, the probe ran for each of its two uses
 ) AS a(aborted)
 ORDER BY b.last_offset
@@ -290,30 +299,25 @@ async def _payloads(
 
 async def aborted_among(
     conn: asyncpg.Connection, topic_id: int, partition: int, batches: list[asyncpg.Record]
-) -> set[tuple[int, int]]:
-    """The (producer id, epoch) of the aborted transactions among these batches (rows with
-    producer_id, producer_epoch, is_transactional and control_type). Every transaction ends with an
-    epoch bump, so (producer id, epoch) names one transaction, and its marker row is found by
-    primary key: the cost depends on the batches read, never on the length of the log. Used by
-    compaction, which drops aborted batches (read_committed reads check in _PAGE_SQL itself)."""
-    candidates = {
-        (b["producer_id"], b["producer_epoch"]) for b in batches if b["is_transactional"] and b["control_type"] is None
-    }
+) -> set[int]:
+    """The last offsets of the batches, among these, that belong to aborted transactions (rows with
+    last_offset, producer_id, is_transactional and control_type): each found as ABORTED_BATCH_SQL does,
+    so the cost depends on the batches read, never on the length of the log. Used by compaction,
+    which drops aborted batches (read_committed reads check in _PAGE_SQL itself)."""
+    candidates = [b for b in batches if b["is_transactional"] and b["control_type"] is None]
     if not candidates:
         return set()
-    producer_ids, epochs = zip(*candidates)
     rows = await conn.fetch(
-        "SELECT m.producer_id, m.producer_epoch FROM txn_markers m "
-        "JOIN unnest($3::bigint[], $4::smallint[]) AS c(producer_id, producer_epoch) "
-        "  ON m.producer_id = c.producer_id AND m.producer_epoch = c.producer_epoch "
-        "WHERE m.topic_id = $1 AND m.partition = $2 AND m.control_type = $5",
+        "SELECT b.last_offset FROM unnest($3::bigint[], $4::bigint[]) AS c(last_offset, producer_id) "
+        "CROSS JOIN LATERAL (SELECT c.last_offset, c.producer_id, true AS is_transactional, "
+        "NULL::smallint AS control_type) AS b "
+        f"WHERE {ABORTED_BATCH_SQL}",
         topic_id,
         partition,
-        list(producer_ids),
-        list(epochs),
-        CONTROL_ABORT,
+        [b["last_offset"] for b in candidates],
+        [b["producer_id"] for b in candidates],
     )
-    return {(row["producer_id"], row["producer_epoch"]) for row in rows}
+    return {row["last_offset"] for row in rows}
 
 
 async def offset_for(

@@ -68,6 +68,9 @@ class TransactionRow:
     partitions: list[TxnPartition] = field(default_factory=list)
     groups: list[str] = field(default_factory=list)
     principal: str | None = None  # who created the id, for the per-principal quota
+    # How the last EndTxn ended a transaction: 1 (classic, the epoch carries over) or 2 (KIP-890's
+    # epoch bump). transaction_metadata.TRANSACTION_VERSION_* in the coordinator.
+    transaction_version: int = 2
     # Transitions made by the current request, not yet in __transaction_state (see `save`).
     pending_records: list[dict] = field(default_factory=list)
 
@@ -84,6 +87,7 @@ class TransactionRow:
             "last_update_ms": self.last_update_ms,
             "partitions": [[p.topic, p.partition] for p in self.partitions],
             "groups": self.groups,
+            "transaction_version": self.transaction_version,
         }
 
 
@@ -91,7 +95,8 @@ Row = TypeVar("Row", bound=TransactionRow)
 
 _COLUMNS = (
     "transactional_id, producer_id, producer_epoch, state, timeout_ms, txn_start_ms, last_update_ms, "
-    "last_producer_id, last_producer_epoch, txn_producer_id, txn_producer_epoch, partitions, groups, principal"
+    "last_producer_id, last_producer_epoch, txn_producer_id, txn_producer_epoch, partitions, groups, principal, "
+    "transaction_version"
 )
 
 
@@ -142,6 +147,7 @@ def _row_values(meta: TransactionRow) -> list:
         [[p.topic, p.partition, p.topic_id] for p in meta.partitions],
         meta.groups,
         meta.principal,
+        meta.transaction_version,
     ]
 
 
@@ -158,15 +164,16 @@ def _row_values(meta: TransactionRow) -> list:
 # cannot deadlock on them, without a statement of its own.
 _SAVE_QUERIES = f"""r AS (
     SELECT * FROM unnest($1::text[], $2::bigint[], $3::int[], $4::text[], $5::int[], $6::bigint[], $7::bigint[],
-                         $8::bigint[], $9::int[], $10::bigint[], $11::int[], $12::text[], $13::text[])
+                         $8::bigint[], $9::int[], $10::bigint[], $11::int[], $12::text[], $13::text[], $21::int[])
         AS r(transactional_id, producer_id, producer_epoch, state, timeout_ms, txn_start_ms, last_update_ms,
-             last_producer_id, last_producer_epoch, txn_producer_id, txn_producer_epoch, partitions, groups)
+             last_producer_id, last_producer_epoch, txn_producer_id, txn_producer_epoch, partitions, groups,
+             transaction_version)
 ), saved AS (
     UPDATE transactions t SET producer_id = r.producer_id, producer_epoch = r.producer_epoch, state = r.state,
         timeout_ms = r.timeout_ms, txn_start_ms = r.txn_start_ms, last_update_ms = r.last_update_ms,
         last_producer_id = r.last_producer_id, last_producer_epoch = r.last_producer_epoch,
         txn_producer_id = r.txn_producer_id, txn_producer_epoch = r.txn_producer_epoch,
-        partitions = r.partitions::jsonb, groups = r.groups::jsonb
+        partitions = r.partitions::jsonb, groups = r.groups::jsonb, transaction_version = r.transaction_version
     FROM r WHERE t.transactional_id = r.transactional_id
 ), issued AS (
     UPDATE producer_ids i SET producer_epoch = r.producer_epoch
@@ -239,7 +246,7 @@ class TransactionLog(Generic[Row]):
         True when this call created it. Either way the caller then `lock`s it."""
         status = await conn.execute(
             f"INSERT INTO transactions ({_COLUMNS}) "
-            f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) "
+            f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) "
             f"ON CONFLICT (transactional_id) DO NOTHING",
             *_row_values(meta),
         )
@@ -296,6 +303,7 @@ class TransactionLog(Generic[Row]):
             [batch.max_timestamp_ms for batch in batches],
             [batch.size_bytes for batch in batches],
             [batch.payload for batch in batches],
+            [meta.transaction_version for meta in metas],
         )
         for meta in metas:
             meta.pending_records.clear()

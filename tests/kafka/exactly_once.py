@@ -1,0 +1,220 @@
+"""The exactly-once loops of the transaction tests, with confluent-kafka as applications write them:
+a consume-transform-produce loop (read_committed input, transactional output, the input offsets
+committed in the same transaction with send_offsets_to_transaction), and transactional producers
+that retry a transaction until it is known committed. Both recover from any error the way Kafka's
+documentation says: a new producer instance (its InitProducerId fences the old one and completes or
+aborts its transaction), then resume from what is committed. `server` is anything with an HTTP
+`client` and `extra["kafka_bootstrap"]`; a test may swap its client when it restarts the node.
+
+The consumer is assigned its partitions at the committed offsets, read over HTTP (OffsetFetch over
+Kafka is the consumer-groups slice of issue 23); send_offsets_to_transaction works without joining
+the group (generation -1, as Kafka accepts)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import httpx
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from tests.kafka import http_side
+from tests.kafka.clients import WAIT_S, bootstrap
+
+POLL_S = 0.2  # between polls of a condition the server must reach
+TRANSFORMED_PREFIX = b"t:"
+BATCH = 20  # the most records one transaction of the loop processes
+SEND_OFFSETS_WATCHDOG_S = 20  # a call that takes milliseconds, seconds across a restart
+
+
+class AbandonedInstance(Exception):
+    """A client call that never returned: the instance is replaced, as after a fatal error."""
+
+
+def _send_offsets(producer: Producer, offsets: list[TopicPartition], group_metadata) -> None:
+    """send_offsets_to_transaction, given up on after SEND_OFFSETS_WATCHDOG_S: librdkafka ignores its
+    timeout there and can block for good once the group coordinator was down during a transaction
+    (confluentinc/librdkafka#5456 and #5511, open). A new instance's InitProducerId then fences the
+    stuck one and aborts its transaction, which is what makes abandoning it safe."""
+    finished = threading.Event()
+    failure: list[KafkaException] = []
+
+    def call():
+        try:
+            producer.send_offsets_to_transaction(offsets, group_metadata, WAIT_S)
+        except KafkaException as error:
+            failure.append(error)
+        finally:
+            finished.set()
+
+    threading.Thread(target=call, daemon=True).start()
+    if not finished.wait(SEND_OFFSETS_WATCHDOG_S):
+        raise AbandonedInstance(f"send_offsets_to_transaction did not return in {SEND_OFFSETS_WATCHDOG_S} s")
+    if failure:
+        raise failure[0]
+
+
+def transformed(value: bytes) -> bytes:
+    return TRANSFORMED_PREFIX + value
+
+
+def retrying(server, call: Callable):
+    """`call(server)`, polled until the node answers (it may be restarting)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            return call(server)
+        except (httpx.HTTPError, AssertionError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(POLL_S)
+
+
+def committed_offsets(server, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offsets (0 where none), once no transaction holds one (require_stable)."""
+
+    def fetch(server):
+        response = server.client.post(
+            f"/v1/groups/{group}/offsets/fetch",
+            json={"partitions": [{"topic": topic, "partition": p} for p in range(partitions)], "require_stable": True},
+        )
+        assert response.status_code == 200, response.text
+        entries = response.json()["offsets"]
+        assert all(e["error"] is None for e in entries), entries  # UNSTABLE_OFFSET_COMMIT: poll again
+        return {e["partition"]: max(e["offset"], 0) for e in entries}
+
+    return retrying(server, fetch)
+
+
+def committed_values(server, topic: str, partition: int) -> list[bytes]:
+    return retrying(
+        server, lambda s: [http_side.unb64(r["value"]) for r in http_side.fetch(s, topic, partition, "read_committed")]
+    )
+
+
+class TransformLoop:
+    """Reads `source` (read_committed), writes each value transformed to the same partition of
+    `sink`, and commits the input offsets with the output, a transaction per batch read. With
+    `abort_every`, every so many transactions are aborted and their batch read again."""
+
+    def __init__(self, server, source: str, sink: str, partitions: int, group: str, transactional_id: str) -> None:
+        self.server = server
+        self.source, self.sink, self.partitions = source, sink, partitions
+        self.group, self.transactional_id = group, transactional_id
+        self.committed_transactions = 0
+        self.aborted_transactions = 0
+        self.recoveries = 0
+        self.stop = threading.Event()  # set by a test that gives up: the loop returns
+        self.seen: list[str] = []  # the errors it recovered from, for a failing test to show
+        self.idle_at: list[tuple[int, int]] = []  # its positions when it last found nothing to read
+        # Held by a test while the node is down, so that the loop does not call
+        # send_offsets_to_transaction then (see _send_offsets).
+        self.offsets_gate = threading.Lock()
+
+    def _session(self) -> tuple[Producer, Consumer]:
+        producer = Producer({"bootstrap.servers": bootstrap(self.server), "transactional.id": self.transactional_id})
+        producer.init_transactions(WAIT_S)
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap(self.server),
+                "group.id": self.group,
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        start = committed_offsets(self.server, self.group, self.source, self.partitions)
+        consumer.assign([TopicPartition(self.source, p, start[p]) for p in range(self.partitions)])
+        return producer, consumer
+
+    def run(self, total: int, abort_every: int | None = None) -> None:
+        """Until `total` input records are committed as processed."""
+        producer = consumer = None
+        while not self.stop.is_set():
+            try:
+                if producer is None:
+                    producer, consumer = self._session()
+                    if sum(committed_offsets(self.server, self.group, self.source, self.partitions).values()) >= total:
+                        return
+                polled = consumer.consume(BATCH, 1)
+                self.seen.extend(str(m.error()) for m in polled if m.error() is not None)
+                messages = [m for m in polled if m.error() is None]
+                if not messages:
+                    self.idle_at = [(tp.partition, tp.offset) for tp in consumer.position(consumer.assignment())]
+                    continue
+                producer.begin_transaction()
+                next_offsets: dict[int, int] = {}
+                for message in messages:
+                    producer.produce(self.sink, value=transformed(message.value()), partition=message.partition())
+                    next_offsets[message.partition()] = message.offset() + 1
+                with self.offsets_gate:
+                    _send_offsets(
+                        producer,
+                        [TopicPartition(self.source, p, o) for p, o in next_offsets.items()],
+                        consumer.consumer_group_metadata(),
+                    )
+                if abort_every and (self.committed_transactions + self.aborted_transactions + 1) % abort_every == 0:
+                    producer.flush(WAIT_S)  # its records in the log, for read_committed to hide
+                    producer.abort_transaction(WAIT_S)
+                    self.aborted_transactions += 1
+                    consumer.close()
+                    producer = consumer = None  # read the batch again, from the committed offsets
+                    continue
+                producer.commit_transaction(WAIT_S)
+                self.committed_transactions += 1
+                if sum(committed_offsets(self.server, self.group, self.source, self.partitions).values()) >= total:
+                    consumer.close()
+                    return
+            except (KafkaException, AbandonedInstance) as error:
+                self.seen.append(str(error))
+                # Whatever happened, a new instance resolves it: its InitProducerId completes a
+                # decided transaction or aborts an open one, and the offsets say where to resume.
+                self.recoveries += 1
+                if consumer is not None:
+                    consumer.close()
+                producer = consumer = None
+
+
+class TransactionalWriter:
+    """Writes `count` transactions of `size` records, "w{name}-{n}-{i}", record i to partition
+    i % partitions, each retried until known committed: after an error, a new instance, then the
+    transaction written again only if it is not committed already."""
+
+    def __init__(self, server, name: str, topic: str, partitions: int, count: int, size: int = 3) -> None:
+        self.server, self.name, self.topic, self.partitions = server, name, topic, partitions
+        self.count, self.size = count, size
+        self.acknowledged: list[int] = []  # transactions whose commit_transaction returned
+        self.recoveries = 0
+        self.stop = threading.Event()  # set by a test that gives up: the writer returns
+        self.seen: list[str] = []  # the errors it recovered from, for a failing test to show
+
+    def values(self, n: int) -> list[tuple[int, bytes]]:
+        return [(i % self.partitions, f"w{self.name}-{n}-{i}".encode()) for i in range(self.size)]
+
+    def _committed(self, n: int) -> bool:
+        partition, value = self.values(n)[0]
+        return value in committed_values(self.server, self.topic, partition)
+
+    def run(self) -> None:
+        producer = None
+        n = 0
+        while n < self.count and not self.stop.is_set():
+            try:
+                if producer is None:
+                    producer = Producer(
+                        {"bootstrap.servers": bootstrap(self.server), "transactional.id": f"writer-{self.name}"}
+                    )
+                    producer.init_transactions(WAIT_S)
+                    if self.recoveries and self._committed(n):  # its commit landed before the error
+                        n += 1
+                        continue
+                producer.begin_transaction()
+                for partition, value in self.values(n):
+                    producer.produce(self.topic, value=value, partition=partition)
+                producer.commit_transaction(WAIT_S)
+                self.acknowledged.append(n)
+                n += 1
+            except KafkaException as error:
+                self.seen.append(str(error))
+                self.recoveries += 1
+                producer = None
