@@ -1,30 +1,42 @@
-"""Fetch and ListOffsets: reading the log. `fetch` reads several partitions at once, long-polling
-(through the AppendNotifier every front door shares) until a record arrives or time is up;
-`find_offsets` (ListOffsets) answers latest, earliest, or the first offset at or after a time, per partition."""
+"""Fetch and ListOffsets: reading the log. `fetch` reads several partitions' records at once,
+long-polling (through the AppendNotifier every front door shares) until a record arrives or time is
+up; `fetch_batches` reads whole stored batches, for a door that answers batches rather than
+records, long-polling until enough bytes are read; `find_offsets` (ListOffsets) answers latest,
+earliest, or the first offset at or after a time, per partition."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import asyncio
+from dataclasses import dataclass, field
 
 import asyncpg
 
-from app.errors import BrokerError
+from app.errors import BrokerError, ErrorCode
 from app.storage.log import partition_log
 from app.storage.log.append_notifier import AppendNotifier
+from app.storage.log.batch_reads import StoredBatch, read_batches
 from app.storage.log.fetching import FetchPosition, PartitionFetch, fetch
-from app.storage.log.partition_log import NO_OFFSET, NO_TIMESTAMP
-from app.storage.log.topics import find_topics, unknown_topic
+from app.storage.log.partition_log import NO_OFFSET, NO_TIMESTAMP, PartitionState
+from app.storage.log.topics import TopicInfo, find_topics, unknown_partition, unknown_topic
+from txbroker.wire import READ_COMMITTED, READ_UNCOMMITTED
 
 __all__ = [
     "NO_OFFSET",
     "NO_TIMESTAMP",
     "AppendNotifier",
+    "BatchFetchPosition",
     "FetchPosition",
+    "FetchedBatches",
     "OffsetFound",
     "PartitionFetch",
+    "StoredBatch",
     "fetch",
+    "fetch_batches",
     "find_offsets",
 ]
+
+# The most batches one partition's fetch reads in one statement (within the bytes asked for).
+MAX_BATCHES_PER_READ = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,3 +72,116 @@ async def find_offsets(
             except BrokerError as error:
                 answers.append(OffsetFound(topic_name, partition, error=error))
     return answers
+
+
+@dataclass(frozen=True, slots=True)
+class BatchFetchPosition:
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+
+
+@dataclass(slots=True)
+class FetchedBatches:
+    """One partition's answer to fetch_batches: its batches from the offset asked, or why none."""
+
+    position: BatchFetchPosition
+    error: BrokerError | None = None
+    state: PartitionState | None = None
+    batches: list[StoredBatch] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return sum(batch.size_bytes for batch in self.batches)
+
+
+async def fetch_batches(
+    pool: asyncpg.Pool,
+    notifier: AppendNotifier,
+    positions: list[BatchFetchPosition],
+    refused: dict[str, BrokerError | None],
+    read_committed: bool,
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
+) -> list[FetchedBatches]:
+    """Whole stored batches of each position, at most max_bytes in all (and each position's own
+    max_bytes), the first batch always (a reader must make progress whatever the sizes). Returns
+    once the batches read reach min_bytes (or any partition has an error), else once max_wait_ms
+    has passed, re-reading whenever one of the partitions gets an append. `refused`: the error of
+    each topic the caller may not read (None for the others); its positions are answered with it,
+    not read."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait_ms / 1000
+    results, found = await _read_batches(pool, positions, refused, read_committed, max_bytes)
+
+    def done() -> bool:
+        return (
+            loop.time() >= deadline
+            or any(r.error is not None for r in results)
+            or sum(r.size for r in results) >= max(min_bytes, 1)
+        )
+
+    if done():
+        return results
+    watched = [(found[p.topic].topic_id, p.partition) for p in positions if p.topic in found]
+    with notifier.watching(watched) as appended:
+        while True:
+            appended.clear()
+            results, _ = await _read_batches(pool, positions, refused, read_committed, max_bytes)
+            if done():
+                return results
+            try:
+                await asyncio.wait_for(appended.wait(), min(deadline - loop.time(), notifier.fallback_s))
+            except TimeoutError:
+                pass
+
+
+async def _read_batches(
+    pool: asyncpg.Pool,
+    positions: list[BatchFetchPosition],
+    refused: dict[str, BrokerError | None],
+    read_committed: bool,
+    max_bytes: int,
+) -> tuple[list[FetchedBatches], dict[str, TopicInfo]]:
+    results = []
+    budget = max_bytes
+    async with pool.acquire() as conn:
+        found, states = await partition_log.topics_and_states(conn, [(p.topic, p.partition) for p in positions])
+        for position in positions:
+            result = FetchedBatches(position, error=refused[position.topic])
+            results.append(result)
+            topic = found.get(position.topic)
+            if result.error is not None:
+                continue
+            if topic is None:
+                result.error = unknown_topic(position.topic)
+                continue
+            state = states.get((position.topic, position.partition))
+            if state is None:
+                result.error = unknown_partition(topic, position.partition)
+                continue
+            result.state = state
+            if not state.log_start_offset <= position.offset <= state.high_watermark:
+                result.error = BrokerError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"offset {position.offset} is outside {topic.name}-{position.partition}: expected "
+                    f"{state.log_start_offset} to {state.high_watermark}",
+                )
+                continue
+            upper = state.upper_bound(READ_COMMITTED if read_committed else READ_UNCOMMITTED)
+            if position.offset >= upper or budget <= 0:
+                continue
+            result.batches = await read_batches(
+                conn,
+                topic,
+                position.partition,
+                position.offset,
+                upper,
+                MAX_BATCHES_PER_READ,
+                min(position.max_bytes, budget),
+                read_committed,
+            )
+            budget -= result.size
+    return results, found

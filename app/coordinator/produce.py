@@ -18,9 +18,11 @@ from app.storage.log.record_codec import (
     BASE64,
     ENCODINGS,
     UTF8,
+    ByteRecord,
     EncodedBatch,
     WireRecord,
     decode_base64,
+    encode_byte_records,
     encode_json_records,
 )
 from app.storage.log.topics import INTERNAL_PREFIX
@@ -28,7 +30,8 @@ from app.storage.transactions.producer_ids import IssuedProducer
 from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
 # What a front door needs to build a ProduceCommand: the sentinels of a plain write, and the
-# record encodings (a door may validate and encode the records itself, `PartitionRecords.encoded`).
+# record encodings (a door may validate and encode the records itself, `PartitionRecords.encoded`:
+# JSON records, or records that are bytes already, ByteRecord).
 __all__ = [
     "BASE64",
     "ENCODINGS",
@@ -37,6 +40,7 @@ __all__ = [
     "NO_SEQUENCE",
     "UTF8",
     "AppendResult",
+    "ByteRecord",
     "EncodedBatch",
     "PartitionRecords",
     "PartitionResult",
@@ -45,6 +49,7 @@ __all__ = [
     "check_idempotent_producer",
     "check_request",
     "decode_base64",
+    "encode_byte_records",
     "encode_json_records",
 ]
 

@@ -1,6 +1,7 @@
-"""Topics: CreateTopics, DeleteTopics, Metadata (the topics with their partitions' offsets), and
-DeleteRecords (KIP-107). Every change is written with its audit entry (who made it); the caller's
-authorization is the front door's (`visible` filters listings by what the caller may see)."""
+"""Topics: CreateTopics, DeleteTopics, Metadata (the topics with their partitions' offsets), a
+topic's config altered, and DeleteRecords (KIP-107). Every change is written with its audit entry
+(who made it); the caller's authorization is the front door's (`visible` filters listings by what
+the caller may see)."""
 
 from __future__ import annotations
 
@@ -15,20 +16,24 @@ from app.errors import BrokerError
 from app.storage.lifecycle import log_cleaner
 from app.storage.log import partition_log, topics
 from app.storage.log.partition_log import NO_OFFSET, PartitionState
-from app.storage.log.topics import TopicInfo
+from app.storage.log.topics import DEFAULT_TOPIC_CONFIG, TopicInfo, unknown_topic
 from app.storage.security import principals
 
 __all__ = [
+    "DEFAULT_TOPIC_CONFIG",
     "PartitionState",
     "RecordsDeleted",
     "TopicInfo",
+    "alter_config",
     "create_topic",
     "delete_records",
     "delete_topic",
     "describe_topic",
     "describe_topics",
+    "find_topics",
     "get_topic",
     "list_topics",
+    "unknown_topic",
 ]
 
 TopicWithPartitions = tuple[TopicInfo, list[PartitionState]]
@@ -36,6 +41,10 @@ TopicWithPartitions = tuple[TopicInfo, list[PartitionState]]
 
 def _everything(_name: str) -> bool:
     return True
+
+
+class _ValidatedOnly(Exception):
+    """Rolls back a validate-only change once it has been checked as if made."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,15 +68,65 @@ async def get_topic(pool: asyncpg.Pool, name: str) -> TopicInfo:
         return await topics.get_topic(conn, name)
 
 
-async def create_topic(
-    pool: asyncpg.Pool, actor: str, name: str, partitions: int, config: dict[str, Any], defaults: dict[str, Any]
-) -> TopicWithPartitions:
+async def find_topics(pool: asyncpg.Pool, names: list[str]) -> dict[str, TopicInfo]:
+    """The topics of these names that exist, by name."""
     async with pool.acquire() as conn:
-        async with conn.transaction():  # the audit entry is part of the change: both or neither
-            topic = await topics.create_topic(conn, name, partitions, config, defaults=defaults)
-            await principals.audit(conn, now_ms(), actor, "create topic", name, f"partitions={partitions}")
+        return await topics.find_topics(conn, names)
+
+
+async def create_topic(
+    pool: asyncpg.Pool,
+    actor: str,
+    name: str,
+    partitions: int,
+    config: dict[str, Any],
+    defaults: dict[str, Any],
+    *,
+    details: str | None = None,
+    validate_only: bool = False,
+) -> TopicWithPartitions:
+    """Creates the topic (TOPIC_ALREADY_EXISTS when it exists). `details`: the audit entry's
+    (default: the partition count). `validate_only`: checked as if created, audit entry included,
+    then rolled back; the answer is the topic as it would be."""
+    async with pool.acquire() as conn:
+        try:
+            async with conn.transaction():  # the audit entry is part of the change: both or neither
+                topic = await topics.create_topic(conn, name, partitions, config, defaults=defaults)
+                await principals.audit(
+                    conn, now_ms(), actor, "create topic", name, details or f"partitions={partitions}"
+                )
+                if validate_only:
+                    states = await partition_log.partition_states(conn, [topic])
+                    raise _ValidatedOnly
+        except _ValidatedOnly:
+            return topic, states[topic.topic_id]
         states = await partition_log.partition_states(conn, [topic])
     return topic, states[topic.topic_id]
+
+
+async def alter_config(
+    pool: asyncpg.Pool,
+    actor: str,
+    name: str,
+    change: Callable[[dict[str, Any]], dict[str, Any]],
+    defaults: dict[str, Any],
+    details: str,
+    *,
+    validate_only: bool = False,
+) -> TopicInfo:
+    """Replaces the topic's config by change(its config), validated as at creation; two concurrent
+    alterations apply one after the other, none lost (storage/topics.py locks the row).
+    `validate_only`: checked as if made, then rolled back."""
+    async with pool.acquire() as conn:
+        try:
+            async with conn.transaction():  # the audit entry is part of the change: both or neither
+                topic = await topics.alter_config(conn, name, change, defaults)
+                await principals.audit(conn, now_ms(), actor, "alter topic config", name, details)
+                if validate_only:
+                    raise _ValidatedOnly
+        except _ValidatedOnly:
+            pass
+    return topic
 
 
 async def describe_topics(

@@ -5,8 +5,8 @@
     dispatch.py         the API table (key -> versions, handler) that ApiVersions advertises
     handlers/           one module per API family
     record_batches.py   RecordBatches in (validated, decompressed within a bound) and out (from stored batches)
-    broker_calls.py     every call into the app's operations: the only module here that imports
-                        app.coordinator or app.storage (pyproject's import contracts)
+    broker_calls.py     every call into the application core: the only module here that imports
+                        app.coordinator (none imports app.storage: pyproject's import contracts)
 
 Nothing here imports app.api or app.console. docs/kafka.md lists what works with which client.
 """

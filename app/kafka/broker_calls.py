@@ -1,21 +1,21 @@
-"""Every call the Kafka door makes into the app's operations, in one module: the only one of
-app/kafka that imports app.coordinator or app.storage (pyproject's import contracts), so that the
-door can be re-pointed at the application core in one place.
+"""Every call the Kafka door makes into the application core (app/coordinator), in one module: the
+only one of app/kafka that imports app.coordinator, and none imports app.storage (pyproject's
+import contracts).
 
-Each call takes what a handler parsed (plain values, record_batches' types) and returns results
-or BrokerErrors (app/errors.py) per partition, which the handlers turn into Kafka's error codes.
-The writing path is HTTP's: a produce is a ProduceCommand through the same BatchedWrites, so the
+Each call authorizes (Kafka's ACLs, as HTTP applies them), translates what a handler parsed (plain
+values, record_batches' types) into the core's operations, the same ones HTTP's routes call, and
+returns results or BrokerErrors (app/errors.py) per partition, which the handlers turn into Kafka's
+error codes. A produce is a ProduceCommand through the same BatchedWrites as HTTP's, so the
 sequence checks, fencing and transaction rules are the ones HTTP gets.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
 
-from app.clock import now_ms
+from app.coordinator import cluster_nodes, topic_admin
 from app.coordinator.authorizer import (
     ANONYMOUS,
     CLUSTER_RESOURCE,
@@ -26,28 +26,27 @@ from app.coordinator.authorizer import (
     is_allowed,
 )
 from app.coordinator.classic_groups import EMPTY, STABLE, JoinResult, SyncResult, classic_state
-from app.coordinator.group_coordinator import GroupCoordinator
-from app.coordinator.produce import PartitionRecords, ProduceCommand
+from app.coordinator.cluster_nodes import LiveNode, NodePresence
+from app.coordinator.fetch import BatchFetchPosition, FetchedBatches, StoredBatch, fetch_batches, find_offsets
+from app.coordinator.group_coordinator import CommittedOffset, GroupCoordinator, OffsetEntry
+from app.coordinator.produce import (
+    BASE64,
+    AppendResult,
+    ByteRecord,
+    PartitionRecords,
+    ProduceCommand,
+    encode_byte_records,
+)
 from app.coordinator.transaction_metadata import TRANSACTION_VERSION_BUMP, TRANSACTION_VERSION_CLASSIC
 from app.errors import BrokerError, ErrorCode
 from app.kafka.record_batches import KafkaRecord, ProducedBatch
 from app.settings import Settings
-from app.storage import database, node_presence
-from app.storage.groups.group_offsets import CommittedOffset, OffsetEntry
-from app.storage.lifecycle import log_cleaner
-from app.storage.log import partition_log, record_codec, topics
-from app.storage.log.append import AppendResult
-from app.storage.log.batch_reads import StoredBatch, read_batches
-from app.storage.log.partition_log import PartitionState
-from app.storage.security import principals
 from txbroker.wire import READ_COMMITTED, READ_UNCOMMITTED
 
 log = logging.getLogger("txbroker.kafka")
 
 # Kafka's num.partitions default: the partitions of a topic Metadata creates.
 AUTO_CREATED_PARTITIONS = 1
-# The most batches one partition's fetch reads in one statement (within the bytes asked for).
-MAX_BATCHES_PER_READ = 200
 # With auth required, Kafka connections have no credentials yet (SASL is not built): they are this
 # principal, a super user of nothing, so every authorized operation is refused.
 UNAUTHENTICATED = Principal("ANONYMOUS")
@@ -72,24 +71,9 @@ class ProducedPartition:
     batch: ProducedBatch
 
 
-@dataclass(frozen=True, slots=True)
-class FetchPosition:
-    topic: str
-    partition: int
-    offset: int
-    max_bytes: int
-
-
-@dataclass(slots=True)
-class FetchedPartition:
-    position: FetchPosition
-    error: BrokerError | None = None
-    state: PartitionState | None = None
-    batches: list[StoredBatch] = field(default_factory=list)
-
-    @property
-    def size(self) -> int:
-        return sum(batch.size_bytes for batch in self.batches)
+# A partition of a Fetch and its answer: the core's batch fetch (handlers/fetch.py reads them).
+FetchPosition = BatchFetchPosition
+FetchedPartition = FetchedBatches
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +172,7 @@ class BrokerCalls:
     def settings(self) -> Settings:
         return self._state.settings
 
-    # ---- this node among the others (storage/node_presence.py)
+    # ---- this node among the others (coordinator/cluster_nodes.py)
 
     @property
     def node_id(self) -> int:
@@ -196,25 +180,24 @@ class BrokerCalls:
 
     async def announce(self, host: str, port: int) -> None:
         """Shows this node as alive, at the address it advertises, while the listener serves."""
-        self._node = node_presence.LiveNode(self.node_id, host, port)
-        self._presence = await database.connect(self._state.database_url)
-        if not await node_presence.announce(self._presence, self._node):
+        self._node = LiveNode(self.node_id, host, port)
+        if self._presence is None:
+            self._presence = NodePresence(self._state.database_url)
+        if not await self._presence.announce(self._node):
             log.warning("kafka-node %d %s:%d is too long an application_name: other nodes cannot list it", *self._node)
 
     async def withdraw(self) -> None:
-        presence, self._presence = self._presence, None
-        if presence is not None:
-            await presence.close()
+        if self._presence is not None:
+            await self._presence.withdraw()
 
-    async def live_nodes(self, host: str, port: int) -> list[node_presence.LiveNode]:
+    async def live_nodes(self, host: str, port: int) -> list[LiveNode]:
         """The nodes alive on this database, this one (at host:port) always among them, also while
         its presence connection is being re-opened after PostgreSQL dropped it."""
-        if self._presence is not None and self._presence.is_closed():
+        if self._presence is not None and self._presence.lost:
             with contextlib.suppress(Exception):  # PostgreSQL still away: retried at the next Metadata
                 await self.announce(host, port)
-        async with self._state.pool.acquire() as conn:
-            others = [n for n in await node_presence.live_nodes(conn) if n.node_id != self.node_id]
-        return sorted([node_presence.LiveNode(self.node_id, host, port), *others])
+        others = [n for n in await cluster_nodes.live_nodes(self._state.pool) if n.node_id != self.node_id]
+        return sorted([LiveNode(self.node_id, host, port), *others])
 
     @property
     def ready(self) -> bool:
@@ -223,45 +206,48 @@ class BrokerCalls:
     async def topic_metadata(self, principal: Principal, names: list[str] | None, allow_create: bool):
         """The named topics (None: every topic the principal may Describe), creating unknown ones
         when allowed (Kafka's auto.create.topics.enable and the request's flag) with Kafka's defaults."""
-        async with self._state.pool.acquire() as conn:
-            if names is None:
-                return [
-                    TopicMetadata(t.name, None, t.partition_count, t.is_internal)
-                    for t in await topics.list_topics(conn)
-                    if is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, t.name)
-                ]
-            found = await topics.find_topics(conn, names)
-            results = []
-            for name in names:
-                denied = _denied(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)
-                topic = found.get(name)
-                if denied is None and topic is None and allow_create and self.settings.kafka_auto_create_topics:
-                    topic, denied = await self._auto_create(conn, principal, name)
-                if denied is not None:
-                    results.append(TopicMetadata(name, denied))
-                elif topic is None:
-                    results.append(TopicMetadata(name, topics.unknown_topic(name)))
-                else:
-                    results.append(TopicMetadata(name, None, topic.partition_count, topic.is_internal))
-            return results
+        pool = self._state.pool
+        if names is None:
+            return [
+                TopicMetadata(t.name, None, t.partition_count, t.is_internal)
+                for t in await topic_admin.list_topics(
+                    pool, lambda name: is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)
+                )
+            ]
+        found = await topic_admin.find_topics(pool, names)
+        results = []
+        for name in names:
+            denied = _denied(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)
+            topic = found.get(name)
+            if denied is None and topic is None and allow_create and self.settings.kafka_auto_create_topics:
+                topic, denied = await self._auto_create(principal, name)
+            if denied is not None:
+                results.append(TopicMetadata(name, denied))
+            elif topic is None:
+                results.append(TopicMetadata(name, topic_admin.unknown_topic(name)))
+            else:
+                results.append(TopicMetadata(name, None, topic.partition_count, topic.is_internal))
+        return results
 
-    async def _auto_create(self, conn, principal: Principal, name: str):
+    async def _auto_create(self, principal: Principal, name: str):
         if not is_allowed(principal, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
             denied = _denied(principal, Operation.CREATE, ResourceType.TOPIC, name)
             if denied is not None:
                 return None, denied
         try:
-            async with conn.transaction():  # the audit entry is part of the change, as over HTTP
-                topic = await topics.create_topic(
-                    conn, name, AUTO_CREATED_PARTITIONS, {}, defaults=self.settings.topic_defaults()
-                )
-                await principals.audit(
-                    conn, now_ms(), principal.name, "create topic", name, "auto-created by a Kafka Metadata request"
-                )
+            topic, _ = await topic_admin.create_topic(
+                self._state.pool,
+                principal.name,
+                name,
+                AUTO_CREATED_PARTITIONS,
+                {},
+                self.settings.topic_defaults(),
+                details="auto-created by a Kafka Metadata request",
+            )
             return topic, None
         except BrokerError as error:
             if error.code == ErrorCode.TOPIC_ALREADY_EXISTS:  # a concurrent request created it first
-                return await topics.find_topic(conn, name), None
+                return (await topic_admin.find_topics(self._state.pool, [name])).get(name), None
             return None, error
 
     async def init_producer_id(
@@ -381,16 +367,14 @@ class BrokerCalls:
                 transactional_id,
                 producer_id,
                 producer_epoch,
-                record_codec.BASE64,
+                BASE64,
                 [
                     PartitionRecords(
                         partitions[i].topic,
                         partitions[i].partition,
                         partitions[i].batch.base_sequence,
                         partitions[i].batch.records,
-                        record_codec.encode_byte_records(
-                            [record_codec.ByteRecord(*record) for record in partitions[i].batch.records]
-                        ),
+                        encode_byte_records([ByteRecord(*record) for record in partitions[i].batch.records]),
                     )
                     for i in indexes
                 ],
@@ -426,31 +410,17 @@ class BrokerCalls:
             topic: _denied(principal, Operation.READ, ResourceType.TOPIC, topic)
             for topic in {p.topic for p in positions}
         }
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + min(max_wait_ms, self.settings.max_wait_ms) / 1000
-        results, found = await self._read(positions, denied, read_committed, max_bytes)
-
-        def done() -> bool:
-            return (
-                loop.time() >= deadline
-                or any(r.error is not None for r in results)
-                or sum(r.size for r in results) >= max(min_bytes, 1)
-            )
-
-        if done():
-            return self._counted(results)
-        notifier = self._state.notifier
-        watched = [(found[p.topic].topic_id, p.partition) for p in positions if p.topic in found]
-        with notifier.watching(watched) as appended:
-            while True:
-                appended.clear()
-                results, _ = await self._read(positions, denied, read_committed, max_bytes)
-                if done():
-                    return self._counted(results)
-                try:
-                    await asyncio.wait_for(appended.wait(), min(deadline - loop.time(), notifier.fallback_s))
-                except TimeoutError:
-                    pass
+        results = await fetch_batches(
+            self._state.pool,
+            self._state.notifier,
+            positions,
+            denied,
+            read_committed,
+            min(max_wait_ms, self.settings.max_wait_ms),
+            min_bytes,
+            max_bytes,
+        )
+        return self._counted(results)
 
     def _counted(self, results: list[FetchedPartition]) -> list[FetchedPartition]:
         self._state.metrics.records_fetched.inc(
@@ -458,59 +428,19 @@ class BrokerCalls:
         )
         return results
 
-    async def _read(self, positions: list[FetchPosition], denied: dict, read_committed: bool, max_bytes: int):
-        results = []
-        budget = max_bytes
-        async with self._state.pool.acquire() as conn:
-            found, states = await partition_log.topics_and_states(conn, [(p.topic, p.partition) for p in positions])
-            for position in positions:
-                result = FetchedPartition(position, error=denied[position.topic])
-                results.append(result)
-                topic = found.get(position.topic)
-                if result.error is not None:
-                    continue
-                if topic is None:
-                    result.error = topics.unknown_topic(position.topic)
-                    continue
-                state = states.get((position.topic, position.partition))
-                if state is None:
-                    result.error = topics.unknown_partition(topic, position.partition)
-                    continue
-                result.state = state
-                if not state.log_start_offset <= position.offset <= state.high_watermark:
-                    result.error = BrokerError(
-                        ErrorCode.OFFSET_OUT_OF_RANGE,
-                        f"offset {position.offset} is outside {topic.name}-{position.partition}: expected "
-                        f"{state.log_start_offset} to {state.high_watermark}",
-                    )
-                    continue
-                upper = state.upper_bound(READ_COMMITTED if read_committed else READ_UNCOMMITTED)
-                if position.offset >= upper or budget <= 0:
-                    continue
-                result.batches = await read_batches(
-                    conn,
-                    topic,
-                    position.partition,
-                    position.offset,
-                    upper,
-                    MAX_BATCHES_PER_READ,
-                    min(position.max_bytes, budget),
-                    read_committed,
-                )
-                budget -= result.size
-        return results, found
-
     async def list_offset(
         self, principal: Principal, topic_name: str, partition: int, timestamp: int, read_committed: bool
     ) -> ListedOffset:
         """Kafka's ListOffsets for one partition: latest (-1), earliest (-2) or by time."""
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic_name)
-        async with self._state.pool.acquire() as conn:
-            topic = await topics.get_topic(conn, topic_name)
-            offset, found_ms = await partition_log.offset_for(
-                conn, topic, partition, timestamp, READ_COMMITTED if read_committed else READ_UNCOMMITTED
-            )
-        return ListedOffset(offset, found_ms)
+        [found] = await find_offsets(
+            self._state.pool,
+            [(topic_name, partition, timestamp)],
+            READ_COMMITTED if read_committed else READ_UNCOMMITTED,
+        )
+        if found.error is not None:
+            raise found.error
+        return ListedOffset(found.offset, found.timestamp_ms)
 
 
 def _unstorable(entry: OffsetEntry) -> BrokerError | None:
@@ -648,7 +578,7 @@ class GroupCalls:
 
 
 # Kafka's topic config names are txbroker's keys with dots (retention.ms is retention_ms, ...).
-KAFKA_CONFIG_NAMES = {key.replace("_", "."): key for key in topics.DEFAULT_TOPIC_CONFIG}
+KAFKA_CONFIG_NAMES = {key.replace("_", "."): key for key in topic_admin.DEFAULT_TOPIC_CONFIG}
 # IncrementalAlterConfigs' operations.
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -704,10 +634,6 @@ def _altered(config: dict, alterations: list[tuple[str, int, str | None]], defau
     return config
 
 
-class _ValidatedOnly(Exception):
-    """Rolls back a validate-only change once it has been checked as if made."""
-
-
 class AdminCalls:
     """Kafka's topic admin APIs on the operations HTTP's /v1/topics uses, with its ACLs (Create on
     the cluster or the topic, Delete on the topic, DescribeConfigs / AlterConfigs on the topic) and
@@ -718,7 +644,7 @@ class AdminCalls:
 
     @property
     def _defaults(self) -> dict:
-        return {**topics.DEFAULT_TOPIC_CONFIG, **self._state.settings.topic_defaults()}
+        return {**topic_admin.DEFAULT_TOPIC_CONFIG, **self._state.settings.topic_defaults()}
 
     async def create_topic(
         self, principal: Principal, name: str, partitions: int, configs: dict[str, str | None], validate_only: bool
@@ -729,33 +655,27 @@ class AdminCalls:
         for config_name, text in configs.items():
             key = _config_key(config_name)
             config[key] = _config_value(key, text)
-        async with self._state.pool.acquire() as conn:
-            try:
-                async with conn.transaction():  # the audit entry is part of the change, as over HTTP
-                    topic = await topics.create_topic(
-                        conn, name, partitions, config, defaults=self._state.settings.topic_defaults()
-                    )
-                    await principals.audit(
-                        conn, now_ms(), principal.name, "create topic", name, f"partitions={partitions} (Kafka)"
-                    )
-                    if validate_only:
-                        raise _ValidatedOnly
-            except _ValidatedOnly:
-                pass
+        topic, _ = await topic_admin.create_topic(
+            self._state.pool,
+            principal.name,
+            name,
+            partitions,
+            config,
+            self._state.settings.topic_defaults(),
+            details=f"partitions={partitions} (Kafka)",
+            validate_only=validate_only,
+        )
         return topic
 
     async def delete_topic(self, principal: Principal, name: str) -> None:
         authorize(principal, Operation.DELETE, ResourceType.TOPIC, name)
-        async with self._state.pool.acquire() as conn, conn.transaction():
-            await topics.delete_topic(conn, name)
-            await principals.audit(conn, now_ms(), principal.name, "delete topic", name)
+        await topic_admin.delete_topic(self._state.pool, principal.name, name)
 
     async def grow_partitions(self, principal: Principal, name: str, count: int) -> None:
         """Kafka's CreatePartitions: txbroker's topics keep the partition count they were created
         with, so any growth is refused (INVALID_PARTITIONS, as Kafka answers a count it will not take)."""
         authorize(principal, Operation.ALTER, ResourceType.TOPIC, name)
-        async with self._state.pool.acquire() as conn:
-            topic = await topics.get_topic(conn, name)
+        topic = await topic_admin.get_topic(self._state.pool, name)
         raise BrokerError(
             ErrorCode.INVALID_PARTITIONS,
             f"topic {name!r} has {topic.partition_count} partitions and {count} were asked: txbroker cannot add "
@@ -764,8 +684,7 @@ class AdminCalls:
 
     async def describe_config(self, principal: Principal, name: str, keys: list[str] | None) -> list[ConfigEntry]:
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)  # Kafka: DescribeConfigs, implied by it
-        async with self._state.pool.acquire() as conn:
-            topic = await topics.get_topic(conn, name)
+        topic = await topic_admin.get_topic(self._state.pool, name)
         defaults = self._defaults
         entries = []
         for kafka_name, key in sorted(KAFKA_CONFIG_NAMES.items()):
@@ -780,41 +699,21 @@ class AdminCalls:
     ) -> None:
         authorize(principal, Operation.ALTER, ResourceType.TOPIC, name)  # Kafka: AlterConfigs, implied by Alter
         defaults = self._defaults
-        async with self._state.pool.acquire() as conn:
-            try:
-                async with conn.transaction():
-                    await topics.alter_config(
-                        conn, name, lambda config: _altered(config, alterations, defaults), defaults
-                    )
-                    await principals.audit(
-                        conn,
-                        now_ms(),
-                        principal.name,
-                        "alter topic config",
-                        name,
-                        ", ".join(f"{n} {op} {v}" for n, op, v in alterations),
-                    )
-                    if validate_only:
-                        raise _ValidatedOnly
-            except _ValidatedOnly:
-                pass
+        await topic_admin.alter_config(
+            self._state.pool,
+            principal.name,
+            name,
+            lambda config: _altered(config, alterations, defaults),
+            defaults,
+            ", ".join(f"{n} {op} {v}" for n, op, v in alterations),
+            validate_only=validate_only,
+        )
 
     async def delete_records(self, principal: Principal, name: str, offsets: list[tuple[int, int]]) -> list:
         """(partition, offset) each (offset -1: the high watermark); the new low watermark or a BrokerError each."""
         authorize(principal, Operation.DELETE, ResourceType.TOPIC, name)
-        results: list = []
-        async with self._state.pool.acquire() as conn:
-            topic = await topics.get_topic(conn, name)
-            log_cleaner.check_records_deletable(topic)
-            for partition, offset in offsets:
-                try:
-                    results.append(await log_cleaner.delete_records(conn, topic, partition, offset))
-                except BrokerError as error:
-                    results.append(error)
-            await principals.audit(
-                conn, now_ms(), principal.name, "delete records", name, ", ".join(f"{p}:{o}" for p, o in offsets)
-            )
-        return results
+        deleted = await topic_admin.delete_records(self._state.pool, principal.name, name, offsets)
+        return [answer.low_watermark if answer.error is None else answer.error for answer in deleted]
 
 
 def byte_records(batch: StoredBatch) -> list[KafkaRecord | None]:
