@@ -6,7 +6,6 @@ nothing aborted or partial is read, over Kafka and over HTTP."""
 
 from __future__ import annotations
 
-import socket
 import sys
 import threading
 import time
@@ -15,6 +14,7 @@ from types import SimpleNamespace
 
 import httpx
 
+from app.runtime.listening_sockets import bound_accepting_socket
 from tests.kafka.clients import WAIT_S, ConfluentKafka, create_topic
 from tests.kafka.exactly_once import (
     POLL_S,
@@ -64,9 +64,8 @@ def test_consume_transform_produce_exactly_once_with_aborts(module_kafka_server)
 
 
 def test_sigkill_during_transactions_then_exactly_once(server_process, database_url):
-    with socket.socket() as holder:  # the Kafka port, kept across the restart (see test_serve.py)
-        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        holder.bind(("127.0.0.1", 0))
+    # The Kafka port, held as `serve` holds it and kept across the restart (see test_serve.py).
+    with bound_accepting_socket("127.0.0.1", 0) as holder:
         port = holder.getsockname()[1]
         env = {"TXBROKER_KAFKA_LISTENER": f"127.0.0.1:{port}"}
         process = server_process("--database-url", database_url, env=env)
