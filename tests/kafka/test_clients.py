@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from tests.kafka import http_side
 from tests.kafka.clients import CLIENTS, WAIT_S, ConfluentKafka, Received, create_topic, sendable
-from txbroker.partitioner import partition_for_key
+from txbroker.wire import partition_for_key
 
 BINARY = bytes(range(256))  # not UTF-8: stored in the base64 form
 
