@@ -137,6 +137,13 @@ class CreateTopicRequest(Body):
     )
 
 
+class CreatePartitionsRequest(Body):
+    partitions: int = Field(
+        description="the topic's partition count wanted (the total, as Kafka's CreatePartitions): more than "
+        "it has now, at most 10000; the new partitions start empty"
+    )
+
+
 class PartitionInfo(Body):
     partition: int
     log_start_offset: int

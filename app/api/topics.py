@@ -1,4 +1,4 @@
-"""Topics and cluster metadata: CreateTopics, DeleteTopics, Metadata, health."""
+"""Topics and cluster metadata: CreateTopics, DeleteTopics, CreatePartitions, Metadata, health."""
 
 from __future__ import annotations
 
@@ -97,6 +97,18 @@ async def delete_topic(topic: str, pool: PoolDep, principal: PrincipalDep):
     authorize(principal, Operation.DELETE, ResourceType.TOPIC, topic)
     await topic_admin.delete_topic(pool, principal.name, topic)
     return Response(status_code=204)
+
+
+@router.post("/topics/{topic}/partitions", response_model=schemas.TopicOut, responses=ERRORS, dependencies=READY)
+async def create_partitions(topic: str, body: schemas.CreatePartitionsRequest, pool: PoolDep, principal: PrincipalDep):
+    """[CreatePartitions] Raises the topic's partition count to `partitions` (an increase only:
+    INVALID_PARTITIONS otherwise, and for an internal topic INVALID_TOPIC_EXCEPTION); the new
+    partitions start empty at offset 0, and consumer groups' assignments take them at their members'
+    next heartbeat. Records keep their partitions: keys produced before map to other partitions
+    than the same keys after. Needs Alter on the topic."""
+    authorize(principal, Operation.ALTER, ResourceType.TOPIC, topic)
+    info, states = await topic_admin.grow_partitions(pool, principal.name, topic, body.partitions)
+    return json_response(_topic_body(info, states))
 
 
 @router.post(

@@ -1,5 +1,5 @@
-"""Topics: CreateTopics, DeleteTopics, Metadata (the topics with their partitions' offsets), a
-topic's config altered, and DeleteRecords (KIP-107). Every change is written with its audit entry
+"""Topics: CreateTopics, DeleteTopics, CreatePartitions, Metadata (the topics with their partitions'
+offsets), a topic's config altered, and DeleteRecords (KIP-107). Every change is written with its audit entry
 (who made it); the caller's authorization is the front door's (`visible` filters listings by what
 the caller may see)."""
 
@@ -32,6 +32,7 @@ __all__ = [
     "describe_topics",
     "find_topics",
     "get_topic",
+    "grow_partitions",
     "list_topics",
     "unknown_topic",
 ]
@@ -127,6 +128,29 @@ async def alter_config(
         except _ValidatedOnly:
             pass
     return topic
+
+
+async def grow_partitions(
+    pool: asyncpg.Pool, actor: str, name: str, partition_count: int, *, validate_only: bool = False
+) -> TopicWithPartitions:
+    """[CreatePartitions] Raises the topic's partition count to `partition_count` (an increase only:
+    INVALID_PARTITIONS otherwise); the new partitions start empty at offset 0 and take produces,
+    fetches and group assignments from the commit on (storage/topics.py says why that is safe with
+    those in flight). `validate_only`: checked as if made, audit entry included, then rolled back;
+    the answer is the topic as it would be."""
+    async with pool.acquire() as conn:
+        try:
+            async with conn.transaction():  # the count, the new partitions and the audit entry: all or none
+                topic, before = await topics.grow_partitions(conn, name, partition_count)
+                await principals.audit(
+                    conn, now_ms(), actor, "create partitions", name, f"partitions={before}->{partition_count}"
+                )
+                states = await partition_log.partition_states(conn, [topic])
+                if validate_only:
+                    raise _ValidatedOnly
+        except _ValidatedOnly:
+            pass
+    return topic, states[topic.topic_id]
 
 
 async def describe_topics(

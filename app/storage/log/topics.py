@@ -173,6 +173,60 @@ async def alter_config(
     return topic_from_row(row)
 
 
+async def grow_partitions(conn: asyncpg.Connection, name: str, partition_count: int) -> tuple[TopicInfo, int]:
+    """Kafka's CreatePartitions: the topic's partition count raised to `partition_count`, the new
+    partitions empty (offset 0); (the topic as grown, its partition count before). Only an increase
+    (INVALID_PARTITIONS otherwise, as Kafka). The caller holds the PostgreSQL transaction (its
+    rollback is a validate-only growth).
+
+    FOR NO KEY UPDATE serializes a growth with another growth, a config alteration and DeleteTopics
+    (FOR UPDATE) of the topic, yet not with produces and offset commits (hold_topics' FOR KEY SHARE):
+    they only need the topic to stay, and the partitions they resolved are untouched. The count and
+    the new partitions rows commit together, so whoever reads the new count finds their rows; a
+    reader of the old count never names a new partition (each checks against the count it read).
+    """
+    row = await conn.fetchrow(f"SELECT {TOPIC_COLUMNS} FROM topics WHERE name = $1 FOR NO KEY UPDATE", name)
+    if row is None:
+        raise unknown_topic(name)
+    topic = topic_from_row(row)
+    current = topic.partition_count
+    if topic.is_internal:
+        raise BrokerError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"topic {name!r} is internal to txbroker: its partition count is the server's (keys are mapped to "
+            f"its partitions by that count)",
+        )
+    if partition_count == current:
+        raise BrokerError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"topic {name!r} already has {current} partition(s): ask for more than {current} to add some",
+        )
+    if partition_count < current:
+        raise BrokerError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"topic {name!r} currently has {current} partition(s); {partition_count} would not be an increase: "
+            f"partitions can be added, never removed",
+        )
+    if partition_count > MAX_PARTITIONS:
+        raise BrokerError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"partitions is {partition_count}: expected {current + 1} to {MAX_PARTITIONS} for topic {name!r}",
+        )
+    row = await conn.fetchrow(
+        f"UPDATE topics SET partition_count = $2 WHERE topic_id = $1 RETURNING {TOPIC_COLUMNS}",
+        topic.topic_id,
+        partition_count,
+    )
+    # No partitions row of this topic_id at or above the old count can exist: counts never shrink.
+    await conn.execute(
+        "INSERT INTO partitions (topic_id, partition) SELECT $1, generate_series($2::int, $3::int - 1)",
+        topic.topic_id,
+        current,
+        partition_count,
+    )
+    return topic_from_row(row), current
+
+
 async def ensure_internal_topics(
     conn: asyncpg.Connection, transaction_log_partitions: int, offsets_partitions: int
 ) -> None:
