@@ -66,21 +66,21 @@ async def list_transactions(
     """[ListTransactions] Filters: state (comma-separated), min_duration_ms (open at least this long),
     producer_id, transactional_id_prefix. Ordered by transactional id; page with `after`. Lists
     the ids the caller may Describe."""
-    states = _parse_states(state)
-    found: list = []
-    # The ACL filter applies before the limit: pages of the listing are read until `limit` ids the
-    # caller may see are found or the listing ends, so a short page always means the last one.
-    while len(found) < limit:
-        listed = await coordinator.list(states, transactional_id_prefix, producer_id, min_duration_ms, limit, after)
-        found += [
-            meta
-            for meta in listed
-            if is_allowed(principal, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, meta.transactional_id)
-        ]
-        if len(listed) < limit:
-            break
-        after = listed[-1].transactional_id
-    return json_response({"transactions": [transaction_body(meta) for meta in found[:limit]]})
+    found = await transaction_admin.list_transactions(
+        coordinator,
+        transaction_admin.TransactionFilter(
+            _parse_states(state),
+            transactional_id_prefix,
+            None if producer_id is None else frozenset({producer_id}),
+            min_duration_ms,
+        ),
+        lambda transactional_id: is_allowed(
+            principal, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id
+        ),
+        limit,
+        after,
+    )
+    return json_response({"transactions": [transaction_body(meta) for meta in found]})
 
 
 @router.get("/transactions/{transactional_id:path}", response_model=schemas.TransactionOut, responses=ERRORS)

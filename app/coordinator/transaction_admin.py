@@ -1,18 +1,79 @@
-"""The observability of transactions on a partition (KIP-664's DescribeProducers, and the markers
-a partition holds). ListTransactions, DescribeTransactions and the admin abort are the
-TransactionCoordinator's (they lock or read its rows)."""
+"""The observability of transactions (KIP-664): ListTransactions with its filters and the caller's
+ACLs, DescribeProducers of partitions, and the markers a partition holds. DescribeTransactions and
+the admin abort are the TransactionCoordinator's (they lock or read its rows); both doors call
+these, so a filter means the same over HTTP and Kafka."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import asyncpg
 
+from app.coordinator.transaction_coordinator import TransactionCoordinator
+from app.coordinator.transaction_metadata import TransactionMetadata
+from app.errors import BrokerError
 from app.storage.log import markers
 from app.storage.log.markers import Marker
 from app.storage.log.topics import TopicInfo, get_topic, unknown_partition
 from app.storage.transactions import producer_ids
 from app.storage.transactions.producer_ids import PartitionProducer, ProducerIdAndEpoch
 
-__all__ = ["Marker", "PartitionProducer", "ProducerIdAndEpoch", "describe_producers", "list_markers"]
+__all__ = [
+    "Marker",
+    "PartitionProducer",
+    "ProducerIdAndEpoch",
+    "TransactionFilter",
+    "describe_producers",
+    "describe_producers_of",
+    "list_markers",
+    "list_transactions",
+]
+
+# Rows read per round trip while listing everything (Kafka's ListTransactions has no limit).
+LIST_PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionFilter:
+    """What ListTransactions selects; None (or empty) selects everything for that criterion."""
+
+    states: list[str] | None = None  # persisted state names (TransactionState values)
+    prefix: str | None = None
+    producer_ids: frozenset[int] | None = None
+    min_duration_ms: int | None = None  # open at least this long (a transaction with no start never is)
+    id_matches: Callable[[str], bool] | None = None  # Kafka's transactional id pattern (ListTransactions v2)
+
+    def admits(self, meta: TransactionMetadata) -> bool:
+        """The criteria the listing's SQL does not apply (all producer ids but one, the pattern)."""
+        if self.producer_ids and meta.producer_id not in self.producer_ids:
+            return False
+        return self.id_matches is None or self.id_matches(meta.transactional_id)
+
+
+async def list_transactions(
+    coordinator: TransactionCoordinator,
+    wanted: TransactionFilter,
+    visible: Callable[[str], bool],
+    limit: int | None = None,
+    after: str | None = None,
+) -> list[TransactionMetadata]:
+    """[ListTransactions] The transactions `wanted` selects whose ids `visible` admits (the
+    caller's Describe ACL), ordered by transactional id, after `after`, at most `limit` (None: all).
+    The filters apply before the limit: pages are read until `limit` are found or the listing
+    ends, so a short answer always means the last page."""
+    page_size = LIST_PAGE if limit is None else limit
+    single_producer = next(iter(wanted.producer_ids)) if wanted.producer_ids and len(wanted.producer_ids) == 1 else None
+    found: list[TransactionMetadata] = []
+    while limit is None or len(found) < limit:
+        page = await coordinator.list(
+            wanted.states, wanted.prefix, single_producer, wanted.min_duration_ms, page_size, after
+        )
+        found += [meta for meta in page if wanted.admits(meta) and visible(meta.transactional_id)]
+        if len(page) < page_size:
+            break
+        after = page[-1].transactional_id
+    return found if limit is None else found[:limit]
 
 
 async def _partition(conn: asyncpg.Connection, topic: str, partition: int) -> TopicInfo:
@@ -24,9 +85,30 @@ async def _partition(conn: asyncpg.Connection, topic: str, partition: int) -> To
 
 async def describe_producers(pool: asyncpg.Pool, topic: str, partition: int) -> list[PartitionProducer]:
     """[DescribeProducers] The producers with state on this partition."""
+    [found] = await describe_producers_of(pool, topic, [partition])
+    if isinstance(found, BrokerError):
+        raise found
+    return found
+
+
+async def describe_producers_of(
+    pool: asyncpg.Pool, topic: str, partitions: list[int]
+) -> list[list[PartitionProducer] | BrokerError]:
+    """[DescribeProducers] Per partition of the topic, its producers with state, or
+    UNKNOWN_TOPIC_OR_PARTITION. Each partition is read on its own (a partition's producer states
+    change only under its row lock, with the append or marker that changes them)."""
     async with pool.acquire() as conn:
-        info = await _partition(conn, topic, partition)
-        return await producer_ids.describe_partition_producers(conn, info.topic_id, partition)
+        try:
+            info = await get_topic(conn, topic)
+        except BrokerError as error:
+            return [error] * len(partitions)
+        found: list[list[PartitionProducer] | BrokerError] = []
+        for partition in partitions:
+            if not 0 <= partition < info.partition_count:
+                found.append(unknown_partition(info, partition))
+            else:
+                found.append(await producer_ids.describe_partition_producers(conn, info.topic_id, partition))
+        return found
 
 
 async def list_markers(pool: asyncpg.Pool, topic: str, partition: int, offset: int, limit: int) -> list[Marker]:

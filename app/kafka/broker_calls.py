@@ -15,7 +15,7 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
-from app.coordinator import cluster_nodes, topic_admin
+from app.coordinator import cluster_nodes, topic_admin, transaction_admin
 from app.coordinator.authorizer import (
     ANONYMOUS,
     CLUSTER_RESOURCE,
@@ -38,6 +38,7 @@ from app.coordinator.produce import (
     encode_byte_records,
 )
 from app.coordinator.transaction_metadata import TRANSACTION_VERSION_BUMP, TRANSACTION_VERSION_CLASSIC
+from app.coordinator.transaction_states import TransactionState
 from app.errors import BrokerError, ErrorCode
 from app.kafka.record_batches import KafkaRecord, ProducedBatch
 from app.settings import Settings
@@ -167,6 +168,7 @@ class BrokerCalls:
         self._node = None
         self.groups = GroupCalls(state)
         self.admin = AdminCalls(state)
+        self.transaction_admin = TransactionAdminCalls(state)
 
     @property
     def settings(self) -> Settings:
@@ -671,16 +673,10 @@ class AdminCalls:
         authorize(principal, Operation.DELETE, ResourceType.TOPIC, name)
         await topic_admin.delete_topic(self._state.pool, principal.name, name)
 
-    async def grow_partitions(self, principal: Principal, name: str, count: int) -> None:
-        """Kafka's CreatePartitions: txbroker's topics keep the partition count they were created
-        with, so any growth is refused (INVALID_PARTITIONS, as Kafka answers a count it will not take)."""
+    async def grow_partitions(self, principal: Principal, name: str, count: int, validate_only: bool) -> None:
+        """Kafka's CreatePartitions: the topic's partition count raised to `count` (Alter on the topic)."""
         authorize(principal, Operation.ALTER, ResourceType.TOPIC, name)
-        topic = await topic_admin.get_topic(self._state.pool, name)
-        raise BrokerError(
-            ErrorCode.INVALID_PARTITIONS,
-            f"topic {name!r} has {topic.partition_count} partitions and {count} were asked: txbroker cannot add "
-            f"partitions to a topic; create a new topic with the partitions needed",
-        )
+        await topic_admin.grow_partitions(self._state.pool, principal.name, name, count, validate_only=validate_only)
 
     async def describe_config(self, principal: Principal, name: str, keys: list[str] | None) -> list[ConfigEntry]:
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)  # Kafka: DescribeConfigs, implied by it
@@ -714,6 +710,117 @@ class AdminCalls:
         authorize(principal, Operation.DELETE, ResourceType.TOPIC, name)
         deleted = await topic_admin.delete_records(self._state.pool, principal.name, name, offsets)
         return [answer.low_watermark if answer.error is None else answer.error for answer in deleted]
+
+
+# Kafka's transaction state names are txbroker's (TransactionState's values), but for KIP-939's
+# Prepared, which Kafka's coordinator keeps as Ongoing (a prepared transaction is still open).
+_KAFKA_STATE_NAMES = {
+    state: (TransactionState.ONGOING if state == TransactionState.PREPARED else state).value
+    for state in TransactionState
+}
+NO_START_TIME_MS = -1
+
+
+def kafka_state_filter(names: list[str]) -> tuple[list[str], list[str]]:
+    """ListTransactions' state filters as txbroker's persisted states, and the names Kafka does not
+    know (answered back in unknown_state_filters)."""
+    states = [state.value for state in TransactionState if _KAFKA_STATE_NAMES[state] in names]
+    known = set(_KAFKA_STATE_NAMES.values())
+    return states, [name for name in names if name not in known]
+
+
+@dataclass(frozen=True, slots=True)
+class ListedTransaction:
+    transactional_id: str
+    producer_id: int
+    state: str  # Kafka's name
+
+
+@dataclass(frozen=True, slots=True)
+class ListedTransactions:
+    transactions: list[ListedTransaction]
+    unknown_state_filters: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedTransaction:
+    transactional_id: str
+    error: BrokerError | None
+    # With an error, the rest as Kafka leaves them: the schema's defaults.
+    state: str = ""  # Kafka's name
+    timeout_ms: int = 0
+    start_time_ms: int = 0  # NO_START_TIME_MS when no transaction is open
+    producer_id: int = 0
+    producer_epoch: int = 0
+    partitions: dict[str, list[int]] = field(default_factory=dict)  # topic -> partitions of the transaction
+
+
+class TransactionAdminCalls:
+    """KIP-664's APIs on the core's transaction admin (the operations HTTP's /v1/transactions and
+    /v1/topics/{topic}/partitions/{partition}/producers call), with Kafka's ACLs: ListTransactions
+    lists the ids the principal may Describe, DescribeTransactions needs Describe on the id (and
+    shows the partitions of topics it may Describe), DescribeProducers needs Read on the topic."""
+
+    def __init__(self, state) -> None:
+        self._state = state
+
+    async def list_transactions(
+        self,
+        principal: Principal,
+        state_filters: list[str],
+        producer_ids: list[int],
+        min_duration_ms: int | None,
+        id_matches,
+    ) -> ListedTransactions:
+        """`id_matches`: ListTransactions v2's pattern as a predicate of the id (None: every id)."""
+        states, unknown = kafka_state_filter(state_filters)
+        if state_filters and not states:  # only states Kafka does not know: none can match
+            return ListedTransactions([], unknown)
+        found = await transaction_admin.list_transactions(
+            self._state.coordinator,
+            transaction_admin.TransactionFilter(
+                states or None, None, frozenset(producer_ids) or None, min_duration_ms, id_matches
+            ),
+            lambda transactional_id: is_allowed(
+                principal, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id
+            ),
+        )
+        return ListedTransactions(
+            [ListedTransaction(m.transactional_id, m.producer_id, _KAFKA_STATE_NAMES[m.state]) for m in found],
+            unknown,
+        )
+
+    async def describe_transaction(self, principal: Principal, transactional_id: str) -> DescribedTransaction:
+        try:
+            authorize(principal, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+            if not transactional_id:
+                raise BrokerError(ErrorCode.INVALID_REQUEST, "an empty transactional id: name one")
+            meta = await self._state.coordinator.describe(transactional_id)
+        except BrokerError as error:
+            return DescribedTransaction(transactional_id, error)
+        partitions: dict[str, list[int]] = {}
+        for entry in meta.partitions:
+            if is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, entry.topic):
+                partitions.setdefault(entry.topic, []).append(entry.partition)
+        return DescribedTransaction(
+            transactional_id,
+            None,
+            _KAFKA_STATE_NAMES[meta.state],
+            meta.timeout_ms,
+            meta.txn_start_ms,
+            meta.producer_id,
+            meta.producer_epoch,
+            partitions,
+        )
+
+    async def describe_producers(self, principal: Principal, topic: str, partitions: list[int]) -> list:
+        """Per partition, its producers with state (the core's PartitionProducer: producer id and
+        epoch, last sequence, last timestamp, current transaction's first offset or None) or a
+        BrokerError."""
+        denied = _denied(principal, Operation.READ, ResourceType.TOPIC, topic)
+        if denied is not None:
+            return [denied] * len(partitions)
+        return await transaction_admin.describe_producers_of(self._state.pool, topic, partitions)
 
 
 def byte_records(batch: StoredBatch) -> list[KafkaRecord | None]:

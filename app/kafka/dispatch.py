@@ -18,6 +18,7 @@ from app.kafka.handlers import (
     offsets,
     produce,
     producers,
+    transaction_admin,
     transactions,
     versions,
 )
@@ -48,6 +49,9 @@ HANDLERS = {
     api_table.ADD_OFFSETS_TO_TXN: transactions.add_offsets,
     api_table.END_TXN: transactions.end_txn,
     api_table.TXN_OFFSET_COMMIT: transactions.txn_offset_commit,
+    api_table.DESCRIBE_PRODUCERS: transaction_admin.describe_producers,
+    api_table.DESCRIBE_TRANSACTIONS: transaction_admin.describe_transactions,
+    api_table.LIST_TRANSACTIONS: transaction_admin.list_transactions,
 }
 
 

@@ -1,12 +1,12 @@
 """Kafka's admin APIs with confluent_kafka.admin.AdminClient and kafka-python's KafkaAdminClient:
 CreateTopics (configs by Kafka's names, validate only), DescribeConfigs, IncrementalAlterConfigs,
-CreatePartitions (refused: txbroker's topics keep their partition count), DeleteRecords,
-DeleteTopics, ListGroups and DescribeGroups; each checked over HTTP too."""
+CreatePartitions (validate only, an increase only; the new partitions produced to and consumed),
+DeleteRecords, DeleteTopics, ListGroups and DescribeGroups; each checked over HTTP too."""
 
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -18,7 +18,7 @@ from confluent_kafka.admin import (
 from confluent_kafka.error import KafkaException
 
 from tests.kafka import http_side
-from tests.kafka.clients import WAIT_S, bootstrap
+from tests.kafka.clients import WAIT_S, ConfluentKafka, KafkaPython, bootstrap
 from tests.kafka.group_clients import MEMBERS, poll_until
 
 
@@ -80,9 +80,19 @@ def test_confluent_admin_client(module_kafka_server):
         )[resource].result(WAIT_S)
     assert invalid.value.args[0].name() == "INVALID_CONFIG"
 
-    with pytest.raises(KafkaException) as growth:
-        admin.create_partitions([NewPartitions(topic, 6)])[topic].result(WAIT_S)
-    assert growth.value.args[0].name() == "INVALID_PARTITIONS"
+    admin.create_partitions([NewPartitions(topic, 6)], validate_only=True)[topic].result(WAIT_S)
+    assert len(http_topic(server, topic)["partitions"]) == 3  # validate only: nothing added
+    admin.create_partitions([NewPartitions(topic, 6)])[topic].result(WAIT_S)
+    assert len(http_topic(server, topic)["partitions"]) == 6
+    for fewer in (6, 2):
+        with pytest.raises(KafkaException) as refused_growth:
+            admin.create_partitions([NewPartitions(topic, fewer)])[topic].result(WAIT_S)
+        assert refused_growth.value.args[0].name() == "INVALID_PARTITIONS"
+    producer = Producer({"bootstrap.servers": bootstrap(server)})
+    producer.produce(topic, value=b"grown", partition=5)
+    assert producer.flush(WAIT_S) == 0
+    [received] = ConfluentKafka().consume(server, topic, 5, 1)
+    assert (received.offset, received.value) == (0, b"grown")
 
     http_side.produce(server, topic, 1, [{"key": "k", "value": f"v{i}"} for i in range(5)])
     deleted = admin.delete_records([TopicPartition(topic, 1, 3)])
@@ -108,6 +118,7 @@ def test_confluent_lists_every_topic(module_kafka_server):
 
 
 def test_kafka_python_admin_client(module_kafka_server):
+    from kafka import KafkaProducer
     from kafka.admin import ConfigResource as KpConfigResource
     from kafka.admin import ConfigResourceType, KafkaAdminClient
     from kafka.admin import NewTopic as KpNewTopic
@@ -122,6 +133,14 @@ def test_kafka_python_admin_client(module_kafka_server):
         modified = described["topic"][topic]  # the configs that are not the defaults
         assert list(modified) == ["retention.bytes"]
         assert modified["retention.bytes"]["value"] == "1000000"
+        admin.create_partitions({topic: 3})
+        assert len(http_topic(server, topic)["partitions"]) == 3
+        producer = KafkaProducer(bootstrap_servers=bootstrap(server))
+        try:
+            assert producer.send(topic, value=b"grown", partition=2).get(WAIT_S).offset == 0
+        finally:
+            producer.close()
+        assert [r.value for r in KafkaPython().consume(server, topic, 2, 1)] == [b"grown"]
         admin.delete_topics([topic])
         assert http_topic(server, topic) is None
     finally:

@@ -226,13 +226,37 @@ def _admin_sample(api_key: int, version: int):
         )
         return request_of(api_key, version, resources=(resource,), include_synonyms=False, include_documentation=False)
     if api_key == api_table.CREATE_PARTITIONS:
-        return request_of(api_key, version, topics=(), timeout=timeout, validate_only=False)
+        topic = nested(api_key, version, "CreatePartitionsTopic", name=TOPIC, count=2, assignments=None)
+        return request_of(api_key, version, topics=(topic,), timeout=timeout, validate_only=True)
     if api_key == api_table.INCREMENTAL_ALTER_CONFIGS:
         config = nested(api_key, version, "AlterableConfig", name="retention.ms", config_operation=0, value="120000")
         resource = nested(
             api_key, version, "AlterConfigsResource", resource_type=2, resource_name=TOPIC, configs=(config,)
         )
         return request_of(api_key, version, resources=(resource,), validate_only=False)
+    return _transaction_admin_sample(api_key, version)
+
+
+# An id with a transaction open (the fixture opens it): described with its start time, which kio
+# reads only when it is not -1 (no transaction open).
+DESCRIBED = "versions-described"
+
+
+def _transaction_admin_sample(api_key: int, version: int):
+    if api_key == api_table.DESCRIBE_PRODUCERS:
+        topic = nested(api_key, version, "TopicRequest", name=TOPIC, partition_indexes=(0,))
+        return request_of(api_key, version, topics=(topic,))
+    if api_key == api_table.DESCRIBE_TRANSACTIONS:
+        return request_of(api_key, version, transactional_ids=(DESCRIBED,))
+    if api_key == api_table.LIST_TRANSACTIONS:
+        return request_of(
+            api_key,
+            version,
+            state_filters=("Ongoing",),
+            producer_id_filters=(),
+            duration_filter=-1,
+            transactional_id_pattern="versions-.*",
+        )
     return None
 
 
@@ -302,6 +326,9 @@ def bootstrap(module_kafka_server) -> str:
     create_topic(module_kafka_server, TOPIC, 1)
     address = module_kafka_server.extra["kafka_bootstrap"]
     prepare_groups(address)
+    with RawConnection(address) as connection:
+        described = init_producer(connection, DESCRIBED)
+        assert add_partitions(connection, described, TOPIC, [0]) == [KafkaError.none]
     return address
 
 

@@ -45,5 +45,12 @@ def test_with_auth_required_a_kafka_connection_is_refused_everything(make_server
         for api_key in TRANSACTIONAL:  # the transactional id is refused before anything is looked at
             refused = connection.call(sample_request(api_key, 3))
             assert set(errors_in(refused)) == {KafkaError.transactional_id_authorization_failed}, refused
+        described = connection.call(sample_request(api_table.DESCRIBE_TRANSACTIONS, 0))
+        assert set(errors_in(described)) == {KafkaError.transactional_id_authorization_failed}
+        assert connection.call(sample_request(api_table.LIST_TRANSACTIONS, 2)).transaction_states == ()
+        producers = connection.call(sample_request(api_table.DESCRIBE_PRODUCERS, 0))
+        assert set(errors_in(producers)) == {KafkaError.topic_authorization_failed}
+        grown = connection.call(sample_request(api_table.CREATE_PARTITIONS, 3))
+        assert [r.error_code for r in grown.results] == [KafkaError.topic_authorization_failed]
     topic = server.client.get("/v1/topics/guarded", headers={"Authorization": "Bearer admin-secret"}).json()
-    assert topic["partitions"][0]["high_watermark"] == 0
+    assert topic["partitions"][0]["high_watermark"] == 0 and len(topic["partitions"]) == 1

@@ -1,5 +1,5 @@
-"""Topic admin: CreateTopics, DeleteTopics, CreatePartitions (refused: topics keep their partition
-count), DescribeConfigs, IncrementalAlterConfigs (Kafka's config names for txbroker's topic
+"""Topic admin: CreateTopics, DeleteTopics, CreatePartitions (an increase only; replica
+assignments ignored), DescribeConfigs, IncrementalAlterConfigs (Kafka's config names for txbroker's topic
 settings: retention.ms, retention.bytes, max.message.bytes, cleanup.policy, delete.retention.ms),
 DeleteRecords."""
 
@@ -89,13 +89,21 @@ async def delete_topics(context: RequestContext, request) -> object:
 
 async def create_partitions(context: RequestContext, request) -> object:
     module = response_module(api_table.CREATE_PARTITIONS, context.api_version)
+    names = [topic.name for topic in request.topics]
     results = []
     for topic in request.topics:
-        try:
-            await context.calls.admin.grow_partitions(context.principal, topic.name, topic.count)
-            error = None
-        except BrokerError as raised:
-            error = raised
+        error = None
+        if names.count(topic.name) > 1:  # as Kafka: every mention of a repeated topic is refused
+            error = BrokerError(
+                ErrorCode.INVALID_REQUEST, f"topic {topic.name!r} is named more than once: name each topic once"
+            )
+        else:
+            try:
+                await context.calls.admin.grow_partitions(
+                    context.principal, topic.name, topic.count, request.validate_only
+                )
+            except BrokerError as raised:
+                error = raised
         results.append(
             build(
                 module,
