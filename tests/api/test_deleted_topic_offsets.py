@@ -3,7 +3,7 @@
 As in Kafka, deleting a topic removes its partitions' committed offsets and the transactional
 offsets still pending for them, so a topic re-created with the same name starts with none: its
 consumers begin at their reset position instead of skipping the new topic's first records. The
-topic's partition count never changes (there is no CreatePartitions), so the offsets of partitions
+topic's partition count only grows (CreatePartitions never removes one), so the offsets of partitions
 that no longer exist are exactly those of deleted topics; commits name existing partitions only.
 """
 
