@@ -108,6 +108,11 @@ class AsyncAdmin:
             "POST", "/v1/topics", {"name": name, "partitions": partitions, "config": dict(config or {})}
         )
 
+    async def create_partitions(self, name: str, partitions: int) -> dict:
+        """[CreatePartitions] Raises the topic's partition count to `partitions` (the total, more than
+        it has); returns the topic. Not retried: a retry of a growth that was made is refused."""
+        return await self._once("POST", f"{topic_path(name)}/partitions", {"partitions": partitions})
+
     async def list_topics(self) -> list[dict]:
         return (await self._read("/v1/topics"))["topics"]
 

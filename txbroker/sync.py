@@ -334,6 +334,7 @@ class Admin:
     health = _blocking(AsyncAdmin.health)
     cluster = _blocking(AsyncAdmin.cluster)
     create_topic = _blocking(AsyncAdmin.create_topic)
+    create_partitions = _blocking(AsyncAdmin.create_partitions)
     list_topics = _blocking(AsyncAdmin.list_topics)
     describe_topic = _blocking(AsyncAdmin.describe_topic)
     delete_topic = _blocking(AsyncAdmin.delete_topic)

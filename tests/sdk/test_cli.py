@@ -53,6 +53,10 @@ def test_topics_create_list_describe_delete(server):
     assert missing.stderr.decode().startswith("error: UNKNOWN_TOPIC_OR_PARTITION: ")
     again = txbroker(server.url, "topics", "create", "orders")
     assert again.returncode == 1 and b"error: TOPIC_ALREADY_EXISTS: " in again.stderr
+    grown = ok(txbroker(server.url, "topics", "create-partitions", "orders", "--partitions", "5"))
+    assert grown == "topic orders now has 5 partition(s)\n"
+    fewer = txbroker(server.url, "topics", "create-partitions", "orders", "--partitions", "2")
+    assert fewer.returncode == 1 and b"error: INVALID_PARTITIONS: " in fewer.stderr
 
 
 def test_produce_and_consume_lines_keys_and_json(server):

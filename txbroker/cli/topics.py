@@ -1,4 +1,4 @@
-"""`txbroker topics create|list|describe|delete|delete-records`."""
+"""`txbroker topics create|create-partitions|list|describe|delete|delete-records`."""
 
 from __future__ import annotations
 
@@ -29,6 +29,15 @@ def topics_create(args, admin: Admin) -> int:
         emit_json(topic)
     else:
         print(f"created topic {topic['name']} with {len(topic['partitions'])} partition(s)")
+    return EXIT_OK
+
+
+def topics_create_partitions(args, admin: Admin) -> int:
+    topic = admin.create_partitions(args.name, args.partitions)
+    if args.json:
+        emit_json(topic)
+    else:
+        print(f"topic {topic['name']} now has {len(topic['partitions'])} partition(s)")
     return EXIT_OK
 
 
@@ -118,6 +127,14 @@ def add_commands(commands) -> None:
         help="topic config, repeatable: retention_ms, retention_bytes, max_message_bytes, "
         "cleanup_policy, delete_retention_ms",
     )
+    sub = add_command(
+        topic_commands,
+        "create-partitions",
+        "raise a topic's partition count (CreatePartitions)",
+        admin_command(topics_create_partitions),
+    )
+    sub.add_argument("name")
+    sub.add_argument("--partitions", type=int, required=True, help="the partition count wanted (the total)")
     add_command(topic_commands, "list", "list topics", admin_command(topics_list))
     add_command(
         topic_commands, "describe", "partitions and watermarks of a topic", admin_command(topics_describe)
