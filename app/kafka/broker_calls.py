@@ -718,7 +718,6 @@ _KAFKA_STATE_NAMES = {
     state: (TransactionState.ONGOING if state == TransactionState.PREPARED else state).value
     for state in TransactionState
 }
-NO_START_TIME_MS = -1
 
 
 def kafka_state_filter(names: list[str]) -> tuple[list[str], list[str]]:
@@ -749,7 +748,7 @@ class DescribedTransaction:
     # With an error, the rest as Kafka leaves them: the schema's defaults.
     state: str = ""  # Kafka's name
     timeout_ms: int = 0
-    start_time_ms: int = 0  # NO_START_TIME_MS when no transaction is open
+    start_time_ms: int = 0  # -1 (the transactions row's) when no transaction is open
     producer_id: int = 0
     producer_epoch: int = 0
     partitions: dict[str, list[int]] = field(default_factory=dict)  # topic -> partitions of the transaction
