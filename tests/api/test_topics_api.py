@@ -440,6 +440,7 @@ API_MD_ENDPOINTS = [
     ("POST", "/v1/transactions/{transactional_id}/abort"),
     ("GET", "/v1/topics/{topic}/partitions/{partition}/producers"),
     ("GET", "/v1/topics/{topic}/partitions/{partition}/markers"),
+    ("POST", "/v1/topics/{topic}/partitions"),
 ]
 REQUIRED_SO_FAR = API_MD_ENDPOINTS[:12]
 
