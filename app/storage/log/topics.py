@@ -264,8 +264,9 @@ async def find_topics(conn: asyncpg.Connection, names: list[str]) -> dict[str, T
     return {row["name"]: topic_from_row(row) for row in rows}
 
 
-# FOR KEY SHARE: holders never wait for each other (nothing updates a topic's row), only DeleteTopics
-# (FOR UPDATE) waits for them, and they for a delete in flight, after which the row is gone.
+# FOR KEY SHARE: holders never wait for each other, nor for a partition growth (FOR NO KEY UPDATE: it
+# leaves the key and the partitions a holder resolved as they were); a config change and DeleteTopics
+# (FOR UPDATE) wait for them, and they for those in flight (after a delete, the row is gone).
 _HOLD_TOPICS_SQL = f"SELECT {TOPIC_COLUMNS} FROM topics WHERE name = ANY($1::text[]) ORDER BY name FOR KEY SHARE"
 
 
