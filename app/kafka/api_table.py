@@ -32,6 +32,8 @@ ADD_PARTITIONS_TO_TXN = 24
 ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
 TXN_OFFSET_COMMIT = 28
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
 
 SUPPORTED_VERSIONS: dict[int, range] = {
     PRODUCE: range(3, 10),  # v3: the first with message format v2 (RecordBatch) and transactional ids
@@ -59,4 +61,6 @@ SUPPORTED_VERSIONS: dict[int, range] = {
     ADD_OFFSETS_TO_TXN: range(0, 4),
     END_TXN: range(0, 6),  # v5: transaction version 2 (KIP-890)
     TXN_OFFSET_COMMIT: range(0, 4),  # v3: the group's generation and member (KIP-447)
+    SASL_HANDSHAKE: range(1, 2),  # v0: SASL's tokens unframed, which no supported client sends
+    SASL_AUTHENTICATE: range(0, 3),
 }
