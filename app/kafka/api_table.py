@@ -61,6 +61,6 @@ SUPPORTED_VERSIONS: dict[int, range] = {
     ADD_OFFSETS_TO_TXN: range(0, 4),
     END_TXN: range(0, 6),  # v5: transaction version 2 (KIP-890)
     TXN_OFFSET_COMMIT: range(0, 4),  # v3: the group's generation and member (KIP-447)
-    SASL_HANDSHAKE: range(1, 2),  # v0: SASL's tokens unframed, which no supported client sends
+    SASL_HANDSHAKE: range(0, 2),  # v0: SASL's token then sent unframed (app/kafka/sasl.py)
     SASL_AUTHENTICATE: range(0, 3),
 }

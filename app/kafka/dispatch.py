@@ -62,6 +62,8 @@ async def answer(
     """The response frame, or None when none is to be sent (Produce with acks=0). Raises
     MalformedRequest when the connection must be closed (and `session.closing` is True once it must
     be closed after this response)."""
+    if session.awaits_unframed_token:
+        return await session.unframed_token(frame)
     api_key, api_version, correlation_id = peek_header(frame)
     supported = api_table.SUPPORTED_VERSIONS.get(api_key)
     if supported is None:

@@ -51,6 +51,7 @@ def tls_context(certfile, keyfile) -> ssl.SSLContext | None:
     if certfile is None:
         return None
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(certfile, keyfile)
     return context
 

@@ -12,6 +12,11 @@ A connection's states, as Kafka's SaslServerAuthenticator has them:
                      with the enabled ones, and the connection closes (FAILED).
     AUTHENTICATE     SaslAuthenticate only. The right username and API key lead to AUTHENTICATED;
                      a wrong one is answered SASL_AUTHENTICATION_FAILED and the connection closes.
+    UNFRAMED_TOKEN   after a SaslHandshake v0 (before Kafka 1.0, KIP-152): the next frame is PLAIN's
+                     message itself, not a request; the right one is answered with an empty token
+                     frame and leads to AUTHENTICATED, a wrong one closes the connection unanswered
+                     (v0 has no way to say why). Served because librdkafka 2.0 (Debian's kcat) uses
+                     SASL only when the broker advertises SaslHandshake from v0 (it then sends v1).
     AUTHENTICATED    every request, as the principal. SaslHandshake and SaslAuthenticate get
                      ILLEGAL_SASL_STATE: there is no re-authentication (KIP-368's session lifetime
                      is answered 0: the session does not expire).
@@ -48,6 +53,9 @@ UNAUTHENTICATED_MAX_REQUEST_BYTES = 524288
 # its answer, which slows a guesser down and lets a client read the answer before the close (a client
 # that sees the end of the stream first reports a lost connection instead of the failure).
 FAILED_AUTHENTICATION_CLOSE_DELAY_S = 0.1
+# SaslHandshake v0: SASL's tokens follow unframed, each a 4-byte length and the bytes.
+UNFRAMED_HANDSHAKE_VERSION = 0
+EMPTY_TOKEN_FRAME = b"\0\0\0\0"  # PLAIN's server token: empty
 # KIP-368's session lifetime: 0, the session never has to re-authenticate.
 NO_SESSION_EXPIRY_MS = 0
 # What may be asked before authentication, per state.
@@ -60,6 +68,7 @@ INVALID_CREDENTIALS = "Authentication failed: Invalid username or password"
 class State(Enum):
     HANDSHAKE = "handshake"
     AUTHENTICATE = "authenticate"
+    UNFRAMED_TOKEN = "unframed token"
     AUTHENTICATED = "authenticated"
     FAILED = "failed"
 
@@ -130,15 +139,27 @@ class SaslSession:
         if self.state is State.AUTHENTICATE and api_key not in _SERVED_BEFORE_AUTHENTICATE:
             raise NotAuthenticated(f"api key {api_key} after SaslHandshake: expected SaslAuthenticate (key 36)")
 
-    def handshake(self, mechanism: str) -> KafkaError:
+    @property
+    def awaits_unframed_token(self) -> bool:
+        """True when the next frame is SASL's token itself (after SaslHandshake v0), not a request."""
+        return self.state is State.UNFRAMED_TOKEN
+
+    def handshake(self, mechanism: str, version: int) -> KafkaError:
         if self.state is not State.HANDSHAKE:
             return KafkaError.illegal_sasl_state
         if mechanism not in ENABLED_MECHANISMS:
             log.info("closing a Kafka connection from %s: SASL mechanism %r is not enabled", self._peer, mechanism)
             self.state = State.FAILED
             return KafkaError.unsupported_sasl_mechanism
-        self.state = State.AUTHENTICATE
+        self.state = State.UNFRAMED_TOKEN if version == UNFRAMED_HANDSHAKE_VERSION else State.AUTHENTICATE
         return KafkaError.none
+
+    async def unframed_token(self, auth_bytes: bytes) -> bytes | None:
+        """What to answer a SASL token sent unframed (after SaslHandshake v0): an empty token frame
+        when it authenticates; nothing when it does not (the connection is then `closing`)."""
+        self.state = State.AUTHENTICATE
+        error, _ = await self.authenticate(auth_bytes)
+        return EMPTY_TOKEN_FRAME if error == KafkaError.none else None
 
     async def authenticate(self, auth_bytes: bytes) -> tuple[KafkaError, str | None]:
         """The answer's error code and message."""

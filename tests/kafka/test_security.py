@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import shutil
+import subprocess
 import time
 
 import httpx
@@ -73,8 +75,8 @@ def plain(username: str, password: str, authorization_id: str = "") -> bytes:
     return f"{authorization_id}\0{username}\0{password}".encode()
 
 
-def handshake(connection: RawConnection, mechanism: str = "PLAIN"):
-    return connection.call(request_of(api_table.SASL_HANDSHAKE, 1, mechanism=mechanism))
+def handshake(connection: RawConnection, mechanism: str = "PLAIN", version: int = 1):
+    return connection.call(request_of(api_table.SASL_HANDSHAKE, version, mechanism=mechanism))
 
 
 def sasl_authenticate(connection: RawConnection, auth_bytes: bytes, version: int = 2):
@@ -131,7 +133,7 @@ def test_before_authentication_only_api_versions_and_sasl_are_served(secured, re
         versions = connection.call(api_versions())
         assert versions.error_code == KafkaError.none
         advertised = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
-        assert advertised[api_table.SASL_HANDSHAKE] == (1, 1)
+        assert advertised[api_table.SASL_HANDSHAKE] == (0, 1)
         assert advertised[api_table.SASL_AUTHENTICATE] == (0, 2)
         assert closes_the_connection(connection, every_topic())
     with RawConnection(bootstrap) as connection:  # after the handshake, SaslAuthenticate only
@@ -191,6 +193,21 @@ def test_each_sasl_authenticate_version_authenticates_and_the_acls_apply(secured
         assert handshake(connection).error_code == KafkaError.illegal_sasl_state  # no re-authentication
         assert sasl_authenticate(connection, plain(*reader)).error_code == KafkaError.illegal_sasl_state
         assert topic_error(connection, TOPIC) == KafkaError.none
+
+
+def test_after_a_v0_handshake_the_plain_message_is_sent_unframed(secured, reader):
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert handshake(connection, version=0).error_code == KafkaError.none
+        token = plain(*reader)
+        connection.send_bytes(len(token).to_bytes(4, "big") + token)
+        assert connection.read_exactly(4) == b"\0\0\0\0"  # PLAIN's server token: empty
+        assert topic_error(connection, TOPIC) == KafkaError.none
+        assert topic_error(connection, OTHER_TOPIC) == KafkaError.topic_authorization_failed
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:  # v0 cannot say why: it closes
+        assert handshake(connection, version=0).error_code == KafkaError.none
+        token = plain(reader[0], "wrong")
+        connection.send_bytes(len(token).to_bytes(4, "big") + token)
+        assert connection.closed_by_peer()
 
 
 def test_an_authorization_id_other_than_the_username_is_refused(secured, reader):
@@ -391,6 +408,22 @@ def test_a_wrong_api_key_fails_each_clients_authentication(secured, reader, capl
     with pytest.raises(KafkaConnectionError):
         asyncio.run(aiokafka_produce(python_config(bootstrap, username, "wrong"), TOPIC, [b"x"]))
     assert f"SaslAuthenticationFailed: {INVALID_CREDENTIALS}" in caplog.text
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="needs kcat")
+def test_kcat_produces_and_consumes_over_sasl(secured):
+    """Debian's kcat (librdkafka 2.0) uses SASL only when SaslHandshake is advertised from v0."""
+    _, api_key = new_principal(secured, "kcat-user", *reader_and_writer("sasl-kcat"))
+    with admin_client(secured) as admin:
+        admin.post("/v1/topics", json={"name": "sasl-kcat", "partitions": 1, "config": {}}).raise_for_status()
+    kcat = ["kcat", "-b", secured.extra["kafka_bootstrap"], "-X", "security.protocol=SASL_PLAINTEXT"]
+    kcat += ["-X", "sasl.mechanisms=PLAIN", "-X", "sasl.username=kcat-user", "-X", f"sasl.password={api_key}"]
+    produced = subprocess.run(
+        [*kcat, "-P", "-t", "sasl-kcat"], input=b"one\ntwo\n", capture_output=True, timeout=WAIT_S
+    )
+    assert produced.returncode == 0, produced.stderr
+    consumed = subprocess.run([*kcat, "-C", "-t", "sasl-kcat", "-e"], capture_output=True, timeout=WAIT_S)
+    assert (consumed.returncode, consumed.stdout) == (0, b"one\ntwo\n"), consumed.stderr
 
 
 # ---- transactions over SASL: the TransactionalId ACLs

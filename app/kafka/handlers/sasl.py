@@ -10,7 +10,7 @@ from app.kafka.sasl import ENABLED_MECHANISMS, NO_SESSION_EXPIRY_MS
 
 
 async def handshake(context, request) -> object:
-    error = context.sasl.handshake(request.mechanism)
+    error = context.sasl.handshake(request.mechanism, context.api_version)
     module = response_module(api_table.SASL_HANDSHAKE, context.api_version)
     return build(module, "SaslHandshakeResponse", error_code=error, mechanisms=ENABLED_MECHANISMS)
 
