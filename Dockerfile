@@ -7,11 +7,14 @@
 # PostgreSQL of your own add -e TXBROKER_DATABASE_URL=postgresql://user:pass@db/txbroker.
 # A local try without keys, the port published on the host's loopback only (the local-only choice):
 #   docker run --rm -p 127.0.0.1:8080:8080 -e TXBROKER_ALLOW_ANONYMOUS=true txbroker
-# The Kafka listener (docs/kafka.md) stays on the container's loopback (127.0.0.1:9092) unless
-# TXBROKER_KAFKA_LISTENER says otherwise, so 9092 is not exposed; it has no authentication yet, so
-# only the local try can use it (docs/operations.md, "Docker"):
-#   docker run --rm -p 127.0.0.1:8080:8080 -p 127.0.0.1:9092:9092 -e TXBROKER_ALLOW_ANONYMOUS=true \
-#     -e TXBROKER_KAFKA_LISTENER=0.0.0.0:9092 -e TXBROKER_KAFKA_ADVERTISED_LISTENER=127.0.0.1:9092 txbroker
+# The Kafka listener (docs/kafka.md) listens on the container's 0.0.0.0:9092; clients connect to the
+# address it advertises, so set it. With auth required it is a SASL listener (SASL/PLAIN: a principal
+# and one of its API keys; SASL_SSL with TXBROKER_SSL_CERTFILE/KEYFILE), docs/operations.md "Docker":
+#   docker run -d -p 8080:8080 -p 9092:9092 -v txbroker-data:/data -e TXBROKER_AUTH=required \
+#     -e TXBROKER_ADMIN_TOKEN -e TXBROKER_KAFKA_ADVERTISED_LISTENER=broker.example.com:9092 txbroker
+#   kcat -b broker.example.com:9092 -X security.protocol=SASL_PLAINTEXT -X sasl.mechanisms=PLAIN \
+#     -X sasl.username=PRINCIPAL -X sasl.password=API_KEY -L
+# The local try over Kafka: add -p 127.0.0.1:9092:9092 -e TXBROKER_KAFKA_ADVERTISED_LISTENER=127.0.0.1:9092.
 FROM python:3.11-slim-bookworm
 
 # setpriv/unshare (util-linux) and useradd (passwd) are what the embedded PostgreSQL launcher uses.
@@ -34,8 +37,8 @@ RUN pip install --no-cache-dir -e ./sdk -e .
 
 # Not root: the embedded PostgreSQL then runs as this user directly (no namespace needed).
 USER txbroker
-ENV TXBROKER_HOST=0.0.0.0 TXBROKER_DATA_DIR=/data
-EXPOSE 8080
+ENV TXBROKER_HOST=0.0.0.0 TXBROKER_DATA_DIR=/data TXBROKER_KAFKA_LISTENER=0.0.0.0:9092
+EXPOSE 8080 9092
 VOLUME ["/data"]
 # Healthy once /v1/health answers 200 (migrations applied, decided transactions recovered; it needs no
 # credentials). Python's urllib, so the image needs no curl; HTTPS when TXBROKER_SSL_CERTFILE is set.

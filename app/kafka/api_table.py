@@ -32,6 +32,8 @@ ADD_PARTITIONS_TO_TXN = 24
 ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
 TXN_OFFSET_COMMIT = 28
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
 DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
@@ -62,6 +64,8 @@ SUPPORTED_VERSIONS: dict[int, range] = {
     ADD_OFFSETS_TO_TXN: range(0, 4),
     END_TXN: range(0, 6),  # v5: transaction version 2 (KIP-890)
     TXN_OFFSET_COMMIT: range(0, 4),  # v3: the group's generation and member (KIP-447)
+    SASL_HANDSHAKE: range(0, 2),  # v0: SASL's token then sent unframed (app/kafka/sasl.py)
+    SASL_AUTHENTICATE: range(0, 3),
     DESCRIBE_PRODUCERS: range(0, 1),
     DESCRIBE_TRANSACTIONS: range(0, 1),
     LIST_TRANSACTIONS: range(0, 3),  # v1: the duration filter; v2: the transactional id pattern (KIP-1152)

@@ -15,7 +15,7 @@ import contextlib
 import logging
 from dataclasses import dataclass, field
 
-from app.coordinator import cluster_nodes, topic_admin, transaction_admin
+from app.coordinator import cluster_nodes, security_admin, topic_admin, transaction_admin
 from app.coordinator.authorizer import (
     ANONYMOUS,
     CLUSTER_RESOURCE,
@@ -48,13 +48,12 @@ log = logging.getLogger("txbroker.kafka")
 
 # Kafka's num.partitions default: the partitions of a topic Metadata creates.
 AUTO_CREATED_PARTITIONS = 1
-# With auth required, Kafka connections have no credentials yet (SASL is not built): they are this
-# principal, a super user of nothing, so every authorized operation is refused.
+# A connection of a server with auth required before it authenticates (sasl.py serves it only
+# ApiVersions and SASL): a principal allowed nothing, should anything else ever ask for one.
 UNAUTHENTICATED = Principal("ANONYMOUS")
-
-
-def connection_principal(settings: Settings) -> Principal:
-    return UNAUTHENTICATED if settings.auth == "required" else ANONYMOUS
+# Who a connection is with auth off: the anonymous super user, as an HTTP caller is.
+AUTH_OFF_PRINCIPAL = ANONYMOUS
+AUTH_REQUIRED = "required"
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +173,16 @@ class BrokerCalls:
     def settings(self) -> Settings:
         return self._state.settings
 
+    @property
+    def requires_authentication(self) -> bool:
+        return self.settings.auth == AUTH_REQUIRED
+
+    async def authenticate(self, username: str, api_key: str) -> Principal | None:
+        """SASL/PLAIN's check: the principal `api_key` belongs to (the core's authentication of an
+        API key, as of HTTP's bearer token), when it is `username`; None otherwise."""
+        principal = await security_admin.authenticate(self._state.pool, api_key)
+        return principal if principal is not None and principal.name == username else None
+
     # ---- this node among the others (coordinator/cluster_nodes.py)
 
     @property
@@ -255,11 +264,13 @@ class BrokerCalls:
     async def init_producer_id(
         self, principal: Principal, transactional_id: str | None, timeout_ms: int, producer_id: int, epoch: int
     ) -> tuple[int, int]:
-        if principal is UNAUTHENTICATED:  # over HTTP, any authenticated caller may be an idempotent producer
+        # As over HTTP, any authenticated caller may be an idempotent producer; an unauthenticated one
+        # never gets here (sasl.py), and would be refused.
+        if principal is UNAUTHENTICATED:
             raise BrokerError(
                 ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                "this server requires credentials, and its Kafka listener cannot take them yet (no SASL): "
-                "produce over HTTP with an API key",
+                "this server requires credentials: authenticate with SASL/PLAIN (username a principal, "
+                "password one of its API keys) first",
             )
         if transactional_id is not None:
             authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)

@@ -12,7 +12,7 @@ CLUSTER_ID = "txbroker"
 @dataclass(frozen=True, slots=True)
 class RequestContext:
     calls: BrokerCalls
-    # The connection's Principal (broker_calls.connection_principal), passed back to every call.
+    # The connection's Principal (sasl.SaslSession.principal), passed back to every call.
     principal: object
     advertised_host: str
     advertised_port: int
@@ -20,3 +20,5 @@ class RequestContext:
     # The request header's client id and the connection's peer: what DescribeGroups shows of a member.
     client_id: str = ""
     client_host: str = ""
+    # The connection's SaslSession: what SaslHandshake and SaslAuthenticate act on (handlers/sasl.py).
+    sasl: object = None

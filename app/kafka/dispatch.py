@@ -2,7 +2,8 @@
 with Kafka's answers to what it cannot serve: an ApiVersions request of a version it does not know
 gets v0's layout with UNSUPPORTED_VERSION (so the client can retry with one it knows); any other
 API or version it does not serve, or a request that does not parse, closes the connection
-(MalformedRequest), as Kafka does."""
+(MalformedRequest), as Kafka does; so does any request but ApiVersions and SASL's before a
+connection authenticates on a server with auth required (sasl.py)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ from app.kafka.handlers import (
     offsets,
     produce,
     producers,
+    sasl,
     transaction_admin,
     transactions,
     versions,
 )
+from app.kafka.sasl import SaslSession
 
 HANDLERS = {
     api_table.PRODUCE: produce.handle,
@@ -49,15 +52,22 @@ HANDLERS = {
     api_table.ADD_OFFSETS_TO_TXN: transactions.add_offsets,
     api_table.END_TXN: transactions.end_txn,
     api_table.TXN_OFFSET_COMMIT: transactions.txn_offset_commit,
+    api_table.SASL_HANDSHAKE: sasl.handshake,
+    api_table.SASL_AUTHENTICATE: sasl.authenticate,
     api_table.DESCRIBE_PRODUCERS: transaction_admin.describe_producers,
     api_table.DESCRIBE_TRANSACTIONS: transaction_admin.describe_transactions,
     api_table.LIST_TRANSACTIONS: transaction_admin.list_transactions,
 }
 
 
-async def answer(frame: bytes, calls, principal, advertised: tuple[str, int], client_host: str = "") -> bytes | None:
+async def answer(
+    frame: bytes, calls, session: SaslSession, advertised: tuple[str, int], client_host: str = ""
+) -> bytes | None:
     """The response frame, or None when none is to be sent (Produce with acks=0). Raises
-    MalformedRequest when the connection must be closed."""
+    MalformedRequest when the connection must be closed (and `session.closing` is True once it must
+    be closed after this response)."""
+    if session.awaits_unframed_token:
+        return await session.unframed_token(frame)
     api_key, api_version, correlation_id = peek_header(frame)
     supported = api_table.SUPPORTED_VERSIONS.get(api_key)
     if supported is None:
@@ -68,9 +78,17 @@ async def answer(frame: bytes, calls, principal, advertised: tuple[str, int], cl
         raise MalformedRequest(
             f"api key {api_key} version {api_version} is not served: expected {supported.start} to {supported.stop - 1}"
         )
+    session.admit(api_key)
     request = parse_request(frame, supported)
     context = RequestContext(
-        calls, principal, advertised[0], advertised[1], api_version, request.client_id or "", client_host
+        calls,
+        await session.principal(),
+        advertised[0],
+        advertised[1],
+        api_version,
+        request.client_id or "",
+        client_host,
+        session,
     )
     response = await HANDLERS[api_key](context, request.body)
     if response is None:

@@ -7,6 +7,9 @@ answered (an idempotent producer's pipelined batches must be appended in sequenc
 whose declared length exceeds kafka_max_request_bytes is refused before a byte of it is read: the
 connection is closed, as Kafka's socket server does (socket.request.max.bytes); so is one that is
 not a request this broker serves (dispatch.py). Nothing a connection sends can stop the listener.
+
+With `auth` required the listener is a SASL listener (sasl.py); with the server's certificate
+(`ssl_certfile`, `ssl_keyfile`, as HTTPS) it speaks TLS: Kafka's SASL_SSL, or SSL with `auth` off.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 
 from app.kafka import dispatch
-from app.kafka.broker_calls import BrokerCalls, connection_principal
+from app.kafka.broker_calls import BrokerCalls
 from app.kafka.frames import FRAME_LENGTH, MalformedRequest
+from app.kafka.sasl import FAILED_AUTHENTICATION_CLOSE_DELAY_S, SaslSession
 from app.runtime.listening_sockets import LISTEN_BACKLOG, bound_accepting_socket
 
 log = logging.getLogger("txbroker.kafka")
@@ -40,6 +45,17 @@ def format_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def tls_context(certfile, keyfile) -> ssl.SSLContext | None:
+    """The server side of TLS with the server's certificate (None without one): the same files
+    uvicorn serves HTTPS with, so one certificate names the node for both doors."""
+    if certfile is None:
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(certfile, keyfile)
+    return context
+
+
 class KafkaListener:
     """Invariant: serves only once `start` is called (the server is ready: migrations applied,
     transactions recovered); binds in `bind`, early, so that a port in use fails the start."""
@@ -51,11 +67,13 @@ class KafkaListener:
         self._socket: socket.socket | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
+        self._tls: ssl.SSLContext | None = None
 
     def bind(self) -> None:
         """Binds beside the socket `serve` holds the port with (and beside the other workers'), as
         every accepting socket of a node does (app/runtime/listening_sockets.py): the kernel spreads the
         connections over the workers, and what they leave at a crash never blocks the restart."""
+        self._tls = tls_context(self._calls.settings.ssl_certfile, self._calls.settings.ssl_keyfile)
         self._socket = bound_accepting_socket(*self._address)
 
     @property
@@ -71,9 +89,24 @@ class KafkaListener:
     async def start(self) -> None:
         if self._socket is None:
             self.bind()
-        self._server = await asyncio.start_server(self._accepted, sock=self._socket, backlog=LISTEN_BACKLOG)
+        self._server = await asyncio.start_server(
+            self._accepted, sock=self._socket, backlog=LISTEN_BACKLOG, ssl=self._tls
+        )
         await self._calls.announce(*self.advertised)
-        log.info("Kafka listener on %s:%d (advertised as %s:%d)", *self.bound_address, *self.advertised)
+        log.info(
+            "Kafka listener (%s) on %s:%d (advertised as %s:%d)",
+            self.security_protocol,
+            *self.bound_address,
+            *self.advertised,
+        )
+
+    @property
+    def security_protocol(self) -> str:
+        """Kafka's name for what a client must speak here (its security.protocol)."""
+        sasl = self._calls.requires_authentication
+        if self._tls is None:
+            return "SASL_PLAINTEXT" if sasl else "PLAINTEXT"
+        return "SASL_SSL" if sasl else "SSL"
 
     async def stop(self) -> None:
         await self._calls.withdraw()
@@ -110,11 +143,10 @@ class KafkaListener:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         calls = self._calls
-        limit = calls.settings.kafka_max_request_bytes
-        principal = connection_principal(calls.settings)
         advertised = self.advertised
         peer = writer.get_extra_info("peername")
         client_host = f"/{peer[0]}" if peer else ""  # as Kafka shows a member's host
+        session = SaslSession(calls, format_address(*peer[:2]) if peer else "?")
         while True:
             try:
                 header = await reader.readexactly(FRAME_LENGTH.size)
@@ -123,13 +155,17 @@ class KafkaListener:
                     return  # closed between requests
                 raise
             (length,) = FRAME_LENGTH.unpack(header)
+            limit = session.max_request_bytes(calls.settings.kafka_max_request_bytes)
             if not 0 <= length <= limit:
                 raise MalformedRequest(
                     f"a request frame of {length} bytes was announced: expected at most {limit} "
-                    f"(kafka_max_request_bytes); refused unread"
+                    f"({session.limit_name}); refused unread"
                 )
             frame = await reader.readexactly(length)
-            response = await dispatch.answer(frame, calls, principal, advertised, client_host)
+            response = await dispatch.answer(frame, calls, session, advertised, client_host)
             if response is not None:
                 writer.write(response)
                 await writer.drain()
+            if session.closing:
+                await asyncio.sleep(FAILED_AUTHENTICATION_CLOSE_DELAY_S)
+                return

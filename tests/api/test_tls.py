@@ -13,10 +13,12 @@ import pytest
 
 from tests.conftest import REPO_ROOT, loopback_socket
 
+NEEDS_OPENSSL = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
-def test_serves_https_with_the_given_certificate(database_url, tmp_path):
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+
+def make_certificate(directory) -> tuple:
+    """(certificate, key) PEM files of a self-signed certificate for 127.0.0.1, made in `directory`."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
     subprocess.run(
         [
             "openssl",
@@ -40,6 +42,12 @@ def test_serves_https_with_the_given_certificate(database_url, tmp_path):
         capture_output=True,
         timeout=60,
     )
+    return cert, key
+
+
+@NEEDS_OPENSSL
+def test_serves_https_with_the_given_certificate(database_url, tmp_path):
+    cert, key = make_certificate(tmp_path)
     sock = loopback_socket()
     url = f"https://127.0.0.1:{sock.getsockname()[1]}"
     server = subprocess.Popen(

@@ -64,7 +64,7 @@ class ConfluentKafka:
         assert producer.flush(WAIT_S) == 0
         return delivered
 
-    def consume(self, server, topic, partition, count, offset=0, isolation="read_uncommitted"):
+    def consume(self, server, topic, partition, count, offset=0, isolation="read_uncommitted", **extra):
         consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap(server),
@@ -72,6 +72,7 @@ class ConfluentKafka:
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "isolation.level": isolation,
+                **extra,
             }
         )
         try:

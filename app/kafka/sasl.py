@@ -1,0 +1,199 @@
+"""Who a Kafka connection is: SASL/PLAIN authentication (KIP-43, KIP-152) on a listener of a server
+with `auth` required, as a Kafka SASL listener does it; the anonymous super user with `auth` off.
+
+PLAIN's username is a txbroker principal and its password one of that principal's API keys, the
+same key HTTP takes as a bearer token (broker_calls.authenticate).
+
+A connection's states, as Kafka's SaslServerAuthenticator has them:
+
+    HANDSHAKE        (auth required, at connect) ApiVersions and SaslHandshake are served; any other
+                     request closes the connection. A SaslHandshake naming PLAIN leads to
+                     AUTHENTICATE; naming another mechanism it is answered UNSUPPORTED_SASL_MECHANISM
+                     with the enabled ones, and the connection closes (FAILED).
+    AUTHENTICATE     SaslAuthenticate only. The right username and API key lead to AUTHENTICATED;
+                     a wrong one is answered SASL_AUTHENTICATION_FAILED and the connection closes.
+    UNFRAMED_TOKEN   after a SaslHandshake v0 (before Kafka 1.0, KIP-152): the next frame is PLAIN's
+                     message itself, not a request; the right one is answered with an empty token
+                     frame and leads to AUTHENTICATED, a wrong one closes the connection unanswered
+                     (v0 has no way to say why). Served because librdkafka 2.0 (Debian's kcat) uses
+                     SASL only when the broker advertises SaslHandshake from v0 (it then sends v1).
+    AUTHENTICATED    every request, as the principal. SaslHandshake and SaslAuthenticate get
+                     ILLEGAL_SASL_STATE: there is no re-authentication (KIP-368's session lifetime
+                     is answered 0: the session does not expire).
+    FAILED           the answer is sent, then the connection is closed (after Kafka's delay).
+
+With `auth` off the listener is a PLAINTEXT one: a connection is AUTHENTICATED as ANONYMOUS from the
+start, and a client configured for SASL gets ILLEGAL_SASL_STATE for its SaslHandshake, as Kafka's
+brokers answer it on a listener without SASL.
+
+The principal is read again for every request (as HTTP reads it per request): an ACL changed since
+the connection authenticated applies to its next request, and once its key is revoked or its
+principal deleted, the connection is closed.
+"""
+
+from __future__ import annotations
+
+import logging
+from enum import Enum
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from app.kafka import api_table
+from app.kafka.broker_calls import AUTH_OFF_PRINCIPAL, UNAUTHENTICATED, BrokerCalls
+from app.kafka.frames import MalformedRequest
+
+log = logging.getLogger("txbroker.kafka")
+
+PLAIN = "PLAIN"
+ENABLED_MECHANISMS = (PLAIN,)
+# Kafka's sasl.server.max.receive.size: the largest frame an unauthenticated client may send, so
+# that it cannot make the node buffer kafka_max_request_bytes (100 MiB) before it is known.
+UNAUTHENTICATED_MAX_REQUEST_BYTES = 524288
+# Kafka's connection.failed.authentication.delay.ms: a failed connection is closed this long after
+# its answer, which slows a guesser down and lets a client read the answer before the close (a client
+# that sees the end of the stream first reports a lost connection instead of the failure).
+FAILED_AUTHENTICATION_CLOSE_DELAY_S = 0.1
+# SaslHandshake v0: SASL's tokens follow unframed, each a 4-byte length and the bytes.
+UNFRAMED_HANDSHAKE_VERSION = 0
+EMPTY_TOKEN_FRAME = b"\0\0\0\0"  # PLAIN's server token: empty
+# KIP-368's session lifetime: 0, the session never has to re-authenticate.
+NO_SESSION_EXPIRY_MS = 0
+# What may be asked before authentication, per state.
+_SERVED_BEFORE_HANDSHAKE = frozenset({api_table.API_VERSIONS, api_table.SASL_HANDSHAKE})
+_SERVED_BEFORE_AUTHENTICATE = frozenset({api_table.SASL_AUTHENTICATE})
+# As Kafka words it, so that a client shows the same text: a wrong username or key is not told apart.
+INVALID_CREDENTIALS = "Authentication failed: Invalid username or password"
+
+
+class State(Enum):
+    HANDSHAKE = "handshake"
+    AUTHENTICATE = "authenticate"
+    UNFRAMED_TOKEN = "unframed token"
+    AUTHENTICATED = "authenticated"
+    FAILED = "failed"
+
+
+class NotAuthenticated(MalformedRequest):
+    """A request other than ApiVersions, SaslHandshake and SaslAuthenticate before authentication:
+    the connection is closed, as a Kafka SASL listener closes it."""
+
+
+class PlainCredentialsInvalid(Exception):
+    """A SASL/PLAIN message that is not authzid NUL username NUL password (RFC 4616) as Kafka takes it."""
+
+
+def plain_credentials(auth_bytes: bytes) -> tuple[str, str]:
+    """(username, password) of a SASL/PLAIN message, checked as Kafka's PlainSaslServer checks it."""
+    try:
+        tokens = auth_bytes.decode("utf-8").split("\0")
+    except UnicodeDecodeError:
+        raise PlainCredentialsInvalid("Invalid SASL/PLAIN response: expected UTF-8") from None
+    if len(tokens) != 3:
+        raise PlainCredentialsInvalid(
+            f"Invalid SASL/PLAIN response: expected 3 tokens (authzid NUL username NUL password), got {len(tokens)}"
+        )
+    authorization_id, username, password = tokens
+    if not username:
+        raise PlainCredentialsInvalid("Authentication failed: username not specified")
+    if not password:
+        raise PlainCredentialsInvalid("Authentication failed: password not specified")
+    if authorization_id and authorization_id != username:
+        raise PlainCredentialsInvalid(
+            "Authentication failed: Client requested an authorization id that is different from username"
+        )
+    return username, password
+
+
+class SaslSession:
+    """One connection's authentication. Invariant: a request is served as a principal only in
+    AUTHENTICATED, as the principal its credentials name at that request (module docstring)."""
+
+    def __init__(self, calls: BrokerCalls, peer: str) -> None:
+        self._calls = calls
+        self._peer = peer
+        self._credentials: tuple[str, str] | None = None
+        self.state = State.HANDSHAKE if calls.requires_authentication else State.AUTHENTICATED
+
+    @property
+    def closing(self) -> bool:
+        """True once the connection must be closed after the answer just sent."""
+        return self.state is State.FAILED
+
+    def max_request_bytes(self, authenticated_limit: int) -> int:
+        return authenticated_limit if self.state is State.AUTHENTICATED else UNAUTHENTICATED_MAX_REQUEST_BYTES
+
+    @property
+    def limit_name(self) -> str:
+        """Where max_request_bytes comes from, for the message refusing a frame over it."""
+        if self.state is State.AUTHENTICATED:
+            return "kafka_max_request_bytes"
+        return "before SASL authentication, as Kafka's sasl.server.max.receive.size"
+
+    def admit(self, api_key: int) -> None:
+        """Raises NotAuthenticated for a request this state does not serve."""
+        if self.state is State.HANDSHAKE and api_key not in _SERVED_BEFORE_HANDSHAKE:
+            raise NotAuthenticated(
+                f"api key {api_key} before SASL authentication: with auth required the listener serves only "
+                f"ApiVersions and SaslHandshake (mechanism PLAIN) then SaslAuthenticate until a client authenticates"
+            )
+        if self.state is State.AUTHENTICATE and api_key not in _SERVED_BEFORE_AUTHENTICATE:
+            raise NotAuthenticated(f"api key {api_key} after SaslHandshake: expected SaslAuthenticate (key 36)")
+
+    @property
+    def awaits_unframed_token(self) -> bool:
+        """True when the next frame is SASL's token itself (after SaslHandshake v0), not a request."""
+        return self.state is State.UNFRAMED_TOKEN
+
+    def handshake(self, mechanism: str, version: int) -> KafkaError:
+        if self.state is not State.HANDSHAKE:
+            return KafkaError.illegal_sasl_state
+        if mechanism not in ENABLED_MECHANISMS:
+            log.info("closing a Kafka connection from %s: SASL mechanism %r is not enabled", self._peer, mechanism)
+            self.state = State.FAILED
+            return KafkaError.unsupported_sasl_mechanism
+        self.state = State.UNFRAMED_TOKEN if version == UNFRAMED_HANDSHAKE_VERSION else State.AUTHENTICATE
+        return KafkaError.none
+
+    async def unframed_token(self, auth_bytes: bytes) -> bytes | None:
+        """What to answer a SASL token sent unframed (after SaslHandshake v0): an empty token frame
+        when it authenticates; nothing when it does not (the connection is then `closing`)."""
+        self.state = State.AUTHENTICATE
+        error, _ = await self.authenticate(auth_bytes)
+        return EMPTY_TOKEN_FRAME if error == KafkaError.none else None
+
+    async def authenticate(self, auth_bytes: bytes) -> tuple[KafkaError, str | None]:
+        """The answer's error code and message."""
+        if self.state is not State.AUTHENTICATE:
+            return KafkaError.illegal_sasl_state, (
+                "SaslAuthenticate received after successful authentication"
+                if self.state is State.AUTHENTICATED
+                else "SaslAuthenticate received before SaslHandshake"
+            )
+        try:
+            username, password = plain_credentials(auth_bytes)
+        except PlainCredentialsInvalid as invalid:
+            return self._failed(str(invalid))
+        if await self._calls.authenticate(username, password) is None:
+            return self._failed(INVALID_CREDENTIALS, username)
+        self._credentials = username, password
+        self.state = State.AUTHENTICATED
+        return KafkaError.none, None
+
+    def _failed(self, message: str, username: str | None = None) -> tuple[KafkaError, str]:
+        log.info("failed SASL/PLAIN authentication from %s (username %r): %s", self._peer, username, message)
+        self.state = State.FAILED
+        return KafkaError.sasl_authentication_failed, message
+
+    async def principal(self):
+        """Who this request is served as (read again per request, module docstring)."""
+        if self.state is not State.AUTHENTICATED:
+            return UNAUTHENTICATED  # only ApiVersions and SASL are served: a principal allowed nothing
+        if self._credentials is None:
+            return AUTH_OFF_PRINCIPAL
+        principal = await self._calls.authenticate(*self._credentials)
+        if principal is None:
+            raise NotAuthenticated(
+                f"the API key principal {self._credentials[0]!r} authenticated with was revoked (or the principal "
+                f"deleted): the client must authenticate again"
+            )
+        return principal

@@ -1,0 +1,494 @@
+"""With `--auth required` the Kafka listener is a SASL listener (app/kafka/sasl.py): SASL/PLAIN with a
+principal's name and one of its API keys, then the same ACLs as over HTTP. Raw requests for
+Kafka's rules (what is served before authentication, wrong credentials, mechanisms), then the real
+clients over SASL_PLAINTEXT; TLS is test_security_tls.py's."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import shutil
+import subprocess
+import time
+
+import httpx
+import pytest
+from confluent_kafka import KafkaError as ConfluentError
+from confluent_kafka import KafkaException, Producer
+from kio.schema.errors import ErrorCode as KafkaError
+
+from app.kafka import api_table
+from app.kafka.sasl import INVALID_CREDENTIALS, UNAUTHENTICATED_MAX_REQUEST_BYTES
+from tests.conftest import start_server_on_fresh_database, stop_in_process_server
+from tests.kafka.clients import WAIT_S, ConfluentKafka
+from tests.kafka.raw import RawConnection, nested, request_of
+
+ADMIN_TOKEN = "admin-secret"
+TOPIC = "guarded"
+OTHER_TOPIC = "unreadable"
+GROUP_PREFIX = "sasl-"
+
+
+@pytest.fixture(scope="module")
+def secured(postgres):
+    server = start_server_on_fresh_database(
+        postgres, "kafka_security", kafka_listener="127.0.0.1:0", auth="required", admin_token=ADMIN_TOKEN
+    )
+    with admin_client(server) as admin:
+        for topic in (TOPIC, OTHER_TOPIC):
+            admin.post("/v1/topics", json={"name": topic, "partitions": 1, "config": {}}).raise_for_status()
+    yield server
+    stop_in_process_server(server)
+
+
+def admin_client(server) -> httpx.Client:
+    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30)
+
+
+def rule(resource_type: str, name: str, operation: str, pattern_type: str = "literal") -> dict:
+    return {"resource_type": resource_type, "resource_name": name, "operation": operation, "pattern_type": pattern_type}
+
+
+def new_principal(server, name: str, *rules: dict) -> tuple[str, str]:
+    """(key id, API key) of a new principal with these ACL rules."""
+    with admin_client(server) as admin:
+        admin.post("/v1/principals", json={"name": name}).raise_for_status()
+        key = admin.post(f"/v1/principals/{name}/keys").json()
+        for acl in rules:
+            admin.post("/v1/acls", json={"principal": name, **acl}).raise_for_status()
+    return key["key_id"], key["token"]
+
+
+def reader_and_writer(topic: str) -> list[dict]:
+    """What a producer and an assign-and-seek consumer of `topic` need."""
+    return [
+        rule("Topic", topic, "Write"),
+        rule("Topic", topic, "Read"),
+        rule("Group", GROUP_PREFIX, "Read", "prefixed"),
+    ]
+
+
+# ---- raw: Kafka's rules of a SASL listener
+
+
+def plain(username: str, password: str, authorization_id: str = "") -> bytes:
+    return f"{authorization_id}\0{username}\0{password}".encode()
+
+
+def handshake(connection: RawConnection, mechanism: str = "PLAIN", version: int = 1):
+    return connection.call(request_of(api_table.SASL_HANDSHAKE, version, mechanism=mechanism))
+
+
+def sasl_authenticate(connection: RawConnection, auth_bytes: bytes, version: int = 2):
+    return connection.call(request_of(api_table.SASL_AUTHENTICATE, version, auth_bytes=auth_bytes))
+
+
+def log_in(connection: RawConnection, username: str, api_key: str, version: int = 2):
+    assert handshake(connection).error_code == KafkaError.none
+    return sasl_authenticate(connection, plain(username, api_key), version)
+
+
+def metadata(connection: RawConnection, topic: str):
+    return connection.call(
+        request_of(
+            api_table.METADATA,
+            12,
+            topics=(nested(api_table.METADATA, 12, "MetadataRequestTopic", name=topic, topic_id=None),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+    )
+
+
+def api_versions():
+    return request_of(api_table.API_VERSIONS, 3, client_software_name="raw-test", client_software_version="1")
+
+
+def every_topic():
+    return request_of(
+        api_table.METADATA, 12, topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+
+
+def closes_the_connection(connection: RawConnection, request) -> bool:
+    connection.send(request)
+    return connection.closed_by_peer()
+
+
+def topic_error(connection: RawConnection, topic: str) -> KafkaError:
+    (answer,) = metadata(connection, topic).topics
+    return answer.error_code
+
+
+@pytest.fixture(scope="module")
+def reader(secured) -> tuple[str, str]:
+    """(username, API key) of a principal that may read and write TOPIC only."""
+    _, api_key = new_principal(secured, "reader", *reader_and_writer(TOPIC))
+    return "reader", api_key
+
+
+def test_before_authentication_only_api_versions_and_sasl_are_served(secured, reader):
+    bootstrap = secured.extra["kafka_bootstrap"]
+    with RawConnection(bootstrap) as connection:
+        versions = connection.call(api_versions())
+        assert versions.error_code == KafkaError.none
+        advertised = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
+        assert advertised[api_table.SASL_HANDSHAKE] == (0, 1)
+        assert advertised[api_table.SASL_AUTHENTICATE] == (0, 2)
+        assert closes_the_connection(connection, every_topic())
+    with RawConnection(bootstrap) as connection:  # after the handshake, SaslAuthenticate only
+        assert handshake(connection).error_code == KafkaError.none
+        assert closes_the_connection(connection, api_versions())
+    with RawConnection(bootstrap) as connection:  # Kafka's sasl.server.max.receive.size before authentication
+        connection.send_bytes((UNAUTHENTICATED_MAX_REQUEST_BYTES + 1).to_bytes(4, "big"))
+        assert connection.closed_by_peer()
+
+
+def test_an_unsupported_mechanism_is_answered_with_plain_and_the_connection_closes(secured):
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        answer = handshake(connection, "SCRAM-SHA-512")
+        assert answer.error_code == KafkaError.unsupported_sasl_mechanism
+        assert answer.mechanisms == ("PLAIN",)
+        assert connection.closed_by_peer()
+
+
+@pytest.mark.parametrize(
+    "auth_bytes",
+    [
+        plain("reader", "not-its-key"),
+        plain("nobody", "not-a-key"),
+        plain("reader", ""),
+        plain("", "x"),
+        b"no separators",
+        b"\xff\0reader\0key",
+    ],
+    ids=["wrong-key", "unknown-user", "no-password", "no-username", "not-plain", "not-utf8"],
+)
+def test_wrong_credentials_fail_authentication_and_close_the_connection(secured, reader, auth_bytes):
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert handshake(connection).error_code == KafkaError.none
+        answer = sasl_authenticate(connection, auth_bytes)
+        assert answer.error_code == KafkaError.sasl_authentication_failed
+        assert answer.error_message
+        assert connection.closed_by_peer()
+
+
+def test_another_principals_key_does_not_authenticate(secured, reader):
+    _, other_key = new_principal(secured, "other-key-owner")
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        answer = log_in(connection, "reader", other_key)
+        assert (answer.error_code, answer.error_message) == (KafkaError.sasl_authentication_failed, INVALID_CREDENTIALS)
+        assert connection.closed_by_peer()
+
+
+@pytest.mark.parametrize("version", sorted(api_table.SUPPORTED_VERSIONS[api_table.SASL_AUTHENTICATE]))
+def test_each_sasl_authenticate_version_authenticates_and_the_acls_apply(secured, reader, version):
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        answer = log_in(connection, *reader, version=version)
+        assert answer.error_code == KafkaError.none, answer
+        if version >= 1:  # KIP-368: no re-authentication, the session does not expire
+            assert answer.session_lifetime == datetime.timedelta(0)
+        assert topic_error(connection, TOPIC) == KafkaError.none
+        assert topic_error(connection, OTHER_TOPIC) == KafkaError.topic_authorization_failed
+        assert handshake(connection).error_code == KafkaError.illegal_sasl_state  # no re-authentication
+        assert sasl_authenticate(connection, plain(*reader)).error_code == KafkaError.illegal_sasl_state
+        assert topic_error(connection, TOPIC) == KafkaError.none
+
+
+def test_after_a_v0_handshake_the_plain_message_is_sent_unframed(secured, reader):
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert handshake(connection, version=0).error_code == KafkaError.none
+        token = plain(*reader)
+        connection.send_bytes(len(token).to_bytes(4, "big") + token)
+        assert connection.read_exactly(4) == b"\0\0\0\0"  # PLAIN's server token: empty
+        assert topic_error(connection, TOPIC) == KafkaError.none
+        assert topic_error(connection, OTHER_TOPIC) == KafkaError.topic_authorization_failed
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:  # v0 cannot say why: it closes
+        assert handshake(connection, version=0).error_code == KafkaError.none
+        token = plain(reader[0], "wrong")
+        connection.send_bytes(len(token).to_bytes(4, "big") + token)
+        assert connection.closed_by_peer()
+
+
+def test_an_authorization_id_other_than_the_username_is_refused(secured, reader):
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert handshake(connection).error_code == KafkaError.none
+        answer = sasl_authenticate(connection, plain(*reader, authorization_id="admin"))
+        assert answer.error_code == KafkaError.sasl_authentication_failed
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert handshake(connection).error_code == KafkaError.none
+        assert sasl_authenticate(connection, plain(*reader, authorization_id="reader")).error_code == KafkaError.none
+
+
+def test_an_open_connection_gets_acl_changes_and_is_closed_once_its_key_is_revoked(secured):
+    key_id, api_key = new_principal(secured, "changing")
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "changing", api_key).error_code == KafkaError.none
+        assert topic_error(connection, OTHER_TOPIC) == KafkaError.topic_authorization_failed
+        with admin_client(secured) as admin:
+            admin.post(
+                "/v1/acls", json={"principal": "changing", **rule("Topic", OTHER_TOPIC, "Describe")}
+            ).raise_for_status()
+            assert topic_error(connection, OTHER_TOPIC) == KafkaError.none
+            admin.delete(f"/v1/principals/changing/keys/{key_id}").raise_for_status()
+        assert closes_the_connection(connection, every_topic())
+
+
+def test_the_admin_apis_apply_the_principals_acls(secured, reader):
+    """KIP-664's APIs and CreatePartitions, as a principal that may only read and write TOPIC."""
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, *reader).error_code == KafkaError.none
+        described = connection.call(request_of(api_table.DESCRIBE_TRANSACTIONS, 0, transactional_ids=("any-txn",)))
+        assert [t.error_code for t in described.transaction_states] == [
+            KafkaError.transactional_id_authorization_failed
+        ]
+        listed = connection.call(
+            request_of(
+                api_table.LIST_TRANSACTIONS,
+                2,
+                state_filters=(),
+                producer_id_filters=(),
+                duration_filter=-1,
+                transactional_id_pattern=None,
+            )
+        )
+        assert (listed.error_code, listed.transaction_states) == (KafkaError.none, ())
+        for topic, expected in ((OTHER_TOPIC, KafkaError.topic_authorization_failed), (TOPIC, KafkaError.none)):
+            wanted = nested(api_table.DESCRIBE_PRODUCERS, 0, "TopicRequest", name=topic, partition_indexes=(0,))
+            producers = connection.call(request_of(api_table.DESCRIBE_PRODUCERS, 0, topics=(wanted,)))
+            assert [p.error_code for t in producers.topics for p in t.partitions] == [expected]
+        grow = nested(api_table.CREATE_PARTITIONS, 3, "CreatePartitionsTopic", name=TOPIC, count=2, assignments=None)
+        grown = connection.call(
+            request_of(
+                api_table.CREATE_PARTITIONS,
+                3,
+                topics=(grow,),
+                timeout=datetime.timedelta(seconds=5),
+                validate_only=False,
+            )
+        )
+        assert [r.error_code for r in grown.results] == [KafkaError.topic_authorization_failed]
+    with admin_client(secured) as admin:
+        assert len(admin.get(f"/v1/topics/{TOPIC}").json()["partitions"]) == 1
+
+
+# ---- the real clients over SASL_PLAINTEXT
+
+
+def confluent_security(username: str, api_key: str, **extra) -> dict:
+    """What confluent-kafka's config adds for SASL/PLAIN (tests.kafka.clients takes it as extra config)."""
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": username,
+        "sasl.password": api_key,
+        **extra,
+    }
+
+
+def confluent_config(bootstrap: str, username: str, api_key: str, **extra) -> dict:
+    return {"bootstrap.servers": bootstrap, **confluent_security(username, api_key, **extra)}
+
+
+def python_config(bootstrap: str, username: str, api_key: str, **extra) -> dict:
+    """kafka-python's and aiokafka's (the same names)."""
+    return {
+        "bootstrap_servers": bootstrap,
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": username,
+        "sasl_plain_password": api_key,
+        **extra,
+    }
+
+
+def confluent_produce(config: dict, topic: str, values: list[bytes]) -> list:
+    """The delivery errors (None each when delivered)."""
+    producer = Producer(config)
+    errors = []
+    for value in values:
+        producer.produce(topic, value=value, on_delivery=lambda error, _message: errors.append(error))
+    assert producer.flush(WAIT_S) == 0
+    return errors
+
+
+def kafka_python_produce(config: dict, topic: str, values: list[bytes]) -> None:
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(**config)
+    try:
+        for future in [producer.send(topic, value=value) for value in values]:
+            future.get(WAIT_S)
+    finally:
+        producer.close(WAIT_S)
+
+
+def kafka_python_consume(config: dict, topic: str, count: int) -> list[bytes]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(group_id=None, enable_auto_commit=False, **config)
+    try:
+        partition = TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek(partition, 0)
+        values = []
+        deadline = time.monotonic() + WAIT_S
+        while len(values) < count and time.monotonic() < deadline:
+            values += [record.value for record in consumer.poll(timeout_ms=1000).get(partition, [])]
+        return values
+    finally:
+        consumer.close()
+
+
+async def aiokafka_produce(config: dict, topic: str, values: list[bytes]) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(**config)
+    try:
+        await producer.start()
+        for value in values:
+            await producer.send_and_wait(topic, value=value)
+    finally:
+        await producer.stop()
+
+
+async def aiokafka_consume(config: dict, topic: str, count: int) -> list[bytes]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(group_id=None, enable_auto_commit=False, **config)
+    await consumer.start()
+    try:
+        partition = TopicPartition(topic, 0)
+        consumer.assign([partition])
+        consumer.seek(partition, 0)
+        values = []
+        deadline = time.monotonic() + WAIT_S
+        while len(values) < count and time.monotonic() < deadline:
+            batches = await consumer.getmany(partition, timeout_ms=1000)
+            values += [record.value for record in batches.get(partition, [])]
+        return values
+    finally:
+        await consumer.stop()
+
+
+def confluent_consume(server, topic: str, count: int, **config) -> list[bytes]:
+    received = ConfluentKafka().consume(server, topic, 0, count, **{"group.id": GROUP_PREFIX + "confluent", **config})
+    return [record.value for record in received]
+
+
+def round_trip(client: str, server, username: str, api_key: str, topic: str, values: list[bytes], **tls):
+    """Produces `values` to partition 0 of `topic` with the client, then reads the partition back."""
+    if client == "confluent-kafka":
+        security = confluent_security(username, api_key, **tls)
+        ConfluentKafka().produce(server, topic, [{"value": value} for value in values], **security)
+        return confluent_consume(server, topic, len(values), **security)
+    config = python_config(server.extra["kafka_bootstrap"], username, api_key, **tls)
+    if client == "kafka-python":
+        kafka_python_produce(config, topic, values)
+        return kafka_python_consume(config, topic, len(values))
+    asyncio.run(aiokafka_produce(config, topic, values))
+    return asyncio.run(aiokafka_consume(config, topic, len(values)))
+
+
+CLIENTS = ["confluent-kafka", "kafka-python", "aiokafka"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_an_authorized_principal_produces_and_consumes(secured, client):
+    topic = f"sasl-{client}"
+    with admin_client(secured) as admin:
+        admin.post("/v1/topics", json={"name": topic, "partitions": 1, "config": {}}).raise_for_status()
+    _, api_key = new_principal(secured, f"user-{client}", *reader_and_writer(topic))
+    values = [f"{client}-{i}".encode() for i in range(3)]
+    assert round_trip(client, secured, f"user-{client}", api_key, topic, values) == values
+
+
+def test_a_principal_without_the_topics_acl_is_refused_by_each_client(secured, reader):
+    bootstrap = secured.extra["kafka_bootstrap"]
+    errors = confluent_produce(
+        confluent_config(bootstrap, *reader, **{"message.timeout.ms": 30000}), OTHER_TOPIC, [b"x"]
+    )
+    assert [error.code() for error in errors] == [ConfluentError.TOPIC_AUTHORIZATION_FAILED]
+
+    from aiokafka.errors import TopicAuthorizationFailedError as AioTopicAuthorizationFailed
+    from kafka.errors import TopicAuthorizationFailedError
+
+    with pytest.raises(TopicAuthorizationFailedError):
+        kafka_python_produce(python_config(bootstrap, *reader), OTHER_TOPIC, [b"x"])
+    with pytest.raises(AioTopicAuthorizationFailed):
+        asyncio.run(aiokafka_produce(python_config(bootstrap, *reader), OTHER_TOPIC, [b"x"]))
+    with admin_client(secured) as admin:
+        assert admin.get(f"/v1/topics/{OTHER_TOPIC}").json()["partitions"][0]["high_watermark"] == 0
+
+
+def test_a_wrong_api_key_fails_each_clients_authentication(secured, reader, caplog):
+    bootstrap = secured.extra["kafka_bootstrap"]
+    username = reader[0]
+    failures = []
+    producer = Producer(confluent_config(bootstrap, username, "wrong", error_cb=failures.append))
+    deadline = time.monotonic() + WAIT_S
+    while not failures and time.monotonic() < deadline:
+        producer.poll(0.2)
+    assert failures and failures[0].code() == ConfluentError._AUTHENTICATION, failures
+    assert INVALID_CREDENTIALS in failures[0].str()
+
+    del producer  # it would keep retrying
+
+    # kafka-python retries a failed authentication until its bootstrap times out; aiokafka gives up at once.
+    # Both log why: Kafka's error and message, as the listener sent them.
+    from aiokafka.errors import KafkaConnectionError
+    from kafka.errors import KafkaTimeoutError
+
+    with pytest.raises(KafkaTimeoutError):
+        kafka_python_produce(python_config(bootstrap, username, "wrong", bootstrap_timeout_ms=2000), TOPIC, [b"x"])
+    assert f"SaslAuthenticationFailedError: {INVALID_CREDENTIALS}" in caplog.text
+    caplog.clear()
+    with pytest.raises(KafkaConnectionError):
+        asyncio.run(aiokafka_produce(python_config(bootstrap, username, "wrong"), TOPIC, [b"x"]))
+    assert f"SaslAuthenticationFailed: {INVALID_CREDENTIALS}" in caplog.text
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="needs kcat")
+def test_kcat_produces_and_consumes_over_sasl(secured):
+    """Debian's kcat (librdkafka 2.0) uses SASL only when SaslHandshake is advertised from v0."""
+    _, api_key = new_principal(secured, "kcat-user", *reader_and_writer("sasl-kcat"))
+    with admin_client(secured) as admin:
+        admin.post("/v1/topics", json={"name": "sasl-kcat", "partitions": 1, "config": {}}).raise_for_status()
+    kcat = ["kcat", "-b", secured.extra["kafka_bootstrap"], "-X", "security.protocol=SASL_PLAINTEXT"]
+    kcat += ["-X", "sasl.mechanisms=PLAIN", "-X", "sasl.username=kcat-user", "-X", f"sasl.password={api_key}"]
+    produced = subprocess.run(
+        [*kcat, "-P", "-t", "sasl-kcat"], input=b"one\ntwo\n", capture_output=True, timeout=WAIT_S
+    )
+    assert produced.returncode == 0, produced.stderr
+    consumed = subprocess.run([*kcat, "-C", "-t", "sasl-kcat", "-e"], capture_output=True, timeout=WAIT_S)
+    assert (consumed.returncode, consumed.stdout) == (0, b"one\ntwo\n"), consumed.stderr
+
+
+# ---- transactions over SASL: the TransactionalId ACLs
+
+
+def test_a_transaction_over_sasl_needs_the_transactional_id_acl(secured):
+    topic = "sasl-transactions"
+    with admin_client(secured) as admin:
+        admin.post("/v1/topics", json={"name": topic, "partitions": 2, "config": {}}).raise_for_status()
+    rules = [*reader_and_writer(topic), rule("TransactionalId", "sasl-tx-", "Write", "prefixed")]
+    _, api_key = new_principal(secured, "transactor", *rules)
+    bootstrap = secured.extra["kafka_bootstrap"]
+
+    refused = Producer(confluent_config(bootstrap, "transactor", api_key, **{"transactional.id": "other-tx"}))
+    with pytest.raises(KafkaException) as denied:
+        refused.init_transactions(WAIT_S)
+    assert denied.value.args[0].code() == ConfluentError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+
+    producer = Producer(confluent_config(bootstrap, "transactor", api_key, **{"transactional.id": "sasl-tx-1"}))
+    producer.init_transactions(WAIT_S)
+    for commit, value in ((False, b"aborted"), (True, b"committed")):
+        producer.begin_transaction()
+        for partition in (0, 1):
+            producer.produce(topic, value=value, partition=partition)
+        assert producer.flush(WAIT_S) == 0
+        (producer.commit_transaction if commit else producer.abort_transaction)(WAIT_S)
+    committed = confluent_consume(
+        secured, topic, 1, isolation="read_committed", **confluent_security("transactor", api_key)
+    )
+    assert committed == [b"committed"]
