@@ -18,6 +18,6 @@ transactions, again), 2 and 4 alternate baseline and Kafka; each adds its rounds
 stops its own embedded PostgreSQL and `txbroker serve` (by pid). See bench/README.md.
 """
 
-# client.py: the confluent-kafka clients, run in client subprocesses; client_runs.py: runs them for
+# clients.py: the confluent-kafka clients, run in client subprocesses; client_runs.py: runs them for
 # a window and measures it as bench.timed_run does; sections.py: the five measurements; __main__:
 # the options, the processes and the table (bench.transactions.report's).

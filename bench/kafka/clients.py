@@ -1,8 +1,9 @@
 """The confluent-kafka clients of the Kafka benchmark, as functions run in client subprocesses
-(bench/kafka/client_pool.py): each takes plain, picklable arguments and returns what it measured.
+(bench.timed_run.ClientProcesses, driven by bench/kafka/client_runs.py): each takes plain,
+picklable arguments and returns what it measured.
 
 Every timed function first connects and warms up (metadata, producer id, InitProducerId), then
-waits at `start` (a Window: a barrier of every client process and the bench) so that all begin
+waits at its Window (a barrier of every client process and the bench) so that all begin
 together whatever their warm-up took, works for the window's time and reports what completed and
 when (time.monotonic(), shared by every process of a machine). The clients' own threads
 (librdkafka's) do the network work with the GIL released; the Python calls per record or per
@@ -47,13 +48,14 @@ class Window:
     warmup_s: float
     seconds: float
 
-    def open(self) -> tuple[float, float]:
-        """Waits for every party; returns (start_at, end_at) of the measured time."""
+    def open(self, warm_up: bool = True) -> tuple[float, float]:
+        """Waits for every party; returns (start_at, end_at) of the measured time, which begins
+        after warmup_s, or at once without `warm_up`."""
         try:
             self.barrier.wait(WAIT_S)
         except Exception as error:
             raise RuntimeError(f"the other clients did not get ready within {WAIT_S} s ({error!r})") from error
-        start_at = time.monotonic() + self.warmup_s
+        start_at = time.monotonic() + (self.warmup_s if warm_up else 0)
         return start_at, start_at + self.seconds
 
     def abort(self) -> None:
@@ -126,8 +128,7 @@ def produce_records(bootstrap: str, topic: str, partition: int, value_bytes: int
     failures = _Failures()
     value = b"v" * value_bytes
     producer = _ready(window, partial(_idempotent_producer, bootstrap, topic, partition, value, failures))
-    start_at, end_at = window.open()
-    start_at, end_at = start_at - window.warmup_s, end_at - window.warmup_s
+    start_at, end_at = window.open(warm_up=False)
     cpu_start = time.process_time()
     records = 0
     while time.monotonic() < end_at:
@@ -157,8 +158,7 @@ def transact_records(
     failures = _Failures()
     producer = _ready(window, partial(_transactional_producer, bootstrap, f"{topic}-{partition}", failures))
     value = b"v" * value_bytes
-    start_at, end_at = window.open()
-    start_at, end_at = start_at - window.warmup_s, end_at - window.warmup_s
+    start_at, end_at = window.open(warm_up=False)
     cpu_start = time.process_time()
     records = transactions = 0
     latencies = []
