@@ -25,6 +25,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from app.runtime.embedded_postgres import EmbeddedPostgres
+from app.runtime.listening_sockets import bound_accepting_socket
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
@@ -112,13 +113,18 @@ class ServerSubprocess:
 
 
 def start_txbroker(
-    database_url: str, profile_to: Path | None = None, workers: int = 1, checkout: Path | None = None
+    database_url: str,
+    profile_to: Path | None = None,
+    workers: int = 1,
+    checkout: Path | None = None,
+    kafka_listener: str = "off",
 ) -> ServerSubprocess:
     """`txbroker serve` with `workers` worker processes, under cProfile when `profile_to` is given (the
     stats are written there when it exits, on stop(); profiling needs one worker, so that the profiled
     process serves). `checkout`: serve the code of another checkout (e.g. an older commit, extracted
     with `git archive`) with this environment, to compare versions in one run; the worker count goes
-    by TXBROKER_WORKERS, which versions without workers ignore."""
+    by TXBROKER_WORKERS, which versions without workers ignore. `kafka_listener`: HOST:PORT of its
+    Kafka listener (BenchProcesses.kafka_address holds a port for it), off by default."""
     if profile_to is not None and workers != 1:
         raise ValueError(f"--profile-server profiles one process: expected 1 worker, received {workers}")
     profiler = [] if profile_to is None else ["-m", "cProfile", "-o", str(profile_to)]
@@ -137,8 +143,8 @@ def start_txbroker(
             "--fd",
         ],
         cwd=checkout or REPO_ROOT,
-        # No Kafka listener: the HTTP benches measure HTTP, and 9092 may be taken.
-        env={"TXBROKER_WORKERS": str(workers), "TXBROKER_KAFKA_LISTENER": "off"},
+        # No Kafka listener unless asked: the HTTP benches measure HTTP, and 9092 may be taken.
+        env={"TXBROKER_WORKERS": str(workers), "TXBROKER_KAFKA_LISTENER": kafka_listener},
     )
     return _answering(server, "/v1/health")
 
@@ -206,6 +212,14 @@ class BenchProcesses:
     def txbroker(self, database_url: str, **options) -> ServerSubprocess:
         """`txbroker serve` on `database_url` (options: those of `start_txbroker`)."""
         return self._stopped_on_exit(start_txbroker(database_url, **options))
+
+    def kafka_address(self) -> str:
+        """HOST:PORT of a free loopback port for a server's Kafka listener, held until the run ends as
+        `serve` holds its ports (a socket bound beside the listener's, never listening), so that no
+        other process takes it meanwhile."""
+        holder = bound_accepting_socket("127.0.0.1", 0)
+        self._stops.callback(holder.close)
+        return "127.0.0.1:{}".format(holder.getsockname()[1])
 
     def naive_app(self, database_url: str, workers: int = 1) -> ServerSubprocess:
         return self._stopped_on_exit(start_naive_app(database_url, workers))

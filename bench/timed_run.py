@@ -168,18 +168,33 @@ async def measure(
         )
     start, end = await server_cpu
     latencies = [latency for run in runs for latency in run.latencies_s]
+    return measurement_of(
+        seconds, len(latencies), sum(run.records for run in runs), latencies, sum(run.cpu_s for run in runs), start, end
+    )
+
+
+def measurement_of(
+    seconds: float,
+    requests: int,
+    records: int,
+    latencies_s: list[float],
+    client_cpu_s: float,
+    start: CpuSnapshot,
+    end: CpuSnapshot,
+) -> Measurement:
+    """A Measurement of `seconds` measured, the server's and PostgreSQL's CPU between two snapshots."""
     elapsed = end.at - start.at
     client, server, postgres, machine = (
-        100 * sum(run.cpu_s for run in runs) / seconds,
+        100 * client_cpu_s / seconds,
         100 * (end.server_s - start.server_s) / elapsed,
         100 * (end.postgres_s - start.postgres_s) / elapsed,
         100 * (end.machine_s - start.machine_s) / elapsed,
     )
     return Measurement(
         seconds=seconds,
-        requests=len(latencies),
-        records=sum(run.records for run in runs),
-        latency_p50_ms=1000 * statistics.median(latencies) if latencies else float("nan"),
+        requests=requests,
+        records=records,
+        latency_p50_ms=1000 * statistics.median(latencies_s) if latencies_s else float("nan"),
         client_cpu_percent=client,
         server_cpu_percent=server,
         postgres_cpu_percent=postgres,

@@ -27,12 +27,11 @@ from app.coordinator.authorizer import (
 )
 from app.coordinator.classic_groups import EMPTY, STABLE, JoinResult, SyncResult, classic_state
 from app.coordinator.cluster_nodes import LiveNode, NodePresence
-from app.coordinator.fetch import BatchFetchPosition, FetchedBatches, StoredBatch, fetch_batches, find_offsets
+from app.coordinator.fetch import BatchFetchPosition, FetchedBatches, fetch_batches, find_offsets
 from app.coordinator.group_coordinator import CommittedOffset, GroupCoordinator, OffsetEntry
 from app.coordinator.produce import (
     BASE64,
     AppendResult,
-    ByteRecord,
     PartitionRecords,
     ProduceCommand,
     encode_byte_records,
@@ -40,7 +39,7 @@ from app.coordinator.produce import (
 from app.coordinator.transaction_metadata import TRANSACTION_VERSION_BUMP, TRANSACTION_VERSION_CLASSIC
 from app.coordinator.transaction_states import TransactionState
 from app.errors import BrokerError, ErrorCode
-from app.kafka.record_batches import KafkaRecord, ProducedBatch
+from app.kafka.record_batches import ProducedBatch
 from app.settings import Settings
 from txbroker.wire import READ_COMMITTED, READ_UNCOMMITTED
 
@@ -387,7 +386,8 @@ class BrokerCalls:
                         partitions[i].partition,
                         partitions[i].batch.base_sequence,
                         partitions[i].batch.records,
-                        encode_byte_records([ByteRecord(*record) for record in partitions[i].batch.records]),
+                        # A KafkaRecord has a ByteRecord's fields, all that encode_byte_records reads.
+                        encode_byte_records(partitions[i].batch.records),
                     )
                     for i in indexes
                 ],
@@ -832,9 +832,3 @@ class TransactionAdminCalls:
             return [denied] * len(partitions)
         return await transaction_admin.describe_producers_of(self._state.pool, topic, partitions)
 
-
-def byte_records(batch: StoredBatch) -> list[KafkaRecord | None]:
-    return [
-        None if record is None else KafkaRecord(record.timestamp_ms, record.key, record.value, record.headers)
-        for record in batch.records
-    ]

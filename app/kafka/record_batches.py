@@ -1,10 +1,16 @@
-"""RecordBatches (message format v2) in and out, with kafka-python's record module (kafka.record).
+"""RecordBatches (message format v2) in and out.
 
 In: a produced partition's bytes, checked as Kafka's log validator checks them (one batch of
 magic 2, its CRC, no control batch from a client, records numbered 0..n-1) and decompressed within
-a bound (compression.py), then read by kafka.record's DefaultRecordBatch. Out: a stored batch
-rendered back, uncompressed, with its stored base offset, producer id, epoch, base sequence and
-transactional flag; a marker as the control batch Kafka writes, so clients skip it as they do.
+a bound (compression.py), then read record by record. Out: a stored batch rendered back,
+uncompressed, with its stored base offset, producer id, epoch, base sequence and transactional
+flag; a marker as the control batch Kafka writes, so clients skip it as they do.
+
+The records are read and written by aiokafka's record module, whose reader and builder are compiled
+(Cython): per record, in Python, kafka-python's (kafka.record) took about ten times as long, and
+reading and rendering records was most of the listener's CPU for a produce or a fetch. Both
+produce the same bytes and read the same records (leader epoch aside, which _finish sets), also
+from corrupt input, which both refuse; kafka.record still gives the layout's constants and the CRC.
 """
 
 from __future__ import annotations
@@ -12,9 +18,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from aiokafka.record.default_records import DefaultRecordBatch as RecordReader
+from aiokafka.record.default_records import DefaultRecordBatchBuilder as RecordBuilder
+from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.util import calc_crc32c
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -42,6 +50,16 @@ _UNBOUNDED = 2**62
 
 
 class KafkaRecord(NamedTuple):
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes | None]]
+
+
+class RecordFields(Protocol):
+    """What data_batch reads of a record: a KafkaRecord's fields, which the records the core reads
+    back from storage have too (so they are rendered as they come, without a copy per record)."""
+
     timestamp_ms: int
     key: bytes | None
     value: bytes | None
@@ -109,7 +127,7 @@ def read_produced(data: bytes, uncompressed_limit: int) -> ProducedBatch:
     _ATTRIBUTES.pack_into(plain, DefaultRecordBatch.ATTRIBUTES_OFFSET, attributes & ~DefaultRecordBatch.CODEC_MASK)
     records = []
     try:
-        for index, record in enumerate(DefaultRecordBatch(plain)):
+        for index, record in enumerate(RecordReader(plain)):
             if record.offset != index:
                 raise BatchRefused(
                     KafkaError.invalid_record, f"record {index} of the batch has offset delta {record.offset}"
@@ -117,7 +135,7 @@ def read_produced(data: bytes, uncompressed_limit: int) -> ProducedBatch:
             records.append(KafkaRecord(record.timestamp, record.key, record.value, record.headers))
     except BatchRefused:
         raise
-    except Exception as error:  # kafka.record raises CorruptRecordError, or whatever garbage leads to
+    except Exception as error:  # the reader raises CorruptRecordException, or whatever garbage leads to
         raise _corrupt(f"the batch's records do not parse ({error})") from error
     if len(records) != record_count or not records:
         raise _corrupt(f"the batch declares {record_count} records and holds {len(records)}")
@@ -146,11 +164,11 @@ def data_batch(
     producer_epoch: int,
     base_sequence: int,
     is_transactional: bool,
-    records: Iterable[KafkaRecord | None],
+    records: Iterable[RecordFields | None],
 ) -> bytes | None:
     """A stored data batch as a RecordBatch: record i at base_offset + i (None: one compaction
     removed, a gap in the offsets as in a compacted Kafka log). None if no record is left."""
-    builder = DefaultRecordBatchBuilder(
+    builder = RecordBuilder(
         MAGIC_V2, compression.CODEC_NONE, is_transactional, producer_id, producer_epoch, base_sequence, _UNBOUNDED
     )
     appended = False
@@ -165,7 +183,7 @@ def data_batch(
 
 def control_batch(offset: int, producer_id: int, producer_epoch: int, control_type: int, timestamp_ms: int) -> bytes:
     """A transaction marker (control_type: Kafka's ABORT 0 or COMMIT 1) as the control batch Kafka writes."""
-    builder = DefaultRecordBatchBuilder(
+    builder = RecordBuilder(
         MAGIC_V2, compression.CODEC_NONE, True, producer_id, producer_epoch, DefaultRecordBatch.NO_SEQUENCE, _UNBOUNDED
     )
     builder.append(

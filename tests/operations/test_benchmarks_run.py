@@ -1,8 +1,8 @@
-"""`bench.transactions`, the benchmark of issue 13's transactional goals, still runs against the server
-as it is: a change to the contract or to the server's start-up that breaks it is caught here, not in
-the next performance round. Nothing here is timed: a tiny run of its sections 1 and 3 must finish and
-print a row for each scenario, with its ceiling beside it (the naive app answering the same two
-requests)."""
+"""`bench.transactions`, the benchmark of issue 13's transactional goals, and `bench.kafka`, issue 23's
+Kafka proof, still run against the server as it is: a change to the contract or to the server's
+start-up that breaks them is caught here, not in the next performance round. Nothing here is timed:
+a tiny run must finish and print a row for each scenario, with its baseline beside it (for
+bench.transactions, the naive app answering the same two requests)."""
 
 from __future__ import annotations
 
@@ -79,3 +79,19 @@ def test_transactions_bench_measures_each_transaction_scenario_against_the_naive
     for row in large:
         assert re.search(r"overhead -?\d+\.\d% \(CPU [+-]?-?\d+%\); naive app's -?\d+\.\d%", row), row
         assert re.search(r"naive app: [1-9][\d,]* records/s, with an end request [1-9][\d,]*", row), row
+
+
+def test_kafka_bench_measures_each_section_against_its_baseline():
+    """`bench.kafka --quick`: every section of issue 23's proof runs with real confluent-kafka clients
+    against the server's Kafka listener and prints its row, with a baseline measured in the run."""
+    output = run_bench("bench.kafka", "--quick", "--workers", "1")
+    rows = {section: rows_of_section(output, section) for section in "12345"}
+    assert [len(rows[section]) for section in "12345"] == [2, 1, 1, 1, 1], output
+    copy, over_http = rows["1"]
+    assert re.search(r"raw COPY .*: [1-9][\d,]* records/s", copy), copy
+    assert re.search(r"POST /v1/produce .*: [1-9][\d,]* records/s", over_http), over_http
+    for row in [copy, over_http, *rows["2"], *rows["3"], *rows["4"]]:
+        # Kafka's clients moved records, and the ratio to the baseline has the CPU ratio beside it.
+        assert re.search(r"  [1-9][\d,]* (records|txn)/s", row), row
+        assert re.search(r"  \d+\.\d\d \(target >= [\d.]+\); CPU \d+\.\d\d", row), row
+    assert re.search(r"p50 \d+\.\d\d ms, p99 \d+\.\d\d ms", rows["5"][0]), rows["5"]

@@ -12,7 +12,7 @@ import datetime
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
-from app.kafka.broker_calls import FetchedPartition, FetchPosition, byte_records
+from app.kafka.broker_calls import FetchedPartition, FetchPosition
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import kafka_error
 from app.kafka.frames import build, response_module
@@ -47,7 +47,7 @@ def _records(fetched: FetchedPartition) -> bytes:
             batch.producer_epoch,
             batch.base_sequence,
             batch.is_transactional,
-            byte_records(batch),
+            batch.records,
         )
         if rendered is not None:
             parts.append(rendered)
