@@ -831,4 +831,3 @@ class TransactionAdminCalls:
         if denied is not None:
             return [denied] * len(partitions)
         return await transaction_admin.describe_producers_of(self._state.pool, topic, partitions)
-
