@@ -196,7 +196,7 @@ def _fresh(protocol_type: str, pending: dict[str, int]) -> dict:
         "deadline_ms": 0,
         "members": {},
         "pending": pending,  # member id -> when it is forgotten unless it rejoins (ms)
-        "initial_delay": None,  # the initial rebalance delay's timer, while it runs
+        "initial_delay": None,  # the first rebalance's timer (its initial delay), while it runs
     }
 
 
@@ -207,8 +207,10 @@ def _pending(classic: dict | None, now: int) -> dict[str, int]:
 
 
 def _completion_due(classic: dict, now: int) -> bool:
-    """Whether a rebalance may complete now: once its initial delay ran out, or every member
-    rejoined and no pending member may still join, or at the deadline (the late are removed)."""
+    """Whether a rebalance may complete now: the first of an Empty group once its initial delay ran
+    out (0: at once; as Kafka's InitialDelayedJoin, pending members are not waited for); any other
+    once every member rejoined and no pending member may still join, or at the deadline (the late
+    are removed)."""
     if classic["state"] != PREPARING:
         return False
     delay = classic.get("initial_delay")
@@ -267,7 +269,7 @@ class ClassicGroups:
         if delay is not None:
             # As Kafka's InitialDelayedJoin: members joined during the last delay, so wait one more
             # (within the limit); else complete.
-            if delay["member_added"] and delay["until_ms"] < delay["limit_ms"]:
+            if delay["member_added"] and delay["until_ms"] < delay["limit_ms"] and self.initial_rebalance_delay_ms:
                 delay.update(
                     until_ms=min(delay["until_ms"] + self.initial_rebalance_delay_ms, delay["limit_ms"]),
                     member_added=False,
@@ -382,7 +384,7 @@ class ClassicGroups:
             if classic["state"] != PREPARING:
                 initial = classic["state"] == EMPTY
                 self._prepare(classic, now)
-                if initial and self.initial_rebalance_delay_ms > 0:
+                if initial:
                     delay = self.initial_rebalance_delay_ms
                     classic["initial_delay"] = {
                         "until_ms": now + delay,
