@@ -265,6 +265,7 @@ class GroupCoordinator:
         generation_id: int,
         member_id: str,
         entries: list[OffsetEntry],
+        group_instance_id: str | None = None,
     ) -> list[BrokerError | None]:
         """Offsets that become visible with the transaction's COMMIT marker (and vanish on abort).
         Adds the group's offsets partition to the transaction if AddOffsetsToTxn was not called. One
@@ -274,7 +275,7 @@ class GroupCoordinator:
             conn = unit.conn
             meta = await self.transactions.lock_producer(unit, transactional_id, producer_id, producer_epoch)
             await groups.ensure(conn, group_id, now)
-            generation_error = await self._generation_error(conn, group_id, member_id, generation_id)
+            generation_error = await self._generation_error(conn, group_id, member_id, generation_id, group_instance_id)
             errors = (
                 [generation_error] * len(entries)
                 if generation_error is not None

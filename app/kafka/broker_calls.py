@@ -305,6 +305,7 @@ class BrokerCalls:
         generation_id: int,
         member_id: str,
         offsets: list[TxnOffset],
+        group_instance_id: str | None = None,
     ) -> list[BrokerError | None]:
         """TxnOffsetCommit: one error or None per offset. With a generation (KIP-447, v3+) a zombie
         member's commit is refused; generation -1 (older versions) skips that check, as Kafka does."""
@@ -322,6 +323,7 @@ class BrokerCalls:
             generation_id,
             member_id,
             [OffsetEntry(o.topic, o.partition, o.offset, o.metadata) for o in allowed],
+            group_instance_id,
         )
         by_offset = dict(zip(map(id, allowed), errors))
         return [denied[o.topic] or by_offset[id(o)] for o in offsets]

@@ -15,6 +15,7 @@ from tests.kafka.clients import create_topic
 from tests.kafka.group_clients import poll_until
 from tests.kafka.raw import RawConnection
 from tests.kafka.raw_groups import commit, describe, heartbeat, join, leave, sync
+from tests.kafka.raw_transactions import end_txn, init_producer, txn_offset_commit
 
 BRIEF_SESSION = datetime.timedelta(milliseconds=100)
 
@@ -75,6 +76,12 @@ def test_a_restarted_static_leader_takes_its_place_and_the_old_member_id_is_fenc
         assert commit(connection, group, new.member_id, generation, "instance-a", "static-fenced", 1) == (
             KafkaError.none
         )
+        # TxnOffsetCommit v3 names the member too (KIP-447): the old one is fenced there as well.
+        producer = init_producer(connection, "static-fenced-txn")
+        zombie, current = (generation, old.member_id, "instance-a"), (generation, new.member_id, "instance-a")
+        assert txn_offset_commit(connection, producer, group, "static-fenced", 2, member=zombie) == [fenced]
+        assert txn_offset_commit(connection, producer, group, "static-fenced", 2, member=current) == [KafkaError.none]
+        assert end_txn(connection, producer, committed=False, version=3).error_code == KafkaError.none
 
         # Before v9 (librdkafka's JoinGroup v5) the answer names the old leader id, so that the new
         # instance does not run its assignor for a Stable group.
