@@ -43,8 +43,14 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 import asyncpg
-from kio.schema.consumer_protocol_assignment.v3.data import ConsumerProtocolAssignment
-from kio.schema.consumer_protocol_subscription.v3.data import ConsumerProtocolSubscription
+from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment as AssignmentV0
+from kio.schema.consumer_protocol_assignment.v1.data import ConsumerProtocolAssignment as AssignmentV1
+from kio.schema.consumer_protocol_assignment.v2.data import ConsumerProtocolAssignment as AssignmentV2
+from kio.schema.consumer_protocol_assignment.v3.data import ConsumerProtocolAssignment as AssignmentV3
+from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription as SubscriptionV0
+from kio.schema.consumer_protocol_subscription.v1.data import ConsumerProtocolSubscription as SubscriptionV1
+from kio.schema.consumer_protocol_subscription.v2.data import ConsumerProtocolSubscription as SubscriptionV2
+from kio.schema.consumer_protocol_subscription.v3.data import ConsumerProtocolSubscription as SubscriptionV3
 from kio.serial import entity_reader
 
 from app.clock import now_ms
@@ -140,12 +146,22 @@ def _rebalancing(group_id: str) -> BrokerError:
     )
 
 
-def _decoded(data_class, data: bytes):
-    """A ConsumerProtocol message of any version (newer ones only append fields), or None."""
+# The ConsumerProtocol messages by version (their first two bytes): each version is read with its
+# own schema, since an older one lacks the fields a newer one appends.
+SUBSCRIPTION_VERSIONS = (SubscriptionV0, SubscriptionV1, SubscriptionV2, SubscriptionV3)
+ASSIGNMENT_VERSIONS = (AssignmentV0, AssignmentV1, AssignmentV2, AssignmentV3)
+
+
+def _decoded(versions: tuple, data: bytes):
+    """A ConsumerProtocol message in the version it names (one newer than known is read as the
+    newest known: versions only append fields), or None."""
     if len(data) < 2:
         return None
+    version = int.from_bytes(data[:2], "big", signed=True)
+    if version < 0:
+        return None
     try:
-        return entity_reader(data_class)(data, 2)[0]
+        return entity_reader(versions[min(version, len(versions) - 1)])(data, 2)[0]
     except Exception:  # a client's own bytes: what they hold is only described, never relied on
         return None
 
@@ -155,14 +171,14 @@ def subscribed_topics(protocol_type: str, protocols: list[tuple[str, bytes]]) ->
         return []
     topics: set[str] = set()
     for _, metadata in protocols:
-        subscription = _decoded(ConsumerProtocolSubscription, metadata)
+        subscription = _decoded(SUBSCRIPTION_VERSIONS, metadata)
         if subscription is not None:
             topics.update(subscription.topics)
     return sorted(topics)
 
 
 def assigned_partitions(protocol_type: str, assignment: bytes) -> dict[str, list[int]]:
-    decoded = _decoded(ConsumerProtocolAssignment, assignment) if protocol_type == CONSUMER_PROTOCOL else None
+    decoded = _decoded(ASSIGNMENT_VERSIONS, assignment) if protocol_type == CONSUMER_PROTOCOL else None
     if decoded is None:
         return {}
     return {entry.topic: sorted(int(p) for p in entry.partitions) for entry in decoded.assigned_partitions}

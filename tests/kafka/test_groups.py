@@ -173,7 +173,10 @@ def test_a_restarted_static_member_gets_its_partitions_back_without_revoking_the
         poll_until(members, lambda _: first.assignment() and other.assignment(), "both members assigned")
         kept, others = first.assignment(), other.assignment()
         assert kept | others == set(range(PARTITIONS)) and not kept & others
-        generation = server.client.get(f"/v1/groups/{group}").json()["generation_id"]
+        described = server.client.get(f"/v1/groups/{group}").json()
+        generation = described["generation_id"]
+        # Each member's subscription read from its metadata (librdkafka's ConsumerProtocol version).
+        assert [m["topics"] for m in described["members"]] == [[topic], [topic]]
         rebalances = list(other.rebalances)
         first.close()
         members = [other]
