@@ -118,7 +118,9 @@ def create_app(
         app.state.database_url = database_url  # the Kafka listener's presence connection (node_presence.py)
         app.state.coordinator = TransactionCoordinator(app.state.pool, settings)
         app.state.batched_writes = BatchedWrites(app.state.coordinator, settings.max_records_per_request)
-        app.state.group_coordinator = GroupCoordinator(app.state.pool, app.state.coordinator)
+        app.state.group_coordinator = GroupCoordinator(
+            app.state.pool, app.state.coordinator, settings.group_initial_rebalance_delay_ms
+        )
         app.state.workers = BackgroundWorkers(app.state.coordinator, app.state.group_coordinator, settings)
         app.state.notifier = AppendNotifier(database_url, settings.long_poll_fallback_ms / 1000)
         await app.state.notifier.start()

@@ -65,6 +65,12 @@ class Settings(BaseSettings):
     group_session_check_interval_ms: int = Field(
         1000, ge=1, description="how often members whose session timed out are evicted"
     )
+    group_initial_rebalance_delay_ms: int = Field(
+        3000,
+        ge=0,
+        description="how long the first rebalance of an empty Kafka group waits for more members (Kafka's "
+        "group.initial.rebalance.delay.ms); 0: at once",
+    )
 
     auth: Literal["off", "required"] = Field(
         "off", description="required: every request needs a bearer token; needed to listen beyond loopback"

@@ -118,6 +118,8 @@ def start_in_process_server(database_url: str, **setting_overrides) -> RunningSe
     port = sock.getsockname()[1]
     # No Kafka listener unless a test asks for one (the `kafka_server` fixture): not every server may take 9092.
     setting_overrides.setdefault("kafka_listener", "off")
+    # Kafka groups complete their first rebalance at once unless a test wants Kafka's wait.
+    setting_overrides.setdefault("group_initial_rebalance_delay_ms", 0)
     settings = Settings(database_url=database_url, port=port, **setting_overrides)
     app = create_app(settings, database_url)
     config = uvicorn.Config(app, log_level="warning", loop="uvloop", http="httptools", lifespan="on")
@@ -216,8 +218,14 @@ class ServerProcess:
         self.sock = loopback_socket(reuse_port)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         self.args = args
-        # No Kafka listener on 9092 unless the test's env asks for one (several servers run at once).
-        self.env = {**os.environ, "TXBROKER_KAFKA_LISTENER": "off", **(env or {})}
+        # No Kafka listener on 9092 unless the test's env asks for one (several servers run at once);
+        # Kafka groups complete their first rebalance at once unless the test's env wants the delay.
+        self.env = {
+            **os.environ,
+            "TXBROKER_KAFKA_LISTENER": "off",
+            "TXBROKER_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+            **(env or {}),
+        }
         self.process: subprocess.Popen | None = None
         self.log_path = Path(tempfile.mkstemp(prefix="txb-server-", suffix=".log")[1])
 

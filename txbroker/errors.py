@@ -197,6 +197,11 @@ InconsistentGroupProtocolError = _error(
     ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
     doc="the group's members use the other door's protocol (Kafka's classic groups or HTTP's)",
 )
+FencedInstanceIdError = _error(
+    "FencedInstanceIdError",
+    ErrorCode.FENCED_INSTANCE_ID,
+    doc="a newer member of the group joined with this member's group.instance.id (Kafka's static membership)",
+)
 UnstableOffsetCommitError = _error(
     "UnstableOffsetCommitError",
     ErrorCode.UNSTABLE_OFFSET_COMMIT,
@@ -271,6 +276,7 @@ _BY_CODE: dict[str, type[TxbrokerError]] = {
         ConcurrentTransactionsError,
         RebalanceInProgressError,
         InconsistentGroupProtocolError,
+        FencedInstanceIdError,
         UnstableOffsetCommitError,
         OffsetOutOfRangeError,
         NotCoordinatorError,

@@ -67,6 +67,8 @@ class ErrorCode(StrEnum):
     REBALANCE_IN_PROGRESS = "REBALANCE_IN_PROGRESS"
     # A member of the other door's kind joining a group (Kafka's classic protocol vs HTTP's heartbeat).
     INCONSISTENT_GROUP_PROTOCOL = "INCONSISTENT_GROUP_PROTOCOL"
+    # Kafka's static membership (KIP-345): a newer member took this member's group.instance.id.
+    FENCED_INSTANCE_ID = "FENCED_INSTANCE_ID"
     UNSTABLE_OFFSET_COMMIT = "UNSTABLE_OFFSET_COMMIT"
     OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
     NOT_COORDINATOR = "NOT_COORDINATOR"
@@ -115,6 +117,7 @@ ERROR_SPECS: MappingProxyType[ErrorCode, ErrorSpec] = MappingProxyType(
         ErrorCode.CONCURRENT_TRANSACTIONS: ErrorSpec(409, True, "previous transaction still completing"),
         ErrorCode.REBALANCE_IN_PROGRESS: ErrorSpec(409, True, "retry after re-reading state"),
         ErrorCode.INCONSISTENT_GROUP_PROTOCOL: ErrorSpec(409, False, "the group's members use another protocol"),
+        ErrorCode.FENCED_INSTANCE_ID: ErrorSpec(409, False, "a newer member has this group instance id"),
         ErrorCode.UNSTABLE_OFFSET_COMMIT: ErrorSpec(409, True, "a transactional offset is pending"),
         ErrorCode.OFFSET_OUT_OF_RANGE: ErrorSpec(416, False, "offset outside the log"),
         ErrorCode.NOT_COORDINATOR: ErrorSpec(421, True, "ask /v1/coordinators/find again"),

@@ -3,7 +3,8 @@ heartbeat uses: the same `consumer_groups` row (its generation), the same `group
 (sessions, subscribed topics: what expiry, DescribeGroups, lag and the console read), the same
 committed offsets. What only this protocol has (the rebalance state, the chosen protocol, the
 leader, each member's protocols and the assignment bytes the leader computed) is the group row's
-`assignment[CLASSIC_STATE_KEY]` (app/storage/groups/groups.py).
+`assignment[CLASSIC_STATE_KEY]` (app/storage/groups/groups.py), with the ids MEMBER_ID_REQUIRED gave
+out (pending members, each until its session timeout) and the initial rebalance delay's timer.
 
 The broker relays, it never assigns: the leader's SyncGroup carries every member's assignment
 bytes, whatever its assignor (range, roundrobin, cooperative-sticky).
@@ -18,6 +19,19 @@ one group reach different workers and nodes):
 - the waiters see the new generation (they poll the row) and answer; the leader's SyncGroup stores
   the assignments and makes the group Stable; the others' SyncGroups wait for that.
 Every change holds the group row FOR UPDATE, so two processes never complete one rebalance twice.
+
+As Kafka's coordinator also:
+- a new member of a client that can take MEMBER_ID_REQUIRED (JoinGroup v4+, KIP-394) gets an id it
+  must rejoin with within its session timeout (a pending member, which a rebalance waits for); a
+  member id the group never gave out, or forgot, is UNKNOWN_MEMBER_ID;
+- static members (KIP-345, group.instance.id): one joining with a known instance id takes the old
+  member's place (and assignment) under a new member id, without a rebalance when the group is
+  Stable and its metadata unchanged; the old member id is then FENCED_INSTANCE_ID wherever it is
+  sent with the instance id. A static member sends no LeaveGroup when it stops: its session lapse
+  (or a LeaveGroup naming its instance id, v3+) removes it;
+- the first rebalance of an Empty group waits `group_initial_rebalance_delay_ms` for more members,
+  again while new ones keep joining, at most the rebalance timeout (group.initial.rebalance.delay.ms),
+  so that a group starting together is assigned once.
 """
 
 from __future__ import annotations
@@ -26,11 +40,17 @@ import asyncio
 import base64
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import asyncpg
-from kio.schema.consumer_protocol_assignment.v3.data import ConsumerProtocolAssignment
-from kio.schema.consumer_protocol_subscription.v3.data import ConsumerProtocolSubscription
+from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment as AssignmentV0
+from kio.schema.consumer_protocol_assignment.v1.data import ConsumerProtocolAssignment as AssignmentV1
+from kio.schema.consumer_protocol_assignment.v2.data import ConsumerProtocolAssignment as AssignmentV2
+from kio.schema.consumer_protocol_assignment.v3.data import ConsumerProtocolAssignment as AssignmentV3
+from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription as SubscriptionV0
+from kio.schema.consumer_protocol_subscription.v1.data import ConsumerProtocolSubscription as SubscriptionV1
+from kio.schema.consumer_protocol_subscription.v2.data import ConsumerProtocolSubscription as SubscriptionV2
+from kio.schema.consumer_protocol_subscription.v3.data import ConsumerProtocolSubscription as SubscriptionV3
 from kio.serial import entity_reader
 
 from app.clock import now_ms
@@ -65,6 +85,8 @@ class JoinResult:
     leader: str
     members: list[JoinedMember]  # the leader's answer only
     member_id_required: bool = False
+    # JoinGroup v9+: the leader of a Stable group whose static member rejoined keeps the assignment.
+    skip_assignment: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +112,33 @@ def _unknown_member(group_id: str, member_id: str) -> BrokerError:
     )
 
 
+def _fenced_instance(group_id: str, member_id: str, group_instance_id: str) -> BrokerError:
+    return BrokerError(
+        ErrorCode.FENCED_INSTANCE_ID,
+        f"member {member_id!r} of group {group_id!r} is no longer group instance {group_instance_id!r}: a "
+        f"newer member joined with that group.instance.id; this instance must stop (two instances have "
+        f"one group.instance.id)",
+    )
+
+
+def static_member_id(classic: dict | None, group_instance_id: str) -> str | None:
+    """The member id the static member of this group.instance.id has now."""
+    members = classic["members"] if classic else {}
+    return next((mid for mid, m in members.items() if m.get("group_instance_id") == group_instance_id), None)
+
+
+def fenced_instance_error(
+    classic: dict | None, group_id: str, member_id: str, group_instance_id: str | None
+) -> BrokerError | None:
+    """FENCED_INSTANCE_ID for a request naming an instance id that another member id now holds."""
+    if group_instance_id is None:
+        return None
+    current = static_member_id(classic, group_instance_id)
+    if current is not None and current != member_id:
+        return _fenced_instance(group_id, member_id, group_instance_id)
+    return None
+
+
 def _rebalancing(group_id: str) -> BrokerError:
     return BrokerError(
         ErrorCode.REBALANCE_IN_PROGRESS,
@@ -97,12 +146,22 @@ def _rebalancing(group_id: str) -> BrokerError:
     )
 
 
-def _decoded(data_class, data: bytes):
-    """A ConsumerProtocol message of any version (newer ones only append fields), or None."""
+# The ConsumerProtocol messages by version (their first two bytes): each version is read with its
+# own schema, since an older one lacks the fields a newer one appends.
+SUBSCRIPTION_VERSIONS = (SubscriptionV0, SubscriptionV1, SubscriptionV2, SubscriptionV3)
+ASSIGNMENT_VERSIONS = (AssignmentV0, AssignmentV1, AssignmentV2, AssignmentV3)
+
+
+def _decoded(versions: tuple, data: bytes):
+    """A ConsumerProtocol message in the version it names (one newer than known is read as the
+    newest known: versions only append fields), or None."""
     if len(data) < 2:
         return None
+    version = int.from_bytes(data[:2], "big", signed=True)
+    if version < 0:
+        return None
     try:
-        return entity_reader(data_class)(data, 2)[0]
+        return entity_reader(versions[min(version, len(versions) - 1)])(data, 2)[0]
     except Exception:  # a client's own bytes: what they hold is only described, never relied on
         return None
 
@@ -112,17 +171,28 @@ def subscribed_topics(protocol_type: str, protocols: list[tuple[str, bytes]]) ->
         return []
     topics: set[str] = set()
     for _, metadata in protocols:
-        subscription = _decoded(ConsumerProtocolSubscription, metadata)
+        subscription = _decoded(SUBSCRIPTION_VERSIONS, metadata)
         if subscription is not None:
             topics.update(subscription.topics)
     return sorted(topics)
 
 
 def assigned_partitions(protocol_type: str, assignment: bytes) -> dict[str, list[int]]:
-    decoded = _decoded(ConsumerProtocolAssignment, assignment) if protocol_type == CONSUMER_PROTOCOL else None
+    decoded = _decoded(ASSIGNMENT_VERSIONS, assignment) if protocol_type == CONSUMER_PROTOCOL else None
     if decoded is None:
         return {}
     return {entry.topic: sorted(int(p) for p in entry.partitions) for entry in decoded.assigned_partitions}
+
+
+def _same_subscription(protocol_type: str, old: list, new: list) -> bool:
+    """Whether a restarted static member asks for what it had: the same protocols, and under Kafka's
+    consumer protocol the same topics (the rest, such as the partitions it owned before it stopped,
+    differs after a restart and is no reason to rebalance); other protocols' bytes as they are."""
+
+    def asked(protocols: list) -> list:
+        return [(name, subscribed_topics(protocol_type, [(name, _bytes(data))]) or data) for name, data in protocols]
+
+    return asked(old) == asked(new)
 
 
 def _b64(data: bytes) -> str:
@@ -133,7 +203,7 @@ def _bytes(text: str) -> bytes:
     return base64.b64decode(text)
 
 
-def _fresh(protocol_type: str) -> dict:
+def _fresh(protocol_type: str, pending: dict[str, int]) -> dict:
     return {
         "state": EMPTY,
         "protocol_type": protocol_type,
@@ -141,7 +211,30 @@ def _fresh(protocol_type: str) -> dict:
         "leader": None,
         "deadline_ms": 0,
         "members": {},
+        "pending": pending,  # member id -> when it is forgotten unless it rejoins (ms)
+        "initial_delay": None,  # the first rebalance's timer (its initial delay), while it runs
     }
+
+
+def _pending(classic: dict | None, now: int) -> dict[str, int]:
+    """The pending members (ids MEMBER_ID_REQUIRED gave out) whose session has not lapsed."""
+    found = classic.get("pending", {}) if classic else {}
+    return {member_id: expires for member_id, expires in found.items() if expires > now}
+
+
+def _completion_due(classic: dict, now: int) -> bool:
+    """Whether a rebalance may complete now: the first of an Empty group once its initial delay ran
+    out (0: at once; as Kafka's InitialDelayedJoin, pending members are not waited for); any other
+    once every member rejoined and no pending member may still join, or at the deadline (the late
+    are removed)."""
+    if classic["state"] != PREPARING:
+        return False
+    delay = classic.get("initial_delay")
+    if delay is not None:
+        return now >= delay["until_ms"]
+    if now >= classic["deadline_ms"]:
+        return True
+    return all(m["joined"] for m in classic["members"].values()) and not _pending(classic, now)
 
 
 def _choose_protocol(classic: dict) -> str:
@@ -157,8 +250,9 @@ def _metadata(member: dict, protocol: str) -> bytes:
 
 
 class ClassicGroups:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, initial_rebalance_delay_ms: int = 0) -> None:
         self.pool = pool
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
 
     # ---- the group row's classic state
 
@@ -169,6 +263,7 @@ class ClassicGroups:
             for member_id, member in classic["members"].items()
             if member["assignment"]
         }
+        classic["pending"] = _pending(classic, now)  # the lapsed ones are forgotten
         assignment[CLASSIC_STATE_KEY] = classic
         group.assignment = assignment
         group.last_update_ms = now
@@ -183,12 +278,21 @@ class ClassicGroups:
             member["joined"] = False
 
     async def _try_complete(self, conn: asyncpg.Connection, group: Group, classic: dict, now: int) -> None:
-        """Completes a rebalance once every member rejoined or the deadline passed (the caller holds the row)."""
-        if classic["state"] != PREPARING:
+        """Completes a rebalance when it is due (the caller holds the row)."""
+        if not _completion_due(classic, now):
             return
+        delay = classic.get("initial_delay")
+        if delay is not None:
+            # As Kafka's InitialDelayedJoin: members joined during the last delay, so wait one more
+            # (within the limit); else complete.
+            if delay["member_added"] and delay["until_ms"] < delay["limit_ms"] and self.initial_rebalance_delay_ms:
+                delay.update(
+                    until_ms=min(delay["until_ms"] + self.initial_rebalance_delay_ms, delay["limit_ms"]),
+                    member_added=False,
+                )
+                return
+            classic["initial_delay"] = None
         late = [member_id for member_id, m in classic["members"].items() if not m["joined"]]
-        if late and now < classic["deadline_ms"]:
-            return
         if late:
             await groups.remove_members(conn, group.group_id, late)
             for member_id in late:
@@ -230,60 +334,81 @@ class ClassicGroups:
         client_id: str,
         client_host: str,
         member_id_required: bool,
+        skip_assignment_allowed: bool = False,
     ) -> JoinResult:
-        """Joins and waits for the rebalance to complete. A new member (member_id "") of a client
-        that can take MEMBER_ID_REQUIRED (JoinGroup v4+) first gets its id and rejoins with it; the
-        id is not remembered (a member id this group does not know joins as a new member)."""
+        """Joins and waits for the rebalance to complete. A new dynamic member (member_id "") of a
+        client that can take MEMBER_ID_REQUIRED (JoinGroup v4+) first gets its id and must rejoin
+        with it within its session timeout; a static member (group_instance_id) is never asked to.
+        `skip_assignment_allowed`: JoinGroup v9+, whose leader may be told to keep the assignment."""
         now = now_ms()
         if not protocols:
             raise _inconsistent(group_id, f"a JoinGroup of protocol type {protocol_type!r} named no protocol")
-        if member_id == "":
-            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-            if member_id_required:
-                return JoinResult(member_id, -1, protocol_type, None, "", [], member_id_required=True)
         encoded = [[name, _b64(metadata)] for name, metadata in protocols]
+        topics = subscribed_topics(protocol_type, protocols)
         async with self.pool.acquire() as conn, conn.transaction():
             group = await groups.lock(conn, group_id, now)
-            classic = classic_state(group)
-            current = await groups.members(conn, group_id)
-            kafka_members = set(classic["members"]) if classic else set()
-            if any(m.member_id not in kafka_members for m in current):
-                raise _inconsistent(
-                    group_id,
-                    "its members joined over HTTP (POST /v1/groups/{group_id}/heartbeat): a group takes the "
-                    "kind of its first member; use another group id, or wait until its HTTP members left",
+            classic = self._joinable(group, await groups.members(conn, group_id), protocol_type, protocols, now)
+            replaced = None  # the member id a static member rejoining under a new one had
+            if member_id == "":
+                member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+                replaced = None if group_instance_id is None else static_member_id(classic, group_instance_id)
+                if group_instance_id is None and member_id_required:
+                    classic["pending"][member_id] = now + session_timeout_ms
+                    await self._save(conn, group, classic, now)
+                    return JoinResult(member_id, -1, protocol_type, None, "", [], member_id_required=True)
+            elif classic["pending"].pop(member_id, None) is None:
+                error = fenced_instance_error(classic, group_id, member_id, group_instance_id)
+                if error is not None:
+                    raise error
+                if member_id not in classic["members"] or (
+                    group_instance_id is not None and static_member_id(classic, group_instance_id) is None
+                ):
+                    raise _unknown_member(group_id, member_id)
+            if replaced is not None:
+                previous = await self._replace_static_member(
+                    conn, group, classic, replaced, Member(member_id, topics, session_timeout_ms, now, now)
                 )
-            if classic is None or not classic["members"]:
-                classic = _fresh(protocol_type)
-            elif protocol_type != classic["protocol_type"]:
-                raise _inconsistent(
-                    group_id,
-                    f"protocol type {protocol_type!r} received, the group's members use {classic['protocol_type']!r}",
-                )
-            elif not set.intersection(
-                {name for name, _ in protocols}, *({n for n, _ in m["protocols"]} for m in classic["members"].values())
-            ):
-                raise _inconsistent(
-                    group_id,
-                    f"none of the protocols {sorted(name for name, _ in protocols)} is supported by every "
-                    f"member of the group",
-                )
-            previous = classic["members"].get(member_id)
-            topics = subscribed_topics(protocol_type, protocols)
-            if previous is None:
-                await groups.add_member(conn, group_id, Member(member_id, topics, session_timeout_ms, now, now))
+                if classic["state"] == STABLE and _same_subscription(protocol_type, previous["protocols"], encoded):
+                    # As Kafka: the restarted instance takes its place in the current generation.
+                    previous.update(
+                        protocols=encoded,
+                        session_timeout_ms=session_timeout_ms,
+                        rebalance_timeout_ms=rebalance_timeout_ms,
+                        client_id=client_id,
+                        client_host=client_host,
+                    )
+                    await self._save(conn, group, classic, now)
+                    return self._static_rejoin_result(group, classic, member_id, replaced, skip_assignment_allowed)
             else:
-                await groups.touch_member(conn, group_id, member_id, topics, session_timeout_ms, now)
-            if (
-                previous is not None
-                and classic["state"] == STABLE
-                and previous["protocols"] == encoded
-                and member_id != classic["leader"]
-            ):
-                # As Kafka: a follower rejoining with what it had gets the current generation, no rebalance.
-                return self._join_result(group, classic, member_id)
+                previous = classic["members"].get(member_id)
+                if previous is None:
+                    await groups.add_member(conn, group_id, Member(member_id, topics, session_timeout_ms, now, now))
+                else:
+                    await groups.touch_member(conn, group_id, member_id, topics, session_timeout_ms, now)
+                if (
+                    previous is not None
+                    and previous["protocols"] == encoded
+                    and (
+                        classic["state"] == COMPLETING
+                        or (classic["state"] == STABLE and member_id != classic["leader"])
+                    )
+                ):
+                    # As Kafka: a member rejoining with what it had (a lost JoinGroup answer, or a
+                    # follower of a Stable group) gets the current generation, no rebalance.
+                    await self._save(conn, group, classic, now)
+                    return self._join_result(group, classic, member_id)
             if classic["state"] != PREPARING:
+                initial = classic["state"] == EMPTY
                 self._prepare(classic, now)
+                if initial:
+                    delay = self.initial_rebalance_delay_ms
+                    classic["initial_delay"] = {
+                        "until_ms": now + delay,
+                        "limit_ms": now + max(delay, rebalance_timeout_ms),
+                        "member_added": False,
+                    }
+            elif previous is None and classic.get("initial_delay") is not None:
+                classic["initial_delay"]["member_added"] = True
             classic["members"][member_id] = {
                 "protocols": encoded,
                 "rebalance_timeout_ms": rebalance_timeout_ms,
@@ -298,7 +423,67 @@ class ClassicGroups:
             target = group.generation_id + 1
             await self._try_complete(conn, group, classic, now)
             await self._save(conn, group, classic, now)
-        return await self._await_join(group_id, member_id, target)
+        return await self._await_join(group_id, member_id, group_instance_id, target)
+
+    @staticmethod
+    def _joinable(
+        group: Group, current: list[Member], protocol_type: str, protocols: list[tuple[str, bytes]], now: int
+    ) -> dict:
+        """The group's classic state, if a member of this protocol type and protocols may join it."""
+        group_id = group.group_id
+        classic = classic_state(group)
+        kafka_members = set(classic["members"]) if classic else set()
+        if any(m.member_id not in kafka_members for m in current):
+            raise _inconsistent(
+                group_id,
+                "its members joined over HTTP (POST /v1/groups/{group_id}/heartbeat): a group takes the "
+                "kind of its first member; use another group id, or wait until its HTTP members left",
+            )
+        if classic is None or not classic["members"]:
+            return _fresh(protocol_type, _pending(classic, now))
+        classic.setdefault("initial_delay", None)
+        classic["pending"] = _pending(classic, now)
+        if protocol_type != classic["protocol_type"]:
+            raise _inconsistent(
+                group_id,
+                f"protocol type {protocol_type!r} received, the group's members use {classic['protocol_type']!r}",
+            )
+        if not set.intersection(
+            {name for name, _ in protocols}, *({n for n, _ in m["protocols"]} for m in classic["members"].values())
+        ):
+            raise _inconsistent(
+                group_id,
+                f"none of the protocols {sorted(name for name, _ in protocols)} is supported by every member of "
+                f"the group",
+            )
+        return classic
+
+    @staticmethod
+    async def _replace_static_member(
+        conn: asyncpg.Connection, group: Group, classic: dict, old_id: str, new: Member
+    ) -> dict:
+        """The static member's entry (its protocols, assignment, leadership) under its new member id;
+        the old id is no longer a member (FENCED_INSTANCE_ID with the instance id)."""
+        member = classic["members"].pop(old_id)
+        classic["members"][new.member_id] = member
+        if classic["leader"] == old_id:
+            classic["leader"] = new.member_id
+        await groups.remove_members(conn, group.group_id, [old_id])
+        await groups.add_member(conn, group.group_id, new)
+        return member
+
+    @staticmethod
+    def _static_rejoin_result(
+        group: Group, classic: dict, member_id: str, old_id: str, skip_assignment_allowed: bool
+    ) -> JoinResult:
+        """As Kafka answers a static member that rejoined a Stable group unchanged: v9+ tells a leader
+        to skip the assignment (it keeps the group's); before v9 the answer names the old leader id,
+        so that the new instance does not assign (a Stable group would not relay it)."""
+        result = ClassicGroups._join_result(group, classic, member_id)
+        if skip_assignment_allowed:
+            return replace(result, skip_assignment=member_id == classic["leader"])
+        leader = old_id if classic["leader"] == member_id else classic["leader"]
+        return replace(result, leader=leader, members=[])
 
     @staticmethod
     def _join_result(group: Group, classic: dict, member_id: str) -> JoinResult:
@@ -312,40 +497,57 @@ class ClassicGroups:
             member_id, group.generation_id, classic["protocol_type"], classic["protocol"], classic["leader"], members
         )
 
-    async def _await_join(self, group_id: str, member_id: str, target_generation: int) -> JoinResult:
+    async def _await_join(
+        self, group_id: str, member_id: str, group_instance_id: str | None, target_generation: int
+    ) -> JoinResult:
         while True:
             async with self.pool.acquire() as conn:
                 now = now_ms()
+                group = await groups.get(conn, group_id)
+                classic = self._member_state(group, group_id, member_id, group_instance_id)
                 # Waiting in a rebalance is not a lapse of the session (as Kafka).
                 if not await groups.touch(conn, group_id, member_id, now):
                     raise _unknown_member(group_id, member_id)
-                group = await groups.get(conn, group_id)
-                classic = classic_state(group)
-                if classic is None or member_id not in classic["members"]:
-                    raise _unknown_member(group_id, member_id)
                 if group.generation_id >= target_generation:
                     return self._join_result(group, classic, member_id)
-                if classic["state"] == PREPARING and now >= classic["deadline_ms"]:
+                if _completion_due(classic, now):
                     async with conn.transaction():
                         group = await groups.lock(conn, group_id, now)
                         classic = classic_state(group)
-                        if classic is not None and classic["state"] == PREPARING:
+                        if classic is not None and _completion_due(classic, now):
                             await self._try_complete(conn, group, classic, now)
                             await self._save(conn, group, classic, now)
                     continue
             await asyncio.sleep(POLL_S)
 
+    @staticmethod
+    def _member_state(group: Group | None, group_id: str, member_id: str, group_instance_id: str | None) -> dict:
+        """The group's classic state, if member_id is a member (FENCED_INSTANCE_ID when its instance
+        id now belongs to another member id, UNKNOWN_MEMBER_ID when it is not a member)."""
+        classic = None if group is None else classic_state(group)
+        error = fenced_instance_error(classic, group_id, member_id, group_instance_id)
+        if error is not None:
+            raise error
+        if classic is None or member_id not in classic["members"]:
+            raise _unknown_member(group_id, member_id)
+        return classic
+
     # ---- SyncGroup
 
     async def sync(
-        self, group_id: str, member_id: str, generation_id: int, assignments: dict[str, bytes]
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        assignments: dict[str, bytes],
+        group_instance_id: str | None = None,
     ) -> SyncResult:
         """The leader's SyncGroup stores every member's assignment (the group is then Stable); each
         member's SyncGroup answers its own, once the leader's has come."""
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
             group = await groups.lock(conn, group_id, now)
-            classic = self._checked(group, member_id, generation_id)
+            classic = self._checked(group, group_id, member_id, generation_id, group_instance_id)
             await groups.touch(conn, group_id, member_id, now)
             if classic["state"] == COMPLETING and member_id == classic["leader"]:
                 for mid, member in classic["members"].items():
@@ -358,7 +560,7 @@ class ClassicGroups:
         while True:
             async with self.pool.acquire() as conn:
                 group = await groups.get(conn, group_id)
-            classic = self._checked(group, member_id, generation_id)
+            classic = self._checked(group, group_id, member_id, generation_id, group_instance_id)
             if classic["state"] == STABLE:
                 member = classic["members"][member_id]
                 return SyncResult(classic["protocol_type"], classic["protocol"], _bytes(member["assignment"]))
@@ -366,50 +568,70 @@ class ClassicGroups:
                 raise _rebalancing(group_id)
             await asyncio.sleep(POLL_S)
 
-    @staticmethod
-    def _checked(group: Group | None, member_id: str, generation_id: int) -> dict:
+    @classmethod
+    def _checked(
+        cls, group: Group | None, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None
+    ) -> dict:
         """The group's classic state, if this member of this generation may sync or heartbeat."""
-        classic = None if group is None else classic_state(group)
-        if classic is None or member_id not in classic["members"]:
-            raise _unknown_member(group.group_id if group else "", member_id)
+        classic = cls._member_state(group, group_id, member_id, group_instance_id)
         if classic["state"] == PREPARING:
-            raise _rebalancing(group.group_id)
+            raise _rebalancing(group_id)
         if generation_id != group.generation_id:
             raise BrokerError(
                 ErrorCode.ILLEGAL_GENERATION,
-                f"generation {generation_id} of group {group.group_id!r} is not the current one "
+                f"generation {generation_id} of group {group_id!r} is not the current one "
                 f"({group.generation_id}): rejoin",
             )
         return classic
 
     # ---- Heartbeat, LeaveGroup
 
-    async def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> None:
+    async def heartbeat(
+        self, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None = None
+    ) -> None:
         now = now_ms()
         async with self.pool.acquire() as conn:
+            group = await groups.get(conn, group_id)
+            classic = self._member_state(group, group_id, member_id, group_instance_id)
             if not await groups.touch(conn, group_id, member_id, now):
                 raise _unknown_member(group_id, member_id)
-            group = await groups.get(conn, group_id)
-            classic = None if group is None else classic_state(group)
-            if classic is not None and classic["state"] == PREPARING and now >= classic["deadline_ms"]:
+            if _completion_due(classic, now):
                 async with conn.transaction():  # nobody is waiting to complete it: the late are removed
                     group = await groups.lock(conn, group_id, now)
                     classic = classic_state(group)
                     await self._try_complete(conn, group, classic, now)
                     await self._save(conn, group, classic, now)
-        self._checked(group, member_id, generation_id)
+        self._checked(group, group_id, member_id, generation_id, group_instance_id)
 
-    async def leave(self, group_id: str, member_ids: list[str]) -> list[BrokerError | None]:
+    async def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[BrokerError | None]:
+        """leaving: (member id, group instance id) each, as LeaveGroup names them; a member id ""
+        with an instance id removes that static member (v3+), a pending member id is forgotten.
+        One error or None each."""
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
             group = await groups.lock(conn, group_id, now)
             classic = classic_state(group)
-            known = set(classic["members"]) if classic else set()
-            errors = [None if m in known else _unknown_member(group_id, m) for m in member_ids]
-            leaving = sorted({m for m in member_ids if m in known})
-            if leaving:
-                await groups.remove_members(conn, group_id, leaving)
+            errors: list[BrokerError | None] = []
+            removed: set[str] = set()
+            forgotten = False
+            for member_id, group_instance_id in leaving:
+                if member_id == "" and group_instance_id is not None:
+                    member_id = static_member_id(classic, group_instance_id) or ""
+                if classic is not None and classic.get("pending", {}).pop(member_id, None) is not None:
+                    errors.append(None)
+                    forgotten = True
+                    continue
+                error = fenced_instance_error(classic, group_id, member_id, group_instance_id)
+                if error is None and (classic is None or member_id not in classic["members"]):
+                    error = _unknown_member(group_id, member_id)
+                if error is None:
+                    removed.add(member_id)
+                errors.append(error)
+            if removed:
+                await groups.remove_members(conn, group_id, sorted(removed))
                 await self.members_removed(conn, group, now)
+            elif forgotten:
+                await self._save(conn, group, classic, now)
         return errors
 
     # ---- describe

@@ -23,12 +23,12 @@ import asyncpg
 
 from app.clock import now_ms
 from app.coordinator.assignment import range_assignment
-from app.coordinator.classic_groups import ClassicGroups, classic_state
+from app.coordinator.classic_groups import ClassicGroups, classic_state, fenced_instance_error
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.errors import BrokerError, ErrorCode
 from app.storage.groups import group_offsets, groups
 from app.storage.groups.group_offsets import CommittedOffset, OffsetEntry, PartitionLag
-from app.storage.groups.groups import Group, Member
+from app.storage.groups.groups import CLASSIC_STATE_KEY, Group, Member
 from app.storage.log.topics import (
     CONSUMER_OFFSETS_TOPIC,
     find_topics,
@@ -81,11 +81,13 @@ def _illegal_generation(group_id: str, received: int, current: int) -> BrokerErr
 
 
 class GroupCoordinator:
-    def __init__(self, pool: asyncpg.Pool, transactions: TransactionCoordinator) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, transactions: TransactionCoordinator, initial_rebalance_delay_ms: int = 0
+    ) -> None:
         self.pool = pool
         self.transactions = transactions
         # Kafka's JoinGroup/SyncGroup/Heartbeat/LeaveGroup, on the same groups, members and offsets.
-        self.classic = ClassicGroups(pool)
+        self.classic = ClassicGroups(pool, initial_rebalance_delay_ms)
 
     # ---- membership
 
@@ -184,12 +186,25 @@ class GroupCoordinator:
     # ---- offsets
 
     async def _generation_error(
-        self, conn: asyncpg.Connection, group_id: str, member_id: str, generation_id: int
+        self,
+        conn: asyncpg.Connection,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None = None,
     ) -> BrokerError | None:
-        """KIP-447's check for a commit naming a generation; holds the group row FOR SHARE."""
-        if generation_id == NO_GENERATION:
+        """KIP-447's check for a commit naming a generation; holds the group row FOR SHARE. A commit
+        naming a group.instance.id another member now has is FENCED_INSTANCE_ID (KIP-345)."""
+        if generation_id == NO_GENERATION and group_instance_id is None:
             return None
-        row = await conn.fetchrow("SELECT generation_id FROM consumer_groups WHERE group_id = $1 FOR SHARE", group_id)
+        row = await conn.fetchrow(
+            "SELECT generation_id, assignment FROM consumer_groups WHERE group_id = $1 FOR SHARE", group_id
+        )
+        fenced = fenced_instance_error(
+            None if row is None else row["assignment"].get(CLASSIC_STATE_KEY), group_id, member_id, group_instance_id
+        )
+        if fenced is not None or generation_id == NO_GENERATION:
+            return fenced
         exists = row is not None and await conn.fetchval(
             "SELECT 1 FROM group_members WHERE group_id = $1 AND member_id = $2", group_id, member_id
         )
@@ -215,12 +230,17 @@ class GroupCoordinator:
         return errors
 
     async def commit_offsets(
-        self, group_id: str, member_id: str, generation_id: int, entries: list[OffsetEntry]
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        entries: list[OffsetEntry],
+        group_instance_id: str | None = None,
     ) -> list[BrokerError | None]:
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
             await groups.ensure(conn, group_id, now)  # before any partition lock: see the lock order
-            generation_error = await self._generation_error(conn, group_id, member_id, generation_id)
+            generation_error = await self._generation_error(conn, group_id, member_id, generation_id, group_instance_id)
             if generation_error is not None:
                 return [generation_error] * len(entries)
             errors = await self._entry_errors(conn, entries)
@@ -245,6 +265,7 @@ class GroupCoordinator:
         generation_id: int,
         member_id: str,
         entries: list[OffsetEntry],
+        group_instance_id: str | None = None,
     ) -> list[BrokerError | None]:
         """Offsets that become visible with the transaction's COMMIT marker (and vanish on abort).
         Adds the group's offsets partition to the transaction if AddOffsetsToTxn was not called. One
@@ -254,7 +275,7 @@ class GroupCoordinator:
             conn = unit.conn
             meta = await self.transactions.lock_producer(unit, transactional_id, producer_id, producer_epoch)
             await groups.ensure(conn, group_id, now)
-            generation_error = await self._generation_error(conn, group_id, member_id, generation_id)
+            generation_error = await self._generation_error(conn, group_id, member_id, generation_id, group_instance_id)
             errors = (
                 [generation_error] * len(entries)
                 if generation_error is not None

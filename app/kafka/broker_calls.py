@@ -317,6 +317,7 @@ class BrokerCalls:
         generation_id: int,
         member_id: str,
         offsets: list[TxnOffset],
+        group_instance_id: str | None = None,
     ) -> list[BrokerError | None]:
         """TxnOffsetCommit: one error or None per offset. With a generation (KIP-447, v3+) a zombie
         member's commit is refused; generation -1 (older versions) skips that check, as Kafka does."""
@@ -334,6 +335,7 @@ class BrokerCalls:
             generation_id,
             member_id,
             [OffsetEntry(o.topic, o.partition, o.offset, o.metadata) for o in allowed],
+            group_instance_id,
         )
         by_offset = dict(zip(map(id, allowed), errors))
         return [denied[o.topic] or by_offset[id(o)] for o in offsets]
@@ -493,6 +495,7 @@ class GroupCalls:
         client_id: str,
         client_host: str,
         member_id_required: bool,
+        skip_assignment_allowed: bool = False,
     ) -> JoinResult:
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
         return await self._groups.classic.join(
@@ -506,21 +509,33 @@ class GroupCalls:
             client_id,
             client_host,
             member_id_required,
+            skip_assignment_allowed,
         )
 
     async def sync(
-        self, principal: Principal, group_id: str, member_id: str, generation_id: int, assignments: dict[str, bytes]
+        self,
+        principal: Principal,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        assignments: dict[str, bytes],
+        group_instance_id: str | None = None,
     ) -> SyncResult:
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
-        return await self._groups.classic.sync(group_id, member_id, generation_id, assignments)
+        return await self._groups.classic.sync(group_id, member_id, generation_id, assignments, group_instance_id)
 
-    async def heartbeat(self, principal: Principal, group_id: str, member_id: str, generation_id: int) -> None:
+    async def heartbeat(
+        self, principal: Principal, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None
+    ) -> None:
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
-        await self._groups.classic.heartbeat(group_id, member_id, generation_id)
+        await self._groups.classic.heartbeat(group_id, member_id, generation_id, group_instance_id)
 
-    async def leave(self, principal: Principal, group_id: str, member_ids: list[str]) -> list[BrokerError | None]:
+    async def leave(
+        self, principal: Principal, group_id: str, leaving: list[tuple[str, str | None]]
+    ) -> list[BrokerError | None]:
+        """leaving: (member id, group instance id) each."""
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
-        return await self._groups.classic.leave(group_id, member_ids)
+        return await self._groups.classic.leave(group_id, leaving)
 
     async def commit_offsets(
         self,
@@ -529,6 +544,7 @@ class GroupCalls:
         member_id: str,
         generation_id: int,
         offsets: list[tuple[str, int, int, str | None]],
+        group_instance_id: str | None = None,
     ) -> list[BrokerError | None]:
         """offsets: (topic, partition, offset, metadata) each; one error or None per entry."""
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
@@ -536,7 +552,9 @@ class GroupCalls:
         errors = [_denied(principal, Operation.READ, ResourceType.TOPIC, e.topic) or _unstorable(e) for e in entries]
         allowed = [e for e, error in zip(entries, errors) if error is None]
         committed = iter(
-            await self._groups.commit_offsets(group_id, member_id, generation_id, allowed) if allowed else []
+            await self._groups.commit_offsets(group_id, member_id, generation_id, allowed, group_instance_id)
+            if allowed
+            else []
         )
         return [error if error is not None else next(committed) for error in errors]
 

@@ -32,7 +32,13 @@ class ConfluentMember:
                 **extra,
             }
         )
-        self.consumer.subscribe([topic])
+        # Each rebalance callback, in order: ("assign" | "revoke", partitions).
+        self.rebalances: list[tuple[str, set[int]]] = []
+        self.consumer.subscribe(
+            [topic],
+            on_assign=lambda _, partitions: self.rebalances.append(("assign", {p.partition for p in partitions})),
+            on_revoke=lambda _, partitions: self.rebalances.append(("revoke", {p.partition for p in partitions})),
+        )
 
     def poll(self) -> list[Consumed]:
         message = self.consumer.poll(0.2)
@@ -83,7 +89,7 @@ class KafkaPythonMember:
             **extra,
         )
         # kafka-python's leader assigns with the metadata it has: known before the first join, as
-        # Kafka's initial rebalance delay (3 s, not built here) lets it be ("No partition metadata").
+        # Kafka's initial rebalance delay (3 s; 0 in the test servers) lets it be ("No partition metadata").
         assert self.consumer.partitions_for_topic(topic)
         self.consumer.subscribe([topic])
         self.topic = topic

@@ -68,8 +68,15 @@ def add_offsets(connection: RawConnection, producer: RawProducer, group_id: str,
 
 
 def txn_offset_commit(
-    connection: RawConnection, producer: RawProducer, group_id: str, topic: str, offset: int, version: int = 3
+    connection: RawConnection,
+    producer: RawProducer,
+    group_id: str,
+    topic: str,
+    offset: int,
+    version: int = 3,
+    member: tuple[int, str, str | None] = (-1, "", None),
 ):
+    """member: (generation, member id, group instance id) as v3 sends them (KIP-447)."""
     key = api_table.TXN_OFFSET_COMMIT
     partition = nested(
         key,
@@ -88,9 +95,9 @@ def txn_offset_commit(
             group_id=group_id,
             producer_id=producer.producer_id,
             producer_epoch=producer.epoch,
-            generation_id=-1,
-            member_id="",
-            group_instance_id=None,
+            generation_id=member[0],
+            member_id=member[1],
+            group_instance_id=member[2],
             topics=(nested(key, version, "TxnOffsetCommitRequestTopic", name=topic, partitions=(partition,)),),
         )
     )

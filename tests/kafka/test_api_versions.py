@@ -120,6 +120,9 @@ def sample_request(api_key: int, version: int, producer: RawProducer | None = No
 GROUP = "versions-group"
 MEMBER = "versions-member"
 SESSION = datetime.timedelta(seconds=60)
+# The member ids the server gave out, by the names the samples use: a JoinGroup naming an id the
+# group never gave out is UNKNOWN_MEMBER_ID (as Kafka), so prepare_groups has them issued.
+ISSUED: dict[str, str] = {}
 
 
 def join_request(version: int, group: str, member: str):
@@ -170,24 +173,26 @@ def _group_sample(api_key: int, version: int):
     if api_key == api_table.FIND_COORDINATOR:
         return request_of(api_key, version, key=GROUP, key_type=0, coordinator_keys=(GROUP, "a-transactional-id"))
     if api_key == api_table.JOIN_GROUP:
-        return join_request(version, f"versions-join-v{version}", f"joiner-v{version}")
+        return join_request(version, f"versions-join-v{version}", ISSUED.get(f"joiner-v{version}", ""))
     if api_key == api_table.SYNC_GROUP:
-        assignment = nested(api_key, version, "SyncGroupRequestAssignment", member_id=MEMBER, assignment=b"")
+        assignment = nested(api_key, version, "SyncGroupRequestAssignment", member_id=ISSUED[MEMBER], assignment=b"")
         return request_of(
             api_key,
             version,
             group_id=GROUP,
             generation_id=1,
-            member_id=MEMBER,
+            member_id=ISSUED[MEMBER],
             group_instance_id=None,
             protocol_type="consumer",
             protocol_name="range",
             assignments=(assignment,),
         )
     if api_key == api_table.HEARTBEAT:
-        return request_of(api_key, version, group_id=GROUP, generation_id=1, member_id=MEMBER, group_instance_id=None)
+        return request_of(
+            api_key, version, group_id=GROUP, generation_id=1, member_id=ISSUED[MEMBER], group_instance_id=None
+        )
     if api_key == api_table.LEAVE_GROUP:
-        leaver = f"leaver-v{version}"
+        leaver = ISSUED[f"leaver-v{version}"]
         members = (
             ()
             if version < 3
@@ -337,16 +342,24 @@ def bootstrap(module_kafka_server) -> str:
 
 
 def prepare_groups(address: str) -> None:
-    """The members the group samples name: GROUP's leader, Stable in generation 1, and a member per
-    LeaveGroup version to leave."""
+    """The members the group samples name: GROUP's leader, Stable in generation 1, a member per
+    LeaveGroup version to leave, and the id MEMBER_ID_REQUIRED gives each JoinGroup version from v4
+    (JoinGroup v3 joins with "" at once)."""
     with RawConnection(address) as connection:
-        joined = connection.call(join_request(3, GROUP, MEMBER))
-        assert (joined.error_code, joined.generation_id, joined.leader) == (KafkaError.none, 1, MEMBER)
+        joined = connection.call(join_request(3, GROUP, ""))
+        ISSUED[MEMBER] = joined.member_id
+        assert (joined.error_code, joined.generation_id, joined.leader) == (KafkaError.none, 1, joined.member_id)
         synced = connection.call(sample_request(api_table.SYNC_GROUP, 0))
         assert synced.error_code == KafkaError.none
         for version in api_table.SUPPORTED_VERSIONS[api_table.LEAVE_GROUP]:
-            left = connection.call(join_request(3, f"versions-leave-v{version}", f"leaver-v{version}"))
+            left = connection.call(join_request(3, f"versions-leave-v{version}", ""))
             assert left.error_code == KafkaError.none
+            ISSUED[f"leaver-v{version}"] = left.member_id
+        for version in api_table.SUPPORTED_VERSIONS[api_table.JOIN_GROUP]:
+            if version >= 4:
+                pending = connection.call(join_request(version, f"versions-join-v{version}", ""))
+                assert pending.error_code == KafkaError.member_id_required
+                ISSUED[f"joiner-v{version}"] = pending.member_id
 
 
 def test_api_versions_advertises_the_table(bootstrap):

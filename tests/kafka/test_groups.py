@@ -156,3 +156,38 @@ def test_commit_with_metadata_reads_back(module_kafka_server, member_class):
         assert member.committed(topic, list(range(PARTITIONS))) == {p: (3, "checkpoint 1") for p in range(PARTITIONS)}
     finally:
         member.close()
+
+
+def test_a_restarted_static_member_gets_its_partitions_back_without_revoking_the_other(module_kafka_server):
+    """confluent-kafka with group.instance.id (KIP-345): a static member that stops sends no
+    LeaveGroup, and restarted with its instance id it takes its place in the same generation: its
+    partitions come back to it and the other member is neither revoked nor reassigned."""
+    server = module_kafka_server
+    topic, group = "groups-static", "static-members"
+    create_topic(server, topic, PARTITIONS)
+    ConfluentMember = MEMBERS["confluent-kafka"]
+    first = ConfluentMember(server, group, topic, **{"group.instance.id": "first"})
+    other = ConfluentMember(server, group, topic, **{"group.instance.id": "other"})
+    members = [first, other]
+    try:
+        poll_until(members, lambda _: first.assignment() and other.assignment(), "both members assigned")
+        kept, others = first.assignment(), other.assignment()
+        assert kept | others == set(range(PARTITIONS)) and not kept & others
+        described = server.client.get(f"/v1/groups/{group}").json()
+        generation = described["generation_id"]
+        # Each member's subscription read from its metadata (librdkafka's ConsumerProtocol version).
+        assert [m["topics"] for m in described["members"]] == [[topic], [topic]]
+        rebalances = list(other.rebalances)
+        first.close()
+        members = [other]
+        restarted = ConfluentMember(server, group, topic, **{"group.instance.id": "first"})
+        members = [restarted, other]
+        poll_until(members, lambda _: restarted.assignment() == kept, "the restarted member's partitions")
+        sent = produce_to_each_partition(server, topic, 2, "static")
+        consumed = poll_until(members, lambda c: len(c[0]) + len(c[1]) >= len(sent), "every record")
+        assert {c.partition for c in consumed[0]} <= kept and {c.partition for c in consumed[1]} <= others
+        assert server.client.get(f"/v1/groups/{group}").json()["generation_id"] == generation
+        assert other.rebalances == rebalances and other.assignment() == others
+    finally:
+        for member in members:
+            member.close()

@@ -16,54 +16,7 @@ from tests.kafka import http_side
 from tests.kafka.clients import create_topic
 from tests.kafka.group_clients import MEMBERS, poll_until
 from tests.kafka.raw import RawConnection, nested, request_of
-
-JOIN_VERSION = 9
-SHORT = datetime.timedelta(milliseconds=1500)
-
-
-def join(connection, group: str, member: str = "", session=datetime.timedelta(seconds=30), rebalance=SHORT):
-    protocol = nested(api_table.JOIN_GROUP, JOIN_VERSION, "JoinGroupRequestProtocol", name="range", metadata=b"")
-    return connection.call(
-        request_of(
-            api_table.JOIN_GROUP,
-            JOIN_VERSION,
-            group_id=group,
-            session_timeout=session,
-            rebalance_timeout=rebalance,
-            member_id=member,
-            group_instance_id=None,
-            protocol_type="consumer",
-            protocols=(protocol,),
-            reason=None,
-        )
-    )
-
-
-def sync(connection, group: str, member: str, generation: int, assignments: dict[str, bytes]):
-    return connection.call(
-        request_of(
-            api_table.SYNC_GROUP,
-            5,
-            group_id=group,
-            generation_id=generation,
-            member_id=member,
-            group_instance_id=None,
-            protocol_type="consumer",
-            protocol_name="range",
-            assignments=tuple(
-                nested(api_table.SYNC_GROUP, 5, "SyncGroupRequestAssignment", member_id=m, assignment=a)
-                for m, a in assignments.items()
-            ),
-        )
-    )
-
-
-def heartbeat(connection, group: str, member: str, generation: int):
-    return connection.call(
-        request_of(
-            api_table.HEARTBEAT, 4, group_id=group, generation_id=generation, member_id=member, group_instance_id=None
-        )
-    )
+from tests.kafka.raw_groups import heartbeat, join, sync
 
 
 def joined_member(bootstrap: str, group: str, **timeouts) -> tuple[str, int]:

@@ -1,7 +1,8 @@
 """Transactions of unmodified Kafka clients (transaction version 1: EndTxn below v5, the epoch carried
 from one transaction to the next): committed ones visible, aborted ones never to read_committed
 readers of either door; the transaction seen over HTTP with its epoch, version and markers; a
-zombie fenced by a new instance."""
+zombie fenced by a new instance (each client); kafka-python's and aiokafka's consume-transform-produce
+loops with send_offsets_to_transaction from a joined group."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from tests.kafka import http_side
 from tests.kafka.clients import WAIT_S, ConfluentKafka, bootstrap, create_topic
-from tests.kafka.transactional_clients import TRANSACTIONAL_CLIENTS, Transaction
+from tests.kafka.exactly_once import committed_offsets, committed_values
+from tests.kafka.transactional_clients import LOOP_CLIENTS, TRANSACTIONAL_CLIENTS, LoopStep, Transaction
 
 CONFLUENT = ConfluentKafka()
 
@@ -98,4 +100,35 @@ def test_a_new_instance_fences_the_zombie_and_aborts_its_transaction(module_kafk
         b"successor-1"
     ]
     # Nothing of the zombie after the fence was written at all.
+    assert b"zombie-2" not in _values(CONFLUENT.consume(server, topic, 0, 2))
+
+
+@pytest.mark.parametrize("client", LOOP_CLIENTS, ids=lambda c: c.name)
+def test_consume_transform_produce_moves_the_group_offsets_only_on_commit(module_kafka_server, client):
+    """send_offsets_to_transaction from a subscribed consumer: a committed transaction's offsets
+    are the group's, an aborted one's never (the loop reads its records again), and the sink's
+    read_committed readers see each input transformed once."""
+    server = module_kafka_server
+    source, sink, group = f"loop-in-{client.name}", f"loop-out-{client.name}", f"loop-group-{client.name}"
+    create_topic(server, source, 1)
+    create_topic(server, sink, 1)
+    values = [f"v{i}".encode() for i in range(6)]
+    http_side.produce(server, source, 0, [{"key": None, "value": v.decode()} for v in values])
+
+    client.run(server, group, source, sink, f"loop-tid-{client.name}", [LoopStep(2, True), LoopStep(2, False)])
+    assert committed_offsets(server, group, source, 1) == {0: 2}
+    client.run(server, group, source, sink, f"loop-tid-{client.name}", [LoopStep(2, False), LoopStep(4, True)])
+    assert committed_offsets(server, group, source, 1) == {0: 6}
+    assert committed_values(server, sink, 0) == [b"t-" + v for v in values]
+    assert len(http_side.fetch(server, sink, 0)) > len(values)  # the aborted writes are in the log, hidden
+
+
+@pytest.mark.parametrize("client", LOOP_CLIENTS, ids=lambda c: c.name)
+def test_a_zombie_of_either_client_is_fenced_by_a_new_instance(module_kafka_server, client):
+    server = module_kafka_server
+    topic = f"zombie-{client.name}"
+    create_topic(server, topic, 1)
+    refused = client.fenced(server, f"zombie-tid-{client.name}", topic)
+    assert type(refused).__name__ == client.fenced_error, refused
+    assert _values(CONFLUENT.consume(server, topic, 0, 1, isolation="read_committed")) == [b"successor-1"]
     assert b"zombie-2" not in _values(CONFLUENT.consume(server, topic, 0, 2))

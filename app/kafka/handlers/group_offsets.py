@@ -39,6 +39,7 @@ async def offset_commit(context: RequestContext, request) -> object:
             request.member_id,
             request.generation_id_or_member_epoch,
             entries,
+            getattr(request, "group_instance_id", None),
         )
     except BrokerError as raised:
         errors = [raised] * len(entries)

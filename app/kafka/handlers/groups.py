@@ -18,6 +18,8 @@ NO_THROTTLE = datetime.timedelta(0)
 NO_GENERATION = -1
 # JoinGroup v4+: a new member first gets MEMBER_ID_REQUIRED with its id, then rejoins with it (KIP-394).
 FIRST_VERSION_WITH_MEMBER_ID_REQUIRED = 4
+# JoinGroup v9+: a leader may be told to skip the assignment (a static member rejoined a Stable group).
+FIRST_VERSION_WITH_SKIP_ASSIGNMENT = 9
 
 
 def _ms(value: datetime.timedelta) -> int:
@@ -55,7 +57,13 @@ async def join_group(context: RequestContext, request) -> object:
     rebalance_timeout_ms = _ms(getattr(request, "rebalance_timeout", request.session_timeout))
     if rebalance_timeout_ms < 0:
         rebalance_timeout_ms = session_timeout_ms
-    values = {"generation_id": NO_GENERATION, "protocol_name": None, "leader": "", "member_id": request.member_id}
+    values = {
+        "generation_id": NO_GENERATION,
+        "protocol_name": None,
+        "leader": "",
+        "member_id": request.member_id,
+        "skip_assignment": False,
+    }
     members = ()
     error = KafkaError.none
     try:
@@ -71,6 +79,7 @@ async def join_group(context: RequestContext, request) -> object:
             context.client_id,
             context.client_host,
             context.api_version >= FIRST_VERSION_WITH_MEMBER_ID_REQUIRED,
+            context.api_version >= FIRST_VERSION_WITH_SKIP_ASSIGNMENT,
         )
     except BrokerError as raised:
         error = kafka_error(raised)
@@ -84,6 +93,7 @@ async def join_group(context: RequestContext, request) -> object:
                 protocol_name=joined.protocol_name,
                 leader=joined.leader,
                 member_id=joined.member_id,
+                skip_assignment=joined.skip_assignment,
             )
             members = tuple(
                 build(
@@ -103,7 +113,6 @@ async def join_group(context: RequestContext, request) -> object:
         throttle_time=NO_THROTTLE,
         error_code=error,
         protocol_type=request.protocol_type if error == KafkaError.none else None,
-        skip_assignment=False,
         members=members,
         **values,
     )
@@ -119,6 +128,7 @@ async def sync_group(context: RequestContext, request) -> object:
             request.member_id,
             request.generation_id,
             {a.member_id: a.assignment for a in request.assignments},
+            getattr(request, "group_instance_id", None),
         )
         protocol_type, protocol_name, assignment = synced.protocol_type, synced.protocol_name, synced.assignment
     except BrokerError as raised:
@@ -139,7 +149,11 @@ async def heartbeat(context: RequestContext, request) -> object:
     error = None
     try:
         await context.calls.groups.heartbeat(
-            context.principal, request.group_id, request.member_id, request.generation_id
+            context.principal,
+            request.group_id,
+            request.member_id,
+            request.generation_id,
+            getattr(request, "group_instance_id", None),
         )
     except BrokerError as raised:
         error = raised
@@ -149,9 +163,9 @@ async def heartbeat(context: RequestContext, request) -> object:
 async def leave_group(context: RequestContext, request) -> object:
     module = response_module(api_table.LEAVE_GROUP, context.api_version)
     batch = getattr(request, "members", None)
-    member_ids = [m.member_id for m in batch] if batch is not None else [request.member_id]
+    leaving = [(m.member_id, m.group_instance_id) for m in batch] if batch is not None else [(request.member_id, None)]
     try:
-        errors = await context.calls.groups.leave(context.principal, request.group_id, member_ids)
+        errors = await context.calls.groups.leave(context.principal, request.group_id, leaving)
     except BrokerError as raised:
         return build(
             module, "LeaveGroupResponse", throttle_time=NO_THROTTLE, error_code=kafka_error(raised), members=()

@@ -96,6 +96,7 @@ async def txn_offset_commit(context: RequestContext, request) -> object:
             getattr(request, "generation_id", NO_GENERATION),
             getattr(request, "member_id", NO_MEMBER),
             offsets,
+            getattr(request, "group_instance_id", None),
         )
     except BrokerError as refused:
         errors = [refused] * len(offsets)

@@ -1,0 +1,122 @@
+"""Raw requests of the classic group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, DescribeGroups), every field the test's: for the rules clients do not show."""
+
+from __future__ import annotations
+
+import datetime
+
+from app.kafka import api_table
+from tests.kafka.raw import nested, request_of
+
+JOIN_VERSION = 9
+SHORT = datetime.timedelta(milliseconds=1500)
+LONG = datetime.timedelta(seconds=30)
+
+
+def join(
+    connection,
+    group: str,
+    member: str = "",
+    session=LONG,
+    rebalance=SHORT,
+    instance: str | None = None,
+    metadata: bytes = b"",
+    version: int = JOIN_VERSION,
+):
+    protocol = nested(api_table.JOIN_GROUP, version, "JoinGroupRequestProtocol", name="range", metadata=metadata)
+    return connection.call(
+        request_of(
+            api_table.JOIN_GROUP,
+            version,
+            group_id=group,
+            session_timeout=session,
+            rebalance_timeout=rebalance,
+            member_id=member,
+            group_instance_id=instance,
+            protocol_type="consumer",
+            protocols=(protocol,),
+            reason=None,
+        )
+    )
+
+
+def sync(connection, group: str, member: str, generation: int, assignments: dict[str, bytes], instance=None):
+    return connection.call(
+        request_of(
+            api_table.SYNC_GROUP,
+            5,
+            group_id=group,
+            generation_id=generation,
+            member_id=member,
+            group_instance_id=instance,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=tuple(
+                nested(api_table.SYNC_GROUP, 5, "SyncGroupRequestAssignment", member_id=m, assignment=a)
+                for m, a in assignments.items()
+            ),
+        )
+    )
+
+
+def heartbeat(connection, group: str, member: str, generation: int, instance: str | None = None):
+    return connection.call(
+        request_of(
+            api_table.HEARTBEAT,
+            4,
+            group_id=group,
+            generation_id=generation,
+            member_id=member,
+            group_instance_id=instance,
+        )
+    )
+
+
+def leave(connection, group: str, members: list[tuple[str, str | None]]):
+    """LeaveGroup v5: each (member id, group instance id); its per-member error codes."""
+    response = connection.call(
+        request_of(
+            api_table.LEAVE_GROUP,
+            5,
+            group_id=group,
+            members=tuple(
+                nested(api_table.LEAVE_GROUP, 5, "MemberIdentity", member_id=m, group_instance_id=i, reason=None)
+                for m, i in members
+            ),
+        )
+    )
+    return [m.error_code for m in response.members]
+
+
+def commit(connection, group: str, member: str, generation: int, instance: str | None, topic: str, offset: int):
+    """OffsetCommit v8 of partition 0; its error code."""
+    partition = nested(
+        api_table.OFFSET_COMMIT,
+        8,
+        "OffsetCommitRequestPartition",
+        partition_index=0,
+        committed_offset=offset,
+        committed_leader_epoch=-1,
+        committed_metadata=None,
+    )
+    response = connection.call(
+        request_of(
+            api_table.OFFSET_COMMIT,
+            8,
+            group_id=group,
+            generation_id_or_member_epoch=generation,
+            member_id=member,
+            group_instance_id=instance,
+            topics=(
+                nested(api_table.OFFSET_COMMIT, 8, "OffsetCommitRequestTopic", name=topic, partitions=(partition,)),
+            ),
+        )
+    )
+    return response.topics[0].partitions[0].error_code
+
+
+def describe(connection, group: str):
+    [described] = connection.call(
+        request_of(api_table.DESCRIBE_GROUPS, 5, groups=(group,), include_authorized_operations=False)
+    ).groups
+    return described
