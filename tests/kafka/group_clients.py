@@ -5,6 +5,8 @@ aiokafka (driven on an event loop of its own, run while the test polls it)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -78,6 +80,11 @@ class ConfluentMember:
 
 
 class KafkaPythonMember:
+    """kafka-python rejoins a rebalance only inside poll(), so a thread of its own polls it all the
+    time (as a process of its own would): a test driving two members then never leaves one unpolled
+    while the other's JoinGroup waits for it to rejoin. Every other call runs on that thread between
+    two polls (a KafkaConsumer is not thread-safe); what it polled waits in a queue for poll()."""
+
     def __init__(self, server, group: str, topic: str, reset: str = "earliest", **extra) -> None:
         from kafka import KafkaConsumer
 
@@ -93,38 +100,91 @@ class KafkaPythonMember:
         assert self.consumer.partitions_for_topic(topic)
         self.consumer.subscribe([topic])
         self.topic = topic
+        self._calls: queue.Queue = queue.Queue()
+        self._polled: queue.Queue = queue.Queue()
+        self._closed = False
+        self._thread = threading.Thread(target=self._own_the_consumer, daemon=True)
+        self._thread.start()
+
+    def _own_the_consumer(self) -> None:
+        while not self._closed:
+            try:
+                call, answer = self._calls.get_nowait()
+            except queue.Empty:
+                try:
+                    found = self.consumer.poll(timeout_ms=100)
+                except Exception as error:  # handed to the test at its next poll()
+                    self._polled.put(error)
+                    continue
+                for records in found.values():
+                    for r in records:
+                        self._polled.put(Consumed(r.partition, r.offset, r.value))
+                continue
+            try:
+                answer.set_result(call())
+            except Exception as error:
+                answer.set_exception(error)
+
+    def _run(self, call):
+        answer: concurrent.futures.Future = concurrent.futures.Future()
+        self._calls.put((call, answer))
+        return answer.result(WAIT_S)
 
     def poll(self) -> list[Consumed]:
-        found = self.consumer.poll(timeout_ms=200)
-        return [Consumed(r.partition, r.offset, r.value) for records in found.values() for r in records]
+        found = []
+        try:
+            found.append(self._polled.get(timeout=0.2))
+            while True:
+                found.append(self._polled.get_nowait())
+        except queue.Empty:
+            pass
+        for item in found:
+            if isinstance(item, Exception):
+                raise item
+        return found
 
     def assignment(self) -> set[int]:
-        return {tp.partition for tp in self.consumer.assignment()}
+        return self._run(lambda: {tp.partition for tp in self.consumer.assignment()})
 
     def positions_known(self) -> bool:
-        return all(self.consumer.position(tp) is not None for tp in self.consumer.assignment())
+        return self._run(lambda: all(self.consumer.position(tp) is not None for tp in self.consumer.assignment()))
 
     def commit(self, metadata: str | None = None) -> None:
+        """Commits the positions: every record polled so far (the test's poll() may not have taken
+        the last of them yet)."""
         if metadata is None:
-            self.consumer.commit()
+            self._run(self.consumer.commit)
             return
         from kafka.structs import OffsetAndMetadata
 
-        self.consumer.commit(
-            {tp: OffsetAndMetadata(self.consumer.position(tp), metadata, -1) for tp in self.consumer.assignment()}
+        self._run(
+            lambda: self.consumer.commit(
+                {tp: OffsetAndMetadata(self.consumer.position(tp), metadata, -1) for tp in self.consumer.assignment()}
+            )
         )
 
     def committed(self, topic: str, partitions: list[int]) -> dict[int, tuple[int, str | None]]:
         from kafka import TopicPartition as KafkaPythonPartition
 
-        found = {}
-        for p in partitions:
-            meta = self.consumer.committed(KafkaPythonPartition(topic, p), metadata=True)
-            found[p] = (-1001, None) if meta is None else (meta.offset, meta.metadata)
-        return found
+        def read():
+            found = {}
+            for p in partitions:
+                meta = self.consumer.committed(KafkaPythonPartition(topic, p), metadata=True)
+                found[p] = (-1001, None) if meta is None else (meta.offset, meta.metadata)
+            return found
+
+        return self._run(read)
 
     def close(self) -> None:
-        self.consumer.close()
+        def close_and_stop_polling():
+            self._closed = True
+            self.consumer.close()
+
+        try:
+            self._run(close_and_stop_polling)
+        finally:
+            self._closed = True
+            self._thread.join(WAIT_S)
 
 
 class AioKafkaMember:
