@@ -108,11 +108,13 @@ async def handle(context: RequestContext, request) -> object:
                 topic.topic_id if by_id else None,
             )
             (positions if name is not None else unknown).append(position)
+    # A partition with an error answers at once, as the core's fetch does for its own errors.
+    max_wait_ms = 0 if unknown else int(request.max_wait.total_seconds() * 1000)
     fetched = await context.calls.fetch(
         context.principal,
         positions,
         read_committed,
-        int(request.max_wait.total_seconds() * 1000),
+        max_wait_ms,
         request.min_bytes,
         getattr(request, "max_bytes", UNLIMITED_BYTES),
     )
