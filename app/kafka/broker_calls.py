@@ -253,9 +253,8 @@ class BrokerCalls:
                 results.append(TopicMetadata(None, topic_admin.unknown_topic_id(topic_uuid), topic_uuid=topic_uuid))
                 continue
             denied = _denied(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
-            results.append(
-                _described(topic) if denied is None else TopicMetadata(topic.name, denied, topic_uuid=topic_uuid)
-            )
+            # Refused without its name, as Kafka does: the id is no secret, the name may be.
+            results.append(_described(topic) if denied is None else TopicMetadata(None, denied, topic_uuid=topic_uuid))
         return results
 
     async def topic_names(self, topic_uuids: set[uuid.UUID]) -> dict[uuid.UUID, str]:

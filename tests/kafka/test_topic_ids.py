@@ -142,3 +142,23 @@ def test_an_id_of_a_re_created_topic_reads_and_deletes_nothing(module_kafka_serv
         deleted = delete_by_id(connection, new)
         assert (deleted.error_code, deleted.name, deleted.topic_id) == (KafkaError.none, name, new)
     assert server.client.get(f"/v1/topics/{name}").status_code == 404
+
+
+def test_ids_give_no_name_or_records_away_to_whom_may_not_see_them(make_server):
+    """With `--auth required` (Kafka connections cannot authenticate yet) a topic asked by id is
+    refused without its name, as Kafka does, and neither read nor deleted."""
+    admin = {"Authorization": "Bearer admin-secret"}
+    server = make_server(kafka_listener="127.0.0.1:0", auth="required", admin_token="admin-secret")
+    assert server.client.post("/v1/topics", json={"name": "ids-guarded"}, headers=admin).status_code == 201
+    guarded = topic_uuid(server.client.get("/v1/topics/ids-guarded", headers=admin).json()["topic_id"])
+    with RawConnection(bootstrap(server)) as connection:
+        described = metadata_by_id(connection, guarded)
+        assert (described.error_code, described.name, described.topic_id) == (
+            KafkaError.topic_authorization_failed,
+            None,
+            guarded,
+        )
+        assert fetch_by_id(connection, guarded)[1].error_code == KafkaError.topic_authorization_failed
+        refused = delete_by_id(connection, guarded)
+        assert (refused.error_code, refused.name) == (KafkaError.topic_authorization_failed, None)
+    assert server.client.get("/v1/topics/ids-guarded", headers=admin).status_code == 200
