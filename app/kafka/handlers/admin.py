@@ -206,7 +206,7 @@ async def delete_records(context: RequestContext, request) -> object:
     module = response_module(api_table.DELETE_RECORDS, context.api_version)
     topics = []
     for topic in request.topics:
-        offsets = [(p.partition_index, p.offset) for p in topic.partitions]
+        offsets = [(p.partition_index, p.offset) for p in topic.partitions or ()]  # a null array: none
         try:
             results = await context.calls.admin.delete_records(context.principal, topic.name, offsets)
         except BrokerError as raised:
