@@ -131,6 +131,11 @@ UnknownTopicOrPartitionError = _error(
     abortable=True,
     doc="no such topic or partition",
 )
+UnknownTopicIdError = _error(
+    "UnknownTopicIdError",
+    ErrorCode.UNKNOWN_TOPIC_ID,
+    doc="no topic has this topic id any more (the Kafka listener's answer; HTTP names topics by name)",
+)
 TransactionalIdNotFoundError = _error(
     "TransactionalIdNotFoundError",
     ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
@@ -260,6 +265,7 @@ _BY_CODE: dict[str, type[TxbrokerError]] = {
         RecordTooLargeError,
         InvalidConfigError,
         UnknownTopicOrPartitionError,
+        UnknownTopicIdError,
         TransactionalIdNotFoundError,
         GroupIdNotFoundError,
         NotFoundError,

@@ -50,6 +50,7 @@ class ErrorCode(StrEnum):
     RECORD_TOO_LARGE = "RECORD_TOO_LARGE"
     INVALID_CONFIG = "INVALID_CONFIG"
     UNKNOWN_TOPIC_OR_PARTITION = "UNKNOWN_TOPIC_OR_PARTITION"
+    UNKNOWN_TOPIC_ID = "UNKNOWN_TOPIC_ID"
     TRANSACTIONAL_ID_NOT_FOUND = "TRANSACTIONAL_ID_NOT_FOUND"
     GROUP_ID_NOT_FOUND = "GROUP_ID_NOT_FOUND"
     NOT_FOUND = "NOT_FOUND"
@@ -101,6 +102,7 @@ ERROR_SPECS: MappingProxyType[ErrorCode, ErrorSpec] = MappingProxyType(
         ErrorCode.RECORD_TOO_LARGE: ErrorSpec(413, False, "over max_message_bytes"),
         ErrorCode.INVALID_CONFIG: ErrorSpec(400, False, "unknown topic config key or bad value"),
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorSpec(404, False, "no such topic or partition"),
+        ErrorCode.UNKNOWN_TOPIC_ID: ErrorSpec(404, False, "no topic has this topic id (any more)"),
         ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: ErrorSpec(404, False, "admin look-up of an unknown id"),
         ErrorCode.GROUP_ID_NOT_FOUND: ErrorSpec(404, False, "describe of an unknown group"),
         ErrorCode.NOT_FOUND: ErrorSpec(404, False, "no such route"),

@@ -153,6 +153,12 @@ class PartitionInfo(Body):
 
 class TopicOut(Body):
     name: str
+    topic_id: str = Field(
+        description=(
+            "Kafka's topic id (KIP-516) as Kafka's tools print it (URL-safe base64 of the 16 bytes, no padding): "
+            "fixed for the topic's life, a new one when a topic of the name is re-created"
+        )
+    )
     partitions: list[PartitionInfo]
     config: dict[str, int | str]
 

@@ -14,7 +14,7 @@ from app.api.responses import json_response
 from app.coordinator import topic_admin
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.coordinator.health import is_reachable
-from app.coordinator.topic_admin import PartitionState, TopicInfo
+from app.coordinator.topic_admin import PartitionState, TopicInfo, kafka_topic_id
 
 router = APIRouter(prefix="/v1", tags=["topics and cluster"], route_class=OrjsonRoute)
 
@@ -30,6 +30,7 @@ def _describable_by(principal):
 def _topic_body(topic: TopicInfo, states: list[PartitionState]) -> dict:
     return {
         "name": topic.name,
+        "topic_id": kafka_topic_id(topic.topic_uuid),
         "config": topic.config,
         "partitions": [
             {

@@ -112,6 +112,7 @@ async def topic_page(
         "topic.html",
         nav="overview",
         topic=info,
+        topic_id=topics.kafka_topic_id(info.topic_uuid),
         summary=summary,
         partitions=shown,
         rate=rate,

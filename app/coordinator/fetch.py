@@ -7,6 +7,7 @@ earliest, or the first offset at or after a time, per partition."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -17,7 +18,7 @@ from app.storage.log.append_notifier import AppendNotifier
 from app.storage.log.batch_reads import StoredBatch, read_batches
 from app.storage.log.fetching import FetchPosition, PartitionFetch, fetch
 from app.storage.log.partition_log import NO_OFFSET, NO_TIMESTAMP, PartitionState
-from app.storage.log.topics import TopicInfo, find_topics, unknown_partition, unknown_topic
+from app.storage.log.topics import TopicInfo, find_topics, unknown_partition, unknown_topic, unknown_topic_id
 from txbroker.wire import READ_COMMITTED, READ_UNCOMMITTED
 
 __all__ = [
@@ -80,6 +81,9 @@ class BatchFetchPosition:
     partition: int
     offset: int
     max_bytes: int
+    # Kafka's Fetch v13+ names topics by id: then only the topic of that id is read, so a topic
+    # deleted and re-created under the name since the caller resolved the id is UNKNOWN_TOPIC_ID.
+    topic_uuid: uuid.UUID | None = None
 
 
 @dataclass(slots=True)
@@ -154,6 +158,9 @@ async def _read_batches(
             results.append(result)
             topic = found.get(position.topic)
             if result.error is not None:
+                continue
+            if position.topic_uuid is not None and (topic is None or topic.topic_uuid != position.topic_uuid):
+                result.error = unknown_topic_id(position.topic_uuid)
                 continue
             if topic is None:
                 result.error = unknown_topic(position.topic)

@@ -5,6 +5,7 @@ the caller may see)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,7 @@ from app.errors import BrokerError
 from app.storage.lifecycle import log_cleaner
 from app.storage.log import partition_log, topics
 from app.storage.log.partition_log import NO_OFFSET, PartitionState
-from app.storage.log.topics import DEFAULT_TOPIC_CONFIG, TopicInfo, unknown_topic
+from app.storage.log.topics import DEFAULT_TOPIC_CONFIG, TopicInfo, kafka_topic_id, unknown_topic, unknown_topic_id
 from app.storage.security import principals
 
 __all__ = [
@@ -31,10 +32,13 @@ __all__ = [
     "describe_topic",
     "describe_topics",
     "find_topics",
+    "find_topics_by_uuid",
     "get_topic",
     "grow_partitions",
+    "kafka_topic_id",
     "list_topics",
     "unknown_topic",
+    "unknown_topic_id",
 ]
 
 TopicWithPartitions = tuple[TopicInfo, list[PartitionState]]
@@ -73,6 +77,12 @@ async def find_topics(pool: asyncpg.Pool, names: list[str]) -> dict[str, TopicIn
     """The topics of these names that exist, by name."""
     async with pool.acquire() as conn:
         return await topics.find_topics(conn, names)
+
+
+async def find_topics_by_uuid(pool: asyncpg.Pool, topic_uuids: list[uuid.UUID]) -> dict[uuid.UUID, TopicInfo]:
+    """The topics of these Kafka topic ids that exist, by id."""
+    async with pool.acquire() as conn:
+        return await topics.find_topics_by_uuid(conn, topic_uuids)
 
 
 async def create_topic(
@@ -170,11 +180,13 @@ async def describe_topic(pool: asyncpg.Pool, name: str) -> TopicWithPartitions:
     return topic, states[topic.topic_id]
 
 
-async def delete_topic(pool: asyncpg.Pool, actor: str, name: str) -> None:
-    """Deletes the topic and all its records (the log cleaner removes its rows in the background)."""
+async def delete_topic(pool: asyncpg.Pool, actor: str, name: str, topic_uuid: uuid.UUID | None = None) -> uuid.UUID:
+    """Deletes the topic and all its records (the log cleaner removes its rows in the background);
+    given a Kafka topic id, only the topic of that id (else UNKNOWN_TOPIC_ID). Returns its id."""
     async with pool.acquire() as conn, conn.transaction():  # the audit entry is part of the change
-        await topics.delete_topic(conn, name)
+        deleted = await topics.delete_topic(conn, name, topic_uuid)
         await principals.audit(conn, now_ms(), actor, "delete topic", name)
+    return deleted
 
 
 async def delete_records(

@@ -1,8 +1,8 @@
 """The APIs this listener serves and their versions: what ApiVersions advertises and dispatch.py
 accepts. Per API, from the lowest version the supported clients (librdkafka 2.x, kafka-python,
 aiokafka) need to the highest implemented; tests/kafka/test_api_versions.py round-trips each.
-Capped below the versions that carry topic ids (Metadata v10+ answers a null one; Fetch v13+ and
-Produce v13+ would need them stored).
+Topic ids (KIP-516, migration 0009) in Metadata v10+, Fetch v13+, CreateTopics v7, DeleteTopics v6;
+Produce v13 (topic ids) is not served: none of these clients sends it.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ LIST_TRANSACTIONS = 66
 
 SUPPORTED_VERSIONS: dict[int, range] = {
     PRODUCE: range(3, 10),  # v3: the first with message format v2 (RecordBatch) and transactional ids
-    FETCH: range(4, 13),  # v4: the first with isolation_level and aborted transactions
+    FETCH: range(4, 19),  # v4: isolation_level and aborted transactions; v13+: topic ids
     LIST_OFFSETS: range(1, 8),
     METADATA: range(0, 13),
     OFFSET_COMMIT: range(2, 9),  # v9+: KIP-848's member epochs

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import uuid
 from dataclasses import dataclass, field
 
 from app.coordinator import cluster_nodes, security_admin, topic_admin, transaction_admin
@@ -57,10 +58,21 @@ AUTH_REQUIRED = "required"
 
 @dataclass(frozen=True, slots=True)
 class TopicMetadata:
-    name: str
+    name: str | None  # None: asked by an id no topic has
     error: BrokerError | None
     partition_count: int = 0
     is_internal: bool = False
+    topic_uuid: uuid.UUID | None = None  # Kafka's topic id
+
+
+def _described(topic) -> TopicMetadata:
+    return TopicMetadata(topic.name, None, topic.partition_count, topic.is_internal, topic.topic_uuid)
+
+
+# Fetch v13+'s topic ids resolved to names, remembered: an id is never reused, and the core's fetch
+# checks the id again against the topic it reads (a stale entry answers UNKNOWN_TOPIC_ID), so an
+# entry can only be outdated, never wrong. Forgotten wholesale past this many.
+MAX_REMEMBERED_TOPIC_IDS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +85,7 @@ class ProducedPartition:
 # A partition of a Fetch and its answer: the core's batch fetch (handlers/fetch.py reads them).
 FetchPosition = BatchFetchPosition
 FetchedPartition = FetchedBatches
+unknown_topic_id = topic_admin.unknown_topic_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +177,7 @@ class BrokerCalls:
         self._state = state
         self._presence = None
         self._node = None
+        self._topic_names: dict[uuid.UUID, str] = {}
         self.groups = GroupCalls(state)
         self.admin = AdminCalls(state)
         self.transaction_admin = TransactionAdminCalls(state)
@@ -219,7 +233,7 @@ class BrokerCalls:
         pool = self._state.pool
         if names is None:
             return [
-                TopicMetadata(t.name, None, t.partition_count, t.is_internal)
+                _described(t)
                 for t in await topic_admin.list_topics(
                     pool, lambda name: is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)
                 )
@@ -236,8 +250,34 @@ class BrokerCalls:
             elif topic is None:
                 results.append(TopicMetadata(name, topic_admin.unknown_topic(name)))
             else:
-                results.append(TopicMetadata(name, None, topic.partition_count, topic.is_internal))
+                results.append(_described(topic))
         return results
+
+    async def topic_metadata_by_id(self, principal: Principal, topic_uuids: list[uuid.UUID]) -> list[TopicMetadata]:
+        """Metadata v10+'s topics asked by id (KIP-516): UNKNOWN_TOPIC_ID for an id no topic has."""
+        found = await topic_admin.find_topics_by_uuid(self._state.pool, topic_uuids)
+        results = []
+        for topic_uuid in topic_uuids:
+            topic = found.get(topic_uuid)
+            if topic is None:
+                results.append(TopicMetadata(None, topic_admin.unknown_topic_id(topic_uuid), topic_uuid=topic_uuid))
+                continue
+            denied = _denied(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
+            # Refused without its name, as Kafka does: the id is no secret, the name may be.
+            results.append(_described(topic) if denied is None else TopicMetadata(None, denied, topic_uuid=topic_uuid))
+        return results
+
+    async def topic_names(self, topic_uuids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
+        """The names of the topics of these ids that exist (Fetch v13+)."""
+        unknown = [topic_uuid for topic_uuid in topic_uuids if topic_uuid not in self._topic_names]
+        if unknown:
+            if len(self._topic_names) > MAX_REMEMBERED_TOPIC_IDS:
+                self._topic_names.clear()
+            found = await topic_admin.find_topics_by_uuid(self._state.pool, unknown)
+            self._topic_names.update((topic_uuid, topic.name) for topic_uuid, topic in found.items())
+        return {
+            topic_uuid: self._topic_names[topic_uuid] for topic_uuid in topic_uuids if topic_uuid in self._topic_names
+        }
 
     async def _auto_create(self, principal: Principal, name: str):
         if not is_allowed(principal, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
@@ -698,9 +738,20 @@ class AdminCalls:
         )
         return topic
 
-    async def delete_topic(self, principal: Principal, name: str) -> None:
+    async def delete_topic(self, principal: Principal, name: str) -> uuid.UUID:
+        """Returns the deleted topic's id."""
         authorize(principal, Operation.DELETE, ResourceType.TOPIC, name)
-        await topic_admin.delete_topic(self._state.pool, principal.name, name)
+        return await topic_admin.delete_topic(self._state.pool, principal.name, name)
+
+    async def delete_topic_by_id(self, principal: Principal, topic_uuid: uuid.UUID) -> str:
+        """DeleteTopics v6 by id: the topic of that id, never one re-created under its name since
+        (UNKNOWN_TOPIC_ID). Returns its name."""
+        topic = (await topic_admin.find_topics_by_uuid(self._state.pool, [topic_uuid])).get(topic_uuid)
+        if topic is None:
+            raise topic_admin.unknown_topic_id(topic_uuid)
+        authorize(principal, Operation.DELETE, ResourceType.TOPIC, topic.name)
+        await topic_admin.delete_topic(self._state.pool, principal.name, topic.name, topic_uuid)
+        return topic.name
 
     async def grow_partitions(self, principal: Principal, name: str, count: int, validate_only: bool) -> None:
         """Kafka's CreatePartitions: the topic's partition count raised to `count` (Alter on the topic)."""

@@ -22,6 +22,12 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
 FRAME_LENGTH = struct.Struct(">i")
+# PostgreSQL's text cannot hold NUL, so a request naming a group, member, transactional id, ... with
+# one cannot be served: its connection is closed (never an error inside the node). Offsets' metadata
+# is answered per partition instead (librdkafka appends a NUL to it), and Produce's and Fetch's
+# names are only ever looked up (a name with NUL matches no topic), so their walk is skipped.
+_NUL_ANSWERED_BY_HANDLER = frozenset({"committed_metadata"})
+_NUL_UNCHECKED_APIS = frozenset({0, 1})
 # api_key, api_version, correlation_id: the same first fields in every request header version.
 _HEADER_START = struct.Struct(">hhi")
 API_VERSIONS_KEY = 18
@@ -69,9 +75,25 @@ def parse_request(frame: bytes, known_versions: range | None) -> RequestFrame:
         raise MalformedRequest(
             f"api key {api_key} version {api_version}: the request does not parse ({error!r})"
         ) from error
+    if api_key not in _NUL_UNCHECKED_APIS and _has_nul(body):
+        raise MalformedRequest(f"api key {api_key} version {api_version}: a text field contains a NUL character")
     # Bytes after the request are ignored, as Kafka's brokers do: librdkafka 2.x sends Metadata v12
     # for every topic (AdminClient.list_topics) with 3 bytes more than the schema has.
     return RequestFrame(api_key, api_version, correlation_id, header.client_id, body)
+
+
+def _has_nul(value) -> bool:
+    if isinstance(value, str):
+        return "\0" in value
+    if isinstance(value, tuple):
+        return any(_has_nul(item) for item in value)
+    if hasattr(value, "__dataclass_fields__"):
+        return any(
+            _has_nul(getattr(value, name))
+            for name in value.__dataclass_fields__
+            if name not in _NUL_ANSWERED_BY_HANDLER
+        )
+    return False
 
 
 def encode_response(api_key: int, correlation_id: int, response: object) -> bytes:

@@ -12,6 +12,7 @@ same PostgreSQL transaction that appends the batch.
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Any
 
@@ -28,7 +29,7 @@ from sqlalchemy import (
     func,
 )
 from sqlalchemy import text as sa_text
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlmodel import Field, SQLModel
 
 
@@ -44,6 +45,10 @@ class Topic(SQLModel, table=True):
     config: dict[str, Any] = Field(sa_column=Column(JSONB, nullable=False, server_default="{}"))
     is_internal: bool = Field(default=False, nullable=False)
     created_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False, server_default=func.now()))
+    # Kafka's topic id (KIP-516): generated with the row, so a re-created topic gets a new one.
+    topic_uuid: uuid.UUID = Field(
+        sa_column=Column(UUID(as_uuid=True), nullable=False, unique=True, server_default=sa_text("gen_random_uuid()"))
+    )
 
 
 class Partition(SQLModel, table=True):

@@ -74,8 +74,11 @@ def test_create_returns_201_with_topic_body_and_default_config(client):
     response = create(client, name, 3)
     assert response.status_code == 201
     assert response.headers["content-type"].startswith("application/json")
-    assert response.json() == {
+    body = response.json()
+    assert re.fullmatch(r"[A-Za-z0-9_-]{22}", body["topic_id"])  # Kafka's topic id, as its tools print it
+    assert body == {
         "name": name,
+        "topic_id": body["topic_id"],
         "config": DEFAULT_CONFIG,
         "partitions": [
             {"partition": p, "log_start_offset": 0, "high_watermark": 0, "last_stable_offset": 0} for p in range(3)

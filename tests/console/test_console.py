@@ -292,6 +292,10 @@ def test_pages_work_without_javascript(server: RunningServer, playwright_driver)
         page.goto(f"{server.url}/console/topics/orders/partitions/2")
         expect(log_row(page, 0).locator(".pill")).to_have_text("aborted")
         tab.shot("partition-no-js")
+        page.goto(f"{server.url}/console/topics/orders")  # the topic's id, as HTTP and Kafka's tools show it
+        expect(page.locator(".lede .chip", has_text="topic id")).to_contain_text(
+            client.get("/v1/topics/orders").json()["topic_id"]
+        )
         tab.close()
 
 

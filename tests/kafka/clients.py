@@ -7,7 +7,9 @@ that should not be seen would be."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import time
+import uuid
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -35,6 +37,11 @@ class Delivered:
 def create_topic(server, name: str, partitions: int = 1) -> None:
     response = server.client.post("/v1/topics", json={"name": name, "partitions": partitions, "config": {}})
     assert response.status_code == 201, response.text
+
+
+def topic_uuid(topic_id: str) -> uuid.UUID:
+    """HTTP's `topic_id` (Kafka's text form: URL-safe base64, unpadded) as the UUID Kafka's messages carry."""
+    return uuid.UUID(bytes=base64.urlsafe_b64decode(topic_id + "=="))
 
 
 def bootstrap(server) -> str:

@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
 from app.kafka.record_batches import KafkaRecord
-from tests.kafka.clients import create_topic
+from tests.kafka.clients import create_topic, topic_uuid
 from tests.kafka.raw import RawConnection, nested, record_batch, request_frame, request_of, response_class_of
 from tests.kafka.raw_transactions import RawProducer, add_partitions, init_producer
 
@@ -36,9 +36,9 @@ ADVERTISED = [
 ]
 
 
-def sample_request(api_key: int, version: int, producer: RawProducer | None = None):
+def sample_request(api_key: int, version: int, producer: RawProducer | None = None, topic_id=None):
     """A valid request of this API and version, about partition 0 of TOPIC (for a transactional
-    API, of `producer`'s open transaction)."""
+    API, of `producer`'s open transaction; Fetch v13+ names it by `topic_id`)."""
     if api_key == api_table.PRODUCE:
         records = record_batch([KafkaRecord(1_700_000_000_123, b"k", f"v{version}".encode(), [("h", b"x")])])
         partition = nested(api_key, version, "PartitionProduceData", index=0, records=records)
@@ -72,7 +72,7 @@ def sample_request(api_key: int, version: int, producer: RawProducer | None = No
             isolation_level=0,
             session_id=0,
             session_epoch=-1,
-            topics=(nested(api_key, version, "FetchTopic", topic=TOPIC, partitions=(partition,)),),
+            topics=(nested(api_key, version, "FetchTopic", topic=TOPIC, topic_id=topic_id, partitions=(partition,)),),
             forgotten_topics_data=(),
             rack_id="",
         )
@@ -331,6 +331,11 @@ def errors_in(response) -> list[KafkaError]:
 
 
 @pytest.fixture(scope="module")
+def topic_id(bootstrap, module_kafka_server):
+    return topic_uuid(module_kafka_server.client.get(f"/v1/topics/{TOPIC}").json()["topic_id"])
+
+
+@pytest.fixture(scope="module")
 def bootstrap(module_kafka_server) -> str:
     create_topic(module_kafka_server, TOPIC, 1)
     address = module_kafka_server.extra["kafka_bootstrap"]
@@ -372,13 +377,13 @@ def test_api_versions_advertises_the_table(bootstrap):
 
 
 @pytest.mark.parametrize(("api_key", "version"), ADVERTISED, ids=[f"key{k}-v{v}" for k, v in ADVERTISED])
-def test_each_advertised_version_round_trips(bootstrap, api_key, version):
+def test_each_advertised_version_round_trips(bootstrap, topic_id, api_key, version):
     with RawConnection(bootstrap) as connection:
         producer = None
         if api_key in TRANSACTIONAL:
             producer = init_producer(connection, f"versions-{api_key}-{version}")
             assert add_partitions(connection, producer, TOPIC, [0]) == [KafkaError.none]
-        response = connection.call(sample_request(api_key, version, producer))
+        response = connection.call(sample_request(api_key, version, producer, topic_id))
     assert type(response).__version__ == version
     assert set(errors_in(response)) <= {KafkaError.none}, response
 

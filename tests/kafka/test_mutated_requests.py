@@ -8,9 +8,10 @@ import logging
 import random
 import socket
 
+from app.kafka import api_table
 from app.kafka.frames import FRAME_LENGTH
 from tests.kafka.clients import create_topic
-from tests.kafka.raw import RawConnection, request_frame
+from tests.kafka.raw import RawConnection, request_frame, request_of
 from tests.kafka.test_api_versions import ADVERTISED, TOPIC, _still_serving, sample_request
 
 MUTATIONS_PER_VERSION = 12
@@ -42,3 +43,20 @@ def test_mutated_requests_never_harm_the_node(module_kafka_server, caplog):
         _still_serving(bootstrap)
     unexpected = [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR]
     assert unexpected == []
+
+
+def test_a_nul_in_a_group_id_closes_the_connection_and_nothing_fails(module_kafka_server, caplog):
+    """Regression: PostgreSQL's text cannot hold NUL, and LeaveGroup and DescribeGroups naming a group
+    with one failed inside the node (an unexpected error logged) instead of closing the connection."""
+    caplog.set_level(logging.INFO, logger="txbroker.kafka")
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    requests = [
+        request_of(api_table.DESCRIBE_GROUPS, 5, groups=("nul\0group",), include_authorized_operations=False),
+        request_of(api_table.LEAVE_GROUP, 0, group_id="nul\0group", member_id="m"),
+    ]
+    for request in requests:
+        with RawConnection(bootstrap) as connection:
+            connection.send(request)
+            assert connection.closed_by_peer()
+    _still_serving(bootstrap)
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []

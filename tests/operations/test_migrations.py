@@ -7,12 +7,14 @@ import asyncio
 import subprocess
 import sys
 
+import asyncpg
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlmodel import SQLModel
 
+from alembic import command
 from app.storage import tables  # noqa: F401
-from app.storage.migrations import migration_engine
+from app.storage.migrations import alembic_config, migration_engine
 from tests.conftest import REPO_ROOT, database_url_for
 
 
@@ -51,3 +53,31 @@ def test_db_upgrade_command_from_several_processes_at_once(postgres):
         timeout=120,
     )
     assert again.returncode == 0, again.stderr.decode()
+
+
+def test_0009_gives_every_existing_topic_its_own_topic_id(postgres):
+    """Topics made before topic ids existed get one each at the upgrade, distinct and kept after."""
+    postgres.create_database("before_topic_ids")
+    url = database_url_for(postgres.database_url, "before_topic_ids")
+    command.upgrade(alembic_config(url), "0008")
+
+    async def topics_with_ids(insert: bool):
+        conn = await asyncpg.connect(url)
+        try:
+            if insert:
+                await conn.execute(
+                    "INSERT INTO topics (name, partition_count, config, is_internal) "
+                    "VALUES ('old-a', 1, '{}', false), ('old-b', 2, '{}', false)"
+                )
+                return None
+            return dict(await conn.fetch("SELECT name, topic_uuid FROM topics ORDER BY name"))
+        finally:
+            await conn.close()
+
+    asyncio.run(topics_with_ids(insert=True))
+    command.upgrade(alembic_config(url), "head")
+    upgraded = asyncio.run(topics_with_ids(insert=False))
+    assert set(upgraded) == {"old-a", "old-b"}
+    assert None not in upgraded.values() and len(set(upgraded.values())) == 2
+    command.upgrade(alembic_config(url), "head")  # again: nothing changes
+    assert asyncio.run(topics_with_ids(insert=False)) == upgraded

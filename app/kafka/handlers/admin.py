@@ -34,7 +34,7 @@ async def create_topics(context: RequestContext, request) -> object:
     module = response_module(api_table.CREATE_TOPICS, context.api_version)
     results = []
     for topic in request.topics:
-        error, partitions = None, -1
+        error, partitions, topic_id = None, -1, None
         count = DEFAULT_PARTITIONS if topic.num_partitions == -1 else topic.num_partitions
         try:
             created = await context.calls.admin.create_topic(
@@ -45,6 +45,8 @@ async def create_topics(context: RequestContext, request) -> object:
                 request.validate_only,
             )
             partitions = created.partition_count
+            # v7 (KIP-516): the new topic's id; validate_only created none (Kafka answers the zero id).
+            topic_id = None if request.validate_only else created.topic_uuid
         except BrokerError as raised:
             error = raised
         results.append(
@@ -52,7 +54,7 @@ async def create_topics(context: RequestContext, request) -> object:
                 module,
                 "CreatableTopicResult",
                 name=topic.name,
-                topic_id=None,
+                topic_id=topic_id,
                 error_code=kafka_error(error),
                 error_message=_message(error),
                 topic_config_error_code=0,
@@ -64,22 +66,36 @@ async def create_topics(context: RequestContext, request) -> object:
     return build(module, "CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
+async def _delete_topic(context: RequestContext, name: str | None, topic_id) -> tuple:
+    """(name, topic id, error) of one DeleteTopics entry: by name, or (v6, KIP-516) by id."""
+    try:
+        if name is not None and topic_id is not None:
+            raise BrokerError(
+                ErrorCode.INVALID_REQUEST,
+                f"topic {name!r} is named both by name and by the id {topic_id}: expected one of the two",
+            )
+        if name is not None:
+            return name, await context.calls.admin.delete_topic(context.principal, name), None
+        return await context.calls.admin.delete_topic_by_id(context.principal, topic_id), topic_id, None
+    except BrokerError as raised:
+        return name, topic_id, raised
+
+
 async def delete_topics(context: RequestContext, request) -> object:
     module = response_module(api_table.DELETE_TOPICS, context.api_version)
-    names = [t.name for t in request.topics] if hasattr(request, "topics") else list(request.topic_names)
+    if hasattr(request, "topics"):  # v6
+        asked = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        asked = [(name, None) for name in request.topic_names]
     results = []
-    for name in names:
-        error = None
-        try:
-            await context.calls.admin.delete_topic(context.principal, name)
-        except BrokerError as raised:
-            error = raised
+    for asked_name, asked_id in asked:
+        name, topic_id, error = await _delete_topic(context, asked_name, asked_id)
         results.append(
             build(
                 module,
                 "DeletableTopicResult",
                 name=name,
-                topic_id=None,
+                topic_id=topic_id,
                 error_code=kafka_error(error),
                 error_message=_message(error),
             )
@@ -198,7 +214,7 @@ async def delete_records(context: RequestContext, request) -> object:
     module = response_module(api_table.DELETE_RECORDS, context.api_version)
     topics = []
     for topic in request.topics:
-        offsets = [(p.partition_index, p.offset) for p in topic.partitions]
+        offsets = [(p.partition_index, p.offset) for p in topic.partitions or ()]  # a null array: none
         try:
             results = await context.calls.admin.delete_records(context.principal, topic.name, offsets)
         except BrokerError as raised:

@@ -3,7 +3,8 @@ stable offset under read_committed (else the high watermark), with markers as co
 under read_committed, the aborted transactions among them (producer id, first offset), so that
 clients skip aborted records and markers exactly as they do with Kafka. Long-polls for min_bytes up
 to max_wait_ms. No fetch sessions (KIP-227): every answer has session id 0, which tells clients
-to send full requests."""
+to send full requests. From v13 topics are named by id (KIP-516): an id no topic has is answered
+UNKNOWN_TOPIC_ID, and the core reads only the topic of the id."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import datetime
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
-from app.kafka.broker_calls import FetchedPartition, FetchPosition
+from app.kafka.broker_calls import FetchedPartition, FetchPosition, unknown_topic_id
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import kafka_error
 from app.kafka.frames import build, response_module
@@ -24,6 +25,8 @@ NO_PREFERRED_REPLICA = -1
 NO_OFFSET = -1
 # Fetch v0-v2 had no max_bytes: the partitions' limits alone applied.
 UNLIMITED_BYTES = 2**31 - 1
+# From this version topics are named by id (KIP-516), in requests and responses.
+TOPIC_IDS_SINCE = 13
 
 
 def _records(fetched: FetchedPartition) -> bytes:
@@ -91,22 +94,35 @@ def _partition(module, fetched: FetchedPartition, read_committed: bool):
 async def handle(context: RequestContext, request) -> object:
     module = response_module(api_table.FETCH, context.api_version)
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
-    positions = [
-        FetchPosition(topic.topic, partition.partition, partition.fetch_offset, partition.partition_max_bytes)
-        for topic in request.topics
-        for partition in topic.partitions
-    ]
+    by_id = context.api_version >= TOPIC_IDS_SINCE
+    names = await context.calls.topic_names({topic.topic_id for topic in request.topics}) if by_id else {}
+    positions, unknown = [], []
+    for topic in request.topics:
+        name = names.get(topic.topic_id) if by_id else topic.topic
+        for partition in topic.partitions:
+            position = FetchPosition(
+                name or "",
+                partition.partition,
+                partition.fetch_offset,
+                partition.partition_max_bytes,
+                topic.topic_id if by_id else None,
+            )
+            (positions if name is not None else unknown).append(position)
+    # A partition with an error answers at once, as the core's fetch does for its own errors.
+    max_wait_ms = 0 if unknown else int(request.max_wait.total_seconds() * 1000)
     fetched = await context.calls.fetch(
         context.principal,
         positions,
         read_committed,
-        int(request.max_wait.total_seconds() * 1000),
+        max_wait_ms,
         request.min_bytes,
         getattr(request, "max_bytes", UNLIMITED_BYTES),
     )
-    by_topic: dict[str, list] = {}
+    fetched += [FetchedPartition(position, error=unknown_topic_id(position.topic_uuid)) for position in unknown]
+    by_topic: dict = {}  # by id from v13, else by name
     for result in fetched:
-        by_topic.setdefault(result.position.topic, []).append(_partition(module, result, read_committed))
+        key = result.position.topic_uuid if by_id else result.position.topic
+        by_topic.setdefault(key, []).append(_partition(module, result, read_committed))
     return build(
         module,
         "FetchResponse",
@@ -114,7 +130,12 @@ async def handle(context: RequestContext, request) -> object:
         error_code=KafkaError.none,
         session_id=NO_SESSION,
         responses=tuple(
-            build(module, "FetchableTopicResponse", topic=topic, partitions=tuple(partitions))
-            for topic, partitions in by_topic.items()
+            build(
+                module,
+                "FetchableTopicResponse",
+                **({"topic_id": key} if by_id else {"topic": key}),
+                partitions=tuple(partitions),
+            )
+            for key, partitions in by_topic.items()
         ),
     )

@@ -23,7 +23,7 @@ AUTO_CREATE_BEFORE_V4 = True
 
 def _requested_names(request) -> list[str | None] | None:
     """The names asked for; None: every topic (v0: an empty list; v1+: null). A topic asked for
-    by id alone (v10+) has no name here."""
+    by id alone (v10+) has no name here: topic_metadata_by_id answers it."""
     if request.topics is None or (request.__version__ == 0 and not request.topics):
         return None
     return [topic.name for topic in request.topics]
@@ -36,13 +36,17 @@ async def handle(context: RequestContext, request) -> object:
     found = await context.calls.topic_metadata(
         context.principal, None if names is None else [name for name in names if name is not None], allow_create
     )
+    if names is not None:  # v10+: topics asked by id alone (KIP-516)
+        by_id = [topic.topic_id for topic in request.topics if topic.name is None]
+        if by_id:
+            found += await context.calls.topic_metadata_by_id(context.principal, by_id)
     topics = [
         build(
             module,
             "MetadataResponseTopic",
             error_code=kafka_error(topic.error),
             name=topic.name,
-            topic_id=None,
+            topic_id=topic.topic_uuid,
             is_internal=topic.is_internal,
             partitions=tuple(
                 build(
@@ -62,20 +66,6 @@ async def handle(context: RequestContext, request) -> object:
         )
         for topic in found
     ]
-    if names is not None:
-        topics += [
-            build(
-                module,
-                "MetadataResponseTopic",
-                error_code=KafkaError.unknown_topic_id,
-                name=None,
-                topic_id=topic.topic_id,
-                partitions=(),
-                topic_authorized_operations=OPERATIONS_NOT_REQUESTED,
-            )
-            for topic in request.topics
-            if topic.name is None
-        ]
     brokers = tuple(
         build(module, "MetadataResponseBroker", node_id=node.node_id, host=node.host, port=node.port, rack=None)
         for node in await context.calls.live_nodes(context.advertised_host, context.advertised_port)

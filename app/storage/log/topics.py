@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import re
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +53,8 @@ class TopicInfo:
     partition_count: int
     config: dict[str, Any]
     is_internal: bool
+    # Kafka's topic id (KIP-516, migration 0009): fixed for the topic's life, new for a re-created one.
+    topic_uuid: uuid.UUID
 
     @property
     def max_message_bytes(self) -> int:
@@ -63,6 +67,11 @@ class TopicInfo:
     @property
     def cleanup_policy(self) -> frozenset[str]:
         return frozenset(self.setting("cleanup_policy").split(","))
+
+
+def kafka_topic_id(topic_uuid: uuid.UUID) -> str:
+    """A topic id as Kafka's tools and clients print it (Uuid.toString: URL-safe base64, unpadded)."""
+    return base64.urlsafe_b64encode(topic_uuid.bytes).rstrip(b"=").decode()
 
 
 def check_topic_name(name: str, *, allow_internal: bool = False) -> None:
@@ -108,10 +117,12 @@ def effective_config(config: dict[str, Any], defaults: dict[str, Any] | None = N
 
 
 def topic_from_row(row: asyncpg.Record) -> TopicInfo:
-    return TopicInfo(row["topic_id"], row["name"], row["partition_count"], row["config"], row["is_internal"])
+    return TopicInfo(
+        row["topic_id"], row["name"], row["partition_count"], row["config"], row["is_internal"], row["topic_uuid"]
+    )
 
 
-TOPIC_COLUMNS = "topic_id, name, partition_count, config, is_internal"
+TOPIC_COLUMNS = "topic_id, name, partition_count, config, is_internal, topic_uuid"
 
 
 async def create_topic(
@@ -264,6 +275,16 @@ async def find_topics(conn: asyncpg.Connection, names: list[str]) -> dict[str, T
     return {row["name"]: topic_from_row(row) for row in rows}
 
 
+_FIND_TOPICS_BY_UUID_SQL = f"SELECT {TOPIC_COLUMNS} FROM topics WHERE topic_uuid = ANY($1::uuid[])"
+
+
+async def find_topics_by_uuid(conn: asyncpg.Connection, topic_uuids: list[uuid.UUID]) -> dict[uuid.UUID, TopicInfo]:
+    """The topics of these Kafka topic ids that exist, by id (an id is never reused: a missing one
+    is a topic deleted, or never made)."""
+    rows = await conn.fetch(_FIND_TOPICS_BY_UUID_SQL, topic_uuids)
+    return {row["topic_uuid"]: topic_from_row(row) for row in rows}
+
+
 # FOR KEY SHARE: holders never wait for each other, nor for a partition growth (FOR NO KEY UPDATE: it
 # leaves the key and the partitions a holder resolved as they were); a config change and DeleteTopics
 # (FOR UPDATE) wait for them, and they for those in flight (after a delete, the row is gone).
@@ -289,13 +310,21 @@ async def list_topics(conn: asyncpg.Connection) -> list[TopicInfo]:
     return [topic_from_row(row) for row in rows]
 
 
-async def delete_topic(conn: asyncpg.Connection, name: str) -> None:
+async def delete_topic(conn: asyncpg.Connection, name: str, topic_uuid: uuid.UUID | None = None) -> uuid.UUID:
+    """Deletes the topic of this name (and, given, of this Kafka topic id: a topic re-created under
+    the name since the caller learned the id is not the one meant, UNKNOWN_TOPIC_ID); returns its id."""
     if not could_exist(name):
         raise unknown_topic(name)
     async with conn.transaction():
-        row = await conn.fetchrow("SELECT topic_id, is_internal FROM topics WHERE name = $1 FOR UPDATE", name)
+        # The row is locked by name and id together, so the topic checked is the one deleted.
+        row = await conn.fetchrow(
+            "SELECT topic_id, is_internal, topic_uuid FROM topics "
+            "WHERE name = $1 AND ($2::uuid IS NULL OR topic_uuid = $2) FOR UPDATE",
+            name,
+            topic_uuid,
+        )
         if row is None:
-            raise unknown_topic(name)
+            raise unknown_topic(name) if topic_uuid is None else unknown_topic_id(topic_uuid)
         if row["is_internal"]:
             raise BrokerError(
                 ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic {name!r} is internal to txbroker and cannot be deleted"
@@ -321,12 +350,21 @@ async def delete_topic(conn: asyncpg.Connection, name: str) -> None:
         # scan their table (keyed by group first): DeleteTopics is rare, and groups x partitions few.
         await conn.execute("DELETE FROM pending_txn_offsets WHERE topic = $1", name)
         await conn.execute("DELETE FROM group_offsets WHERE topic = $1", name)
+    return row["topic_uuid"]
 
 
 def unknown_topic(name: str) -> BrokerError:
     return BrokerError(
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
         f"topic {name!r} does not exist: create it with POST /v1/topics, or check the name",
+    )
+
+
+def unknown_topic_id(topic_uuid: uuid.UUID) -> BrokerError:
+    return BrokerError(
+        ErrorCode.UNKNOWN_TOPIC_ID,
+        f"no topic has the topic id {topic_uuid}: the topic was deleted (a re-created one has a new id); "
+        f"refresh the topic's metadata",
     )
 
 

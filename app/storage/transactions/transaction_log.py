@@ -115,9 +115,10 @@ _LOCK_MANY_SQL = (
 # are re-read once ours.
 _COLUMN_NAMES = tuple(name.strip() for name in _COLUMNS.split(","))
 _NO_COLUMNS = ", ".join("NULL" for _ in _COLUMN_NAMES)  # a topic's row has these NULL
+_NO_TOPIC_COLUMNS = ", ".join(f"NULL AS {name}" for name in TOPIC_COLUMNS.split(", "))  # and a transaction's these
 _LOCK_MANY_AND_FIND_TOPICS_SQL = f"""
 WITH locked AS MATERIALIZED ({_LOCK_MANY_SQL})
-SELECT {_COLUMNS}, NULL AS topic_id, NULL AS name, NULL AS partition_count, NULL AS config, NULL AS is_internal
+SELECT {_COLUMNS}, {_NO_TOPIC_COLUMNS}
 FROM locked
 UNION ALL
 SELECT {_NO_COLUMNS}, {TOPIC_COLUMNS} FROM topics WHERE name = ANY($2::text[])
