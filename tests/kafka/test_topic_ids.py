@@ -15,6 +15,7 @@ from app.kafka import api_table
 from tests.kafka import http_side
 from tests.kafka.clients import WAIT_S, bootstrap, create_topic, topic_uuid
 from tests.kafka.raw import RawConnection, nested, request_of
+from tests.kafka.test_security import ADMIN_TOKEN, log_in, new_principal
 
 MAX_BYTES = 1 << 20
 FETCH_BY_ID = 16  # what librdkafka 2.x sends
@@ -145,13 +146,15 @@ def test_an_id_of_a_re_created_topic_reads_and_deletes_nothing(module_kafka_serv
 
 
 def test_ids_give_no_name_or_records_away_to_whom_may_not_see_them(make_server):
-    """With `--auth required` (Kafka connections cannot authenticate yet) a topic asked by id is
-    refused without its name, as Kafka does, and neither read nor deleted."""
-    admin = {"Authorization": "Bearer admin-secret"}
-    server = make_server(kafka_listener="127.0.0.1:0", auth="required", admin_token="admin-secret")
+    """With `--auth required`, a principal without ACLs on a topic asks for it by id: refused
+    without its name, as Kafka does, and neither read nor deleted."""
+    admin = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+    server = make_server(kafka_listener="127.0.0.1:0", auth="required", admin_token=ADMIN_TOKEN)
     assert server.client.post("/v1/topics", json={"name": "ids-guarded"}, headers=admin).status_code == 201
     guarded = topic_uuid(server.client.get("/v1/topics/ids-guarded", headers=admin).json()["topic_id"])
+    _, api_key = new_principal(server, "stranger")
     with RawConnection(bootstrap(server)) as connection:
+        assert log_in(connection, "stranger", api_key).error_code == KafkaError.none
         described = metadata_by_id(connection, guarded)
         assert (described.error_code, described.name, described.topic_id) == (
             KafkaError.topic_authorization_failed,
