@@ -21,7 +21,7 @@ import asyncpg
 import orjson
 
 from app.storage.log import record_codec
-from app.storage.log.append import BatchAppend, append_batch, append_for_coordinator
+from app.storage.log.append import BatchAppend, append_batch_or_raise, append_for_coordinator
 from app.storage.log.topics import TopicInfo
 from app.storage.rows import all_from_rows
 from txbroker.wire import NO_OFFSET
@@ -60,7 +60,7 @@ async def commit(
     replaces whatever was committed. The caller holds the PostgreSQL transaction."""
     if not entries:
         return
-    appended = await append_batch(
+    appended = await append_batch_or_raise(
         conn, BatchAppend(offsets_topic, offsets_partition, _commit_batch(group_id, entries, now_ms, None))
     )
     await conn.executemany(

@@ -1,15 +1,21 @@
 """Appends to the partition log: batches with dense offsets, checked against their producers'
 sequences.
 
-Invariant: offsets of a partition are dense and unique. An append first bumps the partition's
-`high_watermark` (taking that row's lock until commit), then inserts its batch at the old value, in
-one statement. Concurrent appends to one partition therefore queue on the row; appends to other
+Invariant: offsets of a partition are dense and unique. An append takes its partition's row lock
+until commit and inserts its batch at the high watermark it read under that lock, which it advances
+past the batch. Concurrent appends to one partition therefore queue on the row; appends to other
 partitions never wait. A multi-partition append locks its partitions in (topic_id, partition) order
 (locks.py), so two of them cannot deadlock.
+
+One path for every append (`append_batches`): check each batch where it lands (`plan_appends`:
+a client's batch against its producer's sequence, a coordinator's without one, see AppendOrigin),
+then write them all with one statement (`_write_appends`). A lone plain batch takes a shortcut,
+`_append_one_plain`: one statement locks, appends and advances the head.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 import asyncpg
@@ -26,9 +32,23 @@ from app.storage.log.topics import TopicInfo, unknown_partition
 from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
 
+class AppendOrigin(enum.Enum):
+    """Who writes a batch, as Kafka's AppendOrigin. A CLIENT's batch of a producer is checked
+    against the producer's sequence on the partition. A COORDINATOR's is a transactional batch
+    written on the producer's behalf (its TxnOffsetCommit in __consumer_offsets): it carries the
+    transaction's producer id and epoch, so read_committed readers hide it until the COMMIT marker
+    (and forever after an ABORT), and opens the producer's transaction on the partition (pinning the
+    LSO) unless already open; it has no sequence (NO_SEQUENCE) to check, the coordinator checked the
+    producer (sequences.coordinator_batch)."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
+
+
 @dataclass(frozen=True, slots=True)
 class BatchAppend:
-    """One partition's part of a produce request, validated and encoded."""
+    """One partition's part of a produce request (or of the coordinator's own write), validated and
+    encoded."""
 
     topic: TopicInfo
     partition: int
@@ -37,6 +57,7 @@ class BatchAppend:
     producer_epoch: int = NO_PRODUCER_EPOCH
     base_sequence: int = NO_SEQUENCE
     is_transactional: bool = False
+    origin: AppendOrigin = AppendOrigin.CLIENT
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +67,11 @@ class AppendResult:
     duplicate: bool = False
 
 
-# Bumps the high watermark (locking the partition's row until commit), inserts the batch at the old
-# one, and tells long-polling fetches on every server (NOTIFY is delivered at commit).
-_APPEND_SQL = f"""
+# `_append_one_plain`: bumps the high watermark (locking the partition's row until commit), inserts
+# the batch at the old one, and tells long-polling fetches on every server (NOTIFY is delivered at
+# commit). A plain batch has no producer state to read under the lock, so this one statement does
+# what `lock_partitions` then `_write_appends` do in two.
+_APPEND_ONE_PLAIN_SQL = f"""
 WITH head AS (
     UPDATE partitions SET high_watermark = high_watermark + $3
     WHERE topic_id = $1 AND partition = $2
@@ -78,17 +101,25 @@ def check_appendable(append: BatchAppend) -> BrokerError | None:
 
 
 async def append_batch(conn: asyncpg.Connection, append: BatchAppend) -> AppendResult | BrokerError:
-    """Appends one batch; the caller holds a PostgreSQL transaction and orders its appends. A batch
-    of a producer (producer_id >= 0) is checked against the producer's sequence state first."""
-    if append.producer_id == NO_PRODUCER_ID:
-        return await _append_plain(conn, append)
+    """Appends one batch (append_batches); the caller holds a PostgreSQL transaction and orders its
+    appends. A batch of a producer (producer_id >= 0) is checked against the producer's sequence
+    state first."""
     return (await append_batches(conn, [append]))[0]
 
 
-async def _append_plain(conn: asyncpg.Connection, append: BatchAppend) -> AppendResult:
+async def append_batch_or_raise(conn: asyncpg.Connection, append: BatchAppend) -> AppendResult:
+    """append_batch for the coordinator's own batches (its transaction log, its groups' offsets), in
+    internal topics that are never deleted: an error is a broken invariant, raised."""
+    result = await append_batch(conn, append)
+    if isinstance(result, BrokerError):
+        raise result
+    return result
+
+
+async def _append_one_plain(conn: asyncpg.Connection, append: BatchAppend) -> AppendResult:
     batch = append.batch
     row = await conn.fetchrow(
-        _APPEND_SQL,
+        _APPEND_ONE_PLAIN_SQL,
         append.topic.topic_id,
         append.partition,
         batch.record_count,
@@ -173,6 +204,8 @@ async def _check_at_head(
     watermark, as read under the partition's lock and advanced by the batches appended before this
     one in the same PostgreSQL transaction."""
     topic, batch = append.topic, append.batch
+    if append.origin is AppendOrigin.COORDINATOR:
+        return _CheckedAppend(append, head, sequences.coordinator_batch(entry, append.producer_epoch, head))
     if entry is None and append.base_sequence != 0 and not await _still_issued(conn, append.producer_id):
         # The producer's state and its id expired together (it was idle everywhere) between the
         # request's check of the id and this lock: answer as that check would now, which the
@@ -268,34 +301,6 @@ async def _still_issued(conn: asyncpg.Connection, producer_id: int) -> bool:
     return await conn.fetchval("SELECT 1 FROM producer_ids WHERE producer_id = $1", producer_id) is not None
 
 
-# Kafka's AppendOrigin.COORDINATOR: a transactional batch the coordinator writes on the producer's
-# behalf (its offset commits in __consumer_offsets). It carries the transaction's producer id and
-# epoch, so read_committed readers hide it until the COMMIT marker (and forever after an ABORT), and
-# it opens the producer's transaction on the partition (pinning the LSO) unless already open; there
-# is no sequence to check (NO_SEQUENCE), the coordinator checked the producer. Run with the
-# partition's row locked by the UPDATE of `head` (appends to the partition queue on it).
-_APPEND_FOR_COORDINATOR_SQL = f"""
-WITH head AS (
-    UPDATE partitions SET high_watermark = high_watermark + $3
-    WHERE topic_id = $1 AND partition = $2
-    RETURNING high_watermark - $3 AS base_offset
-), appended AS (
-    INSERT INTO record_batches ({BATCH_COLUMNS})
-    SELECT $1, $2, base_offset, base_offset + $3 - 1, $4, $5, {NO_SEQUENCE}, true, NULL, $6, $7, $3, $8, $9 FROM head
-    RETURNING base_offset, last_offset
-), state AS (
-    INSERT INTO producer_states (topic_id, partition, producer_id, producer_epoch, last_sequence,
-        last_timestamp_ms, last_append_ms, recent_batches, current_txn_first_offset)
-    SELECT $1, $2, $4, $5, {NO_SEQUENCE}, $7, $10, '[]'::jsonb, base_offset FROM head
-    ON CONFLICT (topic_id, partition, producer_id) DO UPDATE SET producer_epoch = EXCLUDED.producer_epoch,
-        last_timestamp_ms = EXCLUDED.last_timestamp_ms, last_append_ms = EXCLUDED.last_append_ms,
-        current_txn_first_offset = coalesce(producer_states.current_txn_first_offset,
-                                            EXCLUDED.current_txn_first_offset)
-)
-SELECT base_offset, last_offset, pg_notify('{APPENDS_CHANNEL}', $1::text || ':' || $2::text) FROM appended
-"""
-
-
 async def append_for_coordinator(
     conn: asyncpg.Connection,
     topic: TopicInfo,
@@ -305,23 +310,12 @@ async def append_for_coordinator(
     producer_epoch: int,
 ) -> AppendResult:
     """Appends a batch of the transaction of (producer_id, producer_epoch) written by the coordinator
-    itself; the caller holds the PostgreSQL transaction (and the transactional id's row)."""
-    row = await conn.fetchrow(
-        _APPEND_FOR_COORDINATOR_SQL,
-        topic.topic_id,
-        partition,
-        batch.record_count,
-        producer_id,
-        producer_epoch,
-        batch.first_timestamp_ms,
-        batch.max_timestamp_ms,
-        batch.size_bytes,
-        batch.payload,
-        now_ms(),
+    itself (AppendOrigin.COORDINATOR); the caller holds the PostgreSQL transaction and, since an
+    earlier statement, the transactional id's row (append_batches' contract)."""
+    return await append_batch_or_raise(
+        conn,
+        BatchAppend(topic, partition, batch, producer_id, producer_epoch, NO_SEQUENCE, True, AppendOrigin.COORDINATOR),
     )
-    if row is None:
-        raise unknown_partition(topic, partition)
-    return AppendResult(row["base_offset"], row["last_offset"])
 
 
 @dataclass(slots=True)
@@ -419,10 +413,14 @@ async def append_batches(
     the locks are held. `then`: a statement of the caller's to run last, fused with the write (or
     alone when nothing is written)."""
     if then is None and len(appends) == 1 and appends[0].producer_id == NO_PRODUCER_ID:
+        # A lone plain batch (a plain produce of one partition, a transaction log's first record)
+        # skips the lock statement: one round trip instead of two, which bench.partition_log and
+        # bench.produce_ceiling (their produce rows, producer -1) measure. It writes what
+        # _write_appends would, at the head the same lock gives it.
         if (refused := check_appendable(appends[0])) is not None:
             return [refused]
         try:  # one statement locks, reads and bumps the head (and may run without a transaction)
-            return [await _append_plain(conn, appends[0])]
+            return [await _append_one_plain(conn, appends[0])]
         except BrokerError as error:
             return [error]
     plan = await plan_appends(conn, appends, await lock_partitions(conn, locks_for_appends(appends)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.errors import BrokerError, ErrorCode
+from txbroker.wire import NO_SEQUENCE
 
 # Kafka keeps the metadata of this many recent batches per producer and partition, so that a retry
 # of any of the last five in-flight batches is recognised as a duplicate.
@@ -119,3 +120,14 @@ def remember(
     if transactional and first_open is None:
         first_open = base_offset
     return ProducerEntry(producer_epoch, last_sequence, recent, first_open)
+
+
+def coordinator_batch(entry: ProducerEntry | None, producer_epoch: int, base_offset: int) -> ProducerEntry:
+    """The producer's state after a batch the coordinator wrote in its transaction (append.py's
+    AppendOrigin.COORDINATOR): no sequence was checked or used, so the sequence state stays as it
+    was; the epoch is the transaction's, and its transaction is open here from this batch on unless
+    it already was."""
+    if entry is None:
+        return ProducerEntry(producer_epoch, NO_SEQUENCE, (), base_offset)
+    first_open = entry.current_txn_first_offset if entry.current_txn_first_offset is not None else base_offset
+    return ProducerEntry(producer_epoch, entry.last_sequence, entry.recent_batches, first_open)

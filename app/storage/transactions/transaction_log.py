@@ -21,7 +21,7 @@ import asyncpg
 import orjson
 
 from app.storage.log import record_codec
-from app.storage.log.append import BatchAppend, append_batch
+from app.storage.log.append import BatchAppend, append_batch_or_raise
 from app.storage.log.fused_writes import WriteStatement
 from app.storage.log.partition_log import (
     APPENDS_CHANNEL,
@@ -344,7 +344,7 @@ class TransactionLog(Generic[Row]):
 
     async def _append_records(self, conn: asyncpg.Connection, meta: TransactionRow, tombstone: bool = False) -> None:
         topic, partition, batch = await self._pending_batch(conn, meta, tombstone)
-        await append_batch(conn, BatchAppend(topic, partition, batch))
+        await append_batch_or_raise(conn, BatchAppend(topic, partition, batch))
         meta.pending_records.clear()
 
     async def count_created_by(self, conn: asyncpg.Connection, principal: str) -> int:
