@@ -42,7 +42,7 @@ SUPPORTED_VERSIONS: dict[int, range] = {
     PRODUCE: range(3, 10),  # v3: the first with message format v2 (RecordBatch) and transactional ids
     FETCH: range(4, 19),  # v4: isolation_level and aborted transactions; v13+: topic ids
     LIST_OFFSETS: range(1, 8),
-    METADATA: range(0, 13),
+    METADATA: range(0, 14),  # v13: a top-level error code (KIP-1102's REBOOTSTRAP_REQUIRED), always none here
     OFFSET_COMMIT: range(2, 9),  # v9+: KIP-848's member epochs
     OFFSET_FETCH: range(1, 9),  # v9+: KIP-848's member epochs
     FIND_COORDINATOR: range(0, 5),  # v5+: share groups

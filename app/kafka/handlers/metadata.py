@@ -79,4 +79,5 @@ async def handle(context: RequestContext, request) -> object:
         controller_id=context.calls.node_id,
         topics=tuple(topics),
         cluster_authorized_operations=OPERATIONS_NOT_REQUESTED,
+        error_code=KafkaError.none,  # v13+: this node never asks a client to re-bootstrap
     )
