@@ -12,13 +12,15 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.util import calc_crc32c
+from kio.schema.errors import ErrorCode as KafkaError
 
+from app.kafka.record_batches import KafkaRecord
 from tests.api.test_log_lifecycle import clean, sql
 from tests.conftest import start_server_on_fresh_database, stop_in_process_server
 from tests.kafka import http_side
 from tests.kafka.clients import CLIENTS, WAIT_S, ConfluentKafka, Received, create_topic
 from tests.kafka.raw import RawConnection, record_batch
-from tests.kafka.test_produce_raw import fetched_records, produce_request, records
+from tests.kafka.test_produce_raw import answer_of, fetched_records, produce_request, records
 
 BINARY = bytes(range(256))  # not UTF-8: read over HTTP in the base64 form
 CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
@@ -202,3 +204,15 @@ def test_retention_by_bytes_counts_the_stored_batches(stored_server):
     assert [row["base_offset"] for row in stored_rows(stored_server, topic)] == [4, 6, 8]
     partitions = stored_server.client.get(f"/v1/topics/{topic}").json()["partitions"]
     assert partitions[0]["log_start_offset"] == 4
+
+
+def test_max_message_bytes_bounds_the_largest_record_not_the_stored_batch(stored_server):
+    topic = "stored-max-message"
+    create(stored_server, topic, max_message_bytes=10)
+    fits = record_batch([KafkaRecord(1, b"k", b"v" * 7, [("h", b"")]), KafkaRecord(2, None, b"v" * 10, [])])
+    too_large = record_batch([KafkaRecord(1, None, b"v", []), KafkaRecord(2, b"k", b"v" * 8, [("h", b"x")])])
+    assert len(fits) > 10
+    with RawConnection(stored_server.extra["kafka_bootstrap"]) as connection:
+        assert answer_of(connection.call(produce_request(topic, 0, fits))) == (KafkaError.none, 0)
+        assert answer_of(connection.call(produce_request(topic, 0, too_large)))[0] == KafkaError.message_too_large
+    assert [row["last_offset"] for row in stored_rows(stored_server, topic)] == [1]
