@@ -18,11 +18,9 @@ from app.storage.log.record_codec import (
     BASE64,
     ENCODINGS,
     UTF8,
-    ByteRecord,
     EncodedBatch,
     WireRecord,
     decode_base64,
-    encode_byte_records,
     encode_json_records,
 )
 from app.storage.log.topics import INTERNAL_PREFIX
@@ -31,7 +29,7 @@ from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
 # What a front door needs to build a ProduceCommand: the sentinels of a plain write, and the
 # record encodings (a door may validate and encode the records itself, `PartitionRecords.encoded`:
-# JSON records, or records that are bytes already, ByteRecord).
+# JSON records, or a Kafka RecordBatch stored as it is, EncodedBatch.record_batch).
 __all__ = [
     "BASE64",
     "ENCODINGS",
@@ -40,7 +38,6 @@ __all__ = [
     "NO_SEQUENCE",
     "UTF8",
     "AppendResult",
-    "ByteRecord",
     "EncodedBatch",
     "PartitionRecords",
     "PartitionResult",
@@ -49,7 +46,6 @@ __all__ = [
     "check_idempotent_producer",
     "check_request",
     "decode_base64",
-    "encode_byte_records",
     "encode_json_records",
 ]
 
@@ -59,7 +55,8 @@ PartitionResult = AppendResult | BrokerError
 @dataclass(frozen=True, slots=True)
 class PartitionRecords:
     """One partition's records; `encoded` when the caller has already validated and encoded them
-    (the API's fast path), else they are encoded here."""
+    (the API's fast path, the Kafka door's batches, whose `records` are then not needed), else they
+    are encoded here."""
 
     topic: str
     partition: int
@@ -106,7 +103,7 @@ def check_request(command: ProduceCommand, max_records: int) -> None:
                 ErrorCode.INVALID_TOPIC_EXCEPTION,
                 f"partitions[{index}]: topic {entry.topic!r} is internal to txbroker and cannot be written by clients",
             )
-        total += len(entry.records)
+        total += len(entry.records) if entry.encoded is None else entry.encoded.record_count
     if total > max_records:
         raise invalid_request(
             f"the request carries {total} records: expected at most {max_records} per request; split it"

@@ -33,9 +33,9 @@ from app.coordinator.group_coordinator import CommittedOffset, GroupCoordinator,
 from app.coordinator.produce import (
     BASE64,
     AppendResult,
+    EncodedBatch,
     PartitionRecords,
     ProduceCommand,
-    encode_byte_records,
 )
 from app.coordinator.transaction_metadata import TRANSACTION_VERSION_BUMP, TRANSACTION_VERSION_CLASSIC
 from app.coordinator.transaction_states import TransactionState
@@ -80,6 +80,13 @@ class ProducedPartition:
     topic: str
     partition: int
     batch: ProducedBatch
+
+
+def _encoded(batch: ProducedBatch) -> EncodedBatch:
+    """The batch as the core appends it: stored as it was checked (the RecordBatch form)."""
+    return EncodedBatch.record_batch(
+        batch.stored, batch.record_count, batch.largest_record_bytes, batch.first_timestamp_ms, batch.max_timestamp_ms
+    )
 
 
 # A partition of a Fetch and its answer: the core's batch fetch (handlers/fetch.py reads them).
@@ -427,9 +434,8 @@ class BrokerCalls:
                         partitions[i].topic,
                         partitions[i].partition,
                         partitions[i].batch.base_sequence,
-                        partitions[i].batch.records,
-                        # A KafkaRecord has a ByteRecord's fields, all that encode_byte_records reads.
-                        encode_byte_records(partitions[i].batch.records),
+                        (),
+                        _encoded(partitions[i].batch),
                     )
                     for i in indexes
                 ],
@@ -442,7 +448,7 @@ class BrokerCalls:
                 results[index] = result
         self._state.metrics.records_produced.inc(
             sum(
-                len(entry.batch.records)
+                entry.batch.record_count
                 for entry, result in zip(partitions, results)
                 if isinstance(result, AppendResult) and not result.duplicate
             )
@@ -479,7 +485,7 @@ class BrokerCalls:
 
     def _counted(self, results: list[FetchedPartition]) -> list[FetchedPartition]:
         self._state.metrics.records_fetched.inc(
-            sum(len(batch.records) for r in results for batch in r.batches if batch.control_type is None)
+            sum(batch.record_count for r in results for batch in r.batches if batch.control_type is None)
         )
         return results
 

@@ -1,14 +1,18 @@
 """RecordBatches (message format v2) in and out.
 
 In: a produced partition's bytes, checked as Kafka's log validator checks them (one batch of
-magic 2, its CRC, no control batch from a client, records numbered 0..n-1) and decompressed within
-a bound (compression.py), then read record by record. Out: a stored batch rendered back,
-uncompressed, with its stored base offset, producer id, epoch, base sequence and transactional
-flag; a marker as the control batch Kafka writes, so clients skip it as they do.
+magic 2, its CRC, no control batch from a client, records numbered 0..n-1, as many as it declares)
+and decompressed within a bound (compression.py), its records read once for what the write path
+needs of them (count, largest record, timestamps). The batch itself is what storage keeps
+(record_codec's RecordBatch form): uncompressed, base offset 0, leader epoch -1.
+
+Out: a batch stored in that form as it is, its base offset patched in (stored_batch_at); one
+stored in the JSON form (written over HTTP, or rewritten by compaction) rendered, uncompressed,
+with its stored base offset, producer id, epoch, base sequence and transactional flag; a marker
+as the control batch Kafka writes, so clients skip it as they do.
 
 The records are read and written by aiokafka's record module, whose reader and builder are compiled
-(Cython): per record, in Python, kafka-python's (kafka.record) took about ten times as long, and
-reading and rendering records was most of the listener's CPU for a produce or a fetch. Both
+(Cython): per record, in Python, kafka-python's (kafka.record) took about ten times as long. Both
 produce the same bytes and read the same records (leader epoch aside, which _finish sets), also
 from corrupt input, which both refuse; kafka.record still gives the layout's constants and the CRC.
 """
@@ -33,6 +37,8 @@ MAGIC_V2 = 2
 _MAGIC_OFFSET = struct.calcsize(">qii")
 _ATTRIBUTES = struct.Struct(">h")
 _BASE_OFFSET = struct.Struct(">q")
+_LENGTH = struct.Struct(">i")
+_LENGTH_OFFSET = _BASE_OFFSET.size
 _LEADER_EPOCH = struct.Struct(">i")
 _LEADER_EPOCH_OFFSET = struct.calcsize(">qi")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
@@ -68,11 +74,20 @@ class RecordFields(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ProducedBatch:
+    """A produced batch, checked, in the form storage keeps (storage's record_codec, "RecordBatch"):
+    uncompressed, base offset 0, partition leader epoch -1; and what the write path needs of its
+    records, read once while checking them."""
+
     producer_id: int
     producer_epoch: int
     base_sequence: int
     is_transactional: bool
-    records: list[KafkaRecord]
+    stored: bytes
+    record_count: int
+    # The largest record's key, value, header keys (UTF-8) and values: what max_message_bytes bounds.
+    largest_record_bytes: int
+    first_timestamp_ms: int
+    max_timestamp_ms: int
     # The bytes its records took once decompressed: what later batches of the request may still use.
     uncompressed_bytes: int
 
@@ -91,7 +106,7 @@ def _corrupt(message: str) -> BatchRefused:
 
 
 def read_produced(data: bytes, uncompressed_limit: int) -> ProducedBatch:
-    """The one batch of a produced partition. Raises BatchRefused."""
+    """The one batch of a produced partition, checked, and in the form it is stored in. Raises BatchRefused."""
     if len(data) < HEADER.size:
         raise _corrupt(f"{len(data)} bytes are shorter than a record batch header ({HEADER.size})")
     magic = data[_MAGIC_OFFSET]
@@ -108,40 +123,95 @@ def read_produced(data: bytes, uncompressed_limit: int) -> ProducedBatch:
             f"the partition's records hold {len(data)} bytes but their first batch {batch_length}: "
             f"send exactly one record batch per partition",
         )
-    attributes, record_count = header[5], header[12]
+    attributes, last_offset_delta, record_count = header[5], header[6], header[12]
     crc = calc_crc32c(memoryview(data)[DefaultRecordBatch.ATTRIBUTES_OFFSET :])
     if crc != header[4]:
         raise _corrupt(f"record batch CRC {header[4]} does not match its content ({crc})")
     if attributes & DefaultRecordBatch.CONTROL_MASK:
         raise BatchRefused(KafkaError.invalid_record, "clients may not produce control batches")
+    if last_offset_delta != record_count - 1:
+        # The stored batch is served as it is: its last offset must be where the log puts it.
+        raise BatchRefused(
+            KafkaError.invalid_record,
+            f"the batch declares {record_count} records but a last offset delta of {last_offset_delta}: "
+            f"expected {record_count - 1}",
+        )
     codec = attributes & DefaultRecordBatch.CODEC_MASK
-    body = data[HEADER.size :]
-    if codec != compression.CODEC_NONE:
-        try:
-            body = compression.decompress(codec, body, uncompressed_limit)
-        except compression.DecompressionRefused as error:
-            raise _corrupt(str(error)) from error
-    elif len(body) > uncompressed_limit:
-        raise _corrupt(f"the batch's {len(body)} bytes exceed what this request may still carry")
-    plain = bytearray(data[: HEADER.size]) + body
-    _ATTRIBUTES.pack_into(plain, DefaultRecordBatch.ATTRIBUTES_OFFSET, attributes & ~DefaultRecordBatch.CODEC_MASK)
-    records = []
+    stored = _stored_form(data, codec, attributes, uncompressed_limit)
+    largest = 0
+    first_timestamp = max_timestamp = None
+    index = -1
     try:
-        for index, record in enumerate(RecordReader(plain)):
+        for index, record in enumerate(RecordReader(stored)):
             if record.offset != index:
                 raise BatchRefused(
                     KafkaError.invalid_record, f"record {index} of the batch has offset delta {record.offset}"
                 )
-            records.append(KafkaRecord(record.timestamp, record.key, record.value, record.headers))
+            timestamp, key, value = record.timestamp, record.key, record.value
+            size = (0 if key is None else len(key)) + (0 if value is None else len(value))
+            for header_key, header_value in record.headers:
+                size += len(header_key.encode()) + (0 if header_value is None else len(header_value))
+            if size > largest:
+                largest = size
+            if first_timestamp is None:
+                first_timestamp = max_timestamp = timestamp
+            elif timestamp > max_timestamp:
+                max_timestamp = timestamp
     except BatchRefused:
         raise
     except Exception as error:  # the reader raises CorruptRecordException, or whatever garbage leads to
         raise _corrupt(f"the batch's records do not parse ({error})") from error
-    if len(records) != record_count or not records:
-        raise _corrupt(f"the batch declares {record_count} records and holds {len(records)}")
+    if index + 1 != record_count or first_timestamp is None:
+        raise _corrupt(f"the batch declares {record_count} records and holds {index + 1}")
     return ProducedBatch(
-        header[9], header[10], header[11], bool(attributes & DefaultRecordBatch.TRANSACTIONAL_MASK), records, len(body)
+        header[9],
+        header[10],
+        header[11],
+        bool(attributes & DefaultRecordBatch.TRANSACTIONAL_MASK),
+        stored,
+        record_count,
+        largest,
+        first_timestamp,
+        max_timestamp,
+        len(stored) - HEADER.size,
     )
+
+
+_STORED_PREFIX = _BASE_OFFSET.pack(0)
+_STORED_LEADER_EPOCH = _LEADER_EPOCH.pack(NO_LEADER_EPOCH)
+
+
+def _stored_form(data: bytes, codec: int, attributes: int, uncompressed_limit: int) -> bytes:
+    """The checked batch as storage keeps it: uncompressed (its codec bits cleared and its CRC
+    recomputed), base offset 0 and partition leader epoch -1, which the CRC does not cover."""
+    if codec == compression.CODEC_NONE:
+        if len(data) - HEADER.size > uncompressed_limit:
+            raise _corrupt(f"the batch's {len(data) - HEADER.size} bytes exceed what this request may still carry")
+        if data.startswith(_STORED_PREFIX) and data.startswith(_STORED_LEADER_EPOCH, _LEADER_EPOCH_OFFSET):
+            return data  # as clients send it: stored without a copy
+        stored = bytearray(data)
+    else:
+        try:
+            body = compression.decompress(codec, data[HEADER.size :], uncompressed_limit)
+        except compression.DecompressionRefused as error:
+            raise _corrupt(str(error)) from error
+        stored = bytearray(data[: HEADER.size]) + body
+        _ATTRIBUTES.pack_into(stored, DefaultRecordBatch.ATTRIBUTES_OFFSET, attributes & ~DefaultRecordBatch.CODEC_MASK)
+        _LENGTH.pack_into(stored, _LENGTH_OFFSET, len(stored) - DefaultRecordBatch.AFTER_LEN_OFFSET)
+        _CRC.pack_into(
+            stored,
+            DefaultRecordBatch.CRC_OFFSET,
+            calc_crc32c(memoryview(stored)[DefaultRecordBatch.ATTRIBUTES_OFFSET :]),
+        )
+    _BASE_OFFSET.pack_into(stored, 0, 0)
+    _LEADER_EPOCH.pack_into(stored, _LEADER_EPOCH_OFFSET, NO_LEADER_EPOCH)
+    return bytes(stored)
+
+
+def stored_batch_at(base_offset: int, stored: bytes) -> tuple[bytes, memoryview]:
+    """A stored RecordBatch (read_produced's `stored`) at its offset in the log, as two parts to
+    join into a response: the base offset, then the rest as stored (the CRC does not cover it)."""
+    return _BASE_OFFSET.pack(base_offset), memoryview(stored)[_BASE_OFFSET.size :]
 
 
 def _finish(built: bytearray, base_offset: int, last_offset_delta: int, control: bool) -> bytes:

@@ -90,10 +90,8 @@ def test_idempotent_sequences_duplicates_and_errors_as_kafka_answers_them(module
     assert high_watermark(module_kafka_server, topic) == 7
 
 
-def _fetched_batches(connection: RawConnection, topic: str, partition_max_bytes: int) -> list[int]:
-    """The base offsets of the batches one Fetch v12 from offset 0 returns."""
-    from kafka.record.memory_records import MemoryRecords
-
+def fetched_records(connection: RawConnection, topic: str, partition_max_bytes: int) -> bytes:
+    """The records (batches) one Fetch v12 of partition 0 from offset 0 returns."""
     fetch_partition = nested(
         api_table.FETCH, 12, "FetchPartition", partition=0, fetch_offset=0, partition_max_bytes=partition_max_bytes
     )
@@ -110,7 +108,14 @@ def _fetched_batches(connection: RawConnection, topic: str, partition_max_bytes:
     [topic_response] = connection.call(request).responses
     [answer] = topic_response.partitions
     assert answer.error_code == KafkaError.none
-    batches, records = [], MemoryRecords(bytes(answer.records))
+    return bytes(answer.records)
+
+
+def _fetched_batches(connection: RawConnection, topic: str, partition_max_bytes: int) -> list[int]:
+    """The base offsets of the batches one Fetch v12 from offset 0 returns."""
+    from kafka.record.memory_records import MemoryRecords
+
+    batches, records = [], MemoryRecords(fetched_records(connection, topic, partition_max_bytes))
     while (batch := records.next_batch()) is not None:
         batches.append(batch.base_offset)
     return batches
@@ -119,12 +124,14 @@ def _fetched_batches(connection: RawConnection, topic: str, partition_max_bytes:
 def test_fetch_returns_batches_within_the_bytes_asked_and_always_the_first(module_kafka_server):
     topic = "raw-fetch-bytes"
     create_topic(module_kafka_server, topic)
+    batch = record_batch(records(2))
+    size = len(batch)  # what a batch stored as the client sent it counts
     with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
         for _ in range(3):
-            connection.call(produce_request(topic, 0, record_batch(records(2))))  # 2 records of 2 bytes each
+            connection.call(produce_request(topic, 0, batch))
         assert _fetched_batches(connection, topic, 1) == [0], "the first batch whatever its size"
-        assert _fetched_batches(connection, topic, 8) == [0, 2], "batches while their sizes fit"
-        assert _fetched_batches(connection, topic, 7) == [0], "not one that would exceed the bytes"
+        assert _fetched_batches(connection, topic, 2 * size) == [0, 2], "batches while their sizes fit"
+        assert _fetched_batches(connection, topic, 2 * size - 1) == [0], "not one that would exceed the bytes"
         assert _fetched_batches(connection, topic, 1 << 20) == [0, 2, 4]
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 import orjson
 import pytest
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from app.errors import BrokerError, ErrorCode
 from app.storage.log import record_codec
@@ -321,3 +322,21 @@ def test_render_records_writes_the_same_json_as_render_record_and_skips_holes(re
         ]
         rendered = render_records(stored, 50, start, stop, read_encoding)
         assert orjson.dumps(rendered) == orjson.dumps(expected), (start, stop)
+
+
+# ---- the RecordBatch form (a Kafka client's batch as stored)
+
+
+def test_a_record_batch_reads_as_the_json_form_of_the_same_bytes():
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 2**30)
+    builder.append(0, 5, b"k", "välue".encode(), [("h", b"x"), ("n", None)])
+    builder.append(1, 7, None, None, [])
+    builder.append(2, 6, b"\xff", b"v", [("h", b"y")])
+    payload = bytes(builder.build())
+    assert payload[0] == 0 and record_codec.is_record_batch(payload)
+    assert not record_codec.is_record_batch(encode_batch([R("k", "v")], UTF8, NOW, "p").payload)
+    assert decode_payload(payload) == [
+        [5, "k", "välue", [["h", "x"], ["n", None]], FORM_TEXT],
+        [7, None, None, [], FORM_TEXT],
+        [6, b64(b"\xff"), b64(b"v"), [["h", b64(b"y")]], FORM_BASE64],
+    ]

@@ -1,10 +1,12 @@
-"""Fetch: whole stored batches rendered as RecordBatches from the requested offset, up to the last
-stable offset under read_committed (else the high watermark), with markers as control batches and,
-under read_committed, the aborted transactions among them (producer id, first offset), so that
-clients skip aborted records and markers exactly as they do with Kafka. Long-polls for min_bytes up
-to max_wait_ms. No fetch sessions (KIP-227): every answer has session id 0, which tells clients
-to send full requests. From v13 topics are named by id (KIP-516): an id no topic has is answered
-UNKNOWN_TOPIC_ID, and the core reads only the topic of the id."""
+"""Fetch: whole stored batches as RecordBatches from the requested offset (a batch a Kafka client
+produced as stored, its base offset written in; one written over HTTP or rewritten by compaction
+rendered), up to the last stable offset under read_committed (else the high watermark), with
+markers as control batches and, under read_committed, the aborted transactions among them
+(producer id, first offset), so that clients skip aborted records and markers exactly as they do
+with Kafka. Long-polls for min_bytes up to max_wait_ms. No fetch sessions (KIP-227): every answer
+has session id 0, which tells clients to send full requests. From v13 topics are named by id
+(KIP-516): an id no topic has is answered UNKNOWN_TOPIC_ID, and the core reads only the topic of
+the id."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from app.kafka.broker_calls import FetchedPartition, FetchPosition, unknown_topi
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import kafka_error
 from app.kafka.frames import build, response_module
-from app.kafka.record_batches import control_batch, data_batch
+from app.kafka.record_batches import control_batch, data_batch, stored_batch_at
 
 READ_COMMITTED = 1
 NO_SESSION = 0
@@ -30,8 +32,11 @@ TOPIC_IDS_SINCE = 13
 
 
 def _records(fetched: FetchedPartition) -> bytes:
-    parts = []
+    parts: list = []
     for batch in fetched.batches:
+        if batch.record_batch is not None:
+            parts += stored_batch_at(batch.base_offset, batch.record_batch)
+            continue
         if batch.control_type is not None:
             parts.append(
                 control_batch(

@@ -1,6 +1,8 @@
 """Whole batches of a partition, as stored, for a door that returns batches rather than records
 (the Kafka listener's Fetch): data batches, control batches (markers) and, for read_committed,
 whether each transactional batch was aborted, so that the reader can skip it as Kafka clients do.
+A data batch stored as a RecordBatch (record_codec) is returned as stored, for the door to send as
+it is; one stored as JSON is returned as records.
 """
 
 from __future__ import annotations
@@ -26,8 +28,24 @@ class StoredBatch:
     first_timestamp_ms: int
     aborted: bool
     size_bytes: int
-    # Record i at base_offset + i; None where compaction removed one.
-    records: list[record_codec.ByteRecord | None]
+    # A data batch stored as JSON: record i at base_offset + i; None where compaction removed one.
+    records: list[record_codec.ByteRecord | None] | None
+    # A data batch stored as a RecordBatch: its stored bytes (base offset 0, record_codec).
+    record_batch: bytes | None
+
+    @property
+    def record_count(self) -> int:
+        """Its offsets, compaction's holes included (a marker's one)."""
+        return self.last_offset - self.base_offset + 1
+
+
+def _contents(payload: bytes) -> tuple[list[record_codec.ByteRecord | None] | None, bytes | None]:
+    """(records, record_batch) of a batch's payload: one of them is None."""
+    if record_codec.is_record_batch(payload):
+        return None, payload
+    return [
+        None if stored is None else record_codec.byte_record(stored) for stored in record_codec.decode_payload(payload)
+    ], None
 
 
 # The batches from $3 on, below $4 (the reader's upper bound, from the partition state it read in
@@ -84,10 +102,7 @@ async def read_batches(
             row["first_timestamp_ms"],
             row["aborted"],
             row["size_bytes"],
-            [
-                None if stored is None else record_codec.byte_record(stored)
-                for stored in record_codec.decode_payload(row["records"])
-            ],
+            *_contents(row["records"]),
         )
         for row in rows
     ]

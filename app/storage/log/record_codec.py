@@ -1,13 +1,26 @@
 """How the records of one batch are stored, and how they go back to the wire.
 
-A batch's `records` column holds the JSON array (orjson) of its records, each
-`[timestamp_ms, key, value, headers, form]` with headers as `[[key, value], ...]`:
+A batch's `records` column (its payload) has one of two forms, told apart by its first byte, so
+that both live in one column without a flag:
 
-- form TEXT (0): key, value and header values are the text whose UTF-8 encoding is the bytes;
-- form BASE64 (1): they are base64 of arbitrary bytes (used only when some field is not UTF-8).
+- JSON, first byte `[`: the JSON array (orjson) of its records, each
+  `[timestamp_ms, key, value, headers, form]` with headers as `[[key, value], ...]`:
+  - form TEXT (0): key, value and header values are the text whose UTF-8 encoding is the bytes;
+  - form BASE64 (1): they are base64 of arbitrary bytes (used only when some field is not UTF-8).
+  What HTTP's produce writes, what the server writes itself, and what compaction rewrites.
+- RecordBatch, first byte 0x00: a Kafka RecordBatch (message format v2), uncompressed, as the Kafka
+  door received it, with its base offset 0 and its partition leader epoch -1 (so a read patches the
+  base offset in, outside the CRC). What the Kafka door's produce writes (record_batch), so that its
+  fetch answers with the stored bytes; its size_bytes is the stored batch's length.
+
+decode_payload reads either form as the JSON form's records, so every reader but the Kafka door's
+fetch (HTTP's fetch, ListOffsets, compaction, the console) deals with one form. A RecordBatch reads
+as the JSON form of the same bytes: text when every field is UTF-8, else base64, so each door reads
+back what the other wrote byte for byte.
 
 A compacted batch (log_compaction.py) keeps its offsets: a record compaction removed is a `null` in
 its place, so a record's offset is still the batch's base offset plus its index; readers skip nulls.
+A RecordBatch that compaction takes records from is rewritten in the JSON form.
 
 Storing text when the bytes are UTF-8 (almost always) lets a utf8 fetch hand the strings back
 without decoding anything, and a utf8 produce store them without encoding anything. What goes in
@@ -23,6 +36,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import orjson
+from aiokafka.record.default_records import DefaultRecordBatch as RecordBatchReader
 
 from app.errors import invalid_request
 
@@ -56,6 +70,10 @@ class TextRecord:
     timestamp_ms: int | None = None
 
 
+# The first byte of a JSON-form payload; a RecordBatch-form one begins with its base offset, 0.
+JSON_FORM_START = ord("[")
+
+
 @dataclass(frozen=True, slots=True)
 class EncodedBatch:
     payload: bytes
@@ -64,6 +82,19 @@ class EncodedBatch:
     largest_record_bytes: int
     first_timestamp_ms: int
     max_timestamp_ms: int
+
+    @classmethod
+    def record_batch(
+        cls,
+        payload: bytes,
+        record_count: int,
+        largest_record_bytes: int,
+        first_timestamp_ms: int,
+        max_timestamp_ms: int,
+    ) -> EncodedBatch:
+        """A payload in the RecordBatch form (the module's docstring), which its producer read and
+        checked: its size is the stored batch's bytes, what retention and fetches count."""
+        return cls(payload, record_count, len(payload), largest_record_bytes, first_timestamp_ms, max_timestamp_ms)
 
 
 def _utf8_size(text: str | None) -> int:
@@ -132,26 +163,6 @@ class ByteRecord:
     headers: Sequence[tuple[str, bytes | None]] = ()
 
 
-def encode_byte_records(records: Sequence[ByteRecord]) -> EncodedBatch:
-    """encode_batch for records that are bytes already: stored exactly as the same bytes sent in
-    base64 over HTTP would be, so each door reads back what the other wrote byte for byte."""
-    stored = []
-    total = largest = 0
-    for record in records:
-        size = _bytes_size(record.key, record.value, record.headers)
-        stored.append(_stored_from_bytes(record.timestamp_ms, record.key, record.value, record.headers))
-        total += size
-        largest = max(largest, size)
-    return EncodedBatch(
-        orjson.dumps(stored),
-        len(stored),
-        total,
-        largest,
-        records[0].timestamp_ms,
-        max(record.timestamp_ms for record in records),
-    )
-
-
 def _field_bytes(text: str | None, form: int) -> bytes | None:
     if text is None:
         return None
@@ -212,9 +223,20 @@ def encode_batch(records: Sequence[WireRecord], encoding: str, now_ms: int, wher
     )
 
 
+def is_record_batch(payload: bytes) -> bool:
+    """Whether a payload is in the RecordBatch form (else the JSON form)."""
+    return payload[0] != JSON_FORM_START
+
+
 def decode_payload(payload: bytes) -> list[list | None]:
-    """The batch's stored records by index; None where compaction removed one."""
-    return orjson.loads(payload)
+    """The batch's records by index in the JSON form's lists, whichever form it is stored in; None
+    where compaction removed one."""
+    if payload[0] == JSON_FORM_START:
+        return orjson.loads(payload)
+    return [
+        _stored_from_bytes(record.timestamp, record.key, record.value, record.headers)
+        for record in RecordBatchReader(payload)
+    ]
 
 
 def key_bytes(stored: list) -> bytes | None:
