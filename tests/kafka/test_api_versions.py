@@ -335,15 +335,21 @@ def topic_id(bootstrap, module_kafka_server):
     return topic_uuid(module_kafka_server.client.get(f"/v1/topics/{TOPIC}").json()["topic_id"])
 
 
-@pytest.fixture(scope="module")
-def bootstrap(module_kafka_server) -> str:
-    create_topic(module_kafka_server, TOPIC, 1)
-    address = module_kafka_server.extra["kafka_bootstrap"]
+def prepare_samples(server) -> str:
+    """What the sample requests name, made on `server` (its topic, groups, members and an open
+    transaction); returns its Kafka bootstrap address."""
+    create_topic(server, TOPIC, 1)
+    address = server.extra["kafka_bootstrap"]
     prepare_groups(address)
     with RawConnection(address) as connection:
         described = init_producer(connection, DESCRIBED)
         assert add_partitions(connection, described, TOPIC, [0]) == [KafkaError.none]
     return address
+
+
+@pytest.fixture(scope="module")
+def bootstrap(module_kafka_server) -> str:
+    return prepare_samples(module_kafka_server)
 
 
 def prepare_groups(address: str) -> None:

@@ -10,9 +10,8 @@ import socket
 
 from app.kafka import api_table
 from app.kafka.frames import FRAME_LENGTH
-from tests.kafka.clients import create_topic
 from tests.kafka.raw import RawConnection, request_frame, request_of
-from tests.kafka.test_api_versions import ADVERTISED, TOPIC, _still_serving, sample_request
+from tests.kafka.test_api_versions import ADVERTISED, _still_serving, prepare_samples, sample_request
 
 MUTATIONS_PER_VERSION = 12
 # The length prefix and the header's api key and version are left alone: the tests of
@@ -24,8 +23,9 @@ ANSWER_WAIT_S = 5
 
 def test_mutated_requests_never_harm_the_node(module_kafka_server, caplog):
     caplog.set_level(logging.INFO, logger="txbroker.kafka")
-    create_topic(module_kafka_server, TOPIC, 1)
-    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    # The samples name members and a transaction of their own server: made here, so that this test
+    # does not depend on test_api_versions.py having run first against the same server.
+    bootstrap = prepare_samples(module_kafka_server)
     rng = random.Random(23)
     for api_key, version in ADVERTISED:
         frame = request_frame(sample_request(api_key, version))
