@@ -25,6 +25,14 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 WAIT_S = 60
 # produce() calls between two looks at the clock (and at the delivery queue).
 PRODUCE_CHUNK = 1000
+# The nice value added to the processes of the producers that saturate the server (produce_records,
+# transact_records: sections 1 and 3). While a connection has max.in.flight requests unanswered and
+# more records ready, librdkafka's broker thread (2.16) spins: poll() with a timeout of 0, about
+# 10 us of CPU per record produced, some ten times the Python produce() call, however deep the
+# queue is kept. On the bench's machine those cores are the server's and PostgreSQL's, which a real
+# deployment's clients, elsewhere, would not take: at the lowest priority the clients still get
+# every idle cycle (they keep the server saturated) but no longer delay the server or PostgreSQL.
+SATURATING_PRODUCER_NICENESS = 19
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ class Run:
     meter: CpuMeter
     copy_meter: CpuMeter  # PostgreSQL alone: the raw baselines have no server
     pool: ClientProcesses
+    producer_pool: ClientProcesses  # sections 1 and 3's producers, at the lowest CPU priority (clients.py)
     manager: SyncManager  # the clients' barriers (bench/kafka/client_runs.py)
     producers: int
     rounds: int
@@ -173,7 +174,7 @@ async def _each_producer(run: Run, client, topic: str, *arguments) -> Measuremen
     """`client` run by `run.producers` client processes, producer i writing partition i of `topic`."""
     measured, _ = await measure_clients(
         [partial(client, run.bootstrap, topic, partition, *arguments) for partition in range(run.producers)],
-        run.pool,
+        run.producer_pool,
         run.manager,
         run.meter,
         run.warmup_s,
