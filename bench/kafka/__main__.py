@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             workers=args.workers,
             kafka_listener=bootstrap,
         )
-        pool = ClientProcesses(args.client_processes)
+        pool = ClientProcesses(max(args.client_processes, args.producers))
         processes.stop_on_exit(pool.close)
         producer_pool = ClientProcesses(args.producers, niceness=clients.SATURATING_PRODUCER_NICENESS)
         processes.stop_on_exit(producer_pool.close)
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             f"[{time.monotonic() - started:.0f} s] PostgreSQL pid {processes.postgres.pid} in {processes.work_dir}; "
             f"txbroker pid {server.pid} "
             f"({args.workers} worker(s), Kafka listener {bootstrap}); {pool.count} client processes "
-            f"and {producer_pool.count} for the producers of sections 1 and 3; "
+            f"and {producer_pool.count} for the producers of section 1; "
             f"{os.cpu_count()} CPUs; Python {platform.python_version()}",
             flush=True,
         )
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"""
 {args.seconds:g} s measured per timed run after {args.warmup:g} s of warm-up, {args.rounds} alternating round(s)
 added up; txbroker with {args.workers} worker(s). Kafka clients: confluent-kafka {_confluent_version()} in
-{pool.count} client processes, the producers of sections 1 and 3 in {producer_pool.count} more at nice
+{pool.count} client processes, the producers of section 1 in {producer_pool.count} more at nice
 +{clients.SATURATING_PRODUCER_NICENESS} (librdkafka spins while a connection's requests are all in flight);
 the baselines' clients in this process (asyncpg; aiohttp, one keep-alive connection each). CPU% = % of
 one core in the measured window: srv = txbroker, pg = postmaster and backends, cli = the clients' processes,
