@@ -268,6 +268,8 @@ class AnswersInOrder:
         """Cancels the answers not written (the connection is closing: nobody would read them; their
         requests are written all the same, as a Produce whose client went away) and waits for their
         tasks to end. Returns the failure that aborted the connection, if any."""
+        if not self._pending:
+            return self._failure
         # Every task takes its first step first, so that its coroutine is started and a cancel
         # reaches what it waits for (a write batch's answer, which is then dropped).
         await asyncio.sleep(0)

@@ -6,6 +6,8 @@ in request order for pipelined requests, no answer at all for acks=0, and batche
 from __future__ import annotations
 
 import datetime
+import logging
+import time
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.schema.errors import ErrorCode as KafkaError
@@ -220,6 +222,24 @@ def test_a_refused_pipelined_produce_is_its_own_and_the_ones_after_it_are_judged
     ] * 3
     assert [offset for _, offset in answers[3:]] == [4, 4, 6]  # the second 4 is a duplicate: its original offset
     assert [(b.base_offset, b.base_sequence) for b in fetched] == [(0, 0), (2, 2), (4, 4), (6, 6)]
+
+
+def test_a_connection_closed_with_answers_pending_drops_them_and_its_writes_go_on(module_kafka_server, caplog):
+    caplog.set_level(logging.INFO, logger="txbroker.kafka")
+    topic = "raw-pipelined-closed"
+    create_topic(module_kafka_server, topic)
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        _pipelined_produces(connection, topic, [2 * i for i in range(5)], 2)
+    # Closed without reading an answer: the batches are written all the same, as a client's that went away.
+    deadline = time.monotonic() + 30
+    while high_watermark(module_kafka_server, topic) < 10 and time.monotonic() < deadline:
+        time.sleep(0.01)  # polls the condition
+    assert high_watermark(module_kafka_server, topic) == 10
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        assert [(b.base_offset, b.base_sequence) for b in _fetch(connection, topic)] == [
+            (2 * i, 2 * i) for i in range(5)
+        ]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
 def test_a_producer_with_five_requests_in_flight_loses_duplicates_and_reorders_nothing(module_kafka_server):
