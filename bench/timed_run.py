@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import multiprocessing
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -114,11 +115,17 @@ def _drive_in_this_process(
 
 
 class ClientProcesses:
-    """A pool of spawned client processes, started once (importing the client libraries takes a while)."""
+    """A pool of spawned client processes, started once (importing the client libraries takes a while).
+    `niceness`: added to the processes' nice value (os.nice) at their start."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, niceness: int = 0) -> None:
         self.count = count
-        self.pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"))
+        self.pool = ProcessPoolExecutor(
+            count,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=os.nice if niceness else None,
+            initargs=(niceness,) if niceness else (),
+        )
         for future in [self.pool.submit(time.sleep, 0.2) for _ in range(count)]:
             future.result()
 

@@ -20,6 +20,7 @@ each transaction's own are kept, and they are.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from app.clock import now_ms
@@ -74,6 +75,12 @@ class BatchedWrites:
         self.batcher: WriteBatcher[_Request, _Answer] = WriteBatcher(self._write)
 
     async def produce(self, command: ProduceCommand) -> list[PartitionResult]:
+        return await self.enqueue_produce(command)
+
+    def enqueue_produce(self, command: ProduceCommand) -> asyncio.Future[list[PartitionResult]]:
+        """Checks and encodes the produce and queues it for a write batch at once, behind every request
+        queued before it (a Kafka connection's pipelined Produce requests keep their order this way):
+        the future is its answer. Raises a request-level BrokerError, nothing queued."""
         check_request(command, self.max_records)
         appended_ms = now_ms()
         encoded = [
@@ -81,7 +88,7 @@ class BatchedWrites:
             or record_codec.encode_batch(entry.records, command.encoding, appended_ms, f"partitions[{index}].records")
             for index, entry in enumerate(command.partitions)
         ]
-        return await self.batcher.submit(_Produce(command, encoded))
+        return self.batcher.enqueue(_Produce(command, encoded))
 
     async def end_transaction(
         self,

@@ -10,7 +10,7 @@ if one after the other.
 
 A failure that is not a request's own answer (a lost connection, a deadlock PostgreSQL broke, an
 argument PostgreSQL refused) must not decide the other requests of the batch: each is then written
-again in a batch of its own, where the failure, if it comes again, is its own.
+again in a batch of its own, in arrival order, where the failure, if it comes again, is its own.
 """
 
 from __future__ import annotations
@@ -61,10 +61,16 @@ class WriteBatcher(Generic[Request, Answer]):
         return len(self._queue)
 
     async def submit(self, request: Request) -> Answer:
+        return await self.enqueue(request)
+
+    def enqueue(self, request: Request) -> asyncio.Future[Answer]:
+        """Queues the request at once, behind every request enqueued before it (requests are written in
+        the order enqueued, also when a failed batch is written again one by one): its answer is the
+        future's. Cancelling the future drops the answer, not the write."""
         waiting = _Waiting(request, asyncio.get_running_loop().create_future())
         self._queue.append(waiting)
         self._start_batches()
-        return await waiting.answer
+        return waiting.answer
 
     def _start_batches(self) -> None:
         while self._queue and self._in_flight < self._max_in_flight:
@@ -93,7 +99,16 @@ class WriteBatcher(Generic[Request, Answer]):
             if len(batch) == 1:
                 _answer(batch[0], error)
             else:
-                await asyncio.gather(*(self._commit([waiting]) for waiting in batch))
+                # One after the other, in arrival order: a producer's pipelined batches (a Kafka
+                # connection's Produce requests, listener.py) must be appended in sequence order; run
+                # concurrently, a later one could be checked first and refused as out of order.
+                try:
+                    for waiting in batch:
+                        await self._commit([waiting])
+                except asyncio.CancelledError:
+                    for waiting in batch:
+                        waiting.answer.cancel()  # those not answered yet (done futures stay as they are)
+                    raise
             return
         for waiting, answer in zip(batch, answers):
             _answer(waiting, answer)

@@ -11,9 +11,11 @@ sequence checks, fencing and transaction rules are the ones HTTP gets.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from app.coordinator import cluster_nodes, security_admin, topic_admin, transaction_admin
@@ -408,11 +410,15 @@ class BrokerCalls:
         )
         return EndedTransaction(result.producer_id, result.producer_epoch)
 
-    async def produce(
+    def submit_produce(
         self, principal: Principal, transactional_id: str | None, partitions: list[ProducedPartition]
-    ) -> list[AppendResult | BrokerError]:
-        """One result per partition, in order. The partitions' batches are written together when
-        they share a producer (as every client sends them), else in one command per producer."""
+    ) -> Awaitable[list[AppendResult | BrokerError]]:
+        """Produce, submitted now and answered later: what is returned waits for the commits and is
+        one result per partition, in order. Before this returns the partitions are authorized and
+        each command is queued for a write batch (BatchedWrites.enqueue_produce) behind every request
+        queued before it, so that a connection's pipelined Produce requests are appended in the order
+        they came (listener.py). The partitions' batches are written together when they share a
+        producer (as every client sends them), else in one command per producer."""
         results: list[AppendResult | BrokerError | None] = [None] * len(partitions)
         for index, entry in enumerate(partitions):
             results[index] = _denied(principal, Operation.WRITE, ResourceType.TOPIC, entry.topic)
@@ -420,6 +426,7 @@ class BrokerCalls:
             denied = _denied(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
             results = [result or denied for result in results]
         by_producer: dict[tuple[int, int], list[int]] = {}
+        commands: list[tuple[list[int], asyncio.Future | BrokerError]] = []
         for index, entry in enumerate(partitions):
             if results[index] is None:
                 by_producer.setdefault((entry.batch.producer_id, entry.batch.producer_epoch), []).append(index)
@@ -441,10 +448,25 @@ class BrokerCalls:
                 ],
             )
             try:
-                written = await self._state.batched_writes.produce(command)
+                commands.append((indexes, self._state.batched_writes.enqueue_produce(command)))
             except BrokerError as error:  # request-level: nothing of this command was written
-                written = [error] * len(indexes)
-            for index, result in zip(indexes, written):
+                commands.append((indexes, error))
+        # Gathered now, so that the commits' answers are taken (and cancelled with it) even if what
+        # is returned is never awaited: a connection closed with answers pending (listener.py).
+        written = asyncio.gather(
+            *(queued for _, queued in commands if not isinstance(queued, BrokerError)), return_exceptions=True
+        )
+        return self._produced(partitions, results, commands, written)
+
+    async def _produced(self, partitions, results, commands, written) -> list[AppendResult | BrokerError]:
+        answers = iter(await written)
+        for indexes, queued in commands:
+            answer = queued if isinstance(queued, BrokerError) else next(answers)
+            if isinstance(answer, BrokerError):  # request-level: nothing of this command was written
+                answer = [answer] * len(indexes)
+            elif isinstance(answer, BaseException):
+                raise answer
+            for index, result in zip(indexes, answer):
                 results[index] = result
         self._state.metrics.records_produced.inc(
             sum(

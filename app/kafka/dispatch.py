@@ -7,6 +7,8 @@ connection authenticates on a server with auth required (sasl.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from app.kafka import api_table
 from app.kafka.context import RequestContext
 from app.kafka.frames import MalformedRequest, encode_response, parse_request, peek_header
@@ -26,8 +28,8 @@ from app.kafka.handlers import (
 )
 from app.kafka.sasl import SaslSession
 
+# Every API served but Produce, which is submitted now and answered later (`submit`).
 HANDLERS = {
-    api_table.PRODUCE: produce.handle,
     api_table.FETCH: fetch.handle,
     api_table.LIST_OFFSETS: offsets.handle,
     api_table.METADATA: metadata.handle,
@@ -66,15 +68,31 @@ async def answer(
     """The response frame, or None when none is to be sent (Produce with acks=0). Raises
     MalformedRequest when the connection must be closed (and `session.closing` is True once it must
     be closed after this response)."""
+    return await (await submit(frame, calls, session, advertised, client_host))
+
+
+def pipelined(frame: bytes, session: SaslSession) -> bool:
+    """True for a request `submit` queues for a write batch, whose answer the connection may wait for
+    while it reads its next requests (listener.py): a Produce."""
+    return not session.awaits_unframed_token and peek_header(frame)[0] == api_table.PRODUCE
+
+
+async def submit(
+    frame: bytes, calls, session: SaslSession, advertised: tuple[str, int], client_host: str = ""
+) -> Awaitable[bytes | None]:
+    """`answer`, submitted now and answered later: what is returned is the response frame (None: none
+    to send). Before this returns, the frame is parsed, the principal read again, and a Produce's
+    batches are checked, authorized and queued for a write batch: listener.py relies on it to keep a
+    connection's pipelined Produce requests in order. Raises MalformedRequest as `answer` does."""
     if session.awaits_unframed_token:
-        return await session.unframed_token(frame)
+        return _done(await session.unframed_token(frame))
     api_key, api_version, correlation_id = peek_header(frame)
     supported = api_table.SUPPORTED_VERSIONS.get(api_key)
     if supported is None:
         raise MalformedRequest(f"api key {api_key} is not served by this broker (see ApiVersions)")
     if api_version not in supported:
         if api_key == api_table.API_VERSIONS:
-            return encode_response(api_key, correlation_id, versions.unsupported_version())
+            return _done(encode_response(api_key, correlation_id, versions.unsupported_version()))
         raise MalformedRequest(
             f"api key {api_key} version {api_version} is not served: expected {supported.start} to {supported.stop - 1}"
         )
@@ -90,7 +108,15 @@ async def answer(
         client_host,
         session,
     )
-    response = await HANDLERS[api_key](context, request.body)
-    if response is None:
-        return None
-    return encode_response(api_key, correlation_id, response)
+    if api_key == api_table.PRODUCE:
+        return _framed(api_key, correlation_id, produce.submit(context, request.body))
+    return _framed(api_key, correlation_id, HANDLERS[api_key](context, request.body))
+
+
+async def _framed(api_key: int, correlation_id: int, response: Awaitable[object | None]) -> bytes | None:
+    body = await response
+    return None if body is None else encode_response(api_key, correlation_id, body)
+
+
+async def _done(frame: bytes | None) -> bytes | None:
+    return frame

@@ -1,9 +1,19 @@
 """The Kafka listener: an asyncio server of length-prefixed frames beside uvicorn's HTTP, in every
 server process.
 
-Each connection is served one request at a time, in the order sent: clients pipeline several
-requests, and Kafka answers them in order, processing the next only once the previous one is
-answered (an idempotent producer's pipelined batches must be appended in sequence order). A frame
+A connection's requests are answered in the order sent (Kafka's rule), and served as Kafka serves
+them, one after the other, with one exception: Produce requests (acks=0 included) are pipelined.
+Clients send up to five Produce requests without waiting (librdkafka's and Java's
+max.in.flight.requests.per.connection); each is read, checked and queued for a write batch in the
+connection's loop, in arrival order, so that an idempotent producer's batches are appended in
+sequence order (write_batching.py writes queued requests in that order, also when it writes a failed
+batch's requests again one by one), and only the wait for its commit overlaps the next requests: the
+write batch after a connection's first Produce can take its next ones, where serving them one at a
+time left each producer one request per commit. Their answers are written in order
+(AnswersInOrder), at most MAX_PENDING_ANSWERS pending; any other request is served only once every
+earlier answer is written (an EndTxn, an AddPartitionsToTxn, a Fetch never overtakes a Produce). A
+connection that closes with answers pending drops them (their writes go on, as a Produce whose
+client went away). A frame
 whose declared length exceeds kafka_max_request_bytes is refused before a byte of it is read: the
 connection is closed, as Kafka's socket server does (socket.request.max.bytes); so is one that is
 not a request this broker serves (dispatch.py). Nothing a connection sends can stop the listener.
@@ -15,10 +25,12 @@ With `auth` required the listener is a SASL listener (sasl.py); with the server'
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import socket
 import ssl
+from collections.abc import Awaitable
 
 from app.kafka import dispatch
 from app.kafka.broker_calls import BrokerCalls
@@ -29,6 +41,10 @@ from app.runtime.listening_sockets import LISTEN_BACKLOG, bound_accepting_socket
 log = logging.getLogger("txbroker.kafka")
 
 OFF = "off"
+# Pipelined Produce requests of a connection whose answers may be pending at once: librdkafka and
+# Kafka's Java client send at most 5 (max.in.flight.requests.per.connection, idempotent); beyond
+# this many the connection reads its next request only once the oldest is answered.
+MAX_PENDING_ANSWERS = 8
 
 
 def parse_address(text: str) -> tuple[str, int]:
@@ -142,6 +158,17 @@ class KafkaListener:
                 await writer.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        answers = AnswersInOrder(writer)
+        try:
+            await self._serve_requests(reader, writer, answers)
+        finally:
+            failure = await answers.close()
+        if failure is not None:
+            raise failure  # an answer's, which ended the requests' loop by closing the connection
+
+    async def _serve_requests(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answers: AnswersInOrder
+    ) -> None:
         calls = self._calls
         advertised = self.advertised
         peer = writer.get_extra_info("peername")
@@ -154,14 +181,29 @@ class KafkaListener:
                 if not eof.partial:
                     return  # closed between requests
                 raise
-            (length,) = FRAME_LENGTH.unpack(header)
-            limit = session.max_request_bytes(calls.settings.kafka_max_request_bytes)
-            if not 0 <= length <= limit:
-                raise MalformedRequest(
-                    f"a request frame of {length} bytes was announced: expected at most {limit} "
-                    f"({session.limit_name}); refused unread"
-                )
-            frame = await reader.readexactly(length)
+            try:
+                (length,) = FRAME_LENGTH.unpack(header)
+                limit = session.max_request_bytes(calls.settings.kafka_max_request_bytes)
+                if not 0 <= length <= limit:
+                    raise MalformedRequest(
+                        f"a request frame of {length} bytes was announced: expected at most {limit} "
+                        f"({session.limit_name}); refused unread"
+                    )
+                frame = await reader.readexactly(length)
+                if dispatch.pipelined(frame, session):
+                    # Submitted here, in the loop, before the next frame is read: the write batches
+                    # get a connection's Produce requests in the order they came, so an idempotent
+                    # producer's pipelined batches are appended in sequence order. Only the wait for
+                    # the commit overlaps the next requests.
+                    await answers.make_room()
+                    answers.add(await dispatch.submit(frame, calls, session, advertised, client_host))
+                    continue
+            except MalformedRequest:
+                await answers.all_written()  # as Kafka, which reads a request only once the earlier are answered
+                raise
+            # Any other request only once every earlier one is answered, as Kafka serves them: one
+            # after the other (an EndTxn, a Fetch never overtakes the connection's Produce requests).
+            await answers.all_written()
             response = await dispatch.answer(frame, calls, session, advertised, client_host)
             if response is not None:
                 writer.write(response)
@@ -169,3 +211,70 @@ class KafkaListener:
             if session.closing:
                 await asyncio.sleep(FAILED_AUTHENTICATION_CLOSE_DELAY_S)
                 return
+
+
+class AnswersInOrder:
+    """A connection's pipelined answers (its Produce requests', each waiting for its write batch's
+    commit), written in request order, Kafka's rule, however their commits end. Invariants: each
+    answer is a task that waits for its response, then for the task of the answer before it, and
+    only then writes, so one task writes at a time and in order; at most MAX_PENDING_ANSWERS are
+    pending (`add` waits for the oldest); a failed answer (a lost connection, an unexpected error)
+    aborts the connection, so that the loop reading its requests ends, and is raised by `close`."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._pending: collections.deque[asyncio.Task] = collections.deque()
+        self._failure: BaseException | None = None
+
+    async def make_room(self) -> None:
+        """Returns once another answer may be added: fewer than MAX_PENDING_ANSWERS pending. Raises
+        the failure of one that failed (the connection is closing: no more requests are submitted)."""
+        if self._failure is not None:
+            raise self._failure
+        while self._pending and self._pending[0].done():
+            await self._pending.popleft()  # raises its failure, if any
+        if len(self._pending) >= MAX_PENDING_ANSWERS:
+            await self._pending.popleft()
+
+    def add(self, response: Awaitable[bytes | None]) -> None:
+        """`response` is written once it is ready and every answer added before it is written."""
+        previous = self._pending[-1] if self._pending else None
+        task = asyncio.create_task(self._write_in_turn(response, previous), name="kafka-answer")
+        task.add_done_callback(self._answered)
+        self._pending.append(task)
+
+    async def all_written(self) -> None:
+        """Returns once every answer added is written (raises the failure of one that failed)."""
+        if self._pending:
+            await self._pending[-1]  # written after every earlier one (the class's invariant)
+            self._pending.clear()
+
+    async def _write_in_turn(self, response: Awaitable[bytes | None], previous: asyncio.Task | None) -> None:
+        frame = await response
+        if previous is not None:
+            await previous
+        if frame is not None:  # none for acks=0
+            self._writer.write(frame)
+            await self._writer.drain()
+
+    def _answered(self, task: asyncio.Task) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        if self._failure is None:
+            self._failure = task.exception()
+            self._writer.transport.abort()  # the requests' loop sees the end of the stream and ends
+
+    async def close(self) -> BaseException | None:
+        """Cancels the answers not written (the connection is closing: nobody would read them; their
+        requests are written all the same, as a Produce whose client went away) and waits for their
+        tasks to end. Returns the failure that aborted the connection, if any."""
+        if not self._pending:
+            return self._failure
+        # Every task takes its first step first, so that its coroutine is started and a cancel
+        # reaches what it waits for (a write batch's answer, which is then dropped).
+        await asyncio.sleep(0)
+        for task in self._pending:
+            task.cancel()
+        await asyncio.gather(*self._pending, return_exceptions=True)
+        self._pending.clear()
+        return self._failure

@@ -13,7 +13,7 @@ from multiprocessing.managers import SyncManager
 from pathlib import Path
 
 import bench.kafka
-from bench.kafka import sections
+from bench.kafka import clients, sections
 from bench.processes import BenchProcesses, CpuMeter, print_profile
 from bench.timed_run import ClientProcesses
 from bench.transactions.report import format_table
@@ -117,13 +117,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         pool = ClientProcesses(max(args.client_processes, args.producers))
         processes.stop_on_exit(pool.close)
+        producer_pool = ClientProcesses(args.producers, niceness=clients.SATURATING_PRODUCER_NICENESS)
+        processes.stop_on_exit(producer_pool.close)
         manager = SyncManager(ctx=multiprocessing.get_context("spawn"))
         manager.start()
         processes.stop_on_exit(manager.shutdown)
         print(
             f"[{time.monotonic() - started:.0f} s] PostgreSQL pid {processes.postgres.pid} in {processes.work_dir}; "
             f"txbroker pid {server.pid} "
-            f"({args.workers} worker(s), Kafka listener {bootstrap}); {pool.count} client processes; "
+            f"({args.workers} worker(s), Kafka listener {bootstrap}); {pool.count} client processes "
+            f"and {producer_pool.count} for the producers of section 1; "
             f"{os.cpu_count()} CPUs; Python {platform.python_version()}",
             flush=True,
         )
@@ -134,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             meter=CpuMeter(processes.postgres.pid, server.pid),
             copy_meter=CpuMeter(processes.postgres.pid, None),
             pool=pool,
+            producer_pool=producer_pool,
             manager=manager,
             producers=args.producers,
             rounds=args.rounds,
@@ -144,9 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"""
 {args.seconds:g} s measured per timed run after {args.warmup:g} s of warm-up, {args.rounds} alternating round(s)
 added up; txbroker with {args.workers} worker(s). Kafka clients: confluent-kafka {_confluent_version()} in
-{pool.count} client processes; the baselines' clients in this process (asyncpg; aiohttp, one keep-alive
-connection each). CPU% = % of one core in the measured window: srv = txbroker, pg = postmaster and
-backends, cli = the clients' processes, other = everything else the machine ran (high: disturbed).
+{pool.count} client processes, the producers of section 1 in {producer_pool.count} more at nice
++{clients.SATURATING_PRODUCER_NICENESS} (librdkafka spins while a connection's requests are all in flight);
+the baselines' clients in this process (asyncpg; aiohttp, one keep-alive connection each). CPU% = % of
+one core in the measured window: srv = txbroker, pg = postmaster and backends, cli = the clients' processes,
+other = everything else the machine ran (high: disturbed).
 """)
     print(format_table(rows))
     if args.profile_server is not None:

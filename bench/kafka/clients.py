@@ -25,6 +25,16 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 WAIT_S = 60
 # produce() calls between two looks at the clock (and at the delivery queue).
 PRODUCE_CHUNK = 1000
+# The nice value added to the processes of the producers that saturate the server (produce_records,
+# section 1). While a connection has max.in.flight requests unanswered and
+# more records ready, librdkafka's broker thread (2.16) spins: poll() with a timeout of 0, about
+# 10 us of CPU per record produced, some ten times the Python produce() call, however deep the
+# queue is kept. On the bench's machine those cores are the server's and PostgreSQL's, which a real
+# deployment's clients, elsewhere, would not take: at the lowest priority the clients still get
+# every idle cycle (they keep the server saturated) but no longer delay the server or PostgreSQL.
+# transact_records (section 3) has a transaction's 1000 records in a request or two, seldom five in
+# flight, and at this priority its waits for the cores would count in its transactions' time.
+SATURATING_PRODUCER_NICENESS = 19
 
 
 @dataclass(frozen=True)
@@ -136,7 +146,7 @@ def produce_records(bootstrap: str, topic: str, partition: int, value_bytes: int
             try:
                 producer.produce(topic, value, partition=partition)
             except BufferError:  # the client's queue is full: let it deliver
-                producer.poll(0.001)
+                producer.poll(0.001)  # sleeps the millisecond (no delivery reports but failures): no spin
                 continue
             records += 1
         producer.poll(0)

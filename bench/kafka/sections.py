@@ -43,6 +43,7 @@ class Run:
     meter: CpuMeter
     copy_meter: CpuMeter  # PostgreSQL alone: the raw baselines have no server
     pool: ClientProcesses
+    producer_pool: ClientProcesses  # section 1's producers, at the lowest CPU priority (clients.py)
     manager: SyncManager  # the clients' barriers (bench/kafka/client_runs.py)
     producers: int
     rounds: int
@@ -120,8 +121,10 @@ async def measure_produce_throughput(run: Run, http_clients: int) -> tuple[list[
                 run.meter,
             )
         )
-        kafka.add(await _each_producer(run, clients.produce_records, IDEMPOTENT_TOPIC, VALUE_BYTES))
-        kafka_txn.add(await _each_producer(run, clients.transact_records, txn_topic, VALUE_BYTES, LARGE_TXN_RECORDS))
+        kafka.add(await _each_producer(run, run.producer_pool, clients.produce_records, IDEMPOTENT_TOPIC, VALUE_BYTES))
+        kafka_txn.add(
+            await _each_producer(run, run.pool, clients.transact_records, txn_topic, VALUE_BYTES, LARGE_TXN_RECORDS)
+        )
         _progress(
             f"round {round_number}: raw COPY {copy.records_per_s:,.0f}, "
             f"HTTP produce {http_produce.records_per_s:,.0f}, Kafka idempotent {kafka.records_per_s:,.0f}, "
@@ -169,11 +172,11 @@ async def measure_produce_throughput(run: Run, http_clients: int) -> tuple[list[
     return rows, kafka.records
 
 
-async def _each_producer(run: Run, client, topic: str, *arguments) -> Measurement:
-    """`client` run by `run.producers` client processes, producer i writing partition i of `topic`."""
+async def _each_producer(run: Run, pool: ClientProcesses, client, topic: str, *arguments) -> Measurement:
+    """`client` run by `run.producers` processes of `pool`, producer i writing partition i of `topic`."""
     measured, _ = await measure_clients(
         [partial(client, run.bootstrap, topic, partition, *arguments) for partition in range(run.producers)],
-        run.pool,
+        pool,
         run.manager,
         run.meter,
         run.warmup_s,

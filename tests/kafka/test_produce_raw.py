@@ -6,13 +6,16 @@ in request order for pipelined requests, no answer at all for acks=0, and batche
 from __future__ import annotations
 
 import datetime
+import logging
+import time
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
+from app.kafka.listener import MAX_PENDING_ANSWERS
 from app.kafka.record_batches import KafkaRecord
-from tests.kafka.clients import create_topic
+from tests.kafka.clients import ConfluentKafka, create_topic
 from tests.kafka.raw import RawConnection, nested, record_batch, request_of
 from tests.kafka.test_api_versions import sample_request
 
@@ -90,12 +93,11 @@ def test_idempotent_sequences_duplicates_and_errors_as_kafka_answers_them(module
     assert high_watermark(module_kafka_server, topic) == 7
 
 
-def fetched_records(connection: RawConnection, topic: str, partition_max_bytes: int) -> bytes:
-    """The records (batches) one Fetch v12 of partition 0 from offset 0 returns."""
+def _fetch_request(topic: str, partition_max_bytes: int):
     fetch_partition = nested(
         api_table.FETCH, 12, "FetchPartition", partition=0, fetch_offset=0, partition_max_bytes=partition_max_bytes
     )
-    request = request_of(
+    return request_of(
         api_table.FETCH,
         12,
         max_wait=datetime.timedelta(0),
@@ -105,20 +107,38 @@ def fetched_records(connection: RawConnection, topic: str, partition_max_bytes: 
         topics=(nested(api_table.FETCH, 12, "FetchTopic", topic=topic, partitions=(fetch_partition,)),),
         forgotten_topics_data=(),
     )
-    [topic_response] = connection.call(request).responses
+
+
+def _records_of(fetch_response) -> bytes:
+    [topic_response] = fetch_response.responses
     [answer] = topic_response.partitions
     assert answer.error_code == KafkaError.none
     return bytes(answer.records)
 
 
-def _fetched_batches(connection: RawConnection, topic: str, partition_max_bytes: int) -> list[int]:
-    """The base offsets of the batches one Fetch v12 from offset 0 returns."""
+def fetched_records(connection: RawConnection, topic: str, partition_max_bytes: int) -> bytes:
+    """The records (batches) one Fetch v12 of partition 0 from offset 0 returns."""
+    return _records_of(connection.call(_fetch_request(topic, partition_max_bytes)))
+
+
+def _batches_of(fetch_response) -> list:
+    """The batches (kafka.record's) of a Fetch's answer for one partition."""
     from kafka.record.memory_records import MemoryRecords
 
-    batches, records = [], MemoryRecords(fetched_records(connection, topic, partition_max_bytes))
+    batches, records = [], MemoryRecords(_records_of(fetch_response))
     while (batch := records.next_batch()) is not None:
-        batches.append(batch.base_offset)
+        batches.append(batch)
     return batches
+
+
+def _fetch(connection: RawConnection, topic: str, partition_max_bytes: int = 1 << 20) -> list:
+    """The batches one Fetch v12 of partition 0 from offset 0 returns."""
+    return _batches_of(connection.call(_fetch_request(topic, partition_max_bytes)))
+
+
+def _fetched_batches(connection: RawConnection, topic: str, partition_max_bytes: int) -> list[int]:
+    """The base offsets of the batches one Fetch v12 from offset 0 returns."""
+    return [batch.base_offset for batch in _fetch(connection, topic, partition_max_bytes)]
 
 
 def test_fetch_returns_batches_within_the_bytes_asked_and_always_the_first(module_kafka_server):
@@ -154,6 +174,105 @@ def test_pipelined_requests_are_answered_in_order_and_appended_in_sequence(modul
         ]
         answers = [answer_of(connection.receive(api_table.PRODUCE, PRODUCE_VERSION, c)) for c in sent]
     assert answers == [(KafkaError.none, 2 * i) for i in range(5)]
+
+
+def _pipelined_produces(connection: RawConnection, topic: str, sequences: list[int], records_each: int) -> list[int]:
+    """Sends an idempotent producer's Produce requests with these base sequences without waiting for
+    an answer; their correlation ids."""
+    producer_id, epoch = init_producer(connection)
+    return [
+        connection.send(
+            produce_request(
+                topic, 0, record_batch(records(records_each, f"s{sequence}-"), producer_id, epoch, sequence)
+            )
+        )
+        for sequence in sequences
+    ]
+
+
+def test_pipelined_produces_are_answered_in_order_then_the_request_after_them(module_kafka_server):
+    # More than the listener lets wait at once (MAX_PENDING_ANSWERS): it then reads the next request
+    # once the oldest is answered.
+    topic = "raw-pipelined-then-metadata"
+    create_topic(module_kafka_server, topic)
+    count = MAX_PENDING_ANSWERS + 4
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        sent = _pipelined_produces(connection, topic, [3 * i for i in range(count)], 3)
+        metadata = connection.send(sample_request(api_table.METADATA, 9))
+        # receive checks each answer's correlation id: the answers come in request order.
+        answers = [answer_of(connection.receive(api_table.PRODUCE, PRODUCE_VERSION, c)) for c in sent]
+        assert connection.receive(api_table.METADATA, 9, metadata) is not None
+    assert answers == [(KafkaError.none, 3 * i) for i in range(count)]
+    assert high_watermark(module_kafka_server, topic) == 3 * count
+
+
+def test_a_request_after_pipelined_produces_is_served_once_they_are_written(module_kafka_server):
+    # A Fetch sent right behind the Produce requests, without waiting for their answers, sees every
+    # record they wrote: it is served after them, as Kafka serves a connection's requests.
+    topic = "raw-pipelined-then-fetch"
+    create_topic(module_kafka_server, topic)
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        sent = _pipelined_produces(connection, topic, [2 * i for i in range(5)], 2)
+        fetch = connection.send(_fetch_request(topic, 1 << 20))
+        answers = [answer_of(connection.receive(api_table.PRODUCE, PRODUCE_VERSION, c)) for c in sent]
+        fetched = _batches_of(connection.receive(api_table.FETCH, 12, fetch))
+    assert answers == [(KafkaError.none, 2 * i) for i in range(5)]
+    assert [(b.base_offset, b.base_sequence) for b in fetched] == [(2 * i, 2 * i) for i in range(5)]
+
+
+def test_a_refused_pipelined_produce_is_its_own_and_the_ones_after_it_are_judged_in_order(module_kafka_server):
+    # A gap in the middle (sequence 99): refused as Kafka refuses it; the next, in sequence after the
+    # one before the gap, is appended; nothing is appended twice or out of order.
+    topic = "raw-pipelined-gap"
+    create_topic(module_kafka_server, topic)
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        sent = _pipelined_produces(connection, topic, [0, 2, 99, 4, 4, 6], 2)
+        answers = [answer_of(connection.receive(api_table.PRODUCE, PRODUCE_VERSION, c)) for c in sent]
+        fetched = _fetch(connection, topic)
+    assert [error for error, _ in answers] == [KafkaError.none] * 2 + [KafkaError.out_of_order_sequence_number] + [
+        KafkaError.none
+    ] * 3
+    assert [offset for _, offset in answers[3:]] == [4, 4, 6]  # the second 4 is a duplicate: its original offset
+    assert [(b.base_offset, b.base_sequence) for b in fetched] == [(0, 0), (2, 2), (4, 4), (6, 6)]
+
+
+def test_a_connection_closed_with_answers_pending_drops_them_and_its_writes_go_on(module_kafka_server, caplog):
+    caplog.set_level(logging.INFO, logger="txbroker.kafka")
+    topic = "raw-pipelined-closed"
+    create_topic(module_kafka_server, topic)
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        _pipelined_produces(connection, topic, [2 * i for i in range(5)], 2)
+    # Closed without reading an answer: the batches are written all the same, as a client's that went away.
+    deadline = time.monotonic() + 30
+    while high_watermark(module_kafka_server, topic) < 10 and time.monotonic() < deadline:
+        time.sleep(0.01)  # polls the condition
+    assert high_watermark(module_kafka_server, topic) == 10
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        assert [(b.base_offset, b.base_sequence) for b in _fetch(connection, topic)] == [
+            (2 * i, 2 * i) for i in range(5)
+        ]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_producer_with_five_requests_in_flight_loses_duplicates_and_reorders_nothing(module_kafka_server):
+    topic = "confluent-pipelined"
+    create_topic(module_kafka_server, topic)
+    values = [f"m{i}".encode() for i in range(3000)]
+    delivered = ConfluentKafka().produce(
+        module_kafka_server,
+        topic,
+        [{"value": value} for value in values],
+        **{"max.in.flight.requests.per.connection": 5, "linger.ms": 5, "batch.num.messages": 50},
+    )
+    assert sorted((d.offset, d.value) for d in delivered) == list(enumerate(values))
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        fetched = _fetch(connection, topic)
+    assert len(fetched) >= 3000 // 50  # many requests, several in flight at once
+    assert len({b.producer_id for b in fetched}) == 1
+    # One producer from a fresh partition: each batch's first sequence is its first offset.
+    assert [(b.base_offset, b.base_sequence) for b in fetched] == [(b.base_offset, b.base_offset) for b in fetched]
+    assert [b.base_offset for b in fetched[1:]] == [b.next_offset for b in fetched[:-1]]
+    assert fetched[-1].next_offset == len(values)
 
 
 def test_acks_zero_gets_no_answer_at_all(module_kafka_server):

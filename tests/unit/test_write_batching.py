@@ -79,3 +79,47 @@ def test_a_caller_that_goes_away_leaves_the_others_answered():
         return await first, await stays
 
     assert asyncio.run(run()) == (2, 6)
+
+
+class _Overlapping(_Writer):
+    """A _Writer whose writes take a turn of the event loop, counting how many run at once."""
+
+    def __init__(self, poison: int | None = None) -> None:
+        super().__init__(poison)
+        self.writing = 0
+        self.most_at_once = 0
+
+    async def write(self, requests: list[int]) -> list[int | BaseException]:
+        self.writing += 1
+        self.most_at_once = max(self.most_at_once, self.writing)
+        try:
+            await asyncio.sleep(0)
+            return await super().write(requests)
+        finally:
+            self.writing -= 1
+
+
+def test_a_failed_groups_requests_are_written_again_one_after_the_other_in_arrival_order():
+    # A producer's pipelined batches (a Kafka connection's Produce requests, in one group) must be
+    # appended in sequence order: written again concurrently, a later one could be checked first.
+    async def run():
+        writer = _Overlapping(poison=3)
+        return await _one_then_queued(writer, (2, 3, 4)), writer
+
+    answers, writer = asyncio.run(run())
+    assert answers[:2] == [2, 4] and answers[3] == 8
+    assert isinstance(answers[2], ValueError)
+    assert writer.batches == [[1], [2, 3, 4], [2], [3], [4]]
+    assert writer.most_at_once == 1
+
+
+def test_an_enqueued_request_is_queued_before_enqueue_returns():
+    async def run():
+        writer = _Writer()
+        batches = WriteBatcher(writer.write, max_in_flight=1)
+        writer.gate.clear()
+        answers = [batches.enqueue(n) for n in (1, 2, 3)]  # no turn of the event loop between them
+        writer.gate.set()
+        return await asyncio.gather(*answers), writer.batches
+
+    assert asyncio.run(run()) == ([2, 4, 6], [[1], [2, 3]])

@@ -7,6 +7,7 @@ error, as Kafka does."""
 from __future__ import annotations
 
 import datetime
+from collections.abc import Awaitable
 
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -37,7 +38,11 @@ def _partition(module, index: int, error: KafkaError, message: str | None = None
     )
 
 
-async def handle(context: RequestContext, request) -> object | None:
+def submit(context: RequestContext, request) -> Awaitable[object | None]:
+    """Produce, submitted now and answered later: what is returned waits for the commits and is the
+    response (None for acks=0). Before this returns every partition is checked, its batch read and
+    queued for a write batch behind those of the connection's earlier Produce requests (listener.py
+    pipelines them on this)."""
     module = response_module(api_table.PRODUCE, context.api_version)
     answers: dict[tuple[str, int], object] = {}
     produced: list[ProducedPartition] = []
@@ -77,8 +82,20 @@ async def handle(context: RequestContext, request) -> object | None:
                 )
                 continue
             produced.append(ProducedPartition(topic.name, data.index, batch))
-    if produced:
-        results = await context.calls.produce(context.principal, request.transactional_id, produced)
+    written = context.calls.submit_produce(context.principal, request.transactional_id, produced) if produced else None
+    return _response(context, request, module, answers, produced, written)
+
+
+async def _response(
+    context: RequestContext,
+    request,
+    module,
+    answers: dict[tuple[str, int], object],
+    produced: list[ProducedPartition],
+    written: Awaitable[list] | None,
+) -> object | None:
+    if written is not None:
+        results = await written
         for entry, result in zip(produced, results):
             if isinstance(result, BrokerError):
                 # Produce never answers PRODUCER_FENCED: a fenced epoch is INVALID_PRODUCER_EPOCH, as Kafka's.
