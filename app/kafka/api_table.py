@@ -1,8 +1,8 @@
 """The APIs this listener serves and their versions: what ApiVersions advertises and dispatch.py
 accepts. Per API, from the lowest version the supported clients (librdkafka 2.x, kafka-python,
 aiokafka) need to the highest implemented; tests/kafka/test_api_versions.py round-trips each.
-Topic ids (KIP-516, migration 0009) in Metadata v10+, Fetch v13+, CreateTopics v7, DeleteTopics v6;
-Produce v13 (topic ids) is not served: none of these clients sends it.
+Topic ids (KIP-516, migration 0009) in Metadata v10+, Fetch v13+, Produce v13, CreateTopics v7,
+DeleteTopics v6.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 
 SUPPORTED_VERSIONS: dict[int, range] = {
-    PRODUCE: range(3, 10),  # v3: the first with message format v2 (RecordBatch) and transactional ids
+    PRODUCE: range(3, 14),  # v3: the first with message format v2 (RecordBatch) and transactional ids; v13: topic ids
     FETCH: range(4, 19),  # v4: isolation_level and aborted transactions; v13+: topic ids
     LIST_OFFSETS: range(1, 8),
     METADATA: range(0, 14),  # v13: a top-level error code (KIP-1102's REBOOTSTRAP_REQUIRED), always none here

@@ -109,7 +109,7 @@ async def submit(
         session,
     )
     if api_key == api_table.PRODUCE:
-        return _framed(api_key, correlation_id, produce.submit(context, request.body))
+        return _framed(api_key, correlation_id, await produce.submit(context, request.body))
     return _framed(api_key, correlation_id, HANDLERS[api_key](context, request.body))
 
 

@@ -38,7 +38,7 @@ ADVERTISED = [
 
 def sample_request(api_key: int, version: int, producer: RawProducer | None = None, topic_id=None):
     """A valid request of this API and version, about partition 0 of TOPIC (for a transactional
-    API, of `producer`'s open transaction; Fetch v13+ names it by `topic_id`)."""
+    API, of `producer`'s open transaction; Fetch and Produce v13+ name it by `topic_id`)."""
     if api_key == api_table.PRODUCE:
         records = record_batch([KafkaRecord(1_700_000_000_123, b"k", f"v{version}".encode(), [("h", b"x")])])
         partition = nested(api_key, version, "PartitionProduceData", index=0, records=records)
@@ -48,7 +48,11 @@ def sample_request(api_key: int, version: int, producer: RawProducer | None = No
             transactional_id=None,
             acks=-1,
             timeout=datetime.timedelta(seconds=30),
-            topic_data=(nested(api_key, version, "TopicProduceData", name=TOPIC, partition_data=(partition,)),),
+            topic_data=(
+                nested(
+                    api_key, version, "TopicProduceData", name=TOPIC, topic_id=topic_id, partition_data=(partition,)
+                ),
+            ),
         )
     if api_key == api_table.FETCH:
         partition = nested(

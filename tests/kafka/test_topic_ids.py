@@ -4,6 +4,7 @@ is re-created; an id of a topic gone is UNKNOWN_TOPIC_ID, never the re-created t
 
 from __future__ import annotations
 
+import base64
 import datetime
 import uuid
 
@@ -14,13 +15,15 @@ from kio.schema.errors import ErrorCode as KafkaError
 from app.kafka import api_table
 from tests.kafka import http_side
 from tests.kafka.clients import WAIT_S, bootstrap, create_topic, topic_uuid
-from tests.kafka.raw import RawConnection, nested, request_of
+from tests.kafka.raw import RawConnection, nested, record_batch, request_of
+from tests.kafka.test_produce_raw import records
 from tests.kafka.test_security import ADMIN_TOKEN, log_in, new_principal
 
 MAX_BYTES = 1 << 20
 FETCH_BY_ID = 16  # what librdkafka 2.x sends
 METADATA = 12
 DELETE_BY_ID = 6
+PRODUCE_BY_ID = 13
 
 
 def http_topic_id(server, name: str) -> str:
@@ -72,6 +75,40 @@ def delete_by_id(connection: RawConnection, topic_id: uuid.UUID):
     )
     [answered] = response.responses
     return answered
+
+
+def produce_by_id(connection: RawConnection, topic_id: uuid.UUID, values: list[bytes]):
+    """Produce v13 (topics by id) of `values` to partition 0: (the answer's topic id, its partition)."""
+    batch = record_batch([record._replace(value=value) for record, value in zip(records(len(values)), values)])
+    data = nested(api_table.PRODUCE, PRODUCE_BY_ID, "PartitionProduceData", index=0, records=batch)
+    response = connection.call(
+        request_of(
+            api_table.PRODUCE,
+            PRODUCE_BY_ID,
+            transactional_id=None,
+            acks=-1,
+            timeout=datetime.timedelta(seconds=30),
+            topic_data=(
+                nested(api_table.PRODUCE, PRODUCE_BY_ID, "TopicProduceData", topic_id=topic_id, partition_data=(data,)),
+            ),
+        )
+    )
+    [answered] = response.responses
+    [partition] = answered.partition_responses
+    return answered.topic_id, partition
+
+
+def test_produce_by_id_writes_to_the_topic_of_the_id_and_an_unknown_id_is_refused(module_kafka_server):
+    server = module_kafka_server
+    create_topic(server, "ids-produce", 1)
+    topic_id = topic_uuid(http_topic_id(server, "ids-produce"))
+    with RawConnection(bootstrap(server)) as connection:
+        answered_id, partition = produce_by_id(connection, topic_id, [b"one", b"two"])
+        assert (answered_id, partition.error_code, partition.base_offset) == (topic_id, KafkaError.none, 0)
+        unknown = uuid.uuid4()
+        answered_id, partition = produce_by_id(connection, unknown, [b"lost"])
+        assert (answered_id, partition.error_code) == (unknown, KafkaError.unknown_topic_id)
+    assert [base64.b64decode(r["value"]) for r in http_side.fetch(server, "ids-produce", 0)] == [b"one", b"two"]
 
 
 def test_one_id_over_both_doors_and_a_new_one_when_re_created(module_kafka_server):

@@ -2,7 +2,10 @@
 through the produce path HTTP uses. acks=0 gets no answer at all; acks=1 is answered as acks=all
 (an append is durable in PostgreSQL when answered: there are no followers to wait for). A
 duplicate of one of a producer's last five batches is answered with its original offsets and no
-error, as Kafka does."""
+error, as Kafka does. From v13 topics are named by id (KIP-516): an id no topic has is answered
+UNKNOWN_TOPIC_ID. v12 is Kafka's first for transaction version 2 (KIP-890), whose transactional
+produce adds its partitions to the transaction itself: the core always does (as HTTP's produce), so
+v10-v12 are v9 with tagged fields this broker leaves empty."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from app.errors import BrokerError
 from app.kafka import api_table
-from app.kafka.broker_calls import ProducedPartition
+from app.kafka.broker_calls import ProducedPartition, unknown_topic_id
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import versioned_error
 from app.kafka.frames import build, response_module
@@ -22,6 +25,8 @@ from app.kafka.record_batches import BatchRefused, read_produced
 ACKS_NONE = 0
 VALID_ACKS = (ACKS_NONE, 1, -1)
 NO_OFFSET = -1
+# From this version topics are named by id (KIP-516), in requests and responses.
+TOPIC_IDS_SINCE = 13
 
 
 def _partition(module, index: int, error: KafkaError, message: str | None = None, base_offset: int = NO_OFFSET):
@@ -38,27 +43,42 @@ def _partition(module, index: int, error: KafkaError, message: str | None = None
     )
 
 
-def submit(context: RequestContext, request) -> Awaitable[object | None]:
+def _topic_key(topic) -> object:
+    """How the request names a topic: by id from v13 (its TopicProduceData has no name), else by name."""
+    return topic.topic_id if hasattr(topic, "topic_id") else topic.name
+
+
+async def submit(context: RequestContext, request) -> Awaitable[object | None]:
     """Produce, submitted now and answered later: what is returned waits for the commits and is the
     response (None for acks=0). Before this returns every partition is checked, its batch read and
     queued for a write batch behind those of the connection's earlier Produce requests (listener.py
-    pipelines them on this)."""
+    pipelines them on this: it awaits this before reading the connection's next request)."""
     module = response_module(api_table.PRODUCE, context.api_version)
-    answers: dict[tuple[str, int], object] = {}
+    by_id = context.api_version >= TOPIC_IDS_SINCE
+    names = await context.calls.topic_names({topic.topic_id for topic in request.topic_data}) if by_id else {}
+    # Answers by (the topic as the request names it: its id from v13, else its name, partition).
+    answers: dict[tuple, object] = {}
     produced: list[ProducedPartition] = []
+    produced_keys: list[tuple] = []
     budget = context.calls.settings.kafka_max_request_bytes
     for topic in request.topic_data:
+        topic_key = _topic_key(topic)
+        name = names.get(topic.topic_id) if by_id else topic.name
         for data in topic.partition_data:
-            key = (topic.name, data.index)
+            key = (topic_key, data.index)
             if request.acks not in VALID_ACKS:
                 answers[key] = _partition(
                     module, data.index, KafkaError.invalid_required_acks, f"acks {request.acks}: expected 0, 1 or -1"
                 )
                 continue
-            if key in answers or any((p.topic, p.partition) == key for p in produced):
+            if key in answers or key in produced_keys:
                 answers[key] = _partition(
                     module, data.index, KafkaError.invalid_request, "the partition is listed twice in the request"
                 )
+                continue
+            if name is None:
+                unknown = unknown_topic_id(topic.topic_id)
+                answers[key] = _partition(module, data.index, KafkaError.unknown_topic_id, unknown.message)
                 continue
             if data.records is None:
                 answers[key] = _partition(module, data.index, KafkaError.invalid_record, "the records are null")
@@ -81,22 +101,24 @@ def submit(context: RequestContext, request) -> Awaitable[object | None]:
                     f"transactional batches with their transactional id, and only those",
                 )
                 continue
-            produced.append(ProducedPartition(topic.name, data.index, batch))
+            produced.append(ProducedPartition(name, data.index, batch))
+            produced_keys.append(key)
     written = context.calls.submit_produce(context.principal, request.transactional_id, produced) if produced else None
-    return _response(context, request, module, answers, produced, written)
+    return _response(context, request, module, answers, produced, produced_keys, written)
 
 
 async def _response(
     context: RequestContext,
     request,
     module,
-    answers: dict[tuple[str, int], object],
+    answers: dict[tuple, object],
     produced: list[ProducedPartition],
+    produced_keys: list[tuple],
     written: Awaitable[list] | None,
 ) -> object | None:
     if written is not None:
         results = await written
-        for entry, result in zip(produced, results):
+        for entry, key, result in zip(produced, produced_keys, results):
             if isinstance(result, BrokerError):
                 # Produce never answers PRODUCER_FENCED: a fenced epoch is INVALID_PRODUCER_EPOCH, as Kafka's.
                 answer = _partition(
@@ -104,7 +126,7 @@ async def _response(
                 )
             else:
                 answer = _partition(module, entry.partition, KafkaError.none, base_offset=result.base_offset)
-            answers[(entry.topic, entry.partition)] = answer
+            answers[key] = answer
     if request.acks == ACKS_NONE:
         return None
     return build(
@@ -114,8 +136,9 @@ async def _response(
             build(
                 module,
                 "TopicProduceResponse",
-                name=topic.name,
-                partition_responses=tuple(answers[(topic.name, data.index)] for data in topic.partition_data),
+                name=getattr(topic, "name", None),  # below v13
+                topic_id=getattr(topic, "topic_id", None),  # v13+
+                partition_responses=tuple(answers[(_topic_key(topic), data.index)] for data in topic.partition_data),
             )
             for topic in request.topic_data
         ),
