@@ -55,7 +55,7 @@ async def init_producer_id(body: schemas.InitProducerIdRequest, coordinator: Coo
 
 @router.post("/txn/add-partitions", response_model=schemas.AddPartitionsResponse, responses=ERRORS)
 async def add_partitions(
-    body: schemas.AddPartitionsRequest, coordinator: CoordinatorDep, settings: SettingsDep, principal: PrincipalDep
+    body: schemas.AddPartitionsRequest, writes: BatchedWritesDep, settings: SettingsDep, principal: PrincipalDep
 ):
     """[AddPartitionsToTxn] Begins the transaction (Ongoing) if none is open, and starts its timer.
     Needs Write on the TransactionalId and on every topic."""
@@ -64,7 +64,7 @@ async def add_partitions(
     for topic in {p.topic for p in body.partitions}:
         authorize(principal, Operation.WRITE, ResourceType.TOPIC, topic)
     requested = [(p.topic, p.partition) for p in body.partitions]
-    errors = await coordinator.add_partitions(body.transactional_id, body.producer_id, body.producer_epoch, requested)
+    errors = await writes.add_partitions(body.transactional_id, body.producer_id, body.producer_epoch, requested)
     return json_response(
         {
             "partitions": [
@@ -76,12 +76,12 @@ async def add_partitions(
 
 
 @router.post("/txn/add-offsets", responses=ERRORS)
-async def add_offsets(body: schemas.AddOffsetsRequest, coordinator: CoordinatorDep, principal: PrincipalDep):
+async def add_offsets(body: schemas.AddOffsetsRequest, writes: BatchedWritesDep, principal: PrincipalDep):
     """[AddOffsetsToTxn] Adds the group's __consumer_offsets partition to the transaction. Needs Write
     on the TransactionalId and Read on the group."""
     authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
     authorize(principal, Operation.READ, ResourceType.GROUP, body.group_id)
-    await coordinator.add_offsets(body.transactional_id, body.producer_id, body.producer_epoch, body.group_id)
+    await writes.add_offsets(body.transactional_id, body.producer_id, body.producer_epoch, body.group_id)
     return json_response({})
 
 

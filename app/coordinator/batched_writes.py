@@ -1,8 +1,10 @@
-"""Produce and EndTxn in write batches (app/coordinator/write_batching.py): the produce and EndTxn
-requests that queue in one server process while a write batch is written are written together, in
-one PostgreSQL transaction, as if one after the other in their order of arrival. A small
-transaction is a produce and an EndTxn: batching both kinds together lets them share every
-statement and the commit, where a write batch of each kind took one PostgreSQL transaction each.
+"""Produce, EndTxn, AddPartitionsToTxn and AddOffsetsToTxn in write batches
+(app/coordinator/write_batching.py): the requests of these kinds that queue in one server process
+while a write batch is written are written together, in one PostgreSQL transaction, as if one after
+the other in their order of arrival. A small transaction is a produce and an EndTxn over HTTP, and
+an AddPartitionsToTxn, a produce per partition and an EndTxn from Kafka's clients: batching every
+kind together lets the requests of all producers share every statement and the commit, where a
+write batch (or a unit of work) of each kind took one PostgreSQL transaction each.
 ("Write batch" is the requests written together; a "record batch" is Kafka's, what a produce
 appends to a partition.)
 
@@ -12,7 +14,10 @@ locked (in lock_order) with the states and markers the write batch needs there; 
 batches, the markers and the transaction log written by one statement
 (UnitOfWork.write_partitions_and_save); the commit. Every state change is made on the locked rows
 in the requests' order of arrival (an EndTxn after a produce of its transaction in the same write
-batch commits it; a produce after its transaction's EndTxn is fenced). The record batches go
+batch commits it; a produce after its transaction's EndTxn is fenced; partitions added join the
+transaction open when their request's turn comes). Adding partitions writes no partition: only the
+transaction log's record and the id's row, with the others' save, and it is answered after the
+commit, as Kafka answers an AddPartitionsToTxn once its record is durable. The record batches go
 before the markers in their partitions: the requests that arrived
 together were concurrent, so any order is one they could have had, as long as each producer's and
 each transaction's own are kept, and they are.
@@ -25,14 +30,20 @@ from dataclasses import dataclass
 
 from app.clock import now_ms
 from app.coordinator.produce import PartitionResult, ProduceCommand, check_idempotent_producer, check_request
-from app.coordinator.transaction_coordinator import EndResult, EndTxnCommand, TransactionCoordinator
+from app.coordinator.transaction_coordinator import (
+    AddOffsetsCommand,
+    AddPartitionsCommand,
+    EndResult,
+    EndTxnCommand,
+    TransactionCoordinator,
+)
 from app.coordinator.transaction_metadata import TRANSACTION_VERSION_BUMP
 from app.coordinator.write_batching import WriteBatcher
 from app.errors import BrokerError
 from app.storage.log import markers, record_codec
 from app.storage.log.append import BatchAppend
 from app.storage.log.record_codec import EncodedBatch
-from app.storage.log.topics import unknown_topic
+from app.storage.log.topics import CONSUMER_OFFSETS_TOPIC, unknown_topic
 from app.storage.transactions import producer_ids
 
 
@@ -44,8 +55,11 @@ class _Produce:
     encoded: list[EncodedBatch]
 
 
-_Request = _Produce | EndTxnCommand
-_Answer = list[PartitionResult] | EndResult
+_Request = _Produce | EndTxnCommand | AddPartitionsCommand | AddOffsetsCommand
+# A produce's results per partition, EndTxn's result, AddPartitionsToTxn's error per partition (None:
+# added), AddOffsetsToTxn's None.
+_Answer = list[PartitionResult] | EndResult | list[BrokerError | None] | None
+_COORDINATOR_REQUESTS = (EndTxnCommand, AddPartitionsCommand, AddOffsetsCommand)
 
 
 def _needs_transaction(requests: list[_Request]) -> bool:
@@ -63,11 +77,10 @@ def _needs_transaction(requests: list[_Request]) -> bool:
 
 
 class BatchedWrites:
-    """Produce and EndTxn of one server process, written in write batches: the requests of a write
-    batch share each statement (their producers and transactional ids looked up and locked together,
-    their partitions locked together in lock_order, their record batches, markers and transaction log
-    records
-    written by one statement) and one commit."""
+    """Produce, EndTxn, AddPartitionsToTxn and AddOffsetsToTxn of one server process, written in write
+    batches: the requests of a write batch share each statement (their producers and transactional
+    ids looked up and locked together, their partitions locked together in lock_order, their record
+    batches, markers and transaction log records written by one statement) and one commit."""
 
     def __init__(self, coordinator: TransactionCoordinator, max_records: int) -> None:
         self.coordinator = coordinator
@@ -104,19 +117,40 @@ class BatchedWrites:
             EndTxnCommand(transactional_id, producer_id, producer_epoch, commit, transaction_version)
         )
 
+    async def add_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, requested: list[tuple[str, int]]
+    ) -> list[BrokerError | None]:
+        """AddPartitionsToTxn: each partition's error, or None once it is in the transaction (durably:
+        answered after the write batch's commit). Raises the request's error."""
+        return await self.batcher.submit(
+            AddPartitionsCommand(transactional_id, producer_id, producer_epoch, tuple(requested))
+        )
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
+        """AddOffsetsToTxn: the group's __consumer_offsets partition joins the transaction (durably,
+        as add_partitions). Raises the request's error."""
+        await self.batcher.submit(AddOffsetsCommand(transactional_id, producer_id, producer_epoch, group_id))
+
     async def _write(self, requests: list[_Request]) -> list[_Answer | BrokerError]:
         """Writes a write batch in one PostgreSQL transaction: each request's answer, or its
         request-level error (a produce then appends nothing)."""
         coordinator = self.coordinator
         produces = [request.command for request in requests if isinstance(request, _Produce)]
         transactional_ids = {c.transactional_id for c in produces if c.transactional_id is not None}
-        transactional_ids.update(r.transactional_id for r in requests if isinstance(r, EndTxnCommand))
+        transactional_ids.update(r.transactional_id for r in requests if isinstance(r, _COORDINATOR_REQUESTS))
         idempotent = {c.producer_id for c in produces if not c.is_plain and c.transactional_id is None}
+        adds_offsets = any(isinstance(r, AddOffsetsCommand) for r in requests)
         async with coordinator.unit_of_work(atomic=_needs_transaction(requests)) as unit:
-            topic_names = sorted({e.topic for c in produces for e in c.partitions})
+            topic_names = {e.topic for c in produces for e in c.partitions}
+            topic_names.update(t for r in requests if isinstance(r, AddPartitionsCommand) for t, _ in r.partitions)
+            if adds_offsets:
+                topic_names.add(CONSUMER_OFFSETS_TOPIC)
             # The coordinator's rows first (in id order), then the partitions (in lock_order), then
             # the transaction log: the unit of work's lock order.
-            metas, topics = await unit.lock_many_and_find_topics(list(transactional_ids), topic_names)
+            metas, topics = await unit.lock_many_and_find_topics(list(transactional_ids), sorted(topic_names))
+            # Looked up with the others: produce never writes an internal topic (check_request refuses
+            # it before the write batch), and adding partitions refuses it (_resolve_in).
+            offsets_topic = topics.get(CONSUMER_OFFSETS_TOPIC)
             issued = await producer_ids.lookup_many(unit.conn, list(idempotent)) if idempotent else {}
             answers: list[_Answer | BrokerError] = []
             appends: list[BatchAppend] = []
@@ -131,6 +165,14 @@ class BatchedWrites:
                         if ending is not None:
                             ends.append(ending)
                         answers.append(answer)
+                        continue
+                    if isinstance(request, AddPartitionsCommand):
+                        meta = metas.get(request.transactional_id)
+                        answers.append(coordinator.add_partitions_in_batch(meta, request, topics))
+                        continue
+                    if isinstance(request, AddOffsetsCommand):
+                        coordinator.add_offsets_in_batch(metas.get(request.transactional_id), request, offsets_topic)
+                        answers.append(None)
                         continue
                     command = request.command
                     if command.transactional_id is not None:

@@ -52,7 +52,6 @@ from app.storage.log.topics import (
     CONSUMER_OFFSETS_TOPIC,
     INTERNAL_PREFIX,
     TopicInfo,
-    find_topics,
     get_topic,
     unknown_partition,
     unknown_topic,
@@ -75,6 +74,26 @@ class EndTxnCommand:
     producer_epoch: int
     commit: bool
     transaction_version: int = TRANSACTION_VERSION_BUMP
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitionsCommand:
+    """AddPartitionsToTxn: `partitions` as (topic, partition) pairs, in the request's order."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AddOffsetsCommand:
+    """AddOffsetsToTxn: the group whose __consumer_offsets partition joins the transaction."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,24 +274,36 @@ class TransactionCoordinator:
 
     # ---- AddPartitionsToTxn / AddOffsetsToTxn / produce
 
-    async def add_partitions(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, requested: list[tuple[str, int]]
+    @staticmethod
+    def add_partitions_in_batch(
+        meta: TransactionMetadata | None, command: AddPartitionsCommand, topics: dict[str, TopicInfo]
     ) -> list[BrokerError | None]:
-        async with self.unit_of_work() as unit:
-            meta = check_producer(await unit.lock(transactional_id), transactional_id, producer_id, producer_epoch)
-            resolved = _resolve_in(await find_topics(unit.conn, sorted({topic for topic, _ in requested})), requested)
-            meta.prepare_add_partitions([p for p in resolved if isinstance(p, TxnPartition)], [], now_ms())
+        """AddPartitionsToTxn on the id's metadata as locked by the unit of a write batch (None if it
+        has no row; `topics`: the requested ones that exist, looked up by that unit): each
+        partition's error or None. Raises the request's error. The unit saves the metadata, and the
+        write batch answers after its commit: an added partition is durable when answered."""
+        meta = check_producer(meta, command.transactional_id, command.producer_id, command.producer_epoch)
+        resolved = _resolve_in(topics, list(command.partitions))
+        meta.prepare_add_partitions([p for p in resolved if isinstance(p, TxnPartition)], [], now_ms())
         return [p if isinstance(p, BrokerError) else None for p in resolved]
+
+    @staticmethod
+    def add_offsets_in_batch(
+        meta: TransactionMetadata | None, command: AddOffsetsCommand, offsets_topic: TopicInfo | None
+    ) -> None:
+        """AddOffsetsToTxn on the id's metadata as locked by the unit of a write batch, as
+        `add_partitions_in_batch`: the group's __consumer_offsets partition (of `offsets_topic`, looked
+        up by that unit) joins the transaction."""
+        meta = check_producer(meta, command.transactional_id, command.producer_id, command.producer_epoch)
+        if offsets_topic is None:  # created at start-up and never deleted: only a broken database
+            raise unknown_topic(CONSUMER_OFFSETS_TOPIC)
+        meta.prepare_add_partitions(
+            [offsets_partition_of(offsets_topic, command.group_id)], [command.group_id], now_ms()
+        )
 
     async def offsets_partition(self, conn: asyncpg.Connection, group_id: str) -> TxnPartition:
         """The __consumer_offsets partition that holds this group's offsets."""
-        topic = await get_topic(conn, CONSUMER_OFFSETS_TOPIC)
-        return TxnPartition(topic.name, partition_for_key(group_id.encode(), topic.partition_count), topic.topic_id)
-
-    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
-        async with self.unit_of_work() as unit:
-            meta = check_producer(await unit.lock(transactional_id), transactional_id, producer_id, producer_epoch)
-            await self.join_for_offsets(unit, meta, group_id)
+        return offsets_partition_of(await get_topic(conn, CONSUMER_OFFSETS_TOPIC), group_id)
 
     async def lock_producer(
         self, unit: UnitOfWork, transactional_id: str, producer_id: int, producer_epoch: int
@@ -483,6 +514,13 @@ def _resolve_in(topics: dict, requested: list[tuple[str, int]]) -> list[TxnParti
         else:
             resolved.append(TxnPartition(topic_name, partition, topic.topic_id))
     return resolved
+
+
+def offsets_partition_of(offsets_topic: TopicInfo, group_id: str) -> TxnPartition:
+    """The partition of __consumer_offsets (`offsets_topic`) that holds this group's offsets."""
+    return TxnPartition(
+        offsets_topic.name, partition_for_key(group_id.encode(), offsets_topic.partition_count), offsets_topic.topic_id
+    )
 
 
 def unknown_producer(producer_id: int) -> BrokerError:

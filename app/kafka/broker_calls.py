@@ -346,7 +346,9 @@ class BrokerCalls:
         denied = [_denied(principal, Operation.WRITE, ResourceType.TOPIC, topic) for topic, _ in requested]
         if any(denied):
             return AddedPartitions(denied, attempted=False)
-        errors = await self._state.coordinator.add_partitions(transactional_id, producer_id, producer_epoch, requested)
+        errors = await self._state.batched_writes.add_partitions(
+            transactional_id, producer_id, producer_epoch, requested
+        )
         return AddedPartitions(errors, attempted=True)
 
     async def add_offsets_to_txn(
@@ -354,7 +356,7 @@ class BrokerCalls:
     ) -> None:
         authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
-        await self._state.coordinator.add_offsets(transactional_id, producer_id, producer_epoch, group_id)
+        await self._state.batched_writes.add_offsets(transactional_id, producer_id, producer_epoch, group_id)
 
     async def txn_offset_commit(
         self,

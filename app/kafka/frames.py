@@ -8,6 +8,7 @@ the broker does not know can still read the answer) then the response.
 
 from __future__ import annotations
 
+import functools
 import io
 import struct
 from dataclasses import dataclass, fields
@@ -28,6 +29,7 @@ FRAME_LENGTH = struct.Struct(">i")
 # names are only ever looked up (a name with NUL matches no topic), so their walk is skipped.
 _NUL_ANSWERED_BY_HANDLER = frozenset({"committed_metadata"})
 _NUL_UNCHECKED_APIS = frozenset({0, 1})
+_TEXT = "string"  # kio's kafka_type of text fields (a nested message's fields have none)
 # api_key, api_version, correlation_id: the same first fields in every request header version.
 _HEADER_START = struct.Struct(">hhi")
 API_VERSIONS_KEY = 18
@@ -47,8 +49,21 @@ class RequestFrame:
     body: object | None
 
 
+# kio finds a schema by resolving its dotted name (an import lookup) on every call: the few there are
+# are kept, as kio's own readers and writers are.
+@functools.cache
 def response_module(api_key: int, version: int) -> ModuleType:
     return load_payload_module(api_key, version, EntityType.response)
+
+
+@functools.cache
+def _request_schema(api_key: int, version: int) -> type:
+    return load_request_schema(api_key, version)
+
+
+@functools.cache
+def _field_names(message_class: type) -> frozenset[str]:
+    return frozenset(field.name for field in fields(message_class))
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:
@@ -65,7 +80,7 @@ def parse_request(frame: bytes, known_versions: range | None) -> RequestFrame:
     if known_versions is None or api_version not in known_versions:
         return RequestFrame(api_key, api_version, correlation_id, None, None)
     try:
-        body_class = load_request_schema(api_key, api_version)
+        body_class = _request_schema(api_key, api_version)
         header_class = RequestHeaderV2 if body_class.__flexible__ else RequestHeaderV1
         header, header_size = entity_reader(header_class)(frame, 0)
         body, body_size = entity_reader(body_class)(frame, header_size)
@@ -86,14 +101,21 @@ def _has_nul(value) -> bool:
     if isinstance(value, str):
         return "\0" in value
     if isinstance(value, tuple):
-        return any(_has_nul(item) for item in value)
+        return any(map(_has_nul, value))
     if hasattr(value, "__dataclass_fields__"):
-        return any(
-            _has_nul(getattr(value, name))
-            for name in value.__dataclass_fields__
-            if name not in _NUL_ANSWERED_BY_HANDLER
-        )
+        return any(_has_nul(getattr(value, name)) for name in _text_fields(type(value)))
     return False
+
+
+@functools.cache
+def _text_fields(message_class: type) -> tuple[str, ...]:
+    """The fields of a message class `_has_nul` walks: kio's strings and arrays of strings
+    (kafka_type "string") and nested messages (none), never numbers, bytes, records or uuids."""
+    return tuple(
+        field.name
+        for field in fields(message_class)
+        if field.metadata.get("kafka_type", _TEXT) == _TEXT and field.name not in _NUL_ANSWERED_BY_HANDLER
+    )
 
 
 def encode_response(api_key: int, correlation_id: int, response: object) -> bytes:
@@ -115,5 +137,5 @@ def build(module: ModuleType, class_name: str, **values) -> object:
     """An instance of the version's message class `class_name`, from the values its version has
     (a handler passes the union of every version's fields; each version takes its own)."""
     message_class = getattr(module, class_name)
-    names = {field.name for field in fields(message_class)}
+    names = _field_names(message_class)
     return message_class(**{name: value for name, value in values.items() if name in names})

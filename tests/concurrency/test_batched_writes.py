@@ -348,3 +348,80 @@ def test_a_queued_end_txn_and_a_produce_to_other_partitions_are_written_together
     ended = server.client.post("/v1/txn/end", json={**starting, "committed": True})
     assert ended.status_code == 200, ended.text
     assert committed_values(other) == ["open"]
+
+
+def _transaction_rows(database_url: str, transactional_ids: list[str]) -> dict[str, str]:
+    """Each id's `transactions` row's PostgreSQL transaction id (xmin): who wrote it last."""
+
+    async def fetch() -> dict[str, str]:
+        conn = await connect(database_url)
+        try:
+            rows = await conn.fetch(
+                "SELECT transactional_id, xmin::text AS xmin FROM transactions "
+                "WHERE transactional_id = ANY($1::text[])",
+                transactional_ids,
+            )
+            return {row["transactional_id"]: row["xmin"] for row in rows}
+        finally:
+            await conn.close()
+
+    return asyncio.run(fetch())
+
+
+def test_queued_add_partitions_and_add_offsets_are_written_with_the_others_in_their_order(server):
+    """AddPartitionsToTxn and AddOffsetsToTxn join the write batches of produce and EndTxn: queued
+    together, they are written in one PostgreSQL transaction, in their order of arrival, each
+    answered as alone (after the commit: an answered add is durable)."""
+    topic = "grouped-adds"
+    server.client.post("/v1/topics", json={"name": topic, "partitions": 2}).raise_for_status()
+    ending, offsets, added = (_init(server, f"grouped-adds-{name}") for name in ("ending", "offsets", "added"))
+
+    def add(producer: dict, *partitions: tuple[str, int]) -> tuple[str, dict]:
+        return "/v1/txn/add-partitions", {
+            **producer,
+            "partitions": [{"topic": name, "partition": partition} for name, partition in partitions],
+        }
+
+    answers = _queue_behind_a_held_group(
+        server,
+        topic,
+        [
+            add(ending, (topic, 1)),
+            (
+                "/v1/produce",
+                {**ending, "partitions": [{"topic": topic, "partition": 1, "base_sequence": 0, "records": [{}]}]},
+            ),
+            ("/v1/txn/end", {**ending, "committed": True}),
+            add(ending, (topic, 1)),  # the epoch the EndTxn before it ended
+            ("/v1/txn/add-offsets", {**offsets, "group_id": "grouped-adds-group"}),
+            add(added, (topic, 1), ("grouped-adds-missing", 0), (topic, 7)),
+            add({**added, "transactional_id": "grouped-adds-never-initialized"}, (topic, 1)),
+        ],
+        in_order=True,
+    )
+    assert [answer.status_code for answer in answers] == [200, 200, 200, 409, 200, 200, 409], [
+        answer.text for answer in answers
+    ]
+    assert answers[0].json()["partitions"] == [{"topic": topic, "partition": 1, "error": None}]
+    assert answers[2].json()["state"] == "CompleteCommit"
+    assert answers[3].json()["error"]["code"] == "PRODUCER_FENCED"
+    assert [p["error"] and p["error"]["code"] for p in answers[5].json()["partitions"]] == [
+        None,
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "UNKNOWN_TOPIC_OR_PARTITION",
+    ]
+    assert answers[6].json()["error"]["code"] == "INVALID_PRODUCER_ID_MAPPING"
+
+    written = _transaction_rows(server.database_url, [p["transactional_id"] for p in (ending, offsets, added)])
+    assert len(set(written.values())) == 1, f"the queued requests were not written together: {written}"
+    described = {
+        p["transactional_id"]: server.client.get(f"/v1/transactions/{p['transactional_id']}").json()
+        for p in (ending, offsets, added)
+    }
+    assert described[ending["transactional_id"]]["state"] == "CompleteCommit"
+    assert described[offsets["transactional_id"]]["groups"] == ["grouped-adds-group"]
+    assert [p["topic"] for p in described[offsets["transactional_id"]]["partitions"]] == ["__consumer_offsets"]
+    assert described[added["transactional_id"]]["state"] == "Ongoing"
+    assert [(p["topic"], p["partition"]) for p in described[added["transactional_id"]]["partitions"]] == [(topic, 1)]
+    markers = server.client.get(f"/v1/topics/{topic}/partitions/1/markers").json()["markers"]
+    assert [(m["producer_id"], m["type"]) for m in markers] == [(ending["producer_id"], "COMMIT")]

@@ -130,6 +130,14 @@ def test_transactions_in_every_state_at_sigkill(server_process, data_dir):
     end("committed-2", txns["committed-2"], True)
     txns["aborted-admin"] = begin("aborted-admin")
     assert client.post("/v1/transactions/aborted-admin/abort").json()["state"] == "CompleteAbort"
+    # Partitions and a group added, nothing written yet: answered, so durable.
+    added = _init(client, "added-only")
+    added_ids = {"transactional_id": "added-only", "producer_id": added[0], "producer_epoch": added[1]}
+    response = client.post(
+        "/v1/txn/add-partitions", json={**added_ids, "partitions": [{"topic": topic, "partition": 1}]}
+    )
+    assert response.status_code == 200 and response.json()["partitions"][0]["error"] is None, response.text
+    client.post("/v1/txn/add-offsets", json={**added_ids, "group_id": "added-only-group"}).raise_for_status()
     # Before the crash, read_committed stops at the first open transaction.
     assert _values(client, topic, 0, "read_committed") == _txn_values("committed-1", 0)
     client.close()
@@ -150,6 +158,11 @@ def test_transactions_in_every_state_at_sigkill(server_process, data_dir):
         }
         for tid, state in expected.items():
             assert _describe(client, tid)["state"] == state, (tid, _describe(client, tid))
+        added_only = _describe(client, "added-only")
+        assert added_only["state"] == "Ongoing" and added_only["groups"] == ["added-only-group"], added_only
+        assert {p["topic"] for p in added_only["partitions"]} == {topic, "__consumer_offsets"}, added_only
+        response = _end(client, "added-only", *added, False)
+        assert response.status_code == 200 and response.json()["state"] == "CompleteAbort", response.text
         for p in parts:  # the LSO is still pinned by ongoing-reinit, right after committed-1 and aborted-1
             assert _values(client, topic, p, "read_committed") == _txn_values("committed-1", p)
         _wait_for_state(client, "ongoing-timeout", {"CompleteAbort"})
