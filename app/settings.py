@@ -106,6 +106,12 @@ class Settings(BaseSettings):
         description="largest Kafka request frame accepted (Kafka's socket.request.max.bytes); also bounds what "
         "one request's batches may decompress to",
     )
+    kafka_connections_max_idle_ms: int = Field(
+        600_000,
+        ge=1,
+        description="a Kafka connection that sends nothing for this long, with no answer pending, is closed "
+        "(Kafka's connections.max.idle.ms)",
+    )
     kafka_auto_create_topics: bool = Field(
         True, description="Metadata creates unknown topics a client asks for (Kafka's auto.create.topics.enable)"
     )

@@ -17,6 +17,8 @@ client went away). A frame
 whose declared length exceeds kafka_max_request_bytes is refused before a byte of it is read: the
 connection is closed, as Kafka's socket server does (socket.request.max.bytes); so is one that is
 not a request this broker serves (dispatch.py). Nothing a connection sends can stop the listener.
+A connection that sends nothing for kafka_connections_max_idle_ms while none of its answers is
+pending is closed (Kafka's connections.max.idle.ms), authenticated or not.
 
 With `auth` required the listener is a SASL listener (sasl.py); with the server's certificate
 (`ssl_certfile`, `ssl_keyfile`, as HTTPS) it speaks TLS: Kafka's SASL_SSL, or SSL with `auth` off.
@@ -174,13 +176,19 @@ class KafkaListener:
         peer = writer.get_extra_info("peername")
         client_host = f"/{peer[0]}" if peer else ""  # as Kafka shows a member's host
         session = SaslSession(calls, format_address(*peer[:2]) if peer else "?")
+        idle_s = calls.settings.kafka_connections_max_idle_ms / 1000
         while True:
             try:
-                header = await reader.readexactly(FRAME_LENGTH.size)
+                header = await self._next_header(reader, answers, idle_s)
             except asyncio.IncompleteReadError as eof:
                 if not eof.partial:
                     return  # closed between requests
                 raise
+            if header is None:
+                log.info(
+                    "closing a Kafka connection from %s idle for %g s (kafka_connections_max_idle_ms)", peer, idle_s
+                )
+                return
             try:
                 (length,) = FRAME_LENGTH.unpack(header)
                 limit = session.max_request_bytes(calls.settings.kafka_max_request_bytes)
@@ -212,6 +220,19 @@ class KafkaListener:
                 await asyncio.sleep(FAILED_AUTHENTICATION_CLOSE_DELAY_S)
                 return
 
+    @staticmethod
+    async def _next_header(reader: asyncio.StreamReader, answers: AnswersInOrder, idle_s: float) -> bytes | None:
+        """The next request's length prefix; None once the connection has sent nothing for idle_s
+        while none of its answers was pending (Kafka's connections.max.idle.ms: a connection
+        waiting for its pipelined Produce requests' commits is not idle). A timed-out read consumes
+        nothing (StreamReader keeps what it has until the whole prefix is there)."""
+        while True:
+            try:
+                return await asyncio.wait_for(reader.readexactly(FRAME_LENGTH.size), idle_s)
+            except TimeoutError:
+                if not answers.pending:
+                    return None
+
 
 class AnswersInOrder:
     """A connection's pipelined answers (its Produce requests', each waiting for its write batch's
@@ -242,6 +263,11 @@ class AnswersInOrder:
         task = asyncio.create_task(self._write_in_turn(response, previous), name="kafka-answer")
         task.add_done_callback(self._answered)
         self._pending.append(task)
+
+    @property
+    def pending(self) -> bool:
+        """Whether an answer is still to be written."""
+        return any(not task.done() for task in self._pending)
 
     async def all_written(self) -> None:
         """Returns once every answer added is written (raises the failure of one that failed)."""
