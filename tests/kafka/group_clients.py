@@ -93,7 +93,10 @@ class KafkaPythonMember:
             group_id=group,
             enable_auto_commit=False,
             auto_offset_reset=reset,
-            **extra,
+            # kafka-python's default session (10 s) lapsed once on a machine loaded by several test
+            # suites, its heartbeats late: the group rebalanced and a commit got REBALANCE_IN_PROGRESS.
+            # No test here lets a kafka-python member's session expire (they leave by close()).
+            **{"session_timeout_ms": 30_000, **extra},
         )
         # kafka-python's leader assigns with the metadata it has: known before the first join, as
         # Kafka's initial rebalance delay (3 s; 0 in the test servers) lets it be ("No partition metadata").
