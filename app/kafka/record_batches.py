@@ -12,7 +12,8 @@ with its stored base offset, producer id, epoch, base sequence and transactional
 as the control batch Kafka writes, so clients skip it as they do.
 
 The records are read and written by aiokafka's record module, whose reader and builder are compiled
-(Cython): per record, in Python, kafka-python's (kafka.record) took about ten times as long. Both
+(Cython): kafka-python's (kafka.record), in Python, took several times as long per record
+(`python -m bench.kafka.record_costs`, its "before" rows). Both
 produce the same bytes and read the same records (leader epoch aside, which _finish sets), also
 from corrupt input, which both refuse; kafka.record still gives the layout's constants and the CRC.
 """

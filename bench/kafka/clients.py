@@ -26,14 +26,14 @@ WAIT_S = 60
 # produce() calls between two looks at the clock (and at the delivery queue).
 PRODUCE_CHUNK = 1000
 # The nice value added to the processes of the producers that saturate the server (produce_records,
-# section 1). While a connection has max.in.flight requests unanswered and
-# more records ready, librdkafka's broker thread (2.16) spins: poll() with a timeout of 0, about
-# 10 us of CPU per record produced, some ten times the Python produce() call, however deep the
-# queue is kept. On the bench's machine those cores are the server's and PostgreSQL's, which a real
-# deployment's clients, elsewhere, would not take: at the lowest priority the clients still get
-# every idle cycle (they keep the server saturated) but no longer delay the server or PostgreSQL.
-# transact_records (section 3) has a transaction's 1000 records in a request or two, seldom five in
-# flight, and at this priority its waits for the cores would count in its transactions' time.
+# section 1). While a connection has max.in.flight requests unanswered and more records ready,
+# librdkafka's broker thread (2.16) spins: poll() with a timeout of 0, several times the CPU of the
+# Python produce() calls, however deep the queue is kept (measured in docs/performance.md, "The
+# clients' share was waste"). On the bench's machine those cores are the server's and PostgreSQL's,
+# which a real deployment's clients, elsewhere, would not take: at the lowest priority the clients
+# still get every idle cycle (they keep the server saturated) but no longer delay the server or
+# PostgreSQL. transact_records (section 3) has a transaction's records in a request or two, seldom
+# five in flight, and at this priority its waits for the cores would count in its transactions' time.
 SATURATING_PRODUCER_NICENESS = 19
 
 
@@ -253,9 +253,9 @@ def _commit_small(
 
 # librdkafka (2.4 and later) postpones a partition's next fetch by fetch.queue.backoff.ms, 1000 by
 # default, whenever its local queue holds more than queued.min.messages: a consumer reading as fast
-# as it can keeps it above that, so with the default it fetched about five times a second and sat
-# idle in between (its own statistics: 30 Fetch requests of ~20 ms each in 6 s for 1,000,000
-# records), whatever broker answers, Kafka's too. What a throughput-minded user sets instead (the
+# as it can keeps it above that, so with the default it fetched a few times a second and sat idle
+# in between, whatever broker answers, Kafka's too (librdkafka's statistics, in docs/performance.md,
+# section 2 of "Today, on a quiet machine"). What a throughput-minded user sets instead (the
 # setting's own documentation says to lower it when the queue thresholds bite); the queue
 # thresholds themselves keep their defaults.
 FETCH_QUEUE_BACKOFF_MS = 10

@@ -231,7 +231,7 @@ def is_record_batch(payload: bytes) -> bool:
 def decode_payload(payload: bytes) -> list[list | None]:
     """The batch's records by index in the JSON form's lists, whichever form it is stored in; None
     where compaction removed one."""
-    if payload[0] == JSON_FORM_START:
+    if not is_record_batch(payload):
         return orjson.loads(payload)
     return [
         _stored_from_bytes(record.timestamp, record.key, record.value, record.headers)
