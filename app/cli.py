@@ -32,6 +32,16 @@ def _settings_from(args: argparse.Namespace) -> Settings:
     return Settings(**overrides)
 
 
+def _invalid_settings(error) -> str:
+    """A pydantic ValidationError of Settings, one phrase per setting with its variable (the values
+    are left out: a token's would end up in logs)."""
+    phrases = []
+    for e in error.errors():
+        name = ".".join(map(str, e["loc"]))
+        phrases.append(f"invalid setting {name} (TXBROKER_{name.upper()}): {e['msg']}")
+    return "; ".join(phrases)
+
+
 def _socket_address(fd: int) -> tuple[str, int]:
     import socket
 
@@ -61,7 +71,13 @@ def serve(args: argparse.Namespace) -> int:
 
     if args.worker_of is not None:  # first: a worker must never outlive its supervisor
         die_with_supervisor(args.worker_of)
-    settings = _settings_from(args)
+    from pydantic import ValidationError
+
+    try:
+        settings = _settings_from(args)
+    except ValidationError as error:
+        print(f"txbroker: {_invalid_settings(error)}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     refusal = listening_refusal(settings, args.fd)
     if refusal:

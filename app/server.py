@@ -19,6 +19,7 @@ from app.api.request_limits import LongPollSlots
 from app.clock import now_ms
 from app.console import router as console_router
 from app.coordinator.batched_writes import BatchedWrites
+from app.coordinator.classic_groups import SessionTimeoutBounds
 from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.coordinator.workers import BackgroundWorkers
@@ -119,7 +120,10 @@ def create_app(
         app.state.coordinator = TransactionCoordinator(app.state.pool, settings)
         app.state.batched_writes = BatchedWrites(app.state.coordinator, settings.max_records_per_request)
         app.state.group_coordinator = GroupCoordinator(
-            app.state.pool, app.state.coordinator, settings.group_initial_rebalance_delay_ms
+            app.state.pool,
+            app.state.coordinator,
+            settings.group_initial_rebalance_delay_ms,
+            SessionTimeoutBounds(settings.group_min_session_timeout_ms, settings.group_max_session_timeout_ms),
         )
         app.state.workers = BackgroundWorkers(app.state.coordinator, app.state.group_coordinator, settings)
         app.state.notifier = AppendNotifier(database_url, settings.long_poll_fallback_ms / 1000)

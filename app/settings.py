@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -71,6 +71,20 @@ class Settings(BaseSettings):
         description="how long the first rebalance of an empty Kafka group waits for more members (Kafka's "
         "group.initial.rebalance.delay.ms); 0: at once",
     )
+    group_min_session_timeout_ms: int = Field(
+        6000,
+        ge=1,
+        le=2**31 - 1,
+        description="the shortest session timeout a Kafka JoinGroup may ask for; shorter ones are refused with "
+        "INVALID_SESSION_TIMEOUT (Kafka's group.min.session.timeout.ms)",
+    )
+    group_max_session_timeout_ms: int = Field(
+        1_800_000,
+        ge=1,
+        le=2**31 - 1,
+        description="the longest session timeout a Kafka JoinGroup may ask for; longer ones are refused with "
+        "INVALID_SESSION_TIMEOUT (Kafka's group.max.session.timeout.ms)",
+    )
 
     auth: Literal["off", "required"] = Field(
         "off", description="required: every request needs a bearer token; needed to listen beyond loopback"
@@ -115,6 +129,21 @@ class Settings(BaseSettings):
     kafka_auto_create_topics: bool = Field(
         True, description="Metadata creates unknown topics a client asks for (Kafka's auto.create.topics.enable)"
     )
+
+    @field_validator("group_max_session_timeout_ms")
+    @classmethod
+    def _session_bounds_in_order(cls, maximum: int, info: ValidationInfo) -> int:
+        """A minimum above the maximum would refuse every JoinGroup: the server refuses to start instead.
+        (A field's validator, not the model's: its error shows this value only, never the others,
+        such as admin_token.)"""
+        minimum = info.data.get("group_min_session_timeout_ms")
+        if minimum is not None and minimum > maximum:
+            raise ValueError(
+                f"group_min_session_timeout_ms ({minimum}) is above group_max_session_timeout_ms ({maximum}): "
+                f"no Kafka JoinGroup could be accepted; set the minimum at or below the maximum "
+                f"(TXBROKER_GROUP_MIN_SESSION_TIMEOUT_MS, TXBROKER_GROUP_MAX_SESSION_TIMEOUT_MS)"
+            )
+        return maximum
 
     def topic_defaults(self) -> dict[str, int | str]:
         """The server-wide defaults of the topic config keys a CreateTopics request leaves out."""

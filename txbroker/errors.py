@@ -207,6 +207,11 @@ FencedInstanceIdError = _error(
     ErrorCode.FENCED_INSTANCE_ID,
     doc="a newer member of the group joined with this member's group.instance.id (Kafka's static membership)",
 )
+InvalidSessionTimeoutError = _error(
+    "InvalidSessionTimeoutError",
+    ErrorCode.INVALID_SESSION_TIMEOUT,
+    doc="a Kafka JoinGroup's session timeout is outside the server's group_min/max_session_timeout_ms",
+)
 UnstableOffsetCommitError = _error(
     "UnstableOffsetCommitError",
     ErrorCode.UNSTABLE_OFFSET_COMMIT,
@@ -283,6 +288,7 @@ _BY_CODE: dict[str, type[TxbrokerError]] = {
         RebalanceInProgressError,
         InconsistentGroupProtocolError,
         FencedInstanceIdError,
+        InvalidSessionTimeoutError,
         UnstableOffsetCommitError,
         OffsetOutOfRangeError,
         NotCoordinatorError,

@@ -70,6 +70,8 @@ class ErrorCode(StrEnum):
     INCONSISTENT_GROUP_PROTOCOL = "INCONSISTENT_GROUP_PROTOCOL"
     # Kafka's static membership (KIP-345): a newer member took this member's group.instance.id.
     FENCED_INSTANCE_ID = "FENCED_INSTANCE_ID"
+    # Kafka's group.min/max.session.timeout.ms: a JoinGroup's session timeout outside the server's bounds.
+    INVALID_SESSION_TIMEOUT = "INVALID_SESSION_TIMEOUT"
     UNSTABLE_OFFSET_COMMIT = "UNSTABLE_OFFSET_COMMIT"
     OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
     NOT_COORDINATOR = "NOT_COORDINATOR"
@@ -120,6 +122,7 @@ ERROR_SPECS: MappingProxyType[ErrorCode, ErrorSpec] = MappingProxyType(
         ErrorCode.REBALANCE_IN_PROGRESS: ErrorSpec(409, True, "retry after re-reading state"),
         ErrorCode.INCONSISTENT_GROUP_PROTOCOL: ErrorSpec(409, False, "the group's members use another protocol"),
         ErrorCode.FENCED_INSTANCE_ID: ErrorSpec(409, False, "a newer member has this group instance id"),
+        ErrorCode.INVALID_SESSION_TIMEOUT: ErrorSpec(400, False, "session timeout outside the server's bounds"),
         ErrorCode.UNSTABLE_OFFSET_COMMIT: ErrorSpec(409, True, "a transactional offset is pending"),
         ErrorCode.OFFSET_OUT_OF_RANGE: ErrorSpec(416, False, "offset outside the log"),
         ErrorCode.NOT_COORDINATOR: ErrorSpec(421, True, "ask /v1/coordinators/find again"),

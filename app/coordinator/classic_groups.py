@@ -31,7 +31,11 @@ As Kafka's coordinator also:
   (or a LeaveGroup naming its instance id, v3+) removes it;
 - the first rebalance of an Empty group waits `group_initial_rebalance_delay_ms` for more members,
   again while new ones keep joining, at most the rebalance timeout (group.initial.rebalance.delay.ms),
-  so that a group starting together is assigned once.
+  so that a group starting together is assigned once;
+- a JoinGroup whose session timeout is outside `group_min_session_timeout_ms` ..
+  `group_max_session_timeout_ms` (group.min/max.session.timeout.ms) is INVALID_SESSION_TIMEOUT before
+  the group is looked at: no member is added, replaced or forgotten, no rebalance starts; a known or
+  static member rejoining is held to the same bounds.
 """
 
 from __future__ import annotations
@@ -67,6 +71,29 @@ POLL_S = 0.05
 # Kafka's "consumer" protocol type: its metadata and assignments are ConsumerProtocol messages,
 # which this module reads for the subscribed topics and assigned partitions others describe.
 CONSUMER_PROTOCOL = "consumer"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionTimeoutBounds:
+    """The session timeouts a JoinGroup may ask for, both included (Kafka's group.min.session.timeout.ms
+    and group.max.session.timeout.ms; the server's come from its settings)."""
+
+    min_ms: int
+    max_ms: int
+
+    def check(self, group_id: str, session_timeout_ms: int) -> None:
+        if not self.min_ms <= session_timeout_ms <= self.max_ms:
+            raise BrokerError(
+                ErrorCode.INVALID_SESSION_TIMEOUT,
+                f"JoinGroup of group {group_id!r} asked for a session timeout of {session_timeout_ms} ms; this server "
+                f"accepts {self.min_ms}..{self.max_ms} ms (group_min_session_timeout_ms, "
+                f"group_max_session_timeout_ms): set the consumer's session.timeout.ms within them",
+            )
+
+
+# A coordinator made without the server's settings (tests of other parts) takes any session timeout
+# the wire can carry (an int32).
+ANY_SESSION_TIMEOUT = SessionTimeoutBounds(0, 2**31 - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,9 +277,15 @@ def _metadata(member: dict, protocol: str) -> bytes:
 
 
 class ClassicGroups:
-    def __init__(self, pool: asyncpg.Pool, initial_rebalance_delay_ms: int = 0) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        initial_rebalance_delay_ms: int = 0,
+        session_timeout_bounds: SessionTimeoutBounds = ANY_SESSION_TIMEOUT,
+    ) -> None:
         self.pool = pool
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        self.session_timeout_bounds = session_timeout_bounds
 
     # ---- the group row's classic state
 
@@ -340,6 +373,9 @@ class ClassicGroups:
         client that can take MEMBER_ID_REQUIRED (JoinGroup v4+) first gets its id and must rejoin
         with it within its session timeout; a static member (group_instance_id) is never asked to.
         `skip_assignment_allowed`: JoinGroup v9+, whose leader may be told to keep the assignment."""
+        # First, as Kafka's GroupCoordinator checks it (after authorization and the group id's
+        # validity, before the group, its protocols and its members): a refused JoinGroup changes nothing.
+        self.session_timeout_bounds.check(group_id, session_timeout_ms)
         now = now_ms()
         if not protocols:
             raise _inconsistent(group_id, f"a JoinGroup of protocol type {protocol_type!r} named no protocol")

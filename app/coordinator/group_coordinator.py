@@ -23,7 +23,13 @@ import asyncpg
 
 from app.clock import now_ms
 from app.coordinator.assignment import range_assignment
-from app.coordinator.classic_groups import ClassicGroups, classic_state, fenced_instance_error
+from app.coordinator.classic_groups import (
+    ANY_SESSION_TIMEOUT,
+    ClassicGroups,
+    SessionTimeoutBounds,
+    classic_state,
+    fenced_instance_error,
+)
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.errors import BrokerError, ErrorCode
 from app.storage.groups import group_offsets, groups
@@ -82,12 +88,16 @@ def _illegal_generation(group_id: str, received: int, current: int) -> BrokerErr
 
 class GroupCoordinator:
     def __init__(
-        self, pool: asyncpg.Pool, transactions: TransactionCoordinator, initial_rebalance_delay_ms: int = 0
+        self,
+        pool: asyncpg.Pool,
+        transactions: TransactionCoordinator,
+        initial_rebalance_delay_ms: int = 0,
+        session_timeout_bounds: SessionTimeoutBounds = ANY_SESSION_TIMEOUT,
     ) -> None:
         self.pool = pool
         self.transactions = transactions
         # Kafka's JoinGroup/SyncGroup/Heartbeat/LeaveGroup, on the same groups, members and offsets.
-        self.classic = ClassicGroups(pool, initial_rebalance_delay_ms)
+        self.classic = ClassicGroups(pool, initial_rebalance_delay_ms, session_timeout_bounds)
 
     # ---- membership
 
