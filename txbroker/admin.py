@@ -3,9 +3,9 @@ producers, markers, consumer groups, offsets. `AsyncAdmin` is the one implementa
 runs it on a private event loop thread.
 
 Results are the contract's JSON objects (docs/api.md), as dicts: the shapes are documented there once.
-Reads retry retriable errors; `create_topic`, `delete_topic` and `abort_transaction` are sent once
-(a retry after a lost answer would report TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION or
-INVALID_TXN_STATE for what did happen).
+Reads retry retriable errors; `create_topic`, `delete_topic`, `delete_group` and `abort_transaction`
+are sent once (a retry after a lost answer would report TOPIC_ALREADY_EXISTS,
+UNKNOWN_TOPIC_OR_PARTITION, GROUP_ID_NOT_FOUND or INVALID_TXN_STATE for what did happen).
 """
 
 from __future__ import annotations
@@ -208,6 +208,11 @@ class AsyncAdmin:
     async def describe_group(self, group_id: str) -> dict:
         """Members, generation, assignment, committed offsets and lag."""
         return await self._read(f"/v1/groups/{quote(group_id, safe='')}")
+
+    async def delete_group(self, group_id: str) -> None:
+        """[DeleteGroups] Deletes a group without members and all its offsets (NonEmptyGroupError
+        while it has members, GroupIdNotFoundError when there is none)."""
+        await self._once("DELETE", f"/v1/groups/{quote(group_id, safe='')}")
 
     async def list_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         answer = await self._read(

@@ -1,9 +1,10 @@
 """Consumer groups: heartbeat (join/sync/heartbeat with server-side assignment), leave, offset
-commit and fetch, list and describe; and TxnOffsetCommit."""
+commit and fetch, list, describe and delete; and TxnOffsetCommit."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
+from fastapi.responses import Response
 
 from app.api import schemas
 from app.api.auth import PrincipalDep
@@ -160,6 +161,17 @@ async def describe_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, p
             ],
         }
     )
+
+
+@router.delete("/groups/{group_id}", status_code=204, responses=ERRORS)
+async def delete_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, principal: PrincipalDep):
+    """[DeleteGroups] Deletes a group without members, with all its committed offsets and the
+    pending transactional ones (their transaction's COMMIT then writes none); a member or commit of
+    the id afterwards starts a fresh group. 409 NON_EMPTY_GROUP while it has members, 404
+    GROUP_ID_NOT_FOUND. Needs Delete on the group."""
+    authorize(principal, Operation.DELETE, ResourceType.GROUP, group_id)
+    await groups.delete(principal.name, group_id)
+    return Response(status_code=204)
 
 
 @router.post("/txn/offset-commit", response_model=schemas.OffsetsResult, responses=ERRORS, tags=["transactions"])

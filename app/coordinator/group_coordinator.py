@@ -11,7 +11,9 @@ Invariants:
   a DeleteTopics, which removes the topic's offsets, never interleaves) -> __consumer_offsets
   partition -> offsets rows -> __transaction_state (the coordinator's own order, with the group
   row and the topics in between). DeleteTopics locks its topic's row first. A commit
-  makes sure the group row exists (`groups.ensure`, no lock) before it locks anything.
+  makes sure the group row exists and holds it FOR KEY SHARE (`groups.hold`) before it locks
+  anything else; DeleteGroups locks the group row FOR UPDATE, then the group's __consumer_offsets
+  partition (its tombstones), so it waits for the commits in flight and none interleaves.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from app.storage.log.topics import (
     unknown_partition,
     unknown_topic,
 )
+from app.storage.security import principals
 from txbroker.wire import NO_GENERATION, NO_MEMBER
 
 # Kafka's default heartbeat.interval.ms: members learn of a rebalance within this long.
@@ -74,6 +77,14 @@ def _unknown_member(group_id: str, member_id: str) -> BrokerError:
         ErrorCode.UNKNOWN_MEMBER_ID,
         f"member {member_id!r} is not in group {group_id!r} (never joined, left, or evicted after its "
         f'session timed out): rejoin with member_id ""',
+    )
+
+
+def unknown_group(group_id: str) -> BrokerError:
+    return BrokerError(
+        ErrorCode.GROUP_ID_NOT_FOUND,
+        f"group {group_id!r} does not exist: a group exists once a member heartbeats or offsets are "
+        f"committed for it (and until it is deleted)",
     )
 
 
@@ -249,7 +260,7 @@ class GroupCoordinator:
     ) -> list[BrokerError | None]:
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
-            await groups.ensure(conn, group_id, now)  # before any partition lock: see the lock order
+            await groups.hold(conn, group_id, now)  # before any partition lock: see the lock order
             generation_error = await self._generation_error(conn, group_id, member_id, generation_id, group_instance_id)
             if generation_error is not None:
                 return [generation_error] * len(entries)
@@ -284,7 +295,7 @@ class GroupCoordinator:
         async with self.transactions.unit_of_work() as unit:
             conn = unit.conn
             meta = await self.transactions.lock_producer(unit, transactional_id, producer_id, producer_epoch)
-            await groups.ensure(conn, group_id, now)
+            await groups.hold(conn, group_id, now)
             generation_error = await self._generation_error(conn, group_id, member_id, generation_id, group_instance_id)
             errors = (
                 [generation_error] * len(entries)
@@ -325,6 +336,34 @@ class GroupCoordinator:
             results.append((committed, error))
         return results
 
+    # ---- deletion
+
+    async def delete(self, actor: str, group_id: str) -> int:
+        """[DeleteGroups] Deletes a group without members (Kafka: Empty) with all its offsets, the
+        pending transactional ones included (their transaction's COMMIT then writes none, as
+        DeleteTopics does for a topic's); the next member or commit of this id starts a fresh group.
+        NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND when there is no such group. Returns
+        how many partitions had offsets. One PostgreSQL transaction, the audit entry in it."""
+        now = now_ms()
+        async with self.pool.acquire() as conn, conn.transaction():
+            group = await groups.lock_existing(conn, group_id)
+            if group is None:
+                raise unknown_group(group_id)
+            members = await groups.members(conn, group_id)
+            if members:
+                raise BrokerError(
+                    ErrorCode.NON_EMPTY_GROUP,
+                    f"group {group_id!r} has {len(members)} member(s) (e.g. {members[0].member_id!r}): a group "
+                    f"can be deleted only once empty; stop its consumers (or wait until their sessions "
+                    f"expire), then delete it again",
+                )
+            partition = await self.transactions.offsets_partition(conn, group_id)
+            offsets_topic = await get_topic(conn, CONSUMER_OFFSETS_TOPIC)
+            removed = await group_offsets.delete_group_offsets(conn, offsets_topic, partition.partition, group_id, now)
+            await groups.delete(conn, group_id)
+            await principals.audit(conn, now, actor, "delete group", group_id, f"offsets={removed}")
+        return removed
+
     # ---- describe
 
     async def describe(self, group_id: str) -> GroupDescription:
@@ -333,11 +372,7 @@ class GroupCoordinator:
         async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
             group = await groups.get(conn, group_id)
             if group is None:
-                raise BrokerError(
-                    ErrorCode.GROUP_ID_NOT_FOUND,
-                    f"group {group_id!r} does not exist: a group exists once a member heartbeats or "
-                    f"offsets are committed for it",
-                )
+                raise unknown_group(group_id)
             return GroupDescription(
                 group, await groups.members(conn, group_id), await group_offsets.lags(conn, group_id)
             )

@@ -639,6 +639,12 @@ class GroupCalls:
             if partitions is not None or is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, committed.topic)
         ]
 
+    async def delete_group(self, principal: Principal, group_id: str) -> None:
+        """DeleteGroups of one group: Delete on the group (GROUP_AUTHORIZATION_FAILED), then as
+        HTTP's DELETE /v1/groups/{group_id} (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND)."""
+        authorize(principal, Operation.DELETE, ResourceType.GROUP, group_id)
+        await self._groups.delete(principal.name, group_id)
+
     async def list_groups(self, principal: Principal) -> list[ListedGroup]:
         listed = []
         for group, member_count in await self._groups.list():

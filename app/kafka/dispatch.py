@@ -44,6 +44,7 @@ HANDLERS = {
     api_table.SYNC_GROUP: groups.sync_group,
     api_table.DESCRIBE_GROUPS: groups.describe_groups,
     api_table.LIST_GROUPS: groups.list_groups,
+    api_table.DELETE_GROUPS: groups.delete_groups,
     api_table.CREATE_TOPICS: admin.create_topics,
     api_table.DELETE_TOPICS: admin.delete_topics,
     api_table.DELETE_RECORDS: admin.delete_records,

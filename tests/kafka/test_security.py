@@ -492,3 +492,29 @@ def test_a_transaction_over_sasl_needs_the_transactional_id_acl(secured):
         secured, topic, 1, isolation="read_committed", **confluent_security("transactor", api_key)
     )
     assert committed == [b"committed"]
+
+
+# ---- DeleteGroups: Delete on the group, over both doors
+
+
+def test_deleting_a_group_needs_delete_on_it(secured):
+    """GROUP_AUTHORIZATION_FAILED for the group the principal may not delete only; the other goes."""
+    allowed, denied = "sasl-deletable", "sasl-kept"
+    with admin_client(secured) as admin:
+        for group in (allowed, denied):
+            offsets = [{"topic": TOPIC, "partition": 0, "offset": 1}]
+            admin.post(f"/v1/groups/{group}/offsets/commit", json={"offsets": offsets}).raise_for_status()
+    _, api_key = new_principal(secured, "group-deleter", rule("Group", allowed, "Delete"))
+    with httpx.Client(base_url=secured.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30) as client:
+        refused = client.delete(f"/v1/groups/{denied}")
+        assert (refused.status_code, refused.json()["error"]["code"]) == (403, "GROUP_AUTHORIZATION_FAILED")
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "group-deleter", api_key).error_code == KafkaError.none
+        response = connection.call(request_of(api_table.DELETE_GROUPS, 2, groups_names=(denied, allowed)))
+    assert [(r.group_id, r.error_code) for r in response.results] == [
+        (denied, KafkaError.group_authorization_failed),
+        (allowed, KafkaError.none),
+    ]
+    with admin_client(secured) as admin:
+        assert admin.get(f"/v1/groups/{allowed}").status_code == 404
+        assert admin.get(f"/v1/groups/{denied}").json()["offsets"][0]["offset"] == 1

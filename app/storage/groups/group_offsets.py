@@ -35,10 +35,15 @@ class OffsetEntry:
     metadata: str | None
 
 
+def _record_key(group_id: str, topic: str, partition: int) -> str:
+    """The key of a group's offset for a partition in `__consumer_offsets` (what compaction keeps the last of)."""
+    return orjson.dumps([group_id, topic, partition]).decode()
+
+
 def _commit_batch(group_id: str, entries: list[OffsetEntry], now_ms: int, transaction: dict | None):
     records = [
         record_codec.TextRecord(
-            orjson.dumps([group_id, e.topic, e.partition]).decode(),
+            _record_key(group_id, e.topic, e.partition),
             orjson.dumps(
                 {"offset": e.offset, "metadata": e.metadata, "commit_timestamp_ms": now_ms, "transaction": transaction}
             ).decode(),
@@ -148,6 +153,41 @@ async def settle(
             producer_id,
             producer_epoch,
         )
+
+
+async def delete_group_offsets(
+    conn: asyncpg.Connection, offsets_topic: TopicInfo, offsets_partition: int, group_id: str, now_ms: int
+) -> int:
+    """Removes every offset of the group, committed and pending transactional (a pending one's
+    COMMIT then settles nothing), with a tombstone per (topic, partition) in its `__consumer_offsets`
+    partition (as Kafka writes them; compaction then drops the group's records). Returns how many
+    partitions had an offset.
+
+    Safe under concurrency because the caller holds the group row FOR UPDATE (`groups.lock_existing`):
+    every commit of the group, plain or transactional, holds that row first (`groups.hold`), so none
+    is in flight or can begin. What remains is a transaction's marker settling pending offsets
+    (`settle`), which holds the offsets partition's row: the tombstones' append takes that row
+    first, so no settle runs from then until we commit, and one that committed before is seen by the
+    DELETEs (READ COMMITTED: each statement's snapshot is taken after the append's wait). A settle
+    between the read of the keys and the append only moves a key from pending to committed, or drops
+    it: the tombstones still cover every key left."""
+    keys = await conn.fetch(
+        "SELECT topic, partition FROM group_offsets WHERE group_id = $1 "
+        "UNION SELECT topic, partition FROM pending_txn_offsets WHERE group_id = $1 ORDER BY 1, 2",
+        group_id,
+    )
+    if not keys:
+        return 0
+    tombstones = [record_codec.TextRecord(_record_key(group_id, key["topic"], key["partition"]), None) for key in keys]
+    await append_batch_or_raise(
+        conn,
+        BatchAppend(
+            offsets_topic, offsets_partition, record_codec.encode_batch(tombstones, "utf8", now_ms, "group deletion")
+        ),
+    )
+    await conn.execute("DELETE FROM pending_txn_offsets WHERE group_id = $1", group_id)
+    await conn.execute("DELETE FROM group_offsets WHERE group_id = $1", group_id)
+    return len(keys)
 
 
 @dataclass(frozen=True, slots=True)
