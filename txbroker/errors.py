@@ -219,6 +219,11 @@ NonEmptyGroupError = _error(
     ErrorCode.NON_EMPTY_GROUP,
     doc="the group has members: it can be deleted only once they left (or their sessions expired)",
 )
+GroupSubscribedToTopicError = _error(
+    "GroupSubscribedToTopicError",
+    ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+    doc="a member of the group subscribes to the topic whose offsets were to be deleted",
+)
 UnstableOffsetCommitError = _error(
     "UnstableOffsetCommitError",
     ErrorCode.UNSTABLE_OFFSET_COMMIT,
@@ -297,6 +302,7 @@ _BY_CODE: dict[str, type[TxbrokerError]] = {
         FencedInstanceIdError,
         InvalidSessionTimeoutError,
         NonEmptyGroupError,
+        GroupSubscribedToTopicError,
         UnstableOffsetCommitError,
         OffsetOutOfRangeError,
         NotCoordinatorError,

@@ -37,6 +37,7 @@ HANDLERS = {
     api_table.INIT_PRODUCER_ID: producers.handle,
     api_table.OFFSET_COMMIT: group_offsets.offset_commit,
     api_table.OFFSET_FETCH: group_offsets.offset_fetch,
+    api_table.OFFSET_DELETE: group_offsets.offset_delete,
     api_table.FIND_COORDINATOR: groups.find_coordinator,
     api_table.JOIN_GROUP: groups.join_group,
     api_table.HEARTBEAT: groups.heartbeat,

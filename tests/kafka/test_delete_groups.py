@@ -3,7 +3,10 @@ and Kafka's DeleteGroups (confluent-kafka's `delete_consumer_groups`, kafka-pyth
 raw requests). A group without members goes with all its offsets, committed and pending
 transactional ones, leaving tombstones in `__consumer_offsets`; one with members is NON_EMPTY_GROUP,
 an unknown one GROUP_ID_NOT_FOUND; a group of either kind is deletable from either door, and the id
-then starts a fresh group. The ACL rule (Delete on the group) is tested in test_security.py."""
+then starts a fresh group. Then deleting some of a group's offsets: HTTP's
+`POST /v1/groups/{id}/offsets/delete` and Kafka's OffsetDelete (kafka-python's
+`delete_group_offsets`, raw requests), GROUP_SUBSCRIBED_TO_TOPIC for a topic a member subscribes
+to. The ACL rules (Delete on the group, Read on the topics) are tested in test_security.py."""
 
 from __future__ import annotations
 
@@ -21,34 +24,37 @@ from tests.api.test_transactions import _wait_for
 from tests.concurrency.test_batched_writes import _HeldPartition, _waiting_for_a_lock
 from tests.kafka import raw_groups
 from tests.kafka.clients import WAIT_S, bootstrap, create_topic
-from tests.kafka.raw import RawConnection, request_of
-from txbroker.errors import GroupIdNotFoundError, NonEmptyGroupError
+from tests.kafka.raw import RawConnection, nested, request_of
+from txbroker.errors import GroupIdNotFoundError, GroupSubscribedToTopicError, NonEmptyGroupError
+from txbroker.records import TopicPartition
 from txbroker.sync import Admin
 from txbroker.wire import partition_for_key
 
 TOPIC = "deleted-groups"
+OTHER_TOPIC = "deleted-groups-other"
 OFFSETS_TOPIC = "__consumer_offsets"
 
 
 @pytest.fixture(scope="module")
 def server(module_kafka_server):
     create_topic(module_kafka_server, TOPIC, 2)
+    create_topic(module_kafka_server, OTHER_TOPIC, 1)
     return module_kafka_server
 
 
-def commit(client: httpx.Client, group: str, offsets: dict[int, int]) -> None:
+def commit(client: httpx.Client, group: str, offsets: dict[int, int], topic: str = TOPIC) -> None:
     response = client.post(
         f"/v1/groups/{group}/offsets/commit",
-        json={"offsets": [{"topic": TOPIC, "partition": p, "offset": o} for p, o in offsets.items()]},
+        json={"offsets": [{"topic": topic, "partition": p, "offset": o} for p, o in offsets.items()]},
     )
     assert response.status_code == 200, response.text
     assert [e["error"] for e in response.json()["offsets"]] == [None] * len(offsets)
 
 
-def committed(server, group: str) -> dict[int, int]:
+def committed(server, group: str, topic: str = TOPIC) -> dict[int, int]:
     response = server.client.post(f"/v1/groups/{group}/offsets/fetch", json={"partitions": None})
     assert response.status_code == 200, response.text
-    return {e["partition"]: e["offset"] for e in response.json()["offsets"] if e["offset"] >= 0}
+    return {e["partition"]: e["offset"] for e in response.json()["offsets"] if e["offset"] >= 0 and e["topic"] == topic}
 
 
 def delete(server, group: str):
@@ -59,9 +65,9 @@ def error_code(response) -> str:
     return response.json()["error"]["code"]
 
 
-def join_over_http(server, group: str) -> dict:
+def join_over_http(server, group: str, topic: str = TOPIC) -> dict:
     response = server.client.post(
-        f"/v1/groups/{group}/heartbeat", json={"member_id": "", "generation_id": -1, "topics": [TOPIC]}
+        f"/v1/groups/{group}/heartbeat", json={"member_id": "", "generation_id": -1, "topics": [topic]}
     )
     assert response.status_code == 200, response.text
     return response.json()
@@ -309,3 +315,137 @@ def test_kafka_python_admin_client_deletes_a_group_committed_over_http(server):
     commit(server.client, deleted, {1: 1})
     described = server.client.get(f"/v1/groups/{deleted}").json()
     assert (described["generation_id"], [(o["partition"], o["offset"]) for o in described["offsets"]]) == (0, [(1, 1)])
+
+
+# ---- OffsetDelete
+
+
+def delete_offsets(server, group: str, partitions: list[tuple[str, int]]):
+    return server.client.post(
+        f"/v1/groups/{group}/offsets/delete",
+        json={"partitions": [{"topic": t, "partition": p} for t, p in partitions]},
+    )
+
+
+def test_some_offsets_are_deleted_but_not_those_of_a_subscribed_topic(server):
+    group = "offsets-deleted"
+    commit(server.client, group, {0: 2, 1: 4})
+    commit(server.client, group, {0: 6}, topic=OTHER_TOPIC)
+    member = join_over_http(server, group, topic=OTHER_TOPIC)
+    response = delete_offsets(server, group, [(TOPIC, 0), (OTHER_TOPIC, 0), ("no-such-topic", 0), (TOPIC, 7)])
+    assert response.status_code == 200, response.text
+    assert [e["error"] and e["error"]["code"] for e in response.json()["offsets"]] == [
+        None,
+        "GROUP_SUBSCRIBED_TO_TOPIC",
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "UNKNOWN_TOPIC_OR_PARTITION",
+    ]
+    assert (committed(server, group), committed(server, group, OTHER_TOPIC)) == ({1: 4}, {0: 6})
+    records = offsets_records(server, group)
+    assert records[0] is None and orjson.loads(records[1])["offset"] == 4  # a tombstone for the deleted one only
+    # Once the member left, the rest goes; a group left without members and offsets goes too.
+    assert server.client.post(f"/v1/groups/{group}/leave", json={"member_id": member["member_id"]}).status_code == 200
+    assert delete_offsets(server, group, [(TOPIC, 1), (OTHER_TOPIC, 0)]).status_code == 200
+    assert server.client.get(f"/v1/groups/{group}").status_code == 404
+    missing = delete_offsets(server, group, [(TOPIC, 1)])
+    assert (missing.status_code, error_code(missing)) == (404, "GROUP_ID_NOT_FOUND")
+
+
+def test_offset_delete_takes_a_pending_transactional_offset_and_keeps_the_group_with_offsets_left(server):
+    group = "offsets-deleted-pending"
+    commit(server.client, group, {0: 1})
+    init = server.client.post("/v1/producers/init", json={"transactional_id": "offsets-deleted-txn"}).json()
+    producer = {"transactional_id": "offsets-deleted-txn", **{k: init[k] for k in ("producer_id", "producer_epoch")}}
+    response = server.client.post(
+        "/v1/txn/offset-commit",
+        json={**producer, "group_id": group, "offsets": [{"topic": TOPIC, "partition": 1, "offset": 9}]},
+    )
+    assert response.status_code == 200, response.text
+    assert [e["error"] for e in delete_offsets(server, group, [(TOPIC, 1)]).json()["offsets"]] == [None]
+    assert server.client.post("/v1/txn/end", json={**producer, "committed": True}).status_code == 200
+    assert committed(server, group) == {0: 1}
+    assert server.client.get(f"/v1/groups/{group}").status_code == 200
+
+
+def offset_delete(connection: RawConnection, group: str, partitions: list[tuple[str, int]]):
+    topics = {}
+    for topic, partition in partitions:
+        topics.setdefault(topic, []).append(
+            nested(api_table.OFFSET_DELETE, 0, "OffsetDeleteRequestPartition", partition_index=partition)
+        )
+    request = request_of(
+        api_table.OFFSET_DELETE,
+        0,
+        group_id=group,
+        topics=tuple(
+            nested(api_table.OFFSET_DELETE, 0, "OffsetDeleteRequestTopic", name=name, partitions=tuple(parts))
+            for name, parts in topics.items()
+        ),
+    )
+    return connection.call(request)
+
+
+def test_raw_offset_delete_answers_group_and_partition_errors(server):
+    subscribed = "raw-offsets-subscribed"
+    commit(server.client, subscribed, {0: 3, 1: 5})
+    join_over_http(server, subscribed)
+    with RawConnection(bootstrap(server)) as connection:
+        unknown = offset_delete(connection, "raw-offsets-unknown", [(TOPIC, 0)])
+        assert (unknown.error_code, unknown.topics) == (KafkaError.group_id_not_found, ())
+        answered = offset_delete(connection, subscribed, [(TOPIC, 0), (OTHER_TOPIC, 0)])
+        assert answered.error_code == KafkaError.none
+        assert {(t.name, p.partition_index): p.error_code for t in answered.topics for p in t.partitions} == {
+            (TOPIC, 0): KafkaError.group_subscribed_to_topic,
+            (OTHER_TOPIC, 0): KafkaError.none,  # no offset there: nothing to delete, no error (as Kafka)
+        }
+        # A Kafka group of another protocol than the consumer one: its subscriptions are unknown.
+        connect = "raw-offsets-connect"
+        commit(server.client, connect, {0: 1})
+        member_id = ""
+        for _ in range(2):  # MEMBER_ID_REQUIRED first (KIP-394)
+            joined = connection.call(_join_request(connect, member_id, "connect"))
+            member_id = joined.member_id
+        assert joined.error_code == KafkaError.none
+        refused = offset_delete(connection, connect, [(TOPIC, 0)])
+        assert (refused.error_code, refused.topics) == (KafkaError.non_empty_group, ())
+    assert committed(server, subscribed) == {0: 3, 1: 5}
+    assert committed(server, connect) == {0: 1}
+
+
+def _join_request(group: str, member_id: str, protocol_type: str):
+    protocol = nested(api_table.JOIN_GROUP, 9, "JoinGroupRequestProtocol", name="any", metadata=b"")
+    return request_of(
+        api_table.JOIN_GROUP,
+        9,
+        group_id=group,
+        session_timeout=raw_groups.LONG,
+        rebalance_timeout=raw_groups.SHORT,
+        member_id=member_id,
+        group_instance_id=None,
+        protocol_type=protocol_type,
+        protocols=(protocol,),
+        reason=None,
+    )
+
+
+def test_kafka_python_deletes_offsets_committed_over_http_and_the_sdk_too(server):
+    from kafka import TopicPartition as KafkaTopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import NoError
+
+    group = "kafka-python-offsets"
+    commit(server.client, group, {0: 1, 1: 2})
+    commit(server.client, group, {0: 3}, topic=OTHER_TOPIC)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap(server))
+    try:
+        deleted = admin.delete_group_offsets(group, [KafkaTopicPartition(TOPIC, 0)])
+    finally:
+        admin.close()
+    assert deleted == {KafkaTopicPartition(TOPIC, 0): NoError}
+    assert committed(server, group) == {1: 2}
+    join_over_http(server, group, topic=OTHER_TOPIC)
+    with Admin(server.url) as sdk:
+        sdk.delete_group_offsets(group, [TopicPartition(TOPIC, 1)])
+        with pytest.raises(GroupSubscribedToTopicError):
+            sdk.delete_group_offsets(group, [TopicPartition(OTHER_TOPIC, 0)])
+    assert (committed(server, group), committed(server, group, OTHER_TOPIC)) == ({}, {0: 3})
