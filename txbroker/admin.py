@@ -3,9 +3,10 @@ producers, markers, consumer groups, offsets. `AsyncAdmin` is the one implementa
 runs it on a private event loop thread.
 
 Results are the contract's JSON objects (docs/api.md), as dicts: the shapes are documented there once.
-Reads retry retriable errors; `create_topic`, `delete_topic` and `abort_transaction` are sent once
-(a retry after a lost answer would report TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION or
-INVALID_TXN_STATE for what did happen).
+Reads retry retriable errors; `create_topic`, `delete_topic`, `delete_group`, `delete_group_offsets`
+and `abort_transaction` are sent once (a retry after a lost answer would report
+TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION, GROUP_ID_NOT_FOUND or INVALID_TXN_STATE for what
+did happen).
 """
 
 from __future__ import annotations
@@ -208,6 +209,25 @@ class AsyncAdmin:
     async def describe_group(self, group_id: str) -> dict:
         """Members, generation, assignment, committed offsets and lag."""
         return await self._read(f"/v1/groups/{quote(group_id, safe='')}")
+
+    async def delete_group(self, group_id: str) -> None:
+        """[DeleteGroups] Deletes a group without members and all its offsets (NonEmptyGroupError
+        while it has members, GroupIdNotFoundError when there is none)."""
+        await self._once("DELETE", f"/v1/groups/{quote(group_id, safe='')}")
+
+    async def delete_group_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> None:
+        """[OffsetDelete] Deletes the group's offsets of these partitions (committed and pending
+        transactional). Raises the first partition's error (GroupSubscribedToTopicError while a
+        member subscribes to its topic). Sent once, as delete_group: a group left without members
+        and offsets is deleted, so a retry after a lost answer could report GroupIdNotFoundError."""
+        answer = await self._once(
+            "POST",
+            f"/v1/groups/{quote(group_id, safe='')}/offsets/delete",
+            {"partitions": [{"topic": tp[0], "partition": tp[1]} for tp in partitions]},
+        )
+        for entry in answer["offsets"]:
+            if entry["error"] is not None:
+                raise from_body(entry["error"])
 
     async def list_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         answer = await self._read(

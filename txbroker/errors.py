@@ -141,7 +141,9 @@ TransactionalIdNotFoundError = _error(
     ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
     doc="admin look-up of an unknown transactional id",
 )
-GroupIdNotFoundError = _error("GroupIdNotFoundError", ErrorCode.GROUP_ID_NOT_FOUND, doc="describe of an unknown group")
+GroupIdNotFoundError = _error(
+    "GroupIdNotFoundError", ErrorCode.GROUP_ID_NOT_FOUND, doc="describe or delete of an unknown group"
+)
 NotFoundError = _error("NotFoundError", ErrorCode.NOT_FOUND, doc="no such route")
 MethodNotAllowedError = _error(
     "MethodNotAllowedError", ErrorCode.METHOD_NOT_ALLOWED, doc="no such method on this route"
@@ -211,6 +213,16 @@ InvalidSessionTimeoutError = _error(
     "InvalidSessionTimeoutError",
     ErrorCode.INVALID_SESSION_TIMEOUT,
     doc="a Kafka JoinGroup's session timeout is outside the server's group_min/max_session_timeout_ms",
+)
+NonEmptyGroupError = _error(
+    "NonEmptyGroupError",
+    ErrorCode.NON_EMPTY_GROUP,
+    doc="the group has members: it can be deleted only once they left (or their sessions expired)",
+)
+GroupSubscribedToTopicError = _error(
+    "GroupSubscribedToTopicError",
+    ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+    doc="a member of the group subscribes to the topic whose offsets were to be deleted",
 )
 UnstableOffsetCommitError = _error(
     "UnstableOffsetCommitError",
@@ -289,6 +301,8 @@ _BY_CODE: dict[str, type[TxbrokerError]] = {
         InconsistentGroupProtocolError,
         FencedInstanceIdError,
         InvalidSessionTimeoutError,
+        NonEmptyGroupError,
+        GroupSubscribedToTopicError,
         UnstableOffsetCommitError,
         OffsetOutOfRangeError,
         NotCoordinatorError,

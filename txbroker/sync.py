@@ -347,6 +347,8 @@ class Admin:
     list_markers = _blocking(AsyncAdmin.list_markers)
     list_groups = _blocking(AsyncAdmin.list_groups)
     describe_group = _blocking(AsyncAdmin.describe_group)
+    delete_group = _blocking(AsyncAdmin.delete_group)
+    delete_group_offsets = _blocking(AsyncAdmin.delete_group_offsets)
     list_group_offsets = _blocking(AsyncAdmin.list_group_offsets)
     list_offsets = _blocking(AsyncAdmin.list_offsets)
     whoami = _blocking(AsyncAdmin.whoami)

@@ -72,6 +72,10 @@ class ErrorCode(StrEnum):
     FENCED_INSTANCE_ID = "FENCED_INSTANCE_ID"
     # Kafka's group.min/max.session.timeout.ms: a JoinGroup's session timeout outside the server's bounds.
     INVALID_SESSION_TIMEOUT = "INVALID_SESSION_TIMEOUT"
+    # Kafka's DeleteGroups: a group with members cannot be deleted.
+    NON_EMPTY_GROUP = "NON_EMPTY_GROUP"
+    # Kafka's OffsetDelete: a member of the group subscribes to the topic whose offsets were to go.
+    GROUP_SUBSCRIBED_TO_TOPIC = "GROUP_SUBSCRIBED_TO_TOPIC"
     UNSTABLE_OFFSET_COMMIT = "UNSTABLE_OFFSET_COMMIT"
     OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
     NOT_COORDINATOR = "NOT_COORDINATOR"
@@ -106,7 +110,7 @@ ERROR_SPECS: MappingProxyType[ErrorCode, ErrorSpec] = MappingProxyType(
         ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorSpec(404, False, "no such topic or partition"),
         ErrorCode.UNKNOWN_TOPIC_ID: ErrorSpec(404, False, "no topic has this topic id (any more)"),
         ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: ErrorSpec(404, False, "admin look-up of an unknown id"),
-        ErrorCode.GROUP_ID_NOT_FOUND: ErrorSpec(404, False, "describe of an unknown group"),
+        ErrorCode.GROUP_ID_NOT_FOUND: ErrorSpec(404, False, "describe or delete of an unknown group"),
         ErrorCode.NOT_FOUND: ErrorSpec(404, False, "no such route"),
         ErrorCode.METHOD_NOT_ALLOWED: ErrorSpec(405, False, "no such method on this route"),
         ErrorCode.TOPIC_ALREADY_EXISTS: ErrorSpec(409, False, "the topic exists"),
@@ -123,6 +127,8 @@ ERROR_SPECS: MappingProxyType[ErrorCode, ErrorSpec] = MappingProxyType(
         ErrorCode.INCONSISTENT_GROUP_PROTOCOL: ErrorSpec(409, False, "the group's members use another protocol"),
         ErrorCode.FENCED_INSTANCE_ID: ErrorSpec(409, False, "a newer member has this group instance id"),
         ErrorCode.INVALID_SESSION_TIMEOUT: ErrorSpec(400, False, "session timeout outside the server's bounds"),
+        ErrorCode.NON_EMPTY_GROUP: ErrorSpec(409, False, "the group has members: it cannot be deleted"),
+        ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: ErrorSpec(409, False, "a member subscribes to the topic"),
         ErrorCode.UNSTABLE_OFFSET_COMMIT: ErrorSpec(409, True, "a transactional offset is pending"),
         ErrorCode.OFFSET_OUT_OF_RANGE: ErrorSpec(416, False, "offset outside the log"),
         ErrorCode.NOT_COORDINATOR: ErrorSpec(421, True, "ask /v1/coordinators/find again"),

@@ -1,14 +1,16 @@
 """Consumer groups: heartbeat (join/sync/heartbeat with server-side assignment), leave, offset
-commit and fetch, list and describe; and TxnOffsetCommit."""
+commit, fetch and delete; list, describe and delete; and TxnOffsetCommit."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
+from fastapi.responses import Response
 
 from app.api import schemas
 from app.api.auth import PrincipalDep
-from app.api.deps import READY, GroupCoordinatorDep
+from app.api.deps import READY, GroupCoordinatorDep, SettingsDep
 from app.api.json_route import OrjsonRoute
+from app.api.request_limits import check_partition_count
 from app.api.responses import error_or_none, json_response
 from app.coordinator.authorizer import Operation, ResourceType, authorize, is_allowed
 from app.coordinator.group_coordinator import OffsetEntry
@@ -158,6 +160,45 @@ async def describe_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, p
                 }
                 for o in described.offsets
             ],
+        }
+    )
+
+
+@router.delete("/groups/{group_id}", status_code=204, responses=ERRORS)
+async def delete_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, principal: PrincipalDep):
+    """[DeleteGroups] Deletes a group without members, with all its committed offsets and the
+    pending transactional ones (their transaction's COMMIT then writes none); a member or commit of
+    the id afterwards starts a fresh group. 409 NON_EMPTY_GROUP while it has members, 404
+    GROUP_ID_NOT_FOUND. Needs Delete on the group."""
+    authorize(principal, Operation.DELETE, ResourceType.GROUP, group_id)
+    await groups.delete(principal.name, group_id)
+    return Response(status_code=204)
+
+
+@router.post("/groups/{group_id}/offsets/delete", response_model=schemas.OffsetsResult, responses=ERRORS)
+async def delete_offsets(
+    group_id: GroupIdInPath,
+    body: schemas.OffsetDeleteRequest,
+    groups: GroupCoordinatorDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+):
+    """[OffsetDelete] Deletes the group's offsets of these partitions, committed and pending
+    transactional. Per partition: GROUP_SUBSCRIBED_TO_TOPIC when a member subscribes to the topic,
+    UNKNOWN_TOPIC_OR_PARTITION. 404 GROUP_ID_NOT_FOUND; a group left without members and offsets is
+    deleted. Needs Delete on the group and Read on the topics."""
+    check_partition_count(settings, len(body.partitions))
+    authorize(principal, Operation.DELETE, ResourceType.GROUP, group_id)
+    for topic in {p.topic for p in body.partitions}:
+        authorize(principal, Operation.READ, ResourceType.TOPIC, topic)
+    partitions = [(p.topic, p.partition) for p in body.partitions]
+    errors = await groups.delete_offsets(principal.name, group_id, partitions)
+    return json_response(
+        {
+            "offsets": [
+                {"topic": topic, "partition": partition, "error": error_or_none(error)}
+                for (topic, partition), error in zip(partitions, errors)
+            ]
         }
     )
 

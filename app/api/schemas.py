@@ -494,6 +494,12 @@ class OffsetFetchRequest(Body):
     require_stable: bool = Field(False, description="UNSTABLE_OFFSET_COMMIT while a transactional offset is pending")
 
 
+class OffsetDeleteRequest(Body):
+    partitions: list[TopicPartitionRef] = Field(
+        min_length=1, description="the partitions whose committed (and pending transactional) offsets go"
+    )
+
+
 class CommittedOffsetOut(Body):
     topic: str
     partition: int

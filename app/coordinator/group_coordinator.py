@@ -11,7 +11,10 @@ Invariants:
   a DeleteTopics, which removes the topic's offsets, never interleaves) -> __consumer_offsets
   partition -> offsets rows -> __transaction_state (the coordinator's own order, with the group
   row and the topics in between). DeleteTopics locks its topic's row first. A commit
-  makes sure the group row exists (`groups.ensure`, no lock) before it locks anything.
+  makes sure the group row exists and holds it FOR KEY SHARE (`groups.hold`) before it locks
+  anything else; DeleteGroups and OffsetDelete lock the group row FOR UPDATE (OffsetDelete then
+  its topics' rows FOR KEY SHARE, as a commit), then the group's __consumer_offsets partition
+  (their tombstones), so they wait for the commits in flight and none interleaves.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from app.clock import now_ms
 from app.coordinator.assignment import range_assignment
 from app.coordinator.classic_groups import (
     ANY_SESSION_TIMEOUT,
+    CONSUMER_PROTOCOL,
     ClassicGroups,
     SessionTimeoutBounds,
     classic_state,
@@ -43,6 +47,7 @@ from app.storage.log.topics import (
     unknown_partition,
     unknown_topic,
 )
+from app.storage.security import principals
 from txbroker.wire import NO_GENERATION, NO_MEMBER
 
 # Kafka's default heartbeat.interval.ms: members learn of a rebalance within this long.
@@ -74,6 +79,39 @@ def _unknown_member(group_id: str, member_id: str) -> BrokerError:
         ErrorCode.UNKNOWN_MEMBER_ID,
         f"member {member_id!r} is not in group {group_id!r} (never joined, left, or evicted after its "
         f'session timed out): rejoin with member_id ""',
+    )
+
+
+def unknown_group(group_id: str) -> BrokerError:
+    return BrokerError(
+        ErrorCode.GROUP_ID_NOT_FOUND,
+        f"group {group_id!r} does not exist: a group exists once a member heartbeats or offsets are "
+        f"committed for it (and until it is deleted)",
+    )
+
+
+async def _locked_for_deletion(conn: asyncpg.Connection, group_id: str) -> tuple[Group, list[Member]]:
+    """The group with its row locked FOR UPDATE (after the commits in flight) and its members, or
+    GROUP_ID_NOT_FOUND."""
+    group = await groups.lock_existing(conn, group_id)
+    if group is None:
+        raise unknown_group(group_id)
+    return group, await groups.members(conn, group_id)
+
+
+def _non_empty(group_id: str, members: list[Member], why: str) -> BrokerError:
+    return BrokerError(
+        ErrorCode.NON_EMPTY_GROUP,
+        f"group {group_id!r} has {len(members)} member(s) (e.g. {members[0].member_id!r}) and {why}: stop its "
+        f"consumers (or wait until their sessions expire), then try again",
+    )
+
+
+def _subscribed(group_id: str, topic: str) -> BrokerError:
+    return BrokerError(
+        ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,
+        f"a member of group {group_id!r} subscribes to topic {topic!r}: its offsets are in use; delete them "
+        f"once no member subscribes to it",
     )
 
 
@@ -224,17 +262,18 @@ class GroupCoordinator:
             return _illegal_generation(group_id, generation_id, row["generation_id"])
         return None
 
-    async def _entry_errors(self, conn: asyncpg.Connection, entries: list[OffsetEntry]) -> list[BrokerError | None]:
-        """Each entry's error (a topic or partition that does not exist), the topics held until the
-        commit ends: a DeleteTopics waits for it, and then removes what it committed."""
-        topics = await hold_topics(conn, sorted({e.topic for e in entries}))
+    async def _entry_errors(self, conn: asyncpg.Connection, entries: list[tuple[str, int]]) -> list[BrokerError | None]:
+        """Each (topic, partition)'s error (a topic or partition that does not exist), the topics
+        held until the transaction ends: a DeleteTopics waits for it, and then removes what it
+        committed."""
+        topics = await hold_topics(conn, sorted({name for name, _ in entries}))
         errors: list[BrokerError | None] = []
-        for entry in entries:
-            topic = topics.get(entry.topic)
+        for name, partition in entries:
+            topic = topics.get(name)
             if topic is None:
-                errors.append(unknown_topic(entry.topic))
-            elif not 0 <= entry.partition < topic.partition_count:
-                errors.append(unknown_partition(topic, entry.partition))
+                errors.append(unknown_topic(name))
+            elif not 0 <= partition < topic.partition_count:
+                errors.append(unknown_partition(topic, partition))
             else:
                 errors.append(None)
         return errors
@@ -249,11 +288,11 @@ class GroupCoordinator:
     ) -> list[BrokerError | None]:
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
-            await groups.ensure(conn, group_id, now)  # before any partition lock: see the lock order
+            await groups.hold(conn, group_id, now)  # before any partition lock: see the lock order
             generation_error = await self._generation_error(conn, group_id, member_id, generation_id, group_instance_id)
             if generation_error is not None:
                 return [generation_error] * len(entries)
-            errors = await self._entry_errors(conn, entries)
+            errors = await self._entry_errors(conn, [(e.topic, e.partition) for e in entries])
             partition = await self.transactions.offsets_partition(conn, group_id)
             offsets_topic = await get_topic(conn, CONSUMER_OFFSETS_TOPIC)
             await group_offsets.commit(
@@ -284,12 +323,12 @@ class GroupCoordinator:
         async with self.transactions.unit_of_work() as unit:
             conn = unit.conn
             meta = await self.transactions.lock_producer(unit, transactional_id, producer_id, producer_epoch)
-            await groups.ensure(conn, group_id, now)
+            await groups.hold(conn, group_id, now)
             generation_error = await self._generation_error(conn, group_id, member_id, generation_id, group_instance_id)
             errors = (
                 [generation_error] * len(entries)
                 if generation_error is not None
-                else await self._entry_errors(conn, entries)
+                else await self._entry_errors(conn, [(e.topic, e.partition) for e in entries])
             )
             accepted = [e for e, error in zip(entries, errors) if error is None]
             if not accepted:  # a zombie's or an invalid commit begins no transaction
@@ -325,6 +364,61 @@ class GroupCoordinator:
             results.append((committed, error))
         return results
 
+    # ---- deletion
+
+    async def _offsets_deleted(
+        self, conn: asyncpg.Connection, group_id: str, now: int, partitions: list[tuple[str, int]] | None = None
+    ) -> int:
+        partition = await self.transactions.offsets_partition(conn, group_id)
+        offsets_topic = await get_topic(conn, CONSUMER_OFFSETS_TOPIC)
+        return await group_offsets.delete_offsets(conn, offsets_topic, partition.partition, group_id, now, partitions)
+
+    async def delete(self, actor: str, group_id: str) -> int:
+        """[DeleteGroups] Deletes a group without members (Kafka: Empty) with all its offsets, the
+        pending transactional ones included (their transaction's COMMIT then writes none, as
+        DeleteTopics does for a topic's); the next member or commit of this id starts a fresh group.
+        NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND when there is no such group. Returns
+        how many partitions had offsets. One PostgreSQL transaction, the audit entry in it."""
+        now = now_ms()
+        async with self.pool.acquire() as conn, conn.transaction():
+            _, members = await _locked_for_deletion(conn, group_id)
+            if members:
+                raise _non_empty(group_id, members, "a group can be deleted only once empty")
+            removed = await self._offsets_deleted(conn, group_id, now)
+            await groups.delete(conn, group_id)
+            await principals.audit(conn, now, actor, "delete group", group_id, f"offsets={removed}")
+        return removed
+
+    async def delete_offsets(
+        self, actor: str, group_id: str, partitions: list[tuple[str, int]]
+    ) -> list[BrokerError | None]:
+        """[OffsetDelete] Deletes the group's offsets of these (topic, partition)s, committed and
+        pending transactional, as DeleteGroups does for all of them; one error or None each:
+        UNKNOWN_TOPIC_OR_PARTITION, or GROUP_SUBSCRIBED_TO_TOPIC for a topic a member of the group
+        subscribes to (its offsets are in use). A partition without an offset is no error. Kafka's
+        rules: GROUP_ID_NOT_FOUND when there is no such group, NON_EMPTY_GROUP for a Kafka group with
+        members whose protocol is not the consumer one (its subscriptions are unknown); a group left
+        without members and offsets is deleted, as Kafka removes it. One PostgreSQL transaction."""
+        now = now_ms()
+        async with self.pool.acquire() as conn, conn.transaction():
+            group, members = await _locked_for_deletion(conn, group_id)
+            classic = classic_state(group)
+            if members and classic is not None and classic["members"] and classic["protocol_type"] != CONSUMER_PROTOCOL:
+                raise _non_empty(group_id, members, f"its protocol type is {classic['protocol_type']!r}, not consumer")
+            subscribed = {topic for member in members for topic in member.topics}
+            errors = [
+                error or (_subscribed(group_id, topic) if topic in subscribed else None)
+                for (topic, _), error in zip(partitions, await self._entry_errors(conn, partitions))
+            ]
+            eligible = [key for key, error in zip(partitions, errors) if error is None]
+            if eligible:
+                removed = await self._offsets_deleted(conn, group_id, now, eligible)
+                if not members and not await group_offsets.has_offsets(conn, group_id):
+                    await groups.delete(conn, group_id)
+                await principals.audit(conn, now, actor, "delete offsets", group_id, f"offsets={removed}")
+        return errors
+
+    # ---- describe
     # ---- describe
 
     async def describe(self, group_id: str) -> GroupDescription:
@@ -333,11 +427,7 @@ class GroupCoordinator:
         async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
             group = await groups.get(conn, group_id)
             if group is None:
-                raise BrokerError(
-                    ErrorCode.GROUP_ID_NOT_FOUND,
-                    f"group {group_id!r} does not exist: a group exists once a member heartbeats or "
-                    f"offsets are committed for it",
-                )
+                raise unknown_group(group_id)
             return GroupDescription(
                 group, await groups.members(conn, group_id), await group_offsets.lags(conn, group_id)
             )

@@ -639,6 +639,24 @@ class GroupCalls:
             if partitions is not None or is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, committed.topic)
         ]
 
+    async def delete_group(self, principal: Principal, group_id: str) -> None:
+        """DeleteGroups of one group: Delete on the group (GROUP_AUTHORIZATION_FAILED), then as
+        HTTP's DELETE /v1/groups/{group_id} (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND)."""
+        authorize(principal, Operation.DELETE, ResourceType.GROUP, group_id)
+        await self._groups.delete(principal.name, group_id)
+
+    async def delete_offsets(
+        self, principal: Principal, group_id: str, partitions: list[tuple[str, int]]
+    ) -> list[BrokerError | None]:
+        """OffsetDelete: Delete on the group (GROUP_AUTHORIZATION_FAILED for the request), Read on
+        each topic (TOPIC_AUTHORIZATION_FAILED for its partitions only), then as HTTP's
+        /v1/groups/{group_id}/offsets/delete; one error or None per (topic, partition)."""
+        authorize(principal, Operation.DELETE, ResourceType.GROUP, group_id)
+        errors = [_denied(principal, Operation.READ, ResourceType.TOPIC, topic) for topic, _ in partitions]
+        allowed = [key for key, error in zip(partitions, errors) if error is None]
+        deleted = iter(await self._groups.delete_offsets(principal.name, group_id, allowed) if allowed else [])
+        return [error if error is not None else next(deleted) for error in errors]
+
     async def list_groups(self, principal: Principal) -> list[ListedGroup]:
         listed = []
         for group, member_count in await self._groups.list():

@@ -207,7 +207,22 @@ def _group_sample(api_key: int, version: int):
         return request_of(api_key, version, states_filter=())
     if api_key == api_table.DESCRIBE_GROUPS:
         return request_of(api_key, version, groups=(GROUP,), include_authorized_operations=False)
+    if api_key == api_table.DELETE_GROUPS:
+        return request_of(api_key, version, groups_names=(deleted_group(version),))
+    if api_key == api_table.OFFSET_DELETE:
+        partition = nested(api_key, version, "OffsetDeleteRequestPartition", partition_index=0)
+        topic = nested(api_key, version, "OffsetDeleteRequestTopic", name=TOPIC, partitions=(partition,))
+        return request_of(api_key, version, group_id=OFFSETS_DELETED, topics=(topic,))
     return _admin_sample(api_key, version)
+
+
+# The group OffsetDelete deletes an offset of: committed by prepare_samples, without members.
+OFFSETS_DELETED = "versions-offsets-deleted"
+
+
+def deleted_group(version: int) -> str:
+    """The group each DeleteGroups version deletes: one with an offset and no members (prepare_samples)."""
+    return f"versions-deleted-v{version}"
 
 
 def _admin_sample(api_key: int, version: int):
@@ -343,6 +358,10 @@ def prepare_samples(server) -> str:
     """What the sample requests name, made on `server` (its topic, groups, members and an open
     transaction); returns its Kafka bootstrap address."""
     create_topic(server, TOPIC, 1)
+    deleted_groups = [deleted_group(v) for v in api_table.SUPPORTED_VERSIONS[api_table.DELETE_GROUPS]]
+    for group in [*deleted_groups, OFFSETS_DELETED]:
+        offsets = [{"topic": TOPIC, "partition": 0, "offset": 0}]
+        server.client.post(f"/v1/groups/{group}/offsets/commit", json={"offsets": offsets}).raise_for_status()
     address = server.extra["kafka_bootstrap"]
     prepare_groups(address)
     with RawConnection(address) as connection:

@@ -492,3 +492,68 @@ def test_a_transaction_over_sasl_needs_the_transactional_id_acl(secured):
         secured, topic, 1, isolation="read_committed", **confluent_security("transactor", api_key)
     )
     assert committed == [b"committed"]
+
+
+# ---- DeleteGroups: Delete on the group, over both doors
+
+
+def test_deleting_a_group_needs_delete_on_it(secured):
+    """GROUP_AUTHORIZATION_FAILED for the group the principal may not delete only; the other goes."""
+    allowed, denied = "sasl-deletable", "sasl-kept"
+    with admin_client(secured) as admin:
+        for group in (allowed, denied):
+            offsets = [{"topic": TOPIC, "partition": 0, "offset": 1}]
+            admin.post(f"/v1/groups/{group}/offsets/commit", json={"offsets": offsets}).raise_for_status()
+    _, api_key = new_principal(secured, "group-deleter", rule("Group", allowed, "Delete"))
+    with httpx.Client(base_url=secured.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30) as client:
+        refused = client.delete(f"/v1/groups/{denied}")
+        assert (refused.status_code, refused.json()["error"]["code"]) == (403, "GROUP_AUTHORIZATION_FAILED")
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "group-deleter", api_key).error_code == KafkaError.none
+        response = connection.call(request_of(api_table.DELETE_GROUPS, 2, groups_names=(denied, allowed)))
+    assert [(r.group_id, r.error_code) for r in response.results] == [
+        (denied, KafkaError.group_authorization_failed),
+        (allowed, KafkaError.none),
+    ]
+    with admin_client(secured) as admin:
+        assert admin.get(f"/v1/groups/{allowed}").status_code == 404
+        assert admin.get(f"/v1/groups/{denied}").json()["offsets"][0]["offset"] == 1
+
+
+def test_deleting_offsets_needs_delete_on_the_group_and_read_on_the_topic(secured):
+    """OffsetDelete: without Delete on the group, GROUP_AUTHORIZATION_FAILED for the request; without
+    Read on a topic, TOPIC_AUTHORIZATION_FAILED for that topic's partitions only."""
+    group = "sasl-offsets"
+    with admin_client(secured) as admin:
+        offsets = [{"topic": topic, "partition": 0, "offset": 1} for topic in (TOPIC, OTHER_TOPIC)]
+        admin.post(f"/v1/groups/{group}/offsets/commit", json={"offsets": offsets}).raise_for_status()
+    _, may_delete = new_principal(
+        secured, "offsets-deleter", rule("Group", group, "Delete"), rule("Topic", TOPIC, "Read")
+    )
+    _, may_not = new_principal(secured, "offsets-reader", rule("Group", group, "Read"), rule("Topic", TOPIC, "Read"))
+
+    def offset_delete(username: str, api_key: str):
+        partition = nested(api_table.OFFSET_DELETE, 0, "OffsetDeleteRequestPartition", partition_index=0)
+        topics = tuple(
+            nested(api_table.OFFSET_DELETE, 0, "OffsetDeleteRequestTopic", name=topic, partitions=(partition,))
+            for topic in (TOPIC, OTHER_TOPIC)
+        )
+        with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+            assert log_in(connection, username, api_key).error_code == KafkaError.none
+            return connection.call(request_of(api_table.OFFSET_DELETE, 0, group_id=group, topics=topics))
+
+    refused = offset_delete("offsets-reader", may_not)
+    assert (refused.error_code, refused.topics) == (KafkaError.group_authorization_failed, ())
+    answered = offset_delete("offsets-deleter", may_delete)
+    assert answered.error_code == KafkaError.none
+    assert [(t.name, t.partitions[0].error_code) for t in answered.topics] == [
+        (TOPIC, KafkaError.none),
+        (OTHER_TOPIC, KafkaError.topic_authorization_failed),
+    ]
+    with httpx.Client(base_url=secured.url, headers={"Authorization": f"Bearer {may_delete}"}, timeout=30) as client:
+        body = {"partitions": [{"topic": OTHER_TOPIC, "partition": 0}]}
+        denied = client.post(f"/v1/groups/{group}/offsets/delete", json=body)
+        assert (denied.status_code, denied.json()["error"]["code"]) == (403, "TOPIC_AUTHORIZATION_FAILED")
+    with admin_client(secured) as admin:
+        left = admin.post(f"/v1/groups/{group}/offsets/fetch", json={"partitions": None}).json()["offsets"]
+        assert [(o["topic"], o["offset"]) for o in left] == [(OTHER_TOPIC, 1)]

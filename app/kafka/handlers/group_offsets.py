@@ -1,5 +1,5 @@
-"""OffsetCommit and OffsetFetch: a group's committed offsets, the one set both doors read and write
-(HTTP's /v1/groups/{group_id}/offsets). OffsetFetch with require_stable answers
+"""OffsetCommit, OffsetFetch and OffsetDelete: a group's committed offsets, the one set both doors
+read and write (HTTP's /v1/groups/{group_id}/offsets). OffsetFetch with require_stable answers
 UNSTABLE_OFFSET_COMMIT for a partition whose transactional commit awaits its marker."""
 
 from __future__ import annotations
@@ -48,23 +48,29 @@ async def offset_commit(context: RequestContext, request) -> object:
         module,
         "OffsetCommitResponse",
         throttle_time=NO_THROTTLE,
-        topics=tuple(
-            build(
-                module,
-                "OffsetCommitResponseTopic",
-                name=topic.name,
-                partitions=tuple(
-                    build(
-                        module,
-                        "OffsetCommitResponsePartition",
-                        partition_index=p.partition_index,
-                        error_code=kafka_error(by_partition[(topic.name, p.partition_index)]),
-                    )
-                    for p in topic.partitions
-                ),
-            )
-            for topic in request.topics
-        ),
+        topics=_answered_topics(module, "OffsetCommit", request.topics, by_partition),
+    )
+
+
+def _answered_topics(module, api_name: str, topics, by_partition: dict) -> tuple:
+    """The response's topics of an API answering each requested partition with its error
+    (`{api_name}ResponseTopic`, `{api_name}ResponsePartition`), in the request's order."""
+    return tuple(
+        build(
+            module,
+            f"{api_name}ResponseTopic",
+            name=topic.name,
+            partitions=tuple(
+                build(
+                    module,
+                    f"{api_name}ResponsePartition",
+                    partition_index=p.partition_index,
+                    error_code=kafka_error(by_partition[(topic.name, p.partition_index)]),
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in topics
     )
 
 
@@ -123,3 +129,23 @@ async def offset_fetch(context: RequestContext, request) -> object:
             build(module, "OffsetFetchResponseGroup", group_id=group.group_id, topics=topics, error_code=error)
         )
     return build(module, "OffsetFetchResponse", throttle_time=NO_THROTTLE, groups=tuple(answered))
+
+
+async def offset_delete(context: RequestContext, request) -> object:
+    """A group-level error (GROUP_AUTHORIZATION_FAILED, GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP) answers
+    the request with no topics, as Kafka; otherwise each partition has its own error."""
+    module = response_module(api_table.OFFSET_DELETE, context.api_version)
+    partitions = [(topic.name, p.partition_index) for topic in request.topics for p in topic.partitions]
+    try:
+        errors = await context.calls.groups.delete_offsets(context.principal, request.group_id, partitions)
+    except BrokerError as raised:
+        return build(
+            module, "OffsetDeleteResponse", error_code=kafka_error(raised), throttle_time=NO_THROTTLE, topics=()
+        )
+    return build(
+        module,
+        "OffsetDeleteResponse",
+        error_code=KafkaError.none,
+        throttle_time=NO_THROTTLE,
+        topics=_answered_topics(module, "OffsetDelete", request.topics, dict(zip(partitions, errors))),
+    )

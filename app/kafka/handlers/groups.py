@@ -1,6 +1,6 @@
 """Consumer groups, Kafka's classic protocol: FindCoordinator (every node coordinates every group
 and transactional id), JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups, DescribeGroups,
-through the group coordinator HTTP's groups use (app/coordinator/classic_groups.py)."""
+DeleteGroups, through the group coordinator HTTP's groups use (app/coordinator/classic_groups.py)."""
 
 from __future__ import annotations
 
@@ -241,3 +241,19 @@ async def describe_groups(context: RequestContext, request) -> object:
             )
         )
     return build(module, "DescribeGroupsResponse", throttle_time=NO_THROTTLE, groups=tuple(described))
+
+
+async def delete_groups(context: RequestContext, request) -> object:
+    """Each group deleted on its own: one group's error (GROUP_AUTHORIZATION_FAILED, NON_EMPTY_GROUP,
+    GROUP_ID_NOT_FOUND) fails only that group. A group named twice is answered once, as Kafka's
+    answer is keyed by group."""
+    module = response_module(api_table.DELETE_GROUPS, context.api_version)
+    results = []
+    for group_id in dict.fromkeys(request.groups_names):
+        error = None
+        try:
+            await context.calls.groups.delete_group(context.principal, group_id)
+        except BrokerError as raised:
+            error = raised
+        results.append(build(module, "DeletableGroupResult", group_id=group_id, error_code=kafka_error(error)))
+    return build(module, "DeleteGroupsResponse", throttle_time=NO_THROTTLE, results=tuple(results))

@@ -35,10 +35,15 @@ class OffsetEntry:
     metadata: str | None
 
 
+def _record_key(group_id: str, topic: str, partition: int) -> str:
+    """The key of a group's offset for a partition in `__consumer_offsets` (what compaction keeps the last of)."""
+    return orjson.dumps([group_id, topic, partition]).decode()
+
+
 def _commit_batch(group_id: str, entries: list[OffsetEntry], now_ms: int, transaction: dict | None):
     records = [
         record_codec.TextRecord(
-            orjson.dumps([group_id, e.topic, e.partition]).decode(),
+            _record_key(group_id, e.topic, e.partition),
             orjson.dumps(
                 {"offset": e.offset, "metadata": e.metadata, "commit_timestamp_ms": now_ms, "transaction": transaction}
             ).decode(),
@@ -148,6 +153,70 @@ async def settle(
             producer_id,
             producer_epoch,
         )
+
+
+# The offsets (committed or pending) of a group, of every partition ($2 false) or of the partitions
+# listed ($3, $4).
+_DELETED_KEYS_SQL = """
+WITH wanted AS (SELECT * FROM unnest($3::text[], $4::int[]) AS w(topic, partition))
+SELECT topic, partition FROM (
+    SELECT topic, partition FROM group_offsets WHERE group_id = $1
+    UNION SELECT topic, partition FROM pending_txn_offsets WHERE group_id = $1
+) known
+WHERE NOT $2 OR (topic, partition) IN (SELECT topic, partition FROM wanted)
+ORDER BY topic, partition
+"""
+_DELETE_FROM_SQL = """
+DELETE FROM {table} WHERE group_id = $1
+AND (NOT $2 OR (topic, partition) IN (SELECT * FROM unnest($3::text[], $4::int[])))
+"""
+
+
+async def delete_offsets(
+    conn: asyncpg.Connection,
+    offsets_topic: TopicInfo,
+    offsets_partition: int,
+    group_id: str,
+    now_ms: int,
+    partitions: list[tuple[str, int]] | None = None,
+) -> int:
+    """Removes the group's offsets of these (topic, partition)s (None: of every partition),
+    committed and pending transactional (a pending one's COMMIT then settles nothing), with a
+    tombstone per (topic, partition) removed in its `__consumer_offsets` partition (as Kafka writes
+    them; compaction then drops those records). Returns how many partitions had an offset.
+
+    Safe under concurrency because the caller holds the group row FOR UPDATE (`groups.lock_existing`):
+    every commit of the group, plain or transactional, holds that row first (`groups.hold`), so none
+    is in flight or can begin. What remains is a transaction's marker settling pending offsets
+    (`settle`), which holds the offsets partition's row: the tombstones' append takes that row
+    first, so no settle runs from then until we commit, and one that committed before is seen by the
+    DELETEs (READ COMMITTED: each statement's snapshot is taken after the append's wait). A settle
+    between the read of the keys and the append only moves a key from pending to committed, or drops
+    it: the tombstones still cover every key left."""
+    chosen = partitions is not None
+    topics, numbers = [t for t, _ in partitions or []], [p for _, p in partitions or []]
+    keys = await conn.fetch(_DELETED_KEYS_SQL, group_id, chosen, topics, numbers)
+    if not keys:
+        return 0
+    tombstones = [record_codec.TextRecord(_record_key(group_id, key["topic"], key["partition"]), None) for key in keys]
+    await append_batch_or_raise(
+        conn,
+        BatchAppend(
+            offsets_topic, offsets_partition, record_codec.encode_batch(tombstones, "utf8", now_ms, "offset deletion")
+        ),
+    )
+    for table in ("pending_txn_offsets", "group_offsets"):
+        await conn.execute(_DELETE_FROM_SQL.format(table=table), group_id, chosen, topics, numbers)
+    return len(keys)
+
+
+async def has_offsets(conn: asyncpg.Connection, group_id: str) -> bool:
+    """Whether the group has an offset, committed or pending."""
+    return await conn.fetchval(
+        "SELECT EXISTS (SELECT 1 FROM group_offsets WHERE group_id = $1) "
+        "OR EXISTS (SELECT 1 FROM pending_txn_offsets WHERE group_id = $1)",
+        group_id,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,15 +36,27 @@ class Member:
     last_heartbeat_ms: int
 
 
-async def ensure(conn: asyncpg.Connection, group_id: str, now_ms: int) -> None:
-    """Makes the group exist (generation 0, no members) without locking its row: a commit calls
-    this before anything else, so it never takes the group row after a partition row."""
-    await conn.execute(
-        "INSERT INTO consumer_groups (group_id, generation_id, assignment, last_update_ms) "
-        "VALUES ($1, 0, '{}', $2) ON CONFLICT (group_id) DO NOTHING",
-        group_id,
-        now_ms,
-    )
+async def hold(conn: asyncpg.Connection, group_id: str, now_ms: int) -> None:
+    """Makes the group exist (generation 0, no members) and holds its row FOR KEY SHARE until the
+    caller's transaction ends: a commit calls this before anything else, so it never takes the group
+    row after a partition row. The hold lets membership changes through (their FOR UPDATE waits for
+    it, as for the commits that check a generation, FOR SHARE) but keeps the row from being deleted:
+    a DeleteGroups waits for the commits in flight and then removes what they wrote, and a commit
+    that finds its group deleted meanwhile (the row gone once the delete commits) makes it anew, so
+    its offsets start a fresh group, never outlive a deleted one."""
+    while True:
+        if await conn.fetchval("SELECT 1 FROM consumer_groups WHERE group_id = $1 FOR KEY SHARE", group_id):
+            return
+        # Our own new row needs no lock: nobody can delete it before we commit. Losing the race to
+        # another creator (nothing returned) means its row is committed now: hold that one.
+        created = await conn.fetchval(
+            "INSERT INTO consumer_groups (group_id, generation_id, assignment, last_update_ms) "
+            "VALUES ($1, 0, '{}', $2) ON CONFLICT (group_id) DO NOTHING RETURNING 1",
+            group_id,
+            now_ms,
+        )
+        if created:
+            return
 
 
 async def lock(conn: asyncpg.Connection, group_id: str, now_ms: int) -> Group:
@@ -61,6 +73,23 @@ async def lock(conn: asyncpg.Connection, group_id: str, now_ms: int) -> Group:
         group_id,
     )
     return from_row(Group, row)
+
+
+async def lock_existing(conn: asyncpg.Connection, group_id: str) -> Group | None:
+    """The group's row locked FOR UPDATE (waiting for the commits that hold it), or None when no
+    group has this id; unlike `lock`, never creates one."""
+    row = await conn.fetchrow(
+        "SELECT group_id, generation_id, assignment, last_update_ms FROM consumer_groups "
+        "WHERE group_id = $1 FOR UPDATE",
+        group_id,
+    )
+    return None if row is None else from_row(Group, row)
+
+
+async def delete(conn: asyncpg.Connection, group_id: str) -> None:
+    """Removes the group's row, which the caller holds (`lock_existing`) and found without members:
+    a member joins only under this row's lock, so none can have joined since."""
+    await conn.execute("DELETE FROM consumer_groups WHERE group_id = $1", group_id)
 
 
 async def get(conn: asyncpg.Connection, group_id: str) -> Group | None:
