@@ -753,6 +753,15 @@ def _altered(config: dict, alterations: list[tuple[str, int, str | None]], defau
     return config
 
 
+def _replacement(configs: list[tuple[str, str | None]]) -> list[tuple[str, int, str | None]]:
+    """AlterConfigs' replacement of a topic's configs as IncrementalAlterConfigs' operations: SET
+    for each config given (a null value: DELETE, as Kafka's controller takes it; a config given
+    twice: the last), DELETE (back to the server's default) for every one not given."""
+    given = [(name, SET if value is not None else DELETE, value) for name, value in configs]
+    named = {name for name, _ in configs}
+    return given + [(name, DELETE, None) for name in sorted(KAFKA_CONFIG_NAMES) if name not in named]
+
+
 class AdminCalls:
     """Kafka's topic admin APIs on the operations HTTP's /v1/topics uses, with its ACLs (Create on
     the cluster or the topic, Delete on the topic, DescribeConfigs / AlterConfigs on the topic) and
@@ -832,6 +841,12 @@ class AdminCalls:
             ", ".join(f"{n} {op} {v}" for n, op, v in alterations),
             validate_only=validate_only,
         )
+
+    async def replace_config(
+        self, principal: Principal, name: str, configs: list[tuple[str, str | None]], validate_only: bool
+    ) -> None:
+        """Kafka's AlterConfigs: the topic's configs become those given, the others the defaults."""
+        await self.alter_config(principal, name, _replacement(configs), validate_only)
 
     async def delete_records(self, principal: Principal, name: str, offsets: list[tuple[int, int]]) -> list:
         """(partition, offset) each (offset -1: the high watermark); the new low watermark or a BrokerError each."""

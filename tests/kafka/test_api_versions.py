@@ -253,6 +253,12 @@ def _admin_sample(api_key: int, version: int):
             api_key, version, "DescribeConfigsResource", resource_type=2, resource_name=TOPIC, configuration_keys=None
         )
         return request_of(api_key, version, resources=(resource,), include_synonyms=False, include_documentation=False)
+    if api_key == api_table.ALTER_CONFIGS:
+        config = nested(api_key, version, "AlterableConfig", name="retention.ms", value="180000")
+        resource = nested(
+            api_key, version, "AlterConfigsResource", resource_type=2, resource_name=TOPIC, configs=(config,)
+        )
+        return request_of(api_key, version, resources=(resource,), validate_only=False)
     if api_key == api_table.CREATE_PARTITIONS:
         topic = nested(api_key, version, "CreatePartitionsTopic", name=TOPIC, count=2, assignments=None)
         return request_of(api_key, version, topics=(topic,), timeout=timeout, validate_only=True)

@@ -272,6 +272,30 @@ def test_the_admin_apis_apply_the_principals_acls(secured, reader):
         assert len(admin.get(f"/v1/topics/{TOPIC}").json()["partitions"]) == 1
 
 
+def test_altering_a_topics_configs_needs_alter_on_it(secured):
+    """AlterConfigs: TOPIC_AUTHORIZATION_FAILED for the topic the principal may not alter only; the
+    other's configs are replaced."""
+    _, api_key = new_principal(secured, "config-alterer", rule("Topic", TOPIC, "Alter"))
+    # delete.retention.ms: harmless to the other tests' records (TOPIC's cleanup policy is delete).
+    configs = (nested(api_table.ALTER_CONFIGS, 2, "AlterableConfig", name="delete.retention.ms", value="3600000"),)
+    resources = tuple(
+        nested(
+            api_table.ALTER_CONFIGS, 2, "AlterConfigsResource", resource_type=2, resource_name=topic, configs=configs
+        )
+        for topic in (OTHER_TOPIC, TOPIC)
+    )
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "config-alterer", api_key).error_code == KafkaError.none
+        response = connection.call(request_of(api_table.ALTER_CONFIGS, 2, resources=resources, validate_only=False))
+    assert [(r.resource_name, r.error_code) for r in response.responses] == [
+        (OTHER_TOPIC, KafkaError.topic_authorization_failed),
+        (TOPIC, KafkaError.none),
+    ]
+    with admin_client(secured) as admin:
+        assert admin.get(f"/v1/topics/{TOPIC}").json()["config"]["delete_retention_ms"] == 3_600_000
+        assert admin.get(f"/v1/topics/{OTHER_TOPIC}").json()["config"]["delete_retention_ms"] == 86_400_000
+
+
 # ---- the real clients over SASL_PLAINTEXT
 
 

@@ -1,11 +1,12 @@
 """Topic admin: CreateTopics, DeleteTopics, CreatePartitions (an increase only; replica
-assignments ignored), DescribeConfigs, IncrementalAlterConfigs (Kafka's config names for txbroker's topic
-settings: retention.ms, retention.bytes, max.message.bytes, cleanup.policy, delete.retention.ms),
-DeleteRecords."""
+assignments ignored), DescribeConfigs, AlterConfigs (a topic's configs replaced) and
+IncrementalAlterConfigs (Kafka's config names for txbroker's topic settings: retention.ms,
+retention.bytes, max.message.bytes, cleanup.policy, delete.retention.ms), DeleteRecords."""
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Awaitable, Callable
 
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -173,8 +174,37 @@ async def describe_configs(context: RequestContext, request) -> object:
     return build(module, "DescribeConfigsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
 
 
+async def alter_configs(context: RequestContext, request) -> object:
+    """AlterConfigs (33): each topic's configs replaced by those given, the others back to the
+    server's defaults (IncrementalAlterConfigs changes only those named)."""
+
+    async def replace(resource) -> None:
+        configs = [(c.name, c.value) for c in resource.configs]
+        await context.calls.admin.replace_config(
+            context.principal, resource.resource_name, configs, request.validate_only
+        )
+
+    return await _alter_each(context, request, api_table.ALTER_CONFIGS, "AlterConfigsResponse", replace)
+
+
 async def incremental_alter_configs(context: RequestContext, request) -> object:
-    module = response_module(api_table.INCREMENTAL_ALTER_CONFIGS, context.api_version)
+    async def alter(resource) -> None:
+        alterations = [(c.name, c.config_operation, c.value) for c in resource.configs]
+        await context.calls.admin.alter_config(
+            context.principal, resource.resource_name, alterations, request.validate_only
+        )
+
+    return await _alter_each(
+        context, request, api_table.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigsResponse", alter
+    )
+
+
+async def _alter_each(
+    context: RequestContext, request, api_key: int, response_name: str, alter: Callable[[object], Awaitable[None]]
+) -> object:
+    """Both AlterConfigs APIs' answer: each resource altered on its own (one's error leaves the
+    others' alterations), only topics' configs alterable."""
+    module = response_module(api_key, context.api_version)
     results = []
     for resource in request.resources:
         error = None
@@ -182,12 +212,7 @@ async def incremental_alter_configs(context: RequestContext, request) -> object:
             error = _unsupported_resource(resource.resource_type)
         else:
             try:
-                await context.calls.admin.alter_config(
-                    context.principal,
-                    resource.resource_name,
-                    [(c.name, c.config_operation, c.value) for c in resource.configs],
-                    request.validate_only,
-                )
+                await alter(resource)
             except BrokerError as raised:
                 error = raised
         results.append(
@@ -200,7 +225,7 @@ async def incremental_alter_configs(context: RequestContext, request) -> object:
                 resource_name=resource.resource_name,
             )
         )
-    return build(module, "IncrementalAlterConfigsResponse", throttle_time=NO_THROTTLE, responses=tuple(results))
+    return build(module, response_name, throttle_time=NO_THROTTLE, responses=tuple(results))
 
 
 def _unsupported_resource(resource_type: int) -> BrokerError:

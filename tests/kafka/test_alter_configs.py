@@ -1,0 +1,190 @@
+"""Kafka's AlterConfigs (33), the non-incremental one: a topic's configs become those the request
+gives, every other one back to the server's default. With confluent-kafka's (deprecated)
+`alter_configs`, aiokafka's and kafka-python's (told not to use IncrementalAlterConfigs), and raw
+requests for what the clients hide: per-resource errors, validate_only, null values. Each checked
+over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
+from kio.schema.errors import ErrorCode as KafkaError
+
+from app.kafka import api_table
+from tests.kafka.clients import WAIT_S, bootstrap, create_topic
+from tests.kafka.raw import RawConnection, nested, request_of
+
+TOPIC_RESOURCE = 2
+BROKER_RESOURCE = 4
+
+
+def http_config(server, topic: str) -> dict:
+    response = server.client.get(f"/v1/topics/{topic}")
+    response.raise_for_status()
+    return response.json()["config"]
+
+
+def confluent_replace(server, topic: str, configs: dict[str, str]) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap(server)})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config=configs)
+    admin.alter_configs([resource])[resource].result(WAIT_S)
+
+
+def aiokafka_replace(server, topic: str, configs: dict[str, str]) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource as AioConfigResource
+    from aiokafka.admin.config_resource import ConfigResourceType
+
+    async def run() -> list:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap(server))
+        await admin.start()
+        try:
+            return await admin.alter_configs([AioConfigResource(ConfigResourceType.TOPIC, topic, configs)])
+        finally:
+            await admin.close()
+
+    [response] = asyncio.run(run())
+    assert [(r[0], r[3]) for r in response.resources] == [(0, topic)], response  # (error_code, ..., name)
+
+
+def confluent_described(server, topic: str) -> dict[str, tuple[str, bool]]:
+    """Kafka's DescribeConfigs of the topic: (value, is_default) by config name."""
+    admin = AdminClient({"bootstrap.servers": bootstrap(server)})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    return {
+        name: (e.value, e.is_default) for name, e in admin.describe_configs([resource])[resource].result(WAIT_S).items()
+    }
+
+
+@pytest.mark.parametrize("replace", [confluent_replace, aiokafka_replace], ids=["confluent-kafka", "aiokafka"])
+def test_alter_configs_replaces_the_topics_configs(module_kafka_server, replace):
+    server = module_kafka_server
+    topic = f"alter-configs-{replace.__name__}"
+    create_topic(server, topic)
+    defaults = http_config(server, topic)
+
+    replace(server, topic, {"retention.ms": "60000", "cleanup.policy": "compact"})
+    assert http_config(server, topic) == {**defaults, "retention_ms": 60000, "cleanup_policy": "compact"}
+    described = confluent_described(server, topic)
+    assert described["retention.ms"] == ("60000", False)
+    assert described["cleanup.policy"] == ("compact", False)
+
+    # Not incremental: what the second request leaves out goes back to the server's default.
+    replace(server, topic, {"retention.bytes": "5000000"})
+    assert http_config(server, topic) == {**defaults, "retention_bytes": 5000000}
+    described = confluent_described(server, topic)
+    assert described["retention.ms"] == (str(defaults["retention_ms"]), True)
+    assert described["cleanup.policy"] == (defaults["cleanup_policy"], True)
+    assert described["retention.bytes"] == ("5000000", False)
+
+
+def test_kafka_python_alter_configs_without_incremental(module_kafka_server):
+    """kafka-python sends AlterConfigs when told not to use IncrementalAlterConfigs, and adds the
+    configs already set that the call leaves out (so its calls never reset any)."""
+    from kafka.admin import ConfigResource as KpConfigResource
+    from kafka.admin import ConfigResourceType, KafkaAdminClient
+
+    server = module_kafka_server
+    topic = "alter-configs-kafka-python"
+    create_topic(server, topic)
+    defaults = http_config(server, topic)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap(server))
+    try:
+        for configs in ({"retention.ms": "60000"}, {"max.message.bytes": "500000"}):
+            answered = admin.alter_configs(
+                [KpConfigResource(ConfigResourceType.TOPIC, topic, configs=configs)], incremental=False
+            )
+            assert answered == {"topic": {topic: "OK"}}
+        described = admin.describe_configs([KpConfigResource(ConfigResourceType.TOPIC, topic)])
+        assert {name: c["value"] for name, c in described["topic"][topic].items()} == {
+            "retention.ms": "60000",
+            "max.message.bytes": "500000",
+        }
+    finally:
+        admin.close()
+    assert http_config(server, topic) == {**defaults, "retention_ms": 60000, "max_message_bytes": 500000}
+
+
+def alter_configs(version: int, resources: list[tuple[int, str, dict[str, str | None]]], validate_only: bool = False):
+    key = api_table.ALTER_CONFIGS
+    return request_of(
+        key,
+        version,
+        resources=tuple(
+            nested(
+                key,
+                version,
+                "AlterConfigsResource",
+                resource_type=resource_type,
+                resource_name=name,
+                configs=tuple(nested(key, version, "AlterableConfig", name=n, value=v) for n, v in configs.items()),
+            )
+            for resource_type, name, configs in resources
+        ),
+        validate_only=validate_only,
+    )
+
+
+@pytest.mark.parametrize("version", api_table.SUPPORTED_VERSIONS[api_table.ALTER_CONFIGS])
+def test_each_resource_is_answered_on_its_own(module_kafka_server, version):
+    """An invalid value or an unknown config fails its resource only (INVALID_CONFIG with a message),
+    a broker's configs are answered as IncrementalAlterConfigs answers them; a null value sets the
+    config back to its default."""
+    server = module_kafka_server
+    applied, invalid, unknown = (f"alter-configs-v{version}-{n}" for n in ("applied", "invalid", "unknown"))
+    for topic in (applied, invalid, unknown):
+        create_topic(server, topic)
+    defaults = http_config(server, applied)
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        # Configs set before, which the next request leaves out or nulls: back to the defaults where applied.
+        before = {"max.message.bytes": "500000", "cleanup.policy": "compact"}
+        set_before = [(TOPIC_RESOURCE, t, before) for t in (applied, invalid, unknown)]
+        assert {r.error_code for r in connection.call(alter_configs(version, set_before)).responses} == {
+            KafkaError.none
+        }
+        response = connection.call(
+            alter_configs(
+                version,
+                [
+                    (TOPIC_RESOURCE, applied, {"retention.ms": "60000", "cleanup.policy": None}),
+                    (TOPIC_RESOURCE, invalid, {"retention.ms": "soon"}),
+                    (TOPIC_RESOURCE, unknown, {"no.such.config": "1"}),
+                    (BROKER_RESOURCE, "0", {"log.retention.ms": "1"}),
+                ],
+            )
+        )
+    answers = [(r.resource_name, r.error_code) for r in response.responses]
+    assert answers == [
+        (applied, KafkaError.none),
+        (invalid, KafkaError.invalid_config),
+        (unknown, KafkaError.invalid_config),
+        ("0", KafkaError.invalid_request),
+    ]
+    messages = [r.error_message for r in response.responses]
+    assert messages[0] is None
+    assert "retention.ms='soon'" in messages[1] and "expected an integer" in messages[1]
+    assert "'no.such.config'" in messages[2]
+    assert http_config(server, applied) == {**defaults, "retention_ms": 60000}
+    for untouched in (invalid, unknown):
+        assert http_config(server, untouched) == {**defaults, "max_message_bytes": 500000, "cleanup_policy": "compact"}
+
+
+def test_validate_only_changes_nothing(module_kafka_server):
+    server = module_kafka_server
+    topic = "alter-configs-validated"
+    create_topic(server, topic)
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        connection.call(alter_configs(2, [(TOPIC_RESOURCE, topic, {"retention.ms": "60000"})]))
+        before = http_config(server, topic)
+        checked = connection.call(
+            alter_configs(2, [(TOPIC_RESOURCE, topic, {"retention.bytes": "5000"})], validate_only=True)
+        )
+        refused = connection.call(
+            alter_configs(2, [(TOPIC_RESOURCE, topic, {"retention.bytes": "lots"})], validate_only=True)
+        )
+    assert [r.error_code for r in checked.responses] == [KafkaError.none]
+    assert [r.error_code for r in refused.responses] == [KafkaError.invalid_config]
+    assert http_config(server, topic) == before
+    assert before["retention_ms"] == 60000
