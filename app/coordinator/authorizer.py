@@ -67,11 +67,14 @@ class Acl:
     acl_id: int | None = None
 
     def matches_resource(self, resource_type: ResourceType, name: str) -> bool:
-        if self.resource_type != resource_type:
-            return False
-        if self.pattern_type == PatternType.PREFIXED:
-            return name.startswith(self.resource_name)
-        return self.resource_name in (WILDCARD, name)
+        return self.resource_type == resource_type and pattern_applies(self.pattern_type, self.resource_name, name)
+
+
+def pattern_applies(pattern_type: str, pattern: str, name: str) -> bool:
+    """Whether a rule's resource pattern applies to the resource `name`."""
+    if pattern_type == PatternType.PREFIXED:
+        return name.startswith(pattern)
+    return pattern in (WILDCARD, name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncpg
 
 from app.clock import now_ms
+from app.coordinator.acl_filters import AclFilter
 from app.coordinator.authorizer import Principal, principal_from
 from app.errors import BrokerError, ErrorCode
 from app.storage.security import principals
@@ -24,10 +25,12 @@ __all__ = [
     "authenticate",
     "create_principal",
     "delete_principal",
+    "find_acls",
     "list_acls",
     "list_keys",
     "list_principals",
     "remove_acl",
+    "remove_acls",
     "revoke_key",
 ]
 
@@ -91,6 +94,12 @@ async def revoke_key(pool: asyncpg.Pool, actor: str, name: str, key_id: str) -> 
 
 async def add_acl(pool: asyncpg.Pool, actor: str, rule: AclRow) -> AclRow:
     """Adds a rule (idempotent: the same rule twice is one rule); the rule as stored (with its id)."""
+    if not rule.principal or not rule.resource_name:
+        raise BrokerError(
+            ErrorCode.INVALID_REQUEST,
+            f"an ACL rule with principal {rule.principal!r} and resource name {rule.resource_name!r}: "
+            'expected both non-empty (the principal "*" or the resource name "*" for every one)',
+        )
     async with pool.acquire() as conn, conn.transaction():
         acl = await principals.add_acl(conn, rule)
         await principals.audit(
@@ -109,11 +118,31 @@ async def list_acls(pool: asyncpg.Pool, principal: str | None, resource_type: st
         return await principals.list_acls(conn, principal, resource_type)
 
 
+async def find_acls(pool: asyncpg.Pool, acl_filter: AclFilter) -> list[AclRow]:
+    """The rules the filter selects (Kafka's DescribeAcls), oldest first."""
+    found = await list_acls(pool, acl_filter.principal, acl_filter.resource_type)
+    return [acl for acl in found if acl_filter.matches(acl)]
+
+
 async def remove_acl(pool: asyncpg.Pool, actor: str, acl_id: int) -> None:
     async with pool.acquire() as conn, conn.transaction():
-        if not await principals.remove_acl(conn, acl_id):
+        if not await _remove_acl(conn, actor, acl_id):
             raise BrokerError(ErrorCode.NOT_FOUND, f"no ACL rule {acl_id}: list them with GET /v1/acls")
-        await principals.audit(conn, now_ms(), actor, "remove acl", str(acl_id))
+
+
+async def remove_acls(pool: asyncpg.Pool, actor: str, acl_filter: AclFilter) -> list[AclRow]:
+    """Removes the rules the filter selects (Kafka's DeleteAcls), all or none; the rules removed.
+    A rule removed by a concurrent caller after it was read is that caller's, so not returned."""
+    async with pool.acquire() as conn, conn.transaction():
+        selected = await principals.list_acls(conn, acl_filter.principal, acl_filter.resource_type)
+        return [acl for acl in selected if acl_filter.matches(acl) and await _remove_acl(conn, actor, acl.acl_id)]
+
+
+async def _remove_acl(conn: asyncpg.Connection, actor: str, acl_id: int) -> bool:
+    if not await principals.remove_acl(conn, acl_id):
+        return False
+    await principals.audit(conn, now_ms(), actor, "remove acl", str(acl_id))
+    return True
 
 
 async def audit_entries(pool: asyncpg.Pool, limit: int, before: int | None) -> list[AuditRow]:

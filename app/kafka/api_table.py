@@ -24,6 +24,9 @@ CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 DELETE_RECORDS = 21
 DELETE_GROUPS = 42
+DESCRIBE_ACLS = 29
+CREATE_ACLS = 30
+DELETE_ACLS = 31
 DESCRIBE_CONFIGS = 32
 ALTER_CONFIGS = 33
 CREATE_PARTITIONS = 37
@@ -59,6 +62,9 @@ SUPPORTED_VERSIONS: dict[int, range] = {
     DELETE_TOPICS: range(1, 7),
     DELETE_RECORDS: range(0, 3),
     DELETE_GROUPS: range(0, 3),  # v2: flexible
+    DESCRIBE_ACLS: range(1, 4),  # v1: pattern types (KIP-290); v2: flexible
+    CREATE_ACLS: range(1, 4),
+    DELETE_ACLS: range(1, 4),
     DESCRIBE_CONFIGS: range(1, 5),
     ALTER_CONFIGS: range(0, 3),  # v2: flexible
     CREATE_PARTITIONS: range(0, 4),

@@ -19,10 +19,13 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from app.coordinator import cluster_nodes, security_admin, topic_admin, transaction_admin
+from app.coordinator.acl_filters import MATCH, AclFilter
 from app.coordinator.authorizer import (
     ANONYMOUS,
     CLUSTER_RESOURCE,
     Operation,
+    PatternType,
+    Permission,
     Principal,
     ResourceType,
     authorize,
@@ -190,6 +193,7 @@ class BrokerCalls:
         self.groups = GroupCalls(state)
         self.admin = AdminCalls(state)
         self.transaction_admin = TransactionAdminCalls(state)
+        self.acls = AclCalls(state)
 
     @property
     def settings(self) -> Settings:
@@ -963,3 +967,35 @@ class TransactionAdminCalls:
         if denied is not None:
             return [denied] * len(partitions)
         return await transaction_admin.describe_producers_of(self._state.pool, topic, partitions)
+
+
+# The rules of Kafka's ACL APIs as the core holds them (security_admin's, HTTP's /v1/acls), and the
+# names handlers/acls.py gives their parts: the authorizer's enums and the filters' MATCH.
+AclRule = security_admin.AclRow
+AclResourceType, AclPatternType, AclOperation, AclPermission = ResourceType, PatternType, Operation, Permission
+ACL_FILTER_MATCH = MATCH
+
+
+class AclCalls:
+    """Kafka's CreateAcls, DescribeAcls and DeleteAcls on the core's rules, the ones HTTP's
+    /v1/acls adds, lists and removes, with its ACLs: Alter on the Cluster to change them, Describe
+    on the Cluster to list them (CLUSTER_AUTHORIZATION_FAILED), and its audit entries."""
+
+    def __init__(self, state) -> None:
+        self._state = state
+
+    async def create(self, principal: Principal, rule: AclRule) -> None:
+        authorize(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+        await security_admin.add_acl(self._state.pool, principal.name, rule)
+
+    async def describe(self, principal: Principal, acl_filter: AclFilter | None) -> list[AclRule]:
+        """`acl_filter` None: one no rule can match (an operation txbroker lacks, another host)."""
+        authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+        return [] if acl_filter is None else await security_admin.find_acls(self._state.pool, acl_filter)
+
+    async def delete(self, principal: Principal, acl_filter: AclFilter | None) -> list[AclRule]:
+        """The rules deleted (`acl_filter` as describe's)."""
+        authorize(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+        if acl_filter is None:
+            return []
+        return await security_admin.remove_acls(self._state.pool, principal.name, acl_filter)

@@ -13,6 +13,7 @@ from app.kafka import api_table
 from app.kafka.context import RequestContext
 from app.kafka.frames import MalformedRequest, encode_response, parse_request, peek_header
 from app.kafka.handlers import (
+    acls,
     admin,
     fetch,
     group_offsets,
@@ -46,6 +47,9 @@ HANDLERS = {
     api_table.DESCRIBE_GROUPS: groups.describe_groups,
     api_table.LIST_GROUPS: groups.list_groups,
     api_table.DELETE_GROUPS: groups.delete_groups,
+    api_table.DESCRIBE_ACLS: acls.describe_acls,
+    api_table.CREATE_ACLS: acls.create_acls,
+    api_table.DELETE_ACLS: acls.delete_acls,
     api_table.CREATE_TOPICS: admin.create_topics,
     api_table.DELETE_TOPICS: admin.delete_topics,
     api_table.DELETE_RECORDS: admin.delete_records,

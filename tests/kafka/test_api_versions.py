@@ -291,6 +291,48 @@ def _transaction_admin_sample(api_key: int, version: int):
             duration_filter=-1,
             transactional_id_pattern="versions-.*",
         )
+    return _acl_sample(api_key, version)
+
+
+def acl_principal(version: int) -> str:
+    """The principal of the rule each DeleteAcls version deletes (prepare_samples adds it)."""
+    return f"versions-acl-v{version}"
+
+
+# Kafka's codes: resource type ANY, TOPIC; pattern type ANY, MATCH, LITERAL; operation ANY, READ;
+# permission type ANY, ALLOW.
+ANY, TOPIC_RESOURCE, MATCH, LITERAL, READ, ALLOW = 1, 2, 2, 3, 3, 3
+
+
+def _acl_sample(api_key: int, version: int):
+    if api_key == api_table.CREATE_ACLS:
+        creation = nested(
+            api_key,
+            version,
+            "AclCreation",
+            resource_type=TOPIC_RESOURCE,
+            resource_name=TOPIC,
+            resource_pattern_type=LITERAL,
+            principal=f"User:versions-created-v{version}",
+            host="*",
+            operation=READ,
+            permission_type=ALLOW,
+        )
+        return request_of(api_key, version, creations=(creation,))
+    acl_filter = dict(
+        resource_type_filter=TOPIC_RESOURCE,
+        resource_name_filter=TOPIC,
+        pattern_type_filter=MATCH,
+        principal_filter=None,
+        host_filter=None,
+        operation=ANY,
+        permission_type=ANY,
+    )
+    if api_key == api_table.DESCRIBE_ACLS:
+        return request_of(api_key, version, **acl_filter)
+    if api_key == api_table.DELETE_ACLS:
+        deleted = {**acl_filter, "principal_filter": f"User:{acl_principal(version)}", "pattern_type_filter": ANY}
+        return request_of(api_key, version, filters=(nested(api_key, version, "DeleteAclsFilter", **deleted),))
     return None
 
 
@@ -368,6 +410,14 @@ def prepare_samples(server) -> str:
     for group in [*deleted_groups, OFFSETS_DELETED]:
         offsets = [{"topic": TOPIC, "partition": 0, "offset": 0}]
         server.client.post(f"/v1/groups/{group}/offsets/commit", json={"offsets": offsets}).raise_for_status()
+    for version in api_table.SUPPORTED_VERSIONS[api_table.DELETE_ACLS]:
+        acl = {
+            "principal": acl_principal(version),
+            "resource_type": "Topic",
+            "resource_name": TOPIC,
+            "operation": "Read",
+        }
+        server.client.post("/v1/acls", json=acl).raise_for_status()
     address = server.extra["kafka_bootstrap"]
     prepare_groups(address)
     with RawConnection(address) as connection:

@@ -581,3 +581,232 @@ def test_deleting_offsets_needs_delete_on_the_group_and_read_on_the_topic(secure
     with admin_client(secured) as admin:
         left = admin.post(f"/v1/groups/{group}/offsets/fetch", json={"partitions": None}).json()["offsets"]
         assert [(o["topic"], o["offset"]) for o in left] == [(OTHER_TOPIC, 1)]
+
+
+# ---- ACLs over Kafka (CreateAcls, DescribeAcls, DeleteAcls): HTTP's /v1/acls rules, one set
+
+
+def http_rules(server, principal: str) -> list[tuple]:
+    with admin_client(server) as admin:
+        found = admin.get("/v1/acls", params={"principal": principal}).json()["acls"]
+    return [(a["resource_type"], a["pattern_type"], a["resource_name"], a["operation"], a["permission"]) for a in found]
+
+
+def can_describe(server, username: str, api_key: str, topic: str) -> bool:
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, username, api_key).error_code == KafkaError.none
+        return topic_error(connection, topic) == KafkaError.none
+
+
+def test_confluent_kafka_creates_describes_and_deletes_acls_that_http_shows_and_enforces(secured):
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    _, api_key = new_principal(secured, "acl-target")
+    assert not can_describe(secured, "acl-target", api_key, OTHER_TOPIC)
+    admin = AdminClient(confluent_config(secured.extra["kafka_bootstrap"], "admin", ADMIN_TOKEN))
+    bindings = [
+        AclBinding(
+            ResourceType.TOPIC,
+            OTHER_TOPIC,
+            ResourcePatternType.LITERAL,
+            "User:acl-target",
+            "*",
+            AclOperation.DESCRIBE,
+            AclPermissionType.ALLOW,
+        ),
+        AclBinding(
+            ResourceType.GROUP,
+            "acl-",
+            ResourcePatternType.PREFIXED,
+            "User:acl-target",
+            "*",
+            AclOperation.READ,
+            AclPermissionType.DENY,
+        ),
+    ]
+    for future in admin.create_acls(bindings, request_timeout=WAIT_S).values():
+        assert future.result() is None
+    assert http_rules(secured, "acl-target") == [
+        ("Topic", "literal", OTHER_TOPIC, "Describe", "allow"),
+        ("Group", "prefixed", "acl-", "Read", "deny"),
+    ]
+    assert can_describe(secured, "acl-target", api_key, OTHER_TOPIC)
+
+    # MATCH: the rules that apply to the group "acl-members" (the prefixed one), none of the topic's.
+    matching = AclBindingFilter(
+        ResourceType.GROUP,
+        "acl-members",
+        ResourcePatternType.MATCH,
+        None,
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    assert admin.describe_acls(matching, request_timeout=WAIT_S).result() == [bindings[1]]
+
+    of_the_topic = AclBindingFilter(
+        ResourceType.ANY,
+        OTHER_TOPIC,
+        ResourcePatternType.ANY,
+        "User:acl-target",
+        None,
+        AclOperation.ANY,
+        AclPermissionType.ANY,
+    )
+    (deleted,) = admin.delete_acls([of_the_topic], request_timeout=WAIT_S).values()
+    assert deleted.result() == [bindings[0]]
+    assert http_rules(secured, "acl-target") == [("Group", "prefixed", "acl-", "Read", "deny")]
+    assert not can_describe(secured, "acl-target", api_key, OTHER_TOPIC)
+
+
+def test_kafka_python_creates_describes_and_deletes_acls(secured):
+    from kafka.admin import (
+        ACL,
+        ACLFilter,
+        ACLOperation,
+        ACLPermissionType,
+        ACLResourcePatternType,
+        KafkaAdminClient,
+        ResourcePattern,
+        ResourcePatternFilter,
+        ResourceType,
+    )
+
+    new_principal(secured, "python-acl")
+    acl = ACL(
+        principal="User:python-acl",
+        host="*",
+        operation=ACLOperation.WRITE,
+        permission_type=ACLPermissionType.ALLOW,
+        resource_pattern=ResourcePattern(ResourceType.TRANSACTIONAL_ID, "python-", ACLResourcePatternType.PREFIXED),
+    )
+    acl_filter = ACLFilter(
+        principal="User:python-acl",
+        host="*",
+        operation=ACLOperation.ANY,
+        permission_type=ACLPermissionType.ANY,
+        resource_pattern=ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY),
+    )
+    admin = KafkaAdminClient(**python_config(secured.extra["kafka_bootstrap"], "admin", ADMIN_TOKEN))
+    try:
+        assert admin.create_acls([acl]) == {"succeeded": [acl], "failed": []}
+        assert http_rules(secured, "python-acl") == [("TransactionalId", "prefixed", "python-", "Write", "allow")]
+        described, _ = admin.describe_acls(acl_filter)
+        assert described == [acl]
+        ((_, deleted, error),) = admin.delete_acls([acl_filter])
+        assert (deleted, error.errno) == ([acl], 0)
+        assert admin.describe_acls(acl_filter)[0] == []
+    finally:
+        admin.close()
+    assert http_rules(secured, "python-acl") == []
+
+
+def every_rule_filter(principal: str | None = None) -> dict:
+    """A DescribeAcls / DeleteAcls filter of every rule (of `principal`, "User:NAME", when given)."""
+    return dict(
+        resource_type_filter=ANY_CODE,
+        resource_name_filter=None,
+        pattern_type_filter=ANY_CODE,
+        principal_filter=principal,
+        host_filter=None,
+        operation=ANY_CODE,
+        permission_type=ANY_CODE,
+    )
+
+
+def describe_acls_of(connection: RawConnection, principal: str | None):
+    return connection.call(request_of(api_table.DESCRIBE_ACLS, 3, **every_rule_filter(principal)))
+
+
+# Kafka's codes: ANY in each enum of a filter; resource types, pattern types, operations, permissions.
+ANY_CODE = 1
+TOPIC_CODE, CLUSTER_CODE, LITERAL_CODE, PREFIXED_CODE = 2, 4, 3, 4
+READ_CODE, ALTER_CODE, DESCRIBE_CODE, DESCRIBE_CONFIGS_CODE, ALLOW_CODE = 3, 7, 8, 10, 3
+
+
+def test_a_rule_made_over_http_is_described_over_kafka(secured):
+    _, api_key = new_principal(
+        secured,
+        "http-made",
+        rule("Cluster", "txbroker-cluster", "Describe"),
+        rule("Topic", "http-", "Read", "prefixed"),
+    )
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "http-made", api_key).error_code == KafkaError.none
+        described = describe_acls_of(connection, "User:http-made")
+    assert described.error_code == KafkaError.none
+    assert [
+        (
+            r.resource_type,
+            r.resource_name,
+            r.pattern_type,
+            [(a.principal, a.host, a.operation, a.permission_type) for a in r.acls],
+        )
+        for r in described.resources
+    ] == [
+        (CLUSTER_CODE, "kafka-cluster", LITERAL_CODE, [("User:http-made", "*", DESCRIBE_CODE, ALLOW_CODE)]),
+        (TOPIC_CODE, "http-", PREFIXED_CODE, [("User:http-made", "*", READ_CODE, ALLOW_CODE)]),
+    ]
+
+
+def creation(principal: str, host: str = "*", operation: int = READ_CODE, resource_type: int = TOPIC_CODE, name=TOPIC):
+    return nested(
+        api_table.CREATE_ACLS,
+        3,
+        "AclCreation",
+        resource_type=resource_type,
+        resource_name=name,
+        resource_pattern_type=LITERAL_CODE,
+        principal=principal,
+        host=host,
+        operation=operation,
+        permission_type=ALLOW_CODE,
+    )
+
+
+def test_acl_creations_txbroker_cannot_hold_are_refused_each_with_a_message(secured):
+    new_principal(secured, "refused-acl")
+    creations = (
+        creation("User:refused-acl", host="10.0.0.1"),
+        creation("Group:refused-acl"),
+        creation("User:refused-acl", operation=DESCRIBE_CONFIGS_CODE),
+        creation("User:refused-acl", operation=ALTER_CODE, resource_type=CLUSTER_CODE, name="kafka-cluster"),
+    )
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "admin", ADMIN_TOKEN).error_code == KafkaError.none
+        created = connection.call(request_of(api_table.CREATE_ACLS, 3, creations=creations))
+    assert [r.error_code for r in created.results] == [KafkaError.invalid_request] * 3 + [KafkaError.none]
+    host, principal_type, operation, _ = [r.error_message for r in created.results]
+    assert "'10.0.0.1'" in host and "every host" in host
+    assert "'Group:refused-acl'" in principal_type and "User:NAME" in principal_type
+    assert "DESCRIBE_CONFIGS" in operation
+    assert http_rules(secured, "refused-acl") == [("Cluster", "literal", "txbroker-cluster", "Alter", "allow")]
+
+
+def test_the_acl_apis_need_alter_or_describe_on_the_cluster(secured):
+    """Without Alter on the Cluster nothing is created or deleted (CLUSTER_AUTHORIZATION_FAILED);
+    without Describe on it nothing is described; a rule's own principal is no exception."""
+    _, api_key = new_principal(secured, "no-cluster-acl", rule("Topic", TOPIC, "All"))
+    delete_every_rule = nested(api_table.DELETE_ACLS, 3, "DeleteAclsFilter", **every_rule_filter())
+    with admin_client(secured) as admin:
+        every_rule = admin.get("/v1/acls").json()["acls"]
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "no-cluster-acl", api_key).error_code == KafkaError.none
+        created = connection.call(request_of(api_table.CREATE_ACLS, 3, creations=(creation("User:no-cluster-acl"),)))
+        deleted = connection.call(request_of(api_table.DELETE_ACLS, 3, filters=(delete_every_rule,)))
+        described = describe_acls_of(connection, None)
+    assert [r.error_code for r in created.results] == [KafkaError.cluster_authorization_failed]
+    assert [(r.error_code, r.matching_acls) for r in deleted.filter_results] == [
+        (KafkaError.cluster_authorization_failed, ())
+    ]
+    assert (described.error_code, described.resources) == (KafkaError.cluster_authorization_failed, ())
+    with admin_client(secured) as admin:
+        assert admin.get("/v1/acls").json()["acls"] == every_rule
