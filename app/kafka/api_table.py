@@ -40,6 +40,7 @@ END_TXN = 26
 TXN_OFFSET_COMMIT = 28
 SASL_HANDSHAKE = 17
 SASL_AUTHENTICATE = 36
+DESCRIBE_CLUSTER = 60
 DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
@@ -78,6 +79,7 @@ SUPPORTED_VERSIONS: dict[int, range] = {
     TXN_OFFSET_COMMIT: range(0, 4),  # v3: the group's generation and member (KIP-447)
     SASL_HANDSHAKE: range(0, 2),  # v0: SASL's token then sent unframed (app/kafka/sasl.py)
     SASL_AUTHENTICATE: range(0, 3),
+    DESCRIBE_CLUSTER: range(0, 3),  # v1: the endpoint type (KIP-919); v2: fenced brokers (KIP-1073), none here
     DESCRIBE_PRODUCERS: range(0, 1),
     DESCRIBE_TRANSACTIONS: range(0, 1),
     LIST_TRANSACTIONS: range(0, 3),  # v1: the duration filter; v2: the transactional id pattern (KIP-1152)

@@ -181,6 +181,33 @@ def _denied(principal: Principal, operation: Operation, resource: ResourceType, 
     return None
 
 
+# Kafka's operations on its Cluster resource (AclEntry.supportedOperations(CLUSTER)), each as
+# txbroker's rules decide it: DescribeConfigs and AlterConfigs by Describe and Alter (as the topic's
+# are, AdminCalls), ClusterAction (brokers' own requests, none of which txbroker serves) by All
+# alone, IdempotentWrite by every principal (None: as init_producer_id allows any caller).
+KAFKA_CLUSTER_OPERATIONS: dict[str, Operation | None] = {
+    "CREATE": Operation.CREATE,
+    "ALTER": Operation.ALTER,
+    "DESCRIBE": Operation.DESCRIBE,
+    "CLUSTER_ACTION": Operation.ALL,
+    "DESCRIBE_CONFIGS": Operation.DESCRIBE,
+    "ALTER_CONFIGS": Operation.ALTER,
+    "IDEMPOTENT_WRITE": None,
+}
+
+
+def cluster_operations(principal: Principal) -> list[str]:
+    """Kafka's names of the operations `principal` may do on the Cluster (Metadata's and
+    DescribeCluster's authorized operations): none unless it may Describe the Cluster, as Kafka."""
+    if not is_allowed(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
+        return []
+    return [
+        name
+        for name, operation in KAFKA_CLUSTER_OPERATIONS.items()
+        if operation is None or is_allowed(principal, operation, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+    ]
+
+
 class BrokerCalls:
     """The app's operations as one listener sees them (one per server process; `state` is the
     FastAPI app's state: pool, batched_writes, coordinator, notifier, settings)."""

@@ -1,8 +1,8 @@
 """Kafka's AlterConfigs (33), the non-incremental one: a topic's configs become those the request
 gives, every other one back to the server's default. With confluent-kafka's (deprecated)
 `alter_configs`, aiokafka's and kafka-python's (told not to use IncrementalAlterConfigs), and raw
-requests for what the clients hide: per-resource errors, validate_only, null values. Each checked
-over HTTP."""
+requests for what the clients hide: per-resource errors, validate_only, null values, a resource
+named twice (also IncrementalAlterConfigs'). Each checked over HTTP."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from tests.kafka.raw import RawConnection, nested, request_of
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+SET = 0  # IncrementalAlterConfigs' operation
 
 
 def http_config(server, topic: str) -> dict:
@@ -107,8 +108,13 @@ def test_kafka_python_alter_configs_without_incremental(module_kafka_server):
     assert http_config(server, topic) == {**defaults, "retention_ms": 60000, "max_message_bytes": 500000}
 
 
-def alter_configs(version: int, resources: list[tuple[int, str, dict[str, str | None]]], validate_only: bool = False):
-    key = api_table.ALTER_CONFIGS
+def alter_configs(
+    version: int,
+    resources: list[tuple[int, str, dict[str, str | None]]],
+    validate_only: bool = False,
+    key: int = api_table.ALTER_CONFIGS,
+):
+    """An AlterConfigs request (`key` IncrementalAlterConfigs: each config SET)."""
     return request_of(
         key,
         version,
@@ -119,7 +125,10 @@ def alter_configs(version: int, resources: list[tuple[int, str, dict[str, str | 
                 "AlterConfigsResource",
                 resource_type=resource_type,
                 resource_name=name,
-                configs=tuple(nested(key, version, "AlterableConfig", name=n, value=v) for n, v in configs.items()),
+                configs=tuple(
+                    nested(key, version, "AlterableConfig", name=n, value=v, config_operation=SET)
+                    for n, v in configs.items()
+                ),
             )
             for resource_type, name, configs in resources
         ),
@@ -169,6 +178,34 @@ def test_each_resource_is_answered_on_its_own(module_kafka_server, version):
     assert http_config(server, applied) == {**defaults, "retention_ms": 60000}
     for untouched in (invalid, unknown):
         assert http_config(server, untouched) == {**defaults, "max_message_bytes": 500000, "cleanup_policy": "compact"}
+
+
+@pytest.mark.parametrize(
+    "key", [api_table.ALTER_CONFIGS, api_table.INCREMENTAL_ALTER_CONFIGS], ids=["AlterConfigs", "Incremental"]
+)
+def test_a_resource_named_twice_is_altered_by_neither_mention(module_kafka_server, key):
+    """As a Kafka broker: each mention of a repeated resource is INVALID_REQUEST and none applied;
+    the other resources are altered."""
+    server = module_kafka_server
+    twice, once = f"alter-configs-{key}-twice", f"alter-configs-{key}-once"
+    for topic in (twice, once):
+        create_topic(server, topic)
+    defaults = http_config(server, twice)
+    resources = [
+        (TOPIC_RESOURCE, twice, {"retention.ms": "60000"}),
+        (TOPIC_RESOURCE, once, {"retention.ms": "70000"}),
+        (TOPIC_RESOURCE, twice, {"max.message.bytes": "500000"}),
+    ]
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        response = connection.call(alter_configs(max(api_table.SUPPORTED_VERSIONS[key]), resources, key=key))
+    assert [(r.resource_name, r.error_code) for r in response.responses] == [
+        (twice, KafkaError.invalid_request),
+        (once, KafkaError.none),
+        (twice, KafkaError.invalid_request),
+    ]
+    assert all("named 2 times" in response.responses[i].error_message for i in (0, 2))
+    assert http_config(server, twice) == defaults
+    assert http_config(server, once) == {**defaults, "retention_ms": 70000}
 
 
 def test_validate_only_changes_nothing(module_kafka_server):

@@ -100,6 +100,10 @@ def sample_request(api_key: int, version: int, producer: RawProducer | None = No
             include_cluster_authorized_operations=False,
             include_topic_authorized_operations=False,
         )
+    if api_key == api_table.DESCRIBE_CLUSTER:
+        return request_of(
+            api_key, version, include_cluster_authorized_operations=True, endpoint_type=1, include_fenced_brokers=True
+        )
     if api_key == api_table.API_VERSIONS:
         return request_of(api_key, version, client_software_name="raw-test", client_software_version="1")
     if api_key == api_table.INIT_PRODUCER_ID:

@@ -1,6 +1,7 @@
 """Several `txbroker serve` nodes on one PostgreSQL appear in Metadata as brokers, each with the id
 it was started with (TXBROKER_NODE_ID), listed while alive: a node stopped (or killed) leaves the
-list, restarted with its id it is listed again; each answers as the coordinator and the leader."""
+list, restarted with its id it is listed again; each answers as the coordinator and the leader.
+DescribeCluster answers the same brokers."""
 
 from __future__ import annotations
 
@@ -57,6 +58,9 @@ def test_nodes_on_one_database_are_brokers_while_alive(server_process, database_
         assert brokers(second_port) == {7: first_port, 11: second_port}
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{second_port}"})
         assert sorted(admin.list_topics(timeout=WAIT_S).brokers) == [7, 11]
+        described = admin.describe_cluster(request_timeout=WAIT_S).result(timeout=WAIT_S)  # DescribeCluster (60)
+        assert sorted((n.id, n.port) for n in described.nodes) == [(7, first_port), (11, second_port)]
+        assert described.controller.id in (7, 11)  # the node asked: each answers itself as the controller
         del admin
         second.terminate()
         brokers_become(first_port, {7: first_port})

@@ -272,6 +272,32 @@ def test_the_admin_apis_apply_the_principals_acls(secured, reader):
         assert len(admin.get(f"/v1/topics/{TOPIC}").json()["partitions"]) == 1
 
 
+# Kafka's AclOperation codes of what Describe on the Cluster lets a principal do there: Describe,
+# DescribeConfigs, and IdempotentWrite (any principal's, as InitProducerId allows).
+DESCRIBE, DESCRIBE_CONFIGS, IDEMPOTENT_WRITE = 8, 10, 12
+
+
+def test_describe_cluster_needs_no_acl_and_answers_the_clusters_operations(secured, reader):
+    """As Kafka: the brokers to any principal; the authorized operations asked for are none without
+    Describe on the Cluster, and those its rules allow with it."""
+    _, api_key = new_principal(secured, "cluster-describer", rule("Cluster", "txbroker-cluster", "Describe"))
+    answers = {}
+    for username, key in (reader, ("cluster-describer", api_key)):
+        with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+            assert log_in(connection, username, key).error_code == KafkaError.none
+            answers[username] = connection.call(
+                request_of(api_table.DESCRIBE_CLUSTER, 1, include_cluster_authorized_operations=True, endpoint_type=1)
+            )
+    assert {name: (r.error_code, len(r.brokers)) for name, r in answers.items()} == {
+        "reader": (KafkaError.none, 1),
+        "cluster-describer": (KafkaError.none, 1),
+    }
+    assert answers["reader"].cluster_authorized_operations == 0
+    assert answers["cluster-describer"].cluster_authorized_operations == (
+        (1 << DESCRIBE) | (1 << DESCRIBE_CONFIGS) | (1 << IDEMPOTENT_WRITE)
+    )
+
+
 def test_altering_a_topics_configs_needs_alter_on_it(secured):
     """AlterConfigs: TOPIC_AUTHORIZATION_FAILED for the topic the principal may not alter only; the
     other's configs are replaced."""

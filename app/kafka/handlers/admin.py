@@ -6,6 +6,7 @@ retention.bytes, max.message.bytes, cleanup.policy, delete.retention.ms), Delete
 from __future__ import annotations
 
 import datetime
+from collections import Counter
 from collections.abc import Awaitable, Callable
 
 from kio.schema.errors import ErrorCode as KafkaError
@@ -203,12 +204,22 @@ async def _alter_each(
     context: RequestContext, request, api_key: int, response_name: str, alter: Callable[[object], Awaitable[None]]
 ) -> object:
     """Both AlterConfigs APIs' answer: each resource altered on its own (one's error leaves the
-    others' alterations), only topics' configs alterable."""
+    others' alterations), only topics' configs alterable. A resource named more than once is
+    altered by none of its mentions, each answered INVALID_REQUEST, as a Kafka broker answers
+    (ConfigAdminManager.preprocess): which of its alterations was meant is not the broker's guess."""
     module = response_module(api_key, context.api_version)
+    named = Counter((resource.resource_type, resource.resource_name) for resource in request.resources)
     results = []
     for resource in request.resources:
         error = None
-        if resource.resource_type != TOPIC_RESOURCE:
+        if named[resource.resource_type, resource.resource_name] > 1:
+            error = BrokerError(
+                ErrorCode.INVALID_REQUEST,
+                f"resource {resource.resource_name!r} (type {resource.resource_type}) is named "
+                f"{named[resource.resource_type, resource.resource_name]} times: expected each resource at most "
+                "once; send its alterations in one entry",
+            )
+        elif resource.resource_type != TOPIC_RESOURCE:
             error = _unsupported_resource(resource.resource_type)
         else:
             try:
