@@ -155,6 +155,9 @@ def test_consume_with_a_group_commits_and_groups_commands_show_lag(server):
     assert "group readers: Empty" in described and "LAG" in described
     offsets = json.loads(ok(txbroker(server.url, "groups", "describe", "readers", "--json")))["offsets"]
     assert {o["lag"] for o in offsets} == {0}
+    assert ok(txbroker(server.url, "groups", "delete", "readers")) == "deleted group readers\n"
+    gone = txbroker(server.url, "groups", "describe", "readers")
+    assert gone.returncode == 1 and gone.stderr.startswith(b"error: GROUP_ID_NOT_FOUND: ")
 
 
 def test_url_from_the_environment_and_the_server_commands_still_dispatch(server):

@@ -8,7 +8,7 @@ The client commands speak HTTP only, through the SDK.
     txbroker transactions list|describe|abort|find-hanging
     txbroker producers TOPIC PARTITION
     txbroker markers TOPIC PARTITION
-    txbroker groups list|describe
+    txbroker groups list|describe|delete
     txbroker principals create|list|delete|add-key|keys|revoke-key
     txbroker acls add|list|remove
     txbroker audit

@@ -1,4 +1,4 @@
-"""`txbroker groups list|describe`: consumer groups, their members, committed offsets and lag."""
+"""`txbroker groups list|describe|delete`: consumer groups, their members, committed offsets and lag."""
 
 from __future__ import annotations
 
@@ -61,11 +61,23 @@ def groups_describe(args, admin: Admin) -> int:
     return EXIT_OK
 
 
+def groups_delete(args, admin: Admin) -> int:
+    admin.delete_group(args.group)
+    if args.json:
+        emit_json({"deleted": args.group})
+    else:
+        print(f"deleted group {args.group}")
+    return EXIT_OK
+
+
 def add_commands(commands) -> None:
     """The `groups` command group."""
-    groups = commands.add_parser("groups", help="list and describe consumer groups")
+    groups = commands.add_parser("groups", help="list, describe and delete consumer groups")
     group_commands = groups.add_subparsers(dest="groups_command", required=True, metavar="ACTION")
     add_command(group_commands, "list", "list groups", admin_command(groups_list))
     add_command(
         group_commands, "describe", "members, assignment, committed offsets and lag", admin_command(groups_describe)
+    ).add_argument("group")
+    add_command(
+        group_commands, "delete", "delete a group without members, with its offsets", admin_command(groups_delete)
     ).add_argument("group")
