@@ -90,6 +90,11 @@ class RunningServer:
     extra: dict = field(default_factory=dict)
 
 
+# httpx builds an SSL context per Client or per call of httpx.get (loading the CA bundle, a tenth of a
+# second) unless given one; test clients never use TLS.
+SHARED_SSL_CONTEXT = ssl.create_default_context()
+
+
 def wait_until_healthy(url: str, timeout_s: float = 60, process: subprocess.Popen | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     last = None
@@ -97,7 +102,7 @@ def wait_until_healthy(url: str, timeout_s: float = 60, process: subprocess.Pope
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"the server exited with {process.returncode} before it was healthy")
         try:
-            response = httpx.get(f"{url}/v1/health", timeout=2)
+            response = httpx.get(f"{url}/v1/health", timeout=2, verify=SHARED_SSL_CONTEXT)
             if response.status_code == 200:
                 return
             last = response.text
@@ -105,11 +110,6 @@ def wait_until_healthy(url: str, timeout_s: float = 60, process: subprocess.Pope
             last = repr(error)
         time.sleep(0.05)
     raise RuntimeError(f"the server at {url} was not healthy within {timeout_s}s: {last}")
-
-
-# httpx builds an SSL context per Client (loading the CA bundle) unless given one; test clients never
-# use TLS.
-SHARED_SSL_CONTEXT = ssl.create_default_context()
 
 
 def start_in_process_server(database_url: str, **setting_overrides) -> RunningServer:
