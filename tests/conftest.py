@@ -220,10 +220,15 @@ class ServerProcess:
         self.args = args
         # No Kafka listener on 9092 unless the test's env asks for one (several servers run at once);
         # Kafka groups complete their first rebalance at once unless the test's env wants the delay.
+        # One worker unless the test asks for more (`--workers N`, which overrides the environment):
+        # serve's default, one per core, would make each start import and ready the app once per
+        # core, one worker after the other (tests/crash/test_worker_processes.py and the others that
+        # pass --workers are where several workers are tested).
         self.env = {
             **os.environ,
             "TXBROKER_KAFKA_LISTENER": "off",
             "TXBROKER_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+            "TXBROKER_WORKERS": "1",
             **(env or {}),
         }
         self.process: subprocess.Popen | None = None
