@@ -8,6 +8,7 @@ a fresh database per test cloned from a migrated template, and servers reached o
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import itertools
 import os
@@ -84,7 +85,9 @@ def drop_database(postgres: EmbeddedPostgres, name: str) -> None:
         finally:
             await connection.close()
 
-    asyncio.run(drop())
+    # On a thread of its own: the test's thread may run an event loop (Playwright's sync API does).
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as executor:
+        executor.submit(asyncio.run, drop()).result()
 
 
 def loopback_socket(reuse_port: bool = True) -> socket.socket:
