@@ -217,7 +217,7 @@ def _hold_kafka_port(settings: Settings) -> tuple[socket.socket | None, Settings
     of its own beside it, and the kernel spreads connections over them. Port 0 is resolved here, so
     that every worker binds (and advertises) the same port. Returns the held socket and the
     settings the node's servers get."""
-    from app.kafka.listener import OFF, format_address, parse_address
+    from app.kafka.listener_addresses import OFF, format_address, parse_address
     from app.runtime.listening_sockets import bound_accepting_socket, claim_port
 
     if settings.kafka_listener == OFF:
@@ -253,7 +253,7 @@ def _is_loopback(host: str) -> bool:
 def listening_refusal(settings: Settings, fd: int | None) -> str | None:
     """Authentication is required to listen beyond loopback, unless explicitly waived: on the HTTP
     port and on the Kafka listener alike."""
-    from app.kafka.listener import OFF, parse_address
+    from app.kafka.listener_addresses import OFF, parse_address
 
     hosts = [("listen on", _listening_host(settings, fd))]
     if settings.kafka_listener != OFF:

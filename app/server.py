@@ -24,7 +24,8 @@ from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.coordinator.workers import BackgroundWorkers
 from app.kafka.broker_calls import BrokerCalls
-from app.kafka.listener import OFF, KafkaListener, parse_address
+from app.kafka.listener import KafkaListener
+from app.kafka.listener_addresses import OFF, parse_address
 from app.settings import Settings
 from app.storage.database import CONNECTION_ERRORS, create_pool
 from app.storage.log import topics

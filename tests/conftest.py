@@ -7,6 +7,9 @@ a fresh database per test cloned from a migrated template, and servers reached o
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import functools
 import itertools
 import os
 import re
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import httpx
 import pytest
 import uvicorn
@@ -60,11 +64,30 @@ def postgres() -> Iterator[EmbeddedPostgres]:
 
 
 @pytest.fixture
-def database_url(postgres: EmbeddedPostgres) -> str:
-    """A fresh, migrated database for this test."""
+def database_url(postgres: EmbeddedPostgres) -> Iterator[str]:
+    """A fresh, migrated database for this test, dropped after it."""
     name = f"test_{os.getpid()}_{next(_database_numbers)}"
     postgres.create_database(name, template=TEMPLATE_DATABASE)
-    return database_url_for(postgres.database_url, name)
+    yield database_url_for(postgres.database_url, name)
+    drop_database(postgres, name)
+
+
+def drop_database(postgres: EmbeddedPostgres, name: str) -> None:
+    """Drops a test's database once the test is done with it (FORCE: whatever is still connected,
+    e.g. a killed server's backends, is disconnected). Kept, the session's databases (hundreds,
+    gigabytes with the WAL their copies wrote) were deleted with its data dir at its end, which
+    took far longer than dropping each after its test."""
+
+    async def drop() -> None:
+        connection = await asyncpg.connect(database_url_for(postgres.database_url, "postgres"))
+        try:
+            await connection.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        finally:
+            await connection.close()
+
+    # On a thread of its own: the test's thread may run an event loop (Playwright's sync API does).
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as executor:
+        executor.submit(asyncio.run, drop()).result()
 
 
 def loopback_socket(reuse_port: bool = True) -> socket.socket:
@@ -90,6 +113,11 @@ class RunningServer:
     extra: dict = field(default_factory=dict)
 
 
+# httpx builds an SSL context per Client or per call of httpx.get (loading the CA bundle, a tenth of a
+# second) unless given one; test clients never use TLS.
+SHARED_SSL_CONTEXT = ssl.create_default_context()
+
+
 def wait_until_healthy(url: str, timeout_s: float = 60, process: subprocess.Popen | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     last = None
@@ -97,7 +125,7 @@ def wait_until_healthy(url: str, timeout_s: float = 60, process: subprocess.Pope
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"the server exited with {process.returncode} before it was healthy")
         try:
-            response = httpx.get(f"{url}/v1/health", timeout=2)
+            response = httpx.get(f"{url}/v1/health", timeout=2, verify=SHARED_SSL_CONTEXT)
             if response.status_code == 200:
                 return
             last = response.text
@@ -105,11 +133,6 @@ def wait_until_healthy(url: str, timeout_s: float = 60, process: subprocess.Pope
             last = repr(error)
         time.sleep(0.05)
     raise RuntimeError(f"the server at {url} was not healthy within {timeout_s}s: {last}")
-
-
-# httpx builds an SSL context per Client (loading the CA bundle) unless given one; test clients never
-# use TLS.
-SHARED_SSL_CONTEXT = ssl.create_default_context()
 
 
 def start_in_process_server(database_url: str, **setting_overrides) -> RunningServer:
@@ -136,14 +159,19 @@ def start_in_process_server(database_url: str, **setting_overrides) -> RunningSe
 
 
 def start_server_on_fresh_database(postgres: EmbeddedPostgres, name: str, **setting_overrides) -> RunningServer:
+    """A server on a database of its own, which stop_in_process_server drops."""
     postgres.create_database(name, template=TEMPLATE_DATABASE)
-    return start_in_process_server(database_url_for(postgres.database_url, name), **setting_overrides)
+    running = start_in_process_server(database_url_for(postgres.database_url, name), **setting_overrides)
+    running.extra["drop_database"] = functools.partial(drop_database, postgres, name)
+    return running
 
 
 def stop_in_process_server(running: RunningServer) -> None:
     running.client.close()
     running.extra["uvicorn"].should_exit = True
     running.extra["thread"].join(timeout=30)
+    if "drop_database" in running.extra:
+        running.extra["drop_database"]()
 
 
 @pytest.fixture
@@ -220,10 +248,15 @@ class ServerProcess:
         self.args = args
         # No Kafka listener on 9092 unless the test's env asks for one (several servers run at once);
         # Kafka groups complete their first rebalance at once unless the test's env wants the delay.
+        # One worker unless the test asks for more (`--workers N`, which overrides the environment):
+        # serve's default, one per core, would make each start import and ready the app once per
+        # core, one worker after the other (tests/crash/test_worker_processes.py and the others that
+        # pass --workers are where several workers are tested).
         self.env = {
             **os.environ,
             "TXBROKER_KAFKA_LISTENER": "off",
             "TXBROKER_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+            "TXBROKER_WORKERS": "1",
             **(env or {}),
         }
         self.process: subprocess.Popen | None = None

@@ -37,30 +37,16 @@ from collections.abc import Awaitable
 from app.kafka import dispatch
 from app.kafka.broker_calls import BrokerCalls
 from app.kafka.frames import FRAME_LENGTH, MalformedRequest
+from app.kafka.listener_addresses import format_address, parse_address
 from app.kafka.sasl import FAILED_AUTHENTICATION_CLOSE_DELAY_S, SaslSession
 from app.runtime.listening_sockets import LISTEN_BACKLOG, bound_accepting_socket
 
 log = logging.getLogger("txbroker.kafka")
 
-OFF = "off"
 # Pipelined Produce requests of a connection whose answers may be pending at once: librdkafka and
 # Kafka's Java client send at most 5 (max.in.flight.requests.per.connection, idempotent); beyond
 # this many the connection reads its next request only once the oldest is answered.
 MAX_PENDING_ANSWERS = 8
-
-
-def parse_address(text: str) -> tuple[str, int]:
-    """HOST:PORT ([v6]:PORT for IPv6) as (host, port); ValueError saying what was expected."""
-    host, separator, port = text.rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not separator or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:9092), nor 'off'")
-    return host, int(port)
-
-
-def format_address(host: str, port: int) -> str:
-    """The HOST:PORT text parse_address reads back ([v6]:PORT for IPv6)."""
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def tls_context(certfile, keyfile) -> ssl.SSLContext | None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from app.runtime import embedded_postgres
 from app.runtime.embedded_postgres import EmbeddedPostgres, EmbeddedPostgresError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -167,7 +168,10 @@ def test_server_of_a_killed_owner_exits_and_the_data_dir_restarts(scratch_dir):
         _kill_if_running(postmaster_pid)
 
 
-def test_orphan_that_ignores_shutdown_requests_is_killed(scratch_dir):
+def test_orphan_that_ignores_shutdown_requests_is_killed(scratch_dir, monkeypatch):
+    # The orphan ignores the parent-death request whatever its grace: a short one proves the same
+    # escalation (wait, SIGQUIT, SIGKILL) without waiting out the five seconds a real postmaster gets.
+    monkeypatch.setattr(embedded_postgres, "ORPHAN_SHUTDOWN_GRACE_S", 0.5)
     server = EmbeddedPostgres(scratch_dir / "data")
     orphan = None
     try:
