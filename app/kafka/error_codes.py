@@ -25,6 +25,11 @@ def kafka_error(error: BrokerError | None) -> KafkaError:
     return _BY_NAME.get(error.code) or _CLOSEST.get(error.code, KafkaError.unknown_server_error)
 
 
+def error_message(error: BrokerError | None) -> str | None:
+    """The error_message field of a response's entry (None without an error)."""
+    return None if error is None else error.message
+
+
 def versioned_error(error: BrokerError | None, api_version: int, producer_fenced_since: int | None) -> KafkaError:
     """kafka_error, for an API that learned PRODUCER_FENCED (KIP-588) at `producer_fenced_since`
     (None: never, as Produce): older versions get INVALID_PRODUCER_EPOCH for it, as Kafka answers."""

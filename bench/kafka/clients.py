@@ -285,8 +285,8 @@ def consume_records(bootstrap: str, topic: str, partitions: int, records: int) -
                 raise RuntimeError(f"read {read} of {records} records of {topic} in {WAIT_S} s")
             messages = consumer.consume(10_000, 1.0)
             # Every message's error is looked at, by map() in C: the baseline, a raw SELECT, counts
-            # asyncpg's rows without Python code per row, and a Python loop here cost more client
-            # CPU per record than librdkafka's parse (docs/performance.md, section 2).
+            # asyncpg's rows without Python code per row, and a Python loop here took client CPU
+            # per record the baseline does not spend (docs/performance.md, section 2).
             if any(map(Message.error, messages)):
                 raise KafkaException(next(filter(None, map(Message.error, messages))))
             read += len(messages)

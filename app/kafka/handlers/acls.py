@@ -30,7 +30,7 @@ from app.kafka.broker_calls import (
     AclRule,
 )
 from app.kafka.context import RequestContext
-from app.kafka.error_codes import kafka_error
+from app.kafka.error_codes import error_message, kafka_error
 from app.kafka.frames import build, response_module
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -116,11 +116,16 @@ def _rule_of(creation) -> AclRule:
             f"host {creation.host!r}: txbroker's rules apply from every host, expected {EVERY_HOST!r}; "
             "leave the host out (kafka-acls' default)"
         )
-    name = creation.resource_name
-    if resource_type == AclResourceType.CLUSTER and name == KAFKA_CLUSTER_NAME:
-        name = CLUSTER_RESOURCE
+    name = _resource_name(resource_type, creation.resource_name)
     principal = creation.principal.removeprefix(USER_PRINCIPAL_TYPE)
     return AclRule(0, principal, resource_type, pattern_type, name, operation, permission)
+
+
+def _resource_name(resource_type: str | None, kafka_name: str | None) -> str | None:
+    """A resource name of Kafka's as txbroker's: Kafka's Cluster resource is txbroker's one Cluster resource."""
+    if resource_type == AclResourceType.CLUSTER and kafka_name == KAFKA_CLUSTER_NAME:
+        return CLUSTER_RESOURCE
+    return kafka_name
 
 
 def _filtered(code: int, table: dict, known: dict, what: str):
@@ -152,13 +157,10 @@ def _filter_of(request) -> AclFilter | None:
         return None
     if request.host_filter not in (None, EVERY_HOST):
         return None
-    name = request.resource_name_filter
-    if resource_type == AclResourceType.CLUSTER and name == KAFKA_CLUSTER_NAME:
-        name = CLUSTER_RESOURCE
     return AclFilter(
         resource_type,
         pattern_type,
-        name,
+        _resource_name(resource_type, request.resource_name_filter),
         None if principal is None else principal.removeprefix(USER_PRINCIPAL_TYPE),
         operation,
         permission,
@@ -194,7 +196,7 @@ async def create_acls(context: RequestContext, request) -> object:
                 module,
                 "AclCreationResult",
                 error_code=kafka_error(error),
-                error_message=None if error is None else error.message,
+                error_message=error_message(error),
             )
         )
     return build(module, "CreateAclsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
@@ -256,7 +258,7 @@ async def delete_acls(context: RequestContext, request) -> object:
                 module,
                 "DeleteAclsFilterResult",
                 error_code=kafka_error(error),
-                error_message=None if error is None else error.message,
+                error_message=error_message(error),
                 matching_acls=matching,
             )
         )

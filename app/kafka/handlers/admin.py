@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from app.errors import BrokerError, ErrorCode
 from app.kafka import api_table
 from app.kafka.context import RequestContext
-from app.kafka.error_codes import kafka_error
+from app.kafka.error_codes import error_message, kafka_error
 from app.kafka.frames import build, response_module
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -26,10 +26,6 @@ DEFAULT_CONFIG = 5
 # CreateTopics: -1 partitions means the broker's default (Kafka's num.partitions).
 DEFAULT_PARTITIONS = 1
 NO_REPLICATION_FACTOR = -1
-
-
-def _message(error: BrokerError | None) -> str | None:
-    return None if error is None else error.message
 
 
 async def create_topics(context: RequestContext, request) -> object:
@@ -58,7 +54,7 @@ async def create_topics(context: RequestContext, request) -> object:
                 name=topic.name,
                 topic_id=topic_id,
                 error_code=kafka_error(error),
-                error_message=_message(error),
+                error_message=error_message(error),
                 topic_config_error_code=0,
                 num_partitions=partitions,
                 replication_factor=1 if error is None else NO_REPLICATION_FACTOR,
@@ -99,7 +95,7 @@ async def delete_topics(context: RequestContext, request) -> object:
                 name=name,
                 topic_id=topic_id,
                 error_code=kafka_error(error),
-                error_message=_message(error),
+                error_message=error_message(error),
             )
         )
     return build(module, "DeleteTopicsResponse", throttle_time=NO_THROTTLE, responses=tuple(results))
@@ -128,7 +124,7 @@ async def create_partitions(context: RequestContext, request) -> object:
                 "CreatePartitionsTopicResult",
                 name=topic.name,
                 error_code=kafka_error(error),
-                error_message=_message(error),
+                error_message=error_message(error),
             )
         )
     return build(module, "CreatePartitionsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
@@ -151,7 +147,7 @@ async def describe_configs(context: RequestContext, request) -> object:
                 module,
                 "DescribeConfigsResult",
                 error_code=kafka_error(error),
-                error_message=_message(error),
+                error_message=error_message(error),
                 resource_type=resource.resource_type,
                 resource_name=resource.resource_name,
                 configs=tuple(
@@ -231,7 +227,7 @@ async def _alter_each(
                 module,
                 "AlterConfigsResourceResponse",
                 error_code=kafka_error(error),
-                error_message=_message(error),
+                error_message=error_message(error),
                 resource_type=resource.resource_type,
                 resource_name=resource.resource_name,
             )
