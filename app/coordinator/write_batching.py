@@ -2,11 +2,14 @@
 written together, in one PostgreSQL transaction whose statements they share, committed once (one
 WAL flush for all). Called a batch here so that, in this package, a group is a consumer group.
 
-A request that finds fewer than `max_in_flight` batches being written starts one at once, so a lone
-request waits for nothing; requests that arrive meanwhile queue, and the next batch takes them (up
-to `max_per_batch`). Every request is answered after its batch's commit, so an acknowledgement
-still means durable. A batch is atomic, and the writer applies its requests in arrival order, as
-if one after the other.
+A request that finds fewer than `max_in_flight` batches being written starts one on the event loop's
+next turn, so a lone request waits for nothing but that turn, and the requests enqueued in the same
+turn share the batch: a Kafka connection's pipelined Produce requests that arrived together
+(librdkafka sends one per partition, so a transaction to two partitions sends two at once), the
+requests of several connections that one poll of the sockets woke. Requests that arrive while
+batches are written queue, and the next batch takes them (up to `max_per_batch`). Every request is
+answered after its batch's commit, so an acknowledgement still means durable. A batch is atomic,
+and the writer applies its requests in arrival order, as if one after the other.
 
 A failure that is not a request's own answer (a lost connection, a deadlock PostgreSQL broke, an
 argument PostgreSQL refused) must not decide the other requests of the batch: each is then written
@@ -54,6 +57,7 @@ class WriteBatcher(Generic[Request, Answer]):
         self._queue: list[_Waiting] = []
         self._in_flight = 0
         self._tasks: set[asyncio.Task] = set()
+        self._start_scheduled = False
 
     @property
     def waiting(self) -> int:
@@ -69,8 +73,14 @@ class WriteBatcher(Generic[Request, Answer]):
         future's. Cancelling the future drops the answer, not the write."""
         waiting = _Waiting(request, asyncio.get_running_loop().create_future())
         self._queue.append(waiting)
-        self._start_batches()
+        if not self._start_scheduled:
+            self._start_scheduled = True
+            asyncio.get_running_loop().call_soon(self._start_scheduled_batches)
         return waiting.answer
+
+    def _start_scheduled_batches(self) -> None:
+        self._start_scheduled = False
+        self._start_batches()
 
     def _start_batches(self) -> None:
         while self._queue and self._in_flight < self._max_in_flight:

@@ -211,10 +211,14 @@ class KafkaListener:
         """The next request's length prefix; None once the connection has sent nothing for idle_s
         while none of its answers was pending (Kafka's connections.max.idle.ms: a connection
         waiting for its pipelined Produce requests' commits is not idle). A timed-out read consumes
-        nothing (StreamReader keeps what it has until the whole prefix is there)."""
+        nothing (StreamReader keeps what it has until the whole prefix is there). asyncio.timeout, not
+        wait_for, which runs the read as a task of its own: a turn of the event loop even when the
+        prefix is already read, and in that turn the write batch of the Produce request just submitted
+        would start without the one that follows it in the same segment (write_batching.py)."""
         while True:
             try:
-                return await asyncio.wait_for(reader.readexactly(FRAME_LENGTH.size), idle_s)
+                async with asyncio.timeout(idle_s):
+                    return await reader.readexactly(FRAME_LENGTH.size)
             except TimeoutError:
                 if not answers.pending:
                     return None

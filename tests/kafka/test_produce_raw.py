@@ -15,8 +15,9 @@ from kio.schema.errors import ErrorCode as KafkaError
 from app.kafka import api_table
 from app.kafka.listener import MAX_PENDING_ANSWERS
 from app.kafka.record_batches import KafkaRecord
+from tests.api.test_log_lifecycle import sql
 from tests.kafka.clients import ConfluentKafka, create_topic
-from tests.kafka.raw import RawConnection, nested, record_batch, request_of
+from tests.kafka.raw import RawConnection, nested, record_batch, request_frame, request_of
 from tests.kafka.test_api_versions import sample_request
 
 PRODUCE_VERSION = 9
@@ -174,6 +175,31 @@ def test_pipelined_requests_are_answered_in_order_and_appended_in_sequence(modul
         ]
         answers = [answer_of(connection.receive(api_table.PRODUCE, PRODUCE_VERSION, c)) for c in sent]
     assert answers == [(KafkaError.none, 2 * i) for i in range(5)]
+
+
+def test_produce_requests_that_arrive_together_are_committed_in_one_postgresql_transaction(module_kafka_server):
+    # librdkafka sends one Produce request per partition, back to back: a transaction to two
+    # partitions sends two at once. The write batch that commits the first takes the second too
+    # (write_batching.py), one commit for both rather than one each. Both frames go in one send here,
+    # so that they arrive together whatever the machine's scheduling.
+    topic = "raw-produced-together"
+    create_topic(module_kafka_server, topic, partitions=2)
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        producer_id, epoch = init_producer(connection)
+        requests = [
+            produce_request(topic, p, record_batch(records(2, f"p{p}-"), producer_id, epoch, 0)) for p in (0, 1)
+        ]
+        correlation_ids = [connection.correlation_id + 1, connection.correlation_id + 2]
+        connection.correlation_id += 2
+        connection.send_bytes(b"".join(map(request_frame, requests, correlation_ids)))
+        answers = [answer_of(connection.receive(api_table.PRODUCE, PRODUCE_VERSION, c)) for c in correlation_ids]
+    assert answers == [(KafkaError.none, 0), (KafkaError.none, 0)]
+    transactions = sql(
+        module_kafka_server.database_url,
+        "SELECT DISTINCT b.xmin::text AS txid FROM record_batches b JOIN topics t USING (topic_id) WHERE t.name = $1",
+        topic,
+    )
+    assert len(transactions) == 1, f"the two partitions' batches were committed by {len(transactions)} transactions"
 
 
 def _pipelined_produces(connection: RawConnection, topic: str, sequences: list[int], records_each: int) -> list[int]:

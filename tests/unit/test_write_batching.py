@@ -113,7 +113,9 @@ def test_a_failed_groups_requests_are_written_again_one_after_the_other_in_arriv
     assert writer.most_at_once == 1
 
 
-def test_an_enqueued_request_is_queued_before_enqueue_returns():
+def test_requests_enqueued_in_one_turn_of_the_event_loop_share_a_batch_in_their_order():
+    # A Kafka connection's pipelined Produce requests read from one segment are enqueued with no
+    # turn between them: one batch commits them all, in the order they came.
     async def run():
         writer = _Writer()
         batches = WriteBatcher(writer.write, max_in_flight=1)
@@ -122,4 +124,4 @@ def test_an_enqueued_request_is_queued_before_enqueue_returns():
         writer.gate.set()
         return await asyncio.gather(*answers), writer.batches
 
-    assert asyncio.run(run()) == ([2, 4, 6], [[1], [2, 3]])
+    assert asyncio.run(run()) == ([2, 4, 6], [[1, 2, 3]])
