@@ -2,7 +2,7 @@
 gives, every other one back to the server's default. With confluent-kafka's (deprecated)
 `alter_configs`, aiokafka's and kafka-python's (told not to use IncrementalAlterConfigs), and raw
 requests for what the clients hide: per-resource errors, validate_only, null values, a resource
-named twice (also IncrementalAlterConfigs'). Each checked over HTTP."""
+or a config named twice (also IncrementalAlterConfigs'). Each checked over HTTP."""
 
 from __future__ import annotations
 
@@ -110,11 +110,12 @@ def test_kafka_python_alter_configs_without_incremental(module_kafka_server):
 
 def alter_configs(
     version: int,
-    resources: list[tuple[int, str, dict[str, str | None]]],
+    resources: list[tuple[int, str, dict[str, str | None] | list[tuple[str, str | None]]]],
     validate_only: bool = False,
     key: int = api_table.ALTER_CONFIGS,
 ):
-    """An AlterConfigs request (`key` IncrementalAlterConfigs: each config SET)."""
+    """An AlterConfigs request (`key` IncrementalAlterConfigs: each config SET); a resource's
+    configs by name, or as (name, value) pairs, which may name a config twice."""
     return request_of(
         key,
         version,
@@ -127,7 +128,7 @@ def alter_configs(
                 resource_name=name,
                 configs=tuple(
                     nested(key, version, "AlterableConfig", name=n, value=v, config_operation=SET)
-                    for n, v in configs.items()
+                    for n, v in (configs.items() if isinstance(configs, dict) else configs)
                 ),
             )
             for resource_type, name, configs in resources
@@ -206,6 +207,42 @@ def test_a_resource_named_twice_is_altered_by_neither_mention(module_kafka_serve
     assert all("named 2 times" in response.responses[i].error_message for i in (0, 2))
     assert http_config(server, twice) == defaults
     assert http_config(server, once) == {**defaults, "retention_ms": 70000}
+
+
+@pytest.mark.parametrize(
+    "key", [api_table.ALTER_CONFIGS, api_table.INCREMENTAL_ALTER_CONFIGS], ids=["AlterConfigs", "Incremental"]
+)
+def test_a_config_named_twice_leaves_its_resource_unaltered(module_kafka_server, key):
+    """As a Kafka broker (ConfigAdminManager.preprocess): a resource naming a config more than once
+    is INVALID_REQUEST ("Error due to duplicate config keys") and none of its alterations applies,
+    not even its other configs; the other resources are altered."""
+    server = module_kafka_server
+    repeating, once = f"alter-configs-{key}-repeating", f"alter-configs-{key}-config-once"
+    for topic in (repeating, once):
+        create_topic(server, topic)
+    defaults = http_config(server, repeating)
+    request = alter_configs(
+        max(api_table.SUPPORTED_VERSIONS[key]),
+        [
+            (
+                TOPIC_RESOURCE,
+                repeating,
+                [("retention.ms", "60000"), ("max.message.bytes", "500000"), ("retention.ms", "70000")],
+            ),
+            (TOPIC_RESOURCE, once, {"retention.ms": "80000"}),
+        ],
+        key=key,
+    )
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        response = connection.call(request)
+    assert [(r.resource_name, r.error_code) for r in response.responses] == [
+        (repeating, KafkaError.invalid_request),
+        (once, KafkaError.none),
+    ]
+    message = response.responses[0].error_message
+    assert "duplicate config keys" in message and "['retention.ms']" in message
+    assert http_config(server, repeating) == defaults
+    assert http_config(server, once) == {**defaults, "retention_ms": 80000}
 
 
 def test_validate_only_changes_nothing(module_kafka_server):

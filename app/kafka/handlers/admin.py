@@ -201,8 +201,9 @@ async def _alter_each(
 ) -> object:
     """Both AlterConfigs APIs' answer: each resource altered on its own (one's error leaves the
     others' alterations), only topics' configs alterable. A resource named more than once is
-    altered by none of its mentions, each answered INVALID_REQUEST, as a Kafka broker answers
-    (ConfigAdminManager.preprocess): which of its alterations was meant is not the broker's guess."""
+    altered by none of its mentions, each answered INVALID_REQUEST, and so is a resource that
+    names a config more than once, as a Kafka broker answers (ConfigAdminManager.preprocess): which
+    of its alterations was meant is not the broker's guess."""
     module = response_module(api_key, context.api_version)
     named = Counter((resource.resource_type, resource.resource_name) for resource in request.resources)
     results = []
@@ -214,6 +215,12 @@ async def _alter_each(
                 f"resource {resource.resource_name!r} (type {resource.resource_type}) is named "
                 f"{named[resource.resource_type, resource.resource_name]} times: expected each resource at most "
                 "once; send its alterations in one entry",
+            )
+        elif repeated := _repeated_configs(resource):
+            error = BrokerError(
+                ErrorCode.INVALID_REQUEST,
+                f"Error due to duplicate config keys: resource {resource.resource_name!r} names {repeated} more "
+                "than once; expected each config at most once per resource, so name each once",
             )
         elif resource.resource_type != TOPIC_RESOURCE:
             error = _unsupported_resource(resource.resource_type)
@@ -233,6 +240,14 @@ async def _alter_each(
             )
         )
     return build(module, response_name, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+def _repeated_configs(resource) -> list[str]:
+    """The config names a resource's alterations name more than once: Kafka's broker alters none of
+    such a resource (ConfigAdminManager.preprocess, "Error due to duplicate config keys"), for
+    AlterConfigs and IncrementalAlterConfigs alike, before it authorizes or looks at the resource."""
+    counted = Counter(config.name for config in resource.configs)
+    return sorted(name for name, count in counted.items() if count > 1)
 
 
 def _unsupported_resource(resource_type: int) -> BrokerError:
