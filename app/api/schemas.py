@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from app.coordinator.identifiers import MAX_IDENTIFIER_BYTES, identifier_bytes
 from app.coordinator.produce import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
 INT64_MAX = 2**63 - 1
@@ -28,14 +29,12 @@ PartitionIndex = Annotated[int, Field(ge=0, le=INT32_MAX, description="partition
 Offset = Annotated[int, Field(ge=0, le=INT64_MAX, description="an offset in the partition")]
 TopicName = Annotated[str, Field(description="topic name")]
 
-# The longest identifier the server stores (transactional id, group id, member id, ACL resource name,
-# key id), in UTF-8 bytes. PostgreSQL indexes them, and an index row holds at most about 2.7 kB,
-# shared in some indexes by two identifiers (group id and member id; principal and resource name).
-MAX_IDENTIFIER_BYTES = 1024
+# Identifiers are at most MAX_IDENTIFIER_BYTES in UTF-8 (app/coordinator/identifiers.py says why);
+# an ACL rule's resource name is checked by the core's ACL addition, which the Kafka door shares.
 
 
 def within_identifier_limit(value: str) -> str:
-    size = len(value.encode("utf-8", "surrogatepass"))
+    size = identifier_bytes(value)
     if size > MAX_IDENTIFIER_BYTES:
         raise ValueError(
             f"the identifier is {size} bytes in UTF-8: expected at most {MAX_IDENTIFIER_BYTES}; use a shorter one"
@@ -551,7 +550,13 @@ class AclIn(Body):
     principal: Annotated[str, Field(min_length=1, max_length=256, description='a principal name, or "*" for all')]
     resource_type: Literal["Topic", "Group", "TransactionalId", "Cluster"]
     pattern_type: Literal["literal", "prefixed"] = "literal"
-    resource_name: Annotated[Identifier, Field(description='literal name ("*" for every), or a prefix')]
+    resource_name: Annotated[
+        str,
+        Field(
+            min_length=1,
+            description=f'literal name ("*" for every), or a prefix; at most {MAX_IDENTIFIER_BYTES} bytes in UTF-8',
+        ),
+    ]
     operation: Literal["Read", "Write", "Create", "Delete", "Describe", "Alter", "All"]
     permission: Literal["allow", "deny"] = "allow"
 

@@ -10,6 +10,7 @@ import asyncpg
 from app.clock import now_ms
 from app.coordinator.acl_filters import AclFilter
 from app.coordinator.authorizer import Principal, principal_from
+from app.coordinator.identifiers import check_identifier
 from app.errors import BrokerError, ErrorCode
 from app.storage.security import principals
 from app.storage.security.principals import AclRow, AuditRow, KeyRow, PrincipalRow
@@ -93,13 +94,16 @@ async def revoke_key(pool: asyncpg.Pool, actor: str, name: str, key_id: str) -> 
 
 
 async def add_acl(pool: asyncpg.Pool, actor: str, rule: AclRow) -> AclRow:
-    """Adds a rule (idempotent: the same rule twice is one rule); the rule as stored (with its id)."""
+    """Adds a rule (idempotent: the same rule twice is one rule); the rule as stored (with its id).
+    INVALID_REQUEST for an empty principal or resource name, or one over the identifier limit."""
     if not rule.principal or not rule.resource_name:
         raise BrokerError(
             ErrorCode.INVALID_REQUEST,
             f"an ACL rule with principal {rule.principal!r} and resource name {rule.resource_name!r}: "
             'expected both non-empty (the principal "*" or the resource name "*" for every one)',
         )
+    check_identifier("the ACL rule's principal", rule.principal)
+    check_identifier("the ACL rule's resource_name", rule.resource_name)
     async with pool.acquire() as conn, conn.transaction():
         acl = await principals.add_acl(conn, rule)
         await principals.audit(

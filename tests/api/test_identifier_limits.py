@@ -100,6 +100,13 @@ def test_long_acl_and_principal_names_are_refused(ready):
         ),
         "resource_name",
     )
+    # The limit is the core's ACL addition's (the Kafka door's CreateAcls shares it): its boundary.
+    rule = {"principal": "someone", "resource_type": "Topic", "operation": "Read"}
+    at_limit = ready.post("/v1/acls", json={**rule, "resource_name": "r" * MAX_IDENTIFIER_BYTES})
+    assert at_limit.status_code == 201, at_limit.text
+    assert_refused(
+        ready.post("/v1/acls", json={**rule, "resource_name": "r" * (MAX_IDENTIFIER_BYTES + 1)}), "resource_name"
+    )
     assert_refused(ready.post("/v1/principals", json={"name": incompressible(3_000)}), "name")
     assert ready.delete(f"/v1/principals/{incompressible(3_000)}").status_code in (400, 404)
 

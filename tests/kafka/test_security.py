@@ -817,6 +817,26 @@ def test_acl_creations_txbroker_cannot_hold_are_refused_each_with_a_message(secu
     assert http_rules(secured, "refused-acl") == [("Cluster", "literal", "txbroker-cluster", "Alter", "allow")]
 
 
+# The longest identifier txbroker stores, an ACL rule's resource name among them (docs/api.md).
+MAX_IDENTIFIER_BYTES = 1024
+
+
+def test_an_acl_resource_name_over_the_identifier_limit_is_refused_as_over_http(secured):
+    """The core's ACL addition holds the limit HTTP's /v1/acls answers 400 for (1024 bytes in
+    UTF-8): over Kafka that creation alone is INVALID_REQUEST with the message, as Kafka answers
+    a creation it refuses (AclControlManager); a name at the limit is created."""
+    new_principal(secured, "long-acl")
+    at_limit, over_limit = "t" * MAX_IDENTIFIER_BYTES, "\N{GRINNING FACE}" * (MAX_IDENTIFIER_BYTES // 4 + 1)
+    creations = (creation("User:long-acl", name=over_limit), creation("User:long-acl", name=at_limit))
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "admin", ADMIN_TOKEN).error_code == KafkaError.none
+        created = connection.call(request_of(api_table.CREATE_ACLS, 3, creations=creations))
+    assert [r.error_code for r in created.results] == [KafkaError.invalid_request, KafkaError.none]
+    refused = created.results[0].error_message
+    assert "resource_name" in refused and f"{len(over_limit.encode())} bytes" in refused
+    assert http_rules(secured, "long-acl") == [("Topic", "literal", at_limit, "Read", "allow")]
+
+
 def test_the_acl_apis_need_alter_or_describe_on_the_cluster(secured):
     """Without Alter on the Cluster nothing is created or deleted (CLUSTER_AUTHORIZATION_FAILED);
     without Describe on it nothing is described; a rule's own principal is no exception."""
