@@ -194,6 +194,32 @@ KAFKA_CLUSTER_OPERATIONS: dict[str, Operation | None] = {
     "ALTER_CONFIGS": Operation.ALTER,
     "IDEMPOTENT_WRITE": None,
 }
+# Kafka's operations on a Topic (AclEntry.supportedOperations(TOPIC)), each as txbroker's rules on
+# the topic decide it: DescribeConfigs and AlterConfigs by Describe and Alter, as AdminCalls
+# authorizes them.
+KAFKA_TOPIC_OPERATIONS: dict[str, Operation | None] = {
+    "READ": Operation.READ,
+    "WRITE": Operation.WRITE,
+    "CREATE": Operation.CREATE,
+    "DESCRIBE": Operation.DESCRIBE,
+    "DELETE": Operation.DELETE,
+    "ALTER": Operation.ALTER,
+    "DESCRIBE_CONFIGS": Operation.DESCRIBE,
+    "ALTER_CONFIGS": Operation.ALTER,
+}
+
+
+def _authorized_operations(
+    principal: Principal, operations: dict[str, Operation | None], resource_type: ResourceType, name: str
+) -> list[str]:
+    """Kafka's names of the `operations` `principal` may do on the resource (Kafka's
+    AuthHelper.authorizedOperations): every one for a super user, as every caller is with auth off,
+    as Kafka answers every supported operation without an authorizer."""
+    return [
+        kafka_name
+        for kafka_name, operation in operations.items()
+        if operation is None or is_allowed(principal, operation, resource_type, name)
+    ]
 
 
 def cluster_operations(principal: Principal) -> list[str]:
@@ -201,11 +227,13 @@ def cluster_operations(principal: Principal) -> list[str]:
     DescribeCluster's authorized operations): none unless it may Describe the Cluster, as Kafka."""
     if not is_allowed(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         return []
-    return [
-        name
-        for name, operation in KAFKA_CLUSTER_OPERATIONS.items()
-        if operation is None or is_allowed(principal, operation, ResourceType.CLUSTER, CLUSTER_RESOURCE)
-    ]
+    return _authorized_operations(principal, KAFKA_CLUSTER_OPERATIONS, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+
+
+def topic_operations(principal: Principal, topic: str) -> list[str]:
+    """Kafka's names of the operations `principal` may do on the topic (Metadata v8+'s topic
+    authorized operations, which Kafka answers for the topics the principal may Describe)."""
+    return _authorized_operations(principal, KAFKA_TOPIC_OPERATIONS, ResourceType.TOPIC, topic)
 
 
 class BrokerCalls:

@@ -1,18 +1,19 @@
 """DescribeCluster (60): the brokers, cluster id and controller Metadata answers, to confluent-kafka's
 `describe_cluster`, kafka-python's and to each version raw; the cluster's authorized operations when asked (also
-Metadata v8-v10's); the brokers' endpoint only. With several nodes: test_nodes.py; a principal's
-authorized operations: test_security.py."""
+Metadata v8-v10's), and Metadata v8+'s topics' (confluent-kafka's `describe_topics`); the brokers'
+endpoint only. With several nodes: test_nodes.py; a principal's authorized operations: test_security.py."""
 
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient
 from kafka.admin import KafkaAdminClient
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
-from tests.kafka.clients import WAIT_S
-from tests.kafka.raw import RawConnection, request_of
+from tests.kafka.clients import WAIT_S, create_topic
+from tests.kafka.raw import RawConnection, nested, request_of
 
 NOT_REQUESTED = -(2**31)
 # Kafka's operations on the Cluster (AclEntry.supportedOperations(CLUSTER)): what a super user, as
@@ -27,6 +28,18 @@ CLUSTER_OPERATIONS = {
     AclOperation.IDEMPOTENT_WRITE,
 }
 CLUSTER_OPERATION_BITS = sum(1 << operation.value for operation in CLUSTER_OPERATIONS)
+# Kafka's operations on a Topic (AclEntry.supportedOperations(TOPIC)).
+TOPIC_OPERATIONS = {
+    AclOperation.READ,
+    AclOperation.WRITE,
+    AclOperation.CREATE,
+    AclOperation.DESCRIBE,
+    AclOperation.DELETE,
+    AclOperation.ALTER,
+    AclOperation.DESCRIBE_CONFIGS,
+    AclOperation.ALTER_CONFIGS,
+}
+TOPIC_OPERATION_BITS = sum(1 << operation.value for operation in TOPIC_OPERATIONS)
 VERSIONS = list(api_table.SUPPORTED_VERSIONS[api_table.DESCRIBE_CLUSTER])
 
 
@@ -43,16 +56,19 @@ def describe_cluster(bootstrap: str, version: int, asked: bool = False, endpoint
         )
 
 
-def metadata(bootstrap: str, version: int = 12, asked: bool = False):
+def metadata(bootstrap: str, version: int = 12, asked: bool = False, topics=(), topics_asked: bool = False):
     with RawConnection(bootstrap) as connection:
         return connection.call(
             request_of(
                 api_table.METADATA,
                 version,
-                topics=(),
+                topics=tuple(
+                    nested(api_table.METADATA, version, "MetadataRequestTopic", name=name, topic_id=None)
+                    for name in topics
+                ),
                 allow_auto_topic_creation=False,
                 include_cluster_authorized_operations=asked,
-                include_topic_authorized_operations=False,
+                include_topic_authorized_operations=topics_asked,
             )
         )
 
@@ -124,3 +140,42 @@ def test_only_the_brokers_endpoint_is_described(bootstrap, endpoint_type, error)
 def test_metadata_answers_the_clusters_operations_when_asked(bootstrap, version):
     assert metadata(bootstrap, version, asked=True).cluster_authorized_operations == CLUSTER_OPERATION_BITS
     assert metadata(bootstrap, version).cluster_authorized_operations == NOT_REQUESTED
+
+
+def test_confluent_describe_topics_answers_every_topic_operation_without_auth(module_kafka_server, bootstrap):
+    """With auth off every caller may do everything, as a Kafka broker without an authorizer
+    answers every operation a topic supports."""
+    create_topic(module_kafka_server, "operations-described")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    collection = TopicCollection(["operations-described"])
+    asked = admin.describe_topics(collection, include_authorized_operations=True)["operations-described"]
+    not_asked = admin.describe_topics(collection)["operations-described"]
+    assert set(asked.result(WAIT_S).authorized_operations) == TOPIC_OPERATIONS
+    assert not_asked.result(WAIT_S).authorized_operations is None
+
+
+def test_kafka_python_describe_topics_answers_every_topic_operation_without_auth(module_kafka_server, bootstrap):
+    """kafka-python 3's `describe_topics` always asks (Metadata v12), and names the operations."""
+    create_topic(module_kafka_server, "operations-python")
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        (described,) = admin.describe_topics(["operations-python"])
+    finally:
+        admin.close()
+    assert set(described["authorized_operations"]) == {operation.name for operation in TOPIC_OPERATIONS}
+
+
+@pytest.mark.parametrize("version", range(8, 14))
+def test_metadata_answers_each_topics_operations_when_asked(module_kafka_server, bootstrap, version):
+    """From v8, known topics and unknown ones alike (as Kafka: any topic the principal may Describe)."""
+    known = f"operations-raw-v{version}"
+    create_topic(module_kafka_server, known)
+    topics = (known, "operations-unknown")
+    asked = metadata(bootstrap, version, topics=topics, topics_asked=True).topics
+    assert [(t.name, t.topic_authorized_operations) for t in asked] == [
+        (known, TOPIC_OPERATION_BITS),
+        ("operations-unknown", TOPIC_OPERATION_BITS),
+    ]
+    assert asked[1].error_code == KafkaError.unknown_topic_or_partition
+    not_asked = metadata(bootstrap, version, topics=topics).topics
+    assert [t.topic_authorized_operations for t in not_asked] == [NOT_REQUESTED, NOT_REQUESTED]

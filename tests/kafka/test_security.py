@@ -298,6 +298,45 @@ def test_describe_cluster_needs_no_acl_and_answers_the_clusters_operations(secur
     )
 
 
+def test_describe_topics_answers_the_operations_the_principals_rules_allow(secured):
+    """confluent-kafka's `describe_topics` with the authorized operations (Metadata v12's topic
+    operations): what the principal's rules on the topic allow, Describe and DescribeConfigs implied
+    by Read and Alter, AlterConfigs by Alter, as Kafka's authorizer answers them; a topic it may not
+    Describe is refused, its operations not answered (raw Metadata)."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation, AdminClient
+
+    _, api_key = new_principal(
+        secured, "topic-operations", rule("Topic", TOPIC, "Read"), rule("Topic", "gua", "Alter", "prefixed")
+    )
+    admin = AdminClient(confluent_config(secured.extra["kafka_bootstrap"], "topic-operations", api_key))
+    collection = TopicCollection([TOPIC])
+    described = admin.describe_topics(collection, include_authorized_operations=True)[TOPIC].result(WAIT_S)
+    assert set(described.authorized_operations) == {
+        AclOperation.READ,
+        AclOperation.DESCRIBE,
+        AclOperation.ALTER,
+        AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS,
+    }
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "topic-operations", api_key).error_code == KafkaError.none
+        asked = nested(api_table.METADATA, 12, "MetadataRequestTopic", name=OTHER_TOPIC, topic_id=None)
+        (refused,) = connection.call(
+            request_of(
+                api_table.METADATA,
+                12,
+                topics=(asked,),
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=True,
+            )
+        ).topics
+    assert (refused.error_code, refused.topic_authorized_operations) == (
+        KafkaError.topic_authorization_failed,
+        -(2**31),
+    )
+
+
 def test_altering_a_topics_configs_needs_alter_on_it(secured):
     """AlterConfigs: TOPIC_AUTHORIZATION_FAILED for the topic the principal may not alter only; the
     other's configs are replaced."""

@@ -2,9 +2,9 @@
 (storage/node_presence.py), this node the controller, the cluster's authorized operations when
 asked; Metadata's topics with this node the leader of every partition (any node may lead any
 partition: they share PostgreSQL), leader epochs unknown (-1), unknown topics created when the
-request and the server allow it. DescribeCluster serves the brokers' endpoint only (KIP-919): a
-request for the controllers' (v1+) is MISMATCHED_ENDPOINT_TYPE, an unknown type
-UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers."""
+request and the server allow it, the principal's operations on each topic when asked (v8+).
+DescribeCluster serves the brokers' endpoint only (KIP-919): a request for the controllers' (v1+)
+is MISMATCHED_ENDPOINT_TYPE, an unknown type UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import datetime
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
-from app.kafka.broker_calls import LiveNode, cluster_operations
+from app.kafka.broker_calls import LiveNode, TopicMetadata, cluster_operations, topic_operations
 from app.kafka.context import CLUSTER_ID, RequestContext
 from app.kafka.error_codes import kafka_error
 from app.kafka.frames import build, response_module
@@ -58,12 +58,28 @@ async def _brokers(context: RequestContext, module, class_name: str) -> tuple:
     )
 
 
+def _operation_bits(names: list[str]) -> int:
+    """Kafka's bit set of authorized operations (an operation's code is its bit)."""
+    return sum(1 << OPERATION_CODES[name] for name in names)
+
+
 def _cluster_authorized_operations(context: RequestContext, request) -> int:
     """Kafka's bit set of the principal's operations on the Cluster when the request asks for it
     (Metadata v8-v10, DescribeCluster), else OPERATIONS_NOT_REQUESTED."""
     if not getattr(request, "include_cluster_authorized_operations", False):
         return OPERATIONS_NOT_REQUESTED
-    return sum(1 << OPERATION_CODES[name] for name in cluster_operations(context.principal))
+    return _operation_bits(cluster_operations(context.principal))
+
+
+def _topic_authorized_operations(context: RequestContext, request, topic: TopicMetadata) -> int:
+    """Kafka's bit set of the principal's operations on the topic when the request asks for it
+    (Metadata v8+), else OPERATIONS_NOT_REQUESTED. As Kafka, only for the topics answered by name to
+    a principal that may Describe them (an unknown one included): one refused, or asked by an id no
+    topic has, keeps the field's default."""
+    asked = getattr(request, "include_topic_authorized_operations", False)
+    if not asked or topic.name is None or kafka_error(topic.error) == KafkaError.topic_authorization_failed:
+        return OPERATIONS_NOT_REQUESTED
+    return _operation_bits(topic_operations(context.principal, topic.name))
 
 
 async def _cluster(context: RequestContext, request, module, broker_class: str) -> dict:
@@ -110,7 +126,7 @@ async def handle(context: RequestContext, request) -> object:
                 )
                 for index in range(topic.partition_count)
             ),
-            topic_authorized_operations=OPERATIONS_NOT_REQUESTED,
+            topic_authorized_operations=_topic_authorized_operations(context, request, topic),
         )
         for topic in found
     ]
