@@ -24,6 +24,7 @@ CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 DELETE_RECORDS = 21
 DELETE_GROUPS = 42
+ELECT_LEADERS = 43
 DESCRIBE_ACLS = 29
 CREATE_ACLS = 30
 DELETE_ACLS = 31
@@ -63,6 +64,7 @@ SUPPORTED_VERSIONS: dict[int, range] = {
     DELETE_TOPICS: range(1, 7),
     DELETE_RECORDS: range(0, 3),
     DELETE_GROUPS: range(0, 3),  # v2: flexible
+    ELECT_LEADERS: range(0, 3),  # v1: the election type (KIP-460); v2: flexible
     DESCRIBE_ACLS: range(1, 4),  # v1: pattern types (KIP-290); v2: flexible
     CREATE_ACLS: range(1, 4),
     DELETE_ACLS: range(1, 4),

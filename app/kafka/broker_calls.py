@@ -874,6 +874,17 @@ class AdminCalls:
         authorize(principal, Operation.ALTER, ResourceType.TOPIC, name)
         await topic_admin.grow_partitions(self._state.pool, principal.name, name, count, validate_only=validate_only)
 
+    async def leader_election_topics(self, principal: Principal, names: list[str] | None) -> dict[str, int]:
+        """Kafka's ElectLeaders, which needs Alter on the Cluster: the partition count of each named
+        topic that exists (None: of every topic). A partition's one replica is on every node, which
+        leads it, so there is nothing else to elect."""
+        authorize(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+        if names is None:
+            found = await topic_admin.list_topics(self._state.pool)
+        else:
+            found = (await topic_admin.find_topics(self._state.pool, names)).values()
+        return {topic.name: topic.partition_count for topic in found}
+
     async def describe_config(self, principal: Principal, name: str, keys: list[str] | None) -> list[ConfigEntry]:
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)  # Kafka: DescribeConfigs, implied by it
         topic = await topic_admin.get_topic(self._state.pool, name)

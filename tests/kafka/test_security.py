@@ -337,6 +337,34 @@ def test_describe_topics_answers_the_operations_the_principals_rules_allow(secur
     )
 
 
+def test_elect_leaders_needs_alter_on_the_cluster(secured, reader):
+    """As Kafka's controller: without Alter on the Cluster the request's error and each partition's
+    is CLUSTER_AUTHORIZATION_FAILED (none answered when every partition is asked); with it, a
+    partition that exists needs no election."""
+    topics = (nested(api_table.ELECT_LEADERS, 2, "TopicPartitions", topic=TOPIC, partitions=(0,)),)
+    _, api_key = new_principal(secured, "elector", rule("Cluster", "txbroker-cluster", "Alter"))
+    answered = {}
+    for username, key in (reader, ("elector", api_key)):
+        with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+            assert log_in(connection, username, key).error_code == KafkaError.none
+            answered[username] = [
+                connection.call(request_of(api_table.ELECT_LEADERS, 2, election_type=0, topic_partitions=asked))
+                for asked in (topics, None)
+            ]
+    for username, partition_error in (
+        ("reader", KafkaError.cluster_authorization_failed),
+        ("elector", KafkaError.election_not_needed),
+    ):
+        named, every = answered[username]
+        top_error = KafkaError.none if username == "elector" else partition_error
+        assert (named.error_code, every.error_code) == (top_error, top_error)
+        assert [(r.topic, [p.error_code for p in r.partition_result]) for r in named.replica_election_results] == [
+            (TOPIC, [partition_error])
+        ]
+        assert all(r.partition_result == () for r in every.replica_election_results)
+    assert answered["reader"][1].replica_election_results == ()
+
+
 def test_altering_a_topics_configs_needs_alter_on_it(secured):
     """AlterConfigs: TOPIC_AUTHORIZATION_FAILED for the topic the principal may not alter only; the
     other's configs are replaced."""

@@ -1,7 +1,8 @@
 """Topic admin: CreateTopics, DeleteTopics, CreatePartitions (an increase only; replica
 assignments ignored), DescribeConfigs, AlterConfigs (a topic's configs replaced) and
 IncrementalAlterConfigs (Kafka's config names for txbroker's topic settings: retention.ms,
-retention.bytes, max.message.bytes, cleanup.policy, delete.retention.ms), DeleteRecords."""
+retention.bytes, max.message.bytes, cleanup.policy, delete.retention.ms), DeleteRecords, and
+ElectLeaders (a partition's one replica always leads it: no election is ever needed)."""
 
 from __future__ import annotations
 
@@ -284,3 +285,79 @@ async def delete_records(context: RequestContext, request) -> object:
             )
         )
     return build(module, "DeleteRecordsResponse", throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+# ElectLeaders' election types (KIP-460; v0 elects the preferred replica).
+PREFERRED_ELECTION, UNCLEAN_ELECTION = 0, 1
+
+
+def _election_type_error(election_type: int) -> BrokerError | None:
+    if election_type in (PREFERRED_ELECTION, UNCLEAN_ELECTION):
+        return None
+    return BrokerError(
+        ErrorCode.INVALID_REQUEST,
+        f"Unknown election type {election_type}: expected {PREFERRED_ELECTION} (preferred) or "
+        f"{UNCLEAN_ELECTION} (unclean)",
+    )
+
+
+def _elected(topic: str, partition: int, partition_count: int | None) -> tuple[KafkaError, str]:
+    """One partition's answer: ELECTION_NOT_NEEDED for one that exists (its one replica, the
+    preferred one, leads it, as Kafka answers when the preferred replica leads already or, for an
+    unclean election, when the partition has a leader), UNKNOWN_TOPIC_OR_PARTITION otherwise."""
+    if partition_count is None:
+        return KafkaError.unknown_topic_or_partition, f"No such topic as {topic}: create it first"
+    if not 0 <= partition < partition_count:
+        return (
+            KafkaError.unknown_topic_or_partition,
+            f"No such partition as {topic}-{partition}: the topic has partitions 0 to {partition_count - 1}",
+        )
+    return (
+        KafkaError.election_not_needed,
+        f"Leader election not needed for topic partition {topic}-{partition}: its one replica leads it "
+        "(any txbroker node leads any partition)",
+    )
+
+
+async def elect_leaders(context: RequestContext, request) -> object:
+    """ElectLeaders (43), as Kafka's controller answers it: each partition asked answered on its own;
+    with no partitions asked (null), every topic with none of its partitions, as Kafka leaves out
+    those whose election was not needed. Without Alter on the Cluster, or with an unknown election
+    type, the whole request fails: its error (v1+) and each partition asked with it."""
+    module = response_module(api_table.ELECT_LEADERS, context.api_version)
+    asked = None if request.topic_partitions is None else [(t.topic, t.partitions) for t in request.topic_partitions]
+    try:
+        counts = await context.calls.admin.leader_election_topics(
+            context.principal, None if asked is None else [topic for topic, _ in asked]
+        )
+        error = _election_type_error(getattr(request, "election_type", PREFERRED_ELECTION))
+    except BrokerError as raised:
+        error = raised
+    if error is not None:
+        failed = (kafka_error(error), error.message)
+        results = [(topic, [(partition, *failed) for partition in partitions]) for topic, partitions in asked or ()]
+    elif asked is None:
+        results = [(topic, []) for topic in counts]
+    else:
+        results = [
+            (topic, [(partition, *_elected(topic, partition, counts.get(topic))) for partition in partitions])
+            for topic, partitions in asked
+        ]
+    return build(
+        module,
+        "ElectLeadersResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=kafka_error(error),
+        replica_election_results=tuple(
+            build(
+                module,
+                "ReplicaElectionResult",
+                topic=topic,
+                partition_result=tuple(
+                    build(module, "PartitionResult", partition_id=partition, error_code=code, error_message=message)
+                    for partition, code, message in partitions
+                ),
+            )
+            for topic, partitions in results
+        ),
+    )
