@@ -1,7 +1,7 @@
 """Topics: CreateTopics, DeleteTopics, CreatePartitions, Metadata (the topics with their partitions'
-offsets), a topic's config altered, and DeleteRecords (KIP-107). Every change is written with its audit entry
-(who made it); the caller's authorization is the front door's (`visible` filters listings by what
-the caller may see)."""
+offsets), a topic's config altered, DeleteRecords (KIP-107), and the partitions' stored sizes.
+Every change is written with its audit entry (who made it); the caller's authorization is the
+front door's (`visible` filters listings by what the caller may see)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ __all__ = [
     "grow_partitions",
     "kafka_topic_id",
     "list_topics",
+    "stored_bytes",
     "unknown_topic",
     "unknown_topic_id",
 ]
@@ -178,6 +179,14 @@ async def describe_topic(pool: asyncpg.Pool, name: str) -> TopicWithPartitions:
         topic = await topics.get_topic(conn, name)
         states = await partition_log.partition_states(conn, [topic])
     return topic, states[topic.topic_id]
+
+
+async def stored_bytes(pool: asyncpg.Pool, names: list[str] | None) -> dict[str, dict[int, int]]:
+    """The stored bytes of each partition of the named topics that exist (None: of every topic),
+    by topic name, as retention by size (`retention_bytes`) counts them."""
+    async with pool.acquire() as conn:
+        found = await topics.list_topics(conn) if names is None else (await topics.find_topics(conn, names)).values()
+        return {topic.name: await log_cleaner.stored_bytes(conn, topic) for topic in found}
 
 
 async def delete_topic(pool: asyncpg.Pool, actor: str, name: str, topic_uuid: uuid.UUID | None = None) -> uuid.UUID:

@@ -29,6 +29,7 @@ DESCRIBE_ACLS = 29
 CREATE_ACLS = 30
 DELETE_ACLS = 31
 DESCRIBE_CONFIGS = 32
+DESCRIBE_LOG_DIRS = 35
 ALTER_CONFIGS = 33
 CREATE_PARTITIONS = 37
 INCREMENTAL_ALTER_CONFIGS = 44
@@ -69,6 +70,9 @@ SUPPORTED_VERSIONS: dict[int, range] = {
     CREATE_ACLS: range(1, 4),
     DELETE_ACLS: range(1, 4),
     DESCRIBE_CONFIGS: range(1, 5),
+    DESCRIBE_LOG_DIRS: range(
+        1, 6
+    ),  # v0 as v1 (not in kio); v2: flexible; v3: an error code; v4: volume bytes; v5: cordoned
     ALTER_CONFIGS: range(0, 3),  # v2: flexible
     CREATE_PARTITIONS: range(0, 4),
     INCREMENTAL_ALTER_CONFIGS: range(0, 2),

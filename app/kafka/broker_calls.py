@@ -885,6 +885,12 @@ class AdminCalls:
             found = (await topic_admin.find_topics(self._state.pool, names)).values()
         return {topic.name: topic.partition_count for topic in found}
 
+    async def stored_bytes(self, principal: Principal, names: list[str] | None) -> dict[str, dict[int, int]]:
+        """Kafka's DescribeLogDirs, which needs Describe on the Cluster: each partition's stored
+        bytes (as retention by size counts them) of the named topics that exist (None: every topic)."""
+        authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+        return await topic_admin.stored_bytes(self._state.pool, names)
+
     async def describe_config(self, principal: Principal, name: str, keys: list[str] | None) -> list[ConfigEntry]:
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)  # Kafka: DescribeConfigs, implied by it
         topic = await topic_admin.get_topic(self._state.pool, name)

@@ -58,6 +58,7 @@ HANDLERS = {
     api_table.ALTER_CONFIGS: admin.alter_configs,
     api_table.CREATE_PARTITIONS: admin.create_partitions,
     api_table.ELECT_LEADERS: admin.elect_leaders,
+    api_table.DESCRIBE_LOG_DIRS: admin.describe_log_dirs,
     api_table.INCREMENTAL_ALTER_CONFIGS: admin.incremental_alter_configs,
     api_table.ADD_PARTITIONS_TO_TXN: transactions.add_partitions,
     api_table.ADD_OFFSETS_TO_TXN: transactions.add_offsets,

@@ -270,6 +270,9 @@ def _admin_sample(api_key: int, version: int):
     if api_key == api_table.CREATE_PARTITIONS:
         topic = nested(api_key, version, "CreatePartitionsTopic", name=TOPIC, count=2, assignments=None)
         return request_of(api_key, version, topics=(topic,), timeout=timeout, validate_only=True)
+    if api_key == api_table.DESCRIBE_LOG_DIRS:
+        topic = nested(api_key, version, "DescribableLogDirTopic", topic=TOPIC, partitions=(0,))
+        return request_of(api_key, version, topics=(topic,))
     if api_key == api_table.ELECT_LEADERS:
         topic = nested(api_key, version, "TopicPartitions", topic=TOPIC, partitions=(0,))
         return request_of(api_key, version, election_type=0, topic_partitions=(topic,), timeout=timeout)

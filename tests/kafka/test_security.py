@@ -365,6 +365,24 @@ def test_elect_leaders_needs_alter_on_the_cluster(secured, reader):
     assert answered["reader"][1].replica_election_results == ()
 
 
+def test_describe_log_dirs_needs_describe_on_the_cluster(secured, reader):
+    """As a Kafka broker: without Describe on the Cluster no log dir is described and the request's
+    error (v3+) is CLUSTER_AUTHORIZATION_FAILED; with it, the topics' partitions are."""
+    _, api_key = new_principal(secured, "log-dirs", rule("Cluster", "txbroker-cluster", "Describe"))
+    answered = {}
+    for username, key in (reader, ("log-dirs", api_key)):
+        with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+            assert log_in(connection, username, key).error_code == KafkaError.none
+            answered[username] = connection.call(request_of(api_table.DESCRIBE_LOG_DIRS, 4, topics=None))
+    assert (answered["reader"].error_code, answered["reader"].results) == (
+        KafkaError.cluster_authorization_failed,
+        (),
+    )
+    (log_dir,) = answered["log-dirs"].results
+    assert answered["log-dirs"].error_code == KafkaError.none
+    assert {TOPIC, OTHER_TOPIC} <= {topic.name for topic in log_dir.topics}
+
+
 def test_altering_a_topics_configs_needs_alter_on_it(secured):
     """AlterConfigs: TOPIC_AUTHORIZATION_FAILED for the topic the principal may not alter only; the
     other's configs are replaced."""

@@ -1,8 +1,9 @@
 """Topic admin: CreateTopics, DeleteTopics, CreatePartitions (an increase only; replica
 assignments ignored), DescribeConfigs, AlterConfigs (a topic's configs replaced) and
 IncrementalAlterConfigs (Kafka's config names for txbroker's topic settings: retention.ms,
-retention.bytes, max.message.bytes, cleanup.policy, delete.retention.ms), DeleteRecords, and
-ElectLeaders (a partition's one replica always leads it: no election is ever needed)."""
+retention.bytes, max.message.bytes, cleanup.policy, delete.retention.ms), DeleteRecords,
+ElectLeaders (a partition's one replica always leads it: no election is ever needed) and
+DescribeLogDirs (one log dir, PostgreSQL, holding every partition)."""
 
 from __future__ import annotations
 
@@ -360,4 +361,56 @@ async def elect_leaders(context: RequestContext, request) -> object:
             )
             for topic, partitions in results
         ),
+    )
+
+
+# DescribeLogDirs: the one "log dir" holding every partition, the PostgreSQL database; its
+# volume's size is not the node's to know (Kafka's -1: unknown).
+LOG_DIR = "postgresql"
+UNKNOWN_VOLUME_BYTES = -1
+
+
+async def describe_log_dirs(context: RequestContext, request) -> object:
+    """DescribeLogDirs (35), as a Kafka broker answers it: the partitions asked (null: every one)
+    that exist, each with its stored bytes (what retention.bytes counts), no lag and no future
+    replica, in the one log dir; topics and partitions that do not exist are left out. Without
+    Describe on the Cluster: no log dir, CLUSTER_AUTHORIZATION_FAILED (v3+)."""
+    module = response_module(api_table.DESCRIBE_LOG_DIRS, context.api_version)
+    asked = None if request.topics is None else {}
+    for topic in request.topics or ():
+        asked.setdefault(topic.topic, set()).update(topic.partitions)
+    try:
+        sizes = await context.calls.admin.stored_bytes(context.principal, None if asked is None else list(asked))
+    except BrokerError as error:
+        return build(
+            module, "DescribeLogDirsResponse", throttle_time=NO_THROTTLE, error_code=kafka_error(error), results=()
+        )
+    topics = []
+    for name, partitions in sizes.items():
+        described = tuple(
+            build(
+                module,
+                "DescribeLogDirsPartition",
+                partition_index=partition,
+                partition_size=size,
+                offset_lag=0,
+                is_future_key=False,
+            )
+            for partition, size in sorted(partitions.items())
+            if asked is None or partition in asked[name]
+        )
+        if described:
+            topics.append(build(module, "DescribeLogDirsTopic", name=name, partitions=described))
+    result = build(
+        module,
+        "DescribeLogDirsResult",
+        error_code=KafkaError.none,
+        log_dir=LOG_DIR,
+        topics=tuple(topics),
+        total_bytes=UNKNOWN_VOLUME_BYTES,
+        usable_bytes=UNKNOWN_VOLUME_BYTES,
+        is_cordoned=False,
+    )
+    return build(
+        module, "DescribeLogDirsResponse", throttle_time=NO_THROTTLE, error_code=KafkaError.none, results=(result,)
     )

@@ -123,6 +123,24 @@ SELECT base_offset FROM (
 """
 
 
+# A partition's stored bytes as retention by size counts them (_FIRST_WITHIN_SIZE_SQL): the
+# size_bytes of its batches from the log start on (those below it are the cleaner's to delete and
+# no longer the log's). One statement, so one snapshot of every partition of the topic.
+_STORED_BYTES_SQL = """
+SELECT p.partition, coalesce(sum(b.size_bytes), 0) AS stored_bytes
+FROM partitions p
+LEFT JOIN record_batches b
+  ON b.topic_id = p.topic_id AND b.partition = p.partition AND b.last_offset >= p.log_start_offset
+WHERE p.topic_id = $1
+GROUP BY p.partition
+"""
+
+
+async def stored_bytes(conn: asyncpg.Connection, topic: TopicInfo) -> dict[int, int]:
+    """Each partition's stored bytes, as retention by size (`retention_bytes`) counts them."""
+    return {row["partition"]: row["stored_bytes"] for row in await conn.fetch(_STORED_BYTES_SQL, topic.topic_id)}
+
+
 async def retention_target(
     conn: asyncpg.Connection, topic: TopicInfo, partition: int, state: PartitionState, now_ms: int
 ) -> int:
