@@ -144,6 +144,11 @@ TransactionalIdNotFoundError = _error(
 GroupIdNotFoundError = _error(
     "GroupIdNotFoundError", ErrorCode.GROUP_ID_NOT_FOUND, doc="describe or delete of an unknown group"
 )
+InvalidGroupIdError = _error(
+    "InvalidGroupIdError",
+    ErrorCode.INVALID_GROUP_ID,
+    doc="a group id over the identifier limit, as the Kafka listener answers it (HTTP answers INVALID_REQUEST)",
+)
 NotFoundError = _error("NotFoundError", ErrorCode.NOT_FOUND, doc="no such route")
 MethodNotAllowedError = _error(
     "MethodNotAllowedError", ErrorCode.METHOD_NOT_ALLOWED, doc="no such method on this route"
@@ -285,6 +290,7 @@ _BY_CODE: dict[str, type[TxbrokerError]] = {
         UnknownTopicIdError,
         TransactionalIdNotFoundError,
         GroupIdNotFoundError,
+        InvalidGroupIdError,
         NotFoundError,
         MethodNotAllowedError,
         TopicAlreadyExistsError,

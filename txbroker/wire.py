@@ -53,6 +53,9 @@ class ErrorCode(StrEnum):
     UNKNOWN_TOPIC_ID = "UNKNOWN_TOPIC_ID"
     TRANSACTIONAL_ID_NOT_FOUND = "TRANSACTIONAL_ID_NOT_FOUND"
     GROUP_ID_NOT_FOUND = "GROUP_ID_NOT_FOUND"
+    # Kafka's answer for a group id its coordinator refuses: the Kafka listener's, for one over the
+    # identifier limit (HTTP's schemas answer INVALID_REQUEST for it first).
+    INVALID_GROUP_ID = "INVALID_GROUP_ID"
     NOT_FOUND = "NOT_FOUND"
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
     TOPIC_ALREADY_EXISTS = "TOPIC_ALREADY_EXISTS"
@@ -111,6 +114,7 @@ ERROR_SPECS: MappingProxyType[ErrorCode, ErrorSpec] = MappingProxyType(
         ErrorCode.UNKNOWN_TOPIC_ID: ErrorSpec(404, False, "no topic has this topic id (any more)"),
         ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: ErrorSpec(404, False, "admin look-up of an unknown id"),
         ErrorCode.GROUP_ID_NOT_FOUND: ErrorSpec(404, False, "describe or delete of an unknown group"),
+        ErrorCode.INVALID_GROUP_ID: ErrorSpec(400, False, "a group id over the identifier limit (Kafka listener)"),
         ErrorCode.NOT_FOUND: ErrorSpec(404, False, "no such route"),
         ErrorCode.METHOD_NOT_ALLOWED: ErrorSpec(405, False, "no such method on this route"),
         ErrorCode.TOPIC_ALREADY_EXISTS: ErrorSpec(409, False, "the topic exists"),

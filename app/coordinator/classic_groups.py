@@ -58,6 +58,7 @@ from kio.schema.consumer_protocol_subscription.v3.data import ConsumerProtocolSu
 from kio.serial import entity_reader
 
 from app.clock import now_ms
+from app.coordinator.identifiers import check_group_id, check_identifier, within_limit
 from app.errors import BrokerError, ErrorCode
 from app.storage.groups import groups
 from app.storage.groups.groups import CLASSIC_STATE_KEY, Group, Member
@@ -373,8 +374,12 @@ class ClassicGroups:
         client that can take MEMBER_ID_REQUIRED (JoinGroup v4+) first gets its id and must rejoin
         with it within its session timeout; a static member (group_instance_id) is never asked to.
         `skip_assignment_allowed`: JoinGroup v9+, whose leader may be told to keep the assignment."""
-        # First, as Kafka's GroupCoordinator checks it (after authorization and the group id's
-        # validity, before the group, its protocols and its members): a refused JoinGroup changes nothing.
+        # First the ids (as Kafka's GroupCoordinator validates the group id), then the session timeout
+        # (as Kafka checks it, before the group, its protocols and its members): a refused JoinGroup
+        # changes nothing. The group instance id is kept with the member: the identifier limit holds it too.
+        check_group_id(group_id)
+        if group_instance_id is not None:
+            check_identifier("the group instance id (group.instance.id)", group_instance_id)
         self.session_timeout_bounds.check(group_id, session_timeout_ms)
         now = now_ms()
         if not protocols:
@@ -386,7 +391,9 @@ class ClassicGroups:
             classic = self._joinable(group, await groups.members(conn, group_id), protocol_type, protocols, now)
             replaced = None  # the member id a static member rejoining under a new one had
             if member_id == "":
-                member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+                # Kafka's form, client id and a UUID; a long client id is cut short, so that the id
+                # stays within the identifier limit (the member's row indexes it).
+                member_id = within_limit(client_id or "member", f"-{uuid.uuid4()}")
                 replaced = None if group_instance_id is None else static_member_id(classic, group_instance_id)
                 if group_instance_id is None and member_id_required:
                     classic["pending"][member_id] = now + session_timeout_ms
@@ -580,6 +587,7 @@ class ClassicGroups:
     ) -> SyncResult:
         """The leader's SyncGroup stores every member's assignment (the group is then Stable); each
         member's SyncGroup answers its own, once the leader's has come."""
+        check_group_id(group_id)
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
             group = await groups.lock(conn, group_id, now)
@@ -625,6 +633,7 @@ class ClassicGroups:
     async def heartbeat(
         self, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None = None
     ) -> None:
+        check_group_id(group_id)
         now = now_ms()
         async with self.pool.acquire() as conn:
             group = await groups.get(conn, group_id)
@@ -643,6 +652,7 @@ class ClassicGroups:
         """leaving: (member id, group instance id) each, as LeaveGroup names them; a member id ""
         with an instance id removes that static member (v3+), a pending member id is forgotten.
         One error or None each."""
+        check_group_id(group_id)
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
             group = await groups.lock(conn, group_id, now)

@@ -15,6 +15,9 @@ Invariants:
   anything else; DeleteGroups and OffsetDelete lock the group row FOR UPDATE (OffsetDelete then
   its topics' rows FOR KEY SHARE, as a commit), then the group's __consumer_offsets partition
   (their tombstones), so they wait for the commits in flight and none interleaves.
+- Every operation on a group id checks it first (`check_group_id`: INVALID_GROUP_ID over the
+  identifier limit), look-ups too, as Kafka's coordinator validates the group id of every group
+  API: an id no group can have never reaches a statement, nor a write.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from app.coordinator.classic_groups import (
     classic_state,
     fenced_instance_error,
 )
+from app.coordinator.identifiers import check_group_id
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.errors import BrokerError, ErrorCode
 from app.storage.groups import group_offsets, groups
@@ -162,6 +166,7 @@ class GroupCoordinator:
     async def heartbeat(
         self, group_id: str, member_id: str, topics: list[str], session_timeout_ms: int
     ) -> HeartbeatResult:
+        check_group_id(group_id)
         now = now_ms()
         topics = sorted(set(topics))
         async with self.pool.acquire() as conn, conn.transaction():
@@ -202,6 +207,7 @@ class GroupCoordinator:
         )
 
     async def leave(self, group_id: str, member_id: str) -> None:
+        check_group_id(group_id)
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
             group = await groups.lock(conn, group_id, now)
@@ -286,6 +292,7 @@ class GroupCoordinator:
         entries: list[OffsetEntry],
         group_instance_id: str | None = None,
     ) -> list[BrokerError | None]:
+        check_group_id(group_id)
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
             await groups.hold(conn, group_id, now)  # before any partition lock: see the lock order
@@ -318,7 +325,9 @@ class GroupCoordinator:
     ) -> list[BrokerError | None]:
         """Offsets that become visible with the transaction's COMMIT marker (and vanish on abort).
         Adds the group's offsets partition to the transaction if AddOffsetsToTxn was not called. One
-        unit of work: the transactional id's row first, the transaction log saved last."""
+        unit of work: the transactional id's row first, the transaction log saved last. The group id
+        is checked first, as Kafka's group coordinator, which serves it, does."""
+        check_group_id(group_id)
         now = now_ms()
         async with self.transactions.unit_of_work() as unit:
             conn = unit.conn
@@ -350,6 +359,7 @@ class GroupCoordinator:
     async def fetch_offsets(
         self, group_id: str, partitions: list[tuple[str, int]] | None, require_stable: bool
     ) -> list[tuple[CommittedOffset, BrokerError | None]]:
+        check_group_id(group_id)
         async with self.pool.acquire() as conn:
             found = await group_offsets.fetch(conn, group_id, partitions)
         results = []
@@ -379,6 +389,7 @@ class GroupCoordinator:
         DeleteTopics does for a topic's); the next member or commit of this id starts a fresh group.
         NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND when there is no such group. Returns
         how many partitions had offsets. One PostgreSQL transaction, the audit entry in it."""
+        check_group_id(group_id)
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
             _, members = await _locked_for_deletion(conn, group_id)
@@ -399,6 +410,7 @@ class GroupCoordinator:
         rules: GROUP_ID_NOT_FOUND when there is no such group, NON_EMPTY_GROUP for a Kafka group with
         members whose protocol is not the consumer one (its subscriptions are unknown); a group left
         without members and offsets is deleted, as Kafka removes it. One PostgreSQL transaction."""
+        check_group_id(group_id)
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
             group, members = await _locked_for_deletion(conn, group_id)
@@ -419,9 +431,9 @@ class GroupCoordinator:
         return errors
 
     # ---- describe
-    # ---- describe
 
     async def describe(self, group_id: str) -> GroupDescription:
+        check_group_id(group_id)
         # One snapshot: a rebalance committing between the reads must not pair one generation's
         # assignment with another's members.
         async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):

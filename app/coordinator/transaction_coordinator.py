@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.clock import now_ms
+from app.coordinator.identifiers import check_group_id, check_transactional_id
 from app.coordinator.transaction_metadata import (
     TRANSACTION_VERSION_BUMP,
     TransactionMetadata,
@@ -168,6 +169,8 @@ class TransactionCoordinator:
         quota_principal: str | None = None,
     ) -> InitResult:
         """`quota_principal`: who asks, when the per-principal quota of transactional ids applies."""
+        if transactional_id is not None:
+            check_transactional_id(transactional_id)  # first, as Kafka checks an empty one
         now = now_ms()
         async with self.unit_of_work() as unit:
             if transactional_id is None:
@@ -295,6 +298,7 @@ class TransactionCoordinator:
         `add_partitions_in_batch`: the group's __consumer_offsets partition (of `offsets_topic`, looked
         up by that unit) joins the transaction."""
         meta = check_producer(meta, command.transactional_id, command.producer_id, command.producer_epoch)
+        check_group_id(command.group_id)  # it would be TxnOffsetCommit's, which no group can take
         if offsets_topic is None:  # created at start-up and never deleted: only a broken database
             raise unknown_topic(CONSUMER_OFFSETS_TOPIC)
         meta.prepare_add_partitions(
@@ -413,6 +417,7 @@ class TransactionCoordinator:
             return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
 
     async def describe(self, transactional_id: str) -> TransactionMetadata:
+        check_transactional_id(transactional_id)
         async with self.pool.acquire() as conn:
             meta = await self.log.get(conn, transactional_id)
         if meta is None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.coordinator.identifiers import check_transactional_id
 from app.coordinator.transaction_states import TransactionState, transition
 from app.errors import BrokerError, ErrorCode
 from app.storage.log import markers
@@ -207,8 +208,10 @@ def check_producer(
     meta: TransactionMetadata | None, transactional_id: str, producer_id: int, producer_epoch: int
 ) -> TransactionMetadata:
     """The request's producer id and epoch against the coordinator's current ones: the metadata,
-    or the request's error."""
+    or the request's error. An id over the identifier limit, which no transaction can have, is
+    INVALID_REQUEST (Kafka's answer for a transactional id it finds invalid), not a mapping error."""
     if meta is None or meta.state == S.DEAD:
+        check_transactional_id(transactional_id)
         raise mapping_error(transactional_id, producer_id)
     if producer_id != meta.producer_id:
         if producer_id in (meta.last_producer_id, meta.txn_producer_id):

@@ -731,9 +731,9 @@ class GroupCalls:
         try:
             described = await self._groups.describe(group_id)
         except BrokerError as error:
-            if error.code == ErrorCode.GROUP_ID_NOT_FOUND:  # Kafka describes an unknown group as Dead
-                return DescribedGroup(group_id, None)
-            raise
+            # Kafka describes an unknown group as Dead; any other error is the group's own
+            # (INVALID_GROUP_ID), the other groups of the request still described.
+            return DescribedGroup(group_id, None if error.code == ErrorCode.GROUP_ID_NOT_FOUND else error)
         protocol_type, state, protocol = _group_kind(described.group, len(described.members))
         classic = self._groups.classic.described_members(described.group)
         members = []
