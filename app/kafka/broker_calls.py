@@ -814,9 +814,9 @@ def _altered(config: dict, alterations: list[tuple[str, int, str | None]], defau
 
 def _replacement(configs: list[tuple[str, str | None]]) -> list[tuple[str, int, str | None]]:
     """AlterConfigs' replacement of a topic's configs as IncrementalAlterConfigs' operations: SET
-    for each config given (a null value: DELETE, as Kafka's controller takes it; handlers/admin.py
-    refuses a config given twice), DELETE (back to the server's default) for every one not given."""
-    given = [(name, SET if value is not None else DELETE, value) for name, value in configs]
+    for each config given (handlers/admin.py refuses a config given twice or with a null value, as a
+    Kafka broker), DELETE (back to the server's default) for every one not given."""
+    given = [(name, SET, value) for name, value in configs]
     named = {name for name, _ in configs}
     return given + [(name, DELETE, None) for name in sorted(KAFKA_CONFIG_NAMES) if name not in named]
 

@@ -140,15 +140,15 @@ def alter_configs(
 @pytest.mark.parametrize("version", api_table.SUPPORTED_VERSIONS[api_table.ALTER_CONFIGS])
 def test_each_resource_is_answered_on_its_own(module_kafka_server, version):
     """An invalid value or an unknown config fails its resource only (INVALID_CONFIG with a message),
-    a broker's configs are answered as IncrementalAlterConfigs answers them; a null value sets the
-    config back to its default."""
+    a broker's configs are answered as IncrementalAlterConfigs answers them; a config left out goes
+    back to its default."""
     server = module_kafka_server
     applied, invalid, unknown = (f"alter-configs-v{version}-{n}" for n in ("applied", "invalid", "unknown"))
     for topic in (applied, invalid, unknown):
         create_topic(server, topic)
     defaults = http_config(server, applied)
     with RawConnection(server.extra["kafka_bootstrap"]) as connection:
-        # Configs set before, which the next request leaves out or nulls: back to the defaults where applied.
+        # Configs set before, which the next request leaves out: back to the defaults where applied.
         before = {"max.message.bytes": "500000", "cleanup.policy": "compact"}
         set_before = [(TOPIC_RESOURCE, t, before) for t in (applied, invalid, unknown)]
         assert {r.error_code for r in connection.call(alter_configs(version, set_before)).responses} == {
@@ -158,7 +158,7 @@ def test_each_resource_is_answered_on_its_own(module_kafka_server, version):
             alter_configs(
                 version,
                 [
-                    (TOPIC_RESOURCE, applied, {"retention.ms": "60000", "cleanup.policy": None}),
+                    (TOPIC_RESOURCE, applied, {"retention.ms": "60000"}),
                     (TOPIC_RESOURCE, invalid, {"retention.ms": "soon"}),
                     (TOPIC_RESOURCE, unknown, {"no.such.config": "1"}),
                     (BROKER_RESOURCE, "0", {"log.retention.ms": "1"}),
@@ -243,6 +243,72 @@ def test_a_config_named_twice_leaves_its_resource_unaltered(module_kafka_server,
     assert "duplicate config keys" in message and "['retention.ms']" in message
     assert http_config(server, repeating) == defaults
     assert http_config(server, once) == {**defaults, "retention_ms": 80000}
+
+
+@pytest.mark.parametrize(
+    "key", [api_table.ALTER_CONFIGS, api_table.INCREMENTAL_ALTER_CONFIGS], ids=["AlterConfigs", "Incremental"]
+)
+def test_a_null_value_leaves_its_resource_unaltered(module_kafka_server, key):
+    """As a Kafka broker (ConfigAdminManager.preprocess): a config given a null value (AlterConfigs)
+    or set to one (IncrementalAlterConfigs) is INVALID_REQUEST, "Null value not supported", and none
+    of its resource's alterations applies; the other resources are altered."""
+    server = module_kafka_server
+    nulled, valued = f"alter-configs-{key}-null", f"alter-configs-{key}-valued"
+    for topic in (nulled, valued):
+        create_topic(server, topic)
+    defaults = http_config(server, nulled)
+    request = alter_configs(
+        max(api_table.SUPPORTED_VERSIONS[key]),
+        [
+            (TOPIC_RESOURCE, nulled, {"retention.ms": "60000", "cleanup.policy": None}),
+            (TOPIC_RESOURCE, valued, {"retention.ms": "80000"}),
+        ],
+        key=key,
+    )
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        response = connection.call(request)
+    assert [(r.resource_name, r.error_code) for r in response.responses] == [
+        (nulled, KafkaError.invalid_request),
+        (valued, KafkaError.none),
+    ]
+    assert "Null value not supported for : cleanup.policy" in response.responses[0].error_message
+    assert http_config(server, nulled) == defaults
+    assert http_config(server, valued) == {**defaults, "retention_ms": 80000}
+
+
+def test_an_incremental_delete_takes_no_value(module_kafka_server):
+    """IncrementalAlterConfigs' DELETE puts a config back to its default, its null value as Kafka takes it."""
+    server = module_kafka_server
+    topic = "alter-configs-incremental-delete"
+    create_topic(server, topic)
+    defaults = http_config(server, topic)
+    key, version = (
+        api_table.INCREMENTAL_ALTER_CONFIGS,
+        max(api_table.SUPPORTED_VERSIONS[api_table.INCREMENTAL_ALTER_CONFIGS]),
+    )
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        connection.call(alter_configs(version, [(TOPIC_RESOURCE, topic, {"retention.ms": "60000"})], key=key))
+        assert http_config(server, topic) == {**defaults, "retention_ms": 60000}
+        deleted = request_of(
+            key,
+            version,
+            resources=(
+                nested(
+                    key,
+                    version,
+                    "AlterConfigsResource",
+                    resource_type=TOPIC_RESOURCE,
+                    resource_name=topic,
+                    configs=(
+                        nested(key, version, "AlterableConfig", name="retention.ms", value=None, config_operation=1),
+                    ),
+                ),
+            ),
+            validate_only=False,
+        )
+        response = connection.call(deleted)
+    assert [r.error_code for r in response.responses] == [KafkaError.none]
+    assert http_config(server, topic) == defaults
 
 
 def test_validate_only_changes_nothing(module_kafka_server):

@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from app.errors import BrokerError, ErrorCode
 from app.kafka import api_table
+from app.kafka.broker_calls import DELETE as DELETE_OPERATION
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import error_message, kafka_error
 from app.kafka.frames import build, response_module
@@ -205,7 +206,9 @@ async def _alter_each(
     others' alterations), only topics' configs alterable. A resource named more than once is
     altered by none of its mentions, each answered INVALID_REQUEST, and so is a resource that
     names a config more than once, as a Kafka broker answers (ConfigAdminManager.preprocess): which
-    of its alterations was meant is not the broker's guess."""
+    of its alterations was meant is not the broker's guess. So is a resource that gives a config a
+    null value (AlterConfigs) or sets, appends or subtracts one (IncrementalAlterConfigs), as the
+    same preprocessing refuses it before any config changes."""
     module = response_module(api_key, context.api_version)
     named = Counter((resource.resource_type, resource.resource_name) for resource in request.resources)
     results = []
@@ -223,6 +226,16 @@ async def _alter_each(
                 ErrorCode.INVALID_REQUEST,
                 f"Error due to duplicate config keys: resource {resource.resource_name!r} names {repeated} more "
                 "than once; expected each config at most once per resource, so name each once",
+            )
+        elif nulls := _null_values(resource, api_key):
+            error = BrokerError(
+                ErrorCode.INVALID_REQUEST,
+                f"Null value not supported for : {', '.join(nulls)}: expected a value for each config "
+                + (
+                    "given; leave a config out to put it back to its default"
+                    if api_key == api_table.ALTER_CONFIGS
+                    else "set, appended or subtracted; DELETE (1) puts a config back to its default"
+                ),
             )
         elif resource.resource_type != TOPIC_RESOURCE:
             error = _unsupported_resource(resource.resource_type)
@@ -250,6 +263,17 @@ def _repeated_configs(resource) -> list[str]:
     AlterConfigs and IncrementalAlterConfigs alike, before it authorizes or looks at the resource."""
     counted = Counter(config.name for config in resource.configs)
     return sorted(name for name, count in counted.items() if count > 1)
+
+
+def _null_values(resource, api_key: int) -> list[str]:
+    """The configs a resource gives a null value where a value is needed: any of AlterConfigs', and
+    IncrementalAlterConfigs' but for a DELETE, which takes none (Kafka's ConfigAdminManager.preprocess
+    and its legacy AlterConfigs validation)."""
+    return [
+        config.name
+        for config in resource.configs
+        if config.value is None and (api_key == api_table.ALTER_CONFIGS or config.config_operation != DELETE_OPERATION)
+    ]
 
 
 def _unsupported_resource(resource_type: int) -> BrokerError:
