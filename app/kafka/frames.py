@@ -33,6 +33,11 @@ _TEXT = "string"  # kio's kafka_type of text fields (a nested message's fields h
 # api_key, api_version, correlation_id: the same first fields in every request header version.
 _HEADER_START = struct.Struct(">hhi")
 API_VERSIONS_KEY = 18
+# The longest string a non-flexible version can carry (an int16 length, in UTF-8 bytes). An error
+# message quoting a long request value (a topic name of 32767 bytes) is cut to fit, so that its
+# response can be written at all.
+LONGEST_STRING_BYTES = 2**15 - 1
+_CUT_MARK = "..."
 
 
 class MalformedRequest(Exception):
@@ -138,4 +143,15 @@ def build(module: ModuleType, class_name: str, **values) -> object:
     (a handler passes the union of every version's fields; each version takes its own)."""
     message_class = getattr(module, class_name)
     names = _field_names(message_class)
+    if isinstance(values.get("error_message"), str):
+        values["error_message"] = _fitting(values["error_message"])
     return message_class(**{name: value for name, value in values.items() if name in names})
+
+
+def _fitting(message: str) -> str:
+    """`message`, cut (on a character) to LONGEST_STRING_BYTES in UTF-8 when longer."""
+    encoded = message.encode()
+    if len(encoded) <= LONGEST_STRING_BYTES:
+        return message
+    room = LONGEST_STRING_BYTES - len(_CUT_MARK)
+    return encoded[:room].decode(errors="ignore") + _CUT_MARK

@@ -29,6 +29,8 @@ BROKERS_ENDPOINT, CONTROLLERS_ENDPOINT = 1, 2
 NO_CONTROLLER = -1
 # Below v4 the request has no flag, and Kafka creates topics as if it were true.
 AUTO_CREATE_BEFORE_V4 = True
+# v10 and v11 carry a topic id field, yet only v12+ may name a topic by it (KIP-516).
+TOPICS_BY_ID_SINCE = 12
 
 
 def _requested_names(request) -> list[str | None] | None:
@@ -93,8 +95,47 @@ async def _cluster(context: RequestContext, request, module, broker_class: str) 
     )
 
 
+def _asks_by_id_before_v12(request) -> bool:
+    """True for a v10 or v11 request naming a topic by id, or without a name: only v12+ may (a
+    v10/v11 answer has no room for a topic without a name), and Kafka refuses it whole."""
+    if not 10 <= request.__version__ < TOPICS_BY_ID_SINCE or request.topics is None:
+        return False
+    return any(topic.name is None or (topic.topic_id is not None and topic.topic_id.int) for topic in request.topics)
+
+
+def _refused(module, request) -> object:
+    """Kafka's answer to a Metadata request it refuses whole: each topic asked, INVALID_REQUEST, with
+    no partitions and no brokers (MetadataRequest.getErrorResponse)."""
+    topics = tuple(
+        build(
+            module,
+            "MetadataResponseTopic",
+            error_code=KafkaError.invalid_request,
+            name=topic.name or "",
+            topic_id=topic.topic_id,
+            is_internal=False,
+            partitions=(),
+            topic_authorized_operations=OPERATIONS_NOT_REQUESTED,
+        )
+        for topic in request.topics
+    )
+    return build(
+        module,
+        "MetadataResponse",
+        throttle_time=datetime.timedelta(0),
+        brokers=(),
+        cluster_id=None,
+        controller_id=NO_CONTROLLER,
+        cluster_authorized_operations=OPERATIONS_NOT_REQUESTED,
+        topics=topics,
+        error_code=KafkaError.none,
+    )
+
+
 async def handle(context: RequestContext, request) -> object:
     module = response_module(api_table.METADATA, context.api_version)
+    if _asks_by_id_before_v12(request):
+        return _refused(module, request)
     names = _requested_names(request)
     allow_create = getattr(request, "allow_auto_topic_creation", AUTO_CREATE_BEFORE_V4)
     found = await context.calls.topic_metadata(
