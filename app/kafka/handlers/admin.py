@@ -29,13 +29,38 @@ DEFAULT_CONFIG = 5
 # CreateTopics: -1 partitions means the broker's default (Kafka's num.partitions).
 DEFAULT_PARTITIONS = 1
 NO_REPLICATION_FACTOR = -1
+# Kafka's messages for a topic named twice in CreateTopics or DeleteTopics (its controller's).
+DUPLICATE_NAME = "Duplicate topic name."
+DUPLICATE_ID = "Duplicate topic id."
+
+
+def _refused_creation(topic) -> tuple[KafkaError, str] | None:
+    """Kafka's answer to a creation its controller refuses before looking at the topic: a replication
+    factor that is neither -1 (the default) nor positive. txbroker ignores any other (answered 1)."""
+    if topic.replication_factor < NO_REPLICATION_FACTOR or topic.replication_factor == 0:
+        return (
+            KafkaError.invalid_replication_factor,
+            f"replication factor {topic.replication_factor} of topic {topic.name!r}: expected -1 (the default) or "
+            f"a positive number",
+        )
+    return None
 
 
 async def create_topics(context: RequestContext, request) -> object:
     module = response_module(api_table.CREATE_TOPICS, context.api_version)
+    repeated, answered = _given_more_than_once(topic.name for topic in request.topics), set()
     results = []
     for topic in request.topics:
-        error, partitions, topic_id = None, -1, None
+        if topic.name in repeated:
+            # As Kafka: a name given twice is created by none of its entries and answered once.
+            if topic.name not in answered:
+                answered.add(topic.name)
+                results.append(_creation_result(module, topic.name, KafkaError.invalid_request, DUPLICATE_NAME))
+            continue
+        refused = _refused_creation(topic)
+        if refused is not None:
+            results.append(_creation_result(module, topic.name, *refused))
+            continue
         count = DEFAULT_PARTITIONS if topic.num_partitions == -1 else topic.num_partitions
         try:
             created = await context.calls.admin.create_topic(
@@ -45,26 +70,33 @@ async def create_topics(context: RequestContext, request) -> object:
                 {c.name: c.value for c in topic.configs},
                 request.validate_only,
             )
-            partitions = created.partition_count
-            # v7 (KIP-516): the new topic's id; validate_only created none (Kafka answers the zero id).
-            topic_id = None if request.validate_only else created.topic_uuid
         except BrokerError as raised:
-            error = raised
-        results.append(
-            build(
-                module,
-                "CreatableTopicResult",
-                name=topic.name,
-                topic_id=topic_id,
-                error_code=kafka_error(error),
-                error_message=error_message(error),
-                topic_config_error_code=0,
-                num_partitions=partitions,
-                replication_factor=1 if error is None else NO_REPLICATION_FACTOR,
-                configs=None if error is None else (),
-            )
-        )
+            results.append(_creation_result(module, topic.name, kafka_error(raised), raised.message))
+            continue
+        # v7 (KIP-516): the new topic's id; validate_only created none (Kafka answers the zero id).
+        topic_id = None if request.validate_only else created.topic_uuid
+        results.append(_creation_result(module, topic.name, KafkaError.none, None, topic_id, created.partition_count))
     return build(module, "CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+def _given_more_than_once(values) -> set:
+    return {value for value, count in Counter(values).items() if count > 1}
+
+
+def _creation_result(module, name: str, error_code: KafkaError, message: str | None, topic_id=None, partitions=-1):
+    created = error_code == KafkaError.none
+    return build(
+        module,
+        "CreatableTopicResult",
+        name=name,
+        topic_id=topic_id,
+        error_code=error_code,
+        error_message=message,
+        topic_config_error_code=0,
+        num_partitions=partitions,
+        replication_factor=1 if created else NO_REPLICATION_FACTOR,
+        configs=None if created else (),
+    )
 
 
 async def _delete_topic(context: RequestContext, name: str | None, topic_id) -> tuple:
@@ -88,20 +120,33 @@ async def delete_topics(context: RequestContext, request) -> object:
         asked = [(t.name, t.topic_id) for t in request.topics]
     else:
         asked = [(name, None) for name in request.topic_names]
+    # As Kafka: a name (or id) given twice deletes nothing and is answered once, INVALID_REQUEST.
+    repeated = _given_more_than_once(name for name, _ in asked if name is not None)
+    repeated |= _given_more_than_once(topic_id for name, topic_id in asked if name is None)
+    answered = set()
     results = []
     for asked_name, asked_id in asked:
+        key = asked_id if asked_name is None else asked_name
+        if key in repeated:
+            if key not in answered:
+                answered.add(key)
+                message = DUPLICATE_ID if asked_name is None else DUPLICATE_NAME
+                results.append(_deletion_result(module, asked_name, asked_id, KafkaError.invalid_request, message))
+            continue
         name, topic_id, error = await _delete_topic(context, asked_name, asked_id)
-        results.append(
-            build(
-                module,
-                "DeletableTopicResult",
-                name=name,
-                topic_id=topic_id,
-                error_code=kafka_error(error),
-                error_message=error_message(error),
-            )
-        )
+        results.append(_deletion_result(module, name, topic_id, kafka_error(error), error_message(error)))
     return build(module, "DeleteTopicsResponse", throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+def _deletion_result(module, name: str | None, topic_id, error_code: KafkaError, message: str | None):
+    return build(
+        module,
+        "DeletableTopicResult",
+        name=name,
+        topic_id=topic_id,
+        error_code=error_code,
+        error_message=message,
+    )
 
 
 async def create_partitions(context: RequestContext, request) -> object:
