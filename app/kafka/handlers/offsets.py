@@ -1,9 +1,14 @@
 """ListOffsets: earliest (-2), latest (-1: the high watermark, or the last stable offset under
-read_committed) or the first offset at or after a time, per partition."""
+read_committed) or the first offset at or after a time, per partition. As a Kafka broker: another
+negative timestamp (Kafka's max timestamp, -3, included: txbroker does not serve it) is
+UNSUPPORTED_VERSION, and a partition named twice is INVALID_REQUEST, each of its mentions."""
 
 from __future__ import annotations
 
 import datetime
+from collections import Counter
+
+from kio.schema.errors import ErrorCode as KafkaError
 
 from app.errors import BrokerError
 from app.kafka import api_table
@@ -15,29 +20,39 @@ READ_COMMITTED = 1
 NO_OFFSET = -1
 NO_TIMESTAMP = -1
 NO_LEADER_EPOCH = -1
+# The negative timestamps served: latest and earliest (the contract's sentinels, HTTP's too).
+SERVED_SENTINELS = frozenset({-1, -2})
 
 
 async def handle(context: RequestContext, request) -> object:
     module = response_module(api_table.LIST_OFFSETS, context.api_version)
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    named = Counter(
+        (topic.name, partition.partition_index) for topic in request.topics for partition in topic.partitions
+    )
     topics = []
     for topic in request.topics:
         partitions = []
         for partition in topic.partitions:
-            error, offset, timestamp = None, NO_OFFSET, NO_TIMESTAMP
-            try:
-                listed = await context.calls.list_offset(
-                    context.principal, topic.name, partition.partition_index, partition.timestamp, read_committed
-                )
-                offset, timestamp = listed.offset, listed.timestamp_ms
-            except BrokerError as raised:
-                error = raised
+            error_code, offset, timestamp = KafkaError.none, NO_OFFSET, NO_TIMESTAMP
+            if named[(topic.name, partition.partition_index)] > 1:
+                error_code = KafkaError.invalid_request
+            elif partition.timestamp < 0 and partition.timestamp not in SERVED_SENTINELS:
+                error_code = KafkaError.unsupported_version
+            else:
+                try:
+                    listed = await context.calls.list_offset(
+                        context.principal, topic.name, partition.partition_index, partition.timestamp, read_committed
+                    )
+                    offset, timestamp = listed.offset, listed.timestamp_ms
+                except BrokerError as raised:
+                    error_code = kafka_error(raised)
             partitions.append(
                 build(
                     module,
                     "ListOffsetsPartitionResponse",
                     partition_index=partition.partition_index,
-                    error_code=kafka_error(error),
+                    error_code=error_code,
                     timestamp=timestamp,
                     offset=offset,
                     leader_epoch=NO_LEADER_EPOCH,
