@@ -149,6 +149,11 @@ InvalidGroupIdError = _error(
     ErrorCode.INVALID_GROUP_ID,
     doc="a group id over the identifier limit, as the Kafka listener answers it (HTTP answers INVALID_REQUEST)",
 )
+OffsetMetadataTooLargeError = _error(
+    "OffsetMetadataTooLargeError",
+    ErrorCode.OFFSET_METADATA_TOO_LARGE,
+    doc="an offset's metadata over 4096 characters, as the Kafka listener answers it (HTTP allows 100000)",
+)
 NotFoundError = _error("NotFoundError", ErrorCode.NOT_FOUND, doc="no such route")
 MethodNotAllowedError = _error(
     "MethodNotAllowedError", ErrorCode.METHOD_NOT_ALLOWED, doc="no such method on this route"
@@ -291,6 +296,7 @@ _BY_CODE: dict[str, type[TxbrokerError]] = {
         TransactionalIdNotFoundError,
         GroupIdNotFoundError,
         InvalidGroupIdError,
+        OffsetMetadataTooLargeError,
         NotFoundError,
         MethodNotAllowedError,
         TopicAlreadyExistsError,

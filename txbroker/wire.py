@@ -80,6 +80,8 @@ class ErrorCode(StrEnum):
     # Kafka's OffsetDelete: a member of the group subscribes to the topic whose offsets were to go.
     GROUP_SUBSCRIBED_TO_TOPIC = "GROUP_SUBSCRIBED_TO_TOPIC"
     UNSTABLE_OFFSET_COMMIT = "UNSTABLE_OFFSET_COMMIT"
+    # Kafka's offset.metadata.max.bytes: an offset's metadata over 4096 characters (Kafka listener).
+    OFFSET_METADATA_TOO_LARGE = "OFFSET_METADATA_TOO_LARGE"
     OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
     NOT_COORDINATOR = "NOT_COORDINATOR"
     UNAUTHORIZED = "UNAUTHORIZED"
@@ -134,6 +136,9 @@ ERROR_SPECS: MappingProxyType[ErrorCode, ErrorSpec] = MappingProxyType(
         ErrorCode.NON_EMPTY_GROUP: ErrorSpec(409, False, "the group has members: it cannot be deleted"),
         ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: ErrorSpec(409, False, "a member subscribes to the topic"),
         ErrorCode.UNSTABLE_OFFSET_COMMIT: ErrorSpec(409, True, "a transactional offset is pending"),
+        ErrorCode.OFFSET_METADATA_TOO_LARGE: ErrorSpec(
+            400, False, "an offset's metadata over 4096 characters (Kafka listener)"
+        ),
         ErrorCode.OFFSET_OUT_OF_RANGE: ErrorSpec(416, False, "offset outside the log"),
         ErrorCode.NOT_COORDINATOR: ErrorSpec(421, True, "ask /v1/coordinators/find again"),
         ErrorCode.UNAUTHORIZED: ErrorSpec(401, False, "missing or invalid credentials"),

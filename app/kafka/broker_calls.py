@@ -436,7 +436,8 @@ class BrokerCalls:
         denied = {
             topic: _denied(principal, Operation.READ, ResourceType.TOPIC, topic) for topic in {o.topic for o in offsets}
         }
-        allowed = [o for o in offsets if denied[o.topic] is None]
+        refused = {id(o): denied[o.topic] or _unstorable(o) for o in offsets}
+        allowed = [o for o in offsets if refused[id(o)] is None]
         errors = await self._state.group_coordinator.txn_offset_commit(
             transactional_id,
             group_id,
@@ -448,7 +449,7 @@ class BrokerCalls:
             group_instance_id,
         )
         by_offset = dict(zip(map(id, allowed), errors))
-        return [denied[o.topic] or by_offset[id(o)] for o in offsets]
+        return [refused[id(o)] or by_offset[id(o)] for o in offsets]
 
     async def end_txn(
         self,
@@ -587,9 +588,20 @@ class BrokerCalls:
         return ListedOffset(found.offset, found.timestamp_ms)
 
 
-def _unstorable(entry: OffsetEntry) -> BrokerError | None:
-    """PostgreSQL's text cannot hold NUL: HTTP refuses such a request whole (400); Kafka's
-    OffsetCommit answers per partition, so only that offset is refused."""
+# Kafka's offset.metadata.max.bytes (its default), counted in characters as Kafka counts it.
+OFFSET_METADATA_MAX_CHARS = 4096
+
+
+def _unstorable(entry: OffsetEntry | TxnOffset) -> BrokerError | None:
+    """Kafka's OffsetCommit and TxnOffsetCommit answer per partition, so only that offset is refused:
+    metadata over Kafka's limit (OFFSET_METADATA_TOO_LARGE, as its group coordinator), or with a NUL,
+    which PostgreSQL's text cannot hold (HTTP refuses such a request whole, 400)."""
+    if entry.metadata is not None and len(entry.metadata) > OFFSET_METADATA_MAX_CHARS:
+        return BrokerError(
+            ErrorCode.OFFSET_METADATA_TOO_LARGE,
+            f"the metadata of the offset of {entry.topic}-{entry.partition} has {len(entry.metadata)} characters: "
+            f"expected at most {OFFSET_METADATA_MAX_CHARS}",
+        )
     if entry.metadata is not None and "\0" in entry.metadata:
         return BrokerError(
             ErrorCode.INVALID_REQUEST,
