@@ -75,6 +75,7 @@ def txn_offset_commit(
     offset: int,
     version: int = 3,
     member: tuple[int, str, str | None] = (-1, "", None),
+    metadata: str | None = "raw",
 ):
     """member: (generation, member id, group instance id) as v3 sends them (KIP-447)."""
     key = api_table.TXN_OFFSET_COMMIT
@@ -85,7 +86,7 @@ def txn_offset_commit(
         partition_index=0,
         committed_offset=offset,
         committed_leader_epoch=-1,
-        committed_metadata="raw",
+        committed_metadata=metadata,
     )
     response = connection.call(
         request_of(
