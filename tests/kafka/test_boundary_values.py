@@ -325,8 +325,9 @@ def test_offset_commit_metadata_over_kafkas_limit_is_offset_metadata_too_large(s
 )
 def test_txn_offset_commit_refuses_unstorable_metadata_per_partition(server, metadata, error, no_unexpected_errors):
     """Regression: TxnOffsetCommit stored metadata of any length (Kafka: OFFSET_METADATA_TOO_LARGE
-    over 4096 characters), and one with a NUL inside failed in PostgreSQL (UNKNOWN_SERVER_ERROR),
-    where OffsetCommit refuses it per partition (INVALID_REQUEST). Nothing is committed for it."""
+    over 4096 characters), and one with a NUL inside failed in PostgreSQL (an error inside the node,
+    the connection closed), where OffsetCommit refuses it per partition (INVALID_REQUEST). Nothing
+    is committed for it."""
     group = f"boundaries-txn-metadata-{error.name}"
     with RawConnection(server.extra["kafka_bootstrap"]) as connection:
         producer = raw_transactions.init_producer(connection, group)
