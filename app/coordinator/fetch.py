@@ -178,7 +178,9 @@ async def _read_batches(
                 )
                 continue
             upper = state.upper_bound(READ_COMMITTED if read_committed else READ_UNCOMMITTED)
-            if position.offset >= upper or budget <= 0:
+            # The budget stops the partitions after the first that returned batches, never that one
+            # (Kafka's KIP-74): a fetch asking 0 bytes or fewer still gets a first batch.
+            if position.offset >= upper or (budget <= 0 and any(earlier.batches for earlier in results)):
                 continue
             result.batches = await read_batches(
                 conn,
