@@ -23,6 +23,8 @@ from app.kafka.frames import build, response_module
 NO_THROTTLE = datetime.timedelta(0)
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+# Kafka's config resource types: topic, broker, broker logger, client metrics, group.
+KAFKA_CONFIG_RESOURCES = frozenset({TOPIC_RESOURCE, BROKER_RESOURCE, 8, 16, 32})
 # DescribeConfigs' config sources.
 DYNAMIC_TOPIC_CONFIG = 1
 DEFAULT_CONFIG = 5
@@ -178,12 +180,33 @@ async def create_partitions(context: RequestContext, request) -> object:
     return build(module, "CreatePartitionsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
 
 
+def _unexpected_broker(context: RequestContext, resource) -> BrokerError | None:
+    """A broker resource names this node's id, or none (""), as a Kafka broker requires."""
+    if resource.resource_type != BROKER_RESOURCE or resource.resource_name in ("", str(context.calls.node_id)):
+        return None
+    return BrokerError(
+        ErrorCode.INVALID_REQUEST,
+        f"Unexpected broker id, expected {context.calls.node_id} or empty string, but received "
+        f"{resource.resource_name}",
+    )
+
+
 async def describe_configs(context: RequestContext, request) -> object:
     module = response_module(api_table.DESCRIBE_CONFIGS, context.api_version)
+    unknown = [r for r in request.resources if r.resource_type not in KAFKA_CONFIG_RESOURCES]
+    # As a Kafka broker: a resource type it does not know fails the whole request, each resource.
+    refused = (
+        None
+        if not unknown
+        else BrokerError(
+            ErrorCode.INVALID_REQUEST,
+            f"Unexpected resource type {unknown[0].resource_type} for resource {unknown[0].resource_name}",
+        )
+    )
     results = []
     for resource in request.resources:
-        error, entries = None, []
-        if resource.resource_type == TOPIC_RESOURCE:
+        error, entries = refused or _unexpected_broker(context, resource), []
+        if error is None and resource.resource_type == TOPIC_RESOURCE:
             keys = None if resource.configuration_keys is None else list(resource.configuration_keys)
             try:
                 entries = await context.calls.admin.describe_config(context.principal, resource.resource_name, keys)
