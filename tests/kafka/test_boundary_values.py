@@ -199,6 +199,82 @@ def test_delete_topics_naming_a_topic_twice_deletes_nothing(server, version, no_
     assert topic_exists(server, name)
 
 
+# ---- Fetch
+
+
+@pytest.mark.parametrize("max_bytes", [0, -1, -(2**31)])
+def test_fetch_of_zero_or_negative_max_bytes_returns_the_first_batch(server, max_bytes, no_unexpected_errors):
+    """Regression: a fetch whose max_bytes was 0 or less returned no batch at all, so a client asking
+    so never made progress. As KIP-74's rule (the first batch of the first partition with any is
+    returned whatever the limits), it gets the first batch. (A Kafka broker fails a negative limit
+    with UNKNOWN_SERVER_ERROR, which txbroker never answers.)"""
+    http_side.produce(server, TOPIC, 1, [{"value": "first"}])
+    partition = nested(
+        api_table.FETCH,
+        12,
+        "FetchPartition",
+        partition=1,
+        current_leader_epoch=-1,
+        fetch_offset=0,
+        last_fetched_epoch=-1,
+        log_start_offset=-1,
+        partition_max_bytes=1 << 20,
+    )
+    request = request_of(
+        api_table.FETCH,
+        12,
+        replica_id=-1,
+        max_wait=datetime.timedelta(0),
+        min_bytes=1,
+        max_bytes=max_bytes,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(nested(api_table.FETCH, 12, "FetchTopic", topic=TOPIC, partitions=(partition,)),),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    [topic] = call(server, request).responses
+    [answered] = topic.partitions
+    assert answered.error_code == KafkaError.none
+    assert answered.records
+
+
+# ---- DescribeConfigs
+
+
+def describe_configs_request(*resources: tuple[int, str]):
+    asked = tuple(
+        nested(
+            api_table.DESCRIBE_CONFIGS,
+            4,
+            "DescribeConfigsResource",
+            resource_type=resource_type,
+            resource_name=name,
+            configuration_keys=None,
+        )
+        for resource_type, name in resources
+    )
+    return request_of(
+        api_table.DESCRIBE_CONFIGS, 4, resources=asked, include_synonyms=False, include_documentation=False
+    )
+
+
+@pytest.mark.parametrize("resource_type", [0, 1, 3, 99, -1])
+def test_describe_configs_of_an_unknown_resource_type_is_invalid_request(server, resource_type, no_unexpected_errors):
+    """Regression: an unknown resource type was answered with no configs and no error. A Kafka broker
+    fails the whole request: every resource INVALID_REQUEST, the topic's too."""
+    response = call(server, describe_configs_request((2, TOPIC), (resource_type, "x")))
+    assert [(r.error_code, r.configs) for r in response.results] == [(KafkaError.invalid_request, ())] * 2
+
+
+def test_describe_configs_of_another_broker_id_is_invalid_request(server, no_unexpected_errors):
+    """Regression: any broker name was answered with no configs. A Kafka broker describes only its
+    own id (or "", the default), else INVALID_REQUEST for that resource."""
+    response = call(server, describe_configs_request((4, "x"), (4, "7"), (4, "0"), (4, "")))
+    assert [r.error_code for r in response.results] == [KafkaError.invalid_request] * 2 + [KafkaError.none] * 2
+
+
 # ---- ListOffsets
 
 
