@@ -209,31 +209,11 @@ def test_fetch_of_zero_or_negative_max_bytes_returns_the_first_batch(server, max
     returned whatever the limits), it gets the first batch. (A Kafka broker fails a negative limit
     with UNKNOWN_SERVER_ERROR, which txbroker never answers.)"""
     http_side.produce(server, TOPIC, 1, [{"value": "first"}])
-    partition = nested(
-        api_table.FETCH,
-        12,
-        "FetchPartition",
-        partition=1,
-        current_leader_epoch=-1,
-        fetch_offset=0,
-        last_fetched_epoch=-1,
-        log_start_offset=-1,
-        partition_max_bytes=1 << 20,
-    )
-    request = request_of(
-        api_table.FETCH,
-        12,
-        replica_id=-1,
-        max_wait=datetime.timedelta(0),
-        min_bytes=1,
-        max_bytes=max_bytes,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=(nested(api_table.FETCH, 12, "FetchTopic", topic=TOPIC, partitions=(partition,)),),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
+    request = sample_request(api_table.FETCH, 12)  # of the samples' topic: made to ask this one
+    [topic] = request.topics
+    [partition] = topic.partitions
+    asked = dataclasses.replace(topic, topic=TOPIC, partitions=(dataclasses.replace(partition, partition=1),))
+    request = dataclasses.replace(request, topics=(asked,), max_bytes=max_bytes)
     [topic] = call(server, request).responses
     [answered] = topic.partitions
     assert answered.error_code == KafkaError.none
