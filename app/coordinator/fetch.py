@@ -17,11 +17,21 @@ from app.storage.log import partition_log
 from app.storage.log.append_notifier import AppendNotifier
 from app.storage.log.batch_reads import StoredBatch, read_batches
 from app.storage.log.fetching import FetchPosition, PartitionFetch, fetch
-from app.storage.log.partition_log import NO_OFFSET, NO_TIMESTAMP, PartitionState
+from app.storage.log.partition_log import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    NO_OFFSET,
+    NO_TIMESTAMP,
+    PartitionState,
+)
 from app.storage.log.topics import TopicInfo, find_topics, unknown_partition, unknown_topic, unknown_topic_id
 from txbroker.wire import READ_COMMITTED, READ_UNCOMMITTED
 
 __all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
     "NO_OFFSET",
     "NO_TIMESTAMP",
     "AppendNotifier",

@@ -33,7 +33,15 @@ from app.coordinator.authorizer import (
 )
 from app.coordinator.classic_groups import EMPTY, STABLE, JoinResult, SyncResult, classic_state
 from app.coordinator.cluster_nodes import LiveNode, NodePresence
-from app.coordinator.fetch import BatchFetchPosition, FetchedBatches, fetch_batches, find_offsets
+from app.coordinator.fetch import (  # ListOffsets' sentinels: the handlers import no core module
+    EARLIEST_TIMESTAMP,  # noqa: F401
+    LATEST_TIMESTAMP,  # noqa: F401
+    MAX_TIMESTAMP,  # noqa: F401
+    BatchFetchPosition,
+    FetchedBatches,
+    fetch_batches,
+    find_offsets,
+)
 from app.coordinator.group_coordinator import CommittedOffset, GroupCoordinator, OffsetEntry
 from app.coordinator.produce import (
     BASE64,

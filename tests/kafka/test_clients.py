@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from tests.api.test_log_lifecycle import delete_records
 from tests.kafka import http_side
 from tests.kafka.clients import CLIENTS, WAIT_S, ConfluentKafka, Received, create_topic, sendable
 from txbroker.wire import partition_for_key
@@ -196,6 +198,32 @@ def test_list_offsets_earliest_latest_and_by_time(module_kafka_server):
         assert found[0].offset == -1  # none that late: Kafka answers -1
     finally:
         consumer.close()
+
+
+def test_list_offsets_max_timestamp_is_the_first_record_of_the_greatest_time(module_kafka_server):
+    """Kafka's max timestamp (ListOffsets v7, KIP-734), with confluent-kafka's admin client: the
+    record with the greatest timestamp, the first of several in log order, over batches written by
+    both doors; within the log start (DeleteRecords moves it past the first such record)."""
+    topic = "list-offsets-max-timestamp"
+    create_topic(module_kafka_server, topic)
+    ConfluentKafka().produce(
+        module_kafka_server,
+        topic,
+        [{"value": b"v", "timestamp": t} for t in (3000, 9000, 2000, 9000, 5000)],  # offsets 0-4
+    )
+    http_side.produce(module_kafka_server, topic, 0, [{"value": "late", "timestamp_ms": 9000}])  # offset 5
+    admin = AdminClient({"bootstrap.servers": module_kafka_server.extra["kafka_bootstrap"]})
+
+    def max_timestamp() -> tuple[int, int]:
+        partition = TopicPartition(topic, 0)
+        listed = admin.list_offsets({partition: OffsetSpec.max_timestamp()})[partition].result(WAIT_S)
+        return listed.offset, listed.timestamp
+
+    assert max_timestamp() == (1, 9000)
+    assert delete_records(module_kafka_server.client, topic, {0: 2}).status_code == 200
+    assert max_timestamp() == (3, 9000)
+    assert delete_records(module_kafka_server.client, topic, {0: 4}).status_code == 200
+    assert max_timestamp() == (5, 9000)  # the batch written over HTTP
 
 
 def test_a_topic_is_created_when_a_producer_names_it(module_kafka_server, client):

@@ -30,6 +30,9 @@ from txbroker.wire import (
 )
 
 APPENDS_CHANNEL = "txbroker_appends"
+# Kafka's ListOffsets "max timestamp" (KIP-734, ListOffsets v7): the record with the greatest
+# timestamp. The Kafka door's only: HTTP's contract has the two sentinels above.
+MAX_TIMESTAMP = -3
 
 # The columns of a record_batches row, in the order every INSERT of a batch lists them (plain,
 # idempotent and transactional batches, markers' control batches, the transaction log's records).
@@ -320,16 +323,58 @@ async def aborted_among(
     return {row["last_offset"] for row in rows}
 
 
+async def _max_timestamp(
+    conn: asyncpg.Connection, topic: TopicInfo, partition: int, lower: int, upper: int
+) -> tuple[int, int]:
+    """(offset, timestamp_ms) of the record with the greatest timestamp among offsets lower to upper
+    (exclusive), the first such in log order, as Kafka answers KIP-734's max timestamp; (-1, -1)
+    when there is none. Batches are read by their greatest timestamp, highest first: a batch reaching
+    below `lower` or up to `upper` may hold its greatest one outside them, so the walk goes on while
+    a batch could still hold a greater timestamp, or an equal one at an earlier offset."""
+    best_offset, best_timestamp = NO_OFFSET, NO_TIMESTAMP
+    rows = await conn.fetch(
+        "SELECT base_offset, last_offset, max_timestamp_ms FROM record_batches WHERE topic_id = $1 "
+        "AND partition = $2 AND control_type IS NULL AND base_offset < $3 AND last_offset >= $4 "
+        "ORDER BY max_timestamp_ms DESC, last_offset",
+        topic.topic_id,
+        partition,
+        upper,
+        lower,
+    )
+    for row in rows:
+        if best_offset != NO_OFFSET and (
+            row["max_timestamp_ms"] < best_timestamp
+            or (row["max_timestamp_ms"] == best_timestamp and row["base_offset"] > best_offset)
+        ):
+            break
+        records = await conn.fetchval(
+            "SELECT records FROM record_batches WHERE topic_id = $1 AND partition = $2 AND last_offset = $3",
+            topic.topic_id,
+            partition,
+            row["last_offset"],
+        )
+        for index, stored in enumerate(record_codec.decode_payload(records)):
+            offset = row["base_offset"] + index
+            if stored is None or not lower <= offset < upper:  # None: a record compaction removed
+                continue
+            if stored[0] > best_timestamp or (stored[0] == best_timestamp and offset < best_offset):
+                best_offset, best_timestamp = offset, stored[0]
+    return best_offset, best_timestamp
+
+
 async def offset_for(
     conn: asyncpg.Connection, topic: TopicInfo, partition: int, timestamp: int, isolation_level: str
 ) -> tuple[int, int]:
-    """ListOffsets: (offset, timestamp_ms) for latest (-1), earliest (-2) or a time in ms."""
+    """ListOffsets: (offset, timestamp_ms) for latest (-1), earliest (-2), max timestamp (-3) or a
+    time in ms."""
     state = await partition_state(conn, topic, partition)
     upper = state.upper_bound(isolation_level)
     if timestamp == LATEST_TIMESTAMP:
         return upper, NO_TIMESTAMP
     if timestamp == EARLIEST_TIMESTAMP:
         return state.log_start_offset, NO_TIMESTAMP
+    if timestamp == MAX_TIMESTAMP:
+        return await _max_timestamp(conn, topic, partition, state.log_start_offset, upper)
     # Batches are not ordered by time, so walk them in log order to the first that reaches it. The
     # first batch may begin below the log start (DeleteRecords moves it inside a batch): its records
     # below it do not count, and if only those reach the time, the next batch is the answer.
