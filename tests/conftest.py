@@ -68,13 +68,52 @@ def postgres() -> Iterator[EmbeddedPostgres]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+class SpareDatabases:
+    """Test databases cloned from the template one test ahead, and dropped after their test, on a thread
+    of their own: a clone (8 MB written) and a drop take a few hundred ms that each test otherwise
+    waited for, while its own server and clients mostly wait on the network. A test still gets a
+    database nobody used, identical to the template."""
+
+    def __init__(self, postgres: EmbeddedPostgres) -> None:
+        self.postgres = postgres
+        self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="test-databases")
+        self.drops: list[concurrent.futures.Future] = []
+        self.spare = self.executor.submit(self._clone)
+
+    def _clone(self) -> str:
+        name = f"test_{os.getpid()}_{next(_database_numbers)}"
+        self.postgres.create_database(name, template=TEMPLATE_DATABASE)
+        return name
+
+    def take(self) -> str:
+        name = self.spare.result()
+        self.spare = self.executor.submit(self._clone)
+        return name
+
+    def drop_later(self, name: str) -> None:
+        self.drops.append(self.executor.submit(drop_database, self.postgres, name))
+
+    def close(self) -> None:
+        """Drops the spare and waits for every drop, raising the first that failed."""
+        self.drop_later(self.spare.result())
+        self.executor.shutdown(wait=True)
+        for drop in self.drops:
+            drop.result()
+
+
+@pytest.fixture(scope="session")
+def spare_databases(postgres: EmbeddedPostgres) -> Iterator[SpareDatabases]:
+    spares = SpareDatabases(postgres)
+    yield spares
+    spares.close()
+
+
 @pytest.fixture
-def database_url(postgres: EmbeddedPostgres) -> Iterator[str]:
+def database_url(postgres: EmbeddedPostgres, spare_databases: SpareDatabases) -> Iterator[str]:
     """A fresh, migrated database for this test, dropped after it."""
-    name = f"test_{os.getpid()}_{next(_database_numbers)}"
-    postgres.create_database(name, template=TEMPLATE_DATABASE)
+    name = spare_databases.take()
     yield database_url_for(postgres.database_url, name)
-    drop_database(postgres, name)
+    spare_databases.drop_later(name)
 
 
 def drop_database(postgres: EmbeddedPostgres, name: str) -> None:
