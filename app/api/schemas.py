@@ -13,8 +13,9 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from app.coordinator.identifiers import MAX_IDENTIFIER_BYTES, identifier_bytes
+from app.coordinator.identifiers import MAX_IDENTIFIER_BYTES, check_identifier
 from app.coordinator.produce import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from app.errors import BrokerError
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
@@ -34,11 +35,11 @@ TopicName = Annotated[str, Field(description="topic name")]
 
 
 def within_identifier_limit(value: str) -> str:
-    size = identifier_bytes(value)
-    if size > MAX_IDENTIFIER_BYTES:
-        raise ValueError(
-            f"the identifier is {size} bytes in UTF-8: expected at most {MAX_IDENTIFIER_BYTES}; use a shorter one"
-        )
+    """The core's identifier rule, as a pydantic validator's ValueError (answered 400 INVALID_REQUEST)."""
+    try:
+        check_identifier("the identifier", value)
+    except BrokerError as error:
+        raise ValueError(error.message) from None
     return value
 
 

@@ -18,7 +18,7 @@ from tests.kafka.raw import RawConnection, nested, request_of
 
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
-SET = 0  # IncrementalAlterConfigs' operation
+SET, DELETE = 0, 1  # IncrementalAlterConfigs' operations
 
 
 def http_config(server, topic: str) -> dict:
@@ -113,9 +113,10 @@ def alter_configs(
     resources: list[tuple[int, str, dict[str, str | None] | list[tuple[str, str | None]]]],
     validate_only: bool = False,
     key: int = api_table.ALTER_CONFIGS,
+    operation: int = SET,
 ):
-    """An AlterConfigs request (`key` IncrementalAlterConfigs: each config SET); a resource's
-    configs by name, or as (name, value) pairs, which may name a config twice."""
+    """An AlterConfigs request (`key` IncrementalAlterConfigs: each config's `operation`); a
+    resource's configs by name, or as (name, value) pairs, which may name a config twice."""
     return request_of(
         key,
         version,
@@ -127,7 +128,7 @@ def alter_configs(
                 resource_type=resource_type,
                 resource_name=name,
                 configs=tuple(
-                    nested(key, version, "AlterableConfig", name=n, value=v, config_operation=SET)
+                    nested(key, version, "AlterableConfig", name=n, value=v, config_operation=operation)
                     for n, v in (configs.items() if isinstance(configs, dict) else configs)
                 ),
             )
@@ -209,71 +210,48 @@ def test_a_resource_named_twice_is_altered_by_neither_mention(module_kafka_serve
     assert http_config(server, once) == {**defaults, "retention_ms": 70000}
 
 
+# Resources a Kafka broker refuses whole in its preprocessing (ConfigAdminManager.preprocess), with
+# what its message says: a config named twice, and a null value where one is needed.
+REFUSED_RESOURCES = {
+    "config-twice": (
+        [("retention.ms", "60000"), ("max.message.bytes", "500000"), ("retention.ms", "70000")],
+        ("duplicate config keys", "['retention.ms']"),
+    ),
+    "null-value": (
+        {"retention.ms": "60000", "cleanup.policy": None},
+        ("Null value not supported for : cleanup.policy",),
+    ),
+}
+
+
+@pytest.mark.parametrize("refused", sorted(REFUSED_RESOURCES))
 @pytest.mark.parametrize(
     "key", [api_table.ALTER_CONFIGS, api_table.INCREMENTAL_ALTER_CONFIGS], ids=["AlterConfigs", "Incremental"]
 )
-def test_a_config_named_twice_leaves_its_resource_unaltered(module_kafka_server, key):
-    """As a Kafka broker (ConfigAdminManager.preprocess): a resource naming a config more than once
-    is INVALID_REQUEST ("Error due to duplicate config keys") and none of its alterations applies,
-    not even its other configs; the other resources are altered."""
+def test_a_refused_resource_is_left_unaltered_and_the_others_are_altered(module_kafka_server, key, refused):
+    """As a Kafka broker: a resource naming a config more than once, or giving one a null value
+    (IncrementalAlterConfigs: setting one to null), is INVALID_REQUEST and none of its alterations
+    applies, not even its other configs; the other resources are altered."""
     server = module_kafka_server
-    repeating, once = f"alter-configs-{key}-repeating", f"alter-configs-{key}-config-once"
-    for topic in (repeating, once):
+    configs, said = REFUSED_RESOURCES[refused]
+    refused_topic, altered_topic = f"alter-configs-{key}-{refused}", f"alter-configs-{key}-{refused}-beside"
+    for topic in (refused_topic, altered_topic):
         create_topic(server, topic)
-    defaults = http_config(server, repeating)
+    defaults = http_config(server, refused_topic)
     request = alter_configs(
         max(api_table.SUPPORTED_VERSIONS[key]),
-        [
-            (
-                TOPIC_RESOURCE,
-                repeating,
-                [("retention.ms", "60000"), ("max.message.bytes", "500000"), ("retention.ms", "70000")],
-            ),
-            (TOPIC_RESOURCE, once, {"retention.ms": "80000"}),
-        ],
+        [(TOPIC_RESOURCE, refused_topic, configs), (TOPIC_RESOURCE, altered_topic, {"retention.ms": "80000"})],
         key=key,
     )
     with RawConnection(server.extra["kafka_bootstrap"]) as connection:
         response = connection.call(request)
     assert [(r.resource_name, r.error_code) for r in response.responses] == [
-        (repeating, KafkaError.invalid_request),
-        (once, KafkaError.none),
+        (refused_topic, KafkaError.invalid_request),
+        (altered_topic, KafkaError.none),
     ]
-    message = response.responses[0].error_message
-    assert "duplicate config keys" in message and "['retention.ms']" in message
-    assert http_config(server, repeating) == defaults
-    assert http_config(server, once) == {**defaults, "retention_ms": 80000}
-
-
-@pytest.mark.parametrize(
-    "key", [api_table.ALTER_CONFIGS, api_table.INCREMENTAL_ALTER_CONFIGS], ids=["AlterConfigs", "Incremental"]
-)
-def test_a_null_value_leaves_its_resource_unaltered(module_kafka_server, key):
-    """As a Kafka broker (ConfigAdminManager.preprocess): a config given a null value (AlterConfigs)
-    or set to one (IncrementalAlterConfigs) is INVALID_REQUEST, "Null value not supported", and none
-    of its resource's alterations applies; the other resources are altered."""
-    server = module_kafka_server
-    nulled, valued = f"alter-configs-{key}-null", f"alter-configs-{key}-valued"
-    for topic in (nulled, valued):
-        create_topic(server, topic)
-    defaults = http_config(server, nulled)
-    request = alter_configs(
-        max(api_table.SUPPORTED_VERSIONS[key]),
-        [
-            (TOPIC_RESOURCE, nulled, {"retention.ms": "60000", "cleanup.policy": None}),
-            (TOPIC_RESOURCE, valued, {"retention.ms": "80000"}),
-        ],
-        key=key,
-    )
-    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
-        response = connection.call(request)
-    assert [(r.resource_name, r.error_code) for r in response.responses] == [
-        (nulled, KafkaError.invalid_request),
-        (valued, KafkaError.none),
-    ]
-    assert "Null value not supported for : cleanup.policy" in response.responses[0].error_message
-    assert http_config(server, nulled) == defaults
-    assert http_config(server, valued) == {**defaults, "retention_ms": 80000}
+    assert all(text in response.responses[0].error_message for text in said)
+    assert http_config(server, refused_topic) == defaults
+    assert http_config(server, altered_topic) == {**defaults, "retention_ms": 80000}
 
 
 def test_an_incremental_delete_takes_no_value(module_kafka_server):
@@ -282,30 +260,12 @@ def test_an_incremental_delete_takes_no_value(module_kafka_server):
     topic = "alter-configs-incremental-delete"
     create_topic(server, topic)
     defaults = http_config(server, topic)
-    key, version = (
-        api_table.INCREMENTAL_ALTER_CONFIGS,
-        max(api_table.SUPPORTED_VERSIONS[api_table.INCREMENTAL_ALTER_CONFIGS]),
-    )
+    key = api_table.INCREMENTAL_ALTER_CONFIGS
+    version = max(api_table.SUPPORTED_VERSIONS[key])
     with RawConnection(server.extra["kafka_bootstrap"]) as connection:
         connection.call(alter_configs(version, [(TOPIC_RESOURCE, topic, {"retention.ms": "60000"})], key=key))
         assert http_config(server, topic) == {**defaults, "retention_ms": 60000}
-        deleted = request_of(
-            key,
-            version,
-            resources=(
-                nested(
-                    key,
-                    version,
-                    "AlterConfigsResource",
-                    resource_type=TOPIC_RESOURCE,
-                    resource_name=topic,
-                    configs=(
-                        nested(key, version, "AlterableConfig", name="retention.ms", value=None, config_operation=1),
-                    ),
-                ),
-            ),
-            validate_only=False,
-        )
+        deleted = alter_configs(version, [(TOPIC_RESOURCE, topic, {"retention.ms": None})], key=key, operation=DELETE)
         response = connection.call(deleted)
     assert [r.error_code for r in response.responses] == [KafkaError.none]
     assert http_config(server, topic) == defaults

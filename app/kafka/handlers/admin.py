@@ -329,8 +329,7 @@ def _repeated_configs(resource) -> list[str]:
     """The config names a resource's alterations name more than once: Kafka's broker alters none of
     such a resource (ConfigAdminManager.preprocess, "Error due to duplicate config keys"), for
     AlterConfigs and IncrementalAlterConfigs alike, before it authorizes or looks at the resource."""
-    counted = Counter(config.name for config in resource.configs)
-    return sorted(name for name, count in counted.items() if count > 1)
+    return sorted(_given_more_than_once(config.name for config in resource.configs))
 
 
 def _null_values(resource, api_key: int) -> list[str]:
