@@ -785,7 +785,7 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 class ConfigEntry:
     name: str  # Kafka's name
     value: str
-    is_default: bool
+    server_default: str  # what the server gives topics created without it
 
 
 def _config_key(name: str) -> str:
@@ -919,9 +919,14 @@ class AdminCalls:
         for kafka_name, key in sorted(KAFKA_CONFIG_NAMES.items()):
             if keys is not None and kafka_name not in keys:
                 continue
-            value = topic.setting(key)
-            entries.append(ConfigEntry(kafka_name, str(value), value == defaults[key]))
+            entries.append(ConfigEntry(kafka_name, str(topic.setting(key)), str(defaults[key])))
         return entries
+
+    def broker_settings(self, principal: Principal) -> Settings:
+        """DescribeConfigs of this node's broker resource, which needs Describe on the Cluster (Kafka:
+        DescribeConfigs on the Cluster, which txbroker's Describe stands for): the server's settings."""
+        authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+        return self._state.settings
 
     async def alter_config(
         self, principal: Principal, name: str, alterations: list[tuple[str, int, str | None]], validate_only: bool

@@ -37,7 +37,7 @@ from collections.abc import Awaitable
 from app.kafka import dispatch
 from app.kafka.broker_calls import BrokerCalls
 from app.kafka.frames import FRAME_LENGTH, MalformedRequest
-from app.kafka.listener_addresses import format_address, parse_address
+from app.kafka.listener_addresses import format_address, parse_address, security_protocol
 from app.kafka.sasl import FAILED_AUTHENTICATION_CLOSE_DELAY_S, SaslSession
 from app.runtime.listening_sockets import LISTEN_BACKLOG, bound_accepting_socket
 
@@ -107,10 +107,7 @@ class KafkaListener:
     @property
     def security_protocol(self) -> str:
         """Kafka's name for what a client must speak here (its security.protocol)."""
-        sasl = self._calls.requires_authentication
-        if self._tls is None:
-            return "SASL_PLAINTEXT" if sasl else "PLAINTEXT"
-        return "SASL_SSL" if sasl else "SSL"
+        return security_protocol(self._tls is not None, self._calls.requires_authentication)
 
     async def stop(self) -> None:
         await self._calls.withdraw()

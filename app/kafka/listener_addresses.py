@@ -21,3 +21,10 @@ def parse_address(text: str) -> tuple[str, int]:
 def format_address(host: str, port: int) -> str:
     """The HOST:PORT text parse_address reads back ([v6]:PORT for IPv6)."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def security_protocol(tls: bool, sasl: bool) -> str:
+    """Kafka's name for what a client must speak on the listener (its security.protocol)."""
+    if not tls:
+        return "SASL_PLAINTEXT" if sasl else "PLAINTEXT"
+    return "SASL_SSL" if sasl else "SSL"

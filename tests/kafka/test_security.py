@@ -383,6 +383,38 @@ def test_describe_log_dirs_needs_describe_on_the_cluster(secured, reader):
     assert {TOPIC, OTHER_TOPIC} <= {topic.name for topic in log_dir.topics}
 
 
+def test_describing_the_brokers_configs_needs_describe_on_the_cluster(secured, reader):
+    """As a Kafka broker, which asks DescribeConfigs on the Cluster: without Describe on it the
+    broker resource is CLUSTER_AUTHORIZATION_FAILED and no config is shown; with it, every one is,
+    the listener's protocol SASL_PLAINTEXT."""
+    _, api_key = new_principal(secured, "broker-configs", rule("Cluster", "txbroker-cluster", "Describe"))
+    answered = {}
+    for username, key in (reader, ("broker-configs", api_key)):
+        with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+            assert log_in(connection, username, key).error_code == KafkaError.none
+            (answered[username],) = connection.call(
+                request_of(
+                    api_table.DESCRIBE_CONFIGS,
+                    4,
+                    resources=(
+                        nested(
+                            api_table.DESCRIBE_CONFIGS,
+                            4,
+                            "DescribeConfigsResource",
+                            resource_type=4,
+                            resource_name="",
+                            configuration_keys=None,
+                        ),
+                    ),
+                    include_synonyms=False,
+                    include_documentation=False,
+                )
+            ).results
+    assert (answered["reader"].error_code, answered["reader"].configs) == (KafkaError.cluster_authorization_failed, ())
+    configs = {config.name: config.value for config in answered["broker-configs"].configs}
+    assert configs["advertised.listeners"] == f"SASL_PLAINTEXT://{secured.extra['kafka_bootstrap']}"
+
+
 def test_altering_a_topics_configs_needs_alter_on_it(secured):
     """AlterConfigs: TOPIC_AUTHORIZATION_FAILED for the topic the principal may not alter only; the
     other's configs are replaced."""

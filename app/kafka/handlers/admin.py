@@ -14,20 +14,18 @@ from collections.abc import Awaitable, Callable
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.errors import BrokerError, ErrorCode
-from app.kafka import api_table
+from app.kafka import api_table, config_entries
 from app.kafka.broker_calls import DELETE as DELETE_OPERATION
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import error_message, kafka_error
 from app.kafka.frames import build, response_module
+from app.kafka.listener_addresses import format_address, security_protocol
 
 NO_THROTTLE = datetime.timedelta(0)
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 # Kafka's config resource types: topic, broker, broker logger, client metrics, group.
 KAFKA_CONFIG_RESOURCES = frozenset({TOPIC_RESOURCE, BROKER_RESOURCE, 8, 16, 32})
-# DescribeConfigs' config sources.
-DYNAMIC_TOPIC_CONFIG = 1
-DEFAULT_CONFIG = 5
 # CreateTopics: -1 partitions means the broker's default (Kafka's num.partitions).
 DEFAULT_PARTITIONS = 1
 NO_REPLICATION_FACTOR = -1
@@ -203,16 +201,17 @@ async def describe_configs(context: RequestContext, request) -> object:
             f"Unexpected resource type {unknown[0].resource_type} for resource {unknown[0].resource_name}",
         )
     )
+    with_synonyms = getattr(request, "include_synonyms", False)  # v1+
+    with_documentation = getattr(request, "include_documentation", False)  # v3+
     results = []
     for resource in request.resources:
-        error, entries = refused or _unexpected_broker(context, resource), []
-        if error is None and resource.resource_type == TOPIC_RESOURCE:
-            keys = None if resource.configuration_keys is None else list(resource.configuration_keys)
+        error, configs = refused or _unexpected_broker(context, resource), []
+        keys = None if resource.configuration_keys is None else list(resource.configuration_keys)
+        if error is None:
             try:
-                entries = await context.calls.admin.describe_config(context.principal, resource.resource_name, keys)
+                configs = await _described_configs(context, resource, keys)
             except BrokerError as raised:
                 error = raised
-        # A broker resource is described with no configs: txbroker's server settings are not Kafka's.
         results.append(
             build(
                 module,
@@ -225,21 +224,46 @@ async def describe_configs(context: RequestContext, request) -> object:
                     build(
                         module,
                         "DescribeConfigsResourceResult",
-                        name=e.name,
-                        value=e.value,
-                        read_only=False,
-                        is_default=e.is_default,
-                        config_source=DEFAULT_CONFIG if e.is_default else DYNAMIC_TOPIC_CONFIG,
+                        name=config.name,
+                        value=config.value,
+                        read_only=config.read_only,
+                        is_default=config.is_default,
+                        config_source=config.source,
                         is_sensitive=False,
-                        synonyms=(),
-                        config_type=0,
-                        documentation=None,
+                        synonyms=tuple(
+                            build(module, "DescribeConfigsSynonym", name=s.name, value=s.value, source=s.source)
+                            for s in config.synonyms
+                        )
+                        if with_synonyms
+                        else (),
+                        config_type=config.config_type,
+                        documentation=config.documentation if with_documentation else None,
                     )
-                    for e in entries
+                    for config in configs
                 ),
             )
         )
     return build(module, "DescribeConfigsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+async def _described_configs(
+    context: RequestContext, resource, keys: list[str] | None
+) -> list[config_entries.DescribedConfig]:
+    """A topic's configs, or this node's broker configs; none for the other resource types Kafka
+    has (broker loggers, client metrics, groups), which txbroker has no configs for."""
+    admin = context.calls.admin
+    if resource.resource_type == TOPIC_RESOURCE:
+        settings = context.calls.settings
+        return [
+            config_entries.topic_config(settings, entry.name, entry.value, entry.server_default)
+            for entry in await admin.describe_config(context.principal, resource.resource_name, keys)
+        ]
+    if resource.resource_type == BROKER_RESOURCE:
+        settings = admin.broker_settings(context.principal)
+        protocol = security_protocol(settings.ssl_certfile is not None, context.calls.requires_authentication)
+        advertised = f"{protocol}://{format_address(context.advertised_host, context.advertised_port)}"
+        return config_entries.broker_configs(settings, advertised, keys)
+    return []
 
 
 async def alter_configs(context: RequestContext, request) -> object:
