@@ -30,6 +30,9 @@ CREATE_ACLS = 30
 DELETE_ACLS = 31
 DESCRIBE_CONFIGS = 32
 DESCRIBE_LOG_DIRS = 35
+ALTER_REPLICA_LOG_DIRS = 34
+ALTER_PARTITION_REASSIGNMENTS = 45
+LIST_PARTITION_REASSIGNMENTS = 46
 ALTER_CONFIGS = 33
 CREATE_PARTITIONS = 37
 INCREMENTAL_ALTER_CONFIGS = 44
@@ -74,6 +77,9 @@ SUPPORTED_VERSIONS: dict[int, range] = {
         1, 6
     ),  # v0 as v1 (not in kio); v2: flexible; v3: an error code; v4: volume bytes; v5: cordoned
     ALTER_CONFIGS: range(0, 3),  # v2: flexible
+    ALTER_REPLICA_LOG_DIRS: range(1, 3),  # v0 as v1 (not in kio); v2: flexible
+    ALTER_PARTITION_REASSIGNMENTS: range(0, 2),  # v1: allow_replication_factor_change (KIP-860)
+    LIST_PARTITION_REASSIGNMENTS: range(0, 1),
     CREATE_PARTITIONS: range(0, 4),
     INCREMENTAL_ALTER_CONFIGS: range(0, 2),
     OFFSET_DELETE: range(0, 1),

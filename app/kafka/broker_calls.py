@@ -894,16 +894,21 @@ class AdminCalls:
         authorize(principal, Operation.ALTER, ResourceType.TOPIC, name)
         await topic_admin.grow_partitions(self._state.pool, principal.name, name, count, validate_only=validate_only)
 
-    async def leader_election_topics(self, principal: Principal, names: list[str] | None) -> dict[str, int]:
-        """Kafka's ElectLeaders, which needs Alter on the Cluster: the partition count of each named
-        topic that exists (None: of every topic). A partition's one replica is on every node, which
-        leads it, so there is nothing else to elect."""
+    async def replicas_to_alter(self, principal: Principal, names: list[str] | None) -> dict[str, int]:
+        """Kafka's APIs on replicas, which need Alter on the Cluster (ElectLeaders,
+        AlterPartitionReassignments, AlterReplicaLogDirs): the partition count of each named topic
+        that exists (None: of every topic). A partition's one replica is in PostgreSQL, which every
+        node reaches, and whichever node answers leads it: there is nothing to elect or move."""
         authorize(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE)
         if names is None:
             found = await topic_admin.list_topics(self._state.pool)
         else:
             found = (await topic_admin.find_topics(self._state.pool, names)).values()
         return {topic.name: topic.partition_count for topic in found}
+
+    def authorize_cluster_describe(self, principal: Principal) -> None:
+        """Kafka's ListPartitionReassignments needs Describe on the Cluster."""
+        authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
 
     async def stored_bytes(self, principal: Principal, names: list[str] | None) -> dict[str, dict[int, int]]:
         """Kafka's DescribeLogDirs, which needs Describe on the Cluster: each partition's stored

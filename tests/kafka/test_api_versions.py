@@ -276,6 +276,17 @@ def _admin_sample(api_key: int, version: int):
     if api_key == api_table.ELECT_LEADERS:
         topic = nested(api_key, version, "TopicPartitions", topic=TOPIC, partitions=(0,))
         return request_of(api_key, version, election_type=0, topic_partitions=(topic,), timeout=timeout)
+    if api_key == api_table.ALTER_REPLICA_LOG_DIRS:
+        topic = nested(api_key, version, "AlterReplicaLogDirTopic", name=TOPIC, partitions=(0,))
+        return request_of(
+            api_key, version, dirs=(nested(api_key, version, "AlterReplicaLogDir", path="postgresql", topics=(topic,)),)
+        )
+    if api_key == api_table.ALTER_PARTITION_REASSIGNMENTS:
+        partition = nested(api_key, version, "ReassignablePartition", partition_index=0, replicas=(0,))
+        topic = nested(api_key, version, "ReassignableTopic", name=TOPIC, partitions=(partition,))
+        return request_of(api_key, version, timeout=timeout, allow_replication_factor_change=True, topics=(topic,))
+    if api_key == api_table.LIST_PARTITION_REASSIGNMENTS:
+        return request_of(api_key, version, timeout=timeout, topics=None)
     if api_key == api_table.INCREMENTAL_ALTER_CONFIGS:
         config = nested(api_key, version, "AlterableConfig", name="retention.ms", config_operation=0, value="120000")
         resource = nested(

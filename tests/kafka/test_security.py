@@ -415,6 +415,62 @@ def test_describing_the_brokers_configs_needs_describe_on_the_cluster(secured, r
     assert configs["advertised.listeners"] == f"SASL_PLAINTEXT://{secured.extra['kafka_bootstrap']}"
 
 
+def test_moving_replicas_needs_alter_and_listing_reassignments_describe_on_the_cluster(secured, reader):
+    """As a Kafka broker: without Alter on the Cluster, AlterPartitionReassignments fails as a
+    whole and AlterReplicaLogDirs each partition, CLUSTER_AUTHORIZATION_FAILED; without Describe on
+    it, ListPartitionReassignments does."""
+    timeout = datetime.timedelta(seconds=30)
+    reassignment = request_of(
+        api_table.ALTER_PARTITION_REASSIGNMENTS,
+        0,
+        timeout=timeout,
+        topics=(
+            nested(
+                api_table.ALTER_PARTITION_REASSIGNMENTS,
+                0,
+                "ReassignableTopic",
+                name=TOPIC,
+                partitions=(
+                    nested(
+                        api_table.ALTER_PARTITION_REASSIGNMENTS,
+                        0,
+                        "ReassignablePartition",
+                        partition_index=0,
+                        replicas=(0,),
+                    ),
+                ),
+            ),
+        ),
+    )
+    log_dir_move = request_of(
+        api_table.ALTER_REPLICA_LOG_DIRS,
+        2,
+        dirs=(
+            nested(
+                api_table.ALTER_REPLICA_LOG_DIRS,
+                2,
+                "AlterReplicaLogDir",
+                path="postgresql",
+                topics=(
+                    nested(api_table.ALTER_REPLICA_LOG_DIRS, 2, "AlterReplicaLogDirTopic", name=TOPIC, partitions=(0,)),
+                ),
+            ),
+        ),
+    )
+    listing = request_of(api_table.LIST_PARTITION_REASSIGNMENTS, 0, timeout=timeout, topics=None)
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, *reader).error_code == KafkaError.none
+        reassigned = connection.call(reassignment)
+        moved = connection.call(log_dir_move)
+        listed = connection.call(listing)
+    assert reassigned.error_code == KafkaError.cluster_authorization_failed
+    assert [p.error_code for t in reassigned.responses for p in t.partitions] == [
+        KafkaError.cluster_authorization_failed
+    ]
+    assert [p.error_code for t in moved.results for p in t.partitions] == [KafkaError.cluster_authorization_failed]
+    assert listed.error_code == KafkaError.cluster_authorization_failed
+
+
 def test_altering_a_topics_configs_needs_alter_on_it(secured):
     """AlterConfigs: TOPIC_AUTHORIZATION_FAILED for the topic the principal may not alter only; the
     other's configs are replaced."""

@@ -2,8 +2,10 @@
 assignments ignored), DescribeConfigs, AlterConfigs (a topic's configs replaced) and
 IncrementalAlterConfigs (Kafka's config names for txbroker's topic settings: retention.ms,
 retention.bytes, max.message.bytes, cleanup.policy, delete.retention.ms), DeleteRecords,
-ElectLeaders (a partition's one replica always leads it: no election is ever needed) and
-DescribeLogDirs (one log dir, PostgreSQL, holding every partition)."""
+ElectLeaders (a partition's one replica always leads it: no election is ever needed),
+DescribeLogDirs and AlterReplicaLogDirs (one log dir, PostgreSQL, holding every partition), and
+AlterPartitionReassignments and ListPartitionReassignments (any one live node may be a partition's
+replica: a reassignment is done as it is asked)."""
 
 from __future__ import annotations
 
@@ -443,7 +445,7 @@ async def elect_leaders(context: RequestContext, request) -> object:
     module = response_module(api_table.ELECT_LEADERS, context.api_version)
     asked = None if request.topic_partitions is None else [(t.topic, t.partitions) for t in request.topic_partitions]
     try:
-        counts = await context.calls.admin.leader_election_topics(
+        counts = await context.calls.admin.replicas_to_alter(
             context.principal, None if asked is None else [topic for topic, _ in asked]
         )
         error = _election_type_error(getattr(request, "election_type", PREFERRED_ELECTION))
@@ -528,4 +530,147 @@ async def describe_log_dirs(context: RequestContext, request) -> object:
     )
     return build(
         module, "DescribeLogDirsResponse", throttle_time=NO_THROTTLE, error_code=KafkaError.none, results=(result,)
+    )
+
+
+async def alter_replica_log_dirs(context: RequestContext, request) -> object:
+    """AlterReplicaLogDirs (34), as a Kafka broker answers it: moving a replica to the log dir it is
+    in (txbroker's one, `postgresql`) is a no-op, NONE; another dir is LOG_DIR_NOT_FOUND (not in the
+    broker's log.dirs); a partition that does not exist REPLICA_NOT_AVAILABLE. Without Alter on the
+    Cluster, every partition CLUSTER_AUTHORIZATION_FAILED."""
+    module = response_module(api_table.ALTER_REPLICA_LOG_DIRS, context.api_version)
+    moves = [(d.path, t.name, p) for d in request.dirs for t in d.topics for p in t.partitions]
+    try:
+        counts = await context.calls.admin.replicas_to_alter(context.principal, sorted({t for _, t, _ in moves}))
+        refused = None
+    except BrokerError as error:
+        counts, refused = {}, kafka_error(error)
+    answered: dict[str, list[tuple[int, KafkaError]]] = {}
+    for path, topic, partition in moves:
+        if refused is not None:
+            code = refused
+        elif path != LOG_DIR:
+            code = KafkaError.log_dir_not_found
+        elif not 0 <= partition < counts.get(topic, 0):
+            code = KafkaError.replica_not_available
+        else:
+            code = KafkaError.none
+        answered.setdefault(topic, []).append((partition, code))
+    return build(
+        module,
+        "AlterReplicaLogDirsResponse",
+        throttle_time=NO_THROTTLE,
+        results=tuple(
+            build(
+                module,
+                "AlterReplicaLogDirTopicResult",
+                topic_name=topic,
+                partitions=tuple(
+                    build(module, "AlterReplicaLogDirPartitionResult", partition_index=partition, error_code=code)
+                    for partition, code in partitions
+                ),
+            )
+            for topic, partitions in answered.items()
+        ),
+    )
+
+
+def _reassigned(
+    topic: str, partition: int, replicas: tuple[int, ...] | None, partition_count: int | None, live: set[int]
+) -> tuple[KafkaError, str | None]:
+    """One partition's answer to AlterPartitionReassignments: Kafka's controller's checks, then
+    txbroker's rule that a partition has one replica, which any live node may be."""
+    if partition_count is None or not 0 <= partition < partition_count:
+        return KafkaError.unknown_topic_or_partition, f"No such partition as {topic}-{partition}"
+    if replicas is None:  # a cancellation
+        return KafkaError.no_reassignment_in_progress, f"No ongoing reassignment for {topic}-{partition}"
+    if not replicas:
+        return KafkaError.invalid_replica_assignment, "The manual partition assignment includes an empty replica list."
+    twice = [r for r in dict.fromkeys(replicas) if replicas.count(r) > 1]
+    if twice:
+        return (
+            KafkaError.invalid_replica_assignment,
+            f"The manual partition assignment includes the broker {twice[0]} more than once.",
+        )
+    unknown = [r for r in replicas if r not in live]
+    if unknown:
+        return (
+            KafkaError.invalid_replica_assignment,
+            f"The manual partition assignment includes broker {unknown[0]}, but no such broker is registered "
+            f"(live nodes: {sorted(live)}).",
+        )
+    if len(replicas) > 1:
+        return (
+            KafkaError.invalid_replica_assignment,
+            f"{len(replicas)} replicas asked for {topic}-{partition}: a txbroker partition has one replica, "
+            "in PostgreSQL, which every node reaches (its durability is PostgreSQL's); name one node",
+        )
+    return KafkaError.none, None
+
+
+async def alter_partition_reassignments(context: RequestContext, request) -> object:
+    """AlterPartitionReassignments (45), as Kafka's controller answers it: a partition's one replica
+    reassigned to any one live node is answered NONE at once, with nothing to move (every node
+    reaches the data and leads the partition); a cancellation NO_REASSIGNMENT_IN_PROGRESS, since none
+    ever is; an empty list, a node twice, an unknown node or several replicas INVALID_REPLICA_ASSIGNMENT; an unknown
+    partition UNKNOWN_TOPIC_OR_PARTITION. Without Alter on the Cluster the request fails,
+    CLUSTER_AUTHORIZATION_FAILED, each partition with it."""
+    module = response_module(api_table.ALTER_PARTITION_REASSIGNMENTS, context.api_version)
+    try:
+        counts = await context.calls.admin.replicas_to_alter(
+            context.principal, sorted({t.name for t in request.topics})
+        )
+        live = {
+            node.node_id for node in await context.calls.live_nodes(context.advertised_host, context.advertised_port)
+        }
+        error = None
+    except BrokerError as raised:
+        error = raised
+    responses = []
+    for topic in request.topics:
+        results = []
+        for asked in topic.partitions:
+            if error is not None:
+                code, message = kafka_error(error), error_message(error)
+            else:
+                code, message = _reassigned(
+                    topic.name, asked.partition_index, asked.replicas, counts.get(topic.name), live
+                )
+            results.append(
+                build(
+                    module,
+                    "ReassignablePartitionResponse",
+                    partition_index=asked.partition_index,
+                    error_code=code,
+                    error_message=message,
+                )
+            )
+        responses.append(build(module, "ReassignableTopicResponse", name=topic.name, partitions=tuple(results)))
+    return build(
+        module,
+        "AlterPartitionReassignmentsResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=kafka_error(error),
+        error_message=error_message(error),
+        responses=tuple(responses),
+        allow_replication_factor_change=True,
+    )
+
+
+async def list_partition_reassignments(context: RequestContext, request) -> object:
+    """ListPartitionReassignments (46): no reassignment is ever in progress (one completes as it is
+    asked), so none is listed, for any topic asked or every one. Needs Describe on the Cluster."""
+    module = response_module(api_table.LIST_PARTITION_REASSIGNMENTS, context.api_version)
+    try:
+        context.calls.admin.authorize_cluster_describe(context.principal)
+        error = None
+    except BrokerError as raised:
+        error = raised
+    return build(
+        module,
+        "ListPartitionReassignmentsResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=kafka_error(error),
+        error_message=error_message(error),
+        topics=(),
     )
