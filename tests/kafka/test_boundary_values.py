@@ -376,6 +376,32 @@ def test_offset_commit_metadata_over_kafkas_limit_is_offset_metadata_too_large(s
 
 
 @pytest.mark.parametrize(
+    ("last", "answers", "stored"),
+    [
+        ((0, 7, "last"), [KafkaError.none] * 3, (0, 7, "last")),
+        (
+            (0, 7, "x" * (METADATA_LIMIT + 1)),
+            [KafkaError.none] * 2 + [KafkaError.offset_metadata_too_large],
+            (0, 5, "first"),
+        ),
+    ],
+    ids=["both-stored", "last-refused"],
+)
+def test_offset_commit_answers_each_mention_of_a_partition_and_keeps_the_last_stored(
+    server, last, answers, stored, no_unexpected_errors
+):
+    """Regression: every mention of a partition named twice was answered with the last mention's
+    error, so a first offset that was stored could be answered OFFSET_METADATA_TOO_LARGE. Kafka's
+    group coordinator answers each mention with its own error and stores each accepted one in turn,
+    so the last stays (OffsetMetadataManager.commitOffset)."""
+    group = f"boundaries-commit-twice-{last[2][:4]}"
+    response = call(server, offset_commit_request(8, group, (0, 5, "first"), (1, 3, None), last))
+    [topic] = response.topics
+    assert [(p.partition_index, p.error_code) for p in topic.partitions] == list(zip([0, 1, 0], answers))
+    assert committed(server, group) == sorted([stored, (1, 3, None)])
+
+
+@pytest.mark.parametrize(
     ("metadata", "error"),
     [("x" * (METADATA_LIMIT + 1), KafkaError.offset_metadata_too_large), ("nul\0inside", KafkaError.invalid_request)],
     ids=["over-the-limit", "nul"],

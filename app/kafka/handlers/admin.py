@@ -351,19 +351,28 @@ def _unsupported_resource(resource_type: int) -> BrokerError:
 
 
 async def delete_records(context: RequestContext, request) -> object:
+    """DeleteRecords (21). A partition named more than once (in one topic entry or several) is
+    deleted up to its last mention's offset only and answered once, and a topic named in several
+    entries answered in one, as Kafka's broker (its handleDeleteRecordsRequest keys the offsets by
+    partition): an earlier mention moves nothing, also when the last one is refused."""
     module = response_module(api_table.DELETE_RECORDS, context.api_version)
-    topics = []
+    asked: dict[str, dict[int, int]] = {}  # the offset of each partition of each topic, by first mention
     for topic in request.topics:
-        offsets = [(p.partition_index, p.offset) for p in topic.partitions or ()]  # a null array: none
+        partitions = asked.setdefault(topic.name, {})
+        for p in topic.partitions or ():  # a null array: none
+            partitions[p.partition_index] = p.offset
+    topics = []
+    for name, partitions in asked.items():
+        offsets = list(partitions.items())
         try:
-            results = await context.calls.admin.delete_records(context.principal, topic.name, offsets)
+            results = await context.calls.admin.delete_records(context.principal, name, offsets)
         except BrokerError as raised:
             results = [raised] * len(offsets)
         topics.append(
             build(
                 module,
                 "DeleteRecordsTopicResult",
-                name=topic.name,
+                name=name,
                 partitions=tuple(
                     build(
                         module,
