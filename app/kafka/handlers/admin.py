@@ -36,16 +36,25 @@ DUPLICATE_NAME = "Duplicate topic name."
 DUPLICATE_ID = "Duplicate topic id."
 
 
-def _refused_creation(topic) -> tuple[KafkaError, str] | None:
-    """Kafka's answer to a creation its controller refuses before looking at the topic: a replication
-    factor that is neither -1 (the default) nor positive. txbroker ignores any other (answered 1)."""
-    if topic.replication_factor < NO_REPLICATION_FACTOR or topic.replication_factor == 0:
-        return (
-            KafkaError.invalid_replication_factor,
-            f"replication factor {topic.replication_factor} of topic {topic.name!r}: expected -1 (the default) or "
-            f"a positive number",
+async def _refused_creation(context: RequestContext, topic, configs: dict) -> tuple[KafkaError, str] | None:
+    """Kafka's answer to a creation with a replication factor that is neither -1 (the default) nor
+    positive (txbroker ignores any other: answered 1). Kafka's controller checks the factor after
+    the name, whether the topic exists and its configs, and before the partition count
+    (ReplicationControlManager.createTopics, then createTopic): so such a creation is first
+    validated with one partition (validate_only: nothing is written), whose error is the answer."""
+    if topic.replication_factor == NO_REPLICATION_FACTOR or topic.replication_factor > 0:
+        return None
+    try:
+        await context.calls.admin.create_topic(
+            context.principal, topic.name, DEFAULT_PARTITIONS, configs, validate_only=True
         )
-    return None
+    except BrokerError as raised:
+        return kafka_error(raised), raised.message
+    return (
+        KafkaError.invalid_replication_factor,
+        f"replication factor {topic.replication_factor} of topic {topic.name!r}: expected -1 (the default) or "
+        f"a positive number",
+    )
 
 
 async def create_topics(context: RequestContext, request) -> object:
@@ -59,18 +68,15 @@ async def create_topics(context: RequestContext, request) -> object:
                 answered.add(topic.name)
                 results.append(_creation_result(module, topic.name, KafkaError.invalid_request, DUPLICATE_NAME))
             continue
-        refused = _refused_creation(topic)
+        configs = {c.name: c.value for c in topic.configs}
+        refused = await _refused_creation(context, topic, configs)
         if refused is not None:
             results.append(_creation_result(module, topic.name, *refused))
             continue
         count = DEFAULT_PARTITIONS if topic.num_partitions == -1 else topic.num_partitions
         try:
             created = await context.calls.admin.create_topic(
-                context.principal,
-                topic.name,
-                count,
-                {c.name: c.value for c in topic.configs},
-                request.validate_only,
+                context.principal, topic.name, count, configs, request.validate_only
             )
         except BrokerError as raised:
             results.append(_creation_result(module, topic.name, kafka_error(raised), raised.message))
