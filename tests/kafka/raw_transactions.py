@@ -38,6 +38,13 @@ def init_producer(connection: RawConnection, transactional_id: str, version: int
 
 
 def add_partitions(connection: RawConnection, producer: RawProducer, topic: str, partitions, version: int = 3):
+    return [code for _, _, code in add_partitions_of(connection, producer, [(topic, partitions)], version)]
+
+
+def add_partitions_of(
+    connection: RawConnection, producer: RawProducer, topics: list[tuple[str, list[int]]], version: int = 3
+) -> list[tuple[str, int, KafkaError]]:
+    """AddPartitionsToTxn of (topic, partitions) entries: (topic, partition, error code) as answered."""
     key = api_table.ADD_PARTITIONS_TO_TXN
     response = connection.call(
         request_of(
@@ -46,12 +53,17 @@ def add_partitions(connection: RawConnection, producer: RawProducer, topic: str,
             v3_and_below_transactional_id=producer.transactional_id,
             v3_and_below_producer_id=producer.producer_id,
             v3_and_below_producer_epoch=producer.epoch,
-            v3_and_below_topics=(
-                nested(key, version, "AddPartitionsToTxnTopic", name=topic, partitions=tuple(partitions)),
+            v3_and_below_topics=tuple(
+                nested(key, version, "AddPartitionsToTxnTopic", name=topic, partitions=tuple(partitions))
+                for topic, partitions in topics
             ),
         )
     )
-    return [p.partition_error_code for t in response.results_by_topic_v3_and_below for p in t.results_by_partition]
+    return [
+        (t.name, p.partition_index, p.partition_error_code)
+        for t in response.results_by_topic_v3_and_below
+        for p in t.results_by_partition
+    ]
 
 
 def add_offsets(connection: RawConnection, producer: RawProducer, group_id: str, version: int = 3):

@@ -139,6 +139,28 @@ def test_create_topics_refuses_a_replication_factor_neither_default_nor_positive
     assert not topic_exists(server, name)
 
 
+@pytest.mark.parametrize(
+    ("name", "partitions", "error"),
+    [
+        ("boundaries rf and name", 1, KafkaError.invalid_topic_exception),
+        (TOPIC, 1, KafkaError.topic_already_exists),
+        ("boundaries-rf-and-partitions", 0, KafkaError.invalid_replication_factor),
+    ],
+    ids=["invalid-name", "existing-topic", "invalid-partitions"],
+)
+def test_create_topics_checks_the_replication_factor_where_kafkas_controller_does(
+    server, name, partitions, error, no_unexpected_errors
+):
+    """Regression: the replication factor was checked first, so a creation with an invalid name (or
+    of a topic that exists) was answered INVALID_REPLICATION_FACTOR. Kafka's controller checks the
+    name, then whether the topic exists (and the configs), then the replication factor, then the
+    partition count (ReplicationControlManager.createTopics and createTopic)."""
+    response = call(server, create_topics_request(7, (name, partitions, 0)))
+    [result] = response.topics
+    assert (result.name, result.error_code) == (name, error)
+    assert not topic_exists(server, name) or name == TOPIC
+
+
 def test_create_topics_still_ignores_a_positive_replication_factor(server, no_unexpected_errors):
     response = call(server, create_topics_request(7, ("boundaries-rf3", 1, 3), ("boundaries-rf32767", 1, 2**15 - 1)))
     assert [(t.error_code, t.replication_factor) for t in response.topics] == [(KafkaError.none, 1)] * 2
@@ -373,6 +395,43 @@ def test_offset_commit_metadata_over_kafkas_limit_is_offset_metadata_too_large(s
         (1, KafkaError.none),
     ]
     assert committed(server, group) == [(1, 7, "é" * METADATA_LIMIT)]
+
+
+@pytest.mark.parametrize(
+    ("last", "answers", "stored"),
+    [
+        ((0, 7, "last"), [KafkaError.none] * 3, (0, 7, "last")),
+        (
+            (0, 7, "x" * (METADATA_LIMIT + 1)),
+            [KafkaError.none] * 2 + [KafkaError.offset_metadata_too_large],
+            (0, 5, "first"),
+        ),
+    ],
+    ids=["both-stored", "last-refused"],
+)
+def test_offset_commit_answers_each_mention_of_a_partition_and_keeps_the_last_stored(
+    server, last, answers, stored, no_unexpected_errors
+):
+    """Regression: every mention of a partition named twice was answered with the last mention's
+    error, so a first offset that was stored could be answered OFFSET_METADATA_TOO_LARGE. Kafka's
+    group coordinator answers each mention with its own error and stores each accepted one in turn,
+    so the last stays (OffsetMetadataManager.commitOffset)."""
+    group = f"boundaries-commit-twice-{last[2][:4]}"
+    response = call(server, offset_commit_request(8, group, (0, 5, "first"), (1, 3, None), last))
+    [topic] = response.topics
+    assert [(p.partition_index, p.error_code) for p in topic.partitions] == list(zip([0, 1, 0], answers))
+    assert committed(server, group) == sorted([stored, (1, 3, None)])
+
+
+def test_offset_commit_stores_a_negative_offset_as_kafka_does(server, no_unexpected_errors):
+    """Kafka's group coordinator stores whatever offset a commit gives, a negative one too (no check
+    in OffsetMetadataManager.commitOffset or OffsetAndMetadata.fromRequest), and answers NONE; the
+    HTTP door (its Offset type, 0 and up) refuses one, but reads back what the Kafka door stored."""
+    group = "boundaries-negative-offset"
+    response = call(server, offset_commit_request(8, group, (0, -5, None), (1, -1, None)))
+    [topic] = response.topics
+    assert [(p.partition_index, p.error_code) for p in topic.partitions] == [(0, KafkaError.none), (1, KafkaError.none)]
+    assert committed(server, group) == [(0, -5, None), (1, -1, None)]
 
 
 @pytest.mark.parametrize(

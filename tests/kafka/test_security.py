@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from app.kafka import api_table
 from app.kafka.sasl import INVALID_CREDENTIALS, UNAUTHENTICATED_MAX_REQUEST_BYTES
 from tests.conftest import start_server_on_fresh_database, stop_in_process_server
+from tests.kafka import raw_transactions
 from tests.kafka.clients import WAIT_S, ConfluentKafka
 from tests.kafka.raw import RawConnection, nested, request_of
 
@@ -715,6 +716,24 @@ def test_a_transaction_over_sasl_needs_the_transactional_id_acl(secured):
         secured, topic, 1, isolation="read_committed", **confluent_security("transactor", api_key)
     )
     assert committed == [b"committed"]
+
+
+def test_add_partitions_refused_for_a_topic_answers_a_partition_named_twice_once(secured):
+    """Regression: a request refused for a topic the principal may not write answered each mention
+    of a partition named twice. Kafka's broker answers such a request from a map by partition
+    (TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED), each partition once, and adds
+    nothing (KafkaApis.handleAddPartitionsToTxnRequest)."""
+    _, api_key = new_principal(
+        secured, "txn-adder", rule("Topic", TOPIC, "Write"), rule("TransactionalId", "sasl-add-", "Write", "prefixed")
+    )
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "txn-adder", api_key).error_code == KafkaError.none
+        producer = raw_transactions.init_producer(connection, "sasl-add-1")
+        answers = raw_transactions.add_partitions_of(connection, producer, [(TOPIC, [0, 0]), (OTHER_TOPIC, [0])])
+    assert sorted(answers) == [
+        (TOPIC, 0, KafkaError.operation_not_attempted),
+        (OTHER_TOPIC, 0, KafkaError.topic_authorization_failed),
+    ]
 
 
 # ---- DeleteGroups: Delete on the group, over both doors

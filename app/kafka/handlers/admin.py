@@ -36,16 +36,25 @@ DUPLICATE_NAME = "Duplicate topic name."
 DUPLICATE_ID = "Duplicate topic id."
 
 
-def _refused_creation(topic) -> tuple[KafkaError, str] | None:
-    """Kafka's answer to a creation its controller refuses before looking at the topic: a replication
-    factor that is neither -1 (the default) nor positive. txbroker ignores any other (answered 1)."""
-    if topic.replication_factor < NO_REPLICATION_FACTOR or topic.replication_factor == 0:
-        return (
-            KafkaError.invalid_replication_factor,
-            f"replication factor {topic.replication_factor} of topic {topic.name!r}: expected -1 (the default) or "
-            f"a positive number",
+async def _refused_creation(context: RequestContext, topic, configs: dict) -> tuple[KafkaError, str] | None:
+    """Kafka's answer to a creation with a replication factor that is neither -1 (the default) nor
+    positive (txbroker ignores any other: answered 1). Kafka's controller checks the factor after
+    the name, whether the topic exists and its configs, and before the partition count
+    (ReplicationControlManager.createTopics, then createTopic): so such a creation is first
+    validated with one partition (validate_only: nothing is written), whose error is the answer."""
+    if topic.replication_factor == NO_REPLICATION_FACTOR or topic.replication_factor > 0:
+        return None
+    try:
+        await context.calls.admin.create_topic(
+            context.principal, topic.name, DEFAULT_PARTITIONS, configs, validate_only=True
         )
-    return None
+    except BrokerError as raised:
+        return kafka_error(raised), raised.message
+    return (
+        KafkaError.invalid_replication_factor,
+        f"replication factor {topic.replication_factor} of topic {topic.name!r}: expected -1 (the default) or "
+        f"a positive number",
+    )
 
 
 async def create_topics(context: RequestContext, request) -> object:
@@ -59,18 +68,15 @@ async def create_topics(context: RequestContext, request) -> object:
                 answered.add(topic.name)
                 results.append(_creation_result(module, topic.name, KafkaError.invalid_request, DUPLICATE_NAME))
             continue
-        refused = _refused_creation(topic)
+        configs = {c.name: c.value for c in topic.configs}
+        refused = await _refused_creation(context, topic, configs)
         if refused is not None:
             results.append(_creation_result(module, topic.name, *refused))
             continue
         count = DEFAULT_PARTITIONS if topic.num_partitions == -1 else topic.num_partitions
         try:
             created = await context.calls.admin.create_topic(
-                context.principal,
-                topic.name,
-                count,
-                {c.name: c.value for c in topic.configs},
-                request.validate_only,
+                context.principal, topic.name, count, configs, request.validate_only
             )
         except BrokerError as raised:
             results.append(_creation_result(module, topic.name, kafka_error(raised), raised.message))
@@ -377,19 +383,28 @@ def _unsupported_resource(resource_type: int) -> BrokerError:
 
 
 async def delete_records(context: RequestContext, request) -> object:
+    """DeleteRecords (21). A partition named more than once (in one topic entry or several) is
+    deleted up to its last mention's offset only and answered once, and a topic named in several
+    entries answered in one, as Kafka's broker (its handleDeleteRecordsRequest keys the offsets by
+    partition): an earlier mention moves nothing, also when the last one is refused."""
     module = response_module(api_table.DELETE_RECORDS, context.api_version)
-    topics = []
+    asked: dict[str, dict[int, int]] = {}  # the offset of each partition of each topic, by first mention
     for topic in request.topics:
-        offsets = [(p.partition_index, p.offset) for p in topic.partitions or ()]  # a null array: none
+        partitions = asked.setdefault(topic.name, {})
+        for p in topic.partitions or ():  # a null array: none
+            partitions[p.partition_index] = p.offset
+    topics = []
+    for name, partitions in asked.items():
+        offsets = list(partitions.items())
         try:
-            results = await context.calls.admin.delete_records(context.principal, topic.name, offsets)
+            results = await context.calls.admin.delete_records(context.principal, name, offsets)
         except BrokerError as raised:
             results = [raised] * len(offsets)
         topics.append(
             build(
                 module,
                 "DeleteRecordsTopicResult",
-                name=topic.name,
+                name=name,
                 partitions=tuple(
                     build(
                         module,

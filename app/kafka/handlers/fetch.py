@@ -101,18 +101,25 @@ async def handle(context: RequestContext, request) -> object:
     read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     by_id = context.api_version >= TOPIC_IDS_SINCE
     names = await context.calls.topic_names({topic.topic_id for topic in request.topics}) if by_id else {}
-    positions, unknown = [], []
+    # By (topic id from v13, else name; partition). A partition named more than once is read once,
+    # from its last mention's offset and bytes, and answered once, as Kafka's broker (its
+    # FetchRequest.fetchData is a map by partition).
+    asked: dict[tuple, tuple[str | None, FetchPosition]] = {}
     for topic in request.topics:
         name = names.get(topic.topic_id) if by_id else topic.topic
         for partition in topic.partitions:
-            position = FetchPosition(
-                name or "",
-                partition.partition,
-                partition.fetch_offset,
-                partition.partition_max_bytes,
-                topic.topic_id if by_id else None,
+            asked[(topic.topic_id if by_id else topic.topic, partition.partition)] = (
+                name,
+                FetchPosition(
+                    name or "",
+                    partition.partition,
+                    partition.fetch_offset,
+                    partition.partition_max_bytes,
+                    topic.topic_id if by_id else None,
+                ),
             )
-            (positions if name is not None else unknown).append(position)
+    positions = [position for name, position in asked.values() if name is not None]
+    unknown = [position for name, position in asked.values() if name is None]
     # A partition with an error answers at once, as the core's fetch does for its own errors.
     max_wait_ms = 0 if unknown else int(request.max_wait.total_seconds() * 1000)
     fetched = await context.calls.fetch(

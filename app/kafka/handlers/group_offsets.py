@@ -43,18 +43,20 @@ async def offset_commit(context: RequestContext, request) -> object:
         )
     except BrokerError as raised:
         errors = [raised] * len(entries)
-    by_partition = {(e[0], e[1]): error for e, error in zip(entries, errors)}
     return build(
         module,
         "OffsetCommitResponse",
         throttle_time=NO_THROTTLE,
-        topics=_answered_topics(module, "OffsetCommit", request.topics, by_partition),
+        topics=_answered_topics(module, "OffsetCommit", request.topics, errors),
     )
 
 
-def _answered_topics(module, api_name: str, topics, by_partition: dict) -> tuple:
+def _answered_topics(module, api_name: str, topics, errors: list) -> tuple:
     """The response's topics of an API answering each requested partition with its error
-    (`{api_name}ResponseTopic`, `{api_name}ResponsePartition`), in the request's order."""
+    (`{api_name}ResponseTopic`, `{api_name}ResponsePartition`), `errors` in the request's order:
+    as Kafka's group coordinator, each mention of a partition named more than once is answered
+    with its own (an OffsetCommit stores each mention's offset in turn: the last one stays)."""
+    answered = iter(errors)
     return tuple(
         build(
             module,
@@ -65,7 +67,7 @@ def _answered_topics(module, api_name: str, topics, by_partition: dict) -> tuple
                     module,
                     f"{api_name}ResponsePartition",
                     partition_index=p.partition_index,
-                    error_code=kafka_error(by_partition[(topic.name, p.partition_index)]),
+                    error_code=kafka_error(next(answered)),
                 )
                 for p in topic.partitions
             ),
@@ -147,5 +149,5 @@ async def offset_delete(context: RequestContext, request) -> object:
         "OffsetDeleteResponse",
         error_code=KafkaError.none,
         throttle_time=NO_THROTTLE,
-        topics=_answered_topics(module, "OffsetDelete", request.topics, dict(zip(partitions, errors))),
+        topics=_answered_topics(module, "OffsetDelete", request.topics, errors),
     )

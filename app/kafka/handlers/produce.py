@@ -52,70 +52,78 @@ async def submit(context: RequestContext, request) -> Awaitable[object | None]:
     """Produce, submitted now and answered later: what is returned waits for the commits and is the
     response (None for acks=0). Before this returns every partition is checked, its batch read and
     queued for a write batch behind those of the connection's earlier Produce requests (listener.py
-    pipelines them on this: it awaits this before reading the connection's next request)."""
+    pipelines them on this: it awaits this before reading the connection's next request).
+
+    A partition named more than once is answered once, as Kafka's broker answers it (its
+    handleProduceRequest keys the request by partition): a later mention's batch replaces an
+    earlier one's, so only the last is written; but a mention that is refused (a batch that does not
+    read, ...) refuses the partition, answered with that error, and none of its batches is written
+    (Kafka answers that error too, though it still writes the partition's last good batch)."""
     module = response_module(api_table.PRODUCE, context.api_version)
     by_id = context.api_version >= TOPIC_IDS_SINCE
     names = await context.calls.topic_names({topic.topic_id for topic in request.topic_data}) if by_id else {}
-    # Answers by (the topic as the request names it: its id from v13, else its name, partition).
-    answers: dict[tuple, object] = {}
-    produced: list[ProducedPartition] = []
-    produced_keys: list[tuple] = []
+    # By (the topic as the request names it: its id from v13, else its name, partition), in the
+    # order of their first mention: the batch to write, or the answer refusing the partition.
+    checked: dict[tuple, ProducedPartition | object] = {}
     budget = context.calls.settings.kafka_max_request_bytes
     for topic in request.topic_data:
-        topic_key = _topic_key(topic)
         name = names.get(topic.topic_id) if by_id else topic.name
         for data in topic.partition_data:
-            key = (topic_key, data.index)
             if request.acks not in VALID_ACKS:
-                answers[key] = _partition(
+                outcome = _partition(
                     module, data.index, KafkaError.invalid_required_acks, f"acks {request.acks}: expected 0, 1 or -1"
                 )
-                continue
-            if key in answers or key in produced_keys:
-                answers[key] = _partition(
-                    module, data.index, KafkaError.invalid_request, "the partition is listed twice in the request"
+            elif name is None:
+                outcome = _partition(
+                    module, data.index, KafkaError.unknown_topic_id, unknown_topic_id(topic.topic_id).message
                 )
-                continue
-            if name is None:
-                unknown = unknown_topic_id(topic.topic_id)
-                answers[key] = _partition(module, data.index, KafkaError.unknown_topic_id, unknown.message)
-                continue
-            if data.records is None:
-                answers[key] = _partition(module, data.index, KafkaError.invalid_record, "the records are null")
-                continue
-            try:
-                batch = read_produced(bytes(data.records), budget)
-            except BatchRefused as refused:
-                answers[key] = _partition(module, data.index, refused.error, refused.message)
-                continue
-            budget -= batch.uncompressed_bytes
-            if batch.is_transactional != (request.transactional_id is not None):
-                # The write path takes the request's transactional id as the batch's kind: a
-                # mismatch would store a transactional batch as idempotent, or the reverse.
-                answers[key] = _partition(
-                    module,
-                    data.index,
-                    KafkaError.invalid_record,
-                    f"the batch is {'' if batch.is_transactional else 'not '}transactional but the request "
-                    f"{'has no' if request.transactional_id is None else 'has a'} transactional id: send "
-                    f"transactional batches with their transactional id, and only those",
-                )
-                continue
-            produced.append(ProducedPartition(name, data.index, batch))
-            produced_keys.append(key)
+            elif data.records is None:
+                outcome = _partition(module, data.index, KafkaError.invalid_record, "the records are null")
+            else:
+                try:
+                    batch = read_produced(bytes(data.records), budget)
+                except BatchRefused as refused:
+                    outcome = _partition(module, data.index, refused.error, refused.message)
+                else:
+                    budget -= batch.uncompressed_bytes
+                    outcome = _kind_mismatch(module, request, data.index, batch) or ProducedPartition(
+                        name, data.index, batch
+                    )
+            key = (_topic_key(topic), data.index)
+            refused_before = key in checked and not isinstance(checked[key], ProducedPartition)
+            if not (refused_before and isinstance(outcome, ProducedPartition)):  # a refused mention refuses it
+                checked[key] = outcome
+    produced_keys = [key for key, outcome in checked.items() if isinstance(outcome, ProducedPartition)]
+    produced = [checked[key] for key in produced_keys]
     written = context.calls.submit_produce(context.principal, request.transactional_id, produced) if produced else None
-    return _response(context, request, module, answers, produced, produced_keys, written)
+    return _response(context, request, module, checked, produced, produced_keys, written)
+
+
+def _kind_mismatch(module, request, index: int, batch) -> object | None:
+    """The write path takes the request's transactional id as the batch's kind: a mismatch would
+    store a transactional batch as idempotent, or the reverse."""
+    if batch.is_transactional == (request.transactional_id is not None):
+        return None
+    return _partition(
+        module,
+        index,
+        KafkaError.invalid_record,
+        f"the batch is {'' if batch.is_transactional else 'not '}transactional but the request "
+        f"{'has no' if request.transactional_id is None else 'has a'} transactional id: send "
+        f"transactional batches with their transactional id, and only those",
+    )
 
 
 async def _response(
     context: RequestContext,
     request,
     module,
-    answers: dict[tuple, object],
+    checked: dict[tuple, ProducedPartition | object],
     produced: list[ProducedPartition],
     produced_keys: list[tuple],
     written: Awaitable[list] | None,
 ) -> object | None:
+    answers = dict(checked)
     if written is not None:
         results = await written
         for entry, key, result in zip(produced, produced_keys, results):
@@ -129,6 +137,11 @@ async def _response(
             answers[key] = answer
     if request.acks == ACKS_NONE:
         return None
+    # One entry per topic, each partition once, as Kafka's ProduceResponse (built from its map).
+    by_topic: dict[object, list] = {}
+    for (topic_key, _), answer in answers.items():
+        by_topic.setdefault(topic_key, []).append(answer)
+    by_id = context.api_version >= TOPIC_IDS_SINCE
     return build(
         module,
         "ProduceResponse",
@@ -136,11 +149,11 @@ async def _response(
             build(
                 module,
                 "TopicProduceResponse",
-                name=getattr(topic, "name", None),  # below v13
-                topic_id=getattr(topic, "topic_id", None),  # v13+
-                partition_responses=tuple(answers[(_topic_key(topic), data.index)] for data in topic.partition_data),
+                name=None if by_id else topic_key,
+                topic_id=topic_key if by_id else None,
+                partition_responses=tuple(partitions),
             )
-            for topic in request.topic_data
+            for topic_key, partitions in by_topic.items()
         ),
         throttle_time=datetime.timedelta(0),
     )

@@ -49,10 +49,13 @@ async def add_partitions(context: RequestContext, request) -> object:
             _error(context, error) if error is not None or added.attempted else KafkaError.operation_not_attempted
             for error in added.errors
         ]
+        # As Kafka's broker: a request it refuses for its topics is answered from a map by partition
+        # (a partition named more than once, once); one it hands to the coordinator, per mention.
+        answered = list(zip(requested, codes)) if added.attempted else list(dict(zip(requested, codes)).items())
     except BrokerError as refused:  # the whole request: every partition gets its error
-        codes = [_error(context, refused)] * len(requested)
+        answered = [(key, _error(context, refused)) for key in requested]
     by_topic: dict[str, list] = {}
-    for (topic, partition), code in zip(requested, codes):
+    for (topic, partition), code in answered:
         by_topic.setdefault(topic, []).append(
             build(module, "AddPartitionsToTxnPartitionResult", partition_index=partition, partition_error_code=code)
         )
