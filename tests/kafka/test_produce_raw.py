@@ -17,7 +17,7 @@ from app.kafka.listener import MAX_PENDING_ANSWERS
 from app.kafka.record_batches import KafkaRecord
 from tests.api.test_log_lifecycle import sql
 from tests.kafka.clients import ConfluentKafka, create_topic
-from tests.kafka.raw import RawConnection, nested, record_batch, request_frame, request_of
+from tests.kafka.raw import RawConnection, nested, record_batch, request_frame, request_of, topic_metadata
 from tests.kafka.test_api_versions import sample_request
 
 PRODUCE_VERSION = 9
@@ -367,16 +367,8 @@ def test_decompression_is_bounded(make_server):
 
 def test_metadata_creates_topics_only_when_the_request_and_the_server_allow(make_server):
     def metadata(server, topic: str, allow: bool):
-        with RawConnection(server.extra["kafka_bootstrap"]) as connection:
-            request = request_of(
-                api_table.METADATA,
-                12,
-                topics=(nested(api_table.METADATA, 12, "MetadataRequestTopic", name=topic, topic_id=None),),
-                allow_auto_topic_creation=allow,
-                include_topic_authorized_operations=False,
-            )
-            [answer] = connection.call(request).topics
-            return answer.error_code, len(answer.partitions)
+        answer = topic_metadata(server.extra["kafka_bootstrap"], topic, allow)
+        return answer.error_code, len(answer.partitions)
 
     allowing = make_server(kafka_listener="127.0.0.1:0")
     assert metadata(allowing, "not-asked-to-create", allow=False) == (KafkaError.unknown_topic_or_partition, 0)

@@ -28,8 +28,8 @@ KAFKA_CONFIG_RESOURCES = frozenset({TOPIC_RESOURCE, BROKER_RESOURCE, 8, 16, 32})
 # DescribeConfigs' config sources.
 DYNAMIC_TOPIC_CONFIG = 1
 DEFAULT_CONFIG = 5
-# CreateTopics: -1 partitions means the broker's default (Kafka's num.partitions).
-DEFAULT_PARTITIONS = 1
+# CreateTopics: -1 partitions means the server's default (num_partitions, Kafka's num.partitions).
+DEFAULT_PARTITIONS = -1
 NO_REPLICATION_FACTOR = -1
 # Kafka's messages for a topic named twice in CreateTopics or DeleteTopics (its controller's).
 DUPLICATE_NAME = "Duplicate topic name."
@@ -63,7 +63,7 @@ async def create_topics(context: RequestContext, request) -> object:
         if refused is not None:
             results.append(_creation_result(module, topic.name, *refused))
             continue
-        count = DEFAULT_PARTITIONS if topic.num_partitions == -1 else topic.num_partitions
+        count = None if topic.num_partitions == DEFAULT_PARTITIONS else topic.num_partitions
         try:
             created = await context.calls.admin.create_topic(
                 context.principal,
