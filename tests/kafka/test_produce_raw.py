@@ -9,6 +9,7 @@ import datetime
 import logging
 import time
 
+import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -94,9 +95,14 @@ def test_idempotent_sequences_duplicates_and_errors_as_kafka_answers_them(module
     assert high_watermark(module_kafka_server, topic) == 7
 
 
-def _fetch_request(topic: str, partition_max_bytes: int):
+def _fetch_request(topic: str, partition_max_bytes: int, partition: int = 0, fetch_offset: int = 0):
     fetch_partition = nested(
-        api_table.FETCH, 12, "FetchPartition", partition=0, fetch_offset=0, partition_max_bytes=partition_max_bytes
+        api_table.FETCH,
+        12,
+        "FetchPartition",
+        partition=partition,
+        fetch_offset=fetch_offset,
+        partition_max_bytes=partition_max_bytes,
     )
     return request_of(
         api_table.FETCH,
@@ -154,6 +160,25 @@ def test_fetch_returns_batches_within_the_bytes_asked_and_always_the_first(modul
         assert _fetched_batches(connection, topic, 2 * size) == [0, 2], "batches while their sizes fit"
         assert _fetched_batches(connection, topic, 2 * size - 1) == [0], "not one that would exceed the bytes"
         assert _fetched_batches(connection, topic, 1 << 20) == [0, 2, 4]
+
+
+@pytest.mark.parametrize(
+    ("partition", "fetch_offset", "error"),
+    [(0, 5, KafkaError.offset_out_of_range), (3, 0, KafkaError.unknown_topic_or_partition)],
+    ids=["past-the-end", "no-such-partition"],
+)
+def test_a_fetch_error_carries_empty_records_never_null(module_kafka_server, partition, fetch_offset, error):
+    """As Kafka's read path answers a partition it cannot read (MemoryRecords.EMPTY): librdkafka
+    refuses a null records field in any partition ("invalid MessageSetSize -1"), so one partition's
+    error (auto.offset.reset's OFFSET_OUT_OF_RANGE) would fail the whole Fetch."""
+    topic = f"raw-fetch-error-{partition}"
+    create_topic(module_kafka_server, topic)
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        connection.call(produce_request(topic, 0, record_batch(records(2))))
+        request = _fetch_request(topic, 1 << 20, partition, fetch_offset)
+        [topic_response] = connection.call(request).responses
+        [answer] = topic_response.partitions
+    assert (answer.error_code, answer.records) == (error, b"")
 
 
 def test_unknown_topics_and_partitions(module_kafka_server):
