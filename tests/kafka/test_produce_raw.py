@@ -163,6 +163,59 @@ def test_fetch_returns_batches_within_the_bytes_asked_and_always_the_first(modul
 
 
 @pytest.mark.parametrize(
+    ("fetch_max_bytes", "second_partition_max_bytes"),
+    [(3, 4), (100, 1)],
+    ids=["the-fetch-limit-left", "the-partition-limit"],
+)
+def test_only_the_first_partition_with_batches_may_exceed_the_limits(
+    module_kafka_server, fetch_max_bytes, second_partition_max_bytes
+):
+    """Kafka's KIP-74: the first batch of the first partition that has one is sent whatever its
+    size; a later partition's batch is sent only if it fits its own max_bytes and what is left of
+    the fetch's (librdkafka's 0082 sets receive.message.max.bytes just above fetch.max.bytes and
+    drops the connection when the answer is larger)."""
+    topic = "raw-fetch-limits-" + "-".join(map(str, (fetch_max_bytes, second_partition_max_bytes)))
+    create_topic(module_kafka_server, topic, partitions=2)
+    batch = record_batch(records(2))
+    half = len(batch) // 2  # limits in half batches: a batch never fits in what is left after one
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        for partition in (0, 1):
+            connection.call(produce_request(topic, partition, batch))
+        request = request_of(
+            api_table.FETCH,
+            12,
+            max_wait=datetime.timedelta(0),
+            min_bytes=1,
+            max_bytes=fetch_max_bytes * half,
+            isolation_level=0,
+            topics=(
+                nested(
+                    api_table.FETCH,
+                    12,
+                    "FetchTopic",
+                    topic=topic,
+                    partitions=tuple(
+                        nested(
+                            api_table.FETCH,
+                            12,
+                            "FetchPartition",
+                            partition=partition,
+                            fetch_offset=0,
+                            partition_max_bytes=max_bytes * half,
+                        )
+                        for partition, max_bytes in ((0, 1), (1, second_partition_max_bytes))
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+        )
+        [topic_response] = connection.call(request).responses
+    first, second = topic_response.partitions
+    assert (first.error_code, second.error_code) == (KafkaError.none, KafkaError.none)
+    assert (len(first.records), len(second.records)) == (len(batch), 0)
+
+
+@pytest.mark.parametrize(
     ("partition", "fetch_offset", "error"),
     [(0, 5, KafkaError.offset_out_of_range), (3, 0, KafkaError.unknown_topic_or_partition)],
     ids=["past-the-end", "no-such-partition"],
