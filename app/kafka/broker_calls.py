@@ -96,7 +96,12 @@ class ProducedPartition:
 def _encoded(batch: ProducedBatch) -> EncodedBatch:
     """The batch as the core appends it: stored as it was checked (the RecordBatch form)."""
     return EncodedBatch.record_batch(
-        batch.stored, batch.record_count, batch.largest_record_bytes, batch.first_timestamp_ms, batch.max_timestamp_ms
+        batch.stored,
+        batch.record_count,
+        batch.largest_record_bytes,
+        batch.first_timestamp_ms,
+        batch.max_timestamp_ms,
+        batch.keyless_records,
     )
 
 
