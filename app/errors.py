@@ -6,6 +6,7 @@ retriability are declared once (txbroker/wire.py) and never change meaning.
 
     Exception
      └── BrokerError          an expected outcome the client must act on (fenced, unknown topic, ...)
+          └── InvalidRecords  INVALID_RECORD naming the records of the batch at fault (Kafka's record_errors)
 
 Expected outcomes are `BrokerError`s raised by the coordinator and storage layers (or returned as
 per-partition values); anything else escaping a request is a bug, rendered as UNKNOWN_SERVER_ERROR by
@@ -18,7 +19,7 @@ from __future__ import annotations
 # once, in txbroker/wire.py, and the server's under these names.
 from txbroker.wire import ERROR_SPECS, ErrorCode, ErrorSpec
 
-__all__ = ["ERROR_SPECS", "BrokerError", "ErrorCode", "ErrorSpec", "invalid_request"]
+__all__ = ["ERROR_SPECS", "BrokerError", "ErrorCode", "ErrorSpec", "InvalidRecords", "invalid_request"]
 
 
 class BrokerError(Exception):
@@ -45,6 +46,16 @@ class BrokerError(Exception):
     def as_dict(self) -> dict:
         """The contract's error object, as carried in error bodies and per-partition results."""
         return {"code": str(self.code), "message": self.message, "retriable": self.retriable}
+
+
+class InvalidRecords(BrokerError):
+    """INVALID_RECORD for a batch refused because of some of its records: their indexes in the batch
+    (Kafka's ProduceResponse lists them in record_errors; its clients fail the others of the batch
+    with an error of their own)."""
+
+    def __init__(self, record_indexes: tuple[int, ...], message: str) -> None:
+        super().__init__(ErrorCode.INVALID_RECORD, message)
+        self.record_indexes = record_indexes
 
 
 def invalid_request(message: str) -> BrokerError:

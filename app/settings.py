@@ -45,6 +45,13 @@ class Settings(BaseSettings):
     transaction_log_partitions: int = Field(50, ge=1, le=10_000)
     offsets_partitions: int = Field(50, ge=1, le=10_000)
 
+    num_partitions: int = Field(
+        1,
+        ge=1,
+        le=10_000,
+        description="partitions of a topic created without a count: auto-created by a Kafka Metadata request, "
+        "by Kafka's CreateTopics asking -1, by HTTP's POST /v1/topics without partitions (Kafka's num.partitions)",
+    )
     log_retention_ms: int = Field(-1, ge=-1, description="retention_ms of topics created without one (-1: forever)")
     log_retention_bytes: int = Field(
         -1, ge=-1, description="retention_bytes of topics created without one (-1: no limit)"

@@ -127,7 +127,10 @@ class RecordOut(Body):
 
 class CreateTopicRequest(Body):
     name: TopicName
-    partitions: int = Field(1, description="number of partitions, 1..10000")
+    partitions: int | None = Field(
+        None,
+        description="number of partitions, 1..10000; left out or null: the server's num_partitions (1 unless set)",
+    )
     config: dict[str, Any] = Field(
         default_factory=dict,
         description="retention_ms (-1 forever), retention_bytes (-1), max_message_bytes (1048576), "

@@ -72,8 +72,9 @@ async def create_topic(body: schemas.CreateTopicRequest, pool: PoolDep, settings
     Needs Create on the Cluster or on the topic."""
     if not is_allowed(principal, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         authorize(principal, Operation.CREATE, ResourceType.TOPIC, body.name)
+    partitions = settings.num_partitions if body.partitions is None else body.partitions
     topic, states = await topic_admin.create_topic(
-        pool, principal.name, body.name, body.partitions, body.config, settings.topic_defaults()
+        pool, principal.name, body.name, partitions, body.config, settings.topic_defaults()
     )
     return json_response(_topic_body(topic, states), 201)
 

@@ -188,19 +188,18 @@ async def _read_batches(
                 )
                 continue
             upper = state.upper_bound(READ_COMMITTED if read_committed else READ_UNCOMMITTED)
-            # The budget stops the partitions after the first that returned batches, never that one
-            # (Kafka's KIP-74): a fetch asking 0 bytes or fewer still gets a first batch.
-            if position.offset >= upper or (budget <= 0 and any(earlier.batches for earlier in results)):
+            # Kafka's KIP-74: the first partition that returns batches gets its first batch whatever
+            # the limits (a reader must make progress); every partition after it only batches that
+            # fit both its own max_bytes and what is left of the fetch's.
+            exempt = not any(earlier.batches for earlier in results)
+            limit = min(position.max_bytes, budget)
+            if position.offset >= upper or (limit <= 0 and not exempt):
                 continue
-            result.batches = await read_batches(
-                conn,
-                topic,
-                position.partition,
-                position.offset,
-                upper,
-                MAX_BATCHES_PER_READ,
-                min(position.max_bytes, budget),
-                read_committed,
+            batches = await read_batches(
+                conn, topic, position.partition, position.offset, upper, MAX_BATCHES_PER_READ, limit, read_committed
             )
+            # read_batches returns a first batch whatever its size: past the exempt partition, one
+            # that does not fit is not sent (Kafka sends it cut short, which clients discard).
+            result.batches = batches if exempt or not batches or batches[0].size_bytes <= limit else []
             budget -= result.size
     return results, found

@@ -59,8 +59,6 @@ from txbroker.wire import READ_COMMITTED, READ_UNCOMMITTED
 
 log = logging.getLogger("txbroker.kafka")
 
-# Kafka's num.partitions default: the partitions of a topic Metadata creates.
-AUTO_CREATED_PARTITIONS = 1
 # A connection of a server with auth required before it authenticates (sasl.py serves it only
 # ApiVersions and SASL): a principal allowed nothing, should anything else ever ask for one.
 UNAUTHENTICATED = Principal("ANONYMOUS")
@@ -98,7 +96,12 @@ class ProducedPartition:
 def _encoded(batch: ProducedBatch) -> EncodedBatch:
     """The batch as the core appends it: stored as it was checked (the RecordBatch form)."""
     return EncodedBatch.record_batch(
-        batch.stored, batch.record_count, batch.largest_record_bytes, batch.first_timestamp_ms, batch.max_timestamp_ms
+        batch.stored,
+        batch.record_count,
+        batch.largest_record_bytes,
+        batch.first_timestamp_ms,
+        batch.max_timestamp_ms,
+        batch.keyless_records,
     )
 
 
@@ -365,7 +368,7 @@ class BrokerCalls:
                 self._state.pool,
                 principal.name,
                 name,
-                AUTO_CREATED_PARTITIONS,
+                self.settings.num_partitions,
                 {},
                 self.settings.topic_defaults(),
                 details="auto-created by a Kafka Metadata request",
@@ -854,8 +857,16 @@ class AdminCalls:
         return {**topic_admin.DEFAULT_TOPIC_CONFIG, **self._state.settings.topic_defaults()}
 
     async def create_topic(
-        self, principal: Principal, name: str, partitions: int, configs: dict[str, str | None], validate_only: bool
+        self,
+        principal: Principal,
+        name: str,
+        partitions: int | None,
+        configs: dict[str, str | None],
+        validate_only: bool,
     ):
+        """`partitions` None: the server's num_partitions (CreateTopics' -1)."""
+        if partitions is None:
+            partitions = self._state.settings.num_partitions
         if not is_allowed(principal, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
             authorize(principal, Operation.CREATE, ResourceType.TOPIC, name)
         config = {}

@@ -91,6 +91,8 @@ class ProducedBatch:
     max_timestamp_ms: int
     # The bytes its records took once decompressed: what later batches of the request may still use.
     uncompressed_bytes: int
+    # The indexes of its records without a key: a compacted topic refuses the batch (storage's append).
+    keyless_records: tuple[int, ...] = ()
 
 
 class BatchRefused(Exception):
@@ -142,6 +144,7 @@ def read_produced(data: bytes, uncompressed_limit: int) -> ProducedBatch:
     largest = 0
     first_timestamp = max_timestamp = None
     index = -1
+    keyless = []
     try:
         for index, record in enumerate(RecordReader(stored)):
             if record.offset != index:
@@ -149,6 +152,8 @@ def read_produced(data: bytes, uncompressed_limit: int) -> ProducedBatch:
                     KafkaError.invalid_record, f"record {index} of the batch has offset delta {record.offset}"
                 )
             timestamp, key, value = record.timestamp, record.key, record.value
+            if key is None:
+                keyless.append(index)
             size = (0 if key is None else len(key)) + (0 if value is None else len(value))
             for header_key, header_value in record.headers:
                 size += len(header_key.encode()) + (0 if header_value is None else len(header_value))
@@ -175,6 +180,7 @@ def read_produced(data: bytes, uncompressed_limit: int) -> ProducedBatch:
         first_timestamp,
         max_timestamp,
         len(stored) - HEADER.size,
+        tuple(keyless),
     )
 
 

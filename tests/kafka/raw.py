@@ -14,6 +14,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as ResponseHeade
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 from kio.serial import entity_reader, entity_writer
 
+from app.kafka import api_table
 from app.kafka.frames import build, response_module
 from app.kafka.record_batches import KafkaRecord
 
@@ -106,6 +107,20 @@ class RawConnection:
     def call(self, request):
         correlation_id = self.send(request)
         return self.receive(request.__api_key__, request.__version__, correlation_id)
+
+
+def topic_metadata(bootstrap: str, topic: str, allow_auto_topic_creation: bool):
+    """Metadata v12's answer for one topic named by name."""
+    with RawConnection(bootstrap) as connection:
+        request = request_of(
+            api_table.METADATA,
+            12,
+            topics=(nested(api_table.METADATA, 12, "MetadataRequestTopic", name=topic, topic_id=None),),
+            allow_auto_topic_creation=allow_auto_topic_creation,
+            include_topic_authorized_operations=False,
+        )
+        [answer] = connection.call(request).topics
+    return answer
 
 
 def response_class_of(api_key: int, version: int):

@@ -96,7 +96,7 @@ def test_confluent_admin_client(module_kafka_server):
             admin.create_partitions([NewPartitions(topic, fewer)])[topic].result(WAIT_S)
         assert refused_growth.value.args[0].name() == "INVALID_PARTITIONS"
     producer = Producer({"bootstrap.servers": bootstrap(server)})
-    producer.produce(topic, value=b"grown", partition=5)
+    producer.produce(topic, key=b"k", value=b"grown", partition=5)  # compacted: keys required
     assert producer.flush(WAIT_S) == 0
     [received] = ConfluentKafka().consume(server, topic, 5, 1)
     assert (received.offset, received.value) == (0, b"grown")

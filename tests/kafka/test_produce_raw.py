@@ -9,6 +9,7 @@ import datetime
 import logging
 import time
 
+import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -17,7 +18,7 @@ from app.kafka.listener import MAX_PENDING_ANSWERS
 from app.kafka.record_batches import KafkaRecord
 from tests.api.test_log_lifecycle import sql
 from tests.kafka.clients import ConfluentKafka, create_topic
-from tests.kafka.raw import RawConnection, nested, record_batch, request_frame, request_of
+from tests.kafka.raw import RawConnection, nested, record_batch, request_frame, request_of, topic_metadata
 from tests.kafka.test_api_versions import sample_request
 
 PRODUCE_VERSION = 9
@@ -94,9 +95,14 @@ def test_idempotent_sequences_duplicates_and_errors_as_kafka_answers_them(module
     assert high_watermark(module_kafka_server, topic) == 7
 
 
-def _fetch_request(topic: str, partition_max_bytes: int):
+def _fetch_request(topic: str, partition_max_bytes: int, partition: int = 0, fetch_offset: int = 0):
     fetch_partition = nested(
-        api_table.FETCH, 12, "FetchPartition", partition=0, fetch_offset=0, partition_max_bytes=partition_max_bytes
+        api_table.FETCH,
+        12,
+        "FetchPartition",
+        partition=partition,
+        fetch_offset=fetch_offset,
+        partition_max_bytes=partition_max_bytes,
     )
     return request_of(
         api_table.FETCH,
@@ -154,6 +160,78 @@ def test_fetch_returns_batches_within_the_bytes_asked_and_always_the_first(modul
         assert _fetched_batches(connection, topic, 2 * size) == [0, 2], "batches while their sizes fit"
         assert _fetched_batches(connection, topic, 2 * size - 1) == [0], "not one that would exceed the bytes"
         assert _fetched_batches(connection, topic, 1 << 20) == [0, 2, 4]
+
+
+@pytest.mark.parametrize(
+    ("fetch_max_bytes", "second_partition_max_bytes"),
+    [(3, 4), (100, 1)],
+    ids=["the-fetch-limit-left", "the-partition-limit"],
+)
+def test_only_the_first_partition_with_batches_may_exceed_the_limits(
+    module_kafka_server, fetch_max_bytes, second_partition_max_bytes
+):
+    """Kafka's KIP-74: the first batch of the first partition that has one is sent whatever its
+    size; a later partition's batch is sent only if it fits its own max_bytes and what is left of
+    the fetch's (librdkafka's 0082 sets receive.message.max.bytes just above fetch.max.bytes and
+    drops the connection when the answer is larger)."""
+    topic = "raw-fetch-limits-" + "-".join(map(str, (fetch_max_bytes, second_partition_max_bytes)))
+    create_topic(module_kafka_server, topic, partitions=2)
+    batch = record_batch(records(2))
+    half = len(batch) // 2  # limits in half batches: a batch never fits in what is left after one
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        for partition in (0, 1):
+            connection.call(produce_request(topic, partition, batch))
+        request = request_of(
+            api_table.FETCH,
+            12,
+            max_wait=datetime.timedelta(0),
+            min_bytes=1,
+            max_bytes=fetch_max_bytes * half,
+            isolation_level=0,
+            topics=(
+                nested(
+                    api_table.FETCH,
+                    12,
+                    "FetchTopic",
+                    topic=topic,
+                    partitions=tuple(
+                        nested(
+                            api_table.FETCH,
+                            12,
+                            "FetchPartition",
+                            partition=partition,
+                            fetch_offset=0,
+                            partition_max_bytes=max_bytes * half,
+                        )
+                        for partition, max_bytes in ((0, 1), (1, second_partition_max_bytes))
+                    ),
+                ),
+            ),
+            forgotten_topics_data=(),
+        )
+        [topic_response] = connection.call(request).responses
+    first, second = topic_response.partitions
+    assert (first.error_code, second.error_code) == (KafkaError.none, KafkaError.none)
+    assert (len(first.records), len(second.records)) == (len(batch), 0)
+
+
+@pytest.mark.parametrize(
+    ("partition", "fetch_offset", "error"),
+    [(0, 5, KafkaError.offset_out_of_range), (3, 0, KafkaError.unknown_topic_or_partition)],
+    ids=["past-the-end", "no-such-partition"],
+)
+def test_a_fetch_error_carries_empty_records_never_null(module_kafka_server, partition, fetch_offset, error):
+    """As Kafka's read path answers a partition it cannot read (MemoryRecords.EMPTY): librdkafka
+    refuses a null records field in any partition ("invalid MessageSetSize -1"), so one partition's
+    error (auto.offset.reset's OFFSET_OUT_OF_RANGE) would fail the whole Fetch."""
+    topic = f"raw-fetch-error-{partition}"
+    create_topic(module_kafka_server, topic)
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        connection.call(produce_request(topic, 0, record_batch(records(2))))
+        request = _fetch_request(topic, 1 << 20, partition, fetch_offset)
+        [topic_response] = connection.call(request).responses
+        [answer] = topic_response.partitions
+    assert (answer.error_code, answer.records) == (error, b"")
 
 
 def test_unknown_topics_and_partitions(module_kafka_server):
@@ -367,16 +445,8 @@ def test_decompression_is_bounded(make_server):
 
 def test_metadata_creates_topics_only_when_the_request_and_the_server_allow(make_server):
     def metadata(server, topic: str, allow: bool):
-        with RawConnection(server.extra["kafka_bootstrap"]) as connection:
-            request = request_of(
-                api_table.METADATA,
-                12,
-                topics=(nested(api_table.METADATA, 12, "MetadataRequestTopic", name=topic, topic_id=None),),
-                allow_auto_topic_creation=allow,
-                include_topic_authorized_operations=False,
-            )
-            [answer] = connection.call(request).topics
-            return answer.error_code, len(answer.partitions)
+        answer = topic_metadata(server.extra["kafka_bootstrap"], topic, allow)
+        return answer.error_code, len(answer.partitions)
 
     allowing = make_server(kafka_listener="127.0.0.1:0")
     assert metadata(allowing, "not-asked-to-create", allow=False) == (KafkaError.unknown_topic_or_partition, 0)

@@ -167,7 +167,7 @@ def test_compaction_rewrites_the_batches_it_takes_records_from_and_leaves_the_ot
     producer.produce(stored_server, topic, first, **ONE_BATCH)  # 0..2
     second = [{"key": b"k3", "value": BINARY}, {"key": b"k2", "value": b"d"}]
     producer.produce(stored_server, topic, second, compression="gzip", **ONE_BATCH)  # 3, 4
-    third = [{"key": b"k4", "value": b"whole"}, {"key": None, "value": b"no key"}]
+    third = [{"key": b"k4", "value": b"whole"}, {"key": b"k5", "value": b"last"}]  # compacted: keys required
     producer.produce(stored_server, topic, third, **ONE_BATCH)  # 5, 6
     before = stored_rows(stored_server, topic)
     assert len(before) == 3 and all(row["records"][:1] != b"[" for row in before)
@@ -180,7 +180,7 @@ def test_compaction_rewrites_the_batches_it_takes_records_from_and_leaves_the_ot
     assert after[1]["records"] == before[1]["records"], "nothing taken: stays as stored"
     assert after[2]["records"] == before[2]["records"]
     assert after[0]["size_bytes"] == len(b"k1") + len(b"c")
-    kept = [(2, b"k1", b"c"), (3, b"k3", BINARY), (4, b"k2", b"d"), (5, b"k4", b"whole"), (6, None, b"no key")]
+    kept = [(2, b"k1", b"c"), (3, b"k3", BINARY), (4, b"k2", b"d"), (5, b"k4", b"whole"), (6, b"k5", b"last")]
     for client in CLIENTS:
         received = client.consume(stored_server, topic, 0, len(kept))
         assert [(r.offset, r.key, r.value) for r in received] == kept, client.name

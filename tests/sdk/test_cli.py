@@ -190,7 +190,8 @@ def test_topics_delete_records(server):
             server.url, "topics", "create", "trim", "--partitions", "2", "--config", "cleanup_policy=compact,delete"
         )
     )
-    ok(txbroker(server.url, "produce", "trim", "--partition", "0", stdin="a\nb\nc\n"))
+    # Keyed: a compacted topic refuses records without a key.
+    ok(txbroker(server.url, "produce", "trim", "--partition", "0", "--key-separator", ":", stdin="1:a\n2:b\n3:c\n"))
     table = ok(txbroker(server.url, "topics", "delete-records", "trim", "--offset", "0=2", "--offset", "1=-1"))
     assert [line.split() for line in table.splitlines()] == [["PARTITION", "LOG", "START"], ["0", "2"], ["1", "0"]]
     assert "cleanup_policy=compact,delete" in ok(txbroker(server.url, "topics", "describe", "trim"))

@@ -28,8 +28,8 @@ TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 # Kafka's config resource types: topic, broker, broker logger, client metrics, group.
 KAFKA_CONFIG_RESOURCES = frozenset({TOPIC_RESOURCE, BROKER_RESOURCE, 8, 16, 32})
-# CreateTopics: -1 partitions means the broker's default (Kafka's num.partitions).
-DEFAULT_PARTITIONS = 1
+# CreateTopics: -1 partitions means the server's default (num_partitions, Kafka's num.partitions).
+DEFAULT_PARTITIONS = -1
 NO_REPLICATION_FACTOR = -1
 # Kafka's messages for a topic named twice in CreateTopics or DeleteTopics (its controller's).
 DUPLICATE_NAME = "Duplicate topic name."
@@ -45,9 +45,7 @@ async def _refused_creation(context: RequestContext, topic, configs: dict) -> tu
     if topic.replication_factor == NO_REPLICATION_FACTOR or topic.replication_factor > 0:
         return None
     try:
-        await context.calls.admin.create_topic(
-            context.principal, topic.name, DEFAULT_PARTITIONS, configs, validate_only=True
-        )
+        await context.calls.admin.create_topic(context.principal, topic.name, 1, configs, validate_only=True)
     except BrokerError as raised:
         return kafka_error(raised), raised.message
     return (
@@ -73,7 +71,7 @@ async def create_topics(context: RequestContext, request) -> object:
         if refused is not None:
             results.append(_creation_result(module, topic.name, *refused))
             continue
-        count = DEFAULT_PARTITIONS if topic.num_partitions == -1 else topic.num_partitions
+        count = None if topic.num_partitions == DEFAULT_PARTITIONS else topic.num_partitions
         try:
             created = await context.calls.admin.create_topic(
                 context.principal, topic.name, count, configs, request.validate_only

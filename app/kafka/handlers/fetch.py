@@ -92,7 +92,9 @@ def _partition(module, fetched: FetchedPartition, read_committed: bool):
         log_start_offset=state.log_start_offset if state else NO_OFFSET,
         aborted_transactions=_aborted(module, fetched) if read_committed else None,
         preferred_read_replica=NO_PREFERRED_REPLICA,
-        records=_records(fetched) if fetched.error is None else None,
+        # Empty, never null, with an error, as Kafka's read path answers (MemoryRecords.EMPTY):
+        # librdkafka fails the whole response on a null records field.
+        records=_records(fetched) if fetched.error is None else b"",
     )
 
 

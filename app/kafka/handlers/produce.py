@@ -14,7 +14,7 @@ from collections.abc import Awaitable
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from app.errors import BrokerError
+from app.errors import BrokerError, InvalidRecords
 from app.kafka import api_table
 from app.kafka.broker_calls import ProducedPartition, unknown_topic_id
 from app.kafka.context import RequestContext
@@ -29,7 +29,16 @@ NO_OFFSET = -1
 TOPIC_IDS_SINCE = 13
 
 
-def _partition(module, index: int, error: KafkaError, message: str | None = None, base_offset: int = NO_OFFSET):
+def _partition(
+    module,
+    index: int,
+    error: KafkaError,
+    message: str | None = None,
+    base_offset: int = NO_OFFSET,
+    record_indexes: tuple[int, ...] = (),
+):
+    """`record_indexes`: the records of the batch at fault (v8+'s record_errors, each with the
+    partition's message left out, as Kafka leaves it for records refused for one reason)."""
     return build(
         module,
         "PartitionProduceResponse",
@@ -38,7 +47,10 @@ def _partition(module, index: int, error: KafkaError, message: str | None = None
         base_offset=base_offset,
         log_append_time=None,
         log_start_offset=NO_OFFSET,
-        record_errors=(),
+        record_errors=tuple(
+            build(module, "BatchIndexAndErrorMessage", batch_index=i, batch_index_error_message=None)
+            for i in (record_indexes if hasattr(module, "BatchIndexAndErrorMessage") else ())
+        ),
         error_message=message,
     )
 
@@ -130,7 +142,11 @@ async def _response(
             if isinstance(result, BrokerError):
                 # Produce never answers PRODUCER_FENCED: a fenced epoch is INVALID_PRODUCER_EPOCH, as Kafka's.
                 answer = _partition(
-                    module, entry.partition, versioned_error(result, context.api_version, None), result.message
+                    module,
+                    entry.partition,
+                    versioned_error(result, context.api_version, None),
+                    result.message,
+                    record_indexes=result.record_indexes if isinstance(result, InvalidRecords) else (),
                 )
             else:
                 answer = _partition(module, entry.partition, KafkaError.none, base_offset=result.base_offset)

@@ -22,13 +22,13 @@ import asyncpg
 import orjson
 
 from app.clock import now_ms
-from app.errors import BrokerError, ErrorCode
+from app.errors import BrokerError, ErrorCode, InvalidRecords
 from app.storage.log import sequences
 from app.storage.log.fused_writes import WriteStatement, execute_fused
 from app.storage.log.locks import LockedPartitions, PartitionLocks, lock_partitions, producer_entry_from_row
 from app.storage.log.partition_log import APPENDS_CHANNEL, BATCH_COLUMNS
 from app.storage.log.record_codec import EncodedBatch
-from app.storage.log.topics import TopicInfo, unknown_partition
+from app.storage.log.topics import CLEANUP_COMPACT, TopicInfo, unknown_partition
 from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
 
@@ -96,6 +96,16 @@ def check_appendable(append: BatchAppend) -> BrokerError | None:
             f"a record of {append.batch.largest_record_bytes} bytes (key, value and headers) was sent "
             f"to {topic.name}-{append.partition}, whose max_message_bytes is {topic.max_message_bytes}: "
             f"send smaller records or create the topic with a larger max_message_bytes",
+        )
+    if append.batch.keyless_records and CLEANUP_COMPACT in topic.cleanup_policy:
+        # As Kafka's LogValidator: compaction keeps the latest record per key, and a record without
+        # one has nothing to be kept by; the whole batch is refused, its keyless records named.
+        keyless = append.batch.keyless_records
+        return InvalidRecords(
+            keyless,
+            f"{topic.name}-{append.partition} is compacted (cleanup_policy {topic.setting('cleanup_policy')}) and "
+            f"records {', '.join(map(str, keyless[:10]))}{' ...' if len(keyless) > 10 else ''} of the batch have "
+            f"no key: give every record a key, or produce to a topic that is not compacted",
         )
     return None
 

@@ -82,6 +82,8 @@ class EncodedBatch:
     largest_record_bytes: int
     first_timestamp_ms: int
     max_timestamp_ms: int
+    # The indexes of its records without a key, which a compacted topic refuses (append.py).
+    keyless_records: tuple[int, ...] = ()
 
     @classmethod
     def record_batch(
@@ -91,10 +93,19 @@ class EncodedBatch:
         largest_record_bytes: int,
         first_timestamp_ms: int,
         max_timestamp_ms: int,
+        keyless_records: tuple[int, ...] = (),
     ) -> EncodedBatch:
         """A payload in the RecordBatch form (the module's docstring), which its producer read and
         checked: its size is the stored batch's bytes, what retention and fetches count."""
-        return cls(payload, record_count, len(payload), largest_record_bytes, first_timestamp_ms, max_timestamp_ms)
+        return cls(
+            payload,
+            record_count,
+            len(payload),
+            largest_record_bytes,
+            first_timestamp_ms,
+            max_timestamp_ms,
+            keyless_records,
+        )
 
 
 def _utf8_size(text: str | None) -> int:
@@ -219,8 +230,19 @@ def encode_batch(records: Sequence[WireRecord], encoding: str, now_ms: int, wher
         total += size
         largest = max(largest, size)
     return EncodedBatch(
-        orjson.dumps(stored), len(stored), total, largest, now_ms if first_ts is None else first_ts, max_ts
+        orjson.dumps(stored),
+        len(stored),
+        total,
+        largest,
+        now_ms if first_ts is None else first_ts,
+        max_ts,
+        _keyless(stored),
     )
+
+
+def _keyless(stored: list[list]) -> tuple[int, ...]:
+    """The indexes of the JSON form's records ([timestamp, key, ...] each) without a key."""
+    return tuple(index for index, record in enumerate(stored) if record[1] is None)
 
 
 def is_record_batch(payload: bytes) -> bool:
@@ -447,4 +469,4 @@ def encode_json_records(records: list, encoding: str, now_ms: int) -> EncodedBat
         total += size
         if size > largest:
             largest = size
-    return EncodedBatch(orjson.dumps(stored), len(stored), total, largest, stored[0][0], max_ts)
+    return EncodedBatch(orjson.dumps(stored), len(stored), total, largest, stored[0][0], max_ts, _keyless(stored))
