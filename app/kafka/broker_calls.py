@@ -605,19 +605,13 @@ OFFSET_METADATA_MAX_CHARS = 4096
 
 def _unstorable(entry: OffsetEntry | TxnOffset) -> BrokerError | None:
     """Kafka's OffsetCommit and TxnOffsetCommit answer per partition, so only that offset is refused:
-    metadata over Kafka's limit (OFFSET_METADATA_TOO_LARGE, as its group coordinator), or with a NUL,
-    which PostgreSQL's text cannot hold (HTTP refuses such a request whole, 400)."""
+    metadata over Kafka's limit (OFFSET_METADATA_TOO_LARGE, as its group coordinator). NUL characters
+    are kept, as Kafka keeps them (storage's offset_metadata writes them in a form text can hold)."""
     if entry.metadata is not None and len(entry.metadata) > OFFSET_METADATA_MAX_CHARS:
         return BrokerError(
             ErrorCode.OFFSET_METADATA_TOO_LARGE,
             f"the metadata of the offset of {entry.topic}-{entry.partition} has {len(entry.metadata)} characters: "
             f"expected at most {OFFSET_METADATA_MAX_CHARS}",
-        )
-    if entry.metadata is not None and "\0" in entry.metadata:
-        return BrokerError(
-            ErrorCode.INVALID_REQUEST,
-            f"the metadata of the offset of {entry.topic}-{entry.partition} contains a NUL character: expected "
-            f"text without one",
         )
     return None
 
