@@ -817,9 +817,7 @@ def _altered(config: dict, alterations: list[tuple[str, int, str | None]], defau
         elif operation == DELETE:
             config[key] = defaults[key]
         elif operation in (APPEND, SUBTRACT) and key == "cleanup_policy":
-            current, given = set(config[key].split(",")), set((text or "").split(","))
-            changed = current | given if operation == APPEND else current - given
-            config[key] = ",".join(sorted(changed))
+            config[key] = ",".join(_list_altered(config[key], operation, text or ""))
         else:
             raise BrokerError(
                 ErrorCode.INVALID_CONFIG,
@@ -827,6 +825,18 @@ def _altered(config: dict, alterations: list[tuple[str, int, str | None]], defau
                 f"on the list cleanup.policy",
             )
     return config
+
+
+def _list_altered(current: str, operation: int, given: str) -> list[str]:
+    """A list config after APPEND (the values it lacks added at its end) or SUBTRACT (each value
+    given removed once), its order kept, as Kafka's ConfigAdminManager alters one."""
+    values = [v for v in current.split(",") if v]
+    if operation == APPEND:
+        return values + [v for v in given.split(",") if v not in values]
+    for value in given.split(","):
+        if value in values:
+            values.remove(value)
+    return values
 
 
 def _replacement(configs: list[tuple[str, str | None]]) -> list[tuple[str, int, str | None]]:
