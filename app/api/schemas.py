@@ -134,7 +134,8 @@ class CreateTopicRequest(Body):
     config: dict[str, Any] = Field(
         default_factory=dict,
         description="retention_ms (-1 forever), retention_bytes (-1), max_message_bytes (1048576), "
-        'cleanup_policy ("delete", "compact" or "compact,delete"), delete_retention_ms '
+        'cleanup_policy ("delete", "compact", "compact,delete" in either order, or "" for neither), '
+        "delete_retention_ms "
         "(86400000: how long compaction keeps a tombstone); the server's log_* settings give "
         "the defaults of the ones left out",
     )

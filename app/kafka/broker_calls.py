@@ -605,19 +605,13 @@ OFFSET_METADATA_MAX_CHARS = 4096
 
 def _unstorable(entry: OffsetEntry | TxnOffset) -> BrokerError | None:
     """Kafka's OffsetCommit and TxnOffsetCommit answer per partition, so only that offset is refused:
-    metadata over Kafka's limit (OFFSET_METADATA_TOO_LARGE, as its group coordinator), or with a NUL,
-    which PostgreSQL's text cannot hold (HTTP refuses such a request whole, 400)."""
+    metadata over Kafka's limit (OFFSET_METADATA_TOO_LARGE, as its group coordinator). NUL characters
+    are kept, as Kafka keeps them (storage's offset_metadata writes them in a form text can hold)."""
     if entry.metadata is not None and len(entry.metadata) > OFFSET_METADATA_MAX_CHARS:
         return BrokerError(
             ErrorCode.OFFSET_METADATA_TOO_LARGE,
             f"the metadata of the offset of {entry.topic}-{entry.partition} has {len(entry.metadata)} characters: "
             f"expected at most {OFFSET_METADATA_MAX_CHARS}",
-        )
-    if entry.metadata is not None and "\0" in entry.metadata:
-        return BrokerError(
-            ErrorCode.INVALID_REQUEST,
-            f"the metadata of the offset of {entry.topic}-{entry.partition} contains a NUL character: expected "
-            f"text without one",
         )
     return None
 
@@ -823,9 +817,7 @@ def _altered(config: dict, alterations: list[tuple[str, int, str | None]], defau
         elif operation == DELETE:
             config[key] = defaults[key]
         elif operation in (APPEND, SUBTRACT) and key == "cleanup_policy":
-            current, given = set(config[key].split(",")), set((text or "").split(","))
-            changed = current | given if operation == APPEND else current - given
-            config[key] = ",".join(sorted(changed))
+            config[key] = ",".join(_list_altered(config[key], operation, text or ""))
         else:
             raise BrokerError(
                 ErrorCode.INVALID_CONFIG,
@@ -833,6 +825,18 @@ def _altered(config: dict, alterations: list[tuple[str, int, str | None]], defau
                 f"on the list cleanup.policy",
             )
     return config
+
+
+def _list_altered(current: str, operation: int, given: str) -> list[str]:
+    """A list config after APPEND (the values it lacks added at its end) or SUBTRACT (each value
+    given removed once), its order kept, as Kafka's ConfigAdminManager alters one."""
+    values = [v for v in current.split(",") if v]
+    if operation == APPEND:
+        return values + [v for v in given.split(",") if v not in values]
+    for value in given.split(","):
+        if value in values:
+            values.remove(value)
+    return values
 
 
 def _replacement(configs: list[tuple[str, str | None]]) -> list[tuple[str, int, str | None]]:

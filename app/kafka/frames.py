@@ -25,7 +25,8 @@ from kio.static.constants import EntityType
 FRAME_LENGTH = struct.Struct(">i")
 # PostgreSQL's text cannot hold NUL, so a request naming a group, member, transactional id, ... with
 # one cannot be served: its connection is closed (never an error inside the node). Offsets' metadata
-# is answered per partition instead (librdkafka appends a NUL to it), and Produce's and Fetch's
+# keeps its NULs, as Kafka does (confluent-kafka's Python binding ends it with one; storage writes
+# them in a form text holds: app/storage/groups/offset_metadata.py), and Produce's and Fetch's
 # names are only ever looked up (a name with NUL matches no topic), so their walk is skipped.
 _NUL_ANSWERED_BY_HANDLER = frozenset({"committed_metadata"})
 _NUL_UNCHECKED_APIS = frozenset({0, 1})

@@ -288,3 +288,30 @@ def test_validate_only_changes_nothing(module_kafka_server):
     assert [r.error_code for r in refused.responses] == [KafkaError.invalid_config]
     assert http_config(server, topic) == before
     assert before["retention_ms"] == 60000
+
+
+def test_cleanup_policy_is_kafkas_list_in_the_order_given_and_may_be_empty(module_kafka_server):
+    """Regression (found by confluent-kafka-python's own test_incremental_alter_configs): APPEND of
+    `compact` to `delete` was described `compact,delete` (txbroker sorted the list, Kafka appends at
+    its end: `delete,compact`), and SUBTRACT of the last policy was INVALID_CONFIG where Kafka keeps
+    the empty list (neither policy). Each read back over Kafka and over HTTP."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+    server = module_kafka_server
+    appended, emptied = "cleanup-policy-appended", "cleanup-policy-emptied"
+    for topic in (appended, emptied):
+        create_topic(server, topic, 1)
+    admin = AdminClient({"bootstrap.servers": bootstrap(server)})
+    alterations = {
+        appended: ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND),
+        emptied: ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SUBTRACT),
+    }
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t, incremental_configs=[e]) for t, e in alterations.items()]
+    for future in admin.incremental_alter_configs(resources).values():
+        future.result(WAIT_S)
+    assert confluent_described(server, appended)["cleanup.policy"] == ("delete,compact", False)
+    assert confluent_described(server, emptied)["cleanup.policy"] == ("", False)
+    assert (http_config(server, appended)["cleanup_policy"], http_config(server, emptied)["cleanup_policy"]) == (
+        "delete,compact",
+        "",
+    )

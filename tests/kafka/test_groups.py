@@ -6,9 +6,10 @@ are what a new member resumes from, and auto.offset.reset earliest/latest."""
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from tests.kafka import http_side
-from tests.kafka.clients import WAIT_S, create_topic
+from tests.kafka.clients import WAIT_S, bootstrap, create_topic
 from tests.kafka.group_clients import MEMBERS, poll_until
 
 PARTITIONS = 4
@@ -183,6 +184,24 @@ def test_commit_with_metadata_reads_back(module_kafka_server, member_class):
         assert member.committed(topic, list(range(PARTITIONS))) == {p: (3, "checkpoint 1") for p in range(PARTITIONS)}
     finally:
         member.close()
+
+
+def test_confluent_kafka_commits_metadata_and_reads_back_exactly_what_it_committed(module_kafka_server):
+    """Regression (confluent-kafka-python's own test_consumer_topicpartition_metadata): its binding
+    sends metadata with a trailing NUL (its C terminator) and needs it back; txbroker dropped it,
+    so a committed `""` read back as None. None, `""`, text and non-ASCII text all read back."""
+    server = module_kafka_server
+    topic = "groups-metadata-exact"
+    create_topic(server, topic, 1)
+    consumer = Consumer({"bootstrap.servers": bootstrap(server), "group.id": "metadata-exact"})
+    try:
+        for metadata in [None, "hello world", "नमस्ते दुनिया", ""]:
+            given = TopicPartition(topic, 0, 1) if metadata is None else TopicPartition(topic, 0, 1, metadata)
+            consumer.commit(offsets=[given], asynchronous=False)
+            [found] = consumer.committed([TopicPartition(topic, 0)], timeout=WAIT_S)
+            assert (found.offset, found.metadata) == (1, metadata)
+    finally:
+        consumer.close()
 
 
 def test_a_restarted_static_member_gets_its_partitions_back_without_revoking_the_other(module_kafka_server):

@@ -196,43 +196,50 @@ def test_http_and_kafka_consumers_resume_from_each_others_commits(module_kafka_s
     assert response.json()["assignment"] == [{"topic": topic, "partitions": [0]}]
 
 
-def test_a_nul_inside_offset_metadata_refuses_that_offset(module_kafka_server):
-    """PostgreSQL's text cannot hold NUL: that partition's commit is INVALID_REQUEST, the others
-    commit (the connection is not closed); a trailing NUL (confluent-kafka's) is dropped."""
+def test_offset_metadata_keeps_its_nul_characters_as_kafka(module_kafka_server):
+    """Regression (found by confluent-kafka-python's own test_consumer_topicpartition_metadata): Kafka
+    keeps an offset's metadata as sent, NULs included; txbroker dropped a trailing NUL and refused
+    one inside (INVALID_REQUEST), PostgreSQL's text holding none. confluent-kafka's Python binding
+    ends every metadata with its C terminator and reads it back expecting it, so its `""` came
+    back as None. Now every metadata reads back exactly, over Kafka and over HTTP, the storage's
+    escape character (U+FFFF) too."""
     server = module_kafka_server
-    create_topic(server, "nul-metadata", 3)
-    partitions = [(0, "a\0b"), (1, "fine"), (2, "terminated\0")]
-    request = request_of(
+    create_topic(server, "nul-metadata", 6)
+    metadata = ["a\0b", "fine", "terminated\0", "\0", "\uffff0\uffff\uffff\0", ""]
+    topics = (
+        nested(
+            api_table.OFFSET_COMMIT,
+            8,
+            "OffsetCommitRequestTopic",
+            name="nul-metadata",
+            partitions=tuple(
+                nested(
+                    api_table.OFFSET_COMMIT,
+                    8,
+                    "OffsetCommitRequestPartition",
+                    partition_index=p,
+                    committed_offset=7,
+                    committed_leader_epoch=-1,
+                    committed_metadata=m,
+                )
+                for p, m in enumerate(metadata)
+            ),
+        ),
+    )
+    commit = request_of(
         api_table.OFFSET_COMMIT,
         8,
         group_id="nul-group",
         generation_id_or_member_epoch=-1,
         member_id="",
         group_instance_id=None,
-        topics=(
-            nested(
-                api_table.OFFSET_COMMIT,
-                8,
-                "OffsetCommitRequestTopic",
-                name="nul-metadata",
-                partitions=tuple(
-                    nested(
-                        api_table.OFFSET_COMMIT,
-                        8,
-                        "OffsetCommitRequestPartition",
-                        partition_index=p,
-                        committed_offset=7,
-                        committed_leader_epoch=-1,
-                        committed_metadata=m,
-                    )
-                    for p, m in partitions
-                ),
-            ),
-        ),
+        topics=topics,
     )
+    fetch = request_of(api_table.OFFSET_FETCH, 7, group_id="nul-group", topics=None, require_stable=False)
     with RawConnection(server.extra["kafka_bootstrap"]) as connection:
-        [topic] = connection.call(request).topics
-    assert [p.error_code for p in topic.partitions] == [KafkaError.invalid_request, KafkaError.none, KafkaError.none]
+        [committed] = connection.call(commit).topics
+        assert [p.error_code for p in committed.partitions] == [KafkaError.none] * len(metadata)
+        [fetched] = connection.call(fetch).topics
+    assert [(p.partition_index, p.metadata) for p in fetched.partitions] == list(enumerate(metadata))
     response = server.client.post("/v1/groups/nul-group/offsets/fetch", json={"partitions": None})
-    offsets = [(o["partition"], o["offset"], o["metadata"]) for o in response.json()["offsets"]]
-    assert offsets == [(1, 7, "fine"), (2, 7, "terminated")]
+    assert [(o["partition"], o["metadata"]) for o in response.json()["offsets"]] == list(enumerate(metadata))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app.storage.groups.group_offsets import PartitionLag
+from app.storage.groups.group_offsets import PartitionLag, lags_from_rows
 from app.storage.groups.groups import Member
 from app.storage.rows import all_from_rows
 
@@ -103,7 +103,7 @@ async def offset_page(
     """Committed offsets by (topic, partition) after `after` (keyset), with the lag of each (None,
     like the high watermark, when the topic or partition no longer exists)."""
     topic, partition = after if after is not None else ("", -1)
-    return all_from_rows(PartitionLag, await conn.fetch(_OFFSET_PAGE_SQL, group_id, topic, partition, limit))
+    return lags_from_rows(await conn.fetch(_OFFSET_PAGE_SQL, group_id, topic, partition, limit))
 
 
 @dataclass(frozen=True, slots=True)

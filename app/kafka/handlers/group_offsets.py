@@ -19,16 +19,10 @@ NO_LEADER_EPOCH = -1
 NO_OFFSET = -1
 
 
-def _without_terminator(metadata: str | None) -> str | None:
-    """confluent-kafka's Python binding sends a metadata string with its C terminator (a NUL byte);
-    that NUL is not the application's, and PostgreSQL's text cannot hold it."""
-    return None if metadata is None else metadata.rstrip("\0")
-
-
 async def offset_commit(context: RequestContext, request) -> object:
     module = response_module(api_table.OFFSET_COMMIT, context.api_version)
     entries = [
-        (topic.name, p.partition_index, p.committed_offset, _without_terminator(p.committed_metadata))
+        (topic.name, p.partition_index, p.committed_offset, p.committed_metadata)
         for topic in request.topics
         for p in topic.partitions
     ]

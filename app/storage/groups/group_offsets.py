@@ -15,11 +15,12 @@ is_transactional), so a read_committed reader of `__consumer_offsets` never sees
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import asyncpg
 import orjson
 
+from app.storage.groups import offset_metadata
 from app.storage.log import record_codec
 from app.storage.log.append import BatchAppend, append_batch_or_raise, append_for_coordinator
 from app.storage.log.topics import TopicInfo
@@ -74,7 +75,15 @@ async def commit(
         "committed_offset = EXCLUDED.committed_offset, metadata = EXCLUDED.metadata, "
         "commit_timestamp_ms = EXCLUDED.commit_timestamp_ms, record_offset = EXCLUDED.record_offset",
         [
-            (group_id, e.topic, e.partition, e.offset, e.metadata, now_ms, appended.base_offset + index)
+            (
+                group_id,
+                e.topic,
+                e.partition,
+                e.offset,
+                offset_metadata.stored(e.metadata),
+                now_ms,
+                appended.base_offset + index,
+            )
             for index, e in enumerate(entries)
         ],
     )
@@ -112,7 +121,7 @@ async def stage(
                 producer_epoch,
                 offsets_partition,
                 e.offset,
-                e.metadata,
+                offset_metadata.stored(e.metadata),
                 now_ms,
                 appended.base_offset + index,
             )
@@ -254,7 +263,7 @@ async def fetch(
             r["topic"],
             r["partition"],
             NO_OFFSET if r["committed_offset"] is None else r["committed_offset"],
-            r["metadata"],
+            offset_metadata.read(r["metadata"]),
             r["pending"],
         )
         for r in rows
@@ -297,5 +306,10 @@ ORDER BY o.topic, o.partition
 """
 
 
+def lags_from_rows(rows) -> list[PartitionLag]:
+    """PartitionLag of rows with its fields' names, the metadata read back from its stored text."""
+    return [replace(lag, metadata=offset_metadata.read(lag.metadata)) for lag in all_from_rows(PartitionLag, rows)]
+
+
 async def lags(conn: asyncpg.Connection, group_id: str) -> list[PartitionLag]:
-    return all_from_rows(PartitionLag, await conn.fetch(_LAG_SQL, group_id))
+    return lags_from_rows(await conn.fetch(_LAG_SQL, group_id))

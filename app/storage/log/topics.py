@@ -24,7 +24,9 @@ RETENTION_FOREVER = -1
 # record per key (compaction), or both.
 CLEANUP_DELETE = "delete"
 CLEANUP_COMPACT = "compact"
-CLEANUP_POLICIES = ("delete", "compact", "compact,delete")
+# cleanup_policy is Kafka's list: its policies in the order given, commas between (spaces around
+# them dropped), or none at all ("": neither retention nor compaction, the log is kept whole).
+_LIST_SEPARATOR = re.compile(r"\s*,\s*")
 
 DEFAULT_TOPIC_CONFIG: dict[str, Any] = {
     "retention_ms": RETENTION_FOREVER,
@@ -100,12 +102,7 @@ def effective_config(config: dict[str, Any], defaults: dict[str, Any] | None = N
     result = {**DEFAULT_TOPIC_CONFIG, **(defaults or {})}
     for key, value in config.items():
         if key == "cleanup_policy":
-            if not isinstance(value, str) or ",".join(sorted(value.split(","))) not in CLEANUP_POLICIES:
-                raise BrokerError(
-                    ErrorCode.INVALID_CONFIG,
-                    f"topic config cleanup_policy={value!r} is invalid: expected one of {list(CLEANUP_POLICIES)}",
-                )
-            result[key] = ",".join(sorted(value.split(",")))
+            result[key] = _cleanup_policy(value)
             continue
         minimum = CONFIG_MINIMUMS[key]
         if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= CONFIG_MAXIMUM:
@@ -114,6 +111,18 @@ def effective_config(config: dict[str, Any], defaults: dict[str, Any] | None = N
             )
         result[key] = value
     return result
+
+
+def _cleanup_policy(value: Any) -> str:
+    """Kafka's list as given, each policy checked (Kafka's ValidList: `delete`, `compact`, or none)."""
+    policies = _LIST_SEPARATOR.split(value.strip()) if isinstance(value, str) and value.strip() else []
+    if not isinstance(value, str) or any(p not in (CLEANUP_DELETE, CLEANUP_COMPACT) for p in policies):
+        raise BrokerError(
+            ErrorCode.INVALID_CONFIG,
+            f"topic config cleanup_policy={value!r} is invalid: expected a comma-separated list of "
+            f"{CLEANUP_DELETE!r} and {CLEANUP_COMPACT!r}, or empty for neither",
+        )
+    return ",".join(policies)
 
 
 def topic_from_row(row: asyncpg.Record) -> TopicInfo:
