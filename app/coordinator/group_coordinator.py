@@ -291,11 +291,17 @@ class GroupCoordinator:
         generation_id: int,
         entries: list[OffsetEntry],
         group_instance_id: str | None = None,
+        unknown_group_refused: bool = False,
     ) -> list[BrokerError | None]:
+        """`unknown_group_refused`: a commit naming a generation (0 or more) of a group that does not
+        exist raises GROUP_ID_NOT_FOUND, creating nothing (Kafka's OffsetCommit v9+); otherwise the
+        group is made and the commit's member is unknown to it (UNKNOWN_MEMBER_ID)."""
         check_group_id(group_id)
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
-            await groups.hold(conn, group_id, now)  # before any partition lock: see the lock order
+            created = await groups.hold(conn, group_id, now)  # before any partition lock: see the lock order
+            if created and unknown_group_refused and generation_id >= 0:
+                raise unknown_group(group_id)  # the transaction rolls back: the group just made is undone
             generation_error = await self._generation_error(conn, group_id, member_id, generation_id, group_instance_id)
             if generation_error is not None:
                 return [generation_error] * len(entries)

@@ -53,17 +53,17 @@ LIST_TRANSACTIONS = 66
 SUPPORTED_VERSIONS: dict[int, range] = {
     PRODUCE: range(3, 14),  # v3: the first with message format v2 (RecordBatch) and transactional ids; v13: topic ids
     FETCH: range(4, 19),  # v4: isolation_level and aborted transactions; v13+: topic ids
-    LIST_OFFSETS: range(1, 8),
+    LIST_OFFSETS: range(1, 11),  # v8: earliest local (-4); v9: latest tiered (-5); v10: a timeout
     METADATA: range(0, 14),  # v13: a top-level error code (KIP-1102's REBOOTSTRAP_REQUIRED), always none here
-    OFFSET_COMMIT: range(2, 9),  # v9+: KIP-848's member epochs
-    OFFSET_FETCH: range(1, 9),  # v9+: KIP-848's member epochs
-    FIND_COORDINATOR: range(0, 5),  # v5+: share groups
+    OFFSET_COMMIT: range(2, 10),  # v9: KIP-848's (classic groups: GROUP_ID_NOT_FOUND for an unknown group)
+    OFFSET_FETCH: range(1, 10),  # v9: KIP-848's member id and epoch, unused by classic groups
+    FIND_COORDINATOR: range(0, 7),  # v5: TRANSACTION_ABORTABLE (never here); v6: share keys (not served)
     JOIN_GROUP: range(0, 10),
     HEARTBEAT: range(0, 5),
     LEAVE_GROUP: range(0, 6),
     SYNC_GROUP: range(0, 6),
-    DESCRIBE_GROUPS: range(0, 6),
-    LIST_GROUPS: range(0, 5),  # v5+: the group type filter
+    DESCRIBE_GROUPS: range(0, 7),  # v6: GROUP_ID_NOT_FOUND and error messages (KIP-1043)
+    LIST_GROUPS: range(0, 6),  # v5: the group type filter (KIP-848): all are classic
     CREATE_TOPICS: range(2, 8),
     DELETE_TOPICS: range(1, 7),
     DELETE_RECORDS: range(0, 3),
@@ -83,12 +83,12 @@ SUPPORTED_VERSIONS: dict[int, range] = {
     CREATE_PARTITIONS: range(0, 4),
     INCREMENTAL_ALTER_CONFIGS: range(0, 2),
     OFFSET_DELETE: range(0, 1),
-    API_VERSIONS: range(0, 4),
-    INIT_PRODUCER_ID: range(0, 5),
+    API_VERSIONS: range(0, 5),  # v4: features of minimum 0 listed
+    INIT_PRODUCER_ID: range(0, 6),  # v5: TRANSACTION_ABORTABLE known (KIP-890), never answered here
     ADD_PARTITIONS_TO_TXN: range(0, 4),  # v4+: the brokers' batched form (KIP-890), not a client's
-    ADD_OFFSETS_TO_TXN: range(0, 4),
+    ADD_OFFSETS_TO_TXN: range(0, 5),  # v4: as InitProducerId v5
     END_TXN: range(0, 6),  # v5: transaction version 2 (KIP-890)
-    TXN_OFFSET_COMMIT: range(0, 4),  # v3: the group's generation and member (KIP-447)
+    TXN_OFFSET_COMMIT: range(0, 6),  # v3: generation and member (KIP-447); v4: as InitProducerId v5; v5: TV2
     SASL_HANDSHAKE: range(0, 2),  # v0: SASL's token then sent unframed (app/kafka/sasl.py)
     SASL_AUTHENTICATE: range(0, 3),
     DESCRIBE_CLUSTER: range(0, 3),  # v1: the endpoint type (KIP-919); v2: fenced brokers (KIP-1073), none here

@@ -164,6 +164,8 @@ class DescribedGroup:
     protocol_type: str = ""
     protocol: str = ""
     members: list[DescribedMember] = field(default_factory=list)
+    # False for a group that does not exist (Dead, no error: DescribeGroups v6+ answers GROUP_ID_NOT_FOUND).
+    found: bool = True
 
 
 # How HTTP's groups (server-side assignment) are listed to Kafka's admin clients.
@@ -691,14 +693,18 @@ class GroupCalls:
         generation_id: int,
         offsets: list[tuple[str, int, int, str | None]],
         group_instance_id: str | None = None,
+        unknown_group_refused: bool = False,
     ) -> list[BrokerError | None]:
-        """offsets: (topic, partition, offset, metadata) each; one error or None per entry."""
+        """offsets: (topic, partition, offset, metadata) each; one error or None per entry.
+        `unknown_group_refused`: as GroupCoordinator.commit_offsets (GROUP_ID_NOT_FOUND raised)."""
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
         entries = [OffsetEntry(*entry) for entry in offsets]
         errors = [_denied(principal, Operation.READ, ResourceType.TOPIC, e.topic) or _unstorable(e) for e in entries]
         allowed = [e for e, error in zip(entries, errors) if error is None]
         committed = iter(
-            await self._groups.commit_offsets(group_id, member_id, generation_id, allowed, group_instance_id)
+            await self._groups.commit_offsets(
+                group_id, member_id, generation_id, allowed, group_instance_id, unknown_group_refused
+            )
             if allowed
             else []
         )
@@ -750,7 +756,9 @@ class GroupCalls:
         except BrokerError as error:
             # Kafka describes an unknown group as Dead; any other error is the group's own
             # (INVALID_GROUP_ID), the other groups of the request still described.
-            return DescribedGroup(group_id, None if error.code == ErrorCode.GROUP_ID_NOT_FOUND else error)
+            if error.code == ErrorCode.GROUP_ID_NOT_FOUND:
+                return DescribedGroup(group_id, None, found=False)
+            return DescribedGroup(group_id, error)
         protocol_type, state, protocol = _group_kind(described.group, len(described.members))
         classic = self._groups.classic.described_members(described.group)
         members = []

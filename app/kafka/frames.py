@@ -11,6 +11,8 @@ from __future__ import annotations
 import functools
 import io
 import struct
+import types
+import typing
 from dataclasses import dataclass, fields
 from types import ModuleType
 
@@ -96,32 +98,49 @@ def parse_request(frame: bytes, known_versions: range | None) -> RequestFrame:
         raise MalformedRequest(
             f"api key {api_key} version {api_version}: the request does not parse ({error!r})"
         ) from error
-    if api_key not in _NUL_UNCHECKED_APIS and _has_nul(body):
-        raise MalformedRequest(f"api key {api_key} version {api_version}: a text field contains a NUL character")
+    flaw = None if api_key in _NUL_UNCHECKED_APIS else _flaw(body)
+    if flaw is not None:
+        raise MalformedRequest(f"api key {api_key} version {api_version}: {flaw}")
     # Bytes after the request are ignored, as Kafka's brokers do: librdkafka 2.x sends Metadata v12
     # for every topic (AdminClient.list_topics) with 3 bytes more than the schema has.
     return RequestFrame(api_key, api_version, correlation_id, header.client_id, body)
 
 
-def _has_nul(value) -> bool:
+def _flaw(value) -> str | None:
+    """Why a parsed request cannot be served, or None: a text field with a NUL, or a null where the
+    schema allows none (kio reads a null array or string whatever its schema says; Kafka's readers
+    refuse it, and a handler would iterate it)."""
     if isinstance(value, str):
-        return "\0" in value
+        return "a text field contains a NUL character" if "\0" in value else None
     if isinstance(value, tuple):
-        return any(map(_has_nul, value))
+        return next(filter(None, map(_flaw, value)), None)
     if hasattr(value, "__dataclass_fields__"):
-        return any(_has_nul(getattr(value, name)) for name in _text_fields(type(value)))
-    return False
+        for name, nullable, walked in _checked_fields(type(value)):
+            item = getattr(value, name)
+            if item is None:
+                if not nullable:
+                    return f"{type(value).__name__}.{name} is null, which its schema does not allow"
+            elif walked:
+                flaw = _flaw(item)
+                if flaw is not None:
+                    return flaw
+    return None
 
 
 @functools.cache
-def _text_fields(message_class: type) -> tuple[str, ...]:
-    """The fields of a message class `_has_nul` walks: kio's strings and arrays of strings
-    (kafka_type "string") and nested messages (none), never numbers, bytes, records or uuids."""
-    return tuple(
-        field.name
-        for field in fields(message_class)
-        if field.metadata.get("kafka_type", _TEXT) == _TEXT and field.name not in _NUL_ANSWERED_BY_HANDLER
-    )
+def _checked_fields(message_class: type) -> tuple[tuple[str, bool, bool], ...]:
+    """(name, nullable, walked) of the fields of a message class `_flaw` checks: kio's strings and
+    arrays of strings (kafka_type "string") and nested messages (none), walked for NUL, and arrays of
+    numbers, only checked for null; never numbers, bytes, records or uuids."""
+    checked = []
+    for field in fields(message_class):
+        if field.name in _NUL_ANSWERED_BY_HANDLER:
+            continue
+        text = field.metadata.get("kafka_type", _TEXT) == _TEXT
+        if text or typing.get_origin(field.type) is tuple:
+            nullable = isinstance(field.type, types.UnionType) and type(None) in typing.get_args(field.type)
+            checked.append((field.name, nullable, text))
+    return tuple(checked)
 
 
 def encode_response(api_key: int, correlation_id: int, response: object) -> bytes:

@@ -88,11 +88,21 @@ def leave(connection, group: str, members: list[tuple[str, str | None]]):
     return [m.error_code for m in response.members]
 
 
-def commit(connection, group: str, member: str, generation: int, instance: str | None, topic: str, offset: int):
-    """OffsetCommit v8 of partition 0; its error code."""
+def commit(
+    connection,
+    group: str,
+    member: str,
+    generation: int,
+    instance: str | None,
+    topic: str,
+    offset: int,
+    version: int = 8,
+):
+    """OffsetCommit (v8 unless told) of partition 0; its error code."""
+    key = api_table.OFFSET_COMMIT
     partition = nested(
-        api_table.OFFSET_COMMIT,
-        8,
+        key,
+        version,
         "OffsetCommitRequestPartition",
         partition_index=0,
         committed_offset=offset,
@@ -101,15 +111,13 @@ def commit(connection, group: str, member: str, generation: int, instance: str |
     )
     response = connection.call(
         request_of(
-            api_table.OFFSET_COMMIT,
-            8,
+            key,
+            version,
             group_id=group,
             generation_id_or_member_epoch=generation,
             member_id=member,
             group_instance_id=instance,
-            topics=(
-                nested(api_table.OFFSET_COMMIT, 8, "OffsetCommitRequestTopic", name=topic, partitions=(partition,)),
-            ),
+            topics=(nested(key, version, "OffsetCommitRequestTopic", name=topic, partitions=(partition,)),),
         )
     )
     return response.topics[0].partitions[0].error_code

@@ -94,6 +94,7 @@ def sample_request(api_key: int, version: int, producer: RawProducer | None = No
             replica_id=-1,
             isolation_level=0,
             topics=(nested(api_key, version, "ListOffsetsTopic", name=TOPIC, partitions=(partition,)),),
+            timeout=datetime.timedelta(seconds=30),
         )
     if api_key == api_table.METADATA:
         return request_of(
@@ -178,7 +179,15 @@ def _group_sample(api_key: int, version: int):
     if api_key == api_table.OFFSET_FETCH:
         if version >= 8:
             topic = nested(api_key, version, "OffsetFetchRequestTopics", name=TOPIC, partition_indexes=(0,))
-            group = nested(api_key, version, "OffsetFetchRequestGroup", group_id="versions-offsets", topics=(topic,))
+            group = nested(
+                api_key,
+                version,
+                "OffsetFetchRequestGroup",
+                group_id="versions-offsets",
+                member_id=None,
+                member_epoch=-1,
+                topics=(topic,),
+            )
             return request_of(api_key, version, groups=(group,), require_stable=True)
         topic = nested(api_key, version, "OffsetFetchRequestTopic", name=TOPIC, partition_indexes=(0,))
         return request_of(api_key, version, group_id="versions-offsets", topics=(topic,), require_stable=True)
@@ -212,7 +221,7 @@ def _group_sample(api_key: int, version: int):
         )
         return request_of(api_key, version, group_id=f"versions-leave-v{version}", member_id=leaver, members=members)
     if api_key == api_table.LIST_GROUPS:
-        return request_of(api_key, version, states_filter=())
+        return request_of(api_key, version, states_filter=(), types_filter=())
     if api_key == api_table.DESCRIBE_GROUPS:
         return request_of(api_key, version, groups=(GROUP,), include_authorized_operations=False)
     if api_key == api_table.DELETE_GROUPS:

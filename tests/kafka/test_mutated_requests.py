@@ -4,13 +4,14 @@ nothing is an unexpected error (a handler's exception would be logged as one).""
 
 from __future__ import annotations
 
+import datetime
 import logging
 import random
 import socket
 
 from app.kafka import api_table
 from app.kafka.frames import FRAME_LENGTH
-from tests.kafka.raw import RawConnection, request_frame, request_of
+from tests.kafka.raw import RawConnection, nested, request_frame, request_of
 from tests.kafka.test_api_versions import ADVERTISED, _still_serving, prepare_samples, sample_request
 
 MUTATIONS_PER_VERSION = 12
@@ -58,5 +59,20 @@ def test_a_nul_in_a_group_id_closes_the_connection_and_nothing_fails(module_kafk
         with RawConnection(bootstrap) as connection:
             connection.send(request)
             assert connection.closed_by_peer()
+    _still_serving(bootstrap)
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
+
+
+def test_a_null_where_the_schema_allows_none_closes_the_connection_and_nothing_fails(module_kafka_server, caplog):
+    """Regression: kio reads a null array whatever its schema says, and AlterPartitionReassignments
+    with a topic's partitions null failed inside the node (an unexpected error logged); Kafka's
+    readers refuse such a request, so the connection is closed."""
+    caplog.set_level(logging.INFO, logger="txbroker.kafka")
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    key = api_table.ALTER_PARTITION_REASSIGNMENTS
+    topic = nested(key, 0, "ReassignableTopic", name="null-partitions", partitions=None)
+    with RawConnection(bootstrap) as connection:
+        connection.send(request_of(key, 0, timeout=datetime.timedelta(seconds=1), topics=(topic,)))
+        assert connection.closed_by_peer()
     _still_serving(bootstrap)
     assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []

@@ -1,6 +1,9 @@
 """OffsetCommit, OffsetFetch and OffsetDelete: a group's committed offsets, the one set both doors
 read and write (HTTP's /v1/groups/{group_id}/offsets). OffsetFetch with require_stable answers
-UNSTABLE_OFFSET_COMMIT for a partition whose transactional commit awaits its marker."""
+UNSTABLE_OFFSET_COMMIT for a partition whose transactional commit awaits its marker. The v9s of
+OffsetCommit and OffsetFetch are KIP-848's, whose member epochs only its consumer groups check:
+txbroker's groups are classic, so v9 is served as v8, but for OffsetCommit's GROUP_ID_NOT_FOUND
+(as Kafka's group coordinator): a commit naming a generation of a group that does not exist."""
 
 from __future__ import annotations
 
@@ -17,6 +20,9 @@ from app.kafka.frames import build, response_module
 NO_THROTTLE = datetime.timedelta(0)
 NO_LEADER_EPOCH = -1
 NO_OFFSET = -1
+# OffsetCommit v9+: a generation of a group that does not exist is GROUP_ID_NOT_FOUND (Kafka's
+# OffsetMetadataManager); below, txbroker's answer is the member's, UNKNOWN_MEMBER_ID.
+UNKNOWN_GROUP_REFUSED_SINCE = 9
 
 
 async def offset_commit(context: RequestContext, request) -> object:
@@ -34,6 +40,7 @@ async def offset_commit(context: RequestContext, request) -> object:
             request.generation_id_or_member_epoch,
             entries,
             getattr(request, "group_instance_id", None),
+            unknown_group_refused=context.api_version >= UNKNOWN_GROUP_REFUSED_SINCE,
         )
     except BrokerError as raised:
         errors = [raised] * len(entries)

@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from app.errors import BrokerError
 from app.kafka import api_table
 from app.kafka.context import RequestContext
-from app.kafka.error_codes import kafka_error
+from app.kafka.error_codes import error_message, kafka_error
 from app.kafka.frames import build, response_module
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -26,27 +26,49 @@ def _ms(value: datetime.timedelta) -> int:
     return int(value.total_seconds() * 1000)
 
 
+# FindCoordinator's key types: a group, a transactional id, and (v6+, KIP-932) a share group.
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+SHARE_KEY = 2
+COORDINATED_KEYS = frozenset({GROUP_KEY, TRANSACTION_KEY})
+NO_NODE = {"node_id": -1, "host": "", "port": -1}
+
+
+def _coordinator_of(context: RequestContext, key_type: int) -> tuple[KafkaError, str | None, dict]:
+    """(error, message, node) for a key of `key_type`: this node for a group or a transactional id.
+    txbroker has no share groups, so a share key gets INVALID_REQUEST, Kafka's answer when its share
+    coordinator is not enabled (and, below v6, for the type itself), as does a type Kafka lacks."""
+    if key_type in COORDINATED_KEYS:
+        node = {"node_id": context.calls.node_id, "host": context.advertised_host, "port": context.advertised_port}
+        return KafkaError.none, None, node
+    kind = "share groups (key type 2, KIP-932)" if key_type == SHARE_KEY else f"key type {key_type}"
+    message = (
+        f"{kind} are not served by this broker: expected key type {GROUP_KEY} (a group) or "
+        f"{TRANSACTION_KEY} (a transactional id)"
+    )
+    return KafkaError.invalid_request, message, NO_NODE
+
+
 async def find_coordinator(context: RequestContext, request) -> object:
-    """This node, for any key of either type (group 0, transaction 1)."""
+    """This node, for any key of either type txbroker has (group 0, transaction 1)."""
     module = response_module(api_table.FIND_COORDINATOR, context.api_version)
     keys = getattr(request, "coordinator_keys", None)
-    coordinator = {"node_id": context.calls.node_id, "host": context.advertised_host, "port": context.advertised_port}
+    error, message, node = _coordinator_of(context, getattr(request, "key_type", GROUP_KEY))
     if keys is None:  # v0-v3: one key
         return build(
             module,
             "FindCoordinatorResponse",
             throttle_time=NO_THROTTLE,
-            error_code=KafkaError.none,
-            error_message=None,
-            **coordinator,
+            error_code=error,
+            error_message=message,
+            **node,
         )
     return build(
         module,
         "FindCoordinatorResponse",
         throttle_time=NO_THROTTLE,
         coordinators=tuple(
-            build(module, "Coordinator", key=key, error_code=KafkaError.none, error_message=None, **coordinator)
-            for key in keys
+            build(module, "Coordinator", key=key, error_code=error, error_message=message, **node) for key in keys
         ),
     )
 
@@ -190,24 +212,53 @@ async def leave_group(context: RequestContext, request) -> object:
     )
 
 
+# KIP-848's group types: every group txbroker has is of Kafka's classic protocol (or HTTP's, which
+# has no type of its own in Kafka's list), so each is listed as "classic".
+CLASSIC_GROUP_TYPE = "classic"
+
+
 async def list_groups(context: RequestContext, request) -> object:
+    """v4's state filter; v5's type filter (KIP-848), by name in any case as Kafka's: with "classic"
+    every group, with only other types (consumer, share, or a name Kafka does not know) none."""
     module = response_module(api_table.LIST_GROUPS, context.api_version)
     wanted_states = set(getattr(request, "states_filter", ()) or ())
-    listed = [
-        g
-        for g in await context.calls.groups.list_groups(context.principal)
-        if not wanted_states or g.state in wanted_states
-    ]
+    wanted_types = {name.lower() for name in getattr(request, "types_filter", ()) or ()}
+    if wanted_types and CLASSIC_GROUP_TYPE not in wanted_types:
+        listed = []
+    else:
+        listed = [
+            g
+            for g in await context.calls.groups.list_groups(context.principal)
+            if not wanted_states or g.state in wanted_states
+        ]
     return build(
         module,
         "ListGroupsResponse",
         throttle_time=NO_THROTTLE,
         error_code=KafkaError.none,
         groups=tuple(
-            build(module, "ListedGroup", group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state)
+            build(
+                module,
+                "ListedGroup",
+                group_id=g.group_id,
+                protocol_type=g.protocol_type,
+                group_state=g.state,
+                group_type=CLASSIC_GROUP_TYPE,
+            )
             for g in listed
         ),
     )
+
+
+# DescribeGroups v6+ (KIP-1043): a group that does not exist is GROUP_ID_NOT_FOUND (still Dead),
+# each group's error with a message; older versions describe it as Dead without an error.
+GROUP_NOT_FOUND_SINCE = 6
+
+
+def _described_error(context: RequestContext, group) -> tuple[KafkaError, str | None]:
+    if not group.found and context.api_version >= GROUP_NOT_FOUND_SINCE:
+        return KafkaError.group_id_not_found, f"Group {group.group_id} not found."
+    return kafka_error(group.error), error_message(group.error)
 
 
 async def describe_groups(context: RequestContext, request) -> object:
@@ -215,11 +266,13 @@ async def describe_groups(context: RequestContext, request) -> object:
     described = []
     for group_id in request.groups:
         group = await context.calls.groups.describe_group(context.principal, group_id)
+        error, message = _described_error(context, group)
         described.append(
             build(
                 module,
                 "DescribedGroup",
-                error_code=kafka_error(group.error),
+                error_code=error,
+                error_message=message,
                 group_id=group_id,
                 group_state=group.state,
                 protocol_type=group.protocol_type,

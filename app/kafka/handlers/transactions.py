@@ -3,7 +3,15 @@ through the transaction coordinator HTTP's /v1/transactions endpoints use (InitP
 producers.py). EndTxn below v5 ends a transaction as Kafka's transaction version 1 (the epoch
 carries over to the next one, what these clients expect); v5+ as version 2 (KIP-890's epoch bump,
 as HTTP), answering the producer id and epoch of the next transaction. PRODUCER_FENCED is answered
-from the version of each API that knows it (error_codes.versioned_error)."""
+from the version of each API that knows it (error_codes.versioned_error).
+
+AddOffsetsToTxn v4 and TxnOffsetCommit v4 (as InitProducerId v5) are the versions whose clients know
+KIP-890's TRANSACTION_ABORTABLE, which Kafka answers only when a partition leader's verification
+finds a partition missing from the transaction: produce and TxnOffsetCommit add theirs here, so it
+is never answered and these versions are served as the one before. TxnOffsetCommit v5 (transaction
+version 2) adds the group's offsets partition itself, as every version does here. AddPartitionsToTxn
+v4+ is the brokers' batched verification (verify_only, ClusterAction), which no client sends and
+txbroker's nodes do not need (PostgreSQL is where each verifies): not served."""
 
 from __future__ import annotations
 

@@ -19,6 +19,9 @@ TRANSACTION_VERSION_MIN = 0
 TRANSACTION_VERSION = 2
 # The features never change on this broker: one epoch of them.
 FEATURES_EPOCH = 1
+# Below v4 a supported feature whose minimum is 0 is left out, as Kafka leaves it out (KAFKA-17011,
+# KAFKA-17492: older clients fail to read such a range); v4 lists it. Finalized levels are unchanged.
+FEATURE_MIN_ZERO_SINCE = 4
 
 
 def _features(module, class_name: str, **levels) -> tuple:
@@ -40,8 +43,12 @@ def response(version: int, error: KafkaError) -> object:
         error_code=error,
         api_keys=keys,
         throttle_time=datetime.timedelta(0),
-        supported_features=_features(
-            module, "SupportedFeatureKey", min_version=TRANSACTION_VERSION_MIN, max_version=TRANSACTION_VERSION
+        supported_features=(
+            _features(
+                module, "SupportedFeatureKey", min_version=TRANSACTION_VERSION_MIN, max_version=TRANSACTION_VERSION
+            )
+            if TRANSACTION_VERSION_MIN > 0 or version >= FEATURE_MIN_ZERO_SINCE
+            else ()
         ),
         finalized_features_epoch=FEATURES_EPOCH,
         finalized_features=_features(

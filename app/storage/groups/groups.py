@@ -36,17 +36,18 @@ class Member:
     last_heartbeat_ms: int
 
 
-async def hold(conn: asyncpg.Connection, group_id: str, now_ms: int) -> None:
+async def hold(conn: asyncpg.Connection, group_id: str, now_ms: int) -> bool:
     """Makes the group exist (generation 0, no members) and holds its row FOR KEY SHARE until the
     caller's transaction ends: a commit calls this before anything else, so it never takes the group
     row after a partition row. The hold lets membership changes through (their FOR UPDATE waits for
     it, as for the commits that check a generation, FOR SHARE) but keeps the row from being deleted:
     a DeleteGroups waits for the commits in flight and then removes what they wrote, and a commit
     that finds its group deleted meanwhile (the row gone once the delete commits) makes it anew, so
-    its offsets start a fresh group, never outlive a deleted one."""
+    its offsets start a fresh group, never outlive a deleted one. True when this call made the group
+    (it did not exist), which the caller's rollback undoes."""
     while True:
         if await conn.fetchval("SELECT 1 FROM consumer_groups WHERE group_id = $1 FOR KEY SHARE", group_id):
-            return
+            return False
         # Our own new row needs no lock: nobody can delete it before we commit. Losing the race to
         # another creator (nothing returned) means its row is committed now: hold that one.
         created = await conn.fetchval(
@@ -56,7 +57,7 @@ async def hold(conn: asyncpg.Connection, group_id: str, now_ms: int) -> None:
             now_ms,
         )
         if created:
-            return
+            return True
 
 
 async def lock(conn: asyncpg.Connection, group_id: str, now_ms: int) -> Group:
