@@ -3,6 +3,12 @@ a fresh database per test cloned from a migrated template, and servers reached o
 
 - `server`: the app in this process, served by uvicorn on a loopback socket in a background thread.
 - `server_process`: a factory for `txbroker serve` subprocesses, for tests that kill them by pid.
+
+scripts/test runs the suite on two pytest-xdist workers (`-n 2`; pyproject.toml's addopts say
+`--dist loadgroup`). Each worker is a test session of its own: its own PostgreSQL, template and
+database names, so that nothing a test names (a database, a module's server) can meet the other
+worker's. The heavy tests (`pytest_collection_modifyitems` below) all run on one worker, one after
+the other, while the other worker runs the rest.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import concurrent.futures
 import functools
 import itertools
 import os
+import random
 import re
 import shutil
 import signal
@@ -42,6 +49,23 @@ TEMPLATE_DATABASE = "txbroker_template"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _database_numbers = itertools.count()
 
+# The tests that kill servers or PostgreSQL and wait for their restarts, run Spark, a benchmark or a
+# browser: each keeps both cores busy, or waits under deadlines (a restart's, a transaction's timeout)
+# sized for a machine where at most one such test runs. Every test in these folders of tests/ is one,
+# and so is any test marked `heavy` (pyproject.toml's markers).
+HEAVY_DIRECTORIES = ("console", "crash", "spark")
+HEAVY_GROUP = pytest.mark.xdist_group("heavy")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under `--dist loadgroup` the tests of one xdist group run on one worker, one after the other:
+    two heavy tests never run at once, and the other worker runs the rest meanwhile. The group is
+    the largest unit of work, so pytest-xdist hands it out first. Without xdist this changes nothing."""
+    for item in items:
+        if item.path.parent.name in HEAVY_DIRECTORIES or item.get_closest_marker("heavy") is not None:
+            item.add_marker(HEAVY_GROUP)
+
 
 def database_url_for(base_url: str, database: str) -> str:
     parts = urlsplit(base_url)
@@ -50,6 +74,9 @@ def database_url_for(base_url: str, database: str) -> str:
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[EmbeddedPostgres]:
+    # One per pytest-xdist worker (a session each), not one shared: nothing to coordinate between
+    # the workers (who creates the template, who stops it last), and the fixed names tests give
+    # their databases stay unique per cluster. A second cluster costs one start and one migration.
     # Under /tmp (short: the socket path is limited to 107 bytes), removed afterwards.
     data_dir = Path(tempfile.mkdtemp(prefix="txb-test-"))
     # fsync off: this cluster is never crashed (the tests kill servers, and the PostgreSQL of data dirs of
@@ -132,6 +159,27 @@ def drop_database(postgres: EmbeddedPostgres, name: str) -> None:
     # On a thread of its own: the test's thread may run an event loop (Playwright's sync API does).
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as executor:
         executor.submit(asyncio.run, drop()).result()
+
+
+def free_ports_outside_the_ephemeral_range(count: int = 1) -> list[int]:
+    """Loopback ports nothing is bound to, for processes that bind them themselves (`serve --port`,
+    a PostgreSQL's TCP port) some time after this returns, and again after a restart. Below the
+    range the kernel hands out for port 0 and for outgoing connections
+    (/proc/sys/net/ipv4/ip_local_port_range), so that no socket of another test (of this pytest-xdist
+    worker or of the other) is given one meanwhile. Each probe is bound and closed unconnected: it
+    leaves no TIME_WAIT behind."""
+    lowest_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = []
+    for port in random.sample(range(lowest_ephemeral // 2, lowest_ephemeral), 100):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise RuntimeError(f"fewer than {count} free loopback ports below {lowest_ephemeral} in 100 tries")
 
 
 def loopback_socket(reuse_port: bool = True) -> socket.socket:
