@@ -4,11 +4,10 @@ a fresh database per test cloned from a migrated template, and servers reached o
 - `server`: the app in this process, served by uvicorn on a loopback socket in a background thread.
 - `server_process`: a factory for `txbroker serve` subprocesses, for tests that kill them by pid.
 
-scripts/test runs the suite on two pytest-xdist workers (`-n 2`; pyproject.toml's addopts say
-`--dist loadgroup`). Each worker is a test session of its own: its own PostgreSQL, template and
-database names, so that nothing a test names (a database, a module's server) can meet the other
-worker's. The heavy tests (`pytest_collection_modifyitems` below) all run on one worker, one after
-the other, while the other worker runs the rest.
+scripts/test runs the suite on two pytest-xdist workers (`-n 2`). Each worker is a test session of
+its own: its own PostgreSQL, template and database names, so that nothing a test names (a database,
+a module's server) can meet the other worker's. The heavy tests (HEAVY_TESTS below) all run on one
+worker, one after the other, while the other worker runs the rest.
 """
 
 from __future__ import annotations
@@ -50,21 +49,40 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 _database_numbers = itertools.count()
 
 # The tests that kill servers or PostgreSQL and wait for their restarts, run Spark, a benchmark or a
-# browser: each keeps both cores busy, or waits under deadlines (a restart's, a transaction's timeout)
-# sized for a machine where at most one such test runs. Every test in these folders of tests/ is one,
-# and so is any test marked `heavy` (pyproject.toml's markers).
-HEAVY_DIRECTORIES = ("console", "crash", "spark")
-HEAVY_GROUP = pytest.mark.xdist_group("heavy")
+# browser, by node id prefix (a folder, a module or a test): each keeps both cores busy, or waits
+# under deadlines (a restart's, a transaction's timeout) sized for a machine where at most one such
+# test runs. Under pytest-xdist they run on one worker, one after the other (HeavyTestsApart).
+HEAVY_TESTS = (
+    "tests/console/",
+    "tests/crash/",
+    "tests/spark/",
+    "tests/api/test_exactly_once_loop.py::",
+    "tests/api/test_log_lifecycle.py::test_a_crash_in_the_middle_of_retention_and_compaction",
+    "tests/kafka/test_transactions_exactly_once.py::test_sigkill_during_transactions_then_exactly_once",
+    "tests/operations/test_benchmarks_run.py::",
+    "tests/sdk/test_sdk_examples.py::test_consume_transform_produce_is_exactly_once_across_a_server_sigkill",
+)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the xdist_group marks
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under `--dist loadgroup` the tests of one xdist group run on one worker, one after the other:
-    two heavy tests never run at once, and the other worker runs the rest meanwhile. The group is
-    the largest unit of work, so pytest-xdist hands it out first. Without xdist this changes nothing."""
-    for item in items:
-        if item.path.parent.name in HEAVY_DIRECTORIES or item.get_closest_marker("heavy") is not None:
-            item.add_marker(HEAVY_GROUP)
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, called only when it runs the tests
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """The scheduler of `-n N` (whose --dist is load unless told otherwise): HeavyTestsApart."""
+    if config.getvalue("dist") != "load":
+        return None  # another --dist asked for: pytest-xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class HeavyTestsApart(LoadScopeScheduling):
+        """The heavy tests are one unit of work, so one worker runs them, one after the other, while
+        the others run the rest test by test. The largest unit is handed out first (pytest-xdist
+        sorts them by their number of tests), so the heavy tests start at once: they take about half
+        of the suite's time. (pytest-xdist's own `--dist loadgroup` would do the same with
+        xdist_group marks, but its marks are lost on pytest 9.2, which no longer reads the node id
+        it rewrites.)"""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return "heavy" if nodeid.startswith(HEAVY_TESTS) else nodeid
+
+    return HeavyTestsApart(config, log)
 
 
 def database_url_for(base_url: str, database: str) -> str:

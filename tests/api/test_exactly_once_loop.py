@@ -15,7 +15,6 @@ import time
 import zlib
 
 import httpx
-import pytest
 
 from tests.conftest import wait_until_healthy
 
@@ -275,7 +274,6 @@ def read_values(url: str, topic: str, partitions: int, isolation_level: str) -> 
     return values
 
 
-@pytest.mark.heavy
 def test_consume_transform_produce_is_exactly_once_across_sigkills(server_process, data_dir):
     started = time.monotonic()
     seed = int(os.environ.get("TXB_EOS_SEED", random.randrange(2**32)))  # printed, to replay a run

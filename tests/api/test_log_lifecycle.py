@@ -670,7 +670,6 @@ def _kill_when(server, database_url: str, condition, what: str) -> None:
     _wait_for_other_backends_to_end(database_url)
 
 
-@pytest.mark.heavy
 def test_a_crash_in_the_middle_of_retention_and_compaction_loses_nothing_and_the_run_finishes(
     database_url, server_process
 ):

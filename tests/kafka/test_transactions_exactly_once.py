@@ -13,7 +13,6 @@ import traceback
 from types import SimpleNamespace
 
 import httpx
-import pytest
 
 from app.runtime.listening_sockets import bound_accepting_socket
 from tests.kafka.clients import WAIT_S, ConfluentKafka, create_topic
@@ -64,7 +63,6 @@ def test_consume_transform_produce_exactly_once_with_aborts(module_kafka_server)
     assert everything > 300
 
 
-@pytest.mark.heavy
 def test_sigkill_during_transactions_then_exactly_once(server_process, database_url):
     # The Kafka port, held as `serve` holds it and kept across the restart (see test_serve.py).
     with bound_accepting_socket("127.0.0.1", 0) as holder:

@@ -16,8 +16,6 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-pytestmark = pytest.mark.heavy  # each run keeps both cores busy
-
 # The bench starts its own PostgreSQL, txbroker and naive app, and stops them in a finally; both
 # finish well inside this on the 2-core machine (about 15 s).
 RUN_TIMEOUT_S = 240

@@ -8,8 +8,6 @@ import sys
 import time
 from collections import Counter
 
-import pytest
-
 from tests.conftest import REPO_ROOT
 from txbroker import Admin, Consumer, Producer, TopicPartition
 
@@ -41,7 +39,6 @@ def test_transactional_producer_example(server):
     assert "a read_committed consumer sees 12 records in transactional-example; aborted ones: 0" in result.stdout
 
 
-@pytest.mark.heavy
 def test_consume_transform_produce_is_exactly_once_across_a_server_sigkill(server_process, tmp_path):
     server = server_process("--data-dir", str(tmp_path / "data"))
     inputs = [f"order-{i}" for i in range(400)]
