@@ -48,18 +48,18 @@ TEMPLATE_DATABASE = "txbroker_template"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _database_numbers = itertools.count()
 
-# The tests that kill servers or PostgreSQL and wait for their restarts, run Spark, a benchmark or a
-# browser, by node id prefix (a folder, a module or a test): each keeps both cores busy, or waits
-# under deadlines (a restart's, a transaction's timeout) sized for a machine where at most one such
-# test runs. Under pytest-xdist they run on one worker, one after the other (HeavyTestsApart).
+# The tests that kill servers or PostgreSQL and wait for their restarts, by node id prefix (a folder,
+# a module or a test): their deadlines (a restart's, a transaction's timeout, a copier's) are sized
+# for a machine where at most one of them runs. Under pytest-xdist they run on one worker, one after
+# the other (HeavyTestsApart); they take less than half of the suite's time, so the other worker
+# runs the rest meanwhile, and both finish about together. (Spark's other tests, the benchmarks
+# and the browser are heavy on CPU, but kill nothing and have no deadline a slower run misses.)
 HEAVY_TESTS = (
-    "tests/console/",
     "tests/crash/",
-    "tests/spark/",
+    "tests/spark/test_spark_streaming.py::",
     "tests/api/test_exactly_once_loop.py::",
     "tests/api/test_log_lifecycle.py::test_a_crash_in_the_middle_of_retention_and_compaction",
     "tests/kafka/test_transactions_exactly_once.py::test_sigkill_during_transactions_then_exactly_once",
-    "tests/operations/test_benchmarks_run.py::",
     "tests/sdk/test_sdk_examples.py::test_consume_transform_produce_is_exactly_once_across_a_server_sigkill",
 )
 
@@ -74,10 +74,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     class HeavyTestsApart(LoadScopeScheduling):
         """The heavy tests are one unit of work, so one worker runs them, one after the other, while
         the others run the rest test by test. The largest unit is handed out first (pytest-xdist
-        sorts them by their number of tests), so the heavy tests start at once: they take about half
-        of the suite's time. (pytest-xdist's own `--dist loadgroup` would do the same with
-        xdist_group marks, but its marks are lost on pytest 9.2, which no longer reads the node id
-        it rewrites.)"""
+        sorts them by their number of tests), so the heavy tests start at once, and the worker that
+        ran them takes the others' tests once it is done. (pytest-xdist's own `--dist loadgroup`
+        would do the same with xdist_group marks, but its marks are lost on pytest 9.2, which no
+        longer reads the node id it rewrites.)"""
 
         def _split_scope(self, nodeid: str) -> str:
             return "heavy" if nodeid.startswith(HEAVY_TESTS) else nodeid

@@ -49,6 +49,9 @@ class PortNode:
             sys.executable,
             *("-m", "app.cli", "serve", "--port", str(port), "--workers", str(workers)),
             *("--data-dir", str(data_dir), "--log-level", "warning"),
+            # No Kafka listener: on serve's default port (9092) it would fail the node whenever
+            # anything else on the machine holds that port (a server of another test, scripts/run).
+            *("--kafka-listener", "off"),
         ]
         self.worker_count = workers
         self.process: subprocess.Popen | None = None
