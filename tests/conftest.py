@@ -77,7 +77,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
         sorts them by their number of tests), so the heavy tests start at once, and the worker that
         ran them takes the others' tests once it is done. (pytest-xdist's own `--dist loadgroup`
         would do the same with xdist_group marks, but its marks are lost on pytest 9.2, which no
-        longer reads the node id it rewrites.)"""
+        longer reads the node id it rewrites.) _split_scope is how pytest-xdist's own schedulers
+        (loadfile, loadgroup) subclass this one; the dev extra pins pytest-xdist below 4."""
 
         def _split_scope(self, nodeid: str) -> str:
             return "heavy" if nodeid.startswith(HEAVY_TESTS) else nodeid
