@@ -3,6 +3,11 @@ a fresh database per test cloned from a migrated template, and servers reached o
 
 - `server`: the app in this process, served by uvicorn on a loopback socket in a background thread.
 - `server_process`: a factory for `txbroker serve` subprocesses, for tests that kill them by pid.
+
+scripts/test runs the suite on two pytest-xdist workers (`-n 2`). Each worker is a test session of
+its own: its own PostgreSQL, template and database names, so that nothing a test names (a database,
+a module's server) can meet the other worker's. The heavy tests (HEAVY_TESTS below) all run on one
+worker, one after the other, while the other worker runs the rest.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import concurrent.futures
 import functools
 import itertools
 import os
+import random
 import re
 import shutil
 import signal
@@ -42,6 +48,43 @@ TEMPLATE_DATABASE = "txbroker_template"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _database_numbers = itertools.count()
 
+# The tests that kill servers or PostgreSQL and wait for their restarts, by node id prefix (a folder,
+# a module or a test): their deadlines (a restart's, a transaction's timeout, a copier's) are sized
+# for a machine where at most one of them runs. Under pytest-xdist they run on one worker, one after
+# the other (HeavyTestsApart); they take less than half of the suite's time, so the other worker
+# runs the rest meanwhile, and both finish about together. (Spark's other tests, the benchmarks
+# and the browser are heavy on CPU, but kill nothing and have no deadline a slower run misses.)
+HEAVY_TESTS = (
+    "tests/crash/",
+    "tests/spark/test_spark_streaming.py::",
+    "tests/api/test_exactly_once_loop.py::",
+    "tests/api/test_log_lifecycle.py::test_a_crash_in_the_middle_of_retention_and_compaction",
+    "tests/kafka/test_transactions_exactly_once.py::test_sigkill_during_transactions_then_exactly_once",
+    "tests/sdk/test_sdk_examples.py::test_consume_transform_produce_is_exactly_once_across_a_server_sigkill",
+)
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, called only when it runs the tests
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """The scheduler of `-n N` (whose --dist is load unless told otherwise): HeavyTestsApart."""
+    if config.getvalue("dist") != "load":
+        return None  # another --dist asked for: pytest-xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class HeavyTestsApart(LoadScopeScheduling):
+        """The heavy tests are one unit of work, so one worker runs them, one after the other, while
+        the others run the rest test by test. The largest unit is handed out first (pytest-xdist
+        sorts them by their number of tests), so the heavy tests start at once, and the worker that
+        ran them takes the others' tests once it is done. (pytest-xdist's own `--dist loadgroup`
+        would do the same with xdist_group marks, but its marks are lost on pytest 9.2, which no
+        longer reads the node id it rewrites.) _split_scope is how pytest-xdist's own schedulers
+        (loadfile, loadgroup) subclass this one; the dev extra pins pytest-xdist below 4."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return "heavy" if nodeid.startswith(HEAVY_TESTS) else nodeid
+
+    return HeavyTestsApart(config, log)
+
 
 def database_url_for(base_url: str, database: str) -> str:
     parts = urlsplit(base_url)
@@ -50,6 +93,9 @@ def database_url_for(base_url: str, database: str) -> str:
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[EmbeddedPostgres]:
+    # One per pytest-xdist worker (a session each), not one shared: nothing to coordinate between
+    # the workers (who creates the template, who stops it last), and the fixed names tests give
+    # their databases stay unique per cluster. A second cluster costs one start and one migration.
     # Under /tmp (short: the socket path is limited to 107 bytes), removed afterwards.
     data_dir = Path(tempfile.mkdtemp(prefix="txb-test-"))
     # fsync off: this cluster is never crashed (the tests kill servers, and the PostgreSQL of data dirs of
@@ -132,6 +178,27 @@ def drop_database(postgres: EmbeddedPostgres, name: str) -> None:
     # On a thread of its own: the test's thread may run an event loop (Playwright's sync API does).
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as executor:
         executor.submit(asyncio.run, drop()).result()
+
+
+def free_ports_outside_the_ephemeral_range(count: int = 1) -> list[int]:
+    """Loopback ports nothing is bound to, for processes that bind them themselves (`serve --port`,
+    a PostgreSQL's TCP port) some time after this returns, and again after a restart. Below the
+    range the kernel hands out for port 0 and for outgoing connections
+    (/proc/sys/net/ipv4/ip_local_port_range), so that no socket of another test (of this pytest-xdist
+    worker or of the other) is given one meanwhile. Each probe is bound and closed unconnected: it
+    leaves no TIME_WAIT behind."""
+    lowest_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = []
+    for port in random.sample(range(lowest_ephemeral // 2, lowest_ephemeral), 100):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+        if len(ports) == count:
+            return ports
+    raise RuntimeError(f"fewer than {count} free loopback ports below {lowest_ephemeral} in 100 tries")
 
 
 def loopback_socket(reuse_port: bool = True) -> socket.socket:

@@ -21,7 +21,6 @@ import collections
 import os
 import shutil
 import signal
-import socket
 import tempfile
 import threading
 import time
@@ -33,6 +32,7 @@ import pytest
 
 from app.runtime.embedded_postgres import EmbeddedPostgres
 from app.storage.database import connect_to_primary
+from tests.conftest import free_ports_outside_the_ephemeral_range
 from tests.sdk.test_sdk_integration import read_all
 from txbroker import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition, TxbrokerError
 
@@ -41,12 +41,6 @@ WORKERS = 2
 STANDBY_NAME = "standby"
 PROGRESS = 10  # acknowledgements each writer makes before the kill, and again after the promotion
 DEADLINE_S = 60
-
-
-def _free_loopback_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 async def _on(postgres: EmbeddedPostgres, query: str):
@@ -73,7 +67,7 @@ def _until(condition, what: str, timeout_s: float = 30):
 def cluster():
     """A primary with a synchronous standby, TCP on loopback (the standby streams from it)."""
     root = Path(tempfile.mkdtemp(prefix="txb-ha-"))
-    primary_port, standby_port = _free_loopback_port(), _free_loopback_port()
+    primary_port, standby_port = free_ports_outside_the_ephemeral_range(2)
     primary = EmbeddedPostgres(root / "primary", port=primary_port, server_settings={"listen_addresses": "127.0.0.1"})
     standby = EmbeddedPostgres(
         root / "standby",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import REPO_ROOT, process_alive, wait_until_healthy
+from tests.conftest import REPO_ROOT, free_ports_outside_the_ephemeral_range, process_alive, wait_until_healthy
 from tests.crash.test_durability import _read_all
 from tests.crash.test_worker_processes import (
     established_sockets,
@@ -39,13 +38,6 @@ WRITERS = 4
 LEFT_BY_THE_DEAD = ("04", "05", "06", "07", "09")
 
 
-def free_port() -> int:
-    """A port nothing listens on (bound and closed unconnected: it leaves no TIME_WAIT behind)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 class PortNode:
     """A `txbroker serve --port P` process, in a process group of its own (its group id is its pid),
     so a crash is SIGKILL to the node's process group, as the OOM killer or a service manager sends."""
@@ -57,6 +49,9 @@ class PortNode:
             sys.executable,
             *("-m", "app.cli", "serve", "--port", str(port), "--workers", str(workers)),
             *("--data-dir", str(data_dir), "--log-level", "warning"),
+            # No Kafka listener: on serve's default port (9092) it would fail the node whenever
+            # anything else on the machine holds that port (a server of another test, scripts/run).
+            *("--kafka-listener", "off"),
         ]
         self.worker_count = workers
         self.process: subprocess.Popen | None = None
@@ -229,7 +224,7 @@ def test_a_node_killed_with_clients_connected_restarts_at_once_on_its_port(port_
     serve, with every acknowledged record there. The claim socket used to fail with EADDRINUSE until
     the connections the other workers had accepted left TIME_WAIT (60 s): only worker 0's socket
     allowed address reuse, and the dead connections inherit their listening socket's options."""
-    port = free_port()
+    [port] = free_ports_outside_the_ephemeral_range()
     node = PortNode(port, data_dir, workers)
     port_nodes.append(node)
     node.start()
@@ -249,7 +244,7 @@ def test_a_node_killed_with_clients_connected_restarts_at_once_on_its_port(port_
 def test_a_second_node_on_a_port_a_live_node_serves_refuses_to_start(port_nodes, data_dir):
     """With clients connected to the live node; it keeps serving them. The second node is refused
     whatever its number of workers (a node of one binds its port with the same function)."""
-    port = free_port()
+    [port] = free_ports_outside_the_ephemeral_range()
     live = PortNode(port, data_dir / "live")
     port_nodes.append(live)
     live.start()
