@@ -127,9 +127,10 @@ class RecordOut(Body):
 
 class CreateTopicRequest(Body):
     name: TopicName
-    partitions: int | None = Field(
+    # None only when left out: the contract's type is int, so an explicit null is refused (400).
+    partitions: int = Field(
         None,
-        description="number of partitions, 1..10000; left out or null: the server's num_partitions (1 unless set)",
+        description="number of partitions, 1..10000; left out: the server's num_partitions (1 unless set)",
     )
     config: dict[str, Any] = Field(
         default_factory=dict,

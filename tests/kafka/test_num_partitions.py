@@ -54,14 +54,22 @@ def test_create_topics_asking_the_default_gets_num_partitions(server_of_four):
 
 @pytest.mark.parametrize(
     ("body", "expected"),
-    [({}, SERVER_DEFAULT), ({"partitions": None}, SERVER_DEFAULT), ({"partitions": 3}, 3)],
-    ids=["left-out", "null", "given"],
+    [({}, SERVER_DEFAULT), ({"partitions": 3}, 3)],
+    ids=["left-out", "given"],
 )
 def test_http_creation_without_a_count_gets_num_partitions(server_of_four, body, expected):
     name = f"http-{len(body)}-{body.get('partitions')}"
     response = server_of_four.client.post("/v1/topics", json={"name": name, **body})
     assert response.status_code == 201, response.text
     assert len(response.json()["partitions"]) == expected
+
+
+def test_http_creation_with_a_null_count_is_refused(server_of_four):
+    """The contract's partitions is an integer: null is bad input (400), not the default."""
+    response = server_of_four.client.post("/v1/topics", json={"name": "http-null-count", "partitions": None})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "INVALID_REQUEST"
+    assert "partitions" in response.json()["error"]["message"]
+    assert server_of_four.client.get("/v1/topics/http-null-count").status_code == 404
 
 
 def test_kafka_default_is_one_partition(kafka_server):
