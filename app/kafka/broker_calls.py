@@ -125,6 +125,7 @@ class TxnOffset:
     partition: int
     offset: int
     metadata: str | None
+    leader_epoch: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -458,7 +459,7 @@ class BrokerCalls:
             producer_epoch,
             generation_id,
             member_id,
-            [OffsetEntry(o.topic, o.partition, o.offset, o.metadata) for o in allowed],
+            [OffsetEntry(o.topic, o.partition, o.offset, o.metadata, o.leader_epoch) for o in allowed],
             group_instance_id,
         )
         by_offset = dict(zip(map(id, allowed), errors))
@@ -691,11 +692,11 @@ class GroupCalls:
         group_id: str,
         member_id: str,
         generation_id: int,
-        offsets: list[tuple[str, int, int, str | None]],
+        offsets: list[tuple[str, int, int, str | None, int]],
         group_instance_id: str | None = None,
         unknown_group_refused: bool = False,
     ) -> list[BrokerError | None]:
-        """offsets: (topic, partition, offset, metadata) each; one error or None per entry.
+        """offsets: (topic, partition, offset, metadata, leader epoch) each; one error or None per entry.
         `unknown_group_refused`: as GroupCoordinator.commit_offsets (GROUP_ID_NOT_FOUND raised)."""
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
         entries = [OffsetEntry(*entry) for entry in offsets]
