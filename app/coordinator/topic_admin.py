@@ -17,7 +17,14 @@ from app.errors import BrokerError
 from app.storage.lifecycle import log_cleaner
 from app.storage.log import partition_log, topics
 from app.storage.log.partition_log import NO_OFFSET, PartitionState
-from app.storage.log.topics import DEFAULT_TOPIC_CONFIG, TopicInfo, kafka_topic_id, unknown_topic, unknown_topic_id
+from app.storage.log.topics import (
+    DEFAULT_TOPIC_CONFIG,
+    TopicInfo,
+    check_topic_name,
+    kafka_topic_id,
+    unknown_topic,
+    unknown_topic_id,
+)
 from app.storage.security import principals
 
 __all__ = [
@@ -37,6 +44,7 @@ __all__ = [
     "grow_partitions",
     "kafka_topic_id",
     "list_topics",
+    "missing_topic",
     "stored_bytes",
     "unknown_topic",
     "unknown_topic_id",
@@ -47,6 +55,16 @@ TopicWithPartitions = tuple[TopicInfo, list[PartitionState]]
 
 def _everything(_name: str) -> bool:
     return True
+
+
+def missing_topic(name: str) -> BrokerError:
+    """Why a name no topic has is not described, as Kafka's broker says it (Topic.validate):
+    INVALID_TOPIC_EXCEPTION for a name no topic could have, else UNKNOWN_TOPIC_OR_PARTITION."""
+    try:
+        check_topic_name(name, allow_internal=True)
+    except BrokerError as invalid:
+        return invalid
+    return unknown_topic(name)
 
 
 class _ValidatedOnly(Exception):

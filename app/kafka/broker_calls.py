@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from app.coordinator import cluster_nodes, security_admin, topic_admin, transaction_admin
@@ -109,6 +109,7 @@ def _encoded(batch: ProducedBatch) -> EncodedBatch:
 FetchPosition = BatchFetchPosition
 FetchedPartition = FetchedBatches
 unknown_topic_id = topic_admin.unknown_topic_id
+missing_topic = topic_admin.missing_topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,9 +310,17 @@ class BrokerCalls:
     def ready(self) -> bool:
         return self._state.ready
 
-    async def topic_metadata(self, principal: Principal, names: list[str] | None, allow_create: bool):
+    async def topic_metadata(
+        self,
+        principal: Principal,
+        names: list[str] | None,
+        allow_create: bool,
+        missing: Callable[[str], BrokerError] = topic_admin.unknown_topic,
+    ):
         """The named topics (None: every topic the principal may Describe), creating unknown ones
-        when allowed (Kafka's auto.create.topics.enable and the request's flag) with Kafka's defaults."""
+        when allowed (Kafka's auto.create.topics.enable and the request's flag) with Kafka's defaults;
+        one not found (nor created) carries `missing`'s error (DescribeTopicPartitions tells an
+        invalid name from an unknown one: topic_admin.missing_topic)."""
         pool = self._state.pool
         if names is None:
             return [
@@ -330,7 +339,7 @@ class BrokerCalls:
             if denied is not None:
                 results.append(TopicMetadata(name, denied))
             elif topic is None:
-                results.append(TopicMetadata(name, topic_admin.unknown_topic(name)))
+                results.append(TopicMetadata(name, missing(name)))
             else:
                 results.append(_described(topic))
         return results

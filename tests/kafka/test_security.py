@@ -89,14 +89,14 @@ def log_in(connection: RawConnection, username: str, api_key: str, version: int 
     return sasl_authenticate(connection, plain(username, api_key), version)
 
 
-def metadata(connection: RawConnection, topic: str):
+def metadata(connection: RawConnection, topic: str, operations: bool = False):
     return connection.call(
         request_of(
             api_table.METADATA,
             12,
             topics=(nested(api_table.METADATA, 12, "MetadataRequestTopic", name=topic, topic_id=None),),
             allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
+            include_topic_authorized_operations=operations,
         )
     )
 
@@ -336,6 +336,42 @@ def test_describe_topics_answers_the_operations_the_principals_rules_allow(secur
         KafkaError.topic_authorization_failed,
         -(2**31),
     )
+
+
+def test_describe_topic_partitions_applies_describe_as_metadata_does(secured, reader):
+    """DescribeTopicPartitions (75) as Kafka's broker authorizes it: a topic named that the principal
+    may not Describe is TOPIC_AUTHORIZATION_FAILED, after the others, without its id, partitions or
+    operations; every topic (none named) leaves it out; a topic described has the operations
+    Metadata v12 answers for it."""
+    key = api_table.DESCRIBE_TOPIC_PARTITIONS
+    username, api_key = reader
+
+    def describe(connection: RawConnection, names: list[str]):
+        return connection.call(
+            request_of(
+                key,
+                0,
+                topics=tuple(nested(key, 0, "TopicRequest", name=name) for name in names),
+                response_partition_limit=2000,
+                cursor=None,
+            )
+        ).topics
+
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, username, api_key).error_code == KafkaError.none
+        described, refused = describe(connection, [OTHER_TOPIC, TOPIC])
+        every = describe(connection, [])
+        (operations,) = metadata(connection, TOPIC, operations=True).topics
+    assert (described.name, described.error_code, len(described.partitions)) == (TOPIC, KafkaError.none, 1)
+    assert described.topic_authorized_operations == operations.topic_authorized_operations
+    assert (refused.name, refused.error_code, refused.topic_id, refused.partitions) == (
+        OTHER_TOPIC,
+        KafkaError.topic_authorization_failed,
+        None,  # Kafka's zero id, as kio reads it
+        (),
+    )
+    assert refused.topic_authorized_operations == -(2**31)
+    assert [t.name for t in every] == [TOPIC]
 
 
 def test_elect_leaders_needs_alter_on_the_cluster(secured, reader):
