@@ -421,17 +421,17 @@ class BrokerCalls:
         producer_epoch: int,
         requested: list[tuple[str, int]],
     ) -> AddedPartitions:
-        """AddPartitionsToTxn. Refused as a whole when the transactional id may not be written; when a
-        topic may not be written, its partitions are refused and the others not attempted (Kafka's
-        OPERATION_NOT_ATTEMPTED): nothing is added."""
+        """AddPartitionsToTxn, in the order of Kafka's broker's checks: refused as a whole when the
+        transactional id may not be written; then, when a topic may not be written
+        (TOPIC_AUTHORIZATION_FAILED) or a partition does not exist (UNKNOWN_TOPIC_OR_PARTITION), those
+        partitions are refused and the others not attempted (Kafka's OPERATION_NOT_ATTEMPTED): nothing
+        is added; only then is the producer checked and are the partitions added."""
         authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
         denied = [_denied(principal, Operation.WRITE, ResourceType.TOPIC, topic) for topic, _ in requested]
-        if any(denied):
-            return AddedPartitions(denied, attempted=False)
         errors = await self._state.batched_writes.add_partitions(
-            transactional_id, producer_id, producer_epoch, requested
+            transactional_id, producer_id, producer_epoch, requested, all_or_nothing=True, refused=denied
         )
-        return AddedPartitions(errors, attempted=True)
+        return AddedPartitions(errors, attempted=not any(errors))
 
     async def add_offsets_to_txn(
         self, principal: Principal, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str

@@ -758,16 +758,19 @@ def test_add_partitions_refused_for_a_topic_answers_a_partition_named_twice_once
     """Regression: a request refused for a topic the principal may not write answered each mention
     of a partition named twice. Kafka's broker answers such a request from a map by partition
     (TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED), each partition once, and adds
-    nothing (KafkaApis.handleAddPartitionsToTxnRequest)."""
+    nothing (KafkaApis.handleAddPartitionsToTxnRequest). Regression too: a partition of a topic it
+    may write that does not exist was not attempted; Kafka checks it after the ACLs,
+    UNKNOWN_TOPIC_OR_PARTITION."""
     _, api_key = new_principal(
         secured, "txn-adder", rule("Topic", TOPIC, "Write"), rule("TransactionalId", "sasl-add-", "Write", "prefixed")
     )
     with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
         assert log_in(connection, "txn-adder", api_key).error_code == KafkaError.none
         producer = raw_transactions.init_producer(connection, "sasl-add-1")
-        answers = raw_transactions.add_partitions_of(connection, producer, [(TOPIC, [0, 0]), (OTHER_TOPIC, [0])])
+        answers = raw_transactions.add_partitions_of(connection, producer, [(TOPIC, [0, 0, 5]), (OTHER_TOPIC, [0])])
     assert sorted(answers) == [
         (TOPIC, 0, KafkaError.operation_not_attempted),
+        (TOPIC, 5, KafkaError.unknown_topic_or_partition),
         (OTHER_TOPIC, 0, KafkaError.topic_authorization_failed),
     ]
 

@@ -17,6 +17,7 @@ from tests.kafka.raw_transactions import (
     RawProducer,
     add_offsets,
     add_partitions,
+    add_partitions_of,
     end_txn,
     init_producer,
     produce,
@@ -166,3 +167,30 @@ def test_pending_transactional_offsets_are_unstable_until_the_end(module_kafka_s
         assert txn_offset_commit(connection, producer, group, topic, 9) == [KafkaError.none]
         assert end_txn(connection, producer, False, version=3).error_code == KafkaError.none
         assert (fetched()["offset"], fetched()["error"]) == (7, None)
+
+
+def test_add_partitions_with_an_unknown_partition_adds_none(module_kafka_server):
+    """Regression: AddPartitionsToTxn added the partitions that exist and refused the others. Kafka's
+    broker refuses the whole request, before it looks at the producer: the unknown partitions are
+    UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED, and none is added
+    (KafkaApis.handleAddPartitionsToTxnRequest); a partition named twice is answered once."""
+    server = module_kafka_server
+    topic = "raw-add-unknown"
+    create_topic(server, topic, 2)
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        producer = init_producer(connection, "tid-raw-add-unknown")
+        answers = add_partitions_of(connection, producer, [(topic, [0, 7, 0]), ("raw-add-none", [0]), (topic, [1])])
+        assert sorted(answers) == [
+            ("raw-add-none", 0, KafkaError.unknown_topic_or_partition),
+            (topic, 0, KafkaError.operation_not_attempted),
+            (topic, 1, KafkaError.operation_not_attempted),
+            (topic, 7, KafkaError.unknown_topic_or_partition),
+        ]
+        assert _described(server, "tid-raw-add-unknown")["state"] == "Empty"
+        # Checked before the producer: a fenced one gets the same answer.
+        init_producer(connection, "tid-raw-add-unknown")
+        assert add_partitions(connection, producer, topic, [0, 2]) == [
+            KafkaError.operation_not_attempted,
+            KafkaError.unknown_topic_or_partition,
+        ]
+        assert add_partitions(connection, producer, topic, [0]) == [KafkaError.producer_fenced]
