@@ -703,17 +703,18 @@ class GroupCalls:
         generation_id: int,
         offsets: list[tuple[str, int, int, str | None, int]],
         group_instance_id: str | None = None,
-        unknown_group_refused: bool = False,
+        unknown_group_error: ErrorCode = ErrorCode.ILLEGAL_GENERATION,
     ) -> list[BrokerError | None]:
         """offsets: (topic, partition, offset, metadata, leader epoch) each; one error or None per entry.
-        `unknown_group_refused`: as GroupCoordinator.commit_offsets (GROUP_ID_NOT_FOUND raised)."""
+        `unknown_group_error`: as GroupCoordinator.commit_offsets (raised for a commit naming a
+        generation of a group that does not exist)."""
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
         entries = [OffsetEntry(*entry) for entry in offsets]
         errors = [_denied(principal, Operation.READ, ResourceType.TOPIC, e.topic) or _unstorable(e) for e in entries]
         allowed = [e for e, error in zip(entries, errors) if error is None]
         committed = iter(
             await self._groups.commit_offsets(
-                group_id, member_id, generation_id, allowed, group_instance_id, unknown_group_refused
+                group_id, member_id, generation_id, allowed, group_instance_id, unknown_group_error
             )
             if allowed
             else []

@@ -3,7 +3,8 @@ read and write (HTTP's /v1/groups/{group_id}/offsets). OffsetFetch with require_
 UNSTABLE_OFFSET_COMMIT for a partition whose transactional commit awaits its marker. The v9s of
 OffsetCommit and OffsetFetch are KIP-848's, whose member epochs only its consumer groups check:
 txbroker's groups are classic, so v9 is served as v8, but for OffsetCommit's GROUP_ID_NOT_FOUND
-(as Kafka's group coordinator): a commit naming a generation of a group that does not exist.
+(as Kafka's group coordinator): a commit naming a generation of a group that does not exist, which
+the versions below answer ILLEGAL_GENERATION.
 
 Each offset keeps the leader epoch its commit carried, as Kafka's group coordinator keeps it:
 OffsetCommit sends one from v6 (older versions store NO_LEADER_EPOCH, the field's default) and
@@ -15,7 +16,7 @@ import datetime
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from app.errors import BrokerError
+from app.errors import BrokerError, ErrorCode
 from app.kafka import api_table
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import kafka_error
@@ -24,9 +25,9 @@ from txbroker.wire import NO_LEADER_EPOCH
 
 NO_THROTTLE = datetime.timedelta(0)
 NO_OFFSET = -1
-# OffsetCommit v9+: a generation of a group that does not exist is GROUP_ID_NOT_FOUND (Kafka's
-# OffsetMetadataManager); below, txbroker's answer is the member's, UNKNOWN_MEMBER_ID.
-UNKNOWN_GROUP_REFUSED_SINCE = 9
+# OffsetCommit v9+: a generation of a group that does not exist is GROUP_ID_NOT_FOUND; below,
+# ILLEGAL_GENERATION, kept for older clients (Kafka's OffsetMetadataManager.validateOffsetCommit).
+GROUP_ID_NOT_FOUND_SINCE = 9
 
 
 async def offset_commit(context: RequestContext, request) -> object:
@@ -50,7 +51,11 @@ async def offset_commit(context: RequestContext, request) -> object:
             request.generation_id_or_member_epoch,
             entries,
             getattr(request, "group_instance_id", None),
-            unknown_group_refused=context.api_version >= UNKNOWN_GROUP_REFUSED_SINCE,
+            unknown_group_error=(
+                ErrorCode.GROUP_ID_NOT_FOUND
+                if context.api_version >= GROUP_ID_NOT_FOUND_SINCE
+                else ErrorCode.ILLEGAL_GENERATION
+            ),
         )
     except BrokerError as raised:
         errors = [raised] * len(entries)
