@@ -640,6 +640,14 @@ class GroupCalls:
     def _groups(self) -> GroupCoordinator:
         return self._state.group_coordinator
 
+    @staticmethod
+    def coordinator_refusal(principal: Principal, key: str, transactional: bool) -> BrokerError | None:
+        """FindCoordinator's check, as Kafka's broker makes it before it answers a coordinator:
+        Describe on the group (GROUP_AUTHORIZATION_FAILED), or on the transactional id when
+        `transactional` (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); None when allowed."""
+        resource = ResourceType.TRANSACTIONAL_ID if transactional else ResourceType.GROUP
+        return _denied(principal, Operation.DESCRIBE, resource, key)
+
     async def join(
         self,
         principal: Principal,

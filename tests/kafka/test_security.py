@@ -775,6 +775,47 @@ def test_add_partitions_refused_for_a_topic_answers_a_partition_named_twice_once
     ]
 
 
+def test_find_coordinator_needs_describe_on_the_group_or_the_transactional_id(secured):
+    """Regression: FindCoordinator answered this node for any key. Kafka's broker first checks
+    Describe on the group (GROUP_AUTHORIZATION_FAILED) or on the transactional id
+    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), answering no node (-1) when refused
+    (KafkaApis.getCoordinator); Read on a group and Write on a transactional id imply Describe."""
+    key = api_table.FIND_COORDINATOR
+    _, api_key = new_principal(
+        secured,
+        "coordinator-finder",
+        rule("Group", "sasl-find-", "Read", "prefixed"),
+        rule("TransactionalId", "sasl-find-", "Write", "prefixed"),
+    )
+
+    def find(connection: RawConnection, version: int, key_type: int, *keys: str):
+        request = request_of(key, version, key=keys[0], key_type=key_type, coordinator_keys=keys)
+        response = connection.call(request)
+        if version < 4:
+            return [(keys[0], response.error_code, response.node_id)]
+        return [(c.key, c.error_code, c.node_id) for c in response.coordinators]
+
+    node = 0  # the node's id (TXBROKER_NODE_ID, 0 unless set)
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "coordinator-finder", api_key).error_code == KafkaError.none
+        groups = find(connection, 4, 0, "sasl-find-group", "someone-elses")
+        transactional_ids = find(connection, 4, 1, "sasl-find-tx", "someone-elses")
+        old_group = find(connection, 3, 0, "someone-elses")
+        old_transactional_id = find(connection, 1, 1, "someone-elses")
+        allowed_v0 = find(connection, 0, 0, "sasl-find-group")
+    assert groups == [
+        ("sasl-find-group", KafkaError.none, node),
+        ("someone-elses", KafkaError.group_authorization_failed, -1),
+    ]
+    assert transactional_ids == [
+        ("sasl-find-tx", KafkaError.none, node),
+        ("someone-elses", KafkaError.transactional_id_authorization_failed, -1),
+    ]
+    assert old_group == [("someone-elses", KafkaError.group_authorization_failed, -1)]
+    assert old_transactional_id == [("someone-elses", KafkaError.transactional_id_authorization_failed, -1)]
+    assert allowed_v0 == [("sasl-find-group", KafkaError.none, node)]
+
+
 # ---- DeleteGroups: Delete on the group, over both doors
 
 
