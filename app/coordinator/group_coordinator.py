@@ -342,17 +342,23 @@ class GroupCoordinator:
         member_id: str,
         entries: list[OffsetEntry],
         group_instance_id: str | None = None,
+        unknown_group_error: ErrorCode | None = None,
     ) -> list[BrokerError | None]:
         """Offsets that become visible with the transaction's COMMIT marker (and vanish on abort).
         Adds the group's offsets partition to the transaction if AddOffsetsToTxn was not called. One
         unit of work: the transactional id's row first, the transaction log saved last. The group id
-        is checked first, as Kafka's group coordinator, which serves it, does."""
+        is checked first, as Kafka's group coordinator, which serves it, does. `unknown_group_error`
+        as commit_offsets' (Kafka's group coordinator: ILLEGAL_GENERATION at every version,
+        OffsetMetadataManager.validateTransactionalOffsetCommit)."""
         check_group_id(group_id)
         now = now_ms()
         async with self.transactions.unit_of_work() as unit:
             conn = unit.conn
             meta = await self.transactions.lock_producer(unit, transactional_id, producer_id, producer_epoch)
-            await groups.hold(conn, group_id, now)
+            created = await groups.hold(conn, group_id, now)
+            if created and unknown_group_error is not None and generation_id >= 0:
+                # The unit rolls back: the group just made is undone, and no transaction begins.
+                raise _no_such_group(group_id, generation_id, unknown_group_error)
             generation_error = await self._generation_error(conn, group_id, member_id, generation_id, group_instance_id)
             errors = (
                 [generation_error] * len(entries)

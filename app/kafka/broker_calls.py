@@ -453,7 +453,9 @@ class BrokerCalls:
         group_instance_id: str | None = None,
     ) -> list[BrokerError | None]:
         """TxnOffsetCommit: one error or None per offset. With a generation (KIP-447, v3+) a zombie
-        member's commit is refused; generation -1 (older versions) skips that check, as Kafka does."""
+        member's commit is refused, and one of a group that does not exist is ILLEGAL_GENERATION (as
+        Kafka's group coordinator answers it); generation -1 (older versions) skips that check, as
+        Kafka does."""
         authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
         denied = {
@@ -461,6 +463,8 @@ class BrokerCalls:
         }
         refused = {id(o): denied[o.topic] or _unstorable(o) for o in offsets}
         allowed = [o for o in offsets if refused[id(o)] is None]
+        if not allowed:  # as Kafka's broker, which then leaves the group coordinator out
+            return [refused[id(o)] for o in offsets]
         errors = await self._state.group_coordinator.txn_offset_commit(
             transactional_id,
             group_id,
@@ -470,6 +474,7 @@ class BrokerCalls:
             member_id,
             [OffsetEntry(o.topic, o.partition, o.offset, o.metadata, o.leader_epoch) for o in allowed],
             group_instance_id,
+            unknown_group_error=ErrorCode.ILLEGAL_GENERATION,
         )
         by_offset = dict(zip(map(id, allowed), errors))
         return [refused[id(o)] or by_offset[id(o)] for o in offsets]

@@ -194,3 +194,24 @@ def test_add_partitions_with_an_unknown_partition_adds_none(module_kafka_server)
             KafkaError.unknown_topic_or_partition,
         ]
         assert add_partitions(connection, producer, topic, [0]) == [KafkaError.producer_fenced]
+
+
+def test_txn_offset_commit_naming_a_generation_of_a_group_that_does_not_exist_is_illegal_generation(
+    module_kafka_server,
+):
+    """Regression: such a commit (KIP-447's v3+) made the group and answered UNKNOWN_MEMBER_ID. Kafka's
+    group coordinator answers ILLEGAL_GENERATION and makes no group
+    (OffsetMetadataManager.validateTransactionalOffsetCommit); nothing joins the transaction.
+    Generation -1 commits to a group that does not exist, as before."""
+    server = module_kafka_server
+    topic, transactional_id = "raw-txn-commit-no-group", "tid-raw-txn-commit-no-group"
+    create_topic(server, topic, 1)
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        producer = init_producer(connection, transactional_id)
+        refused = txn_offset_commit(connection, producer, "raw-never-made", topic, 5, member=(0, "ghost", None))
+        assert refused == [KafkaError.illegal_generation]
+        assert server.client.get("/v1/groups/raw-never-made").status_code == 404
+        assert _described(server, transactional_id)["state"] == "Empty"
+        assert txn_offset_commit(connection, producer, "raw-made-by-commit", topic, 5) == [KafkaError.none]
+        assert end_txn(connection, producer, True, version=3).error_code == KafkaError.none
+    assert server.client.get("/v1/groups/raw-made-by-commit").status_code == 200
