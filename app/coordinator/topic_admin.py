@@ -19,6 +19,7 @@ from app.storage.log import partition_log, topics
 from app.storage.log.partition_log import NO_OFFSET, PartitionState
 from app.storage.log.topics import (
     DEFAULT_TOPIC_CONFIG,
+    INTERNAL_PREFIX,
     TopicInfo,
     check_topic_name,
     kafka_topic_id,
@@ -42,6 +43,7 @@ __all__ = [
     "find_topics_by_uuid",
     "get_topic",
     "grow_partitions",
+    "is_internal_name",
     "kafka_topic_id",
     "list_topics",
     "missing_topic",
@@ -55,6 +57,11 @@ TopicWithPartitions = tuple[TopicInfo, list[PartitionState]]
 
 def _everything(_name: str) -> bool:
     return True
+
+
+def is_internal_name(name: str) -> bool:
+    """Whether `name` is one of txbroker's internal topics' (no other topic may have such a name)."""
+    return name.startswith(INTERNAL_PREFIX)
 
 
 def missing_topic(name: str) -> BrokerError:

@@ -196,6 +196,18 @@ def _denied(principal: Principal, operation: Operation, resource: ResourceType, 
     return None
 
 
+def _internal_topic_refused(topic: str) -> BrokerError | None:
+    """Kafka's broker authorizes no client to add an internal topic to a transaction (its handler
+    leaves internal topics out of those it authorizes): TOPIC_AUTHORIZATION_FAILED, whoever asks."""
+    if not topic_admin.is_internal_name(topic):
+        return None
+    return BrokerError(
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        f"topic {topic!r} is internal: no producer may add it to a transaction (AddOffsetsToTxn and "
+        f"TxnOffsetCommit add the group's offsets partition)",
+    )
+
+
 # Kafka's operations on its Cluster resource (AclEntry.supportedOperations(CLUSTER)), each as
 # txbroker's rules decide it: DescribeConfigs and AlterConfigs by Describe and Alter (as the topic's
 # are, AdminCalls), ClusterAction (brokers' own requests, none of which txbroker serves) by All
@@ -427,7 +439,10 @@ class BrokerCalls:
         partitions are refused and the others not attempted (Kafka's OPERATION_NOT_ATTEMPTED): nothing
         is added; only then is the producer checked and are the partitions added."""
         authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
-        denied = [_denied(principal, Operation.WRITE, ResourceType.TOPIC, topic) for topic, _ in requested]
+        denied = [
+            _internal_topic_refused(topic) or _denied(principal, Operation.WRITE, ResourceType.TOPIC, topic)
+            for topic, _ in requested
+        ]
         errors = await self._state.batched_writes.add_partitions(
             transactional_id, producer_id, producer_epoch, requested, all_or_nothing=True, refused=denied
         )

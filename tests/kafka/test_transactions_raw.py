@@ -196,6 +196,24 @@ def test_add_partitions_with_an_unknown_partition_adds_none(module_kafka_server)
         assert add_partitions(connection, producer, topic, [0]) == [KafkaError.producer_fenced]
 
 
+def test_add_partitions_of_an_internal_topic_is_refused_as_unauthorized(module_kafka_server):
+    """Regression: an internal topic was INVALID_TOPIC_EXCEPTION and the other partitions were added.
+    Kafka's broker leaves internal topics out of those it authorizes (KafkaApis
+    .handleAddPartitionsToTxnRequest): TOPIC_AUTHORIZATION_FAILED whoever asks (here the super user
+    every caller is with auth off), the others OPERATION_NOT_ATTEMPTED, none added."""
+    server = module_kafka_server
+    topic, transactional_id = "raw-add-internal", "tid-raw-add-internal"
+    create_topic(server, topic, 1)
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        producer = init_producer(connection, transactional_id)
+        answers = add_partitions_of(connection, producer, [("__consumer_offsets", [0]), (topic, [0])])
+    assert answers == [
+        ("__consumer_offsets", 0, KafkaError.topic_authorization_failed),
+        (topic, 0, KafkaError.operation_not_attempted),
+    ]
+    assert _described(server, transactional_id)["state"] == "Empty"
+
+
 def test_txn_offset_commit_naming_a_generation_of_a_group_that_does_not_exist_is_illegal_generation(
     module_kafka_server,
 ):
