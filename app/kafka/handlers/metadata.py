@@ -264,17 +264,14 @@ def _page(module, topics: list, next_cursor=None) -> object:
     )
 
 
-def _invalid_cursor(request) -> str | None:
-    """Why Kafka refuses the request whole (INVALID_REQUEST), or None: a cursor naming a topic the
-    request does not ask for (checked first), or a negative partition."""
+def _cursor_refused(request) -> bool:
+    """Whether Kafka refuses the request whole (INVALID_REQUEST, the response having no room for a
+    message): its cursor names a topic the request does not ask for, or a negative partition."""
     cursor = request.cursor
     if cursor is None:
-        return None
-    if request.topics and cursor.topic_name not in {topic.name for topic in request.topics}:
-        return f"the cursor's topic {cursor.topic_name!r} is not among the topics asked for: name it among them"
-    if cursor.partition_index < 0:
-        return f"the cursor's partition {cursor.partition_index} is negative: expected 0 or more"
-    return None
+        return False
+    named = {topic.name for topic in request.topics}
+    return (bool(named) and cursor.topic_name not in named) or cursor.partition_index < 0
 
 
 async def describe_topic_partitions(context: RequestContext, request) -> object:
@@ -288,8 +285,7 @@ async def describe_topic_partitions(context: RequestContext, request) -> object:
     request has no flag: Kafka always answers them); a cursor outside the topics asked, or with a
     negative partition, refuses the request whole (each topic INVALID_REQUEST)."""
     module = response_module(api_table.DESCRIBE_TOPIC_PARTITIONS, context.api_version)
-    invalid = _invalid_cursor(request)
-    if invalid is not None:
+    if _cursor_refused(request):
         return _page(
             module,
             [
@@ -310,7 +306,7 @@ async def describe_topic_partitions(context: RequestContext, request) -> object:
     refused = [t for t in found if kafka_error(t.error) == KafkaError.topic_authorization_failed]
     remaining = max(min(MAX_RESPONSE_PARTITIONS, request.response_partition_limit), 1)
     answered, next_cursor = [], None
-    for topic in (t for t in found if kafka_error(t.error) != KafkaError.topic_authorization_failed):
+    for topic in (t for t in found if t not in refused):
         if remaining == 0:  # the page is full: the next one starts at this topic
             next_cursor = build(module, "Cursor", topic_name=topic.name, partition_index=0)
             break
