@@ -245,6 +245,12 @@ def deleted_group(version: int) -> str:
     return f"versions-deleted-v{version}"
 
 
+def deleted_topic(version: int) -> str:
+    """The topic each DeleteTopics version deletes, made by prepare_samples: not one a CreateTopics
+    sample makes, since pytest-xdist may run the two on different workers, or in either order."""
+    return f"versions-deleted-topic-v{version}"
+
+
 def _admin_sample(api_key: int, version: int):
     timeout = datetime.timedelta(seconds=30)
     if api_key == api_table.CREATE_TOPICS:
@@ -261,7 +267,7 @@ def _admin_sample(api_key: int, version: int):
         )
         return request_of(api_key, version, topics=(topic,), timeout=timeout, validate_only=False)
     if api_key == api_table.DELETE_TOPICS:
-        name = f"created-v{2 + version % 6}"  # one CreateTopics made (each version's own, in order)
+        name = deleted_topic(version)
         topic = nested(api_key, version, "DeleteTopicState", name=name, topic_id=None) if version >= 6 else None
         return request_of(api_key, version, topic_names=(name,), topics=(topic,), timeout=timeout)
     if api_key == api_table.DELETE_RECORDS:
@@ -443,6 +449,8 @@ def prepare_samples(server) -> str:
     """What the sample requests name, made on `server` (its topic, groups, members and an open
     transaction); returns its Kafka bootstrap address."""
     create_topic(server, TOPIC, 1)
+    for version in api_table.SUPPORTED_VERSIONS[api_table.DELETE_TOPICS]:
+        create_topic(server, deleted_topic(version), 1)
     deleted_groups = [deleted_group(v) for v in api_table.SUPPORTED_VERSIONS[api_table.DELETE_GROUPS]]
     for group in [*deleted_groups, OFFSETS_DELETED]:
         offsets = [{"topic": TOPIC, "partition": 0, "offset": 0}]
