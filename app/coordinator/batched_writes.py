@@ -40,7 +40,7 @@ from app.coordinator.transaction_coordinator import (
 from app.coordinator.transaction_metadata import TRANSACTION_VERSION_BUMP
 from app.coordinator.write_batching import WriteBatcher
 from app.errors import BrokerError
-from app.storage.log import markers, record_codec
+from app.storage.log import batch_compression, markers, record_codec
 from app.storage.log.append import BatchAppend
 from app.storage.log.record_codec import EncodedBatch
 from app.storage.log.topics import CONSUMER_OFFSETS_TOPIC, unknown_topic
@@ -200,11 +200,14 @@ class BatchedWrites:
                         continue
                     results.append(None)
                     owners.append((request_index, partition_index))
+                    # In the codec the topic stores (compression.type) as this write batch read it: a
+                    # config change applies to the appends that read it, as in Kafka a batch validated
+                    # just before a change keeps the old codec (either is a batch any reader reads).
                     appends.append(
                         BatchAppend(
                             topic,
                             entry.partition,
-                            batch,
+                            batch_compression.stored_in_topic_codec(batch, topic),
                             command.producer_id,
                             command.producer_epoch,
                             entry.base_sequence,

@@ -15,8 +15,9 @@ Rules (with log_cleaner.py's, which runs it):
   keeps a batch's tombstone stamps the batch (`record_batches.tombstones_seen_ms`, in the page's
   PostgreSQL transaction; lost in a crash, a later run stamps it later: kept longer, never shorter);
   a tombstone goes once `delete_retention_ms` has passed since then (at once if it is 0).
-- A run reads the whole log below the LSO, so it waits until half of it (in batches) is new since the
-  last run (Kafka's min.cleanable.dirty.ratio), or a kept tombstone is due to go.
+- A run reads the whole log below the LSO, so it waits until the topic's `min_cleanable_dirty_ratio`
+  of it (Kafka's min.cleanable.dirty.ratio, 0.5 by default; in batches) is new since the last run, or
+  a kept tombstone is due to go.
 - Two passes: the first (read-only) maps every key to its latest committed offset below the end; the
   second rewrites a page of batches per PostgreSQL transaction. Removing a record an older map says
   is superseded stays right whatever happened since, so a run cut short by a crash is simply run
@@ -197,10 +198,6 @@ async def _compact_page(
     totals.removed_markers += removed_markers
 
 
-# Compact once the batches not yet compacted are at least this share of the log's (Kafka's default
-# min.cleanable.dirty.ratio).
-MIN_CLEANABLE_DIRTY_RATIO = 0.5
-
 _BATCH_COUNTS_SQL = """
 SELECT count(*) AS total, count(*) FILTER (WHERE last_offset >= $5) AS dirty FROM record_batches
 WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $4
@@ -233,7 +230,7 @@ async def compact(
             state.last_stable_offset,
             progress["compacted_through"],
         )
-        if counts["dirty"] < MIN_CLEANABLE_DIRTY_RATIO * counts["total"]:
+        if counts["dirty"] < topic.setting("min_cleanable_dirty_ratio") * counts["total"]:
             return
     run = _CompactionPass(topic, partition, state.last_stable_offset, now_ms, delete_retention_ms)
     await _map_latest(conn, run, state.log_start_offset, page)

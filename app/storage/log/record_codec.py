@@ -85,6 +85,11 @@ class EncodedBatch:
     # The indexes of its records without a key, which a compacted topic refuses (append.py).
     keyless_records: tuple[int, ...] = ()
 
+    @property
+    def is_record_batch(self) -> bool:
+        """Whether the payload is in the RecordBatch form (else the JSON form)."""
+        return is_record_batch(self.payload)
+
     @classmethod
     def record_batch(
         cls,
