@@ -918,3 +918,15 @@ def test_compaction_waits_until_half_the_log_is_new(server, client):
     clean(server)  # 10 new of 20: compacted
     assert stored_batches(server, "ratio") == 10
     assert {r["value"] for r in fetch(client, "ratio", 0)["records"]} == {"second"}
+
+
+def test_compaction_waits_for_the_topics_own_min_cleanable_dirty_ratio(server, client):
+    """Kafka's min.cleanable.dirty.ratio, per topic: 0.1 compacts what 0.5 would leave waiting."""
+    create(client, "own-ratio", cleanup_policy="compact", min_cleanable_dirty_ratio=0.1)
+    for key in range(10):
+        produce(client, "own-ratio", [{"key": f"k{key}", "value": "first"}])
+    clean(server)
+    produce(client, "own-ratio", [{"key": "k0", "value": "second"}])
+    produce(client, "own-ratio", [{"key": "k1", "value": "second"}])
+    clean(server)  # 2 new batches of 12, above 0.1: compacted (the default, 0.5, would wait)
+    assert stored_batches(server, "own-ratio") == 10
