@@ -806,10 +806,11 @@ def _config_value(key: str, text: str | None):
 
 def _altered(config: dict, alterations: list[tuple[str, int, str | None]], defaults: dict) -> dict:
     """The config after IncrementalAlterConfigs' operations (SET, DELETE: back to the default,
-    APPEND/SUBTRACT: to and from cleanup.policy's list)."""
+    APPEND/SUBTRACT: to and from a list config, cleanup.policy or the throttled replicas)."""
     config = dict(config)
     for name, operation, text in alterations:
-        key = _config_key(name)
+        spec = topic_admin.topic_config_spec(name, kafka_name=True)
+        key = spec.key
         if operation == SET:
             config[key] = _config_value(key, text)
         elif operation == DELETE:  # back to the server's default, or to Kafka's for a config it gives none
@@ -817,13 +818,15 @@ def _altered(config: dict, alterations: list[tuple[str, int, str | None]], defau
                 config[key] = defaults[key]
             else:
                 config.pop(key, None)
-        elif operation in (APPEND, SUBTRACT) and key == "cleanup_policy":
-            config[key] = ",".join(_list_altered(config[key], operation, text or ""))
+        elif operation in (APPEND, SUBTRACT) and spec.kind == "LIST":
+            current = config.get(key, topic_admin.KAFKA_CONFIG_DEFAULTS[key])
+            config[key] = ",".join(_list_altered(current, operation, text or ""))
         else:
             raise BrokerError(
                 ErrorCode.INVALID_CONFIG,
                 f"operation {operation} on {name!r}: expected 0 (set) or 1 (delete), or 2 (append) / 3 (subtract) "
-                f"on the list cleanup.policy",
+                f"on a list config (cleanup.policy, leader.replication.throttled.replicas, "
+                f"follower.replication.throttled.replicas)",
             )
     return config
 

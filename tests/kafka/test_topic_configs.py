@@ -269,3 +269,29 @@ def test_the_gzip_level_is_the_topics(module_kafka_server):
         assert batch.compression_type == GZIP and batch.validate_crc()
         sizes[level] = batch.size_in_bytes
     assert sizes["1"] > sizes["9"]
+
+
+def test_append_and_subtract_alter_every_list_config(module_kafka_server):
+    """As Kafka's ConfigAdminManager: APPEND and SUBTRACT apply to any LIST config, the throttled
+    replicas as cleanup.policy (kept without effect: there is no replication to throttle)."""
+    server = module_kafka_server
+    topic = "configs-lists"
+    create(server, topic)
+    name = "leader.replication.throttled.replicas"
+
+    def alter(operation, value):
+        entry = ConfigEntry(name, value, incremental_operation=operation)
+        altered = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+        client = admin(server)
+        client.incremental_alter_configs([altered])[altered].result(WAIT_S)
+
+    alter(AlterConfigOpType.APPEND, "0:1")
+    alter(AlterConfigOpType.APPEND, "1:2,0:1")
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    assert described(server, resource)[name].value == "0:1,1:2"
+    alter(AlterConfigOpType.SUBTRACT, "0:1")
+    assert described(server, resource)[name].value == "1:2"
+    with pytest.raises(KafkaException) as refused:
+        alter(AlterConfigOpType.APPEND, "leader")
+    assert refused.value.args[0].name() == "INVALID_CONFIG"
+    assert described(server, resource)[name].value == "1:2"
