@@ -7,8 +7,10 @@ kept; an HTTP-produced batch is sent in it too."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
-from confluent_kafka import KafkaException
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -132,7 +134,9 @@ def test_a_topic_created_with_kafkas_configs_is_accepted_and_described(module_ka
         ({"preallocate": "yes"}, "Expected value to be either true or false"),
         ({"leader.replication.throttled.replicas": "all"}, "[partitionId]:[brokerId]"),
         ({"remote.storage.enable": "true"}, "Tiered Storage functionality is disabled in the broker"),
-        ({"message.timestamp.type": "LogAppendTime"}, "only CreateTime"),
+        ({"message.timestamp.type": "logappendtime"}, "String must be one of: CreateTime, LogAppendTime"),
+        ({"message.timestamp.after.max.ms": "3600000"}, "only 9223372036854775807, its default, is accepted"),
+        ({"min.compaction.lag.ms": "60000"}, "only 0, its default, is accepted"),
         ({"message.format.version": "3.0-IV1"}, "Unknown topic config name: message.format.version"),
         ({"message.downconversion.enable": "true"}, "removed in Kafka 4.0"),
     ],
@@ -203,7 +207,6 @@ def test_a_transactional_batch_keeps_its_flags_when_recompressed(module_kafka_se
     server = module_kafka_server
     topic = "codec-transactional"
     create(server, topic, **{"compression.type": "zstd"})
-    from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap(server), "transactional.id": "codec-txn", "linger.ms": 1000})
     producer.init_transactions(WAIT_S)
@@ -295,3 +298,44 @@ def test_append_and_subtract_alter_every_list_config(module_kafka_server):
         alter(AlterConfigOpType.APPEND, "leader")
     assert refused.value.args[0].name() == "INVALID_CONFIG"
     assert described(server, resource)[name].value == "1:2"
+
+
+def test_log_append_time_gives_records_the_time_the_broker_appends_them(module_kafka_server):
+    """message.timestamp.type=LogAppendTime, as Kafka's validator applies it: the batch is marked
+    LogAppendTime with the append time as its max timestamp, which clients give every record; the
+    produce answer carries it; an HTTP record takes it too; ListOffsets by time finds it."""
+    server = module_kafka_server
+    topic = "log-append-time"
+    create(server, topic, **{"message.timestamp.type": "LogAppendTime", "compression.type": "lz4"})
+    before_ms = int(time.time() * 1000)
+    delivered = []
+    producer = Producer({"bootstrap.servers": bootstrap(server), "linger.ms": 1000})
+    for message in MESSAGES[:3]:  # their own timestamps, from 2023: replaced
+        producer.produce(
+            topic,
+            key=message["key"],
+            value=message["value"],
+            timestamp=message["timestamp"],
+            on_delivery=lambda error, m: delivered.append((error, m.timestamp())),
+        )
+    assert producer.flush(WAIT_S) == 0
+    http_side.produce(server, topic, 0, [{"key": "h", "value": "over http", "timestamp_ms": 42}])
+    after_ms = int(time.time() * 1000)
+
+    kafka_batch, http_batch = fetched_batches(server, topic)
+    assert (kafka_batch.timestamp_type, kafka_batch.compression_type) == (1, LZ4)
+    appended = kafka_batch.max_timestamp
+    assert before_ms <= appended <= after_ms
+    assert [r.timestamp for r in kafka_batch] == [appended] * 3
+    assert [error for error, _ in delivered] == [None] * 3
+    assert {stamp for _, stamp in delivered} == {(TIMESTAMP_LOG_APPEND_TIME, appended)}
+    [http_record] = list(http_batch)
+    assert before_ms <= http_record.timestamp <= after_ms and http_record.timestamp >= appended
+    expected = [appended] * 3 + [http_record.timestamp]
+    for client in CLIENTS:
+        assert [r.timestamp_ms for r in client.consume(server, topic, 0, 4)] == expected, client.name
+    assert [r["timestamp_ms"] for r in http_side.fetch(server, topic, 0)] == expected
+    listed = server.client.post(
+        "/v1/offsets/list", json={"partitions": [{"topic": topic, "partition": 0, "timestamp": before_ms}]}
+    ).json()["partitions"][0]
+    assert (listed["offset"], listed["timestamp_ms"]) == (0, appended)

@@ -296,6 +296,16 @@ def with_holes(stored: list[list | None], keep: Sequence[bool]) -> tuple[bytes, 
     )
 
 
+def with_timestamp(payload: bytes, timestamp_ms: int) -> bytes:
+    """A JSON-form payload with every record's timestamp `timestamp_ms` (a topic whose records take
+    their append time: Kafka's LogAppendTime)."""
+    stored = orjson.loads(payload)
+    for record in stored:
+        if record is not None:
+            record[0] = timestamp_ms
+    return orjson.dumps(stored)
+
+
 def _text_to_base64(text: str | None) -> str | None:
     return None if text is None else base64.b64encode(text.encode("utf-8")).decode("ascii")
 

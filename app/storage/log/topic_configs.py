@@ -9,8 +9,8 @@ What txbroker does with a config is one of three things (`Effect`):
 - NOTHING_TO_APPLY: txbroker's storage has nothing it applies to (PostgreSQL has no segment files,
   indexes or page-cache flushes; a partition has one replica, PostgreSQL's, and no tiered storage).
   The value is validated as Kafka validates it, kept and described, and changes nothing;
-- ONLY_ITS_DEFAULT: txbroker behaves as the config's default (e.g. CreateTime timestamps) and does
-  not yet do what another value asks: that value is refused (INVALID_CONFIG) rather than kept and
+- ONLY_ITS_DEFAULT: txbroker behaves as the config's default (e.g. no lag bound on compaction) and
+  does not yet do what another value asks: that value is refused (INVALID_CONFIG) rather than kept and
   ignored, so a topic never claims a behaviour it does not have.
 
 Configs Kafka 4.0 removed (`message.format.version`, `message.timestamp.difference.max.ms`,
@@ -184,6 +184,14 @@ SPECS: tuple[TopicConfigSpec, ...] = (
         minimum=1,
     ),
     TopicConfigSpec(
+        "message.timestamp.type",
+        ConfigKind.STRING,
+        "CreateTime",
+        Effect.APPLIED,
+        "CreateTime keeps the producers' timestamps; LogAppendTime gives records the time the broker appends them",
+        choices=("CreateTime", "LogAppendTime"),
+    ),
+    TopicConfigSpec(
         "min.cleanable.dirty.ratio",
         ConfigKind.DOUBLE,
         0.5,
@@ -267,15 +275,6 @@ SPECS: tuple[TopicConfigSpec, ...] = (
     ),
     _timestamp_bound("message.timestamp.after.max.ms"),
     _timestamp_bound("message.timestamp.before.max.ms"),
-    TopicConfigSpec(
-        "message.timestamp.type",
-        ConfigKind.STRING,
-        "CreateTime",
-        Effect.ONLY_ITS_DEFAULT,
-        "records keep the timestamps their producers gave them",
-        choices=("CreateTime", "LogAppendTime"),
-        refusal="txbroker keeps the timestamps producers give (CreateTime)",
-    ),
     TopicConfigSpec(
         "min.compaction.lag.ms",
         ConfigKind.LONG,

@@ -1,5 +1,17 @@
-"""The codec a topic's RecordBatches are kept and sent in: Kafka's topic config compression.type
-(with its levels, KIP-390), applied as Kafka's log validator applies it.
+"""The form a topic gives the batches it stores, as Kafka's log validator gives it: their codec
+(compression.type, with its levels, KIP-390) and their timestamps (message.timestamp.type).
+
+Timestamps: with `CreateTime` (the default) records keep their producers' timestamps. With
+`LogAppendTime` a batch takes the time of its write batch: a RecordBatch is marked LogAppendTime
+(its attributes' timestamp-type bit) with that time as its max timestamp, which readers report as
+every record's timestamp (Kafka's clients, and the record module the other readers use); its
+records are left as sent, as Kafka leaves them. A JSON-form batch (HTTP's) has each record's
+timestamp set to that time (the Kafka listener renders it as a CreateTime batch of those
+timestamps: a JSON-form batch does not say under which type it was written, and marking one
+written before a change to LogAppendTime would give its records its max timestamp). Either way
+the batch's first and max timestamps (ListOffsets by time) are that time.
+
+Codecs:
 
 - `producer` (the default): a batch stays in the codec its producer chose;
 - `uncompressed`, `gzip`, `snappy`, `lz4`, `zstd`: a batch in another codec is recompressed into
@@ -29,6 +41,7 @@ from aiokafka import codec
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.util import calc_crc32c
 
+from app.storage.log import record_codec
 from app.storage.log.record_codec import EncodedBatch
 from app.storage.log.topics import TopicInfo
 
@@ -43,6 +56,11 @@ _LENGTH = struct.Struct(">i")
 _LENGTH_OFFSET = 8
 _ATTRIBUTES = struct.Struct(">h")
 _CRC = struct.Struct(">I")
+_MAX_TIMESTAMP = struct.Struct(">q")
+_MAX_TIMESTAMP_OFFSET = (
+    35  # after base offset, length, leader epoch, magic, CRC, attributes, last offset delta, first timestamp
+)
+LOG_APPEND_TIME = "LogAppendTime"
 
 _DECODERS: dict[int, Callable[[bytes], bytes]] = {
     CODEC_GZIP: codec.gzip_decode,
@@ -109,15 +127,48 @@ def in_codec(batch: bytes, wanted: TopicCodec) -> bytes:
         recoded, DefaultRecordBatch.ATTRIBUTES_OFFSET, (attributes & ~DefaultRecordBatch.CODEC_MASK) | wanted.codec
     )
     _LENGTH.pack_into(recoded, _LENGTH_OFFSET, len(recoded) - DefaultRecordBatch.AFTER_LEN_OFFSET)
+    return _with_crc(recoded)
+
+
+def _with_crc(batch: bytearray) -> bytes:
+    """The batch with its CRC written again (it covers everything from the attributes on)."""
     _CRC.pack_into(
-        recoded, DefaultRecordBatch.CRC_OFFSET, calc_crc32c(memoryview(recoded)[DefaultRecordBatch.ATTRIBUTES_OFFSET :])
+        batch, DefaultRecordBatch.CRC_OFFSET, calc_crc32c(memoryview(batch)[DefaultRecordBatch.ATTRIBUTES_OFFSET :])
     )
-    return bytes(recoded)
+    return bytes(batch)
 
 
-def stored_in_topic_codec(batch: EncodedBatch, topic: TopicInfo) -> EncodedBatch:
-    """A batch about to be appended, in the codec the topic stores (a JSON-form batch as it is:
-    rendered batches take the codec at fetch). Its stored size is then the recompressed length."""
+def marked_log_append_time(batch: bytes, appended_ms: int) -> bytes:
+    """A RecordBatch marked LogAppendTime (its attributes' timestamp-type bit), `appended_ms` its max
+    timestamp, which readers then give every record; its records as they are."""
+    stamped = bytearray(batch)
+    (attributes,) = _ATTRIBUTES.unpack_from(stamped, DefaultRecordBatch.ATTRIBUTES_OFFSET)
+    _ATTRIBUTES.pack_into(
+        stamped, DefaultRecordBatch.ATTRIBUTES_OFFSET, attributes | DefaultRecordBatch.TIMESTAMP_TYPE_MASK
+    )
+    _MAX_TIMESTAMP.pack_into(stamped, _MAX_TIMESTAMP_OFFSET, appended_ms)
+    return _with_crc(stamped)
+
+
+def uses_log_append_time(topic: TopicInfo) -> bool:
+    return topic.setting("message_timestamp_type") == LOG_APPEND_TIME
+
+
+def _at_append_time(batch: EncodedBatch, appended_ms: int) -> EncodedBatch:
+    """The batch with its records' timestamps the append time (the module's docstring)."""
+    if batch.is_record_batch:
+        payload = marked_log_append_time(batch.payload, appended_ms)
+    else:
+        payload = record_codec.with_timestamp(batch.payload, appended_ms)
+    return dataclasses.replace(batch, payload=payload, first_timestamp_ms=appended_ms, max_timestamp_ms=appended_ms)
+
+
+def as_topic_stores(batch: EncodedBatch, topic: TopicInfo, appended_ms: int) -> EncodedBatch:
+    """A batch about to be appended at `appended_ms`, in the form its topic stores: its timestamps
+    (message.timestamp.type) and, for a RecordBatch, its codec (compression.type; a JSON-form batch
+    takes its topic's codec when the Kafka listener renders it). Its stored size is then its length."""
+    if uses_log_append_time(topic):
+        batch = _at_append_time(batch, appended_ms)
     if not batch.is_record_batch:
         return batch
     stored = in_codec(batch.payload, topic_codec(topic))
