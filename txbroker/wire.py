@@ -20,6 +20,7 @@ NO_SEQUENCE = -1
 NO_OFFSET = -1  # no offset (none committed, none found for a timestamp, an unknown partition's)
 NO_TIMESTAMP = -1
 NO_GENERATION = -1  # an offset commit outside any group generation
+NO_LEADER_EPOCH = -1  # a committed offset without a leader epoch (Kafka's sentinel)
 NO_MEMBER = ""  # a consumer that has not joined its group yet
 
 # ListOffsets' special timestamps, as Kafka's.

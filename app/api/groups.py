@@ -22,7 +22,7 @@ ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 409, 503
 
 
 def _entries(offsets: list[schemas.OffsetIn]) -> list[OffsetEntry]:
-    return [OffsetEntry(o.topic, o.partition, o.offset, o.metadata) for o in offsets]
+    return [OffsetEntry(o.topic, o.partition, o.offset, o.metadata, o.leader_epoch) for o in offsets]
 
 
 def _offset_errors(entries: list[OffsetEntry], errors) -> dict:
@@ -98,6 +98,7 @@ async def fetch_offsets(
                     "partition": c.partition,
                     "offset": c.offset,
                     "metadata": c.metadata,
+                    "leader_epoch": c.leader_epoch,
                     "error": error_or_none(error),
                 }
                 for c, error in found

@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from app.coordinator.identifiers import MAX_IDENTIFIER_BYTES, check_identifier
 from app.coordinator.produce import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 from app.errors import BrokerError
+from txbroker.wire import NO_LEADER_EPOCH
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
@@ -448,6 +449,12 @@ class OffsetIn(Body):
     partition: PartitionIndex
     offset: Offset
     metadata: str | None = Field(None, max_length=100_000, description="free text stored with the offset")
+    leader_epoch: int = Field(
+        NO_LEADER_EPOCH,
+        ge=NO_LEADER_EPOCH,
+        le=INT32_MAX,
+        description="the leader epoch stored with the offset (Kafka's committed leader epoch); -1: none",
+    )
 
 
 class TxnOffsetCommitRequest(TxnProducer):
@@ -510,6 +517,7 @@ class CommittedOffsetOut(Body):
     partition: int
     offset: int = Field(description="-1: none")
     metadata: str | None
+    leader_epoch: int = Field(description="the leader epoch committed with the offset; -1: none")
     error: ErrorObject | None
 
 

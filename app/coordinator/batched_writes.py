@@ -119,12 +119,22 @@ class BatchedWrites:
         )
 
     async def add_partitions(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, requested: list[tuple[str, int]]
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        requested: list[tuple[str, int]],
+        all_or_nothing: bool = False,
+        refused: list[BrokerError | None] | None = None,
     ) -> list[BrokerError | None]:
         """AddPartitionsToTxn: each partition's error, or None once it is in the transaction (durably:
-        answered after the write batch's commit). Raises the request's error."""
+        answered after the write batch's commit); `all_or_nothing` and `refused` as
+        AddPartitionsCommand's (then None is also a partition not attempted). Raises the request's
+        error."""
         return await self.batcher.submit(
-            AddPartitionsCommand(transactional_id, producer_id, producer_epoch, tuple(requested))
+            AddPartitionsCommand(
+                transactional_id, producer_id, producer_epoch, tuple(requested), all_or_nothing, tuple(refused or ())
+            )
         )
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:

@@ -119,6 +119,17 @@ def _subscribed(group_id: str, topic: str) -> BrokerError:
     )
 
 
+def _no_such_group(group_id: str, generation_id: int, code: ErrorCode) -> BrokerError:
+    """A commit naming generation `generation_id` of a group that does not exist, refused with `code`."""
+    if code == ErrorCode.GROUP_ID_NOT_FOUND:
+        return unknown_group(group_id)
+    return BrokerError(
+        code,
+        f"group {group_id!r} does not exist, so generation {generation_id} is none of its: join the group "
+        f"and commit with the generation it gives, or commit with generation -1 (no group management)",
+    )
+
+
 def _illegal_generation(group_id: str, received: int, current: int) -> BrokerError:
     return BrokerError(
         ErrorCode.ILLEGAL_GENERATION,
@@ -291,17 +302,20 @@ class GroupCoordinator:
         generation_id: int,
         entries: list[OffsetEntry],
         group_instance_id: str | None = None,
-        unknown_group_refused: bool = False,
+        unknown_group_error: ErrorCode | None = None,
     ) -> list[BrokerError | None]:
-        """`unknown_group_refused`: a commit naming a generation (0 or more) of a group that does not
-        exist raises GROUP_ID_NOT_FOUND, creating nothing (Kafka's OffsetCommit v9+); otherwise the
-        group is made and the commit's member is unknown to it (UNKNOWN_MEMBER_ID)."""
+        """`unknown_group_error`: what a commit naming a generation (0 or more) of a group that does
+        not exist raises, creating nothing: Kafka's group coordinator answers GROUP_ID_NOT_FOUND from
+        OffsetCommit v9, ILLEGAL_GENERATION below (OffsetMetadataManager.validateOffsetCommit).
+        Without (HTTP's), the group is made and the commit's member is unknown to it
+        (UNKNOWN_MEMBER_ID)."""
         check_group_id(group_id)
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
             created = await groups.hold(conn, group_id, now)  # before any partition lock: see the lock order
-            if created and unknown_group_refused and generation_id >= 0:
-                raise unknown_group(group_id)  # the transaction rolls back: the group just made is undone
+            if created and unknown_group_error is not None and generation_id >= 0:
+                # The transaction rolls back: the group just made is undone.
+                raise _no_such_group(group_id, generation_id, unknown_group_error)
             generation_error = await self._generation_error(conn, group_id, member_id, generation_id, group_instance_id)
             if generation_error is not None:
                 return [generation_error] * len(entries)
@@ -328,17 +342,23 @@ class GroupCoordinator:
         member_id: str,
         entries: list[OffsetEntry],
         group_instance_id: str | None = None,
+        unknown_group_error: ErrorCode | None = None,
     ) -> list[BrokerError | None]:
         """Offsets that become visible with the transaction's COMMIT marker (and vanish on abort).
         Adds the group's offsets partition to the transaction if AddOffsetsToTxn was not called. One
         unit of work: the transactional id's row first, the transaction log saved last. The group id
-        is checked first, as Kafka's group coordinator, which serves it, does."""
+        is checked first, as Kafka's group coordinator, which serves it, does. `unknown_group_error`
+        as commit_offsets' (Kafka's group coordinator: ILLEGAL_GENERATION at every version,
+        OffsetMetadataManager.validateTransactionalOffsetCommit)."""
         check_group_id(group_id)
         now = now_ms()
         async with self.transactions.unit_of_work() as unit:
             conn = unit.conn
             meta = await self.transactions.lock_producer(unit, transactional_id, producer_id, producer_epoch)
-            await groups.hold(conn, group_id, now)
+            created = await groups.hold(conn, group_id, now)
+            if created and unknown_group_error is not None and generation_id >= 0:
+                # The unit rolls back: the group just made is undone, and no transaction begins.
+                raise _no_such_group(group_id, generation_id, unknown_group_error)
             generation_error = await self._generation_error(conn, group_id, member_id, generation_id, group_instance_id)
             errors = (
                 [generation_error] * len(entries)

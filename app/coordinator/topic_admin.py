@@ -17,7 +17,15 @@ from app.errors import BrokerError
 from app.storage.lifecycle import log_cleaner
 from app.storage.log import partition_log, topic_configs, topics
 from app.storage.log.partition_log import NO_OFFSET, PartitionState
-from app.storage.log.topics import DEFAULT_TOPIC_CONFIG, TopicInfo, kafka_topic_id, unknown_topic, unknown_topic_id
+from app.storage.log.topics import (
+    DEFAULT_TOPIC_CONFIG,
+    INTERNAL_PREFIX,
+    TopicInfo,
+    check_topic_name,
+    kafka_topic_id,
+    unknown_topic,
+    unknown_topic_id,
+)
 from app.storage.security import principals
 
 __all__ = [
@@ -38,9 +46,11 @@ __all__ = [
     "find_topics_by_uuid",
     "get_topic",
     "grow_partitions",
+    "is_internal_name",
     "kafka_topic_id",
     "parsed_config_text",
     "list_topics",
+    "missing_topic",
     "stored_bytes",
     "topic_config_spec",
     "unknown_topic",
@@ -63,6 +73,21 @@ def parsed_config_text(key: str, text: str | None) -> Any:
 
 def _everything(_name: str) -> bool:
     return True
+
+
+def is_internal_name(name: str) -> bool:
+    """Whether `name` is one of txbroker's internal topics' (no other topic may have such a name)."""
+    return name.startswith(INTERNAL_PREFIX)
+
+
+def missing_topic(name: str) -> BrokerError:
+    """Why a name no topic has is not described, as Kafka's broker says it (Topic.validate):
+    INVALID_TOPIC_EXCEPTION for a name no topic could have, else UNKNOWN_TOPIC_OR_PARTITION."""
+    try:
+        check_topic_name(name, allow_internal=True)
+    except BrokerError as invalid:
+        return invalid
+    return unknown_topic(name)
 
 
 class _ValidatedOnly(Exception):

@@ -79,12 +79,19 @@ class EndTxnCommand:
 
 @dataclass(frozen=True, slots=True)
 class AddPartitionsCommand:
-    """AddPartitionsToTxn: `partitions` as (topic, partition) pairs, in the request's order."""
+    """AddPartitionsToTxn: `partitions` as (topic, partition) pairs, in the request's order.
+    `all_or_nothing`: Kafka's broker's rule, which refuses the whole request when a partition is
+    refused (`refused`: the front door's refusals, its authorization, one per partition or none) or
+    does not exist, before the producer is looked at: nothing is added, and the partitions not at
+    fault are answered None (Kafka's OPERATION_NOT_ATTEMPTED). Otherwise (HTTP's) the partitions
+    that exist are added and the others answered with their error."""
 
     transactional_id: str
     producer_id: int
     producer_epoch: int
     partitions: tuple[tuple[str, int], ...]
+    all_or_nothing: bool = False
+    refused: tuple[BrokerError | None, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,10 +292,16 @@ class TransactionCoordinator:
         has no row; `topics`: the requested ones that exist, looked up by that unit): each
         partition's error or None. Raises the request's error. The unit saves the metadata, and the
         write batch answers after its commit: an added partition is durable when answered."""
+        refused = command.refused or (None,) * len(command.partitions)
+        resolved = [
+            given or found for given, found in zip(refused, _resolve_in(topics, list(command.partitions)), strict=True)
+        ]
+        errors = [p if isinstance(p, BrokerError) else None for p in resolved]
+        if command.all_or_nothing and any(errors):
+            return errors
         meta = check_producer(meta, command.transactional_id, command.producer_id, command.producer_epoch)
-        resolved = _resolve_in(topics, list(command.partitions))
         meta.prepare_add_partitions([p for p in resolved if isinstance(p, TxnPartition)], [], now_ms())
-        return [p if isinstance(p, BrokerError) else None for p in resolved]
+        return errors
 
     @staticmethod
     def add_offsets_in_batch(

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from app.coordinator import cluster_nodes, security_admin, topic_admin, transaction_admin
@@ -109,6 +109,7 @@ def _encoded(batch: ProducedBatch) -> EncodedBatch:
 FetchPosition = BatchFetchPosition
 FetchedPartition = FetchedBatches
 unknown_topic_id = topic_admin.unknown_topic_id
+missing_topic = topic_admin.missing_topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,7 @@ class TxnOffset:
     partition: int
     offset: int
     metadata: str | None
+    leader_epoch: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +194,18 @@ def _denied(principal: Principal, operation: Operation, resource: ResourceType, 
     except BrokerError as error:
         return error
     return None
+
+
+def _internal_topic_refused(topic: str) -> BrokerError | None:
+    """Kafka's broker authorizes no client to add an internal topic to a transaction (its handler
+    leaves internal topics out of those it authorizes): TOPIC_AUTHORIZATION_FAILED, whoever asks."""
+    if not topic_admin.is_internal_name(topic):
+        return None
+    return BrokerError(
+        ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+        f"topic {topic!r} is internal: no producer may add it to a transaction (AddOffsetsToTxn and "
+        f"TxnOffsetCommit add the group's offsets partition)",
+    )
 
 
 # Kafka's operations on its Cluster resource (AclEntry.supportedOperations(CLUSTER)), each as
@@ -308,9 +322,17 @@ class BrokerCalls:
     def ready(self) -> bool:
         return self._state.ready
 
-    async def topic_metadata(self, principal: Principal, names: list[str] | None, allow_create: bool):
+    async def topic_metadata(
+        self,
+        principal: Principal,
+        names: list[str] | None,
+        allow_create: bool,
+        missing: Callable[[str], BrokerError] = topic_admin.unknown_topic,
+    ):
         """The named topics (None: every topic the principal may Describe), creating unknown ones
-        when allowed (Kafka's auto.create.topics.enable and the request's flag) with Kafka's defaults."""
+        when allowed (Kafka's auto.create.topics.enable and the request's flag) with Kafka's defaults;
+        one not found (nor created) carries `missing`'s error (DescribeTopicPartitions tells an
+        invalid name from an unknown one: topic_admin.missing_topic)."""
         pool = self._state.pool
         if names is None:
             return [
@@ -329,7 +351,7 @@ class BrokerCalls:
             if denied is not None:
                 results.append(TopicMetadata(name, denied))
             elif topic is None:
-                results.append(TopicMetadata(name, topic_admin.unknown_topic(name)))
+                results.append(TopicMetadata(name, missing(name)))
             else:
                 results.append(_described(topic))
         return results
@@ -411,17 +433,20 @@ class BrokerCalls:
         producer_epoch: int,
         requested: list[tuple[str, int]],
     ) -> AddedPartitions:
-        """AddPartitionsToTxn. Refused as a whole when the transactional id may not be written; when a
-        topic may not be written, its partitions are refused and the others not attempted (Kafka's
-        OPERATION_NOT_ATTEMPTED): nothing is added."""
+        """AddPartitionsToTxn, in the order of Kafka's broker's checks: refused as a whole when the
+        transactional id may not be written; then, when a topic may not be written
+        (TOPIC_AUTHORIZATION_FAILED) or a partition does not exist (UNKNOWN_TOPIC_OR_PARTITION), those
+        partitions are refused and the others not attempted (Kafka's OPERATION_NOT_ATTEMPTED): nothing
+        is added; only then is the producer checked and are the partitions added."""
         authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
-        denied = [_denied(principal, Operation.WRITE, ResourceType.TOPIC, topic) for topic, _ in requested]
-        if any(denied):
-            return AddedPartitions(denied, attempted=False)
+        denied = [
+            _internal_topic_refused(topic) or _denied(principal, Operation.WRITE, ResourceType.TOPIC, topic)
+            for topic, _ in requested
+        ]
         errors = await self._state.batched_writes.add_partitions(
-            transactional_id, producer_id, producer_epoch, requested
+            transactional_id, producer_id, producer_epoch, requested, all_or_nothing=True, refused=denied
         )
-        return AddedPartitions(errors, attempted=True)
+        return AddedPartitions(errors, attempted=not any(errors))
 
     async def add_offsets_to_txn(
         self, principal: Principal, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
@@ -443,7 +468,9 @@ class BrokerCalls:
         group_instance_id: str | None = None,
     ) -> list[BrokerError | None]:
         """TxnOffsetCommit: one error or None per offset. With a generation (KIP-447, v3+) a zombie
-        member's commit is refused; generation -1 (older versions) skips that check, as Kafka does."""
+        member's commit is refused, and one of a group that does not exist is ILLEGAL_GENERATION (as
+        Kafka's group coordinator answers it); generation -1 (older versions) skips that check, as
+        Kafka does."""
         authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
         denied = {
@@ -451,6 +478,8 @@ class BrokerCalls:
         }
         refused = {id(o): denied[o.topic] or _unstorable(o) for o in offsets}
         allowed = [o for o in offsets if refused[id(o)] is None]
+        if not allowed:  # as Kafka's broker, which then leaves the group coordinator out
+            return [refused[id(o)] for o in offsets]
         errors = await self._state.group_coordinator.txn_offset_commit(
             transactional_id,
             group_id,
@@ -458,8 +487,9 @@ class BrokerCalls:
             producer_epoch,
             generation_id,
             member_id,
-            [OffsetEntry(o.topic, o.partition, o.offset, o.metadata) for o in allowed],
+            [OffsetEntry(o.topic, o.partition, o.offset, o.metadata, o.leader_epoch) for o in allowed],
             group_instance_id,
+            unknown_group_error=ErrorCode.ILLEGAL_GENERATION,
         )
         by_offset = dict(zip(map(id, allowed), errors))
         return [refused[id(o)] or by_offset[id(o)] for o in offsets]
@@ -630,6 +660,14 @@ class GroupCalls:
     def _groups(self) -> GroupCoordinator:
         return self._state.group_coordinator
 
+    @staticmethod
+    def coordinator_refusal(principal: Principal, key: str, transactional: bool) -> BrokerError | None:
+        """FindCoordinator's check, as Kafka's broker makes it before it answers a coordinator:
+        Describe on the group (GROUP_AUTHORIZATION_FAILED), or on the transactional id when
+        `transactional` (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); None when allowed."""
+        resource = ResourceType.TRANSACTIONAL_ID if transactional else ResourceType.GROUP
+        return _denied(principal, Operation.DESCRIBE, resource, key)
+
     async def join(
         self,
         principal: Principal,
@@ -691,19 +729,20 @@ class GroupCalls:
         group_id: str,
         member_id: str,
         generation_id: int,
-        offsets: list[tuple[str, int, int, str | None]],
+        offsets: list[tuple[str, int, int, str | None, int]],
         group_instance_id: str | None = None,
-        unknown_group_refused: bool = False,
+        unknown_group_error: ErrorCode = ErrorCode.ILLEGAL_GENERATION,
     ) -> list[BrokerError | None]:
-        """offsets: (topic, partition, offset, metadata) each; one error or None per entry.
-        `unknown_group_refused`: as GroupCoordinator.commit_offsets (GROUP_ID_NOT_FOUND raised)."""
+        """offsets: (topic, partition, offset, metadata, leader epoch) each; one error or None per entry.
+        `unknown_group_error`: as GroupCoordinator.commit_offsets (raised for a commit naming a
+        generation of a group that does not exist)."""
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
         entries = [OffsetEntry(*entry) for entry in offsets]
         errors = [_denied(principal, Operation.READ, ResourceType.TOPIC, e.topic) or _unstorable(e) for e in entries]
         allowed = [e for e, error in zip(entries, errors) if error is None]
         committed = iter(
             await self._groups.commit_offsets(
-                group_id, member_id, generation_id, allowed, group_instance_id, unknown_group_refused
+                group_id, member_id, generation_id, allowed, group_instance_id, unknown_group_error
             )
             if allowed
             else []

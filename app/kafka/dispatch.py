@@ -35,6 +35,7 @@ HANDLERS = {
     api_table.LIST_OFFSETS: offsets.handle,
     api_table.METADATA: metadata.handle,
     api_table.DESCRIBE_CLUSTER: metadata.describe_cluster,
+    api_table.DESCRIBE_TOPIC_PARTITIONS: metadata.describe_topic_partitions,
     api_table.API_VERSIONS: versions.handle,
     api_table.INIT_PRODUCER_ID: producers.handle,
     api_table.OFFSET_COMMIT: group_offsets.offset_commit,

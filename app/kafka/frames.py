@@ -47,6 +47,12 @@ class MalformedRequest(Exception):
     """A frame that is not a request of a known API and version: the connection is closed, as Kafka does."""
 
 
+class CloseConnection(Exception):
+    """A request Kafka's broker answers by closing the connection once the answers before it are
+    written: a Produce with acks=0 that failed, so that its client, which reads no answer, notices
+    and refreshes its metadata."""
+
+
 @dataclass(frozen=True, slots=True)
 class RequestFrame:
     api_key: int

@@ -36,7 +36,7 @@ from collections.abc import Awaitable
 
 from app.kafka import dispatch
 from app.kafka.broker_calls import BrokerCalls
-from app.kafka.frames import FRAME_LENGTH, MalformedRequest
+from app.kafka.frames import FRAME_LENGTH, CloseConnection, MalformedRequest
 from app.kafka.listener_addresses import format_address, parse_address, security_protocol
 from app.kafka.sasl import FAILED_AUTHENTICATION_CLOSE_DELAY_S, SaslSession
 from app.runtime.listening_sockets import LISTEN_BACKLOG, bound_accepting_socket
@@ -130,7 +130,7 @@ class KafkaListener:
             await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away
-        except MalformedRequest as error:
+        except (MalformedRequest, CloseConnection) as error:
             log.info("closing a Kafka connection from %s: %s", writer.get_extra_info("peername"), error)
         except asyncio.CancelledError:
             raise
@@ -227,7 +227,8 @@ class AnswersInOrder:
     answer is a task that waits for its response, then for the task of the answer before it, and
     only then writes, so one task writes at a time and in order; at most MAX_PENDING_ANSWERS are
     pending (`add` waits for the oldest); a failed answer (a lost connection, an unexpected error)
-    aborts the connection, so that the loop reading its requests ends, and is raised by `close`."""
+    aborts the connection (CloseConnection: closes it once what was written is sent), so that the
+    loop reading its requests ends, and is raised by `close`."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
@@ -263,7 +264,12 @@ class AnswersInOrder:
             self._pending.clear()
 
     async def _write_in_turn(self, response: Awaitable[bytes | None], previous: asyncio.Task | None) -> None:
-        frame = await response
+        try:
+            frame = await response
+        except CloseConnection:
+            if previous is not None:  # the answers before it are written first, as Kafka's broker does
+                await previous
+            raise
         if previous is not None:
             await previous
         if frame is not None:  # none for acks=0
@@ -275,7 +281,12 @@ class AnswersInOrder:
             return
         if self._failure is None:
             self._failure = task.exception()
-            self._writer.transport.abort()  # the requests' loop sees the end of the stream and ends
+            # The requests' loop sees the end of the stream and ends. A connection closed on purpose
+            # (CloseConnection) gets what was written before it; any other failure drops it.
+            if isinstance(self._failure, CloseConnection):
+                self._writer.close()
+            else:
+                self._writer.transport.abort()
 
     async def close(self) -> BaseException | None:
         """Cancels the answers not written (the connection is closing: nobody would read them; their

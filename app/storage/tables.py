@@ -278,6 +278,8 @@ class GroupOffset(SQLModel, table=True):
     record_offset: int = Field(
         default=-1, sa_column_kwargs={"server_default": "-1"}, sa_type=BigInteger, nullable=False
     )
+    # The leader epoch the commit carried (Kafka's committed leader epoch); -1: none.
+    leader_epoch: int = Field(default=-1, sa_column_kwargs={"server_default": "-1"}, nullable=False)
 
 
 class PendingTxnOffset(SQLModel, table=True):
@@ -299,6 +301,8 @@ class PendingTxnOffset(SQLModel, table=True):
     record_offset: int = Field(
         default=-1, sa_column_kwargs={"server_default": "-1"}, sa_type=BigInteger, nullable=False
     )
+    # The leader epoch the commit carried (Kafka's committed leader epoch); -1: none.
+    leader_epoch: int = Field(default=-1, sa_column_kwargs={"server_default": "-1"}, nullable=False)
 
 
 Index(

@@ -97,8 +97,9 @@ def commit(
     topic: str,
     offset: int,
     version: int = 8,
+    leader_epoch: int = -1,
 ):
-    """OffsetCommit (v8 unless told) of partition 0; its error code."""
+    """OffsetCommit (v8 unless told) of partition 0; its error code. `leader_epoch` is sent from v6."""
     key = api_table.OFFSET_COMMIT
     partition = nested(
         key,
@@ -106,7 +107,7 @@ def commit(
         "OffsetCommitRequestPartition",
         partition_index=0,
         committed_offset=offset,
-        committed_leader_epoch=-1,
+        committed_leader_epoch=leader_epoch,
         committed_metadata=None,
     )
     response = connection.call(

@@ -88,8 +88,10 @@ def txn_offset_commit(
     version: int = 3,
     member: tuple[int, str, str | None] = (-1, "", None),
     metadata: str | None = "raw",
+    leader_epoch: int = -1,
 ):
-    """member: (generation, member id, group instance id) as v3 sends them (KIP-447)."""
+    """member: (generation, member id, group instance id) as v3 sends them (KIP-447); `leader_epoch`
+    is sent from v2."""
     key = api_table.TXN_OFFSET_COMMIT
     partition = nested(
         key,
@@ -97,7 +99,7 @@ def txn_offset_commit(
         "TxnOffsetCommitRequestPartition",
         partition_index=0,
         committed_offset=offset,
-        committed_leader_epoch=-1,
+        committed_leader_epoch=leader_epoch,
         committed_metadata=metadata,
     )
     response = connection.call(

@@ -109,6 +109,9 @@ def sample_request(api_key: int, version: int, producer: RawProducer | None = No
         return request_of(
             api_key, version, include_cluster_authorized_operations=True, endpoint_type=1, include_fenced_brokers=True
         )
+    if api_key == api_table.DESCRIBE_TOPIC_PARTITIONS:
+        topic = nested(api_key, version, "TopicRequest", name=TOPIC)
+        return request_of(api_key, version, topics=(topic,), response_partition_limit=10, cursor=None)
     if api_key == api_table.API_VERSIONS:
         return request_of(api_key, version, client_software_name="raw-test", client_software_version="1")
     if api_key == api_table.INIT_PRODUCER_ID:

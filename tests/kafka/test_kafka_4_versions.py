@@ -152,7 +152,6 @@ def test_offset_commit_v9_answers_group_id_not_found_for_a_generation_of_a_group
     with RawConnection(bootstrap(module_kafka_server)) as connection:
         refused = commit(connection, "v4-never-made", "ghost", 1, None, topic, 5, version=9)
         still_missing = _describe(connection, 6, "v4-never-made")
-        below_v9 = commit(connection, "v4-never-made-v8", "ghost", 1, None, topic, 5, version=8)
         simple = commit(connection, "v4-simple", "", -1, None, topic, 5, version=9)
         joined = join(connection, "v4-committing", member="")
         joined = join(connection, "v4-committing", member=joined.member_id)
@@ -161,9 +160,29 @@ def test_offset_commit_v9_answers_group_id_not_found_for_a_generation_of_a_group
         zombie = commit(connection, "v4-committing", joined.member_id, joined.generation_id - 1, None, topic, 7, 9)
     assert refused == KafkaError.group_id_not_found
     assert still_missing.error_code == KafkaError.group_id_not_found  # the refused commit made no group
-    assert below_v9 == KafkaError.unknown_member_id
     assert (simple, member, zombie) == (KafkaError.none, KafkaError.none, KafkaError.illegal_generation)
     assert _committed(module_kafka_server, "v4-committing") == [(topic, 6)]
+
+
+@pytest.mark.parametrize("version", [2, 8])
+def test_offset_commit_below_v9_answers_illegal_generation_for_a_group_that_does_not_exist(
+    module_kafka_server, version
+):
+    """Regression: below v9 such a commit was UNKNOWN_MEMBER_ID. Kafka 4.0's group coordinator
+    answers ILLEGAL_GENERATION there, kept for older clients, and makes no group
+    (OffsetMetadataManager.validateOffsetCommit); a group that exists without the member is still
+    UNKNOWN_MEMBER_ID."""
+    topic, missing, simple = (f"v4-{name}-v{version}" for name in ("offset-commit", "never-made", "simple"))
+    create_topic(module_kafka_server, topic)
+    with RawConnection(bootstrap(module_kafka_server)) as connection:
+        refused = commit(connection, missing, "ghost", 0, None, topic, 5, version=version)
+        still_missing = _describe(connection, 6, missing)
+        assert commit(connection, simple, "", -1, None, topic, 5, version=version) == KafkaError.none
+        not_a_member = commit(connection, simple, "ghost", 0, None, topic, 6, version=version)
+    assert refused == KafkaError.illegal_generation
+    assert still_missing.error_code == KafkaError.group_id_not_found  # the refused commit made no group
+    assert not_a_member == KafkaError.unknown_member_id
+    assert _committed(module_kafka_server, simple) == [(topic, 5)]
 
 
 def test_offset_fetch_v9_of_a_classic_group_ignores_the_member_epoch(module_kafka_server):

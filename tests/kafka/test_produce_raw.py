@@ -390,6 +390,23 @@ def test_acks_zero_gets_no_answer_at_all(module_kafka_server):
     assert high_watermark(module_kafka_server, topic) == 3
 
 
+def test_an_acks_zero_produce_that_fails_closes_the_connection_after_the_answers_before_it(module_kafka_server):
+    """Regression: an acks=0 Produce that failed was dropped silently and the connection kept. Kafka's
+    broker closes the connection, so that the client, which reads no answer, notices and refreshes
+    its metadata (KafkaApis.handleProduceRequest); the answers of the requests before it are sent
+    first, and the requests after it are not answered."""
+    topic = "raw-acks-zero-failed"
+    create_topic(module_kafka_server, topic)
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        answered = connection.send(produce_request(topic, 0, record_batch(records(2))))
+        connection.send(produce_request(topic, 3, record_batch(records(1)), acks=0))  # no partition 3
+        connection.send(sample_request(api_table.API_VERSIONS, 3))
+        first = connection.receive(api_table.PRODUCE, PRODUCE_VERSION, answered)
+        assert answer_of(first) == (KafkaError.none, 0)
+        assert connection.closed_by_peer()
+    assert high_watermark(module_kafka_server, topic) == 2
+
+
 def test_a_transactional_batch_without_a_transactional_id_is_refused(module_kafka_server):
     topic = "raw-transactional-flag"
     create_topic(module_kafka_server, topic)

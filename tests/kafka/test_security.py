@@ -89,14 +89,14 @@ def log_in(connection: RawConnection, username: str, api_key: str, version: int 
     return sasl_authenticate(connection, plain(username, api_key), version)
 
 
-def metadata(connection: RawConnection, topic: str):
+def metadata(connection: RawConnection, topic: str, operations: bool = False):
     return connection.call(
         request_of(
             api_table.METADATA,
             12,
             topics=(nested(api_table.METADATA, 12, "MetadataRequestTopic", name=topic, topic_id=None),),
             allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False,
+            include_topic_authorized_operations=operations,
         )
     )
 
@@ -336,6 +336,42 @@ def test_describe_topics_answers_the_operations_the_principals_rules_allow(secur
         KafkaError.topic_authorization_failed,
         -(2**31),
     )
+
+
+def test_describe_topic_partitions_applies_describe_as_metadata_does(secured, reader):
+    """DescribeTopicPartitions (75) as Kafka's broker authorizes it: a topic named that the principal
+    may not Describe is TOPIC_AUTHORIZATION_FAILED, after the others, without its id, partitions or
+    operations; every topic (none named) leaves it out; a topic described has the operations
+    Metadata v12 answers for it."""
+    key = api_table.DESCRIBE_TOPIC_PARTITIONS
+    username, api_key = reader
+
+    def describe(connection: RawConnection, names: list[str]):
+        return connection.call(
+            request_of(
+                key,
+                0,
+                topics=tuple(nested(key, 0, "TopicRequest", name=name) for name in names),
+                response_partition_limit=2000,
+                cursor=None,
+            )
+        ).topics
+
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, username, api_key).error_code == KafkaError.none
+        described, refused = describe(connection, [OTHER_TOPIC, TOPIC])
+        every = describe(connection, [])
+        (operations,) = metadata(connection, TOPIC, operations=True).topics
+    assert (described.name, described.error_code, len(described.partitions)) == (TOPIC, KafkaError.none, 1)
+    assert described.topic_authorized_operations == operations.topic_authorized_operations
+    assert (refused.name, refused.error_code, refused.topic_id, refused.partitions) == (
+        OTHER_TOPIC,
+        KafkaError.topic_authorization_failed,
+        None,  # Kafka's zero id, as kio reads it
+        (),
+    )
+    assert refused.topic_authorized_operations == -(2**31)
+    assert [t.name for t in every] == [TOPIC]
 
 
 def test_elect_leaders_needs_alter_on_the_cluster(secured, reader):
@@ -722,18 +758,62 @@ def test_add_partitions_refused_for_a_topic_answers_a_partition_named_twice_once
     """Regression: a request refused for a topic the principal may not write answered each mention
     of a partition named twice. Kafka's broker answers such a request from a map by partition
     (TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED), each partition once, and adds
-    nothing (KafkaApis.handleAddPartitionsToTxnRequest)."""
+    nothing (KafkaApis.handleAddPartitionsToTxnRequest). Regression too: a partition of a topic it
+    may write that does not exist was not attempted; Kafka checks it after the ACLs,
+    UNKNOWN_TOPIC_OR_PARTITION."""
     _, api_key = new_principal(
         secured, "txn-adder", rule("Topic", TOPIC, "Write"), rule("TransactionalId", "sasl-add-", "Write", "prefixed")
     )
     with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
         assert log_in(connection, "txn-adder", api_key).error_code == KafkaError.none
         producer = raw_transactions.init_producer(connection, "sasl-add-1")
-        answers = raw_transactions.add_partitions_of(connection, producer, [(TOPIC, [0, 0]), (OTHER_TOPIC, [0])])
+        answers = raw_transactions.add_partitions_of(connection, producer, [(TOPIC, [0, 0, 5]), (OTHER_TOPIC, [0])])
     assert sorted(answers) == [
         (TOPIC, 0, KafkaError.operation_not_attempted),
+        (TOPIC, 5, KafkaError.unknown_topic_or_partition),
         (OTHER_TOPIC, 0, KafkaError.topic_authorization_failed),
     ]
+
+
+def test_find_coordinator_needs_describe_on_the_group_or_the_transactional_id(secured):
+    """Regression: FindCoordinator answered this node for any key. Kafka's broker first checks
+    Describe on the group (GROUP_AUTHORIZATION_FAILED) or on the transactional id
+    (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), answering no node (-1) when refused
+    (KafkaApis.getCoordinator); Read on a group and Write on a transactional id imply Describe."""
+    key = api_table.FIND_COORDINATOR
+    _, api_key = new_principal(
+        secured,
+        "coordinator-finder",
+        rule("Group", "sasl-find-", "Read", "prefixed"),
+        rule("TransactionalId", "sasl-find-", "Write", "prefixed"),
+    )
+
+    def find(connection: RawConnection, version: int, key_type: int, *keys: str):
+        request = request_of(key, version, key=keys[0], key_type=key_type, coordinator_keys=keys)
+        response = connection.call(request)
+        if version < 4:
+            return [(keys[0], response.error_code, response.node_id)]
+        return [(c.key, c.error_code, c.node_id) for c in response.coordinators]
+
+    node = 0  # the node's id (TXBROKER_NODE_ID, 0 unless set)
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "coordinator-finder", api_key).error_code == KafkaError.none
+        groups = find(connection, 4, 0, "sasl-find-group", "someone-elses")
+        transactional_ids = find(connection, 4, 1, "sasl-find-tx", "someone-elses")
+        old_group = find(connection, 3, 0, "someone-elses")
+        old_transactional_id = find(connection, 1, 1, "someone-elses")
+        allowed_v0 = find(connection, 0, 0, "sasl-find-group")
+    assert groups == [
+        ("sasl-find-group", KafkaError.none, node),
+        ("someone-elses", KafkaError.group_authorization_failed, -1),
+    ]
+    assert transactional_ids == [
+        ("sasl-find-tx", KafkaError.none, node),
+        ("someone-elses", KafkaError.transactional_id_authorization_failed, -1),
+    ]
+    assert old_group == [("someone-elses", KafkaError.group_authorization_failed, -1)]
+    assert old_transactional_id == [("someone-elses", KafkaError.transactional_id_authorization_failed, -1)]
+    assert allowed_v0 == [("sasl-find-group", KafkaError.none, node)]
 
 
 # ---- DeleteGroups: Delete on the group, over both doors

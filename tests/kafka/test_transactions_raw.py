@@ -17,6 +17,7 @@ from tests.kafka.raw_transactions import (
     RawProducer,
     add_offsets,
     add_partitions,
+    add_partitions_of,
     end_txn,
     init_producer,
     produce,
@@ -166,3 +167,69 @@ def test_pending_transactional_offsets_are_unstable_until_the_end(module_kafka_s
         assert txn_offset_commit(connection, producer, group, topic, 9) == [KafkaError.none]
         assert end_txn(connection, producer, False, version=3).error_code == KafkaError.none
         assert (fetched()["offset"], fetched()["error"]) == (7, None)
+
+
+def test_add_partitions_with_an_unknown_partition_adds_none(module_kafka_server):
+    """Regression: AddPartitionsToTxn added the partitions that exist and refused the others. Kafka's
+    broker refuses the whole request, before it looks at the producer: the unknown partitions are
+    UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED, and none is added
+    (KafkaApis.handleAddPartitionsToTxnRequest); a partition named twice is answered once."""
+    server = module_kafka_server
+    topic = "raw-add-unknown"
+    create_topic(server, topic, 2)
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        producer = init_producer(connection, "tid-raw-add-unknown")
+        answers = add_partitions_of(connection, producer, [(topic, [0, 7, 0]), ("raw-add-none", [0]), (topic, [1])])
+        assert sorted(answers) == [
+            ("raw-add-none", 0, KafkaError.unknown_topic_or_partition),
+            (topic, 0, KafkaError.operation_not_attempted),
+            (topic, 1, KafkaError.operation_not_attempted),
+            (topic, 7, KafkaError.unknown_topic_or_partition),
+        ]
+        assert _described(server, "tid-raw-add-unknown")["state"] == "Empty"
+        # Checked before the producer: a fenced one gets the same answer.
+        init_producer(connection, "tid-raw-add-unknown")
+        assert add_partitions(connection, producer, topic, [0, 2]) == [
+            KafkaError.operation_not_attempted,
+            KafkaError.unknown_topic_or_partition,
+        ]
+        assert add_partitions(connection, producer, topic, [0]) == [KafkaError.producer_fenced]
+
+
+def test_add_partitions_of_an_internal_topic_is_refused_as_unauthorized(module_kafka_server):
+    """Regression: an internal topic was INVALID_TOPIC_EXCEPTION and the other partitions were added.
+    Kafka's broker leaves internal topics out of those it authorizes (KafkaApis
+    .handleAddPartitionsToTxnRequest): TOPIC_AUTHORIZATION_FAILED whoever asks (here the super user
+    every caller is with auth off), the others OPERATION_NOT_ATTEMPTED, none added."""
+    server = module_kafka_server
+    topic, transactional_id = "raw-add-internal", "tid-raw-add-internal"
+    create_topic(server, topic, 1)
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        producer = init_producer(connection, transactional_id)
+        answers = add_partitions_of(connection, producer, [("__consumer_offsets", [0]), (topic, [0])])
+    assert answers == [
+        ("__consumer_offsets", 0, KafkaError.topic_authorization_failed),
+        (topic, 0, KafkaError.operation_not_attempted),
+    ]
+    assert _described(server, transactional_id)["state"] == "Empty"
+
+
+def test_txn_offset_commit_naming_a_generation_of_a_group_that_does_not_exist_is_illegal_generation(
+    module_kafka_server,
+):
+    """Regression: such a commit (KIP-447's v3+) made the group and answered UNKNOWN_MEMBER_ID. Kafka's
+    group coordinator answers ILLEGAL_GENERATION and makes no group
+    (OffsetMetadataManager.validateTransactionalOffsetCommit); nothing joins the transaction.
+    Generation -1 commits to a group that does not exist, as before."""
+    server = module_kafka_server
+    topic, transactional_id = "raw-txn-commit-no-group", "tid-raw-txn-commit-no-group"
+    create_topic(server, topic, 1)
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        producer = init_producer(connection, transactional_id)
+        refused = txn_offset_commit(connection, producer, "raw-never-made", topic, 5, member=(0, "ghost", None))
+        assert refused == [KafkaError.illegal_generation]
+        assert server.client.get("/v1/groups/raw-never-made").status_code == 404
+        assert _described(server, transactional_id)["state"] == "Empty"
+        assert txn_offset_commit(connection, producer, "raw-made-by-commit", topic, 5) == [KafkaError.none]
+        assert end_txn(connection, producer, True, version=3).error_code == KafkaError.none
+    assert server.client.get("/v1/groups/raw-made-by-commit").status_code == 200

@@ -3,7 +3,12 @@ read and write (HTTP's /v1/groups/{group_id}/offsets). OffsetFetch with require_
 UNSTABLE_OFFSET_COMMIT for a partition whose transactional commit awaits its marker. The v9s of
 OffsetCommit and OffsetFetch are KIP-848's, whose member epochs only its consumer groups check:
 txbroker's groups are classic, so v9 is served as v8, but for OffsetCommit's GROUP_ID_NOT_FOUND
-(as Kafka's group coordinator): a commit naming a generation of a group that does not exist."""
+(as Kafka's group coordinator): a commit naming a generation of a group that does not exist, which
+the versions below answer ILLEGAL_GENERATION.
+
+Each offset keeps the leader epoch its commit carried, as Kafka's group coordinator keeps it:
+OffsetCommit sends one from v6 (older versions store NO_LEADER_EPOCH, the field's default) and
+OffsetFetch returns it from v5; a partition without an offset, or refused, reads NO_LEADER_EPOCH."""
 
 from __future__ import annotations
 
@@ -11,24 +16,30 @@ import datetime
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from app.errors import BrokerError
+from app.errors import BrokerError, ErrorCode
 from app.kafka import api_table
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import kafka_error
 from app.kafka.frames import build, response_module
+from txbroker.wire import NO_LEADER_EPOCH
 
 NO_THROTTLE = datetime.timedelta(0)
-NO_LEADER_EPOCH = -1
 NO_OFFSET = -1
-# OffsetCommit v9+: a generation of a group that does not exist is GROUP_ID_NOT_FOUND (Kafka's
-# OffsetMetadataManager); below, txbroker's answer is the member's, UNKNOWN_MEMBER_ID.
-UNKNOWN_GROUP_REFUSED_SINCE = 9
+# OffsetCommit v9+: a generation of a group that does not exist is GROUP_ID_NOT_FOUND; below,
+# ILLEGAL_GENERATION, kept for older clients (Kafka's OffsetMetadataManager.validateOffsetCommit).
+GROUP_ID_NOT_FOUND_SINCE = 9
 
 
 async def offset_commit(context: RequestContext, request) -> object:
     module = response_module(api_table.OFFSET_COMMIT, context.api_version)
     entries = [
-        (topic.name, p.partition_index, p.committed_offset, p.committed_metadata)
+        (
+            topic.name,
+            p.partition_index,
+            p.committed_offset,
+            p.committed_metadata,
+            getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),  # v6+
+        )
         for topic in request.topics
         for p in topic.partitions
     ]
@@ -40,7 +51,11 @@ async def offset_commit(context: RequestContext, request) -> object:
             request.generation_id_or_member_epoch,
             entries,
             getattr(request, "group_instance_id", None),
-            unknown_group_refused=context.api_version >= UNKNOWN_GROUP_REFUSED_SINCE,
+            unknown_group_error=(
+                ErrorCode.GROUP_ID_NOT_FOUND
+                if context.api_version >= GROUP_ID_NOT_FOUND_SINCE
+                else ErrorCode.ILLEGAL_GENERATION
+            ),
         )
     except BrokerError as raised:
         errors = [raised] * len(entries)
@@ -93,7 +108,7 @@ async def _group_offsets(context: RequestContext, module, group_id: str, topics,
                 partition_class,
                 partition_index=committed.partition,
                 committed_offset=committed.offset if error is None else NO_OFFSET,
-                committed_leader_epoch=NO_LEADER_EPOCH,
+                committed_leader_epoch=committed.leader_epoch if error is None else NO_LEADER_EPOCH,
                 metadata=committed.metadata if error is None else None,
                 error_code=kafka_error(error),
             )

@@ -34,11 +34,16 @@ COORDINATED_KEYS = frozenset({GROUP_KEY, TRANSACTION_KEY})
 NO_NODE = {"node_id": -1, "host": "", "port": -1}
 
 
-def _coordinator_of(context: RequestContext, key_type: int) -> tuple[KafkaError, str | None, dict]:
-    """(error, message, node) for a key of `key_type`: this node for a group or a transactional id.
-    txbroker has no share groups, so a share key gets INVALID_REQUEST, Kafka's answer when its share
-    coordinator is not enabled (and, below v6, for the type itself), as does a type Kafka lacks."""
+def _coordinator_of(context: RequestContext, key_type: int, key: str) -> tuple[KafkaError, str | None, dict]:
+    """(error, message, node) for a key of `key_type`: this node for a group or a transactional id
+    the principal may Describe (checked first, as Kafka's broker does: GROUP_AUTHORIZATION_FAILED or
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED, no node). txbroker has no share groups, so a share key
+    gets INVALID_REQUEST, Kafka's answer when its share coordinator is not enabled (and, below v6,
+    for the type itself), as does a type Kafka lacks."""
     if key_type in COORDINATED_KEYS:
+        refused = context.calls.groups.coordinator_refusal(context.principal, key, key_type == TRANSACTION_KEY)
+        if refused is not None:
+            return kafka_error(refused), error_message(refused), NO_NODE
         node = {"node_id": context.calls.node_id, "host": context.advertised_host, "port": context.advertised_port}
         return KafkaError.none, None, node
     kind = "share groups (key type 2, KIP-932)" if key_type == SHARE_KEY else f"key type {key_type}"
@@ -50,11 +55,13 @@ def _coordinator_of(context: RequestContext, key_type: int) -> tuple[KafkaError,
 
 
 async def find_coordinator(context: RequestContext, request) -> object:
-    """This node, for any key of either type txbroker has (group 0, transaction 1)."""
+    """This node, for any key of either type txbroker has (group 0, transaction 1) that the
+    principal may Describe."""
     module = response_module(api_table.FIND_COORDINATOR, context.api_version)
     keys = getattr(request, "coordinator_keys", None)
-    error, message, node = _coordinator_of(context, getattr(request, "key_type", GROUP_KEY))
+    key_type = getattr(request, "key_type", GROUP_KEY)
     if keys is None:  # v0-v3: one key
+        error, message, node = _coordinator_of(context, key_type, request.key)
         return build(
             module,
             "FindCoordinatorResponse",
@@ -67,10 +74,14 @@ async def find_coordinator(context: RequestContext, request) -> object:
         module,
         "FindCoordinatorResponse",
         throttle_time=NO_THROTTLE,
-        coordinators=tuple(
-            build(module, "Coordinator", key=key, error_code=error, error_message=message, **node) for key in keys
-        ),
+        coordinators=tuple(_coordinator(context, module, key_type, key) for key in keys),
     )
+
+
+def _coordinator(context: RequestContext, module, key_type: int, key: str) -> object:
+    """v4+'s answer for one of the keys."""
+    error, message, node = _coordinator_of(context, key_type, key)
+    return build(module, "Coordinator", key=key, error_code=error, error_message=message, **node)
 
 
 async def join_group(context: RequestContext, request) -> object:

@@ -4,16 +4,18 @@ asked; Metadata's topics with this node the leader of every partition (any node 
 partition: they share PostgreSQL), leader epochs unknown (-1), unknown topics created when the
 request and the server allow it, the principal's operations on each topic when asked (v8+).
 DescribeCluster serves the brokers' endpoint only (KIP-919): a request for the controllers' (v1+)
-is MISMATCHED_ENDPOINT_TYPE, an unknown type UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers."""
+is MISMATCHED_ENDPOINT_TYPE, an unknown type UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers.
+DescribeTopicPartitions (KIP-966) describes topics as Metadata does, by pages of partitions."""
 
 from __future__ import annotations
 
 import datetime
+import uuid
 
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
-from app.kafka.broker_calls import LiveNode, TopicMetadata, cluster_operations, topic_operations
+from app.kafka.broker_calls import LiveNode, TopicMetadata, cluster_operations, missing_topic, topic_operations
 from app.kafka.context import CLUSTER_ID, RequestContext
 from app.kafka.error_codes import kafka_error
 from app.kafka.frames import build, response_module
@@ -31,6 +33,11 @@ NO_CONTROLLER = -1
 AUTO_CREATE_BEFORE_V4 = True
 # v10 and v11 carry a topic id field, yet only v12+ may name a topic by it (KIP-516).
 TOPICS_BY_ID_SINCE = 12
+# DescribeTopicPartitions: at most this many partitions per response whatever the request's limit
+# asks (Kafka's max.request.partition.size.limit default), and at least one.
+MAX_RESPONSE_PARTITIONS = 2000
+# The topic id of a topic answered without one (unknown, refused), as Kafka's Uuid.ZERO_UUID.
+NO_TOPIC_ID = uuid.UUID(int=0)
 
 
 def _requested_names(request) -> list[str | None] | None:
@@ -95,6 +102,25 @@ async def _cluster(context: RequestContext, request, module, broker_class: str) 
     )
 
 
+def _partition(context: RequestContext, module, class_name: str, index: int) -> object:
+    """A partition as Metadata and DescribeTopicPartitions describe it: led by this node, its one
+    replica and in-sync replica; no eligible leader replicas (KIP-966: a partition of one replica
+    has none to elect from), none offline."""
+    return build(
+        module,
+        class_name,
+        error_code=KafkaError.none,
+        partition_index=index,
+        leader_id=context.calls.node_id,
+        leader_epoch=NO_LEADER_EPOCH,
+        replica_nodes=(context.calls.node_id,),
+        isr_nodes=(context.calls.node_id,),
+        eligible_leader_replicas=(),
+        last_known_elr=(),
+        offline_replicas=(),
+    )
+
+
 def _asks_by_id_before_v12(request) -> bool:
     """True for a v10 or v11 request naming a topic by id, or without a name: only v12+ may (a
     v10/v11 answer has no room for a topic without a name), and Kafka refuses it whole."""
@@ -154,17 +180,7 @@ async def handle(context: RequestContext, request) -> object:
             topic_id=topic.topic_uuid,
             is_internal=topic.is_internal,
             partitions=tuple(
-                build(
-                    module,
-                    "MetadataResponsePartition",
-                    error_code=KafkaError.none,
-                    partition_index=index,
-                    leader_id=context.calls.node_id,
-                    leader_epoch=NO_LEADER_EPOCH,
-                    replica_nodes=(context.calls.node_id,),
-                    isr_nodes=(context.calls.node_id,),
-                    offline_replicas=(),
-                )
+                _partition(context, module, "MetadataResponsePartition", index)
                 for index in range(topic.partition_count)
             ),
             topic_authorized_operations=_topic_authorized_operations(context, request, topic),
@@ -215,3 +231,96 @@ async def describe_cluster(context: RequestContext, request) -> object:
         endpoint_type=BROKERS_ENDPOINT,
         **cluster,
     )
+
+
+def _java_order(name: str) -> bytes:
+    """The key that orders topic names as Kafka's broker compares them (Java's String.compareTo, by
+    UTF-16 code unit): pages follow that order, and a cursor names where the next one starts."""
+    return name.encode("utf-16-be", "surrogatepass")
+
+
+def _page_topic(
+    module, topic: TopicMetadata, partitions: tuple = (), operations: int = OPERATIONS_NOT_REQUESTED, error=None
+) -> object:
+    return build(
+        module,
+        "DescribeTopicPartitionsResponseTopic",
+        error_code=kafka_error(topic.error) if error is None else error,
+        name=topic.name,
+        topic_id=topic.topic_uuid or NO_TOPIC_ID,
+        is_internal=topic.is_internal,
+        partitions=partitions,
+        topic_authorized_operations=operations,
+    )
+
+
+def _page(module, topics: list, next_cursor=None) -> object:
+    return build(
+        module,
+        "DescribeTopicPartitionsResponse",
+        throttle_time=datetime.timedelta(0),
+        topics=tuple(topics),
+        next_cursor=next_cursor,
+    )
+
+
+def _cursor_refused(request) -> bool:
+    """Whether Kafka refuses the request whole (INVALID_REQUEST, the response having no room for a
+    message): its cursor names a topic the request does not ask for, or a negative partition."""
+    cursor = request.cursor
+    if cursor is None:
+        return False
+    named = {topic.name for topic in request.topics}
+    return (bool(named) and cursor.topic_name not in named) or cursor.partition_index < 0
+
+
+async def describe_topic_partitions(context: RequestContext, request) -> object:
+    """DescribeTopicPartitions (75, KIP-966): the topics named (none named: every topic the principal
+    may Describe), from the cursor's topic and partition on, in Kafka's order of names, at most
+    `response_partition_limit` partitions (within 1..MAX_RESPONSE_PARTITIONS); where the page ends
+    inside the topics asked, `next_cursor` says where the next starts. As Kafka's broker: a named
+    topic the principal may not Describe is TOPIC_AUTHORIZATION_FAILED (after the others, without
+    its id), one that does not exist UNKNOWN_TOPIC_OR_PARTITION (INVALID_TOPIC_EXCEPTION for a name
+    no topic could have); each topic answered has the principal's authorized operations (the
+    request has no flag: Kafka always answers them); a cursor outside the topics asked, or with a
+    negative partition, refuses the request whole (each topic INVALID_REQUEST)."""
+    module = response_module(api_table.DESCRIBE_TOPIC_PARTITIONS, context.api_version)
+    if _cursor_refused(request):
+        return _page(
+            module,
+            [
+                _page_topic(module, TopicMetadata(topic.name, None), error=KafkaError.invalid_request)
+                for topic in request.topics
+            ],
+        )
+    cursor = request.cursor
+    first = "" if cursor is None else cursor.topic_name
+    names = None
+    if request.topics:
+        names = sorted({t.name for t in request.topics if _java_order(t.name) >= _java_order(first)}, key=_java_order)
+    found = await context.calls.topic_metadata(context.principal, names, False, missing_topic)
+    if names is None:
+        found = sorted(
+            (t for t in found if _java_order(t.name) >= _java_order(first)), key=lambda t: _java_order(t.name)
+        )
+    refused = [t for t in found if kafka_error(t.error) == KafkaError.topic_authorization_failed]
+    remaining = max(min(MAX_RESPONSE_PARTITIONS, request.response_partition_limit), 1)
+    answered, next_cursor = [], None
+    for topic in (t for t in found if t not in refused):
+        if remaining == 0:  # the page is full: the next one starts at this topic
+            next_cursor = build(module, "Cursor", topic_name=topic.name, partition_index=0)
+            break
+        start = cursor.partition_index if cursor is not None and topic.name == first else 0
+        end = min(topic.partition_count, start + remaining)
+        partitions = tuple(
+            _partition(context, module, "DescribeTopicPartitionsResponsePartition", index)
+            for index in range(start, end)
+        )
+        operations = _operation_bits(topic_operations(context.principal, topic.name))
+        answered.append(_page_topic(module, topic, partitions, operations))
+        if end < topic.partition_count:
+            next_cursor = build(module, "Cursor", topic_name=topic.name, partition_index=end)
+            break
+        remaining -= len(partitions)
+    answered += [_page_topic(module, topic) for topic in refused]  # without an id, as Kafka's broker
+    return _page(module, answered, next_cursor)

@@ -1,6 +1,7 @@
 """Produce: each partition's one RecordBatch, checked and decompressed (record_batches.py), written
 through the produce path HTTP uses. acks=0 gets no answer at all; acks=1 is answered as acks=all
-(an append is durable in PostgreSQL when answered: there are no followers to wait for). A
+(an append is durable in PostgreSQL when answered: there are no followers to wait for); an
+acks=0 Produce with an error closes the connection (CloseConnection), as Kafka's broker does. A
 duplicate of one of a producer's last five batches is answered with its original offsets and no
 error, as Kafka does. From v13 topics are named by id (KIP-516): an id no topic has is answered
 UNKNOWN_TOPIC_ID. v12 is Kafka's first for transaction version 2 (KIP-890), whose transactional
@@ -19,7 +20,7 @@ from app.kafka import api_table
 from app.kafka.broker_calls import ProducedPartition, unknown_topic_id
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import versioned_error
-from app.kafka.frames import build, response_module
+from app.kafka.frames import CloseConnection, build, response_module
 from app.kafka.record_batches import BatchRefused, read_produced
 
 ACKS_NONE = 0
@@ -162,6 +163,13 @@ async def _response(
                 )
             answers[key] = answer
     if request.acks == ACKS_NONE:
+        failed = [
+            f"{topic_key}-{index}: {answer.error_code.name}"
+            for (topic_key, index), answer in answers.items()
+            if answer.error_code != KafkaError.none
+        ]
+        if failed:  # no answer to carry the errors: Kafka's broker closes the connection
+            raise CloseConnection(f"a Produce with acks=0 failed ({', '.join(failed)})")
         return None
     # One entry per topic, each partition once, as Kafka's ProduceResponse (built from its map).
     by_topic: dict[object, list] = {}

@@ -25,6 +25,7 @@ from app.kafka.broker_calls import TxnOffset
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import versioned_error
 from app.kafka.frames import build, response_module
+from txbroker.wire import NO_LEADER_EPOCH
 
 # The first version of each API whose clients know PRODUCER_FENCED (KIP-588).
 PRODUCER_FENCED_SINCE = 2
@@ -93,7 +94,13 @@ async def add_offsets(context: RequestContext, request) -> object:
 async def txn_offset_commit(context: RequestContext, request) -> object:
     module = response_module(api_table.TXN_OFFSET_COMMIT, context.api_version)
     offsets = [
-        TxnOffset(topic.name, partition.partition_index, partition.committed_offset, partition.committed_metadata)
+        TxnOffset(
+            topic.name,
+            partition.partition_index,
+            partition.committed_offset,
+            partition.committed_metadata,
+            getattr(partition, "committed_leader_epoch", NO_LEADER_EPOCH),  # v2+
+        )
         for topic in request.topics
         for partition in topic.partitions
     ]

@@ -11,6 +11,9 @@ offset of the record that committed it (`record_offset`), and a transactional co
 marker replaces only an offset committed by an earlier record (a plain commit made while it was
 pending stays). A transactional commit's records belong to its transaction (producer id and epoch,
 is_transactional), so a read_committed reader of `__consumer_offsets` never sees an aborted one.
+
+Each offset keeps the leader epoch its commit carried (NO_LEADER_EPOCH: none), as Kafka's
+OffsetCommitValue does: it travels with the offset, pending and settled, and goes with it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from app.storage.log import record_codec
 from app.storage.log.append import BatchAppend, append_batch_or_raise, append_for_coordinator
 from app.storage.log.topics import TopicInfo
 from app.storage.rows import all_from_rows
-from txbroker.wire import NO_OFFSET
+from txbroker.wire import NO_LEADER_EPOCH, NO_OFFSET
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,7 @@ class OffsetEntry:
     partition: int
     offset: int
     metadata: str | None
+    leader_epoch: int
 
 
 def _record_key(group_id: str, topic: str, partition: int) -> str:
@@ -46,7 +50,13 @@ def _commit_batch(group_id: str, entries: list[OffsetEntry], now_ms: int, transa
         record_codec.TextRecord(
             _record_key(group_id, e.topic, e.partition),
             orjson.dumps(
-                {"offset": e.offset, "metadata": e.metadata, "commit_timestamp_ms": now_ms, "transaction": transaction}
+                {
+                    "offset": e.offset,
+                    "leader_epoch": e.leader_epoch,
+                    "metadata": e.metadata,
+                    "commit_timestamp_ms": now_ms,
+                    "transaction": transaction,
+                }
             ).decode(),
         )
         for e in entries
@@ -71,9 +81,11 @@ async def commit(
     )
     await conn.executemany(
         "INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms, "
-        "record_offset) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
+        "record_offset, leader_epoch) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
+        "ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
         "committed_offset = EXCLUDED.committed_offset, metadata = EXCLUDED.metadata, "
-        "commit_timestamp_ms = EXCLUDED.commit_timestamp_ms, record_offset = EXCLUDED.record_offset",
+        "commit_timestamp_ms = EXCLUDED.commit_timestamp_ms, record_offset = EXCLUDED.record_offset, "
+        "leader_epoch = EXCLUDED.leader_epoch",
         [
             (
                 group_id,
@@ -83,6 +95,7 @@ async def commit(
                 offset_metadata.stored(e.metadata),
                 now_ms,
                 appended.base_offset + index,
+                e.leader_epoch,
             )
             for index, e in enumerate(entries)
         ],
@@ -107,11 +120,12 @@ async def stage(
     appended = await append_for_coordinator(conn, offsets_topic, offsets_partition, batch, producer_id, producer_epoch)
     await conn.executemany(
         "INSERT INTO pending_txn_offsets (group_id, topic, partition, producer_id, producer_epoch, offsets_partition, "
-        "committed_offset, metadata, commit_timestamp_ms, record_offset) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) "
+        "committed_offset, metadata, commit_timestamp_ms, record_offset, leader_epoch) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) "
         "ON CONFLICT (group_id, topic, partition, producer_id) DO UPDATE SET producer_epoch = EXCLUDED.producer_epoch, "
         "committed_offset = EXCLUDED.committed_offset, metadata = EXCLUDED.metadata, "
-        "commit_timestamp_ms = EXCLUDED.commit_timestamp_ms, record_offset = EXCLUDED.record_offset",
+        "commit_timestamp_ms = EXCLUDED.commit_timestamp_ms, record_offset = EXCLUDED.record_offset, "
+        "leader_epoch = EXCLUDED.leader_epoch",
         [
             (
                 group_id,
@@ -124,6 +138,7 @@ async def stage(
                 offset_metadata.stored(e.metadata),
                 now_ms,
                 appended.base_offset + index,
+                e.leader_epoch,
             )
             for index, e in enumerate(entries)
         ],
@@ -138,14 +153,16 @@ async def stage(
 _SETTLE_COMMIT_SQL = """
 WITH settled AS (
     DELETE FROM pending_txn_offsets WHERE offsets_partition = $1 AND producer_id = $2 AND producer_epoch = $3
-    RETURNING group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms, record_offset
+    RETURNING group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms, record_offset,
+              leader_epoch
 )
 INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms,
-                           record_offset)
-SELECT group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms, record_offset FROM settled
+                           record_offset, leader_epoch)
+SELECT group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms, record_offset, leader_epoch
+FROM settled
 ON CONFLICT (group_id, topic, partition) DO UPDATE SET committed_offset = EXCLUDED.committed_offset,
     metadata = EXCLUDED.metadata, commit_timestamp_ms = EXCLUDED.commit_timestamp_ms,
-    record_offset = EXCLUDED.record_offset
+    record_offset = EXCLUDED.record_offset, leader_epoch = EXCLUDED.leader_epoch
 WHERE group_offsets.record_offset < EXCLUDED.record_offset
 """
 
@@ -234,13 +251,15 @@ class CommittedOffset:
     partition: int
     offset: int
     metadata: str | None
+    leader_epoch: int
     pending: bool  # a transactional commit for this partition awaits its marker
 
 
 async def fetch(
     conn: asyncpg.Connection, group_id: str, partitions: list[tuple[str, int]] | None
 ) -> list[CommittedOffset]:
-    """Visible committed offsets (NO_OFFSET where none), with whether a transactional one is pending.
+    """Visible committed offsets (NO_OFFSET and NO_LEADER_EPOCH where none), with whether a
+    transactional one is pending.
     With partitions None: every partition the group has committed or has pending."""
     rows = await conn.fetch(
         "WITH wanted AS (SELECT * FROM unnest($2::text[], $3::int[]) AS w(topic, partition)), "
@@ -248,7 +267,7 @@ async def fetch(
         "          UNION SELECT topic, partition FROM pending_txn_offsets WHERE group_id = $1), "
         "keys AS (SELECT topic, partition FROM wanted WHERE $4 "
         "         UNION ALL SELECT topic, partition FROM known WHERE NOT $4) "
-        "SELECT k.topic, k.partition, o.committed_offset, o.metadata, "
+        "SELECT k.topic, k.partition, o.committed_offset, o.metadata, o.leader_epoch, "
         "       EXISTS (SELECT 1 FROM pending_txn_offsets p WHERE p.group_id = $1 AND p.topic = k.topic "
         "               AND p.partition = k.partition) AS pending "
         "FROM keys k LEFT JOIN group_offsets o ON o.group_id = $1 AND o.topic = k.topic AND o.partition = k.partition "
@@ -264,6 +283,7 @@ async def fetch(
             r["partition"],
             NO_OFFSET if r["committed_offset"] is None else r["committed_offset"],
             offset_metadata.read(r["metadata"]),
+            NO_LEADER_EPOCH if r["leader_epoch"] is None else r["leader_epoch"],
             r["pending"],
         )
         for r in rows
