@@ -9,8 +9,8 @@ What txbroker does with a config is one of three things (`Effect`):
 - NOTHING_TO_APPLY: txbroker's storage has nothing it applies to (PostgreSQL has no segment files,
   indexes or page-cache flushes; a partition has one replica, PostgreSQL's, and no tiered storage).
   The value is validated as Kafka validates it, kept and described, and changes nothing;
-- ONLY_ITS_DEFAULT: txbroker behaves as the config's default (e.g. no lag bound on compaction) and
-  does not yet do what another value asks: that value is refused (INVALID_CONFIG) rather than kept and
+- ONLY_ITS_DEFAULT: txbroker behaves as the config's default (e.g. no minimum lag before
+  compaction) and does not yet do what another value asks: that value is refused (INVALID_CONFIG) rather than kept and
   ignored, so a topic never claims a behaviour it does not have.
 
 Configs Kafka 4.0 removed (`message.format.version`, `message.timestamp.difference.max.ms`,
@@ -176,6 +176,14 @@ SPECS: tuple[TopicConfigSpec, ...] = (
         minimum=0,
     ),
     TopicConfigSpec(
+        "max.compaction.lag.ms",
+        ConfigKind.LONG,
+        LONG_MAX,
+        Effect.APPLIED,
+        "the longest a record not yet compacted waits for min.cleanable.dirty.ratio before compaction runs anyway",
+        minimum=1,
+    ),
+    TopicConfigSpec(
         "max.message.bytes",
         ConfigKind.INT,
         1_048_576,
@@ -264,15 +272,6 @@ SPECS: tuple[TopicConfigSpec, ...] = (
     TopicConfigSpec("segment.ms", ConfigKind.LONG, 604_800_000, Effect.NOTHING_TO_APPLY, _NO_SEGMENTS, minimum=1),
     TopicConfigSpec("unclean.leader.election.enable", ConfigKind.BOOLEAN, False, Effect.NOTHING_TO_APPLY, _ONE_REPLICA),
     # Only txbroker's own behaviour, which is the default's; another value is refused until built.
-    TopicConfigSpec(
-        "max.compaction.lag.ms",
-        ConfigKind.LONG,
-        LONG_MAX,
-        Effect.ONLY_ITS_DEFAULT,
-        "compaction runs by min.cleanable.dirty.ratio alone",
-        minimum=1,
-        refusal="txbroker's compaction runs by min.cleanable.dirty.ratio alone, with no lag bound",
-    ),
     _timestamp_bound("message.timestamp.after.max.ms"),
     _timestamp_bound("message.timestamp.before.max.ms"),
     TopicConfigSpec(
@@ -282,7 +281,7 @@ SPECS: tuple[TopicConfigSpec, ...] = (
         Effect.ONLY_ITS_DEFAULT,
         "compaction may take any committed record",
         minimum=0,
-        refusal="txbroker's compaction may take any committed record, however recent",
+        refusal="txbroker's compaction may take any committed record below the LSO, however recent",
     ),
 )
 
