@@ -26,6 +26,7 @@ each transaction's own are kept, and they are.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 
 from app.clock import now_ms
@@ -40,8 +41,8 @@ from app.coordinator.transaction_coordinator import (
 from app.coordinator.transaction_metadata import TRANSACTION_VERSION_BUMP
 from app.coordinator.write_batching import WriteBatcher
 from app.errors import BrokerError
-from app.storage.log import markers, record_codec
-from app.storage.log.append import BatchAppend
+from app.storage.log import batch_form, markers, record_codec
+from app.storage.log.append import AppendResult, BatchAppend
 from app.storage.log.record_codec import EncodedBatch
 from app.storage.log.topics import CONSUMER_OFFSETS_TOPIC, unknown_topic
 from app.storage.transactions import producer_ids
@@ -150,6 +151,7 @@ class BatchedWrites:
         transactional_ids.update(r.transactional_id for r in requests if isinstance(r, _COORDINATOR_REQUESTS))
         idempotent = {c.producer_id for c in produces if not c.is_plain and c.transactional_id is None}
         adds_offsets = any(isinstance(r, AddOffsetsCommand) for r in requests)
+        appended_ms = now_ms()  # the write batch's append time (Kafka's LogAppendTime)
         async with coordinator.unit_of_work(atomic=_needs_transaction(requests)) as unit:
             topic_names = {e.topic for c in produces for e in c.partitions}
             topic_names.update(t for r in requests if isinstance(r, AddPartitionsCommand) for t, _ in r.partitions)
@@ -210,11 +212,14 @@ class BatchedWrites:
                         continue
                     results.append(None)
                     owners.append((request_index, partition_index))
+                    # In the form the topic stores (its codec and timestamps) as this write batch read
+                    # its config: a change applies to the appends that read it, as in Kafka a batch
+                    # validated just before a change keeps the old form (either is one any reader reads).
                     appends.append(
                         BatchAppend(
                             topic,
                             entry.partition,
-                            batch,
+                            batch_form.as_topic_stores(batch, topic, appended_ms),
                             command.producer_id,
                             command.producer_epoch,
                             entry.base_sequence,
@@ -224,7 +229,13 @@ class BatchedWrites:
                 answers.append(results)
             # The transaction log's write goes with the record batches' and the markers' (one round trip),
             # last: see the unit of work's lock order.
-            written = await unit.write_partitions_and_save(appends, ends, now_ms())
-            for (request_index, partition_index), result in zip(owners, written):
+            written = await unit.write_partitions_and_save(appends, ends, appended_ms)
+            for (request_index, partition_index), append, result in zip(owners, appends, written, strict=True):
+                if (
+                    isinstance(result, AppendResult)
+                    and not result.duplicate
+                    and batch_form.uses_log_append_time(append.topic)
+                ):
+                    result = dataclasses.replace(result, log_append_time_ms=appended_ms)
                 answers[request_index][partition_index] = result
         return answers

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from app.errors import BrokerError, ErrorCode
-from app.storage.log import partition_log
+from app.storage.log import batch_form, partition_log
 from app.storage.log.append_notifier import AppendNotifier
 from app.storage.log.batch_reads import StoredBatch, read_batches
 from app.storage.log.fetching import FetchPosition, PartitionFetch, fetch
@@ -104,6 +104,13 @@ class FetchedBatches:
     error: BrokerError | None = None
     state: PartitionState | None = None
     batches: list[StoredBatch] = field(default_factory=list)
+    # The codec its topic's batches are sent in (compression.type; the producer's own: none).
+    codec: batch_form.TopicCodec = batch_form.PRODUCERS_CODEC
+
+    def in_topic_codec(self, rendered: bytes) -> bytes:
+        """A batch the door rendered from the JSON form (uncompressed) in the codec its topic sends,
+        so that every data batch of a topic with a codec comes in it, whichever door produced it."""
+        return batch_form.in_codec(rendered, self.codec)
 
     @property
     def size(self) -> int:
@@ -180,6 +187,7 @@ async def _read_batches(
                 result.error = unknown_partition(topic, position.partition)
                 continue
             result.state = state
+            result.codec = batch_form.topic_codec(topic)
             if not state.log_start_offset <= position.offset <= state.high_watermark:
                 result.error = BrokerError(
                     ErrorCode.OFFSET_OUT_OF_RANGE,

@@ -15,7 +15,7 @@ import asyncpg
 from app.clock import now_ms
 from app.errors import BrokerError
 from app.storage.lifecycle import log_cleaner
-from app.storage.log import partition_log, topics
+from app.storage.log import partition_log, topic_configs, topics
 from app.storage.log.partition_log import NO_OFFSET, PartitionState
 from app.storage.log.topics import (
     DEFAULT_TOPIC_CONFIG,
@@ -30,6 +30,8 @@ from app.storage.security import principals
 
 __all__ = [
     "DEFAULT_TOPIC_CONFIG",
+    "KAFKA_CONFIG_DEFAULTS",
+    "TOPIC_CONFIG_SPECS",
     "PartitionState",
     "RecordsDeleted",
     "TopicInfo",
@@ -37,6 +39,7 @@ __all__ = [
     "create_topic",
     "delete_records",
     "delete_topic",
+    "described_config_text",
     "describe_topic",
     "describe_topics",
     "find_topics",
@@ -45,14 +48,27 @@ __all__ = [
     "grow_partitions",
     "is_internal_name",
     "kafka_topic_id",
+    "parsed_config_text",
     "list_topics",
     "missing_topic",
     "stored_bytes",
+    "topic_config_spec",
     "unknown_topic",
     "unknown_topic_id",
 ]
 
 TopicWithPartitions = tuple[TopicInfo, list[PartitionState]]
+
+# Kafka's topic configs, the core's one table of them (storage's topic_configs.py), for the doors.
+TOPIC_CONFIG_SPECS = topic_configs.SPECS
+KAFKA_CONFIG_DEFAULTS = topic_configs.KAFKA_DEFAULTS
+topic_config_spec = topic_configs.spec_of
+described_config_text = topic_configs.described_text
+
+
+def parsed_config_text(key: str, text: str | None) -> Any:
+    """A config's value as Kafka's protocol carries it (text), read and checked as Kafka does (INVALID_CONFIG)."""
+    return topic_configs.parsed_text(topic_configs.SPECS_BY_KEY[key], text)
 
 
 def _everything(_name: str) -> bool:

@@ -819,8 +819,8 @@ class GroupCalls:
         return DescribedGroup(group_id, None, state, protocol_type, protocol, members)
 
 
-# Kafka's topic config names are txbroker's keys with dots (retention.ms is retention_ms, ...).
-KAFKA_CONFIG_NAMES = {key.replace("_", "."): key for key in topic_admin.DEFAULT_TOPIC_CONFIG}
+# Kafka's topic configs (the core's table: topic_admin.TOPIC_CONFIG_SPECS), by Kafka's name.
+KAFKA_CONFIG_NAMES = {spec.name: spec.key for spec in topic_admin.TOPIC_CONFIG_SPECS}
 # IncrementalAlterConfigs' operations.
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -830,46 +830,42 @@ class ConfigEntry:
     name: str  # Kafka's name
     value: str
     server_default: str  # what the server gives topics created without it
+    kind: str  # Kafka's type name (LONG, LIST, ...)
+    documentation: str
 
 
 def _config_key(name: str) -> str:
-    key = KAFKA_CONFIG_NAMES.get(name)
-    if key is None:
-        raise BrokerError(
-            ErrorCode.INVALID_CONFIG,
-            f"topic config {name!r} is not one txbroker has: expected some of {sorted(KAFKA_CONFIG_NAMES)}",
-        )
-    return key
+    return topic_admin.topic_config_spec(name, kafka_name=True).key
 
 
 def _config_value(key: str, text: str | None):
-    if key == "cleanup_policy":
-        return text
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        raise BrokerError(
-            ErrorCode.INVALID_CONFIG, f"topic config {key.replace('_', '.')}={text!r} is invalid: expected an integer"
-        ) from None
+    """A config's value as Kafka's protocol carries it (text), read as Kafka reads it; INVALID_CONFIG if bad."""
+    return topic_admin.parsed_config_text(key, text)
 
 
 def _altered(config: dict, alterations: list[tuple[str, int, str | None]], defaults: dict) -> dict:
     """The config after IncrementalAlterConfigs' operations (SET, DELETE: back to the default,
-    APPEND/SUBTRACT: to and from cleanup.policy's list)."""
+    APPEND/SUBTRACT: to and from a list config, cleanup.policy or the throttled replicas)."""
     config = dict(config)
     for name, operation, text in alterations:
-        key = _config_key(name)
+        spec = topic_admin.topic_config_spec(name, kafka_name=True)
+        key = spec.key
         if operation == SET:
             config[key] = _config_value(key, text)
-        elif operation == DELETE:
-            config[key] = defaults[key]
-        elif operation in (APPEND, SUBTRACT) and key == "cleanup_policy":
-            config[key] = ",".join(_list_altered(config[key], operation, text or ""))
+        elif operation == DELETE:  # back to the server's default, or to Kafka's for a config it gives none
+            if key in defaults:
+                config[key] = defaults[key]
+            else:
+                config.pop(key, None)
+        elif operation in (APPEND, SUBTRACT) and spec.kind == "LIST":
+            current = config.get(key, topic_admin.KAFKA_CONFIG_DEFAULTS[key])
+            config[key] = ",".join(_list_altered(current, operation, text or ""))
         else:
             raise BrokerError(
                 ErrorCode.INVALID_CONFIG,
                 f"operation {operation} on {name!r}: expected 0 (set) or 1 (delete), or 2 (append) / 3 (subtract) "
-                f"on the list cleanup.policy",
+                f"on a list config (cleanup.policy, leader.replication.throttled.replicas, "
+                f"follower.replication.throttled.replicas)",
             )
     return config
 
@@ -981,12 +977,20 @@ class AdminCalls:
     async def describe_config(self, principal: Principal, name: str, keys: list[str] | None) -> list[ConfigEntry]:
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)  # Kafka: DescribeConfigs, implied by it
         topic = await topic_admin.get_topic(self._state.pool, name)
-        defaults = self._defaults
+        defaults = {**topic_admin.KAFKA_CONFIG_DEFAULTS, **self._defaults}
         entries = []
-        for kafka_name, key in sorted(KAFKA_CONFIG_NAMES.items()):
-            if keys is not None and kafka_name not in keys:
+        for spec in sorted(topic_admin.TOPIC_CONFIG_SPECS, key=lambda spec: spec.name):
+            if keys is not None and spec.name not in keys:
                 continue
-            entries.append(ConfigEntry(kafka_name, str(topic.setting(key)), str(defaults[key])))
+            entries.append(
+                ConfigEntry(
+                    spec.name,
+                    topic_admin.described_config_text(topic.setting(spec.key)),
+                    topic_admin.described_config_text(defaults[spec.key]),
+                    str(spec.kind),
+                    spec.documentation,
+                )
+            )
         return entries
 
     def broker_settings(self, principal: Principal) -> Settings:

@@ -65,48 +65,38 @@ class DescribedConfig:
         return self.source == ConfigSource.DEFAULT_CONFIG
 
 
-@dataclass(frozen=True, slots=True)
-class _TopicConfig:
-    config_type: ConfigType
-    # The broker config that gives topics their default (Kafka's synonym), and the server setting
-    # that is it (None: txbroker's default is fixed, never set by the operator).
-    broker_config: str
-    setting: str | None
-    documentation: str
-
-
-# txbroker's topic configs (topic_admin.DEFAULT_TOPIC_CONFIG's keys, under Kafka's names).
-TOPIC_CONFIGS = {
-    "cleanup.policy": _TopicConfig(
-        ConfigType.LIST,
-        "log.cleanup.policy",
-        "log_cleanup_policy",
-        "delete (retention by time and size), compact (the last record of each key kept), or both",
-    ),
-    "delete.retention.ms": _TopicConfig(
-        ConfigType.LONG,
-        "log.cleaner.delete.retention.ms",
-        "log_delete_retention_ms",
-        "how long compaction keeps a tombstone (a null value) once it reaches it",
-    ),
-    "max.message.bytes": _TopicConfig(
-        ConfigType.INT,
-        "message.max.bytes",
-        None,
-        "the largest record batch the topic accepts, in bytes as stored",
-    ),
-    "retention.bytes": _TopicConfig(
-        ConfigType.LONG,
-        "log.retention.bytes",
-        "log_retention_bytes",
-        "the most bytes a partition keeps before retention deletes its oldest batches (-1: no limit)",
-    ),
-    "retention.ms": _TopicConfig(
-        ConfigType.LONG,
-        "log.retention.ms",
-        "log_retention_ms",
-        "how long a batch is kept before retention deletes it (-1: forever)",
-    ),
+# Each topic config's synonym, as Kafka's ServerTopicConfigSynonyms names it: the broker config that
+# gives topics their default, and the server setting that is it (None: txbroker's default is Kafka's
+# and fixed). A topic config without one (throttled replicas, tiered storage) has its default alone.
+TOPIC_CONFIG_SYNONYMS: dict[str, tuple[str, str | None]] = {
+    "cleanup.policy": ("log.cleanup.policy", "log_cleanup_policy"),
+    "compression.gzip.level": ("compression.gzip.level", None),
+    "compression.lz4.level": ("compression.lz4.level", None),
+    "compression.type": ("compression.type", None),
+    "compression.zstd.level": ("compression.zstd.level", None),
+    "delete.retention.ms": ("log.cleaner.delete.retention.ms", "log_delete_retention_ms"),
+    "file.delete.delay.ms": ("log.segment.delete.delay.ms", None),
+    "flush.messages": ("log.flush.interval.messages", None),
+    "flush.ms": ("log.flush.interval.ms", None),
+    "index.interval.bytes": ("log.index.interval.bytes", None),
+    "local.retention.bytes": ("log.local.retention.bytes", None),
+    "local.retention.ms": ("log.local.retention.ms", None),
+    "max.compaction.lag.ms": ("log.cleaner.max.compaction.lag.ms", None),
+    "max.message.bytes": ("message.max.bytes", None),
+    "message.timestamp.after.max.ms": ("log.message.timestamp.after.max.ms", None),
+    "message.timestamp.before.max.ms": ("log.message.timestamp.before.max.ms", None),
+    "message.timestamp.type": ("log.message.timestamp.type", None),
+    "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio", None),
+    "min.compaction.lag.ms": ("log.cleaner.min.compaction.lag.ms", None),
+    "min.insync.replicas": ("min.insync.replicas", None),
+    "preallocate": ("log.preallocate", None),
+    "retention.bytes": ("log.retention.bytes", "log_retention_bytes"),
+    "retention.ms": ("log.retention.ms", "log_retention_ms"),
+    "segment.bytes": ("log.segment.bytes", None),
+    "segment.index.bytes": ("log.index.size.max.bytes", None),
+    "segment.jitter.ms": ("log.roll.jitter.ms", None),
+    "segment.ms": ("log.roll.ms", None),
+    "unclean.leader.election.enable": ("unclean.leader.election.enable", None),
 }
 
 
@@ -117,17 +107,26 @@ def _server_source(settings: Settings, setting: str | None) -> ConfigSource:
     return ConfigSource.DEFAULT_CONFIG
 
 
-def topic_config(settings: Settings, name: str, value: str, server_default: str) -> DescribedConfig:
-    """A topic config: the topic's own value when it differs from the server's default for new
-    topics (Kafka: a topic override), else that default, from where the server has it."""
-    config = TOPIC_CONFIGS[name]
-    server = Synonym(config.broker_config, server_default, _server_source(settings, config.setting))
+def topic_config(
+    settings: Settings, name: str, value: str, server_default: str, kind: str, documentation: str
+) -> DescribedConfig:
+    """A topic config (`kind`: Kafka's type name, e.g. LONG): the topic's own value when it differs
+    from the server's default for new topics (Kafka: a topic override), else that default, from where
+    the server has it."""
+    config_type = ConfigType[kind]
+    synonym = TOPIC_CONFIG_SYNONYMS.get(name)
+    if synonym is None:
+        server = Synonym(name, server_default, ConfigSource.DEFAULT_CONFIG)
+        defaults: tuple[Synonym, ...] = ()
+    else:
+        server = Synonym(synonym[0], server_default, _server_source(settings, synonym[1]))
+        defaults = (server,)
     if value != server_default:
         source = ConfigSource.DYNAMIC_TOPIC_CONFIG
-        synonyms = (Synonym(name, value, source), server)
+        synonyms = (Synonym(name, value, source), *defaults)
     else:
-        source, synonyms = server.source, (server,)
-    return DescribedConfig(name, value, source, config.config_type, config.documentation, False, synonyms)
+        source, synonyms = server.source, defaults
+    return DescribedConfig(name, value, source, config_type, documentation, False, synonyms)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,12 +4,14 @@ In: a produced partition's bytes, checked as Kafka's log validator checks them (
 magic 2, its CRC, no control batch from a client, records numbered 0..n-1, as many as it declares)
 and decompressed within a bound (compression.py), its records read once for what the write path
 needs of them (count, largest record, timestamps). The batch itself is what storage keeps
-(record_codec's RecordBatch form): uncompressed, base offset 0, leader epoch -1.
+(record_codec's RecordBatch form): in the codec its producer chose, base offset 0, leader epoch -1
+(the core then stores it in its topic's codec, compression.type: storage's batch_form.py).
 
 Out: a batch stored in that form as it is, its base offset patched in (stored_batch_at); one
 stored in the JSON form (written over HTTP, or rewritten by compaction) rendered, uncompressed,
-with its stored base offset, producer id, epoch, base sequence and transactional flag; a marker
-as the control batch Kafka writes, so clients skip it as they do.
+with its stored base offset, producer id, epoch, base sequence and transactional flag (the fetch
+then sends it in its topic's codec); a marker as the control batch Kafka writes, uncompressed as
+Kafka writes it, so clients skip it as they do.
 
 The records are read and written by aiokafka's record module, whose reader and builder are compiled
 (Cython): kafka-python's (kafka.record), in Python, took several times as long per record
@@ -76,8 +78,8 @@ class RecordFields(Protocol):
 @dataclass(frozen=True, slots=True)
 class ProducedBatch:
     """A produced batch, checked, in the form storage keeps (storage's record_codec, "RecordBatch"):
-    uncompressed, base offset 0, partition leader epoch -1; and what the write path needs of its
-    records, read once while checking them."""
+    in its producer's codec, base offset 0, partition leader epoch -1; and what the write path needs
+    of its records, read once while checking them."""
 
     producer_id: int
     producer_epoch: int
@@ -140,13 +142,13 @@ def read_produced(data: bytes, uncompressed_limit: int) -> ProducedBatch:
             f"expected {record_count - 1}",
         )
     codec = attributes & DefaultRecordBatch.CODEC_MASK
-    stored = _stored_form(data, codec, attributes, uncompressed_limit)
+    stored, readable = _stored_form(data, codec, attributes, uncompressed_limit)
     largest = 0
     first_timestamp = max_timestamp = None
     index = -1
     keyless = []
     try:
-        for index, record in enumerate(RecordReader(stored)):
+        for index, record in enumerate(RecordReader(readable)):
             if record.offset != index:
                 raise BatchRefused(
                     KafkaError.invalid_record, f"record {index} of the batch has offset delta {record.offset}"
@@ -179,7 +181,7 @@ def read_produced(data: bytes, uncompressed_limit: int) -> ProducedBatch:
         largest,
         first_timestamp,
         max_timestamp,
-        len(stored) - HEADER.size,
+        len(readable) - HEADER.size,
         tuple(keyless),
     )
 
@@ -188,31 +190,33 @@ _STORED_PREFIX = _BASE_OFFSET.pack(0)
 _STORED_LEADER_EPOCH = _LEADER_EPOCH.pack(NO_LEADER_EPOCH)
 
 
-def _stored_form(data: bytes, codec: int, attributes: int, uncompressed_limit: int) -> bytes:
-    """The checked batch as storage keeps it: uncompressed (its codec bits cleared and its CRC
-    recomputed), base offset 0 and partition leader epoch -1, which the CRC does not cover."""
+def _stored_form(data: bytes, codec: int, attributes: int, uncompressed_limit: int) -> tuple[bytes, bytes]:
+    """The checked batch as storage keeps it, in the codec its producer chose (the core stores it
+    in its topic's codec, compression.type), with base offset 0 and partition leader epoch -1, which
+    the CRC does not cover; and the batch uncompressed, whose records the checks read (the same
+    bytes when it is not compressed)."""
     if codec == compression.CODEC_NONE:
         if len(data) - HEADER.size > uncompressed_limit:
             raise _corrupt(f"the batch's {len(data) - HEADER.size} bytes exceed what this request may still carry")
-        if data.startswith(_STORED_PREFIX) and data.startswith(_STORED_LEADER_EPOCH, _LEADER_EPOCH_OFFSET):
-            return data  # as clients send it: stored without a copy
-        stored = bytearray(data)
+        readable = None
     else:
         try:
             body = compression.decompress(codec, data[HEADER.size :], uncompressed_limit)
         except compression.DecompressionRefused as error:
             raise _corrupt(str(error)) from error
-        stored = bytearray(data[: HEADER.size]) + body
-        _ATTRIBUTES.pack_into(stored, DefaultRecordBatch.ATTRIBUTES_OFFSET, attributes & ~DefaultRecordBatch.CODEC_MASK)
-        _LENGTH.pack_into(stored, _LENGTH_OFFSET, len(stored) - DefaultRecordBatch.AFTER_LEN_OFFSET)
-        _CRC.pack_into(
-            stored,
-            DefaultRecordBatch.CRC_OFFSET,
-            calc_crc32c(memoryview(stored)[DefaultRecordBatch.ATTRIBUTES_OFFSET :]),
+        readable = bytearray(data[: HEADER.size]) + body
+        _ATTRIBUTES.pack_into(
+            readable, DefaultRecordBatch.ATTRIBUTES_OFFSET, attributes & ~DefaultRecordBatch.CODEC_MASK
         )
-    _BASE_OFFSET.pack_into(stored, 0, 0)
-    _LEADER_EPOCH.pack_into(stored, _LEADER_EPOCH_OFFSET, NO_LEADER_EPOCH)
-    return bytes(stored)
+        _LENGTH.pack_into(readable, _LENGTH_OFFSET, len(readable) - DefaultRecordBatch.AFTER_LEN_OFFSET)
+    if data.startswith(_STORED_PREFIX) and data.startswith(_STORED_LEADER_EPOCH, _LEADER_EPOCH_OFFSET):
+        stored = data  # as clients send it: stored without a copy
+    else:
+        patched = bytearray(data)
+        _BASE_OFFSET.pack_into(patched, 0, 0)
+        _LEADER_EPOCH.pack_into(patched, _LEADER_EPOCH_OFFSET, NO_LEADER_EPOCH)
+        stored = bytes(patched)
+    return stored, stored if readable is None else bytes(readable)
 
 
 def stored_batch_at(base_offset: int, stored: bytes) -> tuple[bytes, memoryview]:

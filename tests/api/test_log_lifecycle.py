@@ -918,3 +918,30 @@ def test_compaction_waits_until_half_the_log_is_new(server, client):
     clean(server)  # 10 new of 20: compacted
     assert stored_batches(server, "ratio") == 10
     assert {r["value"] for r in fetch(client, "ratio", 0)["records"]} == {"second"}
+
+
+def test_compaction_waits_for_the_topics_own_min_cleanable_dirty_ratio(server, client):
+    """Kafka's min.cleanable.dirty.ratio, per topic: 0.1 compacts what 0.5 would leave waiting."""
+    create(client, "own-ratio", cleanup_policy="compact", min_cleanable_dirty_ratio=0.1)
+    for key in range(10):
+        produce(client, "own-ratio", [{"key": f"k{key}", "value": "first"}])
+    clean(server)
+    produce(client, "own-ratio", [{"key": "k0", "value": "second"}])
+    produce(client, "own-ratio", [{"key": "k1", "value": "second"}])
+    clean(server)  # 2 new batches of 12, above 0.1: compacted (the default, 0.5, would wait)
+    assert stored_batches(server, "own-ratio") == 10
+
+
+def test_a_record_older_than_max_compaction_lag_is_compacted_whatever_the_ratio(server, client):
+    """Kafka's max.compaction.lag.ms: records not yet compacted wait for the dirty ratio at most
+    that long (by their timestamps), then the partition is compacted anyway."""
+    create(client, "max-lag", cleanup_policy="compact", max_compaction_lag_ms=3_600_000)
+    for key in range(10):
+        produce(client, "max-lag", [{"key": f"k{key}", "value": "first"}])
+    clean(server)
+    produce(client, "max-lag", [{"key": "k0", "value": "second"}])  # timestamped now: within the lag
+    clean(server)  # 1 new batch of 11, below the ratio, none overdue: not yet
+    assert stored_batches(server, "max-lag") == 11
+    produce(client, "max-lag", [{"key": "k1", "value": "second", "timestamp_ms": 1_000}])  # from 1970: overdue
+    clean(server)  # 2 new of 12, below the ratio, but one is older than the lag: compacted
+    assert stored_batches(server, "max-lag") == 10

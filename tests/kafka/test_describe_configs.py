@@ -15,6 +15,57 @@ from tests.kafka.clients import WAIT_S, bootstrap
 from tests.kafka.raw import RawConnection, nested, request_of
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+# Kafka 4.0's topic configs (its LogConfig; message.format.version, message.timestamp.difference.max.ms
+# and message.downconversion.enable are gone since 4.0).
+KAFKA_4_TOPIC_CONFIGS = {
+    "cleanup.policy",
+    "compression.gzip.level",
+    "compression.lz4.level",
+    "compression.type",
+    "compression.zstd.level",
+    "delete.retention.ms",
+    "file.delete.delay.ms",
+    "flush.messages",
+    "flush.ms",
+    "follower.replication.throttled.replicas",
+    "index.interval.bytes",
+    "leader.replication.throttled.replicas",
+    "local.retention.bytes",
+    "local.retention.ms",
+    "max.compaction.lag.ms",
+    "max.message.bytes",
+    "message.timestamp.after.max.ms",
+    "message.timestamp.before.max.ms",
+    "message.timestamp.type",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
+    "min.insync.replicas",
+    "preallocate",
+    "remote.log.copy.disable",
+    "remote.log.delete.on.disable",
+    "remote.storage.enable",
+    "retention.bytes",
+    "retention.ms",
+    "segment.bytes",
+    "segment.index.bytes",
+    "segment.jitter.ms",
+    "segment.ms",
+    "unclean.leader.election.enable",
+}
+FIVE_TYPES = {
+    "cleanup.policy": "LIST",
+    "delete.retention.ms": "LONG",
+    "max.message.bytes": "INT",
+    "retention.bytes": "LONG",
+    "retention.ms": "LONG",
+}
+NEW_TYPES = {
+    "compression.type": "STRING",
+    "segment.bytes": "INT",
+    "min.cleanable.dirty.ratio": "DOUBLE",
+    "preallocate": "BOOLEAN",
+    "leader.replication.throttled.replicas": "LIST",
+}
 
 
 def create(server, topic: str, **config: str) -> None:
@@ -41,20 +92,9 @@ def confluent_configs(server, resource: ConfigResource) -> dict:
 def test_a_topics_configs_carry_kafkas_types_and_sources(kafka_server):
     create(kafka_server, "described", **{"retention.ms": "3600000"})
     configs = kafka_python_configs(kafka_server, ConfigResourceType.TOPIC, "described")
-    assert set(configs) == {
-        "cleanup.policy",
-        "delete.retention.ms",
-        "max.message.bytes",
-        "retention.bytes",
-        "retention.ms",
-    }
-    assert {name: config["config_type"] for name, config in configs.items()} == {
-        "cleanup.policy": "LIST",
-        "delete.retention.ms": "LONG",
-        "max.message.bytes": "INT",
-        "retention.bytes": "LONG",
-        "retention.ms": "LONG",
-    }
+    assert set(configs) == KAFKA_4_TOPIC_CONFIGS  # every one Kafka 4.0 has, as a Kafka broker describes them
+    assert {name: configs[name]["config_type"] for name in FIVE_TYPES} == FIVE_TYPES
+    assert {name: configs[name]["config_type"] for name in NEW_TYPES} == NEW_TYPES
     # Set on the topic: a topic override; the others are the server's defaults, no one's choice.
     assert (configs["retention.ms"]["value"], configs["retention.ms"]["config_source"]) == (
         "3600000",

@@ -1,8 +1,9 @@
-"""A Kafka client's batch is stored as the RecordBatch it sent (uncompressed, base offset 0, leader
-epoch -1: storage/log/record_codec.py) and a Kafka fetch answers it as stored with its base offset
-patched in; every other reader (HTTP's fetch, ListOffsets, compaction, the console) reads it as the
-JSON form of the same bytes. Checked in the database and over both doors, beside batches written
-over HTTP (stored as JSON), with every codec, and through compaction and retention by bytes."""
+"""A Kafka client's batch is stored as the RecordBatch it sent (in its codec, the topic's
+compression.type being `producer`; base offset 0, leader epoch -1: storage/log/record_codec.py) and
+a Kafka fetch answers it as stored with its base offset patched in; every other reader (HTTP's
+fetch, ListOffsets, compaction, the console) reads it as the JSON form of the same bytes. Checked in
+the database and over both doors, beside batches written over HTTP (stored as JSON), with every
+codec, and through compaction and retention by bytes."""
 
 from __future__ import annotations
 
@@ -54,12 +55,15 @@ def stored_rows(server, topic: str) -> list:
     )
 
 
-def assert_stored_as_a_record_batch(row) -> None:
+CODEC_IDS = {None: 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def assert_stored_as_a_record_batch(row, codec: str | None = None) -> None:
     payload = bytes(row["records"])
     header = _HEADER.unpack_from(payload)
     base_offset, _length, leader_epoch, magic, crc, attributes = header[:6]
     assert (base_offset, leader_epoch, magic) == (0, -1, 2)
-    assert attributes & DefaultRecordBatch.CODEC_MASK == 0, "stored uncompressed"
+    assert attributes & DefaultRecordBatch.CODEC_MASK == CODEC_IDS[codec], "stored in the producer's codec"
     assert crc == calc_crc32c(payload[DefaultRecordBatch.ATTRIBUTES_OFFSET :])
     assert header[6] + 1 == header[12] == row["last_offset"] - row["base_offset"] + 1
     assert row["size_bytes"] == len(payload)
@@ -106,8 +110,8 @@ def test_kafka_batches_are_stored_as_sent_and_read_back_by_both_doors(stored_ser
     http_rows = [row for row in rows if row["records"][:1] == b"["]
     assert len(http_rows) == 1 + len(CODECS)
     assert sum(row["last_offset"] - row["base_offset"] + 1 for row in kafka_rows) == 4 * len(CODECS)
-    for row in kafka_rows:
-        assert_stored_as_a_record_batch(row)
+    for row, codec in zip(kafka_rows, CODECS, strict=True):
+        assert_stored_as_a_record_batch(row, codec)
 
     # Over Kafka: each batch at its offset, a stored one as stored with its base offset patched in.
     fetched = fetched_batches(stored_server, topic)

@@ -195,6 +195,17 @@ def test_topics_delete_records(server):
     table = ok(txbroker(server.url, "topics", "delete-records", "trim", "--offset", "0=2", "--offset", "1=-1"))
     assert [line.split() for line in table.splitlines()] == [["PARTITION", "LOG", "START"], ["0", "2"], ["1", "0"]]
     assert "cleanup_policy=compact,delete" in ok(txbroker(server.url, "topics", "describe", "trim"))
+    # Kafka's other topic configs, each as its JSON type.
+    ok(
+        txbroker(
+            server.url,
+            *("topics", "create", "typed", "--config", "compression_type=gzip", "--config", "preallocate=true"),
+            *("--config", "min_cleanable_dirty_ratio=0.1", "--config", "segment_bytes=1048576"),
+        )
+    )
+    typed = server.client.get("/v1/topics/typed").json()["config"]
+    assert (typed["compression_type"], typed["preallocate"], typed["min_cleanable_dirty_ratio"]) == ("gzip", True, 0.1)
+    assert typed["segment_bytes"] == 1048576
     past = txbroker(server.url, "topics", "delete-records", "trim", "--offset", "0=9")
     assert past.returncode == 1 and b"error: OFFSET_OUT_OF_RANGE: " in past.stderr
     usage = txbroker(server.url, "topics", "delete-records", "trim", "--offset", "zero")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from txbroker.cli.command import EXIT_OK, UsageError, add_command, admin_command
@@ -11,10 +12,13 @@ from txbroker.sync import Admin
 
 
 def _config_value(text: str) -> Any:
+    """The value as its JSON type: an integer, a number (min_cleanable_dirty_ratio), true or false
+    (preallocate, ...); anything else is text (cleanup_policy=compact,delete, compression_type=gzip)."""
     try:
-        return int(text)
+        value = json.loads(text)
     except ValueError:
         return text
+    return value if isinstance(value, bool | int | float) else text
 
 
 def topics_create(args, admin: Admin) -> int:
@@ -124,8 +128,9 @@ def add_commands(commands) -> None:
         "--config",
         action="append",
         metavar="KEY=VALUE",
-        help="topic config, repeatable: retention_ms, retention_bytes, max_message_bytes, "
-        "cleanup_policy, delete_retention_ms",
+        help="topic config, repeatable: retention_ms, retention_bytes, max_message_bytes, cleanup_policy, "
+        "delete_retention_ms, compression_type, or any other of Kafka's topic configs with underscores "
+        "(segment_bytes=1048576, preallocate=true, min_cleanable_dirty_ratio=0.1)",
     )
     sub = add_command(
         topic_commands,

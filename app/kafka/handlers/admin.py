@@ -1,7 +1,6 @@
 """Topic admin: CreateTopics, DeleteTopics, CreatePartitions (an increase only; replica
 assignments ignored), DescribeConfigs, AlterConfigs (a topic's configs replaced) and
-IncrementalAlterConfigs (Kafka's config names for txbroker's topic settings: retention.ms,
-retention.bytes, max.message.bytes, cleanup.policy, delete.retention.ms), DeleteRecords,
+IncrementalAlterConfigs (Kafka 4.0's topic configs, the core's table: storage's topic_configs.py), DeleteRecords,
 ElectLeaders (a partition's one replica always leads it: no election is ever needed),
 DescribeLogDirs and AlterReplicaLogDirs (one log dir, PostgreSQL, holding every partition), and
 AlterPartitionReassignments and ListPartitionReassignments (any one live node may be a partition's
@@ -210,46 +209,64 @@ async def describe_configs(context: RequestContext, request) -> object:
     with_synonyms = getattr(request, "include_synonyms", False)  # v1+
     with_documentation = getattr(request, "include_documentation", False)  # v3+
     results = []
+    # A resource asked again with the same keys is answered as the first time, described once: a
+    # topic has 33 configs, and a request may name thousands of resources.
+    answered: dict[tuple, object] = {}
     for resource in request.resources:
-        error, configs = refused or _unexpected_broker(context, resource), []
         keys = None if resource.configuration_keys is None else list(resource.configuration_keys)
-        if error is None:
-            try:
-                configs = await _described_configs(context, resource, keys)
-            except BrokerError as raised:
-                error = raised
-        results.append(
+        asked = (resource.resource_type, resource.resource_name, None if keys is None else tuple(keys))
+        if asked not in answered:
+            answered[asked] = await _described_result(
+                context, module, resource, keys, refused, with_synonyms, with_documentation
+            )
+        results.append(answered[asked])
+    return build(module, "DescribeConfigsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+async def _described_result(
+    context: RequestContext,
+    module,
+    resource,
+    keys: list[str] | None,
+    refused: BrokerError | None,
+    with_synonyms: bool,
+    with_documentation: bool,
+) -> object:
+    error, configs = refused or _unexpected_broker(context, resource), []
+    if error is None:
+        try:
+            configs = await _described_configs(context, resource, keys)
+        except BrokerError as raised:
+            error = raised
+    return build(
+        module,
+        "DescribeConfigsResult",
+        error_code=kafka_error(error),
+        error_message=error_message(error),
+        resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+        configs=tuple(
             build(
                 module,
-                "DescribeConfigsResult",
-                error_code=kafka_error(error),
-                error_message=error_message(error),
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-                configs=tuple(
-                    build(
-                        module,
-                        "DescribeConfigsResourceResult",
-                        name=config.name,
-                        value=config.value,
-                        read_only=config.read_only,
-                        is_default=config.is_default,
-                        config_source=config.source,
-                        is_sensitive=False,
-                        synonyms=tuple(
-                            build(module, "DescribeConfigsSynonym", name=s.name, value=s.value, source=s.source)
-                            for s in config.synonyms
-                        )
-                        if with_synonyms
-                        else (),
-                        config_type=config.config_type,
-                        documentation=config.documentation if with_documentation else None,
-                    )
-                    for config in configs
-                ),
+                "DescribeConfigsResourceResult",
+                name=config.name,
+                value=config.value,
+                read_only=config.read_only,
+                is_default=config.is_default,
+                config_source=config.source,
+                is_sensitive=False,
+                synonyms=tuple(
+                    build(module, "DescribeConfigsSynonym", name=s.name, value=s.value, source=s.source)
+                    for s in config.synonyms
+                )
+                if with_synonyms
+                else (),
+                config_type=config.config_type,
+                documentation=config.documentation if with_documentation else None,
             )
-        )
-    return build(module, "DescribeConfigsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
+            for config in configs
+        ),
+    )
 
 
 async def _described_configs(
@@ -261,7 +278,9 @@ async def _described_configs(
     if resource.resource_type == TOPIC_RESOURCE:
         settings = context.calls.settings
         return [
-            config_entries.topic_config(settings, entry.name, entry.value, entry.server_default)
+            config_entries.topic_config(
+                settings, entry.name, entry.value, entry.server_default, entry.kind, entry.documentation
+            )
             for entry in await admin.describe_config(context.principal, resource.resource_name, keys)
         ]
     if resource.resource_type == BROKER_RESOURCE:

@@ -1,12 +1,12 @@
 """Fetch: whole stored batches as RecordBatches from the requested offset (a batch a Kafka client
 produced as stored, its base offset written in; one written over HTTP or rewritten by compaction
-rendered), up to the last stable offset under read_committed (else the high watermark), with
-markers as control batches and, under read_committed, the aborted transactions among them
-(producer id, first offset), so that clients skip aborted records and markers exactly as they do
-with Kafka. Long-polls for min_bytes up to max_wait_ms. No fetch sessions (KIP-227): every answer
-has session id 0, which tells clients to send full requests. From v13 topics are named by id
-(KIP-516): an id no topic has is answered UNKNOWN_TOPIC_ID, and the core reads only the topic of
-the id."""
+rendered, in its topic's codec: compression.type), up to the last stable offset under
+read_committed (else the high watermark), with markers as control batches and, under
+read_committed, the aborted transactions among them (producer id, first offset), so that clients
+skip aborted records and markers exactly as they do with Kafka. Long-polls for min_bytes up to
+max_wait_ms. No fetch sessions (KIP-227): every answer has session id 0, which tells clients to
+send full requests. From v13 topics are named by id (KIP-516): an id no topic has is answered
+UNKNOWN_TOPIC_ID, and the core reads only the topic of the id."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ def _records(fetched: FetchedPartition) -> bytes:
             batch.records,
         )
         if rendered is not None:
-            parts.append(rendered)
+            parts.append(fetched.in_topic_codec(rendered))
     return b"".join(parts)
 
 

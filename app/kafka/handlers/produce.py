@@ -37,16 +37,20 @@ def _partition(
     message: str | None = None,
     base_offset: int = NO_OFFSET,
     record_indexes: tuple[int, ...] = (),
+    log_append_time_ms: int | None = None,
 ):
     """`record_indexes`: the records of the batch at fault (v8+'s record_errors, each with the
-    partition's message left out, as Kafka leaves it for records refused for one reason)."""
+    partition's message left out, as Kafka leaves it for records refused for one reason);
+    `log_append_time_ms`: the time the batch's records took, in a topic with LogAppendTime (else -1)."""
     return build(
         module,
         "PartitionProduceResponse",
         index=index,
         error_code=error,
         base_offset=base_offset,
-        log_append_time=None,
+        log_append_time=None
+        if log_append_time_ms is None
+        else datetime.datetime.fromtimestamp(log_append_time_ms / 1000, datetime.UTC),
         log_start_offset=NO_OFFSET,
         record_errors=tuple(
             build(module, "BatchIndexAndErrorMessage", batch_index=i, batch_index_error_message=None)
@@ -150,7 +154,13 @@ async def _response(
                     record_indexes=result.record_indexes if isinstance(result, InvalidRecords) else (),
                 )
             else:
-                answer = _partition(module, entry.partition, KafkaError.none, base_offset=result.base_offset)
+                answer = _partition(
+                    module,
+                    entry.partition,
+                    KafkaError.none,
+                    base_offset=result.base_offset,
+                    log_append_time_ms=result.log_append_time_ms,
+                )
             answers[key] = answer
     if request.acks == ACKS_NONE:
         failed = [

@@ -15,8 +15,10 @@ Rules (with log_cleaner.py's, which runs it):
   keeps a batch's tombstone stamps the batch (`record_batches.tombstones_seen_ms`, in the page's
   PostgreSQL transaction; lost in a crash, a later run stamps it later: kept longer, never shorter);
   a tombstone goes once `delete_retention_ms` has passed since then (at once if it is 0).
-- A run reads the whole log below the LSO, so it waits until half of it (in batches) is new since the
-  last run (Kafka's min.cleanable.dirty.ratio), or a kept tombstone is due to go.
+- A run reads the whole log below the LSO, so it waits until the topic's `min_cleanable_dirty_ratio`
+  of it (Kafka's min.cleanable.dirty.ratio, 0.5 by default; in batches) is new since the last run, a
+  batch written since is older than its `max_compaction_lag_ms` (by its records' timestamps, as
+  Kafka's; no bound by default), or a kept tombstone is due to go.
 - Two passes: the first (read-only) maps every key to its latest committed offset below the end; the
   second rewrites a page of batches per PostgreSQL transaction. Removing a record an older map says
   is superseded stays right whatever happened since, so a run cut short by a crash is simply run
@@ -197,14 +199,31 @@ async def _compact_page(
     totals.removed_markers += removed_markers
 
 
-# Compact once the batches not yet compacted are at least this share of the log's (Kafka's default
-# min.cleanable.dirty.ratio).
-MIN_CLEANABLE_DIRTY_RATIO = 0.5
-
 _BATCH_COUNTS_SQL = """
 SELECT count(*) AS total, count(*) FILTER (WHERE last_offset >= $5) AS dirty FROM record_batches
 WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $4
 """
+
+
+# A batch written since the last run, below the LSO, whose records are older than max.compaction.lag.ms.
+_OVERDUE_SQL = """
+SELECT true FROM record_batches
+WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $4 AND first_timestamp_ms <= $5
+LIMIT 1
+"""
+
+
+async def _overdue(
+    conn: asyncpg.Connection, topic: TopicInfo, partition: int, compacted_through: int, end: int, now_ms: int
+) -> bool:
+    """Kafka's max.compaction.lag.ms: a record not yet compacted may wait for the dirty ratio at most
+    this long (by its timestamp, as Kafka's cleaner reads it), then the partition is compacted anyway."""
+    max_lag_ms = topic.setting("max_compaction_lag_ms")
+    if max_lag_ms >= now_ms:  # the default, 2^63-1: no bound
+        return False
+    return bool(
+        await conn.fetchval(_OVERDUE_SQL, topic.topic_id, partition, compacted_through, end, now_ms - max_lag_ms)
+    )
 
 
 async def compact(
@@ -233,7 +252,9 @@ async def compact(
             state.last_stable_offset,
             progress["compacted_through"],
         )
-        if counts["dirty"] < MIN_CLEANABLE_DIRTY_RATIO * counts["total"]:
+        if counts["dirty"] < topic.setting("min_cleanable_dirty_ratio") * counts["total"] and not await _overdue(
+            conn, topic, partition, progress["compacted_through"], state.last_stable_offset, now_ms
+        ):
             return
     run = _CompactionPass(topic, partition, state.last_stable_offset, now_ms, delete_retention_ms)
     await _map_latest(conn, run, state.log_start_offset, page)

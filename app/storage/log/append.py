@@ -65,6 +65,8 @@ class AppendResult:
     base_offset: int
     last_offset: int
     duplicate: bool = False
+    # The append time its records took (a topic with Kafka's LogAppendTime), else None.
+    log_append_time_ms: int | None = None
 
 
 # `_append_one_plain`: bumps the high watermark (locking the partition's row until commit), inserts

@@ -85,6 +85,11 @@ class EncodedBatch:
     # The indexes of its records without a key, which a compacted topic refuses (append.py).
     keyless_records: tuple[int, ...] = ()
 
+    @property
+    def is_record_batch(self) -> bool:
+        """Whether the payload is in the RecordBatch form (else the JSON form)."""
+        return is_record_batch(self.payload)
+
     @classmethod
     def record_batch(
         cls,
@@ -289,6 +294,16 @@ def with_holes(stored: list[list | None], keep: Sequence[bool]) -> tuple[bytes, 
         present[0][0],
         max(record[0] for record in present),
     )
+
+
+def with_timestamp(payload: bytes, timestamp_ms: int) -> bytes:
+    """A JSON-form payload with every record's timestamp `timestamp_ms` (a topic whose records take
+    their append time: Kafka's LogAppendTime)."""
+    stored = orjson.loads(payload)
+    for record in stored:
+        if record is not None:
+            record[0] = timestamp_ms
+    return orjson.dumps(stored)
 
 
 def _text_to_base64(text: str | None) -> str | None:

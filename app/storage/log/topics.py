@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 
 from app.errors import BrokerError, ErrorCode
+from app.storage.log.topic_configs import KAFKA_DEFAULTS, checked_value, spec_of
 
 TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 INTERNAL_PREFIX = "__"
@@ -24,28 +25,17 @@ RETENTION_FOREVER = -1
 # record per key (compaction), or both.
 CLEANUP_DELETE = "delete"
 CLEANUP_COMPACT = "compact"
-# cleanup_policy is Kafka's list: its policies in the order given, commas between (spaces around
-# them dropped), or none at all ("": neither retention nor compaction, the log is kept whole).
-_LIST_SEPARATOR = re.compile(r"\s*,\s*")
 
+# The configs every topic stores from its creation on: those the server's settings give a default
+# (settings.topic_defaults), which a topic keeps as it was when created. Every other config of
+# Kafka's (topic_configs.py) is stored once set, and reads as its default until then.
 DEFAULT_TOPIC_CONFIG: dict[str, Any] = {
-    "retention_ms": RETENTION_FOREVER,
-    "retention_bytes": RETENTION_FOREVER,
-    "max_message_bytes": 1_048_576,
-    "cleanup_policy": CLEANUP_DELETE,
-    "delete_retention_ms": 86_400_000,  # how long a tombstone stays after compaction reaches it (Kafka's)
+    key: KAFKA_DEFAULTS[key]
+    for key in ("retention_ms", "retention_bytes", "max_message_bytes", "cleanup_policy", "delete_retention_ms")
 }
 # The internal topics' keys are transactional ids and group/topic/partition: compacted, their size
 # follows the number of live ids, not of transactions or commits ever made.
 INTERNAL_TOPIC_CONFIG: dict[str, Any] = {"cleanup_policy": CLEANUP_COMPACT}
-# The smallest value each integer config key accepts.
-CONFIG_MINIMUMS: dict[str, int] = {
-    "retention_ms": -1,
-    "retention_bytes": -1,
-    "max_message_bytes": 1,
-    "delete_retention_ms": 0,
-}
-CONFIG_MAXIMUM = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +53,8 @@ class TopicInfo:
         return self.config["max_message_bytes"]
 
     def setting(self, key: str) -> Any:
-        """A config value; a topic created before the key existed has its default."""
-        return self.config.get(key, DEFAULT_TOPIC_CONFIG[key])
+        """A config value; one the topic never set (or was created before the key existed) has its default."""
+        return self.config.get(key, KAFKA_DEFAULTS[key])
 
     @property
     def cleanup_policy(self) -> frozenset[str]:
@@ -91,38 +81,13 @@ def check_topic_name(name: str, *, allow_internal: bool = False) -> None:
 
 
 def effective_config(config: dict[str, Any], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The topic's config with defaults filled in (the server's `defaults` first, then the built-in
-    ones); INVALID_CONFIG for unknown keys or bad values."""
-    unknown = sorted(set(config) - set(DEFAULT_TOPIC_CONFIG))
-    if unknown:
-        raise BrokerError(
-            ErrorCode.INVALID_CONFIG,
-            f"unknown topic config key(s) {unknown}: expected some of {sorted(DEFAULT_TOPIC_CONFIG)}",
-        )
+    """The topic's config with the server's `defaults` (then the built-in ones) filled in for
+    DEFAULT_TOPIC_CONFIG's keys; each value checked as Kafka checks it (topic_configs.checked_value:
+    INVALID_CONFIG for an unknown key or a bad value)."""
     result = {**DEFAULT_TOPIC_CONFIG, **(defaults or {})}
     for key, value in config.items():
-        if key == "cleanup_policy":
-            result[key] = _cleanup_policy(value)
-            continue
-        minimum = CONFIG_MINIMUMS[key]
-        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= CONFIG_MAXIMUM:
-            raise BrokerError(
-                ErrorCode.INVALID_CONFIG, f"topic config {key}={value!r} is invalid: expected an integer >= {minimum}"
-            )
-        result[key] = value
+        result[key] = checked_value(spec_of(key, kafka_name=False), value)
     return result
-
-
-def _cleanup_policy(value: Any) -> str:
-    """Kafka's list as given, each policy checked (Kafka's ValidList: `delete`, `compact`, or none)."""
-    policies = _LIST_SEPARATOR.split(value.strip()) if isinstance(value, str) and value.strip() else []
-    if not isinstance(value, str) or any(p not in (CLEANUP_DELETE, CLEANUP_COMPACT) for p in policies):
-        raise BrokerError(
-            ErrorCode.INVALID_CONFIG,
-            f"topic config cleanup_policy={value!r} is invalid: expected a comma-separated list of "
-            f"{CLEANUP_DELETE!r} and {CLEANUP_COMPACT!r}, or empty for neither",
-        )
-    return ",".join(policies)
 
 
 def topic_from_row(row: asyncpg.Record) -> TopicInfo:

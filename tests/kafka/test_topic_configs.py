@@ -1,0 +1,341 @@
+"""Kafka 4.0's topic configs over both doors (storage's topic_configs.py): those a demanding Kafka
+user sets are accepted (librdkafka's and confluent-kafka-python's own tests create topics with
+compression.type and segment.bytes), validated with Kafka's bounds and messages (INVALID_CONFIG;
+over HTTP 400 INVALID_CONFIG), and compression.type is honored as Kafka's log validator honors it:
+a batch is stored, and fetched, in the topic's codec, its records, producer fields and timestamps
+kept; an HTTP-produced batch is sent in it too."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaException, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+)
+from kafka.record.memory_records import MemoryRecords
+
+from tests.kafka import http_side
+from tests.kafka.clients import CLIENTS, WAIT_S, ConfluentKafka, bootstrap
+from tests.kafka.raw import RawConnection
+from tests.kafka.test_produce_raw import fetched_records
+
+GZIP, SNAPPY, LZ4, ZSTD = 1, 2, 3, 4
+# Compressible records, so that every codec shrinks them (the codec is what is checked, not the size).
+MESSAGES = [
+    {
+        "key": f"key-{i}".encode(),
+        "value": b"compressible value " * 20 + str(i).encode(),
+        "timestamp": 1_700_000_000_000 + i,
+    }
+    for i in range(20)
+]
+
+
+def admin(server) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap(server)})
+
+
+def create(server, topic: str, **config: str) -> None:
+    client = admin(server)  # held until the answer: a client collected before it cancels the call
+    client.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(WAIT_S)
+
+
+def described(server, resource: ConfigResource) -> dict:
+    client = admin(server)
+    return client.describe_configs([resource])[resource].result(WAIT_S)
+
+
+def refused_creation(server, topic: str, **config: str):
+    """The KafkaError of a CreateTopics refused for its configs."""
+    with pytest.raises(KafkaException) as refused:
+        create(server, topic, **config)
+    return refused.value.args[0]
+
+
+def fetched_batches(server, topic: str) -> list:
+    """The batches (kafka-python's record module reads them) one raw Fetch of partition 0 returns."""
+    with RawConnection(bootstrap(server)) as connection:
+        records = MemoryRecords(fetched_records(connection, topic, 1 << 24))
+    batches = []
+    while (batch := records.next_batch()) is not None:
+        batches.append(batch)
+    return batches
+
+
+def contents(batch) -> list[tuple]:
+    return [(r.offset, r.key, r.value, r.timestamp, list(r.headers)) for r in batch]
+
+
+def sent_records(base_offset: int = 0) -> list[tuple]:
+    return [(base_offset + i, m["key"], m["value"], m["timestamp"], []) for i, m in enumerate(MESSAGES)]
+
+
+def test_a_topic_created_with_kafkas_configs_is_accepted_and_described(module_kafka_server):
+    """The configs librdkafka's and confluent-kafka-python's own tests create topics with; each
+    described back as a topic override, the others at Kafka's defaults."""
+    server = module_kafka_server
+    create(
+        server,
+        "configs-accepted",
+        **{
+            "compression.type": "gzip",
+            "segment.bytes": str(10 * 1024 * 1024),
+            "segment.ms": "3600000",
+            "file.delete.delay.ms": "1000",
+            "min.insync.replicas": "1",
+            "preallocate": "true",
+            "unclean.leader.election.enable": "false",
+            "min.cleanable.dirty.ratio": "0.1",
+            "compression.gzip.level": "9",
+        },
+    )
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "configs-accepted")
+    configs = described(server, resource)
+    overrides = {
+        name: entry.value for name, entry in configs.items() if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    }
+    assert overrides == {
+        "compression.type": "gzip",
+        "segment.bytes": "10485760",
+        "segment.ms": "3600000",
+        "file.delete.delay.ms": "1000",
+        "preallocate": "true",
+        "min.cleanable.dirty.ratio": "0.1",
+        "compression.gzip.level": "9",
+    }  # min.insync.replicas 1 and unclean.leader.election.enable false are Kafka's defaults
+    assert (configs["segment.index.bytes"].value, configs["compression.zstd.level"].value) == ("10485760", "3")
+    assert configs["message.timestamp.type"].value == "CreateTime"
+    # HTTP shows what was set, under its keys, typed.
+    config = server.client.get("/v1/topics/configs-accepted").json()["config"]
+    assert (config["compression_type"], config["segment_bytes"], config["preallocate"]) == ("gzip", 10485760, True)
+    assert config["min_cleanable_dirty_ratio"] == 0.1
+
+
+@pytest.mark.parametrize(
+    ("config", "reason"),
+    [
+        (
+            {"segment.bytes": "1048575"},
+            "Invalid value 1048575 for configuration segment.bytes: Value must be at least 1048576",
+        ),
+        ({"segment.bytes": "1 MiB"}, "Not a number of type INT"),
+        ({"compression.type": "brotli"}, "String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer"),
+        ({"compression.gzip.level": "0"}, "Value must be between 1 and 9 or equal to -1"),
+        ({"compression.zstd.level": "23"}, "Value must be no more than 22"),
+        ({"min.insync.replicas": "0"}, "Value must be at least 1"),
+        ({"min.cleanable.dirty.ratio": "1.5"}, "Value must be no more than 1"),
+        ({"preallocate": "yes"}, "Expected value to be either true or false"),
+        ({"leader.replication.throttled.replicas": "all"}, "[partitionId]:[brokerId]"),
+        ({"remote.storage.enable": "true"}, "Tiered Storage functionality is disabled in the broker"),
+        ({"message.timestamp.type": "logappendtime"}, "String must be one of: CreateTime, LogAppendTime"),
+        ({"message.timestamp.after.max.ms": "3600000"}, "only 9223372036854775807, its default, is accepted"),
+        ({"min.compaction.lag.ms": "60000"}, "only 0, its default, is accepted"),
+        ({"message.format.version": "3.0-IV1"}, "Unknown topic config name: message.format.version"),
+        ({"message.downconversion.enable": "true"}, "removed in Kafka 4.0"),
+    ],
+)
+def test_a_bad_value_is_invalid_config_with_kafkas_reason(module_kafka_server, config, reason):
+    server = module_kafka_server
+    topic = "configs-refused-" + next(iter(config)).replace(".", "-")
+    error = refused_creation(server, topic, **config)
+    assert error.name() == "INVALID_CONFIG"
+    assert reason in error.str()
+    assert server.client.get(f"/v1/topics/{topic}").status_code == 404  # nothing created
+
+
+def test_a_bad_value_over_http_is_400_invalid_config_and_nothing_is_created(module_kafka_server):
+    server = module_kafka_server
+    response = server.client.post(
+        "/v1/topics",
+        json={"name": "configs-refused-http", "config": {"compression_type": "gzip", "segment_bytes": 100}},
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "INVALID_CONFIG"
+    assert "Invalid value 100 for configuration segment.bytes: Value must be at least 1048576" in error["message"]
+    assert "segment_bytes" in error["message"]
+    assert server.client.get("/v1/topics/configs-refused-http").status_code == 404
+    accepted = server.client.post(
+        "/v1/topics", json={"name": "configs-http", "config": {"compression_type": "zstd", "segment_bytes": 1 << 20}}
+    )
+    assert accepted.status_code == 201, accepted.text
+    assert accepted.json()["config"]["compression_type"] == "zstd"
+
+
+@pytest.mark.parametrize(
+    ("topic_codec", "producer_codec", "stored_codec"),
+    [
+        ("gzip", None, GZIP),
+        ("snappy", "gzip", SNAPPY),
+        ("lz4", "zstd", LZ4),
+        ("zstd", "lz4", ZSTD),
+        ("uncompressed", "gzip", 0),
+        ("producer", "snappy", SNAPPY),
+        ("producer", None, 0),
+    ],
+)
+def test_batches_are_stored_and_fetched_in_the_topics_codec(
+    module_kafka_server, topic_codec, producer_codec, stored_codec
+):
+    """Kafka's log validator recompresses a batch whose codec is not the topic's: the records, their
+    offsets and timestamps, and the producer's id, epoch and sequence stay."""
+    server = module_kafka_server
+    topic = f"codec-{topic_codec}-from-{producer_codec or 'none'}"
+    create(server, topic, **{"compression.type": topic_codec})
+    ConfluentKafka().produce(server, topic, MESSAGES, compression=producer_codec, **{"linger.ms": 1000})
+    [batch] = fetched_batches(server, topic)
+    assert batch.compression_type == stored_codec
+    assert batch.producer_id >= 0 and (batch.producer_epoch, batch.base_sequence) == (0, 0)
+    assert not batch.is_transactional
+    assert batch.validate_crc()
+    assert contents(batch) == sent_records()
+    expected = [(offset, key, value, ts) for offset, key, value, ts, _ in sent_records()]
+    for client in CLIENTS:
+        received = client.consume(server, topic, 0, len(MESSAGES))
+        assert [(r.offset, r.key, r.value, r.timestamp_ms) for r in received] == expected, client.name
+    assert [http_side.unb64(r["value"]) for r in http_side.fetch(server, topic, 0)] == [m["value"] for m in MESSAGES]
+
+
+def test_a_transactional_batch_keeps_its_flags_when_recompressed(module_kafka_server):
+    server = module_kafka_server
+    topic = "codec-transactional"
+    create(server, topic, **{"compression.type": "zstd"})
+
+    producer = Producer({"bootstrap.servers": bootstrap(server), "transactional.id": "codec-txn", "linger.ms": 1000})
+    producer.init_transactions(WAIT_S)
+    producer.begin_transaction()
+    for message in MESSAGES:
+        producer.produce(topic, key=message["key"], value=message["value"], timestamp=message["timestamp"])
+    producer.commit_transaction(WAIT_S)
+    data, marker = fetched_batches(server, topic)
+    assert (data.compression_type, data.is_transactional, data.base_sequence) == (ZSTD, True, 0)
+    assert contents(data) == sent_records()
+    assert (marker.is_control_batch, marker.compression_type) == (True, 0)  # markers as Kafka writes them
+    received = ConfluentKafka().consume(server, topic, 0, len(MESSAGES), isolation="read_committed")
+    assert [r.value for r in received] == [m["value"] for m in MESSAGES]
+
+
+def test_records_produced_over_http_are_fetched_over_kafka_in_the_topics_codec(module_kafka_server):
+    server = module_kafka_server
+    topic = "codec-from-http"
+    create(server, topic, **{"compression.type": "gzip"})
+    http_side.produce(server, topic, 0, [{"key": "k", "value": "over http " * 30, "timestamp_ms": 42}])
+    [batch] = fetched_batches(server, topic)
+    assert batch.compression_type == GZIP
+    assert contents(batch) == [(0, b"k", b"over http " * 30, 42, [])]
+    [received] = ConfluentKafka().consume(server, topic, 0, 1)
+    assert (received.key, received.value, received.timestamp_ms) == (b"k", b"over http " * 30, 42)
+
+
+def test_altering_compression_type_applies_to_the_batches_after_it(module_kafka_server):
+    """IncrementalAlterConfigs SET then DELETE: batches already stored keep their codec (as in a Kafka
+    log), the next ones take the new one, and DELETE goes back to `producer`."""
+    server = module_kafka_server
+    topic = "codec-altered"
+    create(server, topic)
+    producer = ConfluentKafka()
+    producer.produce(server, topic, MESSAGES[:5], **{"linger.ms": 1000})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+
+    def alter(operation, value=None):
+        entry = ConfigEntry("compression.type", value, incremental_operation=operation)
+        altered = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+        client = admin(server)
+        client.incremental_alter_configs([altered])[altered].result(WAIT_S)
+
+    alter(AlterConfigOpType.SET, "lz4")
+    producer.produce(server, topic, MESSAGES[5:10], **{"linger.ms": 1000})
+    alter(AlterConfigOpType.DELETE)
+    producer.produce(server, topic, MESSAGES[10:15], **{"linger.ms": 1000})
+    assert [batch.compression_type for batch in fetched_batches(server, topic)] == [0, LZ4, 0]
+    compression = described(server, resource)["compression.type"]
+    assert (compression.value, compression.source) == ("producer", ConfigSource.DEFAULT_CONFIG.value)
+    assert "compression_type" not in server.client.get(f"/v1/topics/{topic}").json()["config"]
+
+
+def test_the_gzip_level_is_the_topics(module_kafka_server):
+    """compression.gzip.level (KIP-390) is the level the broker compresses with: 1 makes a larger batch than 9."""
+    server = module_kafka_server
+    sizes = {}
+    for level in ("1", "9"):
+        topic = f"codec-gzip-level-{level}"
+        create(server, topic, **{"compression.type": "gzip", "compression.gzip.level": level})
+        http_side.produce(server, topic, 0, [{"key": str(i), "value": f"{i} " * 300} for i in range(50)])
+        [batch] = fetched_batches(server, topic)
+        assert batch.compression_type == GZIP and batch.validate_crc()
+        sizes[level] = batch.size_in_bytes
+    assert sizes["1"] > sizes["9"]
+
+
+def test_append_and_subtract_alter_every_list_config(module_kafka_server):
+    """As Kafka's ConfigAdminManager: APPEND and SUBTRACT apply to any LIST config, the throttled
+    replicas as cleanup.policy (kept without effect: there is no replication to throttle)."""
+    server = module_kafka_server
+    topic = "configs-lists"
+    create(server, topic)
+    name = "leader.replication.throttled.replicas"
+
+    def alter(operation, value):
+        entry = ConfigEntry(name, value, incremental_operation=operation)
+        altered = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+        client = admin(server)
+        client.incremental_alter_configs([altered])[altered].result(WAIT_S)
+
+    alter(AlterConfigOpType.APPEND, "0:1")
+    alter(AlterConfigOpType.APPEND, "1:2,0:1")
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    assert described(server, resource)[name].value == "0:1,1:2"
+    alter(AlterConfigOpType.SUBTRACT, "0:1")
+    assert described(server, resource)[name].value == "1:2"
+    with pytest.raises(KafkaException) as refused:
+        alter(AlterConfigOpType.APPEND, "leader")
+    assert refused.value.args[0].name() == "INVALID_CONFIG"
+    assert described(server, resource)[name].value == "1:2"
+
+
+def test_log_append_time_gives_records_the_time_the_broker_appends_them(module_kafka_server):
+    """message.timestamp.type=LogAppendTime, as Kafka's validator applies it: the batch is marked
+    LogAppendTime with the append time as its max timestamp, which clients give every record; the
+    produce answer carries it; an HTTP record takes it too; ListOffsets by time finds it."""
+    server = module_kafka_server
+    topic = "log-append-time"
+    create(server, topic, **{"message.timestamp.type": "LogAppendTime", "compression.type": "lz4"})
+    before_ms = int(time.time() * 1000)
+    delivered = []
+    producer = Producer({"bootstrap.servers": bootstrap(server), "linger.ms": 1000})
+    for message in MESSAGES[:3]:  # their own timestamps, from 2023: replaced
+        producer.produce(
+            topic,
+            key=message["key"],
+            value=message["value"],
+            timestamp=message["timestamp"],
+            on_delivery=lambda error, m: delivered.append((error, m.timestamp())),
+        )
+    assert producer.flush(WAIT_S) == 0
+    http_side.produce(server, topic, 0, [{"key": "h", "value": "over http", "timestamp_ms": 42}])
+    after_ms = int(time.time() * 1000)
+
+    kafka_batch, http_batch = fetched_batches(server, topic)
+    assert (kafka_batch.timestamp_type, kafka_batch.compression_type) == (1, LZ4)
+    appended = kafka_batch.max_timestamp
+    assert before_ms <= appended <= after_ms
+    assert [r.timestamp for r in kafka_batch] == [appended] * 3
+    assert [error for error, _ in delivered] == [None] * 3
+    assert {stamp for _, stamp in delivered} == {(TIMESTAMP_LOG_APPEND_TIME, appended)}
+    [http_record] = list(http_batch)
+    assert before_ms <= http_record.timestamp <= after_ms and http_record.timestamp >= appended
+    expected = [appended] * 3 + [http_record.timestamp]
+    for client in CLIENTS:
+        assert [r.timestamp_ms for r in client.consume(server, topic, 0, 4)] == expected, client.name
+    assert [r["timestamp_ms"] for r in http_side.fetch(server, topic, 0)] == expected
+    listed = server.client.post(
+        "/v1/offsets/list", json={"partitions": [{"topic": topic, "partition": 0, "timestamp": before_ms}]}
+    ).json()["partitions"][0]
+    assert (listed["offset"], listed["timestamp_ms"]) == (0, appended)
