@@ -120,6 +120,33 @@ def test_confluent_assignors_are_relayed(module_kafka_server, assignor):
             member.close()
 
 
+def test_a_joining_member_is_answered_with_the_generation_that_takes_it_in(module_kafka_server):
+    """Kafka answers every member of a generation when it completes: a cooperative-sticky member
+    joining a group gets that generation's (empty) assignment, then the partition its leader gave
+    up in the next. A member answered late would find the leader already rejoining (its SyncGroup
+    REBALANCE_IN_PROGRESS) and miss the first assignment (librdkafka's 0113 waits for both)."""
+    server = module_kafka_server
+    topic, group = "groups-cooperative-join", "cooperative-join"
+    create_topic(server, topic, 2)
+    member_class = MEMBERS["confluent-kafka"]
+    cooperative = {"partition.assignment.strategy": "cooperative-sticky"}
+    first = member_class(server, group, topic, **cooperative)
+    members = [first]
+    try:
+        poll_until(members, lambda _: first.assignment() == {0, 1}, "both partitions to the first")
+        second = member_class(server, group, topic, **cooperative)
+        members.append(second)
+        poll_until(
+            members,
+            lambda _: len(first.assignment()) == len(second.assignment()) == 1,
+            "one partition each",
+        )
+        assert second.rebalances == [("assign", set()), ("assign", {0, 1} - first.assignment())]
+    finally:
+        for member in members:
+            member.close()
+
+
 @pytest.mark.parametrize("reset", ["earliest", "latest"])
 def test_auto_offset_reset(module_kafka_server, member_class, reset):
     server = module_kafka_server
