@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import uuid
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -67,7 +68,8 @@ PREPARING = "PreparingRebalance"
 COMPLETING = "CompletingRebalance"
 STABLE = "Stable"
 EMPTY = "Empty"
-# How often a JoinGroup or SyncGroup waiting for the rest of the group re-reads the group row.
+# How often a JoinGroup or SyncGroup waiting for the rest of the group re-reads the group row when
+# no change made in its own process wakes it (another worker's or node's change is seen this way).
 POLL_S = 0.05
 # Kafka's "consumer" protocol type: its metadata and assignments are ConsumerProtocol messages,
 # which this module reads for the subscribed topics and assigned partitions others describe.
@@ -287,6 +289,31 @@ class ClassicGroups:
         self.pool = pool
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.session_timeout_bounds = session_timeout_bounds
+        # Set, and replaced, each time a change to a group made in this process has committed: the
+        # JoinGroups and SyncGroups waiting here re-read at once, so the members of a generation are
+        # answered together, as Kafka's coordinator answers them (one woken a poll later could find
+        # the leader already rejoining, and its SyncGroup REBALANCE_IN_PROGRESS).
+        self._committed = asyncio.Event()
+
+    def _changes_committed(self) -> None:
+        committed, self._committed = self._committed, asyncio.Event()
+        committed.set()
+
+    @contextlib.asynccontextmanager
+    async def _changing(self):
+        """A connection in a transaction; once it ends, this process's waiters re-read (after the
+        commit, never before: a waiter woken earlier would read the old row and sleep again)."""
+        try:
+            async with self.pool.acquire() as conn, conn.transaction():
+                yield conn
+        finally:
+            self._changes_committed()
+
+    @staticmethod
+    async def _until_changed(seen: asyncio.Event) -> None:
+        """Until a change committed here after `seen` was taken, or POLL_S."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(seen.wait(), POLL_S)
 
     # ---- the group row's classic state
 
@@ -386,7 +413,7 @@ class ClassicGroups:
             raise _inconsistent(group_id, f"a JoinGroup of protocol type {protocol_type!r} named no protocol")
         encoded = [[name, _b64(metadata)] for name, metadata in protocols]
         topics = subscribed_topics(protocol_type, protocols)
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self._changing() as conn:
             group = await groups.lock(conn, group_id, now)
             classic = self._joinable(group, await groups.members(conn, group_id), protocol_type, protocols, now)
             replaced = None  # the member id a static member rejoining under a new one had
@@ -544,6 +571,7 @@ class ClassicGroups:
         self, group_id: str, member_id: str, group_instance_id: str | None, target_generation: int
     ) -> JoinResult:
         while True:
+            seen = self._committed  # taken before the read: a change committed after it wakes the wait
             async with self.pool.acquire() as conn:
                 now = now_ms()
                 group = await groups.get(conn, group_id)
@@ -560,8 +588,9 @@ class ClassicGroups:
                         if classic is not None and _completion_due(classic, now):
                             await self._try_complete(conn, group, classic, now)
                             await self._save(conn, group, classic, now)
+                    self._changes_committed()
                     continue
-            await asyncio.sleep(POLL_S)
+            await self._until_changed(seen)
 
     @staticmethod
     def _member_state(group: Group | None, group_id: str, member_id: str, group_instance_id: str | None) -> dict:
@@ -589,7 +618,7 @@ class ClassicGroups:
         member's SyncGroup answers its own, once the leader's has come."""
         check_group_id(group_id)
         now = now_ms()
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self._changing() as conn:
             group = await groups.lock(conn, group_id, now)
             classic = self._checked(group, group_id, member_id, generation_id, group_instance_id)
             await groups.touch(conn, group_id, member_id, now)
@@ -602,6 +631,7 @@ class ClassicGroups:
         # newer coordinators answer), so that no request waits without end.
         deadline = now + classic["members"][member_id]["rebalance_timeout_ms"]
         while True:
+            seen = self._committed
             async with self.pool.acquire() as conn:
                 group = await groups.get(conn, group_id)
             classic = self._checked(group, group_id, member_id, generation_id, group_instance_id)
@@ -610,7 +640,7 @@ class ClassicGroups:
                 return SyncResult(classic["protocol_type"], classic["protocol"], _bytes(member["assignment"]))
             if now_ms() >= deadline:
                 raise _rebalancing(group_id)
-            await asyncio.sleep(POLL_S)
+            await self._until_changed(seen)
 
     @classmethod
     def _checked(
@@ -646,6 +676,7 @@ class ClassicGroups:
                     classic = classic_state(group)
                     await self._try_complete(conn, group, classic, now)
                     await self._save(conn, group, classic, now)
+                self._changes_committed()
         self._checked(group, group_id, member_id, generation_id, group_instance_id)
 
     async def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[BrokerError | None]:
@@ -654,7 +685,7 @@ class ClassicGroups:
         One error or None each."""
         check_group_id(group_id)
         now = now_ms()
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self._changing() as conn:
             group = await groups.lock(conn, group_id, now)
             classic = classic_state(group)
             errors: list[BrokerError | None] = []

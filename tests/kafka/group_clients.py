@@ -85,6 +85,8 @@ class KafkaPythonMember:
     while the other's JoinGroup waits for it to rejoin. Every other call runs on that thread between
     two polls (a KafkaConsumer is not thread-safe); what it polled waits in a queue for poll()."""
 
+    POLL_MS = 100  # each poll()'s time on that thread: a rejoin that takes longer spans several polls
+
     def __init__(self, server, group: str, topic: str, reset: str = "earliest", **extra) -> None:
         from kafka import KafkaConsumer
 
@@ -98,10 +100,17 @@ class KafkaPythonMember:
             # No test here lets a kafka-python member's session expire (they leave by close()).
             **{"session_timeout_ms": 30_000, **extra},
         )
-        # kafka-python's leader assigns with the metadata it has: known before the first join, as
-        # Kafka's initial rebalance delay (3 s; 0 in the test servers) lets it be ("No partition metadata").
-        assert self.consumer.partitions_for_topic(topic)
         self.consumer.subscribe([topic])
+        # The subscribed topic's metadata, fetched now (topics() always asks the broker), before the
+        # first JoinGroup. Its leader assigns with it ("No partition metadata" otherwise; Kafka's
+        # initial rebalance delay, 3 s but 0 in the test servers, lets a real group fetch it), and
+        # kafka-python rejoins when the metadata its leader assigned with differs from what it holds
+        # now: a rejoin that no broker asked for, and kafka-python 3.0 can lose it. If that rejoin's
+        # poll() times out once the JoinGroup is answered (its SyncGroup still on the way), the next
+        # poll() finds no reason to rejoin and never takes the answer: the member stays
+        # "rebalancing" with its heartbeats stopped and its old partitions, never hearing of the
+        # next rebalance. Fetched after subscribe(), the metadata it first assigns with is current.
+        assert topic in self.consumer.topics()
         self.topic = topic
         self._calls: queue.Queue = queue.Queue()
         self._polled: queue.Queue = queue.Queue()
@@ -115,7 +124,7 @@ class KafkaPythonMember:
                 call, answer = self._calls.get_nowait()
             except queue.Empty:
                 try:
-                    found = self.consumer.poll(timeout_ms=100)
+                    found = self.consumer.poll(timeout_ms=self.POLL_MS)
                 except Exception as error:  # handed to the test at its next poll()
                     self._polled.put(error)
                     continue

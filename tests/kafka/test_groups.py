@@ -5,9 +5,12 @@ are what a new member resumes from, and auto.offset.reset earliest/latest."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
+from app.kafka import api_table, dispatch
 from tests.kafka import http_side
 from tests.kafka.clients import WAIT_S, bootstrap, create_topic
 from tests.kafka.group_clients import MEMBERS, poll_until
@@ -29,6 +32,23 @@ def produce_to_each_partition(server, topic: str, values_per_partition: int, tag
     return sent
 
 
+def split_between(first, second) -> bool:
+    """Whether both members are assigned, each partition to one of them."""
+    mine, yours = first.assignment(), second.assignment()
+    return bool(mine and yours and len(mine | yours) == PARTITIONS and not mine & yours)
+
+
+def answered_after(handler, seconds: float):
+    """The server's handler of one Kafka API, its answers sent `seconds` late (as over a slow network)."""
+
+    async def late(context, request):
+        response = await handler(context, request)
+        await asyncio.sleep(seconds)
+        return response
+
+    return late
+
+
 def test_two_members_split_the_partitions_then_one_leaves_and_a_new_one_resumes(module_kafka_server, member_class):
     server = module_kafka_server
     topic = f"groups-split-{member_class.__name__}"
@@ -41,16 +61,7 @@ def test_two_members_split_the_partitions_then_one_leaves_and_a_new_one_resumes(
         # Until both have handled the rebalance, one may still show the partitions it had alone
         # while the other shows its new share (the clients update their assignment as each one's
         # SyncGroup answer is polled): the split is what the group settles on.
-        poll_until(
-            members,
-            lambda _: (
-                first.assignment()
-                and second.assignment()
-                and len(first.assignment() | second.assignment()) == PARTITIONS
-                and not first.assignment() & second.assignment()  # each partition to one member
-            ),
-            "both members assigned, each partition to one",
-        )
+        poll_until(members, lambda _: split_between(first, second), "both members assigned, each partition to one")
         sent = produce_to_each_partition(server, topic, 5, "a")
         consumed = poll_until(members, lambda c: len(c[0]) + len(c[1]) >= len(sent), "every record consumed")
         for mine, member in zip(consumed, members):
@@ -87,6 +98,33 @@ def test_two_members_split_the_partitions_then_one_leaves_and_a_new_one_resumes(
     assert {(o["partition"], o["offset"]) for o in response.json()["offsets"]} == {(p, 7) for p in range(PARTITIONS)}
 
 
+def test_kafka_python_members_split_when_sync_group_is_answered_after_their_poll(module_kafka_server, monkeypatch):
+    """Regression (the two kafka-python members that once never split under the parallel suite):
+    kafka-python 3.0's leader rejoins when the metadata it assigned with differs from what it holds
+    (its first assignment, made before its metadata for the topic came, always does), and if that
+    rejoin's poll() times out after its JoinGroup was answered, its next poll() never takes the
+    SyncGroup answer: stuck "rebalancing", heartbeats stopped, it never rejoins. Here every
+    SyncGroup answer comes after the member's poll() has ended and every Metadata answer after its
+    first JoinGroup, so the old harness stuck every time; it now fetches the topic's metadata after
+    subscribing, so its leader never rejoins on its own."""
+    server = module_kafka_server
+    topic, group = "groups-late-sync", "late-sync"
+    create_topic(server, topic, PARTITIONS)
+    member_class = MEMBERS["kafka-python"]
+    poll_s = member_class.POLL_MS / 1000
+    for api_key, late_s in [(api_table.SYNC_GROUP, 3 * poll_s), (api_table.METADATA, 10 * poll_s)]:
+        monkeypatch.setitem(dispatch.HANDLERS, api_key, answered_after(dispatch.HANDLERS[api_key], late_s))
+    first = member_class(server, group, topic)
+    members = [first]
+    try:
+        second = member_class(server, group, topic)
+        members.append(second)
+        poll_until(members, lambda _: split_between(first, second), "both members assigned, each partition to one")
+    finally:
+        for member in members:
+            member.close()
+
+
 @pytest.mark.parametrize("assignor", ["roundrobin", "cooperative-sticky"])
 def test_confluent_assignors_are_relayed(module_kafka_server, assignor):
     """The broker relays the leader's assignment whatever its assignor (librdkafka's range is the
@@ -115,6 +153,33 @@ def test_confluent_assignors_are_relayed(module_kafka_server, assignor):
         second.close()
         members = [first]
         poll_until(members, lambda _: first.assignment() == set(range(PARTITIONS)), "the rest to the first")
+    finally:
+        for member in members:
+            member.close()
+
+
+def test_a_joining_member_is_answered_with_the_generation_that_takes_it_in(module_kafka_server):
+    """Kafka answers every member of a generation when it completes: a cooperative-sticky member
+    joining a group gets that generation's (empty) assignment, then the partition its leader gave
+    up in the next. A member answered late would find the leader already rejoining (its SyncGroup
+    REBALANCE_IN_PROGRESS) and miss the first assignment (librdkafka's 0113 waits for both)."""
+    server = module_kafka_server
+    topic, group = "groups-cooperative-join", "cooperative-join"
+    create_topic(server, topic, 2)
+    member_class = MEMBERS["confluent-kafka"]
+    cooperative = {"partition.assignment.strategy": "cooperative-sticky"}
+    first = member_class(server, group, topic, **cooperative)
+    members = [first]
+    try:
+        poll_until(members, lambda _: first.assignment() == {0, 1}, "both partitions to the first")
+        second = member_class(server, group, topic, **cooperative)
+        members.append(second)
+        poll_until(
+            members,
+            lambda _: len(first.assignment()) == len(second.assignment()) == 1,
+            "one partition each",
+        )
+        assert second.rebalances == [("assign", set()), ("assign", {0, 1} - first.assignment())]
     finally:
         for member in members:
             member.close()
