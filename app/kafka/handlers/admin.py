@@ -1,4 +1,5 @@
-"""Topic admin: CreateTopics, DeleteTopics, CreatePartitions (an increase only; replica
+"""Topic admin: CreateTopics (a manual partition assignment gives the partition count; its
+replicas are not kept), DeleteTopics, CreatePartitions (an increase only; replica
 assignments ignored), DescribeConfigs, AlterConfigs (a topic's configs replaced) and
 IncrementalAlterConfigs (Kafka 4.0's topic configs, the core's table: storage's topic_configs.py), DeleteRecords,
 ElectLeaders (a partition's one replica always leads it: no election is ever needed),
@@ -36,22 +37,70 @@ DUPLICATE_ID = "Duplicate topic id."
 
 
 async def _refused_creation(context: RequestContext, topic, configs: dict) -> tuple[KafkaError, str] | None:
-    """Kafka's answer to a creation with a replication factor that is neither -1 (the default) nor
-    positive (txbroker ignores any other: answered 1). Kafka's controller checks the factor after
-    the name, whether the topic exists and its configs, and before the partition count
-    (ReplicationControlManager.createTopics, then createTopic): so such a creation is first
-    validated with one partition (validate_only: nothing is written), whose error is the answer."""
-    if topic.replication_factor == NO_REPLICATION_FACTOR or topic.replication_factor > 0:
+    """Kafka's answer to a creation its controller refuses for its replication factor or its manual
+    partition assignment (`_assignment_refusal`): a factor that is neither -1 (the default) nor
+    positive (txbroker ignores any other: answered 1). Kafka's controller checks these after the
+    name, whether the topic exists and its configs (ReplicationControlManager.createTopics, then
+    createTopic): so such a creation is first validated with one partition (validate_only: nothing
+    is written), whose error is the answer."""
+    if topic.assignments:
+        refusal = await _assignment_refusal(context, topic)
+    elif topic.replication_factor == NO_REPLICATION_FACTOR or topic.replication_factor > 0:
+        refusal = None
+    else:
+        refusal = (
+            KafkaError.invalid_replication_factor,
+            f"replication factor {topic.replication_factor} of topic {topic.name!r}: expected -1 (the default) or "
+            f"a positive number",
+        )
+    if refusal is None:
         return None
     try:
         await context.calls.admin.create_topic(context.principal, topic.name, 1, configs, validate_only=True)
     except BrokerError as raised:
         return kafka_error(raised), raised.message
-    return (
-        KafkaError.invalid_replication_factor,
-        f"replication factor {topic.replication_factor} of topic {topic.name!r}: expected -1 (the default) or "
-        f"a positive number",
-    )
+    return refusal
+
+
+async def _assignment_refusal(context: RequestContext, topic) -> tuple[KafkaError, str] | None:
+    """Kafka's controller's checks of a manual partition assignment (createTopic), in its order: the
+    counts left to it (-1), no partition assigned twice, each replica list valid (`_replicas_error`,
+    AlterPartitionReassignments' checks; every list as long as the first), then the partitions
+    0..n-1. A valid assignment makes n partitions; its replicas are not kept, as a replication
+    factor is not (a txbroker partition has one replica, in PostgreSQL, which every node reaches)."""
+    if topic.replication_factor != NO_REPLICATION_FACTOR:
+        return (
+            KafkaError.invalid_request,
+            "A manual partition assignment was specified, but replication factor was not set to -1.",
+        )
+    if topic.num_partitions != DEFAULT_PARTITIONS:
+        return (
+            KafkaError.invalid_request,
+            "A manual partition assignment was specified, but numPartitions was not set to -1.",
+        )
+    live = {node.node_id for node in await context.calls.live_nodes(context.advertised_host, context.advertised_port)}
+    assigned: set[int] = set()
+    replication_factor = None
+    for assignment in topic.assignments:
+        if assignment.partition_index in assigned:
+            return (
+                KafkaError.invalid_replica_assignment,
+                f"Found multiple manual partition assignments for partition {assignment.partition_index}",
+            )
+        replicas = tuple(assignment.broker_ids)
+        refused = _replicas_error(replicas, live)
+        if refused is None and replication_factor is not None and len(replicas) != replication_factor:
+            refused = (
+                f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but this is "
+                f"not consistent with previous partitions, which have {replication_factor} replica(s)."
+            )
+        if refused is not None:
+            return KafkaError.invalid_replica_assignment, refused
+        replication_factor = len(replicas)
+        assigned.add(assignment.partition_index)
+    if assigned != set(range(len(assigned))):
+        return KafkaError.invalid_replica_assignment, "partitions should be a consecutive 0-based integer sequence"
+    return None
 
 
 async def create_topics(context: RequestContext, request) -> object:
@@ -70,7 +119,10 @@ async def create_topics(context: RequestContext, request) -> object:
         if refused is not None:
             results.append(_creation_result(module, topic.name, *refused))
             continue
-        count = None if topic.num_partitions == DEFAULT_PARTITIONS else topic.num_partitions
+        if topic.assignments:  # checked by _refused_creation: partitions 0..n-1
+            count = len(topic.assignments)
+        else:
+            count = None if topic.num_partitions == DEFAULT_PARTITIONS else topic.num_partitions
         try:
             created = await context.calls.admin.create_topic(
                 context.principal, topic.name, count, configs, request.validate_only
@@ -607,6 +659,23 @@ async def alter_replica_log_dirs(context: RequestContext, request) -> object:
     )
 
 
+def _replicas_error(replicas: tuple[int, ...], live: set[int]) -> str | None:
+    """Kafka's controller's checks of a replica list (validateManualPartitionAssignment): not empty,
+    no node twice, every node registered (alive); why not, or None."""
+    if not replicas:
+        return "The manual partition assignment includes an empty replica list."
+    twice = [r for r in dict.fromkeys(replicas) if replicas.count(r) > 1]
+    if twice:
+        return f"The manual partition assignment includes the broker {twice[0]} more than once."
+    unknown = [r for r in replicas if r not in live]
+    if unknown:
+        return (
+            f"The manual partition assignment includes broker {unknown[0]}, but no such broker is registered "
+            f"(live nodes: {sorted(live)})."
+        )
+    return None
+
+
 def _reassigned(
     topic: str, partition: int, replicas: tuple[int, ...] | None, partition_count: int | None, live: set[int]
 ) -> tuple[KafkaError, str | None]:
@@ -616,21 +685,9 @@ def _reassigned(
         return KafkaError.unknown_topic_or_partition, f"No such partition as {topic}-{partition}"
     if replicas is None:  # a cancellation
         return KafkaError.no_reassignment_in_progress, f"No ongoing reassignment for {topic}-{partition}"
-    if not replicas:
-        return KafkaError.invalid_replica_assignment, "The manual partition assignment includes an empty replica list."
-    twice = [r for r in dict.fromkeys(replicas) if replicas.count(r) > 1]
-    if twice:
-        return (
-            KafkaError.invalid_replica_assignment,
-            f"The manual partition assignment includes the broker {twice[0]} more than once.",
-        )
-    unknown = [r for r in replicas if r not in live]
-    if unknown:
-        return (
-            KafkaError.invalid_replica_assignment,
-            f"The manual partition assignment includes broker {unknown[0]}, but no such broker is registered "
-            f"(live nodes: {sorted(live)}).",
-        )
+    refused = _replicas_error(replicas, live)
+    if refused is not None:
+        return KafkaError.invalid_replica_assignment, refused
     if len(replicas) > 1:
         return (
             KafkaError.invalid_replica_assignment,
