@@ -139,19 +139,25 @@ def test_a_database_turned_read_only_answers_503_retriable_until_it_takes_writes
         _create_topic(client, "read-only", 1)
         producer_id, epoch = _init(client, None)
         assert _produce(client, producer_id, epoch, [("read-only", 0, 0, ["before"])]).status_code == 200
+        written, sequence = ["before"], 1
 
         # Applies to the sessions already open too (a reload), as a demotion would.
         _as_superuser(own_postgres, "ALTER SYSTEM SET default_transaction_read_only = on", "SELECT pg_reload_conf()")
         try:
-            # Until the pooled connections have seen the reload (asynchronously), a write may still pass.
+            # Until the pooled connections have seen the reload (asynchronously), a write may still
+            # pass: it is acknowledged, so it is in the log, and the next write takes the next
+            # sequence (the same one would be answered as its duplicate, writing nothing).
             deadline = time.monotonic() + 30
             while (
-                response := _produce(client, producer_id, epoch, [("read-only", 0, 1, ["during"])])
+                response := _produce(client, producer_id, epoch, [("read-only", 0, sequence, [f"during-{sequence}"])])
             ).status_code == 200:
+                written.append(f"during-{sequence}")
+                sequence += 1
                 assert time.monotonic() < deadline, "the server still takes writes"
                 time.sleep(0.05)
             _assert_retriable_unavailable(response)
-            _assert_retriable_unavailable(_produce(client, producer_id, epoch, [("read-only", 0, 1, ["during"])]))
+            refused = _produce(client, producer_id, epoch, [("read-only", 0, sequence, [f"during-{sequence}"])])
+            _assert_retriable_unavailable(refused)
         finally:
             _as_superuser(
                 own_postgres,
@@ -160,11 +166,14 @@ def test_a_database_turned_read_only_answers_503_retriable_until_it_takes_writes
                 "SELECT pg_reload_conf()",
             )
         deadline = time.monotonic() + 30
-        while (response := _produce(client, producer_id, epoch, [("read-only", 0, 1, ["after"])])).status_code != 200:
+        while (
+            response := _produce(client, producer_id, epoch, [("read-only", 0, sequence, ["after"])])
+        ).status_code != 200:
             _assert_retriable_unavailable(response)
             assert time.monotonic() < deadline, response.text
             time.sleep(0.05)
-        assert _values(client, "read-only", 0, "read_committed") == ["before", "after"]
+        # Nothing refused was written: the acknowledged writes, in order, and no other.
+        assert _values(client, "read-only", 0, "read_committed") == [*written, "after"]
         assert process_alive(server.pid)
     server_log = server.log_path.read_text()
     assert "failed with a bug" not in server_log, server_log[-5000:]
