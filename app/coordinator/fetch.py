@@ -110,7 +110,8 @@ class FetchedBatches:
     def in_topic_codec(self, rendered: bytes) -> bytes:
         """A batch the door rendered from the JSON form (uncompressed) in the codec its topic sends,
         so that every data batch of a topic with a codec comes in it, whichever door produced it."""
-        return batch_form.in_codec(rendered, self.codec)
+        # Uncompressed, it is never decompressed: its own length bounds its records.
+        return batch_form.in_codec(rendered, self.codec, len(rendered))
 
     @property
     def size(self) -> int:

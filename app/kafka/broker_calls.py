@@ -101,6 +101,7 @@ def _encoded(batch: ProducedBatch) -> EncodedBatch:
         batch.largest_record_bytes,
         batch.first_timestamp_ms,
         batch.max_timestamp_ms,
+        batch.uncompressed_bytes,
         batch.keyless_records,
     )
 

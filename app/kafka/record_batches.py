@@ -2,7 +2,7 @@
 
 In: a produced partition's bytes, checked as Kafka's log validator checks them (one batch of
 magic 2, its CRC, no control batch from a client, records numbered 0..n-1, as many as it declares)
-and decompressed within a bound (compression.py), its records read once for what the write path
+and decompressed within a bound (app/record_batch_codecs.py), its records read once for what the write path
 needs of them (count, largest record, timestamps). The batch itself is what storage keeps
 (record_codec's RecordBatch form): in the codec its producer chose, base offset 0, leader epoch -1
 (the core then stores it in its topic's codec, compression.type: storage's batch_form.py).
@@ -33,20 +33,16 @@ from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.util import calc_crc32c
 from kio.schema.errors import ErrorCode as KafkaError
 
-from app.kafka import compression
+from app import record_batch_codecs as codecs
 
 HEADER = DefaultRecordBatch.HEADER_STRUCT
 MAGIC_V2 = 2
 _MAGIC_OFFSET = struct.calcsize(">qii")
-_ATTRIBUTES = struct.Struct(">h")
 _BASE_OFFSET = struct.Struct(">q")
-_LENGTH = struct.Struct(">i")
-_LENGTH_OFFSET = _BASE_OFFSET.size
 _LEADER_EPOCH = struct.Struct(">i")
 _LEADER_EPOCH_OFFSET = struct.calcsize(">qi")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
-_LAST_OFFSET_DELTA_OFFSET = DefaultRecordBatch.ATTRIBUTES_OFFSET + _ATTRIBUTES.size
-_CRC = struct.Struct(">I")
+_LAST_OFFSET_DELTA_OFFSET = DefaultRecordBatch.ATTRIBUTES_OFFSET + struct.calcsize(">h")  # after the attributes
 NO_LEADER_EPOCH = -1
 # A control record's key is (version, type) and an end-transaction marker's value (version,
 # coordinator epoch), as Kafka's ControlRecordType and EndTransactionMarker write them.
@@ -142,7 +138,7 @@ def read_produced(data: bytes, uncompressed_limit: int) -> ProducedBatch:
             f"expected {record_count - 1}",
         )
     codec = attributes & DefaultRecordBatch.CODEC_MASK
-    stored, readable = _stored_form(data, codec, attributes, uncompressed_limit)
+    stored, readable = _stored_form(data, codec, uncompressed_limit)
     largest = 0
     first_timestamp = max_timestamp = None
     index = -1
@@ -190,25 +186,26 @@ _STORED_PREFIX = _BASE_OFFSET.pack(0)
 _STORED_LEADER_EPOCH = _LEADER_EPOCH.pack(NO_LEADER_EPOCH)
 
 
-def _stored_form(data: bytes, codec: int, attributes: int, uncompressed_limit: int) -> tuple[bytes, bytes]:
+def _stored_form(data: bytes, codec: int, uncompressed_limit: int) -> tuple[bytes, bytes]:
     """The checked batch as storage keeps it, in the codec its producer chose (the core stores it
     in its topic's codec, compression.type), with base offset 0 and partition leader epoch -1, which
     the CRC does not cover; and the batch uncompressed, whose records the checks read (the same
     bytes when it is not compressed)."""
-    if codec == compression.CODEC_NONE:
+    if codec == codecs.CODEC_NONE:
         if len(data) - HEADER.size > uncompressed_limit:
             raise _corrupt(f"the batch's {len(data) - HEADER.size} bytes exceed what this request may still carry")
         readable = None
     else:
         try:
-            body = compression.decompress(codec, data[HEADER.size :], uncompressed_limit)
-        except compression.DecompressionRefused as error:
+            body = codecs.decompress(codec, data[HEADER.size :], uncompressed_limit)
+        except codecs.DecompressesTooLarge as error:
+            raise _corrupt(
+                f"{error}, what this request may still carry (kafka_max_request_bytes): send smaller batches"
+            ) from error
+        except codecs.DecompressionRefused as error:
             raise _corrupt(str(error)) from error
-        readable = bytearray(data[: HEADER.size]) + body
-        _ATTRIBUTES.pack_into(
-            readable, DefaultRecordBatch.ATTRIBUTES_OFFSET, attributes & ~DefaultRecordBatch.CODEC_MASK
-        )
-        _LENGTH.pack_into(readable, _LENGTH_OFFSET, len(readable) - DefaultRecordBatch.AFTER_LEN_OFFSET)
+        # Read only, never sent or stored: its CRC is left as it was.
+        readable = codecs.with_records(data, body, codecs.CODEC_NONE)
     if data.startswith(_STORED_PREFIX) and data.startswith(_STORED_LEADER_EPOCH, _LEADER_EPOCH_OFFSET):
         stored = data  # as clients send it: stored without a copy
     else:
@@ -231,11 +228,8 @@ def _finish(built: bytearray, base_offset: int, last_offset_delta: int, control:
     _LEADER_EPOCH.pack_into(built, _LEADER_EPOCH_OFFSET, NO_LEADER_EPOCH)
     _LAST_OFFSET_DELTA.pack_into(built, _LAST_OFFSET_DELTA_OFFSET, last_offset_delta)
     if control:
-        (attributes,) = _ATTRIBUTES.unpack_from(built, DefaultRecordBatch.ATTRIBUTES_OFFSET)
-        _ATTRIBUTES.pack_into(built, DefaultRecordBatch.ATTRIBUTES_OFFSET, attributes | DefaultRecordBatch.CONTROL_MASK)
-    crc = calc_crc32c(memoryview(built)[DefaultRecordBatch.ATTRIBUTES_OFFSET :])
-    _CRC.pack_into(built, DefaultRecordBatch.CRC_OFFSET, crc)
-    return bytes(built)
+        codecs.add_attributes(built, DefaultRecordBatch.CONTROL_MASK)
+    return codecs.with_crc(built)
 
 
 def data_batch(
@@ -250,7 +244,7 @@ def data_batch(
     """A stored data batch as a RecordBatch: record i at base_offset + i (None: one compaction
     removed, a gap in the offsets as in a compacted Kafka log). None if no record is left."""
     builder = RecordBuilder(
-        MAGIC_V2, compression.CODEC_NONE, is_transactional, producer_id, producer_epoch, base_sequence, _UNBOUNDED
+        MAGIC_V2, codecs.CODEC_NONE, is_transactional, producer_id, producer_epoch, base_sequence, _UNBOUNDED
     )
     appended = False
     for index, record in enumerate(records):
@@ -265,7 +259,7 @@ def data_batch(
 def control_batch(offset: int, producer_id: int, producer_epoch: int, control_type: int, timestamp_ms: int) -> bytes:
     """A transaction marker (control_type: Kafka's ABORT 0 or COMMIT 1) as the control batch Kafka writes."""
     builder = RecordBuilder(
-        MAGIC_V2, compression.CODEC_NONE, True, producer_id, producer_epoch, DefaultRecordBatch.NO_SEQUENCE, _UNBOUNDED
+        MAGIC_V2, codecs.CODEC_NONE, True, producer_id, producer_epoch, DefaultRecordBatch.NO_SEQUENCE, _UNBOUNDED
     )
     builder.append(
         0,

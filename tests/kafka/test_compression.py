@@ -7,7 +7,7 @@ from __future__ import annotations
 import kafka.codec
 import pytest
 
-from app.kafka.compression import (
+from app.record_batch_codecs import (
     CODEC_GZIP,
     CODEC_LZ4,
     CODEC_SNAPPY,

@@ -25,49 +25,40 @@ listener renders it at fetch, then sends it in the topic's codec (`in_codec` wit
 none for `producer`: an HTTP producer chose no codec), so over Kafka every data batch of a topic with
 a codec comes in that codec.
 
-The codecs are aiokafka's (aiokafka.codec: gzip, xerial-framed snappy as Kafka's Java client writes
-it, lz4 frames, zstd), the library whose record module reads the batches (record_codec.py).
-Decompressing here is unbounded: a stored batch was checked to decompress within the request's
-bound when it was produced (the Kafka listener's compression.py).
+The codecs, and the rewrite of a batch's header, are app/record_batch_codecs.py's, the Kafka door's
+too. Decompressing is bounded there, here by the bytes the door read from the batch's records when
+it was produced (EncodedBatch.records_bytes): the same records section decompresses to exactly that
+many, so the bound refuses no batch the door took and lets no other allocate more.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Callable
 
-from aiokafka import codec
 from kafka.record.default_records import DefaultRecordBatch
-from kafka.record.util import calc_crc32c
 
+from app import record_batch_codecs as codecs
 from app.storage.log import record_codec
 from app.storage.log.record_codec import EncodedBatch
 from app.storage.log.topics import TopicInfo
 
-CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD = 0, 1, 2, 3, 4
 # compression.type's codecs; `producer` is none of them (the batch's own).
-CODECS = {"uncompressed": CODEC_NONE, "gzip": CODEC_GZIP, "snappy": CODEC_SNAPPY, "lz4": CODEC_LZ4, "zstd": CODEC_ZSTD}
+CODECS = {
+    "uncompressed": codecs.CODEC_NONE,
+    "gzip": codecs.CODEC_GZIP,
+    "snappy": codecs.CODEC_SNAPPY,
+    "lz4": codecs.CODEC_LZ4,
+    "zstd": codecs.CODEC_ZSTD,
+}
 # Kafka's gzip level -1 is zlib's default compression, level 6 (aiokafka takes no -1).
 _ZLIB_DEFAULT_LEVEL = 6
 
-_HEADER_BYTES = DefaultRecordBatch.HEADER_STRUCT.size
-_LENGTH = struct.Struct(">i")
-_LENGTH_OFFSET = 8
-_ATTRIBUTES = struct.Struct(">h")
-_CRC = struct.Struct(">I")
 _MAX_TIMESTAMP = struct.Struct(">q")
 _MAX_TIMESTAMP_OFFSET = (
     35  # after base offset, length, leader epoch, magic, CRC, attributes, last offset delta, first timestamp
 )
 LOG_APPEND_TIME = "LogAppendTime"
-
-_DECODERS: dict[int, Callable[[bytes], bytes]] = {
-    CODEC_GZIP: codec.gzip_decode,
-    CODEC_SNAPPY: codec.snappy_decode,
-    CODEC_LZ4: codec.lz4_decode,
-    CODEC_ZSTD: codec.zstd_decode,
-}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -84,70 +75,32 @@ PRODUCERS_CODEC = TopicCodec(None)
 def topic_codec(topic: TopicInfo) -> TopicCodec:
     """The topic's compression.type and the level of its codec (compression.gzip.level, ...)."""
     codec_id = CODECS.get(topic.setting("compression_type"))
-    if codec_id == CODEC_GZIP:
+    if codec_id == codecs.CODEC_GZIP:
         level = topic.setting("compression_gzip_level")
         return TopicCodec(codec_id, _ZLIB_DEFAULT_LEVEL if level == -1 else level)
-    if codec_id == CODEC_LZ4:
+    if codec_id == codecs.CODEC_LZ4:
         return TopicCodec(codec_id, topic.setting("compression_lz4_level"))
-    if codec_id == CODEC_ZSTD:
+    if codec_id == codecs.CODEC_ZSTD:
         return TopicCodec(codec_id, topic.setting("compression_zstd_level"))
     return PRODUCERS_CODEC if codec_id is None else TopicCodec(codec_id)
 
 
-def _compress(codec_id: int, records: bytes, level: int | None) -> bytes:
-    if codec_id == CODEC_GZIP:
-        return codec.gzip_encode(records, compresslevel=level)
-    if codec_id == CODEC_SNAPPY:
-        return codec.snappy_encode(records)
-    if codec_id == CODEC_LZ4:
-        return codec.lz4_encode(records, level=level)
-    return codec.zstd_encode(records, level=level)
-
-
-def batch_codec(batch: bytes) -> int:
-    """The codec of a RecordBatch (its attributes' low three bits)."""
-    (attributes,) = _ATTRIBUTES.unpack_from(batch, DefaultRecordBatch.ATTRIBUTES_OFFSET)
-    return attributes & DefaultRecordBatch.CODEC_MASK
-
-
-def in_codec(batch: bytes, wanted: TopicCodec) -> bytes:
+def in_codec(batch: bytes, wanted: TopicCodec, records_bytes: int) -> bytes:
     """The RecordBatch in the wanted codec: as it is when it is in it already (or `wanted` is the
-    producer's), else its records section decompressed and compressed again, its header rewritten."""
-    current = batch_codec(batch)
-    if wanted.codec is None or wanted.codec == current:
+    producer's), else its records section, which decompresses to `records_bytes` (at most: more is
+    refused, DecompressesTooLarge), compressed again, its header rewritten."""
+    if wanted.codec is None or wanted.codec == codecs.batch_codec(batch):
         return batch
-    records = batch[_HEADER_BYTES:]
-    if current != CODEC_NONE:
-        records = _DECODERS[current](records)
-    if wanted.codec != CODEC_NONE:
-        records = _compress(wanted.codec, records, wanted.level)
-    recoded = bytearray(batch[:_HEADER_BYTES]) + records
-    (attributes,) = _ATTRIBUTES.unpack_from(recoded, DefaultRecordBatch.ATTRIBUTES_OFFSET)
-    _ATTRIBUTES.pack_into(
-        recoded, DefaultRecordBatch.ATTRIBUTES_OFFSET, (attributes & ~DefaultRecordBatch.CODEC_MASK) | wanted.codec
-    )
-    _LENGTH.pack_into(recoded, _LENGTH_OFFSET, len(recoded) - DefaultRecordBatch.AFTER_LEN_OFFSET)
-    return _with_crc(recoded)
-
-
-def _with_crc(batch: bytearray) -> bytes:
-    """The batch with its CRC written again (it covers everything from the attributes on)."""
-    _CRC.pack_into(
-        batch, DefaultRecordBatch.CRC_OFFSET, calc_crc32c(memoryview(batch)[DefaultRecordBatch.ATTRIBUTES_OFFSET :])
-    )
-    return bytes(batch)
+    return codecs.recompressed(batch, wanted.codec, wanted.level, records_bytes)
 
 
 def marked_log_append_time(batch: bytes, appended_ms: int) -> bytes:
     """A RecordBatch marked LogAppendTime (its attributes' timestamp-type bit), `appended_ms` its max
     timestamp, which readers then give every record; its records as they are."""
     stamped = bytearray(batch)
-    (attributes,) = _ATTRIBUTES.unpack_from(stamped, DefaultRecordBatch.ATTRIBUTES_OFFSET)
-    _ATTRIBUTES.pack_into(
-        stamped, DefaultRecordBatch.ATTRIBUTES_OFFSET, attributes | DefaultRecordBatch.TIMESTAMP_TYPE_MASK
-    )
+    codecs.add_attributes(stamped, DefaultRecordBatch.TIMESTAMP_TYPE_MASK)
     _MAX_TIMESTAMP.pack_into(stamped, _MAX_TIMESTAMP_OFFSET, appended_ms)
-    return _with_crc(stamped)
+    return codecs.with_crc(stamped)
 
 
 def uses_log_append_time(topic: TopicInfo) -> bool:
@@ -171,7 +124,7 @@ def as_topic_stores(batch: EncodedBatch, topic: TopicInfo, appended_ms: int) -> 
         batch = _at_append_time(batch, appended_ms)
     if not batch.is_record_batch:
         return batch
-    stored = in_codec(batch.payload, topic_codec(topic))
+    stored = in_codec(batch.payload, topic_codec(topic), batch.records_bytes)
     if stored is batch.payload:
         return batch
     return dataclasses.replace(batch, payload=stored, size_bytes=len(stored))

@@ -84,6 +84,10 @@ class EncodedBatch:
     max_timestamp_ms: int
     # The indexes of its records without a key, which a compacted topic refuses (append.py).
     keyless_records: tuple[int, ...] = ()
+    # A RecordBatch's records section decompressed: the bytes its producer's door read from it, the
+    # bound of decompressing it again to store it in its topic's codec (batch_form.py). The JSON
+    # form has no codec: 0.
+    records_bytes: int = 0
 
     @property
     def is_record_batch(self) -> bool:
@@ -98,10 +102,12 @@ class EncodedBatch:
         largest_record_bytes: int,
         first_timestamp_ms: int,
         max_timestamp_ms: int,
+        records_bytes: int,
         keyless_records: tuple[int, ...] = (),
     ) -> EncodedBatch:
         """A payload in the RecordBatch form (the module's docstring), which its producer read and
-        checked: its size is the stored batch's bytes, what retention and fetches count."""
+        checked: its size is the stored batch's bytes, what retention and fetches count;
+        `records_bytes` its records section's once decompressed."""
         return cls(
             payload,
             record_count,
@@ -110,6 +116,7 @@ class EncodedBatch:
             first_timestamp_ms,
             max_timestamp_ms,
             keyless_records,
+            records_bytes,
         )
 
 
