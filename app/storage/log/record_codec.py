@@ -8,8 +8,9 @@ that both live in one column without a flag:
   - form TEXT (0): key, value and header values are the text whose UTF-8 encoding is the bytes;
   - form BASE64 (1): they are base64 of arbitrary bytes (used only when some field is not UTF-8).
   What HTTP's produce writes, what the server writes itself, and what compaction rewrites.
-- RecordBatch, first byte 0x00: a Kafka RecordBatch (message format v2), uncompressed, as the Kafka
-  door received it, with its base offset 0 and its partition leader epoch -1 (so a read patches the
+- RecordBatch, first byte 0x00: a Kafka RecordBatch (message format v2) as the Kafka door received
+  it, in its topic's compression.type (the producer's own codec by default: batch_form.py), with its
+  base offset 0 and its partition leader epoch -1 (so a read patches the
   base offset in, outside the CRC). What the Kafka door's produce writes (record_batch), so that its
   fetch answers with the stored bytes; its size_bytes is the stored batch's length.
 
