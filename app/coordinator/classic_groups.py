@@ -16,7 +16,8 @@ one group reach different workers and nodes):
   passed (the members' largest rebalance timeout), completes it under the group row lock: members
   that did not rejoin are removed, the generation is bumped, a protocol every member supports is
   chosen, a leader kept or picked, and the group is CompletingRebalance;
-- the waiters see the new generation (they poll the row) and answer; the leader's SyncGroup stores
+- the waiters see the new generation (they poll the row, and a change to their group committed in
+  their process wakes them at once: group_wake_ups.py) and answer; the leader's SyncGroup stores
   the assignments and makes the group Stable; the others' SyncGroups wait for that.
 Every change holds the group row FOR UPDATE, so two processes never complete one rebalance twice.
 
@@ -59,6 +60,7 @@ from kio.schema.consumer_protocol_subscription.v3.data import ConsumerProtocolSu
 from kio.serial import entity_reader
 
 from app.clock import now_ms
+from app.coordinator.group_wake_ups import GroupWakeUps
 from app.coordinator.identifiers import check_group_id, check_identifier, within_limit
 from app.errors import BrokerError, ErrorCode
 from app.storage.groups import groups
@@ -69,7 +71,8 @@ COMPLETING = "CompletingRebalance"
 STABLE = "Stable"
 EMPTY = "Empty"
 # How often a JoinGroup or SyncGroup waiting for the rest of the group re-reads the group row when
-# no change made in its own process wakes it (another worker's or node's change is seen this way).
+# no change to it made in its own process wakes it (group_wake_ups.py; another worker's or node's
+# change is seen this way).
 POLL_S = 0.05
 # Kafka's "consumer" protocol type: its metadata and assignments are ConsumerProtocol messages,
 # which this module reads for the subscribed topics and assigned partitions others describe.
@@ -289,29 +292,26 @@ class ClassicGroups:
         self.pool = pool
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.session_timeout_bounds = session_timeout_bounds
-        # Set, and replaced, each time a change to a group made in this process has committed: the
-        # JoinGroups and SyncGroups waiting here re-read at once, so the members of a generation are
-        # answered together, as Kafka's coordinator answers them (one woken a poll later could find
-        # the leader already rejoining, and its SyncGroup REBALANCE_IN_PROGRESS).
-        self._committed = asyncio.Event()
-
-    def _changes_committed(self) -> None:
-        committed, self._committed = self._committed, asyncio.Event()
-        committed.set()
+        # Fired by every change to a group made in this process (group_coordinator.py's HTTP
+        # membership, DeleteGroups and expiry too): the group's waiting JoinGroups and SyncGroups
+        # re-read at once, so the members of a generation are answered together, as Kafka's
+        # coordinator answers them (one woken a poll later could find the leader already
+        # rejoining, and its SyncGroup REBALANCE_IN_PROGRESS).
+        self.wake_ups = GroupWakeUps()
 
     @contextlib.asynccontextmanager
-    async def _changing(self):
-        """A connection in a transaction; once it ends, this process's waiters re-read (after the
-        commit, never before: a waiter woken earlier would read the old row and sleep again)."""
+    async def changing(self, group_id: str):
+        """A connection in a transaction that changes `group_id`; once it ends, the group's waiters
+        in this process re-read."""
         try:
             async with self.pool.acquire() as conn, conn.transaction():
                 yield conn
         finally:
-            self._changes_committed()
+            self.wake_ups.changed(group_id)
 
     @staticmethod
     async def _until_changed(seen: asyncio.Event) -> None:
-        """Until a change committed here after `seen` was taken, or POLL_S."""
+        """Until a change to the group committed here after `seen` was taken, or POLL_S."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(seen.wait(), POLL_S)
 
@@ -413,7 +413,7 @@ class ClassicGroups:
             raise _inconsistent(group_id, f"a JoinGroup of protocol type {protocol_type!r} named no protocol")
         encoded = [[name, _b64(metadata)] for name, metadata in protocols]
         topics = subscribed_topics(protocol_type, protocols)
-        async with self._changing() as conn:
+        async with self.changing(group_id) as conn:
             group = await groups.lock(conn, group_id, now)
             classic = self._joinable(group, await groups.members(conn, group_id), protocol_type, protocols, now)
             replaced = None  # the member id a static member rejoining under a new one had
@@ -571,7 +571,7 @@ class ClassicGroups:
         self, group_id: str, member_id: str, group_instance_id: str | None, target_generation: int
     ) -> JoinResult:
         while True:
-            seen = self._committed  # taken before the read: a change committed after it wakes the wait
+            seen = self.wake_ups.before_read(group_id)  # a change committed after it wakes the wait
             async with self.pool.acquire() as conn:
                 now = now_ms()
                 group = await groups.get(conn, group_id)
@@ -588,7 +588,7 @@ class ClassicGroups:
                         if classic is not None and _completion_due(classic, now):
                             await self._try_complete(conn, group, classic, now)
                             await self._save(conn, group, classic, now)
-                    self._changes_committed()
+                    self.wake_ups.changed(group_id)
                     continue
             await self._until_changed(seen)
 
@@ -618,7 +618,7 @@ class ClassicGroups:
         member's SyncGroup answers its own, once the leader's has come."""
         check_group_id(group_id)
         now = now_ms()
-        async with self._changing() as conn:
+        async with self.changing(group_id) as conn:
             group = await groups.lock(conn, group_id, now)
             classic = self._checked(group, group_id, member_id, generation_id, group_instance_id)
             await groups.touch(conn, group_id, member_id, now)
@@ -631,7 +631,7 @@ class ClassicGroups:
         # newer coordinators answer), so that no request waits without end.
         deadline = now + classic["members"][member_id]["rebalance_timeout_ms"]
         while True:
-            seen = self._committed
+            seen = self.wake_ups.before_read(group_id)
             async with self.pool.acquire() as conn:
                 group = await groups.get(conn, group_id)
             classic = self._checked(group, group_id, member_id, generation_id, group_instance_id)
@@ -676,7 +676,7 @@ class ClassicGroups:
                     classic = classic_state(group)
                     await self._try_complete(conn, group, classic, now)
                     await self._save(conn, group, classic, now)
-                self._changes_committed()
+                self.wake_ups.changed(group_id)
         self._checked(group, group_id, member_id, generation_id, group_instance_id)
 
     async def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[BrokerError | None]:
@@ -685,7 +685,7 @@ class ClassicGroups:
         One error or None each."""
         check_group_id(group_id)
         now = now_ms()
-        async with self._changing() as conn:
+        async with self.changing(group_id) as conn:
             group = await groups.lock(conn, group_id, now)
             classic = classic_state(group)
             errors: list[BrokerError | None] = []

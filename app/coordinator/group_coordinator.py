@@ -180,7 +180,7 @@ class GroupCoordinator:
         check_group_id(group_id)
         now = now_ms()
         topics = sorted(set(topics))
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self.classic.changing(group_id) as conn:
             group = await groups.lock(conn, group_id, now)
             classic = classic_state(group)
             if classic is not None and classic["members"]:
@@ -220,7 +220,7 @@ class GroupCoordinator:
     async def leave(self, group_id: str, member_id: str) -> None:
         check_group_id(group_id)
         now = now_ms()
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self.classic.changing(group_id) as conn:
             group = await groups.lock(conn, group_id, now)
             if member_id not in {m.member_id for m in await groups.members(conn, group_id)}:
                 raise _unknown_member(group_id, member_id)
@@ -233,6 +233,7 @@ class GroupCoordinator:
         evicted = 0
         async with self.pool.acquire() as conn:
             for group_id in await groups.groups_with_expired_members(conn, now):
+                expired: list[str] = []
                 async with conn.transaction():
                     group = await groups.lock_if_free(conn, group_id)
                     if group is None:
@@ -246,6 +247,8 @@ class GroupCoordinator:
                         await groups.remove_members(conn, group_id, expired)
                         await self._rebalance(conn, group, now)
                         evicted += len(expired)
+                if expired:  # committed: the group's waiting JoinGroups and SyncGroups re-read
+                    self.classic.wake_ups.changed(group_id)
         return evicted
 
     # ---- offsets
@@ -417,7 +420,7 @@ class GroupCoordinator:
         how many partitions had offsets. One PostgreSQL transaction, the audit entry in it."""
         check_group_id(group_id)
         now = now_ms()
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self.classic.changing(group_id) as conn:
             _, members = await _locked_for_deletion(conn, group_id)
             if members:
                 raise _non_empty(group_id, members, "a group can be deleted only once empty")
@@ -438,7 +441,7 @@ class GroupCoordinator:
         without members and offsets is deleted, as Kafka removes it. One PostgreSQL transaction."""
         check_group_id(group_id)
         now = now_ms()
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self.classic.changing(group_id) as conn:
             group, members = await _locked_for_deletion(conn, group_id)
             classic = classic_state(group)
             if members and classic is not None and classic["members"] and classic["protocol_type"] != CONSUMER_PROTOCOL:

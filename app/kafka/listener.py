@@ -2,7 +2,7 @@
 server process.
 
 A connection's requests are answered in the order sent (Kafka's rule), and served as Kafka serves
-them, one after the other, with one exception: Produce requests (acks=0 included) are pipelined.
+them, one after the other, with one exception: Produce requests with acks=1 or all are pipelined.
 Clients send up to five Produce requests without waiting (librdkafka's and Java's
 max.in.flight.requests.per.connection); each is read, checked and queued for a write batch in the
 connection's loop, in arrival order, so that an idempotent producer's batches are appended in
@@ -11,7 +11,10 @@ batch's requests again one by one), and only the wait for its commit overlaps th
 write batch after a connection's first Produce can take its next ones, where serving them one at a
 time left each producer one request per commit. Their answers are written in order
 (AnswersInOrder), at most MAX_PENDING_ANSWERS pending; any other request is served only once every
-earlier answer is written (an EndTxn, an AddPartitionsToTxn, a Fetch never overtakes a Produce). A
+earlier answer is written (an EndTxn, an AddPartitionsToTxn, a Fetch never overtakes a Produce). An
+acks=0 Produce, whose client waits for no answer, is written before the next request is read, as
+Kafka's broker serves it: if it fails, the connection is closed once the answers before it are
+written, and nothing sent after it is written (handlers/produce.py). A
 connection that closes with answers pending drops them (their writes go on, as a Produce whose
 client went away). A frame
 whose declared length exceeds kafka_max_request_bytes is refused before a byte of it is read: the
@@ -189,8 +192,10 @@ class KafkaListener:
                     await answers.make_room()
                     answers.add(await dispatch.submit(frame, calls, session, advertised, client_host))
                     continue
-            except MalformedRequest:
-                await answers.all_written()  # as Kafka, which reads a request only once the earlier are answered
+            except (MalformedRequest, CloseConnection):
+                # As Kafka, which reads a request only once the earlier are answered: their answers
+                # are written, then the connection closed, and nothing sent after this is read.
+                await answers.all_written()
                 raise
             # Any other request only once every earlier one is answered, as Kafka serves them: one
             # after the other (an EndTxn, a Fetch never overtakes the connection's Produce requests).
@@ -227,8 +232,9 @@ class AnswersInOrder:
     answer is a task that waits for its response, then for the task of the answer before it, and
     only then writes, so one task writes at a time and in order; at most MAX_PENDING_ANSWERS are
     pending (`add` waits for the oldest); a failed answer (a lost connection, an unexpected error)
-    aborts the connection (CloseConnection: closes it once what was written is sent), so that the
-    loop reading its requests ends, and is raised by `close`."""
+    aborts the connection, so that the loop reading its requests ends, and is raised by `close`.
+    (An acks=0 Produce has no answer here: it is written before the next request is read, and its
+    failure, CloseConnection, ends the loop itself.)"""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
@@ -264,12 +270,7 @@ class AnswersInOrder:
             self._pending.clear()
 
     async def _write_in_turn(self, response: Awaitable[bytes | None], previous: asyncio.Task | None) -> None:
-        try:
-            frame = await response
-        except CloseConnection:
-            if previous is not None:  # the answers before it are written first, as Kafka's broker does
-                await previous
-            raise
+        frame = await response
         if previous is not None:
             await previous
         if frame is not None:  # none for acks=0
@@ -281,12 +282,7 @@ class AnswersInOrder:
             return
         if self._failure is None:
             self._failure = task.exception()
-            # The requests' loop sees the end of the stream and ends. A connection closed on purpose
-            # (CloseConnection) gets what was written before it; any other failure drops it.
-            if isinstance(self._failure, CloseConnection):
-                self._writer.close()
-            else:
-                self._writer.transport.abort()
+            self._writer.transport.abort()  # the requests' loop sees the end of the stream and ends
 
     async def close(self) -> BaseException | None:
         """Cancels the answers not written (the connection is closing: nobody would read them; their

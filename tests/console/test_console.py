@@ -228,7 +228,7 @@ def test_pages_show_what_the_api_says_and_abort_fences_the_producer(server: Runn
     expect(page.locator("#members tbody tr")).to_have_count(1)
     expect(page.locator("#members")).to_contain_text("orders: 0, 1, 2")
     lag = described_group["offsets"][0]["lag"]
-    expect(page.locator("#offsets tbody tr").locator("td").nth(3)).to_have_text(str(lag))
+    expect(page.locator("#offsets tbody tr").locator("td").nth(4)).to_have_text(str(lag))
     assert lag == 5, "offsets 1-7 less the two markers"
     expect(page.locator("#pending tbody tr")).to_contain_text("writer-open")
     tab.shot("group")
@@ -266,6 +266,42 @@ def test_pages_show_what_the_api_says_and_abort_fences_the_producer(server: Runn
     expect(page.locator("tr.divider-hw")).to_contain_text("High watermark 9 = LSO")
     page.goto(f"{server.url}/console/groups/readers")
     expect(page.locator("#pending")).to_have_count(0)
+
+
+def test_the_group_page_shows_committed_leader_epochs(server: RunningServer, tab: Tab) -> None:
+    """Regression: the leader epochs committed with offsets (Kafka's OffsetCommit v6+ and
+    TxnOffsetCommit v2+, HTTP's `leader_epoch`) were kept and answered but not shown. Each committed
+    and pending offset shows its epoch; -1 (none committed) a dash."""
+    client, page = server.client, tab.page
+    client.post("/v1/topics", json={"name": "epochs", "partitions": 2}).raise_for_status()
+    client.post(
+        "/v1/groups/epoch-readers/offsets/commit",
+        json={
+            "offsets": [
+                {"topic": "epochs", "partition": 0, "offset": 1, "leader_epoch": 5},
+                {"topic": "epochs", "partition": 1, "offset": 0},
+            ]
+        },
+    ).raise_for_status()
+    writer = TxnProducer(client, "epoch-writer", timeout_ms=300_000)
+    writer.init()
+    writer.send("epochs", 0, "e1")
+    client.post(
+        "/v1/txn/offset-commit",
+        json={
+            **writer.ids(),
+            "group_id": "epoch-readers",
+            "offsets": [{"topic": "epochs", "partition": 0, "offset": 2, "leader_epoch": 9}],
+        },
+    ).raise_for_status()
+    page.goto(f"{server.url}/console/groups/epoch-readers")
+    expect(page.locator("#offsets thead th").nth(2)).to_have_text("Leader epoch")
+    committed = page.locator("#offsets tbody tr")
+    expect(committed.nth(0).locator("td").nth(2)).to_have_text("5")
+    expect(committed.nth(1).locator("td").nth(2)).to_have_text("—")
+    expect(page.locator("#pending thead th").nth(2)).to_have_text("Leader epoch")
+    expect(page.locator("#pending tbody tr").locator("td").nth(2)).to_have_text("9")
+    tab.shot("group-leader-epochs")
 
 
 def test_pages_work_without_javascript(server: RunningServer, playwright_driver) -> None:

@@ -13,8 +13,7 @@ SHORT = datetime.timedelta(milliseconds=1500)
 LONG = datetime.timedelta(seconds=30)
 
 
-def join(
-    connection,
+def join_request(
     group: str,
     member: str = "",
     session=LONG,
@@ -23,21 +22,24 @@ def join(
     metadata: bytes = b"",
     version: int = JOIN_VERSION,
 ):
+    """`join`'s request, for a test that sends it and takes its answer later."""
     protocol = nested(api_table.JOIN_GROUP, version, "JoinGroupRequestProtocol", name="range", metadata=metadata)
-    return connection.call(
-        request_of(
-            api_table.JOIN_GROUP,
-            version,
-            group_id=group,
-            session_timeout=session,
-            rebalance_timeout=rebalance,
-            member_id=member,
-            group_instance_id=instance,
-            protocol_type="consumer",
-            protocols=(protocol,),
-            reason=None,
-        )
+    return request_of(
+        api_table.JOIN_GROUP,
+        version,
+        group_id=group,
+        session_timeout=session,
+        rebalance_timeout=rebalance,
+        member_id=member,
+        group_instance_id=instance,
+        protocol_type="consumer",
+        protocols=(protocol,),
+        reason=None,
     )
+
+
+def join(connection, group: str, member: str = "", **request):
+    return connection.call(join_request(group, member, **request))
 
 
 def sync(connection, group: str, member: str, generation: int, assignments: dict[str, bytes], instance=None):

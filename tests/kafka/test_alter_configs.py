@@ -12,7 +12,9 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 from kio.schema.errors import ErrorCode as KafkaError
 
+from app.coordinator.topic_admin import KAFKA_CONFIG_DEFAULTS
 from app.kafka import api_table
+from tests.api.test_log_lifecycle import sql
 from tests.kafka.clients import WAIT_S, bootstrap, create_topic
 from tests.kafka.raw import RawConnection, nested, request_of
 
@@ -316,4 +318,44 @@ def test_cleanup_policy_is_kafkas_list_in_the_order_given_and_may_be_empty(modul
     assert (http_config(server, appended)["cleanup_policy"], http_config(server, emptied)["cleanup_policy"]) == (
         "delete,compact",
         "",
+    )
+
+
+def test_a_stored_value_that_breaks_a_newer_bound_refuses_only_a_change_of_its_own_key(module_kafka_server):
+    """Regression: a value stored before a bound it breaks existed (a `max_message_bytes` above
+    2^31-1, which HTTP's CreateTopics once took) refused every later change of the topic's configs,
+    where Kafka validates only the configs a change sets. A change of another key is made and the
+    old value kept and described as stored; setting that key is checked; AlterConfigs, which
+    replaces every config, takes it back to the default."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+    server = module_kafka_server
+    topic, beyond_int32 = "alter-beside-an-old-value", 3_000_000_000
+    create_topic(server, topic, 1)
+    sql(
+        server.database_url,
+        "UPDATE topics SET config = jsonb_set(config, '{max_message_bytes}', to_jsonb($2::bigint)) WHERE name = $1",
+        topic,
+        beyond_int32,
+    )
+    admin = AdminClient({"bootstrap.servers": bootstrap(server)})
+
+    def incremental_set(name: str, value: str) -> None:
+        entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+        admin.incremental_alter_configs([resource])[resource].result(WAIT_S)
+
+    incremental_set("retention.ms", "1234")
+    assert http_config(server, topic)["retention_ms"] == 1234
+    assert http_config(server, topic)["max_message_bytes"] == beyond_int32
+    assert confluent_described(server, topic)["max.message.bytes"] == (str(beyond_int32), False)
+    with pytest.raises(KafkaException) as refused:
+        incremental_set("max.message.bytes", str(beyond_int32 + 1))
+    assert refused.value.args[0].code() == KafkaError.invalid_config
+    assert http_config(server, topic)["max_message_bytes"] == beyond_int32
+    confluent_replace(server, topic, {"retention.ms": "5678"})
+    assert (http_config(server, topic)["retention_ms"], http_config(server, topic)["max_message_bytes"]) == (
+        5678,
+        KAFKA_CONFIG_DEFAULTS["max_message_bytes"],
     )

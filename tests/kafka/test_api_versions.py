@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
 from app.kafka.record_batches import KafkaRecord
+from tests.kafka import raw_groups
 from tests.kafka.clients import create_topic, topic_uuid
 from tests.kafka.raw import RawConnection, nested, record_batch, request_frame, request_of, response_class_of
 from tests.kafka.raw_transactions import RawProducer, add_partitions, init_producer
@@ -142,19 +143,7 @@ ISSUED: dict[str, str] = {}
 
 
 def join_request(version: int, group: str, member: str):
-    protocol = nested(api_table.JOIN_GROUP, version, "JoinGroupRequestProtocol", name="range", metadata=b"")
-    return request_of(
-        api_table.JOIN_GROUP,
-        version,
-        group_id=group,
-        session_timeout=SESSION,
-        rebalance_timeout=SESSION,
-        member_id=member,
-        group_instance_id=None,
-        protocol_type="consumer",
-        protocols=(protocol,),
-        reason=None,
-    )
+    return raw_groups.join_request(group, member, SESSION, SESSION, version=version)
 
 
 def _group_sample(api_key: int, version: int):

@@ -407,6 +407,35 @@ def test_an_acks_zero_produce_that_fails_closes_the_connection_after_the_answers
     assert high_watermark(module_kafka_server, topic) == 2
 
 
+def _bad_crc_batch() -> bytes:
+    batch = bytearray(record_batch(records(1)))
+    batch[-1] ^= 0xFF  # a byte of the last record's value
+    return bytes(batch)
+
+
+@pytest.mark.parametrize(
+    ("failing", "partition", "batch"),
+    [("written", 3, lambda: record_batch(records(1))), ("checked", 0, _bad_crc_batch)],
+    ids=["failing-at-its-write", "refused-before-its-write"],
+)
+def test_nothing_sent_after_a_failing_acks_zero_produce_is_written(module_kafka_server, failing, partition, batch):
+    """Regression: the Produce requests read after a failing acks=0 one were written all the same
+    (pipelined, they were queued before its failure was known). Kafka's broker reads a connection's
+    next request only once the current one is handled, and closes the connection on that failure:
+    nothing sent after it is written. The frames go in one write, so that the broker reads them
+    together; the failure comes from the write (no partition 3) or from the checks (a bad CRC)."""
+    topic = f"raw-acks-zero-then-more-{failing}"
+    create_topic(module_kafka_server, topic)
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        connection.send_bytes(
+            request_frame(produce_request(topic, partition, batch(), acks=0), 1)
+            + request_frame(produce_request(topic, 0, record_batch(records(2)), acks=0), 2)
+            + request_frame(produce_request(topic, 0, record_batch(records(3))), 3)
+        )
+        assert connection.closed_by_peer()
+    assert high_watermark(module_kafka_server, topic) == 0
+
+
 def test_a_transactional_batch_without_a_transactional_id_is_refused(module_kafka_server):
     topic = "raw-transactional-flag"
     create_topic(module_kafka_server, topic)

@@ -83,10 +83,10 @@ async def member_page(conn: asyncpg.Connection, group_id: str, after: str | None
 # The page's keys first (a primary-key range), then the lag of those rows only.
 _OFFSET_PAGE_SQL = f"""
 WITH o AS (
-    SELECT group_id, topic, partition, committed_offset, metadata FROM group_offsets
+    SELECT group_id, topic, partition, committed_offset, metadata, leader_epoch FROM group_offsets
     WHERE group_id = $1 AND (topic, partition) > ($2, $3) ORDER BY topic, partition LIMIT $4
 )
-SELECT o.topic, o.partition, o.committed_offset, o.metadata, hw.high_watermark,
+SELECT o.topic, o.partition, o.committed_offset, o.metadata, o.leader_epoch, hw.high_watermark,
        CASE WHEN hw.high_watermark IS NOT NULL THEN {_LAG_EXPRESSION} END AS lag,
        EXISTS (SELECT 1 FROM pending_txn_offsets q WHERE q.group_id = o.group_id AND q.topic = o.topic
                AND q.partition = o.partition) AS pending
@@ -113,6 +113,7 @@ class PendingOffset:
     topic: str
     partition: int
     offset: int
+    leader_epoch: int  # committed with the offset (Kafka's TxnOffsetCommit v2+); -1: none
     producer_id: int
     producer_epoch: int
     commit_timestamp_ms: int
@@ -127,7 +128,7 @@ async def pending_offsets(
     producer id was issued for and that id's state."""
     topic, partition, producer_id = after if after is not None else ("", -1, -1)
     rows = await conn.fetch(
-        "SELECT q.topic, q.partition, q.committed_offset AS offset, q.producer_id, q.producer_epoch, "
+        "SELECT q.topic, q.partition, q.committed_offset AS offset, q.leader_epoch, q.producer_id, q.producer_epoch, "
         "       q.commit_timestamp_ms, "
         "       i.transactional_id, x.state "
         "FROM pending_txn_offsets q LEFT JOIN producer_ids i ON i.producer_id = q.producer_id "

@@ -1,7 +1,8 @@
 """Produce: each partition's one RecordBatch, checked and decompressed (record_batches.py), written
 through the produce path HTTP uses. acks=0 gets no answer at all; acks=1 is answered as acks=all
 (an append is durable in PostgreSQL when answered: there are no followers to wait for); an
-acks=0 Produce with an error closes the connection (CloseConnection), as Kafka's broker does. A
+acks=0 Produce is written before the connection's next request is read, and one with an error
+closes the connection (CloseConnection) with nothing sent after it written, as Kafka's broker does. A
 duplicate of one of a producer's last five batches is answered with its original offsets and no
 error, as Kafka does. From v13 topics are named by id (KIP-516): an id no topic has is answered
 UNKNOWN_TOPIC_ID. v12 is Kafka's first for transaction version 2 (KIP-890), whose transactional
@@ -69,7 +70,8 @@ async def submit(context: RequestContext, request) -> Awaitable[object | None]:
     """Produce, submitted now and answered later: what is returned waits for the commits and is the
     response (None for acks=0). Before this returns every partition is checked, its batch read and
     queued for a write batch behind those of the connection's earlier Produce requests (listener.py
-    pipelines them on this: it awaits this before reading the connection's next request).
+    pipelines them on this: it awaits this before reading the connection's next request). With
+    acks=0 this returns only once the batches are written, and raises CloseConnection if any failed.
 
     A partition named more than once is answered once, as Kafka's broker answers it (its
     handleProduceRequest keys the request by partition): a later mention's batch replaces an
@@ -113,7 +115,19 @@ async def submit(context: RequestContext, request) -> Awaitable[object | None]:
     produced_keys = [key for key, outcome in checked.items() if isinstance(outcome, ProducedPartition)]
     produced = [checked[key] for key in produced_keys]
     written = context.calls.submit_produce(context.principal, request.transactional_id, produced) if produced else None
-    return _response(context, request, module, checked, produced, produced_keys, written)
+    response = _response(context, request, module, checked, produced, produced_keys, written)
+    if request.acks == ACKS_NONE:
+        # Waited for here, before the connection reads its next request (Kafka's broker reads it
+        # only once this one is appended): a failure closes the connection (CloseConnection) and
+        # nothing sent after it is written. Only acks=0 gives up the pipelining: its client waits
+        # for no answer, so without this wait a failure would come after the next requests are queued.
+        await response
+        return _no_answer()
+    return response
+
+
+async def _no_answer() -> None:
+    return None
 
 
 def _kind_mismatch(module, request, index: int, batch) -> object | None:

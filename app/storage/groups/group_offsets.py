@@ -302,6 +302,7 @@ class PartitionLag:
     high_watermark: int
     lag: int  # records (not markers) from the committed offset to the high watermark
     pending: bool
+    leader_epoch: int  # the one committed with the offset (Kafka's OffsetCommit v6+); -1: none
 
 
 # Lag counts records, not markers: the offsets between the committed position and the high
@@ -309,7 +310,7 @@ class PartitionLag:
 # partition is found per committed offset by primary key (LATERAL), whatever the planner's
 # statistics say; offsets of deleted topics are left out.
 _LAG_SQL = """
-SELECT o.topic, o.partition, o.committed_offset, o.metadata, h.high_watermark,
+SELECT o.topic, o.partition, o.committed_offset, o.metadata, o.leader_epoch, h.high_watermark,
        greatest(h.high_watermark - o.committed_offset, 0)
          - (SELECT count(*) FROM txn_markers m WHERE m.topic_id = h.topic_id AND m.partition = o.partition
             AND m.marker_offset >= o.committed_offset AND m.marker_offset < h.high_watermark) AS lag,

@@ -80,13 +80,20 @@ def check_topic_name(name: str, *, allow_internal: bool = False) -> None:
         )
 
 
-def effective_config(config: dict[str, Any], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+def effective_config(
+    config: dict[str, Any], defaults: dict[str, Any] | None = None, stored: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The topic's config with the server's `defaults` (then the built-in ones) filled in for
     DEFAULT_TOPIC_CONFIG's keys; each value checked as Kafka checks it (topic_configs.checked_value:
-    INVALID_CONFIG for an unknown key or a bad value)."""
+    INVALID_CONFIG for an unknown key or a bad value), but for one the topic already stores
+    (`stored`, an alteration's): that is kept as stored, as Kafka validates only the configs a change
+    sets, so that a value stored before a bound it breaks existed (a `max_message_bytes` above 2^31-1
+    set over HTTP) does not refuse every later change of the topic's other configs."""
+    stored = stored or {}
     result = {**DEFAULT_TOPIC_CONFIG, **(defaults or {})}
     for key, value in config.items():
-        result[key] = checked_value(spec_of(key, kafka_name=False), value)
+        unchanged = key in stored and type(stored[key]) is type(value) and stored[key] == value
+        result[key] = value if unchanged else checked_value(spec_of(key, kafka_name=False), value)
     return result
 
 
@@ -140,7 +147,8 @@ async def create_topic(
 async def alter_config(
     conn: asyncpg.Connection, name: str, change, defaults: dict[str, Any] | None = None
 ) -> TopicInfo:
-    """Replaces the topic's config by change(current config), validated as at creation; the row is
+    """Replaces the topic's config by change(current config), validated as at creation (the values
+    it changes: effective_config keeps those it leaves as stored); the row is
     locked FOR UPDATE so two concurrent alterations apply one after the other, none lost. The
     caller holds the PostgreSQL transaction (its rollback is a validate-only alteration)."""
     row = await conn.fetchrow(f"SELECT {TOPIC_COLUMNS} FROM topics WHERE name = $1 FOR UPDATE", name)
@@ -151,7 +159,7 @@ async def alter_config(
         raise BrokerError(
             ErrorCode.INVALID_TOPIC_EXCEPTION, f"topic {name!r} is internal to txbroker: its config is the server's"
         )
-    config = effective_config(change({**DEFAULT_TOPIC_CONFIG, **topic.config}), defaults)
+    config = effective_config(change({**DEFAULT_TOPIC_CONFIG, **topic.config}), defaults, topic.config)
     row = await conn.fetchrow(
         f"UPDATE topics SET config = $2 WHERE topic_id = $1 RETURNING {TOPIC_COLUMNS}", topic.topic_id, config
     )

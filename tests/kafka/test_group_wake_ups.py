@@ -1,0 +1,93 @@
+"""The wake-up of waiting JoinGroups: a change to a group committed in the waiter's process (whichever
+door or task made it) answers the waiter at once, and a change to another group does not wake it.
+
+The server runs in the test's process (make_server), so the test turns the waiters' poll off
+(classic_groups.POLL_S: only a wake-up answers them) and counts each waiter's reads of its group
+(ClassicGroups._member_state, which every re-read of a waiting JoinGroup goes through)."""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import time
+
+import pytest
+from kio.schema.errors import ErrorCode as KafkaError
+
+from app.coordinator import classic_groups
+from app.coordinator.classic_groups import ClassicGroups
+from app.kafka import api_table
+from tests.api.test_log_lifecycle import sql
+from tests.kafka.raw import RawConnection
+from tests.kafka.raw_groups import JOIN_VERSION, join, join_request, sync
+
+LONG = datetime.timedelta(seconds=30)
+NO_POLL_S = 3600  # longer than the test: a waiter answered was woken
+GROUP, OTHER_GROUP = "wake-up-group", "wake-up-other-group"
+
+
+def _counting_reads(monkeypatch) -> collections.Counter:
+    reads: collections.Counter = collections.Counter()
+    member_state = ClassicGroups.__dict__["_member_state"].__func__
+
+    def counted(group, group_id, *args):
+        reads[group_id] += 1
+        return member_state(group, group_id, *args)
+
+    monkeypatch.setattr(ClassicGroups, "_member_state", staticmethod(counted))
+    return reads
+
+
+def _poll_until(condition, what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never reached within {timeout_s} s: {what}"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("change", ["http-leave", "session-expiry"])
+def test_a_waiting_join_group_is_woken_by_a_change_to_its_group_from_the_other_door_only(
+    make_server, monkeypatch, change
+):
+    """Regression: only a Kafka request's change to a group woke the process's waiters (all of them,
+    whatever their group); an HTTP consumer's leave (or heartbeat), DeleteGroups and a session
+    expiry were seen at the next poll. Here member B of a Kafka group leaves over HTTP, or its
+    session expires (the server's expiry task), while leader A waits in its JoinGroup for B: A is
+    answered the generation that completes without B, having read its group twice (before its
+    wait and once woken), a change to another group in between waking nothing."""
+    monkeypatch.setattr(classic_groups, "POLL_S", NO_POLL_S)
+    reads = _counting_reads(monkeypatch)
+    server = make_server(kafka_listener="127.0.0.1:0", group_session_check_interval_ms=20)
+    bootstrap = server.extra["kafka_bootstrap"]
+    with RawConnection(bootstrap) as a, RawConnection(bootstrap) as b, RawConnection(bootstrap) as other:
+        first = join(a, GROUP, instance="a", session=LONG, rebalance=LONG)
+        assert first.error_code == KafkaError.none and first.leader == first.member_id
+        sync(a, GROUP, first.member_id, first.generation_id, {first.member_id: b""})
+        read_before_b = reads[GROUP]
+        b_joining = b.send(join_request(GROUP, instance="b", session=LONG, rebalance=LONG))
+        # B's JoinGroup committed (the group is rebalancing, B in it) once its wait has read the group.
+        _poll_until(lambda: reads[GROUP] > read_before_b, "B's JoinGroup waiting for A")
+        second = join(a, GROUP, first.member_id, instance="a", session=LONG, rebalance=LONG)  # completes it
+        b_joined = b.receive(api_table.JOIN_GROUP, JOIN_VERSION, b_joining)
+        assert b_joined.error_code == KafkaError.none and b_joined.generation_id == second.generation_id
+        assert sync(a, GROUP, first.member_id, second.generation_id, {}).error_code == KafkaError.none  # Stable
+
+        before = reads[GROUP]
+        rejoining = a.send(join_request(GROUP, first.member_id, LONG, LONG, "a"))  # the leader rejoins: B must too
+        _poll_until(lambda: reads[GROUP] == before + 1, "A's JoinGroup waiting for B")
+        assert join(other, OTHER_GROUP, instance="c", session=LONG).error_code == KafkaError.none
+        if change == "http-leave":
+            response = server.client.post(f"/v1/groups/{GROUP}/leave", json={"member_id": b_joined.member_id})
+            assert response.status_code == 200, response.text
+        else:
+            sql(
+                server.database_url,
+                "UPDATE group_members SET last_heartbeat_ms = 0 WHERE group_id = $1 AND member_id = $2",
+                GROUP,
+                b_joined.member_id,
+            )
+        answered = a.receive(api_table.JOIN_GROUP, JOIN_VERSION, rejoining)
+    assert answered.error_code == KafkaError.none
+    assert answered.generation_id == second.generation_id + 1
+    assert [m.member_id for m in answered.members] == [first.member_id]
+    assert reads[GROUP] - before == 2  # its first read, and the one its group's change woke
