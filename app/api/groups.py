@@ -158,6 +158,7 @@ async def describe_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, p
                     "high_watermark": o.high_watermark,
                     "lag": o.lag,
                     "pending_transactional_offset": o.pending,
+                    "leader_epoch": o.leader_epoch,
                 }
                 for o in described.offsets
             ],

@@ -771,6 +771,17 @@ def test_describe_shows_a_pending_transactional_offset(client, producer):
     assert entry["offset"] == 2 and entry["pending_transactional_offset"] is False
 
 
+def test_describe_shows_the_committed_leader_epoch(client):
+    response = client.post(
+        "/v1/groups/epochs/offsets/commit",
+        json={"offsets": [{"topic": "t", "partition": 0, "offset": 4, "leader_epoch": 7}]},
+    )
+    assert response.status_code == 200, response.text
+    commit(client, "epochs", [("t", 1, 2)])
+    offsets = describe(client, "epochs")["offsets"]
+    assert [(o["partition"], o["offset"], o["leader_epoch"]) for o in offsets] == [(0, 4, 7), (1, 2, -1)]
+
+
 # ---- concurrency
 
 
