@@ -27,6 +27,13 @@ from app.storage.log import sequences
 # by a request holding its transactional id's row, and the caller has held that row since an
 # earlier statement (lock_partitions' contract), so every such write committed before this
 # statement began. The wait for a partition may only be for other producers' appends.
+#
+# Of a transaction's markers only whether one exists is asked (markers.plan_markers), so at most one
+# row per marker asked for, its producer's latest of that epoch: with transaction version 1 the epoch
+# carries over, and a producer's every earlier transaction of the epoch left a marker of it in the
+# partition; returning them all made each EndTxn's statement, and its decoding here, grow with the
+# producer's number of transactions. The index on (topic_id, partition, producer_id, marker_offset),
+# read backwards, finds the latest first.
 _LOCK_HEADS_SQL = """
 WITH locked AS MATERIALIZED (
     SELECT p.topic_id, p.partition, p.high_watermark
@@ -45,10 +52,15 @@ FROM producer_states s JOIN unnest($3::int[], $4::int[], $5::bigint[]) AS wanted
   ON s.topic_id = wanted.topic_id AND s.partition = wanted.partition AND s.producer_id = wanted.producer_id
 UNION ALL
 SELECT m.topic_id, m.partition, NULL, m.producer_id, m.producer_epoch, NULL, NULL, NULL, m.marker_offset
-FROM txn_markers m
-JOIN unnest($6::int[], $7::int[], $8::bigint[], $9::int[]) AS wanted(topic_id, partition, producer_id, producer_epoch)
-  ON m.topic_id = wanted.topic_id AND m.partition = wanted.partition AND m.producer_id = wanted.producer_id
-     AND m.producer_epoch = wanted.producer_epoch
+FROM unnest($6::int[], $7::int[], $8::bigint[], $9::int[]) AS wanted(topic_id, partition, producer_id, producer_epoch)
+CROSS JOIN LATERAL (
+    SELECT t.topic_id, t.partition, t.producer_id, t.producer_epoch, t.marker_offset
+    FROM txn_markers t
+    WHERE t.topic_id = wanted.topic_id AND t.partition = wanted.partition AND t.producer_id = wanted.producer_id
+      AND t.producer_epoch = wanted.producer_epoch
+    ORDER BY t.marker_offset DESC
+    LIMIT 1
+) m
 """
 
 
@@ -64,9 +76,9 @@ def producer_entry_from_row(row: asyncpg.Record) -> sequences.ProducerEntry:
 @dataclass(slots=True)
 class LockedPartitions:
     """What lock_partitions read under the locks: each partition's high watermark (`heads`), the
-    state of each producer asked for (`states`, by (topic_id, partition, producer_id)) and the
-    offset of each marker asked for that exists (`markers`, by (topic_id, partition, producer_id,
-    producer_epoch)). Planning advances `heads` and `states` past what it plans to write, so that
+    state of each producer asked for (`states`, by (topic_id, partition, producer_id)) and, for each
+    marker asked for that exists, the offset of the latest (`markers`, by (topic_id, partition,
+    producer_id, producer_epoch)). Planning advances `heads` and `states` past what it plans to write, so that
     what is planned next in the same PostgreSQL transaction follows it."""
 
     heads: dict[tuple[int, int], int]
