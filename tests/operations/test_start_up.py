@@ -1,6 +1,6 @@
 """What a node's start loads and does (docs/performance.md, "Start-up"): a restart on a database at
 this code's revision runs no migration machinery, and a server process imports neither alembic nor
-the SDK's clients; a database behind this code is still migrated at the start."""
+any client (the SDK's, kafka-python); a database behind this code is still migrated at the start."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from tests.conftest import (
     stop_in_process_server,
 )
 
-# Loaded only by the processes that run migrations (alembic, SQLAlchemy, SQLModel) or that speak
-# HTTP as a client (the SDK's clients, httpx).
-NOT_FOR_SERVING = ("alembic", "sqlalchemy", "sqlmodel", "httpx", "txbroker.sync", "txbroker.admin")
+# Loaded only by the processes that run migrations (alembic, SQLAlchemy, SQLModel) or that are
+# clients (the SDK's clients and httpx; kafka-python, whose package loads its whole client).
+NOT_FOR_SERVING = ("alembic", "sqlalchemy", "sqlmodel", "httpx", "txbroker.sync", "txbroker.admin", "kafka")
 
 
 def loaded_by(code: str) -> list[str]:
