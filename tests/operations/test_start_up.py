@@ -1,6 +1,7 @@
-"""What a node's start loads and does (docs/performance.md, "Start-up"): a restart on a database at
-this code's revision runs no migration machinery, and a server process imports neither alembic nor
-any client (the SDK's, kafka-python); a database behind this code is still migrated at the start."""
+"""What a node's start loads and does (docs/performance.md, "Start-up and restart"): a restart on a
+database at this code's revision runs no migration machinery, and a server process imports neither
+alembic nor any client (the SDK's, kafka-python); a database behind this code is still migrated at
+the start."""
 
 from __future__ import annotations
 
