@@ -6,12 +6,14 @@ the start."""
 from __future__ import annotations
 
 import asyncio
+import importlib
 import subprocess
 import sys
 
 import asyncpg
 from alembic.script import ScriptDirectory
 
+import txbroker
 from alembic import command
 from app.storage.migrations import HEAD_REVISION, alembic_config, is_at_head
 from tests.conftest import (
@@ -97,3 +99,11 @@ def test_a_server_started_on_a_database_behind_this_code_migrates_it(postgres):
     finally:
         stop_in_process_server(running)
     assert revisions(url) == [HEAD_REVISION]
+
+
+def test_every_public_name_of_the_sdk_is_imported_when_named():
+    """txbroker/__init__.py imports its clients when named (the server imports txbroker.wire alone):
+    each name of __all__ has a module, and is that module's object."""
+    assert sorted(txbroker._MODULE_OF) == sorted(txbroker.__all__)
+    for name, module in txbroker._MODULE_OF.items():
+        assert getattr(txbroker, name) is getattr(importlib.import_module(module), name)
