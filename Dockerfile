@@ -32,8 +32,11 @@ COPY txbroker ./txbroker
 COPY spark_client ./spark_client
 COPY alembic ./alembic
 COPY web ./web
-# Both distributions: the client (sdk/: SDK and CLI) and the server, which depends on it.
-RUN pip install --no-cache-dir -e ./sdk -e .
+# Both distributions: the client (sdk/: SDK and CLI) and the server, which depends on it. Their
+# bytecode compiled here: the user below cannot write __pycache__ beside the sources, and every
+# process of every start would compile them again.
+RUN pip install --no-cache-dir -e ./sdk -e . \
+ && python -m compileall -q app txbroker spark_client alembic
 
 # Not root: the embedded PostgreSQL then runs as this user directly (no namespace needed).
 USER txbroker

@@ -136,6 +136,7 @@ def serve(args: argparse.Namespace) -> int:
                 serve_before_ready=args.worker_index in (None, 0),
                 ready_fd=args.ready_fd,
                 node_ready_fd=args.node_ready_fd,
+                start_fd=args.start_fd,
             )
             return 0
         from app.runtime.worker_processes import supervise
@@ -168,10 +169,11 @@ def _run_uvicorn(
     serve_before_ready: bool,
     ready_fd: int | None,
     node_ready_fd: int | None,
+    start_fd: int | None,
 ) -> None:
     import uvicorn
 
-    from app.runtime.worker_processes import node_ready_waiter, readiness_signal
+    from app.runtime.worker_processes import node_ready_waiter, readiness_signal, wait_for_worker_0
     from app.server import create_app
 
     app = create_app(
@@ -182,6 +184,8 @@ def _run_uvicorn(
         node_ready_waiter(node_ready_fd),
     )
     _freeze_startup_objects()
+    if not wait_for_worker_0(start_fd):
+        return  # worker 0 failed: the supervisor is stopping the node
     uvicorn.run(
         app,
         host=settings.host,
@@ -326,6 +330,7 @@ def add_serve_command(commands) -> None:
     serve_parser.add_argument("--worker-index", type=int, dest="worker_index", default=None, help=argparse.SUPPRESS)
     serve_parser.add_argument("--ready-fd", type=int, dest="ready_fd", default=None, help=argparse.SUPPRESS)
     serve_parser.add_argument("--node-ready-fd", type=int, dest="node_ready_fd", default=None, help=argparse.SUPPRESS)
+    serve_parser.add_argument("--start-fd", type=int, dest="start_fd", default=None, help=argparse.SUPPRESS)
     serve_parser.add_argument("--log-level", dest="log_level", help="debug, info, warning, error")
     serve_parser.add_argument(
         "--auth",

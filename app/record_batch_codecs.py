@@ -30,8 +30,8 @@ import lz4.frame
 import snappy
 import zstandard
 from aiokafka import codec as encoders
-from kafka.record.default_records import DefaultRecordBatch
-from kafka.record.util import calc_crc32c
+from aiokafka.record.default_records import DefaultRecordBase as DefaultRecordBatch  # the v2 layout's constants
+from crc32c import crc32c as calc_crc32c
 
 CODEC_NONE = 0
 CODEC_GZIP = 1

@@ -30,7 +30,7 @@ from app.settings import Settings
 from app.storage.database import CONNECTION_ERRORS, create_pool
 from app.storage.log import topics
 from app.storage.log.append_notifier import AppendNotifier
-from app.storage.migrations import upgrade_to_head
+from app.storage.migrations import is_at_head, upgrade_to_head
 from app.storage.security import principals
 
 log = logging.getLogger("txbroker")
@@ -43,10 +43,12 @@ async def _migrate_once_reachable(database_url: str) -> None:
     """The migrations, as soon as PostgreSQL answers: a node started while it is unreachable (a
     failover under way, the database machine still booting) waits for it instead of exiting, as a
     running node rides out an outage. Any other failure (a refused password, a broken migration)
-    still stops the start."""
+    still stops the start. A database already at this code's revision (a restart) is left alone
+    without loading alembic."""
     while True:
         try:
-            await asyncio.to_thread(upgrade_to_head, database_url)
+            if not await is_at_head(database_url):
+                await asyncio.to_thread(upgrade_to_head, database_url)
             return
         except CONNECTION_ERRORS as error:
             log.warning("PostgreSQL is unreachable (%s); starting once it answers", error)

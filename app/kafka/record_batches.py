@@ -17,7 +17,9 @@ The records are read and written by aiokafka's record module, whose reader and b
 (Cython): kafka-python's (kafka.record), in Python, took several times as long per record
 (`python -m bench.kafka.record_costs`, its "before" rows). Both
 produce the same bytes and read the same records (leader epoch aside, which _finish sets), also
-from corrupt input, which both refuse; kafka.record still gives the layout's constants and the CRC.
+from corrupt input, which both refuse. The layout's constants are aiokafka's too, and the CRC-32C
+the crc32c package's (hardware-assisted; kafka-python's calc_crc32c is that function, aiokafka's a
+table in Cython). kafka-python is not imported: its package loads its whole client with kafka.record.
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from aiokafka.record.default_records import DefaultRecordBase as DefaultRecordBatch  # the v2 layout's constants
 from aiokafka.record.default_records import DefaultRecordBatch as RecordReader
 from aiokafka.record.default_records import DefaultRecordBatchBuilder as RecordBuilder
-from kafka.record.default_records import DefaultRecordBatch
-from kafka.record.util import calc_crc32c
+from crc32c import crc32c as calc_crc32c
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app import record_batch_codecs as codecs
@@ -44,6 +46,7 @@ _LEADER_EPOCH_OFFSET = struct.calcsize(">qi")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_OFFSET = DefaultRecordBatch.ATTRIBUTES_OFFSET + struct.calcsize(">h")  # after the attributes
 NO_LEADER_EPOCH = -1
+NO_SEQUENCE = -1  # a control batch's base sequence, as Kafka writes it
 # A control record's key is (version, type) and an end-transaction marker's value (version,
 # coordinator epoch), as Kafka's ControlRecordType and EndTransactionMarker write them.
 _CONTROL_KEY = struct.Struct(">hh")
@@ -258,9 +261,7 @@ def data_batch(
 
 def control_batch(offset: int, producer_id: int, producer_epoch: int, control_type: int, timestamp_ms: int) -> bytes:
     """A transaction marker (control_type: Kafka's ABORT 0 or COMMIT 1) as the control batch Kafka writes."""
-    builder = RecordBuilder(
-        MAGIC_V2, codecs.CODEC_NONE, True, producer_id, producer_epoch, DefaultRecordBatch.NO_SEQUENCE, _UNBOUNDED
-    )
+    builder = RecordBuilder(MAGIC_V2, codecs.CODEC_NONE, True, producer_id, producer_epoch, NO_SEQUENCE, _UNBOUNDED)
     builder.append(
         0,
         timestamp_ms,

@@ -22,9 +22,11 @@ Invariants:
   (PR_SET_PDEATHSIG), then checks that its parent is still the supervisor (it may have died before
   the request took effect). So a SIGKILL of the supervisor takes down the workers and, through its
   own pdeathsig, the embedded PostgreSQL: no orphan keeps serving or holding the data dir.
-- Worker 0 starts alone and does, as a single server would, what must happen once per node before
-  serving: the migrations and the recovery of transactions left PrepareCommit/PrepareAbort,
-  answering 503 meanwhile. Only once it is ready (it writes to a pipe) do the others start, and
+- Worker 0 does, as a single server would, what must happen once per node before serving: the
+  migrations and the recovery of transactions left PrepareCommit/PrepareAbort, answering 503
+  meanwhile. The others are started with it, but only import the server's code (the bulk of a
+  start, done side by side on the node's cores) and then wait, touching neither PostgreSQL nor
+  their sockets, until worker 0 is ready (it writes to a pipe, and the supervisor then to theirs);
   they accept only once ready themselves. Recovery claims transactions with SKIP LOCKED, so workers
   recovering at once could each skip what another is finishing and declare themselves ready too
   early: a client that has seen /v1/health answer 200 must find every decided transaction done.
@@ -107,6 +109,18 @@ def readiness_signal(ready_fd: int | None) -> Callable[[], None] | None:
     return signal_ready
 
 
+def wait_for_worker_0(start_fd: int | None) -> bool:
+    """In a worker after the first, its code imported: blocks until worker 0 is ready (one byte on a
+    pipe from the supervisor). False if the supervisor closed the pipe instead: worker 0 failed to
+    start, and the supervisor is stopping the node."""
+    if start_fd is None:
+        return True
+    try:
+        return os.read(start_fd, 1) == b"r"
+    finally:
+        os.close(start_fd)
+
+
 def node_ready_waiter(node_ready_fd: int | None) -> Callable[[], Awaitable[None]] | None:
     """In a worker: what awaits the supervisor's word that every worker is ready (one byte on a
     pipe). Until then the worker's /v1/health answers 503, although it serves once ready itself:
@@ -137,7 +151,7 @@ def node_ready_waiter(node_ready_fd: int | None) -> Callable[[], Awaitable[None]
 
 
 def _start_worker(
-    index: int, fd: int, environment: dict[str, str], ready_fd: int, node_ready_fd: int
+    index: int, fd: int, environment: dict[str, str], ready_fd: int, node_ready_fd: int, start_fd: int | None
 ) -> subprocess.Popen:
     command = [
         sys.executable,
@@ -154,9 +168,13 @@ def _start_worker(
         str(index),
     ]
     command += ["--ready-fd", str(ready_fd), "--node-ready-fd", str(node_ready_fd)]
+    passed = [fd, ready_fd, node_ready_fd]
+    if start_fd is not None:
+        command += ["--start-fd", str(start_fd)]
+        passed.append(start_fd)
     return subprocess.Popen(
         command,
-        pass_fds=[fd, ready_fd, node_ready_fd],
+        pass_fds=passed,
         env=environment,
         stdin=subprocess.DEVNULL,
         process_group=0,
@@ -204,16 +222,25 @@ def supervise(settings: Settings, database_url: str, fd: int, count: int) -> int
 
     node_ready_write_fds: list[int] = []
 
+    start_write_fds: list[int] = []
+
     def start(index: int) -> tuple[subprocess.Popen, int]:
-        """Starts worker `index`: it, and the pipe end it writes one byte to once ready."""
+        """Starts worker `index`: it, and the pipe end it writes one byte to once ready. A worker
+        after the first also gets a pipe that tells it worker 0 is ready."""
         ready_read_fd, ready_write_fd = pipe()
         node_ready_read_fd, node_ready_write_fd = pipe()
         node_ready_write_fds.append(node_ready_write_fd)
-        worker = _start_worker(index, fd, environment, ready_write_fd, node_ready_read_fd)
+        passed = [ready_write_fd, node_ready_read_fd]
+        start_read_fd = None
+        if index > 0:
+            start_read_fd, start_write_fd = pipe()
+            start_write_fds.append(start_write_fd)
+            passed.append(start_read_fd)
+        worker = _start_worker(index, fd, environment, ready_write_fd, node_ready_read_fd, start_read_fd)
         workers.append(worker)
-        for passed in (ready_write_fd, node_ready_read_fd):  # the worker's ends: its death ends the wait
-            os.close(passed)
-            pipes.remove(passed)
+        for worker_end in passed:  # the worker's ends: its death ends the wait
+            os.close(worker_end)
+            pipes.remove(worker_end)
         return worker, ready_read_fd
 
     def all_ready(started: list[tuple[subprocess.Popen, int]]) -> bool:
@@ -229,8 +256,15 @@ def supervise(settings: Settings, database_url: str, fd: int, count: int) -> int
         return True
 
     try:
-        # Worker 0 alone first (the migrations and the recovery), then the others together.
-        if not all_ready([start(0)]) or not all_ready([start(index) for index in range(1, count)]):
+        # All at once; the others go on once worker 0 is ready (the migrations and the recovery).
+        first = start(0)
+        others = [start(index) for index in range(1, count)]
+        if not all_ready([first]):
+            return 1
+        for start_write_fd in start_write_fds:
+            with contextlib.suppress(BrokenPipeError):  # a worker that died since: all_ready sees it
+                os.write(start_write_fd, b"r")
+        if not all_ready(others):
             return 1
         for node_ready_write_fd in node_ready_write_fds:  # every worker is ready: /v1/health may say 200
             with contextlib.suppress(BrokenPipeError):  # a worker that died since: the loop below sees it

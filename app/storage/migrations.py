@@ -1,18 +1,29 @@
-"""Applies the alembic migrations (the only way txbroker's schema changes) to a database."""
+"""Applies the alembic migrations (the only way txbroker's schema changes) to a database.
+
+alembic and SQLAlchemy are imported by the functions that run migrations, not by this module: a
+server starting on a database already at this code's revision (every restart but the first after
+an upgrade) never needs them, and importing them took a large share of a node's start.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic.config import Config
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
+import asyncpg
 
-from alembic import command
 from app.storage.database import connect_to_primary
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 # Any fixed 64-bit number distinct from the other advisory locks txbroker takes (see locks in storage).
 MIGRATION_LOCK_KEY = 7_470_001
+
+# The revision of alembic/versions' last migration: the schema this code is written for. A new
+# migration updates it (tests/operations/test_start_up.py checks that it is alembic's head).
+HEAD_REVISION = "0010"
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,12 +39,17 @@ def migration_engine(database_url: str) -> AsyncEngine:
             f"database URL {database_url!r} is not a PostgreSQL URL: expected postgresql://user@host/db "
             f"or postgresql://user@host1:port1,host2:port2/db"
         )
+    from sqlalchemy.ext.asyncio import create_async_engine
+    from sqlalchemy.pool import NullPool
+
     return create_async_engine(
         "postgresql+asyncpg://", async_creator=lambda: connect_to_primary(database_url), poolclass=NullPool
     )
 
 
 def alembic_config(database_url: str) -> Config:
+    from alembic.config import Config
+
     config = Config(str(REPO_ROOT / "alembic.ini"))
     config.set_main_option("script_location", str(REPO_ROOT / "alembic"))
     config.attributes["database_url"] = database_url
@@ -42,4 +58,24 @@ def alembic_config(database_url: str) -> Config:
 
 def upgrade_to_head(database_url: str) -> None:
     """Blocking; safe to run from several processes at once (alembic/env.py takes an advisory lock)."""
+    from alembic import command
+
     command.upgrade(alembic_config(database_url), "head")
+
+
+async def is_at_head(database_url: str) -> bool:
+    """Whether the database's schema is at HEAD_REVISION, so that upgrade_to_head has nothing to do.
+    A plain read, safe beside a migration under way in another process: alembic updates
+    alembic_version in the transaction that migrates, so until that commits this reads the
+    revision before it (False: the caller runs upgrade_to_head, which waits for the migration's
+    lock and then finds nothing left to do). A database ahead of this code (a newer node migrated
+    it) is not at head either: upgrade_to_head then refuses the revision it does not know, as
+    before."""
+    connection = await connect_to_primary(database_url)
+    try:
+        revisions = await connection.fetch("SELECT version_num FROM alembic_version")
+    except asyncpg.UndefinedTableError:  # never migrated
+        return False
+    finally:
+        await connection.close()
+    return [row["version_num"] for row in revisions] == [HEAD_REVISION]

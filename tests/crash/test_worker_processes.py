@@ -3,23 +3,25 @@ and none outliving the supervisor: SIGKILL of the supervisor leaves no worker an
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
 import time
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 
-from tests.conftest import process_alive
+from tests.conftest import ServerProcess, process_alive
 
-WORKERS = 2  # several: worker 0 and one started after it prove what more would
+WORKERS = 2  # several: worker 0 and one waiting for it prove what more would
 
 
 def all_workers(supervisor_pid: int, timeout_s: float = 60) -> list[int]:
-    """The workers, once all have started: /v1/health answers 200 as soon as worker 0 is ready, and
-    the supervisor starts the others only then."""
+    """The workers, once all have started (the supervisor starts them together; /v1/health answers
+    200 once every one is ready)."""
     deadline = time.monotonic() + timeout_s
     while len(pids := worker_pids(supervisor_pid)) < WORKERS and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -186,3 +188,40 @@ def test_a_worker_that_dies_stops_the_node(server_process, data_dir):
     os.kill(workers[0], signal.SIGKILL)
     assert server.process.wait(timeout=60) == 1
     assert wait_until_gone([*workers, postgres]) == []
+
+
+def workers_of(supervisor_pid: int) -> list[int]:
+    """The live workers started by that supervisor, its children or orphans."""
+    marker = [b"--worker-of", str(supervisor_pid).encode()]
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if any(command[i : i + 2] == marker for i in range(len(command))) and process_alive(int(entry.name)):
+            pids.append(int(entry.name))
+    return pids
+
+
+def test_a_worker_0_that_cannot_start_stops_the_node_and_the_workers_waiting_for_it(database_url):
+    """The other workers start with worker 0 and wait for it to be ready: when it fails instead (here
+    its migration refuses a database a newer version migrated), the node exits 1 and none of them is
+    left waiting."""
+
+    async def migrated_by_a_newer_version() -> None:
+        connection = await asyncpg.connect(database_url)
+        try:
+            await connection.execute("UPDATE alembic_version SET version_num = '9999'")
+        finally:
+            await connection.close()
+
+    asyncio.run(migrated_by_a_newer_version())
+    server = ServerProcess("--database-url", database_url, "--workers", str(WORKERS))
+    try:
+        with pytest.raises(RuntimeError, match="exited with 1 before it was healthy") as failed:
+            server.start()
+        assert "Can't locate revision identified by '9999'" in str(failed.value)
+        assert workers_of(server.pid) == []
+    finally:
+        server.close()

@@ -1,5 +1,5 @@
-"""`bench.transactions`, the benchmark of issue 13's transactional goals, and `bench.kafka`, issue 23's
-Kafka proof, still run against the server as it is: a change to the contract or to the server's
+"""`bench.transactions`, the benchmark of issue 13's transactional goals, `bench.kafka`, issue 23's
+Kafka proof, and `bench.startup` still run against the server as it is: a change to the contract or to the server's
 start-up that breaks them is caught here, not in the next performance round. Nothing here is timed:
 a tiny run must finish and print a row for each scenario, with its baseline beside it (for
 bench.transactions, the naive app answering the same two requests)."""
@@ -95,3 +95,10 @@ def test_kafka_bench_measures_each_section_against_its_baseline():
         assert re.search(r"  [1-9][\d,]* (records|txn)/s", row), row
         assert re.search(r"  \d+\.\d\d \(target >= [\d.]+\); CPU \d+\.\d\d", row), row
     assert re.search(r"p50 \d+\.\d\d ms, p99 \d+\.\d\d ms", rows["5"][0]), rows["5"]
+
+
+def test_startup_bench_measures_the_import_and_a_restart():
+    """`bench.startup`, one round of one worker: the import's figure and a restart's, with its CPU."""
+    output = run_bench("bench.startup", "--rounds", "1", "--workers", "1")
+    row = next(line for line in output.splitlines() if line.startswith("this checkout  "))
+    assert re.fullmatch(r"this checkout +\d+\.\d\d +\d+\.\d\d / \d+\.\d\d", row), output

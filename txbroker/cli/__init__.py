@@ -27,12 +27,17 @@ import os
 import sys
 from importlib.metadata import entry_points
 
-from txbroker.cli import consume, groups, produce, security, topics, transactions
-from txbroker.cli.command import EXIT_ERROR, EXIT_OK, UsageError, add_common_options
 from txbroker.errors import TxbrokerConnectionError, TxbrokerError
+
+# The client commands' modules (and with them the SDK's clients and httpx) are imported by
+# build_parser and main, not here: `txbroker serve` needs none of them, and a node loaded them at
+# every start.
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from txbroker.cli import consume, groups, produce, security, topics, transactions
+    from txbroker.cli.command import add_common_options
+
     parser = argparse.ArgumentParser(
         prog="txbroker",
         description="Kafka's transactional messaging over HTTP",
@@ -69,6 +74,21 @@ def _add_installed_commands(commands) -> None:
         add_command(commands)
 
 
+def _installed_command_parser(name: str) -> argparse.ArgumentParser | None:
+    """A parser of the one installed command called `name` (the server's `serve` or `db`), without
+    the client commands; None if no distribution installs a command of that name, or if it cannot be
+    loaded (build_parser then says why)."""
+    for entry_point in entry_points(group=COMMANDS_GROUP, name=name):
+        try:
+            add_command = entry_point.load()
+        except Exception:
+            return None
+        parser = argparse.ArgumentParser(prog="txbroker")
+        add_command(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+        return parser
+    return None
+
+
 def _unreachable(error: BaseException) -> str | None:
     """Why the server could not be reached, when that is what `error` (or what it gave up on) is."""
     while error is not None and not isinstance(error, TxbrokerConnectionError):
@@ -80,6 +100,16 @@ def _unreachable(error: BaseException) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    installed = _installed_command_parser(argv[0]) if argv else None
+    if installed is not None:
+        args = installed.parse_args(argv)
+        try:
+            return args.run(args)
+        except KeyboardInterrupt:
+            return 130
+    from txbroker.cli.command import EXIT_ERROR, EXIT_OK, UsageError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 
-from kafka.record.default_records import DefaultRecordBatch
+from aiokafka.record.default_records import DefaultRecordBase as DefaultRecordBatch  # the v2 layout's constants
 
 from app import record_batch_codecs as codecs
 from app.storage.log import record_codec
