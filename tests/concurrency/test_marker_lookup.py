@@ -10,6 +10,8 @@ tests/concurrency/test_transaction_concurrency.py drives it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 
 import httpx
 
@@ -27,14 +29,8 @@ TRANSACTIONS = 5
 
 
 def test_a_producer_s_many_markers_of_one_epoch_are_looked_up_as_one(server):
-    httpx.post(f"{server.url}/v1/topics", json={"name": "epoch-kept", "partitions": 2}, timeout=30).raise_for_status()
-
     async def scenario():
-        pool = await create_pool(server.database_url, 2)
-        try:
-            coordinator = TransactionCoordinator(pool, Settings(database_url=server.database_url))
-            writes = BatchedWrites(coordinator, max_records=1000)
-            init = await coordinator.init_producer_id("epoch-kept", 60_000, -1, -1)
+        async with _transactional_id(server, "epoch-kept", 2) as (pool, writes, init):
             producer = ("epoch-kept", init.producer_id, init.producer_epoch)
 
             async def transaction(sequence: int, commit: bool = True) -> None:
@@ -102,10 +98,83 @@ def test_a_producer_s_many_markers_of_one_epoch_are_looked_up_as_one(server):
                     CONTROL_COMMIT,
                 )
                 assert count == 2 * (TRANSACTIONS + 1), "one COMMIT marker per transaction and partition, no more"
-        finally:
-            await pool.close()
 
     asyncio.run(scenario())
+
+
+def test_with_an_epoch_bumped_at_each_end_the_look_up_reads_one_marker_however_many_precede(server):
+    """Transaction version 2 (HTTP's EndTxn, Kafka's v5+): every transaction ends with a new epoch,
+    so the epoch an EndTxn asks about has no marker yet. The look-up still reads one index entry,
+    the producer's latest marker, where it read back through every earlier one (counted by
+    PostgreSQL's EXPLAIN ANALYZE: rows, not time)."""
+
+    async def scenario():
+        async with _transactional_id(server, "epoch-bumped", 1) as (pool, writes, init):
+            producer_id, epoch = init.producer_id, init.producer_epoch
+            for sequence in range(TRANSACTIONS):
+                await writes.add_partitions("epoch-bumped", producer_id, epoch, [("epoch-bumped", 0)])
+                record = record_codec.TextRecord(None, f"v{sequence}")
+                command = ProduceCommand(
+                    "epoch-bumped", producer_id, epoch, "utf8", [PartitionRecords("epoch-bumped", 0, 0, [record])]
+                )
+                [results] = await asyncio.gather(writes.enqueue_produce(command))
+                assert all(result.base_offset >= 0 for result in results), results
+                ended = await writes.end_transaction("epoch-bumped", producer_id, epoch, True)
+                assert ended.producer_epoch > epoch, "version 2 bumps the epoch"
+                producer_id, epoch = ended.producer_id, ended.producer_epoch
+            async with pool.acquire() as conn:
+                topic = await get_topic(conn, "epoch-bumped")
+                assert (
+                    await conn.fetchval(
+                        "SELECT count(*) FROM txn_markers WHERE topic_id = $1 AND producer_id = $2",
+                        topic.topic_id,
+                        producer_id,
+                    )
+                    == TRANSACTIONS
+                )
+                key = (topic.topic_id, 0, producer_id, epoch)
+                asked = locks.PartitionLocks(
+                    frozenset({(topic.topic_id, 0)}), frozenset({(topic.topic_id, 0, producer_id)}), frozenset({key})
+                )
+                async with conn.transaction():
+                    await conn.execute("SET LOCAL enable_seqscan = off")  # the index, as on a large table
+                    explained = await conn.fetchval(
+                        "EXPLAIN (ANALYZE, FORMAT JSON) " + locks._LOCK_HEADS_SQL,
+                        [topic.topic_id],
+                        [0],
+                        *_columns(asked),
+                    )
+                    [plan] = json.loads(explained)
+                    read = _marker_rows_read(plan["Plan"])
+                    assert read <= 1, f"the look-up read {read} markers of the producer to answer one"
+                    locked = await locks.lock_partitions(conn, asked)
+                    assert key not in locked.markers, "no marker of the epoch the next transaction ends with"
+
+    asyncio.run(scenario())
+
+
+@contextlib.asynccontextmanager
+async def _transactional_id(server, name: str, partitions: int):
+    """A topic `name` and a transactional id `name` initialized on it, with the coordinator's write
+    batches in-process: (pool, writes, InitProducerId's answer)."""
+    async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+        (await client.post("/v1/topics", json={"name": name, "partitions": partitions})).raise_for_status()
+    pool = await create_pool(server.database_url, 2)
+    try:
+        coordinator = TransactionCoordinator(pool, Settings(database_url=server.database_url))
+        writes = BatchedWrites(coordinator, max_records=1000)
+        yield pool, writes, await coordinator.init_producer_id(name, 60_000, -1, -1)
+    finally:
+        await pool.close()
+
+
+def _marker_rows_read(node: dict) -> int:
+    """The rows the plan's scans of txn_markers read: returned, and read but filtered out."""
+    read = 0
+    if node.get("Relation Name") == "txn_markers":
+        loops = node.get("Actual Loops", 1)
+        read += int((node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)) * loops)
+    return read + sum(_marker_rows_read(child) for child in node.get("Plans", []))
 
 
 def _columns(asked: locks.PartitionLocks) -> list[list]:

@@ -29,11 +29,19 @@ from app.storage.log import sequences
 # statement began. The wait for a partition may only be for other producers' appends.
 #
 # Of a transaction's markers only whether one exists is asked (markers.plan_markers), so at most one
-# row per marker asked for, its producer's latest of that epoch: with transaction version 1 the epoch
-# carries over, and a producer's every earlier transaction of the epoch left a marker of it in the
-# partition; returning them all made each EndTxn's statement, and its decoding here, grow with the
-# producer's number of transactions. The index on (topic_id, partition, producer_id, marker_offset),
-# read backwards, finds the latest first.
+# row per marker asked for: the producer's latest marker in the partition, answered when it is of
+# the epoch asked for. That is the answer to "is there a marker of this epoch": a producer id's
+# epochs only grow (producer_ids.next_epoch; an exhausted one gets a new id, never reused), its
+# markers in a partition are written one after the other under its transactional id's row, and no
+# marker of a later epoch is written before a transaction's own (the next transaction begins only
+# once this one has ended; a Prepared one kept for a new instance, KIP-939, is ended before that
+# instance begins another), so the markers' epochs never fall with their offsets and none is above
+# the one asked for: a marker of that epoch exists exactly when the latest is one. The index on
+# (topic_id, partition, producer_id, marker_offset), read backwards, gives the latest as its first
+# row. Filtering the epoch inside the look-up instead made it read back through
+# every earlier marker of the producer: with transaction version 2 (the epoch bumped at each end)
+# the epoch asked for has none yet, and with version 1 every earlier transaction of the epoch left
+# one; either way each EndTxn's work grew with the producer's number of transactions.
 _LOCK_HEADS_SQL = """
 WITH locked AS MATERIALIZED (
     SELECT p.topic_id, p.partition, p.high_watermark
@@ -57,10 +65,10 @@ CROSS JOIN LATERAL (
     SELECT t.topic_id, t.partition, t.producer_id, t.producer_epoch, t.marker_offset
     FROM txn_markers t
     WHERE t.topic_id = wanted.topic_id AND t.partition = wanted.partition AND t.producer_id = wanted.producer_id
-      AND t.producer_epoch = wanted.producer_epoch
     ORDER BY t.marker_offset DESC
     LIMIT 1
 ) m
+WHERE m.producer_epoch = wanted.producer_epoch
 """
 
 
