@@ -31,6 +31,8 @@ import snappy
 import zstandard
 from aiokafka import codec as encoders
 from aiokafka.record.default_records import DefaultRecordBase as DefaultRecordBatch  # the v2 layout's constants
+
+# The CRC-32C of Kafka's batches, hardware-assisted (kafka-python's calc_crc32c is this function).
 from crc32c import crc32c as calc_crc32c
 
 CODEC_NONE = 0
@@ -189,11 +191,14 @@ def with_records(batch: bytes, records: bytes, codec: int) -> bytearray:
     return rewrapped
 
 
+def batch_crc(batch: bytes | bytearray) -> int:
+    """The CRC-32C a RecordBatch's header must carry: of everything from its attributes on."""
+    return calc_crc32c(memoryview(batch)[DefaultRecordBatch.ATTRIBUTES_OFFSET :])
+
+
 def with_crc(batch: bytearray) -> bytes:
-    """The batch with its CRC written again (it covers everything from the attributes on)."""
-    _CRC.pack_into(
-        batch, DefaultRecordBatch.CRC_OFFSET, calc_crc32c(memoryview(batch)[DefaultRecordBatch.ATTRIBUTES_OFFSET :])
-    )
+    """The batch with its CRC written again (batch_crc)."""
+    _CRC.pack_into(batch, DefaultRecordBatch.CRC_OFFSET, batch_crc(batch))
     return bytes(batch)
 
 

@@ -18,8 +18,8 @@ The records are read and written by aiokafka's record module, whose reader and b
 (`python -m bench.kafka.record_costs`, its "before" rows). Both
 produce the same bytes and read the same records (leader epoch aside, which _finish sets), also
 from corrupt input, which both refuse. The layout's constants are aiokafka's too, and the CRC-32C
-the crc32c package's (hardware-assisted; kafka-python's calc_crc32c is that function, aiokafka's a
-table in Cython). kafka-python is not imported: its package loads its whole client with kafka.record.
+app/record_batch_codecs.py's (the crc32c package). kafka-python is not imported: its package loads
+its whole client with kafka.record.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from typing import NamedTuple, Protocol
 from aiokafka.record.default_records import DefaultRecordBase as DefaultRecordBatch  # the v2 layout's constants
 from aiokafka.record.default_records import DefaultRecordBatch as RecordReader
 from aiokafka.record.default_records import DefaultRecordBatchBuilder as RecordBuilder
-from crc32c import crc32c as calc_crc32c
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app import record_batch_codecs as codecs
@@ -128,7 +127,7 @@ def read_produced(data: bytes, uncompressed_limit: int) -> ProducedBatch:
             f"send exactly one record batch per partition",
         )
     attributes, last_offset_delta, record_count = header[5], header[6], header[12]
-    crc = calc_crc32c(memoryview(data)[DefaultRecordBatch.ATTRIBUTES_OFFSET :])
+    crc = codecs.batch_crc(data)
     if crc != header[4]:
         raise _corrupt(f"record batch CRC {header[4]} does not match its content ({crc})")
     if attributes & DefaultRecordBatch.CONTROL_MASK:
