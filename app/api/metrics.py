@@ -48,6 +48,11 @@ class Metrics:
         self.records_fetched = Counter(
             "txbroker_records_fetched", "records returned by fetches", registry=self.registry
         )
+        self.fetches_read_ahead = Counter(
+            "txbroker_kafka_fetches_read_ahead",
+            "Kafka Fetch requests answered from a read made while the client parsed the answer before",
+            registry=self.registry,
+        )
 
 
 class _Scrape:

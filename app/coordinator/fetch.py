@@ -1,12 +1,15 @@
 """Fetch and ListOffsets: reading the log. `fetch` reads several partitions' records at once,
 long-polling (through the AppendNotifier every front door shares) until a record arrives or time is
 up; `fetch_batches` reads whole stored batches, for a door that answers batches rather than
-records, long-polling until enough bytes are read; `find_offsets` (ListOffsets) answers latest,
-earliest, or the first offset at or after a time, per partition."""
+records, long-polling until enough bytes are read, and reads a connection's next request ahead while
+its consumer is behind (`ReadAhead`); `find_offsets` (ListOffsets) answers latest, earliest, or the
+first offset at or after a time, per partition."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import uuid
 from dataclasses import dataclass, field
 
@@ -40,14 +43,21 @@ __all__ = [
     "FetchedBatches",
     "OffsetFound",
     "PartitionFetch",
+    "ReadAhead",
     "StoredBatch",
     "fetch",
     "fetch_batches",
     "find_offsets",
 ]
 
+log = logging.getLogger("txbroker.fetch")
+
 # The most batches one partition's fetch reads in one statement (within the bytes asked for).
 MAX_BATCHES_PER_READ = 200
+# How old a read made ahead may be and still answer a fetch: a consumer that is behind asks again as
+# soon as it has parsed the answer before (milliseconds for Kafka's clients: about 20 ms for librdkafka's
+# 4 MB); one that comes later is read afresh, so an answer is never older than this.
+READ_AHEAD_MAX_AGE_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,16 +137,23 @@ async def fetch_batches(
     max_wait_ms: int,
     min_bytes: int,
     max_bytes: int,
+    read_ahead: ReadAhead | None = None,
 ) -> list[FetchedBatches]:
     """Whole stored batches of each position, at most max_bytes in all (and each position's own
     max_bytes), the first batch always (a reader must make progress whatever the sizes). Returns
     once the batches read reach min_bytes (or any partition has an error), else once max_wait_ms
     has passed, re-reading whenever one of the partitions gets an append. `refused`: the error of
     each topic the caller may not read (None for the others); its positions are answered with it,
-    not read."""
+    not read. `read_ahead`: the connection's, when the door has one: the first read may come from
+    it, and an answer that leaves the reader behind starts the next one."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000
-    results, found = await _read_batches(pool, positions, refused, read_committed, max_bytes)
+    request = _ReadRequest(tuple(positions), read_committed, max_bytes)
+    # Only for a reader of every topic asked: a refusal is answered from this request's authorization.
+    read_earlier = (
+        await read_ahead.take(pool, request) if read_ahead is not None and not any(refused.values()) else None
+    )
+    results, found = read_earlier or await _read_batches(pool, positions, refused, read_committed, max_bytes)
 
     def done() -> bool:
         return (
@@ -146,6 +163,8 @@ async def fetch_batches(
         )
 
     if done():
+        if read_ahead is not None:
+            read_ahead.start_after(pool, request, refused, results)
         return results
     watched = [(found[p.topic].topic_id, p.partition) for p in positions if p.topic in found]
     with notifier.watching(watched) as appended:
@@ -153,6 +172,8 @@ async def fetch_batches(
             appended.clear()
             results, _ = await _read_batches(pool, positions, refused, read_committed, max_bytes)
             if done():
+                if read_ahead is not None:
+                    read_ahead.start_after(pool, request, refused, results)
                 return results
             try:
                 await asyncio.wait_for(appended.wait(), min(deadline - loop.time(), notifier.fallback_s))
@@ -212,3 +233,167 @@ async def _read_batches(
             result.batches = batches if exempt or not batches or batches[0].size_bytes <= limit else []
             budget -= result.size
     return results, found
+
+
+@dataclass(frozen=True, slots=True)
+class _ReadRequest:
+    """What a fetch reads (its answer's other inputs, the waits, do not change what is read)."""
+
+    positions: tuple[BatchFetchPosition, ...]
+    read_committed: bool
+    max_bytes: int
+
+    def same_reads(self, other: _ReadRequest) -> bool:
+        """The same partitions from the same offsets with the same limits, in any order."""
+        return (
+            self.read_committed == other.read_committed
+            and self.max_bytes == other.max_bytes
+            and len(self.positions) == len(other.positions)
+            and set(self.positions) == set(other.positions)
+        )
+
+    def order_free(self, results: list[FetchedBatches]) -> bool:
+        """True when these results, read in this request's order, are what any order of its
+        partitions reads: the fetch's max_bytes never cut a partition's own (their sum fits in it),
+        and KIP-74's exemption gave no partition its first batch (which goes to the first partition
+        with batches, so depends on the order): every batch sent fits its partition's max_bytes, and
+        a partition with nothing sent had nothing to send."""
+        if sum(position.max_bytes for position in self.positions) > self.max_bytes:
+            return False
+        isolation = READ_COMMITTED if self.read_committed else READ_UNCOMMITTED
+        for position, result in zip(self.positions, results, strict=True):
+            if result.error is not None or result.state is None:
+                return False
+            if result.batches:
+                if result.batches[0].size_bytes > position.max_bytes:
+                    return False
+            elif position.offset < result.state.upper_bound(isolation):
+                return False
+        return True
+
+    def after(self, results: list[FetchedBatches]) -> _ReadRequest | None:
+        """The request a reader sends next once it has this answer: each partition from where its
+        batches end (where it was, when none came); None unless some partition has more to read
+        below its upper bound, or when any has an error (the reader then does something else)."""
+        isolation = READ_COMMITTED if self.read_committed else READ_UNCOMMITTED
+        behind = False
+        positions = []
+        for position, result in zip(self.positions, results, strict=True):
+            if result.error is not None or result.state is None:
+                return None
+            offset = result.batches[-1].last_offset + 1 if result.batches else position.offset
+            behind = behind or offset < result.state.upper_bound(isolation)
+            positions.append(dataclasses.replace(position, offset=offset))
+        return _ReadRequest(tuple(positions), self.read_committed, self.max_bytes) if behind else None
+
+
+class ReadAhead:
+    """One connection's next fetch, read while its client parses the answer before it.
+
+    Kafka's consumers keep one Fetch in flight per broker, so without it the server's read and the
+    client's parse take turns, and a consumer that is behind waits for both. When an answer leaves
+    some partition with more to read, the request the client will send next (the same partitions,
+    each from where its answer ended, the same limits and isolation) is read at once, in a task; a
+    fetch that asks exactly that takes it (awaiting it if still running), any other discards it.
+
+    Its batches are what serving that request a moment earlier gives, and they still answer it:
+    below the upper bound they were read under (the high watermark, or the last stable offset under
+    read_committed), which only rises, nothing is appended and no batch's fate changes. What may have
+    changed since is read again when it is taken (`_refreshed`, one statement): the partitions'
+    states, so the answer's high watermark, last stable offset and log start are current, and a log
+    start moved past the fetch offset (DeleteRecords, retention) or a topic deleted since is read
+    afresh, so answered with its error. Compaction's removals may still be in it, as in any answer
+    read a moment before them. A read older than READ_AHEAD_MAX_AGE_S is discarded. At most one read
+    is held per connection, of at most the request's max_bytes; `close` (the connection's end)
+    cancels it."""
+
+    def __init__(self) -> None:
+        self._request: _ReadRequest | None = None
+        self._task: asyncio.Task | None = None
+        self._started_at = 0.0
+        # How many fetches it answered, for the node's metrics.
+        self.answered = 0
+
+    async def take(
+        self, pool: asyncpg.Pool, request: _ReadRequest
+    ) -> tuple[list[FetchedBatches], dict[str, TopicInfo]] | None:
+        """The read made ahead for `request`, its partitions' states read again now, or None (none
+        made, another request's, too old, failed, or no longer an answer: the caller reads afresh,
+        and meets the error itself if there is one)."""
+        task, self._task = self._task, None
+        if task is None:
+            return None
+        held = self._request
+        if not held.same_reads(request) or asyncio.get_running_loop().time() - self._started_at > READ_AHEAD_MAX_AGE_S:
+            task.cancel()
+            return None
+        try:
+            results, found = await task
+        except Exception as error:  # noqa: BLE001 - the fresh read that follows meets it again if it lasts
+            log.debug("a fetch read ahead failed (%r); reading afresh", error)
+            return None
+        if held.positions != request.positions:
+            # The same partitions in another order (librdkafka rotates them from one Fetch to the
+            # next): the answer is the same only when no partition's limit depended on those before.
+            if not held.order_free(results):
+                return None
+            by_position = dict(zip(held.positions, results, strict=True))
+            results = [by_position[position] for position in request.positions]
+        refreshed = await _refreshed(pool, results, found)
+        self.answered += refreshed is not None
+        return refreshed
+
+    def start_after(
+        self,
+        pool: asyncpg.Pool,
+        request: _ReadRequest,
+        refused: dict[str, BrokerError | None],
+        results: list[FetchedBatches],
+    ) -> None:
+        """Reads the request that follows this answer, when it leaves the reader behind."""
+        self.close()
+        following = None if any(refused.values()) else request.after(results)
+        if following is None:
+            return
+        self._request = following
+        self._started_at = asyncio.get_running_loop().time()
+        self._task = asyncio.create_task(
+            _read_batches(pool, list(following.positions), refused, following.read_committed, following.max_bytes)
+        )
+        self._task.add_done_callback(_retrieved)
+
+    def close(self) -> None:
+        """Cancels the read held, if any."""
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+
+async def _refreshed(
+    pool: asyncpg.Pool, results: list[FetchedBatches], found: dict[str, TopicInfo]
+) -> tuple[list[FetchedBatches], dict[str, TopicInfo]] | None:
+    """Batches read ahead, with their partitions' states as they are now (one statement), or None
+    when they no longer answer the fetch: a topic deleted (or deleted and created again) since, or a
+    log start offset moved past the fetch offset (DeleteRecords, retention), which a fresh read
+    answers with its error. Otherwise the batches still stand: below the upper bound they were read
+    under, which only rises, nothing is appended and no batch's fate changes; the fresh high
+    watermark and last stable offset may stand above them, as when a fetch's limits stop it short."""
+    async with pool.acquire() as conn:
+        now_found, states = await partition_log.topics_and_states(
+            conn, [(result.position.topic, result.position.partition) for result in results]
+        )
+    for result in results:
+        then, now = found.get(result.position.topic), now_found.get(result.position.topic)
+        state = states.get((result.position.topic, result.position.partition))
+        if then is None or now is None or now.topic_id != then.topic_id or state is None:
+            return None
+        if result.position.offset < state.log_start_offset:
+            return None
+        result.state = state
+    return results, now_found
+
+
+def _retrieved(task: asyncio.Task) -> None:
+    # A read ahead that failed and was never taken is not an error of anyone's request.
+    if not task.cancelled():
+        task.exception()

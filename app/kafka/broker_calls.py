@@ -39,6 +39,7 @@ from app.coordinator.fetch import (  # ListOffsets' sentinels: the handlers impo
     MAX_TIMESTAMP,  # noqa: F401
     BatchFetchPosition,
     FetchedBatches,
+    ReadAhead,
     fetch_batches,
     find_offsets,
 )
@@ -591,14 +592,18 @@ class BrokerCalls:
         max_wait_ms: int,
         min_bytes: int,
         max_bytes: int,
+        read_ahead: ReadAhead | None = None,
     ) -> list[FetchedPartition]:
         """Kafka's Fetch: returns once the batches read reach min_bytes (or any partition has an
         error), else once max_wait_ms (capped by the server's max_wait_ms) has passed, re-reading
-        whenever one of the partitions gets an append (the notifier HTTP's long polls use)."""
+        whenever one of the partitions gets an append (the notifier HTTP's long polls use).
+        `read_ahead`: the connection's (new_read_ahead), which reads its next request while the
+        client parses this answer, when this one leaves it behind."""
         denied = {
             topic: _denied(principal, Operation.READ, ResourceType.TOPIC, topic)
             for topic in {p.topic for p in positions}
         }
+        answered_ahead = read_ahead.answered if read_ahead is not None else 0
         results = await fetch_batches(
             self._state.pool,
             self._state.notifier,
@@ -608,8 +613,16 @@ class BrokerCalls:
             min(max_wait_ms, self.settings.max_wait_ms),
             min_bytes,
             max_bytes,
+            read_ahead,
         )
+        if read_ahead is not None:
+            self._state.metrics.fetches_read_ahead.inc(read_ahead.answered - answered_ahead)
         return self._counted(results)
+
+    @staticmethod
+    def new_read_ahead() -> ReadAhead:
+        """A connection's read ahead for its Fetch requests; the connection closes it at its end."""
+        return ReadAhead()
 
     def _counted(self, results: list[FetchedPartition]) -> list[FetchedPartition]:
         self._state.metrics.records_fetched.inc(

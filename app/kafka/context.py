@@ -22,3 +22,5 @@ class RequestContext:
     client_host: str = ""
     # The connection's SaslSession: what SaslHandshake and SaslAuthenticate act on (handlers/sasl.py).
     sasl: object = None
+    # The connection's read ahead (BrokerCalls.new_read_ahead), which Fetch hands back to the core.
+    read_ahead: object = None

@@ -77,12 +77,17 @@ HANDLERS = {
 
 
 async def answer(
-    frame: bytes, calls, session: SaslSession, advertised: tuple[str, int], client_host: str = ""
+    frame: bytes,
+    calls,
+    session: SaslSession,
+    advertised: tuple[str, int],
+    client_host: str = "",
+    read_ahead: object = None,
 ) -> bytes | None:
     """The response frame, or None when none is to be sent (Produce with acks=0). Raises
     MalformedRequest when the connection must be closed (and `session.closing` is True once it must
-    be closed after this response)."""
-    return await (await submit(frame, calls, session, advertised, client_host))
+    be closed after this response). `read_ahead`: the connection's, for Fetch."""
+    return await (await submit(frame, calls, session, advertised, client_host, read_ahead))
 
 
 def pipelined(frame: bytes, session: SaslSession) -> bool:
@@ -92,7 +97,12 @@ def pipelined(frame: bytes, session: SaslSession) -> bool:
 
 
 async def submit(
-    frame: bytes, calls, session: SaslSession, advertised: tuple[str, int], client_host: str = ""
+    frame: bytes,
+    calls,
+    session: SaslSession,
+    advertised: tuple[str, int],
+    client_host: str = "",
+    read_ahead: object = None,
 ) -> Awaitable[bytes | None]:
     """`answer`, submitted now and answered later: what is returned is the response frame (None: none
     to send). Before this returns, the frame is parsed, the principal read again, and a Produce's
@@ -121,6 +131,7 @@ async def submit(
         request.client_id or "",
         client_host,
         session,
+        read_ahead,
     )
     if api_key == api_table.PRODUCE:
         return _framed(api_key, correlation_id, await produce.submit(context, request.body))

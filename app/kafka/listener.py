@@ -157,11 +157,28 @@ class KafkaListener:
     async def _serve_requests(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answers: AnswersInOrder
     ) -> None:
+        peer = writer.get_extra_info("peername")
+        client_host = f"/{peer[0]}" if peer else ""  # as Kafka shows a member's host
+        session = SaslSession(self._calls, format_address(*peer[:2]) if peer else "?")
+        # The connection's Fetch requests' read ahead (app/coordinator/fetch.py), cancelled at its end.
+        read_ahead = self._calls.new_read_ahead()
+        try:
+            await self._serve_each_request(reader, writer, answers, session, read_ahead, client_host)
+        finally:
+            read_ahead.close()
+
+    async def _serve_each_request(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        answers: AnswersInOrder,
+        session: SaslSession,
+        read_ahead: object,
+        client_host: str,
+    ) -> None:
         calls = self._calls
         advertised = self.advertised
         peer = writer.get_extra_info("peername")
-        client_host = f"/{peer[0]}" if peer else ""  # as Kafka shows a member's host
-        session = SaslSession(calls, format_address(*peer[:2]) if peer else "?")
         idle_s = calls.settings.kafka_connections_max_idle_ms / 1000
         while True:
             try:
@@ -200,7 +217,7 @@ class KafkaListener:
             # Any other request only once every earlier one is answered, as Kafka serves them: one
             # after the other (an EndTxn, a Fetch never overtakes the connection's Produce requests).
             await answers.all_written()
-            response = await dispatch.answer(frame, calls, session, advertised, client_host)
+            response = await dispatch.answer(frame, calls, session, advertised, client_host, read_ahead)
             if response is not None:
                 writer.write(response)
                 await writer.drain()

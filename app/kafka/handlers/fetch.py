@@ -131,6 +131,7 @@ async def handle(context: RequestContext, request) -> object:
         max_wait_ms,
         request.min_bytes,
         getattr(request, "max_bytes", UNLIMITED_BYTES),
+        context.read_ahead,
     )
     fetched += [FetchedPartition(position, error=unknown_topic_id(position.topic_uuid)) for position in unknown]
     by_topic: dict = {}  # by id from v13, else by name

@@ -1,0 +1,230 @@
+"""A connection's next Fetch read ahead (app/coordinator/fetch.py, ReadAhead): while a consumer that is
+behind parses an answer, the server reads the request it sends next, and answers it from that read
+when it comes. Each test makes the first answer stop short of the partition's end (a small
+partition_max_bytes), so that the next fetch is read ahead, then checks that the answer is the one a
+fresh read gives: what changed between the two fetches (records appended, DeleteRecords, the topic
+deleted and created again, a transaction committed) shows in it, and a consumer reading the whole
+log, its partitions in turn rotated as librdkafka rotates them, gets every record once and in order.
+/metrics counts the fetches answered from a read made ahead, which shows the reads were taken."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import re
+import time
+
+import pytest
+from kio.schema.errors import ErrorCode as KafkaError
+
+from app.kafka import api_table
+from app.kafka.record_batches import KafkaRecord
+from tests.api.test_log_lifecycle import delete_records
+from tests.kafka import http_side
+from tests.kafka.clients import create_topic, topic_uuid
+from tests.kafka.raw import RawConnection, nested, record_batch, request_of
+from tests.kafka.test_api_versions import sample_request
+
+# Fetch by topic name (v12, the last before topic ids) and by id (v16, what librdkafka 2.x sends).
+BY_NAME, BY_ID = 12, 16
+READ_COMMITTED = 1
+# Long enough for the read made ahead to have run before the test changes the log, well inside the
+# age after which it is no longer used (READ_AHEAD_MAX_AGE_S, 0.5 s).
+READ_AHEAD_SETTLES_S = 0.15
+
+
+def batch_of(*values: str) -> bytes:
+    return record_batch([KafkaRecord(1_700_000_000_000, None, value.encode(), []) for value in values])
+
+
+def produce_batches(connection: RawConnection, topic: str, partition: int, batches: list[bytes]) -> None:
+    """Each batch in a Produce of its own (acks=all), so each is stored as a batch of its own."""
+    for batch in batches:
+        response = connection.call(
+            request_of(
+                api_table.PRODUCE,
+                9,
+                transactional_id=None,
+                acks=-1,
+                timeout=datetime.timedelta(seconds=30),
+                topic_data=(
+                    nested(
+                        api_table.PRODUCE,
+                        9,
+                        "TopicProduceData",
+                        name=topic,
+                        partition_data=(
+                            nested(api_table.PRODUCE, 9, "PartitionProduceData", index=partition, records=batch),
+                        ),
+                    ),
+                ),
+            )
+        )
+        [[answer]] = [entry.partition_responses for entry in response.responses]
+        assert answer.error_code == KafkaError.none, answer
+
+
+def fetch_request(
+    server, version: int, topic: str, offsets: list[tuple[int, int]], partition_max_bytes: int, isolation: int = 0
+):
+    """A Fetch of (partition, fetch offset) each, in that order, at most partition_max_bytes each."""
+    topic_id = None
+    if version >= 13:
+        topic_id = topic_uuid(server.client.get(f"/v1/topics/{topic}").json()["topic_id"])
+    sample = sample_request(api_table.FETCH, version, None, topic_id)
+    [sample_topic] = sample.topics
+    [sample_partition] = sample_topic.partitions
+    partitions = tuple(
+        dataclasses.replace(
+            sample_partition, partition=index, fetch_offset=offset, partition_max_bytes=partition_max_bytes
+        )
+        for index, offset in offsets
+    )
+    named = {} if version >= 13 else {"topic": topic}
+    return dataclasses.replace(
+        sample,
+        isolation_level=isolation,
+        topics=(dataclasses.replace(sample_topic, partitions=partitions, **named),),
+    )
+
+
+def answered(response) -> dict[int, object]:
+    [entry] = response.responses
+    return {partition.partition_index: partition for partition in entry.partitions}
+
+
+def values_of(partition) -> list[tuple[int, bytes]]:
+    """(offset, value) of each data record the answer carries."""
+    from kafka.record.memory_records import MemoryRecords
+
+    records = MemoryRecords(bytes(partition.records))
+    found = []
+    while (batch := records.next_batch()) is not None:
+        if not batch.is_control_batch:
+            found += [(record.offset, record.value) for record in batch]
+    return found
+
+
+def fetches_read_ahead(server) -> float:
+    text = server.client.get("/metrics").text
+    match = re.search(r"^txbroker_kafka_fetches_read_ahead_total (\S+)$", text, re.MULTILINE)
+    assert match, "the counter is missing from /metrics"
+    return float(match.group(1))
+
+
+@pytest.mark.parametrize("version", [BY_NAME, BY_ID])
+def test_a_consumer_behind_reads_every_record_once_in_order_its_partitions_rotated(module_kafka_server, version):
+    server = module_kafka_server
+    topic = f"read-ahead-rotated-v{version}"
+    create_topic(server, topic, 2)
+    batches = {p: [batch_of(f"p{p}-{i}") for i in range(6)] for p in (0, 1)}
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        for partition in (0, 1):
+            produce_batches(connection, topic, partition, batches[partition])
+        # Room for one batch of each partition per answer, not two: every answer but the last
+        # leaves the consumer behind in both.
+        one_batch = len(batches[0][0]) + 8
+        read_ahead_before = fetches_read_ahead(server)
+        offsets = {0: 0, 1: 0}
+        seen: dict[int, list[tuple[int, bytes]]] = {0: [], 1: []}
+        order = [0, 1]
+        for _ in range(12):
+            if offsets == {0: 6, 1: 6}:
+                break
+            response = connection.call(
+                fetch_request(server, version, topic, [(p, offsets[p]) for p in order], one_batch)
+            )
+            [entry] = response.responses
+            assert [p.partition_index for p in entry.partitions] == order, "answered in the order asked, as Kafka"
+            for partition, answer in answered(response).items():
+                assert answer.error_code == KafkaError.none, answer
+                assert answer.high_watermark == 6
+                values = values_of(answer)
+                assert len(values) <= 1, "one batch per partition fits"
+                seen[partition] += values
+                offsets[partition] += len(values)
+            order.reverse()  # as librdkafka rotates the partitions of its Fetch requests
+    expected = {p: [(i, f"p{p}-{i}".encode()) for i in range(6)] for p in (0, 1)}
+    assert seen == expected
+    # Six answers; the five after the first were read ahead, in the other order than asked.
+    assert fetches_read_ahead(server) - read_ahead_before == 5
+
+
+def test_records_appended_since_the_read_ahead_raise_the_answers_high_watermark(module_kafka_server):
+    server = module_kafka_server
+    topic = "read-ahead-high-watermark"
+    create_topic(server, topic, 1)
+    batches = [batch_of(f"v{i}") for i in range(3)]
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        produce_batches(connection, topic, 0, batches)
+        one_batch = len(batches[0]) + 8
+        first = answered(connection.call(fetch_request(server, BY_ID, topic, [(0, 0)], one_batch)))[0]
+        assert (values_of(first), first.high_watermark) == ([(0, b"v0")], 3)
+        time.sleep(READ_AHEAD_SETTLES_S)
+        produce_batches(connection, topic, 0, [batch_of("v3")])
+        read_ahead_before = fetches_read_ahead(server)
+        second = answered(connection.call(fetch_request(server, BY_ID, topic, [(0, 1)], one_batch)))[0]
+    assert fetches_read_ahead(server) - read_ahead_before == 1
+    assert values_of(second) == [(1, b"v1")]
+    assert second.high_watermark == 4, "the high watermark of the log as it is when answered"
+
+
+def test_delete_records_past_the_fetch_offset_since_the_read_ahead_is_out_of_range(module_kafka_server):
+    """Regression guard: the batches read ahead are of offsets DeleteRecords has removed since;
+    answering them would show deleted records. The fetch is read afresh: OFFSET_OUT_OF_RANGE."""
+    server = module_kafka_server
+    topic = "read-ahead-delete-records"
+    create_topic(server, topic, 1)
+    batches = [batch_of(f"v{i}") for i in range(4)]
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        produce_batches(connection, topic, 0, batches)
+        one_batch = len(batches[0]) + 8
+        first = answered(connection.call(fetch_request(server, BY_ID, topic, [(0, 0)], one_batch)))[0]
+        assert values_of(first) == [(0, b"v0")]
+        time.sleep(READ_AHEAD_SETTLES_S)
+        assert delete_records(server.client, topic, {0: 3}).status_code == 200
+        second = answered(connection.call(fetch_request(server, BY_ID, topic, [(0, 1)], one_batch)))[0]
+    assert second.error_code == KafkaError.offset_out_of_range
+    assert values_of(second) == []
+
+
+def test_a_topic_deleted_and_created_again_since_the_read_ahead_is_read_afresh(module_kafka_server):
+    """Regression guard: fetched by name, the new topic's records are answered, never the old one's
+    read ahead."""
+    server = module_kafka_server
+    topic = "read-ahead-recreated"
+    create_topic(server, topic, 1)
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        old = [batch_of(f"old-{i}") for i in range(3)]
+        produce_batches(connection, topic, 0, old)
+        one_batch = len(old[0]) + 8
+        first = answered(connection.call(fetch_request(server, BY_NAME, topic, [(0, 0)], one_batch)))[0]
+        assert values_of(first) == [(0, b"old-0")]
+        time.sleep(READ_AHEAD_SETTLES_S)
+        assert server.client.delete(f"/v1/topics/{topic}").status_code in (200, 204)
+        create_topic(server, topic, 1)
+        produce_batches(connection, topic, 0, [batch_of(f"new-{i}") for i in range(3)])
+        second = answered(connection.call(fetch_request(server, BY_NAME, topic, [(0, 1)], one_batch)))[0]
+    assert second.error_code == KafkaError.none
+    assert values_of(second) == [(1, b"new-1")]
+
+
+def test_read_committed_a_transaction_committed_since_the_read_ahead_raises_the_last_stable_offset(
+    module_kafka_server,
+):
+    server = module_kafka_server
+    topic = "read-ahead-read-committed"
+    create_topic(server, topic, 1)
+    batches = [batch_of(f"v{i}") for i in range(3)]
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        produce_batches(connection, topic, 0, batches)
+        transaction = http_side.HttpTransaction(server, "read-ahead-txn")
+        transaction.produce(topic, 0, ["open"])
+        one_batch = len(batches[0]) + 8
+        first = answered(connection.call(fetch_request(server, BY_ID, topic, [(0, 0)], one_batch, READ_COMMITTED)))[0]
+        assert (values_of(first), first.last_stable_offset) == ([(0, b"v0")], 3)
+        time.sleep(READ_AHEAD_SETTLES_S)
+        transaction.end(committed=True)
+        second = answered(connection.call(fetch_request(server, BY_ID, topic, [(0, 1)], one_batch, READ_COMMITTED)))[0]
+    assert values_of(second) == [(1, b"v1")]
+    assert second.last_stable_offset == 5, "the open transaction's record and its marker are below it now"
