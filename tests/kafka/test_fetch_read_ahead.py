@@ -150,20 +150,36 @@ def test_a_consumer_behind_reads_every_record_once_in_order_its_partitions_rotat
     assert fetches_read_ahead(server) - read_ahead_before == 5
 
 
+# Room for one of the tests' batches (values of at most 8 characters) but not two.
+ONE_BATCH = len(batch_of("12345678")) + 8
+
+
+def fetch_one_batch(server, connection, topic: str, offset: int, version: int = BY_ID, isolation: int = 0):
+    """Partition 0 of `topic` from `offset`, with room for one batch."""
+    return answered(connection.call(fetch_request(server, version, topic, [(0, offset)], ONE_BATCH, isolation)))[0]
+
+
+def behind_after_a_first_fetch(server, connection, topic: str, values: list[str], **fetch) -> object:
+    """Creates `topic`, produces each value as a batch of its own to partition 0, and fetches the
+    first: the answer leaves the consumer behind, so the server reads the next fetch ahead, which
+    has run by the time this returns. Returns the first answer."""
+    create_topic(server, topic, 1)
+    produce_batches(connection, topic, 0, [batch_of(value) for value in values])
+    first = fetch_one_batch(server, connection, topic, 0, **fetch)
+    assert values_of(first) == [(0, values[0].encode())]
+    time.sleep(READ_AHEAD_SETTLES_S)
+    return first
+
+
 def test_records_appended_since_the_read_ahead_raise_the_answers_high_watermark(module_kafka_server):
     server = module_kafka_server
     topic = "read-ahead-high-watermark"
-    create_topic(server, topic, 1)
-    batches = [batch_of(f"v{i}") for i in range(3)]
     with RawConnection(server.extra["kafka_bootstrap"]) as connection:
-        produce_batches(connection, topic, 0, batches)
-        one_batch = len(batches[0]) + 8
-        first = answered(connection.call(fetch_request(server, BY_ID, topic, [(0, 0)], one_batch)))[0]
-        assert (values_of(first), first.high_watermark) == ([(0, b"v0")], 3)
-        time.sleep(READ_AHEAD_SETTLES_S)
+        first = behind_after_a_first_fetch(server, connection, topic, ["v0", "v1", "v2"])
+        assert first.high_watermark == 3
         produce_batches(connection, topic, 0, [batch_of("v3")])
         read_ahead_before = fetches_read_ahead(server)
-        second = answered(connection.call(fetch_request(server, BY_ID, topic, [(0, 1)], one_batch)))[0]
+        second = fetch_one_batch(server, connection, topic, 1)
     assert fetches_read_ahead(server) - read_ahead_before == 1
     assert values_of(second) == [(1, b"v1")]
     assert second.high_watermark == 4, "the high watermark of the log as it is when answered"
@@ -174,16 +190,10 @@ def test_delete_records_past_the_fetch_offset_since_the_read_ahead_is_out_of_ran
     answering them would show deleted records. The fetch is read afresh: OFFSET_OUT_OF_RANGE."""
     server = module_kafka_server
     topic = "read-ahead-delete-records"
-    create_topic(server, topic, 1)
-    batches = [batch_of(f"v{i}") for i in range(4)]
     with RawConnection(server.extra["kafka_bootstrap"]) as connection:
-        produce_batches(connection, topic, 0, batches)
-        one_batch = len(batches[0]) + 8
-        first = answered(connection.call(fetch_request(server, BY_ID, topic, [(0, 0)], one_batch)))[0]
-        assert values_of(first) == [(0, b"v0")]
-        time.sleep(READ_AHEAD_SETTLES_S)
+        behind_after_a_first_fetch(server, connection, topic, ["v0", "v1", "v2", "v3"])
         assert delete_records(server.client, topic, {0: 3}).status_code == 200
-        second = answered(connection.call(fetch_request(server, BY_ID, topic, [(0, 1)], one_batch)))[0]
+        second = fetch_one_batch(server, connection, topic, 1)
     assert second.error_code == KafkaError.offset_out_of_range
     assert values_of(second) == []
 
@@ -193,18 +203,12 @@ def test_a_topic_deleted_and_created_again_since_the_read_ahead_is_read_afresh(m
     read ahead."""
     server = module_kafka_server
     topic = "read-ahead-recreated"
-    create_topic(server, topic, 1)
     with RawConnection(server.extra["kafka_bootstrap"]) as connection:
-        old = [batch_of(f"old-{i}") for i in range(3)]
-        produce_batches(connection, topic, 0, old)
-        one_batch = len(old[0]) + 8
-        first = answered(connection.call(fetch_request(server, BY_NAME, topic, [(0, 0)], one_batch)))[0]
-        assert values_of(first) == [(0, b"old-0")]
-        time.sleep(READ_AHEAD_SETTLES_S)
+        behind_after_a_first_fetch(server, connection, topic, ["old-0", "old-1", "old-2"], version=BY_NAME)
         assert server.client.delete(f"/v1/topics/{topic}").status_code in (200, 204)
         create_topic(server, topic, 1)
         produce_batches(connection, topic, 0, [batch_of(f"new-{i}") for i in range(3)])
-        second = answered(connection.call(fetch_request(server, BY_NAME, topic, [(0, 1)], one_batch)))[0]
+        second = fetch_one_batch(server, connection, topic, 1, version=BY_NAME)
     assert second.error_code == KafkaError.none
     assert values_of(second) == [(1, b"new-1")]
 
@@ -214,17 +218,15 @@ def test_read_committed_a_transaction_committed_since_the_read_ahead_raises_the_
 ):
     server = module_kafka_server
     topic = "read-ahead-read-committed"
-    create_topic(server, topic, 1)
-    batches = [batch_of(f"v{i}") for i in range(3)]
     with RawConnection(server.extra["kafka_bootstrap"]) as connection:
-        produce_batches(connection, topic, 0, batches)
+        create_topic(server, topic, 1)
+        produce_batches(connection, topic, 0, [batch_of(f"v{i}") for i in range(3)])
         transaction = http_side.HttpTransaction(server, "read-ahead-txn")
         transaction.produce(topic, 0, ["open"])
-        one_batch = len(batches[0]) + 8
-        first = answered(connection.call(fetch_request(server, BY_ID, topic, [(0, 0)], one_batch, READ_COMMITTED)))[0]
+        first = fetch_one_batch(server, connection, topic, 0, isolation=READ_COMMITTED)
         assert (values_of(first), first.last_stable_offset) == ([(0, b"v0")], 3)
         time.sleep(READ_AHEAD_SETTLES_S)
         transaction.end(committed=True)
-        second = answered(connection.call(fetch_request(server, BY_ID, topic, [(0, 1)], one_batch, READ_COMMITTED)))[0]
+        second = fetch_one_batch(server, connection, topic, 1, isolation=READ_COMMITTED)
     assert values_of(second) == [(1, b"v1")]
     assert second.last_stable_offset == 5, "the open transaction's record and its marker are below it now"
