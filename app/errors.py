@@ -7,6 +7,7 @@ retriability are declared once (txbroker/wire.py) and never change meaning.
     Exception
      └── BrokerError          an expected outcome the client must act on (fenced, unknown topic, ...)
           └── InvalidRecords  INVALID_RECORD naming the records of the batch at fault (Kafka's record_errors)
+               └── InvalidTimestamps  ... for their timestamps, out of the topic's bounds (Kafka's INVALID_TIMESTAMP)
 
 Expected outcomes are `BrokerError`s raised by the coordinator and storage layers (or returned as
 per-partition values); anything else escaping a request is a bug, rendered as UNKNOWN_SERVER_ERROR by
@@ -19,7 +20,15 @@ from __future__ import annotations
 # once, in txbroker/wire.py, and the server's under these names.
 from txbroker.wire import ERROR_SPECS, ErrorCode, ErrorSpec
 
-__all__ = ["ERROR_SPECS", "BrokerError", "ErrorCode", "ErrorSpec", "InvalidRecords", "invalid_request"]
+__all__ = [
+    "ERROR_SPECS",
+    "BrokerError",
+    "ErrorCode",
+    "ErrorSpec",
+    "InvalidRecords",
+    "InvalidTimestamps",
+    "invalid_request",
+]
 
 
 class BrokerError(Exception):
@@ -56,6 +65,21 @@ class InvalidRecords(BrokerError):
     def __init__(self, record_indexes: tuple[int, ...], message: str) -> None:
         super().__init__(ErrorCode.INVALID_RECORD, message)
         self.record_indexes = record_indexes
+
+
+class InvalidTimestamps(InvalidRecords):
+    """A batch refused because some of its records are timestamped outside the window its topic
+    allows around the broker's clock (message.timestamp.before.max.ms and after.max.ms, as Kafka's
+    LogValidator). The HTTP contract's code is INVALID_RECORD (it has none for timestamps); the
+    Kafka door answers Kafka's INVALID_TIMESTAMP, with each record's reason in Kafka's words, from
+    `timestamps` (each refused record's index in the batch and timestamp) and the window
+    [`earliest_ms`, `latest_ms`]."""
+
+    def __init__(self, timestamps: tuple[tuple[int, int], ...], earliest_ms: int, latest_ms: int, message: str) -> None:
+        super().__init__(tuple(index for index, _ in timestamps), message)
+        self.timestamps = timestamps
+        self.earliest_ms = earliest_ms
+        self.latest_ms = latest_ms
 
 
 def invalid_request(message: str) -> BrokerError:

@@ -224,6 +224,7 @@ class BatchedWrites:
                             command.producer_epoch,
                             entry.base_sequence,
                             command.transactional_id is not None,
+                            appended_ms=appended_ms,
                         )
                     )
                 answers.append(results)

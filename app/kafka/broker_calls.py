@@ -104,6 +104,7 @@ def _encoded(batch: ProducedBatch) -> EncodedBatch:
         batch.max_timestamp_ms,
         batch.uncompressed_bytes,
         batch.keyless_records,
+        batch.producer_timestamps,
     )
 
 

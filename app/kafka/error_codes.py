@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from app.errors import BrokerError, ErrorCode
+from app.errors import BrokerError, ErrorCode, InvalidTimestamps
 
 _BY_NAME: dict[ErrorCode, KafkaError] = {
     code: KafkaError[code.name.lower()] for code in ErrorCode if code.name.lower() in KafkaError.__members__
@@ -22,6 +22,8 @@ _CLOSEST: dict[ErrorCode, KafkaError] = {
 def kafka_error(error: BrokerError | None) -> KafkaError:
     if error is None:
         return KafkaError.none
+    if isinstance(error, InvalidTimestamps):  # INVALID_RECORD in the HTTP contract, which has no timestamp code
+        return KafkaError.invalid_timestamp
     return _BY_NAME.get(error.code) or _CLOSEST.get(error.code, KafkaError.unknown_server_error)
 
 

@@ -46,6 +46,7 @@ _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_OFFSET = DefaultRecordBatch.ATTRIBUTES_OFFSET + struct.calcsize(">h")  # after the attributes
 NO_LEADER_EPOCH = -1
 NO_SEQUENCE = -1  # a control batch's base sequence, as Kafka writes it
+NO_TIMESTAMP = -1  # Kafka's RecordBatch.NO_TIMESTAMP: a record without one, which no timestamp bound refuses
 # A control record's key is (version, type) and an end-transaction marker's value (version,
 # coordinator epoch), as Kafka's ControlRecordType and EndTransactionMarker write them.
 _CONTROL_KEY = struct.Struct(">hh")
@@ -93,6 +94,9 @@ class ProducedBatch:
     uncompressed_bytes: int
     # The indexes of its records without a key: a compacted topic refuses the batch (storage's append).
     keyless_records: tuple[int, ...] = ()
+    # The earliest and latest of its records' timestamps but Kafka's NO_TIMESTAMP (-1), None if all
+    # are -1: what a topic's message.timestamp.before.max.ms and after.max.ms bound (storage's append).
+    producer_timestamps: tuple[int, int] | None = None
 
 
 class BatchRefused(Exception):
@@ -143,6 +147,7 @@ def read_produced(data: bytes, uncompressed_limit: int) -> ProducedBatch:
     stored, readable = _stored_form(data, codec, uncompressed_limit)
     largest = 0
     first_timestamp = max_timestamp = None
+    earliest_given = latest_given = None  # ProducedBatch.producer_timestamps
     index = -1
     keyless = []
     try:
@@ -163,6 +168,13 @@ def read_produced(data: bytes, uncompressed_limit: int) -> ProducedBatch:
                 first_timestamp = max_timestamp = timestamp
             elif timestamp > max_timestamp:
                 max_timestamp = timestamp
+            if timestamp != NO_TIMESTAMP:
+                if earliest_given is None:
+                    earliest_given = latest_given = timestamp
+                elif timestamp < earliest_given:
+                    earliest_given = timestamp
+                elif timestamp > latest_given:
+                    latest_given = timestamp
     except BatchRefused:
         raise
     except Exception as error:  # the reader raises CorruptRecordException, or whatever garbage leads to
@@ -181,6 +193,7 @@ def read_produced(data: bytes, uncompressed_limit: int) -> ProducedBatch:
         max_timestamp,
         len(readable) - HEADER.size,
         tuple(keyless),
+        None if earliest_given is None else (earliest_given, latest_given),
     )
 
 

@@ -19,6 +19,9 @@ BAD = "bad"  # 2 partitions; nothing in this module may ever be appended to it
 TINY = "tiny"  # 2 partitions, max_message_bytes 10
 LIMITED = "lim"  # on the `limited` server: max_request_bytes 1024, max_records_per_request 3
 TINY_MAX = 10
+BOUNDED = "bounded"  # 2 partitions, message_timestamp_before_max_ms and _after_max_ms BOUND_MS
+BOUND_MS = 60_000
+HOUR_MS = 3_600_000
 
 
 def _start_server(postgres, name: str, **overrides):
@@ -31,7 +34,8 @@ def _start_server(postgres, name: str, **overrides):
 def shared(postgres):
     server, stop = _start_server(postgres, f"bad_input_{os.getpid()}")
     with httpx.Client(base_url=server.url, timeout=30, verify=SHARED_SSL_CONTEXT) as c:
-        for name, config in ((BAD, {}), (TINY, {"max_message_bytes": TINY_MAX})):
+        bounds = {"message_timestamp_before_max_ms": BOUND_MS, "message_timestamp_after_max_ms": BOUND_MS}
+        for name, config in ((BAD, {}), (TINY, {"max_message_bytes": TINY_MAX}), (BOUNDED, bounds)):
             assert c.post("/v1/topics", json={"name": name, "partitions": 2, "config": config}).status_code == 201
     yield server
     stop()
@@ -607,6 +611,91 @@ def test_record_too_large_in_produce_is_partition_level(client):
     assert str(TINY_MAX + 1) in too_large["error"]["message"]
     assert (too_large["base_offset"], too_large["last_offset"], too_large["duplicate"]) == (None, None, False)
     assert hws(client, TINY) == [before[0] + 1, before[1]]
+
+
+# ---- message_timestamp_before_max_ms, message_timestamp_after_max_ms (Kafka's KIP-937)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def test_record_out_of_the_timestamp_bounds_on_records_endpoint_is_400_invalid_record_and_appends_nothing(client):
+    before = hws(client, BOUNDED)
+    ahead = now_ms() + HOUR_MS
+    body = {"partition": 1, "records": [rec(timestamp_ms=now_ms()), rec(timestamp_ms=ahead), rec()]}
+    assert_error(
+        send(client, "POST", f"/v1/topics/{BOUNDED}/records", body),
+        400,
+        "INVALID_RECORD",
+        f"record 1 of the batch to {BOUNDED}-1 has timestamp {ahead}",
+        "after the server's clock",
+        f"message_timestamp_after_max_ms ({BOUND_MS})",
+        "nothing of the batch was written",
+    )
+    assert hws(client, BOUNDED) == before
+    # Within the bounds, and without a timestamp (the server's clock): written.
+    body = {"partition": 1, "records": [rec(timestamp_ms=now_ms() - BOUND_MS // 2), rec()]}
+    assert send(client, "POST", f"/v1/topics/{BOUNDED}/records", body).status_code == 200
+    assert hws(client, BOUNDED) == [before[0], before[1] + 2]
+
+
+def test_timestamp_out_of_bounds_in_produce_is_partition_level(client):
+    before = hws(client, BOUNDED)
+    old = now_ms() - HOUR_MS
+    response = send(
+        client,
+        "POST",
+        "/v1/produce",
+        {
+            "partitions": [
+                {"topic": BOUNDED, "partition": 0, "records": [rec(), rec(timestamp_ms=now_ms())]},
+                {"topic": BOUNDED, "partition": 1, "records": [rec(timestamp_ms=now_ms()), rec(timestamp_ms=old)]},
+            ]
+        },
+    )
+    assert response.status_code == 200, response.text
+    ok, refused = response.json()["partitions"]
+    assert ok["error"] is None and ok["base_offset"] == before[0]
+    assert refused["error"]["code"] == "INVALID_RECORD" and refused["error"]["retriable"] is False
+    message = refused["error"]["message"]
+    assert f"record 1 of the batch to {BOUNDED}-1 has timestamp {old}" in message
+    assert "before the server's clock" in message and f"message_timestamp_before_max_ms ({BOUND_MS})" in message
+    assert (refused["base_offset"], refused["last_offset"], refused["duplicate"]) == (None, None, False)
+    assert hws(client, BOUNDED) == [before[0] + 2, before[1]]
+
+
+def test_a_refused_transactional_batch_takes_no_sequence_and_leaves_its_transaction_whole(client):
+    """The refused batch is written nowhere: the producer's next batch takes its sequence, and the
+    transaction commits only what was accepted."""
+    before = hws(client, BOUNDED)
+    ids = send(client, "POST", "/v1/producers/init", {"transactional_id": "bounded-txn"}).json()
+    ids["transactional_id"] = "bounded-txn"
+
+    def produce(records):
+        partitions = [{"topic": BOUNDED, "partition": 0, "base_sequence": 0, "records": records}]
+        response = send(client, "POST", "/v1/produce", {**ids, "partitions": partitions})
+        assert response.status_code == 200, response.text
+        return response.json()["partitions"][0]
+
+    assert produce([rec(value="in"), rec(value="ahead", timestamp_ms=now_ms() + HOUR_MS)])["error"]["code"] == (
+        "INVALID_RECORD"
+    )
+    written = produce([rec(value="a"), rec(value="b", timestamp_ms=now_ms())])
+    assert (written["error"], written["base_offset"], written["duplicate"]) == (None, before[0], False)
+    ended = send(client, "POST", "/v1/txn/end", {**ids, "committed": True})
+    assert ended.status_code == 200, ended.text
+    fetched = send(
+        client,
+        "POST",
+        "/v1/fetch",
+        {
+            "isolation_level": "read_committed",
+            "partitions": [{"topic": BOUNDED, "partition": 0, "offset": before[0]}],
+        },
+    ).json()["partitions"][0]
+    assert [record["value"] for record in fetched["records"]] == ["a", "b"]
+    assert hws(client, BOUNDED)[0] == before[0] + 3  # the two records and the commit marker
 
 
 # ---- request limits (max_records_per_request, max_request_bytes)

@@ -114,6 +114,20 @@ def test_create_accepts_all_config_keys_and_describe_returns_them(client):
     assert client.get(f"/v1/topics/{name}").json()["config"] == config
 
 
+def test_create_takes_the_timestamp_bounds_and_shows_them(client):
+    """Kafka's message.timestamp.before.max.ms and after.max.ms: any value >= 0 is kept (and applied
+    to produces, tests/api/test_bad_input.py); a negative one is Kafka's INVALID_CONFIG."""
+    name = fresh("bounds")
+    bounds = {"message_timestamp_before_max_ms": 0, "message_timestamp_after_max_ms": 60000}
+    response = create(client, name, 1, bounds)
+    assert response.status_code == 201, response.text
+    assert client.get(f"/v1/topics/{name}").json()["config"] == {**DEFAULT_CONFIG, **bounds}
+    error = assert_error(create(client, fresh(), 1, {"message_timestamp_after_max_ms": -1}), 400, "INVALID_CONFIG")
+    assert error["message"].startswith(
+        "Invalid value -1 for configuration message.timestamp.after.max.ms: Value must be at least 0"
+    )
+
+
 def test_create_existing_topic_is_409_topic_already_exists(client):
     name = fresh("dup")
     assert create(client, name, 1).status_code == 201

@@ -20,11 +20,19 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 from kafka.record.memory_records import MemoryRecords
+from kio.schema.errors import ErrorCode as KafkaError
 
+from app.kafka.record_batches import KafkaRecord
 from tests.kafka import http_side
 from tests.kafka.clients import CLIENTS, WAIT_S, ConfluentKafka, bootstrap
-from tests.kafka.raw import RawConnection
-from tests.kafka.test_produce_raw import fetched_records
+from tests.kafka.raw import RawConnection, record_batch
+from tests.kafka.test_produce_raw import (
+    answer_of,
+    fetched_records,
+    high_watermark,
+    init_producer,
+    produce_request,
+)
 
 GZIP, SNAPPY, LZ4, ZSTD = 1, 2, 3, 4
 # Compressible records, so that every codec shrinks them (the codec is what is checked, not the size).
@@ -135,7 +143,11 @@ def test_a_topic_created_with_kafkas_configs_is_accepted_and_described(module_ka
         ({"leader.replication.throttled.replicas": "all"}, "[partitionId]:[brokerId]"),
         ({"remote.storage.enable": "true"}, "Tiered Storage functionality is disabled in the broker"),
         ({"message.timestamp.type": "logappendtime"}, "String must be one of: CreateTime, LogAppendTime"),
-        ({"message.timestamp.after.max.ms": "3600000"}, "only 9223372036854775807, its default, is accepted"),
+        (
+            {"message.timestamp.after.max.ms": "-1"},
+            "Invalid value -1 for configuration message.timestamp.after.max.ms: Value must be at least 0",
+        ),
+        ({"message.timestamp.before.max.ms": "an hour"}, "Not a number of type LONG"),
         ({"min.compaction.lag.ms": "60000"}, "only 0, its default, is accepted"),
         ({"message.format.version": "3.0-IV1"}, "Unknown topic config name: message.format.version"),
         ({"message.downconversion.enable": "true"}, "removed in Kafka 4.0"),
@@ -339,3 +351,137 @@ def test_log_append_time_gives_records_the_time_the_broker_appends_them(module_k
         "/v1/offsets/list", json={"partitions": [{"topic": topic, "partition": 0, "timestamp": before_ms}]}
     ).json()["partitions"][0]
     assert (listed["offset"], listed["timestamp_ms"]) == (0, appended)
+
+
+# ---- message.timestamp.before.max.ms and after.max.ms (KIP-937), as Kafka's LogValidator applies them
+
+HOUR_MS = 3_600_000
+BOUND_MS = 60_000
+KAFKAS_MESSAGE = "One or more records have been rejected due to invalid timestamp"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def test_timestamp_bounds_are_set_described_and_refused_below_zero(module_kafka_server):
+    """Any LONG >= 0 is kept and described as a topic override, set by CreateTopics or
+    IncrementalAlterConfigs; txbroker's default is no bound (2^63-1), for both."""
+    server = module_kafka_server
+    topic = "timestamp-bounds-configs"
+    create(server, topic, **{"message.timestamp.after.max.ms": str(BOUND_MS)})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    configs = described(server, resource)
+    after, before = configs["message.timestamp.after.max.ms"], configs["message.timestamp.before.max.ms"]
+    assert (after.value, after.source) == (str(BOUND_MS), ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert (before.value, before.source) == (str(2**63 - 1), ConfigSource.DEFAULT_CONFIG.value)
+
+    def alter(value: str) -> None:
+        entry = ConfigEntry("message.timestamp.before.max.ms", value, incremental_operation=AlterConfigOpType.SET)
+        altered = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+        client = admin(server)
+        client.incremental_alter_configs([altered])[altered].result(WAIT_S)
+
+    alter("0")
+    assert described(server, resource)["message.timestamp.before.max.ms"].value == "0"
+    with pytest.raises(KafkaException) as refused:
+        alter("-5")
+    assert refused.value.args[0].name() == "INVALID_CONFIG"
+    assert (
+        "Invalid value -5 for configuration message.timestamp.before.max.ms: Value must be at least 0"
+        in refused.value.args[0].str()
+    )
+    config = server.client.get(f"/v1/topics/{topic}").json()["config"]
+    assert (config["message_timestamp_after_max_ms"], config["message_timestamp_before_max_ms"]) == (BOUND_MS, 0)
+
+
+def produce_answer(server, topic: str, batch: bytes):
+    with RawConnection(bootstrap(server)) as connection:
+        [answer] = connection.call(produce_request(topic, 0, batch)).responses[0].partition_responses
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("config", "off_by_ms", "how_far"),
+    [
+        ("message.timestamp.after.max.ms", HOUR_MS, "ms after the server's clock"),
+        ("message.timestamp.before.max.ms", -HOUR_MS, "ms before the server's clock"),
+    ],
+)
+def test_a_record_out_of_the_bounds_is_invalid_timestamp_and_nothing_of_its_batch_is_written(
+    module_kafka_server, config, off_by_ms, how_far
+):
+    """Kafka's INVALID_TIMESTAMP for the partition, its message, and each refused record in
+    record_errors with Kafka's reason; the batch's records within the bound are not written either.
+    A record within it, and one of Kafka's NO_TIMESTAMP (-1), are written."""
+    server = module_kafka_server
+    topic = "timestamp-bounds-" + config.split(".")[2]
+    create(server, topic, **{config: str(BOUND_MS)})
+    now = now_ms()
+    out = now + off_by_ms
+    batch = record_batch(
+        [KafkaRecord(now, b"k", b"in", []), KafkaRecord(out, b"k", b"out", []), KafkaRecord(now, b"k", b"in", [])]
+    )
+    answer = produce_answer(server, topic, batch)
+    assert answer.error_code == KafkaError.invalid_timestamp
+    assert answer.error_message.startswith(KAFKAS_MESSAGE)
+    assert f"record 1 of the batch to {topic}-0 has timestamp {out}" in answer.error_message
+    assert how_far in answer.error_message and config.replace(".", "_") in answer.error_message
+    [record_error] = answer.record_errors
+    assert record_error.batch_index == 1
+    assert record_error.batch_index_error_message.startswith(
+        f"Timestamp {out} of message with offset 1 is out of range"
+    )
+    assert high_watermark(server, topic) == 0
+
+    fits = record_batch([KafkaRecord(now_ms() + off_by_ms // 1000, None, b"v", []), KafkaRecord(-1, None, b"v", [])])
+    answer = produce_answer(server, topic, fits)
+    assert (answer.error_code, answer.base_offset) == (KafkaError.none, 0)
+    assert high_watermark(server, topic) == 2
+
+
+def test_a_refused_batch_takes_no_sequence_number(module_kafka_server):
+    """An idempotent producer's refused batch is not in its sequence: the same sequence is appended next."""
+    server = module_kafka_server
+    topic = "timestamp-bounds-idempotent"
+    create(server, topic, **{"message.timestamp.after.max.ms": str(BOUND_MS)})
+    with RawConnection(bootstrap(server)) as connection:
+        producer_id, epoch = init_producer(connection)
+        ahead = record_batch([KafkaRecord(now_ms() + HOUR_MS, None, b"v", [])], producer_id, epoch, 0)
+        refused = connection.call(produce_request(topic, 0, ahead))
+        assert answer_of(refused)[0] == KafkaError.invalid_timestamp
+        fits = record_batch([KafkaRecord(now_ms(), None, b"v", [])] * 2, producer_id, epoch, 0)
+        assert answer_of(connection.call(produce_request(topic, 0, fits))) == (KafkaError.none, 0)
+        follows = record_batch([KafkaRecord(now_ms(), None, b"v", [])], producer_id, epoch, 2)
+        assert answer_of(connection.call(produce_request(topic, 0, follows))) == (KafkaError.none, 2)
+    assert high_watermark(server, topic) == 3
+
+
+def test_confluent_kafka_gets_invalid_timestamp_for_a_record_an_hour_ahead(module_kafka_server):
+    server = module_kafka_server
+    topic = "timestamp-bounds-confluent"
+    create(server, topic, **{"message.timestamp.after.max.ms": str(BOUND_MS)})
+    producer = Producer({"bootstrap.servers": bootstrap(server), "linger.ms": 0})
+    reports = {}
+
+    def delivered(error, message):
+        reports[message.value()] = None if error is None else error.name()
+
+    producer.produce(topic, value=b"ahead", partition=0, timestamp=now_ms() + HOUR_MS, on_delivery=delivered)
+    producer.flush(WAIT_S)
+    producer.produce(topic, value=b"now", partition=0, on_delivery=delivered)  # the client's clock
+    producer.flush(WAIT_S)
+    assert reports == {b"ahead": "INVALID_TIMESTAMP", b"now": None}
+    assert high_watermark(server, topic) == 1
+
+
+def test_log_append_time_is_not_bounded(module_kafka_server):
+    """With LogAppendTime the records take the append time: the bounds do not apply, over either door."""
+    server = module_kafka_server
+    topic = "timestamp-bounds-log-append-time"
+    bounds = {"message.timestamp.before.max.ms": "0", "message.timestamp.after.max.ms": "0"}
+    create(server, topic, **{"message.timestamp.type": "LogAppendTime", **bounds})
+    batch = record_batch([KafkaRecord(now_ms() + HOUR_MS, None, b"ahead", []), KafkaRecord(42, None, b"old", [])])
+    assert produce_answer(server, topic, batch).error_code == KafkaError.none
+    http_side.produce(server, topic, 0, [{"value": "ahead", "timestamp_ms": now_ms() + HOUR_MS}])
+    assert high_watermark(server, topic) == 3

@@ -64,6 +64,8 @@ def assert_same(body: bytes) -> bool:
             expected.size_bytes,
             expected.largest_record_bytes,
         )
+        # The timestamps a topic's bounds check: the request's own, not the clock's (either path's reading).
+        assert got.producer_timestamps == expected.producer_timestamps
         # Stored alike, but for the append time given to records without a timestamp (each path reads the clock).
         got_stored, expected_stored = orjson.loads(got.payload), orjson.loads(expected.payload)
         assert [s[1:] for s in got_stored] == [s[1:] for s in expected_stored]

@@ -16,11 +16,11 @@ from collections.abc import Awaitable
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from app.errors import BrokerError, InvalidRecords
+from app.errors import BrokerError, InvalidRecords, InvalidTimestamps
 from app.kafka import api_table
 from app.kafka.broker_calls import ProducedPartition, unknown_topic_id
 from app.kafka.context import RequestContext
-from app.kafka.error_codes import versioned_error
+from app.kafka.error_codes import kafka_error, versioned_error
 from app.kafka.frames import CloseConnection, build, response_module
 from app.kafka.record_batches import BatchRefused, read_produced
 
@@ -39,10 +39,13 @@ def _partition(
     base_offset: int = NO_OFFSET,
     record_indexes: tuple[int, ...] = (),
     log_append_time_ms: int | None = None,
+    record_messages: tuple[str, ...] | None = None,
 ):
     """`record_indexes`: the records of the batch at fault (v8+'s record_errors, each with the
-    partition's message left out, as Kafka leaves it for records refused for one reason);
+    partition's message left out, as Kafka leaves it for records refused for one reason, or with
+    its own of `record_messages`);
     `log_append_time_ms`: the time the batch's records took, in a topic with LogAppendTime (else -1)."""
+    record_messages = record_messages or (None,) * len(record_indexes)
     return build(
         module,
         "PartitionProduceResponse",
@@ -54,10 +57,29 @@ def _partition(
         else datetime.datetime.fromtimestamp(log_append_time_ms / 1000, datetime.UTC),
         log_start_offset=NO_OFFSET,
         record_errors=tuple(
-            build(module, "BatchIndexAndErrorMessage", batch_index=i, batch_index_error_message=None)
-            for i in (record_indexes if hasattr(module, "BatchIndexAndErrorMessage") else ())
+            build(module, "BatchIndexAndErrorMessage", batch_index=i, batch_index_error_message=m)
+            for i, m in (zip(record_indexes, record_messages) if hasattr(module, "BatchIndexAndErrorMessage") else ())
         ),
         error_message=message,
+    )
+
+
+def _out_of_timestamp_bounds(module, index: int, refused: InvalidTimestamps):
+    """INVALID_TIMESTAMP as Kafka's broker answers it (its LogValidator's RecordValidationException):
+    its message, then the core's (which record, how far from the clock, which config), and each
+    refused record in record_errors with Kafka's reason (its offset in the batch is its index)."""
+    window = f"[{refused.earliest_ms}, {refused.latest_ms}]"
+    return _partition(
+        module,
+        index,
+        kafka_error(refused),
+        f"One or more records have been rejected due to invalid timestamp: {refused.message}",
+        record_indexes=refused.record_indexes,
+        record_messages=tuple(
+            f"Timestamp {timestamp} of message with offset {offset} is out of range. "
+            f"The timestamp should be within {window}"
+            for offset, timestamp in refused.timestamps
+        ),
     )
 
 
@@ -158,7 +180,9 @@ async def _response(
     if written is not None:
         results = await written
         for entry, key, result in zip(produced, produced_keys, results):
-            if isinstance(result, BrokerError):
+            if isinstance(result, InvalidTimestamps):
+                answer = _out_of_timestamp_bounds(module, entry.partition, result)
+            elif isinstance(result, BrokerError):
                 # Produce never answers PRODUCER_FENCED: a fenced epoch is INVALID_PRODUCER_EPOCH, as Kafka's.
                 answer = _partition(
                     module,

@@ -22,14 +22,15 @@ import asyncpg
 import orjson
 
 from app.clock import now_ms
-from app.errors import BrokerError, ErrorCode, InvalidRecords
-from app.storage.log import sequences
+from app.errors import BrokerError, ErrorCode, InvalidRecords, InvalidTimestamps
+from app.storage.log import record_codec, sequences
+from app.storage.log.batch_form import uses_log_append_time
 from app.storage.log.fused_writes import WriteStatement, execute_fused
 from app.storage.log.locks import LockedPartitions, PartitionLocks, lock_partitions, producer_entry_from_row
 from app.storage.log.partition_log import APPENDS_CHANNEL, BATCH_COLUMNS
 from app.storage.log.record_codec import EncodedBatch
 from app.storage.log.topics import CLEANUP_COMPACT, TopicInfo, unknown_partition
-from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, NO_TIMESTAMP
 
 
 class AppendOrigin(enum.Enum):
@@ -58,6 +59,11 @@ class BatchAppend:
     base_sequence: int = NO_SEQUENCE
     is_transactional: bool = False
     origin: AppendOrigin = AppendOrigin.CLIENT
+    # The server's clock when its write batch appends it (Kafka's LogValidator's `now`): the
+    # LogAppendTime its records take (batch_form.py) and what its topic's timestamp bounds measure
+    # from. None for a batch the server writes itself (its transaction log, its groups' offsets),
+    # timestamped by that clock and never bounded (internal topics keep their default configs).
+    appended_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +94,9 @@ SELECT base_offset, last_offset, pg_notify('{APPENDS_CHANNEL}', $1::text || ':' 
 
 
 def check_appendable(append: BatchAppend) -> BrokerError | None:
-    """The partition-level checks that need no database: partition exists, records fit."""
+    """The partition-level checks that need no database, the same for both doors' batches:
+    partition exists, records fit, their timestamps are within the topic's bounds, a compacted
+    topic's have keys. A refused batch is written nowhere and takes no sequence number."""
     topic = append.topic
     if not 0 <= append.partition < topic.partition_count:
         return unknown_partition(topic, append.partition)
@@ -99,6 +107,8 @@ def check_appendable(append: BatchAppend) -> BrokerError | None:
             f"to {topic.name}-{append.partition}, whose max_message_bytes is {topic.max_message_bytes}: "
             f"send smaller records or create the topic with a larger max_message_bytes",
         )
+    if append.appended_ms is not None and (refused := out_of_timestamp_bounds(append, append.appended_ms)):
+        return refused
     if append.batch.keyless_records and CLEANUP_COMPACT in topic.cleanup_policy:
         # As Kafka's LogValidator: compaction keeps the latest record per key, and a record without
         # one has nothing to be kept by; the whole batch is refused, its keyless records named.
@@ -110,6 +120,51 @@ def check_appendable(append: BatchAppend) -> BrokerError | None:
             f"no key: give every record a key, or produce to a topic that is not compacted",
         )
     return None
+
+
+def out_of_timestamp_bounds(append: BatchAppend, now_ms: int) -> InvalidTimestamps | None:
+    """The batch refused, as Kafka's LogValidator refuses it, when its topic keeps its producers'
+    timestamps (CreateTime) and a record's is more than message.timestamp.before.max.ms before
+    `now_ms`, the server's clock, or more than message.timestamp.after.max.ms after it; None
+    otherwise (with LogAppendTime the records take the append time: nothing to bound). Records
+    without a timestamp of their producer's are not bounded (EncodedBatch.producer_timestamps)."""
+    topic, batch = append.topic, append.batch
+    if batch.producer_timestamps is None or uses_log_append_time(topic):
+        return None
+    before_ms = topic.setting("message_timestamp_before_max_ms")
+    after_ms = topic.setting("message_timestamp_after_max_ms")
+    earliest_ms, latest_ms = now_ms - before_ms, now_ms + after_ms
+    given_earliest, given_latest = batch.producer_timestamps
+    if earliest_ms <= given_earliest and given_latest <= latest_ms:
+        return None
+    # Refused (rarely): which records, read back from the batch. A record the server timestamped
+    # (HTTP's without timestamp_ms) is named too if its time fell out of the window while queued.
+    refused = tuple(
+        (index, timestamp)
+        for index, timestamp in enumerate(record_codec.record_timestamps(batch.payload))
+        if timestamp is not None and timestamp != NO_TIMESTAMP and not earliest_ms <= timestamp <= latest_ms
+    )
+    index, timestamp = refused[0]
+    if timestamp < earliest_ms:
+        key, bound_ms, how_far = "message_timestamp_before_max_ms", before_ms, f"{now_ms - timestamp} ms before"
+    else:
+        key, bound_ms, how_far = "message_timestamp_after_max_ms", after_ms, f"{timestamp - now_ms} ms after"
+    others = ", ".join(str(i) for i, _ in refused[1:11]) + (" ..." if len(refused) > 11 else "")
+    also = ""
+    if len(refused) == 2:
+        also = f"; record {others} is out of bounds too"
+    elif len(refused) > 2:
+        also = f"; records {others} are out of bounds too"
+    return InvalidTimestamps(
+        refused,
+        earliest_ms,
+        latest_ms,
+        f"record {index} of the batch to {topic.name}-{append.partition} has timestamp {timestamp}, {how_far} "
+        f"the server's clock ({now_ms}), more than the topic's {key} ({bound_ms}) allows (its "
+        f"message_timestamp_type is CreateTime){also}; nothing of the batch was written: send records "
+        f"timestamped within the topic's bounds (over HTTP, a record without timestamp_ms takes the server's "
+        f"clock), or alter its {key} (Kafka's {key.replace('_', '.')})",
+    )
 
 
 async def append_batch(conn: asyncpg.Connection, append: BatchAppend) -> AppendResult | BrokerError:

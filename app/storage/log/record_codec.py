@@ -89,6 +89,11 @@ class EncodedBatch:
     # bound of decompressing it again to store it in its topic's codec (batch_form.py). The JSON
     # form has no codec: 0.
     records_bytes: int = 0
+    # The earliest and latest timestamps its producer gave its records: what a topic's
+    # message.timestamp.before.max.ms and after.max.ms bound (append.py). None when it gave none,
+    # as Kafka's bounds pass a record of NO_TIMESTAMP (-1): an HTTP record without timestamp_ms
+    # (it takes the server's clock) and a Kafka record timestamped -1 are not bounded.
+    producer_timestamps: tuple[int, int] | None = None
 
     @property
     def is_record_batch(self) -> bool:
@@ -105,6 +110,7 @@ class EncodedBatch:
         max_timestamp_ms: int,
         records_bytes: int,
         keyless_records: tuple[int, ...] = (),
+        producer_timestamps: tuple[int, int] | None = None,
     ) -> EncodedBatch:
         """A payload in the RecordBatch form (the module's docstring), which its producer read and
         checked: its size is the stored batch's bytes, what retention and fetches count;
@@ -118,6 +124,7 @@ class EncodedBatch:
             max_timestamp_ms,
             keyless_records,
             records_bytes,
+            producer_timestamps,
         )
 
 
@@ -211,11 +218,14 @@ def encode_batch(records: Sequence[WireRecord], encoding: str, now_ms: int, wher
     largest = 0
     first_ts = None
     max_ts = -1
+    given: tuple[int, int] | None = None  # EncodedBatch.producer_timestamps
     for index, record in enumerate(records):
         at = f"{where}[{index}]"
         ts = now_ms if record.timestamp_ms is None else record.timestamp_ms
         if ts < 0:
             raise invalid_request(f"{at}: timestamp_ms is {ts}: expected milliseconds since the epoch, >= 0")
+        if record.timestamp_ms is not None:
+            given = (ts, ts) if given is None else (min(given[0], ts), max(given[1], ts))
         first_ts = ts if first_ts is None else first_ts
         max_ts = max(max_ts, ts)
         if encoding == UTF8:
@@ -250,6 +260,7 @@ def encode_batch(records: Sequence[WireRecord], encoding: str, now_ms: int, wher
         now_ms if first_ts is None else first_ts,
         max_ts,
         _keyless(stored),
+        producer_timestamps=given,
     )
 
 
@@ -272,6 +283,14 @@ def decode_payload(payload: bytes) -> list[list | None]:
         _stored_from_bytes(record.timestamp, record.key, record.value, record.headers)
         for record in RecordBatchReader(payload)
     ]
+
+
+def record_timestamps(payload: bytes) -> list[int | None]:
+    """Each record's timestamp by index, whichever form the batch is stored in (None where
+    compaction removed one): what a refusal for out-of-bounds timestamps reads (append.py)."""
+    if not is_record_batch(payload):
+        return [None if record is None else record[0] for record in orjson.loads(payload)]
+    return [record.timestamp for record in RecordBatchReader(payload)]
 
 
 def key_bytes(stored: list) -> bytes | None:
@@ -415,6 +434,9 @@ def encode_json_records(records: list, encoding: str, now_ms: int) -> EncodedBat
     total = 0
     largest = 0
     max_ts = -1
+    # The earliest and latest timestamps the request gave (EncodedBatch.producer_timestamps).
+    earliest_given = MAX_TIMESTAMP_MS + 1
+    latest_given = -1
     for record in records:
         if record.__class__ is not dict:
             return None
@@ -423,6 +445,11 @@ def encode_json_records(records: list, encoding: str, now_ms: int) -> EncodedBat
             ts = now_ms
         elif ts.__class__ is not int or not 0 <= ts <= MAX_TIMESTAMP_MS:
             return None
+        else:
+            if ts < earliest_given:
+                earliest_given = ts
+            if ts > latest_given:
+                latest_given = ts
         if ts > max_ts:
             max_ts = ts
         key, value, headers = record.get("key"), record.get("value"), record.get("headers")
@@ -492,4 +519,13 @@ def encode_json_records(records: list, encoding: str, now_ms: int) -> EncodedBat
         total += size
         if size > largest:
             largest = size
-    return EncodedBatch(orjson.dumps(stored), len(stored), total, largest, stored[0][0], max_ts, _keyless(stored))
+    return EncodedBatch(
+        orjson.dumps(stored),
+        len(stored),
+        total,
+        largest,
+        stored[0][0],
+        max_ts,
+        _keyless(stored),
+        producer_timestamps=(earliest_given, latest_given) if latest_given >= 0 else None,
+    )

@@ -104,16 +104,20 @@ def _no_tiered_storage(enabled: bool) -> str | None:
     return None
 
 
-def _timestamp_bound(name: str) -> TopicConfigSpec:
-    """How far a record's timestamp may be from the broker's clock (KIP-937), which txbroker does not check."""
+def _timestamp_bound(name: str, direction: str) -> TopicConfigSpec:
+    """How far a produced record's timestamp may be from the broker's clock (KIP-937), applied as
+    Kafka's LogValidator applies it (storage's append.py). txbroker's default is no bound (2^63-1)
+    for both, where Kafka 4.0 bounds `after` to an hour: an HTTP client that timestamps its records
+    ahead of the server's clock keeps working across an upgrade; a topic that sets a value gets
+    Kafka's behaviour."""
     return TopicConfigSpec(
         name,
         ConfigKind.LONG,
         LONG_MAX,
-        Effect.ONLY_ITS_DEFAULT,
-        "records are kept with any timestamp",
+        Effect.APPLIED,
+        f"with CreateTime, a batch with a record timestamped more than this many ms {direction} the broker's "
+        f"clock is refused (INVALID_TIMESTAMP; INVALID_RECORD over HTTP); ignored with LogAppendTime",
         minimum=0,
-        refusal="txbroker keeps records with any timestamp, without comparing it with its clock",
     )
 
 
@@ -191,6 +195,8 @@ SPECS: tuple[TopicConfigSpec, ...] = (
         "the most bytes of one record (key, value and headers)",
         minimum=1,
     ),
+    _timestamp_bound("message.timestamp.after.max.ms", "after"),
+    _timestamp_bound("message.timestamp.before.max.ms", "before"),
     TopicConfigSpec(
         "message.timestamp.type",
         ConfigKind.STRING,
@@ -272,8 +278,6 @@ SPECS: tuple[TopicConfigSpec, ...] = (
     TopicConfigSpec("segment.ms", ConfigKind.LONG, 604_800_000, Effect.NOTHING_TO_APPLY, _NO_SEGMENTS, minimum=1),
     TopicConfigSpec("unclean.leader.election.enable", ConfigKind.BOOLEAN, False, Effect.NOTHING_TO_APPLY, _ONE_REPLICA),
     # Only txbroker's own behaviour, which is the default's; another value is refused until built.
-    _timestamp_bound("message.timestamp.after.max.ms"),
-    _timestamp_bound("message.timestamp.before.max.ms"),
     TopicConfigSpec(
         "min.compaction.lag.ms",
         ConfigKind.LONG,
