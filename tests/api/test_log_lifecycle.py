@@ -945,3 +945,92 @@ def test_a_record_older_than_max_compaction_lag_is_compacted_whatever_the_ratio(
     produce(client, "max-lag", [{"key": "k1", "value": "second", "timestamp_ms": 1_000}])  # from 1970: overdue
     clean(server)  # 2 new of 12, below the ratio, but one is older than the lag: compacted
     assert stored_batches(server, "max-lag") == 10
+
+
+HOUR = 3_600_000
+
+
+def test_min_compaction_lag_keeps_recent_records_and_everything_after_them(server, client):
+    """Kafka's min.compaction.lag.ms: compaction stops at the first batch whose newest record is
+    within the lag (by the records' timestamps), and nothing from there on is removed or supersedes
+    an earlier record; once the cleaner's clock has passed the lag, the rest is compacted."""
+    create(client, "min-lag", cleanup_policy="compact", min_compaction_lag_ms=HOUR)
+    now = int(time.time() * 1000)
+    two_hours_ago = now - 2 * HOUR
+    produce(client, "min-lag", [{"key": "k", "value": "old-1", "timestamp_ms": two_hours_ago}])  # 0
+    produce(client, "min-lag", [{"key": "k", "value": "old-2", "timestamp_ms": two_hours_ago}])  # 1
+    produce(client, "min-lag", [{"key": "j", "value": "old", "timestamp_ms": two_hours_ago}])  # 2
+    produce(client, "min-lag", [{"key": "j", "value": "new"}])  # 3: now, within the lag
+    produce(client, "min-lag", [{"key": "k", "value": "new"}])  # 4
+    produce(client, "min-lag", [{"key": "r", "value": "recent-1"}])  # 5
+    produce(client, "min-lag", [{"key": "r", "value": "recent-2"}])  # 6
+
+    def kept() -> list:
+        return [(r["offset"], r["value"]) for r in fetch(client, "min-lag", 0)["records"]]
+
+    clean(server, now_ms=now)
+    # Only the old prefix (0..2) is compacted, by itself: k's first value goes (k's second supersedes
+    # it there), k's second and j's old one stay though records within the lag supersede them.
+    assert kept() == [(1, "old-2"), (2, "old"), (3, "new"), (4, "new"), (5, "recent-1"), (6, "recent-2")]
+    clean(server, now_ms=now + HOUR - 1)  # still within the lag: nothing more
+    assert stored_batches(server, "min-lag") == 6
+    clean(server, now_ms=now + HOUR + 60_000)  # the lag has passed for every record
+    assert kept() == [(3, "new"), (4, "new"), (6, "recent-2")]
+
+
+def test_min_compaction_lag_goes_by_the_append_time_under_log_append_time(server, client):
+    """Under LogAppendTime a record's timestamp is the time the server appended it: records sent with
+    old timestamps are still within the lag."""
+    create(
+        client,
+        "min-lag-append",
+        cleanup_policy="compact",
+        min_compaction_lag_ms=HOUR,
+        message_timestamp_type="LogAppendTime",
+    )
+    for value in ("a", "b", "c"):
+        produce(client, "min-lag-append", [{"key": "k", "value": value, "timestamp_ms": 1_000}])
+    now = int(time.time() * 1000)
+    clean(server, now_ms=now)
+    assert stored_batches(server, "min-lag-append") == 3
+    clean(server, now_ms=now + HOUR + 60_000)
+    assert [(r["offset"], r["value"]) for r in fetch(client, "min-lag-append", 0)["records"]] == [(2, "c")]
+
+
+def test_max_compaction_lag_forces_only_what_min_compaction_lag_allows(server, client):
+    """As Kafka's cleaner: a record overdue by max.compaction.lag.ms forces a run whatever the dirty
+    ratio, but the run still stops at the first batch within min.compaction.lag.ms; and the ratio
+    counts only the batches below that point."""
+    create(client, "both-lags", cleanup_policy="compact", min_compaction_lag_ms=HOUR, max_compaction_lag_ms=2 * HOUR)
+    now = int(time.time() * 1000)
+    for key in range(10):
+        produce(client, "both-lags", [{"key": f"k{key}", "value": "first", "timestamp_ms": now - 5 * HOUR}])
+    clean(server, now_ms=now)  # 10 new batches of 10, all old enough: compacted (nothing superseded)
+    produce(client, "both-lags", [{"key": "k0", "value": "overdue", "timestamp_ms": now - 3 * HOUR}])  # 10
+    for key in range(1, 10):  # 11..19: within the minimum lag, superseding k1..k9
+        produce(client, "both-lags", [{"key": f"k{key}", "value": "recent"}])
+    clean(server, now_ms=now)
+    # Below the minimum lag, 1 new batch of 11 (the 9 recent ones count neither way): below the
+    # ratio, but overdue. Only k0's first value goes; k1..k9's stay, superseded by recent records.
+    values = [(r["offset"], r["value"]) for r in fetch(client, "both-lags", 0)["records"]]
+    assert values[:10] == [(offset, "first") for offset in range(1, 10)] + [(10, "overdue")]
+    assert stored_batches(server, "both-lags") == 19
+
+
+def test_the_dirty_ratio_counts_only_what_min_compaction_lag_lets_compaction_take(server, client):
+    """Kafka's cleanable ratio leaves out what is within min.compaction.lag.ms: 2 new batches old
+    enough, of 12 below the lag, are not enough, however many recent ones follow."""
+    create(client, "min-lag-ratio", cleanup_policy="compact", min_compaction_lag_ms=HOUR)
+    now = int(time.time() * 1000)
+    for key in range(10):
+        produce(client, "min-lag-ratio", [{"key": f"k{key}", "value": "first", "timestamp_ms": now - 5 * HOUR}])
+    clean(server, now_ms=now)  # everything is new and old enough: compacted (nothing superseded)
+    for key in range(2):  # 10, 11
+        produce(client, "min-lag-ratio", [{"key": f"k{key}", "value": "second", "timestamp_ms": now - 5 * HOUR}])
+    for key in range(10):  # 12..21, within the lag
+        produce(client, "min-lag-ratio", [{"key": f"r{key}", "value": "recent"}])
+    clean(server, now_ms=now)  # 2 new of 12 below the lag: not yet (12 of 22 would have been enough)
+    assert stored_batches(server, "min-lag-ratio") == 22
+    clean(server, now_ms=now + HOUR + 60_000)  # now 12 new of 22, all old enough: compacted
+    assert stored_batches(server, "min-lag-ratio") == 20
+    assert [r["offset"] for r in fetch(client, "min-lag-ratio", 0)["records"]][:2] == [2, 3]

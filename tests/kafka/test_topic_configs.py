@@ -23,6 +23,7 @@ from kafka.record.memory_records import MemoryRecords
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka.record_batches import KafkaRecord
+from tests.api.test_log_lifecycle import clean
 from tests.kafka import http_side
 from tests.kafka.clients import CLIENTS, WAIT_S, ConfluentKafka, bootstrap
 from tests.kafka.raw import RawConnection, record_batch
@@ -148,7 +149,14 @@ def test_a_topic_created_with_kafkas_configs_is_accepted_and_described(module_ka
             "Invalid value -1 for configuration message.timestamp.after.max.ms: Value must be at least 0",
         ),
         ({"message.timestamp.before.max.ms": "an hour"}, "Not a number of type LONG"),
-        ({"min.compaction.lag.ms": "60000"}, "only 0, its default, is accepted"),
+        (
+            {"min.compaction.lag.ms": "-1"},
+            "Invalid value -1 for configuration min.compaction.lag.ms: Value must be at least 0",
+        ),
+        (
+            {"max.compaction.lag.ms": "3600000", "min.compaction.lag.ms": "7200000"},
+            "conflict topic config setting min.compaction.lag.ms (7200000) > max.compaction.lag.ms (3600000)",
+        ),
         ({"message.format.version": "3.0-IV1"}, "Unknown topic config name: message.format.version"),
         ({"message.downconversion.enable": "true"}, "removed in Kafka 4.0"),
     ],
@@ -485,3 +493,104 @@ def test_log_append_time_is_not_bounded(module_kafka_server):
     assert produce_answer(server, topic, batch).error_code == KafkaError.none
     http_side.produce(server, topic, 0, [{"value": "ahead", "timestamp_ms": now_ms() + HOUR_MS}])
     assert high_watermark(server, topic) == 3
+
+
+# ---- min.compaction.lag.ms
+
+
+def incremental_alter(server, topic: str, name: str, operation, value: str | None = None) -> None:
+    entry = ConfigEntry(name, value, incremental_operation=operation)
+    altered = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+    client = admin(server)
+    client.incremental_alter_configs([altered])[altered].result(WAIT_S)
+
+
+def test_min_compaction_lag_is_kept_described_and_altered_over_both_doors(module_kafka_server):
+    """min.compaction.lag.ms takes any value Kafka takes (LONG >= 0) over CreateTopics,
+    IncrementalAlterConfigs, AlterConfigs and HTTP's topic config, and is described back; one above
+    max.compaction.lag.ms is refused with Kafka's message, as Kafka's LogConfig.validateValues does."""
+    server = module_kafka_server
+    topic = "min-lag-configs"
+    create(server, topic, **{"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"})
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+
+    def kafka_value() -> tuple[str, int]:
+        entry = described(server, resource)["min.compaction.lag.ms"]
+        return entry.value, entry.source
+
+    def http_value():
+        return server.client.get(f"/v1/topics/{topic}").json()["config"].get("min_compaction_lag_ms")
+
+    assert (kafka_value(), http_value()) == (("60000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value), 60000)
+    incremental_alter(server, topic, "min.compaction.lag.ms", AlterConfigOpType.SET, str(2**63 - 1))
+    assert http_value() == 2**63 - 1
+    incremental_alter(server, topic, "min.compaction.lag.ms", AlterConfigOpType.SET, "7200000")
+    with pytest.raises(KafkaException) as refused:  # the maximum lag below the minimum the topic has
+        incremental_alter(server, topic, "max.compaction.lag.ms", AlterConfigOpType.SET, "3600000")
+    assert refused.value.args[0].name() == "INVALID_CONFIG"
+    assert "conflict topic config setting min.compaction.lag.ms (7200000) > max.compaction.lag.ms (3600000)" in (
+        refused.value.args[0].str()
+    )
+    assert (kafka_value(), http_value()) == (("7200000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value), 7200000)
+    with pytest.raises(KafkaException) as refused:
+        incremental_alter(server, topic, "min.compaction.lag.ms", AlterConfigOpType.SET, "-5")
+    assert "Value must be at least 0" in refused.value.args[0].str()
+    # AlterConfigs (not incremental): the configs given, the others back to their defaults.
+    replaced = ConfigResource(ConfigResource.Type.TOPIC, topic, set_config={"min.compaction.lag.ms": "5000"})
+    client = admin(server)  # held until the answer: a client collected before it cancels the call
+    client.alter_configs([replaced])[replaced].result(WAIT_S)
+    assert (kafka_value(), http_value()) == (("5000", ConfigSource.DYNAMIC_TOPIC_CONFIG.value), 5000)
+    incremental_alter(server, topic, "min.compaction.lag.ms", AlterConfigOpType.DELETE)
+    assert (kafka_value(), http_value()) == (("0", ConfigSource.DEFAULT_CONFIG.value), None)
+
+    created = server.client.post(
+        "/v1/topics",
+        json={"name": "min-lag-http", "config": {"cleanup_policy": "compact", "min_compaction_lag_ms": HOUR_MS}},
+    )
+    assert created.status_code == 201, created.text
+    assert created.json()["config"]["min_compaction_lag_ms"] == HOUR_MS
+    entry = described(server, ConfigResource(ConfigResource.Type.TOPIC, "min-lag-http"))["min.compaction.lag.ms"]
+    assert (entry.value, entry.source) == (str(HOUR_MS), ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    for config, reason in (
+        (
+            {"min_compaction_lag_ms": -1},
+            "Invalid value -1 for configuration min.compaction.lag.ms: Value must be at least 0",
+        ),
+        (
+            {"min_compaction_lag_ms": 10, "max_compaction_lag_ms": 5},
+            "conflict topic config setting min.compaction.lag.ms (10) > max.compaction.lag.ms (5)",
+        ),
+    ):
+        response = server.client.post("/v1/topics", json={"name": "min-lag-refused", "config": config})
+        assert response.status_code == 400
+        assert response.json()["error"]["code"] == "INVALID_CONFIG"
+        assert reason in response.json()["error"]["message"]
+    assert server.client.get("/v1/topics/min-lag-refused").status_code == 404
+
+
+def test_min_compaction_lag_goes_by_the_timestamps_kafka_producers_give(module_kafka_server):
+    """Batches produced over Kafka count with their records' newest timestamp: superseded records
+    timestamped two hours ago are compacted, one timestamped now stays with everything after it."""
+    server = module_kafka_server
+    topic = "min-lag-kafka"
+    create(server, topic, **{"cleanup.policy": "compact", "min.compaction.lag.ms": str(HOUR_MS)})
+    now = now_ms()
+    old = now - 2 * HOUR_MS
+    producer = ConfluentKafka()
+    for key, value, timestamp in (
+        (b"k", b"old-1", old),  # 0
+        (b"k", b"old-2", old),  # 1
+        (b"j", b"recent-1", now),  # 2: within the lag
+        (b"j", b"recent-2", now),  # 3
+        (b"k", b"recent", now),  # 4
+    ):  # each its own batch
+        producer.produce(server, topic, [{"key": key, "value": value, "timestamp": timestamp}])
+    clean(server, now_ms=now)
+
+    def kept(count: int) -> list:
+        """The records a Kafka consumer reads, `count` of them expected (it waits for no more)."""
+        return [(r.offset, r.value) for r in producer.consume(server, topic, 0, count)]
+
+    assert kept(4) == [(1, b"old-2"), (2, b"recent-1"), (3, b"recent-2"), (4, b"recent")]
+    clean(server, now_ms=now + HOUR_MS + 60_000)
+    assert kept(2) == [(3, b"recent-2"), (4, b"recent")]

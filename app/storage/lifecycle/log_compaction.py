@@ -5,7 +5,12 @@ first kept them (Kafka's delete horizon, KIP-534).
 Rules (with log_cleaner.py's, which runs it):
 - Offsets never change: a batch keeps its base and last offset, a record it loses leaves a hole
   (record_codec.with_holes; readers skip them), and a batch with nothing left goes.
-- Nothing at or past the LSO is touched (`end`): an open transaction's records stay whole.
+- A run compacts the log below its `end`, and nothing at or past it is touched nor supersedes a
+  record before it: the LSO (an open transaction's records stay whole), or before it the first batch
+  written since the last run whose newest record is within the topic's `min_compaction_lag_ms` of the
+  cleaner's clock (Kafka's min.compaction.lag.ms, 0 by default; by the batch's max timestamp, as
+  Kafka's LogCleanerManager.cleanableOffsets goes by a segment's largest timestamp). So a record
+  stays readable, superseded or not, until it is that old, and so does everything after it.
 - Only committed records count: aborted batches go, and their keys never hide an older committed
   value. A transaction's marker (control batch and `txn_markers` row) goes only once none of its
   records is left, in the same or a later PostgreSQL transaction than its last batch, and never while
@@ -15,10 +20,12 @@ Rules (with log_cleaner.py's, which runs it):
   keeps a batch's tombstone stamps the batch (`record_batches.tombstones_seen_ms`, in the page's
   PostgreSQL transaction; lost in a crash, a later run stamps it later: kept longer, never shorter);
   a tombstone goes once `delete_retention_ms` has passed since then (at once if it is 0).
-- A run reads the whole log below the LSO, so it waits until the topic's `min_cleanable_dirty_ratio`
-  of it (Kafka's min.cleanable.dirty.ratio, 0.5 by default; in batches) is new since the last run, a
-  batch written since is older than its `max_compaction_lag_ms` (by its records' timestamps, as
-  Kafka's; no bound by default), or a kept tombstone is due to go.
+- A run reads the whole log below its end, so it waits until the topic's `min_cleanable_dirty_ratio`
+  of it (Kafka's min.cleanable.dirty.ratio, 0.5 by default; in batches, those past the end counting
+  neither way, as Kafka's cleanable ratio) is new since the last run, a batch written since is older
+  than its `max_compaction_lag_ms` (by its records' timestamps, as Kafka's; no bound by default) and
+  something new lies below the end (the maximum lag forces only what the minimum allows, as Kafka's
+  needCompactionNow), or a kept tombstone is due to go.
 - Two passes: the first (read-only) maps every key to its latest committed offset below the end; the
   second rewrites a page of batches per PostgreSQL transaction. Removing a record an older map says
   is superseded stays right whatever happened since, so a run cut short by a crash is simply run
@@ -49,7 +56,7 @@ class _Latest:
 class _CompactionPass:
     topic: TopicInfo
     partition: int
-    end: int  # the LSO when the compaction began: nothing at or past it is touched
+    end: int  # nothing at or past it is touched or read (_compaction_end)
     now_ms: int
     delete_retention_ms: int
     latest: dict[bytes, _Latest] = field(default_factory=dict)
@@ -205,6 +212,31 @@ WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $
 """
 
 
+# The first batch written since the last run, below the LSO, whose newest record is within
+# min.compaction.lag.ms (its max timestamp later than $5, now minus the lag).
+_FIRST_WITHIN_MIN_LAG_SQL = """
+SELECT base_offset FROM record_batches
+WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $4 AND max_timestamp_ms > $5
+ORDER BY last_offset LIMIT 1
+"""
+
+
+async def _compaction_end(
+    conn: asyncpg.Connection, topic: TopicInfo, partition: int, compacted_through: int, lso: int, now_ms: int
+) -> int:
+    """Where a run stops (Kafka's first uncleanable dirty offset): the LSO, or before it the first
+    batch written since the last run whose newest record is within the topic's min.compaction.lag.ms.
+    Only the batches written since the last run are looked at, as Kafka's cleaner looks only at its
+    dirty segments: those below were compacted when old enough, whatever their timestamps."""
+    min_lag_ms = topic.setting("min_compaction_lag_ms")
+    if min_lag_ms == 0:
+        return lso
+    first_within = await conn.fetchval(
+        _FIRST_WITHIN_MIN_LAG_SQL, topic.topic_id, partition, compacted_through, lso, now_ms - min_lag_ms
+    )
+    return lso if first_within is None else max(first_within, compacted_through)
+
+
 # A batch written since the last run, below the LSO, whose records are older than max.compaction.lag.ms.
 _OVERDUE_SQL = """
 SELECT true FROM record_batches
@@ -238,25 +270,22 @@ async def compact(
         partition,
     )
     earliest_seen = progress["earliest_tombstone_seen_ms"]
+    compacted_through = progress["compacted_through"]
     tombstones_due = earliest_seen is not None and earliest_seen + delete_retention_ms <= now_ms
+    end = await _compaction_end(conn, topic, partition, compacted_through, state.last_stable_offset, now_ms)
     if not tombstones_due:
-        if state.last_stable_offset <= progress["compacted_through"]:
-            return  # nothing new below the LSO since the last compaction, and no tombstone to drop yet
+        if end <= compacted_through:
+            return  # nothing new below the end since the last compaction, and no tombstone to drop yet
         # Kafka's min.cleanable.dirty.ratio, in batches: a run reads the whole log, so it waits until
         # the batches written since the last one are a good share of it (an index-only count).
         counts = await conn.fetchrow(
-            _BATCH_COUNTS_SQL,
-            topic.topic_id,
-            partition,
-            state.log_start_offset,
-            state.last_stable_offset,
-            progress["compacted_through"],
+            _BATCH_COUNTS_SQL, topic.topic_id, partition, state.log_start_offset, end, compacted_through
         )
         if counts["dirty"] < topic.setting("min_cleanable_dirty_ratio") * counts["total"] and not await _overdue(
-            conn, topic, partition, progress["compacted_through"], state.last_stable_offset, now_ms
+            conn, topic, partition, compacted_through, state.last_stable_offset, now_ms
         ):
             return
-    run = _CompactionPass(topic, partition, state.last_stable_offset, now_ms, delete_retention_ms)
+    run = _CompactionPass(topic, partition, end, now_ms, delete_retention_ms)
     await _map_latest(conn, run, state.log_start_offset, page)
     async for rows in _pages(conn, topic.topic_id, partition, state.log_start_offset, run.end, page):
         async with conn.transaction():

@@ -3,15 +3,15 @@ bounds (its LogConfig's definitions), and what txbroker does with it. Both doors
 `checked_value` (HTTP's JSON values) and `parsed_text` (Kafka's text values, read as Kafka's ConfigDef
 reads them), so a value is refused by one rule, with Kafka's reason, over either door.
 
-What txbroker does with a config is one of three things (`Effect`):
+What txbroker does with a config is one of two things (`Effect`):
 
 - APPLIED: what Kafka does with it (retention, compaction, the stored codec, ...);
 - NOTHING_TO_APPLY: txbroker's storage has nothing it applies to (PostgreSQL has no segment files,
   indexes or page-cache flushes; a partition has one replica, PostgreSQL's, and no tiered storage).
-  The value is validated as Kafka validates it, kept and described, and changes nothing;
-- ONLY_ITS_DEFAULT: txbroker behaves as the config's default (e.g. no minimum lag before
-  compaction) and does not yet do what another value asks: that value is refused (INVALID_CONFIG) rather than kept and
-  ignored, so a topic never claims a behaviour it does not have.
+  The value is validated as Kafka validates it, kept and described, and changes nothing.
+
+`checked_config` then checks a topic's whole config as Kafka's LogConfig.validateValues does (a rule
+between two configs: min.compaction.lag.ms at most max.compaction.lag.ms).
 
 Configs Kafka 4.0 removed (`message.format.version`, `message.timestamp.difference.max.ms`,
 `message.downconversion.enable`, KIP-724 and KIP-937) are unknown names, as a Kafka 4.0 broker
@@ -55,7 +55,6 @@ class ConfigKind(enum.StrEnum):
 class Effect(enum.Enum):
     APPLIED = "applied"
     NOTHING_TO_APPLY = "nothing to apply to"
-    ONLY_ITS_DEFAULT = "only its default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,8 +72,6 @@ class TopicConfigSpec:
     choices: tuple[str, ...] | None = None  # STRING: one of them; LIST: each item one of them
     # A rule of its own: the reason a (typed) value is refused, or None.
     rule: Callable[[Any], str | None] | None = None
-    # ONLY_ITS_DEFAULT: why another value is refused (what txbroker does instead).
-    refusal: str = ""
 
     @property
     def key(self) -> str:
@@ -215,6 +212,14 @@ SPECS: tuple[TopicConfigSpec, ...] = (
         maximum=1,
     ),
     TopicConfigSpec(
+        "min.compaction.lag.ms",
+        ConfigKind.LONG,
+        0,
+        Effect.APPLIED,
+        "compaction never takes a record newer than this, by its batch's newest timestamp, nor anything after it",
+        minimum=0,
+    ),
+    TopicConfigSpec(
         "retention.bytes",
         ConfigKind.LONG,
         -1,
@@ -277,16 +282,6 @@ SPECS: tuple[TopicConfigSpec, ...] = (
     TopicConfigSpec("segment.jitter.ms", ConfigKind.LONG, 0, Effect.NOTHING_TO_APPLY, _NO_SEGMENTS, minimum=0),
     TopicConfigSpec("segment.ms", ConfigKind.LONG, 604_800_000, Effect.NOTHING_TO_APPLY, _NO_SEGMENTS, minimum=1),
     TopicConfigSpec("unclean.leader.election.enable", ConfigKind.BOOLEAN, False, Effect.NOTHING_TO_APPLY, _ONE_REPLICA),
-    # Only txbroker's own behaviour, which is the default's; another value is refused until built.
-    TopicConfigSpec(
-        "min.compaction.lag.ms",
-        ConfigKind.LONG,
-        0,
-        Effect.ONLY_ITS_DEFAULT,
-        "compaction may take any committed record",
-        minimum=0,
-        refusal="txbroker's compaction may take any committed record below the LSO, however recent",
-    ),
 )
 
 SPECS_BY_NAME: dict[str, TopicConfigSpec] = {spec.name: spec for spec in SPECS}
@@ -354,8 +349,8 @@ def parsed_text(spec: TopicConfigSpec, text: str | None) -> Any:
 
 
 def checked_value(spec: TopicConfigSpec, value: Any, shown: object = None) -> Any:
-    """The value as stored, checked as Kafka's LogConfig checks it (type, bounds, choices, its rule)
-    and against what txbroker does (ONLY_ITS_DEFAULT). Raises INVALID_CONFIG with Kafka's reason."""
+    """The value as stored, checked as Kafka's LogConfig checks it (type, bounds, choices, its rule).
+    Raises INVALID_CONFIG with Kafka's reason."""
     shown = described_text(value) if shown is None else shown
     kind = spec.kind
     if kind in (ConfigKind.INT, ConfigKind.LONG):
@@ -385,14 +380,22 @@ def checked_value(spec: TopicConfigSpec, value: Any, shown: object = None) -> An
     reason = spec.rule(value) if spec.rule is not None else None
     if reason is not None:
         raise _invalid(spec, shown, reason)
-    if spec.effect == Effect.ONLY_ITS_DEFAULT and value != spec.default:
-        raise _invalid(
-            spec,
-            shown,
-            f"{spec.refusal}; only {described_text(spec.default)}, its default, is accepted until txbroker "
-            f"does what another value asks",
-        )
     return value
+
+
+def checked_config(config: dict[str, Any]) -> None:
+    """A topic's whole config (by HTTP's keys; a key left out has Kafka's default) checked as Kafka's
+    LogConfig.validateValues checks it: the rules between configs. Raises INVALID_CONFIG with Kafka's reason."""
+    min_lag_ms = config.get("min_compaction_lag_ms", KAFKA_DEFAULTS["min_compaction_lag_ms"])
+    max_lag_ms = config.get("max_compaction_lag_ms", KAFKA_DEFAULTS["max_compaction_lag_ms"])
+    if min_lag_ms > max_lag_ms:
+        raise BrokerError(
+            ErrorCode.INVALID_CONFIG,
+            f"conflict topic config setting min.compaction.lag.ms ({min_lag_ms}) > max.compaction.lag.ms "
+            f"({max_lag_ms}): a record cannot be both kept from compaction and due for it; set "
+            f"min.compaction.lag.ms at most max.compaction.lag.ms (over HTTP min_compaction_lag_ms and "
+            f"max_compaction_lag_ms)",
+        )
 
 
 def described_text(value: Any) -> str:

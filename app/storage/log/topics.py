@@ -11,7 +11,7 @@ from typing import Any
 import asyncpg
 
 from app.errors import BrokerError, ErrorCode
-from app.storage.log.topic_configs import KAFKA_DEFAULTS, checked_value, spec_of
+from app.storage.log.topic_configs import KAFKA_DEFAULTS, checked_config, checked_value, spec_of
 
 TOPIC_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 INTERNAL_PREFIX = "__"
@@ -88,12 +88,14 @@ def effective_config(
     INVALID_CONFIG for an unknown key or a bad value), but for one the topic already stores
     (`stored`, an alteration's): that is kept as stored, as Kafka validates only the configs a change
     sets, so that a value stored before a bound it breaks existed (a `max_message_bytes` above 2^31-1
-    set over HTTP) does not refuse every later change of the topic's other configs."""
+    set over HTTP) does not refuse every later change of the topic's other configs. The whole
+    config is then checked as Kafka checks the config a change leaves (topic_configs.checked_config)."""
     stored = stored or {}
     result = {**DEFAULT_TOPIC_CONFIG, **(defaults or {})}
     for key, value in config.items():
         unchanged = key in stored and type(stored[key]) is type(value) and stored[key] == value
         result[key] = value if unchanged else checked_value(spec_of(key, kafka_name=False), value)
+    checked_config(result)
     return result
 
 
