@@ -7,8 +7,12 @@ this module imports neither (pyproject's import contracts).
 - Decompression, bounded: a batch of a few bytes must not make the broker allocate gigabytes (a
   "zip bomb"). Each codec is read incrementally, or its declared size checked, and stops at `limit`
   bytes: a batch that decompresses to more is refused (DecompressesTooLarge) before the excess is
-  produced. The caller says what the limit is: the door what its request may still carry, storage
-  what the door read from that very batch.
+  produced. The caller says what the limit is: the door what its request may still carry, and at most
+  MAX_RECORDS_BYTES; storage what the door read from that very batch when it recompresses it, and
+  MAX_RECORDS_BYTES when it reads a stored one (record_codec.decode_payload). So every stored batch
+  reads within the bound its readers use, and a row that does not (corrupt, or not written by
+  txbroker) is refused rather than inflated. Output is taken in growing parts, so that a large bound
+  costs nothing for the usual batch of a few KiB.
 - Compression, as Kafka's clients write it (aiokafka.codec: gzip, xerial-framed snappy as Kafka's
   Java client writes it, lz4 frames, zstd).
 - A batch's header rewritten for other records: its codec bits, its length, its CRC-32C.
@@ -55,6 +59,13 @@ _XERIAL_HEADER_BYTES = 16
 _BLOCK_SIZE = struct.Struct(">i")
 # zlib's "detect gzip or zlib header" window bits.
 _GZIP_OR_ZLIB = 32 + zlib.MAX_WBITS
+
+# The most a batch's records section may decompress to: what the Kafka door lets a produced batch
+# hold (whatever kafka_max_request_bytes, whose default it is), and so what storage reads a stored one within.
+MAX_RECORDS_BYTES = 100 * 1024 * 1024
+# The first part of a decompression's output (lz4, zstd), doubled while more comes, up to the limit:
+# the codecs allocate the part asked for before they fill it.
+_FIRST_PART_BYTES = 256 * 1024
 
 
 class DecompressionRefused(Exception):
@@ -123,27 +134,38 @@ def _snappy(data: bytes, limit: int) -> bytes:
 
 def _lz4(data: bytes, limit: int) -> bytes:
     decompressor = lz4.frame.LZ4FrameDecompressor()
+    parts, total, wanted, pending = [], 0, min(limit + 1, _FIRST_PART_BYTES), data
     try:
-        out = decompressor.decompress(data, max_length=limit + 1)
+        while True:
+            part = decompressor.decompress(pending, max_length=wanted)
+            pending = b""
+            parts.append(part)
+            total += len(part)
+            if total > limit:
+                raise _too_large(CODEC_LZ4, limit)
+            if decompressor.eof or decompressor.needs_input:
+                break
+            wanted = min(limit + 1 - total, 2 * wanted)  # more output is pending
     except RuntimeError as error:
         raise DecompressionRefused(f"the lz4 data does not decompress ({error})") from error
-    if len(out) > limit or decompressor.needs_input is False and not decompressor.eof:
-        raise _too_large(CODEC_LZ4, limit)
     if not decompressor.eof:
         raise DecompressionRefused("the lz4 frame is truncated")
-    return out
+    return b"".join(parts)
 
 
 def _zstd(data: bytes, limit: int) -> bytes:
-    # read(limit + 1) allocates limit + 1 bytes up front: `limit` must be a real bound, never a sentinel.
     reader = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True)
+    parts, total, wanted = [], 0, min(limit + 1, _FIRST_PART_BYTES)
     try:
-        out = reader.read(limit + 1)
+        while part := reader.read(wanted):
+            parts.append(part)
+            total += len(part)
+            if total > limit:
+                raise _too_large(CODEC_ZSTD, limit)
+            wanted = min(limit + 1 - total, 2 * wanted)
     except zstandard.ZstdError as error:
         raise DecompressionRefused(f"the zstd data does not decompress ({error})") from error
-    if len(out) > limit:
-        raise _too_large(CODEC_ZSTD, limit)
-    return out
+    return b"".join(parts)
 
 
 _DECOMPRESS = {CODEC_GZIP: _gzip, CODEC_SNAPPY: _snappy, CODEC_LZ4: _lz4, CODEC_ZSTD: _zstd}

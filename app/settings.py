@@ -125,7 +125,7 @@ class Settings(BaseSettings):
         100 * 1024 * 1024,
         ge=1024,
         description="largest Kafka request frame accepted (Kafka's socket.request.max.bytes); also bounds what "
-        "one request's batches may decompress to",
+        "one request's batches may decompress to (each batch at most 100 MiB, whatever this)",
     )
     kafka_connections_max_idle_ms: int = Field(
         600_000,

@@ -205,18 +205,23 @@ def _stored_form(data: bytes, codec: int, uncompressed_limit: int) -> tuple[byte
     """The checked batch as storage keeps it, in the codec its producer chose (the core stores it
     in its topic's codec, compression.type), with base offset 0 and partition leader epoch -1, which
     the CRC does not cover; and the batch uncompressed, whose records the checks read (the same
-    bytes when it is not compressed)."""
+    bytes when it is not compressed). Its records are at most what the request may still carry, and
+    at most MAX_RECORDS_BYTES whatever kafka_max_request_bytes, which storage reads a stored batch
+    within (a batch stored uncompressed may be compressed into its topic's codec)."""
+    limit = min(uncompressed_limit, codecs.MAX_RECORDS_BYTES)
+    if limit == uncompressed_limit:
+        bound = "what this request may still carry (kafka_max_request_bytes)"
+    else:
+        bound = f"the most one batch's records may hold ({codecs.MAX_RECORDS_BYTES} bytes)"
     if codec == codecs.CODEC_NONE:
-        if len(data) - HEADER.size > uncompressed_limit:
-            raise _corrupt(f"the batch's {len(data) - HEADER.size} bytes exceed what this request may still carry")
+        if len(data) - HEADER.size > limit:
+            raise _corrupt(f"the batch's {len(data) - HEADER.size} bytes exceed {bound}: send smaller batches")
         readable = None
     else:
         try:
-            body = codecs.decompress(codec, data[HEADER.size :], uncompressed_limit)
+            body = codecs.decompress(codec, data[HEADER.size :], limit)
         except codecs.DecompressesTooLarge as error:
-            raise _corrupt(
-                f"{error}, what this request may still carry (kafka_max_request_bytes): send smaller batches"
-            ) from error
+            raise _corrupt(f"{error}, {bound}: send smaller batches") from error
         except codecs.DecompressionRefused as error:
             raise _corrupt(str(error)) from error
         # Read only, never sent or stored: its CRC is left as it was.

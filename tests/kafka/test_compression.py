@@ -1,20 +1,25 @@
 """Decompression of produced batches is bounded for every codec: data that inflates beyond the
-limit is refused before the excess is produced, garbage is refused, and what fits comes back whole.
+limit is refused before the excess is produced, garbage is refused, and what fits comes back whole;
+a produced batch's records are at most MAX_RECORDS_BYTES.
 (Pure: the codecs as kafka-python's clients write them.)"""
 
 from __future__ import annotations
 
 import kafka.codec
 import pytest
+from kio.schema.errors import ErrorCode as KafkaError
 
+from app.kafka.record_batches import BatchRefused, read_produced
 from app.record_batch_codecs import (
     CODEC_GZIP,
     CODEC_LZ4,
     CODEC_SNAPPY,
     CODEC_ZSTD,
+    MAX_RECORDS_BYTES,
     DecompressionRefused,
     decompress,
 )
+from tests.unit.test_record_codec import compressed_bomb
 
 DATA = b"\0" * (1 << 20)  # a megabyte of zeros: a few KiB compressed
 ENCODERS = {
@@ -54,3 +59,16 @@ def test_garbage_is_refused(codec):
 def test_an_unknown_codec_is_refused():
     with pytest.raises(DecompressionRefused, match="codec 7 is unknown"):
         decompress(7, b"", 100)
+
+
+def test_a_produced_batch_holds_at_most_max_records_bytes_whatever_the_request_may_carry():
+    """The bound storage reads a stored batch within (record_codec.decode_payload): the door
+    refuses a batch beyond it even when kafka_max_request_bytes would let the request carry more."""
+    bomb = compressed_bomb(CODEC_GZIP, MAX_RECORDS_BYTES + 1)
+    with pytest.raises(BatchRefused) as refused:
+        read_produced(bomb, 4 * MAX_RECORDS_BYTES)
+    assert refused.value.error == KafkaError.corrupt_message
+    assert refused.value.message == (
+        f"the gzip batch decompresses to more than {MAX_RECORDS_BYTES} bytes, the most one batch's records "
+        f"may hold ({MAX_RECORDS_BYTES} bytes): send smaller batches"
+    )

@@ -16,12 +16,14 @@ from kafka.record.util import calc_crc32c
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka.record_batches import KafkaRecord
+from app.record_batch_codecs import CODEC_ZSTD, MAX_RECORDS_BYTES
 from tests.api.test_log_lifecycle import clean, sql
 from tests.conftest import start_server_on_fresh_database, stop_in_process_server
 from tests.kafka import http_side
 from tests.kafka.clients import CLIENTS, WAIT_S, ConfluentKafka, Received, create_topic
 from tests.kafka.raw import RawConnection, record_batch
 from tests.kafka.test_produce_raw import answer_of, fetched_records, produce_request, records
+from tests.unit.test_record_codec import compressed_bomb
 
 BINARY = bytes(range(256))  # not UTF-8: read over HTTP in the base64 form
 CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
@@ -220,3 +222,59 @@ def test_max_message_bytes_bounds_the_largest_record_not_the_stored_batch(stored
         assert answer_of(connection.call(produce_request(topic, 0, fits))) == (KafkaError.none, 0)
         assert answer_of(connection.call(produce_request(topic, 0, too_large)))[0] == KafkaError.message_too_large
     assert [row["last_offset"] for row in stored_rows(stored_server, topic)] == [1]
+
+
+def test_a_stored_batch_that_does_not_read_is_its_partitions_error_and_the_rest_is_served(stored_server, caplog):
+    """A row no producer could have had stored (its records inflate to four times MAX_RECORDS_BYTES: a
+    corrupt or hostile row, written here by the test) is read within that bound, never inflated: an HTTP
+    fetch and ListOffsets answer its partition UNKNOWN_SERVER_ERROR naming the batch, and the rest of
+    the request as usual; reading past it works; the log cleaner leaves its partition uncompacted and
+    compacts the others."""
+    server = stored_server
+    topic = "stored-unreadable"
+    config = {"cleanup_policy": "compact", "delete_retention_ms": 0}
+    response = server.client.post("/v1/topics", json={"name": topic, "partitions": 2, "config": config})
+    assert response.status_code == 201, response.text
+    for partition, values in ((0, ["replaced by the bomb", "after"]), (1, ["first", "second"])):
+        for value in values:
+            http_side.produce(server, topic, partition, [{"key": "k", "value": value}])
+    sql(
+        server.database_url,
+        "UPDATE record_batches b SET records = $2 FROM topics t "
+        "WHERE t.topic_id = b.topic_id AND t.name = $1 AND b.partition = 0 AND b.last_offset = 0",
+        topic,
+        compressed_bomb(CODEC_ZSTD, 4 * MAX_RECORDS_BYTES),
+    )
+    unreadable = (
+        f"the stored batch at offset 0 does not read (the zstd batch decompresses to more than "
+        f"{MAX_RECORDS_BYTES} bytes)"
+    )
+
+    def fetched(offsets: dict[int, int]) -> list[dict]:
+        positions = [{"topic": topic, "partition": p, "offset": offset} for p, offset in offsets.items()]
+        response = server.client.post("/v1/fetch", json={"max_records": 100, "partitions": positions})
+        assert response.status_code == 200, response.text
+        return response.json()["partitions"]
+
+    bombed, other = fetched({0: 0, 1: 0})
+    assert (bombed["error"]["code"], bombed["records"]) == ("UNKNOWN_SERVER_ERROR", [])
+    assert unreadable in bombed["error"]["message"]
+    assert [r["value"] for r in other["records"]] == ["first", "second"]
+    [past] = fetched({0: 1})
+    assert (past["error"], [r["value"] for r in past["records"]]) == (None, ["after"])
+    listed = server.client.post(
+        "/v1/offsets/list",
+        json={"partitions": [{"topic": topic, "partition": p, "timestamp": 0} for p in (0, 1)]},
+    ).json()["partitions"]
+    assert listed[0]["error"]["code"] == "UNKNOWN_SERVER_ERROR" and unreadable in listed[0]["error"]["message"]
+    assert (listed[1]["error"], listed[1]["offset"]) == (None, 0)
+
+    clean(server)
+
+    assert f"{topic}-0 is not compacted: {unreadable}" in caplog.text
+    # Partition 0's two batches stay; partition 1 keeps its second.
+    assert [row["base_offset"] for row in stored_rows(server, topic)] == [0, 1, 1]
+    page = server.client.get(f"/console/topics/{topic}/partitions/0")
+    assert page.status_code == 500 and unreadable in page.text, page.text
+    assert [r["value"] for r in fetched({1: 0})[0]["records"]] == ["second"]  # partition 1 compacted
+    assert [r["value"] for r in fetched({0: 1})[0]["records"]] == ["after"]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import tracemalloc
 from dataclasses import dataclass, field
 
 import orjson
 import pytest
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+from app import record_batch_codecs as codecs
 from app.errors import BrokerError, ErrorCode
 from app.storage.log import record_codec
 from app.storage.log.record_codec import (
@@ -340,3 +342,69 @@ def test_a_record_batch_reads_as_the_json_form_of_the_same_bytes():
         [7, None, None, [], FORM_TEXT],
         [6, b64(b"\xff"), b64(b"v"), [["h", b64(b"y")]], FORM_BASE64],
     ]
+
+
+# ---- reading a stored batch within the bound its door produced it within
+
+MAX = codecs.MAX_RECORDS_BYTES
+
+
+def compressed_bomb(codec: int, inflated_bytes: int) -> bytes:
+    """A RecordBatch of one record (its header says) whose records section, in `codec`, decompresses
+    to `inflated_bytes` zeros: what no Kafka producer could have had stored, a few KiB to KiBs."""
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 2**30)
+    builder.append(0, NOW, b"k", b"v", [])
+    header = bytes(builder.build())[: codecs.HEADER_BYTES]
+    return codecs.with_crc(codecs.with_records(header, codecs.compress(codec, bytes(inflated_bytes), None), codec))
+
+
+@pytest.mark.parametrize(
+    "codec", [codecs.CODEC_GZIP, codecs.CODEC_SNAPPY, codecs.CODEC_LZ4, codecs.CODEC_ZSTD], ids=codecs.CODEC_NAMES.get
+)
+def test_a_stored_batch_beyond_the_bound_is_unreadable_naming_it(codec):
+    bomb = compressed_bomb(codec, MAX + 1)
+    assert len(bomb) < MAX // 20
+    with pytest.raises(record_codec.UnreadableBatch) as refused:
+        decode_payload(bomb, 42)
+    error = refused.value
+    assert (error.code, error.http_status) == (ErrorCode.UNKNOWN_SERVER_ERROR, 500)
+    assert error.message.startswith(
+        f"the stored batch at offset 42 does not read (the {codecs.CODEC_NAMES[codec]} batch decompresses to "
+        f"more than {MAX} bytes)"
+    )
+    assert "read past the batch (from its last offset + 1)" in error.message
+
+
+def test_a_bomb_is_not_inflated_beyond_the_bound():
+    """Four times the bound, refused after at most the bound's bytes were produced."""
+    bomb = compressed_bomb(codecs.CODEC_ZSTD, 4 * MAX)
+    tracemalloc.start()
+    try:
+        with pytest.raises(record_codec.UnreadableBatch):
+            decode_payload(bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < MAX + MAX // 4
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (b'[[1, "k", ', "unexpected end of data"),  # a JSON-form row cut short
+        (b"", "IndexError"),
+    ],
+)
+def test_a_stored_batch_that_does_not_parse_is_unreadable(payload, reason):
+    with pytest.raises(record_codec.UnreadableBatch, match="does not read") as refused:
+        decode_payload(payload)
+    assert reason in refused.value.message
+
+
+def test_a_record_batch_whose_records_do_not_parse_is_unreadable():
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 2**30)
+    builder.append(0, NOW, b"k", b"v" * 100, [])
+    batch = bytes(builder.build())
+    cut = codecs.with_records(batch, batch[codecs.HEADER_BYTES : -50], codecs.CODEC_NONE)  # its record cut short
+    with pytest.raises(record_codec.UnreadableBatch, match="the stored batch at offset 3 does not read"):
+        decode_payload(bytes(cut), 3)

@@ -98,7 +98,7 @@ async def read_window(conn: asyncpg.Connection, topic_id: int, partition: int, s
                 )
             )
             continue
-        stored = record_codec.decode_payload(batch["records"])
+        stored = record_codec.decode_payload(batch["records"], base)
         decided_at = batch["marker_offset"] if status in (COMMITTED, ABORTED) else None
         for index in range(max(start - base, 0), min(len(stored), end - base, batch["last_offset"] - base + 1)):
             if stored[index] is None:  # removed by compaction: its offset stays empty

@@ -108,7 +108,7 @@ async def transitions(
         )
         lowest, count = rows[-1]["base_offset"], rows[-1]["last_offset"]
         for row in rows[:-1]:
-            stored = record_codec.decode_payload(row["records"])
+            stored = record_codec.decode_payload(row["records"], row["base_offset"])
             for index in reversed(range(len(stored))):
                 if stored[index] is None:  # removed by compaction
                     continue

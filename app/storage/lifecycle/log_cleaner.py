@@ -25,6 +25,8 @@ The rules, which every function here keeps:
 
 from __future__ import annotations
 
+import logging
+
 import asyncpg
 
 from app.errors import BrokerError, ErrorCode
@@ -32,6 +34,7 @@ from app.storage.lifecycle import log_compaction
 from app.storage.lifecycle.cleanup_progress import ASYNC_COMMIT_SQL, COMPLETING_STATES, CleanupTotals, note_cleanup
 from app.storage.log import partition_log
 from app.storage.log.partition_log import PartitionState
+from app.storage.log.record_codec import UnreadableBatch
 from app.storage.log.topics import (
     CLEANUP_COMPACT,
     CLEANUP_DELETE,
@@ -41,6 +44,8 @@ from app.storage.log.topics import (
     unknown_partition,
 )
 from app.storage.rows import count_rows
+
+log = logging.getLogger(__name__)
 
 # DeleteRecords' offset meaning "up to the high watermark" (Kafka's DeleteRecordsRequest.HIGH_WATERMARK).
 HIGH_WATERMARK = -1
@@ -303,6 +308,10 @@ async def clean(pool: asyncpg.Pool, topics: dict[int, TopicInfo] | None, now_ms:
                 continue
             try:
                 await clean_partition(conn, topic, row["partition"], now_ms, chunk, totals)
+            except UnreadableBatch as error:
+                # As Kafka's cleaner with an uncleanable partition: the others are cleaned; this one
+                # is compacted again once the row is fixed (its first pass reads before it writes).
+                log.error("log cleaner: %s-%d is not compacted: %s", topic.name, row["partition"], error.message)
             except BrokerError as error:
                 if error.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     raise

@@ -97,7 +97,7 @@ async def _map_latest(conn: asyncpg.Connection, run: _CompactionPass, start: int
         for row in rows:
             if row["control_type"] is not None or row["last_offset"] in aborted:
                 continue
-            for index, stored in enumerate(record_codec.decode_payload(row["records"])):
+            for index, stored in enumerate(record_codec.decode_payload(row["records"], row["base_offset"])):
                 key = None if stored is None else record_codec.key_bytes(stored)
                 if key is not None:
                     run.latest[key] = _Latest(row["base_offset"] + index, stored[2] is None)
@@ -143,7 +143,7 @@ async def _compact_page(
         if row["last_offset"] in aborted:
             removed.append(row["last_offset"])
             continue
-        stored = record_codec.decode_payload(row["records"])
+        stored = record_codec.decode_payload(row["records"], row["base_offset"])
         seen = row["tombstones_seen_ms"]
         keep = [_keeps(run, row["base_offset"] + index, record, seen) for index, record in enumerate(stored)]
         if seen is None and any(kept and record[2] is None for kept, record in zip(keep, stored, strict=True)):

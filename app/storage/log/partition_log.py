@@ -277,7 +277,11 @@ async def read(
                 # Nothing of it is to be returned.
                 continue
             records += record_codec.render_records(
-                record_codec.decode_payload(payload), header["base_offset"], start, stop, encoding
+                record_codec.decode_payload(payload, header["base_offset"]),
+                header["base_offset"],
+                start,
+                stop,
+                encoding,
             )
         next_offset = position
         if budget > 0:  # skipped records (markers, aborted batches, compaction's holes): look further next time
@@ -353,7 +357,7 @@ async def _max_timestamp(
             partition,
             row["last_offset"],
         )
-        for index, stored in enumerate(record_codec.decode_payload(records)):
+        for index, stored in enumerate(record_codec.decode_payload(records, row["base_offset"])):
             offset = row["base_offset"] + index
             if stored is None or not lower <= offset < upper:  # None: a record compaction removed
                 continue
@@ -392,7 +396,7 @@ async def offset_for(
         )
         if batch is None:
             return NO_OFFSET, NO_TIMESTAMP
-        for index, stored in enumerate(record_codec.decode_payload(batch["records"])):
+        for index, stored in enumerate(record_codec.decode_payload(batch["records"], batch["base_offset"])):
             offset = batch["base_offset"] + index
             # None: a record compaction removed.
             if stored is not None and stored[0] >= timestamp and state.log_start_offset <= offset < upper:

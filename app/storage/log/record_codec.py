@@ -17,7 +17,10 @@ that both live in one column without a flag:
 decode_payload reads either form as the JSON form's records, so every reader but the Kafka door's
 fetch (HTTP's fetch, ListOffsets, compaction, the console) deals with one form. A RecordBatch reads
 as the JSON form of the same bytes: text when every field is UTF-8, else base64, so each door reads
-back what the other wrote byte for byte.
+back what the other wrote byte for byte. A compressed one is decompressed within
+record_batch_codecs.MAX_RECORDS_BYTES, the bound the Kafka door produces every batch within: a row
+beyond it, or one that does not parse, is corrupt (or was not written by txbroker), and its reader
+gets UnreadableBatch, never a worker's memory spent on it.
 
 A compacted batch (log_compaction.py) keeps its offsets: a record compaction removed is a `null` in
 its place, so a record's offset is still the batch's base offset plus its index; readers skip nulls.
@@ -39,7 +42,8 @@ from typing import Protocol
 import orjson
 from aiokafka.record.default_records import DefaultRecordBatch as RecordBatchReader
 
-from app.errors import invalid_request
+from app import record_batch_codecs as codecs
+from app.errors import BrokerError, ErrorCode, invalid_request
 
 UTF8 = "utf8"
 BASE64 = "base64"
@@ -274,15 +278,46 @@ def is_record_batch(payload: bytes) -> bool:
     return payload[0] != JSON_FORM_START
 
 
-def decode_payload(payload: bytes) -> list[list | None]:
+class UnreadableBatch(BrokerError):
+    """A stored batch that does not read: its records decompress beyond MAX_RECORDS_BYTES, or do not
+    parse. UNKNOWN_SERVER_ERROR for the reader (the partition's error of an HTTP fetch or ListOffsets);
+    the log cleaner leaves its partition uncompacted, as Kafka's leaves an uncleanable partition."""
+
+    def __init__(self, reason: str, base_offset: int | None) -> None:
+        where = "" if base_offset is None else f" at offset {base_offset}"
+        super().__init__(
+            ErrorCode.UNKNOWN_SERVER_ERROR,
+            f"the stored batch{where} does not read ({reason}); every batch is checked when produced, so "
+            f"this row of record_batches is corrupt or was not written by txbroker: read past the batch "
+            f"(from its last offset + 1), and restore or delete the row",
+        )
+
+
+def _record_batch_records(payload: bytes) -> RecordBatchReader:
+    """The records of a RecordBatch-form payload, its records section decompressed within
+    MAX_RECORDS_BYTES (raises DecompressionRefused beyond it)."""
+    codec = codecs.batch_codec(payload)
+    if codec != codecs.CODEC_NONE:
+        records = codecs.decompress(codec, payload[codecs.HEADER_BYTES :], codecs.MAX_RECORDS_BYTES)
+        payload = codecs.with_records(payload, records, codecs.CODEC_NONE)
+    return RecordBatchReader(payload)
+
+
+def decode_payload(payload: bytes, base_offset: int | None = None) -> list[list | None]:
     """The batch's records by index in the JSON form's lists, whichever form it is stored in; None
-    where compaction removed one."""
-    if not is_record_batch(payload):
-        return orjson.loads(payload)
-    return [
-        _stored_from_bytes(record.timestamp, record.key, record.value, record.headers)
-        for record in RecordBatchReader(payload)
-    ]
+    where compaction removed one. UnreadableBatch (naming `base_offset`, the batch's) for a payload
+    that does not read within MAX_RECORDS_BYTES."""
+    try:
+        if not is_record_batch(payload):
+            return orjson.loads(payload)
+        return [
+            _stored_from_bytes(record.timestamp, record.key, record.value, record.headers)
+            for record in _record_batch_records(payload)
+        ]
+    except codecs.DecompressionRefused as error:  # beyond the bound, or not valid for its codec
+        raise UnreadableBatch(str(error), base_offset) from error
+    except Exception as error:  # aiokafka's CorruptRecordException, orjson's, or whatever garbage leads to
+        raise UnreadableBatch(f"{type(error).__name__}: {error}", base_offset) from error
 
 
 def record_timestamps(payload: bytes) -> list[int | None]:
@@ -290,7 +325,7 @@ def record_timestamps(payload: bytes) -> list[int | None]:
     compaction removed one): what a refusal for out-of-bounds timestamps reads (append.py)."""
     if not is_record_batch(payload):
         return [None if record is None else record[0] for record in orjson.loads(payload)]
-    return [record.timestamp for record in RecordBatchReader(payload)]
+    return [record.timestamp for record in _record_batch_records(payload)]
 
 
 def key_bytes(stored: list) -> bytes | None:
