@@ -270,16 +270,17 @@ def consumer_config(bootstrap: str) -> dict:
     }
 
 
-def consume_records(bootstrap: str, topic: str, partitions: int, records: int) -> tuple[float, int, float]:
+def consume_records(bootstrap: str, topic: str, partitions: int, records: int) -> tuple[float, int, float, float]:
     """A read_committed consumer reading `records` records of the topic's partitions from offset 0
     (assign, no group). Returns (seconds from assign to the last record, records read, CPU seconds
-    of this process meanwhile)."""
+    of this process meanwhile, seconds from assign to the first records)."""
     consumer = Consumer({**consumer_config(bootstrap), "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS})
     try:
         consumer.list_topics(topic, WAIT_S)  # warm-up: connected, metadata known
         started, cpu_start = time.monotonic(), time.process_time()
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         read = 0
+        first_s = None
         while read < records:
             if time.monotonic() - started > WAIT_S:
                 raise RuntimeError(f"read {read} of {records} records of {topic} in {WAIT_S} s")
@@ -290,7 +291,9 @@ def consume_records(bootstrap: str, topic: str, partitions: int, records: int) -
             if any(map(Message.error, messages)):
                 raise KafkaException(next(filter(None, map(Message.error, messages))))
             read += len(messages)
-        return time.monotonic() - started, read, time.process_time() - cpu_start
+            if first_s is None and messages:
+                first_s = time.monotonic() - started
+        return time.monotonic() - started, read, time.process_time() - cpu_start, first_s
     finally:
         consumer.close()
 

@@ -190,6 +190,7 @@ async def measure_consumer(run: Run, records: int, select_rows: int) -> list[Row
     producers' topic from offset 0, against one connection SELECTing as many rows of raw COPY's
     table, `select_rows` per query; alternating, `rounds` times each, added up."""
     kafka, select = Tally(), Tally()
+    firsts_ms = []  # assign -> the consumer's first records, each round
     loop = asyncio.get_running_loop()
     for _ in range(run.rounds):
         start, cpu_start = run.copy_meter.snapshot(), time.process_time()
@@ -205,10 +206,11 @@ async def measure_consumer(run: Run, records: int, select_rows: int) -> list[Row
         end = run.copy_meter.snapshot()
         select.add(measurement_of(end.at - start.at, queries, read, [], time.process_time() - cpu_start, start, end))
         start = run.meter.snapshot()
-        seconds, read, cpu_s = await loop.run_in_executor(
+        seconds, read, cpu_s, first_s = await loop.run_in_executor(
             run.pool.pool, clients.consume_records, run.bootstrap, IDEMPOTENT_TOPIC, run.producers, records
         )
         end = run.meter.snapshot()
+        firsts_ms.append(first_s * 1000)
         kafka.add(measurement_of(seconds, 1, read, [], cpu_s, start, end))
     _progress(
         f"read_committed consumer {kafka.records_per_s:,.0f} records/s; raw SELECT {select.records_per_s:,.0f} rows/s"
@@ -218,7 +220,7 @@ async def measure_consumer(run: Run, records: int, select_rows: int) -> list[Row
         Row(
             "2",
             f"read_committed consumer reading {records:,} records of #1 ({run.producers} partitions, assign from 0)",
-            f"{kafka.records_per_s:,.0f} records/s",
+            f"{kafka.records_per_s:,.0f} records/s (first after {', '.join(f'{ms:.0f}' for ms in firsts_ms)} ms)",
             f"raw SELECT of {records:,} rows of raw COPY's table, {select_rows} per query, 1 conn: "
             f"{select.records_per_s:,.0f} rows/s (CPU% {select.cpu_cells()[0]}, {per_record_cells(select)})",
             ratio(kafka, select, ">= 0.8"),
