@@ -180,12 +180,19 @@ class TransactionalWriter:
     i % partitions, each retried until known committed: after an error, a new instance, then the
     transaction written again only if it is not committed already."""
 
-    def __init__(self, server, name: str, topic: str, partitions: int, count: int, size: int = 3) -> None:
+    def __init__(
+        self, server, name: str, topic: str, partitions: int, count: int, size: int = 3, hold_after: int | None = None
+    ) -> None:
         self.server, self.name, self.topic, self.partitions = server, name, topic, partitions
         self.count, self.size = count, size
         self.acknowledged: list[int] = []  # transactions whose commit_transaction returned
         self.recoveries = 0
         self.stop = threading.Event()  # set by a test that gives up: the writer returns
+        # With hold_after: once that many transactions are written, the writer waits for `go` before
+        # the next, so that a test can have it mid-way at a moment of its choosing, however fast
+        # the machine writes the rest.
+        self.hold_after = hold_after
+        self.go = threading.Event()
         self.seen: list[str] = []  # the errors it recovered from, for a failing test to show
 
     def values(self, n: int) -> list[tuple[int, bytes]]:
@@ -199,6 +206,9 @@ class TransactionalWriter:
         producer = None
         n = 0
         while n < self.count and not self.stop.is_set():
+            if n == self.hold_after:
+                while not self.go.wait(POLL_S) and not self.stop.is_set():
+                    pass
             try:
                 if producer is None:
                     producer = Producer(

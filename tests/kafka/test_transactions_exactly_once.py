@@ -72,7 +72,9 @@ def test_sigkill_during_transactions_then_exactly_once(server_process, database_
         clients = [httpx.Client(base_url=process.url, timeout=10)]
         server = SimpleNamespace(client=clients[0], extra={"kafka_bootstrap": f"127.0.0.1:{port}"})
         loop = TransformLoop(server, "crash-in", "crash-out", PARTITIONS, "crash-group", "crash-loop")
-        writers = [TransactionalWriter(server, str(k), "crash-direct", PARTITIONS, count=40) for k in range(2)]
+        writers = [
+            TransactionalWriter(server, str(k), "crash-direct", PARTITIONS, count=40, hold_after=1) for k in range(2)
+        ]
         try:
             source = _fill_source(server, "crash-in", 400)
             create_topic(server, "crash-out", PARTITIONS)
@@ -91,11 +93,19 @@ def test_sigkill_during_transactions_then_exactly_once(server_process, database_
             threads = [guarded(loop.run, total=400)] + [guarded(w.run) for w in writers]
             for thread in threads:
                 thread.start()
-            # Kill while every one of them is mid-way: some transactions done, more to come.
+            # Kill while every one of them is mid-way: some transactions done, more to come. The
+            # writers hold after their first until the loop has committed one (its group's join takes
+            # longer than their 40 transactions on a fast machine), then the kill falls once each has
+            # written one more, with 38 to come.
             deadline = time.monotonic() + WAIT_S
             while not (loop.committed_transactions >= 1 and all(len(w.acknowledged) >= 1 for w in writers)):
                 assert time.monotonic() < deadline and not errors, errors
                 time.sleep(POLL_S)
+            for writer in writers:
+                writer.go.set()
+            while not all(len(w.acknowledged) >= 2 for w in writers):
+                assert time.monotonic() < deadline and not errors, errors
+                time.sleep(0.001)
             with loop.offsets_gate:  # the loop's transaction may be open, just not in send_offsets (see there)
                 process.kill()
                 assert all(thread.is_alive() for thread in threads), "the kill fell mid-way: work was left"
