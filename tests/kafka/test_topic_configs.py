@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from aiokafka.record.default_records import DefaultRecordBase
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
@@ -22,6 +23,7 @@ from confluent_kafka.admin import (
 from kafka.record.memory_records import MemoryRecords
 from kio.schema.errors import ErrorCode as KafkaError
 
+from app import record_batch_codecs as codecs
 from app.kafka.record_batches import KafkaRecord
 from tests.api.test_log_lifecycle import clean
 from tests.kafka import http_side
@@ -493,6 +495,53 @@ def test_log_append_time_is_not_bounded(module_kafka_server):
     assert produce_answer(server, topic, batch).error_code == KafkaError.none
     http_side.produce(server, topic, 0, [{"value": "ahead", "timestamp_ms": now_ms() + HOUR_MS}])
     assert high_watermark(server, topic) == 3
+
+
+def marked_log_append_time(timestamp_ms: int) -> bytes:
+    """A producer's batch of two records whose attributes say LogAppendTime, a type only a broker sets."""
+    batch = bytearray(record_batch([KafkaRecord(timestamp_ms, b"k", b"v", [])] * 2))
+    codecs.add_attributes(batch, DefaultRecordBase.TIMESTAMP_TYPE_MASK)
+    return codecs.with_crc(batch)
+
+
+@pytest.mark.parametrize(
+    ("topic", "timestamp_type", "timestamp_ms"),
+    [
+        ("marked-log-append-time-timestamped", "LogAppendTime", 1_700_000_000_000),
+        ("marked-log-append-time-untimestamped", "LogAppendTime", -1),
+        ("marked-log-append-time-create-time", "CreateTime", -1),
+    ],
+)
+def test_a_batch_its_producer_marked_log_append_time_is_invalid_timestamp(
+    module_kafka_server, topic, timestamp_type, timestamp_ms
+):
+    """As Kafka's LogValidator: a batch marked LogAppendTime is refused, each record named with Kafka's
+    reason, when the topic gives its records the append time, or when its records have no timestamp
+    (-1) to keep; not even a partition without bounds takes it."""
+    server = module_kafka_server
+    create(server, topic, **{"message.timestamp.type": timestamp_type})
+    answer = produce_answer(server, topic, marked_log_append_time(timestamp_ms))
+    assert answer.error_code == KafkaError.invalid_timestamp
+    assert answer.error_message.startswith(KAFKAS_MESSAGE)
+    assert f"the batch to {topic}-0 is marked LogAppendTime" in answer.error_message
+    reason = "Invalid timestamp type in message at offset {}. Producer should not set timestamp type to LogAppendTime."
+    assert [(e.batch_index, e.batch_index_error_message) for e in answer.record_errors] == [
+        (index, reason.format(index)) for index in (0, 1)
+    ]
+    assert high_watermark(server, topic) == 0
+
+
+def test_a_batch_marked_log_append_time_with_timestamps_is_bounded_in_a_create_time_topic(module_kafka_server):
+    """As Kafka's LogValidator: in a CreateTime topic such a batch's records have a timestamp (its max
+    timestamp, which readers give every record of it), bounded as any other."""
+    server = module_kafka_server
+    topic = "marked-log-append-time-bounded"
+    create(server, topic, **{"message.timestamp.before.max.ms": str(HOUR_MS)})
+    assert produce_answer(server, topic, marked_log_append_time(now_ms())).error_code == KafkaError.none
+    old = produce_answer(server, topic, marked_log_append_time(now_ms() - 2 * HOUR_MS))
+    assert old.error_code == KafkaError.invalid_timestamp
+    assert [e.batch_index for e in old.record_errors] == [0, 1]
+    assert high_watermark(server, topic) == 2
 
 
 # ---- min.compaction.lag.ms
