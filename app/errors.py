@@ -70,16 +70,25 @@ class InvalidRecords(BrokerError):
 class InvalidTimestamps(InvalidRecords):
     """A batch refused because some of its records are timestamped outside the window its topic
     allows around the broker's clock (message.timestamp.before.max.ms and after.max.ms, as Kafka's
-    LogValidator). The HTTP contract's code is INVALID_RECORD (it has none for timestamps); the
-    Kafka door answers Kafka's INVALID_TIMESTAMP, with each record's reason in Kafka's words, from
-    `timestamps` (each refused record's index in the batch and timestamp) and the window
-    [`earliest_ms`, `latest_ms`]."""
+    LogValidator), or, `marked_log_append_time`, because its producer marked it LogAppendTime, a
+    timestamp type only a broker sets (Kafka's LogValidator refuses it alike). The HTTP contract's
+    code is INVALID_RECORD (it has none for timestamps); the Kafka door answers Kafka's
+    INVALID_TIMESTAMP, with each record's reason in Kafka's words, from `timestamps` (each refused
+    record's index in the batch and timestamp) and the window [`earliest_ms`, `latest_ms`]."""
 
-    def __init__(self, timestamps: tuple[tuple[int, int], ...], earliest_ms: int, latest_ms: int, message: str) -> None:
+    def __init__(
+        self,
+        timestamps: tuple[tuple[int, int], ...],
+        earliest_ms: int,
+        latest_ms: int,
+        message: str,
+        marked_log_append_time: bool = False,
+    ) -> None:
         super().__init__(tuple(index for index, _ in timestamps), message)
         self.timestamps = timestamps
         self.earliest_ms = earliest_ms
         self.latest_ms = latest_ms
+        self.marked_log_append_time = marked_log_append_time
 
 
 def invalid_request(message: str) -> BrokerError:

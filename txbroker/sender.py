@@ -6,7 +6,10 @@ Invariants:
   batch keeps its sequence across retries (the server answers a repeat with `duplicate: true`).
 - A batch's sequence is assigned when it is first sent, for the producer id and epoch current then.
 - Only the latest batch of a partition can be refused without appending, so a refused batch's
-  sequence is rolled back for the next one (`TransactionManager.rollback_sequence`).
+  sequence is rolled back for the next one (`TransactionManager.rollback_sequence`), unless an
+  earlier attempt of it went unanswered: that one may have been written (a refusal can depend on
+  the time, as a topic's timestamp bounds do, which the server checks before duplicates), so the
+  sequence is unknown, as after a timeout.
 - Runs on one event loop; everything it mutates is only touched on that loop, except the
   accumulator (thread-safe) and the records' futures (resolved here).
 
@@ -21,7 +24,9 @@ The answer to each error, as a table (see `_action_for`):
 | PRODUCER_FENCED, INVALID_PRODUCER_EPOCH,| fatal                          | fatal                   |
 | INVALID_TXN_STATE, INVALID_PRODUCER_ID_ |                                |                         |
 | MAPPING, authorization of the id        |                                |                         |
-| anything else (unknown topic, too large)| fail the batch's records       | abortable               |
+| anything else (unknown topic, too large)| fail the batch's records (and  | abortable               |
+|                                         | bump epoch if an earlier       |                         |
+|                                         | attempt went unanswered)       |                         |
 """
 
 from __future__ import annotations
@@ -342,8 +347,15 @@ class Sender:
             self._fail_everything(error)
             return
         for batch in batches:
-            if (batch.producer_id, batch.producer_epoch) == (self._tm.producer_id, self._tm.producer_epoch):
+            if (batch.producer_id, batch.producer_epoch) != (self._tm.producer_id, self._tm.producer_epoch):
+                continue
+            if batch.attempts == 1:
                 self._tm.rollback_sequence(batch.tp, batch.base_sequence)
+            elif self._idempotent and not self._tm.is_transactional:
+                # An earlier attempt may have been written (the module's invariants): reusing the
+                # sequence would make the next batch a "duplicate" of it, its records dropped.
+                # A transaction's refusal is abortable, and its abort starts a new epoch anyway.
+                self._bump_epoch = True
         if action == ABORTABLE:
             if error.fatal:
                 error = error.with_category(fatal=False, abortable=True)

@@ -113,7 +113,11 @@ def check_request(command: ProduceCommand, max_records: int) -> None:
 def check_idempotent_producer(issued: IssuedProducer | None, command: ProduceCommand) -> BrokerError | None:
     """Request-level errors raise; an epoch the producer itself has since bumped (KIP-360) is
     returned, to answer every partition with it: the partitions may not have seen the new epoch
-    yet, but the server knows it, so the old epoch is fenced everywhere at once."""
+    yet, but the server knows it, so the old epoch is fenced everywhere at once. An epoch above the
+    one issued is the producer's own bump, which each partition checks (a new epoch starts at
+    sequence 0, and fences the lower ones there): an idempotent producer id has one holder, and
+    Kafka's partition leaders accept it, which librdkafka relies on (it bumps its epoch itself, with
+    no request, once a batch failed and its sequence has a gap)."""
     if issued is None:
         raise unknown_producer(command.producer_id)
     if issued.transactional_id is not None:
@@ -121,12 +125,6 @@ def check_idempotent_producer(issued: IssuedProducer | None, command: ProduceCom
             ErrorCode.INVALID_PRODUCER_ID_MAPPING,
             f"producer id {command.producer_id} belongs to transactional id {issued.transactional_id!r}: "
             f"send that transactional_id with its writes",
-        )
-    if command.producer_epoch > issued.producer_epoch:
-        raise BrokerError(
-            ErrorCode.INVALID_PRODUCER_EPOCH,
-            f"epoch {command.producer_epoch} of producer {command.producer_id} was never issued "
-            f"(the latest is {issued.producer_epoch})",
         )
     if command.producer_epoch < issued.producer_epoch:
         return BrokerError(

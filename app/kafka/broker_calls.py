@@ -105,6 +105,7 @@ def _encoded(batch: ProducedBatch) -> EncodedBatch:
         batch.uncompressed_bytes,
         batch.keyless_records,
         batch.producer_timestamps,
+        batch.marked_log_append_time,
     )
 
 

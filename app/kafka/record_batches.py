@@ -97,6 +97,9 @@ class ProducedBatch:
     # The earliest and latest of its records' timestamps but Kafka's NO_TIMESTAMP (-1), None if all
     # are -1: what a topic's message.timestamp.before.max.ms and after.max.ms bound (storage's append).
     producer_timestamps: tuple[int, int] | None = None
+    # Whether its producer marked it LogAppendTime (its attributes' timestamp-type bit), which only
+    # a broker may set: storage's append refuses it as Kafka's LogValidator does.
+    marked_log_append_time: bool = False
 
 
 class BatchRefused(Exception):
@@ -194,6 +197,7 @@ def read_produced(data: bytes, uncompressed_limit: int) -> ProducedBatch:
         len(readable) - HEADER.size,
         tuple(keyless),
         None if earliest_given is None else (earliest_given, latest_given),
+        bool(attributes & DefaultRecordBatch.TIMESTAMP_TYPE_MASK),
     )
 
 

@@ -527,8 +527,14 @@ def test_idempotent_sequence_errors(client):
     assert skip["error"]["code"] == "OUT_OF_ORDER_SEQUENCE_NUMBER" and "expected 1" in skip["error"]["message"]
     unknown = idempotent_send(client, 999_999_999, 0, 0, "who")
     assert unknown.status_code == 409 and error_code(unknown) == "UNKNOWN_PRODUCER_ID"
-    higher = idempotent_send(client, producer_id, epoch + 5, 0, "future")
-    assert higher.status_code == 409 and error_code(higher) == "INVALID_PRODUCER_EPOCH"
+    # A higher epoch is the producer's own bump (as Kafka's leaders take it): it starts at sequence 0
+    # and fences the lower ones.
+    higher = idempotent_send(client, producer_id, epoch + 5, 1, "future").json()["partitions"][0]
+    assert higher["error"]["code"] == "OUT_OF_ORDER_SEQUENCE_NUMBER"
+    idempotent_send(client, producer_id, epoch + 5, 0, "future").raise_for_status()
+    stale = idempotent_send(client, producer_id, epoch, 1, "stale").json()["partitions"][0]
+    assert stale["error"]["code"] == "INVALID_PRODUCER_EPOCH"
+    assert values(client, "out", 0, "read_uncommitted") == ["first", "future"]
 
 
 def test_idempotent_epoch_bump_resets_sequences_and_fences_the_old_epoch(client):

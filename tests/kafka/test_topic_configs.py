@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from aiokafka.record.default_records import DefaultRecordBase
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
@@ -22,6 +23,7 @@ from confluent_kafka.admin import (
 from kafka.record.memory_records import MemoryRecords
 from kio.schema.errors import ErrorCode as KafkaError
 
+from app import record_batch_codecs as codecs
 from app.kafka.record_batches import KafkaRecord
 from tests.api.test_log_lifecycle import clean
 from tests.kafka import http_side
@@ -465,11 +467,15 @@ def test_a_refused_batch_takes_no_sequence_number(module_kafka_server):
     assert high_watermark(server, topic) == 3
 
 
-def test_confluent_kafka_gets_invalid_timestamp_for_a_record_an_hour_ahead(module_kafka_server):
+@pytest.mark.parametrize("idempotence", [False, True], ids=["plain", "idempotent"])
+def test_confluent_kafka_gets_invalid_timestamp_for_a_record_an_hour_ahead(module_kafka_server, idempotence):
+    """An idempotent librdkafka producer then starts a new epoch itself (its sequence has a gap), as
+    Kafka's broker lets an idempotent producer do: its next records are written."""
     server = module_kafka_server
-    topic = "timestamp-bounds-confluent"
+    topic = f"timestamp-bounds-confluent-{'idempotent' if idempotence else 'plain'}"
     create(server, topic, **{"message.timestamp.after.max.ms": str(BOUND_MS)})
-    producer = Producer({"bootstrap.servers": bootstrap(server), "linger.ms": 0})
+    config = {"bootstrap.servers": bootstrap(server), "linger.ms": 0, "enable.idempotence": idempotence}
+    producer = Producer(config)
     reports = {}
 
     def delivered(error, message):
@@ -477,10 +483,11 @@ def test_confluent_kafka_gets_invalid_timestamp_for_a_record_an_hour_ahead(modul
 
     producer.produce(topic, value=b"ahead", partition=0, timestamp=now_ms() + HOUR_MS, on_delivery=delivered)
     producer.flush(WAIT_S)
-    producer.produce(topic, value=b"now", partition=0, on_delivery=delivered)  # the client's clock
-    producer.flush(WAIT_S)
-    assert reports == {b"ahead": "INVALID_TIMESTAMP", b"now": None}
-    assert high_watermark(server, topic) == 1
+    for value in (b"now", b"next"):  # the client's clock
+        producer.produce(topic, value=value, partition=0, on_delivery=delivered)
+        producer.flush(WAIT_S)
+    assert reports == {b"ahead": "INVALID_TIMESTAMP", b"now": None, b"next": None}
+    assert high_watermark(server, topic) == 2
 
 
 def test_log_append_time_is_not_bounded(module_kafka_server):
@@ -493,6 +500,53 @@ def test_log_append_time_is_not_bounded(module_kafka_server):
     assert produce_answer(server, topic, batch).error_code == KafkaError.none
     http_side.produce(server, topic, 0, [{"value": "ahead", "timestamp_ms": now_ms() + HOUR_MS}])
     assert high_watermark(server, topic) == 3
+
+
+def marked_log_append_time(timestamp_ms: int) -> bytes:
+    """A producer's batch of two records whose attributes say LogAppendTime, a type only a broker sets."""
+    batch = bytearray(record_batch([KafkaRecord(timestamp_ms, b"k", b"v", [])] * 2))
+    codecs.add_attributes(batch, DefaultRecordBase.TIMESTAMP_TYPE_MASK)
+    return codecs.with_crc(batch)
+
+
+@pytest.mark.parametrize(
+    ("topic", "timestamp_type", "timestamp_ms"),
+    [
+        ("marked-log-append-time-timestamped", "LogAppendTime", 1_700_000_000_000),
+        ("marked-log-append-time-untimestamped", "LogAppendTime", -1),
+        ("marked-log-append-time-create-time", "CreateTime", -1),
+    ],
+)
+def test_a_batch_its_producer_marked_log_append_time_is_invalid_timestamp(
+    module_kafka_server, topic, timestamp_type, timestamp_ms
+):
+    """As Kafka's LogValidator: a batch marked LogAppendTime is refused, each record named with Kafka's
+    reason, when the topic gives its records the append time, or when its records have no timestamp
+    (-1) to keep; not even a partition without bounds takes it."""
+    server = module_kafka_server
+    create(server, topic, **{"message.timestamp.type": timestamp_type})
+    answer = produce_answer(server, topic, marked_log_append_time(timestamp_ms))
+    assert answer.error_code == KafkaError.invalid_timestamp
+    assert answer.error_message.startswith(KAFKAS_MESSAGE)
+    assert f"the batch to {topic}-0 is marked LogAppendTime" in answer.error_message
+    reason = "Invalid timestamp type in message at offset {}. Producer should not set timestamp type to LogAppendTime."
+    assert [(e.batch_index, e.batch_index_error_message) for e in answer.record_errors] == [
+        (index, reason.format(index)) for index in (0, 1)
+    ]
+    assert high_watermark(server, topic) == 0
+
+
+def test_a_batch_marked_log_append_time_with_timestamps_is_bounded_in_a_create_time_topic(module_kafka_server):
+    """As Kafka's LogValidator: in a CreateTime topic such a batch's records have a timestamp (its max
+    timestamp, which readers give every record of it), bounded as any other."""
+    server = module_kafka_server
+    topic = "marked-log-append-time-bounded"
+    create(server, topic, **{"message.timestamp.before.max.ms": str(HOUR_MS)})
+    assert produce_answer(server, topic, marked_log_append_time(now_ms())).error_code == KafkaError.none
+    old = produce_answer(server, topic, marked_log_append_time(now_ms() - 2 * HOUR_MS))
+    assert old.error_code == KafkaError.invalid_timestamp
+    assert [e.batch_index for e in old.record_errors] == [0, 1]
+    assert high_watermark(server, topic) == 2
 
 
 # ---- min.compaction.lag.ms

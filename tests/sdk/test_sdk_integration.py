@@ -11,6 +11,7 @@ import time
 import httpx
 import pytest
 
+from app.storage.database import connect
 from txbroker import (
     Admin,
     AsyncAdmin,
@@ -172,6 +173,52 @@ def test_a_commit_whose_answer_is_lost_is_retried_and_reports_success(server, ad
         producer.send("out", value="next")
         producer.commit_transaction()
     assert [r.value for r in read_all(server.url, "out", 1)] == [b"r0", b"r1", b"r2", b"r3", b"r4", b"next"]
+
+
+class AgeTheFirstProduce(httpx.AsyncHTTPTransport):
+    """Lets the first produce reach the server and be written, then reports a connection reset
+    instead of its answer, and meanwhile its records age past the topic's bound (here: the bound is
+    lowered below their age), so that its retry is refused though the first attempt was written."""
+
+    def __init__(self, database_url: str, topic: str) -> None:
+        super().__init__()
+        self.database_url, self.topic = database_url, topic
+        self.lost = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await super().handle_async_request(request)
+        if request.url.path == "/v1/produce" and not self.lost:
+            self.lost = True
+            await response.aread()
+            await response.aclose()
+            conn = await connect(self.database_url)
+            try:
+                await conn.execute(
+                    "UPDATE topics SET config = config || '{\"message_timestamp_before_max_ms\": 1000}'::jsonb "
+                    "WHERE name = $1",
+                    self.topic,
+                )
+            finally:
+                await conn.close()
+            raise httpx.ReadError("connection reset after the server answered", request=request)
+        return response
+
+
+def test_a_retry_refused_after_its_first_attempt_was_written_loses_nothing_after_it(server, admin):
+    """A retry refused for a timestamp that aged out of the topic's bound since (the server checks
+    timestamps before duplicates, as Kafka's broker) does not say that nothing was appended: the
+    next batch must not reuse its sequence, which the server would answer as a duplicate of the
+    first attempt's, dropping its records. The producer starts a new epoch instead, as Kafka's
+    idempotent producer does after a failed batch."""
+    admin.create_topic("aged")
+    transport = AgeTheFirstProduce(server.database_url, "aged")
+    with Producer(server.url, transport=transport, linger_ms=0, **FAST) as producer:
+        first = producer.send("aged", value="first", partition=0, timestamp_ms=int(time.time() * 1000) - 60_000)
+        with pytest.raises(errors.InvalidRecordError):
+            first.result(10)
+        second = producer.send("aged", value="second", partition=0).result(10)
+    assert [(r.offset, r.value) for r in read_all(server.url, "aged", 1)] == [(0, b"first"), (1, b"second")]
+    assert second.offset == 1
 
 
 def test_consume_transform_produce_commits_offsets_in_the_transaction(server, admin):

@@ -66,20 +66,29 @@ def _partition(
 
 def _out_of_timestamp_bounds(module, index: int, refused: InvalidTimestamps):
     """INVALID_TIMESTAMP as Kafka's broker answers it (its LogValidator's RecordValidationException):
-    its message, then the core's (which record, how far from the clock, which config), and each
-    refused record in record_errors with Kafka's reason (its offset in the batch is its index)."""
+    its message, then the core's (which record, how far from the clock, which config; or the
+    LogAppendTime mark), and each refused record in record_errors with Kafka's reason (its offset in
+    the batch is its index)."""
     window = f"[{refused.earliest_ms}, {refused.latest_ms}]"
+    if refused.marked_log_append_time:
+        reasons = tuple(
+            f"Invalid timestamp type in message at offset {offset}. "
+            f"Producer should not set timestamp type to LogAppendTime."
+            for offset, _ in refused.timestamps
+        )
+    else:
+        reasons = tuple(
+            f"Timestamp {timestamp} of message with offset {offset} is out of range. "
+            f"The timestamp should be within {window}"
+            for offset, timestamp in refused.timestamps
+        )
     return _partition(
         module,
         index,
         kafka_error(refused),
         f"One or more records have been rejected due to invalid timestamp: {refused.message}",
         record_indexes=refused.record_indexes,
-        record_messages=tuple(
-            f"Timestamp {timestamp} of message with offset {offset} is out of range. "
-            f"The timestamp should be within {window}"
-            for offset, timestamp in refused.timestamps
-        ),
+        record_messages=reasons,
     )
 
 

@@ -107,7 +107,10 @@ def check_appendable(append: BatchAppend) -> BrokerError | None:
             f"to {topic.name}-{append.partition}, whose max_message_bytes is {topic.max_message_bytes}: "
             f"send smaller records or create the topic with a larger max_message_bytes",
         )
-    if append.appended_ms is not None and (refused := out_of_timestamp_bounds(append, append.appended_ms)):
+    if append.appended_ms is not None and (
+        refused := marked_log_append_time(append, append.appended_ms)
+        or out_of_timestamp_bounds(append, append.appended_ms)
+    ):
         return refused
     if append.batch.keyless_records and CLEANUP_COMPACT in topic.cleanup_policy:
         # As Kafka's LogValidator: compaction keeps the latest record per key, and a record without
@@ -120,6 +123,35 @@ def check_appendable(append: BatchAppend) -> BrokerError | None:
             f"no key: give every record a key, or produce to a topic that is not compacted",
         )
     return None
+
+
+def marked_log_append_time(append: BatchAppend, now_ms: int) -> InvalidTimestamps | None:
+    """The batch refused, as Kafka's LogValidator refuses it, when its producer marked it
+    LogAppendTime (a Kafka client's batch) and there is no timestamp of its producer's to keep:
+    its topic gives its records the append time, or its max timestamp, which readers give each of
+    its records, is -1. In a CreateTime topic one with a max timestamp is bounded as any other."""
+    topic, batch = append.topic, append.batch
+    if not batch.marked_log_append_time:
+        return None
+    log_append_time = uses_log_append_time(topic)
+    if batch.producer_timestamps is None:
+        timestamp = NO_TIMESTAMP
+    elif log_append_time:
+        timestamp = batch.producer_timestamps[1]
+    else:
+        return None
+    before_ms = topic.setting("message_timestamp_before_max_ms")
+    after_ms = topic.setting("message_timestamp_after_max_ms")
+    why = "its message_timestamp_type is LogAppendTime" if log_append_time else "its records have no timestamp (-1)"
+    return InvalidTimestamps(
+        tuple((index, timestamp) for index in range(batch.record_count)),
+        now_ms - before_ms,
+        now_ms + after_ms,
+        f"the batch to {topic.name}-{append.partition} is marked LogAppendTime (its attributes' timestamp "
+        f"type), which only the broker sets, and {why}; nothing of the batch was written: produce batches "
+        f"marked CreateTime, as Kafka's clients do (the topic's message_timestamp_type decides the timestamps)",
+        marked_log_append_time=True,
+    )
 
 
 def out_of_timestamp_bounds(append: BatchAppend, now_ms: int) -> InvalidTimestamps | None:

@@ -98,6 +98,9 @@ class EncodedBatch:
     # as Kafka's bounds pass a record of NO_TIMESTAMP (-1): an HTTP record without timestamp_ms
     # (it takes the server's clock) and a Kafka record timestamped -1 are not bounded.
     producer_timestamps: tuple[int, int] | None = None
+    # A RecordBatch its producer marked LogAppendTime (its attributes' timestamp-type bit), which
+    # only a broker may set: refused where Kafka's LogValidator refuses it (append.py).
+    marked_log_append_time: bool = False
 
     @property
     def is_record_batch(self) -> bool:
@@ -115,6 +118,7 @@ class EncodedBatch:
         records_bytes: int,
         keyless_records: tuple[int, ...] = (),
         producer_timestamps: tuple[int, int] | None = None,
+        marked_log_append_time: bool = False,
     ) -> EncodedBatch:
         """A payload in the RecordBatch form (the module's docstring), which its producer read and
         checked: its size is the stored batch's bytes, what retention and fetches count;
@@ -129,6 +133,7 @@ class EncodedBatch:
             keyless_records,
             records_bytes,
             producer_timestamps,
+            marked_log_append_time,
         )
 
 
