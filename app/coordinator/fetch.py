@@ -164,6 +164,8 @@ async def fetch_batches(
 
     if done():
         if read_ahead is not None:
+            # Counted here, not when taken: one short of min_bytes is answered from the wait's reads.
+            read_ahead.answered += read_earlier is not None
             read_ahead.start_after(pool, request, refused, results)
         return results
     watched = [(found[p.topic].topic_id, p.partition) for p in positions if p.topic in found]
@@ -311,7 +313,7 @@ class ReadAhead:
         self._request: _ReadRequest | None = None
         self._task: asyncio.Task | None = None
         self._started_at = 0.0
-        # How many fetches it answered, for the node's metrics.
+        # How many fetches it answered (fetch_batches counts them), for the node's metrics.
         self.answered = 0
 
     async def take(
@@ -339,9 +341,7 @@ class ReadAhead:
                 return None
             by_position = dict(zip(held.positions, results, strict=True))
             results = [by_position[position] for position in request.positions]
-        refreshed = await _refreshed(pool, results, found)
-        self.answered += refreshed is not None
-        return refreshed
+        return await _refreshed(pool, results, found)
 
     def start_after(
         self,

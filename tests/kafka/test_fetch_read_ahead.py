@@ -230,3 +230,26 @@ def test_read_committed_a_transaction_committed_since_the_read_ahead_raises_the_
         second = fetch_one_batch(server, connection, topic, 1, isolation=READ_COMMITTED)
     assert values_of(second) == [(1, b"v1")]
     assert second.last_stable_offset == 5, "the open transaction's record and its marker are below it now"
+
+
+def test_a_read_ahead_short_of_min_bytes_waits_as_a_fresh_fetch_and_is_not_counted(module_kafka_server):
+    """Regression: a fetch asking what was read ahead, but for more bytes (min_bytes) than it holds,
+    long-polls as a fresh fetch does and is answered from the reads of its wait, not from the read
+    ahead: /metrics did count it among the fetches answered from a read made ahead."""
+    server = module_kafka_server
+    topic = "read-ahead-min-bytes"
+    max_wait_ms = 300
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        behind_after_a_first_fetch(server, connection, topic, ["v0", "v1", "v2"])
+        read_ahead_before = fetches_read_ahead(server)
+        request = dataclasses.replace(
+            fetch_request(server, BY_ID, topic, [(0, 1)], ONE_BATCH),
+            min_bytes=10 * ONE_BATCH,
+            max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        )
+        started = time.monotonic()
+        second = answered(connection.call(request))[0]
+        waited_s = time.monotonic() - started
+    assert values_of(second) == [(1, b"v1")]
+    assert waited_s >= max_wait_ms / 1000 * 0.9, "min_bytes not reached: answered once max_wait has passed"
+    assert fetches_read_ahead(server) - read_ahead_before == 0
