@@ -259,8 +259,9 @@ class _ReadRequest:
         partitions reads: the fetch's max_bytes never cut a partition's own (their sum fits in it),
         and KIP-74's exemption gave no partition its first batch (which goes to the first partition
         with batches, so depends on the order): every batch sent fits its partition's max_bytes, and
-        a partition with nothing sent had nothing to send."""
-        if sum(position.max_bytes for position in self.positions) > self.max_bytes:
+        a partition with nothing sent had nothing to send. A negative limit counts as none: its
+        partition takes nothing (unless exempt, refused below), so it leaves the others no more room."""
+        if sum(max(position.max_bytes, 0) for position in self.positions) > self.max_bytes:
             return False
         isolation = READ_COMMITTED if self.read_committed else READ_UNCOMMITTED
         for position, result in zip(self.positions, results, strict=True):

@@ -253,3 +253,43 @@ def test_a_read_ahead_short_of_min_bytes_waits_as_a_fresh_fetch_and_is_not_count
     assert values_of(second) == [(1, b"v1")]
     assert waited_s >= max_wait_ms / 1000 * 0.9, "min_bytes not reached: answered once max_wait has passed"
     assert fetches_read_ahead(server) - read_ahead_before == 0
+
+
+def test_a_negative_partition_max_bytes_leaves_the_fetch_limit_binding_in_the_order_asked(module_kafka_server):
+    """Regression: the partitions' limits added up to at most max_bytes only thanks to a negative
+    partition_max_bytes (a partition that takes nothing, having nothing to read), so the fetch's
+    max_bytes did cut the others' and their order mattered; the read made in the first order
+    answered the rotated fetch, not what a fresh read of it gives."""
+    server = module_kafka_server
+    topic = "read-ahead-negative-limit"
+    create_topic(server, topic, 3)
+    one_batch = len(batch_of("v1-0"))
+    # Partition 0 is empty, 1 and 2 have eight batches each: room for two of a partition's, three in all.
+    limits = {0: -1000, 1: 2 * one_batch + 10, 2: 2 * one_batch + 10}
+
+    def fetch_in(order: list[tuple[int, int]]):
+        request = fetch_request(server, BY_NAME, topic, order, 0)
+        [asked] = request.topics
+        partitions = tuple(
+            dataclasses.replace(partition, partition_max_bytes=limits[partition.partition])
+            for partition in asked.partitions
+        )
+        return dataclasses.replace(
+            request, max_bytes=3 * one_batch + 20, topics=(dataclasses.replace(asked, partitions=partitions),)
+        )
+
+    def read(answer) -> dict[int, list[tuple[int, bytes]]]:
+        return {partition: values_of(data) for partition, data in answered(answer).items()}
+
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        for partition in (1, 2):
+            produce_batches(connection, topic, partition, [batch_of(f"v{partition}-{i}") for i in range(8)])
+        first = read(connection.call(fetch_in([(0, 0), (1, 0), (2, 0)])))
+        assert [len(first[partition]) for partition in (0, 1, 2)] == [0, 2, 1]
+        time.sleep(READ_AHEAD_SETTLES_S)
+        rotated = fetch_in([(0, 0), (2, 1), (1, 2)])
+        second = read(connection.call(rotated))
+    with RawConnection(server.extra["kafka_bootstrap"]) as fresh_connection:
+        fresh = read(fresh_connection.call(rotated))
+    assert fresh == {0: [], 2: [(1, b"v2-1"), (2, b"v2-2")], 1: [(2, b"v1-2")]}
+    assert second == fresh
