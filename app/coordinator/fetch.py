@@ -305,7 +305,7 @@ class ReadAhead:
     changed since is read again when it is taken (`_refreshed`, one statement): the partitions'
     states, so the answer's high watermark, last stable offset and log start are current, and a log
     start moved past the fetch offset (DeleteRecords, retention) or a topic deleted since is read
-    afresh, so answered with its error. Compaction's removals may still be in it, as in any answer
+    afresh, so answered with its error, as is a read that met an error. Compaction's removals may still be in it, as in any answer
     read a moment before them. A read older than READ_AHEAD_MAX_AGE_S is discarded. At most one read
     is held per connection, of at most the request's max_bytes; `close` (the connection's end)
     cancels it."""
@@ -376,9 +376,13 @@ async def _refreshed(
     """Batches read ahead, with their partitions' states as they are now (one statement), or None
     when they no longer answer the fetch: a topic deleted (or deleted and created again) since, or a
     log start offset moved past the fetch offset (DeleteRecords, retention), which a fresh read
-    answers with its error. Otherwise the batches still stand: below the upper bound they were read
-    under, which only rises, nothing is appended and no batch's fate changes; the fresh high
-    watermark and last stable offset may stand above them, as when a fetch's limits stop it short."""
+    answers with its error; or an error read ahead, which may no longer hold (a topic created again
+    under its name just before the read, its offsets not reached then, may have them now).
+    Otherwise the batches still stand: below the upper bound they were read under, which only
+    rises, nothing is appended and no batch's fate changes; the fresh high watermark and last stable
+    offset may stand above them, as when a fetch's limits stop it short."""
+    if any(result.error is not None for result in results):
+        return None
     async with pool.acquire() as conn:
         now_found, states = await partition_log.topics_and_states(
             conn, [(result.position.topic, result.position.partition) for result in results]

@@ -9,14 +9,17 @@ log, its partitions in turn rotated as librdkafka rotates them, gets every recor
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import re
 import time
 
+import asyncpg
 import pytest
 from kio.schema.errors import ErrorCode as KafkaError
 
+from app.coordinator import fetch as fetch_module
 from app.kafka import api_table
 from app.kafka.record_batches import KafkaRecord
 from tests.api.test_log_lifecycle import delete_records
@@ -293,3 +296,71 @@ def test_a_negative_partition_max_bytes_leaves_the_fetch_limit_binding_in_the_or
         fresh = read(fresh_connection.call(rotated))
     assert fresh == {0: [], 2: [(1, b"v2-1"), (2, b"v2-2")], 1: [(2, b"v1-2")]}
     assert second == fresh
+
+
+async def _until_waiting_for_locks(observer: asyncpg.Connection, count: int) -> None:
+    """Returns once `count` sessions of the database wait for a lock."""
+    deadline = time.monotonic() + 30
+    waiting_sql = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    while await observer.fetchval(waiting_sql) < count:
+        assert time.monotonic() < deadline, f"expected {count} sessions waiting for a lock"
+        await asyncio.sleep(0.02)
+
+
+def test_a_topic_created_again_before_the_read_ahead_ran_is_read_afresh(make_server, database_url, monkeypatch):
+    """Regression: the topic was deleted and created again under its name after the answer before,
+    but before the read made ahead ran (it waited for a connection of the node's pool): that read met
+    the new, empty topic and answered OFFSET_OUT_OF_RANGE; with records produced to the new topic
+    since, the fetch took that error, beside a high watermark above its offset, where a fresh read
+    answers the records (a consumer resetting its offset to the latest would skip them).
+
+    The node's pool has one connection, and sessions of the test order the reads: the first fetch's
+    read waits for a table lock while a DeleteRecords queues for the pool; the DeleteRecords then
+    holds the connection, waiting for a row lock, while the read ahead waits for it and the topic is
+    deleted and created again through another node."""
+    # The steps take longer than a consumer takes to ask again: the read ahead must still be taken.
+    monkeypatch.setattr(fetch_module, "READ_AHEAD_MAX_AGE_S", 60)
+    server = make_server(kafka_listener="127.0.0.1:0", database_pool_size=1)
+    other_node = make_server()
+    topic, held_topic = "read-ahead-created-again", "read-ahead-holds-the-pool"
+    create_topic(server, topic, 1)
+    create_topic(server, held_topic, 1)
+
+    async def run(connection: RawConnection) -> object:
+        row_holder = await asyncpg.connect(database_url)
+        table_holder = await asyncpg.connect(database_url)
+        try:
+            await row_holder.execute("BEGIN")
+            await row_holder.execute(
+                "SELECT 1 FROM partitions p JOIN topics t USING (topic_id) WHERE t.name = $1 FOR UPDATE OF p",
+                held_topic,
+            )
+            await table_holder.execute("BEGIN")
+            await table_holder.execute("LOCK TABLE record_batches IN ACCESS EXCLUSIVE MODE")
+            first = asyncio.create_task(asyncio.to_thread(fetch_one_batch, server, connection, topic, 0, BY_NAME))
+            await _until_waiting_for_locks(table_holder, 1)  # the first fetch's read
+            holding_the_pool = asyncio.create_task(asyncio.to_thread(delete_records, server.client, held_topic, {0: 0}))
+            await asyncio.sleep(0.5)  # queued for the pool's connection, before the read ahead
+            await table_holder.execute("COMMIT")
+            first_answer = await first
+            await _until_waiting_for_locks(table_holder, 1)  # the DeleteRecords, holding the connection
+            assert other_node.client.delete(f"/v1/topics/{topic}").status_code in (200, 204)
+            create_topic(other_node, topic, 1)
+            await row_holder.execute("COMMIT")
+            assert (await holding_the_pool).status_code == 200
+            await asyncio.sleep(0.3)  # the read ahead has read the new topic, empty
+            return first_answer
+        finally:
+            await row_holder.close()
+            await table_holder.close()
+
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        produce_batches(connection, topic, 0, [batch_of(f"old-{i}") for i in range(3)])
+        first = asyncio.run(run(connection))
+        assert values_of(first) == [(0, b"old-0")]
+        produce_batches(connection, topic, 0, [batch_of(f"new-{i}") for i in range(3)])
+        second = fetch_one_batch(server, connection, topic, 1, BY_NAME)
+    assert second.error_code == KafkaError.none, second
+    assert values_of(second) == [(1, b"new-1")]
