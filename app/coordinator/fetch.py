@@ -164,6 +164,8 @@ async def fetch_batches(
 
     if done():
         if read_ahead is not None:
+            # Counted here, not when taken: one short of min_bytes is answered from the wait's reads.
+            read_ahead.answered += read_earlier is not None
             read_ahead.start_after(pool, request, refused, results)
         return results
     watched = [(found[p.topic].topic_id, p.partition) for p in positions if p.topic in found]
@@ -257,8 +259,9 @@ class _ReadRequest:
         partitions reads: the fetch's max_bytes never cut a partition's own (their sum fits in it),
         and KIP-74's exemption gave no partition its first batch (which goes to the first partition
         with batches, so depends on the order): every batch sent fits its partition's max_bytes, and
-        a partition with nothing sent had nothing to send."""
-        if sum(position.max_bytes for position in self.positions) > self.max_bytes:
+        a partition with nothing sent had nothing to send. A negative limit counts as none: its
+        partition takes nothing (unless exempt, refused below), so it leaves the others no more room."""
+        if sum(max(position.max_bytes, 0) for position in self.positions) > self.max_bytes:
             return False
         isolation = READ_COMMITTED if self.read_committed else READ_UNCOMMITTED
         for position, result in zip(self.positions, results, strict=True):
@@ -302,7 +305,7 @@ class ReadAhead:
     changed since is read again when it is taken (`_refreshed`, one statement): the partitions'
     states, so the answer's high watermark, last stable offset and log start are current, and a log
     start moved past the fetch offset (DeleteRecords, retention) or a topic deleted since is read
-    afresh, so answered with its error. Compaction's removals may still be in it, as in any answer
+    afresh, so answered with its error, as is a read that met an error. Compaction's removals may still be in it, as in any answer
     read a moment before them. A read older than READ_AHEAD_MAX_AGE_S is discarded. At most one read
     is held per connection, of at most the request's max_bytes; `close` (the connection's end)
     cancels it."""
@@ -311,7 +314,7 @@ class ReadAhead:
         self._request: _ReadRequest | None = None
         self._task: asyncio.Task | None = None
         self._started_at = 0.0
-        # How many fetches it answered, for the node's metrics.
+        # How many fetches it answered (fetch_batches counts them), for the node's metrics.
         self.answered = 0
 
     async def take(
@@ -339,9 +342,7 @@ class ReadAhead:
                 return None
             by_position = dict(zip(held.positions, results, strict=True))
             results = [by_position[position] for position in request.positions]
-        refreshed = await _refreshed(pool, results, found)
-        self.answered += refreshed is not None
-        return refreshed
+        return await _refreshed(pool, results, found)
 
     def start_after(
         self,
@@ -375,9 +376,13 @@ async def _refreshed(
     """Batches read ahead, with their partitions' states as they are now (one statement), or None
     when they no longer answer the fetch: a topic deleted (or deleted and created again) since, or a
     log start offset moved past the fetch offset (DeleteRecords, retention), which a fresh read
-    answers with its error. Otherwise the batches still stand: below the upper bound they were read
-    under, which only rises, nothing is appended and no batch's fate changes; the fresh high
-    watermark and last stable offset may stand above them, as when a fetch's limits stop it short."""
+    answers with its error; or an error read ahead, which may no longer hold (a topic created again
+    under its name just before the read, its offsets not reached then, may have them now).
+    Otherwise the batches still stand: below the upper bound they were read under, which only
+    rises, nothing is appended and no batch's fate changes; the fresh high watermark and last stable
+    offset may stand above them, as when a fetch's limits stop it short."""
+    if any(result.error is not None for result in results):
+        return None
     async with pool.acquire() as conn:
         now_found, states = await partition_log.topics_and_states(
             conn, [(result.position.topic, result.position.partition) for result in results]

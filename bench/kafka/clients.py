@@ -284,7 +284,9 @@ def consume_records(bootstrap: str, topic: str, partitions: int, records: int) -
         while read < records:
             if time.monotonic() - started > WAIT_S:
                 raise RuntimeError(f"read {read} of {records} records of {topic} in {WAIT_S} s")
-            messages = consumer.consume(10_000, 1.0)
+            # No more than are left: consume() returns once it has as many as asked or its timeout has
+            # passed, and `records` may be every record of the topic (as many as section 1 produced).
+            messages = consumer.consume(min(10_000, records - read), 1.0)
             # Every message's error is looked at, by map() in C: the baseline, a raw SELECT, counts
             # asyncpg's rows without Python code per row, and a Python loop here took client CPU
             # per record the baseline does not spend (docs/performance.md, section 2).

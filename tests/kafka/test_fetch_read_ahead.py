@@ -9,14 +9,17 @@ log, its partitions in turn rotated as librdkafka rotates them, gets every recor
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import re
 import time
 
+import asyncpg
 import pytest
 from kio.schema.errors import ErrorCode as KafkaError
 
+from app.coordinator import fetch as fetch_module
 from app.kafka import api_table
 from app.kafka.record_batches import KafkaRecord
 from tests.api.test_log_lifecycle import delete_records
@@ -230,3 +233,134 @@ def test_read_committed_a_transaction_committed_since_the_read_ahead_raises_the_
         second = fetch_one_batch(server, connection, topic, 1, isolation=READ_COMMITTED)
     assert values_of(second) == [(1, b"v1")]
     assert second.last_stable_offset == 5, "the open transaction's record and its marker are below it now"
+
+
+def test_a_read_ahead_short_of_min_bytes_waits_as_a_fresh_fetch_and_is_not_counted(module_kafka_server):
+    """Regression: a fetch asking what was read ahead, but for more bytes (min_bytes) than it holds,
+    long-polls as a fresh fetch does and is answered from the reads of its wait, not from the read
+    ahead: /metrics did count it among the fetches answered from a read made ahead."""
+    server = module_kafka_server
+    topic = "read-ahead-min-bytes"
+    max_wait_ms = 300
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        behind_after_a_first_fetch(server, connection, topic, ["v0", "v1", "v2"])
+        read_ahead_before = fetches_read_ahead(server)
+        request = dataclasses.replace(
+            fetch_request(server, BY_ID, topic, [(0, 1)], ONE_BATCH),
+            min_bytes=10 * ONE_BATCH,
+            max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        )
+        started = time.monotonic()
+        second = answered(connection.call(request))[0]
+        waited_s = time.monotonic() - started
+    assert values_of(second) == [(1, b"v1")]
+    assert waited_s >= max_wait_ms / 1000 * 0.9, "min_bytes not reached: answered once max_wait has passed"
+    assert fetches_read_ahead(server) - read_ahead_before == 0
+
+
+def test_a_negative_partition_max_bytes_leaves_the_fetch_limit_binding_in_the_order_asked(module_kafka_server):
+    """Regression: the partitions' limits added up to at most max_bytes only thanks to a negative
+    partition_max_bytes (a partition that takes nothing, having nothing to read), so the fetch's
+    max_bytes did cut the others' and their order mattered; the read made in the first order
+    answered the rotated fetch, not what a fresh read of it gives."""
+    server = module_kafka_server
+    topic = "read-ahead-negative-limit"
+    create_topic(server, topic, 3)
+    one_batch = len(batch_of("v1-0"))
+    # Partition 0 is empty, 1 and 2 have eight batches each: room for two of a partition's, three in all.
+    limits = {0: -1000, 1: 2 * one_batch + 10, 2: 2 * one_batch + 10}
+
+    def fetch_in(order: list[tuple[int, int]]):
+        request = fetch_request(server, BY_NAME, topic, order, 0)
+        [asked] = request.topics
+        partitions = tuple(
+            dataclasses.replace(partition, partition_max_bytes=limits[partition.partition])
+            for partition in asked.partitions
+        )
+        return dataclasses.replace(
+            request, max_bytes=3 * one_batch + 20, topics=(dataclasses.replace(asked, partitions=partitions),)
+        )
+
+    def read(answer) -> dict[int, list[tuple[int, bytes]]]:
+        return {partition: values_of(data) for partition, data in answered(answer).items()}
+
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        for partition in (1, 2):
+            produce_batches(connection, topic, partition, [batch_of(f"v{partition}-{i}") for i in range(8)])
+        first = read(connection.call(fetch_in([(0, 0), (1, 0), (2, 0)])))
+        assert [len(first[partition]) for partition in (0, 1, 2)] == [0, 2, 1]
+        time.sleep(READ_AHEAD_SETTLES_S)
+        rotated = fetch_in([(0, 0), (2, 1), (1, 2)])
+        second = read(connection.call(rotated))
+    with RawConnection(server.extra["kafka_bootstrap"]) as fresh_connection:
+        fresh = read(fresh_connection.call(rotated))
+    assert fresh == {0: [], 2: [(1, b"v2-1"), (2, b"v2-2")], 1: [(2, b"v1-2")]}
+    assert second == fresh
+
+
+async def _until_waiting_for_locks(observer: asyncpg.Connection, count: int) -> None:
+    """Returns once `count` sessions of the database wait for a lock."""
+    deadline = time.monotonic() + 30
+    waiting_sql = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    while await observer.fetchval(waiting_sql) < count:
+        assert time.monotonic() < deadline, f"expected {count} sessions waiting for a lock"
+        await asyncio.sleep(0.02)
+
+
+def test_a_topic_created_again_before_the_read_ahead_ran_is_read_afresh(make_server, database_url, monkeypatch):
+    """Regression: the topic was deleted and created again under its name after the answer before,
+    but before the read made ahead ran (it waited for a connection of the node's pool): that read met
+    the new, empty topic and answered OFFSET_OUT_OF_RANGE; with records produced to the new topic
+    since, the fetch took that error, beside a high watermark above its offset, where a fresh read
+    answers the records (a consumer resetting its offset to the latest would skip them).
+
+    The node's pool has one connection, and sessions of the test order the reads: the first fetch's
+    read waits for a table lock while a DeleteRecords queues for the pool; the DeleteRecords then
+    holds the connection, waiting for a row lock, while the read ahead waits for it and the topic is
+    deleted and created again through another node."""
+    # The steps take longer than a consumer takes to ask again: the read ahead must still be taken.
+    monkeypatch.setattr(fetch_module, "READ_AHEAD_MAX_AGE_S", 60)
+    server = make_server(kafka_listener="127.0.0.1:0", database_pool_size=1)
+    other_node = make_server()
+    topic, held_topic = "read-ahead-created-again", "read-ahead-holds-the-pool"
+    create_topic(server, topic, 1)
+    create_topic(server, held_topic, 1)
+
+    async def run(connection: RawConnection) -> object:
+        row_holder = await asyncpg.connect(database_url)
+        table_holder = await asyncpg.connect(database_url)
+        try:
+            await row_holder.execute("BEGIN")
+            await row_holder.execute(
+                "SELECT 1 FROM partitions p JOIN topics t USING (topic_id) WHERE t.name = $1 FOR UPDATE OF p",
+                held_topic,
+            )
+            await table_holder.execute("BEGIN")
+            await table_holder.execute("LOCK TABLE record_batches IN ACCESS EXCLUSIVE MODE")
+            first = asyncio.create_task(asyncio.to_thread(fetch_one_batch, server, connection, topic, 0, BY_NAME))
+            await _until_waiting_for_locks(table_holder, 1)  # the first fetch's read
+            holding_the_pool = asyncio.create_task(asyncio.to_thread(delete_records, server.client, held_topic, {0: 0}))
+            await asyncio.sleep(0.5)  # queued for the pool's connection, before the read ahead
+            await table_holder.execute("COMMIT")
+            first_answer = await first
+            await _until_waiting_for_locks(table_holder, 1)  # the DeleteRecords, holding the connection
+            assert other_node.client.delete(f"/v1/topics/{topic}").status_code in (200, 204)
+            create_topic(other_node, topic, 1)
+            await row_holder.execute("COMMIT")
+            assert (await holding_the_pool).status_code == 200
+            await asyncio.sleep(0.3)  # the read ahead has read the new topic, empty
+            return first_answer
+        finally:
+            await row_holder.close()
+            await table_holder.close()
+
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        produce_batches(connection, topic, 0, [batch_of(f"old-{i}") for i in range(3)])
+        first = asyncio.run(run(connection))
+        assert values_of(first) == [(0, b"old-0")]
+        produce_batches(connection, topic, 0, [batch_of(f"new-{i}") for i in range(3)])
+        second = fetch_one_batch(server, connection, topic, 1, BY_NAME)
+    assert second.error_code == KafkaError.none, second
+    assert values_of(second) == [(1, b"new-1")]
