@@ -53,6 +53,12 @@ class Metrics:
             "Kafka Fetch requests answered from a read made while the client parsed the answer before",
             registry=self.registry,
         )
+        self.fetch_reads_ahead_unused = Counter(
+            "txbroker_kafka_fetch_reads_ahead_unused",
+            "reads made ahead for a Kafka connection's next Fetch that no Fetch took "
+            "(another request came, or none in time)",
+            registry=self.registry,
+        )
 
 
 class _Scrape:

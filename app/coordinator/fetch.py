@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -58,6 +59,11 @@ MAX_BATCHES_PER_READ = 200
 # soon as it has parsed the answer before (milliseconds for Kafka's clients: about 20 ms for librdkafka's
 # 4 MB); one that comes later is read afresh, so an answer is never older than this.
 READ_AHEAD_MAX_AGE_S = 0.5
+# A connection whose reads ahead went unused this many times in a row (its client's next request is
+# never the one read: Java's consumer, and kafka-python's, fetch only the partitions they have drained)
+# stops reading ahead for READ_AHEAD_PAUSE_FETCHES answers, then tries again.
+READ_AHEAD_MISSES_BEFORE_PAUSE = 2
+READ_AHEAD_PAUSE_FETCHES = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +171,8 @@ async def fetch_batches(
     if done():
         if read_ahead is not None:
             # Counted here, not when taken: one short of min_bytes is answered from the wait's reads.
-            read_ahead.answered += read_earlier is not None
+            if read_earlier is not None:
+                read_ahead.answered()
             read_ahead.start_after(pool, request, refused, results)
         return results
     watched = [(found[p.topic].topic_id, p.partition) for p in positions if p.topic in found]
@@ -305,17 +312,31 @@ class ReadAhead:
     changed since is read again when it is taken (`_refreshed`, one statement): the partitions'
     states, so the answer's high watermark, last stable offset and log start are current, and a log
     start moved past the fetch offset (DeleteRecords, retention) or a topic deleted since is read
-    afresh, so answered with its error, as is a read that met an error. Compaction's removals may still be in it, as in any answer
-    read a moment before them. A read older than READ_AHEAD_MAX_AGE_S is discarded. At most one read
-    is held per connection, of at most the request's max_bytes; `close` (the connection's end)
-    cancels it."""
+    afresh, so answered with its error, as is a read that met an error. Compaction's removals may
+    still be in it, as in any answer read a moment before them.
 
-    def __init__(self) -> None:
+    A read is dropped READ_AHEAD_MAX_AGE_S after it began, taken or not, so that it holds no memory
+    past its use. At most one read is held per connection, of at most the request's max_bytes;
+    `close` (the connection's end) cancels it. A connection whose reads go unused
+    READ_AHEAD_MISSES_BEFORE_PAUSE times in a row pauses for READ_AHEAD_PAUSE_FETCHES answers, so a
+    client whose requests never match costs a read now and then, not one per fetch. `on_answered`
+    and `on_unused` are told of each read taken as an answer and of each dropped unused (the
+    node's metrics)."""
+
+    def __init__(self, on_answered: Callable[[], None] = lambda: None, on_unused: Callable[[], None] = lambda: None):
         self._request: _ReadRequest | None = None
         self._task: asyncio.Task | None = None
+        self._expiry: asyncio.TimerHandle | None = None
         self._started_at = 0.0
-        # How many fetches it answered (fetch_batches counts them), for the node's metrics.
-        self.answered = 0
+        self._misses = 0  # reads dropped unused since the last one taken
+        self._paused_for = 0  # answers left before the next read ahead
+        self._on_answered = on_answered
+        self._on_unused = on_unused
+
+    def answered(self) -> None:
+        """The read taken answered the fetch (fetch_batches: one short of min_bytes does not)."""
+        self._misses = 0
+        self._on_answered()
 
     async def take(
         self, pool: asyncpg.Pool, request: _ReadRequest
@@ -323,13 +344,15 @@ class ReadAhead:
         """The read made ahead for `request`, its partitions' states read again now, or None (none
         made, another request's, too old, failed, or no longer an answer: the caller reads afresh,
         and meets the error itself if there is one)."""
-        task, self._task = self._task, None
+        task = self._task
         if task is None:
             return None
         held = self._request
-        if not held.same_reads(request) or asyncio.get_running_loop().time() - self._started_at > READ_AHEAD_MAX_AGE_S:
-            task.cancel()
+        if not held.same_reads(request):
+            self._drop_unused()
             return None
+        self._task = None
+        self._expiry.cancel()
         try:
             results, found = await task
         except Exception as error:  # noqa: BLE001 - the fresh read that follows meets it again if it lasts
@@ -342,7 +365,7 @@ class ReadAhead:
                 return None
             by_position = dict(zip(held.positions, results, strict=True))
             results = [by_position[position] for position in request.positions]
-        return await _refreshed(pool, results, found)
+        return await _refreshed(pool, results, found, request.read_committed)
 
     def start_after(
         self,
@@ -353,25 +376,39 @@ class ReadAhead:
     ) -> None:
         """Reads the request that follows this answer, when it leaves the reader behind."""
         self.close()
+        if self._paused_for > 0:
+            self._paused_for -= 1
+            return
         following = None if any(refused.values()) else request.after(results)
         if following is None:
             return
+        loop = asyncio.get_running_loop()
         self._request = following
-        self._started_at = asyncio.get_running_loop().time()
         self._task = asyncio.create_task(
             _read_batches(pool, list(following.positions), refused, following.read_committed, following.max_bytes)
         )
         self._task.add_done_callback(_retrieved)
+        self._expiry = loop.call_later(READ_AHEAD_MAX_AGE_S, self._drop_unused)
+
+    def _drop_unused(self) -> None:
+        """Drops the read held, which no fetch took: another request came, or none in time."""
+        self.close()
+        self._on_unused()
+        self._misses += 1
+        if self._misses >= READ_AHEAD_MISSES_BEFORE_PAUSE:
+            self._misses = 0
+            self._paused_for = READ_AHEAD_PAUSE_FETCHES
 
     def close(self) -> None:
         """Cancels the read held, if any."""
         if self._task is not None:
             self._task.cancel()
             self._task = None
+            self._expiry.cancel()
 
 
 async def _refreshed(
-    pool: asyncpg.Pool, results: list[FetchedBatches], found: dict[str, TopicInfo]
+    pool: asyncpg.Pool, results: list[FetchedBatches], found: dict[str, TopicInfo], read_committed: bool
 ) -> tuple[list[FetchedBatches], dict[str, TopicInfo]] | None:
     """Batches read ahead, with their partitions' states as they are now (one statement), or None
     when they no longer answer the fetch: a topic deleted (or deleted and created again) since, or a
@@ -380,7 +417,9 @@ async def _refreshed(
     under its name just before the read, its offsets not reached then, may have them now).
     Otherwise the batches still stand: below the upper bound they were read under, which only
     rises, nothing is appended and no batch's fate changes; the fresh high watermark and last stable
-    offset may stand above them, as when a fetch's limits stop it short."""
+    offset may stand above them, as when a fetch's limits stop it short. Should the bound have gone
+    down (a PostgreSQL failover to a standby that had not received the last commits), batches past
+    it are not answered: the fetch is read afresh."""
     if any(result.error is not None for result in results):
         return None
     async with pool.acquire() as conn:
@@ -393,6 +432,9 @@ async def _refreshed(
         if then is None or now is None or now.topic_id != then.topic_id or state is None:
             return None
         if result.position.offset < state.log_start_offset:
+            return None
+        upper = state.upper_bound(READ_COMMITTED if read_committed else READ_UNCOMMITTED)
+        if result.batches and result.batches[-1].last_offset >= upper:
             return None
         result.state = state
     return results, now_found

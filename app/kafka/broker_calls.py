@@ -605,7 +605,6 @@ class BrokerCalls:
             topic: _denied(principal, Operation.READ, ResourceType.TOPIC, topic)
             for topic in {p.topic for p in positions}
         }
-        answered_ahead = read_ahead.answered if read_ahead is not None else 0
         results = await fetch_batches(
             self._state.pool,
             self._state.notifier,
@@ -617,14 +616,13 @@ class BrokerCalls:
             max_bytes,
             read_ahead,
         )
-        if read_ahead is not None:
-            self._state.metrics.fetches_read_ahead.inc(read_ahead.answered - answered_ahead)
         return self._counted(results)
 
-    @staticmethod
-    def new_read_ahead() -> ReadAhead:
-        """A connection's read ahead for its Fetch requests; the connection closes it at its end."""
-        return ReadAhead()
+    def new_read_ahead(self) -> ReadAhead:
+        """A connection's read ahead for its Fetch requests, counted in the node's metrics; the
+        connection closes it at its end."""
+        metrics = self._state.metrics
+        return ReadAhead(metrics.fetches_read_ahead.inc, metrics.fetch_reads_ahead_unused.inc)
 
     def _counted(self, results: list[FetchedPartition]) -> list[FetchedPartition]:
         self._state.metrics.records_fetched.inc(

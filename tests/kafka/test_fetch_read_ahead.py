@@ -108,11 +108,19 @@ def values_of(partition) -> list[tuple[int, bytes]]:
     return found
 
 
-def fetches_read_ahead(server) -> float:
+def counter(server, name: str) -> float:
     text = server.client.get("/metrics").text
-    match = re.search(r"^txbroker_kafka_fetches_read_ahead_total (\S+)$", text, re.MULTILINE)
-    assert match, "the counter is missing from /metrics"
+    match = re.search(rf"^{name}_total (\S+)$", text, re.MULTILINE)
+    assert match, f"{name} is missing from /metrics"
     return float(match.group(1))
+
+
+def fetches_read_ahead(server) -> float:
+    return counter(server, "txbroker_kafka_fetches_read_ahead")
+
+
+def reads_ahead_unused(server) -> float:
+    return counter(server, "txbroker_kafka_fetch_reads_ahead_unused")
 
 
 @pytest.mark.parametrize("version", [BY_NAME, BY_ID])
@@ -364,3 +372,76 @@ def test_a_topic_created_again_before_the_read_ahead_ran_is_read_afresh(make_ser
         second = fetch_one_batch(server, connection, topic, 1, BY_NAME)
     assert second.error_code == KafkaError.none, second
     assert values_of(second) == [(1, b"new-1")]
+
+
+def test_a_client_whose_next_request_never_matches_pauses_the_read_ahead(module_kafka_server):
+    """Java's consumer and kafka-python's fetch only the partitions whose records they have drained,
+    so their next request is never the one read ahead: after two reads dropped unused the connection
+    reads ahead no more for a while, rather than reading every answer twice."""
+    server = module_kafka_server
+    topic = "read-ahead-subsets"
+    create_topic(server, topic, 2)
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        for partition in (0, 1):
+            produce_batches(connection, topic, partition, [batch_of(f"p{partition}-{i}") for i in range(8)])
+        unused_before = reads_ahead_unused(server)
+        offsets = {0: 0, 1: 0}
+        # Both partitions, then one at a time, as a Java consumer that drained one of them asks.
+        asked = [[0, 1], [0], [1], [0], [1], [0], [1]]
+        for partitions in asked:
+            response = connection.call(
+                fetch_request(server, BY_ID, topic, [(p, offsets[p]) for p in partitions], ONE_BATCH)
+            )
+            for partition, answer in answered(response).items():
+                assert answer.error_code == KafkaError.none, answer
+                values = values_of(answer)
+                assert values == [(offsets[partition], f"p{partition}-{offsets[partition]}".encode())]
+                offsets[partition] += 1
+    assert reads_ahead_unused(server) - unused_before == 2, "two reads dropped, then none read ahead"
+
+
+def test_a_read_ahead_no_fetch_takes_is_dropped_after_its_age(module_kafka_server):
+    """A consumer that stops asking (paused, or slower than READ_AHEAD_MAX_AGE_S) leaves no read
+    held: it is dropped at that age, not at the connection's next Fetch or its end."""
+    server = module_kafka_server
+    topic = "read-ahead-dropped"
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        unused_before = reads_ahead_unused(server)
+        behind_after_a_first_fetch(server, connection, topic, ["v0", "v1", "v2"])
+        assert reads_ahead_unused(server) == unused_before, "held, not yet dropped"
+        time.sleep(fetch_module.READ_AHEAD_MAX_AGE_S + 0.3)
+        assert reads_ahead_unused(server) - unused_before == 1
+        later = fetch_one_batch(server, connection, topic, 1)
+    assert values_of(later) == [(1, b"v1")]
+
+
+def test_batches_read_ahead_past_a_high_watermark_that_went_down_are_read_afresh(make_server, database_url):
+    """Regression guard: should a partition's high watermark go down between the read ahead and the
+    fetch that takes it (a failover to a PostgreSQL standby that had not received the last commits:
+    simulated here by removing the last batches and lowering the partition's high watermark), the
+    records read ahead past it are not answered: the fetch is read afresh."""
+    server = make_server(kafka_listener="127.0.0.1:0")
+    topic = "read-ahead-lost-commits"
+
+    async def lose_commits_after(offset: int) -> None:
+        conn = await asyncpg.connect(database_url)
+        try:
+            async with conn.transaction():
+                topic_id = await conn.fetchval("SELECT topic_id FROM topics WHERE name = $1", topic)
+                await conn.execute(
+                    "DELETE FROM record_batches WHERE topic_id = $1 AND partition = 0 AND base_offset >= $2",
+                    topic_id,
+                    offset,
+                )
+                await conn.execute(
+                    "UPDATE partitions SET high_watermark = $2 WHERE topic_id = $1 AND partition = 0", topic_id, offset
+                )
+        finally:
+            await conn.close()
+
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        behind_after_a_first_fetch(server, connection, topic, ["v0", "v1", "v2"])
+        asyncio.run(lose_commits_after(1))
+        second = fetch_one_batch(server, connection, topic, 1)
+    assert second.error_code == KafkaError.none, second
+    assert (values_of(second), second.high_watermark) == ([], 1)
