@@ -104,8 +104,8 @@ DELETE FROM producer_ids i WHERE i.transactional_id IS NULL AND i.issued_ms < $1
 # too, and is told UNKNOWN_PRODUCER_ID, never OUT_OF_ORDER_SEQUENCE_NUMBER). That condition on
 # another table holds forever once it holds: ids come from a sequence and are never issued again
 # once gone, and an id's transactional_id never changes. A transactional producer's state goes row
-# by row, as in Kafka: every transaction has an epoch of its own, and its first batch on a partition
-# starts at sequence 0, with or without the state of an earlier epoch there.
+# by row, as in Kafka: its next batch where its state went is taken at any sequence (with transaction
+# version 1 its sequences carry over from one transaction to the next; sequences.check_batch).
 _EXPIRE_IDLE_STATES_SQL = """
 DELETE FROM producer_states s
 WHERE s.last_append_ms < $1 AND s.current_txn_first_offset IS NULL
