@@ -76,6 +76,12 @@ async def lookup_many(conn: asyncpg.Connection, producer_ids: list[int]) -> dict
     return {row["producer_id"]: IssuedProducer(row["producer_epoch"], row["transactional_id"]) for row in rows}
 
 
+async def highest_epoch_written(conn: asyncpg.Connection, producer_id: int) -> int | None:
+    """The highest epoch this producer's state holds on any partition (an idempotent producer may
+    start an epoch above the one issued itself, as Kafka's leaders let it), or None where it has none."""
+    return await conn.fetchval("SELECT max(producer_epoch) FROM producer_states WHERE producer_id = $1", producer_id)
+
+
 # Expiry, run as one PostgreSQL transaction at READ COMMITTED (`expire`). Each statement's WHERE
 # is judged on the statement's snapshot, but when a row it is about to delete was changed by a
 # transaction that committed meanwhile, PostgreSQL re-checks only that row's new version against the
