@@ -222,12 +222,15 @@ class TransactionCoordinator:
     async def _init_idempotent(
         self, conn: asyncpg.Connection, producer_id: int, producer_epoch: int, now: int
     ) -> InitResult:
-        if producer_id == NO_PRODUCER_ID:
-            issued = await producer_ids.issue(conn, now)
-            return InitResult(issued.producer_id, issued.producer_epoch)
         # KIP-360: an idempotent producer bumps its own epoch after an error to reset its sequences.
-        issued = await producer_ids.lookup(conn, producer_id)
-        if issued is None or issued.transactional_id is not None:
+        issued = None if producer_id == NO_PRODUCER_ID else await producer_ids.lookup(conn, producer_id)
+        if issued is None:
+            # A new id, also for an id the server no longer knows (expired: kafka-python asks the
+            # bump with it after UNKNOWN_PRODUCER_ID), as Kafka answers every InitProducerId without
+            # a transactional id: nothing was issued under the old one since.
+            fresh = await producer_ids.issue(conn, now)
+            return InitResult(fresh.producer_id, fresh.producer_epoch)
+        if issued.transactional_id is not None:
             raise unknown_producer(producer_id)
         issued_epoch = issued.producer_epoch
         # The producer may have started epochs above the one issued itself (produce takes them, as
