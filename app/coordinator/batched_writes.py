@@ -38,7 +38,7 @@ from app.coordinator.transaction_coordinator import (
     EndTxnCommand,
     TransactionCoordinator,
 )
-from app.coordinator.transaction_metadata import TRANSACTION_VERSION_BUMP
+from app.coordinator.transaction_metadata import TRANSACTION_VERSION_BUMP, TRANSACTION_VERSION_CLASSIC
 from app.coordinator.write_batching import WriteBatcher
 from app.errors import BrokerError
 from app.storage.log import batch_form, markers, record_codec
@@ -77,6 +77,26 @@ def _needs_transaction(requests: list[_Request]) -> bool:
     )
 
 
+def _sharing_a_batch(requests: list[_Request]) -> int:
+    """How many of the queued requests, from the first, one write batch writes: up to the first that
+    writes for a transactional id whose EndTxn of transaction version 1 is before it among them.
+    That epoch carries over, so such a request is not fenced: it begins the id's next transaction,
+    whose record batches must follow the ended one's markers, as they would alone. A write batch
+    writes its record batches before its markers, so a marker would cover them instead (the ended
+    transaction's COMMIT making them visible, whatever their own transaction's outcome). After an
+    EndTxn of version 2 the request still carries the ended epoch (the next one is in the EndTxn's
+    answer, given after the commit) and is fenced in the batch; another EndTxn of the id (a retry)
+    writes nothing: both share the batch."""
+    ended: set[str] = set()
+    for index, request in enumerate(requests):
+        if isinstance(request, EndTxnCommand):
+            if request.transaction_version == TRANSACTION_VERSION_CLASSIC:
+                ended.add(request.transactional_id)
+        elif (request.command.transactional_id if isinstance(request, _Produce) else request.transactional_id) in ended:
+            return index
+    return len(requests)
+
+
 class BatchedWrites:
     """Produce, EndTxn, AddPartitionsToTxn and AddOffsetsToTxn of one server process, written in write
     batches: the requests of a write batch share each statement (their producers and transactional
@@ -86,7 +106,7 @@ class BatchedWrites:
     def __init__(self, coordinator: TransactionCoordinator, max_records: int) -> None:
         self.coordinator = coordinator
         self.max_records = max_records
-        self.batcher: WriteBatcher[_Request, _Answer] = WriteBatcher(self._write)
+        self.batcher: WriteBatcher[_Request, _Answer] = WriteBatcher(self._write, sharing=_sharing_a_batch)
 
     async def produce(self, command: ProduceCommand) -> list[PartitionResult]:
         return await self.enqueue_produce(command)

@@ -222,25 +222,32 @@ class TransactionCoordinator:
     async def _init_idempotent(
         self, conn: asyncpg.Connection, producer_id: int, producer_epoch: int, now: int
     ) -> InitResult:
-        if producer_id == NO_PRODUCER_ID:
-            issued = await producer_ids.issue(conn, now)
-            return InitResult(issued.producer_id, issued.producer_epoch)
         # KIP-360: an idempotent producer bumps its own epoch after an error to reset its sequences.
-        issued = await producer_ids.lookup(conn, producer_id)
-        if issued is None or issued.transactional_id is not None:
+        issued = None if producer_id == NO_PRODUCER_ID else await producer_ids.lookup(conn, producer_id)
+        if issued is None:
+            # A new id, also for an id the server no longer knows (expired: kafka-python asks the
+            # bump with it after UNKNOWN_PRODUCER_ID), as Kafka answers every InitProducerId without
+            # a transactional id: nothing was issued under the old one since.
+            fresh = await producer_ids.issue(conn, now)
+            return InitResult(fresh.producer_id, fresh.producer_epoch)
+        if issued.transactional_id is not None:
             raise unknown_producer(producer_id)
         issued_epoch = issued.producer_epoch
-        if producer_epoch == issued_epoch - 1:
+        # The producer may have started epochs above the one issued itself (produce takes them, as
+        # Kafka's leaders do): the bump goes above every epoch it wrote with, else its next batch,
+        # at sequence 0 of an epoch it already wrote, would be taken for a duplicate and dropped.
+        current = max(issued_epoch, await producer_ids.highest_epoch_written(conn, producer_id) or 0)
+        if producer_epoch == issued_epoch - 1 and current == issued_epoch:
             # The retry of a bump whose answer was lost: answer the epoch it issued. An idempotent
             # producer id has one holder (no transactional id to share), so this fences no one.
             return InitResult(producer_id, issued_epoch)
-        if producer_epoch != issued_epoch:
+        if not issued_epoch <= producer_epoch <= current:
             raise BrokerError(
                 ErrorCode.PRODUCER_FENCED if producer_epoch < issued_epoch else ErrorCode.INVALID_PRODUCER_EPOCH,
                 f"producer {producer_id} asked to bump epoch {producer_epoch}, but its current "
-                f"epoch is {issued_epoch}: send the current epoch, or -1/-1 for a new producer id",
+                f"epoch is {current}: send the current epoch, or -1/-1 for a new producer id",
             )
-        bumped = await producer_ids.bump(conn, ProducerIdAndEpoch(producer_id, producer_epoch), now)
+        bumped = await producer_ids.bump(conn, ProducerIdAndEpoch(producer_id, current), now)
         return InitResult(bumped.producer_id, bumped.producer_epoch)
 
     async def _reinit(

@@ -50,10 +50,14 @@ class WriteBatcher(Generic[Request, Answer]):
         write_batch: Callable[[list[Request]], Awaitable[list[Answer | BaseException]]],
         max_in_flight: int = MAX_BATCHES_IN_FLIGHT,
         max_per_batch: int = MAX_REQUESTS_PER_BATCH,
+        sharing: Callable[[list[Request]], int] | None = None,
     ) -> None:
+        """`sharing(requests)`: how many of the queued requests, from the first (at least one), one
+        batch may take, for a writer that cannot write some requests together; all by default."""
         self._write_batch = write_batch
         self._max_in_flight = max_in_flight
         self._max_per_batch = max_per_batch
+        self._sharing = sharing
         self._queue: list[_Waiting] = []
         self._in_flight = 0
         self._tasks: set[asyncio.Task] = set()
@@ -85,7 +89,9 @@ class WriteBatcher(Generic[Request, Answer]):
     def _start_batches(self) -> None:
         while self._queue and self._in_flight < self._max_in_flight:
             batch = self._queue[: self._max_per_batch]
-            del self._queue[: self._max_per_batch]
+            if self._sharing is not None:
+                batch = batch[: max(1, self._sharing([waiting.request for waiting in batch]))]
+            del self._queue[: len(batch)]
             self._in_flight += 1
             task = asyncio.create_task(self._commit_batch(batch), name="write-batch")
             self._tasks.add(task)

@@ -550,6 +550,34 @@ def test_idempotent_epoch_bump_resets_sequences_and_fences_the_old_epoch(client)
     assert values(client, "out", 0, "read_uncommitted") == ["a", "b"]
 
 
+@pytest.mark.parametrize("asked_with", ["issued", "own"])
+def test_a_bump_after_the_producer_s_own_higher_epoch_issues_an_epoch_it_never_wrote_with(client, asked_with):
+    """Regression: a producer that started a higher epoch itself (taken, as Kafka's leaders take it)
+    then asked a KIP-360 bump with the epoch the server issued, as api.md said: the bump answered
+    the epoch the producer had already written with, so its next batch, at sequence 0 of that epoch,
+    was answered as a duplicate of the earlier one and its records dropped. Asked with its own
+    epoch, the bump was refused. Either way the bump now answers an epoch above every one it wrote
+    with."""
+    producer_id, epoch = init_idempotent(client)
+    idempotent_send(client, producer_id, epoch, 0, "a0", "a1").raise_for_status()
+    own = epoch + 1  # the producer's own bump, with no request
+    started = idempotent_send(client, producer_id, own, 0, "b0", "b1").json()["partitions"][0]
+    assert started["error"] is None and started["duplicate"] is False
+    response = client.post(
+        "/v1/producers/init",
+        json={"producer_id": producer_id, "producer_epoch": epoch if asked_with == "issued" else own},
+    )
+    assert response.status_code == 200, response.text
+    bumped = response.json()
+    assert bumped["producer_epoch"] > own
+    written = idempotent_send(client, producer_id, bumped["producer_epoch"], 0, "c0", "c1").json()["partitions"][0]
+    assert written["error"] is None and written["duplicate"] is False
+    assert values(client, "out", 0, "read_uncommitted") == ["a0", "a1", "b0", "b1", "c0", "c1"]
+    # Every epoch the producer wrote with before the bump is fenced at once.
+    stale = idempotent_send(client, producer_id, own, 2, "late").json()["partitions"][0]
+    assert stale["error"]["code"] == "INVALID_PRODUCER_EPOCH"
+
+
 def test_producer_ids_are_unique(client):
     ids = {init_idempotent(client)[0] for _ in range(20)}
     ids |= {TxnProducer(client, f"unique-{n}").init()["producer_id"] for n in range(5)}

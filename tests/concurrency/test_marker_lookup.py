@@ -17,7 +17,7 @@ import httpx
 
 from app.coordinator.batched_writes import BatchedWrites
 from app.coordinator.produce import PartitionRecords, ProduceCommand
-from app.coordinator.transaction_coordinator import TransactionCoordinator
+from app.coordinator.transaction_coordinator import EndTxnCommand, TransactionCoordinator
 from app.coordinator.transaction_metadata import TRANSACTION_VERSION_CLASSIC
 from app.settings import Settings
 from app.storage.database import create_pool
@@ -149,6 +149,48 @@ def test_with_an_epoch_bumped_at_each_end_the_look_up_reads_one_marker_however_m
                     assert read <= 1, f"the look-up read {read} markers of the producer to answer one"
                     locked = await locks.lock_partitions(conn, asked)
                     assert key not in locked.markers, "no marker of the epoch the next transaction ends with"
+
+    asyncio.run(scenario())
+
+
+def test_a_produce_queued_behind_its_end_txn_of_version_1_is_written_after_the_marker(server):
+    """Regression: with version 1 the epoch carries over, so a produce of the transactional id queued
+    behind its EndTxn, in the same write batch, is not fenced: it begins the id's next transaction.
+    The write batch wrote its record batch before the EndTxn's marker, so the ended transaction's
+    COMMIT covered it, and closed the new transaction there: read_committed readers saw its record
+    at once, and still after that transaction aborted (its ABORT marker skipped as written). It is
+    now written after the marker, as it would be alone."""
+
+    async def scenario():
+        async with _transactional_id(server, "queued-behind-end", 1) as (_, writes, init):
+            producer = ("queued-behind-end", init.producer_id, init.producer_epoch)
+
+            def produce(sequence: int, value: str) -> ProduceCommand:
+                records = [record_codec.TextRecord(None, value)]
+                return ProduceCommand(*producer, "utf8", [PartitionRecords("queued-behind-end", 0, sequence, records)])
+
+            [first] = await asyncio.gather(writes.enqueue_produce(produce(0, "ended")))
+            # Queued in one turn of the event loop, the EndTxn first, as two connections' requests
+            # woken by one poll.
+            ended = writes.batcher.enqueue(EndTxnCommand(*producer, True, TRANSACTION_VERSION_CLASSIC))
+            late = writes.enqueue_produce(produce(1, "next"))
+            assert (await ended).state.value == "CompleteCommit"
+            [next_result] = await late
+            assert next_result.base_offset == first[0].base_offset + 2, "after the COMMIT marker"
+            aborted = await writes.end_transaction(*producer, False, TRANSACTION_VERSION_CLASSIC)
+            assert aborted.state.value == "CompleteAbort"
+
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            markers_page = await client.get("/v1/topics/queued-behind-end/partitions/0/markers")
+            assert [(m["offset"], m["type"]) for m in markers_page.json()["markers"]] == [(1, "COMMIT"), (3, "ABORT")]
+            fetched = await client.post(
+                "/v1/fetch",
+                json={
+                    "isolation_level": "read_committed",
+                    "partitions": [{"topic": "queued-behind-end", "partition": 0, "offset": 0}],
+                },
+            )
+            assert [r["value"] for r in fetched.json()["partitions"][0]["records"]] == ["ended"]
 
     asyncio.run(scenario())
 

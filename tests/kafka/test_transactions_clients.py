@@ -6,6 +6,8 @@ loops with send_offsets_to_transaction from a joined group."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -132,3 +134,31 @@ def test_a_zombie_of_either_client_is_fenced_by_a_new_instance(module_kafka_serv
     assert type(refused).__name__ == client.fenced_error, refused
     assert _values(CONFLUENT.consume(server, topic, 0, 1, isolation="read_committed")) == [b"successor-1"]
     assert b"zombie-2" not in _values(CONFLUENT.consume(server, topic, 0, 2))
+
+
+def test_a_transaction_writing_where_its_producer_s_state_expired_continues_its_sequence(make_server):
+    """Regression: with version 1 a producer's epoch and sequences carry over from one transaction to
+    the next, and its state on a partition it left idle for producer_id_expiration_ms expires there
+    on its own (the producer stays, writing elsewhere or not). Its next batch there continues its
+    sequence; the server refused it (OUT_OF_ORDER_SEQUENCE_NUMBER, which librdkafka takes as a
+    fatal error: the producer was dead). Kafka's ProducerAppendInfo takes any sequence from a
+    producer with no state on the partition."""
+    server = make_server(
+        kafka_listener="127.0.0.1:0", producer_id_expiration_ms=300, producer_id_expiration_check_interval_ms=50
+    )
+    topic = "txn-state-expired"
+    create_topic(server, topic, 1)
+    producer = Producer({"bootstrap.servers": bootstrap(server), "transactional.id": "tid-state-expired"})
+    producer.init_transactions(WAIT_S)
+    for value in (b"before", b"after"):
+        producer.begin_transaction()
+        producer.produce(topic, value=value, partition=0)
+        assert producer.flush(WAIT_S) == 0
+        producer.commit_transaction(WAIT_S)
+        deadline = time.monotonic() + 20
+        while server.client.get(f"/v1/topics/{topic}/partitions/0/producers").json()["producers"]:
+            assert time.monotonic() < deadline, "the producer's state on the partition did not expire"
+            time.sleep(0.05)
+    assert _values(CONFLUENT.consume(server, topic, 0, 2, isolation="read_committed")) == [b"before", b"after"]
+    markers = server.client.get(f"/v1/topics/{topic}/partitions/0/markers").json()["markers"]
+    assert [(m["type"], m["producer_epoch"]) for m in markers] == [("COMMIT", 0), ("COMMIT", 0)]

@@ -125,3 +125,18 @@ def test_requests_enqueued_in_one_turn_of_the_event_loop_share_a_batch_in_their_
         return await asyncio.gather(*answers), writer.batches
 
     assert asyncio.run(run()) == ([2, 4, 6], [[1, 2, 3]])
+
+
+def test_a_writer_s_sharing_rule_ends_a_batch_before_a_request_it_cannot_write_with_the_others():
+    # BatchedWrites writes a transactional id's request queued behind its EndTxn in the next batch.
+    async def run():
+        writer = _Writer()
+
+        def before_3(queued: list[int]) -> int:  # request 3 cannot be written with those before it
+            return queued.index(3) if 3 in queued[1:] else len(queued)
+
+        batches = WriteBatcher(writer.write, max_in_flight=1, sharing=before_3)
+        answers = [batches.enqueue(n) for n in (1, 2, 3, 4)]
+        return await asyncio.gather(*answers), writer.batches
+
+    assert asyncio.run(run()) == ([2, 4, 6, 8], [[1, 2], [3, 4]])

@@ -67,7 +67,13 @@ def check_batch(
     """`where` names the partition in messages (e.g. "orders-0")."""
     last_sequence = last_sequence_of(base_sequence, record_count)
     if entry is None:
-        if base_sequence != 0:
+        # A transactional producer's state expires partition by partition while the producer lives
+        # on (producer_ids.py), and with transaction version 1 its epoch and sequences carry over
+        # from one transaction to the next: its next batch where its state went continues its
+        # sequence. As Kafka's ProducerAppendInfo, a producer with no state here takes any sequence
+        # then. An idempotent producer's state goes only with its id, so one with none here never
+        # wrote here: it starts at 0, and any other sequence is a gap.
+        if base_sequence != 0 and not transactional:
             return BrokerError(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"producer {producer_id} sent sequence {base_sequence} to {where}, where it has written "

@@ -76,6 +76,12 @@ async def lookup_many(conn: asyncpg.Connection, producer_ids: list[int]) -> dict
     return {row["producer_id"]: IssuedProducer(row["producer_epoch"], row["transactional_id"]) for row in rows}
 
 
+async def highest_epoch_written(conn: asyncpg.Connection, producer_id: int) -> int | None:
+    """The highest epoch this producer's state holds on any partition (an idempotent producer may
+    start an epoch above the one issued itself, as Kafka's leaders let it), or None where it has none."""
+    return await conn.fetchval("SELECT max(producer_epoch) FROM producer_states WHERE producer_id = $1", producer_id)
+
+
 # Expiry, run as one PostgreSQL transaction at READ COMMITTED (`expire`). Each statement's WHERE
 # is judged on the statement's snapshot, but when a row it is about to delete was changed by a
 # transaction that committed meanwhile, PostgreSQL re-checks only that row's new version against the
@@ -104,8 +110,8 @@ DELETE FROM producer_ids i WHERE i.transactional_id IS NULL AND i.issued_ms < $1
 # too, and is told UNKNOWN_PRODUCER_ID, never OUT_OF_ORDER_SEQUENCE_NUMBER). That condition on
 # another table holds forever once it holds: ids come from a sequence and are never issued again
 # once gone, and an id's transactional_id never changes. A transactional producer's state goes row
-# by row, as in Kafka: every transaction has an epoch of its own, and its first batch on a partition
-# starts at sequence 0, with or without the state of an earlier epoch there.
+# by row, as in Kafka: its next batch where its state went is taken at any sequence (with transaction
+# version 1 its sequences carry over from one transaction to the next; sequences.check_batch).
 _EXPIRE_IDLE_STATES_SQL = """
 DELETE FROM producer_states s
 WHERE s.last_append_ms < $1 AND s.current_txn_first_offset IS NULL
