@@ -766,10 +766,13 @@ class GroupCalls:
     async def fetch_offsets(
         self, principal: Principal, group_id: str, partitions: list[tuple[str, int]] | None, require_stable: bool
     ) -> list[tuple[CommittedOffset, BrokerError | None]]:
+        """A topic the principal may not Describe answers TOPIC_AUTHORIZATION_FAILED before any error of
+        its offset (UNSTABLE_OFFSET_COMMIT would tell it a transaction commits one), as Kafka's broker
+        never asks its group coordinator about such topics; asked for every offset, it is left out."""
         authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
         found = await self._groups.fetch_offsets(group_id, partitions, require_stable)
         return [
-            (committed, error or _denied(principal, Operation.DESCRIBE, ResourceType.TOPIC, committed.topic))
+            (committed, _denied(principal, Operation.DESCRIBE, ResourceType.TOPIC, committed.topic) or error)
             for committed, error in found
             if partitions is not None or is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, committed.topic)
         ]

@@ -881,6 +881,49 @@ def test_deleting_offsets_needs_delete_on_the_group_and_read_on_the_topic(secure
         assert [(o["topic"], o["offset"]) for o in left] == [(OTHER_TOPIC, 1)]
 
 
+def test_fetching_offsets_with_require_stable_refuses_a_topic_the_principal_may_not_describe_first(secured):
+    """Regression: OffsetFetch with require_stable answered UNSTABLE_OFFSET_COMMIT for a topic the
+    principal may not Describe, where it answers TOPIC_AUTHORIZATION_FAILED without require_stable:
+    so a principal with only Describe on the group learned that a transaction commits an offset of
+    that topic. Kafka's broker asks its group coordinator only about the topics the principal may
+    Describe (KafkaApis.fetchOffsetsForGroup): the others are TOPIC_AUTHORIZATION_FAILED either way."""
+    group = "sasl-stable"
+    _, committer = new_principal(
+        secured,
+        "stable-committer",
+        rule("TransactionalId", "sasl-stable-", "Write", "prefixed"),
+        rule("Group", group, "Read"),
+        rule("Topic", OTHER_TOPIC, "Read"),
+    )
+    _, group_only = new_principal(secured, "stable-group-viewer", rule("Group", group, "Describe"))
+    _, with_topic = new_principal(
+        secured, "stable-topic-viewer", rule("Group", group, "Describe"), rule("Topic", OTHER_TOPIC, "Describe")
+    )
+
+    def offset_fetch(username: str, api_key: str, require_stable: bool) -> KafkaError:
+        key = api_table.OFFSET_FETCH
+        topic = nested(key, 8, "OffsetFetchRequestTopics", name=OTHER_TOPIC, partition_indexes=(0,))
+        asked = nested(key, 8, "OffsetFetchRequestGroup", group_id=group, topics=(topic,))
+        with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+            assert log_in(connection, username, api_key).error_code == KafkaError.none
+            response = connection.call(request_of(key, 8, groups=(asked,), require_stable=require_stable))
+        [[[partition]]] = [[t.partitions for t in g.topics] for g in response.groups]
+        return partition.error_code
+
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "stable-committer", committer).error_code == KafkaError.none
+        producer = raw_transactions.init_producer(connection, "sasl-stable-1")
+        assert raw_transactions.add_offsets(connection, producer, group) == KafkaError.none
+        assert raw_transactions.txn_offset_commit(connection, producer, group, OTHER_TOPIC, 5) == [KafkaError.none]
+        try:
+            # The commit awaits its transaction's outcome: a principal that may see the topic is told so.
+            assert offset_fetch("stable-topic-viewer", with_topic, True) == KafkaError.unstable_offset_commit
+            assert offset_fetch("stable-group-viewer", group_only, False) == KafkaError.topic_authorization_failed
+            assert offset_fetch("stable-group-viewer", group_only, True) == KafkaError.topic_authorization_failed
+        finally:
+            assert raw_transactions.end_txn(connection, producer, False, 3).error_code == KafkaError.none
+
+
 # ---- ACLs over Kafka (CreateAcls, DescribeAcls, DeleteAcls): HTTP's /v1/acls rules, one set
 
 
