@@ -92,6 +92,7 @@ class ProducedPartition:
     topic: str
     partition: int
     batch: ProducedBatch
+    topic_uuid: uuid.UUID | None = None  # Produce v13+ names the topic by its id
 
 
 def _encoded(batch: ProducedBatch) -> EncodedBatch:
@@ -198,6 +199,22 @@ def _denied(principal: Principal, operation: Operation, resource: ResourceType, 
     except BrokerError as error:
         return error
     return None
+
+
+def _topic_denied(
+    principal: Principal, operation: Operation, name: str, topic_uuid: uuid.UUID | None = None
+) -> BrokerError | None:
+    """_denied on a topic. One a request named by its id (`topic_uuid`) is refused without its name
+    to a principal that may not Describe it: the id is no secret, the name may be (Kafka's rule, as
+    Metadata answers such a topic)."""
+    denied = _denied(principal, operation, ResourceType.TOPIC, name)
+    if denied is None or topic_uuid is None or is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, name):
+        return denied
+    return BrokerError(
+        denied.code,
+        f"principal {principal.name!r} may not {operation} the topic of id {topic_uuid}: ask an administrator for "
+        f"an ACL on that topic",
+    )
 
 
 def _internal_topic_refused(topic: str) -> BrokerError | None:
@@ -530,7 +547,7 @@ class BrokerCalls:
         producer (as every client sends them), else in one command per producer."""
         results: list[AppendResult | BrokerError | None] = [None] * len(partitions)
         for index, entry in enumerate(partitions):
-            results[index] = _denied(principal, Operation.WRITE, ResourceType.TOPIC, entry.topic)
+            results[index] = _topic_denied(principal, Operation.WRITE, entry.topic, entry.topic_uuid)
         if transactional_id is not None:
             denied = _denied(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
             results = [result or denied for result in results]
@@ -960,7 +977,9 @@ class AdminCalls:
         topic = (await topic_admin.find_topics_by_uuid(self._state.pool, [topic_uuid])).get(topic_uuid)
         if topic is None:
             raise topic_admin.unknown_topic_id(topic_uuid)
-        authorize(principal, Operation.DELETE, ResourceType.TOPIC, topic.name)
+        denied = _topic_denied(principal, Operation.DELETE, topic.name, topic_uuid)
+        if denied is not None:
+            raise denied
         await topic_admin.delete_topic(self._state.pool, principal.name, topic.name, topic_uuid)
         return topic.name
 

@@ -18,11 +18,12 @@ from confluent_kafka import KafkaException, Producer
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
+from app.kafka.record_batches import KafkaRecord
 from app.kafka.sasl import INVALID_CREDENTIALS, UNAUTHENTICATED_MAX_REQUEST_BYTES
 from tests.conftest import start_server_on_fresh_database, stop_in_process_server
 from tests.kafka import raw_transactions
-from tests.kafka.clients import WAIT_S, ConfluentKafka
-from tests.kafka.raw import RawConnection, nested, request_of
+from tests.kafka.clients import WAIT_S, ConfluentKafka, topic_uuid
+from tests.kafka.raw import RawConnection, nested, record_batch, request_of
 
 ADMIN_TOKEN = "admin-secret"
 TOPIC = "guarded"
@@ -922,6 +923,54 @@ def test_fetching_offsets_with_require_stable_refuses_a_topic_the_principal_may_
             assert offset_fetch("stable-group-viewer", group_only, True) == KafkaError.topic_authorization_failed
         finally:
             assert raw_transactions.end_txn(connection, producer, False, 3).error_code == KafkaError.none
+
+
+def test_a_topic_named_by_id_is_refused_without_its_name_to_a_principal_that_may_not_describe_it(secured):
+    """Regression: DeleteTopics v6 and Produce v13, which name a topic by its id, refused a topic the
+    principal may not Describe with a message naming it, where Metadata by id refuses it without its
+    name (the id is no secret, the name may be: Kafka's rule). A principal that may Describe the
+    topic is still told its name."""
+    with admin_client(secured) as admin:
+        topic_id = topic_uuid(admin.get(f"/v1/topics/{OTHER_TOPIC}").json()["topic_id"])
+    _, stranger = new_principal(secured, "by-id-stranger")
+    _, describer = new_principal(secured, "by-id-describer", rule("Topic", OTHER_TOPIC, "Describe"))
+    timeout = datetime.timedelta(seconds=30)
+
+    def refusals(username: str, api_key: str) -> list[tuple[KafkaError, str]]:
+        delete = api_table.DELETE_TOPICS
+        by_id = nested(delete, 6, "DeleteTopicState", name=None, topic_id=topic_id)
+        produce = api_table.PRODUCE
+        batch = record_batch([KafkaRecord(1_700_000_000_000, None, b"v", [])])
+        partition = nested(produce, 13, "PartitionProduceData", index=0, records=batch)
+        with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+            assert log_in(connection, username, api_key).error_code == KafkaError.none
+            [deleted] = connection.call(request_of(delete, 6, topics=(by_id,), timeout=timeout)).responses
+            [[produced]] = [
+                t.partition_responses
+                for t in connection.call(
+                    request_of(
+                        produce,
+                        13,
+                        transactional_id=None,
+                        acks=-1,
+                        timeout=timeout,
+                        topic_data=(
+                            nested(produce, 13, "TopicProduceData", topic_id=topic_id, partition_data=(partition,)),
+                        ),
+                    )
+                ).responses
+            ]
+        assert deleted.name is None
+        return [(deleted.error_code, deleted.error_message), (produced.error_code, produced.error_message)]
+
+    for code, message in refusals("by-id-stranger", stranger):
+        assert code == KafkaError.topic_authorization_failed
+        assert str(topic_id) in message and OTHER_TOPIC not in message, message
+    for code, message in refusals("by-id-describer", describer):
+        assert code == KafkaError.topic_authorization_failed
+        assert OTHER_TOPIC in message, message
+    with admin_client(secured) as admin:
+        assert admin.get(f"/v1/topics/{OTHER_TOPIC}").status_code == 200
 
 
 # ---- ACLs over Kafka (CreateAcls, DescribeAcls, DeleteAcls): HTTP's /v1/acls rules, one set
