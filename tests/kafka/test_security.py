@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import re
 import shutil
 import subprocess
 import time
@@ -22,6 +23,7 @@ from app.kafka.record_batches import KafkaRecord
 from app.kafka.sasl import INVALID_CREDENTIALS, UNAUTHENTICATED_MAX_REQUEST_BYTES
 from tests.conftest import start_server_on_fresh_database, stop_in_process_server
 from tests.kafka import raw_transactions
+from tests.kafka import test_fetch_read_ahead as read_ahead
 from tests.kafka.clients import WAIT_S, ConfluentKafka, topic_uuid
 from tests.kafka.raw import RawConnection, nested, record_batch, request_of
 
@@ -971,6 +973,47 @@ def test_a_topic_named_by_id_is_refused_without_its_name_to_a_principal_that_may
         assert OTHER_TOPIC in message, message
     with admin_client(secured) as admin:
         assert admin.get(f"/v1/topics/{OTHER_TOPIC}").status_code == 200
+
+
+def test_a_fetch_read_ahead_is_never_answered_once_read_is_revoked(secured):
+    """Regression guard: a consumer left behind by its answer has its next Fetch read ahead
+    (app/coordinator/fetch.py, ReadAhead), under the authorization of the Fetch before. Read revoked
+    in between, that next Fetch is TOPIC_AUTHORIZATION_FAILED with no records, never the batches
+    read ahead; given back, the reads go on."""
+    topic = "sasl-read-ahead"
+    with admin_client(secured) as admin:
+        admin.post("/v1/topics", json={"name": topic, "partitions": 1, "config": {}}).raise_for_status()
+    _, api_key = new_principal(secured, "read-ahead-reader", rule("Topic", topic, "Write"))
+
+    def grant_read() -> int:
+        with admin_client(secured) as admin:
+            granted = admin.post("/v1/acls", json={"principal": "read-ahead-reader", **rule("Topic", topic, "Read")})
+            return granted.raise_for_status().json()["acl_id"]
+
+    def fetches_read_ahead() -> str:
+        with admin_client(secured) as admin:
+            metrics = admin.get("/metrics").text
+        return re.search(r"^txbroker_kafka_fetches_read_ahead_total (\S+)$", metrics, re.MULTILINE).group(1)
+
+    read_acl = grant_read()
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "read-ahead-reader", api_key).error_code == KafkaError.none
+        read_ahead.produce_batches(connection, topic, 0, [read_ahead.batch_of(v) for v in ("v0", "v1", "v2")])
+        for offset in (0, 1):  # the second answered from the read ahead after the first (counted)
+            taken_before = fetches_read_ahead()
+            answer = read_ahead.fetch_one_batch(secured, connection, topic, offset, version=read_ahead.BY_NAME)
+            assert read_ahead.values_of(answer) == [(offset, f"v{offset}".encode())]
+            time.sleep(read_ahead.READ_AHEAD_SETTLES_S)  # the next fetch is read ahead meanwhile
+        assert fetches_read_ahead() != taken_before
+        with admin_client(secured) as admin:
+            admin.delete(f"/v1/acls/{read_acl}").raise_for_status()
+        taken_before = fetches_read_ahead()
+        refused = read_ahead.fetch_one_batch(secured, connection, topic, 2, version=read_ahead.BY_NAME)
+        assert (refused.error_code, bytes(refused.records)) == (KafkaError.topic_authorization_failed, b"")
+        assert fetches_read_ahead() == taken_before
+        grant_read()
+        again = read_ahead.fetch_one_batch(secured, connection, topic, 2, version=read_ahead.BY_NAME)
+        assert read_ahead.values_of(again) == [(2, b"v2")]
 
 
 # ---- ACLs over Kafka (CreateAcls, DescribeAcls, DeleteAcls): HTTP's /v1/acls rules, one set
