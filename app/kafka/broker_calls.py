@@ -442,7 +442,7 @@ class BrokerCalls:
             timeout_ms,
             producer_id,
             epoch,
-            quota_principal=None if principal.is_super_user else principal.name,
+            principal=None if principal.is_super_user else principal.name,
         )
         return result.producer_id, result.producer_epoch
 

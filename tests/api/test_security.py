@@ -188,6 +188,23 @@ def test_transactional_writes_need_write_on_the_transactional_id(secured):
     assert app.post("/v1/producers/init", json={}).status_code == 200, "idempotence needs no extra ACL"
 
 
+def test_another_principal_cannot_bump_an_idempotent_producers_epoch(secured):
+    """Regression: POST /v1/producers/init with another principal's idempotent producer id and epoch
+    bumped it (KIP-360), fencing that producer everywhere. Another principal now gets a new id; the
+    owner's bump bumps."""
+    _, admin = secured
+    owner = new_user(admin, "owner", rule("Topic", "orders", "Write"))
+    stranger = new_user(admin, "stranger")
+    issued = owner.post("/v1/producers/init", json={}).json()
+    ids = {"producer_id": issued["producer_id"], "producer_epoch": issued["producer_epoch"]}
+    assert produce(owner, base_sequence=0, **ids).status_code == 200
+    other = stranger.post("/v1/producers/init", json=ids).json()
+    assert other["producer_id"] != ids["producer_id"] and other["producer_epoch"] == 0
+    assert produce(owner, base_sequence=1, **ids).status_code == 200
+    bumped = owner.post("/v1/producers/init", json=ids).json()
+    assert (bumped["producer_id"], bumped["producer_epoch"]) == (ids["producer_id"], ids["producer_epoch"] + 1)
+
+
 def test_group_operations_need_read_on_the_group(secured):
     _, admin = secured
     consumer = new_user(admin, "consumer", rule("Group", "readers", "Read"), rule("Topic", "orders", "Read"))

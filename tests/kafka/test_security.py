@@ -24,6 +24,7 @@ from app.kafka.sasl import INVALID_CREDENTIALS, UNAUTHENTICATED_MAX_REQUEST_BYTE
 from tests.conftest import start_server_on_fresh_database, stop_in_process_server
 from tests.kafka import raw_transactions
 from tests.kafka import test_fetch_read_ahead as read_ahead
+from tests.kafka import test_produce_raw as raw_produce
 from tests.kafka.clients import WAIT_S, ConfluentKafka, topic_uuid
 from tests.kafka.raw import RawConnection, nested, record_batch, request_of
 
@@ -1014,6 +1015,38 @@ def test_a_fetch_read_ahead_is_never_answered_once_read_is_revoked(secured):
         grant_read()
         again = read_ahead.fetch_one_batch(secured, connection, topic, 2, version=read_ahead.BY_NAME)
         assert read_ahead.values_of(again) == [(2, b"v2")]
+
+
+def test_only_its_owner_bumps_an_idempotent_producers_epoch(secured):
+    """Regression: any principal, with no ACL at all, could bump the epoch of another principal's
+    idempotent producer (InitProducerId with its id and epoch, KIP-360), fencing it on every
+    partition: ids are issued in sequence, and the epoch is told by the refusal of a wrong one. A
+    producer id is now its principal's: another gets a new id, as Kafka answers every idempotent
+    InitProducerId, and the owner's producer writes on; the owner's own bump still bumps."""
+    _, owner_key = new_principal(secured, "idempotent-owner", rule("Topic", TOPIC, "Write"))
+    _, stranger_key = new_principal(secured, "idempotent-stranger")
+
+    def produce(connection: RawConnection, producer_id: int, epoch: int, sequence: int) -> KafkaError:
+        batch = record_batch(
+            [KafkaRecord(1_700_000_000_000, None, b"v", [])],
+            producer_id=producer_id,
+            epoch=epoch,
+            base_sequence=sequence,
+        )
+        return raw_produce.answer_of(connection.call(raw_produce.produce_request(TOPIC, 0, batch)))[0]
+
+    bootstrap = secured.extra["kafka_bootstrap"]
+    with RawConnection(bootstrap) as owner, RawConnection(bootstrap) as stranger:
+        assert log_in(owner, "idempotent-owner", owner_key).error_code == KafkaError.none
+        assert log_in(stranger, "idempotent-stranger", stranger_key).error_code == KafkaError.none
+        producer_id, epoch = raw_produce.init_producer(owner)
+        assert produce(owner, producer_id, epoch, 0) == KafkaError.none
+        for asked_epoch in (epoch, epoch + 1):  # its epoch, and the one a bump would answer
+            other_id, other_epoch = raw_produce.init_producer(stranger, producer_id, asked_epoch)
+            assert (other_id != producer_id, other_epoch) == (True, 0)
+        assert produce(owner, producer_id, epoch, 1) == KafkaError.none
+        assert raw_produce.init_producer(owner, producer_id, epoch) == (producer_id, epoch + 1)
+        assert produce(owner, producer_id, epoch + 1, 0) == KafkaError.none
 
 
 # ---- ACLs over Kafka (CreateAcls, DescribeAcls, DeleteAcls): HTTP's /v1/acls rules, one set
