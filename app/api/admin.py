@@ -13,7 +13,7 @@ from app.api.deps import READY, CoordinatorDep, PoolDep
 from app.api.json_route import OrjsonRoute
 from app.api.responses import json_response
 from app.coordinator import transaction_admin
-from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
+from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, Principal, ResourceType, authorize, is_allowed
 from app.coordinator.transaction_admin import ProducerIdAndEpoch
 from app.coordinator.transaction_metadata import TransactionMetadata
 from app.coordinator.transaction_states import TransactionState
@@ -24,7 +24,9 @@ router = APIRouter(prefix="/v1", tags=["administration"], dependencies=READY, ro
 ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 409, 503)}
 
 
-def transaction_body(meta: TransactionMetadata) -> dict:
+def transaction_body(meta: TransactionMetadata, principal: Principal) -> dict:
+    """A transaction as the caller may see it: its partitions of the topics, and its groups, the
+    caller may Describe (as Kafka's DescribeTransactions shows only those topics)."""
     return {
         "transactional_id": meta.transactional_id,
         "producer_id": meta.producer_id,
@@ -33,8 +35,14 @@ def transaction_body(meta: TransactionMetadata) -> dict:
         "timeout_ms": meta.timeout_ms,
         "start_time_ms": meta.txn_start_ms,
         "last_update_ms": meta.last_update_ms,
-        "partitions": [{"topic": p.topic, "partition": p.partition} for p in meta.partitions],
-        "groups": meta.groups,
+        "partitions": [
+            {"topic": p.topic, "partition": p.partition}
+            for p in meta.partitions
+            if is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, p.topic)
+        ],
+        "groups": [
+            group for group in meta.groups if is_allowed(principal, Operation.DESCRIBE, ResourceType.GROUP, group)
+        ],
         "transaction_version": meta.transaction_version,
     }
 
@@ -80,7 +88,7 @@ async def list_transactions(
         limit,
         after,
     )
-    return json_response({"transactions": [transaction_body(meta) for meta in found]})
+    return json_response({"transactions": [transaction_body(meta, principal) for meta in found]})
 
 
 @router.get("/transactions/{transactional_id:path}", response_model=schemas.TransactionOut, responses=ERRORS)
@@ -89,7 +97,7 @@ async def describe_transaction(
 ):
     """[DescribeTransactions] Needs Describe on the TransactionalId."""
     authorize(principal, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id)
-    return json_response(transaction_body(await coordinator.describe(transactional_id)))
+    return json_response(transaction_body(await coordinator.describe(transactional_id), principal))
 
 
 @router.post("/transactions/{transactional_id:path}/abort", response_model=schemas.EndTxnResponse, responses=ERRORS)

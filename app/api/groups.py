@@ -86,9 +86,12 @@ async def fetch_offsets(
     group_id: GroupIdInPath, body: schemas.OffsetFetchRequest, groups: GroupCoordinatorDep, principal: PrincipalDep
 ):
     """[OffsetFetch] Committed offsets (-1: none); transactional ones only once committed. Needs
-    Describe on the group."""
+    Describe on the group and on the topics named; without partitions, the offsets of the topics the
+    caller may Describe (Kafka shows no offset of a topic to a principal that may not Describe it)."""
     authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
     wanted = None if body.partitions is None else [(p.topic, p.partition) for p in body.partitions]
+    for topic in {topic for topic, _ in wanted or ()}:
+        authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
     found = await groups.fetch_offsets(group_id, wanted, body.require_stable)
     return json_response(
         {
@@ -102,6 +105,7 @@ async def fetch_offsets(
                     "error": error_or_none(error),
                 }
                 for c, error in found
+                if is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, c.topic)
             ]
         }
     )
@@ -139,7 +143,8 @@ async def list_groups(groups: GroupCoordinatorDep, principal: PrincipalDep):
 @router.get("/groups/{group_id}", responses=ERRORS)
 async def describe_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, principal: PrincipalDep):
     """[DescribeGroups] Members, generation, assignment, committed offsets and lag (records, not
-    markers: a consumer past the last COMMIT marker has lag 0). Needs Describe on the group."""
+    markers: a consumer past the last COMMIT marker has lag 0). Needs Describe on the group; the
+    offsets are those of the topics the caller may Describe."""
     authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
     described = await groups.describe(group_id)
     group = described.group
@@ -161,6 +166,7 @@ async def describe_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, p
                     "leader_epoch": o.leader_epoch,
                 }
                 for o in described.offsets
+                if is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, o.topic)
             ],
         }
     )

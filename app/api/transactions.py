@@ -41,7 +41,7 @@ async def init_producer_id(body: schemas.InitProducerIdRequest, coordinator: Coo
         body.producer_id,
         body.producer_epoch,
         body.keep_prepared_txn,
-        quota_principal=None if principal.is_super_user else principal.name,
+        principal=None if principal.is_super_user else principal.name,
     )
     response = {"producer_id": result.producer_id, "producer_epoch": result.producer_epoch}
     if body.keep_prepared_txn:

@@ -173,15 +173,17 @@ class TransactionCoordinator:
         producer_id: int,
         producer_epoch: int,
         keep_prepared: bool = False,
-        quota_principal: str | None = None,
+        principal: str | None = None,
     ) -> InitResult:
-        """`quota_principal`: who asks, when the per-principal quota of transactional ids applies."""
+        """`principal`: who asks, None for a super user (every caller with auth off). The
+        per-principal quota of transactional ids applies to it, and an idempotent producer id it is
+        issued is its own: only it may bump the id's epoch (another gets a new id)."""
         if transactional_id is not None:
             check_transactional_id(transactional_id)  # first, as Kafka checks an empty one
         now = now_ms()
         async with self.unit_of_work() as unit:
             if transactional_id is None:
-                return await self._init_idempotent(unit.conn, producer_id, producer_epoch, now)
+                return await self._init_idempotent(unit.conn, producer_id, producer_epoch, now, principal)
             if not 1 <= timeout_ms <= self.settings.transaction_max_timeout_ms:
                 raise BrokerError(
                     ErrorCode.INVALID_TRANSACTION_TIMEOUT,
@@ -190,7 +192,7 @@ class TransactionCoordinator:
                 )
             meta = await unit.lock(transactional_id)
             if meta is None:
-                await self._check_quota(unit.conn, quota_principal, transactional_id)
+                await self._check_quota(unit.conn, principal, transactional_id)
                 issued = await producer_ids.issue(unit.conn, now, transactional_id)
                 fresh = TransactionMetadata(
                     transactional_id,
@@ -200,7 +202,7 @@ class TransactionCoordinator:
                     timeout_ms,
                     NO_START_TIME,
                     now,
-                    principal=quota_principal,
+                    principal=principal,
                 )
                 if await unit.lock_new(fresh):
                     return InitResult(issued.producer_id, issued.producer_epoch)
@@ -220,15 +222,17 @@ class TransactionCoordinator:
             )
 
     async def _init_idempotent(
-        self, conn: asyncpg.Connection, producer_id: int, producer_epoch: int, now: int
+        self, conn: asyncpg.Connection, producer_id: int, producer_epoch: int, now: int, principal: str | None
     ) -> InitResult:
         # KIP-360: an idempotent producer bumps its own epoch after an error to reset its sequences.
         issued = None if producer_id == NO_PRODUCER_ID else await producer_ids.lookup(conn, producer_id)
-        if issued is None:
-            # A new id, also for an id the server no longer knows (expired: kafka-python asks the
-            # bump with it after UNKNOWN_PRODUCER_ID), as Kafka answers every InitProducerId without
-            # a transactional id: nothing was issued under the old one since.
-            fresh = await producer_ids.issue(conn, now)
+        if issued is None or (principal is not None and issued.principal != principal):
+            # A new id, as Kafka answers every InitProducerId without a transactional id: when none
+            # is named; when the server no longer knows the one named (expired: kafka-python asks
+            # the bump with it after UNKNOWN_PRODUCER_ID; nothing was issued under it since); and
+            # when it is not the caller's, for a bump would fence another principal's producer on
+            # every partition, ids being issued in sequence (a new id tells nothing of the one named).
+            fresh = await producer_ids.issue(conn, now, principal=principal)
             return InitResult(fresh.producer_id, fresh.producer_epoch)
         if issued.transactional_id is not None:
             raise unknown_producer(producer_id)
@@ -247,7 +251,7 @@ class TransactionCoordinator:
                 f"producer {producer_id} asked to bump epoch {producer_epoch}, but its current "
                 f"epoch is {current}: send the current epoch, or -1/-1 for a new producer id",
             )
-        bumped = await producer_ids.bump(conn, ProducerIdAndEpoch(producer_id, current), now)
+        bumped = await producer_ids.bump(conn, ProducerIdAndEpoch(producer_id, current), now, principal=principal)
         return InitResult(bumped.producer_id, bumped.producer_epoch)
 
     async def _reinit(

@@ -92,6 +92,7 @@ class ProducedPartition:
     topic: str
     partition: int
     batch: ProducedBatch
+    topic_uuid: uuid.UUID | None = None  # Produce v13+ names the topic by its id
 
 
 def _encoded(batch: ProducedBatch) -> EncodedBatch:
@@ -198,6 +199,22 @@ def _denied(principal: Principal, operation: Operation, resource: ResourceType, 
     except BrokerError as error:
         return error
     return None
+
+
+def _topic_denied(
+    principal: Principal, operation: Operation, name: str, topic_uuid: uuid.UUID | None = None
+) -> BrokerError | None:
+    """_denied on a topic. One a request named by its id (`topic_uuid`) is refused without its name
+    to a principal that may not Describe it: the id is no secret, the name may be (Kafka's rule, as
+    Metadata answers such a topic)."""
+    denied = _denied(principal, operation, ResourceType.TOPIC, name)
+    if denied is None or topic_uuid is None or is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, name):
+        return denied
+    return BrokerError(
+        denied.code,
+        f"principal {principal.name!r} may not {operation} the topic of id {topic_uuid}: ask an administrator for "
+        f"an ACL on that topic",
+    )
 
 
 def _internal_topic_refused(topic: str) -> BrokerError | None:
@@ -425,7 +442,7 @@ class BrokerCalls:
             timeout_ms,
             producer_id,
             epoch,
-            quota_principal=None if principal.is_super_user else principal.name,
+            principal=None if principal.is_super_user else principal.name,
         )
         return result.producer_id, result.producer_epoch
 
@@ -530,7 +547,7 @@ class BrokerCalls:
         producer (as every client sends them), else in one command per producer."""
         results: list[AppendResult | BrokerError | None] = [None] * len(partitions)
         for index, entry in enumerate(partitions):
-            results[index] = _denied(principal, Operation.WRITE, ResourceType.TOPIC, entry.topic)
+            results[index] = _topic_denied(principal, Operation.WRITE, entry.topic, entry.topic_uuid)
         if transactional_id is not None:
             denied = _denied(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
             results = [result or denied for result in results]
@@ -766,10 +783,13 @@ class GroupCalls:
     async def fetch_offsets(
         self, principal: Principal, group_id: str, partitions: list[tuple[str, int]] | None, require_stable: bool
     ) -> list[tuple[CommittedOffset, BrokerError | None]]:
+        """A topic the principal may not Describe answers TOPIC_AUTHORIZATION_FAILED before any error of
+        its offset (UNSTABLE_OFFSET_COMMIT would tell it a transaction commits one), as Kafka's broker
+        never asks its group coordinator about such topics; asked for every offset, it is left out."""
         authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
         found = await self._groups.fetch_offsets(group_id, partitions, require_stable)
         return [
-            (committed, error or _denied(principal, Operation.DESCRIBE, ResourceType.TOPIC, committed.topic))
+            (committed, _denied(principal, Operation.DESCRIBE, ResourceType.TOPIC, committed.topic) or error)
             for committed, error in found
             if partitions is not None or is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, committed.topic)
         ]
@@ -957,7 +977,9 @@ class AdminCalls:
         topic = (await topic_admin.find_topics_by_uuid(self._state.pool, [topic_uuid])).get(topic_uuid)
         if topic is None:
             raise topic_admin.unknown_topic_id(topic_uuid)
-        authorize(principal, Operation.DELETE, ResourceType.TOPIC, topic.name)
+        denied = _topic_denied(principal, Operation.DELETE, topic.name, topic_uuid)
+        if denied is not None:
+            raise denied
         await topic_admin.delete_topic(self._state.pool, principal.name, topic.name, topic_uuid)
         return topic.name
 

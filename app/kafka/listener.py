@@ -21,7 +21,8 @@ whose declared length exceeds kafka_max_request_bytes is refused before a byte o
 connection is closed, as Kafka's socket server does (socket.request.max.bytes); so is one that is
 not a request this broker serves (dispatch.py). Nothing a connection sends can stop the listener.
 A connection that sends nothing for kafka_connections_max_idle_ms while none of its answers is
-pending is closed (Kafka's connections.max.idle.ms), authenticated or not.
+pending is closed (Kafka's connections.max.idle.ms), authenticated or not, between requests or in
+the middle of one's frame.
 
 With `auth` required the listener is a SASL listener (sasl.py); with the server's certificate
 (`ssl_certfile`, `ssl_keyfile`, as HTTPS) it speaks TLS: Kafka's SASL_SSL, or SSL with `auth` off.
@@ -200,7 +201,16 @@ class KafkaListener:
                         f"a request frame of {length} bytes was announced: expected at most {limit} "
                         f"({session.limit_name}); refused unread"
                     )
-                frame = await reader.readexactly(length)
+                frame = await self._rest_of_frame(reader, length, answers, idle_s)
+                if frame is None:
+                    log.info(
+                        "closing a Kafka connection from %s: it sent part of a %d-byte request frame, then nothing "
+                        "for %g s (kafka_connections_max_idle_ms)",
+                        peer,
+                        length,
+                        idle_s,
+                    )
+                    return
                 if dispatch.pipelined(frame, session):
                     # Submitted here, in the loop, before the next frame is read: the write batches
                     # get a connection's Produce requests in the order they came, so an idempotent
@@ -224,6 +234,38 @@ class KafkaListener:
             if session.closing:
                 await asyncio.sleep(FAILED_AUTHENTICATION_CLOSE_DELAY_S)
                 return
+
+    @staticmethod
+    async def _rest_of_frame(
+        reader: asyncio.StreamReader, length: int, answers: AnswersInOrder, idle_s: float
+    ) -> bytes | None:
+        """The request frame whose length prefix was just read; None once the connection has sent none
+        of it for idle_s while none of its answers was pending. Kafka's connections.max.idle.ms counts
+        from a connection's last bytes, not from its last whole request: a client that announces a
+        frame and goes quiet (before authentication too) must not hold a socket and a buffer for
+        good. A frame nearly always comes whole within idle_s, read at once; one that does not is
+        read on in parts for as long as each comes within idle_s of the one before, so its silence
+        is noticed within twice idle_s. A read that times out consumes nothing (as _next_header's)."""
+        try:
+            async with asyncio.timeout(idle_s):
+                return await reader.readexactly(length)
+        except TimeoutError:
+            pass
+        parts: list[bytes] = []
+        missing = length
+        while missing:
+            try:
+                async with asyncio.timeout(idle_s):
+                    part = await reader.read(missing)
+            except TimeoutError:
+                if answers.pending:
+                    continue
+                return None
+            if not part:
+                raise asyncio.IncompleteReadError(b"".join(parts), length)
+            parts.append(part)
+            missing -= len(part)
+        return b"".join(parts)
 
     @staticmethod
     async def _next_header(reader: asyncio.StreamReader, answers: AnswersInOrder, idle_s: float) -> bytes | None:

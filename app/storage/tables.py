@@ -135,7 +135,9 @@ class DeletedTopic(SQLModel, table=True):
 
 class ProducerIdRecord(SQLModel, table=True):
     """Every producer id issued (from `producer_id_seq`), with the latest epoch issued for it. A
-    produce naming an id that is not here gets UNKNOWN_PRODUCER_ID."""
+    produce naming an id that is not here gets UNKNOWN_PRODUCER_ID. `principal`: the one an
+    idempotent producer id was issued to, the only one that may bump its epoch (NULL: a super
+    user's, a transactional id's, or one issued before owners were kept)."""
 
     __tablename__ = "producer_ids"
 
@@ -143,6 +145,7 @@ class ProducerIdRecord(SQLModel, table=True):
     producer_epoch: int = Field(sa_type=SmallInteger, nullable=False)
     transactional_id: str | None = Field(default=None, sa_type=Text, nullable=True)
     issued_ms: int = Field(sa_type=BigInteger, nullable=False)
+    principal: str | None = Field(default=None, sa_type=Text, nullable=True)
 
 
 class ProducerState(SQLModel, table=True):

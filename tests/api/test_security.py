@@ -188,6 +188,23 @@ def test_transactional_writes_need_write_on_the_transactional_id(secured):
     assert app.post("/v1/producers/init", json={}).status_code == 200, "idempotence needs no extra ACL"
 
 
+def test_another_principal_cannot_bump_an_idempotent_producers_epoch(secured):
+    """Regression: POST /v1/producers/init with another principal's idempotent producer id and epoch
+    bumped it (KIP-360), fencing that producer everywhere. Another principal now gets a new id; the
+    owner's bump bumps."""
+    _, admin = secured
+    owner = new_user(admin, "owner", rule("Topic", "orders", "Write"))
+    stranger = new_user(admin, "stranger")
+    issued = owner.post("/v1/producers/init", json={}).json()
+    ids = {"producer_id": issued["producer_id"], "producer_epoch": issued["producer_epoch"]}
+    assert produce(owner, base_sequence=0, **ids).status_code == 200
+    other = stranger.post("/v1/producers/init", json=ids).json()
+    assert other["producer_id"] != ids["producer_id"] and other["producer_epoch"] == 0
+    assert produce(owner, base_sequence=1, **ids).status_code == 200
+    bumped = owner.post("/v1/producers/init", json=ids).json()
+    assert (bumped["producer_id"], bumped["producer_epoch"]) == (ids["producer_id"], ids["producer_epoch"] + 1)
+
+
 def test_group_operations_need_read_on_the_group(secured):
     _, admin = secured
     consumer = new_user(admin, "consumer", rule("Group", "readers", "Read"), rule("Topic", "orders", "Read"))
@@ -221,6 +238,43 @@ def test_listings_show_only_what_the_principal_may_describe(secured):
     assert viewer.get("/v1/transactions/team-a-1").status_code == 200
     assert code(viewer.get("/v1/transactions/team-b-1")) == "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
     assert code(viewer.get("/metrics")) == "CLUSTER_AUTHORIZATION_FAILED"
+
+
+def test_offsets_and_transactions_show_only_the_topics_and_groups_the_principal_may_describe(secured):
+    """Regression: with Describe on a group, OffsetFetch (all partitions, or named ones) and
+    DescribeGroups answered the committed offsets, metadata and lag of every topic, and with Describe
+    on a transactional id, DescribeTransactions and ListTransactions answered every topic partition
+    and group of the transaction: names and offsets a principal may not Describe. Kafka shows
+    neither (KafkaApis: "Clients are not allowed to see offsets for topics that are not authorized
+    for Describe"; DescribeTransactions keeps only the topics the principal may Describe), nor does
+    txbroker's Kafka door."""
+    _, admin = secured
+    offsets = [{"topic": topic, "partition": 0, "offset": 1, "metadata": topic} for topic in ("orders", "secret")]
+    admin.post("/v1/groups/mixed/offsets/commit", json={"offsets": offsets}).raise_for_status()
+    init = admin.post("/v1/producers/init", json={"transactional_id": "mixed-tx", "transaction_timeout_ms": 60000})
+    ids = {"transactional_id": "mixed-tx", **init.raise_for_status().json()}
+    partitions = [{"topic": topic, "partition": 0} for topic in ("orders", "secret")]
+    admin.post("/v1/txn/add-partitions", json={**ids, "partitions": partitions}).raise_for_status()
+    admin.post("/v1/txn/add-offsets", json={**ids, "group_id": "hidden-group"}).raise_for_status()
+    viewer = new_user(
+        admin,
+        "offsets-viewer",
+        rule("Group", "mixed", "Describe"),
+        rule("Topic", "orders", "Describe"),
+        rule("TransactionalId", "mixed-tx", "Describe"),
+    )
+    fetched = viewer.post("/v1/groups/mixed/offsets/fetch", json={}).json()["offsets"]
+    assert [(o["topic"], o["offset"], o["metadata"]) for o in fetched] == [("orders", 1, "orders")]
+    named = viewer.post("/v1/groups/mixed/offsets/fetch", json={"partitions": [{"topic": "secret", "partition": 0}]})
+    assert (named.status_code, code(named)) == (403, "TOPIC_AUTHORIZATION_FAILED")
+    assert [o["topic"] for o in viewer.get("/v1/groups/mixed").json()["offsets"]] == ["orders"]
+    described = viewer.get("/v1/transactions/mixed-tx").json()
+    [listed] = viewer.get("/v1/transactions").json()["transactions"]
+    for transaction in (described, listed):
+        assert (transaction["partitions"], transaction["groups"]) == ([{"topic": "orders", "partition": 0}], [])
+    everything = admin.get("/v1/transactions/mixed-tx").json()
+    assert {p["topic"] for p in everything["partitions"]} >= {"orders", "secret"}
+    assert everything["groups"] == ["hidden-group"]
 
 
 def test_a_filtered_transaction_page_is_full_until_the_last(secured):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import re
 import shutil
 import subprocess
 import time
@@ -18,11 +19,14 @@ from confluent_kafka import KafkaException, Producer
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
+from app.kafka.record_batches import KafkaRecord
 from app.kafka.sasl import INVALID_CREDENTIALS, UNAUTHENTICATED_MAX_REQUEST_BYTES
 from tests.conftest import start_server_on_fresh_database, stop_in_process_server
 from tests.kafka import raw_transactions
-from tests.kafka.clients import WAIT_S, ConfluentKafka
-from tests.kafka.raw import RawConnection, nested, request_of
+from tests.kafka import test_fetch_read_ahead as read_ahead
+from tests.kafka import test_produce_raw as raw_produce
+from tests.kafka.clients import WAIT_S, ConfluentKafka, topic_uuid
+from tests.kafka.raw import RawConnection, nested, record_batch, request_of
 
 ADMIN_TOKEN = "admin-secret"
 TOPIC = "guarded"
@@ -879,6 +883,170 @@ def test_deleting_offsets_needs_delete_on_the_group_and_read_on_the_topic(secure
     with admin_client(secured) as admin:
         left = admin.post(f"/v1/groups/{group}/offsets/fetch", json={"partitions": None}).json()["offsets"]
         assert [(o["topic"], o["offset"]) for o in left] == [(OTHER_TOPIC, 1)]
+
+
+def test_fetching_offsets_with_require_stable_refuses_a_topic_the_principal_may_not_describe_first(secured):
+    """Regression: OffsetFetch with require_stable answered UNSTABLE_OFFSET_COMMIT for a topic the
+    principal may not Describe, where it answers TOPIC_AUTHORIZATION_FAILED without require_stable:
+    so a principal with only Describe on the group learned that a transaction commits an offset of
+    that topic. Kafka's broker asks its group coordinator only about the topics the principal may
+    Describe (KafkaApis.fetchOffsetsForGroup): the others are TOPIC_AUTHORIZATION_FAILED either way."""
+    group = "sasl-stable"
+    _, committer = new_principal(
+        secured,
+        "stable-committer",
+        rule("TransactionalId", "sasl-stable-", "Write", "prefixed"),
+        rule("Group", group, "Read"),
+        rule("Topic", OTHER_TOPIC, "Read"),
+    )
+    _, group_only = new_principal(secured, "stable-group-viewer", rule("Group", group, "Describe"))
+    _, with_topic = new_principal(
+        secured, "stable-topic-viewer", rule("Group", group, "Describe"), rule("Topic", OTHER_TOPIC, "Describe")
+    )
+
+    def offset_fetch(username: str, api_key: str, require_stable: bool) -> KafkaError:
+        key = api_table.OFFSET_FETCH
+        topic = nested(key, 8, "OffsetFetchRequestTopics", name=OTHER_TOPIC, partition_indexes=(0,))
+        asked = nested(key, 8, "OffsetFetchRequestGroup", group_id=group, topics=(topic,))
+        with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+            assert log_in(connection, username, api_key).error_code == KafkaError.none
+            response = connection.call(request_of(key, 8, groups=(asked,), require_stable=require_stable))
+        [[[partition]]] = [[t.partitions for t in g.topics] for g in response.groups]
+        return partition.error_code
+
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "stable-committer", committer).error_code == KafkaError.none
+        producer = raw_transactions.init_producer(connection, "sasl-stable-1")
+        assert raw_transactions.add_offsets(connection, producer, group) == KafkaError.none
+        assert raw_transactions.txn_offset_commit(connection, producer, group, OTHER_TOPIC, 5) == [KafkaError.none]
+        try:
+            # The commit awaits its transaction's outcome: a principal that may see the topic is told so.
+            assert offset_fetch("stable-topic-viewer", with_topic, True) == KafkaError.unstable_offset_commit
+            assert offset_fetch("stable-group-viewer", group_only, False) == KafkaError.topic_authorization_failed
+            assert offset_fetch("stable-group-viewer", group_only, True) == KafkaError.topic_authorization_failed
+        finally:
+            assert raw_transactions.end_txn(connection, producer, False, 3).error_code == KafkaError.none
+
+
+def test_a_topic_named_by_id_is_refused_without_its_name_to_a_principal_that_may_not_describe_it(secured):
+    """Regression: DeleteTopics v6 and Produce v13, which name a topic by its id, refused a topic the
+    principal may not Describe with a message naming it, where Metadata by id refuses it without its
+    name (the id is no secret, the name may be: Kafka's rule). A principal that may Describe the
+    topic is still told its name."""
+    with admin_client(secured) as admin:
+        topic_id = topic_uuid(admin.get(f"/v1/topics/{OTHER_TOPIC}").json()["topic_id"])
+    _, stranger = new_principal(secured, "by-id-stranger")
+    _, describer = new_principal(secured, "by-id-describer", rule("Topic", OTHER_TOPIC, "Describe"))
+    timeout = datetime.timedelta(seconds=30)
+
+    def refusals(username: str, api_key: str) -> list[tuple[KafkaError, str]]:
+        delete = api_table.DELETE_TOPICS
+        by_id = nested(delete, 6, "DeleteTopicState", name=None, topic_id=topic_id)
+        produce = api_table.PRODUCE
+        batch = record_batch([KafkaRecord(1_700_000_000_000, None, b"v", [])])
+        partition = nested(produce, 13, "PartitionProduceData", index=0, records=batch)
+        with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+            assert log_in(connection, username, api_key).error_code == KafkaError.none
+            [deleted] = connection.call(request_of(delete, 6, topics=(by_id,), timeout=timeout)).responses
+            [[produced]] = [
+                t.partition_responses
+                for t in connection.call(
+                    request_of(
+                        produce,
+                        13,
+                        transactional_id=None,
+                        acks=-1,
+                        timeout=timeout,
+                        topic_data=(
+                            nested(produce, 13, "TopicProduceData", topic_id=topic_id, partition_data=(partition,)),
+                        ),
+                    )
+                ).responses
+            ]
+        assert deleted.name is None
+        return [(deleted.error_code, deleted.error_message), (produced.error_code, produced.error_message)]
+
+    for code, message in refusals("by-id-stranger", stranger):
+        assert code == KafkaError.topic_authorization_failed
+        assert str(topic_id) in message and OTHER_TOPIC not in message, message
+    for code, message in refusals("by-id-describer", describer):
+        assert code == KafkaError.topic_authorization_failed
+        assert OTHER_TOPIC in message, message
+    with admin_client(secured) as admin:
+        assert admin.get(f"/v1/topics/{OTHER_TOPIC}").status_code == 200
+
+
+def test_a_fetch_read_ahead_is_never_answered_once_read_is_revoked(secured):
+    """Regression guard: a consumer left behind by its answer has its next Fetch read ahead
+    (app/coordinator/fetch.py, ReadAhead), under the authorization of the Fetch before. Read revoked
+    in between, that next Fetch is TOPIC_AUTHORIZATION_FAILED with no records, never the batches
+    read ahead; given back, the reads go on."""
+    topic = "sasl-read-ahead"
+    with admin_client(secured) as admin:
+        admin.post("/v1/topics", json={"name": topic, "partitions": 1, "config": {}}).raise_for_status()
+    _, api_key = new_principal(secured, "read-ahead-reader", rule("Topic", topic, "Write"))
+
+    def grant_read() -> int:
+        with admin_client(secured) as admin:
+            granted = admin.post("/v1/acls", json={"principal": "read-ahead-reader", **rule("Topic", topic, "Read")})
+            return granted.raise_for_status().json()["acl_id"]
+
+    def fetches_read_ahead() -> str:
+        with admin_client(secured) as admin:
+            metrics = admin.get("/metrics").text
+        return re.search(r"^txbroker_kafka_fetches_read_ahead_total (\S+)$", metrics, re.MULTILINE).group(1)
+
+    read_acl = grant_read()
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "read-ahead-reader", api_key).error_code == KafkaError.none
+        read_ahead.produce_batches(connection, topic, 0, [read_ahead.batch_of(v) for v in ("v0", "v1", "v2")])
+        for offset in (0, 1):  # the second answered from the read ahead after the first (counted)
+            taken_before = fetches_read_ahead()
+            answer = read_ahead.fetch_one_batch(secured, connection, topic, offset, version=read_ahead.BY_NAME)
+            assert read_ahead.values_of(answer) == [(offset, f"v{offset}".encode())]
+            time.sleep(read_ahead.READ_AHEAD_SETTLES_S)  # the next fetch is read ahead meanwhile
+        assert fetches_read_ahead() != taken_before
+        with admin_client(secured) as admin:
+            admin.delete(f"/v1/acls/{read_acl}").raise_for_status()
+        taken_before = fetches_read_ahead()
+        refused = read_ahead.fetch_one_batch(secured, connection, topic, 2, version=read_ahead.BY_NAME)
+        assert (refused.error_code, bytes(refused.records)) == (KafkaError.topic_authorization_failed, b"")
+        assert fetches_read_ahead() == taken_before
+        grant_read()
+        again = read_ahead.fetch_one_batch(secured, connection, topic, 2, version=read_ahead.BY_NAME)
+        assert read_ahead.values_of(again) == [(2, b"v2")]
+
+
+def test_only_its_owner_bumps_an_idempotent_producers_epoch(secured):
+    """Regression: any principal, with no ACL at all, could bump the epoch of another principal's
+    idempotent producer (InitProducerId with its id and epoch, KIP-360), fencing it on every
+    partition: ids are issued in sequence, and the epoch is told by the refusal of a wrong one. A
+    producer id is now its principal's: another gets a new id, as Kafka answers every idempotent
+    InitProducerId, and the owner's producer writes on; the owner's own bump still bumps."""
+    _, owner_key = new_principal(secured, "idempotent-owner", rule("Topic", TOPIC, "Write"))
+    _, stranger_key = new_principal(secured, "idempotent-stranger")
+
+    def produce(connection: RawConnection, producer_id: int, epoch: int, sequence: int) -> KafkaError:
+        batch = record_batch(
+            [KafkaRecord(1_700_000_000_000, None, b"v", [])],
+            producer_id=producer_id,
+            epoch=epoch,
+            base_sequence=sequence,
+        )
+        return raw_produce.answer_of(connection.call(raw_produce.produce_request(TOPIC, 0, batch)))[0]
+
+    bootstrap = secured.extra["kafka_bootstrap"]
+    with RawConnection(bootstrap) as owner, RawConnection(bootstrap) as stranger:
+        assert log_in(owner, "idempotent-owner", owner_key).error_code == KafkaError.none
+        assert log_in(stranger, "idempotent-stranger", stranger_key).error_code == KafkaError.none
+        producer_id, epoch = raw_produce.init_producer(owner)
+        assert produce(owner, producer_id, epoch, 0) == KafkaError.none
+        for asked_epoch in (epoch, epoch + 1):  # its epoch, and the one a bump would answer
+            other_id, other_epoch = raw_produce.init_producer(stranger, producer_id, asked_epoch)
+            assert (other_id != producer_id, other_epoch) == (True, 0)
+        assert produce(owner, producer_id, epoch, 1) == KafkaError.none
+        assert raw_produce.init_producer(owner, producer_id, epoch) == (producer_id, epoch + 1)
+        assert produce(owner, producer_id, epoch + 1, 0) == KafkaError.none
 
 
 # ---- ACLs over Kafka (CreateAcls, DescribeAcls, DeleteAcls): HTTP's /v1/acls rules, one set

@@ -137,7 +137,7 @@ async def submit(context: RequestContext, request) -> Awaitable[object | None]:
                 else:
                     budget -= batch.uncompressed_bytes
                     outcome = _kind_mismatch(module, request, data.index, batch) or ProducedPartition(
-                        name, data.index, batch
+                        name, data.index, batch, topic.topic_id if by_id else None
                     )
             key = (_topic_key(topic), data.index)
             refused_before = key in checked and not isinstance(checked[key], ProducedPartition)

@@ -23,22 +23,32 @@ class ProducerIdAndEpoch:
     producer_epoch: int
 
 
-async def issue(conn: asyncpg.Connection, now_ms: int, transactional_id: str | None = None) -> ProducerIdAndEpoch:
+async def issue(
+    conn: asyncpg.Connection, now_ms: int, transactional_id: str | None = None, *, principal: str | None = None
+) -> ProducerIdAndEpoch:
+    """A new producer id at epoch 0; `principal`: the owner of an idempotent one (ProducerIdRecord)."""
     producer_id = await conn.fetchval(
-        "INSERT INTO producer_ids (producer_id, producer_epoch, transactional_id, issued_ms) "
-        "VALUES (nextval('producer_id_seq'), 0, $1, $2) RETURNING producer_id",
+        "INSERT INTO producer_ids (producer_id, producer_epoch, transactional_id, issued_ms, principal) "
+        "VALUES (nextval('producer_id_seq'), 0, $1, $2, $3) RETURNING producer_id",
         transactional_id,
         now_ms,
+        principal,
     )
     return ProducerIdAndEpoch(producer_id, 0)
 
 
 async def bump(
-    conn: asyncpg.Connection, current: ProducerIdAndEpoch, now_ms: int, transactional_id: str | None = None
+    conn: asyncpg.Connection,
+    current: ProducerIdAndEpoch,
+    now_ms: int,
+    transactional_id: str | None = None,
+    *,
+    principal: str | None = None,
 ) -> ProducerIdAndEpoch:
-    """The next epoch of this producer, or a new producer id at epoch 0 once epochs are exhausted."""
+    """The next epoch of this producer, or a new producer id at epoch 0 once epochs are exhausted
+    (with the same transactional id, or owner: `principal`)."""
     if current.producer_epoch >= MAX_EPOCH:
-        return await issue(conn, now_ms, transactional_id)
+        return await issue(conn, now_ms, transactional_id, principal=principal)
     await conn.execute(
         "UPDATE producer_ids SET producer_epoch = $2 WHERE producer_id = $1",
         current.producer_id,
@@ -60,6 +70,7 @@ def next_epoch(current: ProducerIdAndEpoch) -> ProducerIdAndEpoch | None:
 class IssuedProducer:
     producer_epoch: int  # the latest epoch issued
     transactional_id: str | None
+    principal: str | None = None  # an idempotent producer id's owner (ProducerIdRecord)
 
 
 async def lookup(conn: asyncpg.Connection, producer_id: int) -> IssuedProducer | None:
@@ -70,10 +81,14 @@ async def lookup(conn: asyncpg.Connection, producer_id: int) -> IssuedProducer |
 async def lookup_many(conn: asyncpg.Connection, producer_ids: list[int]) -> dict[int, IssuedProducer]:
     """`lookup` for several ids in one statement; ids never issued (or expired) are left out."""
     rows = await conn.fetch(
-        "SELECT producer_id, producer_epoch, transactional_id FROM producer_ids WHERE producer_id = ANY($1::bigint[])",
+        "SELECT producer_id, producer_epoch, transactional_id, principal FROM producer_ids "
+        "WHERE producer_id = ANY($1::bigint[])",
         sorted(set(producer_ids)),
     )
-    return {row["producer_id"]: IssuedProducer(row["producer_epoch"], row["transactional_id"]) for row in rows}
+    return {
+        row["producer_id"]: IssuedProducer(row["producer_epoch"], row["transactional_id"], row["principal"])
+        for row in rows
+    }
 
 
 async def highest_epoch_written(conn: asyncpg.Connection, producer_id: int) -> int | None:
