@@ -682,11 +682,20 @@ class ClassicGroups:
     async def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[BrokerError | None]:
         """leaving: (member id, group instance id) each, as LeaveGroup names them; a member id ""
         with an instance id removes that static member (v3+), a pending member id is forgotten.
-        One error or None each."""
+        One error or None each; UNKNOWN_MEMBER_ID for the request when the group does not exist."""
         check_group_id(group_id)
         now = now_ms()
         async with self.changing(group_id) as conn:
-            group = await groups.lock(conn, group_id, now)
+            # Never makes the group (as Kafka's coordinator, which answers a LeaveGroup of a group it
+            # does not have UNKNOWN_MEMBER_ID): a consumer closing after its group was deleted must
+            # not bring the group back, Empty, into ListGroups and DescribeGroups.
+            group = await groups.lock_existing(conn, group_id)
+            if group is None:
+                raise BrokerError(
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    f"group {group_id!r} does not exist (never joined, or deleted), so no member of it can "
+                    f"leave: nothing to do; a consumer that wants the group joins it anew (JoinGroup)",
+                )
             classic = classic_state(group)
             errors: list[BrokerError | None] = []
             removed: set[str] = set()

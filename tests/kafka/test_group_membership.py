@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from tests.kafka.clients import create_topic
 from tests.kafka.group_clients import poll_until
 from tests.kafka.raw import RawConnection
-from tests.kafka.raw_groups import commit, describe, heartbeat, join, leave, sync
+from tests.kafka.raw_groups import commit, describe, heartbeat, join, leave, leave_answer, sync
 from tests.kafka.raw_transactions import end_txn, init_producer, txn_offset_commit
 
 BRIEF_SESSION = datetime.timedelta(milliseconds=100)
@@ -149,6 +149,23 @@ def test_a_static_member_whose_session_lapses_is_evicted(module_kafka_server):
         _static_member(connection, "static-lapses", "gone", b"x", session=datetime.timedelta(milliseconds=300))
         poll_until([], lambda _: describe(connection, "static-lapses").group_state == "Empty", "the eviction")
         assert join(connection, "static-lapses", instance="gone").error_code == KafkaError.none
+
+
+def test_a_leave_of_a_group_that_does_not_exist_makes_no_group(module_kafka_server):
+    """Regression: a LeaveGroup of a group txbroker does not have (never joined, or deleted once its
+    member's session lapsed, the consumer closing only then) made the group, Empty, which
+    DescribeGroups, ListGroups and HTTP's GET /v1/groups/{id} then showed; Kafka's coordinator answers
+    UNKNOWN_MEMBER_ID for the request and makes nothing."""
+    server = module_kafka_server
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        lapsed = _static_member(connection, "left-deleted", "gone", b"x", session=datetime.timedelta(milliseconds=300))
+        poll_until([], lambda _: describe(connection, "left-deleted").group_state == "Empty", "the eviction")
+        assert server.client.delete("/v1/groups/left-deleted").status_code == 204
+        for group, member in (("left-never-joined", "made-up"), ("left-deleted", lapsed.member_id)):
+            answer = leave_answer(connection, group, [(member, None)])
+            assert (answer.error_code, answer.members) == (KafkaError.unknown_member_id, ()), group
+            assert describe(connection, group).group_state == "Dead", group
+            assert server.client.get(f"/v1/groups/{group}").status_code == 404, group
 
 
 def test_the_first_rebalance_of_a_new_group_waits_for_more_members(make_server):
