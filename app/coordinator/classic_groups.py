@@ -646,16 +646,19 @@ class ClassicGroups:
     def _checked(
         cls, group: Group | None, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None
     ) -> dict:
-        """The group's classic state, if this member of this generation may sync or heartbeat."""
+        """The group's classic state, if this member of this generation may sync or heartbeat. The
+        generation is checked before the rebalance state, as Kafka's coordinator checks it: a member
+        of an older generation is ILLEGAL_GENERATION in PreparingRebalance too (a cooperative
+        consumer then knows its partitions lost, where REBALANCE_IN_PROGRESS would let it keep them)."""
         classic = cls._member_state(group, group_id, member_id, group_instance_id)
-        if classic["state"] == PREPARING:
-            raise _rebalancing(group_id)
         if generation_id != group.generation_id:
             raise BrokerError(
                 ErrorCode.ILLEGAL_GENERATION,
                 f"generation {generation_id} of group {group_id!r} is not the current one "
                 f"({group.generation_id}): rejoin",
             )
+        if classic["state"] == PREPARING:
+            raise _rebalancing(group_id)
         return classic
 
     # ---- Heartbeat, LeaveGroup

@@ -91,6 +91,39 @@ def test_a_stable_member_is_told_to_rejoin_by_its_heartbeat(module_kafka_server)
         assert second.members == ()
 
 
+def test_a_member_of_an_older_generation_is_told_so_while_the_group_rebalances(module_kafka_server):
+    """Regression: Heartbeat and SyncGroup checked the rebalance state before the generation, so a
+    member of an older generation was answered REBALANCE_IN_PROGRESS while the group was in
+    PreparingRebalance; Kafka's coordinator checks the generation first (ILLEGAL_GENERATION), which
+    tells a consumer its partitions are lost, not merely to rejoin."""
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    group = "raw-older-generation"
+    rebalance = datetime.timedelta(seconds=30)
+    member, older = joined_member(bootstrap, group, rebalance=rebalance)
+    answers = {}
+
+    def second_joins():
+        with RawConnection(bootstrap) as connection:
+            first = join(connection, group, rebalance=rebalance)
+            answers["second"] = join(connection, group, first.member_id, rebalance=rebalance)
+
+    with RawConnection(bootstrap) as connection:
+        # The leader rejoins alone (a new generation), then a second member's join begins a rebalance.
+        current = join(connection, group, member, rebalance=rebalance).generation_id
+        assert current == older + 1
+        joiner = threading.Thread(target=second_joins)
+        joiner.start()
+        while heartbeat(connection, group, member, current).error_code == KafkaError.none:
+            pass  # until the second's join has begun the rebalance
+        assert heartbeat(connection, group, member, current).error_code == KafkaError.rebalance_in_progress
+        assert heartbeat(connection, group, member, older).error_code == KafkaError.illegal_generation
+        assert sync(connection, group, member, older, {}).error_code == KafkaError.illegal_generation
+        assert sync(connection, group, member, current, {}).error_code == KafkaError.rebalance_in_progress
+        assert join(connection, group, member, rebalance=rebalance).generation_id == current + 1
+        joiner.join()
+        assert answers["second"].generation_id == current + 1
+
+
 def test_a_group_takes_the_kind_of_its_first_member(module_kafka_server):
     server = module_kafka_server
     bootstrap = server.extra["kafka_bootstrap"]
