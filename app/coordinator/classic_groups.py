@@ -634,7 +634,11 @@ class ClassicGroups:
             seen = self.wake_ups.before_read(group_id)
             async with self.pool.acquire() as conn:
                 group = await groups.get(conn, group_id)
-            classic = self._checked(group, group_id, member_id, generation_id, group_instance_id)
+                classic = self._checked(group, group_id, member_id, generation_id, group_instance_id)
+                # Waiting for the leader's assignment is not a lapse of the session, as Kafka's
+                # coordinator keeps a member awaiting sync alive (a slow leader must not get the
+                # followers waiting for it evicted).
+                await groups.touch(conn, group_id, member_id, now_ms())
             if classic["state"] == STABLE:
                 member = classic["members"][member_id]
                 return SyncResult(classic["protocol_type"], classic["protocol"], _bytes(member["assignment"]))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import threading
+import time
 
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -122,6 +123,41 @@ def test_a_member_of_an_older_generation_is_told_so_while_the_group_rebalances(m
         assert join(connection, group, member, rebalance=rebalance).generation_id == current + 1
         joiner.join()
         assert answers["second"].generation_id == current + 1
+
+
+def test_a_member_waiting_for_its_assignment_keeps_its_session(module_kafka_server):
+    """Regression: a follower's SyncGroup waiting for the leader's did not keep the follower's session,
+    so a leader slower than it evicted the follower (the group rebalanced, its SyncGroup answered
+    UNKNOWN_MEMBER_ID); Kafka's coordinator keeps a member awaiting sync alive, as one awaiting join."""
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    group = "raw-slow-leader"
+    brief, rebalance = datetime.timedelta(milliseconds=300), datetime.timedelta(seconds=30)
+    leader, generation = joined_member(bootstrap, group, rebalance=rebalance)
+    answers = {}
+
+    def follower_joins_and_syncs():
+        with RawConnection(bootstrap) as connection:
+            first = join(connection, group, session=brief, rebalance=rebalance)
+            joined = answers["joined"] = join(connection, group, first.member_id, session=brief, rebalance=rebalance)
+            answers["synced"] = sync(connection, group, joined.member_id, joined.generation_id, {})
+
+    follower = threading.Thread(target=follower_joins_and_syncs)
+    follower.start()
+    with RawConnection(bootstrap) as connection:
+        while heartbeat(connection, group, leader, generation).error_code == KafkaError.none:
+            pass  # until the follower's join has begun the rebalance
+        rejoined = join(connection, group, leader, rebalance=rebalance)
+        assert rejoined.generation_id == generation + 1
+        # The leader takes many of the follower's session timeouts (and session checks) to assign.
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            assert heartbeat(connection, group, leader, rejoined.generation_id).error_code == KafkaError.none
+            time.sleep(0.1)
+        follower_id = answers["joined"].member_id
+        assignments = {leader: b"leader-part", follower_id: b"follower-part"}
+        assert sync(connection, group, leader, rejoined.generation_id, assignments).error_code == KafkaError.none
+    follower.join()
+    assert (answers["synced"].error_code, answers["synced"].assignment) == (KafkaError.none, b"follower-part")
 
 
 def test_a_group_takes_the_kind_of_its_first_member(module_kafka_server):
