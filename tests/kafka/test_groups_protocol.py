@@ -17,7 +17,8 @@ from tests.kafka import http_side
 from tests.kafka.clients import create_topic
 from tests.kafka.group_clients import MEMBERS, poll_until
 from tests.kafka.raw import RawConnection, nested, request_of
-from tests.kafka.raw_groups import heartbeat, join, sync
+from tests.kafka.raw_groups import commit, heartbeat, join, leave, sync
+from tests.kafka.raw_transactions import end_txn, init_producer, txn_offset_commit
 
 
 def joined_member(bootstrap: str, group: str, **timeouts) -> tuple[str, int]:
@@ -158,6 +159,48 @@ def test_a_member_waiting_for_its_assignment_keeps_its_session(module_kafka_serv
         assert sync(connection, group, leader, rejoined.generation_id, assignments).error_code == KafkaError.none
     follower.join()
     assert (answers["synced"].error_code, answers["synced"].assignment) == (KafkaError.none, b"follower-part")
+
+
+def test_commits_are_judged_against_the_group_as_kafka_judges_them(module_kafka_server):
+    """Regression: an OffsetCommit with generation -1 was accepted whatever the group, so a consumer
+    that assigns itself partitions (or an admin tool) overwrote the offsets of a group whose members
+    were consuming them, and a member committed while its group awaited the leader's assignment;
+    Kafka's group coordinator (ClassicGroup.validateOffsetCommit) accepts a commit without a
+    generation only while the group has no members (UNKNOWN_MEMBER_ID without a member id, the
+    member's check with one: ILLEGAL_GENERATION), answers a member's commit in CompletingRebalance
+    REBALANCE_IN_PROGRESS, and lets a transactional one without a member through. HTTP's commit keeps
+    its contract: generation -1 commits whatever the group."""
+    server = module_kafka_server
+    bootstrap = server.extra["kafka_bootstrap"]
+    topic, group = "judged-commits", "judged-commits-group"
+    create_topic(server, topic, 1)
+    with RawConnection(bootstrap) as connection:
+        first = join(connection, group)
+        joined = join(connection, group, first.member_id)
+        member, generation = joined.member_id, joined.generation_id
+        # CompletingRebalance: the member's commit waits for its assignment; a transactional one does not.
+        assert commit(connection, group, member, generation, None, topic, 1) == KafkaError.rebalance_in_progress
+        producer = init_producer(connection, "judged-commits-txn")
+        as_member = (generation, member, None)
+        assert txn_offset_commit(connection, producer, group, topic, 1, member=as_member) == [KafkaError.none]
+        assert end_txn(connection, producer, committed=False, version=3).error_code == KafkaError.none
+        assert sync(connection, group, member, generation, {member: b"mine"}).assignment == b"mine"
+        # Stable, with a member: a commit without a generation is refused, the member's accepted.
+        assert commit(connection, group, "", -1, None, topic, 2) == KafkaError.unknown_member_id
+        assert commit(connection, group, member, -1, None, topic, 2) == KafkaError.illegal_generation
+        assert commit(connection, group, member, generation, None, topic, 3) == KafkaError.none
+        assert txn_offset_commit(connection, producer, group, topic, 4) == [KafkaError.none]
+        assert end_txn(connection, producer, committed=False, version=3).error_code == KafkaError.none
+        response = server.client.post(
+            f"/v1/groups/{group}/offsets/commit",
+            json={"member_id": "", "generation_id": -1, "offsets": [{"topic": topic, "partition": 0, "offset": 5}]},
+        )
+        assert response.status_code == 200 and response.json()["offsets"][0]["error"] is None, response.text
+        assert offset_fetch(connection, group, topic, 0, require_stable=True).committed_offset == 5
+        # Empty once its member left: a commit without a generation is accepted again.
+        assert leave(connection, group, [(member, None)]) == [KafkaError.none]
+        assert commit(connection, group, "", -1, None, topic, 6) == KafkaError.none
+        assert offset_fetch(connection, group, topic, 0, require_stable=True).committed_offset == 6
 
 
 def test_a_group_takes_the_kind_of_its_first_member(module_kafka_server):
