@@ -13,9 +13,10 @@ A rebalance, as Kafka's coordinator runs it, with PostgreSQL as the only shared 
 one group reach different workers and nodes):
 - a JoinGroup moves the group to PreparingRebalance (every member must rejoin) and waits;
 - the JoinGroup that finds every member rejoined, or any waiter that finds the rebalance deadline
-  passed (the members' largest rebalance timeout), completes it under the group row lock: members
-  that did not rejoin are removed, the generation is bumped, a protocol every member supports is
-  chosen, a leader kept or picked, and the group is CompletingRebalance;
+  passed (the members' largest rebalance timeout), completes it under the group row lock: dynamic
+  members that did not rejoin are removed (static ones stay, as in Kafka), the generation is bumped,
+  a protocol every member supports is chosen, a leader kept or picked among those that rejoined, and
+  the group is CompletingRebalance;
 - the waiters see the new generation (they poll the row, and a change to their group committed in
   their process wakes them at once: group_wake_ups.py) and answer; the leader's SyncGroup stores
   the assignments and makes the group Stable; the others' SyncGroups wait for that.
@@ -259,7 +260,7 @@ def _completion_due(classic: dict, now: int) -> bool:
     """Whether a rebalance may complete now: the first of an Empty group once its initial delay ran
     out (0: at once; as Kafka's InitialDelayedJoin, pending members are not waited for); any other
     once every member rejoined and no pending member may still join, or at the deadline (the late
-    are removed)."""
+    dynamic members are removed, the static ones kept: `_try_complete`)."""
     if classic["state"] != PREPARING:
         return False
     delay = classic.get("initial_delay")
@@ -353,11 +354,24 @@ class ClassicGroups:
                 )
                 return
             classic["initial_delay"] = None
-        late = [member_id for member_id, m in classic["members"].items() if not m["joined"]]
+        # As Kafka's coordinator: the dynamic members that did not rejoin are removed; a static one
+        # stays a member of the next generation (its instance restarting, or slow to rejoin, gets its
+        # place back without one more rebalance); its session lapse removes it if it is gone.
+        late = [
+            member_id
+            for member_id, m in classic["members"].items()
+            if not m["joined"] and m["group_instance_id"] is None
+        ]
         if late:
             await groups.remove_members(conn, group.group_id, late)
             for member_id in late:
                 del classic["members"][member_id]
+        rejoined = sorted(member_id for member_id, m in classic["members"].items() if m["joined"])
+        if classic["members"] and not rejoined:
+            # Only static members that did not rejoin: no generation without a leader to assign
+            # it; wait one more rebalance timeout (their sessions may lapse meanwhile), as Kafka.
+            self._prepare(classic, now)
+            return
         group.generation_id += 1
         for member in classic["members"].values():
             member["assignment"] = ""
@@ -365,8 +379,8 @@ class ClassicGroups:
             classic.update(state=EMPTY, protocol=None, leader=None)
             return
         classic["protocol"] = _choose_protocol(classic)
-        if classic["leader"] not in classic["members"]:
-            classic["leader"] = min(classic["members"])
+        if classic["leader"] not in rejoined:  # the leader assigns: one that rejoined
+            classic["leader"] = rejoined[0]
         classic["state"] = COMPLETING
 
     async def members_removed(self, conn: asyncpg.Connection, group: Group, now: int) -> None:

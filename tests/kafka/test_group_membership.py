@@ -144,6 +144,57 @@ def test_a_restarted_static_follower_gets_its_assignment_without_a_rebalance(mod
         assert leave(leader_connection, group, [("", "unknown-instance")]) == [KafkaError.unknown_member_id]
 
 
+def test_a_static_member_that_does_not_rejoin_in_time_stays_a_member(module_kafka_server):
+    """Regression: a rebalance whose rebalance timeout passed removed every member that had not
+    rejoined, static ones too, so a static member slow to rejoin (or restarting) got
+    UNKNOWN_MEMBER_ID and joined anew, one more rebalance; Kafka's coordinator removes only the
+    dynamic ones: the static member stays in the next generation (the leader one that rejoined), and
+    gets its place back by rejoining without a rebalance. When no member rejoined at all, no
+    generation completes: the group waits one more rebalance timeout (their sessions may lapse)."""
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    group = "static-late"
+    rebalance = datetime.timedelta(seconds=1)
+    with RawConnection(bootstrap) as slow, RawConnection(bootstrap) as other:
+        first = _static_member(slow, group, "slow", b"x", rebalance=rebalance)
+        # A second static member begins a rebalance the first (its leader) does not rejoin in time.
+        second = join(other, group, instance="other", rebalance=rebalance)
+        assert (second.error_code, second.generation_id) == (KafkaError.none, first.generation_id + 1)
+        assert second.leader == second.member_id
+        assert sorted((m.member_id, m.group_instance_id) for m in second.members) == sorted(
+            [(first.member_id, "slow"), (second.member_id, "other")]
+        )
+        # The slow one rejoins: the current generation, no rebalance; the leader's assignment is its.
+        late = join(slow, group, first.member_id, instance="slow", rebalance=rebalance)
+        assert (late.error_code, late.generation_id, late.leader) == (
+            KafkaError.none,
+            second.generation_id,
+            second.leader,
+        )
+        assignments = {first.member_id: b"slow-part", second.member_id: b"other-part"}
+        assert sync(other, group, second.member_id, second.generation_id, assignments, "other").error_code == 0
+        assert sync(slow, group, first.member_id, late.generation_id, {}, "slow").assignment == b"slow-part"
+        assert heartbeat(slow, group, first.member_id, late.generation_id, "slow").error_code == KafkaError.none
+
+        # The other leaves: the slow one must rejoin, and does not in time; nobody rejoined, so the
+        # group waits (no generation, no leader) until it does.
+        assert leave(other, group, [("", "other")]) == [KafkaError.none]
+        time.sleep(2.5 * rebalance.total_seconds())
+        assert heartbeat(slow, group, first.member_id, late.generation_id, "slow").error_code == (
+            KafkaError.rebalance_in_progress
+        )
+        described = describe(slow, group)
+        assert (described.group_state, [m.member_id for m in described.members]) == (
+            "PreparingRebalance",
+            [first.member_id],
+        )
+        alone = join(slow, group, first.member_id, instance="slow", rebalance=rebalance)
+        assert (alone.error_code, alone.generation_id, alone.leader) == (
+            KafkaError.none,
+            late.generation_id + 1,
+            first.member_id,
+        )
+
+
 def test_a_static_member_whose_session_lapses_is_evicted(module_kafka_server):
     with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
         _static_member(connection, "static-lapses", "gone", b"x", session=datetime.timedelta(milliseconds=300))
