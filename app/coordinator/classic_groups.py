@@ -19,7 +19,9 @@ one group reach different workers and nodes):
   the group is CompletingRebalance;
 - the waiters see the new generation (they poll the row, and a change to their group committed in
   their process wakes them at once: group_wake_ups.py) and answer; the leader's SyncGroup stores
-  the assignments and makes the group Stable; the others' SyncGroups wait for that.
+  the assignments and makes the group Stable; the others' SyncGroups wait for that; a member that
+  sends no SyncGroup within the rebalance timeout is removed (Kafka's pending sync), found overdue
+  by a Heartbeat or a waiting SyncGroup, as Kafka's timers would have.
 Every change holds the group row FOR UPDATE, so two processes never complete one rebalance twice.
 
 As Kafka's coordinator also:
@@ -247,6 +249,7 @@ def _fresh(protocol_type: str, pending: dict[str, int]) -> dict:
         "members": {},
         "pending": pending,  # member id -> when it is forgotten unless it rejoins (ms)
         "initial_delay": None,  # the first rebalance's timer (its initial delay), while it runs
+        "awaiting_sync": None,  # the generation's members yet to send SyncGroup, and until when
     }
 
 
@@ -269,6 +272,16 @@ def _completion_due(classic: dict, now: int) -> bool:
     if now >= classic["deadline_ms"]:
         return True
     return all(m["joined"] for m in classic["members"].values()) and not _pending(classic, now)
+
+
+def _overdue_syncs(classic: dict, now: int) -> list[str]:
+    """The members of the current generation that have not sent their SyncGroup within its rebalance
+    timeout (Kafka's pending sync: a static member kept without rejoining and gone since, a member
+    stuck between its JoinGroup and its SyncGroup); they are removed, and the rest rebalance."""
+    awaiting = classic.get("awaiting_sync")
+    if awaiting is None or classic["state"] not in (COMPLETING, STABLE) or now < awaiting["until_ms"]:
+        return []
+    return [member_id for member_id in awaiting["member_ids"] if member_id in classic["members"]]
 
 
 def _choose_protocol(classic: dict) -> str:
@@ -336,6 +349,7 @@ class ClassicGroups:
         """Every member must rejoin, within the largest of their rebalance timeouts."""
         classic["state"] = PREPARING
         classic["deadline_ms"] = now + max((m["rebalance_timeout_ms"] for m in classic["members"].values()), default=0)
+        classic["awaiting_sync"] = None
         for member in classic["members"].values():
             member["joined"] = False
 
@@ -382,6 +396,26 @@ class ClassicGroups:
         if classic["leader"] not in rejoined:  # the leader assigns: one that rejoined
             classic["leader"] = rejoined[0]
         classic["state"] = COMPLETING
+        # As Kafka's coordinator: every member must send its SyncGroup within the rebalance timeout.
+        classic["awaiting_sync"] = {
+            "member_ids": sorted(classic["members"]),
+            "until_ms": now + max(m["rebalance_timeout_ms"] for m in classic["members"].values()),
+        }
+
+    async def _settle_timeouts(self, conn: asyncpg.Connection, group: Group | None, now: int) -> None:
+        """What Kafka's coordinator's timers would have done by now (the caller holds the row, None
+        when the group is gone): remove the members overdue to sync (the rest rebalance), complete a
+        rebalance that is due."""
+        classic = None if group is None else classic_state(group)
+        if classic is None:
+            return
+        overdue = _overdue_syncs(classic, now)
+        if overdue:
+            await groups.remove_members(conn, group.group_id, overdue)
+            await self.members_removed(conn, group, now)
+        else:
+            await self._try_complete(conn, group, classic, now)
+            await self._save(conn, group, classic, now)
 
     async def members_removed(self, conn: asyncpg.Connection, group: Group, now: int) -> None:
         """After members left or were evicted (their group_members rows are gone): the rest rebalance,
@@ -636,10 +670,16 @@ class ClassicGroups:
             group = await groups.lock(conn, group_id, now)
             classic = self._checked(group, group_id, member_id, generation_id, group_instance_id)
             await groups.touch(conn, group_id, member_id, now)
-            if classic["state"] == COMPLETING and member_id == classic["leader"]:
+            awaiting = classic.get("awaiting_sync")
+            synced = awaiting is not None and member_id in awaiting["member_ids"]
+            if synced:
+                awaiting["member_ids"].remove(member_id)
+            stores_assignments = classic["state"] == COMPLETING and member_id == classic["leader"]
+            if stores_assignments:
                 for mid, member in classic["members"].items():
                     member["assignment"] = _b64(assignments.get(mid, b""))
                 classic["state"] = STABLE
+            if synced or stores_assignments:
                 await self._save(conn, group, classic, now)
         # A leader that never syncs: after the rebalance timeout the member rejoins (as Kafka's
         # newer coordinators answer), so that no request waits without end.
@@ -653,9 +693,14 @@ class ClassicGroups:
                 # coordinator keeps a member awaiting sync alive (a slow leader must not get the
                 # followers waiting for it evicted).
                 await groups.touch(conn, group_id, member_id, now_ms())
-            if classic["state"] == STABLE:
-                member = classic["members"][member_id]
-                return SyncResult(classic["protocol_type"], classic["protocol"], _bytes(member["assignment"]))
+                if classic["state"] == STABLE:
+                    member = classic["members"][member_id]
+                    return SyncResult(classic["protocol_type"], classic["protocol"], _bytes(member["assignment"]))
+                if _overdue_syncs(classic, now_ms()):  # a leader that never synced: removed, the rest rejoin
+                    async with conn.transaction():
+                        await self._settle_timeouts(conn, await groups.lock_existing(conn, group_id), now_ms())
+                    self.wake_ups.changed(group_id)
+                    continue
             if now_ms() >= deadline:
                 raise _rebalancing(group_id)
             await self._until_changed(seen)
@@ -691,12 +736,11 @@ class ClassicGroups:
             classic = self._member_state(group, group_id, member_id, group_instance_id)
             if not await groups.touch(conn, group_id, member_id, now):
                 raise _unknown_member(group_id, member_id)
-            if _completion_due(classic, now):
-                async with conn.transaction():  # nobody is waiting to complete it: the late are removed
-                    group = await groups.lock(conn, group_id, now)
-                    classic = classic_state(group)
-                    await self._try_complete(conn, group, classic, now)
-                    await self._save(conn, group, classic, now)
+            if _completion_due(classic, now) or _overdue_syncs(classic, now):
+                # Nobody else may be there to act on the timeouts: the late are removed.
+                async with conn.transaction():
+                    group = await groups.lock_existing(conn, group_id)
+                    await self._settle_timeouts(conn, group, now)
                 self.wake_ups.changed(group_id)
         self._checked(group, group_id, member_id, generation_id, group_instance_id)
 

@@ -195,6 +195,56 @@ def test_a_static_member_that_does_not_rejoin_in_time_stays_a_member(module_kafk
         )
 
 
+def test_members_that_do_not_sync_within_the_rebalance_timeout_are_removed(module_kafka_server):
+    """As Kafka's coordinator (its pending sync): every member of a new generation must send its
+    SyncGroup within the rebalance timeout, else it is removed and the rest rebalance, whatever its
+    session: a static member kept in a generation it did not rejoin and gone since (it held its
+    partitions until its session lapsed), and a leader that never assigns (its followers' SyncGroups
+    are answered REBALANCE_IN_PROGRESS and they rejoin without it)."""
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    rebalance = datetime.timedelta(seconds=1)
+    with RawConnection(bootstrap) as gone, RawConnection(bootstrap) as other:
+        group = "sync-overdue-static"
+        first = _static_member(gone, group, "gone", b"x", rebalance=rebalance)
+        second = join(other, group, instance="other", rebalance=rebalance)  # "gone" never rejoins
+        assert sorted(m.group_instance_id for m in describe(other, group).members) == ["gone", "other"]
+        synced = sync(other, group, second.member_id, second.generation_id, {second.member_id: b"y"}, "other")
+        assert synced.assignment == b"y"
+        poll_until(
+            [],
+            lambda _: (
+                heartbeat(other, group, second.member_id, second.generation_id, "other").error_code
+                == KafkaError.rebalance_in_progress
+            ),
+            "the overdue member's removal",
+        )
+        assert [m.member_id for m in describe(other, group).members] == [second.member_id]
+        assert heartbeat(gone, group, first.member_id, second.generation_id, "gone").error_code == (
+            KafkaError.unknown_member_id
+        )
+
+        group = "sync-overdue-leader"
+        leader = _static_member(gone, group, "leader", b"x", rebalance=rebalance)
+        answers = {}
+
+        def follower_joins():
+            answers["follower"] = join(other, group, instance="follower", rebalance=rebalance)
+
+        joiner = threading.Thread(target=follower_joins)
+        joiner.start()
+        poll_until([], lambda _: describe(gone, group).group_state == "PreparingRebalance", "the follower's join")
+        rejoined = join(gone, group, leader.member_id, instance="leader", rebalance=rebalance)
+        joiner.join()
+        follower = answers["follower"]
+        assert rejoined.generation_id == follower.generation_id and rejoined.leader == leader.member_id
+        # The leader never sends its SyncGroup: the follower's waits, then is told to rejoin.
+        waited = sync(other, group, follower.member_id, follower.generation_id, {}, "follower")
+        assert waited.error_code == KafkaError.rebalance_in_progress
+        assert [m.group_instance_id for m in describe(other, group).members] == ["follower"]
+        alone = join(other, group, follower.member_id, instance="follower", rebalance=rebalance)
+        assert (alone.generation_id, alone.leader) == (follower.generation_id + 1, follower.member_id)
+
+
 def test_a_static_member_whose_session_lapses_is_evicted(module_kafka_server):
     with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
         _static_member(connection, "static-lapses", "gone", b"x", session=datetime.timedelta(milliseconds=300))
