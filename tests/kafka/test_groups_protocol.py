@@ -17,7 +17,7 @@ from tests.kafka import http_side
 from tests.kafka.clients import create_topic
 from tests.kafka.group_clients import MEMBERS, poll_until
 from tests.kafka.raw import RawConnection, nested, request_of
-from tests.kafka.raw_groups import commit, heartbeat, join, leave, sync
+from tests.kafka.raw_groups import commit, describe, heartbeat, join, leave, sync
 from tests.kafka.raw_transactions import end_txn, init_producer, txn_offset_commit
 
 
@@ -35,6 +35,21 @@ def joined_member(bootstrap: str, group: str, **timeouts) -> tuple[str, int]:
             == b"mine"
         )
     return joined.member_id, joined.generation_id
+
+
+def second_member_joins(bootstrap: str, group: str, answers: dict, **join_args) -> threading.Thread:
+    """A new member's join (through MEMBER_ID_REQUIRED) on a connection of its own, in a thread begun
+    here: the join waits for the rebalance it begins; its answer is answers["second"] once the
+    thread ends."""
+
+    def joins():
+        with RawConnection(bootstrap) as connection:
+            first = join(connection, group, **join_args)
+            answers["second"] = join(connection, group, first.member_id, **join_args)
+
+    joiner = threading.Thread(target=joins)
+    joiner.start()
+    return joiner
 
 
 def test_member_id_required_then_a_member_that_does_not_rejoin_in_time_is_removed(module_kafka_server):
@@ -72,14 +87,7 @@ def test_a_stable_member_is_told_to_rejoin_by_its_heartbeat(module_kafka_server)
     group = "raw-heartbeat"
     member, generation = joined_member(bootstrap, group, rebalance=datetime.timedelta(seconds=30))
     answers = {}
-
-    def second_joins():
-        with RawConnection(bootstrap) as connection:
-            first = join(connection, group)
-            answers["second"] = join(connection, group, first.member_id)
-
-    joiner = threading.Thread(target=second_joins)
-    joiner.start()
+    joiner = second_member_joins(bootstrap, group, answers)
     with RawConnection(bootstrap) as connection:
         while heartbeat(connection, group, member, generation).error_code == KafkaError.none:
             pass  # until the second's join has begun the rebalance
@@ -103,18 +111,11 @@ def test_a_member_of_an_older_generation_is_told_so_while_the_group_rebalances(m
     rebalance = datetime.timedelta(seconds=30)
     member, older = joined_member(bootstrap, group, rebalance=rebalance)
     answers = {}
-
-    def second_joins():
-        with RawConnection(bootstrap) as connection:
-            first = join(connection, group, rebalance=rebalance)
-            answers["second"] = join(connection, group, first.member_id, rebalance=rebalance)
-
     with RawConnection(bootstrap) as connection:
         # The leader rejoins alone (a new generation), then a second member's join begins a rebalance.
         current = join(connection, group, member, rebalance=rebalance).generation_id
         assert current == older + 1
-        joiner = threading.Thread(target=second_joins)
-        joiner.start()
+        joiner = second_member_joins(bootstrap, group, answers, rebalance=rebalance)
         while heartbeat(connection, group, member, current).error_code == KafkaError.none:
             pass  # until the second's join has begun the rebalance
         assert heartbeat(connection, group, member, current).error_code == KafkaError.rebalance_in_progress
@@ -201,6 +202,37 @@ def test_commits_are_judged_against_the_group_as_kafka_judges_them(module_kafka_
         assert leave(connection, group, [(member, None)]) == [KafkaError.none]
         assert commit(connection, group, "", -1, None, topic, 6) == KafkaError.none
         assert offset_fetch(connection, group, topic, 0, require_stable=True).committed_offset == 6
+
+
+def test_a_rebalancing_group_is_described_without_protocol_and_assignments(module_kafka_server):
+    """Regression: DescribeGroups of a group in PreparingRebalance answered the ending generation's
+    protocol and its members' metadata and assignments (admin clients showed partitions the group was
+    revoking as assigned), and in CompletingRebalance the new protocol and metadata; Kafka's
+    coordinator describes only a Stable group with them, a rebalancing one with protocol "" and
+    members without bytes."""
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    group = "raw-described-rebalancing"
+    rebalance = datetime.timedelta(seconds=30)
+    member, generation = joined_member(bootstrap, group, rebalance=rebalance)
+    answers = {}
+
+    def described(connection):
+        found = describe(connection, group)
+        return found.group_state, found.protocol_data, [(m.member_metadata, m.member_assignment) for m in found.members]
+
+    with RawConnection(bootstrap) as connection:
+        assert described(connection) == ("Stable", "range", [(b"", b"mine")])
+        joiner = second_member_joins(bootstrap, group, answers, rebalance=rebalance, metadata=b"second")
+        while heartbeat(connection, group, member, generation).error_code == KafkaError.none:
+            pass  # until the second's join has begun the rebalance
+        assert described(connection) == ("PreparingRebalance", "", [(b"", b""), (b"", b"")])
+        rejoined = join(connection, group, member, rebalance=rebalance)
+        joiner.join()
+        assert described(connection) == ("CompletingRebalance", "", [(b"", b""), (b"", b"")])
+        second = answers["second"].member_id
+        assert sync(connection, group, member, rejoined.generation_id, {second: b"theirs"}).error_code == 0
+        state, protocol, members = described(connection)
+        assert (state, protocol, sorted(members)) == ("Stable", "range", [(b"", b""), (b"second", b"theirs")])
 
 
 def test_a_group_takes_the_kind_of_its_first_member(module_kafka_server):
