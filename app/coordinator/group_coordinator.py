@@ -338,9 +338,8 @@ class GroupCoordinator:
         group's); and a member's plain commit while the group awaits its leader's assignment
         (CompletingRebalance) is REBALANCE_IN_PROGRESS. HTTP's commits keep their contract
         (`_generation_error`: generation -1 commits whatever the group)."""
-        row = await conn.fetchrow(
-            "SELECT generation_id, assignment FROM consumer_groups WHERE group_id = $1 FOR SHARE", group_id
-        )
+        # The members cannot change meanwhile: the commit's hold on the group row keeps a join,
+        # leave or eviction (each FOR UPDATE of it) waiting until the commit ends.
         membership = await conn.fetchrow(
             "SELECT count(*) AS members, coalesce(bool_or(member_id = $2), false) AS is_member "
             "FROM group_members WHERE group_id = $1",
@@ -349,6 +348,9 @@ class GroupCoordinator:
         )
         if generation_id < 0 and not membership["members"]:
             return None
+        row = await conn.fetchrow(
+            "SELECT generation_id, assignment FROM consumer_groups WHERE group_id = $1 FOR SHARE", group_id
+        )
         classic = row["assignment"].get(CLASSIC_STATE_KEY)
         if generation_id >= 0 or member_id != NO_MEMBER or group_instance_id is not None:
             fenced = fenced_instance_error(classic, group_id, member_id, group_instance_id)
