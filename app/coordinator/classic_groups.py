@@ -13,12 +13,15 @@ A rebalance, as Kafka's coordinator runs it, with PostgreSQL as the only shared 
 one group reach different workers and nodes):
 - a JoinGroup moves the group to PreparingRebalance (every member must rejoin) and waits;
 - the JoinGroup that finds every member rejoined, or any waiter that finds the rebalance deadline
-  passed (the members' largest rebalance timeout), completes it under the group row lock: members
-  that did not rejoin are removed, the generation is bumped, a protocol every member supports is
-  chosen, a leader kept or picked, and the group is CompletingRebalance;
+  passed (the members' largest rebalance timeout), completes it under the group row lock: dynamic
+  members that did not rejoin are removed (static ones stay, as in Kafka), the generation is bumped,
+  a protocol every member supports is chosen, a leader kept or picked among those that rejoined, and
+  the group is CompletingRebalance;
 - the waiters see the new generation (they poll the row, and a change to their group committed in
   their process wakes them at once: group_wake_ups.py) and answer; the leader's SyncGroup stores
-  the assignments and makes the group Stable; the others' SyncGroups wait for that.
+  the assignments and makes the group Stable; the others' SyncGroups wait for that; a member that
+  sends no SyncGroup within the rebalance timeout is removed (Kafka's pending sync), found overdue
+  by a Heartbeat or a waiting SyncGroup, as Kafka's timers would have.
 Every change holds the group row FOR UPDATE, so two processes never complete one rebalance twice.
 
 As Kafka's coordinator also:
@@ -246,6 +249,7 @@ def _fresh(protocol_type: str, pending: dict[str, int]) -> dict:
         "members": {},
         "pending": pending,  # member id -> when it is forgotten unless it rejoins (ms)
         "initial_delay": None,  # the first rebalance's timer (its initial delay), while it runs
+        "awaiting_sync": None,  # the generation's members yet to send SyncGroup, and until when
     }
 
 
@@ -259,7 +263,7 @@ def _completion_due(classic: dict, now: int) -> bool:
     """Whether a rebalance may complete now: the first of an Empty group once its initial delay ran
     out (0: at once; as Kafka's InitialDelayedJoin, pending members are not waited for); any other
     once every member rejoined and no pending member may still join, or at the deadline (the late
-    are removed)."""
+    dynamic members are removed, the static ones kept: `_try_complete`)."""
     if classic["state"] != PREPARING:
         return False
     delay = classic.get("initial_delay")
@@ -268,6 +272,16 @@ def _completion_due(classic: dict, now: int) -> bool:
     if now >= classic["deadline_ms"]:
         return True
     return all(m["joined"] for m in classic["members"].values()) and not _pending(classic, now)
+
+
+def _overdue_syncs(classic: dict, now: int) -> list[str]:
+    """The members of the current generation that have not sent their SyncGroup within its rebalance
+    timeout (Kafka's pending sync: a static member kept without rejoining and gone since, a member
+    stuck between its JoinGroup and its SyncGroup); they are removed, and the rest rebalance."""
+    awaiting = classic.get("awaiting_sync")
+    if awaiting is None or classic["state"] not in (COMPLETING, STABLE) or now < awaiting["until_ms"]:
+        return []
+    return [member_id for member_id in awaiting["member_ids"] if member_id in classic["members"]]
 
 
 def _choose_protocol(classic: dict) -> str:
@@ -335,6 +349,7 @@ class ClassicGroups:
         """Every member must rejoin, within the largest of their rebalance timeouts."""
         classic["state"] = PREPARING
         classic["deadline_ms"] = now + max((m["rebalance_timeout_ms"] for m in classic["members"].values()), default=0)
+        classic["awaiting_sync"] = None
         for member in classic["members"].values():
             member["joined"] = False
 
@@ -353,11 +368,24 @@ class ClassicGroups:
                 )
                 return
             classic["initial_delay"] = None
-        late = [member_id for member_id, m in classic["members"].items() if not m["joined"]]
+        # As Kafka's coordinator: the dynamic members that did not rejoin are removed; a static one
+        # stays a member of the next generation (its instance restarting, or slow to rejoin, gets its
+        # place back without one more rebalance); its session lapse removes it if it is gone.
+        late = [
+            member_id
+            for member_id, m in classic["members"].items()
+            if not m["joined"] and m["group_instance_id"] is None
+        ]
         if late:
             await groups.remove_members(conn, group.group_id, late)
             for member_id in late:
                 del classic["members"][member_id]
+        rejoined = sorted(member_id for member_id, m in classic["members"].items() if m["joined"])
+        if classic["members"] and not rejoined:
+            # Only static members that did not rejoin: no generation without a leader to assign
+            # it; wait one more rebalance timeout (their sessions may lapse meanwhile), as Kafka.
+            self._prepare(classic, now)
+            return
         group.generation_id += 1
         for member in classic["members"].values():
             member["assignment"] = ""
@@ -365,9 +393,29 @@ class ClassicGroups:
             classic.update(state=EMPTY, protocol=None, leader=None)
             return
         classic["protocol"] = _choose_protocol(classic)
-        if classic["leader"] not in classic["members"]:
-            classic["leader"] = min(classic["members"])
+        if classic["leader"] not in rejoined:  # the leader assigns: one that rejoined
+            classic["leader"] = rejoined[0]
         classic["state"] = COMPLETING
+        # As Kafka's coordinator: every member must send its SyncGroup within the rebalance timeout.
+        classic["awaiting_sync"] = {
+            "member_ids": sorted(classic["members"]),
+            "until_ms": now + max(m["rebalance_timeout_ms"] for m in classic["members"].values()),
+        }
+
+    async def _settle_timeouts(self, conn: asyncpg.Connection, group: Group | None, now: int) -> None:
+        """What Kafka's coordinator's timers would have done by now (the caller holds the row, None
+        when the group is gone): remove the members overdue to sync (the rest rebalance), complete a
+        rebalance that is due."""
+        classic = None if group is None else classic_state(group)
+        if classic is None:
+            return
+        overdue = _overdue_syncs(classic, now)
+        if overdue:
+            await groups.remove_members(conn, group.group_id, overdue)
+            await self.members_removed(conn, group, now)
+        else:
+            await self._try_complete(conn, group, classic, now)
+            await self._save(conn, group, classic, now)
 
     async def members_removed(self, conn: asyncpg.Connection, group: Group, now: int) -> None:
         """After members left or were evicted (their group_members rows are gone): the rest rebalance,
@@ -622,10 +670,16 @@ class ClassicGroups:
             group = await groups.lock(conn, group_id, now)
             classic = self._checked(group, group_id, member_id, generation_id, group_instance_id)
             await groups.touch(conn, group_id, member_id, now)
-            if classic["state"] == COMPLETING and member_id == classic["leader"]:
+            awaiting = classic.get("awaiting_sync")
+            synced = awaiting is not None and member_id in awaiting["member_ids"]
+            if synced:
+                awaiting["member_ids"].remove(member_id)
+            stores_assignments = classic["state"] == COMPLETING and member_id == classic["leader"]
+            if stores_assignments:
                 for mid, member in classic["members"].items():
                     member["assignment"] = _b64(assignments.get(mid, b""))
                 classic["state"] = STABLE
+            if synced or stores_assignments:
                 await self._save(conn, group, classic, now)
         # A leader that never syncs: after the rebalance timeout the member rejoins (as Kafka's
         # newer coordinators answer), so that no request waits without end.
@@ -634,10 +688,19 @@ class ClassicGroups:
             seen = self.wake_ups.before_read(group_id)
             async with self.pool.acquire() as conn:
                 group = await groups.get(conn, group_id)
-            classic = self._checked(group, group_id, member_id, generation_id, group_instance_id)
-            if classic["state"] == STABLE:
-                member = classic["members"][member_id]
-                return SyncResult(classic["protocol_type"], classic["protocol"], _bytes(member["assignment"]))
+                classic = self._checked(group, group_id, member_id, generation_id, group_instance_id)
+                # Waiting for the leader's assignment is not a lapse of the session, as Kafka's
+                # coordinator keeps a member awaiting sync alive (a slow leader must not get the
+                # followers waiting for it evicted).
+                await groups.touch(conn, group_id, member_id, now_ms())
+                if classic["state"] == STABLE:
+                    member = classic["members"][member_id]
+                    return SyncResult(classic["protocol_type"], classic["protocol"], _bytes(member["assignment"]))
+                if _overdue_syncs(classic, now_ms()):  # a leader that never synced: removed, the rest rejoin
+                    async with conn.transaction():
+                        await self._settle_timeouts(conn, await groups.lock_existing(conn, group_id), now_ms())
+                    self.wake_ups.changed(group_id)
+                    continue
             if now_ms() >= deadline:
                 raise _rebalancing(group_id)
             await self._until_changed(seen)
@@ -646,16 +709,19 @@ class ClassicGroups:
     def _checked(
         cls, group: Group | None, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None
     ) -> dict:
-        """The group's classic state, if this member of this generation may sync or heartbeat."""
+        """The group's classic state, if this member of this generation may sync or heartbeat. The
+        generation is checked before the rebalance state, as Kafka's coordinator checks it: a member
+        of an older generation is ILLEGAL_GENERATION in PreparingRebalance too (a cooperative
+        consumer then knows its partitions lost, where REBALANCE_IN_PROGRESS would let it keep them)."""
         classic = cls._member_state(group, group_id, member_id, group_instance_id)
-        if classic["state"] == PREPARING:
-            raise _rebalancing(group_id)
         if generation_id != group.generation_id:
             raise BrokerError(
                 ErrorCode.ILLEGAL_GENERATION,
                 f"generation {generation_id} of group {group_id!r} is not the current one "
                 f"({group.generation_id}): rejoin",
             )
+        if classic["state"] == PREPARING:
+            raise _rebalancing(group_id)
         return classic
 
     # ---- Heartbeat, LeaveGroup
@@ -670,23 +736,31 @@ class ClassicGroups:
             classic = self._member_state(group, group_id, member_id, group_instance_id)
             if not await groups.touch(conn, group_id, member_id, now):
                 raise _unknown_member(group_id, member_id)
-            if _completion_due(classic, now):
-                async with conn.transaction():  # nobody is waiting to complete it: the late are removed
-                    group = await groups.lock(conn, group_id, now)
-                    classic = classic_state(group)
-                    await self._try_complete(conn, group, classic, now)
-                    await self._save(conn, group, classic, now)
+            if _completion_due(classic, now) or _overdue_syncs(classic, now):
+                # Nobody else may be there to act on the timeouts: the late are removed.
+                async with conn.transaction():
+                    group = await groups.lock_existing(conn, group_id)
+                    await self._settle_timeouts(conn, group, now)
                 self.wake_ups.changed(group_id)
         self._checked(group, group_id, member_id, generation_id, group_instance_id)
 
     async def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[BrokerError | None]:
         """leaving: (member id, group instance id) each, as LeaveGroup names them; a member id ""
         with an instance id removes that static member (v3+), a pending member id is forgotten.
-        One error or None each."""
+        One error or None each; UNKNOWN_MEMBER_ID for the request when the group does not exist."""
         check_group_id(group_id)
         now = now_ms()
         async with self.changing(group_id) as conn:
-            group = await groups.lock(conn, group_id, now)
+            # Never makes the group (as Kafka's coordinator, which answers a LeaveGroup of a group it
+            # does not have UNKNOWN_MEMBER_ID): a consumer closing after its group was deleted must
+            # not bring the group back, Empty, into ListGroups and DescribeGroups.
+            group = await groups.lock_existing(conn, group_id)
+            if group is None:
+                raise BrokerError(
+                    ErrorCode.UNKNOWN_MEMBER_ID,
+                    f"group {group_id!r} does not exist (never joined, or deleted), so no member of it can "
+                    f"leave: nothing to do; a consumer that wants the group joins it anew (JoinGroup)",
+                )
             classic = classic_state(group)
             errors: list[BrokerError | None] = []
             removed: set[str] = set()

@@ -31,6 +31,7 @@ from app.clock import now_ms
 from app.coordinator.assignment import range_assignment
 from app.coordinator.classic_groups import (
     ANY_SESSION_TIMEOUT,
+    COMPLETING,
     CONSUMER_PROTOCOL,
     ClassicGroups,
     SessionTimeoutBounds,
@@ -127,6 +128,24 @@ def _no_such_group(group_id: str, generation_id: int, code: ErrorCode) -> Broker
         code,
         f"group {group_id!r} does not exist, so generation {generation_id} is none of its: join the group "
         f"and commit with the generation it gives, or commit with generation -1 (no group management)",
+    )
+
+
+def _simple_commit_refused(group_id: str, member_count: int) -> BrokerError:
+    return BrokerError(
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        f"group {group_id!r} has {member_count} member(s): a commit without a generation and member id "
+        f"(a consumer that assigns itself its partitions, or an admin tool) is accepted only while the group "
+        f"has no members (Kafka's Empty state), as Kafka's group coordinator accepts it; commit as a member "
+        f"(with the generation and member id JoinGroup gave), use another group id, or stop its consumers first",
+    )
+
+
+def _assignment_pending(group_id: str) -> BrokerError:
+    return BrokerError(
+        ErrorCode.REBALANCE_IN_PROGRESS,
+        f"group {group_id!r} is completing a rebalance (its leader's assignment has not come): commit once "
+        f"SyncGroup has answered this member's assignment",
     )
 
 
@@ -282,6 +301,71 @@ class GroupCoordinator:
             return _illegal_generation(group_id, generation_id, row["generation_id"])
         return None
 
+    async def _commit_error(
+        self,
+        conn: asyncpg.Connection,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        unknown_group_error: ErrorCode | None,
+        transactional: bool,
+    ) -> BrokerError | None:
+        """A commit's error against its group (None: accepted): Kafka's coordinator's rules for one
+        of Kafka's door (which gives `unknown_group_error`), HTTP's contract's for the others."""
+        if unknown_group_error is None:
+            return await self._generation_error(conn, group_id, member_id, generation_id, group_instance_id)
+        return await self._kafka_commit_error(
+            conn, group_id, member_id, generation_id, group_instance_id, transactional
+        )
+
+    async def _kafka_commit_error(
+        self,
+        conn: asyncpg.Connection,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        transactional: bool,
+    ) -> BrokerError | None:
+        """A commit over Kafka's door, judged as Kafka's group coordinator judges it
+        (ClassicGroup.validateOffsetCommit), the group row (which exists: `groups.hold`) held FOR
+        SHARE: without a generation (below 0) it is accepted while the group has no members (Kafka's
+        Empty: a consumer without group management, an admin tool resetting offsets); then, without a
+        member id or instance id, a plain one is UNKNOWN_MEMBER_ID and a transactional one accepted
+        (older producers name no member); one naming a member is that member's, checked
+        (FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION: generation -1 is none of the
+        group's); and a member's plain commit while the group awaits its leader's assignment
+        (CompletingRebalance) is REBALANCE_IN_PROGRESS. HTTP's commits keep their contract
+        (`_generation_error`: generation -1 commits whatever the group)."""
+        # The members cannot change meanwhile: the commit's hold on the group row keeps a join,
+        # leave or eviction (each FOR UPDATE of it) waiting until the commit ends.
+        membership = await conn.fetchrow(
+            "SELECT count(*) AS members, coalesce(bool_or(member_id = $2), false) AS is_member "
+            "FROM group_members WHERE group_id = $1",
+            group_id,
+            member_id,
+        )
+        if generation_id < 0 and not membership["members"]:
+            return None
+        row = await conn.fetchrow(
+            "SELECT generation_id, assignment FROM consumer_groups WHERE group_id = $1 FOR SHARE", group_id
+        )
+        classic = row["assignment"].get(CLASSIC_STATE_KEY)
+        if generation_id >= 0 or member_id != NO_MEMBER or group_instance_id is not None:
+            fenced = fenced_instance_error(classic, group_id, member_id, group_instance_id)
+            if fenced is not None:
+                return fenced
+            if not membership["is_member"]:
+                return _unknown_member(group_id, member_id)
+            if generation_id != row["generation_id"]:
+                return _illegal_generation(group_id, generation_id, row["generation_id"])
+        elif not transactional:
+            return _simple_commit_refused(group_id, membership["members"])
+        if not transactional and classic is not None and classic["state"] == COMPLETING:
+            return _assignment_pending(group_id)
+        return None
+
     async def _entry_errors(self, conn: asyncpg.Connection, entries: list[tuple[str, int]]) -> list[BrokerError | None]:
         """Each (topic, partition)'s error (a topic or partition that does not exist), the topics
         held until the transaction ends: a DeleteTopics waits for it, and then removes what it
@@ -307,11 +391,13 @@ class GroupCoordinator:
         group_instance_id: str | None = None,
         unknown_group_error: ErrorCode | None = None,
     ) -> list[BrokerError | None]:
-        """`unknown_group_error`: what a commit naming a generation (0 or more) of a group that does
-        not exist raises, creating nothing: Kafka's group coordinator answers GROUP_ID_NOT_FOUND from
-        OffsetCommit v9, ILLEGAL_GENERATION below (OffsetMetadataManager.validateOffsetCommit).
-        Without (HTTP's), the group is made and the commit's member is unknown to it
-        (UNKNOWN_MEMBER_ID)."""
+        """`unknown_group_error`, given by Kafka's door: what a commit naming a generation (0 or more)
+        of a group that does not exist raises, creating nothing: Kafka's group coordinator answers
+        GROUP_ID_NOT_FOUND from OffsetCommit v9, ILLEGAL_GENERATION below
+        (OffsetMetadataManager.validateOffsetCommit); and the commit is judged against its group as
+        Kafka's coordinator judges it (`_kafka_commit_error`). Without (HTTP's), the group is made
+        and the commit's member is unknown to it (UNKNOWN_MEMBER_ID), and generation -1 commits
+        whatever the group."""
         check_group_id(group_id)
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
@@ -319,7 +405,9 @@ class GroupCoordinator:
             if created and unknown_group_error is not None and generation_id >= 0:
                 # The transaction rolls back: the group just made is undone.
                 raise _no_such_group(group_id, generation_id, unknown_group_error)
-            generation_error = await self._generation_error(conn, group_id, member_id, generation_id, group_instance_id)
+            generation_error = await self._commit_error(
+                conn, group_id, member_id, generation_id, group_instance_id, unknown_group_error, transactional=False
+            )
             if generation_error is not None:
                 return [generation_error] * len(entries)
             errors = await self._entry_errors(conn, [(e.topic, e.partition) for e in entries])
@@ -352,7 +440,8 @@ class GroupCoordinator:
         unit of work: the transactional id's row first, the transaction log saved last. The group id
         is checked first, as Kafka's group coordinator, which serves it, does. `unknown_group_error`
         as commit_offsets' (Kafka's group coordinator: ILLEGAL_GENERATION at every version,
-        OffsetMetadataManager.validateTransactionalOffsetCommit)."""
+        OffsetMetadataManager.validateTransactionalOffsetCommit; and its rules for a transactional
+        commit, `_kafka_commit_error`)."""
         check_group_id(group_id)
         now = now_ms()
         async with self.transactions.unit_of_work() as unit:
@@ -362,7 +451,9 @@ class GroupCoordinator:
             if created and unknown_group_error is not None and generation_id >= 0:
                 # The unit rolls back: the group just made is undone, and no transaction begins.
                 raise _no_such_group(group_id, generation_id, unknown_group_error)
-            generation_error = await self._generation_error(conn, group_id, member_id, generation_id, group_instance_id)
+            generation_error = await self._commit_error(
+                conn, group_id, member_id, generation_id, group_instance_id, unknown_group_error, transactional=True
+            )
             errors = (
                 [generation_error] * len(entries)
                 if generation_error is not None

@@ -834,6 +834,10 @@ class GroupCalls:
             return DescribedGroup(group_id, error)
         protocol_type, state, protocol = _group_kind(described.group, len(described.members))
         classic = self._groups.classic.described_members(described.group)
+        # As Kafka's coordinator describes a group: only a Stable one has a protocol and members'
+        # metadata and assignments; a rebalancing one (its assignments those of a generation
+        # that is ending, or none yet) is described without them.
+        stable = state == STABLE
         members = []
         for member in described.members:
             kafka_side = classic.get(member.member_id)
@@ -846,11 +850,11 @@ class GroupCalls:
                         kafka_side["group_instance_id"],
                         kafka_side["client_id"],
                         kafka_side["client_host"],
-                        kafka_side["metadata"],
-                        kafka_side["assignment"],
+                        kafka_side["metadata"] if stable else b"",
+                        kafka_side["assignment"] if stable else b"",
                     )
                 )
-        return DescribedGroup(group_id, None, state, protocol_type, protocol, members)
+        return DescribedGroup(group_id, None, state, protocol_type, protocol if stable else "", members)
 
 
 # Kafka's topic configs (the core's table: topic_admin.TOPIC_CONFIG_SPECS), by Kafka's name.

@@ -74,9 +74,9 @@ def heartbeat(connection, group: str, member: str, generation: int, instance: st
     )
 
 
-def leave(connection, group: str, members: list[tuple[str, str | None]]):
-    """LeaveGroup v5: each (member id, group instance id); its per-member error codes."""
-    response = connection.call(
+def leave_answer(connection, group: str, members: list[tuple[str, str | None]]):
+    """LeaveGroup v5: each (member id, group instance id); its whole response."""
+    return connection.call(
         request_of(
             api_table.LEAVE_GROUP,
             5,
@@ -87,7 +87,11 @@ def leave(connection, group: str, members: list[tuple[str, str | None]]):
             ),
         )
     )
-    return [m.error_code for m in response.members]
+
+
+def leave(connection, group: str, members: list[tuple[str, str | None]]):
+    """LeaveGroup v5: each (member id, group instance id); its per-member error codes."""
+    return [m.error_code for m in leave_answer(connection, group, members).members]
 
 
 def commit(

@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from tests.kafka.clients import create_topic
 from tests.kafka.group_clients import poll_until
 from tests.kafka.raw import RawConnection
-from tests.kafka.raw_groups import commit, describe, heartbeat, join, leave, sync
+from tests.kafka.raw_groups import commit, describe, heartbeat, join, leave, leave_answer, sync
 from tests.kafka.raw_transactions import end_txn, init_producer, txn_offset_commit
 
 BRIEF_SESSION = datetime.timedelta(milliseconds=100)
@@ -144,11 +144,129 @@ def test_a_restarted_static_follower_gets_its_assignment_without_a_rebalance(mod
         assert leave(leader_connection, group, [("", "unknown-instance")]) == [KafkaError.unknown_member_id]
 
 
+def test_a_static_member_that_does_not_rejoin_in_time_stays_a_member(module_kafka_server):
+    """Regression: a rebalance whose rebalance timeout passed removed every member that had not
+    rejoined, static ones too, so a static member slow to rejoin (or restarting) got
+    UNKNOWN_MEMBER_ID and joined anew, one more rebalance; Kafka's coordinator removes only the
+    dynamic ones: the static member stays in the next generation (the leader one that rejoined), and
+    gets its place back by rejoining without a rebalance. When no member rejoined at all, no
+    generation completes: the group waits one more rebalance timeout (their sessions may lapse)."""
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    group = "static-late"
+    rebalance = datetime.timedelta(seconds=1)
+    with RawConnection(bootstrap) as slow, RawConnection(bootstrap) as other:
+        first = _static_member(slow, group, "slow", b"x", rebalance=rebalance)
+        # A second static member begins a rebalance the first (its leader) does not rejoin in time.
+        second = join(other, group, instance="other", rebalance=rebalance)
+        assert (second.error_code, second.generation_id) == (KafkaError.none, first.generation_id + 1)
+        assert second.leader == second.member_id
+        assert sorted((m.member_id, m.group_instance_id) for m in second.members) == sorted(
+            [(first.member_id, "slow"), (second.member_id, "other")]
+        )
+        # The slow one rejoins: the current generation, no rebalance; the leader's assignment is its.
+        late = join(slow, group, first.member_id, instance="slow", rebalance=rebalance)
+        assert (late.error_code, late.generation_id, late.leader) == (
+            KafkaError.none,
+            second.generation_id,
+            second.leader,
+        )
+        assignments = {first.member_id: b"slow-part", second.member_id: b"other-part"}
+        assert sync(other, group, second.member_id, second.generation_id, assignments, "other").error_code == 0
+        assert sync(slow, group, first.member_id, late.generation_id, {}, "slow").assignment == b"slow-part"
+        assert heartbeat(slow, group, first.member_id, late.generation_id, "slow").error_code == KafkaError.none
+
+        # The other leaves: the slow one must rejoin, and does not in time; nobody rejoined, so the
+        # group waits (no generation, no leader) until it does.
+        assert leave(other, group, [("", "other")]) == [KafkaError.none]
+        time.sleep(2.5 * rebalance.total_seconds())
+        assert heartbeat(slow, group, first.member_id, late.generation_id, "slow").error_code == (
+            KafkaError.rebalance_in_progress
+        )
+        described = describe(slow, group)
+        assert (described.group_state, [m.member_id for m in described.members]) == (
+            "PreparingRebalance",
+            [first.member_id],
+        )
+        alone = join(slow, group, first.member_id, instance="slow", rebalance=rebalance)
+        assert (alone.error_code, alone.generation_id, alone.leader) == (
+            KafkaError.none,
+            late.generation_id + 1,
+            first.member_id,
+        )
+
+
+def test_members_that_do_not_sync_within_the_rebalance_timeout_are_removed(module_kafka_server):
+    """As Kafka's coordinator (its pending sync): every member of a new generation must send its
+    SyncGroup within the rebalance timeout, else it is removed and the rest rebalance, whatever its
+    session: a static member kept in a generation it did not rejoin and gone since (it held its
+    partitions until its session lapsed), and a leader that never assigns (its followers' SyncGroups
+    are answered REBALANCE_IN_PROGRESS and they rejoin without it)."""
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    rebalance = datetime.timedelta(seconds=1)
+    with RawConnection(bootstrap) as gone, RawConnection(bootstrap) as other:
+        group = "sync-overdue-static"
+        first = _static_member(gone, group, "gone", b"x", rebalance=rebalance)
+        second = join(other, group, instance="other", rebalance=rebalance)  # "gone" never rejoins
+        assert sorted(m.group_instance_id for m in describe(other, group).members) == ["gone", "other"]
+        synced = sync(other, group, second.member_id, second.generation_id, {second.member_id: b"y"}, "other")
+        assert synced.assignment == b"y"
+        poll_until(
+            [],
+            lambda _: (
+                heartbeat(other, group, second.member_id, second.generation_id, "other").error_code
+                == KafkaError.rebalance_in_progress
+            ),
+            "the overdue member's removal",
+        )
+        assert [m.member_id for m in describe(other, group).members] == [second.member_id]
+        assert heartbeat(gone, group, first.member_id, second.generation_id, "gone").error_code == (
+            KafkaError.unknown_member_id
+        )
+
+        group = "sync-overdue-leader"
+        leader = _static_member(gone, group, "leader", b"x", rebalance=rebalance)
+        answers = {}
+
+        def follower_joins():
+            answers["follower"] = join(other, group, instance="follower", rebalance=rebalance)
+
+        joiner = threading.Thread(target=follower_joins)
+        joiner.start()
+        poll_until([], lambda _: describe(gone, group).group_state == "PreparingRebalance", "the follower's join")
+        rejoined = join(gone, group, leader.member_id, instance="leader", rebalance=rebalance)
+        joiner.join()
+        follower = answers["follower"]
+        assert rejoined.generation_id == follower.generation_id and rejoined.leader == leader.member_id
+        # The leader never sends its SyncGroup: the follower's waits, then is told to rejoin.
+        waited = sync(other, group, follower.member_id, follower.generation_id, {}, "follower")
+        assert waited.error_code == KafkaError.rebalance_in_progress
+        assert [m.group_instance_id for m in describe(other, group).members] == ["follower"]
+        alone = join(other, group, follower.member_id, instance="follower", rebalance=rebalance)
+        assert (alone.generation_id, alone.leader) == (follower.generation_id + 1, follower.member_id)
+
+
 def test_a_static_member_whose_session_lapses_is_evicted(module_kafka_server):
     with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
         _static_member(connection, "static-lapses", "gone", b"x", session=datetime.timedelta(milliseconds=300))
         poll_until([], lambda _: describe(connection, "static-lapses").group_state == "Empty", "the eviction")
         assert join(connection, "static-lapses", instance="gone").error_code == KafkaError.none
+
+
+def test_a_leave_of_a_group_that_does_not_exist_makes_no_group(module_kafka_server):
+    """Regression: a LeaveGroup of a group txbroker does not have (never joined, or deleted once its
+    member's session lapsed, the consumer closing only then) made the group, Empty, which
+    DescribeGroups, ListGroups and HTTP's GET /v1/groups/{id} then showed; Kafka's coordinator answers
+    UNKNOWN_MEMBER_ID for the request and makes nothing."""
+    server = module_kafka_server
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        lapsed = _static_member(connection, "left-deleted", "gone", b"x", session=datetime.timedelta(milliseconds=300))
+        poll_until([], lambda _: describe(connection, "left-deleted").group_state == "Empty", "the eviction")
+        assert server.client.delete("/v1/groups/left-deleted").status_code == 204
+        for group, member in (("left-never-joined", "made-up"), ("left-deleted", lapsed.member_id)):
+            answer = leave_answer(connection, group, [(member, None)])
+            assert (answer.error_code, answer.members) == (KafkaError.unknown_member_id, ()), group
+            assert describe(connection, group).group_state == "Dead", group
+            assert server.client.get(f"/v1/groups/{group}").status_code == 404, group
 
 
 def test_the_first_rebalance_of_a_new_group_waits_for_more_members(make_server):

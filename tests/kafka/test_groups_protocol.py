@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import threading
+import time
 
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -16,7 +17,8 @@ from tests.kafka import http_side
 from tests.kafka.clients import create_topic
 from tests.kafka.group_clients import MEMBERS, poll_until
 from tests.kafka.raw import RawConnection, nested, request_of
-from tests.kafka.raw_groups import heartbeat, join, sync
+from tests.kafka.raw_groups import commit, describe, heartbeat, join, leave, sync
+from tests.kafka.raw_transactions import end_txn, init_producer, txn_offset_commit
 
 
 def joined_member(bootstrap: str, group: str, **timeouts) -> tuple[str, int]:
@@ -33,6 +35,21 @@ def joined_member(bootstrap: str, group: str, **timeouts) -> tuple[str, int]:
             == b"mine"
         )
     return joined.member_id, joined.generation_id
+
+
+def second_member_joins(bootstrap: str, group: str, answers: dict, **join_args) -> threading.Thread:
+    """A new member's join (through MEMBER_ID_REQUIRED) on a connection of its own, in a thread begun
+    here: the join waits for the rebalance it begins; its answer is answers["second"] once the
+    thread ends."""
+
+    def joins():
+        with RawConnection(bootstrap) as connection:
+            first = join(connection, group, **join_args)
+            answers["second"] = join(connection, group, first.member_id, **join_args)
+
+    joiner = threading.Thread(target=joins)
+    joiner.start()
+    return joiner
 
 
 def test_member_id_required_then_a_member_that_does_not_rejoin_in_time_is_removed(module_kafka_server):
@@ -70,14 +87,7 @@ def test_a_stable_member_is_told_to_rejoin_by_its_heartbeat(module_kafka_server)
     group = "raw-heartbeat"
     member, generation = joined_member(bootstrap, group, rebalance=datetime.timedelta(seconds=30))
     answers = {}
-
-    def second_joins():
-        with RawConnection(bootstrap) as connection:
-            first = join(connection, group)
-            answers["second"] = join(connection, group, first.member_id)
-
-    joiner = threading.Thread(target=second_joins)
-    joiner.start()
+    joiner = second_member_joins(bootstrap, group, answers)
     with RawConnection(bootstrap) as connection:
         while heartbeat(connection, group, member, generation).error_code == KafkaError.none:
             pass  # until the second's join has begun the rebalance
@@ -89,6 +99,140 @@ def test_a_stable_member_is_told_to_rejoin_by_its_heartbeat(module_kafka_server)
         assert rejoined.leader == second.leader == member  # the leader stays
         assert sorted(m.member_id for m in rejoined.members) == sorted([member, second.member_id])
         assert second.members == ()
+
+
+def test_a_member_of_an_older_generation_is_told_so_while_the_group_rebalances(module_kafka_server):
+    """Regression: Heartbeat and SyncGroup checked the rebalance state before the generation, so a
+    member of an older generation was answered REBALANCE_IN_PROGRESS while the group was in
+    PreparingRebalance; Kafka's coordinator checks the generation first (ILLEGAL_GENERATION), which
+    tells a consumer its partitions are lost, not merely to rejoin."""
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    group = "raw-older-generation"
+    rebalance = datetime.timedelta(seconds=30)
+    member, older = joined_member(bootstrap, group, rebalance=rebalance)
+    answers = {}
+    with RawConnection(bootstrap) as connection:
+        # The leader rejoins alone (a new generation), then a second member's join begins a rebalance.
+        current = join(connection, group, member, rebalance=rebalance).generation_id
+        assert current == older + 1
+        joiner = second_member_joins(bootstrap, group, answers, rebalance=rebalance)
+        while heartbeat(connection, group, member, current).error_code == KafkaError.none:
+            pass  # until the second's join has begun the rebalance
+        assert heartbeat(connection, group, member, current).error_code == KafkaError.rebalance_in_progress
+        assert heartbeat(connection, group, member, older).error_code == KafkaError.illegal_generation
+        assert sync(connection, group, member, older, {}).error_code == KafkaError.illegal_generation
+        assert sync(connection, group, member, current, {}).error_code == KafkaError.rebalance_in_progress
+        assert join(connection, group, member, rebalance=rebalance).generation_id == current + 1
+        joiner.join()
+        assert answers["second"].generation_id == current + 1
+
+
+def test_a_member_waiting_for_its_assignment_keeps_its_session(module_kafka_server):
+    """Regression: a follower's SyncGroup waiting for the leader's did not keep the follower's session,
+    so a leader slower than it evicted the follower (the group rebalanced, its SyncGroup answered
+    UNKNOWN_MEMBER_ID); Kafka's coordinator keeps a member awaiting sync alive, as one awaiting join."""
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    group = "raw-slow-leader"
+    brief, rebalance = datetime.timedelta(milliseconds=300), datetime.timedelta(seconds=30)
+    leader, generation = joined_member(bootstrap, group, rebalance=rebalance)
+    answers = {}
+
+    def follower_joins_and_syncs():
+        with RawConnection(bootstrap) as connection:
+            first = join(connection, group, session=brief, rebalance=rebalance)
+            joined = answers["joined"] = join(connection, group, first.member_id, session=brief, rebalance=rebalance)
+            answers["synced"] = sync(connection, group, joined.member_id, joined.generation_id, {})
+
+    follower = threading.Thread(target=follower_joins_and_syncs)
+    follower.start()
+    with RawConnection(bootstrap) as connection:
+        while heartbeat(connection, group, leader, generation).error_code == KafkaError.none:
+            pass  # until the follower's join has begun the rebalance
+        rejoined = join(connection, group, leader, rebalance=rebalance)
+        assert rejoined.generation_id == generation + 1
+        # The leader takes many of the follower's session timeouts (and session checks) to assign.
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            assert heartbeat(connection, group, leader, rejoined.generation_id).error_code == KafkaError.none
+            time.sleep(0.1)
+        follower_id = answers["joined"].member_id
+        assignments = {leader: b"leader-part", follower_id: b"follower-part"}
+        assert sync(connection, group, leader, rejoined.generation_id, assignments).error_code == KafkaError.none
+    follower.join()
+    assert (answers["synced"].error_code, answers["synced"].assignment) == (KafkaError.none, b"follower-part")
+
+
+def test_commits_are_judged_against_the_group_as_kafka_judges_them(module_kafka_server):
+    """Regression: an OffsetCommit with generation -1 was accepted whatever the group, so a consumer
+    that assigns itself partitions (or an admin tool) overwrote the offsets of a group whose members
+    were consuming them, and a member committed while its group awaited the leader's assignment;
+    Kafka's group coordinator (ClassicGroup.validateOffsetCommit) accepts a commit without a
+    generation only while the group has no members (UNKNOWN_MEMBER_ID without a member id, the
+    member's check with one: ILLEGAL_GENERATION), answers a member's commit in CompletingRebalance
+    REBALANCE_IN_PROGRESS, and lets a transactional one without a member through. HTTP's commit keeps
+    its contract: generation -1 commits whatever the group."""
+    server = module_kafka_server
+    bootstrap = server.extra["kafka_bootstrap"]
+    topic, group = "judged-commits", "judged-commits-group"
+    create_topic(server, topic, 1)
+    with RawConnection(bootstrap) as connection:
+        first = join(connection, group)
+        joined = join(connection, group, first.member_id)
+        member, generation = joined.member_id, joined.generation_id
+        # CompletingRebalance: the member's commit waits for its assignment; a transactional one does not.
+        assert commit(connection, group, member, generation, None, topic, 1) == KafkaError.rebalance_in_progress
+        producer = init_producer(connection, "judged-commits-txn")
+        as_member = (generation, member, None)
+        assert txn_offset_commit(connection, producer, group, topic, 1, member=as_member) == [KafkaError.none]
+        assert end_txn(connection, producer, committed=False, version=3).error_code == KafkaError.none
+        assert sync(connection, group, member, generation, {member: b"mine"}).assignment == b"mine"
+        # Stable, with a member: a commit without a generation is refused, the member's accepted.
+        assert commit(connection, group, "", -1, None, topic, 2) == KafkaError.unknown_member_id
+        assert commit(connection, group, member, -1, None, topic, 2) == KafkaError.illegal_generation
+        assert commit(connection, group, member, generation, None, topic, 3) == KafkaError.none
+        assert txn_offset_commit(connection, producer, group, topic, 4) == [KafkaError.none]
+        assert end_txn(connection, producer, committed=False, version=3).error_code == KafkaError.none
+        response = server.client.post(
+            f"/v1/groups/{group}/offsets/commit",
+            json={"member_id": "", "generation_id": -1, "offsets": [{"topic": topic, "partition": 0, "offset": 5}]},
+        )
+        assert response.status_code == 200 and response.json()["offsets"][0]["error"] is None, response.text
+        assert offset_fetch(connection, group, topic, 0, require_stable=True).committed_offset == 5
+        # Empty once its member left: a commit without a generation is accepted again.
+        assert leave(connection, group, [(member, None)]) == [KafkaError.none]
+        assert commit(connection, group, "", -1, None, topic, 6) == KafkaError.none
+        assert offset_fetch(connection, group, topic, 0, require_stable=True).committed_offset == 6
+
+
+def test_a_rebalancing_group_is_described_without_protocol_and_assignments(module_kafka_server):
+    """Regression: DescribeGroups of a group in PreparingRebalance answered the ending generation's
+    protocol and its members' metadata and assignments (admin clients showed partitions the group was
+    revoking as assigned), and in CompletingRebalance the new protocol and metadata; Kafka's
+    coordinator describes only a Stable group with them, a rebalancing one with protocol "" and
+    members without bytes."""
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    group = "raw-described-rebalancing"
+    rebalance = datetime.timedelta(seconds=30)
+    member, generation = joined_member(bootstrap, group, rebalance=rebalance)
+    answers = {}
+
+    def described(connection):
+        found = describe(connection, group)
+        return found.group_state, found.protocol_data, [(m.member_metadata, m.member_assignment) for m in found.members]
+
+    with RawConnection(bootstrap) as connection:
+        assert described(connection) == ("Stable", "range", [(b"", b"mine")])
+        joiner = second_member_joins(bootstrap, group, answers, rebalance=rebalance, metadata=b"second")
+        while heartbeat(connection, group, member, generation).error_code == KafkaError.none:
+            pass  # until the second's join has begun the rebalance
+        assert described(connection) == ("PreparingRebalance", "", [(b"", b""), (b"", b"")])
+        rejoined = join(connection, group, member, rebalance=rebalance)
+        joiner.join()
+        assert described(connection) == ("CompletingRebalance", "", [(b"", b""), (b"", b"")])
+        second = answers["second"].member_id
+        assert sync(connection, group, member, rejoined.generation_id, {second: b"theirs"}).error_code == 0
+        state, protocol, members = described(connection)
+        assert (state, protocol, sorted(members)) == ("Stable", "range", [(b"", b""), (b"second", b"theirs")])
 
 
 def test_a_group_takes_the_kind_of_its_first_member(module_kafka_server):

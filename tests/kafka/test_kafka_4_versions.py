@@ -16,7 +16,7 @@ from app.kafka import api_table
 from tests.kafka import http_side
 from tests.kafka.clients import bootstrap, create_topic
 from tests.kafka.raw import RawConnection, nested, request_of
-from tests.kafka.raw_groups import commit, join, sync
+from tests.kafka.raw_groups import commit, describe, join, sync
 from tests.kafka.raw_transactions import end_txn, init_producer, txn_offset_commit
 
 WAIT_S = 30
@@ -124,6 +124,34 @@ def test_list_groups_v5_filters_by_type_and_every_group_is_classic(module_kafka_
     assert response.error_code == KafkaError.none
     assert (group in found) == listed
     assert set(found.values()) <= {"classic"}
+
+
+@pytest.mark.parametrize(
+    ("states_filter", "listed"),
+    [
+        (("Stable",), True),
+        (("stable",), True),
+        ((" STABLE ",), True),
+        (("Empty", "stable"), True),
+        (("Empty",), False),
+        (("bogus",), False),
+    ],
+)
+def test_list_groups_filters_by_state_in_any_case(module_kafka_server, states_filter, listed):
+    """Regression: ListGroups v4+'s state filter matched the state's name exactly; Kafka's group
+    coordinator compares it in any case, trimmed (GroupMetadataManager.listGroups), so a filter
+    "stable" listed no Stable group."""
+    group = "v4-listed-by-state"
+    with RawConnection(bootstrap(module_kafka_server)) as connection:
+        if describe(connection, group).group_state != "Stable":
+            joined = join(connection, group, member="")
+            joined = join(connection, group, member=joined.member_id)
+            assert sync(connection, group, joined.member_id, joined.generation_id, {}).error_code == 0
+        response = connection.call(request_of(api_table.LIST_GROUPS, 4, states_filter=states_filter))
+    found = {g.group_id: g.group_state for g in response.groups}
+    assert response.error_code == KafkaError.none
+    assert (group in found) == listed
+    assert {state.lower() for state in found.values()} <= {state.strip().lower() for state in states_filter}
 
 
 def _api_versions(connection, version: int):

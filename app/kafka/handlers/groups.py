@@ -229,10 +229,11 @@ CLASSIC_GROUP_TYPE = "classic"
 
 
 async def list_groups(context: RequestContext, request) -> object:
-    """v4's state filter; v5's type filter (KIP-848), by name in any case as Kafka's: with "classic"
-    every group, with only other types (consumer, share, or a name Kafka does not know) none."""
+    """v4's state filter, by name in any case and trimmed, as Kafka's group coordinator compares it;
+    v5's type filter (KIP-848), by name in any case as Kafka's: with "classic" every group, with only
+    other types (consumer, share, or a name Kafka does not know) none."""
     module = response_module(api_table.LIST_GROUPS, context.api_version)
-    wanted_states = set(getattr(request, "states_filter", ()) or ())
+    wanted_states = {name.strip().lower() for name in getattr(request, "states_filter", ()) or ()}
     wanted_types = {name.lower() for name in getattr(request, "types_filter", ()) or ()}
     if wanted_types and CLASSIC_GROUP_TYPE not in wanted_types:
         listed = []
@@ -240,7 +241,7 @@ async def list_groups(context: RequestContext, request) -> object:
         listed = [
             g
             for g in await context.calls.groups.list_groups(context.principal)
-            if not wanted_states or g.state in wanted_states
+            if not wanted_states or g.state.lower() in wanted_states
         ]
     return build(
         module,
