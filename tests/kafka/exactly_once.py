@@ -98,7 +98,16 @@ class TransformLoop:
     `sink`, and commits the input offsets with the output, a transaction per batch read. With
     `abort_every`, every so many transactions are aborted and their batch read again."""
 
-    def __init__(self, server, source: str, sink: str, partitions: int, group: str, transactional_id: str) -> None:
+    def __init__(
+        self,
+        server,
+        source: str,
+        sink: str,
+        partitions: int,
+        group: str,
+        transactional_id: str,
+        hold_after: int | None = None,
+    ) -> None:
         self.server = server
         self.source, self.sink, self.partitions = source, sink, partitions
         self.group, self.transactional_id = group, transactional_id
@@ -111,6 +120,10 @@ class TransformLoop:
         # Held by a test while the node is down, so that the loop does not call
         # send_offsets_to_transaction then (see _send_offsets).
         self.offsets_gate = threading.Lock()
+        # With hold_after: once that many transactions are committed, the loop waits for `go`
+        # before reading more (as TransactionalWriter's).
+        self.hold_after = hold_after
+        self.go = threading.Event()
 
     def _session(self) -> tuple[Producer, Consumer]:
         producer = Producer({"bootstrap.servers": bootstrap(self.server), "transactional.id": self.transactional_id})
@@ -131,6 +144,9 @@ class TransformLoop:
         """Until `total` input records are committed as processed."""
         producer = consumer = None
         while not self.stop.is_set():
+            if self.committed_transactions == self.hold_after:
+                while not self.go.wait(POLL_S) and not self.stop.is_set():
+                    pass
             try:
                 if producer is None:
                     producer, consumer = self._session()

@@ -71,7 +71,7 @@ def test_sigkill_during_transactions_then_exactly_once(server_process, database_
         process = server_process("--database-url", database_url, env=env)
         clients = [httpx.Client(base_url=process.url, timeout=10)]
         server = SimpleNamespace(client=clients[0], extra={"kafka_bootstrap": f"127.0.0.1:{port}"})
-        loop = TransformLoop(server, "crash-in", "crash-out", PARTITIONS, "crash-group", "crash-loop")
+        loop = TransformLoop(server, "crash-in", "crash-out", PARTITIONS, "crash-group", "crash-loop", hold_after=1)
         writers = [
             TransactionalWriter(server, str(k), "crash-direct", PARTITIONS, count=40, hold_after=1) for k in range(2)
         ]
@@ -93,17 +93,17 @@ def test_sigkill_during_transactions_then_exactly_once(server_process, database_
             threads = [guarded(loop.run, total=400)] + [guarded(w.run) for w in writers]
             for thread in threads:
                 thread.start()
-            # Kill while every one of them is mid-way: some transactions done, more to come. The
-            # writers hold after their first until the loop has committed one (its group's join takes
-            # longer than their 40 transactions on a fast machine), then the kill falls once each has
-            # written one more, with 38 to come.
+            # Kill while every one of them is mid-way: some transactions done, more to come. Each
+            # holds after its first transaction until all have written one (the loop's start takes
+            # longer than the writers' 40 transactions on a fast machine, and the loop's 20 take less
+            # than a poll), then the kill falls once each has written one more, most still to come.
             deadline = time.monotonic() + WAIT_S
             while not (loop.committed_transactions >= 1 and all(len(w.acknowledged) >= 1 for w in writers)):
                 assert time.monotonic() < deadline and not errors, errors
                 time.sleep(POLL_S)
-            for writer in writers:
-                writer.go.set()
-            while not all(len(w.acknowledged) >= 2 for w in writers):
+            for worker in (loop, *writers):
+                worker.go.set()
+            while not (loop.committed_transactions >= 2 and all(len(w.acknowledged) >= 2 for w in writers)):
                 assert time.monotonic() < deadline and not errors, errors
                 time.sleep(0.001)
             with loop.offsets_gate:  # the loop's transaction may be open, just not in send_offsets (see there)
