@@ -55,9 +55,9 @@ log = logging.getLogger("txbroker.fetch")
 
 # The most batches one partition's fetch reads in one statement (within the bytes asked for).
 MAX_BATCHES_PER_READ = 200
-# How old a read made ahead may be and still answer a fetch: a consumer that is behind asks again as
-# soon as it has parsed the answer before (milliseconds for Kafka's clients: about 20 ms for librdkafka's
-# 4 MB); one that comes later is read afresh, so an answer is never older than this.
+# How long a read made ahead is held for a fetch to take it: a consumer that is behind asks again as
+# soon as it has parsed the answer before, far sooner (docs/kafka.md, "Fetch read-ahead"); one that
+# comes later is read afresh, so no answer is older than this, and no memory is held longer.
 READ_AHEAD_MAX_AGE_S = 0.5
 # A connection whose reads ahead went unused this many times in a row (its client's next request is
 # never the one read: Java's consumer, and kafka-python's, fetch only the partitions they have drained)
@@ -327,7 +327,6 @@ class ReadAhead:
         self._request: _ReadRequest | None = None
         self._task: asyncio.Task | None = None
         self._expiry: asyncio.TimerHandle | None = None
-        self._started_at = 0.0
         self._misses = 0  # reads dropped unused since the last one taken
         self._paused_for = 0  # answers left before the next read ahead
         self._on_answered = on_answered
@@ -342,8 +341,8 @@ class ReadAhead:
         self, pool: asyncpg.Pool, request: _ReadRequest
     ) -> tuple[list[FetchedBatches], dict[str, TopicInfo]] | None:
         """The read made ahead for `request`, its partitions' states read again now, or None (none
-        made, another request's, too old, failed, or no longer an answer: the caller reads afresh,
-        and meets the error itself if there is one)."""
+        held, another request's, failed, or no longer an answer: the caller reads afresh, and meets
+        the error itself if there is one)."""
         task = self._task
         if task is None:
             return None

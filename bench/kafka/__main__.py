@@ -49,9 +49,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--producers", type=int, default=4, help="producers of sections 1 and 3, one partition each (default 4)"
     )
     parser.add_argument("--http-clients", type=int, default=16, help="HTTP produce clients of section 1 (default 16)")
-    # A million: about 0.7 s of reading here, where 200,000 (the default until 2026-11-27) took
-    # 0.15-0.25 s, a third of it the consumer's start (its first Fetch, assign -> first records, which
-    # the row shows apart), which the baseline's open connection does not pay.
+    # A million, so that the row measures reading rather than the consumer's start (its first Fetch,
+    # which the row shows apart and the baseline's open connection does not pay): bench/README.md.
     parser.add_argument(
         "--consume-records",
         type=int,
