@@ -29,6 +29,8 @@ import asyncio
 import dataclasses
 from dataclasses import dataclass
 
+import asyncpg
+
 from app.clock import now_ms
 from app.coordinator.produce import PartitionResult, ProduceCommand, check_idempotent_producer, check_request
 from app.coordinator.transaction_coordinator import (
@@ -46,6 +48,7 @@ from app.storage.log.append import AppendResult, BatchAppend
 from app.storage.log.record_codec import EncodedBatch
 from app.storage.log.topics import CONSUMER_OFFSETS_TOPIC, unknown_topic
 from app.storage.transactions import producer_ids
+from app.storage.transactions.producer_ids import IssuedProducer
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +187,7 @@ class BatchedWrites:
             # it before the write batch), and adding partitions refuses it (_resolve_in).
             offsets_topic = topics.get(CONSUMER_OFFSETS_TOPIC)
             issued = await producer_ids.lookup_many(unit.conn, list(idempotent)) if idempotent else {}
+            await _take_up_expired(unit.conn, produces, issued, appended_ms)
             answers: list[_Answer | BrokerError] = []
             appends: list[BatchAppend] = []
             owners: list[tuple[int, int]] = []  # (request, partition) of each append
@@ -245,6 +249,7 @@ class BatchedWrites:
                             entry.base_sequence,
                             command.transactional_id is not None,
                             appended_ms=appended_ms,
+                            stateless_takes_any_sequence=command.takes_expired_producers,
                         )
                     )
                 answers.append(results)
@@ -260,3 +265,21 @@ class BatchedWrites:
                     result = dataclasses.replace(result, log_append_time_ms=appended_ms)
                 answers[request_index][partition_index] = result
         return answers
+
+
+async def _take_up_expired(
+    conn: asyncpg.Connection, produces: list[ProduceCommand], issued: dict[int, IssuedProducer], appended_ms: int
+) -> None:
+    """Adds to `issued` the expired idempotent ids that the write batch's commands take up again
+    (ProduceCommand.takes_expired_producers), recorded at the epoch their batches carry."""
+    by_principal: dict[str | None, dict[int, int]] = {}
+    for command in produces:
+        if (
+            command.takes_expired_producers
+            and command.transactional_id is None
+            and not command.is_plain
+            and command.producer_id not in issued
+        ):
+            by_principal.setdefault(command.principal, {}).setdefault(command.producer_id, command.producer_epoch)
+    for principal, producers in by_principal.items():
+        issued.update(await producer_ids.take_up_expired(conn, producers, appended_ms, principal))

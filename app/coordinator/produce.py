@@ -72,6 +72,13 @@ class ProduceCommand:
     producer_epoch: int
     encoding: str
     partitions: Sequence[PartitionRecords]
+    # Kafka's leaders keep no list of the ids issued, and take a producer they hold no state for at
+    # any sequence; Kafka's clients rely on it once their idempotent producer id expired (librdkafka
+    # bumps its epoch itself and starts again at sequence 0, aiokafka goes on with its sequence).
+    # The Kafka door asks for that rule: an expired id is taken up again, owned by `principal`. HTTP's
+    # contract answers UNKNOWN_PRODUCER_ID instead, and its clients take a new id.
+    takes_expired_producers: bool = False
+    principal: str | None = None
 
     @property
     def is_plain(self) -> bool:

@@ -442,7 +442,7 @@ class BrokerCalls:
             timeout_ms,
             producer_id,
             epoch,
-            principal=None if principal.is_super_user else principal.name,
+            principal=_producer_id_owner(principal),
         )
         return result.producer_id, result.producer_epoch
 
@@ -572,6 +572,8 @@ class BrokerCalls:
                     )
                     for i in indexes
                 ],
+                takes_expired_producers=True,
+                principal=_producer_id_owner(principal),
             )
             try:
                 commands.append((indexes, self._state.batched_writes.enqueue_produce(command)))
@@ -1207,3 +1209,9 @@ class AclCalls:
         if acl_filter is None:
             return []
         return await security_admin.remove_acls(self._state.pool, principal.name, acl_filter)
+
+
+def _producer_id_owner(principal: Principal) -> str | None:
+    """Whom an idempotent producer id is recorded for (its owner, who alone may bump its epoch):
+    None for a super user, as InitProducerId and produce both record it."""
+    return None if principal.is_super_user else principal.name

@@ -64,6 +64,9 @@ class BatchAppend:
     # from. None for a batch the server writes itself (its transaction log, its groups' offsets),
     # timestamped by that clock and never bounded (internal topics keep their default configs).
     appended_ms: int | None = None
+    # Kafka's leaders' rule: an idempotent producer with no state on the partition is taken at any
+    # sequence (sequences.check_batch; set by the Kafka door, ProduceCommand.takes_expired_producers).
+    stateless_takes_any_sequence: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,7 +308,12 @@ async def _check_at_head(
     topic, batch = append.topic, append.batch
     if append.origin is AppendOrigin.COORDINATOR:
         return _CheckedAppend(append, head, sequences.coordinator_batch(entry, append.producer_epoch, head))
-    if entry is None and append.base_sequence != 0 and not await _still_issued(conn, append.producer_id):
+    if (
+        entry is None
+        and append.base_sequence != 0
+        and not append.stateless_takes_any_sequence
+        and not await _still_issued(conn, append.producer_id)
+    ):
         # The producer's state and its id expired together (it was idle everywhere) between the
         # request's check of the id and this lock: answer as that check would now, which the
         # producer recovers from with a new id, instead of a fatal OUT_OF_ORDER_SEQUENCE_NUMBER.
@@ -322,6 +330,7 @@ async def _check_at_head(
         batch.record_count,
         append.is_transactional,
         f"{topic.name}-{append.partition}",
+        stateless_takes_any_sequence=append.stateless_takes_any_sequence,
     )
     if isinstance(outcome, BrokerError):
         return outcome

@@ -63,8 +63,11 @@ def check_batch(
     record_count: int,
     transactional: bool,
     where: str,
+    *,
+    stateless_takes_any_sequence: bool = False,
 ) -> Append | Duplicate | BrokerError:
-    """`where` names the partition in messages (e.g. "orders-0")."""
+    """`where` names the partition in messages (e.g. "orders-0"); `stateless_takes_any_sequence`:
+    Kafka's leaders' rule for an idempotent producer with no state here (see below)."""
     last_sequence = last_sequence_of(base_sequence, record_count)
     if entry is None:
         # A transactional producer's state expires partition by partition while the producer lives
@@ -72,8 +75,10 @@ def check_batch(
         # from one transaction to the next: its next batch where its state went continues its
         # sequence. As Kafka's ProducerAppendInfo, a producer with no state here takes any sequence
         # then. An idempotent producer's state goes only with its id, so one with none here never
-        # wrote here: it starts at 0, and any other sequence is a gap.
-        if base_sequence != 0 and not transactional:
+        # wrote here: it starts at 0, and any other sequence is a gap; unless the caller asks for
+        # Kafka's rule, which takes it too (the Kafka door's clients go on with their sequences
+        # once their id expired: ProduceCommand.takes_expired_producers).
+        if base_sequence != 0 and not (transactional or stateless_takes_any_sequence):
             return BrokerError(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
                 f"producer {producer_id} sent sequence {base_sequence} to {where}, where it has written "

@@ -91,6 +91,34 @@ async def lookup_many(conn: asyncpg.Connection, producer_ids: list[int]) -> dict
     }
 
 
+async def take_up_expired(
+    conn: asyncpg.Connection, producers: dict[int, int], now_ms: int, principal: str | None
+) -> dict[int, IssuedProducer]:
+    """Records again, at the epoch given (`producers`: id → epoch), the ids among `producers` that
+    were issued once and have expired since, as idempotent ones owned by `principal`: Kafka's
+    leaders keep no list of issued ids, and Kafka's clients go on writing with an id whose state
+    expired (ProduceCommand.takes_expired_producers). Ids never issued stay unknown: an id above
+    the sequence's last value is one it will issue to another producer. Returns what is now
+    recorded for each id taken up (also by a concurrent request that recorded it first)."""
+    if not producers:
+        return {}
+    ids = sorted(producers)
+    await conn.execute(
+        "INSERT INTO producer_ids (producer_id, producer_epoch, transactional_id, issued_ms, principal) "
+        "SELECT expired.producer_id, expired.producer_epoch, NULL, $3, $4 "
+        "FROM unnest($1::bigint[], $2::smallint[]) AS expired(producer_id, producer_epoch) "
+        "WHERE expired.producer_id >= 0 "
+        "  AND expired.producer_id <= (SELECT CASE WHEN is_called THEN last_value ELSE last_value - 1 END "
+        "                              FROM producer_id_seq) "
+        "ON CONFLICT (producer_id) DO NOTHING",
+        ids,
+        [producers[i] for i in ids],
+        now_ms,
+        principal,
+    )
+    return await lookup_many(conn, ids)
+
+
 async def highest_epoch_written(conn: asyncpg.Connection, producer_id: int) -> int | None:
     """The highest epoch this producer's state holds on any partition (an idempotent producer may
     start an epoch above the one issued itself, as Kafka's leaders let it), or None where it has none."""
