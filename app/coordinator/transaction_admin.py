@@ -18,8 +18,10 @@ from app.storage.log.markers import Marker
 from app.storage.log.topics import TopicInfo, get_topic, unknown_partition
 from app.storage.transactions import producer_ids
 from app.storage.transactions.producer_ids import PartitionProducer, ProducerIdAndEpoch
+from app.storage.transactions.transaction_log import InvalidIdPattern
 
 __all__ = [
+    "InvalidIdPattern",
     "Marker",
     "PartitionProducer",
     "ProducerIdAndEpoch",
@@ -42,13 +44,13 @@ class TransactionFilter:
     prefix: str | None = None
     producer_ids: frozenset[int] | None = None
     min_duration_ms: int | None = None  # open at least this long (a transaction with no start never is)
-    id_matches: Callable[[str], bool] | None = None  # Kafka's transactional id pattern (ListTransactions v2)
+    # Kafka's transactional id pattern (ListTransactions v2): a regular expression the whole id
+    # matches, as Java's Pattern.matches; matched by PostgreSQL (transaction_log.InvalidIdPattern).
+    id_pattern: str | None = None
 
     def admits(self, meta: TransactionMetadata) -> bool:
-        """The criteria the listing's SQL does not apply (all producer ids but one, the pattern)."""
-        if self.producer_ids and meta.producer_id not in self.producer_ids:
-            return False
-        return self.id_matches is None or self.id_matches(meta.transactional_id)
+        """The criterion the listing's SQL does not apply (all producer ids but one)."""
+        return not self.producer_ids or meta.producer_id in self.producer_ids
 
 
 async def list_transactions(
@@ -67,7 +69,7 @@ async def list_transactions(
     found: list[TransactionMetadata] = []
     while limit is None or len(found) < limit:
         page = await coordinator.list(
-            wanted.states, wanted.prefix, single_producer, wanted.min_duration_ms, page_size, after
+            wanted.states, wanted.prefix, single_producer, wanted.min_duration_ms, page_size, after, wanted.id_pattern
         )
         found += [meta for meta in page if wanted.admits(meta) and visible(meta.transactional_id)]
         if len(page) < page_size:

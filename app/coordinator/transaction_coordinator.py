@@ -456,10 +456,12 @@ class TransactionCoordinator:
         min_duration_ms: int | None,
         limit: int,
         after: str | None,
+        id_pattern: str | None = None,
     ) -> list[TransactionMetadata]:
+        """`id_pattern`: a regular expression the whole id matches (raises InvalidIdPattern)."""
         started_before = None if min_duration_ms is None else now_ms() - min_duration_ms
         async with self.pool.acquire() as conn:
-            return await self.log.list(conn, states, prefix, producer_id, started_before, limit, after)
+            return await self.log.list(conn, states, prefix, producer_id, started_before, limit, after, id_pattern)
 
     # ---- background work, safe on several servers at once (SKIP LOCKED claims)
 

@@ -51,6 +51,7 @@ from app.coordinator.produce import (
     PartitionRecords,
     ProduceCommand,
 )
+from app.coordinator.transaction_admin import InvalidIdPattern  # noqa: F401  (ListTransactions' handler)
 from app.coordinator.transaction_metadata import TRANSACTION_VERSION_BUMP, TRANSACTION_VERSION_CLASSIC
 from app.coordinator.transaction_states import TransactionState
 from app.errors import BrokerError, ErrorCode
@@ -1126,16 +1127,17 @@ class TransactionAdminCalls:
         state_filters: list[str],
         producer_ids: list[int],
         min_duration_ms: int | None,
-        id_matches,
+        id_pattern: str | None,
     ) -> ListedTransactions:
-        """`id_matches`: ListTransactions v2's pattern as a predicate of the id (None: every id)."""
+        """`id_pattern`: ListTransactions v2's pattern, matched against the whole id (None: every id);
+        raises InvalidIdPattern."""
         states, unknown = kafka_state_filter(state_filters)
         if state_filters and not states:  # only states Kafka does not know: none can match
             return ListedTransactions([], unknown)
         found = await transaction_admin.list_transactions(
             self._state.coordinator,
             transaction_admin.TransactionFilter(
-                states or None, None, frozenset(producer_ids) or None, min_duration_ms, id_matches
+                states or None, None, frozenset(producer_ids) or None, min_duration_ms, id_pattern
             ),
             lambda transactional_id: is_allowed(
                 principal, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id

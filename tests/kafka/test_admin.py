@@ -251,7 +251,8 @@ def _prepared(server):
     return RawProducer(PREPARED, init["producer_id"], init["producer_epoch"])
 
 
-def _list(server, version: int = 2, **filters):
+def _list(server, version: int = 2, prefix: str = "txn-admin", **filters):
+    """ListTransactions with `filters`: the response, and what it listed of the ids with `prefix`."""
     with RawConnection(bootstrap(server)) as connection:
         response = connection.call(
             request_of(
@@ -264,7 +265,7 @@ def _list(server, version: int = 2, **filters):
             )
         )
     listed = {t.transactional_id: (t.producer_id, t.transaction_state) for t in response.transaction_states}
-    return response, {name: value for name, value in listed.items() if name.startswith("txn-admin")}
+    return response, {name: value for name, value in listed.items() if name.startswith(prefix)}
 
 
 def test_kafka_python_lists_and_describes_transactions_and_producers(module_kafka_server, transactions):
@@ -378,3 +379,23 @@ def test_describe_producers_unknown_topic_and_partition(module_kafka_server, tra
     ]
     assert [p.producer_id for p in known.partitions[0].active_producers] == [transactions[OPEN].producer_id]
     assert [p.error_code for p in unknown.partitions] == [KafkaError.unknown_topic_or_partition]
+
+
+def test_a_pattern_that_backtracks_without_end_stalls_nothing(module_kafka_server):
+    """Regression: ListTransactions' pattern was matched by Python's backtracking engine in the
+    worker's event loop, where `(a+)+` against an id of 40 a's that then fails to match takes 2^40
+    steps: one request stalled every connection of the worker, for good. PostgreSQL matches it
+    now, within a statement timeout; a pattern it cannot compile is INVALID_REGULAR_EXPRESSION
+    whether or not any id is there to match."""
+    long_id = "redos-" + "a" * 40 + "-b"
+    with RawConnection(bootstrap(module_kafka_server)) as connection:
+        init_producer(connection, long_id)
+
+    def listed(pattern: str):
+        response, found = _list(module_kafka_server, pattern=pattern, prefix="redos-")
+        return response.error_code, list(found)
+
+    assert listed("redos-(a+)+") == (KafkaError.none, [])
+    assert listed("redos-(a+)+-b") == (KafkaError.none, [long_id])
+    assert listed("redos-(a+)+-[b") == (KafkaError.invalid_regular_expression, [])
+    assert listed("no-such-id-(") == (KafkaError.invalid_regular_expression, [])

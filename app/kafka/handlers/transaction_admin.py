@@ -4,15 +4,18 @@ transactional id pattern filters), DescribeTransactions, DescribeProducers."""
 from __future__ import annotations
 
 import datetime
-import re
+import logging
 
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.errors import BrokerError
 from app.kafka import api_table
+from app.kafka.broker_calls import InvalidIdPattern
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import kafka_error
 from app.kafka.frames import build, response_module
+
+log = logging.getLogger(__name__)
 
 NO_THROTTLE = datetime.timedelta(0)
 NO_DURATION_FILTER = -1
@@ -22,20 +25,20 @@ NO_COORDINATOR_EPOCH = -1
 NO_OFFSET = -1
 
 
-def _pattern(text: str | None):
-    """ListTransactions v2's transactional id pattern as a predicate (whole-id match, as Java's
-    Pattern.matches), None for no filter; raises re.error for one that does not compile."""
-    if not text:
-        return None
-    return re.compile(text).fullmatch
-
-
 async def list_transactions(context: RequestContext, request) -> object:
     module = response_module(api_table.LIST_TRANSACTIONS, context.api_version)
     duration = getattr(request, "duration_filter", NO_DURATION_FILTER)
     try:
-        id_matches = _pattern(getattr(request, "transactional_id_pattern", None))
-    except re.error:
+        listed = await context.calls.transaction_admin.list_transactions(
+            context.principal,
+            list(request.state_filters),
+            list(request.producer_id_filters),
+            None if duration < 0 else duration,
+            # v2's pattern, whole-id (Java's Pattern.matches); empty or absent is no filter
+            getattr(request, "transactional_id_pattern", None) or None,
+        )
+    except InvalidIdPattern as error:
+        log.info("ListTransactions refused: %s", error)
         return build(
             module,
             "ListTransactionsResponse",
@@ -44,13 +47,6 @@ async def list_transactions(context: RequestContext, request) -> object:
             unknown_state_filters=(),
             transaction_states=(),
         )
-    listed = await context.calls.transaction_admin.list_transactions(
-        context.principal,
-        list(request.state_filters),
-        list(request.producer_id_filters),
-        None if duration < 0 else duration,
-        id_matches,
-    )
     return build(
         module,
         "ListTransactionsResponse",

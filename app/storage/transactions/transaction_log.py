@@ -359,22 +359,24 @@ class TransactionLog(Generic[Row]):
         started_before_ms: int | None,
         limit: int,
         after: str | None = None,
+        id_pattern: str | None = None,
     ) -> list[Row]:
-        """Filtered listing, ordered by transactional id, paginated by `after` (keyset)."""
-        rows = await conn.fetch(
+        """Filtered listing, ordered by transactional id, paginated by `after` (keyset);
+        `id_pattern`: a regular expression the whole id matches (raises InvalidIdPattern)."""
+        query = (
             f"SELECT {_COLUMNS} FROM transactions WHERE ($1::text[] IS NULL OR state = ANY($1::text[])) "
             f"AND ($2::text IS NULL OR starts_with(transactional_id, $2)) "
             f"AND ($3::bigint IS NULL OR producer_id = $3) "
             f"AND ($4::bigint IS NULL OR (txn_start_ms <> -1 AND txn_start_ms <= $4)) "
             f"AND ($6::text IS NULL OR transactional_id > $6) "
-            f"ORDER BY transactional_id LIMIT $5",
-            states,
-            prefix,
-            producer_id,
-            started_before_ms,
-            limit,
-            after,
+            f"AND ($7::text IS NULL OR transactional_id ~ ('^(?:' || $7 || ')$')) "
+            f"ORDER BY transactional_id LIMIT $5"
         )
+        arguments = (states, prefix, producer_id, started_before_ms, limit, after, id_pattern)
+        if id_pattern is None:
+            rows = await conn.fetch(query, *arguments)
+        else:
+            rows = await _fetch_matching(conn, query, arguments, id_pattern)
         return [_from_row(row, self._row_type, self._parse_state) for row in rows]
 
     async def claim(self, conn: asyncpg.Connection, where_sql: str, *args, limit: int = 100) -> list[str]:
@@ -386,3 +388,35 @@ class TransactionLog(Generic[Row]):
             *args,
         )
         return [row["transactional_id"] for row in rows]
+
+
+class InvalidIdPattern(ValueError):
+    """A transactional id pattern PostgreSQL does not compile, or that took longer than
+    PATTERN_TIMEOUT to match."""
+
+
+# A client's pattern is matched by PostgreSQL, not in the server's event loop: Python's (and
+# Java's) backtracking engines take exponential time on patterns such as `(a+)+` against a long
+# id, which would stall every connection of the worker. PostgreSQL's engine matches most patterns
+# without backtracking, and a statement timeout bounds the rest.
+PATTERN_TIMEOUT = "2s"
+
+
+async def _fetch_matching(conn: asyncpg.Connection, query: str, arguments: tuple, id_pattern: str) -> list:
+    try:
+        async with conn.transaction(readonly=True):
+            await conn.execute(f"SET LOCAL statement_timeout = '{PATTERN_TIMEOUT}'")
+            # Compiled once whether or not any row is there to match, so that a bad pattern is
+            # always refused.
+            await conn.fetchval("SELECT '' ~ ('^(?:' || $1::text || ')$')", id_pattern)
+            return await conn.fetch(query, *arguments)
+    except asyncpg.InvalidRegularExpressionError as error:
+        raise InvalidIdPattern(
+            f"transactional id pattern {id_pattern!r} is not a valid regular expression ({error}): "
+            f"send one in PostgreSQL's regular expression syntax, which shares Java's common forms"
+        ) from None
+    except asyncpg.QueryCanceledError:
+        raise InvalidIdPattern(
+            f"transactional id pattern {id_pattern!r} took longer than {PATTERN_TIMEOUT} to match: "
+            f"send a simpler pattern (nested quantifiers such as (a+)+ are the usual cause)"
+        ) from None
