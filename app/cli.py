@@ -121,6 +121,7 @@ def serve(args: argparse.Namespace) -> int:
         # Started here, in the main thread, because the embedded PostgreSQL is tied to the thread
         # that starts it (it stops when that thread's process dies).
         postgres = _start_embedded_postgres(settings)
+        postgres.keep_running()
         database_url = postgres.database_url
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the handler it
     # found: make that handler end `serve` normally, so the embedded PostgreSQL is stopped cleanly.

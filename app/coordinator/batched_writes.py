@@ -32,7 +32,13 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.clock import now_ms
-from app.coordinator.produce import PartitionResult, ProduceCommand, check_idempotent_producer, check_request
+from app.coordinator.produce import (
+    PartitionRecords,
+    PartitionResult,
+    ProduceCommand,
+    check_idempotent_producer,
+    check_request,
+)
 from app.coordinator.transaction_coordinator import (
     AddOffsetsCommand,
     AddPartitionsCommand,
@@ -46,7 +52,7 @@ from app.errors import BrokerError
 from app.storage.log import batch_form, markers, record_codec
 from app.storage.log.append import AppendResult, BatchAppend
 from app.storage.log.record_codec import EncodedBatch
-from app.storage.log.topics import CONSUMER_OFFSETS_TOPIC, unknown_topic
+from app.storage.log.topics import CONSUMER_OFFSETS_TOPIC, TopicInfo, unknown_topic, unknown_topic_id
 from app.storage.transactions import producer_ids
 from app.storage.transactions.producer_ids import IssuedProducer
 
@@ -98,6 +104,16 @@ def _sharing_a_batch(requests: list[_Request]) -> int:
         elif (request.command.transactional_id if isinstance(request, _Produce) else request.transactional_id) in ended:
             return index
     return len(requests)
+
+
+def _gone_topic_id(entry: PartitionRecords, topics: dict[str, TopicInfo]) -> BrokerError | None:
+    """UNKNOWN_TOPIC_ID when the partition was named by a Kafka topic id (Produce v13+) that the topic
+    of its name, as this write batch found it, no longer has: the door resolved the id to the name
+    before (and remembers it), and the topic was deleted since, and maybe re-created."""
+    if entry.topic_uuid is None:
+        return None
+    topic = topics.get(entry.topic)
+    return None if topic is not None and topic.topic_uuid == entry.topic_uuid else unknown_topic_id(entry.topic_uuid)
 
 
 class BatchedWrites:
@@ -211,13 +227,16 @@ class BatchedWrites:
                         answers.append(None)
                         continue
                     command = request.command
+                    # A partition named by the id of a topic since deleted (re-created under its name
+                    # or not) is not the named topic's: none of it is written, nor joins a transaction.
+                    gone = [_gone_topic_id(entry, topics) for entry in command.partitions]
                     if command.transactional_id is not None:
                         coordinator.join_for_produce(
                             metas.get(command.transactional_id),
                             command.transactional_id,
                             command.producer_id,
                             command.producer_epoch,
-                            [(entry.topic, entry.partition) for entry in command.partitions],
+                            [(entry.topic, entry.partition) for entry, g in zip(command.partitions, gone) if g is None],
                             topics,
                         )
                     elif not command.is_plain:
@@ -231,8 +250,8 @@ class BatchedWrites:
                 results: list[PartitionResult | None] = []
                 for partition_index, (entry, batch) in enumerate(zip(command.partitions, request.encoded)):
                     topic = topics.get(entry.topic)
-                    if topic is None:
-                        results.append(unknown_topic(entry.topic))
+                    if topic is None or gone[partition_index] is not None:
+                        results.append(gone[partition_index] or unknown_topic(entry.topic))
                         continue
                     results.append(None)
                     owners.append((request_index, partition_index))

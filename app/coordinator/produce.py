@@ -8,6 +8,7 @@ errors fail only their partition.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -56,13 +57,16 @@ PartitionResult = AppendResult | BrokerError
 class PartitionRecords:
     """One partition's records; `encoded` when the caller has already validated and encoded them
     (the API's fast path, the Kafka door's batches, whose `records` are then not needed), else they
-    are encoded here."""
+    are encoded here. `topic_uuid`: the topic's Kafka id when the request named the topic by it
+    (Produce v13+, whose door resolved it to `topic` earlier): the write batch appends only to the
+    topic of that id, so a topic deleted and re-created under the name since is UNKNOWN_TOPIC_ID."""
 
     topic: str
     partition: int
     base_sequence: int
     records: Sequence[WireRecord]
     encoded: EncodedBatch | None = None
+    topic_uuid: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -570,6 +570,7 @@ class BrokerCalls:
                         partitions[i].batch.base_sequence,
                         (),
                         _encoded(partitions[i].batch),
+                        partitions[i].topic_uuid,
                     )
                     for i in indexes
                 ],

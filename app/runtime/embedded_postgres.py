@@ -16,6 +16,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import urllib.parse
 from pathlib import Path
@@ -46,6 +47,8 @@ SERVER_SETTINGS = {
 # How long a postmaster left behind by a killed owner gets to finish the fast
 # shutdown its parent-death signal asked for, before we ask harder.
 ORPHAN_SHUTDOWN_GRACE_S = 5.0
+# The longest pause between two attempts of the keeper (`keep_running`) to restart a server that died.
+KEEPER_MAX_BACKOFF_S = 5.0
 # Log lines of a failed start that go away by themselves once the processes of
 # a killed previous owner are gone (its backends, or its not yet reaped zombie).
 TRANSIENT_START_FAILURES = ("pre-existing shared memory block", 'lock file "postmaster.pid" already exists')
@@ -165,6 +168,11 @@ class EmbeddedPostgres:
         self._process: subprocess.Popen[bytes] | None = None
         self._lock_fd: int | None = None
         self._server_user: pwd.struct_passwd | None = None
+        # The keeper (`keep_running`): its thread, the lock that makes its restarts and `stop` take
+        # turns, and whether `stop` was asked (the keeper then restarts nothing more).
+        self._keeper: threading.Thread | None = None
+        self._lifecycle = threading.Lock()
+        self._stopping = threading.Event()
 
         socket_path = self._socket_dir / f".s.PGSQL.{port}"
         if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH_BYTES:
@@ -230,8 +238,45 @@ class EmbeddedPostgres:
             self._launch_until_accepting(deadline)
             _run_coroutine(lambda: self._create_database_if_missing(DATABASE))
         except BaseException:
-            self.stop()
+            self._shut_down()
             raise
+
+    def keep_running(self) -> None:
+        """Restarts the server, from a thread of its own, whenever it exits without `stop` having
+        asked (its postmaster killed, by an operator's mistake or the OOM killer): the node then
+        serves again as soon as PostgreSQL's crash recovery is done, as it does when PostgreSQL
+        restarts a crashed backend itself, instead of answering 503 until someone restarts it. The
+        thread lives until `stop`, so the parent-death signal of a server it started still fires
+        only when txbroker dies (class docstring). Call it once the server was started."""
+        if self._keeper is None:
+            self._stopping.clear()  # started again after a `stop`
+            self._keeper = threading.Thread(target=self._keep, name="embedded-postgres-keeper", daemon=True)
+            self._keeper.start()
+
+    def _keep(self) -> None:
+        backoff_s = 0.1
+        while not self._stopping.is_set():
+            process = self._process
+            if process is not None:
+                process.wait()  # returns when it exits: killed, or stopped by `stop`
+            with self._lifecycle:
+                if self._stopping.is_set():
+                    return
+                if self.pid is not None:  # restarted meanwhile
+                    continue
+                logger.warning(
+                    "postgres (pid %s) exited with %s while txbroker still serves; restarting it",
+                    None if process is None else process.pid,
+                    None if process is None else process.returncode,
+                )
+                try:
+                    self.start()
+                    backoff_s = 0.1
+                    continue
+                except Exception as error:  # noqa: BLE001 - logged; tried again until it starts or stop()
+                    logger.error("restarting postgres on %s failed (%s); trying again", self.pgdata, error)
+            self._stopping.wait(backoff_s)
+            backoff_s = min(backoff_s * 2, KEEPER_MAX_BACKOFF_S)
 
     def stop(self, timeout_s: float = 30, *, immediate: bool = False) -> None:
         """Fast shutdown: SIGINT to the postmaster, which aborts open
@@ -241,7 +286,18 @@ class EmbeddedPostgres:
         shutdown (SIGQUIT; crash recovery on the next start), then SIGKILL.
         `immediate=True` starts there: no shutdown checkpoint, for a data dir
         that is thrown away next (a test session's). Safe to call when not started.
+        The keeper (`keep_running`) restarts nothing from then on: a restart under
+        way is let finish first, then stopped.
         """
+        self._stopping.set()
+        with self._lifecycle:
+            self._shut_down(timeout_s, immediate=immediate)
+        if self._keeper is not None and self._keeper is not threading.current_thread():
+            self._keeper.join()
+            self._keeper = None
+
+    def _shut_down(self, timeout_s: float = 30, *, immediate: bool = False) -> None:
+        """`stop`'s work, without ending the keeper: also what a failed `start` does."""
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             signals = ((signal.SIGINT, timeout_s), (signal.SIGQUIT, 5.0), (signal.SIGKILL, None))

@@ -1,9 +1,11 @@
 """Crash tests: acknowledged writes survive SIGKILL of the server (and with it its embedded
-PostgreSQL), and a PostgreSQL crash under a running server loses nothing and yields 503s, not 500s."""
+PostgreSQL), a PostgreSQL crash under a running server loses nothing and yields 503s, not 500s, and
+an embedded PostgreSQL killed on its own is started again by its server."""
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 
@@ -144,3 +146,38 @@ def test_postgres_crash_gives_503_then_recovers_without_loss(server_process, dat
         assert [offset for offset, _ in records] == list(range(len(records)))
     finally:
         postgres.stop()
+
+
+def test_embedded_postgres_killed_alone_is_restarted_and_loses_nothing(server_process, data_dir):
+    """The embedded PostgreSQL's postmaster is SIGKILLed, its server left running: the server starts
+    it again at once (crash recovery), serves again with every acknowledged record intact, and
+    the PostgreSQL it started still dies with it when it is SIGKILLed in turn."""
+    server = server_process("--data-dir", str(data_dir))
+    httpx.post(f"{server.url}/v1/topics", json={"name": "pgalone", "partitions": 1}).raise_for_status()
+    before = _produce(server.url, "pgalone", 0, [f"v{i}" for i in range(10)])
+
+    killed = _postmaster_pid(data_dir)
+    os.kill(killed, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{server.url}/v1/health", timeout=10).status_code != 200 or _postmaster_pid(data_dir) == killed:
+        assert time.monotonic() < deadline, "the server did not start its PostgreSQL again"
+        assert server.process.poll() is None, "the server exited when its PostgreSQL died"
+        time.sleep(0.1)
+    after = _produce(server.url, "pgalone", 0, ["after"])
+    records = _read_all(server.url, "pgalone", 0)
+    assert records[:10] == [(before["base_offset"] + i, f"v{i}") for i in range(10)]
+    assert records[-1] == (after["base_offset"], "after")
+
+    restarted = _postmaster_pid(data_dir)
+    server.kill()
+    deadline = time.monotonic() + 20
+    while process_alive(restarted):
+        assert time.monotonic() < deadline, "the PostgreSQL the server restarted outlived the server"
+        time.sleep(0.05)
+
+
+def _postmaster_pid(data_dir) -> int | None:
+    try:
+        return int((data_dir / "postgres" / "postmaster.pid").read_text().split()[0])
+    except (FileNotFoundError, IndexError, ValueError):
+        return None

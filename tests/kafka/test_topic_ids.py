@@ -202,3 +202,26 @@ def test_ids_give_no_name_or_records_away_to_whom_may_not_see_them(make_server):
         refused = delete_by_id(connection, guarded)
         assert (refused.error_code, refused.name) == (KafkaError.topic_authorization_failed, None)
     assert server.client.get("/v1/topics/ids-guarded", headers=admin).status_code == 200
+
+
+def test_an_id_of_a_re_created_topic_writes_nothing(module_kafka_server):
+    """Produce v13 by the id of a topic deleted and re-created under its name is UNKNOWN_TOPIC_ID,
+    also on a connection whose listener resolved that id before (it remembers ids' names): the
+    records meant for the deleted topic never land in the new one."""
+    server = module_kafka_server
+    name = "ids-re-created-produce"
+    create_topic(server, name, 1)
+    old = topic_uuid(http_topic_id(server, name))
+    with RawConnection(bootstrap(server)) as connection:
+        answered_id, partition = produce_by_id(connection, old, [b"old"])  # the listener now knows the id's name
+        assert (answered_id, partition.error_code, partition.base_offset) == (old, KafkaError.none, 0)
+
+        server.client.delete(f"/v1/topics/{name}")
+        create_topic(server, name, 1)
+        answered_id, partition = produce_by_id(connection, old, [b"meant for the deleted topic"])
+        assert (answered_id, partition.error_code) == (old, KafkaError.unknown_topic_id)
+
+        new = topic_uuid(http_topic_id(server, name))
+        answered_id, partition = produce_by_id(connection, new, [b"new"])
+        assert (answered_id, partition.error_code, partition.base_offset) == (new, KafkaError.none, 0)
+    assert [base64.b64decode(r["value"]) for r in http_side.fetch(server, name, 0)] == [b"new"]
