@@ -272,13 +272,39 @@ def test_commit_in_doubt_past_max_block_stays_committing_and_resumes_never_abort
         producer.commit_transaction()
     assert raised.value.retriable and not raised.value.abortable, "in doubt: ask again, do not abort"
     assert producer.transaction_state is TransactionState.COMMITTING
-    with pytest.raises(errors.IllegalStateError):
+    unfinished = r"while the transaction's commit is unfinished .*: call commit_transaction\(\) again"
+    with pytest.raises(errors.IllegalStateError, match=r"abort_transaction\(\) " + unfinished):
         producer.abort_transaction()
+    with pytest.raises(errors.IllegalStateError, match=r"send\(\) " + unfinished):
+        producer.send("t", b"more", partition=0)
+    with pytest.raises(errors.IllegalStateError, match=r"begin_transaction\(\) " + unfinished):
+        producer.begin_transaction()
     broker.script["/v1/txn/end"].clear()
     producer.commit_transaction()
     bodies = broker.bodies("/v1/txn/end")
     assert all(body == bodies[0] for body in bodies) and bodies[0]["committed"] is True
     assert producer.transaction_state is TransactionState.READY and producer.producer_epoch == 1
+    producer.close()
+
+
+def test_an_abort_in_doubt_past_max_block_admits_only_abort_again(broker):
+    producer = transactional(broker, max_block_ms=100)
+    producer.begin_transaction()
+    producer.send("t", b"v", partition=0)
+    producer.flush()
+    broker.script["/v1/txn/end"].extend([httpx.ReadTimeout("no answer")] * 1000)
+    with pytest.raises(errors.TxbrokerTimeoutError):
+        producer.abort_transaction()
+    assert producer.transaction_state is TransactionState.ABORTING
+    unfinished = r"while the transaction's abort is unfinished .*: call abort_transaction\(\) again"
+    with pytest.raises(errors.IllegalStateError, match=r"commit_transaction\(\) " + unfinished):
+        producer.commit_transaction()
+    with pytest.raises(errors.IllegalStateError, match=r"send\(\) " + unfinished):
+        producer.send("t", b"more", partition=0)
+    broker.script["/v1/txn/end"].clear()
+    producer.abort_transaction()
+    assert producer.transaction_state is TransactionState.READY
+    assert [body["committed"] for body in broker.bodies("/v1/txn/end")][-1] is False
     producer.close()
 
 
