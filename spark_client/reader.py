@@ -26,8 +26,13 @@ from pyspark.sql.types import StructType
 from spark_client.columns import RecordBatchBuilder, check_read_schema
 from spark_client.options import EARLIEST, LATEST, ReadOptions
 from txbroker import Admin, Consumer, TopicPartition
+from txbroker.errors import OffsetOutOfRangeError
 
 STALL_TIMEOUT_S = 120
+
+
+class DataLossError(RuntimeError):
+    """Offsets of a planned range were deleted before the range was read (failOnDataLoss=true)."""
 
 
 @dataclass
@@ -77,7 +82,8 @@ def read_range(options: ReadOptions, schema: StructType, split: OffsetRange) -> 
     with Consumer(
         options.connection.url,
         isolation_level=options.isolation_level,
-        auto_offset_reset="earliest",
+        # An offset that is gone: OffsetOutOfRangeError, or on from the log start (failOnDataLoss=false).
+        auto_offset_reset="none" if options.fail_on_data_loss else "earliest",
         enable_auto_commit=False,
         max_poll_records=fetch,
         fetch_max_records=fetch,
@@ -87,7 +93,16 @@ def read_range(options: ReadOptions, schema: StructType, split: OffsetRange) -> 
         consumer.seek(tp, split.start)
         position, progressed_at = split.start, time.monotonic()
         while position < split.end:
-            records = consumer.poll(timeout_ms=0)
+            try:
+                records = consumer.poll(timeout_ms=0)
+            except OffsetOutOfRangeError as error:
+                raise DataLossError(
+                    f"reading {split.topic}-{split.partition} from offset {position} to {split.end}: the "
+                    f"offset is no longer in the log (the server: {error.message}). Records of this range "
+                    f"were deleted (retention, DeleteRecords, or the topic was re-created) after it was "
+                    f"planned or checkpointed, and cannot be read. To skip what is gone and read on from "
+                    f"the log start, set the option failOnDataLoss to false"
+                ) from error
             if records and records[-1].offset >= split.end:
                 records = [r for r in records if r.offset < split.end]
             if records:
