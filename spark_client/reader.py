@@ -170,6 +170,19 @@ class TxbrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, latest = dict(start), {}
         for partition, bounds in partition_bounds(self.options).items():
             begin.setdefault(partition, bounds.log_start)
+            if bounds.end < begin[partition]:
+                # A partition's end never goes back in a topic's life: the topic was deleted and
+                # re-created since `start` was planned or checkpointed (or, under read_committed, the
+                # checkpoint was written by a read_uncommitted query).
+                if self.options.fail_on_data_loss:
+                    raise DataLossError(
+                        f"{self.options.topic}-{partition} ends at offset {bounds.end} ({self.options.isolation_level}"
+                        f"), before the stream's position {begin[partition]}: the topic was deleted and re-created "
+                        f"since, so its records before the position are gone, and the new topic's would be taken "
+                        f"for old ones. Start the query with a new checkpointLocation, or set the option "
+                        f"failOnDataLoss to false to read the partition again from its log start"
+                    )
+                begin[partition] = bounds.log_start  # partitions() reads it from its log start
             latest[partition] = max(begin[partition], bounds.end)
         return begin, latest
 
@@ -202,6 +215,8 @@ class TxbrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
         begin, until = self._from_json(start), self._from_json(end)
+        # A partition whose end went back (failOnDataLoss=false, _positions): from its log start.
+        begin = {p: 0 if offset > until.get(p, offset) else offset for p, offset in begin.items()}
         return [
             OffsetRange(self.options.topic, p, begin.get(p, 0), until[p])
             for p in sorted(until)

@@ -8,9 +8,11 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from pyspark.sql.streaming.datasource import ReadAllAvailable  # noqa: E402
+
 from spark_client.columns import read_schema  # noqa: E402
 from spark_client.options import read_options  # noqa: E402
-from spark_client.reader import DataLossError, OffsetRange, read_range  # noqa: E402
+from spark_client.reader import DataLossError, OffsetRange, TxbrokerStreamReader, read_range  # noqa: E402
 from txbroker import Admin, Producer, TopicPartition  # noqa: E402
 
 
@@ -35,3 +37,33 @@ def test_a_range_whose_records_were_deleted_since_it_was_planned_fails_unless_to
     skipping = read_options({**options, "failOnDataLoss": "false"}, streaming=True)
     assert values(skipping, split) == ["v5", "v6", "v7"]
     assert values(read_options(options, streaming=True), OffsetRange("in", 0, 5, 8)) == ["v5", "v6", "v7"]
+
+
+def test_a_stream_whose_topic_was_re_created_fails_unless_told_to_read_it_again(server):
+    def produce(count: int) -> None:
+        with Producer(server.url) as producer:
+            for i in range(count):
+                producer.send("in", f"v{i}", partition=0)
+
+    options = {"url": server.url, "topic": "in", "startingOffsets": "earliest"}
+    with Admin(server.url) as admin:
+        admin.create_topic("in")
+        produce(10)
+        reader = TxbrokerStreamReader(read_options(options, streaming=True), read_schema())
+        checkpointed = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+        assert checkpointed == {"in": {"0": 10}}
+        admin.delete_topic("in")
+        admin.create_topic("in")
+        produce(3)
+
+    # The query restarts from its checkpoint: offset 10 of a topic that now ends at 3.
+    restarted = TxbrokerStreamReader(read_options(options, streaming=True), read_schema())
+    with pytest.raises(DataLossError, match=r"in-0 ends at offset 3 .*before the stream's position 10: .*re-created"):
+        restarted.latestOffset(checkpointed, ReadAllAvailable())
+
+    lenient = read_options({**options, "failOnDataLoss": "false"}, streaming=True)
+    restarted = TxbrokerStreamReader(lenient, read_schema())
+    end = restarted.latestOffset(checkpointed, ReadAllAvailable())
+    assert end == {"in": {"0": 3}}
+    [split] = restarted.partitions(checkpointed, end)
+    assert values(lenient, split) == ["v0", "v1", "v2"]
