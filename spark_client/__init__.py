@@ -45,6 +45,7 @@ write's driver left behind. Trigger.AvailableNow is supported by the stream read
 
 from spark_client.commit_protocol import recover
 from spark_client.options import OptionError
+from spark_client.reader import DataLossError
 from spark_client.source import TxbrokerDataSource
 
-__all__ = ["OptionError", "TxbrokerDataSource", "recover"]
+__all__ = ["DataLossError", "OptionError", "TxbrokerDataSource", "recover"]
