@@ -28,7 +28,9 @@ Options (case-insensitive, as always in Spark; spark_client/README.md has the de
   latest; a restarted stream continues from its checkpoint); endingOffsets (batch reads: latest,
   the last stable offset under read_committed, or JSON); maxRecordsPerTrigger (streams: at most this
   many offsets per micro-batch, shared fairly by the partitions; markers count too); binary (false:
-  key, value and header values as strings; true: as binary); max_records_per_fetch (10000).
+  key, value and header values as strings; true: as binary); max_records_per_fetch (10000);
+  failOnDataLoss (true: a range whose records were deleted before it was read fails its task;
+  false: what is gone is skipped).
 - Writes: sink_id (required for streams, default "batch"): names the sink's transactions and
   decision records, one per streaming query, kept across restarts from its checkpoint;
   transaction_timeout_ms (600000): the server aborts a task's transaction left open this long.
@@ -43,6 +45,7 @@ write's driver left behind. Trigger.AvailableNow is supported by the stream read
 
 from spark_client.commit_protocol import recover
 from spark_client.options import OptionError
+from spark_client.reader import DataLossError
 from spark_client.source import TxbrokerDataSource
 
-__all__ = ["OptionError", "TxbrokerDataSource", "recover"]
+__all__ = ["DataLossError", "OptionError", "TxbrokerDataSource", "recover"]

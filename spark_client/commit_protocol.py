@@ -23,7 +23,9 @@ Driver, `commit_batch` (all tasks succeeded):
 
 Driver, `abort_batch` (a task failed, or the commit raised): if a decision exists for the batch it
 is rolled forward (an abort never undoes a commit: Spark may call abort after a commit succeeded);
-else every transaction of the batch is aborted.
+else every transaction of the batch is aborted -- after a batch write's abort records an empty
+decision, so that an attempt still running (Spark kills them, but their workers may go on a little)
+aborts what it prepares later instead of leaving it Prepared for good.
 
 Why zombies cannot commit: a task prepares, then reads the decision; the driver records the
 decision, then lists. If the task's read came first, so did its prepare, so the driver's list finds
@@ -203,7 +205,7 @@ class _Coordinator:
     async def commit(self, messages: Sequence[TaskCommitMessage | None]) -> Decision:
         batch = self.batch
         decided = await self.decisions.read()
-        query_id = next((m.query_id for m in messages if m is not None and m.query_id), None)
+        query_id = _query_id(messages)
         relation = batch.relation(decided)
         if relation is Relation.COMMITTED:
             await self.roll_forward(decided)
@@ -231,8 +233,19 @@ class _Coordinator:
         if self.batch.relation(decided) is Relation.COMMITTED:
             await self.roll_forward(decided)  # an abort never undoes a commit
             return
+        if self.batch.job:
+            # An attempt Spark no longer waits for (speculative, or killed as the job failed) may
+            # still prepare after the sweep below. A job's id is never written again, so deciding it
+            # with no transaction makes such a straggler abort its own, as a zombie of a committed
+            # batch does. A stream's batch must stay undecided: Spark re-runs it under the same id
+            # after a restart, and that run's sweep finds the stragglers.
+            await self.decisions.record(self.batch.batch_id, (), _query_id(messages))
         await self.transactions.abort_all([m.transaction for m in messages if m is not None and m.transaction])
         await self.sweep(())
+
+
+def _query_id(messages: Sequence[TaskCommitMessage | None]) -> str | None:
+    return next((m.query_id for m in messages if m is not None and m.query_id), None)
 
 
 async def _as_coordinator(options: WriteOptions, batch: SinkBatch, action):

@@ -17,7 +17,8 @@ the latest version per txnAppId): Spark runs batch N+1 only after the sink's com
 returned, and re-runs after a crash only the last batch (whose decision, if any, is the latest). So
 one record answers every question a sink asks -- "was batch N decided, and with what?" -- and a
 long-running query does not leave a group per micro-batch behind. A batch write's job id is fresh,
-so its decision has a group of its own (the record of what the job committed).
+so its decision has a group of its own (the record of what the job committed: nothing, for a job
+that was aborted).
 
 The metadata field holds at most 100,000 characters: about 2,500 tasks per batch.
 """

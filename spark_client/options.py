@@ -55,6 +55,9 @@ class ReadOptions:
     max_records_per_trigger: int | None = None
     binary: bool = False
     max_records_per_fetch: int = DEFAULT_MAX_RECORDS_PER_FETCH
+    # Offsets of a planned range that are gone when it is read (retention, DeleteRecords): fail
+    # the task (Kafka's source's failOnDataLoss), or skip them.
+    fail_on_data_loss: bool = True
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,7 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
         _int(lowered, "maxRecordsPerTrigger", None),
         _bool(lowered, "binary", False),
         _int(lowered, "max_records_per_fetch", DEFAULT_MAX_RECORDS_PER_FETCH),
+        _bool(lowered, "failOnDataLoss", True),
     )
 
 

@@ -26,8 +26,13 @@ from pyspark.sql.types import StructType
 from spark_client.columns import RecordBatchBuilder, check_read_schema
 from spark_client.options import EARLIEST, LATEST, ReadOptions
 from txbroker import Admin, Consumer, TopicPartition
+from txbroker.errors import OffsetOutOfRangeError
 
 STALL_TIMEOUT_S = 120
+
+
+class DataLossError(RuntimeError):
+    """Offsets of a planned range were deleted before the range was read (failOnDataLoss=true)."""
 
 
 @dataclass
@@ -77,7 +82,8 @@ def read_range(options: ReadOptions, schema: StructType, split: OffsetRange) -> 
     with Consumer(
         options.connection.url,
         isolation_level=options.isolation_level,
-        auto_offset_reset="earliest",
+        # An offset that is gone: OffsetOutOfRangeError, or on from the log start (failOnDataLoss=false).
+        auto_offset_reset="none" if options.fail_on_data_loss else "earliest",
         enable_auto_commit=False,
         max_poll_records=fetch,
         fetch_max_records=fetch,
@@ -87,7 +93,16 @@ def read_range(options: ReadOptions, schema: StructType, split: OffsetRange) -> 
         consumer.seek(tp, split.start)
         position, progressed_at = split.start, time.monotonic()
         while position < split.end:
-            records = consumer.poll(timeout_ms=0)
+            try:
+                records = consumer.poll(timeout_ms=0)
+            except OffsetOutOfRangeError as error:
+                raise DataLossError(
+                    f"reading {split.topic}-{split.partition} from offset {position} to {split.end}: the "
+                    f"offset is no longer in the log (the server: {error.message}). Records of this range "
+                    f"were deleted (retention, DeleteRecords, or the topic was re-created) after it was "
+                    f"planned or checkpointed, and cannot be read. To skip what is gone and read on from "
+                    f"the log start, set the option failOnDataLoss to false"
+                ) from error
             if records and records[-1].offset >= split.end:
                 records = [r for r in records if r.offset < split.end]
             if records:
@@ -155,6 +170,19 @@ class TxbrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, latest = dict(start), {}
         for partition, bounds in partition_bounds(self.options).items():
             begin.setdefault(partition, bounds.log_start)
+            if bounds.end < begin[partition]:
+                # A partition's end never goes back in a topic's life: the topic was deleted and
+                # re-created since `start` was planned or checkpointed (or, under read_committed, the
+                # checkpoint was written by a read_uncommitted query).
+                if self.options.fail_on_data_loss:
+                    raise DataLossError(
+                        f"{self.options.topic}-{partition} ends at offset {bounds.end} ({self.options.isolation_level}"
+                        f"), before the stream's position {begin[partition]}: the topic was deleted and re-created "
+                        f"since, so its records before the position are gone, and the new topic's would be taken "
+                        f"for old ones. Start the query with a new checkpointLocation, or set the option "
+                        f"failOnDataLoss to false to read the partition again from its log start"
+                    )
+                begin[partition] = bounds.log_start  # partitions() reads it from its log start
             latest[partition] = max(begin[partition], bounds.end)
         return begin, latest
 
@@ -187,6 +215,8 @@ class TxbrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> list[OffsetRange]:
         begin, until = self._from_json(start), self._from_json(end)
+        # A partition whose end went back (failOnDataLoss=false, _positions): from its log start.
+        begin = {p: 0 if offset > until.get(p, offset) else offset for p, offset in begin.items()}
         return [
             OffsetRange(self.options.topic, p, begin.get(p, 0), until[p])
             for p in sorted(until)

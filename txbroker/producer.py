@@ -421,6 +421,7 @@ class AsyncProducer:
         tm = self._tm
         if tm.state is TransactionState.ABORTABLE_ERROR and tm.last_error is not None:
             raise tm.last_error
+        tm.check_not_completing(operation)
         if tm.state is not TransactionState.IN_TRANSACTION:
             raise IllegalStateError(
                 f"{operation}() needs an open transaction (state {tm.state.value}): call begin_transaction() first"
@@ -501,6 +502,7 @@ class AsyncProducer:
         if tm.state in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR):
             tm.transition_to(TransactionState.ABORTING)
         elif tm.state is not TransactionState.ABORTING:
+            tm.check_not_completing("abort_transaction")
             raise IllegalStateError(f"abort_transaction() needs an open transaction (state {tm.state.value})")
         self._accumulator.fail_all(
             errors.TransactionAbortedError(

@@ -139,6 +139,19 @@ class TransactionManager:
             self.transition_to(S.ABORTABLE_ERROR, error)
         return error
 
+    def check_not_completing(self, operation: str) -> None:
+        """A commit or abort whose outcome is unknown (its call raised after max_block_ms) admits only
+        the same call again: Kafka's "the previous call to commitTransaction timed out and must be
+        retried"."""
+        if self.state is S.COMMITTING or self.state is S.ABORTING:
+            verb = "commit" if self.state is S.COMMITTING else "abort"
+            raise IllegalStateError(
+                f"producer {self._name()}: {operation}() while the transaction's {verb} is unfinished (an "
+                f"earlier {verb}_transaction() raised before its outcome was known): call {verb}_transaction() "
+                f"again until it returns"
+                + ("; a commit that may have happened is never turned into an abort" if verb == "commit" else "")
+            )
+
     def check_not_fatal(self) -> None:
         if self.state is S.FATAL_ERROR:
             raise self._fatal_state_error()
@@ -154,6 +167,7 @@ class TransactionManager:
                 f"producer {self._name()}: the transaction cannot commit after an earlier error "
                 f"({self.last_error}); call abort_transaction()"
             ) from self.last_error
+        self.check_not_completing("send")
         if self.state is not S.IN_TRANSACTION:
             raise IllegalStateError(
                 f"producer {self._name()}: send() needs an open transaction "
@@ -200,6 +214,7 @@ class TransactionManager:
         self.require_transactional("begin_transaction")
         if self.state is S.UNINITIALIZED:
             raise IllegalStateError("call init_transactions() before begin_transaction()")
+        self.check_not_completing("begin_transaction")
         if self.state is not S.READY:
             raise IllegalStateError(
                 f"producer {self._name()}: begin_transaction() while {self.state.value}: "

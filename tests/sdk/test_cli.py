@@ -141,6 +141,34 @@ def test_transactional_produce_and_the_transactions_commands(server):
     assert unknown.returncode == 1 and unknown.stderr.startswith(b"error: TRANSACTIONAL_ID_NOT_FOUND: ")
 
 
+def test_a_transactional_produce_stopped_by_a_bad_line_aborts_its_open_transaction(server):
+    ok(txbroker(server.url, "topics", "create", "tx"))
+    stopped = txbroker(
+        server.url,
+        "produce",
+        "tx",
+        "--transactional-id",
+        "cli-bad",
+        "--key-separator",
+        ":",
+        "--commit-every",
+        "2",
+        stdin="a:1\nb:2\nc:3\nno separator\n",
+    )
+    assert stopped.returncode == 2
+    # Not left Ongoing until the transaction timeout, holding back read_committed readers (line 3
+    # is dropped unsent, or sent and aborted).
+    described = ok(txbroker(server.url, "transactions", "describe", "cli-bad"))
+    assert "state             Ongoing" not in described and "state             Complete" in described
+    [partition] = json.loads(ok(txbroker(server.url, "topics", "describe", "tx", "--json")))["partitions"]
+    assert partition["last_stable_offset"] == partition["high_watermark"]
+    read = txbroker(server.url, "consume", "tx", "--from-beginning", "--timeout-ms", "500")
+    assert ok(read) == "1\n2\n"
+    assert "line 4 has no key separator ':' (expected KEY:VALUE); 2 line(s) before it were committed" in (
+        stopped.stderr.decode()
+    )
+
+
 def test_consume_with_a_group_commits_and_groups_commands_show_lag(server):
     ok(txbroker(server.url, "topics", "create", "g", "--partitions", "2"))
     ok(txbroker(server.url, "produce", "g", stdin="".join(f"line-{i}\n" for i in range(6))))

@@ -147,6 +147,29 @@ def test_a_zombie_attempt_that_prepares_after_the_decision_aborts_itself(server,
     assert open_transactions(server.url) == []
 
 
+def test_an_attempt_that_prepares_after_a_batch_writes_abort_aborts_itself(server, options, monkeypatch):
+    batch = SinkBatch("sink", TOPIC, job="job-cccc")
+    failed_job = [write_task(options, batch, iter(rows("x", partition=0)), TaskAttempt(0, 0, 1)), None]
+    # A speculative attempt of partition 1, killed by Spark when the job failed, whose worker was still
+    # running: it read "undecided" before the driver's abort, and prepares after the abort's sweep.
+    real_read, calls = commit_protocol._read_decision, []
+
+    def read_decision(connection, read_batch):
+        calls.append(read_batch)
+        if len(calls) == 1:
+            abort_batch(options, batch, failed_job)
+            return None
+        return real_read(connection, read_batch)
+
+    monkeypatch.setattr(commit_protocol, "_read_decision", read_decision)
+    straggler = write_task(options, batch, iter(rows("late", partition=1)), TaskAttempt(1, 1, 2))
+    assert straggler.skipped and straggler.transaction is None
+    # Nobody would ever complete a Prepared one: it would hold back partition 1's last stable offset.
+    assert open_transactions(server.url) == []
+    assert committed_values(server.url) == []
+    assert recover(server.url, "sink", TOPIC) == {"committed": [], "aborted": [], "left": []}
+
+
 def test_a_batch_older_than_the_sinks_decision_is_refused(server, options):
     later = SinkBatch("sink", TOPIC, 9)
     commit_batch(options, later, [write_task(options, later, iter(rows("9")), TaskAttempt(0, 0, 1))])

@@ -263,22 +263,58 @@ def test_commit_with_a_lost_response_is_retried_with_the_same_body_and_adopts_th
     producer.close()
 
 
-def test_commit_in_doubt_past_max_block_stays_committing_and_resumes_never_aborts(broker):
+def end_in_doubt(broker: FakeBroker, verb: str) -> tuple[Producer, errors.TxbrokerTimeoutError]:
+    """A producer whose commit or abort (`verb`) got no answer within max_block_ms."""
     producer = transactional(broker, max_block_ms=100)
     producer.begin_transaction()
     producer.send("t", b"v", partition=0)
+    producer.flush()
     broker.script["/v1/txn/end"].extend([httpx.ReadTimeout("no answer")] * 1000)
     with pytest.raises(errors.TxbrokerTimeoutError) as raised:
-        producer.commit_transaction()
-    assert raised.value.retriable and not raised.value.abortable, "in doubt: ask again, do not abort"
+        getattr(producer, f"{verb}_transaction")()
+    return producer, raised.value
+
+
+def assert_refused_until_ended_again(producer: Producer, verb: str, calls: dict) -> None:
+    unfinished = rf"while the transaction's {verb} is unfinished .*: call {verb}_transaction\(\) again"
+    for name, call in calls.items():
+        with pytest.raises(errors.IllegalStateError, match=rf"{name}\(\) {unfinished}"):
+            call()
+
+
+def test_commit_in_doubt_past_max_block_stays_committing_and_resumes_never_aborts(broker):
+    producer, raised = end_in_doubt(broker, "commit")
+    assert raised.retriable and not raised.abortable, "in doubt: ask again, do not abort"
     assert producer.transaction_state is TransactionState.COMMITTING
-    with pytest.raises(errors.IllegalStateError):
-        producer.abort_transaction()
+    assert_refused_until_ended_again(
+        producer,
+        "commit",
+        {
+            "abort_transaction": producer.abort_transaction,
+            "send": lambda: producer.send("t", b"more", partition=0),
+            "begin_transaction": producer.begin_transaction,
+        },
+    )
     broker.script["/v1/txn/end"].clear()
     producer.commit_transaction()
     bodies = broker.bodies("/v1/txn/end")
     assert all(body == bodies[0] for body in bodies) and bodies[0]["committed"] is True
     assert producer.transaction_state is TransactionState.READY and producer.producer_epoch == 1
+    producer.close()
+
+
+def test_an_abort_in_doubt_past_max_block_admits_only_abort_again(broker):
+    producer, _ = end_in_doubt(broker, "abort")
+    assert producer.transaction_state is TransactionState.ABORTING
+    assert_refused_until_ended_again(
+        producer,
+        "abort",
+        {"commit_transaction": producer.commit_transaction, "send": lambda: producer.send("t", b"more", partition=0)},
+    )
+    broker.script["/v1/txn/end"].clear()
+    producer.abort_transaction()
+    assert producer.transaction_state is TransactionState.READY
+    assert [body["committed"] for body in broker.bodies("/v1/txn/end")][-1] is False
     producer.close()
 
 

@@ -26,7 +26,7 @@ def produce(args) -> int:
     if args.commit_every is not None and args.commit_every < 1:
         raise UsageError("--commit-every must be at least 1")
     separator = args.key_separator.encode() if args.key_separator is not None else None
-    count = transactions = 0
+    count = transactions = committed = 0
     futures = []
     with Producer(
         args.url, transactional_id=args.transactional_id, token=args.token, max_block_ms=args.retry_timeout_ms
@@ -41,7 +41,15 @@ def produce(args) -> int:
                 if separator is not None:
                     key, sep, rest = line.partition(separator)
                     if not sep:
-                        raise UsageError(f"line {count + 1} has no key separator {args.key_separator!r}")
+                        raise UsageError(
+                            f"line {count + 1} has no key separator {args.key_separator!r} (expected "
+                            f"KEY{args.key_separator}VALUE); "
+                            + (
+                                f"{committed} line(s) before it were committed, the others of its transaction aborted"
+                                if transactional
+                                else f"the {count} line(s) before it were produced"
+                            )
+                        )
                     value = rest
                 if transactional and not in_transaction:
                     producer.begin_transaction()
@@ -52,6 +60,7 @@ def produce(args) -> int:
                     producer.commit_transaction()
                     in_transaction = False
                     transactions += 1
+                    committed = count
                 if len(futures) >= 10_000:
                     _check(futures)
             if in_transaction:
@@ -59,13 +68,12 @@ def produce(args) -> int:
                 transactions += 1
             producer.flush()
             _check(futures)
-        except TxbrokerError as error:
-            if (
-                transactional
-                and not error.fatal
-                and producer.transaction_state.value in ("IN_TRANSACTION", "ABORTABLE_ERROR")
-            ):
-                producer.abort_transaction()
+        except BaseException as error:
+            # Whatever stops the command (a server error, a line without the separator, Ctrl-C)
+            # aborts the open transaction now: left open, it would hold back every read_committed
+            # reader of its partitions until the server's transaction timeout aborted it.
+            if transactional and not (isinstance(error, TxbrokerError) and error.fatal):
+                _abort_open_transaction(producer)
             raise
     summary = {"topic": args.topic, "records": count}
     if transactional:
@@ -79,6 +87,19 @@ def produce(args) -> int:
             file=sys.stderr,
         )
     return EXIT_OK
+
+
+def _abort_open_transaction(producer: Producer) -> None:
+    if producer.transaction_state.value not in ("IN_TRANSACTION", "ABORTABLE_ERROR"):
+        return
+    try:
+        producer.abort_transaction()
+    except TxbrokerError as error:  # the error that stopped the command is the one to report
+        print(
+            f"warning: the open transaction of {producer.transactional_id!r} could not be aborted ({error}); "
+            f"the server aborts it after its timeout, or `txbroker transactions abort` does now",
+            file=sys.stderr,
+        )
 
 
 def _check(futures: list) -> None:
