@@ -744,6 +744,37 @@ def test_list_groups_and_describe_of_an_unknown_group(client):
     assert error_of(missing)["code"] == "GROUP_ID_NOT_FOUND"
 
 
+def test_a_commit_refused_whole_leaves_no_group_behind(client):
+    """Regression: an offset commit whose every entry was refused (a member the group does not
+    have, a topic that does not exist; plain or transactional) committed the group it had made to
+    hold its offsets: a group nobody used, listed and described from then on (generation 0, no
+    members, no offsets), never going away. Nothing is written now; a commit that keeps at least
+    one entry still makes its group."""
+    not_a_member = commit(client, "ghost-member", [("t", 0, 1)], member_id="m", generation_id=3)
+    assert entry_codes(not_a_member) == ["UNKNOWN_MEMBER_ID"]
+    assert entry_codes(commit(client, "ghost-topic", [("no-such-topic", 0, 1), ("t", 9, 1)])) == [
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "UNKNOWN_TOPIC_OR_PARTITION",
+    ]
+    producer = TxnProducer(client, "ghost-app")
+    producer.init()
+    refused = txn_offset_commit(client, producer, "ghost-txn", [("no-such-topic", 0, 1)])
+    assert refused.status_code == 200 and entry_codes(refused.json()["offsets"]) == ["UNKNOWN_TOPIC_OR_PARTITION"]
+    zombie = txn_offset_commit(client, producer, "ghost-zombie", [("t", 0, 1)], member_id="m", generation_id=1)
+    assert zombie.status_code == 200 and entry_codes(zombie.json()["offsets"]) == ["UNKNOWN_MEMBER_ID"]
+    listed = {g["group_id"] for g in client.get("/v1/groups").json()["groups"]}
+    for group in ("ghost-member", "ghost-topic", "ghost-txn", "ghost-zombie"):
+        assert group not in listed
+        missing = client.get(f"/v1/groups/{group}")
+        assert missing.status_code == 404 and error_of(missing)["code"] == "GROUP_ID_NOT_FOUND", group
+    # A commit keeping some of its entries makes its group, with them.
+    assert entry_codes(commit(client, "half-kept", [("no-such-topic", 0, 1), ("t", 0, 2)])) == [
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        None,
+    ]
+    assert [o["offset"] for o in describe(client, "half-kept")["offsets"]] == [2]
+
+
 @pytest.mark.parametrize("slash", ["/", "%2F"])
 def test_a_group_id_with_a_slash_is_served_by_every_group_endpoint(client, slash):
     """Regression: a group id may hold "/" (Kafka's do; the contract's identifiers are any text up
