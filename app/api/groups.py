@@ -87,10 +87,15 @@ async def leave(
 
 @router.post("/groups/{group_id:group_id}/offsets/commit", response_model=schemas.OffsetsResult, responses=ERRORS)
 async def commit_offsets(
-    group_id: GroupIdInPath, body: schemas.OffsetCommitRequest, groups: GroupCoordinatorDep, principal: PrincipalDep
+    group_id: GroupIdInPath,
+    body: schemas.OffsetCommitRequest,
+    groups: GroupCoordinatorDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
 ):
     """[OffsetCommit] With generation_id >= 0 the member and generation are checked. Needs Read on
     the group and on the topics."""
+    check_partition_count(settings, len(body.offsets))
     authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
     for topic in {o.topic for o in body.offsets}:
         authorize(principal, Operation.READ, ResourceType.TOPIC, topic)
@@ -101,11 +106,17 @@ async def commit_offsets(
 
 @router.post("/groups/{group_id:group_id}/offsets/fetch", response_model=schemas.OffsetFetchResponse, responses=ERRORS)
 async def fetch_offsets(
-    group_id: GroupIdInPath, body: schemas.OffsetFetchRequest, groups: GroupCoordinatorDep, principal: PrincipalDep
+    group_id: GroupIdInPath,
+    body: schemas.OffsetFetchRequest,
+    groups: GroupCoordinatorDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
 ):
     """[OffsetFetch] Committed offsets (-1: none); transactional ones only once committed. Needs
     Describe on the group and on the topics named; without partitions, the offsets of the topics the
     caller may Describe (Kafka shows no offset of a topic to a principal that may not Describe it)."""
+    if body.partitions is not None:
+        check_partition_count(settings, len(body.partitions))
     authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
     wanted = None if body.partitions is None else [(p.topic, p.partition) for p in body.partitions]
     for topic in {topic for topic, _ in wanted or ()}:
@@ -230,10 +241,13 @@ async def delete_offsets(
 
 
 @router.post("/txn/offset-commit", response_model=schemas.OffsetsResult, responses=ERRORS, tags=["transactions"])
-async def txn_offset_commit(body: schemas.TxnOffsetCommitRequest, groups: GroupCoordinatorDep, principal: PrincipalDep):
+async def txn_offset_commit(
+    body: schemas.TxnOffsetCommitRequest, groups: GroupCoordinatorDep, settings: SettingsDep, principal: PrincipalDep
+):
     """[TxnOffsetCommit] Offsets invisible to OffsetFetch until the transaction's COMMIT marker;
     discarded on abort. With generation_id >= 0, a zombie member's commit is refused (KIP-447).
     Needs Write on the TransactionalId and Read on the group and topics."""
+    check_partition_count(settings, len(body.offsets))
     authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
     authorize(principal, Operation.READ, ResourceType.GROUP, body.group_id)
     for topic in {o.topic for o in body.offsets}:
