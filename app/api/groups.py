@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from fastapi.responses import Response
+from starlette.convertors import Convertor, register_url_convertor
 
 from app.api import schemas
 from app.api.auth import PrincipalDep
@@ -16,6 +17,23 @@ from app.coordinator.authorizer import Operation, ResourceType, authorize, is_al
 from app.coordinator.group_coordinator import OffsetEntry
 
 GroupIdInPath = schemas.IdentifierInPath
+
+
+class GroupIdConvertor(Convertor[str]):
+    """A group id in a path: any text but empty, "/" included (Kafka's group ids may hold it, and the
+    server decodes %2F before routing), as transactional ids' routes take theirs (`:path`). Not empty,
+    so `/v1/groups/` still redirects to the list rather than naming a group ""."""
+
+    regex = ".+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("group_id", GroupIdConvertor())
 
 router = APIRouter(prefix="/v1", tags=["consumer groups"], dependencies=READY, route_class=OrjsonRoute)
 ERRORS = {status: {"model": schemas.ErrorBody} for status in (400, 404, 409, 503)}
@@ -34,7 +52,7 @@ def _offset_errors(entries: list[OffsetEntry], errors) -> dict:
     }
 
 
-@router.post("/groups/{group_id}/heartbeat", response_model=schemas.HeartbeatResponse, responses=ERRORS)
+@router.post("/groups/{group_id:group_id}/heartbeat", response_model=schemas.HeartbeatResponse, responses=ERRORS)
 async def heartbeat(
     group_id: GroupIdInPath, body: schemas.HeartbeatRequest, groups: GroupCoordinatorDep, principal: PrincipalDep
 ):
@@ -57,7 +75,7 @@ async def heartbeat(
     )
 
 
-@router.post("/groups/{group_id}/leave", responses=ERRORS)
+@router.post("/groups/{group_id:group_id}/leave", responses=ERRORS)
 async def leave(
     group_id: GroupIdInPath, body: schemas.LeaveRequest, groups: GroupCoordinatorDep, principal: PrincipalDep
 ):
@@ -67,12 +85,17 @@ async def leave(
     return json_response({})
 
 
-@router.post("/groups/{group_id}/offsets/commit", response_model=schemas.OffsetsResult, responses=ERRORS)
+@router.post("/groups/{group_id:group_id}/offsets/commit", response_model=schemas.OffsetsResult, responses=ERRORS)
 async def commit_offsets(
-    group_id: GroupIdInPath, body: schemas.OffsetCommitRequest, groups: GroupCoordinatorDep, principal: PrincipalDep
+    group_id: GroupIdInPath,
+    body: schemas.OffsetCommitRequest,
+    groups: GroupCoordinatorDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
 ):
     """[OffsetCommit] With generation_id >= 0 the member and generation are checked. Needs Read on
     the group and on the topics."""
+    check_partition_count(settings, len(body.offsets))
     authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
     for topic in {o.topic for o in body.offsets}:
         authorize(principal, Operation.READ, ResourceType.TOPIC, topic)
@@ -81,13 +104,19 @@ async def commit_offsets(
     return json_response(_offset_errors(entries, errors))
 
 
-@router.post("/groups/{group_id}/offsets/fetch", response_model=schemas.OffsetFetchResponse, responses=ERRORS)
+@router.post("/groups/{group_id:group_id}/offsets/fetch", response_model=schemas.OffsetFetchResponse, responses=ERRORS)
 async def fetch_offsets(
-    group_id: GroupIdInPath, body: schemas.OffsetFetchRequest, groups: GroupCoordinatorDep, principal: PrincipalDep
+    group_id: GroupIdInPath,
+    body: schemas.OffsetFetchRequest,
+    groups: GroupCoordinatorDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
 ):
     """[OffsetFetch] Committed offsets (-1: none); transactional ones only once committed. Needs
     Describe on the group and on the topics named; without partitions, the offsets of the topics the
     caller may Describe (Kafka shows no offset of a topic to a principal that may not Describe it)."""
+    if body.partitions is not None:
+        check_partition_count(settings, len(body.partitions))
     authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
     wanted = None if body.partitions is None else [(p.topic, p.partition) for p in body.partitions]
     for topic in {topic for topic, _ in wanted or ()}:
@@ -140,7 +169,7 @@ async def list_groups(groups: GroupCoordinatorDep, principal: PrincipalDep):
     )
 
 
-@router.get("/groups/{group_id}", responses=ERRORS)
+@router.get("/groups/{group_id:group_id}", responses=ERRORS)
 async def describe_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, principal: PrincipalDep):
     """[DescribeGroups] Members, generation, assignment, committed offsets and lag (records, not
     markers: a consumer past the last COMMIT marker has lag 0). Needs Describe on the group; the
@@ -172,7 +201,7 @@ async def describe_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, p
     )
 
 
-@router.delete("/groups/{group_id}", status_code=204, responses=ERRORS)
+@router.delete("/groups/{group_id:group_id}", status_code=204, responses=ERRORS)
 async def delete_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, principal: PrincipalDep):
     """[DeleteGroups] Deletes a group without members, with all its committed offsets and the
     pending transactional ones (their transaction's COMMIT then writes none); a member or commit of
@@ -183,7 +212,7 @@ async def delete_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, pri
     return Response(status_code=204)
 
 
-@router.post("/groups/{group_id}/offsets/delete", response_model=schemas.OffsetsResult, responses=ERRORS)
+@router.post("/groups/{group_id:group_id}/offsets/delete", response_model=schemas.OffsetsResult, responses=ERRORS)
 async def delete_offsets(
     group_id: GroupIdInPath,
     body: schemas.OffsetDeleteRequest,
@@ -212,10 +241,13 @@ async def delete_offsets(
 
 
 @router.post("/txn/offset-commit", response_model=schemas.OffsetsResult, responses=ERRORS, tags=["transactions"])
-async def txn_offset_commit(body: schemas.TxnOffsetCommitRequest, groups: GroupCoordinatorDep, principal: PrincipalDep):
+async def txn_offset_commit(
+    body: schemas.TxnOffsetCommitRequest, groups: GroupCoordinatorDep, settings: SettingsDep, principal: PrincipalDep
+):
     """[TxnOffsetCommit] Offsets invisible to OffsetFetch until the transaction's COMMIT marker;
     discarded on abort. With generation_id >= 0, a zombie member's commit is refused (KIP-447).
     Needs Write on the TransactionalId and Read on the group and topics."""
+    check_partition_count(settings, len(body.offsets))
     authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
     authorize(principal, Operation.READ, ResourceType.GROUP, body.group_id)
     for topic in {o.topic for o in body.offsets}:

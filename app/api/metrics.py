@@ -73,6 +73,14 @@ class _Scrape:
         yield from self.gauges
 
 
+def route_label(route) -> str:
+    """The route's template, as the label always had it: the group routes match their id with a
+    convertor of their own (app/api/groups.py: it may hold "/"), which the label leaves out, so the
+    group routes' labels stay what they were before it."""
+    path = getattr(route, "path", None)
+    return "unmatched" if path is None else path.replace(":group_id}", "}")
+
+
 class MetricsMiddleware:
     """Counts and times every request by route template (pure ASGI: no per-request task overhead)."""
 
@@ -91,7 +99,7 @@ class MetricsMiddleware:
             nonlocal counted
             if not counted:
                 counted = True
-                route = getattr(scope.get("route"), "path", "unmatched")
+                route = route_label(scope.get("route"))
                 self.metrics.requests.labels(scope["method"], route, str(status)).inc()
                 self.metrics.latency.labels(route).observe(time.perf_counter() - started)
 

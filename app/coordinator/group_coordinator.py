@@ -149,6 +149,18 @@ def _assignment_pending(group_id: str) -> BrokerError:
     )
 
 
+async def _nothing_accepted(
+    conn: asyncpg.Connection, group_id: str, created: bool, errors: list[BrokerError | None]
+) -> bool:
+    """True when a commit refused every entry (a zombie's, or an invalid one): it writes nothing,
+    so the group it made to hold its offsets (`created`, this transaction's own row) goes too."""
+    if any(error is None for error in errors):
+        return False
+    if created:
+        await groups.delete(conn, group_id)
+    return True
+
+
 def _illegal_generation(group_id: str, received: int, current: int) -> BrokerError:
     return BrokerError(
         ErrorCode.ILLEGAL_GENERATION,
@@ -408,9 +420,13 @@ class GroupCoordinator:
             generation_error = await self._commit_error(
                 conn, group_id, member_id, generation_id, group_instance_id, unknown_group_error, transactional=False
             )
-            if generation_error is not None:
-                return [generation_error] * len(entries)
-            errors = await self._entry_errors(conn, [(e.topic, e.partition) for e in entries])
+            errors = (
+                [generation_error] * len(entries)
+                if generation_error is not None
+                else await self._entry_errors(conn, [(e.topic, e.partition) for e in entries])
+            )
+            if await _nothing_accepted(conn, group_id, created, errors):
+                return errors
             partition = await self.transactions.offsets_partition(conn, group_id)
             offsets_topic = await get_topic(conn, CONSUMER_OFFSETS_TOPIC)
             await group_offsets.commit(
@@ -460,7 +476,7 @@ class GroupCoordinator:
                 else await self._entry_errors(conn, [(e.topic, e.partition) for e in entries])
             )
             accepted = [e for e, error in zip(entries, errors) if error is None]
-            if not accepted:  # a zombie's or an invalid commit begins no transaction
+            if await _nothing_accepted(conn, group_id, created, errors):  # nor begins a transaction
                 return errors
             partition = await self.transactions.join_for_offsets(unit, meta, group_id)
             offsets_topic = await get_topic(conn, CONSUMER_OFFSETS_TOPIC)

@@ -46,7 +46,7 @@ from app.coordinator.transaction_metadata import (
 )
 from app.coordinator.transaction_states import TransactionState
 from app.coordinator.unit_of_work import UnitOfWork, open_unit
-from app.errors import BrokerError, ErrorCode
+from app.errors import BrokerError, ErrorCode, invalid_request
 from app.settings import Settings
 from app.storage.log import markers
 from app.storage.log.topics import (
@@ -180,6 +180,15 @@ class TransactionCoordinator:
         issued is its own: only it may bump the id's epoch (another gets a new id)."""
         if transactional_id is not None:
             check_transactional_id(transactional_id)  # first, as Kafka checks an empty one
+        if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
+            # Kafka's broker refuses this too (KafkaApis.handleInitProducerIdRequest). Taken as given,
+            # an id with epoch -1 read as the retry of a bump from -1 and answered the live
+            # producer's own ids: a second holder, whose batches were answered as duplicates.
+            raise invalid_request(
+                f"producer_id {producer_id} and producer_epoch {producer_epoch}: expected both -1 (a new "
+                f"producer, or the transactional id's current one) or both the producer's current ones (to "
+                f"bump its epoch, KIP-360); send both or neither"
+            )
         now = now_ms()
         async with self.unit_of_work() as unit:
             if transactional_id is None:

@@ -744,6 +744,70 @@ def test_list_groups_and_describe_of_an_unknown_group(client):
     assert error_of(missing)["code"] == "GROUP_ID_NOT_FOUND"
 
 
+def test_a_commit_refused_whole_leaves_no_group_behind(client):
+    """Regression: an offset commit whose every entry was refused (a member the group does not
+    have, a topic that does not exist; plain or transactional) committed the group it had made to
+    hold its offsets: a group nobody used, listed and described from then on (generation 0, no
+    members, no offsets), never going away. Nothing is written now; a commit that keeps at least
+    one entry still makes its group."""
+    not_a_member = commit(client, "ghost-member", [("t", 0, 1)], member_id="m", generation_id=3)
+    assert entry_codes(not_a_member) == ["UNKNOWN_MEMBER_ID"]
+    assert entry_codes(commit(client, "ghost-topic", [("no-such-topic", 0, 1), ("t", 9, 1)])) == [
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "UNKNOWN_TOPIC_OR_PARTITION",
+    ]
+    producer = TxnProducer(client, "ghost-app")
+    producer.init()
+    refused = txn_offset_commit(client, producer, "ghost-txn", [("no-such-topic", 0, 1)])
+    assert refused.status_code == 200 and entry_codes(refused.json()["offsets"]) == ["UNKNOWN_TOPIC_OR_PARTITION"]
+    zombie = txn_offset_commit(client, producer, "ghost-zombie", [("t", 0, 1)], member_id="m", generation_id=1)
+    assert zombie.status_code == 200 and entry_codes(zombie.json()["offsets"]) == ["UNKNOWN_MEMBER_ID"]
+    listed = {g["group_id"] for g in client.get("/v1/groups").json()["groups"]}
+    for group in ("ghost-member", "ghost-topic", "ghost-txn", "ghost-zombie"):
+        assert group not in listed
+        missing = client.get(f"/v1/groups/{group}")
+        assert missing.status_code == 404 and error_of(missing)["code"] == "GROUP_ID_NOT_FOUND", group
+    # A commit keeping some of its entries makes its group, with them.
+    assert entry_codes(commit(client, "half-kept", [("no-such-topic", 0, 1), ("t", 0, 2)])) == [
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        None,
+    ]
+    assert [o["offset"] for o in describe(client, "half-kept")["offsets"]] == [2]
+
+
+@pytest.mark.parametrize("slash", ["/", "%2F"])
+def test_a_group_id_with_a_slash_is_served_by_every_group_endpoint(client, slash):
+    """Regression: a group id may hold "/" (Kafka's do; the contract's identifiers are any text up
+    to 1024 bytes), but the group routes matched one path segment, so every endpoint naming such a
+    group in its path answered 404 NOT_FOUND ("no route"), percent-encoded or not (the server
+    decodes the path before routing): the SDK's consumer and admin could not use it, though
+    TxnOffsetCommit (the id in its body) and the console could."""
+    group = "team/orders"
+    in_path = group.replace("/", slash)
+    member = heartbeat(client, in_path, topics=["t"])
+    assert assigned(member) == {"t": [0, 1, 2]}
+    assert entry_codes(
+        commit(client, in_path, [("t", 0, 4)], member_id=member["member_id"], generation_id=member["generation_id"])
+    ) == [None]
+    assert committed(client, in_path, [("t", 0)]) == {("t", 0): 4}
+    described = describe(client, in_path)
+    assert described["group_id"] == group and [m["member_id"] for m in described["members"]] == [member["member_id"]]
+    assert group in [g["group_id"] for g in client.get("/v1/groups").json()["groups"]]
+    subscribed = client.post(
+        f"/v1/groups/{in_path}/offsets/delete", json={"partitions": [{"topic": "t", "partition": 0}]}
+    )
+    assert subscribed.status_code == 200 and entry_codes(subscribed.json()["offsets"]) == ["GROUP_SUBSCRIBED_TO_TOPIC"]
+    busy = client.delete(f"/v1/groups/{in_path}")
+    assert busy.status_code == 409 and error_of(busy)["code"] == "NON_EMPTY_GROUP"
+    left = client.post(f"/v1/groups/{in_path}/leave", json={"member_id": member["member_id"]})
+    assert left.status_code == 200, left.text
+    assert client.delete(f"/v1/groups/{in_path}").status_code == 204
+    gone = client.get(f"/v1/groups/{in_path}")
+    assert gone.status_code == 404 and error_of(gone)["code"] == "GROUP_ID_NOT_FOUND"
+    # The group list's trailing-slash form still redirects to the list; no group is named "".
+    assert client.get("/v1/groups/").status_code == 307
+
+
 def test_a_group_that_only_commits_transactionally_is_listed_and_described(client):
     """The offsets of a group used only through TxnOffsetCommit (a consume-transform-produce app
     that tracks its own partitions) exist: the group is listed and described with them, as a

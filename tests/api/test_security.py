@@ -425,6 +425,37 @@ def test_too_many_partitions_in_one_request(make_server):
     assert response.status_code == 400 and "max_partitions_per_request" in response.json()["error"]["message"]
 
 
+def test_too_many_partitions_in_an_offset_commit_or_fetch(make_server):
+    """Regression: the offset endpoints took any number of partitions, past the
+    max_partitions_per_request that api.md sets for every request (a commit of them all was written
+    as one batch of __consumer_offsets, in one statement). They are refused now, as the others'
+    are, and nothing is committed."""
+    server = make_server(max_partitions_per_request=2)
+    client = server.client
+    client.post("/v1/topics", json={"name": "wide", "partitions": 3}).raise_for_status()
+    offsets = [{"topic": "wide", "partition": p, "offset": 1} for p in range(3)]
+    producer = client.post("/v1/producers/init", json={"transactional_id": "wide-app"}).json()
+    refused = [
+        client.post("/v1/groups/wide-group/offsets/commit", json={"offsets": offsets}),
+        client.post(
+            "/v1/txn/offset-commit",
+            json={"transactional_id": "wide-app", **producer, "group_id": "wide-group", "offsets": offsets},
+        ),
+        client.post(
+            "/v1/groups/wide-group/offsets/fetch",
+            json={"partitions": [{"topic": "wide", "partition": p} for p in range(3)]},
+        ),
+    ]
+    for response in refused:
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["code"] == "INVALID_REQUEST"
+        assert "max_partitions_per_request" in response.json()["error"]["message"]
+    assert client.get("/v1/groups/wide-group").status_code == 404
+    assert client.get("/v1/transactions/wide-app").json()["state"] == "Empty"
+    within = client.post("/v1/groups/wide-group/offsets/commit", json={"offsets": offsets[:2]})
+    assert within.status_code == 200 and [o["error"] for o in within.json()["offsets"]] == [None, None]
+
+
 def test_long_polls_beyond_capacity_are_answered_at_once(make_server):
     server = make_server(max_concurrent_long_polls=1)
     server.client.post("/v1/topics", json={"name": "quiet", "partitions": 1}).raise_for_status()

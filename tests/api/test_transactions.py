@@ -578,6 +578,26 @@ def test_a_bump_after_the_producer_s_own_higher_epoch_issues_an_epoch_it_never_w
     assert stale["error"]["code"] == "INVALID_PRODUCER_EPOCH"
 
 
+@pytest.mark.parametrize("transactional", [False, True])
+@pytest.mark.parametrize("half", [{"producer_epoch": -1}, {"producer_id": -1}])
+def test_init_with_only_one_of_producer_id_and_epoch_is_invalid_request(client, transactional, half):
+    """Regression: an InitProducerId naming a producer id with epoch -1 (a client that left the epoch
+    out) was taken for the retry of a bump from epoch -1 and answered the live producer's own id and
+    epoch 0: a second holder of them, whose batches at the first one's sequences were answered as
+    duplicates and dropped. Kafka's broker refuses a request with only one of the two as
+    INVALID_REQUEST, and so does txbroker now, whatever the id."""
+    producer_id, epoch = init_idempotent(client)
+    idempotent_send(client, producer_id, epoch, 0, "first-holder").raise_for_status()
+    body = {"producer_id": producer_id, "producer_epoch": epoch, **half}
+    if transactional:
+        body = {**TxnProducer(client, "half-ids").init(), **half, "transactional_id": "half-ids"}
+    response = client.post("/v1/producers/init", json=body)
+    assert response.status_code == 400 and error_code(response) == "INVALID_REQUEST", response.text
+    message = response.json()["error"]["message"]
+    assert "producer_id" in message and "producer_epoch" in message
+    assert values(client, "out", 0, "read_uncommitted") == ["first-holder"]
+
+
 def test_producer_ids_are_unique(client):
     ids = {init_idempotent(client)[0] for _ in range(20)}
     ids |= {TxnProducer(client, f"unique-{n}").init()["producer_id"] for n in range(5)}

@@ -89,7 +89,8 @@ async def lock_existing(conn: asyncpg.Connection, group_id: str) -> Group | None
 
 async def delete(conn: asyncpg.Connection, group_id: str) -> None:
     """Removes the group's row, which the caller holds (`lock_existing`) and found without members:
-    a member joins only under this row's lock, so none can have joined since."""
+    a member joins only under this row's lock, so none can have joined since; or which the caller's
+    own transaction made (`hold`), so nobody else has seen it."""
     await conn.execute("DELETE FROM consumer_groups WHERE group_id = $1", group_id)
 
 
