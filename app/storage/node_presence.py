@@ -3,7 +3,11 @@ holds one connection whose application_name is `kafka-node <id> <host>:<port>` (
 and the address it advertises) for as long as it serves, and the live nodes are those names in
 pg_stat_activity. A node that stops or dies loses its connection (PostgreSQL ends the session when
 the socket closes), so it leaves the list without anyone cleaning up; a node restarted with the
-same id reappears with it.
+same id reappears with it. A node whose machine dies or is cut off closes nothing: PostgreSQL's
+side of the connection then ends by TCP keepalive, which the announcement sets on its session
+(`tcp_keepalives_*`, `tcp_user_timeout`, as txbroker's own side of every connection has them in
+database.py), instead of the kernel's default of about two hours, during which Metadata would go
+on naming the dead node as the leader of partitions.
 
 PostgreSQL keeps 63 bytes of an application_name: an announcement that does not fit is refused
 (the node then lists only itself)."""
@@ -13,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import asyncpg
+
+from app.storage.database import KEEPALIVE_COUNT, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, TCP_USER_TIMEOUT_MS
 
 PREFIX = "kafka-node "
 MAX_APPLICATION_NAME = 63
@@ -30,11 +36,26 @@ def application_name(node: LiveNode) -> str | None:
     return name if len(name.encode()) <= MAX_APPLICATION_NAME else None
 
 
+# PostgreSQL's side of the announcing session (ignored on a unix socket, whose peer's death closes it).
+_SERVER_KEEPALIVES = {
+    "tcp_keepalives_idle": str(KEEPALIVE_IDLE_S),
+    "tcp_keepalives_interval": str(KEEPALIVE_INTERVAL_S),
+    "tcp_keepalives_count": str(KEEPALIVE_COUNT),
+    "tcp_user_timeout": str(TCP_USER_TIMEOUT_MS),
+}
+
+
 async def announce(conn: asyncpg.Connection, node: LiveNode) -> bool:
-    """Names this connection after the node (kept open while the node serves); False when too long."""
+    """Names this connection after the node (kept open while the node serves), with PostgreSQL's
+    keepalives on its side of it; False when the name is too long."""
     name = application_name(node)
     if name is None:
         return False
+    await conn.execute(
+        "SELECT set_config(name, setting, false) FROM unnest($1::text[], $2::text[]) AS s(name, setting)",
+        list(_SERVER_KEEPALIVES),
+        list(_SERVER_KEEPALIVES.values()),
+    )
     await conn.execute("SELECT set_config('application_name', $1, false)", name)
     return True
 

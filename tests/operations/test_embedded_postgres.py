@@ -23,6 +23,7 @@ import pytest
 
 from app.runtime import embedded_postgres
 from app.runtime.embedded_postgres import EmbeddedPostgres, EmbeddedPostgresError
+from tests.conftest import free_ports_outside_the_ephemeral_range
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEBIAN_BINDIR = Path("/usr/lib/postgresql/15/bin")
@@ -259,3 +260,42 @@ def test_too_long_socket_path_is_refused_clearly(scratch_dir):
     assert "at most 107" in message
     assert "shorter --data-dir" in message
     assert not data_dir.exists()
+
+
+def test_a_node_announcement_ends_by_keepalive_when_the_node_goes_silent(scratch_dir):
+    """Regression: a node whose machine dies or is cut off closes no socket, so PostgreSQL kept its
+    announcing session, and Metadata listed the dead node (leading partitions) until the kernel's
+    default keepalive, about two hours. The announcement now sets PostgreSQL's keepalives on its
+    side of the connection, as txbroker's side of every connection has them: checked over TCP,
+    where they apply."""
+    from app.storage import database, node_presence
+
+    [port] = free_ports_outside_the_ephemeral_range()
+    server = EmbeddedPostgres(scratch_dir / "data", port=port, server_settings={"listen_addresses": "127.0.0.1"})
+    server.start()
+    try:
+
+        async def announced_settings() -> list[str]:
+            conn = await database.connect(f"postgresql://txbroker@127.0.0.1:{port}/txbroker")
+            try:
+                assert await node_presence.announce(conn, node_presence.LiveNode(7, "127.0.0.1", 9092))
+                return [
+                    await conn.fetchval(f"SHOW {name}")
+                    for name in (
+                        "tcp_keepalives_idle",
+                        "tcp_keepalives_interval",
+                        "tcp_keepalives_count",
+                        "tcp_user_timeout",
+                    )
+                ]
+            finally:
+                await conn.close()
+
+        assert asyncio.run(announced_settings()) == [
+            str(database.KEEPALIVE_IDLE_S),
+            str(database.KEEPALIVE_INTERVAL_S),
+            str(database.KEEPALIVE_COUNT),
+            str(database.TCP_USER_TIMEOUT_MS),
+        ]
+    finally:
+        server.stop(immediate=True)
