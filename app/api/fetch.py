@@ -91,8 +91,9 @@ async def read_records(
 @router.post("/offsets/list", response_model=schemas.ListOffsetsResponse, responses=ERRORS)
 async def list_offsets(body: schemas.ListOffsetsRequest, pool: PoolDep, settings: SettingsDep, principal: PrincipalDep):
     """[ListOffsets] latest (-1: the high watermark, or the LSO under read_committed), earliest (-2),
-    or the first offset whose timestamp is at or after a time (-1 when there is none). Needs
-    Describe on every topic."""
+    the record with the highest timestamp (-3, KIP-734: the first such, below that bound), or the
+    first offset whose timestamp is at or after a time (-1 when there is none). Needs Describe on
+    every topic."""
     check_partition_count(settings, len(body.partitions))
     for topic in {p.topic for p in body.partitions}:
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)

@@ -294,7 +294,12 @@ class FetchResponse(Body):
 class ListOffsetsPartition(Body):
     topic: TopicName
     partition: PartitionIndex
-    timestamp: int = Field(-1, ge=-2, le=INT64_MAX, description="-1 latest, -2 earliest, or a time in ms")
+    timestamp: int = Field(
+        -1,
+        ge=-3,
+        le=INT64_MAX,
+        description="-1 latest, -2 earliest, -3 the record with the highest timestamp (KIP-734), or a time in ms",
+    )
 
 
 class ListOffsetsRequest(Body):

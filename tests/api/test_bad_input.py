@@ -299,7 +299,7 @@ def lpart(**overrides):
 
 
 LIST_OFFSETS_CASES = COMMON_BODY_CASES + [
-    ("timestamp-minus-three", {"partitions": [lpart(timestamp=-3)]}, ["partitions[0].timestamp", "-3"]),
+    ("timestamp-minus-four", {"partitions": [lpart(timestamp=-4)]}, ["partitions[0].timestamp", "-4"]),
     ("timestamp-string", {"partitions": [lpart(timestamp="latest")]}, ["partitions[0].timestamp", "latest"]),
     ("timestamp-float", {"partitions": [lpart(timestamp=1.5)]}, ["partitions[0].timestamp"]),
     ("timestamp-over-int64", {"partitions": [lpart(timestamp=2**63)]}, ["partitions[0].timestamp"]),

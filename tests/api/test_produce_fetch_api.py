@@ -892,3 +892,14 @@ def test_concurrent_multi_partition_produces_in_opposite_orders_do_not_fail(clie
         thread.join()
     assert errors == []
     assert [p["high_watermark"] for p in client.get(f"/v1/topics/{name}").json()["partitions"]] == [80, 80]
+
+
+def test_list_offsets_max_timestamp_is_the_first_record_with_the_highest(client, topic):
+    """KIP-734's -3, as the Kafka door answers it: the record with the highest timestamp (the first
+    of those that share it), with its timestamp; none in an empty partition."""
+    [empty] = list_offsets(client, [(topic, 0, -3)])
+    assert (empty["offset"], empty["timestamp_ms"], empty["error"]) == (-1, -1, None)
+    produce(client, topic, 0, [{"value": "a", "timestamp_ms": 300}, {"value": "b", "timestamp_ms": 500}])
+    produce(client, topic, 0, [{"value": "c", "timestamp_ms": 100}, {"value": "d", "timestamp_ms": 500}])
+    [found] = list_offsets(client, [(topic, 0, -3)])
+    assert (found["offset"], found["timestamp_ms"], found["error"]) == (1, 500, None)
