@@ -1015,8 +1015,20 @@ class AdminCalls:
         return await topic_admin.stored_bytes(self._state.pool, names)
 
     async def describe_config(self, principal: Principal, name: str, keys: list[str] | None) -> list[ConfigEntry]:
+        """A topic's configs (`keys`: those named only; None: every one)."""
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)  # Kafka: DescribeConfigs, implied by it
-        topic = await topic_admin.get_topic(self._state.pool, name)
+        return self._config_entries(await topic_admin.get_topic(self._state.pool, name), keys)
+
+    def created_configs(self, principal: Principal, topic: topic_admin.TopicInfo) -> list[ConfigEntry] | None:
+        """CreateTopics v5+'s configs of a topic it created (or validated): every config, as
+        DescribeConfigs describes it, for a principal that may describe them (Kafka: DescribeConfigs
+        on the topic, which txbroker's Describe stands for); None for another, whom Kafka answers
+        TOPIC_AUTHORIZATION_FAILED as the topic's config error, the topic created all the same."""
+        if not is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
+            return None
+        return self._config_entries(topic, None)
+
+    def _config_entries(self, topic: topic_admin.TopicInfo, keys: list[str] | None) -> list[ConfigEntry]:
         defaults = {**topic_admin.KAFKA_CONFIG_DEFAULTS, **self._defaults}
         entries = []
         for spec in sorted(topic_admin.TOPIC_CONFIG_SPECS, key=lambda spec: spec.name):
