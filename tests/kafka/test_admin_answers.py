@@ -1,12 +1,14 @@
 """The fields of Kafka's admin answers that its tools read, as a Kafka broker fills them, with raw
 requests (each field seen as sent): CreateTopics' configs of a topic it created (v5+, KIP-525; Java's
-admin client reads them for every topic created)."""
+admin client reads them for every topic created); DescribeConfigs' empty key list (every config)."""
 
 from __future__ import annotations
 
 import datetime
 
 import pytest
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
@@ -84,3 +86,43 @@ def test_a_topic_not_created_has_unknown_counts_and_no_configs(module_kafka_serv
     (result,) = create_topics(module_kafka_server, 7, creatable(7, "not created!"))
     assert result.error_code == KafkaError.invalid_topic_exception
     assert (result.num_partitions, result.replication_factor, result.configs) == (-1, -1, ())
+
+
+def describe_configs(server, resource_type: int, name: str, keys):
+    describe = api_table.DESCRIBE_CONFIGS
+    resource = nested(
+        describe, 4, "DescribeConfigsResource", resource_type=resource_type, resource_name=name, configuration_keys=keys
+    )
+    with RawConnection(bootstrap(server)) as connection:
+        (result,) = connection.call(
+            request_of(describe, 4, resources=(resource,), include_synonyms=False, include_documentation=False)
+        ).results
+    assert result.error_code == KafkaError.none
+    return [config.name for config in result.configs]
+
+
+@pytest.mark.parametrize("resource_type", [2, 4], ids=["topic", "broker"])
+def test_describe_configs_with_an_empty_key_list_describes_every_config(module_kafka_server, resource_type):
+    """A Kafka broker describes every config of a resource whose key list is null or empty
+    (ConfigHelper.describeConfigs); kafka-python sends an empty list for a resource given `configs={}`."""
+    name = "described-whole" if resource_type == 2 else ""
+    if resource_type == 2:
+        create_topics(module_kafka_server, 7, creatable(7, name))
+    every = describe_configs(module_kafka_server, resource_type, name, None)
+    assert len(every) > 10
+    assert describe_configs(module_kafka_server, resource_type, name, ()) == every
+
+
+def test_kafka_python_describes_every_config_of_a_resource_given_no_keys(module_kafka_server):
+    """kafka-python's describe_configs of a resource with `configs={}` sends an empty key list: a
+    Kafka broker answers every config."""
+    name = "described-by-kafka-python"
+    create_topics(module_kafka_server, 7, creatable(7, name))
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap(module_kafka_server))
+    try:
+        described = admin.describe_configs(
+            [KpConfigResource(ConfigResourceType.TOPIC, name, configs={})], config_filter="all"
+        )
+    finally:
+        admin.close()
+    assert len(described["topic"][name]) == TOPIC_CONFIG_COUNT

@@ -314,7 +314,8 @@ async def describe_configs(context: RequestContext, request) -> object:
     # topic has 33 configs, and a request may name thousands of resources.
     answered: dict[tuple, object] = {}
     for resource in request.resources:
-        keys = None if resource.configuration_keys is None else list(resource.configuration_keys)
+        # No keys (null, or an empty list, as a Kafka broker reads it: ConfigHelper): every config.
+        keys = list(resource.configuration_keys) if resource.configuration_keys else None
         asked = (resource.resource_type, resource.resource_name, None if keys is None else tuple(keys))
         if asked not in answered:
             answered[asked] = await _described_result(
