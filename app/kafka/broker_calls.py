@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from app.coordinator import cluster_nodes, security_admin, topic_admin, transaction_admin
@@ -114,7 +114,6 @@ def _encoded(batch: ProducedBatch) -> EncodedBatch:
 FetchPosition = BatchFetchPosition
 FetchedPartition = FetchedBatches
 unknown_topic_id = topic_admin.unknown_topic_id
-missing_topic = topic_admin.missing_topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,12 +347,11 @@ class BrokerCalls:
         principal: Principal,
         names: list[str] | None,
         allow_create: bool,
-        missing: Callable[[str], BrokerError] = topic_admin.unknown_topic,
     ):
         """The named topics (None: every topic the principal may Describe), creating unknown ones
         when allowed (Kafka's auto.create.topics.enable and the request's flag) with Kafka's defaults;
-        one not found (nor created) carries `missing`'s error (DescribeTopicPartitions tells an
-        invalid name from an unknown one: topic_admin.missing_topic)."""
+        one not found (nor created) is UNKNOWN_TOPIC_OR_PARTITION, or INVALID_TOPIC_EXCEPTION for a
+        name no topic could have, as Kafka's broker tells them apart (topic_admin.missing_topic)."""
         pool = self._state.pool
         if names is None:
             return [
@@ -372,7 +370,7 @@ class BrokerCalls:
             if denied is not None:
                 results.append(TopicMetadata(name, denied))
             elif topic is None:
-                results.append(TopicMetadata(name, missing(name)))
+                results.append(TopicMetadata(name, topic_admin.missing_topic(name)))
             else:
                 results.append(_described(topic))
         return results
@@ -1017,7 +1015,10 @@ class AdminCalls:
     async def describe_config(self, principal: Principal, name: str, keys: list[str] | None) -> list[ConfigEntry]:
         """A topic's configs (`keys`: those named only; None: every one)."""
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)  # Kafka: DescribeConfigs, implied by it
-        return self._config_entries(await topic_admin.get_topic(self._state.pool, name), keys)
+        topic = (await topic_admin.find_topics(self._state.pool, [name])).get(name)
+        if topic is None:  # as Kafka's broker: an invalid name is INVALID_TOPIC_EXCEPTION, not unknown
+            raise topic_admin.missing_topic(name)
+        return self._config_entries(topic, keys)
 
     def created_configs(self, principal: Principal, topic: topic_admin.TopicInfo) -> list[ConfigEntry] | None:
         """CreateTopics v5+'s configs of a topic it created (or validated): every config, as

@@ -1,6 +1,7 @@
 """The fields of Kafka's admin answers that its tools read, as a Kafka broker fills them, with raw
 requests (each field seen as sent): CreateTopics' configs of a topic it created (v5+, KIP-525; Java's
-admin client reads them for every topic created); DescribeConfigs' empty key list (every config)."""
+admin client reads them for every topic created); DescribeConfigs' empty key list (every config); an
+invalid topic name told from an unknown one (Metadata without creation, DescribeConfigs)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from app.kafka import api_table
 from app.kafka.config_entries import ConfigSource
 from tests.kafka.clients import bootstrap
-from tests.kafka.raw import RawConnection, nested, request_of
+from tests.kafka.raw import RawConnection, nested, request_of, topic_metadata
 
 CREATE_TOPICS = api_table.CREATE_TOPICS
 # Kafka 4.0's topic configs (test_describe_configs.py lists them): CreateTopics answers each.
@@ -126,3 +127,35 @@ def test_kafka_python_describes_every_config_of_a_resource_given_no_keys(module_
     finally:
         admin.close()
     assert len(described["topic"][name]) == TOPIC_CONFIG_COUNT
+
+
+# Names no topic may have (Kafka's Topic.validate): a character outside [a-zA-Z0-9._-], empty, too long.
+INVALID_NAMES = ["no spaces!", "", "x" * 250]
+
+
+@pytest.mark.parametrize("name", INVALID_NAMES, ids=["character", "empty", "long"])
+def test_metadata_without_creation_tells_an_invalid_name_from_an_unknown_one(module_kafka_server, name):
+    """As a Kafka broker answers Metadata not allowed to create a topic (a consumer's): a name no
+    topic could have is INVALID_TOPIC_EXCEPTION (librdkafka reports a permanent topic error), one
+    that could UNKNOWN_TOPIC_OR_PARTITION (it may be created)."""
+    assert topic_metadata(bootstrap(module_kafka_server), name, False).error_code == KafkaError.invalid_topic_exception
+    unknown = topic_metadata(bootstrap(module_kafka_server), "not-yet-created", False)
+    assert unknown.error_code == KafkaError.unknown_topic_or_partition
+
+
+@pytest.mark.parametrize("name", INVALID_NAMES, ids=["character", "empty", "long"])
+def test_describe_configs_of_an_invalid_topic_name_is_invalid_topic_exception(module_kafka_server, name):
+    """As a Kafka broker (ConfigHelper: Topic.validate before the topic is looked up)."""
+    describe = api_table.DESCRIBE_CONFIGS
+    resources = tuple(
+        nested(describe, 4, "DescribeConfigsResource", resource_type=2, resource_name=topic, configuration_keys=None)
+        for topic in (name, "not-yet-created")
+    )
+    with RawConnection(bootstrap(module_kafka_server)) as connection:
+        results = connection.call(
+            request_of(describe, 4, resources=resources, include_synonyms=False, include_documentation=False)
+        ).results
+    assert [(result.error_code, result.configs) for result in results] == [
+        (KafkaError.invalid_topic_exception, ()),
+        (KafkaError.unknown_topic_or_partition, ()),
+    ]
