@@ -1,7 +1,8 @@
 """The fields of Kafka's admin answers that its tools read, as a Kafka broker fills them, with raw
 requests (each field seen as sent): CreateTopics' configs of a topic it created (v5+, KIP-525; Java's
 admin client reads them for every topic created); DescribeConfigs' empty key list (every config); an
-invalid topic name told from an unknown one (Metadata without creation, DescribeConfigs)."""
+invalid topic name told from an unknown one (Metadata without creation, DescribeConfigs); a DeleteTopics
+entry naming neither a topic nor an id."""
 
 from __future__ import annotations
 
@@ -159,3 +160,26 @@ def test_describe_configs_of_an_invalid_topic_name_is_invalid_topic_exception(mo
         (KafkaError.invalid_topic_exception, ()),
         (KafkaError.unknown_topic_or_partition, ()),
     ]
+
+
+def test_a_deletion_naming_neither_a_topic_nor_an_id_is_an_invalid_request(module_kafka_server):
+    """DeleteTopics v6 as Kafka's controller answers an entry without a name and with the zero id:
+    INVALID_REQUEST for each such entry (none taken for a duplicate of another), the others deleted."""
+    delete = api_table.DELETE_TOPICS
+    create_topics(module_kafka_server, 7, creatable(7, "deleted-beside"))
+    entries = (
+        nested(delete, 6, "DeleteTopicState", name=None, topic_id=None),
+        nested(delete, 6, "DeleteTopicState", name="deleted-beside", topic_id=None),
+        nested(delete, 6, "DeleteTopicState", name=None, topic_id=None),
+    )
+    with RawConnection(bootstrap(module_kafka_server)) as connection:
+        answered = connection.call(
+            request_of(delete, 6, topics=entries, timeout=datetime.timedelta(seconds=30))
+        ).responses
+    assert [(r.name, r.topic_id, r.error_code) for r in answered] == [
+        (None, None, KafkaError.invalid_request),
+        ("deleted-beside", answered[1].topic_id, KafkaError.none),
+        (None, None, KafkaError.invalid_request),
+    ]
+    assert "Neither topic name nor id were specified" in answered[0].error_message
+    assert module_kafka_server.client.get("/v1/topics/deleted-beside").status_code == 404

@@ -208,6 +208,11 @@ def _topic_configs(context: RequestContext, entries) -> list[config_entries.Desc
 async def _delete_topic(context: RequestContext, name: str | None, topic_id) -> tuple:
     """(name, topic id, error) of one DeleteTopics entry: by name, or (v6, KIP-516) by id."""
     try:
+        if name is None and topic_id is None:  # kio reads Kafka's zero id as None
+            raise BrokerError(
+                ErrorCode.INVALID_REQUEST,
+                "Neither topic name nor id were specified: expected a topic's name, or (v6) its id",
+            )
         if name is not None and topic_id is not None:
             raise BrokerError(
                 ErrorCode.INVALID_REQUEST,
@@ -228,7 +233,7 @@ async def delete_topics(context: RequestContext, request) -> object:
         asked = [(name, None) for name in request.topic_names]
     # As Kafka: a name (or id) given twice deletes nothing and is answered once, INVALID_REQUEST.
     repeated = _given_more_than_once(name for name, _ in asked if name is not None)
-    repeated |= _given_more_than_once(topic_id for name, topic_id in asked if name is None)
+    repeated |= _given_more_than_once(topic_id for name, topic_id in asked if name is None and topic_id is not None)
     answered = set()
     results = []
     for asked_name, asked_id in asked:
