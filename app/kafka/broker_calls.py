@@ -907,11 +907,15 @@ def _altered(config: dict, alterations: list[tuple[str, int, str | None]], defau
 
 
 def _list_altered(current: str, operation: int, given: str) -> list[str]:
-    """A list config after APPEND (the values it lacks added at its end) or SUBTRACT (each value
-    given removed once), its order kept, as Kafka's ConfigAdminManager alters one."""
+    """A list config after APPEND (each value it lacks added at its end, once however often given)
+    or SUBTRACT (each value given removed once), its order kept, as Kafka's controller alters one
+    (ConfigurationControlManager.incrementalAlterConfigResource)."""
     values = [v for v in current.split(",") if v]
     if operation == APPEND:
-        return values + [v for v in given.split(",") if v not in values]
+        for value in given.split(","):
+            if value not in values:
+                values.append(value)
+        return values
     for value in given.split(","):
         if value in values:
             values.remove(value)
