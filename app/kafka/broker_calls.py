@@ -951,25 +951,34 @@ class AdminCalls:
         configs: dict[str, str | None],
         validate_only: bool,
     ):
-        """`partitions` None: the server's num_partitions (CreateTopics' -1)."""
+        """`partitions` None: the server's num_partitions (CreateTopics' -1). Refused as Kafka's
+        controller refuses it: for its name, then because the topic exists, before its configs and
+        its partition count (a creation of a topic that exists is TOPIC_ALREADY_EXISTS whatever
+        else it asks: what a client creating its topics when absent takes for "there already")."""
         if partitions is None:
             partitions = self._state.settings.num_partitions
         if not is_allowed(principal, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
             authorize(principal, Operation.CREATE, ResourceType.TOPIC, name)
-        config = {}
-        for config_name, text in configs.items():
-            key = _config_key(config_name)
-            config[key] = _config_value(key, text)
-        topic, _ = await topic_admin.create_topic(
-            self._state.pool,
-            principal.name,
-            name,
-            partitions,
-            config,
-            self._state.settings.topic_defaults(),
-            details=f"partitions={partitions} (Kafka)",
-            validate_only=validate_only,
-        )
+        try:
+            config = {}
+            for config_name, text in configs.items():
+                key = _config_key(config_name)
+                config[key] = _config_value(key, text)
+            topic, _ = await topic_admin.create_topic(
+                self._state.pool,
+                principal.name,
+                name,
+                partitions,
+                config,
+                self._state.settings.topic_defaults(),
+                details=f"partitions={partitions} (Kafka)",
+                validate_only=validate_only,
+            )
+        except BrokerError as refused:
+            if refused.code not in (ErrorCode.INVALID_CONFIG, ErrorCode.INVALID_PARTITIONS):
+                raise
+            # Looked for only once refused: the insert itself tells an existing topic otherwise.
+            raise await topic_admin.refused_before_its_settings(self._state.pool, name) or refused from None
         return topic
 
     async def delete_topic(self, principal: Principal, name: str) -> uuid.UUID:

@@ -2,7 +2,8 @@
 requests (each field seen as sent): CreateTopics' configs of a topic it created (v5+, KIP-525; Java's
 admin client reads them for every topic created); DescribeConfigs' empty key list (every config); an
 invalid topic name told from an unknown one (Metadata without creation, DescribeConfigs); a DeleteTopics
-entry naming neither a topic nor an id."""
+entry naming neither a topic nor an id; Kafka's order of a creation's refusals (the name, the topic existing,
+then its configs and partition count)."""
 
 from __future__ import annotations
 
@@ -183,3 +184,35 @@ def test_a_deletion_naming_neither_a_topic_nor_an_id_is_an_invalid_request(modul
     ]
     assert "Neither topic name nor id were specified" in answered[0].error_message
     assert module_kafka_server.client.get("/v1/topics/deleted-beside").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("partitions", "configs"),
+    [
+        (1, {"retention.ms": "soon"}),
+        (1, {"confluent.value.schema.validation": "true"}),
+        (0, {}),
+        (100_000, {}),
+    ],
+    ids=["bad-value", "unknown-config", "no-partitions", "too-many-partitions"],
+)
+def test_creating_a_topic_that_exists_is_topic_already_exists_whatever_else_it_asks(
+    module_kafka_server, partitions, configs
+):
+    """Kafka's controller checks a creation's name, then whether the topic exists, before its
+    configs and partition count: a client that creates its topics when absent (Connect, Streams,
+    schema registries) takes TOPIC_ALREADY_EXISTS for "there already". A name no topic may have is
+    refused for it first."""
+    name = "exists-already"
+    create_topics(module_kafka_server, 7, creatable(7, name))
+    existing, invalid, new = create_topics(
+        module_kafka_server,
+        7,
+        creatable(7, name, partitions, **configs),
+        creatable(7, "no spaces!", partitions, **configs),
+        creatable(7, f"absent-{partitions}", partitions, **configs),
+    )
+    assert existing.error_code == KafkaError.topic_already_exists
+    assert invalid.error_code == KafkaError.invalid_topic_exception
+    assert new.error_code in (KafkaError.invalid_config, KafkaError.invalid_partitions)
+    assert module_kafka_server.client.get(f"/v1/topics/absent-{partitions}").status_code == 404
