@@ -803,11 +803,14 @@ class GroupCalls:
     ) -> list[BrokerError | None]:
         """OffsetDelete: Delete on the group (GROUP_AUTHORIZATION_FAILED for the request), Read on
         each topic (TOPIC_AUTHORIZATION_FAILED for its partitions only), then as HTTP's
-        /v1/groups/{group_id}/offsets/delete; one error or None per (topic, partition)."""
+        /v1/groups/{group_id}/offsets/delete (its group errors raised); one error or None per
+        (topic, partition)."""
         authorize(principal, Operation.DELETE, ResourceType.GROUP, group_id)
         errors = [_denied(principal, Operation.READ, ResourceType.TOPIC, topic) for topic, _ in partitions]
         allowed = [key for key, error in zip(partitions, errors) if error is None]
-        deleted = iter(await self._groups.delete_offsets(principal.name, group_id, allowed) if allowed else [])
+        # Asked even with no partition left, as Kafka's broker asks its coordinator: the group's own
+        # errors (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP) answer the request whatever its partitions.
+        deleted = iter(await self._groups.delete_offsets(principal.name, group_id, allowed))
         return [error if error is not None else next(deleted) for error in errors]
 
     async def list_groups(self, principal: Principal) -> list[ListedGroup]:
