@@ -23,6 +23,7 @@ from app.storage.log.topics import (
     TopicInfo,
     check_topic_name,
     kafka_topic_id,
+    topic_exists,
     unknown_topic,
     unknown_topic_id,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "parsed_config_text",
     "list_topics",
     "missing_topic",
+    "refused_before_its_settings",
     "stored_bytes",
     "topic_config_spec",
     "unknown_topic",
@@ -88,6 +90,19 @@ def missing_topic(name: str) -> BrokerError:
     except BrokerError as invalid:
         return invalid
     return unknown_topic(name)
+
+
+async def refused_before_its_settings(pool: asyncpg.Pool, name: str) -> BrokerError | None:
+    """What refuses a creation before its partition count and configs are looked at, in the order
+    of Kafka's controller (ReplicationControlManager.createTopics): a name no topic may have
+    (INVALID_TOPIC_EXCEPTION), then a topic of that name (TOPIC_ALREADY_EXISTS); None for neither."""
+    try:
+        check_topic_name(name)
+    except BrokerError as invalid:
+        return invalid
+    async with pool.acquire() as conn:
+        found = await topics.find_topics(conn, [name])
+    return topic_exists(name) if name in found else None
 
 
 class _ValidatedOnly(Exception):

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from app.coordinator import cluster_nodes, security_admin, topic_admin, transaction_admin
@@ -115,7 +115,6 @@ def _encoded(batch: ProducedBatch) -> EncodedBatch:
 FetchPosition = BatchFetchPosition
 FetchedPartition = FetchedBatches
 unknown_topic_id = topic_admin.unknown_topic_id
-missing_topic = topic_admin.missing_topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,12 +348,11 @@ class BrokerCalls:
         principal: Principal,
         names: list[str] | None,
         allow_create: bool,
-        missing: Callable[[str], BrokerError] = topic_admin.unknown_topic,
     ):
         """The named topics (None: every topic the principal may Describe), creating unknown ones
         when allowed (Kafka's auto.create.topics.enable and the request's flag) with Kafka's defaults;
-        one not found (nor created) carries `missing`'s error (DescribeTopicPartitions tells an
-        invalid name from an unknown one: topic_admin.missing_topic)."""
+        one not found (nor created) is UNKNOWN_TOPIC_OR_PARTITION, or INVALID_TOPIC_EXCEPTION for a
+        name no topic could have, as Kafka's broker tells them apart (topic_admin.missing_topic)."""
         pool = self._state.pool
         if names is None:
             return [
@@ -373,7 +371,7 @@ class BrokerCalls:
             if denied is not None:
                 results.append(TopicMetadata(name, denied))
             elif topic is None:
-                results.append(TopicMetadata(name, missing(name)))
+                results.append(TopicMetadata(name, topic_admin.missing_topic(name)))
             else:
                 results.append(_described(topic))
         return results
@@ -809,11 +807,14 @@ class GroupCalls:
     ) -> list[BrokerError | None]:
         """OffsetDelete: Delete on the group (GROUP_AUTHORIZATION_FAILED for the request), Read on
         each topic (TOPIC_AUTHORIZATION_FAILED for its partitions only), then as HTTP's
-        /v1/groups/{group_id}/offsets/delete; one error or None per (topic, partition)."""
+        /v1/groups/{group_id}/offsets/delete (its group errors raised); one error or None per
+        (topic, partition)."""
         authorize(principal, Operation.DELETE, ResourceType.GROUP, group_id)
         errors = [_denied(principal, Operation.READ, ResourceType.TOPIC, topic) for topic, _ in partitions]
         allowed = [key for key, error in zip(partitions, errors) if error is None]
-        deleted = iter(await self._groups.delete_offsets(principal.name, group_id, allowed) if allowed else [])
+        # Asked even with no partition left, as Kafka's broker asks its coordinator: the group's own
+        # errors (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP) answer the request whatever its partitions.
+        deleted = iter(await self._groups.delete_offsets(principal.name, group_id, allowed))
         return [error if error is not None else next(deleted) for error in errors]
 
     async def list_groups(self, principal: Principal) -> list[ListedGroup]:
@@ -913,11 +914,15 @@ def _altered(config: dict, alterations: list[tuple[str, int, str | None]], defau
 
 
 def _list_altered(current: str, operation: int, given: str) -> list[str]:
-    """A list config after APPEND (the values it lacks added at its end) or SUBTRACT (each value
-    given removed once), its order kept, as Kafka's ConfigAdminManager alters one."""
+    """A list config after APPEND (each value it lacks added at its end, once however often given)
+    or SUBTRACT (each value given removed once), its order kept, as Kafka's controller alters one
+    (ConfigurationControlManager.incrementalAlterConfigResource)."""
     values = [v for v in current.split(",") if v]
     if operation == APPEND:
-        return values + [v for v in given.split(",") if v not in values]
+        for value in given.split(","):
+            if value not in values:
+                values.append(value)
+        return values
     for value in given.split(","):
         if value in values:
             values.remove(value)
@@ -953,25 +958,34 @@ class AdminCalls:
         configs: dict[str, str | None],
         validate_only: bool,
     ):
-        """`partitions` None: the server's num_partitions (CreateTopics' -1)."""
+        """`partitions` None: the server's num_partitions (CreateTopics' -1). Refused as Kafka's
+        controller refuses it: for its name, then because the topic exists, before its configs and
+        its partition count (a creation of a topic that exists is TOPIC_ALREADY_EXISTS whatever
+        else it asks: what a client creating its topics when absent takes for "there already")."""
         if partitions is None:
             partitions = self._state.settings.num_partitions
         if not is_allowed(principal, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
             authorize(principal, Operation.CREATE, ResourceType.TOPIC, name)
-        config = {}
-        for config_name, text in configs.items():
-            key = _config_key(config_name)
-            config[key] = _config_value(key, text)
-        topic, _ = await topic_admin.create_topic(
-            self._state.pool,
-            principal.name,
-            name,
-            partitions,
-            config,
-            self._state.settings.topic_defaults(),
-            details=f"partitions={partitions} (Kafka)",
-            validate_only=validate_only,
-        )
+        try:
+            config = {}
+            for config_name, text in configs.items():
+                key = _config_key(config_name)
+                config[key] = _config_value(key, text)
+            topic, _ = await topic_admin.create_topic(
+                self._state.pool,
+                principal.name,
+                name,
+                partitions,
+                config,
+                self._state.settings.topic_defaults(),
+                details=f"partitions={partitions} (Kafka)",
+                validate_only=validate_only,
+            )
+        except BrokerError as refused:
+            if refused.code not in (ErrorCode.INVALID_CONFIG, ErrorCode.INVALID_PARTITIONS):
+                raise
+            # Looked for only once refused: the insert itself tells an existing topic otherwise.
+            raise await topic_admin.refused_before_its_settings(self._state.pool, name) or refused from None
         return topic
 
     async def delete_topic(self, principal: Principal, name: str) -> uuid.UUID:
@@ -1019,8 +1033,23 @@ class AdminCalls:
         return await topic_admin.stored_bytes(self._state.pool, names)
 
     async def describe_config(self, principal: Principal, name: str, keys: list[str] | None) -> list[ConfigEntry]:
+        """A topic's configs (`keys`: those named only; None: every one)."""
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)  # Kafka: DescribeConfigs, implied by it
-        topic = await topic_admin.get_topic(self._state.pool, name)
+        topic = (await topic_admin.find_topics(self._state.pool, [name])).get(name)
+        if topic is None:  # as Kafka's broker: an invalid name is INVALID_TOPIC_EXCEPTION, not unknown
+            raise topic_admin.missing_topic(name)
+        return self._config_entries(topic, keys)
+
+    def created_configs(self, principal: Principal, topic: topic_admin.TopicInfo) -> list[ConfigEntry] | None:
+        """CreateTopics v5+'s configs of a topic it created (or validated): every config, as
+        DescribeConfigs describes it, for a principal that may describe them (Kafka: DescribeConfigs
+        on the topic, which txbroker's Describe stands for); None for another, whom Kafka answers
+        TOPIC_AUTHORIZATION_FAILED as the topic's config error, the topic created all the same."""
+        if not is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic.name):
+            return None
+        return self._config_entries(topic, None)
+
+    def _config_entries(self, topic: topic_admin.TopicInfo, keys: list[str] | None) -> list[ConfigEntry]:
         defaults = {**topic_admin.KAFKA_CONFIG_DEFAULTS, **self._defaults}
         entries = []
         for spec in sorted(topic_admin.TOPIC_CONFIG_SPECS, key=lambda spec: spec.name):

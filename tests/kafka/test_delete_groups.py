@@ -412,6 +412,19 @@ def test_raw_offset_delete_answers_group_and_partition_errors(server):
     assert committed(server, connect) == {0: 1}
 
 
+def test_raw_offset_delete_of_no_partition_still_answers_the_groups_error(server):
+    """As Kafka's broker, which asks its coordinator whatever partitions are left: a group that does
+    not exist is GROUP_ID_NOT_FOUND with no partition named too; one that exists, no error."""
+    kept = "raw-offsets-none-named"
+    commit(server.client, kept, {0: 3})
+    with RawConnection(bootstrap(server)) as connection:
+        unknown = offset_delete(connection, "raw-offsets-none-named-unknown", [])
+        assert (unknown.error_code, unknown.topics) == (KafkaError.group_id_not_found, ())
+        answered = offset_delete(connection, kept, [])
+        assert (answered.error_code, answered.topics) == (KafkaError.none, ())
+    assert committed(server, kept) == {0: 3}
+
+
 def _join_request(group: str, member_id: str, protocol_type: str):
     protocol = nested(api_table.JOIN_GROUP, 9, "JoinGroupRequestProtocol", name="any", metadata=b"")
     return request_of(

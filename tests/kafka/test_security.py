@@ -536,6 +536,47 @@ def test_altering_a_topics_configs_needs_alter_on_it(secured):
         assert admin.get(f"/v1/topics/{OTHER_TOPIC}").json()["config"]["delete_retention_ms"] == 86_400_000
 
 
+def test_a_topic_created_without_describe_on_it_is_answered_without_its_configs(secured):
+    """CreateTopics v5+ as Kafka's controller answers a principal that may create a topic but not
+    describe its configs (Kafka: DescribeConfigs, txbroker's Describe): the topic is created, its
+    config error TOPIC_AUTHORIZATION_FAILED, its counts unknown (-1) and no configs; with Describe
+    (Alter implies it), its configs."""
+    _, api_key = new_principal(
+        secured,
+        "topic-creator",
+        rule("Topic", "created-blind-", "Create", "prefixed"),
+        rule("Topic", "created-seen-", "Create", "prefixed"),
+        rule("Topic", "created-seen-", "Alter", "prefixed"),
+    )
+    topics = tuple(
+        nested(
+            api_table.CREATE_TOPICS,
+            7,
+            "CreatableTopic",
+            name=name,
+            num_partitions=2,
+            replication_factor=-1,
+            assignments=(),
+            configs=(),
+        )
+        for name in ("created-blind-1", "created-seen-1")
+    )
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "topic-creator", api_key).error_code == KafkaError.none
+        blind, seen = connection.call(
+            request_of(
+                api_table.CREATE_TOPICS, 7, topics=topics, timeout=datetime.timedelta(seconds=30), validate_only=False
+            )
+        ).topics
+    assert (blind.error_code, blind.topic_config_error_code) == (KafkaError.none, KafkaError.topic_authorization_failed)
+    assert (blind.num_partitions, blind.replication_factor, blind.configs) == (-1, -1, ())
+    assert (seen.error_code, seen.topic_config_error_code) == (KafkaError.none, KafkaError.none)
+    assert (seen.num_partitions, seen.replication_factor) == (2, 1)
+    assert "retention.ms" in {config.name for config in seen.configs}
+    with admin_client(secured) as admin:
+        assert len(admin.get("/v1/topics/created-blind-1").json()["partitions"]) == 2
+
+
 # ---- the real clients over SASL_PLAINTEXT
 
 

@@ -322,6 +322,20 @@ def test_append_and_subtract_alter_every_list_config(module_kafka_server):
     assert described(server, resource)[name].value == "1:2"
 
 
+def test_append_adds_a_value_given_twice_once(module_kafka_server):
+    """As Kafka's controller appends (each value the list lacks, checked against the list as it
+    grows): `compact,compact` appended to `delete` is `delete,compact`."""
+    server = module_kafka_server
+    topic = "configs-append-twice"
+    create(server, topic)
+    entry = ConfigEntry("cleanup.policy", "compact,compact", incremental_operation=AlterConfigOpType.APPEND)
+    altered = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+    client = admin(server)  # kept: librdkafka fails the call of a handle collected meanwhile
+    client.incremental_alter_configs([altered])[altered].result(WAIT_S)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    assert described(server, resource)["cleanup.policy"].value == "delete,compact"
+
+
 def test_log_append_time_gives_records_the_time_the_broker_appends_them(module_kafka_server):
     """message.timestamp.type=LogAppendTime, as Kafka's validator applies it: the batch is marked
     LogAppendTime with the append time as its max timestamp, which clients give every record; the

@@ -132,7 +132,7 @@ async def create_topics(context: RequestContext, request) -> object:
             continue
         # v7 (KIP-516): the new topic's id; validate_only created none (Kafka answers the zero id).
         topic_id = None if request.validate_only else created.topic_uuid
-        results.append(_creation_result(module, topic.name, KafkaError.none, None, topic_id, created.partition_count))
+        results.append(_created_result(context, module, created, topic_id))
     return build(module, "CreateTopicsResponse", throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
@@ -140,25 +140,79 @@ def _given_more_than_once(values) -> set:
     return {value for value, count in Counter(values).items() if count > 1}
 
 
-def _creation_result(module, name: str, error_code: KafkaError, message: str | None, topic_id=None, partitions=-1):
-    created = error_code == KafkaError.none
+def _creation_result(module, name: str, error_code: KafkaError, message: str | None):
+    """A topic CreateTopics did not create: Kafka's result leaves the counts unknown (-1) and the
+    configs an empty list (v5+)."""
     return build(
         module,
         "CreatableTopicResult",
         name=name,
-        topic_id=topic_id,
+        topic_id=None,
         error_code=error_code,
         error_message=message,
-        topic_config_error_code=0,
-        num_partitions=partitions,
-        replication_factor=1 if created else NO_REPLICATION_FACTOR,
-        configs=None if created else (),
+        topic_config_error_code=KafkaError.none,
+        num_partitions=-1,
+        replication_factor=NO_REPLICATION_FACTOR,
+        configs=(),
     )
+
+
+def _created_result(context: RequestContext, module, topic, topic_id):
+    """A topic CreateTopics created (or validated), as Kafka's controller answers it (v5+, KIP-525):
+    its partition count, replication factor and every config with its value and source, as
+    DescribeConfigs describes them, for a principal that may describe its configs; for another, the
+    topic's config error TOPIC_AUTHORIZATION_FAILED, counts unknown and no configs. Never null
+    configs: Java's admin client reads them for every topic created."""
+    entries = context.calls.admin.created_configs(context.principal, topic)
+    if not hasattr(module, "CreatableTopicConfigs"):  # below v5: the name, the error and nothing else
+        config_error, partitions, replication_factor, configs = KafkaError.none, -1, NO_REPLICATION_FACTOR, ()
+    elif entries is None:
+        config_error, partitions, replication_factor, configs = (
+            KafkaError.topic_authorization_failed,
+            -1,
+            NO_REPLICATION_FACTOR,
+            (),
+        )
+    else:
+        config_error, partitions, replication_factor = KafkaError.none, topic.partition_count, 1
+        configs = tuple(
+            _config_entry(module, "CreatableTopicConfigs", config, False, False)
+            for config in _topic_configs(context, entries)
+        )
+    return build(
+        module,
+        "CreatableTopicResult",
+        name=topic.name,
+        topic_id=topic_id,
+        error_code=KafkaError.none,
+        error_message=None,
+        topic_config_error_code=config_error,
+        num_partitions=partitions,
+        replication_factor=replication_factor,
+        configs=configs,
+    )
+
+
+def _topic_configs(context: RequestContext, entries) -> list[config_entries.DescribedConfig]:
+    """A topic's config entries (the core's values and server defaults) as a Kafka broker describes
+    them: each with its source and synonyms (config_entries.topic_config)."""
+    settings = context.calls.settings
+    return [
+        config_entries.topic_config(
+            settings, entry.name, entry.value, entry.server_default, entry.kind, entry.documentation
+        )
+        for entry in entries
+    ]
 
 
 async def _delete_topic(context: RequestContext, name: str | None, topic_id) -> tuple:
     """(name, topic id, error) of one DeleteTopics entry: by name, or (v6, KIP-516) by id."""
     try:
+        if name is None and topic_id is None:  # kio reads Kafka's zero id as None
+            raise BrokerError(
+                ErrorCode.INVALID_REQUEST,
+                "Neither topic name nor id were specified: expected a topic's name, or (v6) its id",
+            )
         if name is not None and topic_id is not None:
             raise BrokerError(
                 ErrorCode.INVALID_REQUEST,
@@ -179,7 +233,7 @@ async def delete_topics(context: RequestContext, request) -> object:
         asked = [(name, None) for name in request.topic_names]
     # As Kafka: a name (or id) given twice deletes nothing and is answered once, INVALID_REQUEST.
     repeated = _given_more_than_once(name for name, _ in asked if name is not None)
-    repeated |= _given_more_than_once(topic_id for name, topic_id in asked if name is None)
+    repeated |= _given_more_than_once(topic_id for name, topic_id in asked if name is None and topic_id is not None)
     answered = set()
     results = []
     for asked_name, asked_id in asked:
@@ -265,7 +319,8 @@ async def describe_configs(context: RequestContext, request) -> object:
     # topic has 33 configs, and a request may name thousands of resources.
     answered: dict[tuple, object] = {}
     for resource in request.resources:
-        keys = None if resource.configuration_keys is None else list(resource.configuration_keys)
+        # No keys (null, or an empty list, as a Kafka broker reads it: ConfigHelper): every config.
+        keys = list(resource.configuration_keys) if resource.configuration_keys else None
         asked = (resource.resource_type, resource.resource_name, None if keys is None else tuple(keys))
         if asked not in answered:
             answered[asked] = await _described_result(
@@ -298,26 +353,35 @@ async def _described_result(
         resource_type=resource.resource_type,
         resource_name=resource.resource_name,
         configs=tuple(
-            build(
-                module,
-                "DescribeConfigsResourceResult",
-                name=config.name,
-                value=config.value,
-                read_only=config.read_only,
-                is_default=config.is_default,
-                config_source=config.source,
-                is_sensitive=False,
-                synonyms=tuple(
-                    build(module, "DescribeConfigsSynonym", name=s.name, value=s.value, source=s.source)
-                    for s in config.synonyms
-                )
-                if with_synonyms
-                else (),
-                config_type=config.config_type,
-                documentation=config.documentation if with_documentation else None,
-            )
+            _config_entry(module, "DescribeConfigsResourceResult", config, with_synonyms, with_documentation)
             for config in configs
         ),
+    )
+
+
+def _config_entry(
+    module, class_name: str, config: config_entries.DescribedConfig, with_synonyms: bool, with_documentation: bool
+) -> object:
+    """One config as DescribeConfigs (DescribeConfigsResourceResult) or CreateTopics
+    (CreatableTopicConfigs, which takes its name, value, read-only flag, source and sensitivity)
+    answer it; none is sensitive."""
+    return build(
+        module,
+        class_name,
+        name=config.name,
+        value=config.value,
+        read_only=config.read_only,
+        is_default=config.is_default,
+        config_source=config.source,
+        is_sensitive=False,
+        synonyms=tuple(
+            build(module, "DescribeConfigsSynonym", name=s.name, value=s.value, source=s.source)
+            for s in config.synonyms
+        )
+        if with_synonyms
+        else (),
+        config_type=config.config_type,
+        documentation=config.documentation if with_documentation else None,
     )
 
 
@@ -328,13 +392,7 @@ async def _described_configs(
     has (broker loggers, client metrics, groups), which txbroker has no configs for."""
     admin = context.calls.admin
     if resource.resource_type == TOPIC_RESOURCE:
-        settings = context.calls.settings
-        return [
-            config_entries.topic_config(
-                settings, entry.name, entry.value, entry.server_default, entry.kind, entry.documentation
-            )
-            for entry in await admin.describe_config(context.principal, resource.resource_name, keys)
-        ]
+        return _topic_configs(context, await admin.describe_config(context.principal, resource.resource_name, keys))
     if resource.resource_type == BROKER_RESOURCE:
         settings = admin.broker_settings(context.principal)
         protocol = security_protocol(settings.ssl_certfile is not None, context.calls.requires_authentication)

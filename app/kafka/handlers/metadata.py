@@ -15,7 +15,7 @@ import uuid
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
-from app.kafka.broker_calls import LiveNode, TopicMetadata, cluster_operations, missing_topic, topic_operations
+from app.kafka.broker_calls import LiveNode, TopicMetadata, cluster_operations, topic_operations
 from app.kafka.context import CLUSTER_ID, RequestContext
 from app.kafka.error_codes import kafka_error
 from app.kafka.frames import build, response_module
@@ -298,7 +298,7 @@ async def describe_topic_partitions(context: RequestContext, request) -> object:
     names = None
     if request.topics:
         names = sorted({t.name for t in request.topics if _java_order(t.name) >= _java_order(first)}, key=_java_order)
-    found = await context.calls.topic_metadata(context.principal, names, False, missing_topic)
+    found = await context.calls.topic_metadata(context.principal, names, False)
     if names is None:
         found = sorted(
             (t for t in found if _java_order(t.name) >= _java_order(first)), key=lambda t: _java_order(t.name)

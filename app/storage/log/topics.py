@@ -135,9 +135,7 @@ async def create_topic(
             internal,
         )
         if row is None:
-            raise BrokerError(
-                ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists: use it, or delete it first"
-            )
+            raise topic_exists(name)
         await conn.execute(
             "INSERT INTO partitions (topic_id, partition) SELECT $1, generate_series(0, $2 - 1)",
             row["topic_id"],
@@ -335,6 +333,10 @@ async def delete_topic(conn: asyncpg.Connection, name: str, topic_uuid: uuid.UUI
         await conn.execute("DELETE FROM pending_txn_offsets WHERE topic = $1", name)
         await conn.execute("DELETE FROM group_offsets WHERE topic = $1", name)
     return row["topic_uuid"]
+
+
+def topic_exists(name: str) -> BrokerError:
+    return BrokerError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists: use it, or delete it first")
 
 
 def unknown_topic(name: str) -> BrokerError:
