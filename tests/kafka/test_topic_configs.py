@@ -549,6 +549,26 @@ def test_a_batch_marked_log_append_time_with_timestamps_is_bounded_in_a_create_t
     assert high_watermark(server, topic) == 2
 
 
+def test_a_create_time_topic_stores_a_batch_marked_log_append_time_as_create_time(module_kafka_server):
+    """As Kafka's LogValidator, which rewrites a batch's timestamp type to its topic's
+    (setMaxTimestamp): the batch is stored marked CreateTime, its max timestamp kept, so every
+    reader gets each record's own timestamp, not the max timestamp the mark gave them all."""
+    server = module_kafka_server
+    topic = "marked-log-append-time-stored"
+    create(server, topic)
+    sent = [1_700_000_000_000 + 10 * i for i in range(3)]
+    batch = bytearray(record_batch([KafkaRecord(t, f"k{i}".encode(), b"v", []) for i, t in enumerate(sent)]))
+    codecs.add_attributes(batch, DefaultRecordBase.TIMESTAMP_TYPE_MASK)
+    assert produce_answer(server, topic, codecs.with_crc(batch)).error_code == KafkaError.none
+
+    [stored] = fetched_batches(server, topic)
+    assert (stored.timestamp_type, stored.max_timestamp) == (0, sent[-1])
+    assert [r.timestamp for r in stored] == sent
+    for client in CLIENTS:
+        assert [r.timestamp_ms for r in client.consume(server, topic, 0, 3)] == sent, client.name
+    assert [r["timestamp_ms"] for r in http_side.fetch(server, topic, 0)] == sent
+
+
 # ---- min.compaction.lag.ms
 
 
