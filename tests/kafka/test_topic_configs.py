@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from app import record_batch_codecs as codecs
 from app.kafka.record_batches import KafkaRecord
-from tests.api.test_log_lifecycle import clean
+from tests.api.test_log_lifecycle import clean, sql
 from tests.kafka import http_side
 from tests.kafka.clients import CLIENTS, WAIT_S, ConfluentKafka, bootstrap
 from tests.kafka.raw import RawConnection, record_batch
@@ -361,6 +361,40 @@ def test_log_append_time_gives_records_the_time_the_broker_appends_them(module_k
         "/v1/offsets/list", json={"partitions": [{"topic": topic, "partition": 0, "timestamp": before_ms}]}
     ).json()["partitions"][0]
     assert (listed["offset"], listed["timestamp_ms"]) == (0, appended)
+
+
+def test_a_retried_batch_is_answered_with_its_original_log_append_time(module_kafka_server):
+    """As Kafka answers a duplicate with its original batch's metadata (UnifiedLog.append: offsets and
+    BatchMetadata's timestamp, the append time under LogAppendTime), a retry of an idempotent batch
+    gets the log_append_time its first attempt got, not -1; under CreateTime it is -1 either way, as
+    the protocol defines it. Producer states remembered before the timestamp was kept (four fields a
+    batch) still recognize a retry, answered without it."""
+    server = module_kafka_server
+    create(server, "retried-log-append-time", **{"message.timestamp.type": "LogAppendTime"})
+    create(server, "retried-create-time")
+    with RawConnection(bootstrap(server)) as connection:
+        producer_id, epoch = init_producer(connection)
+
+        def send(topic: str, base_sequence: int):
+            batch = record_batch([KafkaRecord(1_700_000_000_000, b"k", b"v", [])], producer_id, epoch, base_sequence)
+            [answer] = connection.call(produce_request(topic, 0, batch)).responses[0].partition_responses
+            assert answer.error_code == KafkaError.none
+            return answer.base_offset, answer.log_append_time
+
+        first = send("retried-log-append-time", 0)
+        assert first[1] is not None
+        time.sleep(0.01)  # a retry stamped anew would differ
+        assert send("retried-log-append-time", 0) == first
+        assert send("retried-create-time", 0) == (0, None)
+        assert send("retried-create-time", 0) == (0, None)
+
+        sql(
+            server.database_url,
+            "UPDATE producer_states SET recent_batches = '[[0, 0, 0, 0]]' WHERE producer_id = $1",
+            producer_id,
+        )
+        assert send("retried-log-append-time", 0) == (0, None)
+    assert high_watermark(server, "retried-log-append-time") == 1
 
 
 # ---- message.timestamp.before.max.ms and after.max.ms (KIP-937), as Kafka's LogValidator applies them

@@ -74,8 +74,22 @@ class AppendResult:
     base_offset: int
     last_offset: int
     duplicate: bool = False
-    # The append time its records took (a topic with Kafka's LogAppendTime), else None.
+    # The append time its records took (a topic with Kafka's LogAppendTime), else None: `answered`.
     log_append_time_ms: int | None = None
+
+
+def answered(
+    append: BatchAppend, base_offset: int, last_offset: int, max_timestamp_ms: int, duplicate: bool = False
+) -> AppendResult:
+    """The answer for a batch stored at these offsets with this max timestamp (a duplicate: the
+    original's). In a topic with LogAppendTime its log_append_time is that max timestamp, the append
+    time the batch took (batch_form.py), a retry's too, as Kafka answers a duplicate with its
+    BatchMetadata's timestamp (UnifiedLog.append); none when a retry's original was remembered
+    before its timestamp was (sequences.RecentBatch). Under CreateTime none (-1), as Kafka's protocol
+    defines the field: Kafka's broker answers a duplicate there with its max timestamp all the same,
+    which its clients would then report as every record's timestamp, of type LogAppendTime."""
+    log_append_time = uses_log_append_time(append.topic) and max_timestamp_ms != NO_TIMESTAMP
+    return AppendResult(base_offset, last_offset, duplicate, max_timestamp_ms if log_append_time else None)
 
 
 # `_append_one_plain`: bumps the high watermark (locking the partition's row until commit), inserts
@@ -236,7 +250,7 @@ async def _append_one_plain(conn: asyncpg.Connection, append: BatchAppend) -> Ap
     )
     if row is None:  # the topic was deleted since it was looked up
         raise unknown_partition(append.topic, append.partition)
-    return AppendResult(row["base_offset"], row["last_offset"])
+    return answered(append, row["base_offset"], row["last_offset"], batch.max_timestamp_ms)
 
 
 # Then, with every lock held, a fresh statement (a fresh snapshot) reads the other producers'
@@ -335,7 +349,7 @@ async def _check_at_head(
     if isinstance(outcome, BrokerError):
         return outcome
     if isinstance(outcome, sequences.Duplicate):
-        return AppendResult(outcome.base_offset, outcome.last_offset, duplicate=True)
+        return answered(append, outcome.base_offset, outcome.last_offset, outcome.max_timestamp_ms, duplicate=True)
     base_offset = head
     updated = sequences.remember(
         entry,
@@ -344,6 +358,7 @@ async def _check_at_head(
         outcome.last_sequence,
         base_offset,
         base_offset + batch.record_count - 1,
+        batch.max_timestamp_ms,
         append.is_transactional,
     )
     return _CheckedAppend(append, base_offset, updated)
@@ -360,7 +375,10 @@ class _Write:
 
 def _recent_batches_json(state: sequences.ProducerEntry) -> str:
     return orjson.dumps(
-        [[r.base_sequence, r.last_sequence, r.base_offset, r.last_offset] for r in state.recent_batches]
+        [
+            [r.base_sequence, r.last_sequence, r.base_offset, r.last_offset, r.max_timestamp_ms]
+            for r in state.recent_batches
+        ]
     ).decode()
 
 
@@ -443,7 +461,10 @@ class AppendPlan:
     def results(self) -> list[AppendResult | BrokerError]:
         results = list(self._results)
         for index, write in self._writes.items():
-            results[index] = AppendResult(write.base_offset, write.base_offset + write.append.batch.record_count - 1)
+            batch = write.append.batch
+            results[index] = answered(
+                write.append, write.base_offset, write.base_offset + batch.record_count - 1, batch.max_timestamp_ms
+            )
         return results
 
 
