@@ -24,7 +24,7 @@ from kafka.record.memory_records import MemoryRecords
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app import record_batch_codecs as codecs
-from app.kafka.record_batches import KafkaRecord
+from app.kafka.record_batches import NO_TIMESTAMP, KafkaRecord
 from tests.api.test_log_lifecycle import clean, sql
 from tests.kafka import http_side
 from tests.kafka.clients import CLIENTS, WAIT_S, ConfluentKafka, bootstrap
@@ -702,3 +702,25 @@ def test_min_compaction_lag_goes_by_the_timestamps_kafka_producers_give(module_k
     assert kept(4) == [(1, b"old-2"), (2, b"recent-1"), (3, b"recent-2"), (4, b"recent")]
     clean(server, now_ms=now + HOUR_MS + 60_000)
     assert kept(2) == [(3, b"recent-2"), (4, b"recent")]
+
+
+def test_min_compaction_lag_holds_records_without_a_timestamp_by_their_append_time(module_kafka_server):
+    """Records timestamped -1 (Kafka's NO_TIMESTAMP) have no age of their own: as Kafka's cleaner
+    goes by a segment's last-modified time when none of its records has a timestamp
+    (LogSegment.largestTimestamp), a batch of them is held back until its append is
+    min.compaction.lag.ms old, not compacted at once."""
+    server = module_kafka_server
+    topic = "min-lag-no-timestamp"
+    create(server, topic, **{"cleanup.policy": "compact", "min.compaction.lag.ms": str(HOUR_MS)})
+    for value in (b"first", b"second"):  # each its own batch
+        batch = record_batch([KafkaRecord(NO_TIMESTAMP, b"k", value, [])])
+        assert produce_answer(server, topic, batch).error_code == KafkaError.none
+    appended_ms = now_ms()
+
+    def kept() -> list:
+        return [(r["offset"], r["timestamp_ms"]) for r in http_side.fetch(server, topic, 0)]
+
+    clean(server, now_ms=appended_ms)
+    assert kept() == [(0, NO_TIMESTAMP), (1, NO_TIMESTAMP)]
+    clean(server, now_ms=appended_ms + HOUR_MS + 60_000)
+    assert kept() == [(1, NO_TIMESTAMP)]

@@ -102,12 +102,19 @@ WITH head AS (
     WHERE topic_id = $1 AND partition = $2
     RETURNING high_watermark - $3 AS base_offset
 ), appended AS (
-    INSERT INTO record_batches ({BATCH_COLUMNS})
-    SELECT $1, $2, base_offset, base_offset + $3 - 1, $4, $5, $6, $7, NULL, $8, $9, $3, $10, $11 FROM head
+    INSERT INTO record_batches ({BATCH_COLUMNS}, untimestamped_appended_ms)
+    SELECT $1, $2, base_offset, base_offset + $3 - 1, $4, $5, $6, $7, NULL, $8, $9, $3, $10, $11, $12 FROM head
     RETURNING base_offset, last_offset
 )
 SELECT base_offset, last_offset, pg_notify('{APPENDS_CHANNEL}', $1::text || ':' || $2::text) FROM appended
 """
+
+
+def untimestamped_appended_ms(append: BatchAppend) -> int | None:
+    """What the batch's row keeps as `untimestamped_appended_ms`: its append time when its records
+    have no timestamp (all -1, which only a Kafka client sends), which compaction's minimum lag
+    then goes by (log_compaction.py); None for any other, and for a batch the server writes itself."""
+    return append.appended_ms if append.batch.max_timestamp_ms == NO_TIMESTAMP else None
 
 
 def check_appendable(append: BatchAppend) -> BrokerError | None:
@@ -247,6 +254,7 @@ async def _append_one_plain(conn: asyncpg.Connection, append: BatchAppend) -> Ap
         batch.max_timestamp_ms,
         batch.size_bytes,
         batch.payload,
+        untimestamped_appended_ms(append),
     )
     if row is None:  # the topic was deleted since it was looked up
         raise unknown_partition(append.topic, append.partition)
@@ -277,14 +285,14 @@ _WRITE_APPENDS_QUERIES = f"""h AS (
     UPDATE partitions p SET high_watermark = h.high_watermark
     FROM h WHERE p.topic_id = h.topic_id AND p.partition = h.partition
 ), appended AS (
-    INSERT INTO record_batches ({BATCH_COLUMNS})
+    INSERT INTO record_batches ({BATCH_COLUMNS}, untimestamped_appended_ms)
     SELECT b.topic_id, b.partition, b.base_offset, b.base_offset + b.record_count - 1, b.producer_id,
         b.producer_epoch, b.base_sequence, b.is_transactional, NULL, b.first_timestamp_ms, b.max_timestamp_ms,
-        b.record_count, b.size_bytes, b.records
+        b.record_count, b.size_bytes, b.records, b.untimestamped_appended_ms
     FROM unnest($4::int[], $5::int[], $6::bigint[], $7::int[], $8::bigint[], $9::int[], $10::int[], $11::bool[],
-                $12::bigint[], $13::bigint[], $14::int[], $15::bytea[])
+                $12::bigint[], $13::bigint[], $14::int[], $15::bytea[], $25::bigint[])
         AS b(topic_id, partition, base_offset, record_count, producer_id, producer_epoch, base_sequence,
-             is_transactional, first_timestamp_ms, max_timestamp_ms, size_bytes, records)
+             is_transactional, first_timestamp_ms, max_timestamp_ms, size_bytes, records, untimestamped_appended_ms)
 ), state AS (
     INSERT INTO producer_states (topic_id, partition, producer_id, producer_epoch, last_sequence,
         last_timestamp_ms, last_append_ms, recent_batches, current_txn_first_offset)
@@ -417,6 +425,7 @@ def _write_appends(writes: list[_Write], heads: dict[tuple[int, int], int]) -> W
         [_recent_batches_json(w.state) for w in states],
         [w.state.current_txn_first_offset for w in states],
         now_ms(),
+        [untimestamped_appended_ms(a) for a in appends],
     )
     return WriteStatement(_WRITE_APPENDS_QUERIES, _WRITE_APPENDS_FINAL, args)
 
