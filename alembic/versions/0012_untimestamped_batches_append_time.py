@@ -1,7 +1,8 @@
 """The append time of a batch whose records have no timestamp (all -1, Kafka's NO_TIMESTAMP, which
-only a Kafka client sends): compaction's min_compaction_lag_ms goes by it for such a batch, as Kafka's
-cleaner goes by a segment's last-modified time when its records have no timestamp; the batch was
-compacted at once before. NULL for every other batch, which goes by its records' newest timestamp.
+only a Kafka client sends): retention_ms and compaction's min_compaction_lag_ms go by it for such a
+batch, as Kafka's go by a segment's last-modified time when its records have no timestamp; the batch
+was deleted and compacted at once before. NULL for every other batch, which goes by its records'
+newest timestamp.
 
 Batches appended before this revision have none: they go as before. A nullable column without a
 default is a change of the catalog only: no table rewrite.

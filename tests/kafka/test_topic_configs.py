@@ -724,3 +724,24 @@ def test_min_compaction_lag_holds_records_without_a_timestamp_by_their_append_ti
     assert kept() == [(0, NO_TIMESTAMP), (1, NO_TIMESTAMP)]
     clean(server, now_ms=appended_ms + HOUR_MS + 60_000)
     assert kept() == [(1, NO_TIMESTAMP)]
+
+
+def test_retention_keeps_records_without_a_timestamp_by_their_append_time(module_kafka_server):
+    """As Kafka's time retention, which goes by a segment's last-modified time when none of its
+    records has a timestamp (LogSegment.largestTimestamp): a batch of records timestamped -1 stays
+    retention.ms after it was appended, instead of going at the cleaner's next run."""
+    server = module_kafka_server
+    topic = "retention-no-timestamp"
+    create(server, topic, **{"retention.ms": str(HOUR_MS)})
+    batch = record_batch([KafkaRecord(NO_TIMESTAMP, b"k", b"v", [])])
+    assert produce_answer(server, topic, batch).error_code == KafkaError.none
+    appended_ms = now_ms()
+
+    def log_start_offset() -> int:
+        return server.client.get(f"/v1/topics/{topic}").json()["partitions"][0]["log_start_offset"]
+
+    clean(server, now_ms=appended_ms)
+    assert log_start_offset() == 0
+    assert [r["offset"] for r in http_side.fetch(server, topic, 0)] == [0]
+    clean(server, now_ms=appended_ms + HOUR_MS + 60_000)
+    assert log_start_offset() == 1

@@ -112,8 +112,8 @@ SELECT base_offset, last_offset, pg_notify('{APPENDS_CHANNEL}', $1::text || ':' 
 
 def untimestamped_appended_ms(append: BatchAppend) -> int | None:
     """What the batch's row keeps as `untimestamped_appended_ms`: its append time when its records
-    have no timestamp (all -1, which only a Kafka client sends), which compaction's minimum lag
-    then goes by (log_compaction.py); None for any other, and for a batch the server writes itself."""
+    have no timestamp (all -1, which only a Kafka client sends), which retention and compaction's
+    minimum lag then go by (log_cleaner.py); None for any other, and for a batch the server writes itself."""
     return append.appended_ms if append.batch.max_timestamp_ms == NO_TIMESTAMP else None
 
 
