@@ -201,6 +201,12 @@ def add_attributes(batch: bytearray, bits: int) -> None:
     _ATTRIBUTES.pack_into(batch, DefaultRecordBatch.ATTRIBUTES_OFFSET, attributes | bits)
 
 
+def remove_attributes(batch: bytearray, bits: int) -> None:
+    """Clears attribute bits of a batch (add_attributes' counterpart); its CRC is then to write again."""
+    (attributes,) = _ATTRIBUTES.unpack_from(batch, DefaultRecordBatch.ATTRIBUTES_OFFSET)
+    _ATTRIBUTES.pack_into(batch, DefaultRecordBatch.ATTRIBUTES_OFFSET, attributes & ~bits)
+
+
 def with_records(batch: bytes, records: bytes, codec: int) -> bytearray:
     """The batch's header over other `records`, which are in `codec`: its codec bits and its length
     written again (not its CRC, which with_crc writes when the batch is to be sent or stored)."""

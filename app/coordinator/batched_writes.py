@@ -26,7 +26,6 @@ each transaction's own are kept, and they are.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from dataclasses import dataclass
 
 import asyncpg
@@ -50,7 +49,7 @@ from app.coordinator.transaction_metadata import TRANSACTION_VERSION_BUMP, TRANS
 from app.coordinator.write_batching import WriteBatcher
 from app.errors import BrokerError
 from app.storage.log import batch_form, markers, record_codec
-from app.storage.log.append import AppendResult, BatchAppend
+from app.storage.log.append import BatchAppend
 from app.storage.log.record_codec import EncodedBatch
 from app.storage.log.topics import CONSUMER_OFFSETS_TOPIC, TopicInfo, unknown_topic, unknown_topic_id
 from app.storage.transactions import producer_ids
@@ -275,13 +274,7 @@ class BatchedWrites:
             # The transaction log's write goes with the record batches' and the markers' (one round trip),
             # last: see the unit of work's lock order.
             written = await unit.write_partitions_and_save(appends, ends, appended_ms)
-            for (request_index, partition_index), append, result in zip(owners, appends, written, strict=True):
-                if (
-                    isinstance(result, AppendResult)
-                    and not result.duplicate
-                    and batch_form.uses_log_append_time(append.topic)
-                ):
-                    result = dataclasses.replace(result, log_append_time_ms=appended_ms)
+            for (request_index, partition_index), result in zip(owners, written, strict=True):
                 answers[request_index][partition_index] = result
         return answers
 

@@ -94,6 +94,11 @@ class RecordBatch(SQLModel, table=True):
     # When compaction first kept a tombstone of this batch: its delete horizon (KIP-534) starts
     # there, not at the record's timestamp, which is the client's (log_compaction.py).
     tombstones_seen_ms: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
+    # When the server appended it, for a batch whose records have no timestamp (max_timestamp_ms -1,
+    # from a Kafka client) only: retention_ms and min_compaction_lag_ms go by it for such a batch, as
+    # Kafka's go by its segment's last-modified time (log_cleaner.py, log_compaction.py). NULL for any
+    # other batch.
+    untimestamped_appended_ms: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
 
 
 class PartitionCleanup(SQLModel, table=True):

@@ -24,8 +24,8 @@ from kafka.record.memory_records import MemoryRecords
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app import record_batch_codecs as codecs
-from app.kafka.record_batches import KafkaRecord
-from tests.api.test_log_lifecycle import clean
+from app.kafka.record_batches import NO_TIMESTAMP, KafkaRecord
+from tests.api.test_log_lifecycle import clean, sql
 from tests.kafka import http_side
 from tests.kafka.clients import CLIENTS, WAIT_S, ConfluentKafka, bootstrap
 from tests.kafka.raw import RawConnection, record_batch
@@ -377,6 +377,40 @@ def test_log_append_time_gives_records_the_time_the_broker_appends_them(module_k
     assert (listed["offset"], listed["timestamp_ms"]) == (0, appended)
 
 
+def test_a_retried_batch_is_answered_with_its_original_log_append_time(module_kafka_server):
+    """As Kafka answers a duplicate with its original batch's metadata (UnifiedLog.append: offsets and
+    BatchMetadata's timestamp, the append time under LogAppendTime), a retry of an idempotent batch
+    gets the log_append_time its first attempt got, not -1; under CreateTime it is -1 either way, as
+    the protocol defines it. Producer states remembered before the timestamp was kept (four fields a
+    batch) still recognize a retry, answered without it."""
+    server = module_kafka_server
+    create(server, "retried-log-append-time", **{"message.timestamp.type": "LogAppendTime"})
+    create(server, "retried-create-time")
+    with RawConnection(bootstrap(server)) as connection:
+        producer_id, epoch = init_producer(connection)
+
+        def send(topic: str, base_sequence: int):
+            batch = record_batch([KafkaRecord(1_700_000_000_000, b"k", b"v", [])], producer_id, epoch, base_sequence)
+            [answer] = connection.call(produce_request(topic, 0, batch)).responses[0].partition_responses
+            assert answer.error_code == KafkaError.none
+            return answer.base_offset, answer.log_append_time
+
+        first = send("retried-log-append-time", 0)
+        assert first[1] is not None
+        time.sleep(0.01)  # a retry stamped anew would differ
+        assert send("retried-log-append-time", 0) == first
+        assert send("retried-create-time", 0) == (0, None)
+        assert send("retried-create-time", 0) == (0, None)
+
+        sql(
+            server.database_url,
+            "UPDATE producer_states SET recent_batches = '[[0, 0, 0, 0]]' WHERE producer_id = $1",
+            producer_id,
+        )
+        assert send("retried-log-append-time", 0) == (0, None)
+    assert high_watermark(server, "retried-log-append-time") == 1
+
+
 # ---- message.timestamp.before.max.ms and after.max.ms (KIP-937), as Kafka's LogValidator applies them
 
 HOUR_MS = 3_600_000
@@ -563,6 +597,26 @@ def test_a_batch_marked_log_append_time_with_timestamps_is_bounded_in_a_create_t
     assert high_watermark(server, topic) == 2
 
 
+def test_a_create_time_topic_stores_a_batch_marked_log_append_time_as_create_time(module_kafka_server):
+    """As Kafka's LogValidator, which rewrites a batch's timestamp type to its topic's
+    (setMaxTimestamp): the batch is stored marked CreateTime, its max timestamp kept, so every
+    reader gets each record's own timestamp, not the max timestamp the mark gave them all."""
+    server = module_kafka_server
+    topic = "marked-log-append-time-stored"
+    create(server, topic)
+    sent = [1_700_000_000_000 + 10 * i for i in range(3)]
+    batch = bytearray(record_batch([KafkaRecord(t, f"k{i}".encode(), b"v", []) for i, t in enumerate(sent)]))
+    codecs.add_attributes(batch, DefaultRecordBase.TIMESTAMP_TYPE_MASK)
+    assert produce_answer(server, topic, codecs.with_crc(batch)).error_code == KafkaError.none
+
+    [stored] = fetched_batches(server, topic)
+    assert (stored.timestamp_type, stored.max_timestamp) == (0, sent[-1])
+    assert [r.timestamp for r in stored] == sent
+    for client in CLIENTS:
+        assert [r.timestamp_ms for r in client.consume(server, topic, 0, 3)] == sent, client.name
+    assert [r["timestamp_ms"] for r in http_side.fetch(server, topic, 0)] == sent
+
+
 # ---- min.compaction.lag.ms
 
 
@@ -662,3 +716,46 @@ def test_min_compaction_lag_goes_by_the_timestamps_kafka_producers_give(module_k
     assert kept(4) == [(1, b"old-2"), (2, b"recent-1"), (3, b"recent-2"), (4, b"recent")]
     clean(server, now_ms=now + HOUR_MS + 60_000)
     assert kept(2) == [(3, b"recent-2"), (4, b"recent")]
+
+
+def test_min_compaction_lag_holds_records_without_a_timestamp_by_their_append_time(module_kafka_server):
+    """Records timestamped -1 (Kafka's NO_TIMESTAMP) have no age of their own: as Kafka's cleaner
+    goes by a segment's last-modified time when none of its records has a timestamp
+    (LogSegment.largestTimestamp), a batch of them is held back until its append is
+    min.compaction.lag.ms old, not compacted at once."""
+    server = module_kafka_server
+    topic = "min-lag-no-timestamp"
+    create(server, topic, **{"cleanup.policy": "compact", "min.compaction.lag.ms": str(HOUR_MS)})
+    for value in (b"first", b"second"):  # each its own batch
+        batch = record_batch([KafkaRecord(NO_TIMESTAMP, b"k", value, [])])
+        assert produce_answer(server, topic, batch).error_code == KafkaError.none
+    appended_ms = now_ms()
+
+    def kept() -> list:
+        return [(r["offset"], r["timestamp_ms"]) for r in http_side.fetch(server, topic, 0)]
+
+    clean(server, now_ms=appended_ms)
+    assert kept() == [(0, NO_TIMESTAMP), (1, NO_TIMESTAMP)]
+    clean(server, now_ms=appended_ms + HOUR_MS + 60_000)
+    assert kept() == [(1, NO_TIMESTAMP)]
+
+
+def test_retention_keeps_records_without_a_timestamp_by_their_append_time(module_kafka_server):
+    """As Kafka's time retention, which goes by a segment's last-modified time when none of its
+    records has a timestamp (LogSegment.largestTimestamp): a batch of records timestamped -1 stays
+    retention.ms after it was appended, instead of going at the cleaner's next run."""
+    server = module_kafka_server
+    topic = "retention-no-timestamp"
+    create(server, topic, **{"retention.ms": str(HOUR_MS)})
+    batch = record_batch([KafkaRecord(NO_TIMESTAMP, b"k", b"v", [])])
+    assert produce_answer(server, topic, batch).error_code == KafkaError.none
+    appended_ms = now_ms()
+
+    def log_start_offset() -> int:
+        return server.client.get(f"/v1/topics/{topic}").json()["partitions"][0]["log_start_offset"]
+
+    clean(server, now_ms=appended_ms)
+    assert log_start_offset() == 0
+    assert [r["offset"] for r in http_side.fetch(server, topic, 0)] == [0]
+    clean(server, now_ms=appended_ms + HOUR_MS + 60_000)
+    assert log_start_offset() == 1

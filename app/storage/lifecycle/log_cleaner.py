@@ -107,10 +107,13 @@ async def delete_records(conn: asyncpg.Connection, topic: TopicInfo, partition: 
 # ---- retention
 
 # The first batch a time-based retention keeps: the first, in log order, with a record as new as the
-# cutoff (Kafka deletes whole segments from the start while their newest record is older).
+# cutoff (Kafka deletes whole segments from the start while their newest record is older), or, when its
+# records have no timestamp (-1), appended since the cutoff (as Kafka goes by a segment's last-modified
+# time when none of its records has one: LogSegment.largestTimestamp).
 _FIRST_RECENT_SQL = """
 SELECT base_offset FROM record_batches
-WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND max_timestamp_ms >= $4
+WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3
+  AND coalesce(untimestamped_appended_ms, max_timestamp_ms) >= $4
 ORDER BY last_offset LIMIT 1
 """
 

@@ -9,8 +9,10 @@ Rules (with log_cleaner.py's, which runs it):
   record before it: the LSO (an open transaction's records stay whole), or before it the first batch
   written since the last run whose newest record is within the topic's `min_compaction_lag_ms` of the
   cleaner's clock (Kafka's min.compaction.lag.ms, 0 by default; by the batch's max timestamp, as
-  Kafka's LogCleanerManager.cleanableOffsets goes by a segment's largest timestamp). So a record
-  stays readable, superseded or not, until it is that old, and so does everything after it.
+  Kafka's LogCleanerManager.cleanableOffsets goes by a segment's largest timestamp; by its append
+  time, `untimestamped_appended_ms`, when its records have none, as Kafka's goes by a segment's
+  last-modified time then). So a record stays readable, superseded or not, until it is that old, and
+  so does everything after it.
 - Only committed records count: aborted batches go, and their keys never hide an older committed
   value. A transaction's marker (control batch and `txn_markers` row) goes only once none of its
   records is left, in the same or a later PostgreSQL transaction than its last batch, and never while
@@ -213,10 +215,12 @@ WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $
 
 
 # The first batch written since the last run, below the LSO, whose newest record is within
-# min.compaction.lag.ms (its max timestamp later than $5, now minus the lag).
+# min.compaction.lag.ms (its max timestamp later than $5, now minus the lag; for a batch whose records
+# have no timestamp, its append time).
 _FIRST_WITHIN_MIN_LAG_SQL = """
 SELECT base_offset FROM record_batches
-WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $4 AND max_timestamp_ms > $5
+WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $4
+  AND coalesce(untimestamped_appended_ms, max_timestamp_ms) > $5
 ORDER BY last_offset LIMIT 1
 """
 
@@ -227,7 +231,9 @@ async def _compaction_end(
     """Where a run stops (Kafka's first uncleanable dirty offset): the LSO, or before it the first
     batch written since the last run whose newest record is within the topic's min.compaction.lag.ms.
     Only the batches written since the last run are looked at, as Kafka's cleaner looks only at its
-    dirty segments: those below were compacted when old enough, whatever their timestamps."""
+    dirty segments: those below were compacted when old enough, whatever their timestamps. A batch
+    whose records have no timestamp (-1) goes by when it was appended, as Kafka's cleaner goes by
+    its segment's last-modified time (LogSegment.largestTimestamp) when no record has one."""
     min_lag_ms = topic.setting("min_compaction_lag_ms")
     if min_lag_ms == 0:
         return lso

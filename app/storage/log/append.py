@@ -74,8 +74,22 @@ class AppendResult:
     base_offset: int
     last_offset: int
     duplicate: bool = False
-    # The append time its records took (a topic with Kafka's LogAppendTime), else None.
+    # The append time its records took (a topic with Kafka's LogAppendTime), else None: `answered`.
     log_append_time_ms: int | None = None
+
+
+def answered(
+    append: BatchAppend, base_offset: int, last_offset: int, max_timestamp_ms: int, duplicate: bool = False
+) -> AppendResult:
+    """The answer for a batch stored at these offsets with this max timestamp (a duplicate: the
+    original's). In a topic with LogAppendTime its log_append_time is that max timestamp, the append
+    time the batch took (batch_form.py), a retry's too, as Kafka answers a duplicate with its
+    BatchMetadata's timestamp (UnifiedLog.append); none when a retry's original was remembered
+    before its timestamp was (sequences.RecentBatch). Under CreateTime none (-1), as Kafka's protocol
+    defines the field: Kafka's broker answers a duplicate there with its max timestamp all the same,
+    which its clients would then report as every record's timestamp, of type LogAppendTime."""
+    log_append_time = uses_log_append_time(append.topic) and max_timestamp_ms != NO_TIMESTAMP
+    return AppendResult(base_offset, last_offset, duplicate, max_timestamp_ms if log_append_time else None)
 
 
 # `_append_one_plain`: bumps the high watermark (locking the partition's row until commit), inserts
@@ -88,12 +102,19 @@ WITH head AS (
     WHERE topic_id = $1 AND partition = $2
     RETURNING high_watermark - $3 AS base_offset
 ), appended AS (
-    INSERT INTO record_batches ({BATCH_COLUMNS})
-    SELECT $1, $2, base_offset, base_offset + $3 - 1, $4, $5, $6, $7, NULL, $8, $9, $3, $10, $11 FROM head
+    INSERT INTO record_batches ({BATCH_COLUMNS}, untimestamped_appended_ms)
+    SELECT $1, $2, base_offset, base_offset + $3 - 1, $4, $5, $6, $7, NULL, $8, $9, $3, $10, $11, $12 FROM head
     RETURNING base_offset, last_offset
 )
 SELECT base_offset, last_offset, pg_notify('{APPENDS_CHANNEL}', $1::text || ':' || $2::text) FROM appended
 """
+
+
+def untimestamped_appended_ms(append: BatchAppend) -> int | None:
+    """What the batch's row keeps as `untimestamped_appended_ms`: its append time when its records
+    have no timestamp (all -1, which only a Kafka client sends), which retention and compaction's
+    minimum lag then go by (log_cleaner.py); None for any other, and for a batch the server writes itself."""
+    return append.appended_ms if append.batch.max_timestamp_ms == NO_TIMESTAMP else None
 
 
 def check_appendable(append: BatchAppend) -> BrokerError | None:
@@ -233,10 +254,11 @@ async def _append_one_plain(conn: asyncpg.Connection, append: BatchAppend) -> Ap
         batch.max_timestamp_ms,
         batch.size_bytes,
         batch.payload,
+        untimestamped_appended_ms(append),
     )
     if row is None:  # the topic was deleted since it was looked up
         raise unknown_partition(append.topic, append.partition)
-    return AppendResult(row["base_offset"], row["last_offset"])
+    return answered(append, row["base_offset"], row["last_offset"], batch.max_timestamp_ms)
 
 
 # Then, with every lock held, a fresh statement (a fresh snapshot) reads the other producers'
@@ -263,14 +285,14 @@ _WRITE_APPENDS_QUERIES = f"""h AS (
     UPDATE partitions p SET high_watermark = h.high_watermark
     FROM h WHERE p.topic_id = h.topic_id AND p.partition = h.partition
 ), appended AS (
-    INSERT INTO record_batches ({BATCH_COLUMNS})
+    INSERT INTO record_batches ({BATCH_COLUMNS}, untimestamped_appended_ms)
     SELECT b.topic_id, b.partition, b.base_offset, b.base_offset + b.record_count - 1, b.producer_id,
         b.producer_epoch, b.base_sequence, b.is_transactional, NULL, b.first_timestamp_ms, b.max_timestamp_ms,
-        b.record_count, b.size_bytes, b.records
+        b.record_count, b.size_bytes, b.records, b.untimestamped_appended_ms
     FROM unnest($4::int[], $5::int[], $6::bigint[], $7::int[], $8::bigint[], $9::int[], $10::int[], $11::bool[],
-                $12::bigint[], $13::bigint[], $14::int[], $15::bytea[])
+                $12::bigint[], $13::bigint[], $14::int[], $15::bytea[], $25::bigint[])
         AS b(topic_id, partition, base_offset, record_count, producer_id, producer_epoch, base_sequence,
-             is_transactional, first_timestamp_ms, max_timestamp_ms, size_bytes, records)
+             is_transactional, first_timestamp_ms, max_timestamp_ms, size_bytes, records, untimestamped_appended_ms)
 ), state AS (
     INSERT INTO producer_states (topic_id, partition, producer_id, producer_epoch, last_sequence,
         last_timestamp_ms, last_append_ms, recent_batches, current_txn_first_offset)
@@ -335,7 +357,7 @@ async def _check_at_head(
     if isinstance(outcome, BrokerError):
         return outcome
     if isinstance(outcome, sequences.Duplicate):
-        return AppendResult(outcome.base_offset, outcome.last_offset, duplicate=True)
+        return answered(append, outcome.base_offset, outcome.last_offset, outcome.max_timestamp_ms, duplicate=True)
     base_offset = head
     updated = sequences.remember(
         entry,
@@ -344,6 +366,7 @@ async def _check_at_head(
         outcome.last_sequence,
         base_offset,
         base_offset + batch.record_count - 1,
+        batch.max_timestamp_ms,
         append.is_transactional,
     )
     return _CheckedAppend(append, base_offset, updated)
@@ -360,7 +383,10 @@ class _Write:
 
 def _recent_batches_json(state: sequences.ProducerEntry) -> str:
     return orjson.dumps(
-        [[r.base_sequence, r.last_sequence, r.base_offset, r.last_offset] for r in state.recent_batches]
+        [
+            [r.base_sequence, r.last_sequence, r.base_offset, r.last_offset, r.max_timestamp_ms]
+            for r in state.recent_batches
+        ]
     ).decode()
 
 
@@ -399,6 +425,7 @@ def _write_appends(writes: list[_Write], heads: dict[tuple[int, int], int]) -> W
         [_recent_batches_json(w.state) for w in states],
         [w.state.current_txn_first_offset for w in states],
         now_ms(),
+        [untimestamped_appended_ms(a) for a in appends],
     )
     return WriteStatement(_WRITE_APPENDS_QUERIES, _WRITE_APPENDS_FINAL, args)
 
@@ -443,7 +470,10 @@ class AppendPlan:
     def results(self) -> list[AppendResult | BrokerError]:
         results = list(self._results)
         for index, write in self._writes.items():
-            results[index] = AppendResult(write.base_offset, write.base_offset + write.append.batch.record_count - 1)
+            batch = write.append.batch
+            results[index] = answered(
+                write.append, write.base_offset, write.base_offset + batch.record_count - 1, batch.max_timestamp_ms
+            )
         return results
 
 

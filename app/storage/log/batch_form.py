@@ -11,6 +11,14 @@ timestamps: a JSON-form batch does not say under which type it was written, and 
 written before a change to LogAppendTime would give its records its max timestamp). Either way
 the batch's first and max timestamps (ListOffsets by time) are that time.
 
+A batch its producer marked LogAppendTime, a type only a broker sets, that a `CreateTime` topic
+takes (append.py refuses it unless it has a max timestamp) is stored marked CreateTime, its max
+timestamp kept: Kafka's validator rewrites every batch's attributes to its topic's timestamp type
+(LogValidator's setMaxTimestamp), so consumers read each record's own timestamp as sent, not the
+batch's max timestamp for every record. (Kafka, when it recompresses such a batch into another
+codec, rebuilds its records from what the mark made them read, every one the max timestamp;
+txbroker, recompressing only the records section, keeps each record's own in every codec.)
+
 Codecs:
 
 - `producer` (the default): a batch stays in the codec its producer chose;
@@ -54,10 +62,9 @@ CODECS = {
 # Kafka's gzip level -1 is zlib's default compression, level 6 (aiokafka takes no -1).
 _ZLIB_DEFAULT_LEVEL = 6
 
-_MAX_TIMESTAMP = struct.Struct(">q")
-_MAX_TIMESTAMP_OFFSET = (
-    35  # after base offset, length, leader epoch, magic, CRC, attributes, last offset delta, first timestamp
-)
+_TIMESTAMP = struct.Struct(">q")
+_FIRST_TIMESTAMP_OFFSET = 27  # after base offset, length, leader epoch, magic, CRC, attributes, last offset delta
+_MAX_TIMESTAMP_OFFSET = _FIRST_TIMESTAMP_OFFSET + _TIMESTAMP.size
 LOG_APPEND_TIME = "LogAppendTime"
 
 
@@ -99,7 +106,7 @@ def marked_log_append_time(batch: bytes, appended_ms: int) -> bytes:
     timestamp, which readers then give every record; its records as they are."""
     stamped = bytearray(batch)
     codecs.add_attributes(stamped, DefaultRecordBatch.TIMESTAMP_TYPE_MASK)
-    _MAX_TIMESTAMP.pack_into(stamped, _MAX_TIMESTAMP_OFFSET, appended_ms)
+    _TIMESTAMP.pack_into(stamped, _MAX_TIMESTAMP_OFFSET, appended_ms)
     return codecs.with_crc(stamped)
 
 
@@ -116,12 +123,25 @@ def _at_append_time(batch: EncodedBatch, appended_ms: int) -> EncodedBatch:
     return dataclasses.replace(batch, payload=payload, first_timestamp_ms=appended_ms, max_timestamp_ms=appended_ms)
 
 
+def _marked_create_time(batch: EncodedBatch) -> EncodedBatch:
+    """A RecordBatch its producer marked LogAppendTime marked CreateTime instead, its max timestamp
+    kept (the module's docstring): its records then read their own timestamps, the first of which
+    is its header's first timestamp. It stays `marked_log_append_time`, what its producer sent,
+    which append.py's checks go by."""
+    unmarked = bytearray(batch.payload)
+    codecs.remove_attributes(unmarked, DefaultRecordBatch.TIMESTAMP_TYPE_MASK)
+    (first_timestamp_ms,) = _TIMESTAMP.unpack_from(unmarked, _FIRST_TIMESTAMP_OFFSET)
+    return dataclasses.replace(batch, payload=codecs.with_crc(unmarked), first_timestamp_ms=first_timestamp_ms)
+
+
 def as_topic_stores(batch: EncodedBatch, topic: TopicInfo, appended_ms: int) -> EncodedBatch:
     """A batch about to be appended at `appended_ms`, in the form its topic stores: its timestamps
     (message.timestamp.type) and, for a RecordBatch, its codec (compression.type; a JSON-form batch
     takes its topic's codec when the Kafka listener renders it). Its stored size is then its length."""
     if uses_log_append_time(topic):
         batch = _at_append_time(batch, appended_ms)
+    elif batch.marked_log_append_time:
+        batch = _marked_create_time(batch)
     if not batch.is_record_batch:
         return batch
     stored = in_codec(batch.payload, topic_codec(topic), batch.records_bytes)

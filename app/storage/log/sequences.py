@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.errors import BrokerError, ErrorCode
-from txbroker.wire import NO_SEQUENCE
+from txbroker.wire import NO_SEQUENCE, NO_TIMESTAMP
 
 # Kafka keeps the metadata of this many recent batches per producer and partition, so that a retry
 # of any of the last five in-flight batches is recognised as a duplicate.
@@ -24,6 +24,10 @@ class RecentBatch:
     last_sequence: int
     base_offset: int
     last_offset: int
+    # The batch's max timestamp as stored (Kafka's BatchMetadata.timestamp: the append time in a
+    # LogAppendTime topic), which answers a retry of it; NO_TIMESTAMP for a batch remembered before
+    # it was kept.
+    max_timestamp_ms: int = NO_TIMESTAMP
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +49,11 @@ class Append:
 
 @dataclass(frozen=True, slots=True)
 class Duplicate:
-    """Already appended: answer with the original offsets, append nothing."""
+    """Already appended: answer with the original batch's offsets and max timestamp, append nothing."""
 
     base_offset: int
     last_offset: int
+    max_timestamp_ms: int
 
 
 def last_sequence_of(base_sequence: int, record_count: int) -> int:
@@ -103,7 +108,7 @@ def check_batch(
         return Append(last_sequence)
     for batch in entry.recent_batches:
         if batch.base_sequence == base_sequence and batch.last_sequence == last_sequence:
-            return Duplicate(batch.base_offset, batch.last_offset)
+            return Duplicate(batch.base_offset, batch.last_offset, batch.max_timestamp_ms)
     expected = (entry.last_sequence + 1) % SEQUENCE_MODULUS
     if base_sequence != expected:
         return BrokerError(
@@ -122,11 +127,13 @@ def remember(
     last_sequence: int,
     base_offset: int,
     last_offset: int,
+    max_timestamp_ms: int,
     transactional: bool,
 ) -> ProducerEntry:
-    """The producer's state after appending this batch."""
+    """The producer's state after appending this batch (`max_timestamp_ms` its max timestamp as stored)."""
     recent = () if entry is None or entry.producer_epoch != producer_epoch else entry.recent_batches
-    recent = (*recent, RecentBatch(base_sequence, last_sequence, base_offset, last_offset))[-RECENT_BATCHES:]
+    appended = RecentBatch(base_sequence, last_sequence, base_offset, last_offset, max_timestamp_ms)
+    recent = (*recent, appended)[-RECENT_BATCHES:]
     first_open = entry.current_txn_first_offset if entry is not None else None
     if transactional and first_open is None:
         first_open = base_offset
