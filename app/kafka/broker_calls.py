@@ -741,9 +741,14 @@ class GroupCalls:
         generation_id: int,
         assignments: dict[str, bytes],
         group_instance_id: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
     ) -> SyncResult:
+        """`protocol_type`, `protocol_name`: as SyncGroup v5+ names them (None: not named)."""
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
-        return await self._groups.classic.sync(group_id, member_id, generation_id, assignments, group_instance_id)
+        return await self._groups.classic.sync(
+            group_id, member_id, generation_id, assignments, group_instance_id, protocol_type, protocol_name
+        )
 
     async def heartbeat(
         self, principal: Principal, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None

@@ -42,7 +42,17 @@ def join(connection, group: str, member: str = "", **request):
     return connection.call(join_request(group, member, **request))
 
 
-def sync(connection, group: str, member: str, generation: int, assignments: dict[str, bytes], instance=None):
+def sync(
+    connection,
+    group: str,
+    member: str,
+    generation: int,
+    assignments: dict[str, bytes],
+    instance=None,
+    protocol_type: str | None = "consumer",
+    protocol_name: str | None = "range",
+):
+    """SyncGroup v5, naming the group's protocol type and name unless told (None: not named)."""
     return connection.call(
         request_of(
             api_table.SYNC_GROUP,
@@ -51,8 +61,8 @@ def sync(connection, group: str, member: str, generation: int, assignments: dict
             generation_id=generation,
             member_id=member,
             group_instance_id=instance,
-            protocol_type="consumer",
-            protocol_name="range",
+            protocol_type=protocol_type,
+            protocol_name=protocol_name,
             assignments=tuple(
                 nested(api_table.SYNC_GROUP, 5, "SyncGroupRequestAssignment", member_id=m, assignment=a)
                 for m, a in assignments.items()
