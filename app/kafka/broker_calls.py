@@ -774,8 +774,8 @@ class GroupCalls:
         unknown_group_error: ErrorCode = ErrorCode.ILLEGAL_GENERATION,
     ) -> list[BrokerError | None]:
         """offsets: (topic, partition, offset, metadata, leader epoch) each; one error or None per entry.
-        `unknown_group_error`: as GroupCoordinator.commit_offsets (raised for a commit naming a
-        generation of a group that does not exist)."""
+        `unknown_group_error`: as GroupCoordinator.commit_offsets (the answer of each existing partition
+        of a commit naming a generation of a group that does not exist)."""
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
         entries = [OffsetEntry(*entry) for entry in offsets]
         errors = [_denied(principal, Operation.READ, ResourceType.TOPIC, e.topic) or _unstorable(e) for e in entries]

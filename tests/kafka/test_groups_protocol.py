@@ -17,7 +17,7 @@ from tests.kafka import http_side
 from tests.kafka.clients import create_topic
 from tests.kafka.group_clients import MEMBERS, poll_until
 from tests.kafka.raw import RawConnection, nested, request_of
-from tests.kafka.raw_groups import commit, describe, heartbeat, join, leave, sync
+from tests.kafka.raw_groups import commit, commit_partitions, describe, heartbeat, join, leave, sync
 from tests.kafka.raw_transactions import end_txn, init_producer, txn_offset_commit
 
 
@@ -476,3 +476,52 @@ def test_a_sync_naming_another_protocol_is_inconsistent(module_kafka_server):
             KafkaError.inconsistent_group_protocol
         )
         assert sync(connection, group, member, generation, {}).assignment == b"mine"
+
+
+def test_a_refused_commit_answers_unknown_partitions_unknown(module_kafka_server):
+    """Regression: a commit refused for its generation (or its group) answered every partition with
+    that error, the ones of topics or partitions that do not exist too. Kafka's broker answers those
+    UNKNOWN_TOPIC_OR_PARTITION before its group coordinator judges the commit (KafkaApis
+    handleOffsetCommitRequest, handleTxnOffsetCommitRequest), and leaves the coordinator out when no
+    partition is left: only the existing partitions get the generation's error. HTTP's commit, on
+    the same core, answers them alike."""
+    server = module_kafka_server
+    bootstrap = server.extra["kafka_bootstrap"]
+    topic, group = "refused-commits", "refused-commits-group"
+    create_topic(server, topic, 1)
+    partitions = [(topic, 0), (topic, 5), ("refused-no-such-topic", 0)]
+    unknown = KafkaError.unknown_topic_or_partition
+    member, older = joined_member(bootstrap, group)
+    with RawConnection(bootstrap) as connection:
+        current = join(connection, group, member)
+        assert current.generation_id == older + 1
+        stale = commit_partitions(connection, group, member, older, None, partitions, 1)
+        assert stale == [KafkaError.illegal_generation, unknown, unknown]
+        # HTTP's commit, on the same core, answers them alike.
+        response = server.client.post(
+            f"/v1/groups/{group}/offsets/commit",
+            json={
+                "member_id": member,
+                "generation_id": older,
+                "offsets": [{"topic": name, "partition": index, "offset": 1} for name, index in partitions],
+            },
+        )
+        assert response.status_code == 200, response.text
+        assert [entry["error"]["code"] for entry in response.json()["offsets"]] == [
+            "ILLEGAL_GENERATION",
+            "UNKNOWN_TOPIC_OR_PARTITION",
+            "UNKNOWN_TOPIC_OR_PARTITION",
+        ]
+        producer = init_producer(connection, "refused-commits-txn")
+        stale = txn_offset_commit(
+            connection, producer, group, topic, 1, member=(older, member, None), partitions=partitions
+        )
+        assert stale == [KafkaError.illegal_generation, unknown, unknown]
+        # A group that does not exist: the same, and a commit of only unknown partitions makes none.
+        missing = commit_partitions(connection, "refused-no-group", member, 3, None, partitions, 1, version=9)
+        assert missing == [KafkaError.group_id_not_found, unknown, unknown]
+        assert commit_partitions(connection, "refused-no-group", member, 3, None, partitions[1:], 1, version=9) == [
+            unknown,
+            unknown,
+        ]
+        assert describe(connection, "refused-no-group").group_state == "Dead"
