@@ -13,7 +13,8 @@ A rebalance, as Kafka's coordinator runs it, with PostgreSQL as the only shared 
 one group reach different workers and nodes):
 - a JoinGroup moves the group to PreparingRebalance (every member must rejoin) and waits;
 - the JoinGroup that finds every member rejoined, or any waiter that finds the rebalance deadline
-  passed (the members' largest rebalance timeout), completes it under the group row lock: dynamic
+  passed (the members' largest rebalance timeout, set when the rebalance began and never put off by
+  a later join, as Kafka's prepareRebalance), completes it under the group row lock: dynamic
   members that did not rejoin are removed (static ones stay, as in Kafka), the generation is bumped,
   a protocol every member supports is chosen, a leader kept or picked among those that rejoined, and
   the group is CompletingRebalance;
@@ -515,17 +516,9 @@ class ClassicGroups:
                     # follower of a Stable group) gets the current generation, no rebalance.
                     await self._save(conn, group, classic, now)
                     return self._join_result(group, classic, member_id)
-            if classic["state"] != PREPARING:
-                initial = classic["state"] == EMPTY
-                self._prepare(classic, now)
-                if initial:
-                    delay = self.initial_rebalance_delay_ms
-                    classic["initial_delay"] = {
-                        "until_ms": now + delay,
-                        "limit_ms": now + max(delay, rebalance_timeout_ms),
-                        "member_added": False,
-                    }
-            elif previous is None and classic.get("initial_delay") is not None:
+            begins_rebalance = classic["state"] != PREPARING
+            initial = classic["state"] == EMPTY
+            if not begins_rebalance and previous is None and classic.get("initial_delay") is not None:
                 classic["initial_delay"]["member_added"] = True
             classic["members"][member_id] = {
                 "protocols": encoded,
@@ -537,7 +530,20 @@ class ClassicGroups:
                 "joined": True,
                 "assignment": "",
             }
-            classic["deadline_ms"] = max(classic["deadline_ms"], now + rebalance_timeout_ms)
+            if begins_rebalance:
+                # As Kafka's prepareRebalance, once the joiner is added or updated: the deadline is
+                # the members' largest rebalance timeout from now, the joiner's included, and stays
+                # so; a join during the rebalance never puts it off (it only ends the rebalance
+                # sooner, as the last member awaited).
+                self._prepare(classic, now)
+                classic["members"][member_id]["joined"] = True
+                if initial:
+                    delay = self.initial_rebalance_delay_ms
+                    classic["initial_delay"] = {
+                        "until_ms": now + delay,
+                        "limit_ms": now + max(delay, rebalance_timeout_ms),
+                        "member_added": False,
+                    }
             target = group.generation_id + 1
             await self._try_complete(conn, group, classic, now)
             await self._save(conn, group, classic, now)
@@ -661,14 +667,19 @@ class ClassicGroups:
         generation_id: int,
         assignments: dict[str, bytes],
         group_instance_id: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
     ) -> SyncResult:
         """The leader's SyncGroup stores every member's assignment (the group is then Stable); each
-        member's SyncGroup answers its own, once the leader's has come."""
+        member's SyncGroup answers its own, once the leader's has come. `protocol_type` and
+        `protocol_name`: the ones SyncGroup v5+ names, each checked when named (`_checked`)."""
         check_group_id(group_id)
         now = now_ms()
         async with self.changing(group_id) as conn:
             group = await groups.lock(conn, group_id, now)
-            classic = self._checked(group, group_id, member_id, generation_id, group_instance_id)
+            classic = self._checked(
+                group, group_id, member_id, generation_id, group_instance_id, protocol_type, protocol_name
+            )
             await groups.touch(conn, group_id, member_id, now)
             awaiting = classic.get("awaiting_sync")
             synced = awaiting is not None and member_id in awaiting["member_ids"]
@@ -706,13 +717,11 @@ class ClassicGroups:
             await self._until_changed(seen)
 
     @classmethod
-    def _checked(
+    def _of_generation(
         cls, group: Group | None, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None
     ) -> dict:
-        """The group's classic state, if this member of this generation may sync or heartbeat. The
-        generation is checked before the rebalance state, as Kafka's coordinator checks it: a member
-        of an older generation is ILLEGAL_GENERATION in PreparingRebalance too (a cooperative
-        consumer then knows its partitions lost, where REBALANCE_IN_PROGRESS would let it keep them)."""
+        """The group's classic state, if this member is one of its current generation
+        (FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION), whatever the rebalance state."""
         classic = cls._member_state(group, group_id, member_id, group_instance_id)
         if generation_id != group.generation_id:
             raise BrokerError(
@@ -720,6 +729,37 @@ class ClassicGroups:
                 f"generation {generation_id} of group {group_id!r} is not the current one "
                 f"({group.generation_id}): rejoin",
             )
+        return classic
+
+    @classmethod
+    def _checked(
+        cls,
+        group: Group | None,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+    ) -> dict:
+        """The group's classic state, if this member of this generation may sync or heartbeat. The
+        generation is checked before the rebalance state, as Kafka's coordinator checks it: a member
+        of an older generation is ILLEGAL_GENERATION in PreparingRebalance too (a cooperative
+        consumer then knows its partitions lost, where REBALANCE_IN_PROGRESS would let it keep them).
+        Between them, as Kafka's validateSyncGroup, the protocol type and name a SyncGroup names (v5+;
+        None: not named) must be the group's: INCONSISTENT_GROUP_PROTOCOL."""
+        classic = cls._of_generation(group, group_id, member_id, generation_id, group_instance_id)
+        for what, named, chosen in (
+            ("protocol type", protocol_type, classic["protocol_type"]),
+            ("protocol", protocol_name, classic["protocol"]),
+        ):
+            if named is not None and chosen is not None and named != chosen:
+                raise _inconsistent(
+                    group_id,
+                    f"SyncGroup names {what} {named!r}, the group's generation {group.generation_id} has "
+                    f"{chosen!r}: assign with the protocol JoinGroup answered (its protocol_type and "
+                    f"protocol_name)",
+                )
         if classic["state"] == PREPARING:
             raise _rebalancing(group_id)
         return classic
@@ -734,14 +774,18 @@ class ClassicGroups:
         async with self.pool.acquire() as conn:
             group = await groups.get(conn, group_id)
             classic = self._member_state(group, group_id, member_id, group_instance_id)
-            if not await groups.touch(conn, group_id, member_id, now):
-                raise _unknown_member(group_id, member_id)
             if _completion_due(classic, now) or _overdue_syncs(classic, now):
                 # Nobody else may be there to act on the timeouts: the late are removed.
                 async with conn.transaction():
                     group = await groups.lock_existing(conn, group_id)
                     await self._settle_timeouts(conn, group, now)
                 self.wake_ups.changed(group_id)
+            # As Kafka's coordinator (classicGroupHeartbeatToClassicGroup): only a member of the
+            # current generation keeps its session, in PreparingRebalance too; one stuck on an older
+            # generation (ILLEGAL_GENERATION, and it does not rejoin) lapses and is removed.
+            self._of_generation(group, group_id, member_id, generation_id, group_instance_id)
+            if not await groups.touch(conn, group_id, member_id, now):
+                raise _unknown_member(group_id, member_id)
         self._checked(group, group_id, member_id, generation_id, group_instance_id)
 
     async def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[BrokerError | None]:

@@ -378,6 +378,34 @@ class GroupCoordinator:
             return _assignment_pending(group_id)
         return None
 
+    async def _judged_entries(
+        self,
+        conn: asyncpg.Connection,
+        group_id: str,
+        created: bool,
+        member_id: str,
+        generation_id: int,
+        group_instance_id: str | None,
+        entries: list[OffsetEntry],
+        unknown_group_error: ErrorCode | None,
+        transactional: bool,
+    ) -> list[BrokerError | None]:
+        """Each entry's error (None: accepted), in Kafka's broker's order: a topic or partition that
+        does not exist is UNKNOWN_TOPIC_OR_PARTITION whatever the commit (KafkaApis checks them before
+        its group coordinator judges the commit, and leaves the coordinator out when none is left);
+        the others get the commit's error against its group, if any. A commit of Kafka's door naming
+        a generation (0 or more) of a group that did not exist (`created`: this transaction made its
+        row) gets `unknown_group_error`; the group is then removed with the rest of what it refused
+        (`_nothing_accepted`)."""
+        if created and unknown_group_error is not None and generation_id >= 0:
+            group_error = _no_such_group(group_id, generation_id, unknown_group_error)
+        else:
+            group_error = await self._commit_error(
+                conn, group_id, member_id, generation_id, group_instance_id, unknown_group_error, transactional
+            )
+        entry_errors = await self._entry_errors(conn, [(e.topic, e.partition) for e in entries])
+        return [entry_error or group_error for entry_error in entry_errors]
+
     async def _entry_errors(self, conn: asyncpg.Connection, entries: list[tuple[str, int]]) -> list[BrokerError | None]:
         """Each (topic, partition)'s error (a topic or partition that does not exist), the topics
         held until the transaction ends: a DeleteTopics waits for it, and then removes what it
@@ -404,26 +432,27 @@ class GroupCoordinator:
         unknown_group_error: ErrorCode | None = None,
     ) -> list[BrokerError | None]:
         """`unknown_group_error`, given by Kafka's door: what a commit naming a generation (0 or more)
-        of a group that does not exist raises, creating nothing: Kafka's group coordinator answers
-        GROUP_ID_NOT_FOUND from OffsetCommit v9, ILLEGAL_GENERATION below
-        (OffsetMetadataManager.validateOffsetCommit); and the commit is judged against its group as
-        Kafka's coordinator judges it (`_kafka_commit_error`). Without (HTTP's), the group is made
-        and the commit's member is unknown to it (UNKNOWN_MEMBER_ID), and generation -1 commits
-        whatever the group."""
+        of a group that does not exist answers for each partition that exists, creating nothing:
+        Kafka's group coordinator answers GROUP_ID_NOT_FOUND from OffsetCommit v9, ILLEGAL_GENERATION
+        below (OffsetMetadataManager.validateOffsetCommit); and the commit is judged against its
+        group as Kafka's coordinator judges it (`_kafka_commit_error`). Without (HTTP's), the group
+        is made and the commit's member is unknown to it (UNKNOWN_MEMBER_ID), and generation -1
+        commits whatever the group. Either way a partition that does not exist is
+        UNKNOWN_TOPIC_OR_PARTITION first (`_judged_entries`)."""
         check_group_id(group_id)
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
             created = await groups.hold(conn, group_id, now)  # before any partition lock: see the lock order
-            if created and unknown_group_error is not None and generation_id >= 0:
-                # The transaction rolls back: the group just made is undone.
-                raise _no_such_group(group_id, generation_id, unknown_group_error)
-            generation_error = await self._commit_error(
-                conn, group_id, member_id, generation_id, group_instance_id, unknown_group_error, transactional=False
-            )
-            errors = (
-                [generation_error] * len(entries)
-                if generation_error is not None
-                else await self._entry_errors(conn, [(e.topic, e.partition) for e in entries])
+            errors = await self._judged_entries(
+                conn,
+                group_id,
+                created,
+                member_id,
+                generation_id,
+                group_instance_id,
+                entries,
+                unknown_group_error,
+                transactional=False,
             )
             if await _nothing_accepted(conn, group_id, created, errors):
                 return errors
@@ -464,16 +493,16 @@ class GroupCoordinator:
             conn = unit.conn
             meta = await self.transactions.lock_producer(unit, transactional_id, producer_id, producer_epoch)
             created = await groups.hold(conn, group_id, now)
-            if created and unknown_group_error is not None and generation_id >= 0:
-                # The unit rolls back: the group just made is undone, and no transaction begins.
-                raise _no_such_group(group_id, generation_id, unknown_group_error)
-            generation_error = await self._commit_error(
-                conn, group_id, member_id, generation_id, group_instance_id, unknown_group_error, transactional=True
-            )
-            errors = (
-                [generation_error] * len(entries)
-                if generation_error is not None
-                else await self._entry_errors(conn, [(e.topic, e.partition) for e in entries])
+            errors = await self._judged_entries(
+                conn,
+                group_id,
+                created,
+                member_id,
+                generation_id,
+                group_instance_id,
+                entries,
+                unknown_group_error,
+                transactional=True,
             )
             accepted = [e for e, error in zip(entries, errors) if error is None]
             if await _nothing_accepted(conn, group_id, created, errors):  # nor begins a transaction

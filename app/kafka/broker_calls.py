@@ -739,9 +739,14 @@ class GroupCalls:
         generation_id: int,
         assignments: dict[str, bytes],
         group_instance_id: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
     ) -> SyncResult:
+        """`protocol_type`, `protocol_name`: as SyncGroup v5+ names them (None: not named)."""
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
-        return await self._groups.classic.sync(group_id, member_id, generation_id, assignments, group_instance_id)
+        return await self._groups.classic.sync(
+            group_id, member_id, generation_id, assignments, group_instance_id, protocol_type, protocol_name
+        )
 
     async def heartbeat(
         self, principal: Principal, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None
@@ -767,8 +772,8 @@ class GroupCalls:
         unknown_group_error: ErrorCode = ErrorCode.ILLEGAL_GENERATION,
     ) -> list[BrokerError | None]:
         """offsets: (topic, partition, offset, metadata, leader epoch) each; one error or None per entry.
-        `unknown_group_error`: as GroupCoordinator.commit_offsets (raised for a commit naming a
-        generation of a group that does not exist)."""
+        `unknown_group_error`: as GroupCoordinator.commit_offsets (the answer of each existing partition
+        of a commit naming a generation of a group that does not exist)."""
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
         entries = [OffsetEntry(*entry) for entry in offsets]
         errors = [_denied(principal, Operation.READ, ResourceType.TOPIC, e.topic) or _unstorable(e) for e in entries]

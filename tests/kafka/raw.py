@@ -143,4 +143,12 @@ def record_batch(
     return bytes(builder.build())
 
 
-__all__ = ["RawConnection", "record_batch", "request_of", "nested", "response_module"]
+def by_topic(partitions: list[tuple[str, int]]) -> dict[str, list[int]]:
+    """Each topic's partition indexes, the topics in the order first named."""
+    found: dict[str, list[int]] = {}
+    for topic, index in partitions:
+        found.setdefault(topic, []).append(index)
+    return found
+
+
+__all__ = ["RawConnection", "by_topic", "record_batch", "request_of", "nested", "response_module"]

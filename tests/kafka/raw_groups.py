@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 
 from app.kafka import api_table
-from tests.kafka.raw import nested, request_of
+from tests.kafka.raw import by_topic, nested, request_of
 
 JOIN_VERSION = 9
 SHORT = datetime.timedelta(milliseconds=1500)
@@ -42,7 +42,17 @@ def join(connection, group: str, member: str = "", **request):
     return connection.call(join_request(group, member, **request))
 
 
-def sync(connection, group: str, member: str, generation: int, assignments: dict[str, bytes], instance=None):
+def sync(
+    connection,
+    group: str,
+    member: str,
+    generation: int,
+    assignments: dict[str, bytes],
+    instance=None,
+    protocol_type: str | None = "consumer",
+    protocol_name: str | None = "range",
+):
+    """SyncGroup v5, naming the group's protocol type and name unless told (None: not named)."""
     return connection.call(
         request_of(
             api_table.SYNC_GROUP,
@@ -51,8 +61,8 @@ def sync(connection, group: str, member: str, generation: int, assignments: dict
             generation_id=generation,
             member_id=member,
             group_instance_id=instance,
-            protocol_type="consumer",
-            protocol_name="range",
+            protocol_type=protocol_type,
+            protocol_name=protocol_name,
             assignments=tuple(
                 nested(api_table.SYNC_GROUP, 5, "SyncGroupRequestAssignment", member_id=m, assignment=a)
                 for m, a in assignments.items()
@@ -106,15 +116,46 @@ def commit(
     leader_epoch: int = -1,
 ):
     """OffsetCommit (v8 unless told) of partition 0; its error code. `leader_epoch` is sent from v6."""
+    [error] = commit_partitions(
+        connection, group, member, generation, instance, [(topic, 0)], offset, version, leader_epoch
+    )
+    return error
+
+
+def commit_partitions(
+    connection,
+    group: str,
+    member: str,
+    generation: int,
+    instance: str | None,
+    partitions: list[tuple[str, int]],
+    offset: int,
+    version: int = 8,
+    leader_epoch: int = -1,
+) -> list[int]:
+    """OffsetCommit (v8 unless told) of `offset` for each (topic, partition), each topic once (in the
+    order first named) with its partitions; the error codes in the response's order."""
     key = api_table.OFFSET_COMMIT
-    partition = nested(
-        key,
-        version,
-        "OffsetCommitRequestPartition",
-        partition_index=0,
-        committed_offset=offset,
-        committed_leader_epoch=leader_epoch,
-        committed_metadata=None,
+    topics = tuple(
+        nested(
+            key,
+            version,
+            "OffsetCommitRequestTopic",
+            name=topic,
+            partitions=tuple(
+                nested(
+                    key,
+                    version,
+                    "OffsetCommitRequestPartition",
+                    partition_index=index,
+                    committed_offset=offset,
+                    committed_leader_epoch=leader_epoch,
+                    committed_metadata=None,
+                )
+                for index in indexes
+            ),
+        )
+        for topic, indexes in by_topic(partitions).items()
     )
     response = connection.call(
         request_of(
@@ -124,10 +165,10 @@ def commit(
             generation_id_or_member_epoch=generation,
             member_id=member,
             group_instance_id=instance,
-            topics=(nested(key, version, "OffsetCommitRequestTopic", name=topic, partitions=(partition,)),),
+            topics=topics,
         )
     )
-    return response.topics[0].partitions[0].error_code
+    return [p.error_code for t in response.topics for p in t.partitions]
 
 
 def describe(connection, group: str):

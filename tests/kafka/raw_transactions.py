@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
 from app.kafka.record_batches import KafkaRecord
-from tests.kafka.raw import RawConnection, nested, record_batch, request_of
+from tests.kafka.raw import RawConnection, by_topic, nested, record_batch, request_of
 
 TIMEOUT = datetime.timedelta(seconds=60)
 
@@ -89,18 +89,32 @@ def txn_offset_commit(
     member: tuple[int, str, str | None] = (-1, "", None),
     metadata: str | None = "raw",
     leader_epoch: int = -1,
+    partitions: list[tuple[str, int]] | None = None,
 ):
     """member: (generation, member id, group instance id) as v3 sends them (KIP-447); `leader_epoch`
-    is sent from v2."""
+    is sent from v2. `partitions`: the (topic, partition)s committed instead of the topic's partition
+    0, each topic once (in the order first named); the error codes in the response's order."""
     key = api_table.TXN_OFFSET_COMMIT
-    partition = nested(
-        key,
-        version,
-        "TxnOffsetCommitRequestPartition",
-        partition_index=0,
-        committed_offset=offset,
-        committed_leader_epoch=leader_epoch,
-        committed_metadata=metadata,
+    topics = tuple(
+        nested(
+            key,
+            version,
+            "TxnOffsetCommitRequestTopic",
+            name=name,
+            partitions=tuple(
+                nested(
+                    key,
+                    version,
+                    "TxnOffsetCommitRequestPartition",
+                    partition_index=index,
+                    committed_offset=offset,
+                    committed_leader_epoch=leader_epoch,
+                    committed_metadata=metadata,
+                )
+                for index in indexes
+            ),
+        )
+        for name, indexes in by_topic(partitions or [(topic, 0)]).items()
     )
     response = connection.call(
         request_of(
@@ -113,7 +127,7 @@ def txn_offset_commit(
             generation_id=member[0],
             member_id=member[1],
             group_instance_id=member[2],
-            topics=(nested(key, version, "TxnOffsetCommitRequestTopic", name=topic, partitions=(partition,)),),
+            topics=topics,
         )
     )
     return [p.error_code for t in response.topics for p in t.partitions]

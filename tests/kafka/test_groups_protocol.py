@@ -17,7 +17,7 @@ from tests.kafka import http_side
 from tests.kafka.clients import create_topic
 from tests.kafka.group_clients import MEMBERS, poll_until
 from tests.kafka.raw import RawConnection, nested, request_of
-from tests.kafka.raw_groups import commit, describe, heartbeat, join, leave, sync
+from tests.kafka.raw_groups import commit, commit_partitions, describe, heartbeat, join, leave, sync
 from tests.kafka.raw_transactions import end_txn, init_producer, txn_offset_commit
 
 
@@ -387,3 +387,141 @@ def test_offset_metadata_keeps_its_nul_characters_as_kafka(module_kafka_server):
     assert [(p.partition_index, p.metadata) for p in fetched.partitions] == list(enumerate(metadata))
     response = server.client.post("/v1/groups/nul-group/offsets/fetch", json={"partitions": None})
     assert [(o["partition"], o["metadata"]) for o in response.json()["offsets"]] == list(enumerate(metadata))
+
+
+def test_a_join_during_a_rebalance_does_not_put_off_its_deadline(module_kafka_server):
+    """Regression: every JoinGroup arriving while the group was rebalancing moved the rebalance's
+    deadline to its own rebalance timeout from then, so one member joining late with a long rebalance
+    timeout held the group (the members that rejoined waiting in their JoinGroups, a member that never
+    rejoins not yet removed) for that long. Kafka's coordinator sets the deadline when the rebalance
+    begins (GroupMetadataManager.prepareRebalance: the members' largest rebalance timeout, the joiner
+    that began it included); a later join only ends it sooner, when it is the last one awaited, and at
+    the deadline the dynamic members that did not rejoin are removed."""
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    group = "raw-fixed-deadline"
+    rebalance, long_rebalance = datetime.timedelta(seconds=3), datetime.timedelta(seconds=90)
+    idle, generation = joined_member(bootstrap, group, rebalance=rebalance)  # it never rejoins
+    answers = {}
+    began = second_member_joins(bootstrap, group, answers, rebalance=rebalance)
+
+    def late_joins():
+        with RawConnection(bootstrap) as connection:
+            answers["late"] = join(connection, group, instance="late", rebalance=long_rebalance)
+
+    with RawConnection(bootstrap) as connection:
+        poll_until([], lambda _: describe(connection, group).group_state == "PreparingRebalance", "the second's join")
+        late = threading.Thread(target=late_joins, daemon=True)  # on failure it waits out its 90 s
+        late.start()
+        poll_until([], lambda _: len(describe(connection, group).members) == 3, "the late member's join")
+        # The rebalance ends at the deadline it began with (3 s), not 90 s after the late join.
+        give_up = time.monotonic() + 5 * rebalance.total_seconds()
+        while describe(connection, group).group_state == "PreparingRebalance":
+            assert time.monotonic() < give_up, "the late join put off the rebalance's deadline"
+            time.sleep(0.05)
+        began.join()
+        late.join()
+        second, joined_late = answers["second"], answers["late"]
+        assert second.generation_id == joined_late.generation_id == generation + 1
+        [leader] = [answer for answer in (second, joined_late) if answer.member_id == answer.leader]
+        assert sorted(m.member_id for m in leader.members) == sorted([second.member_id, joined_late.member_id])
+        assert heartbeat(connection, group, idle, generation).error_code == KafkaError.unknown_member_id
+
+
+def test_a_heartbeat_of_an_older_generation_does_not_keep_the_session(module_kafka_server):
+    """Regression: a Heartbeat answered ILLEGAL_GENERATION still kept its member's session, so a
+    member stuck on an older generation (it missed the rebalance's answers and never rejoins) stayed
+    in the group for as long as it heartbeat, holding up every rebalance. Kafka's coordinator
+    validates the member and its generation before it reschedules the session
+    (GroupMetadataManager.classicGroupHeartbeatToClassicGroup, validateClassicGroupHeartbeat): the
+    session of such a member lapses and it is removed."""
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    group = "raw-stale-heartbeats"
+    member, older = joined_member(bootstrap, group, session=datetime.timedelta(milliseconds=500))
+    with RawConnection(bootstrap) as connection:
+        current = join(connection, group, member, session=datetime.timedelta(milliseconds=500))
+        assert current.generation_id == older + 1
+        assert sync(connection, group, member, current.generation_id, {member: b"mine"}).assignment == b"mine"
+        answered = []
+
+        def removed(_) -> bool:
+            answered.append(heartbeat(connection, group, member, older).error_code)
+            return answered[-1] == KafkaError.unknown_member_id
+
+        poll_until([], removed, "the session lapse of a member heartbeating an older generation")
+        assert set(answered[:-1]) == {KafkaError.illegal_generation}
+        assert describe(connection, group).group_state == "Empty"
+
+
+def test_a_sync_naming_another_protocol_is_inconsistent(module_kafka_server):
+    """Regression: SyncGroup v5's protocol_type and protocol_name were not looked at, so a leader
+    assigning for another protocol than the one the group chose had its assignment stored. Kafka's
+    coordinator answers INCONSISTENT_GROUP_PROTOCOL when either is named and is not the group's,
+    after the member and generation checks and before the rebalance state
+    (GroupMetadataManager.validateSyncGroup); one that names neither (v0-v4 cannot) is not checked."""
+    group = "raw-sync-protocol"
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
+        first = join(connection, group)
+        joined = join(connection, group, first.member_id)
+        member, generation = joined.member_id, joined.generation_id
+        for named in ({"protocol_type": "connect"}, {"protocol_name": "roundrobin"}):
+            refused = sync(connection, group, member, generation, {member: b"other"}, **named)
+            assert refused.error_code == KafkaError.inconsistent_group_protocol, named
+            assert sync(connection, group, member, generation - 1, {}, **named).error_code == (
+                KafkaError.illegal_generation
+            )
+        assert describe(connection, group).group_state == "CompletingRebalance"  # nothing stored
+        unnamed = sync(connection, group, member, generation, {member: b"mine"}, protocol_type=None, protocol_name=None)
+        assert (unnamed.error_code, unnamed.assignment) == (KafkaError.none, b"mine")
+        assert sync(connection, group, member, generation, {}, protocol_name="roundrobin").error_code == (
+            KafkaError.inconsistent_group_protocol
+        )
+        assert sync(connection, group, member, generation, {}).assignment == b"mine"
+
+
+def test_a_refused_commit_answers_unknown_partitions_unknown(module_kafka_server):
+    """Regression: a commit refused for its generation (or its group) answered every partition with
+    that error, the ones of topics or partitions that do not exist too. Kafka's broker answers those
+    UNKNOWN_TOPIC_OR_PARTITION before its group coordinator judges the commit (KafkaApis
+    handleOffsetCommitRequest, handleTxnOffsetCommitRequest), and leaves the coordinator out when no
+    partition is left: only the existing partitions get the generation's error. HTTP's commit, on
+    the same core, answers them alike."""
+    server = module_kafka_server
+    bootstrap = server.extra["kafka_bootstrap"]
+    topic, group = "refused-commits", "refused-commits-group"
+    create_topic(server, topic, 1)
+    partitions = [(topic, 0), (topic, 5), ("refused-no-such-topic", 0)]
+    unknown = KafkaError.unknown_topic_or_partition
+    member, older = joined_member(bootstrap, group)
+    with RawConnection(bootstrap) as connection:
+        current = join(connection, group, member)
+        assert current.generation_id == older + 1
+        stale = commit_partitions(connection, group, member, older, None, partitions, 1)
+        assert stale == [KafkaError.illegal_generation, unknown, unknown]
+        # HTTP's commit, on the same core, answers them alike.
+        response = server.client.post(
+            f"/v1/groups/{group}/offsets/commit",
+            json={
+                "member_id": member,
+                "generation_id": older,
+                "offsets": [{"topic": name, "partition": index, "offset": 1} for name, index in partitions],
+            },
+        )
+        assert response.status_code == 200, response.text
+        assert [entry["error"]["code"] for entry in response.json()["offsets"]] == [
+            "ILLEGAL_GENERATION",
+            "UNKNOWN_TOPIC_OR_PARTITION",
+            "UNKNOWN_TOPIC_OR_PARTITION",
+        ]
+        producer = init_producer(connection, "refused-commits-txn")
+        stale = txn_offset_commit(
+            connection, producer, group, topic, 1, member=(older, member, None), partitions=partitions
+        )
+        assert stale == [KafkaError.illegal_generation, unknown, unknown]
+        # A group that does not exist: the same, and a commit of only unknown partitions makes none.
+        missing = commit_partitions(connection, "refused-no-group", member, 3, None, partitions, 1, version=9)
+        assert missing == [KafkaError.group_id_not_found, unknown, unknown]
+        assert commit_partitions(connection, "refused-no-group", member, 3, None, partitions[1:], 1, version=9) == [
+            unknown,
+            unknown,
+        ]
+        assert describe(connection, "refused-no-group").group_state == "Dead"

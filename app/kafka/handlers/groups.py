@@ -162,6 +162,8 @@ async def sync_group(context: RequestContext, request) -> object:
             request.generation_id,
             {a.member_id: a.assignment for a in request.assignments},
             getattr(request, "group_instance_id", None),
+            getattr(request, "protocol_type", None),  # v5+
+            getattr(request, "protocol_name", None),
         )
         protocol_type, protocol_name, assignment = synced.protocol_type, synced.protocol_name, synced.assignment
     except BrokerError as raised:
