@@ -64,7 +64,11 @@ async def _become_ready(app: FastAPI, settings: Settings) -> None:
                     conn, settings.transaction_log_partitions, settings.offsets_partitions
                 )
                 if settings.admin_token:
-                    await principals.bootstrap_super_user(conn, BOOTSTRAP_SUPER_USER, settings.admin_token, now_ms())
+                    _log_admin_token(
+                        await principals.bootstrap_super_user(
+                            conn, BOOTSTRAP_SUPER_USER, settings.admin_token, now_ms()
+                        )
+                    )
             # After a crash: finish every transaction whose outcome was decided before serving.
             finished = await app.state.coordinator.recover_pending()
             if finished:
@@ -80,6 +84,19 @@ async def _become_ready(app: FastAPI, settings: Settings) -> None:
         except Exception as error:
             log.warning("not ready yet (%s); retrying", error)
             await asyncio.sleep(1)
+
+
+def _log_admin_token(found: principals.BootstrapKey) -> None:
+    if found is principals.BootstrapKey.REVOKED:
+        log.warning(
+            "admin_token (TXBROKER_ADMIN_TOKEN) is an API key that was revoked, or replaced by a newer admin "
+            "token: it stays revoked and this node bootstraps nothing; set the admin token in force, or unset it"
+        )
+    elif found is principals.BootstrapKey.ANOTHER_KEY:
+        log.warning(
+            "admin_token (TXBROKER_ADMIN_TOKEN) is the token of an API key added through the API, not of the "
+            "bootstrap key: it is left as it is; give the node a token of its own, or unset it"
+        )
 
 
 async def _node_ready(app: FastAPI, wait_for_every_worker: Callable[[], Awaitable[None]]) -> None:

@@ -43,7 +43,7 @@ class BackgroundWorkers:
             return await producer_ids.expire(conn, cutoff)
 
     async def clean_logs(self) -> int:
-        totals = await log_cleaner.clean(self.coordinator.pool, None, now_ms(), self.settings.log_cleaner_chunk_batches)
+        totals = await log_cleaner.clean(self.coordinator.pool, now_ms(), self.settings.log_cleaner_chunk_batches)
         return totals.total()
 
     def start(self) -> None:

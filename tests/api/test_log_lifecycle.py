@@ -30,7 +30,7 @@ def clean(server, chunk: int = 1000, now_ms: int | None = None) -> log_cleaner.C
     async def run():
         pool = await create_pool(server.database_url, 2)
         try:
-            return await log_cleaner.clean(pool, None, int(time.time() * 1000) if now_ms is None else now_ms, chunk)
+            return await log_cleaner.clean(pool, int(time.time() * 1000) if now_ms is None else now_ms, chunk)
         finally:
             await pool.close()
 
@@ -148,6 +148,50 @@ def test_retention_by_time_deletes_old_batches_and_moves_the_log_start(server, c
     assert [(r["offset"], r["value"]) for r in fetch(client, "aged", 6)["records"]] == [(6, "new-0"), (7, "new-1")]
     clean(server)  # nothing more is old: a second run changes nothing
     assert log_start(client, "aged") == 6 and stored_batches(server, "aged") == 1
+
+
+def test_a_retention_changed_during_a_cleaner_run_applies_to_the_partitions_it_cleans_after(server, client):
+    """The cleaner read every topic's config once, when its run began, and applied it to each
+    partition however much later it got there: a retention raised (here to forever) while a run was
+    busy with another partition (another worker's or node's run, or this one's) still deleted by the
+    old one, records the operator had just asked to keep. Here the run is held on the first
+    topic's partition (a row lock) while the second topic's retention is raised."""
+    from app.coordinator import topic_admin
+
+    old = int(time.time() * 1000) - 120_000
+    for name in ("busy", "raised"):  # "busy" first: the run takes partitions in topic id order
+        create(client, name, retention_ms=60_000)
+        produce(client, name, [{"value": "old", "timestamp_ms": old}])
+        produce(client, name, [{"value": "new"}])
+    busy = topic_id(server, "busy")
+
+    async def run() -> None:
+        pool = await create_pool(server.database_url, 2)
+        watcher, holder = await connect(server.database_url), await connect(server.database_url)
+        try:
+            holder_transaction = holder.transaction()
+            await holder_transaction.start()
+            await holder.execute("SELECT 1 FROM partitions WHERE topic_id = $1 AND partition = 0 FOR UPDATE", busy)
+            cleaner = asyncio.create_task(log_cleaner.clean(pool, int(time.time() * 1000), 1000))
+            while not await watcher.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ):
+                assert not cleaner.done(), cleaner
+                await asyncio.sleep(0.01)
+            await topic_admin.alter_config(
+                pool, "test", "raised", lambda config: {**config, "retention_ms": -1}, {}, "retention_ms=-1"
+            )
+            await holder_transaction.rollback()
+            await cleaner
+        finally:
+            await watcher.close()
+            await holder.close()
+            await pool.close()
+
+    asyncio.run(run())
+    assert log_start(client, "busy") == 1, "the run went on once the row was free"
+    assert log_start(client, "raised") == 0 and stored_batches(server, "raised") == 2
+    assert [r["value"] for r in fetch(client, "raised", 0)["records"]] == ["old", "new"]
 
 
 def test_retention_by_size_deletes_the_oldest_batches_while_at_least_the_limit_remains(server, client):
@@ -295,7 +339,7 @@ def test_an_abort_marker_outlives_its_batches_while_a_fetch_in_flight_may_read_t
                 "SELECT 1 FROM record_batches WHERE topic_id = $1 AND partition = 0 AND last_offset = 2 FOR UPDATE",
                 topic,
             )
-            cleaner = asyncio.create_task(log_cleaner.clean(pool, None, int(time.time() * 1000), 2))
+            cleaner = asyncio.create_task(log_cleaner.clean(pool, int(time.time() * 1000), 2))
             # The first chunk (batches 0 and 1) is committed once the second waits for the held row.
             # (Polled outside the holder's transaction, whose view of pg_stat_activity stays as first read.)
             while not await fetcher.fetchval(

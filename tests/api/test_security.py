@@ -362,6 +362,47 @@ def test_revoking_a_key_takes_effect_on_the_next_request(secured):
     assert admin.delete("/v1/principals/leaver").status_code == 204
 
 
+def bearer(server, token: str) -> httpx.Client:
+    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def test_a_revoked_admin_token_stays_revoked_when_a_node_starts_with_it(make_server):
+    """TXBROKER_ADMIN_TOKEN is a node's copy of a credential: a node started with it after the key
+    was revoked (a second node on the database, or this one restarted by its service manager) must
+    not bring the key back (it reinstated it, so a leaked admin token came back at every start)."""
+    first = make_server(auth="required", admin_token=ADMIN_TOKEN)
+    admin = bearer(first, ADMIN_TOKEN)
+    admin.post("/v1/principals", json={"name": "ops", "super_user": True}).raise_for_status()
+    ops = bearer(first, admin.post("/v1/principals/ops/keys").json()["token"])
+    assert ops.delete("/v1/principals/admin/keys/bootstrap").status_code == 204
+    assert code(admin.get("/v1/whoami")) == "UNAUTHORIZED"
+
+    second = make_server(auth="required", admin_token=ADMIN_TOKEN)  # healthy: its start-up has run
+    for server in (first, second):
+        assert code(bearer(server, ADMIN_TOKEN).get("/v1/whoami")) == "UNAUTHORIZED", server.url
+    [key] = ops.get("/v1/principals/admin/keys").json()["keys"]
+    assert key["key_id"] == "bootstrap" and key["revoked_ms"] is not None
+    # A token the database has not seen is a rotation: it is the bootstrap key from then on.
+    third = make_server(auth="required", admin_token="a-new-admin-token")
+    assert bearer(third, "a-new-admin-token").get("/v1/whoami").json() == {"principal": "admin", "super_user": True}
+
+
+def test_a_node_started_with_a_rotated_admin_token_does_not_bring_it_back(make_server):
+    """Rotating TXBROKER_ADMIN_TOKEN node by node: a node still configured with the old token that
+    starts after another started with the new one leaves the new one in force and the old refused
+    (it swapped them back, locking out whoever held the new token)."""
+    first = make_server(auth="required", admin_token=ADMIN_TOKEN)
+    rotated = make_server(auth="required", admin_token="rotated-admin-token")
+    assert code(bearer(first, ADMIN_TOKEN).get("/v1/whoami")) == "UNAUTHORIZED"
+    stale = make_server(auth="required", admin_token=ADMIN_TOKEN)
+    for server in (first, rotated, stale):
+        assert code(bearer(server, ADMIN_TOKEN).get("/v1/whoami")) == "UNAUTHORIZED", server.url
+        assert bearer(server, "rotated-admin-token").get("/v1/whoami").status_code == 200, server.url
+    keys = bearer(rotated, "rotated-admin-token").get("/v1/principals/admin/keys").json()["keys"]
+    assert [k["revoked_ms"] is None for k in keys if k["key_id"] == "bootstrap"] == [True]
+    assert len(keys) == 2 and all(k["revoked_ms"] is not None for k in keys if k["key_id"] != "bootstrap")
+
+
 def test_transactional_ids_per_principal_are_limited(make_server):
     server = make_server(auth="required", admin_token=ADMIN_TOKEN, max_transactional_ids_per_principal=2)
     admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})

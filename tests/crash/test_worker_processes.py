@@ -4,6 +4,8 @@ and none outliving the supervisor: SIGKILL of the supervisor leaves no worker an
 from __future__ import annotations
 
 import asyncio
+import http.client
+import json
 import os
 import signal
 import threading
@@ -225,3 +227,109 @@ def test_a_worker_0_that_cannot_start_stops_the_node_and_the_workers_waiting_for
         assert workers_of(server.pid) == []
     finally:
         server.close()
+
+
+# ---- what one worker changes, the others apply at their next request (nothing cached per process)
+
+
+class WorkerConnection:
+    """A keep-alive HTTP connection to one worker: the kernel gave it to whichever worker, and it
+    stays with that one."""
+
+    def __init__(self, connection: http.client.HTTPConnection, worker_pid: int) -> None:
+        self.connection = connection
+        self.worker_pid = worker_pid
+
+    def call(self, method: str, path: str, token: str, body: dict | None = None) -> tuple[int, dict | None]:
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        self.connection.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
+        response = self.connection.getresponse()
+        content = response.read()
+        return response.status, json.loads(content) if content else None
+
+
+def server_side_socket(port: int, client_port: int) -> str:
+    """The inode of the server's end of our connection from client_port (/proc/net/tcp)."""
+    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+    [inode] = [
+        row[9]
+        for row in rows
+        if row[1].endswith(f":{port:04X}") and row[2].endswith(f":{client_port:04X}") and row[3] == "01"
+    ]
+    return inode
+
+
+def a_connection_to_each_worker(url: str, workers: list[int], attempts: int = 200) -> list[WorkerConnection]:
+    """Connects until each worker has accepted one of our connections (the kernel spreads them)."""
+    port = int(url.rsplit(":", 1)[1])
+    found: dict[int, WorkerConnection] = {}
+    for _ in range(attempts):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        connection.request("GET", "/v1/health")
+        connection.getresponse().read()  # answered: a worker has accepted it
+        inode = server_side_socket(port, connection.sock.getsockname()[1])
+        [worker] = [pid for pid in workers if inode in socket_inodes(pid)]
+        if worker in found:
+            connection.close()
+            continue
+        found[worker] = WorkerConnection(connection, worker)
+        if len(found) == len(workers):
+            return list(found.values())
+    raise AssertionError(f"{attempts} connections reached only workers {sorted(found)} of {workers}")
+
+
+def test_what_one_worker_changes_the_other_applies_at_its_next_request(server_process, data_dir):
+    """The workers share nothing but PostgreSQL (docs/design.md, "Workers and several servers"): a
+    removed ACL, a revoked key, a deleted principal, a topic deleted and created again with other
+    partitions and another max_message_bytes, all changed through one worker, apply to the very next
+    request another worker serves, on a connection it already had. A per-process cache of
+    principals, ACLs or topics would fail this."""
+    admin_token = "coherence-admin-token"
+    env = {"TXBROKER_AUTH": "required", "TXBROKER_ADMIN_TOKEN": admin_token}
+    server = server_process("--data-dir", str(data_dir), "--workers", str(WORKERS), env=env)
+    changer, other = a_connection_to_each_worker(server.url, all_workers(server.pid))
+    assert changer.worker_pid != other.worker_pid
+
+    def admin(method, path, body=None):
+        status, answer = changer.call(method, path, admin_token, body)
+        assert status < 300, (method, path, status, answer)
+        return answer
+
+    admin("POST", "/v1/topics", {"name": "coherent", "partitions": 1})
+    admin("POST", "/v1/principals", {"name": "reader"})
+    token = admin("POST", "/v1/principals/reader/keys")["token"]
+    rule = {"principal": "reader", "resource_type": "Topic", "resource_name": "coherent", "operation": "Read"}
+    acl_id = admin("POST", "/v1/acls", rule)["acl_id"]
+    records = "/v1/topics/coherent/partitions/0/records"
+    assert other.call("GET", records, token)[0] == 200
+
+    admin("DELETE", f"/v1/acls/{acl_id}")
+    status, answer = other.call("GET", records, token)
+    assert (status, answer["error"]["code"]) == (403, "TOPIC_AUTHORIZATION_FAILED"), "a removed ACL"
+    admin("POST", "/v1/acls", rule)
+    assert other.call("GET", records, token)[0] == 200
+    [key] = admin("GET", "/v1/principals/reader/keys")["keys"]
+    admin("DELETE", f"/v1/principals/reader/keys/{key['key_id']}")
+    status, answer = other.call("GET", records, token)
+    assert (status, answer["error"]["code"]) == (401, "UNAUTHORIZED"), "a revoked key"
+    second = admin("POST", "/v1/principals/reader/keys")["token"]
+    assert other.call("GET", records, second)[0] == 200
+    admin("DELETE", "/v1/principals/reader")
+    assert other.call("GET", records, second)[0] == 401, "a deleted principal"
+
+    def produce(partition: int, value: str):
+        body = {"partitions": [{"topic": "coherent", "partition": partition, "records": [{"value": value}]}]}
+        status, answer = other.call("POST", "/v1/produce", admin_token, body)
+        assert status == 200, answer
+        return answer["partitions"][0]
+
+    assert produce(0, "x" * 2000)["error"] is None
+    admin("DELETE", "/v1/topics/coherent")
+    admin("POST", "/v1/topics", {"name": "coherent", "partitions": 2, "config": {"max_message_bytes": 1000}})
+    assert produce(0, "x" * 2000)["error"]["code"] == "RECORD_TOO_LARGE", "the re-created topic's config"
+    assert produce(1, "new")["base_offset"] == 0, "the re-created topic's partitions"
+    fetch = {"partitions": [{"topic": "coherent", "partition": p, "offset": 0} for p in (0, 1)]}
+    status, answer = other.call("POST", "/v1/fetch", admin_token, fetch)
+    assert status == 200 and [[r["value"] for r in p["records"]] for p in answer["partitions"]] == [[], ["new"]]
+    admin("POST", "/v1/topics/coherent/partitions", {"partitions": 3})
+    assert produce(2, "grown")["base_offset"] == 0, "a partition added"

@@ -69,7 +69,7 @@ def test_tombstones_kept_before_the_upgrade_start_their_delete_horizon_at_the_up
     async def clean_and_read(at_ms: int) -> tuple[list, int | None]:
         pool = await create_pool(url, 2)
         try:
-            await log_cleaner.clean(pool, None, at_ms, 1000)
+            await log_cleaner.clean(pool, at_ms, 1000)
             async with pool.acquire() as conn:
                 batches = await conn.fetch(
                     "SELECT last_offset, tombstones_seen_ms FROM record_batches WHERE topic_id = $1 "

@@ -40,7 +40,7 @@ from app.storage.log.topics import (
     CLEANUP_DELETE,
     RETENTION_FOREVER,
     TopicInfo,
-    list_topics,
+    find_topic_by_id,
     unknown_partition,
 )
 from app.storage.rows import count_rows
@@ -256,18 +256,25 @@ async def _remove_below_start(
 
 
 async def clean_partition(
-    conn: asyncpg.Connection, topic: TopicInfo, partition: int, now_ms: int, chunk: int, totals: CleanupTotals
+    conn: asyncpg.Connection, topic_id: int, partition: int, now_ms: int, chunk: int, totals: CleanupTotals
 ) -> bool:
-    """Applies the topic's cleanup policy to one partition; False if another server is at it."""
+    """Applies the topic's cleanup policy to one partition; False if another server is at it, or
+    its topic is gone. The topic's config is read once the partition is this run's, never earlier:
+    a run takes its partitions one after the other, for as long as their work lasts, and a config
+    changed meanwhile (retention raised, cleanup_policy changed, on any node) applies to every
+    partition it takes after the change commits."""
     await conn.execute(
         "INSERT INTO partition_cleanups (topic_id, partition) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-        topic.topic_id,
+        topic_id,
         partition,
     )
     # Session-level, so it spans the chunks' transactions; PostgreSQL frees it if this server dies.
-    if not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", topic.topic_id, partition):
+    if not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", topic_id, partition):
         return False
     try:
+        topic = await find_topic_by_id(conn, topic_id)
+        if topic is None:  # deleted since the run listed it: remove_deleted_topics takes its rows
+            return False
         policy = topic.cleanup_policy
         if CLEANUP_DELETE in policy:
             await _apply_retention(conn, topic, partition, now_ms)
@@ -277,7 +284,7 @@ async def clean_partition(
         totals.partitions += 1
         return True
     finally:
-        await conn.execute("SELECT pg_advisory_unlock($1, $2)", topic.topic_id, partition)
+        await conn.execute("SELECT pg_advisory_unlock($1, $2)", topic_id, partition)
 
 
 # The partitions with something to do: retention configured, batches or markers left below the log
@@ -285,7 +292,7 @@ async def clean_partition(
 # tombstone due. Cheap probes: the first batch or marker of each partition by index (scalar
 # subqueries with LIMIT, which PostgreSQL runs per partition, never as a join over the whole table).
 _CANDIDATES_SQL = """
-SELECT t.topic_id, p.partition FROM topics t JOIN partitions p ON p.topic_id = t.topic_id
+SELECT t.topic_id, t.name, p.partition FROM topics t JOIN partitions p ON p.topic_id = t.topic_id
 LEFT JOIN partition_cleanups c ON c.topic_id = p.topic_id AND c.partition = p.partition
 WHERE (t.config->>'cleanup_policy' LIKE '%delete%'
        AND ((t.config->>'retention_ms')::bigint >= 0 OR (t.config->>'retention_bytes')::bigint >= 0))
@@ -300,21 +307,17 @@ ORDER BY t.topic_id, p.partition
 """
 
 
-async def clean(pool: asyncpg.Pool, topics: dict[int, TopicInfo] | None, now_ms: int, chunk: int) -> CleanupTotals:
+async def clean(pool: asyncpg.Pool, now_ms: int, chunk: int) -> CleanupTotals:
     """One cleaner run over every partition that needs it, then the deleted topics' rows."""
     totals = CleanupTotals()
     async with pool.acquire() as conn:
-        known = topics if topics is not None else {t.topic_id: t for t in await list_topics(conn)}
         for row in await conn.fetch(_CANDIDATES_SQL, now_ms):
-            topic = known.get(row["topic_id"])
-            if topic is None:
-                continue
             try:
-                await clean_partition(conn, topic, row["partition"], now_ms, chunk, totals)
+                await clean_partition(conn, row["topic_id"], row["partition"], now_ms, chunk, totals)
             except UnreadableBatch as error:
                 # As Kafka's cleaner with an uncleanable partition: the others are cleaned; this one
                 # is compacted again once the row is fixed (its first pass reads before it writes).
-                log.error("log cleaner: %s-%d is not compacted: %s", topic.name, row["partition"], error.message)
+                log.error("log cleaner: %s-%d is not compacted: %s", row["name"], row["partition"], error.message)
             except BrokerError as error:
                 if error.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     raise

@@ -287,6 +287,12 @@ async def get_topic(conn: asyncpg.Connection, name: str) -> TopicInfo:
     return topic
 
 
+async def find_topic_by_id(conn: asyncpg.Connection, topic_id: int) -> TopicInfo | None:
+    """The topic of this id as it is now (None once deleted: a re-created one has another id)."""
+    row = await conn.fetchrow(f"SELECT {TOPIC_COLUMNS} FROM topics WHERE topic_id = $1", topic_id)
+    return None if row is None else topic_from_row(row)
+
+
 async def list_topics(conn: asyncpg.Connection) -> list[TopicInfo]:
     rows = await conn.fetch(f"SELECT {TOPIC_COLUMNS} FROM topics ORDER BY name")
     return [topic_from_row(row) for row in rows]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
+from enum import StrEnum
 
 import asyncpg
 
@@ -110,8 +111,7 @@ async def add_key(
     token = token or new_token()
     key_id = key_id or "k_" + secrets.token_hex(6)
     await conn.execute(
-        "INSERT INTO api_keys (key_id, principal, token_sha256, created_ms) VALUES ($1, $2, $3, $4) "
-        "ON CONFLICT (key_id) DO UPDATE SET token_sha256 = EXCLUDED.token_sha256, revoked_ms = NULL",
+        "INSERT INTO api_keys (key_id, principal, token_sha256, created_ms) VALUES ($1, $2, $3, $4)",
         key_id,
         principal,
         token_hash(token),
@@ -140,16 +140,48 @@ async def revoke_key(conn: asyncpg.Connection, principal: str, key_id: str, now_
     return status.endswith(" 1")
 
 
-async def bootstrap_super_user(conn: asyncpg.Connection, name: str, token: str, now_ms: int) -> None:
-    """TXBROKER_ADMIN_TOKEN: makes sure a super user with this token exists (idempotent)."""
+class BootstrapKey(StrEnum):
+    """What bootstrap_super_user found of the configured token."""
+
+    INSTALLED = "installed"  # a token the database had not seen: now the bootstrap key
+    IN_FORCE = "in force"  # already the bootstrap key
+    REVOKED = "revoked"  # a key revoked, or replaced by a newer admin token: left revoked
+    ANOTHER_KEY = "another key"  # the token of a key added through the API: left as it is
+
+
+async def bootstrap_super_user(conn: asyncpg.Connection, name: str, token: str, now_ms: int) -> BootstrapKey:
+    """TXBROKER_ADMIN_TOKEN: makes sure the super user `name` exists with `token` as its bootstrap
+    key, unless the database has seen the token before. Every worker of every node runs this at
+    each start with its own copy of the setting, which may be older than the database's keys: so a
+    token the database knows is left as it is, and one revoked (or replaced) stays revoked, however
+    many nodes still carry it. A token it has not seen is a rotation: it becomes the bootstrap key,
+    and the key it replaces is kept, revoked, under a key id of its own, so that a node still
+    configured with the old token finds it revoked instead of swapping it back."""
+    digest = token_hash(token)
     async with conn.transaction():
+        # The upsert locks the principal's row: nodes starting together bootstrap one at a time.
         await conn.execute(
             "INSERT INTO principals (name, is_super_user, created_ms) VALUES ($1, true, $2) "
             "ON CONFLICT (name) DO UPDATE SET is_super_user = true",
             name,
             now_ms,
         )
+        known = await conn.fetchrow("SELECT key_id, revoked_ms FROM api_keys WHERE token_sha256 = $1", digest)
+        if known is not None:
+            if known["revoked_ms"] is not None:
+                return BootstrapKey.REVOKED
+            return BootstrapKey.IN_FORCE if known["key_id"] == BOOTSTRAP_KEY_ID else BootstrapKey.ANOTHER_KEY
+        retired_key_id = f"{BOOTSTRAP_KEY_ID}-replaced-{secrets.token_hex(6)}"
+        replaced = await conn.execute(
+            "UPDATE api_keys SET key_id = $2, revoked_ms = coalesce(revoked_ms, $3) WHERE key_id = $1",
+            BOOTSTRAP_KEY_ID,
+            retired_key_id,
+            now_ms,
+        )
         await add_key(conn, name, now_ms, token=token, key_id=BOOTSTRAP_KEY_ID)
+        details = f"the previous one is kept revoked as {retired_key_id}" if replaced.endswith(" 1") else "created"
+        await audit(conn, now_ms, name, "install bootstrap key (admin_token)", name, details)
+    return BootstrapKey.INSTALLED
 
 
 async def add_acl(conn: asyncpg.Connection, acl: AclRow) -> AclRow:
