@@ -1,16 +1,13 @@
 """Bounds on what one Kafka request may make a worker do or hold, whatever the client asks
-(docs/kafka.md, "Bounds"): a Fetch is answered at most kafka_fetch_max_bytes of batches (Kafka's
+(docs/kafka.md, "Starting it"): a Fetch is answered at most kafka_fetch_max_bytes of batches (Kafka's
 fetch.max.bytes)."""
 
 from __future__ import annotations
 
 import datetime
 
-import pytest
-
 from app.kafka import api_table
 from app.kafka.record_batches import KafkaRecord
-from tests.conftest import start_server_on_fresh_database, stop_in_process_server
 from tests.kafka.clients import create_topic
 from tests.kafka.raw import RawConnection, nested, record_batch, request_of
 from tests.kafka.test_produce_raw import _batches_of, produce_request
@@ -18,15 +15,7 @@ from tests.kafka.test_produce_raw import _batches_of, produce_request
 FETCH_MAX_BYTES = 1024  # the smallest the setting takes, as Kafka's fetch.max.bytes
 ASKED_BYTES = 2**31 - 1  # the most a Fetch can ask, for the fetch and for each partition
 BATCHES = 8
-
-
-@pytest.fixture(scope="module")
-def bounded_server(postgres):
-    running = start_server_on_fresh_database(
-        postgres, "kafka_request_bounds", kafka_listener="127.0.0.1:0", kafka_fetch_max_bytes=FETCH_MAX_BYTES
-    )
-    yield running
-    stop_in_process_server(running)
+KAFKA_SERVER_SETTINGS = {"kafka_fetch_max_bytes": FETCH_MAX_BYTES}  # module_kafka_server's
 
 
 def _batch() -> bytes:
@@ -49,15 +38,15 @@ def _fetch_everything(topic: str):
     )
 
 
-def test_a_fetch_is_answered_at_most_fetch_max_bytes_whatever_it_asks(bounded_server):
+def test_a_fetch_is_answered_at_most_fetch_max_bytes_whatever_it_asks(module_kafka_server):
     """Regression: a Fetch's max_bytes and partition_max_bytes were taken as asked, so one asking
     2 GiB of a large topic made the worker read and hold up to that much (200 batches a
     partition, every partition) for one answer. Kafka's broker caps a fetch at its fetch.max.bytes
     (55 MiB by default), and so does txbroker, with kafka_fetch_max_bytes."""
     topic = "bounded-fetch"
-    create_topic(bounded_server, topic)
+    create_topic(module_kafka_server, topic)
     batch = _batch()
-    with RawConnection(bounded_server.extra["kafka_bootstrap"]) as connection:
+    with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
         for _ in range(BATCHES):
             assert connection.call(produce_request(topic, 0, batch)).responses[0].partition_responses[0].error_code == 0
         fetched = _batches_of(connection.call(_fetch_everything(topic)))
