@@ -127,6 +127,12 @@ class Settings(BaseSettings):
         description="largest Kafka request frame accepted (Kafka's socket.request.max.bytes); also bounds what "
         "one request's batches may decompress to (each batch at most 100 MiB, whatever this)",
     )
+    kafka_fetch_max_bytes: int = Field(
+        57_671_680,
+        ge=1024,
+        description="the most bytes of batches one Kafka Fetch is answered, whatever its max_bytes asks (Kafka's "
+        "fetch.max.bytes, 55 MiB); the first batch of the first partition with one is sent whatever its size",
+    )
     kafka_connections_max_idle_ms: int = Field(
         600_000,
         ge=1,

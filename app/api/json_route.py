@@ -20,6 +20,8 @@ import orjson
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
+from app.api.request_limits import check_listed_partitions
+
 # serve(request, body): the answer, or None for the endpoint to answer through FastAPI.
 FastPath = Callable[[Request, bytes], Awaitable[Response | None]]
 Endpoint = TypeVar("Endpoint", bound=Callable)
@@ -46,7 +48,9 @@ class OrjsonRequest(Request):
                 # Python's parser takes what orjson refuses (NaN, Infinity, integers beyond 64 bits), so
                 # the schema's validation names the field instead of answering "not valid JSON"; bodies
                 # that neither parses fail there with the same message as before.
-                return await super().json()
+                self._json = await super().json()
+            # Before FastAPI validates it: a refused count costs nothing whatever the body's size.
+            check_listed_partitions(self.app.state.settings, self._json)
         return self._json
 
 

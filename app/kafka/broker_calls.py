@@ -619,7 +619,11 @@ class BrokerCalls:
         error), else once max_wait_ms (capped by the server's max_wait_ms) has passed, re-reading
         whenever one of the partitions gets an append (the notifier HTTP's long polls use).
         `read_ahead`: the connection's (new_read_ahead), which reads its next request while the
-        client parses this answer, when this one leaves it behind."""
+        client parses this answer, when this one leaves it behind. `max_bytes` and `min_bytes` are
+        capped by kafka_fetch_max_bytes, as Kafka's broker caps them by its fetch.max.bytes: a client
+        asking 2 GiB (or v0-v2, which cannot ask a limit) must not make the node read and hold that
+        much for one answer."""
+        fetch_max_bytes = min(max_bytes, self.settings.kafka_fetch_max_bytes)
         denied = {
             topic: _denied(principal, Operation.READ, ResourceType.TOPIC, topic)
             for topic in {p.topic for p in positions}
@@ -631,8 +635,8 @@ class BrokerCalls:
             denied,
             read_committed,
             min(max_wait_ms, self.settings.max_wait_ms),
-            min_bytes,
-            max_bytes,
+            min(min_bytes, fetch_max_bytes),
+            fetch_max_bytes,
             read_ahead,
         )
         return self._counted(results)

@@ -164,6 +164,9 @@ BROKER_CONFIGS: dict[str, _BrokerConfig] = {
     "connections.max.idle.ms": _config(
         ConfigType.LONG, "kafka_connections_max_idle_ms", "a Kafka connection idle this long is closed"
     ),
+    "fetch.max.bytes": _config(
+        ConfigType.INT, "kafka_fetch_max_bytes", "the most bytes of batches one Fetch is answered"
+    ),
     "group.initial.rebalance.delay.ms": _config(
         ConfigType.INT, "group_initial_rebalance_delay_ms", "how long an empty group waits for more members"
     ),

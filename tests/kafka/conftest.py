@@ -17,9 +17,15 @@ BRIEF_SESSIONS_FROM_MS = 100
 
 @pytest.fixture(scope="module")
 def module_kafka_server(request, postgres):
+    """The module's server; a module that needs settings of its own names them in a dict
+    KAFKA_SERVER_SETTINGS."""
     name = "kafka_" + re.sub(r"\W", "_", request.module.__name__.rsplit(".", 1)[-1])
     running = start_server_on_fresh_database(
-        postgres, name, kafka_listener="127.0.0.1:0", group_min_session_timeout_ms=BRIEF_SESSIONS_FROM_MS
+        postgres,
+        name,
+        kafka_listener="127.0.0.1:0",
+        group_min_session_timeout_ms=BRIEF_SESSIONS_FROM_MS,
+        **getattr(request.module, "KAFKA_SERVER_SETTINGS", {}),
     )
     yield running
     stop_in_process_server(running)
