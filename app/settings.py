@@ -127,6 +127,14 @@ class Settings(BaseSettings):
         description="largest Kafka request frame accepted (Kafka's socket.request.max.bytes); also bounds what "
         "one request's batches may decompress to (each batch at most 100 MiB, whatever this)",
     )
+    kafka_max_other_request_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=1024,
+        description="largest Kafka request frame accepted for any API but Produce: such a request is parsed, "
+        "handled and answered on its worker's event loop, a Python step per entry, so this bounds how long one "
+        "request can keep the worker from its other connections (docs/kafka.md); kafka_max_request_bytes bounds "
+        "Produce, whose batches are checked whole",
+    )
     kafka_fetch_max_bytes: int = Field(
         57_671_680,
         ge=1024,

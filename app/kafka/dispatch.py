@@ -121,6 +121,14 @@ async def submit(
             f"api key {api_key} version {api_version} is not served: expected {supported.start} to {supported.stop - 1}"
         )
     session.admit(api_key)
+    if api_key != api_table.PRODUCE and len(frame) > calls.settings.kafka_max_other_request_bytes:
+        # Refused before it is parsed: its entries cost the event loop a Python step each, all the
+        # other connections of the worker waiting (the setting's description).
+        raise MalformedRequest(
+            f"a request of api key {api_key} of {len(frame)} bytes: expected at most "
+            f"{calls.settings.kafka_max_other_request_bytes} (kafka_max_other_request_bytes; only Produce "
+            f"may reach kafka_max_request_bytes)"
+        )
     request = parse_request(frame, supported)
     context = RequestContext(
         calls,
