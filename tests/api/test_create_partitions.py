@@ -135,7 +135,7 @@ def test_growth_does_not_wait_for_an_open_produce_and_serializes_with_delete(mod
             growing = asyncio.create_task(asyncio.to_thread(_grow_in_thread, module_server, name, 4))
             while not await grower.fetchval(
                 "SELECT count(*) FROM pg_stat_activity "
-                "WHERE wait_event_type = 'Lock' AND query LIKE '%FOR NO KEY UPDATE%'"
+                "WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FOR NO KEY UPDATE%'"
             ):
                 await asyncio.sleep(0.01)
             await deleting.commit()

@@ -481,8 +481,8 @@ def test_a_produce_racing_the_expiry_of_its_producer_gets_unknown_producer_id(se
                 # Wait until the produce waits for the partition's lock (it checked the id already).
                 # Asked outside this transaction: pg_stat_activity is a snapshot within one.
                 while not await watcher.fetchval(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                    "AND query LIKE '%FOR UPDATE%' AND pid <> $1",
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%' AND pid <> $1",
                     conn.get_server_pid(),
                 ):
                     await asyncio.sleep(0.01)

@@ -68,10 +68,16 @@ class _HeldPartition:
 
 
 def _waiting_for_a_lock(database_url: str) -> int:
+    """Sessions of this test's database waiting for a lock: the test session's PostgreSQL also serves
+    other tests' databases, whose servers (module-scoped ones, still running) may wait for locks of
+    their own at any moment."""
+
     async def count() -> int:
         conn = await connect(database_url)
         try:
-            return await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+            return await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
         finally:
             await conn.close()
 
