@@ -103,6 +103,12 @@ class Settings(BaseSettings):
     max_records_per_request: int = Field(100_000, ge=1, description="most records one produce request may carry")
     max_partitions_per_request: int = Field(10_000, ge=1, description="most partitions one request may name")
     max_wait_ms: int = Field(30_000, ge=0, le=30_000, description="cap on a fetch's long-poll wait")
+    max_fetch_bytes: int = Field(
+        57_671_680,
+        ge=1024,
+        description="the most stored bytes of batches one HTTP fetch answers from, over all its partitions "
+        "(Kafka's fetch.max.bytes, 55 MiB); its first batch is answered whatever its size",
+    )
     max_concurrent_long_polls: int = Field(
         1_000, ge=0, description="long polls held open at once per server; beyond, fetches answer at once"
     )

@@ -49,7 +49,14 @@ async def fetch_records(
     positions = [FetchPosition(p.topic, p.partition, p.offset) for p in body.partitions]
     with LongPollSlots.of(request).wait_budget(body.max_wait_ms) as max_wait_ms:
         results = await fetch(
-            pool, notifier, positions, body.isolation_level, body.max_records, max_wait_ms, body.encoding
+            pool,
+            notifier,
+            positions,
+            body.isolation_level,
+            body.max_records,
+            max_wait_ms,
+            body.encoding,
+            settings.max_fetch_bytes,
         )
     request.app.state.metrics.records_fetched.inc(sum(len(result.records or ()) for result in results))
     return json_response({"partitions": [_entry(result) for result in results]})
@@ -63,6 +70,7 @@ async def read_records(
     pool: PoolDep,
     notifier: NotifierDep,
     request: Request,
+    settings: SettingsDep,
     principal: PrincipalDep,
     partition: Annotated[int, schemas.Field(ge=0, le=schemas.INT32_MAX)],
     offset: Annotated[int, Query(ge=0, le=schemas.INT64_MAX)] = 0,
@@ -82,6 +90,7 @@ async def read_records(
             max_records,
             granted_wait_ms,
             encoding,
+            settings.max_fetch_bytes,
         )
     if result.error is not None:
         return error_response(result.error)

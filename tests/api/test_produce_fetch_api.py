@@ -903,3 +903,34 @@ def test_list_offsets_max_timestamp_is_the_first_record_with_the_highest(client,
     produce(client, topic, 0, [{"value": "c", "timestamp_ms": 100}, {"value": "d", "timestamp_ms": 500}])
     [found] = list_offsets(client, [(topic, 0, -3)])
     assert (found["offset"], found["timestamp_ms"], found["error"]) == (1, 500, None)
+
+
+def test_a_fetch_answers_at_most_max_fetch_bytes_of_batches_and_its_first_whatever_its_size(make_server):
+    """Regression: an HTTP fetch read every batch its max_records reached, whatever their size, so one
+    asking 10,000 records of a topic of large records made the worker read and hold gigabytes. It now
+    answers from at most the server's max_fetch_bytes of stored batches, over all its partitions, as
+    Kafka's fetch.max.bytes bounds a fetch, and its first batch whatever its size (KIP-74): a consumer
+    continues from next_offset, and nothing is skipped."""
+    server = make_server(max_fetch_bytes=1024)
+    client = server.client
+    assert client.post("/v1/topics", json={"name": "large", "partitions": 2}).status_code == 201
+    for i in range(6):
+        produce(client, "large", 0, [{"value": f"{i}" + "x" * 400}])
+    produce(client, "large", 1, [{"value": "y" * 3000}])
+    produce(client, "large", 1, [{"value": "z"}])
+
+    first, second = fetch(client, [("large", 0, 0), ("large", 1, 0)], max_records=100)
+    assert 1 <= len(first["records"]) < 6 and second["records"] == []  # the budget went on partition 0
+    assert first["next_offset"] == first["records"][-1]["offset"] + 1
+    seen, offset = [], 0
+    while offset < 6:
+        entry = fetch_one(client, "large", 0, offset, max_records=100)
+        assert entry["records"], entry
+        seen += [record["value"][0] for record in entry["records"]]
+        offset = entry["next_offset"]
+    assert seen == [str(i) for i in range(6)]
+    oversized = fetch_one(client, "large", 1, 0, max_records=100)
+    assert [len(r["value"]) for r in oversized["records"]] == [3000]  # the first batch, larger than the budget
+    assert oversized["next_offset"] == 1
+    get = client.get("/v1/topics/large/partitions/0/records", params={"offset": 0, "max_records": 100})
+    assert 1 <= len(get.json()["records"]) < 6

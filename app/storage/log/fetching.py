@@ -37,11 +37,14 @@ async def _read_all(
     max_records: int,
     isolation_level: str,
     encoding: str,
+    max_bytes: int,
 ) -> tuple[list[PartitionFetch], dict[str, TopicInfo]]:
     """Reads every position; `topics` None: looks them up first, with the partitions' states, in one
-    statement."""
+    statement. `max_records` and `max_bytes` are shared by the positions in order, as Kafka's fetch
+    shares fetch.max.bytes: the first batch read is answered whatever its size (KIP-74)."""
     results = []
     budget = max_records
+    bytes_left = max_bytes
     # No transaction: the states come in one statement, and each page of a partition's batches is
     # one statement that is right on its own (partition_log._PAGE_SQL); a fetch is then two round
     # trips where BEGIN and COMMIT made it four.
@@ -64,6 +67,8 @@ async def _read_all(
                     isolation_level,
                     encoding,
                     states.get((position.topic, position.partition)),
+                    max_bytes=bytes_left,
+                    at_least_one_batch=bytes_left == max_bytes,
                 )
             except BrokerError as error:
                 state = None
@@ -72,6 +77,7 @@ async def _read_all(
                 results.append(PartitionFetch(position, error=error, state=state))
                 continue
             budget -= len(read.records)
+            bytes_left -= read.size_bytes
             results.append(
                 PartitionFetch(position, state=read.state, next_offset=read.next_offset, records=read.records)
             )
@@ -86,21 +92,23 @@ async def fetch(
     max_records: int,
     max_wait_ms: int,
     encoding: str,
+    max_bytes: int = partition_log.MAX_READ_BYTES,
 ) -> list[PartitionFetch]:
-    """Returns as soon as any partition has records or an error, else after max_wait_ms."""
+    """Returns as soon as any partition has records or an error, else after max_wait_ms. `max_bytes`:
+    the stored bytes of batches the answer may come from (its first batch whatever its size)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000
     # The usual fetch finds records at once: the topics are looked up in its read's snapshot, one
     # acquire and round trip fewer. Only a fetch that will wait watches for appends, and reads again
     # once watching, so that an append between the two reads is not missed.
-    results, topics = await _read_all(pool, positions, None, max_records, isolation_level, encoding)
+    results, topics = await _read_all(pool, positions, None, max_records, isolation_level, encoding, max_bytes)
     if max_wait_ms <= 0 or any(r.error is not None or r.records for r in results):
         return results
     watched = [(topics[p.topic].topic_id, p.partition) for p in positions if p.topic in topics]
     with notifier.watching(watched) as appended:
         while True:
             appended.clear()
-            results, _ = await _read_all(pool, positions, topics, max_records, isolation_level, encoding)
+            results, _ = await _read_all(pool, positions, topics, max_records, isolation_level, encoding, max_bytes)
             remaining = deadline - loop.time()
             if remaining <= 0 or any(r.error is not None or r.records for r in results):
                 return results

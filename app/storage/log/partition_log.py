@@ -44,6 +44,8 @@ BATCH_COLUMNS = (
 # The most batches one partition read looks at: bounds a fetch's cost when a long run of aborted
 # batches or markers returns nothing.
 MAX_BATCHES_SCANNED = 20_000
+# `read`'s byte budget when its caller sets none: more than any page can hold.
+MAX_READ_BYTES = 2**62
 
 
 def notification_key(topic_id: int, partition: int) -> str:
@@ -66,6 +68,7 @@ class ReadResult:
     state: PartitionState
     records: list[dict]
     next_offset: int
+    size_bytes: int = 0  # the stored bytes of the batches its records came from (`read`'s max_bytes)
 
 
 # The LSO is the first offset of the earliest open transaction (a probe of the partial index
@@ -176,13 +179,21 @@ ABORTED_BATCH_SQL = f"""(b.is_transactional AND b.control_type IS NULL AND coale
 # transaction's marker no earlier than its batches (log_cleaner.py's rules), and whatever it removes
 # between two pages is simply not returned.
 _PAGE_BATCHES = (
-    "SELECT base_offset, last_offset, control_type, producer_id, producer_epoch, is_transactional, records "
-    "FROM record_batches"
+    "SELECT base_offset, last_offset, control_type, producer_id, producer_epoch, is_transactional, size_bytes, "
+    "records FROM record_batches"
 )
 
+# $9: the bytes the page may carry payloads of (`read`'s max_bytes): a payload comes only while the
+# data batches before it in the page (aborted ones too, conservatively) hold fewer bytes, so that a
+# page of large batches never carries more than that and one batch. One withheld that `read` still
+# wants (the aborted ones counted here, not there) is fetched by _payloads, within `read`'s budget.
 _PAGE_SQL = f"""
 SELECT b.base_offset, b.last_offset, b.control_type, b.producer_id, b.producer_epoch, b.is_transactional, a.aborted,
-       CASE WHEN b.control_type IS NULL AND NOT a.aborted AND b.base_offset < $7 THEN b.records END AS records
+       b.size_bytes,
+       CASE WHEN b.control_type IS NULL AND NOT a.aborted AND b.base_offset < $7
+                 AND coalesce(sum(b.size_bytes) FILTER (WHERE b.control_type IS NULL)
+                              OVER (ORDER BY b.last_offset ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) < $9
+            THEN b.records END AS records
 FROM (
     ({_PAGE_BATCHES}
      WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $6 AND base_offset < $4
@@ -213,24 +224,31 @@ async def read(
     isolation_level: str,
     encoding: str,
     state: PartitionState | None = None,
+    max_bytes: int = MAX_READ_BYTES,
+    at_least_one_batch: bool = True,
 ) -> ReadResult:
-    """Up to max_records records from `offset`; `state`: the partition's, when the caller has read it
-    (topics_and_states). Needs no snapshot across its statements (see _PAGE_SQL)."""
+    """Up to max_records records from `offset`, from batches of at most `max_bytes` stored bytes in
+    all, as Kafka's fetch.max.bytes bounds an answer (KIP-74): the first batch is read whatever its
+    size when `at_least_one_batch`, so that a batch larger than the budget never stalls a consumer;
+    `state`: the partition's, when the caller has read it (topics_and_states). Needs no snapshot
+    across its statements (see _PAGE_SQL)."""
     if state is None:
         state = await partition_state(conn, topic, partition)
     if not state.log_start_offset <= offset <= state.high_watermark:
         raise _offset_out_of_range(topic, partition, offset, state)
     upper = state.upper_bound(isolation_level)
-    if offset >= upper or max_records <= 0:  # a spent budget still reports the watermarks
-        return ReadResult(state, [], offset)
+    if offset >= upper or max_records <= 0 or (max_bytes <= 0 and not at_least_one_batch):
+        return ReadResult(state, [], offset)  # a spent budget still reports the watermarks
     records: list[dict] = []
     next_offset = offset
     scanned = 0
+    read_bytes = 0
+    bytes_spent = False
     window = max_records  # offsets a page covers: every record wanted, when nothing is skipped
     # Markers and aborted batches are skipped, so keep reading pages of batches until the records
     # are enough, the upper bound is reached, or MAX_BATCHES_SCANNED bounds the request's cost (the
     # caller then continues from next_offset).
-    while len(records) < max_records and next_offset < upper and scanned < MAX_BATCHES_SCANNED:
+    while len(records) < max_records and next_offset < upper and scanned < MAX_BATCHES_SCANNED and not bytes_spent:
         wanted_records = max_records - len(records)
         page_size = min(wanted_records, MAX_BATCHES_SCANNED - scanned) + 16
         headers = await conn.fetch(
@@ -243,6 +261,7 @@ async def read(
             next_offset + window,
             next_offset + wanted_records,
             isolation_level == READ_COMMITTED,
+            max(max_bytes - read_bytes, 1),
         )
         # More rows than page_size only when the first part filled its LIMIT and the window's last
         # batch came too: it is not contiguous with the rest, so it waits for the next page.
@@ -256,6 +275,10 @@ async def read(
             if header["control_type"] is not None or header["aborted"]:
                 position = header["last_offset"] + 1
                 continue
+            if read_bytes + header["size_bytes"] > max_bytes and (read_bytes or records or not at_least_one_batch):
+                bytes_spent = True  # this batch is the next answer's
+                break
+            read_bytes += header["size_bytes"]
             start = max(position - header["base_offset"], 0)
             stop = min(header["last_offset"] - header["base_offset"] + 1, start + budget)
             wanted.append((header, start, stop))
@@ -284,9 +307,11 @@ async def read(
                 encoding,
             )
         next_offset = position
-        if budget > 0:  # skipped records (markers, aborted batches, compaction's holes): look further next time
+        if (
+            budget > 0 and not bytes_spent
+        ):  # skipped records (markers, aborted batches, compaction's holes): look further next time
             window = min(window * 8, MAX_WINDOW_OFFSETS)
-    return ReadResult(state, records, next_offset)
+    return ReadResult(state, records, next_offset, read_bytes)
 
 
 async def _payloads(
