@@ -31,6 +31,7 @@ from app.storage.database import CONNECTION_ERRORS, create_pool
 from app.storage.log import topics
 from app.storage.log.append_notifier import AppendNotifier
 from app.storage.migrations import is_at_head, upgrade_to_head
+from app.storage.replication_barrier import ReplicationBarrier
 from app.storage.security import principals
 
 log = logging.getLogger("txbroker")
@@ -147,6 +148,8 @@ def create_app(
         )
         app.state.workers = BackgroundWorkers(app.state.coordinator, app.state.group_coordinator, settings)
         app.state.notifier = AppendNotifier(database_url, settings.long_poll_fallback_ms / 1000)
+        app.state.replication_barrier = ReplicationBarrier(app.state.pool)
+        await app.state.replication_barrier.start()
         await app.state.notifier.start()
         readiness = asyncio.create_task(_become_ready(app, settings), name="become-ready")
         node = None if wait_for_every_worker is None else asyncio.create_task(_node_ready(app, wait_for_every_worker))
@@ -164,6 +167,7 @@ def create_app(
                 await app.state.kafka_listener.stop()
             await app.state.workers.stop()
             await app.state.notifier.stop()
+            await app.state.replication_barrier.stop()
             await app.state.pool.close()
 
     app = FastAPI(

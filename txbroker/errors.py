@@ -240,6 +240,11 @@ UnstableOffsetCommitError = _error(
     doc="a transactional offset commit awaits its transaction's outcome",
 )
 OffsetOutOfRangeError = _error("OffsetOutOfRangeError", ErrorCode.OFFSET_OUT_OF_RANGE, doc="offset outside the log")
+OffsetNotAvailableError = _error(
+    "OffsetNotAvailableError",
+    ErrorCode.OFFSET_NOT_AVAILABLE,
+    doc="the database's synchronous standby has not confirmed the offset yet (it is away); retried",
+)
 NotCoordinatorError = _error("NotCoordinatorError", ErrorCode.NOT_COORDINATOR, doc="ask /v1/coordinators/find again")
 UnauthorizedError = _error(
     "UnauthorizedError", ErrorCode.UNAUTHORIZED, fatal=True, doc="missing or invalid credentials"
@@ -317,6 +322,7 @@ _BY_CODE: dict[str, type[TxbrokerError]] = {
         GroupSubscribedToTopicError,
         UnstableOffsetCommitError,
         OffsetOutOfRangeError,
+        OffsetNotAvailableError,
         NotCoordinatorError,
         UnauthorizedError,
         TopicAuthorizationFailedError,

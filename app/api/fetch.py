@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request
 
 from app.api import schemas
 from app.api.auth import PrincipalDep
-from app.api.deps import READY, NotifierDep, PoolDep, SettingsDep
+from app.api.deps import READY, NotifierDep, PoolDep, ReplicationBarrierDep, SettingsDep
 from app.api.json_route import OrjsonRoute
 from app.api.request_limits import LongPollSlots, check_partition_count
 from app.api.responses import error_or_none, error_response, json_response, watermarks
@@ -36,6 +36,7 @@ async def fetch_records(
     body: schemas.FetchRequest,
     pool: PoolDep,
     notifier: NotifierDep,
+    barrier: ReplicationBarrierDep,
     request: Request,
     settings: SettingsDep,
     principal: PrincipalDep,
@@ -51,6 +52,7 @@ async def fetch_records(
         results = await fetch(
             pool,
             notifier,
+            barrier,
             positions,
             body.isolation_level,
             body.max_records,
@@ -69,6 +71,7 @@ async def read_records(
     topic: str,
     pool: PoolDep,
     notifier: NotifierDep,
+    barrier: ReplicationBarrierDep,
     request: Request,
     settings: SettingsDep,
     principal: PrincipalDep,
@@ -85,6 +88,7 @@ async def read_records(
         [result] = await fetch(
             pool,
             notifier,
+            barrier,
             [FetchPosition(topic, partition, offset)],
             isolation_level,
             max_records,
@@ -98,7 +102,13 @@ async def read_records(
 
 
 @router.post("/offsets/list", response_model=schemas.ListOffsetsResponse, responses=ERRORS)
-async def list_offsets(body: schemas.ListOffsetsRequest, pool: PoolDep, settings: SettingsDep, principal: PrincipalDep):
+async def list_offsets(
+    body: schemas.ListOffsetsRequest,
+    pool: PoolDep,
+    barrier: ReplicationBarrierDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+):
     """[ListOffsets] latest (-1: the high watermark, or the LSO under read_committed), earliest (-2),
     the record with the highest timestamp (-3, KIP-734: the first such, below that bound), or the
     first offset whose timestamp is at or after a time (-1 when there is none). Needs Describe on
@@ -107,7 +117,7 @@ async def list_offsets(body: schemas.ListOffsetsRequest, pool: PoolDep, settings
     for topic in {p.topic for p in body.partitions}:
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
     found = await find_offsets(
-        pool, [(p.topic, p.partition, p.timestamp) for p in body.partitions], body.isolation_level
+        pool, barrier, [(p.topic, p.partition, p.timestamp) for p in body.partitions], body.isolation_level
     )
     entries = [
         {

@@ -3,7 +3,8 @@ long-polling (through the AppendNotifier every front door shares) until a record
 up; `fetch_batches` reads whole stored batches, for a door that answers batches rather than
 records, long-polling until enough bytes are read, and reads a connection's next request ahead while
 its consumer is behind (`ReadAhead`); `find_offsets` (ListOffsets) answers latest, earliest, or the
-first offset at or after a time, per partition."""
+first offset at or after a time, per partition. With a synchronous standby, each answers only what
+the standby has (`ReplicationBarrier`, docs/operations-high-availability.md#what-readers-see)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from app.storage.log.partition_log import (
     PartitionState,
 )
 from app.storage.log.topics import TopicInfo, find_topics, unknown_partition, unknown_topic, unknown_topic_id
+from app.storage.replication_barrier import READ_WAIT_MIN_S, ReplicationBarrier
 from txbroker.wire import READ_COMMITTED, READ_UNCOMMITTED
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "OffsetFound",
     "PartitionFetch",
     "ReadAhead",
+    "ReplicationBarrier",
     "StoredBatch",
     "fetch",
     "fetch_batches",
@@ -79,11 +82,12 @@ class OffsetFound:
 
 
 async def find_offsets(
-    pool: asyncpg.Pool, requested: list[tuple[str, int, int]], isolation_level: str
+    pool: asyncpg.Pool, barrier: ReplicationBarrier, requested: list[tuple[str, int, int]], isolation_level: str
 ) -> list[OffsetFound]:
     """For each (topic, partition, timestamp): latest (-1: the high watermark, or the last stable
     offset under read_committed), earliest (-2), or the first offset whose timestamp is at or
-    after a time."""
+    after a time. An offset the synchronous standby does not confirm within READ_WAIT_MIN_S is
+    OFFSET_NOT_AVAILABLE (retriable, Kafka's answer for a high watermark not known yet)."""
     answers = []
     async with pool.acquire() as conn:
         topics = await find_topics(conn, sorted({topic for topic, _, _ in requested}))
@@ -98,7 +102,22 @@ async def find_offsets(
                 answers.append(OffsetFound(topic_name, partition, offset, timestamp_ms))
             except BrokerError as error:
                 answers.append(OffsetFound(topic_name, partition, error=error))
-    return answers
+    if await barrier.confirm(READ_WAIT_MIN_S):
+        return answers
+    return [
+        answer
+        if answer.error is not None
+        else OffsetFound(
+            answer.topic,
+            answer.partition,
+            error=BrokerError(
+                ErrorCode.OFFSET_NOT_AVAILABLE,
+                f"the offset of {answer.topic}-{answer.partition} is not confirmed by the database's "
+                f"synchronous standby after {READ_WAIT_MIN_S:g} s (it is away or slow): retry",
+            ),
+        )
+        for answer in answers
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +152,18 @@ class FetchedBatches:
     def size(self) -> int:
         return sum(batch.size_bytes for batch in self.batches)
 
+    def leave_out_unconfirmed(self) -> None:
+        """Answers nothing past the position (ReplicationBarrier.answer): no batches, the watermarks
+        of a reader caught up; an error stays."""
+        if self.error is None and self.state is not None:
+            self.batches = []
+            self.state = self.state.no_further_than(self.position.offset)
+
 
 async def fetch_batches(
     pool: asyncpg.Pool,
     notifier: AppendNotifier,
+    barrier: ReplicationBarrier,
     positions: list[BatchFetchPosition],
     refused: dict[str, BrokerError | None],
     read_committed: bool,
@@ -151,7 +178,10 @@ async def fetch_batches(
     has passed, re-reading whenever one of the partitions gets an append. `refused`: the error of
     each topic the caller may not read (None for the others); its positions are answered with it,
     not read. `read_ahead`: the connection's, when the door has one: the first read may come from
-    it, and an answer that leaves the reader behind starts the next one."""
+    it, and an answer that leaves the reader behind starts the next one. With a synchronous standby
+    the answer waits for it to have what was read (ReplicationBarrier.answer: the batches read ahead
+    too, since their partitions' states were read again after them; the next read ahead, started
+    before, overlaps the wait)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000
     request = _ReadRequest(tuple(positions), read_committed, max_bytes)
@@ -174,7 +204,7 @@ async def fetch_batches(
             if read_earlier is not None:
                 read_ahead.answered()
             read_ahead.start_after(pool, request, refused, results)
-        return results
+        return await barrier.answer(results, deadline)
     watched = [(found[p.topic].topic_id, p.partition) for p in positions if p.topic in found]
     with notifier.watching(watched) as appended:
         while True:
@@ -183,7 +213,7 @@ async def fetch_batches(
             if done():
                 if read_ahead is not None:
                     read_ahead.start_after(pool, request, refused, results)
-                return results
+                return await barrier.answer(results, deadline)
             try:
                 await asyncio.wait_for(appended.wait(), min(deadline - loop.time(), notifier.fallback_s))
             except TimeoutError:

@@ -631,6 +631,7 @@ class BrokerCalls:
         results = await fetch_batches(
             self._state.pool,
             self._state.notifier,
+            self._state.replication_barrier,
             positions,
             denied,
             read_committed,
@@ -660,6 +661,7 @@ class BrokerCalls:
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic_name)
         [found] = await find_offsets(
             self._state.pool,
+            self._state.replication_barrier,
             [(topic_name, partition, timestamp)],
             READ_COMMITTED if read_committed else READ_UNCOMMITTED,
         )

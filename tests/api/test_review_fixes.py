@@ -18,6 +18,7 @@ from app.storage.database import create_pool
 from app.storage.log import fetching
 from app.storage.log.append_notifier import AppendNotifier
 from app.storage.log.fetching import FetchPosition
+from app.storage.replication_barrier import ReplicationBarrier
 
 
 def run_producer_expiry(running) -> None:
@@ -431,7 +432,14 @@ def test_a_fetch_racing_a_topic_delete_answers_without_a_server_error(server):
                 return wrapped[-1]
 
             return await fetching.fetch(
-                _Pool(pool, wrap), notifier, [FetchPosition("vanishing", 0, 0)], "read_uncommitted", 100, 0, "utf8"
+                _Pool(pool, wrap),
+                notifier,
+                ReplicationBarrier(pool),
+                [FetchPosition("vanishing", 0, 0)],
+                "read_uncommitted",
+                100,
+                0,
+                "utf8",
             )
         finally:
             await pool.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import os
 import shutil
 import signal
@@ -30,8 +31,16 @@ import asyncpg
 import httpx
 import pytest
 
+from app.coordinator.fetch import (
+    LATEST_TIMESTAMP,
+    AppendNotifier,
+    BatchFetchPosition,
+    ReplicationBarrier,
+    fetch_batches,
+    find_offsets,
+)
 from app.runtime.embedded_postgres import EmbeddedPostgres
-from app.storage.database import connect_to_primary
+from app.storage.database import connect_to_primary, create_pool
 from tests.conftest import free_ports_outside_the_ephemeral_range
 from tests.sdk.test_sdk_integration import read_all
 from txbroker import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition, TxbrokerError
@@ -360,3 +369,195 @@ def test_failover_to_a_synchronous_standby_loses_nothing_acknowledged(cluster, s
         offset = committed[TopicPartition("loop-in", partition)] or 0
         assert offset >= max(writers.offsets_acked.get(partition, 0), last_inputs[partition] + 1)
         assert offset >= before["offsets"].get(partition, 0)
+
+
+def _wal_receiver_pid(standby: EmbeddedPostgres) -> int:
+    return _sql(standby, "SELECT pid FROM pg_stat_wal_receiver")[0]["pid"]
+
+
+def test_readers_see_only_what_the_synchronous_standby_has(cluster, server_process):
+    """A commit the standby never confirmed becomes visible on the primary when its wait for the
+    standby ends otherwise (here its session is terminated, as by an operator, a pooler, a fast
+    shutdown; a statement_timeout cancels it alike). No reader is answered it: not a fetch, not a
+    long poll woken by its notification, not ListOffsets, not the Kafka door's fetch. The failover
+    then loses it, and its offset goes to another record, which nobody confuses with it."""
+    primary, standby = cluster
+    url = (
+        f"postgresql://txbroker@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/txbroker"
+        "?target_session_attrs=read-write"
+    )
+    server = server_process("--database-url", url, "--workers", "1")
+    topic = "unconfirmed"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic, partitions=1)
+    records_url = f"{server.url}/v1/topics/{topic}/records"
+    httpx.post(records_url, json={"partition": 0, "records": [{"value": "kept"}]}, timeout=30).raise_for_status()
+    answered: list[str] = []  # every record value any reader was answered
+
+    def fetched(offset: int, isolation_level: str, max_wait_ms: int = 0) -> dict:
+        body = {
+            "partitions": [{"topic": topic, "partition": 0, "offset": offset}],
+            "isolation_level": isolation_level,
+            "max_wait_ms": max_wait_ms,
+        }
+        response = httpx.post(f"{server.url}/v1/fetch", json=body, timeout=60)
+        response.raise_for_status()
+        [entry] = response.json()["partitions"]
+        answered.extend(record["value"] for record in entry["records"])
+        return entry
+
+    assert [r["value"] for r in fetched(0, "read_committed")["records"]] == ["kept"]
+
+    # The standby stops confirming: a produce's COMMIT waits for it, visible to no other session.
+    wal_receiver = _wal_receiver_pid(standby)
+    os.kill(wal_receiver, signal.SIGSTOP)
+    try:
+        _read_nothing_unconfirmed(server.url, primary, topic, fetched)
+        # The failover: the primary dies; the standby, which never wrote the record (its WAL,
+        # received but unread, goes with the stopped WAL receiver), is promoted.
+        os.kill(primary.pid, signal.SIGKILL)
+        primary.stop()
+    finally:
+        os.kill(wal_receiver, signal.SIGKILL)  # also after a failure: stopped, it would keep the standby up
+    _until(lambda: _promoted(standby), "the standby's promotion", DEADLINE_S)
+
+    def produced_again() -> list[int] | None:
+        response = httpx.post(records_url, json={"partition": 0, "records": [{"value": "after"}]}, timeout=30)
+        return [response.json()["base_offset"]] if response.status_code == 200 else None
+
+    assert _until(produced_again, "a produce on the new primary", DEADLINE_S) == [1]  # the lost record's offset
+    values = [r["value"] for r in fetched(0, "read_uncommitted")["records"]]
+    assert values == ["kept", "after"], values  # "lost" is gone, its offset 1 taken by "after"
+    assert "lost" not in answered, answered
+
+
+def _read_nothing_unconfirmed(server_url: str, primary: EmbeddedPostgres, topic: str, fetched) -> None:
+    """While the standby confirms nothing: a produce whose wait ends otherwise is visible on the
+    primary, and no reader is answered it (`fetched` records what it answers)."""
+    records_url = f"{server_url}/v1/topics/{topic}/records"
+    long_poll = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+    try:
+        waiting_reader = long_poll.submit(fetched, 1, "read_uncommitted", 4000)
+        producer = long_poll.submit(
+            httpx.post, records_url, json={"partition": 0, "records": [{"value": "lost"}]}, timeout=60
+        )
+        [waiting] = _until(
+            lambda: _sql(primary, "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'"),
+            "the produce's commit to wait for the standby",
+        )
+        assert not producer.done()
+        # Its wait ends without the standby: committed on the primary, the producer not answered.
+        _sql(primary, f"SELECT pg_terminate_backend({waiting['pid']})")
+        assert producer.result().status_code == 503
+        _until(lambda: asyncio.run(_high_watermark(primary, topic)) == 2, "the record to be visible on the primary")
+
+        for isolation_level in ("read_uncommitted", "read_committed"):
+            entry = fetched(1, isolation_level)
+            assert (entry["records"], entry["high_watermark"], entry["next_offset"]) == ([], 1, 1), entry
+        one = httpx.get(f"{records_url.replace('/records', '')}/partitions/0/records?offset=1", timeout=60).json()
+        assert (one["records"], one["high_watermark"]) == ([], 1), one
+        listed = httpx.post(
+            f"{server_url}/v1/offsets/list",
+            json={"partitions": [{"topic": topic, "partition": 0, "timestamp": -1}]},
+            timeout=60,
+        ).json()["partitions"]
+        assert listed[0]["error"]["code"] == "OFFSET_NOT_AVAILABLE", listed
+        assert listed[0]["error"]["retriable"] is True
+        assert asyncio.run(_kafka_doors_reads(primary, topic)) == ([], 1, "OFFSET_NOT_AVAILABLE")
+        woken = waiting_reader.result()
+        assert (woken["records"], woken["high_watermark"]) == ([], 1), woken
+    finally:
+        long_poll.shutdown(wait=True)
+
+
+async def _high_watermark(postgres: EmbeddedPostgres, topic: str) -> int:
+    connection = await asyncpg.connect(postgres.database_url)
+    try:
+        return await connection.fetchval(
+            "SELECT p.high_watermark FROM partitions p JOIN topics t USING (topic_id) WHERE t.name = $1", topic
+        )
+    finally:
+        await connection.close()
+
+
+async def _kafka_doors_reads(postgres: EmbeddedPostgres, topic: str) -> tuple[list, int, str]:
+    """What the Kafka door's Fetch (fetch_batches, which its read ahead feeds) and ListOffsets
+    (find_offsets) answer from offset 1, against the primary, with a barrier of their own."""
+    pool = await create_pool(postgres.database_url, 2)
+    notifier = AppendNotifier(postgres.database_url, 1.0)
+    barrier = ReplicationBarrier(pool)
+    try:
+        position = BatchFetchPosition(topic, 0, 1, 1 << 20)
+        [fetched] = await fetch_batches(pool, notifier, barrier, [position], {topic: None}, False, 0, 1, 1 << 20)
+        [latest] = await find_offsets(pool, barrier, [(topic, 0, LATEST_TIMESTAMP)], "read_uncommitted")
+    finally:
+        await barrier.stop()  # its COMMIT waits for the standby, which does not confirm
+        await pool.close()
+    return fetched.batches, fetched.state.high_watermark, latest.error.code.name
+
+
+def _promoted(standby: EmbeddedPostgres) -> bool:
+    """Promotes the standby once it accepts connections again (its WAL receiver's death restarted
+    its processes); True once it is the primary."""
+    try:
+        if _sql(standby, "SELECT pg_is_in_recovery() AS standby")[0]["standby"]:
+            _sql(standby, "SELECT pg_promote(wait => true)")
+        return not _sql(standby, "SELECT pg_is_in_recovery() AS standby")[0]["standby"]
+    except (OSError, asyncpg.PostgresError):
+        return False
+
+
+def test_a_barrier_whose_wait_was_cancelled_confirms_nothing(cluster):
+    """A COMMIT whose wait for the standby is cancelled returns as if it had been confirmed (with a
+    WARNING): the barrier then commits another, and confirms only once the standby has it."""
+    primary, standby = cluster
+
+    async def waiting_for_the_standby(condition, what: str) -> list:
+        deadline = time.monotonic() + 10
+        while not condition(
+            rows := await _on(primary, "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+        ):
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            await asyncio.sleep(0.05)
+        return rows
+
+    async def run() -> None:
+        pool = await create_pool(primary.database_url, 2)
+        barrier = ReplicationBarrier(pool)
+        [receiver] = await _on(standby, "SELECT pid FROM pg_stat_wal_receiver")
+        wal_receiver = receiver["pid"]
+        try:
+            assert await barrier.confirm(10) and barrier.committed == 1
+            os.kill(wal_receiver, signal.SIGSTOP)
+            try:
+                confirmed = asyncio.create_task(barrier.confirm(60))
+                [first] = await waiting_for_the_standby(bool, "a barrier to wait")
+                await _on(primary, f"SELECT pg_cancel_backend({first['pid']})")
+                await asyncio.sleep(0.5)  # its COMMIT returned, with the WARNING; the next one began
+                await waiting_for_the_standby(lambda rows: rows == [first], "the next barrier, on its connection")
+                assert not confirmed.done() and barrier.committed == 1
+                assert await barrier.confirm(0.5) is False
+            finally:
+                os.kill(wal_receiver, signal.SIGCONT)
+            assert await confirmed and barrier.committed == 2
+        finally:
+            await barrier.stop()
+            await pool.close()
+
+    asyncio.run(run())
+
+
+def test_without_a_synchronous_standby_no_barrier_is_committed(database_url):
+    """The embedded PostgreSQL (no standby): reads are confirmed at once, at no cost."""
+
+    async def run() -> int:
+        pool = await create_pool(database_url, 2)
+        barrier = ReplicationBarrier(pool)
+        try:
+            assert all([await barrier.confirm(1) for _ in range(20)])
+            return barrier.committed
+        finally:
+            await barrier.stop()
+            await pool.close()
+
+    assert asyncio.run(run()) == 0

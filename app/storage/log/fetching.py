@@ -1,4 +1,5 @@
-"""Fetch: reads several partitions at once, long-polling until a record arrives or time is up."""
+"""Fetch: reads several partitions at once, long-polling until a record arrives or time is up; what
+it answers the synchronous standby has (replication_barrier.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from app.storage.log import partition_log
 from app.storage.log.append_notifier import AppendNotifier
 from app.storage.log.partition_log import PartitionState
 from app.storage.log.topics import TopicInfo, unknown_topic
+from app.storage.replication_barrier import ReplicationBarrier
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +30,14 @@ class PartitionFetch:
     state: PartitionState | None = None
     next_offset: int = 0
     records: list[dict] | None = None
+
+    def leave_out_unconfirmed(self) -> None:
+        """Answers nothing past the position (ReplicationBarrier.answer): no records, the watermarks
+        of a reader caught up; an error stays."""
+        if self.error is None and self.state is not None:
+            self.records = []
+            self.next_offset = self.position.offset
+            self.state = self.state.no_further_than(self.position.offset)
 
 
 async def _read_all(
@@ -87,6 +97,7 @@ async def _read_all(
 async def fetch(
     pool: asyncpg.Pool,
     notifier: AppendNotifier,
+    barrier: ReplicationBarrier,
     positions: list[FetchPosition],
     isolation_level: str,
     max_records: int,
@@ -94,8 +105,9 @@ async def fetch(
     encoding: str,
     max_bytes: int = partition_log.MAX_READ_BYTES,
 ) -> list[PartitionFetch]:
-    """Returns as soon as any partition has records or an error, else after max_wait_ms. `max_bytes`:
-    the stored bytes of batches the answer may come from (its first batch whatever its size)."""
+    """Returns as soon as any partition has records or an error, else after max_wait_ms; with a
+    synchronous standby, once it has what is answered (ReplicationBarrier.answer). `max_bytes`: the
+    stored bytes of batches the answer may come from (its first batch whatever its size)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_ms / 1000
     # The usual fetch finds records at once: the topics are looked up in its read's snapshot, one
@@ -103,7 +115,7 @@ async def fetch(
     # once watching, so that an append between the two reads is not missed.
     results, topics = await _read_all(pool, positions, None, max_records, isolation_level, encoding, max_bytes)
     if max_wait_ms <= 0 or any(r.error is not None or r.records for r in results):
-        return results
+        return await barrier.answer(results, deadline)
     watched = [(topics[p.topic].topic_id, p.partition) for p in positions if p.topic in topics]
     with notifier.watching(watched) as appended:
         while True:
@@ -111,7 +123,7 @@ async def fetch(
             results, _ = await _read_all(pool, positions, topics, max_records, isolation_level, encoding, max_bytes)
             remaining = deadline - loop.time()
             if remaining <= 0 or any(r.error is not None or r.records for r in results):
-                return results
+                return await barrier.answer(results, deadline)
             try:
                 await asyncio.wait_for(appended.wait(), min(remaining, notifier.fallback_s))
             except TimeoutError:

@@ -62,6 +62,13 @@ class PartitionState:
         """The first offset a reader at this isolation level may not see."""
         return self.last_stable_offset if isolation_level == READ_COMMITTED else self.high_watermark
 
+    def no_further_than(self, offset: int) -> PartitionState:
+        """This state as told to a reader at `offset` when what it read past there is not confirmed
+        by the synchronous standby (replication_barrier.py): the watermarks of a reader caught up."""
+        return PartitionState(
+            min(self.high_watermark, offset), min(self.log_start_offset, offset), min(self.last_stable_offset, offset)
+        )
+
 
 @dataclass(slots=True)
 class ReadResult:
