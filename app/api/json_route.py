@@ -20,7 +20,7 @@ import orjson
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
-from app.api.request_limits import check_listed_partitions
+from app.api.request_limits import check_listed_entries
 
 # serve(request, body): the answer, or None for the endpoint to answer through FastAPI.
 FastPath = Callable[[Request, bytes], Awaitable[Response | None]]
@@ -49,8 +49,9 @@ class OrjsonRequest(Request):
                 # the schema's validation names the field instead of answering "not valid JSON"; bodies
                 # that neither parses fail there with the same message as before.
                 self._json = await super().json()
-            # Before FastAPI validates it: a refused count costs nothing whatever the body's size.
-            check_listed_partitions(self.app.state.settings, self._json)
+            # Before FastAPI validates it: a refused count (partitions, records, headers) costs nothing
+            # whatever the body's size.
+            check_listed_entries(self.app.state.settings, self._json)
         return self._json
 
 

@@ -80,7 +80,7 @@ async def _produce_fast(request: Request, body: bytes):
     """POST /v1/produce's fast path (produce_fast_path.py): a body plainly valid, its records encoded
     while checked, served with the route's dependencies called here."""
     state = request.app.state
-    parsed = parse_produce_body(body, state.settings.max_partitions_per_request)
+    parsed = parse_produce_body(body, state.settings)
     if parsed is None:
         return None
     await require_ready(request)

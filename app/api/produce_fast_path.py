@@ -6,9 +6,12 @@ every record read back to be encoded. Here a body is parsed with orjson and chec
 while its records are encoded (encode_json_records); the route (app/api/produce.py)
 then calls its dependencies (readiness, the principal) directly.
 
-It only ever says yes: a body it does not find plainly valid (not JSON to orjson — which also
-refuses lone surrogates —, a wrong type, a bound, bad base64, too many partitions) goes to the route
-FastAPI built from the schema, so every 400 INVALID_REQUEST keeps the message that path gives.
+It says yes, or refuses a body over the request's count bounds (partitions, records, headers:
+request_limits.check_listed_entries, which the general path runs on its own parse, so the message is
+the same) before it encodes a record of it, not to parse such a body twice. A body it does not find
+plainly valid (not JSON to orjson — which also refuses lone surrogates —, a wrong type, a bound, bad
+base64) goes to the route FastAPI built from the schema, so every 400 INVALID_REQUEST keeps the
+message that path gives.
 Bounds are those of schemas.ProduceRequest; tests/unit/test_produce_fast_path.py holds the two paths to
 the same answers.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.api.request_limits import check_listed_entries
 from app.api.schemas import INT16_MAX, INT32_MAX, INT64_MAX, plain_identifier, plain_int_in, plain_json_object
 from app.clock import now_ms
 from app.coordinator.produce import (
@@ -28,6 +32,7 @@ from app.coordinator.produce import (
     PartitionRecords,
     encode_json_records,
 )
+from app.settings import Settings
 
 DEFAULT_ENCODING = UTF8
 
@@ -41,11 +46,13 @@ class ParsedProduce:
     partitions: list[PartitionRecords]
 
 
-def parse_produce_body(body: bytes, max_partitions: int) -> ParsedProduce | None:
-    """The request, its records encoded, or None: take the general path."""
+def parse_produce_body(body: bytes, settings: Settings) -> ParsedProduce | None:
+    """The request, its records encoded, or None: take the general path. Raises the refusal of a body
+    over the request's count bounds."""
     parsed = plain_json_object(body)
     if parsed is None:
         return None
+    check_listed_entries(settings, parsed)
     transactional_id = parsed.get("transactional_id")
     producer_id = parsed.get("producer_id", NO_PRODUCER_ID)
     producer_epoch = parsed.get("producer_epoch", NO_PRODUCER_EPOCH)
@@ -58,7 +65,7 @@ def parse_produce_body(body: bytes, max_partitions: int) -> ParsedProduce | None
         and plain_int_in(producer_epoch, NO_PRODUCER_EPOCH, INT16_MAX)
         and encoding in ENCODINGS
         and partitions.__class__ is list
-        and 1 <= len(partitions) <= max_partitions
+        and partitions
     ):
         return None
     appended_ms = now_ms()

@@ -1,5 +1,6 @@
 """Limits against resource exhaustion that concern a request's shape, each a setting (app/settings.py).
-(The body size and records-per-request limits are in request_bodies.py and the produce path.)"""
+(The body size limit is in request_bodies.py; the core checks a produce's records again, for the
+Kafka door too: app/coordinator/produce.py's check_request.)"""
 
 from __future__ import annotations
 
@@ -19,21 +20,66 @@ def check_partition_count(settings: Settings, count: int) -> None:
         )
 
 
+def check_record_count(settings: Settings, count: int) -> None:
+    if count > settings.max_records_per_request:
+        raise invalid_request(
+            f"the request carries {count} records: expected at most "
+            f"{settings.max_records_per_request} (setting max_records_per_request); split it"
+        )
+
+
+def check_header_count(settings: Settings, count: int) -> None:
+    """A request's record headers are bounded as its records are, by max_records_per_request over the
+    whole request: each costs validation and encoding as a record does, and a bound per record alone
+    would leave a request of a few records with millions of headers each (a 64 MiB body holds six
+    million empty ones). Kafka's clients never meet it: the bound is the HTTP door's only."""
+    if count > settings.max_records_per_request:
+        raise invalid_request(
+            f"the request carries {count} record headers: expected at most "
+            f"{settings.max_records_per_request} over all its records (setting max_records_per_request); "
+            f"split it, or send fewer headers"
+        )
+
+
 # The top-level lists of the bodies that name partitions (fetch, ListOffsets, offsets, transactions,
 # DeleteRecords, produce), each bounded by max_partitions_per_request.
 _PARTITION_LISTS = ("partitions", "offsets")
 
 
-def check_listed_partitions(settings: Settings, body: object) -> None:
-    """check_partition_count on a body as parsed, before its schema validates it: validating costs
+def check_listed_entries(settings: Settings, body: object) -> None:
+    """The request's bounds on a body as parsed, before its schema validates it: validating costs
     microseconds per entry on the worker's event loop, so a body of a million partitions (58 MB,
     within max_request_bytes) held every other request of the worker for seconds before its count
-    was refused. A top-level list that is not a list of partitions is left to the schema."""
-    if body.__class__ is dict:
-        for key in _PARTITION_LISTS:
-            listed = body.get(key)
-            if listed.__class__ is list:
-                check_partition_count(settings, len(listed))
+    was refused, and one of five million records, or of one record with six million headers, for
+    half a minute. Counted here, for the lists the bounds concern: the partitions (the top-level
+    `partitions` or `offsets`), the records (the top-level `records` of POST /v1/topics/{topic}/records
+    and those of each of produce's partitions) and their headers. Records are counted before their
+    headers, so that a body of millions of records is not walked. An entry that is not what the
+    schema wants is left to it. The produce fast path calls this on the body it parsed itself."""
+    if body.__class__ is not dict:
+        return
+    listed_records = []
+    for key in _PARTITION_LISTS:
+        listed = body.get(key)
+        if listed.__class__ is list:
+            check_partition_count(settings, len(listed))
+            for entry in listed:
+                records = entry.get("records") if entry.__class__ is dict else None
+                if records.__class__ is list:
+                    listed_records.append(records)
+    records = body.get("records")
+    if records.__class__ is list:
+        listed_records.append(records)
+    if not listed_records:
+        return
+    check_record_count(settings, sum(map(len, listed_records)))
+    header_count = 0
+    for records in listed_records:
+        for record in records:
+            headers = record.get("headers") if record.__class__ is dict else None
+            if headers.__class__ is list:
+                header_count += len(headers)
+    check_header_count(settings, header_count)
 
 
 class LongPollSlots:

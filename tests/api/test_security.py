@@ -519,6 +519,63 @@ def test_too_many_partitions_are_refused_before_their_entries_are_validated(make
         assert "names 3 partitions: expected at most 2 (setting max_partitions_per_request)" in error["message"], path
 
 
+def assert_refused(response, message: str) -> None:
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == {"code": "INVALID_REQUEST", "message": message, "retriable": False}
+
+
+def test_too_many_records_are_refused_before_they_are_validated(make_server):
+    """Regression: max_records_per_request was checked once the schema had validated every record:
+    a produce of one partition of five million records `{"value": ""}` (64 MB, within
+    max_request_bytes) held every other request of the worker for 14 s (38 s when a record made the
+    fast path decline) before it was refused. The records are now counted over the whole request
+    first, so a record past the limit is never looked at: here the last one, invalid, which
+    validation would have named."""
+    server = make_server(max_records_per_request=3)
+    server.client.post("/v1/topics", json={"name": "many", "partitions": 2}).raise_for_status()
+    records = [{"value": "a"}, {"value": "b"}]
+    for path, body in (
+        (
+            "/v1/produce",
+            {
+                "partitions": [
+                    {"topic": "many", "partition": 0, "records": records},
+                    {"topic": "many", "partition": 1, "records": [*records, {"value": 1}]},
+                ]
+            },
+        ),
+        ("/v1/topics/many/records", {"records": [*records, *records, {"value": 1}]}),
+    ):
+        assert_refused(
+            server.client.post(path, json=body),
+            "the request carries 5 records: expected at most 3 (setting max_records_per_request); split it",
+        )
+
+
+def test_too_many_record_headers_are_refused_before_they_are_validated(make_server):
+    """Regression: a record's headers were not bounded at all: one record of six million headers
+    `{"key": ""}` (64 MB) was validated (30 s of the worker's event loop for every other request when
+    a header made the fast path decline) and then stored. A request's headers are bounded as its
+    records, by max_records_per_request over the whole request, and counted before validation: the
+    header past the limit here, invalid, is never looked at."""
+    server = make_server(max_records_per_request=3)
+    server.client.post("/v1/topics", json={"name": "labelled", "partitions": 1}).raise_for_status()
+    headers = [{"key": "a"}, {"key": "b", "value": "c"}]
+    for path, records in (
+        ("/v1/produce", [{"headers": headers}, {"headers": [*headers, {"key": 1}]}]),
+        ("/v1/topics/labelled/records", [{"headers": [*headers, *headers, {"key": 1}]}]),
+    ):
+        body = {"records": records}
+        if path == "/v1/produce":
+            body = {"partitions": [{"topic": "labelled", "partition": 0, "records": records}]}
+        assert_refused(
+            server.client.post(path, json=body),
+            "the request carries 5 record headers: expected at most 3 over all its records "
+            "(setting max_records_per_request); split it, or send fewer headers",
+        )
+    assert server.client.get("/v1/topics/labelled").json()["partitions"][0]["high_watermark"] == 0
+
+
 def test_long_polls_beyond_capacity_are_answered_at_once(make_server):
     server = make_server(max_concurrent_long_polls=1)
     server.client.post("/v1/topics", json={"name": "quiet", "partitions": 1}).raise_for_status()

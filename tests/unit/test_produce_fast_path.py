@@ -18,10 +18,11 @@ from pydantic import ValidationError
 from app.api import schemas
 from app.api.produce_fast_path import parse_produce_body
 from app.errors import BrokerError
+from app.settings import Settings
 from app.storage.log import record_codec
 
 NOW_MS = 1_700_000_000_000
-MAX_PARTITIONS = 10_000
+SETTINGS = Settings(database_url="postgresql://unused/db")
 
 
 def general_path(body: bytes):
@@ -39,7 +40,7 @@ def general_path(body: bytes):
 
 def assert_same(body: bytes) -> bool:
     """Asserts the fast path agrees with the general path; returns whether it took the body."""
-    fast = parse_produce_body(body, MAX_PARTITIONS)
+    fast = parse_produce_body(body, SETTINGS)
     if fast is None:
         return False
     general = general_path(body)
@@ -171,13 +172,28 @@ def test_takes_valid_bodies_and_encodes_them_as_the_general_path(raw):
 
 @pytest.mark.parametrize("raw", DECLINED)
 def test_declines_whatever_is_not_plainly_valid(raw):
-    assert parse_produce_body(raw, MAX_PARTITIONS) is None
+    assert parse_produce_body(raw, SETTINGS) is None
 
 
-def test_declines_more_partitions_than_the_limit():
-    raw = body(partitions=[partition(partition=i, records=[{"value": "v"}]) for i in range(3)])
-    assert parse_produce_body(raw, 2) is None
-    assert parse_produce_body(raw, 3) is not None
+@pytest.mark.parametrize(
+    ("limits", "listed", "refusal"),
+    [
+        ({"max_partitions_per_request": 2}, [[{"value": "v"}]] * 3, "names 3 partitions: expected at most 2"),
+        ({"max_records_per_request": 3}, [[{"value": "v"}] * 2] * 2, "carries 4 records: expected at most 3"),
+        (
+            {"max_records_per_request": 3},
+            [[{"headers": [{"key": "k"}] * 2}], [{"headers": [{"key": "k"}] * 2}]],
+            "carries 4 record headers: expected at most 3",
+        ),
+    ],
+)
+def test_refuses_a_body_over_the_count_bounds_as_the_general_path_does(limits, listed, refusal):
+    """Refused by the fast path itself, with the message of the general path (the same function
+    checks both), so that such a body is not parsed a second time there."""
+    raw = body(partitions=[partition(partition=i, records=records) for i, records in enumerate(listed)])
+    with pytest.raises(BrokerError, match=refusal):
+        parse_produce_body(raw, Settings(database_url="postgresql://unused/db", **limits))
+    assert parse_produce_body(raw, SETTINGS) is not None
 
 
 json_values = st.recursive(
