@@ -100,10 +100,9 @@ class Settings(BaseSettings):
     allow_anonymous: bool = Field(False, description="listen beyond loopback without authentication (unsafe)")
 
     max_request_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="largest request body accepted")
-    max_records_per_request: int = Field(
-        100_000,
-        ge=1,
-        description="most records one produce request may carry, and most record headers over its records",
+    max_records_per_request: int = Field(100_000, ge=1, description="most records one produce request may carry")
+    max_record_headers_per_request: int = Field(
+        1_000_000, ge=1, description="most record headers one produce request may carry, over all its records"
     )
     max_partitions_per_request: int = Field(10_000, ge=1, description="most partitions one request may name")
     max_wait_ms: int = Field(30_000, ge=0, le=30_000, description="cap on a fetch's long-poll wait")

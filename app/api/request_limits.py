@@ -29,15 +29,17 @@ def check_record_count(settings: Settings, count: int) -> None:
 
 
 def check_header_count(settings: Settings, count: int) -> None:
-    """A request's record headers are bounded as its records are, by max_records_per_request over the
-    whole request: each costs validation and encoding as a record does, and a bound per record alone
-    would leave a request of a few records with millions of headers each (a 64 MiB body holds six
-    million empty ones). Kafka's clients never meet it: the bound is the HTTP door's only."""
-    if count > settings.max_records_per_request:
+    """A request's record headers are bounded over the whole request (max_record_headers_per_request):
+    each costs validation and encoding about as a record does, and a bound per record alone would
+    leave a request of a few records with millions of headers each (a 64 MiB body holds six million
+    empty ones). Its own setting, above the records': a request at the records' bound may still carry
+    several headers a record (the SDK's requests, of at most 50,000 records, twenty on average).
+    Kafka's clients never meet it: the bound is the HTTP door's only."""
+    if count > settings.max_record_headers_per_request:
         raise invalid_request(
             f"the request carries {count} record headers: expected at most "
-            f"{settings.max_records_per_request} over all its records (setting max_records_per_request); "
-            f"split it, or send fewer headers"
+            f"{settings.max_record_headers_per_request} over all its records (setting "
+            f"max_record_headers_per_request); split it, or send fewer headers"
         )
 
 

@@ -556,9 +556,9 @@ def test_too_many_record_headers_are_refused_before_they_are_validated(make_serv
     """Regression: a record's headers were not bounded at all: one record of six million headers
     `{"key": ""}` (64 MB) was validated (30 s of the worker's event loop for every other request when
     a header made the fast path decline) and then stored. A request's headers are bounded as its
-    records, by max_records_per_request over the whole request, and counted before validation: the
-    header past the limit here, invalid, is never looked at."""
-    server = make_server(max_records_per_request=3)
+    records, over the whole request (max_record_headers_per_request), and counted before validation:
+    the header past the limit here, invalid, is never looked at."""
+    server = make_server(max_record_headers_per_request=3)
     server.client.post("/v1/topics", json={"name": "labelled", "partitions": 1}).raise_for_status()
     headers = [{"key": "a"}, {"key": "b", "value": "c"}]
     for path, records in (
@@ -571,7 +571,7 @@ def test_too_many_record_headers_are_refused_before_they_are_validated(make_serv
         assert_refused(
             server.client.post(path, json=body),
             "the request carries 5 record headers: expected at most 3 over all its records "
-            "(setting max_records_per_request); split it, or send fewer headers",
+            "(setting max_record_headers_per_request); split it, or send fewer headers",
         )
     assert server.client.get("/v1/topics/labelled").json()["partitions"][0]["high_watermark"] == 0
 

@@ -181,7 +181,7 @@ def test_declines_whatever_is_not_plainly_valid(raw):
         ({"max_partitions_per_request": 2}, [[{"value": "v"}]] * 3, "names 3 partitions: expected at most 2"),
         ({"max_records_per_request": 3}, [[{"value": "v"}] * 2] * 2, "carries 4 records: expected at most 3"),
         (
-            {"max_records_per_request": 3},
+            {"max_record_headers_per_request": 3},
             [[{"headers": [{"key": "k"}] * 2}], [{"headers": [{"key": "k"}] * 2}]],
             "carries 4 record headers: expected at most 3",
         ),
