@@ -12,8 +12,8 @@ A connection that stops answering (a host gone silent, a network partition) is d
 keepalives while idle and by TCP_USER_TIMEOUT while a statement waits, so a request fails with a
 connection error instead of hanging, and a LISTEN connection notices that it must reconnect.
 
-A COMMIT whose wait for the synchronous standby is cancelled (the session's statement_timeout or
-transaction_timeout, pg_cancel_backend, asyncpg cancelling the query of a cancelled task) returns
+A COMMIT whose wait for the synchronous standby is cancelled (pg_cancel_backend, asyncpg cancelling
+the query of a cancelled task, a timeout that fires during the wait) returns
 success, with only a WARNING: the transaction is committed on the primary, and maybe not on the
 standby that a failover promotes. Every pooled connection notes that WARNING while it is acquired
 (a log listener, added and removed with each acquisition: about 2 µs, no round trip), and the block
@@ -165,8 +165,8 @@ class _AcquiredWatchingCommits(asyncpg.pool.PoolAcquireContext):
             raise CommitNotReplicated(
                 f"PostgreSQL committed this work on the primary but cancelled its wait for the synchronous "
                 f"standby ({cancelled.message}): a failover could lose it, so it is not acknowledged; retry it "
-                f"(the retry finds what was written), and do not cancel txbroker's sessions nor give its role a "
-                f"statement_timeout or transaction_timeout"
+                f"(the retry finds what was written); cancelling txbroker's sessions while the standby is away "
+                f"causes this"
             ) from exc_val
 
 

@@ -571,9 +571,9 @@ def test_without_a_synchronous_standby_no_barrier_is_committed(database_url):
 
 
 def test_a_write_whose_wait_for_the_standby_was_cancelled_is_not_acknowledged(cluster, server_process):
-    """A COMMIT whose wait for the synchronous standby is cancelled (pg_cancel_backend here; a
-    statement_timeout, a transaction_timeout, a cancelled task alike) returns success with a WARNING,
-    its transaction committed on the primary alone. The write is not acknowledged: its request answers
+    """A COMMIT whose wait for the synchronous standby is cancelled (pg_cancel_backend here; asyncpg
+    cancelling a cancelled task's query, a timeout during the wait alike) returns success with a
+    WARNING, its transaction committed on the primary alone. The write is not acknowledged: its request answers
     503 COORDINATOR_NOT_AVAILABLE, retriable, whatever the path (an idempotent produce in its
     PostgreSQL transaction, a plain produce in one statement, a topic's creation). The failover then
     loses it, and the idempotent producer's retry writes it exactly once."""
