@@ -3,6 +3,6 @@ front door answers them as transient)."""
 
 from __future__ import annotations
 
-from app.storage.database import CONNECTION_ERRORS, is_reachable
+from app.storage.database import CONNECTION_ERRORS, CommitNotReplicated, is_reachable
 
-__all__ = ["CONNECTION_ERRORS", "is_reachable"]
+__all__ = ["CONNECTION_ERRORS", "CommitNotReplicated", "is_reachable"]

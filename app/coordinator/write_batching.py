@@ -14,6 +14,9 @@ and the writer applies its requests in arrival order, as if one after the other.
 A failure that is not a request's own answer (a lost connection, a deadlock PostgreSQL broke, an
 argument PostgreSQL refused) must not decide the other requests of the batch: each is then written
 again in a batch of its own, in arrival order, where the failure, if it comes again, is its own.
+But a batch whose COMMIT returned without the synchronous standby's confirmation
+(CommitNotReplicated, app/storage/database.py) is written: every request of it is answered that
+retriable error, and none is written again (a plain produce would be appended twice).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+from app.storage.database import CommitNotReplicated
 
 Request = TypeVar("Request")
 Answer = TypeVar("Answer")
@@ -111,6 +116,10 @@ class WriteBatcher(Generic[Request, Answer]):
             for waiting in batch:
                 waiting.answer.cancel()
             raise
+        except CommitNotReplicated as error:
+            for waiting in batch:
+                _answer(waiting, error)
+            return
         except Exception as error:
             if len(batch) == 1:
                 _answer(batch[0], error)

@@ -11,6 +11,16 @@ connection finds the new primary: no restart, no configuration change.
 A connection that stops answering (a host gone silent, a network partition) is detected by TCP
 keepalives while idle and by TCP_USER_TIMEOUT while a statement waits, so a request fails with a
 connection error instead of hanging, and a LISTEN connection notices that it must reconnect.
+
+A COMMIT whose wait for the synchronous standby is cancelled (pg_cancel_backend, asyncpg cancelling
+the query of a cancelled task, a timeout that fires during the wait) returns
+success, with only a WARNING: the transaction is committed on the primary, and maybe not on the
+standby that a failover promotes. Every pooled connection notes that WARNING while it is acquired
+(a log listener, added and removed with each acquisition: about 2 µs, no round trip), and the block
+that acquired it, when it ends, raises CommitNotReplicated instead of returning: whatever the block
+committed is not acknowledged, as after a connection lost during its COMMIT
+(docs/operations-high-availability.md). Connections made outside the pool (`connect`: migrations,
+the node's announcement, LISTEN) are not watched: they acknowledge nothing to a client.
 """
 
 from __future__ import annotations
@@ -20,7 +30,16 @@ import socket
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import asyncpg
+import asyncpg.pool
 import orjson
+
+
+class CommitNotReplicated(Exception):
+    """A block of work on a pooled connection committed on the primary, but PostgreSQL cancelled a
+    COMMIT's wait for the synchronous standby (see the module docstring): what it wrote may be lost
+    by a failover, so it is not acknowledged. Retriable, as a lost connection: the retry finds what
+    was written (an idempotent producer's duplicate, an EndTxn's outcome)."""
+
 
 # Raised by asyncpg when PostgreSQL cannot be reached, drops the connection, shuts down, is not
 # the primary (yet), or a connection is on a server that has become read-only; the API layer maps
@@ -40,7 +59,26 @@ CONNECTION_ERRORS = (
     # ("cannot switch to state 15; another operation (2) is in progress", MagicStack/asyncpg#784,
     # seen when the primary dies): the connection is unusable, and closes once its socket does.
     asyncpg.exceptions.InternalClientError,
+    CommitNotReplicated,
 )
+
+# PostgreSQL's syncrep.c reports a cancelled wait for the standby as a WARNING whose text may be
+# translated (lc_messages) and whose SQLSTATE is the generic 01000; the source file it names is
+# neither. Other WARNINGs (a database nearing transaction id wraparound warns at every transaction
+# id assigned) say nothing about replication.
+_SYNCHRONOUS_REPLICATION_SOURCE = "syncrep.c"
+_SYNCHRONOUS_REPLICATION_TEXT = "synchronous replication"
+
+
+def is_cancelled_replication_wait(message: asyncpg.PostgresLogMessage) -> bool:
+    """Whether a message PostgreSQL sent a session is a cancelled wait for the synchronous standby:
+    the transaction it ended committed on the primary alone."""
+    if (getattr(message, "severity_en", None) or message.severity) != "WARNING":
+        return False
+    return getattr(message, "server_source_filename", None) == _SYNCHRONOUS_REPLICATION_SOURCE or (
+        _SYNCHRONOUS_REPLICATION_TEXT in (message.message or "")
+    )
+
 
 # How long one host gets to accept a connection (TCP handshake, TLS, authentication): a refused
 # host fails at once; a silent one would otherwise hold the attempt for the kernel's SYN retries.
@@ -73,6 +111,72 @@ class KeptAliveConnection(asyncpg.Connection):
     def __init__(self, protocol, transport, *args, **kwargs) -> None:
         super().__init__(protocol, transport, *args, **kwargs)
         _keep_alive(transport.get_extra_info("socket"))
+        self._cancelled_replication_wait: asyncpg.PostgresLogMessage | None = None
+
+    def watch_replication_waits(self) -> KeptAliveConnection:
+        """Notes a cancelled wait for the synchronous standby from now on, until
+        `stop_watching_replication_waits`; returns the connection (not a pool's proxy of it, which
+        loses it if the connection closes)."""
+        self._cancelled_replication_wait = None
+        self.add_log_listener(self._note_replication_wait)
+        return self
+
+    def take_cancelled_replication_wait(self) -> asyncpg.PostgresLogMessage | None:
+        """The WARNING of a COMMIT whose wait for the synchronous standby was cancelled since the last
+        call (or since `watch_replication_waits`), if any; forgotten once taken. asyncpg calls a log
+        listener on the event loop's next turn, before the awaiting task resumes (both are scheduled
+        as the server's messages are read, the WARNING first), so a COMMIT that returned has been noted."""
+        cancelled, self._cancelled_replication_wait = self._cancelled_replication_wait, None
+        return cancelled
+
+    def stop_watching_replication_waits(self) -> asyncpg.PostgresLogMessage | None:
+        """`take_cancelled_replication_wait`, and no more watching (a pool warns of a connection
+        released with a log listener)."""
+        self.remove_log_listener(self._note_replication_wait)
+        return self.take_cancelled_replication_wait()
+
+    def _note_replication_wait(self, _connection, message: asyncpg.PostgresLogMessage) -> None:
+        if is_cancelled_replication_wait(message):
+            self._cancelled_replication_wait = message
+
+
+class _AcquiredWatchingCommits(asyncpg.pool.PoolAcquireContext):
+    """`async with pool.acquire() as conn:` whose end raises CommitNotReplicated when a COMMIT of
+    the block returned without the synchronous standby's confirmation (the module docstring): the
+    block's answer is then not given. A block ended by an exception raises it chained to the
+    block's own; a cancelled block stays cancelled (nobody is answered)."""
+
+    __slots__ = ("_watched",)
+
+    async def __aenter__(self) -> asyncpg.Connection:
+        proxy = await super().__aenter__()
+        try:
+            self._watched: KeptAliveConnection = proxy.watch_replication_waits()
+        except BaseException as error:  # closed since it was acquired: back to the pool, which replaces it
+            await super().__aexit__(type(error), error, error.__traceback__)
+            raise
+        return proxy
+
+    async def __aexit__(self, exc_type=None, exc_val=None, exc_tb=None) -> None:
+        # Also when the block's connection was lost (a terminated session warns before it closes).
+        cancelled = self._watched.stop_watching_replication_waits()
+        await super().__aexit__(exc_type, exc_val, exc_tb)
+        if cancelled is not None and (exc_val is None or isinstance(exc_val, Exception)):
+            raise CommitNotReplicated(
+                f"PostgreSQL committed this work on the primary but cancelled its wait for the synchronous "
+                f"standby ({cancelled.message}): a failover could lose it, so it is not acknowledged; retry it "
+                f"(the retry finds what was written); cancelling txbroker's sessions while the standby is away "
+                f"causes this"
+            ) from exc_val
+
+
+class _Pool(asyncpg.Pool):
+    """asyncpg's pool whose `acquire` watches the block's commits (_AcquiredWatchingCommits)."""
+
+    __slots__ = ()
+
+    def acquire(self, *, timeout: float | None = None) -> _AcquiredWatchingCommits:
+        return _AcquiredWatchingCommits(self, timeout)
 
 
 def host_urls(database_url: str) -> list[str]:
@@ -157,11 +261,16 @@ async def create_pool(database_url: str, size: int) -> asyncpg.Pool:
     async def connect(*_args, **options) -> asyncpg.Connection:
         return await connect_to_primary(database_url, **options)
 
-    return await asyncpg.create_pool(
+    # asyncpg.create_pool with the pool class of our own (asyncpg's defaults spelled out, as its
+    # constructor takes them all by keyword).
+    return await _Pool(
         min_size=1,
         max_size=size,
+        max_queries=50_000,
+        loop=None,
         connect=connect,
         connection_class=KeptAliveConnection,
+        record_class=asyncpg.Record,
         init=_init_connection,
         reset=_keep_session,
         # Statements are prepared per connection and reused: the hot paths are a handful of fixed

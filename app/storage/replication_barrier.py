@@ -15,7 +15,8 @@ the commit record of every transaction the read saw. So once it returns normally
 everything the read saw, and the read may be answered. It needs no table and no privilege:
 `pg_logical_emit_message` (transactional) writes a WAL record that a standby ignores, and takes the
 transaction id that makes its COMMIT wait. A barrier's COMMIT whose wait was cancelled also returns
-normally, but with a WARNING: such a barrier confirms nothing, and the next one is committed.
+normally, but with a WARNING (which the pool's connections note: database.py): such a barrier
+confirms nothing, and the next one is committed.
 
 One barrier serves every read of a server process that ended before it began: the reads that end
 while one is committed wait for the next, which starts when it returns. Without a synchronous
@@ -51,10 +52,6 @@ SELECT current_setting('synchronous_standby_names') <> ''
 """
 # In a transaction of its own (one statement outside a transaction block): its COMMIT waits.
 _BARRIER_SQL = "SELECT pg_logical_emit_message(true, 'txbroker.replication_barrier', '')"
-# A COMMIT whose wait for the standby was cancelled returns with a WARNING ("canceling wait for
-# synchronous replication", PostgreSQL's syncrep.c), whose text may be translated (lc_messages); the
-# barrier's statement gives no other warning, so any WARNING makes it confirm nothing.
-_WARNING = "WARNING"
 
 
 class ReadResult(Protocol):
@@ -175,29 +172,17 @@ class ReplicationBarrier:
             self._committing = None
 
     async def _commit_one(self) -> None:
-        """Commits barriers until one's wait for the standby ended with its confirmation."""
-        cancelled_waits: list[asyncpg.PostgresLogMessage] = []
-
-        def on_message(_connection, message: asyncpg.PostgresLogMessage) -> None:
-            if (getattr(message, "severity_en", None) or message.severity) == _WARNING:
-                cancelled_waits.append(message)
-
+        """Commits barriers until one's wait for the standby ended with its confirmation (the pool's
+        connections note a cancelled wait: database.py)."""
         async with self._pool.acquire() as conn:
-            conn.add_log_listener(on_message)
-            try:
-                while True:
-                    await conn.execute(_BARRIER_SQL)
-                    await asyncio.sleep(0)  # the listener is called soon after the message came
-                    if not cancelled_waits:
-                        return
-                    log.warning(
-                        "a replication barrier's wait for the synchronous standby was cancelled (%s): "
-                        "committing another; reads wait for it",
-                        cancelled_waits[-1].message,
-                    )
-                    cancelled_waits.clear()
-            finally:
-                conn.remove_log_listener(on_message)
+            await conn.execute(_BARRIER_SQL)
+            while (cancelled := conn.take_cancelled_replication_wait()) is not None:
+                log.warning(
+                    "a replication barrier's wait for the synchronous standby was cancelled (%s): "
+                    "committing another; reads wait for it",
+                    cancelled.message,
+                )
+                await conn.execute(_BARRIER_SQL)
 
 
 def _retrieved(future: asyncio.Future) -> None:

@@ -371,6 +371,19 @@ def test_failover_to_a_synchronous_standby_loses_nothing_acknowledged(cluster, s
         assert offset >= before["offsets"].get(partition, 0)
 
 
+def _one_worker_with_a_topic(cluster, server_process, topic: str, partitions: int):
+    """A one-worker `txbroker serve` given both hosts of `cluster`, with `topic` created."""
+    primary, standby = cluster
+    url = (
+        f"postgresql://txbroker@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/txbroker"
+        "?target_session_attrs=read-write"
+    )
+    server = server_process("--database-url", url, "--workers", "1")
+    with Admin(server.url) as admin:
+        admin.create_topic(topic, partitions=partitions)
+    return server
+
+
 def _wal_receiver_pid(standby: EmbeddedPostgres) -> int:
     return _sql(standby, "SELECT pid FROM pg_stat_wal_receiver")[0]["pid"]
 
@@ -382,14 +395,8 @@ def test_readers_see_only_what_the_synchronous_standby_has(cluster, server_proce
     long poll woken by its notification, not ListOffsets, not the Kafka door's fetch. The failover
     then loses it, and its offset goes to another record, which nobody confuses with it."""
     primary, standby = cluster
-    url = (
-        f"postgresql://txbroker@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/txbroker"
-        "?target_session_attrs=read-write"
-    )
-    server = server_process("--database-url", url, "--workers", "1")
     topic = "unconfirmed"
-    with Admin(server.url) as admin:
-        admin.create_topic(topic, partitions=1)
+    server = _one_worker_with_a_topic(cluster, server_process, topic, 1)
     records_url = f"{server.url}/v1/topics/{topic}/records"
     httpx.post(records_url, json={"partition": 0, "records": [{"value": "kept"}]}, timeout=30).raise_for_status()
     answered: list[str] = []  # every record value any reader was answered
@@ -561,3 +568,78 @@ def test_without_a_synchronous_standby_no_barrier_is_committed(database_url):
             await pool.close()
 
     assert asyncio.run(run()) == 0
+
+
+def test_a_write_whose_wait_for_the_standby_was_cancelled_is_not_acknowledged(cluster, server_process):
+    """A COMMIT whose wait for the synchronous standby is cancelled (pg_cancel_backend here; asyncpg
+    cancelling a cancelled task's query, a timeout during the wait alike) returns success with a
+    WARNING, its transaction committed on the primary alone. The write is not acknowledged: its request answers
+    503 COORDINATOR_NOT_AVAILABLE, retriable, whatever the path (an idempotent produce in its
+    PostgreSQL transaction, a plain produce in one statement, a topic's creation). The failover then
+    loses it, and the idempotent producer's retry writes it exactly once."""
+    primary, standby = cluster
+    topic = "unreplicated"
+    server = _one_worker_with_a_topic(cluster, server_process, topic, 2)  # two, as _values reads
+    issued = httpx.post(f"{server.url}/v1/producers/init", json={"transactional_id": None}, timeout=30).json()
+
+    def produce_idempotent(value: str, sequence: int) -> httpx.Response:
+        body = {
+            "producer_id": issued["producer_id"],
+            "producer_epoch": issued["producer_epoch"],
+            "partitions": [{"topic": topic, "partition": 0, "base_sequence": sequence, "records": [{"value": value}]}],
+        }
+        return httpx.post(f"{server.url}/v1/produce", json=body, timeout=60)
+
+    def produce_plain(value: str) -> httpx.Response:
+        body = {"partition": 0, "records": [{"value": value}]}
+        return httpx.post(f"{server.url}/v1/topics/{topic}/records", json=body, timeout=60)
+
+    def create_topic(name: str) -> httpx.Response:
+        return httpx.post(f"{server.url}/v1/topics", json={"name": name, "partitions": 1}, timeout=60)
+
+    assert produce_idempotent("confirmed", 0).status_code == 200
+
+    wal_receiver = _wal_receiver_pid(standby)
+    os.kill(wal_receiver, signal.SIGSTOP)
+    try:
+        for send in (
+            lambda: produce_idempotent("unconfirmed", 1),
+            lambda: produce_plain("unconfirmed plain"),
+            lambda: create_topic("unconfirmed-topic"),
+        ):
+            response = _answer_of_a_cancelled_wait(primary, send)
+            assert response.status_code == 503, response.text
+            assert response.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE", response.text
+            assert response.json()["error"]["retriable"] is True
+        # All three committed on the primary, the standby confirming none of them.
+        assert asyncio.run(_high_watermark(primary, topic)) == 3
+        assert asyncio.run(_high_watermark(primary, "unconfirmed-topic")) == 0
+        os.kill(primary.pid, signal.SIGKILL)
+        primary.stop()
+    finally:
+        os.kill(wal_receiver, signal.SIGKILL)  # also after a failure: stopped, it would keep the standby up
+    _until(lambda: _promoted(standby), "the standby's promotion", DEADLINE_S)
+
+    def retried() -> dict | None:
+        response = produce_idempotent("unconfirmed", 1)
+        return response.json()["partitions"][0] if response.status_code == 200 else None
+
+    written = _until(retried, "the idempotent produce's retry on the new primary", DEADLINE_S)
+    assert (written["error"], written["base_offset"], written["duplicate"]) == (None, 1, False), written
+    again = produce_idempotent("unconfirmed", 1).json()["partitions"][0]
+    assert (again["base_offset"], again["duplicate"]) == (1, True), again
+    assert _values(server.url, topic, "read_uncommitted") == ["confirmed", "unconfirmed"]
+    assert create_topic("unconfirmed-topic").status_code == 201  # it was lost with the primary
+
+
+def _answer_of_a_cancelled_wait(primary: EmbeddedPostgres, send) -> httpx.Response:
+    """`send()`'s answer, its COMMIT's wait for the (stopped) standby cancelled as an operator would."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as sender:
+        answer = sender.submit(send)
+        [waiting] = _until(
+            lambda: _sql(primary, "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'"),
+            "the write's commit to wait for the standby",
+        )
+        assert not answer.done()
+        _sql(primary, f"SELECT pg_cancel_backend({waiting['pid']})")
+        return answer.result()

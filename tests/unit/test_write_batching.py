@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from app.coordinator.write_batching import WriteBatcher
+from app.storage.database import CommitNotReplicated
 
 
 class _Writer:
@@ -111,6 +112,26 @@ def test_a_failed_groups_requests_are_written_again_one_after_the_other_in_arriv
     assert isinstance(answers[2], ValueError)
     assert writer.batches == [[1], [2, 3, 4], [2], [3], [4]]
     assert writer.most_at_once == 1
+
+
+def test_a_batch_whose_commit_the_standby_did_not_confirm_answers_every_request_and_writes_none_again():
+    # Its COMMIT returned: every request of it is written on the primary, and none acknowledged. Written
+    # again one by one, a plain produce would be appended twice.
+    class _Unconfirmed(_Writer):
+        async def write(self, requests: list[int]) -> list[int | BaseException]:
+            answers = await super().write(requests)
+            if len(requests) > 1:
+                raise CommitNotReplicated("its wait for the synchronous standby was cancelled")
+            return answers
+
+    async def run():
+        writer = _Unconfirmed()
+        return await _one_then_queued(writer, (2, 3, 4)), writer.batches
+
+    answers, batches = asyncio.run(run())
+    assert answers[0] == 2
+    assert all(isinstance(answer, CommitNotReplicated) for answer in answers[1:]), answers
+    assert batches == [[1], [2, 3, 4]]
 
 
 def test_requests_enqueued_in_one_turn_of_the_event_loop_share_a_batch_in_their_order():
