@@ -3,7 +3,7 @@
 With a synchronous standby, PostgreSQL's COMMIT returns once the standby has the transaction's WAL,
 and until then other sessions do not see it. But a transaction whose wait for the standby ends
 otherwise becomes visible on the primary without being on the standby: its session cancelled
-(`statement_timeout`, `transaction_timeout`, `pg_cancel_backend`) or terminated
+(`pg_cancel_backend`, asyncpg cancelling the query of a cancelled task) or terminated
 (`pg_terminate_backend`, a fast shutdown), or the primary restarted after a crash (its recovery
 replays every commit of its own WAL). A reader could then act on records that a failover to the
 standby loses, and whose offsets it gives to other records. Kafka never shows a consumer what not
