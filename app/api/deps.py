@@ -9,7 +9,7 @@ import asyncpg
 from fastapi import Depends, Request
 
 from app.coordinator.batched_writes import BatchedWrites
-from app.coordinator.fetch import AppendNotifier, ReplicationBarrier
+from app.coordinator.fetch import AppendNotifier
 from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.errors import BrokerError, ErrorCode
@@ -26,10 +26,6 @@ async def _settings(request: Request) -> Settings:
 
 async def _notifier(request: Request) -> AppendNotifier:
     return request.app.state.notifier
-
-
-async def _replication_barrier(request: Request) -> ReplicationBarrier:
-    return request.app.state.replication_barrier
 
 
 async def _coordinator(request: Request) -> TransactionCoordinator:
@@ -58,5 +54,4 @@ CoordinatorDep = Annotated[TransactionCoordinator, Depends(_coordinator)]
 BatchedWritesDep = Annotated[BatchedWrites, Depends(_batched_writes)]
 GroupCoordinatorDep = Annotated[GroupCoordinator, Depends(_group_coordinator)]
 NotifierDep = Annotated[AppendNotifier, Depends(_notifier)]
-ReplicationBarrierDep = Annotated[ReplicationBarrier, Depends(_replication_barrier)]
 READY = [Depends(require_ready)]

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request
 
 from app.api import schemas
 from app.api.auth import PrincipalDep
-from app.api.deps import READY, NotifierDep, PoolDep, ReplicationBarrierDep, SettingsDep
+from app.api.deps import READY, NotifierDep, PoolDep, SettingsDep
 from app.api.json_route import OrjsonRoute
 from app.api.request_limits import LongPollSlots, check_partition_count
 from app.api.responses import error_or_none, error_response, json_response, watermarks
@@ -36,7 +36,6 @@ async def fetch_records(
     body: schemas.FetchRequest,
     pool: PoolDep,
     notifier: NotifierDep,
-    barrier: ReplicationBarrierDep,
     request: Request,
     settings: SettingsDep,
     principal: PrincipalDep,
@@ -52,7 +51,7 @@ async def fetch_records(
         results = await fetch(
             pool,
             notifier,
-            barrier,
+            request.app.state.replication_barrier,
             positions,
             body.isolation_level,
             body.max_records,
@@ -71,7 +70,6 @@ async def read_records(
     topic: str,
     pool: PoolDep,
     notifier: NotifierDep,
-    barrier: ReplicationBarrierDep,
     request: Request,
     settings: SettingsDep,
     principal: PrincipalDep,
@@ -88,7 +86,7 @@ async def read_records(
         [result] = await fetch(
             pool,
             notifier,
-            barrier,
+            request.app.state.replication_barrier,
             [FetchPosition(topic, partition, offset)],
             isolation_level,
             max_records,
@@ -105,7 +103,7 @@ async def read_records(
 async def list_offsets(
     body: schemas.ListOffsetsRequest,
     pool: PoolDep,
-    barrier: ReplicationBarrierDep,
+    request: Request,
     settings: SettingsDep,
     principal: PrincipalDep,
 ):
@@ -117,7 +115,10 @@ async def list_offsets(
     for topic in {p.topic for p in body.partitions}:
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
     found = await find_offsets(
-        pool, barrier, [(p.topic, p.partition, p.timestamp) for p in body.partitions], body.isolation_level
+        pool,
+        request.app.state.replication_barrier,
+        [(p.topic, p.partition, p.timestamp) for p in body.partitions],
+        body.isolation_level,
     )
     entries = [
         {
