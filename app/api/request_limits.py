@@ -49,15 +49,15 @@ _PARTITION_LISTS = ("partitions", "offsets")
 
 
 def check_listed_entries(settings: Settings, body: object) -> None:
-    """The request's bounds on a body as parsed, before its schema validates it: validating costs
-    microseconds per entry on the worker's event loop, so a body of a million partitions (58 MB,
-    within max_request_bytes) held every other request of the worker for seconds before its count
-    was refused, and one of five million records, or of one record with six million headers, for
-    half a minute. Counted here, for the lists the bounds concern: the partitions (the top-level
-    `partitions` or `offsets`), the records (the top-level `records` of POST /v1/topics/{topic}/records
-    and those of each of produce's partitions) and their headers. Records are counted before their
-    headers, so that a body of millions of records is not walked. An entry that is not what the
-    schema wants is left to it. The produce fast path calls this on the body it parsed itself."""
+    """The request's bounds on a body as parsed, before its schema validates it: validating costs a
+    step per entry on the worker's event loop, so a body of millions of small entries (partitions,
+    records, or one record's headers) within max_request_bytes held every other request of the
+    worker for seconds before its count was refused (docs/api.md, Conventions). Counted here, for
+    the lists the bounds concern: the partitions (the top-level `partitions` or `offsets`), the
+    records (the top-level `records` of POST /v1/topics/{topic}/records and those of each of
+    produce's partitions) and their headers. Records are counted before their headers, so that a
+    body of millions of records is not walked. An entry that is not what the schema wants is left to
+    it. The produce fast path calls this on the body it parsed itself."""
     if body.__class__ is not dict:
         return
     listed_records = []

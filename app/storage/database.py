@@ -13,10 +13,10 @@ keepalives while idle and by TCP_USER_TIMEOUT while a statement waits, so a requ
 connection error instead of hanging, and a LISTEN connection notices that it must reconnect.
 
 A COMMIT whose wait for the synchronous standby is cancelled (pg_cancel_backend, asyncpg cancelling
-the query of a cancelled task, a timeout that fires during the wait) returns
-success, with only a WARNING: the transaction is committed on the primary, and maybe not on the
-standby that a failover promotes. Every pooled connection notes that WARNING while it is acquired
-(a log listener, added and removed with each acquisition: about 2 µs, no round trip), and the block
+the query of a cancelled task, a timeout that fires during the wait) returns success, with only a
+WARNING: the transaction is committed on the primary, and maybe not on the standby that a failover
+promotes. Every pooled connection notes that WARNING while it is acquired (a log listener, added and
+removed with each acquisition: no round trip; its cost is in docs/performance.md), and the block
 that acquired it, when it ends, raises CommitNotReplicated instead of returning: whatever the block
 committed is not acknowledged, as after a connection lost during its COMMIT
 (docs/operations-high-availability.md). Connections made outside the pool (`connect`: migrations,
