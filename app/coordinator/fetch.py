@@ -47,7 +47,6 @@ __all__ = [
     "OffsetFound",
     "PartitionFetch",
     "ReadAhead",
-    "ReplicationBarrier",
     "StoredBatch",
     "fetch",
     "fetch_batches",

@@ -13,14 +13,15 @@ keepalives while idle and by TCP_USER_TIMEOUT while a statement waits, so a requ
 connection error instead of hanging, and a LISTEN connection notices that it must reconnect.
 
 A COMMIT whose wait for the synchronous standby is cancelled (pg_cancel_backend, asyncpg cancelling
-the query of a cancelled task, a timeout that fires during the wait) returns success, with only a
-WARNING: the transaction is committed on the primary, and maybe not on the standby that a failover
-promotes. Every pooled connection notes that WARNING while it is acquired (a log listener, added and
-removed with each acquisition: no round trip; its cost is in docs/performance.md), and the block
-that acquired it, when it ends, raises CommitNotReplicated instead of returning: whatever the block
-committed is not acknowledged, as after a connection lost during its COMMIT
-(docs/operations-high-availability.md). Connections made outside the pool (`connect`: migrations,
-the node's announcement, LISTEN) are not watched: they acknowledge nothing to a client.
+the query of a cancelled task; not statement_timeout, which PostgreSQL switches off before a commit)
+returns success, with only a WARNING: the transaction is committed on the primary, and maybe not on
+the standby that a failover promotes. Every pooled connection notes that WARNING while it is
+acquired (a log listener, added and removed with each acquisition: no round trip; its cost is in
+docs/performance.md), and the block that acquired it, when it ends, raises CommitNotReplicated
+instead of returning: whatever the block committed is not acknowledged, as after a connection lost
+during its COMMIT (docs/operations-high-availability.md). Connections made outside the pool
+(`connect`: migrations, the node's announcement, LISTEN) are not watched: they acknowledge nothing
+to a client.
 """
 
 from __future__ import annotations
