@@ -249,14 +249,18 @@ class WorkerConnection:
 
 
 def server_side_socket(port: int, client_port: int) -> str:
-    """The inode of the server's end of our connection from client_port (/proc/net/tcp)."""
-    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
-    [inode] = [
-        row[9]
-        for row in rows
-        if row[1].endswith(f":{port:04X}") and row[2].endswith(f":{client_port:04X}") and row[3] == "01"
-    ]
-    return inode
+    """The inode of the server's end of our connection from client_port (/proc/net/tcp). The kernel
+    writes that table while it is read, so one read may list a socket twice, or miss it while the
+    table changes: read until the one socket is found once (its inode; 0 is a socket no process
+    holds)."""
+    local, remote = f"0100007F:{port:04X}", f"0100007F:{client_port:04X}"
+    for _ in range(50):
+        rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
+        inodes = {row[9] for row in rows if row[1] == local and row[2] == remote and row[3] == "01"} - {"0"}
+        if len(inodes) == 1:
+            return inodes.pop()
+        time.sleep(0.01)
+    raise AssertionError(f"the server's end of 127.0.0.1:{client_port} -> :{port} is not in /proc/net/tcp once")
 
 
 def a_connection_to_each_worker(url: str, workers: list[int], attempts: int = 200) -> list[WorkerConnection]:
