@@ -690,6 +690,7 @@ class ClassicGroups:
                 for mid, member in classic["members"].items():
                     member["assignment"] = _b64(assignments.get(mid, b""))
                 classic["state"] = STABLE
+                classic["assigned_generation"] = group.generation_id
             if synced or stores_assignments:
                 await self._save(conn, group, classic, now)
         # A leader that never syncs: after the rebalance timeout the member rejoins (as Kafka's
@@ -699,14 +700,21 @@ class ClassicGroups:
             seen = self.wake_ups.before_read(group_id)
             async with self.pool.acquire() as conn:
                 group = await groups.get(conn, group_id)
-                classic = self._checked(group, group_id, member_id, generation_id, group_instance_id)
+                classic = self._of_generation(group, group_id, member_id, generation_id, group_instance_id)
                 # Waiting for the leader's assignment is not a lapse of the session, as Kafka's
                 # coordinator keeps a member awaiting sync alive (a slow leader must not get the
                 # followers waiting for it evicted).
                 await groups.touch(conn, group_id, member_id, now_ms())
-                if classic["state"] == STABLE:
+                # Kafka's coordinator answers every waiting SyncGroup when the leader's comes. A
+                # waiter in another process sees the leader's only at its next poll, by which time
+                # the leader may have rejoined (Preparing, same generation): its generation's
+                # assignment is still its answer, as Kafka's would have been (a cooperative member
+                # would otherwise miss the generation that took it in).
+                if classic["state"] == STABLE or classic.get("assigned_generation") == generation_id:
                     member = classic["members"][member_id]
                     return SyncResult(classic["protocol_type"], classic["protocol"], _bytes(member["assignment"]))
+                if classic["state"] == PREPARING:
+                    raise _rebalancing(group_id)
                 if _overdue_syncs(classic, now_ms()):  # a leader that never synced: removed, the rest rejoin
                     async with conn.transaction():
                         await self._settle_timeouts(conn, await groups.lock_existing(conn, group_id), now_ms())

@@ -53,21 +53,32 @@ def sync(
     protocol_name: str | None = "range",
 ):
     """SyncGroup v5, naming the group's protocol type and name unless told (None: not named)."""
-    return connection.call(
-        request_of(
-            api_table.SYNC_GROUP,
-            5,
-            group_id=group,
-            generation_id=generation,
-            member_id=member,
-            group_instance_id=instance,
-            protocol_type=protocol_type,
-            protocol_name=protocol_name,
-            assignments=tuple(
-                nested(api_table.SYNC_GROUP, 5, "SyncGroupRequestAssignment", member_id=m, assignment=a)
-                for m, a in assignments.items()
-            ),
-        )
+    return connection.call(sync_request(group, member, generation, assignments, instance, protocol_type, protocol_name))
+
+
+def sync_request(
+    group: str,
+    member: str,
+    generation: int,
+    assignments: dict[str, bytes],
+    instance=None,
+    protocol_type: str | None = "consumer",
+    protocol_name: str | None = "range",
+):
+    """`sync`'s request, for a test that sends it and takes its answer later."""
+    return request_of(
+        api_table.SYNC_GROUP,
+        5,
+        group_id=group,
+        generation_id=generation,
+        member_id=member,
+        group_instance_id=instance,
+        protocol_type=protocol_type,
+        protocol_name=protocol_name,
+        assignments=tuple(
+            nested(api_table.SYNC_GROUP, 5, "SyncGroupRequestAssignment", member_id=m, assignment=a)
+            for m, a in assignments.items()
+        ),
     )
 
 

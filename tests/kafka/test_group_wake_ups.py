@@ -19,7 +19,7 @@ from app.coordinator.classic_groups import ClassicGroups
 from app.kafka import api_table
 from tests.api.test_log_lifecycle import sql
 from tests.kafka.raw import RawConnection
-from tests.kafka.raw_groups import JOIN_VERSION, join, join_request, sync
+from tests.kafka.raw_groups import JOIN_VERSION, join, join_request, sync, sync_request
 
 LONG = datetime.timedelta(seconds=30)
 NO_POLL_S = 3600  # longer than the test: a waiter answered was woken
@@ -91,3 +91,55 @@ def test_a_waiting_join_group_is_woken_by_a_change_to_its_group_from_the_other_d
     assert answered.generation_id == second.generation_id + 1
     assert [m.member_id for m in answered.members] == [first.member_id]
     assert reads[GROUP] - before == 2  # its first read, and the one its group's change woke
+
+
+def test_a_sync_group_waiting_in_another_process_is_answered_though_the_leader_already_rejoined(
+    make_server, monkeypatch
+):
+    """Regression: a follower's SyncGroup waiting in one process sees the leader's SyncGroup, made
+    in another, only at its poll. When the leader had already taken its assignment and rejoined
+    by then (the group Preparing again, in the same generation), the follower was answered
+    REBALANCE_IN_PROGRESS, where Kafka's coordinator answers every waiting SyncGroup with the
+    leader's: a cooperative-sticky member then never saw the generation that took it in. Two
+    servers on one database stand for the two processes; the poll is long enough that the leader
+    syncs and rejoins within it."""
+    monkeypatch.setattr(classic_groups, "POLL_S", 1.0)
+    follower_side = make_server(kafka_listener="127.0.0.1:0")
+    leader_side = make_server(kafka_listener="127.0.0.1:0")
+    with (
+        RawConnection(leader_side.extra["kafka_bootstrap"]) as a,
+        RawConnection(follower_side.extra["kafka_bootstrap"]) as b,
+    ):
+        first = join(a, GROUP, instance="a", session=LONG, rebalance=LONG)
+        sync(a, GROUP, first.member_id, first.generation_id, {first.member_id: b""})
+        b_joining = b.send(join_request(GROUP, instance="b", session=LONG, rebalance=LONG))
+        _poll_until(lambda: len(_classic_state(leader_side)["members"]) == 2, "B's JoinGroup waiting for A")
+        second = join(a, GROUP, first.member_id, instance="a", session=LONG, rebalance=LONG)
+        b_joined = b.receive(api_table.JOIN_GROUP, JOIN_VERSION, b_joining)
+        assert b_joined.generation_id == second.generation_id
+
+        b_syncing = b.send(sync_request(GROUP, b_joined.member_id, b_joined.generation_id, {}))
+        # B's SyncGroup has committed (it no longer awaits it) and waits for the leader's.
+        _poll_until(lambda: b_joined.member_id not in _awaiting_sync(leader_side), "B's SyncGroup waiting")
+        assignments = {first.member_id: b"for a", b_joined.member_id: b"for b"}
+        assert sync(a, GROUP, first.member_id, second.generation_id, assignments).assignment == b"for a"
+        a.send(join_request(GROUP, first.member_id, LONG, LONG, "a"))  # the leader rejoins at once
+        _poll_until(lambda: _group_state(leader_side) == "PreparingRebalance", "the leader's rejoin")
+        answered = b.receive(api_table.SYNC_GROUP, 5, b_syncing)
+    assert answered.error_code == KafkaError.none
+    assert answered.assignment == b"for b"
+
+
+def _classic_state(server) -> dict:
+    (row,) = sql(
+        server.database_url, "SELECT assignment -> '' AS classic FROM consumer_groups WHERE group_id = $1", GROUP
+    )
+    return row["classic"]
+
+
+def _awaiting_sync(server) -> list[str]:
+    return (_classic_state(server)["awaiting_sync"] or {}).get("member_ids", [])
+
+
+def _group_state(server) -> str:
+    return _classic_state(server)["state"]
