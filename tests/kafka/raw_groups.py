@@ -42,18 +42,9 @@ def join(connection, group: str, member: str = "", **request):
     return connection.call(join_request(group, member, **request))
 
 
-def sync(
-    connection,
-    group: str,
-    member: str,
-    generation: int,
-    assignments: dict[str, bytes],
-    instance=None,
-    protocol_type: str | None = "consumer",
-    protocol_name: str | None = "range",
-):
-    """SyncGroup v5, naming the group's protocol type and name unless told (None: not named)."""
-    return connection.call(sync_request(group, member, generation, assignments, instance, protocol_type, protocol_name))
+def sync(connection, *request, **named):
+    """SyncGroup v5 (`sync_request`'s arguments), its answer."""
+    return connection.call(sync_request(*request, **named))
 
 
 def sync_request(
@@ -65,7 +56,8 @@ def sync_request(
     protocol_type: str | None = "consumer",
     protocol_name: str | None = "range",
 ):
-    """`sync`'s request, for a test that sends it and takes its answer later."""
+    """SyncGroup v5, naming the group's protocol type and name unless told (None: not named); for a
+    test that sends it and takes its answer later."""
     return request_of(
         api_table.SYNC_GROUP,
         5,
