@@ -148,6 +148,7 @@ def create_app(
         )
         app.state.workers = BackgroundWorkers(app.state.coordinator, app.state.group_coordinator, settings)
         app.state.notifier = AppendNotifier(database_url, settings.long_poll_fallback_ms / 1000)
+        app.state.group_coordinator.classic.listen_for_changes(app.state.notifier)
         app.state.replication_barrier = ReplicationBarrier(app.state.pool)
         await app.state.replication_barrier.start()
         await app.state.notifier.start()

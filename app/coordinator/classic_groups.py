@@ -18,8 +18,9 @@ one group reach different workers and nodes):
   members that did not rejoin are removed (static ones stay, as in Kafka), the generation is bumped,
   a protocol every member supports is chosen, a leader kept or picked among those that rejoined, and
   the group is CompletingRebalance;
-- the waiters see the new generation (they poll the row, and a change to their group committed in
-  their process wakes them at once: group_wake_ups.py) and answer; the leader's SyncGroup stores
+- the waiters see the new generation (a change to their group wakes them at once: one committed in
+  their process directly, group_wake_ups.py, one in another by its NOTIFY; they also poll the row,
+  for a notification lost) and answer; the leader's SyncGroup stores
   the assignments and makes the group Stable; the others' SyncGroups wait for that; a member that
   sends no SyncGroup within the rebalance timeout is removed (Kafka's pending sync), found overdue
   by a Heartbeat or a waiting SyncGroup, as Kafka's timers would have.
@@ -69,15 +70,17 @@ from app.coordinator.identifiers import check_group_id, check_identifier, within
 from app.errors import BrokerError, ErrorCode
 from app.storage.groups import groups
 from app.storage.groups.groups import CLASSIC_STATE_KEY, Group, Member
+from app.storage.log.append_notifier import AppendNotifier
 
 PREPARING = "PreparingRebalance"
 COMPLETING = "CompletingRebalance"
 STABLE = "Stable"
 EMPTY = "Empty"
 # How often a JoinGroup or SyncGroup waiting for the rest of the group re-reads the group row when
-# no change to it made in its own process wakes it (group_wake_ups.py; another worker's or node's
-# change is seen this way).
-POLL_S = 0.05
+# nothing wakes it. A change committed in its own process wakes it at once (group_wake_ups.py), one
+# committed in another worker or node by its NOTIFY (`listen_for_changes`): the poll only bounds the
+# wait for a notification lost while the listening connection was down, or not yet up.
+POLL_S = 0.5
 # Kafka's "consumer" protocol type: its metadata and assignments are ConsumerProtocol messages,
 # which this module reads for the subscribed topics and assigned partitions others describe.
 CONSUMER_PROTOCOL = "consumer"
@@ -275,6 +278,21 @@ def _completion_due(classic: dict, now: int) -> bool:
     return all(m["joined"] for m in classic["members"].values()) and not _pending(classic, now)
 
 
+def _next_due_ms(classic: dict) -> int | None:
+    """When the next of the group's timers runs out (Kafka's coordinator's timers): the initial
+    delay or the rebalance deadline and the pending members' expiries while it rebalances, the
+    deadline of the SyncGroups awaited after; None without one."""
+    times = []
+    if classic["state"] == PREPARING:
+        delay = classic.get("initial_delay")
+        times.append(delay["until_ms"] if delay is not None else classic["deadline_ms"])
+        times.extend(classic.get("pending", {}).values())
+    awaiting = classic.get("awaiting_sync")
+    if awaiting is not None and classic["state"] in (COMPLETING, STABLE):
+        times.append(awaiting["until_ms"])
+    return min(times, default=None)
+
+
 def _overdue_syncs(classic: dict, now: int) -> list[str]:
     """The members of the current generation that have not sent their SyncGroup within its rebalance
     timeout (Kafka's pending sync: a static member kept without rejoining and gone since, a member
@@ -313,22 +331,51 @@ class ClassicGroups:
         # coordinator answers them (one woken a poll later could find the leader already
         # rejoining, and its SyncGroup REBALANCE_IN_PROGRESS).
         self.wake_ups = GroupWakeUps()
+        # Who this process is in the notifications of group changes: it ignores its own (its
+        # waiters were woken at the commit already).
+        self.origin = uuid.uuid4().hex
+
+    def listen_for_changes(self, notifier: AppendNotifier) -> None:
+        """Before the notifier starts: a change to a group committed in another process (worker or
+        node) wakes the group's waiters in this one at once."""
+
+        def on_payload(payload: str) -> None:
+            origin, group_id = groups.announced_change(payload)
+            if origin != self.origin:
+                self.wake_ups.changed(group_id)
+
+        notifier.also_listen(groups.GROUP_CHANGES_CHANNEL, on_payload)
+
+    async def announce(self, conn: asyncpg.Connection, group_id: str) -> None:
+        """In the transaction that changes `group_id`: its waiters in the other processes re-read
+        once it commits (the caller wakes this process's, `wake_ups.changed`, after the commit)."""
+        await groups.announce_change(conn, group_id, self.origin)
 
     @contextlib.asynccontextmanager
-    async def changing(self, group_id: str):
+    async def changing(self, group_id: str, announce: bool = True):
         """A connection in a transaction that changes `group_id`; once it ends, the group's waiters
-        in this process re-read."""
+        in this process re-read, and once it commits, those of the other processes (unless
+        `announce` is False: a change no waiter can be waiting for)."""
         try:
             async with self.pool.acquire() as conn, conn.transaction():
                 yield conn
+                if announce:
+                    await self.announce(conn, group_id)
         finally:
             self.wake_ups.changed(group_id)
 
     @staticmethod
-    async def _until_changed(seen: asyncio.Event) -> None:
-        """Until a change to the group committed here after `seen` was taken, or POLL_S."""
+    async def _until_changed(seen: asyncio.Event, classic: dict, member_id: str) -> None:
+        """Until a change to the group committed after `seen` was taken, or the next of: POLL_S, a
+        third of the waiting member's session timeout (each re-read touches its session: waiting is
+        not a lapse), the group's next timer (`_next_due_ms`: the re-read acts on it, as Kafka's
+        coordinator's timer would)."""
+        wait_ms = min(POLL_S * 1000, classic["members"][member_id]["session_timeout_ms"] / 3)
+        due_ms = _next_due_ms(classic)
+        if due_ms is not None:
+            wait_ms = min(wait_ms, max(0, due_ms - now_ms()))
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(seen.wait(), POLL_S)
+            await asyncio.wait_for(seen.wait(), wait_ms / 1000)
 
     # ---- the group row's classic state
 
@@ -642,9 +689,10 @@ class ClassicGroups:
                         if classic is not None and _completion_due(classic, now):
                             await self._try_complete(conn, group, classic, now)
                             await self._save(conn, group, classic, now)
+                            await self.announce(conn, group_id)
                     self.wake_ups.changed(group_id)
                     continue
-            await self._until_changed(seen)
+            await self._until_changed(seen, classic, member_id)
 
     @staticmethod
     def _member_state(group: Group | None, group_id: str, member_id: str, group_instance_id: str | None) -> dict:
@@ -706,10 +754,11 @@ class ClassicGroups:
                 # followers waiting for it evicted).
                 await groups.touch(conn, group_id, member_id, now_ms())
                 # Kafka's coordinator answers every waiting SyncGroup when the leader's comes. A
-                # waiter in another process sees the leader's only at its next poll, by which time
-                # the leader may have rejoined (Preparing, same generation): its generation's
-                # assignment is still its answer, as Kafka's would have been (a cooperative member
-                # would otherwise miss the generation that took it in).
+                # waiter in another process sees the leader's only at its NOTIFY (or poll, when
+                # that is lost), by which time the leader may have rejoined (Preparing, same
+                # generation): its generation's assignment is still its answer, as Kafka's would
+                # have been (a cooperative member would otherwise miss the generation that took it
+                # in).
                 if classic["state"] == STABLE or classic.get("assigned_generation") == generation_id:
                     member = classic["members"][member_id]
                     return SyncResult(classic["protocol_type"], classic["protocol"], _bytes(member["assignment"]))
@@ -718,11 +767,12 @@ class ClassicGroups:
                 if _overdue_syncs(classic, now_ms()):  # a leader that never synced: removed, the rest rejoin
                     async with conn.transaction():
                         await self._settle_timeouts(conn, await groups.lock_existing(conn, group_id), now_ms())
+                        await self.announce(conn, group_id)
                     self.wake_ups.changed(group_id)
                     continue
             if now_ms() >= deadline:
                 raise _rebalancing(group_id)
-            await self._until_changed(seen)
+            await self._until_changed(seen, classic, member_id)
 
     @classmethod
     def _of_generation(
@@ -787,6 +837,7 @@ class ClassicGroups:
                 async with conn.transaction():
                     group = await groups.lock_existing(conn, group_id)
                     await self._settle_timeouts(conn, group, now)
+                    await self.announce(conn, group_id)
                 self.wake_ups.changed(group_id)
             # As Kafka's coordinator (classicGroupHeartbeatToClassicGroup): only a member of the
             # current generation keeps its session, in PreparingRebalance too; one stuck on an older

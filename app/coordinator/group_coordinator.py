@@ -211,7 +211,9 @@ class GroupCoordinator:
         check_group_id(group_id)
         now = now_ms()
         topics = sorted(set(topics))
-        async with self.classic.changing(group_id) as conn:
+        # No Kafka member waits on an HTTP group (one joining it is refused at once), and a Kafka
+        # group's members refuse this heartbeat: nobody to announce its change to.
+        async with self.classic.changing(group_id, announce=False) as conn:
             group = await groups.lock(conn, group_id, now)
             classic = classic_state(group)
             if classic is not None and classic["members"]:
@@ -277,6 +279,7 @@ class GroupCoordinator:
                     if expired:
                         await groups.remove_members(conn, group_id, expired)
                         await self._rebalance(conn, group, now)
+                        await self.classic.announce(conn, group_id)
                         evicted += len(expired)
                 if expired:  # committed: the group's waiting JoinGroups and SyncGroups re-read
                     self.classic.wake_ups.changed(group_id)

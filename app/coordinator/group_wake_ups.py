@@ -2,7 +2,8 @@
 (the rest of its members to rejoin, its leader to sync) re-read it as soon as a change to that group
 commits here, whichever door or worker task made it (a Kafka request, an HTTP consumer's heartbeat or
 leave, DeleteGroups, a session expiry). A change to another group wakes none of them. A change made
-in another process is seen at the waiters' poll (classic_groups.POLL_S).
+in another process wakes them by its NOTIFY (ClassicGroups.listen_for_changes), or at the waiters'
+poll when that notification is lost (classic_groups.POLL_S).
 
 Invariants: a waiter takes its group's event before it reads the group, so a change committed
 between its read and its wait still wakes it; a change replaces the group's event with a fresh one

@@ -8,6 +8,7 @@ The server runs in the test's process (make_server), so the test turns the waite
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime
 import time
 
@@ -102,20 +103,13 @@ def test_a_sync_group_waiting_in_another_process_is_answered_though_the_leader_a
     REBALANCE_IN_PROGRESS, where Kafka's coordinator answers every waiting SyncGroup with the
     leader's: a cooperative-sticky member then never saw the generation that took it in. Two
     servers on one database stand for the two processes; the poll is long enough that the leader
-    syncs and rejoins within it."""
+    syncs and rejoins within it, and the NOTIFY that would wake the follower at once is lost (as
+    while its process's listening connection is down)."""
     monkeypatch.setattr(classic_groups, "POLL_S", 1.0)
-    follower_side = make_server(kafka_listener="127.0.0.1:0")
+    monkeypatch.setattr(ClassicGroups, "listen_for_changes", lambda self, notifier: None)  # notifications lost
     leader_side = make_server(kafka_listener="127.0.0.1:0")
-    with (
-        RawConnection(leader_side.extra["kafka_bootstrap"]) as a,
-        RawConnection(follower_side.extra["kafka_bootstrap"]) as b,
-    ):
-        first = join(a, GROUP, instance="a", session=LONG, rebalance=LONG)
-        sync(a, GROUP, first.member_id, first.generation_id, {first.member_id: b""})
-        b_joining = b.send(join_request(GROUP, instance="b", session=LONG, rebalance=LONG))
-        _poll_until(lambda: len(_classic_state(leader_side)["members"]) == 2, "B's JoinGroup waiting for A")
-        second = join(a, GROUP, first.member_id, instance="a", session=LONG, rebalance=LONG)
-        b_joined = b.receive(api_table.JOIN_GROUP, JOIN_VERSION, b_joining)
+    with _connections_to_two_servers(leader_side, make_server) as (a, b):
+        first, second, b_joined = _b_joins_a_group_of_a(a, b, leader_side)
         assert b_joined.generation_id == second.generation_id
 
         b_syncing = b.send(sync_request(GROUP, b_joined.member_id, b_joined.generation_id, {}))
@@ -128,6 +122,38 @@ def test_a_sync_group_waiting_in_another_process_is_answered_though_the_leader_a
         answered = b.receive(api_table.SYNC_GROUP, 5, b_syncing)
     assert answered.error_code == KafkaError.none
     assert answered.assignment == b"for b"
+
+
+def test_a_change_committed_in_another_process_wakes_the_waiters_at_once(make_server, monkeypatch):
+    """Regression: a JoinGroup waiting in one process saw a change to its group made in another
+    (worker or node) only at its poll, every 50 ms, each waiter re-reading its group 20 times a
+    second. A change now NOTIFYs every process's waiters of the group. Here the poll is off: B,
+    waiting in one server, is answered when leader A, in another, completes the rebalance."""
+    monkeypatch.setattr(classic_groups, "POLL_S", NO_POLL_S)
+    a_side = make_server(kafka_listener="127.0.0.1:0")
+    with _connections_to_two_servers(a_side, make_server) as (a, b):
+        first, second, b_joined = _b_joins_a_group_of_a(a, b, a_side)
+    assert b_joined.error_code == KafkaError.none
+    assert b_joined.generation_id == second.generation_id == first.generation_id + 1
+
+
+@contextlib.contextmanager
+def _connections_to_two_servers(a_side, make_server):
+    """A connection to `a_side`, and one to a second server (process) on its database."""
+    b_side = make_server(kafka_listener="127.0.0.1:0")
+    with RawConnection(a_side.extra["kafka_bootstrap"]) as a, RawConnection(b_side.extra["kafka_bootstrap"]) as b:
+        yield a, b
+
+
+def _b_joins_a_group_of_a(a: RawConnection, b: RawConnection, server):
+    """A makes GROUP alone (generation 1, Stable); B's JoinGroup begins a rebalance and waits; A's
+    rejoin completes it. A's first and second JoinGroup answers, and B's."""
+    first = join(a, GROUP, instance="a", session=LONG, rebalance=LONG)
+    sync(a, GROUP, first.member_id, first.generation_id, {first.member_id: b""})
+    b_joining = b.send(join_request(GROUP, instance="b", session=LONG, rebalance=LONG))
+    _poll_until(lambda: len(_classic_state(server)["members"]) == 2, "B's JoinGroup waiting for A")
+    second = join(a, GROUP, first.member_id, instance="a", session=LONG, rebalance=LONG)  # completes it
+    return first, second, b.receive(api_table.JOIN_GROUP, JOIN_VERSION, b_joining)
 
 
 def _classic_state(server) -> dict:

@@ -18,6 +18,11 @@ from app.storage.rows import all_from_rows, from_row
 # row lock as the membership it describes (app/coordinator/classic_groups.py), without a migration.
 CLASSIC_STATE_KEY = ""
 
+# A NOTIFY on it, payload the group id, is sent at the commit of a change to a group's membership or
+# rebalance state (`announce_change`): the JoinGroups and SyncGroups waiting for that group in every
+# server process re-read at once (app/coordinator/classic_groups.py), not at their next poll.
+GROUP_CHANGES_CHANNEL = "txbroker_group_changes"
+
 
 @dataclass(slots=True)
 class Group:
@@ -145,6 +150,19 @@ async def touch_member(
         session_timeout_ms,
         now_ms,
     )
+
+
+async def announce_change(conn: asyncpg.Connection, group_id: str, origin: str) -> None:
+    """Notifies GROUP_CHANGES_CHANNEL's listeners of every server when the caller's transaction
+    commits (not at all if it rolls back): `group_id` changed, in the process that calls itself
+    `origin` (a token without spaces; that process woke its own waiters already)."""
+    await conn.execute("SELECT pg_notify($1, $2)", GROUP_CHANGES_CHANNEL, f"{origin} {group_id}")
+
+
+def announced_change(payload: str) -> tuple[str, str]:
+    """(origin, group id) of a GROUP_CHANGES_CHANNEL notification's payload."""
+    origin, group_id = payload.split(" ", 1)
+    return origin, group_id
 
 
 async def touch(conn: asyncpg.Connection, group_id: str, member_id: str, now_ms: int) -> bool:

@@ -1,4 +1,5 @@
-"""Wakes long-polling fetches when their partitions get data.
+"""Wakes long-polling fetches when their partitions get data (and, on the same listening connection,
+passes other channels' notifications to the callbacks registered for them: `also_listen`).
 
 Every append sends a PostgreSQL NOTIFY on `txbroker_appends` at commit, so a fetch waiting on any
 server process wakes whichever server appended. If the listening connection is lost, waiters still
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 import asyncpg
 
@@ -32,9 +34,20 @@ class AppendNotifier:
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self._connection: asyncpg.Connection | None = None
         self._keeper: asyncio.Task | None = None
+        self._other_channels: dict[str, Callable[[str], None]] = {}
+        self._first_attempt = asyncio.Event()
+
+    def also_listen(self, channel: str, on_payload: Callable[[str], None]) -> None:
+        """Before `start`: each notification on `channel` calls `on_payload(payload)` in the event
+        loop. One lost while the connection is down is never replayed: its listener must poll too."""
+        self._other_channels[channel] = on_payload
 
     async def start(self) -> None:
+        """Starts listening; returns once the first attempt has listened or failed (within
+        `fallback_s`), so that a server ready to serve is woken by what commits from then on."""
         self._keeper = asyncio.create_task(self._keep_listening(), name="append-notifier")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._first_attempt.wait(), self.fallback_s)
 
     async def stop(self) -> None:
         if self._keeper is not None:
@@ -52,12 +65,18 @@ class AppendNotifier:
                 lost = asyncio.Event()
                 self._connection.add_termination_listener(lambda _conn, lost=lost: lost.set())
                 await self._connection.add_listener(APPENDS_CHANNEL, self._on_notification)
+                for channel, on_payload in self._other_channels.items():
+                    await self._connection.add_listener(
+                        channel, lambda _conn, _pid, _channel, payload, on_payload=on_payload: on_payload(payload)
+                    )
+                self._first_attempt.set()
                 await lost.wait()
             except asyncio.CancelledError:
                 raise
             except Exception as error:  # PostgreSQL restarting: waiters fall back to polling
+                self._first_attempt.set()
                 log.warning(
-                    "append notifications unavailable (%s); long polls fall back to re-reading every %.1fs",
+                    "notifications unavailable (%s); long polls re-read every %.1fs, group waits at their poll",
                     error,
                     self.fallback_s,
                 )
