@@ -66,7 +66,7 @@ from kio.serial import entity_reader
 
 from app.clock import now_ms
 from app.coordinator.group_wake_ups import GroupWakeUps
-from app.coordinator.identifiers import check_group_id, check_identifier, within_limit
+from app.coordinator.identifiers import check_identifier, check_member_group_id, within_limit
 from app.errors import BrokerError, ErrorCode
 from app.storage.groups import groups
 from app.storage.groups.groups import CLASSIC_STATE_KEY, Group, Member
@@ -500,7 +500,7 @@ class ClassicGroups:
         # First the ids (as Kafka's GroupCoordinator validates the group id), then the session timeout
         # (as Kafka checks it, before the group, its protocols and its members): a refused JoinGroup
         # changes nothing. The group instance id is kept with the member: the identifier limit holds it too.
-        check_group_id(group_id)
+        check_member_group_id(group_id)
         if group_instance_id is not None:
             check_identifier("the group instance id (group.instance.id)", group_instance_id)
         self.session_timeout_bounds.check(group_id, session_timeout_ms)
@@ -721,7 +721,7 @@ class ClassicGroups:
         """The leader's SyncGroup stores every member's assignment (the group is then Stable); each
         member's SyncGroup answers its own, once the leader's has come. `protocol_type` and
         `protocol_name`: the ones SyncGroup v5+ names, each checked when named (`_checked`)."""
-        check_group_id(group_id)
+        check_member_group_id(group_id)
         now = now_ms()
         async with self.changing(group_id) as conn:
             group = await groups.lock(conn, group_id, now)
@@ -827,7 +827,7 @@ class ClassicGroups:
     async def heartbeat(
         self, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None = None
     ) -> None:
-        check_group_id(group_id)
+        check_member_group_id(group_id)
         now = now_ms()
         async with self.pool.acquire() as conn:
             group = await groups.get(conn, group_id)
@@ -851,7 +851,7 @@ class ClassicGroups:
         """leaving: (member id, group instance id) each, as LeaveGroup names them; a member id ""
         with an instance id removes that static member (v3+), a pending member id is forgotten.
         One error or None each; UNKNOWN_MEMBER_ID for the request when the group does not exist."""
-        check_group_id(group_id)
+        check_member_group_id(group_id)
         now = now_ms()
         async with self.changing(group_id) as conn:
             # Never makes the group (as Kafka's coordinator, which answers a LeaveGroup of a group it

@@ -17,7 +17,9 @@ Invariants:
   (their tombstones), so they wait for the commits in flight and none interleaves.
 - Every operation on a group id checks it first (`check_group_id`: INVALID_GROUP_ID over the
   identifier limit), look-ups too, as Kafka's coordinator validates the group id of every group
-  API: an id no group can have never reaches a statement, nor a write.
+  API: an id no group can have never reaches a statement, nor a write. The empty id too where
+  Kafka's coordinator refuses it (`check_member_group_id`: a member's heartbeat and leave,
+  TxnOffsetCommit, OffsetDelete), not for commits, fetches, describes and deletes of the group.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from app.coordinator.classic_groups import (
     classic_state,
     fenced_instance_error,
 )
-from app.coordinator.identifiers import check_group_id
+from app.coordinator.identifiers import check_group_id, check_member_group_id
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.errors import BrokerError, ErrorCode
 from app.storage.groups import group_offsets, groups
@@ -208,7 +210,7 @@ class GroupCoordinator:
     async def heartbeat(
         self, group_id: str, member_id: str, topics: list[str], session_timeout_ms: int
     ) -> HeartbeatResult:
-        check_group_id(group_id)
+        check_member_group_id(group_id)
         now = now_ms()
         topics = sorted(set(topics))
         # No Kafka member waits on an HTTP group (one joining it is refused at once), and a Kafka
@@ -251,7 +253,7 @@ class GroupCoordinator:
         )
 
     async def leave(self, group_id: str, member_id: str) -> None:
-        check_group_id(group_id)
+        check_member_group_id(group_id)
         now = now_ms()
         async with self.classic.changing(group_id) as conn:
             group = await groups.lock(conn, group_id, now)
@@ -490,7 +492,7 @@ class GroupCoordinator:
         as commit_offsets' (Kafka's group coordinator: ILLEGAL_GENERATION at every version,
         OffsetMetadataManager.validateTransactionalOffsetCommit; and its rules for a transactional
         commit, `_kafka_commit_error`)."""
-        check_group_id(group_id)
+        check_member_group_id(group_id)
         now = now_ms()
         async with self.transactions.unit_of_work() as unit:
             conn = unit.conn
@@ -578,7 +580,7 @@ class GroupCoordinator:
         rules: GROUP_ID_NOT_FOUND when there is no such group, NON_EMPTY_GROUP for a Kafka group with
         members whose protocol is not the consumer one (its subscriptions are unknown); a group left
         without members and offsets is deleted, as Kafka removes it. One PostgreSQL transaction."""
-        check_group_id(group_id)
+        check_member_group_id(group_id)
         now = now_ms()
         async with self.classic.changing(group_id) as conn:
             group, members = await _locked_for_deletion(conn, group_id)

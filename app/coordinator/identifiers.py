@@ -7,8 +7,9 @@ being refused with a message.
 HTTP's schemas refuse a longer identifier first (400 INVALID_REQUEST); the core's operations check
 the ones the Kafka listener hands them, each rule once here, with the error Kafka's coordinators
 answer for an id they find invalid: INVALID_GROUP_ID for a group id (GroupCoordinator's
-validateGroupStatus, on every group API, look-ups included), INVALID_REQUEST for a transactional
-id (TransactionCoordinator, InitProducerId to EndTxn, and DescribeTransactions)."""
+validateGroupStatus, on every group API, look-ups included; the empty one too on the APIs Kafka
+refuses it on, `check_member_group_id`), INVALID_REQUEST for a transactional id
+(TransactionCoordinator, InitProducerId to EndTxn, and DescribeTransactions)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,19 @@ def check_identifier(what: str, value: str, code: ErrorCode = ErrorCode.INVALID_
 def check_group_id(group_id: str) -> None:
     """INVALID_GROUP_ID for a group id over the limit: no group can have it."""
     check_identifier("the group id", group_id, ErrorCode.INVALID_GROUP_ID)
+
+
+def check_member_group_id(group_id: str) -> None:
+    """check_group_id, and INVALID_GROUP_ID for the empty group id too: Kafka's group coordinator
+    (GroupCoordinatorService) refuses it on the APIs of a group's members (JoinGroup, SyncGroup,
+    Heartbeat, LeaveGroup) and on TxnOffsetCommit and OffsetDelete, where OffsetCommit, OffsetFetch,
+    DescribeGroups and DeleteGroups take "" as any other id (only a null one is invalid there)."""
+    if not group_id:
+        raise BrokerError(
+            ErrorCode.INVALID_GROUP_ID,
+            f"the group id is empty: expected 1 to {MAX_IDENTIFIER_BYTES} bytes in UTF-8; give the consumer a group.id",
+        )
+    check_group_id(group_id)
 
 
 def check_transactional_id(transactional_id: str) -> None:

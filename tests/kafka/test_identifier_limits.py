@@ -5,8 +5,9 @@ maximum") answered as UNKNOWN_SERVER_ERROR or a closed connection, and nothing i
 id is INVALID_GROUP_ID on every group API (Kafka's GroupCoordinator validates the group id of each,
 look-ups included) and on AddOffsetsToTxn; a transactional id INVALID_REQUEST (Kafka's
 TransactionCoordinator's answer for an invalid one), DescribeTransactions included. An id of exactly
-1024 bytes works through every API. A member id the server makes from a long client id is cut to
-fit. The ids over the limit are random (incompressible): PostgreSQL compresses an index row, so a
+1024 bytes works through every API. An empty group id is INVALID_GROUP_ID where Kafka's coordinator
+refuses it, and a group like any other where it does not. A member id the server makes from a long
+client id is cut to fit. The ids over the limit are random (incompressible): PostgreSQL compresses an index row, so a
 repetitive long id could slip under its row limit and hide the bug."""
 
 from __future__ import annotations
@@ -182,6 +183,33 @@ GROUP_APIS = [
 def test_a_group_id_over_the_limit_is_invalid_group_id_and_writes_nothing(server, connection, api):
     assert api(connection, over_limit(f"group-{api.__name__}-")) == KafkaError.invalid_group_id
     nothing_over_the_limit_stored(server)
+
+
+# Kafka's group coordinator (GroupCoordinatorService) refuses an empty group id on the APIs of a
+# member and on TxnOffsetCommit and OffsetDelete; OffsetCommit, OffsetFetch, DescribeGroups and
+# DeleteGroups refuse only a null one (the empty id is a group like any other there), and
+# AddOffsetsToTxn checks no group id at all.
+EMPTY_GROUP_ID_REFUSED = [join, sync, heartbeat, leave, offset_delete, txn_offset_commit_of]
+
+
+@pytest.mark.parametrize("api", EMPTY_GROUP_ID_REFUSED, ids=lambda api: api.__name__)
+def test_an_empty_group_id_is_invalid_group_id_where_kafka_refuses_it(server, connection, api):
+    assert api(connection, "") == KafkaError.invalid_group_id
+
+
+def test_an_empty_group_id_is_a_group_for_offsets_describe_and_delete_as_in_kafka(server, connection):
+    """As Kafka's coordinator: the group "" takes a simple consumer's commit, fetches it back, is
+    described (Empty, no members) and deleted; AddOffsetsToTxn with it is answered NONE."""
+    assert raw_groups.commit(connection, "", "", -1, None, TOPIC, 5) == KafkaError.none
+    topics = (nested(api_table.OFFSET_FETCH, 7, "OffsetFetchRequestTopic", name=TOPIC, partition_indexes=(0,)),)
+    fetched = connection.call(request_of(api_table.OFFSET_FETCH, 7, group_id="", topics=topics, require_stable=False))
+    assert fetched.error_code == KafkaError.none
+    assert [p.committed_offset for t in fetched.topics for p in t.partitions] == [5]
+    described = raw_groups.describe(connection, "")
+    assert (described.error_code, described.group_state, described.members) == (KafkaError.none, "Empty", ())
+    assert delete_groups(connection, "") == KafkaError.none
+    assert delete_groups(connection, "") == KafkaError.group_id_not_found
+    assert add_offsets_to_txn(connection, "") == KafkaError.none
 
 
 def test_a_group_id_at_the_limit_goes_through_every_group_api(server, connection):
