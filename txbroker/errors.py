@@ -240,6 +240,11 @@ UnstableOffsetCommitError = _error(
     doc="a transactional offset commit awaits its transaction's outcome",
 )
 OffsetOutOfRangeError = _error("OffsetOutOfRangeError", ErrorCode.OFFSET_OUT_OF_RANGE, doc="offset outside the log")
+PolicyViolationError = _error(
+    "PolicyViolationError",
+    ErrorCode.POLICY_VIOLATION,
+    doc="the topic's config forbids it: records of a topic whose cleanup_policy lacks delete cannot be deleted",
+)
 OffsetNotAvailableError = _error(
     "OffsetNotAvailableError",
     ErrorCode.OFFSET_NOT_AVAILABLE,
@@ -322,6 +327,7 @@ _BY_CODE: dict[str, type[TxbrokerError]] = {
         GroupSubscribedToTopicError,
         UnstableOffsetCommitError,
         OffsetOutOfRangeError,
+        PolicyViolationError,
         OffsetNotAvailableError,
         NotCoordinatorError,
         UnauthorizedError,

@@ -84,6 +84,9 @@ class ErrorCode(StrEnum):
     # Kafka's offset.metadata.max.bytes: an offset's metadata over 4096 characters (Kafka listener).
     OFFSET_METADATA_TOO_LARGE = "OFFSET_METADATA_TOO_LARGE"
     OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
+    # Kafka's code 44: a request the topic's config forbids (DeleteRecords of a topic whose
+    # cleanup.policy lacks delete).
+    POLICY_VIOLATION = "POLICY_VIOLATION"
     # Kafka's code 78: an offset the synchronous standby has not confirmed yet (ListOffsets).
     OFFSET_NOT_AVAILABLE = "OFFSET_NOT_AVAILABLE"
     NOT_COORDINATOR = "NOT_COORDINATOR"
@@ -143,6 +146,7 @@ ERROR_SPECS: MappingProxyType[ErrorCode, ErrorSpec] = MappingProxyType(
             400, False, "an offset's metadata over 4096 characters (Kafka listener)"
         ),
         ErrorCode.OFFSET_OUT_OF_RANGE: ErrorSpec(416, False, "offset outside the log"),
+        ErrorCode.POLICY_VIOLATION: ErrorSpec(409, False, "the topic's cleanup policy forbids it"),
         ErrorCode.OFFSET_NOT_AVAILABLE: ErrorSpec(503, True, "the synchronous standby has not confirmed it yet; retry"),
         ErrorCode.NOT_COORDINATOR: ErrorSpec(421, True, "ask /v1/coordinators/find again"),
         ErrorCode.UNAUTHORIZED: ErrorSpec(401, False, "missing or invalid credentials"),

@@ -297,6 +297,15 @@ def test_delete_records_errors(client):
     assert delete_records(client, "nowhere", {0: 0}).json()["error"]["code"] == "UNKNOWN_TOPIC_OR_PARTITION"
     internal = delete_records(client, "__consumer_offsets", {0: 0})
     assert internal.status_code == 400 and internal.json()["error"]["code"] == "INVALID_TOPIC_EXCEPTION"
+    # As Kafka: a topic whose cleanup policy lacks delete keeps its records (compaction alone removes
+    # them), each partition POLICY_VIOLATION, after its own check.
+    for policy in ("compact", ""):
+        create(client, f"bounded-{policy or 'none'}", cleanup_policy=policy)
+        produce(client, f"bounded-{policy or 'none'}", [{"key": "k", "value": "x"}])
+        entries = delete_records(client, f"bounded-{policy or 'none'}", {0: 1, 5: 0}).json()["partitions"]
+        assert [e["error"]["code"] for e in entries] == ["POLICY_VIOLATION", "UNKNOWN_TOPIC_OR_PARTITION"]
+        assert f"cleanup_policy (cleanup.policy) is {policy!r}" in entries[0]["error"]["message"]
+        assert log_start(client, f"bounded-{policy or 'none'}") == 0
     for bad in (
         {"partitions": []},
         {"partitions": [{"partition": 0, "offset": -2}]},

@@ -114,6 +114,31 @@ def test_confluent_admin_client(module_kafka_server):
     assert http_topic(server, topic) is None
 
 
+def test_delete_records_of_a_compacted_topic_is_a_policy_violation(module_kafka_server):
+    """As Kafka's Partition.deleteRecordsOnLeader: a topic whose cleanup.policy lacks delete keeps its
+    log start (only compaction removes its records), its partitions answered POLICY_VIOLATION; once
+    the policy includes delete, the same request moves it."""
+    server = module_kafka_server
+    admin = AdminClient({"bootstrap.servers": bootstrap(server)})
+    topic = "admin-delete-records-compacted"
+    admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact"})])[topic].result(WAIT_S)
+    http_side.produce(server, topic, 0, [{"key": "k", "value": f"v{i}"} for i in range(5)])
+    [future] = admin.delete_records([TopicPartition(topic, 0, 3)]).values()
+    with pytest.raises(KafkaException) as refused:
+        future.result(WAIT_S)
+    assert refused.value.args[0].name() == "POLICY_VIOLATION"
+    assert http_topic(server, topic)["partitions"][0]["log_start_offset"] == 0
+
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.APPEND)],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(WAIT_S)
+    [future] = admin.delete_records([TopicPartition(topic, 0, 3)]).values()
+    assert future.result(WAIT_S).low_watermark == 3
+
+
 def test_confluent_lists_every_topic(module_kafka_server):
     """Regression: librdkafka's Metadata v12 for every topic carries 3 bytes the schema does not
     have; the listener closed the connection instead of ignoring them as Kafka does."""

@@ -65,10 +65,19 @@ def check_records_deletable(topic: TopicInfo) -> None:
 async def delete_records(conn: asyncpg.Connection, topic: TopicInfo, partition: int, offset: int) -> int:
     """Advances the partition's log start to `offset` (HIGH_WATERMARK: to the high watermark) and
     returns the new log start (Kafka's low watermark); the cleaner removes the batches below it.
+    POLICY_VIOLATION for a topic whose cleanup policy lacks delete (checked after the partition, as
+    Kafka's Partition.deleteRecordsOnLeader: a compacted log's start only the cleaner moves);
     OFFSET_OUT_OF_RANGE past the high watermark, or past the last stable offset (an open
     transaction's records are never deleted)."""
     if not 0 <= partition < topic.partition_count:
         raise unknown_partition(topic, partition)
+    if CLEANUP_DELETE not in topic.cleanup_policy:
+        raise BrokerError(
+            ErrorCode.POLICY_VIOLATION,
+            f"records of partition {partition} of topic {topic.name!r} cannot be deleted: its cleanup_policy "
+            f"(cleanup.policy) is {topic.setting('cleanup_policy')!r}, and only a topic whose policy includes "
+            f"{CLEANUP_DELETE!r} may have records deleted (as Kafka); add {CLEANUP_DELETE!r} to the policy first",
+        )
     async with conn.transaction():
         # The partition's row lock orders this against appends and markers: the LSO read under it
         # cannot move below what it says until commit.
