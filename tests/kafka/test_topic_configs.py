@@ -740,6 +740,35 @@ def test_min_compaction_lag_holds_records_without_a_timestamp_by_their_append_ti
     assert kept() == [(1, NO_TIMESTAMP)]
 
 
+def test_records_without_a_timestamp_never_force_compaction_by_max_compaction_lag(module_kafka_server):
+    """Kafka's cleaner forces a run by max.compaction.lag.ms from the max timestamp of each dirty
+    segment's first batch, and leaves out one without a timestamp (LogCleanerManager.maxCompactionDelay
+    keeps positive ones only): a batch of records timestamped -1 waits for the dirty ratio however long
+    it has been there, where a timestamped one past the lag forces the run."""
+    server = module_kafka_server
+    topic = "max-lag-no-timestamp"
+    create(server, topic, **{"cleanup.policy": "compact", "max.compaction.lag.ms": str(HOUR_MS)})
+    now = now_ms()
+
+    def produce(key: bytes, timestamp: int) -> None:  # each its own batch
+        batch = record_batch([KafkaRecord(timestamp, key, b"v", [])])
+        assert produce_answer(server, topic, batch).error_code == KafkaError.none
+
+    def offsets() -> list[int]:
+        return [r["offset"] for r in http_side.fetch(server, topic, 0)]
+
+    for key in range(10):  # 0..9
+        produce(f"k{key}".encode(), now)
+    clean(server, now_ms=now)  # every batch new: compacted (nothing superseded)
+    produce(b"k0", NO_TIMESTAMP)  # 10, superseding 0
+    later = now + 2 * HOUR_MS
+    clean(server, now_ms=later)  # 1 new batch of 11, below the ratio, and it has no age: not yet
+    assert offsets() == list(range(11))
+    produce(b"k1", now)  # 11, superseding 1: two hours old at `later`, over the lag
+    clean(server, now_ms=later)  # 2 new of 12, below the ratio, but one is overdue: compacted
+    assert offsets() == list(range(2, 12))
+
+
 def test_retention_keeps_records_without_a_timestamp_by_their_append_time(module_kafka_server):
     """As Kafka's time retention, which goes by a segment's last-modified time when none of its
     records has a timestamp (LogSegment.largestTimestamp): a batch of records timestamped -1 stays

@@ -25,7 +25,8 @@ Rules (with log_cleaner.py's, which runs it):
 - A run reads the whole log below its end, so it waits until the topic's `min_cleanable_dirty_ratio`
   of it (Kafka's min.cleanable.dirty.ratio, 0.5 by default; in batches, those past the end counting
   neither way, as Kafka's cleanable ratio) is new since the last run, a batch written since is older
-  than its `max_compaction_lag_ms` (by its records' timestamps, as Kafka's; no bound by default) and
+  than its `max_compaction_lag_ms` (by its max timestamp, as Kafka's by a segment's first batch's;
+  one without a timestamp never, as Kafka's leaves it out; no bound by default) and
   something new lies below the end (the maximum lag forces only what the minimum allows, as Kafka's
   needCompactionNow), or a kept tombstone is due to go.
 - Two passes: the first (read-only) maps every key to its latest committed offset below the end; the
@@ -243,10 +244,13 @@ async def _compaction_end(
     return lso if first_within is None else max(first_within, compacted_through)
 
 
-# A batch written since the last run, below the LSO, whose records are older than max.compaction.lag.ms.
+# A batch written since the last run, below the LSO, whose max timestamp is before $5 (now minus
+# max.compaction.lag.ms), leaving out a batch without one (-1) and 0, as Kafka's cleaner keeps only
+# positive first-batch timestamps.
 _OVERDUE_SQL = """
 SELECT true FROM record_batches
-WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $4 AND first_timestamp_ms <= $5
+WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $4
+  AND max_timestamp_ms > 0 AND max_timestamp_ms < $5
 LIMIT 1
 """
 
@@ -255,7 +259,11 @@ async def _overdue(
     conn: asyncpg.Connection, topic: TopicInfo, partition: int, compacted_through: int, end: int, now_ms: int
 ) -> bool:
     """Kafka's max.compaction.lag.ms: a record not yet compacted may wait for the dirty ratio at most
-    this long (by its timestamp, as Kafka's cleaner reads it), then the partition is compacted anyway."""
+    this long, then the partition is compacted anyway. Its age is its batch's max timestamp, as
+    Kafka's LogCleanerManager.maxCompactionDelay takes each dirty segment's first batch's (a batch
+    here is the unit a segment is there); a batch without a timestamp (its records' all -1) has no
+    age and never forces a run, as Kafka leaves such a segment out (unlike min.compaction.lag.ms and
+    retention, which go by its append time, as Kafka's go by a segment's last-modified time)."""
     max_lag_ms = topic.setting("max_compaction_lag_ms")
     if max_lag_ms >= now_ms:  # the default, 2^63-1: no bound
         return False
