@@ -7,7 +7,7 @@ crossing the two doors byte for byte."""
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from tests.api.test_log_lifecycle import delete_records
@@ -224,6 +224,37 @@ def test_list_offsets_max_timestamp_is_the_first_record_of_the_greatest_time(mod
     assert max_timestamp() == (3, 9000)
     assert delete_records(module_kafka_server.client, topic, {0: 4}).status_code == 200
     assert max_timestamp() == (5, 9000)  # the batch written over HTTP
+
+
+def test_list_offsets_max_timestamp_under_read_committed_is_none_when_past_the_lso(module_kafka_server):
+    """As Kafka's broker (Partition.fetchOffsetForTimestamp, then ReplicaManager): the max timestamp is
+    the whole log's, and a read_committed ListOffsets answers it only below the last stable offset,
+    else offset -1 and timestamp -1 without an error; it does not look for the greatest timestamp
+    below the LSO instead."""
+    topic = "list-offsets-max-timestamp-read-committed"
+    create_topic(module_kafka_server, topic)
+    ConfluentKafka().produce(
+        module_kafka_server, topic, [{"value": b"v", "timestamp": t} for t in (3000, 5000)]
+    )  # offsets 0, 1
+    producer = Producer(
+        {"bootstrap.servers": module_kafka_server.extra["kafka_bootstrap"], "transactional.id": "max-timestamp-lso"}
+    )
+    producer.init_transactions(WAIT_S)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"open", partition=0, timestamp=9000)  # offset 2, its transaction open
+    assert producer.flush(WAIT_S) == 0
+    admin = AdminClient({"bootstrap.servers": module_kafka_server.extra["kafka_bootstrap"]})
+
+    def max_timestamp(isolation_level: IsolationLevel) -> tuple[int, int]:
+        partition = TopicPartition(topic, 0)
+        futures = admin.list_offsets({partition: OffsetSpec.max_timestamp()}, isolation_level=isolation_level)
+        listed = futures[partition].result(WAIT_S)
+        return listed.offset, listed.timestamp
+
+    assert max_timestamp(IsolationLevel.READ_UNCOMMITTED) == (2, 9000)
+    assert max_timestamp(IsolationLevel.READ_COMMITTED) == (-1, -1)
+    producer.commit_transaction(WAIT_S)
+    assert max_timestamp(IsolationLevel.READ_COMMITTED) == (2, 9000)
 
 
 def test_a_topic_is_created_when_a_producer_names_it(module_kafka_server, client):

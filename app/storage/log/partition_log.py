@@ -410,7 +410,11 @@ async def offset_for(
     if timestamp == EARLIEST_TIMESTAMP:
         return state.log_start_offset, NO_TIMESTAMP
     if timestamp == MAX_TIMESTAMP:
-        return await _max_timestamp(conn, topic, partition, state.log_start_offset, upper)
+        # The whole log's greatest, answered only below what the reader may see, as Kafka's broker
+        # (ReplicaManager.fetchOffset): under read_committed, a record at or past the LSO is no
+        # answer, and none below it is looked for instead.
+        offset, found_ms = await _max_timestamp(conn, topic, partition, state.log_start_offset, state.high_watermark)
+        return (offset, found_ms) if offset < upper else (NO_OFFSET, NO_TIMESTAMP)
     # Batches are not ordered by time, so walk them in log order to the first that reaches it. The
     # first batch may begin below the log start (DeleteRecords moves it inside a batch): its records
     # below it do not count, and if only those reach the time, the next batch is the answer.
