@@ -198,17 +198,27 @@ async def alter_config(
 
 
 async def grow_partitions(
-    pool: asyncpg.Pool, actor: str, name: str, partition_count: int, *, validate_only: bool = False
+    pool: asyncpg.Pool,
+    actor: str,
+    name: str,
+    partition_count: int,
+    *,
+    validate_only: bool = False,
+    check_added: Callable[[int], None] | None = None,
 ) -> TopicWithPartitions:
     """[CreatePartitions] Raises the topic's partition count to `partition_count` (an increase only:
     INVALID_PARTITIONS otherwise); the new partitions start empty at offset 0 and take produces,
     fetches and group assignments from the commit on (storage/topics.py says why that is safe with
     those in flight). `validate_only`: checked as if made, audit entry included, then rolled back;
-    the answer is the topic as it would be."""
+    the answer is the topic as it would be. `check_added`: called with the number of partitions
+    added once the topic and the count are checked, under the topic's lock (a door's checks of what
+    it was asked with them, Kafka's replica assignments); whatever it raises refuses the growth."""
     async with pool.acquire() as conn:
         try:
             async with conn.transaction():  # the count, the new partitions and the audit entry: all or none
                 topic, before = await topics.grow_partitions(conn, name, partition_count)
+                if check_added is not None:
+                    check_added(partition_count - before)
                 await principals.audit(
                     conn, now_ms(), actor, "create partitions", name, f"partitions={before}->{partition_count}"
                 )

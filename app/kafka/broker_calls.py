@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from app.coordinator import cluster_nodes, security_admin, topic_admin, transaction_admin
@@ -1016,10 +1016,20 @@ class AdminCalls:
         await topic_admin.delete_topic(self._state.pool, principal.name, topic.name, topic_uuid)
         return topic.name
 
-    async def grow_partitions(self, principal: Principal, name: str, count: int, validate_only: bool) -> None:
-        """Kafka's CreatePartitions: the topic's partition count raised to `count` (Alter on the topic)."""
+    async def grow_partitions(
+        self,
+        principal: Principal,
+        name: str,
+        count: int,
+        validate_only: bool,
+        check_added: Callable[[int], None] | None = None,
+    ) -> None:
+        """Kafka's CreatePartitions: the topic's partition count raised to `count` (Alter on the topic);
+        `check_added` as topic_admin.grow_partitions' (the request's replica assignments)."""
         authorize(principal, Operation.ALTER, ResourceType.TOPIC, name)
-        await topic_admin.grow_partitions(self._state.pool, principal.name, name, count, validate_only=validate_only)
+        await topic_admin.grow_partitions(
+            self._state.pool, principal.name, name, count, validate_only=validate_only, check_added=check_added
+        )
 
     async def replicas_to_alter(self, principal: Principal, names: list[str] | None) -> dict[str, int]:
         """Kafka's APIs on replicas, which need Alter on the Cluster (ElectLeaders,

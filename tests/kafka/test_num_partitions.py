@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
@@ -153,3 +153,92 @@ def test_a_bad_manual_assignment_is_refused_as_kafka_refuses_it(server_of_four, 
     result = _created_with(server_of_four, name, [(p, replicas.get(b, b)) for p, b in assignments], *counts)
     assert (result.error_code, message in result.error_message) == (error, True), result
     assert server_of_four.client.get(f"/v1/topics/{name}").status_code == 404
+
+
+def _grown_with(server, name: str, count: int, assignments, validate_only: bool = False):
+    """CreatePartitions v3 of one topic to `count`, with these replica lists (None: no assignment)."""
+    version = 3
+    topic = nested(
+        api_table.CREATE_PARTITIONS,
+        version,
+        "CreatePartitionsTopic",
+        name=name,
+        count=count,
+        assignments=None
+        if assignments is None
+        else tuple(
+            nested(api_table.CREATE_PARTITIONS, version, "CreatePartitionsAssignment", broker_ids=tuple(b))
+            for b in assignments
+        ),
+    )
+    request = request_of(
+        api_table.CREATE_PARTITIONS,
+        version,
+        topics=(topic,),
+        timeout=datetime.timedelta(seconds=30),
+        validate_only=validate_only,
+    )
+    with RawConnection(bootstrap(server)) as connection:
+        (result,) = connection.call(request).results
+    return result
+
+
+def test_create_partitions_takes_an_assignment_of_live_nodes(server_of_four):
+    """confluent-kafka's NewPartitions with a replica assignment: one list per partition added, each
+    naming one live node, as the topic's partitions have one replica (Metadata's)."""
+    node = node_id(server_of_four)
+    admin = AdminClient({"bootstrap.servers": bootstrap(server_of_four)})
+    server_of_four.client.post("/v1/topics", json={"name": "grown-assigned", "partitions": 1})
+    admin.create_partitions([NewPartitions("grown-assigned", 3, replica_assignment=[[node], [node]])])[
+        "grown-assigned"
+    ].result(WAIT_S)
+    assert partition_count(server_of_four, "grown-assigned") == 3
+
+
+@pytest.mark.parametrize(
+    ("assignments", "message"),
+    [
+        (["node"], "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified."),
+        (["node", "node", "node"], "Attempted to add 2 additional partition(s), but only 3 assignment(s)"),
+        ([(), "node"], "an empty replica list"),
+        (["node", "twice"], "more than once"),
+        (["node", (4242,)], "includes broker 4242, but no such broker is registered"),
+    ],
+    ids=["too-few", "too-many", "no-replica", "node-twice", "unknown-node"],
+)
+@pytest.mark.parametrize("validate_only", [False, True], ids=["made", "validated"])
+def test_create_partitions_refuses_a_bad_assignment_as_kafka_does(server_of_four, assignments, message, validate_only):
+    """As Kafka's controller (ReplicationControlManager.createPartitions): INVALID_REPLICA_ASSIGNMENT
+    with its message, and nothing added (validate_only answers alike)."""
+    node = node_id(server_of_four)
+    replicas = {"node": (node,), "twice": (node, node)}
+    name = f"badly-grown-{len(assignments)}-{message.split()[0]}-{validate_only}".lower()
+    server_of_four.client.post("/v1/topics", json={"name": name, "partitions": 1})
+    result = _grown_with(server_of_four, name, 3, [replicas.get(b, b) for b in assignments], validate_only)
+    assert (result.error_code, message in result.error_message) == (KafkaError.invalid_replica_assignment, True), result
+    assert partition_count(server_of_four, name) == 1
+
+
+def test_create_partitions_checks_the_count_before_the_assignment(server_of_four):
+    """Kafka's order: a topic that does not exist, or a count that is no increase, is that error
+    whatever the assignment."""
+    server_of_four.client.post("/v1/topics", json={"name": "grown-no-increase", "partitions": 2})
+    result = _grown_with(server_of_four, "grown-no-increase", 2, [(4242,)])
+    assert result.error_code == KafkaError.invalid_partitions
+    assert _grown_with(server_of_four, "grown-nowhere", 3, [()]).error_code == KafkaError.unknown_topic_or_partition
+
+
+def test_create_partitions_takes_any_one_live_node_but_not_two_replicas(make_server):
+    """With two nodes on one database, a new partition's one replica may be either; two replicas are
+    not the replication factor of the topic's partitions (one), which Kafka's controller refuses."""
+    first = make_server(kafka_listener="127.0.0.1:0", node_id=0)
+    make_server(kafka_listener="127.0.0.1:0", node_id=1)
+    first.client.post("/v1/topics", json={"name": "grown-on-two", "partitions": 1})
+    assert _grown_with(first, "grown-on-two", 3, [(1,), (0,)]).error_code == KafkaError.none
+    result = _grown_with(first, "grown-on-two", 4, [(0, 1)])
+    assert result.error_code == KafkaError.invalid_replica_assignment
+    assert result.error_message == (
+        "The manual partition assignment includes a partition with 2 replica(s), but this is not consistent "
+        "with previous partitions, which have 1 replica(s)."
+    )
+    assert partition_count(first, "grown-on-two") == 3

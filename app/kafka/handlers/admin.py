@@ -1,6 +1,7 @@
 """Topic admin: CreateTopics (a manual partition assignment gives the partition count; its
-replicas are not kept), DeleteTopics, CreatePartitions (an increase only; replica
-assignments ignored), DescribeConfigs, AlterConfigs (a topic's configs replaced) and
+replicas are not kept), DeleteTopics, CreatePartitions (an increase only; replica assignments
+checked as Kafka's controller checks them, one live node each, and not kept), DescribeConfigs,
+AlterConfigs (a topic's configs replaced) and
 IncrementalAlterConfigs (Kafka 4.0's topic configs, the core's table: storage's topic_configs.py), DeleteRecords,
 ElectLeaders (a partition's one replica always leads it: no election is ever needed),
 DescribeLogDirs and AlterReplicaLogDirs (one log dir, PostgreSQL, holding every partition), and
@@ -31,6 +32,8 @@ KAFKA_CONFIG_RESOURCES = frozenset({TOPIC_RESOURCE, BROKER_RESOURCE, 8, 16, 32})
 # CreateTopics: -1 partitions means the server's default (num_partitions, Kafka's num.partitions).
 DEFAULT_PARTITIONS = -1
 NO_REPLICATION_FACTOR = -1
+# The replicas of each txbroker partition, as Metadata describes them: the answering node alone.
+PARTITION_REPLICAS = 1
 # Kafka's messages for a topic named twice in CreateTopics or DeleteTopics (its controller's).
 DUPLICATE_NAME = "Duplicate topic name."
 DUPLICATE_ID = "Duplicate topic id."
@@ -260,31 +263,68 @@ def _deletion_result(module, name: str | None, topic_id, error_code: KafkaError,
     )
 
 
+class _AssignmentRefused(Exception):
+    """A CreatePartitions replica assignment Kafka's controller refuses: INVALID_REPLICA_ASSIGNMENT,
+    with its message. Raised within the growth, which it rolls back."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def _assignment_check(topic, live: set[int]):
+    """CreatePartitions' check of a topic's replica assignments (None: none given), as Kafka's
+    controller makes it (ReplicationControlManager.createPartitions) once the topic and the count are
+    checked: one assignment per partition added, then each replica list valid (`_replicas_error`)
+    and as long as the existing partitions' (one replica each: a txbroker partition's one replica is
+    in PostgreSQL, and Metadata shows it so). The replicas are not kept, as CreateTopics' are not."""
+    if topic.assignments is None:
+        return None
+
+    def check(added: int) -> None:
+        if len(topic.assignments) != added:
+            raise _AssignmentRefused(
+                f"Attempted to add {added} additional partition(s), but only {len(topic.assignments)} "
+                f"assignment(s) were specified."
+            )
+        for assignment in topic.assignments:
+            replicas = tuple(assignment.broker_ids)
+            refused = _replicas_error(replicas, live)
+            if refused is None and len(replicas) != PARTITION_REPLICAS:
+                refused = (
+                    f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but "
+                    f"this is not consistent with previous partitions, which have {PARTITION_REPLICAS} replica(s)."
+                )
+            if refused is not None:
+                raise _AssignmentRefused(refused)
+
+    return check
+
+
 async def create_partitions(context: RequestContext, request) -> object:
     module = response_module(api_table.CREATE_PARTITIONS, context.api_version)
     names = [topic.name for topic in request.topics]
+    live = None
     results = []
     for topic in request.topics:
-        error = None
+        code, message = KafkaError.none, None
         if names.count(topic.name) > 1:  # as Kafka: every mention of a repeated topic is refused
-            error = BrokerError(
-                ErrorCode.INVALID_REQUEST, f"topic {topic.name!r} is named more than once: name each topic once"
-            )
+            code = KafkaError.invalid_request
+            message = f"topic {topic.name!r} is named more than once: name each topic once"
         else:
+            if topic.assignments is not None and live is None:
+                nodes = await context.calls.live_nodes(context.advertised_host, context.advertised_port)
+                live = {node.node_id for node in nodes}
             try:
                 await context.calls.admin.grow_partitions(
-                    context.principal, topic.name, topic.count, request.validate_only
+                    context.principal, topic.name, topic.count, request.validate_only, _assignment_check(topic, live)
                 )
             except BrokerError as raised:
-                error = raised
+                code, message = kafka_error(raised), raised.message
+            except _AssignmentRefused as refused:
+                code, message = KafkaError.invalid_replica_assignment, refused.message
         results.append(
-            build(
-                module,
-                "CreatePartitionsTopicResult",
-                name=topic.name,
-                error_code=kafka_error(error),
-                error_message=error_message(error),
-            )
+            build(module, "CreatePartitionsTopicResult", name=topic.name, error_code=code, error_message=message)
         )
     return build(module, "CreatePartitionsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
 
