@@ -21,6 +21,7 @@ from app.storage.log.topics import (
     DEFAULT_TOPIC_CONFIG,
     INTERNAL_PREFIX,
     TopicInfo,
+    TopicNameCollision,
     check_topic_name,
     kafka_topic_id,
     topic_exists,
@@ -36,6 +37,7 @@ __all__ = [
     "PartitionState",
     "RecordsDeleted",
     "TopicInfo",
+    "TopicNameCollision",
     "alter_config",
     "create_topic",
     "delete_records",
@@ -95,14 +97,18 @@ def missing_topic(name: str) -> BrokerError:
 async def refused_before_its_settings(pool: asyncpg.Pool, name: str) -> BrokerError | None:
     """What refuses a creation before its partition count and configs are looked at, in the order
     of Kafka's controller (ReplicationControlManager.createTopics): a name no topic may have
-    (INVALID_TOPIC_EXCEPTION), then a topic of that name (TOPIC_ALREADY_EXISTS); None for neither."""
+    (INVALID_TOPIC_EXCEPTION), then a topic of that name (TOPIC_ALREADY_EXISTS), then one whose name
+    differs from it by '.' and '_' alone (INVALID_TOPIC_EXCEPTION, TopicNameCollision); None for none."""
     try:
         check_topic_name(name)
     except BrokerError as invalid:
         return invalid
     async with pool.acquire() as conn:
         found = await topics.find_topics(conn, [name])
-    return topic_exists(name) if name in found else None
+        colliding = None if name in found else await topics.colliding_topic(conn, name)
+    if name in found:
+        return topic_exists(name)
+    return None if colliding is None else TopicNameCollision(name, colliding)
 
 
 class _ValidatedOnly(Exception):

@@ -418,6 +418,10 @@ class BrokerCalls:
                 details="auto-created by a Kafka Metadata request",
             )
             return topic, None
+        except topic_admin.TopicNameCollision:
+            # Not created, as Kafka's controller refuses it; Kafka's broker, which asks its controller
+            # to create the topic without waiting, answers it as a topic not there (yet).
+            return None, topic_admin.unknown_topic(name)
         except BrokerError as error:
             if error.code == ErrorCode.TOPIC_ALREADY_EXISTS:  # a concurrent request created it first
                 return (await topic_admin.find_topics(self._state.pool, [name])).get(name), None

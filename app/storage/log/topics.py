@@ -117,7 +117,9 @@ async def create_topic(
     internal: bool = False,
     defaults: dict[str, Any] | None = None,
 ) -> TopicInfo:
-    """`defaults`: the server-wide values of the keys `config` leaves out (settings.topic_defaults)."""
+    """`defaults`: the server-wide values of the keys `config` leaves out (settings.topic_defaults).
+    Refused for its name, its partition count, its config, then TOPIC_ALREADY_EXISTS, or
+    TopicNameCollision for a name that differs from an existing topic's by '.' and '_' alone."""
     check_topic_name(name, allow_internal=internal)
     if not 1 <= partition_count <= MAX_PARTITIONS:
         raise BrokerError(
@@ -125,6 +127,7 @@ async def create_topic(
         )
     full_config = effective_config(config, defaults)
     async with conn.transaction():
+        await _lock_colliding_names(conn, name)
         # ON CONFLICT DO NOTHING makes two concurrent creates of one name answer exactly one 201.
         row = await conn.fetchrow(
             f"INSERT INTO topics (name, partition_count, config, is_internal) VALUES ($1, $2, $3, $4) "
@@ -136,6 +139,9 @@ async def create_topic(
         )
         if row is None:
             raise topic_exists(name)
+        colliding = await colliding_topic(conn, name)
+        if colliding is not None:
+            raise TopicNameCollision(name, colliding)
         await conn.execute(
             "INSERT INTO partitions (topic_id, partition) SELECT $1, generate_series(0, $2 - 1)",
             row["topic_id"],
@@ -339,6 +345,51 @@ async def delete_topic(conn: asyncpg.Connection, name: str, topic_uuid: uuid.UUI
         await conn.execute("DELETE FROM pending_txn_offsets WHERE topic = $1", name)
         await conn.execute("DELETE FROM group_offsets WHERE topic = $1", name)
     return row["topic_uuid"]
+
+
+# Kafka's Topic.hasCollisionChars and unifyCollisionChars: '.' and '_' are one character in the
+# metric names Kafka makes from topic names, so no two topics may differ by them alone.
+COLLISION_CHARACTERS = frozenset("._")
+# The class id of the advisory locks that serialize creations of colliding names: 0, which no
+# topic_id is (the log cleaner's locks are (topic_id, partition), topic ids from 1).
+_NAME_LOCK_CLASS = 0
+
+
+def _unified(name: str) -> str:
+    return name.replace(".", "_")
+
+
+class TopicNameCollision(BrokerError):
+    """INVALID_TOPIC_EXCEPTION for a new topic whose name differs from an existing topic's by '.' and
+    '_' alone, with the message of Kafka's controller (ReplicationControlManager.validateNewTopicNames);
+    its own class, for the Kafka door's Metadata, whose auto-creation Kafka's broker answers otherwise."""
+
+    def __init__(self, name: str, colliding: str) -> None:
+        super().__init__(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"Topic '{name}' collides with existing topic: {colliding} ('.' and '_' are one character in "
+            f"Kafka's metric names: no two topics may differ by them alone); choose another name",
+        )
+
+
+async def _lock_colliding_names(conn: asyncpg.Connection, name: str) -> None:
+    """Serializes the creations of names that collide with each other (one advisory lock for all the
+    names that unify alike, held until the caller's PostgreSQL transaction ends), so that of two
+    concurrent ones the second sees the first (Kafka's controller creates topics one at a time)."""
+    if COLLISION_CHARACTERS.intersection(name):
+        await conn.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", _NAME_LOCK_CLASS, _unified(name))
+
+
+async def colliding_topic(conn: asyncpg.Connection, name: str) -> str | None:
+    """An existing topic whose name differs from `name` by '.' and '_' alone (Kafka's collision), or
+    None. Read without an index: a creation's cost, and only for a name with either character."""
+    if not COLLISION_CHARACTERS.intersection(name):
+        return None
+    return await conn.fetchval(
+        "SELECT name FROM topics WHERE replace(name, '.', '_') = $1 AND name <> $2 ORDER BY name LIMIT 1",
+        _unified(name),
+        name,
+    )
 
 
 def topic_exists(name: str) -> BrokerError:
