@@ -11,11 +11,8 @@ since the test stops it.
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import asyncpg
 import httpx
@@ -31,18 +28,6 @@ from tests.concurrency.test_transaction_concurrency import (
     _wait_for_state,
 )
 from tests.conftest import ServerProcess, process_alive
-
-
-@pytest.fixture
-def own_postgres():
-    data_dir = Path(tempfile.mkdtemp(prefix="txb-outage-"))
-    postgres = EmbeddedPostgres(data_dir / "pg")
-    postgres.start()
-    try:
-        yield postgres
-    finally:
-        postgres.stop(immediate=True)
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def _health(url: str) -> httpx.Response:

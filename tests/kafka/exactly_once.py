@@ -12,15 +12,17 @@ the group (generation -1, as Kafka accepts)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 
 import httpx
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from tests.kafka import http_side
-from tests.kafka.clients import WAIT_S, bootstrap
+from tests.kafka.clients import WAIT_S, ConfluentKafka, bootstrap, create_topic
 
 POLL_S = 0.2  # between polls of a condition the server must reach
 TRANSFORMED_PREFIX = b"t:"
@@ -57,6 +59,72 @@ def _send_offsets(producer: Producer, offsets: list[TopicPartition], group_metad
 
 def transformed(value: bytes) -> bytes:
     return TRANSFORMED_PREFIX + value
+
+
+def guarded_thread(target: Callable, errors: list[BaseException], **kwargs) -> threading.Thread:
+    """A daemon thread (not started) that runs target(**kwargs) and appends what it raises to `errors`,
+    for the test to assert on."""
+
+    def run():
+        try:
+            target(**kwargs)
+        except BaseException as error:  # surfaced by the test's assertion
+            errors.append(error)
+
+    return threading.Thread(target=run, daemon=True)
+
+
+def stacks_of_the_living(threads: list[threading.Thread]) -> list[str]:
+    """Where each thread still running is: what a test shows when a client call never returned."""
+    frames = sys._current_frames()
+    return ["".join(traceback.format_stack(frames[t.ident])) for t in threads if t.is_alive() and t.ident in frames]
+
+
+def wait_for_transactions(workers: list, at_least: int | list[int], errors: list, deadline: float) -> None:
+    """Until each worker (a TransformLoop, a TransactionalWriter) has committed `at_least`
+    transactions (one count for all, or one each), or is done."""
+    targets = at_least if isinstance(at_least, list) else [at_least] * len(workers)
+    while not all(w.committed_transactions >= t or w.done.is_set() for w, t in zip(workers, targets)):
+        assert time.monotonic() < deadline and not errors, (errors, [w.seen for w in workers])
+        time.sleep(0.001)  # a writer's transactions take a few ms: a test kills while most are to come
+
+
+def fill_source(server, topic: str, count: int, partitions: int) -> dict[int, list[bytes]]:
+    """`topic` created and filled with `count` records "in-{n}" by confluent-kafka's own partitioner:
+    each partition's values in log order."""
+    create_topic(server, topic, partitions)
+    delivered = ConfluentKafka().produce(
+        server, topic, [{"value": f"in-{n}".encode()} for n in range(count)], partitioner="murmur2_random"
+    )
+    by_partition: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
+    for d in sorted(delivered, key=lambda d: (d.partition, d.offset)):
+        by_partition[d.partition].append(d.value)
+    return by_partition
+
+
+def assert_transformed_once(server, source: dict[int, list[bytes]], sink: str, group: str, source_topic: str) -> None:
+    """Every record of `source` (fill_source's) transformed exactly once into the same partition of
+    `sink`, in order, read over HTTP and by read_committed Kafka consumers, and the group's offsets
+    committed to the source's end."""
+    for partition, values in source.items():
+        expected = [transformed(v) for v in values]
+        assert committed_values(server, sink, partition) == expected
+        received = ConfluentKafka().consume(server, sink, partition, len(expected), isolation="read_committed")
+        assert [r.value for r in received] == expected
+    ends = {p: len(v) for p, v in source.items()}
+    assert committed_offsets(server, group, source_topic, len(source)) == ends
+
+
+def assert_each_transaction_once(server, writers: list[TransactionalWriter], topic: str, partitions: int) -> None:
+    """Every transaction of the writers in `topic` once and whole (none twice, none partial), read
+    over HTTP and by read_committed Kafka consumers."""
+    for partition in range(partitions):
+        values = committed_values(server, topic, partition)
+        assert len(values) == len(set(values)), "a transaction was committed twice"
+        expected = [v for w in writers for n in range(w.count) for p, v in w.values(n) if p == partition]
+        assert sorted(values) == sorted(expected)  # every transaction once, none partial
+        received = ConfluentKafka().consume(server, topic, partition, len(values), isolation="read_committed")
+        assert sorted(r.value for r in received) == sorted(values)
 
 
 def retrying(server, call: Callable):
@@ -115,6 +183,7 @@ class TransformLoop:
         self.aborted_transactions = 0
         self.recoveries = 0
         self.stop = threading.Event()  # set by a test that gives up: the loop returns
+        self.done = threading.Event()  # set once `run` returns
         self.seen: list[str] = []  # the errors it recovered from, for a failing test to show
         self.idle_at: list[tuple[int, int]] = []  # its positions when it last found nothing to read
         # Held by a test while the node is down, so that the loop does not call
@@ -142,6 +211,12 @@ class TransformLoop:
 
     def run(self, total: int, abort_every: int | None = None) -> None:
         """Until `total` input records are committed as processed."""
+        try:
+            self._run(total, abort_every)
+        finally:
+            self.done.set()
+
+    def _run(self, total: int, abort_every: int | None) -> None:
         producer = consumer = None
         while not self.stop.is_set():
             if self.committed_transactions == self.hold_after:
@@ -202,6 +277,7 @@ class TransactionalWriter:
         self.server, self.name, self.topic, self.partitions = server, name, topic, partitions
         self.count, self.size = count, size
         self.acknowledged: list[int] = []  # transactions whose commit_transaction returned
+        self.done = threading.Event()  # set once `run` returns
         self.recoveries = 0
         self.stop = threading.Event()  # set by a test that gives up: the writer returns
         # With hold_after: once that many transactions are written, the writer waits for `go` before
@@ -218,7 +294,17 @@ class TransactionalWriter:
         partition, value = self.values(n)[0]
         return value in committed_values(self.server, self.topic, partition)
 
+    @property
+    def committed_transactions(self) -> int:
+        return len(self.acknowledged)
+
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.done.set()
+
+    def _run(self) -> None:
         producer = None
         n = 0
         while n < self.count and not self.stop.is_set():
