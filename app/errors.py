@@ -8,6 +8,7 @@ retriability are declared once (txbroker/wire.py) and never change meaning.
      └── BrokerError          an expected outcome the client must act on (fenced, unknown topic, ...)
           └── InvalidRecords  INVALID_RECORD naming the records of the batch at fault (Kafka's record_errors)
                └── InvalidTimestamps  ... for their timestamps, out of the topic's bounds (Kafka's INVALID_TIMESTAMP)
+     └── DatabaseUnavailable  COORDINATOR_NOT_AVAILABLE because PostgreSQL is away (each Kafka API's own code)
 
 Expected outcomes are `BrokerError`s raised by the coordinator and storage layers (or returned as
 per-partition values); anything else escaping a request is a bug, rendered as UNKNOWN_SERVER_ERROR by
@@ -23,6 +24,7 @@ from txbroker.wire import ERROR_SPECS, ErrorCode, ErrorSpec
 __all__ = [
     "ERROR_SPECS",
     "BrokerError",
+    "DatabaseUnavailable",
     "ErrorCode",
     "ErrorSpec",
     "InvalidRecords",
@@ -89,6 +91,17 @@ class InvalidTimestamps(InvalidRecords):
         self.earliest_ms = earliest_ms
         self.latest_ms = latest_ms
         self.marked_log_append_time = marked_log_append_time
+
+
+class DatabaseUnavailable(BrokerError):
+    """COORDINATOR_NOT_AVAILABLE (retriable) for a request that met PostgreSQL away: unreachable,
+    restarting, read-only, or a commit its synchronous standby did not confirm
+    (app.coordinator.health.unavailable). Nothing is acknowledged, and its retry finds what it may
+    have written. The HTTP contract has this one code for it; the Kafka door answers each API's
+    retriable code for a storage its broker cannot reach (app/kafka/error_codes.py)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.COORDINATOR_NOT_AVAILABLE, message)
 
 
 def invalid_request(message: str) -> BrokerError:

@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.responses import error_response
 from app.api.schemas import MAX_IDENTIFIER_BYTES
-from app.coordinator.health import CONNECTION_ERRORS, CommitNotReplicated
+from app.coordinator.health import CONNECTION_ERRORS, unavailable
 from app.errors import BrokerError, ErrorCode, invalid_request
 
 log = logging.getLogger("txbroker.api")
@@ -95,22 +95,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def database_unavailable(_request: Request, error: Exception):
         log.warning("PostgreSQL unavailable: %s", error)
-        if isinstance(error, CommitNotReplicated):
-            return error_response(
-                BrokerError(
-                    ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    "the database's synchronous standby did not confirm this request's commit (its wait was "
-                    "cancelled), so a failover could lose it: it is not acknowledged; retry it (it is safe to "
-                    "retry): the retry answers what was written",
-                )
-            )
-        return error_response(
-            BrokerError(
-                ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                "the database is unavailable; nothing was changed by this request unless it reports "
-                "otherwise later: retry it (it is safe to retry)",
-            )
-        )
+        return error_response(unavailable(error))
 
     async def beyond_postgres_limits(_request: Request, error: Exception):
         # The last line of defence behind the schemas' limits (MAX_IDENTIFIER_BYTES, integer
