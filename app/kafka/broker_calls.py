@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -44,6 +45,7 @@ from app.coordinator.fetch import (  # ListOffsets' sentinels: the handlers impo
     find_offsets,
 )
 from app.coordinator.group_coordinator import CommittedOffset, GroupCoordinator, OffsetEntry
+from app.coordinator.health import CONNECTION_ERRORS, unavailable
 from app.coordinator.produce import (
     BASE64,
     AppendResult,
@@ -54,7 +56,7 @@ from app.coordinator.produce import (
 from app.coordinator.transaction_admin import InvalidIdPattern  # noqa: F401  (ListTransactions' handler)
 from app.coordinator.transaction_metadata import TRANSACTION_VERSION_BUMP, TRANSACTION_VERSION_CLASSIC
 from app.coordinator.transaction_states import TransactionState
-from app.errors import BrokerError, ErrorCode
+from app.errors import BrokerError, DatabaseUnavailable, ErrorCode
 from app.kafka.record_batches import ProducedBatch
 from app.settings import Settings
 from txbroker.wire import READ_COMMITTED, READ_UNCOMMITTED
@@ -67,6 +69,36 @@ UNAUTHENTICATED = Principal("ANONYMOUS")
 # Who a connection is with auth off: the anonymous super user, as an HTTP caller is.
 AUTH_OFF_PRINCIPAL = ANONYMOUS
 AUTH_REQUIRED = "required"
+
+# What a call raises when PostgreSQL is away (unreachable, restarting, read-only, a commit its
+# synchronous standby did not confirm). The calls a client makes while it is away answer it as a
+# DatabaseUnavailable, which each handler answers with its API's retriable code
+# (app/kafka/error_codes.py), on a connection that stays open: a broker that lost its storage keeps
+# its connections, and a client whose every connection closes re-bootstraps (librdkafka), which
+# forgets the coordinators it knew, and send_offsets_to_transaction could then wait past its timeout
+# for a broker that no longer exists (confluentinc/librdkafka#5456, #5511). What still meets it
+# (Metadata for every topic, the admin APIs) closes its connection, logged (listener.py).
+DATABASE_UNAVAILABLE = CONNECTION_ERRORS
+
+
+def _database_away(call: str, error: BaseException) -> DatabaseUnavailable:
+    log.warning("PostgreSQL unavailable (Kafka's %s answers a retriable error): %s", call, error)
+    return unavailable(error)
+
+
+def answers_while_the_database_is_away(call: Callable) -> Callable:
+    """`call` (one of BrokerCalls') raises DatabaseUnavailable when PostgreSQL is away, for its
+    handler to answer (COORDINATOR_NOT_AVAILABLE for the coordinators' APIs, as Kafka's coordinators
+    answer a request whose write to their log failed)."""
+
+    @functools.wraps(call)
+    async def answered(*args, **kwargs):
+        try:
+            return await call(*args, **kwargs)
+        except CONNECTION_ERRORS as error:
+            raise _database_away(call.__name__, error) from error
+
+    return answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,7 +368,11 @@ class BrokerCalls:
         if self._presence is not None and self._presence.lost:
             with contextlib.suppress(Exception):  # PostgreSQL still away: retried at the next Metadata
                 await self.announce(host, port)
-        others = [n for n in await cluster_nodes.live_nodes(self._state.pool) if n.node_id != self.node_id]
+        try:
+            others = [n for n in await cluster_nodes.live_nodes(self._state.pool) if n.node_id != self.node_id]
+        except CONNECTION_ERRORS as error:  # PostgreSQL away: this node alone, which answers
+            _database_away("Metadata", error)
+            others = []
         return sorted([LiveNode(self.node_id, host, port), *others])
 
     @property
@@ -361,7 +397,14 @@ class BrokerCalls:
                     pool, lambda name: is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)
                 )
             ]
-        found = await topic_admin.find_topics(pool, names)
+        try:
+            found = await topic_admin.find_topics(pool, names) if names else {}
+        except CONNECTION_ERRORS as error:  # each topic asked is retriable, its partitions unknown meanwhile
+            away = _database_away("Metadata", error)
+            return [
+                TopicMetadata(name, _denied(principal, Operation.DESCRIBE, ResourceType.TOPIC, name) or away)
+                for name in names
+            ]
         results = []
         for name in names:
             denied = _denied(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)
@@ -427,6 +470,7 @@ class BrokerCalls:
                 return (await topic_admin.find_topics(self._state.pool, [name])).get(name), None
             return None, error
 
+    @answers_while_the_database_is_away
     async def init_producer_id(
         self, principal: Principal, transactional_id: str | None, timeout_ms: int, producer_id: int, epoch: int
     ) -> tuple[int, int]:
@@ -449,6 +493,7 @@ class BrokerCalls:
         )
         return result.producer_id, result.producer_epoch
 
+    @answers_while_the_database_is_away
     async def add_partitions_to_txn(
         self,
         principal: Principal,
@@ -472,6 +517,7 @@ class BrokerCalls:
         )
         return AddedPartitions(errors, attempted=not any(errors))
 
+    @answers_while_the_database_is_away
     async def add_offsets_to_txn(
         self, principal: Principal, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
     ) -> None:
@@ -479,6 +525,7 @@ class BrokerCalls:
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
         await self._state.batched_writes.add_offsets(transactional_id, producer_id, producer_epoch, group_id)
 
+    @answers_while_the_database_is_away
     async def txn_offset_commit(
         self,
         principal: Principal,
@@ -518,6 +565,7 @@ class BrokerCalls:
         by_offset = dict(zip(map(id, allowed), errors))
         return [refused[id(o)] or by_offset[id(o)] for o in offsets]
 
+    @answers_while_the_database_is_away
     async def end_txn(
         self,
         principal: Principal,
@@ -594,6 +642,8 @@ class BrokerCalls:
         answers = iter(await written)
         for indexes, queued in commands:
             answer = queued if isinstance(queued, BrokerError) else next(answers)
+            if isinstance(answer, CONNECTION_ERRORS):  # its commit unknown: retriable, possibly written
+                answer = _database_away("Produce", answer)
             if isinstance(answer, BrokerError):  # request-level: nothing of this command was written
                 answer = [answer] * len(indexes)
             elif isinstance(answer, BaseException):
@@ -632,18 +682,22 @@ class BrokerCalls:
             topic: _denied(principal, Operation.READ, ResourceType.TOPIC, topic)
             for topic in {p.topic for p in positions}
         }
-        results = await fetch_batches(
-            self._state.pool,
-            self._state.notifier,
-            self._state.replication_barrier,
-            positions,
-            denied,
-            read_committed,
-            min(max_wait_ms, self.settings.max_wait_ms),
-            min(min_bytes, fetch_max_bytes),
-            fetch_max_bytes,
-            read_ahead,
-        )
+        try:
+            results = await fetch_batches(
+                self._state.pool,
+                self._state.notifier,
+                self._state.replication_barrier,
+                positions,
+                denied,
+                read_committed,
+                min(max_wait_ms, self.settings.max_wait_ms),
+                min(min_bytes, fetch_max_bytes),
+                fetch_max_bytes,
+                read_ahead,
+            )
+        except CONNECTION_ERRORS as error:  # every partition answers at once, retriable
+            away = _database_away("Fetch", error)
+            return [FetchedPartition(p, error=denied[p.topic] or away) for p in positions]
         return self._counted(results)
 
     def new_read_ahead(self) -> ReadAhead:
@@ -658,6 +712,7 @@ class BrokerCalls:
         )
         return results
 
+    @answers_while_the_database_is_away
     async def list_offset(
         self, principal: Principal, topic_name: str, partition: int, timestamp: int, read_committed: bool
     ) -> ListedOffset:
@@ -711,6 +766,7 @@ class GroupCalls:
         resource = ResourceType.TRANSACTIONAL_ID if transactional else ResourceType.GROUP
         return _denied(principal, Operation.DESCRIBE, resource, key)
 
+    @answers_while_the_database_is_away
     async def join(
         self,
         principal: Principal,
@@ -741,6 +797,7 @@ class GroupCalls:
             skip_assignment_allowed,
         )
 
+    @answers_while_the_database_is_away
     async def sync(
         self,
         principal: Principal,
@@ -758,12 +815,14 @@ class GroupCalls:
             group_id, member_id, generation_id, assignments, group_instance_id, protocol_type, protocol_name
         )
 
+    @answers_while_the_database_is_away
     async def heartbeat(
         self, principal: Principal, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None
     ) -> None:
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
         await self._groups.classic.heartbeat(group_id, member_id, generation_id, group_instance_id)
 
+    @answers_while_the_database_is_away
     async def leave(
         self, principal: Principal, group_id: str, leaving: list[tuple[str, str | None]]
     ) -> list[BrokerError | None]:
@@ -771,6 +830,7 @@ class GroupCalls:
         authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
         return await self._groups.classic.leave(group_id, leaving)
 
+    @answers_while_the_database_is_away
     async def commit_offsets(
         self,
         principal: Principal,
@@ -797,6 +857,7 @@ class GroupCalls:
         )
         return [error if error is not None else next(committed) for error in errors]
 
+    @answers_while_the_database_is_away
     async def fetch_offsets(
         self, principal: Principal, group_id: str, partitions: list[tuple[str, int]] | None, require_stable: bool
     ) -> list[tuple[CommittedOffset, BrokerError | None]]:
@@ -811,12 +872,14 @@ class GroupCalls:
             if partitions is not None or is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, committed.topic)
         ]
 
+    @answers_while_the_database_is_away
     async def delete_group(self, principal: Principal, group_id: str) -> None:
         """DeleteGroups of one group: Delete on the group (GROUP_AUTHORIZATION_FAILED), then as
         HTTP's DELETE /v1/groups/{group_id} (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND)."""
         authorize(principal, Operation.DELETE, ResourceType.GROUP, group_id)
         await self._groups.delete(principal.name, group_id)
 
+    @answers_while_the_database_is_away
     async def delete_offsets(
         self, principal: Principal, group_id: str, partitions: list[tuple[str, int]]
     ) -> list[BrokerError | None]:

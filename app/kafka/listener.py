@@ -22,7 +22,10 @@ connection is closed, as Kafka's socket server does (socket.request.max.bytes); 
 not a request this broker serves (dispatch.py). Nothing a connection sends can stop the listener.
 A connection that sends nothing for kafka_connections_max_idle_ms while none of its answers is
 pending is closed (Kafka's connections.max.idle.ms), authenticated or not, between requests or in
-the middle of one's frame.
+the middle of one's frame. A request that meets PostgreSQL away is answered with its API's
+retriable code (broker_calls.py, error_codes.py); one of an API that has none for it (Metadata for
+every topic, the admin APIs) closes its connection, logged as a warning, not as a bug: the client
+reconnects and retries.
 
 With `auth` required the listener is a SASL listener (sasl.py); with the server's certificate
 (`ssl_certfile`, `ssl_keyfile`, as HTTPS) it speaks TLS: Kafka's SASL_SSL, or SSL with `auth` off.
@@ -39,7 +42,7 @@ import ssl
 from collections.abc import Awaitable
 
 from app.kafka import dispatch
-from app.kafka.broker_calls import BrokerCalls
+from app.kafka.broker_calls import DATABASE_UNAVAILABLE, BrokerCalls
 from app.kafka.frames import FRAME_LENGTH, CloseConnection, MalformedRequest
 from app.kafka.listener_addresses import format_address, parse_address, security_protocol
 from app.kafka.sasl import FAILED_AUTHENTICATION_CLOSE_DELAY_S, SaslSession
@@ -136,6 +139,13 @@ class KafkaListener:
             pass  # the client went away
         except (MalformedRequest, CloseConnection) as error:
             log.info("closing a Kafka connection from %s: %s", writer.get_extra_info("peername"), error)
+        except DATABASE_UNAVAILABLE as error:  # not a bug: the client retries once reconnected
+            log.warning(
+                "closing a Kafka connection from %s: PostgreSQL unavailable (%s: %s)",
+                writer.get_extra_info("peername"),
+                type(error).__name__,
+                error,
+            )
         except asyncio.CancelledError:
             raise
         except Exception:

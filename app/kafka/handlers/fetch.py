@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from app.kafka import api_table
 from app.kafka.broker_calls import FetchedPartition, FetchPosition, unknown_topic_id
 from app.kafka.context import RequestContext
-from app.kafka.error_codes import kafka_error
+from app.kafka.error_codes import READ_WHILE_DATABASE_UNAVAILABLE, kafka_error
 from app.kafka.frames import build, response_module
 from app.kafka.record_batches import control_batch, data_batch, stored_batch_at
 
@@ -86,7 +86,7 @@ def _partition(module, fetched: FetchedPartition, read_committed: bool):
         module,
         "PartitionData",
         partition_index=fetched.position.partition,
-        error_code=kafka_error(fetched.error),
+        error_code=kafka_error(fetched.error, READ_WHILE_DATABASE_UNAVAILABLE),
         high_watermark=state.high_watermark if state else NO_OFFSET,
         last_stable_offset=state.last_stable_offset if state else NO_OFFSET,
         log_start_offset=state.log_start_offset if state else NO_OFFSET,

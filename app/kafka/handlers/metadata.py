@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from app.kafka import api_table
 from app.kafka.broker_calls import LiveNode, TopicMetadata, cluster_operations, topic_operations
 from app.kafka.context import CLUSTER_ID, RequestContext
-from app.kafka.error_codes import kafka_error
+from app.kafka.error_codes import METADATA_WHILE_DATABASE_UNAVAILABLE, kafka_error
 from app.kafka.frames import build, response_module
 from app.kafka.handlers.acls import OPERATIONS, OTHER_OPERATIONS
 
@@ -175,7 +175,7 @@ async def handle(context: RequestContext, request) -> object:
         build(
             module,
             "MetadataResponseTopic",
-            error_code=kafka_error(topic.error),
+            error_code=kafka_error(topic.error, METADATA_WHILE_DATABASE_UNAVAILABLE),
             name=topic.name,
             topic_id=topic.topic_uuid,
             is_internal=topic.is_internal,

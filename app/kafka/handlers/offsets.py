@@ -19,7 +19,7 @@ from app.errors import BrokerError
 from app.kafka import api_table
 from app.kafka.broker_calls import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from app.kafka.context import RequestContext
-from app.kafka.error_codes import kafka_error
+from app.kafka.error_codes import READ_WHILE_DATABASE_UNAVAILABLE, kafka_error
 from app.kafka.frames import build, response_module
 
 READ_COMMITTED = 1
@@ -72,7 +72,7 @@ async def handle(context: RequestContext, request) -> object:
                     if partition.timestamp != LATEST_TIERED_TIMESTAMP:
                         offset, timestamp = listed.offset, listed.timestamp_ms
                 except BrokerError as raised:
-                    error_code = kafka_error(raised)
+                    error_code = kafka_error(raised, READ_WHILE_DATABASE_UNAVAILABLE)
             partitions.append(
                 build(
                     module,

@@ -20,7 +20,7 @@ from app.errors import BrokerError, InvalidRecords, InvalidTimestamps
 from app.kafka import api_table
 from app.kafka.broker_calls import ProducedPartition, unknown_topic_id
 from app.kafka.context import RequestContext
-from app.kafka.error_codes import kafka_error, versioned_error
+from app.kafka.error_codes import PRODUCE_WHILE_DATABASE_UNAVAILABLE, kafka_error, versioned_error
 from app.kafka.frames import CloseConnection, build, response_module
 from app.kafka.record_batches import BatchRefused, read_produced
 
@@ -196,7 +196,7 @@ async def _response(
                 answer = _partition(
                     module,
                     entry.partition,
-                    versioned_error(result, context.api_version, None),
+                    versioned_error(result, context.api_version, None, PRODUCE_WHILE_DATABASE_UNAVAILABLE),
                     result.message,
                     record_indexes=result.record_indexes if isinstance(result, InvalidRecords) else (),
                 )
