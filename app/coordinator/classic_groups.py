@@ -278,6 +278,19 @@ def _completion_due(classic: dict, now: int) -> bool:
     return all(m["joined"] for m in classic["members"].values()) and not _pending(classic, now)
 
 
+def _assigned(classic: dict, generation_id: int) -> bool:
+    """Whether the leader of `generation_id` (the group's current one) has synced, storing every
+    member's assignment, though the group may have begun the next rebalance since (its leader
+    rejoined at once). A member's SyncGroup of that generation is then answered its assignment,
+    where Kafka's coordinator answers one that comes in PreparingRebalance REBALANCE_IN_PROGRESS:
+    here a member's JoinGroup is answered later than the leader's (its wait re-reads the group),
+    and a leader that syncs and rejoins at once (a cooperative one giving up partitions) would take
+    the generation from it, which then never sees the one that took it in (librdkafka's 0113 waits
+    for it). It is safe: the next generation cannot complete without this member (it must rejoin,
+    or be removed at the deadline), so what it is given belongs to no one else meanwhile."""
+    return classic.get("assigned_generation") == generation_id
+
+
 def _next_due_ms(classic: dict) -> int | None:
     """When the next of the group's timers runs out (Kafka's coordinator's timers): the initial
     delay or the rebalance deadline and the pending members' expiries while it rebalances, the
@@ -726,7 +739,7 @@ class ClassicGroups:
         async with self.changing(group_id) as conn:
             group = await groups.lock(conn, group_id, now)
             classic = self._checked(
-                group, group_id, member_id, generation_id, group_instance_id, protocol_type, protocol_name
+                group, group_id, member_id, generation_id, group_instance_id, protocol_type, protocol_name, syncing=True
             )
             await groups.touch(conn, group_id, member_id, now)
             awaiting = classic.get("awaiting_sync")
@@ -756,10 +769,8 @@ class ClassicGroups:
                 # Kafka's coordinator answers every waiting SyncGroup when the leader's comes. A
                 # waiter in another process sees the leader's only at its NOTIFY (or poll, when
                 # that is lost), by which time the leader may have rejoined (Preparing, same
-                # generation): its generation's assignment is still its answer, as Kafka's would
-                # have been (a cooperative member would otherwise miss the generation that took it
-                # in).
-                if classic["state"] == STABLE or classic.get("assigned_generation") == generation_id:
+                # generation): its generation's assignment is still its answer (`_assigned`).
+                if classic["state"] == STABLE or _assigned(classic, generation_id):
                     member = classic["members"][member_id]
                     return SyncResult(classic["protocol_type"], classic["protocol"], _bytes(member["assignment"]))
                 if classic["state"] == PREPARING:
@@ -799,13 +810,17 @@ class ClassicGroups:
         group_instance_id: str | None,
         protocol_type: str | None = None,
         protocol_name: str | None = None,
+        syncing: bool = False,
     ) -> dict:
-        """The group's classic state, if this member of this generation may sync or heartbeat. The
+        """The group's classic state, if this member of this generation may sync (`syncing`) or
+        heartbeat. The
         generation is checked before the rebalance state, as Kafka's coordinator checks it: a member
         of an older generation is ILLEGAL_GENERATION in PreparingRebalance too (a cooperative
         consumer then knows its partitions lost, where REBALANCE_IN_PROGRESS would let it keep them).
         Between them, as Kafka's validateSyncGroup, the protocol type and name a SyncGroup names (v5+;
-        None: not named) must be the group's: INCONSISTENT_GROUP_PROTOCOL."""
+        None: not named) must be the group's: INCONSISTENT_GROUP_PROTOCOL. A SyncGroup in
+        PreparingRebalance is REBALANCE_IN_PROGRESS unless its generation's leader has synced
+        (`_assigned`): it is then answered its assignment of that generation."""
         classic = cls._of_generation(group, group_id, member_id, generation_id, group_instance_id)
         for what, named, chosen in (
             ("protocol type", protocol_type, classic["protocol_type"]),
@@ -818,7 +833,7 @@ class ClassicGroups:
                     f"{chosen!r}: assign with the protocol JoinGroup answered (its protocol_type and "
                     f"protocol_name)",
                 )
-        if classic["state"] == PREPARING:
+        if classic["state"] == PREPARING and not (syncing and _assigned(classic, generation_id)):
             raise _rebalancing(group_id)
         return classic
 

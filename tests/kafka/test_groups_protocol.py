@@ -17,7 +17,17 @@ from tests.kafka import http_side
 from tests.kafka.clients import create_topic
 from tests.kafka.group_clients import MEMBERS, poll_until
 from tests.kafka.raw import RawConnection, nested, request_of
-from tests.kafka.raw_groups import commit, commit_partitions, describe, heartbeat, join, leave, sync
+from tests.kafka.raw_groups import (
+    JOIN_VERSION,
+    commit,
+    commit_partitions,
+    describe,
+    heartbeat,
+    join,
+    join_request,
+    leave,
+    sync,
+)
 from tests.kafka.raw_transactions import end_txn, init_producer, txn_offset_commit
 
 
@@ -125,6 +135,39 @@ def test_a_member_of_an_older_generation_is_told_so_while_the_group_rebalances(m
         assert join(connection, group, member, rebalance=rebalance).generation_id == current + 1
         joiner.join()
         assert answers["second"].generation_id == current + 1
+
+
+def test_a_sync_after_the_leader_synced_and_rejoined_is_answered_its_generation_s_assignment(module_kafka_server):
+    """Regression: a member's SyncGroup that came after its generation's leader had synced and
+    already rejoined (the group Preparing again) was answered REBALANCE_IN_PROGRESS, as Kafka's
+    coordinator answers one in PreparingRebalance. Here a follower's JoinGroup is answered later
+    than the leader's, so a cooperative-sticky leader that gives up a partition and rejoins at once
+    took the generation from the new member, which never saw the one that took it in. It is
+    answered its assignment of that generation (one of a generation whose leader did not sync is
+    still REBALANCE_IN_PROGRESS: test_a_member_of_an_older_generation_is_told_so_...)."""
+    bootstrap = module_kafka_server.extra["kafka_bootstrap"]
+    group = "raw-sync-after-the-leader-rejoined"
+    rebalance = datetime.timedelta(seconds=30)
+    leader, generation = joined_member(bootstrap, group, rebalance=rebalance)
+    answers = {}
+    with RawConnection(bootstrap) as connection:
+        joiner = second_member_joins(bootstrap, group, answers, rebalance=rebalance)
+        while heartbeat(connection, group, leader, generation).error_code == KafkaError.none:
+            pass  # until the second's join has begun the rebalance
+        current = join(connection, group, leader, rebalance=rebalance).generation_id
+        joiner.join()
+        follower = answers["second"].member_id
+        assignments = {leader: b"leader-part", follower: b"follower-part"}
+        assert sync(connection, group, leader, current, assignments).assignment == b"leader-part"
+        rejoining = connection.send(join_request(group, leader, rebalance=rebalance))  # waits for the follower
+        with RawConnection(bootstrap) as late:
+            while heartbeat(late, group, follower, current).error_code == KafkaError.none:
+                pass  # until the leader's rejoin has begun the next rebalance
+            answered = sync(late, group, follower, current, {})
+            assert (answered.error_code, answered.assignment) == (KafkaError.none, b"follower-part")
+            rejoined = join(late, group, follower, rebalance=rebalance)
+        assert connection.receive(api_table.JOIN_GROUP, JOIN_VERSION, rejoining).generation_id == current + 1
+        assert rejoined.generation_id == current + 1
 
 
 def test_a_member_waiting_for_its_assignment_keeps_its_session(module_kafka_server):
