@@ -117,6 +117,45 @@ def send_keyed(producer: TxnProducer, topic: str, records: list[dict], partition
     producer.sequences[(topic, partition)] = sequence + len(records)
 
 
+class HeldCleaner:
+    """A cleaner run (as `clean` does it) held at a row the test locks, and a connection of the
+    test's own (`reader`) to read while it is held; `async with HeldCleaner(url) as rig`."""
+
+    def __init__(self, database_url: str) -> None:
+        self.database_url = database_url
+
+    async def __aenter__(self) -> HeldCleaner:
+        self.pool = await create_pool(self.database_url, 2)
+        self.reader, self.holder = await connect(self.database_url), await connect(self.database_url)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.reader.close()
+        await self.holder.close()
+        await self.pool.close()
+
+    async def hold(self, lock_query: str, *args, waits_in: str, chunk: int) -> None:
+        """Locks the row `lock_query` selects (FOR UPDATE, in a transaction of its own), starts the
+        run, and returns once its statement containing `waits_in` waits for that row. (Polled from
+        `reader`, outside the holder's transaction, whose view of pg_stat_activity stays as first read.)"""
+        self.holding = self.holder.transaction()
+        await self.holding.start()
+        await self.holder.execute(lock_query, *args)
+        self.cleaner = asyncio.create_task(log_cleaner.clean(self.pool, int(time.time() * 1000), chunk))
+        while not await self.reader.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND query LIKE $1",
+            f"%{waits_in}%",
+        ):
+            assert not self.cleaner.done(), self.cleaner
+            await asyncio.sleep(0.01)
+
+    async def release(self) -> log_cleaner.CleanupTotals:
+        """Frees the row and awaits the end of the run."""
+        await self.holding.rollback()
+        return await self.cleaner
+
+
 @pytest.fixture
 def server(make_server):
     return make_server(log_cleaner_interval_ms=RARELY)
@@ -336,40 +375,68 @@ def test_an_abort_marker_outlives_its_batches_while_a_fetch_in_flight_may_read_t
     topic = topic_id(server, "in-flight")
 
     async def run() -> list:
-        pool = await create_pool(server.database_url, 2)
-        fetcher, holder = await connect(server.database_url), await connect(server.database_url)
-        try:
-            info = await topics.get_topic(fetcher, "in-flight")
-            in_flight = await partition_log.partition_state(fetcher, info, 0)  # the log start is 0 here
+        async with HeldCleaner(server.database_url) as rig:
+            info = await topics.get_topic(rig.reader, "in-flight")
+            in_flight = await partition_log.partition_state(rig.reader, info, 0)  # the log start is 0 here
             assert delete_records(client, "in-flight", {0: 5}).status_code == 200
-            holder_transaction = holder.transaction()
-            await holder_transaction.start()
-            await holder.execute(
+            # The first chunk (batches 0 and 1) is committed once the second waits for the held row.
+            await rig.hold(
                 "SELECT 1 FROM record_batches WHERE topic_id = $1 AND partition = 0 AND last_offset = 2 FOR UPDATE",
                 topic,
+                waits_in="DELETE FROM record_batches",
+                chunk=2,
             )
-            cleaner = asyncio.create_task(log_cleaner.clean(pool, int(time.time() * 1000), 2))
-            # The first chunk (batches 0 and 1) is committed once the second waits for the held row.
-            # (Polled outside the holder's transaction, whose view of pg_stat_activity stays as first read.)
-            while not await fetcher.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' AND query LIKE '%DELETE FROM record_batches%'"
-            ):
-                assert not cleaner.done(), cleaner
-                await asyncio.sleep(0.01)
-            read = await partition_log.read(fetcher, info, 0, 2, 100, "read_committed", "utf8", in_flight)
-            await holder_transaction.rollback()
-            await cleaner
+            read = await partition_log.read(rig.reader, info, 0, 2, 100, "read_committed", "utf8", in_flight)
+            await rig.release()
             return [(r["offset"], r["value"]) for r in read.records]
-        finally:
-            await fetcher.close()
-            await holder.close()
-            await pool.close()
 
     assert asyncio.run(run()) == [(2, "plain-2"), (5, "plain-5")]
     # Once its batches are gone, the marker goes too.
     assert sql(server.database_url, "SELECT 1 FROM txn_markers WHERE topic_id = $1", topic) == []
     assert stored_batches(server, "in-flight") == 1
+
+
+def test_compaction_keeps_an_abort_marker_whose_batch_a_racing_delete_records_left_below_the_log_start(server, client):
+    # DeleteRecords moved the log start past an aborted batch after the cleaner had removed what was
+    # below the old one, and before compaction read the partition: compaction, paging from the new
+    # log start, never saw the batch and took the transaction's ABORT marker for one with nothing
+    # left, while the batch waited for the next run. A fetch that had checked the log start before
+    # DeleteRecords then showed the aborted record to read_committed. Here the cleaner's removal
+    # below the first log start is held (a row lock on the partition's cleanup row) while
+    # DeleteRecords moves it again.
+    from app.storage.log import partition_log, topics
+
+    create(client, "raced", cleanup_policy="compact,delete")  # DeleteRecords needs delete
+    aborting = TxnProducer(client, "raced-aborting")
+    aborting.init()
+    produce(client, "raced", [{"key": "a", "value": "plain-0"}])  # 0
+    send_keyed(aborting, "raced", [{"key": "b", "value": "aborted-1"}])  # 1
+    aborting.abort()  # ABORT marker at 2
+    produce(client, "raced", [{"key": "c", "value": "plain-3"}])  # 3
+    assert delete_records(client, "raced", {0: 1}).json()["partitions"][0]["low_watermark"] == 1
+    topic = topic_id(server, "raced")
+    sql(server.database_url, "INSERT INTO partition_cleanups (topic_id, partition) VALUES ($1, 0)", topic)
+
+    async def run() -> list:
+        async with HeldCleaner(server.database_url) as rig:
+            info = await topics.get_topic(rig.reader, "raced")
+            in_flight = await partition_log.partition_state(rig.reader, info, 0)  # the log start is 1 here
+            # The chunk that removed batch 0 waits to record itself, its DELETE done.
+            await rig.hold(
+                "SELECT 1 FROM partition_cleanups WHERE topic_id = $1 AND partition = 0 FOR UPDATE",
+                topic,
+                waits_in="UPDATE partition_cleanups",
+                chunk=1000,
+            )
+            assert delete_records(client, "raced", {0: 2}).json()["partitions"][0]["low_watermark"] == 2
+            await rig.release()
+            read = await partition_log.read(rig.reader, info, 0, 1, 100, "read_committed", "utf8", in_flight)
+            return [(r["offset"], r["value"]) for r in read.records]
+
+    assert asyncio.run(run()) == [(3, "plain-3")]
+    clean(server)
+    assert sql(server.database_url, "SELECT 1 FROM txn_markers WHERE topic_id = $1", topic) == []
+    assert [r["value"] for r in fetch(client, "raced", 2)["records"]] == ["plain-3"]
 
 
 def test_read_committed_at_the_log_start_hides_an_aborted_transaction_whose_marker_is_gone(server, client):

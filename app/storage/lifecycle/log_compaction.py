@@ -29,10 +29,13 @@ Rules (with log_cleaner.py's, which runs it):
   one without a timestamp never, as Kafka's leaves it out; no bound by default) and
   something new lies below the end (the maximum lag forces only what the minimum allows, as Kafka's
   needCompactionNow), or a kept tombstone is due to go.
-- Two passes: the first (read-only) maps every key to its latest committed offset below the end; the
-  second rewrites a page of batches per PostgreSQL transaction. Removing a record an older map says
-  is superseded stays right whatever happened since, so a run cut short by a crash is simply run
-  again (idempotent), and a server racing another (the advisory lock prevents it) would do no harm.
+- Two passes: the first (read-only) maps every key to its latest committed offset from the log start
+  to the end; the second rewrites a page of batches per PostgreSQL transaction, from the partition's
+  first stored batch (a DeleteRecords that raced the cleaner may have left some below the log start:
+  a marker goes only once the pass has seen every batch of its transaction still stored). Removing
+  a record an older map says is superseded stays right whatever happened since, so a run cut short
+  by a crash is simply run again (idempotent), and a server racing another (the advisory lock
+  prevents it) would do no harm.
 """
 
 from __future__ import annotations
@@ -301,7 +304,13 @@ async def compact(
             return
     run = _CompactionPass(topic, partition, end, now_ms, delete_retention_ms)
     await _map_latest(conn, run, state.log_start_offset, page)
-    async for rows in _pages(conn, topic.topic_id, partition, state.log_start_offset, run.end, page):
+    # The second pass pages from the partition's first stored batch, not from the log start: a
+    # DeleteRecords since the cleaner removed what was below the log start leaves batches there
+    # until the next run, and a marker may go only once this pass has seen every batch of its
+    # transaction still stored (a fetch in flight, which checked the log start before, may still
+    # read them). Those below the log start lose every keyed record (the map names none of their offsets)
+    # and go, with their markers after them, as _remove_below_start would have them go.
+    async for rows in _pages(conn, topic.topic_id, partition, 0, run.end, page):
         async with conn.transaction():
             await conn.execute(ASYNC_COMMIT_SQL)
             await _compact_page(conn, run, rows, totals)
