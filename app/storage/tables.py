@@ -102,9 +102,9 @@ class RecordBatch(SQLModel, table=True):
 
 
 class PartitionCleanup(SQLModel, table=True):
-    """What the log cleaner last did to one partition (log_cleaner.py). A cleaner run holds this row
-    (FOR UPDATE SKIP LOCKED), which is how several servers share the partitions without ever
-    cleaning one twice at once; appends never touch it, so cleaning never makes a produce wait.
+    """What the log cleaner last did to one partition (log_cleaner.py), inserted when a run first
+    takes the partition (one at a time across servers: a session advisory lock on (topic_id,
+    partition)); appends never touch it, so cleaning never makes a produce wait.
 
     `compacted_through`: compaction has run up to this offset (the LSO it saw), so a partition with
     nothing new is not compacted again; `earliest_tombstone_seen_ms`: of the tombstones it kept, the

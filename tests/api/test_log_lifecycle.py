@@ -672,6 +672,35 @@ def test_deleting_a_topic_leaves_nothing_behind_after_a_cleaner_run(server, clie
         assert sql(server.database_url, f"SELECT 1 FROM {table} WHERE topic_id = $1", doomed) == [], table
 
 
+def test_a_topic_deleted_while_a_cleaner_run_is_under_way_leaves_no_cleanup_row_behind(server, client):
+    # A run lists its partitions first; one of a topic deleted meanwhile, whose rows another server's
+    # run had already removed, got its cleanup row inserted again as the run reached it, and nothing
+    # ever removed it. Here the run is held on an earlier topic while the later one is deleted and
+    # a second run removes its rows.
+    create(client, "held-first", retention_ms=1)
+    create(client, "deleted-meanwhile", retention_ms=1)
+    produce(client, "held-first", [{"value": "expired", "timestamp_ms": int(time.time() * 1000) - 60_000}])
+    first, deleted = topic_id(server, "held-first"), topic_id(server, "deleted-meanwhile")
+
+    async def run() -> None:
+        async with HeldCleaner(server.database_url) as rig:
+            # Retention's UPDATE of the first topic's log start waits for the held partition row.
+            await rig.hold(
+                "SELECT 1 FROM partitions WHERE topic_id = $1 AND partition = 0 FOR UPDATE",
+                first,
+                waits_in="UPDATE partitions SET log_start_offset",
+                chunk=1000,
+            )
+            assert client.delete("/v1/topics/deleted-meanwhile").status_code == 204
+            await asyncio.to_thread(clean, server)  # another server's run: the deleted topic's rows go
+            assert await rig.reader.fetch("SELECT 1 FROM deleted_topics WHERE topic_id = $1", deleted) == []
+            await rig.release()
+
+    asyncio.run(run())
+    assert log_start(client, "held-first") == 1
+    assert sql(server.database_url, "SELECT 1 FROM partition_cleanups WHERE topic_id = $1", deleted) == []
+
+
 def test_producer_ids_of_expired_transactional_ids_are_forgotten(make_server):
     server = make_server(
         log_cleaner_interval_ms=RARELY,

@@ -272,8 +272,15 @@ async def clean_partition(
     a run takes its partitions one after the other, for as long as their work lasts, and a config
     changed meanwhile (retention raised, cleanup_policy changed, on any node) applies to every
     partition it takes after the change commits."""
+    # Only while the topic exists, its row held (FOR KEY SHARE, as appends hold it: they never wait
+    # for each other) until the row is in: a run lists its partitions first, and one of a topic
+    # deleted since, whose rows another server's run has removed already, would leave a row nothing
+    # removes. A DeleteTopics (FOR UPDATE of the topic) waits for the insert, and its deleted_topics
+    # row then takes this row with the rest.
     await conn.execute(
-        "INSERT INTO partition_cleanups (topic_id, partition) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        "INSERT INTO partition_cleanups (topic_id, partition) "
+        "SELECT topic_id, $2 FROM topics WHERE topic_id = $1 FOR KEY SHARE "
+        "ON CONFLICT DO NOTHING",
         topic_id,
         partition,
     )
