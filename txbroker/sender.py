@@ -287,6 +287,7 @@ class Sender:
                         self._refused(pending, error, action)
                     return
                 retry = []
+                unknown_producer_id = None
                 for batch, entry in zip(pending, answer["partitions"]):
                     if entry["error"] is None:
                         batch.complete(entry["base_offset"])
@@ -297,8 +298,16 @@ class Sender:
                         retry.append(batch)
                     elif action == RETRY:
                         self._timed_out([batch], error)
+                    elif action == NEW_PRODUCER_ID:
+                        # One partition's answer (the server holds no state of the id there that it
+                        # may have had: a topic created again under its name): nothing of the batch
+                        # was appended, so it is resent with the new id, as a request's answer is.
+                        unknown_producer_id = batch.producer_id
+                        retry.append(batch)
                     else:
                         self._refused([batch], error, action)
+                if unknown_producer_id is not None:
+                    await self._replace_producer_id(unknown_producer_id)
                 pending = retry
                 if pending:
                     await asyncio.sleep(self._backoff.delay_s(attempt))
@@ -320,7 +329,11 @@ class Sender:
     async def _replace_producer_id(self, stale_producer_id: int) -> None:
         async with self._id_lock:
             if self._tm.producer_id == stale_producer_id:
-                log.warning("producer id %s is unknown to the server (expired): getting a new one", stale_producer_id)
+                log.warning(
+                    "producer id %s is unknown to the server (expired, or its state went with a topic deleted "
+                    "since): getting a new one",
+                    stale_producer_id,
+                )
                 await self._new_producer_id(False)
 
     def _timed_out(self, batches: list[ProducerBatch], last: TxbrokerError) -> None:

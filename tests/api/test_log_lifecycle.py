@@ -701,6 +701,69 @@ def test_a_topic_deleted_while_a_cleaner_run_is_under_way_leaves_no_cleanup_row_
     assert sql(server.database_url, "SELECT 1 FROM partition_cleanups WHERE topic_id = $1", deleted) == []
 
 
+def test_an_idempotent_retry_of_a_batch_retained_or_compacted_away_is_still_a_duplicate(server, client):
+    # The producer's state (its last five batches) is its own rows, as Kafka keeps producer state
+    # in snapshots apart from the segments (KIP-360): a batch gone from the log, to DeleteRecords
+    # or to compaction, is still recognised when retried, and answered with its own offsets.
+    from tests.api.test_transactions import init_idempotent
+
+    def send(topic: str, sequence: int, key: str, value: str) -> dict:
+        response = client.post(
+            "/v1/produce",
+            json={
+                "producer_id": producer_id,
+                "producer_epoch": epoch,
+                "partitions": [
+                    {
+                        "topic": topic,
+                        "partition": 0,
+                        "base_sequence": sequence,
+                        "records": [{"key": key, "value": value}],
+                    }
+                ],
+            },
+        )
+        assert response.status_code == 200, response.text
+        return response.json()["partitions"][0]
+
+    create(client, "trimmed-away")
+    create(client, "compacted-away", cleanup_policy="compact", min_cleanable_dirty_ratio=0.01)
+    producer_id, epoch = init_idempotent(client)
+    first = {topic: send(topic, 0, "k", "first") for topic in ("trimmed-away", "compacted-away")}
+    for topic in ("trimmed-away", "compacted-away"):
+        assert send(topic, 1, "k", "second")["error"] is None
+    assert delete_records(client, "trimmed-away", {0: -1}).status_code == 200
+    clean(server)
+    assert stored_batches(server, "trimmed-away") == 0
+    assert [r["value"] for r in fetch(client, "compacted-away", 0)["records"]] == ["second"]
+    for topic in ("trimmed-away", "compacted-away"):
+        retried = send(topic, 0, "k", "first")
+        assert retried["duplicate"] is True, retried
+        assert (retried["base_offset"], retried["last_offset"]) == (first[topic]["base_offset"], 0)
+    assert [r["value"] for r in fetch(client, "compacted-away", 0)["records"]] == ["second"]
+    assert fetch(client, "trimmed-away", 2)["records"] == []
+
+
+def test_an_idempotent_producer_writes_on_to_a_topic_deleted_and_created_again_under_its_name(server, client):
+    # The producer's state on the old topic went with it, and the new topic's partition had none:
+    # its next sequence there was taken for a gap in a partition it had never written to, a fatal
+    # OUT_OF_ORDER_SEQUENCE_NUMBER on every send. A topic created since its id was issued may be
+    # such a one: it is answered UNKNOWN_PRODUCER_ID, and the SDK takes a new id and writes on.
+    from txbroker import Producer
+
+    create(client, "again")
+    with Producer(url=server.url) as producer:
+        for index in range(3):
+            producer.send("again", value=f"old-{index}".encode(), partition=0).result(30)
+        assert client.delete("/v1/topics/again").status_code == 204
+        create(client, "again")
+        offsets = [
+            producer.send("again", value=f"new-{index}".encode(), partition=0).result(30).offset for index in range(3)
+        ]
+    assert offsets == [0, 1, 2]
+    assert [r["value"] for r in fetch(client, "again", 0)["records"]] == ["new-0", "new-1", "new-2"]
+
+
 def test_producer_ids_of_expired_transactional_ids_are_forgotten(make_server):
     server = make_server(
         log_cleaner_interval_ms=RARELY,

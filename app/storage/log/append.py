@@ -330,20 +330,10 @@ async def _check_at_head(
     topic, batch = append.topic, append.batch
     if append.origin is AppendOrigin.COORDINATOR:
         return _CheckedAppend(append, head, sequences.coordinator_batch(entry, append.producer_epoch, head))
-    if (
-        entry is None
-        and append.base_sequence != 0
-        and not append.stateless_takes_any_sequence
-        and not await _still_issued(conn, append.producer_id)
-    ):
-        # The producer's state and its id expired together (it was idle everywhere) between the
-        # request's check of the id and this lock: answer as that check would now, which the
-        # producer recovers from with a new id, instead of a fatal OUT_OF_ORDER_SEQUENCE_NUMBER.
-        return BrokerError(
-            ErrorCode.UNKNOWN_PRODUCER_ID,
-            f"producer id {append.producer_id} has expired (it wrote nowhere for the server's "
-            f"producer_id_expiration_ms): get a new one from POST /v1/producers/init",
-        )
+    if entry is None and append.base_sequence != 0 and not append.stateless_takes_any_sequence:
+        state_gone = await _state_gone(conn, append)
+        if state_gone is not None:
+            return state_gone
     outcome = sequences.check_batch(
         entry,
         append.producer_id,
@@ -430,10 +420,41 @@ def _write_appends(writes: list[_Write], heads: dict[tuple[int, int], int]) -> W
     return WriteStatement(_WRITE_APPENDS_QUERIES, _WRITE_APPENDS_FINAL, args)
 
 
-async def _still_issued(conn: asyncpg.Connection, producer_id: int) -> bool:
-    # Expiry deletes an idempotent producer's state only once its id is gone (producer_ids.py), so
-    # once the state is seen gone, a gone id is seen too.
-    return await conn.fetchval("SELECT 1 FROM producer_ids WHERE producer_id = $1", producer_id) is not None
+# When the producer id was issued (NULL: it is gone) and when the partition's topic was created, in
+# the same clock (milliseconds since the epoch).
+_ISSUED_AND_CREATED_SQL = """
+SELECT (SELECT issued_ms FROM producer_ids WHERE producer_id = $1) AS issued_ms,
+       (SELECT (extract(epoch FROM created_at) * 1000)::bigint FROM topics WHERE topic_id = $2) AS created_ms
+"""
+
+
+async def _state_gone(conn: asyncpg.Connection, append: BatchAppend) -> BrokerError | None:
+    """For a producer with no state on the partition that sends a sequence above 0: UNKNOWN_PRODUCER_ID
+    when its state here may have gone (the error the producer recovers from with a new id, as the
+    contract answers a producer whose state went), rather than a gap in a partition it never wrote
+    to (OUT_OF_ORDER_SEQUENCE_NUMBER, fatal to an idempotent producer); None otherwise."""
+    row = await conn.fetchrow(_ISSUED_AND_CREATED_SQL, append.producer_id, append.topic.topic_id)
+    if row["issued_ms"] is None:
+        # Its state and its id expired together (it was idle everywhere) between the request's
+        # check of the id and this lock: answered as that check would answer now. (Expiry deletes
+        # an idempotent producer's state only once its id is gone, producer_ids.py, so once the
+        # state is seen gone, a gone id is seen too.)
+        return BrokerError(
+            ErrorCode.UNKNOWN_PRODUCER_ID,
+            f"producer id {append.producer_id} has expired (it wrote nowhere for the server's "
+            f"producer_id_expiration_ms): get a new one from POST /v1/producers/init",
+        )
+    if not append.is_transactional and row["created_ms"] >= row["issued_ms"]:
+        # The topic was created since the id was issued: the producer may have written to a topic
+        # of this name deleted since, whose producer states went with it (Kafka's leaders, which
+        # keep no state of a new partition's producers, take it at any sequence there).
+        return BrokerError(
+            ErrorCode.UNKNOWN_PRODUCER_ID,
+            f"producer id {append.producer_id} has no state on {append.topic.name}-{append.partition} and sent "
+            f"sequence {append.base_sequence}: the topic was created after the id was issued, so its state may "
+            f"have gone with a topic of this name deleted since; get a new id from POST /v1/producers/init",
+        )
+    return None
 
 
 async def append_for_coordinator(
