@@ -963,6 +963,95 @@ def test_a_crash_in_the_middle_of_retention_and_compaction_loses_nothing_and_the
         )
 
 
+def test_a_crash_in_the_middle_of_compacting_transactions_keeps_read_committed_exact(database_url, server_process):
+    # Compaction removes aborted batches, superseded records and the markers of transactions it
+    # leaves nothing of, a page per PostgreSQL transaction. Killed with a page held (a row lock on
+    # an aborted batch it removes), every batch still stored keeps its marker, read_committed shows
+    # no aborted record and every key's latest committed one, and the next run finishes the job.
+    server = server_process("--database-url", database_url, env={"TXBROKER_LOG_CLEANER_INTERVAL_MS": str(RARELY)})
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        create(client, "crash-txns", cleanup_policy="compact", delete_retention_ms=0)
+        committing, aborting = TxnProducer(client, "crash-committing"), TxnProducer(client, "crash-aborting")
+        committing.init()
+        aborting.init()
+        for round_ in range(6):  # five offsets a round: two transactions' batches, a plain one, two markers
+            send_keyed(committing, "crash-txns", [{"key": f"k{round_ % 3}", "value": f"committed-{round_}"}])
+            send_keyed(aborting, "crash-txns", [{"key": f"k{(round_ + 1) % 3}", "value": f"aborted-{round_}"}])
+            produce(client, "crash-txns", [{"key": f"p{round_ % 2}", "value": f"plain-{round_}"}])
+            committing.commit()
+            aborting.abort()
+    server.kill()
+    topic = sql(database_url, "SELECT topic_id FROM topics WHERE name = 'crash-txns'")[0]["topic_id"]
+    stored = "SELECT count(*) AS n FROM record_batches WHERE topic_id = $1"
+    assert sql(database_url, stored, topic)[0]["n"] == 30
+    latest = {"k0": "committed-3", "k1": "committed-4", "k2": "committed-5", "p0": "plain-4", "p1": "plain-5"}
+
+    async def crash_with_a_page_held() -> None:
+        # The watcher polls outside the holder's transaction, whose view of pg_stat_activity stays
+        # as first read.
+        holder, watcher = await connect(database_url), await connect(database_url)
+        try:
+            async with holder.transaction():
+                # Round 3's aborted batch, at offset 16: pages of two batches, so [16, 17] waits.
+                await holder.execute(
+                    "SELECT 1 FROM record_batches WHERE topic_id = $1 AND last_offset = 16 FOR UPDATE", topic
+                )
+                cleaning = server_process(
+                    "--database-url",
+                    database_url,
+                    env={"TXBROKER_LOG_CLEANER_INTERVAL_MS": "20", "TXBROKER_LOG_CLEANER_CHUNK_BATCHES": "2"},
+                )
+                deadline = time.monotonic() + 60
+                while not await watcher.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query LIKE 'DELETE FROM record_batches%ANY%'"
+                ):
+                    assert time.monotonic() < deadline, "compaction never reached the held page"
+                    await asyncio.sleep(0.01)
+                cleaning.kill()
+                raise _Rollback
+        except _Rollback:
+            pass
+        finally:
+            await holder.close()
+            await watcher.close()
+
+    asyncio.run(crash_with_a_page_held())
+    from tests.crash.test_transaction_crashes import _wait_for_other_backends_to_end
+
+    _wait_for_other_backends_to_end(database_url)
+    assert 11 < sql(database_url, stored, topic)[0]["n"] < 30  # pages before the held one were committed
+    orphaned = sql(
+        database_url,
+        "SELECT b.last_offset FROM record_batches b WHERE b.topic_id = $1 AND b.is_transactional "
+        "AND b.control_type IS NULL AND NOT EXISTS (SELECT 1 FROM txn_markers m WHERE m.topic_id = b.topic_id "
+        "AND m.partition = b.partition AND m.producer_id = b.producer_id AND m.marker_offset > b.last_offset)",
+        topic,
+    )
+    assert orphaned == [], "a transaction's batch outlived its marker"
+    server = server_process("--database-url", database_url, env={"TXBROKER_LOG_CLEANER_INTERVAL_MS": str(RARELY)})
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        values = [r["value"] for r in fetch(client, "crash-txns", 0)["records"]]
+        assert not [value for value in values if value.startswith("aborted")], values
+        assert set(latest.values()) <= set(values), values
+    server.kill()
+
+    server = server_process("--database-url", database_url, env={"TXBROKER_LOG_CLEANER_INTERVAL_MS": "20"})
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        deadline = time.monotonic() + 60
+        while sql(database_url, stored, topic)[0]["n"] != 8:  # 5 records, 3 markers of kept ones
+            assert time.monotonic() < deadline, "the cleaner did not finish after the restart"
+            time.sleep(0.05)
+        for isolation in ("read_committed", "read_uncommitted"):
+            records = fetch(client, "crash-txns", 0, isolation)["records"]
+            assert {r["key"]: r["value"] for r in records} == latest, isolation
+            assert len(records) == len(latest)
+
+
+class _Rollback(Exception):
+    """Leaves a test's `async with conn.transaction()` by rolling it back."""
+
+
 def test_delete_records_needs_delete_on_the_topic(make_server):
     from tests.api.test_security import ADMIN_TOKEN, new_user, rule
 
