@@ -177,11 +177,21 @@ class AsyncAdmin:
         return await self._read(_id_path(transactional_id), what=f"describe {transactional_id!r}")
 
     async def abort_transaction(
-        self, transactional_id: str, producer_id: int | None = None, producer_epoch: int | None = None
+        self,
+        transactional_id: str,
+        producer_id: int | None = None,
+        producer_epoch: int | None = None,
+        start_time_ms: int | None = None,
     ) -> dict:
         """Fences the current producer of the id and aborts its open (Ongoing or Prepared) transaction;
-        with `producer_id` and `producer_epoch` (as listed), only if the producer is still that one."""
-        params = None if producer_id is None else {"producer_id": producer_id, "producer_epoch": producer_epoch}
+        with `producer_id` and `producer_epoch` (as listed), only if the producer is still that one;
+        with `start_time_ms` (as listed), only if the open transaction is still the one that started
+        then (a Kafka client's producer id and epoch carry over from one transaction to the next)."""
+        params: dict | None = None
+        if producer_id is not None:
+            params = {"producer_id": producer_id, "producer_epoch": producer_epoch}
+        if start_time_ms is not None:
+            params = {**(params or {}), "start_time_ms": start_time_ms}
         return await self._once(
             "POST", _id_path(transactional_id) + "/abort", params=params, what=f"abort {transactional_id!r}"
         )

@@ -114,6 +114,18 @@ async def abort_transaction(
         ),
     ] = None,
     producer_epoch: Annotated[int | None, Query(ge=0, le=schemas.INT16_MAX)] = None,
+    start_time_ms: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            le=schemas.INT64_MAX,
+            description=(
+                "optional: abort only if the open transaction is still the one that started then (its "
+                "start_time_ms as described; with Kafka's clients the producer id and epoch carry over "
+                "from one transaction to the next)"
+            ),
+        ),
+    ] = None,
 ):
     """[kafka-transactions.sh abort] Fences the current producer (epoch bump) and aborts its open
     (Ongoing or Prepared) transaction. Needs Write on the TransactionalId or Alter on the Cluster."""
@@ -122,7 +134,9 @@ async def abort_transaction(
     if (producer_id is None) != (producer_epoch is None):
         raise invalid_request("send producer_id and producer_epoch together, or neither")
     expected = None if producer_id is None else ProducerIdAndEpoch(producer_id, producer_epoch)
-    result = await coordinator.admin_abort(transactional_id, expected, principal=principal.name)
+    result = await coordinator.admin_abort(
+        transactional_id, expected, expected_start_ms=start_time_ms, principal=principal.name
+    )
     return json_response(
         {"producer_id": result.producer_id, "producer_epoch": result.producer_epoch, "state": result.state}
     )

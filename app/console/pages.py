@@ -295,13 +295,19 @@ def transaction_not_found(transactional_id: str) -> BrokerError:
     )
 
 
-async def _confirmed_producer(request: Request) -> ProducerIdAndEpoch | None:
-    """The producer id and epoch the confirmation showed (hidden form fields), if sent."""
+async def _confirmed_transaction(request: Request) -> tuple[ProducerIdAndEpoch | None, int | None]:
+    """The producer id and epoch, and the transaction's start time, the confirmation showed (hidden
+    form fields), each if sent."""
     form = parse_qs((await request.body()).decode("utf-8", "replace"))
     try:
-        return ProducerIdAndEpoch(int(form["producer_id"][0]), int(form["producer_epoch"][0]))
+        producer = ProducerIdAndEpoch(int(form["producer_id"][0]), int(form["producer_epoch"][0]))
     except (KeyError, ValueError):
-        return None
+        producer = None
+    try:
+        start_ms = int(form["start_time_ms"][0])
+    except (KeyError, ValueError):
+        start_ms = None
+    return producer, start_ms
 
 
 @router.post("/transactions/{transactional_id:path}/abort")
@@ -315,8 +321,13 @@ async def abort_transaction(request: Request, transactional_id: str, coordinator
     principal = request.state.console_principal
     if not is_allowed(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+    producer, start_ms = await _confirmed_transaction(request)
     await coordinator.admin_abort(
-        transactional_id, await _confirmed_producer(request), principal=principal.name, via="from the console; "
+        transactional_id,
+        producer,
+        expected_start_ms=start_ms,
+        principal=principal.name,
+        via="from the console; ",
     )
     separator = "&" if "?" in transaction_url(transactional_id) else "?"
     return RedirectResponse(f"{transaction_url(transactional_id)}{separator}aborted=1", 303)

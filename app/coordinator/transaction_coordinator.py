@@ -413,11 +413,21 @@ class TransactionCoordinator:
     # ---- administration
 
     async def admin_abort(
-        self, transactional_id: str, expected: ProducerIdAndEpoch | None = None, *, principal: str, via: str = ""
+        self,
+        transactional_id: str,
+        expected: ProducerIdAndEpoch | None = None,
+        *,
+        expected_start_ms: int | None = None,
+        principal: str,
+        via: str = "",
     ) -> EndResult:
-        """`expected`: the producer id and epoch the operator saw; if the transaction has moved on
-        since (a new producer or transaction), nothing is aborted. The audit entry (who, `via` which
-        door) is written in the same PostgreSQL transaction as the abort: both happen or neither."""
+        """`expected`: the producer id and epoch the operator saw, and `expected_start_ms` the start
+        time of the transaction they saw; if the transaction has moved on since (a new producer, or
+        another transaction), nothing is aborted. Both are needed to tell transactions apart: with
+        transaction version 1 (Kafka's clients) the producer id and epoch carry over from one
+        transaction to the next, so an abort naming them alone aborts the producer's next
+        transaction when the one seen committed meanwhile. The audit entry (who, `via` which door)
+        is written in the same PostgreSQL transaction as the abort: both happen or neither."""
         async with self.unit_of_work() as unit:
             meta = await unit.lock(transactional_id)
             if meta is None:
@@ -431,6 +441,12 @@ class TransactionCoordinator:
                     f"abort the transaction of producer {expected.producer_id} epoch "
                     f"{expected.producer_epoch} (it has moved on: the producer is now "
                     f"{meta.producer_id} epoch {meta.producer_epoch}); look again",
+                )
+            if expected_start_ms is not None and expected_start_ms != meta.txn_start_ms:
+                raise invalid_state(
+                    meta,
+                    f"abort the transaction started at {expected_start_ms} ms (it has moved on: the "
+                    f"transaction open now started at {meta.txn_start_ms} ms, -1 if none is); look again",
                 )
             state = meta.state
             if state in (S.ONGOING, S.PREPARED):
