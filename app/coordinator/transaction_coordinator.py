@@ -200,6 +200,11 @@ class TransactionCoordinator:
                     f"(the server's transaction_max_timeout_ms)",
                 )
             meta = await unit.lock(transactional_id)
+            if meta is None and principal is not None:
+                # A principal's creations serialize on its quota (or two concurrent ones both passed
+                # its count); the one waited for may have created this very id, then re-initialized.
+                await self.log.hold_creations_by(unit.conn, principal)
+                meta = await unit.lock(transactional_id)
             if meta is None:
                 await self._check_quota(unit.conn, principal, transactional_id)
                 issued = await producer_ids.issue(unit.conn, now, transactional_id)

@@ -202,6 +202,12 @@ _SAVE_QUERIES = f"""r AS (
 _SAVE_FINAL = f"SELECT pg_notify('{APPENDS_CHANNEL}', topic_id::text || ':' || partition::text) FROM log_appended"
 
 
+# The class id of the advisory locks that serialize one principal's creations of transactional ids:
+# -1, which neither the topic names' locks (0) nor the log cleaner's ((topic_id, partition), topic
+# ids from 1) use.
+_CREATIONS_LOCK_CLASS = -1
+
+
 class TransactionLog(Generic[Row]):
     """Reads and writes transaction metadata; caches the internal topic's (never deleted) info.
     Rows are read as `row_type`; `parse_state` turns a persisted state name into the caller's state
@@ -346,6 +352,12 @@ class TransactionLog(Generic[Row]):
         topic, partition, batch = await self._pending_batch(conn, meta, tombstone)
         await append_batch_or_raise(conn, BatchAppend(topic, partition, batch))
         meta.pending_records.clear()
+
+    async def hold_creations_by(self, conn: asyncpg.Connection, principal: str) -> None:
+        """Serializes the creations of transactional ids by one principal (an advisory lock held until
+        the caller's PostgreSQL transaction ends), so that of two concurrent ones the second counts
+        the first against the principal's quota (`count_created_by`, a statement run after this)."""
+        await conn.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", _CREATIONS_LOCK_CLASS, principal)
 
     async def count_created_by(self, conn: asyncpg.Connection, principal: str) -> int:
         return await conn.fetchval("SELECT count(*) FROM transactions WHERE principal = $1", principal)
