@@ -11,29 +11,15 @@ back, and the requests finish in the order PostgreSQL lets them."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 import asyncpg
 import httpx
 
 from app.storage.database import connect
 from tests.api.test_security import ADMIN_TOKEN, new_user, rule
+from tests.concurrency.lock_waits import wait_for_lock_waits
 
-LOCK_WAIT_TIMEOUT_S = 30
 QUOTA = 1
-
-
-async def _wait_for_lock_waits(observer: asyncpg.Connection, count: int) -> None:
-    """Until `count` sessions wait for a lock: the racing requests, parked."""
-    deadline = time.monotonic() + LOCK_WAIT_TIMEOUT_S
-    while (
-        await observer.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        )
-        < count
-    ):
-        assert time.monotonic() < deadline, f"fewer than {count} requests reached their inserts"
-        await asyncio.sleep(0.005)
 
 
 async def _placeholder_rows(blocker: asyncpg.Connection, transactional_ids: list[str]) -> None:
@@ -60,7 +46,7 @@ async def _race(server, user: httpx.Client, transactional_ids: list[str]) -> lis
                 )
                 for transactional_id in transactional_ids
             ]
-            await _wait_for_lock_waits(observer, len(calls))
+            await wait_for_lock_waits(observer, len(calls))
             assert not any(call.done() for call in calls)
             raise _RollBack
     except _RollBack:
