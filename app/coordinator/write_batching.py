@@ -11,12 +11,15 @@ batches are written queue, and the next batch takes them (up to `max_per_batch`)
 answered after its batch's commit, so an acknowledgement still means durable. A batch is atomic,
 and the writer applies its requests in arrival order, as if one after the other.
 
-A failure that is not a request's own answer (a lost connection, a deadlock PostgreSQL broke, an
-argument PostgreSQL refused) must not decide the other requests of the batch: each is then written
-again in a batch of its own, in arrival order, where the failure, if it comes again, is its own.
-But a batch whose COMMIT returned without the synchronous standby's confirmation
-(CommitNotReplicated, app/storage/database.py) is written: every request of it is answered that
-retriable error, and none is written again (a plain produce would be appended twice).
+A failure that is not a request's own answer (a deadlock PostgreSQL broke, an argument PostgreSQL
+refused) must not decide the other requests of the batch: PostgreSQL rolled the batch back, and each
+request is written again in a batch of its own, in arrival order, where the failure, if it comes
+again, is its own. But a batch that met PostgreSQL away (CONNECTION_ERRORS, app/storage/database.py)
+may be written: a connection lost while its COMMIT was under way leaves the outcome unknown, and a
+COMMIT that returned without the synchronous standby's confirmation (CommitNotReplicated) wrote it.
+Every request of it is answered that retriable error, and none is written again (a plain produce
+would be appended twice, under one acknowledgement); a client's retry settles it (an idempotent or
+transactional one is answered as the duplicate it is; a plain write is at-least-once).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from app.storage.database import CommitNotReplicated
+from app.storage.database import CONNECTION_ERRORS
 
 Request = TypeVar("Request")
 Answer = TypeVar("Answer")
@@ -116,7 +119,7 @@ class WriteBatcher(Generic[Request, Answer]):
             for waiting in batch:
                 waiting.answer.cancel()
             raise
-        except CommitNotReplicated as error:
+        except CONNECTION_ERRORS as error:  # perhaps written: answered, never written again
             for waiting in batch:
                 _answer(waiting, error)
             return

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import asyncpg
 import pytest
 
 from app.coordinator.write_batching import WriteBatcher
@@ -13,7 +14,8 @@ from app.storage.database import CommitNotReplicated
 
 class _Writer:
     """Writes a batch by answering each request with its double; a batch that holds `poison` fails as a
-    whole (as a lost connection would), and `poison` alone answers with its own error."""
+    whole (as a deadlock PostgreSQL broke would: rolled back), and `poison` alone answers with its
+    own error."""
 
     def __init__(self, poison: int | None = None) -> None:
         self.batches: list[list[int]] = []
@@ -26,7 +28,7 @@ class _Writer:
         await self.gate.wait()
         if self.poison in requests:
             if len(requests) > 1:
-                raise ConnectionError("the whole batch failed")
+                raise asyncpg.exceptions.DeadlockDetectedError("the whole batch failed")
             return [ValueError(f"request {requests[0]} is refused")]
         return [request * 2 for request in requests]
 
@@ -114,23 +116,34 @@ def test_a_failed_groups_requests_are_written_again_one_after_the_other_in_arriv
     assert writer.most_at_once == 1
 
 
-def test_a_batch_whose_commit_the_standby_did_not_confirm_answers_every_request_and_writes_none_again():
-    # Its COMMIT returned: every request of it is written on the primary, and none acknowledged. Written
-    # again one by one, a plain produce would be appended twice.
-    class _Unconfirmed(_Writer):
+@pytest.mark.parametrize(
+    "lost",
+    [
+        ConnectionResetError("the connection to PostgreSQL was reset during COMMIT"),
+        asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle of operation"),
+        CommitNotReplicated("its wait for the synchronous standby was cancelled"),
+    ],
+)
+def test_a_batch_whose_connection_was_lost_answers_every_request_and_writes_none_again(lost):
+    # Regression: a batch whose connection was lost was written again request by request, like one
+    # PostgreSQL refused. Lost while its COMMIT was under way, the batch may be written: a plain
+    # produce was then appended twice under one acknowledgement. Likewise a COMMIT that returned
+    # without the synchronous standby's confirmation: every request of it is written on the primary,
+    # and none acknowledged.
+    class _LostAtCommit(_Writer):
         async def write(self, requests: list[int]) -> list[int | BaseException]:
             answers = await super().write(requests)
             if len(requests) > 1:
-                raise CommitNotReplicated("its wait for the synchronous standby was cancelled")
+                raise lost
             return answers
 
     async def run():
-        writer = _Unconfirmed()
+        writer = _LostAtCommit()
         return await _one_then_queued(writer, (2, 3, 4)), writer.batches
 
     answers, batches = asyncio.run(run())
     assert answers[0] == 2
-    assert all(isinstance(answer, CommitNotReplicated) for answer in answers[1:]), answers
+    assert all(answer is lost for answer in answers[1:]), answers
     assert batches == [[1], [2, 3, 4]]
 
 
