@@ -389,6 +389,8 @@ async def _max_timestamp(
             partition,
             row["last_offset"],
         )
+        if records is None:  # removed since it was listed (the cleaner: below the log start, compaction)
+            continue
         for index, stored in enumerate(record_codec.decode_payload(records, row["base_offset"])):
             offset = row["base_offset"] + index
             if stored is None or not lower <= offset < upper:  # None: a record compaction removed
