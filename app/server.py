@@ -17,6 +17,7 @@ from app.api.metrics import Metrics, MetricsMiddleware
 from app.api.request_bodies import JsonBodies
 from app.api.request_limits import LongPollSlots
 from app.clock import now_ms
+from app.console import error_page_of as console_error_page
 from app.console import router as console_router
 from app.coordinator.batched_writes import BatchedWrites
 from app.coordinator.classic_groups import SessionTimeoutBounds
@@ -189,7 +190,7 @@ def create_app(
     app.state.on_ready = on_ready
     app.state.metrics = Metrics()
     app.state.long_poll_slots = LongPollSlots(settings)
-    install_error_handlers(app)
+    install_error_handlers(app, console_error_page)
     for router in api_routers:
         app.include_router(router)
     app.include_router(console_router)  # the web console (HTML for people, under /console)

@@ -1,12 +1,14 @@
-"""The one place where anything raised while serving a request becomes the contract's error body."""
+"""The one place where anything raised while serving a request becomes the contract's error body
+(or, at an address of the console, its error page: `install_error_handlers`' `error_pages`)."""
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 
 import asyncpg
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -14,6 +16,10 @@ from app.api.responses import error_response
 from app.api.schemas import MAX_IDENTIFIER_BYTES
 from app.coordinator.health import CONNECTION_ERRORS, unavailable
 from app.errors import BrokerError, ErrorCode, invalid_request
+
+# Another door under the same app (the console's HTML pages) may answer an error its own way: given
+# the request and the error, it returns its response, or None for the contract's JSON body.
+ErrorPages = Callable[[Request, BrokerError], Response | None]
 
 log = logging.getLogger("txbroker.api")
 
@@ -58,55 +64,65 @@ def _is_bad_query_argument(error: Exception) -> bool:
     return isinstance(error, asyncpg.exceptions.DataError) and str(error).startswith("invalid input for query argument")
 
 
-def install_error_handlers(app: FastAPI) -> None:
+def install_error_handlers(app: FastAPI, error_pages: ErrorPages | None = None) -> None:
+    def respond(request: Request, error: BrokerError) -> Response:
+        page = error_pages(request, error) if error_pages is not None else None
+        return page if page is not None else error_response(error)
+
     @app.exception_handler(BrokerError)
-    async def broker_error(_request: Request, error: BrokerError):
-        return error_response(error)
+    async def broker_error(request: Request, error: BrokerError):
+        return respond(request, error)
 
     @app.exception_handler(RequestValidationError)
-    async def validation_error(_request: Request, error: RequestValidationError):
-        return error_response(invalid_request(describe_validation_errors(list(error.errors()))))
+    async def validation_error(request: Request, error: RequestValidationError):
+        return respond(request, invalid_request(describe_validation_errors(list(error.errors()))))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, error: StarletteHTTPException):
         if error.status_code == 405:
-            return error_response(
+            return respond(
+                request,
                 BrokerError(
                     ErrorCode.METHOD_NOT_ALLOWED,
                     f"{request.method} is not allowed on {request.url.path}: see /docs for the methods of each route",
-                )
+                ),
             )
         if error.status_code == 404:
-            return error_response(
-                BrokerError(ErrorCode.NOT_FOUND, f"no route {request.method} {request.url.path}: see /docs for the API")
+            return respond(
+                request,
+                BrokerError(
+                    ErrorCode.NOT_FOUND, f"no route {request.method} {request.url.path}: see /docs for the API"
+                ),
             )
         if error.status_code == 400:  # a body FastAPI could not parse: say why
             cause = error.__cause__
             if isinstance(cause, BrokerError):
-                return error_response(cause)
+                return respond(request, cause)
             reason = f" ({type(cause).__name__}: {str(cause)[:200]})" if cause is not None else ""
-            return error_response(
+            return respond(
+                request,
                 invalid_request(
                     f"the body could not be parsed as JSON{reason}: send a UTF-8 JSON object, "
                     'as section "Conventions" of the txbroker HTTP API reference describes'
-                )
+                ),
             )
-        return error_response(BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, str(error.detail)))
+        return respond(request, BrokerError(ErrorCode.UNKNOWN_SERVER_ERROR, str(error.detail)))
 
-    async def database_unavailable(_request: Request, error: Exception):
+    async def database_unavailable(request: Request, error: Exception):
         log.warning("PostgreSQL unavailable: %s", error)
-        return error_response(unavailable(error))
+        return respond(request, unavailable(error))
 
-    async def beyond_postgres_limits(_request: Request, error: Exception):
+    async def beyond_postgres_limits(request: Request, error: Exception):
         # The last line of defence behind the schemas' limits (MAX_IDENTIFIER_BYTES, integer
         # bounds): a value PostgreSQL cannot index (program limit, e.g. an index row over ~2.7 kB)
         # or accept as a parameter is the request's fault, and nothing was changed (the statement
         # failed, so its PostgreSQL transaction rolled back).
-        return error_response(
+        return respond(
+            request,
             invalid_request(
                 f"a value in the request is beyond what the server can store ({str(error)[:300]}): identifiers are at "
                 f"most {MAX_IDENTIFIER_BYTES} bytes in UTF-8, numbers 64-bit integers (partitions 32-bit)"
-            )
+            ),
         )
 
     async def unstorable_text(request: Request, error: Exception):
@@ -114,20 +130,22 @@ def install_error_handlers(app: FastAPI) -> None:
             return await beyond_postgres_limits(request, error)
         if not _is_unstorable_text(error):
             raise error
-        return error_response(
+        return respond(
+            request,
             invalid_request(
                 "a text field (an id, a name or metadata) contains a character that cannot be stored: the NUL "
                 "character or a lone UTF-16 surrogate; remove it"
-            )
+            ),
         )
 
-    async def number_out_of_range(_request: Request, error: OverflowError):
+    async def number_out_of_range(request: Request, error: OverflowError):
         # Values reach PostgreSQL as 64-bit integers; a bound the schema missed must not be a 500.
-        return error_response(
+        return respond(
+            request,
             invalid_request(
                 f"a number in the request is outside the range PostgreSQL stores ({error}): "
                 f"offsets, ids and times are 64-bit integers"
-            )
+            ),
         )
 
     app.add_exception_handler(asyncpg.exceptions.ProgramLimitExceededError, beyond_postgres_limits)

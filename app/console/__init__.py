@@ -13,11 +13,22 @@ It is part of the HTTP layer, beside app/api (whose dependencies and token check
 factory mounts it.
 """
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
 
 from app.console import assets, pages, session
+from app.console.rendering import error_page
+from app.errors import BrokerError
 
 router = APIRouter(include_in_schema=False)
 router.include_router(session.router, prefix="/console")
 router.include_router(assets.router, prefix="/console")
 router.include_router(pages.router, prefix="/console")  # last: it ends with the catch-all "not found" page
+
+
+def error_page_of(request: Request, error: BrokerError) -> Response | None:
+    """A console address answers what went wrong before or outside its page handler (a query
+    parameter out of range, a text PostgreSQL cannot store) with a page too, not the API's JSON."""
+    if request.url.path == "/console" or request.url.path.startswith("/console/"):
+        return error_page(request, error)
+    return None

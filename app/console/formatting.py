@@ -58,11 +58,15 @@ def _path_segment(value: str) -> str:
     return quote(value, safe="")
 
 
-def transaction_url(transactional_id: str, suffix: str = "") -> str:
+def transaction_url(transactional_id: str, suffix: str = "", query: str = "") -> str:
+    """The page of a transactional id (with `suffix`, an action of it), `query` (e.g. "confirm=abort")
+    joined to whatever query the URL already has."""
     # "." and ".." would be dot segments that browsers resolve away: they travel in the query.
     if transactional_id in (".", ".."):
-        return f"/console/transactions/{suffix}?id={_path_segment(transactional_id)}"
-    return f"/console/transactions/{_path_segment(transactional_id)}{suffix}"
+        url = f"/console/transactions/{suffix}?id={_path_segment(transactional_id)}"
+        return f"{url}&{query}" if query else url
+    url = f"/console/transactions/{_path_segment(transactional_id)}{suffix}"
+    return f"{url}?{query}" if query else url
 
 
 def group_url(group_id: str) -> str:

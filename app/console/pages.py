@@ -48,6 +48,7 @@ HISTORY_SCAN_BUDGET = 20_000  # __transaction_state batches one history page may
 HANGING_FRACTION = 0.5  # an open transaction older than this part of its timeout is flagged
 WARNINGS_SHOWN = 10
 MARKERS_SHOWN = 500  # of the transactions on one history page
+HEADERS_SHOWN = 20  # of a record, each previewed: a record's headers are otherwise unbounded
 
 STATE_FILTERS = {"open": OPEN_STATES, **{s.value: [s.value] for s in TransactionState if s != TransactionState.DEAD}}
 AGE_FILTERS = {"": None, "10s": 10_000, "1m": 60_000, "5m": 300_000, "15m": 900_000, "1h": 3_600_000, "1d": 86_400_000}
@@ -165,6 +166,7 @@ async def partition_page(
         end=end,
         window=LOG_WINDOW,
         entries=entries,
+        headers_shown=HEADERS_SHOWN,
         follow_tail=offset is None,
         producers=producers[:PAGE_SIZE],
         producers_after=producers_after,
@@ -329,8 +331,7 @@ async def abort_transaction(request: Request, transactional_id: str, coordinator
         principal=principal.name,
         via="from the console; ",
     )
-    separator = "&" if "?" in transaction_url(transactional_id) else "?"
-    return RedirectResponse(f"{transaction_url(transactional_id)}{separator}aborted=1", 303)
+    return RedirectResponse(transaction_url(transactional_id, query="aborted=1"), 303)
 
 
 @router.get("/groups")

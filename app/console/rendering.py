@@ -105,4 +105,7 @@ def render(request: Request, template_name: str, status_code: int = 200, **conte
 
 
 def error_page(request: Request, error: BrokerError) -> HTMLResponse:
-    return render(request, "error.html", error.http_status, error=error)
+    response = render(request, "error.html", error.http_status, error=error)
+    if error.http_status == 503:  # PostgreSQL away, as the API's answer says: worth another try soon
+        response.headers["Retry-After"] = "1"
+    return response

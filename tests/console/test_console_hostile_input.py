@@ -1,0 +1,86 @@
+"""The console against unusual input, over real HTTP on real PostgreSQL: query strings and ids a
+page cannot take answer the console's error page (HTML with the error's status, never the API's
+JSON nor a 500), a record's headers are shown bounded, and a transactional id that is a dot segment
+("." or "..") can be aborted from its page like any other."""
+
+from __future__ import annotations
+
+import re
+from html import unescape
+from urllib.parse import quote
+
+import pytest
+
+from tests.api.test_transactions import TxnProducer
+from tests.conftest import RunningServer
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/console/topics/t/partitions/0?offset=-1",
+        "/console/topics/t/partitions/0?offset=abc",
+        "/console/topics/t/partitions/0?offset=99999999999999999999999",
+        "/console/topics/t/partitions/-1",
+        "/console/topics/t/partitions/0?markers_before=-1",
+        "/console/topics/t?after=x",
+        "/console/transactions/x?before=-3",
+        "/console/transactions/" + quote("nul\x00id", safe=""),
+        "/console/transactions?prefix=%00",
+        "/console/transactions?after=%00",
+        "/console/groups/" + quote("nul\x00id", safe=""),
+        "/console/groups?after=%00",
+        "/console?after=%00",
+    ],
+)
+def test_a_value_a_page_cannot_take_answers_an_error_page(module_server: RunningServer, path: str) -> None:
+    client = module_server.client
+    if client.get("/v1/topics/t").status_code == 404:
+        client.post("/v1/topics", json={"name": "t", "partitions": 1}).raise_for_status()
+    response = client.get(path)
+    assert response.status_code == 400, (path, response.text[:300])
+    assert response.headers["content-type"].startswith("text/html"), (path, response.text[:300])
+    assert "INVALID_REQUEST" in response.text and "« Back" in response.text
+
+
+def test_a_records_headers_are_shown_bounded(module_server: RunningServer) -> None:
+    client = module_server.client
+    client.post(
+        "/v1/topics", json={"name": "headers-heavy", "partitions": 1, "config": {"max_message_bytes": 20_000_000}}
+    ).raise_for_status()
+    headers = [{"key": f"h{i}", "value": "x" * 200_000} for i in range(30)]
+    client.post(
+        "/v1/topics/headers-heavy/records",
+        json={"partition": 0, "records": [{"key": "k", "value": "y" * 10_000_000, "headers": headers}]},
+    ).raise_for_status()
+    page = client.get("/console/topics/headers-heavy/partitions/0")
+    assert page.status_code == 200
+    # A 10 MB value and 6 MB of headers: the page shows the start of each.
+    assert len(page.text) < 100_000, len(page.text)
+    assert "30 headers" in page.text and "h0=xxx" in page.text and "h29=" not in page.text
+
+
+@pytest.mark.parametrize("odd", [".", ".."])
+def test_a_dot_segment_transactional_id_is_aborted_from_its_page(module_server: RunningServer, odd: str) -> None:
+    client = module_server.client
+    if client.get("/v1/topics/dots").status_code == 404:
+        client.post("/v1/topics", json={"name": "dots", "partitions": 1}).raise_for_status()
+    producer = TxnProducer(client, odd, timeout_ms=300_000)
+    producer.init()
+    producer.send("dots", 0, "v")
+    page = client.get(f"/console/transactions/?id={quote(odd, safe='')}")
+    link = unescape(re.search(r'href="([^"]*)">Abort transaction…', page.text).group(1))
+    confirmation = client.get(link)
+    assert confirmation.status_code == 200 and "Abort the Ongoing transaction of" in confirmation.text, link
+    form = re.search(r'<form method="post" action="([^"]*)"[^>]*>(.*?)</form>', confirmation.text, re.S)
+    fields = dict(re.findall(r'name="(\w+)" value="([^"]*)"', form.group(2)))
+    aborted = client.post(
+        unescape(form.group(1)),
+        content="&".join(f"{name}={value}" for name, value in fields.items()),
+        headers={"Origin": module_server.url, "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert aborted.status_code == 303
+    listed = client.get("/v1/transactions", params={"transactional_id_prefix": odd}).json()["transactions"]
+    assert [t["state"] for t in listed if t["transactional_id"] == odd] == ["CompleteAbort"]
+    shown = client.get(aborted.headers["location"])
+    assert shown.status_code == 200 and "Transaction aborted." in shown.text
