@@ -4,6 +4,7 @@ refreshed live with it (the script asks for a page's live block only, header X-C
 - `pages`: what each page reads (one snapshot) and renders; the admin abort.
 - `session`: who may look (Describe on the Cluster), sign-in with an API key in an HttpOnly cookie,
   the cross-site check on POSTs.
+- `visibility`: what a page shows its principal (what the API would: its Describe and Read ACLs).
 - `rendering`: the Jinja2 environment, whole pages or live blocks, security headers (a CSP with no
   inline script).
 - `formatting`: numbers, durations, times and page URLs for the templates.

@@ -29,6 +29,8 @@ from app.console.queries import group_summaries, log_browser, partition_summary,
 from app.console.rendering import FRAGMENT_HEADER, OPEN_STATES, render
 from app.console.session import console_page, cross_site, cross_site_refused
 from app.console.throughput import meter_of
+from app.console.visibility import visibility, visible_page
+from app.coordinator import transaction_admin
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.coordinator.transaction_states import TransactionState
 from app.errors import BrokerError, ErrorCode, invalid_request
@@ -66,13 +68,19 @@ async def snapshot(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
 async def overview(request: Request, pool: PoolDep, after: str | None = None, internal: bool = False):
     """Topics with their watermarks, open transactions, and what needs attention."""
     moment = now_ms()
+    view = visibility(request)
     async with snapshot(pool) as conn:
         totals = await partition_summary.totals(conn)
-        topic_rows = await partition_summary.topic_page(conn, after, PAGE_SIZE + 1, internal)
+        shown, has_more = await visible_page(
+            lambda after, limit: partition_summary.topic_page(conn, after, limit, internal),
+            after,
+            PAGE_SIZE,
+            lambda t: view.topic(t.name),
+            lambda t: t.name,
+        )
         states = await transaction_health.counts_by_state(conn)
         overdue = await transaction_health.overdue(conn, OPEN_STATES, moment, HANGING_FRACTION, WARNINGS_SHOWN)
         pins = await transaction_health.lso_pins(conn, OPEN_STATES, WARNINGS_SHOWN)
-    shown, has_more = topic_rows[:PAGE_SIZE], len(topic_rows) > PAGE_SIZE
     meter, at_s = meter_of(request), time.monotonic()
     rates = {t.topic_id: meter.rate(("topic", t.topic_id), t.high_watermark, at_s) for t in shown}
     total_rate = meter.rate("all-user-topics", totals.high_watermark, at_s)
@@ -90,8 +98,8 @@ async def overview(request: Request, pool: PoolDep, after: str | None = None, in
         total_rate=total_rate,
         states=states,
         open_count=sum(states.get(s, 0) for s in OPEN_STATES),
-        overdue=overdue,
-        pins=pins,
+        overdue=view.overdue(overdue),
+        pins=view.pins(pins),
         hanging_fraction=HANGING_FRACTION,
     )
 
@@ -102,6 +110,7 @@ async def topic_page(
     request: Request, topic: str, pool: PoolDep, after: Annotated[int, Query(ge=-1, le=INT32_MAX)] = -1
 ):
     """One topic's partitions, a page at a time."""
+    visibility(request).require(Operation.DESCRIBE, ResourceType.TOPIC, topic)
     async with snapshot(pool) as conn:
         info = await topics.get_topic(conn, topic)
         summary = await partition_summary.topic_summary(conn, info.topic_id)
@@ -134,7 +143,9 @@ async def partition_page(
     markers_before: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
 ):
     """A window of the partition's log with each record's transactional status, its producers and
-    its markers."""
+    its markers (Read on the topic: its records, as the API's reads of them)."""
+    view = visibility(request)
+    view.require(Operation.READ, ResourceType.TOPIC, topic)
     async with snapshot(pool) as conn:
         info = await topics.get_topic(conn, topic)
         state = await partition_log.partition_state(conn, info, partition)
@@ -168,10 +179,10 @@ async def partition_page(
         entries=entries,
         headers_shown=HEADERS_SHOWN,
         follow_tail=offset is None,
-        producers=producers[:PAGE_SIZE],
+        producers=view.ids_shown(producers[:PAGE_SIZE]),
         producers_after=producers_after,
         next_producers_after=producers[PAGE_SIZE - 1].producer_id if len(producers) > PAGE_SIZE else None,
-        markers=marker_rows[:PAGE_SIZE],
+        markers=view.ids_shown(marker_rows[:PAGE_SIZE]),
         markers_before=markers_before,
         next_markers_before=marker_rows[PAGE_SIZE - 1].offset if len(marker_rows) > PAGE_SIZE else None,
     )
@@ -212,13 +223,21 @@ async def transactions_page(
     older_than: str = "",
     after: str | None = None,
 ):
-    """Every transactional id, filtered by state, prefix and age, a page at a time."""
+    """Every transactional id the principal may Describe, filtered by state, prefix and age, a page
+    at a time."""
     states = _parse_state_filter(state)
     min_age_ms = _parse_age(older_than)
-    found = await coordinator.list(states, prefix or None, None, min_age_ms, PAGE_SIZE + 1, after)
+    view = visibility(request)
+    found = await transaction_admin.list_transactions(
+        coordinator,
+        transaction_admin.TransactionFilter(states, prefix or None, None, min_age_ms),
+        view.transactional_id,
+        PAGE_SIZE + 1,
+        after,
+    )
     async with snapshot(pool) as conn:
         counts = await transaction_health.counts_by_state(conn)
-    shown, has_more = found[:PAGE_SIZE], len(found) > PAGE_SIZE
+    shown, has_more = [view.transaction(meta) for meta in found[:PAGE_SIZE]], len(found) > PAGE_SIZE
     return render(
         request,
         "transactions.html",
@@ -255,8 +274,10 @@ async def transaction_page(
     transactional_id = _id_from(transactional_id, request)
     if not transactional_id:
         return RedirectResponse("/console/transactions", 303)
+    view = visibility(request)
+    view.require(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id)
     try:
-        meta = await coordinator.describe(transactional_id)
+        meta = view.transaction(await coordinator.describe(transactional_id))
     except BrokerError as error:
         if error.code != ErrorCode.TRANSACTIONAL_ID_NOT_FOUND:
             raise
@@ -279,8 +300,8 @@ async def transaction_page(
         nav="transactions",
         txn=meta,
         transactional_id=transactional_id,
-        history=history,
-        markers=written,
+        history=view.history(history),
+        markers=view.markers(written),
         epochs=transaction_history.epoch_history(history.transitions),
         marker_limit=MARKERS_SHOWN,
         before=before,
@@ -337,9 +358,15 @@ async def abort_transaction(request: Request, transactional_id: str, coordinator
 @router.get("/groups")
 @console_page
 async def groups_page(request: Request, pool: PoolDep, after: str | None = None, prefix: str = ""):
+    view = visibility(request)
     async with snapshot(pool) as conn:
-        rows = await group_summaries.group_page(conn, after, prefix or None, PAGE_SIZE + 1)
-    shown, has_more = rows[:PAGE_SIZE], len(rows) > PAGE_SIZE
+        shown, has_more = await visible_page(
+            lambda after, limit: group_summaries.group_page(conn, after, prefix or None, limit),
+            after,
+            PAGE_SIZE,
+            lambda g: view.group(g.group_id),
+            lambda g: g.group_id,
+        )
     return render(
         request,
         "groups.html",
@@ -383,6 +410,8 @@ async def group_page(
     group_id = _id_from(group_id, request)
     if not group_id:
         return RedirectResponse("/console/groups", 303)
+    view = visibility(request)
+    view.require(Operation.DESCRIBE, ResourceType.GROUP, group_id)
     offsets_key = _parse_key("offsets_after", offsets_after, "topic:partition")
     pending_key = _parse_key("pending_after", pending_after, "topic:partition:producer_id")
     async with snapshot(pool) as conn:
@@ -394,12 +423,23 @@ async def group_page(
                 f"offsets are committed for it",
             )
         members = await group_summaries.member_page(conn, group_id, members_after, PAGE_SIZE + 1)
-        offsets = await group_summaries.offset_page(conn, group_id, offsets_key, PAGE_SIZE + 1)
-        pending = await group_summaries.pending_offsets(conn, group_id, pending_key, PAGE_SIZE + 1)
-    more = {
-        name: len(rows) > PAGE_SIZE for name, rows in (("members", members), ("offsets", offsets), ("pending", pending))
-    }
-    members, offsets, pending = members[:PAGE_SIZE], offsets[:PAGE_SIZE], pending[:PAGE_SIZE]
+        # The offsets and pending offsets of the topics the principal may Describe, as the API's.
+        offsets, more_offsets = await visible_page(
+            lambda after, limit: group_summaries.offset_page(conn, group_id, after, limit),
+            offsets_key,
+            PAGE_SIZE,
+            lambda o: view.topic(o.topic),
+            lambda o: (o.topic, o.partition),
+        )
+        pending, more_pending = await visible_page(
+            lambda after, limit: group_summaries.pending_offsets(conn, group_id, after, limit),
+            pending_key,
+            PAGE_SIZE,
+            lambda q: view.topic(q.topic),
+            lambda q: (q.topic, q.partition, q.producer_id),
+        )
+    more_members = len(members) > PAGE_SIZE
+    group, members = view.group_members(group, members[:PAGE_SIZE])
     return render(
         request,
         "group.html",
@@ -408,14 +448,14 @@ async def group_page(
         members=members,
         offsets=offsets,
         lag_total=sum(o.lag or 0 for o in offsets),
-        pending=pending,
+        pending=view.ids_shown(pending),
         members_after=members_after,
         offsets_after=offsets_after,
         pending_after=pending_after,
-        next_members_after=members[-1].member_id if more["members"] else None,
-        next_offsets_after=f"{offsets[-1].topic}:{offsets[-1].partition}" if more["offsets"] else None,
+        next_members_after=members[-1].member_id if more_members else None,
+        next_offsets_after=f"{offsets[-1].topic}:{offsets[-1].partition}" if more_offsets else None,
         next_pending_after=(
-            f"{pending[-1].topic}:{pending[-1].partition}:{pending[-1].producer_id}" if more["pending"] else None
+            f"{pending[-1].topic}:{pending[-1].partition}:{pending[-1].producer_id}" if more_pending else None
         ),
     )
 

@@ -1,11 +1,11 @@
 """Who may look at the console, and signing in.
 
-The console shows cluster-wide state (every topic, transaction and group), so with `auth` required
-it needs a principal allowed to Describe the Cluster. A browser cannot send a bearer header, so the
-sign-in page takes an API key and keeps it in an HttpOnly, SameSite=Strict cookie scoped to
-/console; every request authenticates it again, so a revoked key stops working at once. POSTs that
-change something refuse cross-site requests (an Origin header naming another site). With `auth` off
-every caller is the anonymous super user.
+The console shows cluster-wide state, so with `auth` required it needs a principal allowed to
+Describe the Cluster; within it each page shows what the principal may Describe (`visibility`). A
+browser cannot send a bearer header, so the sign-in page takes an API key and keeps it in an
+HttpOnly, SameSite=Strict cookie scoped to /console; every request authenticates it again, so a
+revoked key stops working at once. POSTs that change something refuse cross-site requests (an Origin
+header naming another site). With `auth` off every caller is the anonymous super user.
 """
 
 from __future__ import annotations

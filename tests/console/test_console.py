@@ -474,6 +474,17 @@ def test_what_a_principal_may_see_and_abort(make_server) -> None:
             "operation": "Describe",
         },
     ).raise_for_status()
+    # Into the console, but not into a transaction it may not Describe (tests/console/test_console_acls.py).
+    assert viewer.get("/console/transactions/guarded").status_code == 403
+    admin.post(
+        "/v1/acls",
+        json={
+            "principal": "viewer",
+            "resource_type": "TransactionalId",
+            "resource_name": "guarded",
+            "operation": "Describe",
+        },
+    ).raise_for_status()
     assert viewer.get("/console/transactions/guarded").status_code == 200
     denied = viewer.post("/console/transactions/guarded/abort")
     assert denied.status_code == 403 and "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in denied.text
