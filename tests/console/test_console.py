@@ -497,3 +497,44 @@ def test_what_a_principal_may_see_and_abort(make_server) -> None:
     assert any(
         entry["action"] == "abort transaction" and entry["resource"] == "guarded" for entry in audit["entries"]
     ), audit
+
+
+# ---- live refresh when what a page shows goes away: the page says so (the error page, the sign-in)
+# instead of keeping stale figures under "Offline · retrying".
+
+
+def test_a_page_whose_topic_is_deleted_says_so(server: RunningServer, tab: Tab) -> None:
+    client, page = server.client, tab.page
+    client.post("/v1/topics", json={"name": "doomed", "partitions": 1}).raise_for_status()
+    client.post("/v1/topics/doomed/records", json={"partition": 0, "records": [{"value": "v"}]}).raise_for_status()
+    client.post(
+        "/v1/groups/doomed-readers/offsets/commit", json={"offsets": [{"topic": "doomed", "partition": 0, "offset": 1}]}
+    ).raise_for_status()
+    page.goto(f"{server.url}/console/topics/doomed/partitions/0")
+    expect(page.locator("#live-status")).to_contain_text("Live")
+    client.delete("/v1/topics/doomed").raise_for_status()
+    expect(page.locator("h1")).to_have_text("Not found", timeout=10_000)
+    expect(page.locator(".error-message")).to_contain_text("doomed")
+
+    page.goto(f"{server.url}/console/groups/doomed-readers")
+    expect(page.locator("#live-status")).to_contain_text("Live")
+    client.delete("/v1/groups/doomed-readers").raise_for_status()
+    expect(page.locator("h1")).to_have_text("Not found", timeout=10_000)
+    tab.errors.clear()  # the browser logs the 404 of the live block
+
+
+def test_a_revoked_key_signs_the_open_page_out(make_server, tab: Tab) -> None:
+    server = make_server(auth="required", admin_token=ADMIN_TOKEN)
+    admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    admin.post("/v1/principals", json={"name": "operator", "super_user": True}).raise_for_status()
+    key = admin.post("/v1/principals/operator/keys").json()
+    page = tab.page
+    page.goto(f"{server.url}/console/transactions")
+    page.fill("#api-key", key["token"])
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(re.compile(r"/console/transactions$"))
+    expect(page.locator("#live-status")).to_contain_text("Live")
+    admin.delete(f"/v1/principals/operator/keys/{key['key_id']}").raise_for_status()
+    page.wait_for_url(re.compile(r"/console/login\?next=%2Fconsole%2Ftransactions$"), timeout=10_000)
+    tab.errors.clear()  # the browser logs the 401 of the live block
+    admin.close()

@@ -95,6 +95,13 @@
       const response = await fetch(window.location.href, {
         headers: { [FRAGMENT_HEADER]: "live" }, cache: "no-store", credentials: "same-origin",
       });
+      if (response.status >= 400 && response.status < 500) {
+        // What the page shows is gone (a deleted topic, group or transactional id), no longer the
+        // reader's to see, or the sign-in has lapsed (a revoked key): the page itself says which
+        // (or asks to sign in again), instead of stale figures under "Offline · retrying".
+        window.location.reload();
+        return;
+      }
       if (!response.ok) throw new Error(`HTTP ${response.status}`);
       const html = await response.text();
       const serverTime = Number(response.headers.get("X-Server-Time-Ms"));
