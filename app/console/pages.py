@@ -318,19 +318,25 @@ def transaction_not_found(transactional_id: str) -> BrokerError:
     )
 
 
-async def _confirmed_transaction(request: Request) -> tuple[ProducerIdAndEpoch | None, int | None]:
-    """The producer id and epoch, and the transaction's start time, the confirmation showed (hidden
-    form fields), each if sent."""
+CONFIRMED_FIELDS = ("producer_id", "producer_epoch", "start_time_ms")
+
+
+async def _confirmed_transaction(request: Request) -> tuple[ProducerIdAndEpoch, int]:
+    """The producer id and epoch, and the transaction's start time, the confirmation showed (its
+    hidden form fields). All three are required: without one the abort would no longer be of the
+    transaction the operator saw (with Kafka's clients the producer id and epoch carry over to the
+    producer's next transaction), so a form that lacks one, or sends one that is not a number, aborts
+    nothing."""
     form = parse_qs((await request.body()).decode("utf-8", "replace"))
-    try:
-        producer = ProducerIdAndEpoch(int(form["producer_id"][0]), int(form["producer_epoch"][0]))
-    except (KeyError, ValueError):
-        producer = None
-    try:
-        start_ms = int(form["start_time_ms"][0])
-    except (KeyError, ValueError):
-        start_ms = None
-    return producer, start_ms
+    values = {name: form.get(name, [""])[0].strip() for name in CONFIRMED_FIELDS}
+    if not all(re.fullmatch(r"-?\d{1,19}", value) for value in values.values()):
+        raise invalid_request(
+            f"the abort's confirmation must name the transaction it confirms, as numbers {list(CONFIRMED_FIELDS)}; "
+            f"received { ({name: value[:40] for name, value in values.items()})!r}: nothing was aborted, open the "
+            f"transaction's page and confirm again"
+        )
+    numbers = {name: int(value) for name, value in values.items()}
+    return ProducerIdAndEpoch(numbers["producer_id"], numbers["producer_epoch"]), numbers["start_time_ms"]
 
 
 @router.post("/transactions/{transactional_id:path}/abort")

@@ -84,3 +84,41 @@ def test_a_dot_segment_transactional_id_is_aborted_from_its_page(module_server: 
     assert [t["state"] for t in listed if t["transactional_id"] == odd] == ["CompleteAbort"]
     shown = client.get(aborted.headers["location"])
     assert shown.status_code == 200 and "Transaction aborted." in shown.text
+
+
+def _post_form(server: RunningServer, path: str, fields: dict[str, str]):
+    return server.client.post(
+        path,
+        content="&".join(f"{name}={quote(value, safe='')}" for name, value in fields.items()),
+        headers={"Origin": server.url, "Content-Type": "application/x-www-form-urlencoded"},
+    )
+
+
+def test_an_abort_whose_confirmation_is_incomplete_aborts_nothing(module_server: RunningServer) -> None:
+    """The confirmation's hidden fields name the transaction the operator saw: a form without one,
+    or with one that is not a number, would abort whatever is open now (the producer's next
+    transaction), so it aborts nothing; the confirmed abort sent twice aborts once."""
+    client = module_server.client
+    client.post("/v1/topics", json={"name": "confirmed", "partitions": 1}).raise_for_status()
+    producer = TxnProducer(client, "confirm-me", timeout_ms=300_000)
+    producer.init()
+    producer.send("confirmed", 0, "v")
+    shown = client.get("/console/transactions/confirm-me?confirm=abort").text
+    fields = dict(re.findall(r'name="(\w+)" value="([^"]*)"', shown))
+    assert set(fields) == {"producer_id", "producer_epoch", "start_time_ms"}
+    for tampered in (
+        {name: value for name, value in fields.items() if name != "start_time_ms"},
+        {name: value for name, value in fields.items() if name != "producer_epoch"},
+        {},
+        {**fields, "producer_id": "abc"},
+        {**fields, "start_time_ms": ""},
+    ):
+        refused = _post_form(module_server, "/console/transactions/confirm-me/abort", tampered)
+        assert refused.status_code == 400 and "nothing was aborted" in unescape(refused.text), tampered
+        assert client.get("/v1/transactions/confirm-me").json()["state"] == "Ongoing", tampered
+    first = _post_form(module_server, "/console/transactions/confirm-me/abort", fields)
+    assert first.status_code == 303
+    again = _post_form(module_server, "/console/transactions/confirm-me/abort", fields)
+    assert again.status_code == 409 and "INVALID_TXN_STATE" in again.text and "moved on" in again.text
+    described = client.get("/v1/transactions/confirm-me").json()
+    assert described["state"] == "CompleteAbort" and described["producer_epoch"] == int(fields["producer_epoch"]) + 1
