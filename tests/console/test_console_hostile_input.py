@@ -6,8 +6,8 @@ JSON nor a 500), a record's headers are shown bounded, and a transactional id th
 from __future__ import annotations
 
 import re
-from html import unescape
-from urllib.parse import quote
+from html import escape, unescape
+from urllib.parse import parse_qs, quote, unquote
 
 import pytest
 
@@ -122,3 +122,40 @@ def test_an_abort_whose_confirmation_is_incomplete_aborts_nothing(module_server:
     assert again.status_code == 409 and "INVALID_TXN_STATE" in again.text and "moved on" in again.text
     described = client.get("/v1/transactions/confirm-me").json()
     assert described["state"] == "CompleteAbort" and described["producer_epoch"] == int(fields["producer_epoch"]) + 1
+
+
+ODD_IDS = ["a/b", "50%?x=1#top", "ünï/cødé ✓", "/leading", "trailing/", "x/abort", "%2F", " spaced "]
+
+
+def test_ids_with_url_characters_link_to_their_own_pages(module_server: RunningServer) -> None:
+    """Transactional and group ids with '/', '%', '?', '#', spaces and non-ASCII: the lists link to
+    each one's page, which names it, and its abort confirmation is reachable."""
+    client = module_server.client
+    client.post("/v1/topics", json={"name": "odd", "partitions": 1}).raise_for_status()
+    for odd in ODD_IDS:
+        producer = TxnProducer(client, odd, timeout_ms=300_000)
+        producer.init()
+        producer.send("odd", 0, "v")
+        client.post(
+            "/v1/txn/offset-commit",
+            json={**producer.ids(), "group_id": odd, "offsets": [{"topic": "odd", "partition": 0, "offset": 1}]},
+        ).raise_for_status()
+    for listing, heading in (("/console/transactions?prefix=", "Transactional id"), ("/console/groups?prefix=", None)):
+        for odd in ODD_IDS:
+            listed = client.get(listing + quote(odd, safe=""))
+            kind = "transactions" if "transactions" in listing else "groups"
+            links = {unescape(href) for href in re.findall(rf'href="(/console/{kind}/[^"]*)"', listed.text)}
+            page_links = [href for href in links if "confirm=abort" not in href and unquote_id(href, kind) == odd]
+            assert len(page_links) == 1, (odd, links)
+            page = client.get(page_links[0])
+            assert page.status_code == 200, (odd, page_links[0])
+            assert f'<h1 class="mono id-title">{escape(odd)}</h1>' in page.text, odd
+            if heading:
+                confirm = unescape(re.search(r'href="([^"]*)">Abort transaction…', page.text).group(1))
+                assert "Abort the Ongoing transaction of" in client.get(confirm).text, (odd, confirm)
+
+
+def unquote_id(href: str, kind: str) -> str:
+    path, _, query = href.partition("?")
+    rest = path[len(f"/console/{kind}/") :]
+    return unquote(rest) if rest else parse_qs(query).get("id", [""])[0]
