@@ -490,7 +490,13 @@ def test_what_a_principal_may_see_and_abort(make_server) -> None:
     assert denied.status_code == 403 and "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in denied.text
     assert admin.get("/v1/transactions/guarded").json()["state"] == "Ongoing"
 
-    aborted = admin.post("/console/transactions/guarded/abort", headers={"Origin": server.url})
+    confirmation = admin.get("/console/transactions/guarded?confirm=abort").text
+    fields = "&".join(f"{name}={value}" for name, value in re.findall(r'name="(\w+)" value="([^"]*)"', confirmation))
+    aborted = admin.post(
+        "/console/transactions/guarded/abort",
+        content=fields,
+        headers={"Origin": server.url, "Content-Type": "application/x-www-form-urlencoded"},
+    )
     assert aborted.status_code == 303
     assert admin.get("/v1/transactions/guarded").json()["state"] == "CompleteAbort"
     audit = admin.get("/v1/audit").json()
