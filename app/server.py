@@ -8,9 +8,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.responses import RedirectResponse
 
+from app.api.cross_site import refuse_cross_site_writes
 from app.api.error_handlers import UnexpectedErrors, install_error_handlers
 from app.api.main import api_routers
 from app.api.metrics import Metrics, MetricsMiddleware
@@ -182,6 +183,7 @@ def create_app(
         # every request, CPU spent for nothing (`python -m bench.partition_log` measures fetches);
         # txbroker's metrics are its own (/metrics).
         telemetry={"tracing": False, "metrics": False, "logs": False},
+        dependencies=[Depends(refuse_cross_site_writes)],
     )
     app.state.settings = settings
     app.state.ready = False

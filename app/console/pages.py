@@ -27,7 +27,7 @@ from app.clock import now_ms
 from app.console.formatting import transaction_url
 from app.console.queries import group_summaries, log_browser, partition_summary, transaction_health, transaction_history
 from app.console.rendering import FRAGMENT_HEADER, OPEN_STATES, render
-from app.console.session import console_page, cross_site, cross_site_refused
+from app.console.session import console_page
 from app.console.throughput import meter_of
 from app.console.visibility import visibility, visible_page
 from app.coordinator import transaction_admin
@@ -345,8 +345,6 @@ async def abort_transaction(request: Request, transactional_id: str, coordinator
     """The admin abort: fences the producer (epoch bump) and aborts its open transaction. Allowed
     as the API's admin abort is, and audited like it."""
     transactional_id = _id_from(transactional_id, request)
-    if cross_site(request):
-        raise cross_site_refused("abort")
     principal = request.state.console_principal
     if not is_allowed(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)

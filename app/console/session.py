@@ -4,15 +4,15 @@ The console shows cluster-wide state, so with `auth` required it needs a princip
 Describe the Cluster; within it each page shows what the principal may Describe (`visibility`). A
 browser cannot send a bearer header, so the sign-in page takes an API key and keeps it in an
 HttpOnly, SameSite=Strict cookie scoped to /console; every request authenticates it again, so a
-revoked key stops working at once. POSTs that change something refuse cross-site requests (an Origin
-header naming another site). With `auth` off every caller is the anonymous super user.
+revoked key stops working at once. POSTs from another site are refused before they get here
+(app/api/cross_site.py). With `auth` off every caller is the anonymous super user.
 """
 
 from __future__ import annotations
 
 import functools
 import time
-from urllib.parse import parse_qs, quote, urlsplit
+from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -20,7 +20,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from app.api.auth import token_principal
 from app.console.rendering import FRAGMENT_HEADER, SECURITY_HEADERS, auth_required, error_page, render
 from app.coordinator.authorizer import ANONYMOUS, CLUSTER_RESOURCE, Operation, Principal, ResourceType, authorize
-from app.errors import BrokerError, ErrorCode
+from app.errors import BrokerError
 
 KEY_COOKIE = "txbroker_console_key"
 
@@ -79,22 +79,6 @@ async def _serve_page(handler, request: Request, *args, **kwargs) -> Response:
         return error_page(request, error)
 
 
-def cross_site_refused(action: str) -> BrokerError:
-    return BrokerError(
-        ErrorCode.INVALID_REQUEST,
-        f"this {action} came from a page of another site and was refused: use the console's own page",
-    )
-
-
-def cross_site(request: Request) -> bool:
-    """A browser names the page a POST comes from in Origin; refuse one from another site."""
-    origin = request.headers.get("origin")
-    if origin is None:
-        return False  # not a browser form from another site (those always carry Origin)
-    host = request.headers.get("host", "")
-    return origin == "null" or urlsplit(origin).netloc != host
-
-
 @router.get("/login")
 async def login_page(request: Request, next: str | None = None):
     """The sign-in form (auth required only): an API key, kept in an HttpOnly cookie."""
@@ -107,8 +91,6 @@ async def login_page(request: Request, next: str | None = None):
 async def sign_in(request: Request):
     if not auth_required(request):
         return RedirectResponse("/console", 303)
-    if cross_site(request):
-        return error_page(request, cross_site_refused("sign-in"))
     # A form body (every body is declared JSON by the JsonBodies middleware, so it is parsed here).
     form = parse_qs((await request.body()).decode("utf-8", "replace"))
     key = form.get("api_key", [""])[0].strip()
@@ -125,8 +107,6 @@ async def sign_in(request: Request):
 
 @router.post("/logout")
 async def sign_out(request: Request):
-    if cross_site(request):
-        return error_page(request, cross_site_refused("sign-out"))
     response = RedirectResponse("/console/login" if auth_required(request) else "/console", 303)
     response.delete_cookie(KEY_COOKIE, path="/console", httponly=True, samesite="strict")
     return response

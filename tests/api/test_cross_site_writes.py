@@ -1,0 +1,53 @@
+"""Writes a browser sends for a page of another site are refused on every route, over real HTTP
+on real PostgreSQL: with `--auth off` (the loopback default) nothing else would stop any page the
+operator opens from aborting transactions, creating topics or producing through the API (a form
+post, or a text/plain fetch with a JSON body, needs no CORS preflight). Programs send no Origin;
+the server's own pages send its own."""
+
+from __future__ import annotations
+
+from tests.api.test_transactions import TxnProducer
+from tests.conftest import RunningServer
+
+FORM = {"Origin": "http://evil.example", "Content-Type": "application/x-www-form-urlencoded"}
+
+
+def test_a_page_of_another_site_cannot_write_through_the_api(server: RunningServer) -> None:
+    client = server.client
+    client.post("/v1/topics", json={"name": "guarded", "partitions": 1}).raise_for_status()
+    producer = TxnProducer(client, "victim", timeout_ms=300_000)
+    producer.init()
+    producer.send("guarded", 0, "v")
+
+    for origin in ("http://evil.example", "null", f"{server.url}.evil.example"):
+        refused = client.post("/v1/transactions/victim/abort", content="a=b", headers={**FORM, "Origin": origin})
+        assert refused.status_code == 400, origin
+        assert refused.json()["error"]["code"] == "INVALID_REQUEST" and "another site" in refused.text
+    created = client.post(
+        "/v1/topics",
+        content='{"name": "planted", "partitions": 1}',
+        headers={"Origin": "http://evil.example", "Content-Type": "text/plain"},
+    )
+    assert created.status_code == 400
+    produced = client.post(
+        "/v1/topics/guarded/records",
+        content='{"partition": 0, "records": [{"value": "planted"}]}',
+        headers={"Origin": "http://evil.example", "Content-Type": "text/plain"},
+    )
+    assert produced.status_code == 400
+    assert client.get("/v1/transactions/victim").json()["state"] == "Ongoing"
+    assert client.get("/v1/topics/planted").status_code == 404
+    assert client.get("/v1/topics/guarded").json()["partitions"][0]["high_watermark"] == 1
+
+    # Reads from anywhere, and writes from this server's own pages or from programs, go through.
+    assert client.get("/v1/topics/guarded", headers={"Origin": "http://evil.example"}).status_code == 200
+    same_site = client.post("/v1/topics", json={"name": "own", "partitions": 1}, headers={"Origin": server.url})
+    assert same_site.status_code == 201
+    assert client.post("/v1/transactions/victim/abort").json()["state"] == "CompleteAbort"
+
+
+def test_the_console_refuses_them_with_a_page(server: RunningServer) -> None:
+    for path in ("/console/transactions/x/abort", "/console/login", "/console/logout"):
+        refused = server.client.post(path, content="a=b", headers=FORM)
+        assert refused.status_code == 400 and refused.headers["content-type"].startswith("text/html"), path
+        assert "another site" in refused.text, path
