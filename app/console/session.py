@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import time
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlsplit
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -44,6 +44,18 @@ def _local_target(target: str | None) -> str:
     return "/console"
 
 
+def _page_to_return_to(request: Request) -> str:
+    """The page to show once signed in: the one asked for; for a form's POST (an abort whose sign-in
+    lapsed) the page the form was on, as its Referer names it, not the POST's address, which as a
+    GET would be another page (the abort of id "x" read as the page of id "x/abort")."""
+    if request.method == "GET":
+        return request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    referer = urlsplit(request.headers.get("referer", ""))
+    if referer.netloc != request.headers.get("host"):
+        return "/console"
+    return _local_target(referer.path + (f"?{referer.query}" if referer.query else ""))
+
+
 def console_page(handler):
     """Wraps a page handler: a starting server answers a page that reloads itself; a caller who is
     not signed in is sent to the sign-in page; one who may not Describe the Cluster, and any
@@ -70,8 +82,7 @@ async def _serve_page(handler, request: Request, *args, **kwargs) -> Response:
         if principal is None:
             if request.headers.get(FRAGMENT_HEADER):
                 return HTMLResponse("", 401, headers=SECURITY_HEADERS)
-            here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-            return RedirectResponse(f"/console/login?next={quote(here, safe='')}", 303)
+            return RedirectResponse(f"/console/login?next={quote(_page_to_return_to(request), safe='')}", 303)
         request.state.console_principal = principal
         authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
         return await handler(request, *args, **kwargs)

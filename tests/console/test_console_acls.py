@@ -6,6 +6,7 @@ Each page is checked whole and as the live block the console's script asks for."
 from __future__ import annotations
 
 import re
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -136,3 +137,21 @@ def test_a_page_skips_what_the_principal_may_not_see_before_it_is_cut(secured) -
     second = viewer.get("/console?after=public-48")
     listed = re.findall(r'href="/console/topics/([\w-]+)"', second.text)
     assert listed == [f"public-{index:02}" for index in range(49, 55)] and "Next page" not in second.text
+
+
+def test_an_abort_whose_sign_in_lapsed_returns_to_its_page_after_signing_in(make_server) -> None:
+    """Signing in again after the abort's POST was turned away leads back to the page the form was
+    on, not to the POST's address (as a GET, the page of a transactional id ending in "/abort")."""
+    server = make_server(auth="required", admin_token=ADMIN_TOKEN)
+    form = "producer_id=1&producer_epoch=0&start_time_ms=1"
+    for referer, target in (
+        (f"{server.url}/console/transactions/x%2Fy?confirm=abort", "/console/transactions/x%2Fy?confirm=abort"),
+        (None, "/console"),
+        ("http://elsewhere.example/console/transactions/x", "/console"),
+    ):
+        headers = {"Origin": server.url, "Content-Type": "application/x-www-form-urlencoded"}
+        if referer:
+            headers["Referer"] = referer
+        turned_away = httpx.post(f"{server.url}/console/transactions/x%2Fy/abort", content=form, headers=headers)
+        assert turned_away.status_code == 303
+        assert turned_away.headers["location"] == f"/console/login?next={quote(target, safe='')}", referer
