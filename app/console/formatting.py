@@ -37,13 +37,21 @@ def format_duration(ms: int | None) -> str:
     return f"{hours // 24} d {hours % 24} h"
 
 
+# The last moment a date can name (9999-12-31 23:59:59.999 UTC). A record's timestamp is whatever its
+# producer sent, up to 2^63-1 ms (Kafka's and the API's bound): a later one is shown as its number.
+LATEST_DATED_MS = 253_402_300_799_999
+
+
 def format_utc(ms: int | None) -> str:
     if ms is None or ms < 0:
         return "—"
+    if ms > LATEST_DATED_MS:
+        return f"{ms:,} ms since the epoch (after the year 9999)"
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def format_iso(ms: int) -> str:
+    """For `<time datetime>`: only a moment up to LATEST_DATED_MS has one."""
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 

@@ -12,6 +12,7 @@ from app.api.auth import AUTH_REQUIRED
 from app.clock import now_ms
 from app.console.assets import WEB_DIR, assets
 from app.console.formatting import (
+    LATEST_DATED_MS,
     format_compact,
     format_duration,
     format_iso,
@@ -59,6 +60,7 @@ templates.globals.update(
     topic_url=topic_url,
     partition_url=partition_url,
     static_url=assets.url,
+    latest_dated_ms=LATEST_DATED_MS,
     abortable_states=ABORTABLE_STATES,
     open_states=OPEN_STATES,
 )

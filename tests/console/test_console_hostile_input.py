@@ -159,3 +159,19 @@ def unquote_id(href: str, kind: str) -> str:
     path, _, query = href.partition("?")
     rest = path[len(f"/console/{kind}/") :]
     return unquote(rest) if rest else parse_qs(query).get("id", [""])[0]
+
+
+def test_a_record_timestamped_after_the_year_9999_is_shown_as_its_number(module_server: RunningServer) -> None:
+    """A producer's timestamp is any 64-bit number of ms (as in Kafka): one no date can name made
+    the partition's page fail for every reader (a 500, in JSON)."""
+    client = module_server.client
+    client.post("/v1/topics", json={"name": "far-future", "partitions": 1}).raise_for_status()
+    for timestamp_ms in (253_402_300_800_000, 2**63 - 1, 0):
+        client.post(
+            "/v1/topics/far-future/records",
+            json={"partition": 0, "records": [{"value": f"at {timestamp_ms}", "timestamp_ms": timestamp_ms}]},
+        ).raise_for_status()
+    page = client.get("/console/topics/far-future/partitions/0")
+    assert page.status_code == 200, page.text[:300]
+    assert f"{2**63 - 1:,} ms since the epoch (after the year 9999)" in page.text
+    assert "1970-01-01 00:00:00 UTC" in page.text
