@@ -22,12 +22,10 @@ from __future__ import annotations
 import datetime
 import os
 import signal
-import threading
 import time
 from types import SimpleNamespace
 
 import httpx
-from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
@@ -38,11 +36,11 @@ from tests.crash.test_database_outage import _wait_for_health
 from tests.kafka import raw_groups, raw_transactions
 from tests.kafka.clients import WAIT_S, ConfluentKafka, create_topic
 from tests.kafka.exactly_once import (
+    AcknowledgedWriter,
     TransactionalWriter,
     TransformLoop,
     assert_each_transaction_once,
     assert_transformed_once,
-    committed_values,
     fill_source,
     guarded_thread,
     stacks_of_the_living,
@@ -56,34 +54,6 @@ SOURCE_RECORDS = 400
 # requests into the outage (they retry every few hundred ms), short for the suite. Nothing is
 # asserted on time; the checks after are the same whatever the clients did meanwhile.
 OUTAGE_S = 2
-
-
-class AcknowledgedWriter:
-    """An idempotent (not transactional) acks=all producer writing "i-{n}" to partition 0 of
-    `topic`, one message every few ms, until `stop`; then it flushes. `delivered` and `failed` are
-    its delivery reports."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
-        self.topic = topic
-        self.sent = 0
-        self.delivered: list[bytes] = []
-        self.failed: list[tuple[bytes, str]] = []
-        self.unflushed = None
-        self.stop = threading.Event()
-
-    def _reported(self, error, message) -> None:
-        if error is None:
-            self.delivered.append(message.value())
-        else:
-            self.failed.append((message.value(), str(error)))
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            self.producer.produce(self.topic, value=f"i-{self.sent}".encode(), partition=0, on_delivery=self._reported)
-            self.sent += 1
-            self.producer.poll(0.01)
-        self.unflushed = self.producer.flush(WAIT_S)
 
 
 def _kill_every_process(postgres: EmbeddedPostgres) -> None:
@@ -160,9 +130,7 @@ def test_exactly_once_for_kafka_clients_across_postgresql_killed_twice(own_postg
                     _outage(own_postgres, kill, node.url, to_hold=workers if hold_again else [])
                     # Each client served again (the idempotent producer's retries delivered).
                     wait_for_transactions(workers, [t + 1 for t in at_kill], errors, deadline)
-                    while len(acknowledged.delivered) <= delivered:
-                        assert time.monotonic() < deadline and not errors, (errors, acknowledged.failed[:5])
-                        time.sleep(0.01)
+                    acknowledged.wait_for_deliveries(delivered + 1, errors, deadline)
                 for worker in workers:
                     worker.go.set()
                 acknowledged.stop.set()
@@ -179,13 +147,8 @@ def test_exactly_once_for_kafka_clients_across_postgresql_killed_twice(own_postg
             assert [w.recoveries for w in workers] == [0, 0, 0], [w.seen for w in workers]
             assert_transformed_once(server, source, "outage-out", "outage-group", "outage-in")
             assert_each_transaction_once(server, writers, "outage-direct", PARTITIONS)
-            # Every message reported delivered is in the log once, in the order produced, and
-            # every message sent was delivered (none failed: the outages were shorter than its
-            # delivery timeout).
-            assert acknowledged.failed == [] and acknowledged.unflushed == 0
-            sent = [f"i-{n}".encode() for n in range(acknowledged.sent)]
-            assert acknowledged.delivered == sent
-            assert committed_values(server, "outage-acked", 0) == sent
+            # None failed: the outages were shorter than its delivery timeout.
+            acknowledged.assert_each_sent_delivered_once(server)
         assert process_alive(node.pid), "the node exited while PostgreSQL was away"
     server_log = node.log_path.read_text()
     assert "failed with a bug" not in server_log and "unexpected error" not in server_log, server_log[-5000:]

@@ -330,3 +330,45 @@ class TransactionalWriter:
                 self.seen.append(str(error))
                 self.recoveries += 1
                 producer = None
+
+
+class AcknowledgedWriter:
+    """An idempotent (not transactional) acks=all producer writing "i-{n}" to partition 0 of
+    `topic`, one message every few ms, until `stop`; then it flushes. `delivered` and `failed` are
+    its delivery reports."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all"})
+        self.topic = topic
+        self.sent = 0
+        self.delivered: list[bytes] = []
+        self.failed: list[tuple[bytes, str]] = []
+        self.unflushed = None
+        self.stop = threading.Event()
+
+    def _reported(self, error, message) -> None:
+        if error is None:
+            self.delivered.append(message.value())
+        else:
+            self.failed.append((message.value(), str(error)))
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.producer.produce(self.topic, value=f"i-{self.sent}".encode(), partition=0, on_delivery=self._reported)
+            self.sent += 1
+            self.producer.poll(0.01)
+        self.unflushed = self.producer.flush(WAIT_S)
+
+    def wait_for_deliveries(self, count: int, errors: list, deadline: float) -> None:
+        """Until `count` messages are reported delivered."""
+        while len(self.delivered) < count:
+            assert time.monotonic() < deadline and not errors, (errors, self.failed[:5])
+            time.sleep(0.01)
+
+    def assert_each_sent_delivered_once(self, server) -> None:
+        """Once it is done: every message sent reported delivered (none failed), and each in the log
+        once, in the order produced, read over HTTP."""
+        assert self.failed == [] and self.unflushed == 0
+        sent = [f"i-{n}".encode() for n in range(self.sent)]
+        assert self.delivered == sent
+        assert committed_values(server, self.topic, 0) == sent
