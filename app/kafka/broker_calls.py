@@ -33,7 +33,7 @@ from app.coordinator.authorizer import (
     is_allowed,
 )
 from app.coordinator.classic_groups import EMPTY, STABLE, JoinResult, SyncResult, classic_state
-from app.coordinator.cluster_nodes import LiveNode, NodePresence
+from app.coordinator.cluster_nodes import LiveNode, NodeListing, NodePresence
 from app.coordinator.fetch import (  # ListOffsets' sentinels: the handlers import no core module
     EARLIEST_TIMESTAMP,  # noqa: F401
     LATEST_TIMESTAMP,  # noqa: F401
@@ -324,6 +324,7 @@ class BrokerCalls:
         self._state = state
         self._presence = None
         self._node = None
+        self._listing = NodeListing(state.settings.kafka_lapsed_node_listed_ms / 1000)
         self._topic_names: dict[uuid.UUID, str] = {}
         self.groups = GroupCalls(state)
         self.admin = AdminCalls(state)
@@ -362,14 +363,16 @@ class BrokerCalls:
         if self._presence is not None:
             await self._presence.withdraw()
 
-    async def live_nodes(self, host: str, port: int) -> list[LiveNode]:
-        """The nodes alive on this database, this one (at host:port) always among them, also while
-        its presence connection is being re-opened after PostgreSQL dropped it."""
+    async def listed_nodes(self, host: str, port: int) -> list[LiveNode]:
+        """The nodes alive on this database, and for kafka_lapsed_node_listed_ms those this process
+        listed that have since died or stopped (NodeListing); this one (at host:port) always among
+        them, also while its presence connection is being re-opened after PostgreSQL dropped it."""
         if self._presence is not None and self._presence.lost:
             with contextlib.suppress(Exception):  # PostgreSQL still away: retried at the next Metadata
                 await self.announce(host, port)
         try:
-            others = [n for n in await cluster_nodes.live_nodes(self._state.pool) if n.node_id != self.node_id]
+            live = await cluster_nodes.live_nodes(self._state.pool)
+            others = self._listing.listed([n for n in live if n.node_id != self.node_id])
         except CONNECTION_ERRORS as error:  # PostgreSQL away: this node alone, which answers
             _database_away("Metadata", error)
             others = []

@@ -81,7 +81,7 @@ async def _assignment_refusal(context: RequestContext, topic) -> tuple[KafkaErro
             KafkaError.invalid_request,
             "A manual partition assignment was specified, but numPartitions was not set to -1.",
         )
-    live = {node.node_id for node in await context.calls.live_nodes(context.advertised_host, context.advertised_port)}
+    live = {node.node_id for node in await context.calls.listed_nodes(context.advertised_host, context.advertised_port)}
     assigned: set[int] = set()
     replication_factor = None
     for assignment in topic.assignments:
@@ -313,7 +313,7 @@ async def create_partitions(context: RequestContext, request) -> object:
             message = f"topic {topic.name!r} is named more than once: name each topic once"
         else:
             if topic.assignments is not None and live is None:
-                nodes = await context.calls.live_nodes(context.advertised_host, context.advertised_port)
+                nodes = await context.calls.listed_nodes(context.advertised_host, context.advertised_port)
                 live = {node.node_id for node in nodes}
             try:
                 await context.calls.admin.grow_partitions(
@@ -808,7 +808,7 @@ async def alter_partition_reassignments(context: RequestContext, request) -> obj
             context.principal, sorted({t.name for t in request.topics})
         )
         live = {
-            node.node_id for node in await context.calls.live_nodes(context.advertised_host, context.advertised_port)
+            node.node_id for node in await context.calls.listed_nodes(context.advertised_host, context.advertised_port)
         }
         error = None
     except BrokerError as raised:

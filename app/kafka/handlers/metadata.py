@@ -1,8 +1,9 @@
 """Metadata and DescribeCluster: every live node on this database as a broker
-(storage/node_presence.py), this node the controller, the cluster's authorized operations when
-asked; Metadata's topics with this node the leader of every partition (any node may lead any
-partition: they share PostgreSQL), leader epochs unknown (-1), unknown topics created when the
-request and the server allow it, the principal's operations on each topic when asked (v8+).
+(storage/node_presence.py; one that died, a while: cluster_nodes.NodeListing), this node the
+controller, the cluster's authorized operations when asked; Metadata's topics with this node the
+leader of every partition (any node may lead any partition: they share PostgreSQL), leader epochs
+unknown (-1), unknown topics created when the request and the server allow it, the principal's
+operations on each topic when asked (v8+).
 DescribeCluster serves the brokers' endpoint only (KIP-919): a request for the controllers' (v1+)
 is MISMATCHED_ENDPOINT_TYPE, an unknown type UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers.
 DescribeTopicPartitions (KIP-966) describes topics as Metadata does, by pages of partitions."""
@@ -50,8 +51,9 @@ def _requested_names(request) -> list[str | None] | None:
 
 async def _brokers(context: RequestContext, module, class_name: str) -> tuple:
     """The brokers Metadata and DescribeCluster answer (their entries' class `class_name`): every
-    live node, rack null; v2 of DescribeCluster: none fenced, as a node is listed while alive."""
-    nodes: list[LiveNode] = await context.calls.live_nodes(context.advertised_host, context.advertised_port)
+    live node, and for kafka_lapsed_node_listed_ms one that died (as Kafka lists a dead broker until
+    its controller fences it), rack null; v2 of DescribeCluster: none fenced."""
+    nodes: list[LiveNode] = await context.calls.listed_nodes(context.advertised_host, context.advertised_port)
     return tuple(
         build(
             module,
