@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import ipaddress
 import logging
 import os
 import sys
@@ -248,16 +247,10 @@ def _listening_host(settings: Settings, fd: int | None) -> str:
     return settings.host if fd is None else _socket_address(fd)[0]
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def listening_refusal(settings: Settings, fd: int | None) -> str | None:
     """Authentication is required to listen beyond loopback, unless explicitly waived: on the HTTP
     port and on the Kafka listener alike."""
+    from app.api.loopback_hosts import is_loopback_name
     from app.kafka.listener_addresses import OFF, parse_address
 
     hosts = [("listen on", _listening_host(settings, fd))]
@@ -274,7 +267,7 @@ def listening_refusal(settings: Settings, fd: int | None) -> str | None:
     if settings.auth == "required" or settings.allow_anonymous:
         return None
     for what, host in hosts:
-        if not _is_loopback(host):
+        if not is_loopback_name(host):
             return (
                 f"refusing to {what} {host} without authentication: anyone who can reach it could write, read "
                 f"and abort anything. Start with --auth required (and TXBROKER_ADMIN_TOKEN to bootstrap an "

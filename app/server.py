@@ -13,6 +13,7 @@ from fastapi.responses import RedirectResponse
 
 from app.api.cross_site import refuse_cross_site_writes
 from app.api.error_handlers import UnexpectedErrors, install_error_handlers
+from app.api.loopback_hosts import LoopbackHostsOnly
 from app.api.main import api_routers
 from app.api.metrics import Metrics, MetricsMiddleware
 from app.api.request_bodies import JsonBodies
@@ -204,4 +205,6 @@ def create_app(
     app.add_middleware(UnexpectedErrors)
     app.add_middleware(JsonBodies, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    if settings.auth != "required" and not settings.allow_anonymous:  # loopback only: its names only
+        app.add_middleware(LoopbackHostsOnly)
     return app

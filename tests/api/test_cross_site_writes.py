@@ -2,10 +2,12 @@
 on real PostgreSQL: with `--auth off` (the loopback default) nothing else would stop any page the
 operator opens from aborting transactions, creating topics or producing through the API (a form
 post, or a text/plain fetch with a JSON body, needs no CORS preflight). Programs send no Origin;
-the server's own pages send its own."""
+the server's own pages send its own. And without authentication, a page whose DNS name was made to
+resolve to this machine (DNS rebinding: then its own origin) is refused by the name it was sent to."""
 
 from __future__ import annotations
 
+from tests.api.test_security import ADMIN_TOKEN
 from tests.api.test_transactions import TxnProducer
 from tests.conftest import RunningServer
 
@@ -58,3 +60,34 @@ def test_the_console_refuses_them_with_a_page(server: RunningServer) -> None:
         refused = server.client.post(path, content="a=b", headers=FORM)
         assert refused.status_code == 400 and refused.headers["content-type"].startswith("text/html"), path
         assert "another site" in refused.text, path
+
+
+def test_without_authentication_only_requests_to_a_loopback_name_are_answered(server: RunningServer, make_server):
+    """Regression: with --auth off a page of another site whose name then resolved to 127.0.0.1 (DNS
+    rebinding) read and wrote everything as its own origin (Origin and Host both its name: not
+    cross-site). Without authentication only requests sent to a loopback name are answered; with
+    authentication (or --allow-anonymous, which waives the loopback rule) any name is."""
+    port = server.url.rsplit(":", 1)[1]
+    client = server.client
+    for host in (f"rebound.example:{port}", "rebound.example", f"10.0.0.1:{port}", f"127.0.0.1.nip.io:{port}"):
+        read = client.get("/v1/topics", headers={"Host": host})
+        assert read.status_code == 400, (host, read.text)
+        assert read.json()["error"]["code"] == "INVALID_REQUEST" and "loopback name" in read.text
+        written = client.post(
+            "/v1/topics",
+            json={"name": "rebound", "partitions": 1},
+            headers={"Host": host, "Origin": f"http://{host}"},
+        )
+        assert written.status_code == 400, (host, written.text)
+        assert client.get("/console", headers={"Host": host}).status_code == 400
+    assert client.get("/v1/topics/rebound").status_code == 404
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", f"app.localhost:{port}", "127.1.2.3"):
+        assert client.get("/v1/topics", headers={"Host": host}).status_code == 200, host
+
+    required = make_server(auth="required", admin_token=ADMIN_TOKEN)
+    answered = required.client.get(
+        "/v1/topics", headers={"Host": "broker.example", "Authorization": f"Bearer {ADMIN_TOKEN}"}
+    )
+    assert answered.status_code == 200, answered.text
+    anonymous = make_server(allow_anonymous=True)
+    assert anonymous.client.get("/v1/topics", headers={"Host": "broker.example"}).status_code == 200
