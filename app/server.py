@@ -8,10 +8,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from fastapi import Depends, FastAPI
+from fastapi import FastAPI
 from fastapi.responses import RedirectResponse
 
-from app.api.cross_site import refuse_cross_site_writes
+from app.api.cross_site import CrossSiteWrites
 from app.api.error_handlers import UnexpectedErrors, install_error_handlers
 from app.api.loopback_hosts import LoopbackHostsOnly
 from app.api.main import api_routers
@@ -184,7 +184,6 @@ def create_app(
         # every request, CPU spent for nothing (`python -m bench.partition_log` measures fetches);
         # txbroker's metrics are its own (/metrics).
         telemetry={"tracing": False, "metrics": False, "logs": False},
-        dependencies=[Depends(refuse_cross_site_writes)],
     )
     app.state.settings = settings
     app.state.ready = False
@@ -205,6 +204,7 @@ def create_app(
     app.add_middleware(UnexpectedErrors)
     app.add_middleware(JsonBodies, max_bytes=settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    app.add_middleware(CrossSiteWrites)
     if settings.auth != "required" and not settings.allow_anonymous:  # loopback only: its names only
         app.add_middleware(LoopbackHostsOnly)
     return app

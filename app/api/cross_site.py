@@ -13,29 +13,72 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+import orjson
 from fastapi import Request
 
 from app.errors import BrokerError, ErrorCode
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# The console refuses them with its error page (the console router's dependency, `refuse_cross_site_writes`).
+CONSOLE_PREFIX = "/console"
 
 
-def cross_site(request: Request) -> bool:
-    """Whether the request comes from a page of another site (Origin names another host, or is
-    "null": a sandboxed or privacy-stripped page)."""
-    origin = request.headers.get("origin")
+def _cross_site(origin: str | None, host: str) -> bool:
+    """Whether a request with this Origin comes from a page of another site (Origin names another
+    host than Host, or is "null": a sandboxed or privacy-stripped page). No Origin: not a browser's
+    write from another site (those always carry it)."""
     if origin is None:
-        return False  # not a browser's write from another site (those always carry Origin)
-    return origin == "null" or urlsplit(origin).netloc != request.headers.get("host", "")
+        return False
+    return origin == "null" or urlsplit(origin).netloc != host
+
+
+def _refusal(method: str, path: str, origin: str, host: str) -> BrokerError:
+    return BrokerError(
+        ErrorCode.INVALID_REQUEST,
+        f"this {method} {path[:200]} came from a page of another site (Origin {origin[:200]!r}, this server is "
+        f"{host[:200]!r}) and was refused: use the console's own pages, or call the API from a program (which "
+        f"sends no Origin)",
+    )
 
 
 async def refuse_cross_site_writes(request: Request) -> None:
-    """The app's dependency: a write (any method but GET, HEAD, OPTIONS) from another site is refused
-    before its route runs."""
-    if request.method not in SAFE_METHODS and cross_site(request):
-        raise BrokerError(
-            ErrorCode.INVALID_REQUEST,
-            f"this {request.method} {request.url.path[:200]} came from a page of another site "
-            f"(Origin {request.headers['origin'][:200]!r}, this server is {request.headers.get('host', '')[:200]!r}) "
-            f"and was refused: use the console's own pages, or call the API from a program (which sends no Origin)",
-        )
+    """The console router's dependency: a write (any method but GET, HEAD, OPTIONS) from another site
+    is refused before its page runs (the console's error handler renders it as a page)."""
+    origin, host = request.headers.get("origin"), request.headers.get("host", "")
+    if request.method not in SAFE_METHODS and _cross_site(origin, host):
+        raise _refusal(request.method, request.url.path, origin, host)
+
+
+class CrossSiteWrites:
+    """Pure ASGI middleware: a write from another site to any address but the console's (which
+    refuses it itself, with a page) is refused before it is routed, fast paths included: 400
+    INVALID_REQUEST, nothing done. As a middleware it costs a look at the headers, where a FastAPI
+    dependency of the whole app cost every request its dependency solving."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if (
+            scope["type"] == "http"
+            and scope["method"] not in SAFE_METHODS
+            and not scope["path"].startswith(CONSOLE_PREFIX)
+        ):
+            origin, host = None, ""
+            for name, value in scope["headers"]:
+                if name == b"origin":
+                    origin = value.decode("latin-1")
+                elif name == b"host":
+                    host = value.decode("latin-1")
+            if _cross_site(origin, host):
+                error = _refusal(scope["method"], scope["path"], origin, host)
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": error.http_status,
+                        "headers": [(b"content-type", b"application/json")],
+                    }
+                )
+                await send({"type": "http.response.body", "body": orjson.dumps({"error": error.as_dict()})})
+                return
+        await self.app(scope, receive, send)

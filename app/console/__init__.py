@@ -14,14 +14,16 @@ It is part of the HTTP layer, beside app/api (whose dependencies and token check
 factory mounts it.
 """
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
+from app.api.cross_site import refuse_cross_site_writes
 from app.console import assets, pages, session
 from app.console.rendering import error_page
 from app.errors import BrokerError
 
-router = APIRouter(include_in_schema=False)
+# Writes from another site's pages are refused with a page here (the API's by CrossSiteWrites).
+router = APIRouter(include_in_schema=False, dependencies=[Depends(refuse_cross_site_writes)])
 router.include_router(session.router, prefix="/console")
 router.include_router(assets.router, prefix="/console")
 router.include_router(pages.router, prefix="/console")  # last: it ends with the catch-all "not found" page
