@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-import orjson
 from fastapi import Request
 
+from app.api.responses import error_response
 from app.errors import BrokerError, ErrorCode
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -71,14 +71,6 @@ class CrossSiteWrites:
                 elif name == b"host":
                     host = value.decode("latin-1")
             if _cross_site(origin, host):
-                error = _refusal(scope["method"], scope["path"], origin, host)
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": error.http_status,
-                        "headers": [(b"content-type", b"application/json")],
-                    }
-                )
-                await send({"type": "http.response.body", "body": orjson.dumps({"error": error.as_dict()})})
-                return
+                refusal = error_response(_refusal(scope["method"], scope["path"], origin, host))
+                return await refusal(scope, receive, send)
         await self.app(scope, receive, send)

@@ -17,9 +17,8 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlsplit
 
-import orjson
-
-from app.errors import invalid_request
+from app.api.responses import error_response
+from app.errors import BrokerError, invalid_request
 
 
 def is_loopback_name(host: str) -> bool:
@@ -53,23 +52,15 @@ class LoopbackHostsOnly:
                 if name == b"host":
                     host = value.decode("latin-1")
                     if not is_loopback_name(_host_name(host)):
-                        return await _refuse(send, host)
+                        return await error_response(_refusal(host))(scope, receive, send)
                     break
         return await self.app(scope, receive, send)
 
 
-async def _refuse(send, host: str) -> None:
-    error = invalid_request(
+def _refusal(host: str) -> BrokerError:
+    return invalid_request(
         f"this request was sent to {host[:200]!r}, which is not this machine's loopback name: without "
         f"authentication the server answers only requests to localhost, 127.0.0.1 or [::1] (a page of another "
         f"site whose name resolves to this machine is refused); use http://127.0.0.1:<port>, or start the "
         f"server with --auth required"
     )
-    await send(
-        {
-            "type": "http.response.start",
-            "status": error.http_status,
-            "headers": [(b"content-type", b"application/json")],
-        }
-    )
-    await send({"type": "http.response.body", "body": orjson.dumps({"error": error.as_dict()})})
