@@ -14,6 +14,7 @@ listener, no Host) are unaffected.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from urllib.parse import urlsplit
 
@@ -33,9 +34,10 @@ def is_loopback_name(host: str) -> bool:
         return False
 
 
-def _host_name(host_header: str) -> str:
-    """The name of a Host header's value (its port left out)."""
-    return urlsplit(f"//{host_header}").hostname or ""
+@functools.lru_cache(maxsize=256)  # a server sees few Host values; parsing one costs microseconds
+def _to_loopback(host_header: str) -> bool:
+    """Whether a Host header's value (with or without a port) names this machine."""
+    return is_loopback_name(urlsplit(f"//{host_header}").hostname or "")
 
 
 class LoopbackHostsOnly:
@@ -51,7 +53,7 @@ class LoopbackHostsOnly:
             for name, value in scope["headers"]:
                 if name == b"host":
                     host = value.decode("latin-1")
-                    if not is_loopback_name(_host_name(host)):
+                    if not _to_loopback(host):
                         return await error_response(_refusal(host))(scope, receive, send)
                     break
         return await self.app(scope, receive, send)
