@@ -198,11 +198,16 @@ def test_every_state_changing_endpoint_is_safe_to_retry(server):
         "producer_epoch": described["producer_epoch"],
     }
     client.post("/v1/txn/add-partitions", json={**ids, "partitions": [{"topic": TOPIC, "partition": 0}]})
+    started = client.get(f"/v1/transactions/{TXN_ID}").json()["start_time_ms"]
     r.twice(
         "POST",
         "/console/transactions/{transactional_id:path}/abort",
         f"/console/transactions/{TXN_ID}/abort",
-        data={"producer_id": str(ids["producer_id"]), "producer_epoch": str(ids["producer_epoch"])},
+        data={
+            "producer_id": str(ids["producer_id"]),
+            "producer_epoch": str(ids["producer_epoch"]),
+            "start_time_ms": str(started),
+        },
     )
 
     # Groups: a member (its join is the by-nature exception), heartbeats, commits, leave.

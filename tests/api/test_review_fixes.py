@@ -366,7 +366,11 @@ def test_the_console_abort_is_audited_in_the_same_transaction(server):
     page = client.get("/console/transactions/console-open")
     assert page.status_code == 200
     asyncio.run(_make_audit_fail(server.database_url))
-    form = {"producer_id": str(producer["producer_id"]), "producer_epoch": str(producer["producer_epoch"])}
+    form = {
+        "producer_id": str(producer["producer_id"]),
+        "producer_epoch": str(producer["producer_epoch"]),
+        "start_time_ms": str(client.get("/v1/transactions/console-open").json()["start_time_ms"]),
+    }
     response = client.post("/console/transactions/console-open/abort", data=form, follow_redirects=False)
     assert response.status_code >= 500, response.text
     assert txn_state(client, "console-open") == "Ongoing"
