@@ -12,6 +12,7 @@ from app.coordinator.acl_filters import AclFilter
 from app.coordinator.authorizer import Principal, principal_from
 from app.coordinator.identifiers import check_identifier
 from app.errors import BrokerError, ErrorCode
+from app.storage.replication_barrier import commit_waits_for_the_standby
 from app.storage.security import principals
 from app.storage.security.principals import AclRow, AuditRow, KeyRow, PrincipalRow
 
@@ -139,7 +140,12 @@ async def remove_acls(pool: asyncpg.Pool, actor: str, acl_filter: AclFilter) -> 
     A rule removed by a concurrent caller after it was read is that caller's, so not returned."""
     async with pool.acquire() as conn, conn.transaction():
         selected = await principals.list_acls(conn, acl_filter.principal, acl_filter.resource_type)
-        return [acl for acl in selected if acl_filter.matches(acl) and await _remove_acl(conn, actor, acl.acl_id)]
+        removed = [acl for acl in selected if acl_filter.matches(acl) and await _remove_acl(conn, actor, acl.acl_id)]
+        if not removed:
+            # Nothing left to remove may be the work of a removal whose commit the standby did not
+            # confirm: a failover could bring its rules back, so "none" waits for the standby too.
+            await commit_waits_for_the_standby(conn)
+        return removed
 
 
 async def _remove_acl(conn: asyncpg.Connection, actor: str, acl_id: int) -> bool:

@@ -54,6 +54,21 @@ SELECT current_setting('synchronous_standby_names') <> ''
 _BARRIER_SQL = "SELECT pg_logical_emit_message(true, 'txbroker.replication_barrier', '')"
 
 
+async def commit_waits_for_the_standby(conn: asyncpg.Connection) -> None:
+    """Makes the caller's PostgreSQL transaction (open on `conn`, a pooled connection) commit as a
+    write does: its COMMIT returns once the synchronous standby has its WAL, which comes after every
+    commit it read. For a transaction that answers "done" from what it read and wrote nothing: a
+    retry that finds its earlier attempt's work done. That attempt's COMMIT may have returned without
+    the standby's confirmation (answered a retriable error: database.py), and a transaction that only
+    read has no transaction id, so PostgreSQL lets its COMMIT return at once: the retry would
+    acknowledge what a failover loses. (Most such retries need nothing of this: a row they lock
+    gives their transaction an id and a WAL record, and their COMMIT waits anyway.) A cancelled wait
+    is noted like any COMMIT's, and the block raises CommitNotReplicated. Without a synchronous
+    standby it costs its transaction a small WAL record and a transaction id: meant for paths off the
+    hot ones."""
+    await conn.execute(_BARRIER_SQL)
+
+
 class ReadResult(Protocol):
     def leave_out_unconfirmed(self) -> None:
         """Drops what was read past the reader's position (its records, its watermarks beyond)."""

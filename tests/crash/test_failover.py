@@ -31,6 +31,8 @@ import asyncpg
 import httpx
 import pytest
 
+from app.coordinator import security_admin
+from app.coordinator.acl_filters import AclFilter
 from app.coordinator.fetch import (
     LATEST_TIMESTAMP,
     AppendNotifier,
@@ -40,7 +42,7 @@ from app.coordinator.fetch import (
     find_offsets,
 )
 from app.runtime.embedded_postgres import EmbeddedPostgres
-from app.storage.database import connect_to_primary, create_pool
+from app.storage.database import CommitNotReplicated, connect_to_primary, create_pool
 from tests.conftest import free_ports_outside_the_ephemeral_range
 from tests.sdk.test_sdk_integration import read_all
 from txbroker import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition, TxbrokerError
@@ -632,14 +634,69 @@ def test_a_write_whose_wait_for_the_standby_was_cancelled_is_not_acknowledged(cl
     assert create_topic("unconfirmed-topic").status_code == 201  # it was lost with the primary
 
 
-def _answer_of_a_cancelled_wait(primary: EmbeddedPostgres, send) -> httpx.Response:
-    """`send()`'s answer, its COMMIT's wait for the (stopped) standby cancelled as an operator would."""
+def _answer_of_a_cancelled_wait(primary: EmbeddedPostgres, send):
+    """`send()`'s answer (or what it raised), its COMMIT's wait for the (stopped) standby cancelled as
+    an operator would. Fails at once when `send()` is answered before any commit of its waits."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as sender:
         answer = sender.submit(send)
-        [waiting] = _until(
-            lambda: _sql(primary, "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'"),
-            "the write's commit to wait for the standby",
-        )
-        assert not answer.done()
+
+        def waiting() -> list:
+            if answer.done():
+                pytest.fail(f"answered without waiting for the standby: {_described(answer)}")
+            return _sql(primary, "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+
+        [waiting] = _until(waiting, "the write's commit to wait for the standby")
         _sql(primary, f"SELECT pg_cancel_backend({waiting['pid']})")
         return answer.result()
+
+
+def _described(answer: concurrent.futures.Future) -> str:
+    if answer.exception() is not None:
+        return repr(answer.exception())
+    result = answer.result()
+    return f"{result.status_code} {result.text}" if isinstance(result, httpx.Response) else repr(result)
+
+
+def test_an_acl_removal_retried_after_an_unconfirmed_one_is_answered_once_the_standby_has_it(cluster, server_process):
+    """Kafka's DeleteAcls answers each filter with the rules it removed (security_admin.remove_acls,
+    which its door calls per filter). Its retry after a removal whose COMMIT's wait for the standby
+    was cancelled (not acknowledged) finds nothing left to remove: a PostgreSQL transaction that only
+    read has nothing for its COMMIT to wait for, so its answer (no rule matches, which a client takes
+    for "gone") would come while the standby still has the rule, which a failover brings back. A
+    removal that finds nothing waits for the standby as a write does: while the standby confirms
+    nothing it is not answered, and after the failover the rule is there and is removed, once."""
+    primary, standby = cluster
+    server = _one_worker_with_a_topic(cluster, server_process, "guarded", 1)
+    rule = {"principal": "reader", "resource_type": "Topic", "resource_name": "guarded", "operation": "Read"}
+    httpx.post(f"{server.url}/v1/acls", json=rule, timeout=30).raise_for_status()
+    url = (
+        f"postgresql://txbroker@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/txbroker"
+        "?target_session_attrs=read-write"
+    )
+    of_the_rule = AclFilter("Topic", "literal", "guarded", "reader")
+
+    def remove() -> list:
+        async def removed() -> list:
+            pool = await create_pool(url, 1)
+            try:
+                return await security_admin.remove_acls(pool, "admin", of_the_rule)
+            finally:
+                pool.terminate()  # a pool whose commit waits for the stopped standby does not close
+
+        return asyncio.run(removed())
+
+    wal_receiver = _wal_receiver_pid(standby)
+    os.kill(wal_receiver, signal.SIGSTOP)
+    try:
+        with pytest.raises(CommitNotReplicated):
+            _answer_of_a_cancelled_wait(primary, remove)  # removed on the primary alone
+        with pytest.raises(CommitNotReplicated):
+            _answer_of_a_cancelled_wait(primary, remove)  # the retry: nothing matches, and it waited
+        os.kill(primary.pid, signal.SIGKILL)
+        primary.stop()
+    finally:
+        os.kill(wal_receiver, signal.SIGKILL)  # also after a failure: stopped, it would keep the standby up
+    _until(lambda: _promoted(standby), "the standby's promotion", DEADLINE_S)
+    [back] = remove()  # on the new primary: the failover lost the removal, and the rule is back
+    assert (back.principal, back.resource_name, back.operation) == ("reader", "guarded", "Read")
+    assert remove() == []
