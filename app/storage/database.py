@@ -22,6 +22,17 @@ instead of returning: whatever the block committed is not acknowledged, as after
 during its COMMIT (docs/operations-high-availability.md). Connections made outside the pool
 (`connect`: migrations, the node's announcement, LISTEN) are not watched: they acknowledge nothing
 to a client.
+
+The client's retry finds the work done on the primary (an idempotent producer's duplicate, an
+EndTxn's outcome) and answers "done" from what it read, writing nothing new; the answer must still
+wait for the standby to have that work. It does, because PostgreSQL makes a COMMIT wait for the
+standby whenever its transaction has an id and wrote WAL, and locking a row (SELECT ... FOR UPDATE,
+FOR KEY SHARE) gives it both: the retry's COMMIT then returns once the standby has everything up to
+it, the earlier commit included. Every write path locks a row or writes before it answers "done"
+(the write batches lock their partitions and transactional ids; the groups', the topics' and the
+offsets' paths lock their rows); one that may answer "done" having neither locked nor written makes
+its COMMIT wait explicitly (replication_barrier.commit_waits_for_the_standby: a
+DeleteAcls that finds nothing left). tests/crash/test_failover.py pins both.
 """
 
 from __future__ import annotations
@@ -39,7 +50,8 @@ class CommitNotReplicated(Exception):
     """A block of work on a pooled connection committed on the primary, but PostgreSQL cancelled a
     COMMIT's wait for the synchronous standby (see the module docstring): what it wrote may be lost
     by a failover, so it is not acknowledged. Retriable, as a lost connection: the retry finds what
-    was written (an idempotent producer's duplicate, an EndTxn's outcome)."""
+    was written (an idempotent producer's duplicate, an EndTxn's outcome), and is answered once the
+    standby has it (the module docstring)."""
 
 
 # Raised by asyncpg when PostgreSQL cannot be reached, drops the connection, shuts down, is not

@@ -30,6 +30,7 @@ from pathlib import Path
 import asyncpg
 import httpx
 import pytest
+from kio.schema.errors import ErrorCode as KafkaError
 
 from app.coordinator import security_admin
 from app.coordinator.acl_filters import AclFilter
@@ -42,8 +43,11 @@ from app.coordinator.fetch import (
     find_offsets,
 )
 from app.runtime.embedded_postgres import EmbeddedPostgres
+from app.runtime.listening_sockets import bound_accepting_socket
 from app.storage.database import CommitNotReplicated, connect_to_primary, create_pool
 from tests.conftest import free_ports_outside_the_ephemeral_range
+from tests.kafka import raw_transactions
+from tests.kafka.raw import RawConnection
 from tests.sdk.test_sdk_integration import read_all
 from txbroker import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition, TxbrokerError
 
@@ -373,14 +377,14 @@ def test_failover_to_a_synchronous_standby_loses_nothing_acknowledged(cluster, s
         assert offset >= before["offsets"].get(partition, 0)
 
 
-def _one_worker_with_a_topic(cluster, server_process, topic: str, partitions: int):
+def _one_worker_with_a_topic(cluster, server_process, topic: str, partitions: int, env: dict | None = None):
     """A one-worker `txbroker serve` given both hosts of `cluster`, with `topic` created."""
     primary, standby = cluster
     url = (
         f"postgresql://txbroker@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/txbroker"
         "?target_session_attrs=read-write"
     )
-    server = server_process("--database-url", url, "--workers", "1")
+    server = server_process("--database-url", url, "--workers", "1", env=env)
     with Admin(server.url) as admin:
         admin.create_topic(topic, partitions=partitions)
     return server
@@ -655,6 +659,127 @@ def _described(answer: concurrent.futures.Future) -> str:
         return repr(answer.exception())
     result = answer.result()
     return f"{result.status_code} {result.text}" if isinstance(result, httpx.Response) else repr(result)
+
+
+def test_a_retry_that_finds_its_write_done_is_answered_once_the_standby_has_it(cluster, server_process):
+    """A write whose COMMIT's wait for the standby was cancelled is answered 503 (above), and its
+    client retries it. The retry finds it done on the primary and answers from what it reads there:
+    an idempotent or transactional producer's batch its duplicate's offsets, an AddPartitionsToTxn the
+    partition already in, an EndTxn the transaction's outcome; nothing new to write. Yet it is not
+    answered before the standby has what it read: its write batch takes row locks (the partitions',
+    the transactional id's), which give its PostgreSQL transaction an id and a WAL record, so its
+    COMMIT waits for the standby past the earlier commit; here that wait is cancelled in turn, and the
+    retry answers 503 again. Once the standby has it all, the next retry is answered, and each write
+    is there once."""
+    primary, standby = cluster
+    topic = "retried"
+    server = _one_worker_with_a_topic(cluster, server_process, topic, 2)  # two, as _values reads
+    idempotent = httpx.post(f"{server.url}/v1/producers/init", json={"transactional_id": None}, timeout=30).json()
+    transactional = httpx.post(f"{server.url}/v1/producers/init", json={"transactional_id": "t"}, timeout=30).json()
+    txn = {"transactional_id": "t", **transactional}
+
+    def produce(producer: dict, value: str, sequence: int) -> httpx.Response:
+        body = {
+            **producer,
+            "partitions": [{"topic": topic, "partition": 0, "base_sequence": sequence, "records": [{"value": value}]}],
+        }
+        return httpx.post(f"{server.url}/v1/produce", json=body, timeout=60)
+
+    def add_partition() -> httpx.Response:
+        body = {**txn, "partitions": [{"topic": topic, "partition": 0}]}
+        return httpx.post(f"{server.url}/v1/txn/add-partitions", json=body, timeout=60)
+
+    def commit() -> httpx.Response:
+        return httpx.post(f"{server.url}/v1/txn/end", json={**txn, "committed": True}, timeout=60)
+
+    writes = {
+        "an idempotent produce": lambda: produce(idempotent, "idempotent", 0),
+        "an AddPartitionsToTxn": add_partition,
+        "a transactional produce": lambda: produce(txn, "transactional", 0),
+        "an EndTxn": commit,
+    }
+    answers = {}
+    for what, send in writes.items():
+        wal_receiver = _wal_receiver_pid(standby)
+        os.kill(wal_receiver, signal.SIGSTOP)
+        try:
+            for attempt in ("first", "retry"):
+                response = _answer_of_a_cancelled_wait(primary, send)
+                assert response.status_code == 503, f"{what}'s {attempt}: {response.text}"
+                assert response.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE", response.text
+        finally:
+            os.kill(wal_receiver, signal.SIGCONT)
+        answers[what] = send()
+        assert answers[what].status_code == 200, f"{what}: {answers[what].text}"
+    [duplicate] = answers["an idempotent produce"].json()["partitions"]
+    assert (duplicate["base_offset"], duplicate["duplicate"]) == (0, True), duplicate
+    assert answers["an AddPartitionsToTxn"].json()["partitions"][0]["error"] is None
+    [duplicate] = answers["a transactional produce"].json()["partitions"]
+    assert (duplicate["base_offset"], duplicate["duplicate"]) == (1, True), duplicate
+    assert answers["an EndTxn"].json()["state"] == "CompleteCommit"
+    assert sorted(_values(server.url, topic)) == ["idempotent", "transactional"]
+
+
+def test_the_kafka_doors_retries_that_find_their_write_done_wait_for_the_standby_too(cluster, server_process):
+    """The Kafka door's transactional producer, as the test above: each request whose COMMIT's wait for
+    the standby was cancelled answers its API's retriable code, and so does its retry, which finds the
+    request done on the primary and writes nothing new (its write batch's or unit's row locks make
+    its COMMIT wait for the standby all the same, and that wait is cancelled too); once the standby
+    has it all, the retry is answered, and the transaction commits its record and offset once."""
+    primary, standby = cluster
+    topic = "kafka-retried"
+    with bound_accepting_socket("127.0.0.1", 0) as holder:
+        bootstrap = f"127.0.0.1:{holder.getsockname()[1]}"
+        server = _one_worker_with_a_topic(
+            cluster,
+            server_process,
+            topic,
+            2,
+            env={"TXBROKER_KAFKA_LISTENER": bootstrap},  # two, as _values reads
+        )
+        with RawConnection(bootstrap) as connection:
+            producer = raw_transactions.init_producer(connection, "kafka-retried")
+            retriable, appended = KafkaError.coordinator_not_available, KafkaError.not_enough_replicas_after_append
+            writes = {  # each request: what it answers unconfirmed, and once confirmed
+                "AddPartitionsToTxn": (
+                    lambda: raw_transactions.add_partitions(connection, producer, topic, [0]),
+                    [retriable],
+                    [KafkaError.none],
+                ),
+                "Produce": (
+                    lambda: raw_transactions.produce(connection, producer, topic, 0, [b"once"], 0),
+                    appended,
+                    KafkaError.none,
+                ),
+                "AddOffsetsToTxn": (
+                    lambda: raw_transactions.add_offsets(connection, producer, "kafka-retried-group"),
+                    retriable,
+                    KafkaError.none,
+                ),
+                "TxnOffsetCommit": (
+                    lambda: raw_transactions.txn_offset_commit(connection, producer, "kafka-retried-group", topic, 1),
+                    [retriable],
+                    [KafkaError.none],
+                ),
+                "EndTxn": (
+                    lambda: raw_transactions.end_txn(connection, producer, True, 3).error_code,
+                    retriable,
+                    KafkaError.none,
+                ),
+            }
+            for what, (send, unconfirmed, confirmed) in writes.items():
+                wal_receiver = _wal_receiver_pid(standby)
+                os.kill(wal_receiver, signal.SIGSTOP)
+                try:
+                    for attempt in ("first", "retry"):
+                        answer = _answer_of_a_cancelled_wait(primary, send)
+                        assert answer == unconfirmed, f"{what}'s {attempt}: {answer}"
+                finally:
+                    os.kill(wal_receiver, signal.SIGCONT)
+                assert send() == confirmed, what
+    assert _values(server.url, topic) == ["once"]
+    with Consumer(server.url, group_id="kafka-retried-group", enable_auto_commit=False) as consumer:
+        assert consumer.committed([TopicPartition(topic, 0)])[TopicPartition(topic, 0)] == 1
 
 
 def test_an_acl_removal_retried_after_an_unconfirmed_one_is_answered_once_the_standby_has_it(cluster, server_process):

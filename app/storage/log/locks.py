@@ -4,6 +4,12 @@ writes are planned from (each partition's head, producers' states, transactions'
 
 Invariant: everyone who locks several partitions locks them in lock_order, so no two PostgreSQL
 transactions can deadlock on partition rows.
+
+The lock is taken also when a batch turns out to be a duplicate, answered from the producer's state
+with nothing written: locking the rows gives the PostgreSQL transaction an id and a WAL record, so
+its COMMIT waits for the synchronous standby past the commit that wrote the original, which may not
+have been confirmed (database.py). Skipping the lock for duplicates would acknowledge them before
+the standby has them.
 """
 
 from __future__ import annotations
