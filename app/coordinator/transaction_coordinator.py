@@ -57,6 +57,7 @@ from app.storage.log.topics import (
     unknown_partition,
     unknown_topic,
 )
+from app.storage.replication_barrier import commit_waits_for_the_standby
 from app.storage.security import principals
 from app.storage.transactions import producer_ids
 from app.storage.transactions.producer_ids import ProducerIdAndEpoch
@@ -257,7 +258,10 @@ class TransactionCoordinator:
         current = max(issued_epoch, await producer_ids.highest_epoch_written(conn, producer_id) or 0)
         if producer_epoch == issued_epoch - 1 and current == issued_epoch:
             # The retry of a bump whose answer was lost: answer the epoch it issued. An idempotent
-            # producer id has one holder (no transactional id to share), so this fences no one.
+            # producer id has one holder (no transactional id to share), so this fences no one. That
+            # bump's commit may not be on the synchronous standby (its answer was a retriable error),
+            # and this answer, read without a lock or a write, would not wait for it: it waits.
+            await commit_waits_for_the_standby(conn)
             return InitResult(producer_id, issued_epoch)
         if not issued_epoch <= producer_epoch <= current:
             raise BrokerError(

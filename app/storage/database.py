@@ -31,8 +31,9 @@ FOR KEY SHARE) gives it both: the retry's COMMIT then returns once the standby h
 it, the earlier commit included. Every write path locks a row or writes before it answers "done"
 (the write batches lock their partitions and transactional ids; the groups', the topics' and the
 offsets' paths lock their rows); one that may answer "done" having neither locked nor written makes
-its COMMIT wait explicitly (replication_barrier.commit_waits_for_the_standby: a
-DeleteAcls that finds nothing left). tests/crash/test_failover.py pins both.
+its COMMIT wait explicitly (replication_barrier.commit_waits_for_the_standby: the retry of an
+idempotent producer's epoch bump, a DeleteAcls that finds nothing left). tests/crash/test_failover.py
+pins both.
 """
 
 from __future__ import annotations

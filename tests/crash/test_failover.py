@@ -825,3 +825,34 @@ def test_an_acl_removal_retried_after_an_unconfirmed_one_is_answered_once_the_st
     [back] = remove()  # on the new primary: the failover lost the removal, and the rule is back
     assert (back.principal, back.resource_name, back.operation) == ("reader", "guarded", "Read")
     assert remove() == []
+
+
+def test_an_epoch_bump_retried_after_an_unconfirmed_one_is_answered_once_the_standby_has_it(cluster, server_process):
+    """An idempotent producer bumps its own epoch (KIP-360: InitProducerId with its id and epoch, no
+    transactional id). The retry of a bump whose answer was lost is answered the epoch that bump
+    issued, bumping nothing (a read): after a bump whose COMMIT's wait for the standby was cancelled
+    (answered 503), that answer would come while the standby still has the old epoch, which a
+    failover brings back. It waits for the standby as a write does; after the failover the retry
+    bumps the epoch there, once."""
+    primary, standby = cluster
+    server = _one_worker_with_a_topic(cluster, server_process, "bumped", 1)
+    issued = httpx.post(f"{server.url}/v1/producers/init", json={"transactional_id": None}, timeout=30).json()
+
+    def bump() -> httpx.Response:
+        body = {"transactional_id": None, "producer_id": issued["producer_id"], "producer_epoch": 0}
+        return httpx.post(f"{server.url}/v1/producers/init", json=body, timeout=60)
+
+    wal_receiver = _wal_receiver_pid(standby)
+    os.kill(wal_receiver, signal.SIGSTOP)
+    try:
+        for attempt in ("first", "retry"):
+            response = _answer_of_a_cancelled_wait(primary, bump)
+            assert response.status_code == 503, f"the bump's {attempt}: {response.text}"
+        os.kill(primary.pid, signal.SIGKILL)
+        primary.stop()
+    finally:
+        os.kill(wal_receiver, signal.SIGKILL)  # also after a failure: stopped, it would keep the standby up
+    _until(lambda: _promoted(standby), "the standby's promotion", DEADLINE_S)
+    bumped = _until(lambda: (r := bump()).status_code == 200 and r.json(), "the bump on the new primary", DEADLINE_S)
+    assert bumped == {"producer_id": issued["producer_id"], "producer_epoch": 1}
+    assert bump().json() == bumped  # its retry, answered what it issued
