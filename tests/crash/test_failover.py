@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import os
 import shutil
 import signal
@@ -394,6 +395,26 @@ def _wal_receiver_pid(standby: EmbeddedPostgres) -> int:
     return _sql(standby, "SELECT pid FROM pg_stat_wal_receiver")[0]["pid"]
 
 
+@contextlib.contextmanager
+def _confirming_nothing(standby: EmbeddedPostgres, afterwards: signal.Signals = signal.SIGCONT):
+    """The standby's WAL receiver stopped within the block: the primary's commits wait for a
+    confirmation that does not come. Then (also after a failure, as stopped it would keep the
+    standby up) `afterwards`: SIGCONT, it catches up; SIGKILL, for a failover (the WAL it received
+    but did not write goes with it)."""
+    wal_receiver = _wal_receiver_pid(standby)
+    os.kill(wal_receiver, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(wal_receiver, afterwards)
+
+
+def _unconfirmed_twice(primary: EmbeddedPostgres, send) -> list:
+    """The answers of `send()` and of its retry, each one's COMMIT's wait for the standby cancelled
+    (within `_confirming_nothing`)."""
+    return [_answer_of_a_cancelled_wait(primary, send) for _attempt in ("first", "retry")]
+
+
 def test_readers_see_only_what_the_synchronous_standby_has(cluster, server_process):
     """A commit the standby never confirmed becomes visible on the primary when its wait for the
     standby ends otherwise (here its session is terminated, as by an operator, a pooler, a fast
@@ -422,16 +443,12 @@ def test_readers_see_only_what_the_synchronous_standby_has(cluster, server_proce
     assert [r["value"] for r in fetched(0, "read_committed")["records"]] == ["kept"]
 
     # The standby stops confirming: a produce's COMMIT waits for it, visible to no other session.
-    wal_receiver = _wal_receiver_pid(standby)
-    os.kill(wal_receiver, signal.SIGSTOP)
-    try:
+    with _confirming_nothing(standby, afterwards=signal.SIGKILL):
         _read_nothing_unconfirmed(server.url, primary, topic, fetched)
         # The failover: the primary dies; the standby, which never wrote the record (its WAL,
         # received but unread, goes with the stopped WAL receiver), is promoted.
         os.kill(primary.pid, signal.SIGKILL)
         primary.stop()
-    finally:
-        os.kill(wal_receiver, signal.SIGKILL)  # also after a failure: stopped, it would keep the standby up
     _until(lambda: _promoted(standby), "the standby's promotion", DEADLINE_S)
 
     def produced_again() -> list[int] | None:
@@ -605,9 +622,7 @@ def test_a_write_whose_wait_for_the_standby_was_cancelled_is_not_acknowledged(cl
 
     assert produce_idempotent("confirmed", 0).status_code == 200
 
-    wal_receiver = _wal_receiver_pid(standby)
-    os.kill(wal_receiver, signal.SIGSTOP)
-    try:
+    with _confirming_nothing(standby, afterwards=signal.SIGKILL):
         for send in (
             lambda: produce_idempotent("unconfirmed", 1),
             lambda: produce_plain("unconfirmed plain"),
@@ -622,8 +637,6 @@ def test_a_write_whose_wait_for_the_standby_was_cancelled_is_not_acknowledged(cl
         assert asyncio.run(_high_watermark(primary, "unconfirmed-topic")) == 0
         os.kill(primary.pid, signal.SIGKILL)
         primary.stop()
-    finally:
-        os.kill(wal_receiver, signal.SIGKILL)  # also after a failure: stopped, it would keep the standby up
     _until(lambda: _promoted(standby), "the standby's promotion", DEADLINE_S)
 
     def retried() -> dict | None:
@@ -700,15 +713,10 @@ def test_a_retry_that_finds_its_write_done_is_answered_once_the_standby_has_it(c
     }
     answers = {}
     for what, send in writes.items():
-        wal_receiver = _wal_receiver_pid(standby)
-        os.kill(wal_receiver, signal.SIGSTOP)
-        try:
-            for attempt in ("first", "retry"):
-                response = _answer_of_a_cancelled_wait(primary, send)
-                assert response.status_code == 503, f"{what}'s {attempt}: {response.text}"
+        with _confirming_nothing(standby):
+            for response in _unconfirmed_twice(primary, send):
+                assert response.status_code == 503, f"{what}: {response.text}"
                 assert response.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE", response.text
-        finally:
-            os.kill(wal_receiver, signal.SIGCONT)
         answers[what] = send()
         assert answers[what].status_code == 200, f"{what}: {answers[what].text}"
     [duplicate] = answers["an idempotent produce"].json()["partitions"]
@@ -768,14 +776,8 @@ def test_the_kafka_doors_retries_that_find_their_write_done_wait_for_the_standby
                 ),
             }
             for what, (send, unconfirmed, confirmed) in writes.items():
-                wal_receiver = _wal_receiver_pid(standby)
-                os.kill(wal_receiver, signal.SIGSTOP)
-                try:
-                    for attempt in ("first", "retry"):
-                        answer = _answer_of_a_cancelled_wait(primary, send)
-                        assert answer == unconfirmed, f"{what}'s {attempt}: {answer}"
-                finally:
-                    os.kill(wal_receiver, signal.SIGCONT)
+                with _confirming_nothing(standby):
+                    assert _unconfirmed_twice(primary, send) == [unconfirmed] * 2, what
                 assert send() == confirmed, what
     assert _values(server.url, topic) == ["once"]
     with Consumer(server.url, group_id="kafka-retried-group", enable_auto_commit=False) as consumer:
@@ -810,17 +812,13 @@ def test_an_acl_removal_retried_after_an_unconfirmed_one_is_answered_once_the_st
 
         return asyncio.run(removed())
 
-    wal_receiver = _wal_receiver_pid(standby)
-    os.kill(wal_receiver, signal.SIGSTOP)
-    try:
+    with _confirming_nothing(standby, afterwards=signal.SIGKILL):
         with pytest.raises(CommitNotReplicated):
             _answer_of_a_cancelled_wait(primary, remove)  # removed on the primary alone
         with pytest.raises(CommitNotReplicated):
             _answer_of_a_cancelled_wait(primary, remove)  # the retry: nothing matches, and it waited
         os.kill(primary.pid, signal.SIGKILL)
         primary.stop()
-    finally:
-        os.kill(wal_receiver, signal.SIGKILL)  # also after a failure: stopped, it would keep the standby up
     _until(lambda: _promoted(standby), "the standby's promotion", DEADLINE_S)
     [back] = remove()  # on the new primary: the failover lost the removal, and the rule is back
     assert (back.principal, back.resource_name, back.operation) == ("reader", "guarded", "Read")
@@ -842,16 +840,11 @@ def test_an_epoch_bump_retried_after_an_unconfirmed_one_is_answered_once_the_sta
         body = {"transactional_id": None, "producer_id": issued["producer_id"], "producer_epoch": 0}
         return httpx.post(f"{server.url}/v1/producers/init", json=body, timeout=60)
 
-    wal_receiver = _wal_receiver_pid(standby)
-    os.kill(wal_receiver, signal.SIGSTOP)
-    try:
-        for attempt in ("first", "retry"):
-            response = _answer_of_a_cancelled_wait(primary, bump)
-            assert response.status_code == 503, f"the bump's {attempt}: {response.text}"
+    with _confirming_nothing(standby, afterwards=signal.SIGKILL):
+        for response in _unconfirmed_twice(primary, bump):
+            assert response.status_code == 503, response.text
         os.kill(primary.pid, signal.SIGKILL)
         primary.stop()
-    finally:
-        os.kill(wal_receiver, signal.SIGKILL)  # also after a failure: stopped, it would keep the standby up
     _until(lambda: _promoted(standby), "the standby's promotion", DEADLINE_S)
     bumped = _until(lambda: (r := bump()).status_code == 200 and r.json(), "the bump on the new primary", DEADLINE_S)
     assert bumped == {"producer_id": issued["producer_id"], "producer_epoch": 1}
