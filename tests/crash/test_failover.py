@@ -678,9 +678,10 @@ def test_a_retry_that_finds_its_write_done_is_answered_once_the_standby_has_it(c
     """A write whose COMMIT's wait for the standby was cancelled is answered 503 (above), and its
     client retries it. The retry finds it done on the primary and answers from what it reads there:
     an idempotent or transactional producer's batch its duplicate's offsets, an AddPartitionsToTxn the
-    partition already in, an EndTxn the transaction's outcome; nothing new to write. Yet it is not
-    answered before the standby has what it read: its write batch takes row locks (the partitions',
-    the transactional id's), which give its PostgreSQL transaction an id and a WAL record, so its
+    partition already in, an EndTxn the transaction's outcome, a transactional producer's epoch bump
+    (KIP-360) the epoch it issued; nothing new to write (an OffsetCommit writes its offsets again). Yet it is not
+    answered before the standby has what it read: its write batch or unit takes row locks (the
+    partitions', the transactional id's), which give its PostgreSQL transaction an id and a WAL record, so its
     COMMIT waits for the standby past the earlier commit; here that wait is cancelled in turn, and the
     retry answers 503 again. Once the standby has it all, the next retry is answered, and each write
     is there once."""
@@ -705,11 +706,22 @@ def test_a_retry_that_finds_its_write_done_is_answered_once_the_standby_has_it(c
     def commit() -> httpx.Response:
         return httpx.post(f"{server.url}/v1/txn/end", json={**txn, "committed": True}, timeout=60)
 
+    def bump_after_the_commit() -> httpx.Response:
+        ended = answers["an EndTxn"].json()  # the ids the next transaction uses (KIP-360 bumps from them)
+        body = {"transactional_id": "t", "producer_id": ended["producer_id"], "producer_epoch": ended["producer_epoch"]}
+        return httpx.post(f"{server.url}/v1/producers/init", json=body, timeout=60)
+
+    def commit_offset() -> httpx.Response:
+        body = {"offsets": [{"topic": topic, "partition": 0, "offset": 2}]}
+        return httpx.post(f"{server.url}/v1/groups/retried-group/offsets/commit", json=body, timeout=60)
+
     writes = {
         "an idempotent produce": lambda: produce(idempotent, "idempotent", 0),
         "an AddPartitionsToTxn": add_partition,
         "a transactional produce": lambda: produce(txn, "transactional", 0),
         "an EndTxn": commit,
+        "a transactional producer's epoch bump": bump_after_the_commit,
+        "an OffsetCommit": commit_offset,
     }
     answers = {}
     for what, send in writes.items():
@@ -725,6 +737,9 @@ def test_a_retry_that_finds_its_write_done_is_answered_once_the_standby_has_it(c
     [duplicate] = answers["a transactional produce"].json()["partitions"]
     assert (duplicate["base_offset"], duplicate["duplicate"]) == (1, True), duplicate
     assert answers["an EndTxn"].json()["state"] == "CompleteCommit"
+    ended = answers["an EndTxn"].json()
+    assert answers["a transactional producer's epoch bump"].json()["producer_epoch"] == ended["producer_epoch"] + 1
+    assert answers["an OffsetCommit"].json()["offsets"][0]["error"] is None
     assert sorted(_values(server.url, topic)) == ["idempotent", "transactional"]
 
 
