@@ -143,16 +143,17 @@ def create_app(
         app.state.database_url = database_url  # the Kafka listener's presence connection (node_presence.py)
         app.state.coordinator = TransactionCoordinator(app.state.pool, settings)
         app.state.batched_writes = BatchedWrites(app.state.coordinator, settings.max_records_per_request)
+        app.state.replication_barrier = ReplicationBarrier(app.state.pool)
         app.state.group_coordinator = GroupCoordinator(
             app.state.pool,
             app.state.coordinator,
             settings.group_initial_rebalance_delay_ms,
             SessionTimeoutBounds(settings.group_min_session_timeout_ms, settings.group_max_session_timeout_ms),
+            app.state.replication_barrier,
         )
         app.state.workers = BackgroundWorkers(app.state.coordinator, app.state.group_coordinator, settings)
         app.state.notifier = AppendNotifier(database_url, settings.long_poll_fallback_ms / 1000)
         app.state.group_coordinator.classic.listen_for_changes(app.state.notifier)
-        app.state.replication_barrier = ReplicationBarrier(app.state.pool)
         await app.state.replication_barrier.start()
         await app.state.notifier.start()
         readiness = asyncio.create_task(_become_ready(app, settings), name="become-ready")

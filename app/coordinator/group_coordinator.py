@@ -54,6 +54,7 @@ from app.storage.log.topics import (
     unknown_partition,
     unknown_topic,
 )
+from app.storage.replication_barrier import READ_WAIT_MIN_S, ReplicationBarrier
 from app.storage.security import principals
 from txbroker.wire import NO_GENERATION, NO_MEMBER
 
@@ -179,9 +180,12 @@ class GroupCoordinator:
         transactions: TransactionCoordinator,
         initial_rebalance_delay_ms: int = 0,
         session_timeout_bounds: SessionTimeoutBounds = ANY_SESSION_TIMEOUT,
+        replication_barrier: ReplicationBarrier | None = None,
     ) -> None:
         self.pool = pool
         self.transactions = transactions
+        # Committed offsets are answered once the synchronous standby has them (fetch_offsets).
+        self.replication_barrier = replication_barrier
         # Kafka's JoinGroup/SyncGroup/Heartbeat/LeaveGroup, on the same groups, members and offsets.
         self.classic = ClassicGroups(pool, initial_rebalance_delay_ms, session_timeout_bounds)
 
@@ -532,6 +536,15 @@ class GroupCoordinator:
         check_group_id(group_id)
         async with self.pool.acquire() as conn:
             found = await group_offsets.fetch(conn, group_id, partitions)
+        # A consumer starts from what this answers: an offset whose commit (an EndTxn's, an
+        # OffsetCommit's) the standby has not confirmed could be lost by a failover with the output
+        # that went with it, and the consumer, positioned past its inputs, would skip them for good.
+        if self.replication_barrier is not None and not await self.replication_barrier.confirm(READ_WAIT_MIN_S):
+            raise BrokerError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"the committed offsets of group {group_id!r} are not confirmed by the database's synchronous "
+                f"standby after {READ_WAIT_MIN_S:g} s (it is away or slow), so a failover could take them back: retry",
+            )
         results = []
         for committed in found:
             error = None

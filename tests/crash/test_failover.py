@@ -864,3 +864,33 @@ def test_an_epoch_bump_retried_after_an_unconfirmed_one_is_answered_once_the_sta
     bumped = _until(lambda: (r := bump()).status_code == 200 and r.json(), "the bump on the new primary", DEADLINE_S)
     assert bumped == {"producer_id": issued["producer_id"], "producer_epoch": 1}
     assert bump().json() == bumped  # its retry, answered what it issued
+
+
+def test_committed_offsets_are_answered_once_the_standby_has_them(cluster, server_process):
+    """Regression: OffsetFetch read a group's committed offsets on the primary and answered them at
+    once. An offset whose commit the standby never confirmed (its wait cancelled: the committer was
+    answered 503) was then handed to a consumer, which a failover could leave positioned past inputs
+    whose transaction's output it lost, skipped for good. An OffsetFetch now answers once the standby
+    has what it read: while the standby confirms nothing, 503 COORDINATOR_NOT_AVAILABLE (retriable)
+    after its wait; once it has caught up, the offset."""
+    primary, standby = cluster
+    topic = "offsets-confirmed"
+    server = _one_worker_with_a_topic(cluster, server_process, topic, 1)
+    commits = f"{server.url}/v1/groups/confirmed-group/offsets/commit"
+    fetches = f"{server.url}/v1/groups/confirmed-group/offsets/fetch"
+    wanted = {"partitions": [{"topic": topic, "partition": 0}]}
+
+    def commit(offset: int) -> httpx.Response:
+        return httpx.post(commits, json={"offsets": [{"topic": topic, "partition": 0, "offset": offset}]}, timeout=60)
+
+    assert commit(1).status_code == 200
+    with _confirming_nothing(standby):
+        assert _answer_of_a_cancelled_wait(primary, lambda: commit(2)).status_code == 503
+        fetched = httpx.post(fetches, json=wanted, timeout=60)
+        assert fetched.status_code == 503, fetched.text
+        assert fetched.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE", fetched.text
+    confirmed = _until(
+        lambda: (answer := httpx.post(fetches, json=wanted, timeout=60)).status_code == 200 and answer,
+        "the offsets once the standby caught up",
+    )
+    assert [entry["offset"] for entry in confirmed.json()["offsets"]] == [2]
