@@ -172,3 +172,12 @@ def produce(
     [topic_response] = response.responses
     [partition_response] = topic_response.partition_responses
     return partition_response.error_code
+
+
+def one_committed_batch(connection: RawConnection, transactional_id: str, topic: str, values: list[bytes]) -> None:
+    """A new transactional producer's one transaction, committed: a batch of `values` in partition 0
+    of `topic`, then its COMMIT marker."""
+    producer = init_producer(connection, transactional_id)
+    assert add_partitions(connection, producer, topic, [0]) == [KafkaError.none]
+    assert produce(connection, producer, topic, 0, values, sequence=0) == KafkaError.none
+    assert end_txn(connection, producer, True, version=4).error_code == KafkaError.none

@@ -15,6 +15,11 @@ from app.storage.log import record_codec
 from app.storage.log.partition_log import ABORTED_BATCH_SQL
 from app.storage.log.topics import TopicInfo
 
+# A marker as Kafka's Fetch sends it: the control batch of one record Kafka writes (61 bytes of
+# batch header, then the record with its 4-byte key, version and type, and 6-byte value, version and
+# coordinator epoch), whatever its offset, producer or timestamp (app/kafka/record_batches.py builds it).
+MARKER_BATCH_BYTES = 78
+
 
 @dataclass(frozen=True, slots=True)
 class StoredBatch:
@@ -32,6 +37,12 @@ class StoredBatch:
     records: list[record_codec.ByteRecord | None] | None
     # A data batch stored as a RecordBatch: its stored bytes (base offset 0, record_codec).
     record_batch: bytes | None
+
+    @property
+    def answered_bytes(self) -> int:
+        """Its bytes as a Fetch's answer counts them toward min_bytes: a marker's row stores none
+        (size_bytes 0), yet it is sent as a control batch, which Kafka counts as any batch."""
+        return MARKER_BATCH_BYTES if self.control_type is not None else self.size_bytes
 
     @property
     def record_count(self) -> int:
