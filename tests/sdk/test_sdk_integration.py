@@ -476,7 +476,9 @@ def test_async_clients(server):
 
 
 def test_the_asgi_app_as_transport(database_url):
-    """The pluggable transport also takes the ASGI app itself (no sockets), inside its lifespan."""
+    """The pluggable transport also takes the ASGI app itself (no sockets), inside its lifespan. Its
+    base URL names localhost: without authentication the server answers only requests sent to a
+    loopback name (docs/api.md, Security)."""
     from app.server import create_app
     from app.settings import Settings
 
@@ -484,11 +486,11 @@ def test_the_asgi_app_as_transport(database_url):
         app = create_app(Settings(database_url=database_url), database_url)
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
-            async with AsyncAdmin("http://asgi", transport=transport) as admin:
+            async with AsyncAdmin("http://localhost", transport=transport) as admin:
                 while (await admin.health())["status"] != "ok":  # recovery runs in the background
                     await asyncio.sleep(0.05)
                 await admin.create_topic("asgi")
-            async with AsyncProducer("http://asgi", transport=transport, **FAST) as producer:
+            async with AsyncProducer("http://localhost", transport=transport, **FAST) as producer:
                 return await producer.send_and_wait("asgi", value="through ASGI")
 
     assert asyncio.run(scenario()) == RecordMetadata("asgi", 0, 0)
