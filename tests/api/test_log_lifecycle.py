@@ -592,6 +592,24 @@ def test_small_fetches_step_over_the_gaps_of_batches_compacted_away(server, clie
         assert seen == kept, max_records
 
 
+def test_a_read_in_a_tail_that_compaction_emptied_continues_at_the_upper_bound(server, client):
+    # A value and its tombstone, both gone (delete_retention_ms 0): no batch is left below the high
+    # watermark. A read there must move on to it, or a reader (a Spark range planned up to the high
+    # watermark) would wait at the old offset for records that can never come.
+    create(client, "emptied", cleanup_policy="compact", delete_retention_ms=0)
+    produce(client, "emptied", [{"key": "k", "value": "v"}])
+    produce(client, "emptied", [{"key": "k", "value": None}])
+    clean(server)
+    clean(server)
+    assert stored_batches(server, "emptied") == 0
+    for isolation in ("read_committed", "read_uncommitted"):
+        for offset in (0, 1):
+            entry = fetch(client, "emptied", offset, isolation)
+            assert (entry["records"], entry["next_offset"], entry["high_watermark"]) == ([], 2, 2), entry
+    produce(client, "emptied", [{"key": "j", "value": "after"}])
+    assert [(r["offset"], r["value"]) for r in fetch(client, "emptied", 0)["records"]] == [(2, "after")]
+
+
 def test_compaction_keeps_tombstones_for_delete_retention_ms_and_stops_at_the_lso(server, client):
     create(client, "lazy", cleanup_policy="compact")  # tombstones stay a day
     produce(client, "lazy", [{"key": "k", "value": "v"}, {"key": "k", "value": None}])

@@ -209,3 +209,29 @@ def test_batch_reads_never_show_aborted_or_open_transactions(spark, url):
     finally:
         for producer in (committer, aborter, holder):
             producer.close()
+
+
+def load(spark, url: str, topic: str, **options: str):
+    reader = spark.read.format("txbroker").option("url", url).option("topic", topic)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+def test_a_batch_read_ends_where_compaction_emptied_the_tail_of_the_log(spark, url, module_server):
+    # The last value of key k and its tombstone go (delete_retention_ms 0): no batch is left between
+    # the last record and the end of the log that the read's range was planned up to. The read used
+    # to wait there for records that cannot come, and fail after STALL_TIMEOUT_S.
+    from tests.api.test_log_lifecycle import clean
+
+    with Admin(url) as admin:
+        admin.create_topic("compacted-tail", config={"cleanup_policy": "compact", "delete_retention_ms": 0})
+    with Producer(url) as producer:
+        for key, value in (("a", "kept"), ("k", "v"), ("k", None)):
+            producer.send("compacted-tail", value, key=key, partition=0).result(30)
+    clean(module_server)
+    clean(module_server)  # the first run stamps the tombstone, the second removes it
+
+    rows = load(spark, url, "compacted-tail").collect()
+    assert [(r.key, r.value, r.offset) for r in rows] == [("a", "kept", 0)]
+

@@ -274,6 +274,7 @@ async def read(
         # batch came too: it is not contiguous with the rest, so it waits for the next page.
         del headers[page_size:]
         if not headers:
+            next_offset = await _past_emptied_range(conn, topic, partition, next_offset, upper)
             break
         scanned += len(headers)
         wanted: list[tuple[asyncpg.Record, int, int]] = []  # (header, first index, stop index)
@@ -319,6 +320,24 @@ async def read(
         ):  # skipped records (markers, aborted batches, compaction's holes): look further next time
             window = min(window * 8, MAX_WINDOW_OFFSETS)
     return ReadResult(state, records, next_offset, read_bytes)
+
+
+async def _past_emptied_range(
+    conn: asyncpg.Connection, topic: TopicInfo, partition: int, offset: int, upper: int
+) -> int:
+    """Where a read goes on from `offset` when no batch is left below its upper bound: at the bound.
+    Compaction removed those batches whole (a tail of superseded records and tombstones, say, or all
+    of them before an open transaction), and offsets never change, so nothing can appear there again:
+    staying put would leave a reader short of the bound for good (a Spark range planned up to it
+    would never end; a consumer's lag would never reach 0; Kafka's cleaner leaves the active segment,
+    whose last batch ends at the log end, alone, so its readers never meet such a tail). The read stays
+    at `offset` when the log start moved past it since the read began (DeleteRecords or retention:
+    their batches go after the log start moves, so the emptied range may be theirs), for the next read
+    to answer OFFSET_OUT_OF_RANGE: a reader must learn that it missed records, not skip them."""
+    row = await conn.fetchrow(_STATE_SQL + "WHERE p.topic_id = $1 AND p.partition = $2", topic.topic_id, partition)
+    if row is None or offset < row["log_start_offset"]:
+        return offset  # the topic is gone, or records were deleted: the next read says so
+    return upper
 
 
 async def _payloads(
