@@ -48,18 +48,26 @@ class OffsetRange(InputPartition):
 @dataclass(frozen=True)
 class PartitionBounds:
     log_start: int
-    end: int  # the last stable offset under read_committed, else the high watermark
+    end: int  # what a reader may read up to: the last stable offset under read_committed, else the high watermark
+    high_watermark: int  # the log's end: no position of a reader is ever past it
 
 
 def partition_bounds(options: ReadOptions) -> dict[int, PartitionBounds]:
     with Admin(options.connection.url, **options.connection.client_config) as admin:
         described = admin.describe_topic(options.topic)
     end = "last_stable_offset" if options.isolation_level == "read_committed" else "high_watermark"
-    return {p["partition"]: PartitionBounds(p["log_start_offset"], p[end]) for p in described["partitions"]}
+    return {
+        p["partition"]: PartitionBounds(p["log_start_offset"], p[end], p["high_watermark"])
+        for p in described["partitions"]
+    }
 
 
 def resolve(spec: str | Mapping[int, int], partition: int, bounds: PartitionBounds, default: str) -> int:
-    """An offset of startingOffsets/endingOffsets for one partition, within [log start, end]."""
+    """An offset of startingOffsets/endingOffsets for one partition: earliest is the log start, latest
+    the end; an offset asked for is kept, but never past the log's end (the high watermark). Not
+    past the end only: under read_committed an open transaction holds the end back, and moving a
+    start asked for back to it would read records before that start (starting_offset checks the
+    log start)."""
     wanted = (
         spec.get(partition, EARLIEST if default == "earliest" else LATEST)
         if isinstance(spec, Mapping)
@@ -69,7 +77,24 @@ def resolve(spec: str | Mapping[int, int], partition: int, bounds: PartitionBoun
         return bounds.log_start
     if wanted == LATEST:
         return bounds.end
-    return min(max(wanted, bounds.log_start), bounds.end)
+    return min(wanted, bounds.high_watermark)
+
+
+def starting_offset(options: ReadOptions, partition: int, bounds: PartitionBounds, default: str) -> int:
+    """Where a read of the partition starts (startingOffsets). An offset asked for that is below the
+    log start was deleted: as Kafka's source, a DataLossError unless failOnDataLoss is false (then the
+    log start)."""
+    start = resolve(options.starting_offsets, partition, bounds, default)
+    if start >= bounds.log_start:
+        return start
+    if options.fail_on_data_loss:
+        raise DataLossError(
+            f"option startingOffsets asks for offset {start} of {options.topic}-{partition}, but the partition's "
+            f"log starts at {bounds.log_start}: the records before it were deleted (retention, DeleteRecords). "
+            f"Start from an offset the log holds ('earliest' is {bounds.log_start}), or set the option "
+            f"failOnDataLoss to false to start at the log start"
+        )
+    return bounds.log_start
 
 
 def read_range(options: ReadOptions, schema: StructType, split: OffsetRange) -> Iterator[pa.RecordBatch]:
@@ -131,8 +156,8 @@ class TxbrokerBatchReader(DataSourceReader):
         options = self.options
         ranges = []
         for partition, bounds in sorted(partition_bounds(options).items()):
-            start = resolve(options.starting_offsets, partition, bounds, "earliest")
-            end = resolve(options.ending_offsets, partition, bounds, "latest")
+            start = starting_offset(options, partition, bounds, "earliest")
+            end = min(resolve(options.ending_offsets, partition, bounds, "latest"), bounds.end)
             if start < end:
                 ranges.append(OffsetRange(options.topic, partition, start, end))
         return ranges
@@ -170,17 +195,17 @@ class TxbrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin, latest = dict(start), {}
         for partition, bounds in partition_bounds(self.options).items():
             begin.setdefault(partition, bounds.log_start)
-            if bounds.end < begin[partition]:
-                # A partition's end never goes back in a topic's life: the topic was deleted and
-                # re-created since `start` was planned or checkpointed (or, under read_committed, the
-                # checkpoint was written by a read_uncommitted query).
+            if bounds.high_watermark < begin[partition]:
+                # A log's end never goes back in a topic's life: the topic was deleted and re-created
+                # since `start` was planned or checkpointed. (The last stable offset may be below a
+                # position: one that startingOffsets asked for past an open transaction.)
                 if self.options.fail_on_data_loss:
                     raise DataLossError(
-                        f"{self.options.topic}-{partition} ends at offset {bounds.end} ({self.options.isolation_level}"
-                        f"), before the stream's position {begin[partition]}: the topic was deleted and re-created "
-                        f"since, so its records before the position are gone, and the new topic's would be taken "
-                        f"for old ones. Start the query with a new checkpointLocation, or set the option "
-                        f"failOnDataLoss to false to read the partition again from its log start"
+                        f"{self.options.topic}-{partition} ends at offset {bounds.high_watermark} (its high "
+                        f"watermark), before the stream's position {begin[partition]}: the topic was deleted and "
+                        f"re-created since, so its records before the position are gone, and the new topic's "
+                        f"would be taken for old ones. Start the query with a new checkpointLocation, or set the "
+                        f"option failOnDataLoss to false to read the partition again from its log start"
                     )
                 begin[partition] = bounds.log_start  # partitions() reads it from its log start
             latest[partition] = max(begin[partition], bounds.end)
@@ -189,7 +214,7 @@ class TxbrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         return self._to_json(
             {
-                partition: resolve(self.options.starting_offsets, partition, bounds, "latest")
+                partition: starting_offset(self.options, partition, bounds, "latest")
                 for partition, bounds in partition_bounds(self.options).items()
             }
         )

@@ -100,11 +100,13 @@ def test_a_batch_names_its_transactions_and_what_it_sweeps():
 
 
 def test_offsets_resolve_within_the_log():
-    bounds = PartitionBounds(log_start=10, end=50)
+    bounds = PartitionBounds(log_start=10, end=50, high_watermark=60)
     assert resolve("earliest", 0, bounds, "earliest") == 10
     assert resolve("latest", 0, bounds, "earliest") == 50
-    assert resolve({0: 5, 1: 99}, 0, bounds, "earliest") == 10
+    assert resolve({0: 5, 1: 99}, 0, bounds, "earliest") == 5  # deleted: starting_offset decides
     assert resolve({0: 30}, 0, bounds, "earliest") == 30
+    assert resolve({0: 55}, 0, bounds, "earliest") == 55  # past an open transaction: kept
+    assert resolve({0: 99}, 0, bounds, "earliest") == 60  # past the log's end: its end
     assert resolve({0: LATEST}, 0, bounds, "earliest") == 50
     assert resolve({1: 30}, 0, bounds, "latest") == 50  # a partition the JSON leaves out: the default
 

@@ -101,14 +101,22 @@ def open_transactions(url: str, prefix: str) -> list[dict]:
 
 
 def run_stream(
-    spark, url: str, source: str, sink: str, sink_id: str, checkpoint: Path, transform=None, **sink_options: str
+    spark,
+    url: str,
+    source: str,
+    sink: str,
+    sink_id: str,
+    checkpoint: Path,
+    transform=None,
+    starting_offsets: str = "earliest",
+    **sink_options: str,
 ):
     """One run of a query with Trigger.AvailableNow, to completion; returns the finished query."""
     df = (
         spark.readStream.format("txbroker")
         .option("url", url)
         .option("topic", source)
-        .option("startingOffsets", "earliest")
+        .option("startingOffsets", starting_offsets)
         .option("maxRecordsPerTrigger", "250")
         .load()
     )
@@ -183,6 +191,28 @@ def test_a_stream_read_resumes_from_its_checkpoint_and_skips_open_and_aborted_re
         holder.close()
     run_stream(spark, url, source, sink, "resumer", checkpoint)
     assert read_topic(url, sink)[0] == first + second + ["held-0", "held-1"] + after
+
+
+def test_a_stream_starts_at_the_offset_asked_for_even_past_an_open_transaction(spark, url, tmp_path):
+    source, sink = create_topic(url, "start-at-in", 1), create_topic(url, "start-at-out", 1)
+    checkpoint = tmp_path / "checkpoint"
+    produce(url, source, 0, [f"a-{i}" for i in range(5)], transactional_id="start-at-loader")  # 0-4, marker 5
+    holder = Producer(url, transactional_id="start-at-holder")
+    try:
+        holder.init_transactions()
+        holder.begin_transaction()
+        holder.send(source, "held", key="held", partition=0).result(30)  # 6: the last stable offset
+        produce(url, source, 0, [f"b-{i}" for i in range(5)], transactional_id="start-at-loader")  # 7-11
+        # Offset 9 (b-2) is past the last stable offset: the stream waits there. It used to start at
+        # the last stable offset instead, and then read the held record, b-0 and b-1.
+        asked = f'{{"{source}": {{"0": 9}}}}'
+        run_stream(spark, url, source, sink, "start-at", checkpoint, starting_offsets=asked)
+        assert read_topic(url, sink)[0] == []
+        holder.commit_transaction()
+    finally:
+        holder.close()
+    run_stream(spark, url, source, sink, "start-at", checkpoint, starting_offsets=asked)
+    assert read_topic(url, sink)[0] == ["b-2", "b-3", "b-4"]
 
 
 DRIVER_SCRIPT = """

@@ -235,3 +235,18 @@ def test_a_batch_read_ends_where_compaction_emptied_the_tail_of_the_log(spark, u
     rows = load(spark, url, "compacted-tail").collect()
     assert [(r.key, r.value, r.offset) for r in rows] == [("a", "kept", 0)]
 
+
+def test_a_batch_read_from_a_deleted_offset_fails_unless_told_to_skip(spark, url):
+    topic = create_topic(url, "deleted-start", 1)
+    with Producer(url) as producer:
+        for i in range(6):
+            producer.send(topic, f"v{i}", partition=0)
+    with Admin(url) as admin:
+        admin.delete_records({TopicPartition(topic, 0): 3})
+    asked = f'{{"{topic}": {{"0": 1}}}}'
+    # It used to start at the log start, silently, as if the records 1 and 2 had been read.
+    with pytest.raises(PySparkException, match=r"asks for offset 1 of deleted-start-0, but .* log starts at 3"):
+        load(spark, url, topic, startingOffsets=asked).collect()
+    rows = load(spark, url, topic, startingOffsets=asked, failOnDataLoss="false").collect()
+    assert [r.value for r in rows] == ["v3", "v4", "v5"]
+
