@@ -87,7 +87,18 @@ def header_list(headers: Headers) -> list[tuple[str, bytes | None]]:
     if not headers:
         return []
     items = headers.items() if isinstance(headers, dict) else headers
-    return [(str(key), to_bytes(value, f"header {key!r}")) for key, value in items]
+    return [(_header_key(key), to_bytes(value, f"header {key!r}")) for key, value in items]
+
+
+def _header_key(key: object) -> str:
+    # str() would write None as the key "None" and b"k" as "b'k'": records no one sent.
+    if key is None:
+        raise TypeError(
+            "a header's key must be a str, not None: Kafka's headers have no null key (a value may be None)"
+        )
+    if isinstance(key, (bytes, bytearray, memoryview)):
+        return bytes(key).decode("utf-8")
+    return str(key)
 
 
 def wire_record(

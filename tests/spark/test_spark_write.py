@@ -250,3 +250,12 @@ def test_a_batch_read_from_a_deleted_offset_fails_unless_told_to_skip(spark, url
     rows = load(spark, url, topic, startingOffsets=asked, failOnDataLoss="false").collect()
     assert [r.value for r in rows] == ["v3", "v4", "v5"]
 
+
+def test_a_header_without_a_key_fails_the_write_and_leaves_nothing(spark, url):
+    topic = create_topic(url, "null-header-key", 1)
+    df = spark.sql("SELECT 'v' AS value, array(named_struct('key', CAST(NULL AS STRING), 'value', 'x')) AS headers")
+    # It used to be written with the header key "None".
+    with pytest.raises(PySparkException, match="header's key must be a str, not None"):
+        write(df, url, topic)
+    assert read_topic(url, topic, "read_uncommitted") == {0: []}
+    assert open_transactions(url, "batch/") == []
