@@ -215,6 +215,20 @@ def test_a_stream_starts_at_the_offset_asked_for_even_past_an_open_transaction(s
     assert read_topic(url, sink)[0] == ["b-2", "b-3", "b-4"]
 
 
+def test_a_stream_reads_partitions_added_to_its_topic_from_their_first_offset(spark, url, tmp_path):
+    source, sink = create_topic(url, "growing-in", 1), create_topic(url, "growing-out", 3)
+    checkpoint = tmp_path / "checkpoint"
+    produce(url, source, 0, ["p0-a"], transactional_id="growing-loader")
+    run_stream(spark, url, source, sink, "grower", checkpoint)
+    with Admin(url) as admin:
+        admin.create_partitions(source, 3)
+    for partition in range(3):
+        produce(url, source, partition, [f"p{partition}-b", f"p{partition}-c"], transactional_id="growing-loader")
+    # The checkpoint knows partition 0 only: 1 and 2 are read from offset 0, as Kafka's source does.
+    run_stream(spark, url, source, sink, "grower", checkpoint)
+    assert read_topic(url, sink) == {0: ["p0-a", "p0-b", "p0-c"], 1: ["p1-b", "p1-c"], 2: ["p2-b", "p2-c"]}
+
+
 DRIVER_SCRIPT = """
 import os, sys
 os.environ["DRIVER_PID_VARIABLE"] = str(os.getpid())  # inherited by the JVM and its Python workers
