@@ -25,7 +25,8 @@ Options (case-insensitive, as always in Spark; spark_client/README.md has the de
 - topic (required): the topic to read or write.
 - Reads: isolation_level (read_committed, or read_uncommitted); startingOffsets (earliest for
   batch reads, latest for streams; or JSON {"<topic>": {"<partition>": offset}}, -2 earliest and -1
-  latest; a restarted stream continues from its checkpoint); endingOffsets (batch reads: latest,
+  latest, an offset started at exactly, one below the log start a DataLossError unless
+  failOnDataLoss is false; a restarted stream continues from its checkpoint); endingOffsets (batch reads: latest,
   the last stable offset under read_committed, or JSON); maxRecordsPerTrigger (streams: at most this
   many offsets per micro-batch, shared fairly by the partitions; markers count too); binary (false:
   key, value and header values as strings; true: as binary); max_records_per_fetch (10000);
