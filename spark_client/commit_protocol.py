@@ -92,7 +92,7 @@ def write_task(
     """Phase one for one task attempt: write the rows in a transaction of its own, and prepare it."""
     faults = options.faults
     decided = _read_decision(options.connection, batch)
-    relation = batch.relation(decided)
+    relation = batch.relation(decided, task.query_id)
     if relation is Relation.SUPERSEDED:
         raise batch.superseded_error(decided, task.query_id)
     if relation is Relation.COMMITTED:
@@ -128,7 +128,7 @@ def write_task(
         if prepared is None:  # broken invariant: rows were sent, so the transaction has content
             raise RuntimeError(f"{transactional_id}: {rows} rows sent but nothing to prepare")
         faults.task_point("after_prepare", batch.batch_id, task.partition, task.attempt)
-        if batch.relation(_read_decision(options.connection, batch)) is not Relation.UNDECIDED:
+        if batch.relation(_read_decision(options.connection, batch), task.query_id) is not Relation.UNDECIDED:
             # Decided without this attempt (it is a zombie): nobody else will look for it.
             log.warning(
                 "%s: batch %s was decided without %s: aborting it", batch.sink_id, batch.batch_key, transactional_id
@@ -206,7 +206,7 @@ class _Coordinator:
         batch = self.batch
         decided = await self.decisions.read()
         query_id = _query_id(messages)
-        relation = batch.relation(decided)
+        relation = batch.relation(decided, query_id)
         if relation is Relation.COMMITTED:
             await self.roll_forward(decided)
             return decided
@@ -230,7 +230,7 @@ class _Coordinator:
 
     async def abort(self, messages: Sequence[TaskCommitMessage | None]) -> None:
         decided = await self.decisions.read()
-        if self.batch.relation(decided) is Relation.COMMITTED:
+        if self.batch.relation(decided, _query_id(messages)) is Relation.COMMITTED:
             await self.roll_forward(decided)  # an abort never undoes a commit
             return
         if self.batch.job:

@@ -88,7 +88,8 @@ class Relation(enum.Enum):
 
     UNDECIDED = "undecided"  # no decision for it yet: its transactions are only ever aborted
     COMMITTED = "committed"  # decided: exactly the decision's transactions commit
-    SUPERSEDED = "superseded"  # a later batch was decided: a contradiction (see SinkStateError)
+    # a later batch was decided, or this batch number by another query: a contradiction (SinkStateError)
+    SUPERSEDED = "superseded"
 
 
 @dataclass(frozen=True)
@@ -133,10 +134,16 @@ class SinkBatch:
         batch = transactional_id[len(self.sink_id) + 1 :].split("/", 1)[0]
         return batch.isdigit() and int(batch) <= self.batch_id
 
-    def relation(self, decision: Decision | None) -> Relation:
+    def relation(self, decision: Decision | None, query_id: str | None = None) -> Relation:
+        """Where this batch of the query `query_id` (Spark's query id: kept across restarts from a
+        checkpoint, new with a new one) stands against the sink's latest decision."""
         if decision is None or decision.batch_id < self.batch_id:
             return Relation.UNDECIDED
         if decision.batch_id == self.batch_id:
+            if query_id and decision.query_id and decision.query_id != query_id:
+                # The same batch number of another query (a reset checkpoint, a second query): taken
+                # for this batch's decision, its rows would be dropped as already written.
+                return Relation.SUPERSEDED
             return Relation.COMMITTED
         return Relation.SUPERSEDED
 

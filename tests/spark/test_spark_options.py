@@ -95,6 +95,12 @@ def test_a_batch_names_its_transactions_and_what_it_sweeps():
         Relation.COMMITTED,
         Relation.SUPERSEDED,
     ]
+    # Batch 12 of the query that decided it, or of a query unknown; batch 12 of another query.
+    assert [stream.relation(decision, q) for q in ("q", None, "other")] == [
+        Relation.COMMITTED,
+        Relation.COMMITTED,
+        Relation.SUPERSEDED,
+    ]
     with pytest.raises(SinkStateError):
         Decision.parse(12, "not json")
 

@@ -229,6 +229,19 @@ def test_a_stream_reads_partitions_added_to_its_topic_from_their_first_offset(sp
     assert read_topic(url, sink) == {0: ["p0-a", "p0-b", "p0-c"], 1: ["p1-b", "p1-c"], 2: ["p2-b", "p2-c"]}
 
 
+def test_a_query_whose_checkpoint_was_reset_is_refused_its_sinks_decision_of_the_same_batch(spark, url, tmp_path):
+    source, sink = create_topic(url, "reset-in", 1), create_topic(url, "reset-out", 1)
+    produce(url, source, 0, ["a", "b"], transactional_id="reset-loader")
+    run_stream(spark, url, source, sink, "resetter", tmp_path / "first")  # its batch 0 is decided
+    assert read_topic(url, sink)[0] == ["a", "b"]
+    # A new checkpoint (a new query id), the same sink_id: its batch 0 used to be taken for the
+    # first query's, already written, so it wrote nothing and succeeded. Now it fails, saying why.
+    with pytest.raises(Exception, match=r"already committed batch 0 \(query .*a sink_id belongs to one streaming"):
+        run_stream(spark, url, source, sink, "resetter", tmp_path / "second")
+    assert read_topic(url, sink)[0] == ["a", "b"]
+    assert open_transactions(url, "resetter/") == []
+
+
 DRIVER_SCRIPT = """
 import os, sys
 os.environ["DRIVER_PID_VARIABLE"] = str(os.getpid())  # inherited by the JVM and its Python workers
