@@ -127,9 +127,13 @@ def _offsets(
     # Kafka's form {"topic": {"0": 23, "1": -2}}, or {"0": 23} for the one topic.
     if isinstance(parsed, dict) and set(parsed) == {topic} and isinstance(parsed[topic], dict):
         parsed = parsed[topic]
-    try:
-        offsets = {int(p): int(o) for p, o in parsed.items()} if isinstance(parsed, dict) else None
-    except (TypeError, ValueError):
+    offsets = (
+        # JSON integers only: int() would take 1.5 as 1 and true as 1, and fail on 1e400 (inf)
+        {int(p): o for p, o in parsed.items() if p.strip().isdecimal() and type(o) is int}
+        if isinstance(parsed, dict)
+        else None
+    )
+    if offsets is not None and len(offsets) != len(parsed):
         offsets = None
     if offsets is None or any(p < 0 or o < EARLIEST for p, o in offsets.items()):
         raise OptionError(

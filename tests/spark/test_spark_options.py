@@ -45,6 +45,11 @@ def test_read_options_defaults_and_offsets():
         ({"url": URL, "topic": "in", "isolation_level": "dirty"}, "isolation_level"),
         ({"url": URL, "topic": "in", "startingOffsets": "yesterday"}, "startingOffsets"),
         ({"url": URL, "topic": "in", "startingOffsets": '{"other": {"0": 1}}'}, "startingOffsets"),
+        # Not an integer offset: 1.5 and true used to be read as 1, and 1e400 failed with an OverflowError.
+        ({"url": URL, "topic": "in", "startingOffsets": '{"in": {"0": 1.5}}'}, "startingOffsets"),
+        ({"url": URL, "topic": "in", "startingOffsets": '{"in": {"0": true}}'}, "startingOffsets"),
+        ({"url": URL, "topic": "in", "startingOffsets": '{"in": {"0": 1e400}}'}, "startingOffsets"),
+        ({"url": URL, "topic": "in", "startingOffsets": '{"in": {"x": 1}}'}, "startingOffsets"),
         ({"url": URL, "topic": "in", "maxRecordsPerTrigger": "0"}, "at least 1"),
         ({"url": URL, "topic": "in", "binary": "yes"}, "'true' or 'false'"),
     ],
