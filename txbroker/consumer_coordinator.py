@@ -8,6 +8,14 @@ Invariant: the heartbeat task only records what the server answered (`latest`); 
 of the records poll() returned: a transactional offset commit for records of a revoked partition
 carries the old generation and is refused (KIP-447), instead of committing for a partition someone
 else owns.
+
+Invariant: a partition keeps its position (and its buffered records) across an adoption only if
+every generation since the adopted one assigned it to this member (`_kept`). The server bumps the
+generation without waiting for its members (there is no JoinGroup barrier), so poll() may adopt a
+generation several after its last: a partition another member owned in a generation in between
+(heartbeats answered generations g and g+2, or this member rejoined under a new member id) was
+processed, and maybe committed, by that member, and is taken up again from the committed offset,
+as a partition newly assigned.
 """
 
 from __future__ import annotations
@@ -60,6 +68,11 @@ class ConsumerCoordinator:
         self._backoff = backoff
         self._api_timeout_s = api_timeout_s
         self._latest: tuple[int, frozenset[TopicPartition]] | None = None  # from the last heartbeat
+        # The partitions of the adopted assignment that every generation answered since (without a
+        # gap: each the previous one or the next) assigned to this member too, and the generation
+        # of the last answer.
+        self._kept: frozenset[TopicPartition] = frozenset()
+        self._answered_generation = NO_GENERATION
         self._heartbeat_task: asyncio.Task | None = None
         self._heartbeat_error: TxbrokerError | None = None
         self._stopped = False
@@ -82,15 +95,20 @@ class ConsumerCoordinator:
             log.warning(
                 "consumer %s was evicted from group %r (session timeout?): rejoining", self.member_id, self.group_id
             )
-            self.member_id = NO_MEMBER
             body["member_id"] = NO_MEMBER
             answer = await self._connection.request("POST", group_path(self.group_id, "heartbeat"), body)
+        assignment = frozenset(TopicPartition(a["topic"], p) for a in answer["assignment"] for p in a["partitions"])
+        generation = answer["generation_id"]
+        if answer["member_id"] == self.member_id and generation - self._answered_generation in (0, 1):
+            self._kept &= assignment
+        else:  # a generation not seen, or a new membership: any partition may have had another owner since
+            self._kept = frozenset()
+        self._answered_generation = generation
         self.member_id = answer["member_id"]
         server_interval = answer.get("heartbeat_interval_ms")
         if server_interval:
             self._heartbeat_interval_s = min(self._heartbeat_interval_s, server_interval / 1000)
-        assignment = frozenset(TopicPartition(a["topic"], p) for a in answer["assignment"] for p in a["partitions"])
-        latest = (answer["generation_id"], assignment)
+        latest = (generation, assignment)
         if latest != self._latest:
             self._latest = latest
             if not subscriptions.is_adopted(*latest):
@@ -129,7 +147,8 @@ class ConsumerCoordinator:
         subscriptions.assignment_changed.clear()
         if self._latest is None or subscriptions.is_adopted(*self._latest):
             return None
-        event = subscriptions.adopt(*self._latest)
+        event = subscriptions.adopt(*self._latest, kept=self._kept)
+        self._kept = subscriptions.assignment
         log.info(
             "group %r generation %d: assigned %s",
             self.group_id,
@@ -152,6 +171,7 @@ class ConsumerCoordinator:
                 log.info("leaving group %r: %s", self.group_id, error)
         self.member_id = NO_MEMBER
         self._latest = None
+        self._kept = frozenset()
 
     async def close(self) -> None:
         self._stopped = True

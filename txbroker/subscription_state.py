@@ -4,7 +4,8 @@ generation, a position per assigned partition, and the paused partitions.
 
 Invariants:
 - Positions and pauses exist only for assigned partitions: adopting an assignment that revokes a
-  partition drops both.
+  partition drops both, as it does for a partition assigned again that another member may have
+  owned since (not `kept`): revoked, then assigned, it starts again from the committed offset.
 - A position is the offset of the next record poll() returns for its partition.
 - `assignment_changed` is set when what poll() should read changes (a subscribe(), or a heartbeat
   that brought another assignment): a long poll in flight then returns early.
@@ -77,9 +78,15 @@ class SubscriptionState:
     def is_adopted(self, generation: int, assignment: frozenset[TopicPartition]) -> bool:
         return (generation, assignment) == (self.generation, self.assignment)
 
-    def adopt(self, generation: int, assignment: frozenset[TopicPartition]) -> RebalanceEvent:
-        """Makes a group's assignment the one poll() reads; revoked partitions lose their position and pause."""
-        revoked, added = set(self.assignment - assignment), set(assignment - self.assignment)
+    def adopt(
+        self, generation: int, assignment: frozenset[TopicPartition], kept: frozenset[TopicPartition]
+    ) -> RebalanceEvent:
+        """Makes a group's assignment the one poll() reads. Partitions of the current assignment not
+        `kept` (owned by this member throughout since its adoption) are revoked, even when assigned
+        again: they lose their position and pause, and the assigned ones among them are reported as
+        assigned again."""
+        continuing = self.assignment & kept & assignment
+        revoked, added = set(self.assignment - continuing), set(assignment - continuing)
         self.generation, self.assignment = generation, assignment
         for tp in revoked:
             self.positions.pop(tp, None)
