@@ -195,7 +195,10 @@ class AsyncConsumer:
             if not self._subscriptions.assignment:
                 raise IllegalStateError("poll() needs subscribe() or assign() first")
             return None
-        return await self._require_group("subscribe()").update_assignment()
+        event = await self._require_group("subscribe()").update_assignment()
+        if event is not None:
+            self._fetcher.forget(event.revoked)
+        return event
 
     @staticmethod
     async def _run_listeners(event: RebalanceEvent) -> None:

@@ -15,7 +15,8 @@ generation without waiting for its members (there is no JoinGroup barrier), so p
 generation several after its last: a partition another member owned in a generation in between
 (heartbeats answered generations g and g+2, or this member rejoined under a new member id) was
 processed, and maybe committed, by that member, and is taken up again from the committed offset,
-as a partition newly assigned.
+as a partition newly assigned. So is a partition whose topic id changed (the topic was deleted and
+re-created under its name): the position was one in the deleted topic.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class ConsumerCoordinator:
         # of the last answer.
         self._kept: frozenset[TopicPartition] = frozenset()
         self._answered_generation = NO_GENERATION
+        self._answered_topic_ids: dict[str, str | None] = {}
         self._heartbeat_task: asyncio.Task | None = None
         self._heartbeat_error: TxbrokerError | None = None
         self._stopped = False
@@ -98,12 +100,15 @@ class ConsumerCoordinator:
             body["member_id"] = NO_MEMBER
             answer = await self._connection.request("POST", group_path(self.group_id, "heartbeat"), body)
         assignment = frozenset(TopicPartition(a["topic"], p) for a in answer["assignment"] for p in a["partitions"])
+        topic_ids = {a["topic"]: a.get("topic_id") for a in answer["assignment"]}
         generation = answer["generation_id"]
         if answer["member_id"] == self.member_id and generation - self._answered_generation in (0, 1):
-            self._kept &= assignment
+            self._kept = frozenset(
+                tp for tp in self._kept & assignment if topic_ids[tp.topic] == self._answered_topic_ids[tp.topic]
+            )
         else:  # a generation not seen, or a new membership: any partition may have had another owner since
             self._kept = frozenset()
-        self._answered_generation = generation
+        self._answered_generation, self._answered_topic_ids = generation, topic_ids
         self.member_id = answer["member_id"]
         server_interval = answer.get("heartbeat_interval_ms")
         if server_interval:

@@ -7,6 +7,8 @@ Invariants:
 - A position advances as poll() hands out records (a fetch brings up to fetch_max_records,
   buffered), past markers and aborted records to a fetch's `next_offset`, or by a seek; buffered
   records whose position changed are dropped.
+- A subscribed topic deleted under a group member is no error of poll(): its partitions are
+  skipped until the heartbeat brings the assignment without them (or with the topic re-created).
 """
 
 from __future__ import annotations
@@ -130,7 +132,7 @@ class Fetcher:
         try:
             await self.initialize_positions(deadline)
         except TxbrokerError as error:
-            if not error.retriable:
+            if not error.retriable and not self._topic_deleted_under_group(error):
                 raise
             log.warning("initializing positions: %s", error)
             return await self._pause_until(deadline, self._backoff.max_ms / 1000)
@@ -162,8 +164,17 @@ class Fetcher:
                 return await self._pause_until(deadline, self._backoff.max_ms / 1000)
             if answer is None:
                 return []
-        await self._keep_fetched(answer, requested)
-        return self._take_fetched()
+        deleted = await self._keep_fetched(answer, requested)
+        records = self._take_fetched()
+        if not records and deleted:  # the fetch answered at once: not again before the heartbeat may have come
+            return await self._pause_until(deadline, self._backoff.max_ms / 1000)
+        return records
+
+    def _topic_deleted_under_group(self, error: TxbrokerError) -> bool:
+        """A subscribed topic deleted since the assignment that names it: the group's next
+        generation leaves its partitions out, a member's next heartbeat brings it. (A manually
+        assigned partition of a topic that does not exist is the caller's error.)"""
+        return self._subscriptions.subscribed and isinstance(error, errors.UnknownTopicOrPartitionError)
 
     def _fetch_body(self, positions: dict[TopicPartition, int], max_wait_ms: int) -> dict:
         return {
@@ -191,16 +202,27 @@ class Fetcher:
         except TxbrokerError:
             return None  # fetched again, now
 
+    def forget(self, partitions: set[TopicPartition]) -> None:
+        """Drops what was fetched (buffered, prefetching) for partitions revoked: also those assigned
+        again, whose new position may equal the one the records were fetched at by chance (a topic
+        re-created under its name, whose records those are not)."""
+        for tp in partitions:
+            self._fetched.pop(tp, None)
+        if self._prefetch is not None and not partitions.isdisjoint(self._prefetch[0]):
+            self.drop_prefetch()
+
     def drop_prefetch(self) -> None:
         if self._prefetch is not None:
             self._prefetch[1].cancel()
             self._prefetch = None
 
-    async def _keep_fetched(self, answer: dict, requested: dict[TopicPartition, int]) -> None:
+    async def _keep_fetched(self, answer: dict, requested: dict[TopicPartition, int]) -> list[TopicPartition]:
         """Buffers a fetch's records; positions of partitions without records move to next_offset
-        (past markers and aborted records)."""
+        (past markers and aborted records). Returns the partitions of subscribed topics deleted
+        meanwhile (skipped)."""
         positions = self._subscriptions.positions
         reset: list[TopicPartition] = []
+        deleted: list[TopicPartition] = []
         for entry in answer["partitions"]:
             tp = TopicPartition(entry["topic"], entry["partition"])
             if positions.get(tp) != requested.get(tp):
@@ -213,7 +235,12 @@ class Fetcher:
                     )
                     reset.append(tp)
                     continue
-                raise errors.from_body(error)
+                failure = errors.from_body(error)
+                if self._topic_deleted_under_group(failure):
+                    log.warning("%s: %s (skipped until the group's next assignment)", tp, failure)
+                    deleted.append(tp)
+                    continue
+                raise failure
             if entry["records"]:
                 self._fetched[tp] = _Fetched(
                     deque(consumer_record(tp.topic, tp.partition, wire) for wire in entry["records"]),
@@ -224,6 +251,7 @@ class Fetcher:
                 positions[tp] = entry["next_offset"]
         if reset:
             await self.reset_positions(reset)
+        return deleted
 
     def _take_fetched(self) -> list[ConsumerRecord]:
         """Up to max_poll_records buffered records, advancing positions; starts the prefetch when

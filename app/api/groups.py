@@ -69,7 +69,8 @@ async def heartbeat(
             "generation_id": result.generation_id,
             "heartbeat_interval_ms": result.heartbeat_interval_ms,
             "assignment": [
-                {"topic": topic, "partitions": partitions} for topic, partitions in sorted(result.assignment.items())
+                {"topic": topic, "topic_id": result.topic_ids[topic], "partitions": partitions}
+                for topic, partitions in sorted(result.assignment.items())
             ],
         }
     )

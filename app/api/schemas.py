@@ -486,6 +486,10 @@ class HeartbeatRequest(Body):
 
 class AssignedTopic(Body):
     topic: str
+    topic_id: str = Field(
+        description="Kafka's topic id (KIP-516): another one when the topic was deleted and re-created under its "
+        "name, whose partitions start again from the group's committed offsets"
+    )
     partitions: list[int]
 
 

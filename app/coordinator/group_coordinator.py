@@ -45,12 +45,13 @@ from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.errors import BrokerError, ErrorCode
 from app.storage.groups import group_offsets, groups
 from app.storage.groups.group_offsets import CommittedOffset, OffsetEntry, PartitionLag
-from app.storage.groups.groups import CLASSIC_STATE_KEY, Group, Member
+from app.storage.groups.groups import CLASSIC_STATE_KEY, TOPIC_IDS_KEY, Group, Member
 from app.storage.log.topics import (
     CONSUMER_OFFSETS_TOPIC,
     find_topics,
     get_topic,
     hold_topics,
+    kafka_topic_id,
     unknown_partition,
     unknown_topic,
 )
@@ -73,6 +74,7 @@ class HeartbeatResult:
     generation_id: int
     heartbeat_interval_ms: int
     assignment: dict[str, list[int]]
+    topic_ids: dict[str, str]  # of the assigned topics: another one for a topic re-created under its name
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +166,15 @@ async def _nothing_accepted(
     return True
 
 
+def _re_created_since(group_id: str, generation_id: int, topic: str) -> BrokerError:
+    return BrokerError(
+        ErrorCode.ILLEGAL_GENERATION,
+        f"topic {topic!r} was deleted and created again since generation {generation_id} of group {group_id!r} "
+        f"assigned its partitions: those were the deleted topic's, not this one's; heartbeat to get the new "
+        f"generation, and read the new topic from the group's committed offsets",
+    )
+
+
 def _illegal_generation(group_id: str, received: int, current: int) -> BrokerError:
     return BrokerError(
         ErrorCode.ILLEGAL_GENERATION,
@@ -192,12 +203,16 @@ class GroupCoordinator:
     # ---- membership
 
     async def _assignment_now(self, conn: asyncpg.Connection, group_id: str) -> dict:
+        """The range assignment of the group's members, with the ids of the topics it assigns
+        (TOPIC_IDS_KEY)."""
         current = await groups.members(conn, group_id)
         subscribed = sorted({topic for member in current for topic in member.topics})
         topics = await find_topics(conn, subscribed)
-        return range_assignment(
+        assignment: dict = range_assignment(
             {m.member_id: m.topics for m in current}, {name: t.partition_count for name, t in topics.items()}
         )
+        assignment[TOPIC_IDS_KEY] = {name: kafka_topic_id(t.topic_uuid) for name, t in topics.items()}
+        return assignment
 
     async def _rebalance(
         self, conn: asyncpg.Connection, group: Group, now: int, assignment: dict | None = None
@@ -247,13 +262,20 @@ class GroupCoordinator:
             ]
             if expired:
                 await groups.remove_members(conn, group_id, expired)
-            # Also when nobody changed but the topics did (a subscribed topic was created or
-            # deleted): the assignment the members hold is no longer the one they would get.
+            # Also when nobody changed but the topics did (a subscribed topic was created, deleted,
+            # grew, or was re-created: another topic id): the assignment the members hold is no
+            # longer the one they would get.
             assignment = await self._assignment_now(conn, group_id)
             if changed or expired or assignment != group.assignment:
                 await self._rebalance(conn, group, now, assignment)
+        assigned = group.assignment.get(member_id, {})
+        topic_ids = group.assignment.get(TOPIC_IDS_KEY, {})
         return HeartbeatResult(
-            member_id, group.generation_id, heartbeat_interval(session_timeout_ms), group.assignment.get(member_id, {})
+            member_id,
+            group.generation_id,
+            heartbeat_interval(session_timeout_ms),
+            assigned,
+            {topic: topic_ids[topic] for topic in assigned},
         )
 
     async def leave(self, group_id: str, member_id: str) -> None:
@@ -405,7 +427,9 @@ class GroupCoordinator:
         the others get the commit's error against its group, if any. A commit of Kafka's door naming
         a generation (0 or more) of a group that did not exist (`created`: this transaction made its
         row) gets `unknown_group_error`; the group is then removed with the rest of what it refused
-        (`_nothing_accepted`)."""
+        (`_nothing_accepted`). A commit in the current generation of an HTTP group for a topic
+        deleted and re-created since that generation's assignment is ILLEGAL_GENERATION: the
+        member's positions were the deleted topic's (its next heartbeat brings a new generation)."""
         if created and unknown_group_error is not None and generation_id >= 0:
             group_error = _no_such_group(group_id, generation_id, unknown_group_error)
         else:
@@ -413,7 +437,19 @@ class GroupCoordinator:
                 conn, group_id, member_id, generation_id, group_instance_id, unknown_group_error, transactional
             )
         entry_errors = await self._entry_errors(conn, [(e.topic, e.partition) for e in entries])
-        return [entry_error or group_error for entry_error in entry_errors]
+        re_created: set[str] = set()
+        if group_error is None and generation_id >= 0:
+            assigned_ids = await groups.assigned_topic_ids(conn, group_id)
+            # The topics are held (`_entry_errors`): none is deleted or created again meanwhile.
+            current = await find_topics(conn, sorted({e.topic for e in entries} & assigned_ids.keys()))
+            re_created = {
+                name for name, topic in current.items() if kafka_topic_id(topic.topic_uuid) != assigned_ids[name]
+            }
+        return [
+            entry_error
+            or (_re_created_since(group_id, generation_id, e.topic) if e.topic in re_created else group_error)
+            for e, entry_error in zip(entries, entry_errors)
+        ]
 
     async def _entry_errors(self, conn: asyncpg.Connection, entries: list[tuple[str, int]]) -> list[BrokerError | None]:
         """Each (topic, partition)'s error (a topic or partition that does not exist), the topics

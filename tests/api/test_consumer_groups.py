@@ -971,8 +971,45 @@ def test_a_subscribed_topic_created_later_is_assigned_at_the_next_heartbeat(serv
         "/v1/groups/late-topic/heartbeat", json={"member_id": joined["member_id"], "topics": ["later"]}
     ).json()
     assert again["generation_id"] == joined["generation_id"] + 1
-    assert again["assignment"] == [{"topic": "later", "partitions": [0, 1]}]
+    assert assigned(again) == {"later": [0, 1]}
+    assert again["assignment"][0]["topic_id"] == client.get("/v1/topics/later").json()["topic_id"]
     steady = client.post(
         "/v1/groups/late-topic/heartbeat", json={"member_id": joined["member_id"], "topics": ["later"]}
     ).json()
     assert steady["generation_id"] == again["generation_id"], "no rebalance when nothing changed"
+
+
+def test_a_subscribed_topic_re_created_between_two_heartbeats_is_a_new_generation_and_topic_id(server):
+    """Deleted and created again under its name, with as many partitions, between two heartbeats of
+    the group's members: the assignment's partitions are the same, but they are another topic's,
+    whose records start again at offset 0 and whose committed offsets the deletion removed. A
+    member going on from its positions in the deleted topic would skip the new topic's first
+    records: the heartbeat answers a new generation, and the new topic id with the partitions; and
+    until then the generation the member has fences its commits of the new topic."""
+    client = server.client
+    client.post("/v1/topics", json={"name": "again", "partitions": 2}).raise_for_status()
+    joined = heartbeat(client, "re-created", topics=["again"])
+    old_id = client.get("/v1/topics/again").json()["topic_id"]
+    assert [(a["topic"], a["topic_id"], a["partitions"]) for a in joined["assignment"]] == [("again", old_id, [0, 1])]
+    assert client.delete("/v1/topics/again").status_code == 204
+    client.post("/v1/topics", json={"name": "again", "partitions": 2}).raise_for_status()
+    new_id = client.get("/v1/topics/again").json()["topic_id"]
+    assert new_id != old_id
+    # Before the member's heartbeat, its generation is still the current one, but what it read
+    # was the deleted topic's: its commits (plain, transactional) for the new topic are fenced.
+    stale = commit(client, "re-created", [("again", 0, 7)], joined["member_id"], joined["generation_id"])
+    assert entry_codes(stale) == ["ILLEGAL_GENERATION"] and "created again" in stale[0]["error"]["message"]
+    producer = TxnProducer(client, "re-created-tx")
+    producer.init()
+    stale_in_txn = txn_offset_commit(
+        client, producer, "re-created", [("again", 1, 7)], joined["member_id"], joined["generation_id"]
+    )
+    assert entry_codes(stale_in_txn.json()["offsets"]) == ["ILLEGAL_GENERATION"]
+    again = heartbeat(client, "re-created", joined["member_id"], topics=["again"])
+    assert again["generation_id"] == joined["generation_id"] + 1, "another topic: a rebalance"
+    assert [(a["topic"], a["topic_id"], a["partitions"]) for a in again["assignment"]] == [("again", new_id, [0, 1])]
+    steady = heartbeat(client, "re-created", joined["member_id"], topics=["again"])
+    assert steady["generation_id"] == again["generation_id"], "no rebalance when nothing changed"
+    current = commit(client, "re-created", [("again", 0, 0)], joined["member_id"], again["generation_id"])
+    assert entry_codes(current) == [None]
+    assert committed(client, "re-created", [("again", 0), ("again", 1)]) == {("again", 0): 0, ("again", 1): -1}

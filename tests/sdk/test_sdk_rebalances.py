@@ -1,10 +1,12 @@
 """The SDK consumer across rebalances it did not see one by one: a partition that another member
-owned meanwhile, however briefly, is taken up again from the group's committed offset, never from
-the position (or the buffered records) this consumer had before."""
+owned meanwhile, however briefly, or whose topic was deleted and re-created, is taken up again from
+the group's committed offset, never from the position (or the buffered records) this consumer had
+before; and a subscribed topic deleted under it is no error of poll()."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import httpx
 import pytest
@@ -18,6 +20,61 @@ async def until(condition, what: str, timeout_s: float = 10) -> None:
     async with asyncio.timeout(timeout_s):
         while not condition():
             await asyncio.sleep(0.02)
+
+
+class HeldHeartbeats(httpx.AsyncHTTPTransport):
+    """A transport whose group heartbeats wait while `held` (the member's next one then reaches the
+    server only after what the test did meanwhile, as if it came late)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released = asyncio.Event()
+        self.released.set()
+        self.answered = 0  # heartbeats answered
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if not request.url.path.endswith("/heartbeat"):
+            return await super().handle_async_request(request)
+        await self.released.wait()
+        response = await super().handle_async_request(request)
+        self.answered += 1
+        return response
+
+
+def held_consumer(server, heartbeats: HeldHeartbeats, **options) -> AsyncConsumer:
+    """A member of group "g" whose heartbeats the test holds, prefetching nothing (a prefetch
+    answered between a topic's deletion and the writes to the new one: out of range, a reset)."""
+    return AsyncConsumer(
+        server.url,
+        group_id="g",
+        transport=heartbeats,
+        enable_auto_commit=False,
+        prefetch=False,
+        heartbeat_interval_ms=50,
+        **options,
+        **FAST,
+    )
+
+
+async def send_values(producer: AsyncProducer, topic: str, values: list[str]) -> None:
+    for value in values:
+        await producer.send(topic, value=value)
+    await producer.flush()
+
+
+async def re_create_unseen(
+    admin: AsyncAdmin, producer: AsyncProducer, heartbeats: HeldHeartbeats, topic: str, values: list[str]
+) -> None:
+    """Deletes the topic, creates it again and writes `values` to it, no heartbeat of the member
+    answered meanwhile; returns once one after it was handled."""
+    heartbeats.released.clear()
+    await admin.delete_topic(topic)
+    await admin.create_topic(topic)
+    await send_values(producer, topic, values)
+    answered = heartbeats.answered
+    heartbeats.released.set()
+    # Two: the one after the re-creation was handled before the next one was sent.
+    await until(lambda: heartbeats.answered >= answered + 2, "a heartbeat after the re-creation")
 
 
 async def group_generation(client: httpx.AsyncClient, group_id: str) -> int:
@@ -122,3 +179,96 @@ def test_a_partition_another_member_owned_between_two_polls_restarts_from_its_co
                 assert kept_offsets == list(range(len(kept_offsets))), "A goes on with it from its own position"
 
     asyncio.run(scenario())
+
+
+def test_a_topic_re_created_between_two_heartbeats_is_read_from_its_start(server):
+    """The subscribed topic is deleted and created again (as many partitions) with no heartbeat of
+    the member in between, then written: the member must read the new topic from its committed
+    offset (none: the deletion removed them; so auto_offset_reset), not go on at its position in
+    the deleted topic, which skipped the new topic's first records."""
+
+    async def scenario() -> list[bytes]:
+        heartbeats = HeldHeartbeats()
+        async with AsyncAdmin(server.url) as admin, AsyncProducer(server.url, **FAST) as producer:
+            await admin.create_topic("in")
+            await send_values(producer, "in", [f"old{i}" for i in range(10)])
+            async with held_consumer(server, heartbeats, auto_offset_reset="earliest") as consumer:
+                consumer.subscribe(["in"])
+                old: list = []
+                while len(old) < 10:
+                    old += await consumer.poll(timeout_ms=500)
+                await consumer.commit()
+                await re_create_unseen(admin, producer, heartbeats, "in", [f"new{i}" for i in range(15)])
+                new: list = []
+                while not new or new[-1].value != b"new14":
+                    new += await consumer.poll(timeout_ms=500)
+                return [r.value for r in new]
+
+    assert asyncio.run(scenario()) == [f"new{i}".encode() for i in range(15)]
+
+
+def test_a_subscribed_topic_deleted_under_the_group_is_no_error_of_poll(server, caplog):
+    """Until the member's next heartbeat brings the assignment without it, its partitions are
+    skipped (the fetch answers UNKNOWN_TOPIC_OR_PARTITION for them); the other topics' records
+    keep coming. Kafka's consumer does not raise either."""
+
+    async def scenario() -> None:
+        heartbeats = HeldHeartbeats()
+        async with AsyncAdmin(server.url) as admin:
+            await admin.create_topic("keep")
+            await admin.create_topic("gone")
+            consumer = AsyncConsumer(
+                server.url, group_id="g", transport=heartbeats, auto_offset_reset="earliest", **FAST
+            )
+            async with consumer, AsyncProducer(server.url, **FAST) as producer:
+                consumer.subscribe(["keep", "gone"])
+                while len(consumer.assignment()) < 2:
+                    await consumer.poll(timeout_ms=100)
+                await consumer.poll(timeout_ms=100)  # the positions of both
+                heartbeats.released.clear()
+                await admin.delete_topic("gone")
+                await producer.send_and_wait("keep", value="after")
+                with caplog.at_level(logging.WARNING, logger="txbroker.consumer"):
+                    records: list = []
+                    while not records:
+                        records = await consumer.poll(timeout_ms=200)
+                    assert [r.value for r in records] == [b"after"]
+                    while "skipped until the group's next assignment" not in caplog.text:
+                        await consumer.poll(timeout_ms=100)
+                assert "UNKNOWN_TOPIC_OR_PARTITION" in caplog.text and "'gone'" in caplog.text
+                heartbeats.released.set()
+                while consumer.assignment() != {TopicPartition("keep", 0)}:
+                    await consumer.poll(timeout_ms=100)
+
+    asyncio.run(scenario())
+
+
+def test_records_buffered_from_a_deleted_topic_are_not_handed_out_as_the_re_created_ones(server):
+    """The member had records of the topic fetched and not yet returned (max_poll_records) when the
+    topic was deleted and created again; its new position (auto_offset_reset "latest") happens to
+    be the one those records start at. They are the deleted topic's: poll() must not return them."""
+
+    async def scenario() -> list[bytes]:
+        heartbeats = HeldHeartbeats()
+        async with AsyncAdmin(server.url) as admin, AsyncProducer(server.url, **FAST) as producer:
+            await admin.create_topic("in")
+            await send_values(producer, "in", [f"old{i}" for i in range(20)])
+            async with held_consumer(server, heartbeats, auto_offset_reset="latest", max_poll_records=5) as consumer:
+                consumer.subscribe(["in"])
+                while not consumer.assignment():
+                    await consumer.poll(timeout_ms=100)
+                consumer.seek(TopicPartition("in", 0), 0)
+                old: list = []
+                while not old:
+                    old = await consumer.poll(timeout_ms=500)
+                assert [r.value for r in old] == [f"old{i}".encode() for i in range(5)], "15 more buffered"
+                await re_create_unseen(admin, producer, heartbeats, "in", [f"new{i}" for i in range(5)])
+                # This poll adopts the new generation: the position is the new topic's end (5).
+                new = await consumer.poll(timeout_ms=200)
+                if not new:
+                    await producer.send_and_wait("in", value="new5")
+                while not new:
+                    new = await consumer.poll(timeout_ms=500)
+                return [r.value for r in new]
+
+    assert asyncio.run(scenario()) == [b"new5"]

@@ -18,6 +18,14 @@ from app.storage.rows import all_from_rows, from_row
 # row lock as the membership it describes (app/coordinator/classic_groups.py), without a migration.
 CLASSIC_STATE_KEY = ""
 
+# The key of an HTTP group's `consumer_groups.assignment` that holds the Kafka topic id (KIP-516) of
+# each existing subscribed topic the assignment was computed with: a topic deleted and re-created
+# under its name is another topic, so the assignment differs (a new generation) even when its
+# partitions do not, and members take it up from its committed offsets, not from their positions in
+# the deleted one. No member id is this text (the server makes them: "member-" or a client id, then
+# a uuid).
+TOPIC_IDS_KEY = "topic ids"
+
 # A NOTIFY on it, payload the group id, is sent at the commit of a change to a group's membership or
 # rebalance state (`announce_change`): the JoinGroups and SyncGroups waiting for that group in every
 # server process re-read at once (app/coordinator/classic_groups.py), not at their next poll.
@@ -90,6 +98,15 @@ async def lock_existing(conn: asyncpg.Connection, group_id: str) -> Group | None
         group_id,
     )
     return None if row is None else from_row(Group, row)
+
+
+async def assigned_topic_ids(conn: asyncpg.Connection, group_id: str) -> dict[str, str]:
+    """The topic ids the group's current assignment was computed with (TOPIC_IDS_KEY; none for a
+    Kafka group, or a group without a row)."""
+    found = await conn.fetchval(
+        "SELECT assignment -> $2 FROM consumer_groups WHERE group_id = $1", group_id, TOPIC_IDS_KEY
+    )
+    return found or {}
 
 
 async def delete(conn: asyncpg.Connection, group_id: str) -> None:
