@@ -257,11 +257,24 @@ class TxbrokerStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def _capped(begin: Mapping[int, int], latest: Mapping[int, int], budget: int) -> dict[int, int]:
     """`latest`, with at most `budget` offsets past `begin` in all, shared fairly: each partition
-    gets an equal share of what is left, and the share a partition does not need goes to the others."""
+    gets an equal share of what is left, and the share a partition does not need goes to the others.
+    What equal shares cannot split (fewer offsets left than partitions wanting them, as when the
+    budget is below the number of partitions) goes one offset each to partitions in turn, the turn
+    moving with the stream's position: handing it always to the same partitions (the furthest
+    behind, say) would starve the others for as long as those keep growing."""
     capped = {p: begin[p] for p in latest}
     waiting = sorted((p for p in latest if latest[p] > begin[p]), key=lambda p: latest[p] - begin[p])
     for i, partition in enumerate(waiting):
-        take = min(latest[partition] - begin[partition], budget // (len(waiting) - i))
-        capped[partition] += take
-        budget -= take
+        share = budget // (len(waiting) - i)
+        if latest[partition] - begin[partition] > share:
+            short = sorted(waiting[i:])  # each wants more than the share: all get it
+            for each in short:
+                capped[each] += share
+            budget -= share * len(short)
+            turn = sum(begin.values()) % len(short)
+            for each in (short[turn:] + short[:turn])[:budget]:
+                capped[each] += 1
+            break
+        capped[partition] = latest[partition]
+        budget -= latest[partition] - begin[partition]
     return capped

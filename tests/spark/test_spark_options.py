@@ -126,5 +126,21 @@ def test_max_records_per_trigger_is_shared_fairly():
     begin = {0: 0, 1: 100, 2: 5}
     assert _capped(begin, {0: 1000, 1: 110, 2: 5}, 300) == {0: 290, 1: 110, 2: 5}
     assert _capped(begin, {0: 1000, 1: 1100, 2: 5}, 300) == {0: 150, 1: 250, 2: 5}
-    assert _capped(begin, {0: 1000, 1: 1100, 2: 1005}, 1) == {0: 0, 1: 100, 2: 6}
+    assert _capped(begin, {0: 1000, 1: 1100, 2: 1005}, 1) == {0: 1, 1: 100, 2: 5}  # the turn: 105 % 3
     assert _capped(begin, {0: 10, 1: 100, 2: 5}, 300) == {0: 10, 1: 100, 2: 5}
+
+
+def test_a_budget_below_the_partitions_starves_none_while_others_keep_growing():
+    """maxRecordsPerTrigger 2 over 3 partitions: partitions 0 and 1 get 10 records more each
+    micro-batch, partition 2 has its one record. Every batch takes its 2 offsets, and partition 2's
+    record is taken within the first two batches (the shares once went to the partitions furthest
+    behind, and partition 2 never was)."""
+    begin, latest = {0: 0, 1: 0, 2: 0}, {0: 10, 1: 10, 2: 1}
+    for _ in range(2):
+        end = _capped(begin, latest, 2)
+        assert sum(end.values()) - sum(begin.values()) == 2
+        begin, latest = end, {0: latest[0] + 10, 1: latest[1] + 10, 2: 1}
+    assert begin[2] == 1
+    for _ in range(30):  # partitions 0 and 1 then share the batches evenly
+        begin = _capped(begin, {0: begin[0] + 10, 1: begin[1] + 10, 2: 1}, 3)
+    assert abs(begin[0] - begin[1]) <= 1
