@@ -1,4 +1,5 @@
-"""Prometheus metrics: requests, latencies, records in and out, per-partition high watermarks.
+"""Prometheus metrics: HTTP and Kafka requests, their latencies and errors, records in and out,
+per-partition high watermarks.
 
 One scrape shows the node. The counters are this process's, or, under `serve --workers N`, where a
 scrape reaches one worker, every worker's: there prometheus-client runs in multiprocess mode (the
@@ -53,12 +54,36 @@ class Metrics:
             "Kafka Fetch requests answered from a read made while the client parsed the answer before",
             registry=self.registry,
         )
+        self.kafka_requests = Counter(
+            "txbroker_kafka_requests",
+            "Kafka requests served, by API (Kafka's name of it)",
+            ["api"],
+            registry=self.registry,
+        )
+        self.kafka_request_errors = Counter(
+            "txbroker_kafka_request_errors",
+            "error codes in the Kafka door's answers, one per occurrence, by API and Kafka's name of the "
+            "code (NONE not counted); CONNECTION_CLOSED: a request answered by closing its connection",
+            ["api", "error"],
+            registry=self.registry,
+        )
+        self.kafka_latency = Histogram(
+            "txbroker_kafka_request_seconds", "time to answer a Kafka request", ["api"], registry=self.registry
+        )
         self.fetch_reads_ahead_unused = Counter(
             "txbroker_kafka_fetch_reads_ahead_unused",
             "reads made ahead for a Kafka connection's next Fetch that no Fetch took "
             "(another request came, or none in time)",
             registry=self.registry,
         )
+
+    def count_kafka_request(self, api: str, seconds: float, errors: Iterable[str]) -> None:
+        """A request of the Kafka door (app/kafka/request_metrics.py): `api` Kafka's name of its API,
+        `errors` Kafka's names of the error codes its answer carried."""
+        self.kafka_requests.labels(api).inc()
+        self.kafka_latency.labels(api).observe(seconds)
+        for error in errors:
+            self.kafka_request_errors.labels(api, error).inc()
 
 
 class _Scrape:

@@ -16,7 +16,7 @@ import contextlib
 import functools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from app.coordinator import cluster_nodes, security_admin, topic_admin, transaction_admin
@@ -702,6 +702,10 @@ class BrokerCalls:
             away = _database_away("Fetch", error)
             return [FetchedPartition(p, error=denied[p.topic] or away) for p in positions]
         return self._counted(results)
+
+    def count_request(self, api: str, seconds: float, errors: Iterable[str]) -> None:
+        """A Kafka request served, in the node's metrics (request_metrics.py says what is counted)."""
+        self._state.metrics.count_kafka_request(api, seconds, errors)
 
     def new_read_ahead(self) -> ReadAhead:
         """A connection's read ahead for its Fetch requests, counted in the node's metrics; the
