@@ -17,7 +17,14 @@ from collections.abc import Iterable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
@@ -27,6 +34,11 @@ from app.api.deps import PoolDep
 from app.coordinator import topic_admin
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize
 from app.runtime.metrics_folder import MULTIPROCESS_DIR_VARIABLE
+
+# A counter's and a histogram's `_created` series (when its labels were first seen) exist only in
+# one process: the multiprocess mode of `serve --workers N` has none. Left out everywhere, a scrape
+# shows the same series whatever the number of workers, and half as many.
+disable_created_metrics()
 
 
 class Metrics:
@@ -106,6 +118,17 @@ def route_label(route) -> str:
     return "unmatched" if path is None else path.replace(":group_id}", "}")
 
 
+# The methods a label names; any other a client sends (HTTP lets it invent them: PROPFIND, FOO) is
+# counted as OTHER_METHOD, as OpenTelemetry's http.request.method counts it, so that no client can
+# add series at will.
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+OTHER_METHOD = "_OTHER"
+
+
+def method_label(method: str) -> str:
+    return method if method in KNOWN_METHODS else OTHER_METHOD
+
+
 class MetricsMiddleware:
     """Counts and times every request by route template (pure ASGI: no per-request task overhead)."""
 
@@ -125,7 +148,7 @@ class MetricsMiddleware:
             if not counted:
                 counted = True
                 route = route_label(scope.get("route"))
-                self.metrics.requests.labels(scope["method"], route, str(status)).inc()
+                self.metrics.requests.labels(method_label(scope["method"]), route, str(status)).inc()
                 self.metrics.latency.labels(route).observe(time.perf_counter() - started)
 
         async def counting_send(message):

@@ -528,3 +528,29 @@ def test_metrics_count_requests_by_route_template_not_raw_path(server):
         r'^txbroker_http_requests_total\{[^}]*route="/v1/groups/\{group_id\}"[^}]*status="404"[^}]*\} 1\.0$', text, re.M
     ), text
     assert "one-unknown" not in text and "some/group" not in text
+
+
+def test_metrics_count_methods_the_api_does_not_serve_as_one(server):
+    """HTTP's parser takes dozens of methods (WebDAV's, ...): each was a series of its own per route
+    and status, which any client could add; they are counted as `_OTHER`."""
+    for method in ("PROPFIND", "MKCOL", "SEARCH", "UNLOCK"):
+        assert server.client.request(method, "/v1/topics").status_code == 405
+    server.client.request("PROPPATCH", "/no/such/path")
+    text = server.client.get("/metrics").text
+    methods = set(re.findall(r'^txbroker_http_requests_total\{[^}]*method="([^"]*)"', text, re.M))
+    assert methods <= {"GET", "POST", "_OTHER"}, methods
+    assert re.search(
+        r'^txbroker_http_requests_total\{method="_OTHER",route="/v1/topics",status="405"\} 4\.0$', text, re.M
+    ), text
+    assert re.search(
+        r'^txbroker_http_requests_total\{method="_OTHER",route="unmatched",status="\d+"\} 1\.0$', text, re.M
+    )
+
+
+def test_metrics_have_the_same_series_with_one_worker_as_with_several(server):
+    """The `_created` series prometheus-client adds in one process, not in the multiprocess mode of
+    `serve --workers N`, are left out: a dashboard or alert sees the same series either way."""
+    server.client.get("/v1/topics")
+    text = server.client.get("/metrics").text
+    assert "txbroker_http_requests_total{" in text
+    assert "_created" not in text, [line for line in text.splitlines() if "_created" in line][:5]
