@@ -269,24 +269,26 @@ async def delete_records(
     pool: asyncpg.Pool, actor: Actor, topic_name: str, requested: list[tuple[int, int]]
 ) -> list[RecordsDeleted]:
     """Moves each (partition, offset)'s log start up to the offset; per-partition errors are
-    answers (UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE). Retrying is safe: the log start
-    never moves back."""
-    answers = []
-    async with pool.acquire() as conn:
+    answers (UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE), in the order asked. Retrying is safe:
+    the log start never moves back. The moves and their audit entry commit together (none when no
+    log start moved); the partitions are locked in lock order, as appends lock them, so that this
+    PostgreSQL transaction cannot deadlock with a write batch's."""
+    moved: dict[int, RecordsDeleted] = {}
+    async with pool.acquire() as conn, conn.transaction():
         topic = await topics.get_topic(conn, topic_name)
         log_cleaner.check_records_deletable(topic)
-        for partition, offset in requested:
+        for index, (partition, offset) in sorted(enumerate(requested), key=lambda asked: asked[1][0]):
             try:
-                answers.append(
-                    RecordsDeleted(partition, await log_cleaner.delete_records(conn, topic, partition, offset))
-                )
+                # A savepoint: a refused partition rolls back its own steps only.
+                async with conn.transaction():
+                    moved[index] = RecordsDeleted(
+                        partition, await log_cleaner.delete_records(conn, topic, partition, offset)
+                    )
             except BrokerError as error:
-                answers.append(RecordsDeleted(partition, error=error))
-        await record(
-            conn,
-            actor,
-            "delete records",
-            topic_name,
-            ", ".join(f"{answer.partition}:{answer.low_watermark}" for answer in answers),
-        )
+                moved[index] = RecordsDeleted(partition, error=error)
+        answers = [moved[index] for index in range(len(requested))]
+        deleted = [answer for answer in answers if answer.error is None]
+        if deleted:
+            details = ", ".join(f"partition {answer.partition}: log start {answer.low_watermark}" for answer in deleted)
+            await record(conn, actor, "delete records", topic_name, details)
     return answers

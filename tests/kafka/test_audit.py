@@ -6,8 +6,10 @@ told from one deleted over HTTP by nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 
+import asyncpg
 import httpx
 import pytest
 from confluent_kafka import TopicPartition
@@ -26,7 +28,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tests.api.test_review_fixes import init_transactional, txn_state
+from tests.api.test_log_lifecycle import delete_records, log_start, produce
+from tests.api.test_review_fixes import _make_audit_fail, init_transactional, txn_state
 from tests.console.abort_form import abort_from_the_console
 from tests.kafka.clients import WAIT_S
 from tests.kafka.test_security import confluent_config
@@ -132,3 +135,36 @@ def test_https_and_the_consoles_actions_are_audited_as_theirs(secured, admin):
         ("admin", "http", "abort transaction", "aborted-over-http"),
         ("admin", "console", "abort transaction", "aborted-in-the-console"),
     ]
+
+
+# ---- an entry exists exactly when its change was made
+
+
+def test_records_deleted_and_their_entry_commit_together(secured, admin):
+    """DeleteRecords moved each partition's log start in a PostgreSQL transaction of its own, then
+    wrote the audit entry apart: an entry that failed left records deleted by nobody on record
+    (answered 500), and a request whose every partition was refused still wrote one."""
+    admin.post("/v1/topics", json={"name": "trimmed", "partitions": 2}).raise_for_status()
+    for partition in (0, 1):
+        produce(admin, "trimmed", [{"value": f"v{n}"} for n in range(4)], partition)
+
+    refused = delete_records(admin, "trimmed", {0: 9, 1: 7})  # past the high watermarks
+    assert [p["error"]["code"] for p in refused.json()["partitions"]] == ["OFFSET_OUT_OF_RANGE"] * 2
+    assert "delete records" not in [action for _, _, action, _, _ in audited(admin)]
+
+    asyncio.run(_make_audit_fail(secured.database_url))
+    assert delete_records(admin, "trimmed", {0: 2, 1: 3}).status_code == 500
+    assert (log_start(admin, "trimmed", 0), log_start(admin, "trimmed", 1)) == (0, 0)
+
+    asyncio.run(_let_audit_succeed(secured.database_url))
+    moved = delete_records(admin, "trimmed", {1: 3, 0: 9})  # partition 1 moves, 0 is refused
+    assert [(p["partition"], p["low_watermark"]) for p in moved.json()["partitions"]] == [(1, 3), (0, -1)]
+    assert audited(admin)[-1] == ("admin", "http", "delete records", "trimmed", "partition 1: log start 3")
+
+
+async def _let_audit_succeed(database_url: str) -> None:
+    conn = await asyncpg.connect(database_url)
+    try:
+        await conn.execute("DROP TRIGGER refuse_audit ON audit_log")
+    finally:
+        await conn.close()
