@@ -554,3 +554,17 @@ def test_metrics_have_the_same_series_with_one_worker_as_with_several(server):
     text = server.client.get("/metrics").text
     assert "txbroker_http_requests_total{" in text
     assert "_created" not in text, [line for line in text.splitlines() if "_created" in line][:5]
+
+
+def test_metrics_count_the_requests_refused_before_routing(server):
+    """A request to a name that is not loopback's (DNS rebinding) and a cross-site write are refused
+    by middlewares before any route: they were answered 400 and counted nowhere."""
+    rebound = server.client.get("/v1/topics", headers={"Host": "attacker.example"})
+    assert rebound.status_code == 400
+    cross_site = server.client.post("/v1/topics", json={"name": "x"}, headers={"Origin": "https://attacker.example"})
+    assert cross_site.status_code == 400
+    text = server.client.get("/metrics").text
+    for method in ("GET", "POST"):
+        assert re.search(
+            rf'^txbroker_http_requests_total\{{method="{method}",route="unmatched",status="400"\}} 1\.0$', text, re.M
+        ), text
