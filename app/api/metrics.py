@@ -6,7 +6,8 @@ scrape reaches one worker, every worker's: there prometheus-client runs in multi
 supervisor sets PROMETHEUS_MULTIPROC_DIR, a folder per node: app/runtime/metrics_folder.py), each worker
 writes its values to files of its own, and a scrape sums them all, so the node's counters never go
 back (Prometheus reads any drop as a restart). The partitions' high watermarks and LSOs are read
-from PostgreSQL at each scrape, never kept in a process.
+from PostgreSQL at each scrape, never kept in a process; while PostgreSQL is away a scrape answers
+the counters without them.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from app.api.auth import PrincipalDep
 from app.api.deps import PoolDep
 from app.coordinator import topic_admin
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize
+from app.coordinator.health import CONNECTION_ERRORS
 from app.runtime.metrics_folder import MULTIPROCESS_DIR_VARIABLE
 
 # A counter's and a histogram's `_created` series (when its labels were first seen) exist only in
@@ -173,7 +175,13 @@ async def metrics_text(request: Request, pool: PoolDep, principal: PrincipalDep)
     """Prometheus text format. Needs Describe on the Cluster."""
     authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
     metrics: Metrics = request.app.state.metrics
-    found = await topic_admin.describe_topics(pool)
+    try:
+        found = await topic_admin.describe_topics(pool)
+    except CONNECTION_ERRORS:
+        # PostgreSQL away: the counters, which are the node's own, are answered all the same (the
+        # 503s and closed Kafka connections they are counting are what an operator looks for
+        # then), the partitions' gauges left out until it answers again.
+        found = []
     # Built on each scrape, so deleted topics disappear and every worker answers the same.
     high_watermark = GaugeMetricFamily(
         "txbroker_partition_high_watermark", "next offset to be written", labels=["topic", "partition"]
