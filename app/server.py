@@ -204,8 +204,9 @@ def create_app(
 
     app.add_middleware(UnexpectedErrors)
     app.add_middleware(JsonBodies, max_bytes=settings.max_request_bytes)
-    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     app.add_middleware(CrossSiteWrites)
     if settings.auth != "required" and not settings.allow_anonymous:  # loopback only: its names only
         app.add_middleware(LoopbackHostsOnly)
+    # Outermost (the last added): every request is counted, those the two checks above refuse too.
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     return app

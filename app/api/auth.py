@@ -11,6 +11,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from app.coordinator import security_admin
+from app.coordinator.audit import Actor, AuditSource
 from app.coordinator.authorizer import ANONYMOUS, Principal
 from app.errors import BrokerError, ErrorCode
 
@@ -23,6 +24,11 @@ def _unauthorized(what: str) -> BrokerError:
         f"{what}: this server requires credentials; send 'Authorization: Bearer <API key>' "
         f"(an administrator creates keys with `txbroker principals add-key NAME` or POST /v1/principals/NAME/keys)",
     )
+
+
+def http_actor(principal: Principal) -> Actor:
+    """Who makes a change over HTTP: what its audit entry names."""
+    return Actor(principal.name, AuditSource.HTTP)
 
 
 async def token_principal(request: Request, token: str) -> Principal | None:

@@ -8,7 +8,7 @@ from fastapi.responses import Response
 from starlette.convertors import Convertor, register_url_convertor
 
 from app.api import schemas
-from app.api.auth import PrincipalDep
+from app.api.auth import PrincipalDep, http_actor
 from app.api.deps import READY, GroupCoordinatorDep, SettingsDep
 from app.api.json_route import OrjsonRoute
 from app.api.request_limits import check_partition_count
@@ -209,7 +209,7 @@ async def delete_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, pri
     the id afterwards starts a fresh group. 409 NON_EMPTY_GROUP while it has members, 404
     GROUP_ID_NOT_FOUND. Needs Delete on the group."""
     authorize(principal, Operation.DELETE, ResourceType.GROUP, group_id)
-    await groups.delete(principal.name, group_id)
+    await groups.delete(http_actor(principal), group_id)
     return Response(status_code=204)
 
 
@@ -230,7 +230,7 @@ async def delete_offsets(
     for topic in {p.topic for p in body.partitions}:
         authorize(principal, Operation.READ, ResourceType.TOPIC, topic)
     partitions = [(p.topic, p.partition) for p in body.partitions]
-    errors = await groups.delete_offsets(principal.name, group_id, partitions)
+    errors = await groups.delete_offsets(http_actor(principal), group_id, partitions)
     return json_response(
         {
             "offsets": [

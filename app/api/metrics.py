@@ -1,11 +1,13 @@
-"""Prometheus metrics: requests, latencies, records in and out, per-partition high watermarks.
+"""Prometheus metrics: HTTP and Kafka requests, their latencies and errors, records in and out,
+per-partition high watermarks.
 
 One scrape shows the node. The counters are this process's, or, under `serve --workers N`, where a
 scrape reaches one worker, every worker's: there prometheus-client runs in multiprocess mode (the
 supervisor sets PROMETHEUS_MULTIPROC_DIR, a folder per node: app/runtime/metrics_folder.py), each worker
 writes its values to files of its own, and a scrape sums them all, so the node's counters never go
 back (Prometheus reads any drop as a restart). The partitions' high watermarks and LSOs are read
-from PostgreSQL at each scrape, never kept in a process.
+from PostgreSQL at each scrape, never kept in a process; while PostgreSQL is away a scrape answers
+the counters without them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,14 @@ from collections.abc import Iterable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
@@ -25,7 +34,13 @@ from app.api.auth import PrincipalDep
 from app.api.deps import PoolDep
 from app.coordinator import topic_admin
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize
+from app.coordinator.health import CONNECTION_ERRORS
 from app.runtime.metrics_folder import MULTIPROCESS_DIR_VARIABLE
+
+# A counter's and a histogram's `_created` series (when its labels were first seen) exist only in
+# one process: the multiprocess mode of `serve --workers N` has none. Left out everywhere, a scrape
+# shows the same series whatever the number of workers, and half as many.
+disable_created_metrics()
 
 
 class Metrics:
@@ -53,12 +68,36 @@ class Metrics:
             "Kafka Fetch requests answered from a read made while the client parsed the answer before",
             registry=self.registry,
         )
+        self.kafka_requests = Counter(
+            "txbroker_kafka_requests",
+            "Kafka requests served, by API (Kafka's name of it)",
+            ["api"],
+            registry=self.registry,
+        )
+        self.kafka_request_errors = Counter(
+            "txbroker_kafka_request_errors",
+            "error codes in the Kafka door's answers, one per occurrence, by API and Kafka's name of the "
+            "code (NONE not counted); CONNECTION_CLOSED: a request answered by closing its connection",
+            ["api", "error"],
+            registry=self.registry,
+        )
+        self.kafka_latency = Histogram(
+            "txbroker_kafka_request_seconds", "time to answer a Kafka request", ["api"], registry=self.registry
+        )
         self.fetch_reads_ahead_unused = Counter(
             "txbroker_kafka_fetch_reads_ahead_unused",
             "reads made ahead for a Kafka connection's next Fetch that no Fetch took "
             "(another request came, or none in time)",
             registry=self.registry,
         )
+
+    def count_kafka_request(self, api: str, seconds: float, errors: Iterable[str]) -> None:
+        """A request of the Kafka door (app/kafka/request_metrics.py): `api` Kafka's name of its API,
+        `errors` Kafka's names of the error codes its answer carried."""
+        self.kafka_requests.labels(api).inc()
+        self.kafka_latency.labels(api).observe(seconds)
+        for error in errors:
+            self.kafka_request_errors.labels(api, error).inc()
 
 
 class _Scrape:
@@ -81,6 +120,17 @@ def route_label(route) -> str:
     return "unmatched" if path is None else path.replace(":group_id}", "}")
 
 
+# The methods a label names; any other a client sends (HTTP lets it invent them: PROPFIND, FOO) is
+# counted as OTHER_METHOD, as OpenTelemetry's http.request.method counts it, so that no client can
+# add series at will.
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+OTHER_METHOD = "_OTHER"
+
+
+def method_label(method: str) -> str:
+    return method if method in KNOWN_METHODS else OTHER_METHOD
+
+
 class MetricsMiddleware:
     """Counts and times every request by route template (pure ASGI: no per-request task overhead)."""
 
@@ -100,7 +150,7 @@ class MetricsMiddleware:
             if not counted:
                 counted = True
                 route = route_label(scope.get("route"))
-                self.metrics.requests.labels(scope["method"], route, str(status)).inc()
+                self.metrics.requests.labels(method_label(scope["method"]), route, str(status)).inc()
                 self.metrics.latency.labels(route).observe(time.perf_counter() - started)
 
         async def counting_send(message):
@@ -125,7 +175,13 @@ async def metrics_text(request: Request, pool: PoolDep, principal: PrincipalDep)
     """Prometheus text format. Needs Describe on the Cluster."""
     authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
     metrics: Metrics = request.app.state.metrics
-    found = await topic_admin.describe_topics(pool)
+    try:
+        found = await topic_admin.describe_topics(pool)
+    except CONNECTION_ERRORS:
+        # PostgreSQL away: the counters, which are the node's own, are answered all the same (the
+        # 503s and closed Kafka connections they are counting are what an operator looks for
+        # then), the partitions' gauges left out until it answers again.
+        found = []
     # Built on each scrape, so deleted topics disappear and every worker answers the same.
     high_watermark = GaugeMetricFamily(
         "txbroker_partition_high_watermark", "next offset to be written", labels=["topic", "partition"]

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
 
 from app.api import schemas
-from app.api.auth import PrincipalDep
+from app.api.auth import PrincipalDep, http_actor
 from app.api.deps import READY, PoolDep
 from app.api.json_route import OrjsonRoute
 from app.api.responses import json_response
@@ -34,7 +34,7 @@ async def whoami(principal: PrincipalDep):
 @router.post("/principals", status_code=201, response_model=schemas.PrincipalOut, responses=ERRORS)
 async def create_principal(body: schemas.PrincipalIn, pool: PoolDep, principal: PrincipalDep):
     _require(principal, Operation.ALTER)
-    now = await security_admin.create_principal(pool, principal.name, body.name, body.super_user)
+    now = await security_admin.create_principal(pool, http_actor(principal), body.name, body.super_user)
     return json_response({"name": body.name, "super_user": body.super_user, "created_ms": now}, 201)
 
 
@@ -51,7 +51,7 @@ async def list_principals(pool: PoolDep, principal: PrincipalDep):
 async def delete_principal(name: schemas.IdentifierInPath, pool: PoolDep, principal: PrincipalDep):
     """Deletes the principal with its keys and ACL rules."""
     _require(principal, Operation.ALTER)
-    await security_admin.delete_principal(pool, principal.name, name)
+    await security_admin.delete_principal(pool, http_actor(principal), name)
     return Response(status_code=204)
 
 
@@ -59,7 +59,7 @@ async def delete_principal(name: schemas.IdentifierInPath, pool: PoolDep, princi
 async def add_key(name: schemas.IdentifierInPath, pool: PoolDep, principal: PrincipalDep):
     """A new API key for the principal; the token is in this response only."""
     _require(principal, Operation.ALTER)
-    key_id, token = await security_admin.add_key(pool, principal.name, name)
+    key_id, token = await security_admin.add_key(pool, http_actor(principal), name)
     return json_response({"key_id": key_id, "token": token}, 201)
 
 
@@ -78,7 +78,7 @@ async def revoke_key(
 ):
     """Revokes the key: the next request with it is refused (no cache anywhere)."""
     _require(principal, Operation.ALTER)
-    await security_admin.revoke_key(pool, principal.name, name, key_id)
+    await security_admin.revoke_key(pool, http_actor(principal), name, key_id)
     return Response(status_code=204)
 
 
@@ -100,7 +100,7 @@ async def add_acl(body: schemas.AclIn, pool: PoolDep, principal: PrincipalDep):
     _require(principal, Operation.ALTER)
     acl = await security_admin.add_acl(
         pool,
-        principal.name,
+        http_actor(principal),
         AclRow(
             0,
             body.principal,
@@ -129,7 +129,7 @@ async def list_acls(
 @router.delete("/acls/{acl_id}", status_code=204, responses=ERRORS)
 async def remove_acl(acl_id: Annotated[int, Path(ge=0, le=schemas.INT64_MAX)], pool: PoolDep, principal: PrincipalDep):
     _require(principal, Operation.ALTER)
-    await security_admin.remove_acl(pool, principal.name, acl_id)
+    await security_admin.remove_acl(pool, http_actor(principal), acl_id)
     return Response(status_code=204)
 
 
@@ -153,6 +153,7 @@ async def audit_log(
                     "action": e.action,
                     "resource": e.resource,
                     "details": e.details,
+                    "source": e.source,
                 }
                 for e in entries
             ]

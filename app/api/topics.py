@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from app.api import schemas
-from app.api.auth import PrincipalDep
+from app.api.auth import PrincipalDep, http_actor
 from app.api.deps import READY, PoolDep, SettingsDep
 from app.api.json_route import OrjsonRoute
 from app.api.request_limits import check_partition_count
@@ -74,7 +74,7 @@ async def create_topic(body: schemas.CreateTopicRequest, pool: PoolDep, settings
         authorize(principal, Operation.CREATE, ResourceType.TOPIC, body.name)
     partitions = settings.num_partitions if body.partitions is None else body.partitions
     topic, states = await topic_admin.create_topic(
-        pool, principal.name, body.name, partitions, body.config, settings.topic_defaults()
+        pool, http_actor(principal), body.name, partitions, body.config, settings.topic_defaults()
     )
     return json_response(_topic_body(topic, states), 201)
 
@@ -97,7 +97,7 @@ async def describe_topic(topic: str, pool: PoolDep, principal: PrincipalDep):
 async def delete_topic(topic: str, pool: PoolDep, principal: PrincipalDep):
     """[DeleteTopics] Deletes the topic and all its records. Needs Delete on the topic."""
     authorize(principal, Operation.DELETE, ResourceType.TOPIC, topic)
-    await topic_admin.delete_topic(pool, principal.name, topic)
+    await topic_admin.delete_topic(pool, http_actor(principal), topic)
     return Response(status_code=204)
 
 
@@ -109,7 +109,7 @@ async def create_partitions(topic: str, body: schemas.CreatePartitionsRequest, p
     next heartbeat. Records keep their partitions: keys produced before map to other partitions
     than the same keys after. Needs Alter on the topic."""
     authorize(principal, Operation.ALTER, ResourceType.TOPIC, topic)
-    info, states = await topic_admin.grow_partitions(pool, principal.name, topic, body.partitions)
+    info, states = await topic_admin.grow_partitions(pool, http_actor(principal), topic, body.partitions)
     return json_response(_topic_body(info, states))
 
 
@@ -126,7 +126,7 @@ async def delete_records(
     check_partition_count(settings, len(body.partitions))
     authorize(principal, Operation.DELETE, ResourceType.TOPIC, topic)
     deleted = await topic_admin.delete_records(
-        pool, principal.name, topic, [(request.partition, request.offset) for request in body.partitions]
+        pool, http_actor(principal), topic, [(request.partition, request.offset) for request in body.partitions]
     )
     entries = [
         {

@@ -31,6 +31,7 @@ from app.console.session import console_page
 from app.console.throughput import meter_of
 from app.console.visibility import visibility, visible_page
 from app.coordinator import transaction_admin
+from app.coordinator.audit import Actor, AuditSource
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.coordinator.transaction_states import TransactionState
 from app.errors import BrokerError, ErrorCode, invalid_request
@@ -353,8 +354,7 @@ async def abort_transaction(request: Request, transactional_id: str, coordinator
         transactional_id,
         producer,
         expected_start_ms=start_ms,
-        principal=principal.name,
-        via="from the console; ",
+        actor=Actor(principal.name, AuditSource.CONSOLE),
     )
     return RedirectResponse(transaction_url(transactional_id, query="aborted=1"), 303)
 

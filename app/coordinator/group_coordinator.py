@@ -31,6 +31,7 @@ import asyncpg
 
 from app.clock import now_ms
 from app.coordinator.assignment import range_assignment
+from app.coordinator.audit import Actor, record
 from app.coordinator.classic_groups import (
     ANY_SESSION_TIMEOUT,
     COMPLETING,
@@ -56,7 +57,6 @@ from app.storage.log.topics import (
     unknown_topic,
 )
 from app.storage.replication_barrier import READ_WAIT_MIN_S, ReplicationBarrier
-from app.storage.security import principals
 from txbroker.wire import NO_GENERATION, NO_MEMBER
 
 # Kafka's default heartbeat.interval.ms: members learn of a rebalance within this long.
@@ -602,7 +602,7 @@ class GroupCoordinator:
         offsets_topic = await get_topic(conn, CONSUMER_OFFSETS_TOPIC)
         return await group_offsets.delete_offsets(conn, offsets_topic, partition.partition, group_id, now, partitions)
 
-    async def delete(self, actor: str, group_id: str) -> int:
+    async def delete(self, actor: Actor, group_id: str) -> int:
         """[DeleteGroups] Deletes a group without members (Kafka: Empty) with all its offsets, the
         pending transactional ones included (their transaction's COMMIT then writes none, as
         DeleteTopics does for a topic's); the next member or commit of this id starts a fresh group.
@@ -616,11 +616,11 @@ class GroupCoordinator:
                 raise _non_empty(group_id, members, "a group can be deleted only once empty")
             removed = await self._offsets_deleted(conn, group_id, now)
             await groups.delete(conn, group_id)
-            await principals.audit(conn, now, actor, "delete group", group_id, f"offsets={removed}")
+            await record(conn, actor, "delete group", group_id, f"offsets={removed}", at_ms=now)
         return removed
 
     async def delete_offsets(
-        self, actor: str, group_id: str, partitions: list[tuple[str, int]]
+        self, actor: Actor, group_id: str, partitions: list[tuple[str, int]]
     ) -> list[BrokerError | None]:
         """[OffsetDelete] Deletes the group's offsets of these (topic, partition)s, committed and
         pending transactional, as DeleteGroups does for all of them; one error or None each:
@@ -646,7 +646,7 @@ class GroupCoordinator:
                 removed = await self._offsets_deleted(conn, group_id, now, eligible)
                 if not members and not await group_offsets.has_offsets(conn, group_id):
                     await groups.delete(conn, group_id)
-                await principals.audit(conn, now, actor, "delete offsets", group_id, f"offsets={removed}")
+                await record(conn, actor, "delete offsets", group_id, f"offsets={removed}", at_ms=now)
         return errors
 
     # ---- describe

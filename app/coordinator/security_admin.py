@@ -9,6 +9,7 @@ import asyncpg
 
 from app.clock import now_ms
 from app.coordinator.acl_filters import AclFilter
+from app.coordinator.audit import Actor, record
 from app.coordinator.authorizer import Principal, principal_from
 from app.coordinator.identifiers import check_identifier
 from app.errors import BrokerError, ErrorCode
@@ -48,13 +49,13 @@ async def authenticate(pool: asyncpg.Pool, token: str) -> Principal | None:
     return None if found is None else principal_from(*found)
 
 
-async def create_principal(pool: asyncpg.Pool, actor: str, name: str, super_user: bool) -> int:
+async def create_principal(pool: asyncpg.Pool, actor: Actor, name: str, super_user: bool) -> int:
     """Creates the principal; its creation time."""
     now = now_ms()
     async with pool.acquire() as conn, conn.transaction():
         if not await principals.create_principal(conn, name, super_user, now):
             raise BrokerError(ErrorCode.INVALID_REQUEST, f"principal {name!r} already exists")
-        await principals.audit(conn, now, actor, "create principal", name, f"super_user={super_user}")
+        await record(conn, actor, "create principal", name, f"super_user={super_user}", at_ms=now)
     return now
 
 
@@ -63,21 +64,21 @@ async def list_principals(pool: asyncpg.Pool) -> list[PrincipalRow]:
         return await principals.list_principals(conn)
 
 
-async def delete_principal(pool: asyncpg.Pool, actor: str, name: str) -> None:
+async def delete_principal(pool: asyncpg.Pool, actor: Actor, name: str) -> None:
     """Deletes the principal with its keys and ACL rules."""
     async with pool.acquire() as conn, conn.transaction():
         if not await principals.delete_principal(conn, name):
             raise _no_principal(name)
-        await principals.audit(conn, now_ms(), actor, "delete principal", name)
+        await record(conn, actor, "delete principal", name)
 
 
-async def add_key(pool: asyncpg.Pool, actor: str, name: str) -> tuple[str, str]:
+async def add_key(pool: asyncpg.Pool, actor: Actor, name: str) -> tuple[str, str]:
     """A new API key for the principal: its id and its token (which is stored hashed only)."""
     async with pool.acquire() as conn, conn.transaction():
         if await principals.get_principal(conn, name) is None:
             raise _no_principal(name)
         key_id, token = await principals.add_key(conn, name, now_ms())
-        await principals.audit(conn, now_ms(), actor, "add key", name, key_id)
+        await record(conn, actor, "add key", name, key_id)
     return key_id, token
 
 
@@ -86,15 +87,15 @@ async def list_keys(pool: asyncpg.Pool, name: str) -> list[KeyRow]:
         return await principals.list_keys(conn, name)
 
 
-async def revoke_key(pool: asyncpg.Pool, actor: str, name: str, key_id: str) -> None:
+async def revoke_key(pool: asyncpg.Pool, actor: Actor, name: str, key_id: str) -> None:
     """The next request with the key is refused (no cache anywhere)."""
     async with pool.acquire() as conn, conn.transaction():
         if not await principals.revoke_key(conn, name, key_id, now_ms()):
             raise BrokerError(ErrorCode.NOT_FOUND, f"principal {name!r} has no unrevoked key {key_id!r}")
-        await principals.audit(conn, now_ms(), actor, "revoke key", name, key_id)
+        await record(conn, actor, "revoke key", name, key_id)
 
 
-async def add_acl(pool: asyncpg.Pool, actor: str, rule: AclRow) -> AclRow:
+async def add_acl(pool: asyncpg.Pool, actor: Actor, rule: AclRow) -> AclRow:
     """Adds a rule (idempotent: the same rule twice is one rule); the rule as stored (with its id).
     INVALID_REQUEST for an empty principal or resource name, or one over the identifier limit."""
     if not rule.principal or not rule.resource_name:
@@ -107,14 +108,7 @@ async def add_acl(pool: asyncpg.Pool, actor: str, rule: AclRow) -> AclRow:
     check_identifier("the ACL rule's resource_name", rule.resource_name)
     async with pool.acquire() as conn, conn.transaction():
         acl = await principals.add_acl(conn, rule)
-        await principals.audit(
-            conn,
-            now_ms(),
-            actor,
-            "add acl",
-            f"{rule.resource_type}:{rule.resource_name}",
-            f"{rule.permission} {rule.operation} for {rule.principal} ({rule.pattern_type})",
-        )
+        await _record_rule(conn, actor, "add acl", acl)
     return acl
 
 
@@ -129,13 +123,13 @@ async def find_acls(pool: asyncpg.Pool, acl_filter: AclFilter) -> list[AclRow]:
     return [acl for acl in found if acl_filter.matches(acl)]
 
 
-async def remove_acl(pool: asyncpg.Pool, actor: str, acl_id: int) -> None:
+async def remove_acl(pool: asyncpg.Pool, actor: Actor, acl_id: int) -> None:
     async with pool.acquire() as conn, conn.transaction():
         if not await _remove_acl(conn, actor, acl_id):
             raise BrokerError(ErrorCode.NOT_FOUND, f"no ACL rule {acl_id}: list them with GET /v1/acls")
 
 
-async def remove_acls(pool: asyncpg.Pool, actor: str, acl_filter: AclFilter) -> list[AclRow]:
+async def remove_acls(pool: asyncpg.Pool, actor: Actor, acl_filter: AclFilter) -> list[AclRow]:
     """Removes the rules the filter selects (Kafka's DeleteAcls), all or none; the rules removed.
     A rule removed by a concurrent caller after it was read is that caller's, so not returned."""
     async with pool.acquire() as conn, conn.transaction():
@@ -148,11 +142,24 @@ async def remove_acls(pool: asyncpg.Pool, actor: str, acl_filter: AclFilter) -> 
         return removed
 
 
-async def _remove_acl(conn: asyncpg.Connection, actor: str, acl_id: int) -> bool:
-    if not await principals.remove_acl(conn, acl_id):
+async def _remove_acl(conn: asyncpg.Connection, actor: Actor, acl_id: int) -> bool:
+    removed = await principals.remove_acl(conn, acl_id)
+    if removed is None:
         return False
-    await principals.audit(conn, now_ms(), actor, "remove acl", str(acl_id))
+    await _record_rule(conn, actor, "remove acl", removed)
     return True
+
+
+async def _record_rule(conn: asyncpg.Connection, actor: Actor, action: str, acl: AclRow) -> None:
+    """A rule's addition or removal, named alike, its id included: once removed, the rule is gone
+    from /v1/acls, and its removal's entry is what tells whose permission it was."""
+    await record(
+        conn,
+        actor,
+        action,
+        f"{acl.resource_type}:{acl.resource_name}",
+        f"{acl.permission} {acl.operation} for {acl.principal} ({acl.pattern_type}), rule {acl.acl_id}",
+    )
 
 
 async def audit_entries(pool: asyncpg.Pool, limit: int, before: int | None) -> list[AuditRow]:

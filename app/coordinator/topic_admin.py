@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from app.clock import now_ms
+from app.coordinator.audit import Actor, record
 from app.errors import BrokerError
 from app.storage.lifecycle import log_cleaner
 from app.storage.log import partition_log, topic_configs, topics
@@ -28,7 +28,6 @@ from app.storage.log.topics import (
     unknown_topic,
     unknown_topic_id,
 )
-from app.storage.security import principals
 
 __all__ = [
     "DEFAULT_TOPIC_CONFIG",
@@ -150,7 +149,7 @@ async def find_topics_by_uuid(pool: asyncpg.Pool, topic_uuids: list[uuid.UUID]) 
 
 async def create_topic(
     pool: asyncpg.Pool,
-    actor: str,
+    actor: Actor,
     name: str,
     partitions: int,
     config: dict[str, Any],
@@ -166,9 +165,7 @@ async def create_topic(
         try:
             async with conn.transaction():  # the audit entry is part of the change: both or neither
                 topic = await topics.create_topic(conn, name, partitions, config, defaults=defaults)
-                await principals.audit(
-                    conn, now_ms(), actor, "create topic", name, details or f"partitions={partitions}"
-                )
+                await record(conn, actor, "create topic", name, details or f"partitions={partitions}")
                 if validate_only:
                     states = await partition_log.partition_states(conn, [topic])
                     raise _ValidatedOnly
@@ -180,7 +177,7 @@ async def create_topic(
 
 async def alter_config(
     pool: asyncpg.Pool,
-    actor: str,
+    actor: Actor,
     name: str,
     change: Callable[[dict[str, Any]], dict[str, Any]],
     defaults: dict[str, Any],
@@ -195,7 +192,7 @@ async def alter_config(
         try:
             async with conn.transaction():  # the audit entry is part of the change: both or neither
                 topic = await topics.alter_config(conn, name, change, defaults)
-                await principals.audit(conn, now_ms(), actor, "alter topic config", name, details)
+                await record(conn, actor, "alter topic config", name, details)
                 if validate_only:
                     raise _ValidatedOnly
         except _ValidatedOnly:
@@ -205,7 +202,7 @@ async def alter_config(
 
 async def grow_partitions(
     pool: asyncpg.Pool,
-    actor: str,
+    actor: Actor,
     name: str,
     partition_count: int,
     *,
@@ -225,9 +222,7 @@ async def grow_partitions(
                 topic, before = await topics.grow_partitions(conn, name, partition_count)
                 if check_added is not None:
                     check_added(partition_count - before)
-                await principals.audit(
-                    conn, now_ms(), actor, "create partitions", name, f"partitions={before}->{partition_count}"
-                )
+                await record(conn, actor, "create partitions", name, f"partitions={before}->{partition_count}")
                 states = await partition_log.partition_states(conn, [topic])
                 if validate_only:
                     raise _ValidatedOnly
@@ -261,38 +256,39 @@ async def stored_bytes(pool: asyncpg.Pool, names: list[str] | None) -> dict[str,
         return {topic.name: await log_cleaner.stored_bytes(conn, topic) for topic in found}
 
 
-async def delete_topic(pool: asyncpg.Pool, actor: str, name: str, topic_uuid: uuid.UUID | None = None) -> uuid.UUID:
+async def delete_topic(pool: asyncpg.Pool, actor: Actor, name: str, topic_uuid: uuid.UUID | None = None) -> uuid.UUID:
     """Deletes the topic and all its records (the log cleaner removes its rows in the background);
     given a Kafka topic id, only the topic of that id (else UNKNOWN_TOPIC_ID). Returns its id."""
     async with pool.acquire() as conn, conn.transaction():  # the audit entry is part of the change
         deleted = await topics.delete_topic(conn, name, topic_uuid)
-        await principals.audit(conn, now_ms(), actor, "delete topic", name)
+        await record(conn, actor, "delete topic", name)
     return deleted
 
 
 async def delete_records(
-    pool: asyncpg.Pool, actor: str, topic_name: str, requested: list[tuple[int, int]]
+    pool: asyncpg.Pool, actor: Actor, topic_name: str, requested: list[tuple[int, int]]
 ) -> list[RecordsDeleted]:
     """Moves each (partition, offset)'s log start up to the offset; per-partition errors are
-    answers (UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE). Retrying is safe: the log start
-    never moves back."""
-    answers = []
-    async with pool.acquire() as conn:
+    answers (UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE), in the order asked. Retrying is safe:
+    the log start never moves back. The moves and their audit entry commit together (none when no
+    log start moved); the partitions are locked in lock order, as appends lock them, so that this
+    PostgreSQL transaction cannot deadlock with a write batch's."""
+    moved: dict[int, RecordsDeleted] = {}
+    async with pool.acquire() as conn, conn.transaction():
         topic = await topics.get_topic(conn, topic_name)
         log_cleaner.check_records_deletable(topic)
-        for partition, offset in requested:
+        for index, (partition, offset) in sorted(enumerate(requested), key=lambda asked: asked[1][0]):
             try:
-                answers.append(
-                    RecordsDeleted(partition, await log_cleaner.delete_records(conn, topic, partition, offset))
-                )
+                # A savepoint: a refused partition rolls back its own steps only.
+                async with conn.transaction():
+                    moved[index] = RecordsDeleted(
+                        partition, await log_cleaner.delete_records(conn, topic, partition, offset)
+                    )
             except BrokerError as error:
-                answers.append(RecordsDeleted(partition, error=error))
-        await principals.audit(
-            conn,
-            now_ms(),
-            actor,
-            "delete records",
-            topic_name,
-            ", ".join(f"{answer.partition}:{answer.low_watermark}" for answer in answers),
-        )
+                moved[index] = RecordsDeleted(partition, error=error)
+        answers = [moved[index] for index in range(len(requested))]
+        deleted = [answer for answer in answers if answer.error is None]
+        if deleted:
+            details = ", ".join(f"partition {answer.partition}: log start {answer.low_watermark}" for answer in deleted)
+            await record(conn, actor, "delete records", topic_name, details)
     return answers

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.clock import now_ms
+from app.coordinator.audit import Actor, record
 from app.coordinator.identifiers import check_group_id, check_transactional_id
 from app.coordinator.transaction_metadata import (
     TRANSACTION_VERSION_BUMP,
@@ -58,7 +59,6 @@ from app.storage.log.topics import (
     unknown_topic,
 )
 from app.storage.replication_barrier import commit_waits_for_the_standby
-from app.storage.security import principals
 from app.storage.transactions import producer_ids
 from app.storage.transactions.producer_ids import ProducerIdAndEpoch
 from app.storage.transactions.transaction_log import NO_START_TIME, TransactionLog, TxnPartition
@@ -427,16 +427,15 @@ class TransactionCoordinator:
         expected: ProducerIdAndEpoch | None = None,
         *,
         expected_start_ms: int | None = None,
-        principal: str,
-        via: str = "",
+        actor: Actor,
     ) -> EndResult:
         """`expected`: the producer id and epoch the operator saw, and `expected_start_ms` the start
         time of the transaction they saw; if the transaction has moved on since (a new producer, or
         another transaction), nothing is aborted. Both are needed to tell transactions apart: with
         transaction version 1 (Kafka's clients) the producer id and epoch carry over from one
         transaction to the next, so an abort naming them alone aborts the producer's next
-        transaction when the one seen committed meanwhile. The audit entry (who, `via` which door)
-        is written in the same PostgreSQL transaction as the abort: both happen or neither."""
+        transaction when the one seen committed meanwhile. The audit entry (`actor`: who, through
+        which door) is written in the same PostgreSQL transaction as the abort: both happen or neither."""
         async with self.unit_of_work() as unit:
             meta = await unit.lock(transactional_id)
             if meta is None:
@@ -464,13 +463,12 @@ class TransactionCoordinator:
                 raise concurrent(meta)
             else:
                 raise invalid_state(meta, "abort (no transaction is open)")
-            await principals.audit(
+            await record(
                 unit.conn,
-                now_ms(),
-                principal,
+                actor,
                 "abort transaction",
                 transactional_id,
-                f"{via}fenced: now producer {meta.producer_id} epoch {meta.producer_epoch}",
+                f"fenced: now producer {meta.producer_id} epoch {meta.producer_epoch}",
             )
             return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
 

@@ -16,11 +16,12 @@ import contextlib
 import functools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
 from app.coordinator import cluster_nodes, security_admin, topic_admin, transaction_admin
 from app.coordinator.acl_filters import MATCH, AclFilter
+from app.coordinator.audit import Actor, AuditSource
 from app.coordinator.authorizer import (
     ANONYMOUS,
     CLUSTER_RESOURCE,
@@ -456,7 +457,7 @@ class BrokerCalls:
         try:
             topic, _ = await topic_admin.create_topic(
                 self._state.pool,
-                principal.name,
+                _actor(principal),
                 name,
                 self.settings.num_partitions,
                 {},
@@ -703,6 +704,10 @@ class BrokerCalls:
             return [FetchedPartition(p, error=denied[p.topic] or away) for p in positions]
         return self._counted(results)
 
+    def count_request(self, api: str, seconds: float, errors: Iterable[str]) -> None:
+        """A Kafka request served, in the node's metrics (request_metrics.py says what is counted)."""
+        self._state.metrics.count_kafka_request(api, seconds, errors)
+
     def new_read_ahead(self) -> ReadAhead:
         """A connection's read ahead for its Fetch requests, counted in the node's metrics; the
         connection closes it at its end."""
@@ -880,7 +885,7 @@ class GroupCalls:
         """DeleteGroups of one group: Delete on the group (GROUP_AUTHORIZATION_FAILED), then as
         HTTP's DELETE /v1/groups/{group_id} (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND)."""
         authorize(principal, Operation.DELETE, ResourceType.GROUP, group_id)
-        await self._groups.delete(principal.name, group_id)
+        await self._groups.delete(_actor(principal), group_id)
 
     @answers_while_the_database_is_away
     async def delete_offsets(
@@ -895,7 +900,7 @@ class GroupCalls:
         allowed = [key for key, error in zip(partitions, errors) if error is None]
         # Asked even with no partition left, as Kafka's broker asks its coordinator: the group's own
         # errors (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP) answer the request whatever its partitions.
-        deleted = iter(await self._groups.delete_offsets(principal.name, group_id, allowed))
+        deleted = iter(await self._groups.delete_offsets(_actor(principal), group_id, allowed))
         return [error if error is not None else next(deleted) for error in errors]
 
     async def list_groups(self, principal: Principal) -> list[ListedGroup]:
@@ -1010,6 +1015,20 @@ def _list_altered(current: str, operation: int, given: str) -> list[str]:
     return values
 
 
+# How an audit entry writes each of IncrementalAlterConfigs' operations on a config.
+_OPERATION_FORMS = {SET: "{}={}", DELETE: "{} back to its default", APPEND: "{}+={}", SUBTRACT: "{}-={}"}
+
+
+def _described_alterations(alterations: list[tuple[str, int, str | None]]) -> str:
+    """What an audit entry says of a topic's config alterations: `retention.ms=1000, segment.ms back to
+    its default, cleanup.policy+=compact` (the operation's number when it is none of Kafka's four,
+    which _altered refuses)."""
+    return ", ".join(
+        _OPERATION_FORMS.get(operation, f"{{}} operation {operation} {{}}").format(name, text)
+        for name, operation, text in alterations
+    )
+
+
 def _replacement(configs: list[tuple[str, str | None]]) -> list[tuple[str, int, str | None]]:
     """AlterConfigs' replacement of a topic's configs as IncrementalAlterConfigs' operations: SET
     for each config given (handlers/admin.py refuses a config given twice or with a null value, as a
@@ -1054,12 +1073,12 @@ class AdminCalls:
                 config[key] = _config_value(key, text)
             topic, _ = await topic_admin.create_topic(
                 self._state.pool,
-                principal.name,
+                _actor(principal),
                 name,
                 partitions,
                 config,
                 self._state.settings.topic_defaults(),
-                details=f"partitions={partitions} (Kafka)",
+                details=f"partitions={partitions}",
                 validate_only=validate_only,
             )
         except BrokerError as refused:
@@ -1072,7 +1091,7 @@ class AdminCalls:
     async def delete_topic(self, principal: Principal, name: str) -> uuid.UUID:
         """Returns the deleted topic's id."""
         authorize(principal, Operation.DELETE, ResourceType.TOPIC, name)
-        return await topic_admin.delete_topic(self._state.pool, principal.name, name)
+        return await topic_admin.delete_topic(self._state.pool, _actor(principal), name)
 
     async def delete_topic_by_id(self, principal: Principal, topic_uuid: uuid.UUID) -> str:
         """DeleteTopics v6 by id: the topic of that id, never one re-created under its name since
@@ -1083,7 +1102,7 @@ class AdminCalls:
         denied = _topic_denied(principal, Operation.DELETE, topic.name, topic_uuid)
         if denied is not None:
             raise denied
-        await topic_admin.delete_topic(self._state.pool, principal.name, topic.name, topic_uuid)
+        await topic_admin.delete_topic(self._state.pool, _actor(principal), topic.name, topic_uuid)
         return topic.name
 
     async def grow_partitions(
@@ -1098,7 +1117,7 @@ class AdminCalls:
         `check_added` as topic_admin.grow_partitions' (the request's replica assignments)."""
         authorize(principal, Operation.ALTER, ResourceType.TOPIC, name)
         await topic_admin.grow_partitions(
-            self._state.pool, principal.name, name, count, validate_only=validate_only, check_added=check_added
+            self._state.pool, _actor(principal), name, count, validate_only=validate_only, check_added=check_added
         )
 
     async def replicas_to_alter(self, principal: Principal, names: list[str] | None) -> dict[str, int]:
@@ -1164,17 +1183,24 @@ class AdminCalls:
         return self._state.settings
 
     async def alter_config(
-        self, principal: Principal, name: str, alterations: list[tuple[str, int, str | None]], validate_only: bool
+        self,
+        principal: Principal,
+        name: str,
+        alterations: list[tuple[str, int, str | None]],
+        validate_only: bool,
+        details: str | None = None,
     ) -> None:
+        """IncrementalAlterConfigs' operations on the topic's configs; `details`: the audit entry's
+        (default: each operation, _described_alterations)."""
         authorize(principal, Operation.ALTER, ResourceType.TOPIC, name)  # Kafka: AlterConfigs, implied by Alter
         defaults = self._defaults
         await topic_admin.alter_config(
             self._state.pool,
-            principal.name,
+            _actor(principal),
             name,
             lambda config: _altered(config, alterations, defaults),
             defaults,
-            ", ".join(f"{n} {op} {v}" for n, op, v in alterations),
+            details or _described_alterations(alterations),
             validate_only=validate_only,
         )
 
@@ -1182,12 +1208,19 @@ class AdminCalls:
         self, principal: Principal, name: str, configs: list[tuple[str, str | None]], validate_only: bool
     ) -> None:
         """Kafka's AlterConfigs: the topic's configs become those given, the others the defaults."""
-        await self.alter_config(principal, name, _replacement(configs), validate_only)
+        given = _described_alterations([(config, SET, value) for config, value in configs])
+        await self.alter_config(
+            principal,
+            name,
+            _replacement(configs),
+            validate_only,
+            f"replaced: {given or 'none given'}; every other config back to its default",
+        )
 
     async def delete_records(self, principal: Principal, name: str, offsets: list[tuple[int, int]]) -> list:
         """(partition, offset) each (offset -1: the high watermark); the new low watermark or a BrokerError each."""
         authorize(principal, Operation.DELETE, ResourceType.TOPIC, name)
-        deleted = await topic_admin.delete_records(self._state.pool, principal.name, name, offsets)
+        deleted = await topic_admin.delete_records(self._state.pool, _actor(principal), name, offsets)
         return [answer.low_watermark if answer.error is None else answer.error for answer in deleted]
 
 
@@ -1319,7 +1352,7 @@ class AclCalls:
 
     async def create(self, principal: Principal, rule: AclRule) -> None:
         authorize(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE)
-        await security_admin.add_acl(self._state.pool, principal.name, rule)
+        await security_admin.add_acl(self._state.pool, _actor(principal), rule)
 
     async def describe(self, principal: Principal, acl_filter: AclFilter | None) -> list[AclRule]:
         """`acl_filter` None: one no rule can match (an operation txbroker lacks, another host)."""
@@ -1331,7 +1364,12 @@ class AclCalls:
         authorize(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE)
         if acl_filter is None:
             return []
-        return await security_admin.remove_acls(self._state.pool, principal.name, acl_filter)
+        return await security_admin.remove_acls(self._state.pool, _actor(principal), acl_filter)
+
+
+def _actor(principal: Principal) -> Actor:
+    """Who makes a change over Kafka: what its audit entry names."""
+    return Actor(principal.name, AuditSource.KAFKA)
 
 
 def _producer_id_owner(principal: Principal) -> str | None:

@@ -27,6 +27,7 @@ from app.kafka.handlers import (
     transactions,
     versions,
 )
+from app.kafka.request_metrics import CountedRequest
 from app.kafka.sasl import SaslSession
 
 # Every API served but Produce, which is submitted now and answered later (`submit`).
@@ -114,12 +115,33 @@ async def submit(
     supported = api_table.SUPPORTED_VERSIONS.get(api_key)
     if supported is None:
         raise MalformedRequest(f"api key {api_key} is not served by this broker (see ApiVersions)")
+    counted = CountedRequest(calls.count_request, api_key)
     if api_version not in supported:
         if api_key == api_table.API_VERSIONS:
-            return _done(encode_response(api_key, correlation_id, versions.unsupported_version()))
+            return _framed(api_key, correlation_id, _done(versions.unsupported_version()), counted)
+        counted.failed(None)
         raise MalformedRequest(
             f"api key {api_key} version {api_version} is not served: expected {supported.start} to {supported.stop - 1}"
         )
+    try:
+        response = await _dispatched(frame, calls, session, advertised, client_host, read_ahead, supported)
+    except BaseException as error:
+        counted.failed(error)
+        raise
+    return _framed(api_key, correlation_id, response, counted)
+
+
+async def _dispatched(
+    frame: bytes,
+    calls,
+    session: SaslSession,
+    advertised: tuple[str, int],
+    client_host: str,
+    read_ahead: object,
+    supported: range,
+) -> Awaitable[object | None]:
+    """The handler's answer to come, once the frame is parsed and (a Produce) queued (`submit`)."""
+    api_key, api_version, _ = peek_header(frame)
     session.admit(api_key)
     if api_key != api_table.PRODUCE and len(frame) > calls.settings.kafka_max_other_request_bytes:
         # Refused before it is parsed: its entries cost the event loop a Python step each, all the
@@ -142,14 +164,23 @@ async def submit(
         read_ahead,
     )
     if api_key == api_table.PRODUCE:
-        return _framed(api_key, correlation_id, await produce.submit(context, request.body))
-    return _framed(api_key, correlation_id, HANDLERS[api_key](context, request.body))
+        return await produce.submit(context, request.body)
+    return HANDLERS[api_key](context, request.body)
 
 
-async def _framed(api_key: int, correlation_id: int, response: Awaitable[object | None]) -> bytes | None:
-    body = await response
+async def _framed(
+    api_key: int, correlation_id: int, response: Awaitable[object | None], counted: CountedRequest
+) -> bytes | None:
+    """The response's frame; the request counted in the node's metrics with the errors its answer
+    carries, or as one that failed (CountedRequest.failed)."""
+    try:
+        body = await response
+    except BaseException as error:
+        counted.failed(error)
+        raise
+    counted.answered(body)
     return None if body is None else encode_response(api_key, correlation_id, body)
 
 
-async def _done(frame: bytes | None) -> bytes | None:
-    return frame
+async def _done(result: object | None) -> object | None:
+    return result

@@ -380,3 +380,6 @@ class AuditEntry(SQLModel, table=True):
     action: str = Field(sa_type=Text, nullable=False)
     resource: str = Field(sa_type=Text, nullable=False)
     details: str = Field(sa_type=Text, nullable=False)
+    # The door the action came through (http, kafka, console) or `server`; NULL for entries written
+    # before migration 0013.
+    source: str | None = Field(default=None, sa_type=Text, nullable=True)

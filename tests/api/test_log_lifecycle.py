@@ -196,6 +196,7 @@ def test_a_retention_changed_during_a_cleaner_run_applies_to_the_partitions_it_c
     old one, records the operator had just asked to keep. Here the run is held on the first
     topic's partition (a row lock) while the second topic's retention is raised."""
     from app.coordinator import topic_admin
+    from app.coordinator.audit import Actor, AuditSource
 
     old = int(time.time() * 1000) - 120_000
     for name in ("busy", "raised"):  # "busy" first: the run takes partitions in topic id order
@@ -218,7 +219,12 @@ def test_a_retention_changed_during_a_cleaner_run_applies_to_the_partitions_it_c
                 assert not cleaner.done(), cleaner
                 await asyncio.sleep(0.01)
             await topic_admin.alter_config(
-                pool, "test", "raised", lambda config: {**config, "retention_ms": -1}, {}, "retention_ms=-1"
+                pool,
+                Actor("test", AuditSource.KAFKA),
+                "raised",
+                lambda config: {**config, "retention_ms": -1},
+                {},
+                "retention_ms=-1",
             )
             await holder_transaction.rollback()
             await cleaner

@@ -528,3 +528,43 @@ def test_metrics_count_requests_by_route_template_not_raw_path(server):
         r'^txbroker_http_requests_total\{[^}]*route="/v1/groups/\{group_id\}"[^}]*status="404"[^}]*\} 1\.0$', text, re.M
     ), text
     assert "one-unknown" not in text and "some/group" not in text
+
+
+def test_metrics_count_methods_the_api_does_not_serve_as_one(server):
+    """HTTP's parser takes dozens of methods (WebDAV's, ...): each was a series of its own per route
+    and status, which any client could add; they are counted as `_OTHER`."""
+    for method in ("PROPFIND", "MKCOL", "SEARCH", "UNLOCK"):
+        assert server.client.request(method, "/v1/topics").status_code == 405
+    server.client.request("PROPPATCH", "/no/such/path")
+    text = server.client.get("/metrics").text
+    methods = set(re.findall(r'^txbroker_http_requests_total\{[^}]*method="([^"]*)"', text, re.M))
+    assert methods <= {"GET", "POST", "_OTHER"}, methods
+    assert re.search(
+        r'^txbroker_http_requests_total\{method="_OTHER",route="/v1/topics",status="405"\} 4\.0$', text, re.M
+    ), text
+    assert re.search(
+        r'^txbroker_http_requests_total\{method="_OTHER",route="unmatched",status="\d+"\} 1\.0$', text, re.M
+    )
+
+
+def test_metrics_have_the_same_series_with_one_worker_as_with_several(server):
+    """The `_created` series prometheus-client adds in one process, not in the multiprocess mode of
+    `serve --workers N`, are left out: a dashboard or alert sees the same series either way."""
+    server.client.get("/v1/topics")
+    text = server.client.get("/metrics").text
+    assert "txbroker_http_requests_total{" in text
+    assert "_created" not in text, [line for line in text.splitlines() if "_created" in line][:5]
+
+
+def test_metrics_count_the_requests_refused_before_routing(server):
+    """A request to a name that is not loopback's (DNS rebinding) and a cross-site write are refused
+    by middlewares before any route: they were answered 400 and counted nowhere."""
+    rebound = server.client.get("/v1/topics", headers={"Host": "attacker.example"})
+    assert rebound.status_code == 400
+    cross_site = server.client.post("/v1/topics", json={"name": "x"}, headers={"Origin": "https://attacker.example"})
+    assert cross_site.status_code == 400
+    text = server.client.get("/metrics").text
+    for method in ("GET", "POST"):
+        assert re.search(
+            rf'^txbroker_http_requests_total\{{method="{method}",route="unmatched",status="400"\}} 1\.0$', text, re.M
+        ), text

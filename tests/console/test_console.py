@@ -21,6 +21,7 @@ import pytest
 
 from tests.api.test_transactions import TxnProducer
 from tests.conftest import REPO_ROOT, RunningServer
+from tests.console.abort_form import abort_from_the_console
 
 pytest.importorskip("playwright.sync_api", reason="the console tests drive a browser with Playwright")
 from playwright.sync_api import BrowserContext, Page, expect, sync_playwright  # noqa: E402
@@ -490,13 +491,7 @@ def test_what_a_principal_may_see_and_abort(make_server) -> None:
     assert denied.status_code == 403 and "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in denied.text
     assert admin.get("/v1/transactions/guarded").json()["state"] == "Ongoing"
 
-    confirmation = admin.get("/console/transactions/guarded?confirm=abort").text
-    fields = "&".join(f"{name}={value}" for name, value in re.findall(r'name="(\w+)" value="([^"]*)"', confirmation))
-    aborted = admin.post(
-        "/console/transactions/guarded/abort",
-        content=fields,
-        headers={"Origin": server.url, "Content-Type": "application/x-www-form-urlencoded"},
-    )
+    aborted = abort_from_the_console(admin, server.url, "guarded")
     assert aborted.status_code == 303
     assert admin.get("/v1/transactions/guarded").json()["state"] == "CompleteAbort"
     audit = admin.get("/v1/audit").json()

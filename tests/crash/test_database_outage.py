@@ -11,6 +11,7 @@ since the test stops it.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 
@@ -87,10 +88,19 @@ def test_a_node_survives_postgresql_stopped_and_serves_again_when_it_returns(own
             )
             _assert_retriable_unavailable(_end(client, "outage-txn", producer_id, epoch, commit=True))
         assert process_alive(server.pid), "the node exited while PostgreSQL was away"
+        # The node's counters are still scraped (the 503s just answered among them); the partitions'
+        # gauges, read from PostgreSQL, are left out. Before, the scrape itself answered 503.
+        scrape = client.get("/metrics")
+        assert scrape.status_code == 200, scrape.text
+        assert re.search(
+            r'^txbroker_http_requests_total\{method="POST",route="/v1/produce",status="503"\} ', scrape.text, re.M
+        )
+        assert "txbroker_partition_high_watermark{" not in scrape.text
 
         own_postgres.start()  # the same data dir, so the same socket: the node finds it again
         _wait_for_health(server.url, "ok")
         assert process_alive(server.pid) and server.process.poll() is None
+        assert 'txbroker_partition_high_watermark{partition="0",topic="outage"} 2.0' in client.get("/metrics").text
         assert _values(client, "outage", 0, "read_committed") == ["before"]
 
         # The background workers still run: a transaction left open past its timeout is aborted

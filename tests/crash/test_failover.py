@@ -35,6 +35,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from app.coordinator import security_admin
 from app.coordinator.acl_filters import AclFilter
+from app.coordinator.audit import Actor, AuditSource
 from app.coordinator.fetch import (
     LATEST_TIMESTAMP,
     AppendNotifier,
@@ -821,7 +822,7 @@ def test_an_acl_removal_retried_after_an_unconfirmed_one_is_answered_once_the_st
         async def removed() -> list:
             pool = await create_pool(url, 1)
             try:
-                return await security_admin.remove_acls(pool, "admin", of_the_rule)
+                return await security_admin.remove_acls(pool, Actor("admin", AuditSource.KAFKA), of_the_rule)
             finally:
                 pool.terminate()  # a pool whose commit waits for the stopped standby does not close
 

@@ -1,6 +1,7 @@
 """/metrics of a node of several workers (`txbroker serve --workers N`; app/api/metrics.py,
-app/runtime/metrics_folder.py): a scrape, whichever worker answers it, shows the node's counters, so they
-never go back; a node restarted after SIGKILL counts afresh, without its dead workers' files."""
+app/runtime/metrics_folder.py): a scrape, whichever worker answers it, shows the node's counters (the
+Kafka door's too), so they never go back; a node restarted after SIGKILL counts afresh, without its dead
+workers' files."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.kafka import api_table
+from tests.conftest import free_ports_outside_the_ephemeral_range
 from tests.crash.test_worker_processes import wait_until_gone, worker_pids
+from tests.kafka.raw import RawConnection, request_of
 
 WORKERS = 2
 
@@ -85,3 +89,29 @@ def test_every_scrape_shows_the_node_and_a_restart_after_sigkill_counts_afresh(s
     finally:
         server.kill()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def kafka_requests_served(url: str) -> dict[str, int]:
+    with httpx.Client(base_url=url, timeout=30) as client:
+        response = client.get("/metrics")
+    assert response.status_code == 200, response.text
+    return {
+        sample.labels["api"]: int(sample.value)
+        for family in text_string_to_metric_families(response.text)
+        for sample in family.samples
+        if sample.name == "txbroker_kafka_requests_total"
+    }
+
+
+def test_the_kafka_doors_requests_are_the_nodes_whichever_worker_served_them(server_process, database_url):
+    (kafka_port,) = free_ports_outside_the_ephemeral_range()
+    server = server_process(
+        "--database-url", database_url, "--workers", str(WORKERS), "--kafka-listener", f"127.0.0.1:{kafka_port}"
+    )
+    started_workers(server.pid)
+    connections = 40  # each accepted by one worker (SO_REUSEPORT), so both serve some
+    api_versions = request_of(api_table.API_VERSIONS, 3, client_software_name="raw-test", client_software_version="1")
+    for _ in range(connections):
+        with RawConnection(f"127.0.0.1:{kafka_port}") as connection:
+            connection.call(api_versions)
+    assert [kafka_requests_served(server.url) for _ in range(6)] == [{"ApiVersions": connections}] * 6

@@ -46,5 +46,9 @@ def test_operator_creates_a_principal_a_key_and_an_acl_then_revokes(make_server)
     assert revoked.returncode == 1 and "UNAUTHORIZED" in revoked.stderr.decode()
     audit = json.loads(ok(txbroker(server.url, "audit", "--json", env=admin)))
     assert [e["action"] for e in audit][:4] == ["revoke key", "create topic", "add acl", "add key"]
+    assert {e["source"] for e in audit[:4]} == {"http"}
+    table = ok(txbroker(server.url, "audit", env=admin)).splitlines()
+    assert table[0].split()[:4] == ["TIME", "PRINCIPAL", "SOURCE", "ACTION"]
+    assert table[1].split()[1:4] == ["admin", "http", "revoke"], table[1]
     denied = txbroker(server.url, "principals", "list", env={"TXBROKER_TOKEN": "nope"})
     assert denied.returncode == 1

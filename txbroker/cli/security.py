@@ -111,8 +111,15 @@ def audit(args, admin: Admin) -> int:
     print_found(
         args.json,
         found,
-        lambda e: (format_time(e["timestamp_ms"]), e["principal"], e["action"], e["resource"], e["details"] or None),
-        ("TIME", "PRINCIPAL", "ACTION", "RESOURCE", "DETAILS"),
+        lambda e: (
+            format_time(e["timestamp_ms"]),
+            e["principal"],
+            e.get("source"),  # the door (http, kafka, console); none from servers before it was recorded
+            e["action"],
+            e["resource"],
+            e["details"] or None,
+        ),
+        ("TIME", "PRINCIPAL", "SOURCE", "ACTION", "RESOURCE", "DETAILS"),
         "no audit entries",
     )
     return EXIT_OK

@@ -180,7 +180,7 @@ async def bootstrap_super_user(conn: asyncpg.Connection, name: str, token: str, 
         )
         await add_key(conn, name, now_ms, token=token, key_id=BOOTSTRAP_KEY_ID)
         details = f"the previous one is kept revoked as {retired_key_id}" if replaced.endswith(" 1") else "created"
-        await audit(conn, now_ms, name, "install bootstrap key (admin_token)", name, details)
+        await audit(conn, now_ms, name, SERVER_SOURCE, "install bootstrap key (admin_token)", name, details)
     return BootstrapKey.INSTALLED
 
 
@@ -211,8 +211,14 @@ async def list_acls(conn: asyncpg.Connection, principal: str | None, resource_ty
     )
 
 
-async def remove_acl(conn: asyncpg.Connection, acl_id: int) -> bool:
-    return (await conn.execute("DELETE FROM acls WHERE acl_id = $1", acl_id)).endswith(" 1")
+async def remove_acl(conn: asyncpg.Connection, acl_id: int) -> AclRow | None:
+    """The rule removed; None when there was none of that id."""
+    row = await conn.fetchrow(f"DELETE FROM acls WHERE acl_id = $1 RETURNING {_ACL_COLUMNS}", acl_id)
+    return None if row is None else from_row(AclRow, row)
+
+
+# What an audit entry's source is when a node acts by itself (at start), not for a request.
+SERVER_SOURCE = "server"
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,15 +229,25 @@ class AuditRow:
     action: str
     resource: str
     details: str
+    source: str | None  # None: written before migration 0013, which records it
 
 
 async def audit(
-    conn: asyncpg.Connection, now_ms: int, principal: str, action: str, resource: str, details: str = ""
+    conn: asyncpg.Connection,
+    now_ms: int,
+    principal: str,
+    source: str,
+    action: str,
+    resource: str,
+    details: str = "",
 ) -> None:
+    """`source`: the door the action came through (the coordinator's AuditSource) or SERVER_SOURCE."""
     await conn.execute(
-        "INSERT INTO audit_log (timestamp_ms, principal, action, resource, details) VALUES ($1, $2, $3, $4, $5)",
+        "INSERT INTO audit_log (timestamp_ms, principal, source, action, resource, details) "
+        "VALUES ($1, $2, $3, $4, $5, $6)",
         now_ms,
         principal,
+        source,
         action,
         resource,
         details,
@@ -242,7 +258,7 @@ async def audit_entries(conn: asyncpg.Connection, limit: int, before_id: int | N
     return all_from_rows(
         AuditRow,
         await conn.fetch(
-            "SELECT entry_id, timestamp_ms, principal, action, resource, details FROM audit_log "
+            "SELECT entry_id, timestamp_ms, principal, action, resource, details, source FROM audit_log "
             "WHERE ($2::bigint IS NULL OR entry_id < $2) ORDER BY entry_id DESC LIMIT $1",
             limit,
             before_id,
