@@ -18,6 +18,7 @@ import pytest
 
 from app.storage.database import connect, create_pool
 from app.storage.lifecycle import log_cleaner
+from app.storage.log.partition_log import MARKER_BATCH_BYTES
 from tests.api.test_transactions import TxnProducer
 
 RARELY = 3_600_000
@@ -1176,31 +1177,45 @@ def test_two_servers_clean_one_database_at_once_and_keep_the_latest_of_every_key
 
 
 def test_retention_stops_inside_an_aborted_transaction_and_removes_its_marker_only_past_it(server, client):
-    create(client, "sized-txn", retention_bytes=14)
+    create(client, "sized-txn", retention_bytes=14 + MARKER_BATCH_BYTES)
     aborting = TxnProducer(client, "sized-aborting")
     aborting.init()
     aborting.send("sized-txn", 0, "a" * 1000)  # 0: aborted, large
     produce(client, "sized-txn", [{"value": "p" * 1000}])  # 1: plain, large
     aborting.send("sized-txn", 0, "aborted")  # 2: aborted, 7 bytes
-    aborting.abort()  # 3: ABORT marker
+    aborting.abort()  # 3: ABORT marker, its control batch's bytes
     produce(client, "sized-txn", [{"value": "plain-4"}])  # 4: plain, 7 bytes
 
-    clean(server)  # without batch 1, 7 + 7 bytes (14) remain; without 2, 7: the log start lands on offset 2,
-    # inside the aborted transaction
+    clean(server)  # without batch 1, 7 + the marker + 7 bytes (the limit) remain; without 2, less: the
+    # log start lands on offset 2, inside the aborted transaction
     assert log_start(client, "sized-txn") == 2
     assert [r["value"] for r in fetch(client, "sized-txn", 2)["records"]] == ["plain-4"]
     assert [r["value"] for r in fetch(client, "sized-txn", 2, "read_uncommitted")["records"]] == ["aborted", "plain-4"]
 
-    for value in ("plain-5", "plain-6"):
-        produce(client, "sized-txn", [{"value": value}])
+    half = (14 + MARKER_BATCH_BYTES) // 2
+    for digit in ("5", "6"):
+        produce(client, "sized-txn", [{"value": digit * half}])
     clean(server)  # now 5 and 6 are the limit: the aborted batch and then its marker go
     assert log_start(client, "sized-txn") == 5
     markers = sql(server.database_url, "SELECT 1 FROM txn_markers WHERE topic_id = $1", topic_id(server, "sized-txn"))
     assert markers == []
-    assert [r["value"] for r in fetch(client, "sized-txn", 5)["records"]] == ["plain-5", "plain-6"]
+    assert [r["value"] for r in fetch(client, "sized-txn", 5)["records"]] == ["5" * half, "6" * half]
 
 
-# ---- the payload of a compacted batch (no I/O)
+def test_retention_by_size_counts_a_marker_as_the_control_batch_it_is(server, client):
+    # In Kafka a transaction's marker is a control batch of the log, counted toward retention.bytes
+    # like any batch; it counted nothing here (its row stores no records).
+    create(client, "sized-markers", retention_bytes=10 + MARKER_BATCH_BYTES)
+    writer = TxnProducer(client, "sized-markers-writer")
+    writer.init()
+    writer.send("sized-markers", 0, "committed!")  # 0: 10 bytes
+    writer.commit()  # 1: COMMIT marker
+    produce(client, "sized-markers", [{"value": "plain-2..."}])  # 2: 10 bytes
+    clean(server)  # without batch 0, the marker and batch 2 remain: the limit
+    assert log_start(client, "sized-markers") == 1
+    assert [r["value"] for r in fetch(client, "sized-markers", 1)["records"]] == ["plain-2..."]
+    clean(server)  # without the marker too, 10 bytes would remain: it stays
+    assert log_start(client, "sized-markers") == 1
 
 
 def test_with_holes_keeps_indexes_and_counts_only_what_stays():

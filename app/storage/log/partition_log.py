@@ -41,6 +41,21 @@ BATCH_COLUMNS = (
     "control_type, first_timestamp_ms, max_timestamp_ms, record_count, size_bytes, records"
 )
 
+# A marker as Kafka's Fetch sends it: the control batch of one record Kafka writes (61 bytes of
+# batch header, then the record with its 4-byte key, version and type, and 6-byte value, version and
+# coordinator epoch), whatever its offset, producer or timestamp (app/kafka/record_batches.py builds it).
+MARKER_BATCH_BYTES = 78
+
+
+def batch_bytes_sql(row: str) -> str:
+    """SQL for the bytes of the record_batches row `row` (its alias) as Kafka counts a batch in its
+    log: a data batch its size_bytes, a marker its control batch (MARKER_BATCH_BYTES; the row stores
+    no records, size_bytes 0). The one measure of Fetch's min_bytes and max_bytes (batch_reads.py),
+    retention by size and a partition's stored bytes (log_cleaner.py), as Kafka counts a control
+    batch toward each like any batch of the log."""
+    return f"(CASE WHEN {row}.control_type IS NULL THEN {row}.size_bytes ELSE {MARKER_BATCH_BYTES} END)"
+
+
 # The most batches one partition read looks at: bounds a fetch's cost when a long run of aborted
 # batches or markers returns nothing.
 MAX_BATCHES_SCANNED = 20_000
