@@ -341,11 +341,11 @@ async def _past_emptied_range(
     conn: asyncpg.Connection, topic: TopicInfo, partition: int, offset: int, upper: int
 ) -> int:
     """Where a read goes on from `offset` when no batch is left below its upper bound: at the bound.
-    Compaction removed those batches whole (a tail of superseded records and tombstones, say, or all
-    of them before an open transaction), and offsets never change, so nothing can appear there again:
-    staying put would leave a reader short of the bound for good (a Spark range planned up to it
-    would never end; a consumer's lag would never reach 0; Kafka's cleaner leaves the active segment,
-    whose last batch ends at the log end, alone, so its readers never meet such a tail). The read stays
+    Compaction removed those batches whole (all of them before an open transaction, under
+    read_committed; it keeps the log's last batch, as Kafka's cleaner keeps the active segment, but
+    one compacted before it did may have left an empty tail), and offsets never change, so nothing
+    can appear there again: staying put would leave a reader short of the bound for good (a Spark
+    range planned up to it would never end; a consumer's lag would never reach 0). The read stays
     at `offset` when the log start moved past it since the read began (DeleteRecords or retention:
     their batches go after the log start moves, so the emptied range may be theirs), for the next read
     to answer OFFSET_OUT_OF_RANGE: a reader must learn that it missed records, not skip them."""
