@@ -149,13 +149,10 @@ class FetchedBatches:
 
     @property
     def size(self) -> int:
+        """What the answer carries toward min_bytes and max_bytes: every batch, a marker's control
+        batch too (Kafka counts the bytes read, so a fetch whose only batch is a marker is answered at
+        once, and a marker takes its share of the bytes a fetch may answer)."""
         return sum(batch.size_bytes for batch in self.batches)
-
-    @property
-    def answered_bytes(self) -> int:
-        """What the answer carries toward min_bytes: every batch, a marker's control batch too (Kafka
-        counts the bytes read, so a fetch whose only batch is a marker is answered at once)."""
-        return sum(batch.answered_bytes for batch in self.batches)
 
     def leave_out_unconfirmed(self) -> None:
         """Answers nothing past the position (ReplicationBarrier.answer): no batches, the watermarks
@@ -200,7 +197,7 @@ async def fetch_batches(
         return (
             loop.time() >= deadline
             or any(r.error is not None for r in results)
-            or sum(r.answered_bytes for r in results) >= max(min_bytes, 1)
+            or sum(r.size for r in results) >= max(min_bytes, 1)
         )
 
     if done():

@@ -18,6 +18,7 @@ import pytest
 
 from app.storage.database import connect, create_pool
 from app.storage.lifecycle import log_cleaner
+from app.storage.log.partition_log import MARKER_BATCH_BYTES
 from tests.api.test_transactions import TxnProducer
 
 RARELY = 3_600_000
@@ -598,22 +599,80 @@ def test_small_fetches_step_over_the_gaps_of_batches_compacted_away(server, clie
         assert seen == kept, max_records
 
 
-def test_a_read_in_a_tail_that_compaction_emptied_continues_at_the_upper_bound(server, client):
-    # A value and its tombstone, both gone (delete_retention_ms 0): no batch is left below the high
-    # watermark. A read there must move on to it, or a reader (a Spark range planned up to the high
-    # watermark) would wait at the old offset for records that can never come.
-    create(client, "emptied", cleanup_policy="compact", delete_retention_ms=0)
-    produce(client, "emptied", [{"key": "k", "value": "v"}])
-    produce(client, "emptied", [{"key": "k", "value": None}])
+def test_compaction_never_removes_the_last_batch_of_the_log(server, client):
+    # A value and its tombstone (delete_retention_ms 0): the value goes, the tombstone would too, and
+    # no batch would be left below the high watermark; a Kafka consumer there fetched nothing and its
+    # position stayed short of the high watermark until something new came (Kafka never cleans its
+    # active segment, so its log always ends in a batch). The last batch stays as written.
+    create(client, "tail", cleanup_policy="compact", delete_retention_ms=0)
+    produce(client, "tail", [{"key": "k", "value": "v"}])  # 0
+    produce(client, "tail", [{"key": "k", "value": None}])  # 1: tombstone, the last batch
     clean(server)
     clean(server)
-    assert stored_batches(server, "emptied") == 0
+    assert stored_batches(server, "tail") == 1
     for isolation in ("read_committed", "read_uncommitted"):
-        for offset in (0, 1):
-            entry = fetch(client, "emptied", offset, isolation)
-            assert (entry["records"], entry["next_offset"], entry["high_watermark"]) == ([], 2, 2), entry
-    produce(client, "emptied", [{"key": "j", "value": "after"}])
-    assert [(r["offset"], r["value"]) for r in fetch(client, "emptied", 0)["records"]] == [(2, "after")]
+        entry = fetch(client, "tail", 0, isolation)
+        assert ([(r["offset"], r["value"]) for r in entry["records"]], entry["next_offset"]) == ([(1, None)], 2)
+    # Not the last batch any more: the next run removes the tombstone (its delete horizon passed).
+    produce(client, "tail", [{"key": "j", "value": "after"}])  # 2
+    clean(server)
+    assert [(r["offset"], r["value"]) for r in fetch(client, "tail", 0)["records"]] == [(2, "after")]
+    assert stored_batches(server, "tail") == 1
+
+
+def test_compaction_keeps_a_marker_that_ends_the_log_after_its_records_are_gone(server, client):
+    # An aborted transaction's batch goes, and a committed one's tombstone expires; the marker that
+    # ends the log stays (Kafka's cleaner keeps it too: it is in the active segment, and the last
+    # entry of its producer), so that a reader steps over it to the high watermark.
+    markers = "SELECT marker_offset FROM txn_markers WHERE topic_id = $1 ORDER BY marker_offset"
+    for commit in (False, True):
+        topic = f"marker-tail-{commit}"
+        create(client, topic, cleanup_policy="compact", delete_retention_ms=0, min_cleanable_dirty_ratio=0)
+        produce(client, topic, [{"key": "k", "value": "v"}])  # 0
+        writer = TxnProducer(client, f"{topic}-writer")
+        writer.init()
+        send_keyed(writer, topic, [{"key": "k", "value": None if commit else "aborted"}])  # 1
+        writer.commit() if commit else writer.abort()  # 2
+        clean(server)
+        clean(server)
+        kept = [0, 2] if not commit else [2]  # k's value stays unless the committed tombstone superseded it
+        batches = sql(
+            server.database_url,
+            "SELECT last_offset FROM record_batches WHERE topic_id = $1 ORDER BY last_offset",
+            topic_id(server, topic),
+        )
+        assert [b["last_offset"] for b in batches] == kept, topic
+        assert [m["marker_offset"] for m in sql(server.database_url, markers, topic_id(server, topic))] == [2]
+        for isolation in ("read_committed", "read_uncommitted"):
+            entry = fetch(client, topic, 1, isolation)
+            assert (entry["records"], entry["next_offset"]) == ([], 3), (topic, isolation, entry)
+        # Once a batch follows it, the marker goes with the rest of its transaction.
+        produce(client, topic, [{"key": "j", "value": "after"}])  # 3
+        clean(server)
+        assert sql(server.database_url, markers, topic_id(server, topic)) == []
+        assert [r["offset"] for r in fetch(client, topic, 0)["records"]] == [0, 3][commit:]
+
+
+def test_a_read_in_a_range_that_compaction_emptied_before_the_lso_continues_there(server, client):
+    # A value and its tombstone, both gone (delete_retention_ms 0), then a transaction still open: no
+    # batch is left below the LSO. A read_committed read there must move on to it, or a reader (a
+    # Spark range planned up to the LSO) would wait at the old offset for records that can never come.
+    create(client, "emptied", cleanup_policy="compact", delete_retention_ms=0)
+    produce(client, "emptied", [{"key": "k", "value": "v"}])  # 0
+    produce(client, "emptied", [{"key": "k", "value": None}])  # 1
+    writer = TxnProducer(client, "emptied-writer")
+    writer.init()
+    send_keyed(writer, "emptied", [{"key": "j", "value": "open"}])  # 2: the LSO, and the last batch
+    clean(server)
+    clean(server)
+    assert stored_batches(server, "emptied") == 1
+    for offset in (0, 1):
+        entry = fetch(client, "emptied", offset)
+        assert (entry["records"], entry["next_offset"], entry["last_stable_offset"]) == ([], 2, 2), entry
+        entry = fetch(client, "emptied", offset, "read_uncommitted")
+        assert [(r["offset"], r["value"]) for r in entry["records"]] == [(2, "open")], entry
+    writer.commit()
+    assert [(r["offset"], r["value"]) for r in fetch(client, "emptied", 0)["records"]] == [(2, "open")]
 
 
 def test_compaction_keeps_tombstones_for_delete_retention_ms_and_stops_at_the_lso(server, client):
@@ -839,7 +898,10 @@ def test_sdk_admin_delete_records(server, client):
 
 def test_an_expired_transactional_id_leaves_a_tombstone_that_compaction_removes(make_server):
     server = make_server(
-        log_cleaner_interval_ms=RARELY, transactional_id_expiration_ms=1, remove_expired_transaction_interval_ms=50
+        log_cleaner_interval_ms=RARELY,
+        transactional_id_expiration_ms=1,
+        remove_expired_transaction_interval_ms=50,
+        transaction_log_partitions=1,  # every id's records in one partition
     )
     producer = TxnProducer(server.client, "forgotten")
     producer.init()
@@ -857,7 +919,12 @@ def test_an_expired_transactional_id_leaves_a_tombstone_that_compaction_removes(
         state_topic,
     )
     clean(server)
-    assert sql(server.database_url, count, state_topic)[0]["n"] == 0
+    assert sql(server.database_url, count, state_topic)[0]["n"] == 1  # the log's last batch stays
+    # Another id's record follows it: the tombstone goes, and that record is the log's last batch.
+    TxnProducer(server.client, "remembered").init()
+    clean(server)
+    assert sql(server.database_url, count, state_topic)[0]["n"] == 1
+    assert server.client.get("/v1/transactions/remembered").status_code == 200
 
 
 def test_the_console_shows_log_start_retention_settings_and_the_last_cleanup(server, client):
@@ -1063,7 +1130,8 @@ def test_a_crash_in_the_middle_of_compacting_transactions_keeps_read_committed_e
     server = server_process("--database-url", database_url, env={"TXBROKER_LOG_CLEANER_INTERVAL_MS": "20"})
     with httpx.Client(base_url=server.url, timeout=30) as client:
         deadline = time.monotonic() + 60
-        while sql(database_url, stored, topic)[0]["n"] != 8:  # 5 records, 3 markers of kept ones
+        # 5 records, 3 markers of kept ones, and the ABORT marker that ends the log
+        while sql(database_url, stored, topic)[0]["n"] != 9:
             assert time.monotonic() < deadline, "the cleaner did not finish after the restart"
             time.sleep(0.05)
         for isolation in ("read_committed", "read_uncommitted"):
@@ -1182,31 +1250,45 @@ def test_two_servers_clean_one_database_at_once_and_keep_the_latest_of_every_key
 
 
 def test_retention_stops_inside_an_aborted_transaction_and_removes_its_marker_only_past_it(server, client):
-    create(client, "sized-txn", retention_bytes=14)
+    create(client, "sized-txn", retention_bytes=14 + MARKER_BATCH_BYTES)
     aborting = TxnProducer(client, "sized-aborting")
     aborting.init()
     aborting.send("sized-txn", 0, "a" * 1000)  # 0: aborted, large
     produce(client, "sized-txn", [{"value": "p" * 1000}])  # 1: plain, large
     aborting.send("sized-txn", 0, "aborted")  # 2: aborted, 7 bytes
-    aborting.abort()  # 3: ABORT marker
+    aborting.abort()  # 3: ABORT marker, its control batch's bytes
     produce(client, "sized-txn", [{"value": "plain-4"}])  # 4: plain, 7 bytes
 
-    clean(server)  # without batch 1, 7 + 7 bytes (14) remain; without 2, 7: the log start lands on offset 2,
-    # inside the aborted transaction
+    clean(server)  # without batch 1, 7 + the marker + 7 bytes (the limit) remain; without 2, less: the
+    # log start lands on offset 2, inside the aborted transaction
     assert log_start(client, "sized-txn") == 2
     assert [r["value"] for r in fetch(client, "sized-txn", 2)["records"]] == ["plain-4"]
     assert [r["value"] for r in fetch(client, "sized-txn", 2, "read_uncommitted")["records"]] == ["aborted", "plain-4"]
 
-    for value in ("plain-5", "plain-6"):
-        produce(client, "sized-txn", [{"value": value}])
+    half = (14 + MARKER_BATCH_BYTES) // 2
+    for digit in ("5", "6"):
+        produce(client, "sized-txn", [{"value": digit * half}])
     clean(server)  # now 5 and 6 are the limit: the aborted batch and then its marker go
     assert log_start(client, "sized-txn") == 5
     markers = sql(server.database_url, "SELECT 1 FROM txn_markers WHERE topic_id = $1", topic_id(server, "sized-txn"))
     assert markers == []
-    assert [r["value"] for r in fetch(client, "sized-txn", 5)["records"]] == ["plain-5", "plain-6"]
+    assert [r["value"] for r in fetch(client, "sized-txn", 5)["records"]] == ["5" * half, "6" * half]
 
 
-# ---- the payload of a compacted batch (no I/O)
+def test_retention_by_size_counts_a_marker_as_the_control_batch_it_is(server, client):
+    # In Kafka a transaction's marker is a control batch of the log, counted toward retention.bytes
+    # like any batch; it counted nothing here (its row stores no records).
+    create(client, "sized-markers", retention_bytes=10 + MARKER_BATCH_BYTES)
+    writer = TxnProducer(client, "sized-markers-writer")
+    writer.init()
+    writer.send("sized-markers", 0, "committed!")  # 0: 10 bytes
+    writer.commit()  # 1: COMMIT marker
+    produce(client, "sized-markers", [{"value": "plain-2..."}])  # 2: 10 bytes
+    clean(server)  # without batch 0, the marker and batch 2 remain: the limit
+    assert log_start(client, "sized-markers") == 1
+    assert [r["value"] for r in fetch(client, "sized-markers", 1)["records"]] == ["plain-2..."]
+    clean(server)  # without the marker too, 10 bytes would remain: it stays
+    assert log_start(client, "sized-markers") == 1
 
 
 def test_with_holes_keeps_indexes_and_counts_only_what_stays():

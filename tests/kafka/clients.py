@@ -28,6 +28,16 @@ class Received:
 
 
 @dataclass(frozen=True)
+class ReadToEnd:
+    """What a consumer read to a partition's end: the records, then its position and the partition's
+    end as the client sees them (its lag is end - position)."""
+
+    received: list[Received]
+    position: int
+    end: int
+
+
+@dataclass(frozen=True)
 class Delivered:
     partition: int
     offset: int  # -1 with acks=0
@@ -72,6 +82,11 @@ class ConfluentKafka:
         return delivered
 
     def consume(self, server, topic, partition, count, offset=0, isolation="read_uncommitted", **extra):
+        return self.read_to_end(server, topic, partition, count, offset, isolation, **extra).received
+
+    def read_to_end(self, server, topic, partition, count=0, offset=0, isolation="read_uncommitted", **extra):
+        """At least `count` records from `offset`, read on to the partition's end (or WAIT_S): ReadToEnd,
+        its end the high watermark (librdkafka's lag: the LSO under read_committed, where they differ)."""
         consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap(server),
@@ -104,7 +119,9 @@ class ConfluentKafka:
                         message.timestamp()[1],
                     )
                 )
-            return received
+            [position] = consumer.position([TopicPartition(topic, partition)])
+            _, end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=WAIT_S, cached=False)
+            return ReadToEnd(received, position.offset, end)
         finally:
             consumer.close()
 
@@ -153,6 +170,10 @@ class KafkaPython:
             producer.close(WAIT_S)
 
     def consume(self, server, topic, partition, count, offset=0, isolation="read_uncommitted"):
+        return self.read_to_end(server, topic, partition, count, offset, isolation).received
+
+    def read_to_end(self, server, topic, partition, count=0, offset=0, isolation="read_uncommitted"):
+        """As ConfluentKafka's; its end the LSO under read_committed."""
         from kafka import KafkaConsumer
         from kafka import TopicPartition as KafkaPythonPartition
 
@@ -174,7 +195,7 @@ class KafkaPython:
                     received.append(
                         Received(record.offset, record.key, record.value, list(record.headers or []), record.timestamp)
                     )
-            return received
+            return ReadToEnd(received, consumer.position(assigned), end)
         finally:
             consumer.close()
 
@@ -218,6 +239,10 @@ class AioKafka:
         return asyncio.run(run())
 
     def consume(self, server, topic, partition, count, offset=0, isolation="read_uncommitted"):
+        return self.read_to_end(server, topic, partition, count, offset, isolation).received
+
+    def read_to_end(self, server, topic, partition, count=0, offset=0, isolation="read_uncommitted"):
+        """As ConfluentKafka's; its end the LSO under read_committed."""
         from aiokafka import AIOKafkaConsumer
         from aiokafka import TopicPartition as AioPartition
 
@@ -243,7 +268,7 @@ class AioKafka:
                                 record.offset, record.key, record.value, list(record.headers or []), record.timestamp
                             )
                         )
-                return received
+                return ReadToEnd(received, await consumer.position(assigned), end)
             finally:
                 await consumer.stop()
 

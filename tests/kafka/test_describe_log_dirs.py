@@ -1,8 +1,8 @@
 """DescribeLogDirs (35): one log dir, "postgresql", holding every partition, each with its stored
 bytes as retention by size counts them (a batch produced over HTTP: its records' keys, values and
-headers; one produced over Kafka: the stored RecordBatch's length; from the log start on), no lag,
-no future replica. With kafka-python's `describe_log_dirs`, and each version raw; the Cluster ACL
-it needs: test_security.py."""
+headers; one produced over Kafka: the stored RecordBatch's length; a marker: its control batch's;
+from the log start on), no lag, no future replica. With kafka-python's `describe_log_dirs`, and each
+version raw; the Cluster ACL it needs: test_security.py."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
 from app.kafka.record_batches import KafkaRecord
+from app.storage.log.partition_log import MARKER_BATCH_BYTES
+from tests.api.test_transactions import TxnProducer
 from tests.kafka.clients import bootstrap, create_topic
 from tests.kafka.http_side import produce
 from tests.kafka.raw import RawConnection, nested, record_batch, request_of
@@ -78,6 +80,17 @@ def test_the_size_is_what_retention_counts_from_the_log_start(server):
         )
         assert moved.status_code == 200, moved.text
         assert sizes_of(kafka_python_log_dir(server, {topic: [0]})) == {(topic, 0): (expected, 0, False)}
+
+
+def test_a_marker_counts_as_the_control_batch_it_is(server):
+    """As Kafka's log size counts a transaction's marker (a control batch) like any batch."""
+    topic = "log-dirs-markers"
+    create_topic(server, topic)
+    writer = TxnProducer(server.client, "log-dirs-writer")
+    writer.init()
+    writer.send(topic, 0, "committed")  # 9 bytes
+    writer.commit()
+    assert sizes_of(kafka_python_log_dir(server, {topic: [0]})) == {(topic, 0): (9 + MARKER_BATCH_BYTES, 0, False)}
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -218,10 +218,12 @@ def load(spark, url: str, topic: str, **options: str):
     return reader.load()
 
 
-def test_a_batch_read_ends_where_compaction_emptied_the_tail_of_the_log(spark, url, module_server):
+def test_a_batch_read_ends_where_compaction_emptied_the_log_before_an_open_transaction(spark, url, module_server):
     # The last value of key k and its tombstone go (delete_retention_ms 0): no batch is left between
-    # the last record and the end of the log that the read's range was planned up to. The read used
-    # to wait there for records that cannot come, and fail after STALL_TIMEOUT_S.
+    # the last record and the last stable offset (an open transaction's first) that the read's range
+    # was planned up to. The read used to wait there for records that cannot come, and fail after
+    # STALL_TIMEOUT_S. (Compaction keeps the log's last batch, so that such a range ends in a batch
+    # when no transaction is open.)
     from tests.api.test_log_lifecycle import clean
 
     with Admin(url) as admin:
@@ -229,11 +231,19 @@ def test_a_batch_read_ends_where_compaction_emptied_the_tail_of_the_log(spark, u
     with Producer(url) as producer:
         for key, value in (("a", "kept"), ("k", "v"), ("k", None)):
             producer.send("compacted-tail", value, key=key, partition=0).result(30)
-    clean(module_server)
-    clean(module_server)  # the first run stamps the tombstone, the second removes it
+    holder = Producer(url, transactional_id="compacted-tail-holder")
+    try:
+        holder.init_transactions()
+        holder.begin_transaction()
+        holder.send("compacted-tail", "open", key="j", partition=0).result(30)  # offset 3: the LSO
+        clean(module_server)
+        clean(module_server)
 
-    rows = load(spark, url, "compacted-tail").collect()
-    assert [(r.key, r.value, r.offset) for r in rows] == [("a", "kept", 0)]
+        rows = load(spark, url, "compacted-tail").collect()
+        assert [(r.key, r.value, r.offset) for r in rows] == [("a", "kept", 0)]
+        holder.abort_transaction()
+    finally:
+        holder.close()
 
 
 def test_a_batch_read_from_a_deleted_offset_fails_unless_told_to_skip(spark, url):

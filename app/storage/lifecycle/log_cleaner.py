@@ -130,21 +130,23 @@ ORDER BY last_offset LIMIT 1
 # retention_bytes. As Kafka deletes its oldest segments only while what would remain is at least
 # retention.bytes: a log above the limit keeps at least the limit, never less; and the newest batch
 # always stays (a single batch larger than the limit is the log's whole content, not nothing).
-_FIRST_WITHIN_SIZE_SQL = """
+# Markers count as the control batches they are in Kafka's log (partition_log.batch_bytes_sql).
+_FIRST_WITHIN_SIZE_SQL = f"""
 SELECT base_offset FROM (
     SELECT base_offset, last_offset,
-           sum(size_bytes) OVER (ORDER BY last_offset DESC) - size_bytes AS newer_bytes,
+           sum({partition_log.batch_bytes_sql("r")}) OVER (ORDER BY last_offset DESC)
+               - {partition_log.batch_bytes_sql("r")} AS newer_bytes,
            row_number() OVER (ORDER BY last_offset DESC) AS from_newest
-    FROM record_batches WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3
+    FROM record_batches r WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3
 ) b WHERE newer_bytes < $4 OR from_newest = 1 ORDER BY last_offset LIMIT 1
 """
 
 
 # A partition's stored bytes as retention by size counts them (_FIRST_WITHIN_SIZE_SQL): the
-# size_bytes of its batches from the log start on (those below it are the cleaner's to delete and
+# bytes of its batches from the log start on (those below it are the cleaner's to delete and
 # no longer the log's). One statement, so one snapshot of every partition of the topic.
-_STORED_BYTES_SQL = """
-SELECT p.partition, coalesce(sum(b.size_bytes), 0) AS stored_bytes
+_STORED_BYTES_SQL = f"""
+SELECT p.partition, coalesce(sum({partition_log.batch_bytes_sql("b")}), 0) AS stored_bytes
 FROM partitions p
 LEFT JOIN record_batches b
   ON b.topic_id = p.topic_id AND b.partition = p.partition AND b.last_offset >= p.log_start_offset

@@ -17,6 +17,15 @@ Rules (with log_cleaner.py's, which runs it):
   value. A transaction's marker (control batch and `txn_markers` row) goes only once none of its
   records is left, in the same or a later PostgreSQL transaction than its last batch, and never while
   the transaction is being completed; so read_committed stays exact.
+- The log's last batch (the one ending at the high watermark the run read) stays as it is: never
+  removed, rewritten or stamped, as Kafka's cleaner never cleans the active segment, which holds it
+  (and keeps a producer's last marker, LogCleaner's "the last entry in the log is a transaction
+  marker"). Its records supersede older ones as any batch's do. So a log always ends in a batch: a
+  reader anywhere below the high watermark reads up to it and reaches it, where an emptied tail left
+  a Kafka consumer's position short of it for good (Kafka's consumers move only by the batches
+  they fetch). A marker at the end stays too, also once its transaction's records are gone (aborted
+  ones, superseded or expired ones): consumers step over it to the high watermark. It goes, and its
+  tombstones age, at a run after a batch follows it.
 - A tombstone's age is the cleaner's, never the record's timestamp (the client's: it may be days old
   when appended, and a consumer must still get `delete_retention_ms` to read it). The first run that
   keeps a batch's tombstone stamps the batch (`record_batches.tombstones_seen_ms`, in the page's
@@ -65,6 +74,9 @@ class _CompactionPass:
     end: int  # nothing at or past it is touched or read (_compaction_end)
     now_ms: int
     delete_retention_ms: int
+    # The last offset of the log's last batch when the run began (the high watermark - 1): that batch
+    # stays as written (the module's rules).
+    last_batch_offset: int
     latest: dict[bytes, _Latest] = field(default_factory=dict)
     # Per producer (id, epoch) seen so far in log order: whether a record of its open transaction is
     # kept. Its marker pops the entry, so transactions that share an epoch (transaction version 1)
@@ -142,9 +154,16 @@ async def _compact_page(
     markers: list[tuple[int, int, int]] = []  # (last_offset, producer id, epoch) of markers to delete
     for row in rows:
         transaction = (row["producer_id"], row["producer_epoch"])
+        is_last_batch = row["last_offset"] == run.last_batch_offset
         if row["control_type"] is not None:
-            if not run.transactions_kept.pop(transaction, False):
+            if not run.transactions_kept.pop(transaction, False) and not is_last_batch:
                 markers.append((row["last_offset"], *transaction))
+            continue
+        if is_last_batch:
+            # Kept whole, its tombstones unstamped: a tombstone it cannot lose must not make every
+            # run a due one (earliest_tombstone_seen_ms); its age starts once a batch follows it.
+            if row["is_transactional"]:
+                run.transactions_kept[transaction] = True
             continue
         if row["last_offset"] in aborted:
             removed.append(row["last_offset"])
@@ -302,7 +321,7 @@ async def compact(
             conn, topic, partition, compacted_through, state.last_stable_offset, now_ms
         ):
             return
-    run = _CompactionPass(topic, partition, end, now_ms, delete_retention_ms)
+    run = _CompactionPass(topic, partition, end, now_ms, delete_retention_ms, state.high_watermark - 1)
     await _map_latest(conn, run, state.log_start_offset, page)
     # The second pass pages from the partition's first stored batch, not from the log start: a
     # DeleteRecords since the cleaner removed what was below the log start leaves batches there

@@ -12,13 +12,8 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.storage.log import record_codec
-from app.storage.log.partition_log import ABORTED_BATCH_SQL
+from app.storage.log.partition_log import ABORTED_BATCH_SQL, batch_bytes_sql
 from app.storage.log.topics import TopicInfo
-
-# A marker as Kafka's Fetch sends it: the control batch of one record Kafka writes (61 bytes of
-# batch header, then the record with its 4-byte key, version and type, and 6-byte value, version and
-# coordinator epoch), whatever its offset, producer or timestamp (app/kafka/record_batches.py builds it).
-MARKER_BATCH_BYTES = 78
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,17 +27,13 @@ class StoredBatch:
     control_type: int | None
     first_timestamp_ms: int
     aborted: bool
+    # Its bytes as a Fetch counts them toward min_bytes and max_bytes (partition_log.batch_bytes_sql):
+    # a marker's are those of the control batch it is sent as, as Kafka counts any batch of its log.
     size_bytes: int
     # A data batch stored as JSON: record i at base_offset + i; None where compaction removed one.
     records: list[record_codec.ByteRecord | None] | None
     # A data batch stored as a RecordBatch: its stored bytes (base offset 0, record_codec).
     record_batch: bytes | None
-
-    @property
-    def answered_bytes(self) -> int:
-        """Its bytes as a Fetch's answer counts them toward min_bytes: a marker's row stores none
-        (size_bytes 0), yet it is sent as a control batch, which Kafka counts as any batch."""
-        return MARKER_BATCH_BYTES if self.control_type is not None else self.size_bytes
 
     @property
     def record_count(self) -> int:
@@ -61,7 +52,8 @@ def _contents(payload: bytes) -> tuple[list[record_codec.ByteRecord | None] | No
 
 # The batches from $3 on, below $4 (the reader's upper bound, from the partition state it read in
 # an earlier statement), in log order, at most $5 of them, while their sizes add up to at most $7,
-# and the first always (a reader must make progress whatever the sizes, as Kafka's KIP-74 has it).
+# and the first always (a reader must make progress whatever the sizes, as Kafka's KIP-74 has it,
+# also when it is a marker). Sizes as Kafka counts batches: a marker's control batch too.
 # The primary key's order feeds the window functions, which stream, so the LIMIT stops the scan;
 # only the rows kept have their payloads read (out of line, TOAST). One statement, one snapshot:
 # below the upper bound batches are never appended to, and a batch's abort marker is never removed
@@ -71,12 +63,12 @@ def _contents(payload: bytes) -> tuple[list[record_codec.ByteRecord | None] | No
 # (partition_log.ABORTED_BATCH_SQL).
 _BATCHES_SQL = f"""
 SELECT b.base_offset, b.last_offset, b.producer_id, b.producer_epoch, b.base_sequence, b.is_transactional,
-       b.control_type, b.first_timestamp_ms, b.size_bytes, b.records,
+       b.control_type, b.first_timestamp_ms, {batch_bytes_sql("b")} AS size_bytes, b.records,
        $6::bool AND {ABORTED_BATCH_SQL} AS aborted
 FROM (
-    SELECT *, sum(size_bytes) OVER (ORDER BY last_offset) AS size_through,
+    SELECT *, sum({batch_bytes_sql("r")}) OVER (ORDER BY last_offset) AS size_through,
            row_number() OVER (ORDER BY last_offset) AS position
-    FROM record_batches
+    FROM record_batches r
     WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND base_offset < $4
     ORDER BY last_offset
     LIMIT $5
@@ -97,7 +89,7 @@ async def read_batches(
     read_committed: bool,
 ) -> list[StoredBatch]:
     """The batches holding offsets from `offset` up to `upper` (exclusive), whole: up to
-    max_batches of them, while their sizes (size_bytes) fit in max_bytes, and at least one."""
+    max_batches of them, while their sizes (StoredBatch.size_bytes) fit in max_bytes, and at least one."""
     rows = await conn.fetch(
         _BATCHES_SQL, topic.topic_id, partition, offset, upper, max_batches, read_committed, max(max_bytes, 1)
     )

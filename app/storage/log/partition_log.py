@@ -41,6 +41,21 @@ BATCH_COLUMNS = (
     "control_type, first_timestamp_ms, max_timestamp_ms, record_count, size_bytes, records"
 )
 
+# A marker as Kafka's Fetch sends it: the control batch of one record Kafka writes (61 bytes of
+# batch header, then the record with its 4-byte key, version and type, and 6-byte value, version and
+# coordinator epoch), whatever its offset, producer or timestamp (app/kafka/record_batches.py builds it).
+MARKER_BATCH_BYTES = 78
+
+
+def batch_bytes_sql(row: str) -> str:
+    """SQL for the bytes of the record_batches row `row` (its alias) as Kafka counts a batch in its
+    log: a data batch its size_bytes, a marker its control batch (MARKER_BATCH_BYTES; the row stores
+    no records, size_bytes 0). The one measure of Fetch's min_bytes and max_bytes (batch_reads.py),
+    retention by size and a partition's stored bytes (log_cleaner.py), as Kafka counts a control
+    batch toward each like any batch of the log."""
+    return f"(CASE WHEN {row}.control_type IS NULL THEN {row}.size_bytes ELSE {MARKER_BATCH_BYTES} END)"
+
+
 # The most batches one partition read looks at: bounds a fetch's cost when a long run of aborted
 # batches or markers returns nothing.
 MAX_BATCHES_SCANNED = 20_000
@@ -326,11 +341,11 @@ async def _past_emptied_range(
     conn: asyncpg.Connection, topic: TopicInfo, partition: int, offset: int, upper: int
 ) -> int:
     """Where a read goes on from `offset` when no batch is left below its upper bound: at the bound.
-    Compaction removed those batches whole (a tail of superseded records and tombstones, say, or all
-    of them before an open transaction), and offsets never change, so nothing can appear there again:
-    staying put would leave a reader short of the bound for good (a Spark range planned up to it
-    would never end; a consumer's lag would never reach 0; Kafka's cleaner leaves the active segment,
-    whose last batch ends at the log end, alone, so its readers never meet such a tail). The read stays
+    Compaction removed those batches whole (all of them before an open transaction, under
+    read_committed; it keeps the log's last batch, as Kafka's cleaner keeps the active segment, but
+    one compacted before it did may have left an empty tail), and offsets never change, so nothing
+    can appear there again: staying put would leave a reader short of the bound for good (a Spark
+    range planned up to it would never end; a consumer's lag would never reach 0). The read stays
     at `offset` when the log start moved past it since the read began (DeleteRecords or retention:
     their batches go after the log start moves, so the emptied range may be theirs), for the next read
     to answer OFFSET_OUT_OF_RANGE: a reader must learn that it missed records, not skip them."""
