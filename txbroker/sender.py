@@ -363,7 +363,7 @@ class Sender:
             if (batch.producer_id, batch.producer_epoch) != (self._tm.producer_id, self._tm.producer_epoch):
                 continue
             if batch.attempts == 1:
-                self._tm.rollback_sequence(batch.tp, batch.base_sequence)
+                self._tm.rollback_sequence(batch.tp, batch.base_sequence, len(batch.records))
             elif self._idempotent and not self._tm.is_transactional:
                 # An earlier attempt may have been written (the module's invariants): reusing the
                 # sequence would make the next batch a "duplicate" of it, its records dropped.
