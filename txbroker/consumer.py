@@ -320,7 +320,9 @@ class AsyncConsumer:
         offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
         callback: Callable[[dict, BaseException | None], Any] | None = None,
     ) -> asyncio.Future:
-        """commit() in the background; `callback(offsets, error)` runs when it is done."""
+        """commit() in the background; `callback(offsets, error)` runs when it is done. Commits are
+        sent one after the other in the order they were made (commit() waits for the ones before
+        it), so the group's offset is always the last one committed."""
         entries = self.offsets_to_commit(offsets)
         task = asyncio.ensure_future(self.commit(entries))
         if callback is not None:

@@ -76,6 +76,7 @@ class ConsumerCoordinator:
         self._answered_generation = NO_GENERATION
         self._answered_topic_ids: dict[str, str | None] = {}
         self._heartbeat_task: asyncio.Task | None = None
+        self._commit_order = asyncio.Lock()  # FIFO: commits are sent in the order they were made
         self._heartbeat_error: TxbrokerError | None = None
         self._stopped = False
 
@@ -192,13 +193,17 @@ class ConsumerCoordinator:
         return NO_MEMBER, NO_GENERATION
 
     async def commit(self, entries: list[dict]) -> None:
+        """Commits, one after the other in the order they were made: Kafka's commitAsync sends its
+        commits in the order of the calls, and commitSync returns after the ones made before it.
+        Over HTTP two commits in flight at once travel on two connections, and the server could
+        apply the older one last, taking the group's offset back. The membership is the one of the
+        call, whenever the commit is sent."""
         member_id, generation = self.commit_identity()
-        answer = await self._call(
-            f"OffsetCommit({self.group_id})",
-            "POST",
-            group_path(self.group_id, "offsets/commit"),
-            {"member_id": member_id, "generation_id": generation, "offsets": entries},
-        )
+        body = {"member_id": member_id, "generation_id": generation, "offsets": entries}
+        async with self._commit_order:
+            answer = await self._call(
+                f"OffsetCommit({self.group_id})", "POST", group_path(self.group_id, "offsets/commit"), body
+            )
         for entry in answer["offsets"]:
             if entry["error"] is not None:
                 raise errors.from_body(entry["error"])

@@ -4,9 +4,13 @@ reach by sending (two billion records), and what the clients then hand out, comm
 
 from __future__ import annotations
 
+import asyncio
+
+import httpx
+
 from tests.api.test_log_lifecycle import sql
 from tests.sdk.test_sdk_integration import FAST, read_all
-from txbroker import Admin, Producer, TopicPartition
+from txbroker import Admin, Consumer, Producer, TopicPartition
 
 INT32_MAX = 2**31 - 1
 
@@ -42,3 +46,42 @@ def test_an_idempotent_producer_goes_on_past_sequence_int_max(server):
     )
     values = [record.value for record in read_all(server.url, tp.topic, 1)]
     assert values == [b"first", *(f"across-{i}".encode() for i in range(5)), *(f"after-{i}".encode() for i in range(3))]
+
+
+class FirstCommitDelayed(httpx.AsyncHTTPTransport):
+    """Holds the first offset commit for half a second on its way to the server, as a slow
+    connection would: a commit made after it, on another connection, arrives first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commits = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/offsets/commit"):
+            self.commits += 1
+            if self.commits == 1:
+                await asyncio.sleep(0.5)
+        return await super().handle_async_request(request)
+
+
+def test_commits_are_applied_in_the_order_they_were_made(server):
+    """As Kafka's commitAsync promises, and commitSync waits for the commits before it: the group's
+    offset is the last one committed. Before, two commits in flight at once took two connections,
+    and the one that arrived last won: the older offset, so a restarted member read again what had
+    been processed and committed."""
+    tp = TopicPartition("ordered", 0)
+    with Admin(server.url) as admin:
+        admin.create_topic(tp.topic)
+    done: list[tuple[dict, BaseException | None]] = []
+    transport = FirstCommitDelayed()
+    with Consumer(server.url, group_id="ordered", transport=transport, enable_auto_commit=False, **FAST) as consumer:
+        consumer.assign([tp])
+        first = consumer.commit_async({tp: 5}, callback=lambda offsets, error: done.append((offsets, error)))
+        second = consumer.commit_async({tp: 10}, callback=lambda offsets, error: done.append((offsets, error)))
+        first.result(10), second.result(10)
+        assert consumer.committed([tp]) == {tp: 10}
+        consumer.commit_async({tp: 15}, callback=lambda offsets, error: done.append((offsets, error)))
+        consumer.commit({tp: 20})
+        assert done == [({tp: 5}, None), ({tp: 10}, None), ({tp: 15}, None)], "commit() after the ones before it"
+        assert consumer.committed([tp]) == {tp: 20}
+    assert transport.commits == 4
