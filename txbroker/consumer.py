@@ -25,7 +25,7 @@ import httpx
 
 from txbroker.connection import DEFAULT_URL, Connection
 from txbroker.consumer_coordinator import ConsumerCoordinator
-from txbroker.errors import IllegalStateError, TxbrokerError
+from txbroker.errors import IllegalStateError, TxbrokerError, TxbrokerTimeoutError
 from txbroker.fetcher import OFFSET_RESETS, Fetcher
 from txbroker.records import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
 from txbroker.retry import Backoff, retrying
@@ -210,11 +210,22 @@ class AsyncConsumer:
     # ---- positions
 
     async def position(self, partition: TopicPartition) -> int:
-        """The offset of the next record poll() returns for an assigned partition."""
+        """The offset of the next record poll() returns for an assigned partition. A partition
+        without one starts at its committed offset (auto_offset_reset without); while a transaction
+        commits an offset for it, that offset is not known yet: waited for up to
+        default_api_timeout_ms, then TxbrokerTimeoutError (Kafka's position() times out alike)."""
         tp = self._subscriptions.require_assigned(partition, "position()")
         if tp not in self._subscriptions.positions:
             await self._fetcher.initialize_positions(time.monotonic() + self._api_timeout_s)
-        return self._subscriptions.positions[tp]
+        position = self._subscriptions.positions.get(tp)
+        if position is None:
+            raise TxbrokerTimeoutError(
+                f"position({tp.topic!r}, {tp.partition}): group {self.group_id!r} has an offset of it pending in an "
+                f"open transaction (UNSTABLE_OFFSET_COMMIT) for default_api_timeout_ms "
+                f"({self._api_timeout_s * 1000:.0f}): the position is that offset once the transaction ends; call "
+                f"position() again later (the server aborts a transaction left open after its timeout)"
+            )
+        return position
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         tp = self._subscriptions.require_assigned(partition, "seek()")

@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 
 from tests.api.test_log_lifecycle import sql
 from tests.sdk.test_sdk_integration import FAST, read_all
-from txbroker import Admin, Consumer, Producer, TopicPartition
+from txbroker import Admin, Consumer, Producer, TopicPartition, errors
 
 INT32_MAX = 2**31 - 1
 
@@ -85,3 +86,27 @@ def test_commits_are_applied_in_the_order_they_were_made(server):
         assert done == [({tp: 5}, None), ({tp: 10}, None), ({tp: 15}, None)], "commit() after the ones before it"
         assert consumer.committed([tp]) == {tp: 20}
     assert transport.commits == 4
+
+
+def test_position_while_a_transaction_holds_the_committed_offset_is_a_timeout_then_the_offset(server):
+    """position() of a partition whose committed offset a transaction still holds (read with
+    require_stable, UNSTABLE_OFFSET_COMMIT) waits default_api_timeout_ms, then raises
+    TxbrokerTimeoutError, as Kafka's position() times out; once the transaction commits, it is the
+    offset it committed. Before, it raised KeyError."""
+    tp = TopicPartition("pending-offsets", 0)
+    with Admin(server.url) as admin:
+        admin.create_topic(tp.topic)
+    with (
+        Producer(server.url, transactional_id="pending-offsets", **FAST) as producer,
+        Consumer(server.url, group_id="pending", default_api_timeout_ms=500, **FAST) as consumer,
+    ):
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({tp: 7}, "pending")
+        consumer.assign([tp])
+        with pytest.raises(errors.TxbrokerTimeoutError, match="UNSTABLE_OFFSET_COMMIT") as raised:
+            consumer.position(tp)
+        assert raised.value.retriable
+        assert consumer.poll(timeout_ms=200) == [], "poll() waits for it too, without an error"
+        producer.commit_transaction()
+        assert consumer.position(tp) == 7
