@@ -5,6 +5,9 @@ reach by sending (two billion records), and what the clients then hand out, comm
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import time
 
 import httpx
 import pytest
@@ -110,3 +113,85 @@ def test_position_while_a_transaction_holds_the_committed_offset_is_a_timeout_th
         assert consumer.poll(timeout_ms=200) == [], "poll() waits for it too, without an error"
         producer.commit_transaction()
         assert consumer.position(tp) == 7
+
+
+def produce_values(url: str, topic: str, values: list[str], partitions: int = 1) -> None:
+    with Producer(url, **FAST) as producer:
+        for i, value in enumerate(values):
+            producer.send(topic, value=value, partition=i % partitions)
+
+
+def timed_poll(consumer: Consumer, timeout_ms: int) -> tuple[list, float]:
+    started = time.monotonic()
+    records = consumer.poll(timeout_ms=timeout_ms)
+    return records, time.monotonic() - started
+
+
+def test_poll_keeps_its_timeout_while_the_server_is_down_and_goes_on_after_its_restart(server_process, tmp_path):
+    """A server killed (SIGKILL) under a group member that auto-commits: poll(timeout_ms=300)
+    returns within about its timeout while the server is down, as Kafka's poll() does; the member
+    goes on after the restart, each record handed out once, and its offsets committed. Before,
+    poll() retried the due auto-commit for default_api_timeout_ms (here 20 s) inside poll()."""
+    server = server_process("--data-dir", str(tmp_path / "data"))
+    values = [f"r{i}" for i in range(40)]
+    with Admin(server.url) as admin:
+        admin.create_topic("restarted", partitions=2)
+    produce_values(server.url, "restarted", values, partitions=2)
+    consumer = Consumer(
+        server.url,
+        group_id="restarted",
+        auto_offset_reset="earliest",
+        auto_commit_interval_ms=100,
+        default_api_timeout_ms=20_000,
+        max_poll_records=5,
+        fetch_max_records=5,
+        prefetch=False,
+        **FAST,
+    )
+    try:
+        consumer.subscribe(["restarted"])
+        received = []
+        while len(received) < 10:
+            received += consumer.poll(timeout_ms=1000)
+        server.kill()
+        for _ in range(3):
+            records, took = timed_poll(consumer, 300)
+            assert records == [] and took < 2, f"poll(timeout_ms=300) took {took:.1f} s with the server down"
+        server.start()
+        deadline = time.monotonic() + 30
+        while len(received) < len(values) and time.monotonic() < deadline:
+            received += consumer.poll(timeout_ms=500)
+        assert sorted(r.value for r in received) == sorted(v.encode() for v in values), "each once"
+    finally:
+        consumer.close()  # the final auto-commit
+    with Admin(server.url) as admin:
+        assert {o["lag"] for o in admin.describe_group("restarted")["offsets"]} == {0}
+
+
+def test_poll_keeps_its_timeout_while_the_server_is_frozen_and_takes_the_late_answer(server_process, database_url):
+    """A server frozen (SIGSTOP) with a fetch in flight: poll(timeout_ms=300) returns about in
+    time instead of waiting request_timeout_ms (30 s) for an answer; the fetch stays in flight, and
+    once the server runs again its answer is the next poll's: every record once, in order. Before,
+    each poll() waited for the fetch's HTTP timeout."""
+    server = server_process("--database-url", database_url)
+    values = [f"r{i}" for i in range(30)]
+    tp = TopicPartition("frozen", 0)
+    with Admin(server.url) as admin:
+        admin.create_topic(tp.topic)
+    produce_values(server.url, tp.topic, values)
+    with Consumer(server.url, max_poll_records=10, fetch_max_records=10, prefetch=False, **FAST) as consumer:
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        received = consumer.poll(timeout_ms=1000)
+        assert len(received) == 10
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            for _ in range(3):
+                records, took = timed_poll(consumer, 300)
+                assert records == [] and took < 2, f"poll(timeout_ms=300) took {took:.1f} s with the server frozen"
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while len(received) < len(values) and time.monotonic() < deadline:
+            received += consumer.poll(timeout_ms=500)
+    assert [(r.offset, r.value) for r in received] == [(i, v.encode()) for i, v in enumerate(values)]
