@@ -181,8 +181,10 @@ class AsyncProducer:
 
     async def close(self, timeout: float | None = None) -> None:
         """Sends what is buffered (unless the producer failed fatally), waiting up to `timeout`
-        seconds, then stops. An open transaction is neither committed nor aborted: the server
-        aborts it after its timeout, or the next instance's init_transactions() does at once."""
+        seconds, then stops: a record still unsent or unanswered then fails (IllegalStateError,
+        saying which), as Kafka's close(timeout) fails the incomplete batches. An open transaction
+        is neither committed nor aborted: the server aborts it after its timeout, or the next
+        instance's init_transactions() does at once."""
         if self._closed:
             return
         self._closed = True
@@ -191,7 +193,13 @@ class AsyncProducer:
                 await asyncio.wait_for(self._sender.flush(), timeout)
             except (asyncio.TimeoutError, TxbrokerError):
                 pass
-        await self._sender.stop(IllegalStateError("the producer was closed before the record was sent"))
+        await self._sender.stop(
+            IllegalStateError("the producer was closed before the record was sent"),
+            IllegalStateError(
+                "the producer was closed before the server answered for the record (its close timeout "
+                "passed): it may or may not have been written"
+            ),
+        )
         await self._connection.close()
 
     # ---- state

@@ -195,3 +195,64 @@ def test_poll_keeps_its_timeout_while_the_server_is_frozen_and_takes_the_late_an
         while len(received) < len(values) and time.monotonic() < deadline:
             received += consumer.poll(timeout_ms=500)
     assert [(r.offset, r.value) for r in received] == [(i, v.encode()) for i, v in enumerate(values)]
+
+
+def test_close_with_a_record_in_flight_to_a_frozen_server_fails_it_and_says_why(server_process, database_url):
+    """close(timeout) while the server is frozen (SIGSTOP) with a record in flight: the record's
+    future fails once the timeout is up, saying that it may or may not have been written, as Kafka's
+    close(timeout) fails the incomplete batches. Before, a record in flight then stayed pending for
+    ever: a caller waiting for it waited for ever, one not waiting never learnt of it."""
+    server = server_process("--database-url", database_url)
+    with Admin(server.url) as admin:
+        admin.create_topic("frozen-close")
+    producer = Producer(server.url, linger_ms=0, **FAST)
+    producer.send("frozen-close", value="before").result(10)
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        in_flight = producer.send("frozen-close", value="in flight")
+        time.sleep(0.3)  # sent
+        producer.close(timeout=0.5)
+        with pytest.raises(errors.IllegalStateError, match="may or may not have been written"):
+            in_flight.result(5)
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+
+
+class InitProducerIdDropped(httpx.AsyncHTTPTransport):
+    """Drops the connection of every InitProducerId while `dropping`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropping = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.dropping and request.url.path == "/v1/producers/init":
+            raise httpx.ConnectError("connection dropped on its way to the server", request=request)
+        return await super().handle_async_request(request)
+
+
+def test_a_producer_id_that_expired_and_cannot_be_replaced_fails_its_records_not_strands_them(make_server):
+    """UNKNOWN_PRODUCER_ID (the producer's id expired on the server, producer_id_expiration_ms)
+    while the server cannot be reached for a new id within max_block_ms: the batch fails with
+    TxbrokerTimeoutError (nothing of it was written), and the producer goes on once the server
+    answers again. Before, the sender's request task ended on that error without resolving the
+    batch: its future stayed pending for ever, and so would a flush() waiting for it."""
+    server = make_server(producer_id_expiration_ms=200, producer_id_expiration_check_interval_ms=50)
+    with Admin(server.url) as admin:
+        admin.create_topic("expiring")
+    transport = InitProducerIdDropped()
+    with Producer(server.url, transport=transport, linger_ms=0, max_block_ms=500, **FAST) as producer:
+        producer.send("expiring", value="first").result(10)
+        first_id = producer.producer_id
+        deadline = time.monotonic() + 10
+        with Admin(server.url) as admin:
+            while admin.describe_producers("expiring", 0) and time.monotonic() < deadline:
+                time.sleep(0.05)  # its state expired
+        transport.dropping = True
+        stranded = producer.send("expiring", value="lost")
+        with pytest.raises(errors.TxbrokerTimeoutError, match="InitProducerId"):
+            stranded.result(10)
+        transport.dropping = False
+        assert producer.send("expiring", value="after").result(10).offset == 1
+        assert producer.producer_id != first_id
+    assert [r.value for r in read_all(server.url, "expiring", 1)] == [b"first", b"after"]
