@@ -256,3 +256,47 @@ def test_a_producer_id_that_expired_and_cannot_be_replaced_fails_its_records_not
         assert producer.send("expiring", value="after").result(10).offset == 1
         assert producer.producer_id != first_id
     assert [r.value for r in read_all(server.url, "expiring", 1)] == [b"first", b"after"]
+
+
+def test_a_commit_to_a_frozen_server_returns_after_max_block_ms_and_resumes(server_process, database_url):
+    """commit_transaction() while the server is frozen (SIGSTOP) and the transaction's records are
+    unanswered: it raises TxbrokerTimeoutError (retriable) after max_block_ms, as Kafka's
+    commitTransaction() does, and once the server runs again, calling it again commits, each record
+    once. Before, it waited for the records for up to delivery_timeout_ms (two minutes by default),
+    and then made the transaction abortable."""
+    server = server_process("--database-url", database_url)
+    with Admin(server.url) as admin:
+        admin.create_topic("frozen-commit")
+    with Producer(
+        server.url,
+        transactional_id="frozen-commit",
+        max_block_ms=1000,
+        linger_ms=60_000,  # the records are sent by the commit's flush
+        request_timeout_ms=3000,
+        delivery_timeout_ms=8000,
+        **FAST,
+    ) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        futures = [producer.send("frozen-commit", value=f"r{i}") for i in range(3)]
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(errors.TxbrokerTimeoutError, match="max_block_ms") as raised:
+                producer.commit_transaction()
+            took = time.monotonic() - started
+            assert took < 3, f"commit_transaction() took {took:.1f} s with max_block_ms=1000"
+            assert raised.value.retriable and not raised.value.abortable
+            with pytest.raises(errors.IllegalStateError, match="call commit_transaction"):
+                producer.abort_transaction()
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                producer.commit_transaction()
+                break
+            except errors.TxbrokerTimeoutError:
+                assert time.monotonic() < deadline
+        assert [future.result(0).offset for future in futures] == [0, 1, 2]
+    assert [r.value for r in read_all(server.url, "frozen-commit", 1)] == [b"r0", b"r1", b"r2"]
