@@ -89,7 +89,8 @@ class AsyncProducer:
     - max_block_ms (60000): how long a call blocks (retrying retriable errors; commit_transaction()
       and abort_transaction() waiting for the transaction's records too) before TxbrokerTimeoutError.
     - request_timeout_ms (30000), retry_backoff_ms (100), retry_backoff_max_ms (1000),
-      metadata_max_age_ms (300000): partition counts are cached this long.
+      metadata_max_age_ms (300000): partition counts are cached this long (a topic's is asked again
+      at once after UNKNOWN_TOPIC_OR_PARTITION).
     - token, headers, transport: see txbroker.connection.Connection.
     """
 
@@ -151,6 +152,7 @@ class AsyncProducer:
             delivery_timeout_ms=delivery_timeout_ms,
             backoff=self._backoff,
             new_producer_id=self._idempotent_producer_id,
+            forget_topic=self._metadata.forget,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False

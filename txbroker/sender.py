@@ -90,6 +90,7 @@ class Sender:
         delivery_timeout_ms: int,
         backoff: Backoff,
         new_producer_id: Callable[[bool], Awaitable[None]],
+        forget_topic: Callable[[str], None],
     ) -> None:
         self._connection = connection
         self._tm = tm
@@ -102,6 +103,8 @@ class Sender:
         # new_producer_id(bump): InitProducerId for an idempotent producer, bumping the current
         # epoch (KIP-360) when `bump`, else a fresh id.
         self._new_producer_id = new_producer_id
+        # forget_topic(topic): its partition count is stale (a partition of it is unknown).
+        self._forget_topic = forget_topic
         self._in_flight: dict[TopicPartition, ProducerBatch] = {}
         self._requests: set[asyncio.Task] = set()
         self._wakeup = asyncio.Event()
@@ -397,6 +400,9 @@ class Sender:
 
     def _refused(self, batches: list[ProducerBatch], error: TxbrokerError, action: str) -> None:
         """The server refused the batches and appended none of them."""
+        if isinstance(error, errors.UnknownTopicOrPartitionError):
+            for topic in {batch.tp.topic for batch in batches}:
+                self._forget_topic(topic)
         if action == FATAL:
             error = self._tm.fail_fatal(error)
             for batch in batches:

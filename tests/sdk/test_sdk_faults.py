@@ -14,7 +14,8 @@ import pytest
 
 from tests.api.test_log_lifecycle import sql
 from tests.sdk.test_sdk_integration import FAST, read_all
-from txbroker import Admin, Consumer, Producer, TopicPartition, errors
+from txbroker import Admin, Consumer, Producer, RecordMetadata, TopicPartition, errors
+from txbroker.wire import partition_for_key
 
 INT32_MAX = 2**31 - 1
 
@@ -300,3 +301,20 @@ def test_a_commit_to_a_frozen_server_returns_after_max_block_ms_and_resumes(serv
                 assert time.monotonic() < deadline
         assert [future.result(0).offset for future in futures] == [0, 1, 2]
     assert [r.value for r in read_all(server.url, "frozen-commit", 1)] == [b"r0", b"r1", b"r2"]
+
+
+def test_a_topic_re_created_with_fewer_partitions_is_produced_to_by_its_new_count(server):
+    """A producer's key went to partition 2 of a topic that is then re-created with one
+    partition: the batch sent by the stale count fails (UNKNOWN_TOPIC_OR_PARTITION), and the next
+    records of that key go to the new topic's partition 0, as Kafka's producer refreshes its
+    metadata on that error. Before, every record of the key failed until metadata_max_age_ms (five
+    minutes by default) had passed."""
+    key = next(f"key-{i}" for i in range(100) if partition_for_key(f"key-{i}".encode(), 3) == 2)
+    with Admin(server.url) as admin, Producer(server.url, linger_ms=0, **FAST) as producer:
+        admin.create_topic("shrunk", partitions=3)
+        assert producer.send("shrunk", value="before", key=key).result(10).partition == 2
+        admin.delete_topic("shrunk")
+        admin.create_topic("shrunk", partitions=1)
+        with pytest.raises(errors.UnknownTopicOrPartitionError):
+            producer.send("shrunk", value="by the stale count", key=key).result(10)
+        assert producer.send("shrunk", value="after", key=key).result(10) == RecordMetadata("shrunk", 0, 0)
