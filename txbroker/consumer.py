@@ -139,19 +139,29 @@ class AsyncConsumer:
             raise IllegalStateError("the consumer is closed")
 
     async def _call(
-        self, what: str, method: str, path: str, body: Any = None, *, params=None, deadline: float | None = None
+        self,
+        what: str,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params=None,
+        deadline: float | None = None,
+        answered: Callable[[Any], Any] | None = None,
     ) -> Any:
         """The request, its retriable errors retried for default_api_timeout_ms, or only until
-        `deadline` (a time.monotonic() value: poll()'s) when that comes first; one attempt at least."""
+        `deadline` (a time.monotonic() value: poll()'s) when that comes first; one attempt at least.
+        `answered(answer)`, when given, is the result: a retriable error it raises (a partition's)
+        is retried too."""
         timeout_s = self._api_timeout_s
         if deadline is not None:
             timeout_s = min(timeout_s, max(0.0, deadline - time.monotonic()))
-        return await retrying(
-            lambda: self._connection.request(method, path, body, params=params),
-            what=what,
-            timeout_s=timeout_s,
-            backoff=self._backoff,
-        )
+
+        async def attempt() -> Any:
+            answer = await self._connection.request(method, path, body, params=params)
+            return answer if answered is None else answered(answer)
+
+        return await retrying(attempt, what=what, timeout_s=timeout_s, backoff=self._backoff)
 
     def _require_group(self, what: str) -> ConsumerCoordinator:
         if self._coordinator is None:

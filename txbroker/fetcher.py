@@ -28,7 +28,7 @@ from txbroker import errors
 from txbroker.connection import Connection
 from txbroker.consumer_coordinator import Call, ConsumerCoordinator
 from txbroker.errors import TxbrokerError
-from txbroker.records import BASE64, ConsumerRecord, TopicPartition, consumer_record
+from txbroker.records import BASE64, ConsumerRecord, TopicPartition, consumer_record, listed_offsets
 from txbroker.retry import Backoff
 from txbroker.subscription_state import SubscriptionState
 from txbroker.wire import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -98,7 +98,7 @@ class Fetcher:
         wanted = list(partitions)
         if not wanted:
             return {}
-        answer = await self._call(
+        return await self._call(
             "ListOffsets",
             "POST",
             "/v1/offsets/list",
@@ -107,13 +107,8 @@ class Fetcher:
                 "partitions": [{"topic": tp.topic, "partition": tp.partition, "timestamp": timestamp} for tp in wanted],
             },
             deadline=deadline,
+            answered=listed_offsets,
         )
-        found = {}
-        for entry in answer["partitions"]:
-            if entry["error"] is not None:
-                raise errors.from_body(entry["error"])
-            found[TopicPartition(entry["topic"], entry["partition"])] = entry["offset"]
-        return found
 
     async def reset_positions(self, partitions: Iterable[TopicPartition], deadline: float | None = None) -> None:
         partitions = list(partitions)
