@@ -215,6 +215,7 @@ def test_usage_errors_exit_2(args):
         (("consume", "t", "--group", ""), "argument --group: must not be empty"),
         (("topics", "describe", ""), "argument name: must not be empty"),
         (("groups", "describe", ""), "argument group: must not be empty"),
+        (("principals", "delete", ""), "argument name: must not be empty"),
         (("--token", "clé", "topics", "list"), "token must be printable ASCII"),
         (("--token", "key\nX-Injected: 1", "topics", "list"), "token must be printable ASCII"),
         (("--url", "http://[::1", "topics", "list"), "url 'http://[::1' is not a URL"),

@@ -18,8 +18,8 @@ class UsageError(Exception):
 
 
 def resource_name(value: str) -> str:
-    """An argparse type: a topic, group or transactional id, which is never empty (an empty one
-    would name no resource: the server could only answer for its route)."""
+    """An argparse type: a topic, group, transactional id, principal or key id, which is never
+    empty (an empty one would name no resource: the server could only answer for its route)."""
     if not value:
         raise argparse.ArgumentTypeError("must not be empty")
     return value
