@@ -61,6 +61,7 @@ HEAVY_TESTS = (
     "tests/api/test_log_lifecycle.py::test_a_crash_in_the_middle_of_retention_and_compaction",
     "tests/kafka/test_transactions_exactly_once.py::test_sigkill_during_transactions_then_exactly_once",
     "tests/sdk/test_sdk_examples.py::test_consume_transform_produce_is_exactly_once_across_a_server_sigkill",
+    "tests/sdk/test_sdk_faults.py::test_poll_keeps_its_timeout_while_the_server_is_down_and_goes_on_after_its_restart",
 )
 
 

@@ -11,7 +11,7 @@ did happen).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -20,7 +20,7 @@ import httpx
 from txbroker.connection import DEFAULT_URL, Connection
 from txbroker.errors import TxbrokerConnectionError, from_body
 from txbroker.metadata import topic_path
-from txbroker.records import TopicPartition
+from txbroker.records import TopicPartition, listed_offsets
 from txbroker.retry import Backoff, retrying
 from txbroker.wire import LATEST_TIMESTAMP, READ_COMMITTED
 
@@ -72,12 +72,17 @@ class AsyncAdmin:
         body: Any = None,
         method: str = "GET",
         what: str | None = None,
+        answered: Callable[[Any], Any] | None = None,
     ) -> Any:
+        """A read, retried for default_api_timeout_ms; `answered(answer)`, when given, is the
+        result, and a retriable error it raises (a partition's) is retried too."""
+
+        async def attempt() -> Any:
+            answer = await self._connection.request(method, path, body, params=params)
+            return answer if answered is None else answered(answer)
+
         return await retrying(
-            lambda: self._connection.request(method, path, body, params=params),
-            what=what or f"{method} {path}",
-            timeout_s=self._api_timeout_s,
-            backoff=self._backoff,
+            attempt, what=what or f"{method} {path}", timeout_s=self._api_timeout_s, backoff=self._backoff
         )
 
     async def _once(
@@ -258,20 +263,15 @@ class AsyncAdmin:
         isolation_level: str = READ_COMMITTED,
     ) -> dict[TopicPartition, int]:
         """-1 latest (the LSO under read_committed), -2 earliest, or a time in ms."""
-        answer = await self._read(
+        return await self._read(
             "/v1/offsets/list",
             method="POST",
             body={
                 "isolation_level": isolation_level,
                 "partitions": [{"topic": tp[0], "partition": tp[1], "timestamp": timestamp} for tp in partitions],
             },
+            answered=listed_offsets,
         )
-        result = {}
-        for entry in answer["partitions"]:
-            if entry["error"] is not None:
-                raise from_body(entry["error"])
-            result[TopicPartition(entry["topic"], entry["partition"])] = entry["offset"]
-        return result
 
     # ---- security (needs Describe or Alter on the Cluster: super users)
 

@@ -83,7 +83,12 @@ class Connection:
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         request_timeout_ms: int = 30_000,
     ) -> None:
-        self.url = url.rstrip("/")
+        self.url = _server_url(url)
+        if token is not None and not _is_header_value(token):
+            raise ValueError(
+                "token must be printable ASCII, as the API keys `txbroker principals add-key` prints are; this "
+                "one holds a line break, a control character or a character outside ASCII: copy the key again"
+            )
         self.request_timeout_s = request_timeout_ms / 1000
         all_headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **(headers or {})}
         if token:
@@ -151,6 +156,26 @@ class Connection:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+def _server_url(url: str) -> str:
+    """The server's base URL without a trailing slash; ValueError for what cannot be one (before
+    any request, which would report an unreachable server)."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as error:
+        raise ValueError(
+            f"url {url!r} is not a URL ({error}): expected http://HOST:PORT or https://HOST:PORT"
+        ) from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"url {url!r} is not a server's URL: expected http://HOST:PORT or https://HOST:PORT")
+    return url.rstrip("/")
+
+
+def _is_header_value(text: str) -> bool:
+    """Visible ASCII and spaces only: what an HTTP header value may carry (no line break that would
+    end the header)."""
+    return all(" " <= character <= "~" for character in text)
 
 
 def _error_for(method: str, path: str, response: httpx.Response, decoded: Any) -> errors.TxbrokerError:

@@ -25,7 +25,7 @@ import httpx
 
 from txbroker.connection import DEFAULT_URL, Connection
 from txbroker.consumer_coordinator import ConsumerCoordinator
-from txbroker.errors import IllegalStateError, TxbrokerError
+from txbroker.errors import IllegalStateError, TxbrokerError, TxbrokerTimeoutError
 from txbroker.fetcher import OFFSET_RESETS, Fetcher
 from txbroker.records import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
 from txbroker.retry import Backoff, retrying
@@ -43,7 +43,8 @@ class AsyncConsumer:
     - isolation_level ("read_committed", the server's default; Kafka's is read_uncommitted).
     - auto_offset_reset ("latest"): where a partition without a committed offset starts
       ("earliest", "latest", or "none": raise NoOffsetForPartitionError).
-    - enable_auto_commit (True), auto_commit_interval_ms (5000): commit positions from poll().
+    - enable_auto_commit (True), auto_commit_interval_ms (5000): commit positions from poll(), in
+      the background (poll() does not wait for it), and at close().
       Off for consume-transform-produce: the producer's transaction commits the offsets.
     - max_poll_records (500): records per poll(); fetch_max_records (5000): records per fetch
       (the rest is buffered for the next polls); prefetch (True): fetch the next records while
@@ -124,6 +125,7 @@ class AsyncConsumer:
             backoff=self._backoff,
         )
         self._last_auto_commit = time.monotonic()
+        self._auto_commit: asyncio.Future | None = None  # the auto-commit in flight
         self._closed = False
 
     async def __aenter__(self) -> AsyncConsumer:
@@ -136,13 +138,30 @@ class AsyncConsumer:
         if self._closed:
             raise IllegalStateError("the consumer is closed")
 
-    async def _call(self, what: str, method: str, path: str, body: Any = None, *, params=None) -> Any:
-        return await retrying(
-            lambda: self._connection.request(method, path, body, params=params),
-            what=what,
-            timeout_s=self._api_timeout_s,
-            backoff=self._backoff,
-        )
+    async def _call(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params=None,
+        deadline: float | None = None,
+        answered: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """The request, its retriable errors retried for default_api_timeout_ms, or only until
+        `deadline` (a time.monotonic() value: poll()'s) when that comes first; one attempt at least.
+        `answered(answer)`, when given, is the result: a retriable error it raises (a partition's)
+        is retried too."""
+        timeout_s = self._api_timeout_s
+        if deadline is not None:
+            timeout_s = min(timeout_s, max(0.0, deadline - time.monotonic()))
+
+        async def attempt() -> Any:
+            answer = await self._connection.request(method, path, body, params=params)
+            return answer if answered is None else answered(answer)
+
+        return await retrying(attempt, what=what, timeout_s=timeout_s, backoff=self._backoff)
 
     def _require_group(self, what: str) -> ConsumerCoordinator:
         if self._coordinator is None:
@@ -210,11 +229,22 @@ class AsyncConsumer:
     # ---- positions
 
     async def position(self, partition: TopicPartition) -> int:
-        """The offset of the next record poll() returns for an assigned partition."""
+        """The offset of the next record poll() returns for an assigned partition. A partition
+        without one starts at its committed offset (auto_offset_reset without); while a transaction
+        commits an offset for it, that offset is not known yet: waited for up to
+        default_api_timeout_ms, then TxbrokerTimeoutError (Kafka's position() times out alike)."""
         tp = self._subscriptions.require_assigned(partition, "position()")
         if tp not in self._subscriptions.positions:
             await self._fetcher.initialize_positions(time.monotonic() + self._api_timeout_s)
-        return self._subscriptions.positions[tp]
+        position = self._subscriptions.positions.get(tp)
+        if position is None:
+            raise TxbrokerTimeoutError(
+                f"position({tp.topic!r}, {tp.partition}): group {self.group_id!r} has an offset of it pending in an "
+                f"open transaction (UNSTABLE_OFFSET_COMMIT) for default_api_timeout_ms "
+                f"({self._api_timeout_s * 1000:.0f}): the position is that offset once the transaction ends; call "
+                f"position() again later (the server aborts a transaction left open after its timeout)"
+            )
+        return position
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         tp = self._subscriptions.require_assigned(partition, "seek()")
@@ -266,7 +296,10 @@ class AsyncConsumer:
 
     async def poll(self, timeout_ms: int = 0) -> list[ConsumerRecord]:
         """Records from the assigned partitions, waiting up to `timeout_ms` for some (the fetch
-        long-poll). Runs the rebalance listeners when the assignment changed."""
+        long-poll). Runs the rebalance listeners when the assignment changed. Whatever the server
+        does, it returns about in time (a fetch's answer is waited for half a second past it), as
+        Kafka's poll(); only joining the group, before the first assignment, retries for
+        default_api_timeout_ms and then raises TxbrokerTimeoutError."""
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             event = await self.update_assignment()
@@ -277,10 +310,10 @@ class AsyncConsumer:
                 return records
 
     async def fetch_records(self, deadline: float) -> list[ConsumerRecord]:
-        """poll()'s second step: auto-commits when due, then buffered records, else one fetch
-        long-polling until `deadline` (a time.monotonic() value); [] early when the assignment
-        changes meanwhile."""
-        await self._maybe_auto_commit()
+        """poll()'s second step: starts an auto-commit when due, then buffered records, else one
+        fetch long-polling until `deadline` (a time.monotonic() value); [] early when the assignment
+        changes meanwhile. Waits for no request past the deadline (see txbroker.fetcher)."""
+        self._maybe_auto_commit()
         return await self._fetcher.fetch(deadline)
 
     # ---- commits
@@ -320,7 +353,9 @@ class AsyncConsumer:
         offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
         callback: Callable[[dict, BaseException | None], Any] | None = None,
     ) -> asyncio.Future:
-        """commit() in the background; `callback(offsets, error)` runs when it is done."""
+        """commit() in the background; `callback(offsets, error)` runs when it is done. Commits are
+        sent one after the other in the order they were made (commit() waits for the ones before
+        it), so the group's offset is always the last one committed."""
         entries = self.offsets_to_commit(offsets)
         task = asyncio.ensure_future(self.commit(entries))
         if callback is not None:
@@ -340,14 +375,31 @@ class AsyncConsumer:
             result[tp] = None if entry is None or entry[0] < 0 else entry[0]
         return result
 
-    async def _maybe_auto_commit(self) -> None:
-        if not self.enable_auto_commit or time.monotonic() - self._last_auto_commit < self._auto_commit_interval_s:
+    def _maybe_auto_commit(self) -> None:
+        """When auto-commit is due, commits the positions (what poll() handed out) in the
+        background, one attempt: poll() never waits for it, as Kafka's auto-commit in poll() is
+        asynchronous (before, a server down kept poll() retrying the commit for
+        default_api_timeout_ms). One at a time; a retriable failure is tried again after the
+        backoff, with the positions of then."""
+        if not self.enable_auto_commit or (self._auto_commit is not None and not self._auto_commit.done()):
             return
+        now = time.monotonic()
+        if now - self._last_auto_commit < self._auto_commit_interval_s:
+            return
+        self._last_auto_commit = now
+        entries = self._offsets_body(None)
+        if entries:
+            self._auto_commit = asyncio.ensure_future(self._auto_commit_positions(entries))
+
+    async def _auto_commit_positions(self, entries: list[dict]) -> None:
         try:
-            await self.commit()
+            await self._require_group("auto-commit").commit(entries, deadline=time.monotonic())
         except TxbrokerError as error:
             log.warning("auto-commit of group %r failed: %s", self.group_id, error)
-        self._last_auto_commit = time.monotonic()
+            if error.retriable:
+                self._last_auto_commit = (
+                    time.monotonic() - self._auto_commit_interval_s + self._backoff.delay_s(0, error)
+                )
 
     # ---- closing
 
@@ -355,6 +407,8 @@ class AsyncConsumer:
         """Commits (with enable_auto_commit), leaves the group (it rebalances at once), closes."""
         if self._closed:
             return
+        if self._auto_commit is not None:  # its one attempt ends before the final commit is sent
+            await asyncio.gather(self._auto_commit, return_exceptions=True)
         if self.enable_auto_commit and self._subscriptions.assignment:
             try:
                 await self.commit()

@@ -38,7 +38,8 @@ from txbroker.wire import NO_GENERATION, NO_MEMBER
 
 log = logging.getLogger("txbroker.consumer")
 
-Call = Callable[..., Awaitable[Any]]  # (what, method, path, body) retried until the API timeout
+# (what, method, path, body, deadline=None): retried until the API timeout, or the deadline before it
+Call = Callable[..., Awaitable[Any]]
 Committed = dict[TopicPartition, tuple[int, str | None] | TxbrokerError]
 
 
@@ -76,6 +77,7 @@ class ConsumerCoordinator:
         self._answered_generation = NO_GENERATION
         self._answered_topic_ids: dict[str, str | None] = {}
         self._heartbeat_task: asyncio.Task | None = None
+        self._commit_order = asyncio.Lock()  # FIFO: commits are sent in the order they were made
         self._heartbeat_error: TxbrokerError | None = None
         self._stopped = False
 
@@ -191,19 +193,30 @@ class ConsumerCoordinator:
             return self.member_id, self._subscriptions.generation
         return NO_MEMBER, NO_GENERATION
 
-    async def commit(self, entries: list[dict]) -> None:
+    async def commit(self, entries: list[dict], deadline: float | None = None) -> None:
+        """Commits, one after the other in the order they were made: Kafka's commitAsync sends its
+        commits in the order of the calls, and commitSync returns after the ones made before it.
+        Over HTTP two commits in flight at once travel on two connections, and the server could
+        apply the older one last, taking the group's offset back. The membership is the one of the
+        call, whenever the commit is sent. Retriable errors are retried for the API timeout, or
+        until `deadline` (one attempt at least)."""
         member_id, generation = self.commit_identity()
-        answer = await self._call(
-            f"OffsetCommit({self.group_id})",
-            "POST",
-            group_path(self.group_id, "offsets/commit"),
-            {"member_id": member_id, "generation_id": generation, "offsets": entries},
-        )
+        body = {"member_id": member_id, "generation_id": generation, "offsets": entries}
+        async with self._commit_order:
+            answer = await self._call(
+                f"OffsetCommit({self.group_id})",
+                "POST",
+                group_path(self.group_id, "offsets/commit"),
+                body,
+                deadline=deadline,
+            )
         for entry in answer["offsets"]:
             if entry["error"] is not None:
                 raise errors.from_body(entry["error"])
 
-    async def fetch_committed(self, partitions: list[TopicPartition], require_stable: bool) -> Committed:
+    async def fetch_committed(
+        self, partitions: list[TopicPartition], require_stable: bool, deadline: float | None = None
+    ) -> Committed:
         answer = await self._call(
             f"OffsetFetch({self.group_id})",
             "POST",
@@ -212,6 +225,7 @@ class ConsumerCoordinator:
                 "partitions": [{"topic": tp.topic, "partition": tp.partition} for tp in partitions],
                 "require_stable": require_stable,
             },
+            deadline=deadline,
         )
         found: Committed = {}
         for entry in answer["offsets"]:
@@ -227,7 +241,7 @@ class ConsumerCoordinator:
         to_reset: list[TopicPartition] = []
         attempt = 0
         while missing:
-            committed = await self.fetch_committed(missing, require_stable=True)
+            committed = await self.fetch_committed(missing, require_stable=True, deadline=deadline)
             unstable = []
             for tp in missing:
                 found = committed.get(tp)

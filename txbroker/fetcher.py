@@ -9,6 +9,9 @@ Invariants:
   records whose position changed are dropped.
 - A subscribed topic deleted under a group member is no error of poll(): its partitions are
   skipped until the heartbeat brings the assignment without them (or with the topic re-created).
+- poll() waits for no request past its deadline (FETCH_ANSWER_GRACE_S past it for a fetch's
+  answer): retriable errors are retried until then, and a fetch still unanswered stays in flight
+  for the next poll (`_prefetch`: at most one fetch is in flight, for the positions it names).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +28,7 @@ from txbroker import errors
 from txbroker.connection import Connection
 from txbroker.consumer_coordinator import Call, ConsumerCoordinator
 from txbroker.errors import TxbrokerError
-from txbroker.records import BASE64, ConsumerRecord, TopicPartition, consumer_record
+from txbroker.records import BASE64, ConsumerRecord, TopicPartition, consumer_record, listed_offsets
 from txbroker.retry import Backoff
 from txbroker.subscription_state import SubscriptionState
 from txbroker.wire import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -34,6 +37,11 @@ log = logging.getLogger("txbroker.consumer")
 
 OFFSET_RESETS = {"earliest": EARLIEST_TIMESTAMP, "latest": LATEST_TIMESTAMP, "none": None}
 MAX_WAIT_MS = 30_000
+# How long poll() waits past its deadline for the answer of a fetch: a long poll is answered at its
+# max_wait (the deadline), and a fetch sent at the deadline (poll(0)) takes a round trip. A fetch
+# unanswered by then outlives the poll (Fetcher._answer_by).
+FETCH_ANSWER_GRACE_S = 0.5
+NO_ANSWER = object()  # poll() returns [] without a fetch's answer: the assignment changed, or time is up
 
 
 @dataclass
@@ -76,18 +84,21 @@ class Fetcher:
         self._fetch_max_records = max(fetch_max_records, max_poll_records)
         self._backoff = backoff
         self._fetched: dict[TopicPartition, _Fetched] = {}
-        # The next fetch, sent while poll() hands out the last fetched records and the caller
-        # processes them.
+        # The fetch in flight: the next one, sent while poll() hands out the last fetched records
+        # and the caller processes them, or one a poll's deadline came before the answer of. Its
+        # answer serves the next poll that fetches the positions it asked for.
         self._prefetch_enabled = prefetch
         self._prefetch: tuple[dict[TopicPartition, int], asyncio.Future] | None = None
 
     # ---- positions
 
-    async def list_offsets(self, partitions: Iterable[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
+    async def list_offsets(
+        self, partitions: Iterable[TopicPartition], timestamp: int, deadline: float | None = None
+    ) -> dict[TopicPartition, int]:
         wanted = list(partitions)
         if not wanted:
             return {}
-        answer = await self._call(
+        return await self._call(
             "ListOffsets",
             "POST",
             "/v1/offsets/list",
@@ -95,26 +106,23 @@ class Fetcher:
                 "isolation_level": self._isolation_level,
                 "partitions": [{"topic": tp.topic, "partition": tp.partition, "timestamp": timestamp} for tp in wanted],
             },
+            deadline=deadline,
+            answered=listed_offsets,
         )
-        found = {}
-        for entry in answer["partitions"]:
-            if entry["error"] is not None:
-                raise errors.from_body(entry["error"])
-            found[TopicPartition(entry["topic"], entry["partition"])] = entry["offset"]
-        return found
 
-    async def reset_positions(self, partitions: Iterable[TopicPartition]) -> None:
+    async def reset_positions(self, partitions: Iterable[TopicPartition], deadline: float | None = None) -> None:
         partitions = list(partitions)
         timestamp = OFFSET_RESETS[self._auto_offset_reset]
         if timestamp is None and partitions:
             raise errors.NoOffsetForPartitionError(
                 f"no committed offset for {sorted(partitions)} and auto_offset_reset='none': seek() first"
             )
-        self._subscriptions.positions.update(await self.list_offsets(partitions, timestamp))
+        self._subscriptions.positions.update(await self.list_offsets(partitions, timestamp, deadline))
 
     async def initialize_positions(self, deadline: float) -> None:
         """Positions for assigned partitions that have none: the committed offset (waiting out
-        pending transactional commits until `deadline`), else auto_offset_reset."""
+        pending transactional commits until `deadline`), else auto_offset_reset. Retriable errors
+        are retried until `deadline` too (one attempt at least)."""
         missing = self._subscriptions.missing_positions()
         if not missing:
             return
@@ -122,7 +130,7 @@ class Fetcher:
             to_reset = await self._coordinator.position_from_committed(missing, deadline)
         else:
             to_reset = missing
-        await self.reset_positions(to_reset)
+        await self.reset_positions(to_reset, deadline)
 
     # ---- fetching
 
@@ -145,26 +153,19 @@ class Fetcher:
             return await self._pause_until(deadline)
         positions = self._subscriptions.positions
         requested = {tp: positions[tp] for tp in fetchable}
-        answer = await self._prefetched(requested)
+        answer = await self._prefetched(requested, deadline)
         if answer is None:
             max_wait_ms = min(max(0, int((deadline - time.monotonic()) * 1000)), MAX_WAIT_MS)
             try:
-                answer = await self._until_assignment_changes(
-                    self._connection.request(
-                        "POST",
-                        "/v1/fetch",
-                        self._fetch_body(requested, max_wait_ms),
-                        extra_timeout_s=max_wait_ms / 1000,
-                    )
-                )
+                answer = await self._answer_by(requested, self._send_fetch(requested, max_wait_ms), deadline)
             except TxbrokerError as error:
                 if not error.retriable:
                     raise
                 log.warning("fetch from %s failed: %s", self._url, error)
                 return await self._pause_until(deadline, self._backoff.max_ms / 1000)
-            if answer is None:
-                return []
-        deleted = await self._keep_fetched(answer, requested)
+        if answer is NO_ANSWER:
+            return []
+        deleted = await self._keep_fetched(answer, requested, deadline)
         records = self._take_fetched()
         if not records and deleted:  # the fetch answered at once: not again before the heartbeat may have come
             return await self._pause_until(deadline, self._backoff.max_ms / 1000)
@@ -187,9 +188,20 @@ class Fetcher:
             ],
         }
 
-    async def _prefetched(self, requested: dict[TopicPartition, int]) -> dict | None:
-        """The prefetch's answer if it asked for exactly these positions (no seek, rebalance or
-        pause since), else None."""
+    def _send_fetch(self, positions: dict[TopicPartition, int], max_wait_ms: int) -> asyncio.Task:
+        task = asyncio.ensure_future(
+            self._connection.request(
+                "POST", "/v1/fetch", self._fetch_body(positions, max_wait_ms), extra_timeout_s=max_wait_ms / 1000
+            )
+        )
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())  # a dropped one's error
+        return task
+
+    async def _prefetched(self, requested: dict[TopicPartition, int], deadline: float) -> Any:
+        """The answer of the fetch in flight (a prefetch, or one an earlier poll left unanswered) if it
+        asked for exactly these positions (no seek, rebalance or pause since), or NO_ANSWER (see
+        `_answer_by`); else None: fetch now (a fetch for other positions is dropped, and one that
+        failed is sent again)."""
         if self._prefetch is None:
             return None
         asked, task = self._prefetch
@@ -198,7 +210,7 @@ class Fetcher:
             task.cancel()
             return None
         try:
-            return await task
+            return await self._answer_by(asked, task, deadline)
         except TxbrokerError:
             return None  # fetched again, now
 
@@ -216,7 +228,9 @@ class Fetcher:
             self._prefetch[1].cancel()
             self._prefetch = None
 
-    async def _keep_fetched(self, answer: dict, requested: dict[TopicPartition, int]) -> list[TopicPartition]:
+    async def _keep_fetched(
+        self, answer: dict, requested: dict[TopicPartition, int], deadline: float
+    ) -> list[TopicPartition]:
         """Buffers a fetch's records; positions of partitions without records move to next_offset
         (past markers and aborted records). Returns the partitions of subscribed topics deleted
         meanwhile (skipped)."""
@@ -250,7 +264,13 @@ class Fetcher:
             else:
                 positions[tp] = entry["next_offset"]
         if reset:
-            await self.reset_positions(reset)
+            try:
+                await self.reset_positions(reset, deadline)
+            except TxbrokerError as error:
+                if not error.retriable:
+                    raise
+                # Their positions stay out of range: the next fetch answers so again, and resets.
+                log.warning("resetting %s: %s", sorted(reset), error)
         return deleted
 
     def _take_fetched(self) -> list[ConsumerRecord]:
@@ -283,28 +303,34 @@ class Fetcher:
                 for tp in subscriptions.fetchable()
             }
             if following:
-                task = asyncio.ensure_future(
-                    self._connection.request("POST", "/v1/fetch", self._fetch_body(following, 0))
-                )
-                task.add_done_callback(lambda done: done.cancelled() or done.exception())  # a dropped one's error
-                self._prefetch = (following, task)
+                self._prefetch = (following, self._send_fetch(following, 0))
         return records
 
-    async def _until_assignment_changes(self, request: Awaitable[Any]) -> Any:
-        """The request's answer, or None if the assignment changed first (the request is dropped)."""
-        if not self._subscriptions.subscribed:
-            return await request
-        task = asyncio.ensure_future(request)
-        changed = asyncio.ensure_future(self._subscriptions.assignment_changed.wait())
+    async def _answer_by(self, asked: dict[TopicPartition, int], fetch: asyncio.Task, deadline: float) -> Any:
+        """The fetch's answer (or its error), or NO_ANSWER: when the assignment changes first, the
+        fetch is dropped; when it is still unanswered FETCH_ANSWER_GRACE_S past `deadline` (a server
+        frozen, an answer lost on the network), poll() returns and the fetch stays in flight, its
+        answer kept for the next poll of the same positions. So poll() waits for no request past
+        its timeout, as Kafka's poll(), where request_timeout_ms (30 s) bounded it before."""
+        changed = None
+        waiting = {fetch}
+        if self._subscriptions.subscribed:
+            changed = asyncio.ensure_future(self._subscriptions.assignment_changed.wait())
+            waiting.add(changed)
         try:
-            await asyncio.wait({task, changed}, return_when=asyncio.FIRST_COMPLETED)
+            timeout = max(0.0, deadline - time.monotonic()) + FETCH_ANSWER_GRACE_S
+            await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            changed.cancel()
-        if task.done():
-            return task.result()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        return None
+            if changed is not None:
+                changed.cancel()
+        if fetch.done():
+            return fetch.result()
+        if changed is not None and changed.done() and not changed.cancelled():
+            fetch.cancel()
+            await asyncio.gather(fetch, return_exceptions=True)
+        else:
+            self._prefetch = (asked, fetch)
+        return NO_ANSWER
 
     async def _pause_until(self, deadline: float, at_most_s: float | None = None) -> list[ConsumerRecord]:
         """Nothing to fetch: wait for an assignment change, the deadline, or `at_most_s`."""

@@ -29,6 +29,12 @@ class TopicMetadata:
             return None
         return cached[0]
 
+    def forget(self, topic: str) -> None:
+        """A partition of the topic is unknown to the server (the topic was deleted, or re-created
+        with fewer partitions): its count is asked again at the next send, as Kafka's producer
+        refreshes its metadata on UNKNOWN_TOPIC_OR_PARTITION, not after metadata_max_age_ms."""
+        self._partitions.pop(topic, None)
+
     async def refresh(self, topic: str) -> int:
         """Raises UnknownTopicOrPartitionError for a topic that does not exist."""
         described = await retrying(

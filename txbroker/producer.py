@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -85,9 +86,11 @@ class AsyncProducer:
     - max_in_flight_requests (5): concurrent produce requests (one batch per partition in flight).
     - max_buffered_records (200000): send() blocks (up to max_block_ms) when this many wait.
     - delivery_timeout_ms (120000): how long a batch is retried before its records fail.
-    - max_block_ms (60000): how long a call retries retriable errors before TxbrokerTimeoutError.
+    - max_block_ms (60000): how long a call blocks (retrying retriable errors; commit_transaction()
+      and abort_transaction() waiting for the transaction's records too) before TxbrokerTimeoutError.
     - request_timeout_ms (30000), retry_backoff_ms (100), retry_backoff_max_ms (1000),
-      metadata_max_age_ms (300000): partition counts are cached this long.
+      metadata_max_age_ms (300000): partition counts are cached this long (a topic's is asked again
+      at once after UNKNOWN_TOPIC_OR_PARTITION).
     - token, headers, transport: see txbroker.connection.Connection.
     """
 
@@ -149,6 +152,7 @@ class AsyncProducer:
             delivery_timeout_ms=delivery_timeout_ms,
             backoff=self._backoff,
             new_producer_id=self._idempotent_producer_id,
+            forget_topic=self._metadata.forget,
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -181,8 +185,10 @@ class AsyncProducer:
 
     async def close(self, timeout: float | None = None) -> None:
         """Sends what is buffered (unless the producer failed fatally), waiting up to `timeout`
-        seconds, then stops. An open transaction is neither committed nor aborted: the server
-        aborts it after its timeout, or the next instance's init_transactions() does at once."""
+        seconds, then stops: a record still unsent or unanswered then fails (IllegalStateError,
+        saying which), as Kafka's close(timeout) fails the incomplete batches. An open transaction
+        is neither committed nor aborted: the server aborts it after its timeout, or the next
+        instance's init_transactions() does at once."""
         if self._closed:
             return
         self._closed = True
@@ -191,7 +197,13 @@ class AsyncProducer:
                 await asyncio.wait_for(self._sender.flush(), timeout)
             except (asyncio.TimeoutError, TxbrokerError):
                 pass
-        await self._sender.stop(IllegalStateError("the producer was closed before the record was sent"))
+        await self._sender.stop(
+            IllegalStateError("the producer was closed before the record was sent"),
+            IllegalStateError(
+                "the producer was closed before the server answered for the record (its close timeout "
+                "passed): it may or may not have been written"
+            ),
+        )
         await self._connection.close()
 
     # ---- state
@@ -216,13 +228,32 @@ class AsyncProducer:
         if self._closed:
             raise IllegalStateError("the producer is closed")
 
-    async def _call(self, what: str, method: str, path: str, body: Any = None) -> Any:
+    async def _call(self, what: str, method: str, path: str, body: Any = None, *, deadline: float | None = None) -> Any:
+        """The request, its retriable errors retried for max_block_ms, or until `deadline` (a
+        time.monotonic() value) when given; one attempt at least."""
+        timeout_s = self._max_block_s if deadline is None else max(0.0, deadline - time.monotonic())
         return await retrying(
             lambda: self._connection.request(method, path, body),
             what=what,
-            timeout_s=self._max_block_s,
+            timeout_s=timeout_s,
             backoff=self._backoff,
         )
+
+    async def _until_answered(self, wait: Awaitable[None], call: str, deadline: float) -> None:
+        """Waits (`wait`: a flush, or the requests in flight) until the transaction's records are
+        answered, or until `deadline`: max_block_ms from the call, as Kafka's commitTransaction()
+        and abortTransaction() block. Past it TxbrokerTimeoutError: the records are still being
+        sent (each until delivery_timeout_ms), and calling `call` again resumes."""
+        try:
+            await asyncio.wait_for(wait, max(0.0, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            raise errors.TxbrokerTimeoutError(
+                f"{call}: the transaction's records were not all answered within max_block_ms "
+                f"({self._max_block_s * 1000:.0f}); they are still being sent (each for up to delivery_timeout_ms): "
+                f"call {call} again to resume",
+                retriable=True,
+                abortable=False,
+            ) from None
 
     def _raise_fatal(self, error: TxbrokerError) -> None:
         raise self._tm.fail_fatal(error) from error
@@ -472,31 +503,35 @@ class AsyncProducer:
 
     async def commit_transaction(self) -> None:
         """Flushes, then EndTxn(commit). An unanswered EndTxn (timeout, connection reset) is retried
-        with the same body until the outcome is known -- never turned into an abort; if max_block_ms
-        passes first, TxbrokerTimeoutError is raised and calling commit_transaction() again resumes.
-        A record that failed makes the transaction abortable: its error is raised."""
+        with the same body until the outcome is known -- never turned into an abort. Blocks at most
+        max_block_ms, for the records and the EndTxn together, as Kafka's: then
+        TxbrokerTimeoutError is raised, and calling commit_transaction() again resumes. A record
+        that failed makes the transaction abortable: its error is raised."""
         self._check_open()
+        deadline = time.monotonic() + self._max_block_s
         tm = self._tm
         tm.require_transactional("commit_transaction")
         if tm.state is TransactionState.IN_TRANSACTION:
             tm.transition_to(TransactionState.COMMITTING)
         elif tm.state is not TransactionState.COMMITTING:  # COMMITTING: resuming after a timeout
             self._check_in_transaction("commit_transaction")
-        await self._sender.flush()
+        await self._until_answered(self._sender.flush(), "commit_transaction()", deadline)
         if tm.state is not TransactionState.COMMITTING:
             tm.check_not_fatal()
             raise tm.last_error or IllegalStateError(f"commit_transaction(): state {tm.state.value}")
         if not tm.transaction_has_content:
             tm.completed(tm.producer_id, tm.producer_epoch)
             return
-        answer = await self._end_transaction(tm.end_body(True))
+        answer = await self._end_transaction(tm.end_body(True), deadline)
         tm.completed(answer["producer_id"], answer["producer_epoch"])
         self._prepared = None
 
     async def abort_transaction(self) -> None:
         """Drops the unsent records (their futures fail with TransactionAbortedError), waits for the
-        requests in flight, then EndTxn(abort). The next transaction starts with a new epoch."""
+        requests in flight, then EndTxn(abort). The next transaction starts with a new epoch.
+        Blocks at most max_block_ms, as commit_transaction(); calling it again resumes."""
         self._check_open()
+        deadline = time.monotonic() + self._max_block_s
         tm = self._tm
         tm.require_transactional("abort_transaction")
         if tm.state in (TransactionState.IN_TRANSACTION, TransactionState.ABORTABLE_ERROR):
@@ -509,13 +544,13 @@ class AsyncProducer:
                 f"the transaction of {tm.transactional_id!r} was aborted before this record was sent"
             )
         )
-        await self._sender.wait_in_flight()
+        await self._until_answered(self._sender.wait_in_flight(), "abort_transaction()", deadline)
         tm.check_not_fatal()
         if not tm.transaction_has_content:
             tm.completed(tm.producer_id, tm.producer_epoch)
             return
         try:
-            answer = await self._end_transaction(tm.end_body(False))
+            answer = await self._end_transaction(tm.end_body(False), deadline)
         except errors.InvalidTxnStateError:
             # Nothing is open on the server: whatever was sent never arrived. A request still on
             # its way could open a transaction later: bumping the epoch (KIP-360) fences it.
@@ -539,10 +574,10 @@ class AsyncProducer:
                 raise
             self._raise_fatal(error)
 
-    async def _end_transaction(self, body: dict) -> dict:
+    async def _end_transaction(self, body: dict, deadline: float) -> dict:
         what = f"EndTxn({'commit' if body['committed'] else 'abort'} {body['transactional_id']!r})"
         try:
-            return await self._call(what, "POST", "/v1/txn/end", body)
+            return await self._call(what, "POST", "/v1/txn/end", body, deadline=deadline)
         except TxbrokerError as error:
             # Retriable (TxbrokerTimeoutError after max_block_ms): the state stays COMMITTING or
             # ABORTING and the pending body is kept for the next call. INVALID_TXN_STATE on an abort:

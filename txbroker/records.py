@@ -10,6 +10,7 @@ import base64
 from dataclasses import dataclass
 from typing import NamedTuple, Union
 
+from txbroker.errors import from_body
 from txbroker.wire import NO_GENERATION, NO_MEMBER
 
 BASE64 = "base64"
@@ -132,3 +133,16 @@ def consumer_record(topic: str, partition: int, wire: dict, _decode=base64.b64de
         [(h["key"], None if h["value"] is None else _decode(h["value"])) for h in headers] if headers else [],
         wire["timestamp_ms"],
     )
+
+
+def listed_offsets(answer: dict) -> dict[TopicPartition, int]:
+    """The offset of each partition of a ListOffsets answer; raises the first partition's error.
+    Called within the retried attempt (`answered=`), a retriable one (OFFSET_NOT_AVAILABLE: the
+    database's synchronous standby has not confirmed the offset) is retried as a retriable answer
+    to the whole request would be, until the call's timeout."""
+    found = {}
+    for entry in answer["partitions"]:
+        if entry["error"] is not None:
+            raise from_body(entry["error"])
+        found[TopicPartition(entry["topic"], entry["partition"])] = entry["offset"]
+    return found

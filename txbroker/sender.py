@@ -10,6 +10,9 @@ Invariants:
   earlier attempt of it went unanswered: that one may have been written (a refusal can depend on
   the time, as a topic's timestamp bounds do, which the server checks before duplicates), so the
   sequence is unknown, as after a timeout.
+- Every batch sent ends answered or failed, never pending: one the sender cannot go on with
+  (a new producer id not to be had, an answer that does not tell of it) fails as one whose
+  outcome is unknown; at close, those in flight fail too.
 - Runs on one event loop; everything it mutates is only touched on that loop, except the
   accumulator (thread-safe) and the records' futures (resolved here).
 
@@ -19,7 +22,8 @@ The answer to each error, as a table (see `_action_for`):
 |-----------------------------------------|--------------------------------|-------------------------|
 | retriable (connection, CONCURRENT_...)  | retry until delivery_timeout   | same                    |
 | delivery_timeout passed, outcome unknown| fail records, bump epoch       | abortable               |
-| UNKNOWN_PRODUCER_ID                     | new producer id, resend        | fatal                   |
+| UNKNOWN_PRODUCER_ID                     | new producer id, resend (none  | fatal                   |
+|                                         | to be had: fail, bump epoch)   |                         |
 | OUT_OF_ORDER_SEQUENCE_NUMBER            | fatal                          | abortable               |
 | PRODUCER_FENCED, INVALID_PRODUCER_EPOCH,| fatal                          | fatal                   |
 | INVALID_TXN_STATE, INVALID_PRODUCER_ID_ |                                |                         |
@@ -86,6 +90,7 @@ class Sender:
         delivery_timeout_ms: int,
         backoff: Backoff,
         new_producer_id: Callable[[bool], Awaitable[None]],
+        forget_topic: Callable[[str], None],
     ) -> None:
         self._connection = connection
         self._tm = tm
@@ -98,6 +103,8 @@ class Sender:
         # new_producer_id(bump): InitProducerId for an idempotent producer, bumping the current
         # epoch (KIP-360) when `bump`, else a fresh id.
         self._new_producer_id = new_producer_id
+        # forget_topic(topic): its partition count is stale (a partition of it is unknown).
+        self._forget_topic = forget_topic
         self._in_flight: dict[TopicPartition, ProducerBatch] = {}
         self._requests: set[asyncio.Task] = set()
         self._wakeup = asyncio.Event()
@@ -133,18 +140,20 @@ class Sender:
         elif not loop.is_closed():
             loop.call_soon_threadsafe(self._wakeup.set)
 
-    async def stop(self, error: TxbrokerError) -> None:
-        """Stops sending; whatever is unsent or in flight fails with `error`."""
+    async def stop(self, unsent: TxbrokerError, in_flight: TxbrokerError) -> None:
+        """Stops sending: what is unsent fails with `unsent`, what is in flight (written or not:
+        unknown) with `in_flight`, as Kafka's forced close fails every incomplete batch."""
         self._stopping = True
+        sent = list(self._in_flight.values())  # a request's end removes its batches from _in_flight
         for task in list(self._requests):
             task.cancel()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, *self._requests, return_exceptions=True)
-        for batch in self._in_flight.values():
-            batch.fail(error)
+        for batch in sent:
+            batch.fail(in_flight)
         self._in_flight.clear()
-        self._accumulator.fail_all(error)
+        self._accumulator.fail_all(unsent)
         self._signal_progress()
 
     # ---- waiting for records
@@ -264,54 +273,36 @@ class Sender:
         }
 
     async def _send(self, batches: list[ProducerBatch]) -> None:
-        pending = batches
-        attempt = 0
+        # Every batch ends answered or failed, never pending (a flush() waiting for it would wait
+        # forever): one that could not be sent again (a new producer id could not be had after
+        # UNKNOWN_PRODUCER_ID: the server unreachable for max_block_ms), or that the answer does
+        # not tell of, fails with why, its outcome unknown.
+        error = None
         try:
-            while pending:
-                for batch in pending:
-                    batch.attempts += 1
-                try:
-                    answer = await self._connection.request("POST", "/v1/produce", self._body(pending))
-                except TxbrokerError as error:
-                    action = _action_for(error, self._tm.is_transactional, self._idempotent)
-                    if action == RETRY and not self._expired(pending):
-                        await asyncio.sleep(self._backoff.delay_s(attempt, error))
-                        attempt += 1
-                        continue
-                    if action == NEW_PRODUCER_ID:
-                        await self._replace_producer_id(pending[0].producer_id)
-                        continue
-                    if action == RETRY:
-                        self._timed_out(pending, error)
-                    else:
-                        self._refused(pending, error, action)
-                    return
-                retry = []
-                unknown_producer_id = None
-                for batch, entry in zip(pending, answer["partitions"]):
-                    if entry["error"] is None:
-                        batch.complete(entry["base_offset"])
-                        continue
-                    error = errors.from_body(entry["error"])
-                    action = _action_for(error, self._tm.is_transactional, self._idempotent)
-                    if action == RETRY and not self._expired([batch]):
-                        retry.append(batch)
-                    elif action == RETRY:
-                        self._timed_out([batch], error)
-                    elif action == NEW_PRODUCER_ID:
-                        # One partition's answer (the server holds no state of the id there that it
-                        # may have had: a topic created again under its name): nothing of the batch
-                        # was appended, so it is resent with the new id, as a request's answer is.
-                        unknown_producer_id = batch.producer_id
-                        retry.append(batch)
-                    else:
-                        self._refused([batch], error, action)
-                if unknown_producer_id is not None:
-                    await self._replace_producer_id(unknown_producer_id)
-                pending = retry
-                if pending:
-                    await asyncio.sleep(self._backoff.delay_s(attempt))
-                    attempt += 1
+            await self._send_until_answered(batches)
+        except asyncio.CancelledError:
+            raise  # stop(): it fails what was in flight
+        except TxbrokerError as exc:
+            error = exc
+        except Exception as exc:
+            log.exception("the answer to a produce request of %s could not be read", batches[0].tp)
+            error = errors.TxbrokerError(
+                f"the answer to a produce request could not be read ({type(exc).__name__}: {exc}): whether its "
+                f"records were written is not known",
+                code=errors.UnknownServerError.code,
+            )
+        try:
+            unfinished = [batch for batch in batches if not batch.done]
+            if unfinished:
+                self._outcome_unknown(
+                    unfinished,
+                    error
+                    or errors.TxbrokerError(
+                        f"the server's answer to a produce request told nothing of {len(unfinished)} of its "
+                        f"partitions: whether their records were written is not known",
+                        code=errors.UnknownServerError.code,
+                    ),
+                )
         finally:
             for batch in batches:
                 if self._in_flight.get(batch.tp) is batch:
@@ -321,6 +312,57 @@ class Sender:
             self._requests.discard(asyncio.current_task())
             self._signal_progress()
             self._wakeup.set()
+
+    async def _send_until_answered(self, batches: list[ProducerBatch]) -> None:
+        """Sends the batches, and again those whose answer allows it, until each is answered,
+        refused or out of delivery_timeout_ms."""
+        pending = batches
+        attempt = 0
+        while pending:
+            for batch in pending:
+                batch.attempts += 1
+            try:
+                answer = await self._connection.request("POST", "/v1/produce", self._body(pending))
+            except TxbrokerError as error:
+                action = _action_for(error, self._tm.is_transactional, self._idempotent)
+                if action == RETRY and not self._expired(pending):
+                    await asyncio.sleep(self._backoff.delay_s(attempt, error))
+                    attempt += 1
+                    continue
+                if action == NEW_PRODUCER_ID:
+                    await self._replace_producer_id(pending[0].producer_id)
+                    continue
+                if action == RETRY:
+                    self._timed_out(pending, error)
+                else:
+                    self._refused(pending, error, action)
+                return
+            retry = []
+            unknown_producer_id = None
+            for batch, entry in zip(pending, answer["partitions"]):
+                if entry["error"] is None:
+                    batch.complete(entry["base_offset"])
+                    continue
+                error = errors.from_body(entry["error"])
+                action = _action_for(error, self._tm.is_transactional, self._idempotent)
+                if action == RETRY and not self._expired([batch]):
+                    retry.append(batch)
+                elif action == RETRY:
+                    self._timed_out([batch], error)
+                elif action == NEW_PRODUCER_ID:
+                    # One partition's answer (the server holds no state of the id there that it
+                    # may have had: a topic created again under its name): nothing of the batch
+                    # was appended, so it is resent with the new id, as a request's answer is.
+                    unknown_producer_id = batch.producer_id
+                    retry.append(batch)
+                else:
+                    self._refused([batch], error, action)
+            if unknown_producer_id is not None:
+                await self._replace_producer_id(unknown_producer_id)
+            pending = retry
+            if pending:
+                await asyncio.sleep(self._backoff.delay_s(attempt))
+                attempt += 1
 
     def _expired(self, batches: list[ProducerBatch]) -> bool:
         oldest = min(batch.created for batch in batches)
@@ -337,22 +379,30 @@ class Sender:
                 await self._new_producer_id(False)
 
     def _timed_out(self, batches: list[ProducerBatch], last: TxbrokerError) -> None:
-        """Retried for delivery_timeout_ms without an answer: whether the records were appended is
-        unknown, and so is the partition's next sequence."""
+        """Retried for delivery_timeout_ms without an answer."""
         error = errors.TxbrokerTimeoutError(
             f"{sum(len(b.records) for b in batches)} records to {sorted({str(b.tp) for b in batches})} got no "
             f"answer within delivery_timeout_ms ({self._delivery_timeout_s * 1000:.0f}); last error: {last}"
         )
         error.__cause__ = last
+        self._outcome_unknown(batches, error)
+
+    def _outcome_unknown(self, batches: list[ProducerBatch], error: TxbrokerError) -> None:
+        """The batches fail with `error`; whether their records were appended is unknown, and so is
+        their partitions' next sequence: a transaction can only abort, an idempotent producer starts
+        a new epoch (at sequence 0) for its next batches."""
         if self._tm.is_transactional:
             error = self._tm.fail_abortable(error)
         elif self._idempotent:
-            self._bump_epoch = True  # the next batches start a new epoch at sequence 0
+            self._bump_epoch = True
         for batch in batches:
             batch.fail(error)
 
     def _refused(self, batches: list[ProducerBatch], error: TxbrokerError, action: str) -> None:
         """The server refused the batches and appended none of them."""
+        if isinstance(error, errors.UnknownTopicOrPartitionError):
+            for topic in {batch.tp.topic for batch in batches}:
+                self._forget_topic(topic)
         if action == FATAL:
             error = self._tm.fail_fatal(error)
             for batch in batches:
@@ -363,7 +413,7 @@ class Sender:
             if (batch.producer_id, batch.producer_epoch) != (self._tm.producer_id, self._tm.producer_epoch):
                 continue
             if batch.attempts == 1:
-                self._tm.rollback_sequence(batch.tp, batch.base_sequence)
+                self._tm.rollback_sequence(batch.tp, batch.base_sequence, len(batch.records))
             elif self._idempotent and not self._tm.is_transactional:
                 # An earlier attempt may have been written (the module's invariants): reusing the
                 # sequence would make the next batch a "duplicate" of it, its records dropped.

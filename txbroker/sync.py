@@ -302,7 +302,8 @@ class Consumer:
         offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None,
         callback: Callable[[dict, BaseException | None], Any] | None = None,
     ) -> concurrent.futures.Future[None]:
-        """commit() in the background; the callback runs on the consumer's loop thread."""
+        """commit() in the background, in order with the other commits (see AsyncConsumer.commit_async);
+        the callback runs on the consumer's loop thread."""
         offsets = self._loop.call(self._core.offsets_to_commit, offsets)
         future = self._loop.submit(self._core.commit(offsets))
         if callback is not None:

@@ -8,8 +8,9 @@ and performs the RPCs; everything here is testable directly.
 Invariants:
 - A state change goes through `transition_to`, checked against VALID_PREVIOUS_STATES (data, not
   asserts: an invalid transition raises IllegalStateError even under `python -O`).
-- Sequences are per partition for the current (producer_id, epoch) and start at 0: adopting a new
-  producer id or epoch (InitProducerId, or the ids every EndTxn returns, KIP-890) resets them all.
+- Sequences are per partition for the current (producer_id, epoch), start at 0 and wrap to 0 past
+  Int.MaxValue (as Kafka's): adopting a new producer id or epoch (InitProducerId, or the ids every
+  EndTxn returns, KIP-890) resets them all.
 - FATAL_ERROR is final: every later operation raises the error that caused it.
 """
 
@@ -21,7 +22,7 @@ from types import MappingProxyType
 
 from txbroker.errors import IllegalStateError, TxbrokerError
 from txbroker.records import TopicPartition
-from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
+from txbroker.wire import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, SEQUENCE_MODULUS
 
 
 class TransactionState(enum.Enum):
@@ -189,15 +190,18 @@ class TransactionManager:
         self.producer_id, self.producer_epoch = producer_id, producer_epoch
 
     def take_sequence(self, tp: TopicPartition, count: int) -> int:
-        """The base sequence of the next batch of `count` records for `tp`, advancing past it."""
+        """The base sequence of the next batch of `count` records for `tp`, advancing past it. Past
+        Int.MaxValue the sequence wraps to 0, as Kafka's and the server's: an idempotent producer
+        that wrote 2**31 records to a partition in one epoch goes on."""
         base = self._sequences.get(tp, 0)
-        self._sequences[tp] = base + count
+        self._sequences[tp] = (base + count) % SEQUENCE_MODULUS
         return base
 
-    def rollback_sequence(self, tp: TopicPartition, base_sequence: int) -> None:
-        """The batch that took `base_sequence` was refused and appended nothing: its sequence is the
-        next one again (only the latest batch of a partition is ever in flight)."""
-        if self._sequences.get(tp, 0) > base_sequence:
+    def rollback_sequence(self, tp: TopicPartition, base_sequence: int, count: int) -> None:
+        """The batch of `count` records that took `base_sequence` was refused and appended nothing:
+        its sequence is the next one again, if it is still the latest batch of the partition (only
+        one batch of a partition is ever in flight, so it is unless the ids changed since)."""
+        if self._sequences.get(tp) == (base_sequence + count) % SEQUENCE_MODULUS:
             self._sequences[tp] = base_sequence
 
     def next_sequence(self, tp: TopicPartition) -> int:

@@ -17,6 +17,9 @@ from types import MappingProxyType
 NO_PRODUCER_ID = -1  # a plain write: no producer, no sequence checks
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
+# A producer's sequence numbers per partition run from 0 to Int.MaxValue and then wrap to 0, as
+# Kafka's (DefaultRecordBatch.incrementSequence): a batch may start near the top and end past 0.
+SEQUENCE_MODULUS = 2**31
 NO_OFFSET = -1  # no offset (none committed, none found for a timestamp, an unknown partition's)
 NO_TIMESTAMP = -1
 NO_GENERATION = -1  # an offset commit outside any group generation

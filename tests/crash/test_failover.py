@@ -538,6 +538,30 @@ def _promoted(standby: EmbeddedPostgres) -> bool:
         return False
 
 
+def test_the_sdk_retries_offsets_the_standby_has_not_confirmed(cluster, server_process):
+    """While the synchronous standby confirms nothing, ListOffsets answers the partition
+    OFFSET_NOT_AVAILABLE, retriable: the SDK's consumer and admin retry it (within
+    default_api_timeout_ms) until the standby is back, as they retry the contract's other
+    retriable errors and Kafka's consumer retries it. Before, the partition's error was raised at
+    once (OffsetNotAvailableError) from end_offsets(), seek_to_end(), Admin.list_offsets()..."""
+    primary, standby = cluster
+    tp = TopicPartition("standby-away", 0)
+    server = _one_worker_with_a_topic(cluster, server_process, tp.topic, 1)
+    with Producer(server.url, **FAST) as producer:
+        producer.send(tp.topic, value="confirmed").result(30)
+    with (
+        Consumer(server.url, **FAST) as consumer,
+        Admin(server.url, **FAST) as admin,
+        concurrent.futures.ThreadPoolExecutor(max_workers=2) as calls,
+    ):
+        with _confirming_nothing(standby):
+            end_offsets = calls.submit(consumer.end_offsets, [tp])
+            listed = calls.submit(admin.list_offsets, [tp])
+            time.sleep(3)  # the server waits 1 s for a confirmation: each was answered OFFSET_NOT_AVAILABLE
+            assert not end_offsets.done() and not listed.done(), (end_offsets, listed)
+        assert end_offsets.result(30) == {tp: 1} and listed.result(30) == {tp: 1}
+
+
 def test_a_barrier_whose_wait_was_cancelled_confirms_nothing(cluster):
     """A COMMIT whose wait for the standby is cancelled returns as if it had been confirmed (with a
     WARNING): the barrier then commits another, and confirms only once the standby has it."""

@@ -206,6 +206,30 @@ def test_usage_errors_exit_2(args):
     assert result.returncode == 2 and b"usage: txbroker" in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("produce", "t", "--partition", "-1"), "argument --partition: expected a partition number from 0, not -1"),
+        (("produce", "t", "--key-separator", ""), "--key-separator must not be empty"),
+        (("produce", "t", "--transactional-id", ""), "argument --transactional-id: must not be empty"),
+        (("consume", "t", "--group", ""), "argument --group: must not be empty"),
+        (("topics", "describe", ""), "argument name: must not be empty"),
+        (("groups", "describe", ""), "argument group: must not be empty"),
+        (("principals", "delete", ""), "argument name: must not be empty"),
+        (("--token", "clé", "topics", "list"), "token must be printable ASCII"),
+        (("--token", "key\nX-Injected: 1", "topics", "list"), "token must be printable ASCII"),
+        (("--url", "http://[::1", "topics", "list"), "url 'http://[::1' is not a URL"),
+        (("--url", "127.0.0.1:8080", "topics", "list"), "url '127.0.0.1:8080' is not a server's URL"),
+    ],
+)
+def test_bad_input_is_a_clear_usage_error_never_a_traceback(args, message):
+    """Before, each of these ended in a Python traceback (exit 1) or a misleading server answer."""
+    result = txbroker("http://127.0.0.1:9" if "--url" not in args else None, *args, stdin="k:v\n")
+    stderr = result.stderr.decode()
+    assert result.returncode == 2 and "Traceback" not in stderr, stderr
+    assert message in stderr, stderr
+
+
 def test_an_unreachable_server_is_a_clear_error_exit_1():
     result = txbroker("http://127.0.0.1:9", "topics", "list", "--retry-timeout-ms", "200")
     assert result.returncode == 1

@@ -100,11 +100,20 @@ def test_rollback_only_moves_a_sequence_back():
     tm = TransactionManager(None)
     tm.initialized(1, 0)
     base = tm.take_sequence(TP, 4)
-    tm.rollback_sequence(TP, base)
+    tm.rollback_sequence(TP, base, 4)
     assert tm.next_sequence(TP) == 0
     tm.take_sequence(TP, 4)
-    tm.rollback_sequence(TP, 9)
+    tm.rollback_sequence(TP, 9, 1)
     assert tm.next_sequence(TP) == 4
+
+
+def test_sequences_wrap_past_int_max_as_kafkas_and_roll_back_across_the_wrap():
+    tm = TransactionManager(None)
+    tm.initialized(1, 0)
+    tm.take_sequence(TP, 2**31 - 2)
+    assert tm.take_sequence(TP, 5) == 2**31 - 2 and tm.next_sequence(TP) == 3, "the batch ends past 0"
+    tm.rollback_sequence(TP, 2**31 - 2, 5)
+    assert tm.next_sequence(TP) == 2**31 - 2
 
 
 # ---- errors: a class for each code of the registry that the server uses too

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             return args.run(args)
         except KeyboardInterrupt:
             return 130
-    from txbroker.cli.command import EXIT_ERROR, EXIT_OK, UsageError
+    from txbroker.cli.command import EXIT_ERROR, EXIT_OK, EXIT_USAGE, UsageError
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -116,6 +116,11 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args)
     except UsageError as error:
         parser.error(str(error))  # exits with 2
+    except ValueError as error:
+        # What the SDK's clients refuse to be made with (a URL that is none, a token that cannot
+        # travel in a header): the arguments' fault, said without a traceback.
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
     except TxbrokerError as error:
         unreachable = _unreachable(error)
         if unreachable is not None:

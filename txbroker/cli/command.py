@@ -17,6 +17,25 @@ class UsageError(Exception):
     """Arguments that parse but make no sense together: exit code 2."""
 
 
+def resource_name(value: str) -> str:
+    """An argparse type: a topic, group, transactional id, principal or key id, which is never
+    empty (an empty one would name no resource: the server could only answer for its route)."""
+    if not value:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return value
+
+
+def partition_index(value: str) -> int:
+    """An argparse type: a partition, an integer from 0."""
+    try:
+        partition = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a partition number (0, 1, ...), not {value!r}") from None
+    if partition < 0:
+        raise argparse.ArgumentTypeError(f"expected a partition number from 0, not {partition}")
+    return partition
+
+
 def admin_command(run: Callable[[argparse.Namespace, Admin], int]) -> Callable[[argparse.Namespace], int]:
     """`run(args, admin)` with an Admin client of the command's --url, --token and --retry-timeout-ms."""
 

@@ -7,7 +7,7 @@ import json
 import sys
 import time
 
-from txbroker.cli.command import EXIT_OK, UsageError, add_command
+from txbroker.cli.command import EXIT_OK, UsageError, add_command, partition_index, resource_name
 from txbroker.records import ConsumerRecord, TopicPartition
 from txbroker.sync import Admin, Consumer
 
@@ -95,9 +95,9 @@ def consume(args) -> int:
 def add_commands(commands) -> None:
     """The `consume` command."""
     sub = add_command(commands, "consume", "print records of a topic, one per line", consume)
-    sub.add_argument("topic")
-    sub.add_argument("--group", help="consume as a member of this group, committing offsets")
-    sub.add_argument("--partition", type=int, help="only this partition")
+    sub.add_argument("topic", type=resource_name)
+    sub.add_argument("--group", type=resource_name, help="consume as a member of this group, committing offsets")
+    sub.add_argument("--partition", type=partition_index, help="only this partition")
     sub.add_argument(
         "--from-beginning",
         action="store_true",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from txbroker.cli.command import EXIT_OK, add_command, admin_command
+from txbroker.cli.command import EXIT_OK, add_command, admin_command, resource_name
 from txbroker.cli.output import emit_json, print_found, print_table
 from txbroker.sync import Admin
 
@@ -77,7 +77,7 @@ def add_commands(commands) -> None:
     add_command(group_commands, "list", "list groups", admin_command(groups_list))
     add_command(
         group_commands, "describe", "members, assignment, committed offsets and lag", admin_command(groups_describe)
-    ).add_argument("group")
+    ).add_argument("group", type=resource_name)
     add_command(
         group_commands, "delete", "delete a group without members, with its offsets", admin_command(groups_delete)
-    ).add_argument("group")
+    ).add_argument("group", type=resource_name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from txbroker.cli.command import EXIT_OK, UsageError, add_command
+from txbroker.cli.command import EXIT_OK, UsageError, add_command, partition_index, resource_name
 from txbroker.cli.output import emit_json
 from txbroker.errors import TxbrokerError
 from txbroker.sync import Producer
@@ -25,6 +25,8 @@ def produce(args) -> int:
         raise UsageError("--commit-every needs --transactional-id")
     if args.commit_every is not None and args.commit_every < 1:
         raise UsageError("--commit-every must be at least 1")
+    if args.key_separator == "":
+        raise UsageError("--key-separator must not be empty (each line is KEY<SEP>VALUE)")
     separator = args.key_separator.encode() if args.key_separator is not None else None
     count = transactions = committed = 0
     futures = []
@@ -111,10 +113,12 @@ def _check(futures: list) -> None:
 def add_commands(commands) -> None:
     """The `produce` command."""
     sub = add_command(commands, "produce", "produce the lines of stdin, one record each", produce)
-    sub.add_argument("topic")
+    sub.add_argument("topic", type=resource_name)
     sub.add_argument("--key-separator", metavar="SEP", help="each line is KEY<SEP>VALUE")
-    sub.add_argument("--partition", type=int, help="write to this partition (default: by key, or sticky)")
-    sub.add_argument("--transactional-id", metavar="ID", help="produce in transactions with this id")
+    sub.add_argument("--partition", type=partition_index, help="write to this partition (default: by key, or sticky)")
+    sub.add_argument(
+        "--transactional-id", type=resource_name, metavar="ID", help="produce in transactions with this id"
+    )
     sub.add_argument(
         "--commit-every",
         type=int,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from txbroker.cli.command import EXIT_OK, add_command, admin_command
+from txbroker.cli.command import EXIT_OK, add_command, admin_command, resource_name
 from txbroker.cli.output import emit_json, format_time, print_found
 from txbroker.sync import Admin
 
@@ -130,19 +130,21 @@ def add_commands(commands) -> None:
     principals = commands.add_parser("principals", help="create, list, delete principals; manage their API keys")
     actions = principals.add_subparsers(dest="principals_command", required=True, metavar="ACTION")
     sub = add_command(actions, "create", "create a principal", admin_command(principals_create))
-    sub.add_argument("name")
+    sub.add_argument("name", type=resource_name)
     sub.add_argument("--super-user", action="store_true", help="allowed everything")
     add_command(actions, "list", "list principals", admin_command(principals_list))
     add_command(
         actions, "delete", "delete a principal with its keys and ACL rules", admin_command(principals_delete)
-    ).add_argument("name")
+    ).add_argument("name", type=resource_name)
     add_command(
         actions, "add-key", "create an API key (prints its token once)", admin_command(principals_add_key)
-    ).add_argument("name")
-    add_command(actions, "keys", "list a principal's keys", admin_command(principals_keys)).add_argument("name")
+    ).add_argument("name", type=resource_name)
+    add_command(actions, "keys", "list a principal's keys", admin_command(principals_keys)).add_argument(
+        "name", type=resource_name
+    )
     sub = add_command(actions, "revoke-key", "revoke an API key at once", admin_command(principals_revoke_key))
-    sub.add_argument("name")
-    sub.add_argument("key_id")
+    sub.add_argument("name", type=resource_name)
+    sub.add_argument("key_id", type=resource_name)
 
     acls = commands.add_parser("acls", help="add, list, remove ACL rules (Kafka's model)")
     actions = acls.add_subparsers(dest="acls_command", required=True, metavar="ACTION")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from txbroker.cli.command import EXIT_OK, UsageError, add_command, admin_command
+from txbroker.cli.command import EXIT_OK, UsageError, add_command, admin_command, resource_name
 from txbroker.cli.output import emit_json, print_table
 from txbroker.records import TopicPartition
 from txbroker.sync import Admin
@@ -122,7 +122,7 @@ def add_commands(commands) -> None:
     topics = commands.add_parser("topics", help="create, list, describe, delete topics")
     topic_commands = topics.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
     sub = add_command(topic_commands, "create", "create a topic", admin_command(topics_create))
-    sub.add_argument("name")
+    sub.add_argument("name", type=resource_name)
     sub.add_argument("--partitions", type=int, default=1, help="partition count (default 1)")
     sub.add_argument(
         "--config",
@@ -138,20 +138,22 @@ def add_commands(commands) -> None:
         "raise a topic's partition count (CreatePartitions)",
         admin_command(topics_create_partitions),
     )
-    sub.add_argument("name")
+    sub.add_argument("name", type=resource_name)
     sub.add_argument("--partitions", type=int, required=True, help="the partition count wanted (the total)")
     add_command(topic_commands, "list", "list topics", admin_command(topics_list))
     add_command(
         topic_commands, "describe", "partitions and watermarks of a topic", admin_command(topics_describe)
-    ).add_argument("name")
-    add_command(topic_commands, "delete", "delete a topic", admin_command(topics_delete)).add_argument("name")
+    ).add_argument("name", type=resource_name)
+    add_command(topic_commands, "delete", "delete a topic", admin_command(topics_delete)).add_argument(
+        "name", type=resource_name
+    )
     sub = add_command(
         topic_commands,
         "delete-records",
         "delete the records before an offset (DeleteRecords)",
         admin_command(topics_delete_records),
     )
-    sub.add_argument("name")
+    sub.add_argument("name", type=resource_name)
     sub.add_argument(
         "--offset",
         action="append",

@@ -4,7 +4,7 @@ transactions: `txbroker producers` (DescribeProducers) and `txbroker markers`.""
 from __future__ import annotations
 
 from txbroker.admin import DEFAULT_HANGING_MS
-from txbroker.cli.command import EXIT_OK, add_command, admin_command
+from txbroker.cli.command import EXIT_OK, add_command, admin_command, partition_index, resource_name
 from txbroker.cli.output import emit_json, format_time, open_for_ms, print_found, print_table
 from txbroker.sync import Admin
 
@@ -140,13 +140,13 @@ def add_commands(commands) -> None:
     sub.add_argument("--prefix", help="only transactional ids starting with this")
     add_command(
         txn_commands, "describe", "one transactional id's state and partitions", admin_command(transactions_describe)
-    ).add_argument("transactional_id")
+    ).add_argument("transactional_id", type=resource_name)
     add_command(
         txn_commands,
         "abort",
         "fence the producer of an id and abort its open transaction",
         admin_command(transactions_abort),
-    ).add_argument("transactional_id")
+    ).add_argument("transactional_id", type=resource_name)
     sub = add_command(
         txn_commands,
         "find-hanging",
@@ -163,11 +163,11 @@ def add_commands(commands) -> None:
     sub = add_command(
         commands, "producers", "producer state on a partition (DescribeProducers)", admin_command(producers)
     )
-    sub.add_argument("topic")
-    sub.add_argument("partition", type=int)
+    sub.add_argument("topic", type=resource_name)
+    sub.add_argument("partition", type=partition_index)
 
     sub = add_command(commands, "markers", "transaction markers of a partition", admin_command(markers))
-    sub.add_argument("topic")
-    sub.add_argument("partition", type=int)
+    sub.add_argument("topic", type=resource_name)
+    sub.add_argument("partition", type=partition_index)
     sub.add_argument("--offset", type=int, default=0, help="from this offset (default 0)")
     sub.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")

@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.errors import BrokerError, ErrorCode
-from txbroker.wire import NO_SEQUENCE, NO_TIMESTAMP
+from txbroker.wire import NO_SEQUENCE, NO_TIMESTAMP, SEQUENCE_MODULUS
 
 # Kafka keeps the metadata of this many recent batches per producer and partition, so that a retry
 # of any of the last five in-flight batches is recognised as a duplicate.
 RECENT_BATCHES = 5
-SEQUENCE_MODULUS = 2**31  # sequences wrap from Int.MaxValue to 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,320 @@
+"""The SDK's producer and consumer under errors, against real servers (real HTTP, real PostgreSQL):
+servers killed, frozen and restarted by pid, answers delayed on their way, states no test could
+reach by sending (two billion records), and what the clients then hand out, commit and raise."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import httpx
+import pytest
+
+from tests.api.test_log_lifecycle import sql
+from tests.sdk.test_sdk_integration import FAST, read_all
+from txbroker import Admin, Consumer, Producer, RecordMetadata, TopicPartition, errors
+from txbroker.wire import partition_for_key
+
+INT32_MAX = 2**31 - 1
+
+
+def test_an_idempotent_producer_goes_on_past_sequence_int_max(server):
+    """Sequences wrap to 0 past Int.MaxValue, as Kafka's producer and txbroker's server count them:
+    a long-lived idempotent producer that wrote 2**31 records to a partition in one epoch (hours at
+    a high rate) goes on writing it. Before, the SDK sent the next batch's sequence past
+    Int.MaxValue, which the contract refuses (INVALID_REQUEST), and so every later batch of that
+    partition failed. Both sides are set just below the wrap, as if those records had been sent."""
+    tp = TopicPartition("wrapping", 0)
+    with Admin(server.url) as admin:
+        admin.create_topic(tp.topic)
+    with Producer(server.url, linger_ms=50, **FAST) as producer:
+        producer.send(tp.topic, value="first", partition=0).result(10)
+        sql(
+            server.database_url,
+            "UPDATE producer_states SET last_sequence = $1 WHERE producer_id = $2",
+            INT32_MAX - 2,
+            producer.producer_id,
+        )
+        producer._core._tm.take_sequence(tp, INT32_MAX - 2)  # the next sequence: Int.MaxValue - 1
+        across = [producer.send(tp.topic, value=f"across-{i}", partition=0) for i in range(5)]
+        producer.flush()
+        after = [producer.send(tp.topic, value=f"after-{i}", partition=0) for i in range(3)]
+        producer.flush()
+        assert [future.result(10).offset for future in across + after] == list(range(1, 9))
+        producer_id = producer.producer_id
+    with Admin(server.url) as admin:
+        [state] = admin.describe_producers(tp.topic, 0)
+    assert (state["producer_id"], state["last_sequence"]) == (producer_id, 5), (
+        "Int.MaxValue - 1, Int.MaxValue, 0..2, then 3..5"
+    )
+    values = [record.value for record in read_all(server.url, tp.topic, 1)]
+    assert values == [b"first", *(f"across-{i}".encode() for i in range(5)), *(f"after-{i}".encode() for i in range(3))]
+
+
+class FirstCommitDelayed(httpx.AsyncHTTPTransport):
+    """Holds the first offset commit for half a second on its way to the server, as a slow
+    connection would: a commit made after it, on another connection, arrives first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commits = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/offsets/commit"):
+            self.commits += 1
+            if self.commits == 1:
+                await asyncio.sleep(0.5)
+        return await super().handle_async_request(request)
+
+
+def test_commits_are_applied_in_the_order_they_were_made(server):
+    """As Kafka's commitAsync promises, and commitSync waits for the commits before it: the group's
+    offset is the last one committed. Before, two commits in flight at once took two connections,
+    and the one that arrived last won: the older offset, so a restarted member read again what had
+    been processed and committed."""
+    tp = TopicPartition("ordered", 0)
+    with Admin(server.url) as admin:
+        admin.create_topic(tp.topic)
+    done: list[tuple[dict, BaseException | None]] = []
+    transport = FirstCommitDelayed()
+    with Consumer(server.url, group_id="ordered", transport=transport, enable_auto_commit=False, **FAST) as consumer:
+        consumer.assign([tp])
+        first = consumer.commit_async({tp: 5}, callback=lambda offsets, error: done.append((offsets, error)))
+        second = consumer.commit_async({tp: 10}, callback=lambda offsets, error: done.append((offsets, error)))
+        first.result(10), second.result(10)
+        assert consumer.committed([tp]) == {tp: 10}
+        consumer.commit_async({tp: 15}, callback=lambda offsets, error: done.append((offsets, error)))
+        consumer.commit({tp: 20})
+        assert done == [({tp: 5}, None), ({tp: 10}, None), ({tp: 15}, None)], "commit() after the ones before it"
+        assert consumer.committed([tp]) == {tp: 20}
+    assert transport.commits == 4
+
+
+def test_position_while_a_transaction_holds_the_committed_offset_is_a_timeout_then_the_offset(server):
+    """position() of a partition whose committed offset a transaction still holds (read with
+    require_stable, UNSTABLE_OFFSET_COMMIT) waits default_api_timeout_ms, then raises
+    TxbrokerTimeoutError, as Kafka's position() times out; once the transaction commits, it is the
+    offset it committed. Before, it raised KeyError."""
+    tp = TopicPartition("pending-offsets", 0)
+    with Admin(server.url) as admin:
+        admin.create_topic(tp.topic)
+    with (
+        Producer(server.url, transactional_id="pending-offsets", **FAST) as producer,
+        Consumer(server.url, group_id="pending", default_api_timeout_ms=500, **FAST) as consumer,
+    ):
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({tp: 7}, "pending")
+        consumer.assign([tp])
+        with pytest.raises(errors.TxbrokerTimeoutError, match="UNSTABLE_OFFSET_COMMIT") as raised:
+            consumer.position(tp)
+        assert raised.value.retriable
+        assert consumer.poll(timeout_ms=200) == [], "poll() waits for it too, without an error"
+        producer.commit_transaction()
+        assert consumer.position(tp) == 7
+
+
+def produce_values(url: str, topic: str, values: list[str], partitions: int = 1) -> None:
+    with Producer(url, **FAST) as producer:
+        for i, value in enumerate(values):
+            producer.send(topic, value=value, partition=i % partitions)
+
+
+def timed_poll(consumer: Consumer, timeout_ms: int) -> tuple[list, float]:
+    started = time.monotonic()
+    records = consumer.poll(timeout_ms=timeout_ms)
+    return records, time.monotonic() - started
+
+
+def test_poll_keeps_its_timeout_while_the_server_is_down_and_goes_on_after_its_restart(server_process, tmp_path):
+    """A server killed (SIGKILL) under a group member that auto-commits: poll(timeout_ms=300)
+    returns within about its timeout while the server is down, as Kafka's poll() does; the member
+    goes on after the restart, each record handed out once, and its offsets committed. Before,
+    poll() retried the due auto-commit for default_api_timeout_ms (here 20 s) inside poll()."""
+    server = server_process("--data-dir", str(tmp_path / "data"))
+    values = [f"r{i}" for i in range(40)]
+    with Admin(server.url) as admin:
+        admin.create_topic("restarted", partitions=2)
+    produce_values(server.url, "restarted", values, partitions=2)
+    consumer = Consumer(
+        server.url,
+        group_id="restarted",
+        auto_offset_reset="earliest",
+        auto_commit_interval_ms=100,
+        default_api_timeout_ms=20_000,
+        max_poll_records=5,
+        fetch_max_records=5,
+        prefetch=False,
+        **FAST,
+    )
+    try:
+        consumer.subscribe(["restarted"])
+        received = []
+        while len(received) < 10:
+            received += consumer.poll(timeout_ms=1000)
+        server.kill()
+        for _ in range(3):
+            records, took = timed_poll(consumer, 300)
+            assert records == [] and took < 5, f"poll(timeout_ms=300) took {took:.1f} s with the server down"
+        server.start()
+        deadline = time.monotonic() + 30
+        while len(received) < len(values) and time.monotonic() < deadline:
+            received += consumer.poll(timeout_ms=500)
+        assert sorted(r.value for r in received) == sorted(v.encode() for v in values), "each once"
+    finally:
+        consumer.close()  # the final auto-commit
+    with Admin(server.url) as admin:
+        assert {o["lag"] for o in admin.describe_group("restarted")["offsets"]} == {0}
+
+
+def test_poll_keeps_its_timeout_while_the_server_is_frozen_and_takes_the_late_answer(server_process, database_url):
+    """A server frozen (SIGSTOP) with a fetch in flight: poll(timeout_ms=300) returns about in
+    time instead of waiting request_timeout_ms (30 s) for an answer; the fetch stays in flight, and
+    once the server runs again its answer is the next poll's: every record once, in order. Before,
+    each poll() waited for the fetch's HTTP timeout."""
+    server = server_process("--database-url", database_url)
+    values = [f"r{i}" for i in range(30)]
+    tp = TopicPartition("frozen", 0)
+    with Admin(server.url) as admin:
+        admin.create_topic(tp.topic)
+    produce_values(server.url, tp.topic, values)
+    with Consumer(server.url, max_poll_records=10, fetch_max_records=10, prefetch=False, **FAST) as consumer:
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        received = consumer.poll(timeout_ms=1000)
+        assert len(received) == 10
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            for _ in range(3):
+                records, took = timed_poll(consumer, 300)
+                assert records == [] and took < 5, f"poll(timeout_ms=300) took {took:.1f} s with the server frozen"
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while len(received) < len(values) and time.monotonic() < deadline:
+            received += consumer.poll(timeout_ms=500)
+    assert [(r.offset, r.value) for r in received] == [(i, v.encode()) for i, v in enumerate(values)]
+
+
+def test_close_with_a_record_in_flight_to_a_frozen_server_fails_it_and_says_why(server_process, database_url):
+    """close(timeout) while the server is frozen (SIGSTOP) with a record in flight: the record's
+    future fails once the timeout is up, saying that it may or may not have been written, as Kafka's
+    close(timeout) fails the incomplete batches. Before, a record in flight then stayed pending for
+    ever: a caller waiting for it waited for ever, one not waiting never learnt of it."""
+    server = server_process("--database-url", database_url)
+    with Admin(server.url) as admin:
+        admin.create_topic("frozen-close")
+    producer = Producer(server.url, linger_ms=0, **FAST)
+    producer.send("frozen-close", value="before").result(10)
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        in_flight = producer.send("frozen-close", value="in flight")
+        time.sleep(0.3)  # sent
+        producer.close(timeout=0.5)
+        with pytest.raises(errors.IllegalStateError, match="may or may not have been written"):
+            in_flight.result(5)
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+
+
+class InitProducerIdDropped(httpx.AsyncHTTPTransport):
+    """Drops the connection of every InitProducerId while `dropping`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropping = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self.dropping and request.url.path == "/v1/producers/init":
+            raise httpx.ConnectError("connection dropped on its way to the server", request=request)
+        return await super().handle_async_request(request)
+
+
+def test_a_producer_id_that_expired_and_cannot_be_replaced_fails_its_records_not_strands_them(make_server):
+    """UNKNOWN_PRODUCER_ID (the producer's id expired on the server, producer_id_expiration_ms)
+    while the server cannot be reached for a new id within max_block_ms: the batch fails with
+    TxbrokerTimeoutError (nothing of it was written), and the producer goes on once the server
+    answers again. Before, the sender's request task ended on that error without resolving the
+    batch: its future stayed pending for ever, and so would a flush() waiting for it."""
+    server = make_server(producer_id_expiration_ms=200, producer_id_expiration_check_interval_ms=50)
+    with Admin(server.url) as admin:
+        admin.create_topic("expiring")
+    transport = InitProducerIdDropped()
+    with Producer(server.url, transport=transport, linger_ms=0, max_block_ms=500, **FAST) as producer:
+        producer.send("expiring", value="first").result(10)
+        first_id = producer.producer_id
+        deadline = time.monotonic() + 10
+        with Admin(server.url) as admin:
+            while admin.describe_producers("expiring", 0) and time.monotonic() < deadline:
+                time.sleep(0.05)  # its state expired
+        transport.dropping = True
+        stranded = producer.send("expiring", value="lost")
+        with pytest.raises(errors.TxbrokerTimeoutError, match="InitProducerId"):
+            stranded.result(10)
+        transport.dropping = False
+        assert producer.send("expiring", value="after").result(10).offset == 1
+        assert producer.producer_id != first_id
+    assert [r.value for r in read_all(server.url, "expiring", 1)] == [b"first", b"after"]
+
+
+def test_a_commit_to_a_frozen_server_returns_after_max_block_ms_and_resumes(server_process, database_url):
+    """commit_transaction() while the server is frozen (SIGSTOP) and the transaction's records are
+    unanswered: it raises TxbrokerTimeoutError (retriable) after max_block_ms, as Kafka's
+    commitTransaction() does, and once the server runs again, calling it again commits, each record
+    once. Before, it waited for the records for up to delivery_timeout_ms (two minutes by default),
+    and then made the transaction abortable."""
+    server = server_process("--database-url", database_url)
+    with Admin(server.url) as admin:
+        admin.create_topic("frozen-commit")
+    with Producer(
+        server.url,
+        transactional_id="frozen-commit",
+        max_block_ms=1000,
+        linger_ms=60_000,  # the records are sent by the commit's flush
+        request_timeout_ms=3000,
+        delivery_timeout_ms=20_000,
+        **FAST,
+    ) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        futures = [producer.send("frozen-commit", value=f"r{i}") for i in range(3)]
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(errors.TxbrokerTimeoutError, match="max_block_ms") as raised:
+                producer.commit_transaction()
+            took = time.monotonic() - started
+            assert took < 5, f"commit_transaction() took {took:.1f} s with max_block_ms=1000"
+            assert raised.value.retriable and not raised.value.abortable
+            with pytest.raises(errors.IllegalStateError, match="call commit_transaction"):
+                producer.abort_transaction()
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                producer.commit_transaction()
+                break
+            except errors.TxbrokerTimeoutError:
+                assert time.monotonic() < deadline
+        assert [future.result(0).offset for future in futures] == [0, 1, 2]
+    assert [r.value for r in read_all(server.url, "frozen-commit", 1)] == [b"r0", b"r1", b"r2"]
+
+
+def test_a_topic_re_created_with_fewer_partitions_is_produced_to_by_its_new_count(server):
+    """A producer's key went to partition 2 of a topic that is then re-created with one
+    partition: the batch sent by the stale count fails (UNKNOWN_TOPIC_OR_PARTITION), and the next
+    records of that key go to the new topic's partition 0, as Kafka's producer refreshes its
+    metadata on that error. Before, every record of the key failed until metadata_max_age_ms (five
+    minutes by default) had passed."""
+    key = next(f"key-{i}" for i in range(100) if partition_for_key(f"key-{i}".encode(), 3) == 2)
+    with Admin(server.url) as admin, Producer(server.url, linger_ms=0, **FAST) as producer:
+        admin.create_topic("shrunk", partitions=3)
+        assert producer.send("shrunk", value="before", key=key).result(10).partition == 2
+        admin.delete_topic("shrunk")
+        admin.create_topic("shrunk", partitions=1)
+        with pytest.raises(errors.UnknownTopicOrPartitionError):
+            producer.send("shrunk", value="by the stale count", key=key).result(10)
+        assert producer.send("shrunk", value="after", key=key).result(10) == RecordMetadata("shrunk", 0, 0)
