@@ -159,10 +159,10 @@ class Settings(BaseSettings):
     kafka_lapsed_node_listed_ms: int = Field(
         9000,
         ge=0,
-        description="a node that died or stopped stays listed in Metadata this long after a process that listed it "
-        "first finds it gone, never as a leader or coordinator (as Kafka lists a dead broker until its "
-        "broker.session.timeout.ms): librdkafka re-finds its coordinators only while the dead node is listed "
-        '(docs/kafka.md, "A node dies")',
+        description="a node that died, stopped or hung (no heartbeat for 9 s) stays listed in Metadata this long "
+        "after a process that listed it first finds it gone, never as a leader or coordinator (as Kafka lists a "
+        "dead broker until its broker.session.timeout.ms): librdkafka re-finds its coordinators only while the "
+        'dead node is listed (docs/kafka.md, "A node dies")',
     )
     kafka_auto_create_topics: bool = Field(
         True, description="Metadata creates unknown topics a client asks for (Kafka's auto.create.topics.enable)"

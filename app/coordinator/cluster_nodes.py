@@ -1,11 +1,14 @@
 """Which nodes serve on this database: each node announces itself, with the address it advertises,
-for as long as it serves, and any node lists the live ones (storage/node_presence.py: through
-PostgreSQL's own sessions, no table). A node that stops or dies leaves the list by itself; each
-process lists it a while longer (NodeListing), as Kafka lists a dead broker until its session
-times out."""
+for as long as it serves, shows itself alive by a heartbeat, and any node lists the live ones
+(storage/node_presence.py: through PostgreSQL's own sessions, no table). A node that stops or dies
+leaves the list by itself, and so does one that hangs (its heartbeats stop); each process lists it
+a while longer (NodeListing), as Kafka lists a dead broker until its session times out."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
 from collections.abc import Callable
 
@@ -16,29 +19,79 @@ from app.storage.node_presence import LiveNode
 
 __all__ = ["LiveNode", "NodeListing", "NodePresence", "live_nodes"]
 
+log = logging.getLogger(__name__)
+
 
 class NodePresence:
     """This node's announcement: a connection of its own, named after the node, held open while it
-    serves. Invariant: the node is listed exactly while that connection is open; PostgreSQL
-    dropping it (a restart, a network cut) ends the announcement, `lost` then says to announce
-    again."""
+    serves, with a heartbeat on it every node_presence.HEARTBEAT_INTERVAL_S (a task of the event
+    loop that announced it: a loop that stops running stops the heartbeats, and the node leaves
+    the list). Invariant: the node is listed exactly while that connection is open and its
+    heartbeats keep coming; when PostgreSQL drops the connection (a restart, a failover, a network
+    cut), the next heartbeat announces the node again on a new one."""
 
     def __init__(self, database_url: str) -> None:
         self._database_url = database_url
         self._connection: asyncpg.Connection | None = None
+        self._heartbeats: asyncio.Task | None = None
 
     async def announce(self, node: LiveNode) -> bool:
-        """Opens the connection and names it after the node; False when the name is too long for
-        PostgreSQL (the connection is held all the same, and other nodes do not list this one)."""
-        self._connection = await database.connect(self._database_url)
-        return await node_presence.announce(self._connection, node)
+        """Opens the connection, names it after the node and starts the heartbeats; False when the
+        name is too long for PostgreSQL (the connection is held all the same, and other nodes do
+        not list this one)."""
+        await self.withdraw()
+        fits = await self._open(node)
+        self._heartbeats = asyncio.create_task(self._beat_while_announced(node), name=f"kafka-node {node.node_id}")
+        return fits
 
-    @property
-    def lost(self) -> bool:
-        """Announced, and the connection has since been dropped."""
-        return self._connection is not None and self._connection.is_closed()
+    async def _open(self, node: LiveNode) -> bool:
+        connection = await database.connect(self._database_url)
+        try:
+            fits = await node_presence.announce(connection, node)
+        except BaseException:
+            connection.terminate()
+            raise
+        self._connection = connection
+        return fits
+
+    async def _beat_while_announced(self, node: LiveNode) -> None:
+        """Never ends by itself: a heartbeat that fails (PostgreSQL away) is logged once, and the
+        next one tries again; heartbeats that stopped would take a live node off the list."""
+        failing = False
+        while True:
+            await asyncio.sleep(node_presence.HEARTBEAT_INTERVAL_S)
+            try:
+                await self._beat(node)
+            except Exception as error:
+                if not failing:
+                    log.warning(
+                        "kafka-node %d: no heartbeat on PostgreSQL (%r), retried every %.0f s: the other nodes "
+                        "may stop listing this one until a heartbeat succeeds",
+                        node.node_id,
+                        error,
+                        node_presence.HEARTBEAT_INTERVAL_S,
+                    )
+                failing = True
+            else:
+                if failing:
+                    log.info("kafka-node %d: its heartbeats succeed again: listed by the other nodes", node.node_id)
+                failing = False
+
+    async def _beat(self, node: LiveNode) -> None:
+        assert self._connection is not None, "announce() first"
+        try:
+            await node_presence.beat(self._connection)
+        except Exception:
+            if not self._connection.is_closed():
+                raise
+            await self._open(node)  # dropped by PostgreSQL: announced again, listed at once
 
     async def withdraw(self) -> None:
+        heartbeats, self._heartbeats = self._heartbeats, None
+        if heartbeats is not None:
+            heartbeats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeats
         connection, self._connection = self._connection, None
         if connection is not None:
             await connection.close()

@@ -12,7 +12,6 @@ sequence checks, fencing and transaction rules are the ones HTTP gets.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import uuid
@@ -366,11 +365,9 @@ class BrokerCalls:
 
     async def listed_nodes(self, host: str, port: int) -> list[LiveNode]:
         """The nodes alive on this database, and for kafka_lapsed_node_listed_ms those this process
-        listed that have since died or stopped (NodeListing); this one (at host:port) always among
-        them, also while its presence connection is being re-opened after PostgreSQL dropped it."""
-        if self._presence is not None and self._presence.lost:
-            with contextlib.suppress(Exception):  # PostgreSQL still away: retried at the next Metadata
-                await self.announce(host, port)
+        listed that have since died, stopped or hung (NodeListing); this one (at host:port) always
+        among them, also while its presence connection is being re-opened after PostgreSQL dropped
+        it (its next heartbeat does that: NodePresence)."""
         try:
             live = await cluster_nodes.live_nodes(self._state.pool)
             others = self._listing.listed([n for n in live if n.node_id != self.node_id])

@@ -1,13 +1,31 @@
 """Which Kafka nodes are alive, through PostgreSQL itself (no table, no migration): each node
 holds one connection whose application_name is `kafka-node <id> <host>:<port>` (its Kafka node id
-and the address it advertises) for as long as it serves, and the live nodes are those names in
-pg_stat_activity. A node that stops or dies loses its connection (PostgreSQL ends the session when
-the socket closes), so it leaves the list without anyone cleaning up; a node restarted with the
-same id reappears with it. A node whose machine dies or is cut off closes nothing: PostgreSQL's
-side of the connection then ends by TCP keepalive, which the announcement sets on its session
-(`tcp_keepalives_*`, `tcp_user_timeout`, as txbroker's own side of every connection has them in
-database.py), instead of the kernel's default of about two hours, during which Metadata would go
-on naming the dead node as the leader of partitions.
+and the address it advertises) for as long as it serves, and runs a trivial statement on it every
+HEARTBEAT_INTERVAL_S (`beat`); the live nodes are those names in pg_stat_activity whose session
+showed a sign of life within SESSION_TIMEOUT_S. A node that stops or dies loses its connection
+(PostgreSQL ends the session when the socket closes), so it leaves the list without anyone
+cleaning up; a node restarted with the same id reappears with it.
+
+A node that hangs rather than dies (a stopped process, a frozen machine, an event loop blocked)
+keeps its socket, and with it its session: its heartbeats stop, its session's `state_change` (when
+its last statement ended, stamped by PostgreSQL's clock, which the listing compares with its own
+now(): the nodes' clocks never matter) grows old, and past SESSION_TIMEOUT_S it is no longer
+listed, as Kafka's controller fences a broker whose heartbeats stop for broker.session.timeout.ms
+whatever its sockets do. Its next heartbeat, the moment it resumes, lists it again. Kafka's
+numbers: a heartbeat every 2 s (broker.heartbeat.interval.ms), gone after 9 s without one
+(broker.session.timeout.ms): a node's event loop late by up to 7 s (a long request, a busy
+PostgreSQL) is still listed, and the cost is one statement per node (per worker) every 2 s.
+
+Two kinds of session count as alive whatever their age, judged by the session alone (as before
+heartbeats): one whose times PostgreSQL hides from the listing (`state_change` NULL: another role's
+session, to a role without pg_read_all_stats; or track_activities off), and one running a statement
+(`active`: a heartbeat PostgreSQL is slow to answer; a hung node's session is idle, its last
+answer sent).
+
+A node whose machine dies or is cut off closes nothing and beats no more: it leaves the list after
+SESSION_TIMEOUT_S, and PostgreSQL's side of its connection ends by TCP keepalive, which the
+announcement sets on its session (`tcp_keepalives_*`, `tcp_user_timeout`, as txbroker's own side
+of every connection has them in database.py), instead of the kernel's default of about two hours.
 
 PostgreSQL keeps 63 bytes of an application_name: an announcement that does not fit is refused
 (the node then lists only itself)."""
@@ -22,6 +40,9 @@ from app.storage.database import KEEPALIVE_COUNT, KEEPALIVE_IDLE_S, KEEPALIVE_IN
 
 PREFIX = "kafka-node "
 MAX_APPLICATION_NAME = 63
+# Kafka's broker.heartbeat.interval.ms and broker.session.timeout.ms (see the module docstring).
+HEARTBEAT_INTERVAL_S = 2.0
+SESSION_TIMEOUT_S = 9.0
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -60,6 +81,11 @@ async def announce(conn: asyncpg.Connection, node: LiveNode) -> bool:
     return True
 
 
+async def beat(conn: asyncpg.Connection) -> None:
+    """A sign of life on the announcing connection: its session's state_change, when it ends."""
+    await conn.execute("SELECT 1")
+
+
 def _parsed(name: str) -> LiveNode | None:
     try:
         node_id, address = name[len(PREFIX) :].split(" ", 1)
@@ -69,12 +95,15 @@ def _parsed(name: str) -> LiveNode | None:
         return None
 
 
-async def live_nodes(conn: asyncpg.Connection) -> list[LiveNode]:
-    """The nodes announced on this database, one per id (the lowest address if two claim one)."""
+async def live_nodes(conn: asyncpg.Connection, session_timeout_s: float = SESSION_TIMEOUT_S) -> list[LiveNode]:
+    """The nodes announced on this database that showed a sign of life within `session_timeout_s`
+    (see the module docstring), one per id (the lowest address if two claim one)."""
     rows = await conn.fetch(
         "SELECT DISTINCT application_name FROM pg_stat_activity "
-        "WHERE datname = current_database() AND starts_with(application_name, $1)",
+        "WHERE datname = current_database() AND starts_with(application_name, $1) "
+        "AND (state_change IS NULL OR state = 'active' OR state_change > now() - make_interval(secs => $2))",
         PREFIX,
+        session_timeout_s,
     )
     by_id: dict[int, LiveNode] = {}
     for node in sorted(filter(None, (_parsed(row["application_name"]) for row in rows))):

@@ -2,17 +2,27 @@
 it was started with (TXBROKER_NODE_ID), listed while alive: a node stopped (or killed) is still
 listed by a node that listed it, kafka_lapsed_node_listed_ms after that node finds it gone, then
 leaves the list; restarted with its id it is listed again; each answers as the coordinator and the
-leader. DescribeCluster answers the same brokers."""
+leader. DescribeCluster answers the same brokers. A node that hangs (SIGSTOP) leaves the list
+likewise once its heartbeats have stopped for node_presence.SESSION_TIMEOUT_S, and is back the
+moment it resumes."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 import socket
 import time
+import uuid
 
+import asyncpg
 from confluent_kafka.admin import AdminClient
 
 from app.kafka import api_table
 from app.runtime.listening_sockets import bound_accepting_socket
+from app.storage import database, node_presence
+from app.storage.node_presence import HEARTBEAT_INTERVAL_S, SESSION_TIMEOUT_S, LiveNode
+from tests.conftest import ServerProcess, process_alive
 from tests.kafka.clients import WAIT_S
 from tests.kafka.raw import RawConnection, request_of
 
@@ -49,17 +59,21 @@ def brokers_become(port: int, expected: dict[int, int]) -> None:
         assert time.monotonic() < deadline, f"brokers {found}, expected {expected}"
 
 
+def node_process(server_process, database_url: str, node_id: int, port: int) -> ServerProcess:
+    env = {
+        "TXBROKER_KAFKA_LISTENER": f"127.0.0.1:{port}",
+        "TXBROKER_NODE_ID": str(node_id),
+        "TXBROKER_KAFKA_LAPSED_NODE_LISTED_MS": str(LAPSED_NODE_LISTED_MS),
+    }
+    return server_process("--database-url", database_url, env=env)
+
+
 def test_nodes_on_one_database_are_brokers_while_alive(server_process, database_url):
     with held_port() as first_port_holder, held_port() as second_port_holder:
         first_port, second_port = first_port_holder.getsockname()[1], second_port_holder.getsockname()[1]
 
         def node(node_id: int, port: int):
-            env = {
-                "TXBROKER_KAFKA_LISTENER": f"127.0.0.1:{port}",
-                "TXBROKER_NODE_ID": str(node_id),
-                "TXBROKER_KAFKA_LAPSED_NODE_LISTED_MS": str(LAPSED_NODE_LISTED_MS),
-            }
-            return server_process("--database-url", database_url, env=env)
+            return node_process(server_process, database_url, node_id, port)
 
         node(7, first_port)
         second = node(11, second_port)
@@ -81,3 +95,86 @@ def test_nodes_on_one_database_are_brokers_while_alive(server_process, database_
         second.kill()  # SIGKILL: PostgreSQL ends its session when the socket closes
         assert brokers(first_port) == {7: first_port, 11: second_port}
         brokers_become(first_port, {7: first_port})
+
+
+def test_a_hung_node_leaves_the_brokers_and_is_back_the_moment_it_resumes(server_process, database_url):
+    """Regression: a node that hangs rather than dies (SIGSTOP here; a frozen machine, a blocked
+    event loop) kept its socket to PostgreSQL and with it its presence, so the others listed it for
+    good and clients picking it waited out their own timeouts. Its heartbeats stop now: the other
+    node lists it while its last one is recent (a node late by a few seconds does not flap), then
+    for the lapse as any node gone, then no more; resumed, its next heartbeat lists it again at
+    once, and it answers itself among the brokers meanwhile."""
+    with held_port() as first_port_holder, held_port() as second_port_holder:
+        first_port, second_port = first_port_holder.getsockname()[1], second_port_holder.getsockname()[1]
+        both = {7: first_port, 11: second_port}
+        node_process(server_process, database_url, 7, first_port)
+        second = node_process(server_process, database_url, 11, second_port)
+        brokers_become(first_port, both)
+        os.kill(second.pid, signal.SIGSTOP)
+        try:
+            stopped_at = time.monotonic()
+            while (found := brokers(first_port)) == both:
+                assert time.monotonic() - stopped_at < WAIT_S, f"node 11 hung for {WAIT_S} s and is still listed"
+                time.sleep(0.2)
+            listed_for_s = time.monotonic() - stopped_at
+            assert found == {7: first_port}
+            # Its last heartbeat was at most one interval before it stopped.
+            assert listed_for_s >= SESSION_TIMEOUT_S - HEARTBEAT_INTERVAL_S, f"left the list after {listed_for_s:.1f} s"
+            admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{first_port}"})
+            assert sorted(admin.list_topics(timeout=WAIT_S).brokers) == [7]
+        finally:
+            if process_alive(second.pid):
+                os.kill(second.pid, signal.SIGCONT)
+        resumed_at = time.monotonic()
+        while brokers(first_port) != both:
+            # The heartbeat due while it was stopped runs as soon as it resumes: seconds would be
+            # a heartbeat interval or a session, not "at once" (3 s leave room for a busy machine).
+            assert time.monotonic() - resumed_at < 3, "node 11 resumed and is not listed again"
+        assert brokers(second_port) == both
+        assert sorted(admin.list_topics(timeout=WAIT_S).brokers) == [7, 11]
+
+
+def test_a_presence_is_live_while_its_session_shows_life(database_url):
+    """The listing's rule (storage/node_presence.py), on PostgreSQL's own clock: an announced
+    session is live while its last statement ended within the session timeout, and while a
+    statement runs on it; a session whose times PostgreSQL hides from the role listing (another
+    role's, to a role without pg_read_all_stats) is live as long as it is there, its node judged
+    by its session alone."""
+    timeout_s = 1.0
+    node = LiveNode(7, "127.0.0.1", 9092)
+    roles = [f"txb_node_{uuid.uuid4().hex[:8]}", f"txb_lister_{uuid.uuid4().hex[:8]}"]
+
+    async def run() -> None:
+        reader = await database.connect(database_url)
+        announced = await database.connect(database_url)
+        try:
+            assert await node_presence.announce(announced, node)
+            assert await node_presence.live_nodes(reader, timeout_s) == [node]
+            await asyncio.sleep(timeout_s + 0.2)
+            assert await node_presence.live_nodes(reader, timeout_s) == []
+            await node_presence.beat(announced)
+            assert await node_presence.live_nodes(reader, timeout_s) == [node]
+            running = asyncio.create_task(announced.execute(f"SELECT pg_sleep({timeout_s * 3})"))
+            await asyncio.sleep(timeout_s * 2)
+            assert await node_presence.live_nodes(reader, timeout_s) == [node]
+            await running
+            for role in roles:
+                await reader.execute(f"CREATE ROLE {role} LOGIN")
+            other_node = await asyncpg.connect(database_url, user=roles[0])
+            lister = await asyncpg.connect(database_url, user=roles[1])
+            try:
+                assert await node_presence.announce(other_node, LiveNode(8, "127.0.0.1", 9093))
+                await asyncio.sleep(timeout_s + 0.2)
+                # Both silent for longer than the timeout: the superuser sees it, the other role not.
+                assert await node_presence.live_nodes(reader, timeout_s) == []
+                assert await node_presence.live_nodes(lister, timeout_s) == [node, LiveNode(8, "127.0.0.1", 9093)]
+            finally:
+                await other_node.close()
+                await lister.close()
+        finally:
+            await announced.close()
+            for role in roles:
+                await reader.execute(f"DROP ROLE IF EXISTS {role}")
+            await reader.close()
+
+    asyncio.run(run())
