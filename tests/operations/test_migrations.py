@@ -14,7 +14,7 @@ from sqlmodel import SQLModel
 
 from alembic import command
 from app.storage import tables  # noqa: F401
-from app.storage.migrations import alembic_config, migration_engine
+from app.storage.migrations import SchemaNewerThanCode, alembic_config, migration_engine
 from tests.conftest import REPO_ROOT, database_url_for, start_in_process_server, stop_in_process_server
 
 
@@ -156,3 +156,20 @@ def test_0005_an_open_transactions_offsets_replace_those_committed_before_them_a
     finally:
         stop_in_process_server(running)
     assert [(o["partition"], o["offset"], o["metadata"]) for o in fetched] == [(0, 7, "eos"), (1, 9, "plain, later")]
+
+
+def test_db_upgrade_refuses_a_database_a_newer_txbroker_migrated(postgres):
+    """An older txbroker's `db upgrade` on a database a newer one migrated (the code downgraded) says
+    so and what to do, instead of alembic's traceback, and leaves the database as it is."""
+    url = database_at(postgres, "migrated_by_a_newer_txbroker", "head")
+    rows(url, "UPDATE alembic_version SET version_num = '9999'")
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "db", "upgrade", "--database-url", url],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == f"txbroker: {SchemaNewerThanCode(['9999'])}\n"
+    assert rows(url, "SELECT version_num FROM alembic_version") == [("9999",)]
