@@ -14,7 +14,7 @@ from sqlmodel import SQLModel
 
 from alembic import command
 from app.storage import tables  # noqa: F401
-from app.storage.migrations import SchemaNewerThanCode, alembic_config, migration_engine
+from app.storage.migrations import HEAD_REVISION, SchemaNewerThanCode, alembic_config, migration_engine, upgrade_to_head
 from tests.conftest import REPO_ROOT, database_url_for, start_in_process_server, stop_in_process_server
 
 
@@ -173,3 +173,43 @@ def test_db_upgrade_refuses_a_database_a_newer_txbroker_migrated(postgres):
     assert result.returncode == 2, result.stderr
     assert result.stderr == f"txbroker: {SchemaNewerThanCode(['9999'])}\n"
     assert rows(url, "SELECT version_num FROM alembic_version") == [("9999",)]
+
+
+def test_an_upgrade_killed_midway_leaves_the_database_as_it_was_and_the_next_one_finishes_it(postgres):
+    """Every pending migration runs in one transaction (docs/operations.md): `db upgrade` killed
+    while migration 0007 waits for record_batches (after 0005 and 0006 ran) leaves the database at
+    0004, none of their changes made, and the next upgrade applies them all."""
+    url = database_at(postgres, "killed_upgrade", "0004")
+    rows(url, "INSERT INTO topics (name, partition_count, config, is_internal) VALUES ('kept', 1, '{}', false)")
+
+    async def kill_the_upgrade_midway() -> None:
+        holder, watcher = await asyncpg.connect(url), await asyncpg.connect(url)
+        try:
+            async with holder.transaction():
+                await holder.execute("LOCK TABLE record_batches IN ACCESS SHARE MODE")  # 0007 alters it
+                upgrade = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "app.cli", "db", "upgrade", "--database-url", url, cwd=REPO_ROOT
+                )
+                # Out of any transaction: pg_stat_activity is read once per transaction.
+                waits_on_the_lock = (
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query LIKE 'ALTER TABLE record_batches%'"
+                )
+                for _ in range(600):
+                    if await watcher.fetchval(waits_on_the_lock):
+                        break
+                    await asyncio.sleep(0.05)
+                else:
+                    raise AssertionError("the upgrade never reached migration 0007")
+                upgrade.kill()
+                await upgrade.wait()
+        finally:
+            await holder.close()
+            await watcher.close()
+
+    asyncio.run(kill_the_upgrade_midway())
+    assert rows(url, "SELECT version_num FROM alembic_version") == [("0004",)]
+    assert rows(url, "SELECT to_regclass('partition_cleanups')") == [(None,)]  # 0006's
+    upgrade_to_head(url)
+    assert rows(url, "SELECT version_num FROM alembic_version") == [(HEAD_REVISION,)]
+    assert rows(url, "SELECT name, config->>'cleanup_policy' FROM topics") == [("kept", "delete")]
