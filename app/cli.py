@@ -168,13 +168,13 @@ def _newer_schema_refusal(database_url: str) -> str | None:
 
     try:
         asyncio.run(check_not_newer(database_url))
+        return None
     except SchemaNewerThanCode as refusal:
         return str(refusal)
     except Exception:
         # PostgreSQL unreachable, a refused password, ...: the server's start-up meets it too, and
         # handles it as it always has (it waits for an unreachable PostgreSQL; anything else stops it).
         return None
-    return None
 
 
 def _worker_fd(fd: int, worker_index: int | None) -> int:

@@ -117,9 +117,9 @@ async def is_at_head(database_url: str) -> bool:
 
 
 async def check_not_newer(database_url: str) -> None:
-    """Raises SchemaNewerThanCode for a database a newer txbroker migrated; returns for one at,
-    behind or never at this code's revision. `serve` asks before it serves, so that a node of an
-    older version started on such a database stops with that message alone."""
+    """Raises SchemaNewerThanCode for a database a newer txbroker migrated; returns for one at or
+    behind this code's revision, or never migrated. `serve` asks before it serves, so that a node of
+    an older version started on such a database stops with that message alone."""
     revisions = await stored_revisions(database_url)
     if revisions != [HEAD_REVISION]:
         refuse_unknown_revisions(revisions)
