@@ -129,11 +129,16 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, _raise_shutdown)
     try:
         if workers == 1:
+            migrates = args.worker_index in (None, 0)
+            refusal = _newer_schema_refusal(database_url) if migrates else None
+            if refusal:
+                print(f"txbroker: {refusal}", file=sys.stderr)
+                return 2
             _run_uvicorn(
                 settings,
                 database_url,
                 _worker_fd(fd, args.worker_index),
-                serve_before_ready=args.worker_index in (None, 0),
+                serve_before_ready=migrates,
                 ready_fd=args.ready_fd,
                 node_ready_fd=args.node_ready_fd,
                 start_fd=args.start_fd,
@@ -150,6 +155,26 @@ def serve(args: argparse.Namespace) -> int:
         for held in (node_socket, kafka_port):
             if held is not None:
                 held.close()
+
+
+def _newer_schema_refusal(database_url: str) -> str | None:
+    """Why this process, the one that migrates (a single server, or worker 0), must not serve: the
+    database was migrated by a newer txbroker (migrations.SchemaNewerThanCode). Asked before the
+    server starts, so that the start ends with that message alone; the migration in the server's
+    start-up refuses such a database too (after a PostgreSQL unreachable now comes back, say)."""
+    import asyncio
+
+    from app.storage.migrations import SchemaNewerThanCode, check_not_newer
+
+    try:
+        asyncio.run(check_not_newer(database_url))
+        return None
+    except SchemaNewerThanCode as refusal:
+        return str(refusal)
+    except Exception:
+        # PostgreSQL unreachable, a refused password, ...: the server's start-up meets it too, and
+        # handles it as it always has (it waits for an unreachable PostgreSQL; anything else stops it).
+        return None
 
 
 def _worker_fd(fd: int, worker_index: int | None) -> int:
@@ -277,12 +302,15 @@ def listening_refusal(settings: Settings, fd: int | None) -> str | None:
 
 
 def db_upgrade(args: argparse.Namespace) -> int:
-    from app.storage.migrations import upgrade_to_head
+    from app.storage.migrations import SchemaNewerThanCode, upgrade_to_head
 
     settings = _settings_from(args)
     postgres = None if settings.database_url else _start_embedded_postgres(settings)
     try:
         upgrade_to_head(settings.database_url or postgres.database_url)
+    except SchemaNewerThanCode as refusal:
+        print(f"txbroker: {refusal}", file=sys.stderr)
+        return 2
     finally:
         if postgres is not None:
             postgres.stop()

@@ -28,6 +28,17 @@ def upgrade() -> None:
     # -1: committed before this revision, older than any record appended from now on.
     for table in ("group_offsets", "pending_txn_offsets"):
         op.add_column(table, sa.Column("record_offset", sa.BigInteger(), nullable=False, server_default="-1"))
+    # A transactional offset pending now (its transaction still open) was committed after the plain
+    # one it would replace unless their commit times say otherwise: 0 orders it after every -1, and
+    # before every record appended from now on (its partition of __consumer_offsets holds its own
+    # record, at 0 or later). Left at -1, like the committed offset, its transaction's COMMIT would
+    # keep the older offset ("appended last wins" needs a later record), and the consumer would
+    # read again, after the upgrade, inputs whose outputs that transaction committed.
+    op.execute(
+        "UPDATE pending_txn_offsets p SET record_offset = 0 WHERE NOT EXISTS ("
+        "  SELECT 1 FROM group_offsets g WHERE g.group_id = p.group_id AND g.topic = p.topic "
+        "    AND g.partition = p.partition AND g.commit_timestamp_ms > p.commit_timestamp_ms)"
+    )
 
 
 def downgrade() -> None:

@@ -64,6 +64,9 @@ PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 # A worker has uvicorn's graceful shutdown (10 s) and its own clean-up to stop after SIGTERM.
 WORKER_STOP_TIMEOUT_S = 20
 WORKER_POLL_INTERVAL_S = 0.5
+# The exit code of a `serve` that refused to start with a message saying why (invalid settings, a port
+# in use, a database a newer txbroker migrated): restarting it changes nothing until that is fixed.
+REFUSED_TO_START = 2
 
 
 class ShutdownRequested(Exception):
@@ -207,7 +210,8 @@ def _stop(workers: list[subprocess.Popen]) -> None:
 
 def supervise(settings: Settings, database_url: str, fd: int, count: int) -> int:
     """Runs `count` workers on the listening socket `fd` until SIGTERM/SIGINT (returns 0, after
-    stopping them gracefully) or until one exits on its own (returns 1, after stopping the others).
+    stopping them gracefully) or until one exits on its own (returns 1, after stopping the others;
+    REFUSED_TO_START if it refused to start, as `serve` does).
     The caller has installed signal handlers that raise ShutdownRequested."""
     environment = _worker_environment(settings, database_url)
     metrics_folder = node_metrics_folder(settings.host, settings.port)
@@ -243,29 +247,37 @@ def supervise(settings: Settings, database_url: str, fd: int, count: int) -> int
             pipes.remove(worker_end)
         return worker, ready_read_fd
 
-    def all_ready(started: list[tuple[subprocess.Popen, int]]) -> bool:
+    def exit_code_if_not_ready(started: list[tuple[subprocess.Popen, int]]) -> int | None:
+        """None once every worker of `started` is ready; else, having said why, the node's exit code:
+        REFUSED_TO_START for a worker that refused to start (a restart would refuse again), else 1."""
         for worker, ready_read_fd in started:
-            if not _wait_until_ready(worker, ready_read_fd):
-                log.error(
-                    "worker pid %d exited before it was ready (exit code %s): restart txbroker (its log above "
-                    "says why)",
-                    worker.pid,
-                    worker.poll(),
-                )
-                return False
-        return True
+            if _wait_until_ready(worker, ready_read_fd):
+                continue
+            # Its end of the pipe closed without a word: it is exiting, if its exit was not seen yet.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                worker.wait(WORKER_STOP_TIMEOUT_S)
+            if worker.returncode == REFUSED_TO_START:
+                log.error("worker pid %d refused to start: its message above says why, and what to do", worker.pid)
+                return REFUSED_TO_START
+            log.error(
+                "worker pid %d exited before it was ready (exit code %s): restart txbroker (its log above says why)",
+                worker.pid,
+                worker.returncode,
+            )
+            return 1
+        return None
 
     try:
         # All at once; the others go on once worker 0 is ready (the migrations and the recovery).
         first = start(0)
         others = [start(index) for index in range(1, count)]
-        if not all_ready([first]):
-            return 1
+        if (exit_code := exit_code_if_not_ready([first])) is not None:
+            return exit_code
         for start_write_fd in start_write_fds:
-            with contextlib.suppress(BrokenPipeError):  # a worker that died since: all_ready sees it
+            with contextlib.suppress(BrokenPipeError):  # a worker that died since: exit_code_if_not_ready sees it
                 os.write(start_write_fd, b"r")
-        if not all_ready(others):
-            return 1
+        if (exit_code := exit_code_if_not_ready(others)) is not None:
+            return exit_code
         for node_ready_write_fd in node_ready_write_fds:  # every worker is ready: /v1/health may say 200
             with contextlib.suppress(BrokenPipeError):  # a worker that died since: the loop below sees it
                 os.write(node_ready_write_fd, b"r")

@@ -28,6 +28,21 @@ HEAD_REVISION = "0013"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+class SchemaNewerThanCode(Exception):
+    """The database's schema is at a revision none of this code's migrations has: a newer txbroker
+    migrated it. Migrations only go forward, and what a newer one changed (a column's meaning, a
+    key) is nothing this code knows how to read, so it must not serve that database."""
+
+    def __init__(self, revisions: list[str]) -> None:
+        super().__init__(
+            f"the database's schema is at revision {', '.join(revisions)}, which this txbroker does not know: "
+            f"its migrations end at {HEAD_REVISION}, so a newer txbroker has migrated the database, and this "
+            f"older one cannot serve it. Run that newer txbroker (or a later one) instead; to go back to this "
+            f"version, restore the database from a backup taken before the upgrade (docs/operations.md, "
+            f'"Upgrades and migrations")'
+        )
+
+
 def migration_engine(database_url: str) -> AsyncEngine:
     """A SQLAlchemy engine on the database (alembic speaks SQLAlchemy; the server speaks asyncpg
     directly). SQLAlchemy's URL parser refuses libpq's multi-host form (several ports), so the
@@ -57,25 +72,54 @@ def alembic_config(database_url: str) -> Config:
 
 
 def upgrade_to_head(database_url: str) -> None:
-    """Blocking; safe to run from several processes at once (alembic/env.py takes an advisory lock)."""
+    """Blocking; safe to run from several processes at once (alembic/env.py takes an advisory lock).
+    Raises SchemaNewerThanCode for a database a newer txbroker migrated (alembic/env.py checks it
+    under the lock, before any migration)."""
     from alembic import command
 
     command.upgrade(alembic_config(database_url), "head")
 
 
-async def is_at_head(database_url: str) -> bool:
-    """Whether the database's schema is at HEAD_REVISION, so that upgrade_to_head has nothing to do.
-    A plain read, safe beside a migration under way in another process: alembic updates
-    alembic_version in the transaction that migrates, so until that commits this reads the
-    revision before it (False: the caller runs upgrade_to_head, which waits for the migration's
-    lock and then finds nothing left to do). A database ahead of this code (a newer node migrated
-    it) is not at head either: upgrade_to_head then refuses the revision it does not know, as
-    before."""
+def refuse_unknown_revisions(revisions: list[str]) -> None:
+    """Raises SchemaNewerThanCode if a revision the database is at is none of alembic/versions'
+    (alembic itself would only say that it cannot locate it). Loads alembic: for a database that is
+    not at HEAD_REVISION, which is migrated next anyway."""
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(alembic_config(""))
+    known = {script.revision for script in scripts.walk_revisions()}
+    unknown = [revision for revision in revisions if revision not in known]
+    if unknown:
+        raise SchemaNewerThanCode(unknown)
+
+
+async def stored_revisions(database_url: str) -> list[str]:
+    """The revisions alembic_version holds: [] for a database never migrated. A plain read, safe
+    beside a migration under way in another process: alembic updates alembic_version in the
+    transaction that migrates, so until that commits this reads the revision before it."""
     connection = await connect_to_primary(database_url)
     try:
-        revisions = await connection.fetch("SELECT version_num FROM alembic_version")
+        rows = await connection.fetch("SELECT version_num FROM alembic_version")
     except asyncpg.UndefinedTableError:  # never migrated
-        return False
+        return []
     finally:
         await connection.close()
-    return [row["version_num"] for row in revisions] == [HEAD_REVISION]
+    return [row["version_num"] for row in rows]
+
+
+async def is_at_head(database_url: str) -> bool:
+    """Whether the database's schema is at HEAD_REVISION, so that upgrade_to_head has nothing to do.
+    A database behind it (or under a migration in another process: stored_revisions) is not: the
+    caller runs upgrade_to_head, which waits for the migration's lock and then finds nothing left
+    to do. Nor is a database ahead of this code (a newer node migrated it): upgrade_to_head refuses
+    it with SchemaNewerThanCode."""
+    return await stored_revisions(database_url) == [HEAD_REVISION]
+
+
+async def check_not_newer(database_url: str) -> None:
+    """Raises SchemaNewerThanCode for a database a newer txbroker migrated; returns for one at or
+    behind this code's revision, or never migrated. `serve` asks before it serves, so that a node of
+    an older version started on such a database stops with that message alone."""
+    revisions = await stored_revisions(database_url)
+    if revisions != [HEAD_REVISION]:
+        refuse_unknown_revisions(revisions)

@@ -16,6 +16,7 @@ import asyncpg
 import httpx
 import pytest
 
+from app.storage.migrations import SchemaNewerThanCode
 from tests.conftest import ServerProcess, process_alive
 
 WORKERS = 2  # several: worker 0 and one waiting for it prove what more would
@@ -208,8 +209,8 @@ def workers_of(supervisor_pid: int) -> list[int]:
 
 def test_a_worker_0_that_cannot_start_stops_the_node_and_the_workers_waiting_for_it(database_url):
     """The other workers start with worker 0 and wait for it to be ready: when it fails instead (here
-    its migration refuses a database a newer version migrated), the node exits 1 and none of them is
-    left waiting."""
+    it refuses a database a newer version migrated), the node exits (2, as worker 0 refused) and none
+    of them is left waiting."""
 
     async def migrated_by_a_newer_version() -> None:
         connection = await asyncpg.connect(database_url)
@@ -221,9 +222,9 @@ def test_a_worker_0_that_cannot_start_stops_the_node_and_the_workers_waiting_for
     asyncio.run(migrated_by_a_newer_version())
     server = ServerProcess("--database-url", database_url, "--workers", str(WORKERS))
     try:
-        with pytest.raises(RuntimeError, match="exited with 1 before it was healthy") as failed:
+        with pytest.raises(RuntimeError, match="exited with 2 before it was healthy") as failed:
             server.start()
-        assert "Can't locate revision identified by '9999'" in str(failed.value)
+        assert str(SchemaNewerThanCode(["9999"])) in str(failed.value)
         assert workers_of(server.pid) == []
     finally:
         server.close()

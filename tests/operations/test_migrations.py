@@ -14,8 +14,8 @@ from sqlmodel import SQLModel
 
 from alembic import command
 from app.storage import tables  # noqa: F401
-from app.storage.migrations import alembic_config, migration_engine
-from tests.conftest import REPO_ROOT, database_url_for
+from app.storage.migrations import HEAD_REVISION, SchemaNewerThanCode, alembic_config, migration_engine, upgrade_to_head
+from tests.conftest import REPO_ROOT, database_url_for, start_in_process_server, stop_in_process_server
 
 
 def test_migrated_schema_matches_the_declared_tables(database_url):
@@ -109,3 +109,107 @@ def test_0010_reads_offsets_committed_before_it_with_no_leader_epoch(postgres):
     command.upgrade(alembic_config(url), "head")
     assert rows(url, "SELECT partition, leader_epoch FROM group_offsets") == [(0, -1)]
     assert rows(url, "SELECT partition, leader_epoch FROM pending_txn_offsets") == [(1, -1)]
+
+
+# The rows of an open transaction that committed offsets, as the code of revision 0004 wrote them
+# (a4ceff9: TransactionLog.save, group_offsets.commit and group_offsets.stage), its internal topics
+# with one partition each. Transaction "eos" of producer 1003 added __consumer_offsets-0 for group
+# "g" and committed offsets of "in" there, pending until its COMMIT marker: partition 0's at 12:00:02,
+# after the group's plain commit of 12:00:01; partition 1's at 12:00:02, before the group's plain
+# commit of 12:00:03, which therefore stays (the commit appended last wins, as in Kafka).
+_TOPIC_CONFIG_AT_0004 = '{"retention_ms": -1, "retention_bytes": -1, "max_message_bytes": 1048576}'
+_OPEN_TRANSACTION_AT_0004 = (
+    "INSERT INTO topics (topic_id, name, partition_count, config, is_internal) VALUES "
+    f"(1, '__transaction_state', 1, '{_TOPIC_CONFIG_AT_0004}', true), "
+    f"(2, '__consumer_offsets', 1, '{_TOPIC_CONFIG_AT_0004}', true), "
+    f"(3, 'in', 2, '{_TOPIC_CONFIG_AT_0004}', false)",
+    "INSERT INTO partitions (topic_id, partition, high_watermark) VALUES (1, 0, 0), (2, 0, 4), (3, 0, 10), (3, 1, 10)",
+    "INSERT INTO producer_ids (producer_id, producer_epoch, transactional_id, issued_ms) "
+    "VALUES (1003, 0, 'eos', 1795780800000)",
+    "INSERT INTO transactions (transactional_id, producer_id, producer_epoch, txn_producer_id, txn_producer_epoch, "
+    "  state, timeout_ms, txn_start_ms, last_update_ms, partitions, groups) "
+    "VALUES ('eos', 1003, 0, 1003, 0, 'Ongoing', 600000, EXTRACT(EPOCH FROM now())::bigint * 1000, "
+    "  EXTRACT(EPOCH FROM now())::bigint * 1000, '[[\"__consumer_offsets\", 0, 2]]', '[\"g\"]')",
+    "INSERT INTO group_offsets (group_id, topic, partition, committed_offset, metadata, commit_timestamp_ms) "
+    "VALUES ('g', 'in', 0, 2, 'plain', 1795780801000), ('g', 'in', 1, 9, 'plain, later', 1795780803000)",
+    "INSERT INTO pending_txn_offsets (group_id, topic, partition, producer_id, producer_epoch, offsets_partition, "
+    "  committed_offset, metadata, commit_timestamp_ms) "
+    "VALUES ('g', 'in', 0, 1003, 0, 0, 7, 'eos', 1795780802000), ('g', 'in', 1, 1003, 0, 0, 4, 'eos', 1795780802000)",
+)
+
+
+def test_0005_an_open_transactions_offsets_replace_those_committed_before_them_at_its_commit(postgres):
+    """A consume-transform-produce loop stopped for the upgrade with its transaction open commits it
+    after: the group's offsets are those the transaction committed, unless a plain commit came after
+    them. Revision 0005 gave both offsets -1 as their record's offset, and the COMMIT kept the older
+    one, so the loop would read again inputs whose outputs it had committed."""
+    url = database_at(postgres, "open_transaction_at_0004", "0004")
+    for statement in _OPEN_TRANSACTION_AT_0004:
+        rows(url, statement)
+    running = start_in_process_server(url, transaction_log_partitions=1, offsets_partitions=1)
+    try:
+        end = running.client.post(
+            "/v1/txn/end", json={"transactional_id": "eos", "producer_id": 1003, "producer_epoch": 0, "committed": True}
+        )
+        assert end.status_code == 200, end.text
+        fetched = running.client.post("/v1/groups/g/offsets/fetch", json={}).json()["offsets"]
+    finally:
+        stop_in_process_server(running)
+    assert [(o["partition"], o["offset"], o["metadata"]) for o in fetched] == [(0, 7, "eos"), (1, 9, "plain, later")]
+
+
+def test_db_upgrade_refuses_a_database_a_newer_txbroker_migrated(postgres):
+    """An older txbroker's `db upgrade` on a database a newer one migrated (the code downgraded) says
+    so and what to do, instead of alembic's traceback, and leaves the database as it is."""
+    url = database_at(postgres, "migrated_by_a_newer_txbroker", "head")
+    rows(url, "UPDATE alembic_version SET version_num = '9999'")
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "db", "upgrade", "--database-url", url],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == f"txbroker: {SchemaNewerThanCode(['9999'])}\n"
+    assert rows(url, "SELECT version_num FROM alembic_version") == [("9999",)]
+
+
+def test_an_upgrade_killed_midway_leaves_the_database_as_it_was_and_the_next_one_finishes_it(postgres):
+    """Every pending migration runs in one transaction (docs/operations.md): `db upgrade` killed
+    while migration 0007 waits for record_batches (after 0005 and 0006 ran) leaves the database at
+    0004, none of their changes made, and the next upgrade applies them all."""
+    url = database_at(postgres, "killed_upgrade", "0004")
+    rows(url, "INSERT INTO topics (name, partition_count, config, is_internal) VALUES ('kept', 1, '{}', false)")
+
+    async def kill_the_upgrade_midway() -> None:
+        holder, watcher = await asyncpg.connect(url), await asyncpg.connect(url)
+        try:
+            async with holder.transaction():
+                await holder.execute("LOCK TABLE record_batches IN ACCESS SHARE MODE")  # 0007 alters it
+                upgrade = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "app.cli", "db", "upgrade", "--database-url", url, cwd=REPO_ROOT
+                )
+                # Out of any transaction: pg_stat_activity is read once per transaction.
+                waits_on_the_lock = (
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query LIKE 'ALTER TABLE record_batches%'"
+                )
+                for _ in range(600):
+                    if await watcher.fetchval(waits_on_the_lock):
+                        break
+                    await asyncio.sleep(0.05)
+                else:
+                    raise AssertionError("the upgrade never reached migration 0007")
+                upgrade.kill()
+                await upgrade.wait()
+        finally:
+            await holder.close()
+            await watcher.close()
+
+    asyncio.run(kill_the_upgrade_midway())
+    assert rows(url, "SELECT version_num FROM alembic_version") == [("0004",)]
+    assert rows(url, "SELECT to_regclass('partition_cleanups')") == [(None,)]  # 0006's
+    upgrade_to_head(url)
+    assert rows(url, "SELECT version_num FROM alembic_version") == [(HEAD_REVISION,)]
+    assert rows(url, "SELECT name, config->>'cleanup_policy' FROM topics") == [("kept", "delete")]

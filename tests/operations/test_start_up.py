@@ -11,11 +11,12 @@ import subprocess
 import sys
 
 import asyncpg
+import pytest
 from alembic.script import ScriptDirectory
 
 import txbroker
 from alembic import command
-from app.storage.migrations import HEAD_REVISION, alembic_config, is_at_head
+from app.storage.migrations import HEAD_REVISION, SchemaNewerThanCode, alembic_config, is_at_head
 from tests.conftest import (
     REPO_ROOT,
     database_url_for,
@@ -99,6 +100,30 @@ def test_a_server_started_on_a_database_behind_this_code_migrates_it(postgres):
     finally:
         stop_in_process_server(running)
     assert revisions(url) == [HEAD_REVISION]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_serve_refuses_a_database_a_newer_txbroker_migrated(postgres, workers):
+    """A node of an older txbroker (the code downgraded) stops with a message saying what happened and
+    what to do, whether it serves alone or with workers, instead of the start-up's traceback of
+    alembic's "Can't locate revision"; its exit code says it refused (2): a restart is no help."""
+    name = f"newer_for_{workers}_workers"
+    postgres.create_database(name)
+    url = database_url_for(postgres.database_url, name)
+    command.upgrade(alembic_config(url), "head")
+    set_revision(url, "9999")
+    result = subprocess.run(
+        [sys.executable, "-m", "app.cli", "serve", "--database-url", url, "--port", "0", "--kafka-listener", "off"]
+        + ["--workers", str(workers)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"txbroker: {SchemaNewerThanCode(['9999'])}\n" in result.stderr
+    assert "Can't locate revision" not in result.stderr  # alembic's words, at the end of a traceback
+    assert revisions(url) == ["9999"]
 
 
 def test_every_public_name_of_the_sdk_is_imported_when_named():
