@@ -24,6 +24,7 @@ from app.console import router as console_router
 from app.coordinator.batched_writes import BatchedWrites
 from app.coordinator.classic_groups import SessionTimeoutBounds
 from app.coordinator.group_coordinator import GroupCoordinator
+from app.coordinator.health import ReachabilityProbe
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.coordinator.workers import BackgroundWorkers
 from app.kafka.broker_calls import BrokerCalls
@@ -140,6 +141,7 @@ def create_app(
         app.state.kafka_listener = _kafka_listener(app, settings)  # bound first, beside the port `serve` holds
         await _migrate_once_reachable(database_url)
         app.state.pool = await create_pool(database_url, settings.database_pool_size)
+        app.state.reachability_probe = ReachabilityProbe(database_url)  # /v1/health's, connected when first asked
         app.state.database_url = database_url  # the Kafka listener's presence connection (node_presence.py)
         app.state.coordinator = TransactionCoordinator(app.state.pool, settings)
         app.state.batched_writes = BatchedWrites(app.state.coordinator, settings.max_records_per_request)
@@ -173,6 +175,7 @@ def create_app(
             await app.state.workers.stop()
             await app.state.notifier.stop()
             await app.state.replication_barrier.stop()
+            await app.state.reachability_probe.close()
             await app.state.pool.close()
 
     app = FastAPI(

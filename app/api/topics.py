@@ -13,7 +13,6 @@ from app.api.request_limits import check_partition_count
 from app.api.responses import json_response
 from app.coordinator import topic_admin
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
-from app.coordinator.health import is_reachable
 from app.coordinator.topic_admin import PartitionState, TopicInfo, kafka_topic_id
 
 router = APIRouter(prefix="/v1", tags=["topics and cluster"], route_class=OrjsonRoute)
@@ -47,9 +46,11 @@ def _topic_body(topic: TopicInfo, states: list[PartitionState]) -> dict:
 @router.get("/health", response_model=schemas.Health, responses={503: {"model": schemas.Health}})
 async def health(request: Request):
     """200 once the server is ready to serve (migrations applied, unfinished transactions recovered),
-    and with `serve --workers N` once every worker is."""
+    and with `serve --workers N` once every worker is; 503 while PostgreSQL does not answer within
+    2 s. Asked on a connection of the process's own, not the pool's: a pool whose every connection is
+    busy (the node under load) is no reason to take the node out of its load balancer."""
     state = request.app.state
-    database = "ok" if await is_reachable(state.pool) else "unreachable"
+    database = "ok" if await state.reachability_probe.is_reachable() else "unreachable"
     ready = state.ready and state.node_ready and database == "ok"
     return json_response(
         {"status": "ok" if ready else "starting" if database == "ok" else "unavailable", "database": database},

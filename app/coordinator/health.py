@@ -1,12 +1,13 @@
-"""Whether the core can serve: its database reachable, and the errors that mean it is not (a
-front door answers them as transient: `unavailable`)."""
+"""Whether the core can serve: its database reachable (ReachabilityProbe, on a connection of its own:
+a busy pool is not an unreachable database), and the errors that mean it is not (a front door
+answers them as transient: `unavailable`)."""
 
 from __future__ import annotations
 
 from app.errors import DatabaseUnavailable
-from app.storage.database import CONNECTION_ERRORS, CommitNotReplicated, is_reachable
+from app.storage.database import CONNECTION_ERRORS, CommitNotReplicated, ReachabilityProbe
 
-__all__ = ["CONNECTION_ERRORS", "is_reachable", "unavailable"]
+__all__ = ["CONNECTION_ERRORS", "ReachabilityProbe", "unavailable"]
 
 
 def unavailable(error: BaseException) -> DatabaseUnavailable:

@@ -20,8 +20,8 @@ acquired (a log listener, added and removed with each acquisition: no round trip
 docs/performance.md), and the block that acquired it, when it ends, raises CommitNotReplicated
 instead of returning: whatever the block committed is not acknowledged, as after a connection lost
 during its COMMIT (docs/operations-high-availability.md). Connections made outside the pool
-(`connect`: migrations, the node's announcement, LISTEN) are not watched: they acknowledge nothing
-to a client.
+(`connect`: migrations, the node's announcement, LISTEN; the health probe's, ReachabilityProbe) are
+not watched: they acknowledge nothing to a client.
 
 The client's retry finds the work done on the primary (an idempotent producer's duplicate, an
 EndTxn's outcome) and answers "done" from what it read, writing nothing new; the answer must still
@@ -39,12 +39,16 @@ pins both.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import socket
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 import asyncpg
 import asyncpg.pool
 import orjson
+
+log = logging.getLogger(__name__)
 
 
 class CommitNotReplicated(Exception):
@@ -240,14 +244,135 @@ async def _init_connection(connection: asyncpg.Connection) -> None:
     )
 
 
-async def is_reachable(pool: asyncpg.Pool, timeout_s: float = 2) -> bool:
-    """Whether PostgreSQL answers a trivial query within the timeout (for /v1/health)."""
-    try:
-        async with pool.acquire(timeout=timeout_s) as conn:
-            await conn.fetchval("SELECT 1", timeout=timeout_s)
-        return True
-    except Exception:
-        return False
+# How long a question to PostgreSQL about its health waits for the answer (/v1/health).
+PROBE_TIMEOUT_S = 2.0
+# After a new connection of the probe did not answer (refused, or to a read-only server), the next is
+# not tried sooner than this: the questions meanwhile are answered "not reachable" at once, so that a
+# flood of /v1/health during an outage cannot become a flood of connection attempts.
+PROBE_RECONNECT_INTERVAL_S = 1.0
+# The probe's connection in pg_stat_activity (one per server process).
+PROBE_APPLICATION_NAME = "txbroker health probe"
+# Whether the server answers as the read-write server txbroker needs: a standby (in recovery) or a
+# server set read-only answers false, read at the moment of the question (the pool's connections
+# learn it from the settings PostgreSQL reports, _is_read_only, after their next statement).
+_PROBE_SQL = "SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off'"
+
+
+class ReachabilityProbe:
+    """Whether PostgreSQL answers (for /v1/health), asked on a connection of the probe's own, never
+    one of the pool's: under load every pooled connection can be busy for seconds (requests waiting
+    on row locks, long transactions, a queue of writes), which says nothing of PostgreSQL, and a
+    readiness check that waited for one would take the busiest nodes out of their load balancer, and
+    their load onto the others.
+
+    One connection per server process, opened at the first question and again once lost, as the
+    pool's are (the read-write server among the URL's hosts, keepalives and TCP_USER_TIMEOUT). One
+    question in flight at a time: the callers who ask meanwhile share its answer, so a flood of
+    /v1/health (which needs no credentials) opens no connection and queues no query on PostgreSQL.
+    A caller waits at most timeout_s, then hears "not reachable"; a question unanswered then is not
+    cancelled (asyncpg cancels a query by opening another connection to send the cancel request): it
+    ends when PostgreSQL answers or its connection is declared lost (CONNECT_TIMEOUT_S per host,
+    keepalives, TCP_USER_TIMEOUT), and the callers who ask meanwhile share it, each for timeout_s.
+
+    A connection kept from an earlier question may have been lost since (PostgreSQL restarted, or
+    failed over to a standby that was promoted): such a question is asked once more on a fresh
+    connection before the answer is "not reachable". A read-only server (a standby, a demoted
+    primary, one set read-only) is not reachable either, as it is not for the pool, which closes its
+    connections to one (_keep_session): the probe closes its connection too, so that the next
+    question looks for the read-write server again. A new connection that does not answer is tried
+    again PROBE_RECONNECT_INTERVAL_S later at the soonest."""
+
+    def __init__(self, database_url: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+        self._database_url = database_url
+        self._timeout_s = timeout_s
+        self._connection: asyncpg.Connection | None = None
+        self._question: asyncio.Task[bool] | None = None
+        self._last_answer: bool | None = None
+        self._last_reason = ""  # why the last answer was False
+        self._next_connect_at = 0.0  # the loop's time
+        self._closed = False
+        self.questions_asked = 0  # queries sent to PostgreSQL (the tests count them)
+
+    async def is_reachable(self) -> bool:
+        """Whether PostgreSQL answered, as the read-write server, within the timeout: the question
+        in flight if there is one, else a new one; False once the probe is closed."""
+        if self._closed:
+            return False
+        if self._question is None:
+            self._question = asyncio.create_task(self._ask(), name="database-probe")
+        question = self._question
+        try:
+            return await asyncio.wait_for(asyncio.shield(question), self._timeout_s)
+        except TimeoutError:
+            return False
+        except asyncio.CancelledError:
+            if question.cancelled():  # closed while it asked (the server stops), not this caller
+                return False
+            raise
+
+    async def close(self) -> None:
+        """Closes the probe's connection (the server stops); a question in flight ends with it."""
+        self._closed = True
+        connection, self._connection = self._connection, None
+        question, self._question = self._question, None
+        if question is not None:
+            if connection is not None:
+                connection.terminate()  # its query fails at once, with no cancel request sent
+            question.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await question
+        elif connection is not None:
+            await connection.close(timeout=self._timeout_s)
+
+    async def _ask(self) -> bool:
+        try:
+            kept = self._connection is not None and not self._connection.is_closed()
+            answer, reason = await self._ask_once()
+            if not answer and kept:
+                # Lost since the last question, or the server kept has since been demoted.
+                answer, reason = await self._ask_once()
+            self._note(answer, reason)
+            self._last_reason = reason
+            return answer
+        finally:
+            self._question = None
+
+    async def _ask_once(self) -> tuple[bool, str]:
+        """The answer on the connection kept (a new one if none is), and why it is False; a
+        connection that did not answer True is closed."""
+        loop = asyncio.get_running_loop()
+        fresh = self._connection is None or self._connection.is_closed()
+        if fresh and loop.time() < self._next_connect_at:
+            return False, self._last_reason
+        try:
+            if fresh:
+                self._connection = await connect_to_primary(
+                    self._database_url, server_settings={"application_name": PROBE_APPLICATION_NAME}
+                )
+            self.questions_asked += 1
+            if await self._connection.fetchval(_PROBE_SQL):
+                return True, ""
+            reason = "the server is read-only: a standby, or set read-only"
+        except Exception as error:  # noqa: BLE001 - whatever it is, PostgreSQL did not answer
+            reason = f"{type(error).__name__}: {error}"
+        if self._connection is not None:
+            self._connection.terminate()
+            self._connection = None
+        if fresh:
+            self._next_connect_at = loop.time() + PROBE_RECONNECT_INTERVAL_S
+        return False, reason
+
+    def _note(self, answer: bool, reason: str) -> None:
+        """Logs each change of the answer (not each question: a flood of /v1/health asks many)."""
+        if not answer and self._last_answer is not False:
+            log.warning(
+                "PostgreSQL does not answer the health probe as the read-write server (%s): /v1/health answers "
+                "503 until it does; check that PostgreSQL runs and that the database URL names its primary",
+                reason,
+            )
+        elif answer and self._last_answer is False:
+            log.info("PostgreSQL answers the health probe again")
+        self._last_answer = answer
 
 
 def _is_read_only(connection: asyncpg.Connection) -> bool:

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from app.runtime.embedded_postgres import EmbeddedPostgres
+from app.storage.database import PROBE_APPLICATION_NAME, PROBE_TIMEOUT_S
 from tests.concurrency.test_transaction_concurrency import (
     _create_topic,
     _end,
@@ -112,6 +113,89 @@ def test_a_node_survives_postgresql_stopped_and_serves_again_when_it_returns(own
     assert "failed with a bug" not in server_log, server_log[-5000:]  # every 500 is logged so
 
 
+# Requests that each hold a pooled connection while they wait for a partition's row lock: DeleteRecords
+# locks the partition in a transaction of its own per request (a produce would too, but concurrent
+# produces share one write batch, so one connection).
+def _delete_records(http: httpx.AsyncClient, topic: str):
+    return http.post(f"/v1/topics/{topic}/delete-records", json={"partitions": [{"partition": 0, "offset": 0}]})
+
+
+def test_health_is_ok_while_every_pooled_connection_is_busy_and_unreachable_only_when_postgresql_stops(
+    own_postgres, server_process
+):
+    """/v1/health asks PostgreSQL on a connection of its own: a node whose every pooled connection
+    is busy for longer than the health check's timeout (requests waiting on a row lock, as under
+    load) answers 200 with `"database": "ok"`, at once, so a load balancer does not take the busiest
+    nodes out. Before, the check waited 2 s for a pooled connection and answered 503 "unreachable".
+    A flood of checks shares one question on one connection. PostgreSQL stopped is still 503
+    "unreachable" within the check's timeout, and 200 once it is back."""
+    pool_size = 2
+    server = server_process(
+        "--database-url",
+        own_postgres.database_url,
+        "--workers",
+        "1",
+        env={"TXBROKER_DATABASE_POOL_SIZE": str(pool_size)},
+    )
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        _create_topic(client, "busy", 1)
+
+    async def busy_then_stopped() -> None:
+        blocker = await asyncpg.connect(own_postgres.database_url)
+        observer = await asyncpg.connect(own_postgres.database_url)
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
+            holder = blocker.transaction()
+            await holder.start()
+            await blocker.execute(
+                "SELECT 1 FROM partitions p JOIN topics t USING (topic_id) "
+                "WHERE t.name = 'busy' AND p.partition = 0 FOR UPDATE OF p"
+            )
+            # One more than the pool holds: the last waits for a connection.
+            waiting = [asyncio.create_task(_delete_records(http, "busy")) for _ in range(pool_size + 1)]
+            deadline = time.monotonic() + 30
+            while (
+                await observer.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%'"
+                )
+                < pool_size
+            ):
+                assert time.monotonic() < deadline, "the requests never held every pooled connection"
+                await asyncio.sleep(0.02)
+            for _ in range(3):
+                started = time.monotonic()
+                health = await http.get("/v1/health")
+                assert (health.status_code, health.json()) == (200, {"status": "ok", "database": "ok"})
+                assert time.monotonic() - started < PROBE_TIMEOUT_S, "the check waited for a pooled connection"
+            flood = await asyncio.gather(*(http.get("/v1/health") for _ in range(50)))
+            assert {response.status_code for response in flood} == {200}
+            probes = await observer.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", PROBE_APPLICATION_NAME
+            )
+            assert probes == 1, f"{probes} connections of the health probe, expected the one of the node's worker"
+            assert not any(request.done() for request in waiting), "the pool was not busy all along"
+
+            await holder.rollback()
+            for answer in await asyncio.gather(*waiting):
+                assert answer.status_code == 200, answer.text
+            await blocker.close()
+            await observer.close()
+
+            own_postgres.stop()
+            started = time.monotonic()
+            health = await http.get("/v1/health")
+            assert (health.status_code, health.json()) == (503, {"status": "unavailable", "database": "unreachable"})
+            assert time.monotonic() - started < PROBE_TIMEOUT_S + 1
+        own_postgres.start()
+
+    asyncio.run(busy_then_stopped())
+    _wait_for_health(server.url, "ok")
+    assert _health(server.url).status_code == 200
+    server_log = server.log_path.read_text()
+    assert "PostgreSQL does not answer the health probe" in server_log, server_log[-5000:]
+    assert "failed with a bug" not in server_log, server_log[-5000:]
+
+
 def _as_superuser(postgres: EmbeddedPostgres, *statements: str) -> None:
     async def run():
         connection = await asyncpg.connect(postgres.database_url)
@@ -128,7 +212,8 @@ def test_a_database_turned_read_only_answers_503_retriable_until_it_takes_writes
     """SQLSTATE 25006 ("cannot execute ... in a read-only transaction") is what a request meets on
     a server that became a standby or was set read-only (a managed service's full disk, a demoted
     primary behind a DNS name): it is retriable, and the node writes again once the server does,
-    on fresh connections (a read-only one is not kept in the pool)."""
+    on fresh connections (a read-only one is not kept in the pool). /v1/health answers 503
+    "unreachable" meanwhile, as it does while no host of the URL is the primary."""
     server = server_process("--database-url", own_postgres.database_url, "--workers", "1")
     with httpx.Client(base_url=server.url, timeout=30) as client:
         _create_topic(client, "read-only", 1)
@@ -153,6 +238,13 @@ def test_a_database_turned_read_only_answers_503_retriable_until_it_takes_writes
             _assert_retriable_unavailable(response)
             refused = _produce(client, producer_id, epoch, [("read-only", 0, sequence, [f"during-{sequence}"])])
             _assert_retriable_unavailable(refused)
+            # /v1/health agrees with the pool: a read-only server is not the primary the node needs.
+            for _ in range(3):
+                health = _health(server.url)
+                assert (health.status_code, health.json()) == (
+                    503,
+                    {"status": "unavailable", "database": "unreachable"},
+                )
         finally:
             _as_superuser(
                 own_postgres,
@@ -169,6 +261,7 @@ def test_a_database_turned_read_only_answers_503_retriable_until_it_takes_writes
             time.sleep(0.05)
         # Nothing refused was written: the acknowledged writes, in order, and no other.
         assert _values(client, "read-only", 0, "read_committed") == [*written, "after"]
+        _wait_for_health(server.url, "ok")
         assert process_alive(server.pid)
     server_log = server.log_path.read_text()
     assert "failed with a bug" not in server_log, server_log[-5000:]
