@@ -33,7 +33,7 @@ from app.errors import BrokerError, ErrorCode
 from app.storage.lifecycle import log_compaction
 from app.storage.lifecycle.cleanup_progress import ASYNC_COMMIT_SQL, COMPLETING_STATES, CleanupTotals, note_cleanup
 from app.storage.log import partition_log
-from app.storage.log.partition_log import PartitionState
+from app.storage.log.partition_log import BATCH_BYTES_SQL, PartitionState
 from app.storage.log.record_codec import UnreadableBatch
 from app.storage.log.topics import (
     CLEANUP_COMPACT,
@@ -130,12 +130,12 @@ ORDER BY last_offset LIMIT 1
 # retention_bytes. As Kafka deletes its oldest segments only while what would remain is at least
 # retention.bytes: a log above the limit keeps at least the limit, never less; and the newest batch
 # always stays (a single batch larger than the limit is the log's whole content, not nothing).
-# Markers count as the control batches they are in Kafka's log (partition_log.batch_bytes_sql).
+# Markers count as the control batches they are in Kafka's log (partition_log.BATCH_BYTES_SQL).
 _FIRST_WITHIN_SIZE_SQL = f"""
 SELECT base_offset FROM (
     SELECT base_offset, last_offset,
-           sum({partition_log.batch_bytes_sql("r")}) OVER (ORDER BY last_offset DESC)
-               - {partition_log.batch_bytes_sql("r")} AS newer_bytes,
+           sum({BATCH_BYTES_SQL}) OVER (ORDER BY last_offset DESC)
+               - {BATCH_BYTES_SQL} AS newer_bytes,
            row_number() OVER (ORDER BY last_offset DESC) AS from_newest
     FROM record_batches r WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3
 ) b WHERE newer_bytes < $4 OR from_newest = 1 ORDER BY last_offset LIMIT 1
@@ -146,7 +146,7 @@ SELECT base_offset FROM (
 # bytes of its batches from the log start on (those below it are the cleaner's to delete and
 # no longer the log's). One statement, so one snapshot of every partition of the topic.
 _STORED_BYTES_SQL = f"""
-SELECT p.partition, coalesce(sum({partition_log.batch_bytes_sql("b")}), 0) AS stored_bytes
+SELECT p.partition, coalesce(sum({BATCH_BYTES_SQL}), 0) AS stored_bytes
 FROM partitions p
 LEFT JOIN record_batches b
   ON b.topic_id = p.topic_id AND b.partition = p.partition AND b.last_offset >= p.log_start_offset

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.storage.log import record_codec
-from app.storage.log.partition_log import ABORTED_BATCH_SQL, batch_bytes_sql
+from app.storage.log.partition_log import ABORTED_BATCH_SQL, BATCH_BYTES_SQL
 from app.storage.log.topics import TopicInfo
 
 
@@ -27,7 +27,7 @@ class StoredBatch:
     control_type: int | None
     first_timestamp_ms: int
     aborted: bool
-    # Its bytes as a Fetch counts them toward min_bytes and max_bytes (partition_log.batch_bytes_sql):
+    # Its bytes as a Fetch counts them toward min_bytes and max_bytes (partition_log.BATCH_BYTES_SQL):
     # a marker's are those of the control batch it is sent as, as Kafka counts any batch of its log.
     size_bytes: int
     # A data batch stored as JSON: record i at base_offset + i; None where compaction removed one.
@@ -63,10 +63,10 @@ def _contents(payload: bytes) -> tuple[list[record_codec.ByteRecord | None] | No
 # (partition_log.ABORTED_BATCH_SQL).
 _BATCHES_SQL = f"""
 SELECT b.base_offset, b.last_offset, b.producer_id, b.producer_epoch, b.base_sequence, b.is_transactional,
-       b.control_type, b.first_timestamp_ms, {batch_bytes_sql("b")} AS size_bytes, b.records,
+       b.control_type, b.first_timestamp_ms, {BATCH_BYTES_SQL} AS size_bytes, b.records,
        $6::bool AND {ABORTED_BATCH_SQL} AS aborted
 FROM (
-    SELECT *, sum({batch_bytes_sql("r")}) OVER (ORDER BY last_offset) AS size_through,
+    SELECT *, sum({BATCH_BYTES_SQL}) OVER (ORDER BY last_offset) AS size_through,
            row_number() OVER (ORDER BY last_offset) AS position
     FROM record_batches r
     WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND base_offset < $4

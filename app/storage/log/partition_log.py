@@ -47,13 +47,14 @@ BATCH_COLUMNS = (
 MARKER_BATCH_BYTES = 78
 
 
-def batch_bytes_sql(row: str) -> str:
-    """SQL for the bytes of the record_batches row `row` (its alias) as Kafka counts a batch in its
-    log: a data batch its size_bytes, a marker its control batch (MARKER_BATCH_BYTES; the row stores
-    no records, size_bytes 0). The one measure of Fetch's min_bytes and max_bytes (batch_reads.py),
-    retention by size and a partition's stored bytes (log_cleaner.py), as Kafka counts a control
-    batch toward each like any batch of the log."""
-    return f"(CASE WHEN {row}.control_type IS NULL THEN {row}.size_bytes ELSE {MARKER_BATCH_BYTES} END)"
+# The bytes of a record_batches row as Kafka counts a batch in its log: a data batch its size_bytes,
+# a marker its control batch (MARKER_BATCH_BYTES; the row stores no records, size_bytes 0). The one
+# measure of Fetch's min_bytes and max_bytes (batch_reads.py), retention by size and a partition's
+# stored bytes (log_cleaner.py), as Kafka counts a control batch toward each like any batch of the
+# log. A constant, as every SQL fragment interpolated (tests/unit/test_sql_safety.py), so its columns
+# are unqualified: it serves where record_batches, or a subquery of its columns, is the one relation
+# of the query level with those names.
+BATCH_BYTES_SQL = f"(CASE WHEN control_type IS NULL THEN size_bytes ELSE {MARKER_BATCH_BYTES} END)"
 
 
 # The most batches one partition read looks at: bounds a fetch's cost when a long run of aborted
