@@ -1,14 +1,20 @@
 """docs/api.md, the HTTP API reference, names everything the server offers: every path and method
 of the real OpenAPI document (from create_app), every error code of app/errors.py with its HTTP
-status and retriability, every server setting and every flag of `txbroker serve`. A new endpoint,
-code, setting or flag fails this test until the reference documents it."""
+status and retriability, every server setting with its default and every flag of `txbroker serve`,
+every metric a scrape shows; docs/kafka.md's settings table every Kafka listener setting. A new
+endpoint, code, setting, flag or metric fails this test until the reference documents it, and a
+changed default until the reference says it. The other way round, every endpoint a document names
+is served, and every relative link of the documents leads to a file and heading that exist."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import re
+from pathlib import Path
 
 import pytest
+from starlette.routing import Match
 
 from app.cli import build_parser
 from app.errors import ERROR_SPECS, ErrorCode
@@ -32,10 +38,14 @@ def section(title: str) -> str:
     return match.group(1)
 
 
-def openapi_operations() -> list[tuple[str, str]]:
+@functools.cache
+def unstarted_app():
     # Never started: building the app and its OpenAPI document does not touch the database.
-    app = create_app(Settings(), "postgresql://unused@127.0.0.1/unused")
-    return [(method.upper(), path) for path, item in app.openapi()["paths"].items() for method in item]
+    return create_app(Settings(), "postgresql://unused@127.0.0.1/unused")
+
+
+def openapi_operations() -> list[tuple[str, str]]:
+    return [(method.upper(), path) for path, item in unstarted_app().openapi()["paths"].items() for method in item]
 
 
 @pytest.mark.parametrize(("method", "path"), openapi_operations())
@@ -67,6 +77,37 @@ def test_every_setting_is_in_the_settings_table(name):
     )
 
 
+def documented_default(name: str) -> str:
+    """The default cell of a setting's row in the settings table (a row may name several settings)."""
+    table = section("Running the server: flags and settings")
+    row = re.search(rf"^\| [^|]*`{name}`[^|]*\| ([^|]*) \|", table, re.M)
+    assert row, f"the setting {name} has no row in the settings table of docs/api.md"
+    return row.group(1).replace("`", "").strip()
+
+
+@pytest.mark.parametrize("name", [name for name, field in Settings.model_fields.items() if field.default is not None])
+def test_every_setting_default_is_the_reference_s(name):
+    default = Settings.model_fields[name].default
+    expected = str(default).lower() if isinstance(default, bool) else str(default)
+    assert documented_default(name).split(" ")[0] == expected, (
+        f"the setting {name} defaults to {expected} (app/settings.py), but docs/api.md's settings table says "
+        f"{documented_default(name)!r}"
+    )
+
+
+KAFKA_REFERENCE = REPO_ROOT / "docs" / "kafka.md"
+
+
+@pytest.mark.parametrize("name", [name for name in Settings.model_fields if name.startswith("kafka_")])
+def test_every_kafka_listener_setting_is_in_kafka_md_s_settings_table(name):
+    starting = re.search(r"^## Starting it\n(.*?)(?=^## )", KAFKA_REFERENCE.read_text(), re.M | re.S)
+    assert starting, "docs/kafka.md has no section '## Starting it'"
+    assert f"TXBROKER_{name.upper()}`" in starting.group(1), (
+        f"the Kafka listener's setting {name} (TXBROKER_{name.upper()}) is missing from the settings table of "
+        f"docs/kafka.md's 'Starting it'"
+    )
+
+
 def serve_flags() -> list[str]:
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     serve = commands.choices["serve"]
@@ -85,14 +126,34 @@ def test_every_serve_flag_is_in_the_reference(flag):
     )
 
 
-# ---- links: every relative link of README.md and docs/ names a file that exists, and an anchor of it
+# ---- metrics: the table of docs/api.md's "Metrics" and a real scrape name the same families
+
+
+def test_every_metric_is_in_the_metrics_table_and_every_row_is_scraped(server):
+    assert server.client.post("/v1/topics", json={"name": "measured"}).status_code == 201  # the gauges' rows
+    scrape = server.client.get("/metrics").text
+    scraped = dict(re.findall(r"^# TYPE (\S+) (\S+)$", scrape, re.M))
+    documented = dict(re.findall(r"^\| `(txbroker_\w+)` \| (\w+) \|", section("Metrics"), re.M))
+    assert scraped == documented, (
+        f"served but not in docs/api.md's metrics table: {sorted(scraped.keys() - documented.keys())}; "
+        f"in the table but not served: {sorted(documented.keys() - scraped.keys())}; "
+        f"types differing: {sorted(n for n in scraped.keys() & documented.keys() if scraped[n] != documented[n])}"
+    )
+
+
+# ---- links: every relative link of the documents names a file that exists, and an anchor of it
 
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
-def documents() -> list:
-    return [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+def documents() -> list[Path]:
+    """Every Markdown document a user reads: the READMEs and docs/."""
+    return [
+        REPO_ROOT / "README.md",
+        *sorted((REPO_ROOT / "docs").glob("*.md")),
+        *(REPO_ROOT / folder / "README.md" for folder in ("spark_client", "sdk", "bench")),
+    ]
 
 
 def anchors(document) -> set[str]:
@@ -128,3 +189,28 @@ def test_every_relative_link_resolves(document, target):
         assert anchor in anchors(linked), (
             f"{document} links to {target}, but {path or document} has no heading with the anchor #{anchor}"
         )
+
+
+# ---- endpoints the other way: every `METHOD /path` a document names is a route the server has
+
+ENDPOINT = re.compile(r"`(GET|POST|PUT|PATCH|DELETE) (/[^`?\s]*)")
+
+
+def documented_endpoints() -> list[tuple[str, str, str]]:
+    return sorted(
+        {
+            (str(document.relative_to(REPO_ROOT)), method, path)
+            for document in documents()
+            for method, path in ENDPOINT.findall(document.read_text())
+        }
+    )
+
+
+@pytest.mark.parametrize(("document", "method", "path"), documented_endpoints())
+def test_every_endpoint_a_document_names_is_served(document, method, path):
+    # A placeholder ({topic}, {group_id}, ...) stands for any one value.
+    concrete = re.sub(r"\{[^}/]*\}", "x", path)
+    scope = {"type": "http", "method": method, "path": concrete, "root_path": "", "headers": [], "query_string": b""}
+    assert any(route.matches(scope)[0] == Match.FULL for route in unstarted_app().routes), (
+        f"{document} documents `{method} {path}`, but the server has no such route"
+    )
