@@ -18,8 +18,10 @@ from starlette.routing import Match
 
 from app.cli import build_parser
 from app.errors import ERROR_SPECS, ErrorCode
+from app.kafka.api_table import SUPPORTED_VERSIONS
 from app.server import create_app
 from app.settings import Settings
+from app.storage.log.topic_configs import SPECS as TOPIC_CONFIG_SPECS
 from tests.conftest import REPO_ROOT
 
 API_REFERENCE = REPO_ROOT / "docs" / "api.md"
@@ -105,6 +107,34 @@ def test_every_kafka_listener_setting_is_in_kafka_md_s_settings_table(name):
     assert f"TXBROKER_{name.upper()}`" in starting.group(1), (
         f"the Kafka listener's setting {name} (TXBROKER_{name.upper()}) is missing from the settings table of "
         f"docs/kafka.md's 'Starting it'"
+    )
+
+
+def kafka_api_rows() -> dict[int, tuple[str, str]]:
+    """docs/kafka.md's 'APIs and versions' table: API key -> (name, versions as written)."""
+    rows = re.findall(r"^\| (\w+) \((\d+)\) \| ([\d-]+) \|", KAFKA_REFERENCE.read_text(), re.M)
+    return {int(key): (name, versions) for name, key, versions in rows}
+
+
+def test_kafka_md_s_api_table_names_every_api_served_with_its_versions():
+    served = {
+        key: str(versions.start) if len(versions) == 1 else f"{versions.start}-{versions[-1]}"
+        for key, versions in SUPPORTED_VERSIONS.items()
+    }
+    documented = {key: versions for key, (_, versions) in kafka_api_rows().items()}
+    assert documented == served, (
+        f"app/kafka/api_table.py serves {served}, docs/kafka.md's 'APIs and versions' table says {documented}"
+    )
+
+
+def test_kafka_md_s_topic_config_table_names_every_topic_config():
+    configs = KAFKA_REFERENCE.read_text().split("### Topic configs", 1)[1].split("\n### ", 1)[0]
+    first_cells = re.findall(r"^\| (`[^|]*) \|", configs, re.M)
+    documented = set(re.findall(r"`([a-z0-9.]+)`", " ".join(first_cells)))
+    taken = {spec.name for spec in TOPIC_CONFIG_SPECS}
+    assert documented == taken, (
+        f"app/storage/log/topic_configs.py takes {sorted(taken - documented)} that docs/kafka.md's topic config "
+        f"table lacks; the table names {sorted(documented - taken)} that it does not take"
     )
 
 
