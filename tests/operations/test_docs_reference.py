@@ -57,6 +57,35 @@ def test_every_endpoint_is_in_the_reference(method, path):
     )
 
 
+def query_parameters() -> list[tuple[str, str, dict]]:
+    """The operations that take query parameters: (method, path, {name: default or None})."""
+    return [
+        (method.upper(), path, parameters)
+        for path, item in unstarted_app().openapi()["paths"].items()
+        for method, operation in item.items()
+        if (
+            parameters := {
+                p["name"]: p["schema"].get("default") for p in operation.get("parameters", []) if p["in"] == "query"
+            }
+        )
+    ]
+
+
+@pytest.mark.parametrize(("method", "path", "parameters"), query_parameters())
+def test_every_query_parameter_is_in_the_reference_with_its_default(method, path, parameters):
+    written = re.search(rf"`{method} {re.escape(path)}\?([^`]*)`", reference())
+    assert written, f"docs/api.md names `{method} {path}` without its query parameters {sorted(parameters)}"
+    documented = dict(pair.partition("=")[::2] for pair in written.group(1).split("&"))
+    assert documented.keys() == parameters.keys(), (
+        f"`{method} {path}` takes {sorted(parameters)}, docs/api.md says {sorted(documented)}"
+    )
+    for name, default in parameters.items():
+        if default is not None:
+            assert documented[name] == str(default), (
+                f"`{method} {path}`: {name} defaults to {default}, docs/api.md says {documented[name]!r}"
+            )
+
+
 @pytest.mark.parametrize("code", list(ErrorCode))
 def test_every_error_code_is_in_the_table_with_its_status_and_retriability(code):
     spec = ERROR_SPECS[code]
@@ -98,6 +127,19 @@ def test_every_setting_default_is_the_reference_s(name):
 
 
 KAFKA_REFERENCE = REPO_ROOT / "docs" / "kafka.md"
+# The client command's own variables (txbroker/cli/command.py), not the server's settings.
+CLIENT_VARIABLES = {"TXBROKER_URL", "TXBROKER_TOKEN"}
+
+
+def test_every_environment_variable_a_document_names_exists():
+    settings = {f"TXBROKER_{name.upper()}" for name in Settings.model_fields}
+    named = {
+        (str(document.relative_to(REPO_ROOT)), variable)
+        for document in documents()
+        for variable in re.findall(r"TXBROKER_[A-Z0-9_]+", document.read_text())
+    }
+    unknown = sorted((document, v) for document, v in named if v not in settings | CLIENT_VARIABLES)
+    assert not unknown, f"documents name variables that no setting (app/settings.py) reads: {unknown}"
 
 
 @pytest.mark.parametrize("name", [name for name in Settings.model_fields if name.startswith("kafka_")])
