@@ -1,19 +1,27 @@
 """docs/api.md, the HTTP API reference, names everything the server offers: every path and method
 of the real OpenAPI document (from create_app), every error code of app/errors.py with its HTTP
-status and retriability, every server setting and every flag of `txbroker serve`. A new endpoint,
-code, setting or flag fails this test until the reference documents it."""
+status and retriability, every server setting with its default and every flag of `txbroker serve`,
+every metric a scrape shows; docs/kafka.md's settings table every Kafka listener setting. A new
+endpoint, code, setting, flag or metric fails this test until the reference documents it, and a
+changed default until the reference says it. The other way round, every endpoint a document names
+is served, and every relative link of the documents leads to a file and heading that exist."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import re
+from pathlib import Path
 
 import pytest
+from starlette.routing import Match
 
 from app.cli import build_parser
 from app.errors import ERROR_SPECS, ErrorCode
+from app.kafka.api_table import SUPPORTED_VERSIONS
 from app.server import create_app
 from app.settings import Settings
+from app.storage.log.topic_configs import SPECS as TOPIC_CONFIG_SPECS
 from tests.conftest import REPO_ROOT
 
 API_REFERENCE = REPO_ROOT / "docs" / "api.md"
@@ -32,10 +40,14 @@ def section(title: str) -> str:
     return match.group(1)
 
 
-def openapi_operations() -> list[tuple[str, str]]:
+@functools.cache
+def unstarted_app():
     # Never started: building the app and its OpenAPI document does not touch the database.
-    app = create_app(Settings(), "postgresql://unused@127.0.0.1/unused")
-    return [(method.upper(), path) for path, item in app.openapi()["paths"].items() for method in item]
+    return create_app(Settings(), "postgresql://unused@127.0.0.1/unused")
+
+
+def openapi_operations() -> list[tuple[str, str]]:
+    return [(method.upper(), path) for path, item in unstarted_app().openapi()["paths"].items() for method in item]
 
 
 @pytest.mark.parametrize(("method", "path"), openapi_operations())
@@ -43,6 +55,35 @@ def test_every_endpoint_is_in_the_reference(method, path):
     assert re.search(rf"`{method} {re.escape(path)}{PATH_END}", reference()), (
         f"`{method} {path}` is served (it is in the OpenAPI document) but docs/api.md does not document it"
     )
+
+
+def query_parameters() -> list[tuple[str, str, dict]]:
+    """The operations that take query parameters: (method, path, {name: default or None})."""
+    return [
+        (method.upper(), path, parameters)
+        for path, item in unstarted_app().openapi()["paths"].items()
+        for method, operation in item.items()
+        if (
+            parameters := {
+                p["name"]: p["schema"].get("default") for p in operation.get("parameters", []) if p["in"] == "query"
+            }
+        )
+    ]
+
+
+@pytest.mark.parametrize(("method", "path", "parameters"), query_parameters())
+def test_every_query_parameter_is_in_the_reference_with_its_default(method, path, parameters):
+    written = re.search(rf"`{method} {re.escape(path)}\?([^`]*)`", reference())
+    assert written, f"docs/api.md names `{method} {path}` without its query parameters {sorted(parameters)}"
+    documented = dict(pair.partition("=")[::2] for pair in written.group(1).split("&"))
+    assert documented.keys() == parameters.keys(), (
+        f"`{method} {path}` takes {sorted(parameters)}, docs/api.md says {sorted(documented)}"
+    )
+    for name, default in parameters.items():
+        if default is not None:
+            assert documented[name] == str(default), (
+                f"`{method} {path}`: {name} defaults to {default}, docs/api.md says {documented[name]!r}"
+            )
 
 
 @pytest.mark.parametrize("code", list(ErrorCode))
@@ -67,6 +108,78 @@ def test_every_setting_is_in_the_settings_table(name):
     )
 
 
+def documented_default(name: str) -> str:
+    """The default cell of a setting's row in the settings table (a row may name several settings)."""
+    table = section("Running the server: flags and settings")
+    row = re.search(rf"^\| [^|]*`{name}`[^|]*\| ([^|]*) \|", table, re.M)
+    assert row, f"the setting {name} has no row in the settings table of docs/api.md"
+    return row.group(1).replace("`", "").strip()
+
+
+@pytest.mark.parametrize("name", [name for name, field in Settings.model_fields.items() if field.default is not None])
+def test_every_setting_default_is_the_reference_s(name):
+    default = Settings.model_fields[name].default
+    expected = str(default).lower() if isinstance(default, bool) else str(default)
+    assert documented_default(name).split(" ")[0] == expected, (
+        f"the setting {name} defaults to {expected} (app/settings.py), but docs/api.md's settings table says "
+        f"{documented_default(name)!r}"
+    )
+
+
+KAFKA_REFERENCE = REPO_ROOT / "docs" / "kafka.md"
+# The client command's own variables (txbroker/cli/command.py), not the server's settings.
+CLIENT_VARIABLES = {"TXBROKER_URL", "TXBROKER_TOKEN"}
+
+
+def test_every_environment_variable_a_document_names_exists():
+    settings = {f"TXBROKER_{name.upper()}" for name in Settings.model_fields}
+    named = {
+        (str(document.relative_to(REPO_ROOT)), variable)
+        for document in documents()
+        for variable in re.findall(r"TXBROKER_[A-Z0-9_]+", document.read_text())
+    }
+    unknown = sorted((document, v) for document, v in named if v not in settings | CLIENT_VARIABLES)
+    assert not unknown, f"documents name variables that no setting (app/settings.py) reads: {unknown}"
+
+
+@pytest.mark.parametrize("name", [name for name in Settings.model_fields if name.startswith("kafka_")])
+def test_every_kafka_listener_setting_is_in_kafka_md_s_settings_table(name):
+    starting = re.search(r"^## Starting it\n(.*?)(?=^## )", KAFKA_REFERENCE.read_text(), re.M | re.S)
+    assert starting, "docs/kafka.md has no section '## Starting it'"
+    assert f"TXBROKER_{name.upper()}`" in starting.group(1), (
+        f"the Kafka listener's setting {name} (TXBROKER_{name.upper()}) is missing from the settings table of "
+        f"docs/kafka.md's 'Starting it'"
+    )
+
+
+def kafka_api_rows() -> dict[int, tuple[str, str]]:
+    """docs/kafka.md's 'APIs and versions' table: API key -> (name, versions as written)."""
+    rows = re.findall(r"^\| (\w+) \((\d+)\) \| ([\d-]+) \|", KAFKA_REFERENCE.read_text(), re.M)
+    return {int(key): (name, versions) for name, key, versions in rows}
+
+
+def test_kafka_md_s_api_table_names_every_api_served_with_its_versions():
+    served = {
+        key: str(versions.start) if len(versions) == 1 else f"{versions.start}-{versions[-1]}"
+        for key, versions in SUPPORTED_VERSIONS.items()
+    }
+    documented = {key: versions for key, (_, versions) in kafka_api_rows().items()}
+    assert documented == served, (
+        f"app/kafka/api_table.py serves {served}, docs/kafka.md's 'APIs and versions' table says {documented}"
+    )
+
+
+def test_kafka_md_s_topic_config_table_names_every_topic_config():
+    configs = KAFKA_REFERENCE.read_text().split("### Topic configs", 1)[1].split("\n### ", 1)[0]
+    first_cells = re.findall(r"^\| (`[^|]*) \|", configs, re.M)
+    documented = set(re.findall(r"`([a-z0-9.]+)`", " ".join(first_cells)))
+    taken = {spec.name for spec in TOPIC_CONFIG_SPECS}
+    assert documented == taken, (
+        f"app/storage/log/topic_configs.py takes {sorted(taken - documented)} that docs/kafka.md's topic config "
+        f"table lacks; the table names {sorted(documented - taken)} that it does not take"
+    )
+
+
 def serve_flags() -> list[str]:
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     serve = commands.choices["serve"]
@@ -85,14 +198,34 @@ def test_every_serve_flag_is_in_the_reference(flag):
     )
 
 
-# ---- links: every relative link of README.md and docs/ names a file that exists, and an anchor of it
+# ---- metrics: the table of docs/api.md's "Metrics" and a real scrape name the same families
+
+
+def test_every_metric_is_in_the_metrics_table_and_every_row_is_scraped(server):
+    assert server.client.post("/v1/topics", json={"name": "measured"}).status_code == 201  # the gauges' rows
+    scrape = server.client.get("/metrics").text
+    scraped = dict(re.findall(r"^# TYPE (\S+) (\S+)$", scrape, re.M))
+    documented = dict(re.findall(r"^\| `(txbroker_\w+)` \| (\w+) \|", section("Metrics"), re.M))
+    assert scraped == documented, (
+        f"served but not in docs/api.md's metrics table: {sorted(scraped.keys() - documented.keys())}; "
+        f"in the table but not served: {sorted(documented.keys() - scraped.keys())}; "
+        f"types differing: {sorted(n for n in scraped.keys() & documented.keys() if scraped[n] != documented[n])}"
+    )
+
+
+# ---- links: every relative link of the documents names a file that exists, and an anchor of it
 
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
-def documents() -> list:
-    return [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+def documents() -> list[Path]:
+    """Every Markdown document a user reads: the READMEs and docs/."""
+    return [
+        REPO_ROOT / "README.md",
+        *sorted((REPO_ROOT / "docs").glob("*.md")),
+        *(REPO_ROOT / folder / "README.md" for folder in ("spark_client", "sdk", "bench")),
+    ]
 
 
 def anchors(document) -> set[str]:
@@ -128,3 +261,28 @@ def test_every_relative_link_resolves(document, target):
         assert anchor in anchors(linked), (
             f"{document} links to {target}, but {path or document} has no heading with the anchor #{anchor}"
         )
+
+
+# ---- endpoints the other way: every `METHOD /path` a document names is a route the server has
+
+ENDPOINT = re.compile(r"`(GET|POST|PUT|PATCH|DELETE) (/[^`?\s]*)")
+
+
+def documented_endpoints() -> list[tuple[str, str, str]]:
+    return sorted(
+        {
+            (str(document.relative_to(REPO_ROOT)), method, path)
+            for document in documents()
+            for method, path in ENDPOINT.findall(document.read_text())
+        }
+    )
+
+
+@pytest.mark.parametrize(("document", "method", "path"), documented_endpoints())
+def test_every_endpoint_a_document_names_is_served(document, method, path):
+    # A placeholder ({topic}, {group_id}, ...) stands for any one value.
+    concrete = re.sub(r"\{[^}/]*\}", "x", path)
+    scope = {"type": "http", "method": method, "path": concrete, "root_path": "", "headers": [], "query_string": b""}
+    assert any(route.matches(scope)[0] == Match.FULL for route in unstarted_app().routes), (
+        f"{document} documents `{method} {path}`, but the server has no such route"
+    )
