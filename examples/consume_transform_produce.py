@@ -13,7 +13,9 @@ The transform upper-cases each value. Kafka's recipe, step by step:
 - send_offsets_to_transaction carries the consumer's group metadata, so a consumer that lost its
   partitions in a rebalance cannot commit for them (KIP-447): that error is abortable;
 - on an abortable error: abort, rewind the consumer to the committed offsets, redo the work;
-- on a fatal error (another instance took over the transactional id): stop.
+- on a fatal error (another instance took over the transactional id): stop;
+- on an error that redoing the work cannot cure (the output topic missing, an ACL missing, a
+  record over the topic's limit): abort, and stop saying what to fix, rather than redo it for ever.
 """
 
 from __future__ import annotations
@@ -25,6 +27,19 @@ import time
 
 from txbroker import Consumer, Producer, TopicPartition, TransactionState
 from txbroker.errors import TxbrokerError
+
+# Codes that aborting and redoing the transaction cannot cure: they need someone to change the
+# cluster (create the topic, grant the ACL, raise max_message_bytes) or the transform.
+NEEDS_A_FIX = frozenset(
+    {
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "TOPIC_AUTHORIZATION_FAILED",
+        "GROUP_AUTHORIZATION_FAILED",
+        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+        "RECORD_TOO_LARGE",
+        "INVALID_RECORD",
+    }
+)
 
 
 def transform(value: bytes | None) -> bytes | None:
@@ -101,6 +116,15 @@ def main(argv: list[str] | None = None) -> int:
                     raise
                 print(f"aborting: {error}", file=sys.stderr, flush=True)
                 producer.abort_transaction()
+                if error.code in NEEDS_A_FIX:
+                    print(
+                        f"stopping: redoing the work would meet {error.code} again; fix it (create "
+                        f"{args.output!r}, grant the ACL, or allow the record) and start again: the "
+                        f"input not committed yet is processed then",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    return 1
                 consumer.seek_to_committed()  # the aborted transaction's input is processed again
                 continue
             committed_records += len(records)

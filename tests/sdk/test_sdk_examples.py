@@ -107,3 +107,18 @@ def test_consume_transform_produce_says_what_it_waits_for_on_an_empty_topic(serv
     )
     assert result.returncode == 0, result.stderr
     assert "waiting for records in 'empty-input' (group 'orders-upper', committed so far: 0)" in result.stdout
+
+
+def test_consume_transform_produce_stops_on_a_missing_output_topic_saying_what_to_fix(server):
+    """An error that redoing the work cannot cure ends the loop with what to fix (it aborted and
+    redid the same work for ever), its transaction aborted: nothing reaches the output."""
+    with Admin(server.url) as admin:
+        admin.create_topic("lonely-input", partitions=1)
+    with Producer(server.url) as producer:
+        producer.send("lonely-input", value=b"a").result(10)
+    result = run_example(
+        "consume_transform_produce.py", server.url, "--input", "lonely-input", "--output", "nowhere", timeout=30
+    )
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "stopping: redoing the work would meet UNKNOWN_TOPIC_OR_PARTITION again" in result.stderr
+    assert result.stderr.count("aborting: ") == 1
