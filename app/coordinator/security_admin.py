@@ -83,7 +83,11 @@ async def add_key(pool: asyncpg.Pool, actor: Actor, name: str) -> tuple[str, str
 
 
 async def list_keys(pool: asyncpg.Pool, name: str) -> list[KeyRow]:
-    async with pool.acquire() as conn:
+    """The principal's keys, revoked ones too; NOT_FOUND for a principal that does not exist, as
+    adding or revoking one of its keys answers (an empty list would read as a principal without keys)."""
+    async with pool.acquire() as conn, conn.transaction():
+        if await principals.get_principal(conn, name) is None:
+            raise _no_principal(name)
         return await principals.list_keys(conn, name)
 
 

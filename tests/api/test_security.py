@@ -360,6 +360,11 @@ def test_revoking_a_key_takes_effect_on_the_next_request(secured):
     assert code(user.get("/v1/topics/orders/partitions/0/records")) == "UNAUTHORIZED"
     assert admin.get("/v1/principals/leaver/keys").json()["keys"][0]["revoked_ms"] is not None
     assert admin.delete("/v1/principals/leaver").status_code == 204
+    # Gone with its keys: listing them is 404, as adding or revoking one is (not an empty list,
+    # which would read as a principal without keys).
+    gone = admin.get("/v1/principals/leaver/keys")
+    assert (gone.status_code, code(gone)) == (404, "NOT_FOUND")
+    assert "leaver" in gone.json()["error"]["message"]
 
 
 def bearer(server, token: str) -> httpx.Client:
