@@ -60,8 +60,8 @@ async def health(request: Request):
 
 @router.get("/cluster", response_model=schemas.Cluster, dependencies=READY)
 async def cluster(pool: PoolDep, settings: SettingsDep, principal: PrincipalDep):
-    """[Metadata] This node, the nodes of the cluster and the topic names (those the caller may
-    Describe)."""
+    """[Metadata] This node (as `nodes` too: every node serves every request; the Kafka listener's
+    Metadata lists every live node) and the topic names the caller may Describe."""
     names = [topic.name for topic in await topic_admin.list_topics(pool, _describable_by(principal))]
     node = {"node_id": settings.node_id, "url": settings.public_url()}
     return json_response({"node_id": settings.node_id, "nodes": [node], "topics": names})

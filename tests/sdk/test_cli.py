@@ -115,6 +115,7 @@ def test_transactional_produce_and_the_transactions_commands(server):
     assert [m["type"] for m in markers] == ["COMMIT"] * 3
     described = ok(txbroker(server.url, "transactions", "describe", "cli-tx"))
     assert "state             CompleteCommit" in described
+    assert "txn version       2" in described  # HTTP's EndTxn bumps the epoch per transaction
     listed = json.loads(
         ok(txbroker(server.url, "transactions", "list", "--json", "--state", "CompleteCommit", "--prefix", "cli-"))
     )

@@ -60,6 +60,8 @@ def transactions_describe(args, admin: Admin) -> int:
         ("open for ms", open_for_ms(txn["start_time_ms"]) if txn["start_time_ms"] >= 0 else "-"),
         ("last update", format_time(txn["last_update_ms"])),
         ("groups", ", ".join(txn["groups"]) or "-"),
+        # Servers before transaction versions did not answer it.
+        ("txn version", txn.get("transaction_version", "-")),
     ):
         print(f"{label:17} {value}")
     print_table(
