@@ -433,3 +433,27 @@ def test_an_answer_that_is_not_the_contracts_is_an_invalid_response_error(odd_an
     assert error.retriable and error.code == "INVALID_RESPONSE"
     assert re.search(says, error.message), error.message
     assert "GET " + odd_answers.url + "/v1/topics/odd" in error.message
+
+
+def test_an_unexpected_error_getting_a_producer_id_fails_the_records_not_strands_them(server, odd_answers):
+    """InitProducerId answered with a JSON object without the contract's fields (from a proxy, or
+    another server): the sender's unexpected error (KeyError) fails the records waiting for the id
+    with a fatal TxbrokerError saying so, and flush() and close() return. Before, the sender's task
+    ended on the KeyError, silently: every record's future stayed pending, and flush() and
+    close() waited for ever."""
+    with Admin(server.url) as admin:
+        admin.create_topic("no-producer-id")
+    odd_answers.odd["/v1/producers/init"] = (200, {"Content-Type": "application/json"}, b'{"unexpected": true}')
+    producer = Producer(odd_answers.url, linger_ms=0, **FAST)
+    try:
+        future = producer.send("no-producer-id", value="stranded?")
+        with pytest.raises(errors.TxbrokerError, match=r"InitProducerId\) failed unexpectedly with KeyError") as raised:
+            future.result(10)
+        assert raised.value.fatal
+        with pytest.raises(errors.TxbrokerError, match="failed unexpectedly"):
+            producer.send("no-producer-id", value="after")
+        started = time.monotonic()
+        producer.flush()
+    finally:
+        producer.close(timeout=5)
+    assert time.monotonic() - started < 5
