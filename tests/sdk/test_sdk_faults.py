@@ -324,6 +324,57 @@ def test_a_topic_re_created_with_fewer_partitions_is_produced_to_by_its_new_coun
         assert producer.send("shrunk", value="after", key=key).result(10) == RecordMetadata("shrunk", 0, 0)
 
 
+class FirstRequestsHeld(httpx.AsyncHTTPTransport):
+    """Holds the first request to each of `paths` for `seconds` on its way to the server, as a
+    slow network or a busy server would: given up before, it never arrives."""
+
+    def __init__(self, seconds: float, *paths: str) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.to_hold = set(paths)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path in self.to_hold:
+            self.to_hold.discard(request.url.path)
+            await asyncio.sleep(self.seconds)
+        return await super().handle_async_request(request)
+
+
+def test_prepare_transaction_blocks_at_most_max_block_ms_and_resumes(server):
+    """prepare_transaction() blocks at most max_block_ms, for the records and the PrepareTxn
+    together, as commit_transaction() does: slow answers to either make it raise
+    TxbrokerTimeoutError (retriable), and calling it again resumes; the transaction then commits,
+    each record once. Before, it waited for the records for up to delivery_timeout_ms and for the
+    PrepareTxn for up to request_timeout_ms (here 3 s each), whatever max_block_ms said."""
+    with Admin(server.url) as admin:
+        admin.create_topic("slow-prepare")
+    transport = FirstRequestsHeld(3, "/v1/produce", "/v1/txn/prepare")
+    with Producer(
+        server.url,
+        transactional_id="slow-prepare",
+        transport=transport,
+        max_block_ms=500,
+        linger_ms=60_000,  # the records are sent by the prepare's flush
+        **FAST,
+    ) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        futures = [producer.send("slow-prepare", value=f"r{i}") for i in range(3)]
+        for held in ("records were not all answered", "PrepareTxn"):
+            started = time.monotonic()
+            with pytest.raises(errors.TxbrokerTimeoutError, match=held) as raised:
+                producer.prepare_transaction()
+            took = time.monotonic() - started
+            assert took < 2.5, f"prepare_transaction() took {took:.1f} s with max_block_ms=500 ({held})"
+            assert raised.value.retriable and not raised.value.abortable
+            assert [future.result(10).offset for future in futures] == [0, 1, 2]  # the held produce went on
+        prepared = producer.prepare_transaction()
+        assert prepared.transactional_id == "slow-prepare"
+        assert producer.prepare_transaction() == prepared
+        producer.commit_transaction()
+    assert [r.value for r in read_all(server.url, "slow-prepare", 1)] == [b"r0", b"r1", b"r2"]
+
+
 class OddAnswers:
     """A real HTTP proxy in the test process in front of a real server: it forwards each request,
     but answers a path of `odd` (path -> (status, headers, body)) itself, as a proxy, a gateway's
