@@ -3,8 +3,10 @@ JSON bodies out, error bodies turned into `txbroker.errors` exceptions.
 
 This is the single boundary where httpx's exceptions become the SDK's (`raise ... from`): a
 transport failure is a `TxbrokerConnectionError` (retriable: the outcome is unknown, and every
-state-changing request of the contract is safe to retry with the same body), an error response is
-the class of its code. Nothing above this module sees httpx.
+state-changing request of the contract is safe to retry with the same body); an answer that is not
+the contract's (a 2xx whose body is not a JSON object, a body that does not decode) is an
+`InvalidResponseError`, one of them (its outcome is unknown too); an error response is the class of
+its code. Nothing above this module sees httpx, nor an answer that is not a JSON object.
 
 The transport is pluggable (`transport=`): an `httpx.AsyncBaseTransport` such as
 `httpx.MockTransport` or `httpx.ASGITransport(app)`, or a synchronous `httpx.BaseTransport`, which
@@ -119,8 +121,9 @@ class Connection:
         extra_timeout_s: float = 0,
         accept: tuple[int, ...] = (),
     ) -> Any:
-        """The decoded JSON response (None for 204); raises the error class of an error response
-        (unless its status is in `accept`), or TxbrokerConnectionError when no response arrived."""
+        """The decoded JSON object of the response (None for 204); raises the error class of an error
+        response (unless its status is in `accept`), TxbrokerConnectionError when no response
+        arrived, InvalidResponseError when the one that did is not the contract's."""
         content = None if body is None else _dumps(body)
         headers = None if body is None else {"Content-Type": "application/json"}
         timeout = (
@@ -137,19 +140,15 @@ class Connection:
                 params={k: v for k, v in params.items() if v is not None} if params else None,
                 timeout=timeout,
             )
-        except httpx.TransportError as exc:  # connect, read, write, timeouts, protocol errors
-            raise errors.TxbrokerConnectionError(
-                f"{method} {self.url}{path}: {type(exc).__name__}: {exc or 'connection failed'} (the request "
-                f"may or may not have been applied; it is safe to retry)"
-            ) from exc
+        except httpx.HTTPError as exc:  # every failure of a request, whatever httpx adds under it
+            raise _request_failed(f"{method} {self.url}{path}", exc) from exc
         if response.status_code == 204:
             return None
-        try:
-            decoded = _loads(response.content) if response.content else None
-        except ValueError:
-            decoded = None
-        if response.is_success or response.status_code in accept:
+        decoded = _json_object(response)
+        if decoded is not None and (response.is_success or response.status_code in accept):
             return decoded
+        if response.is_success:
+            raise _invalid_answer(f"{method} {self.url}{path}", response)
         raise _error_for(method, path, response, decoded)
 
     async def close(self) -> None:
@@ -176,6 +175,48 @@ def _is_header_value(text: str) -> bool:
     """Visible ASCII and spaces only: what an HTTP header value may carry (no line break that would
     end the header)."""
     return all(" " <= character <= "~" for character in text)
+
+
+def _request_failed(request: str, exc: httpx.HTTPError) -> errors.TxbrokerError:
+    """The SDK's error for one of httpx's: no answer (a transport error), an answer that does not
+    decode, or a redirect loop (which the SDK, following no redirect, cannot meet: for completeness)."""
+    what = f"{type(exc).__name__}: {str(exc) or 'connection failed'}"
+    if isinstance(exc, httpx.DecodingError):
+        return errors.InvalidResponseError(
+            f"{request}: the answer's body does not decode ({what}): its Content-Encoding was corrupted on the way, "
+            f"or a proxy in between answered; the request may or may not have been applied (it is safe to retry, "
+            f"as the SDK does); if this persists, check what stands between this client and the server"
+        )
+    if isinstance(exc, httpx.TooManyRedirects):
+        return errors.InvalidResponseError(
+            f"{request}: {what}: a txbroker server never redirects, so `url` names something else (a proxy or a "
+            f"load balancer that redirects): use the server's own URL, http(s)://HOST:PORT",
+            retriable=False,
+        )
+    return errors.TxbrokerConnectionError(  # connect, read, write, timeouts, protocol errors
+        f"{request}: {what} (the request may or may not have been applied; it is safe to retry)"
+    )
+
+
+def _json_object(response: httpx.Response) -> dict | None:
+    """The body as the contract's answers all are, a JSON object; None for any other body."""
+    try:
+        decoded = _loads(response.content) if response.content else None
+    except ValueError:
+        return None
+    return decoded if isinstance(decoded, dict) else None
+
+
+def _invalid_answer(request: str, response: httpx.Response) -> errors.InvalidResponseError:
+    """A 2xx answer whose body is not a JSON object: not the contract's answer, and not its error either."""
+    content_type = response.headers.get("Content-Type", "no Content-Type")
+    body = f"{response.text[:200]!r}" if response.content else "an empty body"
+    return errors.InvalidResponseError(
+        f"{request} answered HTTP {response.status_code} ({content_type}) with {body}, where the contract answers a "
+        f"JSON object: a proxy or another server answered; the request may or may not have been applied (it is "
+        f"safe to retry, as the SDK does); if this persists, `url` does not reach a txbroker server's API",
+        status=response.status_code,
+    )
 
 
 def _error_for(method: str, path: str, response: httpx.Response, decoded: Any) -> errors.TxbrokerError:

@@ -34,6 +34,8 @@ from txbroker.wire import EARLIEST_TIMESTAMP, ISOLATION_LEVELS, LATEST_TIMESTAMP
 
 log = logging.getLogger("txbroker.consumer")
 
+DEFAULT_CLOSE_TIMEOUT_S = 30.0  # Kafka's consumer close() default
+
 
 class AsyncConsumer:
     """An asyncio consumer; like Kafka's, not meant to be shared by concurrent tasks.
@@ -174,7 +176,8 @@ class AsyncConsumer:
         self, topics: Iterable[str], on_assign: Listener | None = None, on_revoke: Listener | None = None
     ) -> None:
         """Joins the group (at the next poll) for these topics; the server assigns the partitions.
-        on_revoke(partitions) / on_assign(partitions) run inside poll() when the assignment changes."""
+        on_revoke(partitions) / on_assign(partitions) run inside poll() when the assignment changes,
+        and on_revoke(every assigned partition) in close() and unsubscribe(), before leaving."""
         self._check_open()
         if self.group_id is None:
             raise IllegalStateError("subscribe() needs a group_id (or use assign())")
@@ -195,8 +198,38 @@ class AsyncConsumer:
         return set(self._subscriptions.assignment)
 
     async def unsubscribe(self) -> None:
+        """Leaves the group (it rebalances at once) and drops the subscription, or the manual
+        assignment. A subscribed consumer first runs on_revoke(every assigned partition), as
+        Kafka's does when it leaves its group, so the application commits its work once more while
+        it owns them; the group is left even when the listener raises, whose error is then raised."""
+        await self._revoking_then(self.revoked_on_leave(), self.leave_group())
+
+    def revoked_on_leave(self) -> RebalanceEvent | None:
+        """What leaving the group revokes (Kafka's onLeavePrepare): every partition of a subscribed
+        consumer's assignment, for on_revoke to run before unsubscribe() and close() leave. The
+        synchronous Consumer runs it on its caller's thread, as it runs poll()'s listeners.
+
+        Kafka calls onPartitionsLost instead when the membership was already lost (whose default is
+        onPartitionsRevoked): the SDK's listeners have no on_lost, here as in poll(), so on_revoke
+        it is; a commit in it is then refused (ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID)."""
+        subscriptions = self._subscriptions
+        if self._closed or not subscriptions.subscribed or not subscriptions.assignment:
+            return None
+        return RebalanceEvent(set(subscriptions.assignment), set(), subscriptions.on_revoke, None)
+
+    async def _revoking_then(self, event: RebalanceEvent | None, then: Awaitable[None]) -> None:
+        """Runs the leave's listener, then `then` (leaving), even when the listener raised."""
+        try:
+            if event is not None:
+                await self._run_listeners(event)
+        finally:
+            await then
+
+    async def leave_group(self) -> None:
+        """unsubscribe()'s second step, after the listener: leaves the group, drops the assignment."""
         if self._coordinator is not None:
             await self._coordinator.leave()
+        self._fetcher.forget(set(self._subscriptions.assignment))
         self._subscriptions.unsubscribe()
 
     def group_metadata(self) -> ConsumerGroupMetadata:
@@ -403,19 +436,61 @@ class AsyncConsumer:
 
     # ---- closing
 
-    async def close(self) -> None:
-        """Commits (with enable_auto_commit), leaves the group (it rebalances at once), closes."""
+    async def close(self, timeout: float | None = DEFAULT_CLOSE_TIMEOUT_S) -> None:
+        """Commits the positions (with enable_auto_commit), runs on_revoke(every assigned partition)
+        as unsubscribe() does, leaves the group (it rebalances at once) and closes, within `timeout`
+        seconds (None: no bound), as Kafka's close(Duration), whose default is 30 s too: a step the
+        server does not answer in time (a commit, the leave) is given up, logged, and the consumer
+        closes all the same. The listener is the application's code: its time counts, but it is not
+        cut short. Its error is raised once the consumer is closed."""
+        deadline = close_deadline(timeout)
+        await self._revoking_then(await self.prepare_close(deadline), self.finish_close(deadline))
+
+    async def prepare_close(self, deadline: float | None) -> RebalanceEvent | None:
+        """close()'s first step: the final auto-commit, until `deadline` (a time.monotonic() value;
+        None: none). Returns what leaving revokes, whose listener the caller runs before
+        `finish_close()`, as `update_assignment()`'s event before `fetch_records()`."""
+        if self._closed:
+            return None
+        if self._auto_commit is not None:  # its one attempt ends before the final commit is sent
+            await self._within(deadline, self._auto_commit, "the auto-commit in flight")
+        if self.enable_auto_commit and self._subscriptions.assignment:
+            entries = self._offsets_body(None)
+            commit = self._require_group("auto-commit").commit(entries, deadline=deadline)
+            await self._within(deadline, commit, "the final auto-commit")
+        return self.revoked_on_leave()
+
+    async def finish_close(self, deadline: float | None) -> None:
+        """close()'s last step, after the listener: leaves the group (until `deadline`), closes."""
         if self._closed:
             return
-        if self._auto_commit is not None:  # its one attempt ends before the final commit is sent
-            await asyncio.gather(self._auto_commit, return_exceptions=True)
-        if self.enable_auto_commit and self._subscriptions.assignment:
-            try:
-                await self.commit()
-            except TxbrokerError as error:
-                log.warning("final auto-commit of group %r failed: %s", self.group_id, error)
         self._closed = True
         self._fetcher.drop_prefetch()
         if self._coordinator is not None:
-            await self._coordinator.close()
+            await self._coordinator.close(deadline)  # the heartbeats stop whatever the time left
         await self._connection.close()
+
+    async def _within(self, deadline: float | None, step: Awaitable[Any], what: str) -> None:
+        """A step of close(), given until the close timeout's `deadline`: one that fails or is not
+        done by then (it is cancelled) is logged, and close() goes on without it, as Kafka's."""
+        try:
+            await asyncio.wait_for(step, None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            log.warning(
+                "closing the consumer of group %r: %s did not end within the close timeout: closing without it",
+                self.group_id,
+                what,
+            )
+        except TxbrokerError as error:
+            log.warning("closing the consumer of group %r: %s failed: %s", self.group_id, what, error)
+        except Exception:  # not the SDK's error: a bug, or an answer without the contract's fields
+            log.exception("closing the consumer of group %r: %s failed unexpectedly", self.group_id, what)
+
+
+def close_deadline(timeout: float | None) -> float | None:
+    """The time.monotonic() by which close(timeout) ends (None: no bound)."""
+    if timeout is None:
+        return None
+    if timeout < 0:
+        raise ValueError(f"close(timeout): the timeout must be >= 0 seconds (or None: no bound), not {timeout}")
+    return time.monotonic() + timeout

@@ -164,15 +164,24 @@ class ConsumerCoordinator:
         )
         return event
 
-    async def leave(self) -> None:
+    async def leave(self, deadline: float | None = None) -> None:
+        """Stops the heartbeats, then leaves the group: one LeaveGroup, whose answer is waited for
+        until `deadline` (a time.monotonic() value: the consumer's close timeout), or for
+        request_timeout_ms. Unanswered, the group rebalances once the member's session times out."""
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
             await asyncio.gather(self._heartbeat_task, return_exceptions=True)
             self._heartbeat_task = None
         if self.member_id:
+            leave = self._connection.request("POST", group_path(self.group_id, "leave"), {"member_id": self.member_id})
             try:
-                await self._connection.request(
-                    "POST", group_path(self.group_id, "leave"), {"member_id": self.member_id}
+                await asyncio.wait_for(leave, None if deadline is None else max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                log.warning(
+                    "leaving group %r: no answer within the close timeout: the group rebalances once member %s's "
+                    "session times out",
+                    self.group_id,
+                    self.member_id,
                 )
             except TxbrokerError as error:
                 log.info("leaving group %r: %s", self.group_id, error)
@@ -180,9 +189,9 @@ class ConsumerCoordinator:
         self._latest = None
         self._kept = frozenset()
 
-    async def close(self) -> None:
+    async def close(self, deadline: float | None = None) -> None:
         self._stopped = True
-        await self.leave()
+        await self.leave(deadline)
 
     # ---- offsets
 

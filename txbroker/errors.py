@@ -5,6 +5,7 @@ few errors the client itself raises.
      └── TxbrokerError                       code, message, retriable, abortable, fatal
           ├── <one class per contract code>   e.g. ProducerFencedError (PRODUCER_FENCED)
           ├── TxbrokerConnectionError         the server could not be reached or the response was lost
+          │    └── InvalidResponseError       an answer that is not the contract's (not JSON, undecodable)
           ├── TxbrokerTimeoutError            a client deadline passed (the outcome may be unknown)
           ├── IllegalStateError               a call not allowed in the client's current state
           ├── TransactionAbortedError         a record's transaction was aborted before it was sent
@@ -356,6 +357,16 @@ class TxbrokerConnectionError(TxbrokerError):
     default_retriable = True
 
 
+class InvalidResponseError(TxbrokerConnectionError):
+    """An answer that is not the contract's: a 2xx whose body is not a JSON object (a proxy's or
+    another server's page), or a body that does not decode (its Content-Encoding corrupted on the
+    way). Nothing in it says what the server did, so the request's outcome is unknown, as when the
+    connection broke: retriable (the contract's requests are safe to retry, and a proxy's glitch
+    passes); one that persists means `url` does not reach a txbroker server's API."""
+
+    code = "INVALID_RESPONSE"
+
+
 class TxbrokerTimeoutError(TxbrokerError):
     """A client-side deadline (max_block_ms, delivery_timeout_ms, a future's timeout) passed. For a
     commit, the transaction's outcome is not known yet: call commit_transaction() again to resume."""
@@ -391,6 +402,7 @@ _BY_CODE_ALL: dict[str, type[TxbrokerError]] = {
         cls.code: cls
         for cls in (
             TxbrokerConnectionError,
+            InvalidResponseError,
             TxbrokerTimeoutError,
             IllegalStateError,
             TransactionAbortedError,

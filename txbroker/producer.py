@@ -86,8 +86,9 @@ class AsyncProducer:
     - max_in_flight_requests (5): concurrent produce requests (one batch per partition in flight).
     - max_buffered_records (200000): send() blocks (up to max_block_ms) when this many wait.
     - delivery_timeout_ms (120000): how long a batch is retried before its records fail.
-    - max_block_ms (60000): how long a call blocks (retrying retriable errors; commit_transaction()
-      and abort_transaction() waiting for the transaction's records too) before TxbrokerTimeoutError.
+    - max_block_ms (60000): how long a call blocks (retrying retriable errors; prepare_transaction(),
+      commit_transaction() and abort_transaction() waiting for the transaction's records and for a
+      slow answer too) before TxbrokerTimeoutError.
     - request_timeout_ms (30000), retry_backoff_ms (100), retry_backoff_max_ms (1000),
       metadata_max_age_ms (300000): partition counts are cached this long (a topic's is asked again
       at once after UNKNOWN_TOPIC_OR_PARTITION).
@@ -229,14 +230,30 @@ class AsyncProducer:
             raise IllegalStateError("the producer is closed")
 
     async def _call(self, what: str, method: str, path: str, body: Any = None, *, deadline: float | None = None) -> Any:
-        """The request, its retriable errors retried for max_block_ms, or until `deadline` (a
-        time.monotonic() value) when given; one attempt at least."""
-        timeout_s = self._max_block_s if deadline is None else max(0.0, deadline - time.monotonic())
+        """The request, its retriable errors retried for max_block_ms; one attempt at least. With
+        `deadline` (a time.monotonic() value: max_block_ms from a call that blocks at most that
+        long), retried until it, and an attempt waits for its answer no longer than it either: a
+        slow answer is given up (its outcome unknown, a retriable TxbrokerTimeoutError)."""
+        if deadline is None:
+            return await retrying(
+                lambda: self._connection.request(method, path, body),
+                what=what,
+                timeout_s=self._max_block_s,
+                backoff=self._backoff,
+            )
+
+        async def attempt() -> Any:
+            try:
+                return await asyncio.wait_for(
+                    self._connection.request(method, path, body), max(0.0, deadline - time.monotonic())
+                )
+            except asyncio.TimeoutError:
+                raise errors.TxbrokerTimeoutError(
+                    f"{what}: no answer within max_block_ms ({self._max_block_s * 1000:.0f})"
+                ) from None
+
         return await retrying(
-            lambda: self._connection.request(method, path, body),
-            what=what,
-            timeout_s=timeout_s,
-            backoff=self._backoff,
+            attempt, what=what, timeout_s=max(0.0, deadline - time.monotonic()), backoff=self._backoff
         )
 
     async def _until_answered(self, wait: Awaitable[None], call: str, deadline: float) -> None:
@@ -477,14 +494,18 @@ class AsyncProducer:
         producer (commit_transaction() / abort_transaction()) or from another process
         (txbroker.two_phase) -- or for an operator's abort. Calling it again returns the same
         PreparedTransaction. An empty transaction has nothing to prepare: it ends here and None
-        is returned. A record that failed makes the transaction abortable: its error is raised."""
+        is returned. A record that failed makes the transaction abortable: its error is raised.
+        Blocks at most max_block_ms, for the records and the PrepareTxn together, as
+        commit_transaction(): then TxbrokerTimeoutError (retriable) is raised, and calling
+        prepare_transaction() again resumes (or abort_transaction() gives up)."""
         self._check_open()
         tm = self._tm
         tm.require_transactional("prepare_transaction")
         if self._prepared is not None:
             return self._prepared
+        deadline = time.monotonic() + self._max_block_s
         self._check_in_transaction("prepare_transaction")
-        await self._sender.flush()
+        await self._until_answered(self._sender.flush(), "prepare_transaction()", deadline)
         if tm.state is not TransactionState.IN_TRANSACTION:
             tm.check_not_fatal()
             raise tm.last_error or IllegalStateError(f"prepare_transaction(): state {tm.state.value}")
@@ -492,11 +513,12 @@ class AsyncProducer:
             tm.transition_to(TransactionState.COMMITTING)
             tm.completed(tm.producer_id, tm.producer_epoch)
             return None
+        what = f"PrepareTxn({tm.transactional_id!r})"
         try:
-            answer = await self._call(f"PrepareTxn({tm.transactional_id!r})", "POST", "/v1/txn/prepare", tm.ids)
+            answer = await self._call(what, "POST", "/v1/txn/prepare", tm.ids, deadline=deadline)
         except TxbrokerError as error:
             if error.retriable:  # the outcome is unknown: preparing again answers it
-                raise
+                raise self._not_known_yet(what, "prepare_transaction()", error) from error
             raise self._transaction_error(error) from error
         self._prepared = PreparedTransaction(tm.transactional_id, answer["producer_id"], answer["producer_epoch"])
         return self._prepared
@@ -586,10 +608,14 @@ class AsyncProducer:
                 raise
             if error.retriable:
                 verb = "commit" if body["committed"] else "abort"
-                raise errors.TxbrokerTimeoutError(
-                    f"{what}: the outcome is not known yet ({error}); call {verb}_transaction() again: it "
-                    f"resumes with the same request",
-                    retriable=True,
-                    abortable=False,
-                ) from error
+                raise self._not_known_yet(what, f"{verb}_transaction()", error) from error
             self._raise_fatal(error)
+
+    @staticmethod
+    def _not_known_yet(what: str, call: str, error: TxbrokerError) -> TxbrokerError:
+        """A request of the transaction's end unanswered after max_block_ms: `call` again resumes."""
+        return errors.TxbrokerTimeoutError(
+            f"{what}: the outcome is not known yet ({error}); call {call} again: it resumes with the same request",
+            retriable=True,
+            abortable=False,
+        )

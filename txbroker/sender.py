@@ -13,6 +13,8 @@ Invariants:
 - Every batch sent ends answered or failed, never pending: one the sender cannot go on with
   (a new producer id not to be had, an answer that does not tell of it) fails as one whose
   outcome is unknown; at close, those in flight fail too.
+- The sender's task runs until stop(): an error getting a producer id fails what waits (an
+  unexpected one, not the SDK's, makes the producer fatal), and the task goes on.
 - Runs on one event loop; everything it mutates is only touched on that loop, except the
   accumulator (thread-safe) and the records' futures (resolved here).
 
@@ -75,6 +77,17 @@ def _action_for(error: TxbrokerError, transactional: bool, idempotent: bool) -> 
     if error.code == "OUT_OF_ORDER_SEQUENCE_NUMBER":
         return ABORTABLE if transactional else (FATAL if idempotent else FAIL)
     return ABORTABLE if transactional else FAIL
+
+
+def _unexpected(exc: Exception) -> TxbrokerError:
+    error = errors.TxbrokerError(
+        f"getting a producer id (InitProducerId) failed unexpectedly with {type(exc).__name__}: {exc} (an answer "
+        f"without the contract's fields, from a proxy or another server at the producer's url, or a bug of the SDK: "
+        f"its traceback is logged): the producer cannot go on; close it and create a new one",
+        code=errors.UnknownServerError.code,
+    )
+    error.__cause__ = exc
+    return error
 
 
 class Sender:
@@ -194,6 +207,13 @@ class Sender:
             except TxbrokerError as error:
                 # Unreachable for max_block_ms: fail what waits, try again with the next records.
                 self._fail_everything(error if error.retriable else self._tm.fail_fatal(error))
+                continue
+            except Exception as exc:
+                # Not the SDK's error: the sender must not end on it, or every record, flush() and
+                # close() would wait for ever. Fatal, as Kafka's producer is after an unexpected
+                # error of InitProducerId: what state it left is not known.
+                log.exception("getting a producer id failed unexpectedly")
+                self._fail_everything(self._tm.fail_fatal(_unexpected(exc)))
                 continue
             if self._tm.state is TransactionState.FATAL_ERROR:
                 self._fail_everything(self._tm.last_error)

@@ -29,10 +29,11 @@ from typing import Any, TypeVar
 from txbroker.accumulator import RecordFuture
 from txbroker.admin import AsyncAdmin
 from txbroker.connection import DEFAULT_URL
-from txbroker.consumer import AsyncConsumer
+from txbroker.consumer import DEFAULT_CLOSE_TIMEOUT_S, AsyncConsumer, close_deadline
 from txbroker.errors import IllegalStateError, TxbrokerTimeoutError
 from txbroker.producer import AsyncProducer, WouldBlock
 from txbroker.records import Bytes, ConsumerRecord, Headers, OffsetAndMetadata, PreparedTransaction, TopicPartition
+from txbroker.subscription_state import RebalanceEvent
 from txbroker.transaction_manager import TransactionState
 from txbroker.two_phase import AsyncTwoPhaseClient
 
@@ -286,7 +287,21 @@ class Consumer:
     pause = _on_loop(AsyncConsumer.pause)
     resume = _on_loop(AsyncConsumer.resume)
     paused = _on_loop(AsyncConsumer.paused)
-    unsubscribe = _blocking(AsyncConsumer.unsubscribe)
+
+    def unsubscribe(self) -> None:
+        """As AsyncConsumer.unsubscribe; on_revoke runs here, on the caller's thread."""
+        self._revoking_then(self._loop.call(self._core.revoked_on_leave), self._core.leave_group())
+
+    def _revoking_then(self, event: RebalanceEvent | None, then: Coroutine[Any, Any, None]) -> None:
+        """Runs the leave's listener on this thread (it may call the consumer: commit), then `then`
+        (leaving) on the loop, even when the listener raised."""
+        try:
+            if event is not None:
+                for listener, partitions in event.calls():
+                    listener(partitions)
+        finally:
+            self._loop.run(then)
+
     position = _blocking(AsyncConsumer.position)
     seek_to_beginning = _blocking(AsyncConsumer.seek_to_beginning)
     seek_to_end = _blocking(AsyncConsumer.seek_to_end)
@@ -310,11 +325,14 @@ class Consumer:
             future.add_done_callback(lambda f: callback(offsets, None if f.cancelled() else f.exception()))
         return future
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = DEFAULT_CLOSE_TIMEOUT_S) -> None:
+        """As AsyncConsumer.close (within `timeout` seconds, 30 by default); on_revoke runs here,
+        on the caller's thread."""
         if self._loop.loop.is_closed():
             return
         try:
-            self._loop.run(self._core.close())
+            deadline = close_deadline(timeout)
+            self._revoking_then(self._loop.run(self._core.prepare_close(deadline)), self._core.finish_close(deadline))
         finally:
             self._loop.stop()
 

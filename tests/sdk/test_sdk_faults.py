@@ -1,13 +1,17 @@
 """The SDK's producer and consumer under errors, against real servers (real HTTP, real PostgreSQL):
-servers killed, frozen and restarted by pid, answers delayed on their way, states no test could
-reach by sending (two billion records), and what the clients then hand out, commit and raise."""
+servers killed, frozen and restarted by pid, answers delayed on their way, odd answers of a real
+proxy in between (pages that are not JSON), states no test could reach by sending (two billion
+records), and what the clients then hand out, commit and raise."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -318,3 +322,189 @@ def test_a_topic_re_created_with_fewer_partitions_is_produced_to_by_its_new_coun
         with pytest.raises(errors.UnknownTopicOrPartitionError):
             producer.send("shrunk", value="by the stale count", key=key).result(10)
         assert producer.send("shrunk", value="after", key=key).result(10) == RecordMetadata("shrunk", 0, 0)
+
+
+class FirstRequestsHeld(httpx.AsyncHTTPTransport):
+    """Holds the first request to each of `paths` for `seconds` on its way to the server, as a
+    slow network or a busy server would: given up before, it never arrives."""
+
+    def __init__(self, seconds: float, *paths: str) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.to_hold = set(paths)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path in self.to_hold:
+            self.to_hold.discard(request.url.path)
+            await asyncio.sleep(self.seconds)
+        return await super().handle_async_request(request)
+
+
+def test_prepare_transaction_blocks_at_most_max_block_ms_and_resumes(server):
+    """prepare_transaction() blocks at most max_block_ms, for the records and the PrepareTxn
+    together, as commit_transaction() does: slow answers to either make it raise
+    TxbrokerTimeoutError (retriable), and calling it again resumes; the transaction then commits,
+    each record once. Before, it waited for the records for up to delivery_timeout_ms and for the
+    PrepareTxn for up to request_timeout_ms (here 3 s each), whatever max_block_ms said."""
+    with Admin(server.url) as admin:
+        admin.create_topic("slow-prepare")
+    transport = FirstRequestsHeld(3, "/v1/produce", "/v1/txn/prepare")
+    with Producer(
+        server.url,
+        transactional_id="slow-prepare",
+        transport=transport,
+        max_block_ms=500,
+        linger_ms=60_000,  # the records are sent by the prepare's flush
+        **FAST,
+    ) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        futures = [producer.send("slow-prepare", value=f"r{i}") for i in range(3)]
+        for held in ("records were not all answered", "PrepareTxn"):
+            started = time.monotonic()
+            with pytest.raises(errors.TxbrokerTimeoutError, match=held) as raised:
+                producer.prepare_transaction()
+            took = time.monotonic() - started
+            assert took < 2.5, f"prepare_transaction() took {took:.1f} s with max_block_ms=500 ({held})"
+            assert raised.value.retriable and not raised.value.abortable
+            assert [future.result(10).offset for future in futures] == [0, 1, 2]  # the held produce went on
+        prepared = producer.prepare_transaction()
+        assert prepared.transactional_id == "slow-prepare"
+        assert producer.prepare_transaction() == prepared
+        producer.commit_transaction()
+    assert [r.value for r in read_all(server.url, "slow-prepare", 1)] == [b"r0", b"r1", b"r2"]
+
+
+class OddAnswers:
+    """A real HTTP proxy in the test process in front of a real server: it forwards each request,
+    but answers a path of `odd` (path -> (status, headers, body)) itself, as a proxy, a gateway's
+    maintenance page or another server would."""
+
+    def __init__(self, upstream: str) -> None:
+        self.odd: dict[str, tuple[int, dict[str, str], bytes]] = {}
+        self._upstream = httpx.Client(base_url=upstream, timeout=60)
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                proxy._answer(self)
+
+            do_POST = do_DELETE = do_GET
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def _answer(self, handler: BaseHTTPRequestHandler) -> None:
+        body = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+        odd = self.odd.get(handler.path.split("?", 1)[0])
+        if odd is None:
+            headers = {
+                name: handler.headers[name] for name in ("Content-Type", "Authorization") if handler.headers[name]
+            }
+            forwarded = self._upstream.request(handler.command, handler.path, content=body, headers=headers)
+            status, headers = forwarded.status_code, {"Content-Type": forwarded.headers.get("Content-Type", "")}
+            content = forwarded.content
+        else:
+            status, headers, content = odd
+        handler.send_response(status)
+        for name, value in headers.items():
+            handler.send_header(name, value)
+        handler.send_header("Content-Length", str(len(content)))
+        handler.end_headers()
+        handler.wfile.write(content)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._upstream.close()
+
+
+@pytest.fixture
+def odd_answers(server):
+    proxy = OddAnswers(server.url)
+    yield proxy
+    proxy.close()
+
+
+MAINTENANCE_PAGE = (200, {"Content-Type": "text/html"}, b"<html>down for maintenance</html>")
+
+
+def test_a_fetch_answered_200_with_a_page_that_is_not_json_is_retried_not_a_crash(server, odd_answers):
+    """A 2xx whose body is not JSON (a gateway's maintenance page) answers a consumer's fetches:
+    poll() returns nothing within its timeout, as for a server away, and reads on once the server
+    answers again. Before, the answer decoded to None and poll() raised TypeError."""
+    tp = TopicPartition("odd-fetch", 0)
+    with Admin(server.url) as admin:
+        admin.create_topic(tp.topic)
+    produce_values(server.url, tp.topic, ["a", "b", "c"])
+    odd_answers.odd["/v1/fetch"] = MAINTENANCE_PAGE
+    with Consumer(odd_answers.url, prefetch=False, **FAST) as consumer:
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        for _ in range(2):
+            records, took = timed_poll(consumer, 300)
+            assert records == [] and took < 5
+        del odd_answers.odd["/v1/fetch"]
+        received: list = []
+        deadline = time.monotonic() + 20
+        while len(received) < 3 and time.monotonic() < deadline:
+            received += consumer.poll(timeout_ms=500)
+    assert [r.value for r in received] == [b"a", b"b", b"c"]
+
+
+@pytest.mark.parametrize(
+    "answer, says",
+    [
+        (MAINTENANCE_PAGE, r"answered HTTP 200 \(text/html\) with '<html>down for maintenance</html>'"),
+        ((200, {"Content-Type": "application/json"}, b"[1, 2]"), r"with '\[1, 2\]', where the contract answers a JSON"),
+        ((200, {"Content-Type": "application/json", "Content-Encoding": "gzip"}, b"not gzip"), "does not decode"),
+    ],
+    ids=["not-json", "not-an-object", "undecodable"],
+)
+def test_an_answer_that_is_not_the_contracts_is_an_invalid_response_error(odd_answers, answer, says):
+    """A 2xx whose body is not a JSON object, or a body that does not decode, is the SDK's
+    InvalidResponseError (retriable: a request's outcome is unknown, as after a lost connection),
+    saying what came; retried until the call's timeout, it is what the TxbrokerTimeoutError names.
+    Before, the first two returned None or the list as the answer (describe_topic() returned them),
+    and the third raised httpx's own DecodingError."""
+    odd_answers.odd["/v1/topics/odd"] = answer
+    with Admin(odd_answers.url, default_api_timeout_ms=300, **FAST) as admin:
+        with pytest.raises(errors.TxbrokerTimeoutError) as raised:
+            admin.describe_topic("odd")
+    error = raised.value.__cause__
+    assert isinstance(error, errors.InvalidResponseError) and isinstance(error, errors.TxbrokerConnectionError)
+    assert error.retriable and error.code == "INVALID_RESPONSE"
+    assert re.search(says, error.message), error.message
+    assert "GET " + odd_answers.url + "/v1/topics/odd" in error.message
+
+
+def test_an_unexpected_error_getting_a_producer_id_fails_the_records_not_strands_them(server, odd_answers):
+    """InitProducerId answered with a JSON object without the contract's fields (from a proxy, or
+    another server): the sender's unexpected error (KeyError) fails the records waiting for the id
+    with a fatal TxbrokerError saying so, and flush() and close() return. Before, the sender's task
+    ended on the KeyError, silently: every record's future stayed pending, and flush() and
+    close() waited for ever."""
+    with Admin(server.url) as admin:
+        admin.create_topic("no-producer-id")
+    odd_answers.odd["/v1/producers/init"] = (200, {"Content-Type": "application/json"}, b'{"unexpected": true}')
+    producer = Producer(odd_answers.url, linger_ms=0, **FAST)
+    try:
+        future = producer.send("no-producer-id", value="stranded?")
+        with pytest.raises(errors.TxbrokerError, match=r"InitProducerId\) failed unexpectedly with KeyError") as raised:
+            future.result(10)
+        assert raised.value.fatal
+        with pytest.raises(errors.TxbrokerError, match="failed unexpectedly"):
+            producer.send("no-producer-id", value="after")
+        started = time.monotonic()
+        producer.flush()
+    finally:
+        producer.close(timeout=5)
+    assert time.monotonic() - started < 5

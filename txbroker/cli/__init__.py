@@ -27,7 +27,7 @@ import os
 import sys
 from importlib.metadata import entry_points
 
-from txbroker.errors import TxbrokerConnectionError, TxbrokerError
+from txbroker.errors import InvalidResponseError, TxbrokerConnectionError, TxbrokerError
 
 # The client commands' modules (and with them the SDK's clients and httpx) are imported by
 # build_parser and main, not here: `txbroker serve` needs none of them, and a node loaded them at
@@ -90,10 +90,11 @@ def _installed_command_parser(name: str) -> argparse.ArgumentParser | None:
 
 
 def _unreachable(error: BaseException) -> str | None:
-    """Why the server could not be reached, when that is what `error` (or what it gave up on) is."""
+    """Why the server could not be reached, when that is what `error` (or what it gave up on) is;
+    None for an answer that came but is not the contract's (its own message says what came)."""
     while error is not None and not isinstance(error, TxbrokerConnectionError):
         error = error.__cause__
-    if error is None:
+    if error is None or isinstance(error, InvalidResponseError):
         return None
     cause = error.__cause__
     return f"{type(cause).__name__}: {cause}" if cause is not None else error.message
