@@ -158,6 +158,7 @@ def create_app(
         app.state.group_coordinator.classic.listen_for_changes(app.state.notifier)
         await app.state.replication_barrier.start()
         await app.state.notifier.start()
+        pool_sampler = asyncio.create_task(app.state.metrics.sample_pool(app.state.pool), name="pool-sampler")
         readiness = asyncio.create_task(_become_ready(app, settings), name="become-ready")
         node = None if wait_for_every_worker is None else asyncio.create_task(_node_ready(app, wait_for_every_worker))
         try:
@@ -165,7 +166,7 @@ def create_app(
                 await readiness
             yield
         finally:
-            for task in (readiness, node):
+            for task in (readiness, node, pool_sampler):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):

@@ -1,5 +1,5 @@
 """Prometheus metrics: HTTP and Kafka requests, their latencies and errors, records in and out,
-per-partition high watermarks.
+per-partition high watermarks, the request pool's saturation.
 
 One scrape shows the node. The counters are this process's, or, under `serve --workers N`, where a
 scrape reaches one worker, every worker's: there prometheus-client runs in multiprocess mode (the
@@ -8,20 +8,30 @@ writes its values to files of its own, and a scrape sums them all, so the node's
 back (Prometheus reads any drop as a restart). The partitions' high watermarks and LSOs are read
 from PostgreSQL at each scrape, never kept in a process; while PostgreSQL is away a scrape answers
 the counters without them.
+
+The request pool's gauges (connections in use and idle, the most it may open, requests waiting for
+a connection) are each worker's own pool, summed over the node's live workers ("livesum": the
+supervisor forgets a dead worker's, app/runtime/metrics_folder.py). asyncpg keeps them in memory
+only, so each worker copies them into its metric files every POOL_SAMPLE_INTERVAL_S (sample_pool),
+and the worker answering a scrape copies its own at the scrape: off the hot path, where the only
+cost is the waiting requests' count (app/storage/database.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from collections.abc import Iterable
 
+import asyncpg
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     disable_created_metrics,
     generate_latest,
@@ -34,13 +44,20 @@ from app.api.auth import PrincipalDep
 from app.api.deps import PoolDep
 from app.coordinator import topic_admin
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize
-from app.coordinator.health import CONNECTION_ERRORS
+from app.coordinator.health import CONNECTION_ERRORS, PoolUsage, pool_usage
 from app.runtime.metrics_folder import MULTIPROCESS_DIR_VARIABLE
 
 # A counter's and a histogram's `_created` series (when its labels were first seen) exist only in
 # one process: the multiprocess mode of `serve --workers N` has none. Left out everywhere, a scrape
 # shows the same series whatever the number of workers, and half as many.
 disable_created_metrics()
+
+# How often each worker copies its pool's usage into its metric files (sample_pool): a scrape shows the
+# other workers' as they were at most this long before.
+POOL_SAMPLE_INTERVAL_S = 1.0
+# How long a scrape waits for a pooled connection to read the partitions' gauges: with every one
+# busy (when the pool's gauges matter most) it answers without them rather than wait its turn.
+SCRAPE_CONNECTION_WAIT_S = 1.0
 
 
 class Metrics:
@@ -90,6 +107,39 @@ class Metrics:
             "(another request came, or none in time)",
             registry=self.registry,
         )
+        # Gauges of every live worker's pool, summed (the module docstring): the node's connections and
+        # waiting requests; a worker that died has its values forgotten.
+        self.pool_connections = Gauge(
+            "txbroker_database_pool_connections",
+            "connections of the request pools to PostgreSQL, by state (in_use, idle)",
+            ["state"],
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.pool_max_connections = Gauge(
+            "txbroker_database_pool_max_connections",
+            "the most connections the request pools may open (database_pool_size per worker)",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.pool_waiting_requests = Gauge(
+            "txbroker_database_pool_waiting_requests",
+            "requests waiting for a connection of the request pools",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+
+    def note_pool_usage(self, usage: PoolUsage) -> None:
+        self.pool_connections.labels("in_use").set(usage.in_use)
+        self.pool_connections.labels("idle").set(usage.idle)
+        self.pool_max_connections.set(usage.max_size)
+        self.pool_waiting_requests.set(usage.waiting)
+
+    async def sample_pool(self, pool: asyncpg.Pool, interval_s: float = POOL_SAMPLE_INTERVAL_S) -> None:
+        """Notes `pool`'s usage every `interval_s` until cancelled (the server stops)."""
+        while True:
+            self.note_pool_usage(pool_usage(pool))
+            await asyncio.sleep(interval_s)
 
     def count_kafka_request(self, api: str, seconds: float, errors: Iterable[str]) -> None:
         """A request of the Kafka door (app/kafka/request_metrics.py): `api` Kafka's name of its API,
@@ -175,12 +225,15 @@ async def metrics_text(request: Request, pool: PoolDep, principal: PrincipalDep)
     """Prometheus text format. Needs Describe on the Cluster."""
     authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
     metrics: Metrics = request.app.state.metrics
+    # This worker's pool as it is now, before the scrape waits for a connection of it itself.
+    metrics.note_pool_usage(pool_usage(pool))
     try:
-        found = await topic_admin.describe_topics(pool)
-    except CONNECTION_ERRORS:
-        # PostgreSQL away: the counters, which are the node's own, are answered all the same (the
-        # 503s and closed Kafka connections they are counting are what an operator looks for
-        # then), the partitions' gauges left out until it answers again.
+        found = await topic_admin.describe_topics(pool, wait_for_connection_s=SCRAPE_CONNECTION_WAIT_S)
+    except CONNECTION_ERRORS:  # TimeoutError (no pooled connection free in time) among them: an OSError
+        # PostgreSQL away, or every pooled connection busy: the counters, which are the node's own,
+        # are answered all the same (the 503s and closed Kafka connections they are counting, and the
+        # pool's saturation, are what an operator looks for then), the partitions' gauges left out
+        # until a connection answers again.
         found = []
     # Built on each scrape, so deleted topics disappear and every worker answers the same.
     high_watermark = GaugeMetricFamily(

@@ -1,13 +1,14 @@
 """Whether the core can serve: its database reachable (ReachabilityProbe, on a connection of its own:
-a busy pool is not an unreachable database), and the errors that mean it is not (a front door
-answers them as transient: `unavailable`)."""
+a busy pool is not an unreachable database), how busy its request pool is (pool_usage, which
+/metrics shows), and the errors that mean it cannot (a front door answers them as transient:
+`unavailable`)."""
 
 from __future__ import annotations
 
 from app.errors import DatabaseUnavailable
-from app.storage.database import CONNECTION_ERRORS, CommitNotReplicated, ReachabilityProbe
+from app.storage.database import CONNECTION_ERRORS, CommitNotReplicated, PoolUsage, ReachabilityProbe, pool_usage
 
-__all__ = ["CONNECTION_ERRORS", "ReachabilityProbe", "unavailable"]
+__all__ = ["CONNECTION_ERRORS", "PoolUsage", "ReachabilityProbe", "pool_usage", "unavailable"]
 
 
 def unavailable(error: BaseException) -> DatabaseUnavailable:

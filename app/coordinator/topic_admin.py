@@ -232,10 +232,11 @@ async def grow_partitions(
 
 
 async def describe_topics(
-    pool: asyncpg.Pool, visible: Callable[[str], bool] = _everything
+    pool: asyncpg.Pool, visible: Callable[[str], bool] = _everything, wait_for_connection_s: float | None = None
 ) -> list[TopicWithPartitions]:
-    """The topics whose names `visible` admits, with their partitions' offsets."""
-    async with pool.acquire() as conn:
+    """The topics whose names `visible` admits, with their partitions' offsets; TimeoutError when
+    no pooled connection is free within `wait_for_connection_s` (None: no bound)."""
+    async with pool.acquire(timeout=wait_for_connection_s) as conn:
         found = [topic for topic in await topics.list_topics(conn) if visible(topic.name)]
         states = await partition_log.partition_states(conn, found)
     return [(topic, states[topic.topic_id]) for topic in found]

@@ -10,6 +10,8 @@ Invariants:
   that was SIGKILLed are never counted again (a restarted node counts from 0, which Prometheus
   reads as the reset it is), nor are those of a worker whose pid a new worker happens to reuse.
 - Emptied again when the node stops (not after a SIGKILL: the next start does it).
+- A worker that dies has its "live" gauges' files removed (forget_dead_worker) as soon as the
+  supervisor sees it: a gauge summed over the live workers (the request pool's) drops its values.
 - The supervisor sets PROMETHEUS_MULTIPROC_DIR for its workers before they start: prometheus-client
   chooses its mode once, when it is first imported.
 """
@@ -20,6 +22,8 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+
+from prometheus_client.multiprocess import mark_process_dead
 
 MULTIPROCESS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -53,3 +57,8 @@ def node_metrics_folder(host: str, port: int) -> Path:
 def empty_metrics_folder(folder: Path) -> None:
     for stale in folder.glob("*.db"):  # prometheus-client's files only: the folder may be the user's
         stale.unlink(missing_ok=True)
+
+
+def forget_dead_worker(folder: Path, pid: int) -> None:
+    """Drops the values of the "live" gauges of the worker `pid`, which has exited."""
+    mark_process_dead(pid, str(folder))

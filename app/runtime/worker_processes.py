@@ -55,7 +55,12 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
-from app.runtime.metrics_folder import MULTIPROCESS_DIR_VARIABLE, empty_metrics_folder, node_metrics_folder
+from app.runtime.metrics_folder import (
+    MULTIPROCESS_DIR_VARIABLE,
+    empty_metrics_folder,
+    forget_dead_worker,
+    node_metrics_folder,
+)
 from app.settings import Settings
 
 log = logging.getLogger("txbroker")
@@ -290,6 +295,7 @@ def supervise(settings: Settings, database_url: str, fd: int, count: int) -> int
         # Polled, not os.wait(): that would also reap the embedded PostgreSQL, our child too.
         while (exited := next((worker for worker in workers if worker.poll() is not None), None)) is None:
             time.sleep(WORKER_POLL_INTERVAL_S)
+        forget_dead_worker(metrics_folder, exited.pid)  # the others may answer scrapes until they stop
         log.error(
             "worker pid %d exited on its own (exit code %d): stopping the other workers; restart "
             "txbroker (its log above says why the worker stopped)",

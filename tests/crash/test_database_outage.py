@@ -11,9 +11,11 @@ since the test stops it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import threading
 import time
+from collections.abc import AsyncIterator
 
 import asyncpg
 import httpx
@@ -120,6 +122,42 @@ def _delete_records(http: httpx.AsyncClient, topic: str):
     return http.post(f"/v1/topics/{topic}/delete-records", json={"partitions": [{"partition": 0, "offset": 0}]})
 
 
+@contextlib.asynccontextmanager
+async def pooled_connections_held(
+    database_url: str, http: httpx.AsyncClient, topic: str, requests: int, held: int
+) -> AsyncIterator[tuple[list[asyncio.Task], asyncpg.Connection]]:
+    """`requests` DeleteRecords of `topic`'s partition 0 sent, waiting on its row lock (taken here, from
+    a connection of the test's own) until `held` of them hold a pooled connection each; yields their
+    tasks and a connection to observe PostgreSQL with. The lock is let go on leaving: the requests
+    then end (their tasks are the caller's to await)."""
+    blocker = await asyncpg.connect(database_url)
+    observer = await asyncpg.connect(database_url)
+    try:
+        holder = blocker.transaction()
+        await holder.start()
+        await blocker.execute(
+            "SELECT 1 FROM partitions p JOIN topics t USING (topic_id) "
+            "WHERE t.name = $1 AND p.partition = 0 FOR UPDATE OF p",
+            topic,
+        )
+        waiting = [asyncio.create_task(_delete_records(http, topic)) for _ in range(requests)]
+        deadline = time.monotonic() + 30
+        while (
+            await observer.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%'"
+            )
+            < held
+        ):
+            assert time.monotonic() < deadline, "the requests never held every pooled connection"
+            await asyncio.sleep(0.02)
+        yield waiting, observer
+        await holder.rollback()
+    finally:
+        await blocker.close()
+        await observer.close()
+
+
 def test_health_is_ok_while_every_pooled_connection_is_busy_and_unreachable_only_when_postgresql_stops(
     own_postgres, server_process
 ):
@@ -141,45 +179,26 @@ def test_health_is_ok_while_every_pooled_connection_is_busy_and_unreachable_only
         _create_topic(client, "busy", 1)
 
     async def busy_then_stopped() -> None:
-        blocker = await asyncpg.connect(own_postgres.database_url)
-        observer = await asyncpg.connect(own_postgres.database_url)
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as http:
-            holder = blocker.transaction()
-            await holder.start()
-            await blocker.execute(
-                "SELECT 1 FROM partitions p JOIN topics t USING (topic_id) "
-                "WHERE t.name = 'busy' AND p.partition = 0 FOR UPDATE OF p"
-            )
             # One more than the pool holds: the last waits for a connection.
-            waiting = [asyncio.create_task(_delete_records(http, "busy")) for _ in range(pool_size + 1)]
-            deadline = time.monotonic() + 30
-            while (
-                await observer.fetchval(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%'"
-                )
-                < pool_size
+            async with pooled_connections_held(own_postgres.database_url, http, "busy", pool_size + 1, pool_size) as (
+                waiting,
+                observer,
             ):
-                assert time.monotonic() < deadline, "the requests never held every pooled connection"
-                await asyncio.sleep(0.02)
-            for _ in range(3):
-                started = time.monotonic()
-                health = await http.get("/v1/health")
-                assert (health.status_code, health.json()) == (200, {"status": "ok", "database": "ok"})
-                assert time.monotonic() - started < PROBE_TIMEOUT_S, "the check waited for a pooled connection"
-            flood = await asyncio.gather(*(http.get("/v1/health") for _ in range(50)))
-            assert {response.status_code for response in flood} == {200}
-            probes = await observer.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", PROBE_APPLICATION_NAME
-            )
-            assert probes == 1, f"{probes} connections of the health probe, expected the one of the node's worker"
-            assert not any(request.done() for request in waiting), "the pool was not busy all along"
-
-            await holder.rollback()
+                for _ in range(3):
+                    started = time.monotonic()
+                    health = await http.get("/v1/health")
+                    assert (health.status_code, health.json()) == (200, {"status": "ok", "database": "ok"})
+                    assert time.monotonic() - started < PROBE_TIMEOUT_S, "the check waited for a pooled connection"
+                flood = await asyncio.gather(*(http.get("/v1/health") for _ in range(50)))
+                assert {response.status_code for response in flood} == {200}
+                probes = await observer.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", PROBE_APPLICATION_NAME
+                )
+                assert probes == 1, f"{probes} connections of the health probe, expected the one of the node's worker"
+                assert not any(request.done() for request in waiting), "the pool was not busy all along"
             for answer in await asyncio.gather(*waiting):
                 assert answer.status_code == 200, answer.text
-            await blocker.close()
-            await observer.close()
 
             own_postgres.stop()
             started = time.monotonic()
