@@ -28,7 +28,9 @@ class NodePresence:
     loop that announced it: a loop that stops running stops the heartbeats, and the node leaves
     the list). Invariant: the node is listed exactly while that connection is open and its
     heartbeats keep coming; when PostgreSQL drops the connection (a restart, a failover, a network
-    cut), the next heartbeat announces the node again on a new one."""
+    cut), or its server no longer takes writes (a failover that left the old primary running, as a
+    standby or read-only, where the other nodes no longer look), the next heartbeat announces the
+    node again on a new one, to the read-write server."""
 
     def __init__(self, database_url: str) -> None:
         self._database_url = database_url
@@ -80,11 +82,24 @@ class NodePresence:
     async def _beat(self, node: LiveNode) -> None:
         assert self._connection is not None, "announce() first"
         try:
-            await node_presence.beat(self._connection)
+            takes_writes = await node_presence.beat(self._connection)
         except Exception:
             if not self._connection.is_closed():
                 raise
             await self._open(node)  # dropped by PostgreSQL: announced again, listed at once
+            return
+        if not takes_writes:
+            # A failover left the old primary running, a standby or read-only: the other nodes read
+            # the new primary, where this node is not announced. Leave the old server, as the pool
+            # does, and announce on the read-write one (if there is none yet, this heartbeat fails
+            # and the next one, on the closed connection, looks again).
+            log.warning(
+                "kafka-node %d: its presence's PostgreSQL server no longer takes writes (a standby, or set "
+                "read-only: a failover?); announcing this node again on the read-write server of the database URL",
+                node.node_id,
+            )
+            self._connection.terminate()  # at once: PostgreSQL ends the session when the socket closes
+            await self._open(node)
 
     async def withdraw(self) -> None:
         heartbeats, self._heartbeats = self._heartbeats, None
