@@ -11,13 +11,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import asyncpg
 
 from app.storage import database, node_presence
 from app.storage.node_presence import LiveNode
 
-__all__ = ["LiveNode", "NodeListing", "NodePresence", "live_nodes"]
+__all__ = ["ListedNodes", "LiveNode", "NodeListing", "NodePresence", "live_nodes"]
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,20 @@ async def live_nodes(pool: asyncpg.Pool) -> list[LiveNode]:
         return await node_presence.live_nodes(conn)
 
 
+class ListedNodes(NamedTuple):
+    """The nodes a process lists, each once: those alive, and those listed only because their
+    presence lapsed a moment ago (dead, stopped or hung: NodeListing), what Kafka calls a fenced
+    broker (registered with its controller, no longer heartbeating)."""
+
+    live: list[LiveNode]
+    lapsed: list[LiveNode]
+
+    @property
+    def every(self) -> list[LiveNode]:
+        """Every node listed, alive or lapsed, by id."""
+        return sorted([*self.live, *self.lapsed])
+
+
 class NodeListing:
     """The other nodes one process lists as brokers: the live ones, and each node it listed before
     whose presence has lapsed, for `lapse_s` after this process first found it gone (never as a
@@ -136,8 +151,8 @@ class NodeListing:
         self._listed: dict[int, LiveNode] = {}  # by id: each node listed, at its last live address
         self._gone_since: dict[int, float] = {}  # by id: when this process first found it gone
 
-    def listed(self, live: list[LiveNode]) -> list[LiveNode]:
-        """The nodes to list, given the live ones (a node id once)."""
+    def listed(self, live: list[LiveNode]) -> ListedNodes:
+        """The nodes to list, given the live ones (a node id once): those, and the lapsed ones."""
         now = self._clock()
         live_by_id = {node.node_id: node for node in live}
         for node_id in self._listed.keys() - live_by_id.keys():
@@ -147,4 +162,4 @@ class NodeListing:
         for node_id in live_by_id.keys() & self._gone_since.keys():
             del self._gone_since[node_id]  # back (restarted with its id)
         self._listed.update(live_by_id)
-        return sorted(self._listed.values())
+        return ListedNodes(sorted(live_by_id.values()), sorted(self._listed[node_id] for node_id in self._gone_since))
