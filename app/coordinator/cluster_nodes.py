@@ -11,13 +11,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 import asyncpg
 
 from app.storage import database, node_presence
 from app.storage.node_presence import LiveNode
 
-__all__ = ["LiveNode", "NodeListing", "NodePresence", "live_nodes"]
+__all__ = ["ListedNodes", "LiveNode", "NodeListing", "NodePresence", "live_nodes"]
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,9 @@ class NodePresence:
     loop that announced it: a loop that stops running stops the heartbeats, and the node leaves
     the list). Invariant: the node is listed exactly while that connection is open and its
     heartbeats keep coming; when PostgreSQL drops the connection (a restart, a failover, a network
-    cut), the next heartbeat announces the node again on a new one."""
+    cut), or its server no longer takes writes (a failover that left the old primary running, as a
+    standby or read-only, where the other nodes no longer look), the next heartbeat announces the
+    node again on a new one, to the read-write server."""
 
     def __init__(self, database_url: str) -> None:
         self._database_url = database_url
@@ -80,11 +83,24 @@ class NodePresence:
     async def _beat(self, node: LiveNode) -> None:
         assert self._connection is not None, "announce() first"
         try:
-            await node_presence.beat(self._connection)
+            takes_writes = await node_presence.beat(self._connection)
         except Exception:
             if not self._connection.is_closed():
                 raise
             await self._open(node)  # dropped by PostgreSQL: announced again, listed at once
+            return
+        if not takes_writes:
+            # A failover left the old primary running, a standby or read-only: the other nodes read
+            # the new primary, where this node is not announced. Leave the old server, as the pool
+            # does, and announce on the read-write one (if there is none yet, this heartbeat fails
+            # and the next one, on the closed connection, looks again).
+            log.warning(
+                "kafka-node %d: its presence's PostgreSQL server no longer takes writes (a standby, or set "
+                "read-only: a failover?); announcing this node again on the read-write server of the database URL",
+                node.node_id,
+            )
+            self._connection.terminate()  # at once: PostgreSQL ends the session when the socket closes
+            await self._open(node)
 
     async def withdraw(self) -> None:
         heartbeats, self._heartbeats = self._heartbeats, None
@@ -101,6 +117,20 @@ async def live_nodes(pool: asyncpg.Pool) -> list[LiveNode]:
     """The nodes announced on this database, one per node id."""
     async with pool.acquire() as conn:
         return await node_presence.live_nodes(conn)
+
+
+class ListedNodes(NamedTuple):
+    """The nodes a process lists, each once: those alive, and those listed only because their
+    presence lapsed a moment ago (dead, stopped or hung: NodeListing), what Kafka calls a fenced
+    broker (registered with its controller, no longer heartbeating)."""
+
+    live: list[LiveNode]
+    lapsed: list[LiveNode]
+
+    @property
+    def every(self) -> list[LiveNode]:
+        """Every node listed, alive or lapsed, by id."""
+        return sorted([*self.live, *self.lapsed])
 
 
 class NodeListing:
@@ -121,8 +151,8 @@ class NodeListing:
         self._listed: dict[int, LiveNode] = {}  # by id: each node listed, at its last live address
         self._gone_since: dict[int, float] = {}  # by id: when this process first found it gone
 
-    def listed(self, live: list[LiveNode]) -> list[LiveNode]:
-        """The nodes to list, given the live ones (a node id once)."""
+    def listed(self, live: list[LiveNode]) -> ListedNodes:
+        """The nodes to list, given the live ones (a node id once): those, and the lapsed ones."""
         now = self._clock()
         live_by_id = {node.node_id: node for node in live}
         for node_id in self._listed.keys() - live_by_id.keys():
@@ -132,4 +162,4 @@ class NodeListing:
         for node_id in live_by_id.keys() & self._gone_since.keys():
             del self._gone_since[node_id]  # back (restarted with its id)
         self._listed.update(live_by_id)
-        return sorted(self._listed.values())
+        return ListedNodes(sorted(live_by_id.values()), sorted(self._listed[node_id] for node_id in self._gone_since))

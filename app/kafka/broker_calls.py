@@ -33,7 +33,7 @@ from app.coordinator.authorizer import (
     is_allowed,
 )
 from app.coordinator.classic_groups import EMPTY, STABLE, JoinResult, SyncResult, classic_state
-from app.coordinator.cluster_nodes import LiveNode, NodeListing, NodePresence
+from app.coordinator.cluster_nodes import ListedNodes, LiveNode, NodeListing, NodePresence
 from app.coordinator.fetch import (  # ListOffsets' sentinels: the handlers import no core module
     EARLIEST_TIMESTAMP,  # noqa: F401
     LATEST_TIMESTAMP,  # noqa: F401
@@ -363,18 +363,22 @@ class BrokerCalls:
         if self._presence is not None:
             await self._presence.withdraw()
 
-    async def listed_nodes(self, host: str, port: int) -> list[LiveNode]:
-        """The nodes alive on this database, and for kafka_lapsed_node_listed_ms those this process
-        listed that have since died, stopped or hung (NodeListing); this one (at host:port) always
-        among them, also while its presence connection is being re-opened after PostgreSQL dropped
-        it (its next heartbeat does that: NodePresence)."""
+    async def node_listing(self, host: str, port: int) -> ListedNodes:
+        """The nodes alive on this database, and apart, for kafka_lapsed_node_listed_ms, those this
+        process listed that have since died, stopped or hung (NodeListing); this one (at host:port)
+        always among the live, also while its presence connection is being re-opened after
+        PostgreSQL dropped it (its next heartbeat does that: NodePresence)."""
         try:
             live = await cluster_nodes.live_nodes(self._state.pool)
             others = self._listing.listed([n for n in live if n.node_id != self.node_id])
         except CONNECTION_ERRORS as error:  # PostgreSQL away: this node alone, which answers
             _database_away("Metadata", error)
-            others = []
-        return sorted([LiveNode(self.node_id, host, port), *others])
+            others = ListedNodes([], [])
+        return ListedNodes(sorted([LiveNode(self.node_id, host, port), *others.live]), others.lapsed)
+
+    async def listed_nodes(self, host: str, port: int) -> list[LiveNode]:
+        """Every node node_listing lists, alive or lapsed (Metadata's brokers)."""
+        return (await self.node_listing(host, port)).every
 
     @property
     def ready(self) -> bool:

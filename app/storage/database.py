@@ -290,8 +290,9 @@ PROBE_RECONNECT_INTERVAL_S = 1.0
 PROBE_APPLICATION_NAME = "txbroker health probe"
 # Whether the server answers as the read-write server txbroker needs: a standby (in recovery) or a
 # server set read-only answers false, read at the moment of the question (the pool's connections
-# learn it from the settings PostgreSQL reports, _is_read_only, after their next statement).
-_PROBE_SQL = "SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off'"
+# learn it from the settings PostgreSQL reports, _is_read_only, after their next statement). The
+# health probe asks it, and so does each heartbeat of a node's presence (node_presence.beat).
+IS_READ_WRITE_SQL = "SELECT NOT pg_is_in_recovery() AND current_setting('transaction_read_only') = 'off'"
 
 
 class ReachabilityProbe:
@@ -386,7 +387,7 @@ class ReachabilityProbe:
                     self._database_url, server_settings={"application_name": PROBE_APPLICATION_NAME}
                 )
             self.questions_asked += 1
-            if await self._connection.fetchval(_PROBE_SQL):
+            if await self._connection.fetchval(IS_READ_WRITE_SQL):
                 return True, ""
             reason = "the server is read-only: a standby, or set read-only"
         except Exception as error:  # noqa: BLE001 - whatever it is, PostgreSQL did not answer

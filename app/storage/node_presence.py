@@ -1,10 +1,11 @@
 """Which Kafka nodes are alive, through PostgreSQL itself (no table, no migration): each node
 holds one connection whose application_name is `kafka-node <id> <host>:<port>` (its Kafka node id
-and the address it advertises) for as long as it serves, and runs a trivial statement on it every
-HEARTBEAT_INTERVAL_S (`beat`); the live nodes are those names in pg_stat_activity whose session
-showed a sign of life within SESSION_TIMEOUT_S. A node that stops or dies loses its connection
-(PostgreSQL ends the session when the socket closes), so it leaves the list without anyone
-cleaning up; a node restarted with the same id reappears with it.
+and the address it advertises) for as long as it serves, and asks on it every HEARTBEAT_INTERVAL_S
+whether its server takes writes (`beat`, a statement as cheap as `SELECT 1`); the live nodes are
+those names in pg_stat_activity whose session showed a sign of life within SESSION_TIMEOUT_S. A
+node that stops or dies loses its connection (PostgreSQL ends the session when the socket closes),
+so it leaves the list without anyone cleaning up; a node restarted with the same id reappears
+with it.
 
 A node that hangs rather than dies (a stopped process, a frozen machine, an event loop blocked)
 keeps its socket, and with it its session: its heartbeats stop, its session's `state_change` (when
@@ -27,6 +28,12 @@ SESSION_TIMEOUT_S, and PostgreSQL's side of its connection ends by TCP keepalive
 announcement sets on its session (`tcp_keepalives_*`, `tcp_user_timeout`, as txbroker's own side
 of every connection has them in database.py), instead of the kernel's default of about two hours.
 
+A failover may leave the old primary running, demoted to a standby or set read-only: the
+announcing connection to it stays open and its heartbeats succeed there, while the other nodes read
+the new primary and no longer see the node. The heartbeat's answer says so (False: the server no
+longer takes writes), and the node announces itself again on the read-write server
+(coordinator/cluster_nodes.NodePresence), as the pool leaves such a server (database._keep_session).
+
 PostgreSQL keeps 63 bytes of an application_name: an announcement that does not fit is refused
 (the node then lists only itself)."""
 
@@ -36,7 +43,13 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app.storage.database import KEEPALIVE_COUNT, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, TCP_USER_TIMEOUT_MS
+from app.storage.database import (
+    IS_READ_WRITE_SQL,
+    KEEPALIVE_COUNT,
+    KEEPALIVE_IDLE_S,
+    KEEPALIVE_INTERVAL_S,
+    TCP_USER_TIMEOUT_MS,
+)
 
 PREFIX = "kafka-node "
 MAX_APPLICATION_NAME = 63
@@ -81,9 +94,12 @@ async def announce(conn: asyncpg.Connection, node: LiveNode) -> bool:
     return True
 
 
-async def beat(conn: asyncpg.Connection) -> None:
-    """A sign of life on the announcing connection: its session's state_change, when it ends."""
-    await conn.execute("SELECT 1")
+async def beat(conn: asyncpg.Connection) -> bool:
+    """A sign of life on the announcing connection (its session's state_change, when it ends), and
+    whether its server still takes writes: False once it is a standby or set read-only, as a
+    failover can leave the old primary running (the other nodes then read the new primary, where
+    this connection announces nothing: announce again on the read-write server)."""
+    return bool(await conn.fetchval(IS_READ_WRITE_SQL))
 
 
 def _parsed(name: str) -> LiveNode | None:

@@ -46,7 +46,9 @@ from app.coordinator.fetch import (
 )
 from app.runtime.embedded_postgres import EmbeddedPostgres
 from app.runtime.listening_sockets import bound_accepting_socket
+from app.storage import node_presence
 from app.storage.database import CommitNotReplicated, connect_to_primary, create_pool
+from app.storage.node_presence import HEARTBEAT_INTERVAL_S, LiveNode
 from tests.conftest import free_ports_outside_the_ephemeral_range
 from tests.kafka import raw_transactions
 from tests.kafka.raw import RawConnection
@@ -919,3 +921,46 @@ def test_committed_offsets_are_answered_once_the_standby_has_them(cluster, serve
         "the offsets once the standby caught up",
     )
     assert [entry["offset"] for entry in confirmed.json()["offsets"]] == [2]
+
+
+def _announced_on(postgres: EmbeddedPostgres) -> list[LiveNode]:
+    """The nodes live on that server's database, as a node reading it lists them."""
+
+    async def run() -> list[LiveNode]:
+        connection = await asyncpg.connect(postgres.database_url)
+        try:
+            return await node_presence.live_nodes(connection)
+        finally:
+            await connection.close()
+
+    return asyncio.run(run())
+
+
+def test_a_node_announces_itself_on_the_new_primary_when_the_old_one_keeps_running(cluster, server_process):
+    """Regression: a node's presence (its announcing connection, coordinator/cluster_nodes.py) stayed
+    on the old primary when a failover left that one running (set read-only here; a demoted primary
+    alike), its heartbeats succeeding there, while the other nodes, whose pools had moved to the new
+    primary, no longer listed it (never again: its clients' Metadata lost it). Each heartbeat now
+    asks whether its server takes writes, and the node announces itself again on the read-write
+    server of its URL within a heartbeat or two, leaving the old one."""
+    primary, standby = cluster
+    with bound_accepting_socket("127.0.0.1", 0) as holder:
+        port = holder.getsockname()[1]
+        env = {"TXBROKER_KAFKA_LISTENER": f"127.0.0.1:{port}", "TXBROKER_NODE_ID": "7"}
+        _one_worker_with_a_topic(cluster, server_process, "announced", 1, env=env)
+        node = LiveNode(7, "127.0.0.1", port)
+        _until(lambda: _announced_on(primary) == [node], "node 7 announced on the primary")
+        assert _announced_on(standby) == []  # a standby's pg_stat_activity has the sessions on it alone
+
+        # A switch-over that leaves the old primary running: set read-only (its open sessions too,
+        # by the reload), then the standby promoted.
+        _sql(primary, "ALTER SYSTEM SET default_transaction_read_only = on")
+        _sql(primary, "SELECT pg_reload_conf()")
+        _sql(standby, "SELECT pg_promote()")
+        _until(
+            lambda: _announced_on(standby) == [node],
+            "node 7 announced on the new primary",
+            timeout_s=3 * HEARTBEAT_INTERVAL_S + 5,
+        )
+        # Its presence left the old primary: nothing announces it where no node looks any more.
+        _until(lambda: _announced_on(primary) == [], "node 7's presence to leave the old primary", timeout_s=5)

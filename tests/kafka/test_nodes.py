@@ -2,9 +2,10 @@
 it was started with (TXBROKER_NODE_ID), listed while alive: a node stopped (or killed) is still
 listed by a node that listed it, kafka_lapsed_node_listed_ms after that node finds it gone, then
 leaves the list; restarted with its id it is listed again; each answers as the coordinator and the
-leader. DescribeCluster answers the same brokers. A node that hangs (SIGSTOP) leaves the list
-likewise once its heartbeats have stopped for node_presence.SESSION_TIMEOUT_S, and is back the
-moment it resumes."""
+leader. DescribeCluster answers the same brokers but those listed for the lapse, Kafka's fenced
+brokers, answered (flagged) only to its v2's include_fenced_brokers. A node that hangs (SIGSTOP)
+leaves the list likewise once its heartbeats have stopped for node_presence.SESSION_TIMEOUT_S, and
+is back the moment it resumes."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from tests.kafka.raw import RawConnection, request_of
 # How long the first node lists the second once it finds it gone (kafka_lapsed_node_listed_ms):
 # short, for the test to see it leave soon; what is asserted holds for any length.
 LAPSED_NODE_LISTED_MS = 1000
+VERSIONS_OF_DESCRIBE_CLUSTER = list(api_table.SUPPORTED_VERSIONS[api_table.DESCRIBE_CLUSTER])
 
 
 def held_port() -> socket.socket:
@@ -59,11 +61,28 @@ def brokers_become(port: int, expected: dict[int, int]) -> None:
         assert time.monotonic() < deadline, f"brokers {found}, expected {expected}"
 
 
-def node_process(server_process, database_url: str, node_id: int, port: int) -> ServerProcess:
+def described(port: int, version: int, include_fenced: bool) -> list[tuple[int, int, bool]]:
+    """DescribeCluster's brokers, as (id, port, is_fenced) (is_fenced False before v2, which has it)."""
+    with RawConnection(f"127.0.0.1:{port}") as connection:
+        response = connection.call(
+            request_of(
+                api_table.DESCRIBE_CLUSTER,
+                version,
+                include_cluster_authorized_operations=False,
+                endpoint_type=1,
+                include_fenced_brokers=include_fenced,
+            )
+        )
+    return sorted((b.broker_id, b.port, getattr(b, "is_fenced", False)) for b in response.brokers)
+
+
+def node_process(
+    server_process, database_url: str, node_id: int, port: int, lapse_ms: int = LAPSED_NODE_LISTED_MS
+) -> ServerProcess:
     env = {
         "TXBROKER_KAFKA_LISTENER": f"127.0.0.1:{port}",
         "TXBROKER_NODE_ID": str(node_id),
-        "TXBROKER_KAFKA_LAPSED_NODE_LISTED_MS": str(LAPSED_NODE_LISTED_MS),
+        "TXBROKER_KAFKA_LAPSED_NODE_LISTED_MS": str(lapse_ms),
     }
     return server_process("--database-url", database_url, env=env)
 
@@ -95,6 +114,42 @@ def test_nodes_on_one_database_are_brokers_while_alive(server_process, database_
         second.kill()  # SIGKILL: PostgreSQL ends its session when the socket closes
         assert brokers(first_port) == {7: first_port, 11: second_port}
         brokers_become(first_port, {7: first_port})
+
+
+def test_describe_cluster_answers_a_lapsed_node_as_fenced_only_to_whom_asks_for_fenced_brokers(
+    server_process, database_url
+):
+    """Regression: a node that died, listed only for the lapse (as Metadata must list it: "A node
+    dies" in docs/kafka.md), was answered by DescribeCluster as a live broker, `is_fenced` false,
+    also to a request not asking for fenced brokers. Kafka's broker answers DescribeCluster's
+    unfenced brokers, and the fenced ones (flagged) only to v2's include_fenced_brokers (KIP-1073);
+    a node whose presence lapsed is what Kafka calls fenced. Metadata lists it all the while, and
+    once the lapse ends neither answers it."""
+    lapse_ms = 8000  # long enough to look at it during the lapse, short for the test to see it end
+    with held_port() as first_port_holder, held_port() as second_port_holder:
+        first_port, second_port = first_port_holder.getsockname()[1], second_port_holder.getsockname()[1]
+        both = {7: first_port, 11: second_port}
+        node_process(server_process, database_url, 7, first_port, lapse_ms)
+        second = node_process(server_process, database_url, 11, second_port, lapse_ms)
+        brokers_become(first_port, both)
+        for version in VERSIONS_OF_DESCRIBE_CLUSTER:
+            for include_fenced in (False, True):
+                assert described(first_port, version, include_fenced) == [
+                    (7, first_port, False),
+                    (11, second_port, False),
+                ]
+        second.kill()
+        deadline = time.monotonic() + WAIT_S
+        while (found := described(first_port, 2, include_fenced=False)) != [(7, first_port, False)]:
+            assert time.monotonic() < deadline, f"node 11 killed {WAIT_S} s ago and described as {found}"
+            time.sleep(0.1)
+        # Within the lapse: fenced, answered only when asked for; Metadata lists it.
+        assert described(first_port, 2, include_fenced=True) == [(7, first_port, False), (11, second_port, True)]
+        assert described(first_port, 1, include_fenced=True) == [(7, first_port, False)]  # v0-v1: no such flag
+        assert described(first_port, 0, include_fenced=True) == [(7, first_port, False)]
+        assert brokers(first_port) == both
+        brokers_become(first_port, {7: first_port})  # the lapse ended
+        assert described(first_port, 2, include_fenced=True) == [(7, first_port, False)]
 
 
 def test_a_hung_node_leaves_the_brokers_and_is_back_the_moment_it_resumes(server_process, database_url):

@@ -1,9 +1,10 @@
 """Metadata and DescribeCluster: every live node on this database as a broker
-(storage/node_presence.py; one that died, a while: cluster_nodes.NodeListing), this node the
-controller, the cluster's authorized operations when asked; Metadata's topics with this node the
-leader of every partition (any node may lead any partition: they share PostgreSQL), leader epochs
-unknown (-1), unknown topics created when the request and the server allow it, the principal's
-operations on each topic when asked (v8+).
+(storage/node_presence.py; one that died, a while: cluster_nodes.NodeListing, which DescribeCluster
+answers as a fenced broker, only when asked for those), this node the controller, the cluster's
+authorized operations when asked; Metadata's topics with this node the leader of every partition
+(any node may lead any partition: they share PostgreSQL), leader epochs unknown (-1), unknown
+topics created when the request and the server allow it, the principal's operations on each topic
+when asked (v8+).
 DescribeCluster serves the brokers' endpoint only (KIP-919): a request for the controllers' (v1+)
 is MISMATCHED_ENDPOINT_TYPE, an unknown type UNSUPPORTED_ENDPOINT_TYPE, as a Kafka broker answers.
 DescribeTopicPartitions (KIP-966) describes topics as Metadata does, by pages of partitions."""
@@ -49,11 +50,9 @@ def _requested_names(request) -> list[str | None] | None:
     return [topic.name for topic in request.topics]
 
 
-async def _brokers(context: RequestContext, module, class_name: str) -> tuple:
-    """The brokers Metadata and DescribeCluster answer (their entries' class `class_name`): every
-    live node, and for kafka_lapsed_node_listed_ms one that died (as Kafka lists a dead broker until
-    its controller fences it), rack null; v2 of DescribeCluster: none fenced."""
-    nodes: list[LiveNode] = await context.calls.listed_nodes(context.advertised_host, context.advertised_port)
+def _brokers(module, class_name: str, nodes: list[tuple[LiveNode, bool]]) -> tuple:
+    """Metadata's or DescribeCluster's brokers (their entries' class `class_name`), each node given
+    with whether it is fenced (DescribeCluster v2's is_fenced), rack null, by id."""
     return tuple(
         build(
             module,
@@ -63,9 +62,31 @@ async def _brokers(context: RequestContext, module, class_name: str) -> tuple:
             host=node.host,
             port=node.port,
             rack=None,
-            is_fenced=False,
+            is_fenced=fenced,
         )
-        for node in nodes
+        for node, fenced in sorted(nodes)
+    )
+
+
+async def _metadata_brokers(context: RequestContext, module) -> tuple:
+    """Metadata's brokers: every live node, and for kafka_lapsed_node_listed_ms one that died, as
+    Kafka lists a dead broker until its controller fences it (librdkafka relies on it: NodeListing).
+    Kafka's Metadata never lists a fenced broker; a hung node, fenced by Kafka 9 s after its last
+    heartbeat, is listed here for the lapse after that (docs/kafka.md, "A node dies")."""
+    nodes = await context.calls.listed_nodes(context.advertised_host, context.advertised_port)
+    return _brokers(module, "MetadataResponseBroker", [(node, False) for node in nodes])
+
+
+async def _described_brokers(context: RequestContext, request, module) -> tuple:
+    """DescribeCluster's brokers, as Kafka's broker answers them: the unfenced (live) nodes, and with
+    v2's include_fenced_brokers (KIP-1073) the fenced ones too, `is_fenced` true: here the nodes
+    listed only because their presence lapsed (dead, stopped or hung), which Metadata still lists."""
+    listing = await context.calls.node_listing(context.advertised_host, context.advertised_port)
+    fenced = listing.lapsed if getattr(request, "include_fenced_brokers", False) else []
+    return _brokers(
+        module,
+        "DescribeClusterBroker",
+        [(node, False) for node in listing.live] + [(node, True) for node in fenced],
     )
 
 
@@ -93,11 +114,11 @@ def _topic_authorized_operations(context: RequestContext, request, topic: TopicM
     return _operation_bits(topic_operations(context.principal, topic.name))
 
 
-async def _cluster(context: RequestContext, request, module, broker_class: str) -> dict:
-    """What Metadata and DescribeCluster answer of the cluster, in both one way: its brokers, id,
-    controller (this node) and the principal's operations on it when asked."""
+def _cluster(context: RequestContext, request, brokers: tuple) -> dict:
+    """What Metadata and DescribeCluster answer of the cluster, in both one way: its brokers (each
+    API's own), id, controller (this node) and the principal's operations on it when asked."""
     return dict(
-        brokers=await _brokers(context, module, broker_class),
+        brokers=brokers,
         cluster_id=CLUSTER_ID,
         controller_id=context.calls.node_id,
         cluster_authorized_operations=_cluster_authorized_operations(context, request),
@@ -193,7 +214,7 @@ async def handle(context: RequestContext, request) -> object:
         module,
         "MetadataResponse",
         throttle_time=datetime.timedelta(0),
-        **await _cluster(context, request, module, "MetadataResponseBroker"),
+        **_cluster(context, request, await _metadata_brokers(context, module)),
         topics=tuple(topics),
         error_code=KafkaError.none,  # v13+: this node never asks a client to re-bootstrap
     )
@@ -215,12 +236,14 @@ def _endpoint_error(endpoint_type: int) -> tuple[KafkaError, str] | None:
 
 
 async def describe_cluster(context: RequestContext, request) -> object:
-    """DescribeCluster (60): the brokers, cluster id and controller Metadata answers. As Kafka, it
-    needs no ACL: without Describe on the Cluster the authorized operations asked for are none (0)."""
+    """DescribeCluster (60): the cluster id and controller Metadata answers, and its brokers but the
+    lapsed nodes, Kafka's fenced brokers, which only v2's include_fenced_brokers asks for (flagged
+    is_fenced: _described_brokers). As Kafka, it needs no ACL: without Describe on the Cluster the
+    authorized operations asked for are none (0)."""
     module = response_module(api_table.DESCRIBE_CLUSTER, context.api_version)
     error = _endpoint_error(getattr(request, "endpoint_type", BROKERS_ENDPOINT))  # v0: the brokers'
     if error is None:
-        cluster = await _cluster(context, request, module, "DescribeClusterBroker")
+        cluster = _cluster(context, request, await _described_brokers(context, request, module))
     else:  # nothing but the error, as Kafka
         cluster = dict(brokers=(), cluster_id="", controller_id=NO_CONTROLLER)
     error_code, error_message = error or (KafkaError.none, None)
