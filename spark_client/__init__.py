@@ -34,7 +34,10 @@ Options (case-insensitive, as always in Spark; spark_client/README.md has the de
   false: what is gone is skipped).
 - Writes: sink_id (required for streams, default "batch"): names the sink's transactions and
   decision records, one per streaming query, kept across restarts from its checkpoint;
-  transaction_timeout_ms (600000): the server aborts a task's transaction left open this long.
+  transaction_timeout_ms (600000): the server aborts a task's transaction left open this long;
+  delivery_timeout_ms (120000): how long a task's records are retried, and how long a slow
+  server's prepare is waited out (prepare_transaction() called again after each max_block_ms)
+  before the task fails; max_block_ms (60000): how long one call of the task's producer blocks.
 
 Exactly once (spark_client.commit_protocol): every task attempt writes its rows in a transaction of
 its own and prepares it (KIP-939); the driver records which prepared transactions make up the batch

@@ -6,7 +6,9 @@ Task attempt (an executor's Python worker), `write_task`:
     nothing -- the decision's transactions are the batch's output;
  2. writes its rows in a transaction of its own (transactional id
     `<sink_id>/<batch>/<partition>/<attempt>-<task attempt id>`) and prepares it: durable,
-    invisible to read_committed readers, never timed out;
+    invisible to read_committed readers, never timed out. A slow server is waited out for up to
+    delivery_timeout_ms (prepare_transaction() is called again while it times out after
+    max_block_ms): failing the task would make Spark redo its work in a new transaction;
  3. reads the decision again: if a decision was taken meanwhile without it (a zombie: speculative
     or retried), aborts its own transaction; else returns (transactional id, producer id, epoch)
     as its commit message.
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -86,6 +89,23 @@ def _read_decision(connection: ConnectionOptions, batch: SinkBatch) -> Decision 
     return asyncio.run(read())
 
 
+def _prepare(producer: Producer, bound_ms: int) -> PreparedTransaction | None:
+    """prepare_transaction(), called again while it raises a retriable TxbrokerTimeoutError -- the
+    server slow to take the records or to answer the PrepareTxn: each call blocks at most
+    max_block_ms, and the next resumes it -- for up to `bound_ms` (delivery_timeout_ms: what a task
+    waited for its records before prepare_transaction() was bounded by max_block_ms), give or take
+    one max_block_ms. A slow but working server then costs no task retry, which would redo the
+    task's work in a new transaction. Any other error, and the timeout past the bound, is raised."""
+    deadline = time.monotonic() + bound_ms / 1000
+    while True:
+        try:
+            return producer.prepare_transaction()
+        except errors.TxbrokerTimeoutError as error:
+            if not error.retriable or time.monotonic() >= deadline:
+                raise
+            log.info("%s: not prepared yet, preparing on (%s)", producer.transactional_id, error)
+
+
 def write_task(
     options: WriteOptions, batch: SinkBatch, batches: Iterator[pa.RecordBatch], task: TaskAttempt
 ) -> TaskCommitMessage:
@@ -108,10 +128,7 @@ def write_task(
                 continue
             if producer is None:  # no transaction at all for a task without rows
                 producer = Producer(
-                    options.connection.url,
-                    transactional_id=transactional_id,
-                    transaction_timeout_ms=options.transaction_timeout_ms,
-                    **options.connection.client_config,
+                    options.connection.url, transactional_id=transactional_id, **options.producer_config
                 )
                 producer.init_transactions()
                 producer.begin_transaction()
@@ -124,7 +141,7 @@ def write_task(
                 faults.task_point("mid_write", batch.batch_id, task.partition, task.attempt)
         if producer is None:
             return TaskCommitMessage(task.partition, None, 0, query_id=task.query_id)
-        prepared = producer.prepare_transaction()
+        prepared = _prepare(producer, options.delivery_timeout_ms)
         if prepared is None:  # broken invariant: rows were sent, so the transaction has content
             raise RuntimeError(f"{transactional_id}: {rows} rows sent but nothing to prepare")
         faults.task_point("after_prepare", batch.batch_id, task.partition, task.attempt)

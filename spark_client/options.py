@@ -20,6 +20,10 @@ from txbroker.wire import ISOLATION_LEVELS
 EARLIEST, LATEST = -2, -1  # ListOffsets' timestamps, and Kafka's per-partition offsets JSON
 SINK_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 DEFAULT_TRANSACTION_TIMEOUT_MS = 600_000
+# The SDK producer's defaults. delivery_timeout_ms is also how long a task keeps calling
+# prepare_transaction() again while a slow server makes it time out (see commit_protocol).
+DEFAULT_DELIVERY_TIMEOUT_MS = 120_000
+DEFAULT_MAX_BLOCK_MS = 60_000
 DEFAULT_MAX_RECORDS_PER_FETCH = 10_000
 
 
@@ -67,6 +71,18 @@ class WriteOptions:
     sink_id: str | None = None
     transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS
     faults: Faults = field(default_factory=Faults)
+    delivery_timeout_ms: int = DEFAULT_DELIVERY_TIMEOUT_MS
+    max_block_ms: int = DEFAULT_MAX_BLOCK_MS
+
+    @property
+    def producer_config(self) -> dict:
+        """Keyword arguments for a task's Producer."""
+        return {
+            "transaction_timeout_ms": self.transaction_timeout_ms,
+            "delivery_timeout_ms": self.delivery_timeout_ms,
+            "max_block_ms": self.max_block_ms,
+            **self.connection.client_config,
+        }
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -189,4 +205,6 @@ def write_options(options: Mapping[str, str], streaming: bool) -> WriteOptions:
         sink_id,
         _int(lowered, "transaction_timeout_ms", DEFAULT_TRANSACTION_TIMEOUT_MS),
         Faults.parse(lowered.get("_test_faults")),
+        _int(lowered, "delivery_timeout_ms", DEFAULT_DELIVERY_TIMEOUT_MS),
+        _int(lowered, "max_block_ms", DEFAULT_MAX_BLOCK_MS),
     )

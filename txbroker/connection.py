@@ -8,6 +8,12 @@ the contract's (a 2xx whose body is not a JSON object, a body that does not deco
 `InvalidResponseError`, one of them (its outcome is unknown too); an error response is the class of
 its code. Nothing above this module sees httpx, nor an answer that is not a JSON object.
 
+An answer is an `Answer`: a dict whose fields, and the objects and lists in them, check what the
+SDK reads. A field the contract's answer always holds but this one lacks, or holds with another
+type (a proxy's or another version's JSON), is an `InvalidResponseError` naming the request and the
+field where it is read, instead of a KeyError or TypeError deep in a reader (a consumer's poll(),
+its heartbeat task, init_transactions()).
+
 The transport is pluggable (`transport=`): an `httpx.AsyncBaseTransport` such as
 `httpx.MockTransport` or `httpx.ASGITransport(app)`, or a synchronous `httpx.BaseTransport`, which
 is run in a worker thread.
@@ -17,8 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import httpx
 
@@ -39,6 +45,7 @@ except ImportError:  # pragma: no cover - exercised where orjson is absent
     _loads = json.loads
 
 DEFAULT_URL = "http://127.0.0.1:8080"
+T = TypeVar("T")
 USER_AGENT = "txbroker-python"
 
 
@@ -146,7 +153,7 @@ class Connection:
             return None
         decoded = _json_object(response)
         if decoded is not None and (response.is_success or response.status_code in accept):
-            return decoded
+            return Answer(decoded, f"{method} {self.url}{path}")
         if response.is_success:
             raise _invalid_answer(f"{method} {self.url}{path}", response)
         raise _error_for(method, path, response, decoded)
@@ -155,6 +162,163 @@ class Connection:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+# The contract's answer fields the SDK reads, by name (a name means the same in every answer), and
+# the JSON types they have (docs/api.md): exact types, as JSON decodes (a boolean is no integer). A
+# field not named here is checked for presence only.
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(
+        (
+            "producer_id",
+            "producer_epoch",
+            "generation_id",
+            "partition",
+            "offset",
+            "next_offset",
+            "low_watermark",
+            "timestamp_ms",
+        ),
+        (int,),
+    ),
+    **dict.fromkeys(("base_offset", "heartbeat_interval_ms"), (int, type(None))),
+    **dict.fromkeys(("topic", "member_id", "transactional_id", "state", "code"), (str,)),
+    **dict.fromkeys(("key", "value", "metadata", "topic_id"), (str, type(None))),
+    **dict.fromkeys(("partitions", "records", "assignment", "offsets", "transactions"), (list,)),
+    "headers": (list, type(None)),
+    "error": (dict, type(None)),
+}
+_JSON_NAMES = {
+    int: "an integer",
+    float: "a number",
+    bool: "a boolean",
+    str: "a string",
+    list: "an array",
+    dict: "an object",
+    type(None): "null",
+}
+
+# Where an object or array sits in its answer: (the parent's place, its field name or index), ()
+# for the answer itself; spelled out ("partitions[0].records") only for an error's message.
+_Place = tuple
+
+
+class Answer(dict):
+    """A decoded answer of `request`: reading a field it lacks, or one whose JSON type is not the
+    contract's, raises InvalidResponseError; the objects and arrays read from it are checked alike.
+    `get()` is for optional fields. Pickled and copied as the plain dict it holds."""
+
+    __slots__ = ("request", "place")
+
+    def __init__(self, fields: dict, request: str, place: _Place = ()) -> None:
+        super().__init__(fields)
+        self.request, self.place = request, place
+
+    def __getitem__(self, field: str) -> Any:
+        try:
+            value = dict.__getitem__(self, field)
+        except KeyError:
+            raise _field_error(self, field, "is missing, which the contract's answer holds") from None
+        expected = _FIELD_TYPES.get(field)
+        if expected is not None and type(value) not in expected:
+            wanted = " or ".join(_JSON_NAMES[t] for t in expected)
+            actual = _JSON_NAMES.get(type(value), type(value).__name__)
+            raise _field_error(self, field, f"is {actual} where the contract's answer holds {wanted}")
+        kind = type(value)
+        if kind is dict:
+            return Answer(value, self.request, (self.place, field))
+        if kind is list:
+            return AnswerList(value, self.request, (self.place, field))
+        return value
+
+    def get(self, field: str, default: Any = None) -> Any:
+        return self[field] if field in self else default
+
+    def __reduce__(self):
+        return dict, (dict(self),)
+
+
+class AnswerList(list):
+    """An array of an Answer: the objects and arrays in it are checked as the Answer's are."""
+
+    __slots__ = ("request", "place")
+
+    def __init__(self, items: list, request: str, place: _Place) -> None:
+        super().__init__(items)
+        self.request, self.place = request, place
+
+    def __getitem__(self, index):
+        item = list.__getitem__(self, index)
+        if isinstance(index, slice):
+            return AnswerList(item, self.request, self.place)
+        return self._checked(item, index)
+
+    def __iter__(self):
+        request, place = self.request, self.place
+        for index, item in enumerate(list.__iter__(self)):
+            kind = type(item)
+            if kind is dict:
+                yield Answer(item, request, (place, index))
+            elif kind is list:
+                yield AnswerList(item, request, (place, index))
+            else:
+                yield item
+
+    def read_each(self, read: Callable[[Any], T]) -> Iterator[T]:
+        """read(item) of each item, at a plain list's speed (a fetch's records: checking every
+        field of every record would double the cost of reading them). The item is checked only
+        when `read` fails on it (KeyError, TypeError, ValueError), to say which of its fields was
+        not the contract's: an InvalidResponseError, as reading a checked item raises."""
+        for index, item in enumerate(list.__iter__(self)):
+            try:
+                yield read(item)
+            except (KeyError, TypeError, ValueError) as error:
+                raise self._unreadable(index, read, error) from error
+
+    def _unreadable(self, index: int, read: Callable[[Any], Any], error: Exception) -> errors.InvalidResponseError:
+        try:
+            read(self._checked(list.__getitem__(self, index), index))
+        except errors.InvalidResponseError as found:
+            return found
+        except Exception:  # noqa: BLE001 - the first error is the one to report
+            pass
+        return _invalid_field(
+            self.request, _spelled((self.place, index)), f"could not be read ({type(error).__name__}: {error})"
+        )
+
+    def _checked(self, item: Any, index: int) -> Any:
+        if type(item) is dict:
+            return Answer(item, self.request, (self.place, index))
+        if type(item) is list:
+            return AnswerList(item, self.request, (self.place, index))
+        return item
+
+    def __reduce__(self):
+        return list, (list(list.__iter__(self)),)
+
+
+def _spelled(place: _Place) -> str:
+    """("partitions", 0), "records" -> "partitions[0].records"."""
+    if not place:
+        return ""
+    parent, name = place
+    before = _spelled(parent)
+    if isinstance(name, int):
+        return f"{before}[{name}]"
+    return f"{before}.{name}" if before else name
+
+
+def _field_error(answer: Answer, field: str, problem: str) -> errors.InvalidResponseError:
+    return _invalid_field(answer.request, _spelled((answer.place, field)), problem)
+
+
+def _invalid_field(request: str, field: str, problem: str) -> errors.InvalidResponseError:
+    return errors.InvalidResponseError(
+        f"{request} answered a JSON object whose field {field!r} {problem} "
+        f"(docs/api.md): a proxy or a server of another txbroker version answered; the request may or may not "
+        f"have been applied (it is safe to retry, as the SDK does); if this persists, check that `url` reaches a "
+        f"txbroker server whose version this SDK speaks"
+    )
 
 
 def _server_url(url: str) -> str:

@@ -130,10 +130,15 @@ class ConsumerCoordinator:
                 attempt, self._heartbeat_error = 0, None
             except asyncio.CancelledError:
                 raise
-            except TxbrokerError as error:
+            except TxbrokerError as error:  # an answer without the contract's fields too: retried
                 self._heartbeat_error = error
                 attempt += 1
                 log.warning("heartbeat of group %r failed: %s", self.group_id, error)
+            except Exception:
+                # Not the SDK's error (a bug): the task must not end on it, silently, and leave the
+                # membership to lapse until the next poll() starts heartbeats again.
+                attempt += 1
+                log.exception("heartbeat of group %r failed unexpectedly", self.group_id)
 
     async def update_assignment(self) -> RebalanceEvent | None:
         """Joins if needed and adopts the latest assignment the heartbeats brought; returns what

@@ -5,7 +5,8 @@ few errors the client itself raises.
      └── TxbrokerError                       code, message, retriable, abortable, fatal
           ├── <one class per contract code>   e.g. ProducerFencedError (PRODUCER_FENCED)
           ├── TxbrokerConnectionError         the server could not be reached or the response was lost
-          │    └── InvalidResponseError       an answer that is not the contract's (not JSON, undecodable)
+          │    └── InvalidResponseError       an answer that is not the contract's (not JSON, a field
+          │                                   missing or of another type, undecodable)
           ├── TxbrokerTimeoutError            a client deadline passed (the outcome may be unknown)
           ├── IllegalStateError               a call not allowed in the client's current state
           ├── TransactionAbortedError         a record's transaction was aborted before it was sent
@@ -359,10 +360,12 @@ class TxbrokerConnectionError(TxbrokerError):
 
 class InvalidResponseError(TxbrokerConnectionError):
     """An answer that is not the contract's: a 2xx whose body is not a JSON object (a proxy's or
-    another server's page), or a body that does not decode (its Content-Encoding corrupted on the
-    way). Nothing in it says what the server did, so the request's outcome is unknown, as when the
-    connection broke: retriable (the contract's requests are safe to retry, and a proxy's glitch
-    passes); one that persists means `url` does not reach a txbroker server's API."""
+    another server's page), a JSON object lacking a field the SDK reads or holding it with another
+    JSON type (another version's, a proxy's; txbroker.connection.Answer), or a body that does not
+    decode (its Content-Encoding corrupted on the way). Nothing in it says what the server did, so
+    the request's outcome is unknown, as when the connection broke: retriable (the contract's
+    requests are safe to retry, and a proxy's glitch passes); one that persists means `url` does
+    not reach a txbroker server's API of a version this SDK speaks."""
 
     code = "INVALID_RESPONSE"
 

@@ -22,6 +22,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from txbroker import errors
@@ -165,7 +166,13 @@ class Fetcher:
                 return await self._pause_until(deadline, self._backoff.max_ms / 1000)
         if answer is NO_ANSWER:
             return []
-        deleted = await self._keep_fetched(answer, requested, deadline)
+        try:
+            deleted = await self._keep_fetched(answer, requested, deadline)
+        except errors.InvalidResponseError as error:
+            # An answer without the contract's fields is as good as none: what it held up to the
+            # odd field is kept, and the rest is fetched again, as after a page that is not JSON.
+            log.warning("fetch from %s: %s", self._url, error)
+            return await self._pause_until(deadline, self._backoff.max_ms / 1000)
         records = self._take_fetched()
         if not records and deleted:  # the fetch answered at once: not again before the heartbeat may have come
             return await self._pause_until(deadline, self._backoff.max_ms / 1000)
@@ -257,7 +264,7 @@ class Fetcher:
                 raise failure
             if entry["records"]:
                 self._fetched[tp] = _Fetched(
-                    deque(consumer_record(tp.topic, tp.partition, wire) for wire in entry["records"]),
+                    deque(entry["records"].read_each(partial(consumer_record, tp.topic, tp.partition))),
                     requested[tp],
                     entry["next_offset"],
                 )

@@ -81,9 +81,9 @@ def _action_for(error: TxbrokerError, transactional: bool, idempotent: bool) -> 
 
 def _unexpected(exc: Exception) -> TxbrokerError:
     error = errors.TxbrokerError(
-        f"getting a producer id (InitProducerId) failed unexpectedly with {type(exc).__name__}: {exc} (an answer "
-        f"without the contract's fields, from a proxy or another server at the producer's url, or a bug of the SDK: "
-        f"its traceback is logged): the producer cannot go on; close it and create a new one",
+        f"getting a producer id (InitProducerId) failed unexpectedly with {type(exc).__name__}: {exc} (a bug of the "
+        f"SDK: its traceback is logged; an answer without the contract's fields is an InvalidResponseError, not "
+        f"this): the producer cannot go on; close it and create a new one",
         code=errors.UnknownServerError.code,
     )
     error.__cause__ = exc
@@ -205,7 +205,8 @@ class Sender:
             try:
                 await self._prepare_identity()
             except TxbrokerError as error:
-                # Unreachable for max_block_ms: fail what waits, try again with the next records.
+                # Unreachable for max_block_ms, or answered without the contract's fields (an
+                # InvalidResponseError): fail what waits, try again with the next records.
                 self._fail_everything(error if error.retriable else self._tm.fail_fatal(error))
                 continue
             except Exception as exc:

@@ -437,15 +437,26 @@ def odd_answers(server):
 MAINTENANCE_PAGE = (200, {"Content-Type": "text/html"}, b"<html>down for maintenance</html>")
 
 
-def test_a_fetch_answered_200_with_a_page_that_is_not_json_is_retried_not_a_crash(server, odd_answers):
-    """A 2xx whose body is not JSON (a gateway's maintenance page) answers a consumer's fetches:
-    poll() returns nothing within its timeout, as for a server away, and reads on once the server
-    answers again. Before, the answer decoded to None and poll() raised TypeError."""
+@pytest.mark.parametrize(
+    "answer",
+    [
+        MAINTENANCE_PAGE,
+        (200, {"Content-Type": "application/json"}, b'{"partitions": [{"topic": "odd-fetch", "partition": 0}]}'),
+        (200, {"Content-Type": "application/json"}, b'{"partitions": "none"}'),
+    ],
+    ids=["not-json", "a-field-missing", "a-field-wrongly-typed"],
+)
+def test_a_fetch_answered_200_with_what_is_not_the_contracts_answer_is_retried_not_a_crash(server, odd_answers, answer):
+    """A 2xx that is not the contract's answer (a gateway's maintenance page, a JSON object without
+    a field of the answer or with a field of another type) answers a consumer's fetches: poll()
+    returns nothing within its timeout, as for a server away, and reads on once the server answers
+    again. Before, the page decoded to None and poll() raised TypeError; the JSON objects made it
+    raise a raw KeyError or TypeError."""
     tp = TopicPartition("odd-fetch", 0)
     with Admin(server.url) as admin:
         admin.create_topic(tp.topic)
     produce_values(server.url, tp.topic, ["a", "b", "c"])
-    odd_answers.odd["/v1/fetch"] = MAINTENANCE_PAGE
+    odd_answers.odd["/v1/fetch"] = answer
     with Consumer(odd_answers.url, prefetch=False, **FAST) as consumer:
         consumer.assign([tp])
         consumer.seek(tp, 0)
@@ -486,25 +497,73 @@ def test_an_answer_that_is_not_the_contracts_is_an_invalid_response_error(odd_an
     assert "GET " + odd_answers.url + "/v1/topics/odd" in error.message
 
 
-def test_an_unexpected_error_getting_a_producer_id_fails_the_records_not_strands_them(server, odd_answers):
+WITHOUT_FIELDS = (200, {"Content-Type": "application/json"}, b'{"unexpected": true}')
+
+
+def test_a_producer_id_answer_without_the_contracts_fields_fails_the_records_then_goes_on(server, odd_answers):
     """InitProducerId answered with a JSON object without the contract's fields (from a proxy, or
-    another server): the sender's unexpected error (KeyError) fails the records waiting for the id
-    with a fatal TxbrokerError saying so, and flush() and close() return. Before, the sender's task
-    ended on the KeyError, silently: every record's future stayed pending, and flush() and
-    close() waited for ever."""
+    another server): the records waiting for the id fail with InvalidResponseError (retriable)
+    naming the request and the field, flush() returns, and once the answers are the contract's
+    again the producer goes on. Before, the KeyError made the producer fatal: every later send
+    failed until it was closed and created again."""
     with Admin(server.url) as admin:
         admin.create_topic("no-producer-id")
-    odd_answers.odd["/v1/producers/init"] = (200, {"Content-Type": "application/json"}, b'{"unexpected": true}')
-    producer = Producer(odd_answers.url, linger_ms=0, **FAST)
-    try:
-        future = producer.send("no-producer-id", value="stranded?")
-        with pytest.raises(errors.TxbrokerError, match=r"InitProducerId\) failed unexpectedly with KeyError") as raised:
+    odd_answers.odd["/v1/producers/init"] = WITHOUT_FIELDS
+    with Producer(odd_answers.url, linger_ms=0, **FAST) as producer:
+        future = producer.send("no-producer-id", value="failed")
+        with pytest.raises(errors.InvalidResponseError) as raised:
             future.result(10)
-        assert raised.value.fatal
-        with pytest.raises(errors.TxbrokerError, match="failed unexpectedly"):
-            producer.send("no-producer-id", value="after")
+        assert raised.value.retriable and not raised.value.fatal
+        assert re.search(r"POST \S+/v1/producers/init answered .* field 'producer_id' is missing", raised.value.message)
         started = time.monotonic()
         producer.flush()
-    finally:
-        producer.close(timeout=5)
-    assert time.monotonic() - started < 5
+        assert time.monotonic() - started < 5
+        del odd_answers.odd["/v1/producers/init"]
+        assert producer.send("no-producer-id", value="after").result(10).offset == 0
+    assert [r.value for r in read_all(server.url, "no-producer-id", 1)] == [b"after"]
+
+
+def test_init_transactions_answered_without_the_contracts_fields_raises_invalid_response_error(server, odd_answers):
+    """The error init_transactions()'s caller gets for an InitProducerId answer without the
+    contract's fields is the SDK's (retriable: calling again once the answers are right
+    initializes), naming the request and the field. Before, it was a raw KeyError."""
+    with Admin(server.url) as admin:
+        admin.create_topic("odd-init")
+    odd_answers.odd["/v1/producers/init"] = (200, {"Content-Type": "application/json"}, b'{"producer_id": "7"}')
+    with Producer(odd_answers.url, transactional_id="odd-init", **FAST) as producer:
+        with pytest.raises(errors.InvalidResponseError, match="field 'producer_id' is a string where") as raised:
+            producer.init_transactions()
+        assert raised.value.retriable and "/v1/producers/init" in raised.value.message
+        del odd_answers.odd["/v1/producers/init"]
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("odd-init", value="v")
+        producer.commit_transaction()
+    assert [r.value for r in read_all(server.url, "odd-init", 1)] == [b"v"]
+
+
+def test_the_heartbeat_task_outlives_answers_without_the_contracts_fields(server, odd_answers, caplog):
+    """Heartbeats answered with JSON objects without the contract's fields: the heartbeat task logs
+    InvalidResponseError naming the field and goes on heartbeating, so the membership lives on
+    between polls once the answers are right again. Before, the first such answer's KeyError ended
+    the task silently, and nothing heartbeated until the next poll() started it again."""
+    with Admin(server.url) as admin:
+        admin.create_topic("odd-heartbeats")
+    heartbeat = "/v1/groups/odd-beaters/heartbeat"
+    with Consumer(odd_answers.url, group_id="odd-beaters", heartbeat_interval_ms=100, **FAST) as consumer:
+        consumer.subscribe(["odd-heartbeats"])
+        deadline = time.monotonic() + 20
+        while not consumer.assignment():
+            assert time.monotonic() < deadline, "never assigned"
+            consumer.poll(timeout_ms=100)
+        coordinator = consumer._core._coordinator
+        odd_answers.odd[heartbeat] = (200, {"Content-Type": "application/json"}, b'{"assignment": []}')
+        with caplog.at_level("WARNING", logger="txbroker"):
+            time.sleep(1)
+        assert not coordinator._heartbeat_task.done(), coordinator._heartbeat_task
+        assert "field 'generation_id' is missing" in caplog.text
+        del odd_answers.odd[heartbeat]
+        member = coordinator.member_id
+        time.sleep(0.5)
+        assert coordinator._heartbeat_error is None and coordinator.member_id == member
+        assert not coordinator._heartbeat_task.done()

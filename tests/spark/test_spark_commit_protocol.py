@@ -5,6 +5,12 @@ protocol under Spark.)"""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
 import pyarrow as pa
 import pytest
 
@@ -14,7 +20,7 @@ from spark_client import commit_protocol, recover  # noqa: E402
 from spark_client.commit_protocol import TaskAttempt, abort_batch, commit_batch, write_task  # noqa: E402
 from spark_client.decisions import DecisionLog, SinkBatch, SinkStateError  # noqa: E402
 from spark_client.options import ConnectionOptions, WriteOptions  # noqa: E402
-from txbroker import Admin, Consumer, Producer, TopicPartition, TwoPhaseClient  # noqa: E402
+from txbroker import Admin, Consumer, Producer, TopicPartition, TwoPhaseClient, errors  # noqa: E402
 
 TOPIC = "out"
 
@@ -210,3 +216,67 @@ def test_a_decided_transaction_aborted_by_an_operator_fails_the_commit_loudly(se
         assert client.abort_open(messages[0].transaction.transactional_id)  # kafka-transactions.sh abort
     with pytest.raises(SinkStateError, match="rows are lost"):
         commit_batch(options, batch, messages)
+
+
+class FrozenServer:
+    """A `txbroker serve` subprocess that a task's rows freeze (SIGSTOP) for a while once the task
+    has them all: what the task's prepare meets. Resumed (SIGCONT) at teardown whatever happened."""
+
+    def __init__(self, server) -> None:
+        self.url, self.pid = server.url, server.pid
+        self._resume: threading.Timer | None = None
+
+    def rows_then_frozen(self, batches: list[pa.RecordBatch], seconds: float) -> Iterator[pa.RecordBatch]:
+        yield from batches
+        os.kill(self.pid, signal.SIGSTOP)
+        self._resume = threading.Timer(seconds, self.resume)
+        self._resume.start()
+
+    def resume(self) -> None:
+        if self._resume is not None:
+            self._resume.cancel()
+        os.kill(self.pid, signal.SIGCONT)
+
+
+@pytest.fixture
+def frozen_server(server_process, database_url):
+    frozen = FrozenServer(server_process("--database-url", database_url))
+    with Admin(frozen.url) as admin:
+        admin.create_topic(TOPIC, partitions=2)
+    try:
+        yield frozen
+    finally:
+        frozen.resume()
+
+
+def test_a_task_waits_out_a_slow_prepare_instead_of_failing(frozen_server):
+    """The server frozen for 2 s while a task prepares, with max_block_ms=500: prepare_transaction()
+    times out (retriable) and the task calls it again until it is prepared, within
+    delivery_timeout_ms; the batch then commits each row once. Before, the task failed on the first
+    TxbrokerTimeoutError, and Spark retried it from scratch: a new transaction, the work redone."""
+    options = WriteOptions(ConnectionOptions(frozen_server.url), TOPIC, "sink", max_block_ms=500)
+    batch = SinkBatch("sink", TOPIC, job="job-slow")
+    started = time.monotonic()
+    message = write_task(options, batch, frozen_server.rows_then_frozen(rows("a", "b"), 2), TaskAttempt(0, 0, 1))
+    assert time.monotonic() - started > 2, "the prepare did not meet the frozen server"
+    assert message.transaction is not None and message.rows == 2
+    commit_batch(options, batch, [message])
+    assert committed_values(frozen_server.url) == ["a", "b"]
+    assert open_transactions(frozen_server.url) == []
+
+
+def test_a_task_fails_once_a_slow_prepare_outlasts_delivery_timeout_ms(frozen_server):
+    """Preparing on is bounded: a server frozen for 8 s, past delivery_timeout_ms (here 1.5 s,
+    max_block_ms 500), fails the task with the retriable TxbrokerTimeoutError, for Spark to retry it,
+    after preparing on for delivery_timeout_ms (the task's cleanup then waits for the frozen server:
+    an abort for max_block_ms, the producer's close for up to 5 s)."""
+    options = WriteOptions(
+        ConnectionOptions(frozen_server.url), TOPIC, "sink", max_block_ms=500, delivery_timeout_ms=1500
+    )
+    batch = SinkBatch("sink", TOPIC, job="job-frozen")
+    started = time.monotonic()
+    with pytest.raises(errors.TxbrokerTimeoutError, match="max_block_ms") as raised:
+        write_task(options, batch, frozen_server.rows_then_frozen(rows("x"), 8), TaskAttempt(0, 0, 1))
+    took = time.monotonic() - started
+    assert raised.value.retriable
+    assert 1.5 <= took < 8, f"the task failed after {took:.1f} s with delivery_timeout_ms=1500"

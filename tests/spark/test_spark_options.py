@@ -62,6 +62,11 @@ def test_bad_read_options_say_what_is_wrong(options, message):
 def test_write_options():
     batch = write_options({"url": URL, "topic": "out", "token": "secret"}, streaming=False)
     assert (batch.sink_id, batch.connection.token, batch.faults) == ("batch", "secret", Faults())
+    assert (batch.delivery_timeout_ms, batch.max_block_ms) == (120_000, 60_000)  # the SDK producer's
+    tuned = write_options({"url": URL, "topic": "out", "DELIVERY_TIMEOUT_MS": "300000", "max_block_ms": "5000"}, False)
+    assert (tuned.producer_config["delivery_timeout_ms"], tuned.producer_config["max_block_ms"]) == (300_000, 5_000)
+    with pytest.raises(OptionError, match="'max_block_ms' must be at least 1, not 0"):
+        write_options({"url": URL, "topic": "out", "max_block_ms": "0"}, streaming=False)
     with pytest.raises(OptionError, match="needs the option 'sink_id'"):
         write_options({"url": URL, "topic": "out"}, streaming=True)
     with pytest.raises(OptionError, match="sink_id"):
