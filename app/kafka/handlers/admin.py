@@ -69,7 +69,7 @@ async def _refused_creation(context: RequestContext, topic, configs: dict) -> tu
 async def _assignment_refusal(context: RequestContext, topic) -> tuple[KafkaError, str] | None:
     """Kafka's controller's checks of a manual partition assignment (createTopic), in its order: the
     counts left to it (-1), no partition assigned twice, each replica list valid (`_replicas_error`,
-    AlterPartitionReassignments' checks; every list as long as the first) and naming a node not
+    AlterPartitionReassignments' checks; every list as long as the first) and naming at least one node not
     lapsed (`_all_fenced_error`), then the partitions 0..n-1. A valid assignment makes n
     partitions; its replicas are not kept, as a replication factor is not (a txbroker partition has
     one replica, in PostgreSQL, which every node reaches)."""
@@ -281,7 +281,7 @@ def _assignment_check(topic, nodes: _NodeIds | None):
     controller makes it (ReplicationControlManager.createPartitions) once the topic and the count are
     checked: one assignment per partition added, then each replica list valid (`_replicas_error`)
     and as long as the existing partitions' (one replica each: a txbroker partition's one replica is
-    in PostgreSQL, and Metadata shows it so), and naming a node not lapsed (`_all_fenced_error`).
+    in PostgreSQL, and Metadata shows it so), and naming a live node (`_all_fenced_error`).
     The replicas are not kept, as CreateTopics' are not."""
     if topic.assignments is None:
         return None
