@@ -18,6 +18,7 @@ import uuid
 
 import asyncpg
 from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
 from app.runtime.listening_sockets import bound_accepting_socket
@@ -25,7 +26,9 @@ from app.storage import database, node_presence
 from app.storage.node_presence import HEARTBEAT_INTERVAL_S, SESSION_TIMEOUT_S, LiveNode
 from tests.conftest import ServerProcess, process_alive
 from tests.kafka.clients import WAIT_S
-from tests.kafka.raw import RawConnection, request_of
+from tests.kafka.raw import RawConnection, request_of, topic_metadata
+from tests.kafka.test_num_partitions import created_with, grown_with
+from tests.kafka.test_replica_admin import reassign
 
 # How long the first node lists the second once it finds it gone (kafka_lapsed_node_listed_ms):
 # short, for the test to see it leave soon; what is asserted holds for any length.
@@ -150,6 +153,57 @@ def test_describe_cluster_answers_a_lapsed_node_as_fenced_only_to_whom_asks_for_
         assert brokers(first_port) == both
         brokers_become(first_port, {7: first_port})  # the lapse ended
         assert described(first_port, 2, include_fenced=True) == [(7, first_port, False)]
+
+
+def lapsed_in_describe_cluster(port: int, node_id: int, node_port: int) -> None:
+    """Waits until DescribeCluster answers the node as fenced (its presence lapsed, listed still)."""
+    deadline = time.monotonic() + WAIT_S
+    while (node_id, node_port, True) not in (found := described(port, 2, include_fenced=True)):
+        assert time.monotonic() < deadline, f"node {node_id} killed {WAIT_S} s ago and described as {found}"
+        time.sleep(0.1)
+
+
+def test_replica_lists_naming_a_lapsed_node_are_answered_as_kafka_answers_a_fenced_broker(server_process, database_url):
+    """Regression: the admin APIs that take replica lists took a node listed only for the lapse after
+    its death as any live one, so a topic or a partition was made "on" a dead node. Kafka's
+    controller tells a fenced broker from a registered one: a new partition (CreateTopics' and
+    CreatePartitions' assignments) whose replicas are all fenced is INVALID_REPLICA_ASSIGNMENT
+    ("All brokers specified in the manual partition assignment for partition N are fenced or in
+    controlled shutdown.", ReplicationControlManager.createTopic and createPartitions), one live
+    replica beside it is enough; AlterPartitionReassignments asks only that each replica be
+    registered, and takes a fenced broker (NONE). Once the lapse ends the node is not registered."""
+    lapse_ms = 8000  # long enough for the requests, short for the test to see the lapse end
+    with held_port() as first_port_holder, held_port() as second_port_holder:
+        first_port, second_port = first_port_holder.getsockname()[1], second_port_holder.getsockname()[1]
+        first = f"127.0.0.1:{first_port}"
+        node_process(server_process, database_url, 7, first_port, lapse_ms)
+        second = node_process(server_process, database_url, 11, second_port, lapse_ms)
+        brokers_become(first_port, {7: first_port, 11: second_port})
+        assert created_with(first, "grown-past-a-death", [(0, (11,))]).error_code == KafkaError.none
+        os.kill(second.pid, signal.SIGKILL)
+        lapsed_in_describe_cluster(first_port, 11, second_port)
+
+        refused = created_with(first, "made-on-a-lapsed-node", [(0, (7,)), (1, (11,))])
+        assert refused.error_code == KafkaError.invalid_replica_assignment, refused
+        assert "for partition 1 are fenced or in controlled shutdown" in refused.error_message
+        beside = created_with(first, "made-beside-a-lapsed-node", [(0, (11, 7))])
+        assert beside.error_code == KafkaError.none, beside
+        for validate_only in (True, False):
+            refused = grown_with(first, "grown-past-a-death", 3, [(7,), (11,)], validate_only)
+            assert refused.error_code == KafkaError.invalid_replica_assignment, refused
+            assert "for partition 2 are fenced or in controlled shutdown" in refused.error_message
+        assert len(topic_metadata(first, "grown-past-a-death", allow_auto_topic_creation=False).partitions) == 1
+        (reassigned,) = reassign(first, ("grown-past-a-death", 0, (11,))).responses
+        assert [p.error_code for p in reassigned.partitions] == [KafkaError.none]
+        # All of it answered within the lapse: node 11 is still a fenced broker.
+        assert (11, second_port, True) in described(first_port, 2, include_fenced=True)
+
+        brokers_become(first_port, {7: first_port})  # the lapse ended: no such broker now
+        refused = created_with(first, "made-on-a-gone-node", [(0, (11,))])
+        assert refused.error_code == KafkaError.invalid_replica_assignment, refused
+        assert "includes broker 11, but no such broker is registered" in refused.error_message
+        (reassigned,) = reassign(first, ("grown-past-a-death", 0, (11,))).responses
+        assert [p.error_code for p in reassigned.partitions] == [KafkaError.invalid_replica_assignment]
 
 
 def test_a_hung_node_leaves_the_brokers_and_is_back_the_moment_it_resumes(server_process, database_url):

@@ -103,7 +103,7 @@ def test_a_manual_assignment_gives_the_partition_count(server_of_four):
     assert partition_count(server_of_four, "assigned-six") == 6
 
 
-def _created_with(server, name: str, assignments, num_partitions: int = -1, replication_factor: int = -1):
+def created_with(address: str, name: str, assignments, num_partitions: int = -1, replication_factor: int = -1):
     version = 7
     topic = nested(
         api_table.CREATE_TOPICS,
@@ -123,7 +123,7 @@ def _created_with(server, name: str, assignments, num_partitions: int = -1, repl
     request = request_of(
         api_table.CREATE_TOPICS, version, topics=(topic,), timeout=datetime.timedelta(seconds=30), validate_only=False
     )
-    with RawConnection(bootstrap(server)) as connection:
+    with RawConnection(address) as connection:
         (result,) = connection.call(request).topics
     return result
 
@@ -150,12 +150,12 @@ def test_a_bad_manual_assignment_is_refused_as_kafka_refuses_it(server_of_four, 
     node = node_id(server_of_four)
     replicas = {"node": (node,), "twice": (node, node)}
     name = f"badly-assigned-{len(assignments)}-{counts[0]}-{counts[1]}-{message.split()[0]}"
-    result = _created_with(server_of_four, name, [(p, replicas.get(b, b)) for p, b in assignments], *counts)
+    result = created_with(bootstrap(server_of_four), name, [(p, replicas.get(b, b)) for p, b in assignments], *counts)
     assert (result.error_code, message in result.error_message) == (error, True), result
     assert server_of_four.client.get(f"/v1/topics/{name}").status_code == 404
 
 
-def _grown_with(server, name: str, count: int, assignments, validate_only: bool = False):
+def grown_with(address: str, name: str, count: int, assignments, validate_only: bool = False):
     """CreatePartitions v3 of one topic to `count`, with these replica lists (None: no assignment)."""
     version = 3
     topic = nested(
@@ -178,7 +178,7 @@ def _grown_with(server, name: str, count: int, assignments, validate_only: bool 
         timeout=datetime.timedelta(seconds=30),
         validate_only=validate_only,
     )
-    with RawConnection(bootstrap(server)) as connection:
+    with RawConnection(address) as connection:
         (result,) = connection.call(request).results
     return result
 
@@ -214,7 +214,7 @@ def test_create_partitions_refuses_a_bad_assignment_as_kafka_does(server_of_four
     replicas = {"node": (node,), "twice": (node, node)}
     name = f"badly-grown-{len(assignments)}-{message.split()[0]}-{validate_only}".lower()
     server_of_four.client.post("/v1/topics", json={"name": name, "partitions": 1})
-    result = _grown_with(server_of_four, name, 3, [replicas.get(b, b) for b in assignments], validate_only)
+    result = grown_with(bootstrap(server_of_four), name, 3, [replicas.get(b, b) for b in assignments], validate_only)
     assert (result.error_code, message in result.error_message) == (KafkaError.invalid_replica_assignment, True), result
     assert partition_count(server_of_four, name) == 1
 
@@ -223,9 +223,12 @@ def test_create_partitions_checks_the_count_before_the_assignment(server_of_four
     """Kafka's order: a topic that does not exist, or a count that is no increase, is that error
     whatever the assignment."""
     server_of_four.client.post("/v1/topics", json={"name": "grown-no-increase", "partitions": 2})
-    result = _grown_with(server_of_four, "grown-no-increase", 2, [(4242,)])
+    result = grown_with(bootstrap(server_of_four), "grown-no-increase", 2, [(4242,)])
     assert result.error_code == KafkaError.invalid_partitions
-    assert _grown_with(server_of_four, "grown-nowhere", 3, [()]).error_code == KafkaError.unknown_topic_or_partition
+    assert (
+        grown_with(bootstrap(server_of_four), "grown-nowhere", 3, [()]).error_code
+        == KafkaError.unknown_topic_or_partition
+    )
 
 
 def test_create_partitions_takes_any_one_live_node_but_not_two_replicas(make_server):
@@ -234,8 +237,8 @@ def test_create_partitions_takes_any_one_live_node_but_not_two_replicas(make_ser
     first = make_server(kafka_listener="127.0.0.1:0", node_id=0)
     make_server(kafka_listener="127.0.0.1:0", node_id=1)
     first.client.post("/v1/topics", json={"name": "grown-on-two", "partitions": 1})
-    assert _grown_with(first, "grown-on-two", 3, [(1,), (0,)]).error_code == KafkaError.none
-    result = _grown_with(first, "grown-on-two", 4, [(0, 1)])
+    assert grown_with(bootstrap(first), "grown-on-two", 3, [(1,), (0,)]).error_code == KafkaError.none
+    result = grown_with(bootstrap(first), "grown-on-two", 4, [(0, 1)])
     assert result.error_code == KafkaError.invalid_replica_assignment
     assert result.error_message == (
         "The manual partition assignment includes a partition with 2 replica(s), but this is not consistent "

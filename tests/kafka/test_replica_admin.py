@@ -86,7 +86,7 @@ def test_a_partition_reassigned_to_a_live_node_is_done_at_once_and_none_is_ever_
     assert admin.list_partition_reassignments([TopicPartition(TOPIC, 0)]) == {}
 
 
-def reassign(server, *partitions: tuple[str, int, tuple[int, ...] | None], version: int = 1):
+def reassign(address: str, *partitions: tuple[str, int, tuple[int, ...] | None], version: int = 1):
     """A raw AlterPartitionReassignments: (topic, partition, replicas or None to cancel) each."""
     topics: dict[str, list] = {}
     for topic, partition, replicas in partitions:
@@ -115,7 +115,7 @@ def reassign(server, *partitions: tuple[str, int, tuple[int, ...] | None], versi
             for name, entries in topics.items()
         ),
     )
-    with RawConnection(bootstrap(server)) as connection:
+    with RawConnection(address) as connection:
         return connection.call(request)
 
 
@@ -123,7 +123,7 @@ def test_reassignments_txbroker_cannot_make_are_answered_as_kafkas_controller_do
     create_topic(kafka_server, TOPIC, partitions=4)
     node = kafka_server.settings.node_id
     response = reassign(
-        kafka_server,
+        bootstrap(kafka_server),
         (TOPIC, 0, None),  # a cancellation, with none in progress
         (TOPIC, 1, ()),
         (TOPIC, 2, (node + 7,)),  # no such node
@@ -152,10 +152,10 @@ def test_any_one_live_node_takes_a_partition_but_not_two_replicas(make_server):
     first = make_server(kafka_listener="127.0.0.1:0", node_id=0)
     make_server(kafka_listener="127.0.0.1:0", node_id=1)
     create_topic(first, TOPIC, partitions=1)
-    response = reassign(first, (TOPIC, 0, (1,)))
+    response = reassign(bootstrap(first), (TOPIC, 0, (1,)))
     ((answered,),) = [t.partitions for t in response.responses]
     assert answered.error_code == KafkaError.none
-    response = reassign(first, (TOPIC, 0, (0, 1)))
+    response = reassign(bootstrap(first), (TOPIC, 0, (0, 1)))
     ((answered,),) = [t.partitions for t in response.responses]
     assert answered.error_code == KafkaError.invalid_replica_assignment
     assert "one replica" in answered.error_message

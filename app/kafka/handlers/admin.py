@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -68,9 +69,10 @@ async def _refused_creation(context: RequestContext, topic, configs: dict) -> tu
 async def _assignment_refusal(context: RequestContext, topic) -> tuple[KafkaError, str] | None:
     """Kafka's controller's checks of a manual partition assignment (createTopic), in its order: the
     counts left to it (-1), no partition assigned twice, each replica list valid (`_replicas_error`,
-    AlterPartitionReassignments' checks; every list as long as the first), then the partitions
-    0..n-1. A valid assignment makes n partitions; its replicas are not kept, as a replication
-    factor is not (a txbroker partition has one replica, in PostgreSQL, which every node reaches)."""
+    AlterPartitionReassignments' checks; every list as long as the first) and naming at least one node not
+    lapsed (`_all_fenced_error`), then the partitions 0..n-1. A valid assignment makes n
+    partitions; its replicas are not kept, as a replication factor is not (a txbroker partition has
+    one replica, in PostgreSQL, which every node reaches)."""
     if topic.replication_factor != NO_REPLICATION_FACTOR:
         return (
             KafkaError.invalid_request,
@@ -81,7 +83,7 @@ async def _assignment_refusal(context: RequestContext, topic) -> tuple[KafkaErro
             KafkaError.invalid_request,
             "A manual partition assignment was specified, but numPartitions was not set to -1.",
         )
-    live = {node.node_id for node in await context.calls.listed_nodes(context.advertised_host, context.advertised_port)}
+    nodes = await _node_ids(context)
     assigned: set[int] = set()
     replication_factor = None
     for assignment in topic.assignments:
@@ -91,12 +93,14 @@ async def _assignment_refusal(context: RequestContext, topic) -> tuple[KafkaErro
                 f"Found multiple manual partition assignments for partition {assignment.partition_index}",
             )
         replicas = tuple(assignment.broker_ids)
-        refused = _replicas_error(replicas, live)
+        refused = _replicas_error(replicas, nodes.registered)
         if refused is None and replication_factor is not None and len(replicas) != replication_factor:
             refused = (
                 f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but this is "
                 f"not consistent with previous partitions, which have {replication_factor} replica(s)."
             )
+        if refused is None:
+            refused = _all_fenced_error(assignment.partition_index, replicas, nodes)
         if refused is not None:
             return KafkaError.invalid_replica_assignment, refused
         replication_factor = len(replicas)
@@ -272,12 +276,13 @@ class _AssignmentRefused(Exception):
         self.message = message
 
 
-def _assignment_check(topic, live: set[int]):
+def _assignment_check(topic, nodes: _NodeIds | None):
     """CreatePartitions' check of a topic's replica assignments (None: none given), as Kafka's
     controller makes it (ReplicationControlManager.createPartitions) once the topic and the count are
     checked: one assignment per partition added, then each replica list valid (`_replicas_error`)
     and as long as the existing partitions' (one replica each: a txbroker partition's one replica is
-    in PostgreSQL, and Metadata shows it so). The replicas are not kept, as CreateTopics' are not."""
+    in PostgreSQL, and Metadata shows it so), and naming a live node (`_all_fenced_error`).
+    The replicas are not kept, as CreateTopics' are not."""
     if topic.assignments is None:
         return None
 
@@ -287,14 +292,18 @@ def _assignment_check(topic, live: set[int]):
                 f"Attempted to add {added} additional partition(s), but only {len(topic.assignments)} "
                 f"assignment(s) were specified."
             )
-        for assignment in topic.assignments:
+        assert nodes is not None, "the listed nodes are looked up when assignments are given"
+        first_added = topic.count - added
+        for partition, assignment in enumerate(topic.assignments, start=first_added):
             replicas = tuple(assignment.broker_ids)
-            refused = _replicas_error(replicas, live)
+            refused = _replicas_error(replicas, nodes.registered)
             if refused is None and len(replicas) != PARTITION_REPLICAS:
                 refused = (
                     f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but "
                     f"this is not consistent with previous partitions, which have {PARTITION_REPLICAS} replica(s)."
                 )
+            if refused is None:
+                refused = _all_fenced_error(partition, replicas, nodes)
             if refused is not None:
                 raise _AssignmentRefused(refused)
 
@@ -304,7 +313,7 @@ def _assignment_check(topic, live: set[int]):
 async def create_partitions(context: RequestContext, request) -> object:
     module = response_module(api_table.CREATE_PARTITIONS, context.api_version)
     names = [topic.name for topic in request.topics]
-    live = None
+    nodes = None
     results = []
     for topic in request.topics:
         code, message = KafkaError.none, None
@@ -312,12 +321,11 @@ async def create_partitions(context: RequestContext, request) -> object:
             code = KafkaError.invalid_request
             message = f"topic {topic.name!r} is named more than once: name each topic once"
         else:
-            if topic.assignments is not None and live is None:
-                nodes = await context.calls.listed_nodes(context.advertised_host, context.advertised_port)
-                live = {node.node_id for node in nodes}
+            if topic.assignments is not None and nodes is None:
+                nodes = await _node_ids(context)
             try:
                 await context.calls.admin.grow_partitions(
-                    context.principal, topic.name, topic.count, request.validate_only, _assignment_check(topic, live)
+                    context.principal, topic.name, topic.count, request.validate_only, _assignment_check(topic, nodes)
                 )
             except BrokerError as raised:
                 code, message = kafka_error(raised), raised.message
@@ -757,33 +765,66 @@ async def alter_replica_log_dirs(context: RequestContext, request) -> object:
     )
 
 
-def _replicas_error(replicas: tuple[int, ...], live: set[int]) -> str | None:
+class _NodeIds(NamedTuple):
+    """The ids of the nodes this process lists, as Kafka's controller tells its brokers apart:
+    `registered` every node listed (alive, or lapsed a moment ago: dead, stopped or hung), `live`
+    those not lapsed. A lapsed node is what Kafka calls a fenced broker (DescribeCluster answers it
+    so): registered, no longer heartbeating."""
+
+    registered: set[int]
+    live: set[int]
+
+
+async def _node_ids(context: RequestContext) -> _NodeIds:
+    listing = await context.calls.node_listing(context.advertised_host, context.advertised_port)
+    return _NodeIds({node.node_id for node in listing.every}, {node.node_id for node in listing.live})
+
+
+def _replicas_error(replicas: tuple[int, ...], registered: set[int]) -> str | None:
     """Kafka's controller's checks of a replica list (validateManualPartitionAssignment): not empty,
-    no node twice, every node registered (alive); why not, or None."""
+    no node twice, every node registered (listed, alive or lapsed); why not, or None."""
     if not replicas:
         return "The manual partition assignment includes an empty replica list."
     twice = [r for r in dict.fromkeys(replicas) if replicas.count(r) > 1]
     if twice:
         return f"The manual partition assignment includes the broker {twice[0]} more than once."
-    unknown = [r for r in replicas if r not in live]
+    unknown = [r for r in replicas if r not in registered]
     if unknown:
         return (
             f"The manual partition assignment includes broker {unknown[0]}, but no such broker is registered "
-            f"(live nodes: {sorted(live)})."
+            f"(listed nodes: {sorted(registered)})."
         )
     return None
 
 
+def _all_fenced_error(partition: int, replicas: tuple[int, ...], nodes: _NodeIds) -> str | None:
+    """A new partition's replica list naming only lapsed nodes (Kafka's fenced brokers), which
+    Kafka's controller refuses when it creates a topic or partitions (createTopic, createPartitions:
+    no replica could be in the partition's ISR); why, or None. A list with one live node passes, as
+    Kafka's does. AlterPartitionReassignments does not check this: Kafka's controller takes a
+    fenced broker there (registered is enough) and the reassignment waits for it."""
+    if any(replica in nodes.live for replica in replicas):
+        return None
+    return (
+        f"All brokers specified in the manual partition assignment for partition {partition} are fenced or in "
+        f"controlled shutdown (a node listed for kafka_lapsed_node_listed_ms after its presence lapsed: live "
+        f"nodes {sorted(nodes.live)}); name a live node."
+    )
+
+
 def _reassigned(
-    topic: str, partition: int, replicas: tuple[int, ...] | None, partition_count: int | None, live: set[int]
+    topic: str, partition: int, replicas: tuple[int, ...] | None, partition_count: int | None, registered: set[int]
 ) -> tuple[KafkaError, str | None]:
     """One partition's answer to AlterPartitionReassignments: Kafka's controller's checks, then
-    txbroker's rule that a partition has one replica, which any live node may be."""
+    txbroker's rule that a partition has one replica, which any listed node may be. A lapsed node
+    is taken too, as Kafka's controller takes a fenced broker there (changePartitionReassignment asks
+    only that each replica be registered; the reassignment then waits for the broker to rejoin):
+    NONE, with nothing to wait for, as every node reaches the partition in PostgreSQL."""
     if partition_count is None or not 0 <= partition < partition_count:
         return KafkaError.unknown_topic_or_partition, f"No such partition as {topic}-{partition}"
     if replicas is None:  # a cancellation
         return KafkaError.no_reassignment_in_progress, f"No ongoing reassignment for {topic}-{partition}"
-    refused = _replicas_error(replicas, live)
+    refused = _replicas_error(replicas, registered)
     if refused is not None:
         return KafkaError.invalid_replica_assignment, refused
     if len(replicas) > 1:
@@ -807,9 +848,7 @@ async def alter_partition_reassignments(context: RequestContext, request) -> obj
         counts = await context.calls.admin.replicas_to_alter(
             context.principal, sorted({t.name for t in request.topics})
         )
-        live = {
-            node.node_id for node in await context.calls.listed_nodes(context.advertised_host, context.advertised_port)
-        }
+        registered = (await _node_ids(context)).registered
         error = None
     except BrokerError as raised:
         error = raised
@@ -821,7 +860,7 @@ async def alter_partition_reassignments(context: RequestContext, request) -> obj
                 code, message = kafka_error(error), error_message(error)
             else:
                 code, message = _reassigned(
-                    topic.name, asked.partition_index, asked.replicas, counts.get(topic.name), live
+                    topic.name, asked.partition_index, asked.replicas, counts.get(topic.name), registered
                 )
             results.append(
                 build(
