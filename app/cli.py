@@ -198,6 +198,7 @@ def _run_uvicorn(
 ) -> None:
     import uvicorn
 
+    from app.api.auth import PROXY_HEADERS
     from app.runtime.worker_processes import node_ready_waiter, readiness_signal, wait_for_worker_0
     from app.server import create_app
 
@@ -223,6 +224,7 @@ def _run_uvicorn(
         timeout_graceful_shutdown=10,
         ssl_certfile=settings.ssl_certfile,
         ssl_keyfile=settings.ssl_keyfile,
+        proxy_headers=PROXY_HEADERS,  # the audit log's client addresses: the TCP peers (app/api/auth.py)
     )
 
 

@@ -39,6 +39,7 @@ import pytest
 import uvicorn
 import uvloop
 
+from app.api.auth import PROXY_HEADERS
 from app.runtime.embedded_postgres import EmbeddedPostgres
 from app.server import create_app
 from app.settings import Settings
@@ -257,7 +258,9 @@ def start_in_process_server(database_url: str, **setting_overrides) -> RunningSe
     setting_overrides.setdefault("group_initial_rebalance_delay_ms", 0)
     settings = Settings(database_url=database_url, port=port, **setting_overrides)
     app = create_app(settings, database_url)
-    config = uvicorn.Config(app, log_level="warning", loop="uvloop", http="httptools", lifespan="on")
+    config = uvicorn.Config(
+        app, log_level="warning", loop="uvloop", http="httptools", lifespan="on", proxy_headers=PROXY_HEADERS
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: uvloop.run(server.serve(sockets=[sock])), daemon=True)
     thread.start()

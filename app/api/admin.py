@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from app.api import schemas
-from app.api.auth import PrincipalDep, http_actor
+from app.api.auth import ActorDep, PrincipalDep
 from app.api.deps import READY, CoordinatorDep, PoolDep
 from app.api.json_route import OrjsonRoute
 from app.api.responses import json_response
@@ -105,6 +105,7 @@ async def abort_transaction(
     transactional_id: schemas.IdentifierInPath,
     coordinator: CoordinatorDep,
     principal: PrincipalDep,
+    actor: ActorDep,
     producer_id: Annotated[
         int | None,
         Query(
@@ -134,9 +135,7 @@ async def abort_transaction(
     if (producer_id is None) != (producer_epoch is None):
         raise invalid_request("send producer_id and producer_epoch together, or neither")
     expected = None if producer_id is None else ProducerIdAndEpoch(producer_id, producer_epoch)
-    result = await coordinator.admin_abort(
-        transactional_id, expected, expected_start_ms=start_time_ms, actor=http_actor(principal)
-    )
+    result = await coordinator.admin_abort(transactional_id, expected, expected_start_ms=start_time_ms, actor=actor)
     return json_response(
         {"producer_id": result.producer_id, "producer_epoch": result.producer_epoch, "state": result.state}
     )

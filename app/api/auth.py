@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from app.coordinator import security_admin
-from app.coordinator.audit import Actor, AuditSource
+from app.coordinator.audit import Actor, AuditSource, client_address
 from app.coordinator.authorizer import ANONYMOUS, Principal
 from app.errors import BrokerError, ErrorCode
 
@@ -26,9 +26,24 @@ def _unauthorized(what: str) -> BrokerError:
     )
 
 
-def http_actor(principal: Principal) -> Actor:
-    """Who makes a change over HTTP: what its audit entry names."""
-    return Actor(principal.name, AuditSource.HTTP)
+# Whether uvicorn may take the client's address from X-Forwarded-For (and the scheme from
+# X-Forwarded-Proto) when the peer is one of FORWARDED_ALLOW_IPS (by default 127.0.0.1 and ::1):
+# no. txbroker has no setting naming its proxies, and with uvicorn's default any program on the
+# node's machine could put any address in an audit entry. So request.client is the TCP peer, and
+# behind a reverse proxy the audit log names the proxy (docs/operations.md). app/cli.py serves with it.
+PROXY_HEADERS = False
+
+
+def request_client_address(request: Request) -> str | None:
+    """The HTTP request's TCP peer as the audit log shows it (None: the server gave none, as an
+    ASGI server over a Unix socket)."""
+    return None if request.client is None else client_address(request.client.host, request.client.port)
+
+
+def door_actor(principal: Principal, source: AuditSource, request: Request) -> Actor:
+    """Who makes a change through a door served over HTTP (the API, the console): what its audit
+    entry names."""
+    return Actor(principal.name, source, request_client_address(request))
 
 
 async def token_principal(request: Request, token: str) -> Principal | None:
@@ -51,3 +66,11 @@ async def current_principal(request: Request) -> Principal:
 
 
 PrincipalDep = Annotated[Principal, Depends(current_principal)]
+
+
+async def current_actor(request: Request, principal: PrincipalDep) -> Actor:
+    """Who makes a change over HTTP (the principal resolved once per request, as FastAPI caches it)."""
+    return door_actor(principal, AuditSource.HTTP, request)
+
+
+ActorDep = Annotated[Actor, Depends(current_actor)]

@@ -8,7 +8,7 @@ from fastapi.responses import Response
 from starlette.convertors import Convertor, register_url_convertor
 
 from app.api import schemas
-from app.api.auth import PrincipalDep, http_actor
+from app.api.auth import ActorDep, PrincipalDep
 from app.api.deps import READY, GroupCoordinatorDep, SettingsDep
 from app.api.json_route import OrjsonRoute
 from app.api.request_limits import check_partition_count
@@ -203,13 +203,13 @@ async def describe_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, p
 
 
 @router.delete("/groups/{group_id:group_id}", status_code=204, responses=ERRORS)
-async def delete_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, principal: PrincipalDep):
+async def delete_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, principal: PrincipalDep, actor: ActorDep):
     """[DeleteGroups] Deletes a group without members, with all its committed offsets and the
     pending transactional ones (their transaction's COMMIT then writes none); a member or commit of
     the id afterwards starts a fresh group. 409 NON_EMPTY_GROUP while it has members, 404
     GROUP_ID_NOT_FOUND. Needs Delete on the group."""
     authorize(principal, Operation.DELETE, ResourceType.GROUP, group_id)
-    await groups.delete(http_actor(principal), group_id)
+    await groups.delete(actor, group_id)
     return Response(status_code=204)
 
 
@@ -220,6 +220,7 @@ async def delete_offsets(
     groups: GroupCoordinatorDep,
     settings: SettingsDep,
     principal: PrincipalDep,
+    actor: ActorDep,
 ):
     """[OffsetDelete] Deletes the group's offsets of these partitions, committed and pending
     transactional. Per partition: GROUP_SUBSCRIBED_TO_TOPIC when a member subscribes to the topic,
@@ -230,7 +231,7 @@ async def delete_offsets(
     for topic in {p.topic for p in body.partitions}:
         authorize(principal, Operation.READ, ResourceType.TOPIC, topic)
     partitions = [(p.topic, p.partition) for p in body.partitions]
-    errors = await groups.delete_offsets(http_actor(principal), group_id, partitions)
+    errors = await groups.delete_offsets(actor, group_id, partitions)
     return json_response(
         {
             "offsets": [

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query
 from fastapi.responses import Response
 
 from app.api import schemas
-from app.api.auth import PrincipalDep, http_actor
+from app.api.auth import ActorDep, PrincipalDep
 from app.api.deps import READY, PoolDep
 from app.api.json_route import OrjsonRoute
 from app.api.responses import json_response
@@ -32,9 +32,9 @@ async def whoami(principal: PrincipalDep):
 
 
 @router.post("/principals", status_code=201, response_model=schemas.PrincipalOut, responses=ERRORS)
-async def create_principal(body: schemas.PrincipalIn, pool: PoolDep, principal: PrincipalDep):
+async def create_principal(body: schemas.PrincipalIn, pool: PoolDep, principal: PrincipalDep, actor: ActorDep):
     _require(principal, Operation.ALTER)
-    now = await security_admin.create_principal(pool, http_actor(principal), body.name, body.super_user)
+    now = await security_admin.create_principal(pool, actor, body.name, body.super_user)
     return json_response({"name": body.name, "super_user": body.super_user, "created_ms": now}, 201)
 
 
@@ -48,18 +48,18 @@ async def list_principals(pool: PoolDep, principal: PrincipalDep):
 
 
 @router.delete("/principals/{name}", status_code=204, responses=ERRORS)
-async def delete_principal(name: schemas.IdentifierInPath, pool: PoolDep, principal: PrincipalDep):
+async def delete_principal(name: schemas.IdentifierInPath, pool: PoolDep, principal: PrincipalDep, actor: ActorDep):
     """Deletes the principal with its keys and ACL rules."""
     _require(principal, Operation.ALTER)
-    await security_admin.delete_principal(pool, http_actor(principal), name)
+    await security_admin.delete_principal(pool, actor, name)
     return Response(status_code=204)
 
 
 @router.post("/principals/{name}/keys", status_code=201, response_model=schemas.ApiKeyCreated, responses=ERRORS)
-async def add_key(name: schemas.IdentifierInPath, pool: PoolDep, principal: PrincipalDep):
+async def add_key(name: schemas.IdentifierInPath, pool: PoolDep, principal: PrincipalDep, actor: ActorDep):
     """A new API key for the principal; the token is in this response only."""
     _require(principal, Operation.ALTER)
-    key_id, token = await security_admin.add_key(pool, http_actor(principal), name)
+    key_id, token = await security_admin.add_key(pool, actor, name)
     return json_response({"key_id": key_id, "token": token}, 201)
 
 
@@ -74,11 +74,15 @@ async def list_keys(name: schemas.IdentifierInPath, pool: PoolDep, principal: Pr
 
 @router.delete("/principals/{name}/keys/{key_id}", status_code=204, responses=ERRORS)
 async def revoke_key(
-    name: schemas.IdentifierInPath, key_id: schemas.IdentifierInPath, pool: PoolDep, principal: PrincipalDep
+    name: schemas.IdentifierInPath,
+    key_id: schemas.IdentifierInPath,
+    pool: PoolDep,
+    principal: PrincipalDep,
+    actor: ActorDep,
 ):
     """Revokes the key: the next request with it is refused (no cache anywhere)."""
     _require(principal, Operation.ALTER)
-    await security_admin.revoke_key(pool, http_actor(principal), name, key_id)
+    await security_admin.revoke_key(pool, actor, name, key_id)
     return Response(status_code=204)
 
 
@@ -95,12 +99,12 @@ def _acl_body(acl: AclRow) -> dict:
 
 
 @router.post("/acls", status_code=201, response_model=schemas.AclOut, responses=ERRORS)
-async def add_acl(body: schemas.AclIn, pool: PoolDep, principal: PrincipalDep):
+async def add_acl(body: schemas.AclIn, pool: PoolDep, principal: PrincipalDep, actor: ActorDep):
     """Adds a rule (idempotent: the same rule twice is one rule)."""
     _require(principal, Operation.ALTER)
     acl = await security_admin.add_acl(
         pool,
-        http_actor(principal),
+        actor,
         AclRow(
             0,
             body.principal,
@@ -127,9 +131,11 @@ async def list_acls(
 
 
 @router.delete("/acls/{acl_id}", status_code=204, responses=ERRORS)
-async def remove_acl(acl_id: Annotated[int, Path(ge=0, le=schemas.INT64_MAX)], pool: PoolDep, principal: PrincipalDep):
+async def remove_acl(
+    acl_id: Annotated[int, Path(ge=0, le=schemas.INT64_MAX)], pool: PoolDep, principal: PrincipalDep, actor: ActorDep
+):
     _require(principal, Operation.ALTER)
-    await security_admin.remove_acl(pool, http_actor(principal), acl_id)
+    await security_admin.remove_acl(pool, actor, acl_id)
     return Response(status_code=204)
 
 
@@ -154,6 +160,7 @@ async def audit_log(
                     "resource": e.resource,
                     "details": e.details,
                     "source": e.source,
+                    "client_address": e.client_address,
                 }
                 for e in entries
             ]

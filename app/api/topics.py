@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from app.api import schemas
-from app.api.auth import PrincipalDep, http_actor
+from app.api.auth import ActorDep, PrincipalDep
 from app.api.deps import READY, PoolDep, SettingsDep
 from app.api.json_route import OrjsonRoute
 from app.api.request_limits import check_partition_count
@@ -68,14 +68,16 @@ async def cluster(pool: PoolDep, settings: SettingsDep, principal: PrincipalDep)
 
 
 @router.post("/topics", status_code=201, response_model=schemas.TopicOut, responses=ERRORS, dependencies=READY)
-async def create_topic(body: schemas.CreateTopicRequest, pool: PoolDep, settings: SettingsDep, principal: PrincipalDep):
+async def create_topic(
+    body: schemas.CreateTopicRequest, pool: PoolDep, settings: SettingsDep, principal: PrincipalDep, actor: ActorDep
+):
     """[CreateTopics] Names match [a-zA-Z0-9._-]{1,249}, not '.', '..' or starting with '__'.
     Needs Create on the Cluster or on the topic."""
     if not is_allowed(principal, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         authorize(principal, Operation.CREATE, ResourceType.TOPIC, body.name)
     partitions = settings.num_partitions if body.partitions is None else body.partitions
     topic, states = await topic_admin.create_topic(
-        pool, http_actor(principal), body.name, partitions, body.config, settings.topic_defaults()
+        pool, actor, body.name, partitions, body.config, settings.topic_defaults()
     )
     return json_response(_topic_body(topic, states), 201)
 
@@ -95,22 +97,24 @@ async def describe_topic(topic: str, pool: PoolDep, principal: PrincipalDep):
 
 
 @router.delete("/topics/{topic}", status_code=204, responses=ERRORS, dependencies=READY)
-async def delete_topic(topic: str, pool: PoolDep, principal: PrincipalDep):
+async def delete_topic(topic: str, pool: PoolDep, principal: PrincipalDep, actor: ActorDep):
     """[DeleteTopics] Deletes the topic and all its records. Needs Delete on the topic."""
     authorize(principal, Operation.DELETE, ResourceType.TOPIC, topic)
-    await topic_admin.delete_topic(pool, http_actor(principal), topic)
+    await topic_admin.delete_topic(pool, actor, topic)
     return Response(status_code=204)
 
 
 @router.post("/topics/{topic}/partitions", response_model=schemas.TopicOut, responses=ERRORS, dependencies=READY)
-async def create_partitions(topic: str, body: schemas.CreatePartitionsRequest, pool: PoolDep, principal: PrincipalDep):
+async def create_partitions(
+    topic: str, body: schemas.CreatePartitionsRequest, pool: PoolDep, principal: PrincipalDep, actor: ActorDep
+):
     """[CreatePartitions] Raises the topic's partition count to `partitions` (an increase only:
     INVALID_PARTITIONS otherwise, and for an internal topic INVALID_TOPIC_EXCEPTION); the new
     partitions start empty at offset 0, and consumer groups' assignments take them at their members'
     next heartbeat. Records keep their partitions: keys produced before map to other partitions
     than the same keys after. Needs Alter on the topic."""
     authorize(principal, Operation.ALTER, ResourceType.TOPIC, topic)
-    info, states = await topic_admin.grow_partitions(pool, http_actor(principal), topic, body.partitions)
+    info, states = await topic_admin.grow_partitions(pool, actor, topic, body.partitions)
     return json_response(_topic_body(info, states))
 
 
@@ -118,7 +122,12 @@ async def create_partitions(topic: str, body: schemas.CreatePartitionsRequest, p
     "/topics/{topic}/delete-records", response_model=schemas.DeleteRecordsResponse, responses=ERRORS, dependencies=READY
 )
 async def delete_records(
-    topic: str, body: schemas.DeleteRecordsRequest, pool: PoolDep, settings: SettingsDep, principal: PrincipalDep
+    topic: str,
+    body: schemas.DeleteRecordsRequest,
+    pool: PoolDep,
+    settings: SettingsDep,
+    principal: PrincipalDep,
+    actor: ActorDep,
 ):
     """[DeleteRecords] (KIP-107) Moves each partition's log start up to the offset given: fetches below
     it answer OFFSET_OUT_OF_RANGE at once, and the log cleaner removes the batches in the background.
@@ -127,7 +136,7 @@ async def delete_records(
     check_partition_count(settings, len(body.partitions))
     authorize(principal, Operation.DELETE, ResourceType.TOPIC, topic)
     deleted = await topic_admin.delete_records(
-        pool, http_actor(principal), topic, [(request.partition, request.offset) for request in body.partitions]
+        pool, actor, topic, [(request.partition, request.offset) for request in body.partitions]
     )
     entries = [
         {

@@ -21,6 +21,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParameter
 from fastapi.responses import RedirectResponse
 
+from app.api.auth import door_actor
 from app.api.deps import CoordinatorDep, PoolDep
 from app.api.schemas import INT32_MAX, INT64_MAX
 from app.clock import now_ms
@@ -31,7 +32,7 @@ from app.console.session import console_page
 from app.console.throughput import meter_of
 from app.console.visibility import visibility, visible_page
 from app.coordinator import transaction_admin
-from app.coordinator.audit import Actor, AuditSource
+from app.coordinator.audit import AuditSource
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.coordinator.transaction_states import TransactionState
 from app.errors import BrokerError, ErrorCode, invalid_request
@@ -354,7 +355,7 @@ async def abort_transaction(request: Request, transactional_id: str, coordinator
         transactional_id,
         producer,
         expected_start_ms=start_ms,
-        actor=Actor(principal.name, AuditSource.CONSOLE),
+        actor=door_actor(principal, AuditSource.CONSOLE, request),
     )
     return RedirectResponse(transaction_url(transactional_id, query="aborted=1"), 303)
 

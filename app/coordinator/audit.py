@@ -1,7 +1,8 @@
-"""Who makes an administrative change, and through which door: what its audit entry records
-(`GET /v1/audit`). Every change is recorded in the PostgreSQL transaction that makes it, so an
-entry exists exactly when its change was committed. The door is the front door's to say: it built
-the Actor from the principal it authenticated."""
+"""Who makes an administrative change, through which door and from which address: what its audit
+entry records (`GET /v1/audit`). Every change is recorded in the PostgreSQL transaction that makes
+it, so an entry exists exactly when its change was committed. The door is the front door's to say:
+it built the Actor from the principal it authenticated and the peer of the connection the request
+came on (as Kafka's authorizer log names a decision's client host)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,14 @@ class AuditSource(StrEnum):
 class Actor:
     principal: str
     source: AuditSource
+    # The connection's peer, HOST:PORT as client_address formats it; None: the door knows none.
+    client_address: str | None = None
+
+
+def client_address(host: str, port: int) -> str:
+    """A peer as the audit log shows it: HOST:PORT, [HOST]:PORT for an IPv6 address (as Kafka's
+    listener addresses are written)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 async def record(
@@ -31,5 +40,12 @@ async def record(
 ) -> None:
     """Writes the entry on `conn`, inside the caller's PostgreSQL transaction (at_ms: now)."""
     await principals.audit(
-        conn, now_ms() if at_ms is None else at_ms, actor.principal, actor.source, action, resource, details
+        conn,
+        now_ms() if at_ms is None else at_ms,
+        actor.principal,
+        actor.source,
+        action,
+        resource,
+        details,
+        actor.client_address,
     )

@@ -318,7 +318,9 @@ def topic_operations(principal: Principal, topic: str) -> list[str]:
 
 class BrokerCalls:
     """The app's operations as one listener sees them (one per server process; `state` is the
-    FastAPI app's state: pool, batched_writes, coordinator, notifier, settings)."""
+    FastAPI app's state: pool, batched_writes, coordinator, notifier, settings). An operation that
+    writes an audit entry takes the connection's peer, `client_address` (RequestContext's), after
+    the principal: the entry names both (_actor)."""
 
     def __init__(self, state) -> None:
         self._state = state
@@ -387,13 +389,15 @@ class BrokerCalls:
     async def topic_metadata(
         self,
         principal: Principal,
+        client_address: str | None,
         names: list[str] | None,
         allow_create: bool,
     ):
         """The named topics (None: every topic the principal may Describe), creating unknown ones
         when allowed (Kafka's auto.create.topics.enable and the request's flag) with Kafka's defaults;
         one not found (nor created) is UNKNOWN_TOPIC_OR_PARTITION, or INVALID_TOPIC_EXCEPTION for a
-        name no topic could have, as Kafka's broker tells them apart (topic_admin.missing_topic)."""
+        name no topic could have, as Kafka's broker tells them apart (topic_admin.missing_topic).
+        `client_address`: the connection's peer, which a topic's auto-creation is audited with."""
         pool = self._state.pool
         if names is None:
             return [
@@ -415,7 +419,7 @@ class BrokerCalls:
             denied = _denied(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)
             topic = found.get(name)
             if denied is None and topic is None and allow_create and self.settings.kafka_auto_create_topics:
-                topic, denied = await self._auto_create(principal, name)
+                topic, denied = await self._auto_create(principal, client_address, name)
             if denied is not None:
                 results.append(TopicMetadata(name, denied))
             elif topic is None:
@@ -450,7 +454,7 @@ class BrokerCalls:
             topic_uuid: self._topic_names[topic_uuid] for topic_uuid in topic_uuids if topic_uuid in self._topic_names
         }
 
-    async def _auto_create(self, principal: Principal, name: str):
+    async def _auto_create(self, principal: Principal, client_address: str | None, name: str):
         if not is_allowed(principal, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
             denied = _denied(principal, Operation.CREATE, ResourceType.TOPIC, name)
             if denied is not None:
@@ -458,7 +462,7 @@ class BrokerCalls:
         try:
             topic, _ = await topic_admin.create_topic(
                 self._state.pool,
-                _actor(principal),
+                _actor(principal, client_address),
                 name,
                 self.settings.num_partitions,
                 {},
@@ -882,15 +886,15 @@ class GroupCalls:
         ]
 
     @answers_while_the_database_is_away
-    async def delete_group(self, principal: Principal, group_id: str) -> None:
+    async def delete_group(self, principal: Principal, client_address: str | None, group_id: str) -> None:
         """DeleteGroups of one group: Delete on the group (GROUP_AUTHORIZATION_FAILED), then as
         HTTP's DELETE /v1/groups/{group_id} (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND)."""
         authorize(principal, Operation.DELETE, ResourceType.GROUP, group_id)
-        await self._groups.delete(_actor(principal), group_id)
+        await self._groups.delete(_actor(principal, client_address), group_id)
 
     @answers_while_the_database_is_away
     async def delete_offsets(
-        self, principal: Principal, group_id: str, partitions: list[tuple[str, int]]
+        self, principal: Principal, client_address: str | None, group_id: str, partitions: list[tuple[str, int]]
     ) -> list[BrokerError | None]:
         """OffsetDelete: Delete on the group (GROUP_AUTHORIZATION_FAILED for the request), Read on
         each topic (TOPIC_AUTHORIZATION_FAILED for its partitions only), then as HTTP's
@@ -901,7 +905,7 @@ class GroupCalls:
         allowed = [key for key, error in zip(partitions, errors) if error is None]
         # Asked even with no partition left, as Kafka's broker asks its coordinator: the group's own
         # errors (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP) answer the request whatever its partitions.
-        deleted = iter(await self._groups.delete_offsets(_actor(principal), group_id, allowed))
+        deleted = iter(await self._groups.delete_offsets(_actor(principal, client_address), group_id, allowed))
         return [error if error is not None else next(deleted) for error in errors]
 
     async def list_groups(self, principal: Principal) -> list[ListedGroup]:
@@ -1054,6 +1058,7 @@ class AdminCalls:
     async def create_topic(
         self,
         principal: Principal,
+        client_address: str | None,
         name: str,
         partitions: int | None,
         configs: dict[str, str | None],
@@ -1074,7 +1079,7 @@ class AdminCalls:
                 config[key] = _config_value(key, text)
             topic, _ = await topic_admin.create_topic(
                 self._state.pool,
-                _actor(principal),
+                _actor(principal, client_address),
                 name,
                 partitions,
                 config,
@@ -1089,12 +1094,12 @@ class AdminCalls:
             raise await topic_admin.refused_before_its_settings(self._state.pool, name) or refused from None
         return topic
 
-    async def delete_topic(self, principal: Principal, name: str) -> uuid.UUID:
+    async def delete_topic(self, principal: Principal, client_address: str | None, name: str) -> uuid.UUID:
         """Returns the deleted topic's id."""
         authorize(principal, Operation.DELETE, ResourceType.TOPIC, name)
-        return await topic_admin.delete_topic(self._state.pool, _actor(principal), name)
+        return await topic_admin.delete_topic(self._state.pool, _actor(principal, client_address), name)
 
-    async def delete_topic_by_id(self, principal: Principal, topic_uuid: uuid.UUID) -> str:
+    async def delete_topic_by_id(self, principal: Principal, client_address: str | None, topic_uuid: uuid.UUID) -> str:
         """DeleteTopics v6 by id: the topic of that id, never one re-created under its name since
         (UNKNOWN_TOPIC_ID). Returns its name."""
         topic = (await topic_admin.find_topics_by_uuid(self._state.pool, [topic_uuid])).get(topic_uuid)
@@ -1103,12 +1108,13 @@ class AdminCalls:
         denied = _topic_denied(principal, Operation.DELETE, topic.name, topic_uuid)
         if denied is not None:
             raise denied
-        await topic_admin.delete_topic(self._state.pool, _actor(principal), topic.name, topic_uuid)
+        await topic_admin.delete_topic(self._state.pool, _actor(principal, client_address), topic.name, topic_uuid)
         return topic.name
 
     async def grow_partitions(
         self,
         principal: Principal,
+        client_address: str | None,
         name: str,
         count: int,
         validate_only: bool,
@@ -1118,7 +1124,12 @@ class AdminCalls:
         `check_added` as topic_admin.grow_partitions' (the request's replica assignments)."""
         authorize(principal, Operation.ALTER, ResourceType.TOPIC, name)
         await topic_admin.grow_partitions(
-            self._state.pool, _actor(principal), name, count, validate_only=validate_only, check_added=check_added
+            self._state.pool,
+            _actor(principal, client_address),
+            name,
+            count,
+            validate_only=validate_only,
+            check_added=check_added,
         )
 
     async def replicas_to_alter(self, principal: Principal, names: list[str] | None) -> dict[str, int]:
@@ -1186,6 +1197,7 @@ class AdminCalls:
     async def alter_config(
         self,
         principal: Principal,
+        client_address: str | None,
         name: str,
         alterations: list[tuple[str, int, str | None]],
         validate_only: bool,
@@ -1197,7 +1209,7 @@ class AdminCalls:
         defaults = self._defaults
         await topic_admin.alter_config(
             self._state.pool,
-            _actor(principal),
+            _actor(principal, client_address),
             name,
             lambda config: _altered(config, alterations, defaults),
             defaults,
@@ -1206,22 +1218,30 @@ class AdminCalls:
         )
 
     async def replace_config(
-        self, principal: Principal, name: str, configs: list[tuple[str, str | None]], validate_only: bool
+        self,
+        principal: Principal,
+        client_address: str | None,
+        name: str,
+        configs: list[tuple[str, str | None]],
+        validate_only: bool,
     ) -> None:
         """Kafka's AlterConfigs: the topic's configs become those given, the others the defaults."""
         given = _described_alterations([(config, SET, value) for config, value in configs])
         await self.alter_config(
             principal,
+            client_address,
             name,
             _replacement(configs),
             validate_only,
             f"replaced: {given or 'none given'}; every other config back to its default",
         )
 
-    async def delete_records(self, principal: Principal, name: str, offsets: list[tuple[int, int]]) -> list:
+    async def delete_records(
+        self, principal: Principal, client_address: str | None, name: str, offsets: list[tuple[int, int]]
+    ) -> list:
         """(partition, offset) each (offset -1: the high watermark); the new low watermark or a BrokerError each."""
         authorize(principal, Operation.DELETE, ResourceType.TOPIC, name)
-        deleted = await topic_admin.delete_records(self._state.pool, _actor(principal), name, offsets)
+        deleted = await topic_admin.delete_records(self._state.pool, _actor(principal, client_address), name, offsets)
         return [answer.low_watermark if answer.error is None else answer.error for answer in deleted]
 
 
@@ -1351,26 +1371,29 @@ class AclCalls:
     def __init__(self, state) -> None:
         self._state = state
 
-    async def create(self, principal: Principal, rule: AclRule) -> None:
+    async def create(self, principal: Principal, client_address: str | None, rule: AclRule) -> None:
         authorize(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE)
-        await security_admin.add_acl(self._state.pool, _actor(principal), rule)
+        await security_admin.add_acl(self._state.pool, _actor(principal, client_address), rule)
 
     async def describe(self, principal: Principal, acl_filter: AclFilter | None) -> list[AclRule]:
         """`acl_filter` None: one no rule can match (an operation txbroker lacks, another host)."""
         authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
         return [] if acl_filter is None else await security_admin.find_acls(self._state.pool, acl_filter)
 
-    async def delete(self, principal: Principal, acl_filter: AclFilter | None) -> list[AclRule]:
+    async def delete(
+        self, principal: Principal, client_address: str | None, acl_filter: AclFilter | None
+    ) -> list[AclRule]:
         """The rules deleted (`acl_filter` as describe's)."""
         authorize(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE)
         if acl_filter is None:
             return []
-        return await security_admin.remove_acls(self._state.pool, _actor(principal), acl_filter)
+        return await security_admin.remove_acls(self._state.pool, _actor(principal, client_address), acl_filter)
 
 
-def _actor(principal: Principal) -> Actor:
-    """Who makes a change over Kafka: what its audit entry names."""
-    return Actor(principal.name, AuditSource.KAFKA)
+def _actor(principal: Principal, client_address: str | None) -> Actor:
+    """Who makes a change over Kafka: what its audit entry names (`client_address`: the
+    connection's peer, RequestContext's)."""
+    return Actor(principal.name, AuditSource.KAFKA, client_address)
 
 
 def _producer_id_owner(principal: Principal) -> str | None:

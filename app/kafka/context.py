@@ -20,6 +20,9 @@ class RequestContext:
     # The request header's client id and the connection's peer: what DescribeGroups shows of a member.
     client_id: str = ""
     client_host: str = ""
+    # The connection's peer as HOST:PORT (None: unknown): what the audit entries of its
+    # administrative requests name (BrokerCalls' client_address).
+    client_address: str | None = None
     # The connection's SaslSession: what SaslHandshake and SaslAuthenticate act on (handlers/sasl.py).
     sasl: object = None
     # The connection's read ahead (BrokerCalls.new_read_ahead), which Fetch hands back to the core.

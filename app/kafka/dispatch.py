@@ -160,6 +160,7 @@ async def _dispatched(
         api_version,
         request.client_id or "",
         client_host,
+        session.peer,
         session,
         read_ahead,
     )

@@ -170,7 +170,7 @@ class KafkaListener:
     ) -> None:
         peer = writer.get_extra_info("peername")
         client_host = f"/{peer[0]}" if peer else ""  # as Kafka shows a member's host
-        session = SaslSession(self._calls, format_address(*peer[:2]) if peer else "?")
+        session = SaslSession(self._calls, format_address(*peer[:2]) if peer else None)
         # The connection's Fetch requests' read ahead (app/coordinator/fetch.py), cancelled at its end.
         read_ahead = self._calls.new_read_ahead()
         try:

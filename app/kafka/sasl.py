@@ -108,9 +108,10 @@ class SaslSession:
     """One connection's authentication. Invariant: a request is served as a principal only in
     AUTHENTICATED, as the principal its credentials name at that request (module docstring)."""
 
-    def __init__(self, calls: BrokerCalls, peer: str) -> None:
+    def __init__(self, calls: BrokerCalls, peer: str | None) -> None:
         self._calls = calls
-        self._peer = peer
+        # The connection's peer, HOST:PORT (None: unknown): what its logs and audit entries name.
+        self.peer = peer
         self._credentials: tuple[str, str] | None = None
         self.state = State.HANDSHAKE if calls.requires_authentication else State.AUTHENTICATED
 
@@ -148,7 +149,9 @@ class SaslSession:
         if self.state is not State.HANDSHAKE:
             return KafkaError.illegal_sasl_state
         if mechanism not in ENABLED_MECHANISMS:
-            log.info("closing a Kafka connection from %s: SASL mechanism %r is not enabled", self._peer, mechanism)
+            log.info(
+                "closing a Kafka connection from %s: SASL mechanism %r is not enabled", self.peer or "?", mechanism
+            )
             self.state = State.FAILED
             return KafkaError.unsupported_sasl_mechanism
         self.state = State.UNFRAMED_TOKEN if version == UNFRAMED_HANDSHAKE_VERSION else State.AUTHENTICATE
@@ -180,7 +183,7 @@ class SaslSession:
         return KafkaError.none, None
 
     def _failed(self, message: str, username: str | None = None) -> tuple[KafkaError, str]:
-        log.info("failed SASL/PLAIN authentication from %s (username %r): %s", self._peer, username, message)
+        log.info("failed SASL/PLAIN authentication from %s (username %r): %s", self.peer or "?", username, message)
         self.state = State.FAILED
         return KafkaError.sasl_authentication_failed, message
 

@@ -383,3 +383,6 @@ class AuditEntry(SQLModel, table=True):
     # The door the action came through (http, kafka, console) or `server`; NULL for entries written
     # before migration 0013.
     source: str | None = Field(default=None, sa_type=Text, nullable=True)
+    # HOST:PORT of the client's connection as its door saw it; NULL for what a node does itself
+    # (`server`) and for entries written before migration 0014.
+    client_address: str | None = Field(default=None, sa_type=Text, nullable=True)

@@ -2,15 +2,21 @@
 administrative action and the door it came through, whichever door that was: HTTP, Kafka's admin
 APIs (confluent-kafka's AdminClient over SASL) or the console; `server` for what a node does itself
 at start. Before, an entry named the principal alone, and an ACL deleted over Kafka's DeleteAcls was
-told from one deleted over HTTP by nothing."""
+told from one deleted over HTTP by nothing. Each entry also names the client's address, the peer of
+the connection its door served it on (which machine deleted the topic), as Kafka's authorizer log
+names a decision's client host."""
 
 from __future__ import annotations
 
 import asyncio
+import http.client
+import json
 import re
+from urllib.parse import urlsplit
 
 import asyncpg
 import httpx
+import psutil
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import (
@@ -135,6 +141,94 @@ def test_https_and_the_consoles_actions_are_audited_as_theirs(secured, admin):
         ("admin", "http", "abort transaction", "aborted-over-http"),
         ("admin", "console", "abort transaction", "aborted-in-the-console"),
     ]
+
+
+# ---- the client's address: the peer of the connection each door served the action on
+
+
+def test_each_entry_names_the_address_its_door_saw_the_client_at(secured, admin):
+    """HTTP's and the console's TCP peer, the Kafka connection's: 127.0.0.1 and the port the client's
+    OS chose, each its own (what Kafka's authorizer log names as the client's host); none for what
+    the node did itself at start."""
+    status, http_port = post_from_a_port_of_our_own(secured.url, "/v1/topics", {"name": "over-http", "partitions": 1})
+    assert status == 201
+
+    kafka = AdminClient(confluent_config(secured.extra["kafka_bootstrap"], "admin", ADMIN_TOKEN))
+    kafka.create_topics([NewTopic("over-kafka", 1)])["over-kafka"].result(WAIT_S)
+    kafka_ports = ports_connected_to(secured.extra["kafka_bootstrap"])  # the AdminClient's, still open
+
+    producer = init_transactional(admin, "aborted-in-the-console")
+    admin.post(
+        "/v1/txn/add-partitions", json={**producer, "partitions": [{"topic": "over-http", "partition": 0}]}
+    ).raise_for_status()
+    assert abort_from_the_console(admin, secured.url, "aborted-in-the-console").status_code == 303
+    console_ports = ports_connected_to(secured.url)  # the httpx client's kept-alive connection
+
+    entries = {(e["source"], e["action"]): e["client_address"] for e in entries_of(admin)}
+    assert entries[("server", "install bootstrap key (admin_token)")] is None
+    assert entries[("http", "create topic")] == f"127.0.0.1:{http_port}"
+    host, kafka_port = entries[("kafka", "create topic")].split(":")
+    assert host == "127.0.0.1" and int(kafka_port) in kafka_ports and int(kafka_port) != http_port, (
+        entries,
+        kafka_ports,
+    )
+    host, console_port = entries[("console", "abort transaction")].split(":")
+    assert host == "127.0.0.1" and int(console_port) in console_ports, (entries, console_ports)
+
+
+def test_a_forwarded_for_header_is_not_taken_for_the_clients_address(server_process, database_url):
+    """X-Forwarded-For is any client's to write: `txbroker serve` names no proxy it trusts (uvicorn
+    by default believes one from 127.0.0.1, so any program on the node's machine could put any
+    address in the audit log). The entry names the TCP peer; behind a reverse proxy, the proxy."""
+    node = server_process(
+        "--database-url", database_url, env={"TXBROKER_AUTH": "required", "TXBROKER_ADMIN_TOKEN": ADMIN_TOKEN}
+    )
+    status, client_port = post_from_a_port_of_our_own(
+        node.url,
+        "/v1/topics",
+        {"name": "forwarded", "partitions": 1},
+        {"X-Forwarded-For": "203.0.113.7", "X-Forwarded-Proto": "https", "Forwarded": "for=203.0.113.7"},
+    )
+    assert status == 201
+    with httpx.Client(base_url=node.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30) as client:
+        [created] = [e for e in entries_of(client) if e["action"] == "create topic"]
+    assert created["client_address"] == f"127.0.0.1:{client_port}", created
+
+
+def entries_of(admin: httpx.Client) -> list[dict]:
+    return admin.get("/v1/audit", params={"limit": 1000}).json()["entries"]
+
+
+def post_from_a_port_of_our_own(url: str, path: str, body: dict, headers: dict | None = None) -> tuple[int, int]:
+    """POSTs `body` as the admin from 127.0.0.1 on a connection of its own: (the status, the
+    connection's local port, which the server sees as the client's)."""
+    address = urlsplit(url)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=30, source_address=("127.0.0.1", 0))
+    try:
+        connection.connect()
+        local_port = connection.sock.getsockname()[1]
+        connection.request(
+            "POST",
+            path,
+            json.dumps(body),
+            {"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json", **(headers or {})},
+        )
+        response = connection.getresponse()
+        response.read()
+        return response.status, local_port
+    finally:
+        connection.close()
+
+
+def ports_connected_to(address: str) -> set[int]:
+    """The local ports of this process's established TCP connections to `address` (URL or HOST:PORT):
+    its clients' (the server, in this process too, has the other ends)."""
+    port = urlsplit(address if "//" in address else f"//{address}").port
+    return {
+        c.laddr.port
+        for c in psutil.Process().net_connections(kind="tcp")
+        if c.status == psutil.CONN_ESTABLISHED and c.raddr and c.raddr.port == port
+    }
 
 
 # ---- an entry exists exactly when its change was made

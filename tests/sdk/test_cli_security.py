@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from tests.sdk.test_cli import ok, txbroker
 
@@ -47,8 +48,10 @@ def test_operator_creates_a_principal_a_key_and_an_acl_then_revokes(make_server)
     audit = json.loads(ok(txbroker(server.url, "audit", "--json", env=admin)))
     assert [e["action"] for e in audit][:4] == ["revoke key", "create topic", "add acl", "add key"]
     assert {e["source"] for e in audit[:4]} == {"http"}
+    # Each command is a process of its own, on a connection of its own: the port its OS chose.
+    assert all(re.fullmatch(r"127\.0\.0\.1:\d+", e["client_address"]) for e in audit[:4]), audit[:4]
     table = ok(txbroker(server.url, "audit", env=admin)).splitlines()
-    assert table[0].split()[:4] == ["TIME", "PRINCIPAL", "SOURCE", "ACTION"]
-    assert table[1].split()[1:4] == ["admin", "http", "revoke"], table[1]
+    assert table[0].split()[:5] == ["TIME", "PRINCIPAL", "SOURCE", "CLIENT", "ACTION"]
+    assert table[1].split()[1:5] == ["admin", "http", audit[0]["client_address"], "revoke"], table[1]
     denied = txbroker(server.url, "principals", "list", env={"TXBROKER_TOKEN": "nope"})
     assert denied.returncode == 1

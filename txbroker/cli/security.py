@@ -115,11 +115,12 @@ def audit(args, admin: Admin) -> int:
             format_time(e["timestamp_ms"]),
             e["principal"],
             e.get("source"),  # the door (http, kafka, console); none from servers before it was recorded
+            e.get("client_address"),  # HOST:PORT; none for a server's own entries and from servers before it
             e["action"],
             e["resource"],
             e["details"] or None,
         ),
-        ("TIME", "PRINCIPAL", "SOURCE", "ACTION", "RESOURCE", "DETAILS"),
+        ("TIME", "PRINCIPAL", "SOURCE", "CLIENT", "ACTION", "RESOURCE", "DETAILS"),
         "no audit entries",
     )
     return EXIT_OK

@@ -188,7 +188,7 @@ async def create_acls(context: RequestContext, request) -> object:
     for creation in request.creations:
         error = None
         try:
-            await context.calls.acls.create(context.principal, _rule_of(creation))
+            await context.calls.acls.create(context.principal, context.client_address, _rule_of(creation))
         except BrokerError as raised:
             error = raised
         results.append(
@@ -246,7 +246,7 @@ async def delete_acls(context: RequestContext, request) -> object:
     for acl_filter in request.filters:
         error, deleted = None, []
         try:
-            deleted = await context.calls.acls.delete(context.principal, _filter_of(acl_filter))
+            deleted = await context.calls.acls.delete(context.principal, context.client_address, _filter_of(acl_filter))
         except BrokerError as raised:
             error = raised
         matching = tuple(

@@ -60,7 +60,9 @@ async def _refused_creation(context: RequestContext, topic, configs: dict) -> tu
     if refusal is None:
         return None
     try:
-        await context.calls.admin.create_topic(context.principal, topic.name, 1, configs, validate_only=True)
+        await context.calls.admin.create_topic(
+            context.principal, context.client_address, topic.name, 1, configs, validate_only=True
+        )
     except BrokerError as raised:
         return kafka_error(raised), raised.message
     return refusal
@@ -132,7 +134,7 @@ async def create_topics(context: RequestContext, request) -> object:
             count = None if topic.num_partitions == DEFAULT_PARTITIONS else topic.num_partitions
         try:
             created = await context.calls.admin.create_topic(
-                context.principal, topic.name, count, configs, request.validate_only
+                context.principal, context.client_address, topic.name, count, configs, request.validate_only
             )
         except BrokerError as raised:
             results.append(_creation_result(module, topic.name, kafka_error(raised), raised.message))
@@ -226,8 +228,12 @@ async def _delete_topic(context: RequestContext, name: str | None, topic_id) -> 
                 f"topic {name!r} is named both by name and by the id {topic_id}: expected one of the two",
             )
         if name is not None:
-            return name, await context.calls.admin.delete_topic(context.principal, name), None
-        return await context.calls.admin.delete_topic_by_id(context.principal, topic_id), topic_id, None
+            return name, await context.calls.admin.delete_topic(context.principal, context.client_address, name), None
+        return (
+            await context.calls.admin.delete_topic_by_id(context.principal, context.client_address, topic_id),
+            topic_id,
+            None,
+        )
     except BrokerError as raised:
         return name, topic_id, raised
 
@@ -325,7 +331,12 @@ async def create_partitions(context: RequestContext, request) -> object:
                 nodes = await _node_ids(context)
             try:
                 await context.calls.admin.grow_partitions(
-                    context.principal, topic.name, topic.count, request.validate_only, _assignment_check(topic, nodes)
+                    context.principal,
+                    context.client_address,
+                    topic.name,
+                    topic.count,
+                    request.validate_only,
+                    _assignment_check(topic, nodes),
                 )
             except BrokerError as raised:
                 code, message = kafka_error(raised), raised.message
@@ -456,7 +467,7 @@ async def alter_configs(context: RequestContext, request) -> object:
     async def replace(resource) -> None:
         configs = [(c.name, c.value) for c in resource.configs]
         await context.calls.admin.replace_config(
-            context.principal, resource.resource_name, configs, request.validate_only
+            context.principal, context.client_address, resource.resource_name, configs, request.validate_only
         )
 
     return await _alter_each(context, request, api_table.ALTER_CONFIGS, "AlterConfigsResponse", replace)
@@ -466,7 +477,7 @@ async def incremental_alter_configs(context: RequestContext, request) -> object:
     async def alter(resource) -> None:
         alterations = [(c.name, c.config_operation, c.value) for c in resource.configs]
         await context.calls.admin.alter_config(
-            context.principal, resource.resource_name, alterations, request.validate_only
+            context.principal, context.client_address, resource.resource_name, alterations, request.validate_only
         )
 
     return await _alter_each(
@@ -572,7 +583,7 @@ async def delete_records(context: RequestContext, request) -> object:
     for name, partitions in asked.items():
         offsets = list(partitions.items())
         try:
-            results = await context.calls.admin.delete_records(context.principal, name, offsets)
+            results = await context.calls.admin.delete_records(context.principal, context.client_address, name, offsets)
         except BrokerError as raised:
             results = [raised] * len(offsets)
         topics.append(

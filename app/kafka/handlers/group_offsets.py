@@ -155,7 +155,9 @@ async def offset_delete(context: RequestContext, request) -> object:
     module = response_module(api_table.OFFSET_DELETE, context.api_version)
     partitions = [(topic.name, p.partition_index) for topic in request.topics for p in topic.partitions]
     try:
-        errors = await context.calls.groups.delete_offsets(context.principal, request.group_id, partitions)
+        errors = await context.calls.groups.delete_offsets(
+            context.principal, context.client_address, request.group_id, partitions
+        )
     except BrokerError as raised:
         return build(
             module, "OffsetDeleteResponse", error_code=kafka_error(raised), throttle_time=NO_THROTTLE, topics=()

@@ -319,7 +319,7 @@ async def delete_groups(context: RequestContext, request) -> object:
     for group_id in dict.fromkeys(request.groups_names):
         error = None
         try:
-            await context.calls.groups.delete_group(context.principal, group_id)
+            await context.calls.groups.delete_group(context.principal, context.client_address, group_id)
         except BrokerError as raised:
             error = raised
         results.append(build(module, "DeletableGroupResult", group_id=group_id, error_code=kafka_error(error)))

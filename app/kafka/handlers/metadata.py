@@ -188,7 +188,10 @@ async def handle(context: RequestContext, request) -> object:
     names = _requested_names(request)
     allow_create = getattr(request, "allow_auto_topic_creation", AUTO_CREATE_BEFORE_V4)
     found = await context.calls.topic_metadata(
-        context.principal, None if names is None else [name for name in names if name is not None], allow_create
+        context.principal,
+        context.client_address,
+        None if names is None else [name for name in names if name is not None],
+        allow_create,
     )
     if names is not None:  # v10+: topics asked by id alone (KIP-516)
         by_id = [topic.topic_id for topic in request.topics if topic.name is None]
@@ -323,7 +326,7 @@ async def describe_topic_partitions(context: RequestContext, request) -> object:
     names = None
     if request.topics:
         names = sorted({t.name for t in request.topics if _java_order(t.name) >= _java_order(first)}, key=_java_order)
-    found = await context.calls.topic_metadata(context.principal, names, False)
+    found = await context.calls.topic_metadata(context.principal, context.client_address, names, False)
     if names is None:
         found = sorted(
             (t for t in found if _java_order(t.name) >= _java_order(first)), key=lambda t: _java_order(t.name)

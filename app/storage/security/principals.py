@@ -230,6 +230,9 @@ class AuditRow:
     resource: str
     details: str
     source: str | None  # None: written before migration 0013, which records it
+    # HOST:PORT of the client's connection; None: written by the node itself (SERVER_SOURCE) or
+    # before migration 0014, which records it
+    client_address: str | None
 
 
 async def audit(
@@ -240,17 +243,20 @@ async def audit(
     action: str,
     resource: str,
     details: str = "",
+    client_address: str | None = None,
 ) -> None:
-    """`source`: the door the action came through (the coordinator's AuditSource) or SERVER_SOURCE."""
+    """`source`: the door the action came through (the coordinator's AuditSource) or SERVER_SOURCE;
+    `client_address`: the connection's peer as that door saw it, None for the node's own actions."""
     await conn.execute(
-        "INSERT INTO audit_log (timestamp_ms, principal, source, action, resource, details) "
-        "VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO audit_log (timestamp_ms, principal, source, action, resource, details, client_address) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7)",
         now_ms,
         principal,
         source,
         action,
         resource,
         details,
+        client_address,
     )
 
 
@@ -258,7 +264,8 @@ async def audit_entries(conn: asyncpg.Connection, limit: int, before_id: int | N
     return all_from_rows(
         AuditRow,
         await conn.fetch(
-            "SELECT entry_id, timestamp_ms, principal, action, resource, details, source FROM audit_log "
+            "SELECT entry_id, timestamp_ms, principal, action, resource, details, source, client_address "
+            "FROM audit_log "
             "WHERE ($2::bigint IS NULL OR entry_id < $2) ORDER BY entry_id DESC LIMIT $1",
             limit,
             before_id,
