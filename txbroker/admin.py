@@ -12,6 +12,7 @@ did happen).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from operator import itemgetter
 from typing import Any
 from urllib.parse import quote
 
@@ -20,7 +21,7 @@ import httpx
 from txbroker.connection import DEFAULT_URL, Connection
 from txbroker.errors import TxbrokerConnectionError, from_body
 from txbroker.metadata import topic_path
-from txbroker.records import TopicPartition, listed_offsets
+from txbroker.records import TopicPartition, listed_offsets, offset_errors
 from txbroker.retry import Backoff, retrying
 from txbroker.wire import LATEST_TIMESTAMP, READ_COMMITTED
 
@@ -36,6 +37,11 @@ def _id_path(transactional_id: str) -> str:
 
 
 class AsyncAdmin:
+    # Whether `_once` sends a mutation again after a lost answer (or one that is not the
+    # contract's): its outcome is unknown, and a retry of one that was applied may be refused
+    # (TOPIC_ALREADY_EXISTS), so Admin does not.
+    _resends_unanswered = False
+
     def __init__(
         self,
         url: str = DEFAULT_URL,
@@ -75,25 +81,35 @@ class AsyncAdmin:
         answered: Callable[[Any], Any] | None = None,
     ) -> Any:
         """A read, retried for default_api_timeout_ms; `answered(answer)`, when given, is the
-        result, and a retriable error it raises (a partition's) is retried too."""
-
-        async def attempt() -> Any:
-            answer = await self._connection.request(method, path, body, params=params)
-            return answer if answered is None else answered(answer)
+        result, and a retriable error it raises (a partition's, an answer's field missing) is
+        retried too."""
 
         return await retrying(
-            attempt, what=what or f"{method} {path}", timeout_s=self._api_timeout_s, backoff=self._backoff
+            lambda: self._connection.request(method, path, body, params=params, read=answered),
+            what=what or f"{method} {path}",
+            timeout_s=self._api_timeout_s,
+            backoff=self._backoff,
         )
 
     async def _once(
-        self, method: str, path: str, body: Any = None, *, params: Mapping | None = None, what: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: Mapping | None = None,
+        what: str | None = None,
+        read: Callable[[Any], Any] | None = None,
     ) -> Any:
-        """Sent again only after an error answer (the server did nothing), never after a lost one."""
+        """Sent again after an error answer (the server did nothing); after a lost one, or one that
+        is not the contract's (the fields `read` reads missing), only when `_resends_unanswered`."""
 
         async def call() -> Any:
             try:
-                return await self._connection.request(method, path, body, params=params)
+                return await self._connection.request(method, path, body, params=params, read=read)
             except TxbrokerConnectionError as error:
+                if self._resends_unanswered:
+                    raise
                 raise error.with_category() from error
 
         return await retrying(
@@ -120,7 +136,7 @@ class AsyncAdmin:
         return await self._once("POST", f"{topic_path(name)}/partitions", {"partitions": partitions})
 
     async def list_topics(self) -> list[dict]:
-        return (await self._read("/v1/topics"))["topics"]
+        return await self._read("/v1/topics", answered=itemgetter("topics"))
 
     async def describe_topic(self, name: str) -> dict:
         return await self._read(topic_path(name))
@@ -137,13 +153,16 @@ class AsyncAdmin:
             by_topic.setdefault(tp[0], []).append({"partition": tp[1], "offset": offset})
         result = {}
         for topic, partitions in by_topic.items():
-            answer = await self._read(
-                f"{topic_path(topic)}/delete-records", method="POST", body={"partitions": partitions}
+            outcomes = await self._read(
+                f"{topic_path(topic)}/delete-records",
+                method="POST",
+                body={"partitions": partitions},
+                answered=_log_starts,
             )
-            for entry in answer["partitions"]:
-                if entry["error"] is not None:
-                    raise from_body(entry["error"])
-                result[TopicPartition(topic, entry["partition"])] = entry["low_watermark"]
+            for partition, error, low_watermark in outcomes:
+                if error is not None:
+                    raise from_body(error)
+                result[TopicPartition(topic, partition)] = low_watermark
         return result
 
     # ---- transactions
@@ -168,15 +187,16 @@ class AsyncAdmin:
         }
         found: list[dict] = []
         while True:
-            page = (
-                await self._read(
-                    "/v1/transactions", params=params, what=f"ListTransactions({transactional_id_prefix or ''!r})"
-                )
-            )["transactions"]
+            page, last_id = await self._read(
+                "/v1/transactions",
+                params=params,
+                what=f"ListTransactions({transactional_id_prefix or ''!r})",
+                answered=_transactions_page,
+            )
             found += page
             if len(page) < LIST_PAGE:
                 return found
-            params["after"] = page[-1]["transactional_id"]
+            params["after"] = last_id
 
     async def describe_transaction(self, transactional_id: str) -> dict:
         return await self._read(_id_path(transactional_id), what=f"describe {transactional_id!r}")
@@ -207,19 +227,21 @@ class AsyncAdmin:
         return await self.list_transactions(min_duration_ms=min_duration_ms, states=OPEN_STATES)
 
     async def describe_producers(self, topic: str, partition: int) -> list[dict]:
-        return (await self._read(f"{topic_path(topic)}/partitions/{int(partition)}/producers"))["producers"]
+        return await self._read(
+            f"{topic_path(topic)}/partitions/{int(partition)}/producers", answered=itemgetter("producers")
+        )
 
     async def list_markers(self, topic: str, partition: int, offset: int = 0, limit: int = 100) -> list[dict]:
-        return (
-            await self._read(
-                f"{topic_path(topic)}/partitions/{int(partition)}/markers", params={"offset": offset, "limit": limit}
-            )
-        )["markers"]
+        return await self._read(
+            f"{topic_path(topic)}/partitions/{int(partition)}/markers",
+            params={"offset": offset, "limit": limit},
+            answered=itemgetter("markers"),
+        )
 
     # ---- groups and offsets
 
     async def list_groups(self) -> list[dict]:
-        return (await self._read("/v1/groups"))["groups"]
+        return await self._read("/v1/groups", answered=itemgetter("groups"))
 
     async def describe_group(self, group_id: str) -> dict:
         """Members, generation, assignment, committed offsets and lag."""
@@ -235,26 +257,23 @@ class AsyncAdmin:
         transactional). Raises the first partition's error (GroupSubscribedToTopicError while a
         member subscribes to its topic). Sent once, as delete_group: a group left without members
         and offsets is deleted, so a retry after a lost answer could report GroupIdNotFoundError."""
-        answer = await self._once(
+        entry_errors = await self._once(
             "POST",
             f"/v1/groups/{quote(group_id, safe='')}/offsets/delete",
             {"partitions": [{"topic": tp[0], "partition": tp[1]} for tp in partitions]},
+            read=offset_errors,
         )
-        for entry in answer["offsets"]:
-            if entry["error"] is not None:
-                raise from_body(entry["error"])
+        for entry_error in entry_errors:
+            if entry_error is not None:
+                raise from_body(entry_error)
 
     async def list_group_offsets(self, group_id: str) -> dict[TopicPartition, int]:
-        answer = await self._read(
+        return await self._read(
             f"/v1/groups/{quote(group_id, safe='')}/offsets/fetch",
             method="POST",
             body={"partitions": None, "require_stable": False},
+            answered=_committed_offsets,
         )
-        return {
-            TopicPartition(e["topic"], e["partition"]): e["offset"]
-            for e in answer["offsets"]
-            if e["error"] is None and e["offset"] >= 0
-        }
 
     async def list_offsets(
         self,
@@ -282,7 +301,7 @@ class AsyncAdmin:
         return await self._once("POST", "/v1/principals", {"name": name, "super_user": super_user})
 
     async def list_principals(self) -> list[dict]:
-        return (await self._read("/v1/principals"))["principals"]
+        return await self._read("/v1/principals", answered=itemgetter("principals"))
 
     async def delete_principal(self, name: str) -> None:
         await self._once("DELETE", f"/v1/principals/{quote(name, safe='')}")
@@ -292,7 +311,7 @@ class AsyncAdmin:
         return await self._once("POST", f"/v1/principals/{quote(principal, safe='')}/keys")
 
     async def list_keys(self, principal: str) -> list[dict]:
-        return (await self._read(f"/v1/principals/{quote(principal, safe='')}/keys"))["keys"]
+        return await self._read(f"/v1/principals/{quote(principal, safe='')}/keys", answered=itemgetter("keys"))
 
     async def revoke_key(self, principal: str, key_id: str) -> None:
         await self._once("DELETE", f"/v1/principals/{quote(principal, safe='')}/keys/{quote(key_id, safe='')}")
@@ -321,10 +340,38 @@ class AsyncAdmin:
         )
 
     async def list_acls(self, principal: str | None = None, resource_type: str | None = None) -> list[dict]:
-        return (await self._read("/v1/acls", params={"principal": principal, "resource_type": resource_type}))["acls"]
+        return await self._read(
+            "/v1/acls", params={"principal": principal, "resource_type": resource_type}, answered=itemgetter("acls")
+        )
 
     async def remove_acl(self, acl_id: int) -> None:
         await self._once("DELETE", f"/v1/acls/{int(acl_id)}")
 
     async def audit_log(self, limit: int = 100) -> list[dict]:
-        return (await self._read("/v1/audit", params={"limit": limit}))["entries"]
+        return await self._read("/v1/audit", params={"limit": limit}, answered=itemgetter("entries"))
+
+
+# Readers of answers (`answered=`), read within the retried attempt (Connection.request's `read`).
+
+
+def _transactions_page(answer: dict) -> tuple[list[dict], str | None]:
+    """A ListTransactions page and the transactional id the next page starts after."""
+    page = answer["transactions"]
+    return page, page[-1]["transactional_id"] if page else None
+
+
+def _log_starts(answer: dict) -> list[tuple[int, dict | None, int | None]]:
+    """(partition, error, new log start) of each partition of a DeleteRecords answer."""
+    return [
+        (entry["partition"], entry["error"], entry["low_watermark"] if entry["error"] is None else None)
+        for entry in answer["partitions"]
+    ]
+
+
+def _committed_offsets(answer: dict) -> dict[TopicPartition, int]:
+    """The committed offset of each partition of an OffsetFetch answer that has one."""
+    return {
+        TopicPartition(e["topic"], e["partition"]): e["offset"]
+        for e in answer["offsets"]
+        if e["error"] is None and e["offset"] >= 0
+    }

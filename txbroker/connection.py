@@ -12,7 +12,8 @@ An answer is an `Answer`: a dict whose fields, and the objects and lists in them
 SDK reads. A field the contract's answer always holds but this one lacks, or holds with another
 type (a proxy's or another version's JSON), is an `InvalidResponseError` naming the request and the
 field where it is read, instead of a KeyError or TypeError deep in a reader (a consumer's poll(),
-its heartbeat task, init_transactions()).
+its heartbeat task, init_transactions()). What a caller reads of an answer it reads with `read=`,
+inside the attempt its retry loop repeats: such an answer is then retried as a lost one is.
 
 The transport is pluggable (`transport=`): an `httpx.AsyncBaseTransport` such as
 `httpx.MockTransport` or `httpx.ASGITransport(app)`, or a synchronous `httpx.BaseTransport`, which
@@ -127,10 +128,18 @@ class Connection:
         params: Mapping | None = None,
         extra_timeout_s: float = 0,
         accept: tuple[int, ...] = (),
+        read: Callable[[Answer], T] | None = None,
     ) -> Any:
-        """The decoded JSON object of the response (None for 204); raises the error class of an error
-        response (unless its status is in `accept`), TxbrokerConnectionError when no response
-        arrived, InvalidResponseError when the one that did is not the contract's."""
+        """The decoded JSON object of the response (None for 204), or `read(answer)` when given;
+        raises the error class of an error response (unless its status is in `accept`),
+        TxbrokerConnectionError when no response arrived, InvalidResponseError when the one that
+        did is not the contract's.
+
+        `read` is what the caller reads of the answer: read here, within the attempt that a caller's
+        retry loop (txbroker.retry.retrying, the sender's) repeats, an answer lacking a field it
+        reads, or holding one of another type, is retried as one that is not JSON is, within the
+        same bounds. Read after that loop returned, it could only fail the call. A reader reads the
+        fields it needs, not every record of a fetch (those are read lazily: AnswerList.read_each)."""
         content = None if body is None else _dumps(body)
         headers = None if body is None else {"Content-Type": "application/json"}
         timeout = (
@@ -150,10 +159,12 @@ class Connection:
         except httpx.HTTPError as exc:  # every failure of a request, whatever httpx adds under it
             raise _request_failed(f"{method} {self.url}{path}", exc) from exc
         if response.status_code == 204:
-            return None
+            # No fields: a reader that reads one finds it missing (a 204 where the contract answers them).
+            return None if read is None else read(Answer({}, f"{method} {self.url}{path}"))
         decoded = _json_object(response)
         if decoded is not None and (response.is_success or response.status_code in accept):
-            return Answer(decoded, f"{method} {self.url}{path}")
+            answer = Answer(decoded, f"{method} {self.url}{path}")
+            return answer if read is None else read(answer)
         if response.is_success:
             raise _invalid_answer(f"{method} {self.url}{path}", response)
         raise _error_for(method, path, response, decoded)

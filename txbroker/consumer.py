@@ -159,11 +159,12 @@ class AsyncConsumer:
         if deadline is not None:
             timeout_s = min(timeout_s, max(0.0, deadline - time.monotonic()))
 
-        async def attempt() -> Any:
-            answer = await self._connection.request(method, path, body, params=params)
-            return answer if answered is None else answered(answer)
-
-        return await retrying(attempt, what=what, timeout_s=timeout_s, backoff=self._backoff)
+        return await retrying(
+            lambda: self._connection.request(method, path, body, params=params, read=answered),
+            what=what,
+            timeout_s=timeout_s,
+            backoff=self._backoff,
+        )
 
     def _require_group(self, what: str) -> ConsumerCoordinator:
         if self._coordinator is None:

@@ -31,7 +31,7 @@ from urllib.parse import quote
 from txbroker import errors
 from txbroker.connection import Connection
 from txbroker.errors import IllegalStateError, TxbrokerError
-from txbroker.records import TopicPartition
+from txbroker.records import TopicPartition, offset_errors
 from txbroker.retry import Backoff, retrying
 from txbroker.subscription_state import RebalanceEvent, SubscriptionState
 from txbroker.wire import NO_GENERATION, NO_MEMBER
@@ -217,21 +217,22 @@ class ConsumerCoordinator:
         member_id, generation = self.commit_identity()
         body = {"member_id": member_id, "generation_id": generation, "offsets": entries}
         async with self._commit_order:
-            answer = await self._call(
+            entry_errors = await self._call(
                 f"OffsetCommit({self.group_id})",
                 "POST",
                 group_path(self.group_id, "offsets/commit"),
                 body,
                 deadline=deadline,
+                answered=offset_errors,
             )
-        for entry in answer["offsets"]:
-            if entry["error"] is not None:
-                raise errors.from_body(entry["error"])
+        for entry_error in entry_errors:
+            if entry_error is not None:
+                raise errors.from_body(entry_error)
 
     async def fetch_committed(
         self, partitions: list[TopicPartition], require_stable: bool, deadline: float | None = None
     ) -> Committed:
-        answer = await self._call(
+        return await self._call(
             f"OffsetFetch({self.group_id})",
             "POST",
             group_path(self.group_id, "offsets/fetch"),
@@ -240,12 +241,8 @@ class ConsumerCoordinator:
                 "require_stable": require_stable,
             },
             deadline=deadline,
+            answered=_committed,
         )
-        found: Committed = {}
-        for entry in answer["offsets"]:
-            tp = TopicPartition(entry["topic"], entry["partition"])
-            found[tp] = errors.from_body(entry["error"]) if entry["error"] else (entry["offset"], entry.get("metadata"))
-        return found
 
     async def position_from_committed(self, missing: list[TopicPartition], deadline: float) -> list[TopicPartition]:
         """Sets the positions of `missing` to their committed offsets, read with require_stable:
@@ -275,3 +272,12 @@ class ConsumerCoordinator:
                 attempt += 1
                 await asyncio.sleep(delay)
         return to_reset
+
+
+def _committed(answer: dict) -> Committed:
+    """Each partition's committed offset and metadata, or its error, of an OffsetFetch answer."""
+    found: Committed = {}
+    for entry in answer["offsets"]:
+        tp = TopicPartition(entry["topic"], entry["partition"])
+        found[tp] = errors.from_body(entry["error"]) if entry["error"] else (entry["offset"], entry.get("metadata"))
+    return found

@@ -37,12 +37,16 @@ class TopicMetadata:
 
     async def refresh(self, topic: str) -> int:
         """Raises UnknownTopicOrPartitionError for a topic that does not exist."""
-        described = await retrying(
-            lambda: self._connection.request("GET", topic_path(topic)),
+        count = await retrying(
+            lambda: self._connection.request("GET", topic_path(topic), read=partition_count),
             what=f"metadata of topic {topic!r}",
             timeout_s=self._max_block_s,
             backoff=self._backoff,
         )
-        count = len(described["partitions"])
         self._partitions[topic] = (count, time.monotonic())
         return count
+
+
+def partition_count(described: dict) -> int:
+    """The partition count of a DescribeTopic answer."""
+    return len(described["partitions"])

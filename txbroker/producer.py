@@ -49,6 +49,8 @@ from txbroker.records import (
     RecordMetadata,
     TopicPartition,
     header_list,
+    offset_errors,
+    producer_ids,
     record_size,
     to_bytes,
     wire_record,
@@ -229,14 +231,24 @@ class AsyncProducer:
         if self._closed:
             raise IllegalStateError("the producer is closed")
 
-    async def _call(self, what: str, method: str, path: str, body: Any = None, *, deadline: float | None = None) -> Any:
-        """The request, its retriable errors retried for max_block_ms; one attempt at least. With
-        `deadline` (a time.monotonic() value: max_block_ms from a call that blocks at most that
-        long), retried until it, and an attempt waits for its answer no longer than it either: a
-        slow answer is given up (its outcome unknown, a retriable TxbrokerTimeoutError)."""
+    async def _call(
+        self,
+        what: str,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        deadline: float | None = None,
+        read: Callable[[Any], Any] | None = None,
+    ) -> Any:
+        """The request (`read(answer)` when given: see Connection.request), its retriable errors
+        retried for max_block_ms, an answer without the fields `read` reads too; one attempt at
+        least. With `deadline` (a time.monotonic() value: max_block_ms from a call that blocks at
+        most that long), retried until it, and an attempt waits for its answer no longer than it
+        either: a slow answer is given up (its outcome unknown, a retriable TxbrokerTimeoutError)."""
         if deadline is None:
             return await retrying(
-                lambda: self._connection.request(method, path, body),
+                lambda: self._connection.request(method, path, body, read=read),
                 what=what,
                 timeout_s=self._max_block_s,
                 backoff=self._backoff,
@@ -245,7 +257,7 @@ class AsyncProducer:
         async def attempt() -> Any:
             try:
                 return await asyncio.wait_for(
-                    self._connection.request(method, path, body), max(0.0, deadline - time.monotonic())
+                    self._connection.request(method, path, body, read=read), max(0.0, deadline - time.monotonic())
                 )
             except asyncio.TimeoutError:
                 raise errors.TxbrokerTimeoutError(
@@ -277,9 +289,13 @@ class AsyncProducer:
 
     # ---- producer ids
 
-    async def _init_producer_id(self, body: dict) -> dict:
+    async def _init_producer_id(self, body: dict) -> tuple[int, int]:
         return await self._call(
-            f"InitProducerId({self._tm.transactional_id or ''})", "POST", "/v1/producers/init", body
+            f"InitProducerId({self._tm.transactional_id or ''})",
+            "POST",
+            "/v1/producers/init",
+            body,
+            read=producer_ids,
         )
 
     async def _idempotent_producer_id(self, bump: bool) -> None:
@@ -289,10 +305,10 @@ class AsyncProducer:
         if bump and tm.has_producer_id:
             body = {"producer_id": tm.producer_id, "producer_epoch": tm.producer_epoch}
         try:
-            answer = await self._init_producer_id(body)
+            ids = await self._init_producer_id(body)
         except errors.ProducerFencedError:
-            answer = await self._init_producer_id({"producer_id": NO_PRODUCER_ID, "producer_epoch": NO_PRODUCER_EPOCH})
-        tm.initialized(answer["producer_id"], answer["producer_epoch"])
+            ids = await self._init_producer_id({"producer_id": NO_PRODUCER_ID, "producer_epoch": NO_PRODUCER_EPOCH})
+        tm.initialized(*ids)
 
     async def init_transactions(self) -> None:
         """InitProducerId for the transactional id: fences every older instance, and completes or
@@ -305,7 +321,7 @@ class AsyncProducer:
         if tm.state is not TransactionState.UNINITIALIZED:
             raise IllegalStateError(f"init_transactions() was already called (state {tm.state.value})")
         try:
-            answer = await self._init_producer_id(
+            ids = await self._init_producer_id(
                 {
                     "transactional_id": tm.transactional_id,
                     "transaction_timeout_ms": tm.transaction_timeout_ms,
@@ -317,7 +333,7 @@ class AsyncProducer:
             if error.fatal:
                 self._raise_fatal(error)
             raise
-        tm.initialized(answer["producer_id"], answer["producer_epoch"])
+        tm.initialized(*ids)
 
     # ---- sending
 
@@ -441,7 +457,7 @@ class AsyncProducer:
                 await self._call(
                     f"AddOffsetsToTxn({group_id})", "POST", "/v1/txn/add-offsets", {**tm.ids, "group_id": group_id}
                 )
-            answer = await self._call(
+            entry_errors = await self._call(
                 f"TxnOffsetCommit({group_id})",
                 "POST",
                 "/v1/txn/offset-commit",
@@ -452,12 +468,13 @@ class AsyncProducer:
                     "member_id": group_metadata.member_id,
                     "offsets": entries,
                 },
+                read=offset_errors,
             )
         except TxbrokerError as error:
             raise self._transaction_error(error) from error
-        for entry in answer["offsets"]:
-            if entry["error"] is not None:
-                error = errors.from_body(entry["error"])
+        for entry_error in entry_errors:
+            if entry_error is not None:
+                error = errors.from_body(entry_error)
                 raise self._transaction_error(error) from None
 
     def _transaction_error(self, error: TxbrokerError) -> TxbrokerError:
@@ -515,12 +532,12 @@ class AsyncProducer:
             return None
         what = f"PrepareTxn({tm.transactional_id!r})"
         try:
-            answer = await self._call(what, "POST", "/v1/txn/prepare", tm.ids, deadline=deadline)
+            ids = await self._call(what, "POST", "/v1/txn/prepare", tm.ids, deadline=deadline, read=producer_ids)
         except TxbrokerError as error:
             if error.retriable:  # the outcome is unknown: preparing again answers it
                 raise self._not_known_yet(what, "prepare_transaction()", error) from error
             raise self._transaction_error(error) from error
-        self._prepared = PreparedTransaction(tm.transactional_id, answer["producer_id"], answer["producer_epoch"])
+        self._prepared = PreparedTransaction(tm.transactional_id, *ids)
         return self._prepared
 
     async def commit_transaction(self) -> None:
@@ -544,8 +561,8 @@ class AsyncProducer:
         if not tm.transaction_has_content:
             tm.completed(tm.producer_id, tm.producer_epoch)
             return
-        answer = await self._end_transaction(tm.end_body(True), deadline)
-        tm.completed(answer["producer_id"], answer["producer_epoch"])
+        ids = await self._end_transaction(tm.end_body(True), deadline)
+        tm.completed(*ids)
         self._prepared = None
 
     async def abort_transaction(self) -> None:
@@ -572,15 +589,15 @@ class AsyncProducer:
             tm.completed(tm.producer_id, tm.producer_epoch)
             return
         try:
-            answer = await self._end_transaction(tm.end_body(False), deadline)
+            ids = await self._end_transaction(tm.end_body(False), deadline)
         except errors.InvalidTxnStateError:
             # Nothing is open on the server: whatever was sent never arrived. A request still on
             # its way could open a transaction later: bumping the epoch (KIP-360) fences it.
-            answer = await self._bump_epoch()
-        tm.completed(answer["producer_id"], answer["producer_epoch"])
+            ids = await self._bump_epoch()
+        tm.completed(*ids)
         self._prepared = None
 
-    async def _bump_epoch(self) -> dict:
+    async def _bump_epoch(self) -> tuple[int, int]:
         tm = self._tm
         try:
             return await self._init_producer_id(
@@ -596,10 +613,11 @@ class AsyncProducer:
                 raise
             self._raise_fatal(error)
 
-    async def _end_transaction(self, body: dict, deadline: float) -> dict:
+    async def _end_transaction(self, body: dict, deadline: float) -> tuple[int, int]:
+        """The producer id and epoch of the transactional id's next transaction."""
         what = f"EndTxn({'commit' if body['committed'] else 'abort'} {body['transactional_id']!r})"
         try:
-            return await self._call(what, "POST", "/v1/txn/end", body, deadline=deadline)
+            return await self._call(what, "POST", "/v1/txn/end", body, deadline=deadline, read=producer_ids)
         except TxbrokerError as error:
             # Retriable (TxbrokerTimeoutError after max_block_ms): the state stays COMMITTING or
             # ABORTING and the pending body is kept for the next call. INVALID_TXN_STATE on an abort:

@@ -146,3 +146,17 @@ def listed_offsets(answer: dict) -> dict[TopicPartition, int]:
             raise from_body(entry["error"])
         found[TopicPartition(entry["topic"], entry["partition"])] = entry["offset"]
     return found
+
+
+# Readers of answers (Connection.request's `read=`): what the caller reads of an answer, read within
+# the retried attempt, so that an answer lacking a field is retried as a lost one is.
+
+
+def producer_ids(answer: dict) -> tuple[int, int]:
+    """The producer id and epoch of an InitProducerId, PrepareTxn or EndTxn answer."""
+    return answer["producer_id"], answer["producer_epoch"]
+
+
+def offset_errors(answer: dict) -> list[dict | None]:
+    """The error (None for none) of each partition of an OffsetCommit or TxnOffsetCommit answer."""
+    return [entry["error"] for entry in answer["offsets"]]

@@ -205,8 +205,8 @@ class Sender:
             try:
                 await self._prepare_identity()
             except TxbrokerError as error:
-                # Unreachable for max_block_ms, or answered without the contract's fields (an
-                # InvalidResponseError): fail what waits, try again with the next records.
+                # Unreachable, or answered without the contract's fields (an InvalidResponseError),
+                # for max_block_ms: fail what waits, try again with the next records.
                 self._fail_everything(error if error.retriable else self._tm.fail_fatal(error))
                 continue
             except Exception as exc:
@@ -343,7 +343,9 @@ class Sender:
             for batch in pending:
                 batch.attempts += 1
             try:
-                answer = await self._connection.request("POST", "/v1/produce", self._body(pending))
+                answer = await self._connection.request(
+                    "POST", "/v1/produce", self._body(pending), read=_partition_outcomes
+                )
             except TxbrokerError as error:
                 action = _action_for(error, self._tm.is_transactional, self._idempotent)
                 if action == RETRY and not self._expired(pending):
@@ -360,11 +362,11 @@ class Sender:
                 return
             retry = []
             unknown_producer_id = None
-            for batch, entry in zip(pending, answer["partitions"]):
-                if entry["error"] is None:
-                    batch.complete(entry["base_offset"])
+            for batch, (entry_error, base_offset) in zip(pending, answer):
+                if entry_error is None:
+                    batch.complete(base_offset)
                     continue
-                error = errors.from_body(entry["error"])
+                error = errors.from_body(entry_error)
                 action = _action_for(error, self._tm.is_transactional, self._idempotent)
                 if action == RETRY and not self._expired([batch]):
                     retry.append(batch)
@@ -446,3 +448,11 @@ class Sender:
             error = self._tm.fail_abortable(error)
         for batch in batches:
             batch.fail(error)
+
+
+def _partition_outcomes(answer: dict) -> list[tuple[dict | None, int | None]]:
+    """(error, base_offset) of each partition of a Produce answer: its error, or none and the
+    offset its batch was appended at."""
+    return [
+        (entry["error"], entry["base_offset"] if entry["error"] is None else None) for entry in answer["partitions"]
+    ]

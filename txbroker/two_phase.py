@@ -25,14 +25,14 @@ thread.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
+from operator import itemgetter
 from typing import Any
 
 from txbroker import errors
 from txbroker.admin import ABORTABLE_STATES, AsyncAdmin
 from txbroker.connection import DEFAULT_URL
 from txbroker.records import PreparedTransaction
-from txbroker.retry import retrying
 
 COMPLETE_COMMIT = "CompleteCommit"
 
@@ -46,20 +46,11 @@ class AsyncTwoPhaseClient(AsyncAdmin):
     def __init__(self, url: str = DEFAULT_URL, *, default_api_timeout_ms: int = 120_000, **config: Any) -> None:
         super().__init__(url, default_api_timeout_ms=default_api_timeout_ms, **config)
 
-    async def _once(
-        self, method: str, path: str, body: Any = None, *, params: Mapping | None = None, what: str | None = None
-    ) -> Any:
-        """Unlike Admin's, sent again after a lost answer too: a coordinator's calls are safe to
-        repeat (an EndTxn's retry answers the same outcome; an abort's finds nothing open, which
-        abort_open reports as False and abort as done). Admin's other mutations, inherited, are
-        sent again too and may then report what did happen (TOPIC_ALREADY_EXISTS): use an Admin
-        for those."""
-        return await retrying(
-            lambda: self._connection.request(method, path, body, params=params),
-            what=what or f"{method} {path}",
-            timeout_s=self._api_timeout_s,
-            backoff=self._backoff,
-        )
+    # Unlike Admin, sent again after a lost answer too: a coordinator's calls are safe to repeat (an
+    # EndTxn's retry answers the same outcome; an abort's finds nothing open, which abort_open
+    # reports as False and abort as done). Admin's other mutations, inherited, are sent again too
+    # and may then report what did happen (TOPIC_ALREADY_EXISTS): use an Admin for those.
+    _resends_unanswered = True
 
     # ---- completing
 
@@ -109,13 +100,13 @@ class AsyncTwoPhaseClient(AsyncAdmin):
 
     async def _end(self, prepared: PreparedTransaction, commit: bool) -> str:
         tid, producer_id, epoch = prepared
-        answer = await self._once(
+        return await self._once(
             "POST",
             "/v1/txn/end",
             {"transactional_id": tid, "producer_id": producer_id, "producer_epoch": epoch, "committed": commit},
             what=f"EndTxn({'commit' if commit else 'abort'} {tid!r})",
+            read=itemgetter("state"),
         )
-        return answer["state"]
 
     async def abort_open(
         self, transactional_id: str, producer_id: int | None = None, producer_epoch: int | None = None

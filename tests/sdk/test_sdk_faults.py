@@ -378,10 +378,14 @@ def test_prepare_transaction_blocks_at_most_max_block_ms_and_resumes(server):
 class OddAnswers:
     """A real HTTP proxy in the test process in front of a real server: it forwards each request,
     but answers a path of `odd` (path -> (status, headers, body)) itself, as a proxy, a gateway's
-    maintenance page or another server would."""
+    maintenance page or another server would; for its first `times` requests only, when set with
+    `answer_first`. `answered_oddly` counts the odd answers of each path."""
 
     def __init__(self, upstream: str) -> None:
         self.odd: dict[str, tuple[int, dict[str, str], bytes]] = {}
+        self.answered_oddly: dict[str, int] = {}
+        self._odd_times: dict[str, int] = {}
+        self._lock = threading.Lock()
         self._upstream = httpx.Client(base_url=upstream, timeout=60)
         proxy = self
 
@@ -402,9 +406,27 @@ class OddAnswers:
         self._thread.start()
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
 
+    def answer_first(self, path: str, answer: tuple[int, dict[str, str], bytes], times: int) -> None:
+        """Answers `path`'s next `times` requests with `answer`, then forwards them again."""
+        with self._lock:
+            self.odd[path], self._odd_times[path] = answer, times
+
+    def _odd_answer(self, path: str) -> tuple[int, dict[str, str], bytes] | None:
+        with self._lock:
+            odd = self.odd.get(path)
+            if odd is None:
+                return None
+            if path in self._odd_times:
+                if self._odd_times[path] == 0:
+                    del self.odd[path], self._odd_times[path]
+                    return None
+                self._odd_times[path] -= 1
+            self.answered_oddly[path] = self.answered_oddly.get(path, 0) + 1
+            return odd
+
     def _answer(self, handler: BaseHTTPRequestHandler) -> None:
         body = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
-        odd = self.odd.get(handler.path.split("?", 1)[0])
+        odd = self._odd_answer(handler.path.split("?", 1)[0])
         if odd is None:
             headers = {
                 name: handler.headers[name] for name in ("Content-Type", "Authorization") if handler.headers[name]
@@ -500,41 +522,80 @@ def test_an_answer_that_is_not_the_contracts_is_an_invalid_response_error(odd_an
 WITHOUT_FIELDS = (200, {"Content-Type": "application/json"}, b'{"unexpected": true}')
 
 
-def test_a_producer_id_answer_without_the_contracts_fields_fails_the_records_then_goes_on(server, odd_answers):
-    """InitProducerId answered with a JSON object without the contract's fields (from a proxy, or
-    another server): the records waiting for the id fail with InvalidResponseError (retriable)
-    naming the request and the field, flush() returns, and once the answers are the contract's
-    again the producer goes on. Before, the KeyError made the producer fatal: every later send
-    failed until it was closed and created again."""
+PRODUCER_INIT = "/v1/producers/init"
+
+
+@pytest.mark.parametrize("transactional_id", [None, "odd-init-for-a-while"], ids=["idempotent", "transactional"])
+def test_a_producer_id_answered_without_the_contracts_fields_for_a_while_is_retried(
+    server, odd_answers, transactional_id
+):
+    """InitProducerId answered without the contract's fields (a proxy's, another server's JSON) for
+    its first attempts, then rightly: the request is retried with backoff as a lost answer is, and
+    the caller sees no error: the idempotent producer's first record is written, init_transactions()
+    returns. Before, the answer was checked where it was read, after the retries: the record failed
+    with InvalidResponseError, init_transactions() raised it."""
+    topic = f"odd-init-{transactional_id is not None}"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic)
+    odd_answers.answer_first(PRODUCER_INIT, WITHOUT_FIELDS, times=3)
+    with Producer(odd_answers.url, transactional_id=transactional_id, linger_ms=0, **FAST) as producer:
+        if transactional_id is None:
+            assert producer.send(topic, value="v").result(10).offset == 0
+        else:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send(topic, value="v")
+            producer.commit_transaction()
+    assert odd_answers.answered_oddly[PRODUCER_INIT] == 3
+    assert [r.value for r in read_all(server.url, topic, 1)] == [b"v"]
+
+
+def test_a_producer_id_never_answered_with_the_contracts_fields_fails_the_records_after_max_block_ms(
+    server, odd_answers
+):
+    """InitProducerId always answered without the contract's fields: the records waiting for the
+    id fail once max_block_ms is over (as when the server is unreachable), with a retriable
+    TxbrokerTimeoutError caused by the InvalidResponseError naming the request and the field;
+    flush() returns, and once the answers are the contract's again the producer goes on. Before,
+    the records failed at the first answer, without a retry."""
     with Admin(server.url) as admin:
         admin.create_topic("no-producer-id")
-    odd_answers.odd["/v1/producers/init"] = WITHOUT_FIELDS
-    with Producer(odd_answers.url, linger_ms=0, **FAST) as producer:
-        future = producer.send("no-producer-id", value="failed")
-        with pytest.raises(errors.InvalidResponseError) as raised:
-            future.result(10)
-        assert raised.value.retriable and not raised.value.fatal
-        assert re.search(r"POST \S+/v1/producers/init answered .* field 'producer_id' is missing", raised.value.message)
+    odd_answers.odd[PRODUCER_INIT] = WITHOUT_FIELDS
+    with Producer(odd_answers.url, linger_ms=0, max_block_ms=600, **FAST) as producer:
         started = time.monotonic()
+        future = producer.send("no-producer-id", value="failed")
+        with pytest.raises(errors.TxbrokerTimeoutError) as raised:
+            future.result(10)
+        assert 0.5 < time.monotonic() - started < 5
+        assert raised.value.retriable and not raised.value.fatal
+        cause = raised.value.__cause__
+        assert isinstance(cause, errors.InvalidResponseError) and cause.retriable
+        assert re.search(r"POST \S+/v1/producers/init answered .* field 'producer_id' is missing", cause.message)
+        assert odd_answers.answered_oddly[PRODUCER_INIT] > 1, "retried"
         producer.flush()
-        assert time.monotonic() - started < 5
-        del odd_answers.odd["/v1/producers/init"]
+        del odd_answers.odd[PRODUCER_INIT]
         assert producer.send("no-producer-id", value="after").result(10).offset == 0
     assert [r.value for r in read_all(server.url, "no-producer-id", 1)] == [b"after"]
 
 
-def test_init_transactions_answered_without_the_contracts_fields_raises_invalid_response_error(server, odd_answers):
-    """The error init_transactions()'s caller gets for an InitProducerId answer without the
-    contract's fields is the SDK's (retriable: calling again once the answers are right
-    initializes), naming the request and the field. Before, it was a raw KeyError."""
+def test_init_transactions_never_answered_with_the_contracts_fields_raises_after_max_block_ms(server, odd_answers):
+    """init_transactions() whose InitProducerId is always answered with a field of another type
+    retries it for max_block_ms, then raises a retriable TxbrokerTimeoutError caused by the
+    InvalidResponseError naming the request and the field (calling again once the answers are
+    right initializes). Before, it raised InvalidResponseError at the first answer."""
     with Admin(server.url) as admin:
         admin.create_topic("odd-init")
-    odd_answers.odd["/v1/producers/init"] = (200, {"Content-Type": "application/json"}, b'{"producer_id": "7"}')
-    with Producer(odd_answers.url, transactional_id="odd-init", **FAST) as producer:
-        with pytest.raises(errors.InvalidResponseError, match="field 'producer_id' is a string where") as raised:
+    odd_answers.odd[PRODUCER_INIT] = (200, {"Content-Type": "application/json"}, b'{"producer_id": "7"}')
+    with Producer(odd_answers.url, transactional_id="odd-init", max_block_ms=600, **FAST) as producer:
+        started = time.monotonic()
+        with pytest.raises(errors.TxbrokerTimeoutError) as raised:
             producer.init_transactions()
-        assert raised.value.retriable and "/v1/producers/init" in raised.value.message
-        del odd_answers.odd["/v1/producers/init"]
+        assert 0.5 < time.monotonic() - started < 5
+        cause = raised.value.__cause__
+        assert raised.value.retriable and isinstance(cause, errors.InvalidResponseError)
+        assert "/v1/producers/init" in cause.message and "field 'producer_id' is a string where" in cause.message
+        assert odd_answers.answered_oddly[PRODUCER_INIT] > 1, "retried"
+        del odd_answers.odd[PRODUCER_INIT]
         producer.init_transactions()
         producer.begin_transaction()
         producer.send("odd-init", value="v")
