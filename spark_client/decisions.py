@@ -27,16 +27,20 @@ from __future__ import annotations
 
 import enum
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 from urllib.parse import quote
 
 from spark_client.options import ConnectionOptions
 from txbroker import errors
 from txbroker.connection import Connection
+from txbroker.records import offset_errors
 from txbroker.retry import Backoff, retrying
 from txbroker.two_phase import PreparedTransaction
 from txbroker.wire import NO_OFFSET
+
+T = TypeVar("T")
 
 GROUP_PREFIX = "txbroker-spark."
 FORMAT_VERSION = 1
@@ -172,9 +176,11 @@ class DecisionLog:
     async def __aexit__(self, *exc_info) -> None:
         await self._connection.close()
 
-    async def _call(self, what: str, action: str, body: dict) -> dict:
+    async def _call(self, what: str, action: str, body: dict, read: Callable[[dict], T]) -> T:
+        """The answer as `read` takes it, inside each attempt: an answer without the contract's
+        fields (a proxy's, say) is retried as a lost one is, within the same bound."""
         return await retrying(
-            lambda: self._connection.request("POST", f"{self._group_path}/{action}", body),
+            lambda: self._connection.request("POST", f"{self._group_path}/{action}", body, read=read),
             what=what,
             timeout_s=self._api_timeout_s,
             backoff=self._backoff,
@@ -182,18 +188,19 @@ class DecisionLog:
 
     async def read(self) -> Decision | None:
         try:
-            answer = await self._call(
+            entries = await self._call(
                 "reading the sink's decision",
                 "fetch",
                 {"partitions": [{"topic": self._topic, "partition": 0}], "require_stable": False},
+                _committed_entries,
             )
         except errors.GroupIdNotFoundError:
             return None
-        for entry in answer["offsets"]:
-            if entry["error"] is not None:
-                raise errors.from_body(entry["error"])
-            if entry["offset"] != NO_OFFSET:
-                return Decision.parse(entry["offset"], entry.get("metadata"))
+        for error, offset, metadata in entries:
+            if error is not None:
+                raise errors.from_body(error)
+            if offset != NO_OFFSET:
+                return Decision.parse(offset, metadata)
         return None
 
     async def record(
@@ -208,7 +215,7 @@ class DecisionLog:
                 f"decision record holds ({len(metadata)} > {MAX_METADATA_CHARS} characters); "
                 f"write with fewer tasks (coalesce())"
             )
-        answer = await self._call(
+        for error in await self._call(
             f"recording the decision for batch {batch_id}",
             "commit",
             {
@@ -216,8 +223,13 @@ class DecisionLog:
                 "generation_id": -1,
                 "offsets": [{"topic": self._topic, "partition": 0, "offset": batch_id, "metadata": metadata}],
             },
-        )
-        for entry in answer["offsets"]:
-            if entry["error"] is not None:
-                raise errors.from_body(entry["error"])
+            offset_errors,
+        ):
+            if error is not None:
+                raise errors.from_body(error)
         return decision
+
+
+def _committed_entries(answer: dict) -> list[tuple[dict | None, int, str | None]]:
+    """(error, offset, metadata) of each partition of an OffsetFetch answer."""
+    return [(entry["error"], entry["offset"], entry.get("metadata")) for entry in answer["offsets"]]
