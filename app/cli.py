@@ -198,7 +198,7 @@ def _run_uvicorn(
 ) -> None:
     import uvicorn
 
-    from app.api.auth import PROXY_HEADERS
+    from app.api.auth import proxy_header_options
     from app.runtime.worker_processes import node_ready_waiter, readiness_signal, wait_for_worker_0
     from app.server import create_app
 
@@ -224,7 +224,7 @@ def _run_uvicorn(
         timeout_graceful_shutdown=10,
         ssl_certfile=settings.ssl_certfile,
         ssl_keyfile=settings.ssl_keyfile,
-        proxy_headers=PROXY_HEADERS,  # the audit log's client addresses: the TCP peers (app/api/auth.py)
+        **proxy_header_options(settings),  # whose X-Forwarded-For the audit log believes (app/api/auth.py)
     )
 
 
@@ -377,6 +377,12 @@ def add_serve_command(commands) -> None:
         "--kafka-advertised-listener",
         dest="kafka_advertised_listener",
         help="HOST:PORT that Metadata gives Kafka clients (default: the listener's bound address)",
+    )
+    serve_parser.add_argument(
+        "--trusted-proxies",
+        dest="trusted_proxies",
+        help="IP addresses or CIDR networks of reverse proxies whose X-Forwarded-For/-Proto are believed "
+        "(default: none)",
     )
     serve_parser.add_argument("--ssl-certfile", dest="ssl_certfile", help="serve HTTPS with this certificate (PEM)")
     serve_parser.add_argument("--ssl-keyfile", dest="ssl_keyfile", help="the certificate's private key (PEM)")

@@ -3,6 +3,7 @@ flags override the environment. Defaults are Kafka's where Kafka has the setting
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Literal
 
@@ -98,6 +99,13 @@ class Settings(BaseSettings):
     )
     admin_token: str | None = Field(None, description="bootstraps a super user 'admin' with this bearer token")
     allow_anonymous: bool = Field(False, description="listen beyond loopback without authentication (unsafe)")
+    trusted_proxies: str | None = Field(
+        None,
+        description="comma-separated IP addresses or networks (CIDR) of the reverse proxies in front of the HTTP "
+        "port: from such a peer, X-Forwarded-For names the client (in the audit log) and X-Forwarded-Proto the "
+        "scheme (the console's cookie is Secure behind a proxy ending TLS); default: no proxy is trusted, "
+        "every such header is ignored",
+    )
 
     max_request_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="largest request body accepted")
     max_records_per_request: int = Field(100_000, ge=1, description="most records one produce request may carry")
@@ -167,6 +175,26 @@ class Settings(BaseSettings):
     kafka_auto_create_topics: bool = Field(
         True, description="Metadata creates unknown topics a client asks for (Kafka's auto.create.topics.enable)"
     )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_are_addresses(cls, proxies: str | None) -> str | None:
+        """Each an address or a network, written out again as one: uvicorn takes any other word for a
+        literal it compares with the peer, so a typo (a host name, `10.0.0.0/33`) would silently trust
+        nobody. `*` (uvicorn's "everyone") is refused: any client could then name any address."""
+        if proxies is None:
+            return None
+        networks = []
+        for item in proxies.split(","):
+            try:
+                networks.append(str(ipaddress.ip_network(item.strip(), strict=False)))
+            except ValueError:
+                raise ValueError(
+                    f"{item.strip()[:100]!r} is not an IP address or network; expected the addresses or CIDR "
+                    f"networks of your reverse proxies, comma-separated (such as 10.0.0.5,192.168.0.0/16); "
+                    f"to trust every peer, which lets any client name any address, write 0.0.0.0/0,::/0"
+                ) from None
+        return ",".join(networks)
 
     @field_validator("group_max_session_timeout_ms")
     @classmethod

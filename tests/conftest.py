@@ -39,7 +39,7 @@ import pytest
 import uvicorn
 import uvloop
 
-from app.api.auth import PROXY_HEADERS
+from app.api.auth import proxy_header_options
 from app.runtime.embedded_postgres import EmbeddedPostgres
 from app.server import create_app
 from app.settings import Settings
@@ -259,7 +259,7 @@ def start_in_process_server(database_url: str, **setting_overrides) -> RunningSe
     settings = Settings(database_url=database_url, port=port, **setting_overrides)
     app = create_app(settings, database_url)
     config = uvicorn.Config(
-        app, log_level="warning", loop="uvloop", http="httptools", lifespan="on", proxy_headers=PROXY_HEADERS
+        app, log_level="warning", loop="uvloop", http="httptools", lifespan="on", **proxy_header_options(settings)
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: uvloop.run(server.serve(sockets=[sock])), daemon=True)

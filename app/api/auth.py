@@ -14,6 +14,7 @@ from app.coordinator import security_admin
 from app.coordinator.audit import Actor, AuditSource, client_address
 from app.coordinator.authorizer import ANONYMOUS, Principal
 from app.errors import BrokerError, ErrorCode
+from app.settings import Settings
 
 AUTH_REQUIRED = "required"
 
@@ -26,12 +27,15 @@ def _unauthorized(what: str) -> BrokerError:
     )
 
 
-# Whether uvicorn may take the client's address from X-Forwarded-For (and the scheme from
-# X-Forwarded-Proto) when the peer is one of FORWARDED_ALLOW_IPS (by default 127.0.0.1 and ::1):
-# no. txbroker has no setting naming its proxies, and with uvicorn's default any program on the
-# node's machine could put any address in an audit entry. So request.client is the TCP peer, and
-# behind a reverse proxy the audit log names the proxy (docs/operations.md). app/cli.py serves with it.
-PROXY_HEADERS = False
+def proxy_header_options(settings: Settings) -> dict:
+    """uvicorn's options for proxy headers: X-Forwarded-For (the client's address) and
+    X-Forwarded-Proto (the scheme) are believed from the peers of `trusted_proxies` only. Without
+    the setting, from none: uvicorn's default believes them from 127.0.0.1 (or its
+    FORWARDED_ALLOW_IPS variable), so any program on the node's machine could put any address in an
+    audit entry. app/cli.py serves with these."""
+    if settings.trusted_proxies is None:
+        return {"proxy_headers": False}
+    return {"proxy_headers": True, "forwarded_allow_ips": settings.trusted_proxies}
 
 
 def request_client_address(request: Request) -> str | None:

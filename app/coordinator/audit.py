@@ -31,7 +31,10 @@ class Actor:
 
 def client_address(host: str, port: int) -> str:
     """A peer as the audit log shows it: HOST:PORT, [HOST]:PORT for an IPv6 address (as Kafka's
-    listener addresses are written)."""
+    listener addresses are written); HOST alone when the port is unknown (0: a trusted proxy's
+    X-Forwarded-For names an address without one)."""
+    if port == 0:
+        return host
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
