@@ -49,10 +49,32 @@ def _socket_address(fd: int) -> tuple[str, int]:
     return host, port
 
 
-def _start_embedded_postgres(settings: Settings):
+# Beside its request pool a worker holds up to three connections (its LISTEN one, the presence of
+# its Kafka listener, the health check's: docs/operations.md, "Workers").
+CONNECTIONS_BESIDE_POOL = 3
+# Connections beyond the workers': the migrations at a start, an operator's psql, a `txbroker db upgrade`.
+SPARE_CONNECTIONS = 20
+
+
+def embedded_max_connections(settings: Settings, workers: int) -> int:
+    """The embedded PostgreSQL's max_connections for a node of `workers` workers: every connection
+    they may hold at once, plus spare ones; never below the fixed number it had before, which small
+    nodes keep. (A fixed 200 was too few from about 12 workers with the default pool: a busy node's
+    requests then failed on "too many clients".)"""
+    from app.runtime.embedded_postgres import SERVER_SETTINGS
+
+    needed = workers * (settings.database_pool_size + CONNECTIONS_BESIDE_POOL) + SPARE_CONNECTIONS
+    return max(int(SERVER_SETTINGS["max_connections"]), needed)
+
+
+def _start_embedded_postgres(settings: Settings, workers: int = 1):
     from app.runtime.embedded_postgres import EmbeddedPostgres
 
-    postgres = EmbeddedPostgres(settings.data_dir, bindir=settings.postgres_bindir)
+    postgres = EmbeddedPostgres(
+        settings.data_dir,
+        bindir=settings.postgres_bindir,
+        server_settings={"max_connections": str(embedded_max_connections(settings, workers))},
+    )
     postgres.start()
     return postgres
 
@@ -119,7 +141,7 @@ def serve(args: argparse.Namespace) -> int:
     if database_url is None:
         # Started here, in the main thread, because the embedded PostgreSQL is tied to the thread
         # that starts it (it stops when that thread's process dies).
-        postgres = _start_embedded_postgres(settings)
+        postgres = _start_embedded_postgres(settings, workers)
         postgres.keep_running()
         database_url = postgres.database_url
     # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the handler it

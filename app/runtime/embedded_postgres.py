@@ -151,10 +151,11 @@ class EmbeddedPostgres:
         server_settings: dict[str, str] | None = None,
         standby_of: tuple[str, int] | None = None,
     ) -> None:
-        """`port`, `server_settings` (added to SERVER_SETTINGS, e.g. listen_addresses) and
-        `standby_of` (host, port of a primary whose data dir a new data dir is cloned from, with
-        pg_basebackup, to run as its streaming standby) serve tests that build a replicated
-        cluster on loopback (tests/crash/test_failover.py); txbroker itself uses the defaults."""
+        """`server_settings` are added to SERVER_SETTINGS: `txbroker serve` sizes max_connections
+        to its workers (app/cli.py). `port`, listen_addresses and `standby_of` (host, port of a
+        primary whose data dir a new data dir is cloned from, with pg_basebackup, to run as its
+        streaming standby) serve tests that build a replicated cluster on loopback
+        (tests/crash/test_failover.py); txbroker itself uses the defaults."""
         self.data_dir = Path(data_dir).resolve()
         self.bindir = Path(bindir).resolve() if bindir is not None else default_bindir()
         self.unprivileged_user = unprivileged_user

@@ -338,3 +338,22 @@ def test_what_one_worker_changes_the_other_applies_at_its_next_request(server_pr
     assert status == 200 and [[r["value"] for r in p["records"]] for p in answer["partitions"]] == [[], ["new"]]
     admin("POST", "/v1/topics/coherent/partitions", {"partitions": 3})
     assert produce(2, "grown")["base_offset"] == 0, "a partition added"
+
+
+def test_the_embedded_postgresql_takes_every_connection_the_workers_may_hold(server_process, data_dir):
+    """Each worker may hold its pool and three connections beside it. A fixed max_connections of
+    200 was fewer than that from about 12 workers with the default pool, so a busy node's requests
+    failed on PostgreSQL's "too many clients"; here 2 workers of 150 pooled connections ask for 306."""
+    pool_size = 150
+    server_process(
+        "--data-dir", str(data_dir), "--workers", str(WORKERS), env={"TXBROKER_DATABASE_POOL_SIZE": str(pool_size)}
+    )
+
+    async def max_connections() -> int:
+        conn = await asyncpg.connect(host=str(data_dir / "run"), user="txbroker", database="txbroker")
+        try:
+            return int(await conn.fetchval("SHOW max_connections"))
+        finally:
+            await conn.close()
+
+    assert asyncio.run(max_connections()) >= WORKERS * (pool_size + 3)
