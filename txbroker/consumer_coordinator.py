@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote
@@ -62,6 +63,10 @@ class ConsumerCoordinator:
     ) -> None:
         self.group_id = group_id
         self.member_id = NO_MEMBER
+        # The join under way (None: none): sent with every attempt of it, so that one whose answer
+        # was lost and the attempt after it join as one member, not two (the first would hold its
+        # partitions, unconsumed, until its session timed out).
+        self._join_id: str | None = None
         self._subscriptions = subscriptions
         self._connection = connection
         self._call = call
@@ -93,14 +98,17 @@ class ConsumerCoordinator:
             "topics": subscriptions.topics,
             "session_timeout_ms": self._session_timeout_ms,
         }
+        if self.member_id == NO_MEMBER:
+            body["join_id"] = self._joining()
         try:
             answer = await self._connection.request("POST", group_path(self.group_id, "heartbeat"), body)
         except errors.UnknownMemberIdError:
             log.warning(
                 "consumer %s was evicted from group %r (session timeout?): rejoining", self.member_id, self.group_id
             )
-            body["member_id"] = NO_MEMBER
+            body["member_id"], body["join_id"] = NO_MEMBER, self._joining()
             answer = await self._connection.request("POST", group_path(self.group_id, "heartbeat"), body)
+        self._join_id = None  # joined, or was a member already: the next join is another
         assignment = frozenset(TopicPartition(a["topic"], p) for a in answer["assignment"] for p in a["partitions"])
         topic_ids = {a["topic"]: a.get("topic_id") for a in answer["assignment"]}
         generation = answer["generation_id"]
@@ -120,6 +128,12 @@ class ConsumerCoordinator:
             self._latest = latest
             if not subscriptions.is_adopted(*latest):
                 subscriptions.assignment_changed.set()
+
+    def _joining(self) -> str:
+        """The join_id of the join under way, or of a new one."""
+        if self._join_id is None:
+            self._join_id = uuid.uuid4().hex
+        return self._join_id
 
     async def _heartbeat_loop(self) -> None:
         attempt = 0
@@ -190,7 +204,7 @@ class ConsumerCoordinator:
                 )
             except TxbrokerError as error:
                 log.info("leaving group %r: %s", self.group_id, error)
-        self.member_id = NO_MEMBER
+        self.member_id, self._join_id = NO_MEMBER, None
         self._latest = None
         self._kept = frozenset()
 

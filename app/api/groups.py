@@ -62,7 +62,7 @@ async def heartbeat(
     authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
     for topic in set(body.topics):
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
-    result = await groups.heartbeat(group_id, body.member_id, body.topics, body.session_timeout_ms)
+    result = await groups.heartbeat(group_id, body.member_id, body.topics, body.session_timeout_ms, body.join_id)
     return json_response(
         {
             "member_id": result.member_id,

@@ -477,6 +477,11 @@ class OffsetsResult(Body):
 
 class HeartbeatRequest(Body):
     member_id: MemberId = Field("", description='"" to join')
+    join_id: Identifier | None = Field(
+        None,
+        description='with member_id "" only: a value the client makes unique per join (a UUID) and sends again '
+        "when it repeats the join (its answer lost): every attempt then joins as the same member",
+    )
     generation_id: int = Field(-1, ge=-1, le=INT32_MAX)
     topics: list[TopicName] = Field(default_factory=list, max_length=10_000, description="subscribed topics")
     session_timeout_ms: int = Field(

@@ -24,6 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass
 
@@ -184,6 +185,16 @@ def _illegal_generation(group_id: str, received: int, current: int) -> BrokerErr
     )
 
 
+def joining_member_id(join_id: str | None) -> str:
+    """The member id a join gets: a new one each time, or, for a join with a `join_id` (a value its
+    client makes unique, a UUID), one derived from it, so that every attempt of that join names the
+    same member. A digest: the member id, which DescribeGroups and the console show, does not give
+    away the join_id that would join as that member."""
+    if join_id is None:
+        return f"member-{uuid.uuid4().hex}"
+    return f"member-{hashlib.sha256(join_id.encode()).hexdigest()[:32]}"
+
+
 class GroupCoordinator:
     def __init__(
         self,
@@ -227,9 +238,18 @@ class GroupCoordinator:
         await groups.save_generation(conn, group)
 
     async def heartbeat(
-        self, group_id: str, member_id: str, topics: list[str], session_timeout_ms: int
+        self, group_id: str, member_id: str, topics: list[str], session_timeout_ms: int, join_id: str | None = None
     ) -> HeartbeatResult:
+        """Joins (member_id ""), or keeps a member alive. A join with a `join_id` is the same join
+        whenever it is repeated (its answer lost): the member it made, while it lives, not another
+        one, which would hold partitions until its session timed out."""
         check_member_group_id(group_id)
+        if join_id is not None and member_id != NO_MEMBER:
+            raise BrokerError(
+                ErrorCode.INVALID_REQUEST,
+                f'join_id names a join, whose member_id is "": received it with member_id {member_id[:100]!r}; '
+                f"send join_id only when joining",
+            )
         now = now_ms()
         topics = sorted(set(topics))
         # No Kafka member waits on an HTTP group (one joining it is refused at once), and a Kafka
@@ -245,14 +265,16 @@ class GroupCoordinator:
                 )
             members = {m.member_id: m for m in await groups.members(conn, group_id)}
             changed = False
-            if member_id == NO_MEMBER:
-                member_id = f"member-{uuid.uuid4().hex}"
+            joining = member_id == NO_MEMBER
+            if joining:
+                member_id = joining_member_id(join_id)
+            member = members.get(member_id)  # when joining: the member an earlier attempt of this join made
+            if member is None and not joining:
+                raise _unknown_member(group_id, member_id)
+            if member is None:
                 await groups.add_member(conn, group_id, Member(member_id, topics, session_timeout_ms, now, now))
                 changed = True
             else:
-                member = members.get(member_id)
-                if member is None:
-                    raise _unknown_member(group_id, member_id)
                 changed = sorted(member.topics) != topics
                 await groups.touch_member(conn, group_id, member_id, topics, session_timeout_ms, now)
             expired = [

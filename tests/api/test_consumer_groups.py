@@ -275,6 +275,44 @@ def test_heartbeat_of_an_unknown_member_is_unknown_member_id(client):
         assert "member-made-up" in error["message"]
 
 
+def join_with(client: httpx.Client, group: str, join_id: str, topics=("t",)) -> httpx.Response:
+    return client.post(
+        f"/v1/groups/{group}/heartbeat", json={"member_id": "", "join_id": join_id, "topics": list(topics)}
+    )
+
+
+def test_a_join_repeated_with_its_join_id_is_one_member_not_two(client):
+    """A join whose answer was lost, sent again: without a join_id the second attempt is a second
+    member, and the first, which nobody heartbeats, holds its partitions until its session times
+    out. With one, every attempt is the same join: the member it made, the same generation."""
+    first = join_with(client, "g", "join-1")
+    again = join_with(client, "g", "join-1")
+    assert first.status_code == again.status_code == 200, (first.text, again.text)
+    assert again.json()["member_id"] == first.json()["member_id"]
+    assert again.json()["generation_id"] == first.json()["generation_id"]
+    assert assigned(again.json()) == {"t": [0, 1, 2]}
+    assert [m["member_id"] for m in describe(client, "g")["members"]] == [first.json()["member_id"]]
+    # The member id does not give the join_id away (another client could join as that member).
+    assert "join-1" not in first.json()["member_id"]
+    # Another join is another member; a join with the first join_id in another topic set changes its topics.
+    other = join_with(client, "g", "join-2").json()
+    assert other["member_id"] != first.json()["member_id"]
+    assert len(describe(client, "g")["members"]) == 2
+    widened = join_with(client, "g", "join-1", topics=("t", "u")).json()
+    assert widened["member_id"] == first.json()["member_id"] and widened["generation_id"] > other["generation_id"]
+
+
+def test_a_join_id_with_a_member_id_is_invalid_request(client):
+    member = heartbeat(client, "g", topics=["t"])["member_id"]
+    response = client.post("/v1/groups/g/heartbeat", json={"member_id": member, "join_id": "join-1", "topics": ["t"]})
+    assert response.status_code == 400, response.text
+    assert error_of(response)["code"] == "INVALID_REQUEST" and "join_id" in error_of(response)["message"]
+    for bad in ("", "x" * 1025, 7):
+        response = client.post("/v1/groups/g/heartbeat", json={"member_id": "", "join_id": bad, "topics": ["t"]})
+        assert response.status_code == 400 and error_of(response)["code"] == "INVALID_REQUEST", response.text
+    assert len(describe(client, "g")["members"]) == 1, "nothing joined"
+
+
 def test_changing_the_subscribed_topics_bumps_the_generation(client):
     a = heartbeat(client, "g", topics=["t"])
     same_in_other_order = heartbeat(client, "g", a["member_id"], topics=["t", "t"])

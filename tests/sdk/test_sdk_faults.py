@@ -628,3 +628,38 @@ def test_the_heartbeat_task_outlives_answers_without_the_contracts_fields(server
         time.sleep(0.5)
         assert coordinator._heartbeat_error is None and coordinator.member_id == member
         assert not coordinator._heartbeat_task.done()
+
+
+class FirstJoinAnswerLost(httpx.AsyncHTTPTransport):
+    """Sends the first group join to the server, which joins, then loses its answer on the way back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lost = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await super().handle_async_request(request)
+        if not self.lost and request.url.path.endswith("/heartbeat") and b'"member_id":""' in request.content:
+            self.lost += 1
+            await response.aread()
+            await response.aclose()
+            raise httpx.ReadError("the answer was lost on its way back", request=request)
+        return response
+
+
+def test_a_join_whose_answer_was_lost_leaves_no_member_behind(server):
+    """Before, the consumer's next attempt joined as a second member, and the member of the lost
+    answer, which nobody heartbeats, held half the partitions, unread, for the session timeout (30 s
+    here); now both attempts carry one join_id and are one member, assigned every partition."""
+    with Admin(server.url) as admin:
+        admin.create_topic("lost-join", partitions=2)
+    transport = FirstJoinAnswerLost()
+    with Consumer(server.url, group_id="lost-join-group", transport=transport, **FAST) as consumer:
+        consumer.subscribe(["lost-join"])
+        consumer.poll(timeout_ms=100)
+        assert transport.lost == 1
+        assert consumer.assignment() == {TopicPartition("lost-join", 0), TopicPartition("lost-join", 1)}
+        with Admin(server.url) as admin:
+            assert [m["member_id"] for m in admin.describe_group("lost-join-group")["members"]] == [
+                consumer.group_metadata().member_id
+            ]
