@@ -151,12 +151,22 @@ async def partition_page(
     async with snapshot(pool) as conn:
         info = await topics.get_topic(conn, topic)
         state = await partition_log.partition_state(conn, info, partition)
+        # A window holds LOG_WINDOW stored offsets: on a log the cleaner left sparse it spans the gaps.
         start = (
-            max(state.log_start_offset, state.high_watermark - LOG_WINDOW)
+            await log_browser.window_start_before(
+                conn, info.topic_id, partition, state.high_watermark, LOG_WINDOW, state.log_start_offset
+            )
             if offset is None
             else min(max(offset, state.log_start_offset), state.high_watermark)
         )
-        end = min(start + LOG_WINDOW, state.high_watermark)
+        end = await log_browser.window_end(conn, info.topic_id, partition, start, LOG_WINDOW, state.high_watermark)
+        older = (
+            await log_browser.window_start_before(
+                conn, info.topic_id, partition, start, LOG_WINDOW, state.log_start_offset
+            )
+            if start > state.log_start_offset
+            else None
+        )
         entries = await log_browser.read_window(conn, info.topic_id, partition, start, end)
         cleanup = await cleanup_progress.cleanup_status(conn, info.topic_id, partition)
         producers = await log_browser.producers(conn, info.topic_id, partition, producers_after, PAGE_SIZE + 1)
@@ -177,7 +187,7 @@ async def partition_page(
         cleanup=cleanup,
         start=start,
         end=end,
-        window=LOG_WINDOW,
+        older=older,
         entries=entries,
         headers_shown=HEADERS_SHOWN,
         follow_tail=offset is None,
