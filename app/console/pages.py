@@ -31,7 +31,7 @@ from app.console.rendering import FRAGMENT_HEADER, OPEN_STATES, render
 from app.console.session import console_page
 from app.console.throughput import meter_of
 from app.console.visibility import visibility, visible_page
-from app.coordinator import transaction_admin
+from app.coordinator import classic_groups, transaction_admin
 from app.coordinator.audit import AuditSource
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.coordinator.transaction_states import TransactionState
@@ -454,12 +454,22 @@ async def group_page(
             lambda q: (q.topic, q.partition, q.producer_id),
         )
     more_members = len(members) > PAGE_SIZE
+    # A Kafka group's rebalance state, the protocol its members chose and its leader, as Kafka's
+    # DescribeGroups shows them; an HTTP group's are the server's range assignment.
+    protocol_type, state, protocol = classic_groups.group_kind(group, len(members))
+    classic = classic_groups.classic_state(group) or {}
+    kafka_members = classic.get("members", {})
     group, members = view.group_members(group, members[:PAGE_SIZE])
     return render(
         request,
         "group.html",
         nav="groups",
         group=group,
+        state=state,
+        protocol_type=protocol_type,
+        protocol=protocol,
+        leader=classic.get("leader") if kafka_members else None,
+        kafka_members=kafka_members,
         members=members,
         offsets=offsets,
         lag_total=sum(o.lag or 0 for o in offsets),

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.storage.groups.group_offsets import PartitionLag, lags_from_rows
-from app.storage.groups.groups import Member
+from app.storage.groups.groups import CLASSIC_STATE_KEY, Member
 from app.storage.rows import all_from_rows
 
 NO_GROUP = ""  # sorts before every group id: the keyset start of the first page
@@ -43,9 +43,14 @@ class GroupSummary:
     committed_partitions: int
     pending_offsets: int
     lag: int
+    # A Kafka group's own rebalance state (the classic protocol's, kept in the group row) while it
+    # has Kafka members, else None: classic_groups.group_kind's rule, which the group page applies.
+    classic_state: str | None
 
     @property
     def state(self) -> str:
+        if self.classic_state is not None:
+            return self.classic_state
         return "Stable" if self.members else "Empty"
 
 
@@ -57,7 +62,9 @@ SELECT g.group_id, g.generation_id, g.last_update_ms,
        (SELECT coalesce(sum({_LAG_EXPRESSION}), 0) FROM group_offsets o
         JOIN topics t ON t.name = o.topic
         CROSS JOIN LATERAL (SELECT {_HIGH_WATERMARK} AS high_watermark) hw
-        WHERE o.group_id = g.group_id AND hw.high_watermark IS NOT NULL)::bigint AS lag
+        WHERE o.group_id = g.group_id AND hw.high_watermark IS NOT NULL)::bigint AS lag,
+       CASE WHEN g.assignment -> $4::text -> 'members' <> '{{}}'::jsonb THEN g.assignment -> $4::text ->> 'state' END
+           AS classic_state
 FROM consumer_groups g
 WHERE g.group_id > $1 AND ($3::text IS NULL OR starts_with(g.group_id, $3))
 ORDER BY g.group_id LIMIT $2
@@ -66,7 +73,8 @@ ORDER BY g.group_id LIMIT $2
 
 async def group_page(conn: asyncpg.Connection, after: str | None, prefix: str | None, limit: int) -> list[GroupSummary]:
     """Groups by id after `after` (keyset), optionally only those starting with `prefix`."""
-    return all_from_rows(GroupSummary, await conn.fetch(_GROUP_PAGE_SQL, after or NO_GROUP, limit, prefix))
+    rows = await conn.fetch(_GROUP_PAGE_SQL, after or NO_GROUP, limit, prefix, CLASSIC_STATE_KEY)
+    return all_from_rows(GroupSummary, rows)
 
 
 async def member_page(conn: asyncpg.Connection, group_id: str, after: str | None, limit: int) -> list[Member]:
