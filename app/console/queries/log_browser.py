@@ -10,6 +10,7 @@ epoch), so only the marker's offset names one (partition_log.ABORTED_BATCH_SQL's
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 
 import asyncpg
@@ -34,8 +35,11 @@ class LogEntry:
     timestamp_ms: int
     key: str | None
     value: str | None
-    headers: list[tuple[str, str | None]]
-    base64: bool  # key, value and header values are base64 of bytes that are not UTF-8
+    headers: list[tuple[str, str | None, bool]]  # (key, value, whether the value is shown base64)
+    # Whether the key, the value is shown base64: its bytes are not UTF-8. A record stored base64
+    # (one of its fields is not UTF-8) has each field that is shown as the text it is.
+    key_base64: bool
+    value_base64: bool
     producer_id: int
     producer_epoch: int
     sequence: int | None  # the record's sequence number (idempotent producers), None otherwise
@@ -116,6 +120,17 @@ async def window_start_before(
     return start_of_log
 
 
+def _shown(field: str | None, form: int) -> tuple[str | None, bool]:
+    """A stored field as the page shows it, and whether that is base64: its text when its bytes are
+    UTF-8, whatever form its record was stored in."""
+    if field is None or form != record_codec.FORM_BASE64:
+        return field, False
+    try:
+        return base64.b64decode(field).decode("utf-8"), False
+    except UnicodeDecodeError:
+        return field, True
+
+
 def _status(batch: asyncpg.Record) -> str:
     if batch["control_type"] is not None:
         return MARKER
@@ -140,6 +155,7 @@ async def read_window(conn: asyncpg.Connection, topic_id: int, partition: int, s
                     None,
                     [],
                     False,
+                    False,
                     batch["producer_id"],
                     batch["producer_epoch"],
                     None,
@@ -157,6 +173,8 @@ async def read_window(conn: asyncpg.Connection, topic_id: int, partition: int, s
             if stored[index] is None:  # removed by compaction: its offset stays empty
                 continue
             timestamp_ms, key, value, headers, form = stored[index]
+            key, key_base64 = _shown(key, form)
+            value, value_base64 = _shown(value, form)
             sequence = batch["base_sequence"] + index if batch["base_sequence"] >= 0 else None
             entries.append(
                 LogEntry(
@@ -164,8 +182,9 @@ async def read_window(conn: asyncpg.Connection, topic_id: int, partition: int, s
                     timestamp_ms,
                     key,
                     value,
-                    [tuple(h) for h in headers],
-                    form == record_codec.FORM_BASE64,
+                    [(header_key, *_shown(header_value, form)) for header_key, header_value in headers],
+                    key_base64,
+                    value_base64,
                     batch["producer_id"],
                     batch["producer_epoch"],
                     sequence,
