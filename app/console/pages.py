@@ -1,5 +1,5 @@
 """The console's pages: overview, topic, partition, transactions, one transaction (with the admin
-abort), groups and one group.
+abort), groups, one group and the audit log.
 
 Each page reads what it shows through storage and coordinator functions, in one read-only
 REPEATABLE READ snapshot so that the watermarks, producer states and transaction states on a page
@@ -26,7 +26,14 @@ from app.api.deps import CoordinatorDep, PoolDep
 from app.api.schemas import INT32_MAX, INT64_MAX
 from app.clock import now_ms
 from app.console.formatting import transaction_url
-from app.console.queries import group_summaries, log_browser, partition_summary, transaction_health, transaction_history
+from app.console.queries import (
+    audit_trail,
+    group_summaries,
+    log_browser,
+    partition_summary,
+    transaction_health,
+    transaction_history,
+)
 from app.console.rendering import FRAGMENT_HEADER, OPEN_STATES, render
 from app.console.session import console_page
 from app.console.throughput import meter_of
@@ -482,6 +489,43 @@ async def group_page(
         next_pending_after=(
             f"{pending[-1].topic}:{pending[-1].partition}:{pending[-1].producer_id}" if more_pending else None
         ),
+    )
+
+
+AUDIT_SOURCES = ("http", "kafka", "console", "server")
+AUDIT_SCAN_BUDGET = 10_000  # audit entries one filtered page may read
+
+
+@router.get("/audit")
+@console_page
+async def audit_page(
+    request: Request,
+    pool: PoolDep,
+    before: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
+    source: str = "",
+    principal: str = "",
+    action: str = "",
+):
+    """The audit log, newest first (what GET /v1/audit shows, with its Describe on the Cluster), by
+    door, principal or action."""
+    visibility(request).require(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+    if source and source not in AUDIT_SOURCES:
+        raise invalid_request(f"source={source[:100]!r} is not a door: expected one of {list(AUDIT_SOURCES)}")
+    async with snapshot(pool) as conn:
+        found = await audit_trail.audit_page(
+            conn, before, source or None, principal or None, action or None, PAGE_SIZE, AUDIT_SCAN_BUDGET
+        )
+    return render(
+        request,
+        "audit.html",
+        nav="audit",
+        page=found,
+        before=before,
+        source=source,
+        principal=principal,
+        action=action,
+        sources=AUDIT_SOURCES,
+        scan_budget=AUDIT_SCAN_BUDGET,
     )
 
 
