@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from tests.conftest import RunningServer
 from tests.kafka.clients import create_topic
 from tests.kafka.raw import RawConnection
-from tests.kafka.raw_groups import join, sync
+from tests.kafka.raw_groups import commit, join, sync
 
 
 def _text(page: str) -> str:
@@ -67,3 +67,24 @@ def test_a_kafka_group_shows_its_rebalance_state_assignor_leader_and_clients(kaf
     assert _state_card(page) == "Stable"
     assert "Range assignment, computed by the server" in page
     assert "HTTP" in _text(page.split('id="members"')[1].split("</table>")[0])
+
+
+def test_a_negative_committed_offset_has_no_lag(kafka_server: RunningServer) -> None:
+    """Regression: Kafka's OffsetCommit stores a negative offset as given (an admin tool's -1), and the
+    console counted its lag from below offset 0: the high watermark plus one. It is no position, so
+    it has no lag ("—", as kafka-consumer-groups.sh shows none), and adds none to the group's."""
+    client = kafka_server.client
+    create_topic(kafka_server, "negative-committed", 1)
+    client.post(
+        "/v1/topics/negative-committed/records",
+        json={"partition": 0, "records": [{"value": "a"}, {"value": "b"}, {"value": "c"}]},
+    ).raise_for_status()
+    with RawConnection(kafka_server.extra["kafka_bootstrap"]) as connection:
+        assert commit(connection, "negative-readers", "", -1, None, "negative-committed", -1) == KafkaError.none
+
+    page = client.get("/console/groups/negative-readers").text
+    row = _text(page.split('id="offsets"')[1].split("</table>")[0])
+    assert "negative-committed-0 -1 — 3 — —" in row, row  # leader epoch, high watermark, lag, pending
+    assert re.search(r"Lag 0 records past", _text(page))
+    listed = client.get("/console/groups").text.split('href="/console/groups/negative-readers"')[1].split("</tr>")[0]
+    assert re.findall(r'<td class="num mono[^"]*">([^<]*)</td>', listed)[1] == "0"  # generation, then lag

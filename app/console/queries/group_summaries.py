@@ -26,11 +26,15 @@ _HIGH_WATERMARK = (
 )
 
 # Records (not markers) between a committed offset and the high watermark: the marker count is an
-# index range on txn_markers' primary key.
+# index range on txn_markers' primary key. A negative committed offset (Kafka's OffsetCommit stores
+# one as given) is no position, so it has no lag (NULL), as Kafka's kafka-consumer-groups.sh shows
+# none for it, rather than one counted from below offset 0.
 _LAG_EXPRESSION = """
-greatest(hw.high_watermark - o.committed_offset, 0)
-  - (SELECT count(*) FROM txn_markers m WHERE m.topic_id = t.topic_id AND m.partition = o.partition
-     AND m.marker_offset >= o.committed_offset AND m.marker_offset < hw.high_watermark)
+CASE WHEN o.committed_offset >= 0 THEN
+  greatest(hw.high_watermark - o.committed_offset, 0)
+    - (SELECT count(*) FROM txn_markers m WHERE m.topic_id = t.topic_id AND m.partition = o.partition
+       AND m.marker_offset >= o.committed_offset AND m.marker_offset < hw.high_watermark)
+END
 """
 
 
