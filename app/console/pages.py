@@ -9,6 +9,7 @@ the admin abort, a POST form that calls the coordinator's audited admin abort.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import AsyncIterator
@@ -37,7 +38,7 @@ from app.console.queries import (
 from app.console.rendering import FRAGMENT_HEADER, OPEN_STATES, render
 from app.console.session import console_page
 from app.console.throughput import meter_of
-from app.console.visibility import visibility, visible_page
+from app.console.visibility import HIDDEN_SKIP_READ, visibility, visible_page
 from app.coordinator import classic_groups, transaction_admin
 from app.coordinator.audit import AuditSource
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
@@ -88,8 +89,11 @@ async def overview(request: Request, pool: PoolDep, after: str | None = None, in
             lambda t: t.name,
         )
         states = await transaction_health.counts_by_state(conn)
-        overdue = await transaction_health.overdue(conn, OPEN_STATES, moment, HANGING_FRACTION, WARNINGS_SHOWN)
-        pins = await transaction_health.lso_pins(conn, OPEN_STATES, WARNINGS_SHOWN)
+        # A principal that sees part of the cluster gets the first warnings among those it may see:
+        # read more of them, so that hidden ones ahead do not take their places.
+        read = WARNINGS_SHOWN if view.principal.is_super_user else HIDDEN_SKIP_READ
+        overdue = view.overdue(await transaction_health.overdue(conn, OPEN_STATES, moment, HANGING_FRACTION, read))
+        pins = view.pins(await transaction_health.lso_pins(conn, OPEN_STATES, read))
     meter, at_s = meter_of(request), time.monotonic()
     rates = {t.topic_id: meter.rate(("topic", t.topic_id), t.high_watermark, at_s) for t in shown}
     total_rate = meter.rate("all-user-topics", totals.high_watermark, at_s)
@@ -107,8 +111,8 @@ async def overview(request: Request, pool: PoolDep, after: str | None = None, in
         total_rate=total_rate,
         states=states,
         open_count=sum(states.get(s, 0) for s in OPEN_STATES),
-        overdue=view.overdue(overdue),
-        pins=view.pins(pins),
+        overdue=dataclasses.replace(overdue, transactions=overdue.transactions[:WARNINGS_SHOWN]),
+        pins=pins[:WARNINGS_SHOWN],
         hanging_fraction=HANGING_FRACTION,
     )
 
