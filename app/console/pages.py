@@ -1,5 +1,5 @@
 """The console's pages: overview, topic, partition, transactions, one transaction (with the admin
-abort), groups and one group.
+abort), groups, one group and the audit log.
 
 Each page reads what it shows through storage and coordinator functions, in one read-only
 REPEATABLE READ snapshot so that the watermarks, producer states and transaction states on a page
@@ -9,6 +9,7 @@ the admin abort, a POST form that calls the coordinator's audited admin abort.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import AsyncIterator
@@ -26,12 +27,19 @@ from app.api.deps import CoordinatorDep, PoolDep
 from app.api.schemas import INT32_MAX, INT64_MAX
 from app.clock import now_ms
 from app.console.formatting import transaction_url
-from app.console.queries import group_summaries, log_browser, partition_summary, transaction_health, transaction_history
+from app.console.queries import (
+    audit_trail,
+    group_summaries,
+    log_browser,
+    partition_summary,
+    transaction_health,
+    transaction_history,
+)
 from app.console.rendering import FRAGMENT_HEADER, OPEN_STATES, render
 from app.console.session import console_page
 from app.console.throughput import meter_of
-from app.console.visibility import visibility, visible_page
-from app.coordinator import transaction_admin
+from app.console.visibility import HIDDEN_SKIP_READ, visibility, visible_page
+from app.coordinator import classic_groups, transaction_admin
 from app.coordinator.audit import AuditSource
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.coordinator.transaction_states import TransactionState
@@ -81,8 +89,11 @@ async def overview(request: Request, pool: PoolDep, after: str | None = None, in
             lambda t: t.name,
         )
         states = await transaction_health.counts_by_state(conn)
-        overdue = await transaction_health.overdue(conn, OPEN_STATES, moment, HANGING_FRACTION, WARNINGS_SHOWN)
-        pins = await transaction_health.lso_pins(conn, OPEN_STATES, WARNINGS_SHOWN)
+        # A principal that sees part of the cluster gets the first warnings among those it may see:
+        # read more of them, so that hidden ones ahead do not take their places.
+        read = WARNINGS_SHOWN if view.principal.is_super_user else HIDDEN_SKIP_READ
+        overdue = view.overdue(await transaction_health.overdue(conn, OPEN_STATES, moment, HANGING_FRACTION, read))
+        pins = view.pins(await transaction_health.lso_pins(conn, OPEN_STATES, read))
     meter, at_s = meter_of(request), time.monotonic()
     rates = {t.topic_id: meter.rate(("topic", t.topic_id), t.high_watermark, at_s) for t in shown}
     total_rate = meter.rate("all-user-topics", totals.high_watermark, at_s)
@@ -100,8 +111,8 @@ async def overview(request: Request, pool: PoolDep, after: str | None = None, in
         total_rate=total_rate,
         states=states,
         open_count=sum(states.get(s, 0) for s in OPEN_STATES),
-        overdue=view.overdue(overdue),
-        pins=view.pins(pins),
+        overdue=dataclasses.replace(overdue, transactions=overdue.transactions[:WARNINGS_SHOWN]),
+        pins=pins[:WARNINGS_SHOWN],
         hanging_fraction=HANGING_FRACTION,
     )
 
@@ -151,12 +162,22 @@ async def partition_page(
     async with snapshot(pool) as conn:
         info = await topics.get_topic(conn, topic)
         state = await partition_log.partition_state(conn, info, partition)
+        # A window holds LOG_WINDOW stored offsets: on a log the cleaner left sparse it spans the gaps.
         start = (
-            max(state.log_start_offset, state.high_watermark - LOG_WINDOW)
+            await log_browser.window_start_before(
+                conn, info.topic_id, partition, state.high_watermark, LOG_WINDOW, state.log_start_offset
+            )
             if offset is None
             else min(max(offset, state.log_start_offset), state.high_watermark)
         )
-        end = min(start + LOG_WINDOW, state.high_watermark)
+        end = await log_browser.window_end(conn, info.topic_id, partition, start, LOG_WINDOW, state.high_watermark)
+        older = (
+            await log_browser.window_start_before(
+                conn, info.topic_id, partition, start, LOG_WINDOW, state.log_start_offset
+            )
+            if start > state.log_start_offset
+            else None
+        )
         entries = await log_browser.read_window(conn, info.topic_id, partition, start, end)
         cleanup = await cleanup_progress.cleanup_status(conn, info.topic_id, partition)
         producers = await log_browser.producers(conn, info.topic_id, partition, producers_after, PAGE_SIZE + 1)
@@ -177,7 +198,7 @@ async def partition_page(
         cleanup=cleanup,
         start=start,
         end=end,
-        window=LOG_WINDOW,
+        older=older,
         entries=entries,
         headers_shown=HEADERS_SHOWN,
         follow_tail=offset is None,
@@ -376,6 +397,7 @@ async def groups_page(request: Request, pool: PoolDep, after: str | None = None,
         request,
         "groups.html",
         nav="groups",
+        markers_counted=group_summaries.MARKERS_COUNTED,
         groups=shown,
         after=after,
         prefix=prefix,
@@ -444,15 +466,27 @@ async def group_page(
             lambda q: (q.topic, q.partition, q.producer_id),
         )
     more_members = len(members) > PAGE_SIZE
+    # A Kafka group's rebalance state, the protocol its members chose and its leader, as Kafka's
+    # DescribeGroups shows them; an HTTP group's are the server's range assignment.
+    protocol_type, state, protocol = classic_groups.group_kind(group, len(members))
+    classic = classic_groups.classic_state(group) or {}
+    kafka_members = classic.get("members", {})
     group, members = view.group_members(group, members[:PAGE_SIZE])
     return render(
         request,
         "group.html",
         nav="groups",
         group=group,
+        state=state,
+        protocol_type=protocol_type,
+        protocol=protocol,
+        leader=classic.get("leader") if kafka_members else None,
+        kafka_members=kafka_members,
         members=members,
         offsets=offsets,
         lag_total=sum(o.lag or 0 for o in offsets),
+        lag_bounded=any(o.lag_bounded for o in offsets),
+        markers_counted=group_summaries.MARKERS_COUNTED,
         pending=view.ids_shown(pending),
         members_after=members_after,
         offsets_after=offsets_after,
@@ -462,6 +496,43 @@ async def group_page(
         next_pending_after=(
             f"{pending[-1].topic}:{pending[-1].partition}:{pending[-1].producer_id}" if more_pending else None
         ),
+    )
+
+
+AUDIT_SOURCES = ("http", "kafka", "console", "server")
+AUDIT_SCAN_BUDGET = 10_000  # audit entries one filtered page may read
+
+
+@router.get("/audit")
+@console_page
+async def audit_page(
+    request: Request,
+    pool: PoolDep,
+    before: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
+    source: str = "",
+    principal: str = "",
+    action: str = "",
+):
+    """The audit log, newest first (what GET /v1/audit shows, with its Describe on the Cluster), by
+    door, principal or action."""
+    visibility(request).require(Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+    if source and source not in AUDIT_SOURCES:
+        raise invalid_request(f"source={source[:100]!r} is not a door: expected one of {list(AUDIT_SOURCES)}")
+    async with snapshot(pool) as conn:
+        found = await audit_trail.audit_page(
+            conn, before, source or None, principal or None, action or None, PAGE_SIZE, AUDIT_SCAN_BUDGET
+        )
+    return render(
+        request,
+        "audit.html",
+        nav="audit",
+        page=found,
+        before=before,
+        source=source,
+        principal=principal,
+        action=action,
+        sources=AUDIT_SOURCES,
+        scan_budget=AUDIT_SCAN_BUDGET,
     )
 
 

@@ -106,8 +106,17 @@ def render(request: Request, template_name: str, status_code: int = 200, **conte
     return HTMLResponse(html, status_code, headers={**SECURITY_HEADERS, "X-Server-Time-Ms": str(moment)})
 
 
+# How often a page that met PostgreSQL away (503) loads itself again.
+UNAVAILABLE_RETRY_S = 5
+
+
 def error_page(request: Request, error: BrokerError) -> HTMLResponse:
-    response = render(request, "error.html", error.http_status, error=error)
-    if error.http_status == 503:  # PostgreSQL away, as the API's answer says: worth another try soon
+    # PostgreSQL away, as the API's answer says: worth another try soon. A page someone opened (a GET,
+    # not the live block the script asks for, which retries on its own) loads itself again until the
+    # server answers, instead of waiting for a reload; a POST is never sent again by it.
+    unavailable = error.http_status == 503
+    retry_s = UNAVAILABLE_RETRY_S if unavailable and request.method == "GET" else None
+    response = render(request, "error.html", error.http_status, error=error, retry_s=retry_s)
+    if unavailable:
         response.headers["Retry-After"] = "1"
     return response

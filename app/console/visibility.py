@@ -94,10 +94,13 @@ class Visibility:
         return self.ids_shown([pin for pin in pins if self.topic(pin.topic)])
 
     def group_members(self, group: Group, members: list[Member]) -> tuple[Group, list[Member]]:
-        """The members' subscriptions and assignments, of the topics the principal may Describe."""
+        """The members' subscriptions and assignments, of the topics the principal may Describe (the
+        members of the page only: the row's other keys, such as a Kafka group's classic state, are
+        no assignment)."""
         assignment = {
-            member: {topic: parts for topic, parts in topics.items() if self.topic(topic)}
-            for member, topics in group.assignment.items()
+            m.member_id: {topic: parts for topic, parts in group.assignment[m.member_id].items() if self.topic(topic)}
+            for m in members
+            if m.member_id in group.assignment
         }
         return (
             dataclasses.replace(group, assignment=assignment),

@@ -140,6 +140,26 @@ def classic_state(group: Group) -> dict | None:
     return group.assignment.get(CLASSIC_STATE_KEY)
 
 
+# How HTTP's groups (server-side assignment) are listed to Kafka's admin clients.
+HTTP_PROTOCOL_TYPE = "http"
+
+
+def group_kind(group: Group, member_count: int) -> tuple[str, str, str]:
+    """(protocol type, state, protocol) of a group of either door, as Kafka's ListGroups and
+    DescribeGroups (and the console) show it: a Kafka group's own rebalance state and the protocol
+    its members chose, an HTTP group Stable with the server's range assignment while it has members."""
+    classic = classic_state(group)
+    if classic is not None and classic["members"]:
+        return classic["protocol_type"], classic["state"], classic["protocol"] or ""
+    if classic is not None and not member_count:
+        return classic["protocol_type"], EMPTY, ""
+    return (
+        (HTTP_PROTOCOL_TYPE if member_count else ""),
+        (STABLE if member_count else EMPTY),
+        ("range" if member_count else ""),
+    )
+
+
 def _inconsistent(group_id: str, detail: str) -> BrokerError:
     return BrokerError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"group {group_id!r}: {detail}")
 

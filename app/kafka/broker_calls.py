@@ -32,7 +32,7 @@ from app.coordinator.authorizer import (
     authorize,
     is_allowed,
 )
-from app.coordinator.classic_groups import EMPTY, STABLE, JoinResult, SyncResult, classic_state
+from app.coordinator.classic_groups import STABLE, JoinResult, SyncResult, group_kind
 from app.coordinator.cluster_nodes import ListedNodes, LiveNode, NodeListing, NodePresence
 from app.coordinator.fetch import (  # ListOffsets' sentinels: the handlers import no core module
     EARLIEST_TIMESTAMP,  # noqa: F401
@@ -205,24 +205,6 @@ class DescribedGroup:
     members: list[DescribedMember] = field(default_factory=list)
     # False for a group that does not exist (Dead, no error: DescribeGroups v6+ answers GROUP_ID_NOT_FOUND).
     found: bool = True
-
-
-# How HTTP's groups (server-side assignment) are listed to Kafka's admin clients.
-HTTP_PROTOCOL_TYPE = "http"
-
-
-def _group_kind(group, member_count: int) -> tuple[str, str, str]:
-    """(protocol type, state, protocol) of a group of either door."""
-    classic = classic_state(group)
-    if classic is not None and classic["members"]:
-        return classic["protocol_type"], classic["state"], classic["protocol"] or ""
-    if classic is not None and not member_count:
-        return classic["protocol_type"], EMPTY, ""
-    return (
-        (HTTP_PROTOCOL_TYPE if member_count else ""),
-        (STABLE if member_count else EMPTY),
-        ("range" if member_count else ""),
-    )
 
 
 def _denied(principal: Principal, operation: Operation, resource: ResourceType, name: str) -> BrokerError | None:
@@ -912,7 +894,7 @@ class GroupCalls:
         listed = []
         for group, member_count in await self._groups.list():
             if is_allowed(principal, Operation.DESCRIBE, ResourceType.GROUP, group.group_id):
-                protocol_type, state, _ = _group_kind(group, member_count)
+                protocol_type, state, _ = group_kind(group, member_count)
                 listed.append(ListedGroup(group.group_id, protocol_type, state))
         return listed
 
@@ -928,7 +910,7 @@ class GroupCalls:
             if error.code == ErrorCode.GROUP_ID_NOT_FOUND:
                 return DescribedGroup(group_id, None, found=False)
             return DescribedGroup(group_id, error)
-        protocol_type, state, protocol = _group_kind(described.group, len(described.members))
+        protocol_type, state, protocol = group_kind(described.group, len(described.members))
         classic = self._groups.classic.described_members(described.group)
         # As Kafka's coordinator describes a group: only a Stable one has a protocol and members'
         # metadata and assignments; a rebalancing one (its assignments those of a generation

@@ -500,6 +500,27 @@ def test_what_a_principal_may_see_and_abort(make_server) -> None:
     ), audit
 
 
+def test_pages_of_the_longest_names_fit_the_window(server: RunningServer, tab: Tab) -> None:
+    """Regression: a name has no space to break at, and the breadcrumbs and heading did not wrap, so
+    the page of a topic with a 249-character name (Kafka's longest) was 2.5 screens wide."""
+    client, page = server.client, tab.page
+    topic, transactional_id, group = "t" * 249, "x" * 400, "g" * 255
+    client.post("/v1/topics", json={"name": topic, "partitions": 1}).raise_for_status()
+    TxnProducer(client, transactional_id).init()
+    client.post(
+        f"/v1/groups/{group}/offsets/commit", json={"offsets": [{"topic": topic, "partition": 0, "offset": 0}]}
+    ).raise_for_status()
+    for path in (
+        f"/console/topics/{topic}",
+        f"/console/topics/{topic}/partitions/0",
+        f"/console/transactions/{transactional_id}",
+        f"/console/groups/{group}",
+    ):
+        page.goto(f"{server.url}{path}")
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= page.viewport_size["width"], f"{path[:40]}…: {width} px wide"
+
+
 # ---- live refresh when what a page shows goes away: the page says so (the error page, the sign-in)
 # instead of keeping stale figures under "Offline · retrying".
 

@@ -6,6 +6,7 @@ Each page is checked whole and as the live block the console's script asks for."
 from __future__ import annotations
 
 import re
+import time
 from urllib.parse import quote
 
 import httpx
@@ -31,18 +32,25 @@ def allow(admin: httpx.Client, resource_type: str, name: str, operation: str, pa
     ).raise_for_status()
 
 
+def admin_and_viewer(server: RunningServer, partitions: int) -> tuple[httpx.Client, httpx.Client]:
+    """Clients of the administrator and of a principal `viewer` (no ACL yet), and the topics `public`
+    and `secret`."""
+    admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60)
+    admin.post("/v1/principals", json={"name": "viewer"}).raise_for_status()
+    token = admin.post("/v1/principals/viewer/keys").json()["token"]
+    viewer = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    for topic in ("public", "secret"):
+        admin.post("/v1/topics", json={"name": topic, "partitions": partitions}).raise_for_status()
+    return admin, viewer
+
+
 @pytest.fixture
 def secured(make_server) -> tuple[RunningServer, httpx.Client, httpx.Client]:
     """Topics `public` (the viewer may Describe and Read it) and `secret` (not); transactions
     `pub-writer` (it may Describe) and `hidden-writer` (not), each writing to both topics and
     committing offsets for a group; groups `pub-group` (it may Describe) and `hidden-group`."""
     server = make_server(auth="required", admin_token=ADMIN_TOKEN)
-    admin = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=60)
-    admin.post("/v1/principals", json={"name": "viewer"}).raise_for_status()
-    token = admin.post("/v1/principals/viewer/keys").json()["token"]
-    viewer = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
-    for topic in ("public", "secret"):
-        admin.post("/v1/topics", json={"name": topic, "partitions": 1}).raise_for_status()
+    admin, viewer = admin_and_viewer(server, partitions=1)
     for transactional_id, group in (("pub-writer", "pub-group"), ("hidden-writer", "hidden-group")):
         producer = TxnProducer(admin, transactional_id, timeout_ms=300_000)
         producer.init()
@@ -155,3 +163,30 @@ def test_an_abort_whose_sign_in_lapsed_returns_to_its_page_after_signing_in(make
         turned_away = httpx.post(f"{server.url}/console/transactions/x%2Fy/abort", content=form, headers=headers)
         assert turned_away.status_code == 303
         assert turned_away.headers["location"] == f"/console/login?next={quote(target, safe='')}", referer
+
+
+def test_the_overviews_warnings_show_the_principals_own_behind_hidden_ones(make_server) -> None:
+    """Regression: the overview read the 10 most overdue transactions and the 10 worst LSO pins of
+    the cluster, then kept those the principal may see: behind 10 hidden ones its own overdue
+    transaction and its pinned partition were never shown, however long they had been open."""
+    server = make_server(auth="required", admin_token=ADMIN_TOKEN, abort_timed_out_transaction_interval_ms=3_600_000)
+    admin, viewer = admin_and_viewer(server, partitions=12)
+    # The hidden ones older and holding back more offsets than the viewer's.
+    for n in range(12):
+        hidden = TxnProducer(admin, f"hidden-writer-{n}", timeout_ms=1000)
+        hidden.init()
+        hidden.send("secret", n, *[SECRET] * 5)
+    own = TxnProducer(admin, "pub-writer", timeout_ms=1000)
+    own.init()
+    own.send("public", 0, "public-record")
+    allow(admin, "Cluster", "txbroker-cluster", "Describe")
+    allow(admin, "Topic", "public", "Describe")
+    allow(admin, "TransactionalId", "pub-", "Describe", "prefixed")
+    time.sleep(0.6)  # every one open for more than half its timeout
+
+    page = viewer.get("/console").text
+    warnings = page.split("Needs attention")[1].split("</section>")[0]
+    assert "pub-writer" in warnings and "public-0" in warnings, warnings
+    assert "hidden-writer" not in page and "secret" not in page
+    admin.close()
+    viewer.close()

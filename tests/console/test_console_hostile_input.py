@@ -5,6 +5,7 @@ JSON nor a 500), a record's headers are shown bounded, and a transactional id th
 
 from __future__ import annotations
 
+import base64
 import re
 from html import escape, unescape
 from urllib.parse import parse_qs, quote, unquote
@@ -175,3 +176,44 @@ def test_a_record_timestamped_after_the_year_9999_is_shown_as_its_number(module_
     assert page.status_code == 200, page.text[:300]
     assert f"{2**63 - 1:,} ms since the epoch (after the year 9999)" in page.text
     assert "1970-01-01 00:00:00 UTC" in page.text
+
+
+def test_a_record_stored_as_bytes_shows_each_field_that_is_text_as_text(module_server: RunningServer) -> None:
+    """Regression: a record with one field that is not UTF-8 is stored base64 whole, and the page
+    showed every field of it base64 ("YzE=" for a value "c1", tagged "the bytes are not UTF-8") when
+    only its binary header was. Each field is now shown as the text it is; only bytes that are not
+    UTF-8 are shown base64, and tagged so."""
+    client = module_server.client
+    client.post("/v1/topics", json={"name": "mixed-bytes", "partitions": 1}).raise_for_status()
+    b64 = lambda raw: base64.b64encode(raw).decode()  # noqa: E731
+    client.post(
+        "/v1/topics/mixed-bytes/records",
+        json={
+            "encoding": "base64",
+            "partition": 0,
+            "records": [
+                {
+                    "key": b64(b"order-1"),
+                    "value": b64("ünïcode".encode()),
+                    "headers": [{"key": "bin", "value": b64(b"\xff\xfe")}, {"key": "txt", "value": b64(b"plain")}],
+                },
+                {"key": b64(b"\xc3\x28"), "value": b64(b"text"), "headers": []},
+            ],
+        },
+    ).raise_for_status()
+    page = client.get("/console/topics/mixed-bytes/partitions/0").text
+
+    def key_and_value(offset: int) -> list[str]:
+        row = page.split(f'<tr id="o-{offset}"')[1].split("</tr>")[0]
+        cells = re.findall(r'<td class="mono cell-text">(.*?)</td>', row, re.S)
+        return [
+            re.sub(r"\s+", " ", unescape(re.sub(r'<span class="tag" title="([^"]*)">', r"[\1] ", cell)))
+            for cell in cells
+        ]
+
+    key, value = key_and_value(0)
+    assert re.sub(r"<[^>]+>", "", key).strip() == "order-1"
+    assert re.sub(r"<[^>]+>", "", value).strip() == "ünïcode[bin=//4= (base64); txt=plain; ] 2 headers"
+    key, value = key_and_value(1)
+    assert re.sub(r"<[^>]+>", "", key).strip() == "wyg= [the bytes are not UTF-8: shown base64-encoded] base64"
+    assert re.sub(r"<[^>]+>", "", value).strip() == "text"

@@ -9,12 +9,13 @@ markers, as `group_offsets.lags` does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import asyncpg
 
-from app.storage.groups.group_offsets import PartitionLag, lags_from_rows
-from app.storage.groups.groups import Member
+from app.storage.groups import offset_metadata
+from app.storage.groups.group_offsets import PartitionLag
+from app.storage.groups.groups import CLASSIC_STATE_KEY, Member
 from app.storage.rows import all_from_rows
 
 NO_GROUP = ""  # sorts before every group id: the keyset start of the first page
@@ -25,13 +26,23 @@ _HIGH_WATERMARK = (
     "(SELECT p.high_watermark FROM partitions p WHERE p.topic_id = t.topic_id AND p.partition = o.partition)"
 )
 
-# Records (not markers) between a committed offset and the high watermark: the marker count is an
-# index range on txn_markers' primary key.
-_LAG_EXPRESSION = """
-greatest(hw.high_watermark - o.committed_offset, 0)
-  - (SELECT count(*) FROM txn_markers m WHERE m.topic_id = t.topic_id AND m.partition = o.partition
-     AND m.marker_offset >= o.committed_offset AND m.marker_offset < hw.high_watermark)
+# Lag counts records, not markers: the offsets between a committed offset and the high watermark,
+# less the transaction markers among them, an index range count on txn_markers' primary key. The
+# count stops after MARKERS_COUNTED markers, so a group far behind on a partition of many
+# transactions costs a page a bounded read, not every marker of the partition (each page, every few
+# seconds while it is open); past it the lag shown is an upper bound (`lag_bounded`). A negative
+# committed offset (Kafka's OffsetCommit stores one as given) is no position, so it has no lag
+# (NULL), as Kafka's kafka-consumer-groups.sh shows none for it.
+MARKERS_COUNTED = 1000
+_MARKERS_AHEAD = f"""
+(SELECT count(*) FROM (SELECT 1 FROM txn_markers m WHERE m.topic_id = t.topic_id AND m.partition = o.partition
+     AND m.marker_offset >= o.committed_offset AND m.marker_offset < hw.high_watermark
+     LIMIT {MARKERS_COUNTED + 1}) counted)
 """
+_LAG_EXPRESSION = """
+CASE WHEN o.committed_offset >= 0 THEN greatest(hw.high_watermark - o.committed_offset, 0) - mk.markers END
+"""
+_LAG_BOUNDED_EXPRESSION = f"(o.committed_offset >= 0 AND mk.markers > {MARKERS_COUNTED})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +54,15 @@ class GroupSummary:
     committed_partitions: int
     pending_offsets: int
     lag: int
+    lag_bounded: bool  # a partition's lag is an upper bound (MARKERS_COUNTED): so is the sum
+    # A Kafka group's own rebalance state (the classic protocol's, kept in the group row) while it
+    # has Kafka members, else None: classic_groups.group_kind's rule, which the group page applies.
+    classic_state: str | None
 
     @property
     def state(self) -> str:
+        if self.classic_state is not None:
+            return self.classic_state
         return "Stable" if self.members else "Empty"
 
 
@@ -54,11 +71,19 @@ SELECT g.group_id, g.generation_id, g.last_update_ms,
        (SELECT count(*) FROM group_members x WHERE x.group_id = g.group_id) AS members,
        (SELECT count(*) FROM group_offsets x WHERE x.group_id = g.group_id) AS committed_partitions,
        (SELECT count(*) FROM pending_txn_offsets x WHERE x.group_id = g.group_id) AS pending_offsets,
-       (SELECT coalesce(sum({_LAG_EXPRESSION}), 0) FROM group_offsets o
-        JOIN topics t ON t.name = o.topic
-        CROSS JOIN LATERAL (SELECT {_HIGH_WATERMARK} AS high_watermark) hw
-        WHERE o.group_id = g.group_id AND hw.high_watermark IS NOT NULL)::bigint AS lag
+       lags.lag, lags.lag_bounded,
+       CASE WHEN g.assignment -> $4::text -> 'members' <> '{{}}'::jsonb THEN g.assignment -> $4::text ->> 'state' END
+           AS classic_state
 FROM consumer_groups g
+CROSS JOIN LATERAL (
+    SELECT coalesce(sum({_LAG_EXPRESSION}), 0)::bigint AS lag, coalesce(bool_or({_LAG_BOUNDED_EXPRESSION}), false)
+               AS lag_bounded
+    FROM group_offsets o
+    JOIN topics t ON t.name = o.topic
+    CROSS JOIN LATERAL (SELECT {_HIGH_WATERMARK} AS high_watermark) hw
+    CROSS JOIN LATERAL (SELECT {_MARKERS_AHEAD} AS markers) mk
+    WHERE o.group_id = g.group_id AND hw.high_watermark IS NOT NULL
+) lags
 WHERE g.group_id > $1 AND ($3::text IS NULL OR starts_with(g.group_id, $3))
 ORDER BY g.group_id LIMIT $2
 """
@@ -66,7 +91,8 @@ ORDER BY g.group_id LIMIT $2
 
 async def group_page(conn: asyncpg.Connection, after: str | None, prefix: str | None, limit: int) -> list[GroupSummary]:
     """Groups by id after `after` (keyset), optionally only those starting with `prefix`."""
-    return all_from_rows(GroupSummary, await conn.fetch(_GROUP_PAGE_SQL, after or NO_GROUP, limit, prefix))
+    rows = await conn.fetch(_GROUP_PAGE_SQL, after or NO_GROUP, limit, prefix, CLASSIC_STATE_KEY)
+    return all_from_rows(GroupSummary, rows)
 
 
 async def member_page(conn: asyncpg.Connection, group_id: str, after: str | None, limit: int) -> list[Member]:
@@ -88,22 +114,30 @@ WITH o AS (
 )
 SELECT o.topic, o.partition, o.committed_offset, o.metadata, o.leader_epoch, hw.high_watermark,
        CASE WHEN hw.high_watermark IS NOT NULL THEN {_LAG_EXPRESSION} END AS lag,
+       coalesce(hw.high_watermark IS NOT NULL AND {_LAG_BOUNDED_EXPRESSION}, false) AS lag_bounded,
        EXISTS (SELECT 1 FROM pending_txn_offsets q WHERE q.group_id = o.group_id AND q.topic = o.topic
                AND q.partition = o.partition) AS pending
 FROM o
 LEFT JOIN topics t ON t.name = o.topic
 CROSS JOIN LATERAL (SELECT {_HIGH_WATERMARK} AS high_watermark) hw
+CROSS JOIN LATERAL (SELECT {_MARKERS_AHEAD} AS markers) mk
 ORDER BY o.topic, o.partition
 """
 
 
+@dataclass(frozen=True, slots=True)
+class CommittedOffset(PartitionLag):
+    lag_bounded: bool = False  # more than MARKERS_COUNTED markers lie ahead: the lag is an upper bound
+
+
 async def offset_page(
     conn: asyncpg.Connection, group_id: str, after: tuple[str, int] | None, limit: int
-) -> list[PartitionLag]:
+) -> list[CommittedOffset]:
     """Committed offsets by (topic, partition) after `after` (keyset), with the lag of each (None,
     like the high watermark, when the topic or partition no longer exists)."""
     topic, partition = after if after is not None else ("", -1)
-    return lags_from_rows(await conn.fetch(_OFFSET_PAGE_SQL, group_id, topic, partition, limit))
+    rows = await conn.fetch(_OFFSET_PAGE_SQL, group_id, topic, partition, limit)
+    return [replace(o, metadata=offset_metadata.read(o.metadata)) for o in all_from_rows(CommittedOffset, rows)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ epoch), so only the marker's offset names one (partition_log.ABORTED_BATCH_SQL's
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 
 import asyncpg
@@ -34,8 +35,11 @@ class LogEntry:
     timestamp_ms: int
     key: str | None
     value: str | None
-    headers: list[tuple[str, str | None]]
-    base64: bool  # key, value and header values are base64 of bytes that are not UTF-8
+    headers: list[tuple[str, str | None, bool]]  # (key, value, whether the value is shown base64)
+    # Whether the key, the value is shown base64: its bytes are not UTF-8. A record stored base64
+    # (one of its fields is not UTF-8) has each field that is shown as the text it is.
+    key_base64: bool
+    value_base64: bool
     producer_id: int
     producer_epoch: int
     sequence: int | None  # the record's sequence number (idempotent producers), None otherwise
@@ -47,20 +51,84 @@ class LogEntry:
 
 
 # The batches overlapping [start, end), each with the marker of its transaction if there is one
-# (for a control batch, its own row in txn_markers).
+# (for a control batch, its own row in txn_markers): those ending inside the window, and the first one
+# ending after it if it begins inside. Both are ranges of the primary key (last_offset): bounding the
+# batches by `base_offset < end` alone would be a filter on every batch after the window.
 _WINDOW_SQL = """
 SELECT b.base_offset, b.last_offset, b.producer_id, b.producer_epoch, b.base_sequence, b.is_transactional,
        b.control_type, b.first_timestamp_ms, b.records, m.control_type AS decided_by, m.marker_offset, m.first_offset
-FROM record_batches b
+FROM (
+    (SELECT * FROM record_batches WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 AND last_offset < $4)
+    UNION ALL
+    (SELECT * FROM record_batches WHERE topic_id = $1 AND partition = $2 AND last_offset >= $4
+     ORDER BY last_offset LIMIT 1)
+) b
 LEFT JOIN LATERAL (
     SELECT control_type, marker_offset, first_offset FROM txn_markers
     WHERE b.is_transactional AND topic_id = b.topic_id AND partition = b.partition AND producer_id = b.producer_id
       AND marker_offset >= b.last_offset
     ORDER BY marker_offset LIMIT 1
 ) m ON true
-WHERE b.topic_id = $1 AND b.partition = $2 AND b.last_offset >= $3 AND b.base_offset < $4
+WHERE b.base_offset < $4
 ORDER BY b.last_offset
 """
+
+# The offsets of the `count` batches from `start` on, or before `before`, without their records.
+_BATCHES_FROM_SQL = """
+SELECT base_offset, last_offset FROM record_batches
+WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 ORDER BY last_offset LIMIT $4
+"""
+_BATCHES_BEFORE_SQL = """
+(SELECT base_offset, last_offset FROM record_batches
+ WHERE topic_id = $1 AND partition = $2 AND last_offset >= $3 ORDER BY last_offset LIMIT 1)
+UNION ALL
+(SELECT base_offset, last_offset FROM record_batches
+ WHERE topic_id = $1 AND partition = $2 AND last_offset < $3 ORDER BY last_offset DESC LIMIT $4)
+"""
+
+
+async def window_end(
+    conn: asyncpg.Connection, topic_id: int, partition: int, start: int, count: int, end_of_log: int
+) -> int:
+    """The end of the window that holds the `count` offsets stored from `start` on (the high
+    watermark `end_of_log` if fewer are): where the cleaner removed whole batches, the window reaches
+    past the gap, so a page shows the records there are, not offsets that are empty. Offsets inside
+    a stored batch count whether or not compaction emptied them."""
+    held = 0
+    for batch in await conn.fetch(_BATCHES_FROM_SQL, topic_id, partition, start, count):
+        first = max(batch["base_offset"], start)
+        if held + batch["last_offset"] - first + 1 >= count:
+            return min(first + count - held, end_of_log)
+        held += batch["last_offset"] - first + 1
+    return end_of_log
+
+
+async def window_start_before(
+    conn: asyncpg.Connection, topic_id: int, partition: int, before: int, count: int, start_of_log: int
+) -> int:
+    """The start of the window that holds the `count` offsets stored before `before` (the log start
+    `start_of_log` if fewer are): "Older" and the tail's window, counted as `window_end` counts."""
+    held = 0
+    batches = await conn.fetch(_BATCHES_BEFORE_SQL, topic_id, partition, before, count)
+    for batch in sorted(batches, key=lambda b: b["last_offset"], reverse=True):
+        first, last = max(batch["base_offset"], start_of_log), min(batch["last_offset"], before - 1)
+        if last < first:
+            continue  # begins at `before` (nothing of it is before), or wholly below the log start
+        if held + last - first + 1 >= count:
+            return last - (count - held) + 1
+        held += last - first + 1
+    return start_of_log
+
+
+def _shown(field: str | None, form: int) -> tuple[str | None, bool]:
+    """A stored field as the page shows it, and whether that is base64: its text when its bytes are
+    UTF-8, whatever form its record was stored in."""
+    if field is None or form != record_codec.FORM_BASE64:
+        return field, False
+    try:
+        return base64.b64decode(field).decode("utf-8"), False
+    except UnicodeDecodeError:
+        return field, True
 
 
 def _status(batch: asyncpg.Record) -> str:
@@ -87,6 +155,7 @@ async def read_window(conn: asyncpg.Connection, topic_id: int, partition: int, s
                     None,
                     [],
                     False,
+                    False,
                     batch["producer_id"],
                     batch["producer_epoch"],
                     None,
@@ -104,6 +173,8 @@ async def read_window(conn: asyncpg.Connection, topic_id: int, partition: int, s
             if stored[index] is None:  # removed by compaction: its offset stays empty
                 continue
             timestamp_ms, key, value, headers, form = stored[index]
+            key, key_base64 = _shown(key, form)
+            value, value_base64 = _shown(value, form)
             sequence = batch["base_sequence"] + index if batch["base_sequence"] >= 0 else None
             entries.append(
                 LogEntry(
@@ -111,8 +182,9 @@ async def read_window(conn: asyncpg.Connection, topic_id: int, partition: int, s
                     timestamp_ms,
                     key,
                     value,
-                    [tuple(h) for h in headers],
-                    form == record_codec.FORM_BASE64,
+                    [(header_key, *_shown(header_value, form)) for header_key, header_value in headers],
+                    key_base64,
+                    value_base64,
                     batch["producer_id"],
                     batch["producer_epoch"],
                     sequence,
