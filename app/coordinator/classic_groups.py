@@ -510,6 +510,29 @@ class ClassicGroups:
         await self._try_complete(conn, group, classic, now)
         await self._save(conn, group, classic, now)
 
+    async def restart_timers(self, now: int) -> None:
+        """After the database was away, the rebalances underway get their whole rebalance timeout
+        again from `now`, and so do the SyncGroups awaited: no member is removed as late for the
+        time it could not reach the group (its JoinGroup or SyncGroup answered
+        COORDINATOR_NOT_AVAILABLE meanwhile), as Kafka's coordinator that loads a group (a
+        coordinator failover) runs no rebalance and no sync timer of before: the members rejoin, and
+        each of its timers starts then. Each group in a transaction of its own."""
+        async with self.pool.acquire() as conn:
+            group_ids = await groups.classic_groups_in_states(conn, [PREPARING, COMPLETING, STABLE])
+        for group_id in group_ids:
+            async with self.changing(group_id) as conn:
+                group = await groups.lock_existing(conn, group_id)
+                classic = None if group is None else classic_state(group)
+                if classic is None or not classic["members"]:
+                    continue
+                whole = now + max(m["rebalance_timeout_ms"] for m in classic["members"].values())
+                if classic["state"] == PREPARING and classic.get("initial_delay") is None:
+                    classic["deadline_ms"] = max(classic["deadline_ms"], whole)
+                awaiting = classic.get("awaiting_sync")
+                if awaiting is not None:
+                    awaiting["until_ms"] = max(awaiting["until_ms"], whole)
+                await self._save(conn, group, classic, now)
+
     # ---- JoinGroup
 
     async def join(

@@ -45,6 +45,7 @@ from app.coordinator.classic_groups import (
 from app.coordinator.identifiers import check_group_id, check_member_group_id
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.errors import BrokerError, ErrorCode
+from app.storage.database import CONNECTION_ERRORS
 from app.storage.groups import group_offsets, groups
 from app.storage.groups.group_offsets import CommittedOffset, OffsetEntry, PartitionLag
 from app.storage.groups.groups import CLASSIC_STATE_KEY, TOPIC_IDS_KEY, Group, Member
@@ -210,6 +211,8 @@ class GroupCoordinator:
         self.replication_barrier = replication_barrier
         # Kafka's JoinGroup/SyncGroup/Heartbeat/LeaveGroup, on the same groups, members and offsets.
         self.classic = ClassicGroups(pool, initial_rebalance_delay_ms, session_timeout_bounds)
+        # Whether the session check last failed on the database (`expire_sessions`).
+        self._database_was_away = False
 
     # ---- membership
 
@@ -311,7 +314,27 @@ class GroupCoordinator:
             await self._rebalance(conn, group, now)
 
     async def expire_sessions(self) -> int:
-        """Evicts members whose session ran out; each affected group rebalances once."""
+        """Evicts members whose session ran out; each affected group rebalances once. When the
+        database was away since the last check (one failed on it), every session restarts first,
+        and every rebalance underway and SyncGroup awaited gets its whole time again
+        (`ClassicGroups.restart_timers`), as Kafka's coordinator restarts every member's session and
+        timer when it loads a group (a coordinator failover): the time no member could reach the
+        group (each heartbeat answered COORDINATOR_NOT_AVAILABLE) is not held against it. Without
+        this, the first check after an outage longer than the sessions evicted every member of every
+        group before any could send a heartbeat: every group rebalanced, static members too."""
+        try:
+            if self._database_was_away:
+                now = now_ms()
+                async with self.pool.acquire() as conn:
+                    await groups.restart_sessions(conn, now)
+                await self.classic.restart_timers(now)
+                self._database_was_away = False
+            return await self._evict_lapsed_members()
+        except CONNECTION_ERRORS:
+            self._database_was_away = True
+            raise
+
+    async def _evict_lapsed_members(self) -> int:
         now = now_ms()
         evicted = 0
         async with self.pool.acquire() as conn:

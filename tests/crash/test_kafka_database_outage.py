@@ -263,3 +263,96 @@ def test_the_kafka_door_answers_retriable_errors_while_postgresql_is_down(own_po
         assert [r.value for r in committed] == [b"during"]
     server_log = node.log_path.read_text()
     assert "unexpected error" not in server_log, server_log[-5000:]
+
+
+# The timeouts of `test_no_member_loses_its_session_nor_its_place_to_the_time_postgresql_was_away`:
+# the members' sessions and rebalance timeouts outlasted by the outage, the canary's session much
+# shorter (its eviction shows the session check ran after the database came back), with room between
+# them for the members' requests on a loaded machine.
+OUTLASTED = datetime.timedelta(seconds=2.5)
+CANARY_SESSION = datetime.timedelta(milliseconds=700)
+
+
+def _joined(connection, group: str, instance: str | None = None):
+    """A JoinGroup (v9) of a member, through MEMBER_ID_REQUIRED, with OUTLASTED timeouts; its answer."""
+    timeouts = {"session": OUTLASTED, "rebalance": OUTLASTED, "instance": instance}
+    joined = raw_groups.join(connection, group, **timeouts)
+    if joined.error_code == KafkaError.member_id_required:
+        joined = raw_groups.join(connection, group, joined.member_id, **timeouts)
+    assert joined.error_code == KafkaError.none, joined
+    return joined
+
+
+def _synced(connection, group: str, joined, assignments: dict[str, bytes], instance: str | None = None) -> None:
+    synced = raw_groups.sync(connection, group, joined.member_id, joined.generation_id, assignments, instance)
+    assert synced.error_code == KafkaError.none, synced
+
+
+def test_no_member_loses_its_session_nor_its_place_to_the_time_postgresql_was_away(own_postgres, server_process):
+    """Members whose requests were answered COORDINATOR_NOT_AVAILABLE for longer than their session
+    and rebalance timeouts, PostgreSQL being away, are still members once it is back: every session
+    restarts when the server finds the database again, and every rebalance underway and SyncGroup
+    awaited gets its whole rebalance timeout again, as Kafka's coordinator restarts every member's
+    session and timer when it loads a group (a coordinator failover). Before, the first session
+    check after the outage evicted every member of every group (the rest rebalanced, static members
+    too, whose point is to avoid that) before their clients could send one heartbeat, and the first
+    request to a rebalancing group removed its members as late. Three groups: a static member alone
+    and Stable; a member that joined and is yet to sync; two members, the second of which began a
+    rebalance (its JoinGroup waiting when PostgreSQL went away) the first is yet to rejoin. The
+    canary, a member of a fourth group with a far shorter session, sends nothing after the outage:
+    its eviction shows the session check has run since."""
+    with bound_accepting_socket("127.0.0.1", 0) as holder:
+        bootstrap = f"127.0.0.1:{holder.getsockname()[1]}"
+        env = {
+            "TXBROKER_KAFKA_LISTENER": bootstrap,
+            "TXBROKER_GROUP_MIN_SESSION_TIMEOUT_MS": "100",
+            "TXBROKER_GROUP_SESSION_CHECK_INTERVAL_MS": "50",
+        }
+        node = server_process("--database-url", own_postgres.database_url, env=env)
+        with RawConnection(bootstrap) as connection, RawConnection(bootstrap) as newcomer:
+            static = _joined(connection, "static", instance="static-0")
+            _synced(connection, "static", static, {static.member_id: b"mine"}, "static-0")
+            syncing = _joined(connection, "syncing")
+            first = _joined(connection, "rebalancing")
+            _synced(connection, "rebalancing", first, {first.member_id: b""})
+            second = raw_groups.join(newcomer, "rebalancing", session=OUTLASTED, rebalance=OUTLASTED)
+            assert second.error_code == KafkaError.member_id_required
+            second_join = raw_groups.join_request(
+                "rebalancing", second.member_id, session=OUTLASTED, rebalance=OUTLASTED
+            )
+            waiting = newcomer.send(second_join)
+            deadline = time.monotonic() + WAIT_S
+            while raw_groups.describe(connection, "rebalancing").group_state != "PreparingRebalance":
+                assert time.monotonic() < deadline, "the second member's JoinGroup began no rebalance"
+                time.sleep(0.02)
+            canary = raw_groups.join(connection, "canary", session=CANARY_SESSION)
+            canary = raw_groups.join(connection, "canary", canary.member_id, session=CANARY_SESSION)
+            _synced(connection, "canary", canary, {canary.member_id: b""})
+            started = time.monotonic()
+            own_postgres.stop(immediate=True)
+            _wait_for_health(node.url, "unreachable")
+            answered = newcomer.receive(api_table.JOIN_GROUP, raw_groups.JOIN_VERSION, waiting)
+            assert answered.error_code == KafkaError.coordinator_not_available, answered
+            while time.monotonic() < started + OUTLASTED.total_seconds() + 0.5:
+                time.sleep(0.05)  # the outage outlasts every session and rebalance timeout
+            own_postgres.start()
+            _wait_for_health(node.url, "ok")
+            deadline = time.monotonic() + WAIT_S
+            while [m.member_id for m in raw_groups.describe(connection, "canary").members] == [canary.member_id]:
+                assert time.monotonic() < deadline, "the canary's session never lapsed after the outage"
+                time.sleep(0.02)
+
+            def heartbeat(group: str, joined, instance: str | None = None) -> KafkaError:
+                return raw_groups.heartbeat(
+                    connection, group, joined.member_id, joined.generation_id, instance
+                ).error_code
+
+            assert heartbeat("static", static, "static-0") == KafkaError.none
+            assert heartbeat("syncing", syncing) == KafkaError.none
+            assert heartbeat("rebalancing", first) == KafkaError.rebalance_in_progress
+            [described] = raw_groups.describe(connection, "static").members
+            assert (described.member_id, described.group_instance_id) == (static.member_id, "static-0")
+            assert raw_groups.describe(connection, "syncing").group_state == "CompletingRebalance"
+            described = raw_groups.describe(connection, "rebalancing")
+            assert described.group_state == "PreparingRebalance"
+            assert sorted(m.member_id for m in described.members) == sorted([first.member_id, second.member_id])

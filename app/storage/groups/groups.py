@@ -193,6 +193,22 @@ async def touch(conn: asyncpg.Connection, group_id: str, member_id: str, now_ms:
     return updated != "UPDATE 0"
 
 
+async def restart_sessions(conn: asyncpg.Connection, now_ms: int) -> None:
+    """Every member's session (of every group) restarts at `now_ms`, as if each had just sent a
+    heartbeat; none is put back."""
+    await conn.execute("UPDATE group_members SET last_heartbeat_ms = $1 WHERE last_heartbeat_ms < $1", now_ms)
+
+
+async def classic_groups_in_states(conn: asyncpg.Connection, states: list[str]) -> list[str]:
+    """The groups whose classic state (CLASSIC_STATE_KEY) is one of `states`."""
+    rows = await conn.fetch(
+        "SELECT group_id FROM consumer_groups WHERE assignment -> $1 ->> 'state' = ANY($2::text[]) ORDER BY group_id",
+        CLASSIC_STATE_KEY,
+        states,
+    )
+    return [row["group_id"] for row in rows]
+
+
 async def remove_members(conn: asyncpg.Connection, group_id: str, member_ids: list[str]) -> None:
     await conn.execute(
         "DELETE FROM group_members WHERE group_id = $1 AND member_id = ANY($2::text[])", group_id, member_ids
