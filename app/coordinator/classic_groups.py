@@ -510,13 +510,13 @@ class ClassicGroups:
         await self._try_complete(conn, group, classic, now)
         await self._save(conn, group, classic, now)
 
-    async def restart_timers(self, now: int) -> None:
-        """After the database was away, the rebalances underway get their whole rebalance timeout
-        again from `now`, and so do the SyncGroups awaited: no member is removed as late for the
-        time it could not reach the group (its JoinGroup or SyncGroup answered
-        COORDINATOR_NOT_AVAILABLE meanwhile), as Kafka's coordinator that loads a group (a
-        coordinator failover) runs no rebalance and no sync timer of before: the members rejoin, and
-        each of its timers starts then. Each group in a transaction of its own."""
+    async def credit_timers(self, credit_ms: int, now: int) -> None:
+        """After the database was away for `credit_ms`, the rebalances underway and the SyncGroups
+        awaited get that time back (at most their whole rebalance timeout from `now`): no member is
+        removed as late for the time it could not reach the group (its JoinGroup or SyncGroup
+        answered COORDINATOR_NOT_AVAILABLE meanwhile), as Kafka's coordinator that loads a group (a
+        coordinator failover) holds no time before against a rebalance. Each group in a
+        transaction of its own."""
         async with self.pool.acquire() as conn:
             group_ids = await groups.classic_groups_in_states(conn, [PREPARING, COMPLETING, STABLE])
         for group_id in group_ids:
@@ -527,10 +527,10 @@ class ClassicGroups:
                     continue
                 whole = now + max(m["rebalance_timeout_ms"] for m in classic["members"].values())
                 if classic["state"] == PREPARING and classic.get("initial_delay") is None:
-                    classic["deadline_ms"] = max(classic["deadline_ms"], whole)
+                    classic["deadline_ms"] = min(classic["deadline_ms"] + credit_ms, whole)
                 awaiting = classic.get("awaiting_sync")
                 if awaiting is not None:
-                    awaiting["until_ms"] = max(awaiting["until_ms"], whole)
+                    awaiting["until_ms"] = min(awaiting["until_ms"] + credit_ms, whole)
                 await self._save(conn, group, classic, now)
 
     # ---- JoinGroup

@@ -211,8 +211,10 @@ class GroupCoordinator:
         self.replication_barrier = replication_barrier
         # Kafka's JoinGroup/SyncGroup/Heartbeat/LeaveGroup, on the same groups, members and offsets.
         self.classic = ClassicGroups(pool, initial_rebalance_delay_ms, session_timeout_bounds)
-        # Whether the session check last failed on the database (`expire_sessions`).
-        self._database_was_away = False
+        # The session check's view of the database (`expire_sessions`): when its last check that
+        # reached it began, and since when it was away (None: it is not).
+        self._last_check_ms: int | None = None
+        self._database_away_since_ms: int | None = None
 
     # ---- membership
 
@@ -314,28 +316,36 @@ class GroupCoordinator:
             await self._rebalance(conn, group, now)
 
     async def expire_sessions(self) -> int:
-        """Evicts members whose session ran out; each affected group rebalances once. When the
-        database was away since the last check (one failed on it), every session restarts first,
-        and every rebalance underway and SyncGroup awaited gets its whole time again
-        (`ClassicGroups.restart_timers`), as Kafka's coordinator restarts every member's session and
-        timer when it loads a group (a coordinator failover): the time no member could reach the
-        group (each heartbeat answered COORDINATOR_NOT_AVAILABLE) is not held against it. Without
-        this, the first check after an outage longer than the sessions evicted every member of every
-        group before any could send a heartbeat: every group rebalanced, static members too."""
-        try:
-            if self._database_was_away:
-                now = now_ms()
-                async with self.pool.acquire() as conn:
-                    await groups.restart_sessions(conn, now)
-                await self.classic.restart_timers(now)
-                self._database_was_away = False
-            return await self._evict_lapsed_members()
-        except CONNECTION_ERRORS:
-            self._database_was_away = True
-            raise
-
-    async def _evict_lapsed_members(self) -> int:
+        """Evicts members whose session ran out; each affected group rebalances once. The time the
+        database was away (from this process's last check before a check failed on it until one
+        finds it back) does not count: every session, rebalance underway and SyncGroup awaited is
+        put off by it first (`ClassicGroups.credit_timers`), as Kafka's coordinator holds no time
+        before against a member's session or a rebalance when it loads a group (a coordinator
+        failover): no member could reach the group meanwhile (each request answered
+        COORDINATOR_NOT_AVAILABLE). Without the credit, the first check after an outage longer than
+        the sessions evicted every member of every group before any could send a heartbeat: every
+        group rebalanced, static members too. Only that time: a member gone before the outage is
+        evicted that much later, not a whole session later (a database that keeps failing briefly
+        does not keep dead members in their groups)."""
         now = now_ms()
+        try:
+            if self._database_away_since_ms is not None:
+                credit_ms = now - self._database_away_since_ms
+                async with self.pool.acquire() as conn:
+                    await groups.credit_sessions(conn, credit_ms, now)
+                await self.classic.credit_timers(credit_ms, now)
+                self._database_away_since_ms = None
+            evicted = await self._evict_lapsed_members(now)
+        except CONNECTION_ERRORS:
+            if self._database_away_since_ms is None:
+                # Since the last check that reached it (requests after it may have failed), or now
+                # for a process that never reached it.
+                self._database_away_since_ms = now if self._last_check_ms is None else self._last_check_ms
+            raise
+        self._last_check_ms = now
+        return evicted
+
+    async def _evict_lapsed_members(self, now: int) -> int:
         evicted = 0
         async with self.pool.acquire() as conn:
             for group_id in await groups.groups_with_expired_members(conn, now):

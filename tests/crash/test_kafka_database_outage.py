@@ -290,10 +290,10 @@ def _synced(connection, group: str, joined, assignments: dict[str, bytes], insta
 
 def test_no_member_loses_its_session_nor_its_place_to_the_time_postgresql_was_away(own_postgres, server_process):
     """Members whose requests were answered COORDINATOR_NOT_AVAILABLE for longer than their session
-    and rebalance timeouts, PostgreSQL being away, are still members once it is back: every session
-    restarts when the server finds the database again, and every rebalance underway and SyncGroup
-    awaited gets its whole rebalance timeout again, as Kafka's coordinator restarts every member's
-    session and timer when it loads a group (a coordinator failover). Before, the first session
+    and rebalance timeouts, PostgreSQL being away, are still members once it is back: the time it was
+    away does not count against any session, rebalance underway or SyncGroup awaited (the server's
+    session check puts each off by it when it finds the database again), as Kafka's coordinator
+    holds no time before against them when it loads a group (a coordinator failover). Before, the first session
     check after the outage evicted every member of every group (the rest rebalanced, static members
     too, whose point is to avoid that) before their clients could send one heartbeat, and the first
     request to a rebalancing group removed its members as late. Three groups: a static member alone

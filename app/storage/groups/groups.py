@@ -193,10 +193,14 @@ async def touch(conn: asyncpg.Connection, group_id: str, member_id: str, now_ms:
     return updated != "UPDATE 0"
 
 
-async def restart_sessions(conn: asyncpg.Connection, now_ms: int) -> None:
-    """Every member's session (of every group) restarts at `now_ms`, as if each had just sent a
-    heartbeat; none is put back."""
-    await conn.execute("UPDATE group_members SET last_heartbeat_ms = $1 WHERE last_heartbeat_ms < $1", now_ms)
+async def credit_sessions(conn: asyncpg.Connection, credit_ms: int, now_ms: int) -> None:
+    """Every member's session (of every group) is put off by `credit_ms`, as if its last heartbeat
+    came that much later, never later than `now_ms`."""
+    await conn.execute(
+        "UPDATE group_members SET last_heartbeat_ms = least(last_heartbeat_ms + $1, $2) WHERE last_heartbeat_ms < $2",
+        credit_ms,
+        now_ms,
+    )
 
 
 async def classic_groups_in_states(conn: asyncpg.Connection, states: list[str]) -> list[str]:
