@@ -511,12 +511,12 @@ class ClassicGroups:
         await self._save(conn, group, classic, now)
 
     async def credit_timers(self, credit_ms: int, now: int) -> None:
-        """After the database was away for `credit_ms`, the rebalances underway and the SyncGroups
-        awaited get that time back (at most their whole rebalance timeout from `now`): no member is
-        removed as late for the time it could not reach the group (its JoinGroup or SyncGroup
-        answered COORDINATOR_NOT_AVAILABLE meanwhile), as Kafka's coordinator that loads a group (a
-        coordinator failover) holds no time before against a rebalance. Each group in a
-        transaction of its own."""
+        """After `credit_ms` in which no server could hear the members (the database away, every
+        node down), the rebalances underway and the SyncGroups awaited get that time back (at most
+        their whole rebalance timeout from `now`): no member is removed as late for the time it could
+        not reach the group (its JoinGroup or SyncGroup answered COORDINATOR_NOT_AVAILABLE, or not
+        answered), as Kafka's coordinator that loads a group (a coordinator failover, a broker
+        restarted) holds no time before against a rebalance. Each group in a transaction of its own."""
         async with self.pool.acquire() as conn:
             group_ids = await groups.classic_groups_in_states(conn, [PREPARING, COMPLETING, STABLE])
         for group_id in group_ids:

@@ -212,7 +212,7 @@ class GroupCoordinator:
         # Kafka's JoinGroup/SyncGroup/Heartbeat/LeaveGroup, on the same groups, members and offsets.
         self.classic = ClassicGroups(pool, initial_rebalance_delay_ms, session_timeout_bounds)
         # The session check's view of the database (`expire_sessions`): when its last check that
-        # reached it began, and since when it was away (None: it is not).
+        # reached it began (None: none yet), and since when it was away (None: it is not).
         self._last_check_ms: int | None = None
         self._database_away_since_ms: int | None = None
 
@@ -316,31 +316,37 @@ class GroupCoordinator:
             await self._rebalance(conn, group, now)
 
     async def expire_sessions(self) -> int:
-        """Evicts members whose session ran out; each affected group rebalances once. The time the
-        database was away (from this process's last check before a check failed on it until one
-        finds it back) does not count: every session, rebalance underway and SyncGroup awaited is
-        put off by it first (`ClassicGroups.credit_timers`), as Kafka's coordinator holds no time
-        before against a member's session or a rebalance when it loads a group (a coordinator
-        failover): no member could reach the group meanwhile (each request answered
-        COORDINATOR_NOT_AVAILABLE). Without the credit, the first check after an outage longer than
-        the sessions evicted every member of every group before any could send a heartbeat: every
-        group rebalanced, static members too. Only that time: a member gone before the outage is
-        evicted that much later, not a whole session later (a database that keeps failing briefly
-        does not keep dead members in their groups)."""
+        """Evicts members whose session ran out; each affected group rebalances once. The time no
+        server could hear the members does not count: every session, rebalance underway and
+        SyncGroup awaited is first put off by it (`ClassicGroups.credit_timers`), as Kafka's
+        coordinator holds no time before against them when it loads a group (a coordinator
+        failover, a broker restarted). That time is, for this process's first check (the server
+        just started: every node may have been down), the time since the last heartbeat any member
+        of any group sent (none is that old while a server is up); after a check that failed on
+        the database, the time from this process's last check that reached it (each request
+        answered COORDINATOR_NOT_AVAILABLE meanwhile). Without the credit, the first check after a
+        restart or outage longer than the sessions evicted every member of every group before any
+        could send a heartbeat: every group rebalanced, static members too. Only that time: a
+        member gone before is evicted that much later, not a whole session later (a database that
+        keeps failing briefly does not keep dead members in their groups)."""
         now = now_ms()
         try:
-            if self._database_away_since_ms is not None:
-                credit_ms = now - self._database_away_since_ms
+            unheard_since = self._database_away_since_ms
+            if self._last_check_ms is None:
+                async with self.pool.acquire() as conn:
+                    unheard_since = await groups.last_heartbeat_ms(conn)
+            if unheard_since is not None and unheard_since < now:
+                credit_ms = now - unheard_since
                 async with self.pool.acquire() as conn:
                     await groups.credit_sessions(conn, credit_ms, now)
                 await self.classic.credit_timers(credit_ms, now)
-                self._database_away_since_ms = None
+            self._database_away_since_ms = None
             evicted = await self._evict_lapsed_members(now)
         except CONNECTION_ERRORS:
-            if self._database_away_since_ms is None:
-                # Since the last check that reached it (requests after it may have failed), or now
-                # for a process that never reached it.
-                self._database_away_since_ms = now if self._last_check_ms is None else self._last_check_ms
+            # Since the last check that reached it (requests after it may have failed); a process
+            # that never reached it reads the last heartbeat at its first check that does.
+            if self._database_away_since_ms is None and self._last_check_ms is not None:
+                self._database_away_since_ms = self._last_check_ms
             raise
         self._last_check_ms = now
         return evicted

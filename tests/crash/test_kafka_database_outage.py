@@ -273,9 +273,10 @@ OUTLASTED = datetime.timedelta(seconds=2.5)
 CANARY_SESSION = datetime.timedelta(milliseconds=700)
 
 
-def _joined(connection, group: str, instance: str | None = None):
-    """A JoinGroup (v9) of a member, through MEMBER_ID_REQUIRED, with OUTLASTED timeouts; its answer."""
-    timeouts = {"session": OUTLASTED, "rebalance": OUTLASTED, "instance": instance}
+def _joined(connection, group: str, instance: str | None = None, session: datetime.timedelta = OUTLASTED):
+    """A JoinGroup (v9) of a member, through MEMBER_ID_REQUIRED, with this session and an OUTLASTED
+    rebalance timeout; its answer."""
+    timeouts = {"session": session, "rebalance": OUTLASTED, "instance": instance}
     joined = raw_groups.join(connection, group, **timeouts)
     if joined.error_code == KafkaError.member_id_required:
         joined = raw_groups.join(connection, group, joined.member_id, **timeouts)
@@ -325,8 +326,7 @@ def test_no_member_loses_its_session_nor_its_place_to_the_time_postgresql_was_aw
             while raw_groups.describe(connection, "rebalancing").group_state != "PreparingRebalance":
                 assert time.monotonic() < deadline, "the second member's JoinGroup began no rebalance"
                 time.sleep(0.02)
-            canary = raw_groups.join(connection, "canary", session=CANARY_SESSION)
-            canary = raw_groups.join(connection, "canary", canary.member_id, session=CANARY_SESSION)
+            canary = _joined(connection, "canary", session=CANARY_SESSION)
             _synced(connection, "canary", canary, {canary.member_id: b""})
             started = time.monotonic()
             own_postgres.stop(immediate=True)

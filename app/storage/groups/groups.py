@@ -203,6 +203,11 @@ async def credit_sessions(conn: asyncpg.Connection, credit_ms: int, now_ms: int)
     )
 
 
+async def last_heartbeat_ms(conn: asyncpg.Connection) -> int | None:
+    """When the latest heartbeat of any member of any group came; None without members."""
+    return await conn.fetchval("SELECT max(last_heartbeat_ms) FROM group_members")
+
+
 async def classic_groups_in_states(conn: asyncpg.Connection, states: list[str]) -> list[str]:
     """The groups whose classic state (CLASSIC_STATE_KEY) is one of `states`."""
     rows = await conn.fetch(
