@@ -510,28 +510,23 @@ class ClassicGroups:
         await self._try_complete(conn, group, classic, now)
         await self._save(conn, group, classic, now)
 
-    async def credit_timers(self, credit_ms: int, now: int) -> None:
+    async def credit_timers(self, conn: asyncpg.Connection, group: Group, credit_ms: int, now: int) -> None:
         """After `credit_ms` in which no server could hear the members (the database away, every
-        node down), the rebalances underway and the SyncGroups awaited get that time back (at most
+        node down), the group's rebalance underway and SyncGroups awaited get that time back (at most
         their whole rebalance timeout from `now`): no member is removed as late for the time it could
         not reach the group (its JoinGroup or SyncGroup answered COORDINATOR_NOT_AVAILABLE, or not
         answered), as Kafka's coordinator that loads a group (a coordinator failover, a broker
-        restarted) holds no time before against a rebalance. Each group in a transaction of its own."""
-        async with self.pool.acquire() as conn:
-            group_ids = await groups.classic_groups_in_states(conn, [PREPARING, COMPLETING, STABLE])
-        for group_id in group_ids:
-            async with self.changing(group_id) as conn:
-                group = await groups.lock_existing(conn, group_id)
-                classic = None if group is None else classic_state(group)
-                if classic is None or not classic["members"]:
-                    continue
-                whole = now + max(m["rebalance_timeout_ms"] for m in classic["members"].values())
-                if classic["state"] == PREPARING and classic.get("initial_delay") is None:
-                    classic["deadline_ms"] = min(classic["deadline_ms"] + credit_ms, whole)
-                awaiting = classic.get("awaiting_sync")
-                if awaiting is not None:
-                    awaiting["until_ms"] = min(awaiting["until_ms"] + credit_ms, whole)
-                await self._save(conn, group, classic, now)
+        restarted) holds no time before against a rebalance. The caller holds the group row."""
+        classic = classic_state(group)
+        if classic is None or not classic["members"]:
+            return
+        whole = now + max(m["rebalance_timeout_ms"] for m in classic["members"].values())
+        if classic["state"] == PREPARING and classic.get("initial_delay") is None:
+            classic["deadline_ms"] = min(classic["deadline_ms"] + credit_ms, whole)
+        awaiting = classic.get("awaiting_sync")
+        if awaiting is not None:
+            awaiting["until_ms"] = min(awaiting["until_ms"] + credit_ms, whole)
+        await self._save(conn, group, classic, now)
 
     # ---- JoinGroup
 

@@ -336,10 +336,7 @@ class GroupCoordinator:
                 async with self.pool.acquire() as conn:
                     unheard_since = await groups.last_heartbeat_ms(conn)
             if unheard_since is not None and unheard_since < now:
-                credit_ms = now - unheard_since
-                async with self.pool.acquire() as conn:
-                    await groups.credit_sessions(conn, credit_ms, now)
-                await self.classic.credit_timers(credit_ms, now)
+                await self._credit(now - unheard_since, now)
             self._database_away_since_ms = None
             evicted = await self._evict_lapsed_members(now)
         except CONNECTION_ERRORS:
@@ -350,6 +347,19 @@ class GroupCoordinator:
             raise
         self._last_check_ms = now
         return evicted
+
+    async def _credit(self, credit_ms: int, now: int) -> None:
+        """Puts each group's sessions and classic timers off by `credit_ms` (`expire_sessions`), each
+        group in a transaction of its own under its row lock, the order every membership change
+        keeps (group row, then its members)."""
+        async with self.pool.acquire() as conn:
+            group_ids = await groups.groups_with_members(conn)
+        for group_id in group_ids:
+            async with self.classic.changing(group_id) as conn:
+                group = await groups.lock_existing(conn, group_id)
+                if group is not None:
+                    await groups.credit_sessions(conn, group_id, credit_ms, now)
+                    await self.classic.credit_timers(conn, group, credit_ms, now)
 
     async def _evict_lapsed_members(self, now: int) -> int:
         evicted = 0

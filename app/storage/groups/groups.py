@@ -193,11 +193,13 @@ async def touch(conn: asyncpg.Connection, group_id: str, member_id: str, now_ms:
     return updated != "UPDATE 0"
 
 
-async def credit_sessions(conn: asyncpg.Connection, credit_ms: int, now_ms: int) -> None:
-    """Every member's session (of every group) is put off by `credit_ms`, as if its last heartbeat
-    came that much later, never later than `now_ms`."""
+async def credit_sessions(conn: asyncpg.Connection, group_id: str, credit_ms: int, now_ms: int) -> None:
+    """Each member's session of the group (whose row the caller holds) is put off by `credit_ms`, as
+    if its last heartbeat came that much later, never later than `now_ms`."""
     await conn.execute(
-        "UPDATE group_members SET last_heartbeat_ms = least(last_heartbeat_ms + $1, $2) WHERE last_heartbeat_ms < $2",
+        "UPDATE group_members SET last_heartbeat_ms = least(last_heartbeat_ms + $2, $3) "
+        "WHERE group_id = $1 AND last_heartbeat_ms < $3",
+        group_id,
         credit_ms,
         now_ms,
     )
@@ -208,13 +210,8 @@ async def last_heartbeat_ms(conn: asyncpg.Connection) -> int | None:
     return await conn.fetchval("SELECT max(last_heartbeat_ms) FROM group_members")
 
 
-async def classic_groups_in_states(conn: asyncpg.Connection, states: list[str]) -> list[str]:
-    """The groups whose classic state (CLASSIC_STATE_KEY) is one of `states`."""
-    rows = await conn.fetch(
-        "SELECT group_id FROM consumer_groups WHERE assignment -> $1 ->> 'state' = ANY($2::text[]) ORDER BY group_id",
-        CLASSIC_STATE_KEY,
-        states,
-    )
+async def groups_with_members(conn: asyncpg.Connection) -> list[str]:
+    rows = await conn.fetch("SELECT DISTINCT group_id FROM group_members ORDER BY group_id")
     return [row["group_id"] for row in rows]
 
 
