@@ -140,7 +140,9 @@ def create_app(
         app.state.ready = False
         app.state.kafka_listener = _kafka_listener(app, settings)  # bound first, beside the port `serve` holds
         await _migrate_once_reachable(database_url)
-        app.state.pool = await create_pool(database_url, settings.database_pool_size)
+        app.state.pool = await create_pool(
+            database_url, settings.database_pool_size, settings.database_idle_in_transaction_timeout_ms
+        )
         app.state.reachability_probe = ReachabilityProbe(database_url)  # /v1/health's, connected when first asked
         app.state.database_url = database_url  # the Kafka listener's presence connection (node_presence.py)
         app.state.coordinator = TransactionCoordinator(app.state.pool, settings)

@@ -127,6 +127,14 @@ class Settings(BaseSettings):
         100_000, ge=1, description="transactional ids one principal may create (with auth required)"
     )
     database_pool_size: int = Field(16, ge=1, le=500, description="PostgreSQL connections per server process")
+    database_idle_in_transaction_timeout_ms: int = Field(
+        9000,
+        ge=0,
+        description="how long PostgreSQL lets a request's transaction wait for the server process between "
+        "statements before it ends the transaction and its session (idle_in_transaction_session_timeout), "
+        "releasing the rows it holds: a node that hangs mid-transaction (a stopped process, its machine "
+        "frozen) holds no group, partition or transactional id longer; 0: never",
+    )
     long_poll_fallback_ms: int = Field(
         1000, ge=10, description="how often a long-polling fetch re-reads even without a notification"
     )

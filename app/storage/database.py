@@ -433,7 +433,16 @@ async def _keep_session(connection: asyncpg.Connection) -> None:
         connection.terminate()
 
 
-async def create_pool(database_url: str, size: int) -> asyncpg.Pool:
+async def create_pool(database_url: str, size: int, idle_in_transaction_timeout_ms: int = 0) -> asyncpg.Pool:
+    """The request pool. `idle_in_transaction_timeout_ms` (0: none): PostgreSQL ends a transaction
+    of the pool's, and its session, that waits that long for its next statement, so that a server
+    process that hangs mid-transaction (stopped, its machine frozen: its socket still open, so
+    neither TCP keepalives nor PostgreSQL see it gone) releases the rows it locked (a group's, a
+    partition's, a transactional id's), as Kafka fences a broker whose heartbeats stop
+    (broker.session.timeout.ms, 9 s) and moves its work to the others. A live process never waits
+    that long between two statements of a transaction: its statements follow each other without
+    waiting on anything else (the waits of JoinGroup, SyncGroup and Fetch hold no transaction)."""
+
     async def connect(*_args, **options) -> asyncpg.Connection:
         return await connect_to_primary(database_url, **options)
 
@@ -457,7 +466,10 @@ async def create_pool(database_url: str, size: int) -> asyncpg.Pool:
         # then costs the backend about as much CPU as the statement itself). A generic plan is
         # planned once per connection, which shortens every request; `python -m bench.transactions
         # --sections 1 --producers 1` measures it (docs/performance.md).
-        server_settings={"plan_cache_mode": "force_generic_plan"},
+        server_settings={
+            "plan_cache_mode": "force_generic_plan",
+            "idle_in_transaction_session_timeout": str(idle_in_transaction_timeout_ms),
+        },
     )
 
 
