@@ -186,6 +186,13 @@ def _illegal_generation(group_id: str, received: int, current: int) -> BrokerErr
     )
 
 
+# The least unheard time credited to the sessions (`GroupCoordinator.expire_sessions`): a shorter one
+# is the ordinary gap between two heartbeats while servers hear the members (a server starting
+# beside live ones finds the latest heartbeat that recent), which the sessions allow for (a session
+# is 1 s at least); crediting it would cost a transaction per group with members, at each start.
+UNHEARD_CREDIT_MIN_MS = 1000
+
+
 def joining_member_id(join_id: str | None) -> str:
     """The member id a join gets: a new one each time, or, for a join with a `join_id` (a value its
     client makes unique, a UUID), one derived from it, so that every attempt of that join names the
@@ -335,7 +342,7 @@ class GroupCoordinator:
             if self._last_check_ms is None:
                 async with self.pool.acquire() as conn:
                     unheard_since = await groups.last_heartbeat_ms(conn)
-            if unheard_since is not None and unheard_since < now:
+            if unheard_since is not None and now - unheard_since > UNHEARD_CREDIT_MIN_MS:
                 await self._credit(now - unheard_since, now)
             self._database_away_since_ms = None
             evicted = await self._evict_lapsed_members(now)

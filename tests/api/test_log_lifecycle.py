@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from app.storage.database import connect, create_pool
-from app.storage.lifecycle import log_cleaner
+from app.storage.lifecycle import log_cleaner, log_compaction
 from app.storage.log.partition_log import MARKER_BATCH_BYTES
 from tests.api.test_transactions import TxnProducer
 
@@ -597,6 +597,33 @@ def test_small_fetches_step_over_the_gaps_of_batches_compacted_away(server, clie
             seen += [(r["offset"], r["value"]) for r in entry["records"]]
             offset = entry["next_offset"]
         assert seen == kept, max_records
+
+
+def test_a_page_that_takes_longer_than_the_idle_transaction_timeout_is_compacted(server, client, monkeypatch):
+    """The request pool's idle_in_transaction_session_timeout ends a transaction whose process is
+    silent between two statements (a hung node). Compaction decodes a page's batches in Python
+    between its first statement and its writes, which on large batches takes longer: each run's
+    transaction was ended, and that partition never compacted."""
+    create(client, "slow-page", cleanup_policy="compact", delete_retention_ms=0)
+    for value in ("old", "new", "newest"):
+        produce(client, "slow-page", [{"key": "k", "value": value}])
+    decode = log_compaction.record_codec.decode_payload
+
+    def slow_decode(*args):
+        time.sleep(0.3)  # the event loop busy, as decoding large batches keeps it
+        return decode(*args)
+
+    monkeypatch.setattr(log_compaction.record_codec, "decode_payload", slow_decode)
+
+    async def run():
+        pool = await create_pool(server.database_url, 2, idle_in_transaction_timeout_ms=100)
+        try:
+            return await log_cleaner.clean(pool, int(time.time() * 1000), 1000)
+        finally:
+            await pool.close()
+
+    asyncio.run(run())
+    assert [(r["offset"], r["value"]) for r in fetch(client, "slow-page", 0)["records"]] == [(2, "newest")]
 
 
 def test_compaction_never_removes_the_last_batch_of_the_log(server, client):

@@ -94,6 +94,14 @@ ORDER BY last_offset LIMIT $5
 """
 
 
+# A page's batches are decoded and judged in Python inside its transaction, between its first
+# statement and its writes: on a page of large batches that takes longer than the request pool's
+# idle_in_transaction_session_timeout (`database_idle_in_transaction_timeout_ms`, there for a node
+# that hangs mid-request), and such a page would then never be compacted. The transaction locks
+# nothing until its writes, so a hung cleaner holds up no producer, reader or other cleaner.
+COMPACTION_PAGE_SQL = f"{ASYNC_COMMIT_SQL}; SET LOCAL idle_in_transaction_session_timeout = 0"
+
+
 async def _pages(conn: asyncpg.Connection, topic_id: int, partition: int, start: int, end: int, page: int):
     """The batches from `start` to `end`, in log order, a page (one statement) at a time."""
     while start < end:
@@ -331,7 +339,7 @@ async def compact(
     # and go, with their markers after them, as _remove_below_start would have them go.
     async for rows in _pages(conn, topic.topic_id, partition, 0, run.end, page):
         async with conn.transaction():
-            await conn.execute(ASYNC_COMMIT_SQL)
+            await conn.execute(COMPACTION_PAGE_SQL)
             await _compact_page(conn, run, rows, totals)
     # Committed synchronously: its WAL, and with it every chunk's before it, is durable.
     await conn.execute(
