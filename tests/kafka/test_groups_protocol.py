@@ -32,9 +32,12 @@ from tests.kafka.raw_transactions import end_txn, init_producer, txn_offset_comm
 
 
 def joined_member(bootstrap: str, group: str, **timeouts) -> tuple[str, int]:
-    """A member that joined through MEMBER_ID_REQUIRED and synced as the group's only member."""
+    """A member that joined through MEMBER_ID_REQUIRED and synced as the group's only member. Its
+    first join asks a long session whatever `timeouts` say: the pending member it leaves lives for
+    that session (KIP-394), and a short one could lapse before the join that follows arrives, on a
+    busy machine; the member then has the session its join asks."""
     with RawConnection(bootstrap) as connection:
-        first = join(connection, group, **timeouts)
+        first = join(connection, group, **{**timeouts, "session": datetime.timedelta(seconds=30)})
         assert first.error_code == KafkaError.member_id_required and first.member_id
         assert first.generation_id == -1
         joined = join(connection, group, first.member_id, **timeouts)
@@ -81,7 +84,8 @@ def test_member_id_required_then_a_member_that_does_not_rejoin_in_time_is_remove
 def test_a_member_whose_session_lapses_is_evicted_and_the_rest_rebalance(module_kafka_server):
     bootstrap = module_kafka_server.extra["kafka_bootstrap"]
     group = "raw-session"
-    short_lived, generation = joined_member(bootstrap, group, session=datetime.timedelta(milliseconds=500))
+    # Its session is short but not so short that a busy machine lets it lapse between its join and its sync.
+    short_lived, generation = joined_member(bootstrap, group, session=datetime.timedelta(seconds=3))
     with RawConnection(bootstrap) as connection:
         # A second member joins; the first neither heartbeats nor rejoins, and its session lapses
         # (before the rebalance timeout of 30 s): evicted, the second completes alone.
