@@ -247,7 +247,7 @@ def test_members_that_do_not_sync_within_the_rebalance_timeout_are_removed(modul
 
 def test_a_static_member_whose_session_lapses_is_evicted(module_kafka_server):
     with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
-        _static_member(connection, "static-lapses", "gone", b"x", session=datetime.timedelta(milliseconds=300))
+        _static_member(connection, "static-lapses", "gone", b"x", session=datetime.timedelta(seconds=2))
         poll_until([], lambda _: describe(connection, "static-lapses").group_state == "Empty", "the eviction")
         assert join(connection, "static-lapses", instance="gone").error_code == KafkaError.none
 
@@ -259,7 +259,7 @@ def test_a_leave_of_a_group_that_does_not_exist_makes_no_group(module_kafka_serv
     UNKNOWN_MEMBER_ID for the request and makes nothing."""
     server = module_kafka_server
     with RawConnection(server.extra["kafka_bootstrap"]) as connection:
-        lapsed = _static_member(connection, "left-deleted", "gone", b"x", session=datetime.timedelta(milliseconds=300))
+        lapsed = _static_member(connection, "left-deleted", "gone", b"x", session=datetime.timedelta(seconds=2))
         poll_until([], lambda _: describe(connection, "left-deleted").group_state == "Empty", "the eviction")
         assert server.client.delete("/v1/groups/left-deleted").status_code == 204
         for group, member in (("left-never-joined", "made-up"), ("left-deleted", lapsed.member_id)):

@@ -483,9 +483,9 @@ def test_a_heartbeat_of_an_older_generation_does_not_keep_the_session(module_kaf
     session of such a member lapses and it is removed."""
     bootstrap = module_kafka_server.extra["kafka_bootstrap"]
     group = "raw-stale-heartbeats"
-    member, older = joined_member(bootstrap, group, session=datetime.timedelta(milliseconds=500))
+    member, older = joined_member(bootstrap, group, session=datetime.timedelta(seconds=3))
     with RawConnection(bootstrap) as connection:
-        current = join(connection, group, member, session=datetime.timedelta(milliseconds=500))
+        current = join(connection, group, member, session=datetime.timedelta(seconds=3))
         assert current.generation_id == older + 1
         assert sync(connection, group, member, current.generation_id, {member: b"mine"}).assignment == b"mine"
         answered = []
