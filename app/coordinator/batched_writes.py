@@ -21,6 +21,17 @@ commit, as Kafka answers an AddPartitionsToTxn once its record is durable. The r
 before the markers in their partitions: the requests that arrived
 together were concurrent, so any order is one they could have had, as long as each producer's and
 each transaction's own are kept, and they are.
+
+A record batch is stored in its topic's form (batch_form.py: recompressed into compression.type,
+stamped at LogAppendTime), which can take seconds, minutes at zstd's highest levels, for large
+batches. Done inside the PostgreSQL transaction, after the transactional ids' rows are locked, that
+work made the transaction wait longer than the request pool's idle_in_transaction_session_timeout
+(`database_idle_in_transaction_timeout_ms`) for its next statement, and PostgreSQL ended it: a large
+produce to such a topic was never written. A write batch whose record batches carry
+CONVERTED_AHEAD_BYTES or more therefore reads their topics and converts them before its transaction,
+off the event loop (the codecs release the GIL); in the transaction, a batch whose topic's form is
+still the one it was converted for is taken as it is, and one whose topic changed its form meanwhile
+(a config change between the two reads) is converted there again, as before.
 """
 
 from __future__ import annotations
@@ -51,7 +62,7 @@ from app.errors import BrokerError
 from app.storage.log import batch_form, markers, record_codec
 from app.storage.log.append import BatchAppend
 from app.storage.log.record_codec import EncodedBatch
-from app.storage.log.topics import CONSUMER_OFFSETS_TOPIC, TopicInfo, unknown_topic, unknown_topic_id
+from app.storage.log.topics import CONSUMER_OFFSETS_TOPIC, TopicInfo, find_topics, unknown_topic, unknown_topic_id
 from app.storage.transactions import producer_ids
 from app.storage.transactions.producer_ids import IssuedProducer
 
@@ -62,6 +73,37 @@ class _Produce:
 
     command: ProduceCommand
     encoded: list[EncodedBatch]
+
+
+@dataclass(frozen=True, slots=True)
+class _Converted:
+    """A produce's record batch in the stored form of its topic as read before the write batch's
+    transaction (see the module's docstring)."""
+
+    form: batch_form.StoredForm
+    batch: EncodedBatch
+
+
+# The bytes of records (decompressed, for a RecordBatch) from which a write batch converts its record
+# batches before its transaction (see the module's docstring): below it, the work is at most about
+# 2 s (zstd's level 22, the slowest form) and the extra read is not worth its round trip.
+CONVERTED_AHEAD_BYTES = 1024 * 1024
+
+
+def _conversion_bytes(batch: EncodedBatch) -> int:
+    """The bytes its conversion into a stored form may have to go through."""
+    return max(batch.size_bytes, batch.records_bytes)
+
+
+def _in_stored_form(
+    converted: _Converted | None, batch: EncodedBatch, topic: TopicInfo, appended_ms: int
+) -> EncodedBatch:
+    """The batch in the form `topic` (as the write batch's transaction read it) stores: the one
+    converted ahead, if its topic's form is still the one it was converted for."""
+    form = batch_form.stored_form(topic)
+    if converted is not None and converted.form == form:
+        return converted.batch
+    return batch_form.in_stored_form(batch, form, appended_ms)
 
 
 _Request = _Produce | EndTxnCommand | AddPartitionsCommand | AddOffsetsCommand
@@ -190,6 +232,7 @@ class BatchedWrites:
         idempotent = {c.producer_id for c in produces if not c.is_plain and c.transactional_id is None}
         adds_offsets = any(isinstance(r, AddOffsetsCommand) for r in requests)
         appended_ms = now_ms()  # the write batch's append time (Kafka's LogAppendTime)
+        converted = await self._convert_ahead(requests, appended_ms)
         async with coordinator.unit_of_work(atomic=_needs_transaction(requests)) as unit:
             topic_names = {e.topic for c in produces for e in c.partitions}
             topic_names.update(t for r in requests if isinstance(r, AddPartitionsCommand) for t, _ in r.partitions)
@@ -261,7 +304,7 @@ class BatchedWrites:
                         BatchAppend(
                             topic,
                             entry.partition,
-                            batch_form.as_topic_stores(batch, topic, appended_ms),
+                            _in_stored_form(converted.get((request_index, partition_index)), batch, topic, appended_ms),
                             command.producer_id,
                             command.producer_epoch,
                             entry.base_sequence,
@@ -277,6 +320,34 @@ class BatchedWrites:
             for (request_index, partition_index), result in zip(owners, written, strict=True):
                 answers[request_index][partition_index] = result
         return answers
+
+    async def _convert_ahead(self, requests: list[_Request], appended_ms: int) -> dict[tuple[int, int], _Converted]:
+        """The write batch's record batches, by (request, partition), in their topics' stored forms
+        as read now, when they carry CONVERTED_AHEAD_BYTES or more (see the module's docstring);
+        else none."""
+        produces = [(index, request) for index, request in enumerate(requests) if isinstance(request, _Produce)]
+        if (
+            sum(_conversion_bytes(batch) for _, produce in produces for batch in produce.encoded)
+            < CONVERTED_AHEAD_BYTES
+        ):
+            return {}
+        names = sorted({entry.topic for _, produce in produces for entry in produce.command.partitions})
+        async with self.coordinator.pool.acquire() as conn:
+            topics = await find_topics(conn, names)
+
+        def convert() -> dict[tuple[int, int], _Converted]:
+            converted: dict[tuple[int, int], _Converted] = {}
+            for request_index, produce in produces:
+                for partition_index, (entry, batch) in enumerate(zip(produce.command.partitions, produce.encoded)):
+                    topic = topics.get(entry.topic)
+                    if topic is not None:
+                        form = batch_form.stored_form(topic)
+                        converted[request_index, partition_index] = _Converted(
+                            form, batch_form.in_stored_form(batch, form, appended_ms)
+                        )
+            return converted
+
+        return await asyncio.to_thread(convert)
 
 
 async def _take_up_expired(

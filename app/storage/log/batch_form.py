@@ -134,17 +134,36 @@ def _marked_create_time(batch: EncodedBatch) -> EncodedBatch:
     return dataclasses.replace(batch, payload=codecs.with_crc(unmarked), first_timestamp_ms=first_timestamp_ms)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoredForm:
+    """What of a topic's config decides the form it stores batches in: two topics (or one topic
+    before and after a config change) of equal forms store a batch alike."""
+
+    log_append_time: bool
+    codec: TopicCodec
+
+
+def stored_form(topic: TopicInfo) -> StoredForm:
+    return StoredForm(uses_log_append_time(topic), topic_codec(topic))
+
+
 def as_topic_stores(batch: EncodedBatch, topic: TopicInfo, appended_ms: int) -> EncodedBatch:
     """A batch about to be appended at `appended_ms`, in the form its topic stores: its timestamps
     (message.timestamp.type) and, for a RecordBatch, its codec (compression.type; a JSON-form batch
     takes its topic's codec when the Kafka listener renders it). Its stored size is then its length."""
-    if uses_log_append_time(topic):
+    return in_stored_form(batch, stored_form(topic), appended_ms)
+
+
+def in_stored_form(batch: EncodedBatch, form: StoredForm, appended_ms: int) -> EncodedBatch:
+    """`as_topic_stores` for a topic of that form. Its cost grows with the batch's records (a
+    recompression, a LogAppendTime stamp): up to minutes for 100 MiB at zstd's highest levels."""
+    if form.log_append_time:
         batch = _at_append_time(batch, appended_ms)
     elif batch.marked_log_append_time:
         batch = _marked_create_time(batch)
     if not batch.is_record_batch:
         return batch
-    stored = in_codec(batch.payload, topic_codec(topic), batch.records_bytes)
+    stored = in_codec(batch.payload, form.codec, batch.records_bytes)
     if stored is batch.payload:
         return batch
     return dataclasses.replace(batch, payload=stored, size_bytes=len(stored))
