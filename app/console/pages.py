@@ -44,6 +44,7 @@ from app.coordinator.audit import AuditSource
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.coordinator.transaction_states import TransactionState
 from app.errors import BrokerError, ErrorCode, invalid_request
+from app.storage.database import NO_IDLE_IN_TRANSACTION_TIMEOUT_SQL
 from app.storage.groups import groups
 from app.storage.lifecycle import cleanup_progress
 from app.storage.log import partition_log, topics
@@ -68,8 +69,11 @@ AGE_FILTERS = {"": None, "10s": 10_000, "1m": 60_000, "5m": 300_000, "15m": 900_
 
 @asynccontextmanager
 async def snapshot(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
-    """One connection in a read-only REPEATABLE READ transaction: a page's reads agree."""
+    """One connection in a read-only REPEATABLE READ transaction: a page's reads agree. Exempt from
+    the request pool's idle-in-transaction timeout: a page decodes batches between its reads (a
+    window inside a batch of a million records takes seconds), and the transaction locks no row."""
     async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        await conn.execute(NO_IDLE_IN_TRANSACTION_TIMEOUT_SQL)
         yield conn
 
 

@@ -433,6 +433,14 @@ async def _keep_session(connection: asyncpg.Connection) -> None:
         connection.terminate()
 
 
+# A transaction of the request pool's that does work in Python between two of its statements for
+# longer than the pool's idle-in-transaction timeout, and holds no row lock another request could wait
+# for meanwhile, runs this first: PostgreSQL would otherwise end it (and its session) while its node
+# is busy, not hung, and the same request would fail at every try. Those are the log cleaner's
+# compaction pages (log_compaction.py) and the console's read-only snapshots (app/console/pages.py).
+NO_IDLE_IN_TRANSACTION_TIMEOUT_SQL = "SET LOCAL idle_in_transaction_session_timeout = 0"
+
+
 async def create_pool(database_url: str, size: int, idle_in_transaction_timeout_ms: int = 0) -> asyncpg.Pool:
     """The request pool. `idle_in_transaction_timeout_ms` (0: none): PostgreSQL ends a transaction
     of the pool's, and its session, that waits that long for its next statement, so that a server
@@ -441,7 +449,10 @@ async def create_pool(database_url: str, size: int, idle_in_transaction_timeout_
     partition's, a transactional id's), as Kafka fences a broker whose heartbeats stop
     (broker.session.timeout.ms, 9 s) and moves its work to the others. A live process never waits
     that long between two statements of a transaction: its statements follow each other without
-    waiting on anything else (the waits of JoinGroup, SyncGroup and Fetch hold no transaction)."""
+    waiting on anything else (the waits of JoinGroup, SyncGroup and Fetch hold no transaction), and its
+    work in Python that can take seconds is done outside (a write batch's conversion of large record
+    batches into their topics' forms, batched_writes.py) or in a transaction exempt from the timeout
+    (NO_IDLE_IN_TRANSACTION_TIMEOUT_SQL)."""
 
     async def connect(*_args, **options) -> asyncpg.Connection:
         return await connect_to_primary(database_url, **options)

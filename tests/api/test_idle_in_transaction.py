@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 
+from app.console.queries import log_browser
 from app.storage.log import batch_form
 
 # Shorter than every slow step below: a transaction silent that long between two statements is ended.
@@ -59,3 +60,25 @@ def test_a_large_produce_slow_to_convert_into_its_topics_form_is_written(make_se
         assert len(fetched) == len(records)
         assert {record["timestamp_ms"] for record in fetched} == {fetched[0]["timestamp_ms"]}
         assert fetched[0]["timestamp_ms"] >= started_ms
+
+
+def test_the_console_shows_a_partition_whose_window_is_slow_to_decode(make_server, monkeypatch):
+    """The console reads a page in one read-only REPEATABLE READ transaction and decodes the batches
+    of the partition page's window between its statements: a window inside a batch of a million
+    records (100 MiB) decodes for seconds, and PostgreSQL ended the page's transaction (a 503 at every
+    try). Its snapshot transactions lock no row, so they are exempt from the timeout."""
+    server = make_server(database_idle_in_transaction_timeout_ms=IDLE_IN_TRANSACTION_TIMEOUT_MS)
+    client = server.client
+    assert client.post("/v1/topics", json={"name": "huge-batches", "partitions": 1}).status_code == 201
+    produced = client.post(
+        "/v1/produce",
+        json={
+            "producer_id": -1,
+            "partitions": [{"topic": "huge-batches", "partition": 0, "records": [{"key": "k", "value": "shown"}]}],
+        },
+    )
+    assert produced.status_code == 200, produced.text
+    monkeypatch.setattr(log_browser.record_codec, "decode_payload", _slowed(log_browser.record_codec.decode_payload))
+    page = client.get("/console/topics/huge-batches/partitions/0?offset=0")
+    assert page.status_code == 200, page.text
+    assert "shown" in page.text

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from app.storage.database import NO_IDLE_IN_TRANSACTION_TIMEOUT_SQL
 from app.storage.lifecycle.cleanup_progress import ASYNC_COMMIT_SQL, COMPLETING_STATES, CleanupTotals, note_cleanup
 from app.storage.log import partition_log, record_codec
 from app.storage.log.topics import TopicInfo
@@ -99,7 +100,7 @@ ORDER BY last_offset LIMIT $5
 # idle_in_transaction_session_timeout (`database_idle_in_transaction_timeout_ms`, there for a node
 # that hangs mid-request), and such a page would then never be compacted. The transaction locks
 # nothing until its writes, so a hung cleaner holds up no producer, reader or other cleaner.
-COMPACTION_PAGE_SQL = f"{ASYNC_COMMIT_SQL}; SET LOCAL idle_in_transaction_session_timeout = 0"
+COMPACTION_PAGE_SQL = f"{ASYNC_COMMIT_SQL}; {NO_IDLE_IN_TRANSACTION_TIMEOUT_SQL}"
 
 
 async def _pages(conn: asyncpg.Connection, topic_id: int, partition: int, start: int, end: int, page: int):
