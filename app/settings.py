@@ -133,7 +133,9 @@ class Settings(BaseSettings):
         description="how long PostgreSQL lets a request's transaction wait for the server process between "
         "statements before it ends the transaction and its session (idle_in_transaction_session_timeout), "
         "releasing the rows it holds: a node that hangs mid-transaction (a stopped process, its machine "
-        "frozen) holds no group, partition or transactional id longer; 0: never",
+        "frozen) holds no group, partition or transactional id longer; slow work in Python is done outside the "
+        "transactions (a large produce's conversion into its topic's form) or in ones that lock no row and are "
+        "exempt (compaction's pages, the console's snapshots); 0: never",
     )
     long_poll_fallback_ms: int = Field(
         1000, ge=10, description="how often a long-polling fetch re-reads even without a notification"
