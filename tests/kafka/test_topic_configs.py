@@ -788,3 +788,44 @@ def test_retention_keeps_records_without_a_timestamp_by_their_append_time(module
     assert [r["offset"] for r in http_side.fetch(server, topic, 0)] == [0]
     clean(server, now_ms=appended_ms + HOUR_MS + 60_000)
     assert log_start_offset() == 1
+
+
+def test_a_large_produce_slow_to_recompress_is_written(make_server, monkeypatch):
+    """A write batch recompressed its record batches into their topic's codec inside its PostgreSQL
+    transaction, after its first statement: 100 MiB take 6.5 s at gzip level 9, over 3 minutes at zstd
+    level 22, longer than the request pool's idle-in-transaction timeout (9 s by default). PostgreSQL
+    ended the transaction, and the producer's retries all met the same end: never written. A write
+    batch of 1 MiB of records or more is recompressed before its transaction now. Here the timeout is
+    300 ms and each recompression 0.8 s."""
+    server = make_server(kafka_listener="127.0.0.1:0", database_idle_in_transaction_timeout_ms=300)
+    topic = "slow-recompression"
+    create(server, topic, **{"compression.type": "gzip"})
+    recompressed = codecs.recompressed
+
+    def slow_recompressed(*args):
+        time.sleep(0.8)  # 100 MiB at gzip level 9 takes 6.5 s
+        return recompressed(*args)
+
+    monkeypatch.setattr(codecs, "recompressed", slow_recompressed)
+    failures: list = []
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap(server),
+            "enable.idempotence": True,  # its writes take a PostgreSQL transaction (a lone plain one may not)
+            "linger.ms": 1000,  # every record in one batch of 1.2 MB
+            "batch.size": 4_000_000,
+            "message.max.bytes": 4_000_000,
+            "message.timeout.ms": 20_000,
+        }
+    )
+    for index in range(1200):
+        producer.produce(
+            topic,
+            key=str(index).encode(),
+            value=b"v" * 1000,
+            on_delivery=lambda error, _message: failures.append(error) if error is not None else None,
+        )
+    assert producer.flush(30) == 0
+    assert failures == []
+    assert len(http_side.fetch(server, topic, 0)) == 1200
+    assert {batch.compression_type for batch in fetched_batches(server, topic)} == {GZIP}
