@@ -316,3 +316,26 @@ def test_a_stream_plans_its_offsets_through_an_outage_and_reads_each_range_once(
     finally:
         query.stop()
     assert open_transactions(url, "planner/") == []
+
+
+def test_a_batch_write_whose_abort_cannot_reach_the_server_says_what_it_left_and_recover_clears_it(
+    spark, node_killed, tmp_path
+):
+    url, source, sink, committed, pauses = scene(node_killed.node, tmp_path)
+    # The node dies while the tasks' transactions are open, and stays down past their bounds and the abort's.
+    helper = OutageAtThePause(node_killed, pauses, "before_prepare", end=False)
+    helper.start()
+    try:
+        with pytest.raises(Exception) as failed:
+            bounds = {**SHORT_BOUNDS, "delivery_timeout_ms": "2000", "max_block_ms": "1000"}
+            write_batch(spark, url, source, sink, pause("before_prepare", pauses), **bounds)
+    finally:
+        helper.close()
+    assert "aborting batch write job-" in str(failed.value)
+    assert f"spark_client.recover('{url}', 'batch', '{sink}', abort_undecided=True)" in str(failed.value)
+    node_killed.end()
+    assert {t["state"] for t in open_transactions(url, "batch/")} <= {"Ongoing", "Prepared"}
+    recover(url, "batch", sink, abort_undecided=True)
+    assert open_transactions(url, "batch/") == []
+    write_batch(spark, url, source, sink, {})  # the job again: once
+    assert read_topic(url, sink) == committed
