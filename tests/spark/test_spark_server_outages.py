@@ -242,22 +242,31 @@ def test_a_batch_write_is_exactly_once_through_an_outage_mid_job(spark, outage, 
         helper.close()
 
 
-def test_a_batch_write_whose_commit_cannot_finish_says_it_is_committed_and_recover_finishes_it(
-    spark, node_killed, tmp_path
-):
+def batch_write_failed_by_the_node_down(spark, node_killed, tmp_path, point, **bounds: str):
+    """A batch write whose node is killed at `point` and stays down: (url, source, sink, what the
+    source committed, the job's error as text)."""
     url, source, sink, committed, pauses = scene(node_killed.node, tmp_path)
-    # The node dies once the decision is recorded, and stays down past the driver's commit and abort.
-    helper = OutageAtThePause(node_killed, pauses, "after_decision", end=False)
+    helper = OutageAtThePause(node_killed, pauses, point, end=False)
     helper.start()
     try:
         with pytest.raises(Exception) as failed:
-            write_batch(spark, url, source, sink, pause("after_decision", pauses), **SHORT_BOUNDS)
+            write_batch(spark, url, source, sink, pause(point, pauses), **SHORT_BOUNDS, **bounds)
     finally:
         helper.close()
+    return url, source, sink, committed, str(failed.value)
+
+
+def test_a_batch_write_whose_commit_cannot_finish_says_it_is_committed_and_recover_finishes_it(
+    spark, node_killed, tmp_path
+):
+    # The node dies once the decision is recorded, and stays down past the driver's commit and abort.
+    url, source, sink, committed, failed = batch_write_failed_by_the_node_down(
+        spark, node_killed, tmp_path, "after_decision"
+    )
     # It used to fail with the EndTxn's timeout alone, as any failed job: run again, its rows
     # were written twice once the first run's were committed.
-    assert "IS COMMITTED" in str(failed.value) and "Do not run the write again" in str(failed.value)
-    assert f"spark_client.recover('{url}', 'batch', '{sink}')" in str(failed.value)
+    assert "IS COMMITTED" in failed and "Do not run the write again" in failed
+    assert f"spark_client.recover('{url}', 'batch', '{sink}')" in failed
     node_killed.end()
     assert sum(map(len, read_topic(url, sink).values())) == 0  # Prepared: not visible yet
     assert len(recover(url, "batch", sink)["committed"]) == 2
@@ -321,18 +330,12 @@ def test_a_stream_plans_its_offsets_through_an_outage_and_reads_each_range_once(
 def test_a_batch_write_whose_abort_cannot_reach_the_server_says_what_it_left_and_recover_clears_it(
     spark, node_killed, tmp_path
 ):
-    url, source, sink, committed, pauses = scene(node_killed.node, tmp_path)
     # The node dies while the tasks' transactions are open, and stays down past their bounds and the abort's.
-    helper = OutageAtThePause(node_killed, pauses, "before_prepare", end=False)
-    helper.start()
-    try:
-        with pytest.raises(Exception) as failed:
-            bounds = {**SHORT_BOUNDS, "delivery_timeout_ms": "2000", "max_block_ms": "1000"}
-            write_batch(spark, url, source, sink, pause("before_prepare", pauses), **bounds)
-    finally:
-        helper.close()
-    assert "aborting batch write job-" in str(failed.value)
-    assert f"spark_client.recover('{url}', 'batch', '{sink}', abort_undecided=True)" in str(failed.value)
+    url, source, sink, committed, failed = batch_write_failed_by_the_node_down(
+        spark, node_killed, tmp_path, "before_prepare", delivery_timeout_ms="2000", max_block_ms="1000"
+    )
+    assert "aborting batch write job-" in failed
+    assert f"spark_client.recover('{url}', 'batch', '{sink}', abort_undecided=True)" in failed
     node_killed.end()
     assert {t["state"] for t in open_transactions(url, "batch/")} <= {"Ongoing", "Prepared"}
     recover(url, "batch", sink, abort_undecided=True)
