@@ -37,7 +37,11 @@ Options (case-insensitive, as always in Spark; spark_client/README.md has the de
   transaction_timeout_ms (600000): the server aborts a task's transaction left open this long;
   delivery_timeout_ms (120000): how long a task's records are retried, and how long a slow
   server's prepare is waited out (prepare_transaction() called again after each max_block_ms)
-  before the task fails; max_block_ms (60000): how long one call of the task's producer blocks.
+  before the task fails; max_block_ms (60000): how long one call of the task's producer blocks;
+  commit_timeout_ms (120000): how long the driver's calls of a commit or abort, and a task's reads
+  of the decision, retry a server that does not answer. A commit that fails once its decision is
+  recorded raises IncompleteCommitError: the batch IS committed, and recover() (a batch write) or a
+  restart from the checkpoint (a stream) finishes it -- never a new run of the write.
 
 Exactly once (spark_client.commit_protocol): every task attempt writes its rows in a transaction of
 its own and prepares it (KIP-939); the driver records which prepared transactions make up the batch
@@ -47,9 +51,9 @@ decision and rolls it forward instead of writing again. `recover()` finishes wha
 write's driver left behind. Trigger.AvailableNow is supported by the stream reader.
 """
 
-from spark_client.commit_protocol import recover
+from spark_client.commit_protocol import IncompleteCommitError, recover
 from spark_client.options import OptionError
 from spark_client.reader import DataLossError
 from spark_client.source import TxbrokerDataSource
 
-__all__ = ["DataLossError", "OptionError", "TxbrokerDataSource", "recover"]
+__all__ = ["DataLossError", "IncompleteCommitError", "OptionError", "TxbrokerDataSource", "recover"]

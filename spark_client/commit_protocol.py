@@ -56,6 +56,11 @@ from txbroker.two_phase import AsyncTwoPhaseClient, PreparedTransaction
 log = logging.getLogger("spark_client")
 
 
+class IncompleteCommitError(RuntimeError):
+    """The driver's commit or abort of a batch could not finish (the server did not answer within
+    commit_timeout_ms): the message says whether the batch is committed and what finishes it."""
+
+
 @dataclass
 class TaskCommitMessage(WriterCommitMessage):
     """What a successful task attempt tells the driver. `transaction` is None when the task wrote
@@ -81,9 +86,9 @@ class TaskAttempt:
 # ---- the task's side
 
 
-def _read_decision(connection: ConnectionOptions, batch: SinkBatch) -> Decision | None:
+def _read_decision(options: WriteOptions, batch: SinkBatch) -> Decision | None:
     async def read() -> Decision | None:
-        async with DecisionLog(connection, batch) as decisions:
+        async with DecisionLog(options.connection, batch, options.commit_timeout_ms) as decisions:
             return await decisions.read()
 
     return asyncio.run(read())
@@ -111,7 +116,7 @@ def write_task(
 ) -> TaskCommitMessage:
     """Phase one for one task attempt: write the rows in a transaction of its own, and prepare it."""
     faults = options.faults
-    decided = _read_decision(options.connection, batch)
+    decided = _read_decision(options, batch)
     relation = batch.relation(decided, task.query_id)
     if relation is Relation.SUPERSEDED:
         raise batch.superseded_error(decided, task.query_id)
@@ -136,16 +141,17 @@ def write_task(
             for key, value, partition, headers, timestamp_ms in write_rows(record_batch):
                 send(topic, value, key=key, partition=partition, headers=headers, timestamp_ms=timestamp_ms)
             rows += record_batch.num_rows
-            if faults.tasks:
+            if faults.tasks or faults.pause:
                 producer.flush()
                 faults.task_point("mid_write", batch.batch_id, task.partition, task.attempt)
         if producer is None:
             return TaskCommitMessage(task.partition, None, 0, query_id=task.query_id)
+        faults.point("before_prepare", batch.batch_id)
         prepared = _prepare(producer, options.delivery_timeout_ms)
         if prepared is None:  # broken invariant: rows were sent, so the transaction has content
             raise RuntimeError(f"{transactional_id}: {rows} rows sent but nothing to prepare")
         faults.task_point("after_prepare", batch.batch_id, task.partition, task.attempt)
-        if batch.relation(_read_decision(options.connection, batch), task.query_id) is not Relation.UNDECIDED:
+        if batch.relation(_read_decision(options, batch), task.query_id) is not Relation.UNDECIDED:
             # Decided without this attempt (it is a zombie): nobody else will look for it.
             log.warning(
                 "%s: batch %s was decided without %s: aborting it", batch.sink_id, batch.batch_key, transactional_id
@@ -225,7 +231,7 @@ class _Coordinator:
         query_id = _query_id(messages)
         relation = batch.relation(decided, query_id)
         if relation is Relation.COMMITTED:
-            await self.roll_forward(decided)
+            await self.finish(decided)
             return decided
         if relation is Relation.SUPERSEDED:
             await self.transactions.commit_all(decided.transactions)  # whoever's it is, it was decided
@@ -238,14 +244,61 @@ class _Coordinator:
                 f"is another query writing with sink_id {batch.sink_id!r}?"
             )
         prepared = [m.transaction for m in messages if m.transaction is not None]
+        await asyncio.to_thread(self.options.faults.point, "before_decision", batch.batch_id)
         decision = await self.decisions.record(batch.batch_id, prepared, query_id)  # the commit point
+        await asyncio.to_thread(self.options.faults.point, "after_decision", batch.batch_id)
         if self.options.faults.crashes_after_decision(batch.batch_id):
             await self.transactions.commit_all(prepared[:1])
             crash_driver()
-        await self.roll_forward(decision)
+        await self.finish(decision)
         return decision
 
+    async def finish(self, decision: Decision) -> None:
+        """roll_forward() of a commit: a failure to finish says the batch is committed all the same."""
+        try:
+            await self.roll_forward(decision)
+        except errors.TxbrokerError as error:
+            raise self.incomplete_commit(decision, error) from error
+
+    def incomplete_commit(self, decision: Decision, error: Exception) -> IncompleteCommitError:
+        """The error of a commit that failed after its decision was recorded: the batch IS
+        committed, and what finishes it is not a new run of the write (which would write its rows
+        twice) but a roll forward."""
+        batch, connection = self.batch, self.options.connection
+        if batch.job:
+            remedy = (
+                f"Do not run the write again: its rows would be written twice. Once the server answers, finish "
+                f"it with spark_client.recover({connection.url!r}, {batch.sink_id!r}, {batch.topic!r}) (nothing "
+                f"to do if the abort Spark calls next could finish it: recover() then reports nothing committed)"
+            )
+        else:
+            remedy = (
+                f"Restart the query from its checkpoint, with the same sink_id: it finishes batch "
+                f"{decision.batch_id} before it goes on (a new checkpoint would write the batch's rows again)"
+            )
+        return IncompleteCommitError(
+            f"batch {batch.batch_key} of sink {batch.sink_id!r} IS COMMITTED (its decision, "
+            f"{len(decision.transactions)} prepared transactions, was recorded), but finishing it failed: {error}. "
+            f"Until it is finished, its rows are not visible and its transactions hold back read_committed "
+            f"readers of {batch.topic!r}. {remedy}"
+        )
+
     async def abort(self, messages: Sequence[TaskCommitMessage | None]) -> None:
+        try:
+            await self._abort(messages)
+        except errors.TxbrokerError as error:
+            if not self.batch.job:
+                raise  # the query's restart from its checkpoint re-runs the batch and sweeps it
+            connection = self.options.connection
+            raise IncompleteCommitError(
+                f"aborting batch write {self.batch.job} of sink {self.batch.sink_id!r} failed: {error}. Its "
+                f"transactions may be left open -- Prepared ones for good, holding back read_committed readers of "
+                f"{self.batch.topic!r}. Once the server answers, run spark_client.recover({connection.url!r}, "
+                f"{self.batch.sink_id!r}, {self.batch.topic!r}, abort_undecided=True) while no other write with "
+                f"this sink_id runs: it finishes the job as its decision says, if one was recorded, else aborts it"
+            ) from error
+
+    async def _abort(self, messages: Sequence[TaskCommitMessage | None]) -> None:
         decided = await self.decisions.read()
         if self.batch.relation(decided, _query_id(messages)) is Relation.COMMITTED:
             await self.roll_forward(decided)  # an abort never undoes a commit
@@ -268,8 +321,10 @@ def _query_id(messages: Sequence[TaskCommitMessage | None]) -> str | None:
 async def _as_coordinator(options: WriteOptions, batch: SinkBatch, action):
     connection = options.connection
     async with (
-        DecisionLog(connection, batch) as decisions,
-        AsyncTwoPhaseClient(connection.url, **connection.client_config) as transactions,
+        DecisionLog(connection, batch, options.commit_timeout_ms) as decisions,
+        AsyncTwoPhaseClient(
+            connection.url, default_api_timeout_ms=options.commit_timeout_ms, **connection.client_config
+        ) as transactions,
     ):
         return await action(_Coordinator(options, batch, decisions, transactions))
 

@@ -24,6 +24,9 @@ DEFAULT_TRANSACTION_TIMEOUT_MS = 600_000
 # prepare_transaction() again while a slow server makes it time out (see commit_protocol).
 DEFAULT_DELIVERY_TIMEOUT_MS = 120_000
 DEFAULT_MAX_BLOCK_MS = 60_000
+# How long the driver's calls (the decision, the commits, the sweep) and a task's reads of the
+# decision retry a server that does not answer (down, restarting, its PostgreSQL away).
+DEFAULT_COMMIT_TIMEOUT_MS = 120_000
 DEFAULT_MAX_RECORDS_PER_FETCH = 10_000
 
 
@@ -73,6 +76,7 @@ class WriteOptions:
     faults: Faults = field(default_factory=Faults)
     delivery_timeout_ms: int = DEFAULT_DELIVERY_TIMEOUT_MS
     max_block_ms: int = DEFAULT_MAX_BLOCK_MS
+    commit_timeout_ms: int = DEFAULT_COMMIT_TIMEOUT_MS
 
     @property
     def producer_config(self) -> dict:
@@ -207,4 +211,5 @@ def write_options(options: Mapping[str, str], streaming: bool) -> WriteOptions:
         Faults.parse(lowered.get("_test_faults")),
         _int(lowered, "delivery_timeout_ms", DEFAULT_DELIVERY_TIMEOUT_MS),
         _int(lowered, "max_block_ms", DEFAULT_MAX_BLOCK_MS),
+        _int(lowered, "commit_timeout_ms", DEFAULT_COMMIT_TIMEOUT_MS),
     )

@@ -137,8 +137,10 @@ def read_range(options: ReadOptions, schema: StructType, split: OffsetRange) -> 
                 position, progressed_at = new_position, time.monotonic()
             elif time.monotonic() - progressed_at > STALL_TIMEOUT_S:
                 raise TimeoutError(
-                    f"reading {tp} from {position} to {split.end}: no progress for "
-                    f"{STALL_TIMEOUT_S}s (was the topic deleted or truncated?)"
+                    f"reading {tp} from {position} to {split.end}: no progress for {STALL_TIMEOUT_S}s: the "
+                    f"fetches brought nothing in that time (is the server up, and its PostgreSQL? the fetches' "
+                    f"errors are in this worker's log, logger txbroker.consumer), or the topic was deleted or "
+                    f"truncated"
                 )
             else:
                 time.sleep(0.05)  # nothing fetched and nothing skipped: the server is catching up

@@ -7,7 +7,7 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
 from spark_client.columns import check_write_schema, read_schema
-from spark_client.options import OptionError, read_options, write_options
+from spark_client.options import OptionError, WriteOptions, read_options, write_options
 from spark_client.reader import TxbrokerBatchReader, TxbrokerStreamReader
 from spark_client.writer import TxbrokerBatchWriter, TxbrokerStreamWriter
 from txbroker import Admin
@@ -33,22 +33,25 @@ class TxbrokerDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> TxbrokerBatchWriter:
         options = write_options(self.options, streaming=False)
-        _check_writable(schema, overwrite, options.topic, options.connection)
+        _check_writable(schema, overwrite, options)
         return TxbrokerBatchWriter(options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> TxbrokerStreamWriter:
         options = write_options(self.options, streaming=True)
-        _check_writable(schema, overwrite, options.topic, options.connection)
+        _check_writable(schema, overwrite, options)
         return TxbrokerStreamWriter(options)
 
 
-def _check_writable(schema: StructType, overwrite: bool, topic: str, connection) -> None:
+def _check_writable(schema: StructType, overwrite: bool, options: WriteOptions) -> None:
+    topic, connection = options.topic, options.connection
     if overwrite:
         raise OptionError(
             "a topic is an append-only log: write with mode('append') (or outputMode('append') for a stream)"
         )
     check_write_schema(schema)
-    with Admin(connection.url, **connection.client_config) as admin:
+    # Within commit_timeout_ms: Spark asks for a stream's writer again for each micro-batch's commit
+    # and abort, so this check is one of the driver's calls of the commit.
+    with Admin(connection.url, default_api_timeout_ms=options.commit_timeout_ms, **connection.client_config) as admin:
         try:
             admin.describe_topic(topic)
         except UnknownTopicOrPartitionError:

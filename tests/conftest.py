@@ -58,6 +58,7 @@ _database_numbers = itertools.count()
 HEAVY_TESTS = (
     "tests/crash/",
     "tests/spark/test_spark_streaming.py::",
+    "tests/spark/test_spark_server_outages.py::",
     "tests/api/test_exactly_once_loop.py::",
     "tests/api/test_log_lifecycle.py::test_a_crash_in_the_middle_of_retention_and_compaction",
     "tests/kafka/test_transactions_exactly_once.py::test_sigkill_during_transactions_then_exactly_once",

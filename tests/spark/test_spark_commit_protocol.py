@@ -142,9 +142,9 @@ def test_a_zombie_attempt_that_prepares_after_the_decision_aborts_itself(server,
     # A speculative attempt that read "undecided" before the decision, and prepares after it:
     real_read, calls = commit_protocol._read_decision, []
 
-    def read_decision(connection, read_batch):
+    def read_decision(write_options, read_batch):
         calls.append(read_batch)
-        return None if len(calls) == 1 else real_read(connection, read_batch)
+        return None if len(calls) == 1 else real_read(write_options, read_batch)
 
     monkeypatch.setattr(commit_protocol, "_read_decision", read_decision)
     zombie = write_task(options, batch, iter(rows("zombie", partition=0)), TaskAttempt(0, 1, 2))
@@ -160,12 +160,12 @@ def test_an_attempt_that_prepares_after_a_batch_writes_abort_aborts_itself(serve
     # running: it read "undecided" before the driver's abort, and prepares after the abort's sweep.
     real_read, calls = commit_protocol._read_decision, []
 
-    def read_decision(connection, read_batch):
+    def read_decision(write_options, read_batch):
         calls.append(read_batch)
         if len(calls) == 1:
             abort_batch(options, batch, failed_job)
             return None
-        return real_read(connection, read_batch)
+        return real_read(write_options, read_batch)
 
     monkeypatch.setattr(commit_protocol, "_read_decision", read_decision)
     straggler = write_task(options, batch, iter(rows("late", partition=1)), TaskAttempt(1, 1, 2))
