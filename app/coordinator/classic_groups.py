@@ -190,13 +190,30 @@ def static_member_id(classic: dict | None, group_instance_id: str) -> str | None
 def fenced_instance_error(
     classic: dict | None, group_id: str, member_id: str, group_instance_id: str | None
 ) -> BrokerError | None:
-    """FENCED_INSTANCE_ID for a request naming an instance id that another member id now holds."""
+    """FENCED_INSTANCE_ID for a request naming an instance id that another member id now holds (a
+    JoinGroup: an instance id no member holds is a new static member)."""
     if group_instance_id is None:
         return None
     current = static_member_id(classic, group_instance_id)
     if current is not None and current != member_id:
         return _fenced_instance(group_id, member_id, group_instance_id)
     return None
+
+
+def instance_error(
+    classic: dict | None, group_id: str, member_id: str, group_instance_id: str | None
+) -> BrokerError | None:
+    """A member's request other than JoinGroup (Heartbeat, SyncGroup, LeaveGroup, a commit) naming a
+    group.instance.id, checked as Kafka's coordinator validates a member: FENCED_INSTANCE_ID when
+    another member id holds it, UNKNOWN_MEMBER_ID when no member does (the member id alone, a dynamic
+    member's say, does not make the request a member's)."""
+    if group_instance_id is not None and static_member_id(classic, group_instance_id) is None:
+        return BrokerError(
+            ErrorCode.UNKNOWN_MEMBER_ID,
+            f"group {group_id!r} has no member of group instance {group_instance_id!r} (received with member id "
+            f"{member_id!r}): it left or its session lapsed; rejoin the group",
+        )
+    return fenced_instance_error(classic, group_id, member_id, group_instance_id)
 
 
 def _rebalancing(group_id: str) -> BrokerError:
@@ -750,7 +767,7 @@ class ClassicGroups:
         """The group's classic state, if member_id is a member (FENCED_INSTANCE_ID when its instance
         id now belongs to another member id, UNKNOWN_MEMBER_ID when it is not a member)."""
         classic = None if group is None else classic_state(group)
-        error = fenced_instance_error(classic, group_id, member_id, group_instance_id)
+        error = instance_error(classic, group_id, member_id, group_instance_id)
         if error is not None:
             raise error
         if classic is None or member_id not in classic["members"]:
@@ -928,7 +945,7 @@ class ClassicGroups:
                     errors.append(None)
                     forgotten = True
                     continue
-                error = fenced_instance_error(classic, group_id, member_id, group_instance_id)
+                error = instance_error(classic, group_id, member_id, group_instance_id)
                 if error is None and (classic is None or member_id not in classic["members"]):
                     error = _unknown_member(group_id, member_id)
                 if error is None:

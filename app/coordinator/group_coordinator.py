@@ -40,7 +40,7 @@ from app.coordinator.classic_groups import (
     ClassicGroups,
     SessionTimeoutBounds,
     classic_state,
-    fenced_instance_error,
+    instance_error,
 )
 from app.coordinator.identifiers import check_group_id, check_member_group_id
 from app.coordinator.transaction_coordinator import TransactionCoordinator
@@ -408,7 +408,7 @@ class GroupCoordinator:
         row = await conn.fetchrow(
             "SELECT generation_id, assignment FROM consumer_groups WHERE group_id = $1 FOR SHARE", group_id
         )
-        fenced = fenced_instance_error(
+        fenced = instance_error(
             None if row is None else row["assignment"].get(CLASSIC_STATE_KEY), group_id, member_id, group_instance_id
         )
         if fenced is not None or generation_id == NO_GENERATION:
@@ -474,7 +474,7 @@ class GroupCoordinator:
         )
         classic = row["assignment"].get(CLASSIC_STATE_KEY)
         if generation_id >= 0 or member_id != NO_MEMBER or group_instance_id is not None:
-            fenced = fenced_instance_error(classic, group_id, member_id, group_instance_id)
+            fenced = instance_error(classic, group_id, member_id, group_instance_id)
             if fenced is not None:
                 return fenced
             if not membership["is_member"]:

@@ -29,6 +29,28 @@ def test_a_member_id_the_group_never_gave_out_is_unknown(module_kafka_server):
         assert join(connection, "never-issued", first.member_id).error_code == KafkaError.none
 
 
+def test_a_group_instance_id_no_member_holds_is_unknown_whatever_the_member_id(module_kafka_server):
+    """As Kafka's coordinator validates a member: a request naming a group.instance.id is a static
+    member's, and when no member holds that instance id it is UNKNOWN_MEMBER_ID, even with the
+    member id of a dynamic member (which was accepted, heartbeats and commits alike)."""
+    server = module_kafka_server
+    create_topic(server, "unknown-instance", 1)
+    group = "unknown-instance-group"
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        first = join(connection, group)
+        joined = join(connection, group, first.member_id)
+        member, generation = joined.member_id, joined.generation_id
+        assert sync(connection, group, member, generation, {member: b"mine"}).assignment == b"mine"
+        assert heartbeat(connection, group, member, generation).error_code == KafkaError.none
+        unknown = KafkaError.unknown_member_id
+        assert heartbeat(connection, group, member, generation, "no-such-instance").error_code == unknown
+        assert commit(connection, group, member, generation, "no-such-instance", "unknown-instance", 1) == unknown
+        assert sync(connection, group, member, generation, {}, "no-such-instance").error_code == unknown
+        assert leave(connection, group, [(member, "no-such-instance")]) == [unknown]
+        # The member is still there, unharmed.
+        assert heartbeat(connection, group, member, generation).error_code == KafkaError.none
+
+
 def test_a_pending_member_that_does_not_rejoin_within_its_session_is_forgotten(module_kafka_server):
     with RawConnection(module_kafka_server.extra["kafka_bootstrap"]) as connection:
         first = join(connection, "pending-lapses", session=BRIEF_SESSION)

@@ -34,10 +34,11 @@ _HIGH_WATERMARK = (
 # committed offset (Kafka's OffsetCommit stores one as given) is no position, so it has no lag
 # (NULL), as Kafka's kafka-consumer-groups.sh shows none for it.
 MARKERS_COUNTED = 1000
+MARKERS_READ = MARKERS_COUNTED + 1  # one more than counted: whether there are more
 _MARKERS_AHEAD = f"""
 (SELECT count(*) FROM (SELECT 1 FROM txn_markers m WHERE m.topic_id = t.topic_id AND m.partition = o.partition
      AND m.marker_offset >= o.committed_offset AND m.marker_offset < hw.high_watermark
-     LIMIT {MARKERS_COUNTED + 1}) counted)
+     LIMIT {MARKERS_READ}) counted)
 """
 _LAG_EXPRESSION = """
 CASE WHEN o.committed_offset >= 0 THEN greatest(hw.high_watermark - o.committed_offset, 0) - mk.markers END
