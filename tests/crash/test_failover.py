@@ -12,6 +12,8 @@ standby promoted, as Patroni or pg_auto_failover would. Then:
 - no read_committed consumer ever read an aborted record;
 - during the switch the server answered 503 COORDINATOR_NOT_AVAILABLE with `retriable: true`,
   never a 500, and it found the new primary by itself, its LISTEN connections included.
+The same failover under unmodified Kafka clients (confluent-kafka) on the Kafka door checks the
+same, and that no client call fails: each retries by itself and goes on soon after the promotion.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import asyncpg
 import httpx
@@ -50,7 +53,8 @@ from app.storage import node_presence
 from app.storage.database import CommitNotReplicated, connect_to_primary, create_pool
 from app.storage.node_presence import HEARTBEAT_INTERVAL_S, LiveNode
 from tests.conftest import free_ports_outside_the_ephemeral_range
-from tests.kafka import raw_transactions
+from tests.kafka import exactly_once, raw_transactions
+from tests.kafka.clients import create_topic
 from tests.kafka.raw import RawConnection
 from tests.sdk.test_sdk_integration import read_all
 from txbroker import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition, TxbrokerError
@@ -109,6 +113,15 @@ def cluster():
         standby.stop(immediate=True)
         primary.stop(immediate=True)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _both_hosts(cluster) -> str:
+    """The database URL of a node on `cluster`: libpq's multi-host form, the primary first."""
+    primary, standby = cluster
+    return (
+        f"postgresql://txbroker@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/txbroker"
+        "?target_session_attrs=read-write"
+    )
 
 
 class Writers:
@@ -275,11 +288,7 @@ def test_the_standby_listed_first_is_passed_over_for_the_primary(cluster):
 
 def test_failover_to_a_synchronous_standby_loses_nothing_acknowledged(cluster, server_process):
     primary, standby = cluster
-    url = (
-        f"postgresql://txbroker@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/txbroker"
-        "?target_session_attrs=read-write"
-    )
-    server = server_process("--database-url", url, "--workers", str(WORKERS))
+    server = server_process("--database-url", _both_hosts(cluster), "--workers", str(WORKERS))
     with Admin(server.url) as admin:
         for topic in ("plain", "idempotent", "loop-in", "loop-out"):
             admin.create_topic(topic, partitions=2)
@@ -381,14 +390,85 @@ def test_failover_to_a_synchronous_standby_loses_nothing_acknowledged(cluster, s
         assert offset >= before["offsets"].get(partition, 0)
 
 
+# The Kafka clients' test: its loop's input, and how soon after the promotion each client must
+# have gone on by itself (measured: within about 1 s; the bound leaves room for a loaded machine).
+KAFKA_SOURCE_RECORDS = 400
+KAFKA_RECOVERY_S = 30
+
+
+def test_kafka_clients_carry_on_across_a_failover_exactly_once(cluster, server_process):
+    """Unmodified Kafka clients (confluent-kafka: librdkafka) on the Kafka door of a node given both
+    hosts: a transactional producer, a consume-transform-produce loop (read_committed input,
+    send_offsets_to_transaction, every fourth transaction aborted) and an idempotent acks=all
+    producer, while the primary is SIGKILLed and the standby promoted. No client call raises: each
+    retries what the door answers meanwhile (COORDINATOR_NOT_AVAILABLE, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    KAFKA_STORAGE_ERROR) and goes on by itself soon after the promotion, no producer instance
+    replaced. Then every input is transformed once (nothing aborted read) and the group's offsets
+    committed to the input's end, every acknowledged transaction is there once and whole, every
+    message reported delivered once and in order, and no transaction is left open."""
+    primary, standby = cluster
+    with bound_accepting_socket("127.0.0.1", 0) as holder:
+        bootstrap = f"127.0.0.1:{holder.getsockname()[1]}"
+        env = {"TXBROKER_KAFKA_LISTENER": bootstrap}
+        node = server_process("--database-url", _both_hosts(cluster), "--workers", str(WORKERS), env=env)
+        with httpx.Client(base_url=node.url, timeout=30) as client:
+            server = SimpleNamespace(client=client, extra={"kafka_bootstrap": bootstrap})
+            source = exactly_once.fill_source(server, "k-in", KAFKA_SOURCE_RECORDS, 2)
+            for topic, partitions in (("k-out", 2), ("k-direct", 2), ("k-acked", 1)):
+                create_topic(server, topic, partitions)
+            loop = exactly_once.TransformLoop(server, "k-in", "k-out", 2, "k-group", "k-loop", hold_after=1)
+            writer = exactly_once.TransactionalWriter(server, "0", "k-direct", 2, count=40, hold_after=1)
+            acknowledged = exactly_once.AcknowledgedWriter(bootstrap, "k-acked")
+            errors: list[BaseException] = []
+            threads = [
+                exactly_once.guarded_thread(loop.run, errors, total=KAFKA_SOURCE_RECORDS, abort_every=4),
+                exactly_once.guarded_thread(writer.run, errors),
+                exactly_once.guarded_thread(acknowledged.run, errors),
+            ]
+            try:
+                for thread in threads:
+                    thread.start()
+                # The kill falls while each is mid-way: held after its first transaction, then let
+                # go, and killed once each has committed one more.
+                exactly_once.wait_for_transactions([loop, writer], 1, errors, time.monotonic() + DEADLINE_S)
+                loop.go.set()
+                writer.go.set()
+                held = [loop.committed_transactions, writer.committed_transactions]
+                exactly_once.wait_for_transactions(
+                    [loop, writer], [n + 1 for n in held], errors, time.monotonic() + DEADLINE_S
+                )
+                at_kill = [loop.committed_transactions, writer.committed_transactions]
+                delivered = len(acknowledged.delivered)
+                assert not loop.done.is_set() and not writer.done.is_set(), "the failover fell after the work"
+                os.kill(primary.pid, signal.SIGKILL)
+                primary.stop()
+                _until(lambda: httpx.get(f"{node.url}/v1/health", timeout=30).status_code == 503, "no primary")
+                _sql(standby, "SELECT pg_promote(wait => true)")
+                deadline = time.monotonic() + KAFKA_RECOVERY_S
+                exactly_once.wait_for_transactions([loop, writer], [n + 1 for n in at_kill], errors, deadline)
+                acknowledged.wait_for_deliveries(delivered + 1, errors, deadline)
+                acknowledged.stop.set()
+                for thread in threads:
+                    thread.join(DEADLINE_S)
+                assert not (stuck := exactly_once.stacks_of_the_living(threads)), stuck
+                assert errors == []
+            finally:
+                for worker in (loop, writer, acknowledged):
+                    worker.stop.set()  # a failed test leaves no thread running
+            assert [loop.recoveries, writer.recoveries] == [0, 0], [loop.seen, writer.seen]
+            exactly_once.assert_transformed_once(server, source, "k-out", "k-group", "k-in")
+            exactly_once.assert_each_transaction_once(server, [writer], "k-direct", 2)
+            acknowledged.assert_each_sent_delivered_once(server)
+            states = {t["transactional_id"]: t["state"] for t in client.get("/v1/transactions").json()["transactions"]}
+            assert states == {"k-loop": "CompleteCommit", "writer-0": "CompleteCommit"}, states
+    assert node.process.poll() is None, "the node exited during the failover"
+    server_log = node.log_path.read_text()
+    assert "failed with a bug" not in server_log and "unexpected error" not in server_log, server_log[-5000:]
+
+
 def _one_worker_with_a_topic(cluster, server_process, topic: str, partitions: int, env: dict | None = None):
     """A one-worker `txbroker serve` given both hosts of `cluster`, with `topic` created."""
-    primary, standby = cluster
-    url = (
-        f"postgresql://txbroker@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/txbroker"
-        "?target_session_attrs=read-write"
-    )
-    server = server_process("--database-url", url, "--workers", "1", env=env)
+    server = server_process("--database-url", _both_hosts(cluster), "--workers", "1", env=env)
     with Admin(server.url) as admin:
         admin.create_topic(topic, partitions=partitions)
     return server
@@ -838,10 +918,7 @@ def test_an_acl_removal_retried_after_an_unconfirmed_one_is_answered_once_the_st
     server = _one_worker_with_a_topic(cluster, server_process, "guarded", 1)
     rule = {"principal": "reader", "resource_type": "Topic", "resource_name": "guarded", "operation": "Read"}
     httpx.post(f"{server.url}/v1/acls", json=rule, timeout=30).raise_for_status()
-    url = (
-        f"postgresql://txbroker@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/txbroker"
-        "?target_session_attrs=read-write"
-    )
+    url = _both_hosts(cluster)
     of_the_rule = AclFilter("Topic", "literal", "guarded", "reader")
 
     def remove() -> list:
