@@ -5,7 +5,9 @@ magic 2, its CRC, no control batch from a client, records numbered 0..n-1, as ma
 and decompressed within a bound (app/record_batch_codecs.py), its records read once for what the write path
 needs of them (count, largest record, timestamps). The batch itself is what storage keeps
 (record_codec's RecordBatch form): in the codec its producer chose, base offset 0, leader epoch -1
-(the core then stores it in its topic's codec, compression.type: storage's batch_form.py).
+(the core then stores it in its topic's codec, compression.type: storage's batch_form.py). The
+door checks a request's first MiB of records on its event loop (read_produced_on_loop) and larger
+batches in a thread (read_produced): CHECKED_ON_LOOP_BYTES.
 
 Out: a batch stored in that form as it is, its base offset patched in (stored_batch_at); one
 stored in the JSON form (written over HTTP, or rewritten by compaction) rendered, uncompressed,
