@@ -5,6 +5,7 @@ loop, and refused as a check in a thread refuses them."""
 
 from __future__ import annotations
 
+import datetime
 import threading
 
 import pytest
@@ -21,7 +22,7 @@ from app.kafka.record_batches import (
     read_produced_on_loop,
 )
 from tests.kafka.clients import create_topic
-from tests.kafka.raw import RawConnection
+from tests.kafka.raw import RawConnection, nested, request_of
 from tests.kafka.test_produce_raw import PRODUCE_VERSION, answer_of, produce_request
 
 # How long the held check waits for the test's go-ahead at most: on main's code the event loop
@@ -37,39 +38,83 @@ def batch(records: int, codec: int = codecs.CODEC_NONE, value: bytes = b"v" * 10
     return bytes(builder.build())
 
 
-def test_a_small_produce_is_answered_while_a_large_batch_of_another_connection_is_checked(kafka_server, monkeypatch):
-    """A gzip batch of 4 MiB of records (under 256 KiB sent) whose decompression is held until the test
-    lets it go: a small Produce on another connection to the same worker is answered (written in
-    PostgreSQL) meanwhile, then the large one. On the event loop, the small one waited for the whole check."""
-    topic = "produce-off-loop"
-    create_topic(kafka_server, topic, partitions=2)
-    large = batch(40_000, codecs.CODEC_GZIP)
-    assert len(large) < 256 * 1024  # large by what it decompresses to, not by what it is sent as
+def produce_of_partitions(topic: str, batches: list[bytes]):
+    """One Produce request (acks=all) carrying batches[i] for partition i."""
+    partitions = tuple(
+        nested(api_table.PRODUCE, PRODUCE_VERSION, "PartitionProduceData", index=index, records=records)
+        for index, records in enumerate(batches)
+    )
+    return request_of(
+        api_table.PRODUCE,
+        PRODUCE_VERSION,
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            nested(api_table.PRODUCE, PRODUCE_VERSION, "TopicProduceData", name=topic, partition_data=partitions),
+        ),
+    )
+
+
+def small_produce_answered_during_the_large_check(
+    server, monkeypatch, large_batches: list[bytes]
+) -> tuple[list[str], list[tuple[KafkaError, int]], list[int]]:
+    """Sends a Produce of `large_batches` (partitions 0..n-1 of a topic of n + 1) whose first
+    decompression beyond the loop's share (a batch's check in a thread; on main's code, on the
+    loop) is held until the test lets it go, then, on another connection to the same worker, a
+    Produce of 10 records to the last partition: the order of the events, each request's answers
+    (error, base offset) and every partition's high watermark."""
+    topic = "produce-off-loop-" + str(len(large_batches))
+    create_topic(server, topic, partitions=len(large_batches) + 1)
     real_decompress = codecs.decompress
     check_started, may_finish = threading.Event(), threading.Event()
     events: list[str] = []
 
     def held_decompress(codec: int, data: bytes, limit: int) -> bytes:
-        if limit == codecs.MAX_RECORDS_BYTES:  # the batch's whole check, within the request's bound
+        if limit > CHECKED_ON_LOOP_BYTES and not check_started.is_set():  # not a look within the loop's share
             check_started.set()
             may_finish.wait(HOLD_S)
             events.append("large batch checked")
         return real_decompress(codec, data, limit)
 
     monkeypatch.setattr(codecs, "decompress", held_decompress)
-    bootstrap = kafka_server.extra["kafka_bootstrap"]
+    bootstrap = server.extra["kafka_bootstrap"]
     with RawConnection(bootstrap) as large_connection, RawConnection(bootstrap) as small_connection:
-        large_id = large_connection.send(produce_request(topic, 0, large))
+        large_id = large_connection.send(produce_of_partitions(topic, large_batches))
         assert check_started.wait(60), "the large batch's check never started"
-        small_answer = small_connection.call(produce_request(topic, 1, batch(10)))
+        small_answer = small_connection.call(produce_request(topic, len(large_batches), batch(10)))
         events.append("small produce answered")
         may_finish.set()
         large_answer = large_connection.receive(api_table.PRODUCE, PRODUCE_VERSION, large_id)
+    answers = [(p.error_code, p.base_offset) for p in large_answer.responses[0].partition_responses]
+    watermarks = [p["high_watermark"] for p in server.client.get(f"/v1/topics/{topic}").json()["partitions"]]
+    return events, answers + [answer_of(small_answer)], watermarks
+
+
+def test_a_small_produce_is_answered_while_a_large_batch_of_another_connection_is_checked(kafka_server, monkeypatch):
+    """A gzip batch of 4 MiB of records (under 256 KiB sent), its decompression held: a small
+    Produce on another connection to the same worker is answered (written in PostgreSQL)
+    meanwhile, then the large one. On the event loop, the small one waited for the whole check."""
+    large = batch(40_000, codecs.CODEC_GZIP)
+    assert len(large) < 256 * 1024  # large by what it decompresses to, not by what it is sent as
+    events, answers, watermarks = small_produce_answered_during_the_large_check(kafka_server, monkeypatch, [large])
     assert events == ["small produce answered", "large batch checked"]
-    assert answer_of(small_answer) == (KafkaError.none, 0)
-    assert answer_of(large_answer) == (KafkaError.none, 0)
-    partitions = kafka_server.client.get(f"/v1/topics/{topic}").json()["partitions"]
-    assert [p["high_watermark"] for p in partitions] == [40_000, 10]
+    assert answers == [(KafkaError.none, 0), (KafkaError.none, 0)]
+    assert watermarks == [40_000, 10]
+
+
+def test_the_loop_share_is_the_requests_batches_together(kafka_server, monkeypatch):
+    """Two batches of 0.7 MiB each in one request: the first is checked on the loop, the second,
+    beyond what is left of the request's share, in a thread, the small Produce answered meanwhile."""
+    halves = [batch(6_500, codecs.CODEC_GZIP) for _ in range(2)]
+    assert all(
+        CHECKED_ON_LOOP_BYTES // 2 < read_produced(b, 1 << 30).uncompressed_bytes < CHECKED_ON_LOOP_BYTES
+        for b in halves
+    )
+    events, answers, watermarks = small_produce_answered_during_the_large_check(kafka_server, monkeypatch, halves)
+    assert events == ["small produce answered", "large batch checked"]
+    assert answers == [(KafkaError.none, 0)] * 3
+    assert watermarks == [6_500, 6_500, 10]
 
 
 def test_a_batch_within_the_loop_share_is_read_on_the_loop_as_in_a_thread():
