@@ -5,7 +5,6 @@ loop, and refused as a check in a thread refuses them."""
 
 from __future__ import annotations
 
-import datetime
 import threading
 
 import pytest
@@ -22,7 +21,8 @@ from app.kafka.record_batches import (
     read_produced_on_loop,
 )
 from tests.kafka.clients import create_topic
-from tests.kafka.raw import RawConnection, nested, request_of
+from tests.kafka.raw import RawConnection
+from tests.kafka.test_partitions_named_twice import produce_request as produce_with_entries
 from tests.kafka.test_produce_raw import PRODUCE_VERSION, answer_of, produce_request
 
 # How long the held check waits for the test's go-ahead at most: on main's code the event loop
@@ -36,24 +36,6 @@ def batch(records: int, codec: int = codecs.CODEC_NONE, value: bytes = b"v" * 10
     for index in range(records):
         builder.append(index, 1_700_000_000_000 + index, None, value, [])
     return bytes(builder.build())
-
-
-def produce_of_partitions(topic: str, batches: list[bytes]):
-    """One Produce request (acks=all) carrying batches[i] for partition i."""
-    partitions = tuple(
-        nested(api_table.PRODUCE, PRODUCE_VERSION, "PartitionProduceData", index=index, records=records)
-        for index, records in enumerate(batches)
-    )
-    return request_of(
-        api_table.PRODUCE,
-        PRODUCE_VERSION,
-        transactional_id=None,
-        acks=-1,
-        timeout=datetime.timedelta(seconds=30),
-        topic_data=(
-            nested(api_table.PRODUCE, PRODUCE_VERSION, "TopicProduceData", name=topic, partition_data=partitions),
-        ),
-    )
 
 
 def small_produce_answered_during_the_large_check(
@@ -80,7 +62,9 @@ def small_produce_answered_during_the_large_check(
     monkeypatch.setattr(codecs, "decompress", held_decompress)
     bootstrap = server.extra["kafka_bootstrap"]
     with RawConnection(bootstrap) as large_connection, RawConnection(bootstrap) as small_connection:
-        large_id = large_connection.send(produce_of_partitions(topic, large_batches))
+        large_id = large_connection.send(
+            produce_with_entries(server, PRODUCE_VERSION, topic, tuple(enumerate(large_batches)))
+        )
         assert check_started.wait(60), "the large batch's check never started"
         small_answer = small_connection.call(produce_request(topic, len(large_batches), batch(10)))
         events.append("small produce answered")
