@@ -11,6 +11,7 @@ v10-v12 are v9 with tagged fields this broker leaves empty."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from collections.abc import Awaitable
 
@@ -22,7 +23,7 @@ from app.kafka.broker_calls import ProducedPartition, unknown_topic_id
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import PRODUCE_WHILE_DATABASE_UNAVAILABLE, kafka_error, versioned_error
 from app.kafka.frames import CloseConnection, build, response_module
-from app.kafka.record_batches import BatchRefused, read_produced
+from app.kafka.record_batches import CHECKED_ON_LOOP_BYTES, BatchRefused, read_produced, read_produced_on_loop
 
 ACKS_NONE = 0
 VALID_ACKS = (ACKS_NONE, 1, -1)
@@ -99,7 +100,8 @@ def _topic_key(topic) -> object:
 
 async def submit(context: RequestContext, request) -> Awaitable[object | None]:
     """Produce, submitted now and answered later: what is returned waits for the commits and is the
-    response (None for acks=0). Before this returns every partition is checked, its batch read and
+    response (None for acks=0). Before this returns every partition is checked, its batch read (a
+    large one in a thread: record_batches.CHECKED_ON_LOOP_BYTES) and
     queued for a write batch behind those of the connection's earlier Produce requests (listener.py
     pipelines them on this: it awaits this before reading the connection's next request). With
     acks=0 this returns only once the batches are written, and raises CloseConnection if any failed.
@@ -116,6 +118,7 @@ async def submit(context: RequestContext, request) -> Awaitable[object | None]:
     # order of their first mention: the batch to write, or the answer refusing the partition.
     checked: dict[tuple, ProducedPartition | object] = {}
     budget = context.calls.settings.kafka_max_request_bytes
+    loop_share = CHECKED_ON_LOOP_BYTES  # what the request's batches may still take to check on the event loop
     for topic in request.topic_data:
         name = names.get(topic.topic_id) if by_id else topic.name
         for data in topic.partition_data:
@@ -130,8 +133,13 @@ async def submit(context: RequestContext, request) -> Awaitable[object | None]:
             elif data.records is None:
                 outcome = _partition(module, data.index, KafkaError.invalid_record, "the records are null")
             else:
+                records = bytes(data.records)
                 try:
-                    batch = read_produced(bytes(data.records), budget)
+                    batch = read_produced_on_loop(records, budget, loop_share)
+                    if batch is None:  # a large batch: the worker's other requests go on meanwhile
+                        batch = await asyncio.to_thread(read_produced, records, budget)
+                    else:
+                        loop_share -= batch.uncompressed_bytes
                 except BatchRefused as refused:
                     outcome = _partition(module, data.index, refused.error, refused.message)
                 else:
