@@ -51,9 +51,9 @@ decision and rolls it forward instead of writing again. `recover()` finishes wha
 write's driver left behind. Trigger.AvailableNow is supported by the stream reader.
 """
 
-from spark_client.commit_protocol import IncompleteCommitError, recover
+from spark_client.commit_protocol import IncompleteCommitError, job_outcome, recover
 from spark_client.options import OptionError
 from spark_client.reader import DataLossError
 from spark_client.source import TxbrokerDataSource
 
-__all__ = ["DataLossError", "IncompleteCommitError", "OptionError", "TxbrokerDataSource", "recover"]
+__all__ = ["DataLossError", "IncompleteCommitError", "OptionError", "TxbrokerDataSource", "job_outcome", "recover"]
