@@ -17,7 +17,10 @@ Driver, `commit_batch` (all tasks succeeded):
  1. if the batch is already decided (Spark re-runs and re-commits the last batch after a crash
     between the sink's commit and its own commit log): rolls the decision forward -- commits what
     is still Prepared -- and sweeps;
- 2. else records the decision: the batch commits with exactly these prepared transactions;
+ 2. else records the decision: the batch commits with exactly these prepared transactions. A
+    record that failed may have been written (its answer lost): the decision is read back and
+    what is there decides -- recorded: on to 3; not recorded: recorded again (the same decision);
+    unknowable: an IncompleteCommitError saying the outcome is unknown (`record_decision`);
  3. commits each of them (EndTxn with its producer id and epoch: safe to repeat);
  4. sweeps: aborts every transaction still open (Ongoing or Prepared) under the batch's prefix
     that the decision does not name -- failed and speculative attempts, which Spark never tells the
