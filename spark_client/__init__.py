@@ -41,19 +41,23 @@ Options (case-insensitive, as always in Spark; spark_client/README.md has the de
   commit_timeout_ms (120000): how long the driver's calls of a commit or abort, and a task's reads
   of the decision, retry a server that does not answer. A commit that fails once its decision is
   recorded raises IncompleteCommitError: the batch IS committed, and recover() (a batch write) or a
-  restart from the checkpoint (a stream) finishes it -- never a new run of the write.
+  restart from the checkpoint (a stream) finishes it -- never a new run of the write. A commit
+  whose decision record went unanswered reads the decision back; when that fails too, its
+  IncompleteCommitError says the outcome is UNKNOWN, and recover() then job_outcome() (a batch
+  write) or a restart from the checkpoint (a stream) settle it.
 
 Exactly once (spark_client.commit_protocol): every task attempt writes its rows in a transaction of
 its own and prepares it (KIP-939); the driver records which prepared transactions make up the batch
 (spark_client.decisions), then commits them and aborts every other transaction of the batch (failed,
 retried and speculative attempts). A streaming batch that Spark re-runs after a crash finds its
 decision and rolls it forward instead of writing again. `recover()` finishes what a crashed batch
-write's driver left behind. Trigger.AvailableNow is supported by the stream reader.
+write's driver left behind; `job_outcome()` says whether a batch write committed.
+Trigger.AvailableNow is supported by the stream reader.
 """
 
-from spark_client.commit_protocol import IncompleteCommitError, recover
+from spark_client.commit_protocol import IncompleteCommitError, job_outcome, recover
 from spark_client.options import OptionError
 from spark_client.reader import DataLossError
 from spark_client.source import TxbrokerDataSource
 
-__all__ = ["DataLossError", "IncompleteCommitError", "OptionError", "TxbrokerDataSource", "recover"]
+__all__ = ["DataLossError", "IncompleteCommitError", "OptionError", "TxbrokerDataSource", "job_outcome", "recover"]

@@ -17,7 +17,10 @@ Driver, `commit_batch` (all tasks succeeded):
  1. if the batch is already decided (Spark re-runs and re-commits the last batch after a crash
     between the sink's commit and its own commit log): rolls the decision forward -- commits what
     is still Prepared -- and sweeps;
- 2. else records the decision: the batch commits with exactly these prepared transactions;
+ 2. else records the decision: the batch commits with exactly these prepared transactions. A
+    record that failed may have been written (its answer lost): the decision is read back and
+    what is there decides -- recorded: on to 3; not recorded: recorded again (the same decision);
+    unknowable: an IncompleteCommitError saying the outcome is unknown (`record_decision`);
  3. commits each of them (EndTxn with its producer id and epoch: safe to repeat);
  4. sweeps: aborts every transaction still open (Ongoing or Prepared) under the batch's prefix
     that the decision does not name -- failed and speculative attempts, which Spark never tells the
@@ -54,6 +57,9 @@ from txbroker import Producer, errors
 from txbroker.two_phase import AsyncTwoPhaseClient, PreparedTransaction
 
 log = logging.getLogger("spark_client")
+# A decision whose record failed and was found not recorded when read back is recorded once more
+# (each attempt retried for up to commit_timeout_ms): the server answered the read, so it is back.
+RECORD_ATTEMPTS = 2
 
 
 class IncompleteCommitError(RuntimeError):
@@ -245,13 +251,75 @@ class _Coordinator:
             )
         prepared = [m.transaction for m in messages if m.transaction is not None]
         await asyncio.to_thread(self.options.faults.point, "before_decision", batch.batch_id)
-        decision = await self.decisions.record(batch.batch_id, prepared, query_id)  # the commit point
+        decision = await self.record_decision(prepared, query_id)  # the commit point
         await asyncio.to_thread(self.options.faults.point, "after_decision", batch.batch_id)
         if self.options.faults.crashes_after_decision(batch.batch_id):
             await self.transactions.commit_all(prepared[:1])
             crash_driver()
         await self.finish(decision)
         return decision
+
+    async def record_decision(self, prepared: Sequence[PreparedTransaction], query_id: str | None) -> Decision:
+        """Records the decision: the commit point. A record that failed may have been written all
+        the same -- its answer lost (the node died right after writing it, or the request timed out
+        after the server wrote it) -- so the decision is read back, and what is there is the
+        outcome: recorded, the batch is committed (and is finished); not recorded while the server
+        answers again, it is recorded again; a refusal (a non-retriable error) is raised as it is,
+        nothing recorded; unknowable within the bounds, an error that says so and how to learn it.
+        Every record of a commit, retried or arriving late, is this very decision (the same
+        transactions, in the same order): no second, different one can be recorded by it. The only
+        other record of a batch, an aborted job's empty one, is written by an abort that first
+        found no decision."""
+        batch = self.batch
+        for _ in range(RECORD_ATTEMPTS):
+            try:
+                return await self.decisions.record(batch.batch_id, prepared, query_id)
+            except errors.TxbrokerError as error:
+                failure = error
+            log.warning(
+                "%s: recording the decision of batch %s failed (%s): reading it back",
+                batch.sink_id,
+                batch.batch_key,
+                failure,
+            )
+            try:
+                recorded = await self.decisions.read()
+            except errors.TxbrokerError as read_error:
+                raise self.unknown_outcome(failure, read_error) from failure
+            relation = batch.relation(recorded, query_id)
+            if relation is Relation.COMMITTED:
+                log.info("%s: the decision of batch %s was recorded, its answer lost", batch.sink_id, batch.batch_key)
+                return recorded
+            if relation is Relation.SUPERSEDED:
+                raise batch.superseded_error(recorded, query_id) from failure
+            if not failure.retriable:
+                raise failure  # the server refused it: not recorded, nothing committed (Spark's abort follows)
+        raise self.unknown_outcome(failure, f"not recorded when read back after each of {RECORD_ATTEMPTS} records")
+
+    def unknown_outcome(self, failure: Exception, read_back: object) -> IncompleteCommitError:
+        """The error of a commit that cannot tell whether its decision was recorded."""
+        batch, connection = self.batch, self.options.connection
+        return self.commit_error(
+            f"the outcome of batch {batch.batch_key} of sink {batch.sink_id!r} is UNKNOWN: recording its decision "
+            f"(the commit point) failed ({failure}), and the server may have written it before its answer was "
+            f"lost; reading it back did not tell ({read_back}).",
+            job_remedy=(
+                f"Do not run the write again before you know: if it is committed, its rows would be written "
+                f"twice. Once the server answers (Spark's abort, which runs next, may already finish it), run "
+                f"spark_client.recover({connection.url!r}, {batch.sink_id!r}, {batch.topic!r}, abort_undecided=True) "
+                f"while no other write with this sink_id runs -- it commits the job if its decision was recorded, "
+                f"else aborts it -- then spark_client.job_outcome({connection.url!r}, {batch.sink_id!r}, "
+                f"{batch.topic!r}, {batch.job!r}) says which: 'committed' (done), or 'not committed' or "
+                f"'undecided' (run the write again)"
+            ),
+            stream_remedy=(
+                f"Restart the query from its checkpoint, with the same sink_id: it finishes batch {batch.batch_id} "
+                f"as its decision says if one was recorded, else writes it again, once"
+            ),
+        )
+
+    def commit_error(self, what: str, job_remedy: str, stream_remedy: str) -> IncompleteCommitError:
+        return IncompleteCommitError(f"{what} {job_remedy if self.batch.job else stream_remedy}")
 
     async def finish(self, decision: Decision) -> None:
         """roll_forward() of a commit: a failure to finish says the batch is committed all the same."""
@@ -265,22 +333,20 @@ class _Coordinator:
         committed, and what finishes it is not a new run of the write (which would write its rows
         twice) but a roll forward."""
         batch, connection = self.batch, self.options.connection
-        if batch.job:
-            remedy = (
-                f"Do not run the write again: its rows would be written twice. Once the server answers, finish "
-                f"it with spark_client.recover({connection.url!r}, {batch.sink_id!r}, {batch.topic!r}) (nothing "
-                f"to do if the abort Spark calls next could finish it: recover() then reports nothing committed)"
-            )
-        else:
-            remedy = (
-                f"Restart the query from its checkpoint, with the same sink_id: it finishes batch "
-                f"{decision.batch_id} before it goes on (a new checkpoint would write the batch's rows again)"
-            )
-        return IncompleteCommitError(
+        return self.commit_error(
             f"batch {batch.batch_key} of sink {batch.sink_id!r} IS COMMITTED (its decision, "
             f"{len(decision.transactions)} prepared transactions, was recorded), but finishing it failed: {error}. "
             f"Until it is finished, its rows are not visible and its transactions hold back read_committed "
-            f"readers of {batch.topic!r}. {remedy}"
+            f"readers of {batch.topic!r}.",
+            job_remedy=(
+                f"Do not run the write again: its rows would be written twice. Once the server answers, finish "
+                f"it with spark_client.recover({connection.url!r}, {batch.sink_id!r}, {batch.topic!r}) (nothing "
+                f"to do if the abort Spark calls next could finish it: recover() then reports nothing committed)"
+            ),
+            stream_remedy=(
+                f"Restart the query from its checkpoint, with the same sink_id: it finishes batch "
+                f"{decision.batch_id} before it goes on (a new checkpoint would write the batch's rows again)"
+            ),
         )
 
     async def abort(self, messages: Sequence[TaskCommitMessage | None]) -> None:
@@ -397,3 +463,26 @@ def recover(url: str, sink_id: str, topic: str, *, token: str | None = None, abo
     A streaming query does this by itself when it restarts; batch writes need this call.
     Returns the transactional ids {"committed": [...], "aborted": [...], "left": [...]}."""
     return asyncio.run(_recover(ConnectionOptions(url.rstrip("/"), token), sink_id, topic, abort_undecided))
+
+
+def job_outcome(url: str, sink_id: str, topic: str, job: str, *, token: str | None = None) -> str:
+    """What the batch write `job` (its id, `job-<hex>`, as its errors name it) committed, as its
+    decision record says: "committed" (a decision names its transactions: its rows are written, or
+    will be once the decision is rolled forward -- by Spark's abort, or by recover()), "not
+    committed" (its decision names none: it was aborted, or had no rows) or "undecided" (no
+    decision: nothing is committed; recover(..., abort_undecided=True) aborts what it left open).
+    What a job whose commit failed with an UNKNOWN outcome needs to know before it is run again."""
+    if not job.startswith("job-"):
+        raise ValueError(
+            f"job_outcome: a batch write's job id looks like 'job-<hex>' (its errors name it), not {job!r}"
+        )
+
+    async def read() -> Decision | None:
+        batch = SinkBatch(sink_id, topic, job=job)
+        async with DecisionLog(ConnectionOptions(url.rstrip("/"), token), batch) as decisions:
+            return await decisions.read()
+
+    decision = asyncio.run(read())
+    if decision is None:
+        return "undecided"
+    return "committed" if decision.transactions else "not committed"

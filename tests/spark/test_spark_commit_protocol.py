@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from spark_client import commit_protocol, recover  # noqa: E402
+from spark_client import commit_protocol, job_outcome, recover  # noqa: E402
 from spark_client.commit_protocol import TaskAttempt, abort_batch, commit_batch, write_task  # noqa: E402
 from spark_client.decisions import DecisionLog, SinkBatch, SinkStateError  # noqa: E402
 from spark_client.options import ConnectionOptions, WriteOptions  # noqa: E402
@@ -206,6 +206,18 @@ def test_recover_finishes_a_batch_write_whose_driver_died(server, options):
     assert report["aborted"] == [undecided.transactional_id(0, 0, 3)]
     assert open_transactions(server.url) == []
     assert committed_values(server.url) == ["d0", "d1"]
+
+
+def test_job_outcome_says_whether_a_batch_write_committed(server, options):
+    # What a job whose commit's outcome was UNKNOWN needs to know before it is run again.
+    committed, aborted, running = (SinkBatch("sink", TOPIC, job=f"job-{n}") for n in ("c", "a", "r"))
+    commit_batch(options, committed, [write_task(options, committed, iter(rows("c")), TaskAttempt(0, 0, 1))])
+    abort_batch(options, aborted, [write_task(options, aborted, iter(rows("a")), TaskAttempt(0, 0, 2))])
+    write_task(options, running, iter(rows("r")), TaskAttempt(0, 0, 3))
+    outcomes = [job_outcome(server.url, "sink", TOPIC, batch.job) for batch in (committed, aborted, running)]
+    assert outcomes == ["committed", "not committed", "undecided"]
+    with pytest.raises(ValueError, match="job-<hex>"):
+        job_outcome(server.url, "sink", TOPIC, "7")
 
 
 def test_a_decided_transaction_aborted_by_an_operator_fails_the_commit_loudly(server, options):

@@ -11,6 +11,7 @@ in order, nothing aborted, and that no transaction of the sink is left open."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
@@ -23,9 +24,10 @@ pytest.importorskip("pyarrow")
 if shutil.which("java") is None:
     pytest.skip("Spark needs a JVM (java on PATH)", allow_module_level=True)
 
-from spark_client import recover  # noqa: E402
+from spark_client import job_outcome, recover  # noqa: E402
 from spark_client.local import local_session  # noqa: E402
 from tests.crash.conftest import own_postgres  # noqa: E402, F401 - a fixture
+from tests.sdk.test_sdk_faults import OddAnswers  # noqa: E402
 from tests.spark.test_spark_streaming import create_topic, open_transactions, produce, read_topic  # noqa: E402
 
 WAIT_S = 120
@@ -342,3 +344,96 @@ def test_a_batch_write_whose_abort_cannot_reach_the_server_says_what_it_left_and
     assert open_transactions(url, "batch/") == []
     write_batch(spark, url, source, sink, {})  # the job again: once
     assert read_topic(url, sink) == committed
+
+
+class DecisionsLost(OddAnswers):
+    """A real HTTP proxy in front of the server that forwards every request but the driver's
+    decision records (offset commits of a group `txbroker-spark.*`), which are lost:
+
+    - `lost="answers"`: each is forwarded -- the server writes the decision -- and the connection
+      closed without its answer, as when the node dies right after the write; with
+      `down_after_the_first`, nothing at all is forwarded after the first one: the server seems
+      never to come back;
+    - `lost="requests"`: each is dropped before the server sees it, until the decision is read
+      back (a decision read after a lost record): the server was away, then is back."""
+
+    def __init__(self, upstream: str, lost: str = "answers", down_after_the_first: bool = False) -> None:
+        self.lost, self.down_after_the_first = lost, down_after_the_first
+        self.down, self.decisions_written, self.records_dropped = False, 0, 0
+        super().__init__(upstream)
+
+    def _answer(self, handler) -> None:
+        path = handler.path
+        decisions = path.startswith("/v1/groups/txbroker-spark.")
+        if self.down:
+            handler.close_connection = True
+            return
+        if decisions and path.endswith("/offsets/fetch") and self.records_dropped:
+            self.lost = "nothing"  # read back: the server is back
+        if not (decisions and path.endswith("/offsets/commit")) or self.lost == "nothing":
+            super()._answer(handler)
+            return
+        body = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+        if self.lost == "answers":
+            written = self._upstream.post(path, content=body, headers={"Content-Type": "application/json"})
+            assert written.status_code == 200, written.text
+            self.decisions_written += 1
+            self.down = self.down_after_the_first
+        else:
+            self.records_dropped += 1
+        handler.close_connection = True  # no answer
+
+
+@pytest.fixture
+def decisions_lost(server):
+    proxies: list[DecisionsLost] = []
+
+    def proxy(**how) -> DecisionsLost:
+        proxies.append(DecisionsLost(server.url, **how))
+        return proxies[-1]
+
+    yield proxy
+    for each in proxies:
+        each.close()
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        # Every answer to recording the decision is lost: the driver's retries write it again and
+        # again (the same record) without hearing so, until commit_timeout_ms; then it reads it back.
+        # The job failed with "recording the decision ... did not succeed" while its decision was
+        # recorded: Spark's abort rolled it forward, and a user running the job again wrote it twice.
+        "answers",
+        # The records never reach the server for commit_timeout_ms; read back, the decision is not
+        # there, and the server answers again: the driver records it again. The job failed, and its
+        # abort aborted it: a job lost to an outage that its read back outlived.
+        "requests",
+    ],
+)
+def test_a_batch_write_whose_decision_record_went_unanswered_reads_it_back_and_commits_once(
+    spark, server, decisions_lost, lost
+):
+    proxy = decisions_lost(lost=lost)
+    source, sink, committed = topics(server.url)
+    write_batch(spark, proxy.url, source, sink, {}, **SHORT_BOUNDS)
+    assert (proxy.decisions_written if lost == "answers" else proxy.records_dropped) >= 1
+    assert read_topic(server.url, sink) == committed
+    assert open_transactions(server.url, "batch/") == []
+
+
+def test_a_batch_write_whose_decision_outcome_cannot_be_known_says_so_and_how_to_finish_it(
+    spark, server, decisions_lost
+):
+    proxy = decisions_lost(lost="answers", down_after_the_first=True)
+    source, sink, committed = topics(server.url)
+    with pytest.raises(Exception) as failed:
+        write_batch(spark, proxy.url, source, sink, {}, **SHORT_BOUNDS)
+    message = str(failed.value)
+    assert "is UNKNOWN" in message and "Do not run the write again before you know" in message
+    assert f"spark_client.recover('{proxy.url}', 'batch', '{sink}', abort_undecided=True)" in message
+    job = re.search(r"spark_client.job_outcome\([^)]*'(job-[0-9a-f]+)'\)", message).group(1)
+    assert job_outcome(server.url, "batch", sink, job) == "committed"  # recorded: its answer was lost
+    assert len(recover(server.url, "batch", sink, abort_undecided=True)["committed"]) == 2
+    assert read_topic(server.url, sink) == committed
+    assert open_transactions(server.url, "batch/") == []
