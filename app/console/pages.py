@@ -49,6 +49,7 @@ from app.storage.groups import groups
 from app.storage.lifecycle import cleanup_progress
 from app.storage.log import partition_log, topics
 from app.storage.log.topics import TRANSACTION_STATE_TOPIC
+from app.storage.security import principals
 from app.storage.transactions.producer_ids import ProducerIdAndEpoch
 
 router = APIRouter()
@@ -503,7 +504,8 @@ async def group_page(
     )
 
 
-AUDIT_SOURCES = ("http", "kafka", "console", "server")
+# The doors an audit entry may name, and the node's own entries.
+AUDIT_SOURCES = (*(source.value for source in AuditSource), principals.SERVER_SOURCE)
 AUDIT_SCAN_BUDGET = 10_000  # audit entries one filtered page may read
 
 

@@ -85,8 +85,9 @@ class _Converted:
 
 
 # The bytes of records (decompressed, for a RecordBatch) from which a write batch converts its record
-# batches before its transaction (see the module's docstring): below it, the work is at most about
-# 2 s (zstd's level 22, the slowest form) and the extra read is not worth its round trip.
+# batches before its transaction (see the module's docstring): below it, the work is far from the
+# idle-in-transaction timeout even in the slowest form (zstd's highest level; docs/kafka.md, "A node
+# dies", has the figures) and the extra read is not worth its round trip.
 CONVERTED_AHEAD_BYTES = 1024 * 1024
 
 

@@ -121,8 +121,8 @@ def _corrupt(message: str) -> BatchRefused:
 # door's handler counts it down over the request's partitions: read_produced_on_loop); a batch beyond
 # what is left is checked in a thread, so that a large one does not stall the worker's other
 # connections, nor the PostgreSQL transactions its other requests hold (docs/kafka.md, "A node
-# dies"). Checking 1 MiB of 100-byte records takes about 3.5 ms, the hop to a thread about 0.1 ms
-# (3 %), and the usual batch (librdkafka's linger of 5 ms, a Java client's 16 KiB) is far below it.
+# dies", which has the measured cost of checking that much against the hop to a thread); the usual
+# batch (librdkafka's at linger.ms 5, a Java client's 16 KiB) is far below it.
 CHECKED_ON_LOOP_BYTES = 1024 * 1024
 
 

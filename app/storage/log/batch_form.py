@@ -156,7 +156,8 @@ def as_topic_stores(batch: EncodedBatch, topic: TopicInfo, appended_ms: int) -> 
 
 def in_stored_form(batch: EncodedBatch, form: StoredForm, appended_ms: int) -> EncodedBatch:
     """`as_topic_stores` for a topic of that form. Its cost grows with the batch's records (a
-    recompression, a LogAppendTime stamp): up to minutes for 100 MiB at zstd's highest levels."""
+    recompression, a LogAppendTime stamp), to minutes at zstd's highest levels for the largest
+    batches (docs/kafka.md, "A node dies")."""
     if form.log_append_time:
         batch = _at_append_time(batch, appended_ms)
     elif batch.marked_log_append_time:
