@@ -50,22 +50,31 @@ def door_actor(principal: Principal, source: AuditSource, request: Request) -> A
     return Actor(principal.name, source, request_client_address(request))
 
 
-async def token_principal(request: Request, token: str) -> Principal | None:
-    return await security_admin.authenticate(request.app.state.pool, token)
+async def token_principal(request: Request, token: str, wait_for_connection_s: float | None = None) -> Principal | None:
+    return await security_admin.authenticate(request.app.state.pool, token, wait_for_connection_s)
 
 
-async def current_principal(request: Request) -> Principal:
-    if request.app.state.settings.auth != AUTH_REQUIRED:
-        return ANONYMOUS
+def presented_token(request: Request) -> str:
+    """The request's bearer token; 401 UNAUTHORIZED when it sends none, or not as a bearer token."""
     header = request.headers.get("authorization")
     if header is None:
         raise _unauthorized("no Authorization header was sent")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise _unauthorized(f"the Authorization header is not 'Bearer <token>' (received scheme {scheme[:20]!r})")
-    principal = await token_principal(request, token.strip())
+    return token.strip()
+
+
+def unknown_token() -> BrokerError:
+    return _unauthorized("the bearer token is unknown or revoked")
+
+
+async def current_principal(request: Request) -> Principal:
+    if request.app.state.settings.auth != AUTH_REQUIRED:
+        return ANONYMOUS
+    principal = await token_principal(request, presented_token(request))
     if principal is None:
-        raise _unauthorized("the bearer token is unknown or revoked")
+        raise unknown_token()
     return principal
 
 

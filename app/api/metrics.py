@@ -20,12 +20,14 @@ cost is the waiting requests' count (app/storage/database.py).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import time
 from collections.abc import Iterable
+from typing import Annotated
 
 import asyncpg
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -40,10 +42,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-from app.api.auth import PrincipalDep
+from app.api.auth import AUTH_REQUIRED, presented_token, token_principal, unknown_token
 from app.api.deps import PoolDep
 from app.coordinator import topic_admin
-from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize
+from app.coordinator.authorizer import ANONYMOUS, CLUSTER_RESOURCE, Operation, Principal, ResourceType, authorize
 from app.coordinator.health import CONNECTION_ERRORS, PoolUsage, pool_usage
 from app.runtime.metrics_folder import MULTIPROCESS_DIR_VARIABLE
 
@@ -58,6 +60,14 @@ POOL_SAMPLE_INTERVAL_S = 1.0
 # How long a scrape waits for a pooled connection to read the partitions' gauges: with every one
 # busy (when the pool's gauges matter most) it answers without them rather than wait its turn.
 SCRAPE_CONNECTION_WAIT_S = 1.0
+# With `auth` required, how long after this worker last found a scrape's API key valid the key is
+# still believed when PostgreSQL cannot check it again within SCRAPE_CONNECTION_WAIT_S (it is away,
+# or every pooled connection is busy): the scrape is then answered, as the counters matter most
+# then, rather than 503 or a wait. A key revoked meanwhile is refused as soon as PostgreSQL answers
+# again. Five minutes: an outage's length in the scrapes of a Prometheus that scrapes every 15 s.
+SCRAPE_KEY_BELIEVED_S = 300.0
+# The most keys a worker keeps for that (the scrapers of a node are few; an old key goes first).
+SCRAPE_KEYS_KEPT = 64
 
 
 class Metrics:
@@ -128,6 +138,7 @@ class Metrics:
             registry=self.registry,
             multiprocess_mode="livesum",
         )
+        self.scrape_keys = ScrapeKeys()
 
     def note_pool_usage(self, usage: PoolUsage) -> None:
         self.pool_connections.labels("in_use").set(usage.in_use)
@@ -148,6 +159,56 @@ class Metrics:
         self.kafka_latency.labels(api).observe(seconds)
         for error in errors:
             self.kafka_request_errors.labels(api, error).inc()
+
+
+class ScrapeKeys:
+    """The API keys a worker lately found valid for a scrape (SCRAPE_KEY_BELIEVED_S), by their
+    SHA-256: the key itself is not kept."""
+
+    def __init__(self) -> None:
+        self._checked: dict[bytes, tuple[Principal, float]] = {}
+
+    @staticmethod
+    def _digest(token: str) -> bytes:
+        return hashlib.sha256(token.encode()).digest()
+
+    def found_valid(self, token: str, principal: Principal, now_s: float) -> None:
+        digest = self._digest(token)
+        self._checked.pop(digest, None)  # moved to the end: the dict is in order of last check
+        self._checked[digest] = (principal, now_s)
+        while len(self._checked) > SCRAPE_KEYS_KEPT:
+            del self._checked[next(iter(self._checked))]
+
+    def found_invalid(self, token: str) -> None:
+        self._checked.pop(self._digest(token), None)
+
+    def believed(self, token: str, now_s: float) -> Principal | None:
+        """The principal the key was found to belong to, if that was within SCRAPE_KEY_BELIEVED_S."""
+        checked = self._checked.get(self._digest(token))
+        return checked[0] if checked is not None and now_s - checked[1] <= SCRAPE_KEY_BELIEVED_S else None
+
+
+async def scrape_principal(request: Request) -> Principal:
+    """Who scrapes: as for any request (app/api/auth.py), but with a bounded wait for PostgreSQL to
+    check the key, and, when it cannot, the key believed if this worker found it valid lately
+    (SCRAPE_KEY_BELIEVED_S). Before, a scrape with `auth` required waited its turn for a pooled
+    connection, and answered 503 while PostgreSQL was away: no counters when they matter most."""
+    if request.app.state.settings.auth != AUTH_REQUIRED:
+        return ANONYMOUS
+    token = presented_token(request)
+    keys: ScrapeKeys = request.app.state.metrics.scrape_keys
+    try:
+        principal = await token_principal(request, token, wait_for_connection_s=SCRAPE_CONNECTION_WAIT_S)
+    except CONNECTION_ERRORS:  # TimeoutError among them
+        believed = keys.believed(token, time.monotonic())
+        if believed is None:
+            raise
+        return believed
+    if principal is None:
+        keys.found_invalid(token)
+        raise unknown_token()
+    keys.found_valid(token, principal, time.monotonic())
+    return principal
 
 
 class _Scrape:
@@ -221,7 +282,7 @@ router = APIRouter(tags=["observability"])
 
 
 @router.get("/metrics", response_class=Response)
-async def metrics_text(request: Request, pool: PoolDep, principal: PrincipalDep):
+async def metrics_text(request: Request, pool: PoolDep, principal: Annotated[Principal, Depends(scrape_principal)]):
     """Prometheus text format. Needs Describe on the Cluster."""
     authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
     metrics: Metrics = request.app.state.metrics

@@ -42,9 +42,10 @@ def _no_principal(name: str) -> BrokerError:
     return BrokerError(ErrorCode.NOT_FOUND, f"principal {name!r} does not exist: create it with POST /v1/principals")
 
 
-async def authenticate(pool: asyncpg.Pool, token: str) -> Principal | None:
-    """The principal an API key belongs to, with its ACL rules; None for an unknown or revoked key."""
-    async with pool.acquire() as conn:
+async def authenticate(pool: asyncpg.Pool, token: str, wait_for_connection_s: float | None = None) -> Principal | None:
+    """The principal an API key belongs to, with its ACL rules; None for an unknown or revoked key.
+    TimeoutError when no pooled connection is free within `wait_for_connection_s` (None: no bound)."""
+    async with pool.acquire(timeout=wait_for_connection_s) as conn:
         found = await principals.authenticate(conn, token)
     return None if found is None else principal_from(*found)
 

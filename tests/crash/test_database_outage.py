@@ -311,3 +311,57 @@ def test_a_node_started_while_postgresql_is_down_starts_once_it_is_back(own_post
     finally:
         starting.join(timeout=90)
         server.close()
+
+
+def test_a_scrape_with_auth_required_is_answered_while_postgresql_is_away(own_postgres, server_process):
+    """With `auth` required, a scrape's key is checked in PostgreSQL; while it is away, a key this
+    worker found valid lately is believed, so the counters (the 503s) are still scraped. A key never
+    checked, or found revoked, is not: 503 while PostgreSQL cannot tell, 401 once it can."""
+    admin_token = "scrape-outage-admin"
+    server = server_process(
+        "--database-url",
+        own_postgres.database_url,
+        env={"TXBROKER_AUTH": "required", "TXBROKER_ADMIN_TOKEN": admin_token},
+    )
+
+    def scrape(token: str) -> httpx.Response:
+        return httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+    admin = {"Authorization": f"Bearer {admin_token}"}
+    with httpx.Client(base_url=server.url, headers=admin, timeout=30) as client:
+        client.post("/v1/principals", json={"name": "prometheus"}).raise_for_status()
+        client.post(
+            "/v1/acls",
+            json={
+                "principal": "prometheus",
+                "resource_type": "Cluster",
+                "resource_name": "txbroker-cluster",
+                "operation": "Describe",
+                "permission": "allow",
+                "pattern_type": "literal",
+            },
+        ).raise_for_status()
+        scraper = client.post("/v1/principals/prometheus/keys").json()["token"]
+        unscraped = client.post("/v1/principals/prometheus/keys").json()["token"]
+        revoked = client.post("/v1/principals/prometheus/keys").json()
+        assert scrape(scraper).status_code == 200
+        assert scrape(revoked["token"]).status_code == 200
+        client.delete(f"/v1/principals/prometheus/keys/{revoked['key_id']}").raise_for_status()
+        assert scrape(revoked["token"]).status_code == 401  # checked again at each scrape PostgreSQL answers
+
+        own_postgres.stop()
+        _assert_retriable_unavailable(client.get("/v1/cluster"))
+        answered = scrape(scraper)
+        assert answered.status_code == 200, answered.text
+        assert re.search(
+            r'^txbroker_http_requests_total\{method="GET",route="/v1/cluster",status="503"\} ', answered.text, re.M
+        )
+        _assert_retriable_unavailable(scrape(unscraped))  # never found valid: not believed
+        _assert_retriable_unavailable(scrape(revoked["token"]))
+        _assert_retriable_unavailable(scrape("never-a-key"))
+
+        own_postgres.start()
+        _wait_for_health(server.url, "ok")
+        assert scrape(unscraped).status_code == 200
+        assert scrape(revoked["token"]).status_code == 401
+        assert scrape("never-a-key").status_code == 401
