@@ -35,6 +35,13 @@ class Settings(BaseSettings):
             "default: the cores this process may use"
         ),
     )
+    worker_hang_timeout_ms: int = Field(
+        60_000,
+        ge=0,
+        description="with several workers, how long the supervisor waits to hear from a worker's event loop "
+        "before it kills the worker as hung, which stops the node for its service manager to restart, as a "
+        "worker's death does; 0: never",
+    )
     advertised_url: str | None = Field(None, description="the URL clients reach this node at (default: from host/port)")
 
     transaction_max_timeout_ms: int = Field(900_000, ge=1)

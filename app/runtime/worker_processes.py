@@ -36,6 +36,13 @@ Invariants:
   alone, which then stops them (SIGTERM: graceful) before it stops PostgreSQL.
 - A worker that exits on its own stops the node: the supervisor stops the others and exits 1, and
   the service manager restarts the node as a whole (no half-sized node serving silently).
+- A worker that hangs is killed, which then stops the node as above: a ready worker writes a byte to
+  its readiness pipe every WORKER_BEAT_INTERVAL_S from its event loop, and the supervisor kills one
+  it has not heard for `worker_hang_timeout_ms` (a stopped process, an event loop blocked, a
+  deadlock). Before, a hung worker kept the node listed (its live workers announce it) while the
+  connections the kernel handed it waited, its Kafka clients until their own timeouts; gunicorn's
+  `--timeout` kills its workers for the same reason. Time in which the supervisor itself did not run
+  (the whole node stopped, the machine frozen) counts against no worker (SilenceWatch).
 - A node restarted at once after a crash binds its ports at the first try, whatever connections the
   dead node left on them; a node started on a port a live node serves is refused (PortInUse): the
   rules of app/runtime/listening_sockets.py, for the HTTP port and the Kafka listener's alike.
@@ -69,6 +76,13 @@ PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 # A worker has uvicorn's graceful shutdown (10 s) and its own clean-up to stop after SIGTERM.
 WORKER_STOP_TIMEOUT_S = 20
 WORKER_POLL_INTERVAL_S = 0.5
+# How often a ready worker's event loop tells the supervisor it runs (a byte on its readiness pipe).
+WORKER_BEAT_INTERVAL_S = 1.0
+# A look of the supervisor's that comes this much later than its poll interval means that the
+# supervisor did not run meanwhile: that time counts against no worker (SilenceWatch).
+SUPERVISOR_LATE_S = 2.0
+READY = b"r"
+BEAT = b"b"
 # The exit code of a `serve` that refused to start with a message saying why (invalid settings, a port
 # in use, a database a newer txbroker migrated): restarting it changes nothing until that is fixed.
 REFUSED_TO_START = 2
@@ -106,15 +120,74 @@ def _worker_environment(settings: Settings, database_url: str) -> dict[str, str]
 
 
 def readiness_signal(ready_fd: int | None) -> Callable[[], None] | None:
-    """In a worker: what tells the supervisor that this worker is ready (one byte on a pipe)."""
+    """In a worker: what tells the supervisor that this worker is ready (one byte on a pipe), called
+    on the worker's event loop, and from then on that the loop runs (a byte every
+    WORKER_BEAT_INTERVAL_S on the same pipe: the supervisor kills a worker that goes silent)."""
     if ready_fd is None:
         return None
 
     def signal_ready() -> None:
-        os.write(ready_fd, b"r")
-        os.close(ready_fd)
+        os.set_blocking(ready_fd, False)
+        os.write(ready_fd, READY)  # the pipe is empty: it fits
+        _beat(asyncio.get_running_loop(), ready_fd)
 
     return signal_ready
+
+
+def _beat(loop: asyncio.AbstractEventLoop, ready_fd: int) -> None:
+    try:
+        os.write(ready_fd, BEAT)
+    except BlockingIOError:
+        pass  # the pipe is full: the supervisor has not read it (stopped); it does not judge by that time
+    except OSError:
+        return  # its end closed: the supervisor is gone (pdeathsig ends us) or stopping the node
+    loop.call_later(WORKER_BEAT_INTERVAL_S, _beat, loop, ready_fd)
+
+
+class SilenceWatch:
+    """The supervisor's ear on its ready workers' beats (readiness_signal): `listen` waits for them
+    up to a poll interval, and kills a worker not heard for `timeout_s` (0: never)."""
+
+    def __init__(self, timeout_s: float, started: list[tuple[subprocess.Popen, int]]) -> None:
+        now = time.monotonic()
+        self.timeout_s = timeout_s
+        self.workers = {ready_read_fd: worker for worker, ready_read_fd in started}
+        self.last_heard = {ready_read_fd: now for _, ready_read_fd in started}
+        self.last_listened = now
+        self.killed: set[int] = set()  # their pids
+
+    def listen(self, wait_s: float) -> None:
+        if self.last_heard:
+            readable, _, _ = select.select(list(self.last_heard), [], [], wait_s)
+        else:
+            readable = []
+            time.sleep(wait_s)
+        now = time.monotonic()
+        if now - self.last_listened > wait_s + SUPERVISOR_LATE_S:
+            # The supervisor did not run meanwhile (the node stopped, the machine frozen or swapping):
+            # the workers' silence then is not theirs; each is judged from now.
+            self.last_heard = dict.fromkeys(self.last_heard, now)
+        self.last_listened = now
+        for ready_read_fd in readable:
+            if os.read(ready_read_fd, 4096):
+                self.last_heard[ready_read_fd] = now
+            else:  # its end closed: the worker is exiting, which the supervisor sees
+                del self.last_heard[ready_read_fd]
+        if not self.timeout_s:
+            return
+        for ready_read_fd, heard in list(self.last_heard.items()):
+            if now - heard > self.timeout_s:
+                worker = self.workers[ready_read_fd]
+                log.error(
+                    "worker pid %d has not answered for %.0f s (worker_hang_timeout_ms %d: its event loop is "
+                    "blocked, or the process is stopped or deadlocked): killing it, which stops the node",
+                    worker.pid,
+                    now - heard,
+                    round(self.timeout_s * 1000),
+                )
+                worker.kill()
+                self.killed.add(worker.pid)
+                del self.last_heard[ready_read_fd]
 
 
 def wait_for_worker_0(start_fd: int | None) -> bool:
@@ -194,7 +267,7 @@ def _wait_until_ready(first: subprocess.Popen, ready_read_fd: int) -> bool:
     while first.poll() is None:
         readable, _, _ = select.select([ready_read_fd], [], [], WORKER_POLL_INTERVAL_S)
         if readable:
-            return os.read(ready_read_fd, 1) == b"r"
+            return os.read(ready_read_fd, 1) == READY
     return False
 
 
@@ -292,14 +365,17 @@ def supervise(settings: Settings, database_url: str, fd: int, count: int) -> int
             ", ".join(str(worker.pid) for worker in workers),
             settings.public_url(),
         )
+        watch = SilenceWatch(settings.worker_hang_timeout_ms / 1000, [first, *others])
         # Polled, not os.wait(): that would also reap the embedded PostgreSQL, our child too.
         while (exited := next((worker for worker in workers if worker.poll() is not None), None)) is None:
-            time.sleep(WORKER_POLL_INTERVAL_S)
+            watch.listen(WORKER_POLL_INTERVAL_S)
         forget_dead_worker(metrics_folder, exited.pid)  # the others may answer scrapes until they stop
+        how = "was killed as hung" if exited.pid in watch.killed else "exited on its own"
         log.error(
-            "worker pid %d exited on its own (exit code %d): stopping the other workers; restart "
+            "worker pid %d %s (exit code %d): stopping the other workers; restart "
             "txbroker (its log above says why the worker stopped)",
             exited.pid,
+            how,
             exited.returncode,
         )
         return 1

@@ -193,6 +193,42 @@ def test_a_worker_that_dies_stops_the_node(server_process, data_dir):
     assert wait_until_gone([*workers, postgres]) == []
 
 
+def test_a_hung_worker_is_killed_and_stops_the_node(server_process, data_dir):
+    """A worker that stops answering (SIGSTOP here; a blocked event loop, a deadlock) is killed after
+    `worker_hang_timeout_ms`, which stops the node as a worker's death does. Before, it kept the node
+    listed while the connections the kernel handed it waited."""
+    env = {"TXBROKER_WORKER_HANG_TIMEOUT_MS": "3000"}
+    server = server_process("--data-dir", str(data_dir), "--workers", str(WORKERS), env=env)
+    workers = all_workers(server.pid)
+    postgres = postmaster_pid(data_dir)
+    os.kill(workers[1], signal.SIGSTOP)
+    assert server.process.wait(timeout=60) == 1
+    assert wait_until_gone([*workers, postgres]) == []
+    log = server.log_path.read_text()
+    assert f"worker pid {workers[1]} has not answered for" in log, log[-3000:]
+    assert f"worker pid {workers[1]} was killed as hung" in log, log[-3000:]
+
+
+def test_a_node_stopped_as_a_whole_is_not_taken_for_hung_workers(server_process, data_dir):
+    """The supervisor stopped with its workers (SIGSTOP of the node, a frozen machine) for longer than
+    `worker_hang_timeout_ms`: once resumed, no worker is judged by that time, and the node serves on."""
+    env = {"TXBROKER_WORKER_HANG_TIMEOUT_MS": "3000"}
+    server = server_process("--data-dir", str(data_dir), "--workers", str(WORKERS), env=env)
+    workers = all_workers(server.pid)
+    for pid in [server.pid, *workers]:
+        os.kill(pid, signal.SIGSTOP)
+    time.sleep(5)  # longer than the timeout: the time under test, not a bound on the server
+    # The supervisor first: it then looks at its workers before they can have beaten again.
+    os.kill(server.pid, signal.SIGCONT)
+    time.sleep(0.5)
+    for pid in workers:
+        os.kill(pid, signal.SIGCONT)
+    time.sleep(5)  # as long again: a worker wrongly judged would be killed meanwhile
+    assert server.process.poll() is None, server.log_path.read_text()[-3000:]
+    assert worker_pids(server.pid) == workers
+    assert httpx.get(f"{server.url}/v1/health", timeout=30).status_code == 200
+
+
 def workers_of(supervisor_pid: int) -> list[int]:
     """The live workers started by that supervisor, its children or orphans."""
     marker = [b"--worker-of", str(supervisor_pid).encode()]
