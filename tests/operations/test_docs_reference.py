@@ -1,10 +1,11 @@
 """docs/api.md, the HTTP API reference, names everything the server offers: every path and method
 of the real OpenAPI document (from create_app), every error code of app/errors.py with its HTTP
 status and retriability, every server setting with its default and every flag of `txbroker serve`,
-every metric a scrape shows; docs/kafka.md's settings table every Kafka listener setting. A new
-endpoint, code, setting, flag or metric fails this test until the reference documents it, and a
-changed default until the reference says it. The other way round, every endpoint a document names
-is served, and every relative link of the documents leads to a file and heading that exist."""
+every metric a scrape shows; docs/kafka.md's settings table every Kafka listener setting; docs/cli.md
+every client command of `txbroker` with its flags. A new endpoint, code, setting, command, flag or
+metric fails this test until the reference documents it, and a changed default until the reference
+says it. The other way round, every endpoint a document names is served, and every relative link of
+the documents leads to a file and heading that exist."""
 
 from __future__ import annotations
 
@@ -33,11 +34,16 @@ def reference() -> str:
     return API_REFERENCE.read_text()
 
 
+def section_of(document: Path, title: str) -> str:
+    """The text of one `## title` section of a document."""
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", document.read_text(), re.M | re.S)
+    assert match, f"{document.relative_to(REPO_ROOT)} has no section '## {title}'"
+    return match.group(1)
+
+
 def section(title: str) -> str:
     """The text of one `## title` section of the reference."""
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", reference(), re.M | re.S)
-    assert match, f"docs/api.md has no section '## {title}'"
-    return match.group(1)
+    return section_of(API_REFERENCE, title)
 
 
 @functools.cache
@@ -286,3 +292,48 @@ def test_every_endpoint_a_document_names_is_served(document, method, path):
     assert any(route.matches(scope)[0] == Match.FULL for route in unstarted_app().routes), (
         f"{document} documents `{method} {path}`, but the server has no such route"
     )
+
+
+# ---- the client commands: docs/cli.md's synopses name every command of `txbroker` and its flags
+
+CLI_REFERENCE = REPO_ROOT / "docs" / "cli.md"
+# The server's commands, whose flags the settings section of docs/api.md holds (above).
+SERVER_COMMANDS = {"serve", "db"}
+
+
+def client_commands() -> list[tuple[str, list[str]]]:
+    """Every client command of `txbroker` ("topics create", "produce", ...) with its own flags (not
+    the options every command takes, which docs/cli.md's first table gives)."""
+    from txbroker.cli import build_parser as build_client_parser
+
+    common = {"--url", "--token", "--json", "--retry-timeout-ms", "-h", "--help"}
+    found: list[tuple[str, list[str]]] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        commands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not commands:
+            flags = [flag for action in parser._actions for flag in action.option_strings if flag not in common]
+            found.append((path, flags))
+        for action in commands:
+            for name, command in action.choices.items():
+                if path or name not in SERVER_COMMANDS:
+                    walk(command, f"{path} {name}".strip())
+
+    walk(build_client_parser(), "")
+    return found
+
+
+def test_the_cli_reference_names_the_options_every_command_takes():
+    options = section_of(CLI_REFERENCE, "Options of every command")
+    for flag in ("--url", "--token", "--json", "--retry-timeout-ms"):
+        assert f"`{flag}" in options, f"docs/cli.md's 'Options of every command' lacks `txbroker {flag}`"
+
+
+@pytest.mark.parametrize(("command", "flags"), client_commands(), ids=[command for command, _ in client_commands()])
+def test_every_client_command_and_flag_is_in_the_cli_reference(command, flags):
+    synopses = "\n".join(FENCE.findall(CLI_REFERENCE.read_text()))
+    # A synopsis goes on over the indented lines after its first.
+    synopsis = re.search(rf"^txbroker {re.escape(command)}(?: .*)?$(?:\n {{2,}}.*$)*", synopses, re.M)
+    assert synopsis, f"`txbroker {command}` has no synopsis line in docs/cli.md"
+    missing = [flag for flag in flags if not re.search(rf"{re.escape(flag)}(?![a-z-])", synopsis.group(0))]
+    assert not missing, f"`txbroker {command}` takes {missing}, which its synopsis in docs/cli.md lacks"
