@@ -410,9 +410,10 @@ class TransactionOut(Body):
     last_update_ms: int
     partitions: list[TopicPartitionRef]
     groups: list[str]
-    transaction_version: int = Field(
+    transaction_version: int | None = Field(
         description="how the last EndTxn ended a transaction: 1 (classic: the epoch carries over, Kafka's EndTxn "
-        "below v5) or 2 (KIP-890: the epoch is bumped, HTTP and Kafka's EndTxn v5+)"
+        "below v5) or 2 (KIP-890: the epoch is bumped, HTTP and Kafka's EndTxn v5+); null until an EndTxn ends "
+        "one of the id's transactions (an abort by timeout, by an operator or by InitProducerId sets none)"
     )
 
 

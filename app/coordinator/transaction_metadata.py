@@ -117,7 +117,10 @@ class TransactionMetadata(TransactionRow):
 
     @property
     def ends_with_bump(self) -> bool:
-        """Whether completing the decided transaction bumps the epoch (transaction version 2)."""
+        """Whether completing the decided transaction bumps the epoch (transaction version 2). A
+        transaction an EndTxn decided has the EndTxn's version (`prepare_end`); one decided by a
+        fence keeps the id's last, None if no EndTxn ended one of its transactions yet, and bumps
+        then as version 2 does (2 was what an id said before its first EndTxn until migration 0015)."""
         return self.transaction_version != TRANSACTION_VERSION_CLASSIC
 
     def fence(self, bumped: ProducerIdAndEpoch, now: int) -> None:

@@ -213,8 +213,9 @@ class TransactionRecord(SQLModel, table=True):
     groups: list = Field(sa_column=Column(JSONB, nullable=False))
     principal: str | None = Field(default=None, sa_type=Text, nullable=True)  # who created the id (quota)
     # How the last EndTxn ended its transaction: 1 (classic: the epoch carries over to the next
-    # transaction, Kafka's EndTxn below v5) or 2 (KIP-890: the epoch is bumped, HTTP and EndTxn v5+).
-    transaction_version: int = Field(default=2, sa_type=SmallInteger, nullable=False)
+    # transaction, Kafka's EndTxn below v5) or 2 (KIP-890: the epoch is bumped, HTTP and EndTxn v5+);
+    # NULL until an EndTxn ends one of the id's transactions (migration 0015).
+    transaction_version: int | None = Field(default=None, sa_type=SmallInteger, nullable=True)
 
 
 Index("transactions_by_state", TransactionRecord.state)

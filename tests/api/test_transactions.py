@@ -392,6 +392,39 @@ def test_init_without_keep_prepared_aborts_a_prepared_transaction(client):
     assert watermarks(client, "out", 0) == (2, 2)
 
 
+def _version(client: httpx.Client, transactional_id: str) -> int | None:
+    return client.get(f"/v1/transactions/{transactional_id}").json()["transaction_version"]
+
+
+def test_transaction_version_is_null_until_an_end_txn_ends_a_transaction(client):
+    """The version is what the id's last EndTxn used, null before its first (a new id's producer may
+    be a Kafka client, whose EndTxn is of version 1): an abort by a fence (an operator's, a new
+    instance's, of an Ongoing or a Prepared transaction) is no EndTxn and sets none, then or after."""
+    producer = TxnProducer(client, "versionless")
+    producer.init()
+    assert _version(client, "versionless") is None
+    producer.send("out", 0, "aborted-by-an-operator")
+    assert _version(client, "versionless") is None
+    assert client.post("/v1/transactions/versionless/abort").json()["state"] == "CompleteAbort"
+    assert _version(client, "versionless") is None
+    producer.init()
+    producer.send("out", 0, "aborted-by-a-new-instance")
+    producer.init()
+    producer.send("out", 0, "prepared-then-aborted-by-a-new-instance")
+    client.post("/v1/txn/prepare", json=producer.ids()).raise_for_status()
+    producer.init()
+    described = client.get("/v1/transactions/versionless").json()
+    assert (described["state"], described["transaction_version"]) == ("Empty", None)
+
+    producer.send("out", 0, "committed")
+    producer.commit()
+    assert _version(client, "versionless") == 2  # HTTP's EndTxn
+    producer.send("out", 0, "fenced-after-an-end")
+    producer.init()
+    assert _version(client, "versionless") == 2, "a fence keeps the last EndTxn's version"
+    assert values(client, "out", 0, "read_committed") == ["committed"]
+
+
 def test_add_partitions_and_add_offsets_appear_in_describe(client):
     producer = TxnProducer(client, "describe-me")
     producer.init()
@@ -711,6 +744,7 @@ def test_idle_transactional_ids_expire_and_start_afresh(make_server):
     assert error_code(producer.send("out", 0, "y")) == "INVALID_PRODUCER_ID_MAPPING"
     again = TxnProducer(client, "forgetful").init()
     assert again["producer_epoch"] == 0 and again["producer_id"] != first["producer_id"]
+    assert _version(client, "forgetful") is None, "the new id has ended no transaction"
 
 
 def test_open_transactions_never_expire_as_idle(make_server):
@@ -761,14 +795,29 @@ def _force_state(database_url: str, transactional_id: str, state: str) -> None:
     asyncio.run(update())
 
 
-def test_requests_during_completion_are_concurrent_transactions_and_end_txn_finishes_it(make_server):
-    server = make_server(abort_timed_out_transaction_interval_ms=3_600_000)  # no periodic recovery here
+def _caught_in(
+    make_server,
+    state: str,
+    transactional_id: str,
+    value: str,
+    partitions: int = 1,
+    recovery_interval_ms: int = 3_600_000,
+) -> tuple[httpx.Client, TxnProducer]:
+    """A server whose id's transaction, `value` written to out-0, is caught in `state` (as a crash
+    between the steps leaves it); the periodic recovery runs every `recovery_interval_ms` (with the
+    timeout worker), by default not during a test."""
+    server = make_server(abort_timed_out_transaction_interval_ms=recovery_interval_ms)
     client = server.client
-    client.post("/v1/topics", json={"name": "out", "partitions": 2}).raise_for_status()
-    producer = TxnProducer(client, "between-phases")
+    client.post("/v1/topics", json={"name": "out", "partitions": partitions}).raise_for_status()
+    producer = TxnProducer(client, transactional_id)
     producer.init()
-    producer.send("out", 0, "decided")
-    _force_state(server.database_url, "between-phases", "PrepareCommit")
+    producer.send("out", 0, value)
+    _force_state(server.database_url, transactional_id, state)
+    return client, producer
+
+
+def test_requests_during_completion_are_concurrent_transactions_and_end_txn_finishes_it(make_server):
+    client, producer = _caught_in(make_server, "PrepareCommit", "between-phases", "decided", partitions=2)
     for response in (
         producer.send("out", 1, "more"),
         client.post(
@@ -784,15 +833,25 @@ def test_requests_during_completion_are_concurrent_transactions_and_end_txn_fini
 
 
 def test_init_producer_id_completes_a_decided_transaction_before_answering(make_server):
-    server = make_server(abort_timed_out_transaction_interval_ms=3_600_000)
-    client = server.client
-    client.post("/v1/topics", json={"name": "out", "partitions": 1}).raise_for_status()
-    producer = TxnProducer(client, "decided-then-reinit")
-    producer.init()
-    producer.send("out", 0, "committed-by-reinit")
-    _force_state(server.database_url, "decided-then-reinit", "PrepareCommit")
+    client, _ = _caught_in(make_server, "PrepareCommit", "decided-then-reinit", "committed-by-reinit")
     TxnProducer(client, "decided-then-reinit").init()
     assert values(client, "out", 0, "read_committed") == ["committed-by-reinit"]
+    assert watermarks(client, "out", 0) == (2, 2)
+
+
+def test_recovery_completes_a_fenced_abort_of_an_id_with_no_version_as_version_2(make_server):
+    """A PrepareAbort a fence left durable (a coordinator that wrote it apart from its markers) on an id
+    no EndTxn has ended a transaction of: recovery completes it bumping the epoch, as it did when such
+    an id said version 2, and the id still has none."""
+    client, producer = _caught_in(
+        make_server, "PrepareAbort", "fenced-then-crashed", "aborted-by-recovery", recovery_interval_ms=50
+    )
+    _wait_for(
+        lambda: client.get("/v1/transactions/fenced-then-crashed").json()["state"] == "CompleteAbort", what="recovery"
+    )
+    described = client.get("/v1/transactions/fenced-then-crashed").json()
+    assert (described["producer_epoch"], described["transaction_version"]) == (producer.producer_epoch + 1, None)
+    assert values(client, "out", 0, "read_committed") == []
     assert watermarks(client, "out", 0) == (2, 2)
 
 

@@ -269,6 +269,38 @@ def test_pages_show_what_the_api_says_and_abort_fences_the_producer(server: Runn
     expect(page.locator("#pending")).to_have_count(0)
 
 
+def test_the_transaction_version_is_none_yet_until_an_end_txn_ends_a_transaction(
+    server: RunningServer, tab: Tab
+) -> None:
+    """An id's version is what its last EndTxn used: before its first, "none yet" (its producer may be
+    a Kafka client, whose EndTxn is of version 1, or HTTP's, of 2), however its transactions were
+    aborted by a fence; in the history, such an abort has none either."""
+    client, page = server.client, tab.page
+    client.post("/v1/topics", json={"name": "versions", "partitions": 1}).raise_for_status()
+    producer = TxnProducer(client, "versionless")
+    producer.init()
+    producer.send("versions", 0, "fenced")
+    page.goto(f"{server.url}/console/transactions/versionless")
+    expect(fact(page, "Transaction version")).to_contain_text("none yet")
+    assert client.post("/v1/transactions/versionless/abort").json()["state"] == "CompleteAbort"  # a fence
+
+    page.reload()
+    expect(fact(page, "State")).to_have_text("CompleteAbort")
+    expect(fact(page, "Transaction version")).to_contain_text("none yet")
+    aborted = page.locator("#history tbody tr").filter(has=page.locator(".badge", has_text="CompleteAbort"))
+    expect(aborted.locator("td").nth(3)).to_have_text("none yet")
+    tab.shot("transaction-version-none-yet")
+
+    producer.init()
+    producer.send("versions", 0, "committed")
+    producer.commit()
+    page.reload()
+    expect(fact(page, "State")).to_have_text("CompleteCommit")
+    expect(fact(page, "Transaction version")).to_contain_text("2 KIP-890")
+    committed = page.locator("#history tbody tr").filter(has=page.locator(".badge", has_text="CompleteCommit"))
+    expect(committed.locator("td").nth(3)).to_have_text("TV2")
+
+
 def test_the_group_page_shows_committed_leader_epochs(server: RunningServer, tab: Tab) -> None:
     """Regression: the leader epochs committed with offsets (Kafka's OffsetCommit v6+ and
     TxnOffsetCommit v2+, HTTP's `leader_epoch`) were kept and answered but not shown. Each committed

@@ -82,6 +82,8 @@ def test_end_txn_below_v5_keeps_the_epoch_and_the_sequences(module_kafka_server)
     create_topic(server, topic, 1)
     with RawConnection(server.extra["kafka_bootstrap"]) as connection:
         producer = init_producer(connection, "tid-raw-tv1")
+        # No EndTxn has ended a transaction of the id yet: no version, until this one's below v5.
+        assert _described(server, "tid-raw-tv1")["transaction_version"] is None
         values = iter(range(100))
         sequence = 0
         outcomes = [True, False, False, True, False, True]

@@ -111,6 +111,57 @@ def test_0010_reads_offsets_committed_before_it_with_no_leader_epoch(postgres):
     assert rows(url, "SELECT partition, leader_epoch FROM pending_txn_offsets") == [(1, -1)]
 
 
+# Transactional ids as revision 0014 left them (transaction_version 2 by default, 1 only where an
+# EndTxn below v5 wrote it): (id, state, producer_epoch, transaction_version) -> the version after 0015.
+_NOW_MS = "EXTRACT(EPOCH FROM now())::bigint * 1000"
+_VERSIONS_AT_0014 = {
+    ("fresh", "Empty", 0, 2): None,  # initialized, never re-initialized: no EndTxn of version 2 ended one
+    ("first-open", "Ongoing", 0, 2): None,
+    ("first-prepared", "Prepared", 0, 2): None,
+    ("reinitialized", "Empty", 3, 2): 2,  # epochs above 0 may follow an EndTxn of version 2: kept
+    ("http-open", "Ongoing", 5, 2): 2,
+    ("decided", "PrepareCommit", 0, 2): 2,  # only an EndTxn decides a commit
+    ("rolled-over", "CompleteCommit", 0, 2): 2,  # a new producer id after 32,766 epochs
+    ("classic", "Ongoing", 0, 1): 1,  # an EndTxn below v5 wrote it
+    ("classic-done", "CompleteAbort", 4, 1): 1,
+}
+
+
+def test_0015_an_id_no_end_txn_of_version_2_ended_a_transaction_of_has_no_version_yet(postgres):
+    """Revision 0015 makes the version NULL until an EndTxn ends one of the id's transactions. Of the
+    rows before it, those whose state shows no EndTxn of version 2 behind them get NULL; the others
+    keep theirs. The server then answers null for those, and ends their transactions as before."""
+    url = database_at(postgres, "before_versions_none_yet", "0014")
+    for (transactional_id, state, epoch, version), _ in _VERSIONS_AT_0014.items():
+        rows(
+            url,
+            "INSERT INTO transactions (transactional_id, producer_id, producer_epoch, state, timeout_ms, "
+            "  txn_start_ms, last_update_ms, partitions, groups, transaction_version) "
+            f"VALUES ('{transactional_id}', 1000, {epoch}, '{state}', 60000, {_NOW_MS}, {_NOW_MS}, '[]', '[]', "
+            f"  {version})",
+        )
+    versions = "SELECT transactional_id, transaction_version FROM transactions"
+    command.upgrade(alembic_config(url), "head")
+    expected = {transactional_id: after for (transactional_id, *_), after in _VERSIONS_AT_0014.items()}
+    assert dict(rows(url, versions)) == expected
+    assert rows(
+        url,
+        "SELECT is_nullable, column_default FROM information_schema.columns WHERE column_name = 'transaction_version'",
+    ) == [("YES", None)]
+    # No worker aborts, expires or finishes anything meanwhile (but the start finishes `decided`).
+    running = start_in_process_server(
+        url, abort_timed_out_transaction_interval_ms=3_600_000, remove_expired_transaction_interval_ms=3_600_000
+    )
+    try:
+        described = running.client.get("/v1/transactions/fresh")
+        assert described.status_code == 200 and described.json()["transaction_version"] is None, described.text
+    finally:
+        stop_in_process_server(running)
+
+    command.downgrade(alembic_config(url), "0014")  # what revision 0014 said: 2 by default
+    assert dict(rows(url, versions)) == {transactional_id: after or 2 for transactional_id, after in expected.items()}
+
+
 # The rows of an open transaction that committed offsets, as the code of revision 0004 wrote them
 # (a4ceff9: TransactionLog.save, group_offsets.commit and group_offsets.stage), its internal topics
 # with one partition each. Transaction "eos" of producer 1003 added __consumer_offsets-0 for group

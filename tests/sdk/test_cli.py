@@ -138,6 +138,8 @@ def test_transactional_produce_and_the_transactions_commands(server):
         assert aborted.startswith("aborted the transaction of stuck (CompleteAbort)")
         again = txbroker(server.url, "transactions", "abort", "stuck")
         assert again.returncode == 1 and again.stderr.startswith(b"error: INVALID_TXN_STATE: ")
+        # An operator's abort is no EndTxn: the id has ended none of its transactions yet.
+        assert "txn version       none yet" in ok(txbroker(server.url, "transactions", "describe", "stuck"))
     unknown = txbroker(server.url, "transactions", "describe", "nobody")
     assert unknown.returncode == 1 and unknown.stderr.startswith(b"error: TRANSACTIONAL_ID_NOT_FOUND: ")
 

@@ -50,6 +50,9 @@ def transactions_describe(args, admin: Admin) -> int:
     if args.json:
         emit_json(txn)
         return EXIT_OK
+    # Servers before transaction versions did not answer it; null: no EndTxn has ended one of its
+    # transactions yet.
+    version = txn.get("transaction_version", "-")
     for label, value in (
         ("transactional id", txn["transactional_id"]),
         ("producer id", txn["producer_id"]),
@@ -60,8 +63,7 @@ def transactions_describe(args, admin: Admin) -> int:
         ("open for ms", open_for_ms(txn["start_time_ms"]) if txn["start_time_ms"] >= 0 else "-"),
         ("last update", format_time(txn["last_update_ms"])),
         ("groups", ", ".join(txn["groups"]) or "-"),
-        # Servers before transaction versions did not answer it.
-        ("txn version", txn.get("transaction_version", "-")),
+        ("txn version", "none yet" if version is None else version),
     ):
         print(f"{label:17} {value}")
     print_table(

@@ -40,9 +40,10 @@ class Transition:
     txn_start_ms: int
     partitions: list[tuple[str, int]]
     groups: list[str]
-    # How the last EndTxn ended a transaction (1: classic, 2: KIP-890's bump); records written
-    # before versions were logged are of version 2.
-    transaction_version: int = 2
+    # How the last EndTxn ended a transaction (1: classic, 2: KIP-890's bump), None (null) before
+    # the id's first EndTxn; records written before versions were logged are of version 2 (every
+    # transaction ended with a bump then).
+    transaction_version: int | None = 2
 
 
 @dataclass(frozen=True, slots=True)

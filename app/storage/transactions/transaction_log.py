@@ -69,8 +69,9 @@ class TransactionRow:
     groups: list[str] = field(default_factory=list)
     principal: str | None = None  # who created the id, for the per-principal quota
     # How the last EndTxn ended a transaction: 1 (classic, the epoch carries over) or 2 (KIP-890's
-    # epoch bump). transaction_metadata.TRANSACTION_VERSION_* in the coordinator.
-    transaction_version: int = 2
+    # epoch bump), transaction_metadata.TRANSACTION_VERSION_* in the coordinator; None until an
+    # EndTxn ends one of the id's transactions (a transaction aborted by a fence sets none).
+    transaction_version: int | None = None
     # Transitions made by the current request, not yet in __transaction_state (see `save`).
     pending_records: list[dict] = field(default_factory=list)
 
