@@ -183,8 +183,9 @@ async def list_groups(groups: GroupCoordinatorDep, principal: PrincipalDep):
 @router.get("/groups/{group_id:group_id}", responses=ERRORS)
 async def describe_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, principal: PrincipalDep):
     """[DescribeGroups] Members, generation, state, assignment, committed offsets and lag (records,
-    not markers: a consumer past the last COMMIT marker has lag 0). Needs Describe on the group;
-    the offsets are those of the topics the caller may Describe."""
+    not markers: a consumer past the last COMMIT marker has lag 0; at most 1000 markers are counted
+    per partition, past them the lag is an upper bound and `lag_exact` false).
+    Needs Describe on the group; the offsets are those of the topics the caller may Describe."""
     authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
     described = await groups.describe(group_id)
     group = described.group
@@ -202,6 +203,7 @@ async def describe_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, p
                     "metadata": o.metadata,
                     "high_watermark": o.high_watermark,
                     "lag": o.lag,
+                    "lag_exact": not o.lag_bounded,
                     "pending_transactional_offset": o.pending,
                     "leader_epoch": o.leader_epoch,
                 }

@@ -343,6 +343,21 @@ def test_http_lists_and_describes_a_kafka_group_in_its_own_rebalance_state(modul
     assert (described["state"], described.get("protocol_type"), described.get("protocol")) == ("Empty", "", "")
 
 
+def test_http_describes_no_lag_for_a_negative_committed_offset(module_kafka_server):
+    """Regression: Kafka's OffsetCommit stores a negative offset as given (an admin tool's -1), and
+    HTTP's describe counted its lag from below offset 0: the high watermark plus one. It is no
+    position, so its lag is null, as the console and kafka-consumer-groups.sh show none."""
+    server = module_kafka_server
+    create_topic(server, "http-negative-committed", 1)
+    server.client.post(
+        "/v1/topics/http-negative-committed/records", json={"partition": 0, "records": [{"value": "a"}, {"value": "b"}]}
+    ).raise_for_status()
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        assert commit(connection, "http-negative", "", -1, None, "http-negative-committed", -1) == KafkaError.none
+    [entry] = server.client.get("/v1/groups/http-negative").json()["offsets"]
+    assert (entry["offset"], entry["high_watermark"], entry["lag"], entry.get("lag_exact")) == (-1, 2, None, True)
+
+
 def test_a_group_takes_the_kind_of_its_first_member(module_kafka_server):
     server = module_kafka_server
     bootstrap = server.extra["kafka_bootstrap"]
