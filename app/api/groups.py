@@ -14,6 +14,7 @@ from app.api.json_route import OrjsonRoute
 from app.api.request_limits import check_partition_count
 from app.api.responses import error_or_none, json_response
 from app.coordinator.authorizer import Operation, ResourceType, authorize, is_allowed
+from app.coordinator.classic_groups import group_kind
 from app.coordinator.group_coordinator import OffsetEntry
 
 GroupIdInPath = schemas.IdentifierInPath
@@ -151,6 +152,15 @@ def _member_body(member, assignment: dict) -> dict:
     }
 
 
+def _kind(group, member_count: int) -> dict:
+    """A group's state, protocol type and protocol by the rule Kafka's ListGroups and DescribeGroups
+    and the console apply (classic_groups.group_kind): a Kafka group's own rebalance state
+    (PreparingRebalance, CompletingRebalance, Stable, Empty) and the assignor its members chose; an
+    HTTP group (no rebalance phase: the server assigns at each heartbeat) Stable or Empty."""
+    protocol_type, state, protocol = group_kind(group, member_count)
+    return {"state": state, "protocol_type": protocol_type, "protocol": protocol}
+
+
 @router.get("/groups", responses=ERRORS)
 async def list_groups(groups: GroupCoordinatorDep, principal: PrincipalDep):
     """[ListGroups] The groups the caller may Describe."""
@@ -161,7 +171,7 @@ async def list_groups(groups: GroupCoordinatorDep, principal: PrincipalDep):
                     "group_id": group.group_id,
                     "generation_id": group.generation_id,
                     "members": count,
-                    "state": "Stable" if count else "Empty",
+                    **_kind(group, count),
                 }
                 for group, count in await groups.list()
                 if is_allowed(principal, Operation.DESCRIBE, ResourceType.GROUP, group.group_id)
@@ -172,9 +182,10 @@ async def list_groups(groups: GroupCoordinatorDep, principal: PrincipalDep):
 
 @router.get("/groups/{group_id:group_id}", responses=ERRORS)
 async def describe_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, principal: PrincipalDep):
-    """[DescribeGroups] Members, generation, assignment, committed offsets and lag (records, not
-    markers: a consumer past the last COMMIT marker has lag 0). Needs Describe on the group; the
-    offsets are those of the topics the caller may Describe."""
+    """[DescribeGroups] Members, generation, state, assignment, committed offsets and lag (records,
+    not markers: a consumer past the last COMMIT marker has lag 0; at most 1000 markers are counted
+    per partition, past them the lag is an upper bound and `lag_exact` false).
+    Needs Describe on the group; the offsets are those of the topics the caller may Describe."""
     authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
     described = await groups.describe(group_id)
     group = described.group
@@ -182,7 +193,7 @@ async def describe_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, p
         {
             "group_id": group.group_id,
             "generation_id": group.generation_id,
-            "state": "Stable" if described.members else "Empty",
+            **_kind(group, len(described.members)),
             "members": [_member_body(member, group.assignment) for member in described.members],
             "offsets": [
                 {
@@ -192,6 +203,7 @@ async def describe_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, p
                     "metadata": o.metadata,
                     "high_watermark": o.high_watermark,
                     "lag": o.lag,
+                    "lag_exact": not o.lag_bounded,
                     "pending_transactional_offset": o.pending,
                     "leader_epoch": o.leader_epoch,
                 }

@@ -45,7 +45,7 @@ from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType
 from app.coordinator.transaction_states import TransactionState
 from app.errors import BrokerError, ErrorCode, invalid_request
 from app.storage.database import NO_IDLE_IN_TRANSACTION_TIMEOUT_SQL
-from app.storage.groups import groups
+from app.storage.groups import group_offsets, groups
 from app.storage.lifecycle import cleanup_progress
 from app.storage.log import partition_log, topics
 from app.storage.log.topics import TRANSACTION_STATE_TOPIC
@@ -402,7 +402,7 @@ async def groups_page(request: Request, pool: PoolDep, after: str | None = None,
         request,
         "groups.html",
         nav="groups",
-        markers_counted=group_summaries.MARKERS_COUNTED,
+        markers_counted=group_offsets.MARKERS_COUNTED,
         groups=shown,
         after=after,
         prefix=prefix,
@@ -491,7 +491,7 @@ async def group_page(
         offsets=offsets,
         lag_total=sum(o.lag or 0 for o in offsets),
         lag_bounded=any(o.lag_bounded for o in offsets),
-        markers_counted=group_summaries.MARKERS_COUNTED,
+        markers_counted=group_offsets.MARKERS_COUNTED,
         pending=view.ids_shown(pending),
         members_after=members_after,
         offsets_after=offsets_after,

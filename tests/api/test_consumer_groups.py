@@ -5,13 +5,19 @@ KIP-447 zombie fencing, and describe/list with lag counted in records, not marke
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 import time
 
+import asyncpg
 import httpx
 import pytest
 
+from app.storage.groups import group_offsets
+from app.storage.groups.group_offsets import MARKERS_COUNTED, MARKERS_READ
 from tests.api.test_transactions import TxnProducer
+from tests.many_transactions import HIGH_WATERMARK, marker_rows_read, write_many_transactions
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
@@ -765,6 +771,68 @@ def test_lag_of_a_transactionally_committed_offset_is_zero_at_the_end(client):
     producer.commit()
     (entry,) = describe(client, "eos-group")["offsets"]
     assert (entry["offset"], entry["lag"]) == (high_watermark, 0)
+
+
+def _offset_entry(client: httpx.Client, group: str, topic: str, offset: int) -> dict:
+    """The describe's entry of partition 0 of `topic` once `group` committed `offset` there."""
+    assert entry_codes(commit(client, group, [(topic, 0, offset)])) == [None]
+    (entry,) = [o for o in describe(client, group)["offsets"] if o["topic"] == topic]
+    return entry
+
+
+def test_lag_past_many_markers_is_a_bounded_count(server, client):
+    """Regression: a describe counted every marker between the committed offset and the high
+    watermark: a group 500,000 transactions behind cost each describe 500,000 index entries per
+    partition. The count stops after MARKERS_COUNTED; past them the lag is the upper bound high
+    watermark - offset - MARKERS_READ, `lag_exact` false."""
+    client.post("/v1/topics", json={"name": "many-transactions", "partitions": 1}).raise_for_status()
+    asyncio.run(write_many_transactions(server.database_url, "many-transactions"))
+
+    def lag_at(offset: int) -> tuple[int, bool]:
+        entry = _offset_entry(client, "many-behind", "many-transactions", offset)
+        assert entry["high_watermark"] == HIGH_WATERMARK
+        return entry["lag"], entry.get("lag_exact")
+
+    # A marker at every odd offset: from an even offset, as many records as markers ahead.
+    assert lag_at(0) == (HIGH_WATERMARK - MARKERS_READ, False), "far behind: an upper bound"
+    assert lag_at(HIGH_WATERMARK - 2 * (MARKERS_COUNTED + 1)) == (MARKERS_COUNTED + 1, False)
+    assert lag_at(HIGH_WATERMARK - 2 * MARKERS_COUNTED) == (MARKERS_COUNTED, True), "every marker ahead counted"
+    assert lag_at(HIGH_WATERMARK - 2 * (MARKERS_COUNTED // 2)) == (MARKERS_COUNTED // 2, True)
+    assert lag_at(HIGH_WATERMARK - 1) == (0, True), "only a marker ahead"
+    assert lag_at(HIGH_WATERMARK) == (0, True)
+
+
+def test_a_describe_reads_at_most_markers_read_markers_per_committed_offset(server, client):
+    """The describe's lag reads at most MARKERS_READ markers per committed offset however many lie
+    ahead (counted by PostgreSQL's EXPLAIN ANALYZE: rows, not time), once: not again for
+    `lag_exact`."""
+    client.post("/v1/topics", json={"name": "many-transactions", "partitions": 1}).raise_for_status()
+    asyncio.run(write_many_transactions(server.database_url, "many-transactions"))
+    assert entry_codes(commit(client, "far-behind", [("many-transactions", 0, 0)])) == [None]
+
+    async def markers_read_by_lags() -> int:
+        """The markers the statements of group_offsets.lags read, each run again under EXPLAIN ANALYZE."""
+        conn = await asyncpg.connect(server.database_url)
+        try:
+            statements = []
+
+            class Recording:  # the connection lags is given: records each statement, then runs it
+                async def fetch(self, sql: str, *args):
+                    statements.append((sql, args))
+                    return await conn.fetch(sql, *args)
+
+            lags = await group_offsets.lags(Recording(), "far-behind")
+            assert [(o.topic, o.committed_offset) for o in lags] == [("many-transactions", 0)]
+            read = 0
+            for sql, args in statements:
+                [plan] = json.loads(await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *args))
+                read += marker_rows_read(plan["Plan"])
+            return read
+        finally:
+            await conn.close()
+
+    read = asyncio.run(markers_read_by_lags())
+    assert read == MARKERS_READ, f"{read} markers read for one committed offset"
 
 
 def test_list_groups_and_describe_of_an_unknown_group(client):

@@ -24,6 +24,7 @@ from app.storage.database import create_pool
 from app.storage.log import locks, markers, record_codec
 from app.storage.log.partition_log import CONTROL_COMMIT
 from app.storage.log.topics import get_topic
+from tests.many_transactions import marker_rows_read
 
 TRANSACTIONS = 5
 
@@ -145,7 +146,7 @@ def test_with_an_epoch_bumped_at_each_end_the_look_up_reads_one_marker_however_m
                         *_columns(asked),
                     )
                     [plan] = json.loads(explained)
-                    read = _marker_rows_read(plan["Plan"])
+                    read = marker_rows_read(plan["Plan"])
                     assert read <= 1, f"the look-up read {read} markers of the producer to answer one"
                     locked = await locks.lock_partitions(conn, asked)
                     assert key not in locked.markers, "no marker of the epoch the next transaction ends with"
@@ -208,15 +209,6 @@ async def _transactional_id(server, name: str, partitions: int):
         yield pool, writes, await coordinator.init_producer_id(name, 60_000, -1, -1)
     finally:
         await pool.close()
-
-
-def _marker_rows_read(node: dict) -> int:
-    """The rows the plan's scans of txn_markers read: returned, and read but filtered out."""
-    read = 0
-    if node.get("Relation Name") == "txn_markers":
-        loops = node.get("Actual Loops", 1)
-        read += int((node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)) * loops)
-    return read + sum(_marker_rows_read(child) for child in node.get("Plans", []))
 
 
 def _columns(asked: locks.PartitionLocks) -> list[list]:

@@ -2,7 +2,7 @@
 transactions, over real HTTP on real PostgreSQL: lag counts records, not markers, but a page counts
 at most MARKERS_COUNTED markers per committed offset (not every marker of the partition, every few
 seconds while the page is open), and past them shows the lag as the upper bound it then is. The
-markers are written with SQL in the form the storage modules write them."""
+markers are written with SQL (tests/many_transactions.py)."""
 
 from __future__ import annotations
 
@@ -10,31 +10,9 @@ import asyncio
 import re
 from html import unescape
 
-import asyncpg
-
-from app.console.queries.group_summaries import MARKERS_COUNTED
+from app.storage.groups.group_offsets import MARKERS_COUNTED
 from tests.conftest import RunningServer
-
-MARKERS = 5 * MARKERS_COUNTED
-HIGH_WATERMARK = 2 * MARKERS  # a marker at every odd offset
-
-
-async def _many_transactions(database_url: str, topic: str) -> None:
-    conn = await asyncpg.connect(database_url)
-    try:
-        topic_id = await conn.fetchval("SELECT topic_id FROM topics WHERE name = $1", topic)
-        await conn.execute(
-            "INSERT INTO txn_markers (topic_id, partition, producer_id, producer_epoch, control_type, marker_offset, "
-            "first_offset, timestamp_ms) SELECT $1, 0, 5000, 0, 1, 2 * g + 1, 2 * g, 1700000000000 "
-            "FROM generate_series(0, $2 - 1) g",
-            topic_id,
-            MARKERS,
-        )
-        await conn.execute(
-            "UPDATE partitions SET high_watermark = $2 WHERE topic_id = $1 AND partition = 0", topic_id, HIGH_WATERMARK
-        )
-    finally:
-        await conn.close()
+from tests.many_transactions import HIGH_WATERMARK, write_many_transactions
 
 
 def _lag_cell(page: str, anchor: str) -> str:
@@ -49,7 +27,7 @@ def test_a_group_far_behind_on_many_transactions_shows_a_bounded_lag(server: Run
     a million markers behind was a million index entries per partition per page."""
     client = server.client
     client.post("/v1/topics", json={"name": "many-transactions", "partitions": 1}).raise_for_status()
-    asyncio.run(_many_transactions(server.database_url, "many-transactions"))
+    asyncio.run(write_many_transactions(server.database_url, "many-transactions"))
     near_end = HIGH_WATERMARK - 2 * (MARKERS_COUNTED // 2)  # MARKERS_COUNTED / 2 markers ahead
     for group, offset in (("far-behind", 0), ("near-the-end", near_end)):
         client.post(

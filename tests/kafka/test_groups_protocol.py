@@ -282,6 +282,82 @@ def test_a_rebalancing_group_is_described_without_protocol_and_assignments(modul
         assert (state, protocol, sorted(members)) == ("Stable", "range", [(b"", b""), (b"second", b"theirs")])
 
 
+def test_http_lists_and_describes_a_kafka_group_in_its_own_rebalance_state(module_kafka_server):
+    """Regression: HTTP's GET /v1/groups and /v1/groups/{id} called every group with members Stable,
+    a Kafka group rebalancing too (its members told to rejoin, or awaiting the leader's assignment),
+    where Kafka's DescribeGroups and the console show its own state: now one rule serves them all,
+    with the protocol type and the assignor the members chose. An HTTP group, which has no
+    rebalance phase, is Stable with members, the server's range assignment."""
+    server = module_kafka_server
+    bootstrap = server.extra["kafka_bootstrap"]
+    create_topic(server, "http-described", 1)
+    group = "http-described-rebalancing"
+    rebalance = datetime.timedelta(seconds=30)
+
+    def over_http() -> tuple[tuple, tuple]:
+        """(state, protocol_type, protocol) as the list and as the describe answer them."""
+        [listed] = [g for g in server.client.get("/v1/groups").json()["groups"] if g["group_id"] == group]
+        described = server.client.get(f"/v1/groups/{group}").json()
+        return tuple(listed.get(k) for k in ("state", "protocol_type", "protocol")), tuple(
+            described.get(k) for k in ("state", "protocol_type", "protocol")
+        )
+
+    def kafka_state(connection) -> str:
+        return describe(connection, group).group_state
+
+    with RawConnection(bootstrap) as connection:
+        first = join(connection, group, rebalance=rebalance)  # MEMBER_ID_REQUIRED: the id to join with
+        joined = join(connection, group, first.member_id, rebalance=rebalance)
+        member = joined.member_id
+        assert kafka_state(connection) == "CompletingRebalance"
+        assert over_http() == (("CompletingRebalance", "consumer", "range"),) * 2
+        assert sync(connection, group, member, joined.generation_id, {member: b""}).error_code == KafkaError.none
+        assert over_http() == (("Stable", "consumer", "range"),) * 2
+
+        answers = {}
+        joiner = second_member_joins(bootstrap, group, answers, rebalance=rebalance)
+        while heartbeat(connection, group, member, joined.generation_id).error_code == KafkaError.none:
+            pass  # until the second's join has begun the rebalance
+        assert kafka_state(connection) == "PreparingRebalance"
+        assert over_http() == (("PreparingRebalance", "consumer", "range"),) * 2
+        rejoined = join(connection, group, member, rebalance=rebalance)
+        joiner.join()
+        assert over_http() == (("CompletingRebalance", "consumer", "range"),) * 2
+        second = answers["second"].member_id
+        assignments = {member: b"", second: b""}
+        assert sync(connection, group, member, rejoined.generation_id, assignments).error_code == KafkaError.none
+        assert over_http() == (("Stable", "consumer", "range"),) * 2
+        assert leave(connection, group, [(member, None), (second, None)]) == [KafkaError.none] * 2
+        assert over_http() == (("Empty", "consumer", ""),) * 2
+
+    heartbeat_body = {"member_id": "", "generation_id": -1, "topics": ["http-described"]}
+    joined = server.client.post("/v1/groups/http-described-http/heartbeat", json=heartbeat_body).json()
+    described = server.client.get("/v1/groups/http-described-http").json()
+    assert (described["state"], described.get("protocol_type"), described.get("protocol")) == (
+        "Stable",
+        "http",
+        "range",
+    )
+    server.client.post("/v1/groups/http-described-http/leave", json={"member_id": joined["member_id"]})
+    described = server.client.get("/v1/groups/http-described-http").json()
+    assert (described["state"], described.get("protocol_type"), described.get("protocol")) == ("Empty", "", "")
+
+
+def test_http_describes_no_lag_for_a_negative_committed_offset(module_kafka_server):
+    """Regression: Kafka's OffsetCommit stores a negative offset as given (an admin tool's -1), and
+    HTTP's describe counted its lag from below offset 0: the high watermark plus one. It is no
+    position, so its lag is null, as the console and kafka-consumer-groups.sh show none."""
+    server = module_kafka_server
+    create_topic(server, "http-negative-committed", 1)
+    server.client.post(
+        "/v1/topics/http-negative-committed/records", json={"partition": 0, "records": [{"value": "a"}, {"value": "b"}]}
+    ).raise_for_status()
+    with RawConnection(server.extra["kafka_bootstrap"]) as connection:
+        assert commit(connection, "http-negative", "", -1, None, "http-negative-committed", -1) == KafkaError.none
+    [entry] = server.client.get("/v1/groups/http-negative").json()["offsets"]
+    assert (entry["offset"], entry["high_watermark"], entry["lag"], entry.get("lag_exact")) == (-1, 2, None, True)
+
+
 def test_a_group_takes_the_kind_of_its_first_member(module_kafka_server):
     server = module_kafka_server
     bootstrap = server.extra["kafka_bootstrap"]

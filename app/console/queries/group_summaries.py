@@ -3,47 +3,28 @@ partitions, total lag and pending transactional offsets; a group's members, comm
 lag, and the transactional offsets waiting for their transaction's marker.
 
 Read-only. Pages are keyset ranges of primary keys (group id; member id; topic and partition), so a
-page costs the same however many groups, members or partitions there are. Lag counts records, not
-markers, as `group_offsets.lags` does.
+page costs the same however many groups, members or partitions there are. Lag is
+`group_offsets`' rule (records, not markers; a bounded count of markers, past which it is an upper
+bound), which HTTP's describe answers too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import asyncpg
 
-from app.storage.groups import offset_metadata
-from app.storage.groups.group_offsets import PartitionLag
+from app.storage.groups.group_offsets import (
+    LAG_BOUNDED_SQL,
+    LAG_JOINS_SQL,
+    LAG_SQL,
+    PartitionLag,
+    lags_from_rows,
+)
 from app.storage.groups.groups import CLASSIC_STATE_KEY, Member
 from app.storage.rows import all_from_rows
 
 NO_GROUP = ""  # sorts before every group id: the keyset start of the first page
-
-# The high watermark of a committed offset's partition, one primary-key probe (written as a scalar
-# subquery so the plan stays a probe even before the tables have statistics).
-_HIGH_WATERMARK = (
-    "(SELECT p.high_watermark FROM partitions p WHERE p.topic_id = t.topic_id AND p.partition = o.partition)"
-)
-
-# Lag counts records, not markers: the offsets between a committed offset and the high watermark,
-# less the transaction markers among them, an index range count on txn_markers' primary key. The
-# count stops after MARKERS_COUNTED markers, so a group far behind on a partition of many
-# transactions costs a page a bounded read, not every marker of the partition (each page, every few
-# seconds while it is open); past it the lag shown is an upper bound (`lag_bounded`). A negative
-# committed offset (Kafka's OffsetCommit stores one as given) is no position, so it has no lag
-# (NULL), as Kafka's kafka-consumer-groups.sh shows none for it.
-MARKERS_COUNTED = 1000
-MARKERS_READ = MARKERS_COUNTED + 1  # one more than counted: whether there are more
-_MARKERS_AHEAD = f"""
-(SELECT count(*) FROM (SELECT 1 FROM txn_markers m WHERE m.topic_id = t.topic_id AND m.partition = o.partition
-     AND m.marker_offset >= o.committed_offset AND m.marker_offset < hw.high_watermark
-     LIMIT {MARKERS_READ}) counted)
-"""
-_LAG_EXPRESSION = """
-CASE WHEN o.committed_offset >= 0 THEN greatest(hw.high_watermark - o.committed_offset, 0) - mk.markers END
-"""
-_LAG_BOUNDED_EXPRESSION = f"(o.committed_offset >= 0 AND mk.markers > {MARKERS_COUNTED})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +36,7 @@ class GroupSummary:
     committed_partitions: int
     pending_offsets: int
     lag: int
-    lag_bounded: bool  # a partition's lag is an upper bound (MARKERS_COUNTED): so is the sum
+    lag_bounded: bool  # a partition's lag is an upper bound (group_offsets.MARKERS_COUNTED): so is the sum
     # A Kafka group's own rebalance state (the classic protocol's, kept in the group row) while it
     # has Kafka members, else None: classic_groups.group_kind's rule, which the group page applies.
     classic_state: str | None
@@ -77,12 +58,11 @@ SELECT g.group_id, g.generation_id, g.last_update_ms,
            AS classic_state
 FROM consumer_groups g
 CROSS JOIN LATERAL (
-    SELECT coalesce(sum({_LAG_EXPRESSION}), 0)::bigint AS lag, coalesce(bool_or({_LAG_BOUNDED_EXPRESSION}), false)
+    SELECT coalesce(sum({LAG_SQL}), 0)::bigint AS lag, coalesce(bool_or({LAG_BOUNDED_SQL}), false)
                AS lag_bounded
     FROM group_offsets o
     JOIN topics t ON t.name = o.topic
-    CROSS JOIN LATERAL (SELECT {_HIGH_WATERMARK} AS high_watermark) hw
-    CROSS JOIN LATERAL (SELECT {_MARKERS_AHEAD} AS markers) mk
+    {LAG_JOINS_SQL}
     WHERE o.group_id = g.group_id AND hw.high_watermark IS NOT NULL
 ) lags
 WHERE g.group_id > $1 AND ($3::text IS NULL OR starts_with(g.group_id, $3))
@@ -114,31 +94,24 @@ WITH o AS (
     WHERE group_id = $1 AND (topic, partition) > ($2, $3) ORDER BY topic, partition LIMIT $4
 )
 SELECT o.topic, o.partition, o.committed_offset, o.metadata, o.leader_epoch, hw.high_watermark,
-       CASE WHEN hw.high_watermark IS NOT NULL THEN {_LAG_EXPRESSION} END AS lag,
-       coalesce(hw.high_watermark IS NOT NULL AND {_LAG_BOUNDED_EXPRESSION}, false) AS lag_bounded,
+       CASE WHEN hw.high_watermark IS NOT NULL THEN {LAG_SQL} END AS lag,
+       coalesce(hw.high_watermark IS NOT NULL AND {LAG_BOUNDED_SQL}, false) AS lag_bounded,
        EXISTS (SELECT 1 FROM pending_txn_offsets q WHERE q.group_id = o.group_id AND q.topic = o.topic
                AND q.partition = o.partition) AS pending
 FROM o
 LEFT JOIN topics t ON t.name = o.topic
-CROSS JOIN LATERAL (SELECT {_HIGH_WATERMARK} AS high_watermark) hw
-CROSS JOIN LATERAL (SELECT {_MARKERS_AHEAD} AS markers) mk
-ORDER BY o.topic, o.partition
+{LAG_JOINS_SQL}ORDER BY o.topic, o.partition
 """
-
-
-@dataclass(frozen=True, slots=True)
-class CommittedOffset(PartitionLag):
-    lag_bounded: bool = False  # more than MARKERS_COUNTED markers lie ahead: the lag is an upper bound
 
 
 async def offset_page(
     conn: asyncpg.Connection, group_id: str, after: tuple[str, int] | None, limit: int
-) -> list[CommittedOffset]:
+) -> list[PartitionLag]:
     """Committed offsets by (topic, partition) after `after` (keyset), with the lag of each (None,
     like the high watermark, when the topic or partition no longer exists)."""
     topic, partition = after if after is not None else ("", -1)
     rows = await conn.fetch(_OFFSET_PAGE_SQL, group_id, topic, partition, limit)
-    return [replace(o, metadata=offset_metadata.read(o.metadata)) for o in all_from_rows(CommittedOffset, rows)]
+    return lags_from_rows(rows)
 
 
 @dataclass(frozen=True, slots=True)

@@ -293,6 +293,44 @@ async def fetch(
     return [by_key[key] for key in partitions]
 
 
+# Lag counts records, not markers: the offsets between a committed offset and the high watermark,
+# less the transaction markers among them, an index range count on txn_markers' primary key. The
+# count stops after MARKERS_COUNTED markers, so the lag of a group far behind on a partition of many
+# transactions costs a bounded read (at most MARKERS_READ index entries per committed offset), not
+# every marker of the partition (a million behind cost a describe a million entries); past them the
+# lag is an upper bound (`lag_bounded`: the offsets ahead less MARKERS_READ markers, above the
+# records' count by the markers not counted), while a consumer near the end has its exact lag. A
+# negative committed offset (Kafka's OffsetCommit stores one as given: an admin tool's -1) is no
+# position, so it has no lag (NULL), as kafka-consumer-groups.sh shows none for it. One rule for
+# every reader of lag: HTTP's describe (`lags`) and the console's group pages
+# (app/console/queries/group_summaries.py).
+MARKERS_COUNTED = 1000
+MARKERS_READ = MARKERS_COUNTED + 1  # one more than counted: whether there are more
+# The SQL of that rule, over the aliases `o` (the group_offsets row) and `t` (its topic's topics
+# row): LAG_JOINS_SQL joins each row its partition's high watermark (`hw.high_watermark`, NULL when
+# the partition no longer exists: one primary-key probe, a scalar subquery so the plan stays a probe
+# even before the tables have statistics) and the markers ahead (`mk.markers`), which LAG_SQL and
+# LAG_BOUNDED_SQL read. OFFSET 0 keeps each join a subquery run once per row: pulled up into the
+# query, its expression would be run again at each reference (the markers read twice, the high
+# watermark probed four times).
+_HIGH_WATERMARK_SQL = (
+    "(SELECT p.high_watermark FROM partitions p WHERE p.topic_id = t.topic_id AND p.partition = o.partition)"
+)
+_MARKERS_AHEAD_SQL = f"""
+(SELECT count(*) FROM (SELECT 1 FROM txn_markers m WHERE m.topic_id = t.topic_id AND m.partition = o.partition
+     AND m.marker_offset >= o.committed_offset AND m.marker_offset < hw.high_watermark
+     LIMIT {MARKERS_READ}) counted)
+"""
+LAG_JOINS_SQL = f"""
+CROSS JOIN LATERAL (SELECT {_HIGH_WATERMARK_SQL} AS high_watermark OFFSET 0) hw
+CROSS JOIN LATERAL (SELECT {_MARKERS_AHEAD_SQL} AS markers OFFSET 0) mk
+"""
+LAG_SQL = """
+CASE WHEN o.committed_offset >= 0 THEN greatest(hw.high_watermark - o.committed_offset, 0) - mk.markers END
+"""
+LAG_BOUNDED_SQL = f"(o.committed_offset >= 0 AND mk.markers > {MARKERS_COUNTED})"
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionLag:
     topic: str
@@ -300,29 +338,21 @@ class PartitionLag:
     committed_offset: int
     metadata: str | None
     high_watermark: int
-    lag: int  # records (not markers) from the committed offset to the high watermark
+    lag: int | None  # records (not markers) from the committed offset to the high watermark (LAG_SQL)
     pending: bool
     leader_epoch: int  # the one committed with the offset (Kafka's OffsetCommit v6+); -1: none
+    lag_bounded: bool = False  # more than MARKERS_COUNTED markers lie ahead: the lag is an upper bound
 
 
-# Lag counts records, not markers: the offsets between the committed position and the high
-# watermark, minus the markers among them (an index range count on txn_markers' primary key). The
-# partition is found per committed offset by primary key (LATERAL), whatever the planner's
-# statistics say; offsets of deleted topics are left out.
-_LAG_SQL = """
-SELECT o.topic, o.partition, o.committed_offset, o.metadata, o.leader_epoch, h.high_watermark,
-       greatest(h.high_watermark - o.committed_offset, 0)
-         - (SELECT count(*) FROM txn_markers m WHERE m.topic_id = h.topic_id AND m.partition = o.partition
-            AND m.marker_offset >= o.committed_offset AND m.marker_offset < h.high_watermark) AS lag,
+# Offsets of deleted topics and partitions are left out.
+_LAGS_OF_GROUP_SQL = f"""
+SELECT o.topic, o.partition, o.committed_offset, o.metadata, o.leader_epoch, hw.high_watermark,
+       {LAG_SQL} AS lag, {LAG_BOUNDED_SQL} AS lag_bounded,
        EXISTS (SELECT 1 FROM pending_txn_offsets q WHERE q.group_id = o.group_id AND q.topic = o.topic
                AND q.partition = o.partition) AS pending
 FROM group_offsets o
-CROSS JOIN LATERAL (
-    SELECT p.topic_id, p.high_watermark FROM topics t
-    JOIN partitions p ON p.topic_id = t.topic_id AND p.partition = o.partition
-    WHERE t.name = o.topic
-) h
-WHERE o.group_id = $1
+JOIN topics t ON t.name = o.topic
+{LAG_JOINS_SQL}WHERE o.group_id = $1 AND hw.high_watermark IS NOT NULL
 ORDER BY o.topic, o.partition
 """
 
@@ -333,4 +363,4 @@ def lags_from_rows(rows) -> list[PartitionLag]:
 
 
 async def lags(conn: asyncpg.Connection, group_id: str) -> list[PartitionLag]:
-    return lags_from_rows(await conn.fetch(_LAG_SQL, group_id))
+    return lags_from_rows(await conn.fetch(_LAGS_OF_GROUP_SQL, group_id))
