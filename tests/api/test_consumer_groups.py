@@ -756,6 +756,12 @@ def test_lag_counts_records_not_markers(client):
     ).json()["partitions"][0]
     assert len(entry["records"]) == 10
     assert lag_at(entry["next_offset"]) == 0
+    # Records deleted past a committed offset are no longer there to read: lag counts from the log start.
+    deleted = client.post("/v1/topics/lagt/delete-records", json={"partitions": [{"partition": 0, "offset": 9}]})
+    assert deleted.status_code == 200, deleted.text
+    assert lag_at(0) == 3
+    assert lag_at(5) == 3
+    assert lag_at(10) == 2
 
 
 def test_lag_of_a_transactionally_committed_offset_is_zero_at_the_end(client):

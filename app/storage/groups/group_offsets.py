@@ -293,7 +293,8 @@ async def fetch(
     return [by_key[key] for key in partitions]
 
 
-# Lag counts records, not markers: the offsets between a committed offset and the high watermark,
+# Lag counts records, not markers: the offsets between a committed offset (or the log start, when it
+# is past it: _POSITION_SQL) and the high watermark,
 # less the transaction markers among them, an index range count on txn_markers' primary key. The
 # count stops after MARKERS_COUNTED markers, so the lag of a group far behind on a partition of many
 # transactions costs a bounded read (at most MARKERS_READ index entries per committed offset), not
@@ -308,25 +309,32 @@ MARKERS_COUNTED = 1000
 MARKERS_READ = MARKERS_COUNTED + 1  # one more than counted: whether there are more
 # The SQL of that rule, over the aliases `o` (the group_offsets row) and `t` (its topic's topics
 # row): LAG_JOINS_SQL joins each row its partition's high watermark (`hw.high_watermark`, NULL when
-# the partition no longer exists: one primary-key probe, a scalar subquery so the plan stays a probe
-# even before the tables have statistics) and the markers ahead (`mk.markers`), which LAG_SQL and
-# LAG_BOUNDED_SQL read. OFFSET 0 keeps each join a subquery run once per row: pulled up into the
-# query, its expression would be run again at each reference (the markers read twice, the high
-# watermark probed four times).
+# the partition no longer exists) and log start (`hw.log_start_offset`), each one primary-key probe
+# (a scalar subquery, so the plan stays a probe even before the tables have statistics), and the
+# markers ahead (`mk.markers`), which LAG_SQL and LAG_BOUNDED_SQL read. OFFSET 0 keeps each join a
+# subquery run once per row: pulled up into the query, its expression would be run again at each
+# reference (the markers read twice, the high watermark probed four times).
 _HIGH_WATERMARK_SQL = (
     "(SELECT p.high_watermark FROM partitions p WHERE p.topic_id = t.topic_id AND p.partition = o.partition)"
 )
+_LOG_START_SQL = (
+    "(SELECT p.log_start_offset FROM partitions p WHERE p.topic_id = t.topic_id AND p.partition = o.partition)"
+)
+# Where the group's next read starts: its committed offset, or the log start when records were
+# deleted past it (DeleteRecords, retention): those are no longer there to read, nor their markers,
+# which the cleaner removes, so counting from the committed offset would count them as records.
+_POSITION_SQL = "greatest(o.committed_offset, hw.log_start_offset)"
 _MARKERS_AHEAD_SQL = f"""
 (SELECT count(*) FROM (SELECT 1 FROM txn_markers m WHERE m.topic_id = t.topic_id AND m.partition = o.partition
-     AND m.marker_offset >= o.committed_offset AND m.marker_offset < hw.high_watermark
+     AND m.marker_offset >= {_POSITION_SQL} AND m.marker_offset < hw.high_watermark
      LIMIT {MARKERS_READ}) counted)
 """
 LAG_JOINS_SQL = f"""
-CROSS JOIN LATERAL (SELECT {_HIGH_WATERMARK_SQL} AS high_watermark OFFSET 0) hw
+CROSS JOIN LATERAL (SELECT {_HIGH_WATERMARK_SQL} AS high_watermark, {_LOG_START_SQL} AS log_start_offset OFFSET 0) hw
 CROSS JOIN LATERAL (SELECT {_MARKERS_AHEAD_SQL} AS markers OFFSET 0) mk
 """
-LAG_SQL = """
-CASE WHEN o.committed_offset >= 0 THEN greatest(hw.high_watermark - o.committed_offset, 0) - mk.markers END
+LAG_SQL = f"""
+CASE WHEN o.committed_offset >= 0 THEN greatest(hw.high_watermark - {_POSITION_SQL}, 0) - mk.markers END
 """
 LAG_BOUNDED_SQL = f"(o.committed_offset >= 0 AND mk.markers > {MARKERS_COUNTED})"
 
