@@ -3,14 +3,18 @@ server, checking output, exit codes (0 ok, 1 error, 2 usage) and error messages.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
+from app.storage.groups.group_offsets import MARKERS_READ
+from tests.many_transactions import HIGH_WATERMARK, write_many_transactions
 from txbroker import Producer
 
 TXBROKER = Path(sys.executable).parent / "txbroker"
@@ -189,6 +193,25 @@ def test_consume_with_a_group_commits_and_groups_commands_show_lag(server):
     assert ok(txbroker(server.url, "groups", "delete", "readers")) == "deleted group readers\n"
     gone = txbroker(server.url, "groups", "describe", "readers")
     assert gone.returncode == 1 and gone.stderr.startswith(b"error: GROUP_ID_NOT_FOUND: ")
+
+
+def test_groups_describe_shows_a_bounded_lag_as_a_bound(server):
+    """Past the markers the server counts, the lag is an upper bound (`lag_exact` false), shown as the
+    console shows it: "≤ N". A plain number would claim an exact count."""
+    ok(txbroker(server.url, "topics", "create", "many-transactions"))
+    asyncio.run(write_many_transactions(server.database_url, "many-transactions"))
+    committed = httpx.post(
+        f"{server.url}/v1/groups/far-behind/offsets/commit",
+        json={"offsets": [{"topic": "many-transactions", "partition": 0, "offset": 0}]},
+    )
+    assert committed.status_code == 200 and committed.json()["offsets"][0]["error"] is None, committed.text
+    [row] = [
+        line
+        for line in ok(txbroker(server.url, "groups", "describe", "far-behind")).splitlines()
+        if line.startswith("many")
+    ]
+    assert row.split()[:4] == ["many-transactions", "0", "0", str(HIGH_WATERMARK)]
+    assert f"≤ {HIGH_WATERMARK - MARKERS_READ}" in row, row
 
 
 def test_url_from_the_environment_and_the_server_commands_still_dispatch(server):

@@ -42,7 +42,8 @@ def test_operator_creates_a_principal_a_key_and_an_acl_then_revokes(make_server)
     listing = ok(txbroker(server.url, "acls", "list", "--principal", "orders-app", env=admin))
     assert listing.splitlines()[0].split()[:3] == ["ID", "PRINCIPAL", "PERMISSION"] and "orders-app" in listing
 
-    ok(txbroker(server.url, "principals", "revoke-key", "orders-app", key["key_id"], env=admin))
+    revoked_key = ok(txbroker(server.url, "principals", "revoke-key", "orders-app", key["key_id"], "--json", env=admin))
+    assert json.loads(revoked_key) == {"revoked": key["key_id"], "principal": "orders-app"}
     revoked = txbroker(server.url, "topics", "list", env=app)
     assert revoked.returncode == 1 and "UNAUTHORIZED" in revoked.stderr.decode()
     audit = json.loads(ok(txbroker(server.url, "audit", "--json", env=admin)))
@@ -55,3 +56,10 @@ def test_operator_creates_a_principal_a_key_and_an_acl_then_revokes(make_server)
     assert table[1].split()[1:5] == ["admin", "http", audit[0]["client_address"], "revoke"], table[1]
     denied = txbroker(server.url, "principals", "list", env={"TXBROKER_TOKEN": "nope"})
     assert denied.returncode == 1
+
+    # With --json every change says what it did as JSON (these printed text before).
+    [acl] = json.loads(ok(txbroker(server.url, "acls", "list", "--principal", "orders-app", "--json", env=admin)))
+    removed = ok(txbroker(server.url, "acls", "remove", str(acl["acl_id"]), "--json", env=admin))
+    assert json.loads(removed) == {"removed": acl["acl_id"]}
+    deleted = ok(txbroker(server.url, "principals", "delete", "orders-app", "--json", env=admin))
+    assert json.loads(deleted) == {"deleted": "orders-app"}

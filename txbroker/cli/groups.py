@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from txbroker.cli.command import EXIT_OK, add_command, admin_command, resource_name
-from txbroker.cli.output import emit_json, print_found, print_table
+from txbroker.cli.output import emit_json, print_done, print_found, print_table
 from txbroker.sync import Admin
 
 
@@ -50,7 +50,7 @@ def groups_describe(args, admin: Admin) -> int:
                 o["partition"],
                 o["offset"],
                 o["high_watermark"],
-                o["lag"],
+                _lag(o),
                 "yes" if o.get("pending_transactional_offset") else "no",
             )
             for o in group["offsets"]
@@ -61,12 +61,17 @@ def groups_describe(args, admin: Admin) -> int:
     return EXIT_OK
 
 
+def _lag(offset: dict) -> str | int | None:
+    """The lag as the console shows it: "≤ N" when the server counted it up to a bound (more
+    transaction markers ahead than it counts: docs/api.md), none for a committed offset that is no
+    position (negative, a Kafka admin tool's -1)."""
+    lag = offset["lag"]
+    return f"≤ {lag}" if lag is not None and offset.get("lag_exact") is False else lag
+
+
 def groups_delete(args, admin: Admin) -> int:
     admin.delete_group(args.group)
-    if args.json:
-        emit_json({"deleted": args.group})
-    else:
-        print(f"deleted group {args.group}")
+    print_done(args.json, {"deleted": args.group}, f"deleted group {args.group}")
     return EXIT_OK
 
 

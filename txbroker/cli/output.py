@@ -14,6 +14,14 @@ def emit_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=None, sort_keys=False) + "\n")
 
 
+def print_done(as_json: bool, result: dict, text: str) -> None:
+    """What a command that changes something did: `result` as JSON (--json), else `text`."""
+    if as_json:
+        emit_json(result)
+    else:
+        print(text)
+
+
 def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     cells = [[str(h) for h in headers]] + [["-" if v is None else str(v) for v in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from txbroker.cli.command import EXIT_OK, add_command, admin_command, resource_name
-from txbroker.cli.output import emit_json, format_time, print_found
+from txbroker.cli.output import emit_json, format_time, print_done, print_found
 from txbroker.sync import Admin
 
 
@@ -29,7 +29,7 @@ def principals_list(args, admin: Admin) -> int:
 
 def principals_delete(args, admin: Admin) -> int:
     admin.delete_principal(args.name)
-    print(f"deleted principal {args.name}, its keys and ACL rules")
+    print_done(args.json, {"deleted": args.name}, f"deleted principal {args.name}, its keys and ACL rules")
     return EXIT_OK
 
 
@@ -56,7 +56,11 @@ def principals_keys(args, admin: Admin) -> int:
 
 def principals_revoke_key(args, admin: Admin) -> int:
     admin.revoke_key(args.name, args.key_id)
-    print(f"revoked key {args.key_id} of {args.name}: requests with it are refused from now on")
+    print_done(
+        args.json,
+        {"revoked": args.key_id, "principal": args.name},
+        f"revoked key {args.key_id} of {args.name}: requests with it are refused from now on",
+    )
     return EXIT_OK
 
 
@@ -102,7 +106,7 @@ def acls_list(args, admin: Admin) -> int:
 
 def acls_remove(args, admin: Admin) -> int:
     admin.remove_acl(args.acl_id)
-    print(f"removed ACL {args.acl_id}")
+    print_done(args.json, {"removed": args.acl_id}, f"removed ACL {args.acl_id}")
     return EXIT_OK
 
 

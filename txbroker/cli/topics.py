@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from txbroker.cli.command import EXIT_OK, UsageError, add_command, admin_command, resource_name
-from txbroker.cli.output import emit_json, print_table
+from txbroker.cli.output import emit_json, print_done, print_table
 from txbroker.records import TopicPartition
 from txbroker.sync import Admin
 
@@ -85,10 +85,7 @@ def topics_describe(args, admin: Admin) -> int:
 
 def topics_delete(args, admin: Admin) -> int:
     admin.delete_topic(args.name)
-    if args.json:
-        emit_json({"deleted": args.name})
-    else:
-        print(f"deleted topic {args.name}")
+    print_done(args.json, {"deleted": args.name}, f"deleted topic {args.name}")
     return EXIT_OK
 
 
