@@ -20,7 +20,9 @@ Driver, `commit_batch` (all tasks succeeded):
  2. else records the decision: the batch commits with exactly these prepared transactions. A
     record that failed may have been written (its answer lost): the decision is read back and
     what is there decides -- recorded: on to 3; not recorded: recorded again (the same decision);
-    unknowable: an IncompleteCommitError saying the outcome is unknown (`record_decision`);
+    unknowable: an IncompleteCommitError saying the outcome is unknown (`record_decision`). The
+    first record of a batch wins (spark_client.decisions): one refused because another decision
+    was recorded first is read back too, and that one is the outcome;
  3. commits each of them (EndTxn with its producer id and epoch: safe to repeat);
  4. sweeps: aborts every transaction still open (Ongoing or Prepared) under the batch's prefix
     that the decision does not name -- failed and speculative attempts, which Spark never tells the
@@ -30,7 +32,10 @@ Driver, `abort_batch` (a task failed, or the commit raised): if a decision exist
 is rolled forward (an abort never undoes a commit: Spark may call abort after a commit succeeded);
 else every transaction of the batch is aborted -- after a batch write's abort records an empty
 decision, so that an attempt still running (Spark kills them, but their workers may go on a little)
-aborts what it prepares later instead of leaving it Prepared for good.
+aborts what it prepares later instead of leaving it Prepared for good. That record is refused if the
+commit's decision got there first (its record arriving late, after the commit gave up on it): the
+abort then rolls that decision forward. A commit's record arriving after the abort's is refused:
+the job stays aborted, as its abort found it.
 
 Why zombies cannot commit: a task prepares, then reads the decision; the driver records the
 decision, then lists. If the task's read came first, so did its prepare, so the driver's list finds
@@ -252,6 +257,14 @@ class _Coordinator:
         prepared = [m.transaction for m in messages if m.transaction is not None]
         await asyncio.to_thread(self.options.faults.point, "before_decision", batch.batch_id)
         decision = await self.record_decision(prepared, query_id)  # the commit point
+        if batch.job and decision.transactions != tuple(prepared):
+            # Only an abort of the job records another decision for it (the empty one): it stands.
+            raise SinkStateError(
+                f"batch write {batch.job} of sink {batch.sink_id!r} is NOT committed: an abort of the job recorded "
+                f"its decision first, naming {len(decision.transactions)} transactions, not these {len(prepared)} "
+                f"prepared ones, and the first decision recorded for a batch stands. The abort Spark calls next "
+                f"aborts them; run the write again"
+            )
         await asyncio.to_thread(self.options.faults.point, "after_decision", batch.batch_id)
         if self.options.faults.crashes_after_decision(batch.batch_id):
             await self.transactions.commit_all(prepared[:1])
@@ -260,16 +273,18 @@ class _Coordinator:
         return decision
 
     async def record_decision(self, prepared: Sequence[PreparedTransaction], query_id: str | None) -> Decision:
-        """Records the decision: the commit point. A record that failed may have been written all
-        the same -- its answer lost (the node died right after writing it, or the request timed out
-        after the server wrote it) -- so the decision is read back, and what is there is the
-        outcome: recorded, the batch is committed (and is finished); not recorded while the server
-        answers again, it is recorded again; a refusal (a non-retriable error) is raised as it is,
-        nothing recorded; unknowable within the bounds, an error that says so and how to learn it.
+        """Records the decision: the commit point. Returns the decision recorded for the batch:
+        this one, or one recorded first by another writer (the first wins: DecisionLog.record). A
+        record that failed may have been written all the same -- its answer lost (the node died
+        right after writing it, or the request timed out after the server wrote it) -- and a
+        refused one was refused because another decision is there, so the decision is read back,
+        and what is there is the outcome: recorded (this one or another for this batch), the batch
+        is committed with it (and is finished); not recorded while the server answers again, it is
+        recorded again; a refusal (a non-retriable error) with nothing recorded for the batch is
+        raised as it is; unknowable within the bounds, an error that says so and how to learn it.
         Every record of a commit, retried or arriving late, is this very decision (the same
-        transactions, in the same order): no second, different one can be recorded by it. The only
-        other record of a batch, an aborted job's empty one, is written by an abort that first
-        found no decision."""
+        transactions, in the same order), and one arriving after another decision of its batch,
+        or a later batch's, was recorded is refused: nothing recorded is ever replaced."""
         batch = self.batch
         for _ in range(RECORD_ATTEMPTS):
             try:
@@ -288,7 +303,13 @@ class _Coordinator:
                 raise self.unknown_outcome(failure, read_error) from failure
             relation = batch.relation(recorded, query_id)
             if relation is Relation.COMMITTED:
-                log.info("%s: the decision of batch %s was recorded, its answer lost", batch.sink_id, batch.batch_key)
+                mine = recorded.transactions == tuple(prepared)
+                log.info(
+                    "%s: the decision of batch %s was recorded, %s",
+                    batch.sink_id,
+                    batch.batch_key,
+                    "its answer lost" if mine else f"another one first ({len(recorded.transactions)} transactions)",
+                )
                 return recorded
             if relation is Relation.SUPERSEDED:
                 raise batch.superseded_error(recorded, query_id) from failure
@@ -375,7 +396,17 @@ class _Coordinator:
             # with no transaction makes such a straggler abort its own, as a zombie of a committed
             # batch does. A stream's batch must stay undecided: Spark re-runs it under the same id
             # after a restart, and that run's sweep finds the stragglers.
-            await self.decisions.record(self.batch.batch_id, (), _query_id(messages))
+            try:
+                await self.decisions.record(self.batch.batch_id, (), _query_id(messages))
+            except errors.OffsetNotAdvancedError:
+                # The commit's decision was recorded since our read (its record arrived late): the
+                # first decision stands, and an abort never undoes a commit.
+                decided = await self.decisions.read()
+                if self.batch.relation(decided, _query_id(messages)) is not Relation.COMMITTED:
+                    raise
+                if decided.transactions:
+                    await self.roll_forward(decided)
+                    return
         await self.transactions.abort_all([m.transaction for m in messages if m is not None and m.transaction])
         await self.sweep(())
 
