@@ -396,17 +396,12 @@ class _Coordinator:
             # with no transaction makes such a straggler abort its own, as a zombie of a committed
             # batch does. A stream's batch must stay undecided: Spark re-runs it under the same id
             # after a restart, and that run's sweep finds the stragglers.
-            try:
-                await self.decisions.record(self.batch.batch_id, (), _query_id(messages))
-            except errors.OffsetNotAdvancedError:
+            decided = await self.decisions.record_or_read(self.batch.batch_id, (), _query_id(messages))
+            if decided is not None and decided.transactions:
                 # The commit's decision was recorded since our read (its record arrived late): the
                 # first decision stands, and an abort never undoes a commit.
-                decided = await self.decisions.read()
-                if self.batch.relation(decided, _query_id(messages)) is not Relation.COMMITTED:
-                    raise
-                if decided.transactions:
-                    await self.roll_forward(decided)
-                    return
+                await self.roll_forward(decided)
+                return
         await self.transactions.abort_all([m.transaction for m in messages if m is not None and m.transaction])
         await self.sweep(())
 
@@ -465,6 +460,11 @@ async def _recover(connection: ConnectionOptions, sink_id: str, topic: str, abor
             if batch.job:
                 async with DecisionLog(connection, batch) as decisions:
                     decision = await decisions.read()
+                    if decision is None and abort_undecided:
+                        # Decided "nothing committed" before its transactions are aborted, as an
+                        # abort of the job does: a record of its commit still on its way is then
+                        # refused, or, recorded first, is the outcome (committed below).
+                        decision = await decisions.record_or_read(batch.batch_id, ())
             else:
                 decision = stream_decision
             relation = batch.relation(decision)
@@ -490,7 +490,9 @@ def recover(url: str, sink_id: str, topic: str, *, token: str | None = None, abo
     """Finishes what crashed drivers of a sink left open: commits every Prepared transaction that a
     recorded decision names, aborts the other open transactions of decided (or earlier) batches,
     and with `abort_undecided=True` -- only when no writer of this sink_id is running -- the open
-    transactions of undecided batches too (a batch write whose driver died before deciding).
+    transactions of undecided batches too (a batch write whose driver died before deciding), after
+    recording an undecided batch write's empty decision (as Spark's abort of it does: the first
+    decision stands, so a record of its commit arriving later is refused).
     A streaming query does this by itself when it restarts; batch writes need this call.
     Returns the transactional ids {"committed": [...], "aborted": [...], "left": [...]}."""
     return asyncio.run(_recover(ConnectionOptions(url.rstrip("/"), token), sink_id, topic, abort_undecided))

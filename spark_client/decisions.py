@@ -241,6 +241,16 @@ class DecisionLog:
                 raise errors.from_body(error)
         return decision
 
+    async def record_or_read(
+        self, batch_id: int, transactions: Iterable[PreparedTransaction], query_id: str | None = None
+    ) -> Decision | None:
+        """record(); or, refused because another decision was recorded first, that one (read()):
+        the first writer wins, and its decision is the outcome."""
+        try:
+            return await self.record(batch_id, transactions, query_id)
+        except errors.OffsetNotAdvancedError:
+            return await self.read()
+
 
 def _committed_entries(answer: dict) -> list[tuple[dict | None, int, str | None]]:
     """(error, offset, metadata) of each partition of an OffsetFetch answer."""

@@ -349,6 +349,25 @@ def test_a_jobs_decision_record_arriving_between_its_aborts_read_and_record_stan
     assert open_transactions(server.url) == []
 
 
+def test_recover_decides_an_undecided_job_first_so_that_its_commits_late_record_is_refused(
+    server, options, late_decision
+):
+    batch = SinkBatch("sink", TOPIC, job="job-recovered")
+    messages = [write_task(options, batch, iter(rows("a", partition=0)), TaskAttempt(0, 0, 1))]
+    commit_given_up(options, late_decision, batch, messages)
+    # Spark's abort never ran (the driver died): the job is undecided, and recover aborts it.
+    assert job_outcome(server.url, "sink", TOPIC, batch.job) == "undecided"
+    report = recover(server.url, "sink", TOPIC, abort_undecided=True)
+    assert report["aborted"] == [messages[0].transaction.transactional_id]
+    # The commit's first record reaches the server now. It was written: the job read "committed"
+    # with the transaction recover had aborted.
+    late = late_decision.deliver()
+    assert late["error"] is not None and late["error"]["code"] == "OFFSET_NOT_ADVANCED", late
+    assert job_outcome(server.url, "sink", TOPIC, batch.job) == "not committed"
+    assert committed_values(server.url) == []
+    assert open_transactions(server.url) == []
+
+
 def test_a_jobs_commit_whose_decision_is_refused_after_an_abort_recorded_its_own_says_it_is_not_committed(
     server, options, monkeypatch
 ):
