@@ -20,7 +20,9 @@ Driver, `commit_batch` (all tasks succeeded):
  2. else records the decision: the batch commits with exactly these prepared transactions. A
     record that failed may have been written (its answer lost): the decision is read back and
     what is there decides -- recorded: on to 3; not recorded: recorded again (the same decision);
-    unknowable: an IncompleteCommitError saying the outcome is unknown (`record_decision`);
+    unknowable: an IncompleteCommitError saying the outcome is unknown (`record_decision`). The
+    first record of a batch wins (spark_client.decisions): one refused because another decision
+    was recorded first is read back too, and that one is the outcome;
  3. commits each of them (EndTxn with its producer id and epoch: safe to repeat);
  4. sweeps: aborts every transaction still open (Ongoing or Prepared) under the batch's prefix
     that the decision does not name -- failed and speculative attempts, which Spark never tells the
@@ -30,7 +32,10 @@ Driver, `abort_batch` (a task failed, or the commit raised): if a decision exist
 is rolled forward (an abort never undoes a commit: Spark may call abort after a commit succeeded);
 else every transaction of the batch is aborted -- after a batch write's abort records an empty
 decision, so that an attempt still running (Spark kills them, but their workers may go on a little)
-aborts what it prepares later instead of leaving it Prepared for good.
+aborts what it prepares later instead of leaving it Prepared for good. That record is refused if the
+commit's decision got there first (its record arriving late, after the commit gave up on it): the
+abort then rolls that decision forward. A commit's record arriving after the abort's is refused:
+the job stays aborted, as its abort found it.
 
 Why zombies cannot commit: a task prepares, then reads the decision; the driver records the
 decision, then lists. If the task's read came first, so did its prepare, so the driver's list finds
@@ -252,6 +257,14 @@ class _Coordinator:
         prepared = [m.transaction for m in messages if m.transaction is not None]
         await asyncio.to_thread(self.options.faults.point, "before_decision", batch.batch_id)
         decision = await self.record_decision(prepared, query_id)  # the commit point
+        if batch.job and decision.transactions != tuple(prepared):
+            # Only an abort of the job records another decision for it (the empty one): it stands.
+            raise SinkStateError(
+                f"batch write {batch.job} of sink {batch.sink_id!r} is NOT committed: an abort of the job recorded "
+                f"its decision first, naming {len(decision.transactions)} transactions, not these {len(prepared)} "
+                f"prepared ones, and the first decision recorded for a batch stands. The abort Spark calls next "
+                f"aborts them; run the write again"
+            )
         await asyncio.to_thread(self.options.faults.point, "after_decision", batch.batch_id)
         if self.options.faults.crashes_after_decision(batch.batch_id):
             await self.transactions.commit_all(prepared[:1])
@@ -260,16 +273,18 @@ class _Coordinator:
         return decision
 
     async def record_decision(self, prepared: Sequence[PreparedTransaction], query_id: str | None) -> Decision:
-        """Records the decision: the commit point. A record that failed may have been written all
-        the same -- its answer lost (the node died right after writing it, or the request timed out
-        after the server wrote it) -- so the decision is read back, and what is there is the
-        outcome: recorded, the batch is committed (and is finished); not recorded while the server
-        answers again, it is recorded again; a refusal (a non-retriable error) is raised as it is,
-        nothing recorded; unknowable within the bounds, an error that says so and how to learn it.
+        """Records the decision: the commit point. Returns the decision recorded for the batch:
+        this one, or one recorded first by another writer (the first wins: DecisionLog.record). A
+        record that failed may have been written all the same -- its answer lost (the node died
+        right after writing it, or the request timed out after the server wrote it) -- and a
+        refused one was refused because another decision is there, so the decision is read back,
+        and what is there is the outcome: recorded (this one or another for this batch), the batch
+        is committed with it (and is finished); not recorded while the server answers again, it is
+        recorded again; a refusal (a non-retriable error) with nothing recorded for the batch is
+        raised as it is; unknowable within the bounds, an error that says so and how to learn it.
         Every record of a commit, retried or arriving late, is this very decision (the same
-        transactions, in the same order): no second, different one can be recorded by it. The only
-        other record of a batch, an aborted job's empty one, is written by an abort that first
-        found no decision."""
+        transactions, in the same order), and one arriving after another decision of its batch,
+        or a later batch's, was recorded is refused: nothing recorded is ever replaced."""
         batch = self.batch
         for _ in range(RECORD_ATTEMPTS):
             try:
@@ -288,7 +303,13 @@ class _Coordinator:
                 raise self.unknown_outcome(failure, read_error) from failure
             relation = batch.relation(recorded, query_id)
             if relation is Relation.COMMITTED:
-                log.info("%s: the decision of batch %s was recorded, its answer lost", batch.sink_id, batch.batch_key)
+                mine = recorded.transactions == tuple(prepared)
+                log.info(
+                    "%s: the decision of batch %s was recorded, %s",
+                    batch.sink_id,
+                    batch.batch_key,
+                    "its answer lost" if mine else f"another one first ({len(recorded.transactions)} transactions)",
+                )
                 return recorded
             if relation is Relation.SUPERSEDED:
                 raise batch.superseded_error(recorded, query_id) from failure
@@ -375,7 +396,12 @@ class _Coordinator:
             # with no transaction makes such a straggler abort its own, as a zombie of a committed
             # batch does. A stream's batch must stay undecided: Spark re-runs it under the same id
             # after a restart, and that run's sweep finds the stragglers.
-            await self.decisions.record(self.batch.batch_id, (), _query_id(messages))
+            decided = await self.decisions.record_or_read(self.batch.batch_id, (), _query_id(messages))
+            if decided is not None and decided.transactions:
+                # The commit's decision was recorded since our read (its record arrived late): the
+                # first decision stands, and an abort never undoes a commit.
+                await self.roll_forward(decided)
+                return
         await self.transactions.abort_all([m.transaction for m in messages if m is not None and m.transaction])
         await self.sweep(())
 
@@ -434,6 +460,11 @@ async def _recover(connection: ConnectionOptions, sink_id: str, topic: str, abor
             if batch.job:
                 async with DecisionLog(connection, batch) as decisions:
                     decision = await decisions.read()
+                    if decision is None and abort_undecided:
+                        # Decided "nothing committed" before its transactions are aborted, as an
+                        # abort of the job does: a record of its commit still on its way is then
+                        # refused, or, recorded first, is the outcome (committed below).
+                        decision = await decisions.record_or_read(batch.batch_id, ())
             else:
                 decision = stream_decision
             relation = batch.relation(decision)
@@ -459,7 +490,9 @@ def recover(url: str, sink_id: str, topic: str, *, token: str | None = None, abo
     """Finishes what crashed drivers of a sink left open: commits every Prepared transaction that a
     recorded decision names, aborts the other open transactions of decided (or earlier) batches,
     and with `abort_undecided=True` -- only when no writer of this sink_id is running -- the open
-    transactions of undecided batches too (a batch write whose driver died before deciding).
+    transactions of undecided batches too (a batch write whose driver died before deciding), after
+    recording an undecided batch write's empty decision (as Spark's abort of it does: the first
+    decision stands, so a record of its commit arriving later is refused).
     A streaming query does this by itself when it restarts; batch writes need this call.
     Returns the transactional ids {"committed": [...], "aborted": [...], "left": [...]}."""
     return asyncio.run(_recover(ConnectionOptions(url.rstrip("/"), token), sink_id, topic, abort_undecided))

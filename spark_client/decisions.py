@@ -20,6 +20,14 @@ long-running query does not leave a group per micro-batch behind. A batch write'
 so its decision has a group of its own (the record of what the job committed: nothing, for a job
 that was aborted).
 
+Decisions are written at most once per batch: the first writer wins. Each record is an offset commit
+with `require_advance` (docs/api.md), which the server writes only past the committed offset --
+atomically, whichever server process takes it -- and refuses `OFFSET_NOT_ADVANCED` at or below it,
+but for a repeat of the very record already there (answered as written). A record that arrives late
+(its request stuck while its driver gave up on it) therefore never replaces what was decided since:
+an aborted job's empty decision, a later batch's decision. The writer of a refused record reads
+what is recorded and acts on it (`commit_protocol`).
+
 The metadata field holds at most 100,000 characters: about 2,500 tasks per batch.
 """
 
@@ -206,7 +214,10 @@ class DecisionLog:
     async def record(
         self, batch_id: int, transactions: Iterable[PreparedTransaction], query_id: str | None = None
     ) -> Decision:
-        """Durably records that the batch commits with exactly these transactions; safe to repeat."""
+        """Durably records that the batch commits with exactly these transactions, if no decision
+        for it (or a later batch) is recorded yet: the first writer wins. Safe to repeat: the very
+        record already there is answered as written. Raises OffsetNotAdvancedError when another
+        decision is recorded for this batch or a later one (read() says which), nothing written."""
         decision = Decision(batch_id, tuple(PreparedTransaction(*t) for t in transactions), query_id)
         metadata = decision.metadata()
         if len(metadata) > MAX_METADATA_CHARS:
@@ -222,12 +233,23 @@ class DecisionLog:
                 "member_id": "",
                 "generation_id": -1,
                 "offsets": [{"topic": self._topic, "partition": 0, "offset": batch_id, "metadata": metadata}],
+                "require_advance": True,
             },
             offset_errors,
         ):
             if error is not None:
                 raise errors.from_body(error)
         return decision
+
+    async def record_or_read(
+        self, batch_id: int, transactions: Iterable[PreparedTransaction], query_id: str | None = None
+    ) -> Decision | None:
+        """record(); or, refused because another decision was recorded first, that one (read()):
+        the first writer wins, and its decision is the outcome."""
+        try:
+            return await self.record(batch_id, transactions, query_id)
+        except errors.OffsetNotAdvancedError:
+            return await self.read()
 
 
 def _committed_entries(answer: dict) -> list[tuple[dict | None, int, str | None]]:

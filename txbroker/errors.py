@@ -241,6 +241,11 @@ UnstableOffsetCommitError = _error(
     ErrorCode.UNSTABLE_OFFSET_COMMIT,
     doc="a transactional offset commit awaits its transaction's outcome",
 )
+OffsetNotAdvancedError = _error(
+    "OffsetNotAdvancedError",
+    ErrorCode.OFFSET_NOT_ADVANCED,
+    doc="a commit with require_advance found the partition's committed offset already at or past its own",
+)
 OffsetOutOfRangeError = _error("OffsetOutOfRangeError", ErrorCode.OFFSET_OUT_OF_RANGE, doc="offset outside the log")
 PolicyViolationError = _error(
     "PolicyViolationError",
@@ -328,6 +333,7 @@ _BY_CODE: dict[str, type[TxbrokerError]] = {
         NonEmptyGroupError,
         GroupSubscribedToTopicError,
         UnstableOffsetCommitError,
+        OffsetNotAdvancedError,
         OffsetOutOfRangeError,
         PolicyViolationError,
         OffsetNotAvailableError,

@@ -84,6 +84,9 @@ class ErrorCode(StrEnum):
     # Kafka's OffsetDelete: a member of the group subscribes to the topic whose offsets were to go.
     GROUP_SUBSCRIBED_TO_TOPIC = "GROUP_SUBSCRIBED_TO_TOPIC"
     UNSTABLE_OFFSET_COMMIT = "UNSTABLE_OFFSET_COMMIT"
+    # HTTP's OffsetCommit with require_advance (Kafka has no such commit): the partition's committed
+    # offset is already at or past the one sent, so the first commit of an offset wins.
+    OFFSET_NOT_ADVANCED = "OFFSET_NOT_ADVANCED"
     # Kafka's offset.metadata.max.bytes: an offset's metadata over 4096 characters (Kafka listener).
     OFFSET_METADATA_TOO_LARGE = "OFFSET_METADATA_TOO_LARGE"
     OFFSET_OUT_OF_RANGE = "OFFSET_OUT_OF_RANGE"
@@ -145,6 +148,7 @@ ERROR_SPECS: MappingProxyType[ErrorCode, ErrorSpec] = MappingProxyType(
         ErrorCode.NON_EMPTY_GROUP: ErrorSpec(409, False, "the group has members: it cannot be deleted"),
         ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: ErrorSpec(409, False, "a member subscribes to the topic"),
         ErrorCode.UNSTABLE_OFFSET_COMMIT: ErrorSpec(409, True, "a transactional offset is pending"),
+        ErrorCode.OFFSET_NOT_ADVANCED: ErrorSpec(409, False, "the committed offset is already at or past it"),
         ErrorCode.OFFSET_METADATA_TOO_LARGE: ErrorSpec(
             400, False, "an offset's metadata over 4096 characters (Kafka listener)"
         ),

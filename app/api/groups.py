@@ -95,14 +95,17 @@ async def commit_offsets(
     settings: SettingsDep,
     principal: PrincipalDep,
 ):
-    """[OffsetCommit] With generation_id >= 0 the member and generation are checked. Needs Read on
-    the group and on the topics."""
+    """[OffsetCommit] With generation_id >= 0 the member and generation are checked; with
+    require_advance, an offset not past the partition's committed one is refused. Needs Read on the
+    group and on the topics."""
     check_partition_count(settings, len(body.offsets))
     authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
     for topic in {o.topic for o in body.offsets}:
         authorize(principal, Operation.READ, ResourceType.TOPIC, topic)
     entries = _entries(body.offsets)
-    errors = await groups.commit_offsets(group_id, body.member_id, body.generation_id, entries)
+    errors = await groups.commit_offsets(
+        group_id, body.member_id, body.generation_id, entries, require_advance=body.require_advance
+    )
     return json_response(_offset_errors(entries, errors))
 
 

@@ -514,6 +514,12 @@ class OffsetCommitRequest(Body):
     member_id: MemberId = ""
     generation_id: int = Field(-1, ge=-1, le=INT32_MAX, description="-1: a simple commit, no membership check")
     offsets: list[OffsetIn] = Field(min_length=1)
+    require_advance: bool = Field(
+        False,
+        description="each offset is written only past its partition's committed one (or where none is), else "
+        "OFFSET_NOT_ADVANCED: the first commit of an offset wins; the very commit already there, repeated, is "
+        "answered as written",
+    )
 
 
 class OffsetFetchRequest(Body):

@@ -14,7 +14,9 @@ Invariants:
   makes sure the group row exists and holds it FOR KEY SHARE (`groups.hold`) before it locks
   anything else; DeleteGroups and OffsetDelete lock the group row FOR UPDATE (OffsetDelete then
   its topics' rows FOR KEY SHARE, as a commit), then the group's __consumer_offsets partition
-  (their tombstones), so they wait for the commits in flight and none interleaves.
+  (their tombstones), so they wait for the commits in flight and none interleaves. A commit with
+  require_advance locks the __consumer_offsets partition (in its place in the order) before it reads
+  the committed offsets it checks, and holds it to its write: no commit of the group comes between.
 - Every operation on a group id checks it first (`check_group_id`: INVALID_GROUP_ID over the
   identifier limit), look-ups too, as Kafka's coordinator validates the group id of every group
   API: an id no group can have never reaches a statement, nor a write. The empty id too where
@@ -166,6 +168,25 @@ async def _nothing_accepted(
     if created:
         await groups.delete(conn, group_id)
     return True
+
+
+def _not_advancing(
+    group_id: str, entry: OffsetEntry, committed: dict[tuple[str, int], OffsetEntry]
+) -> BrokerError | None:
+    """A commit with require_advance writes an offset only past the partition's committed one (or
+    where none is): the first commit of an offset wins, and a later one -- a zombie's, a late
+    duplicate's -- never replaces it, nor moves it back. The commit that wrote it, repeated exactly
+    (its answer lost), is no error (nothing is written again)."""
+    current = committed.get((entry.topic, entry.partition))
+    if current is None or current.offset < entry.offset or current == entry:
+        return None
+    return BrokerError(
+        ErrorCode.OFFSET_NOT_ADVANCED,
+        f"group {group_id!r} has offset {current.offset} committed for {entry.topic}-{entry.partition} "
+        f"(metadata {current.metadata!r:.200}), and this commit of offset {entry.offset} with require_advance "
+        f"would not move it forward: nothing was written. The first commit of an offset wins; fetch the "
+        f"committed offset and go on from it",
+    )
 
 
 def _re_created_since(group_id: str, generation_id: int, topic: str) -> BrokerError:
@@ -553,6 +574,7 @@ class GroupCoordinator:
         entries: list[OffsetEntry],
         group_instance_id: str | None = None,
         unknown_group_error: ErrorCode | None = None,
+        require_advance: bool = False,
     ) -> list[BrokerError | None]:
         """`unknown_group_error`, given by Kafka's door: what a commit naming a generation (0 or more)
         of a group that does not exist answers for each partition that exists, creating nothing:
@@ -561,7 +583,8 @@ class GroupCoordinator:
         group as Kafka's coordinator judges it (`_kafka_commit_error`). Without (HTTP's), the group
         is made and the commit's member is unknown to it (UNKNOWN_MEMBER_ID), and generation -1
         commits whatever the group. Either way a partition that does not exist is
-        UNKNOWN_TOPIC_OR_PARTITION first (`_judged_entries`)."""
+        UNKNOWN_TOPIC_OR_PARTITION first (`_judged_entries`). `require_advance` (HTTP's; Kafka's
+        OffsetCommit has no such field): the first commit of an offset wins (`_advancing`)."""
         check_group_id(group_id)
         now = now_ms()
         async with self.pool.acquire() as conn, conn.transaction():
@@ -577,18 +600,23 @@ class GroupCoordinator:
                 unknown_group_error,
                 transactional=False,
             )
-            if await _nothing_accepted(conn, group_id, created, errors):
-                return errors
             partition = await self.transactions.offsets_partition(conn, group_id)
             offsets_topic = await get_topic(conn, CONSUMER_OFFSETS_TOPIC)
-            await group_offsets.commit(
-                conn,
-                offsets_topic,
-                partition.partition,
-                group_id,
-                [e for e, error in zip(entries, errors) if error is None],
-                now,
-            )
+            written = [e for e, error in zip(entries, errors) if error is None]
+            if require_advance and written:
+                committed = await group_offsets.committed_under_lock(
+                    conn, offsets_topic, partition.partition, group_id, [(e.topic, e.partition) for e in written]
+                )
+                errors = [error or _not_advancing(group_id, e, committed) for e, error in zip(entries, errors)]
+                # A repeat of the commit that wrote the committed offset is answered as written: nothing changes.
+                written = [
+                    e
+                    for e, error in zip(entries, errors)
+                    if error is None and committed.get((e.topic, e.partition)) != e
+                ]
+            if await _nothing_accepted(conn, group_id, created, errors):
+                return errors
+            await group_offsets.commit(conn, offsets_topic, partition.partition, group_id, written, now)
         return errors
 
     async def txn_offset_commit(

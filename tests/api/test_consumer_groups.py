@@ -52,7 +52,12 @@ def assigned(body: dict) -> dict[str, list[int]]:
 
 
 def commit(
-    client: httpx.Client, group: str, offsets: list[tuple], member_id: str = "", generation_id: int = -1
+    client: httpx.Client,
+    group: str,
+    offsets: list[tuple],
+    member_id: str = "",
+    generation_id: int = -1,
+    require_advance: bool = False,
 ) -> list[dict]:
     """offsets: (topic, partition, offset[, metadata]). Returns the per-entry results."""
     response = client.post(
@@ -64,6 +69,7 @@ def commit(
                 {"topic": o[0], "partition": o[1], "offset": o[2], "metadata": o[3] if len(o) > 3 else None}
                 for o in offsets
             ],
+            **({"require_advance": True} if require_advance else {}),
         },
     )
     assert response.status_code == 200, response.text
@@ -201,6 +207,72 @@ def test_commit_of_unknown_topic_or_partition_fails_only_that_entry(client):
         ("missing", 0): -1,
     }
     assert sorted((o["topic"], o["partition"]) for o in fetch_offsets(client, "g", None)) == [("t", 0), ("u", 1)]
+
+
+def committed_with_metadata(client: httpx.Client, group: str, partitions: list[tuple[str, int]]) -> list[tuple]:
+    return [(o["offset"], o["metadata"]) for o in fetch_offsets(client, group, partitions)]
+
+
+def test_a_commit_with_require_advance_writes_only_past_the_committed_offset(client):
+    assert entry_codes(commit(client, "g", [("t", 0, 3, "first")], require_advance=True)) == [None]
+    # At or below the committed offset: refused, whatever its metadata; nothing changes.
+    refused = commit(client, "g", [("t", 0, 3, "second"), ("t", 0, 2, "older")], require_advance=True)
+    assert entry_codes(refused) == ["OFFSET_NOT_ADVANCED", "OFFSET_NOT_ADVANCED"]
+    assert refused[0]["error"]["retriable"] is False and "offset 3 committed" in refused[0]["error"]["message"]
+    assert committed_with_metadata(client, "g", [("t", 0)]) == [(3, "first")]
+    # The commit that wrote it, repeated (its answer lost): answered as written.
+    assert entry_codes(commit(client, "g", [("t", 0, 3, "first")], require_advance=True)) == [None]
+    # Each partition is judged on its own; past the committed offset, or where none is, it is written.
+    results = commit(client, "g", [("t", 0, 4, "next"), ("t", 1, 0, "new"), ("u", 0, 1)], require_advance=True)
+    assert entry_codes(results) == [None, None, None]
+    assert committed_with_metadata(client, "g", [("t", 0), ("t", 1), ("u", 0)]) == [(4, "next"), (0, "new"), (1, None)]
+    mixed = commit(client, "g", [("t", 0, 4, "late"), ("t", 2, 9)], require_advance=True)
+    assert entry_codes(mixed) == ["OFFSET_NOT_ADVANCED", None]
+    # Without it, the last commit wins as before (Kafka's OffsetCommit).
+    assert entry_codes(commit(client, "g", [("t", 0, 1, "rewound")])) == [None]
+    assert committed_with_metadata(client, "g", [("t", 0)]) == [(1, "rewound")]
+
+
+def commit_first_offset(url: str, group: str, writer: int, start: threading.Barrier, answers: dict[int, dict]) -> None:
+    """One writer's commit of offset 0 of t-0 with require_advance, begun with the others."""
+    with httpx.Client(base_url=url, timeout=60) as own:
+        start.wait(30)
+        response = own.post(
+            f"/v1/groups/{group}/offsets/commit",
+            json={
+                "offsets": [{"topic": "t", "partition": 0, "offset": 0, "metadata": f"writer-{writer}"}],
+                "require_advance": True,
+            },
+        )
+        answers[writer] = response.json()["offsets"][0]
+
+
+def test_concurrent_commits_of_one_offset_with_require_advance_on_two_servers_write_it_once(
+    server, client, make_server
+):
+    """Writers on two server processes' pools commit the same offset of a partition with their own
+    metadata, all at once: exactly one is written, each other one is refused, whatever the
+    interleaving -- the check and the write hold the group's __consumer_offsets partition. (The
+    group exists already: a group's creation alone would serialize its first commits.)"""
+    urls = [server.url, make_server().url]
+    writers = 6
+    for round_ in range(10):
+        group = f"first-wins-{round_}"
+        commit(client, group, [("t", 1, 0)])
+        start, answers = threading.Barrier(writers), {}
+        threads = [
+            threading.Thread(target=commit_first_offset, args=(urls[writer % 2], group, writer, start, answers))
+            for writer in range(writers)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        winners = [writer for writer, answer in answers.items() if answer["error"] is None]
+        assert len(answers) == writers and len(winners) == 1, answers
+        refused = {answer["error"]["code"] for writer, answer in answers.items() if writer not in winners}
+        assert refused == {"OFFSET_NOT_ADVANCED"}
+        assert committed_with_metadata(client, group, [("t", 0)]) == [(0, f"writer-{winners[0]}")]
 
 
 def test_commits_are_per_group(client):

@@ -436,6 +436,10 @@ class OddAnswers:
             content = forwarded.content
         else:
             status, headers, content = odd
+        self._reply(handler, status, headers, content)
+
+    @staticmethod
+    def _reply(handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str], content: bytes) -> None:
         handler.send_response(status)
         for name, value in headers.items():
             handler.send_header(name, value)

@@ -5,11 +5,14 @@ protocol under Spark.)"""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
@@ -17,9 +20,16 @@ import pytest
 pytest.importorskip("pyspark")
 
 from spark_client import commit_protocol, job_outcome, recover  # noqa: E402
-from spark_client.commit_protocol import TaskAttempt, abort_batch, commit_batch, write_task  # noqa: E402
-from spark_client.decisions import DecisionLog, SinkBatch, SinkStateError  # noqa: E402
+from spark_client.commit_protocol import (  # noqa: E402
+    IncompleteCommitError,
+    TaskAttempt,
+    abort_batch,
+    commit_batch,
+    write_task,
+)
+from spark_client.decisions import Decision, DecisionLog, SinkBatch, SinkStateError  # noqa: E402
 from spark_client.options import ConnectionOptions, WriteOptions  # noqa: E402
+from tests.sdk.test_sdk_faults import OddAnswers  # noqa: E402
 from txbroker import Admin, Consumer, Producer, TopicPartition, TwoPhaseClient, errors  # noqa: E402
 
 TOPIC = "out"
@@ -54,7 +64,6 @@ def open_transactions(url: str) -> list[str]:
 
 def decide(options: WriteOptions, batch: SinkBatch, messages) -> None:
     """The driver's decision alone: what a driver that crashed right after recording it leaves."""
-    import asyncio
 
     async def record():
         async with DecisionLog(options.connection, batch) as decisions:
@@ -228,6 +237,182 @@ def test_a_decided_transaction_aborted_by_an_operator_fails_the_commit_loudly(se
         assert client.abort_open(messages[0].transaction.transactional_id)  # kafka-transactions.sh abort
     with pytest.raises(SinkStateError, match="rows are lost"):
         commit_batch(options, batch, messages)
+
+
+def recorded_decision(options: WriteOptions, batch: SinkBatch) -> Decision | None:
+    async def read():
+        async with DecisionLog(options.connection, batch) as decisions:
+            return await decisions.read()
+
+    return asyncio.run(read())
+
+
+class LateDecision(OddAnswers):
+    """A real HTTP proxy in front of the server that holds back the driver's decision records that
+    name transactions (offset commits of a group `txbroker-spark.*`): none reaches the server, and
+    each goes unanswered (the connection closed), as a request stuck on its way is to the driver,
+    which gives up on it. The first is kept, and `deliver()` sends it to the server when the test
+    says: that request arriving late. Everything else is forwarded, an abort's empty decision too.
+    With `deliver_after_next_read`, the next decision read is forwarded and answered by the server,
+    then the held record delivered, and only then is the read answered: the late record lands
+    between that reader's read and its next call."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(upstream)
+        self.held: tuple[str, bytes] | None = None
+        self.late_answer: dict | None = None
+        self.deliver_after_next_read = False
+
+    def _answer(self, handler) -> None:
+        path = handler.path
+        if not path.startswith("/v1/groups/txbroker-spark."):
+            super()._answer(handler)
+            return
+        body = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+        if path.endswith("/offsets/commit") and self.late_answer is None:
+            if json.loads(json.loads(body)["offsets"][0]["metadata"])["txns"]:
+                self.held = self.held or (path, body)
+                handler.close_connection = True  # no answer
+                return
+        answer = self._upstream.post(path, content=body, headers={"Content-Type": "application/json"})
+        if path.endswith("/offsets/fetch") and self.deliver_after_next_read:
+            self.deliver_after_next_read = False
+            self.deliver()
+        self._reply(handler, answer.status_code, {"Content-Type": "application/json"}, answer.content)
+
+    def deliver(self) -> dict:
+        """The held record reaches the server; its answer (which nobody waits for any more)."""
+        path, body = self.held
+        answer = self._upstream.post(path, content=body, headers={"Content-Type": "application/json"})
+        assert answer.status_code == 200, answer.text
+        self.late_answer = answer.json()["offsets"][0]
+        return self.late_answer
+
+
+@pytest.fixture
+def late_decision(server):
+    proxy = LateDecision(server.url)
+    yield proxy
+    proxy.close()
+
+
+def through(proxy: LateDecision, options: WriteOptions) -> WriteOptions:
+    """The driver's calls through the proxy, giving up on an unanswered record within a second."""
+    return replace(options, connection=ConnectionOptions(proxy.url, request_timeout_ms=500), commit_timeout_ms=1000)
+
+
+def commit_given_up(options: WriteOptions, proxy: LateDecision, batch: SinkBatch, messages) -> None:
+    """The driver's commit, whose decision records all go unanswered: it fails saying the outcome
+    is unknown, the first record held back by the proxy."""
+    with pytest.raises(IncompleteCommitError, match="is UNKNOWN"):
+        commit_batch(through(proxy, options), batch, messages)
+    assert proxy.held is not None
+
+
+def test_a_jobs_decision_record_arriving_after_its_abort_recorded_the_empty_one_is_refused(
+    server, options, late_decision
+):
+    batch = SinkBatch("sink", TOPIC, job="job-late")
+    messages = [
+        write_task(options, batch, iter(rows("a", partition=0)), TaskAttempt(0, 0, 1)),
+        write_task(options, batch, iter(rows("b", partition=1)), TaskAttempt(1, 0, 2)),
+    ]
+    commit_given_up(options, late_decision, batch, messages)
+    abort_batch(through(late_decision, options), batch, messages)  # Spark's abort: no decision found
+    assert job_outcome(server.url, "sink", TOPIC, batch.job) == "not committed"
+    # The commit's first record reaches the server now. It was written over the abort's decision
+    # (last writer wins): the job read "committed" with transactions its abort had aborted, and
+    # rolling it forward failed saying someone else (an operator?) had aborted them.
+    late = late_decision.deliver()
+    assert late["error"] is not None and late["error"]["code"] == "OFFSET_NOT_ADVANCED", late
+    assert job_outcome(server.url, "sink", TOPIC, batch.job) == "not committed"
+    assert recover(server.url, "sink", TOPIC) == {"committed": [], "aborted": [], "left": []}
+    assert committed_values(server.url) == []
+    assert open_transactions(server.url) == []
+
+
+def test_a_jobs_decision_record_arriving_between_its_aborts_read_and_record_stands(server, options, late_decision):
+    batch = SinkBatch("sink", TOPIC, job="job-between")
+    messages = [
+        write_task(options, batch, iter(rows("a", partition=0)), TaskAttempt(0, 0, 1)),
+        write_task(options, batch, iter(rows("b", partition=1)), TaskAttempt(1, 0, 2)),
+    ]
+    commit_given_up(options, late_decision, batch, messages)
+    late_decision.deliver_after_next_read = True
+    # The abort finds no decision; the commit's record lands; the abort's empty one is refused, and
+    # the abort rolls the commit's forward. It wrote the empty decision over the commit's, whose
+    # outcome changed after it was recorded.
+    abort_batch(through(late_decision, options), batch, messages)
+    assert late_decision.late_answer["error"] is None
+    assert job_outcome(server.url, "sink", TOPIC, batch.job) == "committed"
+    assert committed_values(server.url) == ["a", "b"]
+    assert open_transactions(server.url) == []
+
+
+def test_recover_decides_an_undecided_job_first_so_that_its_commits_late_record_is_refused(
+    server, options, late_decision
+):
+    batch = SinkBatch("sink", TOPIC, job="job-recovered")
+    messages = [write_task(options, batch, iter(rows("a", partition=0)), TaskAttempt(0, 0, 1))]
+    commit_given_up(options, late_decision, batch, messages)
+    # Spark's abort never ran (the driver died): the job is undecided, and recover aborts it.
+    assert job_outcome(server.url, "sink", TOPIC, batch.job) == "undecided"
+    report = recover(server.url, "sink", TOPIC, abort_undecided=True)
+    assert report["aborted"] == [messages[0].transaction.transactional_id]
+    # The commit's first record reaches the server now. It was written: the job read "committed"
+    # with the transaction recover had aborted.
+    late = late_decision.deliver()
+    assert late["error"] is not None and late["error"]["code"] == "OFFSET_NOT_ADVANCED", late
+    assert job_outcome(server.url, "sink", TOPIC, batch.job) == "not committed"
+    assert committed_values(server.url) == []
+    assert open_transactions(server.url) == []
+
+
+def test_a_jobs_commit_whose_decision_is_refused_after_an_abort_recorded_its_own_says_it_is_not_committed(
+    server, options, monkeypatch
+):
+    batch = SinkBatch("sink", TOPIC, job="job-raced")
+    messages = [write_task(options, batch, iter(rows("a", partition=0)), TaskAttempt(0, 0, 1))]
+    # An abort of the job records its empty decision between the commit's read and its record.
+    real_read, reads = DecisionLog.read, []
+
+    async def read(decisions):
+        reads.append(decisions)
+        if len(reads) == 1:
+            await asyncio.to_thread(abort_batch, options, batch, messages)
+            return None
+        return await real_read(decisions)
+
+    monkeypatch.setattr(DecisionLog, "read", read)
+    # The commit's record was written over the abort's: the job read "committed", and rolling it
+    # forward failed saying its rows were lost to someone else's abort (an operator's?).
+    with pytest.raises(SinkStateError, match="is NOT committed: an abort of the job recorded its decision first"):
+        commit_batch(options, batch, messages)
+    monkeypatch.undo()
+    assert job_outcome(server.url, "sink", TOPIC, batch.job) == "not committed"
+    assert committed_values(server.url) == []
+    assert open_transactions(server.url) == []
+
+
+def test_a_streams_decision_record_arriving_after_later_batches_were_decided_is_refused(server, options, late_decision):
+    first = SinkBatch("sink", TOPIC, 1)
+    messages = [write_task(options, first, iter(rows("1")), TaskAttempt(0, 0, 1))]
+    commit_given_up(options, late_decision, first, messages)
+    abort_batch(through(late_decision, options), first, messages)
+    # The query restarts from its checkpoint: batch 1 again, then batch 2.
+    for batch_id in (1, 2):
+        batch = SinkBatch("sink", TOPIC, batch_id)
+        task = write_task(options, batch, iter(rows(str(batch_id))), TaskAttempt(0, 0, 10 + batch_id))
+        commit_batch(options, batch, [task])
+    # The first run's record of batch 1 reaches the server now. It moved the sink's decision back
+    # to batch 1: batch 2, re-run after a crash before Spark's commit log, was written again.
+    late = late_decision.deliver()
+    assert late["error"] is not None and late["error"]["code"] == "OFFSET_NOT_ADVANCED", late
+    assert recorded_decision(options, SinkBatch("sink", TOPIC, 2)).batch_id == 2
+    second = SinkBatch("sink", TOPIC, 2)
+    assert write_task(options, second, iter(rows("2")), TaskAttempt(0, 1, 20)).skipped
+    assert committed_values(server.url) == ["1", "2"]
+    assert open_transactions(server.url) == []
 
 
 class FrozenServer:

@@ -26,6 +26,7 @@ import orjson
 from app.storage.groups import offset_metadata
 from app.storage.log import record_codec
 from app.storage.log.append import BatchAppend, append_batch_or_raise, append_for_coordinator
+from app.storage.log.locks import PartitionLocks, lock_partitions
 from app.storage.log.topics import TopicInfo
 from app.storage.rows import all_from_rows
 from txbroker.wire import NO_LEADER_EPOCH, NO_OFFSET
@@ -100,6 +101,37 @@ async def commit(
             for index, e in enumerate(entries)
         ],
     )
+
+
+async def committed_under_lock(
+    conn: asyncpg.Connection,
+    offsets_topic: TopicInfo,
+    offsets_partition: int,
+    group_id: str,
+    keys: list[tuple[str, int]],
+) -> dict[tuple[str, int], OffsetEntry]:
+    """The group's committed offsets of these (topic, partition)s, by key (none: not there), as
+    they stay until the caller's PostgreSQL transaction ends. It locks the group's
+    `__consumer_offsets` partition first: every writer of the group's offsets holds that row while
+    it writes them (a commit appends its record there before, a marker settling pending offsets
+    and a deletion's tombstones too), so none writes between this read and the caller's commit,
+    on any server process. A read after the lock is a fresh snapshot (READ COMMITTED): it sees
+    what the writers the lock waited for committed. (A topic's deletion removes its offsets as
+    well: the committing caller holds the topics FOR KEY SHARE, which it waits for.)"""
+    await lock_partitions(conn, PartitionLocks(frozenset({(offsets_topic.topic_id, offsets_partition)})))
+    rows = await conn.fetch(
+        "SELECT topic, partition, committed_offset, metadata, leader_epoch FROM group_offsets "
+        "WHERE group_id = $1 AND (topic, partition) IN (SELECT * FROM unnest($2::text[], $3::int[]))",
+        group_id,
+        [topic for topic, _ in keys],
+        [partition for _, partition in keys],
+    )
+    return {
+        (r["topic"], r["partition"]): OffsetEntry(
+            r["topic"], r["partition"], r["committed_offset"], offset_metadata.read(r["metadata"]), r["leader_epoch"]
+        )
+        for r in rows
+    }
 
 
 async def stage(
