@@ -20,10 +20,13 @@ from bench.transactions.report import format_table
 from bench.workloads import RAW_TABLES_SQL
 
 RAW_DATABASE = "bench_raw_kafka"
-# --quick: every section, tiny, in seconds (tests/operations/test_benchmarks_run.py runs it).
+# --quick: every section, tiny, in seconds (tests/operations/test_benchmarks_run.py runs it). Its
+# windows are long enough that each sees a transaction of 1000 records complete on a loaded machine
+# (the test asserts that every row moved records; 0.5 s windows, on a machine loaded by other tests,
+# could see none complete).
 QUICK = {
-    "seconds": 0.5,
-    "warmup": 0.2,
+    "seconds": 1.5,
+    "warmup": 0.5,
     "rounds": 1,
     "producers": 2,
     "small_producers": [2],
