@@ -318,7 +318,7 @@ class AsyncConsumer:
         return found
 
     def pause(self, *partitions: TopicPartition) -> None:
-        self._subscriptions.paused.update(TopicPartition(*tp) for tp in partitions)
+        self._subscriptions.paused.update([self._subscriptions.require_assigned(tp, "pause()") for tp in partitions])
 
     def resume(self, *partitions: TopicPartition) -> None:
         self._subscriptions.paused.difference_update(TopicPartition(*tp) for tp in partitions)

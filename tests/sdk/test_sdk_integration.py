@@ -357,6 +357,11 @@ def test_consumer_positions_seeks_and_commits(server, admin):
     assert (consumer.position(tp0), consumer.position(tp1)) == (10, 0)
     with pytest.raises(errors.IllegalStateError):
         consumer.seek(TopicPartition("t", 5), 0)
+    # As Kafka's: a partition not assigned cannot be paused. Accepted, its pause outlived the call
+    # and silently stopped the partition's reads once it was assigned.
+    with pytest.raises(errors.IllegalStateError):
+        consumer.pause(TopicPartition("t", 5))
+    assert consumer.paused() == set()
     consumer.close()
     with Consumer(server.url, group_id="strict", auto_offset_reset="none") as strict:
         strict.assign([tp0])
