@@ -337,3 +337,119 @@ def test_every_client_command_and_flag_is_in_the_cli_reference(command, flags):
     assert synopsis, f"`txbroker {command}` has no synopsis line in docs/cli.md"
     missing = [flag for flag in flags if not re.search(rf"{re.escape(flag)}(?![a-z-])", synopsis.group(0))]
     assert not missing, f"`txbroker {command}` takes {missing}, which its synopsis in docs/cli.md lacks"
+
+
+# ---- the SDK: docs/sdk.md names every option of every client, every method and every error class
+
+SDK_REFERENCE = REPO_ROOT / "docs" / "sdk.md"
+
+
+def sdk_families() -> dict[str, list[type]]:
+    """Each section of docs/sdk.md that documents a client, with the classes it documents: the
+    synchronous one and its asyncio flavour share one section."""
+    import txbroker
+
+    return {
+        "Producer": [txbroker.Producer, txbroker.AsyncProducer],
+        "Consumer": [txbroker.Consumer, txbroker.AsyncConsumer],
+        "Admin": [txbroker.Admin, txbroker.AsyncAdmin],
+        "TwoPhaseClient": [txbroker.TwoPhaseClient, txbroker.AsyncTwoPhaseClient],
+    }
+
+
+def constructor_options() -> list[tuple[str, str, str]]:
+    """(section, class, option) for every public parameter of every client's constructor; a
+    synchronous client's `**config` is its asyncio flavour's, whose parameters are listed."""
+    import inspect
+
+    return [
+        (section, cls.__name__, name)
+        for section, classes in sdk_families().items()
+        for cls in classes
+        for name, parameter in inspect.signature(cls.__init__).parameters.items()
+        if name != "self" and not name.startswith("_") and parameter.kind is not inspect.Parameter.VAR_KEYWORD
+    ]
+
+
+def public_methods() -> list[tuple[str, str, str]]:
+    """(section, class, name) for every public method and property of every client (inherited ones
+    too: a TwoPhaseClient has Admin's)."""
+    return sorted(
+        {
+            (section, cls.__name__, name)
+            for section, classes in sdk_families().items()
+            for cls in classes
+            for name in dir(cls)
+            if not name.startswith("_") and (callable(getattr(cls, name)) or isinstance(getattr(cls, name), property))
+        }
+    )
+
+
+def sdk_section(title: str) -> str:
+    """The `## title` section of docs/sdk.md, and its asyncio section, where the asyncio-only
+    methods and the steps the synchronous clients run are documented too."""
+    return section_of(SDK_REFERENCE, title) + section_of(SDK_REFERENCE, "The asyncio clients")
+
+
+@pytest.mark.parametrize(("section_title", "cls", "option"), constructor_options())
+def test_every_sdk_option_is_in_its_client_s_options_table(section_title, cls, option):
+    inherited = {"TwoPhaseClient": "Admin"}.get(section_title, section_title)
+    rows = re.findall(r"^\| (`[^|]*) \|", section_of(SDK_REFERENCE, inherited), re.M)
+    assert any(f"`{option}`" in row for row in rows), (
+        f"{cls}({option}=...) is an option that docs/sdk.md's '## {inherited}' section has no table row for"
+    )
+
+
+@pytest.mark.parametrize(("section_title", "cls", "name"), public_methods())
+def test_every_sdk_method_is_in_the_sdk_reference(section_title, cls, name):
+    inherited = {"TwoPhaseClient": "Admin"}.get(section_title, section_title)
+    text = sdk_section(section_title) + (section_of(SDK_REFERENCE, inherited) if inherited != section_title else "")
+    assert re.search(rf"`(?:await )?{re.escape(name)}(?:\(|`)", text), (
+        f"{cls}.{name} is public but docs/sdk.md's '## {section_title}' section does not document it"
+    )
+
+
+def sdk_error_classes() -> list[str]:
+    import inspect
+
+    from txbroker import errors
+
+    return [
+        name
+        for name, value in vars(errors).items()
+        if inspect.isclass(value) and issubclass(value, errors.TxbrokerError) and value.__module__ == errors.__name__
+    ]
+
+
+@pytest.mark.parametrize("name", sdk_error_classes())
+def test_every_sdk_error_class_is_in_the_sdk_reference_with_its_code_and_retriability(name):
+    from txbroker import errors
+
+    cls = getattr(errors, name)
+    rows = [line for line in section_of(SDK_REFERENCE, "Errors").splitlines() if line.startswith(f"| `{name}` |")]
+    assert len(rows) == 1, f"txbroker.errors.{name} needs one row in a table of docs/sdk.md's '## Errors'"
+    if cls is errors.TxbrokerError:
+        return  # the base: its code and retriability are those of what it carries
+    cells = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    assert cells[1] == f"`{cls.code}`", f"{name}: docs/sdk.md says code {cells[1]}, the class {cls.code}"
+    assert cells[2] == ("yes" if cls.default_retriable else "no"), (
+        f"{name}: docs/sdk.md says retriable {cells[2]!r}, the class {cls.default_retriable}"
+    )
+
+
+def test_the_sdk_reference_gives_every_client_option_s_default():
+    import inspect
+
+    from txbroker import AsyncAdmin, AsyncConsumer, AsyncProducer
+
+    for title, cls in (("Producer", AsyncProducer), ("Consumer", AsyncConsumer), ("Admin", AsyncAdmin)):
+        table = section_of(SDK_REFERENCE, title)
+        for name, parameter in inspect.signature(cls.__init__).parameters.items():
+            if parameter.default is inspect.Parameter.empty or name.startswith("_") or parameter.default is None:
+                continue
+            row = re.search(rf"^\| `{name}` \| ([^|]*) \|", table, re.M)
+            if row is None:
+                continue  # a shared option (token, headers, ...): the Conventions table
+            written = row.group(1).strip().strip("`").strip('"')
+            expected = str(parameter.default)
+            assert written == expected, f"{cls.__name__}({name}=...) defaults to {expected}, docs/sdk.md says {written}"
