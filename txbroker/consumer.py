@@ -27,6 +27,7 @@ from txbroker.connection import DEFAULT_URL, Connection
 from txbroker.consumer_coordinator import ConsumerCoordinator
 from txbroker.errors import IllegalStateError, TxbrokerError, TxbrokerTimeoutError
 from txbroker.fetcher import OFFSET_RESETS, Fetcher
+from txbroker.options import check_at_least
 from txbroker.records import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
 from txbroker.retry import Backoff, retrying
 from txbroker.subscription_state import Listener, RebalanceEvent, SubscriptionState
@@ -35,6 +36,19 @@ from txbroker.wire import EARLIEST_TIMESTAMP, ISOLATION_LEVELS, LATEST_TIMESTAMP
 log = logging.getLogger("txbroker.consumer")
 
 DEFAULT_CLOSE_TIMEOUT_S = 30.0  # Kafka's consumer close() default
+
+
+# The least value of each numeric option (txbroker.options); the server bounds the session timeout
+# further (its group session bounds), answered at the first poll.
+_OPTION_MINIMUMS = {
+    "auto_commit_interval_ms": 1,
+    "session_timeout_ms": 1,
+    "heartbeat_interval_ms": 1,
+    "request_timeout_ms": 1,
+    "retry_backoff_ms": 0,
+    "retry_backoff_max_ms": 0,
+    "default_api_timeout_ms": 0,
+}
 
 
 class AsyncConsumer:
@@ -83,6 +97,7 @@ class AsyncConsumer:
             raise ValueError(f"isolation_level must be one of {ISOLATION_LEVELS}, not {isolation_level!r}")
         if auto_offset_reset not in OFFSET_RESETS:
             raise ValueError(f"auto_offset_reset must be one of {sorted(OFFSET_RESETS)}, not {auto_offset_reset!r}")
+        check_at_least(_OPTION_MINIMUMS, locals())  # the arguments, by name, as given
         if not 1 <= max_poll_records <= 10_000:
             raise ValueError("max_poll_records must be in 1..10000")
         if not 1 <= fetch_max_records <= 10_000:

@@ -40,6 +40,7 @@ from txbroker.accumulator import RecordAccumulator, RecordFuture
 from txbroker.connection import DEFAULT_URL, Connection
 from txbroker.errors import IllegalStateError, TxbrokerError
 from txbroker.metadata import TopicMetadata
+from txbroker.options import check_at_least
 from txbroker.records import (
     Bytes,
     ConsumerGroupMetadata,
@@ -70,6 +71,26 @@ class WouldBlock(Exception):
     def __init__(self, wait: Callable[[], Awaitable[Any]]) -> None:
         super().__init__("send would block")
         self.wait = wait
+
+
+# The least value of each numeric option (txbroker.options): 0 where Kafka's client takes 0 (no
+# linger, batch_size 0 for a record per batch, no backoff, no wait), else 1 (with no request in
+# flight, a record was never sent and never failed).
+_OPTION_MINIMUMS = {
+    "transaction_timeout_ms": 1,
+    "linger_ms": 0,
+    "batch_size": 0,
+    "max_batch_records": 1,
+    "max_buffered_records": 1,
+    "max_request_records": 1,
+    "max_in_flight_requests": 1,
+    "delivery_timeout_ms": 1,
+    "request_timeout_ms": 1,
+    "max_block_ms": 0,
+    "retry_backoff_ms": 0,
+    "retry_backoff_max_ms": 0,
+    "metadata_max_age_ms": 0,
+}
 
 
 class AsyncProducer:
@@ -121,6 +142,7 @@ class AsyncProducer:
         metadata_max_age_ms: int = 300_000,
         _future_factory: Callable[[], Any] | None = None,
     ) -> None:
+        check_at_least(_OPTION_MINIMUMS, locals())  # the arguments, by name, as given
         if transactional_id is not None and not enable_idempotence:
             raise ValueError(
                 "a transactional producer is idempotent: enable_idempotence=False needs transactional_id=None"

@@ -149,6 +149,17 @@ def _on_loop(method: Callable) -> Callable:
     return call
 
 
+def _on_new_loop(name: str, make: Callable[[], T]) -> tuple[LoopThread, T]:
+    """A loop thread and the async client `make` makes for it; the thread is stopped again when
+    making the client fails (an option refused), so that no failed construction leaves a thread."""
+    loop = LoopThread(name)
+    try:
+        return loop, make()
+    except BaseException:
+        loop.stop()
+        raise
+
+
 class Producer:
     """A producer, idempotent by default, transactional with `transactional_id` (see AsyncProducer
     for every option). Thread-safe for send(); the transactional methods belong to one thread.
@@ -249,12 +260,9 @@ class Consumer:
     def __init__(
         self, url: str = DEFAULT_URL, *, group_id: str | None = None, token: str | None = None, **config: Any
     ) -> None:
-        self._loop = LoopThread("txbroker-consumer")
-        try:
-            self._core = AsyncConsumer(url, group_id=group_id, token=token, **config)
-        except BaseException:
-            self._loop.stop()
-            raise
+        self._loop, self._core = _on_new_loop(
+            "txbroker-consumer", lambda: AsyncConsumer(url, group_id=group_id, token=token, **config)
+        )
 
     def __enter__(self) -> Consumer:
         return self
@@ -341,8 +349,7 @@ class Admin:
     """Administration (see AsyncAdmin): topics, transactions, producers, markers, groups."""
 
     def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None, **config: Any) -> None:
-        self._loop = LoopThread("txbroker-admin")
-        self._core = AsyncAdmin(url, token=token, **config)
+        self._loop, self._core = _on_new_loop("txbroker-admin", lambda: AsyncAdmin(url, token=token, **config))
 
     def __enter__(self) -> Admin:
         return self
@@ -399,8 +406,9 @@ class TwoPhaseClient(Admin):
     """
 
     def __init__(self, url: str = DEFAULT_URL, *, token: str | None = None, **config: Any) -> None:
-        self._loop = LoopThread("txbroker-two-phase")
-        self._core = AsyncTwoPhaseClient(url, token=token, **config)
+        self._loop, self._core = _on_new_loop(
+            "txbroker-two-phase", lambda: AsyncTwoPhaseClient(url, token=token, **config)
+        )
 
     commit = _blocking(AsyncTwoPhaseClient.commit)
     abort = _blocking(AsyncTwoPhaseClient.abort)
