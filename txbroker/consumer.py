@@ -412,10 +412,25 @@ class AsyncConsumer:
         return task
 
     async def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
-        """The group's committed offsets (None: none); pending transactional ones are not visible."""
+        """The group's committed offsets (None: none). A read_committed consumer waits for an offset
+        a transaction is committing, up to default_api_timeout_ms, then TxbrokerTimeoutError, as
+        Kafka's consumer asks with require_stable under read_committed (KIP-447): an application that
+        seeks to what this answers then never goes back behind an offset its last transaction
+        committed. Before, it answered the offset before it. read_uncommitted: pending ones are not
+        visible."""
         coordinator = self._require_group("committed()")
         wanted = [TopicPartition(*tp) for tp in partitions]
-        found = await coordinator.fetch_committed(wanted, require_stable=False)
+        if self.isolation_level == "read_committed":
+            found, pending = await coordinator.fetch_stable(wanted, time.monotonic() + self._api_timeout_s)
+            if pending:
+                raise TxbrokerTimeoutError(
+                    f"committed(): group {self.group_id!r} has offsets of {', '.join(f'{tp.topic}-{tp.partition}' for tp in pending)} pending "
+                    f"in an open transaction (UNSTABLE_OFFSET_COMMIT) for default_api_timeout_ms "
+                    f"({self._api_timeout_s * 1000:.0f}): they are known once the transaction ends; call "
+                    f"committed() again later (the server aborts a transaction left open after its timeout)"
+                )
+        else:
+            found = await coordinator.fetch_committed(wanted, require_stable=False)
         result: dict[TopicPartition, int | None] = {}
         for tp in wanted:
             entry = found.get(tp)

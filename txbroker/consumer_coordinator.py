@@ -258,33 +258,47 @@ class ConsumerCoordinator:
             answered=_committed,
         )
 
-    async def position_from_committed(self, missing: list[TopicPartition], deadline: float) -> list[TopicPartition]:
-        """Sets the positions of `missing` to their committed offsets, read with require_stable:
-        waits out pending transactional commits (UNSTABLE_OFFSET_COMMIT) with backoff until
-        `deadline`. Returns the partitions without a committed offset (to reset); those still
-        pending at the deadline get no position: they wait for the next poll."""
-        to_reset: list[TopicPartition] = []
+    async def fetch_stable(
+        self, partitions: list[TopicPartition], deadline: float
+    ) -> tuple[Committed, list[TopicPartition]]:
+        """The committed offsets of `partitions`, read with require_stable: an offset a transaction
+        is committing (UNSTABLE_OFFSET_COMMIT, retriable) is asked again with backoff until `deadline`,
+        as Kafka's consumer does for read_committed (KIP-447). Returns what was found (a
+        non-retriable error raised) and the partitions still pending at the deadline."""
+        found: Committed = {}
         attempt = 0
-        while missing:
-            committed = await self.fetch_committed(missing, require_stable=True, deadline=deadline)
+        while partitions:
+            committed = await self.fetch_committed(partitions, require_stable=True, deadline=deadline)
             unstable = []
-            for tp in missing:
-                found = committed.get(tp)
-                if isinstance(found, TxbrokerError):
-                    if not found.retriable:
-                        raise found
+            for tp in partitions:
+                entry = committed.get(tp)
+                if isinstance(entry, TxbrokerError):
+                    if not entry.retriable:
+                        raise entry
                     unstable.append(tp)
-                elif found is None or found[0] < 0:
-                    to_reset.append(tp)
                 else:
-                    self._subscriptions.positions[tp] = found[0]
-            missing = unstable
-            if missing:
+                    found[tp] = entry
+            partitions = unstable
+            if partitions:
                 delay = self._backoff.delay_s(attempt)
                 if time.monotonic() + delay > deadline:
-                    break  # these wait for the next poll
+                    break
                 attempt += 1
                 await asyncio.sleep(delay)
+        return found, partitions
+
+    async def position_from_committed(self, missing: list[TopicPartition], deadline: float) -> list[TopicPartition]:
+        """Sets the positions of `missing` to their committed offsets, waiting out pending
+        transactional commits until `deadline` (fetch_stable). Returns the partitions without a
+        committed offset (to reset); those still pending at the deadline get no position: they wait
+        for the next poll."""
+        found, _ = await self.fetch_stable(missing, deadline)
+        to_reset: list[TopicPartition] = []
+        for tp, entry in found.items():
+            if entry is None or entry[0] < 0:
+                to_reset.append(tp)
+            else:
+                self._subscriptions.positions[tp] = entry[0]
         return to_reset
 
 

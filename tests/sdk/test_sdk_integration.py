@@ -515,3 +515,25 @@ def test_a_topic_created_after_the_subscription_gets_assigned(server):
             records = consumer.poll(timeout_ms=100)
         assert consumer.assignment() == {TopicPartition("later", 0)}
         assert [r.value for r in records] == [b"first"]
+
+
+def test_committed_under_read_committed_waits_for_an_offset_a_transaction_is_committing(server, admin):
+    """A read_committed consumer's committed() asks with require_stable, as Kafka's does (KIP-447):
+    while a transaction holds an offset of the group it is not answered, and once the transaction
+    commits it is that offset. Before, it answered the offset committed before the transaction, so an
+    application seeking to it read again what the transaction had already consumed."""
+    admin.create_topic("pending-in")
+    tp = TopicPartition("pending-in", 0)
+    waiting = {"group_id": "pending-group", "enable_auto_commit": False, "default_api_timeout_ms": 500, **FAST}
+    with Consumer(server.url, **waiting) as consumer:
+        consumer.commit({tp: OffsetAndMetadata(3, "")})
+        with Producer(server.url, transactional_id="pending-committer", **FAST) as producer:
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send_offsets_to_transaction({tp: OffsetAndMetadata(7, "")}, consumer.group_metadata())
+            with pytest.raises(errors.TxbrokerTimeoutError, match="pending-in-0 pending in an open transaction"):
+                consumer.committed([tp])
+            with Consumer(server.url, isolation_level="read_uncommitted", **waiting) as uncommitted:
+                assert uncommitted.committed([tp]) == {tp: 3}, "read_uncommitted: the pending offset is not visible"
+            producer.commit_transaction()
+        assert consumer.committed([tp]) == {tp: 7}
