@@ -398,13 +398,18 @@ def _error_for(method: str, path: str, response: httpx.Response, decoded: Any) -
     if isinstance(decoded, dict) and isinstance(decoded.get("error"), dict):
         error = errors.from_body(decoded["error"], response.status_code)
     else:  # not a contract error body: a proxy, or not a txbroker server
+        # Raised as the class of its code, so that `except InvalidRequestError` (a proxy's 413, an
+        # auth proxy's 401) and `except UnknownServerError` (a gateway's 502) catch it as they catch
+        # the server's own; before, it was the base TxbrokerError with that code.
         retriable = response.status_code >= 500
-        error = errors.TxbrokerError(
-            f"{method} {path} answered HTTP {response.status_code} without a txbroker error body: "
-            f"{response.text[:200]!r}",
-            code="UNKNOWN_SERVER_ERROR" if retriable else "INVALID_REQUEST",
-            retriable=retriable,
-            status=response.status_code,
+        error = errors.from_body(
+            {
+                "code": "UNKNOWN_SERVER_ERROR" if retriable else "INVALID_REQUEST",
+                "message": f"{method} {path} answered HTTP {response.status_code} without a txbroker error body: "
+                f"{response.text[:200]!r}",
+                "retriable": retriable,
+            },
+            response.status_code,
         )
     retry_after = response.headers.get("Retry-After")
     if retry_after:

@@ -4,8 +4,9 @@ contract's ListTransactions paging (`limit`, `after`) and the guarded admin abor
 from __future__ import annotations
 
 import httpx
+import pytest
 
-from txbroker import Admin, PreparedTransaction, TwoPhaseClient
+from txbroker import Admin, PreparedTransaction, TwoPhaseClient, errors
 from txbroker.admin import ABORTABLE_STATES, LIST_PAGE
 
 FAST = {"retry_backoff_ms": 1, "retry_backoff_max_ms": 5}
@@ -67,3 +68,21 @@ def test_prepared_transaction_is_one_type_wherever_it_is_imported():
     from txbroker.two_phase import PreparedTransaction as from_two_phase
 
     assert from_records is from_two_phase is PreparedTransaction
+
+
+def test_a_proxys_refusal_is_raised_as_the_class_of_its_code():
+    """A 4xx without a txbroker error body (a proxy's 413, an auth proxy's 401) is INVALID_REQUEST
+    and raised as InvalidRequestError, so `except InvalidRequestError` catches it as it catches the
+    server's own; before, it was the base TxbrokerError carrying that code."""
+
+    def proxy(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            413, headers={"Content-Type": "text/html"}, text="<html>413 Request Entity Too Large</html>"
+        )
+
+    with Admin("http://fake", transport=httpx.MockTransport(proxy), **FAST) as admin:
+        with pytest.raises(
+            errors.InvalidRequestError, match="answered HTTP 413 without a txbroker error body"
+        ) as raised:
+            admin.create_topic("big")
+    assert raised.value.code == "INVALID_REQUEST" and not raised.value.retriable and raised.value.status == 413
