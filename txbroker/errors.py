@@ -377,8 +377,10 @@ class InvalidResponseError(TxbrokerConnectionError):
 
 
 class TxbrokerTimeoutError(TxbrokerError):
-    """A client-side deadline (max_block_ms, delivery_timeout_ms, a future's timeout) passed. For a
-    commit, the transaction's outcome is not known yet: call commit_transaction() again to resume."""
+    """A client-side deadline (max_block_ms, delivery_timeout_ms, default_api_timeout_ms) passed.
+    For a commit, the transaction's outcome is not known yet: call commit_transaction() again to
+    resume. (A RecordFuture's `result(timeout)` that runs out raises Python's TimeoutError, as any
+    concurrent.futures.Future does: the record may still be delivered.)"""
 
     code = "TIMEOUT"
     default_retriable = True
