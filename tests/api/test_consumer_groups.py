@@ -233,6 +233,20 @@ def test_a_commit_with_require_advance_writes_only_past_the_committed_offset(cli
     assert committed_with_metadata(client, "g", [("t", 0)]) == [(1, "rewound")]
 
 
+def test_a_commit_with_require_advance_naming_a_partition_twice_writes_it_once(client):
+    """Each entry is judged against the offset as the entries before it in the request leave it:
+    both judged against the offset committed before, both were written and the second moved the
+    first back (7, then 5, answered as written)."""
+    twice = commit(client, "g", [("t", 0, 7, "first"), ("t", 0, 5, "older")], require_advance=True)
+    assert entry_codes(twice) == [None, "OFFSET_NOT_ADVANCED"]
+    assert "offset 7 committed" in twice[1]["error"]["message"]
+    assert committed_with_metadata(client, "g", [("t", 0)]) == [(7, "first")]
+    # One offset with two metadata: the first is written; its exact repeat is answered as written.
+    again = commit(client, "g", [("t", 0, 8, "a"), ("t", 0, 8, "b"), ("t", 0, 8, "a")], require_advance=True)
+    assert entry_codes(again) == [None, "OFFSET_NOT_ADVANCED", None]
+    assert committed_with_metadata(client, "g", [("t", 0)]) == [(8, "a")]
+
+
 def commit_first_offset(url: str, group: str, writer: int, start: threading.Barrier, answers: dict[int, dict]) -> None:
     """One writer's commit of offset 0 of t-0 with require_advance, begun with the others."""
     with httpx.Client(base_url=url, timeout=60) as own:
