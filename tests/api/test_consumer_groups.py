@@ -563,6 +563,22 @@ def test_txn_offsets_invisible_until_commit_and_unstable_meanwhile(client, produ
     ]
 
 
+def test_require_advance_binds_plain_commits_not_a_transactional_offset_appended_after(client, producer):
+    """What docs/api.md says of require_advance and pending transactional offsets: the check is
+    against the committed offset, and a TxnOffsetCommit appended after a plain commit replaces it
+    when its transaction commits (Kafka's "appended last wins"), lower or not; one appended before
+    the plain commit writes nothing over it."""
+    assert entry_codes(commit(client, "g", [("t", 0, 5, "plain")], require_advance=True)) == [None]
+    assert producer.send("u", 0, "out-1").status_code == 200
+    staged = txn_offset_commit(client, producer, "g", [("t", 0, 3, "txn"), ("t", 1, 9, "txn")])
+    assert entry_codes(staged.json()["offsets"]) == [None, None]
+    # Pending, the transactional 9 is not committed: a plain 4 of t-1 is past nothing, and written.
+    assert entry_codes(commit(client, "g", [("t", 1, 4, "plain")], require_advance=True)) == [None]
+    assert producer.commit()["state"] == "CompleteCommit"
+    assert committed_with_metadata(client, "g", [("t", 0), ("t", 1)]) == [(3, "txn"), (4, "plain")]
+    assert entry_codes(commit(client, "g", [("t", 0, 4, "again")], require_advance=True)) == [None]
+
+
 def test_abort_discards_txn_offsets_and_the_previous_commit_stays(client, producer):
     commit(client, "g", [("t", 0, 3, "before")])
     response = txn_offset_commit(client, producer, "g", [("t", 0, 99, "doomed"), ("t", 2, 99)])
