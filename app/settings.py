@@ -10,6 +10,11 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# The shortest worker_hang_timeout_ms but 0: three of a worker's beats (one a second,
+# app/runtime/worker_processes.py WORKER_BEAT_INTERVAL_S), so that a beat a little late, or read a
+# poll interval late by the supervisor, is not taken for a hang.
+WORKER_HANG_TIMEOUT_MIN_MS = 3000
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TXBROKER_", extra="ignore")
@@ -40,7 +45,7 @@ class Settings(BaseSettings):
         ge=0,
         description="with several workers, how long the supervisor waits to hear from a worker's event loop "
         "before it kills the worker as hung, which stops the node for its service manager to restart, as a "
-        "worker's death does; 0: never",
+        f"worker's death does; 0: never, else at least {WORKER_HANG_TIMEOUT_MIN_MS}",
     )
     advertised_url: str | None = Field(None, description="the URL clients reach this node at (default: from host/port)")
 
@@ -212,6 +217,21 @@ class Settings(BaseSettings):
                     f"to trust every peer, which lets any client name any address, write 0.0.0.0/0,::/0"
                 ) from None
         return ",".join(networks)
+
+    @field_validator("worker_hang_timeout_ms")
+    @classmethod
+    def _hang_timeout_above_the_beats(cls, timeout_ms: int) -> int:
+        """A ready worker beats every second, and the supervisor reads the beats every half second: a
+        timeout near that kills healthy workers (900 ms stopped an idle node within seconds), so the
+        server refuses to start with one below WORKER_HANG_TIMEOUT_MIN_MS instead."""
+        if 0 < timeout_ms < WORKER_HANG_TIMEOUT_MIN_MS:
+            raise ValueError(
+                f"worker_hang_timeout_ms {timeout_ms} is shorter than {WORKER_HANG_TIMEOUT_MIN_MS}: a worker's "
+                f"event loop tells the supervisor it runs once a second, so a timeout that short kills workers "
+                f"that are not hung; set at least {WORKER_HANG_TIMEOUT_MIN_MS} (default 60000), or 0 to kill none "
+                f"(TXBROKER_WORKER_HANG_TIMEOUT_MS)"
+            )
+        return timeout_ms
 
     @field_validator("group_max_session_timeout_ms")
     @classmethod

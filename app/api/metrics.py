@@ -24,6 +24,7 @@ import hashlib
 import os
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Annotated
 
 import asyncpg
@@ -163,29 +164,64 @@ class Metrics:
 
 class ScrapeKeys:
     """The API keys a worker lately found valid for a scrape (SCRAPE_KEY_BELIEVED_S), by their
-    SHA-256: the key itself is not kept."""
+    SHA-256: the key itself is not kept.
+
+    Checks of one key may overlap (concurrent scrapes), and one that began before the key was
+    revoked may end after another found it revoked: its "valid" is then older than that finding
+    and must not make the key believed again (it did, and a revoked key was answered 200 while the
+    pool was busy). So each check is a `KeyCheck` numbered at its start, and a key found invalid
+    is remembered as refuted from then on while other checks of it are in flight; a valid finding
+    of a check that began before that is not kept. Only keys being checked are remembered so (a
+    flood of bad keys evicts none of the keys found valid)."""
 
     def __init__(self) -> None:
         self._checked: dict[bytes, tuple[Principal, float]] = {}
+        self._started = 0  # the number of the latest check begun
+        self._in_flight: dict[bytes, int] = {}  # by digest, how many checks of the key run
+        self._refuted: dict[bytes, int] = {}  # by digest, the latest check begun when the key was found invalid
 
     @staticmethod
     def _digest(token: str) -> bytes:
         return hashlib.sha256(token.encode()).digest()
 
-    def found_valid(self, token: str, principal: Principal, now_s: float) -> None:
+    def begin_check(self, token: str) -> KeyCheck:
         digest = self._digest(token)
+        self._started += 1
+        self._in_flight[digest] = self._in_flight.get(digest, 0) + 1
+        return KeyCheck(digest, self._started)
+
+    def found_valid(self, check: KeyCheck, principal: Principal, now_s: float) -> None:
+        digest = check.digest
+        if check.number <= self._refuted.get(digest, 0):
+            return  # begun before a check that found the key invalid: that finding stands
         self._checked.pop(digest, None)  # moved to the end: the dict is in order of last check
         self._checked[digest] = (principal, now_s)
         while len(self._checked) > SCRAPE_KEYS_KEPT:
             del self._checked[next(iter(self._checked))]
 
-    def found_invalid(self, token: str) -> None:
-        self._checked.pop(self._digest(token), None)
+    def found_invalid(self, check: KeyCheck) -> None:
+        """PostgreSQL found the key unknown or revoked: checks of it begun until now find nothing."""
+        self._checked.pop(check.digest, None)
+        self._refuted[check.digest] = self._started
+
+    def end_check(self, check: KeyCheck) -> None:
+        """Every check ends so, whatever it found (a failed one found nothing, and changes nothing)."""
+        digest = check.digest
+        self._in_flight[digest] -= 1
+        if not self._in_flight[digest]:
+            del self._in_flight[digest]
+            self._refuted.pop(digest, None)
 
     def believed(self, token: str, now_s: float) -> Principal | None:
         """The principal the key was found to belong to, if that was within SCRAPE_KEY_BELIEVED_S."""
         checked = self._checked.get(self._digest(token))
         return checked[0] if checked is not None and now_s - checked[1] <= SCRAPE_KEY_BELIEVED_S else None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyCheck:
+    digest: bytes
+    number: int  # ScrapeKeys' count of checks begun, this one included
 
 
 async def scrape_principal(request: Request) -> Principal:
@@ -197,6 +233,7 @@ async def scrape_principal(request: Request) -> Principal:
         return ANONYMOUS
     token = presented_token(request)
     keys: ScrapeKeys = request.app.state.metrics.scrape_keys
+    check = keys.begin_check(token)
     try:
         principal = await token_principal(request, token, wait_for_connection_s=SCRAPE_CONNECTION_WAIT_S)
     except CONNECTION_ERRORS:  # TimeoutError among them
@@ -204,11 +241,14 @@ async def scrape_principal(request: Request) -> Principal:
         if believed is None:
             raise
         return believed
-    if principal is None:
-        keys.found_invalid(token)
-        raise unknown_token()
-    keys.found_valid(token, principal, time.monotonic())
-    return principal
+    else:
+        if principal is None:
+            keys.found_invalid(check)
+            raise unknown_token()
+        keys.found_valid(check, principal, time.monotonic())
+        return principal
+    finally:
+        keys.end_check(check)
 
 
 class _Scrape:

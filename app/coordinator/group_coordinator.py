@@ -189,6 +189,30 @@ def _not_advancing(
     )
 
 
+def _advancing(
+    group_id: str,
+    entries: list[OffsetEntry],
+    errors: list[BrokerError | None],
+    committed: dict[tuple[str, int], OffsetEntry],
+) -> tuple[list[BrokerError | None], list[OffsetEntry]]:
+    """A commit with require_advance: (each entry's error, the entries to write). The entries are
+    judged in the request's order, each against the committed offset as the entries before it leave
+    it, so a partition the request names twice is written at most once, and never moved back by its
+    second entry (judged both against the offset committed before, both were written, the last
+    over the first). A repeat of the commit that wrote the committed offset is answered as written:
+    nothing is written again."""
+    judged: list[BrokerError | None] = []
+    written: list[OffsetEntry] = []
+    for entry, error in zip(entries, errors):
+        error = error or _not_advancing(group_id, entry, committed)
+        judged.append(error)
+        key = (entry.topic, entry.partition)
+        if error is None and committed.get(key) != entry:
+            written.append(entry)
+            committed[key] = entry
+    return judged, written
+
+
 def _re_created_since(group_id: str, generation_id: int, topic: str) -> BrokerError:
     return BrokerError(
         ErrorCode.ILLEGAL_GENERATION,
@@ -607,13 +631,7 @@ class GroupCoordinator:
                 committed = await group_offsets.committed_under_lock(
                     conn, offsets_topic, partition.partition, group_id, [(e.topic, e.partition) for e in written]
                 )
-                errors = [error or _not_advancing(group_id, e, committed) for e, error in zip(entries, errors)]
-                # A repeat of the commit that wrote the committed offset is answered as written: nothing changes.
-                written = [
-                    e
-                    for e, error in zip(entries, errors)
-                    if error is None and committed.get((e.topic, e.partition)) != e
-                ]
+                errors, written = _advancing(group_id, entries, errors, committed)
             if await _nothing_accepted(conn, group_id, created, errors):
                 return errors
             await group_offsets.commit(conn, offsets_topic, partition.partition, group_id, written, now)

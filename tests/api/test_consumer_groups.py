@@ -233,6 +233,20 @@ def test_a_commit_with_require_advance_writes_only_past_the_committed_offset(cli
     assert committed_with_metadata(client, "g", [("t", 0)]) == [(1, "rewound")]
 
 
+def test_a_commit_with_require_advance_naming_a_partition_twice_writes_it_once(client):
+    """Each entry is judged against the offset as the entries before it in the request leave it:
+    both judged against the offset committed before, both were written and the second moved the
+    first back (7, then 5, answered as written)."""
+    twice = commit(client, "g", [("t", 0, 7, "first"), ("t", 0, 5, "older")], require_advance=True)
+    assert entry_codes(twice) == [None, "OFFSET_NOT_ADVANCED"]
+    assert "offset 7 committed" in twice[1]["error"]["message"]
+    assert committed_with_metadata(client, "g", [("t", 0)]) == [(7, "first")]
+    # One offset with two metadata: the first is written; its exact repeat is answered as written.
+    again = commit(client, "g", [("t", 0, 8, "a"), ("t", 0, 8, "b"), ("t", 0, 8, "a")], require_advance=True)
+    assert entry_codes(again) == [None, "OFFSET_NOT_ADVANCED", None]
+    assert committed_with_metadata(client, "g", [("t", 0)]) == [(8, "a")]
+
+
 def commit_first_offset(url: str, group: str, writer: int, start: threading.Barrier, answers: dict[int, dict]) -> None:
     """One writer's commit of offset 0 of t-0 with require_advance, begun with the others."""
     with httpx.Client(base_url=url, timeout=60) as own:
@@ -547,6 +561,22 @@ def test_txn_offsets_invisible_until_commit_and_unstable_meanwhile(client, produ
         ("t", 0, 10),
         ("t", 1, 4),
     ]
+
+
+def test_require_advance_binds_plain_commits_not_a_transactional_offset_appended_after(client, producer):
+    """What docs/api.md says of require_advance and pending transactional offsets: the check is
+    against the committed offset, and a TxnOffsetCommit appended after a plain commit replaces it
+    when its transaction commits (Kafka's "appended last wins"), lower or not; one appended before
+    the plain commit writes nothing over it."""
+    assert entry_codes(commit(client, "g", [("t", 0, 5, "plain")], require_advance=True)) == [None]
+    assert producer.send("u", 0, "out-1").status_code == 200
+    staged = txn_offset_commit(client, producer, "g", [("t", 0, 3, "txn"), ("t", 1, 9, "txn")])
+    assert entry_codes(staged.json()["offsets"]) == [None, None]
+    # Pending, the transactional 9 is not committed: a plain 4 of t-1 is past nothing, and written.
+    assert entry_codes(commit(client, "g", [("t", 1, 4, "plain")], require_advance=True)) == [None]
+    assert producer.commit()["state"] == "CompleteCommit"
+    assert committed_with_metadata(client, "g", [("t", 0), ("t", 1)]) == [(3, "txn"), (4, "plain")]
+    assert entry_codes(commit(client, "g", [("t", 0, 4, "again")], require_advance=True)) == [None]
 
 
 def test_abort_discards_txn_offsets_and_the_previous_commit_stays(client, producer):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import re
 import threading
 import time
@@ -313,6 +314,22 @@ def test_a_node_started_while_postgresql_is_down_starts_once_it_is_back(own_post
         server.close()
 
 
+def _create_scraper_principal(admin: httpx.Client) -> None:
+    """The principal "prometheus", allowed what a scrape needs (Describe on the Cluster)."""
+    admin.post("/v1/principals", json={"name": "prometheus"}).raise_for_status()
+    admin.post(
+        "/v1/acls",
+        json={
+            "principal": "prometheus",
+            "resource_type": "Cluster",
+            "resource_name": "txbroker-cluster",
+            "operation": "Describe",
+            "permission": "allow",
+            "pattern_type": "literal",
+        },
+    ).raise_for_status()
+
+
 def test_a_scrape_with_auth_required_is_answered_while_postgresql_is_away(own_postgres, server_process):
     """With `auth` required, a scrape's key is checked in PostgreSQL; while it is away, a key this
     worker found valid lately is believed, so the counters (the 503s) are still scraped. A key never
@@ -329,18 +346,7 @@ def test_a_scrape_with_auth_required_is_answered_while_postgresql_is_away(own_po
 
     admin = {"Authorization": f"Bearer {admin_token}"}
     with httpx.Client(base_url=server.url, headers=admin, timeout=30) as client:
-        client.post("/v1/principals", json={"name": "prometheus"}).raise_for_status()
-        client.post(
-            "/v1/acls",
-            json={
-                "principal": "prometheus",
-                "resource_type": "Cluster",
-                "resource_name": "txbroker-cluster",
-                "operation": "Describe",
-                "permission": "allow",
-                "pattern_type": "literal",
-            },
-        ).raise_for_status()
+        _create_scraper_principal(client)
         scraper = client.post("/v1/principals/prometheus/keys").json()["token"]
         unscraped = client.post("/v1/principals/prometheus/keys").json()["token"]
         revoked = client.post("/v1/principals/prometheus/keys").json()
@@ -365,3 +371,82 @@ def test_a_scrape_with_auth_required_is_answered_while_postgresql_is_away(own_po
         assert scrape(unscraped).status_code == 200
         assert scrape(revoked["token"]).status_code == 401
         assert scrape("never-a-key").status_code == 401
+
+
+def test_a_key_found_revoked_is_not_believed_on_the_word_of_a_check_that_began_before(database_url, server_process):
+    """A scrape's check of its key that began before the key was revoked, and ended after another
+    scrape of this worker found it revoked, must not make the worker believe the key again: with
+    every pooled connection busy (PostgreSQL cannot check the key within the scrape's wait), the
+    revoked key was answered 200. Here the first check is held between its two statements (the key's
+    row, then its ACL rules) by a lock on the ACL table, and the pool (2 connections) is then filled
+    by scrapes held the same way."""
+    admin_token = "scrape-race-admin"
+    server = server_process(
+        "--database-url",
+        database_url,
+        env={"TXBROKER_AUTH": "required", "TXBROKER_ADMIN_TOKEN": admin_token, "TXBROKER_DATABASE_POOL_SIZE": "2"},
+    )
+
+    def scrape(token: str) -> httpx.Response:
+        return httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {token}"}, timeout=60)
+
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {admin_token}"}, timeout=30) as admin:
+        _create_scraper_principal(admin)
+        revoked = admin.post("/v1/principals/prometheus/keys").json()
+        filler = admin.post("/v1/principals/prometheus/keys").json()["token"]
+
+    answers: dict[str, list[int]] = {"held": [], "fillers": []}
+
+    def scrape_into(name: str, token: str) -> threading.Thread:
+        thread = threading.Thread(target=lambda: answers[name].append(scrape(token).status_code))
+        thread.start()
+        return thread
+
+    async def scenario() -> None:
+        locker = await asyncpg.connect(database_url)
+        observer = await asyncpg.connect(database_url)
+
+        async def held_on_acls(count: int) -> None:
+            waiting = (
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM acls%'"
+            )
+            deadline = time.monotonic() + 30
+            while await observer.fetchval(waiting) < count:
+                assert time.monotonic() < deadline, "the scrapes' checks did not reach the ACL table's lock"
+                await asyncio.sleep(0.05)
+
+        try:
+            locker_txn = locker.transaction()
+            await locker_txn.start()
+            await locker.execute("LOCK TABLE acls IN ACCESS EXCLUSIVE MODE")
+            held = scrape_into("held", revoked["token"])  # finds the key's row, then waits for the ACLs
+            await held_on_acls(1)
+            # Revoked now (as DELETE .../keys/{id} does; the API's own check of the admin would wait on the lock too).
+            await observer.execute(
+                "UPDATE api_keys SET revoked_ms = $1 WHERE token_sha256 = $2",
+                int(time.time() * 1000),
+                hashlib.sha256(revoked["token"].encode()).digest(),
+            )
+            # The pool's other connection: PostgreSQL says the key is revoked (no ACL read for it).
+            assert (await asyncio.to_thread(scrape, revoked["token"])).status_code == 401
+            await locker_txn.commit()  # the first check goes on, with the key's row it read before
+            await asyncio.to_thread(held.join, 60)
+            assert answers["held"] == [200]  # its check began while the key was valid
+
+            locker_txn = locker.transaction()
+            await locker_txn.start()
+            await locker.execute("LOCK TABLE acls IN ACCESS EXCLUSIVE MODE")
+            fillers = [scrape_into("fillers", filler) for _ in range(2)]
+            await held_on_acls(2)  # both pooled connections are busy: no check within the scrape's wait
+            answered = await asyncio.to_thread(scrape, revoked["token"])
+            await locker_txn.commit()
+            for thread in fillers:
+                await asyncio.to_thread(thread.join, 60)
+            assert answers["fillers"] == [200, 200]
+            assert answered.status_code == 503, f"a key this worker found revoked was believed: {answered.text[:300]}"
+            _assert_retriable_unavailable(answered)
+        finally:
+            await locker.close()
+            await observer.close()
+
+    asyncio.run(scenario())

@@ -16,6 +16,7 @@ import asyncpg
 import httpx
 import pytest
 
+from app.settings import Settings
 from app.storage.migrations import SchemaNewerThanCode
 from tests.conftest import ServerProcess, process_alive
 
@@ -227,6 +228,26 @@ def test_a_node_stopped_as_a_whole_is_not_taken_for_hung_workers(server_process,
     assert server.process.poll() is None, server.log_path.read_text()[-3000:]
     assert worker_pids(server.pid) == workers
     assert httpx.get(f"{server.url}/v1/health", timeout=30).status_code == 200
+
+
+def test_a_hang_timeout_as_short_as_the_beats_is_refused(database_url):
+    """A worker beats once a second and the supervisor reads its beats every half second: 900 ms
+    killed the workers of an idle, healthy node within seconds (the node stopped, exit 1). The server
+    refuses to start with a timeout under three beats instead, saying which values it takes."""
+    with pytest.raises(ValueError, match="worker_hang_timeout_ms 900 is shorter than 3000"):
+        Settings(worker_hang_timeout_ms=900)
+    assert Settings(worker_hang_timeout_ms=3000).worker_hang_timeout_ms == 3000
+    assert Settings(worker_hang_timeout_ms=0).worker_hang_timeout_ms == 0  # never
+    server = ServerProcess(
+        "--database-url", database_url, "--workers", str(WORKERS), env={"TXBROKER_WORKER_HANG_TIMEOUT_MS": "900"}
+    )
+    try:
+        with pytest.raises(RuntimeError, match="exited with 2 before it was healthy") as refused:
+            server.start(timeout_s=30)
+        assert "worker_hang_timeout_ms 900 is shorter than 3000" in str(refused.value)
+        assert "Traceback" not in str(refused.value)
+    finally:
+        server.close()
 
 
 def workers_of(supervisor_pid: int) -> list[int]:
