@@ -64,8 +64,8 @@ SCRAPE_CONNECTION_WAIT_S = 1.0
 # With `auth` required, how long after this worker last found a scrape's API key valid the key is
 # still believed when PostgreSQL cannot check it again within SCRAPE_CONNECTION_WAIT_S (it is away,
 # or every pooled connection is busy): the scrape is then answered, as the counters matter most
-# then, rather than 503 or a wait. A key revoked meanwhile is refused as soon as PostgreSQL answers
-# again. Five minutes: an outage's length in the scrapes of a Prometheus that scrapes every 15 s.
+# then, rather than 503 or a wait. A key revoked meanwhile is refused at the first scrape whose check
+# PostgreSQL answers. Five minutes: an outage's length in the scrapes of a Prometheus that scrapes every 15 s.
 SCRAPE_KEY_BELIEVED_S = 300.0
 # The most keys a worker keeps for that (the scrapers of a node are few; an old key goes first).
 SCRAPE_KEYS_KEPT = 64
