@@ -423,8 +423,9 @@ class AsyncConsumer:
         if self.isolation_level == "read_committed":
             found, pending = await coordinator.fetch_stable(wanted, time.monotonic() + self._api_timeout_s)
             if pending:
+                named = ", ".join(f"{tp.topic}-{tp.partition}" for tp in pending)
                 raise TxbrokerTimeoutError(
-                    f"committed(): group {self.group_id!r} has offsets of {', '.join(f'{tp.topic}-{tp.partition}' for tp in pending)} pending "
+                    f"committed(): group {self.group_id!r} has offsets of {named} pending "
                     f"in an open transaction (UNSTABLE_OFFSET_COMMIT) for default_api_timeout_ms "
                     f"({self._api_timeout_s * 1000:.0f}): they are known once the transaction ends; call "
                     f"committed() again later (the server aborts a transaction left open after its timeout)"
