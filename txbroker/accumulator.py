@@ -199,6 +199,25 @@ class RecordAccumulator:
                 soonest = wait if soonest is None else min(soonest, wait)
         return soonest
 
+    def expire(self, now: float, delivery_timeout_s: float) -> list[ProducerBatch]:
+        """Removes and returns the batches that have waited delivery_timeout_s since their first
+        record, whatever held them back (Kafka's expiredBatches): the partition's batch in flight,
+        every request slot taken, a lingering batch. None of them was sent, so none has a sequence."""
+        expired: list[ProducerBatch] = []
+        with self._lock:
+            for queue in self._queues.values():
+                while queue and now - queue[0].created >= delivery_timeout_s:
+                    batch = queue.popleft()
+                    self._buffered -= len(batch.records)
+                    expired.append(batch)
+        return expired
+
+    def next_expiry_in(self, now: float, delivery_timeout_s: float) -> float | None:
+        """Seconds until the oldest waiting batch expires, None if none waits."""
+        with self._lock:
+            oldest = min((queue[0].created for queue in self._queues.values() if queue), default=None)
+        return None if oldest is None else max(0.0, oldest + delivery_timeout_s - now)
+
     def unsent(self) -> list[ProducerBatch]:
         with self._lock:
             return [batch for queue in self._queues.values() for batch in queue]

@@ -24,6 +24,8 @@ The answer to each error, as a table (see `_action_for`):
 |-----------------------------------------|--------------------------------|-------------------------|
 | retriable (connection, CONCURRENT_...)  | retry until delivery_timeout   | same                    |
 | delivery_timeout passed, outcome unknown| fail records, bump epoch       | abortable               |
+| delivery_timeout passed in the buffer,  | fail records (never sent: no   | abortable               |
+| never sent                              | sequence taken, same epoch)    |                         |
 | UNKNOWN_PRODUCER_ID                     | new producer id, resend (none  | fatal                   |
 |                                         | to be had: fail, bump epoch)   |                         |
 | OUT_OF_ORDER_SEQUENCE_NUMBER            | fatal                          | abortable               |
@@ -221,6 +223,7 @@ class Sender:
                 await self._wakeup.wait()
                 continue
             now = time.monotonic()
+            self._expire_unsent(now)
             busy = set(self._in_flight)
             can_send = len(self._requests) < self._max_in_flight and not self._bump_epoch
             if can_send:
@@ -228,11 +231,34 @@ class Sender:
                 if batches:
                     self._dispatch(batches)
                     continue
-            wait = self._accumulator.next_ready_in(now, busy) if can_send else None
+            ready = self._accumulator.next_ready_in(now, busy) if can_send else None
+            expiry = self._accumulator.next_expiry_in(now, self._delivery_timeout_s)
+            wait = min((w for w in (ready, expiry) if w is not None), default=None)
             try:
                 await asyncio.wait_for(self._wakeup.wait(), timeout=wait)
             except asyncio.TimeoutError:
                 pass
+
+    def _expire_unsent(self, now: float) -> None:
+        """Fails the batches that waited in the buffer for delivery_timeout_ms without being sent,
+        as Kafka's producer expires them. They were never sent, so nothing of them was written and
+        no sequence was taken: an idempotent producer goes on in its epoch; a transaction lost
+        records, so it can only abort."""
+        expired = self._accumulator.expire(now, self._delivery_timeout_s)
+        if not expired:
+            return
+        error: TxbrokerError = errors.TxbrokerTimeoutError(
+            f"{sum(len(b.records) for b in expired)} records to {sorted({str(b.tp) for b in expired})} waited "
+            f"in the producer's buffer for delivery_timeout_ms ({self._delivery_timeout_s * 1000:.0f}) without "
+            f"being sent ({len(self._requests)} of max_in_flight_requests ({self._max_in_flight}) requests in "
+            f"flight, {len(self._in_flight)} partitions with a batch in flight): they were not written; send "
+            f"them again, or raise delivery_timeout_ms or max_in_flight_requests if the server is slow"
+        )
+        if self._tm.is_transactional:
+            error = self._tm.fail_abortable(error)
+        for batch in expired:
+            batch.fail(error)
+        self._signal_progress()
 
     def _fail_everything(self, error: TxbrokerError | None) -> None:
         if error is not None and self._accumulator.fail_all(error):

@@ -18,7 +18,7 @@ import pytest
 
 from tests.api.test_log_lifecycle import sql
 from tests.sdk.test_sdk_integration import FAST, read_all
-from txbroker import Admin, Consumer, Producer, RecordMetadata, TopicPartition, errors
+from txbroker import Admin, Consumer, Producer, RecordMetadata, TopicPartition, TransactionState, errors
 from txbroker.wire import partition_for_key
 
 INT32_MAX = 2**31 - 1
@@ -373,6 +373,66 @@ def test_prepare_transaction_blocks_at_most_max_block_ms_and_resumes(server):
         assert producer.prepare_transaction() == prepared
         producer.commit_transaction()
     assert [r.value for r in read_all(server.url, "slow-prepare", 1)] == [b"r0", b"r1", b"r2"]
+
+
+def send_one_held_then_one_waiting(producer: Producer, topic: str) -> tuple:
+    """A record to partition 0 whose request is held (FirstRequestsHeld), taking the producer's one
+    request slot, then a record to partition 1 that waits in the buffer behind it."""
+    held = producer.send(topic, value="held", partition=0)
+    time.sleep(0.2)  # its request is on its way, held
+    return held, producer.send(topic, value="waiting", partition=1)
+
+
+WAITED = "waited in the producer's buffer for delivery_timeout_ms"
+
+
+def test_a_record_waiting_in_the_buffer_past_delivery_timeout_ms_fails_unwritten(server):
+    """A record that cannot be sent (max_in_flight_requests taken by a request the server is slow to
+    answer) fails after delivery_timeout_ms with TxbrokerTimeoutError, as Kafka's producer expires
+    the batches waiting in its accumulator; it was never sent, so the idempotent producer goes on in
+    its epoch at the partition's next sequence. Before, the timeout was checked only after a send
+    attempt failed: the record waited for the slot (here 3 s, up to request_timeout_ms and more)."""
+    with Admin(server.url) as admin:
+        admin.create_topic("buffered", partitions=2)
+    transport = FirstRequestsHeld(3, "/v1/produce")
+    options = {"linger_ms": 0, "max_in_flight_requests": 1, "delivery_timeout_ms": 1000, **FAST}
+    with Producer(server.url, transport=transport, **options) as producer:
+        held, waiting = send_one_held_then_one_waiting(producer, "buffered")
+        started = time.monotonic()
+        with pytest.raises(errors.TxbrokerTimeoutError, match=WAITED):
+            waiting.result(10)
+        took = time.monotonic() - started
+        assert took < 2, f"the waiting record failed after {took:.1f} s with delivery_timeout_ms=1000"
+        assert held.result(10) == RecordMetadata("buffered", 0, 0)
+        epoch = producer.producer_epoch
+        assert producer.send("buffered", value="after", partition=1).result(10) == RecordMetadata("buffered", 1, 0)
+        assert producer.producer_epoch == epoch, "nothing of the expired batch was sent: no new epoch"
+    assert sorted(r.value for r in read_all(server.url, "buffered", 2)) == [b"after", b"held"]
+
+
+def test_a_transactions_record_waiting_in_the_buffer_past_delivery_timeout_ms_makes_it_abortable(server):
+    """In a transaction, a record expired in the buffer is lost to it: the transaction can only
+    abort (Kafka's producer enters its abortable error state); after the abort the next one
+    commits. Before, the record waited for the request slot and the transaction committed."""
+    with Admin(server.url) as admin:
+        admin.create_topic("buffered-txn", partitions=2)
+    transport = FirstRequestsHeld(3, "/v1/produce")
+    options = {"linger_ms": 0, "max_in_flight_requests": 1, "delivery_timeout_ms": 1000, **FAST}
+    with Producer(server.url, transactional_id="buffered-txn", transport=transport, **options) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        _, waiting = send_one_held_then_one_waiting(producer, "buffered-txn")
+        with pytest.raises(errors.TxbrokerTimeoutError, match=WAITED) as raised:
+            waiting.result(10)
+        assert raised.value.abortable
+        assert producer.transaction_state is TransactionState.ABORTABLE_ERROR
+        with pytest.raises(errors.TxbrokerTimeoutError, match=WAITED):
+            producer.commit_transaction()
+        producer.abort_transaction()
+        producer.begin_transaction()
+        producer.send("buffered-txn", value="after", partition=1)
+        producer.commit_transaction()
+    assert [r.value for r in read_all(server.url, "buffered-txn", 2)] == [b"after"]
 
 
 class OddAnswers:
