@@ -37,11 +37,6 @@ def _id_path(transactional_id: str) -> str:
 
 
 class AsyncAdmin:
-    # Whether `_once` sends a mutation again after a lost answer (or one that is not the
-    # contract's): its outcome is unknown, and a retry of one that was applied may be refused
-    # (TOPIC_ALREADY_EXISTS), so Admin does not.
-    _resends_unanswered = False
-
     def __init__(
         self,
         url: str = DEFAULT_URL,
@@ -100,15 +95,18 @@ class AsyncAdmin:
         params: Mapping | None = None,
         what: str | None = None,
         read: Callable[[Any], Any] | None = None,
+        resend_unanswered: bool = False,
     ) -> Any:
-        """Sent again after an error answer (the server did nothing); after a lost one, or one that
-        is not the contract's (the fields `read` reads missing), only when `_resends_unanswered`."""
+        """A change, sent again after a retriable error answer (the server did nothing). After a lost
+        answer, or one that is not the contract's (the fields `read` reads missing), its outcome is
+        unknown and a retry of one that was applied may be refused (TOPIC_ALREADY_EXISTS), so it is
+        sent again only when the caller says it is safe to repeat (`resend_unanswered`: EndTxn)."""
 
         async def call() -> Any:
             try:
                 return await self._connection.request(method, path, body, params=params, read=read)
             except TxbrokerConnectionError as error:
-                if self._resends_unanswered:
+                if resend_unanswered:
                     raise
                 raise error.with_category() from error
 
@@ -212,13 +210,28 @@ class AsyncAdmin:
         with `producer_id` and `producer_epoch` (as listed), only if the producer is still that one;
         with `start_time_ms` (as listed), only if the open transaction is still the one that started
         then (a Kafka client's producer id and epoch carry over from one transaction to the next)."""
+        return await self._abort(transactional_id, producer_id, producer_epoch, start_time_ms)
+
+    async def _abort(
+        self,
+        transactional_id: str,
+        producer_id: int | None = None,
+        producer_epoch: int | None = None,
+        start_time_ms: int | None = None,
+        *,
+        resend_unanswered: bool = False,
+    ) -> dict:
         params: dict | None = None
         if producer_id is not None:
             params = {"producer_id": producer_id, "producer_epoch": producer_epoch}
         if start_time_ms is not None:
             params = {**(params or {}), "start_time_ms": start_time_ms}
         return await self._once(
-            "POST", _id_path(transactional_id) + "/abort", params=params, what=f"abort {transactional_id!r}"
+            "POST",
+            _id_path(transactional_id) + "/abort",
+            params=params,
+            what=f"abort {transactional_id!r}",
+            resend_unanswered=resend_unanswered,
         )
 
     async def find_hanging_transactions(self, min_duration_ms: int = DEFAULT_HANGING_MS) -> list[dict]:

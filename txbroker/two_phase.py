@@ -41,16 +41,16 @@ class AsyncTwoPhaseClient(AsyncAdmin):
     """Completes prepared transactions and finds open ones: an Admin (same connection, retries and
     life cycle) with the operations of an external two-phase coordinator. Every call retries
     retriable errors (the server unreachable, CONCURRENT_TRANSACTIONS) for up to
-    `default_api_timeout_ms` (longer than Admin's default: a commit must get through)."""
+    `default_api_timeout_ms` (longer than Admin's default: a commit must get through).
+
+    Its own changes (commit, abort, abort_open) are sent again after a lost answer too: they are
+    safe to repeat (an EndTxn's retry answers the same outcome; an abort's finds nothing open, which
+    abort_open reports as False and abort as done). The changes inherited from Admin (create_topic,
+    abort_transaction, ...) are Admin's, sent once after a lost answer: a retry of one that was
+    applied would report what did happen (TOPIC_ALREADY_EXISTS)."""
 
     def __init__(self, url: str = DEFAULT_URL, *, default_api_timeout_ms: int = 120_000, **config: Any) -> None:
         super().__init__(url, default_api_timeout_ms=default_api_timeout_ms, **config)
-
-    # Unlike Admin, sent again after a lost answer too: a coordinator's calls are safe to repeat (an
-    # EndTxn's retry answers the same outcome; an abort's finds nothing open, which abort_open
-    # reports as False and abort as done). Admin's other mutations, inherited, are sent again too
-    # and may then report what did happen (TOPIC_ALREADY_EXISTS): use an Admin for those.
-    _resends_unanswered = True
 
     # ---- completing
 
@@ -106,6 +106,7 @@ class AsyncTwoPhaseClient(AsyncAdmin):
             {"transactional_id": tid, "producer_id": producer_id, "producer_epoch": epoch, "committed": commit},
             what=f"EndTxn({'commit' if commit else 'abort'} {tid!r})",
             read=itemgetter("state"),
+            resend_unanswered=True,
         )
 
     async def abort_open(
@@ -114,9 +115,10 @@ class AsyncTwoPhaseClient(AsyncAdmin):
         """Fences the transactional id's producer and aborts its open (Ongoing or Prepared)
         transaction, for orphans whose producer ids the caller never received. With
         `producer_id`/`producer_epoch` (as listed), only if the producer is still that one. True
-        when something was aborted; False when nothing was open, or it had moved on."""
+        when something was aborted; False when nothing was open, or it had moved on (after a lost
+        answer, possibly by this call's first attempt: either way it is not open)."""
         try:
-            await self.abort_transaction(transactional_id, producer_id, producer_epoch)
+            await self._abort(transactional_id, producer_id, producer_epoch, resend_unanswered=True)
             return True
         except (errors.InvalidTxnStateError, errors.TransactionalIdNotFoundError):
             return False

@@ -86,3 +86,55 @@ def test_a_proxys_refusal_is_raised_as_the_class_of_its_code():
         ) as raised:
             admin.create_topic("big")
     assert raised.value.code == "INVALID_REQUEST" and not raised.value.retriable and raised.value.status == 413
+
+
+class FirstAnswersLost:
+    """A server that applies every change, but whose answer to the first request of each path is
+    lost on its way back (the connection drops): the client cannot know it was applied. A change
+    sent again is answered as the server would, knowing it was applied."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, str]] = []
+        self.transport = httpx.MockTransport(self.handle)
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        key = (request.method, request.url.path)
+        again = key in self.requests
+        self.requests.append(key)
+        if not again:
+            raise httpx.ReadError("connection dropped before the answer", request=request)
+        if request.url.path == "/v1/txn/end":
+            return httpx.Response(200, json={"producer_id": 7, "producer_epoch": 0, "state": "CompleteCommit"})
+        if request.url.path == "/v1/topics":
+            code, status = "TOPIC_ALREADY_EXISTS", 409
+        else:
+            code, status = "INVALID_TXN_STATE", 409
+        return httpx.Response(status, json={"error": {"code": code, "message": "done before", "retriable": False}})
+
+
+@pytest.mark.parametrize("client", [Admin, TwoPhaseClient])
+@pytest.mark.parametrize(
+    "change",
+    [lambda client: client.create_topic("orders"), lambda client: client.abort_transaction("tx-1")],
+    ids=["create_topic", "abort_transaction"],
+)
+def test_admins_changes_are_sent_once_after_a_lost_answer_by_a_two_phase_client_too(client, change):
+    """A change whose answer was lost raises TxbrokerConnectionError (not retriable): look, then
+    decide. A TwoPhaseClient's inherited Admin calls do as Admin's. Before, a TwoPhaseClient sent
+    them again and reported what its first attempt did as an error (TopicAlreadyExistsError)."""
+    server = FirstAnswersLost()
+    with client("http://fake", transport=server.transport, **FAST) as admin:
+        with pytest.raises(errors.TxbrokerConnectionError) as raised:
+            change(admin)
+    assert not raised.value.retriable
+    assert len(server.requests) == 1
+
+
+def test_a_two_phase_clients_own_changes_are_sent_again_after_a_lost_answer():
+    """commit() and abort_open() are safe to repeat: sent again after a lost answer, the commit
+    succeeds and the abort finds nothing open any more (False: it is not open either way)."""
+    server = FirstAnswersLost()
+    with TwoPhaseClient("http://fake", transport=server.transport, **FAST) as coordinator:
+        coordinator.commit(PreparedTransaction("tx-1", 7, 0))
+        assert coordinator.abort_open("tx-1") is False
+    assert server.requests == [("POST", "/v1/txn/end")] * 2 + [("POST", "/v1/transactions/tx-1/abort")] * 2
