@@ -4,9 +4,10 @@ OffsetCommit, DescribeGroups), every field the test's: for the rules clients do 
 from __future__ import annotations
 
 import datetime
+import threading
 
 from app.kafka import api_table
-from tests.kafka.raw import by_topic, nested, request_of
+from tests.kafka.raw import RawConnection, by_topic, nested, request_of
 
 JOIN_VERSION = 9
 SHORT = datetime.timedelta(milliseconds=1500)
@@ -179,3 +180,18 @@ def describe(connection, group: str):
         request_of(api_table.DESCRIBE_GROUPS, 5, groups=(group,), include_authorized_operations=False)
     ).groups
     return described
+
+
+def second_member_joins(bootstrap: str, group: str, answers: dict, **join_args) -> threading.Thread:
+    """A new member's join (through MEMBER_ID_REQUIRED) on a connection of its own, in a thread begun
+    here: the join waits for the rebalance it begins; its answer is answers["second"] once the
+    thread ends."""
+
+    def joins():
+        with RawConnection(bootstrap) as connection:
+            first = join(connection, group, **join_args)
+            answers["second"] = join(connection, group, first.member_id, **join_args)
+
+    joiner = threading.Thread(target=joins)
+    joiner.start()
+    return joiner

@@ -26,6 +26,7 @@ from tests.kafka.raw_groups import (
     join,
     join_request,
     leave,
+    second_member_joins,
     sync,
 )
 from tests.kafka.raw_transactions import end_txn, init_producer, txn_offset_commit
@@ -48,21 +49,6 @@ def joined_member(bootstrap: str, group: str, **timeouts) -> tuple[str, int]:
             == b"mine"
         )
     return joined.member_id, joined.generation_id
-
-
-def second_member_joins(bootstrap: str, group: str, answers: dict, **join_args) -> threading.Thread:
-    """A new member's join (through MEMBER_ID_REQUIRED) on a connection of its own, in a thread begun
-    here: the join waits for the rebalance it begins; its answer is answers["second"] once the
-    thread ends."""
-
-    def joins():
-        with RawConnection(bootstrap) as connection:
-            first = join(connection, group, **join_args)
-            answers["second"] = join(connection, group, first.member_id, **join_args)
-
-    joiner = threading.Thread(target=joins)
-    joiner.start()
-    return joiner
 
 
 def test_member_id_required_then_a_member_that_does_not_rejoin_in_time_is_removed(module_kafka_server):
