@@ -166,6 +166,13 @@ def kind_of(classic: ClassicKind | None, member_count: int) -> tuple[str, str, s
     )
 
 
+def described_assignment(group: Group, state: str) -> dict[str, dict[str, list[int]]]:
+    """The members' assigned partitions (member id -> topic -> partitions) a describe shows of a group
+    in `state`: as Kafka's coordinator describes a group, only a Stable one's; a rebalancing Kafka
+    group's are those of a generation that is ending, or none yet, and are not shown."""
+    return group.assignment if state == STABLE else {}
+
+
 def _inconsistent(group_id: str, detail: str) -> BrokerError:
     return BrokerError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"group {group_id!r}: {detail}")
 

@@ -4,7 +4,11 @@ OffsetCommit, DescribeGroups), every field the test's: for the rules clients do 
 from __future__ import annotations
 
 import datetime
+import io
 import threading
+
+from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment, TopicPartition
+from kio.serial import entity_writer
 
 from app.kafka import api_table
 from tests.kafka.raw import RawConnection, by_topic, nested, request_of
@@ -195,3 +199,14 @@ def second_member_joins(bootstrap: str, group: str, answers: dict, **join_args) 
     joiner = threading.Thread(target=joins)
     joiner.start()
     return joiner
+
+
+def consumer_assignment(partitions: dict[str, list[int]]) -> bytes:
+    """A leader's assignment bytes for one member under Kafka's consumer protocol (its
+    ConsumerProtocolAssignment v0: the version, then the message), as a consumer's assignor sends them."""
+    buffer = io.BytesIO()
+    assignment = ConsumerProtocolAssignment(
+        assigned_partitions=tuple(TopicPartition(topic=t, partitions=tuple(p)) for t, p in partitions.items())
+    )
+    entity_writer(ConsumerProtocolAssignment)(buffer, assignment)
+    return (0).to_bytes(2, "big") + buffer.getvalue()
