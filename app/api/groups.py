@@ -14,7 +14,7 @@ from app.api.json_route import OrjsonRoute
 from app.api.request_limits import check_partition_count
 from app.api.responses import error_or_none, json_response
 from app.coordinator.authorizer import Operation, ResourceType, authorize, is_allowed
-from app.coordinator.classic_groups import group_kind
+from app.coordinator.classic_groups import described_assignment, group_kind
 from app.coordinator.group_coordinator import OffsetEntry
 
 GroupIdInPath = schemas.IdentifierInPath
@@ -185,19 +185,23 @@ async def list_groups(groups: GroupCoordinatorDep, principal: PrincipalDep):
 
 @router.get("/groups/{group_id:group_id}", responses=ERRORS)
 async def describe_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, principal: PrincipalDep):
-    """[DescribeGroups] Members, generation, state, assignment, committed offsets and lag (records,
+    """[DescribeGroups] Members, generation, state, assignment (a Kafka group's only while it is
+    Stable, as Kafka's DescribeGroups), committed offsets and lag (records,
     not markers: a consumer past the last COMMIT marker has lag 0; at most 1000 markers are counted
     per partition, past them the lag is an upper bound and `lag_exact` false).
     Needs Describe on the group; the offsets are those of the topics the caller may Describe."""
     authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
     described = await groups.describe(group_id)
     group = described.group
+    kind = _kind(group, len(described.members))
+    # As Kafka's DescribeGroups: a rebalancing Kafka group's members are shown without assignments.
+    assignment = described_assignment(group, kind["state"])
     return json_response(
         {
             "group_id": group.group_id,
             "generation_id": group.generation_id,
-            **_kind(group, len(described.members)),
-            "members": [_member_body(member, group.assignment) for member in described.members],
+            **kind,
+            "members": [_member_body(member, assignment) for member in described.members],
             "offsets": [
                 {
                     "topic": o.topic,

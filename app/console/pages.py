@@ -404,6 +404,8 @@ async def groups_page(request: Request, pool: PoolDep, after: str | None = None,
         nav="groups",
         markers_counted=group_offsets.MARKERS_COUNTED,
         groups=shown,
+        # Each group's state by the rule the group page, HTTP and Kafka's ListGroups apply.
+        states={g.group_id: classic_groups.kind_of(g.classic, g.members)[1] for g in shown},
         after=after,
         prefix=prefix,
         next_after=shown[-1].group_id if has_more else None,

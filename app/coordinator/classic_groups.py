@@ -69,7 +69,7 @@ from app.coordinator.group_wake_ups import GroupWakeUps
 from app.coordinator.identifiers import check_identifier, check_member_group_id, within_limit
 from app.errors import BrokerError, ErrorCode
 from app.storage.groups import groups
-from app.storage.groups.groups import CLASSIC_STATE_KEY, Group, Member
+from app.storage.groups.groups import CLASSIC_STATE_KEY, ClassicKind, Group, Member
 from app.storage.log.append_notifier import AppendNotifier
 
 PREPARING = "PreparingRebalance"
@@ -146,18 +146,31 @@ HTTP_PROTOCOL_TYPE = "http"
 
 def group_kind(group: Group, member_count: int) -> tuple[str, str, str]:
     """(protocol type, state, protocol) of a group of either door, as Kafka's ListGroups and
-    DescribeGroups (and the console) show it: a Kafka group's own rebalance state and the protocol
-    its members chose, an HTTP group Stable with the server's range assignment while it has members."""
-    classic = classic_state(group)
-    if classic is not None and classic["members"]:
-        return classic["protocol_type"], classic["state"], classic["protocol"] or ""
+    DescribeGroups, HTTP's listing and describe and the console show it (`kind_of` of its row)."""
+    return kind_of(groups.classic_kind(group.assignment), member_count)
+
+
+def kind_of(classic: ClassicKind | None, member_count: int) -> tuple[str, str, str]:
+    """(protocol type, state, protocol) of a group whose classic state says `classic` and which has
+    `member_count` members: a Kafka group's own rebalance state and the protocol its members chose,
+    an HTTP group Stable with the server's range assignment while it has members. The one rule every
+    view applies (the console's group list to the kind its query reads, `groups.classic_kind_sql`)."""
+    if classic is not None and classic.has_members:
+        return classic.protocol_type, classic.state, classic.protocol or ""
     if classic is not None and not member_count:
-        return classic["protocol_type"], EMPTY, ""
+        return classic.protocol_type, EMPTY, ""
     return (
         (HTTP_PROTOCOL_TYPE if member_count else ""),
         (STABLE if member_count else EMPTY),
         ("range" if member_count else ""),
     )
+
+
+def described_assignment(group: Group, state: str) -> dict[str, dict[str, list[int]]]:
+    """The members' assigned partitions (member id -> topic -> partitions) a describe shows of a group
+    in `state`: as Kafka's coordinator describes a group, only a Stable one's; a rebalancing Kafka
+    group's are those of a generation that is ending, or none yet, and are not shown."""
+    return group.assignment if state == STABLE else {}
 
 
 def _inconsistent(group_id: str, detail: str) -> BrokerError:

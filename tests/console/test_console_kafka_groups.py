@@ -4,6 +4,7 @@ its leader and each member's client, beside an HTTP group's server-side range as
 
 from __future__ import annotations
 
+import datetime
 import re
 from html import unescape
 
@@ -12,7 +13,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 from tests.conftest import RunningServer
 from tests.kafka.clients import create_topic
 from tests.kafka.raw import RawConnection
-from tests.kafka.raw_groups import commit, join, sync
+from tests.kafka.raw_groups import commit, heartbeat, join, leave, second_member_joins, sync
 
 
 def _text(page: str) -> str:
@@ -67,6 +68,51 @@ def test_a_kafka_group_shows_its_rebalance_state_assignor_leader_and_clients(kaf
     assert _state_card(page) == "Stable"
     assert "Range assignment, computed by the server" in page
     assert "HTTP" in _text(page.split('id="members"')[1].split("</table>")[0])
+
+
+def test_the_group_list_and_the_group_page_show_one_state_in_every_phase(kafka_server: RunningServer) -> None:
+    """The console's group list reads a group's state in its own query (a page of groups in one
+    statement) and the group page from the group row: both apply classic_groups.kind_of, the rule of
+    HTTP's and Kafka's listings, so they show one state for a Kafka group in each phase of a
+    rebalance and after its members left, and for an HTTP group with and without members."""
+    client = kafka_server.client
+    bootstrap = kafka_server.extra["kafka_bootstrap"]
+    create_topic(kafka_server, "phased", 1)
+    group = "kafka-phased"
+    rebalance = datetime.timedelta(seconds=30)
+
+    def shown(group_id: str) -> tuple[str, str]:
+        """(the list's state, the group page's state) of the group."""
+        listed = _listed_state(client.get("/console/groups").text, group_id)
+        return listed, _state_card(client.get(f"/console/groups/{group_id}").text)
+
+    with RawConnection(bootstrap) as connection:
+        first = join(connection, group, rebalance=rebalance)  # MEMBER_ID_REQUIRED: the id to join with
+        joined = join(connection, group, first.member_id, rebalance=rebalance)
+        member = joined.member_id
+        assert shown(group) == ("CompletingRebalance",) * 2
+        assert sync(connection, group, member, joined.generation_id, {member: b""}).error_code == KafkaError.none
+        assert shown(group) == ("Stable",) * 2
+
+        answers = {}
+        joiner = second_member_joins(bootstrap, group, answers, rebalance=rebalance)
+        while heartbeat(connection, group, member, joined.generation_id).error_code == KafkaError.none:
+            pass  # until the second's join has begun the rebalance
+        assert shown(group) == ("PreparingRebalance",) * 2
+        rejoined = join(connection, group, member, rebalance=rebalance)
+        joiner.join()
+        assert shown(group) == ("CompletingRebalance",) * 2
+        second = answers["second"].member_id
+        assignments = {member: b"", second: b""}
+        assert sync(connection, group, member, rejoined.generation_id, assignments).error_code == KafkaError.none
+        assert shown(group) == ("Stable",) * 2
+        assert leave(connection, group, [(member, None), (second, None)]) == [KafkaError.none] * 2
+        assert shown(group) == ("Empty",) * 2
+
+    joined = client.post("/v1/groups/http-phased/heartbeat", json={"member_id": "", "topics": ["phased"]}).json()
+    assert shown("http-phased") == ("Stable",) * 2
+    client.post("/v1/groups/http-phased/leave", json={"member_id": joined["member_id"]}).raise_for_status()
+    assert shown("http-phased") == ("Empty",) * 2
 
 
 def test_a_negative_committed_offset_has_no_lag(kafka_server: RunningServer) -> None:

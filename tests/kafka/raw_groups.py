@@ -4,9 +4,14 @@ OffsetCommit, DescribeGroups), every field the test's: for the rules clients do 
 from __future__ import annotations
 
 import datetime
+import io
+import threading
+
+from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment, TopicPartition
+from kio.serial import entity_writer
 
 from app.kafka import api_table
-from tests.kafka.raw import by_topic, nested, request_of
+from tests.kafka.raw import RawConnection, by_topic, nested, request_of
 
 JOIN_VERSION = 9
 SHORT = datetime.timedelta(milliseconds=1500)
@@ -179,3 +184,29 @@ def describe(connection, group: str):
         request_of(api_table.DESCRIBE_GROUPS, 5, groups=(group,), include_authorized_operations=False)
     ).groups
     return described
+
+
+def second_member_joins(bootstrap: str, group: str, answers: dict, **join_args) -> threading.Thread:
+    """A new member's join (through MEMBER_ID_REQUIRED) on a connection of its own, in a thread begun
+    here: the join waits for the rebalance it begins; its answer is answers["second"] once the
+    thread ends."""
+
+    def joins():
+        with RawConnection(bootstrap) as connection:
+            first = join(connection, group, **join_args)
+            answers["second"] = join(connection, group, first.member_id, **join_args)
+
+    joiner = threading.Thread(target=joins)
+    joiner.start()
+    return joiner
+
+
+def consumer_assignment(partitions: dict[str, list[int]]) -> bytes:
+    """A leader's assignment bytes for one member under Kafka's consumer protocol (its
+    ConsumerProtocolAssignment v0: the version, then the message), as a consumer's assignor sends them."""
+    buffer = io.BytesIO()
+    assignment = ConsumerProtocolAssignment(
+        assigned_partitions=tuple(TopicPartition(topic=t, partitions=tuple(p)) for t, p in partitions.items())
+    )
+    entity_writer(ConsumerProtocolAssignment)(buffer, assignment)
+    return (0).to_bytes(2, "big") + buffer.getvalue()

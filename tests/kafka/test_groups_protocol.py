@@ -21,11 +21,13 @@ from tests.kafka.raw_groups import (
     JOIN_VERSION,
     commit,
     commit_partitions,
+    consumer_assignment,
     describe,
     heartbeat,
     join,
     join_request,
     leave,
+    second_member_joins,
     sync,
 )
 from tests.kafka.raw_transactions import end_txn, init_producer, txn_offset_commit
@@ -48,21 +50,6 @@ def joined_member(bootstrap: str, group: str, **timeouts) -> tuple[str, int]:
             == b"mine"
         )
     return joined.member_id, joined.generation_id
-
-
-def second_member_joins(bootstrap: str, group: str, answers: dict, **join_args) -> threading.Thread:
-    """A new member's join (through MEMBER_ID_REQUIRED) on a connection of its own, in a thread begun
-    here: the join waits for the rebalance it begins; its answer is answers["second"] once the
-    thread ends."""
-
-    def joins():
-        with RawConnection(bootstrap) as connection:
-            first = join(connection, group, **join_args)
-            answers["second"] = join(connection, group, first.member_id, **join_args)
-
-    joiner = threading.Thread(target=joins)
-    joiner.start()
-    return joiner
 
 
 def test_member_id_required_then_a_member_that_does_not_rejoin_in_time_is_removed(module_kafka_server):
@@ -341,6 +328,50 @@ def test_http_lists_and_describes_a_kafka_group_in_its_own_rebalance_state(modul
     server.client.post("/v1/groups/http-described-http/leave", json={"member_id": joined["member_id"]})
     described = server.client.get("/v1/groups/http-described-http").json()
     assert (described["state"], described.get("protocol_type"), described.get("protocol")) == ("Empty", "", "")
+
+
+def test_http_describes_a_kafka_group_s_assignments_only_while_it_is_stable(module_kafka_server):
+    """Regression: HTTP's GET /v1/groups/{id} showed a rebalancing Kafka group's members with the
+    partitions of the generation ending (those they were revoking), where Kafka's DescribeGroups
+    describes no assignment for a group not Stable; now HTTP answers as Kafka does: each member's
+    assignment only while the group is Stable, [] in PreparingRebalance and CompletingRebalance."""
+    server = module_kafka_server
+    bootstrap = server.extra["kafka_bootstrap"]
+    topic = "http-assigned"
+    create_topic(server, topic, 2)
+    group = "http-assigned-rebalancing"
+    rebalance = datetime.timedelta(seconds=30)
+
+    def over_http() -> tuple[str, dict]:
+        """The group's state and each member's assignment (topic -> partitions) as HTTP describes them."""
+        described = server.client.get(f"/v1/groups/{group}").json()
+        return described["state"], {
+            m["member_id"]: {a["topic"]: a["partitions"] for a in m["assignment"]} for m in described["members"]
+        }
+
+    with RawConnection(bootstrap) as connection:
+        first = join(connection, group, rebalance=rebalance)  # MEMBER_ID_REQUIRED: the id to join with
+        joined = join(connection, group, first.member_id, rebalance=rebalance)
+        member = joined.member_id
+        assert over_http() == ("CompletingRebalance", {member: {}})
+        both = consumer_assignment({topic: [0, 1]})
+        assert sync(connection, group, member, joined.generation_id, {member: both}).error_code == KafkaError.none
+        assert over_http() == ("Stable", {member: {topic: [0, 1]}})
+
+        answers = {}
+        joiner = second_member_joins(bootstrap, group, answers, rebalance=rebalance)
+        while heartbeat(connection, group, member, joined.generation_id).error_code == KafkaError.none:
+            pass  # until the second's join has begun the rebalance
+        state, assignments = over_http()
+        assert (state, assignments.get(member)) == ("PreparingRebalance", {}), "the ending generation's shown"
+        rejoined = join(connection, group, member, rebalance=rebalance)
+        joiner.join()
+        second = answers["second"].member_id
+        assert over_http() == ("CompletingRebalance", {member: {}, second: {}})
+        assignments = {member: consumer_assignment({topic: [0]}), second: consumer_assignment({topic: [1]})}
+        assert sync(connection, group, member, rejoined.generation_id, assignments).error_code == KafkaError.none
+        assert over_http() == ("Stable", {member: {topic: [0]}, second: {topic: [1]}})
+        assert leave(connection, group, [(member, None), (second, None)]) == [KafkaError.none] * 2
 
 
 def test_http_describes_no_lag_for_a_negative_committed_offset(module_kafka_server):

@@ -21,8 +21,8 @@ from app.storage.groups.group_offsets import (
     PartitionLag,
     lags_from_rows,
 )
-from app.storage.groups.groups import CLASSIC_STATE_KEY, Member
-from app.storage.rows import all_from_rows
+from app.storage.groups.groups import ClassicKind, Member, classic_kind_from_json, classic_kind_sql
+from app.storage.rows import all_from_rows, from_row
 
 NO_GROUP = ""  # sorts before every group id: the keyset start of the first page
 
@@ -37,15 +37,10 @@ class GroupSummary:
     pending_offsets: int
     lag: int
     lag_bounded: bool  # a partition's lag is an upper bound (group_offsets.MARKERS_COUNTED): so is the sum
-    # A Kafka group's own rebalance state (the classic protocol's, kept in the group row) while it
-    # has Kafka members, else None: classic_groups.group_kind's rule, which the group page applies.
-    classic_state: str | None
-
-    @property
-    def state(self) -> str:
-        if self.classic_state is not None:
-            return self.classic_state
-        return "Stable" if self.members else "Empty"
+    # What the group row's Kafka classic state says of its kind (None: no Kafka member ever joined):
+    # the console's page makes it the group's state with the one rule, classic_groups.kind_of, which
+    # every other view of a group applies to the same inputs.
+    classic: ClassicKind | None
 
 
 _GROUP_PAGE_SQL = f"""
@@ -54,8 +49,7 @@ SELECT g.group_id, g.generation_id, g.last_update_ms,
        (SELECT count(*) FROM group_offsets x WHERE x.group_id = g.group_id) AS committed_partitions,
        (SELECT count(*) FROM pending_txn_offsets x WHERE x.group_id = g.group_id) AS pending_offsets,
        lags.lag, lags.lag_bounded,
-       CASE WHEN g.assignment -> $4::text -> 'members' <> '{{}}'::jsonb THEN g.assignment -> $4::text ->> 'state' END
-           AS classic_state
+       {classic_kind_sql("g.assignment")} AS classic
 FROM consumer_groups g
 CROSS JOIN LATERAL (
     SELECT coalesce(sum({LAG_SQL}), 0)::bigint AS lag, coalesce(bool_or({LAG_BOUNDED_SQL}), false)
@@ -72,8 +66,8 @@ ORDER BY g.group_id LIMIT $2
 
 async def group_page(conn: asyncpg.Connection, after: str | None, prefix: str | None, limit: int) -> list[GroupSummary]:
     """Groups by id after `after` (keyset), optionally only those starting with `prefix`."""
-    rows = await conn.fetch(_GROUP_PAGE_SQL, after or NO_GROUP, limit, prefix, CLASSIC_STATE_KEY)
-    return all_from_rows(GroupSummary, rows)
+    rows = await conn.fetch(_GROUP_PAGE_SQL, after or NO_GROUP, limit, prefix)
+    return [from_row(GroupSummary, row, classic=classic_kind_from_json(row["classic"])) for row in rows]
 
 
 async def member_page(conn: asyncpg.Connection, group_id: str, after: str | None, limit: int) -> list[Member]:

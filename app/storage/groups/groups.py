@@ -41,6 +41,46 @@ class Group:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicKind:
+    """What a Kafka group's classic state says of the group's kind, all that
+    app/coordinator/classic_groups.py `kind_of` reads of it: read from a whole group row
+    (`classic_kind`) or by SQL in a listing (`classic_kind_sql`), so that every view of a group
+    applies the one rule to the same inputs."""
+
+    protocol_type: str
+    state: str
+    protocol: str | None
+    has_members: bool  # the classic state's members (Kafka's, in the current or last generation)
+
+
+def classic_kind(assignment: dict) -> ClassicKind | None:
+    """The kind of a group row's assignment; None for a group no Kafka member ever joined."""
+    classic = assignment.get(CLASSIC_STATE_KEY)
+    if classic is None:
+        return None
+    return ClassicKind(classic["protocol_type"], classic["state"], classic["protocol"], bool(classic["members"]))
+
+
+def _sql_text(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def classic_kind_sql(assignment_column: str) -> str:
+    """`classic_kind` as a jsonb expression of a listing (NULL where it is None), without reading the
+    members' protocols and assignment bytes; `classic_kind_from_json` makes it a ClassicKind."""
+    classic = f"({assignment_column} -> {_sql_text(CLASSIC_STATE_KEY)})"
+    return (
+        f"CASE WHEN {classic} IS NOT NULL THEN jsonb_build_object("
+        f"'protocol_type', {classic} -> 'protocol_type', 'state', {classic} -> 'state', "
+        f"'protocol', {classic} -> 'protocol', 'has_members', {classic} -> 'members' <> '{{}}'::jsonb) END"
+    )
+
+
+def classic_kind_from_json(found: dict | None) -> ClassicKind | None:
+    return None if found is None else ClassicKind(**found)
+
+
+@dataclass(frozen=True, slots=True)
 class Member:
     member_id: str
     topics: list[str]
