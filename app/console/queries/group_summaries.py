@@ -43,13 +43,15 @@ class GroupSummary:
     classic: ClassicKind | None
 
 
+# The group row's kind, over this query's alias `g` (a constant: SQL is built from constants only).
+_CLASSIC_KIND_SQL = classic_kind_sql("g.assignment")
 _GROUP_PAGE_SQL = f"""
 SELECT g.group_id, g.generation_id, g.last_update_ms,
        (SELECT count(*) FROM group_members x WHERE x.group_id = g.group_id) AS members,
        (SELECT count(*) FROM group_offsets x WHERE x.group_id = g.group_id) AS committed_partitions,
        (SELECT count(*) FROM pending_txn_offsets x WHERE x.group_id = g.group_id) AS pending_offsets,
        lags.lag, lags.lag_bounded,
-       {classic_kind_sql("g.assignment")} AS classic
+       {_CLASSIC_KIND_SQL} AS classic
 FROM consumer_groups g
 CROSS JOIN LATERAL (
     SELECT coalesce(sum({LAG_SQL}), 0)::bigint AS lag, coalesce(bool_or({LAG_BOUNDED_SQL}), false)
