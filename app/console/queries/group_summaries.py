@@ -21,7 +21,13 @@ from app.storage.groups.group_offsets import (
     PartitionLag,
     lags_from_rows,
 )
-from app.storage.groups.groups import ClassicKind, Member, classic_kind_from_json, classic_kind_sql
+from app.storage.groups.groups import (
+    CLASSIC_STATE_KEY,
+    ClassicKind,
+    Member,
+    classic_kind_from_json,
+    classic_kind_sql,
+)
 from app.storage.rows import all_from_rows, from_row
 
 NO_GROUP = ""  # sorts before every group id: the keyset start of the first page
@@ -43,8 +49,9 @@ class GroupSummary:
     classic: ClassicKind | None
 
 
-# The group row's kind, over this query's alias `g` (a constant: SQL is built from constants only).
-_CLASSIC_KIND_SQL = classic_kind_sql("g.assignment")
+# The group row's kind, over this query's alias `g` and its parameter $4 (CLASSIC_STATE_KEY): a
+# constant, as SQL is built from constants only.
+_CLASSIC_KIND_SQL = classic_kind_sql("g.assignment", "$4")
 _GROUP_PAGE_SQL = f"""
 SELECT g.group_id, g.generation_id, g.last_update_ms,
        (SELECT count(*) FROM group_members x WHERE x.group_id = g.group_id) AS members,
@@ -68,7 +75,7 @@ ORDER BY g.group_id LIMIT $2
 
 async def group_page(conn: asyncpg.Connection, after: str | None, prefix: str | None, limit: int) -> list[GroupSummary]:
     """Groups by id after `after` (keyset), optionally only those starting with `prefix`."""
-    rows = await conn.fetch(_GROUP_PAGE_SQL, after or NO_GROUP, limit, prefix)
+    rows = await conn.fetch(_GROUP_PAGE_SQL, after or NO_GROUP, limit, prefix, CLASSIC_STATE_KEY)
     return [from_row(GroupSummary, row, classic=classic_kind_from_json(row["classic"])) for row in rows]
 
 

@@ -61,14 +61,11 @@ def classic_kind(assignment: dict) -> ClassicKind | None:
     return ClassicKind(classic["protocol_type"], classic["state"], classic["protocol"], bool(classic["members"]))
 
 
-def _sql_text(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def classic_kind_sql(assignment_column: str) -> str:
+def classic_kind_sql(assignment_column: str, key_parameter: str) -> str:
     """`classic_kind` as a jsonb expression of a listing (NULL where it is None), without reading the
-    members' protocols and assignment bytes; `classic_kind_from_json` makes it a ClassicKind."""
-    classic = f"({assignment_column} -> {_sql_text(CLASSIC_STATE_KEY)})"
+    members' protocols and assignment bytes; `key_parameter` names the query's parameter that the
+    caller binds to CLASSIC_STATE_KEY. `classic_kind_from_json` makes it a ClassicKind."""
+    classic = f"({assignment_column} -> {key_parameter}::text)"
     return (
         f"CASE WHEN {classic} IS NOT NULL THEN jsonb_build_object("
         f"'protocol_type', {classic} -> 'protocol_type', 'state', {classic} -> 'state', "
