@@ -326,8 +326,8 @@ async def fetch(
 
 
 # Lag counts records, not markers: the offsets between a committed offset (or the log start, when it
-# is past it: _POSITION_SQL) and the high watermark,
-# less the transaction markers among them, an index range count on txn_markers' primary key. The
+# is past it: _POSITION_SQL) and the high watermark, less the transaction markers among them, an
+# index range count on txn_markers' primary key. The
 # count stops after MARKERS_COUNTED markers, so the lag of a group far behind on a partition of many
 # transactions costs a bounded read (at most MARKERS_READ index entries per committed offset), not
 # every marker of the partition (a million behind cost a describe a million entries); past them the
