@@ -16,6 +16,7 @@ between them on the caller's thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -44,6 +45,7 @@ _OPTION_MINIMUMS = {
     "auto_commit_interval_ms": 1,
     "session_timeout_ms": 1,
     "heartbeat_interval_ms": 1,
+    "max_poll_interval_ms": 1,
     "request_timeout_ms": 1,
     "retry_backoff_ms": 0,
     "retry_backoff_max_ms": 0,
@@ -66,6 +68,8 @@ class AsyncConsumer:
       (the rest is buffered for the next polls); prefetch (True): fetch the next records while
       the caller processes the last ones.
     - session_timeout_ms (30000), heartbeat_interval_ms (3000, or the server's if shorter).
+    - max_poll_interval_ms (300000): a member that does not call poll() for this long leaves its
+      group, and its partitions go to the other members; the next poll() revokes them and rejoins.
     - request_timeout_ms (30000), default_api_timeout_ms (60000): how long calls retry retriable
       errors; retry_backoff_ms (100), retry_backoff_max_ms (1000).
     - token, headers, transport: see txbroker.connection.Connection.
@@ -86,6 +90,7 @@ class AsyncConsumer:
         max_poll_records: int = 500,
         session_timeout_ms: int = 30_000,
         heartbeat_interval_ms: int = 3_000,
+        max_poll_interval_ms: int = 300_000,
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1_000,
@@ -124,6 +129,7 @@ class AsyncConsumer:
                 self._call,
                 session_timeout_ms=session_timeout_ms,
                 heartbeat_interval_s=heartbeat_interval_ms / 1000,
+                max_poll_interval_s=max_poll_interval_ms / 1000,
                 backoff=self._backoff,
                 api_timeout_s=self._api_timeout_s,
             )
@@ -347,13 +353,16 @@ class AsyncConsumer:
         """Records from the assigned partitions, waiting up to `timeout_ms` for some (the fetch
         long-poll). Runs the rebalance listeners when the assignment changed. Whatever the server
         does, it returns about in time (a fetch's answer is waited for half a second past it), as
-        Kafka's poll(); only joining the group, before the first assignment, retries for
-        default_api_timeout_ms and then raises TxbrokerTimeoutError."""
+        Kafka's poll(); only joining the group, before the first assignment or after the poll
+        timeout left it (max_poll_interval_ms), retries for default_api_timeout_ms and then raises
+        TxbrokerTimeoutError."""
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             event = await self.update_assignment()
             if event is not None:
                 await self._run_listeners(event)
+                if event.lost:  # the membership is lost: rejoin before fetching
+                    continue
             records = await self.fetch_records(deadline)
             if records or time.monotonic() >= deadline:
                 return records
@@ -363,7 +372,9 @@ class AsyncConsumer:
         fetch long-polling until `deadline` (a time.monotonic() value); [] early when the assignment
         changes meanwhile. Waits for no request past the deadline (see txbroker.fetcher)."""
         self._maybe_auto_commit()
-        return await self._fetcher.fetch(deadline)
+        coordinator = self._coordinator
+        with contextlib.nullcontext() if coordinator is None else coordinator.waiting_for_records():
+            return await self._fetcher.fetch(deadline)
 
     # ---- commits
 

@@ -17,15 +17,28 @@ generation several after its last: a partition another member owned in a generat
 processed, and maybe committed, by that member, and is taken up again from the committed offset,
 as a partition newly assigned. So is a partition whose topic id changed (the topic was deleted and
 re-created under its name): the position was one in the deleted topic.
+
+Invariant: the membership lasts while the application polls (Kafka's max.poll.interval.ms, KIP-62).
+When poll() has not been called for max_poll_interval_ms, the heartbeat task leaves the group (one
+LeaveGroup) and stops, so that the other members take the partitions over from an application that
+is stuck; it records the loss (`_left_on_poll_timeout`), and from then on no commit of the lost
+membership is sent. The next poll() adopts the loss, as it adopts an assignment: it revokes every
+partition (on_revoke: the SDK has no on_lost), then rejoins. Until the rejoin the member id and
+generation stay the lost ones, which the server refuses (a transactional offset commit with this
+consumer's group_metadata()). As Kafka's pollTimer: every poll() call restarts the timer, whether or
+not records come back, and a poll waiting for records is polling; the timer runs only while the
+heartbeat task does, from the join on (Kafka resets it when its heartbeat thread is enabled).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -58,6 +71,7 @@ class ConsumerCoordinator:
         *,
         session_timeout_ms: int,
         heartbeat_interval_s: float,
+        max_poll_interval_s: float,
         backoff: Backoff,
         api_timeout_s: float,
     ) -> None:
@@ -85,6 +99,14 @@ class ConsumerCoordinator:
         self._commit_order = asyncio.Lock()  # FIFO: commits are sent in the order they were made
         self._heartbeat_error: TxbrokerError | None = None
         self._stopped = False
+        # The poll timer (max_poll_interval_ms): when poll() last ran, and whether it is waiting for
+        # records now (the timer does not run meanwhile; it restarts when the wait ends).
+        self._max_poll_interval_s = max_poll_interval_s
+        self._polled_at = time.monotonic()
+        self._waiting_for_records = False
+        # The heartbeat task left the group (poll() was not called for max_poll_interval_ms), and
+        # poll() has not rejoined yet: commits are refused (`_check_not_left`).
+        self._left_on_poll_timeout = False
 
     # ---- membership
 
@@ -138,8 +160,11 @@ class ConsumerCoordinator:
     async def _heartbeat_loop(self) -> None:
         attempt = 0
         while self._subscriptions.subscribed and not self._stopped:
+            delay = self._heartbeat_interval_s if attempt == 0 else self._backoff.delay_s(attempt)
+            if not await self._sleep_while_polled(time.monotonic() + delay):
+                await self._leave_on_poll_timeout()
+                return  # no heartbeat of the lost membership: poll() rejoins
             try:
-                await asyncio.sleep(self._heartbeat_interval_s if attempt == 0 else self._backoff.delay_s(attempt))
                 await self._heartbeat()
                 attempt, self._heartbeat_error = 0, None
             except asyncio.CancelledError:
@@ -154,9 +179,98 @@ class ConsumerCoordinator:
                 attempt += 1
                 log.exception("heartbeat of group %r failed unexpectedly", self.group_id)
 
+    # ---- the poll timer (max_poll_interval_ms)
+
+    def polled(self) -> None:
+        """poll() was called: the poll timer restarts."""
+        self._polled_at = time.monotonic()
+
+    @contextlib.contextmanager
+    def waiting_for_records(self) -> Iterator[None]:
+        """poll()'s wait for records (a fetch's long poll, which may outlast max_poll_interval_ms)
+        is polling: the timer does not run during it, and restarts when it ends."""
+        self._waiting_for_records = True
+        try:
+            yield
+        finally:
+            self._waiting_for_records = False
+            self.polled()
+
+    def _poll_deadline(self, now: float) -> float:
+        """When the poll timer expires, unless poll() is called before: while poll() waits for
+        records, not before max_poll_interval_ms from now."""
+        return (now if self._waiting_for_records else self._polled_at) + self._max_poll_interval_s
+
+    async def _sleep_while_polled(self, until: float) -> bool:
+        """Sleeps until `until` (the next heartbeat's time); False as soon as the poll timer expires."""
+        while True:
+            now = time.monotonic()
+            poll_deadline = self._poll_deadline(now)
+            if now >= poll_deadline:
+                return False
+            if now >= until:
+                return True
+            await asyncio.sleep(min(until, poll_deadline) - now)
+
+    async def _leave_on_poll_timeout(self) -> None:
+        """poll() was not called for max_poll_interval_ms: the application is stuck, or spends too
+        long on what one poll returned. As Kafka's heartbeat thread ("consumer poll timeout has
+        expired"), the member leaves the group, one LeaveGroup, so that the other members take its
+        partitions over now, instead of never (its heartbeats would keep it in the group). Recorded
+        before the LeaveGroup is sent: no commit of the lost membership is sent from then on."""
+        self._left_on_poll_timeout = True
+        log.warning(
+            "consumer %s of group %r: poll() was not called for max_poll_interval_ms (%d ms): leaving the group, "
+            "so that its other members take over its partitions (%s); the next poll() calls on_revoke for them and "
+            "rejoins, and commits until then fail. The application spends too long between two polls (or is "
+            "stuck): raise max_poll_interval_ms, or reduce max_poll_records or the time spent on each record",
+            self.member_id,
+            self.group_id,
+            round(self._max_poll_interval_s * 1000),
+            ", ".join(f"{tp.topic}-{tp.partition}" for tp in sorted(self._subscriptions.assignment)) or "none",
+        )
+        try:
+            await self._leave_request()
+        except TxbrokerError as error:
+            log.warning(
+                "leaving group %r after the poll timeout: %s: the group rebalances once member %s's session times out",
+                self.group_id,
+                error,
+                self.member_id,
+            )
+
+    def _leave_request(self) -> Awaitable[Any]:
+        return self._connection.request("POST", group_path(self.group_id, "leave"), {"member_id": self.member_id})
+
+    def _check_not_left(self) -> None:
+        """A commit of a membership the poll timeout ended fails, unsent, as Kafka's
+        CommitFailedException: its partitions may be another member's now, whose progress the
+        commit would overwrite."""
+        if self._left_on_poll_timeout:
+            raise errors.UnknownMemberIdError(
+                f"consumer {self.member_id} left group {self.group_id!r} (generation "
+                f"{self._subscriptions.generation}) because poll() was not called for max_poll_interval_ms "
+                f"({round(self._max_poll_interval_s * 1000)} ms): its partitions may be another member's now, so "
+                f"the commit was not sent. Call poll(): it calls on_revoke and rejoins, and the records not "
+                f"committed are read again from the group's committed offsets. Raise max_poll_interval_ms, or "
+                f"reduce max_poll_records or the time spent on each record"
+            )
+
     async def update_assignment(self) -> RebalanceEvent | None:
         """Joins if needed and adopts the latest assignment the heartbeats brought; returns what
-        changed, for the caller to run the listeners on its own thread."""
+        changed, for the caller to run the listeners on its own thread. After the poll timeout
+        left the group: first every partition revoked (an event marked `lost`), then, at the next
+        call, the rejoin."""
+        self.polled()
+        subscriptions = self._subscriptions
+        if self._left_on_poll_timeout:
+            if subscriptions.assignment:  # revoked before the rejoin, as Kafka's onPartitionsLost
+                event = subscriptions.adopt(subscriptions.generation, frozenset(), kept=frozenset())
+                return dataclasses.replace(event, lost=True)
+            await self._stop_heartbeats()  # its LeaveGroup answered first: the rejoin is another member
+            self._left_on_poll_timeout = False
+            self.member_id, self._join_id = NO_MEMBER, None
+            self._latest, self._kept = None, frozenset()
         if not self.member_id:
             await retrying(
                 self._heartbeat,
@@ -168,8 +282,8 @@ class ConsumerCoordinator:
         if error is not None and not error.retriable:
             raise error  # e.g. GROUP_AUTHORIZATION_FAILED: heartbeats will not succeed by waiting
         if self._heartbeat_task is None or self._heartbeat_task.done():
+            self.polled()  # the timer starts with the heartbeats: a long join does not count
             self._heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeat_loop())
-        subscriptions = self._subscriptions
         subscriptions.assignment_changed.clear()
         if self._latest is None or subscriptions.is_adopted(*self._latest):
             return None
@@ -187,14 +301,10 @@ class ConsumerCoordinator:
         """Stops the heartbeats, then leaves the group: one LeaveGroup, whose answer is waited for
         until `deadline` (a time.monotonic() value: the consumer's close timeout), or for
         request_timeout_ms. Unanswered, the group rebalances once the member's session times out."""
-        if self._heartbeat_task is not None:
-            self._heartbeat_task.cancel()
-            await asyncio.gather(self._heartbeat_task, return_exceptions=True)
-            self._heartbeat_task = None
-        if self.member_id:
-            leave = self._connection.request("POST", group_path(self.group_id, "leave"), {"member_id": self.member_id})
+        await self._stop_heartbeats(deadline)
+        if self.member_id and not self._left_on_poll_timeout:  # that one left already
             try:
-                await asyncio.wait_for(leave, None if deadline is None else max(0.0, deadline - time.monotonic()))
+                await asyncio.wait_for(self._leave_request(), _time_left(deadline))
             except asyncio.TimeoutError:
                 log.warning(
                     "leaving group %r: no answer within the close timeout: the group rebalances once member %s's "
@@ -207,6 +317,21 @@ class ConsumerCoordinator:
         self.member_id, self._join_id = NO_MEMBER, None
         self._latest = None
         self._kept = frozenset()
+        self._left_on_poll_timeout = False
+
+    async def _stop_heartbeats(self, deadline: float | None = None) -> None:
+        """Ends the heartbeat task: cancelled, unless it is leaving on the poll timeout, whose
+        LeaveGroup is waited for (until `deadline`): cancelled, it might never reach the server,
+        and the member would keep its partitions until its session timed out."""
+        task, self._heartbeat_task = self._heartbeat_task, None
+        if task is None:
+            return
+        if not self._left_on_poll_timeout:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return
+        with contextlib.suppress(asyncio.TimeoutError):  # not answered in time: cancelled by wait_for
+            await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), _time_left(deadline))
 
     async def close(self, deadline: float | None = None) -> None:
         self._stopped = True
@@ -227,7 +352,9 @@ class ConsumerCoordinator:
         Over HTTP two commits in flight at once travel on two connections, and the server could
         apply the older one last, taking the group's offset back. The membership is the one of the
         call, whenever the commit is sent. Retriable errors are retried for the API timeout, or
-        until `deadline` (one attempt at least)."""
+        until `deadline` (one attempt at least). A commit after the poll timeout left the group
+        fails, unsent (`_check_not_left`)."""
+        self._check_not_left()
         member_id, generation = self.commit_identity()
         body = {"member_id": member_id, "generation_id": generation, "offsets": entries}
         async with self._commit_order:
@@ -300,6 +427,11 @@ class ConsumerCoordinator:
             else:
                 self._subscriptions.positions[tp] = entry[0]
         return to_reset
+
+
+def _time_left(deadline: float | None) -> float | None:
+    """The seconds until `deadline` (a time.monotonic() value; None: no bound), for asyncio.wait_for."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def _committed(answer: dict) -> Committed:

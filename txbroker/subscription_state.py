@@ -27,12 +27,15 @@ Listener = Callable[[set[TopicPartition]], Any]
 
 @dataclass(frozen=True)
 class RebalanceEvent:
-    """What changed when poll() adopted a new assignment: callbacks to run, in this order."""
+    """What changed when poll() adopted a new assignment: callbacks to run, in this order. `lost`:
+    the membership was lost (the poll timeout left the group): every partition is revoked, and
+    poll() rejoins before it fetches."""
 
     revoked: set[TopicPartition]
     assigned: set[TopicPartition]
     on_revoke: Listener | None
     on_assign: Listener | None
+    lost: bool = False
 
     def calls(self) -> list[tuple[Listener, set[TopicPartition]]]:
         calls = []

@@ -282,6 +282,8 @@ class Consumer:
             if event is not None:
                 for listener, partitions in event.calls():
                     listener(partitions)
+                if event.lost:  # the membership is lost: rejoin before fetching
+                    continue
             records = self._loop.run(self._core.fetch_records(deadline))
             if records or time.monotonic() >= deadline:
                 return records

@@ -42,6 +42,7 @@ def test_the_producer_takes_the_least_values_kafka_takes():
     [
         ("session_timeout_ms", 0),
         ("heartbeat_interval_ms", -1),
+        ("max_poll_interval_ms", 0),
         ("auto_commit_interval_ms", 0),
         ("request_timeout_ms", 0),
     ],

@@ -1,0 +1,182 @@
+"""max_poll_interval_ms (Kafka's max.poll.interval.ms, KIP-62) against a real server (real HTTP, real
+PostgreSQL): a member whose application stops calling poll() (a stuck call, a deadlock) leaves its
+group, so that another member takes its partitions over; its commits of the lost membership fail,
+and its next poll() calls on_revoke and rejoins. A poll that waits for records, or returns none,
+is polling: it keeps the membership however long it waits."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.sdk.test_sdk_faults import produce_values
+from tests.sdk.test_sdk_integration import FAST
+from tests.sdk.test_sdk_leaving import next_offsets, poll_until
+from txbroker import Admin, AsyncConsumer, Consumer, Producer, TopicPartition
+from txbroker.errors import UnknownMemberIdError
+
+MAX_POLL_INTERVAL_MS = 1500
+# Short heartbeats: the other member learns of the departure, and takes the partitions, at once.
+MEMBER = {"auto_offset_reset": "earliest", "enable_auto_commit": False, "heartbeat_interval_ms": 100, **FAST}
+
+
+def both_partitions(topic: str) -> set[TopicPartition]:
+    return {TopicPartition(topic, 0), TopicPartition(topic, 1)}
+
+
+def records_of(records: list) -> set[tuple[int, int]]:
+    return {(r.partition, r.offset) for r in records}
+
+
+def test_a_consumer_that_stops_polling_leaves_its_partitions_to_another_member(server, caplog):
+    """A member reads both partitions, then stops polling (its application is stuck): after
+    max_poll_interval_ms its heartbeat task leaves the group, and the other member gets both
+    partitions and reads them. Its commit afterwards fails, unsent (UnknownMemberIdError, Kafka's
+    CommitFailedException), and so does a transactional offset commit with its group_metadata(),
+    which the server refuses; its next poll() calls on_revoke for both (there is no on_lost),
+    on the caller's thread, then rejoins as a new member and reads again what it never committed.
+    Before, its heartbeats kept it in the group for good: the other member never got its
+    partitions."""
+    topic = "poll-timeout"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic, partitions=2)
+    produce_values(server.url, topic, [f"r{i}" for i in range(6)], partitions=2)
+    events: list = []
+    stuck = Consumer(server.url, group_id=topic, max_poll_interval_ms=MAX_POLL_INTERVAL_MS, **MEMBER)
+    stuck.subscribe(
+        [topic],
+        on_assign=lambda parts: events.append(("assign", set(parts))),
+        on_revoke=lambda parts: events.append(("revoke", set(parts), threading.current_thread())),
+    )
+    processed = next_offsets(poll_until(stuck, 6))
+    lost_membership = stuck.group_metadata()
+    with (
+        caplog.at_level(logging.WARNING, logger="txbroker.consumer"),
+        Consumer(server.url, group_id=topic, **MEMBER) as other,
+    ):
+        other.subscribe([topic])
+        received: list = []
+        deadline = time.monotonic() + 20  # the stuck member's session (30 s) does not time out meanwhile
+        while (other.assignment() != both_partitions(topic) or len(received) < 6) and time.monotonic() < deadline:
+            received += other.poll(timeout_ms=200)
+        assert other.assignment() == both_partitions(topic)
+        assert records_of(received) == {(p, o) for p in (0, 1) for o in range(3)}
+        assert any("max_poll_interval_ms" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+        with pytest.raises(UnknownMemberIdError, match="poll\\(\\) was not called for max_poll_interval_ms"):
+            stuck.commit(processed)
+        with pytest.raises(UnknownMemberIdError, match="max_poll_interval_ms"):
+            stuck.commit_async(processed).result(10)
+        with Producer(server.url, transactional_id=f"{topic}-tx", **FAST) as producer:
+            producer.init_transactions()
+            producer.begin_transaction()
+            with pytest.raises(UnknownMemberIdError, match="is not in group"):  # the server's answer
+                producer.send_offsets_to_transaction(processed, lost_membership)
+            producer.abort_transaction()
+
+        assert events == [("assign", both_partitions(topic))]
+        again = stuck.poll(timeout_ms=0)
+        (kept,) = stuck.assignment()  # one of the two: the range assignor's, of two members
+        assert events[1:] == [("revoke", both_partitions(topic), threading.current_thread()), ("assign", {kept})]
+        assert stuck.group_metadata().member_id not in ("", lost_membership.member_id)
+        deadline = time.monotonic() + 20
+        while len(again) < 3 and time.monotonic() < deadline:
+            again += stuck.poll(timeout_ms=200)
+        assert records_of(again) == {(kept.partition, o) for o in range(3)}, "nothing was committed: read again"
+        stuck.commit()  # a member again
+    stuck.close()
+
+
+class RecordedRequests(httpx.AsyncHTTPTransport):
+    """A transport that records the path of every request it sends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paths: list[str] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.paths.append(request.url.path)
+        return await super().handle_async_request(request)
+
+
+def test_an_async_consumer_that_stops_polling_leaves_once_and_stops_heartbeating(server):
+    """The same with an AsyncConsumer, whose poll() runs the listeners on the event loop: the
+    stuck member sends one LeaveGroup and no heartbeat after it until its next poll(), which awaits
+    its (async) on_revoke and rejoins; commit_async() in between fails, unsent."""
+    topic = "poll-timeout-async"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic, partitions=2)
+    produce_values(server.url, topic, [f"r{i}" for i in range(6)], partitions=2)
+    events: list = []
+
+    async def on_revoke(parts: set[TopicPartition]) -> None:
+        events.append(("revoke", set(parts)))
+
+    async def scenario() -> None:
+        requests = RecordedRequests()
+        stuck = AsyncConsumer(
+            server.url, group_id=topic, max_poll_interval_ms=MAX_POLL_INTERVAL_MS, transport=requests, **MEMBER
+        )
+        async with stuck, AsyncConsumer(server.url, group_id=topic, **MEMBER) as other:
+            stuck.subscribe([topic], on_assign=lambda parts: events.append(("assign", set(parts))), on_revoke=on_revoke)
+            read: list = []
+            async with asyncio.timeout(20):
+                while len(read) < 6:
+                    read += await stuck.poll(timeout_ms=200)
+            processed = next_offsets(read)
+            other.subscribe([topic])
+            received: list = []
+            async with asyncio.timeout(20):
+                while other.assignment() != both_partitions(topic) or len(received) < 6:
+                    received += await other.poll(timeout_ms=200)
+            assert records_of(received) == {(p, o) for p in (0, 1) for o in range(3)}
+
+            with pytest.raises(UnknownMemberIdError, match="max_poll_interval_ms"):
+                await stuck.commit_async(processed)
+            leave_path = f"/v1/groups/{topic}/leave"
+            assert requests.paths.count(leave_path) == 1
+            after_leave = requests.paths[requests.paths.index(leave_path) + 1 :]
+            assert not [path for path in after_leave if path.endswith("/heartbeat")], after_leave
+            assert not [path for path in after_leave if path.endswith("/offsets/commit")], "sent"
+
+            await stuck.poll(timeout_ms=0)
+            assert events == [
+                ("assign", both_partitions(topic)),
+                ("revoke", both_partitions(topic)),
+                ("assign", stuck.assignment()),
+            ]
+            assert len(stuck.assignment()) == 1
+            assert requests.paths.count(leave_path) == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_poll_that_waits_longer_than_max_poll_interval_ms_or_returns_nothing_keeps_the_membership(server):
+    """As Kafka's: every poll() call restarts the poll timer, whether or not records come back, and
+    a poll waiting for records (here one fetch long-polling 2.5 times max_poll_interval_ms) is
+    polling: the member keeps its partitions, its membership and its commits."""
+    topic = "poll-timeout-kept"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic)
+    revoked: list = []
+    with Consumer(server.url, group_id=topic, max_poll_interval_ms=500, **MEMBER) as consumer:
+        consumer.subscribe([topic], on_revoke=revoked.append)
+        deadline = time.monotonic() + 20
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(timeout_ms=100)
+        member_id = consumer.group_metadata().member_id
+        assert consumer.poll(timeout_ms=1250) == []
+        for _ in range(10):  # empty polls, 100 ms apart: 1 s without records
+            assert consumer.poll(timeout_ms=0) == []
+            time.sleep(0.1)
+        consumer.commit({TopicPartition(topic, 0): 0})
+        assert revoked == []
+        assert consumer.group_metadata().member_id == member_id
+        assert consumer.assignment() == {TopicPartition(topic, 0)}
+        with Admin(server.url) as admin:
+            assert [m["member_id"] for m in admin.describe_group(topic)["members"]] == [member_id]
