@@ -28,6 +28,14 @@ generation stay the lost ones, which the server refuses (a transactional offset 
 consumer's group_metadata()). As Kafka's pollTimer: every poll() call restarts the timer, whether or
 not records come back, and a poll waiting for records is polling; the timer runs only while the
 heartbeat task does, from the join on (Kafka resets it when its heartbeat thread is enabled).
+
+Invariant: a membership lost is never committed for. When the heartbeats found this member evicted
+(its session timed out) and rejoined under a new member id, poll() first revokes every partition of
+the lost membership (an event marked `lost`, as Kafka's onPartitionsLost), during which commits are
+refused (`_lost_membership`), then adopts the new membership's assignment. Revoked together with
+the new assignment adopted, an on_revoke that commits (the usual place to) committed under the new
+membership, which the server accepts, offsets of partitions another member may have read further
+since: the group's offset went back, and those records were read twice.
 """
 
 from __future__ import annotations
@@ -107,6 +115,10 @@ class ConsumerCoordinator:
         # The heartbeat task left the group (poll() was not called for max_poll_interval_ms), and
         # poll() has not rejoined yet: commits are refused (`_check_not_left`).
         self._left_on_poll_timeout = False
+        # The member id of the adopted assignment (the one the records poll() returns come from).
+        self._adopted_member_id = NO_MEMBER
+        # Why the adopted membership is lost, while poll() revokes its partitions (None: it is not).
+        self._lost_membership: str | None = None
 
     # ---- membership
 
@@ -246,6 +258,13 @@ class ConsumerCoordinator:
         """A commit of a membership the poll timeout ended fails, unsent, as Kafka's
         CommitFailedException: its partitions may be another member's now, whose progress the
         commit would overwrite."""
+        if self._lost_membership is not None:
+            raise errors.UnknownMemberIdError(
+                f"consumer {self._adopted_member_id} of group {self.group_id!r} (generation "
+                f"{self._subscriptions.generation}) {self._lost_membership}: its partitions may be another member's "
+                f"now, whose progress the commit would take back, so it was not sent. The records not committed are "
+                f"read again from the group's committed offsets"
+            )
         if self._left_on_poll_timeout:
             raise errors.UnknownMemberIdError(
                 f"consumer {self.member_id} left group {self.group_id!r} (generation "
@@ -265,8 +284,7 @@ class ConsumerCoordinator:
         subscriptions = self._subscriptions
         if self._left_on_poll_timeout:
             if subscriptions.assignment:  # revoked before the rejoin, as Kafka's onPartitionsLost
-                event = subscriptions.adopt(subscriptions.generation, frozenset(), kept=frozenset())
-                return dataclasses.replace(event, lost=True)
+                return self._revoke_lost()
             await self._stop_heartbeats()  # its LeaveGroup answered first: the rejoin is another member
             self._left_on_poll_timeout = False
             self.member_id, self._join_id = NO_MEMBER, None
@@ -287,7 +305,12 @@ class ConsumerCoordinator:
         subscriptions.assignment_changed.clear()
         if self._latest is None or subscriptions.is_adopted(*self._latest):
             return None
+        if subscriptions.assignment and self._adopted_member_id not in (NO_MEMBER, self.member_id):
+            # Evicted, and rejoined by the heartbeats as another member: revoked as lost first.
+            self._lost_membership = f"was evicted (its session timed out) and rejoined as {self.member_id}"
+            return self._revoke_lost()
         event = subscriptions.adopt(*self._latest, kept=self._kept)
+        self._adopted_member_id, self._lost_membership = self.member_id, None
         self._kept = subscriptions.assignment
         log.info(
             "group %r generation %d: assigned %s",
@@ -296,6 +319,12 @@ class ConsumerCoordinator:
             sorted(subscriptions.assignment),
         )
         return event
+
+    def _revoke_lost(self) -> RebalanceEvent:
+        """Every partition of a lost membership revoked, no other assigned: an event marked `lost`,
+        after which poll() rejoins, or adopts the new membership's assignment."""
+        event = self._subscriptions.adopt(self._subscriptions.generation, frozenset(), kept=frozenset())
+        return dataclasses.replace(event, lost=True)
 
     async def leave(self, deadline: float | None = None) -> None:
         """Stops the heartbeats, then leaves the group: one LeaveGroup, whose answer is waited for
@@ -318,6 +347,7 @@ class ConsumerCoordinator:
         self._latest = None
         self._kept = frozenset()
         self._left_on_poll_timeout = False
+        self._adopted_member_id, self._lost_membership = NO_MEMBER, None
 
     async def _stop_heartbeats(self, deadline: float | None = None) -> None:
         """Ends the heartbeat task: cancelled, unless it is leaving on the poll timeout, whose

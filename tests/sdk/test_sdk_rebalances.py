@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from txbroker import AsyncAdmin, AsyncConsumer, AsyncProducer, TopicPartition
+from txbroker.errors import UnknownMemberIdError
 
 FAST = {"retry_backoff_ms": 10, "retry_backoff_max_ms": 100}
 
@@ -272,3 +273,77 @@ def test_records_buffered_from_a_deleted_topic_are_not_handed_out_as_the_re_crea
                 return [r.value for r in new]
 
     assert asyncio.run(scenario()) == [b"new5"]
+
+
+def test_an_evicted_member_revokes_its_partitions_as_lost_and_cannot_commit_them(server):
+    """Member A's heartbeats are held past its session timeout: the server evicts it, and B takes
+    both partitions, reads on and commits. When A's heartbeats resume they rejoin as a new member;
+    A's next poll() first revokes its partitions as lost, and a commit in on_revoke (the usual
+    place for one) fails, unsent (UnknownMemberIdError: Kafka's CommitFailedException after
+    onPartitionsLost). Before, on_revoke ran with the new membership already adopted, and its
+    commit, which the server accepted, took the group's offsets back behind B's: B's records were
+    read again."""
+    both = {TopicPartition("in", 0), TopicPartition("in", 1)}
+
+    async def scenario() -> None:
+        heartbeats = HeldHeartbeats()
+        async with AsyncAdmin(server.url) as admin, AsyncProducer(server.url, **FAST) as producer:
+            await admin.create_topic("in", partitions=2)
+            for partition in (0, 1):
+                for i in range(3):
+                    await producer.send("in", value=f"v{i}", partition=partition)
+            await producer.flush()
+            outcomes: list[Exception | None] = []
+            processed = {tp: 3 for tp in both}
+            a = held_consumer(server, heartbeats, auto_offset_reset="earliest", session_timeout_ms=1000)
+            b = AsyncConsumer(
+                server.url,
+                group_id="g",
+                auto_offset_reset="earliest",
+                enable_auto_commit=False,
+                heartbeat_interval_ms=50,
+                **FAST,
+            )
+            async with a, b:
+
+                async def commit_on_revoke(parts: set[TopicPartition]) -> None:
+                    if outcomes:  # the first revocation's commit is the one under test
+                        return
+                    try:
+                        await a.commit(processed)
+                        outcomes.append(None)
+                    except UnknownMemberIdError as error:
+                        outcomes.append(error)
+
+                a.subscribe(["in"], on_revoke=commit_on_revoke)
+                read: list = []
+                async with asyncio.timeout(20):
+                    while len(read) < 6:
+                        read += await a.poll(timeout_ms=200)
+                evicted_member = a.group_metadata().member_id
+                heartbeats.released.clear()  # A's session (1 s) times out
+                for partition in (0, 1):
+                    for i in range(3, 5):
+                        await producer.send("in", value=f"v{i}", partition=partition)
+                await producer.flush()
+                b.subscribe(["in"])
+                b_read: list = []
+                async with asyncio.timeout(20):
+                    while b.assignment() != both or len(b_read) < 10:
+                        b_read += await b.poll(timeout_ms=200)
+                await b.commit()
+                heartbeats.released.set()
+                await until(lambda: a._coordinator.member_id != evicted_member, "A's rejoin as another member")
+                async with asyncio.timeout(20):
+                    while not outcomes:
+                        await a.poll(timeout_ms=100)
+                [outcome] = outcomes
+                assert isinstance(outcome, UnknownMemberIdError), "the lost membership's commit was accepted"
+                assert "evicted" in str(outcome)
+                assert await b.committed(both) == {tp: 5 for tp in both}, "B's progress was taken back"
+                async with asyncio.timeout(20):
+                    while not a.assignment():
+                        await a.poll(timeout_ms=100)
+                await a.commit({tp: 5 for tp in a.assignment()})  # a member again: its commits count
+
+    asyncio.run(scenario())
