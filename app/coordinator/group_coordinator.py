@@ -200,7 +200,11 @@ def _advancing(
     it, so a partition the request names twice is written at most once, and never moved back by its
     second entry (judged both against the offset committed before, both were written, the last
     over the first). A repeat of the commit that wrote the committed offset is answered as written:
-    nothing is written again."""
+    nothing is written again. Both that answer and OFFSET_NOT_ADVANCED tell what is committed, which
+    may be on the primary alone (its commit's wait for the standby cancelled): they are answered
+    once the standby has it, because the check reads under the lock of the group's
+    __consumer_offsets partition (`group_offsets.committed_under_lock`), which makes the caller's
+    COMMIT wait for the standby past it (app/storage/database.py; tests/crash/test_failover.py)."""
     judged: list[BrokerError | None] = []
     written: list[OffsetEntry] = []
     for entry, error in zip(entries, errors):

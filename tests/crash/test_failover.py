@@ -1000,6 +1000,48 @@ def test_committed_offsets_are_answered_once_the_standby_has_them(cluster, serve
     assert [entry["offset"] for entry in confirmed.json()["offsets"]] == [2]
 
 
+def test_a_first_commit_wins_answer_waits_for_the_standby_to_have_the_first_commit(cluster, server_process):
+    """An OffsetCommit with require_advance (the Spark data source's decision records) answers from
+    the committed offset it finds: the very commit already there, repeated, "written" (nothing
+    written again); another at or below it OFFSET_NOT_ADVANCED ("another was first"). Both read a
+    commit that may be on the primary alone (its wait for the standby cancelled: its writer was
+    answered 503): answered at once, a failover could lose it, and Spark's driver would take a
+    decision the new primary lacks for recorded, or another's for the outcome. Neither is answered
+    before the standby has what it read (the commit locks the group's __consumer_offsets partition,
+    so its COMMIT waits for the standby past the first); here those waits are cancelled too, and
+    each answers 503. The failover loses the first commit, and the refused one is then written."""
+    primary, standby = cluster
+    topic = "first-wins"
+    server = _one_worker_with_a_topic(cluster, server_process, topic, 1)
+    commits = f"{server.url}/v1/groups/first-wins-group/offsets/commit"
+    fetches = f"{server.url}/v1/groups/first-wins-group/offsets/fetch"
+
+    def commit(offset: int, metadata: str) -> httpx.Response:
+        entry = {"topic": topic, "partition": 0, "offset": offset, "metadata": metadata}
+        return httpx.post(commits, json={"offsets": [entry], "require_advance": True}, timeout=60)
+
+    assert commit(1, "confirmed").json()["offsets"][0]["error"] is None
+    with _confirming_nothing(standby, afterwards=signal.SIGKILL):
+        for what, send in {
+            "the first commit": lambda: commit(5, "first"),
+            "its repeat": lambda: commit(5, "first"),
+            "another commit of its offset": lambda: commit(5, "second"),
+            "a commit below it": lambda: commit(4, "second"),
+        }.items():
+            response = _answer_of_a_cancelled_wait(primary, send)
+            assert response.status_code == 503, f"{what}: {response.text}"
+            assert response.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE", f"{what}: {response.text}"
+        os.kill(primary.pid, signal.SIGKILL)
+        primary.stop()
+    _until(lambda: _promoted(standby), "the standby's promotion", DEADLINE_S)
+    written = _until(lambda: (r := commit(5, "second")).status_code == 200 and r, "the commit on the new primary")
+    assert written.json()["offsets"][0]["error"] is None, written.text  # the first was lost: this one is first
+    assert commit(5, "first").json()["offsets"][0]["error"]["code"] == "OFFSET_NOT_ADVANCED"
+    wanted = {"partitions": [{"topic": topic, "partition": 0}]}
+    [committed] = httpx.post(fetches, json=wanted, timeout=60).json()["offsets"]
+    assert (committed["offset"], committed["metadata"]) == (5, "second"), committed
+
+
 def _announced_on(postgres: EmbeddedPostgres) -> list[LiveNode]:
     """The nodes live on that server's database, as a node reading it lists them."""
 
