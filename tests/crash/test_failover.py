@@ -976,28 +976,36 @@ def test_committed_offsets_are_answered_once_the_standby_has_them(cluster, serve
     answered 503) was then handed to a consumer, which a failover could leave positioned past inputs
     whose transaction's output it lost, skipped for good. An OffsetFetch now answers once the standby
     has what it read: while the standby confirms nothing, 503 COORDINATOR_NOT_AVAILABLE (retriable)
-    after its wait; once it has caught up, the offset."""
+    after its wait; once it has caught up, the offset. Regression too: HTTP's describe of the group
+    (`GET /v1/groups/{group_id}`, the CLI's and the SDK's describe_group) answered the same offset,
+    and its lag, at once; it waits as OffsetFetch does."""
     primary, standby = cluster
     topic = "offsets-confirmed"
     server = _one_worker_with_a_topic(cluster, server_process, topic, 1)
     commits = f"{server.url}/v1/groups/confirmed-group/offsets/commit"
     fetches = f"{server.url}/v1/groups/confirmed-group/offsets/fetch"
+    described = f"{server.url}/v1/groups/confirmed-group"
     wanted = {"partitions": [{"topic": topic, "partition": 0}]}
 
     def commit(offset: int) -> httpx.Response:
         return httpx.post(commits, json={"offsets": [{"topic": topic, "partition": 0, "offset": offset}]}, timeout=60)
 
+    def describe() -> httpx.Response:
+        return httpx.get(described, timeout=60)
+
     assert commit(1).status_code == 200
     with _confirming_nothing(standby):
         assert _answer_of_a_cancelled_wait(primary, lambda: commit(2)).status_code == 503
-        fetched = httpx.post(fetches, json=wanted, timeout=60)
-        assert fetched.status_code == 503, fetched.text
-        assert fetched.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE", fetched.text
+        for read in (lambda: httpx.post(fetches, json=wanted, timeout=60), describe):
+            answer = read()
+            assert answer.status_code == 503, answer.text
+            assert answer.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE", answer.text
     confirmed = _until(
         lambda: (answer := httpx.post(fetches, json=wanted, timeout=60)).status_code == 200 and answer,
         "the offsets once the standby caught up",
     )
     assert [entry["offset"] for entry in confirmed.json()["offsets"]] == [2]
+    assert [entry["offset"] for entry in describe().json()["offsets"]] == [2]
 
 
 def test_a_first_commit_wins_answer_waits_for_the_standby_to_have_the_first_commit(cluster, server_process):
