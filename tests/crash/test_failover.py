@@ -1050,6 +1050,56 @@ def test_a_first_commit_wins_answer_waits_for_the_standby_to_have_the_first_comm
     assert (committed["offset"], committed["metadata"]) == (5, "second"), committed
 
 
+def test_an_abort_retried_after_an_unconfirmed_one_is_refused_once_the_standby_has_it(cluster, server_process):
+    """An operator's abort (`POST /v1/transactions/{id}/abort`, kafka-transactions.sh abort) naming
+    the producer it saw, retried after an abort whose COMMIT's wait for the standby was cancelled
+    (answered 503), finds the producer fenced and nothing open: INVALID_TXN_STATE, which the
+    two-phase client's abort_open (the Spark data source's sweep) takes for "not open, done". It was
+    answered at once, the refusal rolled back (a rollback waits for no standby), while the standby
+    still had the transaction open: a failover brought it back, Prepared for good (a Prepared
+    transaction never times out) and holding back its partitions' last stable offset, with the
+    sweep believing it aborted. The refusal now waits for the standby as a write does; after the
+    failover the transaction is open again, and the abort aborts it. (The producer's own EndTxn
+    abort, refused PRODUCER_FENCED, which two_phase's abort() also takes for done, waited already:
+    its write batch locks the id and commits.)"""
+    primary, standby = cluster
+    topic = "swept"
+    server = _one_worker_with_a_topic(cluster, server_process, topic, 1)
+    issued = httpx.post(f"{server.url}/v1/producers/init", json={"transactional_id": "swept"}, timeout=30).json()
+    txn = {"transactional_id": "swept", **issued}
+    added = {**txn, "partitions": [{"topic": topic, "partition": 0}]}
+    httpx.post(f"{server.url}/v1/txn/add-partitions", json=added, timeout=30).raise_for_status()
+    body = {**txn, "partitions": [{"topic": topic, "partition": 0, "base_sequence": 0, "records": [{"value": "x"}]}]}
+    httpx.post(f"{server.url}/v1/produce", json=body, timeout=30).raise_for_status()
+    as_listed = {"producer_id": issued["producer_id"], "producer_epoch": issued["producer_epoch"]}
+
+    def abort() -> httpx.Response:
+        return httpx.post(f"{server.url}/v1/transactions/swept/abort", params=as_listed, timeout=60)
+
+    def abort_as_its_producer() -> httpx.Response:  # two_phase's abort(): PRODUCER_FENCED is "done" to it
+        return httpx.post(f"{server.url}/v1/txn/end", json={**txn, "committed": False}, timeout=60)
+
+    with _confirming_nothing(standby, afterwards=signal.SIGKILL):
+        for response in [
+            *_unconfirmed_twice(primary, abort),
+            _answer_of_a_cancelled_wait(primary, abort_as_its_producer),
+        ]:
+            assert response.status_code == 503, response.text
+            assert response.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE", response.text
+        os.kill(primary.pid, signal.SIGKILL)
+        primary.stop()
+    _until(lambda: _promoted(standby), "the standby's promotion", DEADLINE_S)
+    described = _until(
+        lambda: (r := httpx.get(f"{server.url}/v1/transactions/swept", timeout=60)).status_code == 200 and r.json(),
+        "the transaction on the new primary",
+        DEADLINE_S,
+    )
+    assert described["state"] == "Ongoing", described  # the failover lost the abort
+    aborted = abort()
+    assert aborted.status_code == 200 and aborted.json()["state"] == "CompleteAbort", aborted.text
+    assert abort().json()["error"]["code"] == "INVALID_TXN_STATE"
+
+
 def _announced_on(postgres: EmbeddedPostgres) -> list[LiveNode]:
     """The nodes live on that server's database, as a node reading it lists them."""
 
