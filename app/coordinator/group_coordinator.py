@@ -200,7 +200,11 @@ def _advancing(
     it, so a partition the request names twice is written at most once, and never moved back by its
     second entry (judged both against the offset committed before, both were written, the last
     over the first). A repeat of the commit that wrote the committed offset is answered as written:
-    nothing is written again."""
+    nothing is written again. Both that answer and OFFSET_NOT_ADVANCED tell what is committed, which
+    may be on the primary alone (its commit's wait for the standby cancelled): they are answered
+    once the standby has it, because the check reads under the lock of the group's
+    __consumer_offsets partition (`group_offsets.committed_under_lock`), which makes the caller's
+    COMMIT wait for the standby past it (app/storage/database.py; tests/crash/test_failover.py)."""
     judged: list[BrokerError | None] = []
     written: list[OffsetEntry] = []
     for entry, error in zip(entries, errors):
@@ -696,15 +700,7 @@ class GroupCoordinator:
         check_group_id(group_id)
         async with self.pool.acquire() as conn:
             found = await group_offsets.fetch(conn, group_id, partitions)
-        # A consumer starts from what this answers: an offset whose commit (an EndTxn's, an
-        # OffsetCommit's) the standby has not confirmed could be lost by a failover with the output
-        # that went with it, and the consumer, positioned past its inputs, would skip them for good.
-        if self.replication_barrier is not None and not await self.replication_barrier.confirm(READ_WAIT_MIN_S):
-            raise BrokerError(
-                ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                f"the committed offsets of group {group_id!r} are not confirmed by the database's synchronous "
-                f"standby after {READ_WAIT_MIN_S:g} s (it is away or slow), so a failover could take them back: retry",
-            )
+        await self._offsets_confirmed(group_id)
         results = []
         for committed in found:
             error = None
@@ -716,6 +712,21 @@ class GroupCoordinator:
                 )
             results.append((committed, error))
         return results
+
+    async def _offsets_confirmed(self, group_id: str) -> None:
+        """Returns once the synchronous standby has the committed offsets of `group_id` just read
+        (docs/operations-high-availability.md, What readers see); COORDINATOR_NOT_AVAILABLE
+        (retriable) when it has not confirmed them within READ_WAIT_MIN_S. A consumer starts from
+        them, and a person or tool reading a group's description acts on them too: an offset whose
+        commit (an EndTxn's, an OffsetCommit's) the standby has not confirmed could be lost by a
+        failover with the output that went with it, and a consumer positioned past its inputs would
+        skip them for good."""
+        if self.replication_barrier is not None and not await self.replication_barrier.confirm(READ_WAIT_MIN_S):
+            raise BrokerError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"the committed offsets of group {group_id!r} are not confirmed by the database's synchronous "
+                f"standby after {READ_WAIT_MIN_S:g} s (it is away or slow), so a failover could take them back: retry",
+            )
 
     # ---- deletion
 
@@ -775,7 +786,10 @@ class GroupCoordinator:
 
     # ---- describe
 
-    async def describe(self, group_id: str) -> GroupDescription:
+    async def describe(self, group_id: str, with_offsets: bool = True) -> GroupDescription:
+        """The group, its members and, `with_offsets` (HTTP's describe; Kafka's DescribeGroups shows
+        none), its committed offsets with their lag, answered once the synchronous standby has them
+        as OffsetFetch's are (`_offsets_confirmed`)."""
         check_group_id(group_id)
         # One snapshot: a rebalance committing between the reads must not pair one generation's
         # assignment with another's members.
@@ -783,9 +797,11 @@ class GroupCoordinator:
             group = await groups.get(conn, group_id)
             if group is None:
                 raise unknown_group(group_id)
-            return GroupDescription(
-                group, await groups.members(conn, group_id), await group_offsets.lags(conn, group_id)
-            )
+            members = await groups.members(conn, group_id)
+            offsets = await group_offsets.lags(conn, group_id) if with_offsets else []
+        if with_offsets:  # none is an answer too: an OffsetDelete the standby lacks would come back
+            await self._offsets_confirmed(group_id)
+        return GroupDescription(group, members, offsets)
 
     async def list(self) -> list[tuple[Group, int]]:
         async with self.pool.acquire() as conn:

@@ -435,42 +435,31 @@ class TransactionCoordinator:
         transaction version 1 (Kafka's clients) the producer id and epoch carry over from one
         transaction to the next, so an abort naming them alone aborts the producer's next
         transaction when the one seen committed meanwhile. The audit entry (`actor`: who, through
-        which door) is written in the same PostgreSQL transaction as the abort: both happen or neither."""
+        which door) is written in the same PostgreSQL transaction as the abort: both happen or neither.
+
+        A refusal (nothing open, moved on, no such id) is answered once the synchronous standby has
+        what it found, as a write is: a retry of an abort whose COMMIT's wait for the standby was
+        cancelled (answered 503) finds it done, and a client takes that refusal for "not open"
+        (txbroker.two_phase's abort_open: the Spark data source's sweep). Answered at once (its
+        PostgreSQL transaction rolled back, and a rollback waits for no standby), a failover brought
+        the transaction back open, Prepared for good, while the sweep believed it aborted."""
         async with self.unit_of_work() as unit:
             meta = await unit.lock(transactional_id)
-            if meta is None:
-                raise transactional_id_not_found(transactional_id)
-            if expected is not None and (expected.producer_id, expected.producer_epoch) != (
-                meta.producer_id,
-                meta.producer_epoch,
-            ):
-                raise invalid_state(
-                    meta,
-                    f"abort the transaction of producer {expected.producer_id} epoch "
-                    f"{expected.producer_epoch} (it has moved on: the producer is now "
-                    f"{meta.producer_id} epoch {meta.producer_epoch}); look again",
-                )
-            if expected_start_ms is not None and expected_start_ms != meta.txn_start_ms:
-                raise invalid_state(
-                    meta,
-                    f"abort the transaction started at {expected_start_ms} ms (it has moved on: the "
-                    f"transaction open now started at {meta.txn_start_ms} ms, -1 if none is); look again",
-                )
-            state = meta.state
-            if state in (S.ONGOING, S.PREPARED):
-                await self._fence_and_abort(unit, meta, now_ms())
-            elif state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
-                raise concurrent(meta)
+            refusal = _admin_abort_refusal(transactional_id, meta, expected, expected_start_ms)
+            if refusal is not None:
+                await commit_waits_for_the_standby(unit.conn)  # the id's row may be gone: no lock to wait on
             else:
-                raise invalid_state(meta, "abort (no transaction is open)")
-            await record(
-                unit.conn,
-                actor,
-                "abort transaction",
-                transactional_id,
-                f"fenced: now producer {meta.producer_id} epoch {meta.producer_epoch}",
-            )
-            return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
+                await self._fence_and_abort(unit, meta, now_ms())
+                await record(
+                    unit.conn,
+                    actor,
+                    "abort transaction",
+                    transactional_id,
+                    f"fenced: now producer {meta.producer_id} epoch {meta.producer_epoch}",
+                )
+        if refusal is not None:
+            raise refusal
+        return EndResult(meta.producer_id, meta.producer_epoch, meta.state)
 
     async def describe(self, transactional_id: str) -> TransactionMetadata:
         check_transactional_id(transactional_id)
@@ -550,6 +539,40 @@ class TransactionCoordinator:
             now - self.settings.transactional_id_expiration_ms,
             handle=expire,
         )
+
+
+def _admin_abort_refusal(
+    transactional_id: str,
+    meta: TransactionMetadata | None,
+    expected: ProducerIdAndEpoch | None,
+    expected_start_ms: int | None,
+) -> BrokerError | None:
+    """Why an operator's abort (`TransactionCoordinator.admin_abort`) aborts nothing, if it does not:
+    no such id, the producer or the transaction moved on since the operator looked, an outcome
+    being completed (retriable), or nothing open."""
+    if meta is None:
+        return transactional_id_not_found(transactional_id)
+    if expected is not None and (expected.producer_id, expected.producer_epoch) != (
+        meta.producer_id,
+        meta.producer_epoch,
+    ):
+        return invalid_state(
+            meta,
+            f"abort the transaction of producer {expected.producer_id} epoch "
+            f"{expected.producer_epoch} (it has moved on: the producer is now "
+            f"{meta.producer_id} epoch {meta.producer_epoch}); look again",
+        )
+    if expected_start_ms is not None and expected_start_ms != meta.txn_start_ms:
+        return invalid_state(
+            meta,
+            f"abort the transaction started at {expected_start_ms} ms (it has moved on: the "
+            f"transaction open now started at {meta.txn_start_ms} ms, -1 if none is); look again",
+        )
+    if meta.state in (S.ONGOING, S.PREPARED):
+        return None
+    if meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+        return concurrent(meta)
+    return invalid_state(meta, "abort (no transaction is open)")
 
 
 def _states_where(predicate) -> list[str]:

@@ -32,8 +32,9 @@ it, the earlier commit included. Every write path locks a row or writes before i
 (the write batches lock their partitions and transactional ids; the groups', the topics' and the
 offsets' paths lock their rows); one that may answer "done" having neither locked nor written makes
 its COMMIT wait explicitly (replication_barrier.commit_waits_for_the_standby: the retry of an
-idempotent producer's epoch bump, a DeleteAcls that finds nothing left). tests/crash/test_failover.py
-pins both.
+idempotent producer's epoch bump, a DeleteAcls that finds nothing left). So does a refusal that a
+client takes for "done", which would otherwise roll back (a rollback waits for no standby): an
+operator's abort that finds nothing open. tests/crash/test_failover.py pins them.
 """
 
 from __future__ import annotations

@@ -976,28 +976,128 @@ def test_committed_offsets_are_answered_once_the_standby_has_them(cluster, serve
     answered 503) was then handed to a consumer, which a failover could leave positioned past inputs
     whose transaction's output it lost, skipped for good. An OffsetFetch now answers once the standby
     has what it read: while the standby confirms nothing, 503 COORDINATOR_NOT_AVAILABLE (retriable)
-    after its wait; once it has caught up, the offset."""
+    after its wait; once it has caught up, the offset. Regression too: HTTP's describe of the group
+    (`GET /v1/groups/{group_id}`, the CLI's and the SDK's describe_group) answered the same offset,
+    and its lag, at once; it waits as OffsetFetch does."""
     primary, standby = cluster
     topic = "offsets-confirmed"
     server = _one_worker_with_a_topic(cluster, server_process, topic, 1)
     commits = f"{server.url}/v1/groups/confirmed-group/offsets/commit"
     fetches = f"{server.url}/v1/groups/confirmed-group/offsets/fetch"
+    described = f"{server.url}/v1/groups/confirmed-group"
     wanted = {"partitions": [{"topic": topic, "partition": 0}]}
 
     def commit(offset: int) -> httpx.Response:
         return httpx.post(commits, json={"offsets": [{"topic": topic, "partition": 0, "offset": offset}]}, timeout=60)
 
+    def describe() -> httpx.Response:
+        return httpx.get(described, timeout=60)
+
     assert commit(1).status_code == 200
     with _confirming_nothing(standby):
         assert _answer_of_a_cancelled_wait(primary, lambda: commit(2)).status_code == 503
-        fetched = httpx.post(fetches, json=wanted, timeout=60)
-        assert fetched.status_code == 503, fetched.text
-        assert fetched.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE", fetched.text
+        for read in (lambda: httpx.post(fetches, json=wanted, timeout=60), describe):
+            answer = read()
+            assert answer.status_code == 503, answer.text
+            assert answer.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE", answer.text
     confirmed = _until(
         lambda: (answer := httpx.post(fetches, json=wanted, timeout=60)).status_code == 200 and answer,
         "the offsets once the standby caught up",
     )
     assert [entry["offset"] for entry in confirmed.json()["offsets"]] == [2]
+    assert [entry["offset"] for entry in describe().json()["offsets"]] == [2]
+
+
+def test_a_first_commit_wins_answer_waits_for_the_standby_to_have_the_first_commit(cluster, server_process):
+    """An OffsetCommit with require_advance (the Spark data source's decision records) answers from
+    the committed offset it finds: the very commit already there, repeated, "written" (nothing
+    written again); another at or below it OFFSET_NOT_ADVANCED ("another was first"). Both read a
+    commit that may be on the primary alone (its wait for the standby cancelled: its writer was
+    answered 503): answered at once, a failover could lose it, and Spark's driver would take a
+    decision the new primary lacks for recorded, or another's for the outcome. Neither is answered
+    before the standby has what it read (the commit locks the group's __consumer_offsets partition,
+    so its COMMIT waits for the standby past the first); here those waits are cancelled too, and
+    each answers 503. The failover loses the first commit, and the refused one is then written."""
+    primary, standby = cluster
+    topic = "first-wins"
+    server = _one_worker_with_a_topic(cluster, server_process, topic, 1)
+    commits = f"{server.url}/v1/groups/first-wins-group/offsets/commit"
+    fetches = f"{server.url}/v1/groups/first-wins-group/offsets/fetch"
+
+    def commit(offset: int, metadata: str) -> httpx.Response:
+        entry = {"topic": topic, "partition": 0, "offset": offset, "metadata": metadata}
+        return httpx.post(commits, json={"offsets": [entry], "require_advance": True}, timeout=60)
+
+    assert commit(1, "confirmed").json()["offsets"][0]["error"] is None
+    with _confirming_nothing(standby, afterwards=signal.SIGKILL):
+        for what, send in {
+            "the first commit": lambda: commit(5, "first"),
+            "its repeat": lambda: commit(5, "first"),
+            "another commit of its offset": lambda: commit(5, "second"),
+            "a commit below it": lambda: commit(4, "second"),
+        }.items():
+            response = _answer_of_a_cancelled_wait(primary, send)
+            assert response.status_code == 503, f"{what}: {response.text}"
+            assert response.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE", f"{what}: {response.text}"
+        os.kill(primary.pid, signal.SIGKILL)
+        primary.stop()
+    _until(lambda: _promoted(standby), "the standby's promotion", DEADLINE_S)
+    written = _until(lambda: (r := commit(5, "second")).status_code == 200 and r, "the commit on the new primary")
+    assert written.json()["offsets"][0]["error"] is None, written.text  # the first was lost: this one is first
+    assert commit(5, "first").json()["offsets"][0]["error"]["code"] == "OFFSET_NOT_ADVANCED"
+    wanted = {"partitions": [{"topic": topic, "partition": 0}]}
+    [committed] = httpx.post(fetches, json=wanted, timeout=60).json()["offsets"]
+    assert (committed["offset"], committed["metadata"]) == (5, "second"), committed
+
+
+def test_an_abort_retried_after_an_unconfirmed_one_is_refused_once_the_standby_has_it(cluster, server_process):
+    """An operator's abort (`POST /v1/transactions/{id}/abort`, kafka-transactions.sh abort) naming
+    the producer it saw, retried after an abort whose COMMIT's wait for the standby was cancelled
+    (answered 503), finds the producer fenced and nothing open: INVALID_TXN_STATE, which the
+    two-phase client's abort_open (the Spark data source's sweep) takes for "not open, done". It was
+    answered at once, the refusal rolled back (a rollback waits for no standby), while the standby
+    still had the transaction open: a failover brought it back, Prepared for good (a Prepared
+    transaction never times out) and holding back its partitions' last stable offset, with the
+    sweep believing it aborted. The refusal now waits for the standby as a write does; after the
+    failover the transaction is open again, and the abort aborts it. (The producer's own EndTxn
+    abort, refused PRODUCER_FENCED, which two_phase's abort() also takes for done, waited already:
+    its write batch locks the id and commits.)"""
+    primary, standby = cluster
+    topic = "swept"
+    server = _one_worker_with_a_topic(cluster, server_process, topic, 1)
+    issued = httpx.post(f"{server.url}/v1/producers/init", json={"transactional_id": "swept"}, timeout=30).json()
+    txn = {"transactional_id": "swept", **issued}
+    added = {**txn, "partitions": [{"topic": topic, "partition": 0}]}
+    httpx.post(f"{server.url}/v1/txn/add-partitions", json=added, timeout=30).raise_for_status()
+    body = {**txn, "partitions": [{"topic": topic, "partition": 0, "base_sequence": 0, "records": [{"value": "x"}]}]}
+    httpx.post(f"{server.url}/v1/produce", json=body, timeout=30).raise_for_status()
+    as_listed = {"producer_id": issued["producer_id"], "producer_epoch": issued["producer_epoch"]}
+
+    def abort() -> httpx.Response:
+        return httpx.post(f"{server.url}/v1/transactions/swept/abort", params=as_listed, timeout=60)
+
+    def abort_as_its_producer() -> httpx.Response:  # two_phase's abort(): PRODUCER_FENCED is "done" to it
+        return httpx.post(f"{server.url}/v1/txn/end", json={**txn, "committed": False}, timeout=60)
+
+    with _confirming_nothing(standby, afterwards=signal.SIGKILL):
+        for response in [
+            *_unconfirmed_twice(primary, abort),
+            _answer_of_a_cancelled_wait(primary, abort_as_its_producer),
+        ]:
+            assert response.status_code == 503, response.text
+            assert response.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE", response.text
+        os.kill(primary.pid, signal.SIGKILL)
+        primary.stop()
+    _until(lambda: _promoted(standby), "the standby's promotion", DEADLINE_S)
+    described = _until(
+        lambda: (r := httpx.get(f"{server.url}/v1/transactions/swept", timeout=60)).status_code == 200 and r.json(),
+        "the transaction on the new primary",
+        DEADLINE_S,
+    )
+    assert described["state"] == "Ongoing", described  # the failover lost the abort
+    aborted = abort()
+    assert aborted.status_code == 200 and aborted.json()["state"] == "CompleteAbort", aborted.text
+    assert abort().json()["error"]["code"] == "INVALID_TXN_STATE"
 
 
 def _announced_on(postgres: EmbeddedPostgres) -> list[LiveNode]:
