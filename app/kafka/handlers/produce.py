@@ -41,11 +41,14 @@ def _partition(
     record_indexes: tuple[int, ...] = (),
     log_append_time_ms: int | None = None,
     record_messages: tuple[str, ...] | None = None,
+    log_start_offset: int = NO_OFFSET,
 ):
     """`record_indexes`: the records of the batch at fault (v8+'s record_errors, each with the
     partition's message left out, as Kafka leaves it for records refused for one reason, or with
     its own of `record_messages`);
-    `log_append_time_ms`: the time the batch's records took, in a topic with LogAppendTime (else -1)."""
+    `log_append_time_ms`: the time the batch's records took, in a topic with LogAppendTime (else -1);
+    `log_start_offset`: the partition's at the append, as Kafka's leader answers a batch appended or
+    a duplicate (v5+; an error's is -1 here, where Kafka answers most with the log start too)."""
     record_messages = record_messages or (None,) * len(record_indexes)
     return build(
         module,
@@ -56,7 +59,7 @@ def _partition(
         log_append_time=None
         if log_append_time_ms is None
         else datetime.datetime.fromtimestamp(log_append_time_ms / 1000, datetime.UTC),
-        log_start_offset=NO_OFFSET,
+        log_start_offset=log_start_offset,
         record_errors=tuple(
             build(module, "BatchIndexAndErrorMessage", batch_index=i, batch_index_error_message=m)
             for i, m in (zip(record_indexes, record_messages) if hasattr(module, "BatchIndexAndErrorMessage") else ())
@@ -215,6 +218,7 @@ async def _response(
                     KafkaError.none,
                     base_offset=result.base_offset,
                     log_append_time_ms=result.log_append_time_ms,
+                    log_start_offset=result.log_start_offset,
                 )
             answers[key] = answer
     if request.acks == ACKS_NONE:

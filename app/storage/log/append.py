@@ -73,13 +73,21 @@ class BatchAppend:
 class AppendResult:
     base_offset: int
     last_offset: int
+    # The partition's log start offset at the append (a duplicate's: at its retry), which Kafka's
+    # leader answers a Produce with (v5+; Java's and kafka-python's producers read it).
+    log_start_offset: int
     duplicate: bool = False
     # The append time its records took (a topic with Kafka's LogAppendTime), else None: `answered`.
     log_append_time_ms: int | None = None
 
 
 def answered(
-    append: BatchAppend, base_offset: int, last_offset: int, max_timestamp_ms: int, duplicate: bool = False
+    append: BatchAppend,
+    base_offset: int,
+    last_offset: int,
+    max_timestamp_ms: int,
+    log_start_offset: int,
+    duplicate: bool = False,
 ) -> AppendResult:
     """The answer for a batch stored at these offsets with this max timestamp (a duplicate: the
     original's). In a topic with LogAppendTime its log_append_time is that max timestamp, the append
@@ -89,7 +97,9 @@ def answered(
     defines the field: Kafka's broker answers a duplicate there with its max timestamp all the same,
     which its clients would then report as every record's timestamp, of type LogAppendTime."""
     log_append_time = uses_log_append_time(append.topic) and max_timestamp_ms != NO_TIMESTAMP
-    return AppendResult(base_offset, last_offset, duplicate, max_timestamp_ms if log_append_time else None)
+    return AppendResult(
+        base_offset, last_offset, log_start_offset, duplicate, max_timestamp_ms if log_append_time else None
+    )
 
 
 # `_append_one_plain`: bumps the high watermark (locking the partition's row until commit), inserts
@@ -100,13 +110,15 @@ _APPEND_ONE_PLAIN_SQL = f"""
 WITH head AS (
     UPDATE partitions SET high_watermark = high_watermark + $3
     WHERE topic_id = $1 AND partition = $2
-    RETURNING high_watermark - $3 AS base_offset
+    RETURNING high_watermark - $3 AS base_offset, log_start_offset
 ), appended AS (
     INSERT INTO record_batches ({BATCH_COLUMNS}, untimestamped_appended_ms)
     SELECT $1, $2, base_offset, base_offset + $3 - 1, $4, $5, $6, $7, NULL, $8, $9, $3, $10, $11, $12 FROM head
     RETURNING base_offset, last_offset
 )
-SELECT base_offset, last_offset, pg_notify('{APPENDS_CHANNEL}', $1::text || ':' || $2::text) FROM appended
+SELECT appended.base_offset, appended.last_offset, head.log_start_offset,
+       pg_notify('{APPENDS_CHANNEL}', $1::text || ':' || $2::text)
+FROM appended, head
 """
 
 
@@ -258,7 +270,7 @@ async def _append_one_plain(conn: asyncpg.Connection, append: BatchAppend) -> Ap
     )
     if row is None:  # the topic was deleted since it was looked up
         raise unknown_partition(append.topic, append.partition)
-    return answered(append, row["base_offset"], row["last_offset"], batch.max_timestamp_ms)
+    return answered(append, row["base_offset"], row["last_offset"], batch.max_timestamp_ms, row["log_start_offset"])
 
 
 # Then, with every lock held, a fresh statement (a fresh snapshot) reads the other producers'
@@ -321,12 +333,12 @@ class _CheckedAppend:
 
 
 async def _check_at_head(
-    conn: asyncpg.Connection, append: BatchAppend, entry: sequences.ProducerEntry | None, head: int
+    conn: asyncpg.Connection, append: BatchAppend, entry: sequences.ProducerEntry | None, head: int, log_start: int
 ) -> _CheckedAppend | AppendResult | BrokerError:
     """The producer's batch checked against its state: a duplicate's original offsets, an error, or
     the batch to write. `entry` is the producer's state on the partition and `head` its high
     watermark, as read under the partition's lock and advanced by the batches appended before this
-    one in the same PostgreSQL transaction."""
+    one in the same PostgreSQL transaction; `log_start` its log start offset, read under that lock."""
     topic, batch = append.topic, append.batch
     if append.origin is AppendOrigin.COORDINATOR:
         return _CheckedAppend(append, head, sequences.coordinator_batch(entry, append.producer_epoch, head))
@@ -347,7 +359,9 @@ async def _check_at_head(
     if isinstance(outcome, BrokerError):
         return outcome
     if isinstance(outcome, sequences.Duplicate):
-        return answered(append, outcome.base_offset, outcome.last_offset, outcome.max_timestamp_ms, duplicate=True)
+        return answered(
+            append, outcome.base_offset, outcome.last_offset, outcome.max_timestamp_ms, log_start, duplicate=True
+        )
     base_offset = head
     updated = sequences.remember(
         entry,
@@ -482,6 +496,7 @@ class AppendPlan:
 
     _results: list[AppendResult | BrokerError | None]
     _writes: dict[int, _Write]
+    _log_starts: dict[tuple[int, int], int]  # each written partition's, read under its lock
     statement: WriteStatement | None
 
     @property
@@ -492,8 +507,13 @@ class AppendPlan:
         results = list(self._results)
         for index, write in self._writes.items():
             batch = write.append.batch
+            key = (write.append.topic.topic_id, write.append.partition)
             results[index] = answered(
-                write.append, write.base_offset, write.base_offset + batch.record_count - 1, batch.max_timestamp_ms
+                write.append,
+                write.base_offset,
+                write.base_offset + batch.record_count - 1,
+                batch.max_timestamp_ms,
+                self._log_starts[key],
             )
         return results
 
@@ -545,7 +565,7 @@ async def plan_appends(conn: asyncpg.Connection, appends: list[BatchAppend], loc
         else:
             producer_key = (*key, append.producer_id)
             try:
-                outcome = await _check_at_head(conn, append, entries.get(producer_key), head)
+                outcome = await _check_at_head(conn, append, entries.get(producer_key), head, locked.log_starts[key])
             except BrokerError as error:
                 results[index] = error
                 continue
@@ -556,7 +576,7 @@ async def plan_appends(conn: asyncpg.Connection, appends: list[BatchAppend], loc
             writes[index] = _Write(append, head, outcome.state)
         heads[key] = head + append.batch.record_count
     statement = _write_appends(list(writes.values()), heads) if writes else None
-    return AppendPlan(results, writes, statement)
+    return AppendPlan(results, writes, locked.log_starts, statement)
 
 
 async def append_batches(

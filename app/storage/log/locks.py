@@ -50,22 +50,22 @@ from app.storage.log import sequences
 # one; either way each EndTxn's work grew with the producer's number of transactions.
 _LOCK_HEADS_SQL = """
 WITH locked AS MATERIALIZED (
-    SELECT p.topic_id, p.partition, p.high_watermark
+    SELECT p.topic_id, p.partition, p.high_watermark, p.log_start_offset
     FROM partitions p JOIN unnest($1::int[], $2::int[]) AS wanted(topic_id, partition)
       ON p.topic_id = wanted.topic_id AND p.partition = wanted.partition
     ORDER BY p.topic_id, p.partition
     FOR UPDATE OF p
 )
-SELECT topic_id, partition, high_watermark, NULL AS producer_id, NULL AS producer_epoch, NULL AS last_sequence,
-       NULL AS recent_batches, NULL AS current_txn_first_offset, NULL::bigint AS marker_offset
+SELECT topic_id, partition, high_watermark, log_start_offset, NULL AS producer_id, NULL AS producer_epoch,
+       NULL AS last_sequence, NULL AS recent_batches, NULL AS current_txn_first_offset, NULL::bigint AS marker_offset
 FROM locked
 UNION ALL
-SELECT s.topic_id, s.partition, NULL, s.producer_id, s.producer_epoch, s.last_sequence, s.recent_batches,
+SELECT s.topic_id, s.partition, NULL, NULL, s.producer_id, s.producer_epoch, s.last_sequence, s.recent_batches,
        s.current_txn_first_offset, NULL
 FROM producer_states s JOIN unnest($3::int[], $4::int[], $5::bigint[]) AS wanted(topic_id, partition, producer_id)
   ON s.topic_id = wanted.topic_id AND s.partition = wanted.partition AND s.producer_id = wanted.producer_id
 UNION ALL
-SELECT m.topic_id, m.partition, NULL, m.producer_id, m.producer_epoch, NULL, NULL, NULL, m.marker_offset
+SELECT m.topic_id, m.partition, NULL, NULL, m.producer_id, m.producer_epoch, NULL, NULL, NULL, m.marker_offset
 FROM unnest($6::int[], $7::int[], $8::bigint[], $9::int[]) AS wanted(topic_id, partition, producer_id, producer_epoch)
 CROSS JOIN LATERAL (
     SELECT t.topic_id, t.partition, t.producer_id, t.producer_epoch, t.marker_offset
@@ -89,13 +89,16 @@ def producer_entry_from_row(row: asyncpg.Record) -> sequences.ProducerEntry:
 
 @dataclass(slots=True)
 class LockedPartitions:
-    """What lock_partitions read under the locks: each partition's high watermark (`heads`), the
-    state of each producer asked for (`states`, by (topic_id, partition, producer_id)) and, for each
-    marker asked for that exists, the offset of the latest (`markers`, by (topic_id, partition,
-    producer_id, producer_epoch)). Planning advances `heads` and `states` past what it plans to write, so that
-    what is planned next in the same PostgreSQL transaction follows it."""
+    """What lock_partitions read under the locks: each partition's high watermark (`heads`) and log
+    start offset (`log_starts`, which Produce answers: DeleteRecords and the log cleaner move it under
+    the same row lock, so it holds until commit), the state of each producer asked for (`states`, by
+    (topic_id, partition, producer_id)) and, for each marker asked for that exists, the offset of the
+    latest (`markers`, by (topic_id, partition, producer_id, producer_epoch)). Planning advances
+    `heads` and `states` past what it plans to write, so that what is planned next in the same
+    PostgreSQL transaction follows it."""
 
     heads: dict[tuple[int, int], int]
+    log_starts: dict[tuple[int, int], int]
     states: dict[tuple[int, int, int], sequences.ProducerEntry]
     markers: dict[tuple[int, int, int, int], int]
 
@@ -123,7 +126,7 @@ async def lock_partitions(conn: asyncpg.Connection, locks: PartitionLocks) -> Lo
     _LOCK_HEADS_SQL). A partition that is gone (its topic deleted) has no head. No statement when
     no partition is asked for."""
     if not locks.partitions:
-        return LockedPartitions({}, {}, {})
+        return LockedPartitions({}, {}, {}, {})
     wanted = sorted(locks.partitions, key=_lock_key)
     producers, markers = sorted(locks.producers), sorted(locks.markers)
     rows = await conn.fetch(
@@ -133,10 +136,11 @@ async def lock_partitions(conn: asyncpg.Connection, locks: PartitionLocks) -> Lo
         *(list(column) for column in zip(*producers)) if producers else ([], [], []),
         *(list(column) for column in zip(*markers)) if markers else ([], [], [], []),
     )
-    locked = LockedPartitions({}, {}, {})
+    locked = LockedPartitions({}, {}, {}, {})
     for row in rows:
         if row["producer_id"] is None:
             locked.heads[(row["topic_id"], row["partition"])] = row["high_watermark"]
+            locked.log_starts[(row["topic_id"], row["partition"])] = row["log_start_offset"]
         elif row["marker_offset"] is None:
             locked.states[(row["topic_id"], row["partition"], row["producer_id"])] = producer_entry_from_row(row)
         else:
