@@ -19,13 +19,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 import httpx
 
 from txbroker.connection import DEFAULT_URL, Connection
-from txbroker.consumer_coordinator import ConsumerCoordinator
+from txbroker.consumer_coordinator import ConsumerCoordinator, refused
 from txbroker.errors import IllegalStateError, TxbrokerError, TxbrokerTimeoutError
 from txbroker.fetcher import OFFSET_RESETS, Fetcher
 from txbroker.options import check_at_least
@@ -400,13 +400,27 @@ class AsyncConsumer:
         """Commits `offsets` (the next offset to read, per partition), or the positions of every
         assigned partition. A subscribed consumer's commit carries its generation: after a
         rebalance it is refused (IllegalGenerationError / UnknownMemberIdError)."""
-        self._check_open()
-        coordinator = self._require_group("commit()")
-        entries = self._offsets_body(offsets)
-        if not entries:
-            return
-        await coordinator.commit(entries)
-        self._last_auto_commit = time.monotonic()
+        await self.start_commit(offsets)
+
+    def start_commit(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
+    ) -> Coroutine[Any, Any, None]:
+        """commit(offsets) with the membership of now (see ConsumerCoordinator.commit): what to
+        await. commit_async() (and the synchronous Consumer's) call it at once, so that poll()
+        adopting another membership before the commit is sent cannot change whose commit it is."""
+        try:
+            self._check_open()
+            coordinator = self._require_group("commit()")
+            entries = self._offsets_body(offsets)
+            sending = coordinator.commit(entries) if entries else None
+        except TxbrokerError as error:
+            return refused(error)
+        return self._committed_by(sending)
+
+    async def _committed_by(self, sending: Awaitable[None] | None) -> None:
+        if sending is not None:
+            await sending
+            self._last_auto_commit = time.monotonic()
 
     def commit_async(
         self,
@@ -415,9 +429,10 @@ class AsyncConsumer:
     ) -> asyncio.Future:
         """commit() in the background; `callback(offsets, error)` runs when it is done. Commits are
         sent one after the other in the order they were made (commit() waits for the ones before
-        it), so the group's offset is always the last one committed."""
+        it), so the group's offset is always the last one committed. The commit carries the
+        membership of the call (`start_commit`), whenever its task first runs."""
         entries = self.offsets_to_commit(offsets)
-        task = asyncio.ensure_future(self.commit(entries))
+        task = asyncio.ensure_future(self.start_commit(entries))
         if callback is not None:
             task.add_done_callback(lambda t: callback(entries, None if t.cancelled() else t.exception()))
         return task
@@ -464,12 +479,13 @@ class AsyncConsumer:
             return
         self._last_auto_commit = now
         entries = self._offsets_body(None)
-        if entries:
-            self._auto_commit = asyncio.ensure_future(self._auto_commit_positions(entries))
+        if entries:  # the commit of the membership of these positions, whenever its task first runs
+            commit = self._require_group("auto-commit").commit(entries, deadline=now)
+            self._auto_commit = asyncio.ensure_future(self._auto_commit_positions(commit))
 
-    async def _auto_commit_positions(self, entries: list[dict]) -> None:
+    async def _auto_commit_positions(self, commit: Awaitable[None]) -> None:
         try:
-            await self._require_group("auto-commit").commit(entries, deadline=time.monotonic())
+            await commit
         except TxbrokerError as error:
             log.warning("auto-commit of group %r failed: %s", self.group_id, error)
             if error.retriable:

@@ -46,7 +46,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -376,17 +376,25 @@ class ConsumerCoordinator:
             return self.member_id, self._subscriptions.generation
         return NO_MEMBER, NO_GENERATION
 
-    async def commit(self, entries: list[dict], deadline: float | None = None) -> None:
+    def commit(self, entries: list[dict], deadline: float | None = None) -> Coroutine[Any, Any, None]:
         """Commits, one after the other in the order they were made: Kafka's commitAsync sends its
         commits in the order of the calls, and commitSync returns after the ones made before it.
         Over HTTP two commits in flight at once travel on two connections, and the server could
         apply the older one last, taking the group's offset back. The membership is the one of the
-        call, whenever the commit is sent. Retriable errors are retried for the API timeout, or
-        until `deadline` (one attempt at least). A commit after the poll timeout left the group
-        fails, unsent (`_check_not_left`)."""
-        self._check_not_left()
-        member_id, generation = self.commit_identity()
-        body = {"member_id": member_id, "generation_id": generation, "offsets": entries}
+        call, whenever the commit is sent: checked and taken here, when commit() is called, not
+        when what it returns is first awaited (commit_async()'s task, the auto-commit's, may first
+        run after poll() adopted another membership, whose commits the server accepts; Kafka's
+        commitAsync checks the generation in the call too). Retriable errors are retried for the API
+        timeout, or until `deadline` (one attempt at least). A commit of a lost membership fails,
+        unsent (`_check_not_left`)."""
+        try:
+            self._check_not_left()
+            member_id, generation = self.commit_identity()
+        except TxbrokerError as error:
+            return refused(error)
+        return self._send_commit({"member_id": member_id, "generation_id": generation, "offsets": entries}, deadline)
+
+    async def _send_commit(self, body: dict, deadline: float | None) -> None:
         async with self._commit_order:
             entry_errors = await self._call(
                 f"OffsetCommit({self.group_id})",
@@ -457,6 +465,11 @@ class ConsumerCoordinator:
             else:
                 self._subscriptions.positions[tp] = entry[0]
         return to_reset
+
+
+async def refused(error: TxbrokerError) -> None:
+    """A commit refused at its call, unsent: it fails when awaited, as one the server refused."""
+    raise error
 
 
 def _time_left(deadline: float | None) -> float | None:

@@ -330,7 +330,7 @@ class Consumer:
         """commit() in the background, in order with the other commits (see AsyncConsumer.commit_async);
         the callback runs on the consumer's loop thread."""
         offsets = self._loop.call(self._core.offsets_to_commit, offsets)
-        future = self._loop.submit(self._core.commit(offsets))
+        future = self._loop.submit(self._loop.call(self._core.start_commit, offsets))  # the membership of now
         if callback is not None:
             future.add_done_callback(lambda f: callback(offsets, None if f.cancelled() else f.exception()))
         return future

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 
 import httpx
 import pytest
@@ -275,14 +276,17 @@ def test_records_buffered_from_a_deleted_topic_are_not_handed_out_as_the_re_crea
     assert asyncio.run(scenario()) == [b"new5"]
 
 
-def test_an_evicted_member_revokes_its_partitions_as_lost_and_cannot_commit_them(server):
+@pytest.mark.parametrize("commit_call", ["commit", "commit_async"])
+def test_an_evicted_member_revokes_its_partitions_as_lost_and_cannot_commit_them(server, commit_call):
     """Member A's heartbeats are held past its session timeout: the server evicts it, and B takes
     both partitions, reads on and commits. When A's heartbeats resume they rejoin as a new member;
     A's next poll() first revokes its partitions as lost, and a commit in on_revoke (the usual
     place for one) fails, unsent (UnknownMemberIdError: Kafka's CommitFailedException after
     onPartitionsLost). Before, on_revoke ran with the new membership already adopted, and its
     commit, which the server accepted, took the group's offsets back behind B's: B's records were
-    read again."""
+    read again. So with commit_async(), which returns at once: poll() adopts the new membership
+    before the commit's task first runs, and that task took the membership of then (the new one),
+    not the one of the call, as Kafka's commitAsync, which checks the generation in the call."""
     both = {TopicPartition("in", 0), TopicPartition("in", 1)}
 
     async def scenario() -> None:
@@ -293,7 +297,7 @@ def test_an_evicted_member_revokes_its_partitions_as_lost_and_cannot_commit_them
                 for i in range(3):
                     await producer.send("in", value=f"v{i}", partition=partition)
             await producer.flush()
-            outcomes: list[Exception | None] = []
+            outcomes: list[asyncio.Future] = []  # the outcome of the first revocation's commit
             processed = {tp: 3 for tp in both}
             a = held_consumer(server, heartbeats, auto_offset_reset="earliest", session_timeout_ms=1000)
             b = AsyncConsumer(
@@ -306,14 +310,22 @@ def test_an_evicted_member_revokes_its_partitions_as_lost_and_cannot_commit_them
             )
             async with a, b:
 
-                async def commit_on_revoke(parts: set[TopicPartition]) -> None:
-                    if outcomes:  # the first revocation's commit is the one under test
-                        return
+                async def outcome_of(commit: Awaitable[None]) -> Exception | None:
                     try:
-                        await a.commit(processed)
-                        outcomes.append(None)
+                        await commit
                     except UnknownMemberIdError as error:
-                        outcomes.append(error)
+                        return error
+                    return None
+
+                def commit_on_revoke(parts: set[TopicPartition]) -> Awaitable[None] | None:
+                    if outcomes:  # the first revocation's commit is the one under test
+                        return None
+                    if commit_call == "commit_async":  # returns at once: poll() goes on
+                        outcomes.append(asyncio.ensure_future(outcome_of(a.commit_async(processed))))
+                        return None
+                    outcome = asyncio.ensure_future(outcome_of(a.commit(processed)))
+                    outcomes.append(outcome)
+                    return outcome  # awaited by poll(), as an async listener
 
                 a.subscribe(["in"], on_revoke=commit_on_revoke)
                 read: list = []
@@ -335,9 +347,9 @@ def test_an_evicted_member_revokes_its_partitions_as_lost_and_cannot_commit_them
                 heartbeats.released.set()
                 await until(lambda: a._coordinator.member_id != evicted_member, "A's rejoin as another member")
                 async with asyncio.timeout(20):
-                    while not outcomes:
+                    while not (outcomes and outcomes[0].done()):
                         await a.poll(timeout_ms=100)
-                [outcome] = outcomes
+                outcome = outcomes[0].result()
                 assert isinstance(outcome, UnknownMemberIdError), "the lost membership's commit was accepted"
                 assert "evicted" in str(outcome)
                 assert await b.committed(both) == {tp: 5 for tp in both}, "B's progress was taken back"
