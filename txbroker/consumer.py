@@ -399,7 +399,8 @@ class AsyncConsumer:
     async def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None) -> None:
         """Commits `offsets` (the next offset to read, per partition), or the positions of every
         assigned partition. A subscribed consumer's commit carries its generation: after a
-        rebalance it is refused (IllegalGenerationError / UnknownMemberIdError)."""
+        rebalance it is refused (IllegalGenerationError / UnknownMemberIdError); before its first
+        join it is refused unsent (IllegalStateError: poll() first)."""
         await self.start_commit(offsets)
 
     def start_commit(

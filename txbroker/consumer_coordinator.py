@@ -371,10 +371,21 @@ class ConsumerCoordinator:
 
     def commit_identity(self) -> tuple[str, int]:
         """A subscribed consumer's commits carry its membership (refused after a rebalance); a
-        manually assigned one's are simple commits."""
-        if self._subscriptions.subscribed:
-            return self.member_id, self._subscriptions.generation
-        return NO_MEMBER, NO_GENERATION
+        manually assigned one's are simple commits. A subscribed consumer that has not joined yet
+        has no membership to commit with: refused, unsent, as Kafka's consumer fails a commit
+        locally without a stable generation. Sent, it was a simple commit (no generation), which
+        the server applies whoever owns the partitions: it could take back the offsets the
+        group's members committed."""
+        if not self._subscriptions.subscribed:
+            return NO_MEMBER, NO_GENERATION
+        if self.member_id == NO_MEMBER:
+            raise IllegalStateError(
+                f"commit of group {self.group_id!r} before this consumer joined it: it is subscribed to "
+                f"{self._subscriptions.topics} but has no member id or generation yet, so the commit was not sent "
+                f"(without them the server would apply it whoever owns the partitions, over the offsets of the "
+                f"group's members). Call poll() first: it joins the group; commit the partitions it assigns"
+            )
+        return self.member_id, self._subscriptions.generation
 
     def commit(self, entries: list[dict], deadline: float | None = None) -> Coroutine[Any, Any, None]:
         """Commits, one after the other in the order they were made: Kafka's commitAsync sends its

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from txbroker import AsyncAdmin, AsyncConsumer, AsyncProducer, TopicPartition
-from txbroker.errors import UnknownMemberIdError
+from txbroker.errors import IllegalStateError, UnknownMemberIdError
 
 FAST = {"retry_backoff_ms": 10, "retry_backoff_max_ms": 100}
 
@@ -357,5 +357,33 @@ def test_an_evicted_member_revokes_its_partitions_as_lost_and_cannot_commit_them
                     while not a.assignment():
                         await a.poll(timeout_ms=100)
                 await a.commit({tp: 5 for tp in a.assignment()})  # a member again: its commits count
+
+    asyncio.run(scenario())
+
+
+def test_a_subscribed_consumer_cannot_commit_before_it_joined_its_group(server):
+    """A consumer subscribed but not joined yet (no poll() since subscribe()) has no member id or
+    generation: its commit(offsets), and commit_async(offsets), fail unsent with IllegalStateError
+    (call poll() first), as Kafka's consumer fails a commit without a stable generation locally.
+    Before, it was sent as a simple commit (generation -1), which the server applies whatever the
+    group: it took the offset of the member that owns the partition back."""
+    tp = TopicPartition("in", 0)
+
+    async def scenario() -> None:
+        async with AsyncAdmin(server.url) as admin:
+            await admin.create_topic("in")
+        options = {"group_id": "g", "enable_auto_commit": False, "heartbeat_interval_ms": 50, **FAST}
+        async with AsyncConsumer(server.url, **options) as member, AsyncConsumer(server.url, **options) as newcomer:
+            member.subscribe(["in"])
+            async with asyncio.timeout(20):
+                while not member.assignment():
+                    await member.poll(timeout_ms=100)
+            await member.commit({tp: 5})
+            newcomer.subscribe(["in"])
+            with pytest.raises(IllegalStateError, match="Call poll\\(\\) first"):
+                await newcomer.commit({tp: 0})
+            with pytest.raises(IllegalStateError, match="before this consumer joined"):
+                await newcomer.commit_async({tp: 0})
+            assert await member.committed([tp]) == {tp: 5}, "the member's offset was taken back"
 
     asyncio.run(scenario())
