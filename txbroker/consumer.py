@@ -355,14 +355,15 @@ class AsyncConsumer:
         does, it returns about in time (a fetch's answer is waited for half a second past it), as
         Kafka's poll(); only joining the group, before the first assignment or after the poll
         timeout left it (max_poll_interval_ms), retries for default_api_timeout_ms and then raises
-        TxbrokerTimeoutError."""
+        TxbrokerTimeoutError. After the listeners it adopts again what changed while they ran, as
+        Kafka's joinGroupIfNeeded loops: a listener that outlasted max_poll_interval_ms lost the
+        membership, whose records must not be handed out (another member has its partitions)."""
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             event = await self.update_assignment()
             if event is not None:
                 await self._run_listeners(event)
-                if event.lost:  # the membership is lost: rejoin before fetching
-                    continue
+                continue  # what changed while they ran (a membership lost: rejoined) before fetching
             records = await self.fetch_records(deadline)
             if records or time.monotonic() >= deadline:
                 return records

@@ -27,12 +27,14 @@ partition (on_revoke: the SDK has no on_lost), then rejoins. Until the rejoin th
 generation stay the lost ones, which the server refuses (a transactional offset commit with this
 consumer's group_metadata()). As Kafka's pollTimer: every poll() call restarts the timer, whether or
 not records come back, and a poll waiting for records is polling; the timer runs only while the
-heartbeat task does, from the join on (Kafka resets it when its heartbeat thread is enabled).
+heartbeat task does, from the join on (Kafka resets it when its heartbeat thread is enabled). It
+runs while poll() runs the listeners, so poll() adopts again after them (a listener that outlasted
+it lost the membership) before it fetches.
 
 Invariant: a membership lost is never committed for. When the heartbeats found this member evicted
 (its session timed out) and rejoined under a new member id, poll() first revokes every partition of
-the lost membership (an event marked `lost`, as Kafka's onPartitionsLost), during which commits are
-refused (`_lost_membership`), then adopts the new membership's assignment. Revoked together with
+the lost membership (as Kafka's onPartitionsLost), during which commits are refused
+(`_lost_membership`), then adopts the new membership's assignment. Revoked together with
 the new assignment adopted, an on_revoke that commits (the usual place to) committed under the new
 membership, which the server accepts, offsets of partitions another member may have read further
 since: the group's offset went back, and those records were read twice.
@@ -42,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 import uuid
@@ -278,8 +279,8 @@ class ConsumerCoordinator:
     async def update_assignment(self) -> RebalanceEvent | None:
         """Joins if needed and adopts the latest assignment the heartbeats brought; returns what
         changed, for the caller to run the listeners on its own thread. After the poll timeout
-        left the group: first every partition revoked (an event marked `lost`), then, at the next
-        call, the rejoin."""
+        left the group: first every partition revoked (`_revoke_lost`), then, at the next call,
+        the rejoin."""
         self.polled()
         subscriptions = self._subscriptions
         if self._left_on_poll_timeout:
@@ -321,10 +322,9 @@ class ConsumerCoordinator:
         return event
 
     def _revoke_lost(self) -> RebalanceEvent:
-        """Every partition of a lost membership revoked, no other assigned: an event marked `lost`,
-        after which poll() rejoins, or adopts the new membership's assignment."""
-        event = self._subscriptions.adopt(self._subscriptions.generation, frozenset(), kept=frozenset())
-        return dataclasses.replace(event, lost=True)
+        """Every partition of a lost membership revoked, no other assigned (Kafka's
+        onPartitionsLost), after which poll() rejoins, or adopts the new membership's assignment."""
+        return self._subscriptions.adopt(self._subscriptions.generation, frozenset(), kept=frozenset())
 
     async def leave(self, deadline: float | None = None) -> None:
         """Stops the heartbeats, then leaves the group: one LeaveGroup, whose answer is waited for

@@ -282,8 +282,7 @@ class Consumer:
             if event is not None:
                 for listener, partitions in event.calls():
                     listener(partitions)
-                if event.lost:  # the membership is lost: rejoin before fetching
-                    continue
+                continue  # what changed while they ran (a membership lost: rejoined) before fetching
             records = self._loop.run(self._core.fetch_records(deadline))
             if records or time.monotonic() >= deadline:
                 return records
