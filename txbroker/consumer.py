@@ -258,7 +258,8 @@ class AsyncConsumer:
         """For Producer.send_offsets_to_transaction: the group, and the generation and member id of
         the assignment of the records last returned by poll()."""
         coordinator = self._require_group("group_metadata()")
-        return ConsumerGroupMetadata(coordinator.group_id, self._subscriptions.generation, coordinator.member_id)
+        member_id, generation = coordinator.adopted_membership()
+        return ConsumerGroupMetadata(coordinator.group_id, generation, member_id)
 
     async def update_assignment(self) -> RebalanceEvent | None:
         """poll()'s first step: joins the group if needed and adopts the latest assignment the

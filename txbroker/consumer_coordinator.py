@@ -378,14 +378,20 @@ class ConsumerCoordinator:
         group's members committed."""
         if not self._subscriptions.subscribed:
             return NO_MEMBER, NO_GENERATION
-        if self.member_id == NO_MEMBER:
+        if self._adopted_member_id == NO_MEMBER:
             raise IllegalStateError(
                 f"commit of group {self.group_id!r} before this consumer joined it: it is subscribed to "
                 f"{self._subscriptions.topics} but has no member id or generation yet, so the commit was not sent "
                 f"(without them the server would apply it whoever owns the partitions, over the offsets of the "
                 f"group's members). Call poll() first: it joins the group; commit the partitions it assigns"
             )
-        return self.member_id, self._subscriptions.generation
+        return self.adopted_membership()
+
+    def adopted_membership(self) -> tuple[str, int]:
+        """The member id and generation of the adopted assignment, the one of the records poll()
+        returned (group_metadata()'s, and the commits'): not the member id the heartbeats brought
+        since, when they found this member evicted and rejoined, until poll() adopts it."""
+        return self._adopted_member_id, self._subscriptions.generation
 
     def commit(self, entries: list[dict], deadline: float | None = None) -> Coroutine[Any, Any, None]:
         """Commits, one after the other in the order they were made: Kafka's commitAsync sends its

@@ -286,7 +286,9 @@ def test_an_evicted_member_revokes_its_partitions_as_lost_and_cannot_commit_them
     commit, which the server accepted, took the group's offsets back behind B's: B's records were
     read again. So with commit_async(), which returns at once: poll() adopts the new membership
     before the commit's task first runs, and that task took the membership of then (the new one),
-    not the one of the call, as Kafka's commitAsync, which checks the generation in the call."""
+    not the one of the call, as Kafka's commitAsync, which checks the generation in the call.
+    Until that poll(), group_metadata() names the evicted member, whose records poll() returned
+    (before, the new member id the heartbeats brought, with the old generation)."""
     both = {TopicPartition("in", 0), TopicPartition("in", 1)}
 
     async def scenario() -> None:
@@ -332,7 +334,8 @@ def test_an_evicted_member_revokes_its_partitions_as_lost_and_cannot_commit_them
                 async with asyncio.timeout(20):
                     while len(read) < 6:
                         read += await a.poll(timeout_ms=200)
-                evicted_member = a.group_metadata().member_id
+                lost_metadata = a.group_metadata()
+                evicted_member = lost_metadata.member_id
                 heartbeats.released.clear()  # A's session (1 s) times out
                 for partition in (0, 1):
                     for i in range(3, 5):
@@ -346,6 +349,9 @@ def test_an_evicted_member_revokes_its_partitions_as_lost_and_cannot_commit_them
                 await b.commit()
                 heartbeats.released.set()
                 await until(lambda: a._coordinator.member_id != evicted_member, "A's rejoin as another member")
+                # Recorded by the heartbeats, not adopted by poll(): the records poll() returned,
+                # and so group_metadata() and the commits, are still the evicted membership's.
+                assert a.group_metadata() == lost_metadata
                 async with asyncio.timeout(20):
                     while not (outcomes and outcomes[0].done()):
                         await a.poll(timeout_ms=100)
