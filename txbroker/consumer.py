@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from txbroker.connection import DEFAULT_URL, Connection
-from txbroker.consumer_coordinator import ConsumerCoordinator, refused
+from txbroker.consumer_coordinator import ConsumerCoordinator
 from txbroker.errors import IllegalStateError, TxbrokerError, TxbrokerTimeoutError
 from txbroker.fetcher import OFFSET_RESETS, Fetcher
 from txbroker.options import check_at_least
@@ -415,14 +415,17 @@ class AsyncConsumer:
             self._check_open()
             coordinator = self._require_group("commit()")
             entries = self._offsets_body(offsets)
-            sending = coordinator.commit(entries) if entries else None
+            body = coordinator.commit_body(entries) if entries else None
         except TxbrokerError as error:
-            return refused(error)
-        return self._committed_by(sending)
+            body = error
+        return self._send_commit(body)
 
-    async def _committed_by(self, sending: Awaitable[None] | None) -> None:
-        if sending is not None:
-            await sending
+    async def _send_commit(self, body: dict | TxbrokerError | None) -> None:
+        """Sends a commit_body (None: nothing to commit), or raises its refusal, when awaited."""
+        if isinstance(body, TxbrokerError):
+            raise body
+        if body is not None:
+            await self._require_group("commit()").send_commit(body)
             self._last_auto_commit = time.monotonic()
 
     def commit_async(
@@ -482,13 +485,19 @@ class AsyncConsumer:
             return
         self._last_auto_commit = now
         entries = self._offsets_body(None)
-        if entries:  # the commit of the membership of these positions, whenever its task first runs
-            commit = self._require_group("auto-commit").commit(entries, deadline=now)
-            self._auto_commit = asyncio.ensure_future(self._auto_commit_positions(commit))
+        if not entries:
+            return
+        try:  # the membership of these positions, whenever the task first runs
+            body: dict | TxbrokerError = self._require_group("auto-commit").commit_body(entries)
+        except TxbrokerError as error:
+            body = error  # refused unsent: logged as a failed one
+        self._auto_commit = asyncio.ensure_future(self._auto_commit_positions(body, deadline=now))
 
-    async def _auto_commit_positions(self, commit: Awaitable[None]) -> None:
+    async def _auto_commit_positions(self, body: dict | TxbrokerError, deadline: float) -> None:
         try:
-            await commit
+            if isinstance(body, TxbrokerError):
+                raise body
+            await self._require_group("auto-commit").send_commit(body, deadline)
         except TxbrokerError as error:
             log.warning("auto-commit of group %r failed: %s", self.group_id, error)
             if error.retriable:

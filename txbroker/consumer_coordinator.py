@@ -47,7 +47,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -393,25 +393,26 @@ class ConsumerCoordinator:
         since, when they found this member evicted and rejoined, until poll() adopts it."""
         return self._adopted_member_id, self._subscriptions.generation
 
-    def commit(self, entries: list[dict], deadline: float | None = None) -> Coroutine[Any, Any, None]:
-        """Commits, one after the other in the order they were made: Kafka's commitAsync sends its
-        commits in the order of the calls, and commitSync returns after the ones made before it.
-        Over HTTP two commits in flight at once travel on two connections, and the server could
-        apply the older one last, taking the group's offset back. The membership is the one of the
-        call, whenever the commit is sent: checked and taken here, when commit() is called, not
-        when what it returns is first awaited (commit_async()'s task, the auto-commit's, may first
-        run after poll() adopted another membership, whose commits the server accepts; Kafka's
-        commitAsync checks the generation in the call too). Retriable errors are retried for the API
-        timeout, or until `deadline` (one attempt at least). A commit of a lost membership fails,
-        unsent (`_check_not_left`)."""
-        try:
-            self._check_not_left()
-            member_id, generation = self.commit_identity()
-        except TxbrokerError as error:
-            return refused(error)
-        return self._send_commit({"member_id": member_id, "generation_id": generation, "offsets": entries}, deadline)
+    def commit_body(self, entries: list[dict]) -> dict:
+        """The OffsetCommit of `entries` with the membership of now, or its refusal, unsent: a lost
+        membership (`_check_not_left`), or none yet (`commit_identity`). A commit's membership is
+        the one of its call: commit_async() and the auto-commit take it here, at their call, for
+        their task may first run after poll() adopted another membership, whose commits the server
+        accepts (Kafka's commitAsync checks the generation in the call too)."""
+        self._check_not_left()
+        member_id, generation = self.commit_identity()
+        return {"member_id": member_id, "generation_id": generation, "offsets": entries}
 
-    async def _send_commit(self, body: dict, deadline: float | None) -> None:
+    async def commit(self, entries: list[dict], deadline: float | None = None) -> None:
+        """`send_commit(commit_body(entries))`: a commit with the membership of now."""
+        await self.send_commit(self.commit_body(entries), deadline)
+
+    async def send_commit(self, body: dict, deadline: float | None = None) -> None:
+        """Commits (a `commit_body`), one after the other in the order they were made: Kafka's
+        commitAsync sends its commits in the order of the calls, and commitSync returns after the
+        ones made before it. Over HTTP two commits in flight at once travel on two connections,
+        and the server could apply the older one last, taking the group's offset back. Retriable
+        errors are retried for the API timeout, or until `deadline` (one attempt at least)."""
         async with self._commit_order:
             entry_errors = await self._call(
                 f"OffsetCommit({self.group_id})",
@@ -482,11 +483,6 @@ class ConsumerCoordinator:
             else:
                 self._subscriptions.positions[tp] = entry[0]
         return to_reset
-
-
-async def refused(error: TxbrokerError) -> None:
-    """A commit refused at its call, unsent: it fails when awaited, as one the server refused."""
-    raise error
 
 
 def _time_left(deadline: float | None) -> float | None:
