@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any
 
 import httpx
@@ -258,7 +258,8 @@ class AsyncConsumer:
         """For Producer.send_offsets_to_transaction: the group, and the generation and member id of
         the assignment of the records last returned by poll()."""
         coordinator = self._require_group("group_metadata()")
-        return ConsumerGroupMetadata(coordinator.group_id, self._subscriptions.generation, coordinator.member_id)
+        member_id, generation = coordinator.adopted_membership()
+        return ConsumerGroupMetadata(coordinator.group_id, generation, member_id)
 
     async def update_assignment(self) -> RebalanceEvent | None:
         """poll()'s first step: joins the group if needed and adopts the latest assignment the
@@ -355,14 +356,15 @@ class AsyncConsumer:
         does, it returns about in time (a fetch's answer is waited for half a second past it), as
         Kafka's poll(); only joining the group, before the first assignment or after the poll
         timeout left it (max_poll_interval_ms), retries for default_api_timeout_ms and then raises
-        TxbrokerTimeoutError."""
+        TxbrokerTimeoutError. After the listeners it adopts again what changed while they ran, as
+        Kafka's joinGroupIfNeeded loops: a listener that outlasted max_poll_interval_ms lost the
+        membership, whose records must not be handed out (another member has its partitions)."""
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             event = await self.update_assignment()
             if event is not None:
                 await self._run_listeners(event)
-                if event.lost:  # the membership is lost: rejoin before fetching
-                    continue
+                continue  # what changed while they ran (a membership lost: rejoined) before fetching
             records = await self.fetch_records(deadline)
             if records or time.monotonic() >= deadline:
                 return records
@@ -399,14 +401,32 @@ class AsyncConsumer:
     async def commit(self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None) -> None:
         """Commits `offsets` (the next offset to read, per partition), or the positions of every
         assigned partition. A subscribed consumer's commit carries its generation: after a
-        rebalance it is refused (IllegalGenerationError / UnknownMemberIdError)."""
-        self._check_open()
-        coordinator = self._require_group("commit()")
-        entries = self._offsets_body(offsets)
-        if not entries:
-            return
-        await coordinator.commit(entries)
-        self._last_auto_commit = time.monotonic()
+        rebalance it is refused (IllegalGenerationError / UnknownMemberIdError); before its first
+        join it is refused unsent (IllegalStateError: poll() first)."""
+        await self.start_commit(offsets)
+
+    def start_commit(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndMetadata] | None = None
+    ) -> Coroutine[Any, Any, None]:
+        """commit(offsets) with the membership of now (see ConsumerCoordinator.commit): what to
+        await. commit_async() (and the synchronous Consumer's) call it at once, so that poll()
+        adopting another membership before the commit is sent cannot change whose commit it is."""
+        try:
+            self._check_open()
+            coordinator = self._require_group("commit()")
+            entries = self._offsets_body(offsets)
+            body = coordinator.commit_body(entries) if entries else None
+        except TxbrokerError as error:
+            body = error
+        return self._send_commit(body)
+
+    async def _send_commit(self, body: dict | TxbrokerError | None) -> None:
+        """Sends a commit_body (None: nothing to commit), or raises its refusal, when awaited."""
+        if isinstance(body, TxbrokerError):
+            raise body
+        if body is not None:
+            await self._require_group("commit()").send_commit(body)
+            self._last_auto_commit = time.monotonic()
 
     def commit_async(
         self,
@@ -415,9 +435,10 @@ class AsyncConsumer:
     ) -> asyncio.Future:
         """commit() in the background; `callback(offsets, error)` runs when it is done. Commits are
         sent one after the other in the order they were made (commit() waits for the ones before
-        it), so the group's offset is always the last one committed."""
+        it), so the group's offset is always the last one committed. The commit carries the
+        membership of the call (`start_commit`), whenever its task first runs."""
         entries = self.offsets_to_commit(offsets)
-        task = asyncio.ensure_future(self.commit(entries))
+        task = asyncio.ensure_future(self.start_commit(entries))
         if callback is not None:
             task.add_done_callback(lambda t: callback(entries, None if t.cancelled() else t.exception()))
         return task
@@ -464,12 +485,19 @@ class AsyncConsumer:
             return
         self._last_auto_commit = now
         entries = self._offsets_body(None)
-        if entries:
-            self._auto_commit = asyncio.ensure_future(self._auto_commit_positions(entries))
+        if not entries:
+            return
+        try:  # the membership of these positions, whenever the task first runs
+            body: dict | TxbrokerError = self._require_group("auto-commit").commit_body(entries)
+        except TxbrokerError as error:
+            body = error  # refused unsent: logged as a failed one
+        self._auto_commit = asyncio.ensure_future(self._auto_commit_positions(body, deadline=now))
 
-    async def _auto_commit_positions(self, entries: list[dict]) -> None:
+    async def _auto_commit_positions(self, body: dict | TxbrokerError, deadline: float) -> None:
         try:
-            await self._require_group("auto-commit").commit(entries, deadline=time.monotonic())
+            if isinstance(body, TxbrokerError):
+                raise body
+            await self._require_group("auto-commit").send_commit(body, deadline)
         except TxbrokerError as error:
             log.warning("auto-commit of group %r failed: %s", self.group_id, error)
             if error.retriable:

@@ -27,12 +27,14 @@ partition (on_revoke: the SDK has no on_lost), then rejoins. Until the rejoin th
 generation stay the lost ones, which the server refuses (a transactional offset commit with this
 consumer's group_metadata()). As Kafka's pollTimer: every poll() call restarts the timer, whether or
 not records come back, and a poll waiting for records is polling; the timer runs only while the
-heartbeat task does, from the join on (Kafka resets it when its heartbeat thread is enabled).
+heartbeat task does, from the join on (Kafka resets it when its heartbeat thread is enabled). It
+runs while poll() runs the listeners, so poll() adopts again after them (a listener that outlasted
+it lost the membership) before it fetches.
 
 Invariant: a membership lost is never committed for. When the heartbeats found this member evicted
 (its session timed out) and rejoined under a new member id, poll() first revokes every partition of
-the lost membership (an event marked `lost`, as Kafka's onPartitionsLost), during which commits are
-refused (`_lost_membership`), then adopts the new membership's assignment. Revoked together with
+the lost membership (as Kafka's onPartitionsLost), during which commits are refused
+(`_lost_membership`), then adopts the new membership's assignment. Revoked together with
 the new assignment adopted, an on_revoke that commits (the usual place to) committed under the new
 membership, which the server accepts, offsets of partitions another member may have read further
 since: the group's offset went back, and those records were read twice.
@@ -42,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 import uuid
@@ -278,8 +279,8 @@ class ConsumerCoordinator:
     async def update_assignment(self) -> RebalanceEvent | None:
         """Joins if needed and adopts the latest assignment the heartbeats brought; returns what
         changed, for the caller to run the listeners on its own thread. After the poll timeout
-        left the group: first every partition revoked (an event marked `lost`), then, at the next
-        call, the rejoin."""
+        left the group: first every partition revoked (`_revoke_lost`), then, at the next call,
+        the rejoin."""
         self.polled()
         subscriptions = self._subscriptions
         if self._left_on_poll_timeout:
@@ -321,10 +322,9 @@ class ConsumerCoordinator:
         return event
 
     def _revoke_lost(self) -> RebalanceEvent:
-        """Every partition of a lost membership revoked, no other assigned: an event marked `lost`,
-        after which poll() rejoins, or adopts the new membership's assignment."""
-        event = self._subscriptions.adopt(self._subscriptions.generation, frozenset(), kept=frozenset())
-        return dataclasses.replace(event, lost=True)
+        """Every partition of a lost membership revoked, no other assigned (Kafka's
+        onPartitionsLost), after which poll() rejoins, or adopts the new membership's assignment."""
+        return self._subscriptions.adopt(self._subscriptions.generation, frozenset(), kept=frozenset())
 
     async def leave(self, deadline: float | None = None) -> None:
         """Stops the heartbeats, then leaves the group: one LeaveGroup, whose answer is waited for
@@ -371,22 +371,48 @@ class ConsumerCoordinator:
 
     def commit_identity(self) -> tuple[str, int]:
         """A subscribed consumer's commits carry its membership (refused after a rebalance); a
-        manually assigned one's are simple commits."""
-        if self._subscriptions.subscribed:
-            return self.member_id, self._subscriptions.generation
-        return NO_MEMBER, NO_GENERATION
+        manually assigned one's are simple commits. A subscribed consumer that has not joined yet
+        has no membership to commit with: refused, unsent, as Kafka's consumer fails a commit
+        locally without a stable generation. Sent, it was a simple commit (no generation), which
+        the server applies whoever owns the partitions: it could take back the offsets the
+        group's members committed."""
+        if not self._subscriptions.subscribed:
+            return NO_MEMBER, NO_GENERATION
+        if self._adopted_member_id == NO_MEMBER:
+            raise IllegalStateError(
+                f"commit of group {self.group_id!r} before this consumer joined it: it is subscribed to "
+                f"{self._subscriptions.topics} but has no member id or generation yet, so the commit was not sent "
+                f"(without them the server would apply it whoever owns the partitions, over the offsets of the "
+                f"group's members). Call poll() first: it joins the group; commit the partitions it assigns"
+            )
+        return self.adopted_membership()
 
-    async def commit(self, entries: list[dict], deadline: float | None = None) -> None:
-        """Commits, one after the other in the order they were made: Kafka's commitAsync sends its
-        commits in the order of the calls, and commitSync returns after the ones made before it.
-        Over HTTP two commits in flight at once travel on two connections, and the server could
-        apply the older one last, taking the group's offset back. The membership is the one of the
-        call, whenever the commit is sent. Retriable errors are retried for the API timeout, or
-        until `deadline` (one attempt at least). A commit after the poll timeout left the group
-        fails, unsent (`_check_not_left`)."""
+    def adopted_membership(self) -> tuple[str, int]:
+        """The member id and generation of the adopted assignment, the one of the records poll()
+        returned (group_metadata()'s, and the commits'): not the member id the heartbeats brought
+        since, when they found this member evicted and rejoined, until poll() adopts it."""
+        return self._adopted_member_id, self._subscriptions.generation
+
+    def commit_body(self, entries: list[dict]) -> dict:
+        """The OffsetCommit of `entries` with the membership of now, or its refusal, unsent: a lost
+        membership (`_check_not_left`), or none yet (`commit_identity`). A commit's membership is
+        the one of its call: commit_async() and the auto-commit take it here, at their call, for
+        their task may first run after poll() adopted another membership, whose commits the server
+        accepts (Kafka's commitAsync checks the generation in the call too)."""
         self._check_not_left()
         member_id, generation = self.commit_identity()
-        body = {"member_id": member_id, "generation_id": generation, "offsets": entries}
+        return {"member_id": member_id, "generation_id": generation, "offsets": entries}
+
+    async def commit(self, entries: list[dict], deadline: float | None = None) -> None:
+        """`send_commit(commit_body(entries))`: a commit with the membership of now."""
+        await self.send_commit(self.commit_body(entries), deadline)
+
+    async def send_commit(self, body: dict, deadline: float | None = None) -> None:
+        """Commits (a `commit_body`), one after the other in the order they were made: Kafka's
+        commitAsync sends its commits in the order of the calls, and commitSync returns after the
+        ones made before it. Over HTTP two commits in flight at once travel on two connections,
+        and the server could apply the older one last, taking the group's offset back. Retriable
+        errors are retried for the API timeout, or until `deadline` (one attempt at least)."""
         async with self._commit_order:
             entry_errors = await self._call(
                 f"OffsetCommit({self.group_id})",

@@ -27,15 +27,14 @@ Listener = Callable[[set[TopicPartition]], Any]
 
 @dataclass(frozen=True)
 class RebalanceEvent:
-    """What changed when poll() adopted a new assignment: callbacks to run, in this order. `lost`:
-    the membership was lost (the poll timeout left the group): every partition is revoked, and
-    poll() rejoins before it fetches."""
+    """What changed when poll() adopted a new assignment: callbacks to run, in this order. After
+    them poll() adopts again what changed meanwhile (a membership lost while they ran) before it
+    fetches."""
 
     revoked: set[TopicPartition]
     assigned: set[TopicPartition]
     on_revoke: Listener | None
     on_assign: Listener | None
-    lost: bool = False
 
     def calls(self) -> list[tuple[Listener, set[TopicPartition]]]:
         calls = []

@@ -282,8 +282,7 @@ class Consumer:
             if event is not None:
                 for listener, partitions in event.calls():
                     listener(partitions)
-                if event.lost:  # the membership is lost: rejoin before fetching
-                    continue
+                continue  # what changed while they ran (a membership lost: rejoined) before fetching
             records = self._loop.run(self._core.fetch_records(deadline))
             if records or time.monotonic() >= deadline:
                 return records
@@ -330,7 +329,7 @@ class Consumer:
         """commit() in the background, in order with the other commits (see AsyncConsumer.commit_async);
         the callback runs on the consumer's loop thread."""
         offsets = self._loop.call(self._core.offsets_to_commit, offsets)
-        future = self._loop.submit(self._core.commit(offsets))
+        future = self._loop.submit(self._loop.call(self._core.start_commit, offsets))  # the membership of now
         if callback is not None:
             future.add_done_callback(lambda f: callback(offsets, None if f.cancelled() else f.exception()))
         return future

@@ -180,3 +180,86 @@ def test_a_poll_that_waits_longer_than_max_poll_interval_ms_or_returns_nothing_k
         assert consumer.assignment() == {TopicPartition(topic, 0)}
         with Admin(server.url) as admin:
             assert [m["member_id"] for m in admin.describe_group(topic)["members"]] == [member_id]
+
+
+def test_a_poll_whose_on_assign_outlasts_max_poll_interval_ms_hands_out_no_record_of_the_lost_membership(server):
+    """The poll timer runs while poll() runs the rebalance listeners (their time is the
+    application's, as in Kafka). Here on_assign takes longer than max_poll_interval_ms: meanwhile
+    the heartbeat task leaves the group, and the other member gets both partitions and reads them.
+    The same poll() then revokes them as lost, rejoins and returns only records of its new
+    membership, which it can commit: as Kafka's joinGroupIfNeeded, which loops again when the
+    heartbeat thread reset the generation during onPartitionsAssigned, before any fetch. Before,
+    poll() went on to fetch for the lost membership: it handed out the records the other member had
+    read already, and their commit failed (UnknownMemberIdError)."""
+    topic = "poll-timeout-in-on-assign"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic, partitions=2)
+    produce_values(server.url, topic, [f"r{i}" for i in range(6)], partitions=2)
+    events: list = []
+    other_read: list = []
+    with (
+        Consumer(server.url, group_id=topic, max_poll_interval_ms=MAX_POLL_INTERVAL_MS, **MEMBER) as slow,
+        Consumer(server.url, group_id=topic, **MEMBER) as other,
+    ):
+
+        def on_assign(parts: set[TopicPartition]) -> None:
+            events.append(("assign", set(parts)))
+            if len(events) > 1:
+                return
+            # The first assignment's listener outlasts the poll timeout; once the slow member left,
+            # the other joins, gets both partitions and reads them, meanwhile.
+            time.sleep(MAX_POLL_INTERVAL_MS / 1000 + 0.5)
+            other.subscribe([topic])
+            deadline = time.monotonic() + 20
+            while (other.assignment() != both_partitions(topic) or len(other_read) < 6) and time.monotonic() < deadline:
+                other_read.extend(other.poll(timeout_ms=200))
+
+        slow.subscribe([topic], on_assign=on_assign, on_revoke=lambda parts: events.append(("revoke", set(parts))))
+        records: list = []
+        deadline = time.monotonic() + 20
+        while not records and time.monotonic() < deadline:
+            records = slow.poll(timeout_ms=200)
+        assert records_of(other_read) == {(p, o) for p in (0, 1) for o in range(3)}
+        assert events[:2] == [("assign", both_partitions(topic)), ("revoke", both_partitions(topic))], events
+        kept = slow.assignment()
+        assert {r.topic_partition for r in records} <= kept, "records of the lost membership were handed out"
+        slow.commit(next_offsets(records))  # the membership's own records: committed
+
+
+def test_an_async_poll_whose_on_assign_outlasts_max_poll_interval_ms_hands_out_no_record_of_the_lost_membership(
+    server,
+):
+    """The same with an AsyncConsumer, whose poll() awaits a coroutine on_assign on the event loop,
+    where the heartbeat task leaves meanwhile."""
+    topic = "poll-timeout-in-async-on-assign"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic, partitions=2)
+    produce_values(server.url, topic, [f"r{i}" for i in range(6)], partitions=2)
+    events: list = []
+
+    async def scenario() -> None:
+        slow = AsyncConsumer(server.url, group_id=topic, max_poll_interval_ms=MAX_POLL_INTERVAL_MS, **MEMBER)
+        async with slow, AsyncConsumer(server.url, group_id=topic, **MEMBER) as other:
+            other_read: list = []
+
+            async def on_assign(parts: set[TopicPartition]) -> None:
+                events.append(("assign", set(parts)))
+                if len(events) > 1:
+                    return
+                await asyncio.sleep(MAX_POLL_INTERVAL_MS / 1000 + 0.5)  # the slow member leaves meanwhile
+                other.subscribe([topic])
+                async with asyncio.timeout(20):
+                    while other.assignment() != both_partitions(topic) or len(other_read) < 6:
+                        other_read.extend(await other.poll(timeout_ms=200))
+
+            slow.subscribe([topic], on_assign=on_assign, on_revoke=lambda parts: events.append(("revoke", set(parts))))
+            records: list = []
+            async with asyncio.timeout(20):
+                while not records:
+                    records = await slow.poll(timeout_ms=200)
+            assert records_of(other_read) == {(p, o) for p in (0, 1) for o in range(3)}
+            assert events[:2] == [("assign", both_partitions(topic)), ("revoke", both_partitions(topic))], events
+            assert {r.topic_partition for r in records} <= slow.assignment(), "records of the lost membership"
+            await slow.commit(next_offsets(records))
+
+    asyncio.run(scenario())

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 
 import httpx
 import pytest
 
 from txbroker import AsyncAdmin, AsyncConsumer, AsyncProducer, TopicPartition
-from txbroker.errors import UnknownMemberIdError
+from txbroker.errors import IllegalStateError, UnknownMemberIdError
 
 FAST = {"retry_backoff_ms": 10, "retry_backoff_max_ms": 100}
 
@@ -275,14 +276,19 @@ def test_records_buffered_from_a_deleted_topic_are_not_handed_out_as_the_re_crea
     assert asyncio.run(scenario()) == [b"new5"]
 
 
-def test_an_evicted_member_revokes_its_partitions_as_lost_and_cannot_commit_them(server):
+@pytest.mark.parametrize("commit_call", ["commit", "commit_async"])
+def test_an_evicted_member_revokes_its_partitions_as_lost_and_cannot_commit_them(server, commit_call):
     """Member A's heartbeats are held past its session timeout: the server evicts it, and B takes
     both partitions, reads on and commits. When A's heartbeats resume they rejoin as a new member;
     A's next poll() first revokes its partitions as lost, and a commit in on_revoke (the usual
     place for one) fails, unsent (UnknownMemberIdError: Kafka's CommitFailedException after
     onPartitionsLost). Before, on_revoke ran with the new membership already adopted, and its
     commit, which the server accepted, took the group's offsets back behind B's: B's records were
-    read again."""
+    read again. So with commit_async(), which returns at once: poll() adopts the new membership
+    before the commit's task first runs, and that task took the membership of then (the new one),
+    not the one of the call, as Kafka's commitAsync, which checks the generation in the call.
+    Until that poll(), group_metadata() names the evicted member, whose records poll() returned
+    (before, the new member id the heartbeats brought, with the old generation)."""
     both = {TopicPartition("in", 0), TopicPartition("in", 1)}
 
     async def scenario() -> None:
@@ -293,7 +299,7 @@ def test_an_evicted_member_revokes_its_partitions_as_lost_and_cannot_commit_them
                 for i in range(3):
                     await producer.send("in", value=f"v{i}", partition=partition)
             await producer.flush()
-            outcomes: list[Exception | None] = []
+            outcomes: list[asyncio.Future] = []  # the outcome of the first revocation's commit
             processed = {tp: 3 for tp in both}
             a = held_consumer(server, heartbeats, auto_offset_reset="earliest", session_timeout_ms=1000)
             b = AsyncConsumer(
@@ -306,21 +312,30 @@ def test_an_evicted_member_revokes_its_partitions_as_lost_and_cannot_commit_them
             )
             async with a, b:
 
-                async def commit_on_revoke(parts: set[TopicPartition]) -> None:
-                    if outcomes:  # the first revocation's commit is the one under test
-                        return
+                async def outcome_of(commit: Awaitable[None]) -> Exception | None:
                     try:
-                        await a.commit(processed)
-                        outcomes.append(None)
+                        await commit
                     except UnknownMemberIdError as error:
-                        outcomes.append(error)
+                        return error
+                    return None
+
+                def commit_on_revoke(parts: set[TopicPartition]) -> Awaitable[None] | None:
+                    if outcomes:  # the first revocation's commit is the one under test
+                        return None
+                    if commit_call == "commit_async":  # returns at once: poll() goes on
+                        outcomes.append(asyncio.ensure_future(outcome_of(a.commit_async(processed))))
+                        return None
+                    outcome = asyncio.ensure_future(outcome_of(a.commit(processed)))
+                    outcomes.append(outcome)
+                    return outcome  # awaited by poll(), as an async listener
 
                 a.subscribe(["in"], on_revoke=commit_on_revoke)
                 read: list = []
                 async with asyncio.timeout(20):
                     while len(read) < 6:
                         read += await a.poll(timeout_ms=200)
-                evicted_member = a.group_metadata().member_id
+                lost_metadata = a.group_metadata()
+                evicted_member = lost_metadata.member_id
                 heartbeats.released.clear()  # A's session (1 s) times out
                 for partition in (0, 1):
                     for i in range(3, 5):
@@ -334,10 +349,13 @@ def test_an_evicted_member_revokes_its_partitions_as_lost_and_cannot_commit_them
                 await b.commit()
                 heartbeats.released.set()
                 await until(lambda: a._coordinator.member_id != evicted_member, "A's rejoin as another member")
+                # Recorded by the heartbeats, not adopted by poll(): the records poll() returned,
+                # and so group_metadata() and the commits, are still the evicted membership's.
+                assert a.group_metadata() == lost_metadata
                 async with asyncio.timeout(20):
-                    while not outcomes:
+                    while not (outcomes and outcomes[0].done()):
                         await a.poll(timeout_ms=100)
-                [outcome] = outcomes
+                outcome = outcomes[0].result()
                 assert isinstance(outcome, UnknownMemberIdError), "the lost membership's commit was accepted"
                 assert "evicted" in str(outcome)
                 assert await b.committed(both) == {tp: 5 for tp in both}, "B's progress was taken back"
@@ -345,5 +363,33 @@ def test_an_evicted_member_revokes_its_partitions_as_lost_and_cannot_commit_them
                     while not a.assignment():
                         await a.poll(timeout_ms=100)
                 await a.commit({tp: 5 for tp in a.assignment()})  # a member again: its commits count
+
+    asyncio.run(scenario())
+
+
+def test_a_subscribed_consumer_cannot_commit_before_it_joined_its_group(server):
+    """A consumer subscribed but not joined yet (no poll() since subscribe()) has no member id or
+    generation: its commit(offsets), and commit_async(offsets), fail unsent with IllegalStateError
+    (call poll() first), as Kafka's consumer fails a commit without a stable generation locally.
+    Before, it was sent as a simple commit (generation -1), which the server applies whatever the
+    group: it took the offset of the member that owns the partition back."""
+    tp = TopicPartition("in", 0)
+
+    async def scenario() -> None:
+        async with AsyncAdmin(server.url) as admin:
+            await admin.create_topic("in")
+        options = {"group_id": "g", "enable_auto_commit": False, "heartbeat_interval_ms": 50, **FAST}
+        async with AsyncConsumer(server.url, **options) as member, AsyncConsumer(server.url, **options) as newcomer:
+            member.subscribe(["in"])
+            async with asyncio.timeout(20):
+                while not member.assignment():
+                    await member.poll(timeout_ms=100)
+            await member.commit({tp: 5})
+            newcomer.subscribe(["in"])
+            with pytest.raises(IllegalStateError, match="Call poll\\(\\) first"):
+                await newcomer.commit({tp: 0})
+            with pytest.raises(IllegalStateError, match="before this consumer joined"):
+                await newcomer.commit_async({tp: 0})
+            assert await member.committed([tp]) == {tp: 5}, "the member's offset was taken back"
 
     asyncio.run(scenario())
