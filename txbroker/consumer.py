@@ -437,8 +437,8 @@ class AsyncConsumer:
         sent one after the other in the order they were made (commit() waits for the ones before
         it), so the group's offset is always the last one committed. The commit carries the
         membership of the call (`start_commit`), whenever its task first runs."""
-        entries = self.offsets_to_commit(offsets)
-        task = asyncio.ensure_future(self.start_commit(entries))
+        entries = self.offsets_to_commit(offsets)  # for the callback; the commit keeps each metadata
+        task = asyncio.ensure_future(self.start_commit(offsets))
         if callback is not None:
             task.add_done_callback(lambda t: callback(entries, None if t.cancelled() else t.exception()))
         return task

@@ -328,10 +328,12 @@ class Consumer:
     ) -> concurrent.futures.Future[None]:
         """commit() in the background, in order with the other commits (see AsyncConsumer.commit_async);
         the callback runs on the consumer's loop thread."""
-        offsets = self._loop.call(self._core.offsets_to_commit, offsets)
-        future = self._loop.submit(self._loop.call(self._core.start_commit, offsets))  # the membership of now
+        core = self._core
+        # At once, on the loop: the positions and the membership of now; the commit keeps each metadata.
+        committed, commit = self._loop.call(lambda: (core.offsets_to_commit(offsets), core.start_commit(offsets)))
+        future = self._loop.submit(commit)
         if callback is not None:
-            future.add_done_callback(lambda f: callback(offsets, None if f.cancelled() else f.exception()))
+            future.add_done_callback(lambda f: callback(committed, None if f.cancelled() else f.exception()))
         return future
 
     def close(self, timeout: float | None = DEFAULT_CLOSE_TIMEOUT_S) -> None:

@@ -344,6 +344,9 @@ def test_consumer_positions_seeks_and_commits(server, admin):
     )
     assert done.wait(10) and outcome == {"offsets": {tp0: 5}, "error": None}
     assert consumer.committed([tp0]) == {tp0: 5}
+    fetched = httpx.post(f"{server.url}/v1/groups/manual/offsets/fetch", json={"partitions": None})
+    [committed] = [o for o in fetched.json()["offsets"] if o["partition"] == 0]
+    assert committed["metadata"] == "half", "commit_async() kept the offset and dropped its metadata"
     consumer.seek_to_committed(tp0)
     assert consumer.position(tp0) == 5
     consumer.pause(tp0)
@@ -537,3 +540,19 @@ def test_committed_under_read_committed_waits_for_an_offset_a_transaction_is_com
                 assert uncommitted.committed([tp]) == {tp: 3}, "read_uncommitted: the pending offset is not visible"
             producer.commit_transaction()
         assert consumer.committed([tp]) == {tp: 7}
+
+
+def test_an_async_consumers_commit_async_keeps_each_offsets_metadata(server, admin):
+    """AsyncConsumer.commit_async() commits the metadata given with each offset, as commit() does
+    (it kept the offsets and dropped the metadata)."""
+    admin.create_topic("meta")
+    tp = TopicPartition("meta", 0)
+
+    async def scenario() -> None:
+        async with AsyncConsumer(server.url, group_id="meta", enable_auto_commit=False, **FAST) as consumer:
+            consumer.assign([tp])
+            await consumer.commit_async({tp: OffsetAndMetadata(0, "async")})
+
+    asyncio.run(scenario())
+    fetched = httpx.post(f"{server.url}/v1/groups/meta/offsets/fetch", json={"partitions": None})
+    assert [o["metadata"] for o in fetched.json()["offsets"]] == ["async"]
