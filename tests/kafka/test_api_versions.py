@@ -218,6 +218,10 @@ def _group_sample(api_key: int, version: int):
         return request_of(api_key, version, groups=(GROUP,), include_authorized_operations=False)
     if api_key == api_table.DELETE_GROUPS:
         return request_of(api_key, version, groups_names=(deleted_group(version),))
+    if api_key == api_table.CONSUMER_GROUP_HEARTBEAT:
+        return raw_groups.consumer_heartbeat_request(
+            f"versions-consumer-v{version}", f"versions-member-v{version}", 0, [TOPIC], version=version
+        )
     if api_key == api_table.OFFSET_DELETE:
         partition = nested(api_key, version, "OffsetDeleteRequestPartition", partition_index=0)
         topic = nested(api_key, version, "OffsetDeleteRequestTopic", name=TOPIC, partitions=(partition,))

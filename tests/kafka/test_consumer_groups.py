@@ -1,0 +1,345 @@
+"""KIP-848's consumer group protocol (ConsumerGroupHeartbeat) with confluent-kafka's
+`group.protocol=consumer`: the coordinator assigns, members reconcile, partitions move only once
+released; sessions and commits with member epochs."""
+
+from __future__ import annotations
+
+import datetime
+import time
+
+from kio.schema.errors import ErrorCode as KafkaError
+
+from app.kafka import api_table
+from tests.kafka.clients import WAIT_S, ConfluentKafka, bootstrap, create_topic, topic_uuid
+from tests.kafka.group_clients import ConfluentMember, poll_until
+from tests.kafka.raw import RawConnection, nested, request_of
+from tests.kafka.raw_groups import assigned, consumer_heartbeat, join
+from tests.kafka.raw_transactions import end_txn, init_producer, txn_offset_commit
+
+# Sessions and heartbeats short enough that a rebalance or a lapse takes well under a second or two.
+KAFKA_SERVER_SETTINGS = {"group_consumer_session_timeout_ms": 1500, "group_consumer_heartbeat_interval_ms": 100}
+CONSUMER = {"group.protocol": "consumer"}
+
+
+def _member(server, group: str, topic: str, **extra) -> ConfluentMember:
+    return ConfluentMember(server, group, topic, **CONSUMER, **extra)
+
+
+def _produce(server, topic: str, partitions: int, per_partition: int, tag: str) -> set[bytes]:
+    values = set()
+    messages = []
+    for p in range(partitions):
+        for i in range(per_partition):
+            value = f"{tag}-{p}-{i}".encode()
+            values.add(value)
+            messages.append({"partition": p, "value": value})
+    ConfluentKafka().produce(server, topic, messages)
+    return values
+
+
+def _assignments_are(members, wanted: list[int]):
+    return lambda _consumed: (
+        sorted(len(m.assignment()) for m in members) == wanted
+        and not (set.intersection(*(m.assignment() for m in members)) if len(members) > 1 else set())
+    )
+
+
+def test_two_consumers_share_a_topic_and_one_takes_all_when_the_other_leaves(module_kafka_server):
+    server = module_kafka_server
+    topic, group = "cgh-share", "cgh-share-group"
+    create_topic(server, topic, 4)
+    first = _member(server, group, topic)
+    second = _member(server, group, topic)
+    try:
+        poll_until([first, second], _assignments_are([first, second], [2, 2]), "2 + 2 partitions")
+        assert first.assignment() | second.assignment() == {0, 1, 2, 3}
+        second.close()
+        poll_until([first], lambda _: first.assignment() == {0, 1, 2, 3}, "the remaining member owns all 4")
+    finally:
+        first.close()
+
+
+# ---- raw ConsumerGroupHeartbeats: the reconciliation rule and the errors
+
+
+def _topic(server, name: str, partitions: int):
+    create_topic(server, name, partitions)
+    return topic_uuid(server.client.get(f"/v1/topics/{name}").json()["topic_id"])
+
+
+def test_a_partition_goes_to_its_new_owner_only_once_the_old_one_released_it(module_kafka_server):
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-release", 4)
+    group = "cgh-release-group"
+    with RawConnection(bootstrap(server)) as connection:
+        a = consumer_heartbeat(connection, group, "member-a", 0, ["cgh-release"])
+        assert a.error_code == KafkaError.none and a.member_epoch == 1
+        assert assigned(a) == {topic_id: [0, 1, 2, 3]}
+        # B joins: the group epoch moves to 2 and the target splits the partitions, but A owns them all.
+        b = consumer_heartbeat(connection, group, "member-b", 0, ["cgh-release"])
+        assert b.error_code == KafkaError.none and b.member_epoch == 2
+        assert assigned(b) == {}
+        # A learns it must give up two: its epoch stays until it has.
+        a = consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [0, 1, 2, 3])])
+        assert a.member_epoch == 1
+        kept = assigned(a)[topic_id]
+        assert len(kept) == 2
+        released = sorted({0, 1, 2, 3} - set(kept))
+        # Until A's heartbeat no longer lists them, B does not get them.
+        a = consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [0, 1, 2, 3])])
+        assert a.member_epoch == 1
+        b = consumer_heartbeat(connection, group, "member-b", 2, owned=[])
+        assert b.member_epoch == 2 and not assigned(b)
+        # A released them: its epoch moves on, and B gets them at its next heartbeat.
+        a = consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, kept)])
+        assert a.error_code == KafkaError.none and a.member_epoch == 2
+        b = consumer_heartbeat(connection, group, "member-b", 2, owned=[])
+        assert assigned(b) == {topic_id: released}
+        described = _listed(connection, group)
+        assert described == ("consumer", "Stable")
+
+
+def _listed(connection, group: str) -> tuple[str, str]:
+    answer = connection.call(request_of(api_table.LIST_GROUPS, 5, states_filter=(), types_filter=("consumer",)))
+    [found] = [(g.group_type, g.group_state) for g in answer.groups if g.group_id == group]
+    return found
+
+
+def test_heartbeat_errors_as_kafka_answers_them(module_kafka_server):
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-errors", 2)
+    group = "cgh-errors-group"
+    with RawConnection(bootstrap(server)) as connection:
+        missing = consumer_heartbeat(connection, "cgh-no-such-group", "someone", 3)
+        assert missing.error_code == KafkaError.group_id_not_found
+        joined = consumer_heartbeat(connection, group, "member-a", 0, ["cgh-errors"])
+        assert joined.member_epoch == 1 and joined.heartbeat_interval.total_seconds() == 0.1
+        assert consumer_heartbeat(connection, group, "stranger", 1).error_code == KafkaError.unknown_member_id
+        ahead = consumer_heartbeat(connection, group, "member-a", 5, owned=[(topic_id, [0, 1])])
+        assert ahead.error_code == KafkaError.fenced_member_epoch and ahead.error_message
+        unsupported = consumer_heartbeat(connection, group, "member-b", 0, ["cgh-errors"], assignor="sticky")
+        assert unsupported.error_code == KafkaError.unsupported_assignor and "uniform" in unsupported.error_message
+        no_id = consumer_heartbeat(connection, group, "", 0, ["cgh-errors"])
+        assert no_id.error_code == KafkaError.invalid_request and no_id.error_message
+        no_topics = consumer_heartbeat(connection, group, "member-c", 0)
+        assert no_topics.error_code == KafkaError.invalid_request and "SubscribedTopicNames" in no_topics.error_message
+        left = consumer_heartbeat(connection, group, "member-a", -1)
+        assert left.error_code == KafkaError.none and left.member_epoch == -1
+        assert consumer_heartbeat(connection, group, "member-a", -1).error_code == KafkaError.unknown_member_id
+        assert _listed(connection, group) == ("consumer", "Empty")
+
+
+def test_a_group_of_one_protocol_refuses_members_of_another(module_kafka_server):
+    server = module_kafka_server
+    _topic(server, "cgh-kinds", 1)
+    with RawConnection(bootstrap(server)) as connection:
+        assert consumer_heartbeat(connection, "cgh-kinds-new", "member-a", 0, ["cgh-kinds"]).member_epoch == 1
+        classic = join(connection, "cgh-kinds-new", "", version=3)
+        assert classic.error_code == KafkaError.inconsistent_group_protocol
+        http = server.client.post("/v1/groups/cgh-kinds-new/heartbeat", json={"member_id": "", "topics": ["cgh-kinds"]})
+        assert http.status_code == 409 and http.json()["error"]["code"] == "INCONSISTENT_GROUP_PROTOCOL"
+        first = join(connection, "cgh-kinds-classic", "", version=3)
+        assert first.error_code == KafkaError.none
+        refused = consumer_heartbeat(connection, "cgh-kinds-classic", "member-a", 0, ["cgh-kinds"])
+        assert refused.error_code == KafkaError.inconsistent_group_protocol and refused.error_message
+        # DescribeGroups describes classic groups only: v6+ says so, older versions answer Dead.
+        for version, error in ((5, KafkaError.none), (6, KafkaError.group_id_not_found)):
+            request = request_of(
+                api_table.DESCRIBE_GROUPS, version, groups=("cgh-kinds-new",), include_authorized_operations=False
+            )
+            [described] = connection.call(request).groups
+            assert (described.error_code, described.group_state) == (error, "Dead")
+
+
+def _commit(connection, group: str, member: str, epoch: int, topic: str, version: int = 9) -> KafkaError:
+    key = api_table.OFFSET_COMMIT
+    partition = nested(
+        key,
+        version,
+        "OffsetCommitRequestPartition",
+        partition_index=0,
+        committed_offset=1,
+        committed_leader_epoch=-1,
+        committed_metadata=None,
+    )
+    request = request_of(
+        key,
+        version,
+        group_id=group,
+        generation_id_or_member_epoch=epoch,
+        member_id=member,
+        group_instance_id=None,
+        retention_time=datetime.timedelta(milliseconds=-1),
+        topics=(nested(key, version, "OffsetCommitRequestTopic", name=topic, partitions=(partition,)),),
+    )
+    [answered] = connection.call(request).topics
+    return answered.partitions[0].error_code
+
+
+def _fetch(connection, group: str, member: str | None, epoch: int, topic: str) -> KafkaError:
+    key = api_table.OFFSET_FETCH
+    topics = (nested(key, 9, "OffsetFetchRequestTopics", name=topic, partition_indexes=(0,)),)
+    request_group = nested(
+        key, 9, "OffsetFetchRequestGroup", group_id=group, member_id=member, member_epoch=epoch, topics=topics
+    )
+    [answered] = connection.call(request_of(key, 9, groups=(request_group,), require_stable=False)).groups
+    return answered.error_code
+
+
+def test_commits_and_fetches_are_checked_against_the_member_epoch(module_kafka_server):
+    server = module_kafka_server
+    _topic(server, "cgh-commits", 1)
+    group = "cgh-commits-group"
+    with RawConnection(bootstrap(server)) as connection:
+        # A simple commit (no member, epoch -1) is accepted while the group has no members.
+        assert _commit(connection, group, "", -1, "cgh-commits") == KafkaError.none
+        assert consumer_heartbeat(connection, group, "member-a", 0, ["cgh-commits"]).member_epoch == 1
+        assert _commit(connection, group, "member-a", 1, "cgh-commits") == KafkaError.none
+        assert _commit(connection, group, "member-a", 0, "cgh-commits") == KafkaError.stale_member_epoch
+        assert _commit(connection, group, "stranger", 1, "cgh-commits") == KafkaError.unknown_member_id
+        assert _commit(connection, group, "", -1, "cgh-commits") == KafkaError.unknown_member_id
+        assert _fetch(connection, group, "member-a", 1, "cgh-commits") == KafkaError.none
+        assert _fetch(connection, group, "member-a", 7, "cgh-commits") == KafkaError.stale_member_epoch
+        assert _fetch(connection, group, "stranger", 1, "cgh-commits") == KafkaError.unknown_member_id
+        assert _fetch(connection, group, None, -1, "cgh-commits") == KafkaError.none  # an admin's fetch
+        # TxnOffsetCommit (v3+, KIP-447) names the member and its epoch, checked alike.
+        producer = init_producer(connection, "cgh-commits-txn")
+        txn = "cgh-commits"
+        assert txn_offset_commit(connection, producer, group, txn, 2, member=(0, "member-a", None)) == [
+            KafkaError.stale_member_epoch
+        ]
+        assert txn_offset_commit(connection, producer, group, txn, 2, member=(1, "stranger", None)) == [
+            KafkaError.unknown_member_id
+        ]
+        assert txn_offset_commit(connection, producer, group, txn, 2, member=(1, "member-a", None)) == [KafkaError.none]
+        assert end_txn(connection, producer, committed=False, version=3).error_code == KafkaError.none
+
+
+def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_removed(module_kafka_server):
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-revoke-late", 2)
+    group = "cgh-revoke-late-group"
+    brief = datetime.timedelta(milliseconds=300)
+    with RawConnection(bootstrap(server)) as connection:
+        a = consumer_heartbeat(connection, group, "member-a", 0, ["cgh-revoke-late"], rebalance_timeout=brief)
+        assert assigned(a) == {topic_id: [0, 1]}
+        consumer_heartbeat(connection, group, "member-b", 0, ["cgh-revoke-late"])
+        a = consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [0, 1])])
+        assert len(assigned(a)[topic_id]) == 1  # one to revoke, within 300 ms
+        time.sleep(1)
+        late = consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [0, 1])])
+        assert late.error_code == KafkaError.unknown_member_id
+        b = consumer_heartbeat(connection, group, "member-b", 2, owned=[])
+        assert b.error_code == KafkaError.none and assigned(b) == {topic_id: [0, 1]}
+
+
+def test_a_member_whose_session_lapses_is_removed_and_its_partitions_reassigned(module_kafka_server):
+    """A consumer killed without leaving (its heartbeats stop): after the session timeout (1.5 s on
+    this server) the other member gets its partitions."""
+    server = module_kafka_server
+    topic, group = "cgh-lapse", "cgh-lapse-group"
+    topic_id = _topic(server, topic, 4)
+    with RawConnection(bootstrap(server)) as connection:
+        gone = consumer_heartbeat(connection, group, "member-gone", 0, [topic])
+        assert assigned(gone) == {topic_id: [0, 1, 2, 3]}
+        member = _member(server, group, topic)
+        try:
+            started = time.monotonic()
+            poll_until([member], lambda _: member.assignment() == {0, 1, 2, 3}, "the live member owns all 4")
+            assert time.monotonic() - started >= 1.0  # not before the lapsed member's session ran out
+            again = consumer_heartbeat(connection, group, "member-gone", 1, owned=[(topic_id, [0, 1, 2, 3])])
+            assert again.error_code == KafkaError.unknown_member_id
+        finally:
+            member.close()
+
+
+def _consume_and_commit(members, received: list[list[bytes]], until) -> None:
+    """Polls each member in turn, committing each record it gets (synchronously) before the next
+    poll, until until() holds."""
+    deadline = time.monotonic() + WAIT_S
+    while not until():
+        assert time.monotonic() < deadline, f"not done within {WAIT_S} s: {[len(r) for r in received]} received"
+        for member, got in zip(members, received):
+            message = member.consumer.poll(0.05)
+            if message is None or message.error():
+                continue
+            got.append(message.value())
+            member.consumer.commit(message=message, asynchronous=False)
+
+
+def test_across_rebalances_no_record_is_delivered_twice_nor_lost(module_kafka_server):
+    """Each consumer commits every record it gets; members join and leave while they consume: a
+    partition changes owner only once its previous owner released it (and committed), so the union
+    of what they got is every record, once."""
+    server = module_kafka_server
+    topic, group = "cgh-once", "cgh-once-group"
+    create_topic(server, topic, 4)
+    produced = _produce(server, topic, 4, 30, "once")
+    first = _member(server, group, topic)
+    members, received = [first], [[]]
+    try:
+        _consume_and_commit(members, received, lambda: len(received[0]) >= 20)
+        members.append(_member(server, group, topic))
+        received.append([])
+        _consume_and_commit(members, received, lambda: sum(map(len, received)) >= 60)
+        members.append(_member(server, group, topic))
+        received.append([])
+        _consume_and_commit(members, received, lambda: sum(map(len, received)) >= 90)
+        members.pop(0).close()
+        _consume_and_commit(members, received[1:], lambda: sum(map(len, received)) >= len(produced))
+        everything = [value for got in received for value in got]
+        assert sorted(everything) == sorted(produced)
+    finally:
+        for member in members:
+            member.close()
+
+
+def test_a_third_member_gets_partitions_only_as_the_others_release_them(module_kafka_server):
+    server = module_kafka_server
+    topic, group = "cgh-third", "cgh-third-group"
+    create_topic(server, topic, 4)
+    members = [_member(server, group, topic), _member(server, group, topic)]
+    try:
+        poll_until(members, _assignments_are(members, [2, 2]), "2 + 2 partitions")
+        members.append(_member(server, group, topic))
+        overlaps = []
+
+        def settled(_consumed) -> bool:
+            owned = [m.assignment() for m in members]
+            overlaps.extend(
+                (i, j, owned[i] & owned[j]) for i in range(3) for j in range(i + 1, 3) if owned[i] & owned[j]
+            )
+            return sorted(map(len, owned)) == [1, 1, 2]
+
+        poll_until(members, settled, "1 + 1 + 2 partitions")
+        assert overlaps == []
+        assert set.union(*(m.assignment() for m in members)) == {0, 1, 2, 3}
+    finally:
+        for member in members:
+            member.close()
+
+
+def test_http_and_the_console_show_a_consumer_group_with_its_epochs_and_assignments(module_kafka_server):
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-shown", 2)
+    group = "cgh-shown-group"
+    with RawConnection(bootstrap(server)) as connection:
+        consumer_heartbeat(connection, group, "member-a", 0, ["cgh-shown"])
+        consumer_heartbeat(connection, group, "member-b", 0, ["cgh-shown"])
+        consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [0, 1])])  # revoking one
+        described = server.client.get(f"/v1/groups/{group}").json()
+        assert described["group_type"] == "consumer" and described["protocol_type"] == "consumer"
+        assert (described["state"], described["protocol"]) == ("Reconciling", "uniform")
+        assert described["generation_id"] == described["assignment_epoch"] == 2
+        by_member = {m["member_id"]: m for m in described["members"]}
+        a, b = by_member["member-a"], by_member["member-b"]
+        assert a["member_epoch"] == 1 and len(a["assignment"][0]["partitions"]) == 1
+        kept = a["assignment"][0]["partitions"]
+        assert a["revoking"] == [{"topic": "cgh-shown", "partitions": sorted({0, 1} - set(kept))}]
+        assert a["target_assignment"] == a["assignment"]
+        assert b["member_epoch"] == 2 and b["assignment"] == [] and len(b["target_assignment"][0]["partitions"]) == 1
+        listed = {g["group_id"]: g for g in server.client.get("/v1/groups").json()["groups"]}
+        assert (listed[group]["group_type"], listed[group]["state"]) == ("consumer", "Reconciling")
+        page = server.client.get(f"/console/groups/{group}")
+        assert page.status_code == 200
+        assert "Group epoch" in page.text and "epoch 1" in page.text and "revoking" in page.text
