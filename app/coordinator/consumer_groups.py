@@ -485,3 +485,67 @@ class ConsumerGroups:
         await groups.remove_members(conn, group.group_id, sorted(overdue))
         await self.members_removed(conn, group, now)
         return True
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConsumerMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+    assignment: Partitions
+    target_assignment: Partitions
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescription:
+    """A consumer group as Kafka's ConsumerGroupDescribe answers it."""
+
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: list[DescribedConsumerMember]
+    topic_ids: dict[str, uuid.UUID]  # of the topics the members' assignments and targets name
+
+
+def not_a_consumer_group(group_id: str, exists: bool) -> BrokerError:
+    detail = "is not a consumer group" if exists else "not found"
+    return BrokerError(
+        ErrorCode.GROUP_ID_NOT_FOUND,
+        f"Group {group_id} {detail}.",  # Kafka's words, which its admin clients show
+    )
+
+
+def describe_consumer_group(group: Group | None, group_id: str) -> ConsumerGroupDescription:
+    """The description of a group row read by the caller: GROUP_ID_NOT_FOUND when there is no such
+    group or it is of another kind (classic, HTTP), as Kafka's coordinator answers."""
+    state = None if group is None else consumer_state(group)
+    if state is None:
+        raise not_a_consumer_group(group_id, group is not None)
+    return ConsumerGroupDescription(
+        group_id,
+        state["state"],
+        group.generation_id,
+        state["assignment_epoch"],
+        state["assignor"] or preferred_assignor([]),
+        [
+            DescribedConsumerMember(
+                member_id,
+                m.get("instance_id"),
+                m.get("rack_id"),
+                m["member_epoch"],
+                m.get("client_id", ""),
+                m.get("client_host", ""),
+                m["subscribed"],
+                m["assigned"],
+                state["target"].get(member_id, {}),
+            )
+            for member_id, m in sorted(state["members"].items())
+        ],
+        {name: uuid.UUID(topic_id) for name, (topic_id, _) in state["topics"].items()},
+    )

@@ -45,8 +45,10 @@ from app.coordinator.classic_groups import (
     instance_error,
 )
 from app.coordinator.consumer_groups import (
+    ConsumerGroupDescription,
     ConsumerGroups,
     consumer_state,
+    describe_consumer_group,
     refuse_other_kinds,
     stale_member_epoch,
     unknown_member,
@@ -871,6 +873,13 @@ class GroupCoordinator:
         if with_offsets:  # none is an answer too: an OffsetDelete the standby lacks would come back
             await self._offsets_confirmed(group_id)
         return GroupDescription(group, members, offsets)
+
+    async def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
+        """[ConsumerGroupDescribe] A KIP-848 consumer group: GROUP_ID_NOT_FOUND for no such group or
+        one of another kind."""
+        check_group_id(group_id)
+        async with self.pool.acquire() as conn:
+            return describe_consumer_group(await groups.get(conn, group_id), group_id)
 
     async def list(self) -> list[tuple[Group, int]]:
         async with self.pool.acquire() as conn:

@@ -42,7 +42,7 @@ from app.coordinator.classic_groups import (
     group_type,
 )
 from app.coordinator.cluster_nodes import ListedNodes, LiveNode, NodeListing, NodePresence
-from app.coordinator.consumer_groups import ConsumerHeartbeat, ConsumerHeartbeatResult
+from app.coordinator.consumer_groups import ConsumerGroupDescription, ConsumerHeartbeat, ConsumerHeartbeatResult
 from app.coordinator.fetch import (  # ListOffsets' sentinels: the handlers import no core module
     EARLIEST_TIMESTAMP,  # noqa: F401
     LATEST_TIMESTAMP,  # noqa: F401
@@ -919,6 +919,26 @@ class GroupCalls:
         # errors (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP) answer the request whatever its partitions.
         deleted = iter(await self._groups.delete_offsets(_actor(principal, client_address), group_id, allowed))
         return [error if error is not None else next(deleted) for error in errors]
+
+    @answers_while_the_database_is_away
+    async def describe_consumer_group(self, principal: Principal, group_id: str) -> ConsumerGroupDescription:
+        """ConsumerGroupDescribe of one group: Describe on the group (GROUP_AUTHORIZATION_FAILED), then
+        on every topic its members subscribe to or are assigned (TOPIC_AUTHORIZATION_FAILED for the
+        group, as Kafka's broker answers: the description would name them)."""
+        authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
+        described = await self._groups.describe_consumer_group(group_id)
+        named = {
+            topic
+            for m in described.members
+            for topic in [*m.subscribed_topic_names, *m.assignment, *m.target_assignment]
+        }
+        if any(not is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic) for topic in named):
+            raise BrokerError(
+                ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                f"group {group_id!r} has members of topics this principal may not Describe: ask for Describe "
+                f"on every topic its members subscribe to",
+            )
+        return described
 
     async def list_groups(self, principal: Principal) -> list[ListedGroup]:
         listed = []

@@ -7,6 +7,8 @@ from __future__ import annotations
 import datetime
 import time
 
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
@@ -25,15 +27,10 @@ def _member(server, group: str, topic: str, **extra) -> ConfluentMember:
     return ConfluentMember(server, group, topic, **CONSUMER, **extra)
 
 
-def _produce(server, topic: str, partitions: int, per_partition: int, tag: str) -> set[bytes]:
-    values = set()
-    messages = []
-    for p in range(partitions):
-        for i in range(per_partition):
-            value = f"{tag}-{p}-{i}".encode()
-            values.add(value)
-            messages.append({"partition": p, "value": value})
-    ConfluentKafka().produce(server, topic, messages)
+def _produce(server, topic: str, count: int, tag: str) -> set[bytes]:
+    """`count` records of distinct values, spread over the topic's partitions by their keys."""
+    values = {f"{tag}-{i}".encode() for i in range(count)}
+    ConfluentKafka().produce(server, topic, [{"key": value, "value": value} for value in sorted(values)])
     return values
 
 
@@ -274,7 +271,7 @@ def test_across_rebalances_no_record_is_delivered_twice_nor_lost(module_kafka_se
     server = module_kafka_server
     topic, group = "cgh-once", "cgh-once-group"
     create_topic(server, topic, 4)
-    produced = _produce(server, topic, 4, 30, "once")
+    produced = _produce(server, topic, 120, "once")
     first = _member(server, group, topic)
     members, received = [first], [[]]
     try:
@@ -343,3 +340,78 @@ def test_http_and_the_console_show_a_consumer_group_with_its_epochs_and_assignme
         page = server.client.get(f"/console/groups/{group}")
         assert page.status_code == 200
         assert "Group epoch" in page.text and "epoch 1" in page.text and "revoking" in page.text
+
+
+def test_consume_transform_produce_exactly_once_with_a_consumer_protocol_group(module_kafka_server):
+    """send_offsets_to_transaction with a consumer group's metadata (TxnOffsetCommit with the
+    member id and epoch): every input record's transform is in the output once, read_committed,
+    and the group's committed offsets are the input's end."""
+    server = module_kafka_server
+    source, sink, group = "cgh-eos-in", "cgh-eos-out", "cgh-eos-group"
+    create_topic(server, source, 2)
+    create_topic(server, sink, 1)
+    produced = _produce(server, source, 50, "eos")
+    consumer = _member(server, group, source, **{"isolation.level": "read_committed"}).consumer
+    producer = Producer({"bootstrap.servers": bootstrap(server), "transactional.id": "cgh-eos-tx"})
+    producer.init_transactions(WAIT_S)
+    try:
+        done = 0
+        deadline = time.monotonic() + WAIT_S
+        while done < len(produced):
+            assert time.monotonic() < deadline, f"{done} of {len(produced)} transformed within {WAIT_S} s"
+            batch = [m for m in consumer.consume(10, 0.2) if not m.error()]
+            if not batch:
+                continue
+            producer.begin_transaction()
+            for message in batch:
+                producer.produce(sink, b"t:" + message.value())
+            positions = consumer.position(consumer.assignment())
+            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), WAIT_S)
+            producer.commit_transaction(WAIT_S)
+            done += len(batch)
+        committed = consumer.committed([TopicPartition(source, p) for p in range(2)], WAIT_S)
+        ends = [consumer.get_watermark_offsets(TopicPartition(source, p), WAIT_S)[1] for p in range(2)]
+        assert [tp.offset for tp in committed] == ends and sum(ends) == len(produced)
+    finally:
+        consumer.close()
+    output = ConfluentKafka().read_to_end(server, sink, 0, isolation="read_committed")
+    assert sorted(r.value for r in output.received) == sorted(b"t:" + value for value in produced)
+
+
+def test_the_admin_client_describes_a_consumer_group(module_kafka_server):
+    """ConsumerGroupDescribe, as confluent-kafka's AdminClient.describe_consumer_groups asks it: the
+    state, the assignor, each member's client and assignment; a classic group and an unknown one are
+    GROUP_ID_NOT_FOUND, as Kafka answers."""
+    server = module_kafka_server
+    topic, group = "cgh-described", "cgh-described-group"
+    create_topic(server, topic, 2)
+    member = _member(server, group, topic, **{"client.id": "described-client"})
+    admin = AdminClient({"bootstrap.servers": bootstrap(server)})
+    try:
+        poll_until([member], lambda _: member.assignment() == {0, 1}, "the member owns both partitions")
+        described = admin.describe_consumer_groups([group])[group].result(WAIT_S)
+        assert described.group_id == group and str(described.state) == "ConsumerGroupState.STABLE"
+        assert described.partition_assignor == "uniform"
+        [shown] = described.members
+        assert shown.client_id == "described-client"
+        assert sorted(tp.partition for tp in shown.assignment.topic_partitions) == [0, 1]
+        with RawConnection(bootstrap(server)) as connection:
+            assert join(connection, "cgh-described-classic", "", version=3).error_code == KafkaError.none
+            request = request_of(
+                api_table.CONSUMER_GROUP_DESCRIBE,
+                1,
+                group_ids=(group, "cgh-described-classic", "cgh-described-none"),
+                include_authorized_operations=False,
+            )
+            answered = {g.group_id: g for g in connection.call(request).groups}
+        assert answered[group].group_epoch == answered[group].assignment_epoch == 1
+        [raw_member] = answered[group].members
+        assert raw_member.member_epoch == 1 and raw_member.member_type == 1
+        assert [(t.topic_name, t.partitions) for t in raw_member.target_assignment.topic_partitions] == [
+            (topic, (0, 1))
+        ]
+        assert answered["cgh-described-classic"].error_code == KafkaError.group_id_not_found
+        assert answered["cgh-described-classic"].error_message == "Group cgh-described-classic is not a consumer group."
+        assert answered["cgh-described-none"].error_message == "Group cgh-described-none not found."
+    finally:
+        member.close()

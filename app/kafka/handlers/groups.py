@@ -386,3 +386,74 @@ async def consumer_group_heartbeat(context: RequestContext, request) -> object:
         heartbeat_interval=datetime.timedelta(milliseconds=answered.heartbeat_interval_ms),
         assignment=assignment,
     )
+
+
+# ConsumerGroupDescribe v1's member type (KIP-1099): a member of the consumer protocol.
+CONSUMER_MEMBER_TYPE = 1
+NOT_ASKED_OPERATIONS = -2147483648  # Kafka's INT32_MIN: authorized operations not asked for
+
+
+def _described_assignment(module, partitions: dict, topic_ids: dict) -> object:
+    return build(
+        module,
+        "Assignment",
+        topic_partitions=tuple(
+            build(module, "TopicPartitions", topic_id=topic_ids.get(topic), topic_name=topic, partitions=tuple(parts))
+            for topic, parts in sorted(partitions.items())
+        ),
+    )
+
+
+def _described_member(module, member, topic_ids: dict) -> object:
+    return build(
+        module,
+        "Member",
+        member_id=member.member_id,
+        instance_id=member.instance_id,
+        rack_id=member.rack_id,
+        member_epoch=member.member_epoch,
+        client_id=member.client_id,
+        client_host=member.client_host,
+        subscribed_topic_names=tuple(member.subscribed_topic_names),
+        subscribed_topic_regex=None,
+        assignment=_described_assignment(module, member.assignment, topic_ids),
+        target_assignment=_described_assignment(module, member.target_assignment, topic_ids),
+        member_type=CONSUMER_MEMBER_TYPE,
+    )
+
+
+async def consumer_group_describe(context: RequestContext, request) -> object:
+    """KIP-848's ConsumerGroupDescribe: each group on its own, its error (GROUP_ID_NOT_FOUND for no
+    such group or a classic one, with Kafka's message; GROUP_AUTHORIZATION_FAILED;
+    TOPIC_AUTHORIZATION_FAILED) in its entry; members with their epochs, current and target
+    assignments by topic id and name."""
+    module = response_module(api_table.CONSUMER_GROUP_DESCRIBE, context.api_version)
+    described = []
+    for group_id in request.group_ids:
+        error, values = None, {"group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": ""}
+        members: tuple = ()
+        try:
+            group = await context.calls.groups.describe_consumer_group(context.principal, group_id)
+        except BrokerError as raised:
+            error = raised
+        else:
+            values = {
+                "group_state": group.state,
+                "group_epoch": group.group_epoch,
+                "assignment_epoch": group.assignment_epoch,
+                "assignor_name": group.assignor,
+            }
+            members = tuple(_described_member(module, m, group.topic_ids) for m in group.members)
+        described.append(
+            build(
+                module,
+                "DescribedGroup",
+                error_code=kafka_error(error),
+                error_message=error_message(error),
+                group_id=group_id,
+                members=members,
+                authorized_operations=NOT_ASKED_OPERATIONS,
+                **values,
+            )
+        )
+    return build(module, "ConsumerGroupDescribeResponse", throttle_time=NO_THROTTLE, groups=tuple(described))
