@@ -12,6 +12,7 @@ from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
+from tests.conftest import start_in_process_server, stop_in_process_server
 from tests.kafka.clients import WAIT_S, ConfluentKafka, bootstrap, create_topic, topic_uuid
 from tests.kafka.group_clients import ConfluentMember, poll_until
 from tests.kafka.raw import RawConnection, nested, request_of
@@ -415,3 +416,29 @@ def test_the_admin_client_describes_a_consumer_group(module_kafka_server):
         assert answered["cgh-described-none"].error_message == "Group cgh-described-none not found."
     finally:
         member.close()
+
+
+def test_members_on_two_nodes_share_one_group_and_its_reconciliation_rule(module_kafka_server):
+    """The group lives in PostgreSQL: a member heartbeating on another node (a second server on the
+    same database) joins the same group, and gets a partition only once the member on the first
+    node released it."""
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-nodes", 2)
+    group = "cgh-nodes-group"
+    other = start_in_process_server(
+        server.database_url, kafka_listener="127.0.0.1:0", node_id=2, **KAFKA_SERVER_SETTINGS
+    )
+    try:
+        with RawConnection(bootstrap(server)) as first, RawConnection(bootstrap(other)) as second:
+            a = consumer_heartbeat(first, group, "member-a", 0, ["cgh-nodes"])
+            assert assigned(a) == {topic_id: [0, 1]}
+            b = consumer_heartbeat(second, group, "member-b", 0, ["cgh-nodes"])
+            assert (b.member_epoch, assigned(b)) == (2, {})
+            a = consumer_heartbeat(first, group, "member-a", 1, owned=[(topic_id, [0, 1])])
+            [kept] = assigned(a)[topic_id]
+            assert not assigned(consumer_heartbeat(second, group, "member-b", 2, owned=[]))
+            consumer_heartbeat(first, group, "member-a", 1, owned=[(topic_id, [kept])])
+            b = consumer_heartbeat(second, group, "member-b", 2, owned=[])
+            assert assigned(b) == {topic_id: [1 - kept]}
+    finally:
+        stop_in_process_server(other)
