@@ -236,6 +236,11 @@ UnsupportedAssignorError = _error(
     ErrorCode.UNSUPPORTED_ASSIGNOR,
     doc="a consumer group member named a server assignor the broker does not have (group.remote.assignor)",
 )
+InvalidRegularExpressionError = _error(
+    "InvalidRegularExpressionError",
+    ErrorCode.INVALID_REGULAR_EXPRESSION,
+    doc="a consumer group member subscribed with a regular expression that does not compile",
+)
 InvalidSessionTimeoutError = _error(
     "InvalidSessionTimeoutError",
     ErrorCode.INVALID_SESSION_TIMEOUT,
@@ -347,6 +352,7 @@ _BY_CODE: dict[str, type[TxbrokerError]] = {
         StaleMemberEpochError,
         FencedMemberEpochError,
         UnsupportedAssignorError,
+        InvalidRegularExpressionError,
         InvalidSessionTimeoutError,
         NonEmptyGroupError,
         GroupSubscribedToTopicError,

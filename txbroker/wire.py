@@ -83,6 +83,8 @@ class ErrorCode(StrEnum):
     STALE_MEMBER_EPOCH = "STALE_MEMBER_EPOCH"
     FENCED_MEMBER_EPOCH = "FENCED_MEMBER_EPOCH"
     UNSUPPORTED_ASSIGNOR = "UNSUPPORTED_ASSIGNOR"
+    # ... and a subscription's regular expression that does not compile.
+    INVALID_REGULAR_EXPRESSION = "INVALID_REGULAR_EXPRESSION"
     # Kafka's group.min/max.session.timeout.ms: a JoinGroup's session timeout outside the server's bounds.
     INVALID_SESSION_TIMEOUT = "INVALID_SESSION_TIMEOUT"
     # Kafka's DeleteGroups: a group with members cannot be deleted.
@@ -153,6 +155,7 @@ ERROR_SPECS: MappingProxyType[ErrorCode, ErrorSpec] = MappingProxyType(
         ErrorCode.STALE_MEMBER_EPOCH: ErrorSpec(409, False, "a consumer group member's epoch is not its current one"),
         ErrorCode.FENCED_MEMBER_EPOCH: ErrorSpec(409, False, "a consumer group member was fenced: rejoin"),
         ErrorCode.UNSUPPORTED_ASSIGNOR: ErrorSpec(400, False, "a server assignor the broker does not have"),
+        ErrorCode.INVALID_REGULAR_EXPRESSION: ErrorSpec(400, False, "a subscription's regex does not compile"),
         ErrorCode.INVALID_SESSION_TIMEOUT: ErrorSpec(400, False, "session timeout outside the server's bounds"),
         ErrorCode.NON_EMPTY_GROUP: ErrorSpec(409, False, "the group has members: it cannot be deleted"),
         ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: ErrorSpec(409, False, "a member subscribes to the topic"),

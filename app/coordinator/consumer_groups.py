@@ -24,15 +24,19 @@ As Kafka's coordinator (GroupMetadataManager, CurrentAssignmentBuilder):
   assignment: the answer that bumped it was lost): FENCED_MEMBER_EPOCH otherwise, and the member
   rejoins with epoch 0 after giving up its partitions.
 
-Not built (docs/kafka.md): regular expression subscriptions, static membership (an epoch -2 leave is
-a leave), racks (kept, unused), and Kafka 4's online upgrade of a classic group: a group of one kind
+A member may subscribe with a regular expression: the matching topics its principal may Describe,
+resolved at each of its heartbeats (`_resolve_subscription`).
+
+Not built (docs/kafka.md): static membership (an epoch -2 leave is a leave), racks (kept, unused), and Kafka 4's online upgrade of a classic group: a group of one kind
 with members refuses a member of another (INCONSISTENT_GROUP_PROTOCOL); an empty one takes the kind
 of its next member.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import asyncpg
@@ -43,7 +47,7 @@ from app.coordinator.identifiers import check_identifier, check_member_group_id
 from app.errors import BrokerError, ErrorCode
 from app.storage.groups import groups
 from app.storage.groups.groups import CLASSIC_STATE_KEY, CONSUMER_STATE_KEY, TOPIC_IDS_KEY, Group, Member
-from app.storage.log.topics import find_topics, find_topics_by_uuid
+from app.storage.log.topics import find_topics, find_topics_by_uuid, list_topics
 
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
@@ -78,6 +82,9 @@ class ConsumerHeartbeat:
     owned: list[tuple[uuid.UUID, list[int]]] | None
     client_id: str
     client_host: str
+    # Whether the member's principal may Describe a topic: a regular expression subscribes it only
+    # to those (the Kafka door's authorizer; everything by default).
+    may_describe: Callable[[str], bool] = lambda _topic: True
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,11 +179,15 @@ def _check_request(request: ConsumerHeartbeat) -> None:
         raise _invalid("member epoch -2 (a static member's leave) needs its instance id: received null")
     elif request.member_epoch < STATIC_LEAVE_EPOCH:
         raise _invalid(f"member epoch {request.member_epoch} is invalid: expected 0 (join), -1 (leave) or the epoch")
-    if request.subscribed_topic_regex is not None:
-        raise _invalid(
-            f"subscribed topic regex {request.subscribed_topic_regex!r}: this server does not resolve regular "
-            f"expressions; subscribe to topic names"
-        )
+    if request.subscribed_topic_regex:
+        try:
+            re.compile(request.subscribed_topic_regex)
+        except re.error as error:
+            raise BrokerError(
+                ErrorCode.INVALID_REGULAR_EXPRESSION,
+                f"subscribed topic regex {request.subscribed_topic_regex[:300]!r} does not compile ({error}): "
+                f"subscribe with a valid regular expression",
+            ) from None
     if request.server_assignor is not None and request.server_assignor not in SERVER_ASSIGNORS:
         raise BrokerError(
             ErrorCode.UNSUPPORTED_ASSIGNOR,
@@ -267,6 +278,26 @@ def reconcile(state: dict, member_id: str, owned: set[tuple[str, int]] | None, n
     )
 
 
+async def _resolve_subscription(conn: asyncpg.Connection, member: dict, may_describe: Callable[[str], bool]) -> bool:
+    """The heartbeating member's topics: the names it subscribes to and, when it subscribes with a
+    regular expression, every topic (not internal) whose whole name it matches and that its
+    principal may Describe (`may_describe`), as Kafka's coordinator resolves it; a topic created or
+    deleted since changes the matches at its next heartbeat, and so the group epoch. True when its
+    topics changed."""
+    matching: set[str] = set()
+    if member.get("regex"):
+        pattern = re.compile(member["regex"])
+        matching = {
+            t.name
+            for t in await list_topics(conn)
+            if not t.is_internal and pattern.fullmatch(t.name) and may_describe(t.name)
+        }
+    subscribed = sorted(set(member["names"]) | matching)
+    changed = subscribed != member["subscribed"]
+    member["subscribed"] = subscribed
+    return changed
+
+
 def _overdue(state: dict, now: int) -> set[str]:
     """The members that have not revoked their partitions within their rebalance timeout: Kafka's
     coordinator removes them (their partitions go to the members waiting for them)."""
@@ -325,7 +356,9 @@ class ConsumerGroups:
                     "state": MEMBER_STABLE,
                     "assigned": {},
                     "revoking": {},
-                    "subscribed": [],
+                    "subscribed": [],  # the topics it subscribes to: its names and its regex's matches
+                    "names": [],
+                    "regex": None,
                     "server_assignor": None,
                     "rebalance_timeout_ms": request.rebalance_timeout_ms,
                     "revocation_due_ms": None,
@@ -338,14 +371,15 @@ class ConsumerGroups:
                 member.update(member_epoch=0, state=MEMBER_STABLE, assigned={}, revoking={}, revocation_due_ms=None)
             before = (member["assigned"], member["member_epoch"])
             bumped |= self._take_subscription(member, request)
+            bumped |= await _resolve_subscription(conn, member, request.may_describe)
             member.update(
                 instance_id=request.instance_id or member.get("instance_id"),
                 rack_id=request.rack_id or member.get("rack_id"),
                 client_id=request.client_id,
                 client_host=request.client_host,
             )
-            await groups.touch_member(conn, group_id, member_id, member["subscribed"], self.session_timeout_ms, now)
             await self._update(conn, group, state, now, bumped, reconciling=(member_id, owned))
+            await groups.touch_member(conn, group_id, member_id, member["subscribed"], self.session_timeout_ms, now)
             changed = joining or (member["assigned"], member["member_epoch"]) != before
             if owned is not None and owned != _as_set(member["assigned"]):
                 changed = True
@@ -400,9 +434,13 @@ class ConsumerGroups:
         that the target depends on changed (the group epoch is bumped)."""
         changed = False
         if request.subscribed_topic_names is not None:
-            subscribed = sorted(set(request.subscribed_topic_names))
-            changed |= subscribed != member["subscribed"]
-            member["subscribed"] = subscribed
+            names = sorted(set(request.subscribed_topic_names))
+            changed |= names != member["names"]
+            member["names"] = names
+        if request.subscribed_topic_regex is not None:  # "": no regular expression any more
+            regex = request.subscribed_topic_regex or None
+            changed |= regex != member["regex"]
+            member["regex"] = regex
         if request.server_assignor is not None:
             changed |= request.server_assignor != member["server_assignor"]
             member["server_assignor"] = request.server_assignor
@@ -496,6 +534,7 @@ class DescribedConsumerMember:
     client_id: str
     client_host: str
     subscribed_topic_names: list[str]
+    subscribed_topic_regex: str | None
     assignment: Partitions
     target_assignment: Partitions
 
@@ -541,7 +580,8 @@ def describe_consumer_group(group: Group | None, group_id: str) -> ConsumerGroup
                 m["member_epoch"],
                 m.get("client_id", ""),
                 m.get("client_host", ""),
-                m["subscribed"],
+                m["names"],
+                m["regex"],
                 m["assigned"],
                 state["target"].get(member_id, {}),
             )

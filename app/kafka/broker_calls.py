@@ -12,6 +12,7 @@ sequence checks, fencing and transaction rules are the ones HTTP gets.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import uuid
@@ -808,13 +809,18 @@ class GroupCalls:
     @answers_while_the_database_is_away
     async def consumer_heartbeat(self, principal: Principal, request: ConsumerHeartbeat) -> ConsumerHeartbeatResult:
         """ConsumerGroupHeartbeat: Read on the group, then Describe on each subscribed topic (as Kafka's
-        broker: TOPIC_AUTHORIZATION_FAILED when one is denied)."""
+        broker: TOPIC_AUTHORIZATION_FAILED when one is denied); a regular expression subscribes the
+        member only to the matching topics it may Describe."""
         authorize(principal, Operation.READ, ResourceType.GROUP, request.group_id)
         for topic in request.subscribed_topic_names or ():
             denied = _denied(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
             if denied is not None:
                 raise denied
-        return await self._groups.consumer.heartbeat(request)
+        return await self._groups.consumer.heartbeat(
+            dataclasses.replace(
+                request, may_describe=lambda topic: is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
+            )
+        )
 
     @answers_while_the_database_is_away
     async def sync(

@@ -225,6 +225,7 @@ def consumer_heartbeat_request(
     rebalance_timeout=LONG,
     assignor: str | None = None,
     version: int = CONSUMER_HEARTBEAT_VERSION,
+    regex: str | None = None,
 ):
     """owned: (topic id, partitions) each, None: unchanged since the last heartbeat (a join sends
     none: an empty list)."""
@@ -241,7 +242,7 @@ def consumer_heartbeat_request(
         rack_id=None,
         rebalance_timeout=rebalance_timeout if epoch == 0 else datetime.timedelta(milliseconds=-1),
         subscribed_topic_names=None if topics is None else tuple(topics),
-        subscribed_topic_regex=None,
+        subscribed_topic_regex=regex,
         server_assignor=assignor,
         topic_partitions=None
         if owned is None

@@ -442,3 +442,32 @@ def test_members_on_two_nodes_share_one_group_and_its_reconciliation_rule(module
             assert assigned(b) == {topic_id: [1 - kept]}
     finally:
         stop_in_process_server(other)
+
+
+def test_a_regular_expression_subscription_takes_every_matching_topic_also_one_created_later(module_kafka_server):
+    server = module_kafka_server
+    group = "cgh-regex-group"
+    create_topic(server, "cgh-regex-one", 1)
+    create_topic(server, "cgh-regex-two", 1)
+    create_topic(server, "cgh-other-regex", 1)
+    member = ConfluentMember(server, group, "^cgh-regex-.*", **CONSUMER)
+    try:
+        poll_until(
+            [member],
+            lambda _: {tp.topic for tp in member.consumer.assignment()} == {"cgh-regex-one", "cgh-regex-two"},
+            "both matching topics assigned",
+        )
+        create_topic(server, "cgh-regex-three", 1)
+        poll_until(
+            [member],
+            lambda _: (
+                {tp.topic for tp in member.consumer.assignment()}
+                == {"cgh-regex-one", "cgh-regex-two", "cgh-regex-three"}
+            ),
+            "the topic created since assigned too",
+        )
+    finally:
+        member.close()
+    with RawConnection(bootstrap(server)) as connection:
+        refused = consumer_heartbeat(connection, group, "member-x", 0, [], regex="cgh-(")
+        assert refused.error_code == KafkaError.invalid_regular_expression and refused.error_message

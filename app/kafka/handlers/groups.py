@@ -415,7 +415,7 @@ def _described_member(module, member, topic_ids: dict) -> object:
         client_id=member.client_id,
         client_host=member.client_host,
         subscribed_topic_names=tuple(member.subscribed_topic_names),
-        subscribed_topic_regex=None,
+        subscribed_topic_regex=member.subscribed_topic_regex,
         assignment=_described_assignment(module, member.assignment, topic_ids),
         target_assignment=_described_assignment(module, member.target_assignment, topic_ids),
         member_type=CONSUMER_MEMBER_TYPE,
