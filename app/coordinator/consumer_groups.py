@@ -27,9 +27,9 @@ As Kafka's coordinator (GroupMetadataManager, CurrentAssignmentBuilder):
 A member may subscribe with a regular expression: the matching topics its principal may Describe,
 resolved at each of its heartbeats (`_resolve_subscription`).
 
-Not built (docs/kafka.md): static membership (an epoch -2 leave is a leave), racks (kept, unused), and Kafka 4's online upgrade of a classic group: a group of one kind
-with members refuses a member of another (INCONSISTENT_GROUP_PROTOCOL); an empty one takes the kind
-of its next member.
+Not built (docs/kafka.md): static membership (an epoch -2 leave is a leave), racks (kept, unused),
+and Kafka 4's online upgrade of a classic group: a group of one kind with members refuses a member
+of another (INCONSISTENT_GROUP_PROTOCOL); an empty one takes the kind of its next member.
 """
 
 from __future__ import annotations
