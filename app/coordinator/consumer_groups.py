@@ -512,6 +512,20 @@ class ConsumerGroups:
             del state["members"][member_id]
         await self._update(conn, group, state, now, bumped=True)
 
+    async def credit_timers(self, conn: asyncpg.Connection, group: Group, credit_ms: int, now: int) -> None:
+        """After `credit_ms` in which no server could hear the members (GroupCoordinator.expire_sessions),
+        each revocation underway gets that time back (at most its whole rebalance timeout from `now`):
+        a member is not removed for the time it could not reach the group. The caller holds the row."""
+        state = consumer_state(group)
+        if state is None or not state["members"]:
+            return
+        for member in state["members"].values():
+            if member.get("revocation_due_ms") is not None:
+                member["revocation_due_ms"] = min(
+                    member["revocation_due_ms"] + credit_ms, now + member["rebalance_timeout_ms"]
+                )
+        await self._save(conn, group, state, now)
+
     async def settle_overdue(self, conn: asyncpg.Connection, group: Group, now: int) -> bool:
         """Removes the members overdue to revoke (the caller holds the row); True when any was."""
         state = consumer_state(group)

@@ -440,9 +440,9 @@ class GroupCoordinator:
         return evicted
 
     async def _credit(self, credit_ms: int, now: int) -> None:
-        """Puts each group's sessions and classic timers off by `credit_ms` (`expire_sessions`), each
-        group in a transaction of its own under its row lock, the order every membership change
-        keeps (group row, then its members)."""
+        """Puts each group's sessions, classic timers and consumer groups' revocations off by
+        `credit_ms` (`expire_sessions`), each group in a transaction of its own under its row lock,
+        the order every membership change keeps (group row, then its members)."""
         async with self.pool.acquire() as conn:
             group_ids = await groups.groups_with_members(conn)
         for group_id in group_ids:
@@ -451,6 +451,7 @@ class GroupCoordinator:
                 if group is not None:
                     await groups.credit_sessions(conn, group_id, credit_ms, now)
                     await self.classic.credit_timers(conn, group, credit_ms, now)
+                    await self.consumer.credit_timers(conn, group, credit_ms, now)
 
     async def _evict_lapsed_members(self, now: int) -> int:
         evicted = await self._remove_overdue_revocations(now)

@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
-from tests.conftest import start_in_process_server, stop_in_process_server
+from tests.conftest import start_in_process_server, start_server_on_fresh_database, stop_in_process_server
 from tests.kafka.clients import WAIT_S, ConfluentKafka, bootstrap, create_topic, topic_uuid
 from tests.kafka.group_clients import ConfluentMember, poll_until
 from tests.kafka.raw import RawConnection, nested, request_of
@@ -471,3 +471,31 @@ def test_a_regular_expression_subscription_takes_every_matching_topic_also_one_c
     with RawConnection(bootstrap(server)) as connection:
         refused = consumer_heartbeat(connection, group, "member-x", 0, [], regex="cgh-(")
         assert refused.error_code == KafkaError.invalid_regular_expression and refused.error_message
+
+
+def test_a_restart_does_not_count_against_a_member_revoking_its_partitions(postgres):
+    """The time no server could hear the members (every node down) is given back to a revocation
+    underway, as to sessions: a member revoking within its rebalance timeout when the server stopped
+    is still a member after a restart longer than that timeout."""
+    settings = {**KAFKA_SERVER_SETTINGS, "group_consumer_session_timeout_ms": 5000}
+    settings.update(kafka_listener="127.0.0.1:0", group_session_check_interval_ms=100)
+    running = start_server_on_fresh_database(postgres, "kafka_cgh_restart", **settings)
+    topic_id = _topic(running, "cgh-restart", 2)
+    group = "cgh-restart-group"
+    brief = datetime.timedelta(milliseconds=1500)
+    with RawConnection(bootstrap(running)) as connection:
+        consumer_heartbeat(connection, group, "member-a", 0, ["cgh-restart"], rebalance_timeout=brief)
+        consumer_heartbeat(connection, group, "member-b", 0, ["cgh-restart"])
+        [kept] = assigned(consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [0, 1])]))[topic_id]
+    drop = running.extra.pop("drop_database")
+    stop_in_process_server(running)
+    time.sleep(2)  # longer than the rebalance timeout, shorter than the session
+    restarted = start_in_process_server(running.database_url, **settings)
+    try:
+        time.sleep(0.5)  # the first session check (every 100 ms) credits the time nobody heard them
+        with RawConnection(bootstrap(restarted)) as connection:
+            a = consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [kept])])
+            assert a.error_code == KafkaError.none and a.member_epoch == 2
+    finally:
+        restarted.extra["drop_database"] = drop
+        stop_in_process_server(restarted)
