@@ -5,6 +5,7 @@ released; sessions and commits with member epochs."""
 from __future__ import annotations
 
 import datetime
+import re
 import time
 
 from confluent_kafka import Producer, TopicPartition
@@ -125,6 +126,10 @@ def test_heartbeat_errors_as_kafka_answers_them(module_kafka_server):
         assert left.error_code == KafkaError.none and left.member_epoch == -1
         assert consumer_heartbeat(connection, group, "member-a", -1).error_code == KafkaError.unknown_member_id
         assert _listed(connection, group) == ("consumer", "Empty")
+        # An empty consumer group is deleted as any other; its member ids are then of no group.
+        assert server.client.delete(f"/v1/groups/{group}").status_code == 204
+        gone = consumer_heartbeat(connection, group, "member-a", 1)
+        assert gone.error_code == KafkaError.group_id_not_found
 
 
 def test_a_group_of_one_protocol_refuses_members_of_another(module_kafka_server):
@@ -338,6 +343,12 @@ def test_http_and_the_console_show_a_consumer_group_with_its_epochs_and_assignme
         assert b["member_epoch"] == 2 and b["assignment"] == [] and len(b["target_assignment"][0]["partitions"]) == 1
         listed = {g["group_id"]: g for g in server.client.get("/v1/groups").json()["groups"]}
         assert (listed[group]["group_type"], listed[group]["state"]) == ("consumer", "Reconciling")
+        listing = server.client.get("/console/groups").text
+        assert re.search(
+            rf'href="/console/groups/{group}">{group}</a></td>\s*<td><span class="badge[^"]*">Reconciling<', listing
+        )
+        deleted = server.client.delete(f"/v1/groups/{group}")
+        assert deleted.status_code == 409 and deleted.json()["error"]["code"] == "NON_EMPTY_GROUP"
         page = server.client.get(f"/console/groups/{group}")
         assert page.status_code == 200
         assert "Group epoch" in page.text and "epoch 1" in page.text and "revoking" in page.text
