@@ -34,7 +34,6 @@ of another (INCONSISTENT_GROUP_PROTOCOL); an empty one takes the kind of its nex
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,7 +46,7 @@ from app.coordinator.identifiers import check_identifier, check_member_group_id
 from app.errors import BrokerError, ErrorCode
 from app.storage.groups import groups
 from app.storage.groups.groups import CLASSIC_STATE_KEY, CONSUMER_STATE_KEY, TOPIC_IDS_KEY, Group, Member
-from app.storage.log.topics import find_topics, find_topics_by_uuid, list_topics
+from app.storage.log.topics import find_topics, find_topics_by_uuid, topics_matching
 
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
@@ -179,15 +178,6 @@ def _check_request(request: ConsumerHeartbeat) -> None:
         raise _invalid("member epoch -2 (a static member's leave) needs its instance id: received null")
     elif request.member_epoch < STATIC_LEAVE_EPOCH:
         raise _invalid(f"member epoch {request.member_epoch} is invalid: expected 0 (join), -1 (leave) or the epoch")
-    if request.subscribed_topic_regex:
-        try:
-            re.compile(request.subscribed_topic_regex)
-        except re.error as error:
-            raise BrokerError(
-                ErrorCode.INVALID_REGULAR_EXPRESSION,
-                f"subscribed topic regex {request.subscribed_topic_regex[:300]!r} does not compile ({error}): "
-                f"subscribe with a valid regular expression",
-            ) from None
     if request.server_assignor is not None and request.server_assignor not in SERVER_ASSIGNORS:
         raise BrokerError(
             ErrorCode.UNSUPPORTED_ASSIGNOR,
@@ -283,15 +273,18 @@ async def _resolve_subscription(conn: asyncpg.Connection, member: dict, may_desc
     regular expression, every topic (not internal) whose whole name it matches and that its
     principal may Describe (`may_describe`), as Kafka's coordinator resolves it; a topic created or
     deleted since changes the matches at its next heartbeat, and so the group epoch. True when its
-    topics changed."""
+    topics changed. The expression is matched by PostgreSQL (`topics_matching`: no runaway
+    backtracking), and one it cannot compile is INVALID_REGULAR_EXPRESSION."""
     matching: set[str] = set()
     if member.get("regex"):
-        pattern = re.compile(member["regex"])
-        matching = {
-            t.name
-            for t in await list_topics(conn)
-            if not t.is_internal and pattern.fullmatch(t.name) and may_describe(t.name)
-        }
+        try:
+            matching = {name for name in await topics_matching(conn, member["regex"]) if may_describe(name)}
+        except asyncpg.InvalidRegularExpressionError as error:
+            raise BrokerError(
+                ErrorCode.INVALID_REGULAR_EXPRESSION,
+                f"subscribed topic regex {member['regex'][:300]!r} does not compile ({error}): subscribe with a "
+                f"valid regular expression (PostgreSQL's syntax, RE2's common expressions)",
+            ) from None
     subscribed = sorted(set(member["names"]) | matching)
     changed = subscribed != member["subscribed"]
     member["subscribed"] = subscribed
