@@ -5,9 +5,10 @@ heartbeat, each converging on its part of the group's target assignment one part
 State: the group row's `assignment[CONSUMER_STATE_KEY]` (app/storage/groups/groups.py), changed only
 under the group row's lock (FOR UPDATE), as the classic state is, so every worker and node sees one
 group; each member also has its `group_members` row (its session: the eviction worker removes it
-once the broker's session timeout passes without a heartbeat), and the row's `assignment` keeps each
-member's assigned partitions beside the state (what describe, lag and the console read). The group
-epoch is the row's `generation_id`.
+once the broker's session timeout passes without a heartbeat; and its revocation deadline, mirrored
+from the state, where the worker finds the members overdue to revoke), and the row's `assignment`
+keeps each member's assigned partitions beside the state (what describe, lag and the console read).
+The group epoch is the row's `generation_id`.
 
 As Kafka's coordinator (GroupMetadataManager, CurrentAssignmentBuilder):
 - the group epoch is bumped when a member joins or leaves (or is removed: its session lapsed, or it
@@ -194,7 +195,6 @@ def _fresh() -> dict:
         "target": {},
         "topics": {},  # subscribed topic -> [topic id, partition count], what the target was computed with
         "members": {},
-        "revocation_due_ms": None,
     }
 
 
@@ -488,8 +488,10 @@ class ConsumerGroups:
     @staticmethod
     async def _save(conn: asyncpg.Connection, group: Group, state: dict, now: int) -> None:
         state["state"] = _group_state(state, group.generation_id)
-        dues = [m["revocation_due_ms"] for m in state["members"].values() if m.get("revocation_due_ms") is not None]
-        state["revocation_due_ms"] = min(dues, default=None)
+        # Mirrored on the members' rows, where the eviction worker finds the overdue ones by index.
+        await groups.set_revocation_deadlines(
+            conn, group.group_id, {mid: m.get("revocation_due_ms") for mid, m in state["members"].items()}
+        )
         assignment: dict = {mid: m["assigned"] for mid, m in state["members"].items() if m["assigned"]}
         assignment[CONSUMER_STATE_KEY] = state
         group.assignment = assignment

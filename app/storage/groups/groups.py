@@ -303,16 +303,25 @@ async def groups_with_expired_members(conn: asyncpg.Connection, now_ms: int, lim
 
 
 async def groups_with_overdue_revocations(conn: asyncpg.Connection, now_ms: int, limit: int = 100) -> list[str]:
-    """The consumer groups (CONSUMER_STATE_KEY) with a member that has not revoked its partitions
-    within its rebalance timeout (the state's `revocation_due_ms`, the earliest such deadline)."""
+    """The consumer groups with a member that has not revoked its partitions within its rebalance
+    timeout (`revocation_due_ms`, kept by `set_revocation_deadlines`)."""
     rows = await conn.fetch(
-        "SELECT group_id FROM consumer_groups WHERE (assignment -> $3::text ->> 'revocation_due_ms')::bigint < $1 "
-        "LIMIT $2",
-        now_ms,
-        limit,
-        CONSUMER_STATE_KEY,
+        "SELECT DISTINCT group_id FROM group_members WHERE revocation_due_ms < $1 LIMIT $2", now_ms, limit
     )
     return [row["group_id"] for row in rows]
+
+
+async def set_revocation_deadlines(conn: asyncpg.Connection, group_id: str, deadlines: dict[str, int | None]) -> None:
+    """Each named member's revocation deadline (None: none), in the group whose row the caller holds;
+    only the rows whose deadline changes are written."""
+    await conn.execute(
+        "UPDATE group_members m SET revocation_due_ms = x.due "
+        "FROM unnest($2::text[], $3::bigint[]) AS x(member_id, due) "
+        "WHERE m.group_id = $1 AND m.member_id = x.member_id AND m.revocation_due_ms IS DISTINCT FROM x.due",
+        group_id,
+        list(deadlines),
+        list(deadlines.values()),
+    )
 
 
 async def lock_if_free(conn: asyncpg.Connection, group_id: str) -> Group | None:
