@@ -241,6 +241,11 @@ InvalidRegularExpressionError = _error(
     ErrorCode.INVALID_REGULAR_EXPRESSION,
     doc="a consumer group member subscribed with a regular expression that does not compile",
 )
+UnreleasedInstanceIdError = _error(
+    "UnreleasedInstanceIdError",
+    ErrorCode.UNRELEASED_INSTANCE_ID,
+    doc="a consumer group member joined with a group.instance.id a member that has not left still has",
+)
 InvalidSessionTimeoutError = _error(
     "InvalidSessionTimeoutError",
     ErrorCode.INVALID_SESSION_TIMEOUT,
@@ -353,6 +358,7 @@ _BY_CODE: dict[str, type[TxbrokerError]] = {
         FencedMemberEpochError,
         UnsupportedAssignorError,
         InvalidRegularExpressionError,
+        UnreleasedInstanceIdError,
         InvalidSessionTimeoutError,
         NonEmptyGroupError,
         GroupSubscribedToTopicError,

@@ -85,6 +85,8 @@ class ErrorCode(StrEnum):
     UNSUPPORTED_ASSIGNOR = "UNSUPPORTED_ASSIGNOR"
     # ... and a subscription's regular expression that does not compile.
     INVALID_REGULAR_EXPRESSION = "INVALID_REGULAR_EXPRESSION"
+    # ... and a static member joining while its instance id's member has not left.
+    UNRELEASED_INSTANCE_ID = "UNRELEASED_INSTANCE_ID"
     # Kafka's group.min/max.session.timeout.ms: a JoinGroup's session timeout outside the server's bounds.
     INVALID_SESSION_TIMEOUT = "INVALID_SESSION_TIMEOUT"
     # Kafka's DeleteGroups: a group with members cannot be deleted.
@@ -156,6 +158,7 @@ ERROR_SPECS: MappingProxyType[ErrorCode, ErrorSpec] = MappingProxyType(
         ErrorCode.FENCED_MEMBER_EPOCH: ErrorSpec(409, False, "a consumer group member was fenced: rejoin"),
         ErrorCode.UNSUPPORTED_ASSIGNOR: ErrorSpec(400, False, "a server assignor the broker does not have"),
         ErrorCode.INVALID_REGULAR_EXPRESSION: ErrorSpec(400, False, "a subscription's regex does not compile"),
+        ErrorCode.UNRELEASED_INSTANCE_ID: ErrorSpec(409, False, "a live member still has this group instance id"),
         ErrorCode.INVALID_SESSION_TIMEOUT: ErrorSpec(400, False, "session timeout outside the server's bounds"),
         ErrorCode.NON_EMPTY_GROUP: ErrorSpec(409, False, "the group has members: it cannot be deleted"),
         ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: ErrorSpec(409, False, "a member subscribes to the topic"),

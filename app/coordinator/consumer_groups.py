@@ -28,7 +28,12 @@ As Kafka's coordinator (GroupMetadataManager, CurrentAssignmentBuilder):
 A member may subscribe with a regular expression: the matching topics its principal may Describe,
 resolved at each of its heartbeats (`_resolve_subscription`).
 
-Not built (docs/kafka.md): static membership (an epoch -2 leave is a leave), racks (kept, unused),
+Static members (an instance id): one stopping leaves with epoch -2 and stays with its partitions
+until its session lapses; its instance joining again under a new member id takes its place and
+partitions without a rebalance (`_static_member_returns`); another member with its instance id
+while it is active is UNRELEASED_INSTANCE_ID.
+
+Not built (docs/kafka.md): racks (kept, unused),
 and Kafka 4's online upgrade of a classic group: a group of one kind with members refuses a member
 of another (INCONSISTENT_GROUP_PROTOCOL); an empty one takes the kind of its next member.
 """
@@ -332,6 +337,13 @@ class ConsumerGroups:
             if epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 if member is None:
                     raise unknown_member(group_id, member_id)
+                if epoch == STATIC_LEAVE_EPOCH:
+                    # A static member stopping (KIP-345's, as Kafka keeps it): it stays, with its
+                    # partitions, for its instance to come back under a new member id, until its
+                    # session lapses; no rebalance.
+                    member["member_epoch"] = STATIC_LEAVE_EPOCH
+                    await self._save(conn, group, state, now)
+                    return ConsumerHeartbeatResult(member_id, epoch, self.heartbeat_interval_ms, None)
                 await groups.remove_members(conn, group_id, [member_id])
                 del state["members"][member_id]
                 await self._update(conn, group, state, now, bumped=True)
@@ -342,6 +354,10 @@ class ConsumerGroups:
             owned = await self._owned(conn, request.owned)
             if member is not None and not joining:
                 self._check_epoch(group_id, member_id, member, epoch, owned)
+            returned = None
+            if member is None and joining and request.instance_id is not None:
+                returned = await self._static_member_returns(conn, group_id, state, member_id, request.instance_id, now)
+                member = returned
             if member is None:
                 member = state["members"][member_id] = {
                     "member_epoch": 0,
@@ -358,7 +374,7 @@ class ConsumerGroups:
                 }
                 await groups.add_member(conn, group_id, Member(member_id, [], self.session_timeout_ms, now, now))
                 bumped = True
-            elif joining:
+            elif joining and returned is None:
                 # A member rejoining (fenced, or its join's answer lost) owns nothing (a join's
                 # TopicPartitions is empty): it starts over from no partitions.
                 member.update(member_epoch=0, state=MEMBER_STABLE, assigned={}, revoking={}, revocation_due_ms=None)
@@ -401,6 +417,41 @@ class ConsumerGroups:
             state = _fresh()
             state["assignment_epoch"] = group.generation_id
         return state
+
+    async def _static_member_returns(
+        self, conn: asyncpg.Connection, group_id: str, state: dict, member_id: str, instance_id: str, now: int
+    ) -> dict | None:
+        """A static member joining under a new member id: it takes the place, partitions and target of
+        its instance's previous member once that one left (epoch -2), as Kafka's coordinator replaces
+        it, without a rebalance; UNRELEASED_INSTANCE_ID while that one is still active. None when no
+        member has this instance id (a new static member)."""
+        previous_id = next((mid for mid, m in state["members"].items() if m.get("instance_id") == instance_id), None)
+        if previous_id is None:
+            return None
+        previous = state["members"][previous_id]
+        if previous["member_epoch"] != STATIC_LEAVE_EPOCH:
+            raise BrokerError(
+                ErrorCode.UNRELEASED_INSTANCE_ID,
+                f"instance id {instance_id!r} of consumer group {group_id!r} is still member {previous_id!r}'s, which "
+                f"has not left: two consumers have one group.instance.id; stop the other one (member {member_id!r} "
+                f"was refused)",
+            )
+        del state["members"][previous_id]
+        member = state["members"][member_id] = {
+            **previous,
+            "member_epoch": 0,
+            "previous_member_epoch": -1,
+            "state": MEMBER_STABLE,
+            "revoking": {},
+            "revocation_due_ms": None,
+        }
+        if previous_id in state["target"]:
+            state["target"][member_id] = state["target"].pop(previous_id)
+        await groups.remove_members(conn, group_id, [previous_id])
+        await groups.add_member(
+            conn, group_id, Member(member_id, member["subscribed"], self.session_timeout_ms, now, now)
+        )
+        return member
 
     @staticmethod
     def _check_epoch(group_id: str, member_id: str, member: dict, epoch: int, owned: set | None) -> None:

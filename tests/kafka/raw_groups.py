@@ -226,6 +226,7 @@ def consumer_heartbeat_request(
     assignor: str | None = None,
     version: int = CONSUMER_HEARTBEAT_VERSION,
     regex: str | None = None,
+    instance: str | None = None,
 ):
     """owned: (topic id, partitions) each, None: unchanged since the last heartbeat (a join sends
     none: an empty list)."""
@@ -238,7 +239,7 @@ def consumer_heartbeat_request(
         group_id=group,
         member_id=member,
         member_epoch=epoch,
-        instance_id=None,
+        instance_id=instance,
         rack_id=None,
         rebalance_timeout=rebalance_timeout if epoch == 0 else datetime.timedelta(milliseconds=-1),
         subscribed_topic_names=None if topics is None else tuple(topics),

@@ -529,3 +529,58 @@ def test_a_restart_does_not_count_against_a_member_revoking_its_partitions(postg
     finally:
         restarted.extra["drop_database"] = drop
         stop_in_process_server(restarted)
+
+
+def test_a_static_member_comes_back_to_its_partitions_without_a_rebalance(module_kafka_server):
+    """A static member (group.instance.id) stopping leaves with epoch -2 and keeps its partitions; its
+    instance joining again under a new member id takes them back at once, the group epoch unchanged;
+    a second live member with that instance id is UNRELEASED_INSTANCE_ID; once its session lapses
+    without it coming back, the others get its partitions."""
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-static", 2)
+    group = "cgh-static-group"
+    with RawConnection(bootstrap(server)) as connection:
+        consumer_heartbeat(connection, group, "first-a", 0, ["cgh-static"], instance="instance-a")
+        consumer_heartbeat(connection, group, "member-b", 0, ["cgh-static"])
+        a = consumer_heartbeat(connection, group, "first-a", 1, owned=[(topic_id, [0, 1])], instance="instance-a")
+        [kept] = assigned(a)[topic_id]
+        a = consumer_heartbeat(connection, group, "first-a", 1, owned=[(topic_id, [kept])])
+        b = consumer_heartbeat(connection, group, "member-b", 2, owned=[])
+        assert a.member_epoch == 2 and assigned(b) == {topic_id: [1 - kept]}
+        stopped = consumer_heartbeat(connection, group, "first-a", -2, instance="instance-a")
+        assert (stopped.error_code, stopped.member_epoch) == (KafkaError.none, -2)
+        # Its partition stays its own: nobody else gets it meanwhile.
+        b = consumer_heartbeat(connection, group, "member-b", 2, owned=[(topic_id, [1 - kept])])
+        assert b.error_code == KafkaError.none and b.member_epoch == 2 and not assigned(b)
+        back = consumer_heartbeat(connection, group, "second-a", 0, ["cgh-static"], instance="instance-a")
+        assert back.error_code == KafkaError.none and back.member_epoch == 2
+        assert assigned(back) == {topic_id: [kept]}
+        twin = consumer_heartbeat(connection, group, "third-a", 0, ["cgh-static"], instance="instance-a")
+        assert twin.error_code == KafkaError.unreleased_instance_id and twin.error_message
+        assert consumer_heartbeat(connection, group, "first-a", 2).error_code == KafkaError.unknown_member_id
+        # Stopped again and not back within its session (1.5 s): removed, its partition reassigned.
+        consumer_heartbeat(connection, group, "second-a", -2, instance="instance-a")
+        deadline = time.monotonic() + 5
+        while assigned(b) != {topic_id: [0, 1]}:
+            assert time.monotonic() < deadline, "the static member's partition was never reassigned"
+            time.sleep(0.2)
+            b = consumer_heartbeat(connection, group, "member-b", b.member_epoch, owned=[(topic_id, [1 - kept])])
+
+
+def test_a_restarted_static_consumer_gets_its_partitions_back_and_the_other_keeps_its_own(module_kafka_server):
+    server = module_kafka_server
+    topic, group = "cgh-static-client", "cgh-static-client-group"
+    create_topic(server, topic, 4)
+    static = _member(server, group, topic, **{"group.instance.id": "static-one"})
+    other = _member(server, group, topic)
+    try:
+        poll_until([static, other], _assignments_are([static, other], [2, 2]), "2 + 2 partitions")
+        owned, others = static.assignment(), other.assignment()
+        callbacks = len(other.rebalances)
+        static.close()
+        static = _member(server, group, topic, **{"group.instance.id": "static-one"})
+        poll_until([static, other], lambda _: static.assignment() == owned, "the restarted instance owns its 2")
+        assert other.assignment() == others and len(other.rebalances) == callbacks  # no rebalance for it
+    finally:
+        static.close()
+        other.close()
