@@ -154,6 +154,8 @@ def create_app(
             settings.group_initial_rebalance_delay_ms,
             SessionTimeoutBounds(settings.group_min_session_timeout_ms, settings.group_max_session_timeout_ms),
             app.state.replication_barrier,
+            settings.group_consumer_session_timeout_ms,
+            settings.group_consumer_heartbeat_interval_ms,
         )
         app.state.workers = BackgroundWorkers(app.state.coordinator, app.state.group_coordinator, settings)
         app.state.notifier = AppendNotifier(database_url, settings.long_poll_fallback_ms / 1000)

@@ -105,6 +105,20 @@ class Settings(BaseSettings):
         description="the longest session timeout a Kafka JoinGroup may ask for; longer ones are refused with "
         "INVALID_SESSION_TIMEOUT (Kafka's group.max.session.timeout.ms)",
     )
+    group_consumer_session_timeout_ms: int = Field(
+        45_000,
+        ge=1,
+        le=2**31 - 1,
+        description="how long a member of a KIP-848 consumer group (group.protocol=consumer) stays without a "
+        "heartbeat before it is removed (Kafka's group.consumer.session.timeout.ms)",
+    )
+    group_consumer_heartbeat_interval_ms: int = Field(
+        5_000,
+        ge=1,
+        le=2**31 - 1,
+        description="how often a member of a KIP-848 consumer group is told to heartbeat (Kafka's "
+        "group.consumer.heartbeat.interval.ms)",
+    )
 
     auth: Literal["off", "required"] = Field(
         "off", description="required: every request needs a bearer token; needed to listen beyond loopback"

@@ -221,6 +221,31 @@ FencedInstanceIdError = _error(
     ErrorCode.FENCED_INSTANCE_ID,
     doc="a newer member of the group joined with this member's group.instance.id (Kafka's static membership)",
 )
+StaleMemberEpochError = _error(
+    "StaleMemberEpochError",
+    ErrorCode.STALE_MEMBER_EPOCH,
+    doc="a consumer group member (Kafka's group.protocol=consumer) committed or fetched with an epoch not its own",
+)
+FencedMemberEpochError = _error(
+    "FencedMemberEpochError",
+    ErrorCode.FENCED_MEMBER_EPOCH,
+    doc="a consumer group member (Kafka's group.protocol=consumer) was fenced: it rejoins without its partitions",
+)
+UnsupportedAssignorError = _error(
+    "UnsupportedAssignorError",
+    ErrorCode.UNSUPPORTED_ASSIGNOR,
+    doc="a consumer group member named a server assignor the broker does not have (group.remote.assignor)",
+)
+InvalidRegularExpressionError = _error(
+    "InvalidRegularExpressionError",
+    ErrorCode.INVALID_REGULAR_EXPRESSION,
+    doc="a consumer group member subscribed with a regular expression that does not compile",
+)
+UnreleasedInstanceIdError = _error(
+    "UnreleasedInstanceIdError",
+    ErrorCode.UNRELEASED_INSTANCE_ID,
+    doc="a consumer group member joined with a group.instance.id a member that has not left still has",
+)
 InvalidSessionTimeoutError = _error(
     "InvalidSessionTimeoutError",
     ErrorCode.INVALID_SESSION_TIMEOUT,
@@ -329,6 +354,11 @@ _BY_CODE: dict[str, type[TxbrokerError]] = {
         RebalanceInProgressError,
         InconsistentGroupProtocolError,
         FencedInstanceIdError,
+        StaleMemberEpochError,
+        FencedMemberEpochError,
+        UnsupportedAssignorError,
+        InvalidRegularExpressionError,
+        UnreleasedInstanceIdError,
         InvalidSessionTimeoutError,
         NonEmptyGroupError,
         GroupSubscribedToTopicError,

@@ -77,6 +77,16 @@ class ErrorCode(StrEnum):
     INCONSISTENT_GROUP_PROTOCOL = "INCONSISTENT_GROUP_PROTOCOL"
     # Kafka's static membership (KIP-345): a newer member took this member's group.instance.id.
     FENCED_INSTANCE_ID = "FENCED_INSTANCE_ID"
+    # KIP-848's consumer groups (Kafka listener, ConsumerGroupHeartbeat): a member's epoch that is not
+    # its current one on a commit or fetch (STALE: heartbeat, then retry), or on a heartbeat (FENCED:
+    # rejoin); a server assignor the broker does not have.
+    STALE_MEMBER_EPOCH = "STALE_MEMBER_EPOCH"
+    FENCED_MEMBER_EPOCH = "FENCED_MEMBER_EPOCH"
+    UNSUPPORTED_ASSIGNOR = "UNSUPPORTED_ASSIGNOR"
+    # ... and a subscription's regular expression that does not compile.
+    INVALID_REGULAR_EXPRESSION = "INVALID_REGULAR_EXPRESSION"
+    # ... and a static member joining while its instance id's member has not left.
+    UNRELEASED_INSTANCE_ID = "UNRELEASED_INSTANCE_ID"
     # Kafka's group.min/max.session.timeout.ms: a JoinGroup's session timeout outside the server's bounds.
     INVALID_SESSION_TIMEOUT = "INVALID_SESSION_TIMEOUT"
     # Kafka's DeleteGroups: a group with members cannot be deleted.
@@ -144,6 +154,11 @@ ERROR_SPECS: MappingProxyType[ErrorCode, ErrorSpec] = MappingProxyType(
         ErrorCode.REBALANCE_IN_PROGRESS: ErrorSpec(409, True, "retry after re-reading state"),
         ErrorCode.INCONSISTENT_GROUP_PROTOCOL: ErrorSpec(409, False, "the group's members use another protocol"),
         ErrorCode.FENCED_INSTANCE_ID: ErrorSpec(409, False, "a newer member has this group instance id"),
+        ErrorCode.STALE_MEMBER_EPOCH: ErrorSpec(409, False, "a consumer group member's epoch is not its current one"),
+        ErrorCode.FENCED_MEMBER_EPOCH: ErrorSpec(409, False, "a consumer group member was fenced: rejoin"),
+        ErrorCode.UNSUPPORTED_ASSIGNOR: ErrorSpec(400, False, "a server assignor the broker does not have"),
+        ErrorCode.INVALID_REGULAR_EXPRESSION: ErrorSpec(400, False, "a subscription's regex does not compile"),
+        ErrorCode.UNRELEASED_INSTANCE_ID: ErrorSpec(409, False, "a live member still has this group instance id"),
         ErrorCode.INVALID_SESSION_TIMEOUT: ErrorSpec(400, False, "session timeout outside the server's bounds"),
         ErrorCode.NON_EMPTY_GROUP: ErrorSpec(409, False, "the group has members: it cannot be deleted"),
         ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC: ErrorSpec(409, False, "a member subscribes to the topic"),

@@ -14,7 +14,8 @@ from app.api.json_route import OrjsonRoute
 from app.api.request_limits import check_partition_count
 from app.api.responses import error_or_none, json_response
 from app.coordinator.authorizer import Operation, ResourceType, authorize, is_allowed
-from app.coordinator.classic_groups import described_assignment, group_kind
+from app.coordinator.classic_groups import described_assignment, group_kind, group_type
+from app.coordinator.consumer_groups import consumer_state
 from app.coordinator.group_coordinator import OffsetEntry
 
 GroupIdInPath = schemas.IdentifierInPath
@@ -145,14 +146,31 @@ async def fetch_offsets(
     )
 
 
-def _member_body(member, assignment: dict) -> dict:
-    return {
+def _partitions(by_topic: dict) -> list[dict]:
+    return [{"topic": t, "partitions": p} for t, p in sorted(by_topic.items())]
+
+
+def _member_body(member, assignment: dict, consumer: dict | None = None) -> dict:
+    """`consumer`: a KIP-848 consumer group's state, whose members also show their epoch, the
+    partitions they are revoking and their target assignment (null for other kinds)."""
+    body = {
         "member_id": member.member_id,
         "topics": member.topics,
         "session_timeout_ms": member.session_timeout_ms,
         "last_heartbeat_ms": member.last_heartbeat_ms,
-        "assignment": [{"topic": t, "partitions": p} for t, p in sorted(assignment.get(member.member_id, {}).items())],
+        "assignment": _partitions(assignment.get(member.member_id, {})),
+        "member_epoch": None,
+        "revoking": None,
+        "target_assignment": None,
     }
+    own = None if consumer is None else consumer["members"].get(member.member_id)
+    if own is not None:
+        body.update(
+            member_epoch=own["member_epoch"],
+            revoking=_partitions(own["revoking"]),
+            target_assignment=_partitions(consumer["target"].get(member.member_id, {})),
+        )
+    return body
 
 
 def _kind(group, member_count: int) -> dict:
@@ -161,7 +179,7 @@ def _kind(group, member_count: int) -> dict:
     (PreparingRebalance, CompletingRebalance, Stable, Empty) and the assignor its members chose; an
     HTTP group (no rebalance phase: the server assigns at each heartbeat) Stable or Empty."""
     protocol_type, state, protocol = group_kind(group, member_count)
-    return {"state": state, "protocol_type": protocol_type, "protocol": protocol}
+    return {"state": state, "protocol_type": protocol_type, "protocol": protocol, "group_type": group_type(group)}
 
 
 @router.get("/groups", responses=ERRORS)
@@ -196,12 +214,14 @@ async def describe_group(group_id: GroupIdInPath, groups: GroupCoordinatorDep, p
     kind = _kind(group, len(described.members))
     # As Kafka's DescribeGroups: a rebalancing Kafka group's members are shown without assignments.
     assignment = described_assignment(group, kind["state"])
+    consumer = consumer_state(group)
     return json_response(
         {
             "group_id": group.group_id,
             "generation_id": group.generation_id,
             **kind,
-            "members": [_member_body(member, assignment) for member in described.members],
+            "assignment_epoch": None if consumer is None else consumer["assignment_epoch"],
+            "members": [_member_body(member, assignment, consumer) for member in described.members],
             "offsets": [
                 {
                     "topic": o.topic,

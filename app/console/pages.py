@@ -39,7 +39,7 @@ from app.console.rendering import FRAGMENT_HEADER, OPEN_STATES, render
 from app.console.session import console_page
 from app.console.throughput import meter_of
 from app.console.visibility import HIDDEN_SKIP_READ, visibility, visible_page
-from app.coordinator import classic_groups, transaction_admin
+from app.coordinator import classic_groups, consumer_groups, transaction_admin
 from app.coordinator.audit import AuditSource
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.coordinator.transaction_states import TransactionState
@@ -478,6 +478,18 @@ async def group_page(
     protocol_type, state, protocol = classic_groups.group_kind(group, len(members))
     classic = classic_groups.classic_state(group) or {}
     kafka_members = classic.get("members", {})
+    # A KIP-848 consumer group's members: their epochs, clients and partitions still being revoked.
+    consumer = consumer_groups.consumer_state(group) or {}
+    consumer_members = {
+        member_id: {
+            "member_epoch": m["member_epoch"],
+            "client_id": m.get("client_id", ""),
+            "client_host": m.get("client_host", ""),
+            "group_instance_id": m.get("instance_id"),
+            "revoking": {topic: parts for topic, parts in m["revoking"].items() if view.topic(topic)},
+        }
+        for member_id, m in consumer.get("members", {}).items()
+    }
     group, members = view.group_members(group, members[:PAGE_SIZE])
     return render(
         request,
@@ -489,6 +501,8 @@ async def group_page(
         protocol=protocol,
         leader=classic.get("leader") if kafka_members else None,
         kafka_members=kafka_members,
+        consumer_members=consumer_members,
+        assignment_epoch=consumer.get("assignment_epoch") if consumer_members else None,
         members=members,
         offsets=offsets,
         lag_total=sum(o.lag or 0 for o in offsets),

@@ -65,6 +65,7 @@ from kio.schema.consumer_protocol_subscription.v3.data import ConsumerProtocolSu
 from kio.serial import entity_reader
 
 from app.clock import now_ms
+from app.coordinator.consumer_groups import refuse_other_kinds
 from app.coordinator.group_wake_ups import GroupWakeUps
 from app.coordinator.identifiers import check_identifier, check_member_group_id, within_limit
 from app.errors import BrokerError, ErrorCode
@@ -150,6 +151,18 @@ def group_kind(group: Group, member_count: int) -> tuple[str, str, str]:
     return kind_of(groups.classic_kind(group.assignment), member_count)
 
 
+# KIP-848's group types, as ListGroups v5 names them.
+CLASSIC_GROUP_TYPE = groups.CLASSIC_GROUP_TYPE
+CONSUMER_GROUP_TYPE = groups.CONSUMER_GROUP_TYPE
+
+
+def group_type(group: Group) -> str:
+    """KIP-848's type of a group: "consumer" for ConsumerGroupHeartbeat's groups, "classic" for the
+    others (JoinGroup's; HTTP's, which Kafka has no type for)."""
+    kind = groups.classic_kind(group.assignment)
+    return CLASSIC_GROUP_TYPE if kind is None else kind.group_type
+
+
 def kind_of(classic: ClassicKind | None, member_count: int) -> tuple[str, str, str]:
     """(protocol type, state, protocol) of a group whose classic state says `classic` and which has
     `member_count` members: a Kafka group's own rebalance state and the protocol its members chose,
@@ -169,8 +182,16 @@ def kind_of(classic: ClassicKind | None, member_count: int) -> tuple[str, str, s
 def described_assignment(group: Group, state: str) -> dict[str, dict[str, list[int]]]:
     """The members' assigned partitions (member id -> topic -> partitions) a describe shows of a group
     in `state`: as Kafka's coordinator describes a group, only a Stable one's; a rebalancing Kafka
-    group's are those of a generation that is ending, or none yet, and are not shown."""
-    return group.assignment if state == STABLE else {}
+    group's are those of a generation that is ending, or none yet, and are not shown. A KIP-848
+    consumer group's members own their assigned partitions whatever its state (as Kafka's
+    ConsumerGroupDescribe shows them): always shown."""
+    if (
+        state == STABLE
+        or groups.classic_kind(group.assignment) is not None
+        and group_type(group) == CONSUMER_GROUP_TYPE
+    ):
+        return group.assignment
+    return {}
 
 
 def _inconsistent(group_id: str, detail: str) -> BrokerError:
@@ -683,6 +704,7 @@ class ClassicGroups:
     ) -> dict:
         """The group's classic state, if a member of this protocol type and protocols may join it."""
         group_id = group.group_id
+        refuse_other_kinds(group, current)
         classic = classic_state(group)
         kafka_members = set(classic["members"]) if classic else set()
         if any(m.member_id not in kafka_members for m in current):

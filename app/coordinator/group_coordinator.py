@@ -44,13 +44,22 @@ from app.coordinator.classic_groups import (
     classic_state,
     instance_error,
 )
+from app.coordinator.consumer_groups import (
+    ConsumerGroupDescription,
+    ConsumerGroups,
+    consumer_state,
+    describe_consumer_group,
+    refuse_other_kinds,
+    stale_member_epoch,
+    unknown_member,
+)
 from app.coordinator.identifiers import check_group_id, check_member_group_id
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.errors import BrokerError, ErrorCode
 from app.storage.database import CONNECTION_ERRORS
 from app.storage.groups import group_offsets, groups
 from app.storage.groups.group_offsets import CommittedOffset, OffsetEntry, PartitionLag
-from app.storage.groups.groups import CLASSIC_STATE_KEY, TOPIC_IDS_KEY, Group, Member
+from app.storage.groups.groups import CLASSIC_STATE_KEY, CONSUMER_STATE_KEY, TOPIC_IDS_KEY, Group, Member
 from app.storage.log.topics import (
     CONSUMER_OFFSETS_TOPIC,
     find_topics,
@@ -217,6 +226,18 @@ def _advancing(
     return judged, written
 
 
+def _consumer_commit_error(state: dict, group_id: str, member_id: str, member_epoch: int) -> BrokerError | None:
+    """A commit (plain or transactional) of a KIP-848 consumer group with members, as Kafka's
+    ConsumerGroup.validateOffsetCommit judges it: the member must be one (UNKNOWN_MEMBER_ID) at its
+    current epoch (STALE_MEMBER_EPOCH)."""
+    member = state["members"].get(member_id)
+    if member is None:
+        return unknown_member(group_id, member_id)
+    if member_epoch != member["member_epoch"]:
+        return stale_member_epoch(group_id, member_id, member_epoch, member["member_epoch"])
+    return None
+
+
 def _re_created_since(group_id: str, generation_id: int, topic: str) -> BrokerError:
     return BrokerError(
         ErrorCode.ILLEGAL_GENERATION,
@@ -260,13 +281,21 @@ class GroupCoordinator:
         initial_rebalance_delay_ms: int = 0,
         session_timeout_bounds: SessionTimeoutBounds = ANY_SESSION_TIMEOUT,
         replication_barrier: ReplicationBarrier | None = None,
+        consumer_session_timeout_ms: int = 45_000,
+        consumer_heartbeat_interval_ms: int = 5_000,
     ) -> None:
+        """`consumer_session_timeout_ms`, `consumer_heartbeat_interval_ms`: KIP-848's consumer groups'
+        (Kafka's group.consumer.session.timeout.ms and group.consumer.heartbeat.interval.ms)."""
         self.pool = pool
         self.transactions = transactions
         # Committed offsets are answered once the synchronous standby has them (fetch_offsets).
         self.replication_barrier = replication_barrier
         # Kafka's JoinGroup/SyncGroup/Heartbeat/LeaveGroup, on the same groups, members and offsets.
         self.classic = ClassicGroups(pool, initial_rebalance_delay_ms, session_timeout_bounds)
+        # KIP-848's ConsumerGroupHeartbeat, on the same groups, members and offsets.
+        self.consumer = ConsumerGroups(
+            pool, self.classic.changing, consumer_session_timeout_ms, consumer_heartbeat_interval_ms
+        )
         # The session check's view of the database (`expire_sessions`): when its last check that
         # reached it began (None: none yet), and since when it was away (None: it is not).
         self._last_check_ms: int | None = None
@@ -292,6 +321,10 @@ class GroupCoordinator:
         classic = classic_state(group)
         if classic is not None and classic["members"]:  # a Kafka group: its members rejoin and assign
             await self.classic.members_removed(conn, group, now)
+            return
+        consumer = consumer_state(group)
+        if consumer is not None and consumer["members"]:  # KIP-848's: the coordinator assigns anew
+            await self.consumer.members_removed(conn, group, now)
             return
         group.generation_id += 1
         group.assignment = assignment if assignment is not None else await self._assignment_now(conn, group.group_id)
@@ -324,7 +357,9 @@ class GroupCoordinator:
                     f"group {group_id!r} has members that joined over Kafka's protocol (JoinGroup): a group "
                     f"takes the kind of its first member; use another group id, or wait until they left",
                 )
-            members = {m.member_id: m for m in await groups.members(conn, group_id)}
+            current = await groups.members(conn, group_id)
+            refuse_other_kinds(group, current)
+            members = {m.member_id: m for m in current}
             changed = False
             joining = member_id == NO_MEMBER
             if joining:
@@ -405,9 +440,9 @@ class GroupCoordinator:
         return evicted
 
     async def _credit(self, credit_ms: int, now: int) -> None:
-        """Puts each group's sessions and classic timers off by `credit_ms` (`expire_sessions`), each
-        group in a transaction of its own under its row lock, the order every membership change
-        keeps (group row, then its members)."""
+        """Puts each group's sessions, classic timers and consumer groups' revocations off by
+        `credit_ms` (`expire_sessions`), each group in a transaction of its own under its row lock,
+        the order every membership change keeps (group row, then its members)."""
         async with self.pool.acquire() as conn:
             group_ids = await groups.groups_with_members(conn)
         for group_id in group_ids:
@@ -416,9 +451,10 @@ class GroupCoordinator:
                 if group is not None:
                     await groups.credit_sessions(conn, group_id, credit_ms, now)
                     await self.classic.credit_timers(conn, group, credit_ms, now)
+                    await self.consumer.credit_timers(conn, group, credit_ms, now)
 
     async def _evict_lapsed_members(self, now: int) -> int:
-        evicted = 0
+        evicted = await self._remove_overdue_revocations(now)
         async with self.pool.acquire() as conn:
             for group_id in await groups.groups_with_expired_members(conn, now):
                 expired: list[str] = []
@@ -439,6 +475,21 @@ class GroupCoordinator:
                 if expired:  # committed: the group's waiting JoinGroups and SyncGroups re-read
                     self.classic.wake_ups.changed(group_id)
         return evicted
+
+    async def _remove_overdue_revocations(self, now: int) -> int:
+        """KIP-848's rebalance timeout: a consumer group member that has not revoked its partitions
+        within it is removed, as Kafka's coordinator's timer removes it, whether or not another
+        member heartbeats meanwhile."""
+        removed = 0
+        async with self.pool.acquire() as conn:
+            for group_id in await groups.groups_with_overdue_revocations(conn, now):
+                async with conn.transaction():
+                    group = await groups.lock_if_free(conn, group_id)
+                    if group is None or not await self.consumer.settle_overdue(conn, group, now):
+                        continue
+                    await self.classic.announce(conn, group_id)
+                    removed += 1
+        return removed
 
     # ---- offsets
 
@@ -521,6 +572,13 @@ class GroupCoordinator:
         row = await conn.fetchrow(
             "SELECT generation_id, assignment FROM consumer_groups WHERE group_id = $1 FOR SHARE", group_id
         )
+        consumer = row["assignment"].get(CONSUMER_STATE_KEY)
+        if consumer is not None and consumer["members"]:
+            # As Kafka's ConsumerGroup.validateOffsetCommit: a transactional commit naming no member
+            # (older producers name none) is not checked.
+            if transactional and generation_id < 0 and member_id == NO_MEMBER and group_instance_id is None:
+                return None
+            return _consumer_commit_error(consumer, group_id, member_id, generation_id)
         classic = row["assignment"].get(CLASSIC_STATE_KEY)
         if generation_id >= 0 or member_id != NO_MEMBER or group_instance_id is not None:
             fenced = instance_error(classic, group_id, member_id, group_instance_id)
@@ -695,10 +753,24 @@ class GroupCoordinator:
         return errors
 
     async def fetch_offsets(
-        self, group_id: str, partitions: list[tuple[str, int]] | None, require_stable: bool
+        self,
+        group_id: str,
+        partitions: list[tuple[str, int]] | None,
+        require_stable: bool,
+        member_id: str | None = None,
+        member_epoch: int = NO_GENERATION,
     ) -> list[tuple[CommittedOffset, BrokerError | None]]:
+        """`member_id`, `member_epoch`: OffsetFetch v9's, checked (a KIP-848 consumer group's only,
+        as Kafka's ConsumerGroup.validateOffsetFetch: an admin's fetch names neither)."""
         check_group_id(group_id)
         async with self.pool.acquire() as conn:
+            if member_id is not None or member_epoch >= 0:
+                group = await groups.get(conn, group_id)
+                consumer = None if group is None else consumer_state(group)
+                if consumer is not None:
+                    error = _consumer_commit_error(consumer, group_id, member_id or "", member_epoch)
+                    if error is not None:
+                        raise error
             found = await group_offsets.fetch(conn, group_id, partitions)
         await self._offsets_confirmed(group_id)
         results = []
@@ -802,6 +874,13 @@ class GroupCoordinator:
         if with_offsets:  # none is an answer too: an OffsetDelete the standby lacks would come back
             await self._offsets_confirmed(group_id)
         return GroupDescription(group, members, offsets)
+
+    async def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:
+        """[ConsumerGroupDescribe] A KIP-848 consumer group: GROUP_ID_NOT_FOUND for no such group or
+        one of another kind."""
+        check_group_id(group_id)
+        async with self.pool.acquire() as conn:
+            return describe_consumer_group(await groups.get(conn, group_id), group_id)
 
     async def list(self) -> list[tuple[Group, int]]:
         async with self.pool.acquire() as conn:

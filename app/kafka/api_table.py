@@ -50,6 +50,8 @@ DESCRIBE_PRODUCERS = 61
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 DESCRIBE_TOPIC_PARTITIONS = 75
+CONSUMER_GROUP_HEARTBEAT = 68
+CONSUMER_GROUP_DESCRIBE = 69
 
 SUPPORTED_VERSIONS: dict[int, range] = {
     PRODUCE: range(3, 14),  # v3: the first with message format v2 (RecordBatch) and transactional ids; v13: topic ids
@@ -97,4 +99,6 @@ SUPPORTED_VERSIONS: dict[int, range] = {
     DESCRIBE_TRANSACTIONS: range(0, 1),
     LIST_TRANSACTIONS: range(0, 3),  # v1: the duration filter; v2: the transactional id pattern (KIP-1152)
     DESCRIBE_TOPIC_PARTITIONS: range(0, 1),  # KIP-966: Metadata's topics by pages of partitions
+    CONSUMER_GROUP_HEARTBEAT: range(0, 2),  # KIP-848; v1: the consumer generates its member id (librdkafka's)
+    CONSUMER_GROUP_DESCRIBE: range(0, 2),  # KIP-848; v1: the member type (KIP-1099)
 }

@@ -12,6 +12,7 @@ sequence checks, fencing and transaction rules are the ones HTTP gets.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import uuid
@@ -32,8 +33,17 @@ from app.coordinator.authorizer import (
     authorize,
     is_allowed,
 )
-from app.coordinator.classic_groups import STABLE, JoinResult, SyncResult, group_kind
+from app.coordinator.classic_groups import (
+    CLASSIC_GROUP_TYPE,
+    CONSUMER_GROUP_TYPE,
+    STABLE,
+    JoinResult,
+    SyncResult,
+    group_kind,
+    group_type,
+)
 from app.coordinator.cluster_nodes import ListedNodes, LiveNode, NodeListing, NodePresence
+from app.coordinator.consumer_groups import ConsumerGroupDescription, ConsumerHeartbeat, ConsumerHeartbeatResult
 from app.coordinator.fetch import (  # ListOffsets' sentinels: the handlers import no core module
     EARLIEST_TIMESTAMP,  # noqa: F401
     LATEST_TIMESTAMP,  # noqa: F401
@@ -183,6 +193,7 @@ class ListedGroup:
     group_id: str
     protocol_type: str  # "consumer" for Kafka consumers; HTTP's groups are listed as "http"
     state: str
+    group_type: str = CLASSIC_GROUP_TYPE  # KIP-848's: "classic" (JoinGroup's and HTTP's) or "consumer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +216,9 @@ class DescribedGroup:
     members: list[DescribedMember] = field(default_factory=list)
     # False for a group that does not exist (Dead, no error: DescribeGroups v6+ answers GROUP_ID_NOT_FOUND).
     found: bool = True
+    # KIP-848's group type: a "consumer" group is not described by DescribeGroups (Dead; v6+:
+    # GROUP_ID_NOT_FOUND, "not a classic group", as Kafka's coordinator answers).
+    group_type: str = CLASSIC_GROUP_TYPE
 
 
 def _denied(principal: Principal, operation: Operation, resource: ResourceType, name: str) -> BrokerError | None:
@@ -793,6 +807,22 @@ class GroupCalls:
         )
 
     @answers_while_the_database_is_away
+    async def consumer_heartbeat(self, principal: Principal, request: ConsumerHeartbeat) -> ConsumerHeartbeatResult:
+        """ConsumerGroupHeartbeat: Read on the group, then Describe on each subscribed topic (as Kafka's
+        broker: TOPIC_AUTHORIZATION_FAILED when one is denied); a regular expression subscribes the
+        member only to the matching topics it may Describe."""
+        authorize(principal, Operation.READ, ResourceType.GROUP, request.group_id)
+        for topic in request.subscribed_topic_names or ():
+            denied = _denied(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
+            if denied is not None:
+                raise denied
+        return await self._groups.consumer.heartbeat(
+            dataclasses.replace(
+                request, may_describe=lambda topic: is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
+            )
+        )
+
+    @answers_while_the_database_is_away
     async def sync(
         self,
         principal: Principal,
@@ -854,13 +884,19 @@ class GroupCalls:
 
     @answers_while_the_database_is_away
     async def fetch_offsets(
-        self, principal: Principal, group_id: str, partitions: list[tuple[str, int]] | None, require_stable: bool
+        self,
+        principal: Principal,
+        group_id: str,
+        partitions: list[tuple[str, int]] | None,
+        require_stable: bool,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> list[tuple[CommittedOffset, BrokerError | None]]:
         """A topic the principal may not Describe answers TOPIC_AUTHORIZATION_FAILED before any error of
         its offset (UNSTABLE_OFFSET_COMMIT would tell it a transaction commits one), as Kafka's broker
         never asks its group coordinator about such topics; asked for every offset, it is left out."""
         authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
-        found = await self._groups.fetch_offsets(group_id, partitions, require_stable)
+        found = await self._groups.fetch_offsets(group_id, partitions, require_stable, member_id, member_epoch)
         return [
             (committed, _denied(principal, Operation.DESCRIBE, ResourceType.TOPIC, committed.topic) or error)
             for committed, error in found
@@ -890,12 +926,32 @@ class GroupCalls:
         deleted = iter(await self._groups.delete_offsets(_actor(principal, client_address), group_id, allowed))
         return [error if error is not None else next(deleted) for error in errors]
 
+    @answers_while_the_database_is_away
+    async def describe_consumer_group(self, principal: Principal, group_id: str) -> ConsumerGroupDescription:
+        """ConsumerGroupDescribe of one group: Describe on the group (GROUP_AUTHORIZATION_FAILED), then
+        on every topic its members subscribe to or are assigned (TOPIC_AUTHORIZATION_FAILED for the
+        group, as Kafka's broker answers: the description would name them)."""
+        authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
+        described = await self._groups.describe_consumer_group(group_id)
+        named = {
+            topic
+            for m in described.members
+            for topic in [*m.subscribed_topic_names, *m.assignment, *m.target_assignment]
+        }
+        if any(not is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic) for topic in named):
+            raise BrokerError(
+                ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                f"group {group_id!r} has members of topics this principal may not Describe: ask for Describe "
+                f"on every topic its members subscribe to",
+            )
+        return described
+
     async def list_groups(self, principal: Principal) -> list[ListedGroup]:
         listed = []
         for group, member_count in await self._groups.list():
             if is_allowed(principal, Operation.DESCRIBE, ResourceType.GROUP, group.group_id):
                 protocol_type, state, _ = group_kind(group, member_count)
-                listed.append(ListedGroup(group.group_id, protocol_type, state))
+                listed.append(ListedGroup(group.group_id, protocol_type, state, group_type(group)))
         return listed
 
     async def describe_group(self, principal: Principal, group_id: str) -> DescribedGroup:
@@ -910,6 +966,8 @@ class GroupCalls:
             if error.code == ErrorCode.GROUP_ID_NOT_FOUND:
                 return DescribedGroup(group_id, None, found=False)
             return DescribedGroup(group_id, error)
+        if group_type(described.group) == CONSUMER_GROUP_TYPE:
+            return DescribedGroup(group_id, None, found=False, group_type=CONSUMER_GROUP_TYPE)
         protocol_type, state, protocol = group_kind(described.group, len(described.members))
         classic = self._groups.classic.described_members(described.group)
         # As Kafka's coordinator describes a group: only a Stable one has a protocol and members'

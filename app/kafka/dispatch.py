@@ -50,6 +50,8 @@ HANDLERS = {
     api_table.DESCRIBE_GROUPS: groups.describe_groups,
     api_table.LIST_GROUPS: groups.list_groups,
     api_table.DELETE_GROUPS: groups.delete_groups,
+    api_table.CONSUMER_GROUP_HEARTBEAT: groups.consumer_group_heartbeat,
+    api_table.CONSUMER_GROUP_DESCRIBE: groups.consumer_group_describe,
     api_table.DESCRIBE_ACLS: acls.describe_acls,
     api_table.CREATE_ACLS: acls.create_acls,
     api_table.DELETE_ACLS: acls.delete_acls,

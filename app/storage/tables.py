@@ -267,9 +267,12 @@ class GroupMember(SQLModel, table=True):
     session_timeout_ms: int = Field(nullable=False)
     joined_ms: int = Field(sa_type=BigInteger, nullable=False)
     last_heartbeat_ms: int = Field(sa_type=BigInteger, nullable=False)
+    # A KIP-848 consumer group member's deadline to revoke its partitions (migration 0016), else NULL.
+    revocation_due_ms: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
 
 
 Index("group_members_by_deadline", GroupMember.last_heartbeat_ms + GroupMember.session_timeout_ms)
+Index("group_members_by_revocation_due", GroupMember.revocation_due_ms)
 
 
 class GroupOffset(SQLModel, table=True):

@@ -210,3 +210,57 @@ def consumer_assignment(partitions: dict[str, list[int]]) -> bytes:
     )
     entity_writer(ConsumerProtocolAssignment)(buffer, assignment)
     return (0).to_bytes(2, "big") + buffer.getvalue()
+
+
+# KIP-848's ConsumerGroupHeartbeat: librdkafka's version (the consumer generates its member id).
+CONSUMER_HEARTBEAT_VERSION = 1
+
+
+def consumer_heartbeat_request(
+    group: str,
+    member: str,
+    epoch: int,
+    topics: list[str] | None = None,
+    owned: list[tuple] | None = None,
+    rebalance_timeout=LONG,
+    assignor: str | None = None,
+    version: int = CONSUMER_HEARTBEAT_VERSION,
+    regex: str | None = None,
+    instance: str | None = None,
+):
+    """owned: (topic id, partitions) each, None: unchanged since the last heartbeat (a join sends
+    none: an empty list)."""
+    key = api_table.CONSUMER_GROUP_HEARTBEAT
+    if owned is None and epoch == 0:
+        owned = []
+    return request_of(
+        key,
+        version,
+        group_id=group,
+        member_id=member,
+        member_epoch=epoch,
+        instance_id=instance,
+        rack_id=None,
+        rebalance_timeout=rebalance_timeout if epoch == 0 else datetime.timedelta(milliseconds=-1),
+        subscribed_topic_names=None if topics is None else tuple(topics),
+        subscribed_topic_regex=regex,
+        server_assignor=assignor,
+        topic_partitions=None
+        if owned is None
+        else tuple(
+            nested(key, version, "TopicPartitions", topic_id=topic_id, partitions=tuple(partitions))
+            for topic_id, partitions in owned
+        ),
+    )
+
+
+def consumer_heartbeat(connection, *request, **named):
+    """ConsumerGroupHeartbeat (`consumer_heartbeat_request`'s arguments), its answer."""
+    return connection.call(consumer_heartbeat_request(*request, **named))
+
+
+def assigned(answer) -> dict:
+    """A ConsumerGroupHeartbeat answer's assignment: topic id -> partitions (None: not sent)."""
+    if answer.assignment is None:
+        return None
+    return {t.topic_id: sorted(t.partitions) for t in answer.assignment.topic_partitions}

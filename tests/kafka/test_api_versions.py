@@ -218,11 +218,21 @@ def _group_sample(api_key: int, version: int):
         return request_of(api_key, version, groups=(GROUP,), include_authorized_operations=False)
     if api_key == api_table.DELETE_GROUPS:
         return request_of(api_key, version, groups_names=(deleted_group(version),))
+    if api_key == api_table.CONSUMER_GROUP_DESCRIBE:
+        return request_of(api_key, version, group_ids=(CONSUMER_GROUP,), include_authorized_operations=False)
+    if api_key == api_table.CONSUMER_GROUP_HEARTBEAT:
+        return raw_groups.consumer_heartbeat_request(
+            f"versions-consumer-v{version}", f"versions-member-v{version}", 0, [TOPIC], version=version
+        )
     if api_key == api_table.OFFSET_DELETE:
         partition = nested(api_key, version, "OffsetDeleteRequestPartition", partition_index=0)
         topic = nested(api_key, version, "OffsetDeleteRequestTopic", name=TOPIC, partitions=(partition,))
         return request_of(api_key, version, group_id=OFFSETS_DELETED, topics=(topic,))
     return _admin_sample(api_key, version)
+
+
+# The KIP-848 consumer group ConsumerGroupDescribe describes: a member joined by prepare_groups.
+CONSUMER_GROUP = "versions-consumer-described"
 
 
 # The group OffsetDelete deletes an offset of: committed by prepare_samples, without members.
@@ -475,6 +485,8 @@ def prepare_groups(address: str) -> None:
         assert (joined.error_code, joined.generation_id, joined.leader) == (KafkaError.none, 1, joined.member_id)
         synced = connection.call(sample_request(api_table.SYNC_GROUP, 0))
         assert synced.error_code == KafkaError.none
+        consumer = raw_groups.consumer_heartbeat(connection, CONSUMER_GROUP, "versions-member", 0, [TOPIC])
+        assert consumer.error_code == KafkaError.none
         for version in api_table.SUPPORTED_VERSIONS[api_table.LEAVE_GROUP]:
             left = connection.call(join_request(3, f"versions-leave-v{version}", ""))
             assert left.error_code == KafkaError.none

@@ -22,7 +22,7 @@ from app.kafka import api_table
 from app.kafka.record_batches import KafkaRecord
 from app.kafka.sasl import INVALID_CREDENTIALS, UNAUTHENTICATED_MAX_REQUEST_BYTES
 from tests.conftest import start_server_on_fresh_database, stop_in_process_server
-from tests.kafka import raw_transactions
+from tests.kafka import raw_groups, raw_transactions
 from tests.kafka import test_fetch_read_ahead as read_ahead
 from tests.kafka import test_produce_raw as raw_produce
 from tests.kafka.clients import WAIT_S, ConfluentKafka, topic_uuid
@@ -1337,3 +1337,20 @@ def test_the_acl_apis_need_alter_or_describe_on_the_cluster(secured):
     assert (described.error_code, described.resources) == (KafkaError.cluster_authorization_failed, ())
     with admin_client(secured) as admin:
         assert admin.get("/v1/acls").json()["acls"] == every_rule
+
+
+def test_a_consumer_group_heartbeat_needs_read_on_the_group_and_describe_on_its_topics(secured, reader):
+    """KIP-848's ConsumerGroupHeartbeat: Read on the group, Describe on each topic named; a regular
+    expression subscribes the member only to the matching topics its principal may Describe."""
+    guarded = topic_uuid(admin_client(secured).get(f"/v1/topics/{TOPIC}").json()["topic_id"])
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, *reader).error_code == KafkaError.none
+        denied = raw_groups.consumer_heartbeat(connection, "not-sasl-group", "member-a", 0, [TOPIC])
+        assert denied.error_code == KafkaError.group_authorization_failed
+        hidden = raw_groups.consumer_heartbeat(connection, f"{GROUP_PREFIX}cgh", "member-a", 0, [OTHER_TOPIC])
+        assert hidden.error_code == KafkaError.topic_authorization_failed
+        matched = raw_groups.consumer_heartbeat(
+            connection, f"{GROUP_PREFIX}cgh", "member-a", 0, [], regex=f"({TOPIC}|{OTHER_TOPIC})"
+        )
+        assert matched.error_code == KafkaError.none
+        assert raw_groups.assigned(matched) == {guarded: [0]}

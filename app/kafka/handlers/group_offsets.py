@@ -1,10 +1,11 @@
 """OffsetCommit, OffsetFetch and OffsetDelete: a group's committed offsets, the one set both doors
 read and write (HTTP's /v1/groups/{group_id}/offsets). OffsetFetch with require_stable answers
 UNSTABLE_OFFSET_COMMIT for a partition whose transactional commit awaits its marker. The v9s of
-OffsetCommit and OffsetFetch are KIP-848's, whose member epochs only its consumer groups check:
-txbroker's groups are classic, so v9 is served as v8, but for OffsetCommit's GROUP_ID_NOT_FOUND
-(as Kafka's group coordinator): a commit naming a generation of a group that does not exist, which
-the versions below answer ILLEGAL_GENERATION.
+OffsetCommit and OffsetFetch are KIP-848's, whose member epochs only its consumer groups check
+(app/coordinator/consumer_groups.py: STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID); for a classic group v9
+is served as v8, but for OffsetCommit's GROUP_ID_NOT_FOUND (as Kafka's group coordinator): a commit
+naming a generation of a group that does not exist, which the versions below answer
+ILLEGAL_GENERATION.
 
 Each offset keeps the leader epoch its commit carried, as Kafka's group coordinator keeps it:
 OffsetCommit sends one from v6 (older versions store NO_LEADER_EPOCH, the field's default) and
@@ -92,12 +93,17 @@ def _answered_topics(module, api_name: str, topics, errors: list) -> tuple:
     )
 
 
-async def _group_offsets(context: RequestContext, module, group_id: str, topics, require_stable: bool, names):
-    """(topics, error) of one group, in the version's class names (v8+ renamed them)."""
+async def _group_offsets(
+    context: RequestContext, module, group_id: str, topics, require_stable: bool, names, member=(None, -1)
+):
+    """(topics, error) of one group, in the version's class names (v8+ renamed them). `member`: v9's
+    member id and epoch (a KIP-848 consumer group's member's, checked; (None, -1): an admin's)."""
     topic_class, partition_class = names
     partitions = None if topics is None else [(t.name, int(p)) for t in topics for p in t.partition_indexes]
     try:
-        found = await context.calls.groups.fetch_offsets(context.principal, group_id, partitions, require_stable)
+        found = await context.calls.groups.fetch_offsets(
+            context.principal, group_id, partitions, require_stable, *member
+        )
     except BrokerError as raised:
         return (), kafka_error(raised)
     by_topic: dict[str, list] = {}
@@ -142,6 +148,7 @@ async def offset_fetch(context: RequestContext, request) -> object:
             group.topics,
             require_stable,
             ("OffsetFetchResponseTopics", "OffsetFetchResponsePartitions"),
+            (getattr(group, "member_id", None), getattr(group, "member_epoch", -1)),  # v9+
         )
         answered.append(
             build(module, "OffsetFetchResponseGroup", group_id=group.group_id, topics=topics, error_code=error)

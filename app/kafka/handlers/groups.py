@@ -5,11 +5,13 @@ DeleteGroups, through the group coordinator HTTP's groups use (app/coordinator/c
 from __future__ import annotations
 
 import datetime
+import uuid
 
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.errors import BrokerError
 from app.kafka import api_table
+from app.kafka.broker_calls import CLASSIC_GROUP_TYPE, ConsumerHeartbeat
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import error_message, kafka_error
 from app.kafka.frames import build, response_module
@@ -225,26 +227,19 @@ async def leave_group(context: RequestContext, request) -> object:
     )
 
 
-# KIP-848's group types: every group txbroker has is of Kafka's classic protocol (or HTTP's, which
-# has no type of its own in Kafka's list), so each is listed as "classic".
-CLASSIC_GROUP_TYPE = "classic"
-
-
 async def list_groups(context: RequestContext, request) -> object:
     """v4's state filter, by name in any case and trimmed, as Kafka's group coordinator compares it;
-    v5's type filter (KIP-848), by name in any case as Kafka's: with "classic" every group, with only
-    other types (consumer, share, or a name Kafka does not know) none."""
+    v5's type filter (KIP-848), by name in any case as Kafka's: "classic" (JoinGroup's and HTTP's
+    groups) and "consumer" (ConsumerGroupHeartbeat's); share or a name Kafka does not know, none."""
     module = response_module(api_table.LIST_GROUPS, context.api_version)
     wanted_states = {name.strip().lower() for name in getattr(request, "states_filter", ()) or ()}
     wanted_types = {name.lower() for name in getattr(request, "types_filter", ()) or ()}
-    if wanted_types and CLASSIC_GROUP_TYPE not in wanted_types:
-        listed = []
-    else:
-        listed = [
-            g
-            for g in await context.calls.groups.list_groups(context.principal)
-            if not wanted_states or g.state.lower() in wanted_states
-        ]
+    listed = [
+        g
+        for g in await context.calls.groups.list_groups(context.principal)
+        if (not wanted_states or g.state.lower() in wanted_states)
+        and (not wanted_types or g.group_type in wanted_types)
+    ]
     return build(
         module,
         "ListGroupsResponse",
@@ -257,7 +252,7 @@ async def list_groups(context: RequestContext, request) -> object:
                 group_id=g.group_id,
                 protocol_type=g.protocol_type,
                 group_state=g.state,
-                group_type=CLASSIC_GROUP_TYPE,
+                group_type=g.group_type,
             )
             for g in listed
         ),
@@ -271,6 +266,8 @@ GROUP_NOT_FOUND_SINCE = 6
 
 def _described_error(context: RequestContext, group) -> tuple[KafkaError, str | None]:
     if not group.found and context.api_version >= GROUP_NOT_FOUND_SINCE:
+        if group.group_type != CLASSIC_GROUP_TYPE:
+            return KafkaError.group_id_not_found, f"Group {group.group_id} is not a classic group."
         return KafkaError.group_id_not_found, f"Group {group.group_id} not found."
     return kafka_error(group.error), error_message(group.error)
 
@@ -324,3 +321,139 @@ async def delete_groups(context: RequestContext, request) -> object:
             error = raised
         results.append(build(module, "DeletableGroupResult", group_id=group_id, error_code=kafka_error(error)))
     return build(module, "DeleteGroupsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+def _heartbeat_request(context: RequestContext, request) -> ConsumerHeartbeat:
+    owned = request.topic_partitions
+    return ConsumerHeartbeat(
+        group_id=request.group_id,
+        # v0: the coordinator names a new member (epoch 0 without an id); v1: the consumer always does.
+        member_id=request.member_id
+        or (str(uuid.uuid4()) if context.api_version == 0 and not request.member_epoch else ""),
+        member_epoch=request.member_epoch,
+        instance_id=request.instance_id,
+        rack_id=request.rack_id,
+        rebalance_timeout_ms=_ms(request.rebalance_timeout),
+        subscribed_topic_names=None if request.subscribed_topic_names is None else list(request.subscribed_topic_names),
+        # librdkafka sends "" for no regular expression, as Kafka's coordinator reads it too.
+        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None) or None,
+        server_assignor=request.server_assignor,
+        owned=None if owned is None else [(t.topic_id, [int(p) for p in t.partitions]) for t in owned],
+        client_id=context.client_id,
+        client_host=context.client_host,
+    )
+
+
+async def consumer_group_heartbeat(context: RequestContext, request) -> object:
+    """KIP-848's ConsumerGroupHeartbeat (app/coordinator/consumer_groups.py): join (epoch 0), heartbeat
+    with the owned partitions, leave (epoch -1); the answer carries the member's epoch and, when it
+    changed, its assigned partitions by topic id."""
+    module = response_module(api_table.CONSUMER_GROUP_HEARTBEAT, context.api_version)
+    try:
+        answered = await context.calls.groups.consumer_heartbeat(
+            context.principal, _heartbeat_request(context, request)
+        )
+    except BrokerError as raised:
+        return build(
+            module,
+            "ConsumerGroupHeartbeatResponse",
+            throttle_time=NO_THROTTLE,
+            error_code=kafka_error(raised),
+            error_message=error_message(raised),
+            member_id=None,
+            member_epoch=0,
+            heartbeat_interval=datetime.timedelta(0),
+            assignment=None,
+        )
+    assignment = None
+    if answered.assignment is not None:
+        assignment = build(
+            module,
+            "Assignment",
+            topic_partitions=tuple(
+                build(module, "TopicPartitions", topic_id=topic_id, partitions=tuple(partitions))
+                for topic_id, partitions in answered.assignment
+            ),
+        )
+    return build(
+        module,
+        "ConsumerGroupHeartbeatResponse",
+        throttle_time=NO_THROTTLE,
+        error_code=KafkaError.none,
+        error_message=None,
+        member_id=answered.member_id,
+        member_epoch=answered.member_epoch,
+        heartbeat_interval=datetime.timedelta(milliseconds=answered.heartbeat_interval_ms),
+        assignment=assignment,
+    )
+
+
+# ConsumerGroupDescribe v1's member type (KIP-1099): a member of the consumer protocol.
+CONSUMER_MEMBER_TYPE = 1
+NOT_ASKED_OPERATIONS = -2147483648  # Kafka's INT32_MIN: authorized operations not asked for
+
+
+def _described_assignment(module, partitions: dict, topic_ids: dict) -> object:
+    return build(
+        module,
+        "Assignment",
+        topic_partitions=tuple(
+            build(module, "TopicPartitions", topic_id=topic_ids.get(topic), topic_name=topic, partitions=tuple(parts))
+            for topic, parts in sorted(partitions.items())
+        ),
+    )
+
+
+def _described_member(module, member, topic_ids: dict) -> object:
+    return build(
+        module,
+        "Member",
+        member_id=member.member_id,
+        instance_id=member.instance_id,
+        rack_id=member.rack_id,
+        member_epoch=member.member_epoch,
+        client_id=member.client_id,
+        client_host=member.client_host,
+        subscribed_topic_names=tuple(member.subscribed_topic_names),
+        subscribed_topic_regex=member.subscribed_topic_regex,
+        assignment=_described_assignment(module, member.assignment, topic_ids),
+        target_assignment=_described_assignment(module, member.target_assignment, topic_ids),
+        member_type=CONSUMER_MEMBER_TYPE,
+    )
+
+
+async def consumer_group_describe(context: RequestContext, request) -> object:
+    """KIP-848's ConsumerGroupDescribe: each group on its own, its error (GROUP_ID_NOT_FOUND for no
+    such group or a classic one, with Kafka's message; GROUP_AUTHORIZATION_FAILED;
+    TOPIC_AUTHORIZATION_FAILED) in its entry; members with their epochs, current and target
+    assignments by topic id and name."""
+    module = response_module(api_table.CONSUMER_GROUP_DESCRIBE, context.api_version)
+    described = []
+    for group_id in request.group_ids:
+        error, values = None, {"group_state": "Dead", "group_epoch": -1, "assignment_epoch": -1, "assignor_name": ""}
+        members: tuple = ()
+        try:
+            group = await context.calls.groups.describe_consumer_group(context.principal, group_id)
+        except BrokerError as raised:
+            error = raised
+        else:
+            values = {
+                "group_state": group.state,
+                "group_epoch": group.group_epoch,
+                "assignment_epoch": group.assignment_epoch,
+                "assignor_name": group.assignor,
+            }
+            members = tuple(_described_member(module, m, group.topic_ids) for m in group.members)
+        described.append(
+            build(
+                module,
+                "DescribedGroup",
+                error_code=kafka_error(error),
+                error_message=error_message(error),
+                group_id=group_id,
+                members=members,
+                authorized_operations=NOT_ASKED_OPERATIONS,
+                **values,
+            )
+        )
+    return build(module, "ConsumerGroupDescribeResponse", throttle_time=NO_THROTTLE, groups=tuple(described))

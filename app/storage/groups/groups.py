@@ -18,6 +18,14 @@ from app.storage.rows import all_from_rows, from_row
 # row lock as the membership it describes (app/coordinator/classic_groups.py), without a migration.
 CLASSIC_STATE_KEY = ""
 
+# The key of `consumer_groups.assignment` that holds a KIP-848 consumer group's state (its assignor,
+# target assignment and epoch, each member's epoch, assigned partitions and partitions pending
+# revocation: app/coordinator/consumer_groups.py) beside the members' topic -> partitions, as
+# CLASSIC_STATE_KEY does for the classic protocol, under the same row lock and without a migration.
+# Those members choose their own ids (ConsumerGroupHeartbeat v1): one that is any of these keys is
+# refused (INVALID_REQUEST).
+CONSUMER_STATE_KEY = "consumer group state"
+
 # The key of an HTTP group's `consumer_groups.assignment` that holds the Kafka topic id (KIP-516) of
 # each existing subscribed topic the assignment was computed with: a topic deleted and re-created
 # under its name is another topic, so the assignment differs (a new generation) even when its
@@ -51,14 +59,26 @@ class ClassicKind:
     state: str
     protocol: str | None
     has_members: bool  # the classic state's members (Kafka's, in the current or last generation)
+    # KIP-848's group type: "classic" (JoinGroup's), "consumer" (ConsumerGroupHeartbeat's).
+    group_type: str = "classic"
+
+
+# KIP-848's group types, as ListGroups v5 names them.
+CLASSIC_GROUP_TYPE = "classic"
+CONSUMER_GROUP_TYPE = "consumer"
 
 
 def classic_kind(assignment: dict) -> ClassicKind | None:
     """The kind of a group row's assignment; None for a group no Kafka member ever joined."""
     classic = assignment.get(CLASSIC_STATE_KEY)
-    if classic is None:
-        return None
-    return ClassicKind(classic["protocol_type"], classic["state"], classic["protocol"], bool(classic["members"]))
+    if classic is not None:
+        return ClassicKind(classic["protocol_type"], classic["state"], classic["protocol"], bool(classic["members"]))
+    consumer = assignment.get(CONSUMER_STATE_KEY)
+    if consumer is not None:
+        return ClassicKind(
+            CONSUMER_GROUP_TYPE, consumer["state"], consumer["assignor"], bool(consumer["members"]), CONSUMER_GROUP_TYPE
+        )
+    return None
 
 
 def classic_kind_sql(assignment_column: str, key_parameter: str) -> str:
@@ -66,10 +86,15 @@ def classic_kind_sql(assignment_column: str, key_parameter: str) -> str:
     members' protocols and assignment bytes; `key_parameter` names the query's parameter that the
     caller binds to CLASSIC_STATE_KEY. `classic_kind_from_json` makes it a ClassicKind."""
     classic = f"({assignment_column} -> {key_parameter}::text)"
+    consumer = f"({assignment_column} -> '{CONSUMER_STATE_KEY}')"
     return (
         f"CASE WHEN {classic} IS NOT NULL THEN jsonb_build_object("
         f"'protocol_type', {classic} -> 'protocol_type', 'state', {classic} -> 'state', "
-        f"'protocol', {classic} -> 'protocol', 'has_members', {classic} -> 'members' <> '{{}}'::jsonb) END"
+        f"'protocol', {classic} -> 'protocol', 'has_members', {classic} -> 'members' <> '{{}}'::jsonb) "
+        f"WHEN {consumer} IS NOT NULL THEN jsonb_build_object("
+        f"'protocol_type', '{CONSUMER_GROUP_TYPE}', 'state', {consumer} -> 'state', "
+        f"'protocol', {consumer} -> 'assignor', 'has_members', {consumer} -> 'members' <> '{{}}'::jsonb, "
+        f"'group_type', '{CONSUMER_GROUP_TYPE}') END"
     )
 
 
@@ -275,6 +300,28 @@ async def groups_with_expired_members(conn: asyncpg.Connection, now_ms: int, lim
         limit,
     )
     return [row["group_id"] for row in rows]
+
+
+async def groups_with_overdue_revocations(conn: asyncpg.Connection, now_ms: int, limit: int = 100) -> list[str]:
+    """The consumer groups with a member that has not revoked its partitions within its rebalance
+    timeout (`revocation_due_ms`, kept by `set_revocation_deadlines`)."""
+    rows = await conn.fetch(
+        "SELECT DISTINCT group_id FROM group_members WHERE revocation_due_ms < $1 LIMIT $2", now_ms, limit
+    )
+    return [row["group_id"] for row in rows]
+
+
+async def set_revocation_deadlines(conn: asyncpg.Connection, group_id: str, deadlines: dict[str, int | None]) -> None:
+    """Each named member's revocation deadline (None: none), in the group whose row the caller holds;
+    only the rows whose deadline changes are written."""
+    await conn.execute(
+        "UPDATE group_members m SET revocation_due_ms = x.due "
+        "FROM unnest($2::text[], $3::bigint[]) AS x(member_id, due) "
+        "WHERE m.group_id = $1 AND m.member_id = x.member_id AND m.revocation_due_ms IS DISTINCT FROM x.due",
+        group_id,
+        list(deadlines),
+        list(deadlines.values()),
+    )
 
 
 async def lock_if_free(conn: asyncpg.Connection, group_id: str) -> Group | None:

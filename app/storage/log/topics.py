@@ -299,6 +299,17 @@ async def find_topic_by_id(conn: asyncpg.Connection, topic_id: int) -> TopicInfo
     return None if row is None else topic_from_row(row)
 
 
+async def topics_matching(conn: asyncpg.Connection, pattern: str) -> list[str]:
+    """The names of the topics, not internal, that the regular expression `pattern` matches whole.
+    Matched by PostgreSQL's regular expression engine (its ARE syntax), which never backtracks
+    exponentially and is interruptible, unlike Python's: a client's expression cannot hold up the
+    server. An expression it cannot compile raises asyncpg's InvalidRegularExpressionError."""
+    rows = await conn.fetch(
+        "SELECT name FROM topics WHERE NOT is_internal AND name ~ ('^(?:' || $1::text || ')$') ORDER BY name", pattern
+    )
+    return [row["name"] for row in rows]
+
+
 async def list_topics(conn: asyncpg.Connection) -> list[TopicInfo]:
     rows = await conn.fetch(f"SELECT {TOPIC_COLUMNS} FROM topics ORDER BY name")
     return [topic_from_row(row) for row in rows]

@@ -1,0 +1,651 @@
+"""KIP-848's consumer group protocol (ConsumerGroupHeartbeat), the third kind of group beside
+Kafka's classic one (classic_groups.py) and HTTP's: the coordinator assigns, the members only
+heartbeat, each converging on its part of the group's target assignment one partition set at a time.
+
+State: the group row's `assignment[CONSUMER_STATE_KEY]` (app/storage/groups/groups.py), changed only
+under the group row's lock (FOR UPDATE), as the classic state is, so every worker and node sees one
+group; each member also has its `group_members` row (its session: the eviction worker removes it
+once the broker's session timeout passes without a heartbeat; and its revocation deadline, mirrored
+from the state, where the worker finds the members overdue to revoke), and the row's `assignment`
+keeps each member's assigned partitions beside the state (what describe, lag and the console read).
+The group epoch is the row's `generation_id`.
+
+As Kafka's coordinator (GroupMetadataManager, CurrentAssignmentBuilder):
+- the group epoch is bumped when a member joins or leaves (or is removed: its session lapsed, or it
+  did not revoke within its rebalance timeout), when a member's subscription or preferred assignor
+  changes, and when a subscribed topic appears, disappears or grows; the target assignment is then
+  recomputed with the group's assignor (`uniform` unless most members name `range`), and its epoch
+  is the group epoch;
+- each member reconciles towards its target at its own heartbeats: partitions it must give up are
+  first revoked (its epoch stays until its heartbeat no longer lists them as owned); partitions it
+  is to get are given only once no other member owns them (another member's partitions pending
+  revocation are still its own): no partition is ever owned by two members at once. Its epoch
+  becomes the target's once nothing is left to revoke;
+- a heartbeat's epoch must be the member's (or its previous one, with owned partitions within its
+  assignment: the answer that bumped it was lost): FENCED_MEMBER_EPOCH otherwise, and the member
+  rejoins with epoch 0 after giving up its partitions.
+
+A member may subscribe with a regular expression: the matching topics its principal may Describe,
+resolved at each of its heartbeats (`_resolve_subscription`).
+
+Static members (an instance id): one stopping leaves with epoch -2 and stays with its partitions
+until its session lapses; its instance joining again under a new member id takes its place and
+partitions without a rebalance (`_static_member_returns`); another member with its instance id
+while it is active is UNRELEASED_INSTANCE_ID.
+
+Not built (docs/kafka.md): racks (kept, unused),
+and Kafka 4's online upgrade of a classic group: a group of one kind with members refuses a member
+of another (INCONSISTENT_GROUP_PROTOCOL); an empty one takes the kind of its next member.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import asyncpg
+
+from app.clock import now_ms
+from app.coordinator.consumer_assignors import SERVER_ASSIGNORS, preferred_assignor, target_assignment
+from app.coordinator.identifiers import check_identifier, check_member_group_id
+from app.errors import BrokerError, ErrorCode
+from app.storage.groups import groups
+from app.storage.groups.groups import CLASSIC_STATE_KEY, CONSUMER_STATE_KEY, TOPIC_IDS_KEY, Group, Member
+from app.storage.log.topics import find_topics, find_topics_by_uuid, topics_matching
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+# The group's states, as Kafka's ListGroups and ConsumerGroupDescribe name them.
+EMPTY = "Empty"
+ASSIGNING = "Assigning"
+RECONCILING = "Reconciling"
+STABLE = "Stable"
+# A member's reconciliation state (Kafka's MemberState).
+MEMBER_STABLE = "stable"
+UNREVOKED = "unrevoked_partitions"
+UNRELEASED = "unreleased_partitions"
+RESERVED_MEMBER_IDS = frozenset({CLASSIC_STATE_KEY, CONSUMER_STATE_KEY, TOPIC_IDS_KEY})
+
+Partitions = dict[str, list[int]]  # topic -> partitions
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHeartbeat:
+    """A ConsumerGroupHeartbeat as the Kafka door received it (None: not sent, unchanged)."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    rack_id: str | None
+    rebalance_timeout_ms: int
+    subscribed_topic_names: list[str] | None
+    subscribed_topic_regex: str | None
+    server_assignor: str | None
+    owned: list[tuple[uuid.UUID, list[int]]] | None
+    client_id: str
+    client_host: str
+    # Whether the member's principal may Describe a topic: a regular expression subscribes it only
+    # to those (the Kafka door's authorizer; everything by default).
+    may_describe: Callable[[str], bool] = lambda _topic: True
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerHeartbeatResult:
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    # The member's assigned partitions by topic id, when the answer carries them (None: unchanged).
+    assignment: list[tuple[uuid.UUID, list[int]]] | None
+
+
+def consumer_state(group: Group) -> dict | None:
+    return group.assignment.get(CONSUMER_STATE_KEY)
+
+
+def _invalid(message: str) -> BrokerError:
+    return BrokerError(ErrorCode.INVALID_REQUEST, message)
+
+
+def unknown_member(group_id: str, member_id: str) -> BrokerError:
+    return BrokerError(
+        ErrorCode.UNKNOWN_MEMBER_ID,
+        f"member {member_id!r} is not in consumer group {group_id!r} (it left, or was removed when its session "
+        f"timed out or it did not revoke its partitions within its rebalance timeout): rejoin with member epoch 0",
+    )
+
+
+def _epoch_refused(code: ErrorCode, group_id: str, member_id: str, received: int, current: int) -> BrokerError:
+    what_to_do = (
+        "heartbeat to get the current epoch, then retry with it"
+        if code == ErrorCode.STALE_MEMBER_EPOCH
+        else "give up the partitions it owns and rejoin with member epoch 0"
+    )
+    return BrokerError(
+        code,
+        f"member {member_id!r} of consumer group {group_id!r} sent member epoch {received}, its epoch is "
+        f"{current}: {what_to_do}",
+    )
+
+
+def stale_member_epoch(group_id: str, member_id: str, received: int, current: int) -> BrokerError:
+    """A commit's or fetch's epoch that is not the member's (it retries once it heartbeat)."""
+    return _epoch_refused(ErrorCode.STALE_MEMBER_EPOCH, group_id, member_id, received, current)
+
+
+def _fenced(group_id: str, member_id: str, received: int, current: int) -> BrokerError:
+    """A heartbeat's epoch that is not the member's (it rejoins)."""
+    return _epoch_refused(ErrorCode.FENCED_MEMBER_EPOCH, group_id, member_id, received, current)
+
+
+def _inconsistent(group_id: str, detail: str) -> BrokerError:
+    return BrokerError(
+        ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+        f"group {group_id!r} {detail}: a group takes the kind of its first member (this server does not convert "
+        f"a group between protocols while it has members); use another group id, or wait until they left",
+    )
+
+
+def refuse_other_kinds(group: Group, members: list[Member]) -> None:
+    """INCONSISTENT_GROUP_PROTOCOL for a classic (JoinGroup) or HTTP member joining a consumer
+    group that has members."""
+    state = consumer_state(group)
+    if state is not None and state["members"] and members:
+        raise _inconsistent(
+            group.group_id,
+            "has members of Kafka's consumer group protocol (ConsumerGroupHeartbeat, group.protocol=consumer)",
+        )
+
+
+def _check_request(request: ConsumerHeartbeat) -> None:
+    """Kafka's checks of a ConsumerGroupHeartbeat v1, before the group is looked at."""
+    check_member_group_id(request.group_id)
+    if not request.member_id:
+        raise _invalid("ConsumerGroupHeartbeat v1 needs the member id the consumer generated: received an empty one")
+    check_identifier("the member id", request.member_id)
+    if request.member_id in RESERVED_MEMBER_IDS:
+        raise _invalid(f"member id {request.member_id!r} is reserved by this server: generate another (a UUID)")
+    if request.rack_id is not None and not request.rack_id:
+        raise _invalid("the rack id is empty: send null, or the consumer's rack")
+    if request.member_epoch == JOIN_EPOCH:
+        if request.rebalance_timeout_ms == -1:
+            raise _invalid("a join (member epoch 0) needs RebalanceTimeoutMs: received -1")
+        if request.owned:
+            raise _invalid(
+                "a join (member epoch 0) must own no partitions: received TopicPartitions that are not empty"
+            )
+        if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
+            raise _invalid(
+                "a join (member epoch 0) needs SubscribedTopicNames or SubscribedTopicRegex: received neither"
+            )
+    elif request.member_epoch == STATIC_LEAVE_EPOCH and request.instance_id is None:
+        raise _invalid("member epoch -2 (a static member's leave) needs its instance id: received null")
+    elif request.member_epoch < STATIC_LEAVE_EPOCH:
+        raise _invalid(f"member epoch {request.member_epoch} is invalid: expected 0 (join), -1 (leave) or the epoch")
+    if request.server_assignor is not None and request.server_assignor not in SERVER_ASSIGNORS:
+        raise BrokerError(
+            ErrorCode.UNSUPPORTED_ASSIGNOR,
+            f"server assignor {request.server_assignor!r} is not supported: expected one of "
+            f"{', '.join(SERVER_ASSIGNORS)} (group.remote.assignor)",
+        )
+
+
+def _fresh() -> dict:
+    return {
+        "state": EMPTY,
+        "assignor": None,
+        "assignment_epoch": 0,
+        "target": {},
+        "topics": {},  # subscribed topic -> [topic id, partition count], what the target was computed with
+        "members": {},
+    }
+
+
+def _as_set(partitions: Partitions) -> set[tuple[str, int]]:
+    return {(topic, p) for topic, ps in partitions.items() for p in ps}
+
+
+def _as_partitions(pairs: set[tuple[str, int]]) -> Partitions:
+    found: Partitions = {}
+    for topic, p in sorted(pairs):
+        found.setdefault(topic, []).append(p)
+    return found
+
+
+def _group_state(state: dict, group_epoch: int) -> str:
+    members = state["members"].values()
+    if not state["members"]:
+        return EMPTY
+    if state["assignment_epoch"] != group_epoch:
+        return ASSIGNING
+    if any(m["state"] != MEMBER_STABLE or m["member_epoch"] != state["assignment_epoch"] for m in members):
+        return RECONCILING
+    return STABLE
+
+
+def owned_elsewhere(state: dict, member_id: str) -> set[tuple[str, int]]:
+    """The partitions the other members own: assigned, or pending revocation (still theirs)."""
+    owned: set[tuple[str, int]] = set()
+    for other_id, other in state["members"].items():
+        if other_id != member_id:
+            owned |= _as_set(other["assigned"]) | _as_set(other["revoking"])
+    return owned
+
+
+def reconcile(state: dict, member_id: str, owned: set[tuple[str, int]] | None, now: int) -> None:
+    """One step of the member towards its target (Kafka's CurrentAssignmentBuilder). `owned`: the
+    partitions its heartbeat says it owns (None: it did not say, so it still owns what it had)."""
+    member = state["members"][member_id]
+    target_epoch = state["assignment_epoch"]
+
+    def still_owns(revoking: set[tuple[str, int]]) -> bool:
+        return owned is None or bool(owned & revoking)
+
+    if member["state"] == UNREVOKED and still_owns(_as_set(member["revoking"])):
+        return
+    if member["state"] == MEMBER_STABLE and member["member_epoch"] == target_epoch:
+        return
+    target = _as_set(state["target"].get(member_id, {}))
+    subscribed = set(member["subscribed"])
+    target = {tp for tp in target if tp[0] in subscribed}
+    assigned = _as_set(member["assigned"])
+    kept = assigned & target
+    revoking = assigned - kept
+    taken = owned_elsewhere(state, member_id)
+    wanted = target - kept
+    free = {tp for tp in wanted if tp not in taken}
+    unreleased = bool(wanted - free)
+    if revoking and still_owns(revoking):
+        # It keeps its epoch until it has given them up.
+        member.update(state=UNREVOKED, assigned=_as_partitions(kept), revoking=_as_partitions(revoking))
+        if member.get("revocation_due_ms") is None:
+            member["revocation_due_ms"] = now + member["rebalance_timeout_ms"]
+        return
+    member["previous_member_epoch"] = member["member_epoch"]
+    member.update(
+        member_epoch=target_epoch,
+        state=UNRELEASED if unreleased else MEMBER_STABLE,
+        assigned=_as_partitions(kept | free),
+        revoking={},
+        revocation_due_ms=None,
+    )
+
+
+async def _resolve_subscription(conn: asyncpg.Connection, member: dict, may_describe: Callable[[str], bool]) -> bool:
+    """The heartbeating member's topics: the names it subscribes to and, when it subscribes with a
+    regular expression, every topic (not internal) whose whole name it matches and that its
+    principal may Describe (`may_describe`), as Kafka's coordinator resolves it; a topic created or
+    deleted since changes the matches at its next heartbeat, and so the group epoch. True when its
+    topics changed. The expression is matched by PostgreSQL (`topics_matching`: no runaway
+    backtracking), and one it cannot compile is INVALID_REGULAR_EXPRESSION."""
+    matching: set[str] = set()
+    if member.get("regex"):
+        try:
+            matching = {name for name in await topics_matching(conn, member["regex"]) if may_describe(name)}
+        except asyncpg.InvalidRegularExpressionError as error:
+            raise BrokerError(
+                ErrorCode.INVALID_REGULAR_EXPRESSION,
+                f"subscribed topic regex {member['regex'][:300]!r} does not compile ({error}): subscribe with a "
+                f"valid regular expression (PostgreSQL's syntax, RE2's common expressions)",
+            ) from None
+    subscribed = sorted(set(member["names"]) | matching)
+    changed = subscribed != member["subscribed"]
+    member["subscribed"] = subscribed
+    return changed
+
+
+def _overdue(state: dict, now: int) -> set[str]:
+    """The members that have not revoked their partitions within their rebalance timeout: Kafka's
+    coordinator removes them (their partitions go to the members waiting for them)."""
+    return {
+        member_id
+        for member_id, m in state["members"].items()
+        if m.get("revocation_due_ms") is not None and m["revocation_due_ms"] <= now
+    }
+
+
+class ConsumerGroups:
+    def __init__(self, pool: asyncpg.Pool, changing, session_timeout_ms: int, heartbeat_interval_ms: int) -> None:
+        """`changing`: ClassicGroups.changing (a transaction that changes a group, its waiters woken)."""
+        self.pool = pool
+        self.changing = changing
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+
+    async def heartbeat(self, request: ConsumerHeartbeat) -> ConsumerHeartbeatResult:
+        _check_request(request)
+        group_id, member_id, epoch = request.group_id, request.member_id, request.member_epoch
+        now = now_ms()
+        # No JoinGroup or SyncGroup waits on a consumer group (one joining it is refused at once):
+        # nobody in another process to announce its change to.
+        async with self.changing(group_id, announce=False) as conn:
+            group = await (
+                groups.lock(conn, group_id, now) if epoch == JOIN_EPOCH else groups.lock_existing(conn, group_id)
+            )
+            if group is None:
+                raise BrokerError(
+                    ErrorCode.GROUP_ID_NOT_FOUND,
+                    f"consumer group {group_id!r} does not exist (deleted, or never joined): "
+                    f"rejoin with member epoch 0",
+                )
+            current = await groups.members(conn, group_id)
+            state = self._state_for(group, current)
+            bumped = await self._remove_lapsed(conn, group, state, current, now)
+            member = state["members"].get(member_id)
+            if epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+                if member is None:
+                    raise unknown_member(group_id, member_id)
+                if epoch == STATIC_LEAVE_EPOCH:
+                    # A static member stopping (KIP-345's, as Kafka keeps it): it stays, with its
+                    # partitions, for its instance to come back under a new member id, until its
+                    # session lapses; no rebalance.
+                    member["member_epoch"] = STATIC_LEAVE_EPOCH
+                    await self._save(conn, group, state, now)
+                    return ConsumerHeartbeatResult(member_id, epoch, self.heartbeat_interval_ms, None)
+                await groups.remove_members(conn, group_id, [member_id])
+                del state["members"][member_id]
+                await self._update(conn, group, state, now, bumped=True)
+                return ConsumerHeartbeatResult(member_id, epoch, self.heartbeat_interval_ms, None)
+            joining = epoch == JOIN_EPOCH
+            if member is None and not joining:
+                raise unknown_member(group_id, member_id)
+            owned = await self._owned(conn, request.owned)
+            if member is not None and not joining:
+                self._check_epoch(group_id, member_id, member, epoch, owned)
+            returned = None
+            if member is None and joining and request.instance_id is not None:
+                returned = await self._static_member_returns(conn, group_id, state, member_id, request.instance_id, now)
+                member = returned
+            if member is None:
+                member = state["members"][member_id] = {
+                    "member_epoch": 0,
+                    "previous_member_epoch": -1,
+                    "state": MEMBER_STABLE,
+                    "assigned": {},
+                    "revoking": {},
+                    "subscribed": [],  # the topics it subscribes to: its names and its regex's matches
+                    "names": [],
+                    "regex": None,
+                    "server_assignor": None,
+                    "rebalance_timeout_ms": request.rebalance_timeout_ms,
+                    "revocation_due_ms": None,
+                }
+                await groups.add_member(conn, group_id, Member(member_id, [], self.session_timeout_ms, now, now))
+                bumped = True
+            elif joining and returned is None:
+                # A member rejoining (fenced, or its join's answer lost) owns nothing (a join's
+                # TopicPartitions is empty): it starts over from no partitions.
+                member.update(member_epoch=0, state=MEMBER_STABLE, assigned={}, revoking={}, revocation_due_ms=None)
+            before = (member["assigned"], member["member_epoch"])
+            bumped |= self._take_subscription(member, request)
+            bumped |= await _resolve_subscription(conn, member, request.may_describe)
+            member.update(
+                instance_id=request.instance_id or member.get("instance_id"),
+                rack_id=request.rack_id or member.get("rack_id"),
+                client_id=request.client_id,
+                client_host=request.client_host,
+            )
+            await self._update(conn, group, state, now, bumped, reconciling=(member_id, owned))
+            await groups.touch_member(conn, group_id, member_id, member["subscribed"], self.session_timeout_ms, now)
+            changed = joining or (member["assigned"], member["member_epoch"]) != before
+            if owned is not None and owned != _as_set(member["assigned"]):
+                changed = True
+        ids = state["topics"]
+        assignment = None
+        if changed:
+            assignment = [
+                (uuid.UUID(ids[topic][0]), partitions)
+                for topic, partitions in sorted(member["assigned"].items())
+                if topic in ids
+            ]
+        return ConsumerHeartbeatResult(member_id, member["member_epoch"], self.heartbeat_interval_ms, assignment)
+
+    @staticmethod
+    def _state_for(group: Group, current: list[Member]) -> dict:
+        """The group's consumer state, if a ConsumerGroupHeartbeat may act on it: a group whose members
+        are classic (JoinGroup) or HTTP ones refuses it; an empty group of another kind becomes a
+        consumer group."""
+        state = consumer_state(group)
+        consumer_members = set(state["members"]) if state else set()
+        if any(m.member_id not in consumer_members for m in current):
+            classic = group.assignment.get(CLASSIC_STATE_KEY)
+            door = "Kafka's classic protocol (JoinGroup)" if classic and classic["members"] else "HTTP"
+            raise _inconsistent(group.group_id, f"has members that joined over {door}")
+        if state is None:
+            state = _fresh()
+            state["assignment_epoch"] = group.generation_id
+        return state
+
+    async def _static_member_returns(
+        self, conn: asyncpg.Connection, group_id: str, state: dict, member_id: str, instance_id: str, now: int
+    ) -> dict | None:
+        """A static member joining under a new member id: it takes the place, partitions and target of
+        its instance's previous member once that one left (epoch -2), as Kafka's coordinator replaces
+        it, without a rebalance; UNRELEASED_INSTANCE_ID while that one is still active. None when no
+        member has this instance id (a new static member)."""
+        previous_id = next((mid for mid, m in state["members"].items() if m.get("instance_id") == instance_id), None)
+        if previous_id is None:
+            return None
+        previous = state["members"][previous_id]
+        if previous["member_epoch"] != STATIC_LEAVE_EPOCH:
+            raise BrokerError(
+                ErrorCode.UNRELEASED_INSTANCE_ID,
+                f"instance id {instance_id!r} of consumer group {group_id!r} is still member {previous_id!r}'s, which "
+                f"has not left: two consumers have one group.instance.id; stop the other one (member {member_id!r} "
+                f"was refused)",
+            )
+        del state["members"][previous_id]
+        member = state["members"][member_id] = {
+            **previous,
+            "member_epoch": 0,
+            "previous_member_epoch": -1,
+            "state": MEMBER_STABLE,
+            "revoking": {},
+            "revocation_due_ms": None,
+        }
+        if previous_id in state["target"]:
+            state["target"][member_id] = state["target"].pop(previous_id)
+        await groups.remove_members(conn, group_id, [previous_id])
+        await groups.add_member(
+            conn, group_id, Member(member_id, member["subscribed"], self.session_timeout_ms, now, now)
+        )
+        return member
+
+    @staticmethod
+    def _check_epoch(group_id: str, member_id: str, member: dict, epoch: int, owned: set | None) -> None:
+        """Kafka's rule: an epoch above the member's is fenced; one below it too, unless it is the
+        member's previous epoch and it owns nothing outside its assignment (the answer that moved
+        it on was lost)."""
+        current = member["member_epoch"]
+        if epoch > current:
+            raise _fenced(group_id, member_id, epoch, current)
+        if epoch < current and (
+            epoch != member["previous_member_epoch"] or owned is None or not owned <= _as_set(member["assigned"])
+        ):
+            raise _fenced(group_id, member_id, epoch, current)
+
+    async def _owned(self, conn: asyncpg.Connection, owned) -> set[tuple[str, int]] | None:
+        if owned is None:
+            return None
+        topics = await find_topics_by_uuid(conn, sorted({topic_id for topic_id, _ in owned}))
+        return {(topics[topic_id].name, p) for topic_id, ps in owned if topic_id in topics for p in ps}
+
+    @staticmethod
+    def _take_subscription(member: dict, request: ConsumerHeartbeat) -> bool:
+        """The member's subscription and preferences as the heartbeat updates them; True when one
+        that the target depends on changed (the group epoch is bumped)."""
+        changed = False
+        if request.subscribed_topic_names is not None:
+            names = sorted(set(request.subscribed_topic_names))
+            changed |= names != member["names"]
+            member["names"] = names
+        if request.subscribed_topic_regex is not None:  # "": no regular expression any more
+            regex = request.subscribed_topic_regex or None
+            changed |= regex != member["regex"]
+            member["regex"] = regex
+        if request.server_assignor is not None:
+            changed |= request.server_assignor != member["server_assignor"]
+            member["server_assignor"] = request.server_assignor
+        if request.rebalance_timeout_ms != -1:
+            member["rebalance_timeout_ms"] = request.rebalance_timeout_ms
+        return changed
+
+    async def _remove_lapsed(
+        self, conn: asyncpg.Connection, group: Group, state: dict, current: list[Member], now: int
+    ) -> bool:
+        """Removes the members whose session lapsed or whose revocation is overdue (as Kafka's timers
+        would have by now); True when any was."""
+        lapsed = {m.member_id for m in current if m.last_heartbeat_ms + m.session_timeout_ms < now}
+        lapsed = (lapsed | _overdue(state, now)) & set(state["members"])
+        if not lapsed:
+            return False
+        await groups.remove_members(conn, group.group_id, sorted(lapsed))
+        for member_id in lapsed:
+            del state["members"][member_id]
+        return True
+
+    async def _update(
+        self,
+        conn: asyncpg.Connection,
+        group: Group,
+        state: dict,
+        now: int,
+        bumped: bool,
+        reconciling: tuple[str, set[tuple[str, int]] | None] | None = None,
+    ) -> None:
+        """Bumps the group epoch when asked or when the subscribed topics changed, recomputes the
+        target when its epoch is behind, reconciles the heartbeating member, and saves."""
+        subscribed = sorted({t for m in state["members"].values() for t in m["subscribed"]})
+        found = await find_topics(conn, subscribed)
+        topics = {name: [str(t.topic_uuid), t.partition_count] for name, t in sorted(found.items())}
+        if bumped or topics != state["topics"]:
+            group.generation_id += 1
+        state["topics"] = topics
+        if state["assignment_epoch"] != group.generation_id:
+            state["assignor"] = preferred_assignor([m["server_assignor"] for m in state["members"].values()])
+            state["target"] = target_assignment(
+                state["assignor"],
+                {mid: m["subscribed"] for mid, m in state["members"].items()},
+                {name: count for name, (_, count) in topics.items()},
+                state["target"],
+            )
+            state["assignment_epoch"] = group.generation_id
+        if reconciling is not None:
+            reconcile(state, reconciling[0], reconciling[1], now)
+        await self._save(conn, group, state, now)
+
+    @staticmethod
+    async def _save(conn: asyncpg.Connection, group: Group, state: dict, now: int) -> None:
+        state["state"] = _group_state(state, group.generation_id)
+        # Mirrored on the members' rows, where the eviction worker finds the overdue ones by index.
+        await groups.set_revocation_deadlines(
+            conn, group.group_id, {mid: m.get("revocation_due_ms") for mid, m in state["members"].items()}
+        )
+        assignment: dict = {mid: m["assigned"] for mid, m in state["members"].items() if m["assigned"]}
+        assignment[CONSUMER_STATE_KEY] = state
+        group.assignment = assignment
+        group.last_update_ms = now
+        await groups.save_generation(conn, group)
+
+    async def members_removed(self, conn: asyncpg.Connection, group: Group, now: int) -> None:
+        """After members were evicted (their group_members rows are gone; the caller holds the row):
+        their partitions are free, and the group epoch is bumped."""
+        state = consumer_state(group)
+        remaining = {m.member_id for m in await groups.members(conn, group.group_id)}
+        for member_id in [m for m in state["members"] if m not in remaining]:
+            del state["members"][member_id]
+        await self._update(conn, group, state, now, bumped=True)
+
+    async def credit_timers(self, conn: asyncpg.Connection, group: Group, credit_ms: int, now: int) -> None:
+        """After `credit_ms` in which no server could hear the members (GroupCoordinator.expire_sessions),
+        each revocation underway gets that time back (at most its whole rebalance timeout from `now`):
+        a member is not removed for the time it could not reach the group. The caller holds the row."""
+        state = consumer_state(group)
+        if state is None or not state["members"]:
+            return
+        for member in state["members"].values():
+            if member.get("revocation_due_ms") is not None:
+                member["revocation_due_ms"] = min(
+                    member["revocation_due_ms"] + credit_ms, now + member["rebalance_timeout_ms"]
+                )
+        await self._save(conn, group, state, now)
+
+    async def settle_overdue(self, conn: asyncpg.Connection, group: Group, now: int) -> bool:
+        """Removes the members overdue to revoke (the caller holds the row); True when any was."""
+        state = consumer_state(group)
+        if state is None:
+            return False
+        overdue = _overdue(state, now)
+        if not overdue:
+            return False
+        await groups.remove_members(conn, group.group_id, sorted(overdue))
+        await self.members_removed(conn, group, now)
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedConsumerMember:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+    subscribed_topic_regex: str | None
+    assignment: Partitions
+    target_assignment: Partitions
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescription:
+    """A consumer group as Kafka's ConsumerGroupDescribe answers it."""
+
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: list[DescribedConsumerMember]
+    topic_ids: dict[str, uuid.UUID]  # of the topics the members' assignments and targets name
+
+
+def not_a_consumer_group(group_id: str, exists: bool) -> BrokerError:
+    detail = "is not a consumer group" if exists else "not found"
+    return BrokerError(
+        ErrorCode.GROUP_ID_NOT_FOUND,
+        f"Group {group_id} {detail}.",  # Kafka's words, which its admin clients show
+    )
+
+
+def describe_consumer_group(group: Group | None, group_id: str) -> ConsumerGroupDescription:
+    """The description of a group row read by the caller: GROUP_ID_NOT_FOUND when there is no such
+    group or it is of another kind (classic, HTTP), as Kafka's coordinator answers."""
+    state = None if group is None else consumer_state(group)
+    if state is None:
+        raise not_a_consumer_group(group_id, group is not None)
+    return ConsumerGroupDescription(
+        group_id,
+        state["state"],
+        group.generation_id,
+        state["assignment_epoch"],
+        state["assignor"] or preferred_assignor([]),
+        [
+            DescribedConsumerMember(
+                member_id,
+                m.get("instance_id"),
+                m.get("rack_id"),
+                m["member_epoch"],
+                m.get("client_id", ""),
+                m.get("client_host", ""),
+                m["names"],
+                m["regex"],
+                m["assigned"],
+                state["target"].get(member_id, {}),
+            )
+            for member_id, m in sorted(state["members"].items())
+        ],
+        {name: uuid.UUID(topic_id) for name, (topic_id, _) in state["topics"].items()},
+    )

@@ -1,0 +1,586 @@
+"""KIP-848's consumer group protocol (ConsumerGroupHeartbeat) with confluent-kafka's
+`group.protocol=consumer`: the coordinator assigns, members reconcile, partitions move only once
+released; sessions and commits with member epochs."""
+
+from __future__ import annotations
+
+import datetime
+import re
+import time
+
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode as KafkaError
+
+from app.kafka import api_table
+from tests.conftest import start_in_process_server, start_server_on_fresh_database, stop_in_process_server
+from tests.kafka.clients import WAIT_S, ConfluentKafka, bootstrap, create_topic, topic_uuid
+from tests.kafka.group_clients import ConfluentMember, poll_until
+from tests.kafka.raw import RawConnection, nested, request_of
+from tests.kafka.raw_groups import assigned, consumer_heartbeat, join
+from tests.kafka.raw_transactions import end_txn, init_producer, txn_offset_commit
+
+# Sessions and heartbeats short enough that a rebalance or a lapse takes well under a second or two.
+KAFKA_SERVER_SETTINGS = {
+    "group_consumer_session_timeout_ms": 1500,
+    "group_consumer_heartbeat_interval_ms": 100,
+    "group_session_check_interval_ms": 100,
+}
+CONSUMER = {"group.protocol": "consumer"}
+
+
+def _member(server, group: str, topic: str, **extra) -> ConfluentMember:
+    return ConfluentMember(server, group, topic, **CONSUMER, **extra)
+
+
+def _produce(server, topic: str, count: int, tag: str) -> set[bytes]:
+    """`count` records of distinct values, spread over the topic's partitions by their keys."""
+    values = {f"{tag}-{i}".encode() for i in range(count)}
+    ConfluentKafka().produce(server, topic, [{"key": value, "value": value} for value in sorted(values)])
+    return values
+
+
+def _assignments_are(members, wanted: list[int]):
+    return lambda _consumed: (
+        sorted(len(m.assignment()) for m in members) == wanted
+        and not (set.intersection(*(m.assignment() for m in members)) if len(members) > 1 else set())
+    )
+
+
+def test_two_consumers_share_a_topic_and_one_takes_all_when_the_other_leaves(module_kafka_server):
+    server = module_kafka_server
+    topic, group = "cgh-share", "cgh-share-group"
+    create_topic(server, topic, 4)
+    first = _member(server, group, topic)
+    second = _member(server, group, topic)
+    try:
+        poll_until([first, second], _assignments_are([first, second], [2, 2]), "2 + 2 partitions")
+        assert first.assignment() | second.assignment() == {0, 1, 2, 3}
+        second.close()
+        poll_until([first], lambda _: first.assignment() == {0, 1, 2, 3}, "the remaining member owns all 4")
+    finally:
+        first.close()
+
+
+# ---- raw ConsumerGroupHeartbeats: the reconciliation rule and the errors
+
+
+def _topic(server, name: str, partitions: int):
+    create_topic(server, name, partitions)
+    return topic_uuid(server.client.get(f"/v1/topics/{name}").json()["topic_id"])
+
+
+def test_a_partition_goes_to_its_new_owner_only_once_the_old_one_released_it(module_kafka_server):
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-release", 4)
+    group = "cgh-release-group"
+    with RawConnection(bootstrap(server)) as connection:
+        a = consumer_heartbeat(connection, group, "member-a", 0, ["cgh-release"])
+        assert a.error_code == KafkaError.none and a.member_epoch == 1
+        assert assigned(a) == {topic_id: [0, 1, 2, 3]}
+        # B joins: the group epoch moves to 2 and the target splits the partitions, but A owns them all.
+        b = consumer_heartbeat(connection, group, "member-b", 0, ["cgh-release"])
+        assert b.error_code == KafkaError.none and b.member_epoch == 2
+        assert assigned(b) == {}
+        # A learns it must give up two: its epoch stays until it has.
+        a = consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [0, 1, 2, 3])])
+        assert a.member_epoch == 1
+        kept = assigned(a)[topic_id]
+        assert len(kept) == 2
+        released = sorted({0, 1, 2, 3} - set(kept))
+        # Until A's heartbeat no longer lists them, B does not get them.
+        a = consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [0, 1, 2, 3])])
+        assert a.member_epoch == 1
+        b = consumer_heartbeat(connection, group, "member-b", 2, owned=[])
+        assert b.member_epoch == 2 and not assigned(b)
+        # A released them: its epoch moves on, and B gets them at its next heartbeat.
+        a = consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, kept)])
+        assert a.error_code == KafkaError.none and a.member_epoch == 2
+        b = consumer_heartbeat(connection, group, "member-b", 2, owned=[])
+        assert assigned(b) == {topic_id: released}
+        described = _listed(connection, group)
+        assert described == ("consumer", "Stable")
+
+
+def _listed(connection, group: str) -> tuple[str, str]:
+    answer = connection.call(request_of(api_table.LIST_GROUPS, 5, states_filter=(), types_filter=("consumer",)))
+    [found] = [(g.group_type, g.group_state) for g in answer.groups if g.group_id == group]
+    return found
+
+
+def test_heartbeat_errors_as_kafka_answers_them(module_kafka_server):
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-errors", 2)
+    group = "cgh-errors-group"
+    with RawConnection(bootstrap(server)) as connection:
+        missing = consumer_heartbeat(connection, "cgh-no-such-group", "someone", 3)
+        assert missing.error_code == KafkaError.group_id_not_found
+        joined = consumer_heartbeat(connection, group, "member-a", 0, ["cgh-errors"])
+        assert joined.member_epoch == 1 and joined.heartbeat_interval.total_seconds() == 0.1
+        assert consumer_heartbeat(connection, group, "stranger", 1).error_code == KafkaError.unknown_member_id
+        ahead = consumer_heartbeat(connection, group, "member-a", 5, owned=[(topic_id, [0, 1])])
+        assert ahead.error_code == KafkaError.fenced_member_epoch and ahead.error_message
+        unsupported = consumer_heartbeat(connection, group, "member-b", 0, ["cgh-errors"], assignor="sticky")
+        assert unsupported.error_code == KafkaError.unsupported_assignor and "uniform" in unsupported.error_message
+        no_id = consumer_heartbeat(connection, group, "", 0, ["cgh-errors"])
+        assert no_id.error_code == KafkaError.invalid_request and no_id.error_message
+        no_topics = consumer_heartbeat(connection, group, "member-c", 0)
+        assert no_topics.error_code == KafkaError.invalid_request and "SubscribedTopicNames" in no_topics.error_message
+        left = consumer_heartbeat(connection, group, "member-a", -1)
+        assert left.error_code == KafkaError.none and left.member_epoch == -1
+        assert consumer_heartbeat(connection, group, "member-a", -1).error_code == KafkaError.unknown_member_id
+        assert _listed(connection, group) == ("consumer", "Empty")
+        # An empty consumer group is deleted as any other; its member ids are then of no group.
+        assert server.client.delete(f"/v1/groups/{group}").status_code == 204
+        gone = consumer_heartbeat(connection, group, "member-a", 1)
+        assert gone.error_code == KafkaError.group_id_not_found
+
+
+def test_a_group_of_one_protocol_refuses_members_of_another(module_kafka_server):
+    server = module_kafka_server
+    _topic(server, "cgh-kinds", 1)
+    with RawConnection(bootstrap(server)) as connection:
+        assert consumer_heartbeat(connection, "cgh-kinds-new", "member-a", 0, ["cgh-kinds"]).member_epoch == 1
+        classic = join(connection, "cgh-kinds-new", "", version=3)
+        assert classic.error_code == KafkaError.inconsistent_group_protocol
+        http = server.client.post("/v1/groups/cgh-kinds-new/heartbeat", json={"member_id": "", "topics": ["cgh-kinds"]})
+        assert http.status_code == 409 and http.json()["error"]["code"] == "INCONSISTENT_GROUP_PROTOCOL"
+        first = join(connection, "cgh-kinds-classic", "", version=3)
+        assert first.error_code == KafkaError.none
+        refused = consumer_heartbeat(connection, "cgh-kinds-classic", "member-a", 0, ["cgh-kinds"])
+        assert refused.error_code == KafkaError.inconsistent_group_protocol and refused.error_message
+        # DescribeGroups describes classic groups only: v6+ says so, older versions answer Dead.
+        for version, error in ((5, KafkaError.none), (6, KafkaError.group_id_not_found)):
+            request = request_of(
+                api_table.DESCRIBE_GROUPS, version, groups=("cgh-kinds-new",), include_authorized_operations=False
+            )
+            [described] = connection.call(request).groups
+            assert (described.error_code, described.group_state) == (error, "Dead")
+
+
+def _commit(connection, group: str, member: str, epoch: int, topic: str, version: int = 9) -> KafkaError:
+    key = api_table.OFFSET_COMMIT
+    partition = nested(
+        key,
+        version,
+        "OffsetCommitRequestPartition",
+        partition_index=0,
+        committed_offset=1,
+        committed_leader_epoch=-1,
+        committed_metadata=None,
+    )
+    request = request_of(
+        key,
+        version,
+        group_id=group,
+        generation_id_or_member_epoch=epoch,
+        member_id=member,
+        group_instance_id=None,
+        retention_time=datetime.timedelta(milliseconds=-1),
+        topics=(nested(key, version, "OffsetCommitRequestTopic", name=topic, partitions=(partition,)),),
+    )
+    [answered] = connection.call(request).topics
+    return answered.partitions[0].error_code
+
+
+def _fetch(connection, group: str, member: str | None, epoch: int, topic: str) -> KafkaError:
+    key = api_table.OFFSET_FETCH
+    topics = (nested(key, 9, "OffsetFetchRequestTopics", name=topic, partition_indexes=(0,)),)
+    request_group = nested(
+        key, 9, "OffsetFetchRequestGroup", group_id=group, member_id=member, member_epoch=epoch, topics=topics
+    )
+    [answered] = connection.call(request_of(key, 9, groups=(request_group,), require_stable=False)).groups
+    return answered.error_code
+
+
+def test_commits_and_fetches_are_checked_against_the_member_epoch(module_kafka_server):
+    server = module_kafka_server
+    _topic(server, "cgh-commits", 1)
+    group = "cgh-commits-group"
+    with RawConnection(bootstrap(server)) as connection:
+        # A simple commit (no member, epoch -1) is accepted while the group has no members.
+        assert _commit(connection, group, "", -1, "cgh-commits") == KafkaError.none
+        assert consumer_heartbeat(connection, group, "member-a", 0, ["cgh-commits"]).member_epoch == 1
+        assert _commit(connection, group, "member-a", 1, "cgh-commits") == KafkaError.none
+        assert _commit(connection, group, "member-a", 0, "cgh-commits") == KafkaError.stale_member_epoch
+        assert _commit(connection, group, "stranger", 1, "cgh-commits") == KafkaError.unknown_member_id
+        assert _commit(connection, group, "", -1, "cgh-commits") == KafkaError.unknown_member_id
+        assert _fetch(connection, group, "member-a", 1, "cgh-commits") == KafkaError.none
+        assert _fetch(connection, group, "member-a", 7, "cgh-commits") == KafkaError.stale_member_epoch
+        assert _fetch(connection, group, "stranger", 1, "cgh-commits") == KafkaError.unknown_member_id
+        assert _fetch(connection, group, None, -1, "cgh-commits") == KafkaError.none  # an admin's fetch
+        # TxnOffsetCommit (v3+, KIP-447) names the member and its epoch, checked alike.
+        producer = init_producer(connection, "cgh-commits-txn")
+        txn = "cgh-commits"
+        assert txn_offset_commit(connection, producer, group, txn, 2, member=(0, "member-a", None)) == [
+            KafkaError.stale_member_epoch
+        ]
+        assert txn_offset_commit(connection, producer, group, txn, 2, member=(1, "stranger", None)) == [
+            KafkaError.unknown_member_id
+        ]
+        assert txn_offset_commit(connection, producer, group, txn, 2, member=(1, "member-a", None)) == [KafkaError.none]
+        assert end_txn(connection, producer, committed=False, version=3).error_code == KafkaError.none
+
+
+def _member_ids(server, group: str) -> set[str]:
+    return {m["member_id"] for m in server.client.get(f"/v1/groups/{group}").json()["members"]}
+
+
+def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_removed(module_kafka_server):
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-revoke-late", 2)
+    group = "cgh-revoke-late-group"
+    brief = datetime.timedelta(milliseconds=300)
+    with RawConnection(bootstrap(server)) as connection:
+        a = consumer_heartbeat(connection, group, "member-a", 0, ["cgh-revoke-late"], rebalance_timeout=brief)
+        assert assigned(a) == {topic_id: [0, 1]}
+        consumer_heartbeat(connection, group, "member-b", 0, ["cgh-revoke-late"])
+        a = consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [0, 1])])
+        assert len(assigned(a)[topic_id]) == 1  # one to revoke, within 300 ms
+        # Nobody heartbeats meanwhile: the eviction worker removes it (its revocation deadline).
+        deadline = time.monotonic() + 5
+        while "member-a" in _member_ids(server, group):
+            assert time.monotonic() < deadline, "the member overdue to revoke was not removed"
+            time.sleep(0.1)
+        late = consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [0, 1])])
+        assert late.error_code == KafkaError.unknown_member_id
+        b = consumer_heartbeat(connection, group, "member-b", 2, owned=[])
+        assert b.error_code == KafkaError.none and assigned(b) == {topic_id: [0, 1]}
+
+
+def test_a_member_whose_session_lapses_is_removed_and_its_partitions_reassigned(module_kafka_server):
+    """A consumer killed without leaving (its heartbeats stop): after the session timeout (1.5 s on
+    this server) the other member gets its partitions."""
+    server = module_kafka_server
+    topic, group = "cgh-lapse", "cgh-lapse-group"
+    topic_id = _topic(server, topic, 4)
+    with RawConnection(bootstrap(server)) as connection:
+        gone = consumer_heartbeat(connection, group, "member-gone", 0, [topic])
+        assert assigned(gone) == {topic_id: [0, 1, 2, 3]}
+        member = _member(server, group, topic)
+        try:
+            started = time.monotonic()
+            poll_until([member], lambda _: member.assignment() == {0, 1, 2, 3}, "the live member owns all 4")
+            assert time.monotonic() - started >= 1.0  # not before the lapsed member's session ran out
+            again = consumer_heartbeat(connection, group, "member-gone", 1, owned=[(topic_id, [0, 1, 2, 3])])
+            assert again.error_code == KafkaError.unknown_member_id
+        finally:
+            member.close()
+
+
+def _consume_and_commit(members, received: list[list[bytes]], until) -> None:
+    """Polls each member in turn, committing each record it gets (synchronously) before the next
+    poll, until until() holds."""
+    deadline = time.monotonic() + WAIT_S
+    while not until():
+        assert time.monotonic() < deadline, f"not done within {WAIT_S} s: {[len(r) for r in received]} received"
+        for member, got in zip(members, received):
+            message = member.consumer.poll(0.05)
+            if message is None or message.error():
+                continue
+            got.append(message.value())
+            member.consumer.commit(message=message, asynchronous=False)
+
+
+def test_across_rebalances_no_record_is_delivered_twice_nor_lost(module_kafka_server):
+    """Each consumer commits every record it gets; members join and leave while they consume: a
+    partition changes owner only once its previous owner released it (and committed), so the union
+    of what they got is every record, once."""
+    server = module_kafka_server
+    topic, group = "cgh-once", "cgh-once-group"
+    create_topic(server, topic, 4)
+    produced = _produce(server, topic, 120, "once")
+    first = _member(server, group, topic)
+    members, received = [first], [[]]
+    try:
+        _consume_and_commit(members, received, lambda: len(received[0]) >= 20)
+        members.append(_member(server, group, topic))
+        received.append([])
+        _consume_and_commit(members, received, lambda: sum(map(len, received)) >= 60)
+        members.append(_member(server, group, topic))
+        received.append([])
+        _consume_and_commit(members, received, lambda: sum(map(len, received)) >= 90)
+        members.pop(0).close()
+        _consume_and_commit(members, received[1:], lambda: sum(map(len, received)) >= len(produced))
+        everything = [value for got in received for value in got]
+        assert sorted(everything) == sorted(produced)
+    finally:
+        for member in members:
+            member.close()
+
+
+def test_a_third_member_gets_partitions_only_as_the_others_release_them(module_kafka_server):
+    server = module_kafka_server
+    topic, group = "cgh-third", "cgh-third-group"
+    create_topic(server, topic, 4)
+    members = [_member(server, group, topic), _member(server, group, topic)]
+    try:
+        poll_until(members, _assignments_are(members, [2, 2]), "2 + 2 partitions")
+        members.append(_member(server, group, topic))
+        overlaps = []
+
+        def settled(_consumed) -> bool:
+            owned = [m.assignment() for m in members]
+            overlaps.extend(
+                (i, j, owned[i] & owned[j]) for i in range(3) for j in range(i + 1, 3) if owned[i] & owned[j]
+            )
+            return sorted(map(len, owned)) == [1, 1, 2]
+
+        poll_until(members, settled, "1 + 1 + 2 partitions")
+        assert overlaps == []
+        assert set.union(*(m.assignment() for m in members)) == {0, 1, 2, 3}
+    finally:
+        for member in members:
+            member.close()
+
+
+def test_http_and_the_console_show_a_consumer_group_with_its_epochs_and_assignments(module_kafka_server):
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-shown", 2)
+    group = "cgh-shown-group"
+    with RawConnection(bootstrap(server)) as connection:
+        consumer_heartbeat(connection, group, "member-a", 0, ["cgh-shown"])
+        consumer_heartbeat(connection, group, "member-b", 0, ["cgh-shown"])
+        consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [0, 1])])  # revoking one
+        described = server.client.get(f"/v1/groups/{group}").json()
+        assert described["group_type"] == "consumer" and described["protocol_type"] == "consumer"
+        assert (described["state"], described["protocol"]) == ("Reconciling", "uniform")
+        assert described["generation_id"] == described["assignment_epoch"] == 2
+        by_member = {m["member_id"]: m for m in described["members"]}
+        a, b = by_member["member-a"], by_member["member-b"]
+        assert a["member_epoch"] == 1 and len(a["assignment"][0]["partitions"]) == 1
+        kept = a["assignment"][0]["partitions"]
+        assert a["revoking"] == [{"topic": "cgh-shown", "partitions": sorted({0, 1} - set(kept))}]
+        assert a["target_assignment"] == a["assignment"]
+        assert b["member_epoch"] == 2 and b["assignment"] == [] and len(b["target_assignment"][0]["partitions"]) == 1
+        listed = {g["group_id"]: g for g in server.client.get("/v1/groups").json()["groups"]}
+        assert (listed[group]["group_type"], listed[group]["state"]) == ("consumer", "Reconciling")
+        listing = server.client.get("/console/groups").text
+        assert re.search(
+            rf'href="/console/groups/{group}">{group}</a></td>\s*<td><span class="badge[^"]*">Reconciling<', listing
+        )
+        deleted = server.client.delete(f"/v1/groups/{group}")
+        assert deleted.status_code == 409 and deleted.json()["error"]["code"] == "NON_EMPTY_GROUP"
+        page = server.client.get(f"/console/groups/{group}")
+        assert page.status_code == 200
+        assert "Group epoch" in page.text and "epoch 1" in page.text and "revoking" in page.text
+
+
+def test_consume_transform_produce_exactly_once_with_a_consumer_protocol_group(module_kafka_server):
+    """send_offsets_to_transaction with a consumer group's metadata (TxnOffsetCommit with the
+    member id and epoch): every input record's transform is in the output once, read_committed,
+    and the group's committed offsets are the input's end."""
+    server = module_kafka_server
+    source, sink, group = "cgh-eos-in", "cgh-eos-out", "cgh-eos-group"
+    create_topic(server, source, 2)
+    create_topic(server, sink, 1)
+    produced = _produce(server, source, 50, "eos")
+    consumer = _member(server, group, source, **{"isolation.level": "read_committed"}).consumer
+    producer = Producer({"bootstrap.servers": bootstrap(server), "transactional.id": "cgh-eos-tx"})
+    producer.init_transactions(WAIT_S)
+    try:
+        done = 0
+        deadline = time.monotonic() + WAIT_S
+        while done < len(produced):
+            assert time.monotonic() < deadline, f"{done} of {len(produced)} transformed within {WAIT_S} s"
+            batch = [m for m in consumer.consume(10, 0.2) if not m.error()]
+            if not batch:
+                continue
+            producer.begin_transaction()
+            for message in batch:
+                producer.produce(sink, b"t:" + message.value())
+            positions = consumer.position(consumer.assignment())
+            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), WAIT_S)
+            producer.commit_transaction(WAIT_S)
+            done += len(batch)
+        committed = consumer.committed([TopicPartition(source, p) for p in range(2)], WAIT_S)
+        ends = [consumer.get_watermark_offsets(TopicPartition(source, p), WAIT_S)[1] for p in range(2)]
+        assert [tp.offset for tp in committed] == ends and sum(ends) == len(produced)
+    finally:
+        consumer.close()
+    output = ConfluentKafka().read_to_end(server, sink, 0, isolation="read_committed")
+    assert sorted(r.value for r in output.received) == sorted(b"t:" + value for value in produced)
+
+
+def test_the_admin_client_describes_a_consumer_group(module_kafka_server):
+    """ConsumerGroupDescribe, as confluent-kafka's AdminClient.describe_consumer_groups asks it: the
+    state, the assignor, each member's client and assignment; a classic group and an unknown one are
+    GROUP_ID_NOT_FOUND, as Kafka answers."""
+    server = module_kafka_server
+    topic, group = "cgh-described", "cgh-described-group"
+    create_topic(server, topic, 2)
+    member = _member(server, group, topic, **{"client.id": "described-client"})
+    admin = AdminClient({"bootstrap.servers": bootstrap(server)})
+    try:
+        poll_until([member], lambda _: member.assignment() == {0, 1}, "the member owns both partitions")
+        described = admin.describe_consumer_groups([group])[group].result(WAIT_S)
+        assert described.group_id == group and str(described.state) == "ConsumerGroupState.STABLE"
+        assert described.partition_assignor == "uniform"
+        [shown] = described.members
+        assert shown.client_id == "described-client"
+        assert sorted(tp.partition for tp in shown.assignment.topic_partitions) == [0, 1]
+        with RawConnection(bootstrap(server)) as connection:
+            assert join(connection, "cgh-described-classic", "", version=3).error_code == KafkaError.none
+            request = request_of(
+                api_table.CONSUMER_GROUP_DESCRIBE,
+                1,
+                group_ids=(group, "cgh-described-classic", "cgh-described-none"),
+                include_authorized_operations=False,
+            )
+            answered = {g.group_id: g for g in connection.call(request).groups}
+        assert answered[group].group_epoch == answered[group].assignment_epoch == 1
+        [raw_member] = answered[group].members
+        assert raw_member.member_epoch == 1 and raw_member.member_type == 1
+        assert [(t.topic_name, t.partitions) for t in raw_member.target_assignment.topic_partitions] == [
+            (topic, (0, 1))
+        ]
+        assert answered["cgh-described-classic"].error_code == KafkaError.group_id_not_found
+        assert answered["cgh-described-classic"].error_message == "Group cgh-described-classic is not a consumer group."
+        assert answered["cgh-described-none"].error_message == "Group cgh-described-none not found."
+    finally:
+        member.close()
+
+
+def test_members_on_two_nodes_share_one_group_and_its_reconciliation_rule(module_kafka_server):
+    """The group lives in PostgreSQL: a member heartbeating on another node (a second server on the
+    same database) joins the same group, and gets a partition only once the member on the first
+    node released it."""
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-nodes", 2)
+    group = "cgh-nodes-group"
+    other = start_in_process_server(
+        server.database_url, kafka_listener="127.0.0.1:0", node_id=2, **KAFKA_SERVER_SETTINGS
+    )
+    try:
+        with RawConnection(bootstrap(server)) as first, RawConnection(bootstrap(other)) as second:
+            a = consumer_heartbeat(first, group, "member-a", 0, ["cgh-nodes"])
+            assert assigned(a) == {topic_id: [0, 1]}
+            b = consumer_heartbeat(second, group, "member-b", 0, ["cgh-nodes"])
+            assert (b.member_epoch, assigned(b)) == (2, {})
+            a = consumer_heartbeat(first, group, "member-a", 1, owned=[(topic_id, [0, 1])])
+            [kept] = assigned(a)[topic_id]
+            assert not assigned(consumer_heartbeat(second, group, "member-b", 2, owned=[]))
+            consumer_heartbeat(first, group, "member-a", 1, owned=[(topic_id, [kept])])
+            b = consumer_heartbeat(second, group, "member-b", 2, owned=[])
+            assert assigned(b) == {topic_id: [1 - kept]}
+    finally:
+        stop_in_process_server(other)
+
+
+def test_a_regular_expression_subscription_takes_every_matching_topic_also_one_created_later(module_kafka_server):
+    server = module_kafka_server
+    group = "cgh-regex-group"
+    create_topic(server, "cgh-regex-one", 1)
+    create_topic(server, "cgh-regex-two", 1)
+    create_topic(server, "cgh-other-regex", 1)
+    member = ConfluentMember(server, group, "^cgh-regex-.*", **CONSUMER)
+    try:
+        poll_until(
+            [member],
+            lambda _: {tp.topic for tp in member.consumer.assignment()} == {"cgh-regex-one", "cgh-regex-two"},
+            "both matching topics assigned",
+        )
+        create_topic(server, "cgh-regex-three", 1)
+        poll_until(
+            [member],
+            lambda _: (
+                {tp.topic for tp in member.consumer.assignment()}
+                == {"cgh-regex-one", "cgh-regex-two", "cgh-regex-three"}
+            ),
+            "the topic created since assigned too",
+        )
+    finally:
+        member.close()
+    with RawConnection(bootstrap(server)) as connection:
+        refused = consumer_heartbeat(connection, group, "member-x", 0, [], regex="cgh-(")
+        assert refused.error_code == KafkaError.invalid_regular_expression and refused.error_message
+        # An expression a backtracking engine takes exponential time over (Python's re: 2**40 steps
+        # on this name) is answered at once: PostgreSQL matches it.
+        create_topic(server, "a" * 40 + "b", 1)
+        started = time.monotonic()
+        joined = consumer_heartbeat(connection, "cgh-regex-slow", "member-y", 0, [], regex="(a+)+")
+        assert joined.error_code == KafkaError.none and not assigned(joined)
+        assert time.monotonic() - started < 5
+
+
+def test_a_restart_does_not_count_against_a_member_revoking_its_partitions(postgres):
+    """The time no server could hear the members (every node down) is given back to a revocation
+    underway, as to sessions: a member revoking within its rebalance timeout when the server stopped
+    is still a member after a restart longer than that timeout."""
+    settings = {**KAFKA_SERVER_SETTINGS, "group_consumer_session_timeout_ms": 5000}
+    settings.update(kafka_listener="127.0.0.1:0", group_session_check_interval_ms=100)
+    running = start_server_on_fresh_database(postgres, "kafka_cgh_restart", **settings)
+    topic_id = _topic(running, "cgh-restart", 2)
+    group = "cgh-restart-group"
+    brief = datetime.timedelta(milliseconds=1500)
+    with RawConnection(bootstrap(running)) as connection:
+        consumer_heartbeat(connection, group, "member-a", 0, ["cgh-restart"], rebalance_timeout=brief)
+        consumer_heartbeat(connection, group, "member-b", 0, ["cgh-restart"])
+        [kept] = assigned(consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [0, 1])]))[topic_id]
+    drop = running.extra.pop("drop_database")
+    stop_in_process_server(running)
+    time.sleep(2)  # longer than the rebalance timeout, shorter than the session
+    restarted = start_in_process_server(running.database_url, **settings)
+    try:
+        time.sleep(0.5)  # the first session check (every 100 ms) credits the time nobody heard them
+        with RawConnection(bootstrap(restarted)) as connection:
+            a = consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [kept])])
+            assert a.error_code == KafkaError.none and a.member_epoch == 2
+    finally:
+        restarted.extra["drop_database"] = drop
+        stop_in_process_server(restarted)
+
+
+def test_a_static_member_comes_back_to_its_partitions_without_a_rebalance(module_kafka_server):
+    """A static member (group.instance.id) stopping leaves with epoch -2 and keeps its partitions; its
+    instance joining again under a new member id takes them back at once, the group epoch unchanged;
+    a second live member with that instance id is UNRELEASED_INSTANCE_ID; once its session lapses
+    without it coming back, the others get its partitions."""
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-static", 2)
+    group = "cgh-static-group"
+    with RawConnection(bootstrap(server)) as connection:
+        consumer_heartbeat(connection, group, "first-a", 0, ["cgh-static"], instance="instance-a")
+        consumer_heartbeat(connection, group, "member-b", 0, ["cgh-static"])
+        a = consumer_heartbeat(connection, group, "first-a", 1, owned=[(topic_id, [0, 1])], instance="instance-a")
+        [kept] = assigned(a)[topic_id]
+        a = consumer_heartbeat(connection, group, "first-a", 1, owned=[(topic_id, [kept])])
+        b = consumer_heartbeat(connection, group, "member-b", 2, owned=[])
+        assert a.member_epoch == 2 and assigned(b) == {topic_id: [1 - kept]}
+        stopped = consumer_heartbeat(connection, group, "first-a", -2, instance="instance-a")
+        assert (stopped.error_code, stopped.member_epoch) == (KafkaError.none, -2)
+        # Its partition stays its own: nobody else gets it meanwhile.
+        b = consumer_heartbeat(connection, group, "member-b", 2, owned=[(topic_id, [1 - kept])])
+        assert b.error_code == KafkaError.none and b.member_epoch == 2 and not assigned(b)
+        back = consumer_heartbeat(connection, group, "second-a", 0, ["cgh-static"], instance="instance-a")
+        assert back.error_code == KafkaError.none and back.member_epoch == 2
+        assert assigned(back) == {topic_id: [kept]}
+        twin = consumer_heartbeat(connection, group, "third-a", 0, ["cgh-static"], instance="instance-a")
+        assert twin.error_code == KafkaError.unreleased_instance_id and twin.error_message
+        assert consumer_heartbeat(connection, group, "first-a", 2).error_code == KafkaError.unknown_member_id
+        # Stopped again and not back within its session (1.5 s): removed, its partition reassigned.
+        consumer_heartbeat(connection, group, "second-a", -2, instance="instance-a")
+        deadline = time.monotonic() + 5
+        while assigned(b) != {topic_id: [0, 1]}:
+            assert time.monotonic() < deadline, "the static member's partition was never reassigned"
+            time.sleep(0.2)
+            b = consumer_heartbeat(connection, group, "member-b", b.member_epoch, owned=[(topic_id, [1 - kept])])
+
+
+def test_a_restarted_static_consumer_gets_its_partitions_back_and_the_other_keeps_its_own(module_kafka_server):
+    server = module_kafka_server
+    topic, group = "cgh-static-client", "cgh-static-client-group"
+    create_topic(server, topic, 4)
+    static = _member(server, group, topic, **{"group.instance.id": "static-one"})
+    other = _member(server, group, topic)
+    try:
+        poll_until([static, other], _assignments_are([static, other], [2, 2]), "2 + 2 partitions")
+        owned, others = static.assignment(), other.assignment()
+        callbacks = len(other.rebalances)
+        static.close()
+        static = _member(server, group, topic, **{"group.instance.id": "static-one"})
+        poll_until([static, other], lambda _: static.assignment() == owned, "the restarted instance owns its 2")
+        assert other.assignment() == others and len(other.rebalances) == callbacks  # no rebalance for it
+    finally:
+        static.close()
+        other.close()
