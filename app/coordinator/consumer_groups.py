@@ -169,16 +169,20 @@ def _check_request(request: ConsumerHeartbeat) -> None:
         raise _invalid(f"member id {request.member_id!r} is reserved by this server: generate another (a UUID)")
     if request.rack_id is not None and not request.rack_id:
         raise _invalid("the rack id is empty: send null, or the consumer's rack")
+    if request.instance_id is not None and not request.instance_id:
+        raise _invalid("the instance id is empty: send null (a dynamic member), or the group.instance.id")
     if request.member_epoch == JOIN_EPOCH:
         if request.rebalance_timeout_ms == -1:
             raise _invalid("a join (member epoch 0) needs RebalanceTimeoutMs: received -1")
-        if request.owned:
+        if request.owned is None or request.owned:
             raise _invalid(
-                "a join (member epoch 0) must own no partitions: received TopicPartitions that are not empty"
+                "a join (member epoch 0) must send TopicPartitions, empty (it owns nothing yet): received "
+                + ("null" if request.owned is None else "partitions")
             )
-        if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
+        if not request.subscribed_topic_names and not request.subscribed_topic_regex:
             raise _invalid(
-                "a join (member epoch 0) needs SubscribedTopicNames or SubscribedTopicRegex: received neither"
+                "a join (member epoch 0) needs SubscribedTopicNames (not empty) or SubscribedTopicRegex: "
+                "received neither"
             )
     elif request.member_epoch == STATIC_LEAVE_EPOCH and request.instance_id is None:
         raise _invalid("member epoch -2 (a static member's leave) needs its instance id: received null")

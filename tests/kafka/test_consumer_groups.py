@@ -4,6 +4,7 @@ released; sessions and commits with member epochs."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import re
 import time
@@ -17,7 +18,7 @@ from tests.conftest import start_in_process_server, start_server_on_fresh_databa
 from tests.kafka.clients import WAIT_S, ConfluentKafka, bootstrap, create_topic, topic_uuid
 from tests.kafka.group_clients import ConfluentMember, poll_until
 from tests.kafka.raw import RawConnection, nested, request_of
-from tests.kafka.raw_groups import assigned, consumer_heartbeat, join
+from tests.kafka.raw_groups import assigned, consumer_heartbeat, consumer_heartbeat_request, join
 from tests.kafka.raw_transactions import end_txn, init_producer, txn_offset_commit
 
 # Sessions and heartbeats short enough that a rebalance or a lapse takes well under a second or two.
@@ -134,6 +135,30 @@ def test_heartbeat_errors_as_kafka_answers_them(module_kafka_server):
         assert server.client.delete(f"/v1/groups/{group}").status_code == 204
         gone = consumer_heartbeat(connection, group, "member-a", 1)
         assert gone.error_code == KafkaError.group_id_not_found
+
+
+def test_a_heartbeat_kafka_refuses_as_invalid_is_refused_before_the_group_changes(module_kafka_server):
+    """Regression: Kafka's coordinator (throwIfConsumerGroupHeartbeatRequestIsInvalid) refuses an
+    empty instance id, and a join whose subscription is empty (no topic names, no regular
+    expression) or that sends no TopicPartitions at all (null, not an empty list): each is
+    INVALID_REQUEST with a message. txbroker took them: "" made a dynamic member that could still
+    "leave" as a static one (epoch -2, keeping its partitions until its session lapsed), and an
+    empty subscription a member of nothing."""
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-invalid", 1)
+    group = "cgh-invalid-group"
+    with RawConnection(bootstrap(server)) as connection:
+        no_instance = consumer_heartbeat(connection, group, "member-a", 0, ["cgh-invalid"], instance="")
+        assert no_instance.error_code == KafkaError.invalid_request and "instance id" in no_instance.error_message
+        nothing = consumer_heartbeat(connection, group, "member-a", 0, [])
+        assert nothing.error_code == KafkaError.invalid_request and "SubscribedTopicNames" in nothing.error_message
+        join_request = consumer_heartbeat_request(group, "member-a", 0, ["cgh-invalid"])
+        null_owned = connection.call(dataclasses.replace(join_request, topic_partitions=None))
+        assert null_owned.error_code == KafkaError.invalid_request and "TopicPartitions" in null_owned.error_message
+        joined = consumer_heartbeat(connection, group, "member-a", 0, ["cgh-invalid"])
+        assert joined.error_code == KafkaError.none and assigned(joined) == {topic_id: [0]}
+        leaving = consumer_heartbeat(connection, group, "member-a", -2, instance="")
+        assert leaving.error_code == KafkaError.invalid_request and "instance id" in leaving.error_message
 
 
 def test_a_group_of_one_protocol_refuses_members_of_another(module_kafka_server):
