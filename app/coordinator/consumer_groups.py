@@ -135,6 +135,19 @@ def stale_member_epoch(group_id: str, member_id: str, received: int, current: in
     return _epoch_refused(ErrorCode.STALE_MEMBER_EPOCH, group_id, member_id, received, current)
 
 
+def stale_transactional_epoch(group_id: str, member_id: str, received: int, current: int) -> BrokerError:
+    """A TxnOffsetCommit's epoch that is not the member's: ILLEGAL_GENERATION, as Kafka's coordinator
+    answers it (OffsetMetadataManager.validateTransactionalOffsetCommit): producers know no
+    STALE_MEMBER_EPOCH (Java's takes an error it does not know as fatal), and abort the transaction
+    on ILLEGAL_GENERATION."""
+    return BrokerError(
+        ErrorCode.ILLEGAL_GENERATION,
+        f"member {member_id!r} of consumer group {group_id!r} sent member epoch {received} with its "
+        f"transactional offsets, its epoch is {current}: abort the transaction, and send the offsets in the "
+        f"next one with the consumer's current group metadata",
+    )
+
+
 def _fenced(group_id: str, member_id: str, received: int, current: int) -> BrokerError:
     """A heartbeat's epoch that is not the member's (it rejoins)."""
     return _epoch_refused(ErrorCode.FENCED_MEMBER_EPOCH, group_id, member_id, received, current)
