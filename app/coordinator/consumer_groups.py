@@ -29,9 +29,10 @@ A member may subscribe with a regular expression: the matching topics its princi
 resolved at each of its heartbeats (`_resolve_subscription`).
 
 Static members (an instance id): one stopping leaves with epoch -2 and stays with its partitions
-until its session lapses; its instance joining again under a new member id takes its place and
-partitions without a rebalance (`_static_member_returns`); another member with its instance id
-while it is active is UNRELEASED_INSTANCE_ID.
+until its session lapses (those it was revoking are free at once, as Kafka's coordinator frees
+them); its instance joining again under a new member id takes its place and partitions without a
+rebalance (`_static_member_returns`); another member with its instance id while it is active is
+UNRELEASED_INSTANCE_ID.
 
 Not built (docs/kafka.md): racks (kept, unused),
 and Kafka 4's online upgrade of a classic group: a group of one kind with members refuses a member
@@ -357,8 +358,12 @@ class ConsumerGroups:
                 if epoch == STATIC_LEAVE_EPOCH:
                     # A static member stopping (KIP-345's, as Kafka keeps it): it stays, with its
                     # partitions, for its instance to come back under a new member id, until its
-                    # session lapses; no rebalance.
-                    member["member_epoch"] = STATIC_LEAVE_EPOCH
+                    # session lapses; no rebalance. What it was revoking it gave up as it stopped
+                    # (Kafka's consumerGroupStaticMemberGroupLeave clears it): the members waiting
+                    # for those get them, and no revocation deadline removes it meanwhile.
+                    member.update(
+                        member_epoch=STATIC_LEAVE_EPOCH, state=MEMBER_STABLE, revoking={}, revocation_due_ms=None
+                    )
                     await self._save(conn, group, state, now)
                     return ConsumerHeartbeatResult(member_id, epoch, self.heartbeat_interval_ms, None)
                 await groups.remove_members(conn, group_id, [member_id])

@@ -595,6 +595,35 @@ def test_a_static_member_comes_back_to_its_partitions_without_a_rebalance(module
             b = consumer_heartbeat(connection, group, "member-b", b.member_epoch, owned=[(topic_id, [1 - kept])])
 
 
+def test_a_static_member_stopping_while_revoking_frees_those_partitions_and_keeps_its_place(module_kafka_server):
+    """Regression: a static member stopping (epoch -2) while it was asked to give up a partition kept
+    that partition pending revocation, so the member waiting for it went on waiting, and its
+    revocation deadline then removed it, its kept partitions and its place with it, though a static
+    member that stopped waits for its instance until its session lapses. Kafka's coordinator
+    (consumerGroupStaticMemberGroupLeave) clears the leaving static member's pending revocation:
+    the other member gets it at once, and no revocation timer is left to remove the member."""
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-static-revoking", 2)
+    group = "cgh-static-revoking-group"
+    brief = datetime.timedelta(milliseconds=300)
+    with RawConnection(bootstrap(server)) as connection:
+        a = consumer_heartbeat(
+            connection, group, "first-a", 0, ["cgh-static-revoking"], instance="instance-a", rebalance_timeout=brief
+        )
+        assert assigned(a) == {topic_id: [0, 1]}
+        b = consumer_heartbeat(connection, group, "member-b", 0, ["cgh-static-revoking"])
+        a = consumer_heartbeat(connection, group, "first-a", 1, owned=[(topic_id, [0, 1])], instance="instance-a")
+        [kept] = assigned(a)[topic_id]  # the other one to revoke, within 300 ms
+        stopped = consumer_heartbeat(connection, group, "first-a", -2, instance="instance-a")
+        assert (stopped.error_code, stopped.member_epoch) == (KafkaError.none, -2)
+        b = consumer_heartbeat(connection, group, "member-b", b.member_epoch, owned=[])
+        assert b.error_code == KafkaError.none and assigned(b) == {topic_id: [1 - kept]}
+        time.sleep(0.8)  # past the revocation deadline: the eviction worker (every 100 ms) has looked
+        assert "first-a" in _member_ids(server, group)
+        back = consumer_heartbeat(connection, group, "second-a", 0, ["cgh-static-revoking"], instance="instance-a")
+        assert back.error_code == KafkaError.none and assigned(back) == {topic_id: [kept]}
+
+
 def test_a_restarted_static_consumer_gets_its_partitions_back_and_the_other_keeps_its_own(module_kafka_server):
     server = module_kafka_server
     topic, group = "cgh-static-client", "cgh-static-client-group"
