@@ -314,6 +314,30 @@ async def _resolve_subscription(conn: asyncpg.Connection, member: dict, may_desc
     return changed
 
 
+def _member_of_instance(state: dict, instance_id: str) -> str | None:
+    """The id of the member with this instance id (a static member's), None when none has it."""
+    return next((mid for mid, m in state["members"].items() if m.get("instance_id") == instance_id), None)
+
+
+def _check_static_leave(group_id: str, state: dict, member_id: str, instance_id: str) -> None:
+    """A leave naming an instance id is its static member's, as Kafka's coordinator finds it
+    (consumerGroupLeave): UNKNOWN_MEMBER_ID when no member has it, FENCED_INSTANCE_ID when another
+    member than the sender does."""
+    holder = _member_of_instance(state, instance_id)
+    if holder is None:
+        raise BrokerError(
+            ErrorCode.UNKNOWN_MEMBER_ID,
+            f"instance id {instance_id!r} is no member's in consumer group {group_id!r} (member {member_id!r} "
+            f"sent it with its leave): a static member leaves with its own instance id, a dynamic one with none",
+        )
+    if holder != member_id:
+        raise BrokerError(
+            ErrorCode.FENCED_INSTANCE_ID,
+            f"instance id {instance_id!r} of consumer group {group_id!r} is member {holder!r}'s, not {member_id!r}'s: "
+            f"another consumer with this group.instance.id replaced it; stop this one",
+        )
+
+
 def _overdue(state: dict, now: int) -> set[str]:
     """The members that have not revoked their partitions within their rebalance timeout: Kafka's
     coordinator removes them (their partitions go to the members waiting for them)."""
@@ -353,6 +377,8 @@ class ConsumerGroups:
             bumped = await self._remove_lapsed(conn, group, state, current, now)
             member = state["members"].get(member_id)
             if epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+                if request.instance_id is not None:
+                    _check_static_leave(group_id, state, member_id, request.instance_id)
                 if member is None:
                     raise unknown_member(group_id, member_id)
                 if epoch == STATIC_LEAVE_EPOCH:
@@ -447,7 +473,7 @@ class ConsumerGroups:
         its instance's previous member once that one left (epoch -2), as Kafka's coordinator replaces
         it, without a rebalance; UNRELEASED_INSTANCE_ID while that one is still active. None when no
         member has this instance id (a new static member)."""
-        previous_id = next((mid for mid, m in state["members"].items() if m.get("instance_id") == instance_id), None)
+        previous_id = _member_of_instance(state, instance_id)
         if previous_id is None:
             return None
         previous = state["members"][previous_id]

@@ -624,6 +624,30 @@ def test_a_static_member_stopping_while_revoking_frees_those_partitions_and_keep
         assert back.error_code == KafkaError.none and assigned(back) == {topic_id: [kept]}
 
 
+def test_a_leave_naming_an_instance_id_is_that_static_members_only(module_kafka_server):
+    """Regression: a leave (epoch -1 or -2) naming an instance id was taken as the leave of the
+    member it named by member id, whatever its instance: a dynamic member "leaving" as a static one
+    (-2) stayed, with its partitions, until its session lapsed, which no instance could end by
+    coming back. Kafka's coordinator (consumerGroupLeave) finds the static member by the instance
+    id: none is UNKNOWN_MEMBER_ID, another member's is FENCED_INSTANCE_ID."""
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-static-leave", 2)
+    group = "cgh-static-leave-group"
+    with RawConnection(bootstrap(server)) as connection:
+        consumer_heartbeat(connection, group, "static-a", 0, ["cgh-static-leave"], instance="instance-a")
+        dynamic = consumer_heartbeat(connection, group, "dynamic-b", 0, ["cgh-static-leave"])
+        unknown = consumer_heartbeat(connection, group, "dynamic-b", -2, instance="instance-nobody")
+        assert unknown.error_code == KafkaError.unknown_member_id and "instance-nobody" in unknown.error_message
+        fenced = consumer_heartbeat(connection, group, "dynamic-b", -2, instance="instance-a")
+        assert fenced.error_code == KafkaError.fenced_instance_id and "static-a" in fenced.error_message
+        b = consumer_heartbeat(connection, group, "dynamic-b", dynamic.member_epoch, owned=[])
+        assert b.error_code == KafkaError.none and b.member_epoch == dynamic.member_epoch
+        left = consumer_heartbeat(connection, group, "static-a", -1, instance="instance-a")
+        assert (left.error_code, left.member_epoch) == (KafkaError.none, -1)
+        b = consumer_heartbeat(connection, group, "dynamic-b", b.member_epoch, owned=[])
+        assert assigned(b) == {topic_id: [0, 1]}
+
+
 def test_a_restarted_static_consumer_gets_its_partitions_back_and_the_other_keeps_its_own(module_kafka_server):
     server = module_kafka_server
     topic, group = "cgh-static-client", "cgh-static-client-group"
