@@ -674,6 +674,12 @@ def describe_consumer_group(group: Group | None, group_id: str) -> ConsumerGroup
     state = None if group is None else consumer_state(group)
     if state is None:
         raise not_a_consumer_group(group_id, group is not None)
+
+    def existing(partitions: Partitions) -> Partitions:
+        # A member that has not heartbeat since a topic it holds was deleted still has it (its next
+        # heartbeat revokes it); as Kafka's description, only the topics that exist are shown.
+        return {topic: ps for topic, ps in partitions.items() if topic in state["topics"]}
+
     return ConsumerGroupDescription(
         group_id,
         state["state"],
@@ -690,8 +696,8 @@ def describe_consumer_group(group: Group | None, group_id: str) -> ConsumerGroup
                 m.get("client_host", ""),
                 m["names"],
                 m["regex"],
-                m["assigned"],
-                state["target"].get(member_id, {}),
+                existing(m["assigned"]),
+                existing(state["target"].get(member_id, {})),
             )
             for member_id, m in sorted(state["members"].items())
         ],

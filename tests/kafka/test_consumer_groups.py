@@ -469,6 +469,35 @@ def test_the_admin_client_describes_a_consumer_group(module_kafka_server):
         member.close()
 
 
+def test_the_description_leaves_out_a_deleted_topic_a_member_still_holds(module_kafka_server):
+    """Regression: a member that has not heartbeat since a topic it was assigned was deleted still
+    holds its partitions (until its next heartbeat revokes them); ConsumerGroupDescribe named that
+    topic with a null topic id. Kafka's coordinator (ConsumerGroupMember.topicPartitionsFromMap)
+    leaves out the topics its metadata no longer has."""
+    server = module_kafka_server
+    _topic(server, "cgh-deleted", 2)
+    kept_id = _topic(server, "cgh-deleted-kept", 1)
+    group = "cgh-deleted-group"
+    with RawConnection(bootstrap(server)) as connection:
+        consumer_heartbeat(connection, group, "member-a", 0, ["cgh-deleted", "cgh-deleted-kept"])
+        b = consumer_heartbeat(connection, group, "member-b", 0, ["cgh-deleted-kept"])
+        assert server.client.delete("/v1/topics/cgh-deleted").status_code == 204
+        # B's heartbeat brings the group to the topics that exist; A has not heartbeat since.
+        assert consumer_heartbeat(connection, group, "member-b", b.member_epoch, owned=[]).error_code == KafkaError.none
+        request = request_of(
+            api_table.CONSUMER_GROUP_DESCRIBE, 1, group_ids=(group,), include_authorized_operations=False
+        )
+        [described] = connection.call(request).groups
+    assert described.error_code == KafkaError.none
+    by_member = {m.member_id: m for m in described.members}
+    shown = [
+        (t.topic_name, t.topic_id)
+        for m in by_member.values()
+        for t in (*m.assignment.topic_partitions, *m.target_assignment.topic_partitions)
+    ]
+    assert shown and all(name == "cgh-deleted-kept" and topic_id == kept_id for name, topic_id in shown)
+
+
 def test_members_on_two_nodes_share_one_group_and_its_reconciliation_rule(module_kafka_server):
     """The group lives in PostgreSQL: a member heartbeating on another node (a second server on the
     same database) joins the same group, and gets a partition only once the member on the first
