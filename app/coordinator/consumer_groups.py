@@ -29,9 +29,10 @@ A member may subscribe with a regular expression: the matching topics its princi
 resolved at each of its heartbeats (`_resolve_subscription`).
 
 Static members (an instance id): one stopping leaves with epoch -2 and stays with its partitions
-until its session lapses; its instance joining again under a new member id takes its place and
-partitions without a rebalance (`_static_member_returns`); another member with its instance id
-while it is active is UNRELEASED_INSTANCE_ID.
+until its session lapses (those it was revoking are free at once, as Kafka's coordinator frees
+them); its instance joining again under a new member id takes its place and partitions without a
+rebalance (`_static_member_returns`); another member with its instance id while it is active is
+UNRELEASED_INSTANCE_ID.
 
 Not built (docs/kafka.md): racks (kept, unused),
 and Kafka 4's online upgrade of a classic group: a group of one kind with members refuses a member
@@ -135,6 +136,19 @@ def stale_member_epoch(group_id: str, member_id: str, received: int, current: in
     return _epoch_refused(ErrorCode.STALE_MEMBER_EPOCH, group_id, member_id, received, current)
 
 
+def stale_transactional_epoch(group_id: str, member_id: str, received: int, current: int) -> BrokerError:
+    """A TxnOffsetCommit's epoch that is not the member's: ILLEGAL_GENERATION, as Kafka's coordinator
+    answers it (OffsetMetadataManager.validateTransactionalOffsetCommit): producers know no
+    STALE_MEMBER_EPOCH (Java's takes an error it does not know as fatal), and abort the transaction
+    on ILLEGAL_GENERATION."""
+    return BrokerError(
+        ErrorCode.ILLEGAL_GENERATION,
+        f"member {member_id!r} of consumer group {group_id!r} sent member epoch {received} with its "
+        f"transactional offsets, its epoch is {current}: abort the transaction, and send the offsets in the "
+        f"next one with the consumer's current group metadata",
+    )
+
+
 def _fenced(group_id: str, member_id: str, received: int, current: int) -> BrokerError:
     """A heartbeat's epoch that is not the member's (it rejoins)."""
     return _epoch_refused(ErrorCode.FENCED_MEMBER_EPOCH, group_id, member_id, received, current)
@@ -169,16 +183,20 @@ def _check_request(request: ConsumerHeartbeat) -> None:
         raise _invalid(f"member id {request.member_id!r} is reserved by this server: generate another (a UUID)")
     if request.rack_id is not None and not request.rack_id:
         raise _invalid("the rack id is empty: send null, or the consumer's rack")
+    if request.instance_id is not None and not request.instance_id:
+        raise _invalid("the instance id is empty: send null (a dynamic member), or the group.instance.id")
     if request.member_epoch == JOIN_EPOCH:
         if request.rebalance_timeout_ms == -1:
             raise _invalid("a join (member epoch 0) needs RebalanceTimeoutMs: received -1")
-        if request.owned:
+        if request.owned is None or request.owned:
             raise _invalid(
-                "a join (member epoch 0) must own no partitions: received TopicPartitions that are not empty"
+                "a join (member epoch 0) must send TopicPartitions, empty (it owns nothing yet): received "
+                + ("null" if request.owned is None else "partitions")
             )
-        if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
+        if not request.subscribed_topic_names and not request.subscribed_topic_regex:
             raise _invalid(
-                "a join (member epoch 0) needs SubscribedTopicNames or SubscribedTopicRegex: received neither"
+                "a join (member epoch 0) needs SubscribedTopicNames (not empty) or SubscribedTopicRegex: "
+                "received neither"
             )
     elif request.member_epoch == STATIC_LEAVE_EPOCH and request.instance_id is None:
         raise _invalid("member epoch -2 (a static member's leave) needs its instance id: received null")
@@ -296,6 +314,30 @@ async def _resolve_subscription(conn: asyncpg.Connection, member: dict, may_desc
     return changed
 
 
+def _member_of_instance(state: dict, instance_id: str) -> str | None:
+    """The id of the member with this instance id (a static member's), None when none has it."""
+    return next((mid for mid, m in state["members"].items() if m.get("instance_id") == instance_id), None)
+
+
+def _check_static_leave(group_id: str, state: dict, member_id: str, instance_id: str) -> None:
+    """A leave naming an instance id is its static member's, as Kafka's coordinator finds it
+    (consumerGroupLeave): UNKNOWN_MEMBER_ID when no member has it, FENCED_INSTANCE_ID when another
+    member than the sender does."""
+    holder = _member_of_instance(state, instance_id)
+    if holder is None:
+        raise BrokerError(
+            ErrorCode.UNKNOWN_MEMBER_ID,
+            f"instance id {instance_id!r} is no member's in consumer group {group_id!r} (member {member_id!r} "
+            f"sent it with its leave): a static member leaves with its own instance id, a dynamic one with none",
+        )
+    if holder != member_id:
+        raise BrokerError(
+            ErrorCode.FENCED_INSTANCE_ID,
+            f"instance id {instance_id!r} of consumer group {group_id!r} is member {holder!r}'s, not {member_id!r}'s: "
+            f"another consumer with this group.instance.id replaced it; stop this one",
+        )
+
+
 def _overdue(state: dict, now: int) -> set[str]:
     """The members that have not revoked their partitions within their rebalance timeout: Kafka's
     coordinator removes them (their partitions go to the members waiting for them)."""
@@ -335,13 +377,19 @@ class ConsumerGroups:
             bumped = await self._remove_lapsed(conn, group, state, current, now)
             member = state["members"].get(member_id)
             if epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+                if request.instance_id is not None:
+                    _check_static_leave(group_id, state, member_id, request.instance_id)
                 if member is None:
                     raise unknown_member(group_id, member_id)
                 if epoch == STATIC_LEAVE_EPOCH:
                     # A static member stopping (KIP-345's, as Kafka keeps it): it stays, with its
                     # partitions, for its instance to come back under a new member id, until its
-                    # session lapses; no rebalance.
-                    member["member_epoch"] = STATIC_LEAVE_EPOCH
+                    # session lapses; no rebalance. What it was revoking it gave up as it stopped
+                    # (Kafka's consumerGroupStaticMemberGroupLeave clears it): the members waiting
+                    # for those get them, and no revocation deadline removes it meanwhile.
+                    member.update(
+                        member_epoch=STATIC_LEAVE_EPOCH, state=MEMBER_STABLE, revoking={}, revocation_due_ms=None
+                    )
                     await self._save(conn, group, state, now)
                     return ConsumerHeartbeatResult(member_id, epoch, self.heartbeat_interval_ms, None)
                 await groups.remove_members(conn, group_id, [member_id])
@@ -425,7 +473,7 @@ class ConsumerGroups:
         its instance's previous member once that one left (epoch -2), as Kafka's coordinator replaces
         it, without a rebalance; UNRELEASED_INSTANCE_ID while that one is still active. None when no
         member has this instance id (a new static member)."""
-        previous_id = next((mid for mid, m in state["members"].items() if m.get("instance_id") == instance_id), None)
+        previous_id = _member_of_instance(state, instance_id)
         if previous_id is None:
             return None
         previous = state["members"][previous_id]
@@ -626,6 +674,12 @@ def describe_consumer_group(group: Group | None, group_id: str) -> ConsumerGroup
     state = None if group is None else consumer_state(group)
     if state is None:
         raise not_a_consumer_group(group_id, group is not None)
+
+    def existing(partitions: Partitions) -> Partitions:
+        # A member that has not heartbeat since a topic it holds was deleted still has it (its next
+        # heartbeat revokes it); as Kafka's description, only the topics that exist are shown.
+        return {topic: ps for topic, ps in partitions.items() if topic in state["topics"]}
+
     return ConsumerGroupDescription(
         group_id,
         state["state"],
@@ -642,8 +696,8 @@ def describe_consumer_group(group: Group | None, group_id: str) -> ConsumerGroup
                 m.get("client_host", ""),
                 m["names"],
                 m["regex"],
-                m["assigned"],
-                state["target"].get(member_id, {}),
+                existing(m["assigned"]),
+                existing(state["target"].get(member_id, {})),
             )
             for member_id, m in sorted(state["members"].items())
         ],

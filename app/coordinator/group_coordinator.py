@@ -51,6 +51,7 @@ from app.coordinator.consumer_groups import (
     describe_consumer_group,
     refuse_other_kinds,
     stale_member_epoch,
+    stale_transactional_epoch,
     unknown_member,
 )
 from app.coordinator.identifiers import check_group_id, check_member_group_id
@@ -226,15 +227,19 @@ def _advancing(
     return judged, written
 
 
-def _consumer_commit_error(state: dict, group_id: str, member_id: str, member_epoch: int) -> BrokerError | None:
-    """A commit (plain or transactional) of a KIP-848 consumer group with members, as Kafka's
-    ConsumerGroup.validateOffsetCommit judges it: the member must be one (UNKNOWN_MEMBER_ID) at its
-    current epoch (STALE_MEMBER_EPOCH)."""
+def _consumer_commit_error(
+    state: dict, group_id: str, member_id: str, member_epoch: int, transactional: bool = False
+) -> BrokerError | None:
+    """A commit (plain or transactional) or a fetch of a KIP-848 consumer group with members, as
+    Kafka's ConsumerGroup.validateOffsetCommit judges it: the member must be one (UNKNOWN_MEMBER_ID)
+    at its current epoch (STALE_MEMBER_EPOCH; a transactional commit's ILLEGAL_GENERATION, as Kafka's
+    coordinator answers TxnOffsetCommit)."""
     member = state["members"].get(member_id)
     if member is None:
         return unknown_member(group_id, member_id)
     if member_epoch != member["member_epoch"]:
-        return stale_member_epoch(group_id, member_id, member_epoch, member["member_epoch"])
+        refused = stale_transactional_epoch if transactional else stale_member_epoch
+        return refused(group_id, member_id, member_epoch, member["member_epoch"])
     return None
 
 
@@ -578,7 +583,7 @@ class GroupCoordinator:
             # (older producers name none) is not checked.
             if transactional and generation_id < 0 and member_id == NO_MEMBER and group_instance_id is None:
                 return None
-            return _consumer_commit_error(consumer, group_id, member_id, generation_id)
+            return _consumer_commit_error(consumer, group_id, member_id, generation_id, transactional)
         classic = row["assignment"].get(CLASSIC_STATE_KEY)
         if generation_id >= 0 or member_id != NO_MEMBER or group_instance_id is not None:
             fenced = instance_error(classic, group_id, member_id, group_instance_id)

@@ -4,6 +4,7 @@ released; sessions and commits with member epochs."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import re
 import time
@@ -17,7 +18,7 @@ from tests.conftest import start_in_process_server, start_server_on_fresh_databa
 from tests.kafka.clients import WAIT_S, ConfluentKafka, bootstrap, create_topic, topic_uuid
 from tests.kafka.group_clients import ConfluentMember, poll_until
 from tests.kafka.raw import RawConnection, nested, request_of
-from tests.kafka.raw_groups import assigned, consumer_heartbeat, join
+from tests.kafka.raw_groups import assigned, consumer_heartbeat, consumer_heartbeat_request, join
 from tests.kafka.raw_transactions import end_txn, init_producer, txn_offset_commit
 
 # Sessions and heartbeats short enough that a rebalance or a lapse takes well under a second or two.
@@ -136,6 +137,30 @@ def test_heartbeat_errors_as_kafka_answers_them(module_kafka_server):
         assert gone.error_code == KafkaError.group_id_not_found
 
 
+def test_a_heartbeat_kafka_refuses_as_invalid_is_refused_before_the_group_changes(module_kafka_server):
+    """Regression: Kafka's coordinator (throwIfConsumerGroupHeartbeatRequestIsInvalid) refuses an
+    empty instance id, and a join whose subscription is empty (no topic names, no regular
+    expression) or that sends no TopicPartitions at all (null, not an empty list): each is
+    INVALID_REQUEST with a message. txbroker took them: "" made a dynamic member that could still
+    "leave" as a static one (epoch -2, keeping its partitions until its session lapsed), and an
+    empty subscription a member of nothing."""
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-invalid", 1)
+    group = "cgh-invalid-group"
+    with RawConnection(bootstrap(server)) as connection:
+        no_instance = consumer_heartbeat(connection, group, "member-a", 0, ["cgh-invalid"], instance="")
+        assert no_instance.error_code == KafkaError.invalid_request and "instance id" in no_instance.error_message
+        nothing = consumer_heartbeat(connection, group, "member-a", 0, [])
+        assert nothing.error_code == KafkaError.invalid_request and "SubscribedTopicNames" in nothing.error_message
+        join_request = consumer_heartbeat_request(group, "member-a", 0, ["cgh-invalid"])
+        null_owned = connection.call(dataclasses.replace(join_request, topic_partitions=None))
+        assert null_owned.error_code == KafkaError.invalid_request and "TopicPartitions" in null_owned.error_message
+        joined = consumer_heartbeat(connection, group, "member-a", 0, ["cgh-invalid"])
+        assert joined.error_code == KafkaError.none and assigned(joined) == {topic_id: [0]}
+        leaving = consumer_heartbeat(connection, group, "member-a", -2, instance="")
+        assert leaving.error_code == KafkaError.invalid_request and "instance id" in leaving.error_message
+
+
 def test_a_group_of_one_protocol_refuses_members_of_another(module_kafka_server):
     server = module_kafka_server
     _topic(server, "cgh-kinds", 1)
@@ -209,11 +234,14 @@ def test_commits_and_fetches_are_checked_against_the_member_epoch(module_kafka_s
         assert _fetch(connection, group, "member-a", 7, "cgh-commits") == KafkaError.stale_member_epoch
         assert _fetch(connection, group, "stranger", 1, "cgh-commits") == KafkaError.unknown_member_id
         assert _fetch(connection, group, None, -1, "cgh-commits") == KafkaError.none  # an admin's fetch
-        # TxnOffsetCommit (v3+, KIP-447) names the member and its epoch, checked alike.
+        # TxnOffsetCommit (v3+, KIP-447) names the member and its epoch, checked alike; a stale epoch
+        # is ILLEGAL_GENERATION there, as Kafka's coordinator answers it (OffsetMetadataManager):
+        # producers know no STALE_MEMBER_EPOCH (Java's takes an unknown error as fatal), and abort
+        # on ILLEGAL_GENERATION.
         producer = init_producer(connection, "cgh-commits-txn")
         txn = "cgh-commits"
         assert txn_offset_commit(connection, producer, group, txn, 2, member=(0, "member-a", None)) == [
-            KafkaError.stale_member_epoch
+            KafkaError.illegal_generation
         ]
         assert txn_offset_commit(connection, producer, group, txn, 2, member=(1, "stranger", None)) == [
             KafkaError.unknown_member_id
@@ -441,6 +469,35 @@ def test_the_admin_client_describes_a_consumer_group(module_kafka_server):
         member.close()
 
 
+def test_the_description_leaves_out_a_deleted_topic_a_member_still_holds(module_kafka_server):
+    """Regression: a member that has not heartbeat since a topic it was assigned was deleted still
+    holds its partitions (until its next heartbeat revokes them); ConsumerGroupDescribe named that
+    topic with a null topic id. Kafka's coordinator (ConsumerGroupMember.topicPartitionsFromMap)
+    leaves out the topics its metadata no longer has."""
+    server = module_kafka_server
+    _topic(server, "cgh-deleted", 2)
+    kept_id = _topic(server, "cgh-deleted-kept", 1)
+    group = "cgh-deleted-group"
+    with RawConnection(bootstrap(server)) as connection:
+        consumer_heartbeat(connection, group, "member-a", 0, ["cgh-deleted", "cgh-deleted-kept"])
+        b = consumer_heartbeat(connection, group, "member-b", 0, ["cgh-deleted-kept"])
+        assert server.client.delete("/v1/topics/cgh-deleted").status_code == 204
+        # B's heartbeat brings the group to the topics that exist; A has not heartbeat since.
+        assert consumer_heartbeat(connection, group, "member-b", b.member_epoch, owned=[]).error_code == KafkaError.none
+        request = request_of(
+            api_table.CONSUMER_GROUP_DESCRIBE, 1, group_ids=(group,), include_authorized_operations=False
+        )
+        [described] = connection.call(request).groups
+    assert described.error_code == KafkaError.none
+    by_member = {m.member_id: m for m in described.members}
+    shown = [
+        (t.topic_name, t.topic_id)
+        for m in by_member.values()
+        for t in (*m.assignment.topic_partitions, *m.target_assignment.topic_partitions)
+    ]
+    assert shown and all(name == "cgh-deleted-kept" and topic_id == kept_id for name, topic_id in shown)
+
+
 def test_members_on_two_nodes_share_one_group_and_its_reconciliation_rule(module_kafka_server):
     """The group lives in PostgreSQL: a member heartbeating on another node (a second server on the
     same database) joins the same group, and gets a partition only once the member on the first
@@ -565,6 +622,59 @@ def test_a_static_member_comes_back_to_its_partitions_without_a_rebalance(module
             assert time.monotonic() < deadline, "the static member's partition was never reassigned"
             time.sleep(0.2)
             b = consumer_heartbeat(connection, group, "member-b", b.member_epoch, owned=[(topic_id, [1 - kept])])
+
+
+def test_a_static_member_stopping_while_revoking_frees_those_partitions_and_keeps_its_place(module_kafka_server):
+    """Regression: a static member stopping (epoch -2) while it was asked to give up a partition kept
+    that partition pending revocation, so the member waiting for it went on waiting, and its
+    revocation deadline then removed it, its kept partitions and its place with it, though a static
+    member that stopped waits for its instance until its session lapses. Kafka's coordinator
+    (consumerGroupStaticMemberGroupLeave) clears the leaving static member's pending revocation:
+    the other member gets it at once, and no revocation timer is left to remove the member."""
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-static-revoking", 2)
+    group = "cgh-static-revoking-group"
+    brief = datetime.timedelta(milliseconds=300)
+    with RawConnection(bootstrap(server)) as connection:
+        a = consumer_heartbeat(
+            connection, group, "first-a", 0, ["cgh-static-revoking"], instance="instance-a", rebalance_timeout=brief
+        )
+        assert assigned(a) == {topic_id: [0, 1]}
+        b = consumer_heartbeat(connection, group, "member-b", 0, ["cgh-static-revoking"])
+        a = consumer_heartbeat(connection, group, "first-a", 1, owned=[(topic_id, [0, 1])], instance="instance-a")
+        [kept] = assigned(a)[topic_id]  # the other one to revoke, within 300 ms
+        stopped = consumer_heartbeat(connection, group, "first-a", -2, instance="instance-a")
+        assert (stopped.error_code, stopped.member_epoch) == (KafkaError.none, -2)
+        b = consumer_heartbeat(connection, group, "member-b", b.member_epoch, owned=[])
+        assert b.error_code == KafkaError.none and assigned(b) == {topic_id: [1 - kept]}
+        time.sleep(0.8)  # past the revocation deadline: the eviction worker (every 100 ms) has looked
+        assert "first-a" in _member_ids(server, group)
+        back = consumer_heartbeat(connection, group, "second-a", 0, ["cgh-static-revoking"], instance="instance-a")
+        assert back.error_code == KafkaError.none and assigned(back) == {topic_id: [kept]}
+
+
+def test_a_leave_naming_an_instance_id_is_that_static_members_only(module_kafka_server):
+    """Regression: a leave (epoch -1 or -2) naming an instance id was taken as the leave of the
+    member it named by member id, whatever its instance: a dynamic member "leaving" as a static one
+    (-2) stayed, with its partitions, until its session lapsed, which no instance could end by
+    coming back. Kafka's coordinator (consumerGroupLeave) finds the static member by the instance
+    id: none is UNKNOWN_MEMBER_ID, another member's is FENCED_INSTANCE_ID."""
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-static-leave", 2)
+    group = "cgh-static-leave-group"
+    with RawConnection(bootstrap(server)) as connection:
+        consumer_heartbeat(connection, group, "static-a", 0, ["cgh-static-leave"], instance="instance-a")
+        dynamic = consumer_heartbeat(connection, group, "dynamic-b", 0, ["cgh-static-leave"])
+        unknown = consumer_heartbeat(connection, group, "dynamic-b", -2, instance="instance-nobody")
+        assert unknown.error_code == KafkaError.unknown_member_id and "instance-nobody" in unknown.error_message
+        fenced = consumer_heartbeat(connection, group, "dynamic-b", -2, instance="instance-a")
+        assert fenced.error_code == KafkaError.fenced_instance_id and "static-a" in fenced.error_message
+        b = consumer_heartbeat(connection, group, "dynamic-b", dynamic.member_epoch, owned=[])
+        assert b.error_code == KafkaError.none and b.member_epoch == dynamic.member_epoch
+        left = consumer_heartbeat(connection, group, "static-a", -1, instance="instance-a")
+        assert (left.error_code, left.member_epoch) == (KafkaError.none, -1)
+        b = consumer_heartbeat(connection, group, "dynamic-b", b.member_epoch, owned=[])
+        assert assigned(b) == {topic_id: [0, 1]}
 
 
 def test_a_restarted_static_consumer_gets_its_partitions_back_and_the_other_keeps_its_own(module_kafka_server):
