@@ -41,6 +41,7 @@ of another (INCONSISTENT_GROUP_PROTOCOL); an empty one takes the kind of its nex
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -374,6 +375,7 @@ class ConsumerGroups:
                 )
             current = await groups.members(conn, group_id)
             state = self._state_for(group, current)
+            loaded = (group.generation_id, copy.deepcopy(state))  # what the row holds: unchanged, not written
             bumped = await self._remove_lapsed(conn, group, state, current, now)
             member = state["members"].get(member_id)
             if epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
@@ -435,7 +437,7 @@ class ConsumerGroups:
                 client_id=request.client_id,
                 client_host=request.client_host,
             )
-            await self._update(conn, group, state, now, bumped, reconciling=(member_id, owned))
+            await self._update(conn, group, state, now, bumped, reconciling=(member_id, owned), loaded=loaded)
             await groups.touch_member(conn, group_id, member_id, member["subscribed"], self.session_timeout_ms, now)
             changed = joining or (member["assigned"], member["member_epoch"]) != before
             if owned is not None and owned != _as_set(member["assigned"]):
@@ -562,9 +564,11 @@ class ConsumerGroups:
         now: int,
         bumped: bool,
         reconciling: tuple[str, set[tuple[str, int]] | None] | None = None,
+        loaded: tuple[int, dict] | None = None,
     ) -> None:
         """Bumps the group epoch when asked or when the subscribed topics changed, recomputes the
-        target when its epoch is behind, reconciles the heartbeating member, and saves."""
+        target when its epoch is behind, reconciles the heartbeating member, and saves (`_save`;
+        `loaded`: the group epoch and state as read, when they need no writing if unchanged)."""
         subscribed = sorted({t for m in state["members"].values() for t in m["subscribed"]})
         found = await find_topics(conn, subscribed)
         topics = {name: [str(t.topic_uuid), t.partition_count] for name, t in sorted(found.items())}
@@ -582,11 +586,19 @@ class ConsumerGroups:
             state["assignment_epoch"] = group.generation_id
         if reconciling is not None:
             reconcile(state, reconciling[0], reconciling[1], now)
-        await self._save(conn, group, state, now)
+        await self._save(conn, group, state, now, loaded)
 
     @staticmethod
-    async def _save(conn: asyncpg.Connection, group: Group, state: dict, now: int) -> None:
+    async def _save(
+        conn: asyncpg.Connection, group: Group, state: dict, now: int, loaded: tuple[int, dict] | None = None
+    ) -> None:
+        """Writes the group's state, its epoch and its members' revocation deadlines, unless they are
+        what was `loaded` (a stable member's heartbeat changes nothing): rewritten at every heartbeat,
+        the group's whole state (every member's) cost each of N members' heartbeats a write of O(N),
+        and the group's last update (its last rebalance, the console's) moved with every heartbeat."""
         state["state"] = _group_state(state, group.generation_id)
+        if loaded == (group.generation_id, state):
+            return
         # Mirrored on the members' rows, where the eviction worker finds the overdue ones by index.
         await groups.set_revocation_deadlines(
             conn, group.group_id, {mid: m.get("revocation_due_ms") for mid, m in state["members"].items()}

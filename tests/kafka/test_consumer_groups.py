@@ -4,11 +4,13 @@ released; sessions and commits with member epochs."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import re
 import time
 
+import asyncpg
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode as KafkaError
@@ -101,6 +103,41 @@ def test_a_partition_goes_to_its_new_owner_only_once_the_old_one_released_it(mod
         assert assigned(b) == {topic_id: released}
         described = _listed(connection, group)
         assert described == ("consumer", "Stable")
+
+
+def _group_row_version(server, group: str) -> str:
+    """The consumer_groups row's xmin: the transaction that last wrote it."""
+
+    async def read() -> str:
+        connection = await asyncpg.connect(server.database_url)
+        try:
+            return await connection.fetchval("SELECT xmin::text FROM consumer_groups WHERE group_id = $1", group)
+        finally:
+            await connection.close()
+
+    return asyncio.run(read())
+
+
+def test_a_stable_members_heartbeat_leaves_the_group_row_unwritten(module_kafka_server):
+    """A heartbeat that changes nothing (a stable member, nothing to reconcile) renews the member's
+    session only: the group's row, whose state holds every member's, is not written again. Before,
+    each of N members' heartbeats rewrote all N members' state, and the group's last update (the
+    console's "last rebalance") moved with every heartbeat. A change (a member joining) writes it."""
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-unwritten", 2)
+    group = "cgh-unwritten-group"
+    with RawConnection(bootstrap(server)) as connection:
+        a = consumer_heartbeat(connection, group, "member-a", 0, ["cgh-unwritten"])
+        assert a.member_epoch == 1 and assigned(a) == {topic_id: [0, 1]}
+        a = consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [0, 1])])
+        written = _group_row_version(server, group)
+        for _ in range(3):
+            a = consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [0, 1])])
+            assert a.error_code == KafkaError.none and a.member_epoch == 1
+        assert _group_row_version(server, group) == written, "a heartbeat that changed nothing wrote the group"
+        b = consumer_heartbeat(connection, group, "member-b", 0, ["cgh-unwritten"])
+        assert b.member_epoch == 2
+        assert _group_row_version(server, group) != written, "a join must change the group"
 
 
 def _listed(connection, group: str) -> tuple[str, str]:
