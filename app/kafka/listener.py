@@ -239,8 +239,7 @@ class KafkaListener:
             await answers.all_written()
             response = await dispatch.answer(frame, calls, session, advertised, client_host, read_ahead)
             if response is not None:
-                writer.write(response)
-                await writer.drain()
+                await write_answer(writer, response)
             if session.closing:
                 await asyncio.sleep(FAILED_AUTHENTICATION_CLOSE_DELAY_S)
                 return
@@ -295,6 +294,18 @@ class KafkaListener:
                     return None
 
 
+async def write_answer(writer: asyncio.StreamWriter, frame: bytes) -> None:
+    """Writes an answer, or raises ConnectionResetError when the client has gone (its connection
+    closed or reset while the request was answered): the disconnect every client may make at any
+    time, not an error of the node. uvloop, the loop `txbroker serve` runs, raises RuntimeError
+    ("the handler is closed") on a write to a connection the peer reset, which read as an
+    unexpected error with its traceback."""
+    if writer.is_closing():
+        raise ConnectionResetError(f"the client closed the connection before its answer ({len(frame)} bytes)")
+    writer.write(frame)
+    await writer.drain()
+
+
 class AnswersInOrder:
     """A connection's pipelined answers (its Produce requests', each waiting for its write batch's
     commit), written in request order, Kafka's rule, however their commits end. Invariants: each
@@ -343,8 +354,7 @@ class AnswersInOrder:
         if previous is not None:
             await previous
         if frame is not None:  # none for acks=0
-            self._writer.write(frame)
-            await self._writer.drain()
+            await write_answer(self._writer, frame)
 
     def _answered(self, task: asyncio.Task) -> None:
         if task.cancelled() or task.exception() is None:
