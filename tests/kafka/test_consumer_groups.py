@@ -11,7 +11,8 @@ import re
 import time
 
 import asyncpg
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import KafkaError as ConfluentError
+from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -344,7 +345,24 @@ def _consume_and_commit(members, received: list[list[bytes]], until) -> None:
             if message is None or message.error():
                 continue
             got.append(message.value())
+            _commit_at_the_current_epoch(member, message)
+
+
+def _commit_at_the_current_epoch(member, message) -> None:
+    """Commits the record, again while the answer is STALE_MEMBER_EPOCH: the member's epoch moved on
+    between its poll and its commit (another member joined or left), which Kafka's coordinator
+    answers alike, and Kafka's Java consumer retries the commit with the new epoch; librdkafka hands
+    it to the application. The partition stays this member's meanwhile (its revocation waits for
+    the next poll), so the retry, with the epoch the heartbeats brought, is accepted."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
             member.consumer.commit(message=message, asynchronous=False)
+            return
+        except KafkaException as error:
+            if error.args[0].code() != ConfluentError.STALE_MEMBER_EPOCH or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def test_across_rebalances_no_record_is_delivered_twice_nor_lost(module_kafka_server):
