@@ -283,6 +283,12 @@ KAFKA_TOPIC_OPERATIONS: dict[str, Operation | None] = {
     "DESCRIBE_CONFIGS": Operation.DESCRIBE,
     "ALTER_CONFIGS": Operation.ALTER,
 }
+# Kafka's operations on a Group (AclEntry.supportedOperations(GROUP)), each decided by the same rule.
+KAFKA_GROUP_OPERATIONS: dict[str, Operation | None] = {
+    "READ": Operation.READ,
+    "DESCRIBE": Operation.DESCRIBE,
+    "DELETE": Operation.DELETE,
+}
 
 
 def _authorized_operations(
@@ -310,6 +316,12 @@ def topic_operations(principal: Principal, topic: str) -> list[str]:
     """Kafka's names of the operations `principal` may do on the topic (Metadata v8+'s topic
     authorized operations, which Kafka answers for the topics the principal may Describe)."""
     return _authorized_operations(principal, KAFKA_TOPIC_OPERATIONS, ResourceType.TOPIC, topic)
+
+
+def group_operations(principal: Principal, group_id: str) -> list[str]:
+    """Kafka's names of the operations `principal` may do on the group (DescribeGroups v3+'s and
+    ConsumerGroupDescribe's authorized operations, answered for the groups described without error)."""
+    return _authorized_operations(principal, KAFKA_GROUP_OPERATIONS, ResourceType.GROUP, group_id)
 
 
 class BrokerCalls:

@@ -887,6 +887,56 @@ def test_deleting_a_group_needs_delete_on_it(secured):
         assert admin.get(f"/v1/groups/{denied}").json()["offsets"][0]["offset"] == 1
 
 
+# Kafka's AclOperation codes of a Group's operations (AclEntry.supportedOperations(GROUP)).
+READ, DELETE = 3, 6
+
+
+def test_describing_a_group_answers_the_operations_the_principals_rules_allow(secured):
+    """DescribeGroups v3+ and ConsumerGroupDescribe answer the principal's operations on a group
+    described without error when asked, as Kafka's KafkaApis sets them (Read implies Describe);
+    not asked, or for a group not described (ConsumerGroupDescribe of a classic group), Kafka's
+    INT32_MIN. Regression: both answered INT32_MIN even when asked."""
+    classic, consumer = "sasl-classic-ops", "sasl-consumer-ops"
+    with admin_client(secured) as admin:
+        offsets = [{"topic": TOPIC, "partition": 0, "offset": 1}]
+        admin.post(f"/v1/groups/{classic}/offsets/commit", json={"offsets": offsets}).raise_for_status()
+    # Read on every group of the prefix, Delete on the consumer group as well.
+    rules = [
+        rule("Group", "sasl-", "Read", "prefixed"),
+        rule("Group", consumer, "Delete"),
+        rule("Topic", TOPIC, "Read"),
+    ]
+    _, api_key = new_principal(secured, "group-describer", *rules)
+    not_asked = -(2**31)
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, "group-describer", api_key).error_code == KafkaError.none
+        joined = raw_groups.consumer_heartbeat(connection, consumer, "ops-member", 0, [TOPIC])
+        assert joined.error_code == KafkaError.none
+
+        def describe_groups(include: bool):
+            request = request_of(api_table.DESCRIBE_GROUPS, 5, groups=(classic,), include_authorized_operations=include)
+            (group,) = connection.call(request).groups
+            return group.error_code, group.authorized_operations
+
+        def consumer_group_describe(include: bool):
+            request = request_of(
+                api_table.CONSUMER_GROUP_DESCRIBE,
+                0,
+                group_ids=(consumer, classic),
+                include_authorized_operations=include,
+            )
+            return [(g.error_code, g.authorized_operations) for g in connection.call(request).groups]
+
+        assert describe_groups(True) == (KafkaError.none, (1 << READ) | (1 << DESCRIBE))
+        assert describe_groups(False) == (KafkaError.none, not_asked)
+        assert consumer_group_describe(True) == [
+            (KafkaError.none, (1 << READ) | (1 << DESCRIBE) | (1 << DELETE)),
+            (KafkaError.group_id_not_found, not_asked),
+        ]
+        assert consumer_group_describe(False)[0] == (KafkaError.none, not_asked)
+        raw_groups.consumer_heartbeat(connection, consumer, "ops-member", -1)
+
+
 def test_deleting_offsets_needs_delete_on_the_group_and_read_on_the_topic(secured):
     """OffsetDelete: without Delete on the group, GROUP_AUTHORIZATION_FAILED for the request; without
     Read on a topic, TOPIC_AUTHORIZATION_FAILED for that topic's partitions only."""

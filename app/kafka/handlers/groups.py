@@ -11,10 +11,11 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from app.errors import BrokerError
 from app.kafka import api_table
-from app.kafka.broker_calls import CLASSIC_GROUP_TYPE, ConsumerHeartbeat
+from app.kafka.broker_calls import CLASSIC_GROUP_TYPE, ConsumerHeartbeat, group_operations
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import error_message, kafka_error
 from app.kafka.frames import build, response_module
+from app.kafka.handlers.metadata import OPERATIONS_NOT_REQUESTED, operation_bits
 
 NO_THROTTLE = datetime.timedelta(0)
 NO_GENERATION = -1
@@ -272,6 +273,15 @@ def _described_error(context: RequestContext, group) -> tuple[KafkaError, str | 
     return kafka_error(group.error), error_message(group.error)
 
 
+def _group_authorized_operations(context: RequestContext, request, group_id: str, error: KafkaError) -> int:
+    """The principal's operations on the group when the request asks for them (DescribeGroups v3+,
+    ConsumerGroupDescribe), for a group described without error, as Kafka's KafkaApis sets them;
+    else OPERATIONS_NOT_REQUESTED."""
+    if not getattr(request, "include_authorized_operations", False) or error != KafkaError.none:
+        return OPERATIONS_NOT_REQUESTED
+    return operation_bits(group_operations(context.principal, group_id))
+
+
 async def describe_groups(context: RequestContext, request) -> object:
     module = response_module(api_table.DESCRIBE_GROUPS, context.api_version)
     described = []
@@ -301,7 +311,7 @@ async def describe_groups(context: RequestContext, request) -> object:
                     )
                     for m in group.members
                 ),
-                authorized_operations=-2147483648,  # not asked for (Kafka's INT32_MIN)
+                authorized_operations=_group_authorized_operations(context, request, group_id, error),
             )
         )
     return build(module, "DescribeGroupsResponse", throttle_time=NO_THROTTLE, groups=tuple(described))
@@ -390,7 +400,6 @@ async def consumer_group_heartbeat(context: RequestContext, request) -> object:
 
 # ConsumerGroupDescribe v1's member type (KIP-1099): a member of the consumer protocol.
 CONSUMER_MEMBER_TYPE = 1
-NOT_ASKED_OPERATIONS = -2147483648  # Kafka's INT32_MIN: authorized operations not asked for
 
 
 def _described_assignment(module, partitions: dict, topic_ids: dict) -> object:
@@ -452,7 +461,7 @@ async def consumer_group_describe(context: RequestContext, request) -> object:
                 error_message=error_message(error),
                 group_id=group_id,
                 members=members,
-                authorized_operations=NOT_ASKED_OPERATIONS,
+                authorized_operations=_group_authorized_operations(context, request, group_id, kafka_error(error)),
                 **values,
             )
         )

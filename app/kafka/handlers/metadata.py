@@ -90,7 +90,7 @@ async def _described_brokers(context: RequestContext, request, module) -> tuple:
     )
 
 
-def _operation_bits(names: list[str]) -> int:
+def operation_bits(names: list[str]) -> int:
     """Kafka's bit set of authorized operations (an operation's code is its bit)."""
     return sum(1 << OPERATION_CODES[name] for name in names)
 
@@ -100,7 +100,7 @@ def _cluster_authorized_operations(context: RequestContext, request) -> int:
     (Metadata v8-v10, DescribeCluster), else OPERATIONS_NOT_REQUESTED."""
     if not getattr(request, "include_cluster_authorized_operations", False):
         return OPERATIONS_NOT_REQUESTED
-    return _operation_bits(cluster_operations(context.principal))
+    return operation_bits(cluster_operations(context.principal))
 
 
 def _topic_authorized_operations(context: RequestContext, request, topic: TopicMetadata) -> int:
@@ -111,7 +111,7 @@ def _topic_authorized_operations(context: RequestContext, request, topic: TopicM
     asked = getattr(request, "include_topic_authorized_operations", False)
     if not asked or topic.name is None or kafka_error(topic.error) == KafkaError.topic_authorization_failed:
         return OPERATIONS_NOT_REQUESTED
-    return _operation_bits(topic_operations(context.principal, topic.name))
+    return operation_bits(topic_operations(context.principal, topic.name))
 
 
 def _cluster(context: RequestContext, request, brokers: tuple) -> dict:
@@ -344,7 +344,7 @@ async def describe_topic_partitions(context: RequestContext, request) -> object:
             _partition(context, module, "DescribeTopicPartitionsResponsePartition", index)
             for index in range(start, end)
         )
-        operations = _operation_bits(topic_operations(context.principal, topic.name))
+        operations = operation_bits(topic_operations(context.principal, topic.name))
         answered.append(_page_topic(module, topic, partitions, operations))
         if end < topic.partition_count:
             next_cursor = build(module, "Cursor", topic_name=topic.name, partition_index=end)
