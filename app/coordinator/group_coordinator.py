@@ -44,6 +44,7 @@ from app.coordinator.classic_groups import (
     classic_state,
     instance_error,
 )
+from app.coordinator.confirmed_reads import ReplicationBarrier, confirmed_by_the_standby
 from app.coordinator.consumer_groups import (
     ConsumerGroupDescription,
     ConsumerGroups,
@@ -70,7 +71,6 @@ from app.storage.log.topics import (
     unknown_partition,
     unknown_topic,
 )
-from app.storage.replication_barrier import READ_WAIT_MIN_S, ReplicationBarrier
 from txbroker.wire import NO_GENERATION, NO_MEMBER
 
 # Kafka's default heartbeat.interval.ms: members learn of a rebalance within this long.
@@ -798,12 +798,7 @@ class GroupCoordinator:
         commit (an EndTxn's, an OffsetCommit's) the standby has not confirmed could be lost by a
         failover with the output that went with it, and a consumer positioned past its inputs would
         skip them for good."""
-        if self.replication_barrier is not None and not await self.replication_barrier.confirm(READ_WAIT_MIN_S):
-            raise BrokerError(
-                ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                f"the committed offsets of group {group_id!r} are not confirmed by the database's synchronous "
-                f"standby after {READ_WAIT_MIN_S:g} s (it is away or slow), so a failover could take them back: retry",
-            )
+        await confirmed_by_the_standby(self.replication_barrier, f"the committed offsets of group {group_id!r}")
 
     # ---- deletion
 
