@@ -145,9 +145,9 @@ def create_app(
         )
         app.state.reachability_probe = ReachabilityProbe(database_url)  # /v1/health's, connected when first asked
         app.state.database_url = database_url  # the Kafka listener's presence connection (node_presence.py)
-        app.state.coordinator = TransactionCoordinator(app.state.pool, settings)
-        app.state.batched_writes = BatchedWrites(app.state.coordinator, settings.max_records_per_request)
         app.state.replication_barrier = ReplicationBarrier(app.state.pool)
+        app.state.coordinator = TransactionCoordinator(app.state.pool, settings, app.state.replication_barrier)
+        app.state.batched_writes = BatchedWrites(app.state.coordinator, settings.max_records_per_request)
         app.state.group_coordinator = GroupCoordinator(
             app.state.pool,
             app.state.coordinator,

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 
 from app.api import schemas
 from app.api.auth import ActorDep, PrincipalDep
-from app.api.deps import READY, CoordinatorDep, PoolDep
+from app.api.deps import READY, CoordinatorDep
 from app.api.json_route import OrjsonRoute
 from app.api.responses import json_response
 from app.coordinator import transaction_admin
@@ -142,11 +142,11 @@ async def abort_transaction(
 
 
 @router.get("/topics/{topic}/partitions/{partition}/producers", response_model=schemas.ProducerList, responses=ERRORS)
-async def describe_producers(topic: str, partition: int, pool: PoolDep, principal: PrincipalDep):
+async def describe_producers(topic: str, partition: int, coordinator: CoordinatorDep, principal: PrincipalDep):
     """[DescribeProducers] The producers with state on this partition (-1: none). Needs Read on the
     topic."""
     authorize(principal, Operation.READ, ResourceType.TOPIC, topic)
-    found = await transaction_admin.describe_producers(pool, topic, partition)
+    found = await transaction_admin.describe_producers(coordinator, topic, partition)
     return json_response(
         {
             "producers": [
@@ -169,14 +169,14 @@ async def describe_producers(topic: str, partition: int, pool: PoolDep, principa
 async def list_markers(
     topic: str,
     partition: int,
-    pool: PoolDep,
+    coordinator: CoordinatorDep,
     principal: PrincipalDep,
     offset: Annotated[int, Query(ge=0, le=schemas.INT64_MAX)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
 ):
     """The transaction markers of a partition from an offset on. Needs Read on the topic."""
     authorize(principal, Operation.READ, ResourceType.TOPIC, topic)
-    found = await transaction_admin.list_markers(pool, topic, partition, offset, limit)
+    found = await transaction_admin.list_markers(coordinator, topic, partition, offset, limit)
     return json_response(
         {
             "markers": [

@@ -9,6 +9,7 @@ import asyncpg
 from fastapi import Depends, Request
 
 from app.coordinator.batched_writes import BatchedWrites
+from app.coordinator.confirmed_reads import ReplicationBarrier
 from app.coordinator.fetch import AppendNotifier
 from app.coordinator.group_coordinator import GroupCoordinator
 from app.coordinator.transaction_coordinator import TransactionCoordinator
@@ -40,6 +41,10 @@ async def _group_coordinator(request: Request) -> GroupCoordinator:
     return request.app.state.group_coordinator
 
 
+async def _replication_barrier(request: Request) -> ReplicationBarrier:
+    return request.app.state.replication_barrier
+
+
 async def require_ready(request: Request) -> None:
     if not request.app.state.ready:
         raise BrokerError(
@@ -54,4 +59,5 @@ CoordinatorDep = Annotated[TransactionCoordinator, Depends(_coordinator)]
 BatchedWritesDep = Annotated[BatchedWrites, Depends(_batched_writes)]
 GroupCoordinatorDep = Annotated[GroupCoordinator, Depends(_group_coordinator)]
 NotifierDep = Annotated[AppendNotifier, Depends(_notifier)]
+ReplicationBarrierDep = Annotated[ReplicationBarrier, Depends(_replication_barrier)]
 READY = [Depends(require_ready)]

@@ -7,7 +7,7 @@ from fastapi.responses import Response
 
 from app.api import schemas
 from app.api.auth import ActorDep, PrincipalDep
-from app.api.deps import READY, PoolDep, SettingsDep
+from app.api.deps import READY, PoolDep, ReplicationBarrierDep, SettingsDep
 from app.api.json_route import OrjsonRoute
 from app.api.request_limits import check_partition_count
 from app.api.responses import json_response
@@ -83,16 +83,19 @@ async def create_topic(
 
 
 @router.get("/topics", response_model=schemas.TopicList, dependencies=READY)
-async def list_topics(pool: PoolDep, principal: PrincipalDep):
-    """The topics the caller may Describe."""
-    found = await topic_admin.describe_topics(pool, _describable_by(principal))
+async def list_topics(pool: PoolDep, barrier: ReplicationBarrierDep, principal: PrincipalDep):
+    """The topics the caller may Describe, answered once the database's synchronous standby has
+    their watermarks (docs/operations-high-availability.md)."""
+    found = await topic_admin.describe_topics(pool, _describable_by(principal), confirmed_by=barrier)
     return json_response({"topics": [_topic_body(topic, states) for topic, states in found]})
 
 
 @router.get("/topics/{topic}", response_model=schemas.TopicOut, responses=ERRORS, dependencies=READY)
-async def describe_topic(topic: str, pool: PoolDep, principal: PrincipalDep):
+async def describe_topic(topic: str, pool: PoolDep, barrier: ReplicationBarrierDep, principal: PrincipalDep):
+    """The topic and its partitions' watermarks, answered once the database's synchronous standby
+    has them (docs/operations-high-availability.md)."""
     authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
-    info, states = await topic_admin.describe_topic(pool, topic)
+    info, states = await topic_admin.describe_topic(pool, topic, barrier)
     return json_response(_topic_body(info, states))
 
 

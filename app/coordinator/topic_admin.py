@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 
 from app.coordinator.audit import Actor, record
+from app.coordinator.confirmed_reads import ReplicationBarrier, confirmed_by_the_standby
 from app.errors import BrokerError
 from app.storage.lifecycle import log_cleaner
 from app.storage.log import partition_log, topic_configs, topics
@@ -232,20 +233,30 @@ async def grow_partitions(
 
 
 async def describe_topics(
-    pool: asyncpg.Pool, visible: Callable[[str], bool] = _everything, wait_for_connection_s: float | None = None
+    pool: asyncpg.Pool,
+    visible: Callable[[str], bool] = _everything,
+    wait_for_connection_s: float | None = None,
+    confirmed_by: ReplicationBarrier | None = None,
 ) -> list[TopicWithPartitions]:
     """The topics whose names `visible` admits, with their partitions' offsets; TimeoutError when
-    no pooled connection is free within `wait_for_connection_s` (None: no bound)."""
+    no pooled connection is free within `wait_for_connection_s` (None: no bound). `confirmed_by`:
+    the server's barrier, as describe_topic's (None: answered at once, as a /metrics scrape is)."""
     async with pool.acquire(timeout=wait_for_connection_s) as conn:
         found = [topic for topic in await topics.list_topics(conn) if visible(topic.name)]
         states = await partition_log.partition_states(conn, found)
+    await confirmed_by_the_standby(confirmed_by, "the topics' descriptions")
     return [(topic, states[topic.topic_id]) for topic in found]
 
 
-async def describe_topic(pool: asyncpg.Pool, name: str) -> TopicWithPartitions:
+async def describe_topic(pool: asyncpg.Pool, name: str, confirmed_by: ReplicationBarrier | None) -> TopicWithPartitions:
+    """The topic with its partitions' offsets, answered once the synchronous standby (`confirmed_by`:
+    the server's barrier) has them: a high watermark a failover takes back (records produced on the
+    primary alone) would have a reader wait for records that never come, or count ones gone;
+    DatabaseUnavailable (retriable) if it has not within READ_WAIT_MIN_S."""
     async with pool.acquire() as conn:
         topic = await topics.get_topic(conn, name)
         states = await partition_log.partition_states(conn, [topic])
+    await confirmed_by_the_standby(confirmed_by, f"the description of topic {name!r}")
     return topic, states[topic.topic_id]
 
 

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from app.coordinator.confirmed_reads import confirmed_by_the_standby
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.coordinator.transaction_metadata import TransactionMetadata
-from app.errors import BrokerError
+from app.errors import BrokerError, DatabaseUnavailable
 from app.storage.log import markers
 from app.storage.log.markers import Marker
 from app.storage.log.topics import TopicInfo, get_topic, unknown_partition
@@ -63,7 +64,8 @@ async def list_transactions(
     """[ListTransactions] The transactions `wanted` selects whose ids `visible` admits (the
     caller's Describe ACL), ordered by transactional id, after `after`, at most `limit` (None: all).
     The filters apply before the limit: pages are read until `limit` are found or the listing
-    ends, so a short answer always means the last page."""
+    ends, so a short answer always means the last page. Answered once the synchronous standby has
+    what was read (DatabaseUnavailable, retriable, if it has not within READ_WAIT_MIN_S)."""
     page_size = LIST_PAGE if limit is None else limit
     single_producer = next(iter(wanted.producer_ids)) if wanted.producer_ids and len(wanted.producer_ids) == 1 else None
     found: list[TransactionMetadata] = []
@@ -75,6 +77,8 @@ async def list_transactions(
         if len(page) < page_size:
             break
         after = page[-1].transactional_id
+    # Once for every page read: a transaction listed CompleteCommit must not come back Ongoing.
+    await confirmed_by_the_standby(coordinator.replication_barrier, "the transactions' states")
     return found if limit is None else found[:limit]
 
 
@@ -85,21 +89,27 @@ async def _partition(conn: asyncpg.Connection, topic: str, partition: int) -> To
     return info
 
 
-async def describe_producers(pool: asyncpg.Pool, topic: str, partition: int) -> list[PartitionProducer]:
+async def describe_producers(
+    coordinator: TransactionCoordinator, topic: str, partition: int
+) -> list[PartitionProducer]:
     """[DescribeProducers] The producers with state on this partition."""
-    [found] = await describe_producers_of(pool, topic, [partition])
+    [found] = await describe_producers_of(coordinator, topic, [partition])
     if isinstance(found, BrokerError):
         raise found
     return found
 
 
 async def describe_producers_of(
-    pool: asyncpg.Pool, topic: str, partitions: list[int]
+    coordinator: TransactionCoordinator, topic: str, partitions: list[int]
 ) -> list[list[PartitionProducer] | BrokerError]:
     """[DescribeProducers] Per partition of the topic, its producers with state, or
     UNKNOWN_TOPIC_OR_PARTITION. Each partition is read on its own (a partition's producer states
-    change only under its row lock, with the append or marker that changes them)."""
-    async with pool.acquire() as conn:
+    change only under its row lock, with the append or marker that changes them). Answered once the
+    synchronous standby has what was read: a producer shown in a
+    transaction, or none, that a failover takes back would mislead an operator deciding on an
+    abort; each partition read is DatabaseUnavailable (retriable) if it has not within
+    READ_WAIT_MIN_S."""
+    async with coordinator.pool.acquire() as conn:
         try:
             info = await get_topic(conn, topic)
         except BrokerError as error:
@@ -110,11 +120,21 @@ async def describe_producers_of(
                 found.append(unknown_partition(info, partition))
             else:
                 found.append(await producer_ids.describe_partition_producers(conn, info.topic_id, partition))
-        return found
+    try:
+        await confirmed_by_the_standby(coordinator.replication_barrier, f"the producers of topic {topic!r}")
+    except DatabaseUnavailable as unconfirmed:
+        return [entry if isinstance(entry, BrokerError) else unconfirmed for entry in found]
+    return found
 
 
-async def list_markers(pool: asyncpg.Pool, topic: str, partition: int, offset: int, limit: int) -> list[Marker]:
-    """The transaction markers of a partition from an offset on."""
-    async with pool.acquire() as conn:
+async def list_markers(
+    coordinator: TransactionCoordinator, topic: str, partition: int, offset: int, limit: int
+) -> list[Marker]:
+    """The transaction markers of a partition from an offset on, answered once the synchronous
+    standby has them (a COMMIT marker a failover takes back is a commit that did not happen;
+    DatabaseUnavailable, retriable, if it has not within READ_WAIT_MIN_S)."""
+    async with coordinator.pool.acquire() as conn:
         info = await _partition(conn, topic, partition)
-        return await markers.list_markers(conn, info.topic_id, partition, offset, limit)
+        found = await markers.list_markers(conn, info.topic_id, partition, offset, limit)
+    await confirmed_by_the_standby(coordinator.replication_barrier, f"the markers of {topic}-{partition}")
+    return found

@@ -36,6 +36,7 @@ import asyncpg
 
 from app.clock import now_ms
 from app.coordinator.audit import Actor, record
+from app.coordinator.confirmed_reads import confirmed_by_the_standby
 from app.coordinator.identifiers import check_group_id, check_transactional_id
 from app.coordinator.transaction_metadata import (
     TRANSACTION_VERSION_BUMP,
@@ -58,7 +59,7 @@ from app.storage.log.topics import (
     unknown_partition,
     unknown_topic,
 )
-from app.storage.replication_barrier import commit_waits_for_the_standby
+from app.storage.replication_barrier import ReplicationBarrier, commit_waits_for_the_standby
 from app.storage.transactions import producer_ids
 from app.storage.transactions.producer_ids import ProducerIdAndEpoch
 from app.storage.transactions.transaction_log import NO_START_TIME, TransactionLog, TxnPartition
@@ -123,9 +124,15 @@ class TransactionCoordinator:
     """Kafka's TransactionCoordinator over this database: each request one unit of work (see the
     module's invariants)."""
 
-    def __init__(self, pool: asyncpg.Pool, settings: Settings) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, settings: Settings, replication_barrier: ReplicationBarrier | None = None
+    ) -> None:
+        """`replication_barrier`: the server's, with which the reads a person or a tool acts on
+        (describe, list; topic and producer descriptions, which take it from here) are answered
+        once the synchronous standby has them (confirmed_reads.py); None: answered at once."""
         self.pool = pool
         self.settings = settings
+        self.replication_barrier = replication_barrier
         self.log = TransactionLog(TransactionMetadata, TransactionState.parse)
 
     def unit_of_work(self, *, atomic: bool = True) -> AbstractAsyncContextManager[UnitOfWork]:
@@ -465,6 +472,8 @@ class TransactionCoordinator:
         check_transactional_id(transactional_id)
         async with self.pool.acquire() as conn:
             meta = await self.log.get(conn, transactional_id)
+        # Its absence too: an id's creation (InitProducerId) or expiry the standby lacks comes back.
+        await confirmed_by_the_standby(self.replication_barrier, f"the state of transactional id {transactional_id!r}")
         if meta is None:
             raise transactional_id_not_found(transactional_id)
         return meta

@@ -1405,7 +1405,7 @@ class TransactionAdminCalls:
         denied = _denied(principal, Operation.READ, ResourceType.TOPIC, topic)
         if denied is not None:
             return [denied] * len(partitions)
-        return await transaction_admin.describe_producers_of(self._state.pool, topic, partitions)
+        return await transaction_admin.describe_producers_of(self._state.coordinator, topic, partitions)
 
 
 # The rules of Kafka's ACL APIs as the core holds them (security_admin's, HTTP's /v1/acls), and the

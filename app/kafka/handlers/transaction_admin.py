@@ -23,6 +23,14 @@ NO_DURATION_FILTER = -1
 # id, the row lock is what serializes them); Kafka's "unknown".
 NO_COORDINATOR_EPOCH = -1
 NO_OFFSET = -1
+# What a read the database's synchronous standby has not confirmed (DatabaseUnavailable: the core
+# answers once it has, docs/operations-high-availability.md) is answered, as codes Kafka's admin
+# client retries. ListTransactions: COORDINATOR_LOAD_IN_PROGRESS, retried after a backoff (its
+# COORDINATOR_NOT_AVAILABLE, "shutting down", fails the call). DescribeProducers: NOT_LEADER_OR_FOLLOWER,
+# retried once the leader is looked up again (any other code but UNKNOWN_TOPIC_OR_PARTITION fails it).
+# DescribeTransactions: COORDINATOR_NOT_AVAILABLE, the default, retried once the coordinator is found.
+LIST_UNCONFIRMED = KafkaError.coordinator_load_in_progress
+PRODUCERS_UNCONFIRMED = KafkaError.not_leader_or_follower
 
 
 async def list_transactions(context: RequestContext, request) -> object:
@@ -37,13 +45,15 @@ async def list_transactions(context: RequestContext, request) -> object:
             # v2's pattern, whole-id (Java's Pattern.matches); empty or absent is no filter
             getattr(request, "transactional_id_pattern", None) or None,
         )
-    except InvalidIdPattern as error:
+    except (InvalidIdPattern, BrokerError) as error:
         log.info("ListTransactions refused: %s", error)
         return build(
             module,
             "ListTransactionsResponse",
             throttle_time=NO_THROTTLE,
-            error_code=KafkaError.invalid_regular_expression,
+            error_code=KafkaError.invalid_regular_expression
+            if isinstance(error, InvalidIdPattern)
+            else kafka_error(error, LIST_UNCONFIRMED),
             unknown_state_filters=(),
             transaction_states=(),
         )
@@ -124,7 +134,7 @@ def _partition(module, index: int, result) -> object:
             module,
             "PartitionResponse",
             partition_index=index,
-            error_code=kafka_error(result),
+            error_code=kafka_error(result, PRODUCERS_UNCONFIRMED),
             error_message=result.message,
             active_producers=(),
         )
