@@ -47,6 +47,7 @@ from app.coordinator.fetch import (
     fetch_batches,
     find_offsets,
 )
+from app.kafka import api_table
 from app.runtime.embedded_postgres import EmbeddedPostgres
 from app.runtime.listening_sockets import bound_accepting_socket
 from app.storage import node_presence
@@ -55,7 +56,7 @@ from app.storage.node_presence import HEARTBEAT_INTERVAL_S, LiveNode
 from tests.conftest import free_ports_outside_the_ephemeral_range
 from tests.kafka import exactly_once, raw_transactions
 from tests.kafka.clients import create_topic
-from tests.kafka.raw import RawConnection
+from tests.kafka.raw import RawConnection, nested, request_of
 from tests.sdk.test_sdk_integration import read_all
 from txbroker import Admin, Consumer, OffsetAndMetadata, Producer, TopicPartition, TxbrokerError
 
@@ -1141,3 +1142,93 @@ def test_a_node_announces_itself_on_the_new_primary_when_the_old_one_keeps_runni
         )
         # Its presence left the old primary: nothing announces it where no node looks any more.
         _until(lambda: _announced_on(primary) == [], "node 7's presence to leave the old primary", timeout_s=5)
+
+
+def test_transaction_topic_and_console_reads_are_answered_once_the_standby_has_them(cluster, server_process):
+    """Regression: the reads an operator or a tool acts on were answered from the primary at once.
+    After a commit whose wait for the standby was cancelled (its producer answered 503), they showed
+    what a failover takes back: the transaction CompleteCommit (it comes back Ongoing, its records
+    uncommitted), the topic's high watermark past the commit marker (it goes back), the producer's
+    transaction over, the marker; HTTP's transaction description and listing, its topic description
+    and listing, its producers and markers, the console's pages, and Kafka's DescribeTransactions, ListTransactions and
+    DescribeProducers. Each now waits for the standby as OffsetFetch does: while it confirms nothing,
+    a retriable error after 1 s (HTTP 503 COORDINATOR_NOT_AVAILABLE, the console's 503 page that
+    loads itself again, the Kafka code that Kafka's admin client retries for each API); once it has
+    caught up, the committed state."""
+    primary, standby = cluster
+    topic = "described"
+    with bound_accepting_socket("127.0.0.1", 0) as holder:
+        bootstrap = f"127.0.0.1:{holder.getsockname()[1]}"
+        server = _one_worker_with_a_topic(cluster, server_process, topic, 1, env={"TXBROKER_KAFKA_LISTENER": bootstrap})
+    issued = httpx.post(f"{server.url}/v1/producers/init", json={"transactional_id": "shown"}, timeout=30).json()
+    txn = {"transactional_id": "shown", **issued}
+    body = {**txn, "partitions": [{"topic": topic, "partition": 0, "base_sequence": 0, "records": [{"value": "x"}]}]}
+    httpx.post(f"{server.url}/v1/produce", json=body, timeout=30).raise_for_status()  # adds its partition
+    http_reads = {
+        "a transaction's description": "/v1/transactions/shown",
+        "the transactions' list": "/v1/transactions",
+        "a topic's description": f"/v1/topics/{topic}",
+        "the topics' list": "/v1/topics",
+        "a partition's producers": f"/v1/topics/{topic}/partitions/0/producers",
+        "a partition's markers": f"/v1/topics/{topic}/partitions/0/markers",
+        "the console's transaction page": "/console/transactions/shown",
+        "the console's overview": "/console",
+        "the console's partition page": f"/console/topics/{topic}/partitions/0",
+    }
+
+    def read(path: str) -> httpx.Response:
+        return httpx.get(f"{server.url}{path}", timeout=60)
+
+    def committed() -> httpx.Response:
+        return httpx.post(f"{server.url}/v1/txn/end", json={**txn, "committed": True}, timeout=60)
+
+    key = api_table.DESCRIBE_PRODUCERS
+    kafka_reads = {
+        "DescribeTransactions": (
+            request_of(api_table.DESCRIBE_TRANSACTIONS, 0, transactional_ids=("shown",)),
+            lambda response: response.transaction_states[0].error_code,
+        ),
+        "ListTransactions": (
+            request_of(api_table.LIST_TRANSACTIONS, 0, state_filters=(), producer_id_filters=()),
+            lambda response: response.error_code,
+        ),
+        "DescribeProducers": (
+            request_of(key, 0, topics=(nested(key, 0, "TopicRequest", name=topic, partition_indexes=(0,)),)),
+            lambda response: response.topics[0].partitions[0].error_code,
+        ),
+    }
+    retried_by_kafkas_admin = {
+        "DescribeTransactions": KafkaError.coordinator_not_available,
+        "ListTransactions": KafkaError.coordinator_load_in_progress,
+        "DescribeProducers": KafkaError.not_leader_or_follower,
+    }
+    with _confirming_nothing(standby), concurrent.futures.ThreadPoolExecutor(len(http_reads)) as readers:
+        assert _answer_of_a_cancelled_wait(primary, committed).status_code == 503
+        # Committed on the primary alone: the marker is there, the transaction complete.
+        assert asyncio.run(_high_watermark(primary, topic)) == 2
+        started = time.monotonic()
+        for what, answer in zip(http_reads, readers.map(read, http_reads.values())):
+            assert answer.status_code == 503, f"{what}: {answer.status_code} {answer.text[:500]}"
+            if not what.startswith("the console"):
+                assert answer.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE", f"{what}: {answer.text}"
+        assert time.monotonic() - started >= 1  # each waited for the standby's confirmation first
+        with RawConnection(bootstrap) as connection:
+            for what, (request, error_of) in kafka_reads.items():
+                assert error_of(connection.call(request)) == retried_by_kafkas_admin[what], what
+    # The standby caught up: every read answers, the commit confirmed.
+    assert _until(lambda: read("/v1/transactions/shown").status_code == 200, "the standby to catch up")
+    assert read("/v1/transactions/shown").json()["state"] == "CompleteCommit"
+    for what, path in http_reads.items():
+        assert read(path).status_code == 200, what
+    [partition] = read(f"/v1/topics/{topic}").json()["partitions"]
+    assert partition["high_watermark"] == 2, partition
+    # The next transaction open (kio reads no complete one's start time of -1, as Kafka answers it).
+    described = read("/v1/transactions/shown").json()
+    bumped = described["producer_epoch"] != issued["producer_epoch"]  # the commit bumped it (KIP-890)
+    body.update(producer_id=described["producer_id"], producer_epoch=described["producer_epoch"])
+    body["partitions"][0]["base_sequence"] = 0 if bumped else 1
+    produced = httpx.post(f"{server.url}/v1/produce", json=body, timeout=30)
+    assert produced.status_code == 200, produced.text
+    with RawConnection(bootstrap) as connection:
+        for what, (request, error_of) in kafka_reads.items():
+            assert error_of(connection.call(request)) == KafkaError.none, what
