@@ -679,6 +679,11 @@ class ConsumerGroups:
         await groups.set_revocation_deadlines(
             conn, group.group_id, {mid: m.get("revocation_due_ms") for mid, m in state["members"].items()}
         )
+        # And their topics (what describe, OffsetDelete and the console read), which a regex's
+        # resolution changes for members that are not heartbeating.
+        await groups.set_member_topics(
+            conn, group.group_id, {mid: m["subscribed"] for mid, m in state["members"].items()}
+        )
         assignment: dict = {mid: m["assigned"] for mid, m in state["members"].items() if m["assigned"]}
         assignment[CONSUMER_STATE_KEY] = state
         group.assignment = assignment

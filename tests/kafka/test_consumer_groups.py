@@ -803,6 +803,13 @@ def test_two_members_of_one_regex_split_a_topic_created_later_without_one_taking
         b = _heartbeat_as_owner(connection, group, "member-b", b, owned_b)
         assert (owned_a, owned_b) == ({}, {})
         topic_id = _topic(server, "cgh-split-later", 4)
+        # A's heartbeat resolves the regex for both: B's topics (HTTP's view) have the new one too.
+        a = _heartbeat_as_owner(connection, group, "member-a", a, owned_a)
+        members = server.client.get(f"/v1/groups/{group}").json()["members"]
+        assert {m["member_id"]: m["topics"] for m in members} == {
+            "member-a": ["cgh-split-later"],
+            "member-b": ["cgh-split-later"],
+        }
         most_a = most_b = 0
         for _ in range(6):
             a = _heartbeat_as_owner(connection, group, "member-a", a, owned_a)
