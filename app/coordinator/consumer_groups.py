@@ -25,8 +25,13 @@ As Kafka's coordinator (GroupMetadataManager, CurrentAssignmentBuilder):
   assignment: the answer that bumped it was lost): FENCED_MEMBER_EPOCH otherwise, and the member
   rejoins with epoch 0 after giving up its partitions.
 
-A member may subscribe with a regular expression: the matching topics its principal may Describe,
-resolved at each of its heartbeats (`_resolve_subscription`).
+A member may subscribe with a regular expression. As Kafka's coordinator, the group resolves each
+of its members' expressions once for all of them (`_refresh_regexes`; the state's `regexes`), after
+the heartbeat that brings a new one is answered (which gets the literal topics first), and again
+when topics were created or deleted since (the state's `topics_fingerprint`); a resolution that
+changes the members' topics bumps the group epoch, so all the members of a regex share its topics
+in one target. A member is never given a topic its principal may not Describe (`_check_describable`,
+at its own heartbeats, where its principal is known).
 
 Static members (an instance id): one stopping leaves with epoch -2 and stays with its partitions
 until its session lapses (those it was revoking are free at once, as Kafka's coordinator frees
@@ -54,7 +59,13 @@ from app.coordinator.identifiers import check_identifier, check_member_group_id
 from app.errors import BrokerError, ErrorCode
 from app.storage.groups import groups
 from app.storage.groups.groups import CLASSIC_STATE_KEY, CONSUMER_STATE_KEY, TOPIC_IDS_KEY, Group, Member
-from app.storage.log.topics import find_topics, find_topics_by_uuid, topics_matching
+from app.storage.log.topics import (
+    check_topic_regex,
+    find_topics,
+    find_topics_by_uuid,
+    topics_fingerprint,
+    topics_matching,
+)
 
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
@@ -292,26 +303,68 @@ def reconcile(state: dict, member_id: str, owned: set[tuple[str, int]] | None, n
     )
 
 
-async def _resolve_subscription(conn: asyncpg.Connection, member: dict, may_describe: Callable[[str], bool]) -> bool:
-    """The heartbeating member's topics: the names it subscribes to and, when it subscribes with a
-    regular expression, every topic (not internal) whose whole name it matches and that its
-    principal may Describe (`may_describe`), as Kafka's coordinator resolves it; a topic created or
-    deleted since changes the matches at its next heartbeat, and so the group epoch. True when its
-    topics changed. The expression is matched by PostgreSQL (`topics_matching`: no runaway
-    backtracking), and one it cannot compile is INVALID_REGULAR_EXPRESSION."""
-    matching: set[str] = set()
-    if member.get("regex"):
-        try:
-            matching = {name for name in await topics_matching(conn, member["regex"]) if may_describe(name)}
-        except asyncpg.InvalidRegularExpressionError as error:
-            raise BrokerError(
-                ErrorCode.INVALID_REGULAR_EXPRESSION,
-                f"subscribed topic regex {member['regex'][:300]!r} does not compile ({error}): subscribe with a "
-                f"valid regular expression (PostgreSQL's syntax, RE2's common expressions)",
-            ) from None
-    subscribed = sorted(set(member["names"]) | matching)
+def _regex_matches(state: dict, member: dict) -> list[str]:
+    """The topics the group resolved the member's regular expression to (none while unresolved)."""
+    return state.get("regexes", {}).get(member["regex"], []) if member["regex"] else []
+
+
+def _subscription(state: dict, member: dict) -> bool:
+    """Sets the member's topics: the names it subscribes to and its regular expression's topics as
+    the group resolved them, less those its principal may not Describe (as of its last heartbeat);
+    True when they changed (the target depends on them)."""
+    hidden = set(member.get("undescribable", []))
+    subscribed = sorted(set(member["names"]) | {t for t in _regex_matches(state, member) if t not in hidden})
     changed = subscribed != member["subscribed"]
     member["subscribed"] = subscribed
+    return changed
+
+
+def _check_describable(state: dict, member: dict, may_describe: Callable[[str], bool]) -> None:
+    """Records which of its regular expression's topics the member's principal may not Describe
+    (its ACLs are known only at its own heartbeats): those are left out of its subscription."""
+    member["undescribable"] = [t for t in _regex_matches(state, member) if not may_describe(t)]
+
+
+async def _check_new_regex(conn: asyncpg.Connection, regex: str) -> None:
+    """INVALID_REGULAR_EXPRESSION for a regex PostgreSQL cannot compile, at the heartbeat that brings
+    it (as Kafka's coordinator checks a regex new to the group before resolving it)."""
+    try:
+        await check_topic_regex(conn, regex)
+    except asyncpg.InvalidRegularExpressionError as error:
+        raise BrokerError(
+            ErrorCode.INVALID_REGULAR_EXPRESSION,
+            f"subscribed topic regex {regex[:300]!r} does not compile ({error}): subscribe with a "
+            f"valid regular expression (PostgreSQL's syntax, RE2's common expressions)",
+        ) from None
+
+
+async def _refresh_regexes(
+    conn: asyncpg.Connection, state: dict, heartbeating: tuple[str, Callable[[str], bool]] | None
+) -> bool:
+    """Resolves the group's regular expressions, as Kafka's coordinator does in the background once
+    per group (not per member): when one is not resolved yet, or topics were created or deleted
+    since (`topics_fingerprint`); a regex no member subscribes to any more is forgotten. Each
+    member's topics are then its names and its regex's topics (`_subscription`): the heartbeating
+    member's principal is asked about the new ones (`heartbeating`: its id and `may_describe`), the
+    others' are taken as describable until their own heartbeats. True when any member's topics
+    changed (the group epoch is bumped, so every member of a regex sees the new target at once)."""
+    in_use = sorted({m["regex"] for m in state["members"].values() if m["regex"]})
+    resolved = state.setdefault("regexes", {})
+    for regex in [r for r in resolved if r not in in_use]:
+        del resolved[regex]
+    if not in_use:
+        state.pop("topics_fingerprint", None)
+        return False
+    fingerprint = await topics_fingerprint(conn)
+    if all(r in resolved for r in in_use) and fingerprint == state.get("topics_fingerprint"):
+        return False
+    resolved.update(await topics_matching(conn, in_use))
+    state["topics_fingerprint"] = fingerprint
+    if heartbeating is not None and heartbeating[0] in state["members"]:
+        _check_describable(state, state["members"][heartbeating[0]], heartbeating[1])
+    changed = False
+    for member in state["members"].values():
+        changed |= _subscription(state, member)
     return changed
 
 
@@ -320,16 +373,18 @@ def _member_of_instance(state: dict, instance_id: str) -> str | None:
     return next((mid for mid, m in state["members"].items() if m.get("instance_id") == instance_id), None)
 
 
-def _check_static_leave(group_id: str, state: dict, member_id: str, instance_id: str) -> None:
-    """A leave naming an instance id is its static member's, as Kafka's coordinator finds it
-    (consumerGroupLeave): UNKNOWN_MEMBER_ID when no member has it, FENCED_INSTANCE_ID when another
-    member than the sender does."""
+def _check_instance(group_id: str, state: dict, member_id: str, instance_id: str) -> None:
+    """A heartbeat or leave (epoch other than 0) naming an instance id is its static member's, as
+    Kafka's coordinator finds it (getOrMaybeSubscribeStaticConsumerGroupMember, consumerGroupLeave):
+    UNKNOWN_MEMBER_ID when no member has it, FENCED_INSTANCE_ID when another member than the sender
+    does (its instance joined again under a new member id and replaced it)."""
     holder = _member_of_instance(state, instance_id)
     if holder is None:
         raise BrokerError(
             ErrorCode.UNKNOWN_MEMBER_ID,
             f"instance id {instance_id!r} is no member's in consumer group {group_id!r} (member {member_id!r} "
-            f"sent it with its leave): a static member leaves with its own instance id, a dynamic one with none",
+            f"sent it): a static member heartbeats and leaves with its own instance id, a dynamic one with none; "
+            f"rejoin with member epoch 0",
         )
     if holder != member_id:
         raise BrokerError(
@@ -378,9 +433,10 @@ class ConsumerGroups:
             loaded = (group.generation_id, copy.deepcopy(state))  # what the row holds: unchanged, not written
             bumped = await self._remove_lapsed(conn, group, state, current, now)
             member = state["members"].get(member_id)
+            joining = epoch == JOIN_EPOCH
+            if request.instance_id is not None and not joining:
+                _check_instance(group_id, state, member_id, request.instance_id)
             if epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-                if request.instance_id is not None:
-                    _check_static_leave(group_id, state, member_id, request.instance_id)
                 if member is None:
                     raise unknown_member(group_id, member_id)
                 if epoch == STATIC_LEAVE_EPOCH:
@@ -398,7 +454,6 @@ class ConsumerGroups:
                 del state["members"][member_id]
                 await self._update(conn, group, state, now, bumped=True)
                 return ConsumerHeartbeatResult(member_id, epoch, self.heartbeat_interval_ms, None)
-            joining = epoch == JOIN_EPOCH
             if member is None and not joining:
                 raise unknown_member(group_id, member_id)
             owned = await self._owned(conn, request.owned)
@@ -429,15 +484,22 @@ class ConsumerGroups:
                 # TopicPartitions is empty): it starts over from no partitions.
                 member.update(member_epoch=0, state=MEMBER_STABLE, assigned={}, revoking={}, revocation_due_ms=None)
             before = (member["assigned"], member["member_epoch"])
+            previous_regex = member["regex"]
             bumped |= self._take_subscription(member, request)
-            bumped |= await _resolve_subscription(conn, member, request.may_describe)
+            if member["regex"] not in (None, previous_regex) and member["regex"] not in state.get("regexes", {}):
+                # New to the group: checked now, resolved after this heartbeat is answered (`_update`).
+                await _check_new_regex(conn, member["regex"])
+            _check_describable(state, member, request.may_describe)
+            bumped |= _subscription(state, member)
             member.update(
                 instance_id=request.instance_id or member.get("instance_id"),
                 rack_id=request.rack_id or member.get("rack_id"),
                 client_id=request.client_id,
                 client_host=request.client_host,
             )
-            await self._update(conn, group, state, now, bumped, reconciling=(member_id, owned), loaded=loaded)
+            await self._update(
+                conn, group, state, now, bumped, reconciling=(member_id, owned, request.may_describe), loaded=loaded
+            )
             await groups.touch_member(conn, group_id, member_id, member["subscribed"], self.session_timeout_ms, now)
             changed = joining or (member["assigned"], member["member_epoch"]) != before
             if owned is not None and owned != _as_set(member["assigned"]):
@@ -532,9 +594,8 @@ class ConsumerGroups:
             changed |= names != member["names"]
             member["names"] = names
         if request.subscribed_topic_regex is not None:  # "": no regular expression any more
-            regex = request.subscribed_topic_regex or None
-            changed |= regex != member["regex"]
-            member["regex"] = regex
+            # Its topics, not the expression, are what the target depends on (`_subscription`).
+            member["regex"] = request.subscribed_topic_regex or None
         if request.server_assignor is not None:
             changed |= request.server_assignor != member["server_assignor"]
             member["server_assignor"] = request.server_assignor
@@ -563,12 +624,30 @@ class ConsumerGroups:
         state: dict,
         now: int,
         bumped: bool,
-        reconciling: tuple[str, set[tuple[str, int]] | None] | None = None,
+        reconciling: tuple[str, set[tuple[str, int]] | None, Callable[[str], bool]] | None = None,
         loaded: tuple[int, dict] | None = None,
     ) -> None:
         """Bumps the group epoch when asked or when the subscribed topics changed, recomputes the
-        target when its epoch is behind, reconciles the heartbeating member, and saves (`_save`;
-        `loaded`: the group epoch and state as read, when they need no writing if unchanged)."""
+        target when its epoch is behind, reconciles the heartbeating member (`reconciling`: its id,
+        the partitions it says it owns, and whether its principal may Describe a topic), then
+        resolves the group's regular expressions (`_refresh_regexes`) and saves (`_save`; `loaded`:
+        the group epoch and state as read, when they need no writing if unchanged)."""
+        await self._retarget(conn, group, state, bumped)
+        if reconciling is not None:
+            reconcile(state, reconciling[0], reconciling[1], now)
+        # After the heartbeat's answer is settled, as Kafka's coordinator resolves them in the
+        # background: the heartbeat that brings a new regex is answered without its topics (the
+        # literal ones first), and a resolution that changes the members' topics bumps the group
+        # epoch, so every member subscribing to the regex gets its share at its next heartbeat.
+        heartbeating = None if reconciling is None else (reconciling[0], reconciling[2])
+        if await _refresh_regexes(conn, state, heartbeating):
+            await self._retarget(conn, group, state, bumped=True)
+        await self._save(conn, group, state, now, loaded)
+
+    @staticmethod
+    async def _retarget(conn: asyncpg.Connection, group: Group, state: dict, bumped: bool) -> None:
+        """Bumps the group epoch when asked or when the subscribed topics changed (appeared,
+        disappeared, grew), and recomputes the target when its epoch is behind."""
         subscribed = sorted({t for m in state["members"].values() for t in m["subscribed"]})
         found = await find_topics(conn, subscribed)
         topics = {name: [str(t.topic_uuid), t.partition_count] for name, t in sorted(found.items())}
@@ -584,9 +663,6 @@ class ConsumerGroups:
                 state["target"],
             )
             state["assignment_epoch"] = group.generation_id
-        if reconciling is not None:
-            reconcile(state, reconciling[0], reconciling[1], now)
-        await self._save(conn, group, state, now, loaded)
 
     @staticmethod
     async def _save(
@@ -602,6 +678,11 @@ class ConsumerGroups:
         # Mirrored on the members' rows, where the eviction worker finds the overdue ones by index.
         await groups.set_revocation_deadlines(
             conn, group.group_id, {mid: m.get("revocation_due_ms") for mid, m in state["members"].items()}
+        )
+        # And their topics (what describe, OffsetDelete and the console read), which a regex's
+        # resolution changes for members that are not heartbeating.
+        await groups.set_member_topics(
+            conn, group.group_id, {mid: m["subscribed"] for mid, m in state["members"].items()}
         )
         assignment: dict = {mid: m["assigned"] for mid, m in state["members"].items() if m["assigned"]}
         assignment[CONSUMER_STATE_KEY] = state

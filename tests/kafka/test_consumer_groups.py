@@ -749,3 +749,94 @@ def test_a_restarted_static_consumer_gets_its_partitions_back_and_the_other_keep
     finally:
         static.close()
         other.close()
+
+
+# ---- regular expressions, resolved once per group (Kafka's coordinator: resolvedRegularExpressions)
+
+
+def _heartbeat_as_owner(connection, group: str, member: str, answer, owned: dict):
+    """The member's next heartbeat, owning what its answers gave it (`owned`: topic id ->
+    partitions, updated in place), as a consumer that revokes and takes what it is told at once."""
+    answer = consumer_heartbeat(connection, group, member, answer.member_epoch, owned=sorted(owned.items()))
+    assert answer.error_code == KafkaError.none, answer.error_message
+    if answer.assignment is not None:
+        owned.clear()
+        owned.update(assigned(answer))
+    return answer
+
+
+def test_the_heartbeat_bringing_a_new_regex_gets_the_literal_topics_first_and_the_matches_after(module_kafka_server):
+    """Regression: the heartbeat that brought a regular expression was answered with its matching
+    topics at once. Kafka's coordinator resolves a regex new to the group after answering (in the
+    background): that heartbeat gets the literal topics only, and the resolution bumps the group
+    epoch, so the next heartbeat gets the matches too (librdkafka's 0045 resubscribe_with_regex
+    counts on it)."""
+    server = module_kafka_server
+    literal_id = _topic(server, "cgh-first-literal", 1)
+    matched_id = _topic(server, "cgh-first-matched-1", 2)
+    group = "cgh-first-group"
+    with RawConnection(bootstrap(server)) as connection:
+        joined = consumer_heartbeat(
+            connection, group, "member-a", 0, ["cgh-first-literal"], regex="cgh-first-matched-.*"
+        )
+        assert joined.error_code == KafkaError.none
+        assert assigned(joined) == {literal_id: [0]}
+        after = consumer_heartbeat(connection, group, "member-a", joined.member_epoch, owned=[(literal_id, [0])])
+        assert after.member_epoch == joined.member_epoch + 1
+        assert assigned(after) == {literal_id: [0], matched_id: [0, 1]}
+
+
+def test_two_members_of_one_regex_split_a_topic_created_later_without_one_taking_it_all_first(module_kafka_server):
+    """Regression: each member resolved its regular expression at its own heartbeat, so of two
+    members with one regex the first to heartbeat after a matching topic appeared was assigned all
+    of it, and gave half up at the other's next heartbeat (a revocation more; librdkafka's 0113
+    n_wildcard counts none). The group resolves the regex once for both: the resolution's epoch
+    gives each its half at once."""
+    server = module_kafka_server
+    group, regex = "cgh-split-group", "cgh-split-.*"
+    owned_a: dict = {}
+    owned_b: dict = {}
+    with RawConnection(bootstrap(server)) as connection:
+        a = consumer_heartbeat(connection, group, "member-a", 0, [], regex=regex)
+        b = consumer_heartbeat(connection, group, "member-b", 0, [], regex=regex)
+        a = _heartbeat_as_owner(connection, group, "member-a", a, owned_a)
+        b = _heartbeat_as_owner(connection, group, "member-b", b, owned_b)
+        assert (owned_a, owned_b) == ({}, {})
+        topic_id = _topic(server, "cgh-split-later", 4)
+        # A's heartbeat resolves the regex for both: B's topics (HTTP's view) have the new one too.
+        a = _heartbeat_as_owner(connection, group, "member-a", a, owned_a)
+        members = server.client.get(f"/v1/groups/{group}").json()["members"]
+        assert {m["member_id"]: m["topics"] for m in members} == {
+            "member-a": ["cgh-split-later"],
+            "member-b": ["cgh-split-later"],
+        }
+        most_a = most_b = 0
+        for _ in range(6):
+            a = _heartbeat_as_owner(connection, group, "member-a", a, owned_a)
+            b = _heartbeat_as_owner(connection, group, "member-b", b, owned_b)
+            most_a = max(most_a, len(owned_a.get(topic_id, [])))
+            most_b = max(most_b, len(owned_b.get(topic_id, [])))
+        assert sorted(owned_a[topic_id] + owned_b[topic_id]) == [0, 1, 2, 3]
+        assert (most_a, most_b) == (2, 2), "a member was given more than its half before the split"
+
+
+def test_a_replaced_static_members_old_member_id_is_fenced_by_its_instance(module_kafka_server):
+    """Regression: a static member's instance joining again under a new member id replaces it; the
+    old member id heartbeating again (with its instance id) was answered UNKNOWN_MEMBER_ID. Kafka's
+    coordinator finds a static member by its instance id and answers FENCED_INSTANCE_ID (another
+    consumer has this group.instance.id: librdkafka's fatal error), UNKNOWN_MEMBER_ID only when no
+    member has the instance id."""
+    server = module_kafka_server
+    _topic(server, "cgh-fenced", 1)
+    group = "cgh-fenced-group"
+    with RawConnection(bootstrap(server)) as connection:
+        first = consumer_heartbeat(connection, group, "first-a", 0, ["cgh-fenced"], instance="instance-a")
+        consumer_heartbeat(connection, group, "first-a", -2, instance="instance-a")
+        back = consumer_heartbeat(connection, group, "second-a", 0, ["cgh-fenced"], instance="instance-a")
+        assert back.error_code == KafkaError.none
+        old = consumer_heartbeat(connection, group, "first-a", first.member_epoch, instance="instance-a")
+        assert old.error_code == KafkaError.fenced_instance_id and "second-a" in old.error_message
+        nobody = consumer_heartbeat(connection, group, "second-a", back.member_epoch, instance="instance-nobody")
+        assert nobody.error_code == KafkaError.unknown_member_id and "instance-nobody" in nobody.error_message
+        still = consumer_heartbeat(connection, group, "second-a", back.member_epoch, instance="instance-a")
+        assert still.error_code == KafkaError.none

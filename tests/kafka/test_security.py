@@ -1399,8 +1399,70 @@ def test_a_consumer_group_heartbeat_needs_read_on_the_group_and_describe_on_its_
         assert denied.error_code == KafkaError.group_authorization_failed
         hidden = raw_groups.consumer_heartbeat(connection, f"{GROUP_PREFIX}cgh", "member-a", 0, [OTHER_TOPIC])
         assert hidden.error_code == KafkaError.topic_authorization_failed
-        matched = raw_groups.consumer_heartbeat(
+        joined = raw_groups.consumer_heartbeat(
             connection, f"{GROUP_PREFIX}cgh", "member-a", 0, [], regex=f"({TOPIC}|{OTHER_TOPIC})"
         )
+        assert joined.error_code == KafkaError.none
+        # The group resolves the regex after answering the heartbeat that brought it (as Kafka).
+        matched = raw_groups.consumer_heartbeat(connection, f"{GROUP_PREFIX}cgh", "member-a", joined.member_epoch)
         assert matched.error_code == KafkaError.none
         assert raw_groups.assigned(matched) == {guarded: [0]}
+
+
+def test_members_of_one_group_with_different_principals_get_only_the_regex_topics_each_may_describe(secured, reader):
+    """The group resolves a regular expression once for all its members (as Kafka's coordinator),
+    but members may have different principals: each is only ever assigned the topics its own
+    principal may Describe (Kafka filters the resolution with the principal of the member whose
+    heartbeat started it, which could give another member a topic it may not Describe, or hide one
+    it may). A topic created later is taken as describable by the members that have not heartbeat
+    since, and checked against each one's principal at its own heartbeat, before anything of it is
+    given to that member."""
+    admin = admin_client(secured)
+    guarded = topic_uuid(admin.get(f"/v1/topics/{TOPIC}").json()["topic_id"])
+    other = topic_uuid(admin.get(f"/v1/topics/{OTHER_TOPIC}").json()["topic_id"])
+    wide = new_principal(
+        secured,
+        "wide-reader",
+        rule("Topic", TOPIC, "Read"),
+        rule("Topic", OTHER_TOPIC, "Read", "prefixed"),
+        rule("Group", GROUP_PREFIX, "Read", "prefixed"),
+    )[1]
+    group, regex = f"{GROUP_PREFIX}cgh-principals", f"({TOPIC}|{OTHER_TOPIC}.*)"
+    with (
+        RawConnection(secured.extra["kafka_bootstrap"]) as narrow,
+        RawConnection(secured.extra["kafka_bootstrap"]) as broad,
+    ):
+        assert log_in(narrow, *reader).error_code == KafkaError.none
+        assert log_in(broad, "wide-reader", wide).error_code == KafkaError.none
+        given = {"narrow": set(), "broad": set()}
+        answers = {
+            "narrow": raw_groups.consumer_heartbeat(narrow, group, "member-narrow", 0, [], regex=regex),
+            "broad": raw_groups.consumer_heartbeat(broad, group, "member-broad", 0, [], regex=regex),
+        }
+        owned = {"narrow": {}, "broad": {}}
+
+        def heartbeats(rounds: int) -> None:
+            for _ in range(rounds):
+                for name, connection in (("broad", broad), ("narrow", narrow)):
+                    answer = raw_groups.consumer_heartbeat(
+                        connection,
+                        group,
+                        f"member-{name}",
+                        answers[name].member_epoch,
+                        owned=sorted(owned[name].items()),
+                    )
+                    assert answer.error_code == KafkaError.none, answer.error_message
+                    if answer.assignment is not None:
+                        owned[name] = raw_groups.assigned(answer)
+                        given[name] |= set(owned[name])
+                    answers[name] = answer
+
+        heartbeats(4)
+        assert owned == {"narrow": {guarded: [0]}, "broad": {other: [0]}}
+        admin.post(
+            "/v1/topics", json={"name": f"{OTHER_TOPIC}-later", "partitions": 2, "config": {}}
+        ).raise_for_status()
+        later = topic_uuid(admin.get(f"/v1/topics/{OTHER_TOPIC}-later").json()["topic_id"])
+        heartbeats(5)
+        assert owned == {"narrow": {guarded: [0]}, "broad": {other: [0], later: [0, 1]}}
+        assert given["narrow"] == {guarded}, "the narrow principal's member was given a topic it may not Describe"

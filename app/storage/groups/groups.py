@@ -324,6 +324,18 @@ async def set_revocation_deadlines(conn: asyncpg.Connection, group_id: str, dead
     )
 
 
+async def set_member_topics(conn: asyncpg.Connection, group_id: str, topics: dict[str, list[str]]) -> None:
+    """Each named member's subscribed topics, in the group whose row the caller holds; only the rows
+    whose topics change are written."""
+    await conn.execute(
+        "UPDATE group_members m SET topics = x.topics "
+        "FROM jsonb_each($2::jsonb) AS x(member_id, topics) "
+        "WHERE m.group_id = $1 AND m.member_id = x.member_id AND m.topics IS DISTINCT FROM x.topics",
+        group_id,
+        topics,
+    )
+
+
 async def lock_if_free(conn: asyncpg.Connection, group_id: str) -> Group | None:
     """The group's row locked, unless another server is working on it (SKIP LOCKED)."""
     row = await conn.fetchrow(

@@ -299,15 +299,34 @@ async def find_topic_by_id(conn: asyncpg.Connection, topic_id: int) -> TopicInfo
     return None if row is None else topic_from_row(row)
 
 
-async def topics_matching(conn: asyncpg.Connection, pattern: str) -> list[str]:
-    """The names of the topics, not internal, that the regular expression `pattern` matches whole.
-    Matched by PostgreSQL's regular expression engine (its ARE syntax), which never backtracks
-    exponentially and is interruptible, unlike Python's: a client's expression cannot hold up the
-    server. An expression it cannot compile raises asyncpg's InvalidRegularExpressionError."""
+async def topics_matching(conn: asyncpg.Connection, patterns: list[str]) -> dict[str, list[str]]:
+    """For each regular expression of `patterns`, the names of the topics, not internal, that it
+    matches whole (sorted; none: an empty list). Matched by PostgreSQL's regular expression engine
+    (its ARE syntax), which never backtracks exponentially and is interruptible, unlike Python's: a
+    client's expression cannot hold up the server. An expression it cannot compile raises asyncpg's
+    InvalidRegularExpressionError (`check_topic_regex` finds it first)."""
     rows = await conn.fetch(
-        "SELECT name FROM topics WHERE NOT is_internal AND name ~ ('^(?:' || $1::text || ')$') ORDER BY name", pattern
+        "SELECT p.pattern, array_remove(array_agg(t.name ORDER BY t.name), NULL) AS names "
+        "FROM unnest($1::text[]) AS p(pattern) "
+        "LEFT JOIN topics t ON NOT t.is_internal AND t.name ~ ('^(?:' || p.pattern || ')$') "
+        "GROUP BY p.pattern",
+        patterns,
     )
-    return [row["name"] for row in rows]
+    return {row["pattern"]: list(row["names"]) for row in rows}
+
+
+async def check_topic_regex(conn: asyncpg.Connection, pattern: str) -> None:
+    """Raises asyncpg's InvalidRegularExpressionError when PostgreSQL cannot compile `pattern` as
+    `topics_matching` uses it (matching it against nothing still compiles it)."""
+    await conn.fetchval("SELECT '' ~ ('^(?:' || $1::text || ')$')", pattern)
+
+
+async def topics_fingerprint(conn: asyncpg.Connection) -> list[int]:
+    """[how many topics, the highest topic id]: it changes whenever a topic is created (topic ids
+    only grow, never reused) or deleted (the count falls), so a regular expression resolved at one
+    fingerprint needs resolving again only at another. One index-only look at the topics."""
+    row = await conn.fetchrow("SELECT count(*) AS topics, coalesce(max(topic_id), 0) AS highest FROM topics")
+    return [row["topics"], row["highest"]]
 
 
 async def list_topics(conn: asyncpg.Connection) -> list[TopicInfo]:
