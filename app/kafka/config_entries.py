@@ -164,6 +164,12 @@ BROKER_CONFIGS: dict[str, _BrokerConfig] = {
     "connections.max.idle.ms": _config(
         ConfigType.LONG, "kafka_connections_max_idle_ms", "a Kafka connection idle this long is closed"
     ),
+    "default.replication.factor": _BrokerConfig(
+        ConfigType.INT,
+        None,
+        "replicas of a topic created without a replication factor: one (a partition's durability is PostgreSQL's)",
+        _fixed(1),
+    ),
     "fetch.max.bytes": _config(
         ConfigType.INT, "kafka_fetch_max_bytes", "the most bytes of batches one Fetch is answered"
     ),
@@ -199,6 +205,9 @@ BROKER_CONFIGS: dict[str, _BrokerConfig] = {
         ConfigType.INT, None, "max.message.bytes of topics created without one", _fixed(1_048_576)
     ),
     "node.id": _config(ConfigType.INT, "node_id", "this node's id"),
+    "num.partitions": _config(
+        ConfigType.INT, "num_partitions", "partitions of a topic created without a count (or auto-created)"
+    ),
     "offset.metadata.max.bytes": _BrokerConfig(
         ConfigType.INT, None, "the longest metadata an offset commit may carry", _fixed(4096)
     ),

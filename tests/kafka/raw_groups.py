@@ -1,5 +1,5 @@
 """Raw requests of the classic group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, DescribeGroups), every field the test's: for the rules clients do not show."""
+OffsetCommit, OffsetFetch, DescribeGroups), every field the test's: for the rules clients do not show."""
 
 from __future__ import annotations
 
@@ -177,6 +177,24 @@ def commit_partitions(
         )
     )
     return [p.error_code for t in response.topics for p in t.partitions]
+
+
+def fetch_offsets(connection, group: str, partitions: list[tuple[str, int]], version: int = 7):
+    """OffsetFetch (v1-v7: one group) of each (topic, partition), each topic once (in the order first
+    named) with its partitions: the response."""
+    key = api_table.OFFSET_FETCH
+    return connection.call(
+        request_of(
+            key,
+            version,
+            group_id=group,
+            topics=tuple(
+                nested(key, version, "OffsetFetchRequestTopic", name=topic, partition_indexes=tuple(indexes))
+                for topic, indexes in by_topic(partitions).items()
+            ),
+            require_stable=False,
+        )
+    )
 
 
 def describe(connection, group: str):

@@ -15,7 +15,7 @@ from app.kafka import api_table
 from tests.kafka.clients import WAIT_S, bootstrap, create_topic
 from tests.kafka.group_clients import ConfluentMember, poll_until
 from tests.kafka.raw import RawConnection, nested, request_of
-from tests.kafka.raw_groups import commit
+from tests.kafka.raw_groups import commit, fetch_offsets
 from tests.kafka.raw_transactions import add_offsets, end_txn, init_producer, txn_offset_commit
 
 # The lowest OffsetFetch with committed_leader_epoch in its answer, and the last one without.
@@ -25,16 +25,7 @@ FETCH_WITHOUT_EPOCH = 4
 
 def fetched(connection, group: str, topic: str, version: int = 7):
     """OffsetFetch (v1-v7: one group) of partition 0: its answered partition."""
-    key = api_table.OFFSET_FETCH
-    response = connection.call(
-        request_of(
-            key,
-            version,
-            group_id=group,
-            topics=(nested(key, version, "OffsetFetchRequestTopic", name=topic, partition_indexes=(0,)),),
-            require_stable=False,
-        )
-    )
+    response = fetch_offsets(connection, group, [(topic, 0)], version)
     [answered_topic] = response.topics
     [answer] = answered_topic.partitions
     assert answer.error_code == KafkaError.none, answer

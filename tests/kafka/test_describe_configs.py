@@ -190,3 +190,25 @@ def test_documentation_is_sent_when_asked_and_keys_filter_as_kafka_does(kafka_se
             (config,) = result.configs
             assert config.name == key
             assert (config.documentation is not None) == documentation
+
+
+def test_the_broker_describes_the_defaults_of_a_topic_created_without_counts(make_server):
+    """Regression (found by KafkaJS's own `createTopics.spec.js`, which reads the broker's
+    `default.replication.factor` and `num.partitions` and checks a topic created without counts
+    against them): txbroker did not describe either, though `num_partitions` is Kafka's
+    num.partitions and every partition has one replica."""
+    server = make_server(kafka_listener="127.0.0.1:0", num_partitions=3)
+    configs = kafka_python_configs(server, ConfigResourceType.BROKER, str(server.settings.node_id))
+    described = {
+        name: (configs[name]["value"], configs[name]["config_source"], configs[name]["config_type"])
+        for name in ("num.partitions", "default.replication.factor")
+    }
+    assert described == {
+        "num.partitions": ("3", "STATIC_BROKER_CONFIG", "INT"),
+        "default.replication.factor": ("1", "DEFAULT_CONFIG", "INT"),
+    }
+    admin = AdminClient({"bootstrap.servers": bootstrap(server)})
+    admin.create_topics([NewTopic("created-without-counts")])["created-without-counts"].result(WAIT_S)
+    partitions = admin.list_topics("created-without-counts", timeout=WAIT_S).topics["created-without-counts"].partitions
+    assert len(partitions) == 3
+    assert {len(partition.replicas) for partition in partitions.values()} == {1}

@@ -9,7 +9,8 @@ ILLEGAL_GENERATION.
 
 Each offset keeps the leader epoch its commit carried, as Kafka's group coordinator keeps it:
 OffsetCommit sends one from v6 (older versions store NO_LEADER_EPOCH, the field's default) and
-OffsetFetch returns it from v5; a partition without an offset, or refused, reads NO_LEADER_EPOCH."""
+OffsetFetch returns it from v5; a partition without an offset, or refused, reads NO_LEADER_EPOCH
+and NO_METADATA."""
 
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ from txbroker.wire import NO_LEADER_EPOCH
 
 NO_THROTTLE = datetime.timedelta(0)
 NO_OFFSET = -1
+# Kafka's OffsetFetchResponse.NO_METADATA: its group coordinator stores a commit's null metadata as ""
+# and answers "" for a partition without an offset or with an error, never null (KafkaJS's own
+# broker test expects ""). HTTP's offsets keep their null.
+NO_METADATA = ""
 # OffsetCommit v9+: a generation of a group that does not exist is GROUP_ID_NOT_FOUND; below,
 # ILLEGAL_GENERATION, kept for older clients (Kafka's OffsetMetadataManager.validateOffsetCommit).
 GROUP_ID_NOT_FOUND_SINCE = 9
@@ -115,7 +120,7 @@ async def _group_offsets(
                 partition_index=committed.partition,
                 committed_offset=committed.offset if error is None else NO_OFFSET,
                 committed_leader_epoch=committed.leader_epoch if error is None else NO_LEADER_EPOCH,
-                metadata=committed.metadata if error is None else None,
+                metadata=NO_METADATA if error is not None or committed.metadata is None else committed.metadata,
                 error_code=kafka_error(error),
             )
         )
