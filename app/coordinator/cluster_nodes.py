@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ import asyncpg
 from app.storage import database, node_presence
 from app.storage.node_presence import LiveNode
 
-__all__ = ["ListedNodes", "LiveNode", "NodeListing", "NodePresence", "live_nodes"]
+__all__ = ["ListedNodes", "LiveNode", "NodeListing", "NodePresence", "live_nodes", "partition_leader"]
 
 log = logging.getLogger(__name__)
 
@@ -132,11 +133,40 @@ class ListedNodes(NamedTuple):
         """Every node listed, alive or lapsed, by id."""
         return sorted([*self.live, *self.lapsed])
 
+    def leader(self, topic: str, partition: int) -> int:
+        """The id of the node every node names the partition's leader (its one replica and ISR)
+        while they list the same live nodes: partition_leader over the live ones, never a lapsed
+        one."""
+        return partition_leader(topic, partition, [node.node_id for node in self.live])
+
+
+def _leadership_weight(topic: str, partition: int, node_id: int) -> int:
+    """A node's weight for leading a partition: a hash every process computes alike (Python's
+    hash() of a str is salted per process), spread evenly whatever the names and ids."""
+    key = f"{topic}\x00{partition}\x00{node_id}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+
+
+def partition_leader(topic: str, partition: int, live_node_ids: list[int]) -> int:
+    """The node that leads a partition among the live ones: the one of highest weight for it
+    (rendezvous hashing). Every node computes the same leader from the same live nodes, which is
+    what Kafka's clients expect of a cluster (KafkaJS runs one fetcher per leader: two nodes naming
+    two leaders made two fetchers fetch one partition). Leaders spread over the nodes (each as likely to lead a
+    partition), and
+    when a node leaves (dies, stops, its heartbeats lapse) only the partitions it led move, each to
+    the survivor of highest weight for it; when it comes back it takes back just those. Any node
+    still serves any partition (they share PostgreSQL): the leader named is where clients are sent,
+    not the only node that answers."""
+    if not live_node_ids:
+        raise ValueError(f"no live node to lead {topic}-{partition}: expected at least the node answering")
+    return max(live_node_ids, key=lambda node_id: (_leadership_weight(topic, partition, node_id), node_id))
+
 
 class NodeListing:
     """The other nodes one process lists as brokers: the live ones, and each node it listed before
     whose presence has lapsed, for `lapse_s` after this process first found it gone (never as a
-    leader or coordinator: every node answers itself as those). Kafka's controller likewise lists
+    leader or coordinator: partitions are led by live nodes only, ListedNodes.leader, and every node
+    answers itself as the coordinator). Kafka's controller likewise lists
     a broker that died until its session times out (broker.session.timeout.ms, 9 s), and clients
     rely on it: librdkafka re-finds a coordinator it waits for when a connection to the dead one
     fails, which it tries only while the broker is in its metadata; a broker gone from a Metadata

@@ -386,10 +386,6 @@ class BrokerCalls:
             others = ListedNodes([], [])
         return ListedNodes(sorted([LiveNode(self.node_id, host, port), *others.live]), others.lapsed)
 
-    async def listed_nodes(self, host: str, port: int) -> list[LiveNode]:
-        """Every node node_listing lists, alive or lapsed (Metadata's brokers)."""
-        return (await self.node_listing(host, port)).every
-
     @property
     def ready(self) -> bool:
         return self._state.ready

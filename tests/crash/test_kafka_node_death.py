@@ -2,9 +2,10 @@
 serve` nodes on one PostgreSQL, both the clients' bootstrap servers, and the one the clients use the
 most is killed and never restarted.
 
-Every node answers itself as the leader of every partition and as the coordinator of every group
-and transactional id (docs/kafka.md, "Several nodes"), so the survivor never names the dead node as
-either; it lists it as a broker for kafka_lapsed_node_listed_ms after first finding it gone (its
+Every node answers itself as the coordinator of every group and transactional id, and all of them
+the same live node as a partition's leader (docs/kafka.md, "Several nodes"), so the survivor never
+names the dead node as either once its presence ended (at once: its session ends with its socket),
+and leads every partition; it lists it as a broker for kafka_lapsed_node_listed_ms after first finding it gone (its
 presence session ends with its socket, at once), as Kafka lists a dead broker until its session
 times out. That listing is what lets librdkafka find its group coordinator again: a request
 waiting for a coordinator that is gone from the client's metadata waited for good
@@ -75,6 +76,15 @@ def _leaders(bootstrap: str, topic: str) -> set[int]:
     return {p.leader_id for p in topic_metadata(bootstrap, topic, False).partitions}
 
 
+def _leaders_become(bootstrap: str, topic: str, expected: set[int]) -> None:
+    """Waits until the node names only `expected` the topic's leaders: PostgreSQL ends a killed
+    node's presence session a moment after its socket closes, and until then it leads."""
+    deadline = time.monotonic() + WAIT_S
+    while (found := _leaders(bootstrap, topic)) != expected:
+        assert time.monotonic() < deadline, f"{topic}'s leaders {found}, expected {expected}"
+        time.sleep(0.1)
+
+
 def _metadata_refreshed(client) -> None:
     """A Metadata of `client`'s answered, each try brief (one sent to a dead broker waits out its
     timeout), within WAIT_S."""
@@ -143,10 +153,12 @@ def test_exactly_once_for_kafka_clients_when_one_of_two_nodes_dies_for_good(serv
             nodes[victim].kill()
 
             # The survivor lists the dead node a while (its first answer after the death does),
-            # and names itself every partition's leader and every key's coordinator throughout.
+            # names itself every key's coordinator throughout, and every partition's leader once
+            # it finds the dead node's presence gone.
             assert brokers(ports[survivor]) == both
             for topic in ("death-in", "death-out", "death-direct", "death-acked"):
-                assert _leaders(survivor_bootstrap, topic) == {node_ids[survivor]}, topic
+                _leaders_become(survivor_bootstrap, topic, {node_ids[survivor]})
+            assert brokers(ports[survivor]) == both  # a lapsed node: listed, leading nothing
             assert _coordinator(survivor_bootstrap, "death-loop") == node_ids[survivor]
 
             # The clients carry on against the survivor: each commits a transaction more, the

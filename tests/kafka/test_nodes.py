@@ -1,8 +1,9 @@
 """Several `txbroker serve` nodes on one PostgreSQL appear in Metadata as brokers, each with the id
 it was started with (TXBROKER_NODE_ID), listed while alive: a node stopped (or killed) is still
 listed by a node that listed it, kafka_lapsed_node_listed_ms after that node finds it gone, then
-leaves the list; restarted with its id it is listed again; each answers as the coordinator and the
-leader. DescribeCluster answers the same brokers but those listed for the lapse, Kafka's fenced
+leaves the list; restarted with its id it is listed again; each answers itself as the coordinator,
+and all of them the same leader of a partition, one of the live nodes (never a lapsed one), the
+leaders spread over them. DescribeCluster answers the same brokers but those listed for the lapse, Kafka's fenced
 brokers, answered (flagged) only to its v2's include_fenced_brokers. A node that hangs (SIGSTOP)
 leaves the list likewise once its heartbeats have stopped for node_presence.SESSION_TIMEOUT_S, and
 is back the moment it resumes."""
@@ -10,6 +11,7 @@ is back the moment it resumes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -287,3 +289,72 @@ def test_a_presence_is_live_while_its_session_shows_life(database_url):
             await reader.close()
 
     asyncio.run(run())
+
+
+def leaders(port: int, topic: str) -> dict[int, int]:
+    """Metadata's leader of each partition of the topic, by partition, as node `port` answers it;
+    each partition's replicas and ISR, the leader alone."""
+    answer = topic_metadata(f"127.0.0.1:{port}", topic, allow_auto_topic_creation=False)
+    assert answer.error_code == KafkaError.none, answer
+    for partition in answer.partitions:
+        leader = partition.leader_id
+        assert (partition.replica_nodes, partition.isr_nodes) == ((leader,), (leader,)), partition
+    return {partition.partition_index: partition.leader_id for partition in answer.partitions}
+
+
+def agreed_leaders(ports: list[int], topic: str) -> dict[int, int]:
+    """The leaders every node answers for the topic, asserted the same on each."""
+    answers = {port: leaders(port, topic) for port in ports}
+    assert len({tuple(sorted(a.items())) for a in answers.values()}) == 1, answers
+    return answers[ports[0]]
+
+
+def leaders_become(ports: list[int], topic: str, leading: set[int]) -> dict[int, int]:
+    """Waits until every node answers the same leaders for the topic, led by exactly the nodes
+    `leading` (a node's presence is seen to end, or begin, a moment after its process does)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        answers = {port: leaders(port, topic) for port in ports}
+        agreed = len({tuple(sorted(a.items())) for a in answers.values()}) == 1
+        if agreed and set(answers[ports[0]].values()) == leading:
+            return answers[ports[0]]
+        assert time.monotonic() < deadline, f"leaders {answers}, expected the same on each, led by nodes {leading}"
+        time.sleep(0.1)
+
+
+def test_every_node_names_the_same_live_leader_of_a_partition(server_process, database_url):
+    """Regression: each node answered itself as the leader of every partition, so a client whose
+    metadata came from two nodes saw a partition's leader change from answer to answer; KafkaJS,
+    which runs one fetcher per leader, then had two fetchers fetch one partition and throw away each
+    other's batches (4 tests of its consumer/errorRecovery.spec.js timed out against three nodes).
+    As Kafka's brokers, every node names the same leader, a live node, the leaders spread over the
+    nodes; a node that dies is listed a while as a broker but leads nothing, its partitions moving
+    to the survivors (and only its: the others keep their leader); restarted, it takes them back."""
+    lapse_ms = 8000  # long enough to see the dead node listed while it leads nothing
+    node_ids = [7, 11, 13]
+    holders = [held_port() for _ in node_ids]
+    with contextlib.ExitStack() as holding:
+        ports = [holding.enter_context(holder).getsockname()[1] for holder in holders]
+        every = dict(zip(node_ids, ports))
+        nodes = [node_process(server_process, database_url, n, port, lapse_ms) for n, port in every.items()]
+        for port in ports:
+            brokers_become(port, every)
+        partitions = 12
+        created = created_with(f"127.0.0.1:{ports[0]}", "led-alike", [(p, (7,)) for p in range(partitions)])
+        assert created.error_code == KafkaError.none, created
+        before = agreed_leaders(ports, "led-alike")
+        assert sorted(before) == list(range(partitions))
+        assert set(before.values()) == set(node_ids), before  # spread over the three
+
+        dying, survivors = nodes[2], ports[:2]
+        dying.kill()  # SIGKILL: its presence session ends with its socket
+        after = leaders_become(survivors, "led-alike", {7, 11})
+        assert all(brokers(port) == every for port in survivors)  # listed (lapsed), leading nothing
+        moved = {p for p, leader in before.items() if leader == 13}
+        assert {p: after[p] for p in before if p not in moved} == {p: before[p] for p in before if p not in moved}
+        assert {after[p] for p in moved} <= {7, 11}
+
+        node_process(server_process, database_url, 13, ports[2], lapse_ms)  # restarted with its id
+        for port in ports:
+            brokers_become(port, every)
+        assert leaders_become(ports, "led-alike", set(node_ids)) == before

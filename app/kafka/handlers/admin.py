@@ -6,7 +6,8 @@ IncrementalAlterConfigs (Kafka 4.0's topic configs, the core's table: storage's 
 ElectLeaders (a partition's one replica always leads it: no election is ever needed),
 DescribeLogDirs and AlterReplicaLogDirs (one log dir, PostgreSQL, holding every partition), and
 AlterPartitionReassignments and ListPartitionReassignments (any one live node may be a partition's
-replica: a reassignment is done as it is asked)."""
+replica: a reassignment is done as it is asked, and not kept: Metadata names the leader its rule
+gives, ListedNodes.leader)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ KAFKA_CONFIG_RESOURCES = frozenset({TOPIC_RESOURCE, BROKER_RESOURCE, 8, 16, 32})
 # CreateTopics: -1 partitions means the server's default (num_partitions, Kafka's num.partitions).
 DEFAULT_PARTITIONS = -1
 NO_REPLICATION_FACTOR = -1
-# The replicas of each txbroker partition, as Metadata describes them: the answering node alone.
+# The replicas of each txbroker partition, as Metadata describes them: its leader alone.
 PARTITION_REPLICAS = 1
 # Kafka's messages for a topic named twice in CreateTopics or DeleteTopics (its controller's).
 DUPLICATE_NAME = "Duplicate topic name."
@@ -634,7 +635,7 @@ def _elected(topic: str, partition: int, partition_count: int | None) -> tuple[K
     return (
         KafkaError.election_not_needed,
         f"Leader election not needed for topic partition {topic}-{partition}: its one replica leads it "
-        "(any txbroker node leads any partition)",
+        "(Metadata names it, one live node, the same on every node)",
     )
 
 
@@ -850,9 +851,11 @@ def _reassigned(
 async def alter_partition_reassignments(context: RequestContext, request) -> object:
     """AlterPartitionReassignments (45), as Kafka's controller answers it: a partition's one replica
     reassigned to any one live node is answered NONE at once, with nothing to move (every node
-    reaches the data and leads the partition); a cancellation NO_REASSIGNMENT_IN_PROGRESS, since none
-    ever is; an empty list, a node twice, an unknown node or several replicas INVALID_REPLICA_ASSIGNMENT; an unknown
-    partition UNKNOWN_TOPIC_OR_PARTITION. Without Alter on the Cluster the request fails,
+    reaches the data and serves the partition; the assignment is not kept, and Metadata goes on
+    naming the leader of ListedNodes.leader, a function of the partition and the live nodes); a
+    cancellation NO_REASSIGNMENT_IN_PROGRESS, since none ever is; an empty list, a node twice, an
+    unknown node or several replicas INVALID_REPLICA_ASSIGNMENT; an unknown partition
+    UNKNOWN_TOPIC_OR_PARTITION. Without Alter on the Cluster the request fails,
     CLUSTER_AUTHORIZATION_FAILED, each partition with it."""
     module = response_module(api_table.ALTER_PARTITION_REASSIGNMENTS, context.api_version)
     try:

@@ -1,8 +1,9 @@
 """Metadata and DescribeCluster: every live node on this database as a broker
 (storage/node_presence.py; one that died, a while: cluster_nodes.NodeListing, which DescribeCluster
 answers as a fenced broker, only when asked for those), this node the controller, the cluster's
-authorized operations when asked; Metadata's topics with this node the leader of every partition
-(any node may lead any partition: they share PostgreSQL), leader epochs unknown (-1), unknown
+authorized operations when asked; Metadata's topics with each partition led by the live node every
+node names alike (ListedNodes.leader: rendezvous hashing of the partition over the live nodes; any
+node still serves any partition, as they share PostgreSQL), leader epochs unknown (-1), unknown
 topics created when the request and the server allow it, the principal's operations on each topic
 when asked (v8+).
 DescribeCluster serves the brokers' endpoint only (KIP-919): a request for the controllers' (v1+)
@@ -17,7 +18,7 @@ import uuid
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
-from app.kafka.broker_calls import LiveNode, TopicMetadata, cluster_operations, topic_operations
+from app.kafka.broker_calls import ListedNodes, LiveNode, TopicMetadata, cluster_operations, topic_operations
 from app.kafka.context import CLUSTER_ID, RequestContext
 from app.kafka.error_codes import METADATA_WHILE_DATABASE_UNAVAILABLE, kafka_error
 from app.kafka.frames import build, response_module
@@ -68,13 +69,12 @@ def _brokers(module, class_name: str, nodes: list[tuple[LiveNode, bool]]) -> tup
     )
 
 
-async def _metadata_brokers(context: RequestContext, module) -> tuple:
+def _metadata_brokers(module, listing: ListedNodes) -> tuple:
     """Metadata's brokers: every live node, and for kafka_lapsed_node_listed_ms one that died, as
     Kafka lists a dead broker until its controller fences it (librdkafka relies on it: NodeListing).
     Kafka's Metadata never lists a fenced broker; a hung node, fenced by Kafka 9 s after its last
     heartbeat, is listed here for the lapse after that (docs/kafka.md, "A node dies")."""
-    nodes = await context.calls.listed_nodes(context.advertised_host, context.advertised_port)
-    return _brokers(module, "MetadataResponseBroker", [(node, False) for node in nodes])
+    return _brokers(module, "MetadataResponseBroker", [(node, False) for node in listing.every])
 
 
 async def _described_brokers(context: RequestContext, request, module) -> tuple:
@@ -125,19 +125,22 @@ def _cluster(context: RequestContext, request, brokers: tuple) -> dict:
     )
 
 
-def _partition(context: RequestContext, module, class_name: str, index: int) -> object:
-    """A partition as Metadata and DescribeTopicPartitions describe it: led by this node, its one
-    replica and in-sync replica; no eligible leader replicas (KIP-966: a partition of one replica
-    has none to elect from), none offline."""
+def _partition(module, class_name: str, listing: ListedNodes, topic: str, index: int) -> object:
+    """A partition as Metadata and DescribeTopicPartitions describe it: led by the live node every
+    node names (ListedNodes.leader: a function of the partition and the live nodes, so that each
+    node answers the same leader, as Kafka's brokers do), its one replica and in-sync replica; no
+    eligible leader replicas (KIP-966: a partition of one replica has none to elect from), none
+    offline."""
+    leader = listing.leader(topic, index)
     return build(
         module,
         class_name,
         error_code=KafkaError.none,
         partition_index=index,
-        leader_id=context.calls.node_id,
+        leader_id=leader,
         leader_epoch=NO_LEADER_EPOCH,
-        replica_nodes=(context.calls.node_id,),
-        isr_nodes=(context.calls.node_id,),
+        replica_nodes=(leader,),
+        isr_nodes=(leader,),
         eligible_leader_replicas=(),
         last_known_elr=(),
         offline_replicas=(),
@@ -197,6 +200,7 @@ async def handle(context: RequestContext, request) -> object:
         by_id = [topic.topic_id for topic in request.topics if topic.name is None]
         if by_id:
             found += await context.calls.topic_metadata_by_id(context.principal, by_id)
+    listing = await context.calls.node_listing(context.advertised_host, context.advertised_port)
     topics = [
         build(
             module,
@@ -206,7 +210,7 @@ async def handle(context: RequestContext, request) -> object:
             topic_id=topic.topic_uuid,
             is_internal=topic.is_internal,
             partitions=tuple(
-                _partition(context, module, "MetadataResponsePartition", index)
+                _partition(module, "MetadataResponsePartition", listing, topic.name, index)
                 for index in range(topic.partition_count)
             ),
             topic_authorized_operations=_topic_authorized_operations(context, request, topic),
@@ -217,7 +221,7 @@ async def handle(context: RequestContext, request) -> object:
         module,
         "MetadataResponse",
         throttle_time=datetime.timedelta(0),
-        **_cluster(context, request, await _metadata_brokers(context, module)),
+        **_cluster(context, request, _metadata_brokers(module, listing)),
         topics=tuple(topics),
         error_code=KafkaError.none,  # v13+: this node never asks a client to re-bootstrap
     )
@@ -332,6 +336,7 @@ async def describe_topic_partitions(context: RequestContext, request) -> object:
             (t for t in found if _java_order(t.name) >= _java_order(first)), key=lambda t: _java_order(t.name)
         )
     refused = [t for t in found if kafka_error(t.error) == KafkaError.topic_authorization_failed]
+    listing = await context.calls.node_listing(context.advertised_host, context.advertised_port)
     remaining = max(min(MAX_RESPONSE_PARTITIONS, request.response_partition_limit), 1)
     answered, next_cursor = [], None
     for topic in (t for t in found if t not in refused):
@@ -341,7 +346,7 @@ async def describe_topic_partitions(context: RequestContext, request) -> object:
         start = cursor.partition_index if cursor is not None and topic.name == first else 0
         end = min(topic.partition_count, start + remaining)
         partitions = tuple(
-            _partition(context, module, "DescribeTopicPartitionsResponsePartition", index)
+            _partition(module, "DescribeTopicPartitionsResponsePartition", listing, topic.name, index)
             for index in range(start, end)
         )
         operations = operation_bits(topic_operations(context.principal, topic.name))
