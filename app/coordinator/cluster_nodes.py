@@ -139,41 +139,53 @@ class ListedNodes(NamedTuple):
         one."""
         return partition_leader(topic, partition, [node.node_id for node in self.live])
 
+    def coordinator(self, internal_topic: str, key: str) -> LiveNode:
+        """The live node every node names the coordinator of a group (internal_topic
+        `__consumer_offsets`) or of a transactional id (`__transaction_state`), by the rule of
+        partition_leader, as Kafka's coordinator is the leader of the internal topic's partition
+        the key hashes to: clients (KafkaJS's cluster) expect every broker to name the same one."""
+        by_id = {node.node_id: node for node in self.live}
+        return by_id[_first_ranked(f"{internal_topic}\x00{key}", list(by_id))]
 
-def _leadership_weight(topic: str, partition: int, node_id: int) -> int:
-    """A node's weight for leading a partition: a hash every process computes alike (Python's
-    hash() of a str is salted per process), spread evenly whatever the names and ids."""
-    key = f"{topic}\x00{partition}\x00{node_id}".encode()
-    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+
+def _first_ranked(key: str, live_node_ids: list[int]) -> int:
+    """The live node of highest weight for the key (rendezvous hashing): a hash every process
+    computes alike (Python's hash() of a str is salted per process), spread evenly whatever the
+    keys and ids; ties, which a 64-bit hash makes all but impossible, go to the higher id."""
+    if not live_node_ids:
+        raise ValueError(f"no live node for {key!r}: expected at least the node answering")
+
+    def weight(node_id: int) -> tuple[int, int]:
+        digest = hashlib.blake2b(f"{key}\x00{node_id}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big"), node_id
+
+    return max(live_node_ids, key=weight)
 
 
 def partition_leader(topic: str, partition: int, live_node_ids: list[int]) -> int:
     """The node that leads a partition among the live ones: the one of highest weight for it
     (rendezvous hashing). Every node computes the same leader from the same live nodes, which is
     what Kafka's clients expect of a cluster (KafkaJS runs one fetcher per leader: two nodes naming
-    two leaders made two fetchers fetch one partition). Leaders spread over the nodes (each as likely to lead a
-    partition), and
-    when a node leaves (dies, stops, its heartbeats lapse) only the partitions it led move, each to
-    the survivor of highest weight for it; when it comes back it takes back just those. Any node
-    still serves any partition (they share PostgreSQL): the leader named is where clients are sent,
-    not the only node that answers."""
-    if not live_node_ids:
-        raise ValueError(f"no live node to lead {topic}-{partition}: expected at least the node answering")
-    return max(live_node_ids, key=lambda node_id: (_leadership_weight(topic, partition, node_id), node_id))
+    two leaders made two fetchers fetch one partition). Leaders spread over the nodes (each as
+    likely to lead a partition), and when a node leaves (dies, stops, its heartbeats lapse) only
+    the partitions it led move, each to the survivor of highest weight for it; when it comes back
+    it takes back just those. Any node still serves any partition (they share PostgreSQL): the
+    leader named is where clients are sent, not the only node that answers."""
+    return _first_ranked(f"{topic}\x00{partition}", live_node_ids)
 
 
 class NodeListing:
     """The other nodes one process lists as brokers: the live ones, and each node it listed before
     whose presence has lapsed, for `lapse_s` after this process first found it gone (never as a
-    leader or coordinator: partitions are led by live nodes only, ListedNodes.leader, and every node
-    answers itself as the coordinator). Kafka's controller likewise lists
-    a broker that died until its session times out (broker.session.timeout.ms, 9 s), and clients
-    rely on it: librdkafka re-finds a coordinator it waits for when a connection to the dead one
-    fails, which it tries only while the broker is in its metadata; a broker gone from a Metadata
-    answer is dropped with its connection attempts, and a request waiting for it as its group
-    coordinator (send_offsets_to_transaction's TxnOffsetCommit) then waited for good
-    (confluentinc/librdkafka#5511). Per process, in memory: a node restarted with its id is live
-    again at once; a process that never listed a node does not list it after its death."""
+    leader or coordinator: ListedNodes.leader and .coordinator name live nodes only). Kafka's
+    controller likewise lists a broker that died until its session times out
+    (broker.session.timeout.ms, 9 s), and clients rely on it: librdkafka re-finds a coordinator it
+    waits for when a connection to the dead one fails, which it tries only while the broker is in
+    its metadata; a broker gone from a Metadata answer is dropped with its connection attempts, and
+    a request waiting for it as its group coordinator (send_offsets_to_transaction's
+    TxnOffsetCommit) then waited for good (confluentinc/librdkafka#5511). Per process, in memory: a
+    node restarted with its id is live again at once; a process that never listed a node does not
+    list it after its death."""
 
     def __init__(self, lapse_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self._lapse_s = lapse_s

@@ -309,6 +309,14 @@ def agreed_leaders(ports: list[int], topic: str) -> dict[int, int]:
     return answers[ports[0]]
 
 
+def coordinators(port: int, keys: list[str]) -> dict[str, int]:
+    """FindCoordinator's (v4) node for each group id, as node `port` answers it."""
+    with RawConnection(f"127.0.0.1:{port}") as connection:
+        answer = connection.call(request_of(api_table.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=tuple(keys)))
+    assert all(c.error_code == KafkaError.none for c in answer.coordinators), answer
+    return {c.key: c.node_id for c in answer.coordinators}
+
+
 def leaders_become(ports: list[int], topic: str, leading: set[int]) -> dict[int, int]:
     """Waits until every node answers the same leaders for the topic, led by exactly the nodes
     `leading` (a node's presence is seen to end, or begin, a moment after its process does)."""
@@ -323,13 +331,14 @@ def leaders_become(ports: list[int], topic: str, leading: set[int]) -> dict[int,
 
 
 def test_every_node_names_the_same_live_leader_of_a_partition(server_process, database_url):
-    """Regression: each node answered itself as the leader of every partition, so a client whose
-    metadata came from two nodes saw a partition's leader change from answer to answer; KafkaJS,
-    which runs one fetcher per leader, then had two fetchers fetch one partition and throw away each
-    other's batches (4 tests of its consumer/errorRecovery.spec.js timed out against three nodes).
-    As Kafka's brokers, every node names the same leader, a live node, the leaders spread over the
-    nodes; a node that dies is listed a while as a broker but leads nothing, its partitions moving
-    to the survivors (and only its: the others keep their leader); restarted, it takes them back."""
+    """Regression: each node answered itself as the leader of every partition and the coordinator
+    of every group, so a client whose metadata came from two nodes saw a partition's leader change
+    from answer to answer (KafkaJS, which runs one fetcher per leader, then had two fetchers fetch
+    one partition and throw away each other's batches), and two FindCoordinator calls of one client
+    named two coordinators. As Kafka's brokers, every node names the same leader and coordinator,
+    a live node, spread over the nodes; a node that dies is listed a while as a broker but leads
+    and coordinates nothing, its partitions and groups moving to the survivors (and only its: the
+    others keep theirs); restarted, it takes its partitions back."""
     lapse_ms = 8000  # long enough to see the dead node listed while it leads nothing
     node_ids = [7, 11, 13]
     holders = [held_port() for _ in node_ids]
@@ -345,6 +354,10 @@ def test_every_node_names_the_same_live_leader_of_a_partition(server_process, da
         before = agreed_leaders(ports, "led-alike")
         assert sorted(before) == list(range(partitions))
         assert set(before.values()) == set(node_ids), before  # spread over the three
+        groups = [f"group-{n}" for n in range(12)]
+        coordinated = coordinators(ports[0], groups)
+        assert all(coordinators(port, groups) == coordinated for port in ports[1:])
+        assert set(coordinated.values()) == set(node_ids), coordinated
 
         dying, survivors = nodes[2], ports[:2]
         dying.kill()  # SIGKILL: its presence session ends with its socket
@@ -353,6 +366,10 @@ def test_every_node_names_the_same_live_leader_of_a_partition(server_process, da
         moved = {p for p, leader in before.items() if leader == 13}
         assert {p: after[p] for p in before if p not in moved} == {p: before[p] for p in before if p not in moved}
         assert {after[p] for p in moved} <= {7, 11}
+        survived = {g: n for g, n in coordinated.items() if n != 13}
+        for port in survivors:  # the dead node's groups move to the survivors, only those
+            now = coordinators(port, groups)
+            assert set(now.values()) <= {7, 11} and {g: now[g] for g in survived} == survived, now
 
         node_process(server_process, database_url, 13, ports[2], lapse_ms)  # restarted with its id
         for port in ports:

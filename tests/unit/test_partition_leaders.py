@@ -1,6 +1,6 @@
-"""Which live node leads a partition (app/coordinator/cluster_nodes.py, partition_leader): the same
-on every node and in every process, one of the live nodes, spread over them, and moved only off a
-node that leaves."""
+"""Which live node leads a partition, or coordinates a group or a transactional id
+(app/coordinator/cluster_nodes.py: partition_leader, ListedNodes): the same on every node and in
+every process, one of the live nodes, spread over them, and moved only off a node that leaves."""
 
 from __future__ import annotations
 
@@ -61,5 +61,17 @@ def test_only_the_partitions_of_a_node_that_leaves_move_and_they_come_back(leavi
 def test_a_lapsed_node_leads_nothing_and_one_node_leads_everything():
     listing = ListedNodes(live=[LiveNode(5, "h", 1)], lapsed=[LiveNode(3, "h", 2), LiveNode(9, "h", 3)])
     assert {listing.leader("orders", p) for p in range(PARTITIONS)} == {5}
-    with pytest.raises(ValueError, match="no live node to lead orders-0"):
+    assert {listing.coordinator("__consumer_offsets", f"group-{n}") for n in range(50)} == {LiveNode(5, "h", 1)}
+
+
+def test_coordinators_spread_over_the_live_nodes_and_name_their_address():
+    listing = ListedNodes(live=[LiveNode(n, f"host-{n}", 9092 + n) for n in NODES], lapsed=[])
+    named = {listing.coordinator("__consumer_offsets", f"group-{n}") for n in range(50)}
+    assert named == set(listing.live)
+    # A group and a transactional id of one name are told apart.
+    keys = [f"id-{n}" for n in range(50)]
+    groups = [listing.coordinator("__consumer_offsets", key) for key in keys]
+    transactions = [listing.coordinator("__transaction_state", key) for key in keys]
+    assert groups != transactions
+    with pytest.raises(ValueError, match="no live node for"):
         partition_leader("orders", 0, [])

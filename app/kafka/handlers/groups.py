@@ -1,6 +1,7 @@
-"""Consumer groups, Kafka's classic protocol: FindCoordinator (every node coordinates every group
-and transactional id), JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups, DescribeGroups,
-DeleteGroups, through the group coordinator HTTP's groups use (app/coordinator/classic_groups.py)."""
+"""Consumer groups, Kafka's classic protocol: FindCoordinator (every node could coordinate every
+group and transactional id; all name the same live node, as Kafka's brokers do), JoinGroup,
+SyncGroup, Heartbeat, LeaveGroup, ListGroups, DescribeGroups, DeleteGroups, through the group
+coordinator HTTP's groups use (app/coordinator/classic_groups.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from app.errors import BrokerError
 from app.kafka import api_table
-from app.kafka.broker_calls import CLASSIC_GROUP_TYPE, ConsumerHeartbeat, group_operations
+from app.kafka.broker_calls import CLASSIC_GROUP_TYPE, ConsumerHeartbeat, ListedNodes, group_operations
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import error_message, kafka_error
 from app.kafka.frames import build, response_module
@@ -35,20 +36,31 @@ TRANSACTION_KEY = 1
 SHARE_KEY = 2
 COORDINATED_KEYS = frozenset({GROUP_KEY, TRANSACTION_KEY})
 NO_NODE = {"node_id": -1, "host": "", "port": -1}
+# The internal topic whose partition's leader coordinates a key in Kafka, by key type: the name
+# that keeps a group's and a transactional id's coordinator apart (ListedNodes.coordinator).
+COORDINATOR_TOPICS = {GROUP_KEY: "__consumer_offsets", TRANSACTION_KEY: "__transaction_state"}
 
 
-def _coordinator_of(context: RequestContext, key_type: int, key: str) -> tuple[KafkaError, str | None, dict]:
-    """(error, message, node) for a key of `key_type`: this node for a group or a transactional id
-    the principal may Describe (checked first, as Kafka's broker does: GROUP_AUTHORIZATION_FAILED or
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED, no node). txbroker has no share groups, so a share key
-    gets INVALID_REQUEST, Kafka's answer when its share coordinator is not enabled (and, below v6,
-    for the type itself), as does a type Kafka lacks."""
+def _coordinator_of(
+    context: RequestContext, listing: ListedNodes, key_type: int, key: str
+) -> tuple[KafkaError, str | None, dict]:
+    """(error, message, node) for a key of `key_type`: for a group or a transactional id the
+    principal may Describe (checked first, as Kafka's broker does: GROUP_AUTHORIZATION_FAILED or
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED, no node), the live node every node names its coordinator
+    (ListedNodes.coordinator: any node could coordinate it, the state being in PostgreSQL, but
+    Kafka's clients expect every broker to name the same one, as Kafka's do). txbroker has no
+    share groups, so a share key gets INVALID_REQUEST, Kafka's answer when its share coordinator is
+    not enabled (and, below v6, for the type itself), as does a type Kafka lacks."""
     if key_type in COORDINATED_KEYS:
         refused = context.calls.groups.coordinator_refusal(context.principal, key, key_type == TRANSACTION_KEY)
         if refused is not None:
             return kafka_error(refused), error_message(refused), NO_NODE
-        node = {"node_id": context.calls.node_id, "host": context.advertised_host, "port": context.advertised_port}
-        return KafkaError.none, None, node
+        coordinator = listing.coordinator(COORDINATOR_TOPICS[key_type], key)
+        return (
+            KafkaError.none,
+            None,
+            {"node_id": coordinator.node_id, "host": coordinator.host, "port": coordinator.port},
+        )
     kind = "share groups (key type 2, KIP-932)" if key_type == SHARE_KEY else f"key type {key_type}"
     message = (
         f"{kind} are not served by this broker: expected key type {GROUP_KEY} (a group) or "
@@ -58,13 +70,14 @@ def _coordinator_of(context: RequestContext, key_type: int, key: str) -> tuple[K
 
 
 async def find_coordinator(context: RequestContext, request) -> object:
-    """This node, for any key of either type txbroker has (group 0, transaction 1) that the
-    principal may Describe."""
+    """The coordinator every node names (a live node) for any key of either type txbroker has
+    (group 0, transaction 1) that the principal may Describe."""
     module = response_module(api_table.FIND_COORDINATOR, context.api_version)
     keys = getattr(request, "coordinator_keys", None)
     key_type = getattr(request, "key_type", GROUP_KEY)
+    listing = await context.calls.node_listing(context.advertised_host, context.advertised_port)
     if keys is None:  # v0-v3: one key
-        error, message, node = _coordinator_of(context, key_type, request.key)
+        error, message, node = _coordinator_of(context, listing, key_type, request.key)
         return build(
             module,
             "FindCoordinatorResponse",
@@ -77,13 +90,13 @@ async def find_coordinator(context: RequestContext, request) -> object:
         module,
         "FindCoordinatorResponse",
         throttle_time=NO_THROTTLE,
-        coordinators=tuple(_coordinator(context, module, key_type, key) for key in keys),
+        coordinators=tuple(_coordinator(context, listing, module, key_type, key) for key in keys),
     )
 
 
-def _coordinator(context: RequestContext, module, key_type: int, key: str) -> object:
+def _coordinator(context: RequestContext, listing: ListedNodes, module, key_type: int, key: str) -> object:
     """v4+'s answer for one of the keys."""
-    error, message, node = _coordinator_of(context, key_type, key)
+    error, message, node = _coordinator_of(context, listing, key_type, key)
     return build(module, "Coordinator", key=key, error_code=error, error_message=message, **node)
 
 
