@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
+import zlib
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -22,6 +22,10 @@ from app.storage.node_presence import LiveNode
 __all__ = ["ListedNodes", "LiveNode", "NodeListing", "NodePresence", "live_nodes", "partition_leader"]
 
 log = logging.getLogger(__name__)
+
+# The partitions of Kafka's __consumer_offsets and __transaction_state (offsets.topic.num.partitions
+# and transaction.state.log.num.partitions, 50 by default), over which a key's coordinator is found.
+COORDINATOR_PARTITIONS = 50
 
 
 class NodePresence:
@@ -141,37 +145,31 @@ class ListedNodes(NamedTuple):
 
     def coordinator(self, internal_topic: str, key: str) -> LiveNode:
         """The live node every node names the coordinator of a group (internal_topic
-        `__consumer_offsets`) or of a transactional id (`__transaction_state`), by the rule of
-        partition_leader, as Kafka's coordinator is the leader of the internal topic's partition
-        the key hashes to: clients (KafkaJS's cluster) expect every broker to name the same one."""
+        `__consumer_offsets`) or of a transactional id (`__transaction_state`): as in Kafka, the
+        leader of the internal topic's partition the key hashes to (of COORDINATOR_PARTITIONS,
+        Kafka's default count), clients (KafkaJS's cluster) expecting every broker to name the same
+        one."""
         by_id = {node.node_id: node for node in self.live}
-        return by_id[_first_ranked(f"{internal_topic}\x00{key}", list(by_id))]
-
-
-def _first_ranked(key: str, live_node_ids: list[int]) -> int:
-    """The live node of highest weight for the key (rendezvous hashing): a hash every process
-    computes alike (Python's hash() of a str is salted per process), spread evenly whatever the
-    keys and ids; ties, which a 64-bit hash makes all but impossible, go to the higher id."""
-    if not live_node_ids:
-        raise ValueError(f"no live node for {key!r}: expected at least the node answering")
-
-    def weight(node_id: int) -> tuple[int, int]:
-        digest = hashlib.blake2b(f"{key}\x00{node_id}".encode(), digest_size=8).digest()
-        return int.from_bytes(digest, "big"), node_id
-
-    return max(live_node_ids, key=weight)
+        partition = zlib.crc32(key.encode()) % COORDINATOR_PARTITIONS
+        return by_id[partition_leader(internal_topic, partition, list(by_id))]
 
 
 def partition_leader(topic: str, partition: int, live_node_ids: list[int]) -> int:
-    """The node that leads a partition among the live ones: the one of highest weight for it
-    (rendezvous hashing). Every node computes the same leader from the same live nodes, which is
-    what Kafka's clients expect of a cluster (KafkaJS runs one fetcher per leader: two nodes naming
-    two leaders made two fetchers fetch one partition). Leaders spread over the nodes (each as
-    likely to lead a partition), and when a node leaves (dies, stops, its heartbeats lapse) only
-    the partitions it led move, each to the survivor of highest weight for it; when it comes back
-    it takes back just those. Any node still serves any partition (they share PostgreSQL): the
-    leader named is where clients are sent, not the only node that answers."""
-    return _first_ranked(f"{topic}\x00{partition}", live_node_ids)
+    """The node that leads a partition among the live ones, by id: the topic's partitions dealt
+    round-robin over the live nodes in the order of their ids, from a node that a stable hash of
+    the topic's name picks (CRC-32: Python's hash() of a str is salted per process), as Kafka's
+    controller deals a new topic's partitions over its brokers. Every node computes the same
+    leader from the same live nodes, which is what Kafka's clients expect of a cluster (KafkaJS
+    runs one fetcher per leader: two nodes naming two leaders made two fetchers fetch one
+    partition), and a topic's partitions are spread evenly (KafkaJS's tests count on 9 partitions
+    on 3 brokers being 3 each). When the live nodes change (a node dies, stops, its heartbeats
+    lapse, or comes back) most leaders move; any node still serves any partition (they share
+    PostgreSQL), so a client that still sends to an old leader that lives is served, and the
+    leader named is only where clients are sent."""
+    if not live_node_ids:
+        raise ValueError(f"no live node to lead {topic}-{partition}: expected at least the node answering")
+    ordered = sorted(live_node_ids)
+    return ordered[(zlib.crc32(topic.encode()) + partition) % len(ordered)]
 
 
 class NodeListing:

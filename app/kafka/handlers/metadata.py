@@ -2,7 +2,7 @@
 (storage/node_presence.py; one that died, a while: cluster_nodes.NodeListing, which DescribeCluster
 answers as a fenced broker, only when asked for those), this node the controller, the cluster's
 authorized operations when asked; Metadata's topics with each partition led by the live node every
-node names alike (ListedNodes.leader: rendezvous hashing of the partition over the live nodes; any
+node names alike (ListedNodes.leader: a topic's partitions dealt round-robin over the live nodes; any
 node still serves any partition, as they share PostgreSQL), leader epochs unknown (-1), unknown
 topics created when the request and the server allow it, the principal's operations on each topic
 when asked (v8+).
