@@ -261,26 +261,32 @@ class AsyncConsumer:
         member_id, generation = coordinator.adopted_membership()
         return ConsumerGroupMetadata(coordinator.group_id, generation, member_id)
 
-    async def update_assignment(self) -> RebalanceEvent | None:
+    async def update_assignment(self, deadline: float | None = None) -> RebalanceEvent | None:
         """poll()'s first step: joins the group if needed and adopts the latest assignment the
         heartbeats brought. Returns what changed (None: nothing), whose listeners the caller runs
-        before `fetch_records()` -- the synchronous Consumer on its own thread."""
+        before `fetch_records()` -- the synchronous Consumer on its own thread. `deadline`
+        (poll()'s, a time.monotonic() value) bounds the wait for the LeaveGroup of a membership the
+        poll timeout ended, before the rejoin (see ConsumerCoordinator.update_assignment)."""
         self._check_open()
         if not self._subscriptions.subscribed:
             if not self._subscriptions.assignment:
                 raise IllegalStateError("poll() needs subscribe() or assign() first")
             return None
-        event = await self._require_group("subscribe()").update_assignment()
+        event = await self._require_group("subscribe()").update_assignment(deadline)
         if event is not None:
             self._fetcher.forget(event.revoked)
         return event
 
     @staticmethod
     async def _run_listeners(event: RebalanceEvent) -> None:
-        for listener, partitions in event.calls():
-            result = listener(partitions)
-            if isinstance(result, Awaitable):
-                await result
+        """on_revoke, while the revoked partitions are still assigned (it may commit their
+        positions, seek, ask position()); then they leave the assignment, even when it raised (and
+        on_assign is not run: its error is raised); then on_assign."""
+        try:
+            await _called(event.revoke_call())
+        finally:
+            event.release_revoked()
+        await _called(event.assign_call())
 
     # ---- positions
 
@@ -361,7 +367,7 @@ class AsyncConsumer:
         membership, whose records must not be handed out (another member has its partitions)."""
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            event = await self.update_assignment()
+            event = await self.update_assignment(deadline)
             if event is not None:
                 await self._run_listeners(event)
                 continue  # what changed while they ran (a membership lost: rejoined) before fetching
@@ -556,6 +562,15 @@ class AsyncConsumer:
             log.warning("closing the consumer of group %r: %s failed: %s", self.group_id, what, error)
         except Exception:  # not the SDK's error: a bug, or an answer without the contract's fields
             log.exception("closing the consumer of group %r: %s failed unexpectedly", self.group_id, what)
+
+
+async def _called(call: tuple[Listener, set[TopicPartition]] | None) -> None:
+    """A rebalance listener called (None: none), awaited when it is a coroutine function."""
+    if call is not None:
+        listener, partitions = call
+        result = listener(partitions)
+        if isinstance(result, Awaitable):
+            await result
 
 
 def close_deadline(timeout: float | None) -> float | None:
