@@ -91,6 +91,7 @@ _OPTION_MINIMUMS = {
     "metadata_max_age_ms": 0,
 }
 DEFAULT_DELIVERY_TIMEOUT_MS = 120_000  # Kafka's delivery.timeout.ms default
+DEFAULT_LINGER_MS = 5
 
 
 def delivery_timeout(delivery_timeout_ms: int | None, linger_ms: float, request_timeout_ms: int) -> float:
@@ -157,7 +158,7 @@ class AsyncProducer:
         transport: httpx.AsyncBaseTransport | httpx.BaseTransport | None = None,
         enable_idempotence: bool = True,
         transaction_timeout_ms: int = 60_000,
-        linger_ms: float = 5,
+        linger_ms: float = DEFAULT_LINGER_MS,
         batch_size: int = 1024 * 1024,
         max_batch_records: int = 10_000,
         max_buffered_records: int = 200_000,
