@@ -17,6 +17,8 @@ from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
+from app.storage import database
+from app.storage.log import topics
 from tests.conftest import start_in_process_server, start_server_on_fresh_database, stop_in_process_server
 from tests.kafka.clients import WAIT_S, ConfluentKafka, bootstrap, create_topic, topic_uuid
 from tests.kafka.group_clients import ConfluentMember, poll_until
@@ -840,3 +842,37 @@ def test_a_replaced_static_members_old_member_id_is_fenced_by_its_instance(modul
         assert nobody.error_code == KafkaError.unknown_member_id and "instance-nobody" in nobody.error_message
         still = consumer_heartbeat(connection, group, "second-a", back.member_epoch, instance="instance-a")
         assert still.error_code == KafkaError.none
+
+
+def test_a_topic_committed_late_is_resolved_even_when_another_was_deleted_meanwhile(module_kafka_server):
+    """Regression: a regex was resolved again only when the topics' count or highest id changed.
+    Topic ids come from a sequence but creations commit in any order: a topic whose creation
+    committed after a later-numbered one's, as another topic was deleted, left both unchanged, and
+    the group never resolved it (its partitions unassigned until some other topic changed)."""
+    server = module_kafka_server
+    group, regex = "cgh-late-group", "cgh-late-match-.*"
+    doomed_id = _topic(server, "cgh-late-match-doomed", 1)
+    loop = asyncio.new_event_loop()
+    creating = loop.run_until_complete(asyncpg.connect(server.database_url))
+    try:
+        loop.run_until_complete(database._init_connection(creating))
+        owned: dict = {}
+        with RawConnection(bootstrap(server)) as connection:
+            a = consumer_heartbeat(connection, group, "member-a", 0, [], regex=regex)
+            a = _heartbeat_as_owner(connection, group, "member-a", a, owned)
+            assert owned == {doomed_id: [0]}
+            # Its topic id is taken now, its row visible only once this transaction commits.
+            transaction = creating.transaction()
+            loop.run_until_complete(transaction.start())
+            loop.run_until_complete(topics.create_topic(creating, "cgh-late-match-slow", 2, {}))
+            _topic(server, "cgh-late-unmatched", 1)  # a higher topic id, committed first
+            a = _heartbeat_as_owner(connection, group, "member-a", a, owned)
+            loop.run_until_complete(transaction.commit())
+            assert server.client.delete("/v1/topics/cgh-late-match-doomed").status_code in (200, 204)
+            slow_id = topic_uuid(server.client.get("/v1/topics/cgh-late-match-slow").json()["topic_id"])
+            for _ in range(4):
+                a = _heartbeat_as_owner(connection, group, "member-a", a, owned)
+            assert owned == {slow_id: [0, 1]}, "the topic committed late was never resolved"
+    finally:
+        loop.run_until_complete(creating.close())
+        loop.close()

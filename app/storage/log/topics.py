@@ -321,12 +321,15 @@ async def check_topic_regex(conn: asyncpg.Connection, pattern: str) -> None:
     await conn.fetchval("SELECT '' ~ ('^(?:' || $1::text || ')$')", pattern)
 
 
-async def topics_fingerprint(conn: asyncpg.Connection) -> list[int]:
-    """[how many topics, the highest topic id]: it changes whenever a topic is created (topic ids
-    only grow, never reused) or deleted (the count falls), so a regular expression resolved at one
-    fingerprint needs resolving again only at another. One index-only look at the topics."""
-    row = await conn.fetchrow("SELECT count(*) AS topics, coalesce(max(topic_id), 0) AS highest FROM topics")
-    return [row["topics"], row["highest"]]
+async def topics_fingerprint(conn: asyncpg.Connection) -> str:
+    """A digest of the set of topic ids: it changes whenever a topic is created or deleted (topic
+    ids are never reused), so a regular expression resolved at one fingerprint needs resolving
+    again only at another. Not the count and the highest id: ids come from a sequence, but
+    creations commit in any order, so a topic committed after a higher-numbered one, while another
+    was deleted, changed neither. One index-only look at the topics."""
+    return await conn.fetchval(
+        "SELECT md5(coalesce(string_agg(topic_id::text, ',' ORDER BY topic_id), '')) FROM topics"
+    )
 
 
 async def list_topics(conn: asyncpg.Connection) -> list[TopicInfo]:
