@@ -432,6 +432,11 @@ class ConsumerGroups:
             state = self._state_for(group, current)
             loaded = (group.generation_id, copy.deepcopy(state))  # what the row holds: unchanged, not written
             bumped = await self._remove_lapsed(conn, group, state, current, now)
+            if "regexes" not in state:
+                # Written before the group resolved its members' regexes (an upgrade): resolved
+                # now, before a member's topics are taken from the resolutions (`_subscription`),
+                # or each member of a regex would be told to revoke all of its regex's topics.
+                bumped |= await _refresh_regexes(conn, state, None)
             member = state["members"].get(member_id)
             joining = epoch == JOIN_EPOCH
             if request.instance_id is not None and not joining:

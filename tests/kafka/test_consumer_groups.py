@@ -876,3 +876,43 @@ def test_a_topic_committed_late_is_resolved_even_when_another_was_deleted_meanwh
     finally:
         loop.run_until_complete(creating.close())
         loop.close()
+
+
+def _as_written_before_regexes_were_resolved_per_group(server, group: str) -> None:
+    """Takes the group's resolutions out of its state, as a server before that change wrote it
+    (each member's topics already its regex's matches)."""
+
+    async def strip() -> None:
+        connection = await asyncpg.connect(server.database_url)
+        try:
+            await connection.execute(
+                "UPDATE consumer_groups SET assignment = jsonb_set(assignment, ARRAY[$2::text], "
+                "(assignment -> $2) - 'regexes' - 'topics_fingerprint') WHERE group_id = $1",
+                group,
+                "consumer group state",
+            )
+        finally:
+            await connection.close()
+
+    asyncio.run(strip())
+
+
+def test_a_group_saved_before_regexes_were_resolved_per_group_keeps_its_members_topics(module_kafka_server):
+    """Regression: a group whose state was written before the group resolved its regexes (an
+    upgrade) has no resolutions: the first heartbeat of a member with a regex took its topics to be
+    its names only, bumped the group epoch and told it to revoke every partition of its regex
+    (resolved again after the answer, they came back at the next heartbeat): one needless
+    revocation of every such partition at the upgrade."""
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-legacy-match-1", 2)
+    group = "cgh-legacy-group"
+    owned: dict = {}
+    with RawConnection(bootstrap(server)) as connection:
+        a = consumer_heartbeat(connection, group, "member-a", 0, [], regex="cgh-legacy-match-.*")
+        for _ in range(2):
+            a = _heartbeat_as_owner(connection, group, "member-a", a, owned)
+        assert owned == {topic_id: [0, 1]}
+        epoch = a.member_epoch
+        _as_written_before_regexes_were_resolved_per_group(server, group)
+        a = _heartbeat_as_owner(connection, group, "member-a", a, owned)
+        assert (a.member_epoch, owned) == (epoch, {topic_id: [0, 1]}), "the upgrade revoked the regex's partitions"
