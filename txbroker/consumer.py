@@ -272,10 +272,31 @@ class AsyncConsumer:
             if not self._subscriptions.assignment:
                 raise IllegalStateError("poll() needs subscribe() or assign() first")
             return None
-        event = await self._require_group("subscribe()").update_assignment(deadline)
+        positions = self._subscriptions.assigned_positions()  # the adoption drops the revoked ones'
+        coordinator = self._require_group("subscribe()")
+        event = await coordinator.update_assignment(deadline)
         if event is not None:
             self._fetcher.forget(event.revoked)
+            await self._auto_commit_revoked(coordinator, {tp: positions[tp] for tp in event.revoked if tp in positions})
         return event
+
+    async def _auto_commit_revoked(
+        self, coordinator: ConsumerCoordinator, positions: dict[TopicPartition, int]
+    ) -> None:
+        """With auto-commit, the positions of the partitions a rebalance revokes are committed
+        before on_revoke runs and they leave the assignment, as Kafka's consumer commits before it
+        revokes (the classic one's onJoinPrepare, KIP-848's autoCommitSyncBeforeRevocation): else
+        their next owner reads again what poll() handed out since the last auto-commit. Not for a
+        lost membership, whose commits are refused unsent (Kafka's onPartitionsLost commits
+        nothing). A failure is logged, and the rebalance goes on, as Kafka's."""
+        if not self.enable_auto_commit or not positions or coordinator.membership_lost():
+            return
+        try:
+            await coordinator.commit(self._offsets_body(positions))
+        except TxbrokerError as error:
+            log.warning(
+                "auto-commit of group %r before revoking %s failed: %s", self.group_id, sorted(positions), error
+            )
 
     @staticmethod
     async def _run_listeners(event: RebalanceEvent) -> None:

@@ -267,6 +267,10 @@ class ConsumerCoordinator:
     def _leave_request(self) -> Awaitable[Any]:
         return self._connection.request("POST", group_path(self.group_id, "leave"), {"member_id": self.member_id})
 
+    def membership_lost(self) -> bool:
+        """Whether the adopted membership is lost (its commits are refused: `_check_not_left`)."""
+        return self._lost_membership is not None or self._left_on_poll_timeout
+
     def _check_not_left(self) -> None:
         """A commit of a membership the poll timeout ended fails, unsent, as Kafka's
         CommitFailedException: its partitions may be another member's now, whose progress the

@@ -121,3 +121,27 @@ def test_close_runs_an_on_revoke_whose_commit_commits_the_positions(server):
     with Admin(server.url) as admin:
         group = admin.describe_group(topic)
     assert {(o["partition"], o["offset"]) for o in group["offsets"]} == {(0, 3), (1, 3)}
+
+
+def test_auto_commit_commits_the_positions_of_the_partitions_a_rebalance_revokes(server):
+    """Regression: with enable_auto_commit (the default) and no on_revoke, a rebalance dropped the
+    revoked partition's position without committing it, so its next owner read again every record
+    poll() had handed out since the last auto-commit (up to auto_commit_interval_ms of them).
+    Kafka's consumer commits before it revokes (the classic one's onJoinPrepare, KIP-848's
+    autoCommitSyncBeforeRevocation)."""
+    topic = "revoking-auto-commit"
+    six_records_in_two_partitions(server, topic)
+    config = {**MEMBER, "enable_auto_commit": True, "auto_commit_interval_ms": 60_000}
+    first = Consumer(server.url, group_id=topic, **config)
+    first.subscribe([topic])
+    poll_until(first, 6)
+    with Consumer(server.url, group_id=topic, **config) as second:
+        second.subscribe([topic])
+        deadline = time.monotonic() + 20
+        while not (len(first.assignment()) == 1 and second.assignment()) and time.monotonic() < deadline:
+            first.poll(timeout_ms=100)
+            second.poll(timeout_ms=100)
+        (taken,) = second.assignment()
+        assert first.committed([taken]) == {taken: 3}, "the revoked partition's position was not committed"
+        assert second.poll(timeout_ms=300) == [], "the new owner read again what the first had read"
+        first.close()
