@@ -301,13 +301,21 @@ class AsyncConsumer:
     @staticmethod
     async def _run_listeners(event: RebalanceEvent) -> None:
         """on_revoke, while the revoked partitions are still assigned (it may commit their
-        positions, seek, ask position()); then they leave the assignment, even when it raised (and
-        on_assign is not run: its error is raised); then on_assign."""
+        positions, seek, ask position()); then they leave the assignment, even when it raised; then
+        on_assign, also when on_revoke raised, as Kafka's onJoinComplete: the first error is raised
+        after both (else the partitions assigned were read without their on_assign ever running)."""
+        revoke_error = None
         try:
             await _called(event.revoke_call())
+        except Exception as error:
+            revoke_error = error
         finally:
             event.release_revoked()
-        await _called(event.assign_call())
+        try:
+            await _called(event.assign_call())
+        finally:
+            if revoke_error is not None:
+                raise revoke_error
 
     # ---- positions
 

@@ -312,16 +312,23 @@ class Consumer:
     def _run_listeners(self, event: RebalanceEvent) -> None:
         """As AsyncConsumer._run_listeners, the listeners on this thread: on_revoke while the
         revoked partitions are still assigned, their release on the loop (whatever the listener
-        did), then on_assign."""
+        did), then on_assign, also when on_revoke raised (the first error is raised after both)."""
+        revoke_error = None
         try:
             call = event.revoke_call()
             if call is not None:
                 call[0](call[1])
+        except Exception as error:
+            revoke_error = error
         finally:
             self._loop.call(event.release_revoked)
-        call = event.assign_call()
-        if call is not None:
-            call[0](call[1])
+        try:
+            call = event.assign_call()
+            if call is not None:
+                call[0](call[1])
+        finally:
+            if revoke_error is not None:
+                raise revoke_error
 
     position = _blocking(AsyncConsumer.position)
     seek_to_beginning = _blocking(AsyncConsumer.seek_to_beginning)

@@ -145,3 +145,72 @@ def test_auto_commit_commits_the_positions_of_the_partitions_a_rebalance_revokes
         assert first.committed([taken]) == {taken: 3}, "the revoked partition's position was not committed"
         assert second.poll(timeout_ms=300) == [], "the new owner read again what the first had read"
         first.close()
+
+
+def test_on_assign_runs_when_on_revoke_raised_and_poll_raises_on_revokes_error(server):
+    """Regression: when on_revoke raised, poll() raised its error and on_assign was never called
+    for the partitions that rebalance assigned (later polls returned their records all the same):
+    an application that sets its partitions up in on_assign (a seek to offsets it stores, a
+    state) read them without it. Kafka's consumer still calls onPartitionsAssigned, then raises
+    the first listener's error (ConsumerCoordinator.onJoinComplete)."""
+    first_topic, second_topic = "revoking-raises-a", "revoking-raises-b"
+    with Admin(server.url) as admin:
+        admin.create_topic(first_topic, partitions=1)
+        admin.create_topic(second_topic, partitions=1)
+    assigned: list = []
+
+    def on_revoke(partitions: set[TopicPartition]) -> None:
+        raise RuntimeError(f"on_revoke failed for {sorted(partitions)}")
+
+    with Consumer(server.url, group_id="revoking-raises", **MEMBER) as consumer:
+        consumer.subscribe([first_topic], on_assign=assigned.append, on_revoke=on_revoke)
+        deadline = time.monotonic() + 20
+        while not assigned and time.monotonic() < deadline:
+            consumer.poll(timeout_ms=100)
+        assert assigned == [{TopicPartition(first_topic, 0)}]
+        consumer.subscribe([second_topic], on_assign=assigned.append, on_revoke=on_revoke)
+        raised = None
+        while raised is None and time.monotonic() < deadline:
+            try:
+                consumer.poll(timeout_ms=100)
+            except RuntimeError as error:
+                raised = error
+        assert raised is not None and first_topic in str(raised), "on_revoke's error was not raised"
+        assert consumer.assignment() == {TopicPartition(second_topic, 0)}
+        assert assigned == [{TopicPartition(first_topic, 0)}, {TopicPartition(second_topic, 0)}], (
+            "on_assign was not called after on_revoke raised"
+        )
+        consumer.subscribe([second_topic])  # close()'s on_revoke would raise too
+
+
+def test_an_async_on_assign_runs_when_on_revoke_raised(server):
+    """The same with an AsyncConsumer, whose poll() awaits the listeners on the event loop."""
+    first_topic, second_topic = "revoking-raises-async-a", "revoking-raises-async-b"
+    with Admin(server.url) as admin:
+        admin.create_topic(first_topic, partitions=1)
+        admin.create_topic(second_topic, partitions=1)
+    assigned: list = []
+
+    async def on_revoke(partitions: set[TopicPartition]) -> None:
+        raise RuntimeError(f"on_revoke failed for {sorted(partitions)}")
+
+    async def scenario() -> None:
+        async with AsyncConsumer(server.url, group_id="revoking-raises-async", **MEMBER) as consumer:
+            consumer.subscribe([first_topic], on_assign=assigned.append, on_revoke=on_revoke)
+            async with asyncio.timeout(20):
+                while not assigned:
+                    await consumer.poll(timeout_ms=100)
+                consumer.subscribe([second_topic], on_assign=assigned.append, on_revoke=on_revoke)
+                raised = None
+                while raised is None:
+                    try:
+                        await consumer.poll(timeout_ms=100)
+                    except RuntimeError as error:
+                        raised = error
+            assert first_topic in str(raised)
+            assert assigned == [{TopicPartition(first_topic, 0)}, {TopicPartition(second_topic, 0)}], (
+                "on_assign was not called after on_revoke raised"
+            )
+            consumer.subscribe([second_topic])  # close()'s on_revoke would raise too
+
+    asyncio.run(scenario())
