@@ -916,3 +916,16 @@ def test_a_group_saved_before_regexes_were_resolved_per_group_keeps_its_members_
         _as_written_before_regexes_were_resolved_per_group(server, group)
         a = _heartbeat_as_owner(connection, group, "member-a", a, owned)
         assert (a.member_epoch, owned) == (epoch, {topic_id: [0, 1]}), "the upgrade revoked the regex's partitions"
+
+
+def test_a_regex_whose_parenthesis_closes_the_whole_name_match_early_is_refused(module_kafka_server):
+    """Regression: the regex is matched against the whole name as '^(?:' + regex + ')$', so one with
+    an unbalanced ')' (invalid for Kafka's RE2J: INVALID_REGULAR_EXPRESSION) closed that group
+    early and compiled: 'cgh-escape-t)|(x' matched every name that merely starts with
+    'cgh-escape-t', and the member was given topics its expression does not name."""
+    server = module_kafka_server
+    _topic(server, "cgh-escape-target", 1)
+    with RawConnection(bootstrap(server)) as connection:
+        joined = consumer_heartbeat(connection, "cgh-escape-group", "member-a", 0, [], regex="cgh-escape-t)|(x")
+        assert joined.error_code == KafkaError.invalid_regular_expression, assigned(joined)
+        assert "cgh-escape-t)|(x" in joined.error_message

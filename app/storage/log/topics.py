@@ -317,8 +317,10 @@ async def topics_matching(conn: asyncpg.Connection, patterns: list[str]) -> dict
 
 async def check_topic_regex(conn: asyncpg.Connection, pattern: str) -> None:
     """Raises asyncpg's InvalidRegularExpressionError when PostgreSQL cannot compile `pattern` as
-    `topics_matching` uses it (matching it against nothing still compiles it)."""
-    await conn.fetchval("SELECT '' ~ ('^(?:' || $1::text || ')$')", pattern)
+    `topics_matching` uses it (matching it against nothing still compiles it), or alone: one with
+    an unbalanced ')' compiles inside '^(?:...)$', whose group it closes early ('a)|(b' then
+    matches every name that starts with 'a'), and not alone."""
+    await conn.fetchrow("SELECT '' ~ $1::text AS alone, '' ~ ('^(?:' || $1::text || ')$') AS wrapped", pattern)
 
 
 async def topics_fingerprint(conn: asyncpg.Connection) -> str:
