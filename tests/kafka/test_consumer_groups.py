@@ -929,3 +929,18 @@ def test_a_regex_whose_parenthesis_closes_the_whole_name_match_early_is_refused(
         joined = consumer_heartbeat(connection, "cgh-escape-group", "member-a", 0, [], regex="cgh-escape-t)|(x")
         assert joined.error_code == KafkaError.invalid_regular_expression, assigned(joined)
         assert "cgh-escape-t)|(x" in joined.error_message
+
+
+def test_a_case_insensitive_regex_matches_whole_names_whatever_their_case(module_kafka_server):
+    """Regression: RE2's leading `(?i)` (a case-insensitive expression, as Kafka's coordinator takes
+    it) was put inside the '^(?:...)$' that anchors it, where PostgreSQL's expressions do not take
+    embedded options: the heartbeat was INVALID_REGULAR_EXPRESSION. It is kept in front now, and
+    the expression still matches whole names only."""
+    server = module_kafka_server
+    matched_id = _topic(server, "cgh-case-topic", 1)
+    _topic(server, "cgh-case-topic-longer-x", 1)  # matched by a prefix only: not whole
+    with RawConnection(bootstrap(server)) as connection:
+        joined = consumer_heartbeat(connection, "cgh-case-group", "member-a", 0, [], regex="(?i)CGH-CASE-TOPIC")
+        assert joined.error_code == KafkaError.none, joined.error_message
+        after = consumer_heartbeat(connection, "cgh-case-group", "member-a", joined.member_epoch, owned=[])
+        assert assigned(after) == {matched_id: [0]}
