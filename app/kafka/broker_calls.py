@@ -283,11 +283,14 @@ KAFKA_TOPIC_OPERATIONS: dict[str, Operation | None] = {
     "DESCRIBE_CONFIGS": Operation.DESCRIBE,
     "ALTER_CONFIGS": Operation.ALTER,
 }
-# Kafka's operations on a Group (AclEntry.supportedOperations(GROUP)), each decided by the same rule.
+# Kafka 4's operations on a Group (AclEntry.supportedOperations(GROUP)), each decided by the same
+# rule: DescribeConfigs and AlterConfigs (its group configs) by Describe and Alter, as the topic's.
 KAFKA_GROUP_OPERATIONS: dict[str, Operation | None] = {
     "READ": Operation.READ,
     "DESCRIBE": Operation.DESCRIBE,
     "DELETE": Operation.DELETE,
+    "DESCRIBE_CONFIGS": Operation.DESCRIBE,
+    "ALTER_CONFIGS": Operation.ALTER,
 }
 
 
