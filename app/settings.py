@@ -120,6 +120,37 @@ class Settings(BaseSettings):
         "group.consumer.heartbeat.interval.ms)",
     )
 
+    # The bounds of a group's own consumer.session.timeout.ms and consumer.heartbeat.interval.ms
+    # (IncrementalAlterConfigs on a GROUP resource; Kafka's group.consumer.min/max.*, same defaults).
+    group_consumer_min_session_timeout_ms: int = Field(
+        45_000,
+        ge=1,
+        le=2**31 - 1,
+        description="the shortest consumer.session.timeout.ms a group's config may set (Kafka's "
+        "group.consumer.min.session.timeout.ms)",
+    )
+    group_consumer_max_session_timeout_ms: int = Field(
+        60_000,
+        ge=1,
+        le=2**31 - 1,
+        description="the longest consumer.session.timeout.ms a group's config may set (Kafka's "
+        "group.consumer.max.session.timeout.ms)",
+    )
+    group_consumer_min_heartbeat_interval_ms: int = Field(
+        5_000,
+        ge=1,
+        le=2**31 - 1,
+        description="the shortest consumer.heartbeat.interval.ms a group's config may set (Kafka's "
+        "group.consumer.min.heartbeat.interval.ms)",
+    )
+    group_consumer_max_heartbeat_interval_ms: int = Field(
+        15_000,
+        ge=1,
+        le=2**31 - 1,
+        description="the longest consumer.heartbeat.interval.ms a group's config may set (Kafka's "
+        "group.consumer.max.heartbeat.interval.ms)",
+    )
+
     auth: Literal["off", "required"] = Field(
         "off", description="required: every request needs a bearer token; needed to listen beyond loopback"
     )

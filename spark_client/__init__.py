@@ -35,7 +35,8 @@ Options (case-insensitive, as always in Spark; spark_client/README.md has the de
 - Writes: sink_id (required for streams, default "batch"): names the sink's transactions and
   decision records, one per streaming query, kept across restarts from its checkpoint;
   transaction_timeout_ms (600000): the server aborts a task's transaction left open this long;
-  delivery_timeout_ms (120000): how long a task's records are retried, and how long a slow
+  delivery_timeout_ms (120000, or request_timeout_ms + the producer's linger_ms if larger; one
+  given below that is refused): how long a task's records are retried, and how long a slow
   server's prepare is waited out (prepare_transaction() called again after each max_block_ms)
   before the task fails; max_block_ms (60000): how long one call of the task's producer blocks;
   commit_timeout_ms (120000): how long the driver's calls of a commit or abort, and a task's reads

@@ -15,14 +15,15 @@ from dataclasses import dataclass, field
 import httpx
 
 from spark_client.faults import Faults
+from txbroker.producer import DEFAULT_DELIVERY_TIMEOUT_MS, DEFAULT_LINGER_MS, delivery_timeout
 from txbroker.wire import ISOLATION_LEVELS
 
 EARLIEST, LATEST = -2, -1  # ListOffsets' timestamps, and Kafka's per-partition offsets JSON
 SINK_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 DEFAULT_TRANSACTION_TIMEOUT_MS = 600_000
-# The SDK producer's defaults. delivery_timeout_ms is also how long a task keeps calling
-# prepare_transaction() again while a slow server makes it time out (see commit_protocol).
-DEFAULT_DELIVERY_TIMEOUT_MS = 120_000
+# The SDK producer's defaults. delivery_timeout_ms (DEFAULT_DELIVERY_TIMEOUT_MS, or linger_ms +
+# request_timeout_ms if larger) is also how long a task keeps calling prepare_transaction() again
+# while a slow server makes it time out (see commit_protocol).
 DEFAULT_MAX_BLOCK_MS = 60_000
 # How long the driver's calls (the decision, the commits, the sweep) and a task's reads of the
 # decision retry a server that does not answer (down, restarting, its PostgreSQL away).
@@ -87,6 +88,18 @@ class WriteOptions:
             "max_block_ms": self.max_block_ms,
             **self.connection.client_config,
         }
+
+
+def _delivery_timeout_ms(options: dict[str, str], request_timeout_ms: int) -> int:
+    """The tasks' producers' delivery_timeout_ms, checked here as the SDK's producer checks it
+    (at least linger_ms + request_timeout_ms; not given, the default or that sum if larger), so
+    that a job with a request_timeout_ms above the default delivery timeout neither fails in every
+    task nor needs both options: the driver refuses a given one that is too short, before any task."""
+    given = _int(options, "delivery_timeout_ms", None)
+    try:
+        return int(delivery_timeout(given, DEFAULT_LINGER_MS, request_timeout_ms))
+    except ValueError as error:
+        raise OptionError(f"option 'delivery_timeout_ms': {error}") from None
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -203,13 +216,14 @@ def write_options(options: Mapping[str, str], streaming: bool) -> WriteOptions:
     sink_id = (sink_id or "batch").strip()
     if not SINK_ID.fullmatch(sink_id):
         raise OptionError(f"option 'sink_id' must match {SINK_ID.pattern}, not {sink_id!r}")
+    connection = connection_options(options)
     return WriteOptions(
-        connection_options(options),
+        connection,
         topic,
         sink_id,
         _int(lowered, "transaction_timeout_ms", DEFAULT_TRANSACTION_TIMEOUT_MS),
         Faults.parse(lowered.get("_test_faults")),
-        _int(lowered, "delivery_timeout_ms", DEFAULT_DELIVERY_TIMEOUT_MS),
+        _delivery_timeout_ms(lowered, connection.request_timeout_ms),
         _int(lowered, "max_block_ms", DEFAULT_MAX_BLOCK_MS),
         _int(lowered, "commit_timeout_ms", DEFAULT_COMMIT_TIMEOUT_MS),
     )

@@ -261,26 +261,61 @@ class AsyncConsumer:
         member_id, generation = coordinator.adopted_membership()
         return ConsumerGroupMetadata(coordinator.group_id, generation, member_id)
 
-    async def update_assignment(self) -> RebalanceEvent | None:
+    async def update_assignment(self, deadline: float | None = None) -> RebalanceEvent | None:
         """poll()'s first step: joins the group if needed and adopts the latest assignment the
         heartbeats brought. Returns what changed (None: nothing), whose listeners the caller runs
-        before `fetch_records()` -- the synchronous Consumer on its own thread."""
+        before `fetch_records()` -- the synchronous Consumer on its own thread. `deadline`
+        (poll()'s, a time.monotonic() value) bounds the wait for the LeaveGroup of a membership the
+        poll timeout ended, before the rejoin (see ConsumerCoordinator.update_assignment)."""
         self._check_open()
         if not self._subscriptions.subscribed:
             if not self._subscriptions.assignment:
                 raise IllegalStateError("poll() needs subscribe() or assign() first")
             return None
-        event = await self._require_group("subscribe()").update_assignment()
+        positions = self._subscriptions.assigned_positions()  # the adoption drops the revoked ones'
+        coordinator = self._require_group("subscribe()")
+        event = await coordinator.update_assignment(deadline)
         if event is not None:
             self._fetcher.forget(event.revoked)
+            await self._auto_commit_revoked(coordinator, {tp: positions[tp] for tp in event.revoked if tp in positions})
         return event
+
+    async def _auto_commit_revoked(
+        self, coordinator: ConsumerCoordinator, positions: dict[TopicPartition, int]
+    ) -> None:
+        """With auto-commit, the positions of the partitions a rebalance revokes are committed
+        before on_revoke runs and they leave the assignment, as Kafka's consumer commits before it
+        revokes (the classic one's onJoinPrepare, KIP-848's autoCommitSyncBeforeRevocation): else
+        their next owner reads again what poll() handed out since the last auto-commit. Not for a
+        lost membership, whose commits are refused unsent (Kafka's onPartitionsLost commits
+        nothing). A failure is logged, and the rebalance goes on, as Kafka's."""
+        if not self.enable_auto_commit or not positions or coordinator.membership_lost():
+            return
+        try:
+            await coordinator.commit(self._offsets_body(positions))
+        except TxbrokerError as error:
+            log.warning(
+                "auto-commit of group %r before revoking %s failed: %s", self.group_id, sorted(positions), error
+            )
 
     @staticmethod
     async def _run_listeners(event: RebalanceEvent) -> None:
-        for listener, partitions in event.calls():
-            result = listener(partitions)
-            if isinstance(result, Awaitable):
-                await result
+        """on_revoke, while the revoked partitions are still assigned (it may commit their
+        positions, seek, ask position()); then they leave the assignment, even when it raised; then
+        on_assign, also when on_revoke raised, as Kafka's onJoinComplete: the first error is raised
+        after both (else the partitions assigned were read without their on_assign ever running)."""
+        revoke_error = None
+        try:
+            await _called(event.revoke_call())
+        except Exception as error:
+            revoke_error = error
+        finally:
+            event.release_revoked()
+        try:
+            await _called(event.assign_call())
+        finally:
+            if revoke_error is not None:
+                raise revoke_error
 
     # ---- positions
 
@@ -361,7 +396,7 @@ class AsyncConsumer:
         membership, whose records must not be handed out (another member has its partitions)."""
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            event = await self.update_assignment()
+            event = await self.update_assignment(deadline)
             if event is not None:
                 await self._run_listeners(event)
                 continue  # what changed while they ran (a membership lost: rejoined) before fetching
@@ -556,6 +591,15 @@ class AsyncConsumer:
             log.warning("closing the consumer of group %r: %s failed: %s", self.group_id, what, error)
         except Exception:  # not the SDK's error: a bug, or an answer without the contract's fields
             log.exception("closing the consumer of group %r: %s failed unexpectedly", self.group_id, what)
+
+
+async def _called(call: tuple[Listener, set[TopicPartition]] | None) -> None:
+    """A rebalance listener called (None: none), awaited when it is a coroutine function."""
+    if call is not None:
+        listener, partitions = call
+        result = listener(partitions)
+        if isinstance(result, Awaitable):
+            await result
 
 
 def close_deadline(timeout: float | None) -> float | None:

@@ -252,8 +252,24 @@ class ConsumerCoordinator:
                 self.member_id,
             )
 
+    async def _leave_answered(self, deadline: float | None) -> bool:
+        """Whether the heartbeat task's LeaveGroup (after the poll timeout) has ended, waited for
+        until `deadline`. Never cancelled here: a LeaveGroup cut short might never reach the server,
+        and the member would keep its partitions, unconsumed, until its session timed out. The
+        rejoin waits for it, so that the group does not rebalance twice (once for the new member,
+        once for the old one's leave)."""
+        task = self._heartbeat_task
+        if task is None or task.done():
+            return True
+        await asyncio.wait([task], timeout=_time_left(deadline))
+        return task.done()
+
     def _leave_request(self) -> Awaitable[Any]:
         return self._connection.request("POST", group_path(self.group_id, "leave"), {"member_id": self.member_id})
+
+    def membership_lost(self) -> bool:
+        """Whether the adopted membership is lost (its commits are refused: `_check_not_left`)."""
+        return self._lost_membership is not None or self._left_on_poll_timeout
 
     def _check_not_left(self) -> None:
         """A commit of a membership the poll timeout ended fails, unsent, as Kafka's
@@ -276,17 +292,21 @@ class ConsumerCoordinator:
                 f"reduce max_poll_records or the time spent on each record"
             )
 
-    async def update_assignment(self) -> RebalanceEvent | None:
+    async def update_assignment(self, deadline: float | None = None) -> RebalanceEvent | None:
         """Joins if needed and adopts the latest assignment the heartbeats brought; returns what
         changed, for the caller to run the listeners on its own thread. After the poll timeout
         left the group: first every partition revoked (`_revoke_lost`), then, at the next call,
-        the rejoin."""
+        the rejoin, once the LeaveGroup is answered, which is waited for until `deadline` (poll()'s:
+        a time.monotonic() value; None: until it ends) and no longer: the poll returns without
+        records, the LeaveGroup goes on, and a later poll() rejoins."""
         self.polled()
         subscriptions = self._subscriptions
         if self._left_on_poll_timeout:
             if subscriptions.assignment:  # revoked before the rejoin, as Kafka's onPartitionsLost
                 return self._revoke_lost()
-            await self._stop_heartbeats()  # its LeaveGroup answered first: the rejoin is another member
+            if not await self._leave_answered(deadline):
+                return None
+            await self._stop_heartbeats()  # ended: its LeaveGroup answered, the rejoin is another member
             self._left_on_poll_timeout = False
             self.member_id, self._join_id = NO_MEMBER, None
             self._latest, self._kept = None, frozenset()
@@ -310,15 +330,11 @@ class ConsumerCoordinator:
             # Evicted, and rejoined by the heartbeats as another member: revoked as lost first.
             self._lost_membership = f"was evicted (its session timed out) and rejoined as {self.member_id}"
             return self._revoke_lost()
-        event = subscriptions.adopt(*self._latest, kept=self._kept)
+        generation, assignment = self._latest
+        event = subscriptions.adopt(generation, assignment, kept=self._kept)
         self._adopted_member_id, self._lost_membership = self.member_id, None
-        self._kept = subscriptions.assignment
-        log.info(
-            "group %r generation %d: assigned %s",
-            self.group_id,
-            subscriptions.generation,
-            sorted(subscriptions.assignment),
-        )
+        self._kept = assignment
+        log.info("group %r generation %d: assigned %s", self.group_id, generation, sorted(assignment))
         return event
 
     def _revoke_lost(self) -> RebalanceEvent:

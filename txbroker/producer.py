@@ -84,13 +84,41 @@ _OPTION_MINIMUMS = {
     "max_buffered_records": 1,
     "max_request_records": 1,
     "max_in_flight_requests": 1,
-    "delivery_timeout_ms": 1,
     "request_timeout_ms": 1,
     "max_block_ms": 0,
     "retry_backoff_ms": 0,
     "retry_backoff_max_ms": 0,
     "metadata_max_age_ms": 0,
 }
+DEFAULT_DELIVERY_TIMEOUT_MS = 120_000  # Kafka's delivery.timeout.ms default
+DEFAULT_LINGER_MS = 5
+
+
+def delivery_timeout(delivery_timeout_ms: int | None, linger_ms: float, request_timeout_ms: int) -> float:
+    """The delivery timeout, as Kafka's KafkaProducer.configureDeliveryTimeout: a batch must have
+    the time to linger and wait for one request's answer, so a delivery_timeout_ms given below
+    linger_ms + request_timeout_ms is refused (ValueError, Kafka's ConfigException); not given, it
+    is the default, or linger_ms + request_timeout_ms if that is larger."""
+    linger_and_request_ms = linger_ms + request_timeout_ms
+    if delivery_timeout_ms is None:
+        if linger_and_request_ms > DEFAULT_DELIVERY_TIMEOUT_MS:
+            log.warning(
+                "delivery_timeout_ms not given: %s ms (linger_ms + request_timeout_ms) instead of its default %d ms, "
+                "which is shorter",
+                linger_and_request_ms,
+                DEFAULT_DELIVERY_TIMEOUT_MS,
+            )
+        return max(DEFAULT_DELIVERY_TIMEOUT_MS, linger_and_request_ms)
+    check_at_least({"delivery_timeout_ms": 1}, {"delivery_timeout_ms": delivery_timeout_ms})
+    if delivery_timeout_ms < linger_and_request_ms:
+        raise ValueError(
+            f"delivery_timeout_ms is {delivery_timeout_ms}: expected at least linger_ms + request_timeout_ms "
+            f"({linger_ms} + {request_timeout_ms} = {linger_and_request_ms}), the time a batch may linger and "
+            f"then wait for one request's answer, as Kafka's producer requires of delivery.timeout.ms: raise "
+            f"delivery_timeout_ms, or lower linger_ms or request_timeout_ms (or leave delivery_timeout_ms out: "
+            f"it is then {DEFAULT_DELIVERY_TIMEOUT_MS}, or linger_ms + request_timeout_ms if larger)"
+        )
+    return delivery_timeout_ms
 
 
 class AsyncProducer:
@@ -108,7 +136,9 @@ class AsyncProducer:
     - max_request_records (50000): at most this many records (of several partitions) per request.
     - max_in_flight_requests (5): concurrent produce requests (one batch per partition in flight).
     - max_buffered_records (200000): send() blocks (up to max_block_ms) when this many wait.
-    - delivery_timeout_ms (120000): how long a batch is retried before its records fail.
+    - delivery_timeout_ms (120000, or linger_ms + request_timeout_ms if larger): how long a batch
+      is retried before its records fail; given, at least linger_ms + request_timeout_ms (else
+      ValueError), as Kafka requires.
     - max_block_ms (60000): how long a call blocks (retrying retriable errors; prepare_transaction(),
       commit_transaction() and abort_transaction() waiting for the transaction's records and for a
       slow answer too) before TxbrokerTimeoutError.
@@ -128,13 +158,13 @@ class AsyncProducer:
         transport: httpx.AsyncBaseTransport | httpx.BaseTransport | None = None,
         enable_idempotence: bool = True,
         transaction_timeout_ms: int = 60_000,
-        linger_ms: float = 5,
+        linger_ms: float = DEFAULT_LINGER_MS,
         batch_size: int = 1024 * 1024,
         max_batch_records: int = 10_000,
         max_buffered_records: int = 200_000,
         max_request_records: int = 50_000,
         max_in_flight_requests: int = 5,
-        delivery_timeout_ms: int = 120_000,
+        delivery_timeout_ms: int | None = None,
         request_timeout_ms: int = 30_000,
         max_block_ms: int = 60_000,
         retry_backoff_ms: int = 100,
@@ -143,6 +173,7 @@ class AsyncProducer:
         _future_factory: Callable[[], Any] | None = None,
     ) -> None:
         check_at_least(_OPTION_MINIMUMS, locals())  # the arguments, by name, as given
+        delivery_timeout_ms = delivery_timeout(delivery_timeout_ms, linger_ms, request_timeout_ms)
         if transactional_id is not None and not enable_idempotence:
             raise ValueError(
                 "a transactional producer is idempotent: enable_idempotence=False needs transactional_id=None"

@@ -102,7 +102,7 @@ class Sender:
         idempotent: bool,
         max_in_flight_requests: int,
         max_request_records: int,
-        delivery_timeout_ms: int,
+        delivery_timeout_ms: float,
         backoff: Backoff,
         new_producer_id: Callable[[bool], Awaitable[None]],
         forget_topic: Callable[[str], None],

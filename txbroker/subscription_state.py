@@ -6,6 +6,10 @@ Invariants:
 - Positions and pauses exist only for assigned partitions: adopting an assignment that revokes a
   partition drops both, as it does for a partition assigned again that another member may have
   owned since (not `kept`): revoked, then assigned, it starts again from the committed offset.
+- A revoked partition stays assigned, with its position, while on_revoke runs (`revoking`), as in
+  Kafka's onPartitionsRevoked: the listener commits the positions (commit() without offsets),
+  reads position() and may seek(); it is not fetched meanwhile. The adopted assignment replaces
+  it when the listener returns or raises (`RebalanceEvent.release_revoked`).
 - A position is the offset of the next record poll() returns for its partition.
 - `assignment_changed` is set when what poll() should read changes (a subscribe(), or a heartbeat
   that brought another assignment): a long poll in flight then returns early.
@@ -25,24 +29,28 @@ from txbroker.wire import NO_GENERATION
 Listener = Callable[[set[TopicPartition]], Any]
 
 
+def _nothing() -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class RebalanceEvent:
-    """What changed when poll() adopted a new assignment: callbacks to run, in this order. After
-    them poll() adopts again what changed meanwhile (a membership lost while they ran) before it
-    fetches."""
+    """What changed when poll() adopted a new assignment: on_revoke(revoked), then
+    `release_revoked()` (whether or not the listener raised: the revoked partitions leave the
+    assignment, the adopted one takes its place), then on_assign(assigned). After them poll()
+    adopts again what changed meanwhile (a membership lost while they ran) before it fetches."""
 
     revoked: set[TopicPartition]
     assigned: set[TopicPartition]
     on_revoke: Listener | None
     on_assign: Listener | None
+    release_revoked: Callable[[], None] = _nothing
 
-    def calls(self) -> list[tuple[Listener, set[TopicPartition]]]:
-        calls = []
-        if self.on_revoke is not None and self.revoked:
-            calls.append((self.on_revoke, self.revoked))
-        if self.on_assign is not None and self.assigned:
-            calls.append((self.on_assign, self.assigned))
-        return calls
+    def revoke_call(self) -> tuple[Listener, set[TopicPartition]] | None:
+        return None if self.on_revoke is None or not self.revoked else (self.on_revoke, self.revoked)
+
+    def assign_call(self) -> tuple[Listener, set[TopicPartition]] | None:
+        return None if self.on_assign is None or not self.assigned else (self.on_assign, self.assigned)
 
 
 class SubscriptionState:
@@ -52,6 +60,10 @@ class SubscriptionState:
         self.on_revoke: Listener | None = None
         self.generation = NO_GENERATION  # of the adopted assignment
         self.assignment: frozenset[TopicPartition] = frozenset()
+        # While on_revoke runs: the revoked partitions (still in `assignment`, not fetched) and the
+        # adopted assignment that replaces `assignment` when it returns (`_release_revoked`).
+        self.revoking: frozenset[TopicPartition] = frozenset()
+        self._adopting: frozenset[TopicPartition] | None = None
         self.positions: dict[TopicPartition, int] = {}
         self.paused: set[TopicPartition] = set()
         self.assignment_changed = asyncio.Event()
@@ -73,12 +85,13 @@ class SubscriptionState:
 
     def unsubscribe(self) -> None:
         self.topics = None
-        self.assignment = frozenset()
+        self.assignment, self.revoking, self._adopting = frozenset(), frozenset(), None
         self.positions.clear()
         self.generation = NO_GENERATION
 
     def is_adopted(self, generation: int, assignment: frozenset[TopicPartition]) -> bool:
-        return (generation, assignment) == (self.generation, self.assignment)
+        adopted = self.assignment if self._adopting is None else self._adopting
+        return (generation, assignment) == (self.generation, adopted)
 
     def adopt(
         self, generation: int, assignment: frozenset[TopicPartition], kept: frozenset[TopicPartition]
@@ -86,14 +99,26 @@ class SubscriptionState:
         """Makes a group's assignment the one poll() reads. Partitions of the current assignment not
         `kept` (owned by this member throughout since its adoption) are revoked, even when assigned
         again: they lose their position and pause, and the assigned ones among them are reported as
-        assigned again."""
+        assigned again. With an on_revoke to run, the revoked partitions stay assigned, with their
+        positions, until the event's `release_revoked()` (after the listener); else at once."""
         continuing = self.assignment & kept & assignment
         revoked, added = set(self.assignment - continuing), set(assignment - continuing)
-        self.generation, self.assignment = generation, assignment
-        for tp in revoked:
+        self.generation = generation
+        event = RebalanceEvent(revoked, added, self.on_revoke, self.on_assign, self._release_revoked)
+        self.revoking, self._adopting = frozenset(revoked), assignment
+        if event.revoke_call() is None:
+            self._release_revoked()
+        return event
+
+    def _release_revoked(self) -> None:
+        """The revoked partitions leave the assignment (their positions and pauses go), the adopted
+        one takes its place. Once per adoption: called again, nothing."""
+        if self._adopting is None:
+            return
+        for tp in self.revoking:
             self.positions.pop(tp, None)
             self.paused.discard(tp)
-        return RebalanceEvent(revoked, added, self.on_revoke, self.on_assign)
+        self.assignment, self.revoking, self._adopting = self._adopting, frozenset(), None
 
     def require_assigned(self, partition: TopicPartition, what: str) -> TopicPartition:
         tp = TopicPartition(*partition)
@@ -114,7 +139,11 @@ class SubscriptionState:
 
     def fetchable(self) -> list[TopicPartition]:
         """Assigned, not paused, with a position: what a fetch asks for, in a stable order."""
-        return [tp for tp in sorted(self.assignment) if tp not in self.paused and tp in self.positions]
+        return [
+            tp
+            for tp in sorted(self.assignment)
+            if tp not in self.paused and tp not in self.revoking and tp in self.positions
+        ]
 
     def assigned_positions(self) -> dict[TopicPartition, int]:
         return {tp: offset for tp, offset in self.positions.items() if tp in self.assignment}

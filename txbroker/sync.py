@@ -278,10 +278,9 @@ class Consumer:
         """As AsyncConsumer.poll; the rebalance listeners run here, on the caller's thread."""
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            event = self._loop.run(self._core.update_assignment())
+            event = self._loop.run(self._core.update_assignment(deadline))
             if event is not None:
-                for listener, partitions in event.calls():
-                    listener(partitions)
+                self._run_listeners(event)
                 continue  # what changed while they ran (a membership lost: rejoined) before fetching
             records = self._loop.run(self._core.fetch_records(deadline))
             if records or time.monotonic() >= deadline:
@@ -306,10 +305,30 @@ class Consumer:
         (leaving) on the loop, even when the listener raised."""
         try:
             if event is not None:
-                for listener, partitions in event.calls():
-                    listener(partitions)
+                self._run_listeners(event)
         finally:
             self._loop.run(then)
+
+    def _run_listeners(self, event: RebalanceEvent) -> None:
+        """As AsyncConsumer._run_listeners, the listeners on this thread: on_revoke while the
+        revoked partitions are still assigned, their release on the loop (whatever the listener
+        did), then on_assign, also when on_revoke raised (the first error is raised after both)."""
+        revoke_error = None
+        try:
+            call = event.revoke_call()
+            if call is not None:
+                call[0](call[1])
+        except Exception as error:
+            revoke_error = error
+        finally:
+            self._loop.call(event.release_revoked)
+        try:
+            call = event.assign_call()
+            if call is not None:
+                call[0](call[1])
+        finally:
+            if revoke_error is not None:
+                raise revoke_error
 
     position = _blocking(AsyncConsumer.position)
     seek_to_beginning = _blocking(AsyncConsumer.seek_to_beginning)

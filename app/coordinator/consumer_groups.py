@@ -54,6 +54,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.clock import now_ms
+from app.coordinator import group_configs
 from app.coordinator.consumer_assignors import SERVER_ASSIGNORS, preferred_assignor, target_assignment
 from app.coordinator.identifiers import check_identifier, check_member_group_id
 from app.errors import BrokerError, ErrorCode
@@ -406,7 +407,9 @@ def _overdue(state: dict, now: int) -> set[str]:
 
 class ConsumerGroups:
     def __init__(self, pool: asyncpg.Pool, changing, session_timeout_ms: int, heartbeat_interval_ms: int) -> None:
-        """`changing`: ClassicGroups.changing (a transaction that changes a group, its waiters woken)."""
+        """`changing`: ClassicGroups.changing (a transaction that changes a group, its waiters woken);
+        `session_timeout_ms`, `heartbeat_interval_ms`: the server's, for a group without its own
+        (group_configs.py)."""
         self.pool = pool
         self.changing = changing
         self.session_timeout_ms = session_timeout_ms
@@ -428,10 +431,20 @@ class ConsumerGroups:
                     f"consumer group {group_id!r} does not exist (deleted, or never joined): "
                     f"rejoin with member epoch 0",
                 )
+            # The group's own configs (group_configs.py), else the server's: read under the group's
+            # lock, so the member row written below carries the session timeout its eviction counts.
+            session_timeout_ms, interval_ms = await group_configs.consumer_timeouts(
+                conn, group_id, self.session_timeout_ms, self.heartbeat_interval_ms
+            )
             current = await groups.members(conn, group_id)
             state = self._state_for(group, current)
             loaded = (group.generation_id, copy.deepcopy(state))  # what the row holds: unchanged, not written
             bumped = await self._remove_lapsed(conn, group, state, current, now)
+            if "regexes" not in state:
+                # Written before the group resolved its members' regexes (an upgrade): resolved
+                # now, before a member's topics are taken from the resolutions (`_subscription`),
+                # or each member of a regex would be told to revoke all of its regex's topics.
+                bumped |= await _refresh_regexes(conn, state, None)
             member = state["members"].get(member_id)
             joining = epoch == JOIN_EPOCH
             if request.instance_id is not None and not joining:
@@ -449,11 +462,11 @@ class ConsumerGroups:
                         member_epoch=STATIC_LEAVE_EPOCH, state=MEMBER_STABLE, revoking={}, revocation_due_ms=None
                     )
                     await self._save(conn, group, state, now)
-                    return ConsumerHeartbeatResult(member_id, epoch, self.heartbeat_interval_ms, None)
+                    return ConsumerHeartbeatResult(member_id, epoch, interval_ms, None)
                 await groups.remove_members(conn, group_id, [member_id])
                 del state["members"][member_id]
                 await self._update(conn, group, state, now, bumped=True)
-                return ConsumerHeartbeatResult(member_id, epoch, self.heartbeat_interval_ms, None)
+                return ConsumerHeartbeatResult(member_id, epoch, interval_ms, None)
             if member is None and not joining:
                 raise unknown_member(group_id, member_id)
             owned = await self._owned(conn, request.owned)
@@ -461,7 +474,9 @@ class ConsumerGroups:
                 self._check_epoch(group_id, member_id, member, epoch, owned)
             returned = None
             if member is None and joining and request.instance_id is not None:
-                returned = await self._static_member_returns(conn, group_id, state, member_id, request.instance_id, now)
+                returned = await self._static_member_returns(
+                    conn, group_id, state, member_id, request.instance_id, now, session_timeout_ms
+                )
                 member = returned
             if member is None:
                 member = state["members"][member_id] = {
@@ -477,7 +492,7 @@ class ConsumerGroups:
                     "rebalance_timeout_ms": request.rebalance_timeout_ms,
                     "revocation_due_ms": None,
                 }
-                await groups.add_member(conn, group_id, Member(member_id, [], self.session_timeout_ms, now, now))
+                await groups.add_member(conn, group_id, Member(member_id, [], session_timeout_ms, now, now))
                 bumped = True
             elif joining and returned is None:
                 # A member rejoining (fenced, or its join's answer lost) owns nothing (a join's
@@ -500,7 +515,7 @@ class ConsumerGroups:
             await self._update(
                 conn, group, state, now, bumped, reconciling=(member_id, owned, request.may_describe), loaded=loaded
             )
-            await groups.touch_member(conn, group_id, member_id, member["subscribed"], self.session_timeout_ms, now)
+            await groups.touch_member(conn, group_id, member_id, member["subscribed"], session_timeout_ms, now)
             changed = joining or (member["assigned"], member["member_epoch"]) != before
             if owned is not None and owned != _as_set(member["assigned"]):
                 changed = True
@@ -512,7 +527,7 @@ class ConsumerGroups:
                 for topic, partitions in sorted(member["assigned"].items())
                 if topic in ids
             ]
-        return ConsumerHeartbeatResult(member_id, member["member_epoch"], self.heartbeat_interval_ms, assignment)
+        return ConsumerHeartbeatResult(member_id, member["member_epoch"], interval_ms, assignment)
 
     @staticmethod
     def _state_for(group: Group, current: list[Member]) -> dict:
@@ -531,7 +546,14 @@ class ConsumerGroups:
         return state
 
     async def _static_member_returns(
-        self, conn: asyncpg.Connection, group_id: str, state: dict, member_id: str, instance_id: str, now: int
+        self,
+        conn: asyncpg.Connection,
+        group_id: str,
+        state: dict,
+        member_id: str,
+        instance_id: str,
+        now: int,
+        session_timeout_ms: int,
     ) -> dict | None:
         """A static member joining under a new member id: it takes the place, partitions and target of
         its instance's previous member once that one left (epoch -2), as Kafka's coordinator replaces
@@ -560,9 +582,7 @@ class ConsumerGroups:
         if previous_id in state["target"]:
             state["target"][member_id] = state["target"].pop(previous_id)
         await groups.remove_members(conn, group_id, [previous_id])
-        await groups.add_member(
-            conn, group_id, Member(member_id, member["subscribed"], self.session_timeout_ms, now, now)
-        )
+        await groups.add_member(conn, group_id, Member(member_id, member["subscribed"], session_timeout_ms, now, now))
         return member
 
     @staticmethod

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
-from app.coordinator import cluster_nodes, security_admin, topic_admin, transaction_admin
+from app.coordinator import cluster_nodes, group_configs, security_admin, topic_admin, transaction_admin
 from app.coordinator.acl_filters import MATCH, AclFilter
 from app.coordinator.audit import Actor, AuditSource
 from app.coordinator.authorizer import (
@@ -283,11 +283,14 @@ KAFKA_TOPIC_OPERATIONS: dict[str, Operation | None] = {
     "DESCRIBE_CONFIGS": Operation.DESCRIBE,
     "ALTER_CONFIGS": Operation.ALTER,
 }
-# Kafka's operations on a Group (AclEntry.supportedOperations(GROUP)), each decided by the same rule.
+# Kafka 4's operations on a Group (AclEntry.supportedOperations(GROUP)), each decided by the same
+# rule: DescribeConfigs and AlterConfigs (its group configs) by Describe and Alter, as the topic's.
 KAFKA_GROUP_OPERATIONS: dict[str, Operation | None] = {
     "READ": Operation.READ,
     "DESCRIBE": Operation.DESCRIBE,
     "DELETE": Operation.DELETE,
+    "DESCRIBE_CONFIGS": Operation.DESCRIBE,
+    "ALTER_CONFIGS": Operation.ALTER,
 }
 
 
@@ -1283,6 +1286,55 @@ class AdminCalls:
             validate_only,
             f"replaced: {given or 'none given'}; every other config back to its default",
         )
+
+    async def describe_group_config(self, principal: Principal, group_id: str) -> list[group_configs.GroupConfigEntry]:
+        """A group's configs (Kafka's group configs: the group need not exist). Needs Describe on the
+        group (Kafka: DescribeConfigs on it, which txbroker's Describe stands for, as a topic's)."""
+        authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
+        return await group_configs.describe(self._state.pool, self._state.settings, group_id)
+
+    async def alter_group_config(
+        self,
+        principal: Principal,
+        client_address: str | None,
+        group_id: str,
+        alterations: list[tuple[str, int, str | None]],
+        validate_only: bool,
+        replace: bool = False,
+    ) -> None:
+        """IncrementalAlterConfigs' operations on a group's configs (`replace`: AlterConfigs', every
+        config not named back to its default). Needs Alter on the group (Kafka: AlterConfigs on it)."""
+        authorize(principal, Operation.ALTER, ResourceType.GROUP, group_id)
+        changes: dict[str, str | None] = {}
+        for name, operation, text in alterations:
+            if operation not in (SET, DELETE):
+                raise BrokerError(
+                    ErrorCode.INVALID_CONFIG,
+                    f"operation {operation} on {name!r}: a group config is an INT; expected 0 (set) or 1 (delete)",
+                )
+            changes[name] = text if operation == SET else None
+        await group_configs.alter(
+            self._state.pool,
+            self._state.settings,
+            _actor(principal, client_address),
+            group_id,
+            changes,
+            ("replaced: " if replace else "") + (_described_alterations(alterations) or "none given"),
+            replace=replace,
+            validate_only=validate_only,
+        )
+
+    async def replace_group_config(
+        self,
+        principal: Principal,
+        client_address: str | None,
+        group_id: str,
+        configs: list[tuple[str, str | None]],
+        validate_only: bool,
+    ) -> None:
+        """Kafka's AlterConfigs on a group: its configs become those given, the others the defaults."""
+        alterations = [(name, SET, value) for name, value in configs]
+        await self.alter_group_config(principal, client_address, group_id, alterations, validate_only, replace=True)
 
     async def delete_records(
         self, principal: Principal, client_address: str | None, name: str, offsets: list[tuple[int, int]]

@@ -1,8 +1,9 @@
 """DescribeConfigs' entries as a Kafka broker gives them: each with its source and synonyms (KIP-226)
 and its type and documentation (KIP-569). A topic is described by txbroker's topic configs under
 Kafka's names; the broker (this node) by the server settings that are Kafka broker configs, under
-those configs' names. Tools read both: Kafka UIs, Terraform providers and kafka-python show a
-broker's `advertised.listeners`, and read each config's type to parse its value."""
+those configs' names; a group by its own configs (Kafka 4.0's group configs). Tools read them: Kafka
+UIs, Terraform providers and kafka-python show a broker's `advertised.listeners`, and read each
+config's type to parse its value."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ class ConfigSource(IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    DYNAMIC_CLIENT_METRICS_CONFIG = 7
+    DYNAMIC_GROUP_CONFIG = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,6 +256,34 @@ def broker_configs(settings: Settings, advertised: str, names: list[str] | None)
         described.append(
             DescribedConfig(
                 name, value, source, config.config_type, config.documentation, True, (Synonym(name, value, source),)
+            )
+        )
+    return described
+
+
+def group_configs(settings: Settings, entries, names: list[str] | None) -> list[DescribedConfig]:
+    """A group's configs (`entries`: the core's GroupConfigEntry, each with the group's own value or
+    None and the server's default; `names`: only those, unknown names left out; None: every one), as
+    Kafka's broker describes a group: its own value `DYNAMIC_GROUP_CONFIG`, else the broker config
+    that is its default (Kafka's name: "group." and the group config's), `STATIC_BROKER_CONFIG`
+    when the operator set it, else `DEFAULT_CONFIG`; that broker config its synonym."""
+    described = []
+    for entry in entries:
+        if names is not None and entry.name not in names:
+            continue
+        default = Synonym(f"group.{entry.name}", str(entry.default), _server_source(settings, entry.setting))
+        synonyms: tuple[Synonym, ...] = (default,)
+        if entry.own is not None:
+            synonyms = (Synonym(entry.name, str(entry.own), ConfigSource.DYNAMIC_GROUP_CONFIG), default)
+        described.append(
+            DescribedConfig(
+                entry.name,
+                synonyms[0].value,
+                synonyms[0].source,
+                ConfigType.INT,
+                entry.documentation,
+                False,
+                synonyms,
             )
         )
     return described

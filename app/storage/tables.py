@@ -275,6 +275,17 @@ Index("group_members_by_deadline", GroupMember.last_heartbeat_ms + GroupMember.s
 Index("group_members_by_revocation_due", GroupMember.revocation_due_ms)
 
 
+class GroupConfig(SQLModel, table=True):
+    """A group's own value of one of Kafka's group configs (migration 0017), under Kafka's name; the
+    group need not exist."""
+
+    __tablename__ = "group_configs"
+
+    group_id: str = Field(primary_key=True, sa_type=Text)
+    name: str = Field(primary_key=True, sa_type=Text)
+    value: str = Field(sa_type=Text, nullable=False)
+
+
 class GroupOffset(SQLModel, table=True):
     """A committed (visible) offset, materialized from __consumer_offsets."""
 

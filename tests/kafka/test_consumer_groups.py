@@ -17,6 +17,8 @@ from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
+from app.storage import database
+from app.storage.log import topics
 from tests.conftest import start_in_process_server, start_server_on_fresh_database, stop_in_process_server
 from tests.kafka.clients import WAIT_S, ConfluentKafka, bootstrap, create_topic, topic_uuid
 from tests.kafka.group_clients import ConfluentMember, poll_until
@@ -840,3 +842,105 @@ def test_a_replaced_static_members_old_member_id_is_fenced_by_its_instance(modul
         assert nobody.error_code == KafkaError.unknown_member_id and "instance-nobody" in nobody.error_message
         still = consumer_heartbeat(connection, group, "second-a", back.member_epoch, instance="instance-a")
         assert still.error_code == KafkaError.none
+
+
+def test_a_topic_committed_late_is_resolved_even_when_another_was_deleted_meanwhile(module_kafka_server):
+    """Regression: a regex was resolved again only when the topics' count or highest id changed.
+    Topic ids come from a sequence but creations commit in any order: a topic whose creation
+    committed after a later-numbered one's, as another topic was deleted, left both unchanged, and
+    the group never resolved it (its partitions unassigned until some other topic changed)."""
+    server = module_kafka_server
+    group, regex = "cgh-late-group", "cgh-late-match-.*"
+    doomed_id = _topic(server, "cgh-late-match-doomed", 1)
+    loop = asyncio.new_event_loop()
+    creating = loop.run_until_complete(asyncpg.connect(server.database_url))
+    try:
+        loop.run_until_complete(database._init_connection(creating))
+        owned: dict = {}
+        with RawConnection(bootstrap(server)) as connection:
+            a = consumer_heartbeat(connection, group, "member-a", 0, [], regex=regex)
+            a = _heartbeat_as_owner(connection, group, "member-a", a, owned)
+            assert owned == {doomed_id: [0]}
+            # Its topic id is taken now, its row visible only once this transaction commits.
+            transaction = creating.transaction()
+            loop.run_until_complete(transaction.start())
+            loop.run_until_complete(topics.create_topic(creating, "cgh-late-match-slow", 2, {}))
+            _topic(server, "cgh-late-unmatched", 1)  # a higher topic id, committed first
+            a = _heartbeat_as_owner(connection, group, "member-a", a, owned)
+            loop.run_until_complete(transaction.commit())
+            assert server.client.delete("/v1/topics/cgh-late-match-doomed").status_code in (200, 204)
+            slow_id = topic_uuid(server.client.get("/v1/topics/cgh-late-match-slow").json()["topic_id"])
+            for _ in range(4):
+                a = _heartbeat_as_owner(connection, group, "member-a", a, owned)
+            assert owned == {slow_id: [0, 1]}, "the topic committed late was never resolved"
+    finally:
+        loop.run_until_complete(creating.close())
+        loop.close()
+
+
+def _as_written_before_regexes_were_resolved_per_group(server, group: str) -> None:
+    """Takes the group's resolutions out of its state, as a server before that change wrote it
+    (each member's topics already its regex's matches)."""
+
+    async def strip() -> None:
+        connection = await asyncpg.connect(server.database_url)
+        try:
+            await connection.execute(
+                "UPDATE consumer_groups SET assignment = jsonb_set(assignment, ARRAY[$2::text], "
+                "(assignment -> $2) - 'regexes' - 'topics_fingerprint') WHERE group_id = $1",
+                group,
+                "consumer group state",
+            )
+        finally:
+            await connection.close()
+
+    asyncio.run(strip())
+
+
+def test_a_group_saved_before_regexes_were_resolved_per_group_keeps_its_members_topics(module_kafka_server):
+    """Regression: a group whose state was written before the group resolved its regexes (an
+    upgrade) has no resolutions: the first heartbeat of a member with a regex took its topics to be
+    its names only, bumped the group epoch and told it to revoke every partition of its regex
+    (resolved again after the answer, they came back at the next heartbeat): one needless
+    revocation of every such partition at the upgrade."""
+    server = module_kafka_server
+    topic_id = _topic(server, "cgh-legacy-match-1", 2)
+    group = "cgh-legacy-group"
+    owned: dict = {}
+    with RawConnection(bootstrap(server)) as connection:
+        a = consumer_heartbeat(connection, group, "member-a", 0, [], regex="cgh-legacy-match-.*")
+        for _ in range(2):
+            a = _heartbeat_as_owner(connection, group, "member-a", a, owned)
+        assert owned == {topic_id: [0, 1]}
+        epoch = a.member_epoch
+        _as_written_before_regexes_were_resolved_per_group(server, group)
+        a = _heartbeat_as_owner(connection, group, "member-a", a, owned)
+        assert (a.member_epoch, owned) == (epoch, {topic_id: [0, 1]}), "the upgrade revoked the regex's partitions"
+
+
+def test_a_regex_whose_parenthesis_closes_the_whole_name_match_early_is_refused(module_kafka_server):
+    """Regression: the regex is matched against the whole name as '^(?:' + regex + ')$', so one with
+    an unbalanced ')' (invalid for Kafka's RE2J: INVALID_REGULAR_EXPRESSION) closed that group
+    early and compiled: 'cgh-escape-t)|(x' matched every name that merely starts with
+    'cgh-escape-t', and the member was given topics its expression does not name."""
+    server = module_kafka_server
+    _topic(server, "cgh-escape-target", 1)
+    with RawConnection(bootstrap(server)) as connection:
+        joined = consumer_heartbeat(connection, "cgh-escape-group", "member-a", 0, [], regex="cgh-escape-t)|(x")
+        assert joined.error_code == KafkaError.invalid_regular_expression, assigned(joined)
+        assert "cgh-escape-t)|(x" in joined.error_message
+
+
+def test_a_case_insensitive_regex_matches_whole_names_whatever_their_case(module_kafka_server):
+    """Regression: RE2's leading `(?i)` (a case-insensitive expression, as Kafka's coordinator takes
+    it) was put inside the '^(?:...)$' that anchors it, where PostgreSQL's expressions do not take
+    embedded options: the heartbeat was INVALID_REGULAR_EXPRESSION. It is kept in front now, and
+    the expression still matches whole names only."""
+    server = module_kafka_server
+    matched_id = _topic(server, "cgh-case-topic", 1)
+    _topic(server, "cgh-case-topic-longer-x", 1)  # matched by a prefix only: not whole
+    with RawConnection(bootstrap(server)) as connection:
+        joined = consumer_heartbeat(connection, "cgh-case-group", "member-a", 0, [], regex="(?i)CGH-CASE-TOPIC")
+        assert joined.error_code == KafkaError.none, joined.error_message
+        after = consumer_heartbeat(connection, "cgh-case-group", "member-a", joined.member_epoch, owned=[])
+        assert assigned(after) == {matched_id: [0]}

@@ -27,6 +27,7 @@ from tests.kafka import test_fetch_read_ahead as read_ahead
 from tests.kafka import test_produce_raw as raw_produce
 from tests.kafka.clients import WAIT_S, ConfluentKafka, topic_uuid
 from tests.kafka.raw import RawConnection, nested, record_batch, request_of
+from tests.kafka.test_alter_configs import alter_configs
 
 ADMIN_TOKEN = "admin-secret"
 TOPIC = "guarded"
@@ -454,6 +455,53 @@ def test_describing_the_brokers_configs_needs_describe_on_the_cluster(secured, r
     assert (answered["reader"].error_code, answered["reader"].configs) == (KafkaError.cluster_authorization_failed, ())
     configs = {config.name: config.value for config in answered["broker-configs"].configs}
     assert configs["advertised.listeners"] == f"SASL_PLAINTEXT://{secured.extra['kafka_bootstrap']}"
+
+
+def test_a_groups_configs_need_describe_and_alter_on_the_group(secured, reader):
+    """As a Kafka broker, which asks DescribeConfigs and AlterConfigs on the Group (txbroker's
+    Describe and Alter stand for them, as a topic's): without them, GROUP_AUTHORIZATION_FAILED, no
+    config shown and none changed."""
+    group, session = f"{GROUP_PREFIX}configs", "consumer.session.timeout.ms"
+    _, describer_key = new_principal(secured, "group-configs-describer", rule("Group", group, "Describe"))
+    _, alterer_key = new_principal(secured, "group-configs-alterer", rule("Group", group, "Alter"))
+
+    def described(username: str, key: str):
+        with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+            assert log_in(connection, username, key).error_code == KafkaError.none
+            resource = nested(
+                api_table.DESCRIBE_CONFIGS,
+                4,
+                "DescribeConfigsResource",
+                resource_type=32,
+                resource_name=group,
+                configuration_keys=(session,),
+            )
+            (result,) = connection.call(
+                request_of(
+                    api_table.DESCRIBE_CONFIGS,
+                    4,
+                    resources=(resource,),
+                    include_synonyms=False,
+                    include_documentation=False,
+                )
+            ).results
+        return result.error_code, [(config.name, config.value) for config in result.configs]
+
+    def altered(username: str, key: str, value: str):
+        with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+            assert log_in(connection, username, key).error_code == KafkaError.none
+            request = alter_configs(1, [(32, group, {session: value})], key=api_table.INCREMENTAL_ALTER_CONFIGS)
+            (answer,) = connection.call(request).responses
+        return answer.error_code
+
+    # The reader may Read groups prefixed GROUP_PREFIX (which implies Describe), not Alter them.
+    assert altered(*reader, "50000") == KafkaError.group_authorization_failed
+    assert altered("group-configs-describer", describer_key, "50000") == KafkaError.group_authorization_failed
+    assert described("group-configs-describer", describer_key) == (KafkaError.none, [(session, "45000")])
+    assert altered("group-configs-alterer", alterer_key, "50000") == KafkaError.none
+    assert described("group-configs-describer", describer_key) == (KafkaError.none, [(session, "50000")])
+    _, stranger_key = new_principal(secured, "group-configs-stranger", rule("Group", "another-group", "Describe"))
+    assert described("group-configs-stranger", stranger_key) == (KafkaError.group_authorization_failed, [])
 
 
 def test_moving_replicas_needs_alter_and_listing_reassignments_describe_on_the_cluster(secured, reader):
@@ -927,10 +975,12 @@ def test_describing_a_group_answers_the_operations_the_principals_rules_allow(se
             )
             return [(g.error_code, g.authorized_operations) for g in connection.call(request).groups]
 
-        assert describe_groups(True) == (KafkaError.none, (1 << READ) | (1 << DESCRIBE))
+        # Kafka 4's DescribeConfigs on a group is txbroker's Describe, which Read implies.
+        readable = (1 << READ) | (1 << DESCRIBE) | (1 << DESCRIBE_CONFIGS)
+        assert describe_groups(True) == (KafkaError.none, readable)
         assert describe_groups(False) == (KafkaError.none, not_asked)
         assert consumer_group_describe(True) == [
-            (KafkaError.none, (1 << READ) | (1 << DESCRIBE) | (1 << DELETE)),
+            (KafkaError.none, readable | (1 << DELETE)),
             (KafkaError.group_id_not_found, not_asked),
         ]
         assert consumer_group_describe(False)[0] == (KafkaError.none, not_asked)

@@ -278,7 +278,7 @@ def test_a_commit_to_a_frozen_server_returns_after_max_block_ms_and_resumes(serv
         max_block_ms=1000,
         linger_ms=60_000,  # the records are sent by the commit's flush
         request_timeout_ms=3000,
-        delivery_timeout_ms=20_000,
+        delivery_timeout_ms=63_000,  # at least linger_ms + request_timeout_ms, as Kafka requires
         **FAST,
     ) as producer:
         producer.init_transactions()
@@ -387,6 +387,9 @@ def send_one_held_then_one_waiting(producer: Producer, transport: FirstRequestsH
 
 
 WAITED = "waited in the producer's buffer for delivery_timeout_ms"
+# A delivery timeout of 1 s, with a request timeout within it (as Kafka requires delivery_timeout_ms
+# >= linger_ms + request_timeout_ms).
+SHORT_DELIVERY = {"delivery_timeout_ms": 1000, "request_timeout_ms": 1000}
 
 
 def test_a_record_waiting_in_the_buffer_past_delivery_timeout_ms_fails_unwritten(server):
@@ -398,7 +401,7 @@ def test_a_record_waiting_in_the_buffer_past_delivery_timeout_ms_fails_unwritten
     with Admin(server.url) as admin:
         admin.create_topic("buffered", partitions=2)
     transport = FirstRequestsHeld(5, "/v1/produce")
-    options = {"linger_ms": 0, "max_in_flight_requests": 1, "delivery_timeout_ms": 1000, **FAST}
+    options = {"linger_ms": 0, "max_in_flight_requests": 1, **SHORT_DELIVERY, **FAST}
     with Producer(server.url, transport=transport, **options) as producer:
         held, waiting = send_one_held_then_one_waiting(producer, transport, "buffered")
         with pytest.raises(errors.TxbrokerTimeoutError, match=WAITED):
@@ -418,7 +421,7 @@ def test_a_transactions_record_waiting_in_the_buffer_past_delivery_timeout_ms_ma
     with Admin(server.url) as admin:
         admin.create_topic("buffered-txn", partitions=2)
     transport = FirstRequestsHeld(5, "/v1/produce")
-    options = {"linger_ms": 0, "max_in_flight_requests": 1, "delivery_timeout_ms": 1000, **FAST}
+    options = {"linger_ms": 0, "max_in_flight_requests": 1, **SHORT_DELIVERY, **FAST}
     with Producer(server.url, transactional_id="buffered-txn", transport=transport, **options) as producer:
         producer.init_transactions()
         producer.begin_transaction()

@@ -263,3 +263,97 @@ def test_an_async_poll_whose_on_assign_outlasts_max_poll_interval_ms_hands_out_n
             await slow.commit(next_offsets(records))
 
     asyncio.run(scenario())
+
+
+class HeldLeaves(httpx.AsyncHTTPTransport):
+    """A transport that records every request's path and holds each LeaveGroup until `released`
+    (a threading.Event, so that a test's thread releases what the consumer's loop holds), for
+    3 s at most."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paths: list[str] = []
+        self.released = threading.Event()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.paths.append(request.url.path)
+        held_until = time.monotonic() + 3  # answered then at the latest, released or not
+        while request.url.path.endswith("/leave") and not self.released.is_set() and time.monotonic() < held_until:
+            await asyncio.sleep(0.01)
+        return await super().handle_async_request(request)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_poll_after_the_poll_timeout_keeps_its_timeout_while_the_leave_is_unanswered(server, flavour):
+    """After max_poll_interval_ms the heartbeat task leaves the group; the server does not answer
+    the LeaveGroup yet (held). poll(timeout_ms=0) then revokes the partitions (on_revoke) and
+    returns at once, without records, as Kafka's poll never blocks past its timeout for a rejoin;
+    the LeaveGroup goes on meanwhile, and once it is answered a later poll() rejoins as a new
+    member: the group has that member only (the leave reached the server: the old member did not
+    linger until its session timed out), and exactly one LeaveGroup was sent. Before, the poll
+    waited for the LeaveGroup's answer (here held 3 s), up to request_timeout_ms."""
+    topic = f"poll-timeout-held-leave-{flavour}"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic)
+    transport = HeldLeaves()
+    revoked: list = []
+    options = {"max_poll_interval_ms": 500, "request_timeout_ms": 4000, "transport": transport, **MEMBER}
+    leave_path = f"/v1/groups/{topic}/leave"
+
+    def check(poll, assignment, group_metadata) -> None:
+        deadline = time.monotonic() + 20
+        while not assignment() and time.monotonic() < deadline:
+            poll(100)
+        lost_member = group_metadata().member_id
+        deadline = time.monotonic() + 20
+        while leave_path not in transport.paths and time.monotonic() < deadline:
+            time.sleep(0.05)  # no poll: the poll timer expires, the heartbeat task leaves (held)
+        assert leave_path in transport.paths
+        started = time.monotonic()
+        assert poll(0) == []
+        took = time.monotonic() - started
+        assert took < 1, f"poll(timeout_ms=0) took {took:.1f} s, waiting for the LeaveGroup's answer"
+        assert revoked == [{TopicPartition(topic, 0)}]
+        assert assignment() == set()
+        transport.released.set()
+        deadline = time.monotonic() + 20
+        while not assignment() and time.monotonic() < deadline:
+            poll(100)
+        assert assignment() == {TopicPartition(topic, 0)}
+        new_member = group_metadata().member_id
+        assert new_member not in ("", lost_member)
+        with Admin(server.url) as admin:
+            assert [m["member_id"] for m in admin.describe_group(topic)["members"]] == [new_member]
+        assert transport.paths.count(leave_path) == 1
+
+    if flavour == "sync":
+        with Consumer(server.url, group_id=topic, **options) as consumer:
+            consumer.subscribe([topic], on_revoke=lambda parts: revoked.append(set(parts)))
+            check(lambda timeout_ms: consumer.poll(timeout_ms=timeout_ms), consumer.assignment, consumer.group_metadata)
+        return
+
+    # An AsyncConsumer on a loop in a thread of its own (as the sync Consumer's), as the checks block.
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def on_loop(call):
+        async def run():
+            result = call()
+            return await result if asyncio.iscoroutine(result) else result
+
+        return asyncio.run_coroutine_threadsafe(run(), loop).result(30)
+
+    consumer = on_loop(lambda: AsyncConsumer(server.url, group_id=topic, **options))
+    on_loop(lambda: consumer.subscribe([topic], on_revoke=lambda parts: revoked.append(set(parts))))
+    try:
+        check(
+            lambda timeout_ms: on_loop(lambda: consumer.poll(timeout_ms=timeout_ms)),
+            lambda: on_loop(consumer.assignment),
+            lambda: on_loop(consumer.group_metadata),
+        )
+    finally:
+        on_loop(consumer.close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()

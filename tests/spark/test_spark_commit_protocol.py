@@ -468,7 +468,12 @@ def test_a_task_fails_once_a_slow_prepare_outlasts_delivery_timeout_ms(frozen_se
     after preparing on for delivery_timeout_ms (the task's cleanup then waits for the frozen server:
     an abort for max_block_ms, the producer's close for up to 5 s)."""
     options = WriteOptions(
-        ConnectionOptions(frozen_server.url), TOPIC, "sink", max_block_ms=500, delivery_timeout_ms=1500
+        # request_timeout_ms within delivery_timeout_ms, as the SDK's producer (Kafka's) requires
+        ConnectionOptions(frozen_server.url, request_timeout_ms=1000),
+        TOPIC,
+        "sink",
+        max_block_ms=500,
+        delivery_timeout_ms=1500,
     )
     batch = SinkBatch("sink", TOPIC, job="job-frozen")
     started = time.monotonic()

@@ -86,6 +86,16 @@ def test_write_options():
     assert not faults.tasks[0].applies("mid_write", 3, 1, attempt=1)
 
 
+def test_the_delivery_timeout_follows_the_request_timeout_as_the_sdk_producer_requires():
+    """The SDK's producer refuses delivery_timeout_ms below linger_ms + request_timeout_ms (Kafka's
+    rule): not given, the data source's default grows with a long request_timeout_ms rather than
+    failing every task's producer; given too short, the driver says so before any task runs."""
+    slow = {"url": URL, "topic": "out", "request_timeout_ms": "150000"}
+    assert write_options(slow, streaming=False).delivery_timeout_ms == 150_005  # + the SDK's linger_ms
+    with pytest.raises(OptionError, match="'delivery_timeout_ms': delivery_timeout_ms is 120000: expected at least"):
+        write_options({**slow, "delivery_timeout_ms": "120000"}, streaming=False)
+
+
 def test_a_batch_names_its_transactions_and_what_it_sweeps():
     stream = SinkBatch("orders", "out", 12)
     assert stream.transactional_id(3, 1, 57) == "orders/12/3/1-57"

@@ -319,7 +319,7 @@ def test_an_abort_in_doubt_past_max_block_admits_only_abort_again(broker):
 
 
 def test_abort_when_nothing_reached_the_server_bumps_the_epoch_to_fence_stragglers(broker):
-    producer = transactional(broker, delivery_timeout_ms=50)
+    producer = transactional(broker, delivery_timeout_ms=50, request_timeout_ms=50)
     producer.begin_transaction()
     broker.script["/v1/produce"].extend([httpx.ConnectError("down")] * 1000)
     with pytest.raises(errors.TxbrokerTimeoutError):

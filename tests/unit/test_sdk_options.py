@@ -38,6 +38,44 @@ def test_the_producer_takes_the_least_values_kafka_takes():
 
 
 @pytest.mark.parametrize(
+    ("options", "sum_text"),
+    [
+        ({"delivery_timeout_ms": 20_000}, "(5 + 30000 = 30005)"),  # the defaults of linger and request timeouts
+        ({"delivery_timeout_ms": 1_000, "linger_ms": 0, "request_timeout_ms": 1_001}, "(0 + 1001 = 1001)"),
+        ({"delivery_timeout_ms": 120_000, "linger_ms": 100_000, "request_timeout_ms": 30_000}, "= 130000)"),
+    ],
+)
+def test_the_producer_refuses_a_delivery_timeout_below_linger_and_request_timeouts(options, sum_text):
+    """As Kafka's KafkaProducer (ConfigException): a delivery_timeout_ms given must leave a batch the
+    time to linger and to wait for one request's answer. Before, it was taken: a batch expired
+    before its first request could be answered."""
+    with pytest.raises(
+        ValueError, match="^delivery_timeout_ms is .*: expected at least linger_ms \\+ request_timeout_ms"
+    ) as e:
+        AsyncProducer("http://127.0.0.1:1", **options)
+    assert sum_text in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("options", "delivery_timeout_s"),
+    [
+        ({}, 120),  # the default
+        ({"linger_ms": 0, "request_timeout_ms": 1_000, "delivery_timeout_ms": 1_000}, 1),  # equal: taken
+        ({"request_timeout_ms": 200_000}, 200.005),  # not given: linger_ms + request_timeout_ms, larger
+        ({"linger_ms": 100_000, "request_timeout_ms": 30_000}, 130),
+    ],
+)
+def test_the_producers_delivery_timeout_is_at_least_linger_and_request_timeouts_when_not_given(
+    options, delivery_timeout_s
+):
+    """Kafka's producer, delivery.timeout.ms not configured, uses linger.ms + request.timeout.ms when
+    that is larger than its default. Before, the default held: a batch could expire before its
+    request's answer was due."""
+    producer = AsyncProducer("http://127.0.0.1:1", **options)
+    assert producer._sender._delivery_timeout_s == pytest.approx(delivery_timeout_s)
+
+
+@pytest.mark.parametrize(
     ("option", "value"),
     [
         ("session_timeout_ms", 0),

@@ -1,8 +1,9 @@
 """Topic admin: CreateTopics (a manual partition assignment gives the partition count; its
 replicas are not kept), DeleteTopics, CreatePartitions (an increase only; replica assignments
 checked as Kafka's controller checks them, one live node each, and not kept), DescribeConfigs,
-AlterConfigs (a topic's configs replaced) and
-IncrementalAlterConfigs (Kafka 4.0's topic configs, the core's table: storage's topic_configs.py), DeleteRecords,
+AlterConfigs (a topic's or a group's configs replaced) and
+IncrementalAlterConfigs (Kafka 4.0's topic configs, the core's table: storage's topic_configs.py; a
+group's configs, KIP-848's, app/coordinator/group_configs.py), DeleteRecords,
 ElectLeaders (a partition's one replica always leads it: no election is ever needed),
 DescribeLogDirs and AlterReplicaLogDirs (one log dir, PostgreSQL, holding every partition), and
 AlterPartitionReassignments and ListPartitionReassignments (any one live node may be a partition's
@@ -29,8 +30,11 @@ from app.kafka.listener_addresses import format_address, security_protocol
 NO_THROTTLE = datetime.timedelta(0)
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
+GROUP_RESOURCE = 32
 # Kafka's config resource types: topic, broker, broker logger, client metrics, group.
-KAFKA_CONFIG_RESOURCES = frozenset({TOPIC_RESOURCE, BROKER_RESOURCE, 8, 16, 32})
+KAFKA_CONFIG_RESOURCES = frozenset({TOPIC_RESOURCE, BROKER_RESOURCE, 8, 16, GROUP_RESOURCE})
+# The resource types whose configs AlterConfigs and IncrementalAlterConfigs alter.
+ALTERABLE_CONFIG_RESOURCES = frozenset({TOPIC_RESOURCE, GROUP_RESOURCE})
 # CreateTopics: -1 partitions means the server's default (num_partitions, Kafka's num.partitions).
 DEFAULT_PARTITIONS = -1
 NO_REPLICATION_FACTOR = -1
@@ -448,8 +452,8 @@ def _config_entry(
 async def _described_configs(
     context: RequestContext, resource, keys: list[str] | None
 ) -> list[config_entries.DescribedConfig]:
-    """A topic's configs, or this node's broker configs; none for the other resource types Kafka
-    has (broker loggers, client metrics, groups), which txbroker has no configs for."""
+    """A topic's configs, this node's broker configs, or a group's; none for the other resource types
+    Kafka has (broker loggers, client metrics), which txbroker has no configs for."""
     admin = context.calls.admin
     if resource.resource_type == TOPIC_RESOURCE:
         return _topic_configs(context, await admin.describe_config(context.principal, resource.resource_name, keys))
@@ -458,16 +462,21 @@ async def _described_configs(
         protocol = security_protocol(settings.ssl_certfile is not None, context.calls.requires_authentication)
         advertised = f"{protocol}://{format_address(context.advertised_host, context.advertised_port)}"
         return config_entries.broker_configs(settings, advertised, keys)
+    if resource.resource_type == GROUP_RESOURCE:
+        entries = await admin.describe_group_config(context.principal, resource.resource_name)
+        return config_entries.group_configs(context.calls.settings, entries, keys)
     return []
 
 
 async def alter_configs(context: RequestContext, request) -> object:
-    """AlterConfigs (33): each topic's configs replaced by those given, the others back to the
-    server's defaults (IncrementalAlterConfigs changes only those named)."""
+    """AlterConfigs (33): each topic's or group's configs replaced by those given, the others back to
+    the server's defaults (IncrementalAlterConfigs changes only those named)."""
+    admin = context.calls.admin
 
     async def replace(resource) -> None:
         configs = [(c.name, c.value) for c in resource.configs]
-        await context.calls.admin.replace_config(
+        on_group = resource.resource_type == GROUP_RESOURCE
+        await (admin.replace_group_config if on_group else admin.replace_config)(
             context.principal, context.client_address, resource.resource_name, configs, request.validate_only
         )
 
@@ -475,9 +484,12 @@ async def alter_configs(context: RequestContext, request) -> object:
 
 
 async def incremental_alter_configs(context: RequestContext, request) -> object:
+    admin = context.calls.admin
+
     async def alter(resource) -> None:
         alterations = [(c.name, c.config_operation, c.value) for c in resource.configs]
-        await context.calls.admin.alter_config(
+        on_group = resource.resource_type == GROUP_RESOURCE
+        await (admin.alter_group_config if on_group else admin.alter_config)(
             context.principal, context.client_address, resource.resource_name, alterations, request.validate_only
         )
 
@@ -490,7 +502,7 @@ async def _alter_each(
     context: RequestContext, request, api_key: int, response_name: str, alter: Callable[[object], Awaitable[None]]
 ) -> object:
     """Both AlterConfigs APIs' answer: each resource altered on its own (one's error leaves the
-    others' alterations), only topics' configs alterable. A resource named more than once is
+    others' alterations), only topics' and groups' configs alterable. A resource named more than once is
     altered by none of its mentions, each answered INVALID_REQUEST, and so is a resource that
     names a config more than once, as a Kafka broker answers (ConfigAdminManager.preprocess): which
     of its alterations was meant is not the broker's guess. So is a resource that gives a config a
@@ -524,7 +536,7 @@ async def _alter_each(
                     else "set, appended or subtracted; DELETE (1) puts a config back to its default"
                 ),
             )
-        elif resource.resource_type != TOPIC_RESOURCE:
+        elif resource.resource_type not in ALTERABLE_CONFIG_RESOURCES:
             error = _unsupported_resource(resource.resource_type)
         else:
             try:
@@ -565,7 +577,8 @@ def _null_values(resource, api_key: int) -> list[str]:
 def _unsupported_resource(resource_type: int) -> BrokerError:
     return BrokerError(
         ErrorCode.INVALID_REQUEST,
-        f"resource type {resource_type}: only topics' configs (type {TOPIC_RESOURCE}) can be altered",
+        f"resource type {resource_type}: only topics' (type {TOPIC_RESOURCE}) and groups' (type {GROUP_RESOURCE}) "
+        "configs can be altered",
     )
 
 

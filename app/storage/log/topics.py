@@ -299,34 +299,52 @@ async def find_topic_by_id(conn: asyncpg.Connection, topic_id: int) -> TopicInfo
     return None if row is None else topic_from_row(row)
 
 
+# RE2's leading flag for a case-insensitive match, which PostgreSQL's AREs take only at the very
+# start of an expression (their "embedded options"), so before the anchors, not inside them.
+CASE_INSENSITIVE_FLAG = "(?i)"
+
+
+def whole_name_regex(pattern: str) -> str:
+    """`pattern` (RE2's syntax, as Kafka's coordinator takes a subscription's regex) as a PostgreSQL
+    ARE that must match a whole topic name: anchored, a leading `(?i)` kept in front."""
+    flags = CASE_INSENSITIVE_FLAG if pattern.startswith(CASE_INSENSITIVE_FLAG) else ""
+    return f"{flags}^(?:{pattern[len(flags) :]})$"
+
+
 async def topics_matching(conn: asyncpg.Connection, patterns: list[str]) -> dict[str, list[str]]:
     """For each regular expression of `patterns`, the names of the topics, not internal, that it
-    matches whole (sorted; none: an empty list). Matched by PostgreSQL's regular expression engine
-    (its ARE syntax), which never backtracks exponentially and is interruptible, unlike Python's: a
-    client's expression cannot hold up the server. An expression it cannot compile raises asyncpg's
-    InvalidRegularExpressionError (`check_topic_regex` finds it first)."""
+    matches whole (`whole_name_regex`; sorted; none: an empty list). Matched by PostgreSQL's regular
+    expression engine (its ARE syntax), which never backtracks exponentially and is interruptible,
+    unlike Python's: a client's expression cannot hold up the server. An expression it cannot
+    compile raises asyncpg's InvalidRegularExpressionError (`check_topic_regex` finds it first)."""
     rows = await conn.fetch(
         "SELECT p.pattern, array_remove(array_agg(t.name ORDER BY t.name), NULL) AS names "
-        "FROM unnest($1::text[]) AS p(pattern) "
-        "LEFT JOIN topics t ON NOT t.is_internal AND t.name ~ ('^(?:' || p.pattern || ')$') "
+        "FROM unnest($1::text[], $2::text[]) AS p(pattern, whole) "
+        "LEFT JOIN topics t ON NOT t.is_internal AND t.name ~ p.whole "
         "GROUP BY p.pattern",
         patterns,
+        [whole_name_regex(pattern) for pattern in patterns],
     )
     return {row["pattern"]: list(row["names"]) for row in rows}
 
 
 async def check_topic_regex(conn: asyncpg.Connection, pattern: str) -> None:
     """Raises asyncpg's InvalidRegularExpressionError when PostgreSQL cannot compile `pattern` as
-    `topics_matching` uses it (matching it against nothing still compiles it)."""
-    await conn.fetchval("SELECT '' ~ ('^(?:' || $1::text || ')$')", pattern)
+    `topics_matching` uses it (matching it against nothing still compiles it), or alone: one with
+    an unbalanced ')' compiles inside '^(?:...)$', whose group it closes early ('a)|(b' then
+    matches every name that starts with 'a'), and not alone."""
+    await conn.fetchrow("SELECT '' ~ $1::text AS alone, '' ~ $2::text AS wrapped", pattern, whole_name_regex(pattern))
 
 
-async def topics_fingerprint(conn: asyncpg.Connection) -> list[int]:
-    """[how many topics, the highest topic id]: it changes whenever a topic is created (topic ids
-    only grow, never reused) or deleted (the count falls), so a regular expression resolved at one
-    fingerprint needs resolving again only at another. One index-only look at the topics."""
-    row = await conn.fetchrow("SELECT count(*) AS topics, coalesce(max(topic_id), 0) AS highest FROM topics")
-    return [row["topics"], row["highest"]]
+async def topics_fingerprint(conn: asyncpg.Connection) -> str:
+    """A digest of the set of topic ids: it changes whenever a topic is created or deleted (topic
+    ids are never reused), so a regular expression resolved at one fingerprint needs resolving
+    again only at another. Not the count and the highest id: ids come from a sequence, but
+    creations commit in any order, so a topic committed after a higher-numbered one, while another
+    was deleted, changed neither. One index-only look at the topics."""
+    return await conn.fetchval(
+        "SELECT md5(coalesce(string_agg(topic_id::text, ',' ORDER BY topic_id), '')) FROM topics"
+    )
 
 
 async def list_topics(conn: asyncpg.Connection) -> list[TopicInfo]:
