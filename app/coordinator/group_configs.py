@@ -70,10 +70,6 @@ class GroupConfigEntry:
     documentation: str
 
 
-class _ValidatedOnly(Exception):
-    """Rolls back an alteration asked with validate_only."""
-
-
 def _check_group_id(group_id: str) -> None:
     if not group_id:
         raise BrokerError(
@@ -128,6 +124,16 @@ def _check_names(names) -> None:
             )
 
 
+def _out_of_bounds(name: str, value: int, than: str, setting: str, minimum: int, maximum: int) -> BrokerError:
+    """Kafka's message for a group config past the broker's bound (`setting`, under Kafka's name)."""
+    bound = minimum if than == "greater" else maximum
+    return BrokerError(
+        ErrorCode.INVALID_CONFIG,
+        f"{name} must be {than} than or equal to {setting.replace('_', '.')} ({bound} on this server, its "
+        f"{setting}): received {value}; set a value from {minimum} to {maximum}",
+    )
+
+
 def _validated(settings: Settings, configs: dict[str, str]) -> dict[str, str]:
     """The group's configs as they would be, checked as Kafka's GroupConfig.validate checks them;
     returned with each value written as Kafka writes an INT."""
@@ -136,14 +142,10 @@ def _validated(settings: Settings, configs: dict[str, str]) -> dict[str, str]:
     for name, value in values.items():
         spec = GROUP_CONFIG_SPECS[name]
         minimum, maximum = getattr(settings, spec.minimum_setting), getattr(settings, spec.maximum_setting)
-        for bound, setting, below in ((minimum, spec.minimum_setting, True), (maximum, spec.maximum_setting, False)):
-            if value < bound if below else value > bound:
-                raise BrokerError(
-                    ErrorCode.INVALID_CONFIG,
-                    f"{name} must be {'greater' if below else 'less'} than or equal to "
-                    f"{setting.replace('_', '.')} ({bound} on this server, its {setting}): received {value}; set "
-                    f"a value from {minimum} to {maximum}",
-                )
+        if value < minimum:
+            raise _out_of_bounds(name, value, "greater", spec.minimum_setting, minimum, maximum)
+        if value > maximum:
+            raise _out_of_bounds(name, value, "less", spec.maximum_setting, minimum, maximum)
     session = values.get(SESSION_TIMEOUT, settings.group_consumer_session_timeout_ms)
     interval = values.get(HEARTBEAT_INTERVAL, settings.group_consumer_heartbeat_interval_ms)
     if session <= interval:
@@ -169,28 +171,25 @@ async def alter(
 ) -> None:
     """The group's configs changed: each named one set to its value, or back to the server's default
     (None). `replace`: every one not named goes back to its default too (Kafka's AlterConfigs).
-    Validated on the group's configs as they would be; `validate_only`: checked, then rolled back.
+    Validated on the group's configs as they would be; `validate_only`: checked, nothing written.
     Two alterations of one group apply one after the other."""
     _check_group_id(group_id)
-    async with pool.acquire() as conn:
-        try:
-            async with conn.transaction():  # the audit entry is part of the change: both or neither
-                await stored.lock(conn, group_id)
-                configs = {} if replace else await stored.configs(conn, group_id)
-                for name, value in changes.items():
-                    if value is None:
-                        configs.pop(name, None)
-                    else:
-                        configs[name] = value
-                # A DELETE of a name txbroker does not have is refused too, as Kafka's validation of
-                # the whole request refuses it.
-                _check_names(changes)
-                await stored.replace(conn, group_id, _validated(settings, configs))
-                await record(conn, actor, "alter group config", group_id, details)
-                if validate_only:
-                    raise _ValidatedOnly
-        except _ValidatedOnly:
-            pass
+    async with pool.acquire() as conn, conn.transaction():  # the audit entry is part of the change
+        await stored.lock(conn, group_id)
+        configs = {} if replace else await stored.configs(conn, group_id)
+        for name, value in changes.items():
+            if value is None:
+                configs.pop(name, None)
+            else:
+                configs[name] = value
+        # A DELETE of a name txbroker does not have is refused too, as Kafka's validation of the
+        # whole request refuses it.
+        _check_names(changes)
+        validated = _validated(settings, configs)
+        if validate_only:  # checked in full above: nothing to write
+            return
+        await stored.replace(conn, group_id, validated)
+        await record(conn, actor, "alter group config", group_id, details)
 
 
 async def consumer_timeouts(

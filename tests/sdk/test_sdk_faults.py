@@ -620,7 +620,7 @@ def test_a_producer_id_answered_without_the_contracts_fields_for_a_while_is_retr
 
 
 # Retries under max_block_ms give up once the next backoff would end past it (txbroker.retry): as
-# early as one longest backoff of FAST, jitter included, before it (1.897 s of 2 s was seen in CI).
+# early as one longest backoff of FAST, jitter included, before it.
 LONGEST_BACKOFF_S = FAST["retry_backoff_max_ms"] / 1000 * (1 + Backoff.jitter)
 
 

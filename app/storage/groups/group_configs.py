@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncpg
 
-# The advisory lock's namespace (pg_advisory_xact_lock(int, int)'s first key): "gc" in ASCII.
-GROUP_CONFIGS_LOCK_SPACE = 0x6763
+# The class id of the advisory locks on a group's configs (pg_advisory_xact_lock(int, int)'s first
+# key): -2, which neither the topic names' locks (0), the transactional id creations' (-1) nor the
+# log cleaner's ((topic_id, partition), topic ids from 1) use.
+GROUP_CONFIGS_LOCK_CLASS = -2
 
 
 async def lock(conn: asyncpg.Connection, group_id: str) -> None:
     """Holds the group's configs until the caller's transaction ends."""
-    await conn.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", GROUP_CONFIGS_LOCK_SPACE, group_id)
+    await conn.execute("SELECT pg_advisory_xact_lock($1, hashtext($2))", GROUP_CONFIGS_LOCK_CLASS, group_id)
 
 
 async def configs(conn: asyncpg.Connection | asyncpg.Pool, group_id: str) -> dict[str, str]:
