@@ -20,7 +20,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from app.api.auth import token_principal
 from app.console.rendering import FRAGMENT_HEADER, SECURITY_HEADERS, auth_required, error_page, render
 from app.coordinator.authorizer import ANONYMOUS, CLUSTER_RESOURCE, Operation, Principal, ResourceType, authorize
-from app.coordinator.confirmed_reads import confirmed_by_the_standby
+from app.coordinator.confirmed_reads import reads_confirmed_by_the_standby
 from app.errors import BrokerError
 
 KEY_COOKIE = "txbroker_console_key"
@@ -86,13 +86,14 @@ async def _serve_page(handler, request: Request, *args, **kwargs) -> Response:
             return RedirectResponse(f"/console/login?next={quote(_page_to_return_to(request), safe='')}", 303)
         request.state.console_principal = principal
         authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
-        response = await handler(request, *args, **kwargs)
-        if request.method == "GET":
-            # Once per page, after all its reads (a POST, the abort, is a write that waits anyway):
-            # a page must not show a transaction committed, a record or a watermark that a failover
-            # then takes back. Unconfirmed, the 503 page loads itself again (error_page).
-            await confirmed_by_the_standby(request.app.state.replication_barrier, "what this page shows")
-        return response
+        if request.method != "GET":  # a POST, the abort, is a write that waits for the standby anyway
+            return await handler(request, *args, **kwargs)
+        # Once per page, after all its reads, whether it shows them or an error found in them: a page
+        # must not show a transaction committed, a record or a watermark that a failover then takes
+        # back, nor a topic not found whose deletion it brings back. Unconfirmed, the 503 page loads
+        # itself again (error_page).
+        async with reads_confirmed_by_the_standby(request.app.state.replication_barrier, "what this page shows"):
+            return await handler(request, *args, **kwargs)
     except BrokerError as error:
         return error_page(request, error)
 

@@ -13,10 +13,13 @@ an error (app/coordinator/fetch.py).
 
 from __future__ import annotations
 
-from app.errors import DatabaseUnavailable
+import contextlib
+from collections.abc import AsyncIterator
+
+from app.errors import BrokerError, DatabaseUnavailable
 from app.storage.replication_barrier import READ_WAIT_MIN_S, ReplicationBarrier
 
-__all__ = ["READ_WAIT_MIN_S", "ReplicationBarrier", "confirmed_by_the_standby"]
+__all__ = ["READ_WAIT_MIN_S", "ReplicationBarrier", "confirmed_by_the_standby", "reads_confirmed_by_the_standby"]
 
 
 async def confirmed_by_the_standby(barrier: ReplicationBarrier | None, what: str) -> None:
@@ -31,3 +34,20 @@ async def confirmed_by_the_standby(barrier: ReplicationBarrier | None, what: str
             f"{READ_WAIT_MIN_S:g} s (it is away or slow), so a failover could take it back: retry "
             f"(the answer comes once the standby has caught up)"
         )
+
+
+@contextlib.asynccontextmanager
+async def reads_confirmed_by_the_standby(barrier: ReplicationBarrier | None, what: str) -> AsyncIterator[None]:
+    """The block's reads, confirmed by the standby (`confirmed_by_the_standby`) when the block ends,
+    whether it returns or raises a BrokerError from what it read: an absence (a topic or partition
+    not found) is as much a read as a row, and a deletion the standby lacks comes back with a
+    failover; unconfirmed, the block's error gives way to DatabaseUnavailable. Its own
+    DatabaseUnavailable (PostgreSQL away: nothing was read) is raised at once."""
+    try:
+        yield
+    except DatabaseUnavailable:
+        raise
+    except BrokerError:
+        await confirmed_by_the_standby(barrier, what)
+        raise
+    await confirmed_by_the_standby(barrier, what)

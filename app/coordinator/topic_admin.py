@@ -13,7 +13,11 @@ from typing import Any
 import asyncpg
 
 from app.coordinator.audit import Actor, record
-from app.coordinator.confirmed_reads import ReplicationBarrier, confirmed_by_the_standby
+from app.coordinator.confirmed_reads import (
+    ReplicationBarrier,
+    confirmed_by_the_standby,
+    reads_confirmed_by_the_standby,
+)
 from app.errors import BrokerError
 from app.storage.lifecycle import log_cleaner
 from app.storage.log import partition_log, topic_configs, topics
@@ -251,12 +255,13 @@ async def describe_topics(
 async def describe_topic(pool: asyncpg.Pool, name: str, confirmed_by: ReplicationBarrier | None) -> TopicWithPartitions:
     """The topic with its partitions' offsets, answered once the synchronous standby (`confirmed_by`:
     the server's barrier) has them: a high watermark a failover takes back (records produced on the
-    primary alone) would have a reader wait for records that never come, or count ones gone;
-    DatabaseUnavailable (retriable) if it has not within READ_WAIT_MIN_S."""
-    async with pool.acquire() as conn:
-        topic = await topics.get_topic(conn, name)
-        states = await partition_log.partition_states(conn, [topic])
-    await confirmed_by_the_standby(confirmed_by, f"the description of topic {name!r}")
+    primary alone) would have a reader wait for records that never come, or count ones gone; so is
+    UNKNOWN_TOPIC_OR_PARTITION (a deletion the standby lacks comes back); DatabaseUnavailable
+    (retriable) if it has not within READ_WAIT_MIN_S."""
+    async with reads_confirmed_by_the_standby(confirmed_by, f"the description of topic {name!r}"):
+        async with pool.acquire() as conn:
+            topic = await topics.get_topic(conn, name)
+            states = await partition_log.partition_states(conn, [topic])
     return topic, states[topic.topic_id]
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from app.coordinator.confirmed_reads import confirmed_by_the_standby
+from app.coordinator.confirmed_reads import confirmed_by_the_standby, reads_confirmed_by_the_standby
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.coordinator.transaction_metadata import TransactionMetadata
 from app.errors import BrokerError, DatabaseUnavailable
@@ -107,23 +107,24 @@ async def describe_producers_of(
     change only under its row lock, with the append or marker that changes them). Answered once the
     synchronous standby has what was read: a producer shown in a
     transaction, or none, that a failover takes back would mislead an operator deciding on an
-    abort; each partition read is DatabaseUnavailable (retriable) if it has not within
-    READ_WAIT_MIN_S."""
+    abort, and so would a topic or partition not found (a deletion the standby lacks comes back);
+    each partition asked is DatabaseUnavailable (retriable) if it has not within READ_WAIT_MIN_S."""
+    found: list[list[PartitionProducer] | BrokerError] = []
     async with coordinator.pool.acquire() as conn:
         try:
             info = await get_topic(conn, topic)
         except BrokerError as error:
-            return [error] * len(partitions)
-        found: list[list[PartitionProducer] | BrokerError] = []
-        for partition in partitions:
-            if not 0 <= partition < info.partition_count:
-                found.append(unknown_partition(info, partition))
-            else:
-                found.append(await producer_ids.describe_partition_producers(conn, info.topic_id, partition))
+            found = [error] * len(partitions)
+        else:
+            for partition in partitions:
+                if not 0 <= partition < info.partition_count:
+                    found.append(unknown_partition(info, partition))
+                else:
+                    found.append(await producer_ids.describe_partition_producers(conn, info.topic_id, partition))
     try:
         await confirmed_by_the_standby(coordinator.replication_barrier, f"the producers of topic {topic!r}")
     except DatabaseUnavailable as unconfirmed:
-        return [entry if isinstance(entry, BrokerError) else unconfirmed for entry in found]
+        return [unconfirmed] * len(found)
     return found
 
 
@@ -131,10 +132,11 @@ async def list_markers(
     coordinator: TransactionCoordinator, topic: str, partition: int, offset: int, limit: int
 ) -> list[Marker]:
     """The transaction markers of a partition from an offset on, answered once the synchronous
-    standby has them (a COMMIT marker a failover takes back is a commit that did not happen;
-    DatabaseUnavailable, retriable, if it has not within READ_WAIT_MIN_S)."""
-    async with coordinator.pool.acquire() as conn:
-        info = await _partition(conn, topic, partition)
-        found = await markers.list_markers(conn, info.topic_id, partition, offset, limit)
-    await confirmed_by_the_standby(coordinator.replication_barrier, f"the markers of {topic}-{partition}")
+    standby has them (a COMMIT marker a failover takes back is a commit that did not happen), as is
+    UNKNOWN_TOPIC_OR_PARTITION (a deletion the standby lacks comes back); DatabaseUnavailable,
+    retriable, if it has not within READ_WAIT_MIN_S."""
+    async with reads_confirmed_by_the_standby(coordinator.replication_barrier, f"the markers of {topic}-{partition}"):
+        async with coordinator.pool.acquire() as conn:
+            info = await _partition(conn, topic, partition)
+            found = await markers.list_markers(conn, info.topic_id, partition, offset, limit)
     return found

@@ -1232,3 +1232,52 @@ def test_transaction_topic_and_console_reads_are_answered_once_the_standby_has_t
     with RawConnection(bootstrap) as connection:
         for what, (request, error_of) in kafka_reads.items():
             assert error_of(connection.call(request)) == KafkaError.none, what
+
+
+def test_a_topic_not_found_is_answered_once_the_standby_has_its_deletion(cluster, server_process):
+    """Regression: a read that found no topic answered UNKNOWN_TOPIC_OR_PARTITION at once, the
+    barrier skipped with the error. After a DeleteTopics whose commit's wait for the standby was
+    cancelled (answered 503), HTTP's topic description, producers and markers, the console's topic
+    and partition pages (404) and Kafka's DescribeProducers (UNKNOWN_TOPIC_OR_PARTITION) said the
+    topic was gone, which a failover brings back with its records. Each now waits for the standby,
+    as the reads that find rows do (and as DescribeTransactions does for an id not found): a
+    retriable error while it confirms nothing, not found once it has caught up."""
+    primary, standby = cluster
+    topic = "deleted-unconfirmed"
+    with bound_accepting_socket("127.0.0.1", 0) as holder:
+        bootstrap = f"127.0.0.1:{holder.getsockname()[1]}"
+        server = _one_worker_with_a_topic(cluster, server_process, topic, 1, env={"TXBROKER_KAFKA_LISTENER": bootstrap})
+    http_reads = {
+        "a topic's description": f"/v1/topics/{topic}",
+        "a partition's producers": f"/v1/topics/{topic}/partitions/0/producers",
+        "a partition's markers": f"/v1/topics/{topic}/partitions/0/markers",
+        "the console's topic page": f"/console/topics/{topic}",
+        "the console's partition page": f"/console/topics/{topic}/partitions/0",
+    }
+    key = api_table.DESCRIBE_PRODUCERS
+    describe_producers = request_of(
+        key, 0, topics=(nested(key, 0, "TopicRequest", name=topic, partition_indexes=(0,)),)
+    )
+
+    def read(path: str) -> httpx.Response:
+        return httpx.get(f"{server.url}{path}", timeout=60)
+
+    def deleted() -> httpx.Response:
+        return httpx.delete(f"{server.url}/v1/topics/{topic}", timeout=60)
+
+    with _confirming_nothing(standby), concurrent.futures.ThreadPoolExecutor(len(http_reads)) as readers:
+        assert _answer_of_a_cancelled_wait(primary, deleted).status_code == 503  # deleted on the primary alone
+        for what, answer in zip(http_reads, readers.map(read, http_reads.values())):
+            assert answer.status_code == 503, f"{what}: {answer.status_code} {answer.text[:500]}"
+            if not what.startswith("the console"):
+                assert answer.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE", f"{what}: {answer.text}"
+        with RawConnection(bootstrap) as connection:
+            [answered] = connection.call(describe_producers).topics[0].partitions
+            assert answered.error_code == KafkaError.not_leader_or_follower, answered
+    # The standby caught up: the deletion is confirmed, and every read says so.
+    assert _until(lambda: read(f"/v1/topics/{topic}").status_code == 404, "the standby to catch up")
+    for what, path in http_reads.items():
+        assert read(path).status_code == 404, what
+    with RawConnection(bootstrap) as connection:
+        [answered] = connection.call(describe_producers).topics[0].partitions
+        assert answered.error_code == KafkaError.unknown_topic_or_partition, answered
