@@ -22,8 +22,8 @@ from app.coordinator.audit import Actor, record
 from app.errors import BrokerError, ErrorCode
 from app.settings import Settings
 from app.storage.groups import group_configs as stored
+from app.storage.log.topic_configs import INT_MAX, INT_MIN, java_integer
 
-INT_MAX = 2**31 - 1
 SESSION_TIMEOUT = "consumer.session.timeout.ms"
 HEARTBEAT_INTERVAL = "consumer.heartbeat.interval.ms"
 
@@ -95,13 +95,10 @@ async def describe(pool: asyncpg.Pool, settings: Settings, group_id: str) -> lis
 
 
 def _parsed(name: str, text: str) -> int:
-    """A group config's value as Kafka's INT config reads it (surrounding spaces ignored), at least 1."""
-    stripped = text.strip()
-    try:
-        value = int(stripped, 10)
-    except ValueError:
-        value = None
-    if value is None or not -(2**31) <= value <= INT_MAX:
+    """A group config's value as Kafka's INT config reads it (surrounding spaces ignored, Java's
+    digits only: no "1_000"), at least 1."""
+    value = java_integer(text, INT_MIN, INT_MAX)
+    if value is None:
         raise BrokerError(
             ErrorCode.INVALID_CONFIG,
             f"Invalid value {text} for configuration {name}: Not a number of type INT; expected milliseconds "

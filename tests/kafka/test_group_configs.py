@@ -212,3 +212,18 @@ def test_alter_configs_replaces_a_groups_configs(module_kafka_server):
         SESSION: ("45000", DEFAULT_CONFIG_SOURCE),
         INTERVAL: ("7000", GROUP_CONFIG_SOURCE),
     }
+
+
+def test_a_value_java_does_not_read_as_an_int_is_refused(module_kafka_server):
+    """Regression: a value was read by Python's int(), which also takes "50_000" (Python's digit
+    grouping) and stored it as 50000; Kafka's broker reads an INT config with Java's
+    Integer.parseInt, which refuses it (INVALID_CONFIG, "Not a number of type INT"), as txbroker's
+    topic configs already did. Spaces around the digits are trimmed, as Kafka trims them."""
+    server = module_kafka_server
+    group = "group-configs-java-ints"
+    for text in ("50_000", "5_0000", "50 000"):
+        code, message = _alter(server, group, {SESSION: text})
+        assert code == KafkaError.invalid_config and "Not a number of type INT" in message, (text, message)
+    assert _values(server, group)[SESSION] == ("45000", DEFAULT_CONFIG_SOURCE)
+    assert _alter(server, group, {SESSION: " +50000 "}) == (KafkaError.none, None)
+    assert _values(server, group)[SESSION] == ("50000", GROUP_CONFIG_SOURCE)

@@ -322,6 +322,16 @@ def _invalid(spec: TopicConfigSpec, shown: object, reason: str) -> BrokerError:
     )
 
 
+def java_integer(text: str, low: int, high: int) -> int | None:
+    """The number `text` holds as Kafka's ConfigDef reads an INT or a LONG (trimmed, then as Java's
+    Integer.parseInt / Long.parseLong: an optional sign and decimal digits, within low..high); None
+    when it holds none (Python's int() would also take "1_000")."""
+    trimmed = text.strip()
+    if not _INTEGER_TEXT.fullmatch(trimmed) or not low <= int(trimmed) <= high:
+        return None
+    return int(trimmed)
+
+
 def parsed_text(spec: TopicConfigSpec, text: str | None) -> Any:
     """A value as Kafka's protocol carries it (text), read as Kafka's ConfigDef.parseType reads it
     (trimmed; numbers as Java parses them), then checked as `checked_value`. Raises INVALID_CONFIG."""
@@ -331,9 +341,9 @@ def parsed_text(spec: TopicConfigSpec, text: str | None) -> Any:
     kind = spec.kind
     if kind in (ConfigKind.INT, ConfigKind.LONG):
         low, high = (INT_MIN, INT_MAX) if kind == ConfigKind.INT else (LONG_MIN, LONG_MAX)
-        if not _INTEGER_TEXT.fullmatch(trimmed) or not low <= int(trimmed) <= high:
+        value: Any = java_integer(text, low, high)
+        if value is None:
             raise _invalid(spec, text, f"Not a number of type {kind}")
-        value: Any = int(trimmed)
     elif kind == ConfigKind.DOUBLE:
         try:
             value = float(trimmed)
