@@ -20,6 +20,7 @@ import uuid
 from collections import Counter
 
 import asyncpg
+import httpx
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -373,3 +374,116 @@ def test_every_node_names_the_same_live_leader_of_a_partition(server_process, da
         for port in ports:
             brokers_become(port, every)
         assert leaders_become(ports, "led-alike", set(node_ids)) == before
+
+
+@contextlib.contextmanager
+def nodes_listing_each_other(server_process, database_url: str, node_ids: list[int]):
+    """(ports, processes) of nodes started with these ids, once each lists them all as brokers."""
+    holders = [held_port() for _ in node_ids]
+    with contextlib.ExitStack() as holding:
+        ports = [holding.enter_context(holder).getsockname()[1] for holder in holders]
+        nodes = [node_process(server_process, database_url, n, port) for n, port in zip(node_ids, ports)]
+        for port in ports:
+            brokers_become(port, dict(zip(node_ids, ports)))
+        yield ports, nodes
+
+
+def hosted_partitions(port: int, topic: str) -> set[int]:
+    """The partitions of the topic DescribeLogDirs (v4, every partition asked) says node `port` hosts."""
+    with RawConnection(f"127.0.0.1:{port}") as connection:
+        response = connection.call(request_of(api_table.DESCRIBE_LOG_DIRS, 4, topics=None))
+    (result,) = response.results
+    return {p.partition_index for t in result.topics if t.name == topic for p in t.partitions}
+
+
+def test_describe_log_dirs_names_the_replicas_metadata_puts_on_the_node(server_process, database_url):
+    """Regression: with every node naming the same leader of a partition, its one replica and ISR,
+    each node's DescribeLogDirs still answered every partition as in its log dir, so a tool adding
+    up the brokers' answers (Kafka UI's and AKHQ's topic sizes, kafka-log-dirs) counted each
+    partition once per node, and found replicas where Metadata names none. As Kafka's brokers, a
+    node describes the partitions whose replica Metadata puts on it: each partition on one node,
+    its leader, and on the survivor once the other node is gone."""
+    node_ids = [7, 11]
+    with nodes_listing_each_other(server_process, database_url, node_ids) as (ports, nodes):
+        every = dict(zip(node_ids, ports))
+        partitions = 8
+        created = created_with(f"127.0.0.1:{ports[0]}", "hosted", [(p, (7,)) for p in range(partitions)])
+        assert created.error_code == KafkaError.none, created
+        led = leaders_become(ports, "hosted", set(node_ids))
+        for node_id, port in every.items():
+            assert hosted_partitions(port, "hosted") == {p for p, leader in led.items() if leader == node_id}, node_id
+
+        nodes[1].kill()
+        leaders_become(ports[:1], "hosted", {7})
+        assert hosted_partitions(ports[0], "hosted") == set(range(partitions))
+
+
+def coordinators_of(port: int, key_type: int, keys: list[str]) -> dict[str, int]:
+    """FindCoordinator's (v4) node for each key of `key_type` (0 a group, 1 a transactional id)."""
+    with RawConnection(f"127.0.0.1:{port}") as connection:
+        answer = connection.call(
+            request_of(api_table.FIND_COORDINATOR, 4, key_type=key_type, coordinator_keys=tuple(keys))
+        )
+    assert all(c.error_code == KafkaError.none for c in answer.coordinators), answer
+    return {c.key: c.node_id for c in answer.coordinators}
+
+
+def listed_groups_and_transactions(port: int) -> tuple[list[str], list[str]]:
+    """The group ids ListGroups (v4) and the transactional ids ListTransactions (v0) of node `port` list."""
+    with RawConnection(f"127.0.0.1:{port}") as connection:
+        groups = connection.call(request_of(api_table.LIST_GROUPS, 4, states_filter=()))
+        transactions = connection.call(
+            request_of(api_table.LIST_TRANSACTIONS, 0, state_filters=(), producer_id_filters=())
+        )
+    return (
+        [g.group_id for g in groups.groups],
+        [t.transactional_id for t in transactions.transaction_states],
+    )
+
+
+def test_each_group_and_transactional_id_is_listed_by_the_node_that_coordinates_it(server_process, database_url):
+    """Regression: with every node naming the same coordinator of a group or a transactional id,
+    every node still listed every group (ListGroups) and every transactional id (ListTransactions),
+    as when each coordinated all of them. Kafka's admin clients ask every broker and add up the
+    answers (KafkaJS's listGroups concatenates them, Kafka's listTransactions().all() too), so each
+    group and transaction came back once per node. As Kafka's brokers, a node lists the groups and
+    ids FindCoordinator names it for: each once over the nodes; once the other node is gone, the
+    survivor lists them all."""
+    node_ids = [7, 11]
+    with nodes_listing_each_other(server_process, database_url, node_ids) as (ports, nodes):
+        every = dict(zip(node_ids, ports))
+        created = created_with(f"127.0.0.1:{ports[0]}", "listed", [(0, (7,))])
+        assert created.error_code == KafkaError.none, created
+        groups = [f"listed-group-{n}" for n in range(12)]
+        transactional_ids = [f"listed-txn-{n}" for n in range(12)]
+        with httpx.Client(base_url=nodes[0].url, timeout=WAIT_S) as client:
+            for group in groups:
+                committed = client.post(
+                    f"/v1/groups/{group}/offsets/commit",
+                    json={"offsets": [{"topic": "listed", "partition": 0, "offset": 1}]},
+                )
+                assert committed.status_code == 200, committed.text
+            for transactional_id in transactional_ids:
+                initialized = client.post("/v1/producers/init", json={"transactional_id": transactional_id})
+                assert initialized.status_code == 200, initialized.text
+
+        group_coordinators = coordinators_of(ports[0], 0, groups)
+        transaction_coordinators = coordinators_of(ports[0], 1, transactional_ids)
+        assert set(group_coordinators.values()) == set(transaction_coordinators.values()) == set(node_ids)
+        for node_id, port in every.items():
+            assert coordinators_of(port, 0, groups) == group_coordinators
+            listed_groups, listed_ids = listed_groups_and_transactions(port)
+            assert sorted(g for g in listed_groups if g in groups) == sorted(
+                g for g, coordinator in group_coordinators.items() if coordinator == node_id
+            ), node_id
+            assert sorted(t for t in listed_ids if t in transactional_ids) == sorted(
+                t for t, coordinator in transaction_coordinators.items() if coordinator == node_id
+            ), node_id
+
+        nodes[1].kill()
+        deadline = time.monotonic() + WAIT_S
+        while set(coordinators_of(ports[0], 0, groups).values()) != {7}:
+            assert time.monotonic() < deadline, "the survivor to coordinate every group"
+            time.sleep(0.1)
+        listed_groups, listed_ids = listed_groups_and_transactions(ports[0])
+        assert set(groups) <= set(listed_groups) and set(transactional_ids) <= set(listed_ids)

@@ -704,9 +704,11 @@ UNKNOWN_VOLUME_BYTES = -1
 
 async def describe_log_dirs(context: RequestContext, request) -> object:
     """DescribeLogDirs (35), as a Kafka broker answers it: the partitions asked (null: every one)
-    that exist, each with its stored bytes (what retention.bytes counts), no lag and no future
-    replica, in the one log dir; topics and partitions that do not exist are left out. Without
-    Describe on the Cluster: no log dir, CLUSTER_AUTHORIZATION_FAILED (v3+)."""
+    that exist and whose one replica is this node (the leader Metadata names, ListedNodes.leader:
+    a broker describes the replicas it hosts, and tools add up the brokers' answers), each with its
+    stored bytes (what retention.bytes counts), no lag and no future replica, in the one log dir;
+    topics and partitions that do not exist, or are another node's, are left out. Without Describe
+    on the Cluster: no log dir, CLUSTER_AUTHORIZATION_FAILED (v3+)."""
     module = response_module(api_table.DESCRIBE_LOG_DIRS, context.api_version)
     asked = None if request.topics is None else {}
     for topic in request.topics or ():
@@ -717,6 +719,7 @@ async def describe_log_dirs(context: RequestContext, request) -> object:
         return build(
             module, "DescribeLogDirsResponse", throttle_time=NO_THROTTLE, error_code=kafka_error(error), results=()
         )
+    listing = await context.calls.node_listing(context.advertised_host, context.advertised_port)
     topics = []
     for name, partitions in sizes.items():
         described = tuple(
@@ -729,7 +732,7 @@ async def describe_log_dirs(context: RequestContext, request) -> object:
                 is_future_key=False,
             )
             for partition, size in sorted(partitions.items())
-            if asked is None or partition in asked[name]
+            if (asked is None or partition in asked[name]) and listing.leader(name, partition) == context.calls.node_id
         )
         if described:
             topics.append(build(module, "DescribeLogDirsTopic", name=name, partitions=described))

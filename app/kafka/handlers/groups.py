@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -67,6 +68,17 @@ def _coordinator_of(
         f"{TRANSACTION_KEY} (a transactional id)"
     )
     return KafkaError.invalid_request, message, NO_NODE
+
+
+async def coordinated_here(context: RequestContext, key_type: int) -> Callable[[str], bool]:
+    """Whether this node is the coordinator FindCoordinator names for a key of `key_type`: what a
+    Kafka broker's ListGroups and ListTransactions list (the groups and transactional ids of the
+    internal topic's partitions it leads). Kafka's admin clients ask every broker and add up the
+    answers (KafkaJS's listGroups and Kafka's listTransactions keep each one's), so each key is
+    listed by one node, as each is coordinated by one; one node alone lists every key."""
+    listing = await context.calls.node_listing(context.advertised_host, context.advertised_port)
+    internal_topic = COORDINATOR_TOPICS[key_type]
+    return lambda key: listing.coordinator(internal_topic, key).node_id == context.calls.node_id
 
 
 async def find_coordinator(context: RequestContext, request) -> object:
@@ -242,17 +254,21 @@ async def leave_group(context: RequestContext, request) -> object:
 
 
 async def list_groups(context: RequestContext, request) -> object:
-    """v4's state filter, by name in any case and trimmed, as Kafka's group coordinator compares it;
-    v5's type filter (KIP-848), by name in any case as Kafka's: "classic" (JoinGroup's and HTTP's
-    groups) and "consumer" (ConsumerGroupHeartbeat's); share or a name Kafka does not know, none."""
+    """The groups this node coordinates (`coordinated_here`: as a Kafka broker, those FindCoordinator
+    names it for); v4's state filter, by name in any case and trimmed, as Kafka's group coordinator
+    compares it; v5's type filter (KIP-848), by name in any case as Kafka's: "classic" (JoinGroup's
+    and HTTP's groups) and "consumer" (ConsumerGroupHeartbeat's); share or a name Kafka does not
+    know, none."""
     module = response_module(api_table.LIST_GROUPS, context.api_version)
     wanted_states = {name.strip().lower() for name in getattr(request, "states_filter", ()) or ()}
     wanted_types = {name.lower() for name in getattr(request, "types_filter", ()) or ()}
+    coordinated = await coordinated_here(context, GROUP_KEY)
     listed = [
         g
         for g in await context.calls.groups.list_groups(context.principal)
         if (not wanted_states or g.state.lower() in wanted_states)
         and (not wanted_types or g.group_type in wanted_types)
+        and coordinated(g.group_id)
     ]
     return build(
         module,

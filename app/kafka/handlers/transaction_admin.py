@@ -1,5 +1,6 @@
-"""KIP-664's transaction observability: ListTransactions (state, producer id, duration and v2's
-transactional id pattern filters), DescribeTransactions, DescribeProducers."""
+"""KIP-664's transaction observability: ListTransactions (the ids this node coordinates, as a Kafka
+broker lists them; state, producer id, duration and v2's transactional id pattern filters),
+DescribeTransactions, DescribeProducers."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from app.kafka.broker_calls import InvalidIdPattern
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import kafka_error
 from app.kafka.frames import build, response_module
+from app.kafka.handlers.groups import TRANSACTION_KEY, coordinated_here
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,9 @@ async def list_transactions(context: RequestContext, request) -> object:
             unknown_state_filters=(),
             transaction_states=(),
         )
+    # As a Kafka broker, the ids this node coordinates: Kafka's admin client asks every broker and
+    # adds up the answers (listTransactions().all() keeps each one's).
+    coordinated = await coordinated_here(context, TRANSACTION_KEY)
     return build(
         module,
         "ListTransactionsResponse",
@@ -72,6 +77,7 @@ async def list_transactions(context: RequestContext, request) -> object:
                 transaction_state=t.state,
             )
             for t in listed.transactions
+            if coordinated(t.transactional_id)
         ),
     )
 
