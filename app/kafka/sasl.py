@@ -52,6 +52,7 @@ from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode as KafkaError
 from scramp import ScramException, ScramMechanism
+from scramp.core import ClientFinal
 
 from app.kafka import api_table
 from app.kafka.broker_calls import AUTH_OFF_PRINCIPAL, SCRAM_MECHANISMS, UNAUTHENTICATED, BrokerCalls
@@ -147,6 +148,16 @@ def _scram_username(mechanism: ScramMechanism, client_first: str) -> str:
             return refused.__cause__.args[0]
         raise
     raise ScramException("the client's first message names no user")
+
+
+def _accept_a_nonce_prefixed_again(server, client_final: str) -> None:
+    """librdkafka (confluent-kafka, kcat) echoes the server's nonce with its own prefixed to it once
+    more; Kafka's ScramSaslServer accepts a client-final nonce that ends with the server's, where
+    scramp wants it equal (RFC 5802). The proof still covers the nonce as the client sent it, and
+    the server's fresh part must be in it: scramp's exchange then goes on with the client's."""
+    sent = ClientFinal(client_final)["r"]
+    if str(sent) != str(server.nonce) and str(sent).endswith(str(server.nonce)):
+        server.nonce = sent
 
 
 def _framed(token: bytes) -> bytes:
@@ -278,7 +289,9 @@ class SaslSession:
     def _scram_final(self, auth_bytes: bytes) -> tuple[KafkaError, str | None, bytes]:
         """SCRAM's client-final message (the proof): answered with the server's signature."""
         try:
-            self._scram_server.set_client_final(auth_bytes.decode("utf-8"))
+            client_final = auth_bytes.decode("utf-8")
+            _accept_a_nonce_prefixed_again(self._scram_server, client_final)
+            self._scram_server.set_client_final(client_final)
             server_final = self._scram_server.get_server_final()
         except (UnicodeDecodeError, ScramException):
             # A wrong password is a wrong proof: told as PLAIN tells a wrong key.
