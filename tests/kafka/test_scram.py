@@ -114,13 +114,6 @@ def scram_log_in(connection: RawConnection, username: str, password: str, mechan
     return final
 
 
-def test_the_handshake_lists_plain_and_both_scram_mechanisms(secured):
-    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
-        answer = handshake(connection, "GSSAPI")
-        assert answer.error_code == KafkaError.unsupported_sasl_mechanism
-        assert list(answer.mechanisms) == ["PLAIN", SHA_256, SHA_512]
-
-
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_scram_authenticates_and_the_principals_acls_apply(secured, scram_reader, mechanism):
     with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
