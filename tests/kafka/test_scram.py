@@ -136,6 +136,19 @@ def test_a_wrong_password_or_unknown_user_fails_with_plains_message(secured, scr
             assert connection.closed_by_peer()
 
 
+def test_a_first_message_with_an_authorization_id_is_refused(secured, scram_reader):
+    """scramp takes no authzid in the GS2 header (Kafka takes one equal to the username); no Kafka
+    client sends one."""
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert handshake(connection, SHA_256).error_code == KafkaError.none
+        answer = sasl_authenticate(connection, f"n,a={scram_reader},n={scram_reader},r=nonce".encode())
+        assert answer.error_code == KafkaError.sasl_authentication_failed
+        assert answer.error_message.startswith(
+            "Invalid SCRAM-SHA-256 client first message: The GS2 authzid must be empty"
+        )
+        assert connection.closed_by_peer()
+
+
 def test_a_principal_without_a_credential_for_the_mechanism_is_refused(secured):
     new_principal(secured, "sha256-only")
     set_password(secured, "sha256-only", SHA_256).raise_for_status()
