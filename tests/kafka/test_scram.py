@@ -272,6 +272,12 @@ def test_alter_refuses_as_kafkas_controller_and_alters_the_rest(secured):
         (result,) = describe(connection, ["altered"]).results
         assert [(info.mechanism, info.iterations) for info in result.credential_infos] == [(2, 8192)]
         assert alter(connection, deletions=[deletion("altered", 2)]) == {"altered": (KafkaError.none, None)}
+        with admin_http(secured) as admin:  # audited as HTTP's changes, the door named
+            entries = admin.get("/v1/audit", params={"limit": 2}).json()["entries"]
+        assert [(e["action"], e["resource"], e["details"], e["source"]) for e in entries] == [
+            ("delete scram credential", "altered", SHA_512, "kafka"),
+            ("set scram credential", "altered", f"{SHA_512}, 8192 iterations", "kafka"),
+        ]
         (result,) = describe(connection, ["altered"]).results
         assert result.error_code == KafkaError.resource_not_found
 
