@@ -329,6 +329,27 @@ class AsyncAdmin:
     async def revoke_key(self, principal: str, key_id: str) -> None:
         await self._once("DELETE", f"/v1/principals/{quote(principal, safe='')}/keys/{quote(key_id, safe='')}")
 
+    async def set_scram_credential(self, principal: str, mechanism: str, password: str, iterations: int = 4096) -> None:
+        """Sets the principal's SASL/SCRAM password for the Kafka listener (`mechanism`
+        SCRAM-SHA-256 or SCRAM-SHA-512; iterations 4096..16384). Setting it again is harmless: the
+        same password under a new salt."""
+        await self._once(
+            "PUT",
+            f"/v1/principals/{quote(principal, safe='')}/scram-credentials/{quote(mechanism, safe='')}",
+            {"password": password, "iterations": iterations},
+        )
+
+    async def list_scram_credentials(self, principal: str) -> list[dict]:
+        """[{"mechanism", "iterations", "updated_ms"}]: no salt, no key."""
+        return await self._read(
+            f"/v1/principals/{quote(principal, safe='')}/scram-credentials", answered=itemgetter("credentials")
+        )
+
+    async def delete_scram_credential(self, principal: str, mechanism: str) -> None:
+        await self._once(
+            "DELETE", f"/v1/principals/{quote(principal, safe='')}/scram-credentials/{quote(mechanism, safe='')}"
+        )
+
     async def add_acl(
         self,
         principal: str,

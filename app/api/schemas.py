@@ -600,6 +600,21 @@ class AclOut(AclIn):
     acl_id: int
 
 
+class ScramCredentialIn(Body):
+    password: str = Field(description="the password SCRAM clients will authenticate with; never stored")
+    iterations: int = Field(4096, description="PBKDF2 iterations, 4096..16384 (Kafka's bounds)")
+
+
+class ScramCredentialOut(Body):
+    mechanism: Literal["SCRAM-SHA-256", "SCRAM-SHA-512"]
+    iterations: int
+    updated_ms: int
+
+
+class ScramCredentialList(Body):
+    credentials: list[ScramCredentialOut]
+
+
 class PrincipalList(Body):
     principals: list[PrincipalOut]
 

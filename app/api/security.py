@@ -13,7 +13,7 @@ from app.api.auth import ActorDep, PrincipalDep
 from app.api.deps import READY, PoolDep
 from app.api.json_route import OrjsonRoute
 from app.api.responses import json_response
-from app.coordinator import security_admin
+from app.coordinator import scram_credentials, security_admin
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize
 from app.coordinator.security_admin import AclRow
 
@@ -84,6 +84,47 @@ async def revoke_key(
     _require(principal, Operation.ALTER)
     await security_admin.revoke_key(pool, actor, name, key_id)
     return Response(status_code=204)
+
+
+@router.put("/principals/{name}/scram-credentials/{mechanism}", status_code=204, responses=ERRORS)
+async def set_scram_credential(
+    name: schemas.IdentifierInPath,
+    mechanism: str,
+    body: schemas.ScramCredentialIn,
+    pool: PoolDep,
+    principal: PrincipalDep,
+    actor: ActorDep,
+):
+    """Sets (or replaces) the principal's SASL/SCRAM credential for the mechanism (SCRAM-SHA-256 or
+    SCRAM-SHA-512) from a password, with a new random salt; the password is not stored. Kafka
+    connections authenticated with the credential it replaces are closed at their next request."""
+    _require(principal, Operation.ALTER)
+    await scram_credentials.set_password(pool, actor, name, mechanism, body.password, body.iterations)
+    return Response(status_code=204)
+
+
+@router.delete("/principals/{name}/scram-credentials/{mechanism}", status_code=204, responses=ERRORS)
+async def delete_scram_credential(
+    name: schemas.IdentifierInPath, mechanism: str, pool: PoolDep, principal: PrincipalDep, actor: ActorDep
+):
+    """Deletes the credential: Kafka connections authenticated with it are closed at their next request."""
+    _require(principal, Operation.ALTER)
+    await scram_credentials.delete_credential(pool, actor, name, mechanism)
+    return Response(status_code=204)
+
+
+@router.get("/principals/{name}/scram-credentials", response_model=schemas.ScramCredentialList, responses=ERRORS)
+async def list_scram_credentials(name: schemas.IdentifierInPath, pool: PoolDep, principal: PrincipalDep):
+    """The principal's SCRAM credentials: mechanism and iterations (no salt, no key)."""
+    _require(principal, Operation.DESCRIBE)
+    found = await scram_credentials.list_credentials(pool, name)
+    return json_response(
+        {
+            "credentials": [
+                {"mechanism": c.mechanism, "iterations": c.iterations, "updated_ms": c.updated_ms} for c in found
+            ]
+        }
+    )
 
 
 def _acl_body(acl: AclRow) -> dict:

@@ -52,6 +52,8 @@ LIST_TRANSACTIONS = 66
 DESCRIBE_TOPIC_PARTITIONS = 75
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+ALTER_USER_SCRAM_CREDENTIALS = 51
 
 SUPPORTED_VERSIONS: dict[int, range] = {
     PRODUCE: range(3, 14),  # v3: the first with message format v2 (RecordBatch) and transactional ids; v13: topic ids
@@ -101,4 +103,6 @@ SUPPORTED_VERSIONS: dict[int, range] = {
     DESCRIBE_TOPIC_PARTITIONS: range(0, 1),  # KIP-966: Metadata's topics by pages of partitions
     CONSUMER_GROUP_HEARTBEAT: range(0, 2),  # KIP-848; v1: the consumer generates its member id (librdkafka's)
     CONSUMER_GROUP_DESCRIBE: range(0, 2),  # KIP-848; v1: the member type (KIP-1099)
+    DESCRIBE_USER_SCRAM_CREDENTIALS: range(0, 1),  # KIP-554: SCRAM credentials (handlers/scram.py)
+    ALTER_USER_SCRAM_CREDENTIALS: range(0, 1),
 }

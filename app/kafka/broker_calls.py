@@ -19,7 +19,14 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
-from app.coordinator import cluster_nodes, group_configs, security_admin, topic_admin, transaction_admin
+from app.coordinator import (
+    cluster_nodes,
+    group_configs,
+    scram_credentials,
+    security_admin,
+    topic_admin,
+    transaction_admin,
+)
 from app.coordinator.acl_filters import MATCH, AclFilter
 from app.coordinator.audit import Actor, AuditSource
 from app.coordinator.authorizer import (
@@ -343,6 +350,7 @@ class BrokerCalls:
         self.admin = AdminCalls(state)
         self.transaction_admin = TransactionAdminCalls(state)
         self.acls = AclCalls(state)
+        self.scram = ScramCalls(state)
 
     @property
     def settings(self) -> Settings:
@@ -357,6 +365,16 @@ class BrokerCalls:
         API key, as of HTTP's bearer token), when it is `username`; None otherwise."""
         principal = await security_admin.authenticate(self._state.pool, api_key)
         return principal if principal is not None and principal.name == username else None
+
+    async def scram_credential(self, username: str, mechanism: str) -> ScramCredential | None:
+        """What SASL/SCRAM checks a client's proof against: the principal's credential for the
+        mechanism (app/coordinator/scram_credentials.py); None when it has none."""
+        return await scram_credentials.credential(self._state.pool, username, mechanism)
+
+    async def scram_authenticated(self, username: str, mechanism: str, stored_key: bytes) -> Principal | None:
+        """The principal a SCRAM exchange authenticated while its credential is the one it
+        authenticated with (`stored_key`); None once deleted or changed, or the principal deleted."""
+        return await scram_credentials.authenticated(self._state.pool, username, mechanism, stored_key)
 
     # ---- this node among the others (coordinator/cluster_nodes.py)
 
@@ -1488,6 +1506,37 @@ class AclCalls:
         if acl_filter is None:
             return []
         return await security_admin.remove_acls(self._state.pool, _actor(principal, client_address), acl_filter)
+
+
+# The SCRAM credentials of Kafka's KIP-554 APIs as the core holds them (HTTP's
+# /v1/principals/{name}/scram-credentials), and the names handlers/scram.py gives their parts.
+ScramCredential = scram_credentials.ScramCredentialRow
+ScramCredentialInfo = scram_credentials.ScramCredentialInfo
+ScramAlteration = scram_credentials.ScramAlteration
+ScramCredentialRefused = scram_credentials.ScramCredentialRefused
+ScramCredentialRefusal = scram_credentials.CredentialRefusal
+SCRAM_MECHANISMS = scram_credentials.MECHANISMS
+
+
+class ScramCalls:
+    """Kafka's AlterUserScramCredentials and DescribeUserScramCredentials on the core's SCRAM
+    credentials, with Kafka's ACLs: Alter on the Cluster to change them, Describe on the Cluster
+    to describe them (CLUSTER_AUTHORIZATION_FAILED), and their audit entries."""
+
+    def __init__(self, state) -> None:
+        self._state = state
+
+    async def alter(
+        self, principal: Principal, client_address: str | None, alterations: list[ScramAlteration]
+    ) -> list[BrokerError | None]:
+        authorize(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+        return await scram_credentials.alter_credentials(
+            self._state.pool, _actor(principal, client_address), alterations
+        )
+
+    async def describe(self, principal: Principal, names: list[str] | None) -> list[ScramCredentialInfo]:
+        authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+        return await scram_credentials.describe_credentials(self._state.pool, names)
 
 
 def _actor(principal: Principal, client_address: str | None) -> Actor:

@@ -359,6 +359,23 @@ class ApiKey(SQLModel, table=True):
     revoked_ms: int | None = Field(default=None, sa_type=BigInteger, nullable=True)
 
 
+class ScramCredential(SQLModel, table=True):
+    """A principal's SASL/SCRAM credential for one mechanism (migration 0018): what a SCRAM server
+    keeps (RFC 5802), never the password. Deleted with its principal."""
+
+    __tablename__ = "scram_credentials"
+
+    principal: str = Field(
+        primary_key=True, sa_type=Text, foreign_key="principals.name", ondelete="CASCADE", nullable=False
+    )
+    mechanism: str = Field(primary_key=True, sa_type=Text)  # SCRAM-SHA-256 or SCRAM-SHA-512
+    salt: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    iterations: int = Field(nullable=False)
+    stored_key: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    server_key: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    updated_ms: int = Field(sa_type=BigInteger, nullable=False)
+
+
 class AclRule(SQLModel, table=True):
     """Kafka's ACL model: principal, resource (type, pattern type, name), operation, allow/deny."""
 

@@ -372,6 +372,11 @@ def _acl_sample(api_key: int, version: int):
     )
     if api_key == api_table.DESCRIBE_ACLS:
         return request_of(api_key, version, **acl_filter)
+    if api_key == api_table.DESCRIBE_USER_SCRAM_CREDENTIALS:
+        return request_of(api_key, version, users=None)  # every user with a credential: none here
+    if api_key == api_table.ALTER_USER_SCRAM_CREDENTIALS:
+        # Nothing to alter (SCRAM's alterations, for principals of a server with auth required: test_scram.py).
+        return request_of(api_key, version, deletions=(), upsertions=())
     if api_key == api_table.DELETE_ACLS:
         deleted = {**acl_filter, "principal_filter": f"User:{acl_principal(version)}", "pattern_type_filter": ANY}
         return request_of(api_key, version, filters=(nested(api_key, version, "DeleteAclsFilter", **deleted),))

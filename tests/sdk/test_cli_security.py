@@ -63,3 +63,32 @@ def test_operator_creates_a_principal_a_key_and_an_acl_then_revokes(make_server)
     assert json.loads(removed) == {"removed": acl["acl_id"]}
     deleted = ok(txbroker(server.url, "principals", "delete", "orders-app", "--json", env=admin))
     assert json.loads(deleted) == {"deleted": "orders-app"}
+
+
+def test_operator_sets_lists_and_deletes_a_principals_scram_credential(make_server):
+    """The password comes on stdin, never as an argument; the credential then authenticates a
+    Kafka client (tests/kafka/test_scram.py), here seen by the listing and the audit log."""
+    server = make_server(auth="required", admin_token=ADMIN_TOKEN)
+    admin = {"TXBROKER_TOKEN": ADMIN_TOKEN}
+    ok(txbroker(server.url, "principals", "create", "orders-app", env=admin))
+    set_scram = ["principals", "set-scram", "orders-app", "SCRAM-SHA-512", "--iterations", "8192"]
+    assert ok(txbroker(server.url, *set_scram, stdin="a password\n", env=admin)).startswith(
+        "set the SCRAM-SHA-512 credential of orders-app (8192 iterations)"
+    )
+    listed = json.loads(ok(txbroker(server.url, "principals", "scram", "orders-app", "--json", env=admin)))
+    assert [(c["mechanism"], c["iterations"]) for c in listed] == [("SCRAM-SHA-512", 8192)]
+    table = ok(txbroker(server.url, "principals", "scram", "orders-app", env=admin)).splitlines()
+    assert table[0].split() == ["MECHANISM", "ITERATIONS", "UPDATED"] and table[1].split()[:2] == [
+        "SCRAM-SHA-512",
+        "8192",
+    ]
+    too_few = txbroker(server.url, *set_scram[:4], "--iterations", "100", stdin="p\n", env=admin)
+    assert too_few.returncode == 1 and "100 iterations: expected 4096 to 16384" in too_few.stderr.decode()
+    deleted = ok(txbroker(server.url, "principals", "delete-scram", "orders-app", "SCRAM-SHA-512", "--json", env=admin))
+    assert json.loads(deleted) == {"deleted": "SCRAM-SHA-512", "principal": "orders-app"}
+    assert (
+        ok(txbroker(server.url, "principals", "scram", "orders-app", env=admin))
+        == "orders-app has no SCRAM credentials\n"
+    )
+    audit = json.loads(ok(txbroker(server.url, "audit", "--json", env=admin)))
+    assert [e["action"] for e in audit][:2] == ["delete scram credential", "set scram credential"]

@@ -9,7 +9,7 @@ The client commands speak HTTP only, through the SDK.
     txbroker producers TOPIC PARTITION
     txbroker markers TOPIC PARTITION
     txbroker groups list|describe|delete
-    txbroker principals create|list|delete|add-key|keys|revoke-key
+    txbroker principals create|list|delete|add-key|keys|revoke-key|set-scram|scram|delete-scram
     txbroker acls add|list|remove
     txbroker audit
 

@@ -1,6 +1,10 @@
-"""`txbroker principals|acls|audit`: principals and their API keys, ACL rules, the audit log."""
+"""`txbroker principals|acls|audit`: principals, their API keys and SCRAM credentials, ACL rules, the
+audit log."""
 
 from __future__ import annotations
+
+import getpass
+import sys
 
 from txbroker.cli.command import EXIT_OK, add_command, admin_command, resource_name
 from txbroker.cli.output import emit_json, format_time, print_done, print_found
@@ -29,7 +33,9 @@ def principals_list(args, admin: Admin) -> int:
 
 def principals_delete(args, admin: Admin) -> int:
     admin.delete_principal(args.name)
-    print_done(args.json, {"deleted": args.name}, f"deleted principal {args.name}, its keys and ACL rules")
+    print_done(
+        args.json, {"deleted": args.name}, f"deleted principal {args.name}, its keys, SCRAM credentials and ACL rules"
+    )
     return EXIT_OK
 
 
@@ -60,6 +66,51 @@ def principals_revoke_key(args, admin: Admin) -> int:
         args.json,
         {"revoked": args.key_id, "principal": args.name},
         f"revoked key {args.key_id} of {args.name}: requests with it are refused from now on",
+    )
+    return EXIT_OK
+
+
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def read_password(prompt: str) -> str:
+    """The password from a prompt on a terminal, else the first line of stdin: never an argument,
+    which other users' `ps` and the shell's history would show."""
+    if sys.stdin.isatty():
+        return getpass.getpass(prompt)
+    return sys.stdin.readline().rstrip("\r\n")
+
+
+def principals_set_scram(args, admin: Admin) -> int:
+    password = read_password(f"{args.mechanism} password for {args.name}: ")
+    admin.set_scram_credential(args.name, args.mechanism, password, args.iterations)
+    print_done(
+        args.json,
+        {"principal": args.name, "mechanism": args.mechanism, "iterations": args.iterations},
+        f"set the {args.mechanism} credential of {args.name} ({args.iterations} iterations): Kafka connections "
+        f"authenticated with the one it replaces are closed",
+    )
+    return EXIT_OK
+
+
+def principals_scram(args, admin: Admin) -> int:
+    found = admin.list_scram_credentials(args.name)
+    print_found(
+        args.json,
+        found,
+        lambda c: (c["mechanism"], c["iterations"], format_time(c["updated_ms"])),
+        ("MECHANISM", "ITERATIONS", "UPDATED"),
+        f"{args.name} has no SCRAM credentials",
+    )
+    return EXIT_OK
+
+
+def principals_delete_scram(args, admin: Admin) -> int:
+    admin.delete_scram_credential(args.name, args.mechanism)
+    print_done(
+        args.json,
+        {"deleted": args.mechanism, "principal": args.name},
+        f"deleted the {args.mechanism} credential of {args.name}: Kafka connections authenticated with it are closed",
     )
     return EXIT_OK
 
@@ -132,7 +183,9 @@ def audit(args, admin: Admin) -> int:
 
 def add_commands(commands) -> None:
     """The `principals`, `acls` and `audit` commands."""
-    principals = commands.add_parser("principals", help="create, list, delete principals; manage their API keys")
+    principals = commands.add_parser(
+        "principals", help="create, list, delete principals; manage their API keys and SCRAM credentials"
+    )
     actions = principals.add_subparsers(dest="principals_command", required=True, metavar="ACTION")
     sub = add_command(actions, "create", "create a principal", admin_command(principals_create))
     sub.add_argument("name", type=resource_name)
@@ -150,6 +203,23 @@ def add_commands(commands) -> None:
     sub = add_command(actions, "revoke-key", "revoke an API key at once", admin_command(principals_revoke_key))
     sub.add_argument("name", type=resource_name)
     sub.add_argument("key_id", type=resource_name)
+    sub = add_command(
+        actions,
+        "set-scram",
+        "set a principal's SASL/SCRAM password for the Kafka listener (read from stdin, or prompted)",
+        admin_command(principals_set_scram),
+    )
+    sub.add_argument("name", type=resource_name)
+    sub.add_argument("mechanism", choices=SCRAM_MECHANISMS)
+    sub.add_argument("--iterations", type=int, default=4096, help="PBKDF2 iterations, 4096..16384 (default 4096)")
+    add_command(actions, "scram", "list a principal's SCRAM credentials", admin_command(principals_scram)).add_argument(
+        "name", type=resource_name
+    )
+    sub = add_command(
+        actions, "delete-scram", "delete a principal's SCRAM credential", admin_command(principals_delete_scram)
+    )
+    sub.add_argument("name", type=resource_name)
+    sub.add_argument("mechanism", choices=SCRAM_MECHANISMS)
 
     acls = commands.add_parser("acls", help="add, list, remove ACL rules (Kafka's model)")
     actions = acls.add_subparsers(dest="acls_command", required=True, metavar="ACTION")

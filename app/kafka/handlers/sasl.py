@@ -1,4 +1,4 @@
-"""SaslHandshake and SaslAuthenticate: the connection's SASL/PLAIN exchange (app/kafka/sasl.py)."""
+"""SaslHandshake and SaslAuthenticate: the connection's SASL exchange, PLAIN or SCRAM (app/kafka/sasl.py)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ async def handshake(context, request) -> object:
 
 
 async def authenticate(context, request) -> object:
-    error, message = await context.sasl.authenticate(request.auth_bytes)
+    error, message, token = await context.sasl.authenticate(request.auth_bytes)
     module = response_module(api_table.SASL_AUTHENTICATE, context.api_version)
     return build(
         module,
         "SaslAuthenticateResponse",
         error_code=error,
         error_message=message,
-        auth_bytes=b"",
+        auth_bytes=token,
         session_lifetime=datetime.timedelta(milliseconds=NO_SESSION_EXPIRY_MS),
     )

@@ -68,11 +68,12 @@ async def authenticate(conn: asyncpg.Connection, token: str) -> tuple[PrincipalR
     if row is None:
         return None
     principal = from_row(PrincipalRow, row)
-    acls = all_from_rows(
-        AclRow,
-        await conn.fetch(_ACLS_OF_SQL, principal.name),
-    )
-    return principal, acls
+    return principal, await acls_of(conn, principal.name)
+
+
+async def acls_of(conn: asyncpg.Connection, principal: str) -> list[AclRow]:
+    """Every ACL rule that may apply to the principal: its own and those of the wildcard "*"."""
+    return all_from_rows(AclRow, await conn.fetch(_ACLS_OF_SQL, principal))
 
 
 async def create_principal(conn: asyncpg.Connection, name: str, is_super_user: bool, now_ms: int) -> bool:
@@ -97,7 +98,7 @@ async def get_principal(conn: asyncpg.Connection, name: str) -> PrincipalRow | N
 
 
 async def delete_principal(conn: asyncpg.Connection, name: str) -> bool:
-    """Its keys go with it (ON DELETE CASCADE); its ACL rules too."""
+    """Its keys and SCRAM credentials go with it (ON DELETE CASCADE); its ACL rules too."""
     async with conn.transaction():
         await conn.execute("DELETE FROM acls WHERE principal = $1", name)
         status = await conn.execute("DELETE FROM principals WHERE name = $1", name)

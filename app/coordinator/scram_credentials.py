@@ -1,0 +1,260 @@
+"""Principals' SASL/SCRAM credentials (SCRAM-SHA-256 and SCRAM-SHA-512, RFC 5802 and 7677, as
+Kafka's KIP-84 and KIP-554 have them): set, deleted and described by both doors (Kafka's
+AlterUserScramCredentials and DescribeUserScramCredentials; HTTP's
+/v1/principals/{name}/scram-credentials), and looked up by the Kafka listener's SASL exchange.
+
+A SCRAM user is a txbroker principal: ACLs are by principal, so a credential for a name that is
+no principal would authenticate someone no rule can name; setting one for a missing principal is
+refused (NOT_FOUND, Kafka's RESOURCE_NOT_FOUND) naming it. What is kept is what a SCRAM server
+keeps (salt, iterations, stored key, server key), computed by scramp, never the password.
+
+Every change is written with its audit entry in one PostgreSQL transaction, as security_admin's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from enum import StrEnum
+
+import asyncpg
+from scramp import ScramException, ScramMechanism
+from scramp.utils import h, hmac
+
+from app.clock import now_ms
+from app.coordinator.audit import Actor, record
+from app.coordinator.authorizer import Principal, principal_from
+from app.errors import BrokerError, ErrorCode
+from app.storage.security import principals
+from app.storage.security import scram_credentials as stored
+from app.storage.security.scram_credentials import ScramCredentialInfo, ScramCredentialRow
+
+__all__ = [
+    "MAX_ITERATIONS",
+    "MECHANISMS",
+    "MIN_ITERATIONS",
+    "MIN_SALT_BYTES",
+    "CredentialRefusal",
+    "ScramAlteration",
+    "ScramCredentialInfo",
+    "ScramCredentialRefused",
+    "ScramCredentialRow",
+    "alter_credentials",
+    "authenticated",
+    "credential",
+    "delete_credential",
+    "describe_credentials",
+    "list_credentials",
+    "set_password",
+]
+
+SCRAM_SHA_256 = "SCRAM-SHA-256"
+SCRAM_SHA_512 = "SCRAM-SHA-512"
+MECHANISMS = (SCRAM_SHA_256, SCRAM_SHA_512)
+# Kafka's bounds (ScramMechanism.minIterations, ScramControlManager.MAX_ITERATIONS): the lower one
+# RFC 7677's, the upper one what keeps an authentication's PBKDF2 cheap for the server.
+MIN_ITERATIONS = 4096
+MAX_ITERATIONS = 16384
+# scramp's (Salt.MIN_LENGTH): a credential with a shorter salt could never authenticate. Kafka's
+# clients send 64 bytes (librdkafka) or more than 12 (Java's ScramFormatter).
+MIN_SALT_BYTES = 12
+MAX_PASSWORD_CHARS = 1024
+
+
+class CredentialRefusal(StrEnum):
+    """Why a credential's change is refused, as Kafka's AlterUserScramCredentials tells it apart."""
+
+    UNACCEPTABLE = "unacceptable credential"  # UNACCEPTABLE_CREDENTIAL
+    UNSUPPORTED_MECHANISM = "unsupported mechanism"  # UNSUPPORTED_SASL_MECHANISM
+    NOT_FOUND = "not found"  # RESOURCE_NOT_FOUND: no such principal, or no such credential to delete
+
+
+class ScramCredentialRefused(BrokerError):
+    """INVALID_REQUEST (NOT_FOUND for what does not exist) over HTTP; Kafka's code by `refusal`."""
+
+    def __init__(self, refusal: CredentialRefusal, message: str) -> None:
+        code = ErrorCode.NOT_FOUND if refusal is CredentialRefusal.NOT_FOUND else ErrorCode.INVALID_REQUEST
+        super().__init__(code, message)
+        self.refusal = refusal
+
+
+@dataclass(frozen=True, slots=True)
+class ScramAlteration:
+    """One change of AlterUserScramCredentials: an upsertion (Kafka's form: the salt and the salted
+    password its client computed) or, `salted_password` None, a deletion."""
+
+    principal: str
+    mechanism: str
+    iterations: int = 0
+    salt: bytes = b""
+    salted_password: bytes | None = None
+
+
+def _check_mechanism(mechanism: str) -> ScramMechanism:
+    if mechanism not in MECHANISMS:
+        raise ScramCredentialRefused(
+            CredentialRefusal.UNSUPPORTED_MECHANISM,
+            f"SCRAM mechanism {mechanism}: expected one of {', '.join(MECHANISMS)}",
+        )
+    return ScramMechanism(mechanism)
+
+
+def _check_name(name: str) -> None:
+    if not name:
+        raise ScramCredentialRefused(
+            CredentialRefusal.UNACCEPTABLE, "an empty user name: expected the name of a txbroker principal"
+        )
+
+
+def _check_iterations(iterations: int) -> None:
+    if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+        raise ScramCredentialRefused(
+            CredentialRefusal.UNACCEPTABLE,
+            f"{iterations} iterations: expected {MIN_ITERATIONS} to {MAX_ITERATIONS} (Kafka's bounds)",
+        )
+
+
+def _from_salted_password(alteration: ScramAlteration, now: int) -> ScramCredentialRow:
+    """The credential a SCRAM server keeps, from what Kafka's client sends (RFC 5802's ClientKey,
+    StoredKey and ServerKey of the salted password, with scramp's primitives)."""
+    mechanism = _check_mechanism(alteration.mechanism)
+    _check_iterations(alteration.iterations)
+    if len(alteration.salt) < MIN_SALT_BYTES:
+        raise ScramCredentialRefused(
+            CredentialRefusal.UNACCEPTABLE,
+            f"a salt of {len(alteration.salt)} bytes: expected at least {MIN_SALT_BYTES} (let the client generate it)",
+        )
+    digest_size = mechanism.hf().digest_size
+    salted_password = alteration.salted_password or b""
+    if len(salted_password) != digest_size:
+        raise ScramCredentialRefused(
+            CredentialRefusal.UNACCEPTABLE,
+            f"a salted password of {len(salted_password)} bytes: {mechanism.name}'s is {digest_size} bytes",
+        )
+    return ScramCredentialRow(
+        alteration.principal,
+        mechanism.name,
+        alteration.salt,
+        alteration.iterations,
+        h(mechanism.hf, hmac(mechanism.hf, salted_password, b"Client Key")),
+        hmac(mechanism.hf, salted_password, b"Server Key"),
+        now,
+    )
+
+
+def _missing_principal(name: str) -> ScramCredentialRefused:
+    return ScramCredentialRefused(
+        CredentialRefusal.NOT_FOUND,
+        f"principal {name!r} does not exist: a SCRAM user is a txbroker principal (its ACLs are the "
+        f"principal's); create it first (POST /v1/principals, `txbroker principals create`)",
+    )
+
+
+def _missing_credential(name: str, mechanism: str) -> ScramCredentialRefused:
+    return ScramCredentialRefused(
+        CredentialRefusal.NOT_FOUND, f"principal {name!r} has no {mechanism} credential to delete"
+    )
+
+
+async def _upsert(conn: asyncpg.Connection, actor: Actor, credential: ScramCredentialRow) -> None:
+    if await principals.get_principal(conn, credential.principal) is None:
+        raise _missing_principal(credential.principal)
+    await stored.upsert(conn, credential)
+    await record(
+        conn,
+        actor,
+        "set scram credential",
+        credential.principal,
+        f"{credential.mechanism}, {credential.iterations} iterations",
+        at_ms=credential.updated_ms,
+    )
+
+
+async def _delete(conn: asyncpg.Connection, actor: Actor, name: str, mechanism: str) -> None:
+    _check_mechanism(mechanism)
+    if not await stored.delete(conn, name, mechanism):
+        raise _missing_credential(name, mechanism)
+    await record(conn, actor, "delete scram credential", name, mechanism)
+
+
+async def alter_credentials(
+    pool: asyncpg.Pool, actor: Actor, alterations: list[ScramAlteration]
+) -> list[BrokerError | None]:
+    """Kafka's AlterUserScramCredentials: each alteration's refusal (None: made), those made
+    committed together. The caller names each principal once (Kafka's DUPLICATE_RESOURCE is the
+    door's)."""
+    now = now_ms()
+    outcomes: list[BrokerError | None] = []
+    async with pool.acquire() as conn, conn.transaction():
+        for alteration in alterations:
+            try:
+                _check_name(alteration.principal)
+                if alteration.salted_password is None:
+                    await _delete(conn, actor, alteration.principal, alteration.mechanism)
+                else:
+                    await _upsert(conn, actor, _from_salted_password(alteration, now))
+            except BrokerError as refused:
+                outcomes.append(refused)
+            else:
+                outcomes.append(None)
+    return outcomes
+
+
+async def set_password(
+    pool: asyncpg.Pool, actor: Actor, name: str, mechanism: str, password: str, iterations: int
+) -> None:
+    """HTTP's: sets the principal's credential for `mechanism` from a password, with a new random salt."""
+    scram = _check_mechanism(mechanism)
+    _check_iterations(iterations)
+    if not password or len(password) > MAX_PASSWORD_CHARS:
+        raise ScramCredentialRefused(
+            CredentialRefusal.UNACCEPTABLE,
+            f"a password of {len(password)} characters: expected 1 to {MAX_PASSWORD_CHARS}",
+        )
+    try:
+        # PBKDF2 of up to 16384 iterations: off the event loop.
+        salt, stored_key, server_key, _ = await asyncio.to_thread(scram.make_auth_info, password, iterations)
+    except ScramException as refused:
+        raise ScramCredentialRefused(
+            CredentialRefusal.UNACCEPTABLE,
+            f"the password is not acceptable to SCRAM (SASLprep, RFC 4013): {refused}; choose another",
+        ) from None
+    credential = ScramCredentialRow(name, mechanism, salt, iterations, stored_key, server_key, now_ms())
+    async with pool.acquire() as conn, conn.transaction():
+        await _upsert(conn, actor, credential)
+
+
+async def delete_credential(pool: asyncpg.Pool, actor: Actor, name: str, mechanism: str) -> None:
+    async with pool.acquire() as conn, conn.transaction():
+        if await principals.get_principal(conn, name) is None:
+            raise _missing_principal(name)
+        await _delete(conn, actor, name, mechanism)
+
+
+async def describe_credentials(pool: asyncpg.Pool, names: list[str] | None) -> list[ScramCredentialInfo]:
+    """The credentials (mechanism and iterations, no key) of the named principals, None: of all."""
+    async with pool.acquire() as conn:
+        return await stored.describe(conn, names)
+
+
+async def list_credentials(pool: asyncpg.Pool, name: str) -> list[ScramCredentialInfo]:
+    """HTTP's: the principal's credentials; NOT_FOUND for a principal that does not exist (an empty
+    list would read as a principal without credentials)."""
+    async with pool.acquire() as conn, conn.transaction():
+        if await principals.get_principal(conn, name) is None:
+            raise _missing_principal(name)
+        return await stored.describe(conn, [name])
+
+
+async def credential(pool: asyncpg.Pool, name: str, mechanism: str) -> ScramCredentialRow | None:
+    """What the SASL exchange checks a client's proof against; None for a principal without one."""
+    async with pool.acquire() as conn:
+        return await stored.find(conn, name, mechanism)
+
+
+async def authenticated(pool: asyncpg.Pool, name: str, mechanism: str, stored_key: bytes) -> Principal | None:
+    """The principal a SCRAM exchange authenticated, with its ACL rules, while the credential it
+    authenticated with is unchanged; None once deleted or changed, or the principal deleted."""
+    async with pool.acquire() as conn:
+        found = await stored.authenticated(conn, name, mechanism, stored_key)
+    return None if found is None else principal_from(*found)
