@@ -129,9 +129,14 @@ class ConsumerCoordinator:
             raise IllegalStateError(f"a heartbeat of group {self.group_id!r} without a subscription")
         body = {
             "member_id": self.member_id,
-            "generation_id": subscriptions.generation,
+            # Not the adopted generation: the one whose revocations are done (its on_revoke and
+            # pre-revocation commits ended), after which the server gives them to their next owners.
+            "generation_id": subscriptions.acknowledged_generation,
             "topics": subscriptions.topics,
             "session_timeout_ms": self._session_timeout_ms,
+            # As Kafka's rebalance timeout: a partition this member does not revoke within it goes
+            # to its next owner all the same (the poll timeout leaves the group by then anyway).
+            "rebalance_timeout_ms": min(round(self._max_poll_interval_s * 1000), 2**31 - 1),
         }
         if self.member_id == NO_MEMBER:
             body["join_id"] = self._joining()
@@ -215,15 +220,20 @@ class ConsumerCoordinator:
         return (now if self._waiting_for_records else self._polled_at) + self._max_poll_interval_s
 
     async def _sleep_while_polled(self, until: float) -> bool:
-        """Sleeps until `until` (the next heartbeat's time); False as soon as the poll timer expires."""
+        """Sleeps until `until` (the next heartbeat's time), or until poll() finished revoking
+        partitions (a heartbeat then tells the server at once, which gives them to their next
+        owners); False as soon as the poll timer expires."""
+        revocations_done = self._subscriptions.revocations_done
         while True:
             now = time.monotonic()
             poll_deadline = self._poll_deadline(now)
             if now >= poll_deadline:
                 return False
-            if now >= until:
+            if now >= until or revocations_done.is_set():
+                revocations_done.clear()
                 return True
-            await asyncio.sleep(min(until, poll_deadline) - now)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(revocations_done.wait(), min(until, poll_deadline) - now)
 
     async def _leave_on_poll_timeout(self) -> None:
         """poll() was not called for max_poll_interval_ms: the application is stuck, or spends too

@@ -13,10 +13,11 @@ from app.api.deps import READY, GroupCoordinatorDep, SettingsDep
 from app.api.json_route import OrjsonRoute
 from app.api.request_limits import check_partition_count
 from app.api.responses import error_or_none, json_response
+from app.coordinator import http_revocations
 from app.coordinator.authorizer import Operation, ResourceType, authorize, is_allowed
 from app.coordinator.classic_groups import described_assignment, group_kind, group_type
 from app.coordinator.consumer_groups import consumer_state
-from app.coordinator.group_coordinator import OffsetEntry
+from app.coordinator.group_coordinator import HTTP_STATE_KEY, OffsetEntry
 
 GroupIdInPath = schemas.IdentifierInPath
 
@@ -64,7 +65,15 @@ async def heartbeat(
     authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
     for topic in set(body.topics):
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
-    result = await groups.heartbeat(group_id, body.member_id, body.topics, body.session_timeout_ms, body.join_id)
+    result = await groups.heartbeat(
+        group_id,
+        body.member_id,
+        body.topics,
+        body.session_timeout_ms,
+        body.join_id,
+        body.generation_id,
+        body.rebalance_timeout_ms,
+    )
     return json_response(
         {
             "member_id": result.member_id,
@@ -152,7 +161,14 @@ def _partitions(by_topic: dict) -> list[dict]:
 
 def _member_body(member, assignment: dict, consumer: dict | None = None) -> dict:
     """`consumer`: a KIP-848 consumer group's state, whose members also show their epoch, the
-    partitions they are revoking and their target assignment (null for other kinds)."""
+    partitions they are revoking and their target assignment (null for other kinds). An HTTP
+    group's members show their target assignment (their `assignment`), the partitions they have
+    still to revoke, and those of their target another member has still to revoke (`awaiting`,
+    null for other kinds): their revocation barrier (http_revocations)."""
+    barrier = assignment.get(HTTP_STATE_KEY)
+    target = assignment.get(member.member_id, {})
+    revoking = http_revocations.revoking(barrier, member.member_id, target)
+    awaiting = http_revocations.awaiting(barrier, member.member_id, target)
     body = {
         "member_id": member.member_id,
         "topics": member.topics,
@@ -160,8 +176,9 @@ def _member_body(member, assignment: dict, consumer: dict | None = None) -> dict
         "last_heartbeat_ms": member.last_heartbeat_ms,
         "assignment": _partitions(assignment.get(member.member_id, {})),
         "member_epoch": None,
-        "revoking": None,
-        "target_assignment": None,
+        "revoking": None if revoking is None else _partitions(revoking),
+        "target_assignment": None if revoking is None else _partitions(target),
+        "awaiting": None if awaiting is None else _partitions(awaiting),
     }
     own = None if consumer is None else consumer["members"].get(member.member_id)
     if own is not None:
