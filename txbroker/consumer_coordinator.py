@@ -11,12 +11,21 @@ else owns.
 
 Invariant: a partition keeps its position (and its buffered records) across an adoption only if
 every generation since the adopted one assigned it to this member (`_kept`). The server bumps the
-generation without waiting for its members (there is no JoinGroup barrier), so poll() may adopt a
-generation several after its last: a partition another member owned in a generation in between
+generation without waiting for its members (there is no JoinGroup barrier; its revocation barrier
+holds a moved partition back from its next owner only until its previous one acknowledged, left,
+or let its rebalance timeout pass), so poll() may adopt a generation several after its last:
+a partition another member owned in a generation in between
 (heartbeats answered generations g and g+2, or this member rejoined under a new member id) was
 processed, and maybe committed, by that member, and is taken up again from the committed offset,
 as a partition newly assigned. So is a partition whose topic id changed (the topic was deleted and
 re-created under its name): the position was one in the deleted topic.
+
+Invariant: a heartbeat's `generation_id` is the generation whose revocations are done
+(`SubscriptionState.acknowledged_generation`: set once the pre-revocation auto-commit and on_revoke
+ended), never merely the adopted one: the server gives the revoked partitions to their next owners
+as soon as it has it (its revocation barrier), and a commit in on_revoke must land before they read
+from the committed offset. A partition the heartbeats bring within the same generation (released
+by its previous owner) is not `_kept`: it is newly assigned, from the committed offset.
 
 Invariant: the membership lasts while the application polls (Kafka's max.poll.interval.ms, KIP-62).
 When poll() has not been called for max_poll_interval_ms, the heartbeat task leaves the group (one

@@ -17,7 +17,7 @@ from app.coordinator import http_revocations
 from app.coordinator.authorizer import Operation, ResourceType, authorize, is_allowed
 from app.coordinator.classic_groups import described_assignment, group_kind, group_type
 from app.coordinator.consumer_groups import consumer_state
-from app.coordinator.group_coordinator import HTTP_STATE_KEY, OffsetEntry
+from app.coordinator.group_coordinator import OffsetEntry
 
 GroupIdInPath = schemas.IdentifierInPath
 
@@ -165,10 +165,7 @@ def _member_body(member, assignment: dict, consumer: dict | None = None) -> dict
     group's members show their target assignment (their `assignment`), the partitions they have
     still to revoke, and those of their target another member has still to revoke (`awaiting`,
     null for other kinds): their revocation barrier (http_revocations)."""
-    barrier = assignment.get(HTTP_STATE_KEY)
-    target = assignment.get(member.member_id, {})
-    revoking = http_revocations.revoking(barrier, member.member_id, target)
-    awaiting = http_revocations.awaiting(barrier, member.member_id, target)
+    barrier = http_revocations.member_barrier(assignment, member.member_id)
     body = {
         "member_id": member.member_id,
         "topics": member.topics,
@@ -176,10 +173,17 @@ def _member_body(member, assignment: dict, consumer: dict | None = None) -> dict
         "last_heartbeat_ms": member.last_heartbeat_ms,
         "assignment": _partitions(assignment.get(member.member_id, {})),
         "member_epoch": None,
-        "revoking": None if revoking is None else _partitions(revoking),
-        "target_assignment": None if revoking is None else _partitions(target),
-        "awaiting": None if awaiting is None else _partitions(awaiting),
+        "revoking": None,
+        "target_assignment": None,
+        "awaiting": None,
     }
+    if barrier is not None:
+        revoking, awaiting = barrier
+        body.update(
+            revoking=_partitions(revoking),
+            target_assignment=body["assignment"],
+            awaiting=_partitions(awaiting),
+        )
     own = None if consumer is None else consumer["members"].get(member.member_id)
     if own is not None:
         body.update(

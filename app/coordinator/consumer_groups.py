@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import asyncpg
@@ -243,6 +243,17 @@ def partitions_by_topic(pairs: set[tuple[str, int]]) -> Partitions:
     for topic, p in sorted(pairs):
         found.setdefault(topic, []).append(p)
     return found
+
+
+def credit_revocations(members: Iterable[dict], credit_ms: int, now: int) -> None:
+    """Each member's revocation underway (`revocation_due_ms`) gets `credit_ms` back, at most its
+    whole `rebalance_timeout_ms` from `now`: a member is not held to the time no server could hear
+    it. KIP-848's members and HTTP groups' (http_revocations) alike."""
+    for member in members:
+        if member.get("revocation_due_ms") is not None:
+            member["revocation_due_ms"] = min(
+                member["revocation_due_ms"] + credit_ms, now + member["rebalance_timeout_ms"]
+            )
 
 
 def _group_state(state: dict, group_epoch: int) -> str:
@@ -726,11 +737,7 @@ class ConsumerGroups:
         state = consumer_state(group)
         if state is None or not state["members"]:
             return
-        for member in state["members"].values():
-            if member.get("revocation_due_ms") is not None:
-                member["revocation_due_ms"] = min(
-                    member["revocation_due_ms"] + credit_ms, now + member["rebalance_timeout_ms"]
-                )
+        credit_revocations(state["members"].values(), credit_ms, now)
         await self._save(conn, group, state, now)
 
     async def settle_overdue(self, conn: asyncpg.Connection, group: Group, now: int) -> bool:

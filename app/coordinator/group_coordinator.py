@@ -50,6 +50,7 @@ from app.coordinator.consumer_groups import (
     ConsumerGroupDescription,
     ConsumerGroups,
     consumer_state,
+    credit_revocations,
     describe_consumer_group,
     refuse_other_kinds,
     stale_member_epoch,
@@ -505,7 +506,7 @@ class GroupCoordinator:
                     await self.consumer.credit_timers(conn, group, credit_ms, now)
                     barrier = group.assignment.get(HTTP_STATE_KEY)
                     if barrier is not None:
-                        http_revocations.credit(barrier, credit_ms, now)
+                        credit_revocations(barrier.values(), credit_ms, now)
                         await self._save_barrier(conn, group, barrier)
 
     async def _evict_lapsed_members(self, now: int) -> int:

@@ -105,30 +105,17 @@ def answer(state: dict, member_id: str, target: Partitions, generation_id: int) 
     return entry["answered"]
 
 
-def revoking(state: dict | None, member_id: str, target: Partitions) -> Partitions | None:
-    """The partitions the member owns outside its target (it has still to revoke them); None for a
-    member the state does not know (a group written before the barrier)."""
-    entry = None if state is None else state.get(member_id)
-    if entry is None:
-        return None
-    return partitions_by_topic(partition_set(entry["owned"]) - partition_set(target))
-
-
-def awaiting(state: dict | None, member_id: str, target: Partitions) -> Partitions | None:
-    """The partitions of the member's target that another member still owns (held back from it)."""
+def member_barrier(assignment: dict, member_id: str) -> tuple[Partitions, Partitions] | None:
+    """What a describe shows of a member of an HTTP group (`assignment`: its row's): the partitions
+    it owns outside its target (it has still to revoke them), and those of its target another
+    member still owns (held back from it); None for a member the barrier does not know (a group of
+    another kind, or written before the barrier existed)."""
+    state = assignment.get(HTTP_STATE_KEY)
     if state is None or member_id not in state:
         return None
-    return partitions_by_topic(partition_set(target) & _owned_elsewhere(state, member_id))
-
-
-def credit(state: dict, credit_ms: int, now: int) -> None:
-    """Each revocation underway gets `credit_ms` back (time no server could hear the members), at most
-    its whole rebalance timeout from `now`, as KIP-848's (ConsumerGroups.credit_timers)."""
-    for entry in state.values():
-        if entry["revocation_due_ms"] is not None:
-            entry["revocation_due_ms"] = min(
-                entry["revocation_due_ms"] + credit_ms, now + entry["rebalance_timeout_ms"]
-            )
+    target = partition_set(assignment.get(member_id, {}))
+    revoking = partition_set(state[member_id]["owned"]) - target
+    return partitions_by_topic(revoking), partitions_by_topic(target & _owned_elsewhere(state, member_id))
 
 
 def deadlines(state: dict) -> dict[str, int | None]:
