@@ -11,6 +11,8 @@ import asyncio
 import threading
 import time
 
+import httpx
+
 from tests.sdk.test_sdk_faults import produce_values
 from tests.sdk.test_sdk_leaving import next_offsets
 from tests.sdk.test_sdk_poll_timeout import MEMBER, both_partitions
@@ -66,6 +68,58 @@ def test_a_moved_partition_reaches_the_new_member_after_the_async_on_revoke_comm
             assert b.assignment() == {taken}
             assert await b.committed([taken]) == {taken: 3}
             produce_values(server.url, topic, ["r6", "r7"], partitions=2)  # one more record each
+            async with asyncio.timeout(20):
+                while not any(r.topic_partition == taken for r in b_read):
+                    b_read += await b.poll(timeout_ms=100)
+            assert [r.offset for r in b_read if r.topic_partition == taken] == [3], "B starts at A's commit"
+            no_record_read_twice(a_read, b_read)
+            await a.close()
+
+    asyncio.run(scenario())
+
+
+class SlowCommits(httpx.AsyncHTTPTransport):
+    """A transport whose offset commits reach the server ON_REVOKE_S late."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/offsets/commit"):
+            await asyncio.sleep(ON_REVOKE_S)
+        return await super().handle_async_request(request)
+
+
+def test_a_moved_partition_reaches_the_new_member_after_the_auto_commit_before_revocation(server):
+    """With enable_auto_commit and no on_revoke, the positions of the revoked partition are
+    committed before it is revoked (here the commit takes ON_REVOKE_S to arrive): the heartbeats
+    acknowledge the generation only after that commit, so B starts at the committed position."""
+    topic = "barrier-auto-commit"
+    six_records_in_two_partitions(server, topic)
+
+    async def scenario() -> None:
+        auto_commit = {**MEMBER, "enable_auto_commit": True, "auto_commit_interval_ms": 600_000}
+        a = AsyncConsumer(server.url, group_id=topic, transport=SlowCommits(), **auto_commit)
+        b = AsyncConsumer(server.url, group_id=topic, **MEMBER)
+        a_read: list = []
+        b_read: list = []
+        async with a, b:
+            a.subscribe([topic])
+            async with asyncio.timeout(20):
+                while len(a_read) < 6:
+                    a_read += await a.poll(timeout_ms=200)
+            b.subscribe([topic])
+
+            async def b_polls() -> None:
+                while not b.assignment() or len(a.assignment()) != 1:
+                    b_read.extend(await b.poll(timeout_ms=50))
+
+            async with asyncio.timeout(20):
+                polling = asyncio.ensure_future(b_polls())
+                while not polling.done():
+                    a_read.extend(await a.poll(timeout_ms=50))
+                await polling
+            (taken,) = b.assignment()
+            assert a.assignment() == both_partitions(topic) - {taken}
+            assert await b.committed([taken]) == {taken: 3}
+            produce_values(server.url, topic, ["r6", "r7"], partitions=2)
             async with asyncio.timeout(20):
                 while not any(r.topic_partition == taken for r in b_read):
                     b_read += await b.poll(timeout_ms=100)
