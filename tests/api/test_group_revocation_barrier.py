@@ -190,3 +190,16 @@ def test_partitions_released_to_a_member_keep_the_barrier_for_the_next_move(clie
     b_now = heartbeat(client, b["member_id"])
     assert assigned(b_now) == {"t": [1 - c_moved]}
     assert assigned(heartbeat(client, c["member_id"])) == ({} if c_moved == moved else {"t": [c_moved]})
+
+
+def test_the_barrier_holds_across_servers(server, client, make_server):
+    """A heartbeats on one server, B on another (one database): B is held back and then released
+    by what A's server recorded, under the group's row lock, not by anything a process remembers."""
+    other = make_server().client
+    a = heartbeat(client)
+    b = heartbeat(other)
+    moved = 1 if a["member_id"] < b["member_id"] else 0
+    a_new = heartbeat(client, a["member_id"])
+    assert assigned(heartbeat(other, b["member_id"])) == {}
+    heartbeat(client, a["member_id"], a_new["generation_id"])
+    assert assigned(heartbeat(other, b["member_id"])) == {"t": [moved]}
