@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.api.test_consumer_groups import assigned, commit, committed, describe, entry_codes, error_of
+from tests.conftest import start_in_process_server, start_server_on_fresh_database, stop_in_process_server
 
 
 def heartbeat(
@@ -203,3 +204,29 @@ def test_the_barrier_holds_across_servers(server, client, make_server):
     assert assigned(heartbeat(other, b["member_id"])) == {}
     heartbeat(client, a["member_id"], a_new["generation_id"])
     assert assigned(heartbeat(other, b["member_id"])) == {"t": [moved]}
+
+
+def test_a_restart_does_not_count_against_a_member_revoking_its_partitions(postgres):
+    """The time no server could hear the members (every node down) is given back to a revocation
+    underway, as to sessions and to KIP-848's revocations: a partition whose previous owner had
+    1.5 s left to revoke it when the server stopped is still held back right after a restart longer
+    than that, and released once the rest of that time passed."""
+    settings = {"group_session_check_interval_ms": 100}
+    running = start_server_on_fresh_database(postgres, "http_barrier_restart", **settings)
+    running.client.post("/v1/topics", json={"name": "t", "partitions": 2}).raise_for_status()
+    a, b, moved = two_members(running.client, rebalance_timeout_ms=1_500)
+    drop = running.extra.pop("drop_database")
+    stop_in_process_server(running)
+    time.sleep(2)  # longer than the rebalance timeout, shorter than the session
+    restarted = start_in_process_server(running.database_url, **settings)
+    try:
+        time.sleep(0.5)  # the first session check (every 100 ms) credits the time nobody heard them
+        started = time.monotonic()
+        assert assigned(heartbeat(restarted.client, b["member_id"])) == {}, "the downtime counted"
+        while not assigned(heartbeat(restarted.client, b["member_id"])):
+            assert time.monotonic() - started < 10, "the partition was never released"
+            time.sleep(0.05)
+        assert assigned(heartbeat(restarted.client, b["member_id"])) == {"t": [moved]}
+    finally:
+        restarted.extra["drop_database"] = drop
+        stop_in_process_server(restarted)
