@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.api.test_consumer_groups import assigned, commit, committed, describe, entry_codes, error_of
-from tests.conftest import start_in_process_server, start_server_on_fresh_database, stop_in_process_server
+from tests.conftest import restarted_after, start_server_on_fresh_database
 
 
 def heartbeat(
@@ -215,11 +215,8 @@ def test_a_restart_does_not_count_against_a_member_revoking_its_partitions(postg
     running = start_server_on_fresh_database(postgres, "http_barrier_restart", **settings)
     running.client.post("/v1/topics", json={"name": "t", "partitions": 2}).raise_for_status()
     a, b, moved = two_members(running.client, rebalance_timeout_ms=1_500)
-    drop = running.extra.pop("drop_database")
-    stop_in_process_server(running)
-    time.sleep(2)  # longer than the rebalance timeout, shorter than the session
-    restarted = start_in_process_server(running.database_url, **settings)
-    try:
+    # Down longer than the rebalance timeout, shorter than the session.
+    with restarted_after(running, 2, **settings) as restarted:
         time.sleep(0.5)  # the first session check (every 100 ms) credits the time nobody heard them
         started = time.monotonic()
         assert assigned(heartbeat(restarted.client, b["member_id"])) == {}, "the downtime counted"
@@ -227,6 +224,3 @@ def test_a_restart_does_not_count_against_a_member_revoking_its_partitions(postg
             assert time.monotonic() - started < 10, "the partition was never released"
             time.sleep(0.05)
         assert assigned(heartbeat(restarted.client, b["member_id"])) == {"t": [moved]}
-    finally:
-        restarted.extra["drop_database"] = drop
-        stop_in_process_server(restarted)
