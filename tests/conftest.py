@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import itertools
 import os
@@ -288,6 +289,22 @@ def stop_in_process_server(running: RunningServer) -> None:
     running.extra["thread"].join(timeout=30)
     if "drop_database" in running.extra:
         running.extra["drop_database"]()
+
+
+@contextlib.contextmanager
+def restarted_after(running: RunningServer, down_s: float, **setting_overrides) -> Iterator[RunningServer]:
+    """Stops `running` (a server on a fresh database of its own: start_server_on_fresh_database),
+    leaves the database without any server for `down_s` seconds, then starts one on it again with
+    `setting_overrides`; that one is stopped, and the database dropped, on exit."""
+    drop = running.extra.pop("drop_database")
+    stop_in_process_server(running)
+    time.sleep(down_s)
+    restarted = start_in_process_server(running.database_url, **setting_overrides)
+    try:
+        yield restarted
+    finally:
+        restarted.extra["drop_database"] = drop
+        stop_in_process_server(restarted)
 
 
 @pytest.fixture

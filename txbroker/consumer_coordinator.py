@@ -11,12 +11,21 @@ else owns.
 
 Invariant: a partition keeps its position (and its buffered records) across an adoption only if
 every generation since the adopted one assigned it to this member (`_kept`). The server bumps the
-generation without waiting for its members (there is no JoinGroup barrier), so poll() may adopt a
-generation several after its last: a partition another member owned in a generation in between
+generation without waiting for its members (there is no JoinGroup barrier; its revocation barrier
+holds a moved partition back from its next owner only until its previous one acknowledged, left,
+or let its rebalance timeout pass), so poll() may adopt a generation several after its last:
+a partition another member owned in a generation in between
 (heartbeats answered generations g and g+2, or this member rejoined under a new member id) was
 processed, and maybe committed, by that member, and is taken up again from the committed offset,
 as a partition newly assigned. So is a partition whose topic id changed (the topic was deleted and
 re-created under its name): the position was one in the deleted topic.
+
+Invariant: a heartbeat's `generation_id` is the generation whose revocations are done
+(`SubscriptionState.acknowledged_generation`: set once the pre-revocation auto-commit and on_revoke
+ended), never merely the adopted one: the server gives the revoked partitions to their next owners
+as soon as it has it (its revocation barrier), and a commit in on_revoke must land before they read
+from the committed offset. A partition the heartbeats bring within the same generation (released
+by its previous owner) is not `_kept`: it is newly assigned, from the committed offset.
 
 Invariant: the membership lasts while the application polls (Kafka's max.poll.interval.ms, KIP-62).
 When poll() has not been called for max_poll_interval_ms, the heartbeat task leaves the group (one
@@ -129,9 +138,14 @@ class ConsumerCoordinator:
             raise IllegalStateError(f"a heartbeat of group {self.group_id!r} without a subscription")
         body = {
             "member_id": self.member_id,
-            "generation_id": subscriptions.generation,
+            # Not the adopted generation: the one whose revocations are done (its on_revoke and
+            # pre-revocation commits ended), after which the server gives them to their next owners.
+            "generation_id": subscriptions.acknowledged_generation,
             "topics": subscriptions.topics,
             "session_timeout_ms": self._session_timeout_ms,
+            # As Kafka's rebalance timeout: a partition this member does not revoke within it goes
+            # to its next owner all the same (the poll timeout leaves the group by then anyway).
+            "rebalance_timeout_ms": min(round(self._max_poll_interval_s * 1000), 2**31 - 1),
         }
         if self.member_id == NO_MEMBER:
             body["join_id"] = self._joining()
@@ -215,15 +229,20 @@ class ConsumerCoordinator:
         return (now if self._waiting_for_records else self._polled_at) + self._max_poll_interval_s
 
     async def _sleep_while_polled(self, until: float) -> bool:
-        """Sleeps until `until` (the next heartbeat's time); False as soon as the poll timer expires."""
+        """Sleeps until `until` (the next heartbeat's time), or until poll() finished revoking
+        partitions (a heartbeat then tells the server at once, which gives them to their next
+        owners); False as soon as the poll timer expires."""
+        revocations_done = self._subscriptions.revocations_done
         while True:
             now = time.monotonic()
             poll_deadline = self._poll_deadline(now)
             if now >= poll_deadline:
                 return False
-            if now >= until:
+            if now >= until or revocations_done.is_set():
+                revocations_done.clear()
                 return True
-            await asyncio.sleep(min(until, poll_deadline) - now)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(revocations_done.wait(), min(until, poll_deadline) - now)
 
     async def _leave_on_poll_timeout(self) -> None:
         """poll() was not called for max_poll_interval_ms: the application is stuck, or spends too

@@ -13,6 +13,11 @@ Invariants:
 - A position is the offset of the next record poll() returns for its partition.
 - `assignment_changed` is set when what poll() should read changes (a subscribe(), or a heartbeat
   that brought another assignment): a long poll in flight then returns early.
+- `acknowledged_generation` (what the heartbeats send as `generation_id`) is the adopted
+  generation only once its revocations are done: the pre-revocation auto-commit (made before the
+  event is returned) and on_revoke have ended, when the event's `release_revoked()` runs. The server
+  gives the revoked partitions to their next owners only then (its revocation barrier), so a commit
+  in on_revoke lands before the next owner reads from the committed offset.
 """
 
 from __future__ import annotations
@@ -59,6 +64,9 @@ class SubscriptionState:
         self.on_assign: Listener | None = None
         self.on_revoke: Listener | None = None
         self.generation = NO_GENERATION  # of the adopted assignment
+        # The adopted generation once its revocations are done (see the module's doc).
+        self.acknowledged_generation = NO_GENERATION
+        self.revocations_done = asyncio.Event()  # set when it changes: a heartbeat tells the server now
         self.assignment: frozenset[TopicPartition] = frozenset()
         # While on_revoke runs: the revoked partitions (still in `assignment`, not fetched) and the
         # adopted assignment that replaces `assignment` when it returns (`_release_revoked`).
@@ -87,7 +95,7 @@ class SubscriptionState:
         self.topics = None
         self.assignment, self.revoking, self._adopting = frozenset(), frozenset(), None
         self.positions.clear()
-        self.generation = NO_GENERATION
+        self.generation = self.acknowledged_generation = NO_GENERATION
 
     def is_adopted(self, generation: int, assignment: frozenset[TopicPartition]) -> bool:
         adopted = self.assignment if self._adopting is None else self._adopting
@@ -104,11 +112,19 @@ class SubscriptionState:
         continuing = self.assignment & kept & assignment
         revoked, added = set(self.assignment - continuing), set(assignment - continuing)
         self.generation = generation
-        event = RebalanceEvent(revoked, added, self.on_revoke, self.on_assign, self._release_revoked)
+        event = RebalanceEvent(revoked, added, self.on_revoke, self.on_assign, self._revocations_ended)
         self.revoking, self._adopting = frozenset(revoked), assignment
         if event.revoke_call() is None:
             self._release_revoked()
         return event
+
+    def _revocations_ended(self) -> None:
+        """The event's `release_revoked()`: on_revoke (and the auto-commit before it) ended, so the
+        revoked partitions leave the assignment and the generation is acknowledged."""
+        self._release_revoked()
+        if self.acknowledged_generation != self.generation:
+            self.acknowledged_generation = self.generation
+            self.revocations_done.set()
 
     def _release_revoked(self) -> None:
         """The revoked partitions leave the assignment (their positions and pauses go), the adopted

@@ -13,6 +13,7 @@ from app.api.deps import READY, GroupCoordinatorDep, SettingsDep
 from app.api.json_route import OrjsonRoute
 from app.api.request_limits import check_partition_count
 from app.api.responses import error_or_none, json_response
+from app.coordinator import http_revocations
 from app.coordinator.authorizer import Operation, ResourceType, authorize, is_allowed
 from app.coordinator.classic_groups import described_assignment, group_kind, group_type
 from app.coordinator.consumer_groups import consumer_state
@@ -64,7 +65,15 @@ async def heartbeat(
     authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
     for topic in set(body.topics):
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic)
-    result = await groups.heartbeat(group_id, body.member_id, body.topics, body.session_timeout_ms, body.join_id)
+    result = await groups.heartbeat(
+        group_id,
+        body.member_id,
+        body.topics,
+        body.session_timeout_ms,
+        body.join_id,
+        body.generation_id,
+        body.rebalance_timeout_ms,
+    )
     return json_response(
         {
             "member_id": result.member_id,
@@ -152,7 +161,11 @@ def _partitions(by_topic: dict) -> list[dict]:
 
 def _member_body(member, assignment: dict, consumer: dict | None = None) -> dict:
     """`consumer`: a KIP-848 consumer group's state, whose members also show their epoch, the
-    partitions they are revoking and their target assignment (null for other kinds)."""
+    partitions they are revoking and their target assignment (null for other kinds). An HTTP
+    group's members show their target assignment (their `assignment`), the partitions they have
+    still to revoke, and those of their target another member has still to revoke (`awaiting`,
+    null for other kinds): their revocation barrier (http_revocations)."""
+    barrier = http_revocations.member_barrier(assignment, member.member_id)
     body = {
         "member_id": member.member_id,
         "topics": member.topics,
@@ -162,7 +175,15 @@ def _member_body(member, assignment: dict, consumer: dict | None = None) -> dict
         "member_epoch": None,
         "revoking": None,
         "target_assignment": None,
+        "awaiting": None,
     }
+    if barrier is not None:
+        revoking, awaiting = barrier
+        body.update(
+            revoking=_partitions(revoking),
+            target_assignment=body["assignment"],
+            awaiting=_partitions(awaiting),
+        )
     own = None if consumer is None else consumer["members"].get(member.member_id)
     if own is not None:
         body.update(

@@ -483,10 +483,24 @@ class HeartbeatRequest(Body):
         description='with member_id "" only: a value the client makes unique per join (a UUID) and sends again '
         "when it repeats the join (its answer lost): every attempt then joins as the same member",
     )
-    generation_id: int = Field(-1, ge=-1, le=INT32_MAX)
+    generation_id: int = Field(
+        -1,
+        ge=-1,
+        le=INT32_MAX,
+        description="the generation whose revocations this member has finished (its pre-revocation commits "
+        "made): the partitions it gave up go to their next owners; -1: none",
+    )
     topics: list[TopicName] = Field(default_factory=list, max_length=10_000, description="subscribed topics")
     session_timeout_ms: int = Field(
         30_000, ge=1_000, le=3_600_000, description="evicted when no heartbeat arrives for this long"
+    )
+    rebalance_timeout_ms: int | None = Field(
+        None,
+        ge=0,
+        le=INT32_MAX,
+        description="how long this member may take to revoke a partition (acknowledge the generation that "
+        "revoked it) before the partition goes to its next owner all the same; 0: at once (no barrier); "
+        "absent: session_timeout_ms",
     )
 
 

@@ -39,7 +39,7 @@ from app.console.rendering import FRAGMENT_HEADER, OPEN_STATES, render
 from app.console.session import console_page
 from app.console.throughput import meter_of
 from app.console.visibility import HIDDEN_SKIP_READ, visibility, visible_page
-from app.coordinator import classic_groups, consumer_groups, transaction_admin
+from app.coordinator import classic_groups, consumer_groups, http_revocations, transaction_admin
 from app.coordinator.audit import AuditSource
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize, is_allowed
 from app.coordinator.transaction_states import TransactionState
@@ -490,6 +490,16 @@ async def group_page(
         }
         for member_id, m in consumer.get("members", {}).items()
     }
+    # An HTTP group's members: the partitions they have still to revoke, and those of their
+    # assignment another member has still to revoke (the revocation barrier, http_revocations).
+    http_members = {}
+    for m in members[:PAGE_SIZE]:
+        barrier = http_revocations.member_barrier(group.assignment, m.member_id)
+        if barrier is not None:
+            http_members[m.member_id] = {
+                name: {topic: parts for topic, parts in partitions.items() if view.topic(topic)}
+                for name, partitions in zip(("revoking", "awaiting"), barrier)
+            }
     group, members = view.group_members(group, members[:PAGE_SIZE])
     return render(
         request,
@@ -502,6 +512,7 @@ async def group_page(
         leader=classic.get("leader") if kafka_members else None,
         kafka_members=kafka_members,
         consumer_members=consumer_members,
+        http_members=http_members,
         assignment_epoch=consumer.get("assignment_epoch") if consumer_members else None,
         members=members,
         offsets=offsets,

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import asyncpg
@@ -234,15 +234,26 @@ def _fresh() -> dict:
     }
 
 
-def _as_set(partitions: Partitions) -> set[tuple[str, int]]:
+def partition_set(partitions: Partitions) -> set[tuple[str, int]]:
     return {(topic, p) for topic, ps in partitions.items() for p in ps}
 
 
-def _as_partitions(pairs: set[tuple[str, int]]) -> Partitions:
+def partitions_by_topic(pairs: set[tuple[str, int]]) -> Partitions:
     found: Partitions = {}
     for topic, p in sorted(pairs):
         found.setdefault(topic, []).append(p)
     return found
+
+
+def credit_revocations(members: Iterable[dict], credit_ms: int, now: int) -> None:
+    """Each member's revocation underway (`revocation_due_ms`) gets `credit_ms` back, at most its
+    whole `rebalance_timeout_ms` from `now`: a member is not held to the time no server could hear
+    it. KIP-848's members and HTTP groups' (http_revocations) alike."""
+    for member in members:
+        if member.get("revocation_due_ms") is not None:
+            member["revocation_due_ms"] = min(
+                member["revocation_due_ms"] + credit_ms, now + member["rebalance_timeout_ms"]
+            )
 
 
 def _group_state(state: dict, group_epoch: int) -> str:
@@ -261,7 +272,7 @@ def owned_elsewhere(state: dict, member_id: str) -> set[tuple[str, int]]:
     owned: set[tuple[str, int]] = set()
     for other_id, other in state["members"].items():
         if other_id != member_id:
-            owned |= _as_set(other["assigned"]) | _as_set(other["revoking"])
+            owned |= partition_set(other["assigned"]) | partition_set(other["revoking"])
     return owned
 
 
@@ -274,14 +285,14 @@ def reconcile(state: dict, member_id: str, owned: set[tuple[str, int]] | None, n
     def still_owns(revoking: set[tuple[str, int]]) -> bool:
         return owned is None or bool(owned & revoking)
 
-    if member["state"] == UNREVOKED and still_owns(_as_set(member["revoking"])):
+    if member["state"] == UNREVOKED and still_owns(partition_set(member["revoking"])):
         return
     if member["state"] == MEMBER_STABLE and member["member_epoch"] == target_epoch:
         return
-    target = _as_set(state["target"].get(member_id, {}))
+    target = partition_set(state["target"].get(member_id, {}))
     subscribed = set(member["subscribed"])
     target = {tp for tp in target if tp[0] in subscribed}
-    assigned = _as_set(member["assigned"])
+    assigned = partition_set(member["assigned"])
     kept = assigned & target
     revoking = assigned - kept
     taken = owned_elsewhere(state, member_id)
@@ -290,7 +301,7 @@ def reconcile(state: dict, member_id: str, owned: set[tuple[str, int]] | None, n
     unreleased = bool(wanted - free)
     if revoking and still_owns(revoking):
         # It keeps its epoch until it has given them up.
-        member.update(state=UNREVOKED, assigned=_as_partitions(kept), revoking=_as_partitions(revoking))
+        member.update(state=UNREVOKED, assigned=partitions_by_topic(kept), revoking=partitions_by_topic(revoking))
         if member.get("revocation_due_ms") is None:
             member["revocation_due_ms"] = now + member["rebalance_timeout_ms"]
         return
@@ -298,7 +309,7 @@ def reconcile(state: dict, member_id: str, owned: set[tuple[str, int]] | None, n
     member.update(
         member_epoch=target_epoch,
         state=UNRELEASED if unreleased else MEMBER_STABLE,
-        assigned=_as_partitions(kept | free),
+        assigned=partitions_by_topic(kept | free),
         revoking={},
         revocation_due_ms=None,
     )
@@ -517,7 +528,7 @@ class ConsumerGroups:
             )
             await groups.touch_member(conn, group_id, member_id, member["subscribed"], session_timeout_ms, now)
             changed = joining or (member["assigned"], member["member_epoch"]) != before
-            if owned is not None and owned != _as_set(member["assigned"]):
+            if owned is not None and owned != partition_set(member["assigned"]):
                 changed = True
         ids = state["topics"]
         assignment = None
@@ -594,7 +605,7 @@ class ConsumerGroups:
         if epoch > current:
             raise _fenced(group_id, member_id, epoch, current)
         if epoch < current and (
-            epoch != member["previous_member_epoch"] or owned is None or not owned <= _as_set(member["assigned"])
+            epoch != member["previous_member_epoch"] or owned is None or not owned <= partition_set(member["assigned"])
         ):
             raise _fenced(group_id, member_id, epoch, current)
 
@@ -726,11 +737,7 @@ class ConsumerGroups:
         state = consumer_state(group)
         if state is None or not state["members"]:
             return
-        for member in state["members"].values():
-            if member.get("revocation_due_ms") is not None:
-                member["revocation_due_ms"] = min(
-                    member["revocation_due_ms"] + credit_ms, now + member["rebalance_timeout_ms"]
-                )
+        credit_revocations(state["members"].values(), credit_ms, now)
         await self._save(conn, group, state, now)
 
     async def settle_overdue(self, conn: asyncpg.Connection, group: Group, now: int) -> bool:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from app.clock import now_ms
+from app.coordinator import http_revocations
 from app.coordinator.assignment import range_assignment
 from app.coordinator.audit import Actor, record
 from app.coordinator.classic_groups import (
@@ -49,6 +50,7 @@ from app.coordinator.consumer_groups import (
     ConsumerGroupDescription,
     ConsumerGroups,
     consumer_state,
+    credit_revocations,
     describe_consumer_group,
     refuse_other_kinds,
     stale_member_epoch,
@@ -61,7 +63,14 @@ from app.errors import BrokerError, ErrorCode
 from app.storage.database import CONNECTION_ERRORS
 from app.storage.groups import group_offsets, groups
 from app.storage.groups.group_offsets import CommittedOffset, OffsetEntry, PartitionLag
-from app.storage.groups.groups import CLASSIC_STATE_KEY, CONSUMER_STATE_KEY, TOPIC_IDS_KEY, Group, Member
+from app.storage.groups.groups import (
+    CLASSIC_STATE_KEY,
+    CONSUMER_STATE_KEY,
+    HTTP_STATE_KEY,
+    TOPIC_IDS_KEY,
+    Group,
+    Member,
+)
 from app.storage.log.topics import (
     CONSUMER_OFFSETS_TOPIC,
     find_topics,
@@ -331,17 +340,43 @@ class GroupCoordinator:
         if consumer is not None and consumer["members"]:  # KIP-848's: the coordinator assigns anew
             await self.consumer.members_removed(conn, group, now)
             return
+        # The barrier's state as the ending generation left it, for the members that remain: what
+        # each still owns is held back from the others' answers in the new one.
+        barrier = http_revocations.loaded(
+            group.assignment, group.generation_id, await groups.members(conn, group.group_id)
+        )
         group.generation_id += 1
         group.assignment = assignment if assignment is not None else await self._assignment_now(conn, group.group_id)
         group.last_update_ms = now
+        http_revocations.settle(barrier, group.assignment, now)
+        await self._save_barrier(conn, group, barrier)
+
+    @staticmethod
+    async def _save_barrier(conn: asyncpg.Connection, group: Group, barrier: dict) -> None:
+        """Writes an HTTP group's row with its revocation barrier's state (http_revocations), and its
+        members' revocation deadlines on their rows (only those that changed), where the eviction
+        worker finds the overdue ones."""
+        group.assignment = {**http_revocations.targets(group.assignment), HTTP_STATE_KEY: barrier}
         await groups.save_generation(conn, group)
+        await groups.set_revocation_deadlines(conn, group.group_id, http_revocations.deadlines(barrier))
 
     async def heartbeat(
-        self, group_id: str, member_id: str, topics: list[str], session_timeout_ms: int, join_id: str | None = None
+        self,
+        group_id: str,
+        member_id: str,
+        topics: list[str],
+        session_timeout_ms: int,
+        join_id: str | None = None,
+        generation_id: int = NO_GENERATION,
+        rebalance_timeout_ms: int | None = None,
     ) -> HeartbeatResult:
         """Joins (member_id ""), or keeps a member alive. A join with a `join_id` is the same join
         whenever it is repeated (its answer lost): the member it made, while it lives, not another
-        one, which would hold partitions until its session timed out."""
+        one, which would hold partitions until its session timed out. `generation_id`: the
+        generation whose revocations the member has finished (-1: none); `rebalance_timeout_ms`:
+        how long it may take to revoke a partition before the partition goes to its next owner all
+        the same (None: its session timeout). The answered assignment is the member's target less
+        the partitions another member has still to revoke (http_revocations)."""
         check_member_group_id(group_id)
         if join_id is not None and member_id != NO_MEMBER:
             raise BrokerError(
@@ -389,9 +424,21 @@ class GroupCoordinator:
             # grew, or was re-created: another topic id): the assignment the members hold is no
             # longer the one they would get.
             assignment = await self._assignment_now(conn, group_id)
-            if changed or expired or assignment != group.assignment:
+            if changed or expired or assignment != http_revocations.targets(group.assignment):
                 await self._rebalance(conn, group, now, assignment)
-        assigned = group.assignment.get(member_id, {})
+            joined_ms = now if member is None else member.joined_ms
+            present = [m for m in members.values() if m.member_id not in expired and m.member_id != member_id]
+            present.append(Member(member_id, topics, session_timeout_ms, joined_ms, now))
+            barrier = http_revocations.loaded(group.assignment, group.generation_id, present)
+            timeout = session_timeout_ms if rebalance_timeout_ms is None else rebalance_timeout_ms
+            barrier[member_id]["rebalance_timeout_ms"] = timeout
+            http_revocations.acknowledge(barrier, member_id, generation_id)
+            http_revocations.settle(barrier, group.assignment, now)
+            assigned = http_revocations.answer(
+                barrier, member_id, group.assignment.get(member_id, {}), group.generation_id
+            )
+            if barrier != group.assignment.get(HTTP_STATE_KEY):
+                await self._save_barrier(conn, group, barrier)
         topic_ids = group.assignment.get(TOPIC_IDS_KEY, {})
         return HeartbeatResult(
             member_id,
@@ -457,6 +504,10 @@ class GroupCoordinator:
                     await groups.credit_sessions(conn, group_id, credit_ms, now)
                     await self.classic.credit_timers(conn, group, credit_ms, now)
                     await self.consumer.credit_timers(conn, group, credit_ms, now)
+                    barrier = group.assignment.get(HTTP_STATE_KEY)
+                    if barrier is not None:
+                        credit_revocations(barrier.values(), credit_ms, now)
+                        await self._save_barrier(conn, group, barrier)
 
     async def _evict_lapsed_members(self, now: int) -> int:
         evicted = await self._remove_overdue_revocations(now)
@@ -484,12 +535,19 @@ class GroupCoordinator:
     async def _remove_overdue_revocations(self, now: int) -> int:
         """KIP-848's rebalance timeout: a consumer group member that has not revoked its partitions
         within it is removed, as Kafka's coordinator's timer removes it, whether or not another
-        member heartbeats meanwhile."""
+        member heartbeats meanwhile. An HTTP group member's overdue partitions are released instead
+        (http_revocations.settle; it stays a member), so that the describe shows them free and the
+        worker does not find the member again; its next owner's heartbeat would release them too."""
         removed = 0
         async with self.pool.acquire() as conn:
             for group_id in await groups.groups_with_overdue_revocations(conn, now):
                 async with conn.transaction():
                     group = await groups.lock_if_free(conn, group_id)
+                    if group is not None and HTTP_STATE_KEY in group.assignment:
+                        barrier = group.assignment[HTTP_STATE_KEY]
+                        http_revocations.settle(barrier, group.assignment, now)
+                        await self._save_barrier(conn, group, barrier)
+                        continue
                     if group is None or not await self.consumer.settle_overdue(conn, group, now):
                         continue
                     await self.classic.announce(conn, group_id)

@@ -141,6 +141,24 @@ def range_split(members: list[str], partitions: int) -> dict[str, list[int]]:
     return result
 
 
+def settled(client: httpx.Client, group: str, members: list[str], topics=("t",)) -> list[dict]:
+    """The members' answers once the group's revocation barrier has settled: each member heartbeats,
+    acknowledging the generation of its last answer (its revocations done), until a round changes
+    no answer. A partition moved from one member to another reaches the second only after the first
+    acknowledged the generation that revoked it. `topics`: every member's, or each one's by id."""
+    subscribed = topics if isinstance(topics, dict) else dict.fromkeys(members, topics)
+    answers = [heartbeat(client, group, m, topics=subscribed[m]) for m in members]
+    for _ in range(10):
+        again = [
+            heartbeat(client, group, m, topics=subscribed[m], generation_id=a["generation_id"])
+            for m, a in zip(members, answers)
+        ]
+        if again == answers:
+            return answers
+        answers = again
+    raise AssertionError(f"the group's answers did not settle: {answers}")
+
+
 @pytest.fixture
 def client(server) -> httpx.Client:
     for name, partitions in (("t", 3), ("u", 2)):
@@ -320,6 +338,10 @@ def test_second_member_bumps_the_generation_and_the_partitions_are_split_by_rang
     assert a_again["generation_id"] == b["generation_id"], "every heartbeat answers the current generation"
     expected = range_split([a["member_id"], b["member_id"]], 3)
     assert assigned(a_again) == {"t": expected[a["member_id"]]}
+    # b's partitions are a's until a acknowledges the generation that revoked them (the barrier)
+    assert assigned(b) == {}
+    a_again, b = settled(client, "g", [a["member_id"], b["member_id"]])
+    assert assigned(a_again) == {"t": expected[a["member_id"]]}
     assert assigned(b) == {"t": expected[b["member_id"]]}
     # deterministic: more heartbeats change nothing
     for _ in range(3):
@@ -331,7 +353,7 @@ def test_second_member_bumps_the_generation_and_the_partitions_are_split_by_rang
 
 def test_three_members_each_partition_owned_once(client):
     members = [heartbeat(client, "g", topics=["t", "u"])["member_id"] for _ in range(3)]
-    answers = [heartbeat(client, "g", m, topics=["t", "u"]) for m in members]
+    answers = settled(client, "g", members, topics=["t", "u"])
     assert len({a["generation_id"] for a in answers}) == 1
     owned = sorted((topic, p) for a in answers for topic, parts in assigned(a).items() for p in parts)
     assert owned == [("t", 0), ("t", 1), ("t", 2), ("u", 0), ("u", 1)]
@@ -423,6 +445,10 @@ def test_members_with_different_subscriptions(client):
     a = heartbeat(client, "g", topics=["t"])
     b = heartbeat(client, "g", topics=["t", "u"])
     a_now = heartbeat(client, "g", a["member_id"], topics=["t"])
+    assert assigned(b) == {"u": [0, 1]}, "b's partitions of t are a's until a acknowledges their revocation"
+    a_now, b = settled(
+        client, "g", [a["member_id"], b["member_id"]], {a["member_id"]: ["t"], b["member_id"]: ["t", "u"]}
+    )
     split = range_split([a["member_id"], b["member_id"]], 3)
     assert assigned(a_now) == {"t": split[a["member_id"]]}
     assert assigned(b) == {"t": split[b["member_id"]], "u": [0, 1]}, "only b subscribes to u"
@@ -1122,7 +1148,7 @@ def test_concurrent_joins_get_distinct_ids_and_one_consistent_assignment(server,
     for thread in threads:
         thread.join(timeout=60)
     assert not errors and len(set(ids)) == 8
-    answers = [heartbeat(client, "g", m, topics=["t", "u"]) for m in ids]
+    answers = settled(client, "g", ids, topics=["t", "u"])
     assert len({a["generation_id"] for a in answers}) == 1
     owned = sorted((topic, p) for a in answers for topic, parts in assigned(a).items() for p in parts)
     assert owned == [("t", 0), ("t", 1), ("t", 2), ("u", 0), ("u", 1)]

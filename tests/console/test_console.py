@@ -337,6 +337,31 @@ def test_the_group_page_shows_committed_leader_epochs(server: RunningServer, tab
     tab.shot("group-leader-epochs")
 
 
+def test_the_group_page_shows_an_http_members_partitions_held_back_by_the_revocation_barrier(
+    server: RunningServer, tab: Tab
+) -> None:
+    """A partition a rebalance moves from one HTTP member to another is the first's until it
+    acknowledges the generation that revoked it: the page shows it as the first member's
+    "revoking" and the second's "awaiting"."""
+    client, page = server.client, tab.page
+    client.post("/v1/topics", json={"name": "held", "partitions": 2}).raise_for_status()
+
+    def heartbeat(member_id: str = "") -> dict:
+        answer = client.post("/v1/groups/barrier/heartbeat", json={"member_id": member_id, "topics": ["held"]})
+        answer.raise_for_status()
+        return answer.json()
+
+    first = heartbeat()
+    second = heartbeat()
+    moved = 1 if first["member_id"] < second["member_id"] else 0
+    page.goto(f"{server.url}/console/groups/barrier")
+    rows = page.locator("#members tbody tr")
+    first_row = rows.filter(has=page.locator("td", has_text=first["member_id"]))
+    second_row = rows.filter(has=page.locator("td", has_text=second["member_id"]))
+    expect(first_row.locator("td").nth(3)).to_contain_text(f"revoking held: {moved}")
+    expect(second_row.locator("td").nth(3)).to_contain_text(f"awaiting held: {moved}")
+
+
 def test_pages_work_without_javascript(server: RunningServer, playwright_driver) -> None:
     client = server.client
     make_scenario(client)

@@ -19,7 +19,12 @@ from kio.schema.errors import ErrorCode as KafkaError
 from app.kafka import api_table
 from app.storage import database
 from app.storage.log import topics
-from tests.conftest import start_in_process_server, start_server_on_fresh_database, stop_in_process_server
+from tests.conftest import (
+    restarted_after,
+    start_in_process_server,
+    start_server_on_fresh_database,
+    stop_in_process_server,
+)
 from tests.kafka.clients import WAIT_S, ConfluentKafka, bootstrap, create_topic, topic_uuid
 from tests.kafka.group_clients import ConfluentMember, poll_until
 from tests.kafka.raw import RawConnection, nested, request_of
@@ -631,18 +636,12 @@ def test_a_restart_does_not_count_against_a_member_revoking_its_partitions(postg
         consumer_heartbeat(connection, group, "member-a", 0, ["cgh-restart"], rebalance_timeout=brief)
         consumer_heartbeat(connection, group, "member-b", 0, ["cgh-restart"])
         [kept] = assigned(consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [0, 1])]))[topic_id]
-    drop = running.extra.pop("drop_database")
-    stop_in_process_server(running)
-    time.sleep(2)  # longer than the rebalance timeout, shorter than the session
-    restarted = start_in_process_server(running.database_url, **settings)
-    try:
+    # Down longer than the rebalance timeout, shorter than the session.
+    with restarted_after(running, 2, **settings) as restarted:
         time.sleep(0.5)  # the first session check (every 100 ms) credits the time nobody heard them
         with RawConnection(bootstrap(restarted)) as connection:
             a = consumer_heartbeat(connection, group, "member-a", 1, owned=[(topic_id, [kept])])
             assert a.error_code == KafkaError.none and a.member_epoch == 2
-    finally:
-        restarted.extra["drop_database"] = drop
-        stop_in_process_server(restarted)
 
 
 def test_a_static_member_comes_back_to_its_partitions_without_a_rebalance(module_kafka_server):

@@ -81,6 +81,12 @@ def test_a_consumer_that_stops_polling_leaves_its_partitions_to_another_member(s
 
         assert events == [("assign", both_partitions(topic))]
         again = stuck.poll(timeout_ms=0)
+        # Its partition is the other member's until the other's poll() revokes it (the group's
+        # revocation barrier): both poll, as their applications would.
+        deadline = time.monotonic() + 20
+        while not stuck.assignment() and time.monotonic() < deadline:
+            assert other.poll(timeout_ms=50) == []
+            again += stuck.poll(timeout_ms=50)
         (kept,) = stuck.assignment()  # one of the two: the range assignor's, of two members
         assert events[1:] == [("revoke", both_partitions(topic), threading.current_thread()), ("assign", {kept})]
         assert stuck.group_metadata().member_id not in ("", lost_membership.member_id)
@@ -145,6 +151,10 @@ def test_an_async_consumer_that_stops_polling_leaves_once_and_stops_heartbeating
             assert not [path for path in after_leave if path.endswith("/offsets/commit")], "sent"
 
             await stuck.poll(timeout_ms=0)
+            async with asyncio.timeout(20):  # its partition is the other's until the other revokes it
+                while not stuck.assignment():
+                    assert await other.poll(timeout_ms=50) == []
+                    await stuck.poll(timeout_ms=50)
             assert events == [
                 ("assign", both_partitions(topic)),
                 ("revoke", both_partitions(topic)),
@@ -257,6 +267,9 @@ def test_an_async_poll_whose_on_assign_outlasts_max_poll_interval_ms_hands_out_n
             async with asyncio.timeout(20):
                 while not records:
                     records = await slow.poll(timeout_ms=200)
+                    # The rejoined member's partition is the other's until the other's poll()
+                    # revokes it (the group's revocation barrier).
+                    other_read.extend(await other.poll(timeout_ms=50))
             assert records_of(other_read) == {(p, o) for p in (0, 1) for o in range(3)}
             assert events[:2] == [("assign", both_partitions(topic)), ("revoke", both_partitions(topic))], events
             assert {r.topic_partition for r in records} <= slow.assignment(), "records of the lost membership"

@@ -140,6 +140,24 @@ def test_a_partition_another_member_owned_between_two_polls_restarts_from_its_co
                 "/v1/groups/g/heartbeat", json={"member_id": "", "topics": ["in"], "session_timeout_ms": 30000}
             )
             joined.raise_for_status()
+            # A does not poll, so it does not revoke: the partition reaches B only once A's
+            # revocation deadline passes (the group's revocation barrier), here at once: a heartbeat
+            # as A with a rebalance timeout of 0, as if A's had run out.
+            released = await client.post(
+                "/v1/groups/g/heartbeat",
+                json={
+                    "member_id": consumer._coordinator.member_id,
+                    "topics": ["in"],
+                    "session_timeout_ms": 30000,
+                    "rebalance_timeout_ms": 0,
+                },
+            )
+            released.raise_for_status()
+            joined = await client.post(
+                "/v1/groups/g/heartbeat",
+                json={"member_id": joined.json()["member_id"], "topics": ["in"], "session_timeout_ms": 30000},
+            )
+            joined.raise_for_status()
             b = joined.json()
             [taken] = [TopicPartition(a["topic"], p) for a in b["assignment"] for p in a["partitions"]]
             committed = await client.post(
@@ -362,6 +380,8 @@ def test_an_evicted_member_revokes_its_partitions_as_lost_and_cannot_commit_them
                 async with asyncio.timeout(20):
                     while not a.assignment():
                         await a.poll(timeout_ms=100)
+                        # A's partition is B's until B's poll() revokes it (the revocation barrier)
+                        assert await b.poll(timeout_ms=50) == []
                 await a.commit({tp: 5 for tp in a.assignment()})  # a member again: its commits count
 
     asyncio.run(scenario())

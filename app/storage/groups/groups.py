@@ -34,6 +34,12 @@ CONSUMER_STATE_KEY = "consumer group state"
 # a uuid).
 TOPIC_IDS_KEY = "topic ids"
 
+# The key of an HTTP group's `consumer_groups.assignment` that holds its revocation barrier's state
+# (each member's partitions it may still be processing, its last answer, its revocation deadline:
+# app/coordinator/http_revocations.py), beside the members' target assignments, under the same row
+# lock and without a migration. No member id is this text (see TOPIC_IDS_KEY).
+HTTP_STATE_KEY = "http members"
+
 # A NOTIFY on it, payload the group id, is sent at the commit of a change to a group's membership or
 # rebalance state (`announce_change`): the JoinGroups and SyncGroups waiting for that group in every
 # server process re-read at once (app/coordinator/classic_groups.py), not at their next poll.
