@@ -26,6 +26,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import uuid
 from dataclasses import dataclass
@@ -45,7 +46,11 @@ from app.coordinator.classic_groups import (
     classic_state,
     instance_error,
 )
-from app.coordinator.confirmed_reads import ReplicationBarrier, confirmed_by_the_standby
+from app.coordinator.confirmed_reads import (
+    ReplicationBarrier,
+    confirmed_by_the_standby,
+    reads_confirmed_by_the_standby,
+)
 from app.coordinator.consumer_groups import (
     ConsumerGroupDescription,
     ConsumerGroups,
@@ -919,18 +924,24 @@ class GroupCoordinator:
     async def describe(self, group_id: str, with_offsets: bool = True) -> GroupDescription:
         """The group, its members and, `with_offsets` (HTTP's describe; Kafka's DescribeGroups shows
         none), its committed offsets with their lag, answered once the synchronous standby has them
-        as OffsetFetch's are (`_offsets_confirmed`)."""
+        as OffsetFetch's are (`_offsets_confirmed`); so is GROUP_ID_NOT_FOUND then (a group whose
+        deletion the standby lacks comes back with its offsets)."""
         check_group_id(group_id)
+        # None is an answer too: an OffsetDelete or a group deletion the standby lacks would come back.
+        confirmed = (
+            reads_confirmed_by_the_standby(self.replication_barrier, f"the committed offsets of group {group_id!r}")
+            if with_offsets
+            else contextlib.nullcontext()
+        )
         # One snapshot: a rebalance committing between the reads must not pair one generation's
         # assignment with another's members.
-        async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-            group = await groups.get(conn, group_id)
-            if group is None:
-                raise unknown_group(group_id)
-            members = await groups.members(conn, group_id)
-            offsets = await group_offsets.lags(conn, group_id) if with_offsets else []
-        if with_offsets:  # none is an answer too: an OffsetDelete the standby lacks would come back
-            await self._offsets_confirmed(group_id)
+        async with confirmed:
+            async with self.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+                group = await groups.get(conn, group_id)
+                if group is None:
+                    raise unknown_group(group_id)
+                members = await groups.members(conn, group_id)
+                offsets = await group_offsets.lags(conn, group_id) if with_offsets else []
         return GroupDescription(group, members, offsets)
 
     async def describe_consumer_group(self, group_id: str) -> ConsumerGroupDescription:

@@ -1281,3 +1281,34 @@ def test_a_topic_not_found_is_answered_once_the_standby_has_its_deletion(cluster
     with RawConnection(bootstrap) as connection:
         [answered] = connection.call(describe_producers).topics[0].partitions
         assert answered.error_code == KafkaError.unknown_topic_or_partition, answered
+
+
+def test_a_group_not_found_is_answered_once_the_standby_has_its_deletion(cluster, server_process):
+    """Regression: HTTP's describe of a group found none and answered 404 GROUP_ID_NOT_FOUND at
+    once, the barrier skipped with the error. After a group deletion whose commit's wait for the
+    standby was cancelled (answered 503), it said the group was gone, which a failover brings back
+    with its committed offsets. It now waits for the standby, as the describe of a group found
+    does: a retriable error while it confirms nothing, not found once it has caught up."""
+    primary, standby = cluster
+    topic, group = "group-deleted-unconfirmed", "deleted-unconfirmed"
+    server = _one_worker_with_a_topic(cluster, server_process, topic, 1)
+    committed = httpx.post(
+        f"{server.url}/v1/groups/{group}/offsets/commit",
+        json={"offsets": [{"topic": topic, "partition": 0, "offset": 0}]},
+        timeout=60,
+    )
+    assert committed.json()["offsets"][0]["error"] is None, committed.text
+
+    def described() -> httpx.Response:
+        return httpx.get(f"{server.url}/v1/groups/{group}", timeout=60)
+
+    assert described().status_code == 200
+    with _confirming_nothing(standby):
+        deleted = _answer_of_a_cancelled_wait(
+            primary, lambda: httpx.delete(f"{server.url}/v1/groups/{group}", timeout=60)
+        )
+        assert deleted.status_code == 503, deleted.text  # deleted on the primary alone
+        answer = described()
+        assert answer.status_code == 503, f"{answer.status_code} {answer.text[:500]}"
+        assert answer.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE", answer.text
+    assert _until(lambda: described().status_code == 404, "the standby to catch up")
