@@ -344,6 +344,9 @@ class BrokerCalls:
         self._state = state
         self._presence = None
         self._node = None
+        # (host, port, protocol) of each listener of this node, once announced: DescribeConfigs'
+        # advertised.listeners.
+        self.advertised_listeners: list[tuple[str, int, str]] = []
         self._listing = NodeListing(state.settings.kafka_lapsed_node_listed_ms / 1000)
         self._topic_names: dict[uuid.UUID, str] = {}
         self.groups = GroupCalls(state)
@@ -366,6 +369,12 @@ class BrokerCalls:
         principal = await security_admin.authenticate(self._state.pool, api_key)
         return principal if principal is not None and principal.name == username else None
 
+    async def anonymous_principal(self) -> Principal:
+        """Who a connection of a listener without SASL (PLAINTEXT, SSL) is when auth is required: the
+        principal ANONYMOUS, no super user, with the ACL rules of `ANONYMOUS` and of `*` (Kafka's
+        User:ANONYMOUS, which its PLAINTEXT listener's connections are), read again per request."""
+        return await security_admin.anonymous_principal(self._state.pool)
+
     async def scram_credential(self, username: str, mechanism: str) -> ScramCredential | None:
         """What SASL/SCRAM checks a client's proof against: the principal's credential for the
         mechanism (app/coordinator/scram_credentials.py); None when it has none."""
@@ -382,8 +391,11 @@ class BrokerCalls:
     def node_id(self) -> int:
         return self.settings.node_id
 
-    async def announce(self, host: str, port: int) -> None:
-        """Shows this node as alive, at the address it advertises, while the listener serves."""
+    async def announce(self, listeners: list[tuple[str, int, str]]) -> None:
+        """Shows this node as alive while its listeners serve, with the address each advertises
+        ((host, port, protocol), the first listener first)."""
+        self.advertised_listeners = listeners
+        host, port, _ = listeners[0]
         self._node = LiveNode(self.node_id, host, port)
         if self._presence is None:
             self._presence = NodePresence(self._state.database_url)

@@ -27,3 +27,6 @@ class RequestContext:
     sasl: object = None
     # The connection's read ahead (BrokerCalls.new_read_ahead), which Fetch hands back to the core.
     read_ahead: object = None
+    # The security protocol (also the name) of the listener the request came in on: whose address of
+    # each node Metadata, FindCoordinator and DescribeCluster answer (listener.AdvertisedListener).
+    listener: str = "PLAINTEXT"

@@ -47,19 +47,24 @@ def held_port() -> socket.socket:
     return bound_accepting_socket("127.0.0.1", 0)
 
 
+def metadata_brokers(connection: RawConnection) -> list:
+    """The brokers of a Metadata v12 answer (asking for no topic) on `connection`."""
+    response = connection.call(
+        request_of(
+            api_table.METADATA,
+            12,
+            topics=(),
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
+    )
+    return list(response.brokers)
+
+
 def brokers(port: int) -> dict[int, int]:
     with RawConnection(f"127.0.0.1:{port}") as connection:
-        response = connection.call(
-            request_of(
-                api_table.METADATA,
-                12,
-                topics=(),
-                allow_auto_topic_creation=False,
-                include_cluster_authorized_operations=False,
-                include_topic_authorized_operations=False,
-            )
-        )
-    return {b.node_id: b.port for b in response.brokers}
+        return {b.node_id: b.port for b in metadata_brokers(connection)}
 
 
 def brokers_become(port: int, expected: dict[int, int]) -> None:

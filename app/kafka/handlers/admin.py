@@ -25,7 +25,7 @@ from app.kafka.broker_calls import DELETE as DELETE_OPERATION
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import error_message, kafka_error
 from app.kafka.frames import build, response_module
-from app.kafka.listener_addresses import format_address, security_protocol
+from app.kafka.listener_addresses import format_address
 
 NO_THROTTLE = datetime.timedelta(0)
 TOPIC_RESOURCE = 2
@@ -459,8 +459,11 @@ async def _described_configs(
         return _topic_configs(context, await admin.describe_config(context.principal, resource.resource_name, keys))
     if resource.resource_type == BROKER_RESOURCE:
         settings = admin.broker_settings(context.principal)
-        protocol = security_protocol(settings.ssl_certfile is not None, context.calls.requires_authentication)
-        advertised = f"{protocol}://{format_address(context.advertised_host, context.advertised_port)}"
+        advertised = ",".join(
+            f"{protocol}://{format_address(host, port)}"
+            for host, port, protocol in context.calls.advertised_listeners
+            or [(context.advertised_host, context.advertised_port, context.listener)]
+        )
         return config_entries.broker_configs(settings, advertised, keys)
     if resource.resource_type == GROUP_RESOURCE:
         entries = await admin.describe_group_config(context.principal, resource.resource_name)
