@@ -8,6 +8,7 @@ from __future__ import annotations
 import ssl
 import subprocess
 import sys
+import time
 
 import pytest
 from confluent_kafka import KafkaError as ConfluentError
@@ -20,7 +21,12 @@ from app.kafka import api_table
 from app.runtime.listening_sockets import bound_accepting_socket
 from app.settings import Settings
 from tests.api.test_tls import NEEDS_OPENSSL
-from tests.conftest import REPO_ROOT, start_server_on_fresh_database, stop_in_process_server
+from tests.conftest import (
+    REPO_ROOT,
+    start_in_process_server,
+    start_server_on_fresh_database,
+    stop_in_process_server,
+)
 from tests.kafka.clients import WAIT_S, ConfluentKafka
 from tests.kafka.raw import RawConnection, request_of
 from tests.kafka.test_nodes import metadata_brokers
@@ -223,3 +229,66 @@ def test_every_worker_serves_every_listener(server_process, database_url):
             assert _brokers(connection) == [(0, "127.0.0.1", ports["PLAINTEXT"])]
         with RawConnection(f"127.0.0.1:{ports['SASL_PLAINTEXT']}") as connection:
             assert connection.call(request_of(api_table.SASL_HANDSHAKE, 1, mechanism="PLAIN")).error_code == 0
+
+
+# ---- several nodes: each answers, on a listener, every node's address of that listener's protocol
+
+
+@pytest.fixture(scope="module")
+def three_nodes(postgres):
+    """Nodes 1 and 2 with a PLAINTEXT and a SASL_PLAINTEXT listener each, node 3 with PLAINTEXT only,
+    on one database, auth required."""
+    both = "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0"
+    first = start_server_on_fresh_database(
+        postgres, "kafka_listeners_nodes", kafka_listener=both, auth="required", admin_token=ADMIN_TOKEN, node_id=1
+    )
+    others = [
+        start_in_process_server(
+            first.database_url, kafka_listener=listeners, auth="required", admin_token=ADMIN_TOKEN, node_id=node_id
+        )
+        for node_id, listeners in ((2, both), (3, "PLAINTEXT://127.0.0.1:0"))
+    ]
+    yield [first, *others]
+    for server in [*others, first]:
+        stop_in_process_server(server)
+
+
+def _sasl_connection(address: str) -> RawConnection:
+    """A connection to a SASL_PLAINTEXT listener, logged in as the admin principal."""
+    connection = RawConnection(address)
+    assert connection.call(request_of(api_table.SASL_HANDSHAKE, 1, mechanism="PLAIN")).error_code == 0
+    logged_in = connection.call(
+        request_of(api_table.SASL_AUTHENTICATE, 2, auth_bytes=f"\0admin\0{ADMIN_TOKEN}".encode())
+    )
+    assert logged_in.error_code == KafkaError.none
+    return connection
+
+
+def _addresses(server, protocol: str) -> tuple[int, str, int]:
+    host, port = listener(server, protocol).rsplit(":", 1)
+    return server.settings.node_id, host, int(port)
+
+
+def test_each_listener_lists_every_nodes_address_of_its_protocol(three_nodes):
+    plaintext = sorted(_addresses(server, "PLAINTEXT") for server in three_nodes)
+    sasl = sorted(_addresses(server, "SASL_PLAINTEXT") for server in three_nodes[:2])
+    deadline = time.monotonic() + WAIT_S
+    for server in three_nodes:
+        with RawConnection(listener(server, "PLAINTEXT")) as connection:
+            while sorted(_brokers(connection)) != plaintext:  # each node sees the others once announced
+                assert time.monotonic() < deadline, f"PLAINTEXT brokers {_brokers(connection)}, expected {plaintext}"
+    # Node 3 has no SASL_PLAINTEXT listener: left out of that listener's answers, as Kafka leaves out a
+    # broker without the listener, and never named a leader there (its clients could not reach it).
+    topic = "led-over-sasl"
+    with admin_client(three_nodes[0]) as admin:
+        admin.post("/v1/topics", json={"name": topic, "partitions": 12, "config": {}}).raise_for_status()
+    for server in three_nodes[:2]:
+        with _sasl_connection(listener(server, "SASL_PLAINTEXT")) as connection:
+            assert sorted(_brokers(connection)) == sasl
+            [answer] = metadata(connection, topic).topics
+            assert {partition.leader_id for partition in answer.partitions} == {1, 2}
+            coordinator = connection.call(
+                request_of(api_table.FIND_COORDINATOR, 4, key_type=0, coordinator_keys=("a-group", "b-group"))
+            )
+            for found in coordinator.coordinators:
+                assert (found.node_id, found.host, found.port) in sasl

@@ -278,6 +278,8 @@ def test_a_presence_is_live_while_its_session_shows_life(database_url):
             await running
             for role in roles:
                 await reader.execute(f"CREATE ROLE {role} LOGIN")
+            # The listing reads the nodes' listeners (migration 0019), as a node's role reads every table.
+            await reader.execute(f"GRANT SELECT ON kafka_node_listeners TO {roles[1]}")
             other_node = await asyncpg.connect(database_url, user=roles[0])
             lister = await asyncpg.connect(database_url, user=roles[1])
             try:
@@ -292,6 +294,8 @@ def test_a_presence_is_live_while_its_session_shows_life(database_url):
         finally:
             await announced.close()
             for role in roles:
+                if await reader.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", role):
+                    await reader.execute(f"DROP OWNED BY {role}")  # its grant
                 await reader.execute(f"DROP ROLE IF EXISTS {role}")
             await reader.close()
 

@@ -722,7 +722,7 @@ async def describe_log_dirs(context: RequestContext, request) -> object:
         return build(
             module, "DescribeLogDirsResponse", throttle_time=NO_THROTTLE, error_code=kafka_error(error), results=()
         )
-    listing = await context.calls.node_listing(context.advertised_host, context.advertised_port)
+    listing = await context.listed_nodes()
     topics = []
     for name, partitions in sizes.items():
         described = tuple(
@@ -807,7 +807,7 @@ class _NodeIds(NamedTuple):
 
 
 async def _node_ids(context: RequestContext) -> _NodeIds:
-    listing = await context.calls.node_listing(context.advertised_host, context.advertised_port)
+    listing = await context.listed_nodes()
     return _NodeIds({node.node_id for node in listing.every}, {node.node_id for node in listing.live})
 
 
