@@ -5,6 +5,7 @@ gives that listener's address, and the settings a node must not start with are r
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 import subprocess
 import sys
@@ -13,13 +14,15 @@ import time
 import pytest
 from confluent_kafka import KafkaError as ConfluentError
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.cli import listening_refusal
 from app.kafka import api_table
 from app.runtime.listening_sockets import bound_accepting_socket
 from app.settings import Settings
+from app.storage import database, node_presence
+from app.storage.node_presence import LiveNode
 from tests.api.test_tls import NEEDS_OPENSSL
 from tests.conftest import (
     REPO_ROOT,
@@ -292,3 +295,41 @@ def test_each_listener_lists_every_nodes_address_of_its_protocol(three_nodes):
             )
             for found in coordinator.coordinators:
                 assert (found.node_id, found.host, found.port) in sasl
+
+
+def test_describe_configs_gives_every_listener(two_listeners, certificate):  # noqa: F811
+    admin = AdminClient(
+        {
+            "bootstrap.servers": listener(two_listeners, "SASL_SSL"),
+            **confluent_security(
+                "admin", ADMIN_TOKEN, **{"security.protocol": "SASL_SSL", "ssl.ca.location": str(certificate[0])}
+            ),
+        }
+    )
+    broker = ConfigResource(ResourceType.BROKER, "0")
+    configs = admin.describe_configs([broker])[broker].result(WAIT_S)
+    expected = ",".join(f"{protocol}://{listener(two_listeners, protocol)}" for protocol in ("PLAINTEXT", "SASL_SSL"))
+    assert configs["advertised.listeners"].value == expected
+    assert [item.split("://")[0] for item in configs["listeners"].value.split(",")] == ["PLAINTEXT", "SASL_SSL"]
+
+
+def test_a_node_of_the_version_before_is_listed_on_every_listener(three_nodes):
+    # A node of the version before announces its one address and writes no listeners (a rolling
+    # upgrade): listed at that address on every listener, as every node was before.
+    old_node = LiveNode(9, "127.0.0.1", 19092)
+
+    async def announce_and_list() -> tuple[list, list]:
+        connection = await database.connect(three_nodes[0].database_url)
+        try:
+            assert await node_presence.announce(connection, old_node)
+            found = []
+            for protocol in ("PLAINTEXT", "SASL_PLAINTEXT"):
+                opener = RawConnection if protocol == "PLAINTEXT" else _sasl_connection
+                with opener(listener(three_nodes[0], protocol)) as kafka:
+                    found.append(await asyncio.to_thread(_brokers, kafka))
+            return found
+        finally:
+            await connection.close()
+
+    for brokers in asyncio.run(announce_and_list()):
+        assert (9, "127.0.0.1", 19092) in brokers
