@@ -80,9 +80,6 @@ class KafkaListeners:
         """The first listener's advertised address (the one a node of one listener has)."""
         return self.listeners[0].advertised
 
-    def advertised_of(self, protocol: str) -> AdvertisedListener:
-        return next(listener.advertised for listener in self.listeners if listener.security_protocol == protocol)
-
     async def start(self) -> None:
         for listener in self.listeners:
             await listener.start()
