@@ -124,10 +124,10 @@ def serve(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"port": node_socket.getsockname()[1]})  # --port 0: the kernel's
     else:
         _disable_nagle(fd)
-    kafka_port = None
-    if args.worker_of is None:  # the node holds its Kafka port; its workers bind beside it
+    kafka_ports: list[socket.socket] = []
+    if args.worker_of is None:  # the node holds its Kafka ports; its workers bind beside them
         try:
-            kafka_port, settings = _hold_kafka_port(settings)
+            kafka_ports, settings = _hold_kafka_ports(settings)
         except PortInUse as error:
             if node_socket is not None:
                 node_socket.close()
@@ -174,7 +174,7 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         if postgres is not None:
             postgres.stop()
-        for held in (node_socket, kafka_port):
+        for held in (node_socket, *kafka_ports):
             if held is not None:
                 held.close()
 
@@ -263,22 +263,33 @@ def _freeze_startup_objects() -> None:
     gc.freeze()
 
 
-def _hold_kafka_port(settings: Settings) -> tuple[socket.socket | None, Settings]:
-    """The node's Kafka port, claimed as its HTTP port is (app/runtime/listening_sockets.py: a live node's
-    port is refused, a crashed node's is bound at once) and held, bound but never listening (so the
-    kernel hands it no connection), while the node runs: the listener of each worker binds a socket
-    of its own beside it, and the kernel spreads connections over them. Port 0 is resolved here, so
-    that every worker binds (and advertises) the same port. Returns the held socket and the
-    settings the node's servers get."""
-    from app.kafka.listener_addresses import OFF, format_address, parse_address
+def _hold_kafka_ports(settings: Settings) -> tuple[list[socket.socket], Settings]:
+    """The node's Kafka ports, one per listener, each claimed as its HTTP port is
+    (app/runtime/listening_sockets.py: a live node's port is refused, a crashed node's is bound at
+    once) and held, bound but never listening (so the kernel hands it no connection), while the node
+    runs: the listeners of each worker bind sockets of their own beside them, and the kernel spreads
+    connections over them. Port 0 is resolved here, so that every worker binds (and advertises) the
+    same port; each listener is written out with its protocol (PROTOCOL://HOST:PORT), so that
+    every worker reads the same list. Returns the held sockets and the settings the node's servers
+    get; raises PortInUse having closed the sockets held so far."""
+    from app.kafka.listener_addresses import format_address, node_listeners
     from app.runtime.listening_sockets import bound_accepting_socket, claim_port
 
-    if settings.kafka_listener == OFF:
-        return None, settings
-    host, port = parse_address(settings.kafka_listener)
-    held = bound_accepting_socket(host, claim_port(host, port))
-    address = format_address(host, held.getsockname()[1])
-    return held, settings.model_copy(update={"kafka_listener": address})
+    listeners = node_listeners(settings)
+    if not listeners:
+        return [], settings
+    held: list[socket.socket] = []
+    resolved = []
+    try:
+        for listener in listeners:
+            sock = bound_accepting_socket(listener.host, claim_port(listener.host, listener.port))
+            held.append(sock)
+            resolved.append(f"{listener.protocol}://{format_address(listener.host, sock.getsockname()[1])}")
+    except BaseException:
+        for sock in held:
+            sock.close()
+        raise
+    return held, settings.model_copy(update={"kafka_listener": ",".join(resolved)})
 
 
 def _disable_nagle(fd: int) -> None:
@@ -297,26 +308,31 @@ def _listening_host(settings: Settings, fd: int | None) -> str:
 
 
 def listening_refusal(settings: Settings, fd: int | None) -> str | None:
-    """Authentication is required to listen beyond loopback, unless explicitly waived: on the HTTP
-    port and on the Kafka listener alike."""
+    """Why `serve` must not start with these listener settings (listener_addresses.kafka_listeners'
+    refusals), or, beyond loopback, without authentication unless explicitly waived: on the HTTP
+    port (unless `auth` is required) and on each Kafka listener without SASL (PLAINTEXT and SSL,
+    whose clients are anonymous whatever `auth` says: docs/kafka.md, "Security")."""
     from app.api.loopback_hosts import is_loopback_name
-    from app.kafka.listener_addresses import OFF, parse_address
+    from app.kafka.listener_addresses import ListenerSettingsError, node_listeners
 
-    hosts = [("listen on", _listening_host(settings, fd))]
-    if settings.kafka_listener != OFF:
-        try:
-            hosts.append(("open the Kafka listener on", parse_address(settings.kafka_listener)[0]))
-        except ValueError as error:
-            return f"--kafka-listener (TXBROKER_KAFKA_LISTENER): {error}"
-    if settings.kafka_advertised_listener is not None:
-        try:
-            parse_address(settings.kafka_advertised_listener)
-        except ValueError as error:
-            return f"--kafka-advertised-listener (TXBROKER_KAFKA_ADVERTISED_LISTENER): {error}"
-    if settings.auth == "required" or settings.allow_anonymous:
+    try:
+        listeners = node_listeners(settings)
+    except ListenerSettingsError as error:
+        return str(error)
+    if settings.allow_anonymous:
         return None
+    hosts = [] if settings.auth == "required" else [("listen on", _listening_host(settings, fd))]
+    kafka = "open the Kafka listener on" if settings.auth != "required" else "open the {} Kafka listener on"
+    hosts += [(kafka.format(listener.protocol), listener.host) for listener in listeners if not listener.sasl]
     for what, host in hosts:
         if not is_loopback_name(host):
+            if settings.auth == "required":
+                return (
+                    f"refusing to {what} {host}: its clients are not authenticated (only SASL_PLAINTEXT and "
+                    f"SASL_SSL listeners authenticate), so anyone who can reach it would act as the principal "
+                    f"ANONYMOUS, allowed what the ACLs grant User:ANONYMOUS and User:*. Bind it to loopback, make "
+                    f"it a SASL_PLAINTEXT or SASL_SSL listener, or start with --allow-anonymous if you really mean it"
+                )
             return (
                 f"refusing to {what} {host} without authentication: anyone who can reach it could write, read "
                 f"and abort anything. Start with --auth required (and TXBROKER_ADMIN_TOKEN to bootstrap an "
@@ -393,12 +409,15 @@ def add_serve_command(commands) -> None:
     serve_parser.add_argument(
         "--kafka-listener",
         dest="kafka_listener",
-        help="HOST:PORT of the Kafka protocol listener (default 127.0.0.1:9092), or 'off'",
+        help="the Kafka protocol listeners, comma-separated, each HOST:PORT (its protocol from --auth and the "
+        "certificate) or PROTOCOL://HOST:PORT, PROTOCOL one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL, at most one "
+        "each (default 127.0.0.1:9092), or 'off'",
     )
     serve_parser.add_argument(
         "--kafka-advertised-listener",
         dest="kafka_advertised_listener",
-        help="HOST:PORT that Metadata gives Kafka clients (default: the listener's bound address)",
+        help="what Metadata gives Kafka clients for each listener: HOST:PORT by the listeners' order or "
+        "PROTOCOL://HOST:PORT, comma-separated (default: each listener's bound address)",
     )
     serve_parser.add_argument(
         "--trusted-proxies",

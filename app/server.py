@@ -28,8 +28,8 @@ from app.coordinator.health import ReachabilityProbe
 from app.coordinator.transaction_coordinator import TransactionCoordinator
 from app.coordinator.workers import BackgroundWorkers
 from app.kafka.broker_calls import BrokerCalls
-from app.kafka.listener import KafkaListener
-from app.kafka.listener_addresses import OFF, parse_address
+from app.kafka.listener import KafkaListeners
+from app.kafka.listener_addresses import node_listeners
 from app.settings import Settings
 from app.storage.database import CONNECTION_ERRORS, create_pool
 from app.storage.log import topics
@@ -79,8 +79,8 @@ async def _become_ready(app: FastAPI, settings: Settings) -> None:
             if finished:
                 log.info("recovered %d transactions left PrepareCommit/PrepareAbort", finished)
             app.state.workers.start()
-            if app.state.kafka_listener is not None:
-                await app.state.kafka_listener.start()
+            if app.state.kafka_listeners is not None:
+                await app.state.kafka_listeners.start()
             app.state.ready = True
             log.info("txbroker is ready on %s", settings.public_url())
             if app.state.on_ready is not None:
@@ -109,18 +109,16 @@ async def _node_ready(app: FastAPI, wait_for_every_worker: Callable[[], Awaitabl
     app.state.node_ready = True
 
 
-def _kafka_listener(app: FastAPI, settings: Settings) -> KafkaListener | None:
-    """The Kafka listener (app/kafka), bound now so that a port in use fails the start; it serves
-    once the server is ready (_become_ready)."""
-    if settings.kafka_listener == OFF:
+def _kafka_listeners(app: FastAPI, settings: Settings) -> KafkaListeners | None:
+    """The Kafka listeners (app/kafka), bound now so that a port in use fails the start; they serve
+    once the server is ready (_become_ready). `serve` refused settings kafka_listeners refuses
+    before anything started (cli.listening_refusal); an app created otherwise raises the same."""
+    listeners = node_listeners(settings)
+    if not listeners:
         return None
-    listener = KafkaListener(
-        BrokerCalls(app.state),
-        parse_address(settings.kafka_listener),
-        settings.kafka_advertised_listener,
-    )
-    listener.bind()
-    return listener
+    bound = KafkaListeners(BrokerCalls(app.state), listeners)
+    bound.bind()
+    return bound
 
 
 def create_app(
@@ -138,7 +136,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.ready = False
-        app.state.kafka_listener = _kafka_listener(app, settings)  # bound first, beside the port `serve` holds
+        app.state.kafka_listeners = _kafka_listeners(app, settings)  # bound first, beside the ports `serve` holds
         await _migrate_once_reachable(database_url)
         app.state.pool = await create_pool(
             database_url, settings.database_pool_size, settings.database_idle_in_transaction_timeout_ms
@@ -175,8 +173,8 @@ def create_app(
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
-            if app.state.kafka_listener is not None:
-                await app.state.kafka_listener.stop()
+            if app.state.kafka_listeners is not None:
+                await app.state.kafka_listeners.stop()
             await app.state.workers.stop()
             await app.state.notifier.stop()
             await app.state.replication_barrier.stop()
@@ -196,7 +194,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.ready = False
-    app.state.kafka_listener = None
+    app.state.kafka_listeners = None
     app.state.node_ready = wait_for_every_worker is None
     app.state.on_ready = on_ready
     app.state.metrics = Metrics()

@@ -200,10 +200,15 @@ class Settings(BaseSettings):
     log_level: str = "info"
 
     kafka_listener: str = Field(
-        "127.0.0.1:9092", description="HOST:PORT of the Kafka wire protocol listener (docs/kafka.md), or 'off'"
+        "127.0.0.1:9092",
+        description="the Kafka wire protocol listeners (docs/kafka.md), comma-separated, each HOST:PORT (its "
+        "protocol from auth and the certificate) or PROTOCOL://HOST:PORT (PLAINTEXT, SSL, SASL_PLAINTEXT, "
+        "SASL_SSL, at most one each), or 'off'",
     )
     kafka_advertised_listener: str | None = Field(
-        None, description="HOST:PORT that Metadata tells Kafka clients to connect to (default: the bound address)"
+        None,
+        description="what Metadata tells Kafka clients to connect to, per listener: HOST:PORT in the listeners' "
+        "order or PROTOCOL://HOST:PORT, comma-separated (default: each listener's bound address)",
     )
     kafka_max_request_bytes: int = Field(
         100 * 1024 * 1024,

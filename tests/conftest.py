@@ -270,8 +270,12 @@ def start_in_process_server(database_url: str, **setting_overrides) -> RunningSe
     wait_until_healthy(url)
     client = httpx.Client(base_url=url, timeout=60, verify=SHARED_SSL_CONTEXT)
     extra = {"uvicorn": server, "thread": thread}
-    if app.state.kafka_listener is not None:
-        extra["kafka_bootstrap"] = "{}:{}".format(*app.state.kafka_listener.advertised)
+    if app.state.kafka_listeners is not None:
+        extra["kafka_bootstrap"] = "{}:{}".format(*app.state.kafka_listeners.advertised[:2])
+        extra["kafka_listeners"] = {
+            listener.security_protocol: "{}:{}".format(*listener.advertised[:2])
+            for listener in app.state.kafka_listeners.listeners
+        }
     return RunningServer(url, database_url, client, settings, extra=extra)
 
 

@@ -132,6 +132,17 @@ class ListedNodes(NamedTuple):
     live: list[LiveNode]
     lapsed: list[LiveNode]
 
+    def on(self, protocol: str) -> ListedNodes:
+        """The nodes as a client of a listener of `protocol` reaches them (LiveNode.on): each at its
+        address for that listener, those without one left out, as a Kafka broker answers a request
+        with the endpoints of the listener it came in on and leaves out a broker without it. The
+        leaders and coordinators named on such a connection are then dealt over the nodes listed
+        there, so a client is never sent to a node it cannot reach by its protocol."""
+        return ListedNodes(
+            [node for node in (n.on(protocol) for n in self.live) if node is not None],
+            [node for node in (n.on(protocol) for n in self.lapsed) if node is not None],
+        )
+
     @property
     def every(self) -> list[LiveNode]:
         """Every node listed, alive or lapsed, by id."""

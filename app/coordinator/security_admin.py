@@ -24,6 +24,7 @@ __all__ = [
     "PrincipalRow",
     "add_acl",
     "add_key",
+    "anonymous_principal",
     "audit_entries",
     "authenticate",
     "create_principal",
@@ -38,6 +39,10 @@ __all__ = [
 ]
 
 
+# Kafka's name of an unauthenticated client (User:ANONYMOUS): ACL rules may name it.
+ANONYMOUS_NAME = "ANONYMOUS"
+
+
 def _no_principal(name: str) -> BrokerError:
     return BrokerError(ErrorCode.NOT_FOUND, f"principal {name!r} does not exist: create it with POST /v1/principals")
 
@@ -48,6 +53,14 @@ async def authenticate(pool: asyncpg.Pool, token: str, wait_for_connection_s: fl
     async with pool.acquire(timeout=wait_for_connection_s) as conn:
         found = await principals.authenticate(conn, token)
     return None if found is None else principal_from(*found)
+
+
+async def anonymous_principal(pool: asyncpg.Pool) -> Principal:
+    """The principal ANONYMOUS as the ACLs judge it: no super user, with the rules naming it and the
+    wildcard's (a Kafka client of a listener that authenticates nobody while auth is required)."""
+    async with pool.acquire() as conn:
+        rules = await principals.acls_of(conn, ANONYMOUS_NAME)
+    return principal_from(PrincipalRow(ANONYMOUS_NAME, False, 0), rules)
 
 
 async def create_principal(pool: asyncpg.Pool, actor: Actor, name: str, super_user: bool) -> int:

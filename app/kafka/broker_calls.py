@@ -344,6 +344,11 @@ class BrokerCalls:
         self._state = state
         self._presence = None
         self._node = None
+        # (host, port, protocol) of each listener of this node, once announced: DescribeConfigs'
+        # advertised.listeners.
+        self.advertised_listeners: list[tuple[str, int, str]] = []
+        # (node id, protocol) of the nodes found without that listener, each logged once (node_listing).
+        self._nodes_without_listener: set[tuple[int, str]] = set()
         self._listing = NodeListing(state.settings.kafka_lapsed_node_listed_ms / 1000)
         self._topic_names: dict[uuid.UUID, str] = {}
         self.groups = GroupCalls(state)
@@ -366,6 +371,12 @@ class BrokerCalls:
         principal = await security_admin.authenticate(self._state.pool, api_key)
         return principal if principal is not None and principal.name == username else None
 
+    async def anonymous_principal(self) -> Principal:
+        """Who a connection of a listener without SASL (PLAINTEXT, SSL) is when auth is required: the
+        principal ANONYMOUS, no super user, with the ACL rules of `ANONYMOUS` and of `*` (Kafka's
+        User:ANONYMOUS, which its PLAINTEXT listener's connections are), read again per request."""
+        return await security_admin.anonymous_principal(self._state.pool)
+
     async def scram_credential(self, username: str, mechanism: str) -> ScramCredential | None:
         """What SASL/SCRAM checks a client's proof against: the principal's credential for the
         mechanism (app/coordinator/scram_credentials.py); None when it has none."""
@@ -382,30 +393,61 @@ class BrokerCalls:
     def node_id(self) -> int:
         return self.settings.node_id
 
-    async def announce(self, host: str, port: int) -> None:
-        """Shows this node as alive, at the address it advertises, while the listener serves."""
-        self._node = LiveNode(self.node_id, host, port)
+    async def announce(self, listeners: list[tuple[str, int, str]]) -> None:
+        """Shows this node as alive while its listeners serve, with the address each advertises
+        ((host, port, protocol), the first listener first: its address is the one nodes of the
+        version before, which know one listener, list this node at)."""
+        self.advertised_listeners = listeners
+        host, port, _ = listeners[0]
+        self._node = LiveNode(
+            self.node_id, host, port, tuple(sorted((protocol, host, port) for host, port, protocol in listeners))
+        )
         if self._presence is None:
             self._presence = NodePresence(self._state.database_url)
         if not await self._presence.announce(self._node):
-            log.warning("kafka-node %d %s:%d is too long an application_name: other nodes cannot list it", *self._node)
+            log.warning(
+                "kafka-node %d %s:%d is too long an application_name: other nodes cannot list it",
+                self.node_id,
+                host,
+                port,
+            )
 
     async def withdraw(self) -> None:
         if self._presence is not None:
             await self._presence.withdraw()
 
-    async def node_listing(self, host: str, port: int) -> ListedNodes:
+    async def node_listing(self, host: str, port: int, protocol: str) -> ListedNodes:
         """The nodes alive on this database, and apart, for kafka_lapsed_node_listed_ms, those this
-        process listed that have since died, stopped or hung (NodeListing); this one (at host:port)
-        always among the live, also while its presence connection is being re-opened after
-        PostgreSQL dropped it (its next heartbeat does that: NodePresence)."""
+        process listed that have since died, stopped or hung (NodeListing), each at its address for
+        the listener of `protocol` (the one the request came in on), those without such a listener
+        left out (logged once per node and protocol, as Kafka logs a broker missing the listener);
+        this one (at host:port) always among the live, also while its presence connection is being
+        re-opened after PostgreSQL dropped it (its next heartbeat does that: NodePresence)."""
         try:
             live = await cluster_nodes.live_nodes(self._state.pool)
             others = self._listing.listed([n for n in live if n.node_id != self.node_id])
         except CONNECTION_ERRORS as error:  # PostgreSQL away: this node alone, which answers
             _database_away("Metadata", error)
             others = ListedNodes([], [])
-        return ListedNodes(sorted([LiveNode(self.node_id, host, port), *others.live]), others.lapsed)
+        reachable = others.on(protocol)
+        if len(reachable.live) < len(others.live):
+            self._log_nodes_without(protocol, others.live, reachable.live)
+        return ListedNodes(sorted([LiveNode(self.node_id, host, port), *reachable.live]), reachable.lapsed)
+
+    def _log_nodes_without(self, protocol: str, live: list[LiveNode], reachable: list[LiveNode]) -> None:
+        kept = {node.node_id for node in reachable}
+        for node in live:
+            if node.node_id not in kept and (node.node_id, protocol) not in self._nodes_without_listener:
+                self._nodes_without_listener.add((node.node_id, protocol))
+                log.warning(
+                    "kafka-node %d has no %s listener (its listeners: %s): left out of the answers to this node's "
+                    "%s clients, which cannot reach it, and no leader or coordinator for them; give every node the "
+                    'same listener protocols (docs/kafka.md, "Several listeners")',
+                    node.node_id,
+                    protocol,
+                    ", ".join(p for p, _, _ in node.listeners),
+                    protocol,
+                )
 
     @property
     def ready(self) -> bool:

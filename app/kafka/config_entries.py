@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
+from app.kafka.listener_addresses import node_listeners
 from app.settings import Settings
 
 
@@ -138,7 +139,8 @@ class _BrokerConfig:
     config_type: ConfigType
     setting: str | None  # the server setting that is it (None: fixed by txbroker)
     documentation: str
-    value: Callable[[Settings, str], object]  # (settings, this listener's advertised "PROTOCOL://host:port")
+    # (settings, this node's listeners as clients reach them, "PROTOCOL://host:port,...")
+    value: Callable[[Settings, str], object]
 
 
 def _setting(name: str) -> Callable[[Settings, str], object]:
@@ -159,7 +161,7 @@ BROKER_CONFIGS: dict[str, _BrokerConfig] = {
     "advertised.listeners": _BrokerConfig(
         ConfigType.STRING,
         "kafka_advertised_listener",
-        "what Metadata gives Kafka clients as this node's address (--kafka-advertised-listener)",
+        "what Metadata gives Kafka clients as this node's addresses, one per listener (--kafka-advertised-listener)",
         lambda _settings, advertised: advertised,
     ),
     "auto.create.topics.enable": _config(
@@ -189,8 +191,8 @@ BROKER_CONFIGS: dict[str, _BrokerConfig] = {
     "listeners": _BrokerConfig(
         ConfigType.STRING,
         "kafka_listener",
-        "where this node's Kafka listener is bound (--kafka-listener)",
-        lambda settings, advertised: f"{advertised.partition('://')[0]}://{settings.kafka_listener}",
+        "where this node's Kafka listeners are bound (--kafka-listener)",
+        lambda settings, _advertised: _bound_listeners(settings),
     ),
     "log.cleaner.delete.retention.ms": _config(
         ConfigType.LONG, "log_delete_retention_ms", "delete.retention.ms of topics created without one"
@@ -244,9 +246,14 @@ def _text(value: object) -> str | None:
     return str(value)
 
 
+def _bound_listeners(settings: Settings) -> str:
+    """Kafka's `listeners`: each listener as PROTOCOL://HOST:PORT, comma-separated."""
+    return ",".join(listener.text for listener in node_listeners(settings))
+
+
 def broker_configs(settings: Settings, advertised: str, names: list[str] | None) -> list[DescribedConfig]:
     """This node's broker configs (`names`: only those, in Kafka's way: unknown names left out;
-    None: every one), `advertised` its Kafka listener as clients reach it ("PROTOCOL://host:port")."""
+    None: every one), `advertised` its Kafka listeners as clients reach them ("PROTOCOL://host:port,...")."""
     described = []
     for name, config in sorted(BROKER_CONFIGS.items()):
         if names is not None and name not in names:

@@ -27,3 +27,12 @@ class RequestContext:
     sasl: object = None
     # The connection's read ahead (BrokerCalls.new_read_ahead), which Fetch hands back to the core.
     read_ahead: object = None
+    # The security protocol (also the name) of the listener the request came in on: whose address of
+    # each node Metadata, FindCoordinator and DescribeCluster answer (listener.AdvertisedListener).
+    listener: str = "PLAINTEXT"
+
+    async def listed_nodes(self):
+        """The cluster's nodes as this request's listener reaches them (BrokerCalls.node_listing):
+        what Metadata, FindCoordinator and DescribeCluster answer, and whom they name leaders and
+        coordinators."""
+        return await self.calls.node_listing(self.advertised_host, self.advertised_port, self.listener)

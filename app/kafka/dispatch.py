@@ -86,7 +86,7 @@ async def answer(
     frame: bytes,
     calls,
     session: SaslSession,
-    advertised: tuple[str, int],
+    advertised: tuple[str, int, str],
     client_host: str = "",
     read_ahead: object = None,
 ) -> bytes | None:
@@ -106,7 +106,7 @@ async def submit(
     frame: bytes,
     calls,
     session: SaslSession,
-    advertised: tuple[str, int],
+    advertised: tuple[str, int, str],
     client_host: str = "",
     read_ahead: object = None,
 ) -> Awaitable[bytes | None]:
@@ -140,7 +140,7 @@ async def _dispatched(
     frame: bytes,
     calls,
     session: SaslSession,
-    advertised: tuple[str, int],
+    advertised: tuple[str, int, str],
     client_host: str,
     read_ahead: object,
     supported: range,
@@ -168,6 +168,7 @@ async def _dispatched(
         session.peer,
         session,
         read_ahead,
+        advertised[2],
     )
     if api_key == api_table.PRODUCE:
         return await produce.submit(context, request.body)

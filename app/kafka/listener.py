@@ -27,8 +27,13 @@ retriable code (broker_calls.py, error_codes.py); one of an API that has none fo
 every topic, the admin APIs) closes its connection, logged as a warning, not as a bug: the client
 reconnects and retries.
 
-With `auth` required the listener is a SASL listener (sasl.py); with the server's certificate
-(`ssl_certfile`, `ssl_keyfile`, as HTTPS) it speaks TLS: Kafka's SASL_SSL, or SSL with `auth` off.
+A node has one listener per security protocol it is given (listener_addresses.py: PLAINTEXT, SSL,
+SASL_PLAINTEXT, SASL_SSL), every one served by every server process (KafkaListeners). A SASL one
+authenticates its connections (sasl.py); an SSL one speaks TLS with the server's certificate
+(`ssl_certfile`, `ssl_keyfile`, as HTTPS); a PLAINTEXT or SSL one authenticates nobody: its
+connections are the anonymous super user with `auth` off, the principal ANONYMOUS judged by the
+ACLs with `auth` required. Metadata, FindCoordinator and DescribeCluster answer each node's address
+of the protocol the request came in on (AdvertisedListener).
 """
 
 from __future__ import annotations
@@ -40,11 +45,12 @@ import logging
 import socket
 import ssl
 from collections.abc import Awaitable
+from typing import NamedTuple
 
 from app.kafka import dispatch
 from app.kafka.broker_calls import DATABASE_UNAVAILABLE, BrokerCalls
 from app.kafka.frames import FRAME_LENGTH, CloseConnection, MalformedRequest
-from app.kafka.listener_addresses import format_address, parse_address, security_protocol
+from app.kafka.listener_addresses import ListenerSetting, format_address
 from app.kafka.sasl import FAILED_AUTHENTICATION_CLOSE_DELAY_S, SaslSession
 from app.runtime.listening_sockets import LISTEN_BACKLOG, bound_accepting_socket
 
@@ -54,6 +60,35 @@ log = logging.getLogger("txbroker.kafka")
 # Kafka's Java client send at most 5 (max.in.flight.requests.per.connection, idempotent); beyond
 # this many the connection reads its next request only once the oldest is answered.
 MAX_PENDING_ANSWERS = 8
+
+
+class KafkaListeners:
+    """Every Kafka listener of this server process (one per security protocol, in the order given),
+    and the node's presence among the others, announced once they all serve, with each one's
+    advertised address (BrokerCalls.announce)."""
+
+    def __init__(self, calls: BrokerCalls, settings: list[ListenerSetting]):
+        self._calls = calls
+        self.listeners = [KafkaListener(calls, setting) for setting in settings]
+
+    def bind(self) -> None:
+        for listener in self.listeners:
+            listener.bind()
+
+    @property
+    def advertised(self) -> AdvertisedListener:
+        """The first listener's advertised address (the one a node of one listener has)."""
+        return self.listeners[0].advertised
+
+    async def start(self) -> None:
+        for listener in self.listeners:
+            await listener.start()
+        await self._calls.announce([listener.advertised for listener in self.listeners])
+
+    async def stop(self) -> None:
+        await self._calls.withdraw()
+        for listener in self.listeners:
+            await listener.stop()
 
 
 def tls_context(certfile, keyfile) -> ssl.SSLContext | None:
@@ -67,14 +102,23 @@ def tls_context(certfile, keyfile) -> ssl.SSLContext | None:
     return context
 
 
-class KafkaListener:
-    """Invariant: serves only once `start` is called (the server is ready: migrations applied,
-    transactions recovered); binds in `bind`, early, so that a port in use fails the start."""
+class AdvertisedListener(NamedTuple):
+    """Where clients reach a listener of this node, and its security protocol (also its name): what a
+    request's Metadata, FindCoordinator and DescribeCluster answers are given (dispatch.py)."""
 
-    def __init__(self, calls: BrokerCalls, address: tuple[str, int], advertised: str | None):
+    host: str
+    port: int
+    protocol: str
+
+
+class KafkaListener:
+    """One listener (one security protocol) of this server process. Invariant: serves only once
+    `start` is called (the server is ready: migrations applied, transactions recovered); binds in
+    `bind`, early, so that a port in use fails the start."""
+
+    def __init__(self, calls: BrokerCalls, setting: ListenerSetting):
         self._calls = calls
-        self._address = address
-        self._advertised = advertised
+        self._setting = setting
         self._socket: socket.socket | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
@@ -84,8 +128,9 @@ class KafkaListener:
         """Binds beside the socket `serve` holds the port with (and beside the other workers'), as
         every accepting socket of a node does (app/runtime/listening_sockets.py): the kernel spreads the
         connections over the workers, and what they leave at a crash never blocks the restart."""
-        self._tls = tls_context(self._calls.settings.ssl_certfile, self._calls.settings.ssl_keyfile)
-        self._socket = bound_accepting_socket(*self._address)
+        if self._setting.tls:
+            self._tls = tls_context(self._calls.settings.ssl_certfile, self._calls.settings.ssl_keyfile)
+        self._socket = bound_accepting_socket(self._setting.host, self._setting.port)
 
     @property
     def bound_address(self) -> tuple[str, int]:
@@ -93,9 +138,9 @@ class KafkaListener:
         return self._socket.getsockname()[:2]
 
     @property
-    def advertised(self) -> tuple[str, int]:
+    def advertised(self) -> AdvertisedListener:
         """What Metadata tells clients: the advertised listener, else the bound address."""
-        return parse_address(self._advertised) if self._advertised else self.bound_address
+        return AdvertisedListener(*(self._setting.advertised or self.bound_address), self.security_protocol)
 
     async def start(self) -> None:
         if self._socket is None:
@@ -103,21 +148,19 @@ class KafkaListener:
         self._server = await asyncio.start_server(
             self._accepted, sock=self._socket, backlog=LISTEN_BACKLOG, ssl=self._tls
         )
-        await self._calls.announce(*self.advertised)
         log.info(
             "Kafka listener (%s) on %s:%d (advertised as %s:%d)",
             self.security_protocol,
             *self.bound_address,
-            *self.advertised,
+            *self.advertised[:2],
         )
 
     @property
     def security_protocol(self) -> str:
-        """Kafka's name for what a client must speak here (its security.protocol)."""
-        return security_protocol(self._tls is not None, self._calls.requires_authentication)
+        """Kafka's name for what a client must speak here (its security.protocol), also the listener's name."""
+        return self._setting.protocol
 
     async def stop(self) -> None:
-        await self._calls.withdraw()
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):
@@ -170,7 +213,7 @@ class KafkaListener:
     ) -> None:
         peer = writer.get_extra_info("peername")
         client_host = f"/{peer[0]}" if peer else ""  # as Kafka shows a member's host
-        session = SaslSession(self._calls, format_address(*peer[:2]) if peer else None)
+        session = SaslSession(self._calls, format_address(*peer[:2]) if peer else None, self._setting.sasl)
         # The connection's Fetch requests' read ahead (app/coordinator/fetch.py), cancelled at its end.
         read_ahead = self._calls.new_read_ahead()
         try:

@@ -34,9 +34,12 @@ A connection's states, as Kafka's SaslServerAuthenticator has them:
                      is answered 0: the session does not expire).
     FAILED           the answer is sent, then the connection is closed (after Kafka's delay).
 
-With `auth` off the listener is a PLAINTEXT one: a connection is AUTHENTICATED as ANONYMOUS from the
-start, and a client configured for SASL gets ILLEGAL_SASL_STATE for its SaslHandshake, as Kafka's
-brokers answer it on a listener without SASL.
+On a listener without SASL (PLAINTEXT or SSL: all of them with `auth` off) a connection is
+AUTHENTICATED from the start, as the anonymous super user with `auth` off, and with `auth` required
+as the principal ANONYMOUS, allowed only what the ACLs grant it (`User:ANONYMOUS`, `User:*`), as
+Kafka's PLAINTEXT listener makes its connections User:ANONYMOUS for its authorizer to judge; a
+client configured for SASL gets ILLEGAL_SASL_STATE for its SaslHandshake, as Kafka's brokers answer
+it on a listener without SASL.
 
 The principal is read again for every request (as HTTP reads it per request): an ACL changed since
 the connection authenticated applies to its next request, and once its key is revoked, its SCRAM
@@ -168,7 +171,8 @@ class SaslSession:
     """One connection's authentication. Invariant: a request is served as a principal only in
     AUTHENTICATED, as the principal its credentials name at that request (module docstring)."""
 
-    def __init__(self, calls: BrokerCalls, peer: str | None) -> None:
+    def __init__(self, calls: BrokerCalls, peer: str | None, sasl: bool) -> None:
+        """`sasl`: whether the connection's listener authenticates (SASL_PLAINTEXT, SASL_SSL)."""
         self._calls = calls
         # The connection's peer, HOST:PORT (None: unknown): what its logs and audit entries name.
         self.peer = peer
@@ -178,7 +182,7 @@ class SaslSession:
         self._scram_server = None  # scramp's server between SCRAM's two messages
         self._scram_username: str | None = None
         self._scram_stored_key = b""
-        self.state = State.HANDSHAKE if calls.requires_authentication else State.AUTHENTICATED
+        self.state = State.HANDSHAKE if sasl else State.AUTHENTICATED
 
     @property
     def closing(self) -> bool:
@@ -326,7 +330,9 @@ class SaslSession:
                     f"authenticate again"
                 )
             return principal
-        if self._credentials is None:
+        if self._credentials is None:  # a listener without SASL
+            if self._calls.requires_authentication:
+                return await self._calls.anonymous_principal()
             return AUTH_OFF_PRINCIPAL
         principal = await self._calls.authenticate(*self._credentials)
         if principal is None:

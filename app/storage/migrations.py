@@ -23,7 +23,7 @@ MIGRATION_LOCK_KEY = 7_470_001
 
 # The revision of alembic/versions' last migration: the schema this code is written for. A new
 # migration updates it (tests/operations/test_start_up.py checks that it is alembic's head).
-HEAD_REVISION = "0018"
+HEAD_REVISION = "0019"
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
-"""Which Kafka nodes are alive, through PostgreSQL itself (no table, no migration): each node
+"""Which Kafka nodes are alive, through PostgreSQL itself (no table for the liveness): each node
 holds one connection whose application_name is `kafka-node <id> <host>:<port>` (its Kafka node id
-and the address it advertises) for as long as it serves, and asks on it every HEARTBEAT_INTERVAL_S
+and the address its first listener advertises) for as long as it serves, and asks on it every HEARTBEAT_INTERVAL_S
 whether its server takes writes (`beat`, a statement as cheap as `SELECT 1`); the live nodes are
 those names in pg_stat_activity whose session showed a sign of life within SESSION_TIMEOUT_S. A
 node that stops or dies loses its connection (PostgreSQL ends the session when the socket closes),
@@ -35,7 +35,14 @@ longer takes writes), and the node announces itself again on the read-write serv
 (coordinator/cluster_nodes.NodePresence), as the pool leaves such a server (database._keep_session).
 
 PostgreSQL keeps 63 bytes of an application_name: an announcement that does not fit is refused
-(the node then lists only itself)."""
+(the node then lists only itself).
+
+A node of several Kafka listeners (one per security protocol) also writes the address each
+advertises to `kafka_node_listeners` when it announces itself (migration 0019), read with the live
+sessions: a row counts only for a node whose session is live, so a node gone needs no clean-up, and
+a node restarted with other listeners rewrites its rows. A live node without rows (a node of the
+version before, during a rolling upgrade) is listed at its application_name's one address on every
+listener, as before (LiveNode.on)."""
 
 from __future__ import annotations
 
@@ -60,9 +67,24 @@ SESSION_TIMEOUT_S = 9.0
 
 @dataclass(frozen=True, slots=True, order=True)
 class LiveNode:
+    """A node and the address it advertises (its first listener's), with each listener's as
+    (protocol, host, port), by protocol (none known: a node of the version before)."""
+
     node_id: int
     host: str
     port: int
+    listeners: tuple[tuple[str, str, int], ...] = ()
+
+    def on(self, protocol: str) -> LiveNode | None:
+        """The node as a client of a listener of `protocol` reaches it: at its address for that
+        listener; None when it has no such listener. A node whose listeners are not known (the
+        version before wrote none) is reached at its one address, whatever the protocol."""
+        if not self.listeners:
+            return self
+        for listener_protocol, host, port in self.listeners:
+            if listener_protocol == protocol:
+                return LiveNode(self.node_id, host, port, self.listeners)
+        return None
 
 
 def application_name(node: LiveNode) -> str | None:
@@ -85,6 +107,8 @@ async def announce(conn: asyncpg.Connection, node: LiveNode) -> bool:
     name = application_name(node)
     if name is None:
         return False
+    if node.listeners:
+        await _write_listeners(conn, node)
     await conn.execute(
         "SELECT set_config(name, setting, false) FROM unnest($1::text[], $2::text[]) AS s(name, setting)",
         list(_SERVER_KEEPALIVES),
@@ -92,6 +116,24 @@ async def announce(conn: asyncpg.Connection, node: LiveNode) -> bool:
     )
     await conn.execute("SELECT set_config('application_name', $1, false)", name)
     return True
+
+
+async def _write_listeners(conn: asyncpg.Connection, node: LiveNode) -> None:
+    """The node's listeners' addresses, in place of those it announced before (a restart with other
+    listeners): one statement, rows written only when they change (each worker of a node announces)."""
+    await conn.execute(
+        "WITH announced AS (SELECT * FROM unnest($2::text[], $3::text[], $4::int[]) AS a(protocol, host, port)), "
+        "dropped AS (DELETE FROM kafka_node_listeners l WHERE l.node_id = $1 "
+        "AND l.protocol NOT IN (SELECT protocol FROM announced)) "
+        "INSERT INTO kafka_node_listeners AS l (node_id, protocol, host, port) "
+        "SELECT $1, protocol, host, port FROM announced ORDER BY protocol "
+        "ON CONFLICT (node_id, protocol) DO UPDATE SET host = excluded.host, port = excluded.port "
+        "WHERE (l.host, l.port) IS DISTINCT FROM (excluded.host, excluded.port)",
+        node.node_id,
+        [protocol for protocol, _, _ in node.listeners],
+        [host for _, host, _ in node.listeners],
+        [port for _, _, port in node.listeners],
+    )
 
 
 async def beat(conn: asyncpg.Connection) -> bool:
@@ -102,26 +144,37 @@ async def beat(conn: asyncpg.Connection) -> bool:
     return bool(await conn.fetchval(IS_READ_WRITE_SQL))
 
 
-def _parsed(name: str) -> LiveNode | None:
+def _parsed(name: str, listeners: tuple[tuple[str, str, int], ...]) -> LiveNode | None:
     try:
         node_id, address = name[len(PREFIX) :].split(" ", 1)
         host, port = address.rsplit(":", 1)
-        return LiveNode(int(node_id), host.strip("[]"), int(port))
+        return LiveNode(int(node_id), host.strip("[]"), int(port), listeners)
     except ValueError:
         return None
 
 
 async def live_nodes(conn: asyncpg.Connection, session_timeout_s: float = SESSION_TIMEOUT_S) -> list[LiveNode]:
     """The nodes announced on this database that showed a sign of life within `session_timeout_s`
-    (see the module docstring), one per id (the lowest address if two claim one)."""
+    (see the module docstring), one per id (the lowest address if two claim one), each with its
+    listeners' addresses."""
     rows = await conn.fetch(
-        "SELECT DISTINCT application_name FROM pg_stat_activity "
+        "WITH announced AS (SELECT DISTINCT application_name FROM pg_stat_activity "
         "WHERE datname = current_database() AND starts_with(application_name, $1) "
-        "AND (state_change IS NULL OR state = 'active' OR state_change > now() - make_interval(secs => $2))",
+        "AND (state_change IS NULL OR state = 'active' OR state_change > now() - make_interval(secs => $2))) "
+        "SELECT a.application_name, l.protocol, l.host, l.port FROM announced a "
+        "LEFT JOIN kafka_node_listeners l "
+        "ON l.node_id::text = split_part(substr(a.application_name, $3), ' ', 1) "
+        "ORDER BY a.application_name, l.protocol",
         PREFIX,
         session_timeout_s,
+        len(PREFIX) + 1,
     )
+    listeners: dict[str, list[tuple[str, str, int]]] = {}
+    for row in rows:
+        found = listeners.setdefault(row["application_name"], [])
+        if row["protocol"] is not None:
+            found.append((row["protocol"], row["host"], row["port"]))
     by_id: dict[int, LiveNode] = {}
-    for node in sorted(filter(None, (_parsed(row["application_name"]) for row in rows))):
+    for node in sorted(filter(None, (_parsed(name, tuple(found)) for name, found in listeners.items()))):
         by_id.setdefault(node.node_id, node)
     return list(by_id.values())

@@ -376,6 +376,19 @@ class ScramCredential(SQLModel, table=True):
     updated_ms: int = Field(sa_type=BigInteger, nullable=False)
 
 
+class KafkaNodeListener(SQLModel, table=True):
+    """The address a node advertises for one of its Kafka listeners (migration 0019), read for the
+    nodes whose presence session is live (app/storage/node_presence.py), rewritten by the node when
+    it announces itself."""
+
+    __tablename__ = "kafka_node_listeners"
+
+    node_id: int = Field(primary_key=True)
+    protocol: str = Field(primary_key=True, sa_type=Text)  # PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL
+    host: str = Field(sa_type=Text, nullable=False)
+    port: int = Field(nullable=False)
+
+
 class AclRule(SQLModel, table=True):
     """Kafka's ACL model: principal, resource (type, pattern type, name), operation, allow/deny."""
 

@@ -1126,7 +1126,7 @@ def test_a_node_announces_itself_on_the_new_primary_when_the_old_one_keeps_runni
         port = holder.getsockname()[1]
         env = {"TXBROKER_KAFKA_LISTENER": f"127.0.0.1:{port}", "TXBROKER_NODE_ID": "7"}
         _one_worker_with_a_topic(cluster, server_process, "announced", 1, env=env)
-        node = LiveNode(7, "127.0.0.1", port)
+        node = LiveNode(7, "127.0.0.1", port, (("PLAINTEXT", "127.0.0.1", port),))  # its one listener
         _until(lambda: _announced_on(primary) == [node], "node 7 announced on the primary")
         assert _announced_on(standby) == []  # a standby's pg_stat_activity has the sessions on it alone
 

@@ -47,19 +47,24 @@ def held_port() -> socket.socket:
     return bound_accepting_socket("127.0.0.1", 0)
 
 
+def metadata_brokers(connection: RawConnection) -> list:
+    """The brokers of a Metadata v12 answer (asking for no topic) on `connection`."""
+    response = connection.call(
+        request_of(
+            api_table.METADATA,
+            12,
+            topics=(),
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        )
+    )
+    return list(response.brokers)
+
+
 def brokers(port: int) -> dict[int, int]:
     with RawConnection(f"127.0.0.1:{port}") as connection:
-        response = connection.call(
-            request_of(
-                api_table.METADATA,
-                12,
-                topics=(),
-                allow_auto_topic_creation=False,
-                include_cluster_authorized_operations=False,
-                include_topic_authorized_operations=False,
-            )
-        )
-    return {b.node_id: b.port for b in response.brokers}
+        return {b.node_id: b.port for b in metadata_brokers(connection)}
 
 
 def brokers_become(port: int, expected: dict[int, int]) -> None:
@@ -273,6 +278,8 @@ def test_a_presence_is_live_while_its_session_shows_life(database_url):
             await running
             for role in roles:
                 await reader.execute(f"CREATE ROLE {role} LOGIN")
+            # The listing reads the nodes' listeners (migration 0019), as a node's role reads every table.
+            await reader.execute(f"GRANT SELECT ON kafka_node_listeners TO {roles[1]}")
             other_node = await asyncpg.connect(database_url, user=roles[0])
             lister = await asyncpg.connect(database_url, user=roles[1])
             try:
@@ -287,6 +294,8 @@ def test_a_presence_is_live_while_its_session_shows_life(database_url):
         finally:
             await announced.close()
             for role in roles:
+                if await reader.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", role):
+                    await reader.execute(f"DROP OWNED BY {role}")  # its grant
                 await reader.execute(f"DROP ROLE IF EXISTS {role}")
             await reader.close()
 

@@ -25,7 +25,7 @@ from app.kafka.broker_calls import DELETE as DELETE_OPERATION
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import error_message, kafka_error
 from app.kafka.frames import build, response_module
-from app.kafka.listener_addresses import format_address, security_protocol
+from app.kafka.listener_addresses import format_address
 
 NO_THROTTLE = datetime.timedelta(0)
 TOPIC_RESOURCE = 2
@@ -459,8 +459,11 @@ async def _described_configs(
         return _topic_configs(context, await admin.describe_config(context.principal, resource.resource_name, keys))
     if resource.resource_type == BROKER_RESOURCE:
         settings = admin.broker_settings(context.principal)
-        protocol = security_protocol(settings.ssl_certfile is not None, context.calls.requires_authentication)
-        advertised = f"{protocol}://{format_address(context.advertised_host, context.advertised_port)}"
+        advertised = ",".join(
+            f"{protocol}://{format_address(host, port)}"
+            for host, port, protocol in context.calls.advertised_listeners
+            or [(context.advertised_host, context.advertised_port, context.listener)]
+        )
         return config_entries.broker_configs(settings, advertised, keys)
     if resource.resource_type == GROUP_RESOURCE:
         entries = await admin.describe_group_config(context.principal, resource.resource_name)
@@ -719,7 +722,7 @@ async def describe_log_dirs(context: RequestContext, request) -> object:
         return build(
             module, "DescribeLogDirsResponse", throttle_time=NO_THROTTLE, error_code=kafka_error(error), results=()
         )
-    listing = await context.calls.node_listing(context.advertised_host, context.advertised_port)
+    listing = await context.listed_nodes()
     topics = []
     for name, partitions in sizes.items():
         described = tuple(
@@ -804,7 +807,7 @@ class _NodeIds(NamedTuple):
 
 
 async def _node_ids(context: RequestContext) -> _NodeIds:
-    listing = await context.calls.node_listing(context.advertised_host, context.advertised_port)
+    listing = await context.listed_nodes()
     return _NodeIds({node.node_id for node in listing.every}, {node.node_id for node in listing.live})
 
 

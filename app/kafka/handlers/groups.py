@@ -76,7 +76,7 @@ async def coordinated_here(context: RequestContext, key_type: int) -> Callable[[
     internal topic's partitions it leads). Kafka's admin clients ask every broker and add up the
     answers (KafkaJS's listGroups and Kafka's listTransactions keep each one's), so each key is
     listed by one node, as each is coordinated by one; one node alone lists every key."""
-    listing = await context.calls.node_listing(context.advertised_host, context.advertised_port)
+    listing = await context.listed_nodes()
     internal_topic = COORDINATOR_TOPICS[key_type]
     return lambda key: listing.coordinator(internal_topic, key).node_id == context.calls.node_id
 
@@ -87,7 +87,7 @@ async def find_coordinator(context: RequestContext, request) -> object:
     module = response_module(api_table.FIND_COORDINATOR, context.api_version)
     keys = getattr(request, "coordinator_keys", None)
     key_type = getattr(request, "key_type", GROUP_KEY)
-    listing = await context.calls.node_listing(context.advertised_host, context.advertised_port)
+    listing = await context.listed_nodes()
     if keys is None:  # v0-v3: one key
         error, message, node = _coordinator_of(context, listing, key_type, request.key)
         return build(

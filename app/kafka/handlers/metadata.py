@@ -81,7 +81,7 @@ async def _described_brokers(context: RequestContext, request, module) -> tuple:
     """DescribeCluster's brokers, as Kafka's broker answers them: the unfenced (live) nodes, and with
     v2's include_fenced_brokers (KIP-1073) the fenced ones too, `is_fenced` true: here the nodes
     listed only because their presence lapsed (dead, stopped or hung), which Metadata still lists."""
-    listing = await context.calls.node_listing(context.advertised_host, context.advertised_port)
+    listing = await context.listed_nodes()
     fenced = listing.lapsed if getattr(request, "include_fenced_brokers", False) else []
     return _brokers(
         module,
@@ -200,7 +200,7 @@ async def handle(context: RequestContext, request) -> object:
         by_id = [topic.topic_id for topic in request.topics if topic.name is None]
         if by_id:
             found += await context.calls.topic_metadata_by_id(context.principal, by_id)
-    listing = await context.calls.node_listing(context.advertised_host, context.advertised_port)
+    listing = await context.listed_nodes()
     topics = [
         build(
             module,
@@ -336,7 +336,7 @@ async def describe_topic_partitions(context: RequestContext, request) -> object:
             (t for t in found if _java_order(t.name) >= _java_order(first)), key=lambda t: _java_order(t.name)
         )
     refused = [t for t in found if kafka_error(t.error) == KafkaError.topic_authorization_failed]
-    listing = await context.calls.node_listing(context.advertised_host, context.advertised_port)
+    listing = await context.listed_nodes()
     remaining = max(min(MAX_RESPONSE_PARTITIONS, request.response_partition_limit), 1)
     answered, next_cursor = [], None
     for topic in (t for t in found if t not in refused):
