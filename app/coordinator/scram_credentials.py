@@ -14,11 +14,13 @@ Every change is written with its audit entry in one PostgreSQL transaction, as s
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 
 import asyncpg
-from scramp import ScramException, ScramMechanism
+from scramp import ScramMechanism
 from scramp.utils import h, hmac
 
 from app.clock import now_ms
@@ -59,6 +61,9 @@ MAX_ITERATIONS = 16384
 # clients send 64 bytes (librdkafka) or more than 12 (Java's ScramFormatter).
 MIN_SALT_BYTES = 12
 MAX_PASSWORD_CHARS = 1024
+# The salt HTTP's set_password draws (Kafka's own tools draw fewer; librdkafka 64 bytes).
+SALT_BYTES = 32
+_HASH_NAMES = {SCRAM_SHA_256: "sha256", SCRAM_SHA_512: "sha512"}
 
 
 class CredentialRefusal(StrEnum):
@@ -203,23 +208,23 @@ async def alter_credentials(
 async def set_password(
     pool: asyncpg.Pool, actor: Actor, name: str, mechanism: str, password: str, iterations: int
 ) -> None:
-    """HTTP's: sets the principal's credential for `mechanism` from a password, with a new random salt."""
-    scram = _check_mechanism(mechanism)
+    """HTTP's: sets the principal's credential for `mechanism` from a password, with a new random
+    salt, salted as Kafka's clients salt it (its ScramFormatter, librdkafka, kafka-python, aiokafka:
+    PBKDF2 of the password's UTF-8 bytes, no SASLprep): a password SASLprep would change (a
+    non-ASCII space, a character NFKC rewrites) must authenticate the clients that type it."""
+    _check_mechanism(mechanism)
     _check_iterations(iterations)
     if not password or len(password) > MAX_PASSWORD_CHARS:
         raise ScramCredentialRefused(
             CredentialRefusal.UNACCEPTABLE,
             f"a password of {len(password)} characters: expected 1 to {MAX_PASSWORD_CHARS}",
         )
-    try:
-        # PBKDF2 of up to 16384 iterations: off the event loop.
-        salt, stored_key, server_key, _ = await asyncio.to_thread(scram.make_auth_info, password, iterations)
-    except ScramException as refused:
-        raise ScramCredentialRefused(
-            CredentialRefusal.UNACCEPTABLE,
-            f"the password is not acceptable to SCRAM (SASLprep, RFC 4013): {refused}; choose another",
-        ) from None
-    credential = ScramCredentialRow(name, mechanism, salt, iterations, stored_key, server_key, now_ms())
+    salt = secrets.token_bytes(SALT_BYTES)
+    # PBKDF2 of up to 16384 iterations: off the event loop.
+    salted_password = await asyncio.to_thread(
+        hashlib.pbkdf2_hmac, _HASH_NAMES[mechanism], password.encode("utf-8"), salt, iterations
+    )
+    credential = _from_salted_password(ScramAlteration(name, mechanism, iterations, salt, salted_password), now_ms())
     async with pool.acquire() as conn, conn.transaction():
         await _upsert(conn, actor, credential)
 
