@@ -104,6 +104,21 @@ def is_allowed(principal: Principal, operation: Operation, resource_type: Resour
     )
 
 
+def is_allowed_on_some(principal: Principal, operation: Operation, resource_type: ResourceType) -> bool:
+    """Whether the principal may do `operation` on at least one resource of the type, Kafka's
+    authorizeByResourceType (InitProducerId's Write on any topic): some rule allows it on a name
+    (a prefixed rule: on its prefix, a topic it covers) that no rule denies it on."""
+    if principal.is_super_user:
+        return True
+    return any(
+        acl.permission == Permission.ALLOW
+        and acl.resource_type == resource_type
+        and acl.operation in (operation, Operation.ALL)
+        and is_allowed(principal, operation, resource_type, acl.resource_name)
+        for acl in principal.acls
+    )
+
+
 def authorize(principal: Principal, operation: Operation, resource_type: ResourceType, name: str) -> None:
     """Raises the resource type's *_AUTHORIZATION_FAILED (403) unless allowed."""
     if not is_allowed(principal, operation, resource_type, name):

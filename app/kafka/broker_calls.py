@@ -39,6 +39,7 @@ from app.coordinator.authorizer import (
     ResourceType,
     authorize,
     is_allowed,
+    is_allowed_on_some,
 )
 from app.coordinator.classic_groups import (
     CLASSIC_GROUP_TYPE,
@@ -560,6 +561,17 @@ class BrokerCalls:
             )
         if transactional_id is not None:
             authorize(principal, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+        elif _anonymous(principal) and not is_allowed_on_some(principal, Operation.WRITE, ResourceType.TOPIC):
+            # A listener without SASL authenticates nobody: its ANONYMOUS is allowed only what the
+            # ACLs grant it, so an idempotent producer id (a row each) takes Kafka's rule, Write on
+            # some topic, rather than being any principal's right.
+            raise BrokerError(
+                ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                f"principal {principal.name!r} (a listener without SASL: unauthenticated) may not be an idempotent "
+                f"producer without Write on some topic, as Kafka's InitProducerId: grant it one (txbroker acls add "
+                f"--principal {principal.name} --resource-type Topic --resource-name TOPIC --operation Write), or "
+                f"connect to a SASL listener",
+            )
         result = await self._state.coordinator.init_producer_id(
             transactional_id,
             timeout_ms,
@@ -1585,6 +1597,12 @@ def _actor(principal: Principal, client_address: str | None) -> Actor:
     """Who makes a change over Kafka: what its audit entry names (`client_address`: the
     connection's peer, RequestContext's)."""
     return Actor(principal.name, AuditSource.KAFKA, client_address)
+
+
+def _anonymous(principal: Principal) -> bool:
+    """Whether `principal` is the unauthenticated one of a listener without SASL with auth required
+    (security_admin.anonymous_principal: Kafka's User:ANONYMOUS, as a principal of that name is)."""
+    return principal.name == security_admin.ANONYMOUS_NAME and not principal.is_super_user
 
 
 def _producer_id_owner(principal: Principal) -> str | None:

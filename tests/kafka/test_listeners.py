@@ -6,6 +6,7 @@ gives that listener's address, and the settings a node must not start with are r
 from __future__ import annotations
 
 import asyncio
+import datetime
 import ssl
 import subprocess
 import sys
@@ -124,6 +125,48 @@ def test_the_plaintext_listener_is_anonymous_judged_by_the_acls(two_listeners):
         ConfluentError.TOPIC_AUTHORIZATION_FAILED,
         ConfluentError.CLUSTER_AUTHORIZATION_FAILED,
     )
+
+
+def _idempotent_producer_id(connection: RawConnection) -> KafkaError:
+    """The error of an InitProducerId without a transactional id (an idempotent producer's)."""
+    return connection.call(
+        request_of(
+            api_table.INIT_PRODUCER_ID,
+            4,
+            transactional_id=None,
+            transaction_timeout=datetime.timedelta(seconds=60),
+            producer_id=-1,
+            producer_epoch=-1,
+        )
+    ).error_code
+
+
+def test_anonymous_is_an_idempotent_producer_only_with_write_on_some_topic(postgres):
+    """Kafka's InitProducerId rule (IdempotentWrite on the Cluster or Write on any topic) for the
+    principal a listener without SASL serves: with no rule, it is allowed nothing, not even a
+    producer id (a row each, for anyone who reaches the listener)."""
+    server = start_server_on_fresh_database(
+        postgres,
+        "kafka_anonymous_producer_ids",
+        kafka_listener="PLAINTEXT://127.0.0.1:0",
+        auth="required",
+        admin_token=ADMIN_TOKEN,
+    )
+    try:
+        with RawConnection(listener(server, "PLAINTEXT")) as connection:
+            assert _idempotent_producer_id(connection) == KafkaError.cluster_authorization_failed
+            with admin_client(server) as admin:
+                admin.post(
+                    "/v1/acls", json={"principal": ANONYMOUS, **rule("Topic", "readable", "Read")}
+                ).raise_for_status()
+            assert _idempotent_producer_id(connection) == KafkaError.cluster_authorization_failed
+            with admin_client(server) as admin:
+                admin.post(
+                    "/v1/acls", json={"principal": ANONYMOUS, **rule("Topic", "writable", "Write")}
+                ).raise_for_status()
+            assert _idempotent_producer_id(connection) == KafkaError.none
+    finally:
+        stop_in_process_server(server)
 
 
 def _brokers(connection: RawConnection) -> list[tuple[int, str, int]]:
