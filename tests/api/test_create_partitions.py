@@ -11,7 +11,7 @@ import asyncpg
 import httpx
 import pytest
 
-from tests.api.test_consumer_groups import assigned, heartbeat
+from tests.api.test_consumer_groups import assigned, heartbeat, settled
 from tests.api.test_topics_api import assert_error, create, produce
 
 _names = itertools.count()
@@ -90,12 +90,13 @@ def test_a_consumer_group_is_assigned_the_new_partitions_at_its_next_heartbeat(c
     """The range assignment follows the grown count, with no member joining or leaving."""
     name, group = fresh(), fresh()
     create(client, name, 2)
-    first = heartbeat(client, group, topics=[name])
-    second = heartbeat(client, group, topics=[name])
-    first = heartbeat(client, group, first["member_id"], topics=[name])
+    members = [heartbeat(client, group, topics=[name])["member_id"] for _member in ("first", "second")]
+    # Settled: a partition moved from one member to another reaches it once the first acknowledged
+    # the generation that revoked it (the revocation barrier).
+    first, second = settled(client, group, members, topics=[name])
     assert sorted(assigned(first)[name] + assigned(second)[name]) == [0, 1]
     assert grow(client, name, 5).status_code == 200
-    after = [heartbeat(client, group, m["member_id"], topics=[name]) for m in (first, second)]
+    after = settled(client, group, members, topics=[name])
     assert after[0]["generation_id"] > first["generation_id"]
     assert sorted(assigned(after[0])[name] + assigned(after[1])[name]) == [0, 1, 2, 3, 4]
 
