@@ -1,5 +1,7 @@
 """Principals, API keys, ACLs and the audit log. Every change needs Alter on the Cluster (super
-users have it) and is written to the audit log with the principal who made it."""
+users have it) and is written to the audit log with the principal who made it. Every listing is
+answered once the synchronous standby has what it read (docs/operations-high-availability.md): a
+revocation it lacks is brought back by a failover, which an operator who saw it gone would miss."""
 
 from __future__ import annotations
 
@@ -10,11 +12,12 @@ from fastapi.responses import Response
 
 from app.api import schemas
 from app.api.auth import ActorDep, PrincipalDep
-from app.api.deps import READY, PoolDep
+from app.api.deps import READY, PoolDep, ReplicationBarrierDep
 from app.api.json_route import OrjsonRoute
 from app.api.responses import json_response
 from app.coordinator import scram_credentials, security_admin
 from app.coordinator.authorizer import CLUSTER_RESOURCE, Operation, ResourceType, authorize
+from app.coordinator.confirmed_reads import reads_confirmed_by_the_standby
 from app.coordinator.security_admin import AclRow
 
 router = APIRouter(prefix="/v1", tags=["security"], dependencies=READY, route_class=OrjsonRoute)
@@ -39,9 +42,10 @@ async def create_principal(body: schemas.PrincipalIn, pool: PoolDep, principal: 
 
 
 @router.get("/principals", response_model=schemas.PrincipalList, responses=ERRORS)
-async def list_principals(pool: PoolDep, principal: PrincipalDep):
+async def list_principals(pool: PoolDep, barrier: ReplicationBarrierDep, principal: PrincipalDep):
     _require(principal, Operation.DESCRIBE)
-    found = await security_admin.list_principals(pool)
+    async with reads_confirmed_by_the_standby(barrier, "the principals"):
+        found = await security_admin.list_principals(pool)
     return json_response(
         {"principals": [{"name": p.name, "super_user": p.is_super_user, "created_ms": p.created_ms} for p in found]}
     )
@@ -64,9 +68,12 @@ async def add_key(name: schemas.IdentifierInPath, pool: PoolDep, principal: Prin
 
 
 @router.get("/principals/{name}/keys", response_model=schemas.ApiKeyList, responses=ERRORS)
-async def list_keys(name: schemas.IdentifierInPath, pool: PoolDep, principal: PrincipalDep):
+async def list_keys(
+    name: schemas.IdentifierInPath, pool: PoolDep, barrier: ReplicationBarrierDep, principal: PrincipalDep
+):
     _require(principal, Operation.DESCRIBE)
-    found = await security_admin.list_keys(pool, name)
+    async with reads_confirmed_by_the_standby(barrier, f"the API keys of principal {name!r}"):
+        found = await security_admin.list_keys(pool, name)
     return json_response(
         {"keys": [{"key_id": k.key_id, "created_ms": k.created_ms, "revoked_ms": k.revoked_ms} for k in found]}
     )
@@ -114,10 +121,13 @@ async def delete_scram_credential(
 
 
 @router.get("/principals/{name}/scram-credentials", response_model=schemas.ScramCredentialList, responses=ERRORS)
-async def list_scram_credentials(name: schemas.IdentifierInPath, pool: PoolDep, principal: PrincipalDep):
+async def list_scram_credentials(
+    name: schemas.IdentifierInPath, pool: PoolDep, barrier: ReplicationBarrierDep, principal: PrincipalDep
+):
     """The principal's SCRAM credentials: mechanism and iterations (no salt, no key)."""
     _require(principal, Operation.DESCRIBE)
-    found = await scram_credentials.list_credentials(pool, name)
+    async with reads_confirmed_by_the_standby(barrier, f"the SCRAM credentials of principal {name!r}"):
+        found = await scram_credentials.list_credentials(pool, name)
     return json_response(
         {
             "credentials": [
@@ -162,12 +172,14 @@ async def add_acl(body: schemas.AclIn, pool: PoolDep, principal: PrincipalDep, a
 @router.get("/acls", response_model=schemas.AclList, responses=ERRORS)
 async def list_acls(
     pool: PoolDep,
+    barrier: ReplicationBarrierDep,
     principal: PrincipalDep,
     principal_name: Annotated[str | None, Query(alias="principal")] = None,
     resource_type: str | None = None,
 ):
     _require(principal, Operation.DESCRIBE)
-    found = await security_admin.list_acls(pool, principal_name, resource_type)
+    async with reads_confirmed_by_the_standby(barrier, "the ACL rules"):
+        found = await security_admin.list_acls(pool, principal_name, resource_type)
     return json_response({"acls": [_acl_body(acl) for acl in found]})
 
 
@@ -183,13 +195,15 @@ async def remove_acl(
 @router.get("/audit", responses=ERRORS)
 async def audit_log(
     pool: PoolDep,
+    barrier: ReplicationBarrierDep,
     principal: PrincipalDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     before: Annotated[int | None, Query(ge=0, le=schemas.INT64_MAX, description="entries older than this id")] = None,
 ):
     """Administrative actions, newest first."""
     _require(principal, Operation.DESCRIBE)
-    entries = await security_admin.audit_entries(pool, limit, before)
+    async with reads_confirmed_by_the_standby(barrier, "the audit log"):
+        entries = await security_admin.audit_entries(pool, limit, before)
     return json_response(
         {
             "entries": [

@@ -59,10 +59,11 @@ async def health(request: Request):
 
 
 @router.get("/cluster", response_model=schemas.Cluster, dependencies=READY)
-async def cluster(pool: PoolDep, settings: SettingsDep, principal: PrincipalDep):
+async def cluster(pool: PoolDep, barrier: ReplicationBarrierDep, settings: SettingsDep, principal: PrincipalDep):
     """[Metadata] This node (as `nodes` too: every node serves every request; the Kafka listener's
-    Metadata lists every live node) and the topic names the caller may Describe."""
-    names = [topic.name for topic in await topic_admin.list_topics(pool, _describable_by(principal))]
+    Metadata lists every live node) and the topic names the caller may Describe, once the synchronous
+    standby has them (a topic whose creation or deletion it lacks is taken back by a failover)."""
+    names = [topic.name for topic in await topic_admin.list_topics(pool, _describable_by(principal), barrier)]
     node = {"node_id": settings.node_id, "url": settings.public_url()}
     return json_response({"node_id": settings.node_id, "nodes": [node], "topics": names})
 

@@ -831,7 +831,9 @@ class GroupCoordinator:
         """`member_id`, `member_epoch`: OffsetFetch v9's, checked (a KIP-848 consumer group's only,
         as Kafka's ConsumerGroup.validateOffsetFetch: an admin's fetch names neither)."""
         check_group_id(group_id)
-        async with self.pool.acquire() as conn:
+        # A member epoch refused (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID: the consumer rejoins) is read
+        # from the group as its offsets are: a heartbeat the standby lacks is taken back by a failover.
+        async with self._offsets_confirmed(group_id), self.pool.acquire() as conn:
             if member_id is not None or member_epoch >= 0:
                 group = await groups.get(conn, group_id)
                 consumer = None if group is None else consumer_state(group)
@@ -840,7 +842,6 @@ class GroupCoordinator:
                     if error is not None:
                         raise error
             found = await group_offsets.fetch(conn, group_id, partitions)
-        await self._offsets_confirmed(group_id)
         results = []
         for committed in found:
             error = None
@@ -853,15 +854,15 @@ class GroupCoordinator:
             results.append((committed, error))
         return results
 
-    async def _offsets_confirmed(self, group_id: str) -> None:
-        """Returns once the synchronous standby has the committed offsets of `group_id` just read
-        (docs/operations-high-availability.md, What readers see); COORDINATOR_NOT_AVAILABLE
-        (retriable) when it has not confirmed them within READ_WAIT_MIN_S. A consumer starts from
-        them, and a person or tool reading a group's description acts on them too: an offset whose
-        commit (an EndTxn's, an OffsetCommit's) the standby has not confirmed could be lost by a
-        failover with the output that went with it, and a consumer positioned past its inputs would
-        skip them for good."""
-        await confirmed_by_the_standby(self.replication_barrier, f"the committed offsets of group {group_id!r}")
+    def _offsets_confirmed(self, group_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """The block's reads of the committed offsets of `group_id` (and of the group), answered once
+        the synchronous standby has them (docs/operations-high-availability.md, What readers see);
+        COORDINATOR_NOT_AVAILABLE (retriable) when it has not confirmed them within READ_WAIT_MIN_S.
+        A consumer starts from them, and a person or tool reading a group's description acts on them
+        too: an offset whose commit (an EndTxn's, an OffsetCommit's) the standby has not confirmed
+        could be lost by a failover with the output that went with it, and a consumer positioned past
+        its inputs would skip them for good."""
+        return reads_confirmed_by_the_standby(self.replication_barrier, f"the committed offsets of group {group_id!r}")
 
     # ---- deletion
 
@@ -924,15 +925,14 @@ class GroupCoordinator:
     async def describe(self, group_id: str, with_offsets: bool = True) -> GroupDescription:
         """The group, its members and, `with_offsets` (HTTP's describe; Kafka's DescribeGroups shows
         none), its committed offsets with their lag, answered once the synchronous standby has them
-        as OffsetFetch's are (`_offsets_confirmed`); so is GROUP_ID_NOT_FOUND then (a group whose
-        deletion the standby lacks comes back with its offsets)."""
+        as OffsetFetch's are (`_offsets_confirmed`; without offsets, `_group_confirmed`); so is
+        GROUP_ID_NOT_FOUND then (a group whose deletion the standby lacks comes back with its
+        offsets)."""
         check_group_id(group_id)
         # None is an answer too: an OffsetDelete or a group deletion the standby lacks would come back.
-        confirmed = (
-            reads_confirmed_by_the_standby(self.replication_barrier, f"the committed offsets of group {group_id!r}")
-            if with_offsets
-            else contextlib.nullcontext()
-        )
+        # Without offsets (Kafka's DescribeGroups), the members and state: an operator acts on them too
+        # (resets the offsets of a group it found Empty, takes Dead for deleted).
+        confirmed = self._offsets_confirmed(group_id) if with_offsets else self._group_confirmed(group_id)
         # One snapshot: a rebalance committing between the reads must not pair one generation's
         # assignment with another's members.
         async with confirmed:
@@ -948,9 +948,18 @@ class GroupCoordinator:
         """[ConsumerGroupDescribe] A KIP-848 consumer group: GROUP_ID_NOT_FOUND for no such group or
         one of another kind."""
         check_group_id(group_id)
-        async with self.pool.acquire() as conn:
+        async with self._group_confirmed(group_id), self.pool.acquire() as conn:
             return describe_consumer_group(await groups.get(conn, group_id), group_id)
 
+    def _group_confirmed(self, group_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """The block's reads of a group's state and members, answered once the synchronous standby
+        has them (GROUP_ID_NOT_FOUND too: a deletion it lacks comes back), as `_offsets_confirmed`."""
+        return reads_confirmed_by_the_standby(self.replication_barrier, f"the state of group {group_id!r}")
+
     async def list(self) -> list[tuple[Group, int]]:
+        """Every group with its member count, once the synchronous standby has them: a group whose
+        creation or deletion it lacks is taken back, or brought back, by a failover."""
         async with self.pool.acquire() as conn:
-            return await groups.list_groups(conn)
+            listed = await groups.list_groups(conn)
+        await confirmed_by_the_standby(self.replication_barrier, "the groups' list")
+        return listed

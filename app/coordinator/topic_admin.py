@@ -128,10 +128,17 @@ class RecordsDeleted:
     error: BrokerError | None = None
 
 
-async def list_topics(pool: asyncpg.Pool, visible: Callable[[str], bool] = _everything) -> list[TopicInfo]:
-    """The topics whose names `visible` admits."""
+async def list_topics(
+    pool: asyncpg.Pool, visible: Callable[[str], bool] = _everything, confirmed_by: ReplicationBarrier | None = None
+) -> list[TopicInfo]:
+    """The topics whose names `visible` admits, once the synchronous standby (`confirmed_by`: the
+    server's barrier; None: at once) has them: a topic whose creation it lacks is taken back by a
+    failover, one whose deletion it lacks brought back; DatabaseUnavailable (retriable) if it has
+    not within READ_WAIT_MIN_S."""
     async with pool.acquire() as conn:
-        return [topic for topic in await topics.list_topics(conn) if visible(topic.name)]
+        found = [topic for topic in await topics.list_topics(conn) if visible(topic.name)]
+    await confirmed_by_the_standby(confirmed_by, "the list of topics")
+    return found
 
 
 async def get_topic(pool: asyncpg.Pool, name: str) -> TopicInfo:

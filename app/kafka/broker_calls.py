@@ -51,6 +51,7 @@ from app.coordinator.classic_groups import (
     group_type,
 )
 from app.coordinator.cluster_nodes import ListedNodes, LiveNode, NodeListing, NodePresence
+from app.coordinator.confirmed_reads import confirmed_by_the_standby
 from app.coordinator.consumer_groups import ConsumerGroupDescription, ConsumerHeartbeat, ConsumerHeartbeatResult
 from app.coordinator.fetch import (  # ListOffsets' sentinels: the handlers import no core module
     EARLIEST_TIMESTAMP,  # noqa: F401
@@ -117,6 +118,11 @@ def answers_while_the_database_is_away(call: Callable) -> Callable:
             raise _database_away(call.__name__, error) from error
 
     return answered
+
+
+# The errors of Metadata's topics that say what a read found absent: unconfirmed, they wait as a
+# topic found does (a deletion the standby lacks comes back with a failover).
+_READ_ABSENT = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID})
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,15 +471,19 @@ class BrokerCalls:
         when allowed (Kafka's auto.create.topics.enable and the request's flag) with Kafka's defaults;
         one not found (nor created) is UNKNOWN_TOPIC_OR_PARTITION, or INVALID_TOPIC_EXCEPTION for a
         name no topic could have, as Kafka's broker tells them apart (topic_admin.missing_topic).
-        `client_address`: the connection's peer, which a topic's auto-creation is audited with."""
+        `client_address`: the connection's peer, which a topic's auto-creation is audited with.
+        Answered once the synchronous standby has what was read (`_metadata_confirmed`); every topic
+        (None) unconfirmed raises DatabaseUnavailable: no topic to answer it on."""
         pool = self._state.pool
         if names is None:
-            return [
-                _described(t)
-                for t in await topic_admin.list_topics(
-                    pool, lambda name: is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)
-                )
-            ]
+            listed = await topic_admin.list_topics(
+                pool,
+                lambda name: is_allowed(principal, Operation.DESCRIBE, ResourceType.TOPIC, name),
+                self._state.replication_barrier,
+            )
+            return [_described(t) for t in listed]
+        if not names:  # the brokers alone (librdkafka's frequent request): no topic read
+            return []
         try:
             found = await topic_admin.find_topics(pool, names) if names else {}
         except CONNECTION_ERRORS as error:  # each topic asked is retriable, its partitions unknown meanwhile
@@ -494,6 +504,25 @@ class BrokerCalls:
                 results.append(TopicMetadata(name, topic_admin.missing_topic(name)))
             else:
                 results.append(_described(topic))
+        return await self._metadata_confirmed(results)
+
+    async def _metadata_confirmed(self, results: list[TopicMetadata]) -> list[TopicMetadata]:
+        """Metadata's topics once the synchronous standby has what they were read from: as a Kafka
+        broker answers only metadata its controller quorum committed, a topic whose creation a
+        failover takes back (its CreateTopics answered a retriable error) is not listed yet, nor is
+        one whose deletion it brings back answered as gone. Unconfirmed, each topic found or not
+        found answers LEADER_NOT_AVAILABLE (DatabaseUnavailable, as while PostgreSQL is away), which
+        Kafka's clients retry; a refusal stays (the principal's ACLs are read at its authentication,
+        which waits for nothing)."""
+        try:
+            await confirmed_by_the_standby(self._state.replication_barrier, "the topics' metadata")
+        except DatabaseUnavailable as unconfirmed:
+            return [
+                TopicMetadata(t.name, unconfirmed, topic_uuid=t.topic_uuid)
+                if t.error is None or t.error.code in _READ_ABSENT
+                else t
+                for t in results
+            ]
         return results
 
     async def topic_metadata_by_id(self, principal: Principal, topic_uuids: list[uuid.UUID]) -> list[TopicMetadata]:
@@ -508,7 +537,7 @@ class BrokerCalls:
             denied = _denied(principal, Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
             # Refused without its name, as Kafka does: the id is no secret, the name may be.
             results.append(_described(topic) if denied is None else TopicMetadata(None, denied, topic_uuid=topic_uuid))
-        return results
+        return await self._metadata_confirmed(results)
 
     async def topic_names(self, topic_uuids: set[uuid.UUID]) -> dict[uuid.UUID, str]:
         """The names of the topics of these ids that exist (Fetch v13+)."""
@@ -1277,8 +1306,17 @@ class AdminCalls:
         authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
         return await topic_admin.stored_bytes(self._state.pool, names)
 
+    async def configs_confirmed(self) -> None:
+        """Returns once the synchronous standby has the configs read before (describe_config's,
+        describe_group_config's: DescribeConfigs confirms its request's resources at once, after
+        reading them all); DatabaseUnavailable when it has not within READ_WAIT_MIN_S. A config
+        change the standby lacks (its request answered a retriable error) is taken back by a
+        failover, and an operator who saw it in force would not make it again."""
+        await confirmed_by_the_standby(self._state.replication_barrier, "the configs described")
+
     async def describe_config(self, principal: Principal, name: str, keys: list[str] | None) -> list[ConfigEntry]:
-        """A topic's configs (`keys`: those named only; None: every one)."""
+        """A topic's configs (`keys`: those named only; None: every one), or its absence, to be
+        confirmed (configs_confirmed)."""
         authorize(principal, Operation.DESCRIBE, ResourceType.TOPIC, name)  # Kafka: DescribeConfigs, implied by it
         topic = (await topic_admin.find_topics(self._state.pool, [name])).get(name)
         if topic is None:  # as Kafka's broker: an invalid name is INVALID_TOPIC_EXCEPTION, not unknown
@@ -1360,8 +1398,9 @@ class AdminCalls:
         )
 
     async def describe_group_config(self, principal: Principal, group_id: str) -> list[group_configs.GroupConfigEntry]:
-        """A group's configs (Kafka's group configs: the group need not exist). Needs Describe on the
-        group (Kafka: DescribeConfigs on it, which txbroker's Describe stands for, as a topic's)."""
+        """A group's configs (Kafka's group configs: the group need not exist), to be confirmed
+        (configs_confirmed). Needs Describe on the group (Kafka: DescribeConfigs on it, which
+        txbroker's Describe stands for, as a topic's)."""
         authorize(principal, Operation.DESCRIBE, ResourceType.GROUP, group_id)
         return await group_configs.describe(self._state.pool, self._state.settings, group_id)
 
@@ -1550,7 +1589,13 @@ class AclCalls:
     async def describe(self, principal: Principal, acl_filter: AclFilter | None) -> list[AclRule]:
         """`acl_filter` None: one no rule can match (an operation txbroker lacks, another host)."""
         authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
-        return [] if acl_filter is None else await security_admin.find_acls(self._state.pool, acl_filter)
+        if acl_filter is None:
+            return []
+        found = await security_admin.find_acls(self._state.pool, acl_filter)
+        await confirmed_by_the_standby(
+            self._state.replication_barrier, "the ACL rules"
+        )  # a removal it lacks comes back
+        return found
 
     async def delete(
         self, principal: Principal, client_address: str | None, acl_filter: AclFilter | None
@@ -1590,7 +1635,9 @@ class ScramCalls:
 
     async def describe(self, principal: Principal, names: list[str] | None) -> list[ScramCredentialInfo]:
         authorize(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE)
-        return await scram_credentials.describe_credentials(self._state.pool, names)
+        found = await scram_credentials.describe_credentials(self._state.pool, names)
+        await confirmed_by_the_standby(self._state.replication_barrier, "the SCRAM credentials")
+        return found
 
 
 def _actor(principal: Principal, client_address: str | None) -> Actor:

@@ -4,9 +4,13 @@ closest Kafka meaning."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from kio.schema.errors import ErrorCode as KafkaError
 
 from app.errors import BrokerError, DatabaseUnavailable, ErrorCode, InvalidTimestamps
+from app.kafka.frames import CloseConnection
 
 _BY_NAME: dict[ErrorCode, KafkaError] = {
     code: KafkaError[code.name.lower()] for code in ErrorCode if code.name.lower() in KafkaError.__members__
@@ -63,3 +67,17 @@ def versioned_error(
     if code == KafkaError.producer_fenced and (producer_fenced_since is None or api_version < producer_fenced_since):
         return KafkaError.invalid_producer_epoch
     return code
+
+
+@contextlib.contextmanager
+def closed_when_unconfirmed(api: str) -> Iterator[None]:
+    """For a read whose answer has no error code its clients retry (Metadata of every topic,
+    DescribeConfigs, DescribeAcls, DescribeUserScramCredentials: Kafka's admin client hands each
+    code to its caller, and an empty answer would be taken for "none"): a read the synchronous
+    standby has not confirmed (DatabaseUnavailable, docs/operations-high-availability.md) closes the
+    connection, as the same request does while PostgreSQL is away, and Kafka's clients ask again on
+    a new one."""
+    try:
+        yield
+    except DatabaseUnavailable as unconfirmed:
+        raise CloseConnection(f"{api} not answered: {unconfirmed.message}") from unconfirmed

@@ -50,7 +50,8 @@ class MalformedRequest(Exception):
 class CloseConnection(Exception):
     """A request Kafka's broker answers by closing the connection once the answers before it are
     written: a Produce with acks=0 that failed, so that its client, which reads no answer, notices
-    and refreshes its metadata."""
+    and refreshes its metadata; a read the synchronous standby has not confirmed, for an API whose
+    clients retry no error code of its answer (error_codes.closed_when_unconfirmed)."""
 
 
 @dataclass(frozen=True, slots=True)

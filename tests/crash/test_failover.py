@@ -1312,3 +1312,171 @@ def test_a_group_not_found_is_answered_once_the_standby_has_its_deletion(cluster
         assert answer.status_code == 503, f"{answer.status_code} {answer.text[:500]}"
         assert answer.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE", answer.text
     assert _until(lambda: described().status_code == 404, "the standby to catch up")
+
+
+def _answer_or_closed(bootstrap: str, request):
+    """The Kafka door's answer to `request` on a connection of its own, or "closed" when it closes
+    the connection instead (a read the standby has not confirmed, for an API whose clients retry no
+    error code of its answer)."""
+    with RawConnection(bootstrap) as connection:
+        try:
+            return connection.call(request)
+        except ConnectionError:
+            return "closed"
+
+
+def test_metadata_group_config_and_security_reads_are_answered_once_the_standby_has_them(cluster, server_process):
+    """Regression: the reads of topics (Metadata, HTTP's topic names), groups (ListGroups,
+    DescribeGroups, HTTP's groups list), configs (DescribeConfigs) and security (HTTP's principals,
+    API keys, SCRAM credentials, ACL rules and audit log; DescribeAcls, DescribeUserScramCredentials)
+    were answered from the primary at once. After writes whose commits' waits for the standby were
+    cancelled (each answered 503), they showed what a failover takes back: a topic with its config
+    and partitions, a group, a principal with its credential and an ACL rule. Each now waits for the
+    standby: while it confirms nothing, a retriable error after 1 s (HTTP 503
+    COORDINATOR_NOT_AVAILABLE; Metadata LEADER_NOT_AVAILABLE for the topic asked, ListGroups
+    COORDINATOR_LOAD_IN_PROGRESS, DescribeGroups COORDINATOR_NOT_AVAILABLE; the connection closed, as
+    while PostgreSQL is away, for Metadata of every topic and for the admin APIs whose error codes
+    Kafka's admin client does not retry); once it has caught up, what was written."""
+    primary, standby = cluster
+    topic, group, principal = "appeared", "appeared-group", "appeared-principal"
+    with bound_accepting_socket("127.0.0.1", 0) as holder:
+        bootstrap = f"127.0.0.1:{holder.getsockname()[1]}"
+        server = _one_worker_with_a_topic(
+            cluster, server_process, "present", 1, env={"TXBROKER_KAFKA_LISTENER": bootstrap}
+        )
+    rule = {"principal": principal, "resource_type": "Topic", "resource_name": topic, "operation": "Read"}
+    writes = {
+        "a topic's creation": lambda: httpx.post(
+            f"{server.url}/v1/topics",
+            json={"name": topic, "partitions": 3, "config": {"retention_ms": 4321}},
+            timeout=60,
+        ),
+        "a group's first commit": lambda: httpx.post(
+            f"{server.url}/v1/groups/{group}/offsets/commit",
+            json={"offsets": [{"topic": "present", "partition": 0, "offset": 0}]},
+            timeout=60,
+        ),
+        "a principal's creation": lambda: httpx.post(
+            f"{server.url}/v1/principals", json={"name": principal, "super_user": False}, timeout=60
+        ),
+        "a SCRAM credential": lambda: httpx.put(
+            f"{server.url}/v1/principals/{principal}/scram-credentials/SCRAM-SHA-256",
+            json={"password": "not-yet-replicated"},
+            timeout=60,
+        ),
+        "an ACL rule": lambda: httpx.post(f"{server.url}/v1/acls", json=rule, timeout=60),
+    }
+    http_reads = {
+        "the cluster's topic names": "/v1/cluster",
+        "the groups' list": "/v1/groups",
+        "the principals": "/v1/principals",
+        "a principal's API keys": f"/v1/principals/{principal}/keys",
+        "a principal's SCRAM credentials": f"/v1/principals/{principal}/scram-credentials",
+        "the ACL rules": "/v1/acls",
+        "the audit log": "/v1/audit",
+    }
+    metadata, describe_configs = api_table.METADATA, api_table.DESCRIBE_CONFIGS
+    any_ = 1  # DescribeAcls' ANY (resource type, pattern type, operation, permission)
+    kafka_reads = {
+        "Metadata of the topic": request_of(
+            metadata,
+            12,
+            topics=(nested(metadata, 12, "MetadataRequestTopic", name=topic, topic_id=None),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        ),
+        "Metadata of every topic": request_of(
+            metadata, 12, topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+        ),
+        "DescribeConfigs": request_of(
+            describe_configs,
+            4,
+            resources=(
+                nested(
+                    describe_configs,
+                    4,
+                    "DescribeConfigsResource",
+                    resource_type=2,  # a topic
+                    resource_name=topic,
+                    configuration_keys=("retention.ms",),
+                ),
+            ),
+            include_synonyms=False,
+            include_documentation=False,
+        ),
+        "ListGroups": request_of(api_table.LIST_GROUPS, 4, states_filter=()),
+        "DescribeGroups": request_of(
+            api_table.DESCRIBE_GROUPS, 5, groups=(group,), include_authorized_operations=False
+        ),
+        "DescribeAcls": request_of(
+            api_table.DESCRIBE_ACLS,
+            1,
+            resource_type_filter=any_,
+            resource_name_filter=None,
+            pattern_type_filter=any_,
+            principal_filter=None,
+            host_filter=None,
+            operation=any_,
+            permission_type=any_,
+        ),
+        "DescribeUserScramCredentials": request_of(api_table.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, users=None),
+    }
+
+    def read(path: str) -> httpx.Response:
+        return httpx.get(f"{server.url}{path}", timeout=60)
+
+    def unconfirmed_answer(what: str, answer) -> object:
+        """What the Kafka read `what` answers about what the unconfirmed writes wrote."""
+        if answer == "closed":
+            return answer
+        if what == "Metadata of the topic":
+            [described] = answer.topics
+            return described.error_code, len(described.partitions)
+        if what == "ListGroups":
+            return answer.error_code, group in [g.group_id for g in answer.groups]
+        if what == "DescribeGroups":
+            [described] = answer.groups
+            return described.error_code
+        return answer  # answered at all: each of the others closes its connection
+
+    with _confirming_nothing(standby), concurrent.futures.ThreadPoolExecutor(len(http_reads)) as readers:
+        for what, write in writes.items():
+            answer = _answer_of_a_cancelled_wait(primary, write)  # written on the primary alone
+            assert answer.status_code == 503, f"{what}: {answer.status_code} {answer.text}"
+        started = time.monotonic()
+        for what, answer in zip(http_reads, readers.map(read, http_reads.values())):
+            assert answer.status_code == 503, f"{what}: {answer.status_code} {answer.text[:500]}"
+            assert answer.json()["error"]["code"] == "COORDINATOR_NOT_AVAILABLE", f"{what}: {answer.text}"
+        assert time.monotonic() - started >= 1  # each waited for the standby's confirmation first
+        answered = {what: unconfirmed_answer(what, _answer_or_closed(bootstrap, r)) for what, r in kafka_reads.items()}
+        assert answered == {
+            "Metadata of the topic": (KafkaError.leader_not_available, 0),
+            "Metadata of every topic": "closed",
+            "DescribeConfigs": "closed",
+            "ListGroups": (KafkaError.coordinator_load_in_progress, False),
+            "DescribeGroups": KafkaError.coordinator_not_available,
+            "DescribeAcls": "closed",
+            "DescribeUserScramCredentials": "closed",
+        }
+    # The standby caught up: every read answers what was written.
+    assert _until(lambda: read("/v1/cluster").status_code == 200, "the standby to catch up")
+    assert topic in read("/v1/cluster").json()["topics"]
+    assert group in [g["group_id"] for g in read("/v1/groups").json()["groups"]]
+    assert principal in [p["name"] for p in read("/v1/principals").json()["principals"]]
+    assert read(f"/v1/principals/{principal}/keys").json()["keys"] == []
+    assert [c["mechanism"] for c in read(f"/v1/principals/{principal}/scram-credentials").json()["credentials"]] == [
+        "SCRAM-SHA-256"
+    ]
+    assert [a["principal"] for a in read("/v1/acls").json()["acls"]] == [principal]
+    assert read("/v1/audit").status_code == 200
+    confirmed = {what: _answer_or_closed(bootstrap, request) for what, request in kafka_reads.items()}
+    [described] = confirmed["Metadata of the topic"].topics
+    assert (described.error_code, len(described.partitions)) == (KafkaError.none, 3)
+    assert topic in [t.name for t in confirmed["Metadata of every topic"].topics]
+    [configs] = confirmed["DescribeConfigs"].results
+    assert [(c.name, c.value) for c in configs.configs] == [("retention.ms", "4321")]
+    assert group in [g.group_id for g in confirmed["ListGroups"].groups]
+    [described] = confirmed["DescribeGroups"].groups
+    assert (described.error_code, described.group_state) == (KafkaError.none, "Empty")
+    assert [r.resource_name for r in confirmed["DescribeAcls"].resources] == [topic]
+    assert [r.user for r in confirmed["DescribeUserScramCredentials"].results] == [principal]

@@ -30,7 +30,7 @@ from app.kafka.broker_calls import (
     AclRule,
 )
 from app.kafka.context import RequestContext
-from app.kafka.error_codes import error_message, kafka_error
+from app.kafka.error_codes import closed_when_unconfirmed, error_message, kafka_error
 from app.kafka.frames import build, response_module
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -205,7 +205,8 @@ async def create_acls(context: RequestContext, request) -> object:
 async def describe_acls(context: RequestContext, request) -> object:
     module = response_module(api_table.DESCRIBE_ACLS, context.api_version)
     try:
-        rules = await context.calls.acls.describe(context.principal, _filter_of(request))
+        with closed_when_unconfirmed("DescribeAcls"):  # its error code is handed to the caller, not retried
+            rules = await context.calls.acls.describe(context.principal, _filter_of(request))
     except BrokerError as error:
         return build(
             module,

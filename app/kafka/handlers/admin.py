@@ -23,7 +23,7 @@ from app.errors import BrokerError, ErrorCode
 from app.kafka import api_table, config_entries
 from app.kafka.broker_calls import DELETE as DELETE_OPERATION
 from app.kafka.context import RequestContext
-from app.kafka.error_codes import error_message, kafka_error
+from app.kafka.error_codes import closed_when_unconfirmed, error_message, kafka_error
 from app.kafka.frames import build, response_module
 from app.kafka.listener_addresses import format_address
 
@@ -391,6 +391,11 @@ async def describe_configs(context: RequestContext, request) -> object:
                 context, module, resource, keys, refused, with_synonyms, with_documentation
             )
         results.append(answered[asked])
+    if refused is None and any(r.resource_type in ALTERABLE_CONFIG_RESOURCES for r in request.resources):
+        # What was read from PostgreSQL (the alterable configs, and topics not found), once the
+        # synchronous standby has it: one barrier for the request's resources.
+        with closed_when_unconfirmed("DescribeConfigs"):
+            await context.calls.admin.configs_confirmed()
     return build(module, "DescribeConfigsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
 
 

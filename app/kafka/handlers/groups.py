@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode as KafkaError
 
-from app.errors import BrokerError
+from app.errors import BrokerError, DatabaseUnavailable
 from app.kafka import api_table
 from app.kafka.broker_calls import CLASSIC_GROUP_TYPE, ConsumerHeartbeat, ListedNodes, group_operations
 from app.kafka.context import RequestContext
@@ -31,6 +31,10 @@ def _ms(value: datetime.timedelta) -> int:
     return int(value.total_seconds() * 1000)
 
 
+# ListGroups' answer while the synchronous standby has not confirmed the groups read
+# (docs/operations-high-availability.md): COORDINATOR_LOAD_IN_PROGRESS, which Kafka's admin client
+# retries after a backoff, as for ListTransactions (handlers/transaction_admin.py).
+LIST_UNCONFIRMED = KafkaError.coordinator_load_in_progress
 # FindCoordinator's key types: a group, a transactional id, and (v6+, KIP-932) a share group.
 GROUP_KEY = 0
 TRANSACTION_KEY = 1
@@ -263,9 +267,19 @@ async def list_groups(context: RequestContext, request) -> object:
     wanted_states = {name.strip().lower() for name in getattr(request, "states_filter", ()) or ()}
     wanted_types = {name.lower() for name in getattr(request, "types_filter", ()) or ()}
     coordinated = await coordinated_here(context, GROUP_KEY)
+    try:
+        groups = await context.calls.groups.list_groups(context.principal)
+    except DatabaseUnavailable as unconfirmed:  # the synchronous standby lacks what was read: retried
+        return build(
+            module,
+            "ListGroupsResponse",
+            throttle_time=NO_THROTTLE,
+            error_code=kafka_error(unconfirmed, LIST_UNCONFIRMED),
+            groups=(),
+        )
     listed = [
         g
-        for g in await context.calls.groups.list_groups(context.principal)
+        for g in groups
         if (not wanted_states or g.state.lower() in wanted_states)
         and (not wanted_types or g.group_type in wanted_types)
         and coordinated(g.group_id)

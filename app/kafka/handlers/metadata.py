@@ -17,10 +17,11 @@ import uuid
 
 from kio.schema.errors import ErrorCode as KafkaError
 
+from app.errors import DatabaseUnavailable
 from app.kafka import api_table
 from app.kafka.broker_calls import ListedNodes, LiveNode, TopicMetadata, cluster_operations, topic_operations
 from app.kafka.context import CLUSTER_ID, RequestContext
-from app.kafka.error_codes import METADATA_WHILE_DATABASE_UNAVAILABLE, kafka_error
+from app.kafka.error_codes import METADATA_WHILE_DATABASE_UNAVAILABLE, closed_when_unconfirmed, kafka_error
 from app.kafka.frames import build, response_module
 from app.kafka.handlers.acls import OPERATIONS, OTHER_OPERATIONS
 
@@ -190,12 +191,15 @@ async def handle(context: RequestContext, request) -> object:
         return _refused(module, request)
     names = _requested_names(request)
     allow_create = getattr(request, "allow_auto_topic_creation", AUTO_CREATE_BEFORE_V4)
-    found = await context.calls.topic_metadata(
-        context.principal,
-        context.client_address,
-        None if names is None else [name for name in names if name is not None],
-        allow_create,
-    )
+    # Every topic, unconfirmed by the synchronous standby: no topic to answer LEADER_NOT_AVAILABLE on,
+    # and a list without the topics would be taken for their deletion (a pattern subscription's).
+    with closed_when_unconfirmed("Metadata of every topic"):
+        found = await context.calls.topic_metadata(
+            context.principal,
+            context.client_address,
+            None if names is None else [name for name in names if name is not None],
+            allow_create,
+        )
     if names is not None:  # v10+: topics asked by id alone (KIP-516)
         by_id = [topic.topic_id for topic in request.topics if topic.name is None]
         if by_id:
@@ -330,7 +334,13 @@ async def describe_topic_partitions(context: RequestContext, request) -> object:
     names = None
     if request.topics:
         names = sorted({t.name for t in request.topics if _java_order(t.name) >= _java_order(first)}, key=_java_order)
-    found = await context.calls.topic_metadata(context.principal, context.client_address, names, False)
+    # Kafka's admin client hands a topic's error to its caller: one unconfirmed by the synchronous
+    # standby closes the connection instead, and the client asks again.
+    with closed_when_unconfirmed("DescribeTopicPartitions"):
+        found = await context.calls.topic_metadata(context.principal, context.client_address, names, False)
+        unconfirmed = next((t.error for t in found if isinstance(t.error, DatabaseUnavailable)), None)
+        if unconfirmed is not None:
+            raise unconfirmed
     if names is None:
         found = sorted(
             (t for t in found if _java_order(t.name) >= _java_order(first)), key=lambda t: _java_order(t.name)

@@ -23,7 +23,7 @@ from app.errors import BrokerError
 from app.kafka import api_table
 from app.kafka.broker_calls import ScramAlteration, ScramCredentialRefusal, ScramCredentialRefused
 from app.kafka.context import RequestContext
-from app.kafka.error_codes import error_message, kafka_error
+from app.kafka.error_codes import closed_when_unconfirmed, error_message, kafka_error
 from app.kafka.frames import build, response_module
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -106,7 +106,8 @@ async def describe_user_scram_credentials(context: RequestContext, request) -> o
     named = [user.name for user in request.users or ()]
     refused, results = None, ()
     try:
-        found = await context.calls.scram.describe(context.principal, named or None)
+        with closed_when_unconfirmed("DescribeUserScramCredentials"):  # its error code is not retried
+            found = await context.calls.scram.describe(context.principal, named or None)
     except BrokerError as error:  # not authorized: the whole request is refused, as Kafka's
         refused = error
     else:

@@ -15,7 +15,7 @@ from app.kafka.broker_calls import InvalidIdPattern
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import kafka_error
 from app.kafka.frames import build, response_module
-from app.kafka.handlers.groups import TRANSACTION_KEY, coordinated_here
+from app.kafka.handlers.groups import LIST_UNCONFIRMED, TRANSACTION_KEY, coordinated_here
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +27,11 @@ NO_COORDINATOR_EPOCH = -1
 NO_OFFSET = -1
 # What a read the database's synchronous standby has not confirmed (DatabaseUnavailable: the core
 # answers once it has, docs/operations-high-availability.md) is answered, as codes Kafka's admin
-# client retries. ListTransactions: COORDINATOR_LOAD_IN_PROGRESS, retried after a backoff (its
-# COORDINATOR_NOT_AVAILABLE, "shutting down", fails the call). DescribeProducers: NOT_LEADER_OR_FOLLOWER,
-# retried once the leader is looked up again (any other code but UNKNOWN_TOPIC_OR_PARTITION fails it).
-# DescribeTransactions: COORDINATOR_NOT_AVAILABLE, the default, retried once the coordinator is found.
-LIST_UNCONFIRMED = KafkaError.coordinator_load_in_progress
+# client retries. ListTransactions: COORDINATOR_LOAD_IN_PROGRESS (LIST_UNCONFIRMED, as ListGroups'),
+# retried after a backoff (its COORDINATOR_NOT_AVAILABLE, "shutting down", fails the call).
+# DescribeProducers: NOT_LEADER_OR_FOLLOWER, retried once the leader is looked up again (any other
+# code but UNKNOWN_TOPIC_OR_PARTITION fails it). DescribeTransactions: COORDINATOR_NOT_AVAILABLE, the
+# default, retried once the coordinator is found.
 PRODUCERS_UNCONFIRMED = KafkaError.not_leader_or_follower
 
 
