@@ -1592,9 +1592,8 @@ class AclCalls:
         if acl_filter is None:
             return []
         found = await security_admin.find_acls(self._state.pool, acl_filter)
-        await confirmed_by_the_standby(
-            self._state.replication_barrier, "the ACL rules"
-        )  # a removal it lacks comes back
+        # A rule whose removal the standby lacks comes back with a failover.
+        await confirmed_by_the_standby(self._state.replication_barrier, "the ACL rules")
         return found
 
     async def delete(
