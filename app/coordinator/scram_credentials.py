@@ -26,6 +26,7 @@ from scramp.utils import h, hmac
 from app.clock import now_ms
 from app.coordinator.audit import Actor, record
 from app.coordinator.authorizer import Principal, principal_from
+from app.coordinator.security_admin import removed_or_refused
 from app.errors import BrokerError, ErrorCode
 from app.storage.security import principals
 from app.storage.security import scram_credentials as stored
@@ -230,10 +231,20 @@ async def set_password(
 
 
 async def delete_credential(pool: asyncpg.Pool, actor: Actor, name: str, mechanism: str) -> None:
-    async with pool.acquire() as conn, conn.transaction():
+    """HTTP's: NOT_FOUND (no such principal or credential) once the standby has it
+    (security_admin.removed_or_refused: the retry of a deletion whose answer was a retriable error)."""
+    _check_mechanism(mechanism)
+
+    async def remove(conn: asyncpg.Connection) -> BrokerError | None:
         if await principals.get_principal(conn, name) is None:
-            raise _missing_principal(name)
-        await _delete(conn, actor, name, mechanism)
+            return _missing_principal(name)
+        try:
+            await _delete(conn, actor, name, mechanism)
+        except ScramCredentialRefused as refused:
+            return refused
+        return None
+
+    await removed_or_refused(pool, remove)
 
 
 async def describe_credentials(pool: asyncpg.Pool, names: list[str] | None) -> list[ScramCredentialInfo]:

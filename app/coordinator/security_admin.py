@@ -5,6 +5,8 @@ asked); these operations trust it."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import asyncpg
 
 from app.clock import now_ms
@@ -35,6 +37,7 @@ __all__ = [
     "list_principals",
     "remove_acl",
     "remove_acls",
+    "removed_or_refused",
     "revoke_key",
 ]
 
@@ -78,12 +81,32 @@ async def list_principals(pool: asyncpg.Pool) -> list[PrincipalRow]:
         return await principals.list_principals(conn)
 
 
+async def removed_or_refused(
+    pool: asyncpg.Pool, remove: Callable[[asyncpg.Connection], Awaitable[BrokerError | None]]
+) -> None:
+    """Runs `remove` (a removal and its audit entry, or the refusal it found: nothing to remove) in
+    one transaction. A refusal is raised once the synchronous standby has what the removal read:
+    nothing to remove may be the work of an earlier attempt whose commit's wait for the standby was
+    cancelled (answered a retriable error), which a failover brings back, so its retry's NOT_FOUND
+    must not say "gone" before the standby has the removal (as remove_acls' "none")."""
+    async with pool.acquire() as conn, conn.transaction():
+        refusal = await remove(conn)
+        if refusal is not None:
+            await commit_waits_for_the_standby(conn)
+    if refusal is not None:
+        raise refusal
+
+
 async def delete_principal(pool: asyncpg.Pool, actor: Actor, name: str) -> None:
     """Deletes the principal with its keys and ACL rules."""
-    async with pool.acquire() as conn, conn.transaction():
+
+    async def remove(conn: asyncpg.Connection) -> BrokerError | None:
         if not await principals.delete_principal(conn, name):
-            raise _no_principal(name)
+            return _no_principal(name)
         await record(conn, actor, "delete principal", name)
+        return None
+
+    await removed_or_refused(pool, remove)
 
 
 async def add_key(pool: asyncpg.Pool, actor: Actor, name: str) -> tuple[str, str]:
@@ -107,10 +130,14 @@ async def list_keys(pool: asyncpg.Pool, name: str) -> list[KeyRow]:
 
 async def revoke_key(pool: asyncpg.Pool, actor: Actor, name: str, key_id: str) -> None:
     """The next request with the key is refused (no cache anywhere)."""
-    async with pool.acquire() as conn, conn.transaction():
+
+    async def remove(conn: asyncpg.Connection) -> BrokerError | None:
         if not await principals.revoke_key(conn, name, key_id, now_ms()):
-            raise BrokerError(ErrorCode.NOT_FOUND, f"principal {name!r} has no unrevoked key {key_id!r}")
+            return BrokerError(ErrorCode.NOT_FOUND, f"principal {name!r} has no unrevoked key {key_id!r}")
         await record(conn, actor, "revoke key", name, key_id)
+        return None
+
+    await removed_or_refused(pool, remove)
 
 
 async def add_acl(pool: asyncpg.Pool, actor: Actor, rule: AclRow) -> AclRow:
@@ -142,9 +169,12 @@ async def find_acls(pool: asyncpg.Pool, acl_filter: AclFilter) -> list[AclRow]:
 
 
 async def remove_acl(pool: asyncpg.Pool, actor: Actor, acl_id: int) -> None:
-    async with pool.acquire() as conn, conn.transaction():
+    async def remove(conn: asyncpg.Connection) -> BrokerError | None:
         if not await _remove_acl(conn, actor, acl_id):
-            raise BrokerError(ErrorCode.NOT_FOUND, f"no ACL rule {acl_id}: list them with GET /v1/acls")
+            return BrokerError(ErrorCode.NOT_FOUND, f"no ACL rule {acl_id}: list them with GET /v1/acls")
+        return None
+
+    await removed_or_refused(pool, remove)
 
 
 async def remove_acls(pool: asyncpg.Pool, actor: Actor, acl_filter: AclFilter) -> list[AclRow]:

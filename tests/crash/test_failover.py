@@ -1480,3 +1480,35 @@ def test_metadata_group_config_and_security_reads_are_answered_once_the_standby_
     assert (described.error_code, described.group_state) == (KafkaError.none, "Empty")
     assert [r.resource_name for r in confirmed["DescribeAcls"].resources] == [topic]
     assert [r.user for r in confirmed["DescribeUserScramCredentials"].results] == [principal]
+
+
+def test_a_removal_retried_is_refused_not_found_once_the_standby_has_the_removal(cluster, server_process):
+    """Regression: the retry of a removal whose commit's wait for the standby was cancelled (the
+    first attempt answered 503) found nothing to remove and answered 404 at once: a key revoked, an
+    ACL rule removed, a SCRAM credential or a principal deleted, said gone, which a failover brings
+    back. The retry's 404 now comes once the standby has the removal: while it confirms nothing the
+    retry waits (as a write's commit does), and answers 404 when it has caught up."""
+    primary, standby = cluster
+    server = _one_worker_with_a_topic(cluster, server_process, "present", 1)
+    url = server.url
+    name = "removed-principal"
+    httpx.post(f"{url}/v1/principals", json={"name": name, "super_user": False}, timeout=60).raise_for_status()
+    key_id = httpx.post(f"{url}/v1/principals/{name}/keys", timeout=60).json()["key_id"]
+    rule = {"principal": name, "resource_type": "Topic", "resource_name": "present", "operation": "Read"}
+    acl_id = httpx.post(f"{url}/v1/acls", json=rule, timeout=60).json()["acl_id"]
+    scram = f"{url}/v1/principals/{name}/scram-credentials/SCRAM-SHA-256"
+    httpx.put(scram, json={"password": "to-be-deleted"}, timeout=60).raise_for_status()
+    removals = {  # in an order that leaves each one's target in place until its turn
+        "a key's revocation": lambda: httpx.delete(f"{url}/v1/principals/{name}/keys/{key_id}", timeout=60),
+        "an ACL rule's removal": lambda: httpx.delete(f"{url}/v1/acls/{acl_id}", timeout=60),
+        "a SCRAM credential's deletion": lambda: httpx.delete(scram, timeout=60),
+        "a principal's deletion": lambda: httpx.delete(f"{url}/v1/principals/{name}", timeout=60),
+    }
+    for what, remove in removals.items():
+        with _confirming_nothing(standby):
+            first = _answer_of_a_cancelled_wait(primary, remove)
+            assert first.status_code == 503, f"{what}: {first.status_code} {first.text}"
+            # The retry finds nothing to remove; its refusal waits for the standby like a commit.
+            retried = _answer_of_a_cancelled_wait(primary, remove)
+            assert retried.status_code == 503, f"{what}'s retry: {retried.status_code} {retried.text}"
+        assert _until(lambda remove=remove: remove().status_code == 404, f"{what}: the standby to catch up")
