@@ -223,7 +223,9 @@ class AsyncConsumer:
         """Leaves the group (it rebalances at once) and drops the subscription, or the manual
         assignment. A subscribed consumer first runs on_revoke(every assigned partition), as
         Kafka's does when it leaves its group, so the application commits its work once more while
-        it owns them; the group is left even when the listener raises, whose error is then raised."""
+        it owns them; the group is left even when the listener raises, whose error is then raised.
+        Called from on_revoke, the partitions it is revoking are not revoked again (see
+        `revoked_on_leave`)."""
         await self._revoking_then(self.revoked_on_leave(), self.leave_group())
 
     def revoked_on_leave(self) -> RebalanceEvent | None:
@@ -233,11 +235,16 @@ class AsyncConsumer:
 
         Kafka calls onPartitionsLost instead when the membership was already lost (whose default is
         onPartitionsRevoked): the SDK's listeners have no on_lost, here as in poll(), so on_revoke
-        it is; a commit in it is then refused (ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID)."""
+        it is; a commit in it is then refused (ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID).
+
+        Partitions whose on_revoke is running (it called unsubscribe() or close()) are left out, as
+        Kafka's consumer does not call the listener again for partitions it is revoking: before
+        2026-11-28 on_revoke ran again, inside itself, for them."""
         subscriptions = self._subscriptions
-        if self._closed or not subscriptions.subscribed or not subscriptions.assignment:
+        if self._closed or not subscriptions.subscribed:
             return None
-        return RebalanceEvent(set(subscriptions.assignment), set(), subscriptions.on_revoke, None)
+        leaving = subscriptions.revoke_on_leave()
+        return RebalanceEvent(leaving, set(), subscriptions.on_revoke, None) if leaving else None
 
     async def _revoking_then(self, event: RebalanceEvent | None, then: Awaitable[None]) -> None:
         """Runs the leave's listener, then `then` (leaving), even when the listener raised."""
@@ -298,24 +305,33 @@ class AsyncConsumer:
                 "auto-commit of group %r before revoking %s failed: %s", self.group_id, sorted(positions), error
             )
 
-    @staticmethod
-    async def _run_listeners(event: RebalanceEvent) -> None:
+    async def _run_listeners(self, event: RebalanceEvent) -> bool:
         """on_revoke, while the revoked partitions are still assigned (it may commit their
         positions, seek, ask position()); then they leave the assignment, even when it raised; then
         on_assign, also when on_revoke raised, as Kafka's onJoinComplete: the first error is raised
-        after both (else the partitions assigned were read without their on_assign ever running)."""
+        after both (else the partitions assigned were read without their on_assign ever running).
+        False when on_revoke closed the consumer or unsubscribed (`released`): no on_assign then."""
         revoke_error = None
         try:
             await _called(event.revoke_call())
         except Exception as error:
             revoke_error = error
         finally:
-            event.release_revoked()
+            reading = self.released(event)
         try:
-            await _called(event.assign_call())
+            if reading:
+                await _called(event.assign_call())
         finally:
             if revoke_error is not None:
                 raise revoke_error
+        return reading
+
+    def released(self, event: RebalanceEvent) -> bool:
+        """The event's revoked partitions leave the assignment (`release_revoked`), after its
+        on_revoke. Whether the consumer still reads its assignment: not when the listener closed
+        it or unsubscribed, whose partitions are gone, and whose on_assign is then not called."""
+        event.release_revoked()
+        return not self._closed and self._subscriptions.subscribed
 
     # ---- positions
 
@@ -398,7 +414,8 @@ class AsyncConsumer:
         while True:
             event = await self.update_assignment(deadline)
             if event is not None:
-                await self._run_listeners(event)
+                if not await self._run_listeners(event):
+                    return []  # a listener closed the consumer or unsubscribed: nothing to read
                 continue  # what changed while they ran (a membership lost: rejoined) before fetching
             records = await self.fetch_records(deadline)
             if records or time.monotonic() >= deadline:

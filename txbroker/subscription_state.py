@@ -97,6 +97,15 @@ class SubscriptionState:
         self.positions.clear()
         self.generation = self.acknowledged_generation = NO_GENERATION
 
+    def revoke_on_leave(self) -> set[TopicPartition]:
+        """Leaving the group (close(), unsubscribe()) revokes every assigned partition but those
+        being revoked already, whose on_revoke is running (it called close() or unsubscribe()): as
+        Kafka's, the listener is not called twice for a partition. All of them are `revoking` from
+        then on (not fetched) until the consumer leaves."""
+        leaving = set(self.assignment - self.revoking)
+        self.revoking = self.assignment
+        return leaving
+
     def is_adopted(self, generation: int, assignment: frozenset[TopicPartition]) -> bool:
         adopted = self.assignment if self._adopting is None else self._adopting
         return (generation, assignment) == (self.generation, adopted)
