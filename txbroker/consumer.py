@@ -272,8 +272,9 @@ class AsyncConsumer:
         """poll()'s first step: joins the group if needed and adopts the latest assignment the
         heartbeats brought. Returns what changed (None: nothing), whose listeners the caller runs
         before `fetch_records()` -- the synchronous Consumer on its own thread. `deadline`
-        (poll()'s, a time.monotonic() value) bounds the wait for the LeaveGroup of a membership the
-        poll timeout ended, before the rejoin (see ConsumerCoordinator.update_assignment)."""
+        (poll()'s, a time.monotonic() value) bounds the wait for the join, and for the LeaveGroup of
+        a membership the poll timeout ended, before the rejoin (see
+        ConsumerCoordinator.update_assignment)."""
         self._check_open()
         if not self._subscriptions.subscribed:
             if not self._subscriptions.assignment:
@@ -405,11 +406,13 @@ class AsyncConsumer:
         """Records from the assigned partitions, waiting up to `timeout_ms` for some (the fetch
         long-poll). Runs the rebalance listeners when the assignment changed. Whatever the server
         does, it returns about in time (a fetch's answer is waited for half a second past it), as
-        Kafka's poll(); only joining the group, before the first assignment or after the poll
-        timeout left it (max_poll_interval_ms), retries for default_api_timeout_ms and then raises
-        TxbrokerTimeoutError. After the listeners it adopts again what changed while they ran, as
-        Kafka's joinGroupIfNeeded loops: a listener that outlasted max_poll_interval_ms lost the
-        membership, whose records must not be handed out (another member has its partitions)."""
+        Kafka's poll(). Joining the group (before the first assignment, or after the poll timeout
+        left it: max_poll_interval_ms) goes on past a poll whose timeout ends first, which returns
+        no record: the next poll waits for the same join, which retries for default_api_timeout_ms
+        and then fails (a poll raises its TxbrokerTimeoutError; the next one joins again). After the
+        listeners it adopts again what changed while they ran, as Kafka's joinGroupIfNeeded loops:
+        a listener that outlasted max_poll_interval_ms lost the membership, whose records must not
+        be handed out (another member has its partitions)."""
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             event = await self.update_assignment(deadline)

@@ -114,6 +114,9 @@ class ConsumerCoordinator:
         self._answered_generation = NO_GENERATION
         self._answered_topic_ids: dict[str, str | None] = {}
         self._heartbeat_task: asyncio.Task | None = None
+        # The join in flight (its retries included): a poll whose timeout ends first returns, and
+        # the next poll waits for the same join (`_joined`).
+        self._join_task: asyncio.Task | None = None
         self._commit_order = asyncio.Lock()  # FIFO: commits are sent in the order they were made
         self._heartbeat_error: TxbrokerError | None = None
         self._stopped = False
@@ -317,7 +320,8 @@ class ConsumerCoordinator:
         left the group: first every partition revoked (`_revoke_lost`), then, at the next call,
         the rejoin, once the LeaveGroup is answered, which is waited for until `deadline` (poll()'s:
         a time.monotonic() value; None: until it ends) and no longer: the poll returns without
-        records, the LeaveGroup goes on, and a later poll() rejoins."""
+        records, the LeaveGroup goes on, and a later poll() rejoins. The join, too, is waited for
+        until `deadline` only (`_joined`): None meanwhile."""
         self.polled()
         subscriptions = self._subscriptions
         if self._left_on_poll_timeout:
@@ -329,13 +333,8 @@ class ConsumerCoordinator:
             self._left_on_poll_timeout = False
             self.member_id, self._join_id = NO_MEMBER, None
             self._latest, self._kept = None, frozenset()
-        if not self.member_id:
-            await retrying(
-                self._heartbeat,
-                what=f"joining group {self.group_id!r}",
-                timeout_s=self._api_timeout_s,
-                backoff=self._backoff,
-            )
+        if not self.member_id and not await self._joined(deadline):
+            return None
         error, self._heartbeat_error = self._heartbeat_error, None
         if error is not None and not error.retriable:
             raise error  # e.g. GROUP_AUTHORIZATION_FAILED: heartbeats will not succeed by waiting
@@ -356,6 +355,38 @@ class ConsumerCoordinator:
         log.info("group %r generation %d: assigned %s", self.group_id, generation, sorted(assignment))
         return event
 
+    async def _joined(self, deadline: float | None) -> bool:
+        """Whether this consumer joined the group: the join (the first heartbeat of a membership,
+        retried for default_api_timeout_ms, then TxbrokerTimeoutError) is waited for until
+        `deadline` (poll()'s; None: until it ends), and no longer. As Kafka's poll(), whose timer
+        ending during a join returns no record: the join goes on in the background, and the next
+        poll waits for the same one (raising its error, if it failed; the poll after starts
+        another). Before 2026-11-28 even poll(timeout_ms=0) waited for the whole join."""
+        if self._join_task is None:
+            self._join_task = asyncio.get_running_loop().create_task(
+                retrying(
+                    self._heartbeat,
+                    what=f"joining group {self.group_id!r}",
+                    timeout_s=self._api_timeout_s,
+                    backoff=self._backoff,
+                )
+            )
+        task = self._join_task
+        await asyncio.wait([task], timeout=_time_left(deadline))
+        if not task.done():
+            return False
+        self._join_task = None
+        task.result()  # the join's error, raised
+        return True
+
+    async def _cancel_join(self) -> None:
+        """Leaving, the join in flight is given up: its membership, if the server made one, lapses
+        with its session (its member id never came back)."""
+        task, self._join_task = self._join_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
     def _revoke_lost(self) -> RebalanceEvent:
         """Every partition of a lost membership revoked, no other assigned (Kafka's
         onPartitionsLost), after which poll() rejoins, or adopts the new membership's assignment."""
@@ -365,6 +396,7 @@ class ConsumerCoordinator:
         """Stops the heartbeats, then leaves the group: one LeaveGroup, whose answer is waited for
         until `deadline` (a time.monotonic() value: the consumer's close timeout), or for
         request_timeout_ms. Unanswered, the group rebalances once the member's session times out."""
+        await self._cancel_join()
         await self._stop_heartbeats(deadline)
         if self.member_id and not self._left_on_poll_timeout:  # that one left already
             try:

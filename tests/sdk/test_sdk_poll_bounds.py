@@ -1,0 +1,74 @@
+"""poll() keeps its timeout while the server is slow to answer a group's requests, against a real
+server (real HTTP, real PostgreSQL; the slowness is a transport holding a request on its way): as
+Kafka's poll(Duration), a poll whose timeout ends during a join returns no record, and the join
+goes on to the next polls. Bounds are generous (the
+machine is small and shared), but below the held time, which the old code waited for."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from tests.sdk.test_sdk_faults import FirstRequestsHeld
+from tests.sdk.test_sdk_poll_timeout import MEMBER
+from txbroker import Admin, AsyncConsumer, Consumer, TopicPartition
+
+HELD_S = 4  # how long the server "takes" to answer the held request
+QUICK_S = 2  # a poll(timeout_ms=100) took less (it waited for the held request before)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_poll_whose_timeout_ends_during_the_join_returns_and_the_join_goes_on(server, flavour):
+    """Regression: the server holds the join (the first heartbeat) for HELD_S; poll(timeout_ms=100)
+    on a fresh consumer returns [] within its timeout, and poll(0) too, instead of waiting for the
+    whole join (up to default_api_timeout_ms). The join goes on meanwhile: a later poll adopts its
+    assignment, and the group has that one member (the polls did not join twice)."""
+    topic = f"poll-bounds-join-{flavour}"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic)
+    heartbeat = f"/v1/groups/{topic}/heartbeat"
+    options = {**MEMBER, "transport": FirstRequestsHeld(HELD_S, heartbeat), "request_timeout_ms": 10_000}
+
+    def check(poll, assignment, member_id) -> None:
+        for timeout_ms in (100, 0):
+            started = time.monotonic()
+            assert poll(timeout_ms) == []
+            took = time.monotonic() - started
+            assert took < QUICK_S, f"poll(timeout_ms={timeout_ms}) took {took:.1f} s: it waited for the join"
+        assert assignment() == set()
+        deadline = time.monotonic() + 20
+        while not assignment() and time.monotonic() < deadline:
+            poll(100)
+        assert assignment() == {TopicPartition(topic, 0)}
+        with Admin(server.url) as admin:
+            assert [m["member_id"] for m in admin.describe_group(topic)["members"]] == [member_id()]
+
+    if flavour == "sync":
+        with Consumer(server.url, group_id=topic, **options) as consumer:
+            consumer.subscribe([topic])
+            check(
+                lambda timeout_ms: consumer.poll(timeout_ms=timeout_ms),
+                consumer.assignment,
+                lambda: consumer.group_metadata().member_id,
+            )
+        return
+
+    async def scenario() -> None:
+        async with AsyncConsumer(server.url, group_id=topic, **options) as consumer:
+            consumer.subscribe([topic])
+            for timeout_ms in (100, 0):
+                started = time.monotonic()
+                assert await consumer.poll(timeout_ms=timeout_ms) == []
+                took = time.monotonic() - started
+                assert took < QUICK_S, f"poll(timeout_ms={timeout_ms}) took {took:.1f} s: it waited for the join"
+            deadline = time.monotonic() + 20
+            while not consumer.assignment() and time.monotonic() < deadline:
+                await consumer.poll(timeout_ms=100)
+            assert consumer.assignment() == {TopicPartition(topic, 0)}
+            with Admin(server.url) as admin:
+                members = admin.describe_group(topic)["members"]
+            assert [m["member_id"] for m in members] == [consumer.group_metadata().member_id]
+
+    asyncio.run(scenario())
