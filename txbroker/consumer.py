@@ -149,6 +149,9 @@ class AsyncConsumer:
         )
         self._last_auto_commit = time.monotonic()
         self._auto_commit: asyncio.Future | None = None  # the auto-commit in flight
+        # The rebalance whose revoked partitions' auto-commit is in flight: its event is returned
+        # (for its listeners) once the commit ended, by this poll or a later one.
+        self._revocation_commit: tuple[RebalanceEvent, asyncio.Task] | None = None
         self._closed = False
 
     async def __aenter__(self) -> AsyncConsumer:
@@ -243,7 +246,9 @@ class AsyncConsumer:
         subscriptions = self._subscriptions
         if self._closed or not subscriptions.subscribed:
             return None
-        leaving = subscriptions.revoke_on_leave()
+        # A rebalance's revoked partitions whose on_revoke has not run (its auto-commit is in flight)
+        not_yet = frozenset() if self._revocation_commit is None else frozenset(self._revocation_commit[0].revoked)
+        leaving = subscriptions.revoke_on_leave(not_yet)
         return RebalanceEvent(leaving, set(), subscriptions.on_revoke, None) if leaving else None
 
     async def _revoking_then(self, event: RebalanceEvent | None, then: Awaitable[None]) -> None:
@@ -256,6 +261,7 @@ class AsyncConsumer:
 
     async def leave_group(self) -> None:
         """unsubscribe()'s second step, after the listener: leaves the group, drops the assignment."""
+        self._revocation_commit = None  # its partitions were revoked with the others (revoked_on_leave)
         if self._coordinator is not None:
             await self._coordinator.leave()
         self._fetcher.forget(set(self._subscriptions.assignment))
@@ -280,31 +286,69 @@ class AsyncConsumer:
             if not self._subscriptions.assignment:
                 raise IllegalStateError("poll() needs subscribe() or assign() first")
             return None
-        positions = self._subscriptions.assigned_positions()  # the adoption drops the revoked ones'
         coordinator = self._require_group("subscribe()")
-        event = await coordinator.update_assignment(deadline)
-        if event is not None:
+        if self._revocation_commit is None:
+            positions = self._subscriptions.assigned_positions()  # the adoption drops the revoked ones'
+            event = await coordinator.update_assignment(deadline)
+            if event is None:
+                return None
             self._fetcher.forget(event.revoked)
-            await self._auto_commit_revoked(coordinator, {tp: positions[tp] for tp in event.revoked if tp in positions})
+            commit = self._auto_commit_revoked(
+                coordinator, {tp: positions[tp] for tp in event.revoked if tp in positions}
+            )
+            if commit is None:
+                return event
+            self._revocation_commit = (event, commit)
+        else:
+            coordinator.polled()  # a poll waiting for the commit is polling (max_poll_interval_ms)
+        event, commit = self._revocation_commit
+        await asyncio.wait([commit], timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if not commit.done():
+            return None
+        self._revocation_commit = None
         return event
 
-    async def _auto_commit_revoked(
+    def _auto_commit_revoked(
         self, coordinator: ConsumerCoordinator, positions: dict[TopicPartition, int]
-    ) -> None:
+    ) -> asyncio.Task | None:
         """With auto-commit, the positions of the partitions a rebalance revokes are committed
         before on_revoke runs and they leave the assignment, as Kafka's consumer commits before it
         revokes (the classic one's onJoinPrepare, KIP-848's autoCommitSyncBeforeRevocation): else
         their next owner reads again what poll() handed out since the last auto-commit. Not for a
         lost membership, whose commits are refused unsent (Kafka's onPartitionsLost commits
-        nothing). A failure is logged, and the rebalance goes on, as Kafka's."""
+        nothing). Returns the commit in flight (None: none), which update_assignment() waits for
+        until poll()'s deadline only, as Kafka's onJoinPrepare: a poll whose timeout ends first
+        returns no record, and the next one waits for the same commit (before 2026-11-28 even
+        poll(timeout_ms=0) waited, up to default_api_timeout_ms). Retriable errors are retried for
+        default_api_timeout_ms, or max_poll_interval_ms (the rebalance timeout, as Kafka's
+        joinPrepareTimer) when shorter. A failure is logged, and the rebalance goes on without it,
+        as Kafka's: the next owner reads again from the committed offset (at least once)."""
         if not self.enable_auto_commit or not positions or coordinator.membership_lost():
-            return
-        try:
-            await coordinator.commit(self._offsets_body(positions))
+            return None
+        try:  # the membership of the adoption, taken now
+            body = coordinator.commit_body(self._offsets_body(positions))
         except TxbrokerError as error:
-            log.warning(
-                "auto-commit of group %r before revoking %s failed: %s", self.group_id, sorted(positions), error
-            )
+            self._log_revocation_commit_failed(positions, error)
+            return None
+        deadline = time.monotonic() + coordinator.rebalance_timeout_s
+        return asyncio.ensure_future(self._commit_before_revoking(coordinator, body, positions, deadline))
+
+    async def _commit_before_revoking(
+        self, coordinator: ConsumerCoordinator, body: dict, positions: dict[TopicPartition, int], deadline: float
+    ) -> None:
+        try:
+            await coordinator.send_commit(body, deadline)
+        except TxbrokerError as error:
+            self._log_revocation_commit_failed(positions, error)
+
+    def _log_revocation_commit_failed(self, positions: dict[TopicPartition, int], error: TxbrokerError) -> None:
+        log.warning(
+            "auto-commit of group %r before revoking %s failed: %s (revoked without it: their next owner reads "
+            "again from the committed offsets)",
+            self.group_id,
+            sorted(positions),
+            error,
+        )
 
     async def _run_listeners(self, event: RebalanceEvent) -> bool:
         """on_revoke, while the revoked partitions are still assigned (it may commit their
@@ -409,7 +453,8 @@ class AsyncConsumer:
         Kafka's poll(). Joining the group (before the first assignment, or after the poll timeout
         left it: max_poll_interval_ms) goes on past a poll whose timeout ends first, which returns
         no record: the next poll waits for the same join, which retries for default_api_timeout_ms
-        and then fails (a poll raises its TxbrokerTimeoutError; the next one joins again). After the
+        and then fails (a poll raises its TxbrokerTimeoutError; the next one joins again). The
+        auto-commit before a rebalance's on_revoke likewise (`_auto_commit_revoked`). After the
         listeners it adopts again what changed while they ran, as Kafka's joinGroupIfNeeded loops:
         a listener that outlasted max_poll_interval_ms lost the membership, whose records must not
         be handed out (another member has its partitions)."""
@@ -591,6 +636,7 @@ class AsyncConsumer:
         if self._closed:
             return
         self._closed = True
+        self._revocation_commit = None  # ended by now, or given up with the close's final commit
         self._fetcher.drop_prefetch()
         if self._coordinator is not None:
             await self._coordinator.close(deadline)  # the heartbeats stop whatever the time left

@@ -148,7 +148,7 @@ class ConsumerCoordinator:
             "session_timeout_ms": self._session_timeout_ms,
             # As Kafka's rebalance timeout: a partition this member does not revoke within it goes
             # to its next owner all the same (the poll timeout leaves the group by then anyway).
-            "rebalance_timeout_ms": min(round(self._max_poll_interval_s * 1000), 2**31 - 1),
+            "rebalance_timeout_ms": min(round(self.rebalance_timeout_s * 1000), 2**31 - 1),
         }
         if self.member_id == NO_MEMBER:
             body["join_id"] = self._joining()
@@ -288,6 +288,12 @@ class ConsumerCoordinator:
 
     def _leave_request(self) -> Awaitable[Any]:
         return self._connection.request("POST", group_path(self.group_id, "leave"), {"member_id": self.member_id})
+
+    @property
+    def rebalance_timeout_s(self) -> float:
+        """After it a partition this member has not revoked goes to its next owner all the same
+        (the heartbeat's rebalance_timeout_ms: max_poll_interval_ms, as Kafka's)."""
+        return self._max_poll_interval_s
 
     def membership_lost(self) -> bool:
         """Whether the adopted membership is lost (its commits are refused: `_check_not_left`)."""

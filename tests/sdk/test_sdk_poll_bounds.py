@@ -1,7 +1,7 @@
 """poll() keeps its timeout while the server is slow to answer a group's requests, against a real
 server (real HTTP, real PostgreSQL; the slowness is a transport holding a request on its way): as
-Kafka's poll(Duration), a poll whose timeout ends during a join returns no record, and the join
-goes on to the next polls. Bounds are generous (the
+Kafka's poll(Duration), a poll whose timeout ends during a join, or during the auto-commit before a
+revocation, returns no record, and that work goes on to the next polls. Bounds are generous (the
 machine is small and shared), but below the held time, which the old code waited for."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from tests.sdk.test_sdk_faults import FirstRequestsHeld
+from tests.sdk.test_sdk_faults import FirstRequestsHeld, produce_values
+from tests.sdk.test_sdk_leaving import poll_until
 from tests.sdk.test_sdk_poll_timeout import MEMBER
 from txbroker import Admin, AsyncConsumer, Consumer, TopicPartition
 
@@ -72,3 +73,40 @@ def test_a_poll_whose_timeout_ends_during_the_join_returns_and_the_join_goes_on(
             assert [m["member_id"] for m in members] == [consumer.group_metadata().member_id]
 
     asyncio.run(scenario())
+
+
+def test_a_poll_whose_timeout_ends_during_the_auto_commit_before_a_revocation_returns(server):
+    """Regression: with auto-commit, a rebalance commits the revoked partition's position before
+    on_revoke; the server holds that commit for HELD_S. Each poll(timeout_ms=0) of the member
+    returns within its timeout while the commit is in flight (before, the one that adopted the
+    rebalance waited for it, up to default_api_timeout_ms), and a later poll revokes the partition
+    once the commit ended, as Kafka's onJoinPrepare: so the commit lands before the next owner
+    reads (the revocation barrier), which reads nothing again."""
+    topic = "poll-bounds-revocation-commit"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic, partitions=2)
+    produce_values(server.url, topic, [f"r{i}" for i in range(6)], partitions=2)
+    config = {**MEMBER, "enable_auto_commit": True, "auto_commit_interval_ms": 60_000, "request_timeout_ms": 10_000}
+    revoked: list = []
+    first = Consumer(
+        server.url, group_id=topic, transport=FirstRequestsHeld(HELD_S, f"/v1/groups/{topic}/offsets/commit"), **config
+    )
+    first.subscribe([topic], on_revoke=lambda partitions: revoked.append(set(partitions)))
+    try:
+        poll_until(first, 6)
+        with Consumer(server.url, group_id=topic, **config) as second:
+            second.subscribe([topic])
+            slowest = 0.0
+            deadline = time.monotonic() + 30
+            while not (len(first.assignment()) == 1 and second.assignment()) and time.monotonic() < deadline:
+                started = time.monotonic()
+                assert first.poll(timeout_ms=0) == []
+                slowest = max(slowest, time.monotonic() - started)
+                second.poll(timeout_ms=100)
+            assert slowest < QUICK_S, f"poll(timeout_ms=0) took {slowest:.1f} s: it waited for the held commit"
+            (taken,) = second.assignment()
+            assert revoked == [{taken}]
+            assert first.committed([taken]) == {taken: 3}, "revoked before its position was committed"
+            assert second.poll(timeout_ms=300) == [], "the new owner read again what the first had read"
+    finally:
+        first.close()
