@@ -543,19 +543,21 @@ class ConsumerCoordinator:
                 await asyncio.sleep(delay)
         return found, partitions
 
-    async def position_from_committed(self, missing: list[TopicPartition], deadline: float) -> list[TopicPartition]:
-        """Sets the positions of `missing` to their committed offsets, waiting out pending
-        transactional commits until `deadline` (fetch_stable). Returns the partitions without a
-        committed offset (to reset); those still pending at the deadline get no position: they wait
-        for the next poll."""
+    async def committed_positions(
+        self, missing: list[TopicPartition], deadline: float
+    ) -> tuple[dict[TopicPartition, int], list[TopicPartition]]:
+        """The committed offsets of `missing`, as positions, waiting out pending transactional
+        commits until `deadline` (fetch_stable), and the partitions without a committed offset (to
+        reset); those still pending at the deadline are in neither: they wait for the next poll."""
         found, _ = await self.fetch_stable(missing, deadline)
+        committed: dict[TopicPartition, int] = {}
         to_reset: list[TopicPartition] = []
         for tp, entry in found.items():
             if entry is None or entry[0] < 0:
                 to_reset.append(tp)
             else:
-                self._subscriptions.positions[tp] = entry[0]
-        return to_reset
+                committed[tp] = entry[0]
+        return committed, to_reset
 
 
 def _time_left(deadline: float | None) -> float | None:

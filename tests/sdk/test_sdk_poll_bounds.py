@@ -110,3 +110,35 @@ def test_a_poll_whose_timeout_ends_during_the_auto_commit_before_a_revocation_re
             assert second.poll(timeout_ms=300) == [], "the new owner read again what the first had read"
     finally:
         first.close()
+
+
+@pytest.mark.parametrize("lookup", ["offsets/fetch", "offsets/list"])
+def test_a_poll_whose_timeout_ends_during_the_positions_lookup_returns_and_the_lookup_goes_on(server, lookup):
+    """Regression: the server holds the lookup of a newly assigned partition's position (its
+    committed offset, OffsetFetch; or, with none committed, auto_offset_reset's ListOffsets) for
+    HELD_S. Each poll(timeout_ms=100) returns within its timeout meanwhile (before, the poll waited
+    for the lookup's one attempt, up to request_timeout_ms), and a later poll takes the lookup's
+    answer and reads from there: the committed offset, or the beginning."""
+    topic = f"poll-bounds-position-{lookup.replace('/', '-')}"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic)
+    produce_values(server.url, topic, [f"r{i}" for i in range(4)])
+    tp = TopicPartition(topic, 0)
+    committed = 2 if lookup == "offsets/fetch" else None
+    if committed is not None:
+        with Consumer(server.url, group_id=topic, **MEMBER) as committer:
+            committer.assign([tp])
+            committer.commit({tp: committed})
+    path = f"/v1/groups/{topic}/{lookup}" if lookup == "offsets/fetch" else f"/v1/{lookup}"
+    options = {**MEMBER, "transport": FirstRequestsHeld(HELD_S, path), "request_timeout_ms": 10_000}
+    with Consumer(server.url, group_id=topic, **options) as consumer:
+        consumer.subscribe([topic])
+        received: list = []
+        slowest = 0.0
+        deadline = time.monotonic() + 30
+        while len(received) < 4 - (committed or 0) and time.monotonic() < deadline:
+            started = time.monotonic()
+            received += consumer.poll(timeout_ms=100)
+            slowest = max(slowest, time.monotonic() - started)
+        assert slowest < QUICK_S, f"poll(timeout_ms=100) took {slowest:.1f} s: it waited for the held {lookup}"
+        assert [r.offset for r in received] == list(range(committed or 0, 4))
