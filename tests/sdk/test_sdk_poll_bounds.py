@@ -7,13 +7,16 @@ machine is small and shared), but below the held time, which the old code waited
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
+import httpx
 import pytest
 
 from tests.sdk.test_sdk_faults import FirstRequestsHeld, produce_values
 from tests.sdk.test_sdk_leaving import poll_until
-from tests.sdk.test_sdk_poll_timeout import MEMBER
+from tests.sdk.test_sdk_poll_timeout import MEMBER, both_partitions
+from tests.sdk.test_sdk_revoking import six_records_in_two_partitions
 from txbroker import Admin, AsyncConsumer, Consumer, TopicPartition
 
 HELD_S = 4  # how long the server "takes" to answer the held request
@@ -75,6 +78,28 @@ def test_a_poll_whose_timeout_ends_during_the_join_returns_and_the_join_goes_on(
     asyncio.run(scenario())
 
 
+# Auto-commit only before a revocation (and at close): the interval is never reached in a test.
+AUTO_COMMITTING = {
+    **MEMBER,
+    "enable_auto_commit": True,
+    "auto_commit_interval_ms": 60_000,
+    "request_timeout_ms": 10_000,
+}
+
+
+class CommitHeld(FirstRequestsHeld):
+    """Holds the group's first offset commit for HELD_S, and tells when it was sent."""
+
+    def __init__(self, group_id: str) -> None:
+        super().__init__(HELD_S, f"/v1/groups/{group_id}/offsets/commit")
+        self.commit_sent = threading.Event()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/offsets/commit"):
+            self.commit_sent.set()
+        return await super().handle_async_request(request)
+
+
 def test_a_poll_whose_timeout_ends_during_the_auto_commit_before_a_revocation_returns(server):
     """Regression: with auto-commit, a rebalance commits the revoked partition's position before
     on_revoke; the server holds that commit for HELD_S. Each poll(timeout_ms=0) of the member
@@ -83,14 +108,10 @@ def test_a_poll_whose_timeout_ends_during_the_auto_commit_before_a_revocation_re
     once the commit ended, as Kafka's onJoinPrepare: so the commit lands before the next owner
     reads (the revocation barrier), which reads nothing again."""
     topic = "poll-bounds-revocation-commit"
-    with Admin(server.url) as admin:
-        admin.create_topic(topic, partitions=2)
-    produce_values(server.url, topic, [f"r{i}" for i in range(6)], partitions=2)
-    config = {**MEMBER, "enable_auto_commit": True, "auto_commit_interval_ms": 60_000, "request_timeout_ms": 10_000}
+    six_records_in_two_partitions(server, topic)
+    config = AUTO_COMMITTING
     revoked: list = []
-    first = Consumer(
-        server.url, group_id=topic, transport=FirstRequestsHeld(HELD_S, f"/v1/groups/{topic}/offsets/commit"), **config
-    )
+    first = Consumer(server.url, group_id=topic, transport=CommitHeld(topic), **config)
     first.subscribe([topic], on_revoke=lambda partitions: revoked.append(set(partitions)))
     try:
         poll_until(first, 6)
@@ -110,6 +131,36 @@ def test_a_poll_whose_timeout_ends_during_the_auto_commit_before_a_revocation_re
             assert second.poll(timeout_ms=300) == [], "the new owner read again what the first had read"
     finally:
         first.close()
+
+
+def test_close_while_the_auto_commit_before_a_revocation_is_in_flight_revokes_its_partitions_too(server):
+    """close() while a rebalance's auto-commit is in flight (its polls returned before it ended,
+    so its on_revoke has not run) runs on_revoke once, for every assigned partition: the
+    rebalance's revoked one too, whose on_revoke would otherwise never run; the final commit comes
+    after the held one, and the group's offsets are past what poll() returned."""
+    topic = "poll-bounds-close-in-revocation-commit"
+    six_records_in_two_partitions(server, topic)
+    revoked: list = []
+    transport = CommitHeld(topic)
+    first = Consumer(server.url, group_id=topic, transport=transport, **AUTO_COMMITTING)
+    first.subscribe([topic], on_revoke=lambda partitions: revoked.append(set(partitions)))
+    try:
+        poll_until(first, 6)
+        with Consumer(server.url, group_id=topic, **AUTO_COMMITTING) as second:
+            second.subscribe([topic])
+            deadline = time.monotonic() + 30
+            while not transport.commit_sent.is_set() and time.monotonic() < deadline:
+                assert first.poll(timeout_ms=0) == []
+                second.poll(timeout_ms=100)
+            assert transport.commit_sent.is_set(), "no rebalance revoked a partition of the first member"
+            assert revoked == [], "on_revoke ran before the auto-commit ended"
+            first.close()
+            assert revoked == [both_partitions(topic)]
+    finally:
+        first.close()
+    with Admin(server.url) as admin:
+        group = admin.describe_group(topic)
+    assert {(o["partition"], o["offset"]) for o in group["offsets"]} == {(0, 3), (1, 3)}
 
 
 @pytest.mark.parametrize("lookup", ["offsets/fetch", "offsets/list"])
