@@ -149,6 +149,9 @@ class AsyncConsumer:
         )
         self._last_auto_commit = time.monotonic()
         self._auto_commit: asyncio.Future | None = None  # the auto-commit in flight
+        # The rebalance whose revoked partitions' auto-commit is in flight: its event is returned
+        # (for its listeners) once the commit ended, by this poll or a later one.
+        self._revocation_commit: tuple[RebalanceEvent, asyncio.Task] | None = None
         self._closed = False
 
     async def __aenter__(self) -> AsyncConsumer:
@@ -223,7 +226,9 @@ class AsyncConsumer:
         """Leaves the group (it rebalances at once) and drops the subscription, or the manual
         assignment. A subscribed consumer first runs on_revoke(every assigned partition), as
         Kafka's does when it leaves its group, so the application commits its work once more while
-        it owns them; the group is left even when the listener raises, whose error is then raised."""
+        it owns them; the group is left even when the listener raises, whose error is then raised.
+        Called from on_revoke, the partitions it is revoking are not revoked again (see
+        `revoked_on_leave`)."""
         await self._revoking_then(self.revoked_on_leave(), self.leave_group())
 
     def revoked_on_leave(self) -> RebalanceEvent | None:
@@ -233,11 +238,18 @@ class AsyncConsumer:
 
         Kafka calls onPartitionsLost instead when the membership was already lost (whose default is
         onPartitionsRevoked): the SDK's listeners have no on_lost, here as in poll(), so on_revoke
-        it is; a commit in it is then refused (ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID)."""
+        it is; a commit in it is then refused (ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID).
+
+        Partitions whose on_revoke is running (it called unsubscribe() or close()) are left out, as
+        Kafka's consumer does not call the listener again for partitions it is revoking: before
+        2026-11-28 on_revoke ran again, inside itself, for them."""
         subscriptions = self._subscriptions
-        if self._closed or not subscriptions.subscribed or not subscriptions.assignment:
+        if self._closed or not subscriptions.subscribed:
             return None
-        return RebalanceEvent(set(subscriptions.assignment), set(), subscriptions.on_revoke, None)
+        # A rebalance's revoked partitions whose on_revoke has not run (its auto-commit is in flight)
+        not_yet = frozenset() if self._revocation_commit is None else frozenset(self._revocation_commit[0].revoked)
+        leaving = subscriptions.revoke_on_leave(not_yet)
+        return RebalanceEvent(leaving, set(), subscriptions.on_revoke, None) if leaving else None
 
     async def _revoking_then(self, event: RebalanceEvent | None, then: Awaitable[None]) -> None:
         """Runs the leave's listener, then `then` (leaving), even when the listener raised."""
@@ -249,6 +261,7 @@ class AsyncConsumer:
 
     async def leave_group(self) -> None:
         """unsubscribe()'s second step, after the listener: leaves the group, drops the assignment."""
+        self._revocation_commit = None  # its partitions were revoked with the others (revoked_on_leave)
         if self._coordinator is not None:
             await self._coordinator.leave()
         self._fetcher.forget(set(self._subscriptions.assignment))
@@ -265,57 +278,105 @@ class AsyncConsumer:
         """poll()'s first step: joins the group if needed and adopts the latest assignment the
         heartbeats brought. Returns what changed (None: nothing), whose listeners the caller runs
         before `fetch_records()` -- the synchronous Consumer on its own thread. `deadline`
-        (poll()'s, a time.monotonic() value) bounds the wait for the LeaveGroup of a membership the
-        poll timeout ended, before the rejoin (see ConsumerCoordinator.update_assignment)."""
+        (poll()'s, a time.monotonic() value) bounds the wait for the join, and for the LeaveGroup of
+        a membership the poll timeout ended, before the rejoin (see
+        ConsumerCoordinator.update_assignment)."""
         self._check_open()
         if not self._subscriptions.subscribed:
             if not self._subscriptions.assignment:
                 raise IllegalStateError("poll() needs subscribe() or assign() first")
             return None
-        positions = self._subscriptions.assigned_positions()  # the adoption drops the revoked ones'
         coordinator = self._require_group("subscribe()")
-        event = await coordinator.update_assignment(deadline)
-        if event is not None:
+        if self._revocation_commit is None:
+            positions = self._subscriptions.assigned_positions()  # the adoption drops the revoked ones'
+            event = await coordinator.update_assignment(deadline)
+            if event is None:
+                return None
             self._fetcher.forget(event.revoked)
-            await self._auto_commit_revoked(coordinator, {tp: positions[tp] for tp in event.revoked if tp in positions})
+            commit = self._auto_commit_revoked(
+                coordinator, {tp: positions[tp] for tp in event.revoked if tp in positions}
+            )
+            if commit is None:
+                return event
+            self._revocation_commit = (event, commit)
+        else:
+            coordinator.polled()  # a poll waiting for the commit is polling (max_poll_interval_ms)
+        event, commit = self._revocation_commit
+        await asyncio.wait([commit], timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if not commit.done():
+            return None
+        self._revocation_commit = None
         return event
 
-    async def _auto_commit_revoked(
+    def _auto_commit_revoked(
         self, coordinator: ConsumerCoordinator, positions: dict[TopicPartition, int]
-    ) -> None:
+    ) -> asyncio.Task | None:
         """With auto-commit, the positions of the partitions a rebalance revokes are committed
         before on_revoke runs and they leave the assignment, as Kafka's consumer commits before it
         revokes (the classic one's onJoinPrepare, KIP-848's autoCommitSyncBeforeRevocation): else
         their next owner reads again what poll() handed out since the last auto-commit. Not for a
         lost membership, whose commits are refused unsent (Kafka's onPartitionsLost commits
-        nothing). A failure is logged, and the rebalance goes on, as Kafka's."""
+        nothing). Returns the commit in flight (None: none), which update_assignment() waits for
+        until poll()'s deadline only, as Kafka's onJoinPrepare: a poll whose timeout ends first
+        returns no record, and the next one waits for the same commit (before 2026-11-28 even
+        poll(timeout_ms=0) waited, up to default_api_timeout_ms). Retriable errors are retried for
+        default_api_timeout_ms, or max_poll_interval_ms (the rebalance timeout, as Kafka's
+        joinPrepareTimer) when shorter. A failure is logged, and the rebalance goes on without it,
+        as Kafka's: the next owner reads again from the committed offset (at least once)."""
         if not self.enable_auto_commit or not positions or coordinator.membership_lost():
-            return
-        try:
-            await coordinator.commit(self._offsets_body(positions))
+            return None
+        try:  # the membership of the adoption, taken now
+            body = coordinator.commit_body(self._offsets_body(positions))
         except TxbrokerError as error:
-            log.warning(
-                "auto-commit of group %r before revoking %s failed: %s", self.group_id, sorted(positions), error
-            )
+            self._log_revocation_commit_failed(positions, error)
+            return None
+        deadline = time.monotonic() + coordinator.rebalance_timeout_s
+        return asyncio.ensure_future(self._commit_before_revoking(coordinator, body, positions, deadline))
 
-    @staticmethod
-    async def _run_listeners(event: RebalanceEvent) -> None:
+    async def _commit_before_revoking(
+        self, coordinator: ConsumerCoordinator, body: dict, positions: dict[TopicPartition, int], deadline: float
+    ) -> None:
+        try:
+            await coordinator.send_commit(body, deadline)
+        except TxbrokerError as error:
+            self._log_revocation_commit_failed(positions, error)
+
+    def _log_revocation_commit_failed(self, positions: dict[TopicPartition, int], error: TxbrokerError) -> None:
+        log.warning(
+            "auto-commit of group %r before revoking %s failed: %s (revoked without it: their next owner reads "
+            "again from the committed offsets)",
+            self.group_id,
+            sorted(positions),
+            error,
+        )
+
+    async def _run_listeners(self, event: RebalanceEvent) -> bool:
         """on_revoke, while the revoked partitions are still assigned (it may commit their
         positions, seek, ask position()); then they leave the assignment, even when it raised; then
         on_assign, also when on_revoke raised, as Kafka's onJoinComplete: the first error is raised
-        after both (else the partitions assigned were read without their on_assign ever running)."""
+        after both (else the partitions assigned were read without their on_assign ever running).
+        False when on_revoke closed the consumer or unsubscribed (`released`): no on_assign then."""
         revoke_error = None
         try:
             await _called(event.revoke_call())
         except Exception as error:
             revoke_error = error
         finally:
-            event.release_revoked()
+            reading = self.released(event)
         try:
-            await _called(event.assign_call())
+            if reading:
+                await _called(event.assign_call())
         finally:
             if revoke_error is not None:
                 raise revoke_error
+        return reading
+
+    def released(self, event: RebalanceEvent) -> bool:
+        """The event's revoked partitions leave the assignment (`release_revoked`), after its
+        on_revoke. Whether the consumer still reads its assignment: not when the listener closed
+        it or unsubscribed, whose partitions are gone, and whose on_assign is then not called."""
+        event.release_revoked()
+        return not self._closed and self._subscriptions.subscribed
 
     # ---- positions
 
@@ -389,16 +450,20 @@ class AsyncConsumer:
         """Records from the assigned partitions, waiting up to `timeout_ms` for some (the fetch
         long-poll). Runs the rebalance listeners when the assignment changed. Whatever the server
         does, it returns about in time (a fetch's answer is waited for half a second past it), as
-        Kafka's poll(); only joining the group, before the first assignment or after the poll
-        timeout left it (max_poll_interval_ms), retries for default_api_timeout_ms and then raises
-        TxbrokerTimeoutError. After the listeners it adopts again what changed while they ran, as
-        Kafka's joinGroupIfNeeded loops: a listener that outlasted max_poll_interval_ms lost the
-        membership, whose records must not be handed out (another member has its partitions)."""
+        Kafka's poll(). Joining the group (before the first assignment, or after the poll timeout
+        left it: max_poll_interval_ms) goes on past a poll whose timeout ends first, which returns
+        no record: the next poll waits for the same join, which retries for default_api_timeout_ms
+        and then fails (a poll raises its TxbrokerTimeoutError; the next one joins again). The
+        auto-commit before a rebalance's on_revoke likewise (`_auto_commit_revoked`). After the
+        listeners it adopts again what changed while they ran, as Kafka's joinGroupIfNeeded loops:
+        a listener that outlasted max_poll_interval_ms lost the membership, whose records must not
+        be handed out (another member has its partitions)."""
         deadline = time.monotonic() + timeout_ms / 1000
         while True:
             event = await self.update_assignment(deadline)
             if event is not None:
-                await self._run_listeners(event)
+                if not await self._run_listeners(event):
+                    return []  # a listener closed the consumer or unsubscribed: nothing to read
                 continue  # what changed while they ran (a membership lost: rejoined) before fetching
             records = await self.fetch_records(deadline)
             if records or time.monotonic() >= deadline:
@@ -571,6 +636,7 @@ class AsyncConsumer:
         if self._closed:
             return
         self._closed = True
+        self._revocation_commit = None  # ended by now, or given up with the close's final commit
         self._fetcher.drop_prefetch()
         if self._coordinator is not None:
             await self._coordinator.close(deadline)  # the heartbeats stop whatever the time left

@@ -114,6 +114,9 @@ class ConsumerCoordinator:
         self._answered_generation = NO_GENERATION
         self._answered_topic_ids: dict[str, str | None] = {}
         self._heartbeat_task: asyncio.Task | None = None
+        # The join in flight (its retries included): a poll whose timeout ends first returns, and
+        # the next poll waits for the same join (`_joined`).
+        self._join_task: asyncio.Task | None = None
         self._commit_order = asyncio.Lock()  # FIFO: commits are sent in the order they were made
         self._heartbeat_error: TxbrokerError | None = None
         self._stopped = False
@@ -145,7 +148,7 @@ class ConsumerCoordinator:
             "session_timeout_ms": self._session_timeout_ms,
             # As Kafka's rebalance timeout: a partition this member does not revoke within it goes
             # to its next owner all the same (the poll timeout leaves the group by then anyway).
-            "rebalance_timeout_ms": min(round(self._max_poll_interval_s * 1000), 2**31 - 1),
+            "rebalance_timeout_ms": min(round(self.rebalance_timeout_s * 1000), 2**31 - 1),
         }
         if self.member_id == NO_MEMBER:
             body["join_id"] = self._joining()
@@ -286,6 +289,12 @@ class ConsumerCoordinator:
     def _leave_request(self) -> Awaitable[Any]:
         return self._connection.request("POST", group_path(self.group_id, "leave"), {"member_id": self.member_id})
 
+    @property
+    def rebalance_timeout_s(self) -> float:
+        """After it a partition this member has not revoked goes to its next owner all the same
+        (the heartbeat's rebalance_timeout_ms: max_poll_interval_ms, as Kafka's)."""
+        return self._max_poll_interval_s
+
     def membership_lost(self) -> bool:
         """Whether the adopted membership is lost (its commits are refused: `_check_not_left`)."""
         return self._lost_membership is not None or self._left_on_poll_timeout
@@ -317,7 +326,8 @@ class ConsumerCoordinator:
         left the group: first every partition revoked (`_revoke_lost`), then, at the next call,
         the rejoin, once the LeaveGroup is answered, which is waited for until `deadline` (poll()'s:
         a time.monotonic() value; None: until it ends) and no longer: the poll returns without
-        records, the LeaveGroup goes on, and a later poll() rejoins."""
+        records, the LeaveGroup goes on, and a later poll() rejoins. The join, too, is waited for
+        until `deadline` only (`_joined`): None meanwhile."""
         self.polled()
         subscriptions = self._subscriptions
         if self._left_on_poll_timeout:
@@ -329,13 +339,8 @@ class ConsumerCoordinator:
             self._left_on_poll_timeout = False
             self.member_id, self._join_id = NO_MEMBER, None
             self._latest, self._kept = None, frozenset()
-        if not self.member_id:
-            await retrying(
-                self._heartbeat,
-                what=f"joining group {self.group_id!r}",
-                timeout_s=self._api_timeout_s,
-                backoff=self._backoff,
-            )
+        if not self.member_id and not await self._joined(deadline):
+            return None
         error, self._heartbeat_error = self._heartbeat_error, None
         if error is not None and not error.retriable:
             raise error  # e.g. GROUP_AUTHORIZATION_FAILED: heartbeats will not succeed by waiting
@@ -356,6 +361,38 @@ class ConsumerCoordinator:
         log.info("group %r generation %d: assigned %s", self.group_id, generation, sorted(assignment))
         return event
 
+    async def _joined(self, deadline: float | None) -> bool:
+        """Whether this consumer joined the group: the join (the first heartbeat of a membership,
+        retried for default_api_timeout_ms, then TxbrokerTimeoutError) is waited for until
+        `deadline` (poll()'s; None: until it ends), and no longer. As Kafka's poll(), whose timer
+        ending during a join returns no record: the join goes on in the background, and the next
+        poll waits for the same one (raising its error, if it failed; the poll after starts
+        another). Before 2026-11-28 even poll(timeout_ms=0) waited for the whole join."""
+        if self._join_task is None:
+            self._join_task = asyncio.get_running_loop().create_task(
+                retrying(
+                    self._heartbeat,
+                    what=f"joining group {self.group_id!r}",
+                    timeout_s=self._api_timeout_s,
+                    backoff=self._backoff,
+                )
+            )
+        task = self._join_task
+        await asyncio.wait([task], timeout=_time_left(deadline))
+        if not task.done():
+            return False
+        self._join_task = None
+        task.result()  # the join's error, raised
+        return True
+
+    async def _cancel_join(self) -> None:
+        """Leaving, the join in flight is given up: its membership, if the server made one, lapses
+        with its session (its member id never came back)."""
+        task, self._join_task = self._join_task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
     def _revoke_lost(self) -> RebalanceEvent:
         """Every partition of a lost membership revoked, no other assigned (Kafka's
         onPartitionsLost), after which poll() rejoins, or adopts the new membership's assignment."""
@@ -365,6 +402,7 @@ class ConsumerCoordinator:
         """Stops the heartbeats, then leaves the group: one LeaveGroup, whose answer is waited for
         until `deadline` (a time.monotonic() value: the consumer's close timeout), or for
         request_timeout_ms. Unanswered, the group rebalances once the member's session times out."""
+        await self._cancel_join()
         await self._stop_heartbeats(deadline)
         if self.member_id and not self._left_on_poll_timeout:  # that one left already
             try:
@@ -505,19 +543,21 @@ class ConsumerCoordinator:
                 await asyncio.sleep(delay)
         return found, partitions
 
-    async def position_from_committed(self, missing: list[TopicPartition], deadline: float) -> list[TopicPartition]:
-        """Sets the positions of `missing` to their committed offsets, waiting out pending
-        transactional commits until `deadline` (fetch_stable). Returns the partitions without a
-        committed offset (to reset); those still pending at the deadline get no position: they wait
-        for the next poll."""
+    async def committed_positions(
+        self, missing: list[TopicPartition], deadline: float
+    ) -> tuple[dict[TopicPartition, int], list[TopicPartition]]:
+        """The committed offsets of `missing`, as positions, waiting out pending transactional
+        commits until `deadline` (fetch_stable), and the partitions without a committed offset (to
+        reset); those still pending at the deadline are in neither: they wait for the next poll."""
         found, _ = await self.fetch_stable(missing, deadline)
+        committed: dict[TopicPartition, int] = {}
         to_reset: list[TopicPartition] = []
         for tp, entry in found.items():
             if entry is None or entry[0] < 0:
                 to_reset.append(tp)
             else:
-                self._subscriptions.positions[tp] = entry[0]
-        return to_reset
+                committed[tp] = entry[0]
+        return committed, to_reset
 
 
 def _time_left(deadline: float | None) -> float | None:

@@ -11,7 +11,8 @@ Invariants:
   skipped until the heartbeat brings the assignment without them (or with the topic re-created).
 - poll() waits for no request past its deadline (FETCH_ANSWER_GRACE_S past it for a fetch's
   answer): retriable errors are retried until then, and a fetch still unanswered stays in flight
-  for the next poll (`_prefetch`: at most one fetch is in flight, for the positions it names).
+  for the next poll (`_prefetch`: at most one fetch is in flight, for the positions it names), as
+  does the lookup of new partitions' positions (`_positioning`, for the partitions it names).
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ class Fetcher:
         # answer serves the next poll that fetches the positions it asked for.
         self._prefetch_enabled = prefetch
         self._prefetch: tuple[dict[TopicPartition, int], asyncio.Future] | None = None
+        # The positions lookup in flight, for the partitions it names, one a poll's deadline came
+        # before the answer of (`_positioned`).
+        self._positioning: tuple[frozenset[TopicPartition], asyncio.Future] | None = None
 
     # ---- positions
 
@@ -112,26 +116,66 @@ class Fetcher:
         )
 
     async def reset_positions(self, partitions: Iterable[TopicPartition], deadline: float | None = None) -> None:
-        partitions = list(partitions)
+        self._subscriptions.positions.update(await self._reset_offsets(list(partitions), deadline))
+
+    async def _reset_offsets(
+        self, partitions: list[TopicPartition], deadline: float | None
+    ) -> dict[TopicPartition, int]:
+        """Where auto_offset_reset starts `partitions` (NoOffsetForPartitionError with "none")."""
         timestamp = OFFSET_RESETS[self._auto_offset_reset]
         if timestamp is None and partitions:
             raise errors.NoOffsetForPartitionError(
                 f"no committed offset for {sorted(partitions)} and auto_offset_reset='none': seek() first"
             )
-        self._subscriptions.positions.update(await self.list_offsets(partitions, timestamp, deadline))
+        return await self.list_offsets(partitions, timestamp, deadline)
 
     async def initialize_positions(self, deadline: float) -> None:
         """Positions for assigned partitions that have none: the committed offset (waiting out
         pending transactional commits until `deadline`), else auto_offset_reset. Retriable errors
         are retried until `deadline` too (one attempt at least)."""
         missing = self._subscriptions.missing_positions()
-        if not missing:
-            return
-        if self._coordinator is not None:
-            to_reset = await self._coordinator.position_from_committed(missing, deadline)
+        if missing:
+            self._subscriptions.positions.update(await self._initial_positions(missing, deadline))
+
+    async def _initial_positions(self, missing: list[TopicPartition], deadline: float) -> dict[TopicPartition, int]:
+        """initialize_positions()'s positions for `missing`, found, not set."""
+        if self._coordinator is None:
+            committed, to_reset = {}, missing
         else:
-            to_reset = missing
-        await self.reset_positions(to_reset, deadline)
+            committed, to_reset = await self._coordinator.committed_positions(missing, deadline)
+        return committed | await self._reset_offsets(to_reset, deadline)
+
+    async def _positioned(self, deadline: float) -> bool:
+        """poll()'s initialize_positions(), waited for until FETCH_ANSWER_GRACE_S past `deadline`
+        and no longer, as a fetch's answer: whether it ended (its error raised). The lookup (an
+        OffsetFetch, a ListOffsets) left unanswered goes on, for the next poll to wait for, whose
+        positions it sets for the partitions still assigned without one (not seeked meanwhile).
+        Before 2026-11-28 poll(timeout_ms=0) waited for it, up to request_timeout_ms."""
+        missing = self._subscriptions.missing_positions()
+        if self._positioning is not None and self._positioning[0] != frozenset(missing):
+            self._drop_positioning()
+        if not missing:
+            return True
+        if self._positioning is None:
+            task = asyncio.ensure_future(self._initial_positions(missing, deadline))
+            self._positioning = (frozenset(missing), task)
+        task = self._positioning[1]
+        await asyncio.wait([task], timeout=max(0.0, deadline - time.monotonic()) + FETCH_ANSWER_GRACE_S)
+        if not task.done():
+            return False
+        self._positioning = None
+        subscriptions = self._subscriptions
+        for tp, offset in task.result().items():
+            if tp in subscriptions.assignment and tp not in subscriptions.positions:
+                subscriptions.positions[tp] = offset
+        return True
+
+    def _drop_positioning(self) -> None:
+        if self._positioning is not None:
+            task = self._positioning[1]
+            task.cancel()
+            task.add_done_callback(lambda done: done.cancelled() or done.exception())  # its error, dropped
+            self._positioning = None
 
     # ---- fetching
 
@@ -139,7 +183,8 @@ class Fetcher:
         """Buffered records, else one fetch (long-polling until `deadline`), or a wait for an
         assignment; [] early when the assignment changes meanwhile."""
         try:
-            await self.initialize_positions(deadline)
+            if not await self._positioned(deadline):
+                return []
         except TxbrokerError as error:
             if not error.retriable and not self._topic_deleted_under_group(error):
                 raise
@@ -229,11 +274,14 @@ class Fetcher:
             self._fetched.pop(tp, None)
         if self._prefetch is not None and not partitions.isdisjoint(self._prefetch[0]):
             self.drop_prefetch()
+        if self._positioning is not None and not partitions.isdisjoint(self._positioning[0]):
+            self._drop_positioning()  # a committed offset from before: another member may have moved it
 
     def drop_prefetch(self) -> None:
         if self._prefetch is not None:
             self._prefetch[1].cancel()
             self._prefetch = None
+        self._drop_positioning()
 
     async def _keep_fetched(
         self, answer: dict, requested: dict[TopicPartition, int], deadline: float

@@ -97,6 +97,16 @@ class SubscriptionState:
         self.positions.clear()
         self.generation = self.acknowledged_generation = NO_GENERATION
 
+    def revoke_on_leave(self, not_yet: frozenset[TopicPartition] = frozenset()) -> set[TopicPartition]:
+        """Leaving the group (close(), unsubscribe()) revokes every assigned partition but those
+        being revoked already, whose on_revoke is running (it called close() or unsubscribe()): as
+        Kafka's, the listener is not called twice for a partition. `not_yet`: revoking ones whose
+        on_revoke has not started (a rebalance's auto-commit before it is in flight), revoked by the
+        leave then. All of them are `revoking` from then on (not fetched) until the consumer leaves."""
+        leaving = set(self.assignment - self.revoking) | set(self.assignment & not_yet)
+        self.revoking = self.assignment
+        return leaving
+
     def is_adopted(self, generation: int, assignment: frozenset[TopicPartition]) -> bool:
         adopted = self.assignment if self._adopting is None else self._adopting
         return (generation, assignment) == (self.generation, adopted)

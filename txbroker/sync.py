@@ -280,7 +280,8 @@ class Consumer:
         while True:
             event = self._loop.run(self._core.update_assignment(deadline))
             if event is not None:
-                self._run_listeners(event)
+                if not self._run_listeners(event):
+                    return []  # a listener closed the consumer or unsubscribed: nothing to read
                 continue  # what changed while they ran (a membership lost: rejoined) before fetching
             records = self._loop.run(self._core.fetch_records(deadline))
             if records or time.monotonic() >= deadline:
@@ -302,17 +303,22 @@ class Consumer:
 
     def _revoking_then(self, event: RebalanceEvent | None, then: Coroutine[Any, Any, None]) -> None:
         """Runs the leave's listener on this thread (it may call the consumer: commit), then `then`
-        (leaving) on the loop, even when the listener raised."""
+        (leaving) on the loop, even when the listener raised; not when the listener closed the
+        consumer (its loop is stopped: it left already)."""
         try:
             if event is not None:
                 self._run_listeners(event)
         finally:
-            self._loop.run(then)
+            if self._loop.loop.is_closed():
+                then.close()
+            else:
+                self._loop.run(then)
 
-    def _run_listeners(self, event: RebalanceEvent) -> None:
+    def _run_listeners(self, event: RebalanceEvent) -> bool:
         """As AsyncConsumer._run_listeners, the listeners on this thread: on_revoke while the
         revoked partitions are still assigned, their release on the loop (whatever the listener
-        did), then on_assign, also when on_revoke raised (the first error is raised after both)."""
+        did), then on_assign, also when on_revoke raised (the first error is raised after both).
+        False when on_revoke closed the consumer (its loop is stopped) or unsubscribed: no on_assign."""
         revoke_error = None
         try:
             call = event.revoke_call()
@@ -321,14 +327,15 @@ class Consumer:
         except Exception as error:
             revoke_error = error
         finally:
-            self._loop.call(event.release_revoked)
+            reading = not self._loop.loop.is_closed() and self._loop.call(self._core.released, event)
         try:
             call = event.assign_call()
-            if call is not None:
+            if call is not None and reading:
                 call[0](call[1])
         finally:
             if revoke_error is not None:
                 raise revoke_error
+        return reading
 
     position = _blocking(AsyncConsumer.position)
     seek_to_beginning = _blocking(AsyncConsumer.seek_to_beginning)

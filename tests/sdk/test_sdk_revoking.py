@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from tests.sdk.test_sdk_faults import produce_values
 from tests.sdk.test_sdk_leaving import next_offsets, poll_until
 from tests.sdk.test_sdk_poll_timeout import MEMBER, both_partitions
@@ -212,5 +214,92 @@ def test_an_async_on_assign_runs_when_on_revoke_raised(server):
                 "on_assign was not called after on_revoke raised"
             )
             consumer.subscribe([second_topic])  # close()'s on_revoke would raise too
+
+    asyncio.run(scenario())
+
+
+def two_members_take_a_partition_from_the_first(first_poll, second_poll, revoked: list) -> None:
+    """Polls both members until the first's on_revoke ran (the second member joined and took one)."""
+    deadline = time.monotonic() + 20
+    while not revoked and time.monotonic() < deadline:
+        first_poll()
+        second_poll()
+    assert revoked, "no rebalance revoked a partition of the first member"
+
+
+def assert_each_partition_revoked_once(revoked: list, topic: str) -> None:
+    """The rebalance's on_revoke (one partition), then the leave's inside it (the other one)."""
+    assert [len(partitions) for partitions in revoked] == [1, 1], f"on_revoke ran again: {revoked}"
+    assert revoked[0] | revoked[1] == both_partitions(topic)
+
+
+@pytest.mark.parametrize("leave", ["unsubscribe", "close"])
+def test_unsubscribe_or_close_inside_on_revoke_does_not_run_on_revoke_again(server, leave):
+    """Regression: an on_revoke that leaves the group (unsubscribe() or close(), e.g. on shutdown)
+    was called again by that call, inside itself, for every assigned partition: the partitions it
+    was revoking too, and so on (unbounded recursion). As Kafka's consumer, the listener is not
+    called again for partitions it is revoking: the leave's on_revoke (inside the first) is for the
+    partition the rebalance kept, and each partition is revoked once; the poll returns no record
+    and calls no on_assign, and the other member takes every partition."""
+    topic = f"revoking-leave-inside-{leave}"
+    six_records_in_two_partitions(server, topic)
+    revoked: list = []
+    assigned: list = []
+    first = Consumer(server.url, group_id=topic, **MEMBER)
+
+    def on_revoke(partitions: set[TopicPartition]) -> None:
+        revoked.append(set(partitions))
+        getattr(first, leave)()
+
+    first.subscribe([topic], on_revoke=on_revoke, on_assign=lambda partitions: assigned.append(set(partitions)))
+    poll_until(first, 6)
+    with Consumer(server.url, group_id=topic, **MEMBER) as second:
+        second.subscribe([topic])
+        two_members_take_a_partition_from_the_first(
+            lambda: not revoked and first.poll(timeout_ms=100), lambda: second.poll(timeout_ms=100), revoked
+        )
+        assert_each_partition_revoked_once(revoked, topic)
+        assert assigned == [both_partitions(topic)]
+        deadline = time.monotonic() + 20
+        while second.assignment() != both_partitions(topic) and time.monotonic() < deadline:
+            second.poll(timeout_ms=100)
+        assert second.assignment() == both_partitions(topic)
+    first.close()  # after unsubscribe(): nothing left to revoke
+    assert_each_partition_revoked_once(revoked, topic)
+
+
+@pytest.mark.parametrize("leave", ["unsubscribe", "close"])
+def test_an_async_unsubscribe_or_close_inside_on_revoke_does_not_run_on_revoke_again(server, leave):
+    """As above, an AsyncConsumer whose (coroutine) on_revoke awaits unsubscribe() or close()."""
+    topic = f"revoking-async-leave-inside-{leave}"
+    six_records_in_two_partitions(server, topic)
+    revoked: list = []
+
+    async def scenario() -> None:
+        first = AsyncConsumer(server.url, group_id=topic, **MEMBER)
+
+        async def on_revoke(partitions: set[TopicPartition]) -> None:
+            revoked.append(set(partitions))
+            await getattr(first, leave)()
+
+        first.subscribe([topic], on_revoke=on_revoke)
+        received: list = []
+        deadline = time.monotonic() + 20
+        while len(received) < 6 and time.monotonic() < deadline:
+            received += await first.poll(timeout_ms=500)
+        async with AsyncConsumer(server.url, group_id=topic, **MEMBER) as second:
+            second.subscribe([topic])
+            deadline = time.monotonic() + 20
+            while not revoked and time.monotonic() < deadline:
+                if not revoked:
+                    await first.poll(timeout_ms=100)
+                await second.poll(timeout_ms=100)
+            assert_each_partition_revoked_once(revoked, topic)
+            deadline = time.monotonic() + 20
+            while second.assignment() != both_partitions(topic) and time.monotonic() < deadline:
+                await second.poll(timeout_ms=100)
+            assert second.assignment() == both_partitions(topic)
+        await first.close()
+        assert_each_partition_revoked_once(revoked, topic)
 
     asyncio.run(scenario())

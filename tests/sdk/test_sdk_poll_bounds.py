@@ -1,0 +1,195 @@
+"""poll() keeps its timeout while the server is slow to answer a group's requests, against a real
+server (real HTTP, real PostgreSQL; the slowness is a transport holding a request on its way): as
+Kafka's poll(Duration), a poll whose timeout ends during a join, or during the auto-commit before a
+revocation, returns no record, and that work goes on to the next polls. Bounds are generous (the
+machine is small and shared), but below the held time, which the old code waited for."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import httpx
+import pytest
+
+from tests.sdk.test_sdk_faults import FirstRequestsHeld, produce_values
+from tests.sdk.test_sdk_leaving import poll_until
+from tests.sdk.test_sdk_poll_timeout import MEMBER, both_partitions
+from tests.sdk.test_sdk_revoking import six_records_in_two_partitions
+from txbroker import Admin, AsyncConsumer, Consumer, TopicPartition
+
+HELD_S = 4  # how long the server "takes" to answer the held request
+QUICK_S = 2  # a poll(timeout_ms=100) took less (it waited for the held request before)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_poll_whose_timeout_ends_during_the_join_returns_and_the_join_goes_on(server, flavour):
+    """Regression: the server holds the join (the first heartbeat) for HELD_S; poll(timeout_ms=100)
+    on a fresh consumer returns [] within its timeout, and poll(0) too, instead of waiting for the
+    whole join (up to default_api_timeout_ms). The join goes on meanwhile: a later poll adopts its
+    assignment, and the group has that one member (the polls did not join twice)."""
+    topic = f"poll-bounds-join-{flavour}"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic)
+    heartbeat = f"/v1/groups/{topic}/heartbeat"
+    options = {**MEMBER, "transport": FirstRequestsHeld(HELD_S, heartbeat), "request_timeout_ms": 10_000}
+
+    def check(poll, assignment, member_id) -> None:
+        for timeout_ms in (100, 0):
+            started = time.monotonic()
+            assert poll(timeout_ms) == []
+            took = time.monotonic() - started
+            assert took < QUICK_S, f"poll(timeout_ms={timeout_ms}) took {took:.1f} s: it waited for the join"
+        assert assignment() == set()
+        deadline = time.monotonic() + 20
+        while not assignment() and time.monotonic() < deadline:
+            poll(100)
+        assert assignment() == {TopicPartition(topic, 0)}
+        with Admin(server.url) as admin:
+            assert [m["member_id"] for m in admin.describe_group(topic)["members"]] == [member_id()]
+
+    if flavour == "sync":
+        with Consumer(server.url, group_id=topic, **options) as consumer:
+            consumer.subscribe([topic])
+            check(
+                lambda timeout_ms: consumer.poll(timeout_ms=timeout_ms),
+                consumer.assignment,
+                lambda: consumer.group_metadata().member_id,
+            )
+        return
+
+    async def scenario() -> None:
+        async with AsyncConsumer(server.url, group_id=topic, **options) as consumer:
+            consumer.subscribe([topic])
+            for timeout_ms in (100, 0):
+                started = time.monotonic()
+                assert await consumer.poll(timeout_ms=timeout_ms) == []
+                took = time.monotonic() - started
+                assert took < QUICK_S, f"poll(timeout_ms={timeout_ms}) took {took:.1f} s: it waited for the join"
+            deadline = time.monotonic() + 20
+            while not consumer.assignment() and time.monotonic() < deadline:
+                await consumer.poll(timeout_ms=100)
+            assert consumer.assignment() == {TopicPartition(topic, 0)}
+            with Admin(server.url) as admin:
+                members = admin.describe_group(topic)["members"]
+            assert [m["member_id"] for m in members] == [consumer.group_metadata().member_id]
+
+    asyncio.run(scenario())
+
+
+# Auto-commit only before a revocation (and at close): the interval is never reached in a test.
+AUTO_COMMITTING = {
+    **MEMBER,
+    "enable_auto_commit": True,
+    "auto_commit_interval_ms": 60_000,
+    "request_timeout_ms": 10_000,
+}
+
+
+class CommitHeld(FirstRequestsHeld):
+    """Holds the group's first offset commit for HELD_S, and tells when it was sent."""
+
+    def __init__(self, group_id: str) -> None:
+        super().__init__(HELD_S, f"/v1/groups/{group_id}/offsets/commit")
+        self.commit_sent = threading.Event()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/offsets/commit"):
+            self.commit_sent.set()
+        return await super().handle_async_request(request)
+
+
+def test_a_poll_whose_timeout_ends_during_the_auto_commit_before_a_revocation_returns(server):
+    """Regression: with auto-commit, a rebalance commits the revoked partition's position before
+    on_revoke; the server holds that commit for HELD_S. Each poll(timeout_ms=0) of the member
+    returns within its timeout while the commit is in flight (before, the one that adopted the
+    rebalance waited for it, up to default_api_timeout_ms), and a later poll revokes the partition
+    once the commit ended, as Kafka's onJoinPrepare: so the commit lands before the next owner
+    reads (the revocation barrier), which reads nothing again."""
+    topic = "poll-bounds-revocation-commit"
+    six_records_in_two_partitions(server, topic)
+    config = AUTO_COMMITTING
+    revoked: list = []
+    first = Consumer(server.url, group_id=topic, transport=CommitHeld(topic), **config)
+    first.subscribe([topic], on_revoke=lambda partitions: revoked.append(set(partitions)))
+    try:
+        poll_until(first, 6)
+        with Consumer(server.url, group_id=topic, **config) as second:
+            second.subscribe([topic])
+            slowest = 0.0
+            deadline = time.monotonic() + 30
+            while not (len(first.assignment()) == 1 and second.assignment()) and time.monotonic() < deadline:
+                started = time.monotonic()
+                assert first.poll(timeout_ms=0) == []
+                slowest = max(slowest, time.monotonic() - started)
+                second.poll(timeout_ms=100)
+            assert slowest < QUICK_S, f"poll(timeout_ms=0) took {slowest:.1f} s: it waited for the held commit"
+            (taken,) = second.assignment()
+            assert revoked == [{taken}]
+            assert first.committed([taken]) == {taken: 3}, "revoked before its position was committed"
+            assert second.poll(timeout_ms=300) == [], "the new owner read again what the first had read"
+    finally:
+        first.close()
+
+
+def test_close_while_the_auto_commit_before_a_revocation_is_in_flight_revokes_its_partitions_too(server):
+    """close() while a rebalance's auto-commit is in flight (its polls returned before it ended,
+    so its on_revoke has not run) runs on_revoke once, for every assigned partition: the
+    rebalance's revoked one too, whose on_revoke would otherwise never run; the final commit comes
+    after the held one, and the group's offsets are past what poll() returned."""
+    topic = "poll-bounds-close-in-revocation-commit"
+    six_records_in_two_partitions(server, topic)
+    revoked: list = []
+    transport = CommitHeld(topic)
+    first = Consumer(server.url, group_id=topic, transport=transport, **AUTO_COMMITTING)
+    first.subscribe([topic], on_revoke=lambda partitions: revoked.append(set(partitions)))
+    try:
+        poll_until(first, 6)
+        with Consumer(server.url, group_id=topic, **AUTO_COMMITTING) as second:
+            second.subscribe([topic])
+            deadline = time.monotonic() + 30
+            while not transport.commit_sent.is_set() and time.monotonic() < deadline:
+                assert first.poll(timeout_ms=0) == []
+                second.poll(timeout_ms=100)
+            assert transport.commit_sent.is_set(), "no rebalance revoked a partition of the first member"
+            assert revoked == [], "on_revoke ran before the auto-commit ended"
+            first.close()
+            assert revoked == [both_partitions(topic)]
+    finally:
+        first.close()
+    with Admin(server.url) as admin:
+        group = admin.describe_group(topic)
+    assert {(o["partition"], o["offset"]) for o in group["offsets"]} == {(0, 3), (1, 3)}
+
+
+@pytest.mark.parametrize("lookup", ["offsets/fetch", "offsets/list"])
+def test_a_poll_whose_timeout_ends_during_the_positions_lookup_returns_and_the_lookup_goes_on(server, lookup):
+    """Regression: the server holds the lookup of a newly assigned partition's position (its
+    committed offset, OffsetFetch; or, with none committed, auto_offset_reset's ListOffsets) for
+    HELD_S. Each poll(timeout_ms=100) returns within its timeout meanwhile (before, the poll waited
+    for the lookup's one attempt, up to request_timeout_ms), and a later poll takes the lookup's
+    answer and reads from there: the committed offset, or the beginning."""
+    topic = f"poll-bounds-position-{lookup.replace('/', '-')}"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic)
+    produce_values(server.url, topic, [f"r{i}" for i in range(4)])
+    tp = TopicPartition(topic, 0)
+    committed = 2 if lookup == "offsets/fetch" else None
+    if committed is not None:
+        with Consumer(server.url, group_id=topic, **MEMBER) as committer:
+            committer.assign([tp])
+            committer.commit({tp: committed})
+    path = f"/v1/groups/{topic}/{lookup}" if lookup == "offsets/fetch" else f"/v1/{lookup}"
+    options = {**MEMBER, "transport": FirstRequestsHeld(HELD_S, path), "request_timeout_ms": 10_000}
+    with Consumer(server.url, group_id=topic, **options) as consumer:
+        consumer.subscribe([topic])
+        received: list = []
+        slowest = 0.0
+        deadline = time.monotonic() + 30
+        while len(received) < 4 - (committed or 0) and time.monotonic() < deadline:
+            started = time.monotonic()
+            received += consumer.poll(timeout_ms=100)
+            slowest = max(slowest, time.monotonic() - started)
+        assert slowest < QUICK_S, f"poll(timeout_ms=100) took {slowest:.1f} s: it waited for the held {lookup}"
+        assert [r.offset for r in received] == list(range(committed or 0, 4))
