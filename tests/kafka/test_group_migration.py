@@ -6,22 +6,49 @@ protocol leaves, the group is classic again and rebalances. Real clients, a real
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import time
 
+import pytest
 from confluent_kafka import KafkaException
+from kafka.errors import KafkaError as KafkaPythonError
+from kio.schema.consumer_protocol_subscription.v1.data import ConsumerProtocolSubscription as SubscriptionV1
+from kio.schema.consumer_protocol_subscription.v1.data import TopicPartition as OwnedV1
+from kio.schema.errors import ErrorCode as KafkaError
+from kio.serial import entity_writer
 
+from app.coordinator.classic_groups import assigned_partitions
 from app.kafka import api_table
-from tests.kafka.clients import WAIT_S, ConfluentKafka, bootstrap, create_topic
-from tests.kafka.group_clients import ConfluentMember
+from tests.api.test_consumer_groups import fetch_offsets
+from tests.kafka.clients import WAIT_S, ConfluentKafka, bootstrap, create_topic, topic_uuid
+from tests.kafka.group_clients import ConfluentMember, KafkaPythonMember
 from tests.kafka.raw import RawConnection, request_of
+from tests.kafka.raw_groups import (
+    assigned,
+    commit,
+    consumer_assignment,
+    consumer_heartbeat,
+    heartbeat,
+    join,
+    join_request,
+    sync,
+)
 
 KAFKA_SERVER_SETTINGS = {
     "group_consumer_session_timeout_ms": 1500,
     "group_consumer_heartbeat_interval_ms": 100,
     "group_session_check_interval_ms": 100,
 }
-# The classic members' own timings, as short (the shared server takes sessions from 100 ms).
-CLASSIC = {"session.timeout.ms": 1500, "heartbeat.interval.ms": 100}
+# The classic members, with their own short timings (the shared server takes sessions from 100 ms).
+CLASSIC_MEMBERS = {
+    "confluent-kafka": lambda server, group, topic: ConfluentMember(
+        server, group, topic, **{"session.timeout.ms": 1500, "heartbeat.interval.ms": 100}
+    ),
+    "kafka-python": lambda server, group, topic: KafkaPythonMember(
+        server, group, topic, session_timeout_ms=3000, heartbeat_interval_ms=100
+    ),
+}
 CONSUMER = {"group.protocol": "consumer"}
 
 
@@ -57,7 +84,7 @@ class Consuming:
                 self.seen.append(record.value)
                 try:
                     member.commit()
-                except KafkaException:
+                except (KafkaException, KafkaPythonError):
                     continue  # a rebalance under way: this record may come again (at least once)
                 self.committed.add(record.value)
 
@@ -78,13 +105,16 @@ class Consuming:
         return sorted(len(p) for p in owned) == sizes and len(every) == len(set(every))
 
 
-def test_a_classic_group_upgrades_to_a_consumer_group_and_back_while_its_members_consume(module_kafka_server):
+@pytest.mark.parametrize("classic_client", sorted(CLASSIC_MEMBERS))
+def test_a_classic_group_upgrades_to_a_consumer_group_and_back_while_its_members_consume(
+    module_kafka_server, classic_client
+):
     server = module_kafka_server
-    topic, group = "migrate", "migrate-group"
+    topic, group = f"migrate-{classic_client}", f"migrate-{classic_client}-group"
     create_topic(server, topic, 4)
     produced = _produce(server, topic, 40, "before")
-    staying = ConfluentMember(server, group, topic, **CLASSIC)
-    restarted = ConfluentMember(server, group, topic, **CLASSIC)
+    staying = CLASSIC_MEMBERS[classic_client](server, group, topic)
+    restarted = CLASSIC_MEMBERS[classic_client](server, group, topic)
     run = Consuming([staying, restarted])
     try:
         run.until(lambda: run.split([2, 2]) and produced <= set(run.seen), "two classic members split 4 partitions")
@@ -124,3 +154,111 @@ def test_a_classic_group_upgrades_to_a_consumer_group_and_back_while_its_members
     finally:
         for member in run.members:
             member.close()
+
+
+# ---- raw requests: the rules each step follows
+
+
+def _subscription(topics: list[str], owned: dict[str, list[int]] | None = None) -> bytes:
+    """A consumer's JoinGroup metadata: a ConsumerProtocolSubscription v1 (with the partitions it owns)."""
+    buffer = io.BytesIO()
+    entity_writer(SubscriptionV1)(
+        buffer,
+        SubscriptionV1(
+            topics=tuple(topics),
+            owned_partitions=tuple(OwnedV1(topic=t, partitions=tuple(ps)) for t, ps in (owned or {}).items()),
+        ),
+    )
+    return (1).to_bytes(2, "big") + buffer.getvalue()
+
+
+def _assignment(answer) -> dict[str, list[int]]:
+    return assigned_partitions("consumer", answer.assignment)
+
+
+def test_the_steps_of_an_upgrade_and_a_downgrade_as_kafka_takes_them(module_kafka_server):
+    server = module_kafka_server
+    topic, group = "migrate-raw", "migrate-raw-group"
+    create_topic(server, topic, 2)
+    topic_id = topic_uuid(server.client.get(f"/v1/topics/{topic}").json()["topic_id"])
+    with RawConnection(bootstrap(server)) as connection:
+        # A classic group of one Kafka consumer owning both partitions.
+        joined = join(connection, group, "", metadata=_subscription([topic]), version=3)
+        classic_id, generation = joined.member_id, joined.generation_id
+        synced = sync(connection, group, classic_id, generation, {classic_id: consumer_assignment({topic: [0, 1]})})
+        assert synced.error_code == KafkaError.none
+        assert commit(connection, group, classic_id, generation, None, topic, 5) == KafkaError.none
+
+        # A member of the consumer protocol joins: the group is a consumer group, the classic member
+        # still owns both partitions (nobody else gets them until it gave one up).
+        joining = consumer_heartbeat(connection, group, "member-new", 0, [topic])
+        assert joining.error_code == KafkaError.none and assigned(joining) == {}
+        assert joining.member_epoch == generation + 1
+        assert _listed(server, group)[0] == "consumer"
+        # Its old generation's commits still go (its epoch is its generation), a wrong one is refused
+        # as a classic member knows it.
+        assert commit(connection, group, classic_id, generation, None, topic, 6) == KafkaError.none
+        assert commit(connection, group, classic_id, generation + 5, None, topic, 6) == KafkaError.illegal_generation
+        # Its heartbeat tells it to rejoin; rejoining, it still owns both: it is told its new
+        # assignment (one partition) at its old epoch, and to rejoin once it gave the other up.
+        assert heartbeat(connection, group, classic_id, generation).error_code == KafkaError.rebalance_in_progress
+        rejoined = join(connection, group, classic_id, metadata=_subscription([topic], {topic: [0, 1]}), version=3)
+        assert (rejoined.error_code, rejoined.generation_id, rejoined.protocol_name) == (
+            KafkaError.none,
+            generation,
+            "range",
+        )
+        kept = sync(connection, group, classic_id, generation, {})
+        assert kept.error_code == KafkaError.none and len(_assignment(kept)[topic]) == 1
+        [given_up] = sorted({0, 1} - set(_assignment(kept)[topic]))
+        still = consumer_heartbeat(connection, group, "member-new", joining.member_epoch)
+        assert assigned(still) in (None, {}), "a partition the classic member still owns was given away"
+        assert heartbeat(connection, group, classic_id, generation).error_code == KafkaError.rebalance_in_progress
+        moved = join(connection, group, classic_id, metadata=_subscription([topic], _assignment(kept)), version=3)
+        assert moved.generation_id == joining.member_epoch
+        assert sync(connection, group, classic_id, moved.generation_id, {}).error_code == KafkaError.none
+        assert heartbeat(connection, group, classic_id, moved.generation_id).error_code == KafkaError.none
+        got = consumer_heartbeat(connection, group, "member-new", joining.member_epoch)
+        assert assigned(got) == {topic_id: [given_up]}
+        assert _listed(server, group) == ("consumer", "Stable")
+        # A stale generation is refused as Kafka refuses it to a classic member.
+        assert heartbeat(connection, group, classic_id, generation).error_code == KafkaError.illegal_generation
+
+        # The consumer-protocol member leaves: a classic group again, rebalancing, its offsets kept.
+        left = consumer_heartbeat(connection, group, "member-new", -1)
+        assert left.error_code == KafkaError.none
+        assert _listed(server, group) == ("classic", "PreparingRebalance")
+        assert heartbeat(connection, group, classic_id, moved.generation_id).error_code == (
+            KafkaError.rebalance_in_progress
+        )
+        alone = join(connection, group, classic_id, metadata=_subscription([topic]), version=3)
+        assert (alone.error_code, alone.leader) == (KafkaError.none, classic_id)
+        assert alone.generation_id > moved.generation_id
+        assert _listed(server, group) == ("classic", "CompletingRebalance")
+        [committed] = fetch_offsets(server.client, group, [(topic, 0)])
+        assert committed["offset"] == 6
+
+
+def test_groups_that_are_never_converted_refuse_the_consumer_protocol(module_kafka_server):
+    server = module_kafka_server
+    create_topic(server, "migrate-refused", 1)
+    with RawConnection(bootstrap(server)) as connection:
+        # An HTTP group with a member.
+        http = server.client.post(
+            "/v1/groups/migrate-http/heartbeat", json={"member_id": "", "topics": ["migrate-refused"]}
+        )
+        assert http.status_code == 200
+        refused = consumer_heartbeat(connection, "migrate-http", "member-a", 0, ["migrate-refused"])
+        assert refused.error_code == KafkaError.inconsistent_group_protocol and "HTTP" in refused.error_message
+        # A classic group of another protocol type than Kafka consumers' (Kafka Connect's workers).
+        request = join_request("migrate-connect", "", metadata=_subscription(["migrate-refused"]), version=3)
+        answer = connection.call(dataclasses.replace(request, protocol_type="connect"))
+        assert answer.error_code == KafkaError.none
+        refused = consumer_heartbeat(connection, "migrate-connect", "member-a", 0, ["migrate-refused"])
+        assert refused.error_code == KafkaError.inconsistent_group_protocol and "'connect'" in refused.error_message
+        # A classic group's member heartbeating (not joining) with the consumer protocol converts nothing.
+        joined = join(connection, "migrate-joined", "", metadata=_subscription(["migrate-refused"]), version=3)
+        assert joined.error_code == KafkaError.none
+        refused = consumer_heartbeat(connection, "migrate-joined", "member-a", 3, owned=[])
+        assert refused.error_code == KafkaError.inconsistent_group_protocol
+        assert _listed(server, "migrate-joined")[0] == "classic"
