@@ -595,6 +595,9 @@ class ConsumerGroups:
                 client_id=request.client_id,
                 client_host=request.client_host,
             )
+            # A member heartbeating with this protocol is no classic member any more (as Kafka's
+            # coordinator clears its classic metadata): it counts against a downgrade.
+            member.pop("classic", None)
             await self.update(
                 conn, group, state, now, bumped, reconciling=(member_id, owned, request.may_describe), loaded=loaded
             )
