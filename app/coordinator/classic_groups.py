@@ -53,6 +53,7 @@ import io
 import uuid
 from collections import Counter
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import asyncpg
 from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment as AssignmentV0
@@ -114,6 +115,15 @@ class SessionTimeoutBounds:
 # A coordinator made without the server's settings (tests of other parts) takes any session timeout
 # the wire can carry (an int32).
 ANY_SESSION_TIMEOUT = SessionTimeoutBounds(0, 2**31 - 1)
+
+
+class Caller(NamedTuple):
+    """Who sends a SyncGroup or Heartbeat to a consumer group: its member id, generation and group
+    instance id (classic_members.py)."""
+
+    member_id: str
+    generation_id: int
+    instance_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -975,9 +985,8 @@ class ClassicGroups:
         async with self.changing(group_id) as conn:
             group = await groups.lock(conn, group_id, now)
             if self.consumer_members is not None and has_consumer_members(group):
-                return await self.consumer_members.sync(
-                    conn, group, member_id, generation_id, group_instance_id, protocol_type, protocol_name, now
-                )
+                caller = Caller(member_id, generation_id, group_instance_id)
+                return await self.consumer_members.sync(conn, group, caller, (protocol_type, protocol_name), now)
             classic = self._checked(
                 group, group_id, member_id, generation_id, group_instance_id, protocol_type, protocol_name, syncing=True
             )
@@ -1087,7 +1096,9 @@ class ClassicGroups:
         async with self.pool.acquire() as conn:
             group = await groups.get(conn, group_id)
             if self.consumer_members is not None and group is not None and has_consumer_members(group):
-                await self.consumer_members.heartbeat(conn, group, member_id, generation_id, group_instance_id, now)
+                await self.consumer_members.heartbeat(
+                    conn, group, Caller(member_id, generation_id, group_instance_id), now
+                )
                 return
             classic = self._member_state(group, group_id, member_id, group_instance_id)
             if _completion_due(classic, now) or _overdue_syncs(classic, now):

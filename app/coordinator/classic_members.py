@@ -32,6 +32,7 @@ import asyncpg
 
 from app.coordinator.classic_groups import (
     CONSUMER_PROTOCOL,
+    Caller,
     ClassicJoin,
     JoinResult,
     SyncResult,
@@ -106,11 +107,10 @@ class ClassicMembers:
         return member
 
     @classmethod
-    def _of_generation(
-        cls, state: dict, group_id: str, member_id: str, generation_id: int, instance_id: str | None
-    ) -> dict:
-        """The classic member a SyncGroup or Heartbeat names, if `generation_id` is its epoch
+    def _of_generation(cls, state: dict, group_id: str, caller: Caller) -> dict:
+        """The classic member a SyncGroup or Heartbeat names, if its generation is the member's epoch
         (ILLEGAL_GENERATION, as Kafka's throwIfGenerationIdUnmatched)."""
+        member_id, generation_id, instance_id = caller
         member = cls._member(state, group_id, member_id, instance_id)
         if generation_id != member["member_epoch"]:
             raise BrokerError(
@@ -198,20 +198,14 @@ class ClassicMembers:
         return JoinResult(member_id, member["member_epoch"], CONSUMER_PROTOCOL, protocols[0][0], "", [])
 
     async def sync(
-        self,
-        conn: asyncpg.Connection,
-        group: Group,
-        member_id: str,
-        generation_id: int,
-        instance_id: str | None,
-        protocol_type: str | None,
-        protocol_name: str | None,
-        now: int,
+        self, conn: asyncpg.Connection, group: Group, caller: Caller, protocol: tuple[str | None, str | None], now: int
     ) -> SyncResult:
-        """A classic member's SyncGroup (the caller holds the row): its assigned partitions."""
-        group_id = group.group_id
+        """A classic member's SyncGroup (the caller holds the row): its assigned partitions.
+        `protocol`: the protocol type and name SyncGroup v5+ names (None: not named)."""
+        group_id, member_id = group.group_id, caller.member_id
+        protocol_type, protocol_name = protocol
         state = consumer_state(group)
-        member = self._of_generation(state, group_id, member_id, generation_id, instance_id)
+        member = self._of_generation(state, group_id, caller)
         protocols = decoded_protocols(member["classic"]["protocols"])
         if protocol_type is not None and protocol_type != CONSUMER_PROTOCOL:
             raise inconsistent_protocol(
@@ -231,20 +225,12 @@ class ClassicMembers:
         assignment = encoded_assignment(member["assigned"], _first_protocol_version(member))
         return SyncResult(CONSUMER_PROTOCOL, protocol_name or protocols[0][0], assignment)
 
-    async def heartbeat(
-        self,
-        conn: asyncpg.Connection,
-        group: Group,
-        member_id: str,
-        generation_id: int,
-        instance_id: str | None,
-        now: int,
-    ) -> None:
+    async def heartbeat(self, conn: asyncpg.Connection, group: Group, caller: Caller, now: int) -> None:
         """A classic member's Heartbeat: its session goes on; REBALANCE_IN_PROGRESS when it must rejoin
         (Kafka's classicGroupHeartbeatToConsumerGroup)."""
-        group_id = group.group_id
+        group_id, member_id = group.group_id, caller.member_id
         state = consumer_state(group)
-        member = self._of_generation(state, group_id, member_id, generation_id, instance_id)
+        member = self._of_generation(state, group_id, caller)
         if not await groups.touch(conn, group_id, member_id, now):
             raise unknown_classic_member(group_id, member_id)
         if (
