@@ -49,28 +49,35 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import io
 import uuid
 from collections import Counter
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import asyncpg
 from kio.schema.consumer_protocol_assignment.v0.data import ConsumerProtocolAssignment as AssignmentV0
+from kio.schema.consumer_protocol_assignment.v0.data import TopicPartition as AssignedTopicV0
 from kio.schema.consumer_protocol_assignment.v1.data import ConsumerProtocolAssignment as AssignmentV1
+from kio.schema.consumer_protocol_assignment.v1.data import TopicPartition as AssignedTopicV1
 from kio.schema.consumer_protocol_assignment.v2.data import ConsumerProtocolAssignment as AssignmentV2
+from kio.schema.consumer_protocol_assignment.v2.data import TopicPartition as AssignedTopicV2
 from kio.schema.consumer_protocol_assignment.v3.data import ConsumerProtocolAssignment as AssignmentV3
+from kio.schema.consumer_protocol_assignment.v3.data import TopicPartition as AssignedTopicV3
 from kio.schema.consumer_protocol_subscription.v0.data import ConsumerProtocolSubscription as SubscriptionV0
 from kio.schema.consumer_protocol_subscription.v1.data import ConsumerProtocolSubscription as SubscriptionV1
 from kio.schema.consumer_protocol_subscription.v2.data import ConsumerProtocolSubscription as SubscriptionV2
 from kio.schema.consumer_protocol_subscription.v3.data import ConsumerProtocolSubscription as SubscriptionV3
-from kio.serial import entity_reader
+from kio.schema.types import TopicName
+from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import i32
 
 from app.clock import now_ms
-from app.coordinator.consumer_groups import refuse_other_kinds
 from app.coordinator.group_wake_ups import GroupWakeUps
 from app.coordinator.identifiers import check_identifier, check_member_group_id, within_limit
 from app.errors import BrokerError, ErrorCode
 from app.storage.groups import groups
-from app.storage.groups.groups import CLASSIC_STATE_KEY, ClassicKind, Group, Member
+from app.storage.groups.groups import CLASSIC_STATE_KEY, CONSUMER_STATE_KEY, ClassicKind, Group, Member
 from app.storage.log.append_notifier import AppendNotifier
 
 PREPARING = "PreparingRebalance"
@@ -108,6 +115,30 @@ class SessionTimeoutBounds:
 # A coordinator made without the server's settings (tests of other parts) takes any session timeout
 # the wire can carry (an int32).
 ANY_SESSION_TIMEOUT = SessionTimeoutBounds(0, 2**31 - 1)
+
+
+class Caller(NamedTuple):
+    """Who sends a SyncGroup or Heartbeat to a consumer group: its member id, generation and group
+    instance id (classic_members.py)."""
+
+    member_id: str
+    generation_id: int
+    instance_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicJoin:
+    """A JoinGroup as a classic member of a KIP-848 consumer group sends it (classic_members.py)."""
+
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    client_id: str
+    client_host: str
+    member_id_required: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,11 +225,11 @@ def described_assignment(group: Group, state: str) -> dict[str, dict[str, list[i
     return {}
 
 
-def _inconsistent(group_id: str, detail: str) -> BrokerError:
+def inconsistent_protocol(group_id: str, detail: str) -> BrokerError:
     return BrokerError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"group {group_id!r}: {detail}")
 
 
-def _unknown_member(group_id: str, member_id: str) -> BrokerError:
+def unknown_classic_member(group_id: str, member_id: str) -> BrokerError:
     return BrokerError(
         ErrorCode.UNKNOWN_MEMBER_ID,
         f"member {member_id!r} is not in group {group_id!r} (left, or removed when its session timed out "
@@ -261,6 +292,7 @@ def _rebalancing(group_id: str) -> BrokerError:
 # own schema, since an older one lacks the fields a newer one appends.
 SUBSCRIPTION_VERSIONS = (SubscriptionV0, SubscriptionV1, SubscriptionV2, SubscriptionV3)
 ASSIGNMENT_VERSIONS = (AssignmentV0, AssignmentV1, AssignmentV2, AssignmentV3)
+ASSIGNED_TOPIC_VERSIONS = (AssignedTopicV0, AssignedTopicV1, AssignedTopicV2, AssignedTopicV3)
 
 
 def _decoded(versions: tuple, data: bytes):
@@ -295,6 +327,41 @@ def assigned_partitions(protocol_type: str, assignment: bytes) -> dict[str, list
     return {entry.topic: sorted(int(p) for p in entry.partitions) for entry in decoded.assigned_partitions}
 
 
+def readable_assignment(assignment: bytes) -> bool:
+    """Whether assignment bytes are a ConsumerProtocolAssignment this server reads."""
+    return _decoded(ASSIGNMENT_VERSIONS, assignment) is not None
+
+
+def decoded_subscription(protocols: list[tuple[str, bytes]]):
+    """The first of a member's protocols' metadata that reads as a ConsumerProtocolSubscription (as
+    Kafka's coordinator reads a classic member's subscription), or None."""
+    return next(
+        (found for _, metadata in protocols if (found := _decoded(SUBSCRIPTION_VERSIONS, metadata)) is not None), None
+    )
+
+
+def encoded_assignment(partitions: dict[str, list[int]], version: int) -> bytes:
+    """A ConsumerProtocolAssignment of `partitions` (topic -> partitions) in `version` (the version of
+    the member's subscription, as Kafka's coordinator answers a classic member), its version first."""
+    version = max(0, min(version, len(ASSIGNMENT_VERSIONS) - 1))
+    schema, topic_partition = ASSIGNMENT_VERSIONS[version], ASSIGNED_TOPIC_VERSIONS[version]
+    assignment = schema(
+        assigned_partitions=tuple(
+            topic_partition(topic=TopicName(topic), partitions=tuple(i32(p) for p in ps))
+            for topic, ps in sorted(partitions.items())
+        )
+    )
+    buffer = io.BytesIO()
+    buffer.write(version.to_bytes(2, "big", signed=True))
+    entity_writer(schema)(buffer, assignment)
+    return buffer.getvalue()
+
+
+def metadata_version(metadata: bytes) -> int:
+    """The version a ConsumerProtocol message names (its first two bytes; 0 when it names none)."""
+    return max(0, int.from_bytes(metadata[:2], "big", signed=True)) if len(metadata) >= 2 else 0
+
+
 def _same_subscription(protocol_type: str, old: list, new: list) -> bool:
     """Whether a restarted static member asks for what it had: the same protocols, and under Kafka's
     consumer protocol the same topics (the rest, such as the partitions it owned before it stopped,
@@ -304,6 +371,15 @@ def _same_subscription(protocol_type: str, old: list, new: list) -> bool:
         return [(name, subscribed_topics(protocol_type, [(name, _bytes(data))]) or data) for name, data in protocols]
 
     return asked(old) == asked(new)
+
+
+def encoded_protocols(protocols: list[tuple[str, bytes]]) -> list[list[str]]:
+    """A JoinGroup's protocols as a group's state keeps them: [name, base64 metadata] each."""
+    return [[name, _b64(metadata)] for name, metadata in protocols]
+
+
+def decoded_protocols(encoded: list[list[str]]) -> list[tuple[str, bytes]]:
+    return [(name, _bytes(data)) for name, data in encoded]
 
 
 def _b64(data: bytes) -> str:
@@ -399,6 +475,74 @@ def _metadata(member: dict, protocol: str) -> bytes:
     return next((_bytes(data) for name, data in member["protocols"] if name == protocol), b"")
 
 
+async def save_classic_state(conn: asyncpg.Connection, group: Group, classic: dict, now: int) -> None:
+    """Saves the state with each member's assigned partitions decoded beside it (for describe and lag)."""
+    assignment = {
+        member_id: assigned_partitions(classic["protocol_type"], _bytes(member["assignment"]))
+        for member_id, member in classic["members"].items()
+        if member["assignment"]
+    }
+    classic["pending"] = _pending(classic, now)  # the lapsed ones are forgotten
+    assignment[CLASSIC_STATE_KEY] = classic
+    group.assignment = assignment
+    group.last_update_ms = now
+    await groups.save_generation(conn, group)
+
+
+def has_consumer_members(group: Group) -> bool:
+    """Whether the group is a KIP-848 consumer group with members (some may be classic ones)."""
+    state = group.assignment.get(CONSUMER_STATE_KEY)
+    return state is not None and bool(state["members"])
+
+
+def classic_member_entry(
+    protocols: list,
+    rebalance_timeout_ms: int,
+    session_timeout_ms: int,
+    client_id: str,
+    client_host: str,
+    group_instance_id: str | None,
+) -> dict:
+    """A member of the classic state (`protocols`: [name, base64 metadata] each), not yet rejoined."""
+    return {
+        "protocols": protocols,
+        "rebalance_timeout_ms": rebalance_timeout_ms,
+        "session_timeout_ms": session_timeout_ms,
+        "client_id": client_id,
+        "client_host": client_host,
+        "group_instance_id": group_instance_id,
+        "joined": False,
+        "assignment": "",
+    }
+
+
+def downgraded(consumer: dict, now: int) -> dict:
+    """The classic state of a KIP-848 consumer group whose members are all classic ones (Kafka's
+    ClassicGroup.fromConsumerGroup): each member keeps its protocols, timeouts and client, its target
+    assignment encoded as a ConsumerProtocolAssignment in its subscription's version, the protocol
+    chosen by vote, the first member the leader; then every member must rejoin (PreparingRebalance,
+    as Kafka's convertToClassicGroup starts a rebalance when a member's leave brought it about)."""
+    classic = _fresh(CONSUMER_PROTOCOL, {})
+    for member_id, member in sorted(consumer["members"].items()):
+        kept = member["classic"]
+        classic["members"][member_id] = classic_member_entry(
+            kept["protocols"],
+            member["rebalance_timeout_ms"],
+            kept["session_timeout_ms"],
+            member.get("client_id", ""),
+            member.get("client_host", ""),
+            member.get("instance_id"),
+        )
+    classic["protocol"] = _choose_protocol(classic)
+    for member_id, member in classic["members"].items():
+        version = metadata_version(_metadata(member, classic["protocol"]))
+        member["assignment"] = _b64(encoded_assignment(consumer["target"].get(member_id, {}), version))
+    classic["leader"] = min(classic["members"])
+    classic["assigned_generation"] = None
+    ClassicGroups._prepare(classic, now)
+    return classic
+
+
 class ClassicGroups:
     def __init__(
         self,
@@ -409,6 +553,10 @@ class ClassicGroups:
         self.pool = pool
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.session_timeout_bounds = session_timeout_bounds
+        # The classic members of KIP-848 consumer groups (classic_members.ClassicMembers, set by the
+        # group coordinator): this protocol's requests to a consumer group with members go there
+        # (Kafka 4's online migration). None: such a request is INCONSISTENT_GROUP_PROTOCOL.
+        self.consumer_members = None
         # Fired by every change to a group made in this process (group_coordinator.py's HTTP
         # membership, DeleteGroups and expiry too): the group's waiting JoinGroups and SyncGroups
         # re-read at once, so the members of a generation are answered together, as Kafka's
@@ -464,17 +612,7 @@ class ClassicGroups:
     # ---- the group row's classic state
 
     async def _save(self, conn: asyncpg.Connection, group: Group, classic: dict, now: int) -> None:
-        """Saves the state with each member's assigned partitions decoded beside it (for describe and lag)."""
-        assignment = {
-            member_id: assigned_partitions(classic["protocol_type"], _bytes(member["assignment"]))
-            for member_id, member in classic["members"].items()
-            if member["assignment"]
-        }
-        classic["pending"] = _pending(classic, now)  # the lapsed ones are forgotten
-        assignment[CLASSIC_STATE_KEY] = classic
-        group.assignment = assignment
-        group.last_update_ms = now
-        await groups.save_generation(conn, group)
+        await save_classic_state(conn, group, classic, now)
 
     @staticmethod
     def _prepare(classic: dict, now: int) -> None:
@@ -608,12 +746,26 @@ class ClassicGroups:
         self.session_timeout_bounds.check(group_id, session_timeout_ms)
         now = now_ms()
         if not protocols:
-            raise _inconsistent(group_id, f"a JoinGroup of protocol type {protocol_type!r} named no protocol")
-        encoded = [[name, _b64(metadata)] for name, metadata in protocols]
+            raise inconsistent_protocol(group_id, f"a JoinGroup of protocol type {protocol_type!r} named no protocol")
+        encoded = encoded_protocols(protocols)
         topics = subscribed_topics(protocol_type, protocols)
         async with self.changing(group_id) as conn:
             group = await groups.lock(conn, group_id, now)
-            classic = self._joinable(group, await groups.members(conn, group_id), protocol_type, protocols, now)
+            current = await groups.members(conn, group_id)
+            if self.consumer_members is not None and has_consumer_members(group):
+                joining = ClassicJoin(
+                    member_id,
+                    group_instance_id,
+                    protocol_type,
+                    protocols,
+                    session_timeout_ms,
+                    rebalance_timeout_ms,
+                    client_id,
+                    client_host,
+                    member_id_required,
+                )
+                return await self.consumer_members.join(conn, group, current, joining, now)
+            classic = self._joinable(group, current, protocol_type, protocols, now)
             replaced = None  # the member id a static member rejoining under a new one had
             if member_id == "":
                 # Kafka's form, client id and a UUID; a long client id is cut short, so that the id
@@ -631,7 +783,7 @@ class ClassicGroups:
                 if member_id not in classic["members"] or (
                     group_instance_id is not None and static_member_id(classic, group_instance_id) is None
                 ):
-                    raise _unknown_member(group_id, member_id)
+                    raise unknown_classic_member(group_id, member_id)
             if replaced is not None:
                 previous = await self._replace_static_member(
                     conn, group, classic, replaced, Member(member_id, topics, session_timeout_ms, now, now)
@@ -669,16 +821,10 @@ class ClassicGroups:
             initial = classic["state"] == EMPTY
             if not begins_rebalance and previous is None and classic.get("initial_delay") is not None:
                 classic["initial_delay"]["member_added"] = True
-            classic["members"][member_id] = {
-                "protocols": encoded,
-                "rebalance_timeout_ms": rebalance_timeout_ms,
-                "session_timeout_ms": session_timeout_ms,
-                "client_id": client_id,
-                "client_host": client_host,
-                "group_instance_id": group_instance_id,
-                "joined": True,
-                "assignment": "",
-            }
+            classic["members"][member_id] = classic_member_entry(
+                encoded, rebalance_timeout_ms, session_timeout_ms, client_id, client_host, group_instance_id
+            )
+            classic["members"][member_id]["joined"] = True
             if begins_rebalance:
                 # As Kafka's prepareRebalance, once the joiner is added or updated: the deadline is
                 # the members' largest rebalance timeout from now, the joiner's included, and stays
@@ -704,11 +850,17 @@ class ClassicGroups:
     ) -> dict:
         """The group's classic state, if a member of this protocol type and protocols may join it."""
         group_id = group.group_id
-        refuse_other_kinds(group, current)
+        if has_consumer_members(group) and current:
+            raise inconsistent_protocol(
+                group_id,
+                "it has members of Kafka's consumer group protocol (ConsumerGroupHeartbeat, group.protocol=consumer), "
+                "which this server does not serve to classic members here: use another group id, or wait until "
+                "they left",
+            )
         classic = classic_state(group)
         kafka_members = set(classic["members"]) if classic else set()
         if any(m.member_id not in kafka_members for m in current):
-            raise _inconsistent(
+            raise inconsistent_protocol(
                 group_id,
                 "its members joined over HTTP (POST /v1/groups/{group_id}/heartbeat): a group takes the "
                 "kind of its first member; use another group id, or wait until its HTTP members left",
@@ -718,14 +870,14 @@ class ClassicGroups:
         classic.setdefault("initial_delay", None)
         classic["pending"] = _pending(classic, now)
         if protocol_type != classic["protocol_type"]:
-            raise _inconsistent(
+            raise inconsistent_protocol(
                 group_id,
                 f"protocol type {protocol_type!r} received, the group's members use {classic['protocol_type']!r}",
             )
         if not set.intersection(
             {name for name, _ in protocols}, *({n for n, _ in m["protocols"]} for m in classic["members"].values())
         ):
-            raise _inconsistent(
+            raise inconsistent_protocol(
                 group_id,
                 f"none of the protocols {sorted(name for name, _ in protocols)} is supported by every member of "
                 f"the group",
@@ -782,7 +934,7 @@ class ClassicGroups:
                 classic = self._member_state(group, group_id, member_id, group_instance_id)
                 # Waiting in a rebalance is not a lapse of the session (as Kafka).
                 if not await groups.touch(conn, group_id, member_id, now):
-                    raise _unknown_member(group_id, member_id)
+                    raise unknown_classic_member(group_id, member_id)
                 if group.generation_id >= target_generation:
                     return self._join_result(group, classic, member_id)
                 if _completion_due(classic, now):
@@ -802,11 +954,15 @@ class ClassicGroups:
         """The group's classic state, if member_id is a member (FENCED_INSTANCE_ID when its instance
         id now belongs to another member id, UNKNOWN_MEMBER_ID when it is not a member)."""
         classic = None if group is None else classic_state(group)
+        if classic is None and group is not None and has_consumer_members(group):
+            # Converted to a consumer group while this member waited (Kafka's convertToConsumerGroup
+            # answers the waiting JoinGroups and SyncGroups so): it rejoins, as a classic member of it.
+            raise _rebalancing(group_id)
         error = instance_error(classic, group_id, member_id, group_instance_id)
         if error is not None:
             raise error
         if classic is None or member_id not in classic["members"]:
-            raise _unknown_member(group_id, member_id)
+            raise unknown_classic_member(group_id, member_id)
         return classic
 
     # ---- SyncGroup
@@ -828,6 +984,9 @@ class ClassicGroups:
         now = now_ms()
         async with self.changing(group_id) as conn:
             group = await groups.lock(conn, group_id, now)
+            if self.consumer_members is not None and has_consumer_members(group):
+                caller = Caller(member_id, generation_id, group_instance_id)
+                return await self.consumer_members.sync(conn, group, caller, (protocol_type, protocol_name), now)
             classic = self._checked(
                 group, group_id, member_id, generation_id, group_instance_id, protocol_type, protocol_name, syncing=True
             )
@@ -917,7 +1076,7 @@ class ClassicGroups:
             ("protocol", protocol_name, classic["protocol"]),
         ):
             if named is not None and chosen is not None and named != chosen:
-                raise _inconsistent(
+                raise inconsistent_protocol(
                     group_id,
                     f"SyncGroup names {what} {named!r}, the group's generation {group.generation_id} has "
                     f"{chosen!r}: assign with the protocol JoinGroup answered (its protocol_type and "
@@ -936,6 +1095,11 @@ class ClassicGroups:
         now = now_ms()
         async with self.pool.acquire() as conn:
             group = await groups.get(conn, group_id)
+            if self.consumer_members is not None and group is not None and has_consumer_members(group):
+                await self.consumer_members.heartbeat(
+                    conn, group, Caller(member_id, generation_id, group_instance_id), now
+                )
+                return
             classic = self._member_state(group, group_id, member_id, group_instance_id)
             if _completion_due(classic, now) or _overdue_syncs(classic, now):
                 # Nobody else may be there to act on the timeouts: the late are removed.
@@ -949,7 +1113,7 @@ class ClassicGroups:
             # generation (ILLEGAL_GENERATION, and it does not rejoin) lapses and is removed.
             self._of_generation(group, group_id, member_id, generation_id, group_instance_id)
             if not await groups.touch(conn, group_id, member_id, now):
-                raise _unknown_member(group_id, member_id)
+                raise unknown_classic_member(group_id, member_id)
         self._checked(group, group_id, member_id, generation_id, group_instance_id)
 
     async def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[BrokerError | None]:
@@ -969,6 +1133,8 @@ class ClassicGroups:
                     f"group {group_id!r} does not exist (never joined, or deleted), so no member of it can "
                     f"leave: nothing to do; a consumer that wants the group joins it anew (JoinGroup)",
                 )
+            if self.consumer_members is not None and has_consumer_members(group):
+                return await self.consumer_members.leave(conn, group, leaving, now)
             classic = classic_state(group)
             errors: list[BrokerError | None] = []
             removed: set[str] = set()
@@ -982,7 +1148,7 @@ class ClassicGroups:
                     continue
                 error = instance_error(classic, group_id, member_id, group_instance_id)
                 if error is None and (classic is None or member_id not in classic["members"]):
-                    error = _unknown_member(group_id, member_id)
+                    error = unknown_classic_member(group_id, member_id)
                 if error is None:
                     removed.add(member_id)
                 errors.append(error)

@@ -36,16 +36,26 @@ at its own heartbeats, where its principal is known).
 Static members (an instance id): one stopping leaves with epoch -2 and stays with its partitions
 until its session lapses (those it was revoking are free at once, as Kafka's coordinator frees
 them); its instance joining again under a new member id takes its place and partitions without a
-rebalance (`_static_member_returns`); another member with its instance id while it is active is
+rebalance (`static_member_returns`); another member with its instance id while it is active is
 UNRELEASED_INSTANCE_ID.
 
-Not built (docs/kafka.md): racks (kept, unused),
-and Kafka 4's online upgrade of a classic group: a group of one kind with members refuses a member
-of another (INCONSISTENT_GROUP_PROTOCOL); an empty one takes the kind of its next member.
+Kafka 4's online migration (GroupMetadataManager's, with group.consumer.migration.policy's default,
+BIDIRECTIONAL): a member joining a classic group of Kafka consumers (protocol type "consumer") that
+has members converts it (`_upgraded`): its classic members stay, each at the group's generation with
+its current assignment (decoded from the assignment bytes its leader sent) as its target, and keep
+being served over JoinGroup, SyncGroup and Heartbeat (classic_members.py) as members of this group,
+each with its `classic` entry (its protocols and session timeout). When the group's last member of
+this protocol leaves or is removed and classic ones remain, the group becomes a classic group again
+and rebalances (`_downgrade`). HTTP groups, and classic ones of another protocol type, are never
+converted: a group with such members refuses a member of this protocol (INCONSISTENT_GROUP_PROTOCOL);
+an empty one takes the kind of its next member.
+
+Not built (docs/kafka.md): racks (kept, unused).
 """
 
 from __future__ import annotations
 
+import base64
 import copy
 import uuid
 from collections.abc import Callable, Iterable
@@ -55,6 +65,15 @@ import asyncpg
 
 from app.clock import now_ms
 from app.coordinator import group_configs
+from app.coordinator.classic_groups import (
+    CONSUMER_PROTOCOL,
+    assigned_partitions,
+    decoded_protocols,
+    decoded_subscription,
+    downgraded,
+    readable_assignment,
+    save_classic_state,
+)
 from app.coordinator.consumer_assignors import SERVER_ASSIGNORS, preferred_assignor, target_assignment
 from app.coordinator.identifiers import check_identifier, check_member_group_id
 from app.errors import BrokerError, ErrorCode
@@ -170,9 +189,67 @@ def _fenced(group_id: str, member_id: str, received: int, current: int) -> Broke
 def _inconsistent(group_id: str, detail: str) -> BrokerError:
     return BrokerError(
         ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
-        f"group {group_id!r} {detail}: a group takes the kind of its first member (this server does not convert "
-        f"a group between protocols while it has members); use another group id, or wait until they left",
+        f"group {group_id!r} {detail}: a group takes the kind of its first member (only a classic group of Kafka "
+        f"consumers converts to a consumer group, and back); use another group id, or wait until they left",
     )
+
+
+def new_member(rebalance_timeout_ms: int) -> dict:
+    """A member joining the group: epoch 0, owning nothing."""
+    return {
+        "member_epoch": 0,
+        "previous_member_epoch": -1,
+        "state": MEMBER_STABLE,
+        "assigned": {},
+        "revoking": {},
+        "subscribed": [],  # the topics it subscribes to: its names and its regex's matches
+        "names": [],
+        "regex": None,
+        "server_assignor": None,
+        "rebalance_timeout_ms": rebalance_timeout_ms,
+        "revocation_due_ms": None,
+    }
+
+
+def is_classic(member: dict) -> bool:
+    """Whether the member speaks Kafka's classic protocol (JoinGroup, SyncGroup, Heartbeat)."""
+    return "classic" in member
+
+
+def _upgraded(classic: dict, generation_id: int) -> dict | None:
+    """The consumer group state of a classic group of Kafka consumers (Kafka's
+    ConsumerGroup.fromClassicGroup): every member at the group's generation, Stable, its current
+    assignment (its assignment bytes, empty while the group awaited its leader's) its target too; its
+    subscription from its metadata of the group's protocol (its first, before one was chosen); its
+    protocols and session timeout kept (`classic`) for JoinGroup, SyncGroup and a downgrade. None
+    when a member's metadata or assignment is no ConsumerProtocol message this server reads (Kafka
+    does not convert a group whose embedded protocol is malformed)."""
+    state = _fresh()
+    state["assignment_epoch"] = generation_id
+    for member_id, kept in classic["members"].items():
+        protocols = decoded_protocols(kept["protocols"])
+        chosen = [(name, data) for name, data in protocols if name == classic["protocol"]]
+        subscription = decoded_subscription(chosen + protocols)
+        assignment = base64.b64decode(kept["assignment"])
+        assigned = assigned_partitions(CONSUMER_PROTOCOL, assignment)
+        if subscription is None or (assignment and not assigned and not readable_assignment(assignment)):
+            return None
+        names = sorted(set(subscription.topics))
+        member = state["members"][member_id] = new_member(kept["rebalance_timeout_ms"])
+        member.update(
+            member_epoch=generation_id,
+            previous_member_epoch=generation_id,
+            assigned=assigned,
+            names=names,
+            subscribed=names,
+            instance_id=kept["group_instance_id"],
+            rack_id=getattr(subscription, "rack_id", None),
+            client_id=kept["client_id"],
+            client_host=kept["client_host"],
+            classic={"session_timeout_ms": kept["session_timeout_ms"], "protocols": kept["protocols"]},
+        )
+        state["target"][member_id] = assigned
+    return state
 
 
 def refuse_other_kinds(group: Group, members: list[Member]) -> None:
@@ -320,7 +397,7 @@ def _regex_matches(state: dict, member: dict) -> list[str]:
     return state.get("regexes", {}).get(member["regex"], []) if member["regex"] else []
 
 
-def _subscription(state: dict, member: dict) -> bool:
+def resolve_subscription(state: dict, member: dict) -> bool:
     """Sets the member's topics: the names it subscribes to and its regular expression's topics as
     the group resolved them, less those its principal may not Describe (as of its last heartbeat);
     True when they changed (the target depends on them)."""
@@ -356,7 +433,7 @@ async def _refresh_regexes(
     """Resolves the group's regular expressions, as Kafka's coordinator does in the background once
     per group (not per member): when one is not resolved yet, or topics were created or deleted
     since (`topics_fingerprint`); a regex no member subscribes to any more is forgotten. Each
-    member's topics are then its names and its regex's topics (`_subscription`): the heartbeating
+    member's topics are then its names and its regex's topics (`resolve_subscription`): the heartbeating
     member's principal is asked about the new ones (`heartbeating`: its id and `may_describe`), the
     others' are taken as describable until their own heartbeats. True when any member's topics
     changed (the group epoch is bumped, so every member of a regex sees the new target at once)."""
@@ -376,7 +453,7 @@ async def _refresh_regexes(
         _check_describable(state, state["members"][heartbeating[0]], heartbeating[1])
     changed = False
     for member in state["members"].values():
-        changed |= _subscription(state, member)
+        changed |= resolve_subscription(state, member)
     return changed
 
 
@@ -385,7 +462,7 @@ def _member_of_instance(state: dict, instance_id: str) -> str | None:
     return next((mid for mid, m in state["members"].items() if m.get("instance_id") == instance_id), None)
 
 
-def _check_instance(group_id: str, state: dict, member_id: str, instance_id: str) -> None:
+def check_instance(group_id: str, state: dict, member_id: str, instance_id: str) -> None:
     """A heartbeat or leave (epoch other than 0) naming an instance id is its static member's, as
     Kafka's coordinator finds it (getOrMaybeSubscribeStaticConsumerGroupMember, consumerGroupLeave):
     UNKNOWN_MEMBER_ID when no member has it, FENCED_INSTANCE_ID when another member than the sender
@@ -417,12 +494,16 @@ def _overdue(state: dict, now: int) -> set[str]:
 
 
 class ConsumerGroups:
-    def __init__(self, pool: asyncpg.Pool, changing, session_timeout_ms: int, heartbeat_interval_ms: int) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, changing, session_timeout_ms: int, heartbeat_interval_ms: int, announce=None
+    ) -> None:
         """`changing`: ClassicGroups.changing (a transaction that changes a group, its waiters woken);
         `session_timeout_ms`, `heartbeat_interval_ms`: the server's, for a group without its own
-        (group_configs.py)."""
+        (group_configs.py); `announce`: ClassicGroups.announce (a classic group converted here may
+        have JoinGroups and SyncGroups waiting in other processes)."""
         self.pool = pool
         self.changing = changing
+        self.announce = announce
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
 
@@ -448,18 +529,21 @@ class ConsumerGroups:
                 conn, group_id, self.session_timeout_ms, self.heartbeat_interval_ms
             )
             current = await groups.members(conn, group_id)
-            state = self._state_for(group, current)
+            state = self._state_for(group, current, epoch == JOIN_EPOCH)
+            if CLASSIC_STATE_KEY in group.assignment and self.announce is not None:
+                # Converted from a classic group: its waiting JoinGroups and SyncGroups rejoin.
+                await self.announce(conn, group_id)
             loaded = (group.generation_id, copy.deepcopy(state))  # what the row holds: unchanged, not written
-            bumped = await self._remove_lapsed(conn, group, state, current, now)
+            bumped = await self.remove_lapsed(conn, group, state, current, now)
             if "regexes" not in state:
                 # Written before the group resolved its members' regexes (an upgrade): resolved
-                # now, before a member's topics are taken from the resolutions (`_subscription`),
+                # now, before a member's topics are taken from the resolutions (`resolve_subscription`),
                 # or each member of a regex would be told to revoke all of its regex's topics.
                 bumped |= await _refresh_regexes(conn, state, None)
             member = state["members"].get(member_id)
             joining = epoch == JOIN_EPOCH
             if request.instance_id is not None and not joining:
-                _check_instance(group_id, state, member_id, request.instance_id)
+                check_instance(group_id, state, member_id, request.instance_id)
             if epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 if member is None:
                     raise unknown_member(group_id, member_id)
@@ -476,7 +560,7 @@ class ConsumerGroups:
                     return ConsumerHeartbeatResult(member_id, epoch, interval_ms, None)
                 await groups.remove_members(conn, group_id, [member_id])
                 del state["members"][member_id]
-                await self._update(conn, group, state, now, bumped=True)
+                await self.update(conn, group, state, now, bumped=True)
                 return ConsumerHeartbeatResult(member_id, epoch, interval_ms, None)
             if member is None and not joining:
                 raise unknown_member(group_id, member_id)
@@ -485,24 +569,12 @@ class ConsumerGroups:
                 self._check_epoch(group_id, member_id, member, epoch, owned)
             returned = None
             if member is None and joining and request.instance_id is not None:
-                returned = await self._static_member_returns(
+                returned = await self.static_member_returns(
                     conn, group_id, state, member_id, request.instance_id, now, session_timeout_ms
                 )
                 member = returned
             if member is None:
-                member = state["members"][member_id] = {
-                    "member_epoch": 0,
-                    "previous_member_epoch": -1,
-                    "state": MEMBER_STABLE,
-                    "assigned": {},
-                    "revoking": {},
-                    "subscribed": [],  # the topics it subscribes to: its names and its regex's matches
-                    "names": [],
-                    "regex": None,
-                    "server_assignor": None,
-                    "rebalance_timeout_ms": request.rebalance_timeout_ms,
-                    "revocation_due_ms": None,
-                }
+                member = state["members"][member_id] = new_member(request.rebalance_timeout_ms)
                 await groups.add_member(conn, group_id, Member(member_id, [], session_timeout_ms, now, now))
                 bumped = True
             elif joining and returned is None:
@@ -513,17 +585,20 @@ class ConsumerGroups:
             previous_regex = member["regex"]
             bumped |= self._take_subscription(member, request)
             if member["regex"] not in (None, previous_regex) and member["regex"] not in state.get("regexes", {}):
-                # New to the group: checked now, resolved after this heartbeat is answered (`_update`).
+                # New to the group: checked now, resolved after this heartbeat is answered (`update`).
                 await _check_new_regex(conn, member["regex"])
             _check_describable(state, member, request.may_describe)
-            bumped |= _subscription(state, member)
+            bumped |= resolve_subscription(state, member)
             member.update(
                 instance_id=request.instance_id or member.get("instance_id"),
                 rack_id=request.rack_id or member.get("rack_id"),
                 client_id=request.client_id,
                 client_host=request.client_host,
             )
-            await self._update(
+            # A member heartbeating with this protocol is no classic member any more (as Kafka's
+            # coordinator clears its classic metadata): it counts against a downgrade.
+            member.pop("classic", None)
+            await self.update(
                 conn, group, state, now, bumped, reconciling=(member_id, owned, request.may_describe), loaded=loaded
             )
             await groups.touch_member(conn, group_id, member_id, member["subscribed"], session_timeout_ms, now)
@@ -541,22 +616,51 @@ class ConsumerGroups:
         return ConsumerHeartbeatResult(member_id, member["member_epoch"], interval_ms, assignment)
 
     @staticmethod
-    def _state_for(group: Group, current: list[Member]) -> dict:
-        """The group's consumer state, if a ConsumerGroupHeartbeat may act on it: a group whose members
-        are classic (JoinGroup) or HTTP ones refuses it; an empty group of another kind becomes a
-        consumer group."""
+    def _state_for(group: Group, current: list[Member], joining: bool) -> dict:
+        """The group's consumer state, if a ConsumerGroupHeartbeat may act on it: a member joining a
+        classic group of Kafka consumers with members converts it (`_upgraded`, as Kafka's
+        validateOnlineUpgrade allows it); a group whose members are HTTP ones, or classic ones of
+        another protocol type, refuses it; an empty group of another kind becomes a consumer group."""
         state = consumer_state(group)
         consumer_members = set(state["members"]) if state else set()
+        classic = group.assignment.get(CLASSIC_STATE_KEY)
+        if (
+            joining
+            and state is None
+            and classic is not None
+            and classic["members"]
+            and classic["protocol_type"] == CONSUMER_PROTOCOL
+            and all(m.member_id in classic["members"] for m in current)
+        ):
+            upgraded = _upgraded(classic, group.generation_id)
+            if upgraded is not None:
+                return upgraded
         if any(m.member_id not in consumer_members for m in current):
-            classic = group.assignment.get(CLASSIC_STATE_KEY)
-            door = "Kafka's classic protocol (JoinGroup)" if classic and classic["members"] else "HTTP"
-            raise _inconsistent(group.group_id, f"has members that joined over {door}")
+            if classic and classic["members"] and classic["protocol_type"] != CONSUMER_PROTOCOL:
+                detail = (
+                    "has members of Kafka's classic protocol (JoinGroup) of protocol type "
+                    f"{classic['protocol_type']!r}, not Kafka consumers' ({CONSUMER_PROTOCOL!r}), so it cannot "
+                    "become a consumer group"
+                )
+            elif classic and classic["members"] and joining:
+                detail = (
+                    "has members of Kafka's classic protocol (JoinGroup) whose metadata or assignment is no "
+                    "ConsumerProtocol message this server reads, so it cannot become a consumer group"
+                )
+            elif classic and classic["members"]:
+                detail = (
+                    "has members of Kafka's classic protocol (JoinGroup), and only a joining member (epoch 0) "
+                    "converts it to a consumer group"
+                )
+            else:
+                detail = "has members that joined over HTTP, and HTTP groups are never converted"
+            raise _inconsistent(group.group_id, detail)
         if state is None:
             state = _fresh()
             state["assignment_epoch"] = group.generation_id
         return state
 
-    async def _static_member_returns(
+    async def static_member_returns(
         self,
         conn: asyncpg.Connection,
         group_id: str,
@@ -565,16 +669,18 @@ class ConsumerGroups:
         instance_id: str,
         now: int,
         session_timeout_ms: int,
+        require_released: bool = True,
     ) -> dict | None:
         """A static member joining under a new member id: it takes the place, partitions and target of
         its instance's previous member once that one left (epoch -2), as Kafka's coordinator replaces
-        it, without a rebalance; UNRELEASED_INSTANCE_ID while that one is still active. None when no
-        member has this instance id (a new static member)."""
+        it, without a rebalance; UNRELEASED_INSTANCE_ID while that one is still active (unless
+        `require_released` is False: a classic member joining with an unknown member id replaces it
+        at once, as Kafka's). None when no member has this instance id (a new static member)."""
         previous_id = _member_of_instance(state, instance_id)
         if previous_id is None:
             return None
         previous = state["members"][previous_id]
-        if previous["member_epoch"] != STATIC_LEAVE_EPOCH:
+        if require_released and previous["member_epoch"] != STATIC_LEAVE_EPOCH:
             raise BrokerError(
                 ErrorCode.UNRELEASED_INSTANCE_ID,
                 f"instance id {instance_id!r} of consumer group {group_id!r} is still member {previous_id!r}'s, which "
@@ -625,7 +731,7 @@ class ConsumerGroups:
             changed |= names != member["names"]
             member["names"] = names
         if request.subscribed_topic_regex is not None:  # "": no regular expression any more
-            # Its topics, not the expression, are what the target depends on (`_subscription`).
+            # Its topics, not the expression, are what the target depends on (`resolve_subscription`).
             member["regex"] = request.subscribed_topic_regex or None
         if request.server_assignor is not None:
             changed |= request.server_assignor != member["server_assignor"]
@@ -634,7 +740,7 @@ class ConsumerGroups:
             member["rebalance_timeout_ms"] = request.rebalance_timeout_ms
         return changed
 
-    async def _remove_lapsed(
+    async def remove_lapsed(
         self, conn: asyncpg.Connection, group: Group, state: dict, current: list[Member], now: int
     ) -> bool:
         """Removes the members whose session lapsed or whose revocation is overdue (as Kafka's timers
@@ -648,7 +754,7 @@ class ConsumerGroups:
             del state["members"][member_id]
         return True
 
-    async def _update(
+    async def update(
         self,
         conn: asyncpg.Connection,
         group: Group,
@@ -662,7 +768,11 @@ class ConsumerGroups:
         target when its epoch is behind, reconciles the heartbeating member (`reconciling`: its id,
         the partitions it says it owns, and whether its principal may Describe a topic), then
         resolves the group's regular expressions (`_refresh_regexes`) and saves (`_save`; `loaded`:
-        the group epoch and state as read, when they need no writing if unchanged)."""
+        the group epoch and state as read, when they need no writing if unchanged). A group whose
+        members are now all classic ones becomes a classic group again (`_downgrade`)."""
+        if state["members"] and all(is_classic(m) for m in state["members"].values()):
+            await self._downgrade(conn, group, state, now)
+            return
         await self._retarget(conn, group, state, bumped)
         if reconciling is not None:
             reconcile(state, reconciling[0], reconciling[1], now)
@@ -674,6 +784,15 @@ class ConsumerGroups:
         if await _refresh_regexes(conn, state, heartbeating):
             await self._retarget(conn, group, state, bumped=True)
         await self._save(conn, group, state, now, loaded)
+
+    @staticmethod
+    async def _downgrade(conn: asyncpg.Connection, group: Group, state: dict, now: int) -> None:
+        """The group's last member of this protocol left or was removed, classic ones remain: as
+        Kafka's convertToClassicGroup (group.consumer.migration.policy's downgrade), it becomes a
+        classic group at its group epoch, every member's target its assignment, and rebalances
+        (classic_groups.downgraded); no revocation deadline of this group's holds any more."""
+        await groups.set_revocation_deadlines(conn, group.group_id, dict.fromkeys(state["members"]))
+        await save_classic_state(conn, group, downgraded(state, now), now)
 
     @staticmethod
     async def _retarget(conn: asyncpg.Connection, group: Group, state: dict, bumped: bool) -> None:
@@ -728,7 +847,7 @@ class ConsumerGroups:
         remaining = {m.member_id for m in await groups.members(conn, group.group_id)}
         for member_id in [m for m in state["members"] if m not in remaining]:
             del state["members"][member_id]
-        await self._update(conn, group, state, now, bumped=True)
+        await self.update(conn, group, state, now, bumped=True)
 
     async def credit_timers(self, conn: asyncpg.Connection, group: Group, credit_ms: int, now: int) -> None:
         """After `credit_ms` in which no server could hear the members (GroupCoordinator.expire_sessions),

@@ -46,6 +46,7 @@ from app.coordinator.classic_groups import (
     classic_state,
     instance_error,
 )
+from app.coordinator.classic_members import ClassicMembers
 from app.coordinator.confirmed_reads import (
     ReplicationBarrier,
     confirmed_by_the_standby,
@@ -57,6 +58,7 @@ from app.coordinator.consumer_groups import (
     consumer_state,
     credit_revocations,
     describe_consumer_group,
+    is_classic,
     refuse_other_kinds,
     stale_member_epoch,
     stale_transactional_epoch,
@@ -247,12 +249,13 @@ def _consumer_commit_error(
     """A commit (plain or transactional) or a fetch of a KIP-848 consumer group with members, as
     Kafka's ConsumerGroup.validateOffsetCommit judges it: the member must be one (UNKNOWN_MEMBER_ID)
     at its current epoch (STALE_MEMBER_EPOCH; a transactional commit's ILLEGAL_GENERATION, as Kafka's
-    coordinator answers TxnOffsetCommit)."""
+    coordinator answers TxnOffsetCommit, and a classic member's, whose generation is its epoch and
+    which knows no STALE_MEMBER_EPOCH: Kafka's validateMemberEpoch for a member of the classic protocol)."""
     member = state["members"].get(member_id)
     if member is None:
         return unknown_member(group_id, member_id)
     if member_epoch != member["member_epoch"]:
-        refused = stale_transactional_epoch if transactional else stale_member_epoch
+        refused = stale_transactional_epoch if transactional or is_classic(member) else stale_member_epoch
         return refused(group_id, member_id, member_epoch, member["member_epoch"])
     return None
 
@@ -313,8 +316,14 @@ class GroupCoordinator:
         self.classic = ClassicGroups(pool, initial_rebalance_delay_ms, session_timeout_bounds)
         # KIP-848's ConsumerGroupHeartbeat, on the same groups, members and offsets.
         self.consumer = ConsumerGroups(
-            pool, self.classic.changing, consumer_session_timeout_ms, consumer_heartbeat_interval_ms
+            pool,
+            self.classic.changing,
+            consumer_session_timeout_ms,
+            consumer_heartbeat_interval_ms,
+            announce=self.classic.announce,
         )
+        # Kafka 4's online migration: the classic members of a consumer group (classic_members.py).
+        self.classic.consumer_members = ClassicMembers(self.consumer)
         # The session check's view of the database (`expire_sessions`): when its last check that
         # reached it began (None: none yet), and since when it was away (None: it is not).
         self._last_check_ms: int | None = None
