@@ -340,6 +340,13 @@ def decoded_subscription(protocols: list[tuple[str, bytes]]):
     )
 
 
+def owned_partitions(subscription) -> set[tuple[str, int]]:
+    """The partitions a Kafka consumer's subscription (v1+) says it owns; none before v1, or when an
+    eager member revoked them all before rejoining."""
+    owned = getattr(subscription, "owned_partitions", None) or ()
+    return {(entry.topic, int(p)) for entry in owned for p in entry.partitions}
+
+
 def encoded_assignment(partitions: dict[str, list[int]], version: int) -> bytes:
     """A ConsumerProtocolAssignment of `partitions` (topic -> partitions) in `version` (the version of
     the member's subscription, as Kafka's coordinator answers a classic member), its version first."""

@@ -42,6 +42,7 @@ from app.coordinator.classic_groups import (
     encoded_protocols,
     inconsistent_protocol,
     metadata_version,
+    owned_partitions,
     unknown_classic_member,
 )
 from app.coordinator.consumer_groups import (
@@ -74,13 +75,6 @@ def _first_protocol_version(member: dict) -> int:
     is encoded in (the protocol a JoinGroup of this group answers)."""
     protocols = decoded_protocols(member["classic"]["protocols"])
     return metadata_version(protocols[0][1]) if protocols else 0
-
-
-def _owned(subscription) -> set[tuple[str, int]]:
-    """The partitions a classic member's subscription (v1+) says it owns; none before v1, or when an
-    eager member revoked them all before rejoining."""
-    owned = getattr(subscription, "owned_partitions", None) or ()
-    return {(entry.topic, int(p)) for entry in owned for p in entry.partitions}
 
 
 def _waiting_on_unreleased(state: dict, member_id: str, member: dict) -> bool:
@@ -192,7 +186,12 @@ class ClassicMembers:
         )
         bumped |= resolve_subscription(state, member)
         await self.consumer.update(
-            conn, group, state, now, bumped, reconciling=(member_id, _owned(subscription), lambda _topic: True)
+            conn,
+            group,
+            state,
+            now,
+            bumped,
+            reconciling=(member_id, owned_partitions(subscription), lambda _topic: True),
         )
         await groups.touch_member(conn, group_id, member_id, member["subscribed"], session_timeout_ms, now)
         return JoinResult(member_id, member["member_epoch"], CONSUMER_PROTOCOL, protocols[0][0], "", [])

@@ -71,6 +71,7 @@ from app.coordinator.classic_groups import (
     decoded_protocols,
     decoded_subscription,
     downgraded,
+    owned_partitions,
     readable_assignment,
     save_classic_state,
 )
@@ -226,7 +227,10 @@ def _upgraded(classic: dict, generation_id: int) -> dict | None:
     does not convert a group whose embedded protocol is malformed)."""
     state = _fresh()
     state["assignment_epoch"] = generation_id
-    for member_id, kept in classic["members"].items():
+    claimed: set[tuple[str, int]] = set()
+    # The members with assignment bytes first: what a leader gave is theirs; a rebalancing member's
+    # claim (below) takes only what nobody else holds.
+    for member_id, kept in sorted(classic["members"].items(), key=lambda item: not item[1]["assignment"]):
         protocols = decoded_protocols(kept["protocols"])
         chosen = [(name, data) for name, data in protocols if name == classic["protocol"]]
         subscription = decoded_subscription(chosen + protocols)
@@ -234,6 +238,13 @@ def _upgraded(classic: dict, generation_id: int) -> dict | None:
         assigned = assigned_partitions(CONSUMER_PROTOCOL, assignment)
         if subscription is None or (assignment and not assigned and not readable_assignment(assignment)):
             return None
+        if not assignment:
+            # Rejoined in a rebalance not synced yet (its JoinGroup or the generation's completion
+            # cleared its assignment bytes): a cooperative member keeps processing the partitions
+            # its JoinGroup says it owns until its SyncGroup, so they stay its own (Kafka keeps the
+            # assignment of its generation), or another member would be given them meanwhile.
+            assigned = partitions_by_topic(owned_partitions(subscription) - claimed)
+        claimed |= partition_set(assigned)
         names = sorted(set(subscription.topics))
         member = state["members"][member_id] = new_member(kept["rebalance_timeout_ms"])
         member.update(

@@ -271,3 +271,28 @@ def test_groups_that_are_never_converted_refuse_the_consumer_protocol(module_kaf
         refused = consumer_heartbeat(connection, "migrate-joined", "member-a", 3, owned=[])
         assert refused.error_code == KafkaError.inconsistent_group_protocol
         assert _listed(server, "migrate-joined")[0] == "classic"
+
+
+def test_a_member_that_rejoined_keeps_the_partitions_it_owns_when_its_rebalancing_group_converts(
+    module_kafka_server,
+):
+    # A cooperative member keeps processing the partitions it owns while it rejoins (its JoinGroup
+    # names them): a consumer-protocol member joining before its SyncGroup must not be given them,
+    # as Kafka's conversion keeps the member's assignment of its generation.
+    server = module_kafka_server
+    topic, group = "migrate-rejoined", "migrate-rejoined-group"
+    create_topic(server, topic, 2)
+    with RawConnection(bootstrap(server)) as connection:
+        joined = join(connection, group, "", metadata=_subscription([topic]), version=3)
+        classic_id, generation = joined.member_id, joined.generation_id
+        synced = sync(connection, group, classic_id, generation, {classic_id: consumer_assignment({topic: [0, 1]})})
+        assert synced.error_code == KafkaError.none
+        # It rejoins (a new generation, its SyncGroup not sent yet), still owning both partitions.
+        rejoined = join(connection, group, classic_id, metadata=_subscription([topic], {topic: [0, 1]}), version=3)
+        assert rejoined.error_code == KafkaError.none and rejoined.generation_id == generation + 1
+        joining = consumer_heartbeat(connection, group, "member-new", 0, [topic])
+        assert joining.error_code == KafkaError.none
+        again = consumer_heartbeat(connection, group, "member-new", joining.member_epoch)
+        assert assigned(joining) in (None, {}) and assigned(again) in (None, {}), (
+            "a partition the rejoined classic member still owns was given to the consumer-protocol member"
+        )
