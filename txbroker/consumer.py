@@ -152,6 +152,9 @@ class AsyncConsumer:
         # The rebalance whose revoked partitions' auto-commit is in flight: its event is returned
         # (for its listeners) once the commit ended, by this poll or a later one.
         self._revocation_commit: tuple[RebalanceEvent, asyncio.Task] | None = None
+        # Every such commit not ended yet, also one an unsubscribe() stopped waiting for: close()
+        # gives them up (cancelled), as its own final commit, so that none is sent after it.
+        self._revocation_commits: set[asyncio.Task] = set()
         self._closed = False
 
     async def __aenter__(self) -> AsyncConsumer:
@@ -331,7 +334,10 @@ class AsyncConsumer:
             self._log_revocation_commit_failed(positions, error)
             return None
         deadline = time.monotonic() + coordinator.rebalance_timeout_s
-        return asyncio.ensure_future(self._commit_before_revoking(coordinator, body, positions, deadline))
+        task = asyncio.ensure_future(self._commit_before_revoking(coordinator, body, positions, deadline))
+        self._revocation_commits.add(task)
+        task.add_done_callback(self._revocation_commits.discard)
+        return task
 
     async def _commit_before_revoking(
         self, coordinator: ConsumerCoordinator, body: dict, positions: dict[TopicPartition, int], deadline: float
@@ -636,7 +642,14 @@ class AsyncConsumer:
         if self._closed:
             return
         self._closed = True
-        self._revocation_commit = None  # ended by now, or given up with the close's final commit
+        self._revocation_commit = None
+        # Ended by now (the final commit waited behind them), or given up as the final commit
+        # was when the close timeout ended first: before 2026-11-28 one went on, and sent its
+        # OffsetCommit after close() returned (or was destroyed pending with the sync Consumer's loop).
+        unfinished = list(self._revocation_commits)
+        for task in unfinished:
+            task.cancel()
+        await asyncio.gather(*unfinished, return_exceptions=True)
         self._fetcher.drop_prefetch()
         if self._coordinator is not None:
             await self._coordinator.close(deadline)  # the heartbeats stop whatever the time left

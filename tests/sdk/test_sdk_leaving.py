@@ -27,6 +27,16 @@ def poll_until(consumer: Consumer, count: int) -> list:
     return received
 
 
+async def poll_async_until(consumer: AsyncConsumer, count: int) -> list:
+    """poll_until's AsyncConsumer twin."""
+    received: list = []
+    deadline = time.monotonic() + 20
+    while len(received) < count and time.monotonic() < deadline:
+        received += await consumer.poll(timeout_ms=500)
+    assert len(received) == count
+    return received
+
+
 def next_offsets(records: list) -> dict[TopicPartition, int]:
     return {TopicPartition(r.topic, r.partition): r.offset + 1 for r in records}
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.sdk.test_sdk_faults import FirstRequestsHeld, produce_values
-from tests.sdk.test_sdk_leaving import poll_until
+from tests.sdk.test_sdk_leaving import poll_async_until, poll_until
 from tests.sdk.test_sdk_poll_timeout import MEMBER, both_partitions
 from tests.sdk.test_sdk_revoking import six_records_in_two_partitions
 from txbroker import Admin, AsyncConsumer, Consumer, TopicPartition
@@ -193,3 +193,48 @@ def test_a_poll_whose_timeout_ends_during_the_positions_lookup_returns_and_the_l
             slowest = max(slowest, time.monotonic() - started)
         assert slowest < QUICK_S, f"poll(timeout_ms=100) took {slowest:.1f} s: it waited for the held {lookup}"
         assert [r.offset for r in received] == list(range(committed or 0, 4))
+
+
+class CommitHeldAndRecorded(CommitHeld):
+    """CommitHeld, recording when each request went on to the server (after its hold)."""
+
+    def __init__(self, group_id: str) -> None:
+        super().__init__(group_id)
+        self.forwarded: list[tuple[str, float]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path in self.to_hold:
+            self.commit_sent.set()
+            self.to_hold.discard(request.url.path)
+            await asyncio.sleep(self.seconds)
+        self.forwarded.append((request.url.path, time.monotonic()))
+        return await httpx.AsyncHTTPTransport.handle_async_request(self, request)
+
+
+def test_close_gives_up_the_auto_commit_before_a_revocation_that_outlasts_its_timeout(server):
+    """Regression: close(timeout) while a rebalance's auto-commit is held past the timeout gives that
+    commit up as it gives up its own final commit: nothing of the consumer goes on after close()
+    returned. Before, the commit's task outlived close() and sent its OffsetCommit afterwards (with
+    the membership it had left)."""
+    topic = "poll-bounds-close-gives-up-revocation-commit"
+    six_records_in_two_partitions(server, topic)
+
+    async def scenario() -> None:
+        transport = CommitHeldAndRecorded(topic)
+        first = AsyncConsumer(server.url, group_id=topic, transport=transport, **AUTO_COMMITTING)
+        first.subscribe([topic])
+        await poll_async_until(first, 6)
+        async with AsyncConsumer(server.url, group_id=topic, **AUTO_COMMITTING) as second:
+            second.subscribe([topic])
+            deadline = time.monotonic() + 30
+            while not transport.commit_sent.is_set() and time.monotonic() < deadline:
+                assert await first.poll(timeout_ms=0) == []
+                await second.poll(timeout_ms=100)
+            assert transport.commit_sent.is_set(), "no rebalance revoked a partition of the first member"
+            await first.close(timeout=0.5)
+            closed = time.monotonic()
+            await asyncio.sleep(HELD_S + 1)
+        late = [path for path, at in transport.forwarded if at > closed]
+        assert late == [], f"requests sent after close() returned: {late}"
+
+    asyncio.run(scenario())

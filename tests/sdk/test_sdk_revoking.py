@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.sdk.test_sdk_faults import produce_values
-from tests.sdk.test_sdk_leaving import next_offsets, poll_until
+from tests.sdk.test_sdk_leaving import next_offsets, poll_async_until, poll_until
 from tests.sdk.test_sdk_poll_timeout import MEMBER, both_partitions
 from txbroker import Admin, AsyncConsumer, Consumer, TopicPartition
 
@@ -283,10 +283,7 @@ def test_an_async_unsubscribe_or_close_inside_on_revoke_does_not_run_on_revoke_a
             await getattr(first, leave)()
 
         first.subscribe([topic], on_revoke=on_revoke)
-        received: list = []
-        deadline = time.monotonic() + 20
-        while len(received) < 6 and time.monotonic() < deadline:
-            received += await first.poll(timeout_ms=500)
+        await poll_async_until(first, 6)
         async with AsyncConsumer(server.url, group_id=topic, **MEMBER) as second:
             second.subscribe([topic])
             deadline = time.monotonic() + 20
