@@ -385,13 +385,18 @@ class ConsumerCoordinator:
         task.result()  # the join's error, raised
         return True
 
-    async def _cancel_join(self) -> None:
-        """Leaving, the join in flight is given up: its membership, if the server made one, lapses
-        with its session (its member id never came back)."""
+    async def _end_join(self, deadline: float | None) -> None:
+        """Leaving with a join in flight: its answer is waited for until `deadline` (the close
+        timeout; None: until the join ends, its retries bounded by default_api_timeout_ms), so that
+        the membership the server made for it is left at once (`leave`), then the join is given up.
+        Before 2026-11-28 it was cancelled at once: the server kept a membership whose member id
+        never came back, its partitions with it, until its session timed out."""
         task, self._join_task = self._join_task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        if task is None:
+            return
+        await asyncio.wait([task], timeout=_time_left(deadline))
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
     def _revoke_lost(self) -> RebalanceEvent:
         """Every partition of a lost membership revoked, no other assigned (Kafka's
@@ -402,7 +407,7 @@ class ConsumerCoordinator:
         """Stops the heartbeats, then leaves the group: one LeaveGroup, whose answer is waited for
         until `deadline` (a time.monotonic() value: the consumer's close timeout), or for
         request_timeout_ms. Unanswered, the group rebalances once the member's session times out."""
-        await self._cancel_join()
+        await self._end_join(deadline)
         await self._stop_heartbeats(deadline)
         if self.member_id and not self._left_on_poll_timeout:  # that one left already
             try:

@@ -238,3 +238,65 @@ def test_close_gives_up_the_auto_commit_before_a_revocation_that_outlasts_its_ti
         assert late == [], f"requests sent after close() returned: {late}"
 
     asyncio.run(scenario())
+
+
+class FirstAnswerHeld(httpx.AsyncHTTPTransport):
+    """Holds the answer to the first request to `path` for HELD_S on its way back: the server has
+    done the request (a join made the member) but the client does not know it yet."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.path: str | None = path
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        answer = await super().handle_async_request(request)
+        if request.url.path == self.path:
+            self.path = None
+            await answer.aread()
+            await asyncio.sleep(HELD_S)
+        return answer
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_close_during_a_join_that_reached_the_server_leaves_the_membership_it_made(server, flavour):
+    """Regression: poll(timeout_ms=100) returns while the join's answer is on its way (the join goes
+    on), then close(): the membership the server made for that join is left (LeaveGroup), so the
+    group does not keep it, with its partitions, until its session times out. Before, close()
+    cancelled the join and never learned its member id: the group had a member nobody was."""
+    topic = f"poll-bounds-close-in-join-{flavour}"
+    with Admin(server.url) as admin:
+        admin.create_topic(topic)
+    options = {
+        **MEMBER,
+        "transport": FirstAnswerHeld(f"/v1/groups/{topic}/heartbeat"),
+        "request_timeout_ms": 10_000,
+        "session_timeout_ms": 60_000,
+    }
+
+    def members() -> list:
+        with Admin(server.url) as admin:
+            return admin.describe_group(topic)["members"]
+
+    def joined_on_the_server() -> bool:
+        deadline = time.monotonic() + HELD_S / 2  # the answer is still held then
+        while not members() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return len(members()) == 1
+
+    if flavour == "sync":
+        consumer = Consumer(server.url, group_id=topic, **options)
+        consumer.subscribe([topic])
+        assert consumer.poll(timeout_ms=100) == []
+        assert joined_on_the_server()
+        consumer.close()
+    else:
+
+        async def scenario() -> None:
+            consumer = AsyncConsumer(server.url, group_id=topic, **options)
+            consumer.subscribe([topic])
+            assert await consumer.poll(timeout_ms=100) == []
+            assert await asyncio.to_thread(joined_on_the_server)
+            await consumer.close()
+
+        asyncio.run(scenario())
+    assert members() == [], "close() left behind the membership its join made"
