@@ -895,6 +895,7 @@ class DescribedConsumerMember:
     subscribed_topic_regex: str | None
     assignment: Partitions
     target_assignment: Partitions
+    classic: bool  # a member of Kafka's classic protocol (JoinGroup), not of ConsumerGroupHeartbeat's
 
 
 @dataclass(frozen=True, slots=True)
@@ -948,6 +949,7 @@ def describe_consumer_group(group: Group | None, group_id: str) -> ConsumerGroup
                 m["regex"],
                 existing(m["assigned"]),
                 existing(state["target"].get(member_id, {})),
+                is_classic(m),
             )
             for member_id, m in sorted(state["members"].items())
         ],

@@ -222,6 +222,11 @@ def test_the_steps_of_an_upgrade_and_a_downgrade_as_kafka_takes_them(module_kafk
         [given_up] = sorted({0, 1} - set(_assignment(kept)[topic]))
         still = consumer_heartbeat(connection, group, "member-new", joining.member_epoch)
         assert assigned(still) in (None, {}), "a partition the classic member still owns was given away"
+        # ConsumerGroupDescribe v1 tells each member's protocol (KIP-1099: 0 classic, 1 consumer).
+        [described] = connection.call(
+            request_of(api_table.CONSUMER_GROUP_DESCRIBE, 1, group_ids=(group,), include_authorized_operations=False)
+        ).groups
+        assert {m.member_id: m.member_type for m in described.members} == {classic_id: 0, "member-new": 1}
         assert heartbeat(connection, group, classic_id, generation).error_code == KafkaError.rebalance_in_progress
         moved = join(connection, group, classic_id, metadata=_subscription([topic], _assignment(kept)), version=3)
         assert moved.generation_id == joining.member_epoch

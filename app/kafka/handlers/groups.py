@@ -441,7 +441,10 @@ async def consumer_group_heartbeat(context: RequestContext, request) -> object:
     )
 
 
-# ConsumerGroupDescribe v1's member type (KIP-1099): a member of the consumer protocol.
+# ConsumerGroupDescribe v1's member types (KIP-1099): a member of the classic protocol (Kafka 4's
+# online migration: one of a classic group converted, or joined since with JoinGroup), or of the
+# consumer protocol.
+CLASSIC_MEMBER_TYPE = 0
 CONSUMER_MEMBER_TYPE = 1
 
 
@@ -470,7 +473,7 @@ def _described_member(module, member, topic_ids: dict) -> object:
         subscribed_topic_regex=member.subscribed_topic_regex,
         assignment=_described_assignment(module, member.assignment, topic_ids),
         target_assignment=_described_assignment(module, member.target_assignment, topic_ids),
-        member_type=CONSUMER_MEMBER_TYPE,
+        member_type=CLASSIC_MEMBER_TYPE if member.classic else CONSUMER_MEMBER_TYPE,
     )
 
 
