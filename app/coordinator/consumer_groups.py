@@ -228,9 +228,14 @@ def _upgraded(classic: dict, generation_id: int) -> dict | None:
     state = _fresh()
     state["assignment_epoch"] = generation_id
     claimed: set[tuple[str, int]] = set()
-    # The members with assignment bytes first: what a leader gave is theirs; a rebalancing member's
-    # claim (below) takes only what nobody else holds.
-    for member_id, kept in sorted(classic["members"].items(), key=lambda item: not item[1]["assignment"]):
+
+    # The members with assignment bytes first: what a leader gave is theirs; then the claims
+    # (below) of those that rejoined in this rebalance (their metadata is of now), then of a static
+    # member that has not (its metadata is of its previous join); each takes only what nobody holds.
+    def precedence(item: tuple[str, dict]) -> tuple[bool, bool]:
+        return not item[1]["assignment"], not item[1]["joined"]
+
+    for member_id, kept in sorted(classic["members"].items(), key=precedence):
         protocols = decoded_protocols(kept["protocols"])
         chosen = [(name, data) for name, data in protocols if name == classic["protocol"]]
         subscription = decoded_subscription(chosen + protocols)
