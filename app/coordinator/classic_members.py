@@ -156,14 +156,18 @@ class ClassicMembers:
                 return JoinResult(member_id, -1, protocol_type, None, "", [], member_id_required=True)
         bumped = await self.consumer.remove_lapsed(conn, group, state, current, now)
         member = state["members"].get(member_id)
+        replacing = False  # a static member's instance joining under a new member id
         if instance_id is not None:
             if member is None and unknown:
                 member = await self.consumer.static_member_returns(
                     conn, group_id, state, member_id, instance_id, now, session_timeout_ms, require_released=False
                 )
+                # Its previous member may be of either protocol (a rolling downgrade restarts a
+                # consumer-protocol one as a classic one): it is replaced, as Kafka replaces it.
+                replacing = member is not None
             else:
                 check_instance(group_id, state, member_id, instance_id)
-        if member is not None and not is_classic(member):
+        if member is not None and not replacing and not is_classic(member):
             raise inconsistent_protocol(
                 group_id,
                 f"member {member_id!r} joined with the consumer protocol (ConsumerGroupHeartbeat): it cannot "

@@ -185,6 +185,16 @@ def _assignment(answer) -> dict[str, list[int]]:
     return assigned_partitions("consumer", answer.assignment)
 
 
+def _classic_member_owning_both(connection, group: str, topic: str) -> tuple[str, int]:
+    """A classic group of one Kafka consumer owning the topic's two partitions: its member id and
+    generation."""
+    joined = join(connection, group, "", metadata=_subscription([topic]), version=3)
+    classic_id, generation = joined.member_id, joined.generation_id
+    synced = sync(connection, group, classic_id, generation, {classic_id: consumer_assignment({topic: [0, 1]})})
+    assert synced.error_code == KafkaError.none
+    return classic_id, generation
+
+
 def test_the_steps_of_an_upgrade_and_a_downgrade_as_kafka_takes_them(module_kafka_server):
     server = module_kafka_server
     topic, group = "migrate-raw", "migrate-raw-group"
@@ -192,10 +202,7 @@ def test_the_steps_of_an_upgrade_and_a_downgrade_as_kafka_takes_them(module_kafk
     topic_id = topic_uuid(server.client.get(f"/v1/topics/{topic}").json()["topic_id"])
     with RawConnection(bootstrap(server)) as connection:
         # A classic group of one Kafka consumer owning both partitions.
-        joined = join(connection, group, "", metadata=_subscription([topic]), version=3)
-        classic_id, generation = joined.member_id, joined.generation_id
-        synced = sync(connection, group, classic_id, generation, {classic_id: consumer_assignment({topic: [0, 1]})})
-        assert synced.error_code == KafkaError.none
+        classic_id, generation = _classic_member_owning_both(connection, group, topic)
         assert commit(connection, group, classic_id, generation, None, topic, 5) == KafkaError.none
 
         # A member of the consumer protocol joins: the group is a consumer group, the classic member
@@ -288,10 +295,7 @@ def test_a_member_that_rejoined_keeps_the_partitions_it_owns_when_its_rebalancin
     topic, group = "migrate-rejoined", "migrate-rejoined-group"
     create_topic(server, topic, 2)
     with RawConnection(bootstrap(server)) as connection:
-        joined = join(connection, group, "", metadata=_subscription([topic]), version=3)
-        classic_id, generation = joined.member_id, joined.generation_id
-        synced = sync(connection, group, classic_id, generation, {classic_id: consumer_assignment({topic: [0, 1]})})
-        assert synced.error_code == KafkaError.none
+        classic_id, generation = _classic_member_owning_both(connection, group, topic)
         # It rejoins (a new generation, its SyncGroup not sent yet), still owning both partitions.
         rejoined = join(connection, group, classic_id, metadata=_subscription([topic], {topic: [0, 1]}), version=3)
         assert rejoined.error_code == KafkaError.none and rejoined.generation_id == generation + 1
@@ -301,3 +305,24 @@ def test_a_member_that_rejoined_keeps_the_partitions_it_owns_when_its_rebalancin
         assert assigned(joining) in (None, {}) and assigned(again) in (None, {}), (
             "a partition the rejoined classic member still owns was given to the consumer-protocol member"
         )
+
+
+def test_a_static_member_restarted_with_the_classic_protocol_takes_its_place(module_kafka_server):
+    # A rolling downgrade of static members: a member of the consumer protocol with an instance id
+    # stops (epoch -2, it stays) and comes back as a classic consumer with that instance id: its
+    # JoinGroup replaces it under a new member id, as Kafka's getOrMaybeSubscribeStaticConsumerGroupMember
+    # replaces a static member whatever its protocol.
+    server = module_kafka_server
+    topic, group = "migrate-static-down", "migrate-static-down-group"
+    create_topic(server, topic, 2)
+    with RawConnection(bootstrap(server)) as connection:
+        classic_id, generation = _classic_member_owning_both(connection, group, topic)
+        static = consumer_heartbeat(connection, group, "member-static", 0, [topic], instance="instance-a")
+        assert static.error_code == KafkaError.none
+        stopped = consumer_heartbeat(connection, group, "member-static", -2, instance="instance-a")
+        assert stopped.error_code == KafkaError.none
+        back = join(connection, group, "", metadata=_subscription([topic]), instance="instance-a", version=5)
+        assert back.error_code == KafkaError.none
+        assert back.member_id not in ("", "member-static")
+        # Its last member of the consumer protocol replaced, the group is a classic one again.
+        assert _listed(server, group) == ("classic", "PreparingRebalance")
