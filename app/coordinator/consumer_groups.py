@@ -691,12 +691,16 @@ class ConsumerGroups:
         its instance's previous member once that one left (epoch -2), as Kafka's coordinator replaces
         it, without a rebalance; UNRELEASED_INSTANCE_ID while that one is still active (unless
         `require_released` is False: a classic member joining with an unknown member id replaces it
-        at once, as Kafka's). None when no member has this instance id (a new static member)."""
+        at once, as Kafka's; a classic previous member is replaced at once too). None when no member
+        has this instance id (a new static member)."""
         previous_id = _member_of_instance(state, instance_id)
         if previous_id is None:
             return None
         previous = state["members"][previous_id]
-        if require_released and previous["member_epoch"] != STATIC_LEAVE_EPOCH:
+        # A classic member never leaves with epoch -2 (a static classic consumer stops without a
+        # LeaveGroup): one of its instance joining with this protocol (a rolling upgrade) replaces it
+        # at once, as Kafka's coordinator requires the release of a consumer-protocol member only.
+        if require_released and not is_classic(previous) and previous["member_epoch"] != STATIC_LEAVE_EPOCH:
             raise BrokerError(
                 ErrorCode.UNRELEASED_INSTANCE_ID,
                 f"instance id {instance_id!r} of consumer group {group_id!r} is still member {previous_id!r}'s, which "

@@ -185,10 +185,18 @@ def _assignment(answer) -> dict[str, list[int]]:
     return assigned_partitions("consumer", answer.assignment)
 
 
-def _classic_member_owning_both(connection, group: str, topic: str) -> tuple[str, int]:
-    """A classic group of one Kafka consumer owning the topic's two partitions: its member id and
-    generation."""
-    joined = join(connection, group, "", metadata=_subscription([topic]), version=3)
+def _topic_of_two_partitions(server, topic: str):
+    """Creates the topic (two partitions); its id."""
+    create_topic(server, topic, 2)
+    return topic_uuid(server.client.get(f"/v1/topics/{topic}").json()["topic_id"])
+
+
+def _classic_member_owning_both(connection, group: str, topic: str, instance: str | None = None) -> tuple[str, int]:
+    """A classic group of one Kafka consumer (static with an `instance` id) owning the topic's two
+    partitions: its member id and generation."""
+    joined = join(
+        connection, group, "", metadata=_subscription([topic]), instance=instance, version=5 if instance else 3
+    )
     classic_id, generation = joined.member_id, joined.generation_id
     synced = sync(connection, group, classic_id, generation, {classic_id: consumer_assignment({topic: [0, 1]})})
     assert synced.error_code == KafkaError.none
@@ -198,8 +206,7 @@ def _classic_member_owning_both(connection, group: str, topic: str) -> tuple[str
 def test_the_steps_of_an_upgrade_and_a_downgrade_as_kafka_takes_them(module_kafka_server):
     server = module_kafka_server
     topic, group = "migrate-raw", "migrate-raw-group"
-    create_topic(server, topic, 2)
-    topic_id = topic_uuid(server.client.get(f"/v1/topics/{topic}").json()["topic_id"])
+    topic_id = _topic_of_two_partitions(server, topic)
     with RawConnection(bootstrap(server)) as connection:
         # A classic group of one Kafka consumer owning both partitions.
         classic_id, generation = _classic_member_owning_both(connection, group, topic)
@@ -326,3 +333,24 @@ def test_a_static_member_restarted_with_the_classic_protocol_takes_its_place(mod
         assert back.member_id not in ("", "member-static")
         # Its last member of the consumer protocol replaced, the group is a classic one again.
         assert _listed(server, group) == ("classic", "PreparingRebalance")
+
+
+def test_a_static_classic_member_restarted_with_the_consumer_protocol_takes_its_place(module_kafka_server):
+    # A rolling upgrade of static members: a classic consumer with an instance id stops without
+    # leaving (as static members do) and comes back with group.protocol=consumer and that instance
+    # id: its join replaces it at once, as Kafka's coordinator replaces a static member of the classic
+    # protocol (only a consumer-protocol one must have left first: UNRELEASED_INSTANCE_ID).
+    server = module_kafka_server
+    topic, group = "migrate-static-up", "migrate-static-up-group"
+    topic_id = _topic_of_two_partitions(server, topic)
+    with RawConnection(bootstrap(server)) as connection:
+        classic_id, generation = _classic_member_owning_both(connection, group, topic, "instance-a")
+        back = consumer_heartbeat(connection, group, "member-up", 0, [topic], instance="instance-a")
+        assert back.error_code == KafkaError.none, back.error_message
+        assert _listed(server, group)[0] == "consumer"
+        # It took the classic member's place and partitions.
+        assert assigned(back) == {topic_id: [0, 1]}
+        assert heartbeat(connection, group, classic_id, generation, "instance-a").error_code in (
+            KafkaError.fenced_instance_id,
+            KafkaError.unknown_member_id,
+        )
