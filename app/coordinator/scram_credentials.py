@@ -163,7 +163,7 @@ def _missing_credential(name: str, mechanism: str) -> ScramCredentialRefused:
 
 
 async def _upsert(conn: asyncpg.Connection, actor: Actor, credential: ScramCredentialRow) -> None:
-    if await principals.get_principal(conn, credential.principal) is None:
+    if await principals.get_principal(conn, credential.principal, hold=True) is None:
         raise _missing_principal(credential.principal)
     await stored.upsert(conn, credential)
     await record(

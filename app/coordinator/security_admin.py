@@ -112,7 +112,7 @@ async def delete_principal(pool: asyncpg.Pool, actor: Actor, name: str) -> None:
 async def add_key(pool: asyncpg.Pool, actor: Actor, name: str) -> tuple[str, str]:
     """A new API key for the principal: its id and its token (which is stored hashed only)."""
     async with pool.acquire() as conn, conn.transaction():
-        if await principals.get_principal(conn, name) is None:
+        if await principals.get_principal(conn, name, hold=True) is None:
             raise _no_principal(name)
         key_id, token = await principals.add_key(conn, name, now_ms())
         await record(conn, actor, "add key", name, key_id)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
 import time
 
+import asyncpg
 import httpx
 import pytest
 
@@ -594,3 +596,45 @@ def test_long_polls_beyond_capacity_are_answered_at_once(make_server):
     holder.join()
     assert response.status_code == 200 and response.json()["partitions"][0]["records"] == []
     assert elapsed < 2.5, "with the only long-poll slot taken, the fetch was answered without waiting"
+
+
+def test_a_key_or_scram_credential_for_a_principal_deleted_meanwhile_is_not_found(server):
+    """Regression: adding an API key or setting a SCRAM credential checked that the principal
+    existed, then wrote its row; a deletion of the principal committed in between made that write
+    violate its foreign key, answered as an internal error. The check now holds the principal's row
+    (FOR KEY SHARE) until the write commits: the request waits for the deletion, then answers 404."""
+    requests = {
+        "an API key": lambda name: httpx.post(f"{server.url}/v1/principals/{name}/keys", timeout=30),
+        "a SCRAM credential": lambda name: httpx.put(
+            f"{server.url}/v1/principals/{name}/scram-credentials/SCRAM-SHA-256",
+            json={"password": "deleted-meanwhile"},
+            timeout=30,
+        ),
+    }
+
+    async def deleted_while_asked(name: str, send) -> httpx.Response:
+        deleter = await asyncpg.connect(server.database_url)
+        try:
+            deletion = deleter.transaction()
+            await deletion.start()
+            await deleter.execute("DELETE FROM principals WHERE name = $1", name)
+            answer = asyncio.ensure_future(asyncio.to_thread(send, name))
+            for _ in range(300):  # until the request waits for the deletion's row lock
+                waiting = await deleter.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"
+                )
+                if waiting or answer.done():
+                    break
+                await asyncio.sleep(0.02)
+            await deletion.commit()
+            return await answer
+        finally:
+            await deleter.close()
+
+    for what, send in requests.items():
+        name = "deleted-meanwhile-" + what.split()[-1].lower()
+        server.client.post("/v1/principals", json={"name": name, "super_user": False}).raise_for_status()
+        answer = asyncio.run(deleted_while_asked(name, send))
+        assert answer.status_code == 404, f"{what}: {answer.status_code} {answer.text[:300]}"
+        assert answer.json()["error"]["code"] == "NOT_FOUND", what

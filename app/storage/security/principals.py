@@ -92,8 +92,16 @@ async def list_principals(conn: asyncpg.Connection) -> list[PrincipalRow]:
     )
 
 
-async def get_principal(conn: asyncpg.Connection, name: str) -> PrincipalRow | None:
-    row = await conn.fetchrow("SELECT name, is_super_user, created_ms FROM principals WHERE name = $1", name)
+_PRINCIPAL_SQL = "SELECT name, is_super_user, created_ms FROM principals WHERE name = $1"
+_HELD_PRINCIPAL_SQL = _PRINCIPAL_SQL + " FOR KEY SHARE"
+
+
+async def get_principal(conn: asyncpg.Connection, name: str, hold: bool = False) -> PrincipalRow | None:
+    """The principal; `hold`: its row held (FOR KEY SHARE) until the caller's transaction ends, for
+    a write of a row that references it (a key, a SCRAM credential): a deletion of the principal
+    then waits for that write, or, committed first, is seen (None), where a plain read then the
+    write would violate the reference."""
+    row = await conn.fetchrow(_HELD_PRINCIPAL_SQL if hold else _PRINCIPAL_SQL, name)
     return None if row is None else from_row(PrincipalRow, row)
 
 
