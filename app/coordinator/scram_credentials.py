@@ -3,6 +3,11 @@ Kafka's KIP-84 and KIP-554 have them): set, deleted and described by both doors 
 AlterUserScramCredentials and DescribeUserScramCredentials; HTTP's
 /v1/principals/{name}/scram-credentials), and looked up by the Kafka listener's SASL exchange.
 
+SASL/PLAIN takes a principal's SCRAM password as well as its API keys (authenticate_password, as
+Redpanda's PLAIN checks its SCRAM credentials): the password is salted with the stored salt and
+iterations and its keys compared with the stored ones, so a user set up once (Kafka's tools, HTTP)
+authenticates by either mechanism family.
+
 A SCRAM user is a txbroker principal: ACLs are by principal, so a credential for a name that is
 no principal would authenticate someone no rule can name; setting one for a missing principal is
 refused (NOT_FOUND, Kafka's RESOURCE_NOT_FOUND) naming it. What is kept is what a SCRAM server
@@ -24,6 +29,7 @@ from scramp import ScramMechanism
 from scramp.utils import h, hmac
 
 from app.clock import now_ms
+from app.coordinator import security_admin
 from app.coordinator.audit import Actor, record
 from app.coordinator.authorizer import Principal, principal_from
 from app.coordinator.security_admin import removed_or_refused
@@ -38,11 +44,13 @@ __all__ = [
     "MIN_ITERATIONS",
     "MIN_SALT_BYTES",
     "CredentialRefusal",
+    "PasswordAuthentication",
     "ScramAlteration",
     "ScramCredentialInfo",
     "ScramCredentialRefused",
     "ScramCredentialRow",
     "alter_credentials",
+    "authenticate_password",
     "authenticated",
     "credential",
     "delete_credential",
@@ -96,6 +104,16 @@ class ScramAlteration:
     salted_password: bytes | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class PasswordAuthentication:
+    """Who a SASL/PLAIN password authenticated and with what: `scram_credential` None for an API
+    key, else the SCRAM credential the password was the one of (what the connection's later
+    requests check is unchanged, as a SCRAM exchange's)."""
+
+    principal: Principal
+    scram_credential: ScramCredentialRow | None
+
+
 def _check_mechanism(mechanism: str) -> ScramMechanism:
     if mechanism not in MECHANISMS:
         raise ScramCredentialRefused(
@@ -137,15 +155,32 @@ def _from_salted_password(alteration: ScramAlteration, now: int) -> ScramCredent
             CredentialRefusal.UNACCEPTABLE,
             f"a salted password of {len(salted_password)} bytes: {mechanism.name}'s is {digest_size} bytes",
         )
+    stored_key, server_key = _keys(mechanism, salted_password)
     return ScramCredentialRow(
-        alteration.principal,
-        mechanism.name,
-        alteration.salt,
-        alteration.iterations,
-        h(mechanism.hf, hmac(mechanism.hf, salted_password, b"Client Key")),
-        hmac(mechanism.hf, salted_password, b"Server Key"),
-        now,
+        alteration.principal, mechanism.name, alteration.salt, alteration.iterations, stored_key, server_key, now
     )
+
+
+def _keys(mechanism: ScramMechanism, salted_password: bytes) -> tuple[bytes, bytes]:
+    """RFC 5802's StoredKey and ServerKey of a salted password, with scramp's primitives."""
+    stored_key = h(mechanism.hf, hmac(mechanism.hf, salted_password, b"Client Key"))
+    return stored_key, hmac(mechanism.hf, salted_password, b"Server Key")
+
+
+def _salted(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
+    """SaltedPassword as Kafka's clients compute it: PBKDF2 of the password's UTF-8 bytes, no SASLprep."""
+    return hashlib.pbkdf2_hmac(_HASH_NAMES[mechanism], password.encode("utf-8"), salt, iterations)
+
+
+def _derived_from(password: str, credential: ScramCredentialRow) -> bool:
+    """Whether `credential` was set from `password`: its keys compared in constant time."""
+    salted_password = _salted(credential.mechanism, password, credential.salt, credential.iterations)
+    stored_key, server_key = _keys(ScramMechanism(credential.mechanism), salted_password)
+    return secrets.compare_digest(stored_key + server_key, credential.stored_key + credential.server_key)
+
+
+def _first_derived_from(password: str, credentials: list[ScramCredentialRow]) -> ScramCredentialRow | None:
+    return next((credential for credential in credentials if _derived_from(password, credential)), None)
 
 
 def _missing_principal(name: str) -> ScramCredentialRefused:
@@ -222,9 +257,7 @@ async def set_password(
         )
     salt = secrets.token_bytes(SALT_BYTES)
     # PBKDF2 of up to 16384 iterations: off the event loop.
-    salted_password = await asyncio.to_thread(
-        hashlib.pbkdf2_hmac, _HASH_NAMES[mechanism], password.encode("utf-8"), salt, iterations
-    )
+    salted_password = await asyncio.to_thread(_salted, mechanism, password, salt, iterations)
     credential = _from_salted_password(ScramAlteration(name, mechanism, iterations, salt, salted_password), now_ms())
     async with pool.acquire() as conn, conn.transaction():
         await _upsert(conn, actor, credential)
@@ -274,3 +307,24 @@ async def authenticated(pool: asyncpg.Pool, name: str, mechanism: str, stored_ke
     async with pool.acquire() as conn:
         found = await stored.authenticated(conn, name, mechanism, stored_key)
     return None if found is None else principal_from(*found)
+
+
+async def authenticate_password(pool: asyncpg.Pool, name: str, password: str) -> PasswordAuthentication | None:
+    """SASL/PLAIN's rule: `password` is one of the principal's API keys or the password one of its
+    SCRAM credentials (either mechanism) was set from; None when it is neither, or the principal
+    does not exist. The key is tried first (one hash); the credentials cost PBKDF2 at their
+    iterations each (up to MAX_ITERATIONS), computed off the event loop."""
+    principal = await security_admin.authenticate(pool, password)
+    if principal is not None and principal.name == name:
+        return PasswordAuthentication(principal, None)
+    async with pool.acquire() as conn:
+        credentials = await stored.find_all(conn, name)
+    if not credentials:
+        return None
+    matched = await asyncio.to_thread(_first_derived_from, password, credentials)
+    if matched is None:
+        return None
+    # Read again with its ACL rules, as a SCRAM exchange's later requests read it: None if the
+    # credential changed or went while PBKDF2 ran.
+    principal = await authenticated(pool, name, matched.mechanism, matched.stored_key)
+    return None if principal is None else PasswordAuthentication(principal, matched)

@@ -372,9 +372,15 @@ class BrokerCalls:
     def requires_authentication(self) -> bool:
         return self.settings.auth == AUTH_REQUIRED
 
+    async def authenticate_password(self, username: str, password: str) -> PasswordAuthentication | None:
+        """SASL/PLAIN's check: the principal `username` when `password` is one of its API keys or its
+        SCRAM password (app/coordinator/scram_credentials.authenticate_password); None otherwise."""
+        return await scram_credentials.authenticate_password(self._state.pool, username, password)
+
     async def authenticate(self, username: str, api_key: str) -> Principal | None:
-        """SASL/PLAIN's check: the principal `api_key` belongs to (the core's authentication of an
-        API key, as of HTTP's bearer token), when it is `username`; None otherwise."""
+        """A PLAIN connection's later requests, authenticated by an API key: the principal `api_key`
+        belongs to (the core's authentication of an API key, as of HTTP's bearer token), when it is
+        `username`; None otherwise."""
         principal = await security_admin.authenticate(self._state.pool, api_key)
         return principal if principal is not None and principal.name == username else None
 
@@ -1609,6 +1615,7 @@ class AclCalls:
 # The SCRAM credentials of Kafka's KIP-554 APIs as the core holds them (HTTP's
 # /v1/principals/{name}/scram-credentials), and the names handlers/scram.py gives their parts.
 ScramCredential = scram_credentials.ScramCredentialRow
+PasswordAuthentication = scram_credentials.PasswordAuthentication
 ScramCredentialInfo = scram_credentials.ScramCredentialInfo
 ScramAlteration = scram_credentials.ScramAlteration
 ScramCredentialRefused = scram_credentials.ScramCredentialRefused

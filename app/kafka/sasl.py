@@ -3,7 +3,10 @@ KIP-84, KIP-152) on a listener of a server with `auth` required, as a Kafka SASL
 the anonymous super user with `auth` off.
 
 PLAIN's username is a txbroker principal and its password one of that principal's API keys, the
-same key HTTP takes as a bearer token (broker_calls.authenticate). SCRAM's username is a txbroker
+same key HTTP takes as a bearer token, or the password one of its SCRAM credentials was set from
+(either mechanism, as Redpanda's PLAIN takes it: the core's rule,
+scram_credentials.authenticate_password); a connection authenticated by a SCRAM password is then
+checked per request as a SCRAM exchange's is. SCRAM's username is a txbroker
 principal and its password the one its SCRAM credential for that mechanism was set from (Kafka's
 AlterUserScramCredentials or HTTP's PUT /v1/principals/{name}/scram-credentials/{mechanism}); the
 exchange is scramp's (RFC 5802), two round trips: the client's first message is answered with the
@@ -16,7 +19,7 @@ A connection's states, as Kafka's SaslServerAuthenticator has them:
                      request closes the connection. A SaslHandshake naming PLAIN or SCRAM leads to
                      AUTHENTICATE; naming another mechanism it is answered UNSUPPORTED_SASL_MECHANISM
                      with the enabled ones, and the connection closes (FAILED).
-    AUTHENTICATE     SaslAuthenticate only. The right username and API key lead to AUTHENTICATED;
+    AUTHENTICATE     SaslAuthenticate only. The right username and password lead to AUTHENTICATED;
                      a wrong one is answered SASL_AUTHENTICATION_FAILED and the connection closes.
                      SCRAM: the first SaslAuthenticate (the client's first message) is answered with
                      the server's first and stays here; the second (the proof) leads to AUTHENTICATED
@@ -260,9 +263,14 @@ class SaslSession:
             username, password = plain_credentials(auth_bytes)
         except PlainCredentialsInvalid as invalid:
             return self._failed(str(invalid))
-        if await self._calls.authenticate(username, password) is None:
+        authentication = await self._calls.authenticate_password(username, password)
+        if authentication is None:
             return self._failed(INVALID_CREDENTIALS, username)
-        self._credentials = username, password
+        credential = authentication.scram_credential
+        if credential is None:
+            self._credentials = username, password
+        else:
+            self._scram_identity = _ScramIdentity(username, credential.mechanism, credential.stored_key)
         self.state = State.AUTHENTICATED
         return KafkaError.none, None, EMPTY_TOKEN
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
-import time
 
 import httpx
 import pytest
 from confluent_kafka import KafkaError as ConfluentError
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import (
     AdminClient,
     ScramCredentialInfo,
@@ -35,6 +34,7 @@ from tests.kafka.test_security import (
     GROUP_PREFIX,
     aiokafka_consume,
     aiokafka_produce,
+    assert_confluent_kafka_fails_authentication,
     confluent_produce,
     handshake,
     kafka_python_consume,
@@ -192,6 +192,65 @@ def test_a_connection_is_closed_once_its_credential_changes_or_goes(secured, cha
                 admin.delete(f"/v1/principals/{name}").raise_for_status()
         connection.send(request_of(api_table.API_VERSIONS, 3, client_software_name="t", client_software_version="1"))
         assert connection.closed_by_peer()
+
+
+# ---- SASL/PLAIN with the SCRAM password (the core's scram_credentials.authenticate_password)
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_plain_takes_the_password_of_either_scram_credential_and_the_principals_acls_apply(secured, mechanism):
+    name = f"plain-{mechanism}".lower()
+    new_principal(secured, name, *reader_and_writer(TOPIC))
+    set_password(secured, name, mechanism, iterations=5000).raise_for_status()
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        answer = log_in(connection, name, PASSWORD)
+        assert (answer.error_code, answer.error_message) == (KafkaError.none, None)
+        assert topic_error(connection, TOPIC) == KafkaError.none
+        assert topic_error(connection, OTHER_TOPIC) == KafkaError.topic_authorization_failed
+
+
+def test_plain_refuses_a_wrong_password_another_principals_password_and_an_unknown_user(secured, scram_reader):
+    other = "plain-other"
+    new_principal(secured, other)
+    set_password(secured, other, SHA_256, "the other one's password").raise_for_status()
+    bootstrap = secured.extra["kafka_bootstrap"]
+    for username, password in [
+        (scram_reader, "wrong"),
+        (scram_reader, "the other one's password"),
+        (other, PASSWORD),
+        ("nobody", PASSWORD),
+    ]:
+        with RawConnection(bootstrap) as connection:
+            answer = log_in(connection, username, password)
+            assert (answer.error_code, answer.error_message) == (
+                KafkaError.sasl_authentication_failed,
+                INVALID_CREDENTIALS,
+            ), (username, password)
+            assert connection.closed_by_peer()
+
+
+def test_plain_still_takes_an_api_key_of_a_principal_with_a_scram_credential(secured):
+    api_key = new_principal(secured, "plain-both", *reader_and_writer(TOPIC))
+    set_password(secured, "plain-both", SHA_512).raise_for_status()
+    for password in (api_key, PASSWORD):
+        with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+            assert log_in(connection, "plain-both", password).error_code == KafkaError.none
+            assert topic_error(connection, TOPIC) == KafkaError.none
+
+
+def test_a_plain_connection_by_scram_password_is_closed_once_the_credential_changes(secured):
+    name = "plain-changed"
+    new_principal(secured, name, rule("Topic", TOPIC, "Describe"))
+    set_password(secured, name, SHA_256).raise_for_status()
+    with RawConnection(secured.extra["kafka_bootstrap"]) as connection:
+        assert log_in(connection, name, PASSWORD).error_code == KafkaError.none
+        assert topic_error(connection, TOPIC) == KafkaError.none
+        set_password(secured, name, SHA_256, "a new password").raise_for_status()
+        connection.send(request_of(api_table.API_VERSIONS, 3, client_software_name="t", client_software_version="1"))
+        assert connection.closed_by_peer()
+
+
+# (the real clients' tests are after round_trip, below)
 
 
 # ---- raw: Kafka's AlterUserScramCredentials and DescribeUserScramCredentials
@@ -511,16 +570,9 @@ def test_each_client_produces_and_consumes_with_scram(secured, client, mechanism
 
 def test_each_client_is_refused_a_wrong_password_and_a_topic_without_its_acl(secured, scram_reader, caplog):
     bootstrap = secured.extra["kafka_bootstrap"]
-    failures = []
-    producer = Producer(
-        {"bootstrap.servers": bootstrap, **confluent_scram(scram_reader, "wrong", SHA_256, error_cb=failures.append)}
+    assert_confluent_kafka_fails_authentication(
+        {"bootstrap.servers": bootstrap, **confluent_scram(scram_reader, "wrong", SHA_256)}
     )
-    deadline = time.monotonic() + WAIT_S
-    while not failures and time.monotonic() < deadline:
-        producer.poll(0.2)
-    assert failures and failures[0].code() == ConfluentError._AUTHENTICATION, failures
-    assert INVALID_CREDENTIALS in failures[0].str()
-    del producer
 
     from aiokafka.errors import KafkaConnectionError
     from aiokafka.errors import TopicAuthorizationFailedError as AioTopicAuthorizationFailed
@@ -550,6 +602,33 @@ def test_each_client_is_refused_a_wrong_password_and_a_topic_without_its_acl(sec
         kafka_python_produce(python_scram(bootstrap, scram_reader, PASSWORD, SHA_256), OTHER_TOPIC, [b"x"])
     with pytest.raises(AioTopicAuthorizationFailed):
         asyncio.run(aiokafka_produce(python_scram(bootstrap, scram_reader, PASSWORD, SHA_512), OTHER_TOPIC, [b"x"]))
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_each_client_produces_and_consumes_over_plain_with_the_scram_password(secured, client):
+    topic = f"plain-scram-{client}"
+    username = f"plain-user-{client}"
+    with admin_http(secured) as admin:
+        admin.post("/v1/topics", json={"name": topic, "partitions": 1, "config": {}}).raise_for_status()
+    new_principal(secured, username, *reader_and_writer(topic))
+    set_password(secured, username, SHA_512).raise_for_status()
+    values = [f"{client}-{i}".encode() for i in range(3)]
+    assert round_trip(client, secured, username, "PLAIN", topic, values) == values
+
+
+def test_each_client_is_refused_a_wrong_scram_password_over_plain(secured, scram_reader, caplog):
+    bootstrap = secured.extra["kafka_bootstrap"]
+    assert_confluent_kafka_fails_authentication(
+        {"bootstrap.servers": bootstrap, **confluent_scram(scram_reader, "wrong", "PLAIN")}
+    )
+
+    from kafka.errors import KafkaTimeoutError
+
+    with pytest.raises(KafkaTimeoutError):
+        kafka_python_produce(
+            python_scram(bootstrap, scram_reader, "wrong", "PLAIN", bootstrap_timeout_ms=2000), TOPIC, [b"x"]
+        )
+    assert INVALID_CREDENTIALS in caplog.text
 
 
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="needs kcat")

@@ -774,18 +774,22 @@ def test_a_principal_without_the_topics_acl_is_refused_by_each_client(secured, r
         assert admin.get(f"/v1/topics/{OTHER_TOPIC}").json()["partitions"][0]["high_watermark"] == 0
 
 
-def test_a_wrong_api_key_fails_each_clients_authentication(secured, reader, caplog):
-    bootstrap = secured.extra["kafka_bootstrap"]
-    username = reader[0]
+def assert_confluent_kafka_fails_authentication(config: dict) -> None:
+    """A confluent-kafka producer with `config` reports an authentication error with Kafka's message."""
     failures = []
-    producer = Producer(confluent_config(bootstrap, username, "wrong", error_cb=failures.append))
+    producer = Producer({**config, "error_cb": failures.append})
     deadline = time.monotonic() + WAIT_S
     while not failures and time.monotonic() < deadline:
         producer.poll(0.2)
     assert failures and failures[0].code() == ConfluentError._AUTHENTICATION, failures
     assert INVALID_CREDENTIALS in failures[0].str()
-
     del producer  # it would keep retrying
+
+
+def test_a_wrong_api_key_fails_each_clients_authentication(secured, reader, caplog):
+    bootstrap = secured.extra["kafka_bootstrap"]
+    username = reader[0]
+    assert_confluent_kafka_fails_authentication(confluent_config(bootstrap, username, "wrong"))
 
     # kafka-python retries a failed authentication until its bootstrap times out; aiokafka gives up at once.
     # Both log why: Kafka's error and message, as the listener sent them.

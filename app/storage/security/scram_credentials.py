@@ -68,6 +68,16 @@ async def find(conn: asyncpg.Connection, principal: str, mechanism: str) -> Scra
     return None if row is None else from_row(ScramCredentialRow, row)
 
 
+async def find_all(conn: asyncpg.Connection, principal: str) -> list[ScramCredentialRow]:
+    """The principal's credentials, one per mechanism it has one for (by mechanism)."""
+    return all_from_rows(
+        ScramCredentialRow,
+        await conn.fetch(
+            f"SELECT {_COLUMNS} FROM scram_credentials WHERE principal = $1 ORDER BY mechanism", principal
+        ),
+    )
+
+
 async def describe(conn: asyncpg.Connection, principals: list[str] | None) -> list[ScramCredentialInfo]:
     """The credentials of the named principals (None: of every principal), by principal and mechanism."""
     return all_from_rows(
