@@ -45,6 +45,7 @@ from app.coordinator.classic_groups import (
     CLASSIC_GROUP_TYPE,
     CONSUMER_GROUP_TYPE,
     STABLE,
+    ClassicJoin,
     JoinResult,
     SyncResult,
     group_kind,
@@ -888,35 +889,9 @@ class GroupCalls:
         return _denied(principal, Operation.DESCRIBE, resource, key)
 
     @answers_while_the_database_is_away
-    async def join(
-        self,
-        principal: Principal,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        client_id: str,
-        client_host: str,
-        member_id_required: bool,
-        skip_assignment_allowed: bool = False,
-    ) -> JoinResult:
-        authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
-        return await self._groups.classic.join(
-            group_id,
-            member_id,
-            group_instance_id,
-            protocol_type,
-            protocols,
-            session_timeout_ms,
-            rebalance_timeout_ms,
-            client_id,
-            client_host,
-            member_id_required,
-            skip_assignment_allowed,
-        )
+    async def join(self, principal: Principal, request: ClassicJoin) -> JoinResult:
+        authorize(principal, Operation.READ, ResourceType.GROUP, request.group_id)
+        return await self._groups.classic.join(request)
 
     @answers_while_the_database_is_away
     async def consumer_heartbeat(self, principal: Principal, request: ConsumerHeartbeat) -> ConsumerHeartbeatResult:
