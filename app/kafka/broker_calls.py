@@ -275,7 +275,8 @@ def _internal_topic_refused(topic: str) -> BrokerError | None:
 # Kafka's operations on its Cluster resource (AclEntry.supportedOperations(CLUSTER)), each as
 # txbroker's rules decide it: DescribeConfigs and AlterConfigs by Describe and Alter (as the topic's
 # are, AdminCalls), ClusterAction (brokers' own requests, none of which txbroker serves) by All
-# alone, IdempotentWrite by every principal (None: as init_producer_id allows any caller).
+# alone, IdempotentWrite as init_producer_id grants an idempotent producer id (None:
+# cluster_operations: any authenticated principal, ANONYMOUS with Write on some topic).
 KAFKA_CLUSTER_OPERATIONS: dict[str, Operation | None] = {
     "CREATE": Operation.CREATE,
     "ALTER": Operation.ALTER,
@@ -327,7 +328,10 @@ def cluster_operations(principal: Principal) -> list[str]:
     DescribeCluster's authorized operations): none unless it may Describe the Cluster, as Kafka."""
     if not is_allowed(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         return []
-    return _authorized_operations(principal, KAFKA_CLUSTER_OPERATIONS, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+    operations = _authorized_operations(principal, KAFKA_CLUSTER_OPERATIONS, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+    if _anonymous(principal) and not is_allowed_on_some(principal, Operation.WRITE, ResourceType.TOPIC):
+        operations.remove("IDEMPOTENT_WRITE")  # init_producer_id refuses it one
+    return operations
 
 
 def topic_operations(principal: Principal, topic: str) -> list[str]:
