@@ -1605,7 +1605,7 @@ class ScramCalls:
 
     async def alter(
         self, principal: Principal, client_address: str | None, alterations: list[ScramAlteration]
-    ) -> list[BrokerError | None]:
+    ) -> dict[str, BrokerError | None]:
         authorize(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE)
         return await scram_credentials.alter_credentials(
             self._state.pool, _actor(principal, client_address), alterations

@@ -235,7 +235,8 @@ def test_alter_refuses_as_kafkas_controller_and_alters_the_rest(secured):
             connection,
             deletions=[deletion("altered", 2), deletion("twice")],
             upsertions=[
-                upsertion("altered"),  # named twice: refused, and its deletion with it
+                # Named again after a refusal (no credential to delete): that refusal stays, as Kafka's.
+                upsertion("altered"),
                 upsertion("twice", 2),
                 upsertion("few", iterations=4095),
                 upsertion("many", iterations=16385),
@@ -246,8 +247,8 @@ def test_alter_refuses_as_kafkas_controller_and_alters_the_rest(secured):
             ],
         )
         assert {user: code for user, (code, _) in answers.items()} == {
-            "altered": KafkaError.duplicate_resource,
-            "twice": KafkaError.duplicate_resource,
+            "altered": KafkaError.resource_not_found,
+            "twice": KafkaError.resource_not_found,
             "few": KafkaError.unacceptable_credential,
             "many": KafkaError.unacceptable_credential,
             "": KafkaError.unacceptable_credential,
@@ -281,6 +282,41 @@ def test_alter_refuses_as_kafkas_controller_and_alters_the_rest(secured):
         ]
         (result,) = describe(connection, ["altered"]).results
         assert result.error_code == KafkaError.resource_not_found
+
+
+def test_a_user_named_again_is_refused_as_kafkas_controller_refuses_it(secured):
+    """ScramControlManager.alterCredentials reads the deletions, then the upsertions, in order: a user
+    named again after a change that passed its checks is DUPLICATE_RESOURCE, that change undone; named
+    again after a refusal, or after DUPLICATE_RESOURCE, the first answer stays."""
+    for name in ("dup-upserted", "dup-deleted", "dup-refused"):
+        new_principal(secured, name)
+    set_password(secured, "dup-deleted", SHA_256).raise_for_status()
+    with admin_connection(secured) as connection:
+        answers = alter(
+            connection,
+            deletions=[deletion("dup-deleted"), deletion("dup-deleted", 2)],
+            upsertions=[
+                upsertion("dup-upserted"),
+                upsertion("dup-upserted", 2, salted=b"p" * 64),
+                upsertion("dup-upserted"),
+                upsertion("dup-refused", iterations=100),
+                upsertion("dup-refused"),
+                upsertion("", mechanism=0),
+                upsertion(""),
+            ],
+        )
+        assert {user: code for user, (code, _) in answers.items()} == {
+            "dup-deleted": KafkaError.duplicate_resource,
+            "dup-upserted": KafkaError.duplicate_resource,
+            "dup-refused": KafkaError.unacceptable_credential,
+            "": KafkaError.unacceptable_credential,
+        }
+        assert answers["dup-upserted"][1] == (
+            "user 'dup-upserted' altered more than once in one request: alter each user at most once per request"
+        )
+        described = {r.user: (r.error_code, len(r.credential_infos)) for r in describe(connection, None).results}
+        assert described["dup-deleted"] == (KafkaError.none, 1)  # the refused deletion undone
+        assert "dup-upserted" not in described and "dup-refused" not in described
 
 
 def test_describe_answers_each_user_named_or_every_user_with_a_credential(secured, scram_reader):
