@@ -223,7 +223,9 @@ async def alter_credentials(
                     outcomes[name] = refused
                 else:
                     outcomes[name], accepted[name] = None, alteration
-        for name, alteration in accepted.items():
+        # By name, not as named: two requests naming the same users in other orders lock their rows
+        # in one order, and so cannot deadlock.
+        for name, alteration in sorted(accepted.items()):
             try:
                 if alteration.salted_password is None:
                     await _delete(conn, actor, name, alteration.mechanism)

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import time
 
+import asyncpg
 import httpx
 import pytest
 from confluent_kafka import KafkaError as ConfluentError
@@ -28,6 +29,7 @@ from scramp import ScramClient
 
 from app.kafka import api_table
 from app.kafka.sasl import INVALID_CREDENTIALS
+from tests.concurrency.lock_waits import wait_for_lock_waits
 from tests.conftest import start_server_on_fresh_database, stop_in_process_server
 from tests.kafka.clients import WAIT_S, ConfluentKafka
 from tests.kafka.raw import RawConnection, nested, request_of
@@ -317,6 +319,42 @@ def test_a_user_named_again_is_refused_as_kafkas_controller_refuses_it(secured):
         described = {r.user: (r.error_code, len(r.credential_infos)) for r in describe(connection, None).results}
         assert described["dup-deleted"] == (KafkaError.none, 1)  # the refused deletion undone
         assert "dup-upserted" not in described and "dup-refused" not in described
+
+
+def test_two_alterations_naming_the_same_users_in_other_orders_both_succeed(secured):
+    """Each AlterUserScramCredentials locks its users' rows in one order (by name), whatever the
+    order it names them in: two naming two users in opposite orders, which deadlocked (PostgreSQL
+    aborting one, whose connection was closed unanswered), both succeed. The interleaving that deadlocked:
+    the first upserts 'lock-a' then waits for principal 'lock-b' (its existence check, held by the
+    test); the second deletes 'lock-b''s credential then waits for 'lock-a''s."""
+    for name in ("lock-a", "lock-b"):
+        new_principal(secured, name)
+    set_password(secured, "lock-b", SHA_256).raise_for_status()
+
+    def altered(deletions, upsertions) -> dict:
+        with admin_connection(secured) as connection:
+            return {user: code for user, (code, _) in alter(connection, deletions, upsertions).items()}
+
+    async def interleaved() -> tuple[dict, dict]:
+        observer = await asyncpg.connect(secured.database_url)
+        holder = await asyncpg.connect(secured.database_url)
+        try:
+            transaction = holder.transaction()
+            await transaction.start()
+            await holder.execute("SELECT 1 FROM principals WHERE name = 'lock-b' FOR UPDATE")
+            first = asyncio.create_task(asyncio.to_thread(altered, [], [upsertion("lock-a"), upsertion("lock-b")]))
+            await wait_for_lock_waits(observer, 1)
+            second = asyncio.create_task(asyncio.to_thread(altered, [deletion("lock-b")], [upsertion("lock-a")]))
+            await wait_for_lock_waits(observer, 2)
+            await transaction.rollback()
+            return await first, await second
+        finally:
+            await holder.close()
+            await observer.close()
+
+    first, second = asyncio.run(interleaved())
+    assert first == {"lock-a": KafkaError.none, "lock-b": KafkaError.none}
+    assert second == {"lock-b": KafkaError.none, "lock-a": KafkaError.none}
 
 
 def test_describe_answers_each_user_named_or_every_user_with_a_credential(secured, scram_reader):
