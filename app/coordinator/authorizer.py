@@ -104,18 +104,36 @@ def is_allowed(principal: Principal, operation: Operation, resource_type: Resour
     )
 
 
+def _denies_all_of(deny: Acl, allow: Acl) -> bool:
+    """Whether a rule denying leaves nothing of what a rule allowing allows (Kafka's dominant deny):
+    a literal allow is denied by a rule denying its name; a prefixed one only by a rule denying a
+    prefix of its prefix, or every name (a literal rule denying the prefix itself, as a name, leaves
+    it the longer names)."""
+    if not deny.matches_resource(allow.resource_type, allow.resource_name):
+        return False
+    return (
+        allow.pattern_type == PatternType.LITERAL
+        or deny.pattern_type == PatternType.PREFIXED
+        or deny.resource_name == WILDCARD
+    )
+
+
 def is_allowed_on_some(principal: Principal, operation: Operation, resource_type: ResourceType) -> bool:
     """Whether the principal may do `operation` on at least one resource of the type, Kafka's
-    authorizeByResourceType (InitProducerId's Write on any topic): some rule allows it on a name
-    (a prefixed rule: on its prefix, a topic it covers) that no rule denies it on."""
+    authorizeByResourceType (InitProducerId's Write on any topic): some rule allows it that no rule
+    denying it wholly cancels (_denies_all_of)."""
     if principal.is_super_user:
         return True
-    return any(
-        acl.permission == Permission.ALLOW
-        and acl.resource_type == resource_type
-        and acl.operation in (operation, Operation.ALL)
-        and is_allowed(principal, operation, resource_type, acl.resource_name)
+    rules = [
+        acl
         for acl in principal.acls
+        if acl.resource_type == resource_type and acl.operation in (operation, Operation.ALL)
+    ]
+    denying = [acl for acl in rules if acl.permission == Permission.DENY]
+    return any(
+        not any(_denies_all_of(deny, allow) for deny in denying)
+        for allow in rules
+        if allow.permission == Permission.ALLOW
     )
 
 

@@ -128,8 +128,12 @@ class Caller(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class ClassicJoin:
-    """A JoinGroup as a classic member of a KIP-848 consumer group sends it (classic_members.py)."""
+    """A JoinGroup as the Kafka door received it: ClassicGroups.join's request, and a classic
+    member's of a KIP-848 consumer group (classic_members.py). `member_id_required`: the client can
+    take MEMBER_ID_REQUIRED (JoinGroup v4+); `skip_assignment_allowed`: JoinGroup v9+, whose leader
+    may be told to keep the assignment."""
 
+    group_id: str
     member_id: str
     group_instance_id: str | None
     protocol_type: str
@@ -139,6 +143,7 @@ class ClassicJoin:
     client_id: str
     client_host: str
     member_id_required: bool
+    skip_assignment_allowed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -726,24 +731,14 @@ class ClassicGroups:
 
     # ---- JoinGroup
 
-    async def join(
-        self,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        client_id: str,
-        client_host: str,
-        member_id_required: bool,
-        skip_assignment_allowed: bool = False,
-    ) -> JoinResult:
+    async def join(self, request: ClassicJoin) -> JoinResult:
         """Joins and waits for the rebalance to complete. A new dynamic member (member_id "") of a
         client that can take MEMBER_ID_REQUIRED (JoinGroup v4+) first gets its id and must rejoin
-        with it within its session timeout; a static member (group_instance_id) is never asked to.
-        `skip_assignment_allowed`: JoinGroup v9+, whose leader may be told to keep the assignment."""
+        with it within its session timeout; a static member (group_instance_id) is never asked to."""
+        group_id, member_id, group_instance_id = request.group_id, request.member_id, request.group_instance_id
+        protocol_type, protocols = request.protocol_type, request.protocols
+        session_timeout_ms, rebalance_timeout_ms = request.session_timeout_ms, request.rebalance_timeout_ms
+        client_id, client_host = request.client_id, request.client_host
         # First the ids (as Kafka's GroupCoordinator validates the group id), then the session timeout
         # (as Kafka checks it, before the group, its protocols and its members): a refused JoinGroup
         # changes nothing. The group instance id is kept with the member: the identifier limit holds it too.
@@ -760,18 +755,7 @@ class ClassicGroups:
             group = await groups.lock(conn, group_id, now)
             current = await groups.members(conn, group_id)
             if self.consumer_members is not None and has_consumer_members(group):
-                joining = ClassicJoin(
-                    member_id,
-                    group_instance_id,
-                    protocol_type,
-                    protocols,
-                    session_timeout_ms,
-                    rebalance_timeout_ms,
-                    client_id,
-                    client_host,
-                    member_id_required,
-                )
-                return await self.consumer_members.join(conn, group, current, joining, now)
+                return await self.consumer_members.join(conn, group, current, request, now)
             classic = self._joinable(group, current, protocol_type, protocols, now)
             replaced = None  # the member id a static member rejoining under a new one had
             if member_id == "":
@@ -779,7 +763,7 @@ class ClassicGroups:
                 # stays within the identifier limit (the member's row indexes it).
                 member_id = within_limit(client_id or "member", f"-{uuid.uuid4()}")
                 replaced = None if group_instance_id is None else static_member_id(classic, group_instance_id)
-                if group_instance_id is None and member_id_required:
+                if group_instance_id is None and request.member_id_required:
                     classic["pending"][member_id] = now + session_timeout_ms
                     await self._save(conn, group, classic, now)
                     return JoinResult(member_id, -1, protocol_type, None, "", [], member_id_required=True)
@@ -805,7 +789,9 @@ class ClassicGroups:
                         client_host=client_host,
                     )
                     await self._save(conn, group, classic, now)
-                    return self._static_rejoin_result(group, classic, member_id, replaced, skip_assignment_allowed)
+                    return self._static_rejoin_result(
+                        group, classic, member_id, replaced, request.skip_assignment_allowed
+                    )
             else:
                 previous = classic["members"].get(member_id)
                 if previous is None:

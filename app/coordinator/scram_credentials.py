@@ -81,6 +81,7 @@ class CredentialRefusal(StrEnum):
     UNACCEPTABLE = "unacceptable credential"  # UNACCEPTABLE_CREDENTIAL
     UNSUPPORTED_MECHANISM = "unsupported mechanism"  # UNSUPPORTED_SASL_MECHANISM
     NOT_FOUND = "not found"  # RESOURCE_NOT_FOUND: no such principal, or no such credential to delete
+    DUPLICATE = "named twice"  # DUPLICATE_RESOURCE: a principal changed twice in one request
 
 
 class ScramCredentialRefused(BrokerError):
@@ -218,26 +219,55 @@ async def _delete(conn: asyncpg.Connection, actor: Actor, name: str, mechanism: 
     await record(conn, actor, "delete scram credential", name, mechanism)
 
 
+async def _kafka_checked(conn: asyncpg.Connection, alteration: ScramAlteration) -> None:
+    """Kafka's checks of a change as its controller reads the request (ScramControlManager's
+    validateUpsertion and validateDeletion): the user, the mechanism, an upsertion's iterations, the
+    existence of a deleted credential. The others (the salt, the salted password, the principal)
+    come when the change is made, as its finishUpsertion's."""
+    _check_name(alteration.principal)
+    _check_mechanism(alteration.mechanism)
+    if alteration.salted_password is not None:
+        _check_iterations(alteration.iterations)
+    elif await stored.find(conn, alteration.principal, alteration.mechanism) is None:
+        raise _missing_credential(alteration.principal, alteration.mechanism)
+
+
 async def alter_credentials(
     pool: asyncpg.Pool, actor: Actor, alterations: list[ScramAlteration]
-) -> list[BrokerError | None]:
-    """Kafka's AlterUserScramCredentials: each alteration's refusal (None: made), those made
-    committed together. The caller names each principal once (Kafka's DUPLICATE_RESOURCE is the
-    door's)."""
+) -> dict[str, BrokerError | None]:
+    """Kafka's AlterUserScramCredentials: each principal's refusal (None: changed), in the order
+    first named, those changed committed together. As Kafka's controller reads the changes (in
+    their order, the deletions first): a principal named again after a change that passed
+    _kafka_checked is refused DUPLICATE, that change with it; named again after a refusal, it keeps
+    that refusal."""
     now = now_ms()
-    outcomes: list[BrokerError | None] = []
+    outcomes: dict[str, BrokerError | None] = {}
+    accepted: dict[str, ScramAlteration] = {}
     async with pool.acquire() as conn, conn.transaction():
         for alteration in alterations:
+            name = alteration.principal
+            if accepted.pop(name, None) is not None:
+                outcomes[name] = ScramCredentialRefused(
+                    CredentialRefusal.DUPLICATE,
+                    f"user {name!r} altered more than once in one request: alter each user at most once per request",
+                )
+            elif name not in outcomes:
+                try:
+                    await _kafka_checked(conn, alteration)
+                except BrokerError as refused:
+                    outcomes[name] = refused
+                else:
+                    outcomes[name], accepted[name] = None, alteration
+        # By name, not as named: two requests naming the same users in other orders lock their rows
+        # in one order, and so cannot deadlock.
+        for name, alteration in sorted(accepted.items()):
             try:
-                _check_name(alteration.principal)
                 if alteration.salted_password is None:
-                    await _delete(conn, actor, alteration.principal, alteration.mechanism)
+                    await _delete(conn, actor, name, alteration.mechanism)
                 else:
                     await _upsert(conn, actor, _from_salted_password(alteration, now))
             except BrokerError as refused:
-                outcomes.append(refused)
-            else:
-                outcomes.append(None)
+                outcomes[name] = refused
     return outcomes
 
 

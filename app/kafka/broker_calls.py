@@ -45,6 +45,7 @@ from app.coordinator.classic_groups import (
     CLASSIC_GROUP_TYPE,
     CONSUMER_GROUP_TYPE,
     STABLE,
+    ClassicJoin,
     JoinResult,
     SyncResult,
     group_kind,
@@ -274,7 +275,8 @@ def _internal_topic_refused(topic: str) -> BrokerError | None:
 # Kafka's operations on its Cluster resource (AclEntry.supportedOperations(CLUSTER)), each as
 # txbroker's rules decide it: DescribeConfigs and AlterConfigs by Describe and Alter (as the topic's
 # are, AdminCalls), ClusterAction (brokers' own requests, none of which txbroker serves) by All
-# alone, IdempotentWrite by every principal (None: as init_producer_id allows any caller).
+# alone, IdempotentWrite as init_producer_id grants an idempotent producer id (None:
+# cluster_operations: any authenticated principal, ANONYMOUS with Write on some topic).
 KAFKA_CLUSTER_OPERATIONS: dict[str, Operation | None] = {
     "CREATE": Operation.CREATE,
     "ALTER": Operation.ALTER,
@@ -326,7 +328,10 @@ def cluster_operations(principal: Principal) -> list[str]:
     DescribeCluster's authorized operations): none unless it may Describe the Cluster, as Kafka."""
     if not is_allowed(principal, Operation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_RESOURCE):
         return []
-    return _authorized_operations(principal, KAFKA_CLUSTER_OPERATIONS, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+    operations = _authorized_operations(principal, KAFKA_CLUSTER_OPERATIONS, ResourceType.CLUSTER, CLUSTER_RESOURCE)
+    if _anonymous(principal) and not is_allowed_on_some(principal, Operation.WRITE, ResourceType.TOPIC):
+        operations.remove("IDEMPOTENT_WRITE")  # init_producer_id refuses it one
+    return operations
 
 
 def topic_operations(principal: Principal, topic: str) -> list[str]:
@@ -894,35 +899,9 @@ class GroupCalls:
         return _denied(principal, Operation.DESCRIBE, resource, key)
 
     @answers_while_the_database_is_away
-    async def join(
-        self,
-        principal: Principal,
-        group_id: str,
-        member_id: str,
-        group_instance_id: str | None,
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        client_id: str,
-        client_host: str,
-        member_id_required: bool,
-        skip_assignment_allowed: bool = False,
-    ) -> JoinResult:
-        authorize(principal, Operation.READ, ResourceType.GROUP, group_id)
-        return await self._groups.classic.join(
-            group_id,
-            member_id,
-            group_instance_id,
-            protocol_type,
-            protocols,
-            session_timeout_ms,
-            rebalance_timeout_ms,
-            client_id,
-            client_host,
-            member_id_required,
-            skip_assignment_allowed,
-        )
+    async def join(self, principal: Principal, request: ClassicJoin) -> JoinResult:
+        authorize(principal, Operation.READ, ResourceType.GROUP, request.group_id)
+        return await self._groups.classic.join(request)
 
     @answers_while_the_database_is_away
     async def consumer_heartbeat(self, principal: Principal, request: ConsumerHeartbeat) -> ConsumerHeartbeatResult:
@@ -1633,7 +1612,7 @@ class ScramCalls:
 
     async def alter(
         self, principal: Principal, client_address: str | None, alterations: list[ScramAlteration]
-    ) -> list[BrokerError | None]:
+    ) -> dict[str, BrokerError | None]:
         authorize(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE)
         return await scram_credentials.alter_credentials(
             self._state.pool, _actor(principal, client_address), alterations

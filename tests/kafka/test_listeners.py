@@ -169,6 +169,67 @@ def test_anonymous_is_an_idempotent_producer_only_with_write_on_some_topic(postg
         stop_in_process_server(server)
 
 
+def test_a_prefix_allowed_is_some_topic_though_the_prefix_itself_is_denied(postgres):
+    """Kafka's authorizeByResourceType for InitProducerId: Write allowed on the prefix 'written-' is
+    Write on some topic ('written-x') even with a rule denying the topic named 'written-' itself;
+    denied on the prefix 'written' (every such topic), it is none."""
+    server = start_server_on_fresh_database(
+        postgres,
+        "kafka_anonymous_prefixed_write",
+        kafka_listener="PLAINTEXT://127.0.0.1:0",
+        auth="required",
+        admin_token=ADMIN_TOKEN,
+    )
+    try:
+        with RawConnection(listener(server, "PLAINTEXT")) as connection, admin_client(server) as admin:
+            for acl in (
+                rule("Topic", "written-", "Write", "prefixed"),
+                {**rule("Topic", "written-", "Write"), "permission": "deny"},
+            ):
+                admin.post("/v1/acls", json={"principal": ANONYMOUS, **acl}).raise_for_status()
+            assert _idempotent_producer_id(connection) == KafkaError.none
+            denied = {**rule("Topic", "written", "Write", "prefixed"), "permission": "deny"}
+            admin.post("/v1/acls", json={"principal": ANONYMOUS, **denied}).raise_for_status()
+            assert _idempotent_producer_id(connection) == KafkaError.cluster_authorization_failed
+    finally:
+        stop_in_process_server(server)
+
+
+def _cluster_operations(connection: RawConnection) -> int:
+    return connection.call(
+        request_of(api_table.DESCRIBE_CLUSTER, 1, include_cluster_authorized_operations=True, endpoint_type=1)
+    ).cluster_authorized_operations
+
+
+def test_anonymous_is_told_idempotent_write_only_when_init_producer_id_would_grant_it(postgres):
+    """DescribeCluster's authorized operations say what InitProducerId does: ANONYMOUS's
+    IdempotentWrite only with Write on some topic (every authenticated principal's always)."""
+    server = start_server_on_fresh_database(
+        postgres,
+        "kafka_anonymous_cluster_operations",
+        kafka_listener="PLAINTEXT://127.0.0.1:0",
+        auth="required",
+        admin_token=ADMIN_TOKEN,
+    )
+    describe, describe_configs, idempotent_write = 8, 10, 12
+    try:
+        with RawConnection(listener(server, "PLAINTEXT")) as connection, admin_client(server) as admin:
+            admin.post(
+                "/v1/acls", json={"principal": ANONYMOUS, **rule("Cluster", "txbroker-cluster", "Describe")}
+            ).raise_for_status()
+            assert _cluster_operations(connection) == (1 << describe) | (1 << describe_configs)
+            assert _idempotent_producer_id(connection) == KafkaError.cluster_authorization_failed
+            admin.post(
+                "/v1/acls", json={"principal": ANONYMOUS, **rule("Topic", "writable", "Write")}
+            ).raise_for_status()
+            assert _cluster_operations(connection) == (1 << describe) | (1 << describe_configs) | (
+                1 << idempotent_write
+            )
+            assert _idempotent_producer_id(connection) == KafkaError.none
+    finally:
+        stop_in_process_server(server)
+
+
 def _brokers(connection: RawConnection) -> list[tuple[int, str, int]]:
     return [(broker.node_id, broker.host, broker.port) for broker in metadata_brokers(connection)]
 

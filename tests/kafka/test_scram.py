@@ -10,6 +10,7 @@ import asyncio
 import shutil
 import subprocess
 
+import asyncpg
 import httpx
 import pytest
 from confluent_kafka import KafkaError as ConfluentError
@@ -27,6 +28,7 @@ from scramp import ScramClient
 
 from app.kafka import api_table
 from app.kafka.sasl import INVALID_CREDENTIALS
+from tests.concurrency.lock_waits import wait_for_lock_waits
 from tests.conftest import start_server_on_fresh_database, stop_in_process_server
 from tests.kafka.clients import WAIT_S, ConfluentKafka
 from tests.kafka.raw import RawConnection, nested, request_of
@@ -294,7 +296,8 @@ def test_alter_refuses_as_kafkas_controller_and_alters_the_rest(secured):
             connection,
             deletions=[deletion("altered", 2), deletion("twice")],
             upsertions=[
-                upsertion("altered"),  # named twice: refused, and its deletion with it
+                # Named again after a refusal (no credential to delete): that refusal stays, as Kafka's.
+                upsertion("altered"),
                 upsertion("twice", 2),
                 upsertion("few", iterations=4095),
                 upsertion("many", iterations=16385),
@@ -305,8 +308,8 @@ def test_alter_refuses_as_kafkas_controller_and_alters_the_rest(secured):
             ],
         )
         assert {user: code for user, (code, _) in answers.items()} == {
-            "altered": KafkaError.duplicate_resource,
-            "twice": KafkaError.duplicate_resource,
+            "altered": KafkaError.resource_not_found,
+            "twice": KafkaError.resource_not_found,
             "few": KafkaError.unacceptable_credential,
             "many": KafkaError.unacceptable_credential,
             "": KafkaError.unacceptable_credential,
@@ -340,6 +343,77 @@ def test_alter_refuses_as_kafkas_controller_and_alters_the_rest(secured):
         ]
         (result,) = describe(connection, ["altered"]).results
         assert result.error_code == KafkaError.resource_not_found
+
+
+def test_a_user_named_again_is_refused_as_kafkas_controller_refuses_it(secured):
+    """ScramControlManager.alterCredentials reads the deletions, then the upsertions, in order: a user
+    named again after a change that passed its checks is DUPLICATE_RESOURCE, that change undone; named
+    again after a refusal, or after DUPLICATE_RESOURCE, the first answer stays."""
+    for name in ("dup-upserted", "dup-deleted", "dup-refused"):
+        new_principal(secured, name)
+    set_password(secured, "dup-deleted", SHA_256).raise_for_status()
+    with admin_connection(secured) as connection:
+        answers = alter(
+            connection,
+            deletions=[deletion("dup-deleted"), deletion("dup-deleted", 2)],
+            upsertions=[
+                upsertion("dup-upserted"),
+                upsertion("dup-upserted", 2, salted=b"p" * 64),
+                upsertion("dup-upserted"),
+                upsertion("dup-refused", iterations=100),
+                upsertion("dup-refused"),
+                upsertion("", mechanism=0),
+                upsertion(""),
+            ],
+        )
+        assert {user: code for user, (code, _) in answers.items()} == {
+            "dup-deleted": KafkaError.duplicate_resource,
+            "dup-upserted": KafkaError.duplicate_resource,
+            "dup-refused": KafkaError.unacceptable_credential,
+            "": KafkaError.unacceptable_credential,
+        }
+        assert answers["dup-upserted"][1] == (
+            "user 'dup-upserted' altered more than once in one request: alter each user at most once per request"
+        )
+        described = {r.user: (r.error_code, len(r.credential_infos)) for r in describe(connection, None).results}
+        assert described["dup-deleted"] == (KafkaError.none, 1)  # the refused deletion undone
+        assert "dup-upserted" not in described and "dup-refused" not in described
+
+
+def test_two_alterations_naming_the_same_users_in_other_orders_both_succeed(secured):
+    """Each AlterUserScramCredentials locks its users' rows in one order (by name), whatever the
+    order it names them in: two naming two users in opposite orders, which deadlocked (PostgreSQL
+    aborting one, whose connection was closed unanswered), both succeed. The interleaving that deadlocked:
+    the first upserts 'lock-a' then waits for principal 'lock-b' (its existence check, held by the
+    test); the second deletes 'lock-b''s credential then waits for 'lock-a''s."""
+    for name in ("lock-a", "lock-b"):
+        new_principal(secured, name)
+    set_password(secured, "lock-b", SHA_256).raise_for_status()
+
+    def altered(deletions, upsertions) -> dict:
+        with admin_connection(secured) as connection:
+            return {user: code for user, (code, _) in alter(connection, deletions, upsertions).items()}
+
+    async def interleaved() -> tuple[dict, dict]:
+        observer = await asyncpg.connect(secured.database_url)
+        holder = await asyncpg.connect(secured.database_url)
+        try:
+            transaction = holder.transaction()
+            await transaction.start()
+            await holder.execute("SELECT 1 FROM principals WHERE name = 'lock-b' FOR UPDATE")
+            first = asyncio.create_task(asyncio.to_thread(altered, [], [upsertion("lock-a"), upsertion("lock-b")]))
+            await wait_for_lock_waits(observer, 1)
+            second = asyncio.create_task(asyncio.to_thread(altered, [deletion("lock-b")], [upsertion("lock-a")]))
+            await wait_for_lock_waits(observer, 2)
+            await transaction.rollback()
+            return await first, await second
+        finally:
+            await holder.close()
+            await observer.close()
+
+    first, second = asyncio.run(interleaved())
+    assert first == {"lock-a": KafkaError.none, "lock-b": KafkaError.none}
+    assert second == {"lock-b": KafkaError.none, "lock-a": KafkaError.none}
 
 
 def test_describe_answers_each_user_named_or_every_user_with_a_credential(secured, scram_reader):

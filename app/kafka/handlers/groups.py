@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from app.errors import BrokerError, DatabaseUnavailable
 from app.kafka import api_table
-from app.kafka.broker_calls import CLASSIC_GROUP_TYPE, ConsumerHeartbeat, ListedNodes, group_operations
+from app.kafka.broker_calls import CLASSIC_GROUP_TYPE, ClassicJoin, ConsumerHeartbeat, ListedNodes, group_operations
 from app.kafka.context import RequestContext
 from app.kafka.error_codes import error_message, kafka_error
 from app.kafka.frames import build, response_module
@@ -132,20 +132,20 @@ async def join_group(context: RequestContext, request) -> object:
     members = ()
     error = KafkaError.none
     try:
-        joined = await context.calls.groups.join(
-            context.principal,
-            request.group_id,
-            request.member_id,
-            getattr(request, "group_instance_id", None),
-            request.protocol_type,
-            [(p.name, p.metadata) for p in request.protocols],
-            session_timeout_ms,
-            rebalance_timeout_ms,
-            context.client_id,
-            context.client_host,
-            context.api_version >= FIRST_VERSION_WITH_MEMBER_ID_REQUIRED,
-            context.api_version >= FIRST_VERSION_WITH_SKIP_ASSIGNMENT,
+        joining = ClassicJoin(
+            group_id=request.group_id,
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            protocol_type=request.protocol_type,
+            protocols=[(p.name, p.metadata) for p in request.protocols],
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            client_id=context.client_id,
+            client_host=context.client_host,
+            member_id_required=context.api_version >= FIRST_VERSION_WITH_MEMBER_ID_REQUIRED,
+            skip_assignment_allowed=context.api_version >= FIRST_VERSION_WITH_SKIP_ASSIGNMENT,
         )
+        joined = await context.calls.groups.join(context.principal, joining)
     except BrokerError as raised:
         error = kafka_error(raised)
     else:

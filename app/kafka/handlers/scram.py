@@ -3,10 +3,12 @@
 DescribeUserScramCredentials, on the credentials HTTP's /v1/principals/{name}/scram-credentials
 manages: one set (app/coordinator/scram_credentials.py).
 
-As Kafka's controller answers them: one result per user named; a user named twice in one request
-(whatever the mechanisms) is refused DUPLICATE_RESOURCE, the others altered together; an unknown
-mechanism is UNSUPPORTED_SASL_MECHANISM, an empty user or iterations outside 4096..16384
-UNACCEPTABLE_CREDENTIAL, the deletion of a credential that does not exist RESOURCE_NOT_FOUND.
+As Kafka's controller answers them: one result per user named; an unknown mechanism is
+UNSUPPORTED_SASL_MECHANISM, an empty user or iterations outside 4096..16384 UNACCEPTABLE_CREDENTIAL,
+the deletion of a credential that does not exist RESOURCE_NOT_FOUND; a user named again (whatever
+the mechanisms) after a change that passed those checks is refused DUPLICATE_RESOURCE, that change
+with it, one named again after a refusal keeps that refusal (the deletions are read first); the
+others are altered together.
 txbroker's own rule: a SCRAM user is a principal, so an upsertion for a name that is no principal
 is RESOURCE_NOT_FOUND, naming it. Describing all users (no names, or none) lists those with a
 credential; a named user without one is RESOURCE_NOT_FOUND, one named twice DUPLICATE_RESOURCE.
@@ -34,6 +36,7 @@ _REFUSALS = {
     ScramCredentialRefusal.UNACCEPTABLE: KafkaError.unacceptable_credential,
     ScramCredentialRefusal.UNSUPPORTED_MECHANISM: KafkaError.unsupported_sasl_mechanism,
     ScramCredentialRefusal.NOT_FOUND: KafkaError.resource_not_found,
+    ScramCredentialRefusal.DUPLICATE: KafkaError.duplicate_resource,
 }
 
 
@@ -48,57 +51,36 @@ def _error_code(error: BrokerError | None) -> KafkaError:
     return kafka_error(error)
 
 
-def _duplicate(name: str, what: str) -> tuple[KafkaError, str]:
-    return (
-        KafkaError.duplicate_resource,
-        f"user {name!r} named more than once in one request: {what} each user at most once per request",
-    )
-
-
 async def alter_user_scram_credentials(context: RequestContext, request) -> object:
     module = response_module(api_table.ALTER_USER_SCRAM_CREDENTIALS, context.api_version)
-    alterations: dict[str, ScramAlteration] = {}
-    answers: dict[str, tuple[KafkaError, str | None]] = {}  # per user, in the order first named
-    for deletion in request.deletions:
-        alteration = ScramAlteration(deletion.name, _mechanism_name(deletion.mechanism))
-        _collect(alterations, answers, alteration)
-    for upsertion in request.upsertions:
-        alteration = ScramAlteration(
-            upsertion.name,
-            _mechanism_name(upsertion.mechanism),
-            upsertion.iterations,
-            upsertion.salt,
-            upsertion.salted_password,
-        )
-        _collect(alterations, answers, alteration)
+    alterations = [  # in the order Kafka's controller reads them: the deletions first
+        *(ScramAlteration(deletion.name, _mechanism_name(deletion.mechanism)) for deletion in request.deletions),
+        *(
+            ScramAlteration(
+                upsertion.name,
+                _mechanism_name(upsertion.mechanism),
+                upsertion.iterations,
+                upsertion.salt,
+                upsertion.salted_password,
+            )
+            for upsertion in request.upsertions
+        ),
+    ]
     try:
-        outcomes = await context.calls.scram.alter(
-            context.principal, context.client_address, list(alterations.values())
-        )
+        outcomes = await context.calls.scram.alter(context.principal, context.client_address, alterations)
     except BrokerError as refused:  # not authorized: every user is refused alike
-        outcomes = [refused] * len(alterations)
-    for name, outcome in zip(alterations, outcomes, strict=True):
-        answers[name] = _error_code(outcome), error_message(outcome)
+        outcomes = dict.fromkeys((alteration.principal for alteration in alterations), refused)
     results = tuple(
-        build(module, "AlterUserScramCredentialsResult", user=name, error_code=code, error_message=message)
-        for name, (code, message) in answers.items()
+        build(
+            module,
+            "AlterUserScramCredentialsResult",
+            user=name,
+            error_code=_error_code(outcome),
+            error_message=error_message(outcome),
+        )
+        for name, outcome in outcomes.items()
     )
     return build(module, "AlterUserScramCredentialsResponse", throttle_time=NO_THROTTLE, results=results)
-
-
-def _collect(
-    alterations: dict[str, ScramAlteration],
-    answers: dict[str, tuple[KafkaError, str | None]],
-    alteration: ScramAlteration,
-) -> None:
-    """Adds an alteration, unless its user was named before: then the user is refused DUPLICATE_RESOURCE."""
-    name = alteration.principal
-    if name in answers:
-        alterations.pop(name, None)
-        answers[name] = _duplicate(name, "alter")
-        return
-    alterations[name] = alteration
-    answers[name] = KafkaError.none, None
 
 
 async def describe_user_scram_credentials(context: RequestContext, request) -> object:
@@ -133,7 +115,8 @@ def _described(module, named: list[str], found) -> tuple:
     for name in dict.fromkeys(named) if named else credentials:
         error, message = KafkaError.none, None
         if named.count(name) > 1:
-            error, message = _duplicate(name, "describe")
+            error = KafkaError.duplicate_resource
+            message = f"user {name!r} named more than once in one request: describe each user at most once per request"
         elif name not in credentials:
             error = KafkaError.resource_not_found
             message = (
