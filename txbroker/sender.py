@@ -354,7 +354,9 @@ class Sender:
         try:
             await self._send_until_answered(batches)
         except asyncio.CancelledError:
-            raise  # stop(): it fails what was in flight
+            for expiry in expiries:  # stop() fails what was in flight, with why
+                expiry.cancel()
+            raise
         except TxbrokerError as exc:
             error = exc
         except Exception as exc:
