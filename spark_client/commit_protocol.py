@@ -111,13 +111,15 @@ def _prepare(producer: Producer, bound_ms: int) -> PreparedTransaction | None:
     max_block_ms, and the next resumes it -- for up to `bound_ms` (delivery_timeout_ms: what a task
     waited for its records before prepare_transaction() was bounded by max_block_ms), give or take
     one max_block_ms. A slow but working server then costs no task retry, which would redo the
-    task's work in a new transaction. Any other error, and the timeout past the bound, is raised."""
+    task's work in a new transaction. Any other error, and the timeout past the bound, is raised;
+    so is an abortable timeout (a record failed at its delivery timeout, its request in flight):
+    the transaction can only abort, and calling again would raise it again at once."""
     deadline = time.monotonic() + bound_ms / 1000
     while True:
         try:
             return producer.prepare_transaction()
         except errors.TxbrokerTimeoutError as error:
-            if not error.retriable or time.monotonic() >= deadline:
+            if not error.retriable or error.abortable or time.monotonic() >= deadline:
                 raise
             log.info("%s: not prepared yet, preparing on (%s)", producer.transactional_id, error)
 

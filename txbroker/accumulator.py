@@ -73,11 +73,23 @@ class ProducerBatch:
     producer_epoch: int = NO_PRODUCER_EPOCH
     attempts: int = 0
     done: bool = False
+    # Failed at delivery_timeout_ms with its request in flight (Sender._expire_in_flight): the
+    # request's answer only tells the sequence, and whether its records were written after all.
+    expired_in_flight: bool = False
+    # The sender has acted on its request's end (answered, refused, or its outcome unknown): not
+    # `done`, which an in-flight batch is from its expiry on.
+    settled: bool = False
 
     def complete(self, base_offset: int) -> None:
-        self.done = True
+        self.done = self.settled = True
         if not self.future.done():
             self.future.set_result(base_offset)
+
+    def settle_failed(self, error: TxbrokerError) -> None:
+        """The sender's last word on a batch it sent: failed with `error` (unless it failed already,
+        at its delivery timeout)."""
+        self.settled = True
+        self.fail(error)
 
     def fail(self, error: TxbrokerError) -> None:
         self.done = True

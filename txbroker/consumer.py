@@ -305,6 +305,14 @@ class AsyncConsumer:
         else:
             coordinator.polled()  # a poll waiting for the commit is polling (max_poll_interval_ms)
         event, commit = self._revocation_commit
+        if not commit.done() and not self._subscriptions.assignment_changed.is_set():
+            # The partitions the rebalance keeps are read meanwhile (fetch_records(): the revoked
+            # ones are `revoking`, never fetched), as Kafka's consumer goes on fetching its owned
+            # partitions during a cooperative rebalance; the commit's end wakes that fetch. Before
+            # 2026-11-28 the poll waited for the commit until its deadline and returned no record.
+            return None
+        # The heartbeats brought news meanwhile (another assignment, a membership lost): nothing is
+        # read until the commit ended and its listeners ran, so that the news is adopted first.
         await asyncio.wait([commit], timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
         if not commit.done():
             return None
@@ -319,10 +327,10 @@ class AsyncConsumer:
         revokes (the classic one's onJoinPrepare, KIP-848's autoCommitSyncBeforeRevocation): else
         their next owner reads again what poll() handed out since the last auto-commit. Not for a
         lost membership, whose commits are refused unsent (Kafka's onPartitionsLost commits
-        nothing). Returns the commit in flight (None: none), which update_assignment() waits for
-        until poll()'s deadline only, as Kafka's onJoinPrepare: a poll whose timeout ends first
-        returns no record, and the next one waits for the same commit (before 2026-11-28 even
-        poll(timeout_ms=0) waited, up to default_api_timeout_ms). Retriable errors are retried for
+        nothing). Returns the commit in flight (None: none), which the polls do not wait for while
+        nothing else changed: they read the partitions the rebalance keeps meanwhile, and the first
+        after it ended runs on_revoke (see update_assignment(); before 2026-11-28 poll() waited for
+        it until its deadline, even poll(timeout_ms=0) at first). Retriable errors are retried for
         default_api_timeout_ms, or max_poll_interval_ms (the rebalance timeout, as Kafka's
         joinPrepareTimer) when shorter. A failure is logged, and the rebalance goes on without it,
         as Kafka's: the next owner reads again from the committed offset (at least once)."""
@@ -337,7 +345,14 @@ class AsyncConsumer:
         task = asyncio.ensure_future(self._commit_before_revoking(coordinator, body, positions, deadline))
         self._revocation_commits.add(task)
         task.add_done_callback(self._revocation_commits.discard)
+        task.add_done_callback(self._revocation_commit_ended)
         return task
+
+    def _revocation_commit_ended(self, commit: asyncio.Task) -> None:
+        """A poll reading the kept partitions meanwhile returns early, for the next one to run
+        on_revoke now (not when the commit was given up: closed, unsubscribed)."""
+        if self._revocation_commit is not None and self._revocation_commit[1] is commit:
+            self._subscriptions.assignment_changed.set()
 
     async def _commit_before_revoking(
         self, coordinator: ConsumerCoordinator, body: dict, positions: dict[TopicPartition, int], deadline: float
@@ -460,7 +475,8 @@ class AsyncConsumer:
         left it: max_poll_interval_ms) goes on past a poll whose timeout ends first, which returns
         no record: the next poll waits for the same join, which retries for default_api_timeout_ms
         and then fails (a poll raises its TxbrokerTimeoutError; the next one joins again). The
-        auto-commit before a rebalance's on_revoke likewise (`_auto_commit_revoked`). After the
+        auto-commit before a rebalance's on_revoke goes on past polls too, which meanwhile return
+        the records of the partitions the rebalance keeps (`_auto_commit_revoked`). After the
         listeners it adopts again what changed while they ran, as Kafka's joinGroupIfNeeded loops:
         a listener that outlasted max_poll_interval_ms lost the membership, whose records must not
         be handed out (another member has its partitions)."""

@@ -336,8 +336,12 @@ class Fetcher:
         records: list[ConsumerRecord] = []
         budget = self._max_poll_records
         for tp, fetched in list(self._fetched.items()):
-            if tp not in subscriptions.assignment or positions.get(tp) != fetched.position:
-                del self._fetched[tp]  # revoked, seeked or reset since the fetch
+            if (
+                tp not in subscriptions.assignment
+                or tp in subscriptions.revoking
+                or positions.get(tp) != fetched.position
+            ):
+                del self._fetched[tp]  # revoked (or being revoked), seeked or reset since the fetch
                 continue
             if tp in subscriptions.paused or budget <= 0:
                 continue

@@ -137,8 +137,9 @@ class AsyncProducer:
     - max_in_flight_requests (5): concurrent produce requests (one batch per partition in flight).
     - max_buffered_records (200000): send() blocks (up to max_block_ms) when this many wait.
     - delivery_timeout_ms (120000, or linger_ms + request_timeout_ms if larger): how long a batch
-      is retried before its records fail; given, at least linger_ms + request_timeout_ms (else
-      ValueError), as Kafka requires.
+      may take from its first send() before its records fail, buffered or in flight (then their
+      outcome is unknown: see txbroker.sender); given, at least linger_ms + request_timeout_ms
+      (else ValueError), as Kafka requires.
     - max_block_ms (60000): how long a call blocks (retrying retriable errors; prepare_transaction(),
       commit_transaction() and abort_transaction() waiting for the transaction's records and for a
       slow answer too) before TxbrokerTimeoutError.

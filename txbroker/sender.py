@@ -13,6 +13,13 @@ Invariants:
 - Every batch sent ends answered or failed, never pending: one the sender cannot go on with
   (a new producer id not to be had, an answer that does not tell of it) fails as one whose
   outcome is unknown; at close, those in flight fail too.
+- A batch fails once delivery_timeout_ms has passed since its first record, in flight or not
+  (KIP-91): one whose request is unanswered then fails with its outcome unknown, and its request
+  goes on (`_expire_in_flight`). Its partition stays busy until that request ends, whose end
+  decides the sequence as for any batch: answered, the sequence is known (the records were
+  written, after their future failed: logged); unanswered, an idempotent producer starts a new
+  epoch, as Kafka's producer resolves an expired in-flight batch's sequence (markSequenceUnresolved)
+  before it sends the partition's next one.
 - The sender's task runs until stop(): an error getting a producer id fails what waits (an
   unexpected one, not the SDK's, makes the producer fatal), and the task goes on.
 - Runs on one event loop; everything it mutates is only touched on that loop, except the
@@ -24,6 +31,8 @@ The answer to each error, as a table (see `_action_for`):
 |-----------------------------------------|--------------------------------|-------------------------|
 | retriable (connection, CONCURRENT_...)  | retry until delivery_timeout   | same                    |
 | delivery_timeout passed, outcome unknown| fail records, bump epoch       | abortable               |
+| delivery_timeout passed in flight       | fail records; the request goes | abortable               |
+|                                         | on: unanswered, bump epoch     |                         |
 | delivery_timeout passed in the buffer,  | fail records (never sent: no   | abortable               |
 | never sent                              | sequence taken, same epoch)    |                         |
 | UNKNOWN_PRODUCER_ID                     | new producer id, resend (none  | fatal                   |
@@ -193,7 +202,12 @@ class Sender:
             self._accumulator.flushing -= 1
 
     async def wait_in_flight(self) -> None:
-        await self.wait_for(list(self._in_flight.values()))
+        """Until the requests in flight now have ended, answered or not: a batch of one may have
+        failed already (its delivery timeout) while the request may still write it, and an abort's
+        EndTxn must come after it."""
+        sent = list(self._in_flight.items())
+        while any(self._in_flight.get(tp) is batch for tp, batch in sent):
+            await self._progress.wait()
 
     async def wait_for_room(self) -> None:
         while not self._accumulator.has_room():
@@ -254,9 +268,14 @@ class Sender:
             f"flight, {len(self._in_flight)} partitions with a batch in flight): they were not written; send "
             f"them again, or raise delivery_timeout_ms or max_in_flight_requests if the server is slow"
         )
+        self._fail_at_delivery_timeout(expired, error)
+
+    def _fail_at_delivery_timeout(self, batches: list[ProducerBatch], error: TxbrokerError) -> None:
+        """Fails batches out of delivery_timeout_ms: a transaction lost their records, so it can
+        only abort; an idempotent producer's sequences are the sender's to resolve."""
         if self._tm.is_transactional:
             error = self._tm.fail_abortable(error)
-        for batch in expired:
+        for batch in batches:
             batch.fail(error)
         self._signal_progress()
 
@@ -325,10 +344,19 @@ class Sender:
         # UNKNOWN_PRODUCER_ID: the server unreachable for max_block_ms), or that the answer does
         # not tell of, fails with why, its outcome unknown.
         error = None
+        loop = asyncio.get_running_loop()
+        expiries = [
+            loop.call_later(
+                max(0.0, batch.created + self._delivery_timeout_s - time.monotonic()), self._expire_in_flight, batch
+            )
+            for batch in batches
+        ]
         try:
             await self._send_until_answered(batches)
         except asyncio.CancelledError:
-            raise  # stop(): it fails what was in flight
+            for expiry in expiries:  # stop() fails what was in flight, with why
+                expiry.cancel()
+            raise
         except TxbrokerError as exc:
             error = exc
         except Exception as exc:
@@ -339,7 +367,7 @@ class Sender:
                 code=errors.UnknownServerError.code,
             )
         try:
-            unfinished = [batch for batch in batches if not batch.done]
+            unfinished = [batch for batch in batches if not batch.settled]
             if unfinished:
                 self._outcome_unknown(
                     unfinished,
@@ -351,6 +379,8 @@ class Sender:
                     ),
                 )
         finally:
+            for expiry in expiries:
+                expiry.cancel()
             for batch in batches:
                 if self._in_flight.get(batch.tp) is batch:
                     del self._in_flight[batch.tp]
@@ -378,7 +408,7 @@ class Sender:
                     await asyncio.sleep(self._backoff.delay_s(attempt, error))
                     attempt += 1
                     continue
-                if action == NEW_PRODUCER_ID:
+                if action == NEW_PRODUCER_ID and not self._expired(pending):
                     await self._replace_producer_id(pending[0].producer_id)
                     continue
                 if action == RETRY:
@@ -390,6 +420,15 @@ class Sender:
             unknown_producer_id = None
             for batch, (entry_error, base_offset) in zip(pending, answer):
                 if entry_error is None:
+                    if batch.expired_in_flight:
+                        log.warning(
+                            "%d records to %s were written at offsets %d.. after their futures failed with the "
+                            "delivery timeout (their request was still in flight): the application was told their "
+                            "outcome is unknown",
+                            len(batch.records),
+                            batch.tp,
+                            base_offset,
+                        )
                     batch.complete(base_offset)
                     continue
                 error = errors.from_body(entry_error)
@@ -398,7 +437,7 @@ class Sender:
                     retry.append(batch)
                 elif action == RETRY:
                     self._timed_out([batch], error)
-                elif action == NEW_PRODUCER_ID:
+                elif action == NEW_PRODUCER_ID and not self._expired([batch]):
                     # One partition's answer (the server holds no state of the id there that it
                     # may have had: a topic created again under its name): nothing of the batch
                     # was appended, so it is resent with the new id, as a request's answer is.
@@ -414,8 +453,27 @@ class Sender:
                 attempt += 1
 
     def _expired(self, batches: list[ProducerBatch]) -> bool:
+        """Whether the batches are out of delivery_timeout_ms (one failed by `_expire_in_flight`
+        is): not to be sent again."""
         oldest = min(batch.created for batch in batches)
-        return time.monotonic() - oldest > self._delivery_timeout_s
+        expired = any(batch.expired_in_flight for batch in batches)
+        return expired or time.monotonic() - oldest > self._delivery_timeout_s
+
+    def _expire_in_flight(self, batch: ProducerBatch) -> None:
+        """delivery_timeout_ms passed since the batch's first record while its request is in flight
+        (Kafka's producer expires in-flight batches alike, KIP-91): the batch fails now, its outcome
+        unknown. The request is not given up: the server may be writing it, and only its end tells
+        whether the partition's sequence moved (see the module's invariants)."""
+        if batch.done:
+            return
+        batch.expired_in_flight = True
+        error = errors.TxbrokerTimeoutError(
+            f"{len(batch.records)} records to {batch.tp} got no answer within delivery_timeout_ms "
+            f"({self._delivery_timeout_s * 1000:.0f}) of their send(), their request still in flight: they may or "
+            f"may not be written (the server may still write them after this error); check before sending them "
+            f"again, or raise delivery_timeout_ms if the server is slow"
+        )
+        self._fail_at_delivery_timeout([batch], error)
 
     async def _replace_producer_id(self, stale_producer_id: int) -> None:
         async with self._id_lock:
@@ -445,7 +503,7 @@ class Sender:
         elif self._idempotent:
             self._bump_epoch = True
         for batch in batches:
-            batch.fail(error)
+            batch.settle_failed(error)
 
     def _refused(self, batches: list[ProducerBatch], error: TxbrokerError, action: str) -> None:
         """The server refused the batches and appended none of them."""
@@ -455,7 +513,7 @@ class Sender:
         if action == FATAL:
             error = self._tm.fail_fatal(error)
             for batch in batches:
-                batch.fail(error)
+                batch.settle_failed(error)
             self._fail_everything(error)
             return
         for batch in batches:
@@ -473,7 +531,7 @@ class Sender:
                 error = error.with_category(fatal=False, abortable=True)
             error = self._tm.fail_abortable(error)
         for batch in batches:
-            batch.fail(error)
+            batch.settle_failed(error)
 
 
 def _partition_outcomes(answer: dict) -> list[tuple[dict | None, int | None]]:

@@ -7,8 +7,10 @@ machine is small and shared), but below the held time, which the old code waited
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -133,12 +135,13 @@ def test_a_poll_whose_timeout_ends_during_the_auto_commit_before_a_revocation_re
         first.close()
 
 
-def test_close_while_the_auto_commit_before_a_revocation_is_in_flight_revokes_its_partitions_too(server):
-    """close() while a rebalance's auto-commit is in flight (its polls returned before it ended,
-    so its on_revoke has not run) runs on_revoke once, for every assigned partition: the
-    rebalance's revoked one too, whose on_revoke would otherwise never run; the final commit comes
-    after the held one, and the group's offsets are past what poll() returned."""
-    topic = "poll-bounds-close-in-revocation-commit"
+@contextlib.contextmanager
+def a_revocation_commit_held(server, topic: str) -> Iterator[tuple[Consumer, Consumer, list]]:
+    """Two auto-committing members of `topic`'s group (six records in two partitions): the first
+    read all six, then the second's join made a rebalance revoke a partition of the first, whose
+    auto-commit before on_revoke the server holds for HELD_S (CommitHeld). Yields the first, the
+    second, and the list of what the first's on_revoke got (nothing yet), once that commit was
+    sent; the first is closed after."""
     six_records_in_two_partitions(server, topic)
     revoked: list = []
     transport = CommitHeld(topic)
@@ -153,11 +156,57 @@ def test_close_while_the_auto_commit_before_a_revocation_is_in_flight_revokes_it
                 assert first.poll(timeout_ms=0) == []
                 second.poll(timeout_ms=100)
             assert transport.commit_sent.is_set(), "no rebalance revoked a partition of the first member"
-            assert revoked == [], "on_revoke ran before the auto-commit ended"
-            first.close()
-            assert revoked == [both_partitions(topic)]
+            yield first, second, revoked
     finally:
         first.close()
+
+
+def test_poll_while_the_auto_commit_before_a_revocation_is_in_flight_returns_the_kept_partitions_records(server):
+    """Regression: while a rebalance's auto-commit of the revoked partition is held (its on_revoke
+    not run yet), poll() returns the records of the partition the member keeps, as Kafka's consumer
+    goes on fetching its owned partitions during a cooperative rebalance, and never a record of
+    the revoked one; once the commit ended, on_revoke runs, and the new owner starts at the
+    committed offset. Before, a poll waited for the commit (up to its timeout) before it fetched:
+    one whose timeout outlasted the commit returned the kept partition's records only after the
+    commit and on_revoke, however long the commit took."""
+    topic = "poll-bounds-kept-during-revocation-commit"
+    with a_revocation_commit_held(server, topic) as (first, second, revoked):
+        produce_values(server.url, topic, [f"n{i}" for i in range(4)], partitions=2)  # 2 more each
+        deadline = time.monotonic() + 30
+        during_the_commit: list = []
+        while not revoked and len(during_the_commit) < 2 and time.monotonic() < deadline:
+            records = first.poll(timeout_ms=HELD_S * 2000)  # outlasts the held commit
+            if not revoked:
+                during_the_commit += records
+        assert len(during_the_commit) == 2, (
+            f"poll() returned {during_the_commit} while the commit before the revocation was in flight: "
+            f"expected the two new records of the partition it keeps"
+        )
+        (kept,) = {r.topic_partition for r in during_the_commit}
+        assert [r.offset for r in during_the_commit] == [3, 4]
+        second_read: list = []
+        while not (revoked and second.assignment()) and time.monotonic() < deadline:
+            assert first.poll(timeout_ms=100) == []
+            second_read += second.poll(timeout_ms=100)
+        assert revoked == [both_partitions(topic) - {kept}]
+        (moved,) = revoked[0]
+        while len(second_read) < 2 and time.monotonic() < deadline:
+            second_read += second.poll(timeout_ms=100)
+        assert [(r.topic_partition, r.offset) for r in second_read] == [(moved, 3), (moved, 4)], (
+            "the new owner starts at the committed offset"
+        )
+
+
+def test_close_while_the_auto_commit_before_a_revocation_is_in_flight_revokes_its_partitions_too(server):
+    """close() while a rebalance's auto-commit is in flight (its polls returned before it ended,
+    so its on_revoke has not run) runs on_revoke once, for every assigned partition: the
+    rebalance's revoked one too, whose on_revoke would otherwise never run; the final commit comes
+    after the held one, and the group's offsets are past what poll() returned."""
+    topic = "poll-bounds-close-in-revocation-commit"
+    with a_revocation_commit_held(server, topic) as (first, _, revoked):
+        assert revoked == [], "on_revoke ran before the auto-commit ended"
+        first.close()
+        assert revoked == [both_partitions(topic)]
     with Admin(server.url) as admin:
         group = admin.describe_group(topic)
     assert {(o["partition"], o["offset"]) for o in group["offsets"]} == {(0, 3), (1, 3)}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 import httpx
 
@@ -30,6 +31,39 @@ def six_records_in_two_partitions(server, topic: str) -> None:
 def no_record_read_twice(first: list, second: list) -> None:
     read_by_both = {(r.partition, r.offset) for r in first} & {(r.partition, r.offset) for r in second}
     assert not read_by_both, f"records read by both members: {sorted(read_by_both)}"
+
+
+async def join_while_both_poll(
+    a: AsyncConsumer, b: AsyncConsumer, topic: str, a_read: list, b_read: list, until: Callable[[], bool]
+) -> None:
+    """B subscribes to `topic` (A is its group's member) and polls until `until()`, A polling all
+    along, as members do while their group rebalances; what each reads goes to its list."""
+    b.subscribe([topic])
+
+    async def b_polls() -> None:
+        while not until():
+            b_read.extend(await b.poll(timeout_ms=50))
+
+    async with asyncio.timeout(20):
+        polling = asyncio.ensure_future(b_polls())
+        while not polling.done():
+            a_read.extend(await a.poll(timeout_ms=50))
+        await polling
+
+
+async def b_starts_at_a_commit(
+    server, topic: str, taken: TopicPartition, b: AsyncConsumer, a_read: list, b_read: list
+) -> None:
+    """The partition B took from A has A's commit (3, past the three records A read of it), and B
+    reads from there: one more record in each partition, and B's first of `taken` is offset 3; no
+    record was read by both."""
+    assert await b.committed([taken]) == {taken: 3}
+    produce_values(server.url, topic, ["r6", "r7"], partitions=2)  # one more record each
+    async with asyncio.timeout(20):
+        while not any(r.topic_partition == taken for r in b_read):
+            b_read += await b.poll(timeout_ms=100)
+    assert [r.offset for r in b_read if r.topic_partition == taken] == [3], "B starts at A's commit"
+    no_record_read_twice(a_read, b_read)
 
 
 def test_a_moved_partition_reaches_the_new_member_after_the_async_on_revoke_committed(server):
@@ -53,26 +87,10 @@ def test_a_moved_partition_reaches_the_new_member_after_the_async_on_revoke_comm
             async with asyncio.timeout(20):
                 while len(a_read) < 6:
                     a_read += await a.poll(timeout_ms=200)
-            b.subscribe([topic])
-
-            async def b_polls() -> None:
-                while not b.assignment() or not revoked:
-                    b_read.extend(await b.poll(timeout_ms=50))
-
-            async with asyncio.timeout(20):
-                polling = asyncio.ensure_future(b_polls())
-                while not polling.done():
-                    a_read.extend(await a.poll(timeout_ms=50))
-                await polling
+            await join_while_both_poll(a, b, topic, a_read, b_read, until=lambda: bool(b.assignment() and revoked))
             (taken,) = revoked[0]
             assert b.assignment() == {taken}
-            assert await b.committed([taken]) == {taken: 3}
-            produce_values(server.url, topic, ["r6", "r7"], partitions=2)  # one more record each
-            async with asyncio.timeout(20):
-                while not any(r.topic_partition == taken for r in b_read):
-                    b_read += await b.poll(timeout_ms=100)
-            assert [r.offset for r in b_read if r.topic_partition == taken] == [3], "B starts at A's commit"
-            no_record_read_twice(a_read, b_read)
+            await b_starts_at_a_commit(server, topic, taken, b, a_read, b_read)
             await a.close()
 
     asyncio.run(scenario())
@@ -105,26 +123,12 @@ def test_a_moved_partition_reaches_the_new_member_after_the_auto_commit_before_r
             async with asyncio.timeout(20):
                 while len(a_read) < 6:
                     a_read += await a.poll(timeout_ms=200)
-            b.subscribe([topic])
-
-            async def b_polls() -> None:
-                while not b.assignment() or len(a.assignment()) != 1:
-                    b_read.extend(await b.poll(timeout_ms=50))
-
-            async with asyncio.timeout(20):
-                polling = asyncio.ensure_future(b_polls())
-                while not polling.done():
-                    a_read.extend(await a.poll(timeout_ms=50))
-                await polling
+            await join_while_both_poll(
+                a, b, topic, a_read, b_read, until=lambda: bool(b.assignment()) and len(a.assignment()) == 1
+            )
             (taken,) = b.assignment()
             assert a.assignment() == both_partitions(topic) - {taken}
-            assert await b.committed([taken]) == {taken: 3}
-            produce_values(server.url, topic, ["r6", "r7"], partitions=2)
-            async with asyncio.timeout(20):
-                while not any(r.topic_partition == taken for r in b_read):
-                    b_read += await b.poll(timeout_ms=100)
-            assert [r.offset for r in b_read if r.topic_partition == taken] == [3], "B starts at A's commit"
-            no_record_read_twice(a_read, b_read)
+            await b_starts_at_a_commit(server, topic, taken, b, a_read, b_read)
             await a.close()
 
     asyncio.run(scenario())
