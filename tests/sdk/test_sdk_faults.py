@@ -741,7 +741,10 @@ def test_a_join_whose_answer_was_lost_leaves_no_member_behind(server):
     transport = FirstJoinAnswerLost()
     with Consumer(server.url, group_id="lost-join-group", transport=transport, **FAST) as consumer:
         consumer.subscribe(["lost-join"])
-        consumer.poll(timeout_ms=100)
+        # A poll waits for the join only until its own timeout (the join goes on past it).
+        deadline = time.monotonic() + 20
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(timeout_ms=100)
         assert transport.lost == 1
         assert consumer.assignment() == {TopicPartition("lost-join", 0), TopicPartition("lost-join", 1)}
         with Admin(server.url) as admin:
