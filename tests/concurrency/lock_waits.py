@@ -46,3 +46,28 @@ async def parked_in_turn(database_url: str, lock_sql: str, lock_args: tuple, *ca
     finally:
         await holder.close()
         await observer.close()
+
+
+async def in_a_deadlock(
+    database_url: str, held: tuple[str, tuple], closing: tuple[str, tuple], call: Callable[[], Any]
+) -> Any:
+    """`call` (blocking: run in a thread) started while the test holds the lock `held` takes (a
+    statement and its arguments), and once it waits for that lock, the cycle closed by the test's
+    asking for the lock `closing` takes, which `call` holds: PostgreSQL rolls `call`'s PostgreSQL
+    transaction back, never the test's (whose session never checks for a deadlock). The test then
+    lets both locks go. `call`'s answer."""
+    observer = await asyncpg.connect(database_url)
+    holder = await asyncpg.connect(database_url)
+    try:
+        await holder.execute("SET deadlock_timeout = '1h'")
+        transaction = holder.transaction()
+        await transaction.start()
+        await holder.execute(held[0], *held[1])
+        answer = asyncio.create_task(asyncio.to_thread(call))
+        await wait_for_lock_waits(observer, 1)
+        await holder.execute(closing[0], *closing[1])  # granted once PostgreSQL has rolled `call` back
+        await transaction.rollback()
+        return await answer
+    finally:
+        await holder.close()
+        await observer.close()
