@@ -12,8 +12,8 @@ Invariants:
   partition -> offsets rows -> __transaction_state (the coordinator's own order, with the group
   row and the topics in between). DeleteTopics locks its topic's row first. A commit
   makes sure the group row exists and holds it FOR KEY SHARE (`groups.hold`) before it locks
-  anything else; DeleteGroups and OffsetDelete lock the group row FOR UPDATE (OffsetDelete then
-  its topics' rows FOR KEY SHARE, as a commit), then the group's __consumer_offsets partition
+  anything else; DeleteGroups and OffsetDelete lock the group row FOR UPDATE, then the topics of
+  the offsets they delete FOR KEY SHARE (as a commit), then the group's __consumer_offsets partition
   (their tombstones), so they wait for the commits in flight and none interleaves. A commit with
   require_advance locks the __consumer_offsets partition (in its place in the order) before it reads
   the committed offsets it checks, and holds it to its write: no commit of the group comes between.

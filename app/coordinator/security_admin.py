@@ -181,6 +181,7 @@ async def remove_acls(pool: asyncpg.Pool, actor: Actor, acl_filter: AclFilter) -
     """Removes the rules the filter selects (Kafka's DeleteAcls), all or none; the rules removed.
     A rule removed by a concurrent caller after it was read is that caller's, so not returned."""
     async with pool.acquire() as conn, conn.transaction():
+        # By rule id (list_acls' order), the order a principal's deletion locks its rules in.
         selected = await principals.list_acls(conn, acl_filter.principal, acl_filter.resource_type)
         removed = [acl for acl in selected if acl_filter.matches(acl) and await _remove_acl(conn, actor, acl.acl_id)]
         if not removed:

@@ -5,6 +5,7 @@ front door's (`visible` filters listings by what the caller may see)."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from app.coordinator.confirmed_reads import (
     reads_confirmed_by_the_standby,
 )
 from app.errors import BrokerError
+from app.storage.database import ROLLED_BACK_BY_POSTGRESQL
 from app.storage.lifecycle import log_cleaner
 from app.storage.log import partition_log, topic_configs, topics
 from app.storage.log.partition_log import NO_OFFSET, PartitionState
@@ -66,6 +68,8 @@ __all__ = [
 ]
 
 TopicWithPartitions = tuple[TopicInfo, list[PartitionState]]
+
+log = logging.getLogger(__name__)
 
 # Kafka's topic configs, the core's one table of them (storage's topic_configs.py), for the doors.
 TOPIC_CONFIG_SPECS = topic_configs.SPECS
@@ -282,7 +286,20 @@ async def stored_bytes(pool: asyncpg.Pool, names: list[str] | None) -> dict[str,
 
 async def delete_topic(pool: asyncpg.Pool, actor: Actor, name: str, topic_uuid: uuid.UUID | None = None) -> uuid.UUID:
     """Deletes the topic and all its records (the log cleaner removes its rows in the background);
-    given a Kafka topic id, only the topic of that id (else UNKNOWN_TOPIC_ID). Returns its id."""
+    given a Kafka topic id, only the topic of that id (else UNKNOWN_TOPIC_ID). Returns its id. A
+    deletion PostgreSQL rolls back to break a deadlock is run once more."""
+    try:
+        return await _deleted_topic(pool, actor, name, topic_uuid)
+    except ROLLED_BACK_BY_POSTGRESQL as error:
+        # Its cascades lock the topic's partitions' rows, and its offsets' rows, in the order of
+        # PostgreSQL's plan, which appends (lock_order) and a transaction's settling of pending
+        # offsets do not follow, so it may close a cycle with them. Nothing was written or answered:
+        # run again, it waits for whoever won.
+        log.warning("the deletion of topic %r was rolled back by PostgreSQL (%s): running it once more", name, error)
+        return await _deleted_topic(pool, actor, name, topic_uuid)
+
+
+async def _deleted_topic(pool: asyncpg.Pool, actor: Actor, name: str, topic_uuid: uuid.UUID | None) -> uuid.UUID:
     async with pool.acquire() as conn, conn.transaction():  # the audit entry is part of the change
         deleted = await topics.delete_topic(conn, name, topic_uuid)
         await record(conn, actor, "delete topic", name)

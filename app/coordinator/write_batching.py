@@ -14,8 +14,11 @@ and the writer applies its requests in arrival order, as if one after the other.
 A failure that is not a request's own answer (a deadlock PostgreSQL broke, an argument PostgreSQL
 refused) must not decide the other requests of the batch: PostgreSQL rolled the batch back, and each
 request is written again in a batch of its own, in arrival order, where the failure, if it comes
-again, is its own. But a batch that met PostgreSQL away (CONNECTION_ERRORS, app/storage/database.py)
-may be written: a connection lost while its COMMIT was under way leaves the outcome unknown, and a
+again, is its own. So is a batch of one request that PostgreSQL rolled back to break a deadlock
+(or for a serialization failure): nothing of it was written, and the other PostgreSQL transaction of
+the cycle (a DeleteTopics, a background job) is as much its cause; a request is written at most
+twice. But a batch that met PostgreSQL away (CONNECTION_ERRORS, app/storage/database.py) may be
+written: a connection lost while its COMMIT was under way leaves the outcome unknown, and a
 COMMIT that returned without the synchronous standby's confirmation (CommitNotReplicated) wrote it.
 Every request of it is answered that retriable error, and none is written again (a plain produce
 would be appended twice, under one acknowledgement); a client's retry settles it (an idempotent or
@@ -29,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from app.storage.database import CONNECTION_ERRORS
+from app.storage.database import CONNECTION_ERRORS, ROLLED_BACK_BY_POSTGRESQL
 
 Request = TypeVar("Request")
 Answer = TypeVar("Answer")
@@ -112,7 +115,8 @@ class WriteBatcher(Generic[Request, Answer]):
             self._in_flight -= 1
             self._start_batches()
 
-    async def _commit(self, batch: list[_Waiting]) -> None:
+    async def _commit(self, batch: list[_Waiting], once_more: bool = False) -> None:
+        """`once_more`: the batch's request was written before, in a batch PostgreSQL rolled back."""
         try:
             answers = await self._write_batch([waiting.request for waiting in batch])
         except asyncio.CancelledError:
@@ -124,19 +128,23 @@ class WriteBatcher(Generic[Request, Answer]):
                 _answer(waiting, error)
             return
         except Exception as error:
-            if len(batch) == 1:
-                _answer(batch[0], error)
-            else:
+            if len(batch) > 1:
                 # One after the other, in arrival order: a producer's pipelined batches (a Kafka
                 # connection's Produce requests, listener.py) must be appended in sequence order; run
                 # concurrently, a later one could be checked first and refused as out of order.
                 try:
                     for waiting in batch:
-                        await self._commit([waiting])
+                        await self._commit([waiting], once_more=True)
                 except asyncio.CancelledError:
                     for waiting in batch:
                         waiting.answer.cancel()  # those not answered yet (done futures stay as they are)
                     raise
+            elif isinstance(error, ROLLED_BACK_BY_POSTGRESQL) and not once_more:
+                # A deadlock is as much the other PostgreSQL transaction's doing (a DeleteTopics, a
+                # background job) as this request's, and nothing of it was written: once more.
+                await self._commit(batch, once_more=True)
+            else:
+                _answer(batch[0], error)
             return
         for waiting, answer in zip(batch, answers):
             _answer(waiting, answer)

@@ -82,6 +82,11 @@ CONNECTION_ERRORS = (
     CommitNotReplicated,
 )
 
+# What PostgreSQL answers a statement of a PostgreSQL transaction it rolled back to break a lock
+# cycle (40P01) or a serialization failure (40001): nothing of the transaction was written, so a
+# request not yet answered may run it again.
+ROLLED_BACK_BY_POSTGRESQL = (asyncpg.exceptions.DeadlockDetectedError, asyncpg.exceptions.SerializationError)
+
 # PostgreSQL's syncrep.c reports a cancelled wait for the standby as a WARNING whose text may be
 # translated (lc_messages) and whose SQLSTATE is the generic 01000; the source file it names is
 # neither. Other WARNINGs (a database nearing transaction id wraparound warns at every transaction

@@ -27,7 +27,7 @@ from app.storage.groups import offset_metadata
 from app.storage.log import record_codec
 from app.storage.log.append import BatchAppend, append_batch_or_raise, append_for_coordinator
 from app.storage.log.locks import PartitionLocks, lock_partitions
-from app.storage.log.topics import TopicInfo
+from app.storage.log.topics import TopicInfo, hold_topics
 from app.storage.rows import all_from_rows
 from txbroker.wire import NO_LEADER_EPOCH, NO_OFFSET
 
@@ -256,6 +256,10 @@ async def delete_offsets(
     keys = await conn.fetch(_DELETED_KEYS_SQL, group_id, chosen, topics, numbers)
     if not keys:
         return 0
+    # Their topics held (FOR KEY SHARE, by name) before any of their rows is locked, as a commit
+    # holds them: a DeleteTopics, which locks its topic's row first, then deletes its offsets in the
+    # order of its scan of the table, deadlocked with the DELETEs below (in the index's order).
+    await hold_topics(conn, sorted({key["topic"] for key in keys}))
     tombstones = [record_codec.TextRecord(_record_key(group_id, key["topic"], key["partition"]), None) for key in keys]
     await append_batch_or_raise(
         conn,

@@ -105,9 +105,17 @@ async def get_principal(conn: asyncpg.Connection, name: str, hold: bool = False)
     return None if row is None else from_row(PrincipalRow, row)
 
 
+# The LockRows node sits above the Sort, so the rows are locked in acl_id order.
+_LOCK_RULES_OF_SQL = "SELECT acl_id FROM acls WHERE principal = $1 ORDER BY acl_id FOR UPDATE"
+
+
 async def delete_principal(conn: asyncpg.Connection, name: str) -> bool:
     """Its keys and SCRAM credentials go with it (ON DELETE CASCADE); its ACL rules too."""
     async with conn.transaction():
+        # Its rules locked by id, the order a DeleteAcls (security_admin.remove_acls) removes them
+        # in, before they are deleted: a DELETE by principal locks them in the order its scan meets
+        # them (the table's, the index's), and deadlocked with a DeleteAcls removing the same rules.
+        await conn.execute(_LOCK_RULES_OF_SQL, name)
         await conn.execute("DELETE FROM acls WHERE principal = $1", name)
         status = await conn.execute("DELETE FROM principals WHERE name = $1", name)
     return status.endswith(" 1")
