@@ -5,7 +5,8 @@ asked); these operations trust it."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Iterable
 
 import asyncpg
 
@@ -15,6 +16,7 @@ from app.coordinator.audit import Actor, record
 from app.coordinator.authorizer import Principal, principal_from
 from app.coordinator.identifiers import check_identifier
 from app.errors import BrokerError, ErrorCode
+from app.storage.database import ROLLED_BACK_BY_POSTGRESQL
 from app.storage.replication_barrier import commit_waits_for_the_standby
 from app.storage.security import principals
 from app.storage.security.principals import AclRow, AuditRow, KeyRow, PrincipalRow
@@ -25,6 +27,7 @@ __all__ = [
     "KeyRow",
     "PrincipalRow",
     "add_acl",
+    "add_acls",
     "add_key",
     "anonymous_principal",
     "audit_entries",
@@ -41,6 +44,8 @@ __all__ = [
     "revoke_key",
 ]
 
+
+log = logging.getLogger(__name__)
 
 # Kafka's name of an unauthenticated client (User:ANONYMOUS): ACL rules may name it.
 ANONYMOUS_NAME = "ANONYMOUS"
@@ -143,18 +148,58 @@ async def revoke_key(pool: asyncpg.Pool, actor: Actor, name: str, key_id: str) -
 async def add_acl(pool: asyncpg.Pool, actor: Actor, rule: AclRow) -> AclRow:
     """Adds a rule (idempotent: the same rule twice is one rule); the rule as stored (with its id).
     INVALID_REQUEST for an empty principal or resource name, or one over the identifier limit."""
+    [added] = await add_acls(pool, actor, [rule])
+    if isinstance(added, BrokerError):
+        raise added
+    return added
+
+
+async def add_acls(pool: asyncpg.Pool, actor: Actor, rules: list[AclRow]) -> list[AclRow | BrokerError]:
+    """Adds the rules (Kafka's CreateAcls): each rule's answer, in the order given, is the rule as
+    stored (with its id) or its refusal (add_acl's); the accepted ones are added, each with its audit
+    entry, in one PostgreSQL transaction, run once more if PostgreSQL rolled it back to break a
+    deadlock."""
+    answers: list[AclRow | BrokerError | None] = [_refusal_of(rule) for rule in rules]
+    accepted = [index for index, refusal in enumerate(answers) if refusal is None]
+    if accepted:
+        try:
+            added = await _added_rules(pool, actor, [rules[index] for index in accepted])
+        except ROLLED_BACK_BY_POSTGRESQL as error:
+            # Its rules are taken in the order asked (their ids in that order), where a removal
+            # takes them by id and another creation in its own order: it may close a cycle with
+            # either. Nothing was written or answered: run again, it waits for whoever won.
+            log.warning(
+                "a creation of %d ACL rules was rolled back by PostgreSQL (%s): running it once more",
+                len(accepted),
+                error,
+            )
+            added = await _added_rules(pool, actor, [rules[index] for index in accepted])
+        for index, acl in zip(accepted, added, strict=True):
+            answers[index] = acl
+    return answers
+
+
+def _refusal_of(rule: AclRow) -> BrokerError | None:
     if not rule.principal or not rule.resource_name:
-        raise BrokerError(
+        return BrokerError(
             ErrorCode.INVALID_REQUEST,
             f"an ACL rule with principal {rule.principal!r} and resource name {rule.resource_name!r}: "
             'expected both non-empty (the principal "*" or the resource name "*" for every one)',
         )
-    check_identifier("the ACL rule's principal", rule.principal)
-    check_identifier("the ACL rule's resource_name", rule.resource_name)
+    try:
+        check_identifier("the ACL rule's principal", rule.principal)
+        check_identifier("the ACL rule's resource_name", rule.resource_name)
+    except BrokerError as refused:
+        return refused
+    return None
+
+
+async def _added_rules(pool: asyncpg.Pool, actor: Actor, rules: list[AclRow]) -> list[AclRow]:
     async with pool.acquire() as conn, conn.transaction():
-        acl = await principals.add_acl(conn, rule)
-        await _record_rule(conn, actor, "add acl", acl)
-    return acl
+        added = await principals.add_acls(conn, rules)
+        for acl in added:
+            await _record_rule(conn, actor, "add acl", acl)
+    return added
 
 
 async def list_acls(pool: asyncpg.Pool, principal: str | None, resource_type: str | None) -> list[AclRow]:
@@ -170,33 +215,57 @@ async def find_acls(pool: asyncpg.Pool, acl_filter: AclFilter) -> list[AclRow]:
 
 async def remove_acl(pool: asyncpg.Pool, actor: Actor, acl_id: int) -> None:
     async def remove(conn: asyncpg.Connection) -> BrokerError | None:
-        if not await _remove_acl(conn, actor, acl_id):
+        if not await _removed_rules(conn, actor, [acl_id]):
             return BrokerError(ErrorCode.NOT_FOUND, f"no ACL rule {acl_id}: list them with GET /v1/acls")
         return None
 
     await removed_or_refused(pool, remove)
 
 
-async def remove_acls(pool: asyncpg.Pool, actor: Actor, acl_filter: AclFilter) -> list[AclRow]:
-    """Removes the rules the filter selects (Kafka's DeleteAcls), all or none; the rules removed.
-    A rule removed by a concurrent caller after it was read is that caller's, so not returned."""
+async def remove_acls(pool: asyncpg.Pool, actor: Actor, acl_filters: list[AclFilter]) -> list[list[AclRow]]:
+    """Removes the rules the filters select (Kafka's DeleteAcls), all in one PostgreSQL transaction;
+    for each filter, in the order given, the rules it removed: a rule two filters select is the
+    first's. A rule removed by a concurrent caller after it was read is that caller's, so not
+    returned."""
+    if not acl_filters:
+        return []
     async with pool.acquire() as conn, conn.transaction():
-        # By rule id (list_acls' order), the order a principal's deletion locks its rules in.
-        selected = await principals.list_acls(conn, acl_filter.principal, acl_filter.resource_type)
-        removed = [acl for acl in selected if acl_filter.matches(acl) and await _remove_acl(conn, actor, acl.acl_id)]
+        selected = await principals.list_acls(
+            conn,
+            _shared(acl_filter.principal for acl_filter in acl_filters),
+            _shared(acl_filter.resource_type for acl_filter in acl_filters),
+        )
+        first_filter_of: dict[int, int] = {}
+        for position, acl_filter in enumerate(acl_filters):
+            for acl in selected:
+                if acl_filter.matches(acl):
+                    first_filter_of.setdefault(acl.acl_id, position)
+        # By rule id, the order a principal's deletion locks its rules in.
+        removed = await _removed_rules(conn, actor, sorted(first_filter_of))
         if not removed:
             # Nothing left to remove may be the work of a removal whose commit the standby did not
             # confirm: a failover could bring its rules back, so "none" waits for the standby too.
+            # (A removal's own COMMIT waits for it, and its WAL comes after every commit read.)
             await commit_waits_for_the_standby(conn)
-        return removed
+    removed_by: list[list[AclRow]] = [[] for _ in acl_filters]
+    for acl in removed:
+        removed_by[first_filter_of[acl.acl_id]].append(acl)
+    return removed_by
 
 
-async def _remove_acl(conn: asyncpg.Connection, actor: Actor, acl_id: int) -> bool:
-    removed = await principals.remove_acl(conn, acl_id)
-    if removed is None:
-        return False
-    await _record_rule(conn, actor, "remove acl", removed)
-    return True
+def _shared(values: Iterable[str | None]) -> str | None:
+    """The one value every filter names, which narrows the rules read; None when they differ or
+    any is None (every value)."""
+    distinct = set(values)
+    return next(iter(distinct)) if len(distinct) == 1 else None
+
+
+async def _removed_rules(conn: asyncpg.Connection, actor: Actor, acl_ids: list[int]) -> list[AclRow]:
+    """The rules of these ids removed, each with its audit entry, by id."""
+    removed = await principals.remove_acls(conn, acl_ids)
+    for acl in removed:
+        await _record_rule(conn, actor, "remove acl", acl)
+    return removed
 
 
 async def _record_rule(conn: asyncpg.Connection, actor: Actor, action: str, acl: AclRow) -> None:

@@ -1567,9 +1567,13 @@ class AclCalls:
     def __init__(self, state) -> None:
         self._state = state
 
-    async def create(self, principal: Principal, client_address: str | None, rule: AclRule) -> None:
+    async def create(
+        self, principal: Principal, client_address: str | None, rules: list[AclRule]
+    ) -> list[BrokerError | None]:
+        """Each rule's refusal, None for one added; the added ones in one PostgreSQL transaction."""
         authorize(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE)
-        await security_admin.add_acl(self._state.pool, _actor(principal, client_address), rule)
+        added = await security_admin.add_acls(self._state.pool, _actor(principal, client_address), rules)
+        return [answer if isinstance(answer, BrokerError) else None for answer in added]
 
     async def describe(self, principal: Principal, acl_filter: AclFilter | None) -> list[AclRule]:
         """`acl_filter` None: one no rule can match (an operation txbroker lacks, another host)."""
@@ -1582,13 +1586,13 @@ class AclCalls:
         return found
 
     async def delete(
-        self, principal: Principal, client_address: str | None, acl_filter: AclFilter | None
-    ) -> list[AclRule]:
-        """The rules deleted (`acl_filter` as describe's)."""
+        self, principal: Principal, client_address: str | None, acl_filters: list[AclFilter | None]
+    ) -> list[list[AclRule]]:
+        """For each filter (None as describe's), the rules it deleted; all in one PostgreSQL transaction."""
         authorize(principal, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_RESOURCE)
-        if acl_filter is None:
-            return []
-        return await security_admin.remove_acls(self._state.pool, _actor(principal, client_address), acl_filter)
+        matching = [acl_filter for acl_filter in acl_filters if acl_filter is not None]
+        deleted = iter(await security_admin.remove_acls(self._state.pool, _actor(principal, client_address), matching))
+        return [[] if acl_filter is None else next(deleted) for acl_filter in acl_filters]
 
 
 # The SCRAM credentials of Kafka's KIP-554 APIs as the core holds them (HTTP's

@@ -12,20 +12,24 @@ from kio.schema.errors import ErrorCode as KafkaError
 
 from app.kafka import api_table
 from tests.concurrency.lock_waits import parked_in_turn
-from tests.conftest import start_server_on_fresh_database, stop_in_process_server
 from tests.kafka.raw import RawConnection, nested, request_of
-from tests.kafka.test_security import ADMIN_TOKEN, admin_client, every_rule_filter, http_rules, log_in, rule
+from tests.kafka.test_security import (
+    ADMIN_TOKEN,
+    admin_client,
+    every_rule_filter,
+    http_rules,
+    log_in,
+    rule,
+    secured_on_a_database_of_its_own,
+)
 
 PRINCIPAL = "lock-rules"
 
 
 @pytest.fixture(scope="module")
 def secured(postgres):
-    server = start_server_on_fresh_database(
-        postgres, "security_lock_order", kafka_listener="127.0.0.1:0", auth="required", admin_token=ADMIN_TOKEN
-    )
-    yield server
-    stop_in_process_server(server)
+    with secured_on_a_database_of_its_own(postgres, "security_lock_order") as server:
+        yield server
 
 
 def added(server, *acl: dict) -> int:

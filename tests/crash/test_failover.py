@@ -909,7 +909,7 @@ def test_the_kafka_doors_retries_that_find_their_write_done_wait_for_the_standby
 
 def test_an_acl_removal_retried_after_an_unconfirmed_one_is_answered_once_the_standby_has_it(cluster, server_process):
     """Kafka's DeleteAcls answers each filter with the rules it removed (security_admin.remove_acls,
-    which its door calls per filter). Its retry after a removal whose COMMIT's wait for the standby
+    in one transaction for all its filters). Its retry after a removal whose COMMIT's wait for the standby
     was cancelled (not acknowledged) finds nothing left to remove: a PostgreSQL transaction that only
     read has nothing for its COMMIT to wait for, so its answer (no rule matches, which a client takes
     for "gone") would come while the standby still has the rule, which a failover brings back. A
@@ -926,7 +926,8 @@ def test_an_acl_removal_retried_after_an_unconfirmed_one_is_answered_once_the_st
         async def removed() -> list:
             pool = await create_pool(url, 1)
             try:
-                return await security_admin.remove_acls(pool, Actor("admin", AuditSource.KAFKA), of_the_rule)
+                [removed] = await security_admin.remove_acls(pool, Actor("admin", AuditSource.KAFKA), [of_the_rule])
+                return removed
             finally:
                 pool.terminate()  # a pool whose commit waits for the stopped standby does not close
 

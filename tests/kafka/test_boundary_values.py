@@ -479,7 +479,7 @@ def _sweep_versions() -> list[tuple[int, int]]:
 UNANSWERED = {(api_table.PRODUCE, "acks", "0")}
 # APIs whose every entry is a PostgreSQL transaction of its own: thousands of entries are not cheap
 # (each is still tried empty and twice).
-COSTLY_ENTRIES = {api_table.DELETE_RECORDS, api_table.CREATE_ACLS, api_table.DELETE_ACLS, api_table.DESCRIBE_GROUPS}
+COSTLY_ENTRIES = {api_table.DELETE_RECORDS, api_table.DESCRIBE_GROUPS}
 ANSWER_WAIT_S = 10
 
 

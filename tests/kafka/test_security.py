@@ -6,6 +6,7 @@ clients over SASL_PLAINTEXT; TLS is test_security_tls.py's."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import re
 import shutil
@@ -35,16 +36,25 @@ OTHER_TOPIC = "unreadable"
 GROUP_PREFIX = "sasl-"
 
 
+@contextlib.contextmanager
+def secured_on_a_database_of_its_own(postgres, name: str):
+    """A server with auth required, a SASL Kafka listener and the admin's token, on database `name`."""
+    server = start_server_on_fresh_database(
+        postgres, name, kafka_listener="127.0.0.1:0", auth="required", admin_token=ADMIN_TOKEN
+    )
+    try:
+        yield server
+    finally:
+        stop_in_process_server(server)
+
+
 @pytest.fixture(scope="module")
 def secured(postgres):
-    server = start_server_on_fresh_database(
-        postgres, "kafka_security", kafka_listener="127.0.0.1:0", auth="required", admin_token=ADMIN_TOKEN
-    )
-    with admin_client(server) as admin:
-        for topic in (TOPIC, OTHER_TOPIC):
-            admin.post("/v1/topics", json={"name": topic, "partitions": 1, "config": {}}).raise_for_status()
-    yield server
-    stop_in_process_server(server)
+    with secured_on_a_database_of_its_own(postgres, "kafka_security") as server:
+        with admin_client(server) as admin:
+            for topic in (TOPIC, OTHER_TOPIC):
+                admin.post("/v1/topics", json={"name": topic, "partitions": 1, "config": {}}).raise_for_status()
+        yield server
 
 
 def admin_client(server) -> httpx.Client:

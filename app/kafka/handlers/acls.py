@@ -14,6 +14,7 @@ txbroker lacks) matches nothing, as in Kafka.
 from __future__ import annotations
 
 import datetime
+import itertools
 
 from kio.schema.errors import ErrorCode as KafkaError
 
@@ -182,24 +183,37 @@ def _binding(rule: AclRule) -> dict:
     )
 
 
+def _parsed(parse, item):
+    """`parse(item)`, or the BrokerError it raised (the item's refusal)."""
+    try:
+        return parse(item)
+    except BrokerError as refused:
+        return refused
+
+
+async def _answers(parsed: list, call) -> list:
+    """For each item parsed, in order: its refusal, or what `call` (given the accepted items at
+    once: one PostgreSQL transaction) answered it; a refusal of the whole call (authorization)
+    answers every accepted item."""
+    accepted = [item for item in parsed if not isinstance(item, BrokerError)]
+    try:
+        answered = iter(await call(accepted))
+    except BrokerError as refused:
+        answered = itertools.repeat(refused)
+    return [item if isinstance(item, BrokerError) else next(answered) for item in parsed]
+
+
 async def create_acls(context: RequestContext, request) -> object:
     module = response_module(api_table.CREATE_ACLS, context.api_version)
-    results = []
-    for creation in request.creations:
-        error = None
-        try:
-            await context.calls.acls.create(context.principal, context.client_address, _rule_of(creation))
-        except BrokerError as raised:
-            error = raised
-        results.append(
-            build(
-                module,
-                "AclCreationResult",
-                error_code=kafka_error(error),
-                error_message=error_message(error),
-            )
-        )
-    return build(module, "CreateAclsResponse", throttle_time=NO_THROTTLE, results=tuple(results))
+    errors = await _answers(
+        [_parsed(_rule_of, creation) for creation in request.creations],
+        lambda rules: context.calls.acls.create(context.principal, context.client_address, rules),
+    )
+    results = tuple(
+        build(module, "AclCreationResult", error_code=kafka_error(error), error_message=error_message(error))
+        for error in errors
+    )
+    return build(module, "CreateAclsResponse", throttle_time=NO_THROTTLE, results=results)
 
 
 async def describe_acls(context: RequestContext, request) -> object:
@@ -243,13 +257,13 @@ async def describe_acls(context: RequestContext, request) -> object:
 
 async def delete_acls(context: RequestContext, request) -> object:
     module = response_module(api_table.DELETE_ACLS, context.api_version)
+    answers = await _answers(
+        [_parsed(_filter_of, acl_filter) for acl_filter in request.filters],
+        lambda acl_filters: context.calls.acls.delete(context.principal, context.client_address, acl_filters),
+    )
     results = []
-    for acl_filter in request.filters:
-        error, deleted = None, []
-        try:
-            deleted = await context.calls.acls.delete(context.principal, context.client_address, _filter_of(acl_filter))
-        except BrokerError as raised:
-            error = raised
+    for answer in answers:
+        error, deleted = (answer, []) if isinstance(answer, BrokerError) else (None, answer)
         matching = tuple(
             build(module, "DeleteAclsMatchingAcl", error_code=KafkaError.none, error_message=None, **_binding(rule))
             for rule in deleted

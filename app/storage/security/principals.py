@@ -201,19 +201,39 @@ async def bootstrap_super_user(conn: asyncpg.Connection, name: str, token: str, 
     return BootstrapKey.INSTALLED
 
 
-async def add_acl(conn: asyncpg.Connection, acl: AclRow) -> AclRow:
-    row = await conn.fetchrow(
-        f"INSERT INTO acls (principal, resource_type, pattern_type, resource_name, operation, permission) "
-        f"VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT ON CONSTRAINT acls_unique_rule DO UPDATE "
-        f"SET principal = EXCLUDED.principal RETURNING {_ACL_COLUMNS}",
-        acl.principal,
-        acl.resource_type,
-        acl.pattern_type,
-        acl.resource_name,
-        acl.operation,
-        acl.permission,
+_RULE_COLUMNS = "principal, resource_type, pattern_type, resource_name, operation, permission"
+# Inserted (an existing rule locked) in the order given; an existing rule is updated to itself so
+# that RETURNING has it.
+_ADD_ACLS_SQL = (
+    f"INSERT INTO acls ({_RULE_COLUMNS}) "
+    f"SELECT {_RULE_COLUMNS} FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[]) "
+    f"WITH ORDINALITY AS given({_RULE_COLUMNS}, position) ORDER BY position "
+    f"ON CONFLICT ON CONSTRAINT acls_unique_rule DO UPDATE SET principal = EXCLUDED.principal "
+    f"RETURNING {_ACL_COLUMNS}"
+)
+
+
+def _rule_of(acl: AclRow) -> tuple[str, ...]:
+    """What makes a rule the same rule (acls_unique_rule): all but its id."""
+    return (
+        str(acl.principal),
+        str(acl.resource_type),
+        str(acl.pattern_type),
+        str(acl.resource_name),
+        str(acl.operation),
+        str(acl.permission),
     )
-    return from_row(AclRow, row)
+
+
+async def add_acls(conn: asyncpg.Connection, acls: list[AclRow]) -> list[AclRow]:
+    """The rules as stored (with their ids), one for each given, in its place (their `acl_id`
+    ignored): a rule given twice, or already stored, is one rule. In one statement, new rules are
+    inserted (their ids in that order), and existing ones locked, in the order given."""
+    distinct = list(dict.fromkeys(_rule_of(acl) for acl in acls))
+    if not distinct:
+        return []
+    stored = {_rule_of(acl): acl for acl in all_from_rows(AclRow, await conn.fetch(_ADD_ACLS_SQL, *zip(*distinct)))}
+    return [stored[_rule_of(acl)] for acl in acls]
 
 
 async def list_acls(conn: asyncpg.Connection, principal: str | None, resource_type: str | None) -> list[AclRow]:
@@ -228,10 +248,18 @@ async def list_acls(conn: asyncpg.Connection, principal: str | None, resource_ty
     )
 
 
-async def remove_acl(conn: asyncpg.Connection, acl_id: int) -> AclRow | None:
-    """The rule removed; None when there was none of that id."""
-    row = await conn.fetchrow(f"DELETE FROM acls WHERE acl_id = $1 RETURNING {_ACL_COLUMNS}", acl_id)
-    return None if row is None else from_row(AclRow, row)
+# The LockRows node sits above the Sort, so the rows are locked in acl_id order.
+_LOCK_RULES_SQL = "SELECT acl_id FROM acls WHERE acl_id = ANY($1::bigint[]) ORDER BY acl_id FOR UPDATE"
+_REMOVE_RULES_SQL = f"DELETE FROM acls WHERE acl_id = ANY($1::bigint[]) RETURNING {_ACL_COLUMNS}"
+
+
+async def remove_acls(conn: asyncpg.Connection, acl_ids: list[int]) -> list[AclRow]:
+    """The rules removed, by id; an id of no rule (never one, or removed meanwhile) is left out.
+    They are locked by id first, the order a principal's deletion locks its rules in
+    (_LOCK_RULES_OF_SQL): a DELETE locks them in the order its scan meets them."""
+    await conn.execute(_LOCK_RULES_SQL, acl_ids)
+    removed = all_from_rows(AclRow, await conn.fetch(_REMOVE_RULES_SQL, acl_ids))
+    return sorted(removed, key=lambda acl: acl.acl_id)
 
 
 # What an audit entry's source is when a node acts by itself (at start), not for a request.
